@@ -1,0 +1,59 @@
+"""Tiny, randomly initialised configs of the architectures ut-peft supports, for tests and examples.
+
+They build in milliseconds on a CPU and need no download, so a test can exercise the real model classes.
+"""
+
+from __future__ import annotations
+
+import transformers
+
+TINY_FAMILIES = ("llama", "qwen2", "qwen3", "gemma3", "gpt2", "gpt_neox")
+
+
+def tiny_config(family: str, *, tied: bool = False, vocab_size: int = 97, hidden_size: int = 32,
+                num_layers: int = 2, num_heads: int = 4, max_positions: int = 128) -> transformers.PretrainedConfig:
+    """A two-layer config of ``family`` small enough for unit tests.
+
+    ``tied`` sets ``tie_word_embeddings`` (GPT-2 and Gemma tie by default in their real checkpoints).
+    """
+    common = dict(vocab_size=vocab_size, tie_word_embeddings=tied)
+    if family == "llama":
+        return transformers.LlamaConfig(hidden_size=hidden_size, intermediate_size=2 * hidden_size,
+                                        num_hidden_layers=num_layers, num_attention_heads=num_heads,
+                                        num_key_value_heads=num_heads // 2, max_position_embeddings=max_positions,
+                                        **common)
+    if family == "qwen2":
+        return transformers.Qwen2Config(hidden_size=hidden_size, intermediate_size=2 * hidden_size,
+                                        num_hidden_layers=num_layers, num_attention_heads=num_heads,
+                                        num_key_value_heads=num_heads // 2, max_position_embeddings=max_positions,
+                                        **common)
+    if family == "qwen3":
+        return transformers.Qwen3Config(hidden_size=hidden_size, intermediate_size=2 * hidden_size,
+                                        num_hidden_layers=num_layers, num_attention_heads=num_heads,
+                                        num_key_value_heads=num_heads // 2, head_dim=hidden_size // num_heads,
+                                        max_position_embeddings=max_positions, **common)
+    if family == "gemma3":
+        return transformers.Gemma3TextConfig(hidden_size=hidden_size, intermediate_size=2 * hidden_size,
+                                             num_hidden_layers=num_layers, num_attention_heads=num_heads,
+                                             num_key_value_heads=num_heads // 2, head_dim=hidden_size // num_heads,
+                                             max_position_embeddings=max_positions, sliding_window=16,
+                                             **common)
+    if family == "gpt2":
+        return transformers.GPT2Config(n_embd=hidden_size, n_layer=num_layers, n_head=num_heads,
+                                       n_positions=max_positions, bos_token_id=0, eos_token_id=0, **common)
+    if family == "gpt_neox":
+        return transformers.GPTNeoXConfig(hidden_size=hidden_size, intermediate_size=2 * hidden_size,
+                                          num_hidden_layers=num_layers, num_attention_heads=num_heads,
+                                          max_position_embeddings=max_positions, bos_token_id=0,
+                                          eos_token_id=0, **common)
+    raise ValueError(f"unknown family {family!r}; choose one of {', '.join(TINY_FAMILIES)}")
+
+
+def tiny_model(family: str, *, tied: bool = False, seed: int = 0, **kwargs):
+    """A float32 ``AutoModelForCausalLM`` built from :func:`tiny_config`, in eval mode."""
+    import torch
+
+    config = tiny_config(family, tied=tied, **kwargs)
+    torch.manual_seed(seed)
+    model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    return model.eval()
