@@ -1,0 +1,119 @@
+"""Theoretical bounds on how fast the number of accessible sequences can grow with the memory size m.
+
+The accessibility paper (Meyer et al., 2026) argues: every output is decided by the final hidden state
+``h`` (after the final norm), which lives in a bounded support; at a finite precision ``eps`` that support
+holds at most ``(1 + 2r/eps)^d`` distinguishable points per memory vector, so at most ``(1 + 2r/eps)^(d m)``
+sequences are accessible and n_50 can grow with slope at most ``d ln(1 + 2r/eps) / ln|V|`` per vector
+("ball" bound). Replacing the ball by the per-coordinate box ``[low_i, high_i]`` gives the tighter "box"
+bound ``sum_i ln(1 + (high_i - low_i)/eps) / ln|V|``.
+
+``r`` and the box are measured from the model itself by :func:`measure_support`, as the paper does: final
+hidden states at the last position of sequences of uniformly random token ids; ``eps = r / 2**11`` (the
+relative precision of fp16).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+# fp16 keeps 11 significant bits: the paper's precision scale relative to the support radius.
+EPS_RELATIVE = 2.0 ** -11
+
+
+@dataclass
+class SupportStats:
+    """Measured final-layer (post final norm) hidden states at the last position."""
+
+    radius: float  # r = max L2 norm over the sampled sequences
+    eps: float  # r / 2**11
+    low: torch.Tensor  # (d,) per-coordinate min
+    high: torch.Tensor  # (d,) per-coordinate max
+    hidden: torch.Tensor  # (N, d) the sampled states themselves (float32, CPU)
+    vocab_size: int
+
+    @property
+    def hidden_size(self) -> int:
+        return int(self.hidden.shape[1])
+
+    def to_dict(self) -> dict:
+        return {"radius": self.radius, "eps": self.eps, "num_samples": int(self.hidden.shape[0]),
+                "hidden_size": self.hidden_size, "vocab_size": self.vocab_size}
+
+
+def head_inputs(model, input_ids: torch.Tensor, **kwargs) -> torch.Tensor:
+    """The vectors the output head of ``model`` receives at the last position, shape (B, d).
+
+    A pre-hook on ``get_output_embeddings()`` captures exactly what greedy decoding multiplies by U, so the
+    same code is right for every architecture (final norm, Gemma's scaling, GPT-2's ln_f) without knowing it.
+    """
+    head = model.get_output_embeddings()
+    if head is None:
+        raise ValueError(f"{type(model).__name__} has no output embeddings; a causal LM with an LM head is needed")
+    captured = []
+    handle = head.register_forward_pre_hook(lambda module, args: captured.append(args[0].detach()))
+    try:
+        model(input_ids=input_ids, logits_to_keep=1, use_cache=False, **kwargs)
+    finally:
+        handle.remove()
+    return captured[-1][:, -1, :]
+
+
+@torch.no_grad()
+def measure_support(model, *, num_sequences: int = 256, seq_len: int = 32, seed: int = 0,
+                    batch_size: int = 32) -> SupportStats:
+    """Sample final hidden states of ``num_sequences`` uniformly random token sequences of length ``seq_len``."""
+    if num_sequences < 1 or seq_len < 1 or batch_size < 1:
+        raise ValueError(f"num_sequences, seq_len and batch_size must be >= 1 "
+                         f"(got {num_sequences}, {seq_len}, {batch_size})")
+    vocab_size = model.get_output_embeddings().weight.shape[0]
+    device = model.get_input_embeddings().weight.device
+    generator = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, vocab_size, (num_sequences, seq_len), generator=generator)
+    was_training = model.training
+    model.eval()
+    try:
+        states = [head_inputs(model, ids[i:i + batch_size].to(device)).float().cpu()
+                  for i in range(0, num_sequences, batch_size)]
+    finally:
+        model.train(was_training)
+    hidden = torch.cat(states)
+    radius = float(hidden.norm(dim=1).max())
+    return SupportStats(radius=radius, eps=radius * EPS_RELATIVE, low=hidden.min(dim=0).values,
+                        high=hidden.max(dim=0).values, hidden=hidden, vocab_size=int(vocab_size))
+
+
+def _check(eps: float, vocab_size: int) -> None:
+    if not eps > 0:
+        raise ValueError(f"eps must be > 0 (got {eps})")
+    if vocab_size < 2:
+        raise ValueError(f"vocab_size must be >= 2 (got {vocab_size})")
+
+
+def ball_slope_bound(hidden_size: int, radius: float, eps: float, vocab_size: int) -> float:
+    """``d ln(1 + 2r/eps) / ln|V|``: tokens of n_50 per memory vector allowed by a ball of radius r."""
+    _check(eps, vocab_size)
+    if radius < 0:
+        raise ValueError(f"radius must be >= 0 (got {radius})")
+    return hidden_size * math.log1p(2.0 * radius / eps) / math.log(vocab_size)
+
+
+def box_slope_bound(low, high, eps: float, vocab_size: int) -> float:
+    """``sum_i ln(1 + (high_i - low_i)/eps) / ln|V|``: the same bound over the per-coordinate box."""
+    _check(eps, vocab_size)
+    low = torch.as_tensor(low, dtype=torch.float64)
+    high = torch.as_tensor(high, dtype=torch.float64)
+    if low.shape != high.shape:
+        raise ValueError(f"low and high must have the same shape (got {tuple(low.shape)} and {tuple(high.shape)})")
+    ranges = high - low
+    if (ranges < 0).any():
+        raise ValueError("high must be >= low in every coordinate")
+    return float(torch.log1p(ranges / eps).sum()) / math.log(vocab_size)
+
+
+def slope_bounds(stats: SupportStats) -> dict:
+    """Both bounds for measured support statistics, as a dict ``{"ball": ..., "box": ...}``."""
+    return {"ball": ball_slope_bound(stats.hidden_size, stats.radius, stats.eps, stats.vocab_size),
+            "box": box_slope_bound(stats.low, stats.high, stats.eps, stats.vocab_size)}
