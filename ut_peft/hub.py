@@ -1,0 +1,170 @@
+"""Model cards and Hub uploads for UT_REPROGRAM adapters.
+
+transformers' ``push_to_hub`` re-saves into a temporary folder and overwrites README.md with a transformers card, so
+adapters are pushed as folders with ``HfApi.upload_folder`` and a card rendered by ``huggingface_hub.ModelCard``.
+``import ut_peft`` also makes ``PeftModel.save_pretrained`` write this card locally.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from importlib import resources
+from pathlib import Path
+from typing import Any, Mapping, Optional, Union
+
+from huggingface_hub import HfApi, ModelCard, ModelCardData
+
+from .models import BUNDLED_MODELS, _cache_root
+
+TEMPLATE = "ut_reprogram_adapter.md"
+ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
+BASE_TAGS = ["ut-peft", "ut_reprogram", "embedding-only-reprogramming"]
+# Hub ids of the bundled models, for cards of adapters trained on their local de-quantised copies.
+BUNDLED_HUB_IDS = {"smollm2-135m": "HuggingFaceTB/SmolLM2-135M-Instruct"}
+
+
+def template_path() -> Path:
+    return Path(str(resources.files("ut_peft") / "model_cards" / TEMPLATE))
+
+
+def hub_base_model_id(name_or_path: Optional[str]) -> Optional[str]:
+    """The Hub id to put in ``base_model`` metadata, or None when the base is a local folder or built from a config."""
+    if not name_or_path:
+        return None
+    path = Path(name_or_path)
+    cache = _cache_root()
+    for name in BUNDLED_MODELS:
+        if path.parent == cache and path.name.startswith(name + "-"):
+            return BUNDLED_HUB_IDS.get(name)
+    if path.exists() or path.is_absolute() or name_or_path.startswith("."):
+        return None
+    return name_or_path if name_or_path.count("/") == 1 else None
+
+
+def _rows(mapping: Optional[Mapping[str, Any]]) -> list[tuple[str, str]]:
+    def fmt(value):
+        return f"{value:.4g}" if isinstance(value, float) else str(value)
+    return [(str(k), fmt(v)) for k, v in (mapping or {}).items()]
+
+
+def render_model_card(adapter_config: Mapping[str, Any], *, base_model: Optional[str] = None,
+                      training: Optional[Mapping[str, Any]] = None, metrics: Optional[Mapping[str, Any]] = None,
+                      tags: Optional[list[str]] = None, repo_id: Optional[str] = None,
+                      title: Optional[str] = None) -> ModelCard:
+    """Render the adapter's card from ``model_cards/ut_reprogram_adapter.md``.
+
+    ``adapter_config`` is the saved adapter_config.json as a dict; ``training`` and ``metrics`` become tables.
+    """
+    base_model = base_model or hub_base_model_id(adapter_config.get("base_model_name_or_path"))
+    backbone = adapter_config.get("backbone")
+    trained = [name for flag, name in ((adapter_config.get("train_input_embeddings"), "E"),
+                                       (adapter_config.get("train_output_embeddings"), "U"),
+                                       (adapter_config.get("train_position_embeddings"), "position embeddings"))
+               if flag]
+    if adapter_config.get("num_memory_tokens"):
+        trained.append(f"{adapter_config['num_memory_tokens']} memory vectors")
+    if adapter_config.get("task_vocab_size"):
+        trained.append(f"over a new vocabulary of {adapter_config['task_vocab_size']} tokens")
+    repo = repo_id or "<this-repo>"
+    if backbone:
+        seed = backbone.get("seed")
+        load_snippet = (f"from ut_peft.backbones import backbone_from_adapter\nfrom huggingface_hub import snapshot_download\n\n"
+                        f"folder = snapshot_download(\"{repo}\")\nbase = backbone_from_adapter(folder)  # rebuilt from the "
+                        f"recorded config{'' if seed is None else f' and seed {seed}'}\nmodel = PeftModel.from_pretrained(base, folder)")
+        backbone_note = ("The frozen base was built from a config (no pretrained weights): `adapter_config.json` records "
+                         "the config" + ("" if seed is None else f" and the seed ({seed})") +
+                         " that rebuild it bit for bit on the same torch version "
+                         f"({backbone.get('torch_version', 'unknown')}).")
+    else:
+        name = base_model or adapter_config.get("base_model_name_or_path") or "<base model>"
+        load_snippet = (f"base = AutoModelForCausalLM.from_pretrained(\"{name}\")\n"
+                        f"model = PeftModel.from_pretrained(base, \"{repo}\")")
+        backbone_note = None
+    memory_note = None
+    if adapter_config.get("num_memory_tokens"):
+        memory_note = ("Memory vectors are addressed by reserved ids after the vocabulary; put them in front of a "
+                       "batch with `ut_peft.memory.prepend_memory_tokens(model, input_ids)`, then call the model or "
+                       "`generate` as usual.")
+    settings = {k: adapter_config.get(k) for k in ("train_input_embeddings", "train_output_embeddings",
+                                                   "tied_embeddings", "task_vocab_size", "train_position_embeddings",
+                                                   "num_memory_tokens", "init", "base_embedding_shape")}
+    from . import __version__
+
+    card_data = ModelCardData(library_name="peft", base_model=base_model, pipeline_tag="text-generation",
+                              tags=sorted(set(BASE_TAGS + (["random-backbone"] if backbone else []) + list(tags or []))))
+    return ModelCard.from_template(
+        card_data, template_path=str(template_path()), title=title or (repo_id or "UT_REPROGRAM adapter"),
+        trained_summary=", ".join(trained) or "nothing", base_model=base_model, backbone_note=backbone_note,
+        load_snippet=load_snippet, memory_note=memory_note, settings=_rows(settings), training=_rows(training),
+        metrics=_rows(metrics), ut_peft_version=__version__,
+    )
+
+
+def _read_adapter_config(folder: Union[str, os.PathLike]) -> dict:
+    path = Path(folder) / "adapter_config.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{folder} is not a saved adapter (no adapter_config.json); call "
+                                "model.save_pretrained(folder) first")
+    return json.loads(path.read_text())
+
+
+def save_model_card(folder: Union[str, os.PathLike], **card_kwargs) -> Path:
+    """Write README.md into a saved adapter folder (see :func:`render_model_card` for the keywords)."""
+    card = render_model_card(_read_adapter_config(folder), **card_kwargs)
+    path = Path(folder) / "README.md"
+    card.save(path)
+    return path
+
+
+def push_adapter_to_hub(folder: Union[str, os.PathLike], repo_id: str, *, private: Optional[bool] = None,
+                        token: Optional[str] = None, commit_message: str = "Upload UT_REPROGRAM adapter",
+                        api: Optional[HfApi] = None, **card_kwargs):
+    """Create ``repo_id`` if needed and upload the adapter folder with its rendered card.
+
+    Returns what ``HfApi.upload_folder`` returns (the commit info).
+    """
+    missing = [name for name in ADAPTER_FILES if not (Path(folder) / name).is_file()]
+    if missing:
+        raise FileNotFoundError(f"{folder} lacks {', '.join(missing)}: save the adapter with "
+                                "model.save_pretrained(folder) before pushing it")
+    if not repo_id or repo_id.count("/") > 1:
+        raise ValueError(f"repo_id must look like 'user/name' or 'name', got {repo_id!r}")
+    save_model_card(folder, repo_id=repo_id, **card_kwargs)
+    api = api or HfApi(token=token)
+    api.create_repo(repo_id=repo_id, repo_type="model", private=private, exist_ok=True)
+    return api.upload_folder(folder_path=str(folder), repo_id=repo_id, repo_type="model",
+                             commit_message=commit_message)
+
+
+def _install_save_pretrained_card() -> None:
+    """Make ``PeftModel.save_pretrained`` start from the ut-peft card for UT_REPROGRAM adapters.
+
+    peft then adds its own metadata (library_name, tags, base_model) to the card it finds in the folder.
+    """
+    from peft import PeftModel
+
+    if getattr(PeftModel.create_or_update_model_card, "_ut_peft", False):
+        return
+    original = PeftModel.create_or_update_model_card
+
+    def create_or_update_model_card(self, output_dir: str):
+        config = self.peft_config.get(self.active_adapter) if isinstance(self.peft_config, dict) else None
+        if config is None or str(getattr(config.peft_type, "value", config.peft_type)) != "UT_REPROGRAM":
+            return original(self, output_dir)
+        readme = Path(output_dir) / "README.md"
+        # A card already written by ut-peft (e.g. with metrics) is kept; anything else starts from our template.
+        if not (readme.is_file() and "ut-peft" in readme.read_text(encoding="utf-8", errors="ignore")):
+            render_model_card(config.to_dict()).save(readme)
+        original(self, output_dir)
+        # peft copies the base's _name_or_path, which for a local or from-config base is no Hub id.
+        card = ModelCard.load(readme)
+        hub_id = hub_base_model_id(config.base_model_name_or_path)
+        card.data["base_model"] = hub_id
+        ours = render_model_card(config.to_dict()).data.get("tags") or []
+        card.data["tags"] = sorted({t for t in (card.data.get("tags") or []) + ours
+                                    if not t.startswith("base_model:") or (hub_id and t.endswith(":" + hub_id))})
+        card.save(readme)
+
+    create_or_update_model_card._ut_peft = True
+    PeftModel.create_or_update_model_card = create_or_update_model_card

@@ -1,0 +1,85 @@
+"""Memory (soft-prompt) vectors of a UT_REPROGRAM adapter: reserved ids after the vocabulary.
+
+The vectors are extra rows of the trainable input embedding, so a batch only needs their ids in front:
+attention masks, labels, ``Trainer`` and ``generate`` then work unchanged.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Union
+
+import torch
+from peft import PeftModel, get_peft_model
+
+from .tuners.ut_reprogram import UTReprogramConfig
+from .tuners.ut_reprogram.layer import UTEmbedding
+
+IGNORE_INDEX = -100
+
+
+def _active_config(model_or_config: Union[PeftModel, UTReprogramConfig]) -> UTReprogramConfig:
+    if isinstance(model_or_config, UTReprogramConfig):
+        config = model_or_config
+    else:
+        config = model_or_config.peft_config[model_or_config.active_adapter]
+    if not isinstance(config, UTReprogramConfig):
+        raise TypeError(f"expected a UT_REPROGRAM model or config, got {type(config).__name__}")
+    return config
+
+
+def memory_token_ids(model_or_config: Union[PeftModel, UTReprogramConfig]) -> list[int]:
+    """The reserved ids of the memory vectors: they follow the (task) vocabulary's rows of E."""
+    config = _active_config(model_or_config)
+    if config.num_memory_tokens == 0:
+        raise ValueError("this adapter has no memory vectors; create it with UTReprogramConfig(num_memory_tokens=m)")
+    if config.base_embedding_shape is None:
+        raise ValueError("the config has not been applied to a model yet: call get_peft_model(model, config) first")
+    start = config.task_vocab_size if config.task_vocab_size is not None else config.base_embedding_shape[0]
+    return list(range(start, start + config.num_memory_tokens))
+
+
+def prepend_memory_tokens(model_or_config: Union[PeftModel, UTReprogramConfig], input_ids: torch.Tensor,
+                          attention_mask: Optional[torch.Tensor] = None,
+                          labels: Optional[torch.Tensor] = None) -> dict[str, torch.Tensor]:
+    """Put the memory ids in front of every row: mask 1 on them, labels ``-100`` (memory positions are never scored).
+
+    Left padding stays valid: the memory ids sit before the pads, and the pads keep mask 0.
+    """
+    ids = memory_token_ids(model_or_config)
+    if input_ids.dim() != 2:
+        raise ValueError(f"input_ids must be (batch, length), got shape {tuple(input_ids.shape)}")
+    batch = input_ids.shape[0]
+    memory = torch.tensor(ids, dtype=input_ids.dtype, device=input_ids.device).expand(batch, -1)
+    out = {"input_ids": torch.cat([memory, input_ids], dim=1)}
+    if attention_mask is None:
+        attention_mask = torch.ones_like(input_ids)
+    out["attention_mask"] = torch.cat([torch.ones_like(memory), attention_mask], dim=1)
+    if labels is not None:
+        out["labels"] = torch.cat([torch.full_like(memory, IGNORE_INDEX), labels], dim=1)
+    return out
+
+
+def memory_adapter_from_vectors(base_model: torch.nn.Module, vectors: torch.Tensor,
+                                adapter_name: str = "default", **config_kwargs) -> PeftModel:
+    """Wrap ``base_model`` in a memory-only UT_REPROGRAM adapter whose memory rows produce ``vectors``.
+
+    ``vectors`` (m, d) are in the space the model receives as ``inputs_embeds`` (after Gemma's sqrt(d) scale), as
+    cramming optimises them; the stored rows are divided by the embedding scale so the adapter reproduces them.
+    """
+    if vectors.dim() != 2:
+        raise ValueError(f"vectors must be (num_memory_tokens, hidden_size), got shape {tuple(vectors.shape)}")
+    hidden = base_model.get_input_embeddings().weight.shape[1]
+    if vectors.shape[1] != hidden:
+        raise ValueError(f"vectors have width {vectors.shape[1]} but the model's hidden size is {hidden}")
+    config = UTReprogramConfig(train_input_embeddings=False, train_output_embeddings=False,
+                               num_memory_tokens=vectors.shape[0], **config_kwargs)
+    model = get_peft_model(base_model, config, adapter_name=adapter_name)
+    layer = model.get_input_embeddings()
+    assert isinstance(layer, UTEmbedding)
+    scale = layer._get_embed_scale()
+    rows = vectors.detach().to(layer.ut_reprogram_memory[adapter_name].dtype)
+    if scale is not None:
+        rows = rows / scale.to(rows.dtype)
+    with torch.no_grad():
+        layer.ut_reprogram_memory[adapter_name].copy_(rows)
+    return model

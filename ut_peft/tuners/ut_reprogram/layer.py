@@ -1,0 +1,220 @@
+"""The wrapped embedding, unembedding and position-embedding modules of embedding-only reprogramming.
+
+Each layer keeps the frozen base module as ``base_layer`` and owns only the tensors that reprogramming changes, in
+containers keyed by adapter name, as peft's own tuner layers do. Everything under the ``ut_reprogram_`` names is the
+adapter; ``base_layer`` never is.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from peft.tuners._buffer_dict import BufferDict
+from peft.tuners.tuners_utils import BaseTunerLayer
+from torch import nn
+
+
+def _normal_like(reference: torch.Tensor, shape: tuple[int, ...], seed: int) -> torch.Tensor:
+    """N(0, std(reference)) drawn from a private generator, so creating an adapter never moves torch's global RNG."""
+    std = reference.detach().float().std().item()
+    if not math.isfinite(std) or std == 0.0:
+        std = 0.02
+    generator = torch.Generator().manual_seed(seed)
+    return (torch.randn(shape, generator=generator) * std).to(dtype=reference.dtype, device=reference.device)
+
+
+class UTReprogramLayer(BaseTunerLayer):
+    """Common behaviour: one active adapter at a time; merging is done by the tuner (it can change shapes)."""
+
+    def _active(self) -> Optional[str]:
+        if self.disable_adapters:
+            return None
+        for name in self.active_adapters:
+            if name in self._all_available_adapter_names():
+                return name
+        return None
+
+    def merge(self, safe_merge: bool = False, adapter_names: Optional[list[str]] = None) -> None:
+        raise ValueError(
+            "UT_REPROGRAM adapters replace whole matrices (and may change the vocabulary), so they cannot be merged "
+            "in place and unmerged again; use `model.merge_and_unload()`, which returns a plain transformers model"
+        )
+
+    def unmerge(self) -> None:
+        raise ValueError("UT_REPROGRAM adapters are never merged in place, so there is nothing to unmerge")
+
+
+class UTEmbedding(nn.Module, UTReprogramLayer):
+    """Input embedding E: a trainable table (a copy of the base, or a fresh task vocabulary) plus memory rows.
+
+    Ids below ``num_rows`` look up the table; ids ``num_rows .. num_rows + m - 1`` are the memory vectors. The base's
+    own embedding scale (Gemma's sqrt(d)) multiplies both, exactly as the base module does.
+    """
+
+    adapter_layer_names = ("ut_reprogram_embedding", "ut_reprogram_memory")
+    other_param_names = ("ut_reprogram_frozen_embedding",)
+
+    def __init__(self, base_layer: nn.Module, adapter_name: str, **kwargs) -> None:
+        super().__init__()
+        self.base_layer = base_layer
+        self.ut_reprogram_embedding = nn.ParameterDict({})
+        self.ut_reprogram_memory = nn.ParameterDict({})
+        # A fresh task-vocabulary E that is not trained still belongs to the adapter (it is not the base's).
+        self.ut_reprogram_frozen_embedding = BufferDict({}, persistent=True)
+        self._active_adapter = adapter_name
+        self.merged_adapters = []
+        self.kwargs = kwargs
+
+    def update_layer(self, adapter_name: str, config, init_table: Optional[torch.Tensor], memory: Optional[torch.Tensor],
+                     train_table: bool) -> None:
+        if init_table is not None:
+            if train_table:
+                self.ut_reprogram_embedding[adapter_name] = nn.Parameter(init_table)
+            else:
+                self.ut_reprogram_frozen_embedding[adapter_name] = init_table
+        if memory is not None:
+            self.ut_reprogram_memory[adapter_name] = nn.Parameter(memory)
+        self.set_adapter(self.active_adapters)
+
+    def table(self, adapter_name: Optional[str]) -> torch.Tensor:
+        if adapter_name is not None:
+            if adapter_name in self.ut_reprogram_embedding:
+                return self.ut_reprogram_embedding[adapter_name]
+            if adapter_name in self.ut_reprogram_frozen_embedding:
+                return self.ut_reprogram_frozen_embedding[adapter_name]
+        return self.get_base_layer().weight
+
+    @property
+    def weight(self) -> torch.Tensor:  # what transformers sees as `get_input_embeddings().weight`
+        return self.table(self._active())
+
+    def forward(self, input_ids: torch.Tensor, *args, **kwargs) -> torch.Tensor:
+        adapter = self._active()
+        if adapter is None:
+            return self.base_layer(input_ids, *args, **kwargs)
+        table = self.table(adapter)
+        base = self.get_base_layer()
+        padding_idx = getattr(base, "padding_idx", None) if table.shape[0] == base.weight.shape[0] else None
+        memory = self.ut_reprogram_memory[adapter] if adapter in self.ut_reprogram_memory else None
+        num_rows = table.shape[0]
+        if memory is None:
+            out = F.embedding(input_ids, table, padding_idx=padding_idx)
+        else:
+            is_memory = input_ids >= num_rows
+            out = F.embedding(input_ids.clamp(max=num_rows - 1), table, padding_idx=padding_idx)
+            memory_out = F.embedding((input_ids - num_rows).clamp(min=0, max=memory.shape[0] - 1), memory)
+            out = torch.where(is_memory.unsqueeze(-1), memory_out.to(out.dtype), out)
+        scale = self._get_embed_scale()
+        if scale is not None:
+            out = out * scale.to(out.dtype)
+        return out
+
+    def __repr__(self) -> str:
+        return "ut_reprogram." + super().__repr__()
+
+
+class UTUnembedding(nn.Module, UTReprogramLayer):
+    """Output head U: its own trainable matrix, or the one shared with a kept-tied :class:`UTEmbedding`."""
+
+    adapter_layer_names = ("ut_reprogram_unembedding", "ut_reprogram_bias")
+    other_param_names = ("ut_reprogram_frozen_unembedding", "ut_reprogram_frozen_bias")
+
+    def __init__(self, base_layer: nn.Module, adapter_name: str, **kwargs) -> None:
+        super().__init__()
+        self.base_layer = base_layer
+        self.ut_reprogram_unembedding = nn.ParameterDict({})
+        self.ut_reprogram_bias = nn.ParameterDict({})
+        self.ut_reprogram_frozen_unembedding = BufferDict({}, persistent=True)
+        self.ut_reprogram_frozen_bias = BufferDict({}, persistent=True)
+        # A list keeps the tied embedding out of named_modules(), so its table is saved once, under E.
+        self._tied_to: dict[str, list[UTEmbedding]] = {}
+        self._active_adapter = adapter_name
+        self.merged_adapters = []
+        self.kwargs = kwargs
+
+    def update_layer(self, adapter_name: str, config, init_matrix: Optional[torch.Tensor],
+                     init_bias: Optional[torch.Tensor], train: bool, tied_to: Optional[UTEmbedding]) -> None:
+        if tied_to is not None:
+            self._tied_to[adapter_name] = [tied_to]
+        elif init_matrix is not None:
+            if train:
+                self.ut_reprogram_unembedding[adapter_name] = nn.Parameter(init_matrix)
+            else:
+                self.ut_reprogram_frozen_unembedding[adapter_name] = init_matrix
+        if init_bias is not None:
+            if train:
+                self.ut_reprogram_bias[adapter_name] = nn.Parameter(init_bias)
+            else:
+                self.ut_reprogram_frozen_bias[adapter_name] = init_bias
+        self.set_adapter(self.active_adapters)
+
+    def _all_available_adapter_names(self) -> list[str]:
+        return sorted(set(super()._all_available_adapter_names()) | set(self._tied_to))
+
+    def matrix(self, adapter_name: Optional[str]) -> torch.Tensor:
+        if adapter_name is not None:
+            if adapter_name in self._tied_to:
+                return self._tied_to[adapter_name][0].table(adapter_name)
+            if adapter_name in self.ut_reprogram_unembedding:
+                return self.ut_reprogram_unembedding[adapter_name]
+            if adapter_name in self.ut_reprogram_frozen_unembedding:
+                return self.ut_reprogram_frozen_unembedding[adapter_name]
+        return self.get_base_layer().weight
+
+    def bias_for(self, adapter_name: Optional[str]) -> Optional[torch.Tensor]:
+        if adapter_name is not None:
+            if adapter_name in self.ut_reprogram_bias:
+                return self.ut_reprogram_bias[adapter_name]
+            if adapter_name in self.ut_reprogram_frozen_bias:
+                return self.ut_reprogram_frozen_bias[adapter_name]
+        return getattr(self.get_base_layer(), "bias", None)
+
+    @property
+    def weight(self) -> torch.Tensor:
+        return self.matrix(self._active())
+
+    def forward(self, hidden: torch.Tensor, *args, **kwargs) -> torch.Tensor:
+        adapter = self._active()
+        if adapter is None:
+            return self.base_layer(hidden, *args, **kwargs)
+        matrix = self.matrix(adapter)
+        bias = self.bias_for(adapter)
+        return F.linear(hidden.to(matrix.dtype), matrix, None if bias is None else bias.to(matrix.dtype))
+
+    def __repr__(self) -> str:
+        return "ut_reprogram." + super().__repr__()
+
+
+class UTPositionEmbedding(nn.Module, UTReprogramLayer):
+    """Learned absolute position embeddings (GPT-2 ``wpe``), trainable."""
+
+    adapter_layer_names = ("ut_reprogram_position",)
+
+    def __init__(self, base_layer: nn.Module, adapter_name: str, **kwargs) -> None:
+        super().__init__()
+        self.base_layer = base_layer
+        self.ut_reprogram_position = nn.ParameterDict({})
+        self._active_adapter = adapter_name
+        self.merged_adapters = []
+        self.kwargs = kwargs
+
+    def update_layer(self, adapter_name: str, config, init_table: torch.Tensor) -> None:
+        self.ut_reprogram_position[adapter_name] = nn.Parameter(init_table)
+        self.set_adapter(self.active_adapters)
+
+    @property
+    def weight(self) -> torch.Tensor:
+        adapter = self._active()
+        return self.ut_reprogram_position[adapter] if adapter is not None else self.get_base_layer().weight
+
+    def forward(self, positions: torch.Tensor, *args, **kwargs) -> torch.Tensor:
+        adapter = self._active()
+        if adapter is None:
+            return self.base_layer(positions, *args, **kwargs)
+        return F.embedding(positions, self.ut_reprogram_position[adapter])
+
+    def __repr__(self) -> str:
+        return "ut_reprogram." + super().__repr__()

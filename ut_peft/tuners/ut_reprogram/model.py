@@ -1,0 +1,259 @@
+"""The tuner of embedding-only reprogramming: finds E, U (and learned positions) by identity and wraps them."""
+
+from __future__ import annotations
+
+import torch
+from peft.tuners.tuners_utils import BaseTuner
+from torch import nn
+
+from .config import UTReprogramConfig
+from .layer import UTEmbedding, UTPositionEmbedding, UTReprogramLayer, UTUnembedding, _normal_like
+
+# Attribute names under which transformers models keep learned absolute position embeddings.
+POSITION_EMBEDDING_NAMES = ("wpe", "embed_positions", "position_embeddings")
+
+INPUT, OUTPUT, POSITION = "input", "output", "position"
+
+
+def find_position_embedding(model: nn.Module, input_embedding: nn.Module) -> nn.Module | None:
+    for name, module in model.named_modules():
+        base = module.get_base_layer() if isinstance(module, UTReprogramLayer) else module
+        if (name.rpartition(".")[2] in POSITION_EMBEDDING_NAMES and isinstance(base, nn.Embedding)
+                and module is not input_embedding):
+            return module
+    return None
+
+
+def embeddings_are_tied(input_embedding: nn.Module, output_embedding: nn.Module | None) -> bool:
+    if output_embedding is None:
+        return False
+    in_base = input_embedding.get_base_layer() if isinstance(input_embedding, UTReprogramLayer) else input_embedding
+    out_base = output_embedding.get_base_layer() if isinstance(output_embedding, UTReprogramLayer) else output_embedding
+    return in_base.weight.data_ptr() == out_base.weight.data_ptr()
+
+
+class UTReprogramModel(BaseTuner):
+    """Freezes the model; E and U (and optionally positions and memory rows) become the adapter."""
+
+    prefix: str = "ut_reprogram_"
+    tuner_layer_cls = UTReprogramLayer
+    target_module_mapping: dict = {}
+
+    # ---- finding what to wrap -------------------------------------------------------------------------------------
+    def _prepare_adapter_config(self, peft_config: UTReprogramConfig, model_config: dict) -> UTReprogramConfig:
+        return peft_config
+
+    def _prepare_model(self, peft_config: UTReprogramConfig, model: nn.Module) -> None:
+        """Validate the config against this model and decide, by module identity, what gets wrapped."""
+        if not hasattr(model, "get_input_embeddings"):
+            raise ValueError("UT_REPROGRAM needs a transformers-style model with get_input_embeddings()")
+        input_embedding = model.get_input_embeddings()
+        output_embedding = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+        in_base = input_embedding.get_base_layer() if isinstance(input_embedding, UTReprogramLayer) else input_embedding
+        rows, hidden = in_base.weight.shape
+
+        recorded = peft_config.base_embedding_shape
+        if recorded is None:
+            peft_config.base_embedding_shape = [int(rows), int(hidden)]
+        elif recorded[1] != hidden or (peft_config.task_vocab_size is None and recorded[0] != rows):
+            raise ValueError(
+                f"this adapter was made for a base whose input embedding has shape {tuple(recorded)}, but this model's "
+                f"input embedding has shape {(int(rows), int(hidden))}: load it into the base model it was trained on"
+            )
+
+        tied = embeddings_are_tied(input_embedding, output_embedding)
+        keep_tied = tied and peft_config.tied_embeddings == "keep"
+        if keep_tied and peft_config.train_input_embeddings != peft_config.train_output_embeddings:
+            which = "E" if peft_config.train_input_embeddings else "U"
+            raise ValueError(
+                f"this model ties E and U into one matrix, so training only {which} with tied_embeddings='keep' would "
+                "change the other as well; pass tied_embeddings='untie' to train them separately"
+            )
+        wants_output = peft_config.train_output_embeddings or peft_config.task_vocab_size is not None or (
+            keep_tied and peft_config.train_input_embeddings)
+        if wants_output and output_embedding is None:
+            raise ValueError(f"{type(model).__name__} has no output embedding (get_output_embeddings() is None), so U "
+                             "cannot be trained or replaced; set train_output_embeddings=False")
+
+        roles: dict[int, str] = {}
+        if (peft_config.train_input_embeddings or peft_config.task_vocab_size is not None
+                or peft_config.num_memory_tokens > 0 or (keep_tied and wants_output)):
+            roles[id(input_embedding)] = INPUT
+        if wants_output:
+            roles[id(output_embedding)] = OUTPUT
+        if peft_config.train_position_embeddings:
+            position = find_position_embedding(model, input_embedding)
+            if position is None:
+                raise ValueError(
+                    f"{type(model).__name__} has no learned position embeddings (no nn.Embedding named one of "
+                    f"{POSITION_EMBEDDING_NAMES}; it probably uses rotary or relative positions): set "
+                    "train_position_embeddings=False"
+                )
+            roles[id(position)] = POSITION
+
+        other_vocab = {c.task_vocab_size for c in self.peft_config.values() if c is not peft_config}
+        if other_vocab and other_vocab != {peft_config.task_vocab_size}:
+            raise ValueError("all UT_REPROGRAM adapters on one model must share task_vocab_size (it sets the "
+                             "model's vocabulary); load the other adapter into a fresh base model instead")
+
+        if peft_config.backbone is None and not getattr(model, "name_or_path", ""):
+            # Built from a config, not loaded: record what rebuilds the frozen base, so backbone + adapter is the model.
+            peft_config.backbone = {
+                "model_config": model.config.to_dict(),
+                "seed": getattr(model, "_ut_peft_seed", None),
+                "torch_version": torch.__version__,
+            }
+        self._ut_roles = roles
+        self._ut_keep_tied = keep_tied
+
+    def _check_target_module_exists(self, peft_config, key: str) -> bool:
+        return id(self.model.get_submodule(key)) in self._ut_roles
+
+    def _get_tied_target_modules(self, *args, **kwargs) -> list[str]:
+        # Tying is handled explicitly (tied_embeddings='keep'/'untie'), so peft's name-based warning does not apply.
+        return []
+
+    # ---- creating the layers --------------------------------------------------------------------------------------
+    def _create_and_replace(self, peft_config: UTReprogramConfig, adapter_name: str, target: nn.Module,
+                            target_name: str, parent: nn.Module, current_key: str, **kwargs) -> None:
+        role = self._ut_roles[id(target)]
+        layer_cls = {INPUT: UTEmbedding, OUTPUT: UTUnembedding, POSITION: UTPositionEmbedding}[role]
+        if isinstance(target, UTReprogramLayer):
+            new_module = target
+        else:
+            new_module = layer_cls(target, adapter_name)
+        base = new_module.get_base_layer()
+        weight = base.weight
+        seed = peft_config.init_seed
+        vocab = peft_config.task_vocab_size
+        copy_rows = peft_config.init_token_ids
+
+        def fresh(num_rows: int, offset: int, reference: torch.Tensor, salt: int) -> torch.Tensor:
+            if peft_config.init == "copy":
+                ids = torch.tensor(copy_rows[offset:offset + num_rows], device=reference.device)
+                if int(ids.max()) >= reference.shape[0] or int(ids.min()) < 0:
+                    raise ValueError(f"init_token_ids must lie in [0, {reference.shape[0]}), got {copy_rows}")
+                return reference.detach()[ids].clone()
+            return _normal_like(reference, (num_rows, reference.shape[1]), seed * 1000 + salt)
+
+        def kept(reference: torch.Tensor, salt: int) -> torch.Tensor:
+            if peft_config.init == "normal":
+                return _normal_like(reference, tuple(reference.shape), seed * 1000 + salt)
+            return reference.detach().clone()
+
+        if role == INPUT:
+            trains_table = peft_config.train_input_embeddings or (self._ut_keep_tied and peft_config.train_output_embeddings)
+            if vocab is not None:
+                table = fresh(vocab, 0, weight, salt=1)
+            elif trains_table:
+                table = kept(weight, salt=1)
+            else:
+                table = None
+            memory = None
+            if peft_config.num_memory_tokens:
+                memory = fresh(peft_config.num_memory_tokens, vocab or 0, weight, salt=2)
+            new_module.update_layer(adapter_name, peft_config, table, memory, train_table=trains_table)
+        elif role == OUTPUT:
+            bias = getattr(base, "bias", None)
+            if self._ut_keep_tied:
+                matrix, new_bias = None, None
+                if bias is not None:
+                    new_bias = torch.zeros(vocab, dtype=bias.dtype, device=bias.device) if vocab else bias.detach().clone()
+            elif vocab is not None:
+                matrix = fresh(vocab, 0, weight, salt=3)
+                new_bias = None if bias is None else torch.zeros(vocab, dtype=bias.dtype, device=bias.device)
+            else:
+                matrix = kept(weight, salt=3)
+                new_bias = None if bias is None else bias.detach().clone()
+            tied_to = self.model.get_input_embeddings() if self._ut_keep_tied else None
+            new_module.update_layer(adapter_name, peft_config, matrix, new_bias,
+                                    train=peft_config.train_output_embeddings, tied_to=tied_to)
+        else:
+            new_module.update_layer(adapter_name, peft_config, kept(weight, salt=4))
+
+        if new_module is not target:
+            self._replace_module(parent, target_name, new_module, target)
+
+    def _replace_module(self, parent, child_name, new_module, child):
+        setattr(parent, child_name, new_module)
+        # keep the base layer's device; nothing else to move, adapter tensors are created on it
+
+    def _post_injection_hook(self, model: nn.Module, config: UTReprogramConfig, adapter_name: str) -> None:
+        if config.task_vocab_size is not None:
+            self._ut_base_vocab_size = model.config.vocab_size
+            # The causal-LM loss reshapes logits with config.vocab_size, so it must follow the new vocabulary.
+            model.config.vocab_size = config.task_vocab_size
+
+    def _mark_only_adapters_as_trainable(self, model: nn.Module) -> None:
+        super()._mark_only_adapters_as_trainable(model)
+        for module in model.modules():
+            if isinstance(module, UTReprogramLayer):
+                module.set_adapter(module.active_adapters)
+
+    # ---- turning the adapter on and off ---------------------------------------------------------------------------
+    def _set_vocab_for(self, enabled: bool) -> None:
+        base_vocab = getattr(self, "_ut_base_vocab_size", None)
+        if base_vocab is None:
+            return
+        active = self.peft_config[self.active_adapters[0]]
+        self.model.config.vocab_size = active.task_vocab_size if enabled else base_vocab
+
+    def disable_adapter_layers(self) -> None:
+        super().disable_adapter_layers()
+        self._set_vocab_for(False)
+
+    def enable_adapter_layers(self) -> None:
+        super().enable_adapter_layers()
+        self._set_vocab_for(True)
+
+    def _unload_and_optionally_merge(self, merge: bool = True, progressbar: bool = False, safe_merge: bool = False,
+                                     adapter_names=None):
+        adapter = self.active_adapters[0]
+        if not merge:
+            base_vocab = getattr(self, "_ut_base_vocab_size", None)
+            if base_vocab is not None:
+                self.model.config.vocab_size = base_vocab
+        layers = [(name, module) for name, module in self.model.named_modules() if isinstance(module, UTReprogramLayer)]
+        merged = {}
+        if merge:
+            # Compute every merged tensor before replacing anything: a tied U reads E's table.
+            for name, module in layers:
+                if isinstance(module, UTEmbedding):
+                    table = module.table(adapter).detach()
+                    if adapter in module.ut_reprogram_memory:
+                        table = torch.cat([table, module.ut_reprogram_memory[adapter].detach().to(table.dtype)])
+                    merged[name] = (table, None)
+                elif isinstance(module, UTUnembedding):
+                    bias = module.bias_for(adapter)
+                    merged[name] = (module.matrix(adapter).detach(), None if bias is None else bias.detach())
+                else:
+                    merged[name] = (module.weight.detach(), None)
+        for name, module in layers:
+            parent_name, _, child_name = name.rpartition(".")
+            parent = self.model.get_submodule(parent_name) if parent_name else self.model
+            base = module.get_base_layer()
+            if merge:
+                matrix, bias = merged[name]
+                # A fresh Parameter per module: a merged model's E and U only share storage if re-tied below.
+                base.weight = nn.Parameter(matrix.clone(), requires_grad=False)
+                if isinstance(base, nn.Embedding):
+                    base.num_embeddings = matrix.shape[0]
+                elif isinstance(base, nn.Linear):
+                    base.out_features = matrix.shape[0]
+                    if bias is not None:
+                        base.bias = nn.Parameter(bias.clone(), requires_grad=False)
+            setattr(parent, child_name, base)
+        if merge:
+            in_emb, out_emb = self.model.get_input_embeddings(), self.model.get_output_embeddings()
+            config = self.peft_config[adapter]
+            if (out_emb is not None and self._ut_keep_tied_for(config)
+                    and in_emb.weight.shape == out_emb.weight.shape):
+                out_emb.weight = in_emb.weight
+            elif out_emb is not None and getattr(self.model.config, "tie_word_embeddings", False):
+                self.model.config.tie_word_embeddings = False
+        if hasattr(self.model, "peft_config"):
+            del self.model.peft_config
+        return self.model
+
+    def _ut_keep_tied_for(self, config: UTReprogramConfig) -> bool:
+        return bool(getattr(self, "_ut_keep_tied", False)) and config.tied_embeddings == "keep"
