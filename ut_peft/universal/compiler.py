@@ -1,0 +1,209 @@
+"""The embedding compiler: write the E that makes a fixed attention-only backbone compute a target transformer.
+
+Attention matching. Along a head path p = (h_1, ..., h_l) the target's state is P_p X M_p with
+P_p = A_{l,h_l} ... A_{1,h_1} (attention matrices) and M_p = V_{1,h_1} ... V_{l,h_l}; the backbone's is
+P_p X E R_p with R_p = R_V^{1,h_1} ... R_V^{l,h_l}. If for every layer l, prefix p of length l-1 and head h
+
+    E R_p R_Q^{l,h} = c M_p Q_{l,h},   E R_p R_K^{l,h} = M_p K_{l,h},   and for every full path  E R_p U = M_p W_out
+
+(c = s_target / s_backbone folds the softmax temperatures), then by induction over l both models have the same
+attention matrices at every layer and the backbone's readout equals T(X) for every X. These conditions are one
+linear system E Phi = RHS with Phi of shape m x (2k(H + ... + H^L) + H^L d_out): solvable for every target iff Phi
+has full column rank, so m must reach that many columns (2Lk + d_out for one head). The sparse backbone's Phi is
+a column selection (exact by construction); a Gaussian backbone's has full rank with probability 1.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import torch
+
+from .modeling import UniversalTransformerForCausalLM
+from .targets import TargetTransformer
+
+
+class CompilationError(ValueError):
+    """The backbone cannot simulate the target; ``result`` holds what the solve found (when it ran)."""
+
+    def __init__(self, message: str, result: "CompiledEmbedding | None" = None):
+        super().__init__(message)
+        self.result = result
+
+
+@dataclass
+class CompiledEmbedding:
+    embedding: torch.Tensor  # (d, m) float64: backbone input = X @ embedding
+    residual: float          # ||E Phi - RHS|| / ||RHS||
+    rank: int                # rank of Phi
+    num_constraints: int     # columns of Phi: the width the construction needs
+    width: int               # the backbone's m
+    num_paths: int           # H^L head paths the construction matches
+
+    @property
+    def full_rank(self) -> bool:
+        return self.rank == self.num_constraints
+
+    def token_embedding(self, target: TargetTransformer) -> torch.Tensor:
+        """The token-level program: (vocab, m) rows for a target with a token table."""
+        if target.token_embedding is None:
+            raise ValueError("the target has no token_embedding; pass continuous inputs X and use X @ embedding")
+        return target.token_embedding.detach().to(torch.float64) @ self.embedding
+
+
+def required_width(layers: int, heads: int, head_dim: int, output_size: int) -> int:
+    """Columns of the attention-matching system: 2k(H + H^2 + ... + H^L) + H^L d_out (2Lk + d_out for H = 1)."""
+    return 2 * head_dim * sum(heads ** l for l in range(1, layers + 1)) + heads ** layers * output_size
+
+
+def _check_compatible(target: TargetTransformer, backbone: UniversalTransformerForCausalLM) -> None:
+    config = backbone.config
+    problems = []
+    if config.variant != "attention_only":
+        problems.append(f"the backbone variant is {config.variant!r}; the construction covers attention_only "
+                        "backbones (train E instead, e.g. with recipes/reprogram.py)")
+    if config.position_embedding_type != "none":
+        problems.append("the backbone adds learned position embeddings; build it with position_embedding_type='none'")
+    if config.num_hidden_layers != target.num_layers:
+        problems.append(f"layers differ: backbone L={config.num_hidden_layers}, target L={target.num_layers}")
+    if config.num_attention_heads != target.num_heads:
+        problems.append(f"heads differ: backbone H={config.num_attention_heads}, target H={target.num_heads}")
+    if config.head_dim < target.head_dim:
+        problems.append(f"backbone head_dim={config.head_dim} is smaller than the target's k={target.head_dim}")
+    if config.readout_size != target.output_size:
+        problems.append(f"backbone readout_size={config.readout_size} differs from the target's "
+                        f"d_out={target.output_size}")
+    if problems:
+        raise CompilationError("cannot compile: " + "; ".join(problems))
+
+
+def _system(target: TargetTransformer, backbone: UniversalTransformerForCausalLM):
+    """Phi (m x c) and RHS (d x c) of the attention-matching system, in float64."""
+    config = backbone.config
+    f64 = torch.float64
+    L, H, kb = config.num_hidden_layers, config.num_attention_heads, config.head_dim
+    d, k = target.width, target.head_dim
+    c = target.scale / config.attention_scale
+    blocks = [backbone.model.layers[0 if config.looped else l] for l in range(L)]
+    tq, tk, tv, tout = (t.detach().to(f64) for t in (target.query, target.key, target.value, target.out))
+
+    def pad(x):  # zero columns make a k-wide target head fit a wider backbone head
+        return torch.nn.functional.pad(x, (0, kb - k))
+
+    phi, rhs = [], []
+    # prefix -> (R_p, M_p); the empty prefix maps both models' states to themselves.
+    paths = {(): (torch.eye(config.hidden_size, dtype=f64), torch.eye(d, dtype=f64))}
+    for l, block in enumerate(blocks):
+        bq, bk, bv = (w.detach().to(f64) for w in (block.query, block.key, block.value))
+        for prefix in itertools.product(range(H), repeat=l):
+            r, m_ = paths[prefix]
+            for h in range(H):
+                phi += [r @ bq[h], r @ bk[h]]
+                rhs += [pad(c * m_ @ tq[l, h]), pad(m_ @ tk[l, h])]
+        paths = {prefix + (h,): (paths[prefix][0] @ bv[h], paths[prefix][1] @ tv[l, h])
+                 for prefix in itertools.product(range(H), repeat=l) for h in range(H)}
+    readout = backbone.model.readout.detach().to(f64)
+    for prefix in itertools.product(range(H), repeat=L):
+        r, m_ = paths[prefix]
+        phi.append(r @ readout)
+        rhs.append(m_ @ tout)
+    return torch.cat(phi, dim=1), torch.cat(rhs, dim=1)
+
+
+def compile_embedding(target: TargetTransformer, backbone: UniversalTransformerForCausalLM, *,
+                      tol: float = 1e-8, strict: bool = True) -> CompiledEmbedding:
+    """Solve for E (d x m) such that ``backbone.simulate(X, E) == target(X)`` for every X.
+
+    Raises :class:`CompilationError` (a ``ValueError``) with the reason when the backbone cannot host the target
+    (wrong variant or shape), is too narrow, or its system is rank-deficient; with ``strict=False`` the solve's
+    result (residual, rank) is returned instead, for studies.
+    """
+    if not isinstance(backbone, UniversalTransformerForCausalLM):
+        raise TypeError(f"backbone must be a UniversalTransformerForCausalLM, got {type(backbone).__name__}")
+    _check_compatible(target, backbone)
+    phi, rhs = _system(target, backbone)
+    m, cols = phi.shape
+    # gelsd: minimum-norm least squares that copes with rank deficiency and with m > cols.
+    solution = torch.linalg.lstsq(phi.T, rhs.T, driver="gelsd").solution.T
+    residual = (torch.linalg.norm(solution @ phi - rhs) / torch.linalg.norm(rhs).clamp_min(1e-300)).item()
+    result = CompiledEmbedding(embedding=solution, residual=residual, rank=int(torch.linalg.matrix_rank(phi)),
+                               num_constraints=cols, width=m, num_paths=target.num_heads ** target.num_layers)
+    if strict:
+        if m < cols:
+            raise CompilationError(
+                f"backbone too narrow: width m={m} < {cols} = 2k(H+...+H^L) + H^L d_out columns the construction "
+                f"needs (L={target.num_layers}, H={target.num_heads}, k={backbone.config.head_dim}, "
+                f"d_out={target.output_size}); relative residual {residual:.3g}", result)
+        if not result.full_rank:
+            raise CompilationError(
+                f"the backbone's linear system is rank-deficient (rank {result.rank} < {cols} columns), so not every "
+                f"target is reachable; relative residual {residual:.3g}. Use another seed or a wider backbone",
+                result)
+        if residual > tol:
+            raise CompilationError(f"relative residual {residual:.3g} exceeds tol={tol:g}", result)
+    return result
+
+
+def compile_into_model(target: TargetTransformer, backbone: UniversalTransformerForCausalLM,
+                       **kwargs) -> CompiledEmbedding:
+    """Token-level form: write token_embedding @ E into ``embed_tokens`` and the fixed readout into ``lm_head``.
+
+    Afterwards ``backbone(input_ids).logits == target(input_ids)``. Needs a target with a token table whose
+    vocabulary equals the backbone's, and ``readout_size == vocab_size``.
+    """
+    config = backbone.config
+    if target.token_embedding is None or target.token_embedding.shape[0] != config.vocab_size:
+        raise ValueError(f"the target needs a token_embedding with {config.vocab_size} rows (the backbone's vocab)")
+    if config.readout_size != config.vocab_size:
+        raise ValueError(f"readout_size={config.readout_size} must equal vocab_size={config.vocab_size} so that "
+                         "lm_head can hold the fixed readout")
+    result = compile_embedding(target, backbone, **kwargs)
+    weight = backbone.get_input_embeddings().weight
+    with torch.no_grad():
+        weight.copy_(result.token_embedding(target).to(weight.dtype))
+        backbone.get_output_embeddings().weight.copy_(backbone.model.readout.T)
+    return result
+
+
+@dataclass
+class FitResult:
+    embedding: torch.Tensor
+    error: float            # relative error ||UT(X, E) - T(X)|| / ||T(X)|| on held-out inputs
+    losses: list[float]
+
+
+def fit_embedding(target: TargetTransformer, backbone: UniversalTransformerForCausalLM, *, steps: int = 300,
+                  lr: float = 3e-2, batch_size: int = 32, seq_len: int = 8, seed: int = 0) -> FitResult:
+    """Fit E by gradient descent (Adam, MSE on Gaussian inputs) when no exact construction is used.
+
+    This is how multi-head targets are handled below the attention-matching width: it reports how close a
+    random backbone of width m gets.
+    """
+    _check_compatible(target, backbone)
+    gen = torch.Generator().manual_seed(seed)
+    dtype = backbone.model.readout.dtype
+    d = target.width
+    embedding = (torch.randn(d, backbone.config.hidden_size, generator=gen, dtype=dtype) / d ** 0.5).requires_grad_()
+    optimizer = torch.optim.Adam([embedding], lr=lr)
+    scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, steps)
+    losses = []
+    for _ in range(steps):
+        x = torch.randn(batch_size, seq_len, d, generator=gen, dtype=dtype)
+        with torch.no_grad():
+            y = target(x).to(dtype)
+        loss = torch.nn.functional.mse_loss(backbone.simulate(x, embedding), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        scheduler.step()
+        losses.append(loss.item())
+    with torch.no_grad():
+        x = torch.randn(256, seq_len, d, generator=gen, dtype=dtype)
+        y = target(x).to(dtype)
+        error = (torch.linalg.norm(backbone.simulate(x, embedding) - y) / torch.linalg.norm(y)).item()
+    return FitResult(embedding=embedding.detach(), error=error, losses=losses)
+
+
+__all__ = ["CompilationError", "CompiledEmbedding", "FitResult", "compile_embedding", "compile_into_model",
+           "fit_embedding", "required_width"]

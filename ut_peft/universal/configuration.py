@@ -1,0 +1,94 @@
+"""Configuration of the fixed universal-transformer backbones.
+
+Everything that defines the fixed (never trained) weights lives here, so ``config.json`` plus an adapter is the
+whole model: the weights are rebuilt bit-identically from ``weights``, ``seed`` and the shape fields.
+"""
+
+from __future__ import annotations
+
+from transformers import PretrainedConfig
+
+VARIANTS = ("attention_only", "residual_layernorm", "mlp")
+WEIGHTS = ("sparse", "random")
+POSITION_EMBEDDING_TYPES = ("none", "learned")
+
+
+class UniversalTransformerConfig(PretrainedConfig):
+    r"""A fixed universal transformer: H heads, L layers, width m, head size k.
+
+    Args:
+        vocab_size: rows of the trainable input embedding E (the "program") and of the unembedding U.
+        hidden_size: the width m.
+        num_hidden_layers: L, the number of attention layers (applications of the shared layer when ``looped``).
+        num_attention_heads: H.
+        head_dim: k, the query/key size of every head. Values are full width (m x m per head), so a head's
+            value/output map is one fixed m x m matrix, as in the construction.
+        variant: ``"attention_only"`` (Z <- sum_h A_h Z R_V^h, the class the compiler handles),
+            ``"residual_layernorm"`` (pre-LN residual blocks, non-affine LayerNorm, final LayerNorm) or
+            ``"mlp"`` (residual_layernorm plus a fixed random GELU MLP per block).
+        weights: ``"sparse"`` (the {0,1} construction: block selectors for queries/keys, path masks for values)
+            or ``"random"`` (i.i.d. Gaussian, seeded).
+        looped: share one layer's weights across all L applications. Sparse looped weights use a block shift
+            as R_V and exist for H = 1.
+        seed: seed of the random weights (and of the random MLPs of the ``"mlp"`` variant).
+        readout_size: width d_out of the fixed readout the compiler targets (defaults to ``vocab_size``);
+            for sparse weights the readout selects the block after the query/key blocks.
+        intermediate_size: MLP width of the ``"mlp"`` variant (defaults to 4m).
+        position_embedding_type: ``"none"`` (order only through the causal mask) or ``"learned"``
+            (a trainable ``position_embeddings`` table, like GPT-2's wpe).
+        attention_scale: softmax temperature; defaults to 1/sqrt(head_dim).
+    """
+
+    model_type = "universal_transformer"
+
+    def __init__(self, vocab_size: int = 16, hidden_size: int = 64, num_hidden_layers: int = 2,
+                 num_attention_heads: int = 1, head_dim: int = 8, variant: str = "attention_only",
+                 weights: str = "random", looped: bool = False, seed: int = 0, readout_size: int | None = None,
+                 intermediate_size: int | None = None, position_embedding_type: str = "none",
+                 max_position_embeddings: int = 256, attention_scale: float | None = None,
+                 layer_norm_eps: float = 1e-5, initializer_range: float = 0.02, tie_word_embeddings: bool = False,
+                 **kwargs):
+        self.vocab_size = vocab_size
+        self.hidden_size = hidden_size
+        self.num_hidden_layers = num_hidden_layers
+        self.num_attention_heads = num_attention_heads
+        self.head_dim = head_dim
+        self.variant = variant
+        self.weights = weights
+        self.looped = looped
+        self.seed = seed
+        self.readout_size = vocab_size if readout_size is None else readout_size
+        self.intermediate_size = 4 * hidden_size if intermediate_size is None else intermediate_size
+        self.position_embedding_type = position_embedding_type
+        self.max_position_embeddings = max_position_embeddings
+        self.attention_scale = head_dim ** -0.5 if attention_scale is None else attention_scale
+        self.layer_norm_eps = layer_norm_eps
+        self.initializer_range = initializer_range
+        self.use_cache = False
+        super().__init__(tie_word_embeddings=tie_word_embeddings, **kwargs)
+        self._check()
+
+    def _check(self) -> None:
+        for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "head_dim",
+                     "readout_size", "intermediate_size", "max_position_embeddings"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"UniversalTransformerConfig.{name} must be a positive int, got {value!r}")
+        if self.variant not in VARIANTS:
+            raise ValueError(f"variant={self.variant!r} is not one of {VARIANTS}")
+        if self.weights not in WEIGHTS:
+            raise ValueError(f"weights={self.weights!r} is not one of {WEIGHTS}")
+        if self.position_embedding_type not in POSITION_EMBEDDING_TYPES:
+            raise ValueError(f"position_embedding_type={self.position_embedding_type!r} is not one of "
+                             f"{POSITION_EMBEDDING_TYPES}")
+        if self.weights == "sparse" and self.looped and self.num_attention_heads != 1:
+            raise ValueError("the sparse looped construction (a block shift as R_V) exists for one head only; "
+                             "use num_attention_heads=1, looped=False, or weights='random'")
+
+    @property
+    def num_layer_modules(self) -> int:
+        """How many distinct weight sets the backbone holds (1 when looped)."""
+        return 1 if self.looped else self.num_hidden_layers
+
+
+__all__ = ["UniversalTransformerConfig"]

@@ -1,0 +1,293 @@
+"""Fixed universal transformers as Hugging Face causal LMs.
+
+Only the input embedding E (``embed_tokens``, the "program"), the unembedding U (``lm_head``) and the optional
+``position_embeddings`` are meant to be trained. The attention (and MLP) weights are frozen parameters rebuilt
+from the config alone by :func:`fixed_block_weights`, so a saved adapter plus ``config.json`` is the whole model.
+
+Attention-only layer l:  Z_l = sum_h softmax(mask(s * Z R_Q^{l,h} (Z R_K^{l,h})^T)) Z R_V^{l,h}
+with R_Q, R_K of shape m x k and R_V of shape m x m.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import GenerationMixin, PreTrainedModel
+from transformers import initialization as init
+from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
+
+from .configuration import UniversalTransformerConfig
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The fixed weights
+# ----------------------------------------------------------------------------------------------------------------
+
+def sparse_layout(config: UniversalTransformerConfig) -> dict:
+    """Where every block of the {0,1} construction sits in the width m.
+
+    Non-looped (H heads): for layer l, every head path prefix p of length l-1 and every head h own a query slot and
+    a key slot of width k; every full path owns an output slot of width ``readout_size``. That needs
+    ``2k(H + H^2 + ... + H^L) + H^L d_out`` columns (2Lk + d_out for H = 1). Looped (H = 1): L (query, key)
+    pairs then the output slot; the shared R_V shifts pair l+1 into pair l.
+
+    Offsets wrap modulo m, so a backbone narrower than the construction still exists (its slots overlap) and the
+    compiler can show that it fails.
+    """
+    L, H, k, d_out = (config.num_hidden_layers, config.num_attention_heads, config.head_dim, config.readout_size)
+    slots, offset = [], 0
+    if config.looped:
+        for layer in range(1, L + 1):
+            for kind in ("query", "key"):
+                slots.append(dict(kind=kind, layer=layer, prefix=(), head=0, offset=offset, width=k))
+                offset += k
+    else:
+        for layer in range(1, L + 1):
+            for prefix in itertools.product(range(H), repeat=layer - 1):
+                for head in range(H):
+                    for kind in ("query", "key"):
+                        slots.append(dict(kind=kind, layer=layer, prefix=prefix, head=head, offset=offset, width=k))
+                        offset += k
+    for path in ([()] if config.looped else itertools.product(range(H), repeat=L)):
+        slots.append(dict(kind="output", layer=L + 1, prefix=tuple(path), head=None, offset=offset, width=d_out))
+        offset += d_out
+    return {"slots": slots, "required_width": offset}
+
+
+def _dims(slot: dict, m: int) -> torch.Tensor:
+    return (slot["offset"] + torch.arange(slot["width"])) % m
+
+
+def _sparse_block(config: UniversalTransformerConfig, index: int):
+    m, H, k = config.hidden_size, config.num_attention_heads, config.head_dim
+    slots = sparse_layout(config)["slots"]
+    query, key, value = torch.zeros(H, m, k), torch.zeros(H, m, k), torch.zeros(H, m, m)
+    cols = torch.arange(k)
+    if config.looped:
+        by_name = {(s["kind"], s["layer"]): s for s in slots if s["kind"] != "output"}
+        query[0, _dims(by_name["query", 1], m), cols] = 1.0
+        key[0, _dims(by_name["key", 1], m), cols] = 1.0
+        for layer in range(2, config.num_hidden_layers + 1):
+            for kind in ("query", "key"):
+                value[0, _dims(by_name[kind, layer], m), _dims(by_name[kind, layer - 1], m)] = 1.0
+        out = _dims(slots[-1], m)
+        value[0, out, out] = 1.0
+        return query, key, value
+    layer = index + 1
+    for slot in slots:
+        dims = _dims(slot, m)
+        if slot["layer"] == layer and slot["kind"] == "query":
+            query[slot["head"], dims, cols] = 1.0
+        elif slot["layer"] == layer and slot["kind"] == "key":
+            key[slot["head"], dims, cols] = 1.0
+        elif slot["layer"] > layer:
+            # Head h keeps exactly the slots of the paths that take head h at this layer.
+            value[slot["prefix"][layer - 1], dims, dims] = 1.0
+    return query, key, value
+
+
+def _generator(config: UniversalTransformerConfig, stream: int) -> torch.Generator:
+    return torch.Generator().manual_seed(int(config.seed) * 1_000_003 + stream)
+
+
+def fixed_block_weights(config: UniversalTransformerConfig, index: int) -> dict[str, torch.Tensor]:
+    """The frozen weights of layer module ``index`` (float32), a pure function of the config."""
+    m, H, k = config.hidden_size, config.num_attention_heads, config.head_dim
+    gen = _generator(config, 1 + index)
+    if config.weights == "sparse":
+        query, key, value = _sparse_block(config, index)
+    else:
+        # Unit-variance rows of E then give unit-scale queries, keys and values.
+        query = torch.randn(H, m, k, generator=gen) / math.sqrt(m)
+        key = torch.randn(H, m, k, generator=gen) / math.sqrt(m)
+        value = torch.randn(H, m, m, generator=gen) / math.sqrt(m * H)
+    weights = {"query": query, "key": key, "value": value}
+    if config.variant == "mlp":
+        # There is no {0,1} MLP construction: both weight kinds get fixed Gaussian MLPs (own stream, so the
+        # attention weights do not depend on whether an MLP is present).
+        mlp_gen = _generator(config, 10_000 + index)
+        inner = config.intermediate_size
+        weights["mlp_in"] = torch.randn(m, inner, generator=mlp_gen) / math.sqrt(m)
+        weights["mlp_out"] = torch.randn(inner, m, generator=mlp_gen) / math.sqrt(inner)
+    return weights
+
+
+def fixed_readout(config: UniversalTransformerConfig) -> torch.Tensor:
+    """The fixed m x d_out readout the compiler targets: the output-slot selector (sparse) or Gaussian (random)."""
+    m, d_out = config.hidden_size, config.readout_size
+    if config.weights == "random":
+        return torch.randn(m, d_out, generator=_generator(config, 0)) / math.sqrt(m)
+    readout = torch.zeros(m, d_out)
+    for slot in sparse_layout(config)["slots"]:
+        if slot["kind"] == "output":
+            readout[_dims(slot, m), torch.arange(d_out)] = 1.0
+    return readout
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Modules
+# ----------------------------------------------------------------------------------------------------------------
+
+_FIXED_NAMES = ("query", "key", "value", "mlp_in", "mlp_out", "readout")
+
+
+def _frozen(*shape) -> nn.Parameter:
+    return nn.Parameter(torch.zeros(*shape), requires_grad=False)
+
+
+class UniversalTransformerBlock(nn.Module):
+    """One fixed layer: multi-head attention with full-width values, optional residual/LayerNorm and MLP."""
+
+    def __init__(self, config: UniversalTransformerConfig, index: int):
+        super().__init__()
+        self.config, self.index = config, index
+        m, H, k = config.hidden_size, config.num_attention_heads, config.head_dim
+        self.query = _frozen(H, m, k)
+        self.key = _frozen(H, m, k)
+        self.value = _frozen(H, m, m)
+        if config.variant == "mlp":
+            self.mlp_in = _frozen(m, config.intermediate_size)
+            self.mlp_out = _frozen(config.intermediate_size, m)
+
+    def attend(self, z: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        q = torch.einsum("bnm,hmk->bhnk", z, self.query)
+        k = torch.einsum("bnm,hmk->bhnk", z, self.key)
+        v = torch.einsum("bnm,hmp->bhnp", z, self.value)
+        scores = (q @ k.transpose(-1, -2)) * self.config.attention_scale
+        # finfo.min instead of -inf: a fully masked row (a left pad) becomes uniform rather than NaN.
+        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+        return (scores.softmax(dim=-1) @ v).sum(dim=1)
+
+    def _norm(self, z: torch.Tensor) -> torch.Tensor:
+        return F.layer_norm(z, (z.shape[-1],), eps=self.config.layer_norm_eps)
+
+    def forward(self, z: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        if self.config.variant == "attention_only":
+            return self.attend(z, mask)
+        z = z + self.attend(self._norm(z), mask)
+        if self.config.variant == "mlp":
+            z = z + F.gelu(self._norm(z) @ self.mlp_in) @ self.mlp_out
+        return z
+
+
+class UniversalTransformerPreTrainedModel(PreTrainedModel):
+    config_class = UniversalTransformerConfig
+    base_model_prefix = "model"
+    _no_split_modules = ["UniversalTransformerBlock"]
+    supports_gradient_checkpointing = False
+
+    @torch.no_grad()
+    def _init_weights(self, module):
+        config = self.config
+        if isinstance(module, UniversalTransformerBlock):
+            for name, tensor in fixed_block_weights(config, module.index).items():
+                init.copy_(getattr(module, name), tensor)
+        elif isinstance(module, UniversalTransformerModel):
+            init.copy_(module.readout, fixed_readout(config))
+        elif isinstance(module, nn.Embedding):
+            init.normal_(module.weight, mean=0.0, std=config.initializer_range)
+        elif isinstance(module, nn.Linear):
+            # Unembedding: logits of order one for unit-scale hidden states.
+            init.normal_(module.weight, mean=0.0, std=config.hidden_size ** -0.5)
+
+    def fixed_parameters(self) -> dict[str, nn.Parameter]:
+        """The construction weights (attention, MLP, readout): everything except E, U and position embeddings."""
+        return {name: p for name, p in self.named_parameters()
+                if name.rsplit(".", 1)[-1] in _FIXED_NAMES}
+
+    @classmethod
+    def from_pretrained(cls, *args, **kwargs):
+        # Loading wraps every checkpoint tensor in a fresh trainable Parameter; the construction weights must stay
+        # frozen so that optimisers and PEFT see only E, U and the positions.
+        model = super().from_pretrained(*args, **kwargs)
+        for param in model.fixed_parameters().values():
+            param.requires_grad_(False)
+        return model
+
+
+class UniversalTransformerModel(UniversalTransformerPreTrainedModel):
+    def __init__(self, config: UniversalTransformerConfig):
+        super().__init__(config)
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        if config.position_embedding_type == "learned":
+            self.position_embeddings = nn.Embedding(config.max_position_embeddings, config.hidden_size)
+        else:
+            self.position_embeddings = None
+        self.layers = nn.ModuleList(UniversalTransformerBlock(config, i) for i in range(config.num_layer_modules))
+        self.readout = _frozen(config.hidden_size, config.readout_size)
+        self.post_init()
+
+    def get_input_embeddings(self):
+        return self.embed_tokens
+
+    def set_input_embeddings(self, value):
+        self.embed_tokens = value
+
+    def forward(self, input_ids=None, attention_mask=None, inputs_embeds=None, position_ids=None,
+                output_hidden_states=None, return_dict=None, **kwargs) -> BaseModelOutputWithPast:
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("pass exactly one of input_ids and inputs_embeds")
+        hidden = self.embed_tokens(input_ids) if inputs_embeds is None else inputs_embeds
+        n = hidden.shape[1]
+        if self.position_embeddings is not None:
+            if n > self.config.max_position_embeddings:
+                raise ValueError(f"sequence length {n} exceeds max_position_embeddings="
+                                 f"{self.config.max_position_embeddings}; build the backbone with a larger value")
+            if position_ids is None:
+                position_ids = torch.arange(n, device=hidden.device).unsqueeze(0)
+            hidden = hidden + self.position_embeddings(position_ids)
+        mask = torch.ones(n, n, dtype=torch.bool, device=hidden.device).tril()[None, None]
+        if attention_mask is not None:
+            mask = mask & attention_mask.bool()[:, None, None, :]
+        all_hidden = [hidden] if output_hidden_states else None
+        for step in range(self.config.num_hidden_layers):
+            hidden = self.layers[0 if self.config.looped else step](hidden, mask)
+            if output_hidden_states:
+                all_hidden.append(hidden)
+        if self.config.variant != "attention_only":
+            hidden = F.layer_norm(hidden, (hidden.shape[-1],), eps=self.config.layer_norm_eps)
+        return BaseModelOutputWithPast(last_hidden_state=hidden,
+                                       hidden_states=tuple(all_hidden) if all_hidden is not None else None)
+
+
+class UniversalTransformerForCausalLM(UniversalTransformerPreTrainedModel, GenerationMixin):
+    def __init__(self, config: UniversalTransformerConfig):
+        super().__init__(config)
+        self.model = UniversalTransformerModel(config)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.post_init()
+
+    def get_input_embeddings(self):
+        return self.model.embed_tokens
+
+    def set_input_embeddings(self, value):
+        self.model.embed_tokens = value
+
+    def get_output_embeddings(self):
+        return self.lm_head
+
+    def set_output_embeddings(self, value):
+        self.lm_head = value
+
+    def forward(self, input_ids=None, attention_mask=None, inputs_embeds=None, position_ids=None, labels=None,
+                output_hidden_states=None, return_dict=None, **kwargs) -> CausalLMOutputWithPast:
+        outputs = self.model(input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds,
+                             position_ids=position_ids, output_hidden_states=output_hidden_states)
+        logits = self.lm_head(outputs.last_hidden_state)
+        loss = None
+        if labels is not None:
+            loss = self.loss_function(logits=logits, labels=labels, vocab_size=self.config.vocab_size)
+        return CausalLMOutputWithPast(loss=loss, logits=logits, hidden_states=outputs.hidden_states)
+
+    def simulate(self, inputs: torch.Tensor, embedding: torch.Tensor) -> torch.Tensor:
+        """UT(X, E): run the fixed layers on X @ E (X of shape batch x n x d) and apply the fixed readout."""
+        hidden = self.model(inputs_embeds=inputs @ embedding.to(inputs.dtype)).last_hidden_state
+        return hidden @ self.model.readout.to(hidden.dtype)
+
+
+__all__ = ["UniversalTransformerForCausalLM", "UniversalTransformerModel", "UniversalTransformerPreTrainedModel",
+           "fixed_block_weights", "fixed_readout", "sparse_layout"]
