@@ -1,0 +1,68 @@
+import pytest
+import torch
+
+from ut_peft.geometry import OutputPath
+from ut_peft.testing import tiny_config, tiny_model
+
+
+def captured_head_and_norm_inputs(model, norm, input_ids):
+    seen = {}
+    hooks = [model.get_output_embeddings().register_forward_pre_hook(lambda m, a: seen.__setitem__("post", a[0])),
+             norm.register_forward_pre_hook(lambda m, a: seen.__setitem__("pre", a[0]))]
+    try:
+        with torch.no_grad():
+            logits = model(input_ids=input_ids).logits
+    finally:
+        for h in hooks:
+            h.remove()
+    return seen["pre"], seen["post"], logits
+
+
+@pytest.mark.parametrize("family,norm_name", [("llama", "norm"), ("gpt2", "ln_f"), ("gpt_neox", "final_layer_norm"),
+                                              ("gemma3", "norm")])
+def test_path_reproduces_the_models_logits(family, norm_name):
+    model = tiny_model(family, seed=1)
+    norm = getattr(model.base_model, norm_name)
+    ids = torch.randint(0, 97, (2, 6), generator=torch.Generator().manual_seed(0))
+    pre, post, logits = captured_head_and_norm_inputs(model, norm, ids)
+    post_path = OutputPath.from_model(model)
+    pre_path = OutputPath.from_model(model, apply_final_norm=True)
+    assert pre_path.final_norm is norm and post_path.final_norm is None
+    torch.testing.assert_close(post_path.logits(post.reshape(-1, post.shape[-1])), logits.reshape(-1, 97))
+    torch.testing.assert_close(pre_path.logits(pre.reshape(-1, pre.shape[-1])), logits.reshape(-1, 97),
+                               rtol=1e-4, atol=1e-5)
+    # The chunked greedy decision is the argmax of those logits.
+    decided = pre_path.decide(pre.reshape(-1, pre.shape[-1]), vocab_chunk=10)["argmax"]
+    assert torch.equal(decided, logits.reshape(-1, 97).argmax(-1))
+
+
+def test_gemma_soft_capping_is_applied():
+    config = tiny_config("gemma3")
+    config.final_logit_softcapping = 0.1
+    torch.manual_seed(0)
+    import transformers
+    model = transformers.AutoModelForCausalLM.from_config(config).eval()
+    ids = torch.randint(0, 97, (1, 5))
+    pre, post, logits = captured_head_and_norm_inputs(model, model.base_model.norm, ids)
+    path = OutputPath.from_model(model)
+    assert path.softcap == 0.1
+    assert float(logits.abs().max()) <= 0.1
+    torch.testing.assert_close(path.logits(post[0]), logits[0])
+    # Without the cap the raw head product leaves [-0.1, 0.1]: the cap really acts.
+    assert float((post[0] @ path.weight.T).abs().max()) > 0.2
+
+
+def test_head_bias_and_multiplier():
+    path = OutputPath(torch.eye(2), bias=torch.tensor([1.0, 0.0]), logit_multiplier=2.0)
+    torch.testing.assert_close(path.logits(torch.tensor([[0.0, 0.5]])), torch.tensor([[2.0, 1.0]]))
+    with pytest.raises(ValueError, match="bias"):
+        OutputPath(torch.eye(2), bias=torch.zeros(3))
+    with pytest.raises(ValueError, match="softcap"):
+        OutputPath(torch.eye(2), softcap=0.0)
+
+
+def test_model_without_head_is_rejected():
+    import transformers
+    bare = transformers.AutoModel.from_config(tiny_config("llama"))
+    with pytest.raises(ValueError, match="output head"):
+        OutputPath.from_model(bare)

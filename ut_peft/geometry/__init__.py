@@ -1,0 +1,18 @@
+"""Geometry of accessibility: decoder cells, refined slope bounds and the copy-length cliff.
+
+- :mod:`.output_path`: a hidden point -> the model's logits (head, bias, logit scaling, soft-capping, and
+  optionally the final norm).
+- :mod:`.cells`: Monte Carlo shares of the representation space each token's decision owns (argmax and the
+  published nearest-row Voronoi variant), chunked, with confidence intervals and a convergence check.
+- :mod:`.bounds`: cone and non-uniform-cell versions of the accessibility slope bound.
+- :mod:`.copy_task`: copy strings of lengths 5-50, measure exact match far past them.
+"""
+
+from .bounds import (cap_log_fraction, cone_half_angle, cone_slope_bound, nonuniform_slope_bound,
+                     read_measured_slope, refined_bounds)
+from .cells import BallSupport, BoxSupport, CellEstimate, estimate_cells, supports_from_stats, wilson_interval
+from .output_path import OutputPath
+
+__all__ = ["OutputPath", "BallSupport", "BoxSupport", "CellEstimate", "estimate_cells", "supports_from_stats",
+           "wilson_interval", "cap_log_fraction", "cone_half_angle", "cone_slope_bound", "nonuniform_slope_bound",
+           "read_measured_slope", "refined_bounds"]

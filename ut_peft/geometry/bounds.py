@@ -1,0 +1,123 @@
+"""Refined slope bounds: the ball and box bounds of ``ut_peft.accessibility.bounds``, a cone version, and
+non-uniform-cell versions, each set next to a measured n_50 slope as a ratio bound / measured.
+
+All bounds have the form (ln of the number of eps-distinguishable points of the support) / (ln-cost of one
+token). The uniform bounds charge ln|V| per token; with the measured decoder cells a typical sequence of k
+tokens owns a share exp(-k lambda) of the space, lambda = the per-token decay of the median product of cell
+shares, so the non-uniform versions charge lambda instead (lambda > ln|V| when the cells are skewed).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import torch
+from scipy.special import gammaln
+
+from ..accessibility.bounds import ball_slope_bound, box_slope_bound
+
+
+def cap_log_fraction(half_angle: float, dim: int, grid: int = 200_001) -> float:
+    """ln of the share of the unit sphere in R^dim (equivalently of a ball) inside a cone of ``half_angle``.
+
+    The share is int_0^theta sin^(d-2) / int_0^pi sin^(d-2); the numerator is integrated numerically in log
+    space because for d in the hundreds it underflows float64 at small angles.
+    """
+    if dim < 2:
+        raise ValueError(f"a cone needs dimension >= 2, got {dim}")
+    if not 0 <= half_angle:
+        raise ValueError(f"half_angle must be in [0, pi], got {half_angle}")
+    if half_angle >= math.pi:
+        return 0.0
+    if half_angle == 0:
+        return -math.inf
+    if dim == 2:
+        return math.log(half_angle / math.pi)
+    phi = np.linspace(0.0, half_angle, grid)
+    with np.errstate(divide="ignore"):
+        log_f = (dim - 2) * np.log(np.sin(phi))
+    # Trapezoid rule in log space.
+    log_w = np.full(grid, math.log(phi[1] - phi[0]))
+    log_w[[0, -1]] -= math.log(2.0)
+    terms = log_f + log_w
+    top = terms.max()
+    log_num = top + math.log(np.exp(terms - top).sum())
+    n = dim - 2  # int_0^pi sin^n = sqrt(pi) Gamma((n+1)/2) / Gamma(n/2 + 1)
+    log_den = 0.5 * math.log(math.pi) + gammaln((n + 1) / 2) - gammaln(n / 2 + 1)
+    return float(min(0.0, log_num - log_den))
+
+
+def min_pairwise_cosine(hidden: torch.Tensor) -> float:
+    """Smallest cosine between two of the measured hidden states (rows of ``hidden``)."""
+    if hidden.dim() != 2 or hidden.shape[0] < 2:
+        raise ValueError(f"need at least two hidden states as rows of an (N, d) tensor, got {tuple(hidden.shape)}")
+    unit = torch.nn.functional.normalize(hidden.double(), dim=1)
+    return float((unit @ unit.T).min().clamp(-1.0, 1.0))
+
+
+def cone_half_angle(hidden: torch.Tensor) -> float:
+    """arccos(min pairwise cosine): every state lies within this angle of any one of them, so the states fit in a
+    cone of this half-angle around it (the paper's cone)."""
+    return math.acos(min_pairwise_cosine(hidden))
+
+
+def cone_slope_bound(hidden: torch.Tensor, radius: float, eps: float, vocab_size: int) -> float:
+    """The ball bound restricted to the cone of half-angle :func:`cone_half_angle` (the eps-boundary layer of the
+    cone is neglected, i.e. eps << r * angle)."""
+    extra = cap_log_fraction(cone_half_angle(hidden), hidden.shape[1])
+    return ball_slope_bound(hidden.shape[1], radius, eps, vocab_size) + extra / math.log(vocab_size)
+
+
+def nonuniform_slope_bound(uniform_bound: float, vocab_size: int, decay: float) -> float:
+    """Re-price a uniform-cell bound (which charges ln|V| nats per token) at ``decay`` nats per token."""
+    if not decay > 0:
+        raise ValueError(f"the per-token decay must be > 0 nats, got {decay}")
+    return uniform_bound * math.log(vocab_size) / decay
+
+
+def read_measured_slope(summary_path) -> float:
+    """The measured n_50 slope (``fit.slope``) of an accessibility evaluator ``summary.json``."""
+    path = Path(summary_path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no evaluator summary at {path}; run the accessibility evaluator first, or pass "
+                                "--slope with the measured n_50 slope")
+    data = json.loads(path.read_text())
+    slope = (data.get("fit") or {}).get("slope")
+    if not isinstance(slope, (int, float)) or not slope > 0:
+        raise ValueError(f"{path} has no positive fit.slope (found {slope!r}); the evaluator's fit did not "
+                         "succeed for this run, so there is no measured slope to compare with")
+    return float(slope)
+
+
+def refined_bounds(stats, cells: dict | None = None, measured_slope: float | None = None, *,
+                   decay_k: int = 64, decay_estimate: str = "upper") -> dict:
+    """Every bound for a measured support (``SupportStats``), with ratios to ``measured_slope`` when given.
+
+    ``cells``: {"ball": CellEstimate, "box": CellEstimate} of the argmax cells over each support; each adds the
+    non-uniform version of that support's bound, priced at the median-product decay at k = ``decay_k`` computed
+    from ``decay_estimate`` shares (``upper``, the Wilson upper limits, keeps it an upper bound).
+    """
+    vocab, d = stats.vocab_size, stats.hidden_size
+    angle = cone_half_angle(stats.hidden)
+    rows = {
+        "ball": ball_slope_bound(d, stats.radius, stats.eps, vocab),
+        "box": box_slope_bound(stats.low, stats.high, stats.eps, vocab),
+        "cone": cone_slope_bound(stats.hidden, stats.radius, stats.eps, vocab),
+    }
+    decays = {}
+    for support, estimate in (cells or {}).items():
+        if support not in ("ball", "box"):
+            raise ValueError(f"cell estimates must be keyed by support 'ball' or 'box', got {support!r}")
+        decay = estimate.median_product_decay((decay_k,), estimate=decay_estimate)[0]["decay"]
+        decays[support] = decay
+        rows[f"{support}_nonuniform"] = nonuniform_slope_bound(rows[support], vocab, decay)
+    out = {"bounds": rows, "cone_half_angle_deg": math.degrees(angle),
+           "cone_log_fraction": cap_log_fraction(angle, d), "decay_per_token": decays,
+           "decay_k": decay_k, "decay_estimate": decay_estimate, "ln_vocab": math.log(vocab),
+           "measured_slope": measured_slope}
+    if measured_slope:
+        out["ratios"] = {name: value / measured_slope for name, value in rows.items()}
+    return out

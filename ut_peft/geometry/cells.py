@@ -1,0 +1,267 @@
+"""Monte Carlo estimate of the decoder cells: the share of the representation space each token's decision owns.
+
+A point is sampled uniformly in a support (the ball of the measured radius, or the per-coordinate box of the
+measured hidden states), sent through the model's output path, and counted for the token it decodes to.
+Sampling and the logits are chunked (over points and over the vocabulary) and counts are integers, so
+10^7-10^8 samples over a 262k vocabulary run in bounded memory; each chunk is one batched matrix product.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+from tqdm.auto import tqdm
+
+from .output_path import OutputPath
+
+METHODS = ("argmax", "voronoi")
+
+
+# --------------------------------------------------------------------------------------------------- supports
+@dataclass
+class BallSupport:
+    """Uniform points in the ball of ``radius`` around ``center`` (the origin by default)."""
+
+    hidden_size: int
+    radius: float
+    center: torch.Tensor | None = None
+
+    def __post_init__(self):
+        if not (self.radius > 0 and math.isfinite(self.radius)):
+            raise ValueError(f"the ball radius must be a positive finite number, got {self.radius}")
+        if self.hidden_size < 1:
+            raise ValueError(f"hidden_size must be >= 1, got {self.hidden_size}")
+
+    name = "ball"
+
+    def sample(self, n: int, generator: torch.Generator, dtype=torch.float32) -> torch.Tensor:
+        direction = torch.randn(n, self.hidden_size, generator=generator, dtype=dtype)
+        direction /= direction.norm(dim=1, keepdim=True)
+        # Radius law of a uniform ball: P(|x| <= t) = (t / r)^d.
+        scale = self.radius * torch.rand(n, 1, generator=generator, dtype=dtype) ** (1.0 / self.hidden_size)
+        points = direction * scale
+        return points if self.center is None else points + self.center.to(dtype)
+
+
+@dataclass
+class BoxSupport:
+    """Uniform points in the box ``low <= x <= high`` (per coordinate)."""
+
+    low: torch.Tensor
+    high: torch.Tensor
+
+    def __post_init__(self):
+        self.low, self.high = torch.as_tensor(self.low).flatten(), torch.as_tensor(self.high).flatten()
+        if self.low.shape != self.high.shape:
+            raise ValueError(f"box low and high differ in shape: {tuple(self.low.shape)} vs {tuple(self.high.shape)}")
+        if not bool((self.high >= self.low).all()):
+            raise ValueError("box high must be >= low in every coordinate")
+
+    name = "box"
+
+    @property
+    def hidden_size(self) -> int:
+        return self.low.numel()
+
+    def sample(self, n: int, generator: torch.Generator, dtype=torch.float32) -> torch.Tensor:
+        u = torch.rand(n, self.hidden_size, generator=generator, dtype=dtype)
+        return self.low.to(dtype) + u * (self.high - self.low).to(dtype)
+
+
+def supports_from_stats(stats) -> dict:
+    """The ball and box supports of an accessibility ``SupportStats`` (``measure_support``'s result)."""
+    hidden_size = stats.low.numel()
+    return {"ball": BallSupport(hidden_size, float(stats.radius)), "box": BoxSupport(stats.low, stats.high)}
+
+
+# --------------------------------------------------------------------------------------------------- statistics
+def wilson_interval(counts: torch.Tensor, n: int, z: float = 1.96) -> tuple[torch.Tensor, torch.Tensor]:
+    """Wilson score interval of binomial proportions ``counts / n`` (valid near 0, where most shares are)."""
+    p = counts.double() / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * torch.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return (centre - half).clamp(min=0.0), (centre + half).clamp(max=1.0)
+
+
+def entropy_nats(counts: torch.Tensor) -> float:
+    n = counts.sum().item()
+    p = counts[counts > 0].double() / n
+    return float(-(p * p.log()).sum())
+
+
+@dataclass
+class CellEstimate:
+    """Counts of sampled points per decoded token, and the statistics users read from them."""
+
+    method: str
+    support: str
+    counts: torch.Tensor  # (|V|,) int64
+    num_samples: int
+    checkpoints: dict = field(default_factory=dict)  # {n: counts at n samples}, for the convergence check
+    seconds: float = 0.0
+    z: float = 1.96
+    disagreements: int | None = None  # points where argmax and Voronoi decide differently (both methods run)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.counts.numel()
+
+    @property
+    def shares(self) -> torch.Tensor:
+        return self.counts.double() / self.num_samples
+
+    def intervals(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return wilson_interval(self.counts, self.num_samples, self.z)
+
+    def entropy(self) -> float:
+        """Plug-in entropy of the cell shares, in nats (biased low when many cells are unobserved)."""
+        return entropy_nats(self.counts)
+
+    def entropy_miller_madow(self) -> float:
+        observed = int((self.counts > 0).sum())
+        return self.entropy() + (observed - 1) / (2 * self.num_samples)
+
+    def effective_tokens(self) -> float:
+        """exp(entropy): the number of equal cells with the same entropy (|V| if the cells were uniform)."""
+        return math.exp(self.entropy())
+
+    def top(self, k: int = 20) -> list[dict]:
+        low, high = self.intervals()
+        k = min(k, self.vocab_size)
+        values, ids = torch.topk(self.counts, k)
+        return [{"token_id": int(i), "count": int(c), "share": float(c) / self.num_samples,
+                 "ci_low": float(low[i]), "ci_high": float(high[i])} for c, i in zip(values, ids)]
+
+    def log_shares(self, estimate: str = "jeffreys") -> torch.Tensor:
+        """ln of each token's share. Most tokens of a large vocabulary are never hit, so the plain estimate
+        (``plugin``) has ln 0 = -inf; ``jeffreys`` uses (c + 1/2) / (N + |V|/2), ``upper`` the Wilson upper
+        limit (larger shares: a bound computed from them stays an upper bound)."""
+        if estimate == "plugin":
+            return self.shares.log()
+        if estimate == "jeffreys":
+            return ((self.counts.double() + 0.5) / (self.num_samples + 0.5 * self.vocab_size)).log()
+        if estimate == "upper":
+            return self.intervals()[1].log()
+        raise ValueError(f"estimate must be 'plugin', 'jeffreys' or 'upper', got {estimate!r}")
+
+    def median_product_decay(self, ks=(1, 2, 4, 8, 16, 32, 64), *, draws: int = 20000, estimate: str = "jeffreys",
+                             seed: int = 0) -> list[dict]:
+        """Per-token decay of the median product of k cell shares, against ln|V|.
+
+        For k tokens drawn uniformly from the vocabulary (a random sequence), the product of their cell shares
+        is the share of (per-position) representation space that decodes to that sequence; with equal cells it
+        is |V|^-k. Returns, for each k, ``decay = -ln(median product) / k`` and its ratio to ln|V| (> 1: a
+        typical sequence's cells are smaller than uniform ones).
+        """
+        log_p = self.log_shares(estimate)
+        g = torch.Generator().manual_seed(seed)
+        out = []
+        for k in ks:
+            ids = torch.randint(0, self.vocab_size, (draws, int(k)), generator=g)
+            median = float(log_p[ids].sum(dim=1).median())
+            decay = -median / k
+            out.append({"k": int(k), "decay": decay, "ratio_to_ln_vocab": decay / math.log(self.vocab_size)})
+        return out
+
+    def mean_log_share_decay(self, estimate: str = "jeffreys") -> float:
+        """The k -> infinity limit of the median decay: -mean over tokens of ln share."""
+        return float(-self.log_shares(estimate).mean())
+
+    def convergence(self, top_k: int = 10) -> dict:
+        """Shares of the final top tokens at each checkpoint (N/4, N/2, N), with the total-variation distance of
+        each checkpoint's distribution to the final one and the largest |change| in units of the final CI
+        half-width (about 1 or less when the estimate has settled)."""
+        ids = torch.topk(self.counts, min(top_k, self.vocab_size)).indices
+        low, high = self.intervals()
+        half = ((high - low) / 2)[ids].clamp(min=1e-300)
+        final = self.shares
+        rows = []
+        for n, counts in sorted(self.checkpoints.items()):
+            p = counts.double() / n
+            rows.append({"num_samples": int(n), "top_shares": [float(x) for x in p[ids]],
+                         "total_variation_to_final": float(0.5 * (p - final).abs().sum()),
+                         "max_change_in_half_widths": float(((p[ids] - final[ids]).abs() / half).max())})
+        return {"token_ids": [int(i) for i in ids], "checkpoints": rows}
+
+    def summary(self, top_k: int = 20, decay_ks=(1, 2, 4, 8, 16, 32, 64)) -> dict:
+        observed = int((self.counts > 0).sum())
+        return {
+            "method": self.method, "support": self.support, "num_samples": self.num_samples,
+            "vocab_size": self.vocab_size, "observed_tokens": observed,
+            "disagreement_fraction": None if self.disagreements is None else self.disagreements / self.num_samples,
+            "unobserved_fraction": 1 - observed / self.vocab_size, "seconds": self.seconds,
+            "samples_per_second": self.num_samples / self.seconds if self.seconds else None,
+            "entropy_nats": self.entropy(), "entropy_miller_madow_nats": self.entropy_miller_madow(),
+            "effective_tokens": self.effective_tokens(), "ln_vocab": math.log(self.vocab_size),
+            "top": self.top(top_k),
+            "median_product_decay": {est: self.median_product_decay(decay_ks, estimate=est)
+                                     for est in ("jeffreys", "upper")},
+            "mean_log_share_decay": {est: self.mean_log_share_decay(est) for est in ("jeffreys", "upper")},
+            "convergence": self.convergence(),
+        }
+
+
+# --------------------------------------------------------------------------------------------------- estimator
+def default_chunks(vocab_size: int, chunk_size: int | None, vocab_chunk: int | None,
+                   max_logits: int = 2 ** 24) -> tuple[int, int]:
+    """Chunk sizes whose logits block (points x vocabulary rows) stays under ``max_logits`` floats (64 MiB)."""
+    chunk_size = chunk_size or 4096
+    vocab_chunk = vocab_chunk or max(1024, min(vocab_size, max_logits // chunk_size))
+    return int(chunk_size), int(min(vocab_chunk, vocab_size))
+
+
+def estimate_cells(path: OutputPath, support, num_samples: int, *, methods=("argmax",), chunk_size: int | None = None,
+                   vocab_chunk: int | None = None, seed: int = 0, checkpoints=(0.25, 0.5), progress: bool = True,
+                   z: float = 1.96) -> dict[str, CellEstimate]:
+    """Sample ``num_samples`` points of ``support`` and count the token each decodes to under each method.
+
+    ``methods``: ``argmax`` (the greedy decision through the real output path) and/or ``voronoi`` (nearest head
+    row, the published method); both share one matrix product per chunk. Counts are also kept at the
+    ``checkpoints`` fractions of ``num_samples`` for the convergence check. Deterministic given ``seed`` and
+    ``chunk_size``. Returns {method: CellEstimate}.
+    """
+    import time
+
+    num_samples = int(num_samples)
+    if num_samples < 1:
+        raise ValueError(f"num_samples must be a positive integer, got {num_samples}")
+    if support.hidden_size != path.hidden_size:
+        raise ValueError(f"the support has dimension {support.hidden_size} but the output head expects "
+                         f"{path.hidden_size}; measure the support on the same model")
+    chunk_size, vocab_chunk = default_chunks(path.vocab_size, chunk_size, vocab_chunk)
+    marks = sorted({max(1, min(num_samples, int(round(f * num_samples)))) for f in checkpoints} - {num_samples})
+    generator = torch.Generator().manual_seed(seed)
+    counts = {m: torch.zeros(path.vocab_size, dtype=torch.long) for m in methods}
+    saved = {m: {} for m in methods}
+    disagreements = 0
+    start, done = time.perf_counter(), 0
+    with tqdm(total=num_samples, desc=f"cells ({support.name})", unit="pt", unit_scale=True,
+              disable=not progress) as bar:
+        while done < num_samples:
+            # A chunk never crosses a checkpoint, so checkpoint counts are exact.
+            stop = min([done + chunk_size, num_samples] + [m for m in marks if m > done])
+            points = support.sample(stop - done, generator, dtype=path.weight.dtype)
+            decided = path.decide(points, methods=methods, vocab_chunk=vocab_chunk)
+            for m in methods:
+                counts[m] += torch.bincount(decided[m], minlength=path.vocab_size)
+                if stop in marks:
+                    saved[m][stop] = counts[m].clone()
+            if len(decided) == 2:
+                disagreements += int((decided["argmax"] != decided["voronoi"]).sum())
+            bar.update(stop - done)
+            done = stop
+    seconds = time.perf_counter() - start
+    return {m: CellEstimate(method=m, support=support.name, counts=counts[m], num_samples=num_samples,
+                            checkpoints={**saved[m], num_samples: counts[m]}, seconds=seconds, z=z,
+                            disagreements=disagreements if len(methods) == 2 else None)
+            for m in methods}
+
+
+def agreement(a: CellEstimate, b: CellEstimate) -> dict:
+    """How far two cell estimates (e.g. argmax vs Voronoi on the same samples) are apart."""
+    pa, pb = a.shares, b.shares
+    return {"total_variation": float(0.5 * (pa - pb).abs().sum()),
+            "top1_same": int(a.counts.argmax()) == int(b.counts.argmax())}

@@ -1,0 +1,232 @@
+"""The copy task: train on strings of lengths 5-50, test exact-match copying far past the trained lengths.
+
+A sequence is ``<bos> s <sep> s <eos>`` over 26 letters; the loss is on the copy (``s <eos>``) only. Exact match
+under greedy decoding equals "every teacher-forced argmax on the copy is right" (greedy decoding with a correct
+prefix *is* teacher forcing, and the first wrong argmax is where greedy decoding diverges), so one forward pass
+per batch evaluates it exactly.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+
+import datasets
+import evaluate
+import torch
+import transformers
+from tqdm.auto import tqdm
+
+LETTERS = "abcdefghijklmnopqrstuvwxyz"
+PAD, BOS, SEP, EOS = 0, 1, 2, 3
+FIRST_LETTER = 4
+VOCAB_SIZE = FIRST_LETTER + len(LETTERS)
+IGNORE = -100
+
+FEATURES = datasets.Features({
+    "input_ids": datasets.Sequence(datasets.Value("int32")),
+    "labels": datasets.Sequence(datasets.Value("int64")),
+    "length": datasets.Value("int32"),
+})
+
+
+def encode(text: str) -> dict:
+    """``<bos> text <sep> text <eos>`` with labels on the copy and the final ``<eos>`` only."""
+    bad = sorted(set(text) - set(LETTERS))
+    if bad or not text:
+        raise ValueError(f"copy strings are non-empty and use only the 26 lowercase letters; got {text!r}"
+                         + (f" with {''.join(bad)!r}" if bad else ""))
+    ids = [FIRST_LETTER + LETTERS.index(c) for c in text]
+    input_ids = [BOS, *ids, SEP, *ids, EOS]
+    labels = [IGNORE] * (len(ids) + 2) + ids + [EOS]
+    return {"input_ids": input_ids, "labels": labels, "length": len(ids)}
+
+
+def decode(ids) -> str:
+    return "".join(LETTERS[i - FIRST_LETTER] if FIRST_LETTER <= i < VOCAB_SIZE else f"<{i}>" for i in ids)
+
+
+def copy_dataset(num_examples: int, *, min_length: int = 5, max_length: int = 50, lengths=None,
+                 seed: int = 0) -> datasets.Dataset:
+    """Random copy examples: ``num_examples`` strings with lengths uniform in [min_length, max_length], or
+    ``num_examples`` strings for each length of ``lengths``."""
+    if lengths is None:
+        if not 1 <= min_length <= max_length:
+            raise ValueError(f"need 1 <= min_length <= max_length, got {min_length} and {max_length}")
+        rng = random.Random(seed)
+        lengths = [rng.randint(min_length, max_length) for _ in range(num_examples)]
+    else:
+        if any(int(n) < 1 for n in lengths):
+            raise ValueError(f"every copy length must be >= 1, got {list(lengths)}")
+        lengths = [int(n) for n in lengths for _ in range(num_examples)]
+    rng = random.Random(seed + 1)
+    rows = [encode("".join(rng.choice(LETTERS) for _ in range(n))) for n in lengths]
+    return datasets.Dataset.from_list(rows, features=FEATURES)
+
+
+def collate(rows: list[dict]) -> dict:
+    """Right-pad a list of encoded examples into tensors (pad labels are ignored by the loss)."""
+    width = max(len(r["input_ids"]) for r in rows)
+    input_ids = torch.full((len(rows), width), PAD, dtype=torch.long)
+    labels = torch.full((len(rows), width), IGNORE, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, r in enumerate(rows):
+        n = len(r["input_ids"])
+        input_ids[i, :n] = torch.as_tensor(r["input_ids"])
+        labels[i, :n] = torch.as_tensor(r["labels"])
+        mask[i, :n] = 1
+    return {"input_ids": input_ids, "labels": labels, "attention_mask": mask}
+
+
+class CopyExactMatch(evaluate.Metric):
+    """Fraction of predicted token sequences equal to their references (and per-token accuracy)."""
+
+    def _info(self):
+        return evaluate.MetricInfo(
+            description="Exact match of token sequences (copy task).", citation="", inputs_description=
+            "predictions and references: lists of token-id sequences; a prediction must equal its reference "
+            "in length and every token to count.",
+            features=datasets.Features({"predictions": datasets.Sequence(datasets.Value("int64")),
+                                        "references": datasets.Sequence(datasets.Value("int64"))}))
+
+    def _compute(self, predictions, references):
+        if len(predictions) == 0:
+            raise ValueError("no predictions to score")
+        exact = [list(p) == list(r) for p, r in zip(predictions, references)]
+        right = sum(sum(a == b for a, b in zip(p, r)) for p, r in zip(predictions, references))
+        total = sum(len(r) for r in references)
+        return {"exact_match": sum(exact) / len(exact), "token_accuracy": right / total if total else 0.0}
+
+
+def copy_model_config(*, max_positions: int = 512, hidden_size: int = 128, num_layers: int = 4,
+                      num_heads: int = 4) -> transformers.GPT2Config:
+    """A small GPT-2 (learned absolute positions) over the copy vocabulary."""
+    return transformers.GPT2Config(vocab_size=VOCAB_SIZE, n_positions=max_positions, n_embd=hidden_size,
+                                   n_layer=num_layers, n_head=num_heads, bos_token_id=BOS, eos_token_id=EOS,
+                                   pad_token_id=PAD, tie_word_embeddings=False)
+
+
+def copy_model(seed: int = 0, **config_kwargs) -> transformers.PreTrainedModel:
+    torch.manual_seed(seed)
+    return transformers.AutoModelForCausalLM.from_config(copy_model_config(**config_kwargs), dtype=torch.float32)
+
+
+def max_positions_of(model) -> int | None:
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    return getattr(config, "n_positions", None) or getattr(config, "max_position_embeddings", None)
+
+
+def _check_fits(model, longest: int) -> None:
+    limit = max_positions_of(model)
+    if limit is not None and 2 * longest + 3 > limit:
+        raise ValueError(f"a copy of length {longest} needs {2 * longest + 3} positions but the model has "
+                         f"{limit}; build it with a larger max_positions or evaluate shorter lengths")
+
+
+@dataclass
+class TrainResult:
+    steps: int
+    losses: list
+    seconds: float
+    trainable_parameters: int
+
+
+def train_copy(model, dataset: datasets.Dataset, *, steps: int = 2000, batch_size: int = 32, lr: float = 1e-3,
+               weight_decay: float = 0.01, warmup: int = 100, seed: int = 0, progress: bool = True) -> TrainResult:
+    """Train the parameters of ``model`` that require grad (all of them for full training; only the embeddings
+    for a UT_REPROGRAM PeftModel) on ``dataset``, cycling through it for ``steps`` AdamW steps."""
+    import time
+
+    from accelerate import Accelerator
+
+    if steps < 1 or batch_size < 1:
+        raise ValueError(f"steps and batch_size must be >= 1, got {steps} and {batch_size}")
+    _check_fits(model, max(dataset["length"]))
+    params = [p for p in model.parameters() if p.requires_grad]
+    if not params:
+        raise ValueError("the model has no trainable parameters")
+    accelerator = Accelerator()
+    generator = torch.Generator().manual_seed(seed)
+    loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=True, collate_fn=collate,
+                                         generator=generator, drop_last=len(dataset) >= batch_size)
+    optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
+    # Linear warm-up then cosine decay: short runs on a CPU need every step to count.
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / max(1, warmup)) * 0.5 * (
+        1 + math.cos(math.pi * min(1.0, s / steps))))
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    model.train()
+    losses, step, start = [], 0, time.perf_counter()
+    with tqdm(total=steps, desc="copy training", disable=not progress) as bar:
+        while step < steps:
+            for batch in loader:
+                loss = model(**batch).loss
+                accelerator.backward(loss)
+                optimizer.step()
+                schedule.step()
+                optimizer.zero_grad(set_to_none=True)
+                losses.append(float(loss.detach()))
+                step += 1
+                bar.update(1)
+                bar.set_postfix(loss=f"{losses[-1]:.3f}")
+                if step >= steps:
+                    break
+    model.eval()
+    return TrainResult(steps=steps, losses=losses, seconds=time.perf_counter() - start,
+                       trainable_parameters=sum(p.numel() for p in params))
+
+
+@torch.no_grad()
+def copy_predictions(model, batch: dict) -> tuple[list, list]:
+    """Teacher-forced argmax on the copy positions of each example: (predictions, references) as id lists."""
+    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+    predicted = logits[:, :-1].argmax(-1)
+    target = batch["labels"][:, 1:]
+    keep = target != IGNORE
+    preds = [predicted[i][keep[i]].tolist() for i in range(len(target))]
+    refs = [target[i][keep[i]].tolist() for i in range(len(target))]
+    return preds, refs
+
+
+def evaluate_copy(model, lengths, *, num_per_length: int = 32, batch_size: int = 32, seed: int = 1234,
+                  progress: bool = True) -> list[dict]:
+    """Exact-match and token accuracy of copying fresh random strings, for each length in ``lengths``."""
+    lengths = [int(n) for n in lengths]
+    _check_fits(model, max(lengths))
+    model.eval()
+    results = []
+    device = next(model.parameters()).device
+    for n in tqdm(lengths, desc="copy evaluation", disable=not progress):
+        data = copy_dataset(num_per_length, lengths=[n], seed=seed + n)
+        metric = CopyExactMatch()
+        for i in range(0, len(data), batch_size):
+            batch = {k: v.to(device) for k, v in collate(data.select(range(i, min(i + batch_size, len(data))))
+                                                         .to_list()).items()}
+            preds, refs = copy_predictions(model, batch)
+            metric.add_batch(predictions=preds, references=refs)
+        results.append({"length": n, **metric.compute()})
+    return results
+
+
+def cliff(results: list[dict], trained_max: int, *, high: float = 0.9, low: float = 0.1) -> dict:
+    """Where and how sharply exact match falls: the last length still >= 0.99 and the lengths where accuracy
+    first drops below ``high``, 0.5 and ``low`` (linear interpolation between evaluated lengths); ``width`` is
+    the distance from the high to the low crossing."""
+    rows = sorted(results, key=lambda r: r["length"])
+
+    def crossing(level):
+        for a, b in zip(rows, rows[1:]):
+            if a["exact_match"] >= level > b["exact_match"]:
+                t = (a["exact_match"] - level) / (a["exact_match"] - b["exact_match"])
+                return a["length"] + t * (b["length"] - a["length"])
+        return None
+
+    exact = [r["length"] for r in rows if r["exact_match"] >= 0.99]
+    in_range = [r["exact_match"] for r in rows if r["length"] <= trained_max]
+    out = {"trained_max_length": trained_max,
+           "mean_exact_match_in_range": sum(in_range) / len(in_range) if in_range else None,
+           "last_length_at_0.99": max(exact) if exact else None,
+           f"length_at_{high}": crossing(high), "length_at_0.5": crossing(0.5), f"length_at_{low}": crossing(low)}
+    h, lo = out[f"length_at_{high}"], out[f"length_at_{low}"]
+    out["width"] = (lo - h) if h is not None and lo is not None else None
+    return out

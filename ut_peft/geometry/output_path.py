@@ -1,0 +1,136 @@
+"""The model's real output path from a point of the representation space to its logits (and to its greedy token).
+
+Convention (the accessibility paper's): points are sampled in the space of final-layer *post-norm* hidden
+states, the space whose support ``measure_support`` measures, so by default a point goes through the output
+head only, then the head's bias, the model's logit scaling and its logit soft-capping (Gemma-2/3's
+``final_logit_softcapping``). Scaling and soft-capping are monotone and do not move an argmax, but they are
+applied anyway so that :meth:`OutputPath.logits` is the model's own logits. ``apply_final_norm=True`` is the
+other convention: points are pre-norm hidden states and the model's final norm acts on them first.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+# Where the final norm lives on the inner model (``model.base_model``) of the supported architectures.
+_FINAL_NORM_NAMES = ("norm", "ln_f", "final_layer_norm", "final_norm")
+
+
+@dataclass
+class OutputPath:
+    """Hidden point -> logits, with everything the model applies after its last block.
+
+    ``weight`` is the output head (|V|, d); ``bias`` is (|V|,) or None; ``final_norm`` a module or None;
+    ``logit_multiplier`` multiplies the logits (Cohere's ``logit_scale``, 1 / Granite's ``logits_scaling``);
+    ``softcap`` is ``c`` in ``c * tanh(logits / c)`` or None.
+    """
+
+    weight: torch.Tensor
+    bias: torch.Tensor | None = None
+    final_norm: nn.Module | None = None
+    logit_multiplier: float = 1.0
+    softcap: float | None = None
+
+    def __post_init__(self):
+        if self.weight.dim() != 2:
+            raise ValueError(f"the output head must be a (vocab_size, hidden_size) matrix, got shape "
+                             f"{tuple(self.weight.shape)}")
+        if self.bias is not None and self.bias.shape != (self.weight.shape[0],):
+            raise ValueError(f"the head bias must have shape ({self.weight.shape[0]},), got {tuple(self.bias.shape)}")
+        if self.softcap is not None and not self.softcap > 0:
+            raise ValueError(f"softcap must be a positive number or None, got {self.softcap}")
+        self.weight = self.weight.detach()
+        self.bias = None if self.bias is None else self.bias.detach()
+        self._row_sq_norms = None
+
+    @property
+    def vocab_size(self) -> int:
+        return self.weight.shape[0]
+
+    @property
+    def hidden_size(self) -> int:
+        return self.weight.shape[1]
+
+    @classmethod
+    def from_model(cls, model: nn.Module, *, apply_final_norm: bool = False) -> "OutputPath":
+        """Read the output path of a transformers causal LM (the head, its bias, the final norm, the config's
+        logit scaling and soft-capping)."""
+        if hasattr(model, "get_base_model"):  # a PeftModel: the geometry of the model it wraps
+            model = model.get_base_model()
+        head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+        if head is None or not isinstance(getattr(head, "weight", None), torch.Tensor):
+            raise ValueError(f"{type(model).__name__} has no output head with a weight matrix "
+                             "(get_output_embeddings() returned None); pass a causal LM, e.g. AutoModelForCausalLM")
+        config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+        norm = None
+        if apply_final_norm:
+            inner = getattr(model, "base_model", model)
+            norm = next((getattr(inner, n) for n in _FINAL_NORM_NAMES if isinstance(getattr(inner, n, None),
+                                                                                     nn.Module)), None)
+            if norm is None:
+                raise ValueError(f"apply_final_norm=True but no final norm was found on {type(inner).__name__} "
+                                 f"(looked for {', '.join(_FINAL_NORM_NAMES)}); sample post-norm points instead")
+        multiplier = float(getattr(config, "logit_scale", None) or 1.0)
+        if getattr(config, "logits_scaling", None):
+            multiplier /= float(config.logits_scaling)
+        return cls(weight=head.weight, bias=getattr(head, "bias", None), final_norm=norm,
+                   logit_multiplier=multiplier, softcap=getattr(config, "final_logit_softcapping", None))
+
+    def prepare(self, points: torch.Tensor) -> torch.Tensor:
+        """The point the head sees: the sampled point, or its final-norm image when the path has a norm."""
+        if self.final_norm is None:
+            return points
+        with torch.no_grad():
+            return self.final_norm(points.to(self.weight.dtype))
+
+    def logits(self, points: torch.Tensor) -> torch.Tensor:
+        """Full logits (n, |V|) of ``points`` (n, d), exactly as the model computes them after its last block."""
+        with torch.no_grad():
+            out = self.prepare(points).to(self.weight.dtype) @ self.weight.T
+            return self._finish(out, slice(None))
+
+    def _finish(self, scores: torch.Tensor, rows: slice) -> torch.Tensor:
+        if self.bias is not None:
+            scores = scores + self.bias[rows]
+        if self.logit_multiplier != 1.0:
+            scores = scores * self.logit_multiplier
+        if self.softcap is not None:
+            scores = torch.tanh(scores / self.softcap) * self.softcap
+        return scores
+
+    def row_sq_norms(self) -> torch.Tensor:
+        if self._row_sq_norms is None:
+            self._row_sq_norms = (self.weight.float() ** 2).sum(dim=1).to(self.weight.dtype)
+        return self._row_sq_norms
+
+    def decide(self, points: torch.Tensor, *, methods=("argmax",), vocab_chunk: int | None = None) -> dict:
+        """The decoded token of each point under each method, chunked over the vocabulary.
+
+        ``argmax``: the greedy decision, argmax of the real logits. ``voronoi``: the Euclidean nearest head row
+        (the published cell-volume code), argmax of ``h @ u_j - |u_j|^2 / 2``, which ignores bias and scaling and
+        differs from greedy decoding wherever the rows' norms differ. Both come from one matrix product per chunk.
+        Returns {method: LongTensor (n,)}.
+        """
+        unknown = set(methods) - {"argmax", "voronoi"}
+        if unknown or not methods:
+            raise ValueError(f"methods must be a non-empty subset of ('argmax', 'voronoi'), got {tuple(methods)}")
+        vocab = self.vocab_size
+        vocab_chunk = vocab if vocab_chunk is None else max(1, min(int(vocab_chunk), vocab))
+        with torch.no_grad():
+            h = self.prepare(points).to(self.weight.dtype)
+            best = {m: torch.full((h.shape[0],), -float("inf"), dtype=h.dtype) for m in methods}
+            index = {m: torch.zeros(h.shape[0], dtype=torch.long) for m in methods}
+            for start in range(0, vocab, vocab_chunk):
+                rows = slice(start, min(start + vocab_chunk, vocab))
+                scores = h @ self.weight[rows].T
+                for m in methods:
+                    s = self._finish(scores, rows) if m == "argmax" else scores - 0.5 * self.row_sq_norms()[rows]
+                    value, arg = s.max(dim=1)
+                    # Strictly greater keeps the first maximal index, as torch.argmax over the full row does.
+                    better = value > best[m]
+                    best[m] = torch.where(better, value, best[m])
+                    index[m] = torch.where(better, arg + start, index[m])
+        return index
