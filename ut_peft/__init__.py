@@ -22,9 +22,9 @@ __all__ = [
 from .backbones import backbone_from_adapter, random_backbone  # noqa: E402
 from .hub import push_adapter_to_hub, render_model_card, save_model_card  # noqa: E402
 from .memory import memory_adapter_from_vectors, memory_token_ids, prepend_memory_tokens  # noqa: E402
-from .hub import _install_save_pretrained_card  # noqa: E402
+from .tuners.ut_reprogram import integration as _integration  # noqa: E402
 
-_install_save_pretrained_card()
+_integration.install()
 
 __all__ += [
     "random_backbone",

@@ -135,36 +135,3 @@ def push_adapter_to_hub(folder: Union[str, os.PathLike], repo_id: str, *, privat
     api.create_repo(repo_id=repo_id, repo_type="model", private=private, exist_ok=True)
     return api.upload_folder(folder_path=str(folder), repo_id=repo_id, repo_type="model",
                              commit_message=commit_message)
-
-
-def _install_save_pretrained_card() -> None:
-    """Make ``PeftModel.save_pretrained`` start from the ut-peft card for UT_REPROGRAM adapters.
-
-    peft then adds its own metadata (library_name, tags, base_model) to the card it finds in the folder.
-    """
-    from peft import PeftModel
-
-    if getattr(PeftModel.create_or_update_model_card, "_ut_peft", False):
-        return
-    original = PeftModel.create_or_update_model_card
-
-    def create_or_update_model_card(self, output_dir: str):
-        config = self.peft_config.get(self.active_adapter) if isinstance(self.peft_config, dict) else None
-        if config is None or str(getattr(config.peft_type, "value", config.peft_type)) != "UT_REPROGRAM":
-            return original(self, output_dir)
-        readme = Path(output_dir) / "README.md"
-        # A card already written by ut-peft (e.g. with metrics) is kept; anything else starts from our template.
-        if not (readme.is_file() and "ut-peft" in readme.read_text(encoding="utf-8", errors="ignore")):
-            render_model_card(config.to_dict()).save(readme)
-        original(self, output_dir)
-        # peft copies the base's _name_or_path, which for a local or from-config base is no Hub id.
-        card = ModelCard.load(readme)
-        hub_id = hub_base_model_id(config.base_model_name_or_path)
-        card.data["base_model"] = hub_id
-        ours = render_model_card(config.to_dict()).data.get("tags") or []
-        card.data["tags"] = sorted({t for t in (card.data.get("tags") or []) + ours
-                                    if not t.startswith("base_model:") or (hub_id and t.endswith(":" + hub_id))})
-        card.save(readme)
-
-    create_or_update_model_card._ut_peft = True
-    PeftModel.create_or_update_model_card = create_or_update_model_card

@@ -32,6 +32,13 @@ def embeddings_are_tied(input_embedding: nn.Module, output_embedding: nn.Module 
     return in_base.weight.data_ptr() == out_base.weight.data_ptr()
 
 
+def set_vocab_size(model: nn.Module, vocab_size: int) -> None:
+    """The causal-LM loss reshapes logits by the vocabulary size: from the config, or (Gemma) a cached attribute."""
+    model.config.vocab_size = vocab_size
+    if isinstance(getattr(model, "vocab_size", None), int):
+        model.vocab_size = vocab_size
+
+
 class UTReprogramModel(BaseTuner):
     """Freezes the model; E and U (and optionally positions and memory rows) become the adapter."""
 
@@ -181,8 +188,7 @@ class UTReprogramModel(BaseTuner):
     def _post_injection_hook(self, model: nn.Module, config: UTReprogramConfig, adapter_name: str) -> None:
         if config.task_vocab_size is not None:
             self._ut_base_vocab_size = model.config.vocab_size
-            # The causal-LM loss reshapes logits with config.vocab_size, so it must follow the new vocabulary.
-            model.config.vocab_size = config.task_vocab_size
+            set_vocab_size(model, config.task_vocab_size)
 
     def _mark_only_adapters_as_trainable(self, model: nn.Module) -> None:
         super()._mark_only_adapters_as_trainable(model)
@@ -196,7 +202,7 @@ class UTReprogramModel(BaseTuner):
         if base_vocab is None:
             return
         active = self.peft_config[self.active_adapters[0]]
-        self.model.config.vocab_size = active.task_vocab_size if enabled else base_vocab
+        set_vocab_size(self.model, active.task_vocab_size if enabled else base_vocab)
 
     def disable_adapter_layers(self) -> None:
         super().disable_adapter_layers()
@@ -212,7 +218,7 @@ class UTReprogramModel(BaseTuner):
         if not merge:
             base_vocab = getattr(self, "_ut_base_vocab_size", None)
             if base_vocab is not None:
-                self.model.config.vocab_size = base_vocab
+                set_vocab_size(self.model, base_vocab)
         layers = [(name, module) for name, module in self.model.named_modules() if isinstance(module, UTReprogramLayer)]
         merged = {}
         if merge:

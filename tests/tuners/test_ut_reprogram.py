@@ -1,0 +1,318 @@
+"""The UT_REPROGRAM PEFT method on every supported architecture, with tiny models built from configs."""
+
+import os
+
+import pytest
+import torch
+import transformers
+from peft import AutoPeftModelForCausalLM, PeftModel, PeftType, get_peft_model
+from safetensors.torch import load_file
+
+import ut_peft
+from ut_peft import UTReprogramConfig
+from ut_peft.testing import TINY_FAMILIES, tiny_config, tiny_model
+from ut_peft.tuners.ut_reprogram import UTEmbedding, UTUnembedding
+
+CASES = [(family, tied) for family in TINY_FAMILIES for tied in (False, True)]
+
+
+def batch(vocab=97, rows=2, length=7, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randint(0, vocab, (rows, length), generator=generator)
+
+
+def train_steps(model, ids, steps=2, lr=1e-2):
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr)
+    for _ in range(steps):
+        loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    return loss.item()
+
+
+def trainable_names(model):
+    return sorted(n for n, p in model.named_parameters() if p.requires_grad)
+
+
+def test_registered_as_real_peft_type():
+    assert isinstance(PeftType.UT_REPROGRAM, PeftType)
+    assert PeftType.UT_REPROGRAM.value == "UT_REPROGRAM"
+    assert UTReprogramConfig().peft_type is PeftType.UT_REPROGRAM
+
+
+@pytest.mark.parametrize("family,tied", CASES)
+def test_only_embeddings_train_and_frozen_tensors_stay_bit_identical(family, tied):
+    base = tiny_model(family, tied=tied)
+    frozen_before = {n: p.detach().clone() for n, p in base.named_parameters()}
+    ids = batch()
+    reference = base(input_ids=ids).logits.detach()
+    model = get_peft_model(base, UTReprogramConfig())
+    # Copy initialisation: a no-op before training.
+    assert torch.equal(model(input_ids=ids).logits, reference)
+    names = trainable_names(model)
+    if tied:  # kept tied: one shared trainable matrix, owned by E
+        assert len(names) == 1 and "ut_reprogram_embedding" in names[0]
+    else:
+        assert len(names) == 2
+        assert any("ut_reprogram_embedding" in n for n in names)
+        assert any("ut_reprogram_unembedding" in n for n in names)
+    train_steps(model, ids)
+    assert not torch.equal(model(input_ids=ids).logits, reference)
+    for name, param in model.get_base_model().named_parameters():
+        if "ut_reprogram_" in name:
+            continue
+        original = name.replace(".base_layer", "")
+        assert torch.equal(param, frozen_before[original]), f"frozen tensor {name} changed"
+        assert param.grad is None
+
+
+@pytest.mark.parametrize("family,tied", CASES)
+def test_save_load_round_trip_gives_identical_logits(tmp_path, family, tied):
+    model = get_peft_model(tiny_model(family, tied=tied), UTReprogramConfig())
+    ids = batch()
+    train_steps(model, ids)
+    model.save_pretrained(tmp_path)
+    loaded = PeftModel.from_pretrained(tiny_model(family, tied=tied), tmp_path)
+    assert torch.equal(loaded(input_ids=ids).logits, model(input_ids=ids).logits)
+    # The adapter file holds exactly the trained tensors: no copies of frozen base matrices.
+    tensors = load_file(tmp_path / "adapter_model.safetensors")
+    assert all("ut_reprogram_" in key and "base_layer" not in key for key in tensors)
+    trained_bytes = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
+    assert sum(t.numel() * t.element_size() for t in tensors.values()) == trained_bytes
+    assert os.path.getsize(tmp_path / "adapter_model.safetensors") < trained_bytes + 4096
+
+
+@pytest.mark.parametrize("family", ["llama", "gemma3", "gpt2"])
+def test_untie_trains_separate_copies(family):
+    model = get_peft_model(tiny_model(family, tied=True), UTReprogramConfig(tied_embeddings="untie"))
+    names = trainable_names(model)
+    assert len(names) == 2
+    train_steps(model, batch())
+    e = model.get_input_embeddings().ut_reprogram_embedding["default"]
+    u = model.get_output_embeddings().ut_reprogram_unembedding["default"]
+    assert not torch.equal(e, u)
+
+
+def test_train_only_one_side():
+    only_e = get_peft_model(tiny_model("llama"), UTReprogramConfig(train_output_embeddings=False))
+    assert [n for n in trainable_names(only_e) if "unembedding" in n] == []
+    assert not isinstance(only_e.get_output_embeddings(), UTUnembedding)
+    only_u = get_peft_model(tiny_model("qwen2"), UTReprogramConfig(train_input_embeddings=False))
+    names = trainable_names(only_u)
+    assert len(names) == 1 and "ut_reprogram_unembedding" in names[0]
+    # On a tied model, training one side needs an explicit untie.
+    with pytest.raises(ValueError, match="tied_embeddings='untie'"):
+        get_peft_model(tiny_model("llama", tied=True), UTReprogramConfig(train_output_embeddings=False))
+    untied = get_peft_model(tiny_model("llama", tied=True),
+                            UTReprogramConfig(train_output_embeddings=False, tied_embeddings="untie"))
+    ids = batch()
+    base_head = untied.get_output_embeddings().weight.detach().clone()
+    train_steps(untied, ids)
+    assert torch.equal(untied.get_output_embeddings().weight, base_head)
+
+
+@pytest.mark.parametrize("family,tied", [("llama", False), ("gemma3", True), ("gpt2", True), ("qwen3", False)])
+def test_task_vocab_trains_saves_and_generates(tmp_path, family, tied):
+    model = get_peft_model(tiny_model(family, tied=tied), UTReprogramConfig(task_vocab_size=6))
+    assert model.config.vocab_size == 6
+    ids = batch(vocab=6, rows=4, length=9)
+    first = model(input_ids=ids, labels=ids).loss.item()
+    last = train_steps(model, ids, steps=30, lr=3e-2)
+    assert last < first
+    out = model.generate(input_ids=ids[:, :3], max_new_tokens=4, do_sample=False, pad_token_id=0)
+    assert out.shape == (4, 7) and int(out.max()) < 6
+    model.save_pretrained(tmp_path)
+    tensors = load_file(tmp_path / "adapter_model.safetensors")
+    assert {tuple(t.shape) for t in tensors.values()} == {(6, 32)}
+    loaded = PeftModel.from_pretrained(tiny_model(family, tied=tied), tmp_path)
+    assert torch.equal(loaded(input_ids=ids).logits, model(input_ids=ids).logits)
+    merged = loaded.merge_and_unload()
+    assert isinstance(merged, transformers.PreTrainedModel) and merged.config.vocab_size == 6
+    assert torch.allclose(merged(input_ids=ids).logits, model(input_ids=ids).logits, atol=1e-6)
+
+
+def test_task_vocab_adapter_is_small_when_base_is_a_local_folder(tmp_path):
+    # peft's save_embedding_layers="auto" would add the base E and U because the vocabulary size changed.
+    tiny_model("llama").save_pretrained(tmp_path / "base")
+    base = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "base")
+    model = get_peft_model(base, UTReprogramConfig(task_vocab_size=5))
+    model.save_pretrained(tmp_path / "adapter")
+    keys = load_file(tmp_path / "adapter" / "adapter_model.safetensors").keys()
+    assert all("base_layer" not in k for k in keys) and len(keys) == 2
+    auto = AutoPeftModelForCausalLM.from_pretrained(tmp_path / "adapter")
+    ids = batch(vocab=5)
+    assert torch.equal(auto(input_ids=ids).logits, model(input_ids=ids).logits)
+
+
+@pytest.mark.parametrize("family,tied", [("llama", True), ("gemma3", False), ("gpt_neox", False)])
+def test_memory_tokens_through_training_and_generate(tmp_path, family, tied):
+    base = tiny_model(family, tied=tied)
+    model = get_peft_model(base, UTReprogramConfig(num_memory_tokens=3, train_input_embeddings=False,
+                                                  train_output_embeddings=False))
+    names = trainable_names(model)
+    assert len(names) == 1 and "ut_reprogram_memory" in names[0]
+    assert ut_peft.memory_token_ids(model) == [97, 98, 99]
+    ids = batch(rows=1, length=6)
+    inputs = ut_peft.prepend_memory_tokens(model, ids, labels=ids)
+    assert inputs["input_ids"].shape == (1, 9) and inputs["labels"][0, :3].tolist() == [-100] * 3
+    before = model(**inputs).loss.item()
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=5e-2)
+    for _ in range(20):
+        loss = model(**inputs).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    assert loss.item() < before
+    prompt = ut_peft.prepend_memory_tokens(model, ids[:, :2])
+    generated = model.generate(**prompt, max_new_tokens=3, do_sample=False, pad_token_id=0)
+    assert generated.shape == (1, 8) and int(generated[:, 5:].max()) < 97  # memory ids are never generated
+    model.save_pretrained(tmp_path)
+    loaded = PeftModel.from_pretrained(tiny_model(family, tied=tied), tmp_path)
+    assert torch.equal(loaded(**inputs).logits, model(**inputs).logits)
+
+
+def test_memory_vectors_are_initialised_at_the_scale_the_model_uses():
+    # Gemma multiplies token rows by sqrt(d) inside its embedding: memory outputs must match that scale.
+    model = get_peft_model(tiny_model("gemma3", hidden_size=64), UTReprogramConfig(num_memory_tokens=64,
+                                                                                  train_output_embeddings=False,
+                                                                                  train_input_embeddings=False))
+    embed = model.get_input_embeddings()
+    token_out = embed(torch.arange(97)[None])
+    memory_out = embed(torch.tensor([ut_peft.memory_token_ids(model)]))
+    ratio = memory_out.std().item() / token_out.std().item()
+    assert 0.7 < ratio < 1.4
+
+
+def test_memory_adapter_from_vectors_reproduces_inputs_embeds():
+    base = tiny_model("gemma3")
+    vectors = torch.randn(2, 32)
+    ids = batch(rows=1, length=4)
+    expected = base(inputs_embeds=torch.cat([vectors[None], base.get_input_embeddings()(ids)], dim=1)).logits
+    model = ut_peft.memory_adapter_from_vectors(base, vectors)
+    got = model(**ut_peft.prepend_memory_tokens(model, ids)).logits
+    assert torch.allclose(got, expected, atol=1e-5)
+
+
+def test_position_embeddings_train_on_gpt2_and_are_refused_elsewhere(tmp_path):
+    model = get_peft_model(tiny_model("gpt2"), UTReprogramConfig(train_position_embeddings=True))
+    assert any("ut_reprogram_position" in n for n in trainable_names(model))
+    ids = batch()
+    train_steps(model, ids)
+    model.save_pretrained(tmp_path)
+    loaded = PeftModel.from_pretrained(tiny_model("gpt2"), tmp_path)
+    assert torch.equal(loaded(input_ids=ids).logits, model(input_ids=ids).logits)
+    with pytest.raises(ValueError, match="no learned position embeddings"):
+        get_peft_model(tiny_model("llama"), UTReprogramConfig(train_position_embeddings=True))
+
+
+@pytest.mark.parametrize("family,tied", [("llama", True), ("qwen2", False), ("gpt2", False)])
+def test_merge_and_unload_returns_plain_model_with_same_outputs(tmp_path, family, tied):
+    model = get_peft_model(tiny_model(family, tied=tied), UTReprogramConfig())
+    ids = batch()
+    train_steps(model, ids)
+    expected = model(input_ids=ids).logits.detach()
+    merged = model.merge_and_unload()
+    assert not any(isinstance(m, (UTEmbedding, UTUnembedding)) for m in merged.modules())
+    assert type(merged).__name__ == type(tiny_model(family)).__name__
+    assert torch.allclose(merged(input_ids=ids).logits, expected, atol=1e-6)
+    merged.save_pretrained(tmp_path)
+    again = transformers.AutoModelForCausalLM.from_pretrained(tmp_path)
+    assert torch.allclose(again(input_ids=ids).logits, expected, atol=1e-6)
+
+
+def test_disable_adapter_gives_base_outputs():
+    base = tiny_model("qwen2")
+    ids = batch()
+    reference = base(input_ids=ids).logits.detach()
+    model = get_peft_model(base, UTReprogramConfig(task_vocab_size=7))
+    with model.disable_adapter():
+        assert torch.equal(model(input_ids=ids).logits, reference)
+        assert model.config.vocab_size == 97
+    assert model.config.vocab_size == 7
+
+
+def test_transformers_adapter_integration(tmp_path):
+    model = get_peft_model(tiny_model("llama"), UTReprogramConfig())
+    ids = batch()
+    train_steps(model, ids)
+    model.save_pretrained(tmp_path / "adapter")
+    tiny_model("llama").save_pretrained(tmp_path / "base")
+    # Point the adapter at the saved base so AutoModelForCausalLM.from_pretrained(adapter_dir) can find it.
+    import json
+    config_path = tmp_path / "adapter" / "adapter_config.json"
+    config = json.loads(config_path.read_text())
+    config["base_model_name_or_path"] = str(tmp_path / "base")
+    config_path.write_text(json.dumps(config))
+    expected = model(input_ids=ids).logits
+    base = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "base")
+    base.load_adapter(str(tmp_path / "adapter"))
+    assert torch.equal(base(input_ids=ids).logits, expected)
+    direct = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "adapter")
+    assert torch.equal(direct(input_ids=ids).logits, expected)
+    auto = AutoPeftModelForCausalLM.from_pretrained(tmp_path / "adapter")
+    assert torch.equal(auto(input_ids=ids).logits, expected)
+
+
+def test_loading_into_a_base_of_another_shape_names_both_shapes(tmp_path):
+    get_peft_model(tiny_model("llama"), UTReprogramConfig()).save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match=r"\(97, 32\).*\(101, 32\)"):
+        PeftModel.from_pretrained(tiny_model("llama", vocab_size=101), tmp_path)
+    with pytest.raises(ValueError, match=r"\(97, 32\).*\(97, 48\)"):
+        PeftModel.from_pretrained(tiny_model("llama", hidden_size=48), tmp_path)
+
+
+def test_trainer_trains_only_the_adapter(tmp_path):
+    from datasets import Dataset
+
+    model = get_peft_model(tiny_model("llama"), UTReprogramConfig(task_vocab_size=8))
+    rows = [{"input_ids": [i % 8, (i + 1) % 8, (i + 2) % 8, (i + 3) % 8]} for i in range(16)]
+    dataset = Dataset.from_list(rows).map(lambda r: {"labels": r["input_ids"]})
+    frozen = model.get_base_model().model.layers[0].self_attn.q_proj.weight.detach().clone()
+    args = transformers.TrainingArguments(output_dir=str(tmp_path), max_steps=5, per_device_train_batch_size=4,
+                                          learning_rate=1e-2, report_to=[], save_strategy="no", logging_steps=1,
+                                          use_cpu=True)
+    result = transformers.Trainer(model=model, args=args, train_dataset=dataset).train()
+    assert result.global_step == 5
+    assert torch.equal(model.get_base_model().model.layers[0].self_attn.q_proj.weight, frozen)
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(train_input_embeddings=False, train_output_embeddings=False), "nothing to train"),
+    (dict(num_memory_tokens=-1), "negative"),
+    (dict(task_vocab_size=1), "at least 2"),
+    (dict(task_vocab_size=0), "at least 2"),
+    (dict(task_vocab_size=3.5), "must be an int"),
+    (dict(tied_embeddings="share"), "tied_embeddings"),
+    (dict(init="zeros"), "init must be"),
+    (dict(init="copy", task_vocab_size=4), "init_token_ids"),
+    (dict(init="copy", num_memory_tokens=2, init_token_ids=[1]), "init_token_ids"),
+    (dict(init_token_ids=[1, 2]), "only used with init='copy'"),
+    (dict(task_vocab_size=4, train_input_embeddings=False, train_output_embeddings=False, num_memory_tokens=1),
+     "at least one of them must train"),
+])
+def test_invalid_configs_raise_clear_errors(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        UTReprogramConfig(**kwargs)
+
+
+def test_copy_init_uses_the_given_token_rows():
+    base = tiny_model("llama")
+    model = get_peft_model(base, UTReprogramConfig(task_vocab_size=3, num_memory_tokens=1, init="copy",
+                                                  init_token_ids=[5, 6, 7, 8]))
+    embed = model.get_input_embeddings()
+    assert torch.equal(embed.ut_reprogram_embedding["default"], embed.get_base_layer().weight[5:8])
+    assert torch.equal(embed.ut_reprogram_memory["default"][0], embed.get_base_layer().weight[8])
+
+
+def test_normal_init_is_seeded_and_leaves_global_rng_alone():
+    base = tiny_model("llama")
+    torch.manual_seed(123)
+    state = torch.random.get_rng_state()
+    a = get_peft_model(base, UTReprogramConfig(init="normal", init_seed=4))
+    assert torch.equal(torch.random.get_rng_state(), state)
+    b = get_peft_model(tiny_model("llama"), UTReprogramConfig(init="normal", init_seed=4))
+    c = get_peft_model(tiny_model("llama"), UTReprogramConfig(init="normal", init_seed=5))
+    ea, eb, ec = (m.get_input_embeddings().weight for m in (a, b, c))
+    assert torch.equal(ea, eb) and not torch.equal(ea, ec)
+    assert not torch.equal(ea, a.get_input_embeddings().get_base_layer().weight)
