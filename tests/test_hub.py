@@ -1,0 +1,88 @@
+"""Model cards and the Hub upload path: the files and calls are real, only the network calls are recorded."""
+
+import json
+
+import pytest
+from huggingface_hub import HfApi, ModelCard
+from peft import get_peft_model
+
+from ut_peft import UTReprogramConfig, push_adapter_to_hub, random_backbone, save_model_card
+from ut_peft.hub import hub_base_model_id
+from ut_peft.testing import tiny_config, tiny_model
+
+
+class RecordingHfApi(HfApi):
+    """HfApi whose two network calls record what they would send (the Hub cannot be reached from tests)."""
+
+    def __init__(self):
+        super().__init__(token="hf_test")
+        self.calls = []
+
+    def create_repo(self, **kwargs):
+        self.calls.append(("create_repo", kwargs))
+        return f"https://huggingface.co/{kwargs['repo_id']}"
+
+    def upload_folder(self, **kwargs):
+        from pathlib import Path
+
+        files = sorted(p.name for p in Path(kwargs["folder_path"]).iterdir())
+        readme = (Path(kwargs["folder_path"]) / "README.md").read_text()
+        self.calls.append(("upload_folder", {**kwargs, "files": files, "readme": readme}))
+        return "commit-info"
+
+
+def test_save_pretrained_writes_the_ut_peft_card(tmp_path):
+    model = get_peft_model(tiny_model("llama"), UTReprogramConfig(num_memory_tokens=2))
+    model.save_pretrained(tmp_path)
+    card = ModelCard.load(tmp_path / "README.md")
+    assert card.data.library_name == "peft"
+    assert {"ut-peft", "ut_reprogram", "random-backbone"} <= set(card.data.tags)
+    assert "base_model" not in card.data.to_dict() or card.data.base_model is None  # built from a config
+    assert "import ut_peft" in card.text and "prepend_memory_tokens" in card.text
+    assert "PEFT" in card.text  # peft's framework-version line is still added
+
+
+def test_push_uploads_the_adapter_folder_with_a_rendered_card(tmp_path):
+    model = get_peft_model(random_backbone(tiny_config("gpt2"), seed=7), UTReprogramConfig(task_vocab_size=6))
+    model.save_pretrained(tmp_path)
+    api = RecordingHfApi()
+    result = push_adapter_to_hub(tmp_path, "someone/dyck-reprogram", api=api, private=True,
+                                 training={"steps": 100, "lr": 1e-3}, metrics={"accuracy": 0.975})
+    assert result == "commit-info"
+    (create_name, create), (upload_name, upload) = api.calls
+    assert create_name == "create_repo" and create["repo_id"] == "someone/dyck-reprogram"
+    assert create["private"] is True and create["exist_ok"] is True
+    assert upload_name == "upload_folder" and upload["repo_id"] == "someone/dyck-reprogram"
+    assert upload["files"] == ["README.md", "adapter_config.json", "adapter_model.safetensors"]
+    card = ModelCard(upload["readme"])
+    assert card.data.library_name == "peft" and "random-backbone" in card.data.tags
+    assert "| accuracy | 0.975 |" in card.text and "| steps | 100 |" in card.text
+    assert 'snapshot_download("someone/dyck-reprogram")' in card.text and "seed 7" in card.text
+
+
+def test_card_names_the_hub_base_model_for_hub_ids(tmp_path):
+    model = get_peft_model(tiny_model("qwen2"), UTReprogramConfig())
+    model.save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "adapter_config.json").read_text())
+    config["base_model_name_or_path"] = "Qwen/Qwen2.5-0.5B"
+    config["backbone"] = None
+    (tmp_path / "adapter_config.json").write_text(json.dumps(config))
+    save_model_card(tmp_path, metrics={"loss": 0.5})
+    card = ModelCard.load(tmp_path / "README.md")
+    assert card.data.base_model == "Qwen/Qwen2.5-0.5B"
+    assert 'from_pretrained("Qwen/Qwen2.5-0.5B")' in card.text
+
+
+def test_hub_base_model_id_rejects_local_paths(tmp_path):
+    assert hub_base_model_id("org/model") == "org/model"
+    assert hub_base_model_id(str(tmp_path)) is None
+    assert hub_base_model_id("") is None
+    assert hub_base_model_id("a/b/c") is None
+
+
+def test_push_refuses_a_folder_without_an_adapter(tmp_path):
+    with pytest.raises(FileNotFoundError, match="save_pretrained"):
+        push_adapter_to_hub(tmp_path, "someone/x", api=RecordingHfApi())
+    get_peft_model(tiny_model("llama"), UTReprogramConfig()).save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match="repo_id"):
+        push_adapter_to_hub(tmp_path, "a/b/c", api=RecordingHfApi())
