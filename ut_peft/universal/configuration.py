@@ -37,6 +37,7 @@ class UniversalTransformerConfig(PretrainedConfig):
         position_embedding_type: ``"none"`` (order only through the causal mask) or ``"learned"``
             (a trainable ``position_embeddings`` table, like GPT-2's wpe).
         attention_scale: softmax temperature; defaults to 1/sqrt(head_dim).
+        initializer_range: std of the initial E and position rows (1.0: unit-scale inputs to the fixed layers).
     """
 
     model_type = "universal_transformer"
@@ -46,7 +47,7 @@ class UniversalTransformerConfig(PretrainedConfig):
                  weights: str = "random", looped: bool = False, seed: int = 0, readout_size: int | None = None,
                  intermediate_size: int | None = None, position_embedding_type: str = "none",
                  max_position_embeddings: int = 256, attention_scale: float | None = None,
-                 layer_norm_eps: float = 1e-5, initializer_range: float = 0.02, tie_word_embeddings: bool = False,
+                 layer_norm_eps: float = 1e-5, initializer_range: float = 1.0, tie_word_embeddings: bool = False,
                  **kwargs):
         self.vocab_size = vocab_size
         self.hidden_size = hidden_size

@@ -154,9 +154,8 @@ class UniversalTransformerBlock(nn.Module):
             self.mlp_out = _frozen(config.intermediate_size, m)
 
     def attend(self, z: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        q = torch.einsum("bnm,hmk->bhnk", z, self.query)
-        k = torch.einsum("bnm,hmk->bhnk", z, self.key)
-        v = torch.einsum("bnm,hmp->bhnp", z, self.value)
+        z = z.unsqueeze(1)  # (batch, 1, n, m) broadcasts against the (H, m, .) head weights
+        q, k, v = z @ self.query, z @ self.key, z @ self.value
         scores = (q @ k.transpose(-1, -2)) * self.config.attention_scale
         # finfo.min instead of -inf: a fully masked row (a left pad) becomes uniform rather than NaN.
         scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)

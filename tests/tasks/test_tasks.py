@@ -1,0 +1,97 @@
+import functools
+import random
+
+import pytest
+import torch
+
+from ut_peft.tasks import IGNORE_INDEX, ScoredTokenAccuracy, aligned_predictions, dyck_dataset, khop_dataset
+from ut_peft.tasks import dyck, khop
+
+
+def _balanced_by_grammar(text: str) -> bool:
+    """Brute force from the grammar S -> '' | '(' S ')' S, with no counters."""
+
+    @functools.lru_cache(maxsize=None)
+    def derives(i: int, j: int) -> bool:
+        if i == j:
+            return True
+        if text[i] != "(":
+            return False
+        return any(text[c] == ")" and derives(i + 1, c) and derives(c + 1, j) for c in range(i + 1, j))
+
+    return derives(0, len(text))
+
+
+def _hop_brute_force(x, k, none):
+    """hop_k straight from its recursive definition, scanning backwards each time."""
+
+    def hop_at(i, j):  # (value, position) of hop_j at position i
+        if j == 0:
+            return x[i], i
+        value, p = hop_at(i, j - 1)
+        if p is None:
+            return none, None
+        for q in range(p - 1, -1, -1):
+            if x[q] == value:
+                return x[q + 1], q + 1
+        return none, None
+
+    return [hop_at(i, k)[0] for i in range(len(x))]
+
+
+def test_dyck_labels_match_the_grammar_and_the_format():
+    data = dyck_dataset(400, seed=3, max_pairs=6, max_random_length=12)
+    assert 0.2 < sum(data["balanced"]) / len(data) < 0.8
+    for row in data:
+        text, ids, labels = row["text"], row["input_ids"], row["labels"]
+        assert row["balanced"] == _balanced_by_grammar(text)
+        assert len(text) <= 12 and ids[:-2] == [dyck.OPEN if c == "(" else dyck.CLOSE for c in text]
+        assert ids[-2] == dyck.QUERY
+        assert ids[-1] == (dyck.BALANCED if row["balanced"] else dyck.UNBALANCED)
+        assert labels[:-1] == [IGNORE_INDEX] * (len(ids) - 1) and labels[-1] == ids[-1]
+
+
+def test_dyck_is_seeded():
+    a, b, c = (dyck_dataset(50, seed=s, max_pairs=5)["text"] for s in (1, 1, 2))
+    assert a == b and a != c
+
+
+@pytest.mark.parametrize("k", [0, 1, 2, 3, 5])
+def test_hop_matches_brute_force(k):
+    rng = random.Random(k)
+    for _ in range(50):
+        x = khop.sample_string(rng, rng.randint(2, 30), alphabet_size=rng.choice([2, 3, 4]))
+        assert all(a != b for a, b in zip(x, x[1:]))
+        assert khop.hop(x, k, none=99) == _hop_brute_force(x, k, none=99)
+
+
+def test_khop_dataset_format():
+    data = khop_dataset(60, ks=(1, 3), length=12, seed=0)
+    assert set(data["k"]) == {1, 3}
+    vocab = khop.khop_vocab()
+    for row in data:
+        ids, labels, k = row["input_ids"], row["labels"], row["k"]
+        assert vocab[ids[0]] == f"<k={k}>" and len(ids) == len(labels) == 13
+        x = ids[1:]
+        assert labels[2:] == _hop_brute_force(x, k, none=5)[:-1] and labels[:2] == [IGNORE_INDEX] * 2
+    with pytest.raises(ValueError, match="hop counts"):
+        khop_dataset(5, ks=(17,))
+
+
+def test_metric_scores_only_scored_positions():
+    metric = ScoredTokenAccuracy()
+    # Logits at t are scored against labels[t + 1]: build logits that predict labels[t+1] except at one position.
+    labels = torch.tensor([[IGNORE_INDEX, 2, IGNORE_INDEX, 1], [IGNORE_INDEX, IGNORE_INDEX, 3, 0]])
+    logits = torch.zeros(2, 4, 4)
+    for b in range(2):
+        for t in range(3):
+            logits[b, t, max(int(labels[b, t + 1]), 0)] = 1.0
+    logits[1, 2, 0], logits[1, 2, 1] = 0.0, 5.0  # wrong at the last scored position of sequence 1
+    logits[0, 1, 3] = 9.0  # an unscored position: must not count
+    predictions, references = aligned_predictions(logits, labels)
+    result = metric.compute(predictions=predictions, references=references)
+    assert result["scored_tokens"] == 4
+    assert result["accuracy"] == pytest.approx(3 / 4)
+    assert result["sequence_accuracy"] == pytest.approx(1 / 2)
+    with pytest.raises(ValueError, match="no scored positions"):
+        metric.compute(predictions=[[1]], references=[[IGNORE_INDEX]])

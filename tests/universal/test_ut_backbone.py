@@ -1,0 +1,96 @@
+import pytest
+import torch
+from peft import PeftModel, get_peft_model
+from transformers import AutoModelForCausalLM
+
+import ut_peft
+from ut_peft.universal import UniversalTransformerConfig, UniversalTransformerForCausalLM, fixed_block_weights
+
+
+def _config(**kwargs):
+    base = dict(vocab_size=7, hidden_size=24, num_hidden_layers=2, num_attention_heads=2, head_dim=3,
+                max_position_embeddings=16)
+    return UniversalTransformerConfig(**{**base, **kwargs})
+
+
+@pytest.mark.parametrize("variant", ["attention_only", "residual_layernorm", "mlp"])
+@pytest.mark.parametrize("weights", ["sparse", "random"])
+def test_auto_class_builds_and_trains_only_embeddings(variant, weights):
+    model = AutoModelForCausalLM.from_config(_config(variant=variant, weights=weights,
+                                                     position_embedding_type="learned"))
+    assert isinstance(model, UniversalTransformerForCausalLM)
+    ids = torch.randint(0, 7, (3, 9))
+    out = model(input_ids=ids, attention_mask=torch.ones_like(ids), labels=ids)
+    assert out.logits.shape == (3, 9, 7) and torch.isfinite(out.loss)
+    out.loss.backward()
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    assert trainable == {"model.embed_tokens.weight", "model.position_embeddings.weight", "lm_head.weight"}
+    assert all(p.grad is None for p in model.fixed_parameters().values())
+
+
+def test_sparse_fixed_weights_are_zero_or_one():
+    for looped, heads in [(False, 1), (False, 2), (True, 1)]:
+        for variant in ("attention_only", "residual_layernorm"):
+            model = AutoModelForCausalLM.from_config(_config(weights="sparse", looped=looped, num_attention_heads=heads,
+                                                             variant=variant))
+            fixed = model.fixed_parameters()
+            assert fixed
+            for name, tensor in fixed.items():
+                assert set(tensor.unique().tolist()) <= {0.0, 1.0}, name
+                assert tensor.sum() > 0, name
+
+
+def test_looped_backbone_shares_one_layer():
+    model = AutoModelForCausalLM.from_config(_config(looped=True, num_hidden_layers=4))
+    assert len(model.model.layers) == 1
+    hidden = model(input_ids=torch.randint(0, 7, (1, 5)), output_hidden_states=True).hidden_states
+    assert len(hidden) == 5  # the input plus 4 applications of the shared layer
+
+
+def test_random_weights_depend_on_seed_only():
+    a = fixed_block_weights(_config(seed=1), 0)["query"]
+    assert torch.equal(a, fixed_block_weights(_config(seed=1), 0)["query"])
+    assert not torch.equal(a, fixed_block_weights(_config(seed=2), 0)["query"])
+    assert not torch.equal(a, fixed_block_weights(_config(seed=1), 1)["query"])
+
+
+def test_rebuild_from_config_and_save_load_are_bit_identical(tmp_path):
+    config = _config(variant="mlp", weights="random", seed=5)
+    model = AutoModelForCausalLM.from_config(config)
+    rebuilt = AutoModelForCausalLM.from_config(UniversalTransformerConfig.from_dict(config.to_dict()))
+    model.save_pretrained(tmp_path)
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path)
+    for name, tensor in model.fixed_parameters().items():
+        assert torch.equal(tensor, rebuilt.fixed_parameters()[name]), name
+        assert torch.equal(tensor, loaded.fixed_parameters()[name]), name
+        assert not loaded.fixed_parameters()[name].requires_grad
+
+
+def test_adapter_save_load_on_ut_backbone(tmp_path):
+    config = _config(weights="sparse", num_attention_heads=1, position_embedding_type="learned")
+    peft_model = get_peft_model(AutoModelForCausalLM.from_config(config),
+                                ut_peft.UTReprogramConfig(train_position_embeddings=True))
+    ids = torch.randint(0, 7, (2, 6))
+    optimizer = torch.optim.Adam([p for p in peft_model.parameters() if p.requires_grad], lr=0.1)
+    for _ in range(3):
+        loss = peft_model(input_ids=ids, labels=ids).loss
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    peft_model.save_pretrained(tmp_path)
+    untrained = AutoModelForCausalLM.from_config(config)(input_ids=ids).logits
+    reloaded = PeftModel.from_pretrained(AutoModelForCausalLM.from_config(config), tmp_path)
+    assert torch.equal(reloaded(input_ids=ids).logits, peft_model(input_ids=ids).logits)
+    assert not torch.allclose(untrained, peft_model(input_ids=ids).logits)
+
+
+def test_bad_configs_are_refused():
+    with pytest.raises(ValueError, match="variant"):
+        UniversalTransformerConfig(variant="transformer")
+    with pytest.raises(ValueError, match="one head"):
+        UniversalTransformerConfig(weights="sparse", looped=True, num_attention_heads=2)
+    with pytest.raises(ValueError, match="hidden_size"):
+        UniversalTransformerConfig(hidden_size=0)
+    model = AutoModelForCausalLM.from_config(_config(position_embedding_type="learned"))
+    with pytest.raises(ValueError, match="max_position_embeddings"):
+        model(input_ids=torch.zeros(1, 17, dtype=torch.long))

@@ -1,0 +1,114 @@
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from ut_peft.universal import UniversalTransformerConfig
+from ut_peft.universal.compiler import (CompilationError, compile_embedding, compile_into_model, fit_embedding,
+                                        required_width)
+from ut_peft.universal.targets import TargetTransformer
+
+CASES = [(1, 2, 2), (2, 3, 2), (3, 4, 3), (2, 5, 1)]  # (L, d, k)
+
+
+def _backbone(*, width, layers, heads=1, head_dim, weights, looped=False, readout, seed=0, **kwargs):
+    config = UniversalTransformerConfig(hidden_size=width, num_hidden_layers=layers, num_attention_heads=heads,
+                                        head_dim=head_dim, weights=weights, looped=looped, readout_size=readout,
+                                        seed=seed, **kwargs)
+    return AutoModelForCausalLM.from_config(config)
+
+
+def _max_error(backbone, target, embedding, dtype, seed=0):
+    x = torch.randn(5, 9, target.width, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    backbone = backbone.to(dtype)
+    simulated = backbone.simulate(x.to(dtype), embedding.to(dtype)).double()
+    return (simulated - target(x)).abs().max().item()
+
+
+@pytest.mark.parametrize("weights", ["sparse", "random"])
+@pytest.mark.parametrize("looped", [False, True])
+@pytest.mark.parametrize("layers,d,k", CASES)
+def test_single_head_compilation_is_exact(weights, looped, layers, d, k):
+    target = TargetTransformer.random(d=d, k=k, layers=layers, seed=layers * 10 + d)
+    width = required_width(layers, 1, k, d)
+    backbone = _backbone(width=width, layers=layers, head_dim=k, weights=weights, looped=looped, readout=d, seed=3)
+    result = compile_embedding(target, backbone)
+    assert result.full_rank and result.num_constraints == 2 * layers * k + d and result.residual < 1e-10
+    assert _max_error(backbone, target, result.embedding, torch.float64) < 1e-9
+    if weights == "random":
+        # At exactly the minimum width a Gaussian system is square and its condition number grows with depth
+        # (E reaches ~1e2 for L=3), which float32 amplifies; two spare columns make the min-norm E well behaved.
+        backbone = _backbone(width=width + 2, layers=layers, head_dim=k, weights=weights, looped=looped,
+                             readout=d, seed=3)
+        result = compile_embedding(target, backbone)
+    assert _max_error(backbone, target, result.embedding, torch.float32) < 1e-5
+
+
+def test_wider_backbone_and_wider_heads_still_compile():
+    target = TargetTransformer.random(d=3, k=2, layers=2, seed=7)
+    backbone = _backbone(width=30, layers=2, head_dim=4, weights="random", readout=3)
+    result = compile_embedding(target, backbone)
+    assert _max_error(backbone, target, result.embedding, torch.float64) < 1e-9
+
+
+@pytest.mark.parametrize("weights", ["sparse", "random"])
+def test_multi_head_attention_matching(weights):
+    target = TargetTransformer.random(d=2, k=2, layers=2, heads=2, seed=4)
+    width = required_width(2, 2, 2, 2)
+    assert width == 2 * 2 * (2 + 4) + 4 * 2  # the width grows with the H^L head paths
+    backbone = _backbone(width=width, layers=2, heads=2, head_dim=2, weights=weights, readout=2)
+    result = compile_embedding(target, backbone)
+    assert result.num_paths == 4
+    assert _max_error(backbone, target, result.embedding, torch.float64) < 1e-9
+    assert _max_error(backbone, target, result.embedding, torch.float32) < 1e-5
+
+
+@pytest.mark.parametrize("weights", ["sparse", "random"])
+def test_too_narrow_backbone_is_refused(weights):
+    target = TargetTransformer.random(d=3, k=2, layers=2, seed=1)
+    width = required_width(2, 1, 2, 3)
+    backbone = _backbone(width=width - 1, layers=2, head_dim=2, weights=weights, readout=3)
+    with pytest.raises(CompilationError, match="too narrow") as info:
+        compile_embedding(target, backbone)
+    assert info.value.result.residual > 1e-6  # the best E really does not simulate this target
+    loose = compile_embedding(target, backbone, strict=False)
+    assert _max_error(backbone, target, loose.embedding, torch.float64) > 1e-6
+
+
+def test_rank_deficient_backbone_is_refused():
+    # Wide enough, but a random backbone whose values are all zero after layer 1 cannot carry layer-2 blocks.
+    target = TargetTransformer.random(d=2, k=1, layers=2, seed=1)
+    backbone = _backbone(width=12, layers=2, head_dim=1, weights="random", readout=2)
+    with torch.no_grad():
+        backbone.model.layers[0].value.zero_()
+    with pytest.raises(CompilationError, match="rank-deficient"):
+        compile_embedding(target, backbone)
+
+
+def test_incompatible_backbones_are_refused_with_reason():
+    target = TargetTransformer.random(d=2, k=2, layers=2, seed=0)
+    with pytest.raises(CompilationError, match="attention_only"):
+        compile_embedding(target, _backbone(width=20, layers=2, head_dim=2, weights="sparse", readout=2,
+                                            variant="residual_layernorm"))
+    with pytest.raises(CompilationError, match="layers differ"):
+        compile_embedding(target, _backbone(width=20, layers=3, head_dim=2, weights="sparse", readout=2))
+    with pytest.raises(CompilationError, match="readout_size"):
+        compile_embedding(target, _backbone(width=20, layers=2, head_dim=2, weights="sparse", readout=3))
+
+
+def test_token_level_compilation_into_the_hf_model():
+    vocab = 6
+    target = TargetTransformer.random(d=3, k=2, layers=2, d_out=vocab, vocab_size=vocab, seed=2)
+    backbone = _backbone(width=required_width(2, 1, 2, vocab), layers=2, head_dim=2, weights="random",
+                         readout=vocab, vocab_size=vocab).to(torch.float64)
+    compile_into_model(target, backbone)
+    ids = torch.randint(0, vocab, (4, 8))
+    assert (backbone(input_ids=ids).logits - target(ids)).abs().max() < 1e-9
+
+
+def test_gradient_fit_improves_with_width():
+    target = TargetTransformer.random(d=2, k=2, layers=2, heads=2, seed=5, dtype=torch.float32)
+    errors = []
+    for width in (2, 40):
+        backbone = _backbone(width=width, layers=2, heads=2, head_dim=2, weights="random", readout=2, seed=1)
+        errors.append(fit_embedding(target, backbone, steps=80, seq_len=6, seed=0).error)
+    assert errors[1] < errors[0]

@@ -1,0 +1,96 @@
+"""Dyck-1 (balanced parentheses) in the format of Zhong & Andreas (2024).
+
+With probability 1/3 a uniform random string of length 1..max_random_length; otherwise a balanced string of
+1..max_pairs pairs, half of them kept and half mutated by a geometric number of random swaps and/or flips.
+Then "?" and the answer token; only the answer is scored.
+"""
+
+from __future__ import annotations
+
+import random
+
+import datasets
+
+from .metrics import IGNORE_INDEX
+
+VOCAB = ("<pad>", "(", ")", "?", "balanced", "unbalanced")
+PAD, OPEN, CLOSE, QUERY, BALANCED, UNBALANCED = range(len(VOCAB))
+FEATURES = datasets.Features({
+    "text": datasets.Value("string"),
+    "balanced": datasets.Value("bool"),
+    "input_ids": datasets.Sequence(datasets.Value("int32")),
+    "labels": datasets.Sequence(datasets.Value("int32")),
+})
+
+
+def is_balanced(text: str) -> bool:
+    depth = 0
+    for char in text:
+        depth += 1 if char == "(" else -1
+        if depth < 0:
+            return False
+    return depth == 0
+
+
+def _random_balanced(rng: random.Random, pairs: int) -> str:
+    # A random walk conditioned to stay non-negative and end at 0, built step by step.
+    out, depth, opens_left = [], 0, pairs
+    while opens_left or depth:
+        if opens_left and (depth == 0 or rng.random() < 0.5):
+            out.append("(")
+            opens_left -= 1
+            depth += 1
+        else:
+            out.append(")")
+            depth -= 1
+    return "".join(out)
+
+
+def _mutate(rng: random.Random, text: str) -> str:
+    chars = list(text)
+    edits = 1
+    while rng.random() < 0.5:  # geometric number of edits, at least one
+        edits += 1
+    for _ in range(edits):
+        if len(chars) > 1 and rng.random() < 0.5:
+            i, j = rng.sample(range(len(chars)), 2)
+            chars[i], chars[j] = chars[j], chars[i]
+        else:
+            i = rng.randrange(len(chars))
+            chars[i] = "(" if chars[i] == ")" else ")"
+    return "".join(chars)
+
+
+def sample_dyck(rng: random.Random, max_pairs: int = 30, max_random_length: int = 60) -> str:
+    """One parenthesis string of the task's distribution."""
+    if rng.random() < 1 / 3:
+        return "".join(rng.choice("()") for _ in range(rng.randint(1, max_random_length)))
+    text = _random_balanced(rng, rng.randint(1, max_pairs))
+    return text if rng.random() < 0.5 else _mutate(rng, text)
+
+
+def encode_dyck(text: str) -> dict:
+    balanced = is_balanced(text)
+    ids = [OPEN if c == "(" else CLOSE for c in text] + [QUERY, BALANCED if balanced else UNBALANCED]
+    return {"text": text, "balanced": balanced, "input_ids": ids,
+            "labels": [IGNORE_INDEX] * (len(ids) - 1) + [ids[-1]]}
+
+
+def _generate(num_examples: int, seed: int, max_pairs: int, max_random_length: int):
+    rng = random.Random(seed)
+    for _ in range(num_examples):
+        yield encode_dyck(sample_dyck(rng, max_pairs, max_random_length))
+
+
+def dyck_dataset(num_examples: int, *, seed: int = 0, max_pairs: int = 30, max_random_length: int = 60
+                 ) -> datasets.Dataset:
+    """A seeded Dyck-1 dataset; sequences are at most ``max(2 * max_pairs, max_random_length) + 2`` tokens."""
+    if num_examples < 1 or max_pairs < 1 or max_random_length < 1:
+        raise ValueError("num_examples, max_pairs and max_random_length must all be at least 1")
+    return datasets.Dataset.from_generator(
+        _generate, features=FEATURES,
+        gen_kwargs=dict(num_examples=num_examples, seed=seed, max_pairs=max_pairs,
+                        max_random_length=max_random_length))
+
+
+__all__ = ["VOCAB", "FEATURES", "dyck_dataset", "encode_dyck", "is_balanced", "sample_dyck"]

@@ -1,0 +1,88 @@
+"""k-hop induction heads (Sanford, Hsu & Telgarsky, 2024).
+
+X is a string over a small alphabet with no two consecutive letters equal. hop_0(X)_i = X_i at position i;
+hop_{j+1}(X)_i: from the previous hop's position p, find the last q < p with X_q = X_p and move to q + 1
+(output X_{q+1}); if there is none the answer is a "does-not-exist" symbol, which then persists.
+
+A sequence is [k token] + X; the model must output hop_k(X)_i at the position holding X_i, and every such
+position except the last is scored (labels follow the causal-LM shift: labels[i + 2] = hop_k(X)_i).
+"""
+
+from __future__ import annotations
+
+import random
+
+import datasets
+
+from .metrics import IGNORE_INDEX
+
+PAD = 0
+FEATURES = datasets.Features({
+    "k": datasets.Value("int32"),
+    "input_ids": datasets.Sequence(datasets.Value("int32")),
+    "labels": datasets.Sequence(datasets.Value("int32")),
+})
+
+
+def khop_vocab(alphabet_size: int = 4, max_k: int = 16) -> list[str]:
+    """pad, the letters, the does-not-exist symbol, then one token per k."""
+    return (["<pad>"] + [chr(ord("a") + i) for i in range(alphabet_size)] + ["<none>"]
+            + [f"<k={k}>" for k in range(max_k + 1)])
+
+
+def hop(x: list[int], k: int, none: int) -> list[int]:
+    """hop_k(x) at every position, in O(nk)."""
+    last_seen, previous = {}, []
+    for q, letter in enumerate(x):
+        previous.append(last_seen.get(letter))  # last earlier position with the same letter
+        last_seen[letter] = q
+    out = []
+    for i in range(len(x)):
+        p = i
+        for _ in range(k):
+            if p is None or previous[p] is None:
+                p = None
+                break
+            p = previous[p] + 1
+        out.append(none if p is None else x[p])
+    return out
+
+
+def sample_string(rng: random.Random, length: int, alphabet_size: int = 4) -> list[int]:
+    """Letters 1..alphabet_size, no two consecutive equal."""
+    x = [rng.randint(1, alphabet_size)]
+    while len(x) < length:
+        x.append(rng.choice([a for a in range(1, alphabet_size + 1) if a != x[-1]]))
+    return x
+
+
+def encode_khop(x: list[int], k: int, alphabet_size: int = 4) -> dict:
+    none = alphabet_size + 1
+    target = hop(x, k, none)
+    return {"k": k, "input_ids": [none + 1 + k] + list(x), "labels": [IGNORE_INDEX] * 2 + target[:-1]}
+
+
+def _generate(num_examples: int, seed: int, ks: list[int], length: int, alphabet_size: int):
+    rng = random.Random(seed)
+    for _ in range(num_examples):
+        k = rng.choice(ks)
+        yield encode_khop(sample_string(rng, length, alphabet_size), k, alphabet_size)
+
+
+def khop_dataset(num_examples: int, *, ks=(1, 2, 3, 4), length: int = 32, alphabet_size: int = 4, seed: int = 0,
+                 max_k: int = 16) -> datasets.Dataset:
+    """A seeded k-hop dataset mixing the hop counts in ``ks`` (the first token says which k); vocab from
+    :func:`khop_vocab` (``alphabet_size + 2 + max_k + 1`` tokens), sequences of ``length + 1`` tokens."""
+    ks = sorted(set(int(k) for k in ks))
+    if not ks or ks[0] < 0 or ks[-1] > max_k:
+        raise ValueError(f"ks must be hop counts between 0 and max_k={max_k}, got {ks}")
+    if alphabet_size < 2:
+        raise ValueError("alphabet_size must be at least 2 (no two consecutive letters may be equal)")
+    if length < 2 or num_examples < 1:
+        raise ValueError("length must be at least 2 and num_examples at least 1")
+    return datasets.Dataset.from_generator(
+        _generate, features=FEATURES,
+        gen_kwargs=dict(num_examples=num_examples, seed=seed, ks=ks, length=length, alphabet_size=alphabet_size))
+
+
+__all__ = ["FEATURES", "encode_khop", "hop", "khop_dataset", "khop_vocab", "sample_string"]
