@@ -104,12 +104,15 @@ def copy_model_config(*, max_positions: int = 512, hidden_size: int = 128, num_l
     """A small GPT-2 (learned absolute positions) over the copy vocabulary."""
     return transformers.GPT2Config(vocab_size=VOCAB_SIZE, n_positions=max_positions, n_embd=hidden_size,
                                    n_layer=num_layers, n_head=num_heads, bos_token_id=BOS, eos_token_id=EOS,
-                                   pad_token_id=PAD, tie_word_embeddings=False)
+                                   pad_token_id=PAD, tie_word_embeddings=False,
+                                   # No dropout: exact copying is the goal and these runs are short.
+                                   resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
 
 
 def copy_model(seed: int = 0, **config_kwargs) -> transformers.PreTrainedModel:
     torch.manual_seed(seed)
-    return transformers.AutoModelForCausalLM.from_config(copy_model_config(**config_kwargs), dtype=torch.float32)
+    model = transformers.AutoModelForCausalLM.from_config(copy_model_config(**config_kwargs), dtype=torch.float32)
+    return model.eval()
 
 
 def max_positions_of(model) -> int | None:
@@ -230,3 +233,44 @@ def cliff(results: list[dict], trained_max: int, *, high: float = 0.9, low: floa
     h, lo = out[f"length_at_{high}"], out[f"length_at_{low}"]
     out["width"] = (lo - h) if h is not None and lo is not None else None
     return out
+
+
+TRAININGS = ("full", "embeddings")
+
+
+def build_copy_model(training: str, *, seed: int = 0, **config_kwargs):
+    """``full``: a fresh GPT-2 whose every weight trains. ``embeddings``: a frozen random GPT-2 backbone
+    (``ut_peft.random_backbone``) reprogrammed by UT_REPROGRAM with fresh E, U over the copy vocabulary and
+    trainable learned positions; nothing else trains."""
+    if training == "full":
+        return copy_model(seed=seed, **config_kwargs)
+    if training == "embeddings":
+        from peft import get_peft_model
+
+        from .. import UTReprogramConfig, random_backbone
+
+        base = random_backbone(copy_model_config(**config_kwargs), seed=seed)
+        return get_peft_model(base, UTReprogramConfig(task_vocab_size=VOCAB_SIZE, train_position_embeddings=True,
+                                                      init="normal", init_seed=seed))
+    raise ValueError(f"training must be one of {TRAININGS}, got {training!r}")
+
+
+def run_copy(training: str, *, steps: int = 1500, batch_size: int = 32, lr: float = 3e-3, train_lengths=(5, 50),
+             eval_lengths=None, num_per_length: int = 32, seed: int = 0, progress: bool = True,
+             **config_kwargs) -> dict:
+    """Train one copy model (``training`` = full or embeddings) on lengths ``train_lengths`` and evaluate exact
+    match at ``eval_lengths`` (default: 5 to 4x the longest trained length). Returns a JSON-able dict with the
+    per-length results and :func:`cliff`."""
+    low, high = train_lengths
+    if eval_lengths is None:
+        eval_lengths = sorted({*range(low, high + 1, 5), *range(high, 2 * high + 1, 5), *range(2 * high, 4 * high + 1, 25)})
+    config_kwargs.setdefault("max_positions", 2 * max(eval_lengths) + 3)
+    model = build_copy_model(training, seed=seed, **config_kwargs)
+    data = copy_dataset(steps * batch_size, min_length=low, max_length=high, seed=seed)
+    trained = train_copy(model, data, steps=steps, batch_size=batch_size, lr=lr, seed=seed, progress=progress)
+    results = evaluate_copy(model, eval_lengths, num_per_length=num_per_length, progress=progress)
+    return {"training": training, "steps": steps, "batch_size": batch_size, "lr": lr, "train_lengths": [low, high],
+            "seconds": trained.seconds, "trainable_parameters": trained.trainable_parameters,
+            "final_loss": sum(trained.losses[-20:]) / len(trained.losses[-20:]), "loss_curve": trained.losses[::10],
+            "config": {k: v for k, v in config_kwargs.items()}, "results": results, "cliff": cliff(results, high),
+            "_model": model}

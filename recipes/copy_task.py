@@ -1,0 +1,70 @@
+"""The copy-length cliff: train on strings of lengths 5-50, test exact match up to 4x that.
+
+    python recipes/copy_task.py --trainings full embeddings --steps 1500 --out runs/copy_task
+
+``full`` trains a small GPT-2 entirely; ``embeddings`` trains only E, U and the learned positions of a frozen
+random GPT-2 backbone (UT_REPROGRAM). Writes copy_task.json (after every run, so finished runs are never lost),
+copy_cliff.png and copy_task.md.
+"""
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+
+import torch
+
+from ut_peft.geometry.copy_task import TRAININGS, run_copy
+from ut_peft.geometry.report import copy_markdown, plot_copy_cliff, write_json
+
+
+def main(args):
+    low, high = args.train_lengths
+    if not 1 <= low <= high:
+        raise SystemExit(f"--train-lengths must be 1 <= MIN <= MAX, got {low} {high}")
+    eval_lengths = args.eval_lengths or None
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    settings = {"hidden_size": args.hidden_size, "num_layers": args.layers, "num_heads": args.heads}
+    result = {"settings": {**settings, "steps": args.steps, "batch_size": args.batch_size,
+                           "train_lengths": [low, high], "num_per_length": args.num_per_length,
+                           "seed": args.seed}, "runs": {}}
+    for training in args.trainings:
+        lr = args.embedding_lr if training == "embeddings" else args.lr
+        run = run_copy(training, steps=args.steps, batch_size=args.batch_size, lr=lr, train_lengths=(low, high),
+                       eval_lengths=eval_lengths, num_per_length=args.num_per_length, seed=args.seed,
+                       progress=not args.no_progress, **settings)
+        run.pop("_model")
+        result["runs"][training] = run
+        write_json(result, out / "copy_task.json")
+        print(f"{training}: {run['cliff']}", flush=True)
+    plot_copy_cliff({k: v["results"] for k, v in result["runs"].items()}, (low, high), out / "copy_cliff.png")
+    command = "python recipes/copy_task.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    (out / "copy_task.md").write_text(copy_markdown(result, command=command, plot="copy_cliff.png"))
+    print((out / "copy_task.md").read_text())
+
+
+def parse(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--trainings", nargs="+", default=list(TRAININGS), choices=TRAININGS)
+    p.add_argument("--steps", type=int, default=1500)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--lr", type=float, default=3e-3, help="learning rate of full training")
+    p.add_argument("--embedding-lr", type=float, default=1e-2, help="learning rate of embedding-only training")
+    p.add_argument("--train-lengths", type=int, nargs=2, default=[5, 50], metavar=("MIN", "MAX"))
+    p.add_argument("--eval-lengths", type=int, nargs="+", help="default: 5..4*MAX")
+    p.add_argument("--num-per-length", type=int, default=32)
+    p.add_argument("--hidden-size", type=int, default=64)
+    p.add_argument("--layers", type=int, default=2)
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, help="torch threads (default: torch's choice; 1 on a shared machine)")
+    p.add_argument("--out", default="runs/copy_task")
+    p.add_argument("--no-progress", action="store_true")
+    return p.parse_args(argv)
+
+
+if __name__ == "__main__":
+    main(parse())

@@ -1,0 +1,70 @@
+"""Decoder-cell shares and refined slope bounds of a causal LM, next to its measured n_50 slope.
+
+    python recipes/geometry.py --model smollm2-135m --samples 1000000 \
+        --summary runs/accessibility/smollm2/summary.json --out runs/geometry/smollm2
+
+Writes geometry.json (everything), cells.png (share vs rank; per-token decay) and geometry.md (a README section).
+"""
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+
+import torch
+
+from ut_peft import load_model_and_tokenizer
+from ut_peft.geometry import read_measured_slope
+from ut_peft.geometry.analysis import analyze_model
+from ut_peft.geometry.report import geometry_markdown, plot_cells, write_json
+
+
+def main(args):
+    if args.samples < 1:
+        raise SystemExit(f"--samples must be >= 1, got {args.samples}")
+    if args.summary and args.slope:
+        raise SystemExit("give either --summary (an evaluator summary.json) or --slope, not both")
+    slope = read_measured_slope(args.summary) if args.summary else args.slope
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    model, tokenizer = load_model_and_tokenizer(args.model)
+    model.eval()
+    result = analyze_model(model, num_samples=args.samples, supports=args.supports, measured_slope=slope,
+                           support_sequences=args.support_sequences, apply_final_norm=args.apply_final_norm,
+                           chunk_size=args.chunk_size, vocab_chunk=args.vocab_chunk, seed=args.seed,
+                           progress=not args.no_progress)
+    result["model"] = args.model
+    result["slope_source"] = args.summary or ("--slope" if args.slope else None)
+    write_json(result, out / "geometry.json")
+    plot_cells(result["_estimates"], out / "cells.png", title=args.model)
+    command = "python recipes/geometry.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    (out / "geometry.md").write_text(geometry_markdown(result, model_name=args.model, tokenizer=tokenizer,
+                                                       command=command, plot="cells.png"))
+    print((out / "geometry.md").read_text())
+
+
+def parse(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default="smollm2-135m", help="bundled name, local folder or hub id")
+    p.add_argument("--samples", type=lambda s: int(float(s)), default=1_000_000,
+                   help="Monte Carlo points per support (1e6 takes minutes for |V|=49k on 2 cores)")
+    p.add_argument("--supports", nargs="+", default=["ball", "box"], choices=["ball", "box"])
+    p.add_argument("--summary", help="accessibility evaluator summary.json with the measured slope (fit.slope)")
+    p.add_argument("--slope", type=float, help="the measured n_50 slope, when no summary.json is at hand")
+    p.add_argument("--apply-final-norm", action="store_true",
+                   help="treat sampled points as pre-norm states and apply the final norm (default: post-norm, "
+                        "head only, as the paper)")
+    p.add_argument("--support-sequences", type=int, default=256)
+    p.add_argument("--chunk-size", type=int, help="points per chunk (default 4096)")
+    p.add_argument("--vocab-chunk", type=int, help="vocabulary rows per logits block (default: 16M floats per block)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, help="torch threads (default: torch's choice)")
+    p.add_argument("--out", default="runs/geometry")
+    p.add_argument("--no-progress", action="store_true")
+    return p.parse_args(argv)
+
+
+if __name__ == "__main__":
+    main(parse())

@@ -1,0 +1,94 @@
+import random
+
+import pytest
+import torch
+
+from ut_peft.geometry import copy_task as ct
+
+
+def test_encode_puts_labels_on_the_copy_only():
+    ex = ct.encode("abca")
+    ids = [ct.FIRST_LETTER + i for i in (0, 1, 2, 0)]
+    assert ex["input_ids"] == [ct.BOS, *ids, ct.SEP, *ids, ct.EOS]
+    assert ex["labels"] == [-100] * 6 + ids + [ct.EOS]
+    assert ct.decode(ids) == "abca"
+    with pytest.raises(ValueError, match="lowercase"):
+        ct.encode("ab1")
+    with pytest.raises(ValueError, match="non-empty"):
+        ct.encode("")
+
+
+def test_dataset_lengths_and_collate():
+    ds = ct.copy_dataset(200, min_length=5, max_length=9, seed=3)
+    assert set(ds["length"]) == set(range(5, 10))
+    for row in ds.select(range(20)):
+        n = row["length"]
+        assert len(row["input_ids"]) == 2 * n + 3
+        assert row["input_ids"][1:n + 1] == row["input_ids"][n + 2:2 * n + 2]
+    batch = ct.collate(ds.select(range(8)).to_list())
+    assert batch["input_ids"].shape[1] == max(ds.select(range(8))["length"]) * 2 + 3
+    assert int(batch["attention_mask"].sum()) == sum(2 * n + 3 for n in ds.select(range(8))["length"])
+    fixed = ct.copy_dataset(4, lengths=[7, 11])
+    assert fixed["length"] == [7] * 4 + [11] * 4
+
+
+def test_exact_match_metric_against_brute_force():
+    rng = random.Random(0)
+    refs = [[rng.randrange(5) for _ in range(rng.randint(1, 4))] for _ in range(300)]
+    preds = [r if rng.random() < 0.4 else [rng.randrange(5) for _ in r] for r in refs]
+    out = ct.CopyExactMatch().compute(predictions=preds, references=refs)
+    assert out["exact_match"] == pytest.approx(sum(p == r for p, r in zip(preds, refs)) / 300)
+    tokens = sum(len(r) for r in refs)
+    assert out["token_accuracy"] == pytest.approx(sum(a == b for p, r in zip(preds, refs) for a, b in zip(p, r)) / tokens)
+
+
+def test_teacher_forced_predictions_agree_with_greedy_generation():
+    # Greedy decoding with a right prefix is teacher forcing: up to and including the first wrong token the two
+    # must agree, whatever the model; so exact match from one forward pass equals exact match of generate().
+    model = ct.copy_model(seed=0, hidden_size=32, num_layers=2, num_heads=2, max_positions=64)
+    data = ct.copy_dataset(6, lengths=[1, 3], seed=5)
+    batch = ct.collate(data.to_list())
+    preds, refs = ct.copy_predictions(model, batch)
+    agree_exact = 0
+    for row, pred, ref in zip(data, preds, refs):
+        n = row["length"]
+        prompt = torch.tensor([row["input_ids"][:n + 2]])
+        generated = model.generate(prompt, max_new_tokens=n + 1, do_sample=False, pad_token_id=ct.PAD,
+                                   eos_token_id=None)[0, n + 2:].tolist()
+        first_wrong = next((i for i, (g, r) in enumerate(zip(generated, ref)) if g != r), len(ref))
+        assert generated[:first_wrong + 1] == pred[:first_wrong + 1]
+        agree_exact += (generated == ref) == (pred == ref)
+    assert agree_exact == len(data)
+
+
+def test_cliff_locates_the_drop():
+    rows = [{"length": n, "exact_match": acc, "token_accuracy": acc}
+            for n, acc in [(10, 1.0), (50, 1.0), (60, 1.0), (70, 0.5), (80, 0.0), (90, 0.0)]]
+    c = ct.cliff(rows, trained_max=50)
+    assert c["last_length_at_0.99"] == 60
+    assert c["length_at_0.5"] == pytest.approx(70)
+    assert c["length_at_0.9"] == pytest.approx(62)
+    assert c["length_at_0.1"] == pytest.approx(78)
+    assert c["width"] == pytest.approx(16)
+    assert c["mean_exact_match_in_range"] == 1.0
+
+
+def test_embedding_only_model_trains_only_embeddings():
+    model = ct.build_copy_model("embeddings", seed=0, hidden_size=32, num_layers=1, num_heads=2, max_positions=64)
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    assert trainable and all(any(k in n for k in ("wte", "wpe", "lm_head")) for n in trainable), trainable
+    frozen_before = {n: p.clone() for n, p in model.named_parameters() if not p.requires_grad}
+    run = ct.train_copy(model, ct.copy_dataset(64, min_length=2, max_length=4), steps=3, batch_size=16,
+                        progress=False)
+    assert run.trainable_parameters == sum(p.numel() for p in model.parameters() if p.requires_grad)
+    for n, p in model.named_parameters():
+        if n in frozen_before:
+            assert torch.equal(p, frozen_before[n]), n
+    with pytest.raises(ValueError, match="training must be"):
+        ct.build_copy_model("lora")
+
+
+def test_too_long_for_the_model_is_a_clear_error():
+    model = ct.copy_model(hidden_size=16, num_layers=1, num_heads=2, max_positions=20)
+    with pytest.raises(ValueError, match="positions"):
+        ct.evaluate_copy(model, [9], num_per_length=1, progress=False)

@@ -1,0 +1,160 @@
+"""Write geometry and copy-task results as JSON, PNG plots and a Markdown section."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # recipes run headless
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def _token(tokenizer, token_id: int) -> str:
+    if tokenizer is None:
+        return str(token_id)
+    text = tokenizer.convert_ids_to_tokens(int(token_id))
+    return repr(text)[1:-1].replace("|", "\\|") if text is not None else str(token_id)
+
+
+def write_json(data: dict, path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # Written next to the final name then renamed, so an interrupted write never replaces a finished file.
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps({k: v for k, v in data.items() if not k.startswith("_")}, indent=2))
+    tmp.replace(path)
+    return path
+
+
+def plot_cells(estimates: dict, path, title: str = "") -> Path:
+    """Left: cell share against rank (log-log), per support and method. Right: the per-token decay of the median
+    product of k cell shares, over ln|V|."""
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 4))
+    for support, by_method in estimates.items():
+        for method, est in by_method.items():
+            shares = est.shares.sort(descending=True).values
+            shares = shares[shares > 0]
+            ranks = range(1, len(shares) + 1)
+            ax.loglog(ranks, shares.numpy(), label=f"{support}, {method}", ls="-" if method == "argmax" else "--")
+            if method == "argmax":
+                for estimate, ls in (("jeffreys", "-"), ("upper", ":")):
+                    rows = est.median_product_decay(estimate=estimate)
+                    bx.plot([r["k"] for r in rows], [r["ratio_to_ln_vocab"] for r in rows], ls=ls, marker="o",
+                            label=f"{support}, {estimate} shares")
+    est = next(iter(next(iter(estimates.values())).values()))
+    ax.axhline(1 / est.vocab_size, color="gray", lw=0.8, label="uniform 1/|V|")
+    ax.set_xlabel("token rank")
+    ax.set_ylabel("cell share")
+    ax.set_title(f"decoder cells ({est.num_samples:,} samples)")
+    ax.legend(fontsize=7)
+    bx.axhline(1.0, color="gray", lw=0.8)
+    bx.set_xscale("log", base=2)
+    bx.set_xlabel("k (tokens)")
+    bx.set_ylabel("-ln(median product of k shares) / (k ln|V|)")
+    bx.set_title("per-token decay vs uniform cells")
+    bx.legend(fontsize=7)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def geometry_markdown(result: dict, *, model_name: str = "", tokenizer=None, top: int = 10,
+                      command: str = "", plot: str | None = None) -> str:
+    """A README-ready Markdown section for :func:`ut_peft.geometry.analysis.analyze_model`'s result."""
+    s, path, b = result["support"], result["output_path"], result["bounds"]
+    lines = [f"Geometry of {model_name or 'the model'}: d = {path['hidden_size']}, |V| = {path['vocab_size']}, "
+             f"ln|V| = {path['ln_vocab']:.3f}; support from {s['num_samples']} random-token sequences: "
+             f"r = {s['radius']:.3f}, eps = r/2^11 = {s['eps']:.2e}, mean box range {s['box_mean_range']:.3f}. "
+             f"Points are {'pre-norm (final norm applied)' if path['apply_final_norm'] else 'post-norm (head only)'}"
+             f"{', logits soft-capped at %g' % path['softcap'] if path['softcap'] else ''}; "
+             f"{result['num_samples']:,} samples per support.", ""]
+    if command:
+        lines += ["```", command, "```", ""]
+    lines += ["| support | method | observed tokens | entropy (nats) | effective tokens | top-1 share | "
+              "decay k=64 / ln|V| | argmax vs Voronoi |", "|---|---|---|---|---|---|---|---|"]
+    for support, cells in result["cells"].items():
+        for method in ("argmax", "voronoi"):
+            c = cells[method]
+            decay = c["median_product_decay"]["upper"][-1]
+            lines.append(f"| {support} | {method} | {c['observed_tokens']} ({1 - c['unobserved_fraction']:.1%}) | "
+                         f"{c['entropy_nats']:.2f} | {c['effective_tokens']:.0f} | {c['top'][0]['share']:.3f} | "
+                         f"{decay['ratio_to_ln_vocab']:.3f} | "
+                         f"{'disagree on %.1f%% of points, TV %.3f' % (100 * c['disagreement_fraction'], cells['argmax_vs_voronoi']['total_variation']) if method == 'voronoi' else ''} |")
+    lines += ["", "Largest argmax cells (share, 95% Wilson interval):", ""]
+    for support, cells in result["cells"].items():
+        tops = ", ".join(f"`{_token(tokenizer, t['token_id'])}` {t['share']:.3f} [{t['ci_low']:.3f}, {t['ci_high']:.3f}]"
+                         for t in cells["argmax"]["top"][:top])
+        conv = cells["argmax"]["convergence"]["checkpoints"]
+        lines.append(f"- {support}: {tops}. Convergence: total variation to the final shares "
+                     + ", ".join(f"{c['total_variation_to_final']:.3f} at N={c['num_samples']:,}" for c in conv[:-1])
+                     + f"; top-10 shares move at most {conv[-2]['max_change_in_half_widths']:.1f} CI half-widths "
+                       f"from N/2 to N.")
+    measured = b.get("measured_slope")
+    lines += ["", f"Slope bounds (tokens of n_50 per memory vector){'; measured slope %.2f' % measured if measured else ''}. "
+              f"Cone half-angle {b['cone_half_angle_deg']:.1f} deg (ln cap share {b['cone_log_fraction']:.1f}); "
+              f"non-uniform versions charge the decay of the median product of k={b['decay_k']} cell shares "
+              f"({b['decay_estimate']} CI limits, so they stay upper bounds) instead of ln|V|:", "",
+              "| bound | value |" + (" bound / measured |" if measured else ""),
+              "|---|---|" + ("---|" if measured else "")]
+    for name, value in b["bounds"].items():
+        lines.append(f"| {name} | {value:.1f} |" + (f" {b['ratios'][name]:.1f} |" if measured else ""))
+    if plot:
+        lines += ["", f"![decoder cells]({plot})"]
+    return "\n".join(lines) + "\n"
+
+
+def plot_copy_cliff(runs: dict, trained: tuple, path, title: str = "copy task: exact match vs length") -> Path:
+    """Exact match against length for each run ({label: [{"length", "exact_match", "token_accuracy"}]})."""
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.axvspan(trained[0], trained[1], color="0.9", label=f"trained lengths {trained[0]}-{trained[1]}")
+    for label, rows in runs.items():
+        rows = sorted(rows, key=lambda r: r["length"])
+        ax.plot([r["length"] for r in rows], [r["exact_match"] for r in rows], marker="o", ms=3, label=label)
+        ax.plot([r["length"] for r in rows], [r["token_accuracy"] for r in rows], ls=":", lw=1,
+                color=ax.lines[-1].get_color())
+    ax.set_xlabel("string length")
+    ax.set_ylabel("exact match (solid), token accuracy (dotted)")
+    ax.set_ylim(-0.03, 1.03)
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def copy_markdown(result: dict, *, command: str = "", plot: str | None = None) -> str:
+    """A Markdown section for :func:`ut_peft.geometry.copy_task.copy_experiment`'s result."""
+    lines = []
+    if command:
+        lines += ["```", command, "```", ""]
+    lines += ["| training | trainable params | steps | train time | mean exact match (trained lengths) | "
+              "last length with exact match >= 0.99 | length at 0.9 / 0.5 / 0.1 | 0.9-to-0.1 width |",
+              "|---|---|---|---|---|---|---|---|"]
+
+    def f(x, fmt="{:.0f}"):
+        return "-" if x is None else fmt.format(x)
+
+    for label, run in result["runs"].items():
+        c = run["cliff"]
+        lines.append(f"| {label} | {run['trainable_parameters']:,} | {run['steps']} | {run['seconds']:.0f} s | "
+                     f"{f(c['mean_exact_match_in_range'], '{:.3f}')} | {f(c['last_length_at_0.99'])} | "
+                     f"{f(c['length_at_0.9'])} / {f(c['length_at_0.5'])} / {f(c['length_at_0.1'])} | "
+                     f"{f(c['width'])} |")
+    if plot:
+        lines += ["", f"![copy cliff]({plot})"]
+    return "\n".join(lines) + "\n"
+
+
+def fmt_float(x, digits=3):
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
