@@ -3,7 +3,8 @@
     python recipes/geometry.py --model smollm2-135m --samples 1000000 \
         --summary runs/accessibility/smollm2/summary.json --out runs/geometry/smollm2
 
-Writes geometry.json (everything), cells.png (share vs rank; per-token decay) and geometry.md (a README section).
+Writes geometry.json (everything), cells.png (share vs rank; per-token decay), geometry.md (a README section)
+and state.pt (support and counts: ``--from-state state.pt --summary ...`` recomputes the bounds without sampling).
 """
 
 import argparse
@@ -13,9 +14,9 @@ from pathlib import Path
 
 import torch
 
-from ut_peft import load_model_and_tokenizer
+from ut_peft import load_model, load_tokenizer
 from ut_peft.geometry import read_measured_slope
-from ut_peft.geometry.analysis import analyze_model
+from ut_peft.geometry.analysis import analyze_model, load_state, save_state, summarize
 from ut_peft.geometry.report import geometry_markdown, plot_cells, write_json
 
 
@@ -29,12 +30,21 @@ def main(args):
         torch.set_num_threads(args.threads)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    model, tokenizer = load_model_and_tokenizer(args.model)
-    model.eval()
-    result = analyze_model(model, num_samples=args.samples, supports=args.supports, measured_slope=slope,
-                           support_sequences=args.support_sequences, apply_final_norm=args.apply_final_norm,
-                           chunk_size=args.chunk_size, vocab_chunk=args.vocab_chunk, seed=args.seed,
-                           progress=not args.no_progress)
+    try:
+        tokenizer = load_tokenizer(args.model)
+    except (OSError, ValueError):  # a bare model folder: report token ids instead of token strings
+        tokenizer = None
+    if args.from_state:
+        # Re-summarise finished sampling (e.g. against a slope measured later) without sampling again.
+        stats, estimates, path_info, seed = load_state(args.from_state)
+        result = summarize(stats, estimates, path_info, slope, seed=seed)
+    else:
+        model = load_model(args.model).eval()
+        result = analyze_model(model, num_samples=args.samples, supports=args.supports, measured_slope=slope,
+                               support_sequences=args.support_sequences, apply_final_norm=args.apply_final_norm,
+                               chunk_size=args.chunk_size, vocab_chunk=args.vocab_chunk, seed=args.seed,
+                               progress=not args.no_progress)
+        save_state(result, out / "state.pt")
     result["model"] = args.model
     result["slope_source"] = args.summary or ("--slope" if args.slope else None)
     write_json(result, out / "geometry.json")
@@ -62,6 +72,7 @@ def parse(argv=None):
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, help="torch threads (default: torch's choice)")
     p.add_argument("--out", default="runs/geometry")
+    p.add_argument("--from-state", help="state.pt of an earlier run: recompute the summary and bounds, no sampling")
     p.add_argument("--no-progress", action="store_true")
     return p.parse_args(argv)
 

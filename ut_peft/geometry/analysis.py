@@ -1,13 +1,20 @@
 """One call from a model to its geometry: measured support, decoder cells over the ball and the box (argmax and
-Voronoi on the same samples), and every slope bound next to a measured n_50 slope."""
+Voronoi on the same samples), and every slope bound next to a measured n_50 slope.
+
+The expensive part (sampling) is kept in a state file (:func:`save_state`), so the bounds can be recomputed
+against a new measured slope (:func:`summarize`) without sampling again.
+"""
 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
-from ..accessibility.bounds import measure_support
+import torch
+
+from ..accessibility.bounds import SupportStats, measure_support
 from .bounds import refined_bounds
-from .cells import agreement, estimate_cells, supports_from_stats
+from .cells import CellEstimate, agreement, estimate_cells, supports_from_stats
 from .output_path import OutputPath
 
 
@@ -16,8 +23,7 @@ def analyze_model(model, *, num_samples: int = 1_000_000, supports=("ball", "box
                   chunk_size: int | None = None, vocab_chunk: int | None = None, seed: int = 0, decay_k: int = 64,
                   top_k: int = 20, progress: bool = True) -> dict:
     """Measure the support of ``model`` (``measure_support``), estimate its decoder cells over each of
-    ``supports`` and compute the refined bounds. Returns a JSON-able dict plus the live estimates under
-    ``"_estimates"`` ({support: {method: CellEstimate}}) for plotting.
+    ``supports`` and compute the refined bounds. Returns :func:`summarize`'s dict.
 
     ``apply_final_norm=False`` (the paper's convention): points are post-norm states and go through the head only.
     ``True``: the sampled points are treated as pre-norm states and the model's final norm acts on them first.
@@ -28,19 +34,57 @@ def analyze_model(model, *, num_samples: int = 1_000_000, supports=("ball", "box
     stats = measure_support(model, num_sequences=support_sequences, seq_len=support_seq_len, seed=seed)
     path = OutputPath.from_model(model, apply_final_norm=apply_final_norm)
     available = supports_from_stats(stats)
-    estimates, cells = {}, {}
-    for name in supports:
-        estimates[name] = estimate_cells(path, available[name], num_samples, methods=("argmax", "voronoi"),
-                                         chunk_size=chunk_size, vocab_chunk=vocab_chunk, seed=seed, progress=progress)
-        cells[name] = {m: est.summary(top_k=top_k) for m, est in estimates[name].items()}
-        cells[name]["argmax_vs_voronoi"] = agreement(estimates[name]["argmax"], estimates[name]["voronoi"])
+    estimates = {name: estimate_cells(path, available[name], num_samples, methods=("argmax", "voronoi"),
+                                      chunk_size=chunk_size, vocab_chunk=vocab_chunk, seed=seed, progress=progress)
+                 for name in supports}
+    return summarize(stats, estimates, describe_path(path), measured_slope, seed=seed, decay_k=decay_k, top_k=top_k)
+
+
+def describe_path(path: OutputPath) -> dict:
+    return {"apply_final_norm": path.final_norm is not None, "head_bias": path.bias is not None,
+            "logit_multiplier": path.logit_multiplier, "softcap": path.softcap, "vocab_size": path.vocab_size,
+            "hidden_size": path.hidden_size, "ln_vocab": math.log(path.vocab_size)}
+
+
+def summarize(stats: SupportStats, estimates: dict, path_info: dict, measured_slope: float | None = None, *,
+              seed: int = 0, decay_k: int = 64, top_k: int = 20) -> dict:
+    """The JSON-able result, plus the live objects under ``_estimates`` and ``_stats`` (for plots and state)."""
+    cells = {}
+    for name, by_method in estimates.items():
+        cells[name] = {m: est.summary(top_k=top_k) for m, est in by_method.items()}
+        if {"argmax", "voronoi"} <= set(by_method):
+            cells[name]["argmax_vs_voronoi"] = agreement(by_method["argmax"], by_method["voronoi"])
     bounds = refined_bounds(stats, {s: e["argmax"] for s, e in estimates.items()}, measured_slope, decay_k=decay_k)
+    num_samples = next(iter(next(iter(estimates.values())).values())).num_samples
     return {
         "support": {**stats.to_dict(), "box_mean_range": float((stats.high - stats.low).mean())},
-        "output_path": {"apply_final_norm": apply_final_norm, "head_bias": path.bias is not None,
-                        "logit_multiplier": path.logit_multiplier, "softcap": path.softcap,
-                        "vocab_size": path.vocab_size, "hidden_size": path.hidden_size,
-                        "ln_vocab": math.log(path.vocab_size)},
-        "num_samples": int(num_samples), "seed": seed, "cells": cells, "bounds": bounds,
-        "_estimates": estimates,
+        "output_path": path_info, "num_samples": int(num_samples), "seed": seed, "cells": cells, "bounds": bounds,
+        "_estimates": estimates, "_stats": stats,
     }
+
+
+def save_state(result: dict, path) -> Path:
+    """Everything :func:`summarize` needs (support statistics, integer counts, checkpoints) in one torch file."""
+    stats = result["_stats"]
+    state = {"stats": {k: getattr(stats, k) for k in ("radius", "eps", "low", "high", "hidden", "vocab_size")},
+             "output_path": result["output_path"], "seed": result["seed"],
+             "estimates": {s: {m: {"method": e.method, "support": e.support, "counts": e.counts,
+                                   "num_samples": e.num_samples, "checkpoints": e.checkpoints, "seconds": e.seconds,
+                                   "z": e.z, "disagreements": e.disagreements} for m, e in by.items()}
+                           for s, by in result["_estimates"].items()}}
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(state, tmp)
+    tmp.replace(path)
+    return path
+
+
+def load_state(path) -> tuple[SupportStats, dict, dict, int]:
+    """(stats, estimates, output-path info, seed) from a :func:`save_state` file."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no geometry state at {path}; run recipes/geometry.py once without --from-state")
+    state = torch.load(path, weights_only=True)
+    stats = SupportStats(**state["stats"])
+    estimates = {s: {m: CellEstimate(**e) for m, e in by.items()} for s, by in state["estimates"].items()}
+    return stats, estimates, state["output_path"], state["seed"]

@@ -1,0 +1,61 @@
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from ut_peft.testing import tiny_model
+
+RECIPES = Path(__file__).resolve().parents[2] / "recipes"
+
+
+def load_recipe(name):
+    spec = importlib.util.spec_from_file_location(f"recipe_{name}", RECIPES / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_geometry_recipe_end_to_end(tmp_path):
+    model_dir = tmp_path / "tiny"
+    tiny_model("llama", seed=0).save_pretrained(model_dir)
+    summary = tmp_path / "summary.json"
+    summary.write_text(json.dumps({"fit": {"slope": 3.0}}))
+    recipe = load_recipe("geometry")
+    out = tmp_path / "out"
+    recipe.main(recipe.parse(["--model", str(model_dir), "--samples", "3000", "--support-sequences", "16",
+                              "--summary", str(summary), "--out", str(out), "--no-progress"]))
+    result = json.loads((out / "geometry.json").read_text())
+    assert set(result["cells"]) == {"ball", "box"}
+    ball = result["cells"]["ball"]["argmax"]
+    assert ball["num_samples"] == 3000 and sum(t["count"] for t in ball["top"]) <= 3000
+    assert result["bounds"]["measured_slope"] == 3.0
+    assert set(result["bounds"]["ratios"]) == {"ball", "box", "cone", "ball_nonuniform", "box_nonuniform"}
+    assert (out / "cells.png").stat().st_size > 1000
+    assert "| bound | value | bound / measured |" in (out / "geometry.md").read_text()
+    # Re-summarising the saved state against another slope samples nothing and rescales the ratios.
+    recipe.main(recipe.parse(["--model", str(model_dir), "--from-state", str(out / "state.pt"), "--slope", "6",
+                              "--out", str(tmp_path / "again")]))
+    again = json.loads((tmp_path / "again" / "geometry.json").read_text())
+    assert again["cells"]["ball"]["argmax"]["top"] == ball["top"]
+    assert again["bounds"]["ratios"]["box"] == pytest.approx(result["bounds"]["ratios"]["box"] / 2)
+    with pytest.raises(SystemExit, match="not both"):
+        recipe.main(recipe.parse(["--model", str(model_dir), "--summary", str(summary), "--slope", "2"]))
+
+
+def test_copy_task_recipe_end_to_end(tmp_path):
+    recipe = load_recipe("copy_task")
+    out = tmp_path / "copy"
+    recipe.main(recipe.parse(["--steps", "3", "--batch-size", "8", "--train-lengths", "2", "4", "--eval-lengths",
+                              "2", "4", "8", "--num-per-length", "4", "--hidden-size", "16", "--layers", "1",
+                              "--heads", "2", "--out", str(out), "--no-progress"]))
+    result = json.loads((out / "copy_task.json").read_text())
+    assert set(result["runs"]) == {"full", "embeddings"}
+    for run in result["runs"].values():
+        assert [r["length"] for r in run["results"]] == [2, 4, 8]
+        assert len(run["loss_curve"]) == 1
+    assert result["runs"]["embeddings"]["trainable_parameters"] < result["runs"]["full"]["trainable_parameters"]
+    assert (out / "copy_cliff.png").stat().st_size > 1000
+    assert "| embeddings |" in (out / "copy_task.md").read_text()
+    with pytest.raises(SystemExit, match="train-lengths"):
+        recipe.main(recipe.parse(["--train-lengths", "9", "3", "--out", str(out)]))
