@@ -1,0 +1,269 @@
+"""Train only E and U (through the UT_REPROGRAM PEFT method), or the whole model, on an algorithmic task.
+
+One call of :func:`run` builds the task data and the backbone, trains with AdamW + warmup/cosine under
+Accelerate, checkpoints the trainable state every few hundred steps (a rerun resumes from it), evaluates with
+:class:`~ut_peft.tasks.metrics.ScoredTokenAccuracy`, saves the adapter (or the full model) and appends a results row
+to a JSONL file. ``recipes/reprogram.py`` is the command-line front end.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import transformers
+from accelerate import Accelerator
+from peft import get_peft_model
+from tqdm.auto import tqdm
+
+from .dyck import VOCAB as DYCK_VOCAB
+from .dyck import dyck_dataset
+from .khop import khop_dataset, khop_vocab
+from .metrics import IGNORE_INDEX, ScoredTokenAccuracy, aligned_predictions
+
+TASKS = ("dyck", "khop")
+BACKBONE_KINDS = ("sparse-ut", "random-ut", "hf", "pretrained")
+
+
+@dataclass
+class RunSettings:
+    """Everything that defines a run; a checkpoint only resumes a run with identical settings."""
+
+    task: str = "dyck"
+    backbone: str = "random-ut"   # sparse-ut | random-ut | hf:<family> (random init) | pretrained:<name or path>
+    variant: str = "attention_only"
+    full: bool = False            # train every parameter (the fully trained baseline)
+    width: int = 96
+    layers: int = 2
+    heads: int = 1
+    head_dim: int = 16
+    looped: bool = False
+    positions: bool = True        # learned position embeddings (UT and GPT-2 backbones), trained with E and U
+    backbone_seed: int = 0
+    steps: int = 1500
+    batch_size: int = 64
+    lr: float = 1e-3
+    weight_decay: float = 1e-3
+    warmup_steps: int = 100
+    train_examples: int = 20000
+    eval_examples: int = 2000
+    seed: int = 0
+    dyck_max_pairs: int = 8
+    dyck_max_random_length: int = 16
+    khop_ks: list = field(default_factory=lambda: [1, 2, 3, 4])
+    khop_length: int = 16
+    checkpoint_every: int = 250
+
+    def __post_init__(self):
+        if self.task not in TASKS:
+            raise ValueError(f"task={self.task!r} is not one of {TASKS}")
+        kind = self.backbone.split(":", 1)[0]
+        if kind not in BACKBONE_KINDS or (kind in ("hf", "pretrained") and ":" not in self.backbone):
+            raise ValueError(f"backbone={self.backbone!r}: use sparse-ut, random-ut, hf:<family> (e.g. hf:gpt2) or "
+                             "pretrained:<name or folder> (e.g. pretrained:smollm2-135m)")
+        for name in ("width", "layers", "heads", "head_dim", "steps", "batch_size", "train_examples",
+                     "eval_examples", "checkpoint_every"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.lr <= 0:
+            raise ValueError(f"lr must be positive, got {self.lr}")
+        self.khop_ks = sorted(int(k) for k in self.khop_ks)
+
+    @property
+    def backbone_kind(self) -> str:
+        return self.backbone.split(":", 1)[0]
+
+
+# ---- data --------------------------------------------------------------------------------------------------------
+
+def task_data(settings: RunSettings):
+    """(train, eval, vocab_size, max_len): disjoint seeds for the two splits."""
+    s = settings
+    if s.task == "dyck":
+        make = lambda n, seed: dyck_dataset(n, seed=seed, max_pairs=s.dyck_max_pairs,  # noqa: E731
+                                            max_random_length=s.dyck_max_random_length)
+        vocab, max_len = len(DYCK_VOCAB), max(2 * s.dyck_max_pairs, s.dyck_max_random_length) + 2
+    else:
+        make = lambda n, seed: khop_dataset(n, ks=s.khop_ks, length=s.khop_length, seed=seed)  # noqa: E731
+        vocab, max_len = len(khop_vocab()), s.khop_length + 1
+    return make(s.train_examples, 2 * s.seed), make(s.eval_examples, 2 * s.seed + 1), vocab, max_len
+
+
+def collate(rows: list[dict]) -> dict[str, torch.Tensor]:
+    """Right-pad a list of examples; padding is masked out of attention and of the loss."""
+    n = max(len(r["input_ids"]) for r in rows)
+    ids = torch.zeros(len(rows), n, dtype=torch.long)
+    labels = torch.full((len(rows), n), IGNORE_INDEX, dtype=torch.long)
+    mask = torch.zeros(len(rows), n, dtype=torch.long)
+    for i, r in enumerate(rows):
+        ids[i, :len(r["input_ids"])] = torch.tensor(r["input_ids"])
+        labels[i, :len(r["labels"])] = torch.tensor(r["labels"])
+        mask[i, :len(r["input_ids"])] = 1
+    return {"input_ids": ids, "labels": labels, "attention_mask": mask}
+
+
+# ---- model -------------------------------------------------------------------------------------------------------
+
+def build_model(settings: RunSettings, vocab_size: int, max_len: int):
+    """The model to train: a PEFT model over a frozen backbone, or (``full``) a plain model with every weight live."""
+    import ut_peft  # registers UT_REPROGRAM and the universal backbones
+    from ut_peft.universal import UniversalTransformerConfig
+
+    s = settings
+    kind = s.backbone_kind
+    peft_kwargs = {}
+    if kind in ("sparse-ut", "random-ut"):
+        config = UniversalTransformerConfig(
+            vocab_size=vocab_size, hidden_size=s.width, num_hidden_layers=s.layers, num_attention_heads=s.heads,
+            head_dim=s.head_dim, variant=s.variant, weights="sparse" if kind == "sparse-ut" else "random",
+            looped=s.looped, seed=s.backbone_seed, position_embedding_type="learned" if s.positions else "none",
+            max_position_embeddings=max_len)
+        model = transformers.AutoModelForCausalLM.from_config(config)
+        positions = s.positions
+    elif kind == "hf":
+        from ut_peft.testing import tiny_config
+
+        family = s.backbone.split(":", 1)[1]
+        config = tiny_config(family, vocab_size=vocab_size, hidden_size=s.width, num_layers=s.layers,
+                             num_heads=s.heads, max_positions=max(max_len, 8))
+        model = ut_peft.random_backbone(config, seed=s.backbone_seed)
+        positions = s.positions and family == "gpt2"  # the other families use rotary positions
+    else:
+        model = ut_peft.load_model(s.backbone.split(":", 1)[1])
+        peft_kwargs = dict(task_vocab_size=vocab_size)
+        positions = False
+    if s.full:
+        if kind == "pretrained":
+            model.resize_token_embeddings(vocab_size)
+        model.requires_grad_(True)
+        return model
+    return get_peft_model(model, ut_peft.UTReprogramConfig(train_position_embeddings=positions, **peft_kwargs))
+
+
+# ---- checkpoints -------------------------------------------------------------------------------------------------
+
+def _trainable_state(model) -> dict[str, torch.Tensor]:
+    return {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+
+
+def _save_checkpoint(path: Path, step: int, model, optimizer, scheduler, settings: RunSettings) -> None:
+    tmp = path.with_suffix(".tmp")
+    torch.save({"step": step, "settings": dataclasses.asdict(settings), "trainable": _trainable_state(model),
+                "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()}, tmp)
+    os.replace(tmp, path)  # atomic: a crash mid-write never replaces the last good checkpoint
+
+
+def _load_checkpoint(path: Path, model, optimizer, scheduler, settings: RunSettings) -> int:
+    state = torch.load(path, weights_only=False)
+    if state["settings"] != dataclasses.asdict(settings):
+        changed = sorted(k for k in state["settings"] if state["settings"][k] != dataclasses.asdict(settings).get(k))
+        raise ValueError(f"{path} was written by a run with different settings ({', '.join(changed)}); "
+                         "pass a new output folder, or resume=False to start over")
+    params = dict(model.named_parameters())
+    with torch.no_grad():
+        for name, tensor in state["trainable"].items():
+            params[name].copy_(tensor)
+    optimizer.load_state_dict(state["optimizer"])
+    scheduler.load_state_dict(state["scheduler"])
+    return state["step"]
+
+
+# ---- evaluation --------------------------------------------------------------------------------------------------
+
+@torch.no_grad()
+def evaluate_model(model, dataset, batch_size: int = 256, device=None) -> dict:
+    """Accuracy at the scored positions, overall and (k-hop) per hop count."""
+    model.eval()
+    rows = dataset.to_list()
+    predictions, references = [], []
+    for start in range(0, len(rows), batch_size):
+        batch = collate(rows[start:start + batch_size])
+        if device is not None:
+            batch = {k: v.to(device) for k, v in batch.items()}
+        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+        pred, ref = aligned_predictions(logits.cpu(), batch["labels"].cpu())
+        predictions += pred
+        references += ref
+    result = ScoredTokenAccuracy().compute(predictions=predictions, references=references)
+    if "k" in dataset.column_names:
+        result["per_k"] = {}
+        for k in sorted(set(dataset["k"])):
+            chosen = [i for i, row in enumerate(rows) if row["k"] == k]
+            result["per_k"][str(k)] = ScoredTokenAccuracy().compute(
+                predictions=[predictions[i] for i in chosen], references=[references[i] for i in chosen])["accuracy"]
+    return result
+
+
+# ---- the run -----------------------------------------------------------------------------------------------------
+
+def run(settings: RunSettings, output_dir, *, results_path=None, resume: bool = True, progress: bool = True,
+        stop_after: int | None = None) -> dict:
+    """Train, evaluate, save the adapter (``output_dir/adapter``; ``output_dir/model`` with ``full``) and return the
+    results row (also appended to ``results_path`` when given).
+
+    ``stop_after`` ends this session after that many steps with a checkpoint (for time-boxed sessions on shared
+    machines) and returns ``{"stopped_at": step}``; running again resumes there.
+    """
+    output_dir = Path(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    checkpoint = output_dir / "checkpoint.pt"
+    if checkpoint.exists() and not resume:
+        raise ValueError(f"{checkpoint} exists; pass resume=True (--resume) to continue it, or another output folder")
+    torch.manual_seed(settings.seed)
+    train, evaluation, vocab_size, max_len = task_data(settings)
+    model = build_model(settings, vocab_size, max_len)
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(trainable, lr=settings.lr, weight_decay=settings.weight_decay)
+    scheduler = transformers.get_cosine_schedule_with_warmup(optimizer, min(settings.warmup_steps, settings.steps),
+                                                             settings.steps)
+    start = _load_checkpoint(checkpoint, model, optimizer, scheduler, settings) if checkpoint.exists() else 0
+
+    accelerator = Accelerator()
+    model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
+    rows = train.to_list()
+    began, last_loss = time.time(), float("nan")
+    bar = tqdm(range(start, settings.steps), initial=start, total=settings.steps, disable=not progress,
+               desc=f"{settings.task}/{settings.backbone}/{settings.variant}{'/full' if settings.full else ''}")
+    model.train()
+    for step in bar:
+        if stop_after is not None and step - start >= stop_after:
+            _save_checkpoint(checkpoint, step, accelerator.unwrap_model(model), optimizer, scheduler, settings)
+            bar.close()
+            return {"stopped_at": step, "checkpoint": str(checkpoint)}
+        # The batch of a step depends only on (seed, step), so a resumed run sees the same data as an unbroken one.
+        order = torch.randperm(len(rows), generator=torch.Generator().manual_seed(settings.seed * 100_003 + step))
+        batch = collate([rows[i] for i in order[:settings.batch_size].tolist()])
+        loss = model(**{k: v.to(accelerator.device) for k, v in batch.items()}).loss
+        accelerator.backward(loss)
+        accelerator.clip_grad_norm_(trainable, 1.0)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad()
+        last_loss = loss.item()
+        bar.set_postfix(loss=f"{last_loss:.4f}")
+        if (step + 1) % settings.checkpoint_every == 0 or step + 1 == settings.steps:
+            _save_checkpoint(checkpoint, step + 1, accelerator.unwrap_model(model), optimizer, scheduler, settings)
+    train_seconds = time.time() - began
+
+    model = accelerator.unwrap_model(model)
+    scores = evaluate_model(model, evaluation, device=accelerator.device)
+    save_dir = output_dir / ("model" if settings.full else "adapter")
+    model.save_pretrained(save_dir)
+    row = {"task": settings.task, "backbone": settings.backbone, "variant": settings.variant, "full": settings.full,
+           "accuracy": scores["accuracy"], "sequence_accuracy": scores["sequence_accuracy"],
+           "per_k": scores.get("per_k"), "final_train_loss": last_loss,
+           "trainable_parameters": sum(p.numel() for p in trainable), "train_seconds_this_session": train_seconds,
+           "resumed_from_step": start, "saved_to": str(save_dir), "settings": dataclasses.asdict(settings)}
+    if results_path is not None:
+        Path(results_path).parent.mkdir(parents=True, exist_ok=True)
+        with open(results_path, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(row) + "\n")
+    return row
+
+
+__all__ = ["RunSettings", "build_model", "collate", "evaluate_model", "run", "task_data"]
