@@ -45,9 +45,9 @@ class RunSettings:
     looped: bool = False
     positions: bool = True        # learned position embeddings (UT and GPT-2 backbones), trained with E and U
     backbone_seed: int = 0
-    steps: int = 1500
+    steps: int = 800
     batch_size: int = 64
-    lr: float = 1e-3
+    lr: float = 3e-3
     weight_decay: float = 1e-3
     warmup_steps: int = 100
     train_examples: int = 20000
