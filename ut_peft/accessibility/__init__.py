@@ -1,3 +1,23 @@
-"""The accessibility evaluator: how many sequences a frozen causal LM can be made to emit."""
+"""The accessibility evaluator: how many sequences a frozen causal LM can be made to emit.
 
+- :mod:`.cram`: the batched cram engine (and the one-at-a-time reference protocol)
+- :mod:`.sources`: natural text, random words, random token ids
+- :mod:`.sweep`: accessibility(n) per m, resumable and distributed; the summary.json schema
+- :mod:`.fit`, :mod:`.bounds`: n_50 fits, measured support and theoretical slope bounds
+- :mod:`.report`: plots and the Markdown report; :mod:`.adapters`: crammed vectors as PEFT adapters
+"""
+
+from .adapters import save_memory_adapter, save_memory_adapters
 from .bounds import SupportStats, ball_slope_bound, box_slope_bound, measure_support, slope_bounds
+from .cram import CramConfig, CramJob, CramResult, cram, cram_reference, greedy_decode
+from .fit import fit_sigmoid, linear_fit
+from .sources import make_source
+from .store import load_rows
+from .sweep import GridConfig, SweepConfig, load_summary, next_length, run_sweep
+
+__all__ = [
+    "CramConfig", "CramJob", "CramResult", "cram", "cram_reference", "greedy_decode",
+    "GridConfig", "SweepConfig", "run_sweep", "load_summary", "load_rows", "next_length", "make_source",
+    "fit_sigmoid", "linear_fit", "SupportStats", "measure_support", "ball_slope_bound", "box_slope_bound",
+    "slope_bounds", "save_memory_adapter", "save_memory_adapters",
+]

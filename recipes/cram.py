@@ -1,0 +1,70 @@
+"""Accessibility sweep: how many sequences of each length can m memory vectors make a frozen LM emit?
+
+    python recipes/cram.py                                   # small sweep on the bundled SmolLM2-135M
+    python recipes/cram.py --source words --ms 1 2 4 --lengths 8 16 24 32
+    ACCELERATE_USE_CPU=1 accelerate launch --multi_gpu --num_processes 2 recipes/cram.py ...   # 2 CPU processes
+    accelerate launch recipes/cram.py --model org/name --adaptive --num-sequences 20           # the paper's grid
+
+Re-running into the same --output resumes; --overwrite starts afresh. Everything lives in
+ut_peft.accessibility; this script only parses arguments.
+"""
+
+import argparse
+
+from accelerate import Accelerator
+
+from ut_peft.accessibility import CramConfig, GridConfig, SweepConfig, run_sweep, save_memory_adapters
+
+
+def main(args):
+    grid = (GridConfig(start=args.start, stop=args.stop, coarse=args.coarse, fine=args.fine) if args.adaptive
+            else GridConfig(lengths=args.lengths))
+    config = SweepConfig(model=args.model, source=args.source, ms=args.ms, grid=grid,
+                         num_sequences=args.num_sequences, seed=args.seed,
+                         cram=CramConfig(max_steps=args.max_steps, patience=args.patience, lr=args.lr,
+                                         batch_size=args.batch_size, progressive=args.progressive,
+                                         autocast=args.autocast),
+                         support_sequences=args.support_sequences)
+    accelerator = Accelerator()
+    summary = run_sweep(config, args.output, accelerator=accelerator, overwrite=args.overwrite,
+                        save_vectors=args.save_vectors or args.save_adapters,
+                        device_map="auto" if args.device_map else None)
+    if accelerator.is_main_process:
+        if args.save_adapters:
+            saved = save_memory_adapters(args.output, config.model)
+            print(f"saved {len(saved)} memory adapters under {args.output}/adapters")
+        for entry in summary["per_m"]:
+            print(f"m={entry['m']}: n50={entry['n50']} ({entry['fit_status']})")
+        if summary["fit"]:
+            print(f"slope {summary['fit']['slope']:.2f}, R^2 {summary['fit']['r2']:.3f}; bounds {summary['bounds']}; "
+                  f"ratios {summary['ratios']}")
+        print(f"report: {args.output}/report.md")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="smollm2-135m", help="bundled name, local folder or hub id")
+    parser.add_argument("--source", default="text", help="text, text:PATH, hf:NAME[:SPLIT[:COLUMN]], words, "
+                        "words:PATH or tokens")
+    parser.add_argument("--ms", type=int, nargs="+", default=[1, 2], help="numbers of memory vectors")
+    parser.add_argument("--lengths", type=int, nargs="+", default=[8, 16, 32, 48, 64], help="fixed length grid")
+    parser.add_argument("--adaptive", action="store_true", help="the paper's adaptive grid instead of --lengths")
+    parser.add_argument("--start", type=int, default=10)
+    parser.add_argument("--stop", type=int, default=1000)
+    parser.add_argument("--coarse", type=int, default=100)
+    parser.add_argument("--fine", type=int, default=10)
+    parser.add_argument("--num-sequences", type=int, default=4, help="sequences per (m, n); the paper uses 20")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--max-steps", type=int, default=300, help="step cap per sequence; the paper uses 3000")
+    parser.add_argument("--patience", type=int, default=100, help="steps without a new best; the paper uses 500")
+    parser.add_argument("--lr", type=float, default=1e-2)
+    parser.add_argument("--batch-size", type=int, default=16, help="sequences crammed together")
+    parser.add_argument("--progressive", action="store_true", help="grow the target one token at a time")
+    parser.add_argument("--autocast", default="auto", choices=["auto", "bf16", "fp16", "none"])
+    parser.add_argument("--support-sequences", type=int, default=256, help="random sequences to measure r")
+    parser.add_argument("--device-map", action="store_true", help="spread a large model over devices (Accelerate)")
+    parser.add_argument("--save-vectors", action="store_true", help="keep every sequence's vectors (safetensors)")
+    parser.add_argument("--save-adapters", action="store_true", help="also save accessible vectors as PEFT adapters")
+    parser.add_argument("--output", default="cram-output")
+    parser.add_argument("--overwrite", action="store_true", help="discard a previous run in --output")
+    main(parser.parse_args())

@@ -1,0 +1,107 @@
+import pytest
+import torch
+
+from ut_peft.accessibility.cram import (CramConfig, CramJob, cram, cram_reference, embedding_std, greedy_decode,
+                                        token_stats)
+
+
+def _jobs(specs, seed=0, vocab=97):
+    g = torch.Generator().manual_seed(seed)
+    return [CramJob(key=i, ids=torch.randint(0, vocab, (n,), generator=g).tolist(), m=m, seed=100 + i)
+            for i, (n, m) in enumerate(specs)]
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2", "gemma3"])
+def test_short_sequence_crammed_to_exact_greedy_reproduction(family, crammable):
+    model = crammable(family)
+    job = _jobs([(3, 1)], seed=1)[0]
+    (result,) = cram(model, [job], CramConfig(max_steps=300, patience=300))
+    assert result.stop_reason == "exact" and result.tf_accuracy == 1.0
+    assert result.greedy_exact and result.accessible
+    # independent check: generate after the vectors with the stock model
+    tokens = greedy_decode(model, result.vectors[None], len(job.ids))[0].tolist()
+    assert tokens == job.ids
+    with torch.no_grad():
+        logits = model(inputs_embeds=result.vectors[None]).logits[0, -1]
+    assert int(logits.argmax()) == job.ids[0]
+
+
+@pytest.mark.parametrize("family, specs, seed, max_steps", [("llama", [(2, 1), (5, 1), (3, 2), (2, 2)], 2, 60),
+                                                             ("gemma3", [(2, 1), (3, 1), (2, 2), (3, 2)], 0, 150)])
+def test_batched_engine_decides_like_one_at_a_time(family, specs, seed, max_steps, crammable):
+    model = crammable(family)
+    jobs = _jobs(specs, seed=seed)
+    config = CramConfig(max_steps=max_steps, patience=100, batch_size=2)  # 4 jobs through 2 slots: reused slots
+    batched = {r.job.key: r for r in cram(model, jobs, config)}
+    assert sorted(batched) == list(range(len(jobs)))
+    decisions = set()
+    for job in jobs:
+        alone = cram_reference(model, job, config)
+        got = batched[job.key]
+        assert (got.accessible, got.stop_reason) == (alone.accessible, alone.stop_reason), job
+        assert abs(got.steps - alone.steps) <= 2
+        if got.steps == alone.steps:
+            assert got.final_loss == pytest.approx(alone.final_loss, rel=1e-3, abs=1e-4)
+        decisions.add(got.accessible)
+    assert decisions == {True, False}  # the comparison covered both outcomes
+
+
+def test_model_gets_no_gradients_and_is_restored(llama):
+    flags = [p.requires_grad for p in llama.parameters()]
+    before = [p.detach().clone() for p in llama.parameters()]
+    llama.train()
+    seen = []
+    hook = llama.get_input_embeddings().register_forward_hook(
+        lambda mod, args, out: seen.append(any(p.requires_grad for p in llama.parameters())))
+    list(cram(llama, _jobs([(3, 1), (4, 2)]), CramConfig(max_steps=5, patience=5)))
+    hook.remove()
+    assert seen and not any(seen)
+    assert all(p.grad is None for p in llama.parameters())
+    assert [p.requires_grad for p in llama.parameters()] == flags and llama.training
+    assert all(torch.equal(a, b) for a, b in zip(before, llama.parameters()))
+
+
+def test_chunked_head_matches_full_logits_and_gradients(llama):
+    hidden = torch.randn(13, 64, requires_grad=True)
+    targets = torch.randint(0, 97, (13,))
+    full_loss, full_ok = token_stats(llama, hidden, targets, logits_budget=10 ** 9)
+    full_loss.sum().backward()
+    full_grad = hidden.grad.clone()
+    hidden.grad = None
+    chunk_loss, chunk_ok = token_stats(llama, hidden, targets, logits_budget=3 * 97)  # chunks of 3 positions
+    chunk_loss.sum().backward()
+    assert torch.allclose(full_loss, chunk_loss, atol=1e-6) and torch.equal(full_ok, chunk_ok)
+    assert torch.allclose(full_grad, hidden.grad, atol=1e-6)
+
+
+def test_engine_with_chunked_head_matches_unchunked(llama):
+    jobs = _jobs([(4, 1), (5, 2)], seed=3)
+    a = {r.job.key: r for r in cram(llama, jobs, CramConfig(max_steps=20, patience=20))}
+    b = {r.job.key: r for r in cram(llama, jobs, CramConfig(max_steps=20, patience=20, logits_budget=97 * 2))}
+    for key in a:
+        assert a[key].steps == b[key].steps
+        assert torch.allclose(a[key].vectors, b[key].vectors, atol=1e-4)
+
+
+def test_init_at_the_scale_the_model_uses_embeddings(crammable):
+    gemma = crammable("gemma3")
+    raw = gemma.get_input_embeddings().weight.std().item()
+    # Gemma multiplies by sqrt(d) inside the embedding module: the init must follow the scaled outputs
+    assert embedding_std(gemma) == pytest.approx(raw * 64 ** 0.5, rel=1e-3)
+
+
+def test_progressive_mode_crams_and_counts_steps(llama):
+    job = _jobs([(3, 1)], seed=1)[0]
+    (result,) = cram(llama, [job], CramConfig(max_steps=300, patience=300, progressive=True))
+    assert result.accessible and result.tf_accuracy == 1.0 and result.steps > 0
+
+
+def test_bad_inputs(llama):
+    with pytest.raises(ValueError, match="m must be >= 1"):
+        CramJob(key=0, ids=[1, 2], m=0, seed=0)
+    with pytest.raises(ValueError, match="empty"):
+        CramJob(key=0, ids=[], m=1, seed=0)
+    with pytest.raises(ValueError, match="context"):
+        list(cram(llama, [CramJob(key=0, ids=[1] * 200, m=1, seed=0)]))
+    with pytest.raises(ValueError, match="autocast"):
+        CramConfig(autocast="fp8")

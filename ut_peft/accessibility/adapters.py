@@ -1,0 +1,67 @@
+"""Crammed vectors as PEFT adapters of the UT_REPROGRAM method (memory tokens), saveable and pushable."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+
+def save_memory_adapter(base_model, vectors: torch.Tensor, folder, *, base_model_name: str | None = None,
+                        sequence: list[int] | None = None, metrics: dict | None = None) -> Path:
+    """Save ``vectors`` (m, d, in inputs_embeds space) as a memory-only adapter with its model card.
+
+    ``base_model`` is wrapped only for the save and unwrapped afterwards, so one loaded model serves many
+    adapters. Put the memory ids in front with ``ut_peft.prepend_memory_tokens`` to replay the sequence.
+    """
+    from ..hub import save_model_card
+    from ..memory import memory_adapter_from_vectors
+
+    folder = Path(folder)
+    peft_model = memory_adapter_from_vectors(base_model, vectors.float())
+    try:
+        peft_model.save_pretrained(folder)
+    finally:
+        peft_model.unload()
+    training = {"method": "cramming (accessibility evaluator)", "memory vectors": int(vectors.shape[0])}
+    if sequence is not None:
+        training["sequence length"] = len(sequence)
+        (folder / "sequence.json").write_text(json.dumps({"input_ids": list(sequence)}) + "\n", encoding="utf-8")
+    save_model_card(folder, base_model=base_model_name, training=training, metrics=metrics,
+                    tags=["cramming", "accessibility"])
+    return folder
+
+
+def save_memory_adapters(output_dir, model=None, *, accessible_only: bool = True) -> list[Path]:
+    """Turn the vectors a sweep saved (``save_vectors=True``) into adapters under ``output_dir/adapters``.
+
+    ``model`` is the base model or its name (defaults to the sweep's model, read from settings.json).
+    """
+    from safetensors import safe_open
+
+    from ..models import load_model
+    from .store import SETTINGS_FILE, read_rows
+
+    output_dir = Path(output_dir)
+    vector_files = sorted((output_dir / "vectors").glob("*.safetensors"))
+    if not vector_files:
+        raise ValueError(f"{output_dir}/vectors holds no crammed vectors; run the sweep with save_vectors=True "
+                         "(--save-vectors) first")
+    settings = json.loads((output_dir / SETTINGS_FILE).read_text(encoding="utf-8"))
+    name = model if isinstance(model, str) else settings["model"]
+    base = load_model(name) if model is None or isinstance(model, str) else model
+    rows = read_rows(output_dir)
+    saved = []
+    for path in vector_files:
+        with safe_open(str(path), framework="pt") as handle:
+            vectors = handle.get_tensor("vectors")
+            meta = handle.metadata()
+        m, n, index = (int(part[1:]) for part in path.stem.split("-"))
+        row = rows.get((m, n, index))
+        if row is None or (accessible_only and not row["accessible"]):
+            continue
+        metrics = {k: row[k] for k in ("tf_accuracy", "greedy_exact", "steps", "final_loss")}
+        saved.append(save_memory_adapter(base, vectors, output_dir / "adapters" / path.stem, base_model_name=name,
+                                         sequence=json.loads(meta["ids"]), metrics=metrics))
+    return saved

@@ -1,0 +1,383 @@
+"""The cram engine: optimise m memory vectors per sequence so that a frozen causal LM emits the sequence.
+
+A row of the batch is ``[v_1 .. v_m, E(t_1) .. E(t_{n-1})]`` passed as ``inputs_embeds``; the model must
+predict every token ``t_1 .. t_n`` of the sequence, the first one from the last memory vector, so "the
+model emits the sequence after its memory". Each row owns its vectors and its AdamW state; a row stops at
+100% teacher-forced accuracy (then greedy decoding checks exactness), at the step cap, or after
+``patience`` steps without a new best accuracy, and a waiting sequence takes its slot.
+
+Why a hand-written Adam: one ``torch.optim.AdamW`` over a (B, m, d) tensor shares one step counter across
+rows, so a sequence that takes over a slot would inherit the bias correction of its predecessor. Here each
+row keeps its own step count and its moments are zeroed when a new sequence arrives, which makes a row's
+trajectory the one it would have alone (:func:`cram_reference` is that alone-run, with the stock optimizer).
+
+The output head runs on the hidden states of the target positions only, in chunks of positions, under
+activation checkpointing when the full logits would be large, so a 262k-vocabulary model never holds
+(B, n, |V|) logits at once.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from typing import Iterable, Iterator
+
+import torch
+import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
+
+
+@dataclass
+class CramConfig:
+    """Optimisation and stopping settings; defaults follow the accessibility paper's protocol."""
+
+    lr: float = 1e-2
+    betas: tuple[float, float] = (0.9, 0.9)
+    weight_decay: float = 0.01
+    adam_eps: float = 1e-8
+    max_steps: int = 3000
+    patience: int = 500  # steps without a new best teacher-forced accuracy
+    progressive: bool = False  # grow the target one token at a time
+    batch_size: int = 16  # rows optimised together
+    logits_budget: int = 2 ** 26  # most logits elements held at once; beyond it the head runs in chunks
+    autocast: str = "auto"  # "auto" (bf16 on GPU, off on CPU), "bf16", "fp16" or "none"
+    check_greedy: bool = True  # confirm exactness with a real greedy decoding loop
+
+    def __post_init__(self):
+        if self.max_steps < 0 or self.patience < 1 or self.batch_size < 1 or self.logits_budget < 1:
+            raise ValueError("max_steps must be >= 0 and patience, batch_size, logits_budget >= 1 "
+                             f"(got {self.max_steps}, {self.patience}, {self.batch_size}, {self.logits_budget})")
+        if self.autocast not in ("auto", "bf16", "fp16", "none"):
+            raise ValueError(f"autocast must be 'auto', 'bf16', 'fp16' or 'none' (got {self.autocast!r})")
+        self.betas = tuple(self.betas)
+
+
+@dataclass
+class CramJob:
+    """One sequence to cram with ``m`` vectors, initialised from ``seed``; ``key`` identifies it to the caller."""
+
+    key: object
+    ids: list[int]
+    m: int
+    seed: int
+
+    def __post_init__(self):
+        if self.m < 1:
+            raise ValueError(f"the number of memory vectors m must be >= 1 (got {self.m})")
+        if len(self.ids) < 1:
+            raise ValueError(f"job {self.key!r} has an empty sequence")
+
+
+@dataclass
+class CramResult:
+    job: CramJob
+    tf_accuracy: float  # teacher-forced accuracy of the final vectors over the whole sequence
+    greedy_exact: bool  # greedy decoding after the vectors reproduces the sequence token for token
+    steps: int  # optimiser updates applied
+    final_loss: float  # mean cross-entropy per token of the final vectors
+    best_accuracy: float
+    stop_reason: str  # "exact", "max_steps" or "patience"
+    seconds: float  # wall time from taking a slot to leaving it
+    vectors: torch.Tensor = field(repr=False)  # (m, d) float32 on CPU, in inputs_embeds space
+
+    @property
+    def accessible(self) -> bool:
+        return self.greedy_exact
+
+
+def embedding_std(model, chunk: int = 8192) -> float:
+    """Std of the token embeddings as the model uses them (after Gemma's sqrt(d) scaling, for example)."""
+    embed = model.get_input_embeddings()
+    vocab = embed.weight.shape[0]
+    total, total_sq, count = 0.0, 0.0, 0
+    with torch.no_grad():
+        for start in range(0, vocab, chunk):
+            ids = torch.arange(start, min(start + chunk, vocab), device=embed.weight.device)
+            e = embed(ids).double()
+            total += float(e.sum())
+            total_sq += float((e * e).sum())
+            count += e.numel()
+    mean = total / count
+    return math.sqrt(max(total_sq / count - mean * mean, 0.0) * count / max(count - 1, 1))
+
+
+def init_vectors(m: int, hidden_size: int, std: float, seed: int) -> torch.Tensor:
+    """The paper's init, randn(m, d) * std, drawn from a generator of its own so it depends only on ``seed``."""
+    generator = torch.Generator().manual_seed(int(seed))
+    return torch.randn(m, hidden_size, generator=generator) * std
+
+
+def _autocast(config: CramConfig, device: torch.device):
+    kind = config.autocast
+    if kind == "auto":
+        kind = "bf16" if device.type == "cuda" else "none"
+    if kind == "none":
+        return nullcontext()
+    return torch.autocast(device.type, dtype=torch.bfloat16 if kind == "bf16" else torch.float16)
+
+
+def _head(model, hidden: torch.Tensor) -> torch.Tensor:
+    head = model.get_output_embeddings()
+    logits = head(hidden.to(head.weight.device))
+    cap = getattr(model.config, "final_logit_softcapping", None)
+    if cap:  # Gemma-2/3 soft-cap their logits inside forward(); the loss must see the same logits
+        logits = torch.tanh(logits / cap) * cap
+    return logits.float()
+
+
+def _chunk_stats(model, hidden: torch.Tensor, targets: torch.Tensor):
+    logits = _head(model, hidden)
+    targets = targets.to(logits.device)
+    return F.cross_entropy(logits, targets, reduction="none"), logits.argmax(-1) == targets
+
+
+def token_stats(model, hidden: torch.Tensor, targets: torch.Tensor, logits_budget: int = 2 ** 26):
+    """Per-position cross-entropy and argmax correctness for (T, d) hidden states, chunked over T.
+
+    Beyond ``logits_budget`` elements each chunk's head runs under checkpointing, so backward recomputes its
+    logits instead of keeping every chunk's (chunk, |V|) logits alive until the backward pass.
+    """
+    vocab = model.get_output_embeddings().weight.shape[0]
+    total = hidden.shape[0]
+    if total * vocab <= logits_budget:
+        return _chunk_stats(model, hidden, targets)
+    size = max(1, logits_budget // vocab)
+    losses, correct = [], []
+    for start in range(0, total, size):
+        h, t = hidden[start:start + size], targets[start:start + size]
+        if torch.is_grad_enabled() and h.requires_grad:
+            loss, ok = checkpoint(_chunk_stats, model, h, t, use_reentrant=False)
+        else:
+            loss, ok = _chunk_stats(model, h, t)
+        losses.append(loss)
+        correct.append(ok)
+    return torch.cat(losses), torch.cat(correct)
+
+
+def _decoder(model):
+    """The transformer body of a causal LM (``model.model``, ``model.transformer``, ...)."""
+    body = model.base_model
+    if body is model:
+        raise ValueError(f"{type(model).__name__} exposes no decoder body through base_model_prefix")
+    return body
+
+
+@torch.no_grad()
+def greedy_decode(model, memory: torch.Tensor, length: int, config: CramConfig | None = None) -> torch.Tensor:
+    """Greedy tokens (B, length) generated after (B, m, d) memory vectors, with the model's KV cache."""
+    config = config or CramConfig()
+    embed = model.get_input_embeddings()
+    memory = memory.to(embed.weight.device)
+    with _autocast(config, memory.device):
+        out = model(inputs_embeds=memory.to(embed.weight.dtype), use_cache=True, logits_to_keep=1)
+        tokens = [out.logits[:, -1].argmax(-1)]
+        for _ in range(length - 1):
+            out = model(input_ids=tokens[-1][:, None].to(embed.weight.device), cache=out.cache,
+                        use_cache=True, logits_to_keep=1)
+            tokens.append(out.logits[:, -1].argmax(-1))
+    return torch.stack(tokens, dim=1).cpu()
+
+
+class _FrozenModel:
+    """Freeze a model for cramming (no parameter gradients, eval mode) and restore it afterwards."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def __enter__(self):
+        self.flags = [p.requires_grad for p in self.model.parameters()]
+        self.training = self.model.training
+        self.model.requires_grad_(False)
+        self.model.eval()
+        return self.model
+
+    def __exit__(self, *exc):
+        for p, flag in zip(self.model.parameters(), self.flags):
+            p.requires_grad_(flag)
+        self.model.train(self.training)
+
+
+@dataclass
+class _Row:
+    job: CramJob
+    ids: torch.Tensor  # (n,) on the embedding device
+    target_len: int  # tokens currently targeted (n unless progressive)
+    started: float
+    best_acc: float = -1.0
+    since_best: int = 0
+
+
+def cram(model, jobs: Iterable[CramJob], config: CramConfig | None = None) -> Iterator[CramResult]:
+    """Cram every job, ``config.batch_size`` rows at a time, yielding each result as its row finishes.
+
+    Results come in finishing order, not job order. The model is frozen while the generator runs.
+    """
+    config = config or CramConfig()
+    queue = deque(jobs)
+    if not queue:
+        return
+    embed = model.get_input_embeddings()
+    device = embed.weight.device
+    hidden_size = embed.weight.shape[1]
+    max_positions = getattr(model.config, "max_position_embeddings", None)
+    for job in queue:
+        if max_positions and job.m + len(job.ids) - 1 > max_positions:
+            raise ValueError(f"job {job.key!r}: m + n - 1 = {job.m + len(job.ids) - 1} exceeds the model's context "
+                             f"of {max_positions} positions; use shorter sequences or fewer memory vectors")
+    slots = min(config.batch_size, len(queue))
+    max_m = max(job.m for job in queue)
+    with _FrozenModel(model):
+        std = embedding_std(model)
+        params = torch.zeros(slots, max_m, hidden_size, device=device, requires_grad=True)
+        exp_avg = torch.zeros_like(params, requires_grad=False)
+        exp_avg_sq = torch.zeros_like(exp_avg)
+        steps = torch.zeros(slots, dtype=torch.long, device=device)
+        rows: list[_Row | None] = [None] * slots
+        while True:
+            for b in range(slots):
+                if rows[b] is None and queue:
+                    job = queue.popleft()
+                    with torch.no_grad():
+                        params[b].zero_()
+                        params[b, :job.m] = init_vectors(job.m, hidden_size, std, job.seed).to(device)
+                        exp_avg[b].zero_()
+                        exp_avg_sq[b].zero_()
+                        steps[b] = 0
+                    ids = torch.as_tensor(job.ids, dtype=torch.long, device=device)
+                    rows[b] = _Row(job, ids, 1 if config.progressive else len(job.ids), time.perf_counter())
+            active = [b for b in range(slots) if rows[b] is not None]
+            if not active:
+                return
+            loss_sum, correct = _forward(model, params, [rows[b] for b in active], active, config)
+            losses = (loss_sum.detach().cpu() / torch.tensor([float(rows[b].target_len) for b in active])).tolist()
+            finished, update = [], torch.zeros(slots, dtype=torch.bool, device=device)
+            for j, b in enumerate(active):
+                row = rows[b]
+                acc = float(correct[j]) / row.target_len
+                if acc >= 1.0 and row.target_len < len(row.job.ids):
+                    row.target_len += 1  # progressive: the next forward sees one more token
+                    row.best_acc, row.since_best = -1.0, 0
+                    continue
+                if acc > row.best_acc:
+                    row.best_acc, row.since_best = acc, 0
+                if acc >= 1.0:
+                    finished.append((b, "exact", acc, losses[j]))
+                elif int(steps[b]) >= config.max_steps:
+                    finished.append((b, "max_steps", acc, losses[j]))
+                elif row.since_best >= config.patience:
+                    finished.append((b, "patience", acc, losses[j]))
+                else:
+                    update[b] = True
+                    row.since_best += 1
+            if update.any():
+                weights = torch.tensor([1.0 / rows[b].target_len if update[b] else 0.0 for b in active],
+                                       device=loss_sum.device)
+                (loss_sum * weights).sum().backward()
+                _adam_step(params, exp_avg, exp_avg_sq, steps, update, config)
+            params.grad = None
+            for b, reason, acc, loss in finished:
+                row = rows[b]
+                yield _finish(model, row, params[b, :row.job.m].detach().float().cpu(), reason, acc, loss,
+                              int(steps[b]), config)
+                rows[b] = None
+
+
+def _forward(model, params, rows: list[_Row], slots: list[int], config: CramConfig):
+    """Per-row summed cross-entropy and number of correct argmax predictions over each row's targets."""
+    embed = model.get_input_embeddings()
+    device = embed.weight.device
+    pieces = []
+    for row, b in zip(rows, slots):
+        with torch.no_grad():
+            tokens = embed(row.ids[:row.target_len - 1])
+        pieces.append(torch.cat([params[b, :row.job.m].to(tokens.dtype), tokens]))
+    length = max(p.shape[0] for p in pieces)
+    # Right padding needs no attention mask: causal attention never lets a position see the padding after it.
+    embeds = torch.stack([F.pad(p, (0, 0, 0, length - p.shape[0])) for p in pieces])
+    with _autocast(config, device):
+        hidden = _decoder(model)(inputs_embeds=embeds, use_cache=False).last_hidden_state
+        picked = torch.cat([hidden[j, row.job.m - 1:row.job.m - 1 + row.target_len] for j, row in enumerate(rows)])
+        targets = torch.cat([row.ids[:row.target_len] for row in rows])
+        losses, ok = token_stats(model, picked, targets, config.logits_budget)
+    owner = torch.repeat_interleave(torch.arange(len(rows), device=losses.device),
+                                    torch.tensor([row.target_len for row in rows], device=losses.device))
+    loss_sum = torch.zeros(len(rows), device=losses.device).index_add(0, owner, losses)
+    correct = torch.zeros(len(rows), dtype=torch.long, device=losses.device).index_add(0, owner, ok.long())
+    return loss_sum, correct.cpu()
+
+
+@torch.no_grad()
+def _adam_step(params, exp_avg, exp_avg_sq, steps, update, config: CramConfig):
+    """torch.optim.AdamW's update, applied to the rows in ``update`` with each row's own step count."""
+    b1, b2 = config.betas
+    grad = params.grad
+    mask = update[:, None, None]
+    steps += update.long()
+    t = steps.clamp(min=1).double()
+    bias1 = (1 - b1 ** t).float()[:, None, None]
+    bias2_sqrt = (1 - b2 ** t).sqrt().float()[:, None, None]
+    decayed = params * (1 - config.lr * config.weight_decay)
+    new_avg = exp_avg.lerp(grad, 1 - b1)
+    new_avg_sq = exp_avg_sq * b2 + grad * grad * (1 - b2)
+    denom = new_avg_sq.sqrt() / bias2_sqrt + config.adam_eps
+    new_params = decayed - (config.lr / bias1) * new_avg / denom
+    params.copy_(torch.where(mask, new_params, params))
+    exp_avg.copy_(torch.where(mask, new_avg, exp_avg))
+    exp_avg_sq.copy_(torch.where(mask, new_avg_sq, exp_avg_sq))
+
+
+def _finish(model, row: _Row, vectors: torch.Tensor, reason: str, acc: float, loss: float, steps: int,
+            config: CramConfig) -> CramResult:
+    n = len(row.job.ids)
+    exact = False
+    if acc >= 1.0 and config.check_greedy:
+        generated = greedy_decode(model, vectors[None], n, config)[0]
+        exact = generated.tolist() == list(row.job.ids)
+    elif acc >= 1.0:
+        exact = True
+    return CramResult(job=row.job, tf_accuracy=acc, greedy_exact=exact, steps=steps, final_loss=loss,
+                      best_accuracy=max(row.best_acc, acc), stop_reason=reason,
+                      seconds=time.perf_counter() - row.started, vectors=vectors)
+
+
+def cram_reference(model, job: CramJob, config: CramConfig | None = None) -> CramResult:
+    """The published per-sequence protocol: batch 1, ``torch.optim.AdamW``, full-vocabulary logits.
+
+    The baseline the batched engine is measured and tested against (same init, stopping rule and step cap).
+    """
+    config = config or CramConfig()
+    if config.progressive:
+        raise ValueError("cram_reference implements the plain protocol; use cram() for progressive mode")
+    embed = model.get_input_embeddings()
+    device = embed.weight.device
+    with _FrozenModel(model):
+        std = embedding_std(model)
+        memory = torch.nn.Parameter(init_vectors(job.m, embed.weight.shape[1], std, job.seed).to(device))
+        optimizer = torch.optim.AdamW([memory], lr=config.lr, betas=config.betas, weight_decay=config.weight_decay,
+                                      eps=config.adam_eps)
+        ids = torch.as_tensor(job.ids, dtype=torch.long, device=device)
+        n = len(job.ids)
+        with torch.no_grad():
+            tokens = embed(ids[:-1])
+        row = _Row(job, ids, n, time.perf_counter())
+        step = 0
+        while True:
+            with _autocast(config, device):
+                logits = model(inputs_embeds=torch.cat([memory.to(tokens.dtype), tokens])[None]).logits[0].float()
+            logits = logits[job.m - 1:job.m - 1 + n]
+            loss = F.cross_entropy(logits, ids)
+            acc = float((logits.argmax(-1) == ids).float().mean())
+            if acc > row.best_acc:
+                row.best_acc, row.since_best = acc, 0
+            reason = ("exact" if acc >= 1.0 else "max_steps" if step >= config.max_steps
+                      else "patience" if row.since_best >= config.patience else None)
+            if reason:
+                return _finish(model, row, memory.detach().float().cpu(), reason, acc, loss.item(), step, config)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            step += 1
+            row.since_best += 1

@@ -1,0 +1,210 @@
+"""Sequence sources for the accessibility sweep: natural text, random words, random token ids.
+
+Every source draws sequence ``index`` of length ``n`` from a generator seeded by ``(seed, n, index)`` alone,
+so a sequence is the same whichever process draws it, in whatever order, and it is shared by all m.
+
+Source specs (strings the recipe accepts):
+  ``text``                      natural English: the CPython language reference (``pydoc_data.topics``),
+                                embedded in every Python, no download
+  ``text:PATH``                 a local UTF-8 text file, or a JSONL file with a ``"text"`` field per line
+  ``hf:NAME[:SPLIT[:COLUMN]]``  a ``datasets`` dataset (hub name or a folder saved with ``save_to_disk``)
+  ``words`` / ``words:PATH``    uniformly drawn words joined by spaces, tokenized and cut to n tokens; the
+                                default list is every distinct alphabetic word (3+ letters, lower-cased) of
+                                ``pydoc_data.topics``; PATH is a file with one word per line
+  ``tokens``                    uniformly random token ids over the whole vocabulary
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+
+# Distinct streams for distinct uses of one seed, so a sequence and an init never share random numbers.
+_SEQUENCE_STREAM = 0x5E9
+_INIT_STREAM = 0x1417
+
+
+def sequence_rng(seed: int, n: int, index: int) -> np.random.Generator:
+    return np.random.default_rng([_SEQUENCE_STREAM, seed, n, index])
+
+
+def init_seed(seed: int, m: int, n: int, index: int) -> int:
+    """The seed of the memory-vector init of one (m, n, index) job; independent of process count and order."""
+    return int(np.random.SeedSequence([_INIT_STREAM, seed, m, n, index]).generate_state(1, np.uint64)[0] >> 1)
+
+
+def _encode(tokenizer, text: str) -> list[int]:
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+class SequenceSource:
+    """Base class: ``sequence(n, index, seed)`` returns n token ids."""
+
+    kind = "base"
+
+    def describe(self) -> dict:
+        """What identifies the source in a run's settings (a different description means different sequences)."""
+        return {"kind": self.kind}
+
+    def max_length(self) -> int | None:
+        return None
+
+    def sequence(self, n: int, index: int, seed: int) -> list[int]:
+        raise TypeError(f"{type(self).__name__} must define sequence()")
+
+    def check_length(self, n: int) -> None:
+        limit = self.max_length()
+        if limit is not None and n > limit:
+            raise ValueError(f"the {self.kind} source holds only {limit} tokens, too short for sequences of "
+                             f"{n} tokens; give a longer text or use shorter lengths")
+
+
+class TextSource(SequenceSource):
+    """Windows of n consecutive tokens at random offsets of a tokenized corpus."""
+
+    kind = "text"
+
+    def __init__(self, tokenizer, documents: list[str], name: str):
+        documents = [d for d in documents if d and d.strip()]
+        if not documents:
+            raise ValueError(f"the text source {name!r} is empty; give a file or dataset with some text")
+        ids: list[int] = []
+        for doc in documents:
+            ids.extend(_encode(tokenizer, doc.strip() + "\n\n"))
+        self.ids = np.asarray(ids, dtype=np.int64)
+        self.name = name
+
+    def describe(self) -> dict:
+        return {"kind": self.kind, "name": self.name, "num_tokens": int(self.ids.size)}
+
+    def max_length(self) -> int:
+        return int(self.ids.size)
+
+    def sequence(self, n, index, seed):
+        self.check_length(n)
+        start = int(sequence_rng(seed, n, index).integers(0, self.ids.size - n + 1))
+        return self.ids[start:start + n].tolist()
+
+
+class WordsSource(SequenceSource):
+    kind = "words"
+
+    def __init__(self, tokenizer, words: list[str], name: str):
+        words = [w for w in dict.fromkeys(w.strip() for w in words) if w]
+        if len(words) < 2:
+            raise ValueError(f"the word list {name!r} has {len(words)} distinct words; give at least 2")
+        self.tokenizer, self.words, self.name = tokenizer, words, name
+
+    def describe(self) -> dict:
+        return {"kind": self.kind, "name": self.name, "num_words": len(self.words)}
+
+    def sequence(self, n, index, seed):
+        rng = sequence_rng(seed, n, index)
+        drawn: list[str] = []
+        ids: list[int] = []
+        while len(ids) < n:  # every word costs at least one token, so n more words always suffice
+            drawn.extend(self.words[i] for i in rng.integers(0, len(self.words), n))
+            ids = _encode(self.tokenizer, " ".join(drawn))
+        return ids[:n]
+
+
+class TokensSource(SequenceSource):
+    kind = "tokens"
+
+    def __init__(self, vocab_size: int):
+        self.vocab_size = int(vocab_size)
+
+    def describe(self) -> dict:
+        return {"kind": self.kind, "vocab_size": self.vocab_size}
+
+    def sequence(self, n, index, seed):
+        return sequence_rng(seed, n, index).integers(0, self.vocab_size, n).tolist()
+
+
+def default_documents() -> list[str]:
+    from pydoc_data.topics import topics
+
+    return [topics[key] for key in sorted(topics)]
+
+
+def default_words() -> list[str]:
+    words = set()
+    for doc in default_documents():
+        words.update(w.lower() for w in re.findall(r"[A-Za-z]{3,}", doc))
+    return sorted(words)
+
+
+def _read(path: str) -> str:
+    file = Path(path)
+    if not file.is_file():
+        raise ValueError(f"cannot read {path!r}: no such file")
+    try:
+        return file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise ValueError(f"cannot read {path!r} as UTF-8 text: {err}") from None
+
+
+def read_documents(path: str) -> list[str]:
+    text = _read(path)
+    if not path.endswith((".jsonl", ".json")):
+        return [text]
+    docs = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{path}:{number} is not valid JSON ({err}); each line must be an object "
+                             'with a "text" field') from None
+        if not isinstance(record, dict) or not isinstance(record.get("text"), str):
+            raise ValueError(f'{path}:{number} has no string "text" field')
+        docs.append(record["text"])
+    return docs
+
+
+def dataset_documents(dataset, column: str = "text") -> list[str]:
+    if column not in dataset.column_names:
+        raise ValueError(f"the dataset has no column {column!r} (columns: {', '.join(dataset.column_names)}); "
+                         "name the text column in the source spec, hf:NAME:SPLIT:COLUMN")
+    return list(dataset[column])
+
+
+def make_source(spec, tokenizer, vocab_size: int | None = None) -> SequenceSource:
+    """Build a source from a spec string (see the module docstring), or a ``datasets.Dataset`` of texts."""
+    if isinstance(spec, SequenceSource):
+        return spec
+    if not isinstance(spec, str):  # a datasets.Dataset (or DatasetDict split) given from Python
+        return TextSource(tokenizer, dataset_documents(spec), name=f"dataset:{getattr(spec, '_fingerprint', '?')}")
+    kind, _, arg = spec.partition(":")
+    if kind == "text":
+        return TextSource(tokenizer, read_documents(arg) if arg else default_documents(), name=arg or "pydoc_data")
+    if kind == "words":
+        words = _read(arg).split() if arg else default_words()
+        return WordsSource(tokenizer, words, name=arg or "pydoc_data")
+    if kind == "tokens":
+        return TokensSource(vocab_size if vocab_size is not None else len(tokenizer))
+    if kind == "hf":
+        import datasets
+
+        parts = arg.split(":")
+        name = parts[0]
+        split = parts[1] if len(parts) > 1 and parts[1] else "train"
+        column = parts[2] if len(parts) > 2 and parts[2] else "text"
+        if not name:
+            raise ValueError("hf: needs a dataset name, e.g. hf:wikitext:train:text")
+        try:
+            data = (datasets.load_from_disk(name) if Path(name).is_dir()
+                    else datasets.load_dataset(name, split=split))
+        except Exception as err:  # the datasets library raises many kinds; report them all the same way
+            raise ValueError(f"cannot load the dataset {name!r} (split {split!r}): {err}") from None
+        if isinstance(data, datasets.DatasetDict):
+            if split not in data:
+                raise ValueError(f"the dataset {name!r} has no split {split!r} (splits: {', '.join(data)})")
+            data = data[split]
+        return TextSource(tokenizer, dataset_documents(data, column), name=f"hf:{name}:{split}:{column}")
+    raise ValueError(f"unknown source {spec!r}: use text, text:PATH, hf:NAME[:SPLIT[:COLUMN]], words, "
+                     "words:PATH or tokens")

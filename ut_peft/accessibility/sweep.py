@@ -1,0 +1,289 @@
+"""Accessibility sweeps: accessibility(n) for a list of m, n_50 fits, theoretical bounds, report.
+
+``run_sweep(SweepConfig(...), output_dir)`` crams ``num_sequences`` sequences per (m, n), over a fixed list
+of lengths or the paper's adaptive grid, on one process or under ``accelerate launch`` (jobs are dealt to
+processes; every sequence and init derives from the seed and the job's own (m, n, index), so the results do
+not depend on the number of processes). The output folder holds:
+
+  settings.json          the fingerprint of the run; a different setting is refused unless overwrite=True
+  rows.jsonl             one row per finished sequence, written as it finishes (other processes write
+                         rows.rank<k>.jsonl); ``store.load_rows(folder)`` reads them as a datasets.Dataset
+  summary.json           the fits and bounds (schema below)
+  accessibility.png      accessibility vs n, one curve per m, with the sigmoid fits
+  n50_vs_m.png           n_50 vs m with the linear fit and the theoretical slope bounds
+  report.md              the Markdown report
+  vectors/               (save_vectors=True) the crammed (m, d) vectors of every sequence, safetensors
+
+summary.json::
+
+  {"model": str, "source": {...source description...},
+   "settings": {...the fingerprint...},
+   "per_m": [{"m": int, "n50": float|null, "sigmoid_slope": float|null, "fit_status": "ok"|"extrapolated"|
+              "degenerate", "lengths": [int], "accessibility": [float], "mean_tf_accuracy": [float],
+              "num_sequences": [int]}],
+   "fit": {"slope": float, "intercept": float, "r2": float, "num_points": int} | null,
+   "support": {"radius": float, "eps": float, "num_samples": int, "hidden_size": int, "vocab_size": int},
+   "bounds": {"ball": float, "box": float},          # slope bounds, tokens of n_50 per memory vector
+   "ratios": {"ball": float, "box": float} | null,   # bound / measured slope
+   "num_rows": int}
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from ..models import DEFAULT_MODEL, load_model, load_tokenizer
+from . import store
+from .bounds import measure_support, slope_bounds
+from .cram import CramConfig, CramJob, cram
+from .fit import fit_sigmoid, linear_fit
+from .sources import init_seed, make_source
+
+
+@dataclass
+class GridConfig:
+    """Lengths to measure: a fixed list, or the paper's adaptive rule when ``lengths`` is None.
+
+    Adaptive: from ``start``, steps of ``coarse`` while accessibility > ``high``, then steps of ``fine``
+    until accessibility < ``low``, then one more step of ``coarse``; never beyond ``stop``. When a coarse
+    step jumps past the transition, the fine steps restart just after the last point above ``high``, so
+    the transition is always measured at the fine resolution.
+    """
+
+    lengths: list[int] | None = None
+    start: int = 10
+    stop: int = 1000
+    coarse: int = 100
+    fine: int = 10
+    high: float = 0.9
+    low: float = 0.1
+
+    def __post_init__(self):
+        if self.lengths is not None:
+            self.lengths = sorted({int(n) for n in self.lengths})
+            if not self.lengths or self.lengths[0] < 1:
+                raise ValueError(f"lengths must be a non-empty list of integers >= 1 (got {self.lengths})")
+        elif not (1 <= self.start <= self.stop and self.coarse >= 1 and self.fine >= 1 and 0 <= self.low <= self.high <= 1):
+            raise ValueError("adaptive grid needs 1 <= start <= stop, coarse >= 1, fine >= 1, 0 <= low <= high <= 1 "
+                             f"(got start={self.start}, stop={self.stop}, coarse={self.coarse}, fine={self.fine}, "
+                             f"low={self.low}, high={self.high})")
+
+    @property
+    def max_length(self) -> int:
+        return self.lengths[-1] if self.lengths else self.stop
+
+
+def next_length(measured: dict[int, float], grid: GridConfig) -> int | None:
+    """The next length the adaptive rule needs, given accessibility at the lengths measured so far.
+
+    The walk is replayed from ``start`` over ``measured`` every time, so the answer depends only on the
+    results (a resumed or distributed run asks for exactly the same lengths).
+    """
+    n, phase, last_high = grid.start, "coarse", None
+    while n <= grid.stop:
+        if n not in measured:
+            return n
+        acc = measured[n]
+        if phase == "tail":
+            return None
+        if phase == "coarse" and acc > grid.high:
+            last_high, n = n, n + grid.coarse
+        elif phase == "coarse" and last_high is not None and last_high + grid.fine < n:
+            phase, n = "fine", last_high + grid.fine
+        elif acc < grid.low:
+            phase, n = "tail", n + grid.coarse
+        else:
+            phase, n = "fine", n + grid.fine
+    return None
+
+
+@dataclass
+class SweepConfig:
+    model: str = DEFAULT_MODEL
+    source: str = "text"
+    ms: list[int] = field(default_factory=lambda: [1, 2])
+    grid: GridConfig = field(default_factory=GridConfig)
+    num_sequences: int = 20
+    seed: int = 0
+    cram: CramConfig = field(default_factory=CramConfig)
+    support_sequences: int = 256
+    support_seq_len: int = 32
+
+    def __post_init__(self):
+        self.ms = sorted({int(m) for m in self.ms})
+        if not self.ms or self.ms[0] < 1:
+            raise ValueError(f"every number of memory vectors m must be >= 1 (got {self.ms})")
+        if self.num_sequences < 1:
+            raise ValueError(f"num_sequences must be >= 1 (got {self.num_sequences})")
+
+    def fingerprint(self, source_description: dict) -> dict:
+        """Everything that changes the rows; speed knobs (batch size, chunking) are left out on purpose."""
+        cram_settings = {k: v for k, v in dataclasses.asdict(self.cram).items() if k not in ("batch_size", "logits_budget")}
+        cram_settings["betas"] = list(cram_settings["betas"])
+        return {"model": str(self.model), "source": source_description, "ms": self.ms,
+                "grid": dataclasses.asdict(self.grid), "num_sequences": self.num_sequences, "seed": self.seed,
+                "cram": cram_settings}
+
+
+def _complete_curves(rows: dict, ms: list[int], num_sequences: int) -> dict[int, dict[int, list[dict]]]:
+    """Rows grouped by m then n, keeping only (m, n) groups with all their sequences finished."""
+    groups: dict[int, dict[int, list[dict]]] = {m: {} for m in ms}
+    for (m, n, index), row in rows.items():
+        if m in groups and index < num_sequences:
+            groups[m].setdefault(n, []).append(row)
+    return {m: {n: g for n, g in sorted(by_n.items()) if len(g) == num_sequences} for m, by_n in groups.items()}
+
+
+def _row(result, rank: int) -> dict:
+    m, n, index = result.job.key
+    return {"m": m, "n": n, "index": index, "init_seed": result.job.seed, "tf_accuracy": result.tf_accuracy,
+            "greedy_exact": result.greedy_exact, "accessible": result.accessible, "steps": result.steps,
+            "final_loss": result.final_loss, "best_accuracy": result.best_accuracy,
+            "stop_reason": result.stop_reason, "seconds": round(result.seconds, 3), "rank": rank}
+
+
+def vectors_path(output_dir, m: int, n: int, index: int) -> Path:
+    return Path(output_dir) / "vectors" / f"m{m}-n{n}-i{index}.safetensors"
+
+
+def _save_vectors(output_dir: Path, result) -> None:
+    from safetensors.torch import save_file
+
+    path = vectors_path(output_dir, *result.job.key)
+    path.parent.mkdir(exist_ok=True)
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    save_file({"vectors": result.vectors.contiguous()}, str(tmp),
+              metadata={"ids": json.dumps(list(result.job.ids)), "accessible": str(result.accessible)})
+    os.replace(tmp, path)
+
+
+def _load(config: SweepConfig, device, device_map):
+    try:
+        model = load_model(config.model, device_map=device_map)
+        tokenizer = load_tokenizer(config.model)
+    except OSError as err:
+        raise ValueError(f"cannot load the model {config.model!r}: {err}") from None
+    if device_map is None:
+        model.to(device)
+    return model, tokenizer
+
+
+def run_sweep(config: SweepConfig, output_dir, *, model=None, tokenizer=None, accelerator=None,
+              overwrite: bool = False, save_vectors: bool = False, device_map=None, progress: bool = True,
+              report: bool = True) -> dict | None:
+    """Run (or resume) a sweep into ``output_dir``; returns the summary on the main process, None elsewhere."""
+    from accelerate import Accelerator
+    from accelerate.utils import gather_object
+    from tqdm.auto import tqdm
+
+    accelerator = accelerator or Accelerator()
+    output_dir = Path(output_dir)
+    if model is None:
+        model, tokenizer = _load(config, accelerator.device, device_map)
+    if tokenizer is None and config.source != "tokens":
+        raise ValueError("a tokenizer is needed for text and word sources; pass tokenizer=...")
+    vocab_size = model.get_output_embeddings().weight.shape[0]
+    source = make_source(config.source, tokenizer, vocab_size=vocab_size)
+    context = getattr(model.config, "max_position_embeddings", None)
+    longest = config.grid.max_length + config.ms[-1] - 1
+    if context and longest > context:
+        raise ValueError(f"lengths up to {config.grid.max_length} with m = {config.ms[-1]} need {longest} positions, "
+                         f"above the model's context of {context}; lower the lengths (or --stop)")
+    source.check_length(config.grid.max_length)
+
+    settings = config.fingerprint(source.describe())
+    clear = store.check_settings(output_dir, settings, overwrite)  # every rank checks, so every rank raises
+    if accelerator.is_main_process:
+        store.prepare_folder(output_dir, settings, clear)
+    accelerator.wait_for_everyone()
+    rows = store.read_rows(output_dir)
+
+    rank, world = accelerator.process_index, accelerator.num_processes
+    my_file = store.rows_file(output_dir, rank)
+    bar = tqdm(total=0, desc="cram", unit="seq", disable=not (progress and accelerator.is_main_process))
+    while True:
+        curves = _complete_curves(rows, config.ms, config.num_sequences)
+        targets = {}
+        for m in config.ms:
+            if config.grid.lengths is not None:
+                targets[m] = config.grid.lengths
+            else:
+                measured = {n: sum(r["accessible"] for r in g) / len(g) for n, g in curves[m].items()}
+                n = next_length(measured, config.grid)
+                if n is not None:
+                    targets[m] = [n]
+        jobs = [(m, n, i) for m, lengths in targets.items() for n in lengths for i in range(config.num_sequences)
+                if (m, n, i) not in rows]
+        if not targets or (config.grid.lengths is not None and not jobs):
+            break
+        # Dealt round-robin over a length-sorted list, so every process gets a similar mix of short and long rows.
+        jobs.sort(key=lambda job: (job[1] + job[0], job))
+        mine = jobs[rank::world]
+        bar.total += len(mine)
+        bar.set_description(f"cram n={','.join(str(n) for n in sorted({j[1] for j in jobs}))}")
+        cram_jobs = [CramJob(key=(m, n, i), ids=source.sequence(n, i, config.seed), m=m,
+                             seed=init_seed(config.seed, m, n, i)) for m, n, i in mine]
+        new_rows = []
+        for result in cram(model, cram_jobs, config.cram):
+            if save_vectors:
+                _save_vectors(output_dir, result)
+            row = _row(result, rank)
+            store.append_row(my_file, row)
+            new_rows.append(row)
+            bar.update(1)
+            bar.set_postfix(accessible=f"{sum(r['accessible'] for r in new_rows)}/{len(new_rows)}")
+        if world > 1:
+            new_rows = gather_object(new_rows)
+        for row in new_rows:
+            rows.setdefault(store.row_key(row), row)
+    bar.close()
+
+    summary = None
+    if accelerator.is_main_process:
+        summary = summarize(config, settings, rows, model)
+        write_json(output_dir / "summary.json", summary)
+        if report:
+            from .report import write_report
+
+            write_report(output_dir, summary)
+    accelerator.wait_for_everyone()
+    return summary
+
+
+def summarize(config: SweepConfig, settings: dict, rows: dict, model) -> dict:
+    """Fits, support statistics, bounds and ratios of a finished sweep."""
+    curves = _complete_curves(rows, config.ms, config.num_sequences)
+    per_m = []
+    for m in config.ms:
+        lengths = sorted(curves[m])
+        acc = [sum(r["accessible"] for r in curves[m][n]) / len(curves[m][n]) for n in lengths]
+        fit = fit_sigmoid(lengths, acc) if lengths else {"n50": None, "sigmoid_slope": None, "status": "degenerate"}
+        per_m.append({"m": m, "n50": fit["n50"], "sigmoid_slope": fit["sigmoid_slope"], "fit_status": fit["status"],
+                      "lengths": lengths, "accessibility": acc,
+                      "mean_tf_accuracy": [sum(r["tf_accuracy"] for r in curves[m][n]) / len(curves[m][n])
+                                           for n in lengths],
+                      "num_sequences": [len(curves[m][n]) for n in lengths]})
+    fitted = [(p["m"], p["n50"]) for p in per_m if p["n50"] is not None]
+    line = linear_fit(*zip(*fitted)) if len({m for m, _ in fitted}) >= 2 else None
+    stats = measure_support(model, num_sequences=config.support_sequences, seq_len=config.support_seq_len,
+                            seed=config.seed)
+    bounds = slope_bounds(stats)
+    ratios = ({k: v / line["slope"] for k, v in bounds.items()} if line and line["slope"] > 0 else None)
+    return {"model": settings["model"], "source": settings["source"], "settings": settings, "per_m": per_m,
+            "fit": line, "support": stats.to_dict(), "bounds": bounds, "ratios": ratios, "num_rows": len(rows)}
+
+
+def write_json(path: Path, data: dict) -> None:
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def load_summary(output_dir) -> dict:
+    return json.loads((Path(output_dir) / "summary.json").read_text(encoding="utf-8"))
