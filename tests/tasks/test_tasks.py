@@ -95,3 +95,14 @@ def test_metric_scores_only_scored_positions():
     assert result["sequence_accuracy"] == pytest.approx(1 / 2)
     with pytest.raises(ValueError, match="no scored positions"):
         metric.compute(predictions=[[1]], references=[[IGNORE_INDEX]])
+
+
+def test_majority_baseline_counts_the_most_frequent_scored_label():
+    from datasets import Dataset
+
+    from ut_peft.tasks import majority_baseline
+
+    rows = Dataset.from_list([{"k": 1, "labels": [IGNORE_INDEX, 5, 5, 2]}, {"k": 2, "labels": [IGNORE_INDEX, 3, 4, 4]}])
+    result = majority_baseline(rows)
+    assert result["accuracy"] == pytest.approx(2 / 6)
+    assert result["per_k"] == {"1": pytest.approx(2 / 3), "2": pytest.approx(2 / 3)}

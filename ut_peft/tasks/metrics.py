@@ -6,6 +6,8 @@ Both tasks store causal-LM ``labels`` in transformers' convention: the logits at
 
 from __future__ import annotations
 
+from collections import Counter
+
 import datasets
 import evaluate
 import torch
@@ -55,4 +57,20 @@ def aligned_predictions(logits: torch.Tensor, labels: torch.Tensor) -> tuple[lis
     return predictions.tolist(), references.tolist()
 
 
-__all__ = ["IGNORE_INDEX", "ScoredTokenAccuracy", "aligned_predictions"]
+def majority_baseline(dataset) -> dict:
+    """Accuracy of always answering the most frequent scored label (per hop count when the rows have ``k``).
+
+    The floor a trained model must beat: k-hop answers are often "does-not-exist" on short strings.
+    """
+    def best_share(rows):
+        counts = Counter(label for row in rows for label in row["labels"] if label != IGNORE_INDEX)
+        return max(counts.values()) / sum(counts.values())
+
+    rows = dataset.to_list()
+    result = {"accuracy": best_share(rows)}
+    if rows and "k" in rows[0]:
+        result["per_k"] = {str(k): best_share([r for r in rows if r["k"] == k]) for k in sorted({r["k"] for r in rows})}
+    return result
+
+
+__all__ = ["IGNORE_INDEX", "ScoredTokenAccuracy", "aligned_predictions", "majority_baseline"]

@@ -56,7 +56,7 @@ class RunSettings:
     dyck_max_pairs: int = 8
     dyck_max_random_length: int = 16
     khop_ks: list = field(default_factory=lambda: [1, 2, 3, 4])
-    khop_length: int = 16
+    khop_length: int = 32
     checkpoint_every: int = 250
 
     def __post_init__(self):
