@@ -136,7 +136,8 @@ class TrainResult:
 
 
 def train_copy(model, dataset: datasets.Dataset, *, steps: int = 2000, batch_size: int = 32, lr: float = 1e-3,
-               weight_decay: float = 0.01, warmup: int = 100, seed: int = 0, progress: bool = True) -> TrainResult:
+               weight_decay: float = 0.01, warmup: int = 100, max_grad_norm: float | None = 1.0, seed: int = 0,
+               progress: bool = True) -> TrainResult:
     """Train the parameters of ``model`` that require grad (all of them for full training; only the embeddings
     for a UT_REPROGRAM PeftModel) on ``dataset``, cycling through it for ``steps`` AdamW steps."""
     import time
@@ -165,6 +166,8 @@ def train_copy(model, dataset: datasets.Dataset, *, steps: int = 2000, batch_siz
             for batch in loader:
                 loss = model(**batch).loss
                 accelerator.backward(loss)
+                if max_grad_norm:
+                    accelerator.clip_grad_norm_(params, max_grad_norm)
                 optimizer.step()
                 schedule.step()
                 optimizer.zero_grad(set_to_none=True)
