@@ -316,3 +316,23 @@ def test_normal_init_is_seeded_and_leaves_global_rng_alone():
     ea, eb, ec = (m.get_input_embeddings().weight for m in (a, b, c))
     assert torch.equal(ea, eb) and not torch.equal(ea, ec)
     assert not torch.equal(ea, a.get_input_embeddings().get_base_layer().weight)
+
+
+def test_release_base_embeddings_frees_the_replaced_matrices(tmp_path):
+    base = tiny_model("gemma3", tied=True)
+    ids = batch(vocab=5)
+    model = get_peft_model(base, UTReprogramConfig(task_vocab_size=5, release_base_embeddings=True))
+    kept = get_peft_model(tiny_model("gemma3", tied=True), UTReprogramConfig(task_vocab_size=5))
+    assert model.get_input_embeddings().get_base_layer().weight.device.type == "meta"
+    assert torch.equal(model(input_ids=ids).logits, kept(input_ids=ids).logits)
+    train_steps(model, ids)
+    with pytest.raises(ValueError, match="release_base_embeddings"):
+        with model.disable_adapter():
+            pass
+    model.save_pretrained(tmp_path)
+    loaded = PeftModel.from_pretrained(tiny_model("gemma3", tied=True), tmp_path)
+    assert torch.equal(loaded(input_ids=ids).logits, model(input_ids=ids).logits)
+    merged = model.merge_and_unload()
+    assert torch.allclose(merged(input_ids=ids).logits, loaded(input_ids=ids).logits, atol=1e-6)
+    with pytest.raises(ValueError, match="task_vocab_size"):
+        UTReprogramConfig(release_base_embeddings=True)

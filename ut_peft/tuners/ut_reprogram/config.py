@@ -78,6 +78,16 @@ class UTReprogramConfig(PeftConfig):
             )
         },
     )
+    release_base_embeddings: bool = field(
+        default=False,
+        metadata={
+            "help": (
+                "With task_vocab_size: free the base model's own E and U, which the new vocabulary replaces (for a "
+                "262k-token Gemma that is most of the model's memory). disable_adapter() and unload() can then no "
+                "longer give the base model back; merge_and_unload() still works."
+            )
+        },
+    )
     init_seed: int = field(default=0, metadata={"help": "Seed of the normal initialisation (independent of torch's global RNG)."})
     base_embedding_shape: Optional[list[int]] = field(
         default=None,
@@ -127,6 +137,9 @@ class UTReprogramConfig(PeftConfig):
                 "task_vocab_size replaces E and U by fresh matrices, so at least one of them must train "
                 "(train_input_embeddings or train_output_embeddings)"
             )
+        if self.release_base_embeddings and self.task_vocab_size is None:
+            raise ValueError("release_base_embeddings frees the base E and U, which only a new vocabulary "
+                             "(task_vocab_size) replaces; set task_vocab_size or leave it False")
         if self.init == "copy":
             needed = (self.task_vocab_size or 0) + self.num_memory_tokens
             if needed and (self.init_token_ids is None or len(self.init_token_ids) != needed):

@@ -189,6 +189,23 @@ class UTReprogramModel(BaseTuner):
         if config.task_vocab_size is not None:
             self._ut_base_vocab_size = model.config.vocab_size
             set_vocab_size(model, config.task_vocab_size)
+        if config.release_base_embeddings:
+            self._release_base_embeddings(model)
+
+    def _release_base_embeddings(self, model: nn.Module) -> None:
+        """Swap the wrapped base E/U weights for empty meta tensors (tied ones share one, so both go)."""
+        for module in model.modules():
+            if isinstance(module, (UTEmbedding, UTUnembedding)):
+                base = module.get_base_layer()
+                hidden = base.weight.shape[1]
+                base.weight = nn.Parameter(torch.empty((0, hidden), dtype=base.weight.dtype, device="meta"),
+                                           requires_grad=False)
+        self._ut_released = True
+
+    def _refuse_if_released(self, action: str) -> None:
+        if getattr(self, "_ut_released", False):
+            raise ValueError(f"cannot {action}: this adapter was created with release_base_embeddings=True, so the "
+                             "base model's own E and U were freed; load the base model again for its outputs")
 
     def _mark_only_adapters_as_trainable(self, model: nn.Module) -> None:
         super()._mark_only_adapters_as_trainable(model)
@@ -205,6 +222,7 @@ class UTReprogramModel(BaseTuner):
         set_vocab_size(self.model, active.task_vocab_size if enabled else base_vocab)
 
     def disable_adapter_layers(self) -> None:
+        self._refuse_if_released("disable the adapter")
         super().disable_adapter_layers()
         self._set_vocab_for(False)
 
@@ -216,6 +234,7 @@ class UTReprogramModel(BaseTuner):
                                      adapter_names=None):
         adapter = self.active_adapters[0]
         if not merge:
+            self._refuse_if_released("unload the adapter")
             base_vocab = getattr(self, "_ut_base_vocab_size", None)
             if base_vocab is not None:
                 set_vocab_size(self.model, base_vocab)
