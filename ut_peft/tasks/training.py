@@ -141,6 +141,9 @@ def build_model(settings: RunSettings, vocab_size: int, max_len: int):
         if kind == "pretrained":
             model.resize_token_embeddings(vocab_size)
         model.requires_grad_(True)
+        if kind in ("sparse-ut", "random-ut"):
+            # The fixed readout only serves the compiler; the forward never reads it.
+            model.model.readout.requires_grad_(False)
         return model
     return get_peft_model(model, ut_peft.UTReprogramConfig(train_position_embeddings=positions, **peft_kwargs))
 
