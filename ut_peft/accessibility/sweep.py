@@ -166,9 +166,14 @@ def _save_vectors(output_dir: Path, result) -> None:
 def _load(config: SweepConfig, device, device_map):
     try:
         model = load_model(config.model, device_map=device_map)
-        tokenizer = load_tokenizer(config.model)
     except OSError as err:
         raise ValueError(f"cannot load the model {config.model!r}: {err}") from None
+    try:
+        tokenizer = load_tokenizer(config.model)
+    except (OSError, ValueError, TypeError):
+        if config.source != "tokens":  # random token ids need no tokenizer; every other source does
+            raise
+        tokenizer = None
     if device_map is None:
         model.to(device)
     return model, tokenizer

