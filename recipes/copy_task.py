@@ -8,6 +8,7 @@ copy_cliff.png and copy_task.md.
 """
 
 import argparse
+import json
 import shlex
 import sys
 from pathlib import Path
@@ -27,10 +28,19 @@ def main(args):
         torch.set_num_threads(args.threads)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    settings = {"hidden_size": args.hidden_size, "num_layers": args.layers, "num_heads": args.heads}
+    if args.combine:
+        # Plot and tabulate runs made by separate invocations (e.g. run in parallel) together.
+        result = {"settings": {}, "runs": {}}
+        for path in args.combine:
+            part = json.loads(Path(path).read_text())
+            result["runs"].update({f"{k} ({part['settings'].get('label') or Path(path).parent.name})": v
+                                   for k, v in part["runs"].items()})
+        return write_outputs(result, out, low, high)
+    settings = {"hidden_size": args.hidden_size, "num_layers": args.layers, "num_heads": args.heads,
+                "initializer_range": args.init_range}
     result = {"settings": {**settings, "steps": args.steps, "batch_size": args.batch_size,
                            "train_lengths": [low, high], "num_per_length": args.num_per_length,
-                           "seed": args.seed}, "runs": {}}
+                           "seed": args.seed, "label": args.label}, "runs": {}}
     for training in args.trainings:
         lr = args.embedding_lr if training == "embeddings" else args.lr
         run = run_copy(training, steps=args.steps, batch_size=args.batch_size, lr=lr, train_lengths=(low, high),
@@ -40,6 +50,11 @@ def main(args):
         result["runs"][training] = run
         write_json(result, out / "copy_task.json")
         print(f"{training}: {run['cliff']}", flush=True)
+    write_outputs(result, out, low, high)
+
+
+def write_outputs(result, out, low, high):
+    write_json(result, out / "copy_task.json")
     plot_copy_cliff({k: v["results"] for k, v in result["runs"].items()}, (low, high), out / "copy_cliff.png")
     command = "python recipes/copy_task.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     (out / "copy_task.md").write_text(copy_markdown(result, command=command, plot="copy_cliff.png"))
@@ -59,6 +74,10 @@ def parse(argv=None):
     p.add_argument("--hidden-size", type=int, default=64)
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--init-range", type=float, default=0.02, help="std of the random initial (or frozen) weights")
+    p.add_argument("--label", help="name of this run in combined plots (default: the output folder's name)")
+    p.add_argument("--combine", nargs="+", metavar="JSON",
+                   help="only plot and tabulate the runs of these copy_task.json files together into --out")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, help="torch threads (default: torch's choice; 1 on a shared machine)")
     p.add_argument("--out", default="runs/copy_task")

@@ -49,12 +49,18 @@ def test_refined_bounds_with_cells_and_ratios(tmp_path):
     stats = SupportStats(radius=1.0, eps=1 / 2048, low=hidden.min(0).values, high=hidden.max(0).values,
                          hidden=hidden, vocab_size=4)
     uniform = CellEstimate("argmax", "ball", torch.full((4,), 250), 1000)
-    out = refined_bounds(stats, {"ball": uniform}, measured_slope=2.0, decay_estimate="plugin")
+    out = refined_bounds(stats, {"ball": uniform}, measured_slope=2.0)
     b = out["bounds"]
     assert b["ball"] == pytest.approx(3 * math.log1p(2 * 2048) / math.log(4))
     assert out["cone_half_angle_deg"] == pytest.approx(90.0)
     assert b["cone"] == pytest.approx(b["ball"] + math.log(0.5) / math.log(4))
-    assert b["ball_nonuniform"] == pytest.approx(b["ball"])  # uniform cells cost exactly ln|V|
+    # Uniform cells cost ln|V| per token: the conservative version is exactly the uniform bound (Gibbs clamp), and
+    # the Jeffreys point estimate of equal, well-sampled shares is close to it.
+    assert b["ball_nonuniform_conservative"] == pytest.approx(b["ball"])
+    assert b["ball_nonuniform"] == pytest.approx(b["ball"], rel=1e-3)
+    skewed = CellEstimate("argmax", "ball", torch.tensor([970, 10, 10, 10]), 1000)
+    tight = refined_bounds(stats, {"ball": skewed})["bounds"]
+    assert tight["ball_nonuniform"] < tight["ball_nonuniform_conservative"] <= tight["ball"]
     assert out["ratios"]["box"] == pytest.approx(b["box"] / 2.0)
     summary = tmp_path / "summary.json"
     summary.write_text(json.dumps({"fit": {"slope": 12.5, "r2": 0.99}}))

@@ -30,7 +30,8 @@ def test_geometry_recipe_end_to_end(tmp_path):
     ball = result["cells"]["ball"]["argmax"]
     assert ball["num_samples"] == 3000 and sum(t["count"] for t in ball["top"]) <= 3000
     assert result["bounds"]["measured_slope"] == 3.0
-    assert set(result["bounds"]["ratios"]) == {"ball", "box", "cone", "ball_nonuniform", "box_nonuniform"}
+    assert set(result["bounds"]["ratios"]) == {"ball", "box", "cone", "ball_nonuniform", "box_nonuniform",
+                                                "ball_nonuniform_conservative", "box_nonuniform_conservative"}
     assert (out / "cells.png").stat().st_size > 1000
     assert "| bound | value | bound / measured |" in (out / "geometry.md").read_text()
     # Re-summarising the saved state against another slope samples nothing and rescales the ratios.

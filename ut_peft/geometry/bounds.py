@@ -93,12 +93,15 @@ def read_measured_slope(summary_path) -> float:
 
 
 def refined_bounds(stats, cells: dict | None = None, measured_slope: float | None = None, *,
-                   decay_k: int = 64, decay_estimate: str = "upper") -> dict:
+                   decay_k: int = 64) -> dict:
     """Every bound for a measured support (``SupportStats``), with ratios to ``measured_slope`` when given.
 
-    ``cells``: {"ball": CellEstimate, "box": CellEstimate} of the argmax cells over each support; each adds the
-    non-uniform version of that support's bound, priced at the median-product decay at k = ``decay_k`` computed
-    from ``decay_estimate`` shares (``upper``, the Wilson upper limits, keeps it an upper bound).
+    ``cells``: {"ball": CellEstimate, "box": CellEstimate} of the argmax cells over each support; each adds two
+    non-uniform versions of that support's bound, priced at the median-product decay at k = ``decay_k``:
+    ``<support>_nonuniform`` from the Jeffreys point estimates of the shares (the best estimate; it grows with the
+    number of samples while many cells are unobserved), and ``<support>_nonuniform_conservative`` from the Wilson
+    upper limits, never below ln|V| (by Gibbs' inequality -mean_t ln p_t >= ln|V| for any cell distribution, so
+    charging ln|V| is always valid), which keeps it an upper bound.
     """
     vocab, d = stats.vocab_size, stats.hidden_size
     angle = cone_half_angle(stats.hidden)
@@ -111,13 +114,14 @@ def refined_bounds(stats, cells: dict | None = None, measured_slope: float | Non
     for support, estimate in (cells or {}).items():
         if support not in ("ball", "box"):
             raise ValueError(f"cell estimates must be keyed by support 'ball' or 'box', got {support!r}")
-        decay = estimate.median_product_decay((decay_k,), estimate=decay_estimate)[0]["decay"]
-        decays[support] = decay
-        rows[f"{support}_nonuniform"] = nonuniform_slope_bound(rows[support], vocab, decay)
+        point = estimate.median_product_decay((decay_k,), estimate="jeffreys")[0]["decay"]
+        safe = max(math.log(vocab), estimate.median_product_decay((decay_k,), estimate="upper")[0]["decay"])
+        decays[support] = {"jeffreys": point, "conservative": safe}
+        rows[f"{support}_nonuniform"] = nonuniform_slope_bound(rows[support], vocab, point)
+        rows[f"{support}_nonuniform_conservative"] = nonuniform_slope_bound(rows[support], vocab, safe)
     out = {"bounds": rows, "cone_half_angle_deg": math.degrees(angle),
            "cone_log_fraction": cap_log_fraction(angle, d), "decay_per_token": decays,
-           "decay_k": decay_k, "decay_estimate": decay_estimate, "ln_vocab": math.log(vocab),
-           "measured_slope": measured_slope}
+           "decay_k": decay_k, "ln_vocab": math.log(vocab), "measured_slope": measured_slope}
     if measured_slope:
         out["ratios"] = {name: value / measured_slope for name, value in rows.items()}
     return out

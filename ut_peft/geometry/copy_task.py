@@ -100,10 +100,12 @@ class CopyExactMatch(evaluate.Metric):
 
 
 def copy_model_config(*, max_positions: int = 512, hidden_size: int = 128, num_layers: int = 4,
-                      num_heads: int = 4) -> transformers.GPT2Config:
-    """A small GPT-2 (learned absolute positions) over the copy vocabulary."""
+                      num_heads: int = 4, initializer_range: float = 0.02) -> transformers.GPT2Config:
+    """A small GPT-2 (learned absolute positions) over the copy vocabulary. ``initializer_range`` is the std of
+    the random weights (GPT-2's 0.02 makes a frozen random backbone attend almost uniformly)."""
     return transformers.GPT2Config(vocab_size=VOCAB_SIZE, n_positions=max_positions, n_embd=hidden_size,
-                                   n_layer=num_layers, n_head=num_heads, bos_token_id=BOS, eos_token_id=EOS,
+                                   n_layer=num_layers, n_head=num_heads, initializer_range=initializer_range,
+                                   bos_token_id=BOS, eos_token_id=EOS,
                                    pad_token_id=PAD, tie_word_embeddings=False,
                                    # No dropout: exact copying is the goal and these runs are short.
                                    resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)

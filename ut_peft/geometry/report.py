@@ -79,14 +79,14 @@ def geometry_markdown(result: dict, *, model_name: str = "", tokenizer=None, top
     if command:
         lines += ["```", command, "```", ""]
     lines += ["| support | method | observed tokens | entropy (nats) | effective tokens | top-1 share | "
-              "decay k=64 / ln|V| | argmax vs Voronoi |", "|---|---|---|---|---|---|---|---|"]
+              "decay k=64 / ln\\|V\\| (Jeffreys; upper) | argmax vs Voronoi |", "|---|---|---|---|---|---|---|---|"]
     for support, cells in result["cells"].items():
         for method in ("argmax", "voronoi"):
             c = cells[method]
-            decay = c["median_product_decay"]["upper"][-1]
+            point, upper = (c["median_product_decay"][e][-1]["ratio_to_ln_vocab"] for e in ("jeffreys", "upper"))
             lines.append(f"| {support} | {method} | {c['observed_tokens']} ({1 - c['unobserved_fraction']:.1%}) | "
                          f"{c['entropy_nats']:.2f} | {c['effective_tokens']:.0f} | {c['top'][0]['share']:.3f} | "
-                         f"{decay['ratio_to_ln_vocab']:.3f} | "
+                         f"{point:.3f}; {upper:.3f} | "
                          f"{'disagree on %.1f%% of points, TV %.3f' % (100 * c['disagreement_fraction'], cells['argmax_vs_voronoi']['total_variation']) if method == 'voronoi' else ''} |")
     lines += ["", "Largest argmax cells (share, 95% Wilson interval):", ""]
     for support, cells in result["cells"].items():
@@ -100,8 +100,9 @@ def geometry_markdown(result: dict, *, model_name: str = "", tokenizer=None, top
     measured = b.get("measured_slope")
     lines += ["", f"Slope bounds (tokens of n_50 per memory vector){'; measured slope %.2f' % measured if measured else ''}. "
               f"Cone half-angle {b['cone_half_angle_deg']:.1f} deg (ln cap share {b['cone_log_fraction']:.1f}); "
-              f"non-uniform versions charge the decay of the median product of k={b['decay_k']} cell shares "
-              f"({b['decay_estimate']} CI limits, so they stay upper bounds) instead of ln|V|:", "",
+              f"non-uniform versions charge the per-token decay of the median product of k={b['decay_k']} cell "
+              f"shares instead of ln|V| (Jeffreys point estimates; conservative: Wilson upper limits, at least ln|V|):",
+              "",
               "| bound | value |" + (" bound / measured |" if measured else ""),
               "|---|---|" + ("---|" if measured else "")]
     for name, value in b["bounds"].items():
