@@ -22,13 +22,20 @@ def main() -> None:
     parser.add_argument("--fit-widths", type=ints, default=[2, 4, 8, 16, 32, 64])
     parser.add_argument("--fit-steps", type=int, default=300)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--tables", default="single_head,multi_head,fit",
+                        help="which tables to compute (comma-separated subset of single_head,multi_head,fit)")
     parser.add_argument("--json", default=None, help="also write all rows to this JSON file")
     args = parser.parse_args()
-    tables = {
-        "single_head": width_table(args.layers, args.dims, looped=args.looped, seed=args.seed),
-        "multi_head": multihead_table(args.multihead_layers, seed=args.seed),
-        "fit": fit_table(args.fit_widths, steps=args.fit_steps, seed=args.seed),
+    makers = {
+        "single_head": lambda: width_table(args.layers, args.dims, looped=args.looped, seed=args.seed),
+        "multi_head": lambda: multihead_table(args.multihead_layers, seed=args.seed),
+        "fit": lambda: fit_table(args.fit_widths, steps=args.fit_steps, seed=args.seed),
     }
+    wanted = args.tables.split(",")
+    unknown = set(wanted) - set(makers)
+    if unknown:
+        parser.error(f"unknown tables {sorted(unknown)}; choose from {', '.join(makers)}")
+    tables = {name: makers[name]() for name in wanted}
     for name, rows in tables.items():
         print(f"\n### {name}\n\n{markdown(rows)}")
     if args.json:
