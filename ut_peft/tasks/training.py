@@ -131,6 +131,8 @@ def build_model(settings: RunSettings, vocab_size: int, max_len: int):
         family = s.backbone.split(":", 1)[1]
         config = tiny_config(family, vocab_size=vocab_size, hidden_size=s.width, num_layers=s.layers,
                              num_heads=s.heads, max_positions=max(max_len, 8))
+        if getattr(config, "num_key_value_heads", None) is not None:
+            config.num_key_value_heads = s.heads  # tiny_config halves it, which one head cannot do
         model = ut_peft.random_backbone(config, seed=s.backbone_seed)
         positions = s.positions and family == "gpt2"  # the other families use rotary positions
     else:
