@@ -21,6 +21,10 @@ from accelerate import Accelerator
 from peft import get_peft_model
 from tqdm.auto import tqdm
 
+import ut_peft  # registers UT_REPROGRAM with peft
+from ut_peft.testing import tiny_config
+from ut_peft.universal import UniversalTransformerConfig  # registers the universal backbones with the Auto classes
+
 from .dyck import VOCAB as DYCK_VOCAB
 from .dyck import dyck_dataset
 from .khop import khop_dataset, khop_vocab
@@ -111,9 +115,6 @@ def collate(rows: list[dict]) -> dict[str, torch.Tensor]:
 
 def build_model(settings: RunSettings, vocab_size: int, max_len: int):
     """The model to train: a PEFT model over a frozen backbone, or (``full``) a plain model with every weight live."""
-    import ut_peft  # registers UT_REPROGRAM and the universal backbones
-    from ut_peft.universal import UniversalTransformerConfig
-
     s = settings
     kind = s.backbone_kind
     peft_kwargs = {}
@@ -126,8 +127,6 @@ def build_model(settings: RunSettings, vocab_size: int, max_len: int):
         model = transformers.AutoModelForCausalLM.from_config(config)
         positions = s.positions
     elif kind == "hf":
-        from ut_peft.testing import tiny_config
-
         family = s.backbone.split(":", 1)[1]
         config = tiny_config(family, vocab_size=vocab_size, hidden_size=s.width, num_layers=s.layers,
                              num_heads=s.heads, max_positions=max(max_len, 8))
