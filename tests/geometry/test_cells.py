@@ -143,3 +143,17 @@ def test_bad_inputs_raise_clear_errors():
         BoxSupport(torch.ones(2), torch.zeros(2))
     with pytest.raises(ValueError, match="matrix"):
         OutputPath(torch.ones(3))
+
+
+def test_gemma_sized_vocabulary_runs_in_bounded_blocks():
+    from ut_peft.geometry.cells import default_chunks
+
+    vocab = 262_144
+    chunk, vocab_chunk = default_chunks(vocab, None, None)
+    assert chunk * vocab_chunk <= 2 ** 24 < chunk * vocab  # one block never holds a full row of logits
+    torch.manual_seed(0)
+    path = OutputPath(torch.randn(vocab, 2))
+    support = BallSupport(2, radius=1.0)
+    est = estimate_cells(path, support, 64, progress=False, checkpoints=())["argmax"]
+    points = support.sample(64, torch.Generator().manual_seed(0))
+    assert torch.equal(est.counts, torch.bincount(path.logits(points).argmax(1), minlength=vocab))
