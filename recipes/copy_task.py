@@ -33,8 +33,8 @@ def main(args):
         result = {"settings": {}, "runs": {}}
         for path in args.combine:
             part = json.loads(Path(path).read_text())
-            result["runs"].update({f"{k} ({part['settings'].get('label') or Path(path).parent.name})": v
-                                   for k, v in part["runs"].items()})
+            label = part["settings"].get("label") or f"{part['settings'].get('steps')} steps"
+            result["runs"].update({f"{k} ({label})": v for k, v in part["runs"].items()})
         return write_outputs(result, out, low, high)
     settings = {"hidden_size": args.hidden_size, "num_layers": args.layers, "num_heads": args.heads,
                 "initializer_range": args.init_range}
