@@ -13,10 +13,15 @@ import argparse
 
 from accelerate import Accelerator
 
-from ut_peft.accessibility import CramConfig, GridConfig, SweepConfig, run_sweep, save_memory_adapters
+from ut_peft.accessibility import (CramConfig, GridConfig, SweepConfig, run_sweep, save_memory_adapters,
+                                   summarize_folder)
 
 
 def main(args):
+    if args.report_only:  # e.g. on a sweep still running elsewhere, or one that was stopped
+        summarize_folder(args.output, support_sequences=args.support_sequences)
+        print(f"report: {args.output}/report.md")
+        return
     grid = (GridConfig(start=args.start, stop=args.stop, coarse=args.coarse, fine=args.fine) if args.adaptive
             else GridConfig(lengths=args.lengths))
     config = SweepConfig(model=args.model, source=args.source, ms=args.ms, grid=grid,
@@ -67,4 +72,6 @@ if __name__ == "__main__":
     parser.add_argument("--save-adapters", action="store_true", help="also save accessible vectors as PEFT adapters")
     parser.add_argument("--output", default="cram-output")
     parser.add_argument("--overwrite", action="store_true", help="discard a previous run in --output")
+    parser.add_argument("--report-only", action="store_true",
+                        help="only write summary, plots and report from the rows --output holds now")
     main(parser.parse_args())

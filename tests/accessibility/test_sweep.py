@@ -20,7 +20,7 @@ RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "cram.py"
 
 def small_config(model_name="tiny-llama", **overrides):
     settings = dict(model=model_name, source="tokens", ms=[1, 2], grid=GridConfig(lengths=[2, 3, 6]),
-                    num_sequences=2, cram=CramConfig(max_steps=40, patience=30, batch_size=4),
+                    num_sequences=2, cram=CramConfig(max_steps=30, patience=30, batch_size=4),
                     support_sequences=8, support_seq_len=4)
     settings.update(overrides)
     return SweepConfig(**settings)
@@ -177,3 +177,18 @@ def test_bad_sweep_inputs(tmp_path, llama):
     with pytest.raises(ValueError, match="lengths"):
         GridConfig(lengths=[])
     assert not (tmp_path / "rows.jsonl").exists()
+
+
+def test_report_from_a_partial_folder_uses_complete_groups_only(tmp_path, llama):
+    from ut_peft.accessibility import summarize_folder
+
+    run_sweep(small_config(), tmp_path, model=llama, progress=False)
+    path = tmp_path / "rows.jsonl"
+    lines = path.read_text().splitlines(keepends=True)
+    kept = [line for line in lines if json.loads(line)["n"] != 6 or json.loads(line)["index"] != 0]
+    path.write_text("".join(kept))  # (m, 6) lost one of its two sequences: that length leaves the fits
+    summary = summarize_folder(tmp_path, llama, support_sequences=8, support_seq_len=4)
+    assert all(entry["lengths"] == [2, 3] for entry in summary["per_m"])
+    assert (tmp_path / "report.md").exists()
+    with pytest.raises(ValueError, match="no sweep"):
+        summarize_folder(tmp_path / "nothing", llama)

@@ -261,6 +261,30 @@ def run_sweep(config: SweepConfig, output_dir, *, model=None, tokenizer=None, ac
     return summary
 
 
+def summarize_folder(output_dir, model=None, *, support_sequences: int = 256, support_seq_len: int = 32,
+                     report: bool = True) -> dict:
+    """Summary, plots and report from the rows a folder holds now (a finished, running or killed sweep).
+
+    Only (m, n) groups with all their sequences finished enter the fits.
+    """
+    output_dir = Path(output_dir)
+    path = output_dir / store.SETTINGS_FILE
+    if not path.is_file():
+        raise ValueError(f"{output_dir} holds no sweep ({store.SETTINGS_FILE} is missing)")
+    settings = json.loads(path.read_text(encoding="utf-8"))
+    config = SweepConfig(model=settings["model"], ms=settings["ms"], num_sequences=settings["num_sequences"],
+                         seed=settings["seed"], support_sequences=support_sequences, support_seq_len=support_seq_len)
+    if model is None:
+        model = load_model(settings["model"])
+    summary = summarize(config, settings, store.read_rows(output_dir), model)
+    write_json(output_dir / "summary.json", summary)
+    if report:
+        from .report import write_report
+
+        write_report(output_dir, summary)
+    return summary
+
+
 def summarize(config: SweepConfig, settings: dict, rows: dict, model) -> dict:
     """Fits, support statistics, bounds and ratios of a finished sweep."""
     curves = _complete_curves(rows, config.ms, config.num_sequences)

@@ -1,0 +1,109 @@
+"""Cram throughput: the batched engine against the published per-sequence protocol, on the same work.
+
+Both variants cram the same sequences with the same inits, step cap and stopping rule on the same model:
+the baseline is ``cram_reference`` (batch 1, one sequence after another, torch.optim.AdamW, full-vocabulary
+logits), the engine is ``cram`` (rows batched, per-row AdamW, chunked head). Each variant runs in its own
+subprocess so its peak memory (CPU: max RSS; GPU: max allocated) is its own. Prints sequences decided per
+minute for both, their ratio, peak memory, and whether the decisions agree; on a GPU also tokens per second
+and the fraction of the device's bf16 peak reached (FLOPs counted as 4 x non-embedding params x tokens per
+step: forward + backward to the inputs only, the weights get no gradients).
+
+    python benchmarks/cram_throughput.py                          # SmolLM2-135M, 8 sequences of 16 tokens
+    python benchmarks/cram_throughput.py --num-sequences 64 --length 64 --batch-size 32 --max-steps 200   # GPU
+"""
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+
+# Dense bf16 peak of common accelerators (TFLOP/s), to express throughput as a fraction of the device.
+BF16_PEAK_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "L40S": 362.0, "A10": 125.0, "L4": 121.0}
+
+
+def run_variant(args):
+    import torch
+
+    import ut_peft
+    from ut_peft.accessibility import CramConfig, CramJob, cram, cram_reference, make_source
+    from ut_peft.accessibility.sources import init_seed
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model, tokenizer = ut_peft.load_model_and_tokenizer(args.model)
+    model.to(device)
+    source = make_source(args.source, tokenizer)
+    jobs = [CramJob(key=i, ids=source.sequence(args.length, i, args.seed), m=args.m,
+                    seed=init_seed(args.seed, args.m, args.length, i)) for i in range(args.num_sequences)]
+    config = CramConfig(max_steps=args.max_steps, patience=args.max_steps, batch_size=args.batch_size)
+    if device == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+    start = time.perf_counter()
+    if args.variant == "engine":
+        results = list(cram(model, jobs, config))
+    else:
+        results = [cram_reference(model, job, config) for job in jobs]
+    if device == "cuda":
+        torch.cuda.synchronize()
+    seconds = time.perf_counter() - start
+    steps = sum(r.steps for r in results)
+    body_params = sum(p.numel() for p in model.parameters()) - model.get_input_embeddings().weight.numel()
+    tokens = sum(r.steps * (r.job.m + args.length) for r in results)
+    out = {"variant": args.variant, "seconds": seconds, "decided": len(results), "steps": steps,
+           "decisions": {str(r.job.key): r.accessible for r in results}, "device": device,
+           "peak_mb": (torch.cuda.max_memory_allocated() / 2 ** 20 if device == "cuda"
+                       else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+           "tokens_per_s": tokens / seconds, "flops": 4.0 * body_params * tokens}
+    if device == "cuda":
+        name = torch.cuda.get_device_name()
+        peak = next((v for k, v in BF16_PEAK_TFLOPS.items() if k in name), None)
+        out["device_name"] = name
+        out["bf16_peak_fraction"] = out["flops"] / seconds / (peak * 1e12) if peak else None
+    print(json.dumps(out))
+
+
+def main(args):
+    results = {}
+    for variant in ("reference", "engine"):
+        command = [sys.executable, __file__, "--variant", variant] + [
+            f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items() if k != "variant" and v is not None]
+        done = subprocess.run(command, capture_output=True, text=True, env=dict(os.environ, TQDM_DISABLE="1"))
+        if done.returncode != 0:
+            sys.exit(f"{variant} failed:\n{done.stderr[-3000:]}")
+        results[variant] = json.loads(done.stdout.strip().splitlines()[-1])
+    ref, eng = results["reference"], results["engine"]
+    per_min = {k: 60 * v["decided"] / v["seconds"] for k, v in results.items()}
+    agree = sum(ref["decisions"][k] == eng["decisions"][k] for k in ref["decisions"])
+    print(f"model {args.model}, {args.num_sequences} sequences of {args.length} tokens ({args.source}), m = {args.m}, "
+          f"step cap {args.max_steps}, engine batch {args.batch_size}, device {eng['device']}")
+    for name, r in results.items():
+        print(f"  {name:9s}: {r['seconds']:7.1f} s, {per_min[name]:6.2f} sequences decided/min, {r['steps']} steps, "
+              f"peak memory {r['peak_mb']:.0f} MiB, {r['tokens_per_s']:.0f} tokens/s")
+    print(f"  speed-up (engine / reference, sequences decided per minute): {per_min['engine'] / per_min['reference']:.2f}x")
+    print(f"  peak memory ratio (engine / reference): {eng['peak_mb'] / ref['peak_mb']:.2f}")
+    print(f"  same accessible/not decision on {agree}/{len(ref['decisions'])} sequences "
+          f"(accessible: reference {sum(ref['decisions'].values())}, engine {sum(eng['decisions'].values())})")
+    if eng.get("bf16_peak_fraction") is not None:
+        print(f"  engine on {eng['device_name']}: {eng['tokens_per_s']:.0f} tokens/s, "
+              f"{100 * eng['bf16_peak_fraction']:.1f}% of the bf16 peak")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--source", default="text")
+    parser.add_argument("--num-sequences", type=int, default=8)
+    parser.add_argument("--length", type=int, default=16)
+    parser.add_argument("--m", type=int, default=1)
+    parser.add_argument("--max-steps", type=int, default=30)
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    parser.add_argument("--variant", choices=["engine", "reference"], help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    run_variant(args) if args.variant else main(args)
