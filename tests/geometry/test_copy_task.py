@@ -70,7 +70,9 @@ def test_cliff_locates_the_drop():
     assert c["length_at_0.9"] == pytest.approx(62)
     assert c["length_at_0.1"] == pytest.approx(78)
     assert c["width"] == pytest.approx(16)
-    assert c["mean_exact_match_in_range"] == 1.0
+    assert c["mean_in_range"] == 1.0 and c["at_trained_max"] == 1.0 and c["first_beyond"] == 1.0
+    t = ct.cliff(rows, trained_max=65, metric="token_accuracy")
+    assert t["at_trained_max"] == 1.0 and t["first_beyond"] == 0.5
 
 
 def test_embedding_only_model_trains_only_embeddings():

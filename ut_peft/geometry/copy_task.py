@@ -216,23 +216,27 @@ def evaluate_copy(model, lengths, *, num_per_length: int = 32, batch_size: int =
     return results
 
 
-def cliff(results: list[dict], trained_max: int, *, high: float = 0.9, low: float = 0.1) -> dict:
-    """Where and how sharply exact match falls: the last length still >= 0.99 and the lengths where accuracy
-    first drops below ``high``, 0.5 and ``low`` (linear interpolation between evaluated lengths); ``width`` is
-    the distance from the high to the low crossing."""
+def cliff(results: list[dict], trained_max: int, *, metric: str = "exact_match", high: float = 0.9,
+          low: float = 0.1) -> dict:
+    """Where and how sharply ``metric`` (exact_match or token_accuracy) falls: the last length still >= 0.99 and
+    the lengths where it first drops below ``high``, 0.5 and ``low`` (linear interpolation between evaluated
+    lengths); ``width`` is the distance from the high to the low crossing."""
     rows = sorted(results, key=lambda r: r["length"])
 
     def crossing(level):
         for a, b in zip(rows, rows[1:]):
-            if a["exact_match"] >= level > b["exact_match"]:
-                t = (a["exact_match"] - level) / (a["exact_match"] - b["exact_match"])
+            if a[metric] >= level > b[metric]:
+                t = (a[metric] - level) / (a[metric] - b[metric])
                 return a["length"] + t * (b["length"] - a["length"])
         return None
 
-    exact = [r["length"] for r in rows if r["exact_match"] >= 0.99]
-    in_range = [r["exact_match"] for r in rows if r["length"] <= trained_max]
-    out = {"trained_max_length": trained_max,
-           "mean_exact_match_in_range": sum(in_range) / len(in_range) if in_range else None,
+    exact = [r["length"] for r in rows if r[metric] >= 0.99]
+    in_range = [r[metric] for r in rows if r["length"] <= trained_max]
+    beyond = [r for r in rows if r["length"] > trained_max]
+    out = {"metric": metric, "trained_max_length": trained_max,
+           "mean_in_range": sum(in_range) / len(in_range) if in_range else None,
+           "at_trained_max": next((r[metric] for r in reversed(rows) if r["length"] <= trained_max), None),
+           "first_beyond": beyond[0][metric] if beyond else None,
            "last_length_at_0.99": max(exact) if exact else None,
            f"length_at_{high}": crossing(high), "length_at_0.5": crossing(0.5), f"length_at_{low}": crossing(low)}
     h, lo = out[f"length_at_{high}"], out[f"length_at_{low}"]
@@ -278,4 +282,5 @@ def run_copy(training: str, *, steps: int = 1500, batch_size: int = 32, lr: floa
             "seconds": trained.seconds, "trainable_parameters": trained.trainable_parameters,
             "final_loss": sum(trained.losses[-20:]) / len(trained.losses[-20:]), "loss_curve": trained.losses[::10],
             "config": {k: v for k, v in config_kwargs.items()}, "results": results, "cliff": cliff(results, high),
+            "token_cliff": cliff(results, high, metric="token_accuracy"),
             "_model": model}

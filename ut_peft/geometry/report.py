@@ -135,23 +135,28 @@ def plot_copy_cliff(runs: dict, trained: tuple, path, title: str = "copy task: e
 
 
 def copy_markdown(result: dict, *, command: str = "", plot: str | None = None) -> str:
-    """A Markdown section for :func:`ut_peft.geometry.copy_task.copy_experiment`'s result."""
+    """A Markdown section for copy-task runs (``{"runs": {label: run_copy(...) result}}``); the cliffs are
+    recomputed from the per-length results, for exact match and for token accuracy."""
+    from .copy_task import cliff
+
     lines = []
     if command:
         lines += ["```", command, "```", ""]
-    lines += ["| training | trainable params | steps | train time | mean exact match (trained lengths) | "
-              "last length with exact match >= 0.99 | length at 0.9 / 0.5 / 0.1 | 0.9-to-0.1 width |",
-              "|---|---|---|---|---|---|---|---|"]
+    lines += ["| training | trainable params | steps | train time | exact match: mean over trained lengths / at "
+              "the longest / just beyond | last length >= 0.99 | exact match 0.5 at | token accuracy: at the "
+              "longest -> just beyond | token accuracy 0.9 -> 0.1 between |", "|---|---|---|---|---|---|---|---|---|"]
 
     def f(x, fmt="{:.0f}"):
         return "-" if x is None else fmt.format(x)
 
     for label, run in result["runs"].items():
-        c = run["cliff"]
+        top = run["train_lengths"][1]
+        c, t = cliff(run["results"], top), cliff(run["results"], top, metric="token_accuracy")
         lines.append(f"| {label} | {run['trainable_parameters']:,} | {run['steps']} | {run['seconds']:.0f} s | "
-                     f"{f(c['mean_exact_match_in_range'], '{:.3f}')} | {f(c['last_length_at_0.99'])} | "
-                     f"{f(c['length_at_0.9'])} / {f(c['length_at_0.5'])} / {f(c['length_at_0.1'])} | "
-                     f"{f(c['width'])} |")
+                     f"{f(c['mean_in_range'], '{:.2f}')} / {f(c['at_trained_max'], '{:.2f}')} / "
+                     f"{f(c['first_beyond'], '{:.2f}')} | {f(c['last_length_at_0.99'])} | {f(c['length_at_0.5'])} | "
+                     f"{f(t['at_trained_max'], '{:.3f}')} -> {f(t['first_beyond'], '{:.3f}')} | "
+                     f"{f(t['length_at_0.9'])} -> {f(t['length_at_0.1'])} |")
     if plot:
         lines += ["", f"![copy cliff]({plot})"]
     return "\n".join(lines) + "\n"
