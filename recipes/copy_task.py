@@ -4,7 +4,7 @@
 
 ``full`` trains a small GPT-2 entirely; ``embeddings`` trains only E, U and the learned positions of a frozen
 random GPT-2 backbone (UT_REPROGRAM). Writes copy_task.json (after every run, so finished runs are never lost),
-copy_cliff.png and copy_task.md.
+copy_cliff.png, copy_task.md, and each trained model (or adapter) under <out>/<training>/.
 """
 
 import argparse
@@ -46,7 +46,8 @@ def main(args):
         run = run_copy(training, steps=args.steps, batch_size=args.batch_size, lr=lr, train_lengths=(low, high),
                        eval_lengths=eval_lengths, num_per_length=args.num_per_length, seed=args.seed,
                        progress=not args.no_progress, **settings)
-        run.pop("_model")
+        # The trained model (or UT_REPROGRAM adapter) is kept, so it can be evaluated again at other lengths.
+        run.pop("_model").save_pretrained(out / training)
         result["runs"][training] = run
         write_json(result, out / "copy_task.json")
         print(f"{training}: {run['cliff']}", flush=True)

@@ -57,6 +57,7 @@ def test_copy_task_recipe_end_to_end(tmp_path):
         assert len(run["loss_curve"]) == 1
     assert result["runs"]["embeddings"]["trainable_parameters"] < result["runs"]["full"]["trainable_parameters"]
     assert (out / "copy_cliff.png").stat().st_size > 1000
+    assert (out / "full" / "config.json").is_file() and (out / "embeddings" / "adapter_config.json").is_file()
     assert "| embeddings |" in (out / "copy_task.md").read_text()
     with pytest.raises(SystemExit, match="train-lengths"):
         recipe.main(recipe.parse(["--train-lengths", "9", "3", "--out", str(out)]))
