@@ -1,9 +1,10 @@
 """Accessibility sweep: how many sequences of each length can m memory vectors make a frozen LM emit?
 
-    python recipes/cram.py                                   # small sweep on the bundled SmolLM2-135M
+    python recipes/cram.py              # small sweep on the bundled SmolLM2-135M (m = 1, 2; n = 2..12)
     python recipes/cram.py --source words --ms 1 2 4 --lengths 8 16 24 32
     ACCELERATE_USE_CPU=1 accelerate launch --multi_gpu --num_processes 2 recipes/cram.py ...   # 2 CPU processes
-    accelerate launch recipes/cram.py --model org/name --adaptive --num-sequences 20           # the paper's grid
+    accelerate launch recipes/cram.py --model org/name --adaptive --num-sequences 20 \
+        --max-steps 3000 --patience 500 --ms 1 2 3 4 5                                        # the paper's protocol
 
 Re-running into the same --output resumes; --overwrite starts afresh. Everything lives in
 ut_peft.accessibility; this script only parses arguments.
@@ -52,15 +53,15 @@ if __name__ == "__main__":
     parser.add_argument("--source", default="text", help="text, text:PATH, hf:NAME[:SPLIT[:COLUMN]], words, "
                         "words:PATH or tokens")
     parser.add_argument("--ms", type=int, nargs="+", default=[1, 2], help="numbers of memory vectors")
-    parser.add_argument("--lengths", type=int, nargs="+", default=[8, 16, 32, 48, 64], help="fixed length grid")
+    parser.add_argument("--lengths", type=int, nargs="+", default=[2, 4, 8, 12], help="fixed length grid")
     parser.add_argument("--adaptive", action="store_true", help="the paper's adaptive grid instead of --lengths")
     parser.add_argument("--start", type=int, default=10)
     parser.add_argument("--stop", type=int, default=1000)
     parser.add_argument("--coarse", type=int, default=100)
     parser.add_argument("--fine", type=int, default=10)
-    parser.add_argument("--num-sequences", type=int, default=4, help="sequences per (m, n); the paper uses 20")
+    parser.add_argument("--num-sequences", type=int, default=2, help="sequences per (m, n); the paper uses 20")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--max-steps", type=int, default=300, help="step cap per sequence; the paper uses 3000")
+    parser.add_argument("--max-steps", type=int, default=100, help="step cap per sequence; the paper uses 3000")
     parser.add_argument("--patience", type=int, default=100, help="steps without a new best; the paper uses 500")
     parser.add_argument("--lr", type=float, default=1e-2)
     parser.add_argument("--batch-size", type=int, default=16, help="sequences crammed together")
