@@ -1,0 +1,134 @@
+"""UT_REPROGRAM against stock peft's way of training only E and U, on the same model and data, in one run.
+
+The baseline is what peft offers today: ``LoraConfig(target_modules="dummy-target-modules",
+modules_to_save=["embed_tokens", "lm_head"])`` (with ``resize_token_embeddings`` first for a new vocabulary).
+Both variants live in one process and their training steps alternate, so a change in machine load hits both alike.
+
+Memory is counted tensor by tensor, not read from the process's RSS: safetensors maps weights from the file, so
+RSS grows as pages are touched and does not fall when a tensor is freed. Counted: every distinct parameter and
+buffer storage of the model (frozen and trained), gradients, optimizer state, and the activations autograd saves
+for the backward pass (through ``saved_tensors_hooks``); their sum is the training step's peak tensor memory.
+
+    python benchmarks/reprogram_vs_stock_peft.py [--model smollm2-135m] [--steps 6] [--task-vocab 64]
+
+"release" is UTReprogramConfig(task_vocab_size=..., release_base_embeddings=True): it frees the base E/U that the
+new vocabulary replaces, as resize_token_embeddings does for the baseline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+
+import torch
+from peft import LoraConfig, get_peft_model
+
+import ut_peft
+
+
+def distinct_bytes(tensors) -> int:
+    seen, total = set(), 0
+    for tensor in tensors:
+        if tensor is None or tensor.device.type == "meta":
+            continue
+        storage = tensor.untyped_storage()
+        if storage.data_ptr() not in seen:
+            seen.add(storage.data_ptr())
+            total += storage.nbytes()
+    return total
+
+
+class Variant:
+    def __init__(self, name: str, model, lr: float = 1e-3):
+        self.name, self.model = name, model
+        self.optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr)
+        self.times, self.saved_bytes = [], 0
+
+    def step(self, batch, timed: bool) -> None:
+        saved = []
+
+        def pack(tensor):
+            saved.append(tensor)
+            return tensor
+
+        start = time.perf_counter()
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+            loss = self.model(input_ids=batch, labels=batch).loss
+        self.saved_bytes = max(self.saved_bytes, distinct_bytes(saved))
+        del saved
+        loss.backward()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=False)  # keep grads allocated, as during training
+        if timed:
+            self.times.append(time.perf_counter() - start)
+
+    def memory(self) -> dict:
+        params = distinct_bytes(list(self.model.parameters()) + list(self.model.buffers()))
+        grads = distinct_bytes(p.grad for p in self.model.parameters())
+        state = distinct_bytes(t for s in self.optimizer.state.values() for t in s.values() if torch.is_tensor(t))
+        return {"weights": params, "grads": grads, "optimizer": state, "activations": self.saved_bytes,
+                "total": params + grads + state + self.saved_bytes}
+
+    def adapter_bytes(self) -> int:
+        with tempfile.TemporaryDirectory() as folder:
+            self.model.save_pretrained(folder)
+            return os.path.getsize(os.path.join(folder, "adapter_model.safetensors"))
+
+
+def build(kind: str, model_name: str, task_vocab: int):
+    model = ut_peft.load_model(model_name)
+    if kind == "stock":
+        if task_vocab:
+            model.resize_token_embeddings(task_vocab)
+        return get_peft_model(model, LoraConfig(target_modules="dummy-target-modules",
+                                                modules_to_save=["embed_tokens", "lm_head"]))
+    return get_peft_model(model, ut_peft.UTReprogramConfig(task_vocab_size=task_vocab or None,
+                                                           release_base_embeddings=kind == "ours-release"))
+
+
+def compare(label: str, kind: str, task_vocab: int, batch: torch.Tensor, args) -> None:
+    ours, stock = Variant(kind, build(kind, args.model, task_vocab)), Variant("stock", build("stock", args.model, task_vocab))
+    data = batch % task_vocab if task_vocab else batch
+    for step in range(args.warmup + args.steps):
+        for variant in (ours, stock) if step % 2 == 0 else (stock, ours):
+            variant.step(data, timed=step >= args.warmup)
+    mo, ms = ours.memory(), stock.memory()
+    ao, as_ = ours.adapter_bytes(), stock.adapter_bytes()
+    to, ts = statistics.median(ours.times), statistics.median(stock.times)
+    print(f"{label:<30}{to / ts:>11.2f}x{mo['total'] / ms['total']:>15.2f}x{ao / as_:>13.2f}x")
+    mib = 2 ** 20
+    for name, t, m, a in (("ours", to, mo, ao), ("stock", ts, ms, as_)):
+        print(f"{'':<32}{name:<6} {t:.2f} s/step; weights {m['weights'] / mib:.0f} + grads {m['grads'] / mib:.0f} + "
+              f"optimizer {m['optimizer'] / mib:.0f} + activations {m['activations'] / mib:.0f} = "
+              f"{m['total'] / mib:.0f} MiB; adapter {a / mib:.2f} MiB")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--batch", type=int, default=4)
+    parser.add_argument("--length", type=int, default=64)
+    parser.add_argument("--task-vocab", type=int, default=64, help="vocabulary of the task-vocabulary comparisons")
+    args = parser.parse_args()
+    from pydoc_data.topics import topics
+
+    tokenizer = ut_peft.load_tokenizer(args.model)
+    text = " ".join(topics[k] for k in sorted(topics))[:200_000]
+    ids = tokenizer(text, return_tensors="pt").input_ids[0]
+    batch = ids[: args.batch * args.length].view(args.batch, args.length)
+    print(f"model {args.model}, batch {args.batch}x{args.length}, {args.steps} timed steps after {args.warmup} "
+          "warm-up, variants alternating")
+    print(f"{'setting (ours / stock)':<30}{'step time':>12}{'peak tensors':>16}{'adapter':>14}")
+    compare("same vocabulary", "ours", 0, batch, args)
+    compare(f"task vocab {args.task_vocab}", "ours", args.task_vocab, batch, args)
+    compare(f"task vocab {args.task_vocab}, release", "ours-release", args.task_vocab, batch, args)
+    print("ratios are ours / stock peft (below 1: ours faster or smaller)")
+
+
+if __name__ == "__main__":
+    main()
