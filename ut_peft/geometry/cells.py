@@ -9,6 +9,7 @@ Sampling and the logits are chunked (over points and over the vocabulary) and co
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field
 
 import torch
@@ -223,8 +224,6 @@ def estimate_cells(path: OutputPath, support, num_samples: int, *, methods=("arg
     ``checkpoints`` fractions of ``num_samples`` for the convergence check. Deterministic given ``seed`` and
     ``chunk_size``. Returns {method: CellEstimate}.
     """
-    import time
-
     num_samples = int(num_samples)
     if num_samples < 1:
         raise ValueError(f"num_samples must be a positive integer, got {num_samples}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import random
+import time
 from dataclasses import dataclass
 
 import datasets
@@ -142,8 +143,6 @@ def train_copy(model, dataset: datasets.Dataset, *, steps: int = 2000, batch_siz
                progress: bool = True) -> TrainResult:
     """Train the parameters of ``model`` that require grad (all of them for full training; only the embeddings
     for a UT_REPROGRAM PeftModel) on ``dataset``, cycling through it for ``steps`` AdamW steps."""
-    import time
-
     from accelerate import Accelerator
 
     if steps < 1 or batch_size < 1:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 import matplotlib
@@ -160,7 +159,3 @@ def copy_markdown(result: dict, *, command: str = "", plot: str | None = None) -
     if plot:
         lines += ["", f"![copy cliff]({plot})"]
     return "\n".join(lines) + "\n"
-
-
-def fmt_float(x, digits=3):
-    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
