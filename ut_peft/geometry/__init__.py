@@ -13,7 +13,7 @@ from .bounds import (cap_log_fraction, cone_half_angle, cone_slope_bound, nonuni
                      read_measured_slope, refined_bounds)
 from .cells import BallSupport, BoxSupport, CellEstimate, estimate_cells, supports_from_stats, wilson_interval
 from .output_path import OutputPath
-from .analysis import analyze_model, load_state, save_state, summarize  # noqa: E402  (uses the names above)
+from .analysis import analyze_model, load_state, save_state, summarize
 
 __all__ = ["OutputPath", "BallSupport", "BoxSupport", "CellEstimate", "estimate_cells", "supports_from_stats",
            "wilson_interval", "cap_log_fraction", "cone_half_angle", "cone_slope_bound", "nonuniform_slope_bound",
