@@ -19,6 +19,7 @@ import torch
 import transformers
 from accelerate import Accelerator
 from peft import get_peft_model
+from torch.nn.utils.rnn import pad_sequence
 from tqdm.auto import tqdm
 
 import ut_peft  # registers UT_REPROGRAM with peft
@@ -100,15 +101,12 @@ def task_data(settings: RunSettings):
 
 def collate(rows: list[dict]) -> dict[str, torch.Tensor]:
     """Right-pad a list of examples; padding is masked out of attention and of the loss."""
-    n = max(len(r["input_ids"]) for r in rows)
-    ids = torch.zeros(len(rows), n, dtype=torch.long)
-    labels = torch.full((len(rows), n), IGNORE_INDEX, dtype=torch.long)
-    mask = torch.zeros(len(rows), n, dtype=torch.long)
-    for i, r in enumerate(rows):
-        ids[i, :len(r["input_ids"])] = torch.tensor(r["input_ids"])
-        labels[i, :len(r["labels"])] = torch.tensor(r["labels"])
-        mask[i, :len(r["input_ids"])] = 1
-    return {"input_ids": ids, "labels": labels, "attention_mask": mask}
+    def pad(key, value):
+        return pad_sequence([torch.tensor(r[key]) for r in rows], batch_first=True, padding_value=value)
+
+    ids = pad("input_ids", 0)
+    mask = pad_sequence([torch.ones(len(r["input_ids"]), dtype=torch.long) for r in rows], batch_first=True)
+    return {"input_ids": ids, "labels": pad("labels", IGNORE_INDEX), "attention_mask": mask}
 
 
 # ---- model -------------------------------------------------------------------------------------------------------
