@@ -86,3 +86,13 @@ def test_bad_settings_are_refused():
         RunSettings(task="parity")
     with pytest.raises(ValueError, match="steps"):
         RunSettings(steps=0)
+
+
+@pytest.mark.slow
+def test_pretrained_backbone_with_a_task_vocabulary(tmp_path):
+    # SmolLM2-135M reprogrammed onto the 6-token Dyck vocabulary (and fully fine-tuned as the baseline).
+    for full in (False, True):
+        settings = RunSettings(task="dyck", backbone="pretrained:smollm2-135m", full=full, **{**TINY, "steps": 2})
+        row = run(settings, tmp_path / str(full), progress=False)
+        assert 0.0 <= row["accuracy"] <= 1.0
+        assert (row["trainable_parameters"] > 100_000_000) == full
