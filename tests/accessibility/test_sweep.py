@@ -129,10 +129,9 @@ def _two_process_sweep(out):
 
     # The forked child inherits the parent's one-process Accelerate state (a singleton): start from scratch.
     AcceleratorState._reset_state(reset_partial_state=True)
-    torch.set_num_threads(1)
-
-    run_sweep(small_config(), out, model=crammable_model("llama"), accelerator=Accelerator(),
-              progress=False)
+    accelerator = Accelerator()
+    torch.set_num_threads(1)  # after Accelerator(), which sets 2 threads per process when OMP_NUM_THREADS is unset
+    run_sweep(small_config(), out, model=crammable_model("llama"), accelerator=accelerator, progress=False)
 
 
 def test_two_processes_give_the_same_summary_as_one(tmp_path):
