@@ -65,6 +65,11 @@ def plot_n50(summary: dict, path) -> None:
     plt.close(fig)
 
 
+def _describe(source: dict) -> str:
+    details = ", ".join(f"{k} {v}" for k, v in source.items() if k != "kind")
+    return f"{source.get('kind')} ({details})" if details else str(source.get("kind"))
+
+
 def _num(value, digits=1):
     return "n/a" if value is None else f"{value:.{digits}f}"
 
@@ -73,7 +78,7 @@ def markdown(summary: dict, *, figures: tuple[str, str] | None = ("accessibility
     s = summary["settings"]
     fit, bounds, ratios = summary.get("fit"), summary["bounds"], summary.get("ratios")
     lines = [f"# Accessibility of {summary['model']} ({summary['source'].get('kind')})", "",
-             f"Source: `{summary['source']}`; {s['num_sequences']} sequences per (m, n); seed {s['seed']}; "
+             f"Source: {_describe(summary['source'])}; {s['num_sequences']} sequences per (m, n); seed {s['seed']}; "
              f"step cap {s['cram']['max_steps']}, patience {s['cram']['patience']}, lr {s['cram']['lr']}"
              f"{', progressive' if s['cram']['progressive'] else ''}.", "",
              "| m | n_50 | sigmoid slope | fit | lengths measured |", "|---|---|---|---|---|"]
