@@ -105,3 +105,23 @@ def test_bad_inputs(llama):
         list(cram(llama, [CramJob(key=0, ids=[1] * 200, m=1, seed=0)]))
     with pytest.raises(ValueError, match="autocast"):
         CramConfig(autocast="fp8")
+
+
+def test_prefix_tokens_sit_before_the_memory_and_decide_like_one_at_a_time(crammable):
+    model = crammable("llama")
+    jobs = _jobs([(3, 1), (4, 1), (3, 2)], seed=1)
+    config = CramConfig(max_steps=60, patience=100, batch_size=2, prefix_ids=(5,))
+    batched = {r.job.key: r for r in cram(model, jobs, config)}
+    for job in jobs:
+        alone = cram_reference(model, job, config)
+        got = batched[job.key]
+        assert (got.accessible, got.stop_reason) == (alone.accessible, alone.stop_reason), job
+        assert abs(got.steps - alone.steps) <= 2
+        if got.accessible:
+            # exact after [prefix, memory]: the greedy check used the prefix, and so does a plain forward
+            embed = model.get_input_embeddings()
+            inputs = torch.cat([embed(torch.tensor([5])), got.vectors])[None]
+            with torch.no_grad():
+                assert int(model(inputs_embeds=inputs).logits[0, -1].argmax()) == job.ids[0]
+            assert greedy_decode(model, got.vectors[None], len(job.ids), config)[0].tolist() == job.ids
+    assert any(r.accessible for r in batched.values())

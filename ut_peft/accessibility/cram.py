@@ -45,6 +45,10 @@ class CramConfig:
     logits_budget: int = 2 ** 26  # most logits elements held at once; beyond it the head runs in chunks
     autocast: str = "auto"  # "auto" (bf16 on GPU, off on CPU), "bf16", "fp16" or "none"
     check_greedy: bool = True  # confirm exactness with a real greedy decoding loop
+    # Token ids put before the memory vectors, e.g. the model's BOS. Llama-type models turn position 0 into an
+    # attention sink whatever it holds, so a lone memory vector there can barely steer the first prediction;
+    # with the BOS the models were trained with in that slot, m = 1 crams (see the README's accessibility notes).
+    prefix_ids: tuple[int, ...] = ()
 
     def __post_init__(self):
         if self.max_steps < 0 or self.patience < 1 or self.batch_size < 1 or self.logits_budget < 1:
@@ -53,6 +57,7 @@ class CramConfig:
         if self.autocast not in ("auto", "bf16", "fp16", "none"):
             raise ValueError(f"autocast must be 'auto', 'bf16', 'fp16' or 'none' (got {self.autocast!r})")
         self.betas = tuple(self.betas)
+        self.prefix_ids = tuple(int(i) for i in self.prefix_ids)
 
 
 @dataclass
@@ -166,11 +171,21 @@ def _decoder(model):
 
 
 @torch.no_grad()
+def _prefix_embeds(model, config: CramConfig) -> torch.Tensor:
+    """(p, d) embeddings of ``config.prefix_ids`` as the model sees them (empty when there is no prefix)."""
+    embed = model.get_input_embeddings()
+    ids = torch.tensor(config.prefix_ids, dtype=torch.long, device=embed.weight.device)
+    return embed(ids) if len(config.prefix_ids) else embed(ids).reshape(0, embed.weight.shape[1])
+
+
+@torch.no_grad()
 def greedy_decode(model, memory: torch.Tensor, length: int, config: CramConfig | None = None) -> torch.Tensor:
     """Greedy tokens (B, length) generated after (B, m, d) memory vectors, with the model's KV cache."""
     config = config or CramConfig()
     embed = model.get_input_embeddings()
     memory = memory.to(embed.weight.device)
+    prefix = _prefix_embeds(model, config).to(memory.dtype)
+    memory = torch.cat([prefix.expand(memory.shape[0], -1, -1), memory], dim=1)
     with _autocast(config, memory.device):
         out = model(inputs_embeds=memory.to(embed.weight.dtype), use_cache=True, logits_to_keep=1)
         tokens = [out.logits[:, -1].argmax(-1)]
@@ -224,8 +239,9 @@ def cram(model, jobs: Iterable[CramJob], config: CramConfig | None = None) -> It
     hidden_size = embed.weight.shape[1]
     max_positions = getattr(model.config, "max_position_embeddings", None)
     for job in queue:
-        if max_positions and job.m + len(job.ids) - 1 > max_positions:
-            raise ValueError(f"job {job.key!r}: m + n - 1 = {job.m + len(job.ids) - 1} exceeds the model's context "
+        if max_positions and len(config.prefix_ids) + job.m + len(job.ids) - 1 > max_positions:
+            raise ValueError(f"job {job.key!r}: prefix + m + n - 1 = {len(config.prefix_ids) + job.m + len(job.ids) - 1}"
+                             f" exceeds the model's context "
                              f"of {max_positions} positions; use shorter sequences or fewer memory vectors")
     slots = min(config.batch_size, len(queue))
     max_m = max(job.m for job in queue)
@@ -289,17 +305,20 @@ def _forward(model, params, rows: list[_Row], slots: list[int], config: CramConf
     """Per-row summed cross-entropy and number of correct argmax predictions over each row's targets."""
     embed = model.get_input_embeddings()
     device = embed.weight.device
+    prefix = _prefix_embeds(model, config)
+    p = prefix.shape[0]
     pieces = []
     for row, b in zip(rows, slots):
         with torch.no_grad():
             tokens = embed(row.ids[:row.target_len - 1])
-        pieces.append(torch.cat([params[b, :row.job.m].to(tokens.dtype), tokens]))
+        pieces.append(torch.cat([prefix.to(tokens.dtype), params[b, :row.job.m].to(tokens.dtype), tokens]))
     length = max(p.shape[0] for p in pieces)
     # Right padding needs no attention mask: causal attention never lets a position see the padding after it.
     embeds = torch.stack([F.pad(p, (0, 0, 0, length - p.shape[0])) for p in pieces])
     with _autocast(config, device):
         hidden = _decoder(model)(inputs_embeds=embeds, use_cache=False).last_hidden_state
-        picked = torch.cat([hidden[j, row.job.m - 1:row.job.m - 1 + row.target_len] for j, row in enumerate(rows)])
+        picked = torch.cat([hidden[j, p + row.job.m - 1:p + row.job.m - 1 + row.target_len]
+                            for j, row in enumerate(rows)])
         targets = torch.cat([row.ids[:row.target_len] for row in rows])
         losses, ok = token_stats(model, picked, targets, config.logits_budget)
     owner = torch.repeat_interleave(torch.arange(len(rows), device=losses.device),
@@ -362,12 +381,14 @@ def cram_reference(model, job: CramJob, config: CramConfig | None = None) -> Cra
         n = len(job.ids)
         with torch.no_grad():
             tokens = embed(ids[:-1])
+        prefix = _prefix_embeds(model, config).to(tokens.dtype)
+        offset = prefix.shape[0] + job.m - 1
         row = _Row(job, ids, n, time.perf_counter())
         step = 0
         while True:
             with _autocast(config, device):
-                logits = model(inputs_embeds=torch.cat([memory.to(tokens.dtype), tokens])[None]).logits[0].float()
-            logits = logits[job.m - 1:job.m - 1 + n]
+                logits = model(inputs_embeds=torch.cat([prefix, memory.to(tokens.dtype), tokens])[None]).logits[0]
+            logits = logits.float()[offset:offset + n]
             loss = F.cross_entropy(logits, ids)
             acc = float((logits.argmax(-1) == ids).float().mean())
             if acc > row.best_acc:

@@ -43,6 +43,7 @@ def check_settings(folder: Path, settings: dict, overwrite: bool) -> bool:
     Same settings resume; ``overwrite`` discards whatever the folder holds and starts afresh.
     """
     path = Path(folder) / SETTINGS_FILE
+    settings = json.loads(json.dumps(settings))  # compare as stored: tuples become lists
     if not path.exists():
         if row_files(folder) and not overwrite:
             raise ValueError(f"{folder} holds rows but no {SETTINGS_FILE}: they come from an unknown run; "
