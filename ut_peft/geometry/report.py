@@ -11,6 +11,15 @@ matplotlib.use("Agg")  # recipes run headless
 import matplotlib.pyplot as plt  # noqa: E402
 
 
+
+def _save(fig, path) -> Path:
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
 def _token(tokenizer, token_id: int) -> str:
     if tokenizer is None:
         return str(token_id)
@@ -57,12 +66,7 @@ def plot_cells(estimates: dict, path, title: str = "") -> Path:
     bx.legend(fontsize=7)
     if title:
         fig.suptitle(title)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def geometry_markdown(result: dict, *, model_name: str = "", tokenizer=None, top: int = 10,
@@ -125,12 +129,7 @@ def plot_copy_cliff(runs: dict, trained: tuple, path, title: str = "copy task: e
     ax.set_ylim(-0.03, 1.03)
     ax.set_title(title)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def copy_markdown(result: dict, *, command: str = "", plot: str | None = None) -> str:
