@@ -125,7 +125,6 @@ class SweepConfig:
     def fingerprint(self, source_description: dict) -> dict:
         """Everything that changes the rows; speed knobs (batch size, chunking) are left out on purpose."""
         cram_settings = {k: v for k, v in dataclasses.asdict(self.cram).items() if k not in ("batch_size", "logits_budget")}
-        cram_settings["betas"] = list(cram_settings["betas"])
         return {"model": str(self.model), "source": source_description, "ms": self.ms,
                 "grid": dataclasses.asdict(self.grid), "num_sequences": self.num_sequences, "seed": self.seed,
                 "cram": cram_settings}

@@ -181,10 +181,6 @@ class UTReprogramModel(BaseTuner):
         if new_module is not target:
             self._replace_module(parent, target_name, new_module, target)
 
-    def _replace_module(self, parent, child_name, new_module, child):
-        setattr(parent, child_name, new_module)
-        # keep the base layer's device; nothing else to move, adapter tensors are created on it
-
     def _post_injection_hook(self, model: nn.Module, config: UTReprogramConfig, adapter_name: str) -> None:
         if config.task_vocab_size is not None:
             self._ut_base_vocab_size = model.config.vocab_size
