@@ -14,18 +14,8 @@ import argparse
 
 from accelerate import Accelerator
 
-from ut_peft import load_tokenizer
 from ut_peft.accessibility import (CramConfig, GridConfig, SweepConfig, run_sweep, save_memory_adapters,
                                    summarize_folder)
-
-
-def bos_prefix(args) -> tuple[int, ...]:
-    if not args.bos_prefix:
-        return ()
-    bos = load_tokenizer(args.model).bos_token_id
-    if bos is None:
-        raise SystemExit(f"--bos-prefix: the tokenizer of {args.model} defines no BOS token")
-    return (bos,)
 
 
 def main(args):
@@ -39,8 +29,8 @@ def main(args):
                          num_sequences=args.num_sequences, seed=args.seed,
                          cram=CramConfig(max_steps=args.max_steps, patience=args.patience, lr=args.lr,
                                          batch_size=args.batch_size, progressive=args.progressive,
-                                         autocast=args.autocast, prefix_ids=bos_prefix(args)),
-                         support_sequences=args.support_sequences)
+                                         autocast=args.autocast),
+                         support_sequences=args.support_sequences, prefix=args.prefix)
     accelerator = Accelerator()
     summary = run_sweep(config, args.output, accelerator=accelerator, overwrite=args.overwrite,
                         save_vectors=args.save_vectors or args.save_adapters,
@@ -75,8 +65,9 @@ if __name__ == "__main__":
     parser.add_argument("--patience", type=int, default=100, help="steps without a new best; the paper uses 500")
     parser.add_argument("--lr", type=float, default=1e-2)
     parser.add_argument("--batch-size", type=int, default=16, help="sequences crammed together")
-    parser.add_argument("--bos-prefix", action="store_true",
-                        help="put the tokenizer's BOS before the memory vectors (position 0 is an attention sink)")
+    parser.add_argument("--prefix", default="bos", choices=["bos", "none"],
+                        help="bos: the tokenizer's BOS (when it has one) before the memory vectors, since position 0 "
+                        "is an attention sink; none: the memory starts the sequence, as in the published code")
     parser.add_argument("--progressive", action="store_true", help="grow the target one token at a time")
     parser.add_argument("--autocast", default="auto", choices=["auto", "bf16", "fp16", "none"])
     parser.add_argument("--support-sequences", type=int, default=256, help="random sequences to measure r")

@@ -40,12 +40,15 @@ def memory_token_ids(model_or_config: Union[PeftModel, UTReprogramConfig]) -> li
 
 def prepend_memory_tokens(model_or_config: Union[PeftModel, UTReprogramConfig], input_ids: torch.Tensor,
                           attention_mask: Optional[torch.Tensor] = None,
-                          labels: Optional[torch.Tensor] = None) -> dict[str, torch.Tensor]:
+                          labels: Optional[torch.Tensor] = None,
+                          prefix_ids: Optional[list[int]] = None) -> dict[str, torch.Tensor]:
     """Put the memory ids in front of every row: mask 1 on them, labels ``-100`` (memory positions are never scored).
 
-    Left padding stays valid: the memory ids sit before the pads, and the pads keep mask 0.
+    ``prefix_ids`` (e.g. ``[tokenizer.bos_token_id]``) go before the memory ids, as they did when the vectors were
+    crammed with a prefix (the accessibility sweep puts the BOS there by default). Left padding stays valid: the
+    memory ids sit before the pads, and the pads keep mask 0.
     """
-    ids = memory_token_ids(model_or_config)
+    ids = list(prefix_ids or []) + memory_token_ids(model_or_config)
     if input_ids.dim() != 2:
         raise ValueError(f"input_ids must be (batch, length), got shape {tuple(input_ids.shape)}")
     batch = input_ids.shape[0]

@@ -145,25 +145,48 @@ def test_two_processes_give_the_same_summary_as_one(tmp_path):
     assert two["fit"] == one["fit"] and two["bounds"] == one["bounds"] and two["num_rows"] == one["num_rows"]
 
 
-def test_saved_vectors_become_memory_adapters(tmp_path, llama):
+@pytest.mark.parametrize("prefix_ids", [(), (7,)])
+def test_saved_vectors_become_memory_adapters(tmp_path, llama, prefix_ids):
     from peft import PeftModel
 
-    from ut_peft.accessibility import greedy_decode
+    import ut_peft
 
-    run_sweep(small_config(), tmp_path, model=llama, progress=False, save_vectors=True)
+    config = small_config(cram=CramConfig(max_steps=30, patience=30, batch_size=4, prefix_ids=prefix_ids))
+    run_sweep(config, tmp_path, model=llama, progress=False, save_vectors=True)
     saved = save_memory_adapters(tmp_path, llama)
     rows = read_rows(tmp_path)
     assert len(saved) == sum(r["accessible"] for r in rows.values()) > 0
     folder = saved[0]
     assert (folder / "adapter_config.json").exists() and "library_name: peft" in (folder / "README.md").read_text()
-    ids = json.loads((folder / "sequence.json").read_text())["input_ids"]
-    import ut_peft
+    recorded = json.loads((folder / "sequence.json").read_text())
+    ids = recorded["input_ids"]
+    assert tuple(recorded["prefix_ids"]) == prefix_ids
 
+    # replaying needs the prefix the vectors were crammed behind
     adapter = PeftModel.from_pretrained(crammable_model("llama"), str(folder))
-    batch = ut_peft.prepend_memory_tokens(adapter, torch.zeros(1, 0, dtype=torch.long))
+    batch = ut_peft.prepend_memory_tokens(adapter, torch.zeros(1, 0, dtype=torch.long),
+                                          prefix_ids=recorded["prefix_ids"])
+    assert batch["input_ids"].shape[1] == len(prefix_ids) + int(folder.name.split("-")[0][1:])
     out = adapter.generate(**batch, max_new_tokens=len(ids), do_sample=False, min_new_tokens=len(ids),
                            pad_token_id=0, eos_token_id=None)
     assert out[0, -len(ids):].tolist() == ids
+
+
+def test_sweep_puts_the_tokenizers_bos_before_the_memory_by_default():
+    from ut_peft import load_tokenizer
+
+    tokenizer = load_tokenizer("smollm2-135m")  # bundled: real tokenizer, no download
+    config = SweepConfig(source="text")
+    config.resolve_prefix(tokenizer)
+    assert config.cram.prefix_ids == (tokenizer.bos_token_id,)
+    none = SweepConfig(source="text", prefix="none")
+    none.resolve_prefix(tokenizer)
+    assert none.cram.prefix_ids == ()
+    explicit = SweepConfig(cram=CramConfig(prefix_ids=(3, 4)))
+    explicit.resolve_prefix(tokenizer)
+    assert explicit.cram.prefix_ids == (3, 4)
+    with pytest.raises(ValueError, match="prefix must be 'bos' or 'none'"):
+        SweepConfig(prefix="eos")
 
 
 def test_bad_sweep_inputs(tmp_path, llama):

@@ -9,11 +9,13 @@ import torch
 
 
 def save_memory_adapter(base_model, vectors: torch.Tensor, folder, *, base_model_name: str | None = None,
-                        sequence: list[int] | None = None, metrics: dict | None = None) -> Path:
+                        sequence: list[int] | None = None, metrics: dict | None = None,
+                        prefix_ids: tuple[int, ...] = ()) -> Path:
     """Save ``vectors`` (m, d, in inputs_embeds space) as a memory-only adapter with its model card.
 
     ``base_model`` is wrapped only for the save and unwrapped afterwards, so one loaded model serves many
-    adapters. Put the memory ids in front with ``ut_peft.prepend_memory_tokens`` to replay the sequence.
+    adapters. Put the memory ids in front with ``ut_peft.prepend_memory_tokens`` to replay the sequence, after
+    ``prefix_ids`` when the vectors were crammed behind a prefix (recorded in ``sequence.json``).
     """
     from ..hub import save_model_card
     from ..memory import memory_adapter_from_vectors
@@ -25,9 +27,12 @@ def save_memory_adapter(base_model, vectors: torch.Tensor, folder, *, base_model
     finally:
         peft_model.unload()
     training = {"method": "cramming (accessibility evaluator)", "memory vectors": int(vectors.shape[0])}
+    if prefix_ids:
+        training["tokens before the memory"] = list(prefix_ids)
     if sequence is not None:
         training["sequence length"] = len(sequence)
-        (folder / "sequence.json").write_text(json.dumps({"input_ids": list(sequence)}) + "\n", encoding="utf-8")
+        (folder / "sequence.json").write_text(
+            json.dumps({"input_ids": list(sequence), "prefix_ids": list(prefix_ids)}) + "\n", encoding="utf-8")
     save_model_card(folder, base_model=base_model_name, training=training, metrics=metrics,
                     tags=["cramming", "accessibility"])
     return folder
@@ -63,5 +68,6 @@ def save_memory_adapters(output_dir, model=None, *, accessible_only: bool = True
             continue
         metrics = {k: row[k] for k in ("tf_accuracy", "greedy_exact", "steps", "final_loss")}
         saved.append(save_memory_adapter(base, vectors, output_dir / "adapters" / path.stem, base_model_name=name,
-                                         sequence=json.loads(meta["ids"]), metrics=metrics))
+                                         sequence=json.loads(meta["ids"]), metrics=metrics,
+                                         prefix_ids=tuple(settings["cram"].get("prefix_ids", ()))))
     return saved

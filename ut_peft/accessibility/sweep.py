@@ -114,13 +114,28 @@ class SweepConfig:
     cram: CramConfig = field(default_factory=CramConfig)
     support_sequences: int = 256
     support_seq_len: int = 32
+    # What sits before the memory vectors: "bos" = the tokenizer's BOS when it defines one (Llama, Gemma,
+    # SmolLM2), "none" = the memory starts the sequence, as in the published code. Llama-type models make
+    # position 0 an attention sink whatever it holds, so without the BOS one vector can hardly steer the first
+    # prediction (measured on SmolLM2: see the README). Ignored when ``cram.prefix_ids`` is set explicitly.
+    prefix: str = "bos"
 
     def __post_init__(self):
+        if self.prefix not in ("bos", "none"):
+            raise ValueError(f"prefix must be 'bos' or 'none' (got {self.prefix!r})")
         self.ms = sorted({int(m) for m in self.ms})
         if not self.ms or self.ms[0] < 1:
             raise ValueError(f"every number of memory vectors m must be >= 1 (got {self.ms})")
         if self.num_sequences < 1:
             raise ValueError(f"num_sequences must be >= 1 (got {self.num_sequences})")
+
+    def resolve_prefix(self, tokenizer) -> None:
+        """Turn ``prefix`` into ``cram.prefix_ids`` with the model's tokenizer (the ids enter the fingerprint)."""
+        if self.cram.prefix_ids or self.prefix == "none" or tokenizer is None:
+            return
+        bos = getattr(tokenizer, "bos_token_id", None)
+        if bos is not None:
+            self.cram = dataclasses.replace(self.cram, prefix_ids=(int(bos),))
 
     def fingerprint(self, source_description: dict) -> dict:
         """Everything that changes the rows; speed knobs (batch size, chunking) are left out on purpose."""
@@ -192,6 +207,8 @@ def run_sweep(config: SweepConfig, output_dir, *, model=None, tokenizer=None, ac
         model, tokenizer = _load(config, accelerator.device, device_map)
     if tokenizer is None and config.source != "tokens":
         raise ValueError("a tokenizer is needed for text and word sources; pass tokenizer=...")
+    config = dataclasses.replace(config, cram=dataclasses.replace(config.cram))  # the caller's config stays as given
+    config.resolve_prefix(tokenizer)
     vocab_size = model.get_output_embeddings().weight.shape[0]
     source = make_source(config.source, tokenizer, vocab_size=vocab_size)
     context = getattr(model.config, "max_position_embeddings", None)
