@@ -317,8 +317,9 @@ def _forward(model, params, rows: list[_Row], slots: list[int], config: CramConf
     embeds = torch.stack([F.pad(p, (0, 0, 0, length - p.shape[0])) for p in pieces])
     with _autocast(config, device):
         hidden = _decoder(model)(inputs_embeds=embeds, use_cache=False).last_hidden_state
-        picked = torch.cat([hidden[j, p + row.job.m - 1:p + row.job.m - 1 + row.target_len]
-                            for j, row in enumerate(rows)])
+        # One index_select instead of a slice per row: its backward scatters into one zero tensor, not one per row.
+        flat = torch.cat([torch.arange(row.target_len) + (j * length + p + row.job.m - 1) for j, row in enumerate(rows)])
+        picked = hidden.reshape(-1, hidden.shape[-1]).index_select(0, flat.to(hidden.device))
         targets = torch.cat([row.ids[:row.target_len] for row in rows])
         losses, ok = token_stats(model, picked, targets, config.logits_budget)
     owner = torch.repeat_interleave(torch.arange(len(rows), device=losses.device),
