@@ -2,9 +2,11 @@
 
 A row of the batch is ``[v_1 .. v_m, E(t_1) .. E(t_{n-1})]`` passed as ``inputs_embeds``; the model must
 predict every token ``t_1 .. t_n`` of the sequence, the first one from the last memory vector, so "the
-model emits the sequence after its memory". Each row owns its vectors and its AdamW state; a row stops at
-100% teacher-forced accuracy (then greedy decoding checks exactness), at the step cap, or after
-``patience`` steps without a new best accuracy, and a waiting sequence takes its slot.
+model emits the sequence after its memory". Each row owns its vectors and its AdamW state; a row stops when
+it reaches 100% teacher-forced accuracy and a real greedy decoding loop confirms it, at the step cap, or after
+``patience`` steps without a new best accuracy, and a waiting sequence takes its slot. Under half-precision
+autocast the cached decoding loop can flip a near-tie that the training forward got right; such a row trains
+on and is decoded again after 2, 4, 8, ... more steps (in float32 the two agree and the first check decides).
 
 Why a hand-written Adam: one ``torch.optim.AdamW`` over a (B, m, d) tensor shares one step counter across
 rows, so a sequence that takes over a slot would inherit the bias correction of its predecessor. Here each
@@ -44,7 +46,7 @@ class CramConfig:
     batch_size: int = 16  # rows optimised together
     logits_budget: int = 2 ** 26  # most logits elements held at once; beyond it the head runs in chunks
     autocast: str = "auto"  # "auto" (bf16 on GPU, off on CPU), "bf16", "fp16" or "none"
-    check_greedy: bool = True  # confirm exactness with a real greedy decoding loop
+    check_greedy: bool = True  # confirm exactness with a real greedy decoding loop (else 100% accuracy suffices)
     # Token ids put before the memory vectors, e.g. the model's BOS. Llama-type models turn position 0 into an
     # attention sink whatever it holds, so a lone memory vector there can barely steer the first prediction;
     # with the BOS the models were trained with in that slot, m = 1 crams (see the README's accessibility notes).
@@ -86,6 +88,7 @@ class CramResult:
     best_accuracy: float
     stop_reason: str  # "exact", "max_steps" or "patience"
     seconds: float  # wall time from taking a slot to leaving it
+    greedy_misses: int  # greedy checks that failed although teacher-forced accuracy was 100% (half precision)
     vectors: torch.Tensor = field(repr=False)  # (m, d) float32 on CPU, in inputs_embeds space
 
     @property
@@ -223,6 +226,17 @@ class _Row:
     started: float
     best_acc: float = -1.0
     since_best: int = 0
+    greedy_misses: int = 0  # times 100% teacher-forced accuracy did not survive real greedy decoding
+    next_greedy_check: int = 0  # step from which the next greedy check may run (backs off after a miss)
+
+    def greedy_due(self, step: int) -> bool:
+        return step >= self.next_greedy_check
+
+    def greedy_missed(self, step: int) -> None:
+        # In half precision the cached decoding loop can flip a near-tie that the training forward got right;
+        # training on widens the margins. Back off so a stubborn row is not decoded at every step.
+        self.greedy_misses += 1
+        self.next_greedy_check = step + 2 ** self.greedy_misses
 
 
 def cram(model, jobs: Iterable[CramJob], config: CramConfig | None = None) -> Iterator[CramResult]:
@@ -270,18 +284,25 @@ def cram(model, jobs: Iterable[CramJob], config: CramConfig | None = None) -> It
             loss_sum, correct = _forward(model, params, [rows[b] for b in active], active, config)
             losses = (loss_sum.detach().cpu() / torch.tensor([float(rows[b].target_len) for b in active])).tolist()
             finished, update = [], torch.zeros(slots, dtype=torch.bool, device=device)
+            accs = {b: float(correct[j]) / rows[b].target_len for j, b in enumerate(active)}
+            to_check = [b for b in active if accs[b] >= 1.0 and rows[b].target_len == len(rows[b].job.ids)
+                        and rows[b].greedy_due(int(steps[b]))]
+            exact = _greedy_exact(model, params, rows, to_check, config)
             for j, b in enumerate(active):
                 row = rows[b]
-                acc = float(correct[j]) / row.target_len
+                acc = accs[b]
                 if acc >= 1.0 and row.target_len < len(row.job.ids):
                     row.target_len += 1  # progressive: the next forward sees one more token
                     row.best_acc, row.since_best = -1.0, 0
                     continue
                 if acc > row.best_acc:
                     row.best_acc, row.since_best = acc, 0
-                if acc >= 1.0:
+                if b in exact and exact[b]:
                     finished.append((b, "exact", acc, losses[j]))
-                elif int(steps[b]) >= config.max_steps:
+                    continue
+                if b in exact:
+                    row.greedy_missed(int(steps[b]))
+                if int(steps[b]) >= config.max_steps:
                     finished.append((b, "max_steps", acc, losses[j]))
                 elif row.since_best >= config.patience:
                     finished.append((b, "patience", acc, losses[j]))
@@ -297,7 +318,7 @@ def cram(model, jobs: Iterable[CramJob], config: CramConfig | None = None) -> It
             for b, reason, acc, loss in finished:
                 row = rows[b]
                 yield _finish(model, row, params[b, :row.job.m].detach().float().cpu(), reason, acc, loss,
-                              int(steps[b]), config)
+                              int(steps[b]), config, exact=exact.get(b))
                 rows[b] = None
 
 
@@ -349,17 +370,36 @@ def _adam_step(params, exp_avg, exp_avg_sq, steps, update, config: CramConfig):
     exp_avg_sq.copy_(torch.where(mask, new_avg_sq, exp_avg_sq))
 
 
+def _greedy_exact(model, params, rows: list, slots: list[int], config: CramConfig) -> dict[int, bool]:
+    """For rows at 100% teacher-forced accuracy: does greedy decoding after their vectors reproduce the sequence?
+
+    Without ``check_greedy`` the teacher-forced accuracy is taken at its word. Rows are decoded together, one
+    decoding loop per number of memory vectors.
+    """
+    if not config.check_greedy:
+        return {b: True for b in slots}
+    exact = {}
+    for m in sorted({rows[b].job.m for b in slots}):
+        group = [b for b in slots if rows[b].job.m == m]
+        longest = max(len(rows[b].job.ids) for b in group)
+        generated = greedy_decode(model, params[group, :m].detach(), longest, config)
+        for i, b in enumerate(group):
+            exact[b] = generated[i, :len(rows[b].job.ids)].tolist() == list(rows[b].job.ids)
+    return exact
+
+
 def _finish(model, row: _Row, vectors: torch.Tensor, reason: str, acc: float, loss: float, steps: int,
-            config: CramConfig) -> CramResult:
+            config: CramConfig, exact: bool | None = None) -> CramResult:
     n = len(row.job.ids)
-    exact = False
-    if acc >= 1.0 and config.check_greedy:
+    if exact is not None:  # decided by the greedy check of this very step
+        pass
+    elif acc >= 1.0 and config.check_greedy:
         generated = greedy_decode(model, vectors[None], n, config)[0]
         exact = generated.tolist() == list(row.job.ids)
-    elif acc >= 1.0:
-        exact = True
+    else:
+        exact = acc >= 1.0
     return CramResult(job=row.job, tf_accuracy=acc, greedy_exact=exact, steps=steps, final_loss=loss,
-                      best_accuracy=max(row.best_acc, acc), stop_reason=reason,
+                      best_accuracy=max(row.best_acc, acc), stop_reason=reason, greedy_misses=row.greedy_misses,
                       seconds=time.perf_counter() - row.started, vectors=vectors)
 
 
@@ -394,10 +434,16 @@ def cram_reference(model, job: CramJob, config: CramConfig | None = None) -> Cra
             acc = float((logits.argmax(-1) == ids).float().mean())
             if acc > row.best_acc:
                 row.best_acc, row.since_best = acc, 0
-            reason = ("exact" if acc >= 1.0 else "max_steps" if step >= config.max_steps
+            exact = None
+            if acc >= 1.0 and row.greedy_due(step):
+                exact = _greedy_exact(model, memory.detach()[None], [row], [0], config)[0]
+                if not exact:
+                    row.greedy_missed(step)
+            reason = ("exact" if exact else "max_steps" if step >= config.max_steps
                       else "patience" if row.since_best >= config.patience else None)
             if reason:
-                return _finish(model, row, memory.detach().float().cpu(), reason, acc, loss.item(), step, config)
+                return _finish(model, row, memory.detach().float().cpu(), reason, acc, loss.item(), step, config,
+                               exact=exact)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()

@@ -159,7 +159,8 @@ def _row(result, rank: int) -> dict:
     return {"m": m, "n": n, "index": index, "init_seed": result.job.seed, "tf_accuracy": result.tf_accuracy,
             "greedy_exact": result.greedy_exact, "accessible": result.accessible, "steps": result.steps,
             "final_loss": result.final_loss, "best_accuracy": result.best_accuracy,
-            "stop_reason": result.stop_reason, "seconds": round(result.seconds, 3), "rank": rank}
+            "stop_reason": result.stop_reason, "greedy_misses": result.greedy_misses,
+            "seconds": round(result.seconds, 3), "rank": rank}
 
 
 def vectors_path(output_dir, m: int, n: int, index: int) -> Path:
