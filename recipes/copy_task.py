@@ -3,7 +3,10 @@
     python recipes/copy_task.py --trainings full embeddings --steps 1500 --out runs/copy_task
 
 ``full`` trains a small GPT-2 entirely; ``embeddings`` trains only E, U and the learned positions of a frozen
-random GPT-2 backbone (UT_REPROGRAM). Writes copy_task.json (after every run, so finished runs are never lost),
+random GPT-2 backbone (UT_REPROGRAM), or with ``--backbone <out>/full`` only fresh E, U on the frozen body and
+positions of a trained copy model:
+
+    python recipes/copy_task.py --trainings embeddings --backbone runs/copy_task/full --out runs/copy_reprogram Writes copy_task.json (after every run, so finished runs are never lost),
 copy_cliff.png, copy_task.md, and each trained model (or adapter) under <out>/<training>/.
 """
 
@@ -45,7 +48,8 @@ def main(args):
         lr = args.embedding_lr if training == "embeddings" else args.lr
         run = run_copy(training, steps=args.steps, batch_size=args.batch_size, lr=lr, train_lengths=(low, high),
                        eval_lengths=eval_lengths, num_per_length=args.num_per_length, seed=args.seed,
-                       progress=not args.no_progress, **settings)
+                       progress=not args.no_progress,
+                       backbone=args.backbone if training == "embeddings" else None, **settings)
         # The trained model (or UT_REPROGRAM adapter) is kept, so it can be evaluated again at other lengths.
         run.pop("_model").save_pretrained(out / training)
         result["runs"][training] = run
@@ -76,6 +80,8 @@ def parse(argv=None):
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--heads", type=int, default=4)
     p.add_argument("--init-range", type=float, default=0.02, help="std of the random initial (or frozen) weights")
+    p.add_argument("--backbone", help="embeddings: a saved copy model (e.g. <out>/full of a full run) whose body and "
+                   "positions stay frozen while fresh E, U are learned; default: a random backbone")
     p.add_argument("--label", help="name of this run in combined plots (default: the output folder's name)")
     p.add_argument("--combine", nargs="+", metavar="JSON",
                    help="only plot and tabulate the runs of these copy_task.json files together into --out")

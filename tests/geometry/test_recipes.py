@@ -3,6 +3,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from ut_peft.testing import tiny_model
 
@@ -61,3 +62,24 @@ def test_copy_task_recipe_end_to_end(tmp_path):
     assert "| embeddings |" in (out / "copy_task.md").read_text()
     with pytest.raises(SystemExit, match="train-lengths"):
         recipe.main(recipe.parse(["--train-lengths", "9", "3", "--out", str(out)]))
+
+    # the full run's model as a fixed backbone: only fresh E, U train; its body and positions stay bit-identical
+    from peft import PeftModel
+    from safetensors.torch import load_file
+
+    again = tmp_path / "reprogram"
+    recipe.main(recipe.parse(["--trainings", "embeddings", "--backbone", str(out / "full"), "--steps", "3",
+                              "--batch-size", "8", "--train-lengths", "2", "4", "--eval-lengths", "2", "4",
+                              "--num-per-length", "4", "--out", str(again), "--no-progress"]))
+    run = json.loads((again / "copy_task.json").read_text())["runs"]["embeddings"]
+    assert run["backbone"] == str(out / "full") and run["trainable_parameters"] == 2 * 30 * 16
+    saved = load_file(str(again / "embeddings" / "adapter_model.safetensors"))
+    assert not any("wpe" in name for name in saved)  # the positions were not trained, so not saved
+    import transformers
+
+    base = transformers.AutoModelForCausalLM.from_pretrained(str(out / "full"))
+    reloaded = PeftModel.from_pretrained(transformers.AutoModelForCausalLM.from_pretrained(str(out / "full")),
+                                         str(again / "embeddings"))
+    assert torch.equal(reloaded.get_base_model().transformer.h[0].attn.c_attn.weight, base.transformer.h[0].attn.c_attn.weight)
+    assert torch.equal(reloaded.get_base_model().transformer.wpe.weight, base.transformer.wpe.weight)
+    assert not torch.equal(reloaded.get_input_embeddings()(torch.arange(30)), base.transformer.wte.weight)

@@ -246,25 +246,37 @@ def cliff(results: list[dict], trained_max: int, *, metric: str = "exact_match",
 TRAININGS = ("full", "embeddings")
 
 
-def build_copy_model(training: str, *, seed: int = 0, **config_kwargs):
-    """``full``: a fresh GPT-2 whose every weight trains. ``embeddings``: a frozen random GPT-2 backbone
-    (``ut_peft.random_backbone``) reprogrammed by UT_REPROGRAM with fresh E, U over the copy vocabulary and
-    trainable learned positions; nothing else trains."""
+def build_copy_model(training: str, *, seed: int = 0, backbone=None, **config_kwargs):
+    """``full``: a fresh GPT-2 whose every weight trains. ``embeddings``: a frozen GPT-2 backbone reprogrammed by
+    UT_REPROGRAM with fresh E, U over the copy vocabulary; nothing else trains. The backbone is random
+    (``ut_peft.random_backbone``, with trainable learned positions) or, with ``backbone`` (a model folder, e.g. a
+    ``full`` run's saved model), a trained copy model whose body *and positions* stay as they are: only the
+    token-level program E, U is learned afresh."""
     if training == "full":
+        if backbone is not None:
+            raise ValueError("backbone= is for embedding-only training; full training starts from a fresh model")
         return copy_model(seed=seed, **config_kwargs)
     if training == "embeddings":
         from peft import get_peft_model
 
         from .. import UTReprogramConfig, random_backbone
 
-        base = random_backbone(copy_model_config(**config_kwargs), seed=seed)
-        return get_peft_model(base, UTReprogramConfig(task_vocab_size=VOCAB_SIZE, train_position_embeddings=True,
-                                                      init="normal", init_seed=seed))
+        if backbone is None:
+            base = random_backbone(copy_model_config(**config_kwargs), seed=seed)
+            trainable_positions = True
+        else:
+            base = transformers.AutoModelForCausalLM.from_pretrained(str(backbone), dtype=torch.float32).eval()
+            if base.get_input_embeddings().weight.shape[0] != VOCAB_SIZE:
+                raise ValueError(f"the backbone at {backbone} has a vocabulary of "
+                                 f"{base.get_input_embeddings().weight.shape[0]}, not the copy task's {VOCAB_SIZE}")
+            trainable_positions = False
+        return get_peft_model(base, UTReprogramConfig(task_vocab_size=VOCAB_SIZE, init="normal", init_seed=seed,
+                                                      train_position_embeddings=trainable_positions))
     raise ValueError(f"training must be one of {TRAININGS}, got {training!r}")
 
 
 def run_copy(training: str, *, steps: int = 1500, batch_size: int = 32, lr: float = 3e-3, train_lengths=(5, 50),
-             eval_lengths=None, num_per_length: int = 32, seed: int = 0, progress: bool = True,
+             eval_lengths=None, num_per_length: int = 32, seed: int = 0, progress: bool = True, backbone=None,
              **config_kwargs) -> dict:
     """Train one copy model (``training`` = full or embeddings) on lengths ``train_lengths`` and evaluate exact
     match at ``eval_lengths`` (default: 5 to 4x the longest trained length). Returns a JSON-able dict with the
@@ -273,13 +285,14 @@ def run_copy(training: str, *, steps: int = 1500, batch_size: int = 32, lr: floa
     if eval_lengths is None:
         eval_lengths = sorted({*range(low, high + 1, 5), *range(high, 2 * high + 1, 5), *range(2 * high, 4 * high + 1, 25)})
     config_kwargs.setdefault("max_positions", 2 * max(eval_lengths) + 3)
-    model = build_copy_model(training, seed=seed, **config_kwargs)
+    model = build_copy_model(training, seed=seed, backbone=backbone, **config_kwargs)
     data = copy_dataset(steps * batch_size, min_length=low, max_length=high, seed=seed)
     trained = train_copy(model, data, steps=steps, batch_size=batch_size, lr=lr, seed=seed, progress=progress)
     results = evaluate_copy(model, eval_lengths, num_per_length=num_per_length, progress=progress)
     return {"training": training, "steps": steps, "batch_size": batch_size, "lr": lr, "train_lengths": [low, high],
             "seconds": trained.seconds, "trainable_parameters": trained.trainable_parameters,
             "final_loss": sum(trained.losses[-20:]) / len(trained.losses[-20:]), "loss_curve": trained.losses[::10],
-            "config": {k: v for k, v in config_kwargs.items()}, "results": results, "cliff": cliff(results, high),
+            "config": {k: v for k, v in config_kwargs.items()}, "backbone": None if backbone is None else str(backbone),
+            "results": results, "cliff": cliff(results, high),
             "token_cliff": cliff(results, high, metric="token_accuracy"),
             "_model": model}
