@@ -1,6 +1,6 @@
 """Accessibility sweep: how many sequences of each length can m memory vectors make a frozen LM emit?
 
-    python recipes/cram.py              # small sweep on the bundled SmolLM2-135M (m = 1, 2; n = 2..12)
+    python recipes/cram.py              # small sweep on the bundled SmolLM2-135M (m = 1, 2, 4; n = 4..32)
     python recipes/cram.py --source words --ms 1 2 4 --lengths 8 16 24 32
     ACCELERATE_USE_CPU=1 accelerate launch --multi_gpu --num_processes 2 recipes/cram.py ...   # 2 CPU processes
     accelerate launch recipes/cram.py --model org/name --adaptive --num-sequences 20 \
@@ -52,8 +52,8 @@ if __name__ == "__main__":
     parser.add_argument("--model", default="smollm2-135m", help="bundled name, local folder or hub id")
     parser.add_argument("--source", default="text", help="text, text:PATH, hf:NAME[:SPLIT[:COLUMN]], words, "
                         "words:PATH or tokens")
-    parser.add_argument("--ms", type=int, nargs="+", default=[1, 2], help="numbers of memory vectors")
-    parser.add_argument("--lengths", type=int, nargs="+", default=[2, 4, 8, 12], help="fixed length grid")
+    parser.add_argument("--ms", type=int, nargs="+", default=[1, 2, 4], help="numbers of memory vectors")
+    parser.add_argument("--lengths", type=int, nargs="+", default=[4, 8, 16, 32], help="fixed length grid")
     parser.add_argument("--adaptive", action="store_true", help="the paper's adaptive grid instead of --lengths")
     parser.add_argument("--start", type=int, default=10)
     parser.add_argument("--stop", type=int, default=1000)

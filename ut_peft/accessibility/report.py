@@ -70,6 +70,10 @@ def _describe(source: dict) -> str:
     return f"{source.get('kind')} ({details})" if details else str(source.get("kind"))
 
 
+def _prefix(ids) -> str:
+    return f"token ids {list(ids)} (the tokenizer's BOS by default)" if ids else "nothing (the memory starts the sequence)"
+
+
 def _num(value, digits=1):
     return "n/a" if value is None else f"{value:.{digits}f}"
 
@@ -80,7 +84,8 @@ def markdown(summary: dict, *, figures: tuple[str, str] | None = ("accessibility
     lines = [f"# Accessibility of {summary['model']} ({summary['source'].get('kind')})", "",
              f"Source: {_describe(summary['source'])}; {s['num_sequences']} sequences per (m, n); seed {s['seed']}; "
              f"step cap {s['cram']['max_steps']}, patience {s['cram']['patience']}, lr {s['cram']['lr']}"
-             f"{', progressive' if s['cram']['progressive'] else ''}.", "",
+             f"{', progressive' if s['cram']['progressive'] else ''}, autocast {s['cram'].get('autocast', 'auto')}; "
+             f"before the memory: {_prefix(s['cram'].get('prefix_ids', ()))}.", "",
              "| m | n_50 | sigmoid slope | fit | lengths measured |", "|---|---|---|---|---|"]
     for e in summary["per_m"]:
         lines.append(f"| {e['m']} | {_num(e['n50'])} | {_num(e['sigmoid_slope'], 3)} | {e['fit_status']} | "
