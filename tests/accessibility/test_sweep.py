@@ -214,3 +214,17 @@ def test_report_from_a_partial_folder_uses_complete_groups_only(tmp_path, llama)
     assert (tmp_path / "report.md").exists()
     with pytest.raises(ValueError, match="no sweep"):
         summarize_folder(tmp_path / "nothing", llama)
+
+
+def test_a_model_offloaded_by_accelerate_sweeps_like_the_plain_one(tmp_path, llama):
+    """device_map with CPU + disk offload (Accelerate hooks, weights on ``meta`` between forwards): same rows."""
+    from ut_peft import load_model
+
+    llama.save_pretrained(tmp_path / "model")
+    offloaded = load_model(str(tmp_path / "model"), device_map="auto", max_memory={"cpu": 150_000},
+                           offload_folder=str(tmp_path / "offload"))
+    assert "disk" in set(offloaded.hf_device_map.values())
+    plain = run_sweep(small_config(), tmp_path / "plain", model=llama, progress=False)
+    spread = run_sweep(small_config(), tmp_path / "spread", model=offloaded, progress=False)
+    assert _curves(spread) == _curves(plain)
+    assert spread["support"]["radius"] == pytest.approx(plain["support"]["radius"], rel=1e-5)

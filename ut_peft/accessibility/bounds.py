@@ -19,6 +19,8 @@ from dataclasses import dataclass
 
 import torch
 
+from .cram import execution_device
+
 # fp16 keeps 11 significant bits: the paper's precision scale relative to the support radius.
 EPS_RELATIVE = 2.0 ** -11
 
@@ -69,7 +71,7 @@ def measure_support(model, *, num_sequences: int = 256, seq_len: int = 32, seed:
         raise ValueError(f"num_sequences, seq_len and batch_size must be >= 1 "
                          f"(got {num_sequences}, {seq_len}, {batch_size})")
     vocab_size = model.get_output_embeddings().weight.shape[0]
-    device = model.get_input_embeddings().weight.device
+    device = execution_device(model.get_input_embeddings())
     generator = torch.Generator().manual_seed(seed)
     ids = torch.randint(0, vocab_size, (num_sequences, seq_len), generator=generator)
     was_training = model.training

@@ -96,6 +96,16 @@ class CramResult:
         return self.greedy_exact
 
 
+def execution_device(module) -> torch.device:
+    """Where ``module`` computes: its weight's device, or, for a module Accelerate offloads (``device_map`` with
+    CPU or disk offload: the weight is on ``meta`` until the forward), the device its hook runs it on."""
+    hook = getattr(module, "_hf_hook", None)
+    if getattr(hook, "execution_device", None) is not None:
+        return torch.device(hook.execution_device)
+    device = module.weight.device
+    return torch.device("cpu") if device.type == "meta" else device
+
+
 def embedding_std(model, chunk: int = 8192) -> float:
     """Std of the token embeddings as the model uses them (after Gemma's sqrt(d) scaling, for example)."""
     embed = model.get_input_embeddings()
@@ -103,7 +113,7 @@ def embedding_std(model, chunk: int = 8192) -> float:
     total, total_sq, count = 0.0, 0.0, 0
     with torch.no_grad():
         for start in range(0, vocab, chunk):
-            ids = torch.arange(start, min(start + chunk, vocab), device=embed.weight.device)
+            ids = torch.arange(start, min(start + chunk, vocab), device=execution_device(embed))
             e = embed(ids).double()
             total += float(e.sum())
             total_sq += float((e * e).sum())
@@ -129,7 +139,7 @@ def _autocast(config: CramConfig, device: torch.device):
 
 def _head(model, hidden: torch.Tensor) -> torch.Tensor:
     head = model.get_output_embeddings()
-    logits = head(hidden.to(head.weight.device))
+    logits = head(hidden.to(execution_device(head)))
     cap = getattr(model.config, "final_logit_softcapping", None)
     if cap:  # Gemma-2/3 soft-cap their logits inside forward(); the loss must see the same logits
         logits = torch.tanh(logits / cap) * cap
@@ -177,7 +187,7 @@ def _decoder(model):
 def _prefix_embeds(model, config: CramConfig) -> torch.Tensor:
     """(p, d) embeddings of ``config.prefix_ids`` as the model sees them (empty when there is no prefix)."""
     embed = model.get_input_embeddings()
-    ids = torch.tensor(config.prefix_ids, dtype=torch.long, device=embed.weight.device)
+    ids = torch.tensor(config.prefix_ids, dtype=torch.long, device=execution_device(embed))
     return embed(ids) if len(config.prefix_ids) else embed(ids).reshape(0, embed.weight.shape[1])
 
 
@@ -186,14 +196,14 @@ def greedy_decode(model, memory: torch.Tensor, length: int, config: CramConfig |
     """Greedy tokens (B, length) generated after (B, m, d) memory vectors, with the model's KV cache."""
     config = config or CramConfig()
     embed = model.get_input_embeddings()
-    memory = memory.to(embed.weight.device)
+    memory = memory.to(execution_device(embed))
     prefix = _prefix_embeds(model, config).to(memory.dtype)
     memory = torch.cat([prefix.expand(memory.shape[0], -1, -1), memory], dim=1)
     with _autocast(config, memory.device):
         out = model(inputs_embeds=memory.to(embed.weight.dtype), use_cache=True, logits_to_keep=1)
         tokens = [out.logits[:, -1].argmax(-1)]
         for _ in range(length - 1):
-            out = model(input_ids=tokens[-1][:, None].to(embed.weight.device), cache=out.cache,
+            out = model(input_ids=tokens[-1][:, None].to(execution_device(embed)), cache=out.cache,
                         use_cache=True, logits_to_keep=1)
             tokens.append(out.logits[:, -1].argmax(-1))
     return torch.stack(tokens, dim=1).cpu()
@@ -249,7 +259,7 @@ def cram(model, jobs: Iterable[CramJob], config: CramConfig | None = None) -> It
     if not queue:
         return
     embed = model.get_input_embeddings()
-    device = embed.weight.device
+    device = execution_device(embed)
     hidden_size = embed.weight.shape[1]
     max_positions = getattr(model.config, "max_position_embeddings", None)
     for job in queue:
@@ -325,7 +335,7 @@ def cram(model, jobs: Iterable[CramJob], config: CramConfig | None = None) -> It
 def _forward(model, params, rows: list[_Row], slots: list[int], config: CramConfig):
     """Per-row summed cross-entropy and number of correct argmax predictions over each row's targets."""
     embed = model.get_input_embeddings()
-    device = embed.weight.device
+    device = execution_device(embed)
     prefix = _prefix_embeds(model, config)
     p = prefix.shape[0]
     pieces = []
@@ -412,7 +422,7 @@ def cram_reference(model, job: CramJob, config: CramConfig | None = None) -> Cra
     if config.progressive:
         raise ValueError("cram_reference implements the plain protocol; use cram() for progressive mode")
     embed = model.get_input_embeddings()
-    device = embed.weight.device
+    device = execution_device(embed)
     with _FrozenModel(model):
         std = embedding_std(model)
         memory = torch.nn.Parameter(init_vectors(job.m, embed.weight.shape[1], std, job.seed).to(device))
