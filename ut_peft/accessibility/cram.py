@@ -1,12 +1,13 @@
 """The cram engine: optimise m memory vectors per sequence so that a frozen causal LM emits the sequence.
 
-A row of the batch is ``[v_1 .. v_m, E(t_1) .. E(t_{n-1})]`` passed as ``inputs_embeds``; the model must
+A row of the batch is ``[prefix, v_1 .. v_m, E(t_1) .. E(t_{n-1})]`` (the prefix, e.g. the BOS, is optional)
+passed as ``inputs_embeds``; the model must
 predict every token ``t_1 .. t_n`` of the sequence, the first one from the last memory vector, so "the
 model emits the sequence after its memory". Each row owns its vectors and its AdamW state; a row stops when
 it reaches 100% teacher-forced accuracy and a real greedy decoding loop confirms it, at the step cap, or after
 ``patience`` steps without a new best accuracy, and a waiting sequence takes its slot. Under half-precision
 autocast the cached decoding loop can flip a near-tie that the training forward got right; such a row trains
-on and is decoded again after 2, 4, 8, ... more steps (in float32 the two agree and the first check decides).
+on and is decoded again after 2, 4, 8, ... more steps (in float32 the first check agreed in all our runs).
 
 Why a hand-written Adam: one ``torch.optim.AdamW`` over a (B, m, d) tensor shares one step counter across
 rows, so a sequence that takes over a slot would inherit the bias correction of its predecessor. Here each
