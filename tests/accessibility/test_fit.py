@@ -39,3 +39,9 @@ def test_linear_fit_hand_computed():
         linear_fit([1], [5])
     with pytest.raises(ValueError, match="different m"):
         linear_fit([2, 2], [5, 6])
+
+
+def test_a_point_at_exactly_one_half_is_a_measured_n50():
+    fit = fit_sigmoid([4, 8, 16, 32], [1.0, 1.0, 1.0, 0.5])
+    assert fit["status"] == "ok" and fit["n50"] == pytest.approx(32, abs=2)
+    assert fit_sigmoid([4, 8, 16, 32], [1.0, 1.0, 1.0, 0.75])["status"] == "degenerate"

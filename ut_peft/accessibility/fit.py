@@ -26,7 +26,7 @@ def fit_sigmoid(lengths, accessibility) -> dict:
     """Least-squares sigmoid fit; returns ``{"n50", "sigmoid_slope", "status"}``.
 
     ``status`` is "ok", "extrapolated" (n_50 outside the measured lengths: the grid did not reach the
-    transition) or "degenerate" (all points on one side of 0.5 with nothing to fit: n50 is None).
+    transition) or "degenerate" (all points strictly on one side of 0.5, nothing to fit: n50 is None).
     """
     ns = np.asarray(lengths, dtype=float)
     acc = np.asarray(accessibility, dtype=float)
@@ -37,7 +37,8 @@ def fit_sigmoid(lengths, accessibility) -> dict:
         raise ValueError("accessibility values must lie in [0, 1]")
     order = np.argsort(ns)
     ns, acc = ns[order], acc[order]
-    if ns.size < 2 or np.all(acc >= 0.5) or np.all(acc < 0.5):
+    # A point at exactly 0.5 is a measured n_50 (e.g. 2 of 4 sequences at the longest length), so it is fitted.
+    if ns.size < 2 or np.all(acc > 0.5) or np.all(acc < 0.5):
         return {"n50": None, "sigmoid_slope": None, "status": "degenerate"}
     x0 = _crossing(ns, acc)
     span = max(float(ns[-1] - ns[0]), 1.0)
