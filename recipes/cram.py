@@ -6,7 +6,8 @@
     accelerate launch recipes/cram.py --model org/name --adaptive --num-sequences 20 \
         --max-steps 3000 --patience 500 --ms 1 2 3 4 5                                        # the paper's protocol
 
-Re-running into the same --output resumes; --overwrite starts afresh. Everything lives in
+Re-running into the same --output resumes; --overwrite starts afresh. --merge A B --output C pools sweeps that
+differ only in --ms and --lengths (e.g. run on different machines) and reports on the union. Everything lives in
 ut_peft.accessibility; this script only parses arguments.
 """
 
@@ -14,11 +15,14 @@ import argparse
 
 from accelerate import Accelerator
 
-from ut_peft.accessibility import (CramConfig, GridConfig, SweepConfig, run_sweep, save_memory_adapters,
-                                   summarize_folder)
+from ut_peft.accessibility import (CramConfig, GridConfig, SweepConfig, merge_sweeps, run_sweep,
+                                   save_memory_adapters, summarize_folder)
 
 
 def main(args):
+    if args.merge:  # sweeps of other m / lengths, e.g. run on several machines, pooled into --output
+        merge_sweeps(args.merge, args.output, overwrite=args.overwrite)
+        args.report_only = True
     if args.report_only:  # e.g. on a sweep still running elsewhere, or one that was stopped
         summarize_folder(args.output, support_sequences=args.support_sequences)
         print(f"report: {args.output}/report.md")
@@ -76,6 +80,8 @@ if __name__ == "__main__":
     parser.add_argument("--save-adapters", action="store_true", help="also save accessible vectors as PEFT adapters")
     parser.add_argument("--output", default="cram-output")
     parser.add_argument("--overwrite", action="store_true", help="discard a previous run in --output")
+    parser.add_argument("--merge", nargs="+", metavar="FOLDER",
+                        help="pool the rows of these sweeps (same settings but m and lengths) into --output and report")
     parser.add_argument("--report-only", action="store_true",
                         help="only write summary, plots and report from the rows --output holds now")
     main(parser.parse_args())

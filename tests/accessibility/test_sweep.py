@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from ut_peft.accessibility import (CramConfig, GridConfig, SweepConfig, load_rows, load_summary, next_length,
-                                   run_sweep, save_memory_adapters)
+                                   run_sweep, save_memory_adapters, summarize_folder)
 from ut_peft.accessibility.store import read_rows, repair
 
 from ut_peft.accessibility.testing import crammable_model
@@ -228,3 +228,25 @@ def test_a_model_offloaded_by_accelerate_sweeps_like_the_plain_one(tmp_path, lla
     spread = run_sweep(small_config(), tmp_path / "spread", model=offloaded, progress=False)
     assert _curves(spread) == _curves(plain)
     assert spread["support"]["radius"] == pytest.approx(plain["support"]["radius"], rel=1e-5)
+
+
+def test_sweeps_split_by_m_and_length_merge_into_the_single_sweep(tmp_path, llama):
+    from ut_peft.accessibility import merge_sweeps
+
+    whole = run_sweep(small_config(), tmp_path / "whole", model=llama, progress=False)
+    run_sweep(small_config(ms=[1], grid=GridConfig(lengths=[2, 3, 6])), tmp_path / "m1", model=llama, progress=False)
+    run_sweep(small_config(ms=[2], grid=GridConfig(lengths=[2, 3])), tmp_path / "m2a", model=llama, progress=False)
+    run_sweep(small_config(ms=[2], grid=GridConfig(lengths=[3, 6])), tmp_path / "m2b", model=llama, progress=False)
+    merge_sweeps([tmp_path / "m1", tmp_path / "m2a", tmp_path / "m2b"], tmp_path / "merged")
+    merged = summarize_folder(tmp_path / "merged", llama, support_sequences=8, support_seq_len=4)
+    assert _curves(merged) == _curves(whole) and merged["fit"] == whole["fit"]
+    assert len(read_rows(tmp_path / "merged")) == len(read_rows(tmp_path / "whole"))  # (2, 3, i) kept once
+    assert merged["settings"]["merged_from"][0].endswith("m1")
+    merge_sweeps([tmp_path / "m1", tmp_path / "m2a"], tmp_path / "merged")  # same folder again: rewritten whole
+    assert len(read_rows(tmp_path / "merged")) == 2 * 3 + 2 * 2
+
+    with pytest.raises(ValueError, match="differ: num_sequences"):
+        run_sweep(small_config(num_sequences=1), tmp_path / "other", model=llama, progress=False)
+        merge_sweeps([tmp_path / "m1", tmp_path / "other"], tmp_path / "bad")
+    with pytest.raises(ValueError, match="holds a run with different settings"):
+        merge_sweeps([tmp_path / "m1", tmp_path / "m2a"], tmp_path / "whole")

@@ -13,11 +13,11 @@ from .cram import CramConfig, CramJob, CramResult, cram, cram_reference, greedy_
 from .fit import fit_sigmoid, linear_fit
 from .sources import make_source
 from .store import load_rows
-from .sweep import GridConfig, SweepConfig, load_summary, next_length, run_sweep, summarize_folder
+from .sweep import GridConfig, SweepConfig, load_summary, merge_sweeps, next_length, run_sweep, summarize_folder
 
 __all__ = [
     "CramConfig", "CramJob", "CramResult", "cram", "cram_reference", "greedy_decode",
-    "GridConfig", "SweepConfig", "run_sweep", "summarize_folder", "load_summary", "load_rows", "next_length", "make_source",
+    "GridConfig", "SweepConfig", "run_sweep", "summarize_folder", "merge_sweeps", "load_summary", "load_rows", "next_length", "make_source",
     "fit_sigmoid", "linear_fit", "SupportStats", "measure_support", "ball_slope_bound", "box_slope_bound",
     "slope_bounds", "save_memory_adapter", "save_memory_adapters",
 ]

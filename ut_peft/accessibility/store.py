@@ -22,6 +22,7 @@ ROW_FEATURES = datasets.Features({
     "steps": datasets.Value("int64"), "final_loss": datasets.Value("float64"),
     "best_accuracy": datasets.Value("float64"), "stop_reason": datasets.Value("string"),
     "seconds": datasets.Value("float64"), "rank": datasets.Value("int64"),
+    "greedy_misses": datasets.Value("int64"),  # absent from rows written before it existed: read as 0
 })
 
 
@@ -130,4 +131,5 @@ def read_rows(folder: Path) -> dict[tuple[int, int, int], dict]:
 def load_rows(folder) -> datasets.Dataset:
     """The finished rows of a sweep folder as a ``datasets.Dataset``, sorted by (m, n, index)."""
     rows = sorted(read_rows(Path(folder)).values(), key=row_key)
-    return datasets.Dataset.from_list([{k: row[k] for k in ROW_FEATURES} for row in rows], features=ROW_FEATURES)
+    return datasets.Dataset.from_list([{k: row.get(k, 0) if k == "greedy_misses" else row[k] for k in ROW_FEATURES}
+                                       for row in rows], features=ROW_FEATURES)

@@ -302,6 +302,51 @@ def summarize_folder(output_dir, model=None, *, support_sequences: int = 256, su
     return summary
 
 
+def merge_sweeps(folders, output_dir, *, overwrite: bool = False) -> Path:
+    """Pool the rows of sweeps run separately (other m, other lengths, other machines) into one folder.
+
+    Every setting but ``ms`` and the grid must agree, so a row means the same thing in all of them: a row is
+    decided by (seed, m, n, index) and the optimisation settings alone, whatever else the run measured. The
+    merged folder gets the union of the m and of the measured lengths, every row once (the first folder
+    that holds a key wins), and ``merged_from``; summarise it with :func:`summarize_folder`. Only (m, n) groups
+    with all their sequences enter the fits, so a group some folder left unfinished is completed by another or
+    left out.
+    """
+    folders = [Path(f) for f in folders]
+    if len(folders) < 2:
+        raise ValueError(f"give at least two sweep folders to merge (got {len(folders)})")
+    settings = []
+    for folder in folders:
+        path = folder / store.SETTINGS_FILE
+        if not path.is_file():
+            raise ValueError(f"{folder} holds no sweep ({store.SETTINGS_FILE} is missing)")
+        settings.append(json.loads(path.read_text(encoding="utf-8")))
+    shared = {k: v for k, v in settings[0].items() if k not in ("ms", "grid", "merged_from")}
+    for folder, other in zip(folders[1:], settings[1:]):
+        differ = sorted(k for k in set(shared) | (set(other) - {"ms", "grid", "merged_from"})
+                        if shared.get(k) != other.get(k))
+        if differ:
+            raise ValueError(f"{folder} was run with other settings than {folders[0]} (differ: {', '.join(differ)}); "
+                             "only sweeps that differ in ms and lengths can be merged")
+    rows: dict = {}
+    for folder in folders:
+        for key, row in store.read_rows(folder).items():
+            rows.setdefault(key, row)
+    merged = dict(shared, ms=sorted({m for s in settings for m in s["ms"]}),
+                  grid=dataclasses.asdict(GridConfig(lengths=sorted({n for _, n, _ in rows}) or [1])),
+                  merged_from=[str(f) for f in folders])
+    output_dir = Path(output_dir)
+    previous = output_dir / store.SETTINGS_FILE
+    earlier_merge = previous.is_file() and "merged_from" in json.loads(previous.read_text(encoding="utf-8"))
+    if not earlier_merge:  # an earlier merge holds only copies and may be replaced; a real run is refused
+        store.check_settings(output_dir, merged, overwrite)
+    store.prepare_folder(output_dir, merged, clear=True)  # a merge is rewritten whole, never appended to
+    target = store.rows_file(output_dir, 0)
+    for key in sorted(rows):
+        store.append_row(target, rows[key])
+    return output_dir
+
+
 def summarize(config: SweepConfig, settings: dict, rows: dict, model) -> dict:
     """Fits, support statistics, bounds and ratios of a finished sweep."""
     curves = _complete_curves(rows, config.ms, config.num_sequences)
