@@ -45,3 +45,8 @@ def test_a_point_at_exactly_one_half_is_a_measured_n50():
     fit = fit_sigmoid([4, 8, 16, 32], [1.0, 1.0, 1.0, 0.5])
     assert fit["status"] == "ok" and fit["n50"] == pytest.approx(32, abs=2)
     assert fit_sigmoid([4, 8, 16, 32], [1.0, 1.0, 1.0, 0.75])["status"] == "degenerate"
+
+
+def test_a_crossing_on_the_first_length_is_not_extrapolated():
+    fit = fit_sigmoid([4, 12], [0.5, 0.25])
+    assert fit["n50"] == pytest.approx(4, abs=1e-3) and fit["status"] == "ok"
