@@ -172,13 +172,25 @@ def test_saved_vectors_become_memory_adapters(tmp_path, llama, prefix_ids):
     assert out[0, -len(ids):].tolist() == ids
 
 
-def test_sweep_puts_the_tokenizers_bos_before_the_memory_by_default():
-    from ut_peft import load_tokenizer
+def _word_tokenizer(bos):
+    """A real (tiny, offline) fast tokenizer, with or without a BOS token."""
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from transformers import PreTrainedTokenizerFast
 
-    tokenizer = load_tokenizer("smollm2-135m")  # bundled: real tokenizer, no download
+    vocab = {"<unk>": 0, "<s>": 1, "a": 2, "b": 3}
+    return PreTrainedTokenizerFast(tokenizer_object=Tokenizer(WordLevel(vocab, unk_token="<unk>")),
+                                   unk_token="<unk>", **({"bos_token": "<s>"} if bos else {}))
+
+
+def test_sweep_puts_the_tokenizers_bos_before_the_memory_by_default():
+    tokenizer = _word_tokenizer(bos=True)
     config = SweepConfig(source="text")
     config.resolve_prefix(tokenizer)
-    assert config.cram.prefix_ids == (tokenizer.bos_token_id,)
+    assert config.cram.prefix_ids == (1,) == (tokenizer.bos_token_id,)
+    no_bos = SweepConfig(source="text")  # e.g. Qwen's tokenizers define no BOS: nothing goes in front
+    no_bos.resolve_prefix(_word_tokenizer(bos=False))
+    assert no_bos.cram.prefix_ids == ()
     none = SweepConfig(source="text", prefix="none")
     none.resolve_prefix(tokenizer)
     assert none.cram.prefix_ids == ()
