@@ -272,6 +272,7 @@ def cram(model, jobs: Iterable[CramJob], config: CramConfig | None = None) -> It
     max_m = max(job.m for job in queue)
     with _FrozenModel(model):
         std = embedding_std(model)
+        prefix = _prefix_embeds(model, config)  # fixed for the whole run: embedded once, not every step
         params = torch.zeros(slots, max_m, hidden_size, device=device, requires_grad=True)
         exp_avg = torch.zeros_like(params, requires_grad=False)
         exp_avg_sq = torch.zeros_like(exp_avg)
@@ -292,7 +293,7 @@ def cram(model, jobs: Iterable[CramJob], config: CramConfig | None = None) -> It
             active = [b for b in range(slots) if rows[b] is not None]
             if not active:
                 return
-            loss_sum, correct = _forward(model, params, [rows[b] for b in active], active, config)
+            loss_sum, correct = _forward(model, params, prefix, [rows[b] for b in active], active, config)
             losses = (loss_sum.detach().cpu() / torch.tensor([float(rows[b].target_len) for b in active])).tolist()
             finished, update = [], torch.zeros(slots, dtype=torch.bool, device=device)
             accs = {b: float(correct[j]) / rows[b].target_len for j, b in enumerate(active)}
@@ -333,11 +334,10 @@ def cram(model, jobs: Iterable[CramJob], config: CramConfig | None = None) -> It
                 rows[b] = None
 
 
-def _forward(model, params, rows: list[_Row], slots: list[int], config: CramConfig):
+def _forward(model, params, prefix, rows: list[_Row], slots: list[int], config: CramConfig):
     """Per-row summed cross-entropy and number of correct argmax predictions over each row's targets."""
     embed = model.get_input_embeddings()
     device = execution_device(embed)
-    prefix = _prefix_embeds(model, config)
     p = prefix.shape[0]
     pieces = []
     for row, b in zip(rows, slots):
