@@ -342,8 +342,9 @@ def merge_sweeps(folders, output_dir, *, overwrite: bool = False) -> Path:
         store.check_settings(output_dir, merged, overwrite)
     store.prepare_folder(output_dir, merged, clear=True)  # a merge is rewritten whole, never appended to
     target = store.rows_file(output_dir, 0)
-    for key in sorted(rows):
-        store.append_row(target, rows[key])
+    tmp = target.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text("".join(json.dumps(rows[key], sort_keys=True) + "\n" for key in sorted(rows)), encoding="utf-8")
+    os.replace(tmp, target)
     return output_dir
 
 
