@@ -6,7 +6,9 @@ logits), the engine is ``cram`` (rows batched, per-row AdamW, chunked head). Eac
 subprocess so its peak memory (CPU: max RSS; GPU: max allocated) is its own. Prints sequences decided per
 minute for both, their ratio, peak memory, and whether the decisions agree; on a GPU also tokens per second
 and the fraction of the device's bf16 peak reached (FLOPs counted as 4 x non-embedding params x tokens per
-step: forward + backward to the inputs only, the weights get no gradients).
+step: forward + backward to the inputs only, the weights get no gradients). Both variants run under the same
+autocast, by default bf16 as the published protocol does (on CPUs with AVX512-BF16 or AMX that is also the
+faster precision); ``--autocast none`` compares them in fp32.
 
 With ``--processes N`` the engine runs as N processes started together, each with its share of the
 sequences (every N-th, as ``accelerate launch --num_processes N recipes/cram.py`` deals them) and
@@ -14,8 +16,9 @@ cores/N torch threads; its time is then from the first process's start to the la
 memory the sum of the processes' peaks. The reference always runs as published: one process, one sequence
 after another, with all the threads.
 
-    python benchmarks/cram_throughput.py                          # SmolLM2-135M, 32 sequences of 16 tokens
+    python benchmarks/cram_throughput.py                          # SmolLM2-135M, 32 sequences of 16 tokens, bf16
     python benchmarks/cram_throughput.py --processes 2            # the engine as 2 processes x 1 thread
+    python benchmarks/cram_throughput.py --autocast none          # both variants in fp32
     python benchmarks/cram_throughput.py --num-sequences 64 --length 64 --batch-size 32 --max-steps 200   # GPU
 """
 
@@ -142,8 +145,9 @@ if __name__ == "__main__":
     parser.add_argument("--max-steps", type=int, default=30)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--prefix", default="bos", choices=["bos", "none"], help="as recipes/cram.py --prefix")
-    parser.add_argument("--autocast", default="auto", choices=["auto", "bf16", "fp16", "none"],
-                        help="for both variants (auto: bf16 on GPU, fp32 on CPU)")
+    parser.add_argument("--autocast", default="bf16", choices=["auto", "bf16", "fp16", "none"],
+                        help="for both variants; default bf16, the published protocol's (forward under bf16 autocast, "
+                             "memory vectors in fp32); none for fp32, auto as recipes/cram.py (fp32 on CPU)")
     parser.add_argument("--processes", type=int, default=1, help="engine processes (see above)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")

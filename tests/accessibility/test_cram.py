@@ -161,3 +161,33 @@ def test_half_precision_stops_only_on_greedy_confirmed_rows():
         else:
             assert not r.greedy_exact or r.tf_accuracy == 1.0
     print("greedy misses per row:", [r.greedy_misses for r in results])
+
+
+def test_math_attention_kernel_only_for_short_rows_under_cpu_half_precision():
+    from contextlib import nullcontext
+
+    from ut_peft.accessibility.cram import CPU_HALF_MATH_ATTENTION_MAX_LEN, _attention_kernel
+
+    cpu, short, long = torch.device("cpu"), 17, CPU_HALF_MATH_ATTENTION_MAX_LEN + 1
+    assert not isinstance(_attention_kernel(CramConfig(autocast="bf16"), cpu, short), nullcontext)
+    assert not isinstance(_attention_kernel(CramConfig(autocast="fp16"), cpu, short), nullcontext)
+    for config, device, length in [(CramConfig(autocast="bf16"), cpu, long), (CramConfig(autocast="none"), cpu, short),
+                                   (CramConfig(), cpu, short), (CramConfig(autocast="bf16"), torch.device("cuda"), short)]:
+        assert isinstance(_attention_kernel(config, device, length), nullcontext)
+
+
+def test_bf16_engine_on_cpu_decides_like_one_at_a_time(crammable):
+    """Under bf16 autocast on CPU the engine runs attention with the math kernel, the reference with PyTorch's
+    default (flash): the decisions must still agree."""
+    model = crammable("llama")
+    jobs = _jobs([(2, 1), (5, 1), (3, 2), (2, 2)], seed=2)
+    config = CramConfig(max_steps=60, patience=100, batch_size=2, autocast="bf16")
+    batched = {r.job.key: r for r in cram(model, jobs, config)}
+    decisions = set()
+    for job in jobs:
+        alone = cram_reference(model, job, config)
+        got = batched[job.key]
+        assert (got.accessible, got.stop_reason) == (alone.accessible, alone.stop_reason), job
+        assert abs(got.steps - alone.steps) <= 3
+        decisions.add(got.accessible)
+    assert decisions == {True, False}

@@ -30,6 +30,7 @@ from typing import Iterable, Iterator
 
 import torch
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.checkpoint import checkpoint
 
 
@@ -136,6 +137,21 @@ def _autocast(config: CramConfig, device: torch.device):
     if kind == "none":
         return nullcontext()
     return torch.autocast(device.type, dtype=torch.bfloat16 if kind == "bf16" else torch.float16)
+
+
+# Longest row for which the engine asks PyTorch's SDPA for its math kernel on CPU under half-precision autocast.
+# There the fused flash kernel's backward is the slow part of a short-row step: in bf16, forward + backward took
+# 3.2x as long as the math kernel's at 32 rows x 9 heads x 17 positions and 1.3x at 128, while from 256 positions
+# on the fused kernel wins and the math kernel's (L, L) weights grow (``python benchmarks/cpu_attention_kernels.py``,
+# BENCHMARKS.md). In float32, where the fused kernel wins at every length, and on GPU the default choice stands.
+CPU_HALF_MATH_ATTENTION_MAX_LEN = 128
+
+
+def _attention_kernel(config: CramConfig, device: torch.device, length: int):
+    kind = config.autocast if config.autocast != "auto" else ("bf16" if device.type == "cuda" else "none")
+    if device.type == "cpu" and kind in ("bf16", "fp16") and length <= CPU_HALF_MATH_ATTENTION_MAX_LEN:
+        return sdpa_kernel(SDPBackend.MATH)
+    return nullcontext()
 
 
 def _head(model, hidden: torch.Tensor) -> torch.Tensor:
@@ -347,7 +363,7 @@ def _forward(model, params, prefix, rows: list[_Row], slots: list[int], config: 
     length = max(p.shape[0] for p in pieces)
     # Right padding needs no attention mask: causal attention never lets a position see the padding after it.
     embeds = torch.stack([F.pad(p, (0, 0, 0, length - p.shape[0])) for p in pieces])
-    with _autocast(config, device):
+    with _autocast(config, device), _attention_kernel(config, device, length):
         hidden = _decoder(model)(inputs_embeds=embeds, use_cache=False).last_hidden_state
         # One index_select instead of a slice per row: its backward scatters into one zero tensor, not one per row.
         flat = torch.cat([torch.arange(row.target_len) + (j * length + p + row.job.m - 1) for j, row in enumerate(rows)])
