@@ -66,3 +66,19 @@ def test_model_without_head_is_rejected():
     bare = transformers.AutoModel.from_config(tiny_config("llama"))
     with pytest.raises(ValueError, match="output head"):
         OutputPath.from_model(bare)
+
+
+def test_head_offloaded_by_accelerate_reads_its_real_weights(tmp_path):
+    """device_map with disk offload leaves the head's weight on ``meta``; the path must read the offloaded values."""
+    from ut_peft import load_model
+
+    model = tiny_model("llama", seed=3)
+    model.save_pretrained(tmp_path / "model")
+    offloaded = load_model(str(tmp_path / "model"), device_map={"model": "cpu", "lm_head": "disk"},
+                           offload_folder=str(tmp_path / "offload"))
+    assert offloaded.get_output_embeddings().weight.device.type == "meta"
+    path = OutputPath.from_model(offloaded, apply_final_norm=True)
+    assert path.weight.device.type == "cpu"
+    torch.testing.assert_close(path.weight, model.get_output_embeddings().weight.detach())
+    points = torch.randn(5, path.hidden_size, generator=torch.Generator().manual_seed(0))
+    torch.testing.assert_close(path.logits(points), OutputPath.from_model(model, apply_final_norm=True).logits(points))

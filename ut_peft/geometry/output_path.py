@@ -19,6 +19,21 @@ from torch import nn
 _FINAL_NORM_NAMES = ("norm", "ln_f", "final_layer_norm", "final_norm")
 
 
+def _loaded(module: nn.Module, name: str) -> torch.Tensor | None:
+    """``module.<name>`` with its values: a module that Accelerate offloads (``device_map`` with CPU or disk
+    offload) keeps the tensor on ``meta`` between forwards and the values in its hook's weights map."""
+    tensor = getattr(module, name, None)
+    if not isinstance(tensor, torch.Tensor) or tensor.device.type != "meta":
+        return tensor
+    hook = getattr(module, "_hf_hook", None)
+    weights_map = getattr(hook, "weights_map", None)
+    if weights_map is None or name not in weights_map:
+        raise ValueError(f"the output head's {name} is on the meta device and no Accelerate hook holds its values; "
+                         "load the model with its weights (or with device_map offloading) before measuring it")
+    device = getattr(hook, "execution_device", None) or "cpu"
+    return weights_map[name].to(device)
+
+
 @dataclass
 class OutputPath:
     """Hidden point -> logits, with everything the model applies after its last block.
@@ -76,7 +91,7 @@ class OutputPath:
         multiplier = float(getattr(config, "logit_scale", None) or 1.0)
         if getattr(config, "logits_scaling", None):
             multiplier /= float(config.logits_scaling)
-        return cls(weight=head.weight, bias=getattr(head, "bias", None), final_norm=norm,
+        return cls(weight=_loaded(head, "weight"), bias=_loaded(head, "bias"), final_norm=norm,
                    logit_multiplier=multiplier, softcap=getattr(config, "final_logit_softcapping", None))
 
     def prepare(self, points: torch.Tensor) -> torch.Tensor:
