@@ -7,8 +7,7 @@ subprocess so its peak memory (CPU: max RSS; GPU: max allocated) is its own. Pri
 minute for both, their ratio, peak memory, and whether the decisions agree; on a GPU also tokens per second
 and the fraction of the device's bf16 peak reached (FLOPs counted as 4 x non-embedding params x tokens per
 step: forward + backward to the inputs only, the weights get no gradients). Both variants run under the same
-autocast, by default bf16 as the published protocol does (on CPUs with AVX512-BF16 or AMX that is also the
-faster precision); ``--autocast none`` compares them in fp32.
+autocast, by default bf16 as the published protocol does; ``--autocast none`` compares them in fp32.
 
 With ``--processes N`` the engine runs as N processes started together, each with its share of the
 sequences (every N-th, as ``accelerate launch --num_processes N recipes/cram.py`` deals them) and
