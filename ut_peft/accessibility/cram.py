@@ -130,10 +130,15 @@ def init_vectors(m: int, hidden_size: int, std: float, seed: int) -> torch.Tenso
     return torch.randn(m, hidden_size, generator=generator) * std
 
 
+def _autocast_kind(config: CramConfig, device: torch.device) -> str:
+    """``config.autocast`` with "auto" resolved: bf16 on GPU, none (fp32) elsewhere."""
+    if config.autocast != "auto":
+        return config.autocast
+    return "bf16" if device.type == "cuda" else "none"
+
+
 def _autocast(config: CramConfig, device: torch.device):
-    kind = config.autocast
-    if kind == "auto":
-        kind = "bf16" if device.type == "cuda" else "none"
+    kind = _autocast_kind(config, device)
     if kind == "none":
         return nullcontext()
     return torch.autocast(device.type, dtype=torch.bfloat16 if kind == "bf16" else torch.float16)
@@ -148,8 +153,8 @@ CPU_HALF_MATH_ATTENTION_MAX_LEN = 128
 
 
 def _attention_kernel(config: CramConfig, device: torch.device, length: int):
-    kind = config.autocast if config.autocast != "auto" else ("bf16" if device.type == "cuda" else "none")
-    if device.type == "cpu" and kind in ("bf16", "fp16") and length <= CPU_HALF_MATH_ATTENTION_MAX_LEN:
+    half = _autocast_kind(config, device) in ("bf16", "fp16")
+    if device.type == "cpu" and half and length <= CPU_HALF_MATH_ATTENTION_MAX_LEN:
         return sdpa_kernel(SDPBackend.MATH)
     return nullcontext()
 
