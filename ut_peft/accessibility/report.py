@@ -56,10 +56,12 @@ def plot_n50(summary: dict, path) -> None:
             slope = summary["bounds"][name]
             ax.plot(grid, slope * grid, style, label=f"{name} bound: {slope:.0f} m")
         ax.set_ylim(0, top)
+        ax.legend(fontsize=8)
+    else:  # no m reached n_50 inside the grid: say so on the plot rather than draw an empty legend
+        ax.text(0.5, 0.5, "no $n_{50}$ inside the length grid", ha="center", va="center", transform=ax.transAxes)
     ax.set_xlabel("memory vectors m")
     ax.set_ylabel("$n_{50}$ (tokens)")
     ax.set_title(f"{summary['model']} / {summary['source'].get('kind')}")
-    ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
