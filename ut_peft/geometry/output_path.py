@@ -20,18 +20,17 @@ _FINAL_NORM_NAMES = ("norm", "ln_f", "final_layer_norm", "final_norm")
 
 
 def _loaded(module: nn.Module, name: str) -> torch.Tensor | None:
-    """``module.<name>`` with its values: a module that Accelerate offloads (``device_map`` with CPU or disk
-    offload) keeps the tensor on ``meta`` between forwards and the values in its hook's weights map."""
-    tensor = getattr(module, name, None)
-    if not isinstance(tensor, torch.Tensor) or tensor.device.type != "meta":
-        return tensor
-    hook = getattr(module, "_hf_hook", None)
-    weights_map = getattr(hook, "weights_map", None)
-    if weights_map is None or name not in weights_map:
+    """``module.<name>`` with its values. A module that Accelerate offloads (``device_map`` with CPU or disk
+    offload) keeps its tensors on ``meta`` between forwards; ``align_module_device`` loads them for the read, and
+    the tensor read stays valid after the module is put back on ``meta``."""
+    from accelerate.utils import align_module_device
+
+    with align_module_device(module):
+        tensor = getattr(module, name, None)
+    if isinstance(tensor, torch.Tensor) and tensor.device.type == "meta":
         raise ValueError(f"the output head's {name} is on the meta device and no Accelerate hook holds its values; "
                          "load the model with its weights (or with device_map offloading) before measuring it")
-    device = getattr(hook, "execution_device", None) or "cpu"
-    return weights_map[name].to(device)
+    return tensor
 
 
 @dataclass
