@@ -297,7 +297,8 @@ def cram(model, jobs: Iterable[CramJob], config: CramConfig | None = None) -> It
         params = torch.zeros(slots, max_m, hidden_size, device=device, requires_grad=True)
         exp_avg = torch.zeros_like(params, requires_grad=False)
         exp_avg_sq = torch.zeros_like(exp_avg)
-        steps = torch.zeros(slots, dtype=torch.long, device=device)
+        # Per-row bookkeeping stays on the CPU: reading it every step from a GPU would sync once per row.
+        steps = torch.zeros(slots, dtype=torch.long)
         rows: list[_Row | None] = [None] * slots
         while True:
             for b in range(slots):
@@ -316,7 +317,7 @@ def cram(model, jobs: Iterable[CramJob], config: CramConfig | None = None) -> It
                 return
             loss_sum, correct = _forward(model, params, prefix, [rows[b] for b in active], active, config)
             losses = (loss_sum.detach().cpu() / torch.tensor([float(rows[b].target_len) for b in active])).tolist()
-            finished, update = [], torch.zeros(slots, dtype=torch.bool, device=device)
+            finished, update = [], torch.zeros(slots, dtype=torch.bool)
             accs = {b: float(correct[j]) / rows[b].target_len for j, b in enumerate(active)}
             to_check = [b for b in active if accs[b] >= 1.0 and rows[b].target_len == len(rows[b].job.ids)
                         and rows[b].greedy_due(int(steps[b]))]
@@ -387,11 +388,11 @@ def _adam_step(params, exp_avg, exp_avg_sq, steps, update, config: CramConfig):
     """torch.optim.AdamW's update, applied to the rows in ``update`` with each row's own step count."""
     b1, b2 = config.betas
     grad = params.grad
-    mask = update[:, None, None]
-    steps += update.long()
+    steps += update.long()  # steps and update live on the CPU; one transfer each of what the update needs
     t = steps.clamp(min=1).double()
-    bias1 = (1 - b1 ** t).float()[:, None, None]
-    bias2_sqrt = (1 - b2 ** t).sqrt().float()[:, None, None]
+    mask = update.to(params.device)[:, None, None]
+    bias1 = (1 - b1 ** t).float().to(params.device)[:, None, None]
+    bias2_sqrt = (1 - b2 ** t).sqrt().float().to(params.device)[:, None, None]
     decayed = params * (1 - config.lr * config.weight_decay)
     new_avg = exp_avg.lerp(grad, 1 - b1)
     new_avg_sq = exp_avg_sq * b2 + grad * grad * (1 - b2)
