@@ -423,14 +423,11 @@ def _greedy_exact(model, params, rows: list, slots: list[int], config: CramConfi
 
 def _finish(model, row: _Row, vectors: torch.Tensor, reason: str, acc: float, loss: float, steps: int,
             config: CramConfig, exact: bool | None = None) -> CramResult:
-    n = len(row.job.ids)
-    if exact is not None:  # decided by the greedy check of this very step
-        pass
-    elif acc >= 1.0 and config.check_greedy:
-        generated = greedy_decode(model, vectors[None], n, config)[0]
-        exact = generated.tolist() == list(row.job.ids)
-    else:
-        exact = acc >= 1.0
+    if exact is None:  # not decided by a greedy check of this very step
+        if acc >= 1.0 and config.check_greedy:
+            exact = greedy_decode(model, vectors[None], len(row.job.ids), config)[0].tolist() == list(row.job.ids)
+        else:
+            exact = acc >= 1.0
     return CramResult(job=row.job, tf_accuracy=acc, greedy_exact=exact, steps=steps, final_loss=loss,
                       best_accuracy=max(row.best_acc, acc), stop_reason=reason, greedy_misses=row.greedy_misses,
                       seconds=time.perf_counter() - row.started, vectors=vectors)
