@@ -6,7 +6,9 @@
 random GPT-2 backbone (UT_REPROGRAM), or with ``--backbone <out>/full`` only fresh E, U on the frozen body and
 positions of a trained copy model:
 
-    python recipes/copy_task.py --trainings embeddings --backbone runs/copy_task/full --out runs/copy_reprogram Writes copy_task.json (after every run, so finished runs are never lost),
+    python recipes/copy_task.py --trainings embeddings --backbone runs/copy_task/full --out runs/copy_reprogram
+
+Writes copy_task.json (after every run, so finished runs are never lost),
 copy_cliff.png, copy_task.md, and each trained model (or adapter) under <out>/<training>/.
 """
 
