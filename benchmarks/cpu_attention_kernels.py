@@ -29,7 +29,8 @@ def seconds(backend, q, k, v, repeats):
 
 
 def main(args):
-    torch.set_num_threads(args.threads) if args.threads else None
+    if args.threads:
+        torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.heads} heads of {args.head_dim}")
     for dtype in args.dtype:
         for rows, length in SHAPES:
