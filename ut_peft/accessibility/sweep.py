@@ -43,6 +43,7 @@ from . import store
 from .bounds import measure_support, slope_bounds
 from .cram import CramConfig, CramJob, cram
 from .fit import fit_sigmoid, linear_fit
+from .protocol import PublishedSequences, check_protocol, cram_settings, special_prefix_ids
 from .sources import init_seed, make_source
 
 
@@ -119,10 +120,14 @@ class SweepConfig:
     # position 0 an attention sink whatever it holds, so without the BOS one vector can hardly steer the first
     # prediction (measured on SmolLM2: see the README). Ignored when ``cram.prefix_ids`` is set explicitly.
     prefix: str = "bos"
+    # "ut-peft" (the layout above) or "published" (the accessibility paper's code exactly: see protocol.py); the
+    # published protocol ignores ``prefix`` (its sequences carry the tokenizer's own special tokens).
+    protocol: str = "ut-peft"
 
     def __post_init__(self):
         if self.prefix not in ("bos", "none"):
             raise ValueError(f"prefix must be 'bos' or 'none' (got {self.prefix!r})")
+        check_protocol(self.protocol)
         self.ms = sorted({int(m) for m in self.ms})
         if not self.ms or self.ms[0] < 1:
             raise ValueError(f"every number of memory vectors m must be >= 1 (got {self.ms})")
@@ -130,19 +135,43 @@ class SweepConfig:
             raise ValueError(f"num_sequences must be >= 1 (got {self.num_sequences})")
 
     def resolve_prefix(self, tokenizer) -> None:
-        """Turn ``prefix`` into ``cram.prefix_ids`` with the model's tokenizer (the ids enter the fingerprint)."""
-        if self.cram.prefix_ids or self.prefix == "none" or tokenizer is None:
+        """Turn ``prefix`` into ``cram.prefix_ids`` with the model's tokenizer (the ids enter the fingerprint), and
+        set the protocol's layout, init and stopping rule in ``cram``."""
+        self.cram = cram_settings(self.protocol, self.cram)
+        if self.protocol == "published" or self.cram.prefix_ids or self.prefix == "none" or tokenizer is None:
             return
         bos = getattr(tokenizer, "bos_token_id", None)
         if bos is not None:
             self.cram = dataclasses.replace(self.cram, prefix_ids=(int(bos),))
 
+    def make_source(self, tokenizer, vocab_size: int):
+        """The sequences this sweep crams, as its protocol lays them out."""
+        published = self.protocol == "published"
+        source = make_source(self.source, tokenizer, vocab_size=vocab_size, nested_text=published,
+                             default_word_list="wordfreq" if published else "pydoc_data")
+        if published and tokenizer is not None:
+            source = PublishedSequences(source, special_prefix_ids(tokenizer))
+        return source
+
     def fingerprint(self, source_description: dict) -> dict:
-        """Everything that changes the rows; speed knobs (batch size, chunking) are left out on purpose."""
-        cram_settings = {k: v for k, v in dataclasses.asdict(self.cram).items() if k not in ("batch_size", "logits_budget")}
-        return {"model": str(self.model), "source": source_description, "ms": self.ms,
-                "grid": dataclasses.asdict(self.grid), "num_sequences": self.num_sequences, "seed": self.seed,
-                "cram": cram_settings}
+        """Everything that changes the rows; speed knobs (batch size, chunking) are left out on purpose.
+
+        Settings added after folders were first written are left out while they hold their old meaning, so those
+        folders still resume.
+        """
+        cram = {k: v for k, v in dataclasses.asdict(self.cram).items()
+                if k not in ("batch_size", "logits_budget") and not (k in _LATER_CRAM_DEFAULTS
+                                                                      and v == _LATER_CRAM_DEFAULTS[k])}
+        settings = {"model": str(self.model), "source": source_description, "ms": self.ms,
+                    "grid": dataclasses.asdict(self.grid), "num_sequences": self.num_sequences, "seed": self.seed,
+                    "cram": cram}
+        if self.protocol != "ut-peft":
+            settings["protocol"] = self.protocol
+        return settings
+
+
+# CramConfig fields that came after the first sweeps, with the value that reproduces those sweeps.
+_LATER_CRAM_DEFAULTS = {"given_tokens": 0, "init_std": "embedding", "gpu_autocast": "bf16", "abandon_below": ()}
 
 
 def _complete_curves(rows: dict, ms: list[int], num_sequences: int) -> dict[int, dict[int, list[dict]]]:
@@ -160,7 +189,8 @@ def _row(result, rank: int) -> dict:
             "greedy_exact": result.greedy_exact, "accessible": result.accessible, "steps": result.steps,
             "final_loss": result.final_loss, "best_accuracy": result.best_accuracy,
             "stop_reason": result.stop_reason, "greedy_misses": result.greedy_misses,
-            "seconds": round(result.seconds, 3), "rank": rank}
+            "seconds": round(result.seconds, 3), "rank": rank,
+            "best_accuracy_at": {str(k): v for k, v in result.best_accuracy_at.items()}}
 
 
 def vectors_path(output_dir, m: int, n: int, index: int) -> Path:
@@ -211,9 +241,9 @@ def run_sweep(config: SweepConfig, output_dir, *, model=None, tokenizer=None, ac
     config = dataclasses.replace(config, cram=dataclasses.replace(config.cram))  # the caller's config stays as given
     config.resolve_prefix(tokenizer)
     vocab_size = model.get_output_embeddings().weight.shape[0]
-    source = make_source(config.source, tokenizer, vocab_size=vocab_size)
+    source = config.make_source(tokenizer, vocab_size)
     context = getattr(model.config, "max_position_embeddings", None)
-    longest = config.grid.max_length + config.ms[-1] - 1
+    longest = config.grid.max_length + config.ms[-1] - 1 + len(config.cram.prefix_ids)
     if context and longest > context:
         raise ValueError(f"lengths up to {config.grid.max_length} with m = {config.ms[-1]} need {longest} positions, "
                          f"above the model's context of {context}; lower the lengths (or --stop)")

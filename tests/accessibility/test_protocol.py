@@ -1,0 +1,133 @@
+"""The published protocol: the engine against a transcription of the published batch-1 loop, and its sequences."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from ut_peft.accessibility.cram import CramConfig, CramJob, cram
+from ut_peft.accessibility.protocol import (PublishedSequences, check_protocol, cram_settings,
+                                            differences_from_published, special_prefix_ids)
+from ut_peft.accessibility.sources import TextSource, WordsSource
+
+
+def published_loop(model, ids, m, seed, max_steps, patience):
+    """The published cramming loop, transcribed from its description (not from the engine).
+
+    Memory init randn(m, d) * std(embedding weight table); a full forward of [memory, embed(ids)]; logits shifted
+    by one (the position of ids[i] predicts ids[i + 1], memory logits dropped), so every token after the first is
+    predicted; AdamW(lr 1e-2, betas (0.9, 0.9), weight decay 0.01); stop at 100% teacher-forced accuracy, at
+    ``max_steps`` updates, or ``patience`` steps without a new best accuracy. Returns (crammed, updates applied).
+    """
+    embed = model.get_input_embeddings()
+    std = float(embed.weight.detach().double().std())
+    generator = torch.Generator().manual_seed(seed)
+    memory = torch.nn.Parameter(torch.randn(m, embed.weight.shape[1], generator=generator) * std)
+    optimizer = torch.optim.AdamW([memory], lr=1e-2, betas=(0.9, 0.9), weight_decay=0.01)
+    ids = torch.tensor(ids)
+    best, since_best = -1.0, 0
+    for step in range(max_steps + 1):
+        with torch.no_grad():
+            tokens = embed(ids)
+        logits = model(inputs_embeds=torch.cat([memory, tokens])[None]).logits[0]
+        logits = logits[m:-1]  # position m + i (token ids[i]) predicts ids[i + 1]
+        loss = F.cross_entropy(logits, ids[1:])
+        accuracy = float((logits.argmax(-1) == ids[1:]).float().mean())
+        if accuracy == 1.0:
+            return True, step
+        if accuracy > best:
+            best, since_best = accuracy, 0
+        if step == max_steps or since_best >= patience:
+            return False, step
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        since_best += 1
+
+
+def _model(crammable, family):
+    if family == "gemma3":
+        import transformers
+
+        from ut_peft.testing import tiny_config
+
+        config = tiny_config("gemma3", hidden_size=64)
+        config.initializer_range, config.final_logit_softcapping = 0.1, 5.0  # soft-capping on; sqrt(d) scale too
+        torch.manual_seed(0)
+        return transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
+    return crammable(family)
+
+
+@pytest.mark.parametrize("family, bos, seed", [("llama", 1, 0), ("gemma3", 2, 1), ("gpt_neox", None, 2)])
+def test_engine_takes_the_published_loops_decisions_at_the_same_steps(family, bos, seed, crammable):
+    model = _model(crammable, family)
+    g = torch.Generator().manual_seed(seed)
+    jobs = []
+    for i, length in enumerate([3, 4, 5, 6, 8, 3]):
+        text = torch.randint(3, 97, (length - (bos is not None),), generator=g).tolist()
+        jobs.append(CramJob(key=i, ids=([bos] if bos is not None else []) + text, m=1 + i % 2, seed=10 + i))
+    config = cram_settings("published", CramConfig(max_steps=40, patience=15, batch_size=3, autocast="none"))
+    engine = {r.job.key: r for r in cram(model, jobs, config)}
+    outcomes = set()
+    for job in jobs:
+        crammed, steps = published_loop(model, job.ids, job.m, job.seed, config.max_steps, config.patience)
+        got = engine[job.key]
+        assert (got.accessible, got.steps) == (crammed, steps), (family, job)
+        outcomes.add(crammed)
+    assert outcomes == {True, False}, "the comparison must cover both decisions"
+
+
+def test_published_settings_and_init_scale(crammable):
+    gemma = crammable("gemma3")
+    config = cram_settings("published", CramConfig())
+    assert (config.given_tokens, config.init_std, config.check_greedy, config.gpu_autocast, config.prefix_ids) == (
+        1, "weight", False, "fp16", ())
+    from ut_peft.accessibility.cram import embedding_std, init_std
+
+    # Gemma scales embeddings by sqrt(d) in the forward: the published init uses the unscaled table
+    assert init_std(gemma, config) == pytest.approx(float(gemma.get_input_embeddings().weight.detach().double().std()))
+    assert init_std(gemma, CramConfig()) == pytest.approx(embedding_std(gemma))
+    assert init_std(gemma, CramConfig()) / init_std(gemma, config) == pytest.approx(math.sqrt(64), rel=1e-2)
+    with pytest.raises(ValueError, match="unknown protocol 'paper'"):
+        check_protocol("paper")
+
+
+class _Tokenizer:
+    """A word-level tokenizer with an optional BOS, enough for the sources."""
+
+    def __init__(self, bos=None):
+        self.bos, self.vocab = bos, {}
+
+    def __call__(self, text, add_special_tokens=True):
+        ids = [self.vocab.setdefault(w, 10 + len(self.vocab)) for w in text.split()]
+        return {"input_ids": ([self.bos] if add_special_tokens and self.bos is not None else []) + ids}
+
+
+def test_published_sequences_count_the_bos_and_nest_natural_text():
+    tok = _Tokenizer(bos=2)
+    assert special_prefix_ids(tok) == [2] and special_prefix_ids(_Tokenizer()) == []
+    docs = [" ".join(f"w{d}_{i}" for i in range(60)) for d in range(8)]
+    text = PublishedSequences(TextSource(tok, docs, "docs", nested=True), special_prefix_ids(tok))
+    for index in range(3):
+        rows = [text.sequence(n, index, seed=0) for n in (10, 20, 40)]
+        assert all(len(r) == n for r, n in zip(rows, (10, 20, 40)))
+        assert all(r[0] == 2 for r in rows)
+        assert rows[1][:10] == rows[0] and rows[2][:20] == rows[1]  # nested prefixes of one text
+    assert len({tuple(text.sequence(10, i, 0)) for i in range(6)}) == 6  # distinct texts
+    words = PublishedSequences(WordsSource(tok, [f"x{i}" for i in range(500)], "list"), [2])
+    a, b = words.sequence(10, 0, 0), words.sequence(20, 0, 0)
+    assert a[0] == b[0] == 2 and len(a) == 10 and b[:10] != a  # fresh words for every (L, sequence)
+    with pytest.raises(ValueError, match="no token to predict"):
+        text.sequence(1, 0, 0)
+
+
+def test_differences_from_published_names_every_changed_setting():
+    settings = {"protocol": "published", "num_sequences": 4, "grid": {"lengths": [8, 16]},
+                "cram": {"max_steps": 400, "patience": 500, "lr": 0.01, "autocast": "auto"},
+                "source": {"kind": "words", "name": "wordfreq:en:100000"}}
+    text = " | ".join(differences_from_published(settings))
+    for expected in ("step cap 400", "4 sequences", "fixed lengths [8, 16]", "autocast auto", "wordfreq"):
+        assert expected in text
+    assert "patience" not in text and "ut-peft protocol" not in text
+    assert "ut-peft protocol" in " ".join(differences_from_published({**settings, "protocol": "ut-peft"}))

@@ -1,0 +1,135 @@
+"""The two cramming protocols a sweep can run, and what each one means for sequences and settings.
+
+``published``: what the accessibility paper's code does (Meyer et al. 2026, reusing the cramming paper's memory
+module), so that a figure can be put next to the paper's:
+
+- a text is tokenized *with* the tokenizer's special tokens, so a Llama/Gemma sequence starts with the BOS, and a
+  length L counts it; the row is ``[m memory vectors, BOS, t_1 .. t_{L-2}]`` and the L - 1 tokens after the
+  first are predicted (the first from the BOS position). A tokenizer that adds no BOS (Pythia, SmolLM2's) gives
+  ``[memory, t_0 .. t_{L-2}]`` and the first text token plays the BOS's role;
+- memory init ``randn(m, d) * std(embedding weight table)`` (unscaled: 25x smaller than the embeddings Gemma-3
+  feeds its body);
+- stop at 100% teacher-forced accuracy (no greedy re-check; greedy agreement is still recorded per row), at
+  3000 steps, or after 500 steps without a new best; one attempt per sequence; fp16 autocast on CUDA;
+- natural text: each sequence index is one text, truncated to every length (nested prefixes); random words:
+  L*5 words of a 100k English word list drawn afresh for every (L, sequence), joined by spaces, tokenized and
+  cut; 20 sequences per length on the adaptive grid from 10 to 1000.
+
+``ut-peft``: this package's own layout (the BOS *before* the memory, all n tokens predicted from the last memory
+vector on), init at the std of the embeddings as the model uses them, a row counts only once greedy decoding
+confirms it, bf16 autocast on GPU.
+
+On CPU both protocols run float32 unless ``autocast`` says otherwise (CPU fp16 matrix products are emulated and
+slow); every report says which precision produced its rows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from .sources import SequenceSource
+
+PROTOCOLS = ("ut-peft", "published")
+
+
+@dataclass(frozen=True)
+class PublishedSettings:
+    """The published protocol's values for the settings a user may still change (each change is named)."""
+
+    max_steps: int = 3000
+    patience: int = 500
+    lr: float = 1e-2
+    num_sequences: int = 20
+    grid: str = "adaptive 10..1000 (coarse 100, fine 10)"
+    autocast: str = "fp16 (CUDA)"
+    source_text: str = "PG-19 chunks, nested prefixes"
+    source_words: str = "100k English word list (GloVe 6B vocabulary), L*5 words per sequence"
+
+
+PUBLISHED = PublishedSettings()
+
+
+def check_protocol(name: str) -> str:
+    if name not in PROTOCOLS:
+        raise ValueError(f"unknown protocol {name!r}: choose 'published' (the accessibility paper's code, for figures "
+                         "compared with the paper's) or 'ut-peft' (this package's layout and greedy-confirmed rows)")
+    return name
+
+
+def special_prefix_ids(tokenizer) -> list[int]:
+    """The token ids the tokenizer puts before a text when it adds its special tokens (e.g. ``[BOS]``; often [])."""
+    probe = "The quick brown fox"
+    plain = tokenizer(probe, add_special_tokens=False)["input_ids"]
+    full = tokenizer(probe, add_special_tokens=True)["input_ids"]
+    for k in range(len(full) - len(plain) + 1):
+        if full[k:k + len(plain)] == plain:
+            return list(full[:k])
+    raise ValueError("cannot tell which special tokens the tokenizer adds before a text: its output with special "
+                     f"tokens {full} does not contain its output without them {plain}")
+
+
+class PublishedSequences(SequenceSource):
+    """A source's sequences as the published code sees them: special tokens first, the length counting them."""
+
+    def __init__(self, inner: SequenceSource, special_ids: list[int]):
+        self.inner, self.special_ids = inner, list(special_ids)
+        self.kind = inner.kind
+
+    def describe(self) -> dict:
+        return {**self.inner.describe(), "special_prefix_ids": self.special_ids}
+
+    def max_length(self) -> int | None:
+        limit = self.inner.max_length()
+        return None if limit is None else limit + len(self.special_ids)
+
+    def sequence(self, n: int, index: int, seed: int) -> list[int]:
+        if n <= max(len(self.special_ids), 1):
+            raise ValueError(f"a published-protocol sequence of length {n} holds no token to predict (its first "
+                             f"{max(len(self.special_ids), 1)} are inputs only); use lengths >= 2")
+        return self.special_ids + list(self.inner.sequence(n - len(self.special_ids), index, seed))
+
+
+def cram_settings(protocol: str, cram_config):
+    """``cram_config`` with the protocol's layout, init and stopping rule set (speed knobs and caps kept)."""
+    check_protocol(protocol)
+    if protocol == "published":
+        return dataclasses.replace(cram_config, given_tokens=1, init_std="weight", check_greedy=False,
+                                   gpu_autocast="fp16", prefix_ids=())
+    return cram_config
+
+
+def differences_from_published(settings: dict) -> list[str]:
+    """Every setting of a run (its settings.json) that differs from the published protocol, in words."""
+    cram = settings.get("cram", {})
+    out = []
+    if settings.get("protocol", "ut-peft") != "published":
+        out.append("ut-peft protocol (BOS before the memory, n counts predicted tokens only, init at the scaled "
+                   "embedding std, greedy-confirmed rows)")
+    if cram.get("max_steps") != PUBLISHED.max_steps:
+        out.append(f"step cap {cram.get('max_steps')} (published {PUBLISHED.max_steps})")
+    if cram.get("patience") != PUBLISHED.patience:
+        out.append(f"patience {cram.get('patience')} (published {PUBLISHED.patience})")
+    if cram.get("lr") != PUBLISHED.lr:
+        out.append(f"lr {cram.get('lr')} (published {PUBLISHED.lr})")
+    if cram.get("abandon_below"):
+        out.append(f"calibrated early abandon {cram.get('abandon_below')} (published: none)")
+    if settings.get("num_sequences") != PUBLISHED.num_sequences:
+        out.append(f"{settings.get('num_sequences')} sequences per length (published {PUBLISHED.num_sequences})")
+    grid = settings.get("grid", {})
+    if grid.get("lengths") is not None:
+        out.append(f"fixed lengths {grid['lengths']} (published: {PUBLISHED.grid})")
+    design = settings.get("design")
+    if design not in (None, "fixed", "adaptive"):
+        out.append(f"{design} design (published: {PUBLISHED.grid})")
+    autocast = cram.get("autocast", "auto")
+    out.append(f"autocast {autocast} (published: {PUBLISHED.autocast}; 'auto' is float32 on CPU)")
+    source = settings.get("source", {})
+    if source.get("kind") == "text":
+        out.append(f"text {source.get('name')}{' nested' if source.get('nested') else ''} "
+                   f"(published: {PUBLISHED.source_text})")
+    elif source.get("kind") == "words":
+        out.append(f"words from {source.get('name')} (published: {PUBLISHED.source_words})")
+    else:
+        out.append(f"source {source.get('kind')} (published: natural text or random words)")
+    return out
