@@ -38,7 +38,7 @@ def main(args):
                          num_sequences=args.num_sequences, seed=args.seed,
                          cram=CramConfig(max_steps=args.max_steps, patience=args.patience, lr=args.lr,
                                          batch_size=args.batch_size, progressive=args.progressive,
-                                         autocast=args.autocast),
+                                         autocast=args.autocast, abandon_below=args.abandon_below),
                          support_sequences=args.support_sequences, prefix=args.prefix, protocol=args.protocol)
     accelerator = Accelerator()
     summary = run_sweep(config, args.output, accelerator=accelerator, overwrite=args.overwrite,
@@ -54,6 +54,14 @@ def main(args):
             print(f"slope {summary['fit']['slope']:.2f}, R^2 {summary['fit']['r2']:.3f}; bounds {summary['bounds']}; "
                   f"ratios {summary['ratios']}")
         print(f"report: {args.output}/report.md")
+
+
+def abandon_pair(text: str) -> tuple[int, float]:
+    step, sep, accuracy = text.partition(":")
+    try:
+        return int(step), float(accuracy)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected STEP:ACCURACY such as 100:0.4, got {text!r}") from None
 
 
 # (flag, ut-peft protocol's default, published protocol's default)
@@ -91,6 +99,9 @@ if __name__ == "__main__":
                         help="bos: the tokenizer's BOS (when it has one) before the memory vectors, since position 0 "
                         "is an attention sink; none: the memory starts the sequence, as in the published code")
     parser.add_argument("--progressive", action="store_true", help="grow the target one token at a time")
+    parser.add_argument("--abandon-below", type=abandon_pair, nargs="+", default=(), metavar="STEP:ACC",
+                        help="calibrated early abandon: stop a row whose best teacher-forced accuracy is below ACC "
+                        "after STEP updates (calibrate on full runs: python benchmarks/early_abandon.py)")
     parser.add_argument("--autocast", default="auto", choices=["auto", "bf16", "fp16", "none"])
     parser.add_argument("--support-sequences", type=int, default=256, help="random sequences to measure r")
     parser.add_argument("--device-map", action="store_true", help="spread a large model over devices (Accelerate)")

@@ -184,3 +184,31 @@ def test_math_attention_kernel_only_for_short_rows_under_cpu_half_precision():
                                    (CramConfig(), cpu, short), (CramConfig(autocast="bf16"), torch.device("cuda"), short)]:
         assert isinstance(_attention_kernel(config, device, length), nullcontext)
 
+
+
+def test_calibrated_abandon_stops_a_hopeless_row_early_and_keeps_the_trajectory(llama):
+    job = _jobs([(12, 1)], seed=4)[0]  # 12 tokens with one vector on a tiny model: far from cramming
+    (full,) = cram(llama, [job], CramConfig(max_steps=60, patience=100))
+    assert full.stop_reason == "max_steps" and full.best_accuracy_at[50] == pytest.approx(
+        max(full.best_accuracy_at[50], 0.0))
+    assert sorted(full.best_accuracy_at) == [10, 25, 50]
+    rule = ((25, full.best_accuracy_at[25] + 0.01),)
+    (early,) = cram(llama, [job], CramConfig(max_steps=60, patience=100, abandon_below=rule))
+    assert (early.stop_reason, early.steps, early.accessible) == ("abandoned", 25, False)
+    with pytest.raises(ValueError, match="abandon_below"):
+        CramConfig(abandon_below=((0, 0.5),))
+    for bad in ({"lr": float("nan")}, {"lr": -1.0}, {"weight_decay": -0.1}, {"betas": (0.9, 1.0)}):
+        with pytest.raises(ValueError):
+            CramConfig(**bad)
+
+
+def test_a_warm_started_job_begins_from_its_given_vectors(crammable):
+    model = crammable("llama")
+    job = _jobs([(3, 1)], seed=1)[0]
+    (cold,) = cram(model, [job], CramConfig(max_steps=300, patience=300))
+    assert cold.accessible and cold.steps > 0
+    warm_job = CramJob(key=1, ids=job.ids, m=1, seed=job.seed, init=cold.vectors)
+    (warm,) = cram(model, [warm_job], CramConfig(max_steps=300, patience=300))
+    assert warm.accessible and warm.steps == 0 and torch.equal(warm.vectors, cold.vectors)
+    with pytest.raises(ValueError, match="init has shape"):
+        CramJob(key=2, ids=[1, 2], m=2, seed=0, init=cold.vectors)

@@ -1,0 +1,93 @@
+"""Calibrated early abandon: stop a row early when its trajectory says it will not cram before the cap.
+
+Every row of a sweep records its best teacher-forced accuracy at fixed steps (``best_accuracy_at``). On rows run
+to the end (full runs), :func:`calibrate_abandon` sets, for each checkpoint step k, the lowest best-accuracy that
+any row which crammed *after* k had at k, less a margin: a row below it at k is abandoned. By construction no
+calibration row is falsely abandoned; :func:`cross_validate` measures the false-abandon rate on rows the rule
+was not fitted on (k-fold) and the row-steps it saves, which is what decides whether the rule may be used.
+The resulting ``((step, accuracy), ...)`` pairs go to ``CramConfig.abandon_below``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy import stats
+
+CHECKPOINTS = (25, 50, 100, 150, 200, 300, 400, 500, 750, 1000, 1500, 2000)
+
+
+def _best_at(row: dict, k: int) -> float | None:
+    return (row.get("best_accuracy_at") or {}).get(str(k))
+
+
+def _full_run(row: dict) -> bool:
+    """Rows ended by the protocol's own rule (not by an earlier abandon) can calibrate or test a rule."""
+    return row.get("stop_reason") in ("exact", "max_steps", "patience") and "best_accuracy_at" in row
+
+
+def calibrate_abandon(rows: list[dict], *, margin: float = 0.05, min_support: int = 5,
+                      checkpoints=CHECKPOINTS) -> tuple[tuple[int, float], ...]:
+    """The abandon rule fitted on full-run rows: ((step, min best accuracy), ...).
+
+    A checkpoint enters only when at least ``min_support`` accessible rows were still running there (fewer would
+    fit the floor to noise); the floor is their lowest best accuracy at k minus ``margin``.
+    """
+    rows = [r for r in rows if _full_run(r)]
+    rule = []
+    for k in checkpoints:
+        late = [_best_at(r, k) for r in rows if r["accessible"] and r["steps"] > k and _best_at(r, k) is not None]
+        if len(late) >= min_support:
+            floor = min(late) - margin
+            if floor > 0:
+                rule.append((k, round(floor, 4)))
+    return tuple(rule)
+
+
+def abandon_step(row: dict, rule) -> int | None:
+    """The step at which ``rule`` would have abandoned ``row`` (None: it runs to its own end)."""
+    for k, floor in rule:
+        if row["steps"] <= k:
+            break
+        best = _best_at(row, k)
+        if best is not None and best < floor:
+            return k
+    return None
+
+
+def replay(rows: list[dict], rule) -> dict:
+    """What ``rule`` does to full-run rows: false abandons and row-steps (one forward-backward of one row each)."""
+    spent = saved = false = accessible = 0
+    for row in rows:
+        k = abandon_step(row, rule)
+        cost = row["steps"] + 1
+        spent += cost
+        accessible += bool(row["accessible"])
+        if k is not None:
+            saved += cost - (k + 1)
+            false += bool(row["accessible"])
+    return {"rows": len(rows), "accessible": accessible, "false_abandons": false, "row_steps": spent,
+            "row_steps_with_rule": spent - saved, "saving": spent / max(spent - saved, 1)}
+
+
+def cross_validate(rows: list[dict], *, folds: int = 5, seed: int = 0, **kwargs) -> dict:
+    """k-fold: fit on the other folds, replay on the held-out fold; pooled false-abandon rate with a 95% upper
+    bound (Clopper-Pearson) over the accessible rows, and the row-step saving."""
+    rows = [r for r in rows if _full_run(r)]
+    if len(rows) < folds:
+        raise ValueError(f"cross-validation needs at least {folds} full-run rows (got {len(rows)})")
+    order = np.random.default_rng(seed).permutation(len(rows))
+    total = {"rows": 0, "accessible": 0, "false_abandons": 0, "row_steps": 0, "row_steps_with_rule": 0}
+    for f in range(folds):
+        held = [rows[i] for i in order[f::folds]]
+        fit = [rows[i] for j, i in enumerate(order) if j % folds != f]
+        result = replay(held, calibrate_abandon(fit, **kwargs))
+        for key in total:
+            total[key] += result[key]
+    n, x = total["accessible"], total["false_abandons"]
+    upper = 1.0 if n == 0 else (1.0 if x == n else float(stats.beta.ppf(0.975, x + 1, n - x)))
+    total.update(false_abandon_rate=x / n if n else math.nan, false_abandon_upper95=upper,
+                 saving=total["row_steps"] / max(total["row_steps_with_rule"], 1),
+                 rule=calibrate_abandon(rows, **kwargs))
+    return total
