@@ -55,13 +55,13 @@ def main(args):
         # The trained model (or UT_REPROGRAM adapter) is kept, so it can be evaluated again at other lengths.
         run.pop("_model").save_pretrained(out / training)
         result["runs"][training] = run
-        write_json(result, out / "copy_task.json")
+        write_json(out / "copy_task.json", result)
         print(f"{training}: {run['cliff']}", flush=True)
     write_outputs(result, out, low, high)
 
 
 def write_outputs(result, out, low, high):
-    write_json(result, out / "copy_task.json")
+    write_json(out / "copy_task.json", result)
     plot_copy_cliff({k: v["results"] for k, v in result["runs"].items()}, (low, high), out / "copy_cliff.png")
     command = "python recipes/copy_task.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     (out / "copy_task.md").write_text(copy_markdown(result, command=command, plot="copy_cliff.png"))

@@ -47,7 +47,7 @@ def main(args):
         save_state(result, out / "state.pt")
     result["model"] = args.model
     result["slope_source"] = args.summary or ("--slope" if args.slope else None)
-    write_json(result, out / "geometry.json")
+    write_json(out / "geometry.json", result)
     plot_cells(result["_estimates"], out / "cells.png", title=args.model)
     command = "python recipes/geometry.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     (out / "geometry.md").write_text(geometry_markdown(result, model_name=args.model, tokenizer=tokenizer,

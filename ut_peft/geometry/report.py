@@ -2,23 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-import matplotlib
+from ..io import atomic_write_json
+from ..plotting import save_figure, subplots
 
-matplotlib.use("Agg")  # recipes run headless
-import matplotlib.pyplot as plt  # noqa: E402
-
-
-
-def _save(fig, path) -> Path:
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
 
 def _token(tokenizer, token_id: int) -> str:
     if tokenizer is None:
@@ -27,20 +15,17 @@ def _token(tokenizer, token_id: int) -> str:
     return repr(text)[1:-1].replace("|", "\\|") if text is not None else str(token_id)
 
 
-def write_json(data: dict, path) -> Path:
+def write_json(path, data: dict) -> Path:
+    """``data`` without its in-memory entries (keys starting with ``_``) as JSON, written atomically."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    # Written next to the final name then renamed, so an interrupted write never replaces a finished file.
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps({k: v for k, v in data.items() if not k.startswith("_")}, indent=2))
-    tmp.replace(path)
-    return path
+    return atomic_write_json(path, {k: v for k, v in data.items() if not k.startswith("_")})
 
 
 def plot_cells(estimates: dict, path, title: str = "") -> Path:
     """Left: cell share against rank (log-log), per support and method. Right: the per-token decay of the median
     product of k cell shares, over ln|V|."""
-    fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 4))
+    fig, (ax, bx) = subplots(1, 2, figsize=(11, 4))
     for support, by_method in estimates.items():
         for method, est in by_method.items():
             shares = est.shares.sort(descending=True).values
@@ -66,7 +51,7 @@ def plot_cells(estimates: dict, path, title: str = "") -> Path:
     bx.legend(fontsize=7)
     if title:
         fig.suptitle(title)
-    return _save(fig, path)
+    return save_figure(fig, path, dpi=110)
 
 
 def geometry_markdown(result: dict, *, model_name: str = "", tokenizer=None, top: int = 10,
@@ -117,7 +102,7 @@ def geometry_markdown(result: dict, *, model_name: str = "", tokenizer=None, top
 
 def plot_copy_cliff(runs: dict, trained: tuple, path, title: str = "copy task: exact match vs length") -> Path:
     """Exact match against length for each run ({label: [{"length", "exact_match", "token_accuracy"}]})."""
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig, ax = subplots(figsize=(7, 4))
     ax.axvspan(trained[0], trained[1], color="0.9", label=f"trained lengths {trained[0]}-{trained[1]}")
     for label, rows in runs.items():
         rows = sorted(rows, key=lambda r: r["length"])
@@ -129,7 +114,7 @@ def plot_copy_cliff(runs: dict, trained: tuple, path, title: str = "copy task: e
     ax.set_ylim(-0.03, 1.03)
     ax.set_title(title)
     ax.legend(fontsize=8)
-    return _save(fig, path)
+    return save_figure(fig, path, dpi=110)
 
 
 def copy_markdown(result: dict, *, command: str = "", plot: str | None = None) -> str:
