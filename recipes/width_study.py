@@ -4,8 +4,8 @@
 """
 
 import argparse
-import json
 
+from ut_peft.io import atomic_write_json
 from ut_peft.universal.study import fit_table, markdown, multihead_table, width_table
 
 
@@ -39,8 +39,7 @@ def main() -> None:
     for name, rows in tables.items():
         print(f"\n### {name}\n\n{markdown(rows)}")
     if args.json:
-        with open(args.json, "w") as handle:
-            json.dump(tables, handle, indent=1)
+        atomic_write_json(args.json, tables, indent=1)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ from typing import Any, Mapping, Optional, Union
 
 from huggingface_hub import HfApi, ModelCard, ModelCardData
 
+from .io import atomic_write_text
 from .models import BUNDLED_MODELS, _cache_root
 
 TEMPLATE = "ut_reprogram_adapter.md"
@@ -112,9 +113,8 @@ def _read_adapter_config(folder: Union[str, os.PathLike]) -> dict:
 def save_model_card(folder: Union[str, os.PathLike], **card_kwargs) -> Path:
     """Write README.md into a saved adapter folder (see :func:`render_model_card` for the keywords)."""
     card = render_model_card(_read_adapter_config(folder), **card_kwargs)
-    path = Path(folder) / "README.md"
-    card.save(path)
-    return path
+    # str(card) is what ModelCard.save writes; written atomically like every other file the package writes.
+    return atomic_write_text(Path(folder) / "README.md", str(card), newline="")
 
 
 def push_adapter_to_hub(folder: Union[str, os.PathLike], repo_id: str, *, private: Optional[bool] = None,

@@ -14,6 +14,8 @@ from pathlib import Path
 import torch
 import transformers
 
+from .io import atomic_directory
+
 
 @dataclass(frozen=True)
 class BundledModel:
@@ -81,12 +83,11 @@ def bundled_model_folder(name: str) -> Path:
         model.hf_quantizer = None
         if hasattr(model.config, "quantization_config"):
             del model.config.quantization_config
-        tmp = folder.with_name(folder.name + f".tmp{os.getpid()}")
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        # An atomic rename, so a half-written cache folder is never taken for a finished one.
-        if not folder.exists():
-            tmp.rename(folder)
+        # Published in one rename, so a half-written cache folder is never taken for a finished one.
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_directory(folder) as tmp:
+            model.save_pretrained(tmp)
+            tokenizer.save_pretrained(tmp)
     return folder
 
 

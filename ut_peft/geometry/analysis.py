@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 
 from ..accessibility.bounds import SupportStats, measure_support
+from ..io import atomic_open
 from .bounds import refined_bounds
 from .cells import CellEstimate, agreement, estimate_cells, supports_from_stats
 from .output_path import OutputPath
@@ -73,9 +74,8 @@ def save_state(result: dict, path) -> Path:
                                    "z": e.z, "disagreements": e.disagreements} for m, e in by.items()}
                            for s, by in result["_estimates"].items()}}
     path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(state, tmp)
-    tmp.replace(path)
+    with atomic_open(path, "wb") as handle:
+        torch.save(state, handle)
     return path
 
 
