@@ -51,7 +51,7 @@ def main(args):
         print(f"report: {args.output}/report.md")
 
 
-if __name__ == "__main__":
+def parse(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="smollm2-135m", help="bundled name, local folder or hub id")
     parser.add_argument("--source", default="text", help="text, text:PATH, hf:NAME[:SPLIT[:COLUMN]], words, "
@@ -84,4 +84,8 @@ if __name__ == "__main__":
                         help="pool the rows of these sweeps (same settings but m and lengths) into --output and report")
     parser.add_argument("--report-only", action="store_true",
                         help="only write summary, plots and report from the rows --output holds now")
-    main(parser.parse_args())
+    return parser.parse_args(argv)
+
+
+if __name__ == "__main__":
+    main(parse())
