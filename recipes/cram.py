@@ -81,7 +81,8 @@ def parse(argv=None):
     parser.add_argument("--output", default="cram-output")
     parser.add_argument("--overwrite", action="store_true", help="discard a previous run in --output")
     parser.add_argument("--merge", nargs="+", metavar="FOLDER",
-                        help="pool the rows of these sweeps (same settings but m and lengths) into --output and report")
+                        help="pool the rows of these sweeps (same settings but m and lengths) into --output and "
+                        "report")
     parser.add_argument("--report-only", action="store_true",
                         help="only write summary, plots and report from the rows --output holds now")
     return parser.parse_args(argv)

@@ -58,11 +58,12 @@ def geometry_markdown(result: dict, *, model_name: str = "", tokenizer=None, top
                       command: str = "", plot: str | None = None) -> str:
     """A README-ready Markdown section for :func:`ut_peft.geometry.analysis.analyze_model`'s result."""
     s, path, b = result["support"], result["output_path"], result["bounds"]
+    softcap = f", logits soft-capped at {path['softcap']:g}" if path["softcap"] else ""
     lines = [f"Geometry of {model_name or 'the model'}: d = {path['hidden_size']}, |V| = {path['vocab_size']}, "
              f"ln|V| = {path['ln_vocab']:.3f}; support from {s['num_samples']} random-token sequences: "
              f"r = {s['radius']:.3f}, eps = r/2^11 = {s['eps']:.2e}, mean box range {s['box_mean_range']:.3f}. "
              f"Points are {'pre-norm (final norm applied)' if path['apply_final_norm'] else 'post-norm (head only)'}"
-             f"{', logits soft-capped at %g' % path['softcap'] if path['softcap'] else ''}; "
+             f"{softcap}; "
              f"{result['num_samples']:,} samples per support.", ""]
     if command:
         lines += ["```", command, "```", ""]
@@ -72,24 +73,29 @@ def geometry_markdown(result: dict, *, model_name: str = "", tokenizer=None, top
         for method in ("argmax", "voronoi"):
             c = cells[method]
             point, upper = (c["median_product_decay"][e][-1]["ratio_to_ln_vocab"] for e in ("jeffreys", "upper"))
+            versus = ""
+            if method == "voronoi":
+                versus = (f"disagree on {100 * c['disagreement_fraction']:.1f}% of points, "
+                          f"TV {cells['argmax_vs_voronoi']['total_variation']:.3f}")
             lines.append(f"| {support} | {method} | {c['observed_tokens']} ({1 - c['unobserved_fraction']:.1%}) | "
                          f"{c['entropy_nats']:.2f} | {c['effective_tokens']:.0f} | {c['top'][0]['share']:.3f} | "
-                         f"{point:.3f}; {upper:.3f} | "
-                         f"{'disagree on %.1f%% of points, TV %.3f' % (100 * c['disagreement_fraction'], cells['argmax_vs_voronoi']['total_variation']) if method == 'voronoi' else ''} |")
+                         f"{point:.3f}; {upper:.3f} | {versus} |")
     lines += ["", "Largest argmax cells (share, 95% Wilson interval):", ""]
     for support, cells in result["cells"].items():
-        tops = ", ".join(f"`{_token(tokenizer, t['token_id'])}` {t['share']:.3f} [{t['ci_low']:.3f}, {t['ci_high']:.3f}]"
-                         for t in cells["argmax"]["top"][:top])
+        tops = ", ".join(f"`{_token(tokenizer, t['token_id'])}` {t['share']:.3f} "
+                         f"[{t['ci_low']:.3f}, {t['ci_high']:.3f}]" for t in cells["argmax"]["top"][:top])
         conv = cells["argmax"]["convergence"]["checkpoints"]
         lines.append(f"- {support}: {tops}. Convergence: total variation to the final shares "
                      + ", ".join(f"{c['total_variation_to_final']:.3f} at N={c['num_samples']:,}" for c in conv[:-1])
                      + f"; top-10 shares move at most {conv[-2]['max_change_in_half_widths']:.1f} CI half-widths "
                        f"from N/2 to N.")
     measured = b.get("measured_slope")
-    lines += ["", f"Slope bounds (tokens of n_50 per memory vector){'; measured slope %.2f' % measured if measured else ''}. "
+    measured_note = f"; measured slope {measured:.2f}" if measured else ""
+    lines += ["", f"Slope bounds (tokens of n_50 per memory vector){measured_note}. "
               f"Cone half-angle {b['cone_half_angle_deg']:.1f} deg (ln cap share {b['cone_log_fraction']:.1f}); "
               f"non-uniform versions charge the per-token decay of the median product of k={b['decay_k']} cell "
-              f"shares instead of ln|V| (Jeffreys point estimates; conservative: Wilson upper limits, at least ln|V|):",
+              "shares instead of ln|V| (Jeffreys point estimates; conservative: Wilson upper limits, "
+              "at least ln|V|):",
               "",
               "| bound | value |" + (" bound / measured |" if measured else ""),
               "|---|---|" + ("---|" if measured else "")]
