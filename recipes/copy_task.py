@@ -14,14 +14,11 @@ copy_cliff.png, copy_task.md, and each trained model (or adapter) under <out>/<t
 
 import argparse
 import json
-import shlex
-import sys
 from pathlib import Path
-
-import torch
 
 from ut_peft.geometry.copy_task import TRAININGS, run_copy
 from ut_peft.geometry.report import copy_markdown, plot_copy_cliff, write_json
+from ut_peft.recipe_utils import add_run_flags, parse_recipe_args, start_run, write_section
 
 
 def main(args):
@@ -29,10 +26,7 @@ def main(args):
     if not 1 <= low <= high:
         raise SystemExit(f"--train-lengths must be 1 <= MIN <= MAX, got {low} {high}")
     eval_lengths = args.eval_lengths or None
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = start_run(args)
     if args.combine:
         # Plot and tabulate runs made by separate invocations (e.g. run in parallel) together.
         result = {"settings": {}, "runs": {}}
@@ -40,7 +34,7 @@ def main(args):
             part = json.loads(Path(path).read_text())
             label = part["settings"].get("label") or f"{part['settings'].get('steps')} steps"
             result["runs"].update({f"{k} ({label})": v for k, v in part["runs"].items()})
-        return write_outputs(result, out, low, high)
+        return write_outputs(result, out, low, high, args.command)
     settings = {"hidden_size": args.hidden_size, "num_layers": args.layers, "num_heads": args.heads,
                 "initializer_range": args.init_range}
     result = {"settings": {**settings, "steps": args.steps, "batch_size": args.batch_size,
@@ -55,17 +49,15 @@ def main(args):
         # The trained model (or UT_REPROGRAM adapter) is kept, so it can be evaluated again at other lengths.
         run.pop("_model").save_pretrained(out / training)
         result["runs"][training] = run
-        write_json(result, out / "copy_task.json")
+        write_json(out / "copy_task.json", result)
         print(f"{training}: {run['cliff']}", flush=True)
-    write_outputs(result, out, low, high)
+    write_outputs(result, out, low, high, args.command)
 
 
-def write_outputs(result, out, low, high):
-    write_json(result, out / "copy_task.json")
+def write_outputs(result, out, low, high, command):
+    write_json(out / "copy_task.json", result)
     plot_copy_cliff({k: v["results"] for k, v in result["runs"].items()}, (low, high), out / "copy_cliff.png")
-    command = "python recipes/copy_task.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-    (out / "copy_task.md").write_text(copy_markdown(result, command=command, plot="copy_cliff.png"))
-    print((out / "copy_task.md").read_text())
+    write_section(out / "copy_task.md", copy_markdown(result, command=command, plot="copy_cliff.png"))
 
 
 def parse(argv=None):
@@ -87,11 +79,8 @@ def parse(argv=None):
     p.add_argument("--label", help="name of this run in combined plots (default: the output folder's name)")
     p.add_argument("--combine", nargs="+", metavar="JSON",
                    help="only plot and tabulate the runs of these copy_task.json files together into --out")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, help="torch threads (default: torch's choice; 1 on a shared machine)")
-    p.add_argument("--out", default="runs/copy_task")
-    p.add_argument("--no-progress", action="store_true")
-    return p.parse_args(argv)
+    add_run_flags(p, out="runs/copy_task")
+    return parse_recipe_args(p, "recipes/copy_task.py", argv)
 
 
 if __name__ == "__main__":

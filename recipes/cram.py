@@ -68,7 +68,7 @@ def abandon_pair(text: str) -> tuple[int, float]:
 PROTOCOL_DEFAULTS = [("num_sequences", 2, 20), ("max_steps", 100, 3000), ("patience", 100, 500)]
 
 
-if __name__ == "__main__":
+def parse(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="smollm2-135m", help="bundled name, local folder or hub id")
     parser.add_argument("--source", default="text", help="text, text:PATH, hf:NAME[:SPLIT[:COLUMN]], words, "
@@ -110,7 +110,12 @@ if __name__ == "__main__":
     parser.add_argument("--output", default="cram-output")
     parser.add_argument("--overwrite", action="store_true", help="discard a previous run in --output")
     parser.add_argument("--merge", nargs="+", metavar="FOLDER",
-                        help="pool the rows of these sweeps (same settings but m and lengths) into --output and report")
+                        help="pool the rows of these sweeps (same settings but m and lengths) into --output and "
+                        "report")
     parser.add_argument("--report-only", action="store_true",
                         help="only write summary, plots and report from the rows --output holds now")
-    main(parser.parse_args())
+    return parser.parse_args(argv)
+
+
+if __name__ == "__main__":
+    main(parse())

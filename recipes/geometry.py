@@ -8,16 +8,12 @@ and state.pt (support and counts: ``--from-state state.pt --summary ...`` recomp
 """
 
 import argparse
-import shlex
-import sys
-from pathlib import Path
-
-import torch
 
 from ut_peft import load_model, load_tokenizer
 from ut_peft.geometry import read_measured_slope
 from ut_peft.geometry.analysis import analyze_model, load_state, save_state, summarize
 from ut_peft.geometry.report import geometry_markdown, plot_cells, write_json
+from ut_peft.recipe_utils import add_run_flags, parse_recipe_args, start_run, write_section
 
 
 def main(args):
@@ -26,10 +22,7 @@ def main(args):
     if args.summary and args.slope:
         raise SystemExit("give either --summary (an evaluator summary.json) or --slope, not both")
     slope = read_measured_slope(args.summary) if args.summary else args.slope
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = start_run(args)
     try:
         tokenizer = load_tokenizer(args.model)
     except (OSError, ValueError):  # a bare model folder: report token ids instead of token strings
@@ -47,12 +40,10 @@ def main(args):
         save_state(result, out / "state.pt")
     result["model"] = args.model
     result["slope_source"] = args.summary or ("--slope" if args.slope else None)
-    write_json(result, out / "geometry.json")
+    write_json(out / "geometry.json", result)
     plot_cells(result["_estimates"], out / "cells.png", title=args.model)
-    command = "python recipes/geometry.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-    (out / "geometry.md").write_text(geometry_markdown(result, model_name=args.model, tokenizer=tokenizer,
-                                                       command=command, plot="cells.png"))
-    print((out / "geometry.md").read_text())
+    write_section(out / "geometry.md", geometry_markdown(result, model_name=args.model, tokenizer=tokenizer,
+                                                         command=args.command, plot="cells.png"))
 
 
 def parse(argv=None):
@@ -69,12 +60,9 @@ def parse(argv=None):
     p.add_argument("--support-sequences", type=int, default=256)
     p.add_argument("--chunk-size", type=int, help="points per chunk (default 4096)")
     p.add_argument("--vocab-chunk", type=int, help="vocabulary rows per logits block (default: 16M floats per block)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, help="torch threads (default: torch's choice)")
-    p.add_argument("--out", default="runs/geometry")
     p.add_argument("--from-state", help="state.pt of an earlier run: recompute the summary and bounds, no sampling")
-    p.add_argument("--no-progress", action="store_true")
-    return p.parse_args(argv)
+    add_run_flags(p, out="runs/geometry")
+    return parse_recipe_args(p, "recipes/geometry.py", argv)
 
 
 if __name__ == "__main__":

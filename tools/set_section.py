@@ -4,10 +4,10 @@ Usage: python tools/set_section.py README.md accessibility < section.md
 Several people edit README.md and BENCHMARKS.md at once; each owns one marked section.
 """
 
-import os
 import re
 import sys
-import tempfile
+
+from ut_peft.io import atomic_write_text
 
 
 def main(path: str, name: str) -> None:
@@ -17,10 +17,7 @@ def main(path: str, name: str) -> None:
     if not pattern.search(text):
         sys.exit(f"{path} has no section markers for {name!r}")
     text = pattern.sub(lambda m: m.group(1) + body + "\n" + m.group(2), text)
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)))
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write(text)
-    os.replace(tmp, path)
+    atomic_write_text(path, text)
 
 
 if __name__ == "__main__":

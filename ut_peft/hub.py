@@ -11,10 +11,12 @@ import json
 import os
 from importlib import resources
 from pathlib import Path
-from typing import Any, Mapping, Optional, Union
+from typing import Any, Optional, Union
+from collections.abc import Mapping
 
 from huggingface_hub import HfApi, ModelCard, ModelCardData
 
+from .io import atomic_write_text
 from .models import BUNDLED_MODELS, _cache_root
 
 TEMPLATE = "ut_reprogram_adapter.md"
@@ -69,11 +71,14 @@ def render_model_card(adapter_config: Mapping[str, Any], *, base_model: Optional
     repo = repo_id or "<this-repo>"
     if backbone:
         seed = backbone.get("seed")
-        load_snippet = (f"from ut_peft.backbones import backbone_from_adapter\nfrom huggingface_hub import snapshot_download\n\n"
-                        f"folder = snapshot_download(\"{repo}\")\nbase = backbone_from_adapter(folder)  # rebuilt from the "
-                        f"recorded config{'' if seed is None else f' and seed {seed}'}\nmodel = PeftModel.from_pretrained(base, folder)")
-        backbone_note = ("The frozen base was built from a config (no pretrained weights): `adapter_config.json` records "
-                         "the config" + ("" if seed is None else f" and the seed ({seed})") +
+        load_snippet = ("from ut_peft.backbones import backbone_from_adapter\n"
+                        "from huggingface_hub import snapshot_download\n\n"
+                        f"folder = snapshot_download(\"{repo}\")\n"
+                        "base = backbone_from_adapter(folder)  # rebuilt from the "
+                        f"recorded config{'' if seed is None else f' and seed {seed}'}\n"
+                        "model = PeftModel.from_pretrained(base, folder)")
+        backbone_note = ("The frozen base was built from a config (no pretrained weights): `adapter_config.json` "
+                         "records the config" + ("" if seed is None else f" and the seed ({seed})") +
                          " that rebuild it bit for bit on the same torch version "
                          f"({backbone.get('torch_version', 'unknown')}).")
     else:
@@ -91,8 +96,8 @@ def render_model_card(adapter_config: Mapping[str, Any], *, base_model: Optional
                                                    "num_memory_tokens", "init", "base_embedding_shape")}
     from . import __version__
 
-    card_data = ModelCardData(library_name="peft", base_model=base_model, pipeline_tag="text-generation",
-                              tags=sorted(set(BASE_TAGS + (["random-backbone"] if backbone else []) + list(tags or []))))
+    tags = sorted(set(BASE_TAGS + (["random-backbone"] if backbone else []) + list(tags or [])))
+    card_data = ModelCardData(library_name="peft", base_model=base_model, pipeline_tag="text-generation", tags=tags)
     return ModelCard.from_template(
         card_data, template_path=str(template_path()), title=title or (repo_id or "UT_REPROGRAM adapter"),
         trained_summary=", ".join(trained) or "nothing", base_model=base_model, backbone_note=backbone_note,
@@ -112,9 +117,8 @@ def _read_adapter_config(folder: Union[str, os.PathLike]) -> dict:
 def save_model_card(folder: Union[str, os.PathLike], **card_kwargs) -> Path:
     """Write README.md into a saved adapter folder (see :func:`render_model_card` for the keywords)."""
     card = render_model_card(_read_adapter_config(folder), **card_kwargs)
-    path = Path(folder) / "README.md"
-    card.save(path)
-    return path
+    # str(card) is what ModelCard.save writes; written atomically like every other file the package writes.
+    return atomic_write_text(Path(folder) / "README.md", str(card), newline="")
 
 
 def push_adapter_to_hub(folder: Union[str, os.PathLike], repo_id: str, *, private: Optional[bool] = None,

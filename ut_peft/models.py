@@ -11,12 +11,13 @@ import hashlib
 import importlib
 import importlib.metadata
 import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 import transformers
+
+from .io import atomic_directory
 
 
 @dataclass(frozen=True)
@@ -122,15 +123,11 @@ def _convert_gguf(gguf_file: Path, folder: Path) -> None:
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
+    # Published in one rename, so a half-written cache folder is never taken for a finished one.
     folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = folder.with_name(folder.name + f".tmp{os.getpid()}")
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    # An atomic rename, so a half-written cache folder is never taken for a finished one.
-    if not folder.exists():
-        tmp.rename(folder)
-    else:  # another process converted it meanwhile
-        shutil.rmtree(tmp, ignore_errors=True)
+    with atomic_directory(folder) as tmp:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
 
 
 def bundled_model_folder(name: str) -> Path:

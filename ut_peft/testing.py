@@ -17,35 +17,23 @@ def tiny_config(family: str, *, tied: bool = False, vocab_size: int = 97, hidden
     ``tied`` sets ``tie_word_embeddings`` (GPT-2 and Gemma tie by default in their real checkpoints).
     """
     common = dict(vocab_size=vocab_size, tie_word_embeddings=tied)
-    if family == "llama":
-        return transformers.LlamaConfig(hidden_size=hidden_size, intermediate_size=2 * hidden_size,
-                                        num_hidden_layers=num_layers, num_attention_heads=num_heads,
-                                        num_key_value_heads=num_heads // 2, max_position_embeddings=max_positions,
-                                        **common)
-    if family == "qwen2":
-        return transformers.Qwen2Config(hidden_size=hidden_size, intermediate_size=2 * hidden_size,
-                                        num_hidden_layers=num_layers, num_attention_heads=num_heads,
-                                        num_key_value_heads=num_heads // 2, max_position_embeddings=max_positions,
-                                        **common)
-    if family == "qwen3":
-        return transformers.Qwen3Config(hidden_size=hidden_size, intermediate_size=2 * hidden_size,
-                                        num_hidden_layers=num_layers, num_attention_heads=num_heads,
-                                        num_key_value_heads=num_heads // 2, head_dim=hidden_size // num_heads,
-                                        max_position_embeddings=max_positions, **common)
-    if family == "gemma3":
-        return transformers.Gemma3TextConfig(hidden_size=hidden_size, intermediate_size=2 * hidden_size,
-                                             num_hidden_layers=num_layers, num_attention_heads=num_heads,
-                                             num_key_value_heads=num_heads // 2, head_dim=hidden_size // num_heads,
-                                             max_position_embeddings=max_positions, sliding_window=16,
-                                             **common)
     if family == "gpt2":
         return transformers.GPT2Config(n_embd=hidden_size, n_layer=num_layers, n_head=num_heads,
                                        n_positions=max_positions, bos_token_id=0, eos_token_id=0, **common)
+    decoder = dict(hidden_size=hidden_size, intermediate_size=2 * hidden_size, num_hidden_layers=num_layers,
+                   num_attention_heads=num_heads, max_position_embeddings=max_positions, **common)
     if family == "gpt_neox":
-        return transformers.GPTNeoXConfig(hidden_size=hidden_size, intermediate_size=2 * hidden_size,
-                                          num_hidden_layers=num_layers, num_attention_heads=num_heads,
-                                          max_position_embeddings=max_positions, bos_token_id=0,
-                                          eos_token_id=0, **common)
+        return transformers.GPTNeoXConfig(**decoder, bos_token_id=0, eos_token_id=0)
+    # The Llama-shaped families, with grouped-query attention (two query heads per key/value head).
+    decoder["num_key_value_heads"] = num_heads // 2
+    if family == "llama":
+        return transformers.LlamaConfig(**decoder)
+    if family == "qwen2":
+        return transformers.Qwen2Config(**decoder)
+    if family == "qwen3":
+        return transformers.Qwen3Config(**decoder, head_dim=hidden_size // num_heads)
+    if family == "gemma3":
+        return transformers.Gemma3TextConfig(**decoder, head_dim=hidden_size // num_heads, sliding_window=16)
     raise ValueError(f"unknown family {family!r}; choose one of {', '.join(TINY_FAMILIES)}")
 
 

@@ -169,7 +169,9 @@ def test_half_precision_stops_only_on_greedy_confirmed_rows():
             assert greedy_decode(model, r.vectors[None], len(r.job.ids), config)[0].tolist() == r.job.ids
         else:
             assert not r.greedy_exact or r.tf_accuracy == 1.0
-    print("greedy misses per row:", [r.greedy_misses for r in results])
+    # The case the test is about happened: a row reached 100% teacher-forced accuracy, failed greedy decoding
+    # there, and trained on (a row that stopped at its first 100% would have no miss counted).
+    assert any(r.greedy_misses > 0 for r in results), [r.greedy_misses for r in results]
 
 
 def test_math_attention_kernel_only_for_short_rows_under_cpu_half_precision():

@@ -257,8 +257,8 @@ def test_sweeps_split_by_m_and_length_merge_into_the_single_sweep(tmp_path, llam
     merge_sweeps([tmp_path / "m1", tmp_path / "m2a"], tmp_path / "merged")  # same folder again: rewritten whole
     assert len(read_rows(tmp_path / "merged")) == 2 * 3 + 2 * 2
 
+    run_sweep(small_config(num_sequences=1), tmp_path / "other", model=llama, progress=False)
     with pytest.raises(ValueError, match="differ: num_sequences"):
-        run_sweep(small_config(num_sequences=1), tmp_path / "other", model=llama, progress=False)
         merge_sweeps([tmp_path / "m1", tmp_path / "other"], tmp_path / "bad")
     with pytest.raises(ValueError, match="holds a run with different settings"):
         merge_sweeps([tmp_path / "m1", tmp_path / "m2a"], tmp_path / "whole")

@@ -39,7 +39,8 @@ def test_exact_match_metric_against_brute_force():
     out = ct.CopyExactMatch().compute(predictions=preds, references=refs)
     assert out["exact_match"] == pytest.approx(sum(p == r for p, r in zip(preds, refs)) / 300)
     tokens = sum(len(r) for r in refs)
-    assert out["token_accuracy"] == pytest.approx(sum(a == b for p, r in zip(preds, refs) for a, b in zip(p, r)) / tokens)
+    correct = sum(a == b for p, r in zip(preds, refs) for a, b in zip(p, r))
+    assert out["token_accuracy"] == pytest.approx(correct / tokens)
 
 
 def test_teacher_forced_predictions_agree_with_greedy_generation():

@@ -80,6 +80,7 @@ def test_copy_task_recipe_end_to_end(tmp_path):
     base = transformers.AutoModelForCausalLM.from_pretrained(str(out / "full"))
     reloaded = PeftModel.from_pretrained(transformers.AutoModelForCausalLM.from_pretrained(str(out / "full")),
                                          str(again / "embeddings"))
-    assert torch.equal(reloaded.get_base_model().transformer.h[0].attn.c_attn.weight, base.transformer.h[0].attn.c_attn.weight)
-    assert torch.equal(reloaded.get_base_model().transformer.wpe.weight, base.transformer.wpe.weight)
+    body = reloaded.get_base_model().transformer
+    assert torch.equal(body.h[0].attn.c_attn.weight, base.transformer.h[0].attn.c_attn.weight)
+    assert torch.equal(body.wpe.weight, base.transformer.wpe.weight)
     assert not torch.equal(reloaded.get_input_embeddings()(torch.arange(30)), base.transformer.wte.weight)

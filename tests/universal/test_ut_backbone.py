@@ -31,8 +31,8 @@ def test_auto_class_builds_and_trains_only_embeddings(variant, weights):
 def test_sparse_fixed_weights_are_zero_or_one():
     for looped, heads in [(False, 1), (False, 2), (True, 1)]:
         for variant in ("attention_only", "residual_layernorm"):
-            model = AutoModelForCausalLM.from_config(_config(weights="sparse", looped=looped, num_attention_heads=heads,
-                                                             variant=variant))
+            config = _config(weights="sparse", looped=looped, num_attention_heads=heads, variant=variant)
+            model = AutoModelForCausalLM.from_config(config)
             fixed = model.fixed_parameters()
             assert fixed
             for name, tensor in fixed.items():

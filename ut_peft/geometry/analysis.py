@@ -13,13 +13,15 @@ from pathlib import Path
 import torch
 
 from ..accessibility.bounds import SupportStats, measure_support
+from ..io import atomic_open
 from .bounds import refined_bounds
 from .cells import CellEstimate, agreement, estimate_cells, supports_from_stats
 from .output_path import OutputPath
 
 
-def analyze_model(model, *, num_samples: int = 1_000_000, supports=("ball", "box"), measured_slope: float | None = None,
-                  support_sequences: int = 256, support_seq_len: int = 32, apply_final_norm: bool = False,
+def analyze_model(model, *, num_samples: int = 1_000_000, supports=("ball", "box"),
+                  measured_slope: float | None = None, support_sequences: int = 256, support_seq_len: int = 32,
+                  apply_final_norm: bool = False,
                   chunk_size: int | None = None, vocab_chunk: int | None = None, seed: int = 0, decay_k: int = 64,
                   top_k: int = 20, progress: bool = True) -> dict:
     """Measure the support of ``model`` (``measure_support``), estimate its decoder cells over each of
@@ -73,9 +75,8 @@ def save_state(result: dict, path) -> Path:
                                    "z": e.z, "disagreements": e.disagreements} for m, e in by.items()}
                            for s, by in result["_estimates"].items()}}
     path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(state, tmp)
-    tmp.replace(path)
+    with atomic_open(path, "wb") as handle:
+        torch.save(state, handle)
     return path
 
 

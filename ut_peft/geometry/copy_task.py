@@ -283,7 +283,8 @@ def run_copy(training: str, *, steps: int = 1500, batch_size: int = 32, lr: floa
     per-length results and :func:`cliff`."""
     low, high = train_lengths
     if eval_lengths is None:
-        eval_lengths = sorted({*range(low, high + 1, 5), *range(high, 2 * high + 1, 5), *range(2 * high, 4 * high + 1, 25)})
+        eval_lengths = sorted({*range(low, high + 1, 5), *range(high, 2 * high + 1, 5),
+                               *range(2 * high, 4 * high + 1, 25)})
     config_kwargs.setdefault("max_positions", 2 * max(eval_lengths) + 3)
     model = build_copy_model(training, seed=seed, backbone=backbone, **config_kwargs)
     data = copy_dataset(steps * batch_size, min_length=low, max_length=high, seed=seed)
@@ -292,7 +293,7 @@ def run_copy(training: str, *, steps: int = 1500, batch_size: int = 32, lr: floa
     return {"training": training, "steps": steps, "batch_size": batch_size, "lr": lr, "train_lengths": [low, high],
             "seconds": trained.seconds, "trainable_parameters": trained.trainable_parameters,
             "final_loss": sum(trained.losses[-20:]) / len(trained.losses[-20:]), "loss_curve": trained.losses[::10],
-            "config": {k: v for k, v in config_kwargs.items()}, "backbone": None if backbone is None else str(backbone),
+            "config": dict(config_kwargs), "backbone": None if backbone is None else str(backbone),
             "results": results, "cliff": cliff(results, high),
             "token_cliff": cliff(results, high, metric="token_accuracy"),
             "_model": model}

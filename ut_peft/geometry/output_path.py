@@ -69,7 +69,7 @@ class OutputPath:
         return self.weight.shape[1]
 
     @classmethod
-    def from_model(cls, model: nn.Module, *, apply_final_norm: bool = False) -> "OutputPath":
+    def from_model(cls, model: nn.Module, *, apply_final_norm: bool = False) -> OutputPath:
         """Read the output path of a transformers causal LM (the head, its bias, the final norm, the config's
         logit scaling and soft-capping)."""
         if hasattr(model, "get_base_model"):  # a PeftModel: the geometry of the model it wraps

@@ -2,23 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-import matplotlib
+from ..io import atomic_write_json
+from ..plotting import save_figure, subplots
 
-matplotlib.use("Agg")  # recipes run headless
-import matplotlib.pyplot as plt  # noqa: E402
-
-
-
-def _save(fig, path) -> Path:
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
 
 def _token(tokenizer, token_id: int) -> str:
     if tokenizer is None:
@@ -27,20 +15,17 @@ def _token(tokenizer, token_id: int) -> str:
     return repr(text)[1:-1].replace("|", "\\|") if text is not None else str(token_id)
 
 
-def write_json(data: dict, path) -> Path:
+def write_json(path, data: dict) -> Path:
+    """``data`` without its in-memory entries (keys starting with ``_``) as JSON, written atomically."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    # Written next to the final name then renamed, so an interrupted write never replaces a finished file.
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps({k: v for k, v in data.items() if not k.startswith("_")}, indent=2))
-    tmp.replace(path)
-    return path
+    return atomic_write_json(path, {k: v for k, v in data.items() if not k.startswith("_")})
 
 
 def plot_cells(estimates: dict, path, title: str = "") -> Path:
     """Left: cell share against rank (log-log), per support and method. Right: the per-token decay of the median
     product of k cell shares, over ln|V|."""
-    fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 4))
+    fig, (ax, bx) = subplots(1, 2, figsize=(11, 4))
     for support, by_method in estimates.items():
         for method, est in by_method.items():
             shares = est.shares.sort(descending=True).values
@@ -66,18 +51,19 @@ def plot_cells(estimates: dict, path, title: str = "") -> Path:
     bx.legend(fontsize=7)
     if title:
         fig.suptitle(title)
-    return _save(fig, path)
+    return save_figure(fig, path, dpi=110)
 
 
 def geometry_markdown(result: dict, *, model_name: str = "", tokenizer=None, top: int = 10,
                       command: str = "", plot: str | None = None) -> str:
     """A README-ready Markdown section for :func:`ut_peft.geometry.analysis.analyze_model`'s result."""
     s, path, b = result["support"], result["output_path"], result["bounds"]
+    softcap = f", logits soft-capped at {path['softcap']:g}" if path["softcap"] else ""
     lines = [f"Geometry of {model_name or 'the model'}: d = {path['hidden_size']}, |V| = {path['vocab_size']}, "
              f"ln|V| = {path['ln_vocab']:.3f}; support from {s['num_samples']} random-token sequences: "
              f"r = {s['radius']:.3f}, eps = r/2^11 = {s['eps']:.2e}, mean box range {s['box_mean_range']:.3f}. "
              f"Points are {'pre-norm (final norm applied)' if path['apply_final_norm'] else 'post-norm (head only)'}"
-             f"{', logits soft-capped at %g' % path['softcap'] if path['softcap'] else ''}; "
+             f"{softcap}; "
              f"{result['num_samples']:,} samples per support.", ""]
     if command:
         lines += ["```", command, "```", ""]
@@ -87,24 +73,29 @@ def geometry_markdown(result: dict, *, model_name: str = "", tokenizer=None, top
         for method in ("argmax", "voronoi"):
             c = cells[method]
             point, upper = (c["median_product_decay"][e][-1]["ratio_to_ln_vocab"] for e in ("jeffreys", "upper"))
+            versus = ""
+            if method == "voronoi":
+                versus = (f"disagree on {100 * c['disagreement_fraction']:.1f}% of points, "
+                          f"TV {cells['argmax_vs_voronoi']['total_variation']:.3f}")
             lines.append(f"| {support} | {method} | {c['observed_tokens']} ({1 - c['unobserved_fraction']:.1%}) | "
                          f"{c['entropy_nats']:.2f} | {c['effective_tokens']:.0f} | {c['top'][0]['share']:.3f} | "
-                         f"{point:.3f}; {upper:.3f} | "
-                         f"{'disagree on %.1f%% of points, TV %.3f' % (100 * c['disagreement_fraction'], cells['argmax_vs_voronoi']['total_variation']) if method == 'voronoi' else ''} |")
+                         f"{point:.3f}; {upper:.3f} | {versus} |")
     lines += ["", "Largest argmax cells (share, 95% Wilson interval):", ""]
     for support, cells in result["cells"].items():
-        tops = ", ".join(f"`{_token(tokenizer, t['token_id'])}` {t['share']:.3f} [{t['ci_low']:.3f}, {t['ci_high']:.3f}]"
-                         for t in cells["argmax"]["top"][:top])
+        tops = ", ".join(f"`{_token(tokenizer, t['token_id'])}` {t['share']:.3f} "
+                         f"[{t['ci_low']:.3f}, {t['ci_high']:.3f}]" for t in cells["argmax"]["top"][:top])
         conv = cells["argmax"]["convergence"]["checkpoints"]
         lines.append(f"- {support}: {tops}. Convergence: total variation to the final shares "
                      + ", ".join(f"{c['total_variation_to_final']:.3f} at N={c['num_samples']:,}" for c in conv[:-1])
                      + f"; top-10 shares move at most {conv[-2]['max_change_in_half_widths']:.1f} CI half-widths "
                        f"from N/2 to N.")
     measured = b.get("measured_slope")
-    lines += ["", f"Slope bounds (tokens of n_50 per memory vector){'; measured slope %.2f' % measured if measured else ''}. "
+    measured_note = f"; measured slope {measured:.2f}" if measured else ""
+    lines += ["", f"Slope bounds (tokens of n_50 per memory vector){measured_note}. "
               f"Cone half-angle {b['cone_half_angle_deg']:.1f} deg (ln cap share {b['cone_log_fraction']:.1f}); "
               f"non-uniform versions charge the per-token decay of the median product of k={b['decay_k']} cell "
-              f"shares instead of ln|V| (Jeffreys point estimates; conservative: Wilson upper limits, at least ln|V|):",
+              "shares instead of ln|V| (Jeffreys point estimates; conservative: Wilson upper limits, "
+              "at least ln|V|):",
               "",
               "| bound | value |" + (" bound / measured |" if measured else ""),
               "|---|---|" + ("---|" if measured else "")]
@@ -117,7 +108,7 @@ def geometry_markdown(result: dict, *, model_name: str = "", tokenizer=None, top
 
 def plot_copy_cliff(runs: dict, trained: tuple, path, title: str = "copy task: exact match vs length") -> Path:
     """Exact match against length for each run ({label: [{"length", "exact_match", "token_accuracy"}]})."""
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig, ax = subplots(figsize=(7, 4))
     ax.axvspan(trained[0], trained[1], color="0.9", label=f"trained lengths {trained[0]}-{trained[1]}")
     for label, rows in runs.items():
         rows = sorted(rows, key=lambda r: r["length"])
@@ -129,7 +120,7 @@ def plot_copy_cliff(runs: dict, trained: tuple, path, title: str = "copy task: e
     ax.set_ylim(-0.03, 1.03)
     ax.set_title(title)
     ax.legend(fontsize=8)
-    return _save(fig, path)
+    return save_figure(fig, path, dpi=110)
 
 
 def copy_markdown(result: dict, *, command: str = "", plot: str | None = None) -> str:

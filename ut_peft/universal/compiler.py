@@ -27,7 +27,7 @@ from .targets import TargetTransformer
 class CompilationError(ValueError):
     """The backbone cannot simulate the target; ``result`` holds what the solve found (when it ran)."""
 
-    def __init__(self, message: str, result: "CompiledEmbedding | None" = None):
+    def __init__(self, message: str, result: CompiledEmbedding | None = None):
         super().__init__(message)
         self.result = result
 

@@ -45,7 +45,7 @@ class TargetTransformer(nn.Module):
 
     @classmethod
     def random(cls, *, d: int, k: int, layers: int, heads: int = 1, d_out: int | None = None,
-               vocab_size: int | None = None, seed: int = 0, dtype: torch.dtype = torch.float64) -> "TargetTransformer":
+               vocab_size: int | None = None, seed: int = 0, dtype: torch.dtype = torch.float64) -> TargetTransformer:
         """Gaussian weights at a scale that keeps activations of order one through the layers."""
         gen = torch.Generator().manual_seed(seed)
         d_out = d if d_out is None else d_out

@@ -1,0 +1,46 @@
+"""Every recipe command the README shows still parses, and the command a recipe prints is the one it ran."""
+
+import importlib.util
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+RECIPES = ("cram", "geometry", "copy_task", "width_study")
+
+
+def load_recipe(name):
+    spec = importlib.util.spec_from_file_location(f"recipe_{name}", ROOT / "recipes" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def readme_commands():
+    text = (ROOT / "README.md").read_text(encoding="utf-8").replace("\\\n", " ")
+    pattern = re.compile(rf"^(?:.*\baccelerate launch .*?|python )recipes/({'|'.join(RECIPES)})\.py( .*)?$", re.M)
+    for match in pattern.finditer(text):
+        argv = shlex.split(match.group(2) or "", comments=True)
+        if not any("$" in a or a == "..." for a in argv):  # shell variables and elisions are not commands
+            yield pytest.param(match.group(1), argv, id=f"{match.group(1)} {shlex.join(argv)}"[:80])
+
+
+COMMANDS = list(readme_commands())
+
+
+def test_the_readme_shows_each_recipe():
+    assert {name for name, _ in (c.values for c in COMMANDS)} == set(RECIPES)
+
+
+@pytest.mark.parametrize("name, argv", COMMANDS)
+def test_readme_command_parses(name, argv):
+    args = load_recipe(name).parse(argv)
+    if name in ("geometry", "copy_task"):
+        assert args.command == f"python recipes/{name}.py {shlex.join(argv)}"
+
+
+def test_width_study_refuses_unknown_tables():
+    with pytest.raises(SystemExit):
+        load_recipe("width_study").parse(["--tables", "single_head,nope"])

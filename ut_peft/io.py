@@ -1,0 +1,116 @@
+"""Atomic file writes: a reader (or a crash) never sees a half-written file.
+
+Every writer in the package goes through :func:`atomic_open` (or its three short forms): the bytes go to a
+temporary file with a unique name in the target's own folder (so the final rename never crosses a file system),
+the file is flushed and fsynced, ``os.replace`` puts it in place in one step, and the folder is fsynced so the
+rename itself survives a power cut. If anything raises before the rename, the temporary file is removed and the
+previous file, if any, is left as it was. Concurrent writers each write their own temporary file; the last rename
+wins and every reader sees one writer's complete file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, Any
+
+
+def _temporary_name(path: Path) -> Path:
+    # Hidden and unique per call, so concurrent writers (threads or processes) never share a temporary file and
+    # a glob for the final names (``*.json``) never picks one up.
+    return path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+
+
+def _fsync_folder(folder: Path) -> None:
+    # A rename is durable only once its folder is on disk. POSIX only: Windows cannot open a folder as a file.
+    if hasattr(os, "O_DIRECTORY"):
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+@contextmanager
+def atomic_open(path: str | os.PathLike, mode: str = "w", *, encoding: str | None = None,
+                newline: str | None = None) -> Iterator[IO]:
+    """Open ``path`` for writing so that it appears whole or not at all (see the module docstring).
+
+    ``mode`` is ``"w"`` (text, UTF-8 unless ``encoding`` says otherwise) or ``"wb"``; the folder must exist.
+    """
+    if mode not in ("w", "wb"):
+        raise ValueError(f"atomic_open writes a whole new file: mode must be 'w' or 'wb', got {mode!r}")
+    path = Path(path)
+    if not path.parent.is_dir():
+        raise FileNotFoundError(f"cannot write {path}: the folder {path.parent} does not exist; create it first")
+    tmp = _temporary_name(path)
+    if mode == "w":
+        encoding = encoding or "utf-8"
+    try:
+        # "x": never open a file that already exists; the permissions follow the umask as a plain open's do.
+        with open(tmp, mode.replace("w", "x"), encoding=encoding, newline=newline) as handle:
+            yield handle
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    _fsync_folder(path.parent)
+
+
+def atomic_write_text(path: str | os.PathLike, text: str, *, encoding: str = "utf-8",
+                      newline: str | None = None) -> Path:
+    """Write ``text`` to ``path`` atomically; returns the path."""
+    with atomic_open(path, "w", encoding=encoding, newline=newline) as handle:
+        handle.write(text)
+    return Path(path)
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
+    """Write ``data`` to ``path`` atomically; returns the path."""
+    with atomic_open(path, "wb") as handle:
+        handle.write(data)
+    return Path(path)
+
+
+def atomic_write_json(path: str | os.PathLike, data: Any, *, indent: int | None = 2, **dumps_kwargs) -> Path:
+    """Write ``data`` as JSON (``indent=2`` and a final newline unless told otherwise) to ``path`` atomically.
+
+    Extra keywords go to :func:`json.dump` (e.g. ``sort_keys=True``). Returns the path.
+    """
+    with atomic_open(path, "w") as handle:
+        json.dump(data, handle, indent=indent, **dumps_kwargs)
+        handle.write("\n")
+    return Path(path)
+
+
+@contextmanager
+def atomic_directory(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield an empty temporary folder beside ``path``; on success it is renamed to ``path`` in one step.
+
+    For caches of content that does not depend on who writes it (e.g. a converted model): a folder that is not
+    empty cannot be replaced atomically, so when another process has finished ``path`` first, its copy is kept
+    and this one removed. On an exception the temporary folder is removed and ``path`` left as it was.
+    """
+    path = Path(path)
+    tmp = _temporary_name(path)
+    tmp.mkdir()
+    try:
+        yield tmp
+        try:
+            os.rename(tmp, path)
+        except OSError:
+            if not path.is_dir():
+                raise
+            shutil.rmtree(tmp)  # another writer's finished copy is already in place
+        else:
+            _fsync_folder(path.parent)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise

@@ -1,0 +1,51 @@
+"""What the recipes under ``recipes/`` share: their common flags, the command line a result is written next to,
+and the Markdown section they end with.
+
+A recipe is ``main(args)`` over the package plus ``parse(argv=None)`` at the bottom (as accelerate's
+``examples/nlp_example.py``); these helpers keep the shared pieces in one place.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+
+from .io import atomic_write_text
+
+
+def add_run_flags(parser: argparse.ArgumentParser, *, out: str) -> argparse.ArgumentParser:
+    """``--seed``, ``--threads``, ``--out`` (default ``out``) and ``--no-progress``."""
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, help="torch threads (default: torch's choice; 1 on a shared machine)")
+    parser.add_argument("--out", default=out)
+    parser.add_argument("--no-progress", action="store_true")
+    return parser
+
+
+def parse_recipe_args(parser: argparse.ArgumentParser, script: str, argv=None) -> argparse.Namespace:
+    """``parser.parse_args(argv)``, plus ``args.command``: the command that reproduces this run, as the Markdown
+    sections print it (``argv`` defaults to the process's own arguments)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = parser.parse_args(argv)
+    args.command = f"python {script} " + shlex.join(argv)
+    return args
+
+
+def start_run(args: argparse.Namespace) -> Path:
+    """Apply ``--threads`` and create ``--out``; returns the output folder."""
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def write_section(path, markdown: str) -> Path:
+    """Write a README-ready Markdown section (atomically) and print it."""
+    path = atomic_write_text(path, markdown)
+    print(markdown)
+    return path
