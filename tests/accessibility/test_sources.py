@@ -81,3 +81,17 @@ def test_bad_sources(tokenizer, tmp_path):
     words.write_text("lonely")
     with pytest.raises(ValueError, match="at least 2"):
         make_source(f"words:{words}", tokenizer)
+
+
+def test_wordfreq_list_is_the_published_protocols_default_words():
+    pytest.importorskip("wordfreq")
+    from ut_peft.accessibility.sources import make_source
+
+    class Tok:
+        def __call__(self, text, add_special_tokens=False):
+            return {"input_ids": [hash(w) % 1000 for w in text.split()]}
+
+    source = make_source("words", Tok(), default_word_list="wordfreq")
+    assert source.describe() == {"kind": "words", "name": "wordfreq:en:100000", "num_words": 100000}
+    assert make_source("words", Tok()).describe()["name"] == "pydoc_data"  # ut-peft's default is unchanged
+    assert len(source.sequence(12, 0, 0)) == 12
