@@ -12,8 +12,9 @@ Every variant crams the same sequences and predicts the same tokens: the publish
 
 Rows go to ``--output`` as JSONL (one per variant and sequence; a rerun skips finished ones, so an interrupted
 run resumes), then a table: accessible fraction, mean steps of the crammed rows, greedy agreement of the decision,
-greedy misses. For a tokenizer without a BOS the first text token is given in the published layout and there is
-no prefix in ut-peft's (the two layouts then differ only in which token is given).
+greedy misses. For a tokenizer that adds no BOS (SmolLM2's) the first text token is given in the published layout;
+the ut-peft variant then puts the tokenizer's ``bos_token`` before the memory and gives the first text token too,
+so both still predict the same tokens.
 
     python benchmarks/protocol_comparison.py --model gemma-3-270m --source words --length 10 \\
         --num-sequences 4 --max-steps 300 --output results/protocols/gemma-words-L10.jsonl
@@ -38,7 +39,7 @@ from ut_peft.accessibility.sources import init_seed, make_source
 VARIANTS = ("published", "published-scaled", "published-scaled-lr", "ut-peft")
 
 
-def variant_config(name: str, base: CramConfig, special: list[int], scale: float) -> CramConfig:
+def variant_config(name: str, base: CramConfig, special: list[int], scale: float, bos: int | None = None) -> CramConfig:
     published = cram_settings("published", base)
     if name == "published":
         return published
@@ -46,8 +47,9 @@ def variant_config(name: str, base: CramConfig, special: list[int], scale: float
         return dataclasses.replace(published, init_std="embedding")
     if name == "published-scaled-lr":
         return dataclasses.replace(published, init_std="embedding", lr=base.lr * scale)
-    if name == "ut-peft":
-        return dataclasses.replace(base, prefix_ids=tuple(special), given_tokens=0 if special else 1)
+    if name == "ut-peft":  # the BOS goes before the memory (the tokenizer's bos_token when it adds none itself)
+        prefix = special or ([bos] if bos is not None else [])
+        return dataclasses.replace(base, prefix_ids=tuple(prefix), given_tokens=0 if special else 1)
     raise ValueError(f"unknown variant {name!r}; choose from {', '.join(VARIANTS)}")
 
 
@@ -111,7 +113,7 @@ def main(args):
                       autocast=args.autocast)
     finished = {(r["variant"], r["length"], r["m"], r["index"]) for r in done}
     for variant in args.variants:
-        config = variant_config(variant, base, special, scale)
+        config = variant_config(variant, base, special, scale, bos=tokenizer.bos_token_id)
         jobs = []
         for length in args.lengths:
             for m in args.ms:
