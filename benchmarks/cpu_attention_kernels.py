@@ -28,11 +28,10 @@ fraction of the measured peak the kernel runs at.
 import argparse
 import time
 
+import harness
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
-
-import harness
 
 SHAPES = [(32, 17), (16, 64), (16, 128), (8, 256), (4, 512), (1, 1024)]
 BACKENDS = {"flash": SDPBackend.FLASH_ATTENTION, "math": SDPBackend.MATH}
@@ -70,8 +69,9 @@ def main(args) -> dict:
                        for _ in range(3))
             for backend in BACKENDS.values():  # warm-up
                 seconds(backend, q, k, v, 2)
-            times = harness.interleave({name: lambda r, b=backend: seconds(b, q, k, v, args.repeats) / args.repeats
-                                        for name, backend in BACKENDS.items()}, args.rounds)
+            calls = {name: lambda r, b=backend, qkv=(q, k, v): seconds(b, *qkv, args.repeats) / args.repeats
+                     for name, backend in BACKENDS.items()}
+            times = harness.interleave(calls, args.rounds)
             flash, math = harness.spread(times["flash"]), harness.spread(times["math"])
             ratio = harness.ratio_spread(times["flash"], times["math"])
             flops = attention_flops(rows, args.heads, length, args.head_dim)

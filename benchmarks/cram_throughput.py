@@ -157,7 +157,7 @@ def _calibrate(args):
     return harness.calibrate_matmul(rows, hidden, inner, dtypes=sorted(dtypes))
 
 
-def main(args):
+def main(args) -> dict:
     run = harness.Run("cram_throughput", args)
     calibration = _calibrate(args)
     cores = os.cpu_count() or 1
@@ -220,10 +220,10 @@ def main(args):
         summary["engine_datasheet_bf16_fraction"] = fraction
         print(f"  engine on {name}: {eng[0]['tokens_per_s']:.0f} tokens/s, {100 * fraction['median']:.1f}% of the "
               "datasheet's bf16 peak")
-    run.finish(summary)
+    return run.finish(summary)
 
 
-if __name__ == "__main__":
+def parse(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--source", default="text")
@@ -243,5 +243,9 @@ if __name__ == "__main__":
     parser.add_argument("--variant", choices=["engine", "reference"], help=argparse.SUPPRESS)
     parser.add_argument("--count-flops", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--shard", default="0/1", help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    return parser.parse_args(argv)
+
+
+if __name__ == "__main__":
+    args = parse()
     run_variant(args) if args.variant else main(args)

@@ -34,11 +34,11 @@ import os
 import tempfile
 import time
 
+import harness
 import torch
 import transformers
 from peft import LoraConfig, get_peft_model
 
-import harness
 import ut_peft
 from ut_peft.models import resolve_model_path
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-import harness  # noqa: E402
+import harness
 
 
 def test_spread_is_median_and_range():
