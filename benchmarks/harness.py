@@ -216,7 +216,7 @@ def _sync(device: str) -> None:
 
 def format_calibration(cal: dict) -> str:
     m, k, n = cal["shape"]
-    rates = ", ".join(f"{name} {g:.1f} GFLOP/s" for name, g in cal["gflops"].items())
+    rates = ", ".join(f"{name} {g:.3g} GFLOP/s" for name, g in cal["gflops"].items())
     return f"matmul calibration ({m}x{k} @ {k}x{n} on {cal['device']}, {cal['threads']} threads): {rates}"
 
 
@@ -277,7 +277,8 @@ class Run:
     def __init__(self, benchmark: str, args=None, *, interval: float = 1.0, getloadavg=os.getloadavg):
         self.args = args
         self.record = {"benchmark": benchmark, "command": [Path(sys.argv[0]).name] + sys.argv[1:],
-                       "arguments": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args or {}).items()},
+                       "arguments": {k: (str(v) if isinstance(v, Path) else v)
+                                     for k, v in (vars(args) if args is not None else {}).items()},
                        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         self.load = LoadWatch(getattr(args, "max_load", None), interval, getloadavg).start()
         if not self.load.quiet:  # say so at once: a user may rather stop and wait for a quiet machine

@@ -124,3 +124,8 @@ def test_calibration_measures_each_dtype():
     assert "float32" in harness.format_calibration(cal)
     assert harness.peak_fraction(2e9, 2.0, 2.0) == 0.5
     assert harness.format_count(1.5e9) == "1.50 GFLOP"
+
+
+def test_a_run_without_arguments_records_none(capsys):
+    record = harness.Run("bare", None, interval=0, getloadavg=fake_load([0.0, 0.0])).finish({"x": 1})
+    assert record["arguments"] == {} and record["results"] == {"x": 1} and record["quiet"] is True
