@@ -31,7 +31,8 @@ def main(args) -> dict:
     vocab = args.vocab_size
     config = transformers.Gemma3TextConfig(vocab_size=vocab, hidden_size=640, intermediate_size=2048,
                                            num_hidden_layers=args.layers, num_attention_heads=4,
-                                           num_key_value_heads=1, head_dim=256, max_position_embeddings=32768, sliding_window=512)
+                                           num_key_value_heads=1, head_dim=256, max_position_embeddings=32768,
+                                           sliding_window=512)
     torch.manual_seed(0)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model = transformers.Gemma3ForCausalLM(config).to(device)
@@ -49,8 +50,9 @@ def main(args) -> dict:
     peak = (torch.cuda.max_memory_allocated() if device == "cuda"
             else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024) / 2 ** 20
     full = args.rows * args.length * vocab * 4 / 2 ** 20
-    print(f"Gemma-3-270m shape ({args.layers} layers), vocabulary {vocab}, {args.rows} rows x n = {args.length}, m = {args.m}, "
-          f"{args.steps} steps on {device}: {seconds:.1f} s, peak memory {peak:.0f} MiB (weights {weights_mib:.0f} MiB); "
+    print(f"Gemma-3-270m shape ({args.layers} layers), vocabulary {vocab}, {args.rows} rows x n = {args.length}, "
+          f"m = {args.m}, {args.steps} steps on {device}: {seconds:.1f} s, peak memory {peak:.0f} MiB "
+          f"(weights {weights_mib:.0f} MiB); "
           f"the batch's full fp32 logits alone would be {full:.0f} MiB; {len(results)} rows decided")
     return run.finish({"device": device, "seconds": seconds, "peak_mib": peak, "peak_kind": "max allocated"
                        if device == "cuda" else "max RSS", "weights_bytes": weights_mib * 2 ** 20,

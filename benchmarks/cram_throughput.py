@@ -64,7 +64,8 @@ def run_variant(args):
     source = make_source(args.source, tokenizer)
     shard, shards = (int(x) for x in args.shard.split("/"))
     jobs = [CramJob(key=i, ids=source.sequence(args.length, i, args.seed), m=args.m,
-                    seed=init_seed(args.seed, args.m, args.length, i)) for i in range(args.num_sequences)][shard::shards]
+                    seed=init_seed(args.seed, args.m, args.length, i))
+            for i in range(args.num_sequences)][shard::shards]
     prefix = (tokenizer.bos_token_id,) if args.prefix == "bos" and tokenizer.bos_token_id is not None else ()
     config = CramConfig(max_steps=args.max_steps, patience=args.max_steps, batch_size=args.batch_size,
                         autocast=args.autocast, prefix_ids=prefix)

@@ -64,7 +64,8 @@ def child(args):
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     assert int(counts.sum()) == args.samples
     print(json.dumps({"variant": args.variant, "samples": args.samples, "vocab_size": path.vocab_size,
-                      "hidden_size": path.hidden_size, "seconds": seconds, "samples_per_second": args.samples / seconds,
+                      "hidden_size": path.hidden_size, "seconds": seconds,
+                      "samples_per_second": args.samples / seconds,
                       "peak_rss_above_model_mib": peak - base}))
 
 
@@ -102,7 +103,8 @@ def main(args):
     rows = harness.interleave({v: lambda r, v=v: launch(args, v) for v in ("chunked", "unchunked")}, args.repeats)
     c, u = rows["chunked"], rows["unchunked"]
     speed = harness.ratio_spread((x["samples_per_second"] for x in c), (x["samples_per_second"] for x in u))
-    memory = harness.ratio_spread((x["peak_rss_above_model_mib"] for x in c), (x["peak_rss_above_model_mib"] for x in u))
+    memory = harness.ratio_spread((x["peak_rss_above_model_mib"] for x in c),
+                                  (x["peak_rss_above_model_mib"] for x in u))
     first = u[0]
     flops = 2 * first["samples"] * first["hidden_size"] * first["vocab_size"]
     logits_gib = first["samples"] * first["vocab_size"] * 4 / 2 ** 30

@@ -75,7 +75,7 @@ class Variant:
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
             loss = self.model(input_ids=batch, labels=batch).loss
         self.saved_bytes = max(self.saved_bytes, distinct_bytes(saved))
-        del saved
+        saved.clear()  # our references only: autograd keeps what the backward needs
         loss.backward()
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=False)  # keep grads allocated, as during training
@@ -107,7 +107,8 @@ def build(kind: str, model_name: str, task_vocab: int):
 
 
 def compare(label: str, kind: str, task_vocab: int, batch: torch.Tensor, args, peak_gflops: float) -> dict:
-    ours, stock = Variant(kind, build(kind, args.model, task_vocab)), Variant("stock", build("stock", args.model, task_vocab))
+    ours = Variant(kind, build(kind, args.model, task_vocab))
+    stock = Variant("stock", build("stock", args.model, task_vocab))
     data = batch % task_vocab if task_vocab else batch
     for step in range(args.warmup + args.steps):
         for variant in (ours, stock) if step % 2 == 0 else (stock, ours):
