@@ -1,6 +1,6 @@
 """Samples per second and peak memory of the chunked cell estimator against a straightforward unchunked one.
 
-    python benchmarks/geometry_cells.py --model smollm2-135m --samples 16384
+    python benchmarks/geometry_cells.py --model smollm2-135m --samples 16384 [--repeats 3] [--json PATH]
 
 Both variants decode the same number of uniform ball points through the same output head (argmax of the real
 logits). The unchunked baseline samples every point at once, materialises the full (N, |V|) logits, takes the
@@ -8,6 +8,21 @@ argmax and counts; the chunked estimator (``ut_peft.geometry.estimate_cells``) w
 chunk_size x vocab_chunk logits. Each variant runs in its own child process, which reports its own peak RSS above
 the RSS it had once the model was loaded, so the two peaks do not mix. Prints one JSON line per variant and the
 ratios (chunked / unchunked).
+
+Repeats (``--repeats``, default 3; ``harness.py``): each repeat runs both variants once, in fresh processes, the
+order rotating from one repeat to the next; the ratios are the medians of the per-repeat ratios with their range
+(min-max), and the load average is watched throughout (a WARNING, and ``"quiet": false`` in ``--json``, when it
+exceeded the CPU count).
+
+Counts next to the times, the same for both variants: FLOPs, those of the head's matrix product (the norm and the
+argmax are element-wise and not counted),
+
+    FLOPs = 2 x samples x hidden size x |V|
+
+and bytes: the unchunked variant's full fp32 logits (samples x |V| x 4) against one chunked block
+(chunk_size x vocab_chunk x 4). The FLOPs over a variant's time, divided by the GFLOP/s that a float32 matmul of
+the block's shape measures on this machine with the children's thread count, are the fraction of the measured
+peak it runs at.
 """
 
 import argparse
@@ -16,6 +31,8 @@ import resource
 import subprocess
 import sys
 import time
+
+import harness
 
 
 def rss_mib() -> float:
@@ -47,31 +64,74 @@ def child(args):
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     assert int(counts.sum()) == args.samples
     print(json.dumps({"variant": args.variant, "samples": args.samples, "vocab_size": path.vocab_size,
-                      "hidden_size": path.hidden_size, "seconds": seconds, "samples_per_second": args.samples / seconds,
+                      "hidden_size": path.hidden_size, "seconds": seconds,
+                      "samples_per_second": args.samples / seconds,
                       "peak_rss_above_model_mib": peak - base}))
 
 
+def launch(args, variant):
+    cmd = [sys.executable, __file__, "--child", variant, "--model", args.model, "--samples", str(args.samples),
+           "--threads", str(args.threads), "--chunk-size", str(args.chunk_size)]
+    if args.vocab_chunk:
+        cmd += ["--vocab-chunk", str(args.vocab_chunk)]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    row = json.loads(out.strip().splitlines()[-1])
+    print(json.dumps(row), flush=True)
+    return row
+
+
+def calibrate(args):
+    import torch
+    import transformers
+
+    from ut_peft.geometry.cells import default_chunks
+    from ut_peft.models import resolve_model_path
+
+    torch.set_num_threads(args.threads)  # as the children run
+    config = transformers.AutoConfig.from_pretrained(resolve_model_path(args.model))
+    config = getattr(config, "text_config", config)
+    points, rows = default_chunks(config.vocab_size, args.chunk_size, args.vocab_chunk)
+    return harness.calibrate_matmul(min(points, args.samples), config.hidden_size, rows, device="cpu")
+
+
 def main(args):
-    rows = {}
-    for variant in ("chunked", "unchunked"):
-        cmd = [sys.executable, __file__, "--child", variant, "--model", args.model, "--samples", str(args.samples),
-               "--threads", str(args.threads), "--chunk-size", str(args.chunk_size)]
-        if args.vocab_chunk:
-            cmd += ["--vocab-chunk", str(args.vocab_chunk)]
-        out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-        rows[variant] = json.loads(out.strip().splitlines()[-1])
-        print(json.dumps(rows[variant]), flush=True)
+    from ut_peft.geometry.cells import default_chunks
+
+    run = harness.Run("geometry_cells", args)
+    calibration = calibrate(args)
+    print(harness.format_calibration(calibration), flush=True)
+    rows = harness.interleave({v: lambda r, v=v: launch(args, v) for v in ("chunked", "unchunked")}, args.repeats)
     c, u = rows["chunked"], rows["unchunked"]
-    logits_gib = u["samples"] * u["vocab_size"] * 4 / 2 ** 30
-    print(f"samples/s ratio (chunked / unchunked): {c['samples_per_second'] / u['samples_per_second']:.2f}")
-    print(f"peak memory ratio (chunked / unchunked): "
-          f"{c['peak_rss_above_model_mib'] / u['peak_rss_above_model_mib']:.3f} "
-          f"({c['peak_rss_above_model_mib']:.0f} MiB vs {u['peak_rss_above_model_mib']:.0f} MiB; the unchunked "
-          f"logits alone are {logits_gib:.1f} GiB here and would be {1e7 * u['vocab_size'] * 4 / 2 ** 40:.1f} TiB "
-          f"at 10^7 samples)")
+    speed = harness.ratio_spread((x["samples_per_second"] for x in c), (x["samples_per_second"] for x in u))
+    memory = harness.ratio_spread((x["peak_rss_above_model_mib"] for x in c),
+                                  (x["peak_rss_above_model_mib"] for x in u))
+    first = u[0]
+    flops = 2 * first["samples"] * first["hidden_size"] * first["vocab_size"]
+    logits_gib = first["samples"] * first["vocab_size"] * 4 / 2 ** 30
+    points, vocab_rows = default_chunks(first["vocab_size"], args.chunk_size, args.vocab_chunk)
+    block = min(points, args.samples) * vocab_rows * 4
+    peak = calibration["gflops"]["float32"]
+    summary = {"calibration": calibration, "flops": flops, "unchunked_logits_bytes": logits_gib * 2 ** 30,
+               "chunked_block_bytes": block, "samples_per_second_ratio": speed, "peak_memory_ratio": memory}
+    for name, variant in (("chunked", c), ("unchunked", u)):
+        sps = harness.spread(x["samples_per_second"] for x in variant)
+        mib = harness.spread(x["peak_rss_above_model_mib"] for x in variant)
+        fraction = harness.spread(harness.peak_fraction(flops, x["seconds"], peak) for x in variant)
+        summary[name] = {"samples_per_second": sps, "peak_rss_above_model_mib": mib, "peak_fraction": fraction,
+                         "runs": variant}
+        print(f"{name:9s}: {harness.format_spread(sps, 0)} samples/s, peak RSS above the model "
+              f"{harness.format_spread(mib, 0, ' MiB')}, {100 * fraction['median']:.1f}% of the measured fp32 "
+              f"peak ({harness.format_count(flops)} in all)")
+    print(f"samples/s ratio (chunked / unchunked): {harness.format_ratio(speed)}")
+    print(f"peak memory ratio (chunked / unchunked): {harness.format_ratio(memory, 3)} "
+          f"({harness.spread(x['peak_rss_above_model_mib'] for x in c)['median']:.0f} MiB vs "
+          f"{harness.spread(x['peak_rss_above_model_mib'] for x in u)['median']:.0f} MiB; the unchunked "
+          f"logits alone are {logits_gib:.1f} GiB here and would be {1e7 * first['vocab_size'] * 4 / 2 ** 40:.1f} TiB "
+          f"at 10^7 samples, one chunked block {block / 2 ** 20:.0f} MiB)")
+    return run.finish(summary)
 
 
-if __name__ == "__main__":
+def parse(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default="smollm2-135m")
     p.add_argument("--samples", type=int, default=16384)
@@ -79,7 +139,12 @@ if __name__ == "__main__":
     p.add_argument("--chunk-size", type=int, default=4096)
     p.add_argument("--vocab-chunk", type=int)
     p.add_argument("--child", choices=["chunked", "unchunked"], help=argparse.SUPPRESS)
-    a = p.parse_args()
+    harness.add_arguments(p, repeats=3)
+    return p.parse_args(argv)
+
+
+if __name__ == "__main__":
+    a = parse()
     if a.child:
         a.variant = a.child
         child(a)

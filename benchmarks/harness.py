@@ -1,0 +1,302 @@
+"""What every benchmark here shares: interleaved repeats, medians with ranges, a load check, a matmul calibration,
+FLOP counting and a JSON record.
+
+A benchmark script imports it as ``import harness`` (``python benchmarks/x.py`` puts this folder on the path):
+
+    parser = argparse.ArgumentParser(); harness.add_arguments(parser)     # --repeats, --json PATH, --max-load
+    run = harness.Run("my_benchmark", args)                                # records the load from here on
+    times = harness.interleave({"ours": ours, "baseline": baseline}, args.repeats)
+    ratio = harness.ratio_spread(seconds(times["ours"]), seconds(times["baseline"]))
+    print(f"speed-up {harness.format_ratio(ratio)}")
+    run.finish(results)                                                    # load line, WARNING, JSON
+
+Why each piece:
+
+- Repeats, interleaved. Each repeat runs every variant once, and the order rotates from one repeat to the next (A B,
+  B A, A B, ...), so slow drift of a shared machine's speed hits all variants alike. A figure is the median over
+  the repeats with its range (min-max); a ratio is the median of the per-repeat ratios (variant A's time in
+  repeat r over variant B's time in repeat r) with the range of those ratios, so the range says how far one
+  paired measurement can stray.
+- Load. The 1-minute load average (``os.getloadavg``) is read at the start, every second while the benchmark runs
+  (a background thread) and at the end. When it exceeds the CPU count at any point, other jobs were waiting for
+  the cores, times are inflated unevenly between variants, and the run prints a WARNING and records
+  ``"quiet": false``: such a run is not one to quote. The benchmark's own busy threads count too: a run that
+  keeps every core busy reads about the CPU count on an otherwise idle machine.
+- Calibration. A float32 and a bf16 matrix product at the benchmark's scale, timed for a few hundred ms, give the
+  GFLOP/s this machine actually reaches; a variant's FLOPs over its time, divided by that, is the fraction of the
+  measured peak it runs at, a figure that travels between machines better than seconds do.
+- FLOPs. ``count_flops`` runs a function under ``torch.utils.flop_counter.FlopCounterMode`` (matrix products,
+  convolutions and attention; element-wise work is not counted), with PyTorch's CPU flash-attention kernels added
+  (its table lists only the CUDA ones). Attention counts the whole (L, L) score matrix, causal or not, as
+  PyTorch's own formula does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+
+def add_arguments(parser, *, repeats: int | None = 3) -> None:
+    """Add ``--repeats`` (unless ``repeats`` is None: the script has its own count), ``--json`` and ``--max-load``."""
+    if repeats is not None:
+        parser.add_argument("--repeats", type=int, default=repeats,
+                            help=f"times each variant runs, interleaved (default {repeats})")
+    parser.add_argument("--json", type=Path, metavar="PATH", help="also write the results as JSON to PATH")
+    parser.add_argument("--max-load", type=float, default=None,
+                        help="1-minute load average above which the run is not quiet (default: the CPU count)")
+
+
+# --- arithmetic -------------------------------------------------------------------------------------------------
+
+def spread(values) -> dict:
+    """Median, min and max of ``values`` (and the values themselves)."""
+    values = [float(v) for v in values]
+    if not values:
+        raise ValueError("spread of no values: run at least one repeat")
+    return {"median": statistics.median(values), "min": min(values), "max": max(values), "values": values}
+
+
+def ratio_spread(numerators, denominators) -> dict:
+    """The spread of the per-repeat ratios ``numerators[r] / denominators[r]``."""
+    numerators, denominators = list(numerators), list(denominators)
+    if len(numerators) != len(denominators):
+        raise ValueError(f"paired ratios need as many numerators as denominators (got {len(numerators)} and "
+                         f"{len(denominators)})")
+    return spread(a / b for a, b in zip(numerators, denominators))
+
+
+def format_spread(s: dict, digits: int = 2, unit: str = "") -> str:
+    """``12.30 s (11.90-12.80)``: the median, then the range."""
+    return f"{s['median']:.{digits}f}{unit} ({s['min']:.{digits}f}-{s['max']:.{digits}f})"
+
+
+def format_ratio(s: dict, digits: int = 2) -> str:
+    n = len(s["values"])
+    return (f"{s['median']:.{digits}f}x (median; range {s['min']:.{digits}f}-{s['max']:.{digits}f} over "
+            f"{n} repeat{'s' if n != 1 else ''})")
+
+
+def format_count(value: float, unit: str = "FLOP") -> str:
+    """``1.23 GFLOP``: a count with an SI prefix."""
+    for prefix, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(value) >= scale:
+            return f"{value / scale:.2f} {prefix}{unit}"
+    return f"{value:.0f} {unit}"
+
+
+def rotations(names, repeats: int) -> list[list[str]]:
+    """The order of the variants in each repeat: rotated by one each time (A B, B A, ... for two variants)."""
+    names = list(names)
+    if repeats < 1:
+        raise ValueError(f"repeats must be >= 1 (got {repeats})")
+    return [names[r % len(names):] + names[:r % len(names)] for r in range(repeats)]
+
+
+def interleave(variants: dict[str, Callable[[int], object]], repeats: int) -> dict[str, list]:
+    """Call each variant once per repeat, in :func:`rotations` order; ``variants[name](r)`` gets the repeat index.
+
+    Returns each variant's results in repeat order.
+    """
+    results = {name: [] for name in variants}
+    for r, order in enumerate(rotations(variants, repeats)):
+        for name in order:
+            results[name].append(variants[name](r))
+    return results
+
+
+# --- load -------------------------------------------------------------------------------------------------------
+
+class LoadWatch:
+    """The 1-minute load average at the start, every ``interval`` seconds in a background thread, and at the end."""
+
+    def __init__(self, limit: float | None = None, interval: float = 1.0, getloadavg=os.getloadavg):
+        self.cpu_count = os.cpu_count() or 1
+        self.limit = float(limit if limit is not None else self.cpu_count)
+        self.interval, self._getloadavg = interval, getloadavg
+        self.start_load = self.end_load = None
+        self.highest = 0.0
+        self._stop = threading.Event()
+        self._thread = None
+
+    def sample(self) -> tuple[float, float, float]:
+        load = tuple(self._getloadavg())
+        self.highest = max(self.highest, load[0])
+        return load
+
+    def start(self) -> LoadWatch:
+        self.start_load = self.sample()
+        if self.interval:
+            self._thread = threading.Thread(target=self._watch, name="load-watch", daemon=True)
+            self._thread.start()
+        return self
+
+    def _watch(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.sample()
+
+    def stop(self) -> LoadWatch:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self.end_load = self.sample()
+        return self
+
+    @property
+    def quiet(self) -> bool:
+        return self.highest <= self.limit
+
+    def summary(self) -> dict:
+        return {"cpu_count": self.cpu_count, "limit": self.limit, "start": list(self.start_load or ()),
+                "end": list(self.end_load or ()), "highest_1min": self.highest, "quiet": self.quiet}
+
+    def line(self) -> str:
+        end = f"{self.end_load[0]:.2f}" if self.end_load else "?"
+        return (f"load average (1 min): {self.start_load[0]:.2f} at start, {end} at end, highest {self.highest:.2f}; "
+                f"{self.cpu_count} CPUs")
+
+    def warning(self) -> str | None:
+        if self.quiet:
+            return None
+        return (f"WARNING: NOT A QUIET RUN. The 1-minute load average reached {self.highest:.2f}, above "
+                f"{self.limit:g} (the CPU count is {self.cpu_count}): other jobs were waiting for the cores, so "
+                "the times and ratios above are inflated unevenly. Do not quote them; rerun on a quiet machine.")
+
+
+# --- calibration and FLOPs --------------------------------------------------------------------------------------
+
+DTYPES = {"fp32": "float32", "float32": "float32", "bf16": "bfloat16", "bfloat16": "bfloat16",
+          "fp16": "float16", "float16": "float16"}
+
+
+def calibrate_matmul(m: int, k: int, n: int, dtypes=("float32", "bfloat16"), seconds: float = 0.3,
+                     device: str | None = None) -> dict:
+    """GFLOP/s of an (m, k) x (k, n) matrix product in each dtype, timed for about ``seconds`` each.
+
+    This is the machine's measured matmul peak at the benchmark's scale (threads as torch has them now).
+    """
+    import torch
+
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    out = {"shape": [m, k, n], "device": device, "threads": torch.get_num_threads(), "gflops": {}}
+    for name in dtypes:
+        dtype = getattr(torch, DTYPES[name])
+        a = torch.randn(m, k, device=device).to(dtype)
+        b = torch.randn(k, n, device=device).to(dtype)
+        calls = 0
+        for _ in range(2):  # warm-up: thread pools, kernels chosen on first use
+            a @ b
+        _sync(device)
+        start = time.perf_counter()
+        while True:
+            a @ b
+            calls += 1
+            if calls % 4 == 0:
+                _sync(device)
+                elapsed = time.perf_counter() - start
+                if elapsed >= seconds:
+                    break
+        out["gflops"][DTYPES[name]] = 2.0 * m * k * n * calls / elapsed / 1e9
+    return out
+
+
+def _sync(device: str) -> None:
+    if str(device).startswith("cuda"):
+        import torch
+
+        torch.cuda.synchronize()
+
+
+def format_calibration(cal: dict) -> str:
+    m, k, n = cal["shape"]
+    rates = ", ".join(f"{name} {g:.3g} GFLOP/s" for name, g in cal["gflops"].items())
+    return f"matmul calibration ({m}x{k} @ {k}x{n} on {cal['device']}, {cal['threads']} threads): {rates}"
+
+
+def peak_fraction(flops: float, seconds: float, gflops: float) -> float:
+    """The fraction of a measured peak (GFLOP/s) that ``flops`` in ``seconds`` reach."""
+    return flops / seconds / (gflops * 1e9)
+
+
+def _sdpa_flops(query_shape, key_shape, value_shape, backward: bool) -> int:
+    # Q K^T and P V, each 2 * b * h * Lq * Lk * d; the backward computes four such products (dP, dV, dQ, dK).
+    # Heads come from the query: with grouped-query attention the keys may have fewer.
+    b, h, lq, d = query_shape
+    forward = 2 * b * h * lq * key_shape[-2] * (d + value_shape[-1])
+    return 2 * forward if backward else forward
+
+
+def _cpu_flash_forward(query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
+    return _sdpa_flops(query_shape, key_shape, value_shape, backward=False)
+
+
+def _cpu_flash_backward(grad_out_shape, query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
+    return _sdpa_flops(query_shape, key_shape, value_shape, backward=True)
+
+
+def count_flops(fn: Callable, *args, **kwargs) -> tuple[object, int]:
+    """``(fn(*args, **kwargs), FLOPs it ran)``, counted by ``FlopCounterMode`` with the CPU flash kernels added."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    aten = torch.ops.aten
+    mapping = {aten._scaled_dot_product_flash_attention_for_cpu: _cpu_flash_forward,
+               aten._scaled_dot_product_flash_attention_for_cpu_backward: _cpu_flash_backward}
+    with FlopCounterMode(display=False, custom_mapping=mapping) as counter:
+        result = fn(*args, **kwargs)
+    return result, counter.get_total_flops()
+
+
+# --- the run record ---------------------------------------------------------------------------------------------
+
+def machine() -> dict:
+    info = {"cpu_count": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()}
+    try:
+        with open("/proc/cpuinfo") as handle:
+            info["cpu"] = next((line.split(":", 1)[1].strip() for line in handle if line.startswith("model name")),
+                               platform.processor())
+    except OSError:
+        info["cpu"] = platform.processor()
+    if "torch" in sys.modules:
+        torch = sys.modules["torch"]
+        info.update(torch=torch.__version__, torch_threads=torch.get_num_threads(),
+                    cuda=torch.cuda.get_device_name() if torch.cuda.is_available() else None)
+    return info
+
+
+class Run:
+    """One benchmark run: watches the load from creation, then prints the load line and writes the JSON record."""
+
+    def __init__(self, benchmark: str, args=None, *, interval: float = 1.0, getloadavg=os.getloadavg):
+        self.args = args
+        self.record = {"benchmark": benchmark, "command": [Path(sys.argv[0]).name] + sys.argv[1:],
+                       "arguments": {k: (str(v) if isinstance(v, Path) else v)
+                                     for k, v in (vars(args) if args is not None else {}).items()},
+                       "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        self.load = LoadWatch(getattr(args, "max_load", None), interval, getloadavg).start()
+        if not self.load.quiet:  # say so at once: a user may rather stop and wait for a quiet machine
+            print(self.load.warning().replace("the times and ratios above are", "times and ratios will be"),
+                  flush=True)
+
+    def finish(self, results: dict) -> dict:
+        """Stop watching; print the load line (and the WARNING); write ``--json``; return the whole record."""
+        self.load.stop()
+        self.record.update(machine=machine(), finished=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                           load=self.load.summary(), quiet=self.load.quiet, results=results)
+        print(self.load.line())
+        if not self.load.quiet:
+            print(self.load.warning())
+        path = getattr(self.args, "json", None)
+        if path:
+            path = Path(path)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(self.record, indent=2, default=str) + "\n")
+            print(f"results written to {path}")
+        return self.record

@@ -1,0 +1,155 @@
+"""Each benchmark that BENCHMARKS.md quotes runs end to end on a tiny model and writes its JSON record.
+
+The scripts run in this process (their ``main(parse([...]))``). cram_throughput and geometry_cells run each variant
+in a child process, and a Python start-up with torch and transformers takes 5-15 s on the shared test machine, so
+by default their children run in this process too (``in_process``); the ``slow`` tests run them as real child
+processes, as a user's run does.
+"""
+
+import argparse
+import contextlib
+import importlib.util
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+@pytest.fixture
+def load(monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCHMARKS))  # as `python benchmarks/x.py` does, for `import harness`
+
+    def load(name):
+        spec = importlib.util.spec_from_file_location(f"benchmark_{name}", BENCHMARKS / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    return load
+
+
+def read(path):
+    record = json.loads(path.read_text())
+    assert isinstance(record["quiet"], bool) and record["load"]["cpu_count"] >= 1
+    return record
+
+
+def in_process(bench, monkeypatch):
+    """Run cram_throughput's children by calling ``run_variant`` here instead of in a new process."""
+
+    class Child:
+        returncode = 0
+
+        def __init__(self, args):
+            self.args = args
+
+        def communicate(self):
+            stdout = io.StringIO()
+            with contextlib.redirect_stdout(stdout):
+                bench.run_variant(self.args)
+            return stdout.getvalue(), ""
+
+    def launch(args, variant, shard="0/1", threads=None, count_flops=False):
+        return Child(argparse.Namespace(**{**vars(args), "variant": variant, "shard": shard,
+                                           "threads": threads or args.threads, "count_flops": count_flops}))
+    monkeypatch.setattr(bench, "_launch", launch)
+
+
+@pytest.mark.parametrize("children", ["in_process", pytest.param("subprocess", marks=pytest.mark.slow)])
+def test_cram_throughput(load, tiny_model_folder, tmp_path, capsys, monkeypatch, children):
+    bench = load("cram_throughput")
+    if children == "in_process":
+        in_process(bench, monkeypatch)
+    out = tmp_path / "ct.json"
+    bench.main(bench.parse(["--model", str(tiny_model_folder), "--num-sequences", "3", "--length", "5",
+                            "--max-steps", "2", "--batch-size", "3", "--threads", "1", "--repeats", "1",
+                            "--json", str(out)]))
+    printed = capsys.readouterr().out
+    assert "speed-up (engine / reference, sequences decided per minute):" in printed
+    assert "load average (1 min):" in printed and "matmul calibration" in printed
+    results = read(out)["results"]
+    assert results["sequences"] == 3 and results["same_decisions"] == [3]
+    for name in ("reference", "engine"):
+        variant = results["variants"][name]
+        assert variant["row_steps"] == 3 * 2  # nothing crams in 2 steps: every row runs the whole cap
+        assert variant["flops_per_row_step"] > 0 and variant["flops_per_sequence"] > 0
+        assert variant["flops"] == 6 * variant["flops_per_row_step"] + 3 * variant["flops_per_sequence"]
+        assert 0 < variant["peak_fraction"]["median"]
+    # the reference computes the head on every position, the engine on the targets only
+    variants = results["variants"]
+    assert variants["reference"]["flops_per_row_step"] >= variants["engine"]["flops_per_row_step"]
+    assert results["speedup"]["min"] <= results["speedup"]["median"] <= results["speedup"]["max"]
+
+
+def test_reprogram_vs_stock_peft(load, tiny_model_folder, tmp_path, capsys):
+    bench = load("reprogram_vs_stock_peft")
+    out = tmp_path / "rp.json"
+    bench.main(bench.parse(["--model", str(tiny_model_folder), "--repeats", "2", "--batch", "2", "--length", "8",
+                            "--task-vocab", "16", "--json", str(out)]))
+    assert "step time ours / stock" in capsys.readouterr().out
+    settings = read(out)["results"]["settings"]
+    assert set(settings) == {"same vocabulary", "task vocab 16", "task vocab 16, release"}
+    same = settings["same vocabulary"]
+    assert len(same["step_time_ratio"]["values"]) == 2
+    assert same["ours"]["flops_per_step"] > 0 and same["stock"]["flops_per_step"] > 0
+    # tied E/U: stock peft unties and trains two copies, so its adapter is twice ours
+    assert same["adapter_ratio"] == pytest.approx(0.5, rel=0.05)
+    with pytest.raises(SystemExit):
+        bench.parse(["--warmup", "0"])
+
+
+def test_cpu_attention_kernels(load, tmp_path, capsys):
+    bench = load("cpu_attention_kernels")
+    bench.SHAPES = [(2, 8), (1, 16)]
+    out = tmp_path / "attn.json"
+    bench.main(bench.parse(["--dtype", "fp32", "--heads", "2", "--head-dim", "8", "--rounds", "2", "--repeats", "1",
+                            "--threads", "1", "--json", str(out)]))
+    assert "flash / math" in capsys.readouterr().out
+    shapes = read(out)["results"]["shapes"]
+    assert [(s["rows"], s["positions"]) for s in shapes] == [(2, 8), (1, 16)]
+    assert shapes[0]["flops_per_call"] == bench.attention_flops(2, 2, 8, 8) == 12 * 2 * 2 * 8 ** 2 * 8
+    assert len(shapes[0]["flash_over_math"]["values"]) == 2
+
+
+def test_attention_flops_formula_matches_the_flop_counter(load):
+    import torch
+    from torch.nn.attention import SDPBackend
+
+    bench = load("cpu_attention_kernels")
+    import harness  # importable once `load` has put benchmarks/ on the path
+
+    q, k, v = (torch.randn(3, 2, 10, 4, requires_grad=True) for _ in range(3))
+    for backend in (SDPBackend.FLASH_ATTENTION, SDPBackend.MATH):
+        _, counted = harness.count_flops(lambda b=backend: bench.seconds(b, q, k, v, 1))
+        assert counted == bench.attention_flops(3, 2, 10, 4)
+
+
+def test_cram_memory_large_vocab(load, tmp_path, capsys):
+    bench = load("cram_memory_large_vocab")
+    out = tmp_path / "mem.json"
+    bench.main(bench.parse(["--rows", "2", "--length", "6", "--m", "1", "--steps", "1", "--layers", "1",
+                            "--vocab-size", "500", "--json", str(out)]))
+    assert "rows decided" in capsys.readouterr().out
+    results = read(out)["results"]
+    assert results["rows_decided"] == 2 and results["full_fp32_logits_bytes"] == 2 * 6 * 500 * 4
+
+
+@pytest.mark.parametrize("children", ["in_process", pytest.param("subprocess", marks=pytest.mark.slow)])
+def test_geometry_cells(load, tiny_model_folder, tmp_path, capsys, monkeypatch, children):
+    bench = load("geometry_cells")
+    if children == "in_process":
+        def launch(args, variant):
+            stdout = io.StringIO()
+            with contextlib.redirect_stdout(stdout):
+                bench.child(argparse.Namespace(**{**vars(args), "variant": variant}))
+            return json.loads(stdout.getvalue().strip().splitlines()[-1])
+        monkeypatch.setattr(bench, "launch", launch)
+    out = tmp_path / "geo.json"
+    bench.main(bench.parse(["--model", str(tiny_model_folder), "--samples", "500", "--chunk-size", "128",
+                            "--repeats", "1", "--json", str(out)]))
+    assert "samples/s ratio (chunked / unchunked):" in capsys.readouterr().out
+    results = read(out)["results"]
+    assert results["flops"] == 2 * 500 * 32 * 300
+    assert results["unchunked_logits_bytes"] == 500 * 300 * 4
