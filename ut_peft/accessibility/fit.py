@@ -109,26 +109,32 @@ def _firth_fit(u: np.ndarray, succ: np.ndarray, trials: np.ndarray, iterations: 
     beta = np.zeros((batch, 2)) if start is None or not np.isfinite(start).all() else np.tile(start, (batch, 1))
     x = np.stack([np.ones_like(u), u])  # (2, L)
     done = np.zeros(batch, dtype=bool)
+    active = np.arange(batch)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        _newton(beta, u, x, succ, trials, done, active, iterations)
+    beta[~done] = np.nan
+    return beta
+
+
+def _newton(beta, u, x, succ, trials, done, active, iterations):
     for _ in range(iterations):
-        eta = beta[:, :1] + beta[:, 1:] * u
-        p = 1.0 / (1.0 + np.exp(-np.clip(eta, -35, 35)))
-        w = trials * p * (1 - p)
+        b, y, t = beta[active], succ[active], trials[active]  # only the fits still moving: most stop early
+        p = 1.0 / (1.0 + np.exp(-np.clip(b[:, :1] + b[:, 1:] * u, -35, 35)))
+        w = t * p * (1 - p)
         i00, i01, i11 = w.sum(1), (w * u).sum(1), (w * u * u).sum(1)
         det = i00 * i11 - i01 * i01
         det = np.where(det > 1e-12 * (i00 * i11 + 1e-300), det, np.nan)  # one length or no data: no information
-        inv = np.stack([np.stack([i11, -i01], -1), np.stack([-i01, i00], -1)], -2) / det[:, None, None]
-        hat = w * (inv[:, 0, 0, None] + 2 * inv[:, 0, 1, None] * u + inv[:, 1, 1, None] * u * u)
-        resid = succ - trials * p + hat * (0.5 - p)
-        score = resid @ x.T  # (B, 2)
-        step = np.einsum("bij,bj->bi", inv, score)
+        v00, v01, v11 = i11 / det, -i01 / det, i00 / det  # the inverse information
+        hat = w * (v00[:, None] + 2 * v01[:, None] * u + v11[:, None] * u * u)
+        score = (y - t * p + hat * (0.5 - p)) @ x.T  # (B, 2)
+        step = np.stack([v00 * score[:, 0] + v01 * score[:, 1], v01 * score[:, 0] + v11 * score[:, 1]], 1)
         step = step * np.minimum(1.0, 2.0 / np.maximum(np.abs(step).max(1, keepdims=True), 1e-300))
-        step[done] = 0
-        beta = beta + step
-        done |= ~(np.abs(step).max(1) > 1e-8)  # NaN steps count as done: the row stays NaN
-        if done.all():
+        beta[active] = b + step
+        finished = ~(np.abs(step).max(1) > 1e-8)  # NaN steps count as finished: the row stays NaN
+        done[active[finished]] = True
+        active = active[~finished]
+        if active.size == 0:
             break
-    beta[~done] = np.nan
-    return beta
 
 
 def _scale(lengths: np.ndarray) -> tuple[float, float]:
@@ -242,6 +248,7 @@ def _bootstrap_curves(ns, succ, tri, num_boot, rng, weights=None):
     u = (ns - centre) / spread
     start = _firth_fit(u, succ.sum(0)[None], tri.sum(0)[None])[0]
     with np.errstate(invalid="ignore", divide="ignore"):
+        weights = weights.astype(float)  # an integer matmul takes numpy's slow path
         beta = _firth_fit(u, weights @ succ, weights @ tri, start=start)
     return _to_curve(beta, centre, spread)
 

@@ -35,7 +35,8 @@ def plot_accessibility(summary: dict, path) -> None:
         counts = entry["num_sequences"]
         bars = np.array([wilson(round(a * k), k) for a, k in zip(entry["accessibility"], counts)])
         acc = np.asarray(entry["accessibility"])
-        container = ax.errorbar(entry["lengths"], acc, yerr=[acc - bars[:, 0], bars[:, 1] - acc], fmt="o", ms=4,
+        yerr = np.clip([acc - bars[:, 0], bars[:, 1] - acc], 0, None)  # rounding can make a zero bar -1e-17
+        container = ax.errorbar(entry["lengths"], acc, yerr=yerr, fmt="o", ms=4,
                                 capsize=2, label=f"m = {entry['m']}")
         color = container[0].get_color()
         if entry["n50"] is not None:
@@ -43,7 +44,9 @@ def plot_accessibility(summary: dict, path) -> None:
             ax.plot(grid, sigmoid(grid, entry["n50"], entry["sigmoid_slope"]), "-", color=color, alpha=0.7)
             if entry.get("n50_ci"):  # the n_50 interval, drawn where it is read: at accessibility 1/2
                 low, high = entry["n50_ci"]
-                ax.errorbar([entry["n50"]], [0.5], xerr=[[entry["n50"] - low], [high - entry["n50"]]], fmt="s",
+                # A percentile interval need not hold the point estimate (a skewed bootstrap): clip the bar at it.
+                xerr = [[max(0.0, entry["n50"] - low)], [max(0.0, high - entry["n50"])]]
+                ax.errorbar([entry["n50"]], [0.5], xerr=xerr, fmt="s",
                             color=color, ms=5, capsize=3)
     ax.axhline(0.5, color="grey", lw=0.5, ls=":")
     ax.set_xlabel("sequence length n (tokens)")
@@ -64,7 +67,7 @@ def plot_n50(summary: dict, path) -> None:
         ms = np.array([e["m"] for e in points])
         n50 = np.array([e["n50"] for e in points])
         cis = np.array([e.get("n50_ci") or [e["n50"], e["n50"]] for e in points])
-        ax.errorbar(ms, n50, yerr=[n50 - cis[:, 0], cis[:, 1] - n50], fmt="o", capsize=3,
+        ax.errorbar(ms, n50, yerr=np.clip([n50 - cis[:, 0], cis[:, 1] - n50], 0, None), fmt="o", capsize=3,
                     label="measured $n_{50}$ (95% interval)")
         grid = np.linspace(0, max(ms) + 0.5, 50)
         fit = summary.get("fit")
