@@ -62,7 +62,7 @@ def test_sweep_writes_rows_summary_plots_and_report(tmp_path, llama):
         sum(r["accessible"] for r in rows if r["m"] == 1 and r["n"] == 2) / 2)
     for name in ("accessibility.png", "n50_vs_m.png", "report.md", "settings.json"):
         assert (tmp_path / name).stat().st_size > 0
-    assert "| m | n_50 |" in (tmp_path / "report.md").read_text()
+    assert "| m | n_50 (MLE) | 95% interval |" in (tmp_path / "report.md").read_text()
 
 
 def test_resume_skips_finished_rows_and_refuses_other_settings(tmp_path, llama):
