@@ -143,7 +143,8 @@ def simulate(args) -> None:
     target = {m: float(np.mean([r["per_m"][m]["ci"][1] - r["per_m"][m]["ci"][0] for r in results["published"]
                                 if r["per_m"][m]["ci"]])) for m in ms}
     for repeat in range(args.repeats):
-        design = SequentialDesign(ms, batch=args.batch, start=10, stop=1000, target_ci=target, seed=0)
+        design = SequentialDesign(ms, batch=args.batch, start=10, stop=1000, target_ci=target, seed=0,
+                                  min_rounds=args.min_rounds, probe=args.probe)
         rows, wall = run_design(design, truth, repeat)
         walls["sequential"] += wall
         results["sequential"].append(analyse(with_index(rows), ms, complete=None))
@@ -224,6 +225,8 @@ def main(argv=None):
     parser.add_argument("--jitter", type=float, default=0.3, help="per-attempt noise, in units of that scale")
     parser.add_argument("--early-stop", type=int, default=None, help="simulate abandoning hopeless rows at step K")
     parser.add_argument("--batch", type=int, default=8, help="sequences per round of the sequential design")
+    parser.add_argument("--min-rounds", type=int, default=2, help="sequential: fitted rounds before it may stop")
+    parser.add_argument("--probe", type=int, default=None, help="sequential: sequences per bracketing round")
     parser.add_argument("--model", default=None, help="run on a real model through run_sweep instead")
     parser.add_argument("--source", default="text")
     parser.add_argument("--target-ci", type=float, default=None, help="real model: the sequential target width")

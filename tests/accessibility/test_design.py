@@ -57,8 +57,11 @@ def test_sequential_design_finds_n50_and_stops_at_the_target_width():
                            seed=[3, m])
         assert fit["n50_ci"][1] - fit["n50_ci"][0] < 12.0  # the stopping rule, as the summary computes it
         assert fit["n50_ci"][0] - 3 <= truth[m] <= fit["n50_ci"][1] + 3
-        lengths = [n for n, _ in design.rounds(m, rows)]
-        assert lengths[:2] == [10, 20]  # bracketing doubles from start
+        rounds = design.rounds(m, rows)
+        assert [sorted({n for _, n, _ in jobs}) for jobs in rounds[:2]] == [[10], [20]]  # bracketing doubles
+        assert len(rounds[0]) == 4 and len(rounds[-1]) == 8  # probes of half a batch, then whole batches
+        low, high = sorted({n for _, n, _ in rounds[-1]})  # a fitted round: half below n_50, half above
+        assert low < truth[m] < high
         assert sorted({i for _, _, i in keys}) == list(range(len(keys)))  # fresh indices, none skipped
     assert design.next_jobs(rows) == []
 
