@@ -75,8 +75,9 @@ if __name__ == "__main__":
     parser.add_argument("--ms", type=int, nargs="+", default=[1, 2, 4], help="numbers of memory vectors")
     parser.add_argument("--lengths", type=int, nargs="+", default=[4, 8, 16, 32], help="fixed length grid")
     parser.add_argument("--design", default="fixed", choices=["fixed", "adaptive", "sequential"],
-                        help="fixed: --lengths; adaptive: the paper's grid from --start to --stop; sequential: lengths "
-                        "from a logistic fit, --num-sequences fresh sequences per round, until --target-ci or --budget")
+                        help="fixed: --lengths; adaptive: the paper's grid from --start to --stop; sequential: "
+                        "lengths from a logistic fit, --num-sequences fresh sequences per round, until --target-ci or "
+                        "--budget")
     parser.add_argument("--adaptive", action="store_true", help="alias of --design adaptive")
     parser.add_argument("--target-ci", type=float, default=None,
                         help="sequential: stop an m once its n_50 95%% interval is narrower than this many tokens")

@@ -1,4 +1,5 @@
-"""Which (m, n, index) jobs a sweep runs next: a fixed length list, the paper's adaptive grid, or a sequential design.
+"""Which (m, n, index) jobs a sweep runs next: a fixed length list, the paper's adaptive grid, or a sequential
+design.
 
 Every design has one method, ``next_jobs(rows)``: given the rows finished so far (a dict ``(m, n, index) -> row``
 with at least ``"accessible"`` and ``"steps"``) it returns the jobs to run next, or an empty list when the sweep is
@@ -9,14 +10,13 @@ they arrived or of the process count, so a resumed or distributed sweep runs exa
 - :class:`FixedDesign`: ``num_sequences`` sequences at every length of a list.
 - :class:`AdaptiveDesign`: the published adaptive grid (:func:`next_length`), ``num_sequences`` per length.
 - :class:`SequentialDesign`: lengths chosen per m from a logistic model fitted to what was measured, in batches,
-  until the n_50 interval is narrower than ``target_ci`` tokens (one width, or a dict m -> width) or ``budget_row_steps`` are spent.
+  until the n_50 interval is narrower than ``target_ci`` tokens (one width, or a dict m -> width) or
+  ``budget_row_steps`` are spent.
 """
 
 from __future__ import annotations
 
 import math
-
-import numpy as np
 
 from .fit import NUM_BOOT, fit_logistic, n50_interval
 
@@ -211,7 +211,8 @@ class SequentialDesign(Design):
         x0, slope = fit["n50"], fit["sigmoid_slope"]
         if x0 is None or not math.isfinite(x0):  # cannot happen once bracketed; bisect as a fallback
             fractions = _fractions(used)
-            x0 = (max(n for n, f in fractions.items() if f >= 0.5) + min(n for n, f in fractions.items() if f < 0.5)) / 2
+            x0 = (max(n for n, f in fractions.items() if f >= 0.5)
+                  + min(n for n, f in fractions.items() if f < 0.5)) / 2
         # Half the batch at x0 - d, half at x0 + d, where the model puts accessibility at 73% and 27%: each row
         # keeps 79% of the information about n_50 of a row at n_50 itself, and the two lengths pin down the slope,
         # without which n_50 is not identified (one length gives one fraction, which any (x0, s) on a line fits).

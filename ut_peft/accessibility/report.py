@@ -122,18 +122,19 @@ def markdown(summary: dict, *, figures: tuple[str, str] | None = ("accessibility
              f"before the memory: {_prefix(s['cram'].get('prefix_ids', ()))}.", "",
              f"Design: {summary.get('design', 'n/a')}; {summary.get('num_rows', 0)} rows, "
              f"{summary.get('row_steps', 'n/a')} row-steps (forward-backward passes: each row's steps + 1).", "",
-             "n_50 is the maximum-likelihood fit (Firth-penalised logistic regression on the per-sequence outcomes) of "
-             "the published sigmoid 1/(1+exp(-s(n-x0))), with a 95% bootstrap interval over sequence indices; the "
+             "n_50 is the maximum-likelihood fit (Firth-penalised logistic regression on the per-sequence outcomes) "
+             "of the published sigmoid 1/(1+exp(-s(n-x0))), with a 95% bootstrap interval over sequence indices; the "
              "published estimate (least squares on the fraction per length) is beside it.", "",
-             "| m | n_50 (MLE) | 95% interval | n_50 (published LS) | sigmoid slope | fit | row-steps | lengths measured |",
+             "| m | n_50 (MLE) | 95% interval | n_50 (published LS) | sigmoid slope | fit | row-steps "
+             "| lengths measured |",
              "|---|---|---|---|---|---|---|---|"]
     for e in summary["per_m"]:
         lines.append(f"| {e['m']} | {_num(e['n50'])} | {_interval(e.get('n50_ci'))} | "
                      f"{_num(e.get('n50_published'))} | {_num(e['sigmoid_slope'], 3)} | {e['fit_status']} | "
                      f"{e.get('row_steps', 'n/a')} | {', '.join(map(str, e['lengths']))} |")
     published = summary.get("fit_published")
-    lines += ["", "| slope (tokens per vector) | 95% interval | intercept | 95% interval | R^2 | published slope (LS) | "
-              "ball bound | box bound | ball / slope | box / slope |",
+    lines += ["", "| slope (tokens per vector) | 95% interval | intercept | 95% interval | R^2 "
+              "| published slope (LS) | ball bound | box bound | ball / slope | box / slope |",
               "|---|---|---|---|---|---|---|---|---|---|",
               f"| {_num(fit and fit['slope'])} | {_interval(fit and fit.get('slope_ci'))} | "
               f"{_num(fit and fit['intercept'])} | {_interval(fit and fit.get('intercept_ci'))} | "

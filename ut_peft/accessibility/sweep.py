@@ -299,7 +299,8 @@ def summarize_folder(output_dir, model=None, *, support_sequences: int = 256, su
     settings = json.loads(path.read_text(encoding="utf-8"))
     design = settings.get("design", {})
     config = SweepConfig(model=settings["model"], ms=settings["ms"], num_sequences=settings["num_sequences"],
-                         seed=settings["seed"], support_sequences=support_sequences, support_seq_len=support_seq_len,
+                         seed=settings["seed"], support_sequences=support_sequences,
+                         support_seq_len=support_seq_len,
                          design=design.get("kind", "adaptive"), target_ci=design.get("target_ci"),
                          budget_row_steps=design.get("budget_row_steps"))
     if model is None:
