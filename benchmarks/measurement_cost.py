@@ -189,18 +189,22 @@ def real(args) -> None:
     from ut_peft.accessibility import CramConfig, GridConfig, SweepConfig, run_sweep
 
     out = Path(args.output)
-    cram = CramConfig(max_steps=CAP, patience=PATIENCE, batch_size=args.batch_size)
+    cram = CramConfig(max_steps=args.max_steps, patience=args.patience, batch_size=args.batch_size)
+    grid = GridConfig(start=args.start, stop=args.stop)
     runs = {}
-    published = SweepConfig(model=args.model, source=args.source, ms=args.ms, grid=GridConfig(), design="adaptive",
-                            num_sequences=20, cram=cram)
+    published = SweepConfig(model=args.model, source=args.source, ms=args.ms, grid=grid, design="adaptive",
+                            num_sequences=20, cram=cram, support_sequences=args.support_sequences)
     start = time.perf_counter()
     runs["published"] = (run_sweep(published, out / "published"), time.perf_counter() - start)
+    # One target for every m: the narrowest interval the published design reached, so that every m of the
+    # sequential run ends at an equal or narrower interval.
     targets = [e["n50_ci"][1] - e["n50_ci"][0] for e in runs["published"][0]["per_m"] if e["n50_ci"]]
     target = args.target_ci or (min(targets) if targets else None)
     if target is None:
         raise SystemExit("the published run has no n_50 interval to match; pass --target-ci")
-    sequential = SweepConfig(model=args.model, source=args.source, ms=args.ms, grid=GridConfig(), design="sequential",
-                             num_sequences=args.batch, target_ci=target, cram=cram)
+    sequential = SweepConfig(model=args.model, source=args.source, ms=args.ms, grid=grid, design="sequential",
+                             num_sequences=args.batch, target_ci=target, cram=cram,
+                             support_sequences=args.support_sequences)
     start = time.perf_counter()
     runs["sequential"] = (run_sweep(sequential, out / "sequential"), time.perf_counter() - start)
     for name, (summary, wall) in runs.items():
@@ -232,6 +236,11 @@ def main(argv=None):
     parser.add_argument("--target-ci", type=float, default=None, help="real model: the sequential target width")
     parser.add_argument("--batch-size", type=int, default=16, help="real model: sequences crammed together")
     parser.add_argument("--output", default="measurement-cost")
+    parser.add_argument("--max-steps", type=int, default=CAP, help="real model: step cap (published: 3000)")
+    parser.add_argument("--patience", type=int, default=PATIENCE, help="real model: patience (published: 500)")
+    parser.add_argument("--start", type=int, default=10, help="real model: first length (published: 10)")
+    parser.add_argument("--stop", type=int, default=1000, help="real model: longest length (published: 1000)")
+    parser.add_argument("--support-sequences", type=int, default=256)
     args = parser.parse_args(argv)
     if args.quick:
         args.repeats = min(args.repeats, 12)
