@@ -5,6 +5,8 @@
     ACCELERATE_USE_CPU=1 accelerate launch --multi_gpu --num_processes 2 recipes/cram.py ...   # 2 CPU processes
     accelerate launch recipes/cram.py --model org/name --protocol published --ms 1 2 3 4 5   # the paper's protocol
     python recipes/cram.py --model gemma-3-270m --protocol published --source words --ms 1 2    # bundled Gemma-3
+    python recipes/cram.py --design sequential --target-ci 10 --num-sequences 8 --max-steps 3000 --patience 500
+        # lengths from a logistic fit, batches of 8 fresh sequences, until each n_50 interval is < 10 tokens wide
 
 Re-running into the same --output resumes; --overwrite starts afresh. --merge A B --output C pools sweeps that
 differ only in --ms and --lengths (e.g. run on different machines) and reports on the union. Everything lives in
@@ -19,6 +21,16 @@ from ut_peft.accessibility import (CramConfig, GridConfig, SweepConfig, merge_sw
                                    save_memory_adapters, summarize_folder)
 
 
+def _config(args, design, grid) -> SweepConfig:
+    return SweepConfig(model=args.model, source=args.source, ms=args.ms, grid=grid, design=design,
+                       target_ci=args.target_ci, budget_row_steps=args.budget,
+                       num_sequences=args.num_sequences, seed=args.seed,
+                       cram=CramConfig(max_steps=args.max_steps, patience=args.patience, lr=args.lr,
+                                       batch_size=args.batch_size, progressive=args.progressive,
+                                       autocast=args.autocast, abandon_below=args.abandon_below),
+                       support_sequences=args.support_sequences, prefix=args.prefix, protocol=args.protocol)
+
+
 def main(args):
     if args.merge:  # sweeps of other m / lengths, e.g. run on several machines, pooled into --output
         merge_sweeps(args.merge, args.output, overwrite=args.overwrite)
@@ -31,15 +43,18 @@ def main(args):
     for name, ours, paper in PROTOCOL_DEFAULTS:  # a flag left unset takes its protocol's value
         if getattr(args, name) is None:
             setattr(args, name, paper if published else ours)
-    adaptive = args.adaptive or (published and args.lengths is None)
-    grid = (GridConfig(start=args.start, stop=args.stop, coarse=args.coarse, fine=args.fine) if adaptive
-            else GridConfig(lengths=args.lengths or [4, 8, 16, 32]))
-    config = SweepConfig(model=args.model, source=args.source, ms=args.ms, grid=grid,
-                         num_sequences=args.num_sequences, seed=args.seed,
-                         cram=CramConfig(max_steps=args.max_steps, patience=args.patience, lr=args.lr,
-                                         batch_size=args.batch_size, progressive=args.progressive,
-                                         autocast=args.autocast, abandon_below=args.abandon_below),
-                         support_sequences=args.support_sequences, prefix=args.prefix, protocol=args.protocol)
+    design = "adaptive" if args.adaptive else args.design
+    if design is None:  # the published protocol walks the paper's adaptive grid unless lengths are given
+        design = "adaptive" if published and args.lengths is None else "fixed"
+    if args.adaptive and args.design not in (None, "fixed", "adaptive"):
+        raise SystemExit(f"cram.py: error: --adaptive is an alias of --design adaptive; it contradicts --design "
+                         f"{args.design}")
+    grid = (GridConfig(lengths=args.lengths or [4, 8, 16, 32]) if design == "fixed"
+            else GridConfig(start=args.start, stop=args.stop, coarse=args.coarse, fine=args.fine))
+    try:
+        config = _config(args, design, grid)
+    except ValueError as err:  # bad settings (e.g. --target-ci 0): the message says what to change
+        raise SystemExit(f"cram.py: error: {err}") from None
     accelerator = Accelerator()
     summary = run_sweep(config, args.output, accelerator=accelerator, overwrite=args.overwrite,
                         save_vectors=args.save_vectors or args.save_adapters,
@@ -49,10 +64,12 @@ def main(args):
             saved = save_memory_adapters(args.output, config.model)
             print(f"saved {len(saved)} memory adapters under {args.output}/adapters")
         for entry in summary["per_m"]:
-            print(f"m={entry['m']}: n50={entry['n50']} ({entry['fit_status']})")
+            print(f"m={entry['m']}: n50={entry['n50']} 95% interval {entry['n50_ci']} ({entry['fit_status']}; "
+                  f"published LS {entry['n50_published']}); {entry['row_steps']} row-steps")
         if summary["fit"]:
-            print(f"slope {summary['fit']['slope']:.2f}, R^2 {summary['fit']['r2']:.3f}; bounds {summary['bounds']}; "
-                  f"ratios {summary['ratios']}")
+            print(f"slope {summary['fit']['slope']:.2f} 95% interval {summary['fit']['slope_ci']}, "
+                  f"R^2 {summary['fit']['r2']:.3f}; bounds {summary['bounds']}; ratios {summary['ratios']}")
+        print(f"{summary['row_steps']} row-steps in all")
         print(f"report: {args.output}/report.md")
 
 
@@ -81,7 +98,15 @@ def parse(argv=None):
                         "with the paper's. ut-peft: the BOS before the memory, greedy-confirmed rows")
     parser.add_argument("--lengths", type=int, nargs="+", default=None,
                         help="fixed length grid (default 4 8 16 32; the published protocol's default is the adaptive grid)")
-    parser.add_argument("--adaptive", action="store_true", help="the paper's adaptive grid instead of --lengths")
+    parser.add_argument("--design", default=None, choices=["fixed", "adaptive", "sequential"],
+                        help="fixed (default; adaptive under --protocol published without --lengths): --lengths; adaptive: the paper's grid from --start to --stop; sequential: "
+                        "lengths from a logistic fit, --num-sequences fresh sequences per round, until --target-ci or "
+                        "--budget")
+    parser.add_argument("--adaptive", action="store_true", help="alias of --design adaptive")
+    parser.add_argument("--target-ci", type=float, default=None,
+                        help="sequential: stop an m once its n_50 95%% interval is narrower than this many tokens")
+    parser.add_argument("--budget", type=int, default=None,
+                        help="sequential: stop an m once its rows cost this many forward-backward passes (row-steps)")
     parser.add_argument("--start", type=int, default=10)
     parser.add_argument("--stop", type=int, default=1000)
     parser.add_argument("--coarse", type=int, default=100)

@@ -1,7 +1,8 @@
 import numpy as np
 import pytest
 
-from ut_peft.accessibility.fit import fit_sigmoid, linear_fit, sigmoid
+from ut_peft.accessibility.fit import (expanded_level, fit_logistic, fit_sigmoid, line_interval, linear_fit,
+                                     n50_interval, sigmoid)
 
 
 @pytest.mark.parametrize("x0, s", [(87.0, -0.1), (30.0, -0.5), (412.0, -0.02)])
@@ -50,3 +51,73 @@ def test_a_point_at_exactly_one_half_is_a_measured_n50():
 def test_a_crossing_on_the_first_length_is_not_extrapolated():
     fit = fit_sigmoid([4, 12], [0.5, 0.25])
     assert fit["n50"] == pytest.approx(4, abs=1e-3) and fit["status"] == "ok"
+
+
+def _threshold_rows(rng, x0, scale, lengths, texts, shared=True):
+    """Synthetic rows of known n_50: text k is accessible at n when n < x0 + scale * z_k, z_k standard logistic.
+
+    ``shared``: the same texts at every length (the published protocol: prefixes of one text), else a fresh text
+    per row."""
+    lengths = np.repeat(lengths, texts)
+    index = np.tile(np.arange(texts), lengths.size // texts) if shared else np.arange(lengths.size)
+    z = rng.logistic(size=index.max() + 1)
+    return lengths, lengths < x0 + scale * z[index], index
+
+
+def test_logistic_mle_recovers_the_curve_and_stays_finite_on_separated_data():
+    ns = np.arange(10, 200, 10)
+    fit = fit_logistic(ns, np.round(1000 * sigmoid(ns, 87.0, -0.1)), np.full(ns.size, 1000))
+    assert fit["status"] == "ok" and fit["n50"] == pytest.approx(87.0, abs=0.5)
+    assert fit["sigmoid_slope"] == pytest.approx(-0.1, rel=0.05)
+    separated = fit_logistic([10, 20, 30, 40], [8, 8, 0, 0], [8, 8, 8, 8])  # the plain MLE has no finite answer
+    assert 20 < separated["n50"] < 30 and np.isfinite(separated["sigmoid_slope"]) and separated["sigmoid_slope"] < 0
+    assert fit_logistic([10, 20], [3, 4], [4, 4])["status"] == "degenerate"
+    with pytest.raises(ValueError, match="successes <= trials"):
+        fit_logistic([10, 20], [5, 1], [4, 4])
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_n50_interval_covers_the_truth(shared):
+    """Coverage of the 95% bootstrap interval over 150 synthetic sweeps (binomial sd of the rate: 1.8%)."""
+    rng = np.random.default_rng(7)
+    covered, widths = 0, []
+    for k in range(150):
+        lengths, accessible, index = _threshold_rows(rng, 100.0, 8.0, np.arange(60, 150, 10), 20 if shared else 6,
+                                                     shared)
+        fit = n50_interval(lengths, accessible, index, seed=k, num_boot=400)
+        low, high = fit["n50_ci"]
+        covered += low <= 100.0 <= high
+        widths.append(high - low)
+    assert 0.89 <= covered / 150 <= 0.995
+    assert 5 < np.mean(widths) < 25
+
+
+def test_intervals_are_deterministic_and_none_when_degenerate():
+    rng = np.random.default_rng(0)
+    data = _threshold_rows(rng, 50.0, 5.0, np.arange(30, 80, 10), 10)
+    assert n50_interval(*data, seed=3) == n50_interval(*data, seed=3)
+    assert n50_interval(*data, seed=3)["n50_ci"] != n50_interval(*data, seed=4)["n50_ci"]
+    assert n50_interval([10, 20], [True, True], [0, 1])["n50_ci"] is None
+    assert expanded_level(0.95, 20) > 0.95 and expanded_level(0.95, 10_000) == pytest.approx(0.95, abs=1e-3)
+
+
+def test_line_interval_covers_the_true_slope_and_propagates_the_n50_uncertainty():
+    """n_50 = 40 m + 10 for m = 1, 2, 3 with one shared set of 20 texts (as the published protocol)."""
+    rng = np.random.default_rng(11)
+    covered, intercepts = 0, 0
+    for k in range(40):
+        z = rng.logistic(size=20)
+        ms, lengths, accessible, index = [], [], [], []
+        for m in (1, 2, 3):
+            truth = 40.0 * m + 10
+            for n in np.arange(truth - 30, truth + 31, 10):
+                ms += [m] * 20
+                lengths += [n] * 20
+                accessible += list(n < truth + 0.1 * truth * z)
+                index += list(range(20))
+        line = line_interval(ms, lengths, accessible, index, seed=k, num_boot=300)
+        covered += line["slope_ci"][0] <= 40.0 <= line["slope_ci"][1]
+        intercepts += line["intercept_ci"][0] <= 10.0 <= line["intercept_ci"][1]
+        assert line["slope_ci"][0] < line["slope"] < line["slope_ci"][1]
+    assert covered / 40 >= 0.85 and intercepts / 40 >= 0.85
+    assert line_interval([1, 1], [10, 20], [True, False], [0, 1]) is None  # one m: no line

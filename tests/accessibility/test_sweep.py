@@ -1,5 +1,6 @@
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -61,7 +62,7 @@ def test_sweep_writes_rows_summary_plots_and_report(tmp_path, llama):
         sum(r["accessible"] for r in rows if r["m"] == 1 and r["n"] == 2) / 2)
     for name in ("accessibility.png", "n50_vs_m.png", "report.md", "settings.json"):
         assert (tmp_path / name).stat().st_size > 0
-    assert "| m | n_50 |" in (tmp_path / "report.md").read_text()
+    assert "| m | n_50 (MLE) | 95% interval |" in (tmp_path / "report.md").read_text()
 
 
 def test_resume_skips_finished_rows_and_refuses_other_settings(tmp_path, llama):
@@ -262,3 +263,90 @@ def test_sweeps_split_by_m_and_length_merge_into_the_single_sweep(tmp_path, llam
         merge_sweeps([tmp_path / "m1", tmp_path / "other"], tmp_path / "bad")
     with pytest.raises(ValueError, match="holds a run with different settings"):
         merge_sweeps([tmp_path / "m1", tmp_path / "m2a"], tmp_path / "whole")
+
+
+def sequential_config(**overrides):
+    settings = dict(model="tiny-llama", source="tokens", ms=[1, 2], grid=GridConfig(start=2, stop=24),
+                    design="sequential", target_ci=3.0, budget_row_steps=1500, num_sequences=4,
+                    cram=CramConfig(max_steps=30, patience=30, batch_size=8), support_sequences=8, support_seq_len=4)
+    settings.update(overrides)
+    return SweepConfig(**settings)
+
+
+def _decisions(folder):
+    """What the design and the fits read of each row (the final loss may differ in its last bits with the batch
+    a row was crammed in; the wall time and the process do differ)."""
+    return {key: {k: row[k] for k in ("accessible", "steps", "tf_accuracy", "best_accuracy", "stop_reason")}
+            for key, row in read_rows(folder).items()}
+
+
+def test_sequential_sweep_killed_mid_batch_resumes_to_the_uninterrupted_result(tmp_path, llama):
+    whole = run_sweep(sequential_config(), tmp_path / "whole", model=llama, progress=False)
+    assert whole["design"] == "sequential" and whole["row_steps"] == sum(e["row_steps"] for e in whole["per_m"])
+    assert whole["row_steps"] == sum(r["steps"] + 1 for r in read_rows(tmp_path / "whole").values())
+    lines = (tmp_path / "whole" / "rows.jsonl").read_bytes().splitlines(keepends=True)
+    for kill in (3, len(lines) // 2):  # in the first batch; half-way, inside a later batch
+        folder = tmp_path / f"killed{kill}"
+        shutil.copytree(tmp_path / "whole", folder)  # the rows file is written in order: cut, it is a killed run
+        path = folder / "rows.jsonl"
+        path.write_bytes(b"".join(path.read_bytes().splitlines(keepends=True)[:kill]) + lines[kill][:20])  # torn
+        resumed = run_sweep(sequential_config(), folder, model=llama, progress=False)
+        assert _decisions(folder) == _decisions(tmp_path / "whole")
+        assert resumed["per_m"] == whole["per_m"] and resumed["fit"] == whole["fit"]
+    for entry in whole["per_m"]:  # each m stopped by its rule: interval narrower than 3 tokens, or budget spent
+        assert entry["n50_ci"][1] - entry["n50_ci"][0] < 3.0 or entry["row_steps"] >= 1500
+    summary = summarize_folder(tmp_path / "whole", llama, support_sequences=8, support_seq_len=4)
+    assert summary["per_m"] == whole["per_m"]  # the folder alone says which design ran
+    report = (tmp_path / "whole" / "report.md").read_text()
+    assert "Design: sequential" in report and "95% interval" in report
+
+
+def test_summary_carries_intervals_and_row_steps(tmp_path, llama):
+    summary = run_sweep(small_config(num_sequences=4, grid=GridConfig(lengths=[2, 3, 4, 6])), tmp_path, model=llama,
+                        progress=False)
+    rows = read_rows(tmp_path)
+    for entry in summary["per_m"]:
+        assert entry["row_steps"] == sum(r["steps"] + 1 for (m, _, _), r in rows.items() if m == entry["m"])
+        assert {"n50_ci", "sigmoid_slope_ci", "n50_published", "fit_status_published"} <= set(entry)
+        if entry["n50_ci"]:
+            assert entry["n50_ci"][0] < entry["n50_ci"][1]
+    assert summary["row_steps"] == sum(e["row_steps"] for e in summary["per_m"])
+    if summary["fit"]:
+        assert {"slope_ci", "intercept_ci"} <= set(summary["fit"])
+    on_disk = load_summary(tmp_path)
+    assert on_disk["per_m"][0]["n50_ci"] == summary["per_m"][0]["n50_ci"]  # seeded: the same on every write
+
+
+@pytest.mark.slow  # a real SIGKILL of the recipe (~1 min)
+def test_killed_sequential_recipe_resumes_to_the_same_rows(tmp_path):
+    model_dir = tmp_path / "model"
+    crammable_model("llama").save_pretrained(model_dir)
+    args = [sys.executable, str(RECIPE), "--model", str(model_dir), "--source", "tokens", "--ms", "1", "2",
+            "--design", "sequential", "--start", "2", "--stop", "24", "--target-ci", "3", "--budget", "1500",
+            "--num-sequences", "4", "--max-steps", "30", "--patience", "30", "--batch-size", "2",
+            "--support-sequences", "8"]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    subprocess.run(args + ["--output", str(tmp_path / "whole")], env=env, check=True, capture_output=True)
+    proc = subprocess.Popen(args + ["--output", str(tmp_path / "killed")], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+    rows_path = tmp_path / "killed" / "rows.jsonl"
+    deadline = time.time() + 120
+    while time.time() < deadline and proc.poll() is None:
+        if rows_path.exists() and rows_path.read_bytes().count(b"\n") >= 5:
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    subprocess.run(args + ["--output", str(tmp_path / "killed")], env=env, check=True, capture_output=True)
+    assert _decisions(tmp_path / "killed") == _decisions(tmp_path / "whole")
+    assert load_summary(tmp_path / "killed")["per_m"] == load_summary(tmp_path / "whole")["per_m"]
+
+
+@pytest.mark.slow  # three interpreter starts (~1 min on the shared CPUs); SweepConfig's own errors are tested fast
+def test_recipe_refuses_bad_design_settings():
+    for extra, message in ((["--design", "sequential", "--target-ci", "0"], "must be > 0"),
+                           (["--design", "sequential", "--budget", "-1"], "positive integer"),
+                           (["--design", "nope"], "invalid choice: 'nope'")):
+        result = subprocess.run([sys.executable, str(RECIPE)] + extra, capture_output=True, text=True)
+        assert result.returncode != 0 and message in result.stderr, result.stderr[-500:]

@@ -119,7 +119,7 @@ def differences_from_published(settings: dict) -> list[str]:
     grid = settings.get("grid", {})
     if grid.get("lengths") is not None:
         out.append(f"fixed lengths {grid['lengths']} (published: {PUBLISHED.grid})")
-    design = settings.get("design")
+    design = (settings.get("design") or {}).get("kind")
     if design not in (None, "fixed", "adaptive"):
         out.append(f"{design} design (published: {PUBLISHED.grid})")
     autocast = cram.get("autocast", "auto")

@@ -18,6 +18,14 @@ def _pyplot():
     return plt
 
 
+def wilson(successes: int, trials: int, z: float = 1.959964) -> tuple[float, float]:
+    """The Wilson 95% interval of a binomial fraction: the error bar of one (m, n) point."""
+    p = successes / trials
+    centre = (p + z * z / (2 * trials)) / (1 + z * z / trials)
+    half = z * np.sqrt(p * (1 - p) / trials + z * z / (4 * trials * trials)) / (1 + z * z / trials)
+    return float(centre - half), float(centre + half)
+
+
 def plot_accessibility(summary: dict, path) -> None:
     plt = _pyplot()
     from .fit import sigmoid
@@ -26,10 +34,22 @@ def plot_accessibility(summary: dict, path) -> None:
     for entry in summary["per_m"]:
         if not entry["lengths"]:
             continue
-        (line,) = ax.plot(entry["lengths"], entry["accessibility"], "o", label=f"m = {entry['m']}")
+        counts = entry["num_sequences"]
+        bars = np.array([wilson(round(a * k), k) for a, k in zip(entry["accessibility"], counts)])
+        acc = np.asarray(entry["accessibility"])
+        yerr = np.clip([acc - bars[:, 0], bars[:, 1] - acc], 0, None)  # rounding can make a zero bar -1e-17
+        container = ax.errorbar(entry["lengths"], acc, yerr=yerr, fmt="o", ms=4,
+                                capsize=2, label=f"m = {entry['m']}")
+        color = container[0].get_color()
         if entry["n50"] is not None:
             grid = np.linspace(min(entry["lengths"]), max(entry["lengths"]), 200)
-            ax.plot(grid, sigmoid(grid, entry["n50"], entry["sigmoid_slope"]), "-", color=line.get_color(), alpha=0.7)
+            ax.plot(grid, sigmoid(grid, entry["n50"], entry["sigmoid_slope"]), "-", color=color, alpha=0.7)
+            if entry.get("n50_ci"):  # the n_50 interval, drawn where it is read: at accessibility 1/2
+                low, high = entry["n50_ci"]
+                # A percentile interval need not hold the point estimate (a skewed bootstrap): clip the bar at it.
+                xerr = [[max(0.0, entry["n50"] - low)], [max(0.0, high - entry["n50"])]]
+                ax.errorbar([entry["n50"]], [0.5], xerr=xerr, fmt="s",
+                            color=color, ms=5, capsize=3)
     ax.axhline(0.5, color="grey", lw=0.5, ls=":")
     ax.set_xlabel("sequence length n (tokens)")
     ax.set_ylabel("accessibility (fraction greedy-exact)")
@@ -43,17 +63,21 @@ def plot_accessibility(summary: dict, path) -> None:
 
 def plot_n50(summary: dict, path) -> None:
     plt = _pyplot()
-    points = [(e["m"], e["n50"]) for e in summary["per_m"] if e["n50"] is not None]
+    points = [e for e in summary["per_m"] if e["n50"] is not None]
     fig, ax = plt.subplots(figsize=(6, 4))
     if points:
-        ms, n50 = zip(*points)
-        ax.plot(ms, n50, "o", label="measured $n_{50}$")
+        ms = np.array([e["m"] for e in points])
+        n50 = np.array([e["n50"] for e in points])
+        cis = np.array([e.get("n50_ci") or [e["n50"], e["n50"]] for e in points])
+        ax.errorbar(ms, n50, yerr=np.clip([n50 - cis[:, 0], cis[:, 1] - n50], 0, None), fmt="o", capsize=3,
+                    label="measured $n_{50}$ (95% interval)")
         grid = np.linspace(0, max(ms) + 0.5, 50)
         fit = summary.get("fit")
         if fit:
             ax.plot(grid, fit["slope"] * grid + fit["intercept"], "-",
-                    label=f"fit: {fit['slope']:.1f} m + {fit['intercept']:.1f} ($R^2$ = {fit['r2']:.3f})")
-        top = max(n50) * 1.5
+                    label=f"fit: {fit['slope']:.1f}{_ci(fit.get('slope_ci'))} m + {fit['intercept']:.1f} "
+                    f"($R^2$ = {fit['r2']:.3f})")
+        top = max(n50.max(), cis[:, 1].max()) * 1.5
         for name, style in (("box", "--"), ("ball", ":")):
             slope = summary["bounds"][name]
             ax.plot(grid, slope * grid, style, label=f"{name} bound: {slope:.0f} m")
@@ -82,6 +106,14 @@ def _num(value, digits=1):
     return "n/a" if value is None else f"{value:.{digits}f}"
 
 
+def _ci(interval, digits=1) -> str:
+    return "" if not interval else f" [{interval[0]:.{digits}f}, {interval[1]:.{digits}f}]"
+
+
+def _interval(interval, digits=1) -> str:
+    return "n/a" if not interval else f"[{interval[0]:.{digits}f}, {interval[1]:.{digits}f}]"
+
+
 def markdown(summary: dict, *, figures: tuple[str, str] | None = ("accessibility.png", "n50_vs_m.png")) -> str:
     s = summary["settings"]
     fit, bounds, ratios = summary.get("fit"), summary["bounds"], summary.get("ratios")
@@ -92,13 +124,25 @@ def markdown(summary: dict, *, figures: tuple[str, str] | None = ("accessibility
              f"before the memory: {_prefix(s['cram'].get('prefix_ids', ()))}.", "",
              f"Protocol: **{s.get('protocol', 'ut-peft')}**. Differences from the published protocol: "
              + "; ".join(differences_from_published(s)) + ".", "",
-             "| m | n_50 | sigmoid slope | fit | lengths measured |", "|---|---|---|---|---|"]
+             f"Design: {summary.get('design', 'n/a')}; {summary.get('num_rows', 0)} rows, "
+             f"{summary.get('row_steps', 'n/a')} row-steps (forward-backward passes: each row's steps + 1).", "",
+             "n_50 is the maximum-likelihood fit (Firth-penalised logistic regression on the per-sequence outcomes) "
+             "of the published sigmoid 1/(1+exp(-s(n-x0))), with a 95% bootstrap interval over sequence indices; the "
+             "published estimate (least squares on the fraction per length) is beside it.", "",
+             "| m | n_50 (MLE) | 95% interval | n_50 (published LS) | sigmoid slope | fit | row-steps "
+             "| lengths measured |",
+             "|---|---|---|---|---|---|---|---|"]
     for e in summary["per_m"]:
-        lines.append(f"| {e['m']} | {_num(e['n50'])} | {_num(e['sigmoid_slope'], 3)} | {e['fit_status']} | "
-                     f"{', '.join(map(str, e['lengths']))} |")
-    lines += ["", "| slope (tokens per vector) | intercept | R^2 | ball bound | box bound | ball / slope | box / slope |",
-              "|---|---|---|---|---|---|---|",
-              f"| {_num(fit and fit['slope'])} | {_num(fit and fit['intercept'])} | {_num(fit and fit['r2'], 3)} | "
+        lines.append(f"| {e['m']} | {_num(e['n50'])} | {_interval(e.get('n50_ci'))} | "
+                     f"{_num(e.get('n50_published'))} | {_num(e['sigmoid_slope'], 3)} | {e['fit_status']} | "
+                     f"{e.get('row_steps', 'n/a')} | {', '.join(map(str, e['lengths']))} |")
+    published = summary.get("fit_published")
+    lines += ["", "| slope (tokens per vector) | 95% interval | intercept | 95% interval | R^2 "
+              "| published slope (LS) | ball bound | box bound | ball / slope | box / slope |",
+              "|---|---|---|---|---|---|---|---|---|---|",
+              f"| {_num(fit and fit['slope'])} | {_interval(fit and fit.get('slope_ci'))} | "
+              f"{_num(fit and fit['intercept'])} | {_interval(fit and fit.get('intercept_ci'))} | "
+              f"{_num(fit and fit['r2'], 3)} | {_num(published and published['slope'])} | "
               f"{bounds['ball']:.0f} | {bounds['box']:.0f} | {_num(ratios and ratios['ball'])} | "
               f"{_num(ratios and ratios['box'])} |", "",
               f"Support: r = {summary['support']['radius']:.3f}, eps = r/2^11 = {summary['support']['eps']:.5f}, "
@@ -106,11 +150,11 @@ def markdown(summary: dict, *, figures: tuple[str, str] | None = ("accessibility
               f"|V| = {summary['support']['vocab_size']}.", ""]
     if not fit:
         lines += ["No slope: fewer than two m had a measurable n_50 (the grid missed the 50% crossing).", ""]
-    lines += ["Accessibility(n) per m:", "", "| m | " + " | ".join(["n", "accessible", "mean tf acc"]) + " |",
-              "|---|---|---|---|"]
+    lines += ["Accessibility(n) per m (Wilson 95% interval of each fraction):", "",
+              "| m | n | sequences | accessible | 95% interval | mean tf acc |", "|---|---|---|---|---|---|"]
     for e in summary["per_m"]:
-        for n, a, t in zip(e["lengths"], e["accessibility"], e["mean_tf_accuracy"]):
-            lines.append(f"| {e['m']} | {n} | {a:.2f} | {t:.3f} |")
+        for n, a, k, t in zip(e["lengths"], e["accessibility"], e["num_sequences"], e["mean_tf_accuracy"]):
+            lines.append(f"| {e['m']} | {n} | {k} | {a:.2f} | {_interval(wilson(round(a * k), k), 2)} | {t:.3f} |")
     if figures:
         lines += ["", f"![accessibility]({figures[0]})", "", f"![n50 vs m]({figures[1]})"]
     return "\n".join(lines) + "\n"

@@ -1,7 +1,8 @@
 """Accessibility sweeps: accessibility(n) for a list of m, n_50 fits, theoretical bounds, report.
 
 ``run_sweep(SweepConfig(...), output_dir)`` crams ``num_sequences`` sequences per (m, n), over a fixed list
-of lengths or the paper's adaptive grid, on one process or under ``accelerate launch`` (jobs are dealt to
+of lengths or the paper's adaptive grid, or in batches of ``num_sequences`` at lengths a sequential design picks
+(``design``; :mod:`.design`), on one process or under ``accelerate launch`` (jobs are dealt to
 processes; every sequence and init derives from the seed and the job's own (m, n, index), so the results do
 not depend on the number of processes). The output folder holds:
 
@@ -18,14 +19,25 @@ summary.json::
 
   {"model": str, "source": {...source description...},
    "settings": {...the fingerprint...},
-   "per_m": [{"m": int, "n50": float|null, "sigmoid_slope": float|null, "fit_status": "ok"|"extrapolated"|
-              "degenerate", "lengths": [int], "accessibility": [float], "mean_tf_accuracy": [float],
-              "num_sequences": [int]}],
-   "fit": {"slope": float, "intercept": float, "r2": float, "num_points": int} | null,
+   "design": "fixed"|"adaptive"|"sequential", "estimator": "firth-logistic-mle",
+   "per_m": [{"m": int,
+              "n50": float|null, "n50_ci": [low, high]|null,       # Firth logistic MLE, bootstrap 95% interval
+              "sigmoid_slope": float|null, "sigmoid_slope_ci": [low, high]|null,
+              "fit_status": "ok"|"extrapolated"|"degenerate",
+              "n50_published": float|null, "sigmoid_slope_published": float|null,  # the paper's least squares
+              "fit_status_published": str,
+              "lengths": [int], "accessibility": [float], "mean_tf_accuracy": [float], "num_sequences": [int],
+              "row_steps": int}],                                  # sum of steps + 1 over the m's rows
+   "fit": {"slope": float, "intercept": float, "r2": float, "num_points": int,
+           "slope_ci": [low, high]|null, "intercept_ci": [low, high]|null} | null,   # line through the MLE n50
+   "fit_published": {"slope", "intercept", "r2", "num_points"} | null,          # line through n50_published
    "support": {"radius": float, "eps": float, "num_samples": int, "hidden_size": int, "vocab_size": int},
    "bounds": {"ball": float, "box": float},          # slope bounds, tokens of n_50 per memory vector
    "ratios": {"ball": float, "box": float} | null,   # bound / measured slope
-   "num_rows": int}
+   "num_rows": int, "row_steps": int}
+
+Intervals are percentile intervals of a bootstrap over sequence indices, seeded by the sweep's seed, so the same
+rows always give the same summary (see :mod:`.fit`).
 """
 
 from __future__ import annotations
@@ -42,8 +54,9 @@ from ..models import DEFAULT_MODEL, load_model, load_tokenizer
 from . import store
 from .bounds import measure_support, slope_bounds
 from .cram import CramConfig, CramJob, cram
-from .fit import fit_sigmoid, linear_fit
 from .protocol import PublishedSequences, check_protocol, cram_settings, special_prefix_ids
+from .design import DESIGNS, check_stopping, complete_groups, make_design, next_length, row_steps  # noqa: F401
+from .fit import fit_sigmoid, line_interval, linear_fit, n50_interval
 from .sources import init_seed, make_source
 
 
@@ -80,30 +93,6 @@ class GridConfig:
         return self.lengths[-1] if self.lengths else self.stop
 
 
-def next_length(measured: dict[int, float], grid: GridConfig) -> int | None:
-    """The next length the adaptive rule needs, given accessibility at the lengths measured so far.
-
-    The walk is replayed from ``start`` over ``measured`` every time, so the answer depends only on the
-    results (a resumed or distributed run asks for exactly the same lengths).
-    """
-    n, phase, last_high = grid.start, "coarse", None
-    while n <= grid.stop:
-        if n not in measured:
-            return n
-        acc = measured[n]
-        if phase == "tail":
-            return None
-        if phase == "coarse" and acc > grid.high:
-            last_high, n = n, n + grid.coarse
-        elif phase == "coarse" and last_high is not None and last_high + grid.fine < n:
-            phase, n = "fine", last_high + grid.fine
-        elif acc < grid.low:
-            phase, n = "tail", n + grid.coarse
-        else:
-            phase, n = "fine", n + grid.fine
-    return None
-
-
 @dataclass
 class SweepConfig:
     model: str = DEFAULT_MODEL
@@ -123,11 +112,33 @@ class SweepConfig:
     # "ut-peft" (the layout above) or "published" (the accessibility paper's code exactly: see protocol.py); the
     # published protocol ignores ``prefix`` (its sequences carry the tokenizer's own special tokens).
     protocol: str = "ut-peft"
+    # Which (m, n, index) jobs to run (ut_peft.accessibility.design): "fixed" (grid.lengths), "adaptive" (the
+    # paper's grid from grid.start to grid.stop) or "sequential" (lengths from a logistic fit, batches of
+    # num_sequences fresh sequences, from grid.start up to grid.stop, until the n_50 95% interval of an m is
+    # narrower than target_ci tokens or its rows cost budget_row_steps forward-backward passes). None: "fixed"
+    # when grid.lengths is given, else "adaptive", as before the option existed.
+    design: str | None = None
+    target_ci: float | None = None
+    budget_row_steps: int | None = None
 
     def __post_init__(self):
         if self.prefix not in ("bos", "none"):
             raise ValueError(f"prefix must be 'bos' or 'none' (got {self.prefix!r})")
         check_protocol(self.protocol)
+        if self.design is None:
+            self.design = "adaptive" if self.grid.lengths is None else "fixed"
+        if self.design not in DESIGNS:
+            raise ValueError(f"unknown design {self.design!r}; choose one of {', '.join(DESIGNS)}")
+        if self.design == "fixed" and self.grid.lengths is None:
+            raise ValueError("the fixed design needs a list of lengths (GridConfig(lengths=[...]), --lengths)")
+        if self.design != "fixed" and self.grid.lengths is not None:
+            raise ValueError(f"the {self.design} design chooses its own lengths between grid.start and grid.stop; "
+                             "give GridConfig(start=..., stop=...) without lengths (or use design='fixed')")
+        if self.design == "sequential":
+            check_stopping(self.target_ci, self.budget_row_steps)
+        elif self.target_ci is not None or self.budget_row_steps is not None:
+            raise ValueError(f"target_ci and budget_row_steps belong to the sequential design (got design "
+                             f"{self.design!r}); pass design='sequential' (--design sequential)")
         self.ms = sorted({int(m) for m in self.ms})
         if not self.ms or self.ms[0] < 1:
             raise ValueError(f"every number of memory vectors m must be >= 1 (got {self.ms})")
@@ -167,6 +178,9 @@ class SweepConfig:
                     "cram": cram}
         if self.protocol != "ut-peft":
             settings["protocol"] = self.protocol
+        if self.design == "sequential":  # fixed and adaptive are told apart by grid.lengths, as before
+            settings["design"] = {"kind": self.design, "target_ci": self.target_ci,
+                                  "budget_row_steps": self.budget_row_steps}
         return settings
 
 
@@ -174,13 +188,16 @@ class SweepConfig:
 _LATER_CRAM_DEFAULTS = {"given_tokens": 0, "init_std": "embedding", "gpu_autocast": "bf16", "abandon_below": ()}
 
 
-def _complete_curves(rows: dict, ms: list[int], num_sequences: int) -> dict[int, dict[int, list[dict]]]:
-    """Rows grouped by m then n, keeping only (m, n) groups with all their sequences finished."""
-    groups: dict[int, dict[int, list[dict]]] = {m: {} for m in ms}
-    for (m, n, index), row in rows.items():
-        if m in groups and index < num_sequences:
+def _curves(config: SweepConfig, rows: dict) -> dict[int, dict[int, list[dict]]]:
+    """Rows grouped by m then n: the fixed and adaptive designs keep only (m, n) groups with all their sequences
+    (the published protocol); the sequential design's rows are each a measurement, in whatever number per n."""
+    if config.design != "sequential":
+        return complete_groups(rows, config.ms, config.num_sequences)
+    groups: dict[int, dict[int, list[dict]]] = {m: {} for m in config.ms}
+    for (m, n, _), row in sorted(rows.items()):
+        if m in groups:
             groups[m].setdefault(n, []).append(row)
-    return {m: {n: g for n, g in sorted(by_n.items()) if len(g) == num_sequences} for m, by_n in groups.items()}
+    return {m: dict(sorted(by_n.items())) for m, by_n in groups.items()}
 
 
 def _row(result, rank: int) -> dict:
@@ -259,20 +276,10 @@ def run_sweep(config: SweepConfig, output_dir, *, model=None, tokenizer=None, ac
     rank, world = accelerator.process_index, accelerator.num_processes
     my_file = store.rows_file(output_dir, rank)
     bar = tqdm(total=0, desc="cram", unit="seq", disable=not (progress and accelerator.is_main_process))
+    design = make_design(config)
     while True:
-        curves = _complete_curves(rows, config.ms, config.num_sequences)
-        targets = {}
-        for m in config.ms:
-            if config.grid.lengths is not None:
-                targets[m] = config.grid.lengths
-            else:
-                measured = {n: sum(r["accessible"] for r in g) / len(g) for n, g in curves[m].items()}
-                n = next_length(measured, config.grid)
-                if n is not None:
-                    targets[m] = [n]
-        jobs = [(m, n, i) for m, lengths in targets.items() for n in lengths for i in range(config.num_sequences)
-                if (m, n, i) not in rows]
-        if not targets or (config.grid.lengths is not None and not jobs):
+        jobs = design.next_jobs(rows)
+        if not jobs:
             break
         # Dealt round-robin over a length-sorted list, so every process gets a similar mix of short and long rows.
         jobs.sort(key=lambda job: (job[1] + job[0], job))
@@ -319,8 +326,12 @@ def summarize_folder(output_dir, model=None, *, support_sequences: int = 256, su
     if not path.is_file():
         raise ValueError(f"{output_dir} holds no sweep ({store.SETTINGS_FILE} is missing)")
     settings = json.loads(path.read_text(encoding="utf-8"))
+    design = settings.get("design", {})
     config = SweepConfig(model=settings["model"], ms=settings["ms"], num_sequences=settings["num_sequences"],
-                         seed=settings["seed"], support_sequences=support_sequences, support_seq_len=support_seq_len)
+                         seed=settings["seed"], support_sequences=support_sequences,
+                         support_seq_len=support_seq_len,
+                         design=design.get("kind", "adaptive"), target_ci=design.get("target_ci"),
+                         budget_row_steps=design.get("budget_row_steps"))
     if model is None:
         model = load_model(settings["model"])
     summary = summarize(config, settings, store.read_rows(output_dir), model)
@@ -379,26 +390,44 @@ def merge_sweeps(folders, output_dir, *, overwrite: bool = False) -> Path:
 
 
 def summarize(config: SweepConfig, settings: dict, rows: dict, model) -> dict:
-    """Fits, support statistics, bounds and ratios of a finished sweep."""
-    curves = _complete_curves(rows, config.ms, config.num_sequences)
-    per_m = []
+    """Fits with intervals, row-steps, support statistics, bounds and ratios of a (finished or partial) sweep.
+
+    n50 is the Firth logistic MLE on the per-sequence outcomes with a bootstrap 95% interval over sequence
+    indices (:mod:`.fit` says why); n50_published is the published least-squares sigmoid on the fractions.
+    """
+    curves = _curves(config, rows)
+    per_m, fitted_rows = [], []
     for m in config.ms:
         lengths = sorted(curves[m])
+        group_rows = [r for n in lengths for r in curves[m][n]]
+        fitted_rows += group_rows
         acc = [sum(r["accessible"] for r in curves[m][n]) / len(curves[m][n]) for n in lengths]
-        fit = fit_sigmoid(lengths, acc) if lengths else {"n50": None, "sigmoid_slope": None, "status": "degenerate"}
-        per_m.append({"m": m, "n50": fit["n50"], "sigmoid_slope": fit["sigmoid_slope"], "fit_status": fit["status"],
+        published = (fit_sigmoid(lengths, acc) if lengths
+                     else {"n50": None, "sigmoid_slope": None, "status": "degenerate"})
+        fit = n50_interval([r["n"] for r in group_rows], [r["accessible"] for r in group_rows],
+                           [r["index"] for r in group_rows], seed=[config.seed, m])
+        per_m.append({"m": m, "n50": fit["n50"], "n50_ci": fit["n50_ci"], "sigmoid_slope": fit["sigmoid_slope"],
+                      "sigmoid_slope_ci": fit["sigmoid_slope_ci"], "fit_status": fit["status"],
+                      "n50_published": published["n50"], "sigmoid_slope_published": published["sigmoid_slope"],
+                      "fit_status_published": published["status"],
                       "lengths": lengths, "accessibility": acc,
                       "mean_tf_accuracy": [sum(r["tf_accuracy"] for r in curves[m][n]) / len(curves[m][n])
                                            for n in lengths],
-                      "num_sequences": [len(curves[m][n]) for n in lengths]})
-    fitted = [(p["m"], p["n50"]) for p in per_m if p["n50"] is not None]
-    line = linear_fit(*zip(*fitted)) if len({m for m, _ in fitted}) >= 2 else None
+                      "num_sequences": [len(curves[m][n]) for n in lengths],
+                      "row_steps": sum(row_steps(r) for key, r in rows.items() if key[0] == m)})
+    line = line_interval([r["m"] for r in fitted_rows], [r["n"] for r in fitted_rows],
+                         [r["accessible"] for r in fitted_rows], [r["index"] for r in fitted_rows],
+                         seed=[config.seed, 0]) if fitted_rows else None
+    published_points = [(p["m"], p["n50_published"]) for p in per_m if p["n50_published"] is not None]
+    line_published = (linear_fit(*zip(*published_points)) if len({m for m, _ in published_points}) >= 2 else None)
     stats = measure_support(model, num_sequences=config.support_sequences, seq_len=config.support_seq_len,
                             seed=config.seed)
     bounds = slope_bounds(stats)
     ratios = ({k: v / line["slope"] for k, v in bounds.items()} if line and line["slope"] > 0 else None)
-    return {"model": settings["model"], "source": settings["source"], "settings": settings, "per_m": per_m,
-            "fit": line, "support": stats.to_dict(), "bounds": bounds, "ratios": ratios, "num_rows": len(rows)}
+    return {"model": settings["model"], "source": settings["source"], "settings": settings,
+            "design": config.design, "estimator": "firth-logistic-mle", "per_m": per_m, "fit": line,
+            "fit_published": line_published, "support": stats.to_dict(), "bounds": bounds, "ratios": ratios,
+            "num_rows": len(rows), "row_steps": sum(row_steps(r) for r in rows.values())}
 
 
 def write_json(path: Path, data: dict) -> None:

@@ -1,0 +1,114 @@
+import math
+import random
+
+import numpy as np
+import pytest
+
+from ut_peft.accessibility import GridConfig, SweepConfig, next_length
+from ut_peft.accessibility.design import (AdaptiveDesign, FixedDesign, SequentialDesign, make_design, row_steps)
+from ut_peft.accessibility.fit import n50_interval
+
+
+def oracle(n50_of_m, width_of_m, seed=0):
+    """A known truth: text ``index`` has a logistic difficulty; accessible below its threshold; steps grow near it."""
+    def row(m, n, index):
+        z = np.random.default_rng([seed, index]).logistic()
+        threshold = n50_of_m(m) + width_of_m(m) * z
+        accessible = n < threshold
+        steps = int(50 + 400 * min(1.0, n / threshold)) if accessible else 900
+        return {"accessible": bool(accessible), "steps": steps}
+    return row
+
+
+def run(design, row, rows=None, stop_after=None):
+    """Drive a design like run_sweep does; ``stop_after`` rows into the run, stop as a killed run would."""
+    rows = {} if rows is None else rows
+    done = 0
+    while jobs := design.next_jobs(rows):
+        for job in jobs:
+            if stop_after is not None and done == stop_after:
+                return rows
+            rows[job] = row(*job)
+            done += 1
+    return rows
+
+
+def test_fixed_and_adaptive_designs_run_todays_jobs():
+    row = oracle(lambda m: 25 * m, lambda m: 2.0)
+    fixed = run(FixedDesign([1, 2], [4, 8], 3), row)
+    assert sorted(fixed) == sorted((m, n, i) for m in (1, 2) for n in (4, 8) for i in range(3))
+    grid = GridConfig(start=10, stop=200, coarse=100, fine=10)
+    adaptive = run(AdaptiveDesign([1], grid, 4), row)
+    walk, measured = [], {}
+    while (n := next_length(measured, grid)) is not None:  # the published walk, replayed by hand
+        walk.append(n)
+        measured[n] = sum(row(1, n, i)["accessible"] for i in range(4)) / 4
+    assert sorted({n for _, n, _ in adaptive}) == sorted(walk) and len(adaptive) == 4 * len(walk)
+
+
+def test_sequential_design_finds_n50_and_stops_at_the_target_width():
+    truth = {1: 40.0, 2: 85.0}
+    row = oracle(truth.get, lambda m: 0.1 * truth[m])
+    design = SequentialDesign([1, 2], batch=8, start=10, stop=500, target_ci=12.0, seed=3)
+    rows = run(design, row)
+    for m in (1, 2):
+        keys = [k for k in rows if k[0] == m]
+        fit = n50_interval([k[1] for k in keys], [rows[k]["accessible"] for k in keys], [k[2] for k in keys],
+                           seed=[3, m])
+        assert fit["n50_ci"][1] - fit["n50_ci"][0] < 12.0  # the stopping rule, as the summary computes it
+        assert fit["n50_ci"][0] - 3 <= truth[m] <= fit["n50_ci"][1] + 3
+        rounds = design.rounds(m, rows)
+        assert [sorted({n for _, n, _ in jobs}) for jobs in rounds[:2]] == [[10], [20]]  # bracketing doubles
+        assert len(rounds[0]) == 4 and len(rounds[-1]) == 8  # probes of half a batch, then whole batches
+        low, high = sorted({n for _, n, _ in rounds[-1]})  # a fitted round: half below n_50, half above
+        assert low < truth[m] < high
+        assert sorted({i for _, _, i in keys}) == list(range(len(keys)))  # fresh indices, none skipped
+    assert design.next_jobs(rows) == []
+
+
+def test_sequential_batches_depend_on_the_rows_alone_and_a_killed_run_resumes_to_the_same_result():
+    row = oracle(lambda m: 30.0 * m, lambda m: 3.0 * m)
+    settings = dict(batch=6, start=8, stop=400, target_ci=10.0, seed=1, num_boot=200)
+    whole = run(SequentialDesign([1, 2, 3], **settings), row)
+    for kill in (1, 5, 17, 40, len(whole) - 2):  # mid-batch, mid-bracketing, mid-fit, just before the end
+        partial = run(SequentialDesign([1, 2, 3], **settings), row, stop_after=kill)
+        assert 0 < len(partial) < len(whole)
+        shuffled = list(partial.items())
+        random.Random(kill).shuffle(shuffled)  # rows come back from files in any order
+        resumed = run(SequentialDesign([1, 2, 3], **settings), row, rows=dict(shuffled))  # a fresh process
+        assert resumed == whole
+    design = SequentialDesign([1, 2, 3], **settings)
+    assert design.next_jobs({}) == design.next_jobs({}) == [(m, 8, i) for m in (1, 2, 3) for i in range(3)]
+
+
+def test_sequential_budget_stops_an_m():
+    row = oracle(lambda m: 60.0, lambda m: 6.0)
+    rows = run(SequentialDesign([1], batch=4, start=10, stop=500, budget_row_steps=5000), row)
+    spent = sum(row_steps(r) for r in rows.values())
+    assert 5000 <= spent < 5000 + 4 * 901  # stops at the first round that reaches the budget
+    beyond = run(SequentialDesign([1], batch=4, start=10, stop=40, target_ci=5.0), row)
+    assert max(n for _, n, _ in beyond) == 40  # accessible up to stop: nothing more to measure there
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(design="sequential", target_ci=0), "target_ci.*must be > 0"),
+    (dict(design="sequential", target_ci=-3.0), "target_ci.*must be > 0"),
+    (dict(design="sequential", budget_row_steps=-10), "budget_row_steps.*positive integer"),
+    (dict(design="sequential"), "needs a stopping rule"),
+    (dict(design="bisect"), "unknown design 'bisect'; choose one of fixed, adaptive, sequential"),
+    (dict(design="fixed"), "fixed design needs a list of lengths"),
+    (dict(design="sequential", target_ci=5, grid=GridConfig(lengths=[4, 8])), "chooses its own lengths"),
+    (dict(design="adaptive", target_ci=5), "belong to the sequential design"),
+])
+def test_bad_design_settings_are_refused_clearly(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        SweepConfig(**kwargs)
+
+
+def test_design_follows_the_config():
+    assert SweepConfig().design == "adaptive" and SweepConfig(grid=GridConfig(lengths=[4])).design == "fixed"
+    design = make_design(SweepConfig(design="sequential", target_ci=8, num_sequences=5, grid=GridConfig(start=6)))
+    assert isinstance(design, SequentialDesign) and design.batch == 5 and design.start == 6
+    assert math.isclose(design.target_ci, 8)
+    with pytest.raises(ValueError, match="probe"):
+        SequentialDesign([1], batch=4, start=1, stop=10, target_ci=1.0, probe=5)
