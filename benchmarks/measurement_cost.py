@@ -167,7 +167,8 @@ def simulate(args) -> None:
             covered = np.mean([lo <= truth.n50(m) <= hi for lo, hi in cis]) if cis else float("nan")
             se = np.nanstd(est) / math.sqrt(max(1, np.isfinite(est).sum()))
             bias = np.nanmean(est) - truth.n50(m)
-            print(f"| {name} | {m} | {truth.n50(m):.1f} | {np.nanmean(est):.2f} | {bias:+.2f} (se {se:.2f}) | {np.nanmean(ls):.2f} | {np.mean(widths):.1f} | {covered:.2f} | "
+            print(f"| {name} | {m} | {truth.n50(m):.1f} | {np.nanmean(est):.2f} | {bias:+.2f} (se {se:.2f}) | "
+                  f"{np.nanmean(ls):.2f} | {np.mean(widths):.1f} | {covered:.2f} | "
                   f"{np.mean([e['rows'] for e in entries]):.0f} | {np.mean([e['row_steps'] for e in entries]):.0f} |")
     print()
     print("| design | mean slope | slope bias | mean slope 95% width | slope coverage | intercept coverage | "

@@ -39,7 +39,8 @@ from ut_peft.accessibility.sources import init_seed, make_source
 VARIANTS = ("published", "published-scaled", "published-scaled-lr", "ut-peft")
 
 
-def variant_config(name: str, base: CramConfig, special: list[int], scale: float, bos: int | None = None) -> CramConfig:
+def variant_config(name: str, base: CramConfig, special: list[int], scale: float,
+                   bos: int | None = None) -> CramConfig:
     published = cram_settings("published", base)
     if name == "published":
         return published

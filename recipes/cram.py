@@ -97,9 +97,11 @@ def parse(argv=None):
                         "to its 20 sequences, adaptive grid, cap 3000, patience 500): use it for figures compared "
                         "with the paper's. ut-peft: the BOS before the memory, greedy-confirmed rows")
     parser.add_argument("--lengths", type=int, nargs="+", default=None,
-                        help="fixed length grid (default 4 8 16 32; the published protocol's default is the adaptive grid)")
+                        help="fixed length grid (default 4 8 16 32; the published protocol's default is the "
+                        "adaptive grid)")
     parser.add_argument("--design", default=None, choices=["fixed", "adaptive", "sequential"],
-                        help="fixed (default; adaptive under --protocol published without --lengths): --lengths; adaptive: the paper's grid from --start to --stop; sequential: "
+                        help="fixed (default; adaptive under --protocol published without --lengths): --lengths; "
+                        "adaptive: the paper's grid from --start to --stop; sequential: "
                         "lengths from a logistic fit, --num-sequences fresh sequences per round, until --target-ci or "
                         "--budget")
     parser.add_argument("--adaptive", action="store_true", help="alias of --design adaptive")

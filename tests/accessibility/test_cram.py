@@ -183,7 +183,8 @@ def test_math_attention_kernel_only_for_short_rows_under_cpu_half_precision():
     assert not isinstance(_attention_kernel(CramConfig(autocast="bf16"), cpu, short), nullcontext)
     assert not isinstance(_attention_kernel(CramConfig(autocast="fp16"), cpu, short), nullcontext)
     for config, device, length in [(CramConfig(autocast="bf16"), cpu, long), (CramConfig(autocast="none"), cpu, short),
-                                   (CramConfig(), cpu, short), (CramConfig(autocast="bf16"), torch.device("cuda"), short)]:
+                                   (CramConfig(), cpu, short),
+                                   (CramConfig(autocast="bf16"), torch.device("cuda"), short)]:
         assert isinstance(_attention_kernel(config, device, length), nullcontext)
 
 

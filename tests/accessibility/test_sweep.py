@@ -68,7 +68,6 @@ def test_sweep_writes_rows_summary_plots_and_report(tmp_path, llama):
 def test_resume_skips_finished_rows_and_refuses_other_settings(tmp_path, llama):
     run_sweep(small_config(), tmp_path, model=llama, progress=False)
     before = (tmp_path / "rows.jsonl").read_bytes()
-    start = time.perf_counter()
     run_sweep(small_config(), tmp_path, model=llama, progress=False)
     assert (tmp_path / "rows.jsonl").read_bytes() == before  # nothing recomputed, nothing duplicated
     with pytest.raises(ValueError, match="different settings.*seed"):
@@ -92,7 +91,8 @@ def test_torn_last_line_is_repaired_and_the_row_recomputed(tmp_path, llama):
     assert repair(path) == 0
 
 
-@pytest.mark.slow  # a real SIGKILL of the recipe in a subprocess (~1 min); the torn-line test covers the state in-process
+# a real SIGKILL of the recipe in a subprocess (~1 min); the torn-line test covers the state in-process
+@pytest.mark.slow
 def test_killed_run_resumes_without_losing_or_duplicating_rows(tmp_path):
     model_dir = tmp_path / "model"
     crammable_model("llama").save_pretrained(model_dir)

@@ -15,11 +15,14 @@ from .design import AdaptiveDesign, Design, FixedDesign, SequentialDesign, make_
 from .fit import fit_logistic, fit_sigmoid, line_interval, linear_fit, n50_interval
 from .sources import make_source
 from .store import load_rows
+from .calibrate import calibrate_abandon
+from .protocol import PROTOCOLS
 from .sweep import GridConfig, SweepConfig, load_summary, merge_sweeps, next_length, run_sweep, summarize_folder
 
 __all__ = [
     "CramConfig", "CramJob", "CramResult", "cram", "cram_reference", "greedy_decode",
-    "GridConfig", "SweepConfig", "run_sweep", "summarize_folder", "merge_sweeps", "load_summary", "load_rows", "next_length", "make_source",
+    "GridConfig", "SweepConfig", "run_sweep", "summarize_folder", "merge_sweeps", "load_summary", "load_rows",
+    "next_length", "make_source", "PROTOCOLS", "calibrate_abandon",
     "fit_sigmoid", "linear_fit", "SupportStats", "measure_support", "ball_slope_bound", "box_slope_bound",
     "slope_bounds", "save_memory_adapter", "save_memory_adapters",
     "Design", "FixedDesign", "AdaptiveDesign", "SequentialDesign", "make_design", "fit_logistic", "n50_interval",

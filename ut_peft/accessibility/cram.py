@@ -12,14 +12,11 @@ early abandon), and a waiting sequence takes its slot.
 
 The three policies are named pieces, so that one idea is one class: :class:`BatchedAdamW` (the optimizer),
 :class:`StoppingRule` (when a row stops, shared with :func:`cram_reference`) and :class:`FifoRefill` (which
-job takes a free slot). ``CramJob.init`` warm-starts a job from given vectors instead of the random draw. Under half-precision
-autocast the cached decoding loop can flip a near-tie that the training forward got right; such a row trains
-on and is decoded again after 2, 4, 8, ... more steps (in float32 the first check agreed in all our runs).
-
-Why a hand-written Adam: one ``torch.optim.AdamW`` over a (B, m, d) tensor shares one step counter across
-rows, so a sequence that takes over a slot would inherit the bias correction of its predecessor. Here each
-row keeps its own step count and its moments are zeroed when a new sequence arrives, which makes a row's
-trajectory the one it would have alone (:func:`cram_reference` is that alone-run, with the stock optimizer).
+job takes a free slot). ``CramJob.init`` warm-starts a job from given vectors instead of the random draw.
+Under half-precision autocast the cached decoding loop can flip a near-tie that the training forward got right;
+such a row trains on and is decoded again after 2, 4, 8, ... more steps (in float32 the first check agreed in all
+our runs). Why a hand-written Adam: see :class:`BatchedAdamW` (:func:`cram_reference` is the alone-run of a row,
+with the stock optimizer).
 
 The output head runs on the hidden states of the target positions only, in chunks of positions, under
 activation checkpointing when the full logits would be large, so a 262k-vocabulary model never holds
@@ -33,7 +30,7 @@ import time
 from collections import deque
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
 import torch
 import torch.nn.functional as F

@@ -99,7 +99,9 @@ def _describe(source: dict) -> str:
 
 
 def _prefix(ids) -> str:
-    return f"token ids {list(ids)} (the tokenizer's BOS by default)" if ids else "nothing (the memory starts the sequence)"
+    if ids:
+        return f"token ids {list(ids)} (the tokenizer's BOS by default)"
+    return "nothing (the memory starts the sequence; under the published protocol the sequence's own BOS follows it)"
 
 
 def _num(value, digits=1):
@@ -146,7 +148,8 @@ def markdown(summary: dict, *, figures: tuple[str, str] | None = ("accessibility
               f"{bounds['ball']:.0f} | {bounds['box']:.0f} | {_num(ratios and ratios['ball'])} | "
               f"{_num(ratios and ratios['box'])} |", "",
               f"Support: r = {summary['support']['radius']:.3f}, eps = r/2^11 = {summary['support']['eps']:.5f}, "
-              f"from {summary['support']['num_samples']} random-token sequences; d = {summary['support']['hidden_size']}, "
+              f"from {summary['support']['num_samples']} random-token sequences; "
+              f"d = {summary['support']['hidden_size']}, "
               f"|V| = {summary['support']['vocab_size']}.", ""]
     if not fit:
         lines += ["No slope: fewer than two m had a measurable n_50 (the grid missed the 50% crossing).", ""]

@@ -48,7 +48,6 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import torch
 
 from ..models import DEFAULT_MODEL, load_model, load_tokenizer
 from . import store
@@ -83,7 +82,8 @@ class GridConfig:
             self.lengths = sorted({int(n) for n in self.lengths})
             if not self.lengths or self.lengths[0] < 1:
                 raise ValueError(f"lengths must be a non-empty list of integers >= 1 (got {self.lengths})")
-        elif not (1 <= self.start <= self.stop and self.coarse >= 1 and self.fine >= 1 and 0 <= self.low <= self.high <= 1):
+        elif not (1 <= self.start <= self.stop and self.coarse >= 1 and self.fine >= 1
+                  and 0 <= self.low <= self.high <= 1):
             raise ValueError("adaptive grid needs 1 <= start <= stop, coarse >= 1, fine >= 1, 0 <= low <= high <= 1 "
                              f"(got start={self.start}, stop={self.stop}, coarse={self.coarse}, fine={self.fine}, "
                              f"low={self.low}, high={self.high})")
