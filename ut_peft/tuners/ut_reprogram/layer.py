@@ -105,12 +105,15 @@ class UTEmbedding(nn.Module, UTReprogramLayer):
         else:
             is_memory = input_ids >= num_rows
             out = F.embedding(input_ids.clamp(max=num_rows - 1), table, padding_idx=padding_idx)
-            memory_out = F.embedding((input_ids - num_rows).clamp(min=0, max=memory.shape[0] - 1), memory)
+            # No upper clamp: an id past the memory rows raises IndexError here, as the base does past its vocabulary.
+            memory_out = F.embedding((input_ids - num_rows).clamp(min=0), memory)
             out = torch.where(is_memory.unsqueeze(-1), memory_out.to(out.dtype), out)
         scale = self._get_embed_scale()
         if scale is not None:
             out = out * scale.to(out.dtype)
-        return out
+        # peft upcasts adapter tensors of a half-precision base to float32 (autocast_adapter_dtype=True); the layers
+        # after E expect the base's dtype, as they would get from the base embedding.
+        return out.to(base.weight.dtype)
 
     def __repr__(self) -> str:
         return "ut_reprogram." + super().__repr__()
@@ -154,6 +157,12 @@ class UTUnembedding(nn.Module, UTReprogramLayer):
     def _all_available_adapter_names(self) -> list[str]:
         return sorted(set(super()._all_available_adapter_names()) | set(self._tied_to))
 
+    def delete_adapter(self, adapter_name: str) -> None:
+        # peft deletes the adapter's entries in adapter_layer_names/other_param_names; a kept-tied adapter lives in
+        # _tied_to instead, and left there it would stay available and be chosen as the next active adapter.
+        self._tied_to.pop(adapter_name, None)
+        super().delete_adapter(adapter_name)
+
     def matrix(self, adapter_name: Optional[str]) -> torch.Tensor:
         if adapter_name is not None:
             if adapter_name in self._tied_to:
@@ -182,7 +191,9 @@ class UTUnembedding(nn.Module, UTReprogramLayer):
             return self.base_layer(hidden, *args, **kwargs)
         matrix = self.matrix(adapter)
         bias = self.bias_for(adapter)
-        return F.linear(hidden.to(matrix.dtype), matrix, None if bias is None else bias.to(matrix.dtype))
+        logits = F.linear(hidden.to(matrix.dtype), matrix, None if bias is None else bias.to(matrix.dtype))
+        # Logits in the dtype the base head would give (an upcast float32 U computes, the result follows the base).
+        return logits.to(self.get_base_layer().weight.dtype)
 
     def __repr__(self) -> str:
         return "ut_reprogram." + super().__repr__()
@@ -214,7 +225,7 @@ class UTPositionEmbedding(nn.Module, UTReprogramLayer):
         adapter = self._active()
         if adapter is None:
             return self.base_layer(positions, *args, **kwargs)
-        return F.embedding(positions, self.ut_reprogram_position[adapter])
+        return F.embedding(positions, self.ut_reprogram_position[adapter]).to(self.get_base_layer().weight.dtype)
 
     def __repr__(self) -> str:
         return "ut_reprogram." + super().__repr__()

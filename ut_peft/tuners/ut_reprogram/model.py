@@ -32,6 +32,17 @@ def embeddings_are_tied(input_embedding: nn.Module, output_embedding: nn.Module 
     return in_base.weight.data_ptr() == out_base.weight.data_ptr()
 
 
+def _set_weight(module: nn.Module, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
+    """Give an nn.Embedding / nn.Linear new (frozen) tensors, with the size attributes that describe them."""
+    module.weight = nn.Parameter(weight, requires_grad=False)
+    if isinstance(module, nn.Embedding):
+        module.num_embeddings = weight.shape[0]
+    elif isinstance(module, nn.Linear):
+        module.out_features = weight.shape[0]
+    if bias is not None:
+        module.bias = nn.Parameter(bias, requires_grad=False)
+
+
 def set_vocab_size(model: nn.Module, vocab_size: int) -> None:
     """The causal-LM loss reshapes logits by the vocabulary size: from the config, or (Gemma) a cached attribute."""
     model.config.vocab_size = vocab_size
@@ -68,7 +79,10 @@ class UTReprogramModel(BaseTuner):
                 f"input embedding has shape {(int(rows), int(hidden))}: load it into the base model it was trained on"
             )
 
-        tied = embeddings_are_tied(input_embedding, output_embedding)
+        if not hasattr(self, "_ut_base_tied"):
+            # Decided on the untouched base: once released, base weights are placeholders that cannot show tying.
+            self._ut_base_tied = embeddings_are_tied(input_embedding, output_embedding)
+        tied = self._ut_base_tied
         keep_tied = tied and peft_config.tied_embeddings == "keep"
         if keep_tied and peft_config.train_input_embeddings != peft_config.train_output_embeddings:
             which = "E" if peft_config.train_input_embeddings else "U"
@@ -98,11 +112,6 @@ class UTReprogramModel(BaseTuner):
                 )
             roles[id(position)] = POSITION
 
-        other_vocab = {c.task_vocab_size for c in self.peft_config.values() if c is not peft_config}
-        if other_vocab and other_vocab != {peft_config.task_vocab_size}:
-            raise ValueError("all UT_REPROGRAM adapters on one model must share task_vocab_size (it sets the "
-                             "model's vocabulary); load the other adapter into a fresh base model instead")
-
         if peft_config.backbone is None and not getattr(model, "name_or_path", ""):
             # Built from a config, not loaded: record what rebuilds the frozen base, so backbone + adapter is the model.
             peft_config.backbone = {
@@ -112,6 +121,13 @@ class UTReprogramModel(BaseTuner):
             }
         self._ut_roles = roles
         self._ut_keep_tied = keep_tied
+
+    def _check_new_adapter_config(self, config: UTReprogramConfig) -> None:
+        super()._check_new_adapter_config(config)
+        other_vocab = {c.task_vocab_size for c in self.peft_config.values() if c is not config}
+        if other_vocab and other_vocab != {config.task_vocab_size}:
+            raise ValueError("all UT_REPROGRAM adapters on one model must share task_vocab_size (it sets the "
+                             "model's vocabulary); load the other adapter into a fresh base model instead")
 
     def _check_target_module_exists(self, peft_config, key: str) -> bool:
         return id(self.model.get_submodule(key)) in self._ut_roles
@@ -203,12 +219,6 @@ class UTReprogramModel(BaseTuner):
             raise ValueError(f"cannot {action}: this adapter was created with release_base_embeddings=True, so the "
                              "base model's own E and U were freed; load the base model again for its outputs")
 
-    def _mark_only_adapters_as_trainable(self, model: nn.Module) -> None:
-        super()._mark_only_adapters_as_trainable(model)
-        for module in model.modules():
-            if isinstance(module, UTReprogramLayer):
-                module.set_adapter(module.active_adapters)
-
     # ---- turning the adapter on and off ---------------------------------------------------------------------------
     def _set_vocab_for(self, enabled: bool) -> None:
         base_vocab = getattr(self, "_ut_base_vocab_size", None)
@@ -226,9 +236,21 @@ class UTReprogramModel(BaseTuner):
         super().enable_adapter_layers()
         self._set_vocab_for(True)
 
+    def _adapter_to_merge(self, adapter_names) -> str:
+        if adapter_names is None:
+            return self.active_adapters[0]
+        names = [adapter_names] if isinstance(adapter_names, str) else list(adapter_names)
+        missing = [name for name in names if name not in self.peft_config]
+        if missing:
+            raise ValueError(f"cannot merge {missing}: this model's adapters are {list(self.peft_config)}")
+        if len(names) != 1:
+            raise ValueError(f"UT_REPROGRAM merges one adapter at a time (its E and U replace the base matrices, so "
+                             f"two adapters cannot be added up); got adapter_names={names}")
+        return names[0]
+
     def _unload_and_optionally_merge(self, merge: bool = True, progressbar: bool = False, safe_merge: bool = False,
                                      adapter_names=None):
-        adapter = self.active_adapters[0]
+        adapter = self._adapter_to_merge(adapter_names) if merge else None
         if not merge:
             self._refuse_if_released("unload the adapter")
             base_vocab = getattr(self, "_ut_base_vocab_size", None)
@@ -236,19 +258,25 @@ class UTReprogramModel(BaseTuner):
                 set_vocab_size(self.model, base_vocab)
         layers = [(name, module) for name, module in self.model.named_modules() if isinstance(module, UTReprogramLayer)]
         merged = {}
+        num_memory = 0
         if merge:
-            # Compute every merged tensor before replacing anything: a tied U reads E's table.
+            # Compute every merged tensor before replacing anything: a tied U reads E's table. Merged tensors take
+            # the base's dtype (peft may have upcast the adapter of a half-precision base to float32).
             for name, module in layers:
+                dtype = module.get_base_layer().weight.dtype
                 if isinstance(module, UTEmbedding):
                     table = module.table(adapter).detach()
                     if adapter in module.ut_reprogram_memory:
+                        num_memory = module.ut_reprogram_memory[adapter].shape[0]
                         table = torch.cat([table, module.ut_reprogram_memory[adapter].detach().to(table.dtype)])
-                    merged[name] = (table, None)
+                    merged[name] = (table.to(dtype), None)
                 elif isinstance(module, UTUnembedding):
                     bias = module.bias_for(adapter)
-                    merged[name] = (module.matrix(adapter).detach(), None if bias is None else bias.detach())
+                    merged[name] = (module.matrix(adapter).detach().to(dtype),
+                                    None if bias is None else bias.detach().to(dtype))
                 else:
-                    merged[name] = (module.weight.detach(), None)
+                    table = module.ut_reprogram_position.get(adapter, module.get_base_layer().weight)
+                    merged[name] = (table.detach().to(dtype), None)
         for name, module in layers:
             parent_name, _, child_name = name.rpartition(".")
             parent = self.model.get_submodule(parent_name) if parent_name else self.model
@@ -256,25 +284,42 @@ class UTReprogramModel(BaseTuner):
             if merge:
                 matrix, bias = merged[name]
                 # A fresh Parameter per module: a merged model's E and U only share storage if re-tied below.
-                base.weight = nn.Parameter(matrix.clone(), requires_grad=False)
-                if isinstance(base, nn.Embedding):
-                    base.num_embeddings = matrix.shape[0]
-                elif isinstance(base, nn.Linear):
-                    base.out_features = matrix.shape[0]
-                    if bias is not None:
-                        base.bias = nn.Parameter(bias.clone(), requires_grad=False)
+                _set_weight(base, matrix.clone(), None if bias is None else bias.clone())
             setattr(parent, child_name, base)
         if merge:
-            in_emb, out_emb = self.model.get_input_embeddings(), self.model.get_output_embeddings()
-            config = self.peft_config[adapter]
-            if (out_emb is not None and self._ut_keep_tied_for(config)
-                    and in_emb.weight.shape == out_emb.weight.shape):
-                out_emb.weight = in_emb.weight
-            elif out_emb is not None and getattr(self.model.config, "tie_word_embeddings", False):
-                self.model.config.tie_word_embeddings = False
+            self._tie_or_pad_merged_head(self.peft_config[adapter], num_memory)
         if hasattr(self.model, "peft_config"):
             del self.model.peft_config
         return self.model
 
+    def _tie_or_pad_merged_head(self, config: UTReprogramConfig, num_memory: int) -> None:
+        """Make E, U and ``config.vocab_size`` agree in the merged model, so its saved folder loads back.
+
+        Memory rows become extra tokens of the merged vocabulary. A kept-tied U shares E's matrix (memory rows
+        included); a separate U gets zero rows for them. Either way ``generation_config.suppress_tokens`` keeps
+        ``generate`` from emitting them, as the adapter never did.
+        """
+        in_emb, out_emb = self.model.get_input_embeddings(), self.model.get_output_embeddings()
+        rows = in_emb.weight.shape[0]
+        if out_emb is not None and self._ut_keep_tied_for(config):
+            out_emb.weight = in_emb.weight
+            if isinstance(out_emb, nn.Linear):
+                out_emb.out_features = rows
+        elif out_emb is not None:
+            if out_emb.weight.shape[0] != rows:
+                pad = rows - out_emb.weight.shape[0]
+                weight = out_emb.weight.detach()
+                bias = getattr(out_emb, "bias", None)
+                _set_weight(out_emb, torch.cat([weight, weight.new_zeros(pad, weight.shape[1])]),
+                            None if bias is None else torch.cat([bias.detach(), bias.new_zeros(pad)]))
+            if getattr(self.model.config, "tie_word_embeddings", False):
+                self.model.config.tie_word_embeddings = False
+        if num_memory:
+            set_vocab_size(self.model, rows)
+            generation_config = getattr(self.model, "generation_config", None)
+            if generation_config is not None:
+                memory_ids = list(range(rows - num_memory, rows))
+                generation_config.suppress_tokens = sorted(set(generation_config.suppress_tokens or []) | set(memory_ids))
+
     def _ut_keep_tied_for(self, config: UTReprogramConfig) -> bool:
-        return bool(getattr(self, "_ut_keep_tied", False)) and config.tied_embeddings == "keep"
+        return bool(getattr(self, "_ut_base_tied", False)) and config.tied_embeddings == "keep"
