@@ -7,17 +7,21 @@ from peft.tuners.tuners_utils import BaseTuner
 from torch import nn
 
 from .config import UTReprogramConfig
-from .layer import UTEmbedding, UTPositionEmbedding, UTReprogramLayer, UTUnembedding, _normal_like
+from .init import INPUT, OUTPUT, POSITION, initial_tensors
+from .layer import UTEmbedding, UTPositionEmbedding, UTReprogramLayer, UTUnembedding
 
 # Attribute names under which transformers models keep learned absolute position embeddings.
 POSITION_EMBEDDING_NAMES = ("wpe", "embed_positions", "position_embeddings")
 
-INPUT, OUTPUT, POSITION = "input", "output", "position"
+
+def base_of(module: nn.Module) -> nn.Module:
+    """The base module under a wrapped layer (the module itself when it is not wrapped)."""
+    return module.get_base_layer() if isinstance(module, UTReprogramLayer) else module
 
 
 def find_position_embedding(model: nn.Module, input_embedding: nn.Module) -> nn.Module | None:
     for name, module in model.named_modules():
-        base = module.get_base_layer() if isinstance(module, UTReprogramLayer) else module
+        base = base_of(module)
         if (name.rpartition(".")[2] in POSITION_EMBEDDING_NAMES and isinstance(base, nn.Embedding)
                 and module is not input_embedding):
             return module
@@ -27,9 +31,7 @@ def find_position_embedding(model: nn.Module, input_embedding: nn.Module) -> nn.
 def embeddings_are_tied(input_embedding: nn.Module, output_embedding: nn.Module | None) -> bool:
     if output_embedding is None:
         return False
-    in_base = input_embedding.get_base_layer() if isinstance(input_embedding, UTReprogramLayer) else input_embedding
-    out_base = output_embedding.get_base_layer() if isinstance(output_embedding, UTReprogramLayer) else output_embedding
-    return in_base.weight.data_ptr() == out_base.weight.data_ptr()
+    return base_of(input_embedding).weight.data_ptr() == base_of(output_embedding).weight.data_ptr()
 
 
 def _set_weight(module: nn.Module, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
@@ -61,73 +63,81 @@ class UTReprogramModel(BaseTuner):
     def _prepare_adapter_config(self, peft_config: UTReprogramConfig, model_config: dict) -> UTReprogramConfig:
         return peft_config
 
-    def _prepare_model(self, peft_config: UTReprogramConfig, model: nn.Module) -> None:
-        """Validate the config against this model and decide, by module identity, what gets wrapped."""
+    def _embeddings(self, model: nn.Module) -> tuple[nn.Module, nn.Module | None]:
         if not hasattr(model, "get_input_embeddings"):
             raise ValueError("UT_REPROGRAM needs a transformers-style model with get_input_embeddings()")
-        input_embedding = model.get_input_embeddings()
         output_embedding = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-        in_base = input_embedding.get_base_layer() if isinstance(input_embedding, UTReprogramLayer) else input_embedding
-        rows, hidden = in_base.weight.shape
+        return model.get_input_embeddings(), output_embedding
 
-        recorded = peft_config.base_embedding_shape
-        if recorded is None:
-            peft_config.base_embedding_shape = [int(rows), int(hidden)]
-        elif recorded[1] != hidden or (peft_config.task_vocab_size is None and recorded[0] != rows):
-            raise ValueError(
-                f"this adapter was made for a base whose input embedding has shape {tuple(recorded)}, but this model's "
-                f"input embedding has shape {(int(rows), int(hidden))}: load it into the base model it was trained on"
-            )
-
-        if not hasattr(self, "_ut_base_tied"):
-            # Decided on the untouched base: once released, base weights are placeholders that cannot show tying.
-            self._ut_base_tied = embeddings_are_tied(input_embedding, output_embedding)
-        tied = self._ut_base_tied
-        keep_tied = tied and peft_config.tied_embeddings == "keep"
-        if keep_tied and peft_config.train_input_embeddings != peft_config.train_output_embeddings:
-            which = "E" if peft_config.train_input_embeddings else "U"
-            raise ValueError(
-                f"this model ties E and U into one matrix, so training only {which} with tied_embeddings='keep' would "
-                "change the other as well; pass tied_embeddings='untie' to train them separately"
-            )
-        wants_output = peft_config.train_output_embeddings or peft_config.task_vocab_size is not None or (
-            keep_tied and peft_config.train_input_embeddings)
-        if wants_output and output_embedding is None:
-            raise ValueError(f"{type(model).__name__} has no output embedding (get_output_embeddings() is None), so U "
-                             "cannot be trained or replaced; set train_output_embeddings=False")
-
-        roles: dict[int, str] = {}
-        if (peft_config.train_input_embeddings or peft_config.task_vocab_size is not None
-                or peft_config.num_memory_tokens > 0 or (keep_tied and wants_output)):
-            roles[id(input_embedding)] = INPUT
-        if wants_output:
-            roles[id(output_embedding)] = OUTPUT
-        if peft_config.train_position_embeddings:
-            position = find_position_embedding(model, input_embedding)
-            if position is None:
-                raise ValueError(
-                    f"{type(model).__name__} has no learned position embeddings (no nn.Embedding named one of "
-                    f"{POSITION_EMBEDDING_NAMES}; it probably uses rotary or relative positions): set "
-                    "train_position_embeddings=False"
-                )
-            roles[id(position)] = POSITION
-
-        if peft_config.backbone is None and not getattr(model, "name_or_path", ""):
-            # Built from a config, not loaded: record what rebuilds the frozen base, so backbone + adapter is the model.
-            peft_config.backbone = {
-                "model_config": model.config.to_dict(),
-                "seed": getattr(model, "_ut_peft_seed", None),
-                "torch_version": torch.__version__,
-            }
-        self._ut_roles = roles
-        self._ut_keep_tied = keep_tied
+    def _keeps_tied(self, config: UTReprogramConfig) -> bool:
+        """Whether ``config`` trains one matrix shared by E and U (the base ties them and the config keeps that)."""
+        return bool(getattr(self, "_ut_base_tied", False)) and config.tied_embeddings == "keep"
 
     def _check_new_adapter_config(self, config: UTReprogramConfig) -> None:
+        """peft's hook for a new adapter: refuse a config this model cannot carry, before anything is wrapped."""
         super()._check_new_adapter_config(config)
         other_vocab = {c.task_vocab_size for c in self.peft_config.values() if c is not config}
         if other_vocab and other_vocab != {config.task_vocab_size}:
             raise ValueError("all UT_REPROGRAM adapters on one model must share task_vocab_size (it sets the "
                              "model's vocabulary); load the other adapter into a fresh base model instead")
+        model = self.model
+        input_embedding, output_embedding = self._embeddings(model)
+        rows, hidden = base_of(input_embedding).weight.shape
+        recorded = config.base_embedding_shape
+        vocab_differs = config.task_vocab_size is None and recorded is not None and recorded[0] != rows
+        if recorded is not None and (recorded[1] != hidden or vocab_differs):
+            raise ValueError(
+                f"this adapter was made for a base whose input embedding has shape {tuple(recorded)}, but this "
+                f"model's input embedding has shape {(int(rows), int(hidden))}: load it into the base model it was "
+                "trained on"
+            )
+        if not hasattr(self, "_ut_base_tied"):
+            # Decided on the untouched base: once released, base weights are placeholders that cannot show tying.
+            self._ut_base_tied = embeddings_are_tied(input_embedding, output_embedding)
+        if self._keeps_tied(config) and config.train_input_embeddings != config.train_output_embeddings:
+            which = "E" if config.train_input_embeddings else "U"
+            raise ValueError(
+                f"this model ties E and U into one matrix, so training only {which} with tied_embeddings='keep' would "
+                "change the other as well; pass tied_embeddings='untie' to train them separately"
+            )
+        if self._wants_output(config) and output_embedding is None:
+            raise ValueError(f"{type(model).__name__} has no output embedding (get_output_embeddings() is None), so U "
+                             "cannot be trained or replaced; set train_output_embeddings=False")
+        if config.train_position_embeddings and find_position_embedding(model, input_embedding) is None:
+            raise ValueError(
+                f"{type(model).__name__} has no learned position embeddings (no nn.Embedding named one of "
+                f"{POSITION_EMBEDDING_NAMES}; it probably uses rotary or relative positions): set "
+                "train_position_embeddings=False"
+            )
+
+    def _wants_output(self, config: UTReprogramConfig) -> bool:
+        keep_tied = self._keeps_tied(config)
+        return config.train_output_embeddings or config.task_vocab_size is not None or (
+            keep_tied and config.train_input_embeddings)
+
+    def _prepare_model(self, peft_config: UTReprogramConfig, model: nn.Module) -> None:
+        """Decide, by module identity, what gets wrapped; record the base on the config (validated already)."""
+        input_embedding, output_embedding = self._embeddings(model)
+        wants_output = self._wants_output(peft_config)
+        roles: dict[int, str] = {}
+        if (peft_config.train_input_embeddings or peft_config.task_vocab_size is not None
+                or peft_config.num_memory_tokens > 0 or (self._keeps_tied(peft_config) and wants_output)):
+            roles[id(input_embedding)] = INPUT
+        if wants_output:
+            roles[id(output_embedding)] = OUTPUT
+        if peft_config.train_position_embeddings:
+            roles[id(find_position_embedding(model, input_embedding))] = POSITION
+        self._ut_roles = roles
+
+        if peft_config.base_embedding_shape is None:
+            peft_config.base_embedding_shape = [int(n) for n in base_of(input_embedding).weight.shape]
+        if peft_config.backbone is None and not getattr(model, "name_or_path", ""):
+            # Built from a config, not loaded: record what rebuilds the frozen base (backbone + adapter = the model).
+            peft_config.backbone = {
+                "model_config": model.config.to_dict(),
+                "seed": getattr(model, "_ut_peft_seed", None),
+                "torch_version": torch.__version__,
+            }
 
     def _check_target_module_exists(self, peft_config, key: str) -> bool:
         return id(self.model.get_submodule(key)) in self._ut_roles
@@ -140,60 +150,16 @@ class UTReprogramModel(BaseTuner):
     def _create_and_replace(self, peft_config: UTReprogramConfig, adapter_name: str, target: nn.Module,
                             target_name: str, parent: nn.Module, current_key: str, **kwargs) -> None:
         role = self._ut_roles[id(target)]
-        layer_cls = {INPUT: UTEmbedding, OUTPUT: UTUnembedding, POSITION: UTPositionEmbedding}[role]
         if isinstance(target, UTReprogramLayer):
             new_module = target
         else:
-            new_module = layer_cls(target, adapter_name)
-        base = new_module.get_base_layer()
-        weight = base.weight
-        seed = peft_config.init_seed
-        vocab = peft_config.task_vocab_size
-        copy_rows = peft_config.init_token_ids
-
-        def fresh(num_rows: int, offset: int, reference: torch.Tensor, salt: int) -> torch.Tensor:
-            if peft_config.init == "copy":
-                ids = torch.tensor(copy_rows[offset:offset + num_rows], device=reference.device)
-                if int(ids.max()) >= reference.shape[0] or int(ids.min()) < 0:
-                    raise ValueError(f"init_token_ids must lie in [0, {reference.shape[0]}), got {copy_rows}")
-                return reference.detach()[ids].clone()
-            return _normal_like(reference, (num_rows, reference.shape[1]), seed * 1000 + salt)
-
-        def kept(reference: torch.Tensor, salt: int) -> torch.Tensor:
-            if peft_config.init == "normal":
-                return _normal_like(reference, tuple(reference.shape), seed * 1000 + salt)
-            return reference.detach().clone()
-
-        if role == INPUT:
-            trains_table = peft_config.train_input_embeddings or (self._ut_keep_tied and peft_config.train_output_embeddings)
-            if vocab is not None:
-                table = fresh(vocab, 0, weight, salt=1)
-            elif trains_table:
-                table = kept(weight, salt=1)
-            else:
-                table = None
-            memory = None
-            if peft_config.num_memory_tokens:
-                memory = fresh(peft_config.num_memory_tokens, vocab or 0, weight, salt=2)
-            new_module.update_layer(adapter_name, peft_config, table, memory, train_table=trains_table)
-        elif role == OUTPUT:
-            bias = getattr(base, "bias", None)
-            if self._ut_keep_tied:
-                matrix, new_bias = None, None
-                if bias is not None:
-                    new_bias = torch.zeros(vocab, dtype=bias.dtype, device=bias.device) if vocab else bias.detach().clone()
-            elif vocab is not None:
-                matrix = fresh(vocab, 0, weight, salt=3)
-                new_bias = None if bias is None else torch.zeros(vocab, dtype=bias.dtype, device=bias.device)
-            else:
-                matrix = kept(weight, salt=3)
-                new_bias = None if bias is None else bias.detach().clone()
-            tied_to = self.model.get_input_embeddings() if self._ut_keep_tied else None
-            new_module.update_layer(adapter_name, peft_config, matrix, new_bias,
-                                    train=peft_config.train_output_embeddings, tied_to=tied_to)
-        else:
-            new_module.update_layer(adapter_name, peft_config, kept(weight, salt=4))
-
+            new_module = {INPUT: UTEmbedding, OUTPUT: UTUnembedding, POSITION: UTPositionEmbedding}[role](
+                target, adapter_name)
+        keep_tied = self._keeps_tied(peft_config)
+        tensors = initial_tensors(peft_config, role, new_module.get_base_layer(), keep_tied)
+        if role == OUTPUT:
+            tensors["tied_to"] = self.model.get_input_embeddings() if keep_tied else None
+        new_module.update_layer(adapter_name, **tensors)
         if new_module is not target:
             self._replace_module(parent, target_name, new_module, target)
 
@@ -256,7 +222,8 @@ class UTReprogramModel(BaseTuner):
             base_vocab = getattr(self, "_ut_base_vocab_size", None)
             if base_vocab is not None:
                 set_vocab_size(self.model, base_vocab)
-        layers = [(name, module) for name, module in self.model.named_modules() if isinstance(module, UTReprogramLayer)]
+        layers = [(name, module) for name, module in self.model.named_modules()
+                  if isinstance(module, UTReprogramLayer)]
         merged = {}
         num_memory = 0
         if merge:
@@ -301,7 +268,7 @@ class UTReprogramModel(BaseTuner):
         """
         in_emb, out_emb = self.model.get_input_embeddings(), self.model.get_output_embeddings()
         rows = in_emb.weight.shape[0]
-        if out_emb is not None and self._ut_keep_tied_for(config):
+        if out_emb is not None and self._keeps_tied(config):
             out_emb.weight = in_emb.weight
             if isinstance(out_emb, nn.Linear):
                 out_emb.out_features = rows
@@ -319,7 +286,5 @@ class UTReprogramModel(BaseTuner):
             generation_config = getattr(self.model, "generation_config", None)
             if generation_config is not None:
                 memory_ids = list(range(rows - num_memory, rows))
-                generation_config.suppress_tokens = sorted(set(generation_config.suppress_tokens or []) | set(memory_ids))
-
-    def _ut_keep_tied_for(self, config: UTReprogramConfig) -> bool:
-        return bool(getattr(self, "_ut_base_tied", False)) and config.tied_embeddings == "keep"
+                suppressed = set(generation_config.suppress_tokens or []) | set(memory_ids)
+                generation_config.suppress_tokens = sorted(suppressed)
