@@ -78,11 +78,7 @@ def memory_adapter_from_vectors(base_model: torch.nn.Module, vectors: torch.Tens
                                num_memory_tokens=vectors.shape[0], **config_kwargs)
     model = get_peft_model(base_model, config, adapter_name=adapter_name)
     layer = model.get_input_embeddings()
-    assert isinstance(layer, UTEmbedding)
-    scale = layer._get_embed_scale()
-    rows = vectors.detach().to(layer.ut_reprogram_memory[adapter_name].dtype)
-    if scale is not None:
-        rows = rows / scale.to(rows.dtype)
-    with torch.no_grad():
-        layer.ut_reprogram_memory[adapter_name].copy_(rows)
+    if not isinstance(layer, UTEmbedding):
+        raise TypeError(f"expected the adapter's input embedding to be a UTEmbedding, got {type(layer).__name__}")
+    layer.set_memory_outputs(adapter_name, vectors)
     return model

@@ -56,3 +56,27 @@ def test_measure_support_matches_model_hidden_states(family):
     assert (stats.low <= stats.high).all()
     bounds = slope_bounds(stats)
     assert 0 < bounds["box"] < bounds["ball"]
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_measure_support_caps_the_length_at_the_models_context(family):
+    # GPT-2's learned positions end at max_position_embeddings: 32-token sequences would be an IndexError.
+    short = tiny_model(family, max_positions=8)
+    stats = measure_support(short, num_sequences=6, seed=1)
+    assert stats.hidden.shape == (6, 32)
+    assert torch.equal(stats.hidden, measure_support(short, num_sequences=6, seq_len=8, seed=1).hidden)
+    # A model with enough positions still gets the length it is asked for.
+    assert not torch.equal(measure_support(tiny_model(family), num_sequences=6, seed=1).hidden,
+                           measure_support(tiny_model(family), num_sequences=6, seq_len=8, seed=1).hidden)
+
+
+def test_a_model_with_fewer_positions_than_the_support_length_gets_a_summary(tmp_path):
+    from ut_peft.accessibility import CramConfig, GridConfig, SweepConfig, run_sweep
+    from ut_peft.accessibility.testing import crammable_model
+
+    model = crammable_model("gpt2", max_positions=16)
+    config = SweepConfig(model="tiny-gpt2", source="tokens", ms=[1], grid=GridConfig(lengths=[2, 3]),
+                         num_sequences=2, cram=CramConfig(max_steps=20, patience=20, batch_size=2),
+                         support_sequences=4)  # support_seq_len keeps its default, 32 > 16 positions
+    summary = run_sweep(config, tmp_path, model=model, progress=False, report=False)
+    assert summary["num_rows"] == 4 and summary["bounds"]["ball"] > 0

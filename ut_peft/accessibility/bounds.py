@@ -66,10 +66,17 @@ def head_inputs(model, input_ids: torch.Tensor, **kwargs) -> torch.Tensor:
 @torch.no_grad()
 def measure_support(model, *, num_sequences: int = 256, seq_len: int = 32, seed: int = 0,
                     batch_size: int = 32) -> SupportStats:
-    """Sample final hidden states of ``num_sequences`` uniformly random token sequences of length ``seq_len``."""
+    """Sample final hidden states of ``num_sequences`` uniformly random token sequences of length ``seq_len``.
+
+    ``seq_len`` is capped at the model's context (``config.max_position_embeddings``): a model with fewer
+    positions than the default 32 is measured on sequences as long as it can read.
+    """
     if num_sequences < 1 or seq_len < 1 or batch_size < 1:
         raise ValueError(f"num_sequences, seq_len and batch_size must be >= 1 "
                          f"(got {num_sequences}, {seq_len}, {batch_size})")
+    context = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    if isinstance(context, int) and context > 0:
+        seq_len = min(seq_len, context)
     vocab_size = model.get_output_embeddings().weight.shape[0]
     device = execution_device(model.get_input_embeddings())
     generator = torch.Generator().manual_seed(seed)

@@ -1,15 +1,21 @@
-"""The output folder of a sweep: settings fingerprint, append-only JSONL rows, and loading them back.
+"""The output folder of a sweep: settings fingerprint, append-only JSONL rows, a lock, and loading rows back.
 
 Each process appends to its own file (``rows.jsonl`` for the main process, ``rows.rank<k>.jsonl`` for the
-others), one complete line per ``os.write`` followed by ``fsync``, so a run killed at any moment loses only
+others), one complete line per write followed by ``fsync``, so a run killed at any moment loses only
 the sequences in flight. A torn last line (killed mid-write) is cut off when the folder is opened again,
-before anything new is appended after it.
+before anything new is appended after it; an unreadable line anywhere else is an error that names it, never a
+silent deletion. A write that fails (a full disk) cuts its file back to the last complete row and raises.
+While a run writes a folder it holds a lock there (see :func:`lock_folder`): a second run gets an error.
 """
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import json
 import os
+import socket
+import time
 from pathlib import Path
 
 import datasets
@@ -24,6 +30,19 @@ ROW_FEATURES = datasets.Features({
     "seconds": datasets.Value("float64"), "rank": datasets.Value("int64"),
     "greedy_misses": datasets.Value("int64"),  # absent from rows written before it existed: read as 0
 })
+
+
+# A row written before greedy_misses existed lacks it (read as 0); every other field is required.
+OPTIONAL_ROW_FIELDS = ("greedy_misses",)
+REQUIRED_ROW_FIELDS = tuple(k for k in ROW_FEATURES if k not in OPTIONAL_ROW_FIELDS)
+
+
+class CorruptRowsError(ValueError):
+    """A rows file holds a line that is not a complete row somewhere other than its (torn) last line."""
+
+
+class FolderLockedError(RuntimeError):
+    """Another process is writing the sweep folder."""
 
 
 def row_key(row: dict) -> tuple[int, int, int]:
@@ -85,18 +104,46 @@ def prepare_folder(folder: Path, settings: dict, clear: bool) -> None:
         repair(path)
 
 
-def repair(path: Path) -> int:
-    """Cut ``path`` after its last complete, parseable line; returns the number of bytes dropped."""
-    data = path.read_bytes()
-    good = 0
-    for line in data.splitlines(keepends=True):
+def parse_row(path: Path, line_number: int, line: bytes | str) -> dict:
+    """One line of a rows file as a row dict; a clear error naming ``path:line_number`` if it is not one."""
+    try:
+        row = json.loads(line)
+    except ValueError as err:
+        problem = f"not valid JSON ({err})"
+    else:
+        missing = [k for k in REQUIRED_ROW_FIELDS if k not in row] if isinstance(row, dict) else None
+        if missing is None:
+            problem = f"a JSON {type(row).__name__}, not an object"
+        elif missing:
+            problem = f"a row without {', '.join(missing)}"
+        else:
+            return row
+    raise CorruptRowsError(
+        f"{path}:{line_number} is {problem}. Only a torn last line (a run killed mid-write) is cut off "
+        "automatically; rows after this line are kept as they are. Move the line out of the file (into a file that "
+        "does not match rows*.jsonl) and resume, or start afresh with overwrite=True (--overwrite)")
+
+
+def _complete_rows(path: Path, data: bytes) -> tuple[list[dict], int]:
+    """The rows of ``data`` and the byte length they span; a last line without its newline is torn and left out."""
+    rows, good = [], 0
+    lines = data.splitlines(keepends=True)
+    for number, line in enumerate(lines, start=1):
         if not line.endswith(b"\n"):
-            break
-        try:
-            json.loads(line)
-        except ValueError:
-            break
+            break  # only the last line can lack its newline: the write that was tearing it never finished
+        rows.append(parse_row(path, number, line))
         good += len(line)
+    return rows, good
+
+
+def repair(path: Path) -> int:
+    """Cut a torn last line off ``path``; returns the number of bytes dropped.
+
+    Raises :class:`CorruptRowsError` (naming the file and line) for an unreadable line that is not the last one
+    or is a complete line: that is not a kill mid-write, and cutting it would delete the valid rows after it.
+    """
+    data = path.read_bytes()
+    _, good = _complete_rows(path, data)
     if good < len(data):
         with open(path, "r+b") as handle:
             handle.truncate(good)
@@ -106,26 +153,126 @@ def repair(path: Path) -> int:
 
 
 def append_row(path: Path, row: dict) -> None:
+    """Append one row as one line, then fsync. A write that fails part-way (a full disk) is cut back off the file,
+    so a later row is never glued to a torn one, and the error says what happened."""
     line = (json.dumps(row, sort_keys=True) + "\n").encode("utf-8")
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
-        os.write(fd, line)
-        os.fsync(fd)
+        start = os.fstat(fd).st_size  # one writer per file (the folder lock): nothing else appends meanwhile
+        written = 0
+        try:
+            while written < len(line):
+                count = os.write(fd, line[written:])  # a short count is legal: write the rest, or get the error
+                if count <= 0:
+                    raise OSError(errno.EIO, f"os.write wrote {count} bytes")
+                written += count
+            os.fsync(fd)
+        except OSError as err:
+            cut = _cut_back(fd, start)
+            raise OSError(err.errno, f"could not append a row to {path}: wrote {written} of {len(line)} bytes "
+                          f"({err.strerror or err}); {cut}. Free space (or fix the error) and resume: the "
+                          "rows already written are kept") from err
     finally:
         os.close(fd)
 
 
+def _cut_back(fd: int, size: int) -> str:
+    try:
+        os.ftruncate(fd, size)
+        os.fsync(fd)
+        return "the partial line was cut off again"
+    except OSError as err:  # then resume cuts it: it is the file's torn last line
+        return f"the partial line could not be cut off ({err}); resuming cuts it, as a torn last line"
+
+
 def read_rows(folder: Path) -> dict[tuple[int, int, int], dict]:
-    """All finished rows of the folder by (m, n, index); a line that does not parse is skipped."""
+    """All finished rows of the folder by (m, n, index).
+
+    A torn last line is skipped (its writer may still be writing it, or cuts it on resume); any other unreadable
+    line, or a row missing fields, raises :class:`CorruptRowsError` naming the file and line.
+    """
     rows = {}
     for path in row_files(folder):
-        for line in path.read_text(encoding="utf-8").splitlines():
-            try:
-                row = json.loads(line)
-            except ValueError:
-                continue  # only a torn last line can be here; the writer that owns it repairs it on resume
+        for row in _complete_rows(path, path.read_bytes())[0]:
             rows.setdefault(row_key(row), row)
     return rows
+
+
+def lock_file(folder: Path, rank: int) -> Path:
+    return Path(folder) / ("sweep.lock" if rank == 0 else f"sweep.rank{rank}.lock")
+
+
+class FolderLock:
+    """An exclusive ``flock`` on a lock file of the folder, held until :meth:`release` or this process ends.
+
+    The operating system drops it when the holder dies (even by SIGKILL), so a crashed run never blocks the
+    folder. Local file systems only: flock over NFS may not exclude other machines.
+    """
+
+    _held: dict[tuple[str, int], "FolderLock"] = {}  # by (folder, rank): one holder per process
+
+    def __init__(self, folder: Path, rank: int) -> None:
+        self.path = lock_file(folder, rank)
+        self.key = (str(Path(folder).resolve()), rank)
+        stale = FolderLock._held.pop(self.key, None)
+        if stale is not None:  # this process locked it for a run that raised: that run is over
+            stale.release()
+        self.fd = _try_lock(self.path)
+        if self.fd is None:
+            raise FolderLockedError(
+                f"{Path(folder)} is being written by another process ({_holder(self.path)} holds {self.path}); "
+                "wait for it to finish or stop it, or write to another folder. A run that crashed or was killed "
+                "releases the lock by itself")
+        os.ftruncate(self.fd, 0)
+        os.write(self.fd, f"pid {os.getpid()} on {socket.gethostname()} since {time.strftime('%Y-%m-%d %H:%M:%S')}"
+                 .encode())
+        FolderLock._held[self.key] = self
+
+    def release(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)  # closing the last descriptor drops the flock
+            self.fd = None
+        if FolderLock._held.get(self.key) is self:
+            del FolderLock._held[self.key]
+
+
+def _try_lock(path: Path) -> int | None:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def _holder(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8").strip() or "a process"
+    except OSError:
+        return "a process"
+
+
+def lock_folder(folder: Path, rank: int = 0) -> FolderLock:
+    """Lock ``folder`` for process ``rank`` of a run; raises :class:`FolderLockedError` if another process has it.
+
+    The main process (rank 0) also checks that no other rank's lock is held: the workers of a killed multi-process
+    run can outlive their main process and keep writing ``rows.rank<k>.jsonl``. Other ranks lock their own file
+    after the main process has checked (the sweep waits for it), so they never see each other's.
+    """
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    lock = FolderLock(folder, rank)
+    if rank == 0:
+        for path in sorted(folder.glob("sweep.rank*.lock")):
+            fd = _try_lock(path)
+            if fd is None:
+                lock.release()
+                raise FolderLockedError(
+                    f"{folder} is being written by another process ({_holder(path)} holds {path}, a worker of an "
+                    "earlier multi-process run that is still running); stop it, or write to another folder")
+            os.close(fd)
+    return lock
 
 
 def load_rows(folder) -> datasets.Dataset:

@@ -267,10 +267,13 @@ def run_sweep(config: SweepConfig, output_dir, *, model=None, tokenizer=None, ac
     source.check_length(config.grid.max_length)
 
     settings = config.fingerprint(source.describe())
+    # Held to the end of the run, so a second run (or a killed run's leftover workers) cannot write here meanwhile.
+    lock = store.lock_folder(output_dir, 0) if accelerator.is_main_process else None
     clear = store.check_settings(output_dir, settings, overwrite)  # every rank checks, so every rank raises
     if accelerator.is_main_process:
         store.prepare_folder(output_dir, settings, clear)
     accelerator.wait_for_everyone()
+    lock = lock or store.lock_folder(output_dir, accelerator.process_index)
     rows = store.read_rows(output_dir)
 
     rank, world = accelerator.process_index, accelerator.num_processes
@@ -312,6 +315,7 @@ def run_sweep(config: SweepConfig, output_dir, *, model=None, tokenizer=None, ac
 
             write_report(output_dir, summary)
     accelerator.wait_for_everyone()
+    lock.release()
     return summary
 
 
@@ -381,11 +385,13 @@ def merge_sweeps(folders, output_dir, *, overwrite: bool = False) -> Path:
     earlier_merge = previous.is_file() and "merged_from" in json.loads(previous.read_text(encoding="utf-8"))
     if not earlier_merge:  # an earlier merge holds only copies and may be replaced; a real run is refused
         store.check_settings(output_dir, merged, overwrite)
+    lock = store.lock_folder(output_dir)
     store.prepare_folder(output_dir, merged, clear=True)  # a merge is rewritten whole, never appended to
     target = store.rows_file(output_dir, 0)
     tmp = target.with_suffix(f".tmp{os.getpid()}")
     tmp.write_text("".join(json.dumps(rows[key], sort_keys=True) + "\n" for key in sorted(rows)), encoding="utf-8")
     os.replace(tmp, target)
+    lock.release()
     return output_dir
 
 

@@ -47,7 +47,8 @@ class UTReprogramConfig(PeftConfig):
     )
     train_position_embeddings: bool = field(
         default=False,
-        metadata={"help": "Also train learned absolute position embeddings (GPT-2 `wpe`); an error if the model has none."},
+        metadata={"help": ("Also train learned absolute position embeddings (GPT-2 `wpe`); an error if the model has "
+                           "none.")},
     )
     num_memory_tokens: int = field(
         default=0,
@@ -62,8 +63,9 @@ class UTReprogramConfig(PeftConfig):
         default="auto",
         metadata={
             "help": (
-                "'auto': matrices over the model's own vocabulary start as copies of the base, new matrices and memory "
-                "rows start normal. 'copy': new rows also copy base rows (those of `init_token_ids`). 'normal': "
+                "'auto': matrices over the model's own vocabulary start as copies of the base, new matrices and "
+                "memory rows start normal. 'copy': new rows also copy base rows (those of `init_token_ids`). "
+                "'normal': "
                 "everything starts N(0, std of the base matrix), i.e. at the scale the model uses its embeddings "
                 "(Gemma's sqrt(d) scaling is applied in the forward, as in the base)."
             )
@@ -88,10 +90,13 @@ class UTReprogramConfig(PeftConfig):
             )
         },
     )
-    init_seed: int = field(default=0, metadata={"help": "Seed of the normal initialisation (independent of torch's global RNG)."})
+    init_seed: int = field(
+        default=0, metadata={"help": "Seed of the normal initialisation (independent of torch's global RNG)."}
+    )
     base_embedding_shape: Optional[list[int]] = field(
         default=None,
-        metadata={"help": "Shape (rows, hidden size) of the base model's input embedding, recorded at creation and checked at load."},
+        metadata={"help": ("Shape (rows, hidden size) of the base model's input embedding, recorded at creation and "
+                           "checked at load.")},
     )
     backbone: Optional[dict] = field(
         default=None,
@@ -104,7 +109,9 @@ class UTReprogramConfig(PeftConfig):
     )
     # BaseTuner reads these; modules are matched by identity (get_input_embeddings() etc.), never by name, so that
     # peft's save_embedding_layers="auto" does not mistake them for targeted embeddings and save the base matrices.
-    target_modules: Optional[list[str]] = field(default=None, metadata={"help": "Unused: modules are found by identity."})
+    target_modules: Optional[list[str]] = field(
+        default=None, metadata={"help": "Unused: modules are found by identity."}
+    )
     exclude_modules: Optional[list[str]] = field(default=None, metadata={"help": "Unused."})
 
     def __post_init__(self):

@@ -7,7 +7,6 @@ adapter; ``base_layer`` never is.
 
 from __future__ import annotations
 
-import math
 from typing import Optional
 
 import torch
@@ -17,17 +16,26 @@ from peft.tuners.tuners_utils import BaseTunerLayer
 from torch import nn
 
 
-def _normal_like(reference: torch.Tensor, shape: tuple[int, ...], seed: int) -> torch.Tensor:
-    """N(0, std(reference)) drawn from a private generator, so creating an adapter never moves torch's global RNG."""
-    std = reference.detach().float().std().item()
-    if not math.isfinite(std) or std == 0.0:
-        std = 0.02
-    generator = torch.Generator().manual_seed(seed)
-    return (torch.randn(shape, generator=generator) * std).to(dtype=reference.dtype, device=reference.device)
+class UTReprogramLayer(nn.Module, BaseTunerLayer):
+    """Common behaviour: one active adapter at a time; merging is done by the tuner (it can change shapes).
 
+    Each subclass names its containers: ``adapter_layer_names`` are trainable (``nn.ParameterDict``),
+    ``other_param_names`` are adapter tensors that do not train (``BufferDict``, saved with the adapter).
+    """
 
-class UTReprogramLayer(BaseTunerLayer):
-    """Common behaviour: one active adapter at a time; merging is done by the tuner (it can change shapes)."""
+    adapter_layer_names: tuple[str, ...] = ()
+    other_param_names: tuple[str, ...] = ()
+
+    def __init__(self, base_layer: nn.Module, adapter_name: str, **kwargs) -> None:
+        super().__init__()
+        self.base_layer = base_layer
+        for name in self.adapter_layer_names:
+            setattr(self, name, nn.ParameterDict({}))
+        for name in self.other_param_names:
+            setattr(self, name, BufferDict({}, persistent=True))
+        self._active_adapter = adapter_name
+        self.merged_adapters = []
+        self.kwargs = kwargs
 
     def _active(self) -> Optional[str]:
         if self.disable_adapters:
@@ -47,7 +55,7 @@ class UTReprogramLayer(BaseTunerLayer):
         raise ValueError("UT_REPROGRAM adapters are never merged in place, so there is nothing to unmerge")
 
 
-class UTEmbedding(nn.Module, UTReprogramLayer):
+class UTEmbedding(UTReprogramLayer):
     """Input embedding E: a trainable table (a copy of the base, or a fresh task vocabulary) plus memory rows.
 
     Ids below ``num_rows`` look up the table; ids ``num_rows .. num_rows + m - 1`` are the memory vectors. The base's
@@ -55,20 +63,10 @@ class UTEmbedding(nn.Module, UTReprogramLayer):
     """
 
     adapter_layer_names = ("ut_reprogram_embedding", "ut_reprogram_memory")
+    # A fresh task-vocabulary E that is not trained still belongs to the adapter (it is not the base's).
     other_param_names = ("ut_reprogram_frozen_embedding",)
 
-    def __init__(self, base_layer: nn.Module, adapter_name: str, **kwargs) -> None:
-        super().__init__()
-        self.base_layer = base_layer
-        self.ut_reprogram_embedding = nn.ParameterDict({})
-        self.ut_reprogram_memory = nn.ParameterDict({})
-        # A fresh task-vocabulary E that is not trained still belongs to the adapter (it is not the base's).
-        self.ut_reprogram_frozen_embedding = BufferDict({}, persistent=True)
-        self._active_adapter = adapter_name
-        self.merged_adapters = []
-        self.kwargs = kwargs
-
-    def update_layer(self, adapter_name: str, config, init_table: Optional[torch.Tensor], memory: Optional[torch.Tensor],
+    def update_layer(self, adapter_name: str, init_table: Optional[torch.Tensor], memory: Optional[torch.Tensor],
                      train_table: bool) -> None:
         if init_table is not None:
             if train_table:
@@ -86,6 +84,20 @@ class UTEmbedding(nn.Module, UTReprogramLayer):
             if adapter_name in self.ut_reprogram_frozen_embedding:
                 return self.ut_reprogram_frozen_embedding[adapter_name]
         return self.get_base_layer().weight
+
+    def set_memory_outputs(self, adapter_name: str, vectors: torch.Tensor) -> None:
+        """Make the memory rows of ``adapter_name`` produce ``vectors`` (m, d), in the space the model receives as
+        ``inputs_embeds``: the rows are stored divided by the embedding scale that :meth:`forward` multiplies back."""
+        memory = self.ut_reprogram_memory[adapter_name]
+        if tuple(vectors.shape) != tuple(memory.shape):
+            raise ValueError(f"adapter {adapter_name!r} has memory rows of shape {tuple(memory.shape)}, "
+                             f"got vectors of shape {tuple(vectors.shape)}")
+        rows = vectors.detach().to(dtype=memory.dtype, device=memory.device)
+        scale = self._get_embed_scale()
+        if scale is not None:
+            rows = rows / scale.to(rows.dtype)
+        with torch.no_grad():
+            memory.copy_(rows)
 
     @property
     def weight(self) -> torch.Tensor:  # what transformers sees as `get_input_embeddings().weight`
@@ -105,37 +117,32 @@ class UTEmbedding(nn.Module, UTReprogramLayer):
         else:
             is_memory = input_ids >= num_rows
             out = F.embedding(input_ids.clamp(max=num_rows - 1), table, padding_idx=padding_idx)
-            memory_out = F.embedding((input_ids - num_rows).clamp(min=0, max=memory.shape[0] - 1), memory)
+            # No upper clamp: an id past the memory rows raises IndexError here, as the base does past its vocabulary.
+            memory_out = F.embedding((input_ids - num_rows).clamp(min=0), memory)
             out = torch.where(is_memory.unsqueeze(-1), memory_out.to(out.dtype), out)
         scale = self._get_embed_scale()
         if scale is not None:
             out = out * scale.to(out.dtype)
-        return out
+        # peft upcasts adapter tensors of a half-precision base to float32 (autocast_adapter_dtype=True); the layers
+        # after E expect the base's dtype, as they would get from the base embedding.
+        return out.to(base.weight.dtype)
 
     def __repr__(self) -> str:
         return "ut_reprogram." + super().__repr__()
 
 
-class UTUnembedding(nn.Module, UTReprogramLayer):
+class UTUnembedding(UTReprogramLayer):
     """Output head U: its own trainable matrix, or the one shared with a kept-tied :class:`UTEmbedding`."""
 
     adapter_layer_names = ("ut_reprogram_unembedding", "ut_reprogram_bias")
     other_param_names = ("ut_reprogram_frozen_unembedding", "ut_reprogram_frozen_bias")
 
     def __init__(self, base_layer: nn.Module, adapter_name: str, **kwargs) -> None:
-        super().__init__()
-        self.base_layer = base_layer
-        self.ut_reprogram_unembedding = nn.ParameterDict({})
-        self.ut_reprogram_bias = nn.ParameterDict({})
-        self.ut_reprogram_frozen_unembedding = BufferDict({}, persistent=True)
-        self.ut_reprogram_frozen_bias = BufferDict({}, persistent=True)
+        super().__init__(base_layer, adapter_name, **kwargs)
         # A list keeps the tied embedding out of named_modules(), so its table is saved once, under E.
         self._tied_to: dict[str, list[UTEmbedding]] = {}
-        self._active_adapter = adapter_name
-        self.merged_adapters = []
-        self.kwargs = kwargs
 
-    def update_layer(self, adapter_name: str, config, init_matrix: Optional[torch.Tensor],
+    def update_layer(self, adapter_name: str, init_matrix: Optional[torch.Tensor],
                      init_bias: Optional[torch.Tensor], train: bool, tied_to: Optional[UTEmbedding]) -> None:
         if tied_to is not None:
             self._tied_to[adapter_name] = [tied_to]
@@ -153,6 +160,12 @@ class UTUnembedding(nn.Module, UTReprogramLayer):
 
     def _all_available_adapter_names(self) -> list[str]:
         return sorted(set(super()._all_available_adapter_names()) | set(self._tied_to))
+
+    def delete_adapter(self, adapter_name: str) -> None:
+        # peft deletes the adapter's entries in adapter_layer_names/other_param_names; a kept-tied adapter lives in
+        # _tied_to instead, and left there it would stay available and be chosen as the next active adapter.
+        self._tied_to.pop(adapter_name, None)
+        super().delete_adapter(adapter_name)
 
     def matrix(self, adapter_name: Optional[str]) -> torch.Tensor:
         if adapter_name is not None:
@@ -182,26 +195,20 @@ class UTUnembedding(nn.Module, UTReprogramLayer):
             return self.base_layer(hidden, *args, **kwargs)
         matrix = self.matrix(adapter)
         bias = self.bias_for(adapter)
-        return F.linear(hidden.to(matrix.dtype), matrix, None if bias is None else bias.to(matrix.dtype))
+        logits = F.linear(hidden.to(matrix.dtype), matrix, None if bias is None else bias.to(matrix.dtype))
+        # Logits in the dtype the base head would give (an upcast float32 U computes, the result follows the base).
+        return logits.to(self.get_base_layer().weight.dtype)
 
     def __repr__(self) -> str:
         return "ut_reprogram." + super().__repr__()
 
 
-class UTPositionEmbedding(nn.Module, UTReprogramLayer):
+class UTPositionEmbedding(UTReprogramLayer):
     """Learned absolute position embeddings (GPT-2 ``wpe``), trainable."""
 
     adapter_layer_names = ("ut_reprogram_position",)
 
-    def __init__(self, base_layer: nn.Module, adapter_name: str, **kwargs) -> None:
-        super().__init__()
-        self.base_layer = base_layer
-        self.ut_reprogram_position = nn.ParameterDict({})
-        self._active_adapter = adapter_name
-        self.merged_adapters = []
-        self.kwargs = kwargs
-
-    def update_layer(self, adapter_name: str, config, init_table: torch.Tensor) -> None:
+    def update_layer(self, adapter_name: str, init_table: torch.Tensor) -> None:
         self.ut_reprogram_position[adapter_name] = nn.Parameter(init_table)
         self.set_adapter(self.active_adapters)
 
@@ -214,7 +221,7 @@ class UTPositionEmbedding(nn.Module, UTReprogramLayer):
         adapter = self._active()
         if adapter is None:
             return self.base_layer(positions, *args, **kwargs)
-        return F.embedding(positions, self.ut_reprogram_position[adapter])
+        return F.embedding(positions, self.ut_reprogram_position[adapter]).to(self.get_base_layer().weight.dtype)
 
     def __repr__(self) -> str:
         return "ut_reprogram." + super().__repr__()

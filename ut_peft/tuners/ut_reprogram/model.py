@@ -7,17 +7,21 @@ from peft.tuners.tuners_utils import BaseTuner
 from torch import nn
 
 from .config import UTReprogramConfig
-from .layer import UTEmbedding, UTPositionEmbedding, UTReprogramLayer, UTUnembedding, _normal_like
+from .init import INPUT, OUTPUT, POSITION, initial_tensors
+from .layer import UTEmbedding, UTPositionEmbedding, UTReprogramLayer, UTUnembedding
 
 # Attribute names under which transformers models keep learned absolute position embeddings.
 POSITION_EMBEDDING_NAMES = ("wpe", "embed_positions", "position_embeddings")
 
-INPUT, OUTPUT, POSITION = "input", "output", "position"
+
+def base_of(module: nn.Module) -> nn.Module:
+    """The base module under a wrapped layer (the module itself when it is not wrapped)."""
+    return module.get_base_layer() if isinstance(module, UTReprogramLayer) else module
 
 
 def find_position_embedding(model: nn.Module, input_embedding: nn.Module) -> nn.Module | None:
     for name, module in model.named_modules():
-        base = module.get_base_layer() if isinstance(module, UTReprogramLayer) else module
+        base = base_of(module)
         if (name.rpartition(".")[2] in POSITION_EMBEDDING_NAMES and isinstance(base, nn.Embedding)
                 and module is not input_embedding):
             return module
@@ -27,9 +31,18 @@ def find_position_embedding(model: nn.Module, input_embedding: nn.Module) -> nn.
 def embeddings_are_tied(input_embedding: nn.Module, output_embedding: nn.Module | None) -> bool:
     if output_embedding is None:
         return False
-    in_base = input_embedding.get_base_layer() if isinstance(input_embedding, UTReprogramLayer) else input_embedding
-    out_base = output_embedding.get_base_layer() if isinstance(output_embedding, UTReprogramLayer) else output_embedding
-    return in_base.weight.data_ptr() == out_base.weight.data_ptr()
+    return base_of(input_embedding).weight.data_ptr() == base_of(output_embedding).weight.data_ptr()
+
+
+def _set_weight(module: nn.Module, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
+    """Give an nn.Embedding / nn.Linear new (frozen) tensors, with the size attributes that describe them."""
+    module.weight = nn.Parameter(weight, requires_grad=False)
+    if isinstance(module, nn.Embedding):
+        module.num_embeddings = weight.shape[0]
+    elif isinstance(module, nn.Linear):
+        module.out_features = weight.shape[0]
+    if bias is not None:
+        module.bias = nn.Parameter(bias, requires_grad=False)
 
 
 def set_vocab_size(model: nn.Module, vocab_size: int) -> None:
@@ -50,68 +63,81 @@ class UTReprogramModel(BaseTuner):
     def _prepare_adapter_config(self, peft_config: UTReprogramConfig, model_config: dict) -> UTReprogramConfig:
         return peft_config
 
-    def _prepare_model(self, peft_config: UTReprogramConfig, model: nn.Module) -> None:
-        """Validate the config against this model and decide, by module identity, what gets wrapped."""
+    def _embeddings(self, model: nn.Module) -> tuple[nn.Module, nn.Module | None]:
         if not hasattr(model, "get_input_embeddings"):
             raise ValueError("UT_REPROGRAM needs a transformers-style model with get_input_embeddings()")
-        input_embedding = model.get_input_embeddings()
         output_embedding = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-        in_base = input_embedding.get_base_layer() if isinstance(input_embedding, UTReprogramLayer) else input_embedding
-        rows, hidden = in_base.weight.shape
+        return model.get_input_embeddings(), output_embedding
 
-        recorded = peft_config.base_embedding_shape
-        if recorded is None:
-            peft_config.base_embedding_shape = [int(rows), int(hidden)]
-        elif recorded[1] != hidden or (peft_config.task_vocab_size is None and recorded[0] != rows):
+    def _keeps_tied(self, config: UTReprogramConfig) -> bool:
+        """Whether ``config`` trains one matrix shared by E and U (the base ties them and the config keeps that)."""
+        return bool(getattr(self, "_ut_base_tied", False)) and config.tied_embeddings == "keep"
+
+    def _check_new_adapter_config(self, config: UTReprogramConfig) -> None:
+        """peft's hook for a new adapter: refuse a config this model cannot carry, before anything is wrapped."""
+        super()._check_new_adapter_config(config)
+        other_vocab = {c.task_vocab_size for c in self.peft_config.values() if c is not config}
+        if other_vocab and other_vocab != {config.task_vocab_size}:
+            raise ValueError("all UT_REPROGRAM adapters on one model must share task_vocab_size (it sets the "
+                             "model's vocabulary); load the other adapter into a fresh base model instead")
+        model = self.model
+        input_embedding, output_embedding = self._embeddings(model)
+        rows, hidden = base_of(input_embedding).weight.shape
+        recorded = config.base_embedding_shape
+        vocab_differs = config.task_vocab_size is None and recorded is not None and recorded[0] != rows
+        if recorded is not None and (recorded[1] != hidden or vocab_differs):
             raise ValueError(
-                f"this adapter was made for a base whose input embedding has shape {tuple(recorded)}, but this model's "
-                f"input embedding has shape {(int(rows), int(hidden))}: load it into the base model it was trained on"
+                f"this adapter was made for a base whose input embedding has shape {tuple(recorded)}, but this "
+                f"model's input embedding has shape {(int(rows), int(hidden))}: load it into the base model it was "
+                "trained on"
             )
-
-        tied = embeddings_are_tied(input_embedding, output_embedding)
-        keep_tied = tied and peft_config.tied_embeddings == "keep"
-        if keep_tied and peft_config.train_input_embeddings != peft_config.train_output_embeddings:
-            which = "E" if peft_config.train_input_embeddings else "U"
+        if not hasattr(self, "_ut_base_tied"):
+            # Decided on the untouched base: once released, base weights are placeholders that cannot show tying.
+            self._ut_base_tied = embeddings_are_tied(input_embedding, output_embedding)
+        if self._keeps_tied(config) and config.train_input_embeddings != config.train_output_embeddings:
+            which = "E" if config.train_input_embeddings else "U"
             raise ValueError(
                 f"this model ties E and U into one matrix, so training only {which} with tied_embeddings='keep' would "
                 "change the other as well; pass tied_embeddings='untie' to train them separately"
             )
-        wants_output = peft_config.train_output_embeddings or peft_config.task_vocab_size is not None or (
-            keep_tied and peft_config.train_input_embeddings)
-        if wants_output and output_embedding is None:
+        if self._wants_output(config) and output_embedding is None:
             raise ValueError(f"{type(model).__name__} has no output embedding (get_output_embeddings() is None), so U "
                              "cannot be trained or replaced; set train_output_embeddings=False")
+        if config.train_position_embeddings and find_position_embedding(model, input_embedding) is None:
+            raise ValueError(
+                f"{type(model).__name__} has no learned position embeddings (no nn.Embedding named one of "
+                f"{POSITION_EMBEDDING_NAMES}; it probably uses rotary or relative positions): set "
+                "train_position_embeddings=False"
+            )
 
+    def _wants_output(self, config: UTReprogramConfig) -> bool:
+        keep_tied = self._keeps_tied(config)
+        return config.train_output_embeddings or config.task_vocab_size is not None or (
+            keep_tied and config.train_input_embeddings)
+
+    def _prepare_model(self, peft_config: UTReprogramConfig, model: nn.Module) -> None:
+        """Decide, by module identity, what gets wrapped; record the base on the config (validated already)."""
+        input_embedding, output_embedding = self._embeddings(model)
+        wants_output = self._wants_output(peft_config)
         roles: dict[int, str] = {}
         if (peft_config.train_input_embeddings or peft_config.task_vocab_size is not None
-                or peft_config.num_memory_tokens > 0 or (keep_tied and wants_output)):
+                or peft_config.num_memory_tokens > 0 or (self._keeps_tied(peft_config) and wants_output)):
             roles[id(input_embedding)] = INPUT
         if wants_output:
             roles[id(output_embedding)] = OUTPUT
         if peft_config.train_position_embeddings:
-            position = find_position_embedding(model, input_embedding)
-            if position is None:
-                raise ValueError(
-                    f"{type(model).__name__} has no learned position embeddings (no nn.Embedding named one of "
-                    f"{POSITION_EMBEDDING_NAMES}; it probably uses rotary or relative positions): set "
-                    "train_position_embeddings=False"
-                )
-            roles[id(position)] = POSITION
+            roles[id(find_position_embedding(model, input_embedding))] = POSITION
+        self._ut_roles = roles
 
-        other_vocab = {c.task_vocab_size for c in self.peft_config.values() if c is not peft_config}
-        if other_vocab and other_vocab != {peft_config.task_vocab_size}:
-            raise ValueError("all UT_REPROGRAM adapters on one model must share task_vocab_size (it sets the "
-                             "model's vocabulary); load the other adapter into a fresh base model instead")
-
+        if peft_config.base_embedding_shape is None:
+            peft_config.base_embedding_shape = [int(n) for n in base_of(input_embedding).weight.shape]
         if peft_config.backbone is None and not getattr(model, "name_or_path", ""):
-            # Built from a config, not loaded: record what rebuilds the frozen base, so backbone + adapter is the model.
+            # Built from a config, not loaded: record what rebuilds the frozen base (backbone + adapter = the model).
             peft_config.backbone = {
                 "model_config": model.config.to_dict(),
                 "seed": getattr(model, "_ut_peft_seed", None),
                 "torch_version": torch.__version__,
             }
-        self._ut_roles = roles
-        self._ut_keep_tied = keep_tied
 
     def _check_target_module_exists(self, peft_config, key: str) -> bool:
         return id(self.model.get_submodule(key)) in self._ut_roles
@@ -124,60 +150,16 @@ class UTReprogramModel(BaseTuner):
     def _create_and_replace(self, peft_config: UTReprogramConfig, adapter_name: str, target: nn.Module,
                             target_name: str, parent: nn.Module, current_key: str, **kwargs) -> None:
         role = self._ut_roles[id(target)]
-        layer_cls = {INPUT: UTEmbedding, OUTPUT: UTUnembedding, POSITION: UTPositionEmbedding}[role]
         if isinstance(target, UTReprogramLayer):
             new_module = target
         else:
-            new_module = layer_cls(target, adapter_name)
-        base = new_module.get_base_layer()
-        weight = base.weight
-        seed = peft_config.init_seed
-        vocab = peft_config.task_vocab_size
-        copy_rows = peft_config.init_token_ids
-
-        def fresh(num_rows: int, offset: int, reference: torch.Tensor, salt: int) -> torch.Tensor:
-            if peft_config.init == "copy":
-                ids = torch.tensor(copy_rows[offset:offset + num_rows], device=reference.device)
-                if int(ids.max()) >= reference.shape[0] or int(ids.min()) < 0:
-                    raise ValueError(f"init_token_ids must lie in [0, {reference.shape[0]}), got {copy_rows}")
-                return reference.detach()[ids].clone()
-            return _normal_like(reference, (num_rows, reference.shape[1]), seed * 1000 + salt)
-
-        def kept(reference: torch.Tensor, salt: int) -> torch.Tensor:
-            if peft_config.init == "normal":
-                return _normal_like(reference, tuple(reference.shape), seed * 1000 + salt)
-            return reference.detach().clone()
-
-        if role == INPUT:
-            trains_table = peft_config.train_input_embeddings or (self._ut_keep_tied and peft_config.train_output_embeddings)
-            if vocab is not None:
-                table = fresh(vocab, 0, weight, salt=1)
-            elif trains_table:
-                table = kept(weight, salt=1)
-            else:
-                table = None
-            memory = None
-            if peft_config.num_memory_tokens:
-                memory = fresh(peft_config.num_memory_tokens, vocab or 0, weight, salt=2)
-            new_module.update_layer(adapter_name, peft_config, table, memory, train_table=trains_table)
-        elif role == OUTPUT:
-            bias = getattr(base, "bias", None)
-            if self._ut_keep_tied:
-                matrix, new_bias = None, None
-                if bias is not None:
-                    new_bias = torch.zeros(vocab, dtype=bias.dtype, device=bias.device) if vocab else bias.detach().clone()
-            elif vocab is not None:
-                matrix = fresh(vocab, 0, weight, salt=3)
-                new_bias = None if bias is None else torch.zeros(vocab, dtype=bias.dtype, device=bias.device)
-            else:
-                matrix = kept(weight, salt=3)
-                new_bias = None if bias is None else bias.detach().clone()
-            tied_to = self.model.get_input_embeddings() if self._ut_keep_tied else None
-            new_module.update_layer(adapter_name, peft_config, matrix, new_bias,
-                                    train=peft_config.train_output_embeddings, tied_to=tied_to)
-        else:
-            new_module.update_layer(adapter_name, peft_config, kept(weight, salt=4))
-
+            new_module = {INPUT: UTEmbedding, OUTPUT: UTUnembedding, POSITION: UTPositionEmbedding}[role](
+                target, adapter_name)
+        keep_tied = self._keeps_tied(peft_config)
+        tensors = initial_tensors(peft_config, role, new_module.get_base_layer(), keep_tied)
+        if role == OUTPUT:
+            tensors["tied_to"] = self.model.get_input_embeddings() if keep_tied else None
+        new_module.update_layer(adapter_name, **tensors)
         if new_module is not target:
             self._replace_module(parent, target_name, new_module, target)
 
@@ -203,12 +185,6 @@ class UTReprogramModel(BaseTuner):
             raise ValueError(f"cannot {action}: this adapter was created with release_base_embeddings=True, so the "
                              "base model's own E and U were freed; load the base model again for its outputs")
 
-    def _mark_only_adapters_as_trainable(self, model: nn.Module) -> None:
-        super()._mark_only_adapters_as_trainable(model)
-        for module in model.modules():
-            if isinstance(module, UTReprogramLayer):
-                module.set_adapter(module.active_adapters)
-
     # ---- turning the adapter on and off ---------------------------------------------------------------------------
     def _set_vocab_for(self, enabled: bool) -> None:
         base_vocab = getattr(self, "_ut_base_vocab_size", None)
@@ -226,29 +202,48 @@ class UTReprogramModel(BaseTuner):
         super().enable_adapter_layers()
         self._set_vocab_for(True)
 
+    def _adapter_to_merge(self, adapter_names) -> str:
+        if adapter_names is None:
+            return self.active_adapters[0]
+        names = [adapter_names] if isinstance(adapter_names, str) else list(adapter_names)
+        missing = [name for name in names if name not in self.peft_config]
+        if missing:
+            raise ValueError(f"cannot merge {missing}: this model's adapters are {list(self.peft_config)}")
+        if len(names) != 1:
+            raise ValueError(f"UT_REPROGRAM merges one adapter at a time (its E and U replace the base matrices, so "
+                             f"two adapters cannot be added up); got adapter_names={names}")
+        return names[0]
+
     def _unload_and_optionally_merge(self, merge: bool = True, progressbar: bool = False, safe_merge: bool = False,
                                      adapter_names=None):
-        adapter = self.active_adapters[0]
+        adapter = self._adapter_to_merge(adapter_names) if merge else None
         if not merge:
             self._refuse_if_released("unload the adapter")
             base_vocab = getattr(self, "_ut_base_vocab_size", None)
             if base_vocab is not None:
                 set_vocab_size(self.model, base_vocab)
-        layers = [(name, module) for name, module in self.model.named_modules() if isinstance(module, UTReprogramLayer)]
+        layers = [(name, module) for name, module in self.model.named_modules()
+                  if isinstance(module, UTReprogramLayer)]
         merged = {}
+        num_memory = 0
         if merge:
-            # Compute every merged tensor before replacing anything: a tied U reads E's table.
+            # Compute every merged tensor before replacing anything: a tied U reads E's table. Merged tensors take
+            # the base's dtype (peft may have upcast the adapter of a half-precision base to float32).
             for name, module in layers:
+                dtype = module.get_base_layer().weight.dtype
                 if isinstance(module, UTEmbedding):
                     table = module.table(adapter).detach()
                     if adapter in module.ut_reprogram_memory:
+                        num_memory = module.ut_reprogram_memory[adapter].shape[0]
                         table = torch.cat([table, module.ut_reprogram_memory[adapter].detach().to(table.dtype)])
-                    merged[name] = (table, None)
+                    merged[name] = (table.to(dtype), None)
                 elif isinstance(module, UTUnembedding):
                     bias = module.bias_for(adapter)
-                    merged[name] = (module.matrix(adapter).detach(), None if bias is None else bias.detach())
+                    merged[name] = (module.matrix(adapter).detach().to(dtype),
+                                    None if bias is None else bias.detach().to(dtype))
                 else:
-                    merged[name] = (module.weight.detach(), None)
+                    table = module.ut_reprogram_position.get(adapter, module.get_base_layer().weight)
+                    merged[name] = (table.detach().to(dtype), None)
         for name, module in layers:
             parent_name, _, child_name = name.rpartition(".")
             parent = self.model.get_submodule(parent_name) if parent_name else self.model
@@ -256,25 +251,40 @@ class UTReprogramModel(BaseTuner):
             if merge:
                 matrix, bias = merged[name]
                 # A fresh Parameter per module: a merged model's E and U only share storage if re-tied below.
-                base.weight = nn.Parameter(matrix.clone(), requires_grad=False)
-                if isinstance(base, nn.Embedding):
-                    base.num_embeddings = matrix.shape[0]
-                elif isinstance(base, nn.Linear):
-                    base.out_features = matrix.shape[0]
-                    if bias is not None:
-                        base.bias = nn.Parameter(bias.clone(), requires_grad=False)
+                _set_weight(base, matrix.clone(), None if bias is None else bias.clone())
             setattr(parent, child_name, base)
         if merge:
-            in_emb, out_emb = self.model.get_input_embeddings(), self.model.get_output_embeddings()
-            config = self.peft_config[adapter]
-            if (out_emb is not None and self._ut_keep_tied_for(config)
-                    and in_emb.weight.shape == out_emb.weight.shape):
-                out_emb.weight = in_emb.weight
-            elif out_emb is not None and getattr(self.model.config, "tie_word_embeddings", False):
-                self.model.config.tie_word_embeddings = False
+            self._tie_or_pad_merged_head(self.peft_config[adapter], num_memory)
         if hasattr(self.model, "peft_config"):
             del self.model.peft_config
         return self.model
 
-    def _ut_keep_tied_for(self, config: UTReprogramConfig) -> bool:
-        return bool(getattr(self, "_ut_keep_tied", False)) and config.tied_embeddings == "keep"
+    def _tie_or_pad_merged_head(self, config: UTReprogramConfig, num_memory: int) -> None:
+        """Make E, U and ``config.vocab_size`` agree in the merged model, so its saved folder loads back.
+
+        Memory rows become extra tokens of the merged vocabulary. A kept-tied U shares E's matrix (memory rows
+        included); a separate U gets zero rows for them. Either way ``generation_config.suppress_tokens`` keeps
+        ``generate`` from emitting them, as the adapter never did.
+        """
+        in_emb, out_emb = self.model.get_input_embeddings(), self.model.get_output_embeddings()
+        rows = in_emb.weight.shape[0]
+        if out_emb is not None and self._keeps_tied(config):
+            out_emb.weight = in_emb.weight
+            if isinstance(out_emb, nn.Linear):
+                out_emb.out_features = rows
+        elif out_emb is not None:
+            if out_emb.weight.shape[0] != rows:
+                pad = rows - out_emb.weight.shape[0]
+                weight = out_emb.weight.detach()
+                bias = getattr(out_emb, "bias", None)
+                _set_weight(out_emb, torch.cat([weight, weight.new_zeros(pad, weight.shape[1])]),
+                            None if bias is None else torch.cat([bias.detach(), bias.new_zeros(pad)]))
+            if getattr(self.model.config, "tie_word_embeddings", False):
+                self.model.config.tie_word_embeddings = False
+        if num_memory:
+            set_vocab_size(self.model, rows)
+            generation_config = getattr(self.model, "generation_config", None)
+            if generation_config is not None:
+                memory_ids = list(range(rows - num_memory, rows))
+                suppressed = set(generation_config.suppress_tokens or []) | set(memory_ids)
+                generation_config.suppress_tokens = sorted(suppressed)

@@ -1,0 +1,203 @@
+"""The sweep's output folder under failure: full disks, damaged row files, and two runs at once."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from ut_peft.accessibility import run_sweep, summarize_folder
+from ut_peft.accessibility.store import (CorruptRowsError, FolderLockedError, append_row, lock_folder, read_rows,
+                                         repair)
+
+from .test_sweep import small_config
+
+ROOT = Path(__file__).resolve().parents[2]
+# Subprocesses load store.py alone: importing the whole package would cost them seconds of torch and transformers.
+IMPORT_STORE = textwrap.dedent(f"""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("store", {str(ROOT / "ut_peft" / "accessibility" / "store.py")!r})
+    store = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(store)
+""")
+
+
+def row(index: int, **extra) -> dict:
+    return dict(m=1, n=2, index=index, init_seed=index, tf_accuracy=1.0, greedy_exact=True, accessible=True,
+                steps=3, final_loss=0.1, best_accuracy=1.0, stop_reason="converged", seconds=0.5, rank=0,
+                greedy_misses=0, **extra)
+
+
+def write_lines(path: Path, lines: list[bytes]) -> None:
+    path.write_bytes(b"".join(lines))
+
+
+def good(index: int) -> bytes:
+    return (json.dumps(row(index), sort_keys=True) + "\n").encode()
+
+
+def assert_complete_rows(path: Path) -> list[dict]:
+    data = path.read_bytes()
+    assert data == b"" or data.endswith(b"\n"), data[-80:]
+    return [json.loads(line) for line in data.splitlines()]
+
+
+# ---- full disk ---------------------------------------------------------------------------------------------------
+@pytest.fixture
+def small_tmpfs(tmp_path):
+    """A real 16 KiB tmpfs (needs root and mount(8)); the RLIMIT_FSIZE test below needs neither."""
+    mount_point = tmp_path / "disk"
+    mount_point.mkdir()
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("mounting a tmpfs needs root")
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16k", "tmpfs", str(mount_point)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+    try:
+        yield mount_point
+    finally:
+        subprocess.run(["umount", str(mount_point)], check=True)
+
+
+def test_a_full_disk_raises_and_leaves_only_complete_rows(small_tmpfs):
+    path = small_tmpfs / "rows.jsonl"
+    written = 0
+    with pytest.raises(OSError, match=r"could not append a row to .*rows\.jsonl: wrote \d+ of \d+ bytes"):
+        for index in range(10_000):
+            append_row(path, row(index, padding="x" * 300))
+            written += 1
+    assert 0 < written < 10_000
+    assert len(assert_complete_rows(path)) == written  # the torn row was cut off again
+    # Space comes back before the next row: it starts on a line of its own, nothing is glued to a torn row.
+    subprocess.run(["mount", "-o", "remount,size=1m", str(small_tmpfs)], check=True)
+    append_row(path, row(written))
+    assert [r["index"] for r in assert_complete_rows(path)] == list(range(written + 1))
+    assert repair(path) == 0 and len(read_rows(small_tmpfs)) == written + 1
+
+
+def test_a_file_size_limit_short_write_raises_and_leaves_only_complete_rows(tmp_path):
+    # RLIMIT_FSIZE makes the kernel do what a full disk does: a short write, then an error (EFBIG).
+    script = IMPORT_STORE + textwrap.dedent(f"""
+        import json, resource, signal, sys
+        append_row = store.append_row
+        row = json.loads(sys.argv[1])
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1000, hard))
+        written = 0
+        try:
+            for index in range(100):
+                append_row({str(tmp_path / "rows.jsonl")!r}, dict(row, index=index))
+                written += 1
+        except OSError as err:
+            print("ERROR", err)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))  # space comes back
+        append_row({str(tmp_path / "rows.jsonl")!r}, dict(row, index=written))
+        print("WRITTEN", written)
+    """)
+    done = subprocess.run([sys.executable, "-c", script, json.dumps(row(0, padding="x" * 100))],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "could not append a row" in done.stdout and "wrote" in done.stdout, done.stdout
+    written = int(done.stdout.split("WRITTEN")[1])
+    assert [r["index"] for r in assert_complete_rows(tmp_path / "rows.jsonl")] == list(range(written + 1))
+
+
+# ---- damaged row files -------------------------------------------------------------------------------------------
+def test_only_a_torn_last_line_is_cut(tmp_path):
+    path = tmp_path / "rows.jsonl"
+    write_lines(path, [good(0), good(1), good(2)[:20]])
+    assert len(read_rows(tmp_path)) == 2  # a reader skips the torn line (its writer may still be writing it)
+    assert repair(path) == 20
+    assert len(assert_complete_rows(path)) == 2
+
+
+@pytest.mark.parametrize("bad,problem", [
+    (b"garbage\n", "not valid JSON"),
+    (b"{}\n", "a row without m, n, index"),
+    (b'{"m": 1, "n": 2}\n', "a row without index"),
+    (b"[1, 2]\n", "a JSON list, not an object"),
+])
+def test_a_bad_line_before_the_end_is_an_error_naming_it_and_nothing_is_deleted(tmp_path, bad, problem):
+    path = tmp_path / "rows.jsonl"
+    write_lines(path, [good(0), bad, good(1), good(2)])
+    before = path.read_bytes()
+    for action in (lambda: repair(path), lambda: read_rows(tmp_path)):
+        with pytest.raises(CorruptRowsError, match=rf"rows\.jsonl:2 is {problem}"):
+            action()
+    assert path.read_bytes() == before
+
+
+def test_a_complete_but_unreadable_last_line_is_an_error_too(tmp_path):
+    # It ends with its newline, so it is not a write cut short by a kill: something else wrote it.
+    path = tmp_path / "rows.jsonl"
+    write_lines(path, [good(0), b"{}\n"])
+    with pytest.raises(CorruptRowsError, match=r"rows\.jsonl:2"):
+        repair(path)
+
+
+def test_resume_and_report_name_a_damaged_line_instead_of_dropping_rows(tmp_path, llama):
+    run_sweep(small_config(), tmp_path, model=llama, progress=False)
+    path = tmp_path / "rows.jsonl"
+    lines = path.read_bytes().splitlines(keepends=True)
+    write_lines(path, lines[:3] + [b"{}\n"] + lines[3:])
+    before = path.read_bytes()
+    with pytest.raises(CorruptRowsError, match=r"rows\.jsonl:4 is a row without"):
+        run_sweep(small_config(), tmp_path, model=llama, progress=False)
+    with pytest.raises(CorruptRowsError, match=r"rows\.jsonl:4 is a row without"):
+        summarize_folder(tmp_path, llama, support_sequences=8, support_seq_len=4)
+    assert path.read_bytes() == before
+
+
+# ---- two runs, one folder ----------------------------------------------------------------------------------------
+def hold_lock(folder: Path, rank: int) -> subprocess.Popen:
+    script = IMPORT_STORE + textwrap.dedent(f"""
+        import time
+        lock = store.lock_folder({str(folder)!r}, {rank})
+        print("locked", flush=True)
+        time.sleep(120)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "locked"
+    return proc
+
+
+def kill(proc: subprocess.Popen) -> None:
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+
+
+def test_a_second_run_is_refused_while_the_first_holds_the_folder_and_a_killed_holder_frees_it(tmp_path, llama):
+    holder = hold_lock(tmp_path, 0)
+    try:
+        with pytest.raises(FolderLockedError, match=rf"another process \(pid {holder.pid} .*sweep\.lock"):
+            lock_folder(tmp_path)
+        with pytest.raises(FolderLockedError):
+            run_sweep(small_config(), tmp_path, model=llama, progress=False)
+        assert not list(tmp_path.glob("rows*.jsonl")) and not (tmp_path / "settings.json").exists()
+    finally:
+        kill(holder)  # SIGKILL: no cleanup code runs, the kernel drops the lock
+    summary = run_sweep(small_config(), tmp_path, model=llama, progress=False)
+    assert summary["num_rows"] == 12
+
+
+def test_a_leftover_worker_of_a_killed_run_blocks_the_folder(tmp_path):
+    worker = hold_lock(tmp_path, 1)
+    try:
+        with pytest.raises(FolderLockedError, match=r"sweep\.rank1\.lock, a worker of an earlier multi-process run"):
+            lock_folder(tmp_path, 0)
+    finally:
+        kill(worker)
+    lock_folder(tmp_path, 0).release()
+
+
+def test_a_run_that_raised_does_not_keep_its_own_process_out(tmp_path):
+    lock_folder(tmp_path)  # never released, as by a run that raised
+    lock = lock_folder(tmp_path)  # the same process starts the next run
+    lock.release()
+    kill(hold_lock(tmp_path, 0))  # released: another process can take it now

@@ -1,0 +1,251 @@
+"""The flows peft's common tuner tests apply to every method, run on UT_REPROGRAM.
+
+peft's own suite (`tests/testing_common.py`, `PeftCommonTester`) checks each tuner through save/load, inference mode,
+half-precision bases, merge/unload, several adapters, disabling, generate and the trainable-parameter utilities.
+Here the same flows run over tiny Llama, Qwen2, Gemma-3 and GPT-2 configs, tied and untied, and over the method's
+options (a task vocabulary, memory tokens, untying, training only E or only U).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import transformers
+from peft import PeftModel, get_peft_model
+
+import ut_peft
+from ut_peft import UTReprogramConfig
+from ut_peft.testing import tiny_model
+from ut_peft.tuners.ut_reprogram import UTReprogramLayer
+
+FAMILIES = ("llama", "qwen2", "gemma3", "gpt2")
+VOCAB, HIDDEN = 97, 32
+OPTIONS = {
+    "full": {},
+    "task_vocab": dict(task_vocab_size=6),
+    "memory": dict(num_memory_tokens=2),
+    "untie": dict(tied_embeddings="untie"),
+    "e_only": dict(train_output_embeddings=False, tied_embeddings="untie"),
+    "u_only": dict(train_input_embeddings=False, tied_embeddings="untie"),
+}
+
+
+def _case(family: str, tied: bool, option: str):
+    """Every (family, option) pair runs by default, tied on half the families and untied on the others (rotating
+    with the option, so every family also meets both and every option meets both); the rest of the grid is slow."""
+    rotation = (FAMILIES.index(family) + list(OPTIONS).index(option)) % 2 == 0
+    default = tied if option == "untie" else tied == rotation
+    return pytest.param(family, tied, option, id=f"{family}-{'tied' if tied else 'untied'}-{option}",
+                        marks=() if default else pytest.mark.slow)
+
+
+# "untie" only differs from "full" on a tied model.
+CASES = [_case(family, tied, option) for family in FAMILIES for tied in (False, True) for option in OPTIONS
+         if tied or option != "untie"]
+
+
+def config_for(option: str, **overrides) -> UTReprogramConfig:
+    return UTReprogramConfig(**{**OPTIONS[option], **overrides})
+
+
+def inputs_for(model, option: str, rows: int = 2, length: int = 5, seed: int = 0) -> dict[str, torch.Tensor]:
+    """Ids in the adapter's vocabulary, with the memory ids in front when the adapter has memory rows."""
+    vocab = OPTIONS[option].get("task_vocab_size", VOCAB)
+    ids = torch.randint(0, vocab, (rows, length), generator=torch.Generator().manual_seed(seed))
+    if OPTIONS[option].get("num_memory_tokens"):
+        return ut_peft.prepend_memory_tokens(model, ids)
+    return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+
+
+def perturb(model: torch.nn.Module, seed: int = 1) -> None:
+    """Move every trainable tensor off its initial value, so a flow that drops or ignores the adapter shows."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for param in model.parameters():
+            if param.requires_grad:
+                param.add_(torch.randn(param.shape, generator=generator).to(param.dtype) * 0.5)
+
+
+def trainable(model: torch.nn.Module) -> list[str]:
+    return sorted(n for n, p in model.named_parameters() if p.requires_grad)
+
+
+def expected_trainable_count(tied: bool, option: str) -> int:
+    opts = OPTIONS[option]
+    rows = opts.get("task_vocab_size", VOCAB)
+    keep_tied = tied and opts.get("tied_embeddings", "keep") == "keep"
+    train_e = opts.get("train_input_embeddings", True)
+    train_u = opts.get("train_output_embeddings", True)
+    count = opts.get("num_memory_tokens", 0) * HIDDEN
+    if keep_tied:
+        return count + (rows * HIDDEN if train_e or train_u else 0)
+    return count + (train_e + train_u) * rows * HIDDEN
+
+
+@pytest.mark.parametrize("family,tied,option", CASES)
+def test_save_load_round_trip_and_frozen_loading(tmp_path, family, tied, option):
+    model = get_peft_model(tiny_model(family, tied=tied), config_for(option))
+    perturb(model)
+    inputs = inputs_for(model, option)
+    expected = model(**inputs).logits
+    model.save_pretrained(tmp_path)
+
+    frozen = PeftModel.from_pretrained(tiny_model(family, tied=tied), tmp_path)  # is_trainable=False by default
+    assert trainable(frozen) == []
+    assert torch.equal(frozen(**inputs).logits, expected)
+
+    again = PeftModel.from_pretrained(tiny_model(family, tied=tied), tmp_path, is_trainable=True)
+    assert trainable(again) == trainable(model)
+    assert torch.equal(again(**inputs).logits, expected)
+
+
+@pytest.mark.parametrize("family,tied,option", CASES)
+def test_inference_mode_freezes_the_adapter(family, tied, option):
+    model = get_peft_model(tiny_model(family, tied=tied), config_for(option, inference_mode=True))
+    assert trainable(model) == []
+    # The same adapter in training mode trains exactly the tensors the option names.
+    training = get_peft_model(tiny_model(family, tied=tied), config_for(option))
+    trainable_count, _ = training.get_nb_trainable_parameters()
+    assert trainable_count == expected_trainable_count(tied, option)
+    assert model.get_nb_trainable_parameters()[0] == 0
+
+
+@pytest.mark.parametrize("family,tied,option", CASES)
+def test_half_precision_base_runs_and_merges_to_half(family, tied, option):
+    dtype = torch.bfloat16 if family in ("llama", "gemma3") else torch.float16
+    base = tiny_model(family, tied=tied).to(dtype)
+    model = get_peft_model(base, config_for(option))  # autocast_adapter_dtype=True: adapter tensors in float32
+    assert all(p.dtype == torch.float32 for p in model.parameters() if p.requires_grad)
+    inputs = inputs_for(model, option)
+    labels = inputs["input_ids"].masked_fill(inputs["attention_mask"] == 0, -100)
+    if OPTIONS[option].get("num_memory_tokens"):
+        labels[:, :OPTIONS[option]["num_memory_tokens"]] = -100
+    out = model(**inputs, labels=labels)
+    assert out.logits.dtype == dtype and torch.isfinite(out.loss)
+    out.loss.backward()
+    assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
+    merged = model.merge_and_unload()
+    floats = {n: p.dtype for n, p in merged.named_parameters() if p.dtype.is_floating_point}
+    assert set(floats.values()) == {dtype}, floats
+    merged(**inputs)
+
+
+@pytest.mark.parametrize("family,tied,option", CASES)
+def test_merge_and_unload_gives_a_folder_that_loads_back(tmp_path, family, tied, option):
+    model = get_peft_model(tiny_model(family, tied=tied), config_for(option))
+    perturb(model)
+    inputs = inputs_for(model, option)
+    expected = model(**inputs).logits.detach()
+    merged = model.merge_and_unload()
+    assert not any(isinstance(m, UTReprogramLayer) for m in merged.modules())
+    merged.save_pretrained(tmp_path)
+    loaded = transformers.AutoModelForCausalLM.from_pretrained(tmp_path)
+    rows = loaded.get_input_embeddings().weight.shape[0]
+    assert loaded.get_output_embeddings().weight.shape[0] == rows == loaded.config.vocab_size
+    for candidate in (merged, loaded):
+        got = candidate(**inputs).logits
+        # The merged model scores the same vocabulary the same way; memory ids (if any) are extra columns.
+        assert torch.allclose(got[..., :expected.shape[-1]], expected, atol=1e-5)
+    memory = OPTIONS[option].get("num_memory_tokens", 0)
+    if memory:
+        # Memory ids are inputs only: generate never picks them in the merged model either.
+        assert sorted(loaded.generation_config.suppress_tokens) == list(range(rows - memory, rows))
+
+
+@pytest.mark.parametrize("family,tied,option", CASES)
+def test_multiple_adapters_set_merge_and_delete(family, tied, option):
+    def second_config():
+        return config_for(option, init="normal", init_seed=7)
+
+    reference = get_peft_model(tiny_model(family, tied=tied), second_config())
+    model = get_peft_model(tiny_model(family, tied=tied), config_for(option))
+    model.add_adapter("other", second_config())
+    inputs = inputs_for(model, option)
+    first = model(**inputs).logits.detach()
+    other = reference(**inputs).logits.detach()
+    assert not torch.allclose(first, other)
+
+    model.set_adapter("other")
+    assert torch.equal(model(**inputs).logits, other)
+    assert model.active_adapters == ["other"]
+    model.set_adapter("default")
+    assert torch.equal(model(**inputs).logits, first)
+
+    model.delete_adapter("default")  # the active one: peft falls back to the remaining adapter on every layer
+    assert model.active_adapters == ["other"]
+    for module in model.modules():
+        if isinstance(module, UTReprogramLayer):
+            assert "default" not in module._all_available_adapter_names()
+            assert module.active_adapters == ["other"]
+    assert torch.equal(model(**inputs).logits, other)
+
+
+@pytest.mark.parametrize("family,tied,option", CASES)
+def test_merge_and_unload_merges_the_named_adapter(family, tied, option):
+    model = get_peft_model(tiny_model(family, tied=tied), config_for(option))
+    model.add_adapter("other", config_for(option, init="normal", init_seed=7))
+    inputs = inputs_for(model, option)
+    model.set_adapter("other")
+    other = model(**inputs).logits.detach()
+    model.set_adapter("default")
+    merged = model.merge_and_unload(adapter_names=["other"])
+    assert torch.allclose(merged(**inputs).logits[..., :other.shape[-1]], other, atol=1e-5)
+
+
+@pytest.mark.parametrize("family,tied,option", CASES)
+def test_disable_adapter_and_generate(family, tied, option):
+    base = tiny_model(family, tied=tied)
+    ids = torch.randint(0, 6, (2, 4), generator=torch.Generator().manual_seed(3))
+    reference = base(input_ids=ids).logits.detach()
+    model = get_peft_model(base, config_for(option))
+    perturb(model)
+    inputs = inputs_for(model, option)
+    adapted = model(**inputs).logits.detach()
+    with model.disable_adapter():
+        assert torch.equal(model(input_ids=ids).logits, reference)
+        assert model.config.vocab_size == VOCAB
+    assert torch.equal(model(**inputs).logits, adapted)
+    out = model.generate(**inputs, max_new_tokens=2, min_new_tokens=2, do_sample=False, pad_token_id=0)
+    prompt_length = inputs["input_ids"].shape[1]
+    assert out.shape == (2, prompt_length + 2)
+    assert int(out[:, prompt_length:].max()) < OPTIONS[option].get("task_vocab_size", VOCAB)
+
+
+@pytest.mark.parametrize("family,tied,option", CASES)
+def test_ids_past_the_vocabulary_raise_like_the_base(family, tied, option):
+    model = get_peft_model(tiny_model(family, tied=tied), config_for(option))
+    rows = OPTIONS[option].get("task_vocab_size", VOCAB) + OPTIONS[option].get("num_memory_tokens", 0)
+    for bad in (rows, rows + 5, -1):
+        with pytest.raises(IndexError):
+            model(input_ids=torch.tensor([[1, bad]]))
+    if OPTIONS[option].get("num_memory_tokens") or option == "u_only":
+        return
+    with pytest.raises(IndexError):  # the base model raises the same way
+        tiny_model(family, tied=tied)(input_ids=torch.tensor([[1, VOCAB]]))
+
+
+@pytest.mark.parametrize("family,tied,option", CASES)
+def test_trainable_parameter_utilities(family, tied, option, capsys):
+    model = get_peft_model(tiny_model(family, tied=tied), config_for(option))
+    trainable_count, total = model.get_nb_trainable_parameters()
+    assert trainable_count == expected_trainable_count(tied, option)
+    assert trainable_count == sum(p.numel() for p in model.parameters() if p.requires_grad)
+    assert total == sum(p.numel() for p in model.parameters())
+    model.print_trainable_parameters()
+    assert f"trainable params: {trainable_count:,}" in capsys.readouterr().out
+
+
+def test_merging_several_adapters_at_once_is_refused():
+    model = get_peft_model(tiny_model("llama"), UTReprogramConfig())
+    model.add_adapter("other", UTReprogramConfig(init="normal"))
+    with pytest.raises(ValueError, match="one adapter"):
+        model.merge_and_unload(adapter_names=["default", "other"])
+    with pytest.raises(ValueError, match="missing"):
+        model.merge_and_unload(adapter_names=["missing"])
+
+
+def test_adapters_with_different_task_vocabularies_are_refused_by_peft_hook():
+    model = get_peft_model(tiny_model("llama"), UTReprogramConfig(task_vocab_size=5))
+    with pytest.raises(ValueError, match="task_vocab_size"):
+        model.add_adapter("other", UTReprogramConfig(task_vocab_size=6))
+    assert list(model.peft_config) == ["default"]
