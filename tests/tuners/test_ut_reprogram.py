@@ -10,7 +10,7 @@ from safetensors.torch import load_file
 
 import ut_peft
 from ut_peft import UTReprogramConfig
-from ut_peft.testing import TINY_FAMILIES, tiny_config, tiny_model
+from ut_peft.testing import TINY_FAMILIES, tiny_model
 from ut_peft.tuners.ut_reprogram import UTEmbedding, UTUnembedding
 
 CASES = [(family, tied) for family in TINY_FAMILIES for tied in (False, True)]

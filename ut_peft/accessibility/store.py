@@ -209,7 +209,7 @@ class FolderLock:
     folder. Local file systems only: flock over NFS may not exclude other machines.
     """
 
-    _held: dict[tuple[str, int], "FolderLock"] = {}  # by (folder, rank): one holder per process
+    _held: dict[tuple[str, int], FolderLock] = {}  # by (folder, rank): one holder per process
 
     def __init__(self, folder: Path, rank: int) -> None:
         self.path = lock_file(folder, rank)
