@@ -16,7 +16,8 @@ import json
 from ut_peft.tasks.training import RunSettings, run
 
 
-def main() -> None:
+def build_parser() -> argparse.ArgumentParser:
+    """The recipe's flags: the run options, then one flag per ``RunSettings`` field."""
     defaults = RunSettings()
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True, help="output folder (checkpoint, adapter or model)")
@@ -36,8 +37,16 @@ def main() -> None:
                                 help="comma-separated, e.g. 1,2,3,4")
         else:
             parser.add_argument(flag, type=type(value), default=value)
-    args = parser.parse_args()
-    settings = RunSettings(**{f.name: getattr(args, f.name) for f in dataclasses.fields(RunSettings)})
+    return parser
+
+
+def settings_from(args: argparse.Namespace) -> RunSettings:
+    return RunSettings(**{f.name: getattr(args, f.name) for f in dataclasses.fields(RunSettings)})
+
+
+def main() -> None:
+    args = build_parser().parse_args()
+    settings = settings_from(args)
     row = run(settings, args.out, results_path=args.results, resume=args.resume, progress=not args.quiet,
               stop_after=args.stop_after)
     if "stopped_at" in row:
