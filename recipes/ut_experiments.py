@@ -8,7 +8,8 @@ Each run is ``ut_peft.tasks.training.run`` in ``runs/universal/<name>`` (resumab
 checkpoint; a finished run is not trained again). One row per finished run, with its learning curve and its CPU
 seconds, goes to ``results/universal/runs.jsonl``; ``--report-only`` turns that file into
 ``results/universal/table.md`` (mean +- std over seeds, per k, CPU time, the command of each row) and the figure
-``docs/figures/universal-khop-curves.png`` (accuracy against steps per model kind, and per k at the end).
+``docs/figures/universal-khop-curves.png`` (accuracy against steps per model kind, and per k at the end). Runs that
+stopped early (budget) are reported from their checkpoint's curve, marked "unfinished" (dashed in the figure).
 """
 
 import argparse
@@ -51,9 +52,9 @@ PLAN = (
     # columns; at width 128 with 4 heads of 32 its blocks wrap around and overlap. About 3x cheaper per step.
     + _rows(KHOP, [("sparse-fits", dict(SPARSE, heads=1, head_dim=16, width=160))], [0])
     + _rows(KHOP, [("sparse", SPARSE)], [0])
-    # A wider random backbone (twice the fully trained model's width).
-    + _rows(KHOP, [("random-wide", dict(RANDOM, width=256))], [0])
     + _rows(DYCK, [("full", FULL), ("sparse", SPARSE), ("random", RANDOM)], [0])
+    # A wider random backbone (twice the fully trained model's width; about 2.5x the step cost).
+    + _rows(KHOP, [("random-wide", dict(RANDOM, width=256))], [0])
     + _rows(KHOP, [("full", FULL), ("sparse", SPARSE), ("random", RANDOM)], [1, 2])
 )
 
@@ -88,6 +89,25 @@ def load_rows(path: Path = RESULTS) -> dict[str, dict]:
                 # A row written by recipes/reprogram.py has no name: its output folder is the name.
                 name = row.get("name") or Path(row.get("saved_to", f"line-{number}/x")).parent.name
                 rows[name] = row
+    return rows
+
+
+def unfinished_rows(finished: dict[str, dict]) -> dict[str, dict]:
+    """Planned runs that stopped before the end (budget, kill): their curve so far, read from the checkpoint."""
+    rows = {}
+    for name, settings in PLAN:
+        checkpoint = ROOT / "runs" / "universal" / name / "checkpoint.pt"
+        if name in finished or not checkpoint.exists():
+            continue
+        state = torch.load(checkpoint, weights_only=False, map_location="cpu")
+        progress = state.get("progress") or {}
+        if not progress.get("curve"):
+            continue
+        last = progress["curve"][-1]
+        rows[name] = {"name": name, "task": settings["task"], "settings": {**state["settings"]}, "curve":
+                      progress["curve"], "accuracy": last["accuracy"], "per_k": last["per_k"],
+                      "train_cpu_seconds": progress["train_cpu_seconds"], "stopped_at": last["step"],
+                      "trainable_parameters": sum(t.numel() for t in state["trainable"].values())}
     return rows
 
 
@@ -127,8 +147,8 @@ def table(rows: dict[str, dict]) -> str:
     groups: dict[str, list[tuple[str, dict]]] = {}
     for name, row in rows.items():
         groups.setdefault(_group(name), []).append((name, row))
-    lines = ["| row | task | model | shape (m, L, H x k) | steps | seeds | k=1 | k=2 | k=3 | k=4 | all | "
-             "CPU min per run | trainable |",
+    lines = ["| row | task | model | shape (m, L, H x k) | steps | seeds | k=1 | k=2 | k=3 | k=4 | "
+             "all (Dyck: answer) | CPU min per run | trainable |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     commands = []
     for group, members in groups.items():
@@ -138,8 +158,10 @@ def table(rows: dict[str, dict]) -> str:
                  for k in (1, 2, 3, 4)]
         cpu = statistics.mean(m[1]["train_cpu_seconds"] for m in members) / 60
         seeds = ",".join(str(m[1]["settings"]["seed"]) for m in members)
+        stopped = [m[1]["stopped_at"] for m in members if "stopped_at" in m[1]]
+        steps = f"{min(stopped)} of {s['steps']} (unfinished)" if stopped else str(s["steps"])
         lines.append(f"| {group} | {s['task']} | {model} | {s['width']}, {s['layers']}, {s['heads']} x "
-                     f"{s['head_dim']} | {s['steps']} | {seeds} | {' | '.join(per_k)} | "
+                     f"{s['head_dim']} | {steps} | {seeds} | {' | '.join(per_k)} | "
                      f"{_mean_std([m[1]['accuracy'] for m in members])} | {cpu:.1f} | "
                      f"{members[0][1]['trainable_parameters']:,} |")
         commands += [command(name, plan.get(name, row["settings"])) for name, row in members]
@@ -160,6 +182,7 @@ def figure(rows: dict[str, dict], path: Path = FIGURE) -> None:
         colour = colours.setdefault(group, f"C{len(colours)}")
         steps = [point["step"] for point in row["curve"]]
         curves.plot(steps, [100 * point["accuracy"] for point in row["curve"]], color=colour,
+                    linestyle="--" if "stopped_at" in row else "-",
                     label=group if group not in curves.get_legend_handles_labels()[1] else None)
     curves.set(xlabel="training step", ylabel="token accuracy, k = 1..4 (%)", ylim=(0, 101),
                title="k-hop: held-out accuracy during training")
@@ -187,6 +210,7 @@ def main(args) -> None:
     if not args.report_only:
         run_plan([n for n in args.only.split(",") if n] if args.only else [])
     rows = load_rows()
+    rows.update(unfinished_rows(rows))
     if not rows:
         raise SystemExit(f"no finished runs in {RESULTS}; run the plan first")
     report = table(rows)

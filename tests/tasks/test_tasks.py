@@ -102,7 +102,8 @@ def test_majority_baseline_counts_the_most_frequent_scored_label():
 
     from ut_peft.tasks import majority_baseline
 
-    rows = Dataset.from_list([{"k": 1, "labels": [IGNORE_INDEX, 5, 5, 2]}, {"k": 2, "labels": [IGNORE_INDEX, 3, 4, 4]}])
+    rows = Dataset.from_list([{"k": 1, "labels": [IGNORE_INDEX, 5, 5, 2]},
+                              {"k": 2, "labels": [IGNORE_INDEX, 3, 4, 4]}])
     result = majority_baseline(rows)
     assert result["accuracy"] == pytest.approx(2 / 6)
     assert result["per_k"] == {"1": pytest.approx(2 / 3), "2": pytest.approx(2 / 3)}
