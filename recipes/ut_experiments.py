@@ -53,6 +53,9 @@ PLAN = (
     + _rows(KHOP, [("sparse-fits", dict(SPARSE, heads=1, head_dim=16, width=160))], [0])
     + _rows(KHOP, [("sparse", SPARSE)], [0])
     + _rows(DYCK, [("full", FULL), ("sparse", SPARSE), ("random", RANDOM)], [0])
+    # The same fitting shape fully trained (can that target class do the task?) and as a random backbone.
+    + _rows(KHOP, [("full-fits", dict(FULL, heads=1, head_dim=16, width=160)),
+                   ("random-fits", dict(RANDOM, heads=1, head_dim=16, width=160))], [0])
     # A wider random backbone (twice the fully trained model's width; about 2.5x the step cost).
     + _rows(KHOP, [("random-wide", dict(RANDOM, width=256))], [0])
     + _rows(KHOP, [("full", FULL), ("sparse", SPARSE), ("random", RANDOM)], [1, 2])
