@@ -5,7 +5,8 @@ Examples:
     python recipes/reprogram.py --task khop --backbone random-ut --variant residual_layernorm --full --out runs/x
     python recipes/reprogram.py --task khop --backbone hf:gpt2 --out runs/gpt2
 
-Rerunning the same command resumes from the last checkpoint in --out. A results row goes to --results.
+Rerunning the same command resumes from the last checkpoint in --out; rerunning a finished run prints its row
+again without training or appending it to --results a second time.
 """
 
 import argparse
@@ -15,12 +16,14 @@ import json
 from ut_peft.tasks.training import RunSettings, run
 
 
-def main() -> None:
+def build_parser() -> argparse.ArgumentParser:
+    """The recipe's flags: the run options, then one flag per ``RunSettings`` field."""
     defaults = RunSettings()
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True, help="output folder (checkpoint, adapter or model)")
     parser.add_argument("--results", default=None, help="JSONL file to append the results row to")
-    parser.add_argument("--no-resume", action="store_true", help="refuse to continue an existing checkpoint")
+    parser.add_argument("--resume", action=argparse.BooleanOptionalAction, default=True,
+                        help="continue the checkpoint in --out (the default); --no-resume refuses to")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.add_argument("--stop-after", type=int, default=None,
                         help="checkpoint and stop after this many steps in this session (rerun to resume)")
@@ -34,9 +37,17 @@ def main() -> None:
                                 help="comma-separated, e.g. 1,2,3,4")
         else:
             parser.add_argument(flag, type=type(value), default=value)
-    args = parser.parse_args()
-    settings = RunSettings(**{f.name: getattr(args, f.name) for f in dataclasses.fields(RunSettings)})
-    row = run(settings, args.out, results_path=args.results, resume=not args.no_resume, progress=not args.quiet,
+    return parser
+
+
+def settings_from(args: argparse.Namespace) -> RunSettings:
+    return RunSettings(**{f.name: getattr(args, f.name) for f in dataclasses.fields(RunSettings)})
+
+
+def main() -> None:
+    args = build_parser().parse_args()
+    settings = settings_from(args)
+    row = run(settings, args.out, results_path=args.results, resume=args.resume, progress=not args.quiet,
               stop_after=args.stop_after)
     if "stopped_at" in row:
         print(json.dumps(row))

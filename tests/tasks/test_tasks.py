@@ -107,3 +107,16 @@ def test_majority_baseline_counts_the_most_frequent_scored_label():
     result = majority_baseline(rows)
     assert result["accuracy"] == pytest.approx(2 / 6)
     assert result["per_k"] == {"1": pytest.approx(2 / 3), "2": pytest.approx(2 / 3)}
+
+
+def test_khop_dataset_returns_the_rows_asked_for_with_k_mixed_and_distinct_strings():
+    # A list in datasets' gen_kwargs is taken as shards: the builder once returned n rows per k, grouped by k,
+    # with the same n strings reused for every k.
+    data = khop_dataset(200, ks=(1, 2, 3, 4), length=16, seed=0)
+    assert len(data) == 200
+    ks = data["k"]
+    assert set(ks) == {1, 2, 3, 4} and all(ks.count(k) > 25 for k in (1, 2, 3, 4))
+    assert ks != sorted(ks), "the hop counts must be interleaved, not grouped"
+    strings = [tuple(ids[1:]) for ids in data["input_ids"]]
+    assert len(set(strings)) == len(strings)
+    assert len(khop_dataset(1, ks=(2, 5), length=8)) == 1

@@ -1,5 +1,7 @@
 import json
+import re
 import runpy
+import shlex
 import sys
 from pathlib import Path
 
@@ -96,3 +98,73 @@ def test_pretrained_backbone_with_a_task_vocabulary(tmp_path):
         row = run(settings, tmp_path / str(full), progress=False)
         assert 0.0 <= row["accuracy"] <= 1.0
         assert (row["trainable_parameters"] > 100_000_000) == full
+
+
+def test_resume_is_bit_identical_with_dropout(tmp_path):
+    # GPT-2 configs keep dropout 0.1, so training draws random numbers every step; the checkpoint must carry them.
+    settings = RunSettings(task="khop", backbone="hf:gpt2", **{**TINY, "width": 16, "heads": 2})
+    run(settings, tmp_path / "whole", progress=False)
+    run(settings, tmp_path / "split", progress=False, stop_after=4)
+    torch.manual_seed(1234)  # a resumed session starts from whatever random state its process has
+    run(settings, tmp_path / "split", progress=False)
+    a, b = _trainable(tmp_path / "whole"), _trainable(tmp_path / "split")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_a_finished_run_rerun_appends_no_second_row(tmp_path):
+    settings = RunSettings(task="dyck", backbone="random-ut", **{**TINY, "eval_every": 2})
+    first = run(settings, tmp_path / "run", results_path=tmp_path / "r.jsonl", progress=False)
+    again = run(settings, tmp_path / "run", results_path=tmp_path / "r.jsonl", progress=False)
+    assert again == first and len((tmp_path / "r.jsonl").read_text().splitlines()) == 1
+    assert [point["step"] for point in first["curve"]] == [2, 4, 6] and first["curve"][-1]["accuracy"] == first[
+        "accuracy"]
+    with pytest.raises(ValueError, match="different settings"):
+        run(RunSettings(task="dyck", backbone="random-ut", **{**TINY, "lr": 0.5}), tmp_path / "run", progress=False)
+
+
+def test_a_truncated_checkpoint_names_its_path(tmp_path):
+    settings = RunSettings(task="dyck", backbone="random-ut", **TINY)
+    run(settings, tmp_path, progress=False, stop_after=3)
+    checkpoint = tmp_path / "checkpoint.pt"
+    checkpoint.write_bytes(checkpoint.read_bytes()[:1000])
+    with pytest.raises(ValueError, match=f"{checkpoint}.*truncated or corrupt"):
+        run(settings, tmp_path, progress=False)
+
+
+def test_the_recipe_flag_named_by_the_error_exists(tmp_path, monkeypatch):
+    args = [f"--{k.replace('_', '-')}={','.join(map(str, v)) if isinstance(v, list) else v}" for k, v in TINY.items()]
+    base = ["reprogram.py", "--quiet", "--out", str(tmp_path), *args]
+    monkeypatch.setattr(sys, "argv", [*base, "--stop-after", "2"])
+    runpy.run_path(str(ROOT / "recipes" / "reprogram.py"), run_name="__main__")
+    monkeypatch.setattr(sys, "argv", [*base, "--no-resume"])
+    with pytest.raises(ValueError, match="--resume") as refused:
+        runpy.run_path(str(ROOT / "recipes" / "reprogram.py"), run_name="__main__")
+    flag = re.search(r"--[a-z-]+", str(refused.value)).group()
+    monkeypatch.setattr(sys, "argv", [*base, flag])
+    runpy.run_path(str(ROOT / "recipes" / "reprogram.py"), run_name="__main__")
+    assert (tmp_path / "result.json").is_file()
+
+
+def test_hf_backbones_are_built_without_the_test_helper():
+    import ut_peft.tasks.training as training
+    from ut_peft.testing import TINY_FAMILIES, tiny_config
+
+    assert "ut_peft.testing" not in Path(training.__file__).read_text()
+    for family in TINY_FAMILIES:
+        expected = tiny_config(family, vocab_size=23, hidden_size=32, num_layers=2, num_heads=4, max_positions=40)
+        if getattr(expected, "num_key_value_heads", None) is not None:
+            expected.num_key_value_heads = 4
+        built = training.family_config(family, vocab_size=23, width=32, layers=2, heads=4, max_positions=40)
+        assert built.to_dict() == expected.to_dict(), family
+    with pytest.raises(ValueError, match="choose one of"):
+        training.family_config("bert", vocab_size=23, width=32, layers=2, heads=4, max_positions=40)
+
+def test_every_planned_experiment_command_makes_the_planned_settings():
+    # The table prints a recipes/reprogram.py command per row; it must rebuild exactly the run the plan made.
+    reprogram = runpy.run_path(str(ROOT / "recipes" / "reprogram.py"))
+    experiments = runpy.run_path(str(ROOT / "recipes" / "ut_experiments.py"))
+    for name, planned in experiments["PLAN"]:
+        argv = shlex.split(experiments["command"](name, planned))[2:]
+        args = reprogram["build_parser"]().parse_args(argv)
+        assert reprogram["settings_from"](args) == RunSettings(**planned), name
+        assert args.out == f"runs/universal/{name}"

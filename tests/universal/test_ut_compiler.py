@@ -59,9 +59,10 @@ def test_multi_head_attention_matching(weights):
     result = compile_embedding(target, backbone)
     assert result.num_paths == 4
     assert _max_error(backbone, target, result.embedding, torch.float64) < 1e-9
-    # float32 rounding of a least-squares E through four head paths: 1.3e-5 on some CPUs' kernels, so the exactness
-    # claim rests on the float64 check above and float32 only has to stay at rounding level.
-    assert _max_error(backbone, target, result.embedding, torch.float32) < 1e-4
+    # float32 rounding grows with the size of E: at exactly the required width Phi is square and badly conditioned
+    # for random weights (max |E| about 70 here, against 1.5 for the sparse layout), so the bound scales with E.
+    tolerance = 1e-6 * max(1.0, result.embedding.abs().max().item())
+    assert _max_error(backbone, target, result.embedding, torch.float32) < tolerance
 
 
 @pytest.mark.parametrize("weights", ["sparse", "random"])

@@ -62,7 +62,7 @@ def encode_khop(x: list[int], k: int, alphabet_size: int = 4) -> dict:
     return {"k": k, "input_ids": [none + 1 + k] + list(x), "labels": [IGNORE_INDEX] * 2 + target[:-1]}
 
 
-def _generate(num_examples: int, seed: int, ks: list[int], length: int, alphabet_size: int):
+def _generate(num_examples: int, seed: int, ks: tuple[int, ...], length: int, alphabet_size: int):
     rng = random.Random(seed)
     for _ in range(num_examples):
         k = rng.choice(ks)
@@ -80,9 +80,12 @@ def khop_dataset(num_examples: int, *, ks=(1, 2, 3, 4), length: int = 32, alphab
         raise ValueError("alphabet_size must be at least 2 (no two consecutive letters may be equal)")
     if length < 2 or num_examples < 1:
         raise ValueError("length must be at least 2 and num_examples at least 1")
+    # ks goes in as a tuple: datasets takes a list in gen_kwargs as shards and would call the generator once per k
+    # (n rows per k, grouped, the same strings for every k).
     return datasets.Dataset.from_generator(
         _generate, features=FEATURES,
-        gen_kwargs=dict(num_examples=num_examples, seed=seed, ks=ks, length=length, alphabet_size=alphabet_size))
+        gen_kwargs=dict(num_examples=num_examples, seed=seed, ks=tuple(ks), length=length,
+                        alphabet_size=alphabet_size))
 
 
 __all__ = ["FEATURES", "encode_khop", "hop", "khop_dataset", "khop_vocab", "sample_string"]

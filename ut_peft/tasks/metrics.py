@@ -69,7 +69,8 @@ def majority_baseline(dataset) -> dict:
     rows = dataset.to_list()
     result = {"accuracy": best_share(rows)}
     if rows and "k" in rows[0]:
-        result["per_k"] = {str(k): best_share([r for r in rows if r["k"] == k]) for k in sorted({r["k"] for r in rows})}
+        ks = sorted({r["k"] for r in rows})
+        result["per_k"] = {str(k): best_share([r for r in rows if r["k"] == k]) for k in ks}
     return result
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import pickle
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,7 +24,6 @@ from torch.nn.utils.rnn import pad_sequence
 from tqdm.auto import tqdm
 
 import ut_peft  # registers UT_REPROGRAM with peft
-from ut_peft.testing import tiny_config
 from ut_peft.universal import UniversalTransformerConfig  # registers the universal backbones with the Auto classes
 
 from .dyck import VOCAB as DYCK_VOCAB
@@ -63,6 +63,7 @@ class RunSettings:
     khop_ks: list = field(default_factory=lambda: [1, 2, 3, 4])
     khop_length: int = 32
     checkpoint_every: int = 250
+    eval_every: int = 0           # also evaluate every this many steps (the learning curve); 0: only at the end
 
     def __post_init__(self):
         if self.task not in TASKS:
@@ -75,6 +76,8 @@ class RunSettings:
                      "eval_examples", "checkpoint_every"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.eval_every < 0:
+            raise ValueError(f"eval_every must be 0 (only at the end) or positive, got {self.eval_every}")
         if self.lr <= 0:
             raise ValueError(f"lr must be positive, got {self.lr}")
         self.khop_ks = sorted(int(k) for k in self.khop_ks)
@@ -111,6 +114,33 @@ def collate(rows: list[dict]) -> dict[str, torch.Tensor]:
 
 # ---- model -------------------------------------------------------------------------------------------------------
 
+HF_FAMILIES = ("llama", "qwen2", "qwen3", "gemma3", "gpt2", "gpt_neox")
+
+
+def family_config(family: str, *, vocab_size: int, width: int, layers: int, heads: int, max_positions: int
+                  ) -> transformers.PretrainedConfig:
+    """A small untied config of a transformers family for ``hf:<family>`` backbones (MLP width 2 x width, one
+    key/value head per head, head size width / heads)."""
+    if family not in HF_FAMILIES:
+        raise ValueError(f"unknown family {family!r} in hf:<family>; choose one of {', '.join(HF_FAMILIES)}")
+    if family == "gpt2":
+        fields = dict(n_embd=width, n_layer=layers, n_head=heads, n_positions=max_positions, bos_token_id=0,
+                      eos_token_id=0)
+    else:
+        fields = dict(hidden_size=width, intermediate_size=2 * width, num_hidden_layers=layers,
+                      num_attention_heads=heads, max_position_embeddings=max_positions)
+        if family in ("llama", "qwen2", "qwen3", "gemma3"):
+            fields["num_key_value_heads"] = heads
+        if family in ("qwen3", "gemma3"):
+            fields["head_dim"] = width // heads
+        if family == "gemma3":
+            fields["sliding_window"] = 16
+        if family == "gpt_neox":
+            fields.update(bos_token_id=0, eos_token_id=0)
+    model_type = "gemma3_text" if family == "gemma3" else family
+    return transformers.AutoConfig.for_model(model_type, vocab_size=vocab_size, tie_word_embeddings=False, **fields)
+
+
 def build_model(settings: RunSettings, vocab_size: int, max_len: int):
     """The model to train: a PEFT model over a frozen backbone, or (``full``) a plain model with every weight live."""
     s = settings
@@ -126,10 +156,8 @@ def build_model(settings: RunSettings, vocab_size: int, max_len: int):
         positions = s.positions
     elif kind == "hf":
         family = s.backbone.split(":", 1)[1]
-        config = tiny_config(family, vocab_size=vocab_size, hidden_size=s.width, num_layers=s.layers,
-                             num_heads=s.heads, max_positions=max(max_len, 8))
-        if getattr(config, "num_key_value_heads", None) is not None:
-            config.num_key_value_heads = s.heads  # tiny_config halves it, which one head cannot do
+        config = family_config(family, vocab_size=vocab_size, width=s.width, layers=s.layers, heads=s.heads,
+                               max_positions=max(max_len, 8))
         model = ut_peft.random_backbone(config, seed=s.backbone_seed)
         positions = s.positions and family == "gpt2"  # the other families use rotary positions
     else:
@@ -141,8 +169,8 @@ def build_model(settings: RunSettings, vocab_size: int, max_len: int):
             model.resize_token_embeddings(vocab_size)
         model.requires_grad_(True)
         if kind in ("sparse-ut", "random-ut"):
-            # The fixed readout only serves the compiler; the forward never reads it.
-            model.model.readout.requires_grad_(False)
+            for param in model.compiler_parameters().values():
+                param.requires_grad_(False)  # never read by the forward: nothing to train
         return model
     return get_peft_model(model, ut_peft.UTReprogramConfig(train_position_embeddings=positions, **peft_kwargs))
 
@@ -153,26 +181,53 @@ def _trainable_state(model) -> dict[str, torch.Tensor]:
     return {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
 
 
-def _save_checkpoint(path: Path, step: int, model, optimizer, scheduler, settings: RunSettings) -> None:
+def _save_checkpoint(path: Path, step: int, model, optimizer, scheduler, settings: RunSettings, progress: dict
+                     ) -> None:
     tmp = path.with_suffix(".tmp")
+    # The random state goes in too: dropout draws from it, so without it a resumed run would not be bit-identical.
+    rng = {"cpu": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        rng["cuda"] = torch.cuda.get_rng_state_all()
     torch.save({"step": step, "settings": dataclasses.asdict(settings), "trainable": _trainable_state(model),
-                "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()}, tmp)
+                "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "rng": rng,
+                "progress": progress}, tmp)
     os.replace(tmp, path)  # atomic: a crash mid-write never replaces the last good checkpoint
 
 
-def _load_checkpoint(path: Path, model, optimizer, scheduler, settings: RunSettings) -> int:
-    state = torch.load(path, weights_only=False)
-    if state["settings"] != dataclasses.asdict(settings):
-        changed = sorted(k for k in state["settings"] if state["settings"][k] != dataclasses.asdict(settings).get(k))
+def _check_settings(path: Path, saved: dict, settings: RunSettings) -> None:
+    if saved != dataclasses.asdict(settings):
+        changed = sorted(k for k in saved if saved[k] != dataclasses.asdict(settings).get(k))
         raise ValueError(f"{path} was written by a run with different settings ({', '.join(changed)}); "
                          "pass a new output folder, or resume=False to start over")
+
+
+def _load_checkpoint(path: Path, model, optimizer, scheduler, settings: RunSettings) -> tuple[int, dict, dict]:
+    """Restore the trainable weights, optimizer and schedule; returns (step, random state, progress so far)."""
+    try:
+        state = torch.load(path, weights_only=False)
+    except (OSError, RuntimeError, EOFError, pickle.UnpicklingError) as err:
+        raise ValueError(f"cannot read the checkpoint {path} ({type(err).__name__}: {err}): it is truncated or "
+                         "corrupt. Delete it to start this run over, or pass another output folder") from err
+    _check_settings(path, state["settings"], settings)
     params = dict(model.named_parameters())
     with torch.no_grad():
         for name, tensor in state["trainable"].items():
             params[name].copy_(tensor)
     optimizer.load_state_dict(state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])
-    return state["step"]
+    return state["step"], state.get("rng"), state.get("progress") or _fresh_progress()
+
+
+def _fresh_progress() -> dict:
+    return {"curve": [], "train_seconds": 0.0, "train_cpu_seconds": 0.0}
+
+
+def _restore_rng(rng: dict | None) -> None:
+    if rng is None:
+        return
+    torch.set_rng_state(rng["cpu"])
+    if "cuda" in rng and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(rng["cuda"])
 
 
 # ---- evaluation --------------------------------------------------------------------------------------------------
@@ -206,16 +261,21 @@ def evaluate_model(model, dataset, batch_size: int = 256, device=None) -> dict:
 def run(settings: RunSettings, output_dir, *, results_path=None, resume: bool = True, progress: bool = True,
         stop_after: int | None = None) -> dict:
     """Train, evaluate, save the adapter (``output_dir/adapter``; ``output_dir/model`` with ``full``) and return the
-    results row (also appended to ``results_path`` when given).
+    results row (also appended to ``results_path`` when given, and kept in ``output_dir/result.json``).
 
     ``stop_after`` ends this session after that many steps with a checkpoint (for time-boxed sessions on shared
-    machines) and returns ``{"stopped_at": step}``; running again resumes there.
+    machines) and returns ``{"stopped_at": step}``; running again resumes there. Running a finished run again
+    returns its row from ``result.json`` without training or appending it a second time.
     """
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
-    checkpoint = output_dir / "checkpoint.pt"
+    checkpoint, finished = output_dir / "checkpoint.pt", output_dir / "result.json"
     if checkpoint.exists() and not resume:
         raise ValueError(f"{checkpoint} exists; pass resume=True (--resume) to continue it, or another output folder")
+    if finished.exists():
+        row = json.loads(finished.read_text(encoding="utf-8"))
+        _check_settings(finished, row["settings"], settings)
+        return row
     torch.manual_seed(settings.seed)
     train, evaluation, vocab_size, max_len = task_data(settings)
     model = build_model(settings, vocab_size, max_len)
@@ -223,18 +283,28 @@ def run(settings: RunSettings, output_dir, *, results_path=None, resume: bool = 
     optimizer = torch.optim.AdamW(trainable, lr=settings.lr, weight_decay=settings.weight_decay)
     scheduler = transformers.get_cosine_schedule_with_warmup(optimizer, min(settings.warmup_steps, settings.steps),
                                                              settings.steps)
-    start = _load_checkpoint(checkpoint, model, optimizer, scheduler, settings) if checkpoint.exists() else 0
+    start, rng, done = 0, None, _fresh_progress()
+    if checkpoint.exists():
+        start, rng, done = _load_checkpoint(checkpoint, model, optimizer, scheduler, settings)
 
     accelerator = Accelerator()
     model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
+    _restore_rng(rng)
     rows = train.to_list()
-    began, last_loss = time.time(), float("nan")
+    wall, cpu, last_loss = time.time(), time.process_time(), float("nan")
+
+    def progress_now() -> dict:
+        # Cumulative over sessions; CPU seconds are the honest cost on a shared machine (wall time includes waiting).
+        return {"curve": done["curve"], "train_seconds": done["train_seconds"] + time.time() - wall,
+                "train_cpu_seconds": done["train_cpu_seconds"] + time.process_time() - cpu}
+
     bar = tqdm(range(start, settings.steps), initial=start, total=settings.steps, disable=not progress,
                desc=f"{settings.task}/{settings.backbone}/{settings.variant}{'/full' if settings.full else ''}")
     model.train()
     for step in bar:
         if stop_after is not None and step - start >= stop_after:
-            _save_checkpoint(checkpoint, step, accelerator.unwrap_model(model), optimizer, scheduler, settings)
+            _save_checkpoint(checkpoint, step, accelerator.unwrap_model(model), optimizer, scheduler, settings,
+                             progress_now())
             bar.close()
             return {"stopped_at": step, "checkpoint": str(checkpoint)}
         # The batch of a step depends only on (seed, step), so a resumed run sees the same data as an unbroken one.
@@ -248,24 +318,40 @@ def run(settings: RunSettings, output_dir, *, results_path=None, resume: bool = 
         optimizer.zero_grad()
         last_loss = loss.item()
         bar.set_postfix(loss=f"{last_loss:.4f}")
+        if settings.eval_every and (step + 1) % settings.eval_every == 0 and step + 1 < settings.steps:
+            # Evaluation draws no random numbers (no dropout in eval mode), so the curve leaves training unchanged.
+            scores = evaluate_model(model, evaluation, device=accelerator.device)
+            done["curve"].append({"step": step + 1, "accuracy": scores["accuracy"], "per_k": scores.get("per_k"),
+                                  "train_loss": last_loss})
+            model.train()
         if (step + 1) % settings.checkpoint_every == 0 or step + 1 == settings.steps:
-            _save_checkpoint(checkpoint, step + 1, accelerator.unwrap_model(model), optimizer, scheduler, settings)
-    train_seconds = time.time() - began
+            _save_checkpoint(checkpoint, step + 1, accelerator.unwrap_model(model), optimizer, scheduler, settings,
+                             progress_now())
+    spent = progress_now()
 
     model = accelerator.unwrap_model(model)
     scores = evaluate_model(model, evaluation, device=accelerator.device)
+    curve = spent["curve"] + [{"step": settings.steps, "accuracy": scores["accuracy"], "per_k": scores.get("per_k"),
+                               "train_loss": last_loss}]
     save_dir = output_dir / ("model" if settings.full else "adapter")
     model.save_pretrained(save_dir)
     row = {"task": settings.task, "backbone": settings.backbone, "variant": settings.variant, "full": settings.full,
            "accuracy": scores["accuracy"], "sequence_accuracy": scores["sequence_accuracy"],
            "per_k": scores.get("per_k"), "final_train_loss": last_loss,
-           "trainable_parameters": sum(p.numel() for p in trainable), "train_seconds_this_session": train_seconds,
-           "resumed_from_step": start, "saved_to": str(save_dir), "settings": dataclasses.asdict(settings)}
+           "trainable_parameters": sum(p.numel() for p in trainable), "train_seconds": spent["train_seconds"],
+           "train_cpu_seconds": spent["train_cpu_seconds"], "torch_threads": torch.get_num_threads(),
+           "resumed_from_step": start, "curve": curve, "saved_to": str(save_dir),
+           "settings": dataclasses.asdict(settings)}
     if results_path is not None:
         Path(results_path).parent.mkdir(parents=True, exist_ok=True)
         with open(results_path, "a", encoding="utf-8") as handle:
             handle.write(json.dumps(row) + "\n")
+    # Marks the run finished (after the append: a crash in between repeats a row rather than losing it).
+    tmp = finished.with_suffix(".tmp")
+    tmp.write_text(json.dumps(row), encoding="utf-8")
+    os.replace(tmp, finished)
     return row
 
 
-__all__ = ["RunSettings", "build_model", "collate", "evaluate_model", "run", "task_data"]
+__all__ = ["HF_FAMILIES", "RunSettings", "build_model", "collate", "evaluate_model", "family_config", "run",
+           "task_data"]

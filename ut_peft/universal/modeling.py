@@ -198,6 +198,11 @@ class UniversalTransformerPreTrainedModel(PreTrainedModel):
         return {name: p for name, p in self.named_parameters()
                 if name.rsplit(".", 1)[-1] in _FIXED_NAMES}
 
+    def compiler_parameters(self) -> dict[str, nn.Parameter]:
+        """Weights only the compiler reads (the fixed readout U_fixed of ``simulate``): the forward never uses them,
+        so a fully trained baseline leaves them frozen."""
+        return {name: p for name, p in self.named_parameters() if name.rsplit(".", 1)[-1] == "readout"}
+
     @classmethod
     def from_pretrained(cls, *args, **kwargs):
         # Loading wraps every checkpoint tensor in a fresh trainable Parameter; the construction weights must stay
