@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..io import atomic_write_text
 from .protocol import differences_from_published
 
 
@@ -167,4 +168,4 @@ def write_report(output_dir, summary: dict) -> None:
     output_dir = Path(output_dir)
     plot_accessibility(summary, output_dir / "accessibility.png")
     plot_n50(summary, output_dir / "n50_vs_m.png")
-    (output_dir / "report.md").write_text(markdown(summary), encoding="utf-8")
+    atomic_write_text(output_dir / "report.md", markdown(summary))

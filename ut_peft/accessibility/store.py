@@ -97,9 +97,9 @@ def prepare_folder(folder: Path, settings: dict, clear: bool) -> None:
             (folder / name).unlink(missing_ok=True)
         for path in (folder / "vectors").glob("*.safetensors"):
             path.unlink()
-    tmp = folder / (SETTINGS_FILE + ".tmp")
-    tmp.write_text(json.dumps(settings, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    os.replace(tmp, folder / SETTINGS_FILE)
+    from ..io import atomic_write_json  # here, not at the top: tests load this module alone to write rows
+
+    atomic_write_json(folder / SETTINGS_FILE, settings, sort_keys=True)
     for path in row_files(folder):
         repair(path)
 

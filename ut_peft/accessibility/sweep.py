@@ -44,11 +44,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 
+from ..io import atomic_write_bytes, atomic_write_json, atomic_write_text
 from ..models import DEFAULT_MODEL, load_model, load_tokenizer
 from . import store
 from .bounds import measure_support, slope_bounds
@@ -215,14 +215,13 @@ def vectors_path(output_dir, m: int, n: int, index: int) -> Path:
 
 
 def _save_vectors(output_dir: Path, result) -> None:
-    from safetensors.torch import save_file
+    from safetensors.torch import save
 
     path = vectors_path(output_dir, *result.job.key)
     path.parent.mkdir(exist_ok=True)
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    save_file({"vectors": result.vectors.contiguous()}, str(tmp),
-              metadata={"ids": json.dumps(list(result.job.ids)), "accessible": str(result.accessible)})
-    os.replace(tmp, path)
+    atomic_write_bytes(path, save({"vectors": result.vectors.contiguous()},
+                                  metadata={"ids": json.dumps(list(result.job.ids)),
+                                            "accessible": str(result.accessible)}))
 
 
 def _load(config: SweepConfig, device, device_map):
@@ -388,9 +387,7 @@ def merge_sweeps(folders, output_dir, *, overwrite: bool = False) -> Path:
     lock = store.lock_folder(output_dir)
     store.prepare_folder(output_dir, merged, clear=True)  # a merge is rewritten whole, never appended to
     target = store.rows_file(output_dir, 0)
-    tmp = target.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text("".join(json.dumps(rows[key], sort_keys=True) + "\n" for key in sorted(rows)), encoding="utf-8")
-    os.replace(tmp, target)
+    atomic_write_text(target, "".join(json.dumps(rows[key], sort_keys=True) + "\n" for key in sorted(rows)))
     lock.release()
     return output_dir
 
@@ -437,9 +434,7 @@ def summarize(config: SweepConfig, settings: dict, rows: dict, model) -> dict:
 
 
 def write_json(path: Path, data: dict) -> None:
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    atomic_write_json(path, data)
 
 
 def load_summary(output_dir) -> dict:
