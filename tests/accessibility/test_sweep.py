@@ -224,6 +224,7 @@ def test_report_from_a_partial_folder_uses_complete_groups_only(tmp_path, llama)
     path.write_text("".join(kept))  # (m, 6) lost one of its two sequences: that length leaves the fits
     summary = summarize_folder(tmp_path, llama, support_sequences=8, support_seq_len=4)
     assert all(entry["lengths"] == [2, 3] for entry in summary["per_m"])
+    assert summary["design"] == "fixed"  # a fixed grid's report says so (it said "adaptive" before)
     assert (tmp_path / "report.md").exists()
     with pytest.raises(ValueError, match="no sweep"):
         summarize_folder(tmp_path / "nothing", llama)

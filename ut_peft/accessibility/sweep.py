@@ -330,11 +330,14 @@ def summarize_folder(output_dir, model=None, *, support_sequences: int = 256, su
         raise ValueError(f"{output_dir} holds no sweep ({store.SETTINGS_FILE} is missing)")
     settings = json.loads(path.read_text(encoding="utf-8"))
     design = settings.get("design", {})
+    # Fixed and adaptive sweeps are told apart by their grid's lengths (only sequential ones record a design).
+    fixed = (settings.get("grid") or {}).get("lengths") is not None
     config = SweepConfig(model=settings["model"], ms=settings["ms"], num_sequences=settings["num_sequences"],
                          seed=settings["seed"], support_sequences=support_sequences,
                          support_seq_len=support_seq_len,
-                         design=design.get("kind", "adaptive"), target_ci=design.get("target_ci"),
-                         budget_row_steps=design.get("budget_row_steps"))
+                         design=design.get("kind", "fixed" if fixed else "adaptive"),
+                         grid=GridConfig(lengths=settings["grid"]["lengths"]) if fixed else GridConfig(),
+                         target_ci=design.get("target_ci"), budget_row_steps=design.get("budget_row_steps"))
     if model is None:
         model = load_model(settings["model"])
     summary = summarize(config, settings, store.read_rows(output_dir), model)
