@@ -52,6 +52,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ut_peft.accessibility.design import AdaptiveDesign, SequentialDesign, complete_groups, row_steps  # noqa: E402
 from ut_peft.accessibility.fit import fit_sigmoid, line_interval, n50_interval  # noqa: E402
+from ut_peft.accessibility.sweep import GridConfig  # noqa: E402  (its defaults are the published adaptive grid)
 
 CAP, PATIENCE = 3000, 500
 
@@ -66,16 +67,6 @@ class Truth:
 
     def n50(self, m: int) -> float:
         return self.slope * m + self.intercept
-
-
-@dataclasses.dataclass
-class Grid:  # the published adaptive grid
-    start: int = 10
-    stop: int = 1000
-    coarse: int = 100
-    fine: int = 10
-    high: float = 0.9
-    low: float = 0.1
 
 
 def simulate_row(truth: Truth, repeat: int, m: int, n: int, index: int) -> dict:
@@ -137,7 +128,7 @@ def simulate(args) -> None:
     results = {"published": [], "sequential": []}
     walls = {"published": 0.0, "sequential": 0.0}
     for repeat in range(args.repeats):
-        rows, wall = run_design(AdaptiveDesign(ms, Grid(), 20), truth, repeat)
+        rows, wall = run_design(AdaptiveDesign(ms, GridConfig(), 20), truth, repeat)
         walls["published"] += wall
         results["published"].append(analyse(with_index(rows), ms, complete=20))
     target = {m: float(np.mean([r["per_m"][m]["ci"][1] - r["per_m"][m]["ci"][0] for r in results["published"]
