@@ -201,3 +201,19 @@ def test_a_run_that_raised_does_not_keep_its_own_process_out(tmp_path):
     lock = lock_folder(tmp_path)  # the same process starts the next run
     lock.release()
     kill(hold_lock(tmp_path, 0))  # released: another process can take it now
+
+
+def test_the_store_owns_the_folder_layout(tmp_path):
+    from ut_peft.accessibility import store
+
+    with pytest.raises(ValueError, match="holds no sweep"):
+        store.read_settings(tmp_path)
+    (tmp_path / store.SETTINGS_FILE).write_text("{not json")
+    with pytest.raises(ValueError, match="is unreadable"):
+        store.read_settings(tmp_path)
+    path = store.vectors_path(tmp_path, 2, 17, 3)
+    path.parent.mkdir()
+    path.write_bytes(b"")
+    assert store.vector_files(tmp_path) == {(2, 17, 3): path}
+    store.write_summary(tmp_path, {"num_rows": 1})
+    assert store.read_summary(tmp_path) == {"num_rows": 1}

@@ -46,23 +46,22 @@ def save_memory_adapters(output_dir, model=None, *, accessible_only: bool = True
     from safetensors import safe_open
 
     from ..models import load_model
-    from .store import SETTINGS_FILE, read_rows
+    from .store import read_rows, read_settings, vector_files
 
     output_dir = Path(output_dir)
-    vector_files = sorted((output_dir / "vectors").glob("*.safetensors"))
-    if not vector_files:
+    files = vector_files(output_dir)
+    if not files:
         raise ValueError(f"{output_dir}/vectors holds no crammed vectors; run the sweep with save_vectors=True "
                          "(--save-vectors) first")
-    settings = json.loads((output_dir / SETTINGS_FILE).read_text(encoding="utf-8"))
+    settings = read_settings(output_dir)
     name = model if isinstance(model, str) else settings["model"]
     base = load_model(name) if model is None or isinstance(model, str) else model
     rows = read_rows(output_dir)
     saved = []
-    for path in vector_files:
+    for (m, n, index), path in files.items():
         with safe_open(str(path), framework="pt") as handle:
             vectors = handle.get_tensor("vectors")
             meta = handle.metadata()
-        m, n, index = (int(part[1:]) for part in path.stem.split("-"))
         row = rows.get((m, n, index))
         if row is None or (accessible_only and not row["accessible"]):
             continue

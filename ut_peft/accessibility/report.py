@@ -8,6 +8,7 @@ import numpy as np
 
 from ..io import atomic_write_text
 from .protocol import differences_from_published
+from .store import REPORT_FILE
 
 
 def _pyplot():
@@ -168,4 +169,4 @@ def write_report(output_dir, summary: dict) -> None:
     output_dir = Path(output_dir)
     plot_accessibility(summary, output_dir / "accessibility.png")
     plot_n50(summary, output_dir / "n50_vs_m.png")
-    atomic_write_text(output_dir / "report.md", markdown(summary))
+    atomic_write_text(output_dir / REPORT_FILE, markdown(summary))

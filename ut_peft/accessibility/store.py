@@ -21,6 +21,44 @@ from pathlib import Path
 import datasets
 
 SETTINGS_FILE = "settings.json"
+SUMMARY_FILE = "summary.json"
+REPORT_FILE = "report.md"
+VECTORS_DIR = "vectors"
+
+
+def read_settings(folder) -> dict:
+    """The settings fingerprint of the sweep in ``folder``; a clear error when there is none or it is unreadable."""
+    path = Path(folder) / SETTINGS_FILE
+    if not path.is_file():
+        raise ValueError(f"{folder} holds no sweep ({SETTINGS_FILE} is missing)")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise ValueError(f"{path} is unreadable ({err}); rerun the sweep into a new folder") from None
+
+
+def write_summary(folder, summary: dict) -> Path:
+    from ..io import atomic_write_json  # here, not at the top: tests load this module alone to write rows
+
+    return atomic_write_json(Path(folder) / SUMMARY_FILE, summary)
+
+
+def read_summary(folder) -> dict:
+    return json.loads((Path(folder) / SUMMARY_FILE).read_text(encoding="utf-8"))
+
+
+def vectors_path(folder, m: int, n: int, index: int) -> Path:
+    """Where the crammed vectors of row (m, n, index) are kept (``save_vectors=True``)."""
+    return Path(folder) / VECTORS_DIR / f"m{m}-n{n}-i{index}.safetensors"
+
+
+def vector_files(folder) -> dict[tuple[int, int, int], Path]:
+    """The saved vectors of a folder by row key (the inverse of :func:`vectors_path`)."""
+    files = {}
+    for path in sorted((Path(folder) / VECTORS_DIR).glob("*.safetensors")):
+        m, n, index = (int(part[1:]) for part in path.stem.split("-"))
+        files[(m, n, index)] = path
+    return files
 ROW_FEATURES = datasets.Features({
     "m": datasets.Value("int64"), "n": datasets.Value("int64"), "index": datasets.Value("int64"),
     "init_seed": datasets.Value("uint64"), "tf_accuracy": datasets.Value("float64"),
@@ -93,9 +131,9 @@ def prepare_folder(folder: Path, settings: dict, clear: bool) -> None:
     if clear:
         for path in row_files(folder):
             path.unlink()
-        for name in ("summary.json", "report.md"):
+        for name in (SUMMARY_FILE, REPORT_FILE):
             (folder / name).unlink(missing_ok=True)
-        for path in (folder / "vectors").glob("*.safetensors"):
+        for path in (folder / VECTORS_DIR).glob("*.safetensors"):
             path.unlink()
     from ..io import atomic_write_json  # here, not at the top: tests load this module alone to write rows
 

@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 
-from ..io import atomic_write_bytes, atomic_write_json, atomic_write_text
+from ..io import atomic_write_bytes, atomic_write_text
 from ..models import DEFAULT_MODEL, load_model, load_tokenizer
 from . import store
 from .bounds import measure_support, slope_bounds
@@ -210,14 +210,10 @@ def _row(result, rank: int) -> dict:
             "best_accuracy_at": {str(k): v for k, v in result.best_accuracy_at.items()}}
 
 
-def vectors_path(output_dir, m: int, n: int, index: int) -> Path:
-    return Path(output_dir) / "vectors" / f"m{m}-n{n}-i{index}.safetensors"
-
-
 def _save_vectors(output_dir: Path, result) -> None:
     from safetensors.torch import save
 
-    path = vectors_path(output_dir, *result.job.key)
+    path = store.vectors_path(output_dir, *result.job.key)
     path.parent.mkdir(exist_ok=True)
     atomic_write_bytes(path, save({"vectors": result.vectors.contiguous()},
                                   metadata={"ids": json.dumps(list(result.job.ids)),
@@ -308,7 +304,7 @@ def run_sweep(config: SweepConfig, output_dir, *, model=None, tokenizer=None, ac
     summary = None
     if accelerator.is_main_process:
         summary = summarize(config, settings, rows, model)
-        write_json(output_dir / "summary.json", summary)
+        store.write_summary(output_dir, summary)
         if report:
             from .report import write_report
 
@@ -325,10 +321,7 @@ def summarize_folder(output_dir, model=None, *, support_sequences: int = 256, su
     Only (m, n) groups with all their sequences finished enter the fits.
     """
     output_dir = Path(output_dir)
-    path = output_dir / store.SETTINGS_FILE
-    if not path.is_file():
-        raise ValueError(f"{output_dir} holds no sweep ({store.SETTINGS_FILE} is missing)")
-    settings = json.loads(path.read_text(encoding="utf-8"))
+    settings = store.read_settings(output_dir)
     design = settings.get("design", {})
     # Fixed and adaptive sweeps are told apart by their grid's lengths (only sequential ones record a design).
     fixed = (settings.get("grid") or {}).get("lengths") is not None
@@ -341,7 +334,7 @@ def summarize_folder(output_dir, model=None, *, support_sequences: int = 256, su
     if model is None:
         model = load_model(settings["model"])
     summary = summarize(config, settings, store.read_rows(output_dir), model)
-    write_json(output_dir / "summary.json", summary)
+    store.write_summary(output_dir, summary)
     if report:
         from .report import write_report
 
@@ -362,12 +355,7 @@ def merge_sweeps(folders, output_dir, *, overwrite: bool = False) -> Path:
     folders = [Path(f) for f in folders]
     if len(folders) < 2:
         raise ValueError(f"give at least two sweep folders to merge (got {len(folders)})")
-    settings = []
-    for folder in folders:
-        path = folder / store.SETTINGS_FILE
-        if not path.is_file():
-            raise ValueError(f"{folder} holds no sweep ({store.SETTINGS_FILE} is missing)")
-        settings.append(json.loads(path.read_text(encoding="utf-8")))
+    settings = [store.read_settings(folder) for folder in folders]
     shared = {k: v for k, v in settings[0].items() if k not in ("ms", "grid", "merged_from")}
     for folder, other in zip(folders[1:], settings[1:]):
         differ = sorted(k for k in set(shared) | (set(other) - {"ms", "grid", "merged_from"})
@@ -383,8 +371,7 @@ def merge_sweeps(folders, output_dir, *, overwrite: bool = False) -> Path:
                   grid=dataclasses.asdict(GridConfig(lengths=sorted({n for _, n, _ in rows}) or [1])),
                   merged_from=[str(f) for f in folders])
     output_dir = Path(output_dir)
-    previous = output_dir / store.SETTINGS_FILE
-    earlier_merge = previous.is_file() and "merged_from" in json.loads(previous.read_text(encoding="utf-8"))
+    earlier_merge = (output_dir / store.SETTINGS_FILE).is_file() and "merged_from" in store.read_settings(output_dir)
     if not earlier_merge:  # an earlier merge holds only copies and may be replaced; a real run is refused
         store.check_settings(output_dir, merged, overwrite)
     lock = store.lock_folder(output_dir)
@@ -436,9 +423,5 @@ def summarize(config: SweepConfig, settings: dict, rows: dict, model) -> dict:
             "num_rows": len(rows), "row_steps": sum(row_steps(r) for r in rows.values())}
 
 
-def write_json(path: Path, data: dict) -> None:
-    atomic_write_json(path, data)
-
-
 def load_summary(output_dir) -> dict:
-    return json.loads((Path(output_dir) / "summary.json").read_text(encoding="utf-8"))
+    return store.read_summary(output_dir)
