@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
 import time
 from pathlib import Path
 
@@ -35,6 +34,7 @@ import ut_peft
 from ut_peft.accessibility.cram import CramConfig, CramJob, cram, embedding_std, embedding_weight_std
 from ut_peft.accessibility.protocol import PublishedSequences, cram_settings, special_prefix_ids
 from ut_peft.accessibility.sources import init_seed, make_source
+from ut_peft.accessibility.store import append_row
 
 VARIANTS = ("published", "published-scaled", "published-scaled-lr", "ut-peft")
 
@@ -69,17 +69,6 @@ def read_done(path: Path) -> list[dict]:
         except ValueError:  # a torn last line of a killed run: that row is crammed again
             pass
     return rows
-
-
-def append(path: Path, row: dict) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        data = (json.dumps(row, sort_keys=True) + "\n").encode()
-        if os.write(fd, data) != len(data):
-            raise OSError(f"short write to {path} (disk full?)")
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def table(rows: list[dict]) -> str:
@@ -127,7 +116,7 @@ def main(args):
         started = time.perf_counter()
         for result in cram(model, jobs, config):
             length, m, index = result.job.key
-            append(output, {"variant": variant, "model": args.model, "source": args.source, "length": length,
+            append_row(output, {"variant": variant, "model": args.model, "source": args.source, "length": length,
                             "m": m, "index": index, "accessible": result.accessible,
                             "greedy_exact": result.greedy_exact, "steps": result.steps,
                             "stop_reason": result.stop_reason, "tf_accuracy": result.tf_accuracy,

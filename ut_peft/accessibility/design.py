@@ -17,6 +17,7 @@ they arrived or of the process count, so a resumed or distributed sweep runs exa
 from __future__ import annotations
 
 import math
+from typing import Protocol
 
 from .fit import NUM_BOOT, fit_logistic, n50_interval
 
@@ -63,11 +64,10 @@ def next_length(measured: dict[int, float], grid) -> int | None:
     return None
 
 
-class Design:
+class Design(Protocol):
     """The interface: ``next_jobs(rows) -> list[(m, n, index)]``, empty when done."""
 
-    def next_jobs(self, rows: dict) -> list[Job]:
-        raise NotImplementedError
+    def next_jobs(self, rows: dict) -> list[Job]: ...
 
 
 class FixedDesign(Design):
