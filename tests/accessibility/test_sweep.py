@@ -146,13 +146,14 @@ def test_two_processes_give_the_same_summary_as_one(tmp_path):
     assert two["fit"] == one["fit"] and two["bounds"] == one["bounds"] and two["num_rows"] == one["num_rows"]
 
 
-@pytest.mark.parametrize("prefix_ids", [(), (7,)])
-def test_saved_vectors_become_memory_adapters(tmp_path, llama, prefix_ids):
+@pytest.mark.parametrize("prefix_ids,given_tokens", [((), 0), ((7,), 0), ((), 1)])
+def test_saved_vectors_become_memory_adapters(tmp_path, llama, prefix_ids, given_tokens):
     from peft import PeftModel
 
     import ut_peft
 
-    config = small_config(cram=CramConfig(max_steps=30, patience=30, batch_size=4, prefix_ids=prefix_ids))
+    config = small_config(cram=CramConfig(max_steps=30, patience=30, batch_size=4, prefix_ids=prefix_ids,
+                                          given_tokens=given_tokens))
     run_sweep(config, tmp_path, model=llama, progress=False, save_vectors=True)
     saved = save_memory_adapters(tmp_path, llama)
     rows = read_rows(tmp_path)
@@ -161,16 +162,17 @@ def test_saved_vectors_become_memory_adapters(tmp_path, llama, prefix_ids):
     assert (folder / "adapter_config.json").exists() and "library_name: peft" in (folder / "README.md").read_text()
     recorded = json.loads((folder / "sequence.json").read_text())
     ids = recorded["input_ids"]
-    assert tuple(recorded["prefix_ids"]) == prefix_ids
+    assert tuple(recorded["prefix_ids"]) == prefix_ids and recorded["given_tokens"] == given_tokens
 
-    # replaying needs the prefix the vectors were crammed behind
+    # replaying needs the prefix the vectors were crammed behind and the tokens that were given, not crammed
     adapter = PeftModel.from_pretrained(crammable_model("llama"), str(folder))
-    batch = ut_peft.prepend_memory_tokens(adapter, torch.zeros(1, 0, dtype=torch.long),
+    given, produced = ids[:given_tokens], ids[given_tokens:]
+    batch = ut_peft.prepend_memory_tokens(adapter, torch.tensor([given], dtype=torch.long),
                                           prefix_ids=recorded["prefix_ids"])
-    assert batch["input_ids"].shape[1] == len(prefix_ids) + int(folder.name.split("-")[0][1:])
-    out = adapter.generate(**batch, max_new_tokens=len(ids), do_sample=False, min_new_tokens=len(ids),
+    assert batch["input_ids"].shape[1] == len(prefix_ids) + int(folder.name.split("-")[0][1:]) + given_tokens
+    out = adapter.generate(**batch, max_new_tokens=len(produced), do_sample=False, min_new_tokens=len(produced),
                            pad_token_id=0, eos_token_id=None)
-    assert out[0, -len(ids):].tolist() == ids
+    assert out[0, -len(produced):].tolist() == produced
 
 
 def _word_tokenizer(bos):

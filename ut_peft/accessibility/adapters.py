@@ -7,15 +7,20 @@ from pathlib import Path
 
 import torch
 
+from ..io import atomic_write_text
+
 
 def save_memory_adapter(base_model, vectors: torch.Tensor, folder, *, base_model_name: str | None = None,
                         sequence: list[int] | None = None, metrics: dict | None = None,
-                        prefix_ids: tuple[int, ...] = ()) -> Path:
+                        prefix_ids: tuple[int, ...] = (), given_tokens: int = 0) -> Path:
     """Save ``vectors`` (m, d, in inputs_embeds space) as a memory-only adapter with its model card.
 
     ``base_model`` is wrapped only for the save and unwrapped afterwards, so one loaded model serves many
     adapters. Put the memory ids in front with ``ut_peft.prepend_memory_tokens`` to replay the sequence, after
-    ``prefix_ids`` when the vectors were crammed behind a prefix (recorded in ``sequence.json``).
+    ``prefix_ids`` when the vectors were crammed behind a prefix. The first ``given_tokens`` ids of the sequence
+    were inputs, not targets (the published protocol feeds the BOS after the memory and predicts from there): a
+    replay feeds ``[prefix, memory, sequence[:given_tokens]]`` and generates the rest. ``sequence.json`` records
+    all three, so a replay needs nothing but the adapter folder.
     """
     from ..hub import save_model_card
     from ..memory import memory_adapter_from_vectors
@@ -29,10 +34,15 @@ def save_memory_adapter(base_model, vectors: torch.Tensor, folder, *, base_model
     training = {"method": "cramming (accessibility evaluator)", "memory vectors": int(vectors.shape[0])}
     if prefix_ids:
         training["tokens before the memory"] = list(prefix_ids)
+    if given_tokens:
+        training["tokens given after the memory (not generated)"] = given_tokens
     if sequence is not None:
+        if len(sequence) <= given_tokens:
+            raise ValueError(f"the sequence has {len(sequence)} tokens, no more than the {given_tokens} given ones: "
+                             "nothing is left for the memory to produce")
         training["sequence length"] = len(sequence)
-        (folder / "sequence.json").write_text(
-            json.dumps({"input_ids": list(sequence), "prefix_ids": list(prefix_ids)}) + "\n", encoding="utf-8")
+        atomic_write_text(folder / "sequence.json", json.dumps(
+            {"input_ids": list(sequence), "prefix_ids": list(prefix_ids), "given_tokens": given_tokens}) + "\n")
     save_model_card(folder, base_model=base_model_name, training=training, metrics=metrics,
                     tags=["cramming", "accessibility"])
     return folder
@@ -68,5 +78,6 @@ def save_memory_adapters(output_dir, model=None, *, accessible_only: bool = True
         metrics = {k: row[k] for k in ("tf_accuracy", "greedy_exact", "steps", "final_loss")}
         saved.append(save_memory_adapter(base, vectors, output_dir / "adapters" / path.stem, base_model_name=name,
                                          sequence=json.loads(meta["ids"]), metrics=metrics,
-                                         prefix_ids=tuple(settings["cram"].get("prefix_ids", ()))))
+                                         prefix_ids=tuple(settings["cram"].get("prefix_ids", ())),
+                                         given_tokens=int(settings["cram"].get("given_tokens", 0))))
     return saved
