@@ -14,11 +14,13 @@ ut_peft.accessibility; this script only parses arguments.
 """
 
 import argparse
+from pathlib import Path
 
 from accelerate import Accelerator
 
 from ut_peft.accessibility import (CramConfig, GridConfig, SweepConfig, merge_sweeps, run_sweep,
                                    save_memory_adapters, summarize_folder)
+from ut_peft.accessibility.store import ADAPTERS_DIR, REPORT_FILE
 
 
 def _config(args, design, grid) -> SweepConfig:
@@ -37,7 +39,7 @@ def main(args):
         args.report_only = True
     if args.report_only:  # e.g. on a sweep still running elsewhere, or one that was stopped
         summarize_folder(args.output, support_sequences=args.support_sequences)
-        print(f"report: {args.output}/report.md")
+        print(f"report: {Path(args.output) / REPORT_FILE}")
         return
     published = args.protocol == "published"
     for name, ours, paper in PROTOCOL_DEFAULTS:  # a flag left unset takes its protocol's value
@@ -62,15 +64,15 @@ def main(args):
     if accelerator.is_main_process:
         if args.save_adapters:
             saved = save_memory_adapters(args.output, config.model)
-            print(f"saved {len(saved)} memory adapters under {args.output}/adapters")
-        for entry in summary["per_m"]:
-            print(f"m={entry['m']}: n50={entry['n50']} 95% interval {entry['n50_ci']} ({entry['fit_status']}; "
-                  f"published LS {entry['n50_published']}); {entry['row_steps']} row-steps")
-        if summary["fit"]:
-            print(f"slope {summary['fit']['slope']:.2f} 95% interval {summary['fit']['slope_ci']}, "
-                  f"R^2 {summary['fit']['r2']:.3f}; bounds {summary['bounds']}; ratios {summary['ratios']}")
-        print(f"{summary['row_steps']} row-steps in all")
-        print(f"report: {args.output}/report.md")
+            print(f"saved {len(saved)} memory adapters under {Path(args.output) / ADAPTERS_DIR}")
+        for entry in summary.per_m:
+            print(f"m={entry.m}: n50={entry.n50} 95% interval {entry.n50_ci} ({entry.fit_status}; "
+                  f"published LS {entry.n50_published}); {entry.row_steps} row-steps")
+        if summary.fit:
+            print(f"slope {summary.fit['slope']:.2f} 95% interval {summary.fit['slope_ci']}, "
+                  f"R^2 {summary.fit['r2']:.3f}; bounds {summary.bounds}; ratios {summary.ratios}")
+        print(f"{summary.row_steps} row-steps in all")
+        print(f"report: {Path(args.output) / REPORT_FILE}")
 
 
 def abandon_pair(text: str) -> tuple[int, float]:

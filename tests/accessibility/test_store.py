@@ -19,10 +19,12 @@ from .test_sweep import small_config
 
 ROOT = Path(__file__).resolve().parents[2]
 # Subprocesses load store.py alone: importing the whole package would cost them seconds of torch and transformers.
+# Registered in sys.modules before it runs, as importlib's recipe for a source file does: its dataclasses look
+# their module up there.
 IMPORT_STORE = textwrap.dedent(f"""
-    import importlib.util
+    import importlib.util, sys
     spec = importlib.util.spec_from_file_location("store", {str(ROOT / "ut_peft" / "accessibility" / "store.py")!r})
-    store = importlib.util.module_from_spec(spec)
+    store = sys.modules["store"] = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(store)
 """)
 
@@ -183,7 +185,7 @@ def test_a_second_run_is_refused_while_the_first_holds_the_folder_and_a_killed_h
     finally:
         kill(holder)  # SIGKILL: no cleanup code runs, the kernel drops the lock
     summary = run_sweep(small_config(), tmp_path, model=llama, progress=False)
-    assert summary["num_rows"] == 12
+    assert summary.num_rows == 12
 
 
 def test_a_leftover_worker_of_a_killed_run_blocks_the_folder(tmp_path):
@@ -215,5 +217,57 @@ def test_the_store_owns_the_folder_layout(tmp_path):
     path.parent.mkdir()
     path.write_bytes(b"")
     assert store.vector_files(tmp_path) == {(2, 17, 3): path}
-    store.write_summary(tmp_path, {"num_rows": 1})
-    assert store.read_summary(tmp_path) == {"num_rows": 1}
+    with pytest.raises(ValueError, match="holds no summary"):
+        store.read_summary(tmp_path)
+
+
+def _summary(**changes):
+    from ut_peft.accessibility.store import MSummary
+
+    entry = MSummary(m=1, n50=7.5, n50_ci=[6.0, 9.0], sigmoid_slope=0.8, sigmoid_slope_ci=[0.5, 1.2], fit_status="ok",
+                     n50_published=7.0, sigmoid_slope_published=0.9, fit_status_published="ok", lengths=[4, 8, 12],
+                     accessibility=[1.0, 0.5, 0.0], mean_tf_accuracy=[1.0, 0.9, 0.6], num_sequences=[2, 2, 2],
+                     row_steps=300)
+    values = dict(model="tiny-llama", source={"kind": "tokens"}, settings={"seed": 0, "ms": [1]}, design="fixed",
+                  estimator="firth-logistic-mle", per_m=[entry], fit=None, fit_published=None,
+                  support={"radius": 2.0, "eps": 0.001, "num_samples": 8, "hidden_size": 16, "vocab_size": 64},
+                  bounds={"ball": 90.0, "box": 80.0}, ratios=None, num_rows=6, row_steps=300)
+    return values | changes
+
+
+def test_a_field_added_to_the_summary_reaches_summary_json_and_comes_back(tmp_path):
+    """The schema is the dataclass: a new field needs no change to the writer or the reader."""
+    import dataclasses
+
+    from ut_peft.accessibility import store
+
+    Extended = dataclasses.make_dataclass("Extended", [("wall_seconds", float)], bases=(store.Summary,))
+    summary = Extended(**_summary(wall_seconds=12.5))
+    store.write_summary(tmp_path, summary)
+    on_disk = json.loads((tmp_path / store.SUMMARY_FILE).read_text())
+    assert on_disk["wall_seconds"] == 12.5 and list(on_disk)[-1] == "wall_seconds"  # after the others, in order
+    assert on_disk["per_m"][0]["n50_ci"] == [6.0, 9.0]
+    back = store.read_summary(tmp_path, Extended)
+    assert back == summary and back.wall_seconds == 12.5 and back.per_m[0].n50 == 7.5
+    assert back["per_m"][0]["n50"] == 7.5  # item access too, for code written against the JSON's dicts
+    with pytest.raises(KeyError):
+        back["no_such_field"]
+    # The plain schema reads the same file (the extra field is the new version's), and a file written before a
+    # field existed is refused with what to do.
+    assert store.read_summary(tmp_path) == store.Summary(**_summary())
+    with pytest.raises(ValueError, match=r"lacks wall_seconds \(written by an older version\).*--report-only"):
+        Extended.from_dict(store.Summary(**_summary()).to_dict())
+    older = store.Summary(**_summary()).to_dict()
+    del older["per_m"][0]["row_steps"]
+    with pytest.raises(ValueError, match=r"lacks per_m\[\]\.row_steps"):
+        store.Summary.from_dict(older)
+
+
+@pytest.mark.parametrize("folder", sorted(str(p.parent.relative_to(ROOT))
+                                          for p in (ROOT / "results").glob("**/summary.json")))
+def test_every_committed_summary_reads_and_writes_back_unchanged(tmp_path, folder):
+    from ut_peft.accessibility import store
+
+    summary = store.read_summary(ROOT / folder)
+    store.write_summary(tmp_path, summary)
+    assert (tmp_path / store.SUMMARY_FILE).read_bytes() == (ROOT / folder / store.SUMMARY_FILE).read_bytes()

@@ -79,4 +79,4 @@ def test_a_model_with_fewer_positions_than_the_support_length_gets_a_summary(tmp
                          num_sequences=2, cram=CramConfig(max_steps=20, patience=20, batch_size=2),
                          support_sequences=4)  # support_seq_len keeps its default, 32 > 16 positions
     summary = run_sweep(config, tmp_path, model=model, progress=False, report=False)
-    assert summary["num_rows"] == 4 and summary["bounds"]["ball"] > 0
+    assert summary.num_rows == 4 and summary.bounds["ball"] > 0

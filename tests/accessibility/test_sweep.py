@@ -28,7 +28,7 @@ def small_config(model_name="tiny-llama", **overrides):
 
 
 def _curves(summary):
-    return [{k: e[k] for k in ("m", "lengths", "accessibility", "n50")} for e in summary["per_m"]]
+    return [{k: getattr(e, k) for k in ("m", "lengths", "accessibility", "n50")} for e in summary.per_m]
 
 
 def test_next_length_follows_the_published_rule():
@@ -50,15 +50,14 @@ def test_next_length_follows_the_published_rule():
 def test_sweep_writes_rows_summary_plots_and_report(tmp_path, llama):
     summary = run_sweep(small_config(), tmp_path, model=llama, progress=False)
     rows = load_rows(tmp_path)
-    assert len(rows) == 2 * 3 * 2 and summary["num_rows"] == 12
+    assert len(rows) == 2 * 3 * 2 and summary.num_rows == 12
     assert set(rows.features) >= {"m", "n", "index", "tf_accuracy", "greedy_exact", "steps", "final_loss"}
     assert all(r["accessible"] == r["greedy_exact"] for r in rows)
     on_disk = load_summary(tmp_path)
-    for key in ("model", "source", "per_m", "fit", "support", "bounds", "ratios"):
-        assert key in on_disk
-    assert {"m", "n50", "sigmoid_slope"} <= set(on_disk["per_m"][0])
-    assert {"radius", "eps"} <= set(on_disk["support"]) and {"ball", "box"} <= set(on_disk["bounds"])
-    assert on_disk["per_m"][0]["accessibility"][0] == pytest.approx(
+    assert on_disk.to_dict() == json.loads(json.dumps(summary.to_dict()))  # what run_sweep returned, as JSON
+    assert [e.m for e in on_disk.per_m] == [1, 2] and on_disk.fit is not None and on_disk.ratios is not None
+    assert {"radius", "eps"} <= set(on_disk.support) and {"ball", "box"} <= set(on_disk.bounds)
+    assert on_disk.per_m[0].accessibility[0] == pytest.approx(
         sum(r["accessible"] for r in rows if r["m"] == 1 and r["n"] == 2) / 2)
     for name in ("accessibility.png", "n50_vs_m.png", "report.md", "settings.json"):
         assert (tmp_path / name).stat().st_size > 0
@@ -87,7 +86,7 @@ def test_torn_last_line_is_repaired_and_the_row_recomputed(tmp_path, llama):
     summary = run_sweep(small_config(), tmp_path, model=llama, progress=False)
     rows = [json.loads(line) for line in path.read_text().splitlines()]  # every line parses again
     keys = [(r["m"], r["n"], r["index"]) for r in rows]
-    assert len(keys) == len(set(keys)) == 12 and summary["num_rows"] == 12
+    assert len(keys) == len(set(keys)) == 12 and summary.num_rows == 12
     assert repair(path) == 0
 
 
@@ -119,7 +118,7 @@ def test_killed_run_resumes_without_losing_or_duplicating_rows(tmp_path):
     summary = run_sweep(config, out, model=crammable_model("llama"), progress=False)
     rows = [json.loads(line) for line in rows_path.read_text().splitlines()]
     keys = [(r["m"], r["n"], r["index"]) for r in rows]
-    assert len(keys) == len(set(keys)) == 18 and summary["num_rows"] == 18
+    assert len(keys) == len(set(keys)) == 18 and summary.num_rows == 18
     for old in written:  # rows written before the kill were kept as they were
         assert old in rows
 
@@ -143,7 +142,7 @@ def test_two_processes_give_the_same_summary_as_one(tmp_path):
     two = load_summary(tmp_path / "two")
     assert (tmp_path / "two" / "rows.rank1.jsonl").exists()  # both processes crammed
     assert _curves(two) == _curves(one)
-    assert two["fit"] == one["fit"] and two["bounds"] == one["bounds"] and two["num_rows"] == one["num_rows"]
+    assert two.fit == one.fit and two.bounds == one.bounds and two.num_rows == one.num_rows
 
 
 @pytest.mark.parametrize("prefix_ids,given_tokens", [((), 0), ((7,), 0), ((), 1)])
@@ -225,8 +224,8 @@ def test_report_from_a_partial_folder_uses_complete_groups_only(tmp_path, llama)
     kept = [line for line in lines if json.loads(line)["n"] != 6 or json.loads(line)["index"] != 0]
     path.write_text("".join(kept))  # (m, 6) lost one of its two sequences: that length leaves the fits
     summary = summarize_folder(tmp_path, llama, support_sequences=8, support_seq_len=4)
-    assert all(entry["lengths"] == [2, 3] for entry in summary["per_m"])
-    assert summary["design"] == "fixed"  # a fixed grid's report says so (it said "adaptive" before)
+    assert all(entry.lengths == [2, 3] for entry in summary.per_m)
+    assert summary.design == "fixed"  # a fixed grid's report says so (it said "adaptive" before)
     assert (tmp_path / "report.md").exists()
     with pytest.raises(ValueError, match="no sweep"):
         summarize_folder(tmp_path / "nothing", llama)
@@ -255,7 +254,7 @@ def test_sweeps_split_by_m_and_length_merge_into_the_single_sweep(tmp_path, llam
     run_sweep(small_config(ms=[2], grid=GridConfig(lengths=[3, 6])), tmp_path / "m2b", model=llama, progress=False)
     merge_sweeps([tmp_path / "m1", tmp_path / "m2a", tmp_path / "m2b"], tmp_path / "merged")
     merged = summarize_folder(tmp_path / "merged", llama, support_sequences=8, support_seq_len=4)
-    assert _curves(merged) == _curves(whole) and merged["fit"] == whole["fit"]
+    assert _curves(merged) == _curves(whole) and merged.fit == whole.fit
     assert len(read_rows(tmp_path / "merged")) == len(read_rows(tmp_path / "whole"))  # (2, 3, i) kept once
     assert merged["settings"]["merged_from"][0].endswith("m1")
     merge_sweeps([tmp_path / "m1", tmp_path / "m2a"], tmp_path / "merged")  # same folder again: rewritten whole
@@ -285,8 +284,8 @@ def _decisions(folder):
 
 def test_sequential_sweep_killed_mid_batch_resumes_to_the_uninterrupted_result(tmp_path, llama):
     whole = run_sweep(sequential_config(), tmp_path / "whole", model=llama, progress=False)
-    assert whole["design"] == "sequential" and whole["row_steps"] == sum(e["row_steps"] for e in whole["per_m"])
-    assert whole["row_steps"] == sum(r["steps"] + 1 for r in read_rows(tmp_path / "whole").values())
+    assert whole.design == "sequential" and whole.row_steps == sum(e.row_steps for e in whole.per_m)
+    assert whole.row_steps == sum(r["steps"] + 1 for r in read_rows(tmp_path / "whole").values())
     lines = (tmp_path / "whole" / "rows.jsonl").read_bytes().splitlines(keepends=True)
     for kill in (3, len(lines) // 2):  # in the first batch; half-way, inside a later batch
         folder = tmp_path / f"killed{kill}"
@@ -295,11 +294,11 @@ def test_sequential_sweep_killed_mid_batch_resumes_to_the_uninterrupted_result(t
         path.write_bytes(b"".join(path.read_bytes().splitlines(keepends=True)[:kill]) + lines[kill][:20])  # torn
         resumed = run_sweep(sequential_config(), folder, model=llama, progress=False)
         assert _decisions(folder) == _decisions(tmp_path / "whole")
-        assert resumed["per_m"] == whole["per_m"] and resumed["fit"] == whole["fit"]
-    for entry in whole["per_m"]:  # each m stopped by its rule: interval narrower than 3 tokens, or budget spent
-        assert entry["n50_ci"][1] - entry["n50_ci"][0] < 3.0 or entry["row_steps"] >= 1500
+        assert resumed.per_m == whole.per_m and resumed.fit == whole.fit
+    for entry in whole.per_m:  # each m stopped by its rule: interval narrower than 3 tokens, or budget spent
+        assert entry.n50_ci[1] - entry.n50_ci[0] < 3.0 or entry.row_steps >= 1500
     summary = summarize_folder(tmp_path / "whole", llama, support_sequences=8, support_seq_len=4)
-    assert summary["per_m"] == whole["per_m"]  # the folder alone says which design ran
+    assert summary.per_m == whole.per_m  # the folder alone says which design ran
     report = (tmp_path / "whole" / "report.md").read_text()
     assert "Design: sequential" in report and "95% interval" in report
 
@@ -308,16 +307,15 @@ def test_summary_carries_intervals_and_row_steps(tmp_path, llama):
     summary = run_sweep(small_config(num_sequences=4, grid=GridConfig(lengths=[2, 3, 4, 6])), tmp_path, model=llama,
                         progress=False)
     rows = read_rows(tmp_path)
-    for entry in summary["per_m"]:
-        assert entry["row_steps"] == sum(r["steps"] + 1 for (m, _, _), r in rows.items() if m == entry["m"])
-        assert {"n50_ci", "sigmoid_slope_ci", "n50_published", "fit_status_published"} <= set(entry)
-        if entry["n50_ci"]:
-            assert entry["n50_ci"][0] < entry["n50_ci"][1]
-    assert summary["row_steps"] == sum(e["row_steps"] for e in summary["per_m"])
-    if summary["fit"]:
-        assert {"slope_ci", "intercept_ci"} <= set(summary["fit"])
+    for entry in summary.per_m:
+        assert entry.row_steps == sum(r["steps"] + 1 for (m, _, _), r in rows.items() if m == entry.m)
+        if entry.n50_ci:
+            assert entry.n50_ci[0] < entry.n50_ci[1]
+    assert summary.row_steps == sum(e.row_steps for e in summary.per_m)
+    if summary.fit:
+        assert {"slope_ci", "intercept_ci"} <= set(summary.fit)
     on_disk = load_summary(tmp_path)
-    assert on_disk["per_m"][0]["n50_ci"] == summary["per_m"][0]["n50_ci"]  # seeded: the same on every write
+    assert on_disk.per_m[0].n50_ci == summary.per_m[0].n50_ci  # seeded: the same on every write
 
 
 @pytest.mark.slow  # a real SIGKILL of the recipe (~1 min)

@@ -2,7 +2,8 @@
 
 - :mod:`.cram`: the batched cram engine (and the one-at-a-time reference protocol)
 - :mod:`.sources`: natural text, random words, random token ids
-- :mod:`.sweep`: accessibility(n) per m, resumable and distributed; the summary.json schema
+- :mod:`.sweep`: accessibility(n) per m, resumable and distributed
+- :mod:`.store`: the sweep's output folder: its file names, settings, rows, vectors and the summary schema
 - :mod:`.design`: which (m, n, index) jobs to run: fixed lengths, the paper's adaptive grid, a sequential design
 - :mod:`.fit`, :mod:`.bounds`: n_50 fits with intervals, measured support and theoretical slope bounds
 - :mod:`.report`: plots and the Markdown report; :mod:`.adapters`: crammed vectors as PEFT adapters
@@ -11,17 +12,18 @@
 from .adapters import save_memory_adapter, save_memory_adapters
 from .bounds import SupportStats, ball_slope_bound, box_slope_bound, measure_support, slope_bounds
 from .cram import CramConfig, CramJob, CramResult, cram, cram_reference, greedy_decode
-from .design import AdaptiveDesign, Design, FixedDesign, SequentialDesign, make_design
+from .design import AdaptiveDesign, Design, FixedDesign, SequentialDesign, make_design, next_length
 from .fit import fit_logistic, fit_sigmoid, line_interval, linear_fit, n50_interval
 from .sources import make_source
-from .store import load_rows
+from .store import MSummary, Summary, load_rows
 from .calibrate import calibrate_abandon
 from .protocol import PROTOCOLS
-from .sweep import GridConfig, SweepConfig, load_summary, merge_sweeps, next_length, run_sweep, summarize_folder
+from .sweep import GridConfig, SweepConfig, load_summary, merge_sweeps, run_sweep, summarize_folder
 
 __all__ = [
     "CramConfig", "CramJob", "CramResult", "cram", "cram_reference", "greedy_decode",
     "GridConfig", "SweepConfig", "run_sweep", "summarize_folder", "merge_sweeps", "load_summary", "load_rows",
+    "Summary", "MSummary",
     "next_length", "make_source", "PROTOCOLS", "calibrate_abandon",
     "fit_sigmoid", "linear_fit", "SupportStats", "measure_support", "ball_slope_bound", "box_slope_bound",
     "slope_bounds", "save_memory_adapter", "save_memory_adapters",

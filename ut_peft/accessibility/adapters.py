@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
 
-from ..io import atomic_write_text
+from ..io import atomic_write_json
 
 
 def save_memory_adapter(base_model, vectors: torch.Tensor, folder, *, base_model_name: str | None = None,
@@ -41,8 +40,8 @@ def save_memory_adapter(base_model, vectors: torch.Tensor, folder, *, base_model
             raise ValueError(f"the sequence has {len(sequence)} tokens, no more than the {given_tokens} given ones: "
                              "nothing is left for the memory to produce")
         training["sequence length"] = len(sequence)
-        atomic_write_text(folder / "sequence.json", json.dumps(
-            {"input_ids": list(sequence), "prefix_ids": list(prefix_ids), "given_tokens": given_tokens}) + "\n")
+        atomic_write_json(folder / "sequence.json", {"input_ids": list(sequence), "prefix_ids": list(prefix_ids),
+                                                     "given_tokens": given_tokens}, indent=None)
     save_model_card(folder, base_model=base_model_name, training=training, metrics=metrics,
                     tags=["cramming", "accessibility"])
     return folder
@@ -53,10 +52,8 @@ def save_memory_adapters(output_dir, model=None, *, accessible_only: bool = True
 
     ``model`` is the base model or its name (defaults to the sweep's model, read from settings.json).
     """
-    from safetensors import safe_open
-
     from ..models import load_model
-    from .store import read_rows, read_settings, vector_files
+    from .store import ADAPTERS_DIR, read_rows, read_settings, read_vectors, vector_files
 
     output_dir = Path(output_dir)
     files = vector_files(output_dir)
@@ -68,16 +65,14 @@ def save_memory_adapters(output_dir, model=None, *, accessible_only: bool = True
     base = load_model(name) if model is None or isinstance(model, str) else model
     rows = read_rows(output_dir)
     saved = []
-    for (m, n, index), path in files.items():
-        with safe_open(str(path), framework="pt") as handle:
-            vectors = handle.get_tensor("vectors")
-            meta = handle.metadata()
-        row = rows.get((m, n, index))
+    for key, path in files.items():
+        row = rows.get(key)
         if row is None or (accessible_only and not row["accessible"]):
             continue
+        vectors, ids = read_vectors(path)
         metrics = {k: row[k] for k in ("tf_accuracy", "greedy_exact", "steps", "final_loss")}
-        saved.append(save_memory_adapter(base, vectors, output_dir / "adapters" / path.stem, base_model_name=name,
-                                         sequence=json.loads(meta["ids"]), metrics=metrics,
+        saved.append(save_memory_adapter(base, vectors, output_dir / ADAPTERS_DIR / path.stem, base_model_name=name,
+                                         sequence=ids, metrics=metrics,
                                          prefix_ids=tuple(settings["cram"].get("prefix_ids", ())),
                                          given_tokens=int(settings["cram"].get("given_tokens", 0))))
     return saved

@@ -8,16 +8,7 @@ import numpy as np
 
 from ..io import atomic_write_text
 from .protocol import differences_from_published
-from .store import REPORT_FILE
-
-
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only: works without a display, on any rank
-    import matplotlib.pyplot as plt
-
-    return plt
+from .store import ACCESSIBILITY_PLOT, N50_PLOT, REPORT_FILE, Summary
 
 
 def wilson(successes: int, trials: int, z: float = 1.959964) -> tuple[float, float]:
@@ -28,60 +19,56 @@ def wilson(successes: int, trials: int, z: float = 1.959964) -> tuple[float, flo
     return float(centre - half), float(centre + half)
 
 
-def plot_accessibility(summary: dict, path) -> None:
-    plt = _pyplot()
+def plot_accessibility(summary: Summary, path) -> None:
+    from ..plotting import save_figure, subplots
     from .fit import sigmoid
 
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for entry in summary["per_m"]:
-        if not entry["lengths"]:
+    fig, ax = subplots(figsize=(6, 4))
+    for entry in summary.per_m:
+        if not entry.lengths:
             continue
-        counts = entry["num_sequences"]
-        bars = np.array([wilson(round(a * k), k) for a, k in zip(entry["accessibility"], counts)])
-        acc = np.asarray(entry["accessibility"])
+        bars = np.array([wilson(round(a * k), k) for a, k in zip(entry.accessibility, entry.num_sequences)])
+        acc = np.asarray(entry.accessibility)
         yerr = np.clip([acc - bars[:, 0], bars[:, 1] - acc], 0, None)  # rounding can make a zero bar -1e-17
-        container = ax.errorbar(entry["lengths"], acc, yerr=yerr, fmt="o", ms=4,
-                                capsize=2, label=f"m = {entry['m']}")
+        container = ax.errorbar(entry.lengths, acc, yerr=yerr, fmt="o", ms=4, capsize=2, label=f"m = {entry.m}")
         color = container[0].get_color()
-        if entry["n50"] is not None:
-            grid = np.linspace(min(entry["lengths"]), max(entry["lengths"]), 200)
-            ax.plot(grid, sigmoid(grid, entry["n50"], entry["sigmoid_slope"]), "-", color=color, alpha=0.7)
-            if entry.get("n50_ci"):  # the n_50 interval, drawn where it is read: at accessibility 1/2
-                low, high = entry["n50_ci"]
+        if entry.n50 is not None:
+            grid = np.linspace(min(entry.lengths), max(entry.lengths), 200)
+            ax.plot(grid, sigmoid(grid, entry.n50, entry.sigmoid_slope), "-", color=color, alpha=0.7)
+            if entry.n50_ci:  # the n_50 interval, drawn where it is read: at accessibility 1/2
+                low, high = entry.n50_ci
                 # A percentile interval need not hold the point estimate (a skewed bootstrap): clip the bar at it.
-                xerr = [[max(0.0, entry["n50"] - low)], [max(0.0, high - entry["n50"])]]
-                ax.errorbar([entry["n50"]], [0.5], xerr=xerr, fmt="s",
-                            color=color, ms=5, capsize=3)
+                xerr = [[max(0.0, entry.n50 - low)], [max(0.0, high - entry.n50)]]
+                ax.errorbar([entry.n50], [0.5], xerr=xerr, fmt="s", color=color, ms=5, capsize=3)
     ax.axhline(0.5, color="grey", lw=0.5, ls=":")
     ax.set_xlabel("sequence length n (tokens)")
     ax.set_ylabel("accessibility (fraction greedy-exact)")
     ax.set_ylim(-0.05, 1.05)
-    ax.set_title(f"{summary['model']} / {summary['source'].get('kind')}")
+    ax.set_title(f"{summary.model} / {summary.source.get('kind')}")
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save_figure(fig, path, dpi=100)
 
 
-def plot_n50(summary: dict, path) -> None:
-    plt = _pyplot()
-    points = [e for e in summary["per_m"] if e["n50"] is not None]
-    fig, ax = plt.subplots(figsize=(6, 4))
+def plot_n50(summary: Summary, path) -> None:
+    from ..plotting import save_figure, subplots
+
+    points = [e for e in summary.per_m if e.n50 is not None]
+    fig, ax = subplots(figsize=(6, 4))
     if points:
-        ms = np.array([e["m"] for e in points])
-        n50 = np.array([e["n50"] for e in points])
-        cis = np.array([e.get("n50_ci") or [e["n50"], e["n50"]] for e in points])
+        ms = np.array([e.m for e in points])
+        n50 = np.array([e.n50 for e in points])
+        cis = np.array([e.n50_ci or [e.n50, e.n50] for e in points])
         ax.errorbar(ms, n50, yerr=np.clip([n50 - cis[:, 0], cis[:, 1] - n50], 0, None), fmt="o", capsize=3,
                     label="measured $n_{50}$ (95% interval)")
         grid = np.linspace(0, max(ms) + 0.5, 50)
-        fit = summary.get("fit")
+        fit = summary.fit
         if fit:
             ax.plot(grid, fit["slope"] * grid + fit["intercept"], "-",
-                    label=f"fit: {fit['slope']:.1f}{_ci(fit.get('slope_ci'))} m + {fit['intercept']:.1f} "
+                    label=f"fit: {fit['slope']:.1f}{_ci(fit['slope_ci'])} m + {fit['intercept']:.1f} "
                     f"($R^2$ = {fit['r2']:.3f})")
         top = max(n50.max(), cis[:, 1].max()) * 1.5
         for name, style in (("box", "--"), ("ball", ":")):
-            slope = summary["bounds"][name]
+            slope = summary.bounds[name]
             ax.plot(grid, slope * grid, style, label=f"{name} bound: {slope:.0f} m")
         ax.set_ylim(0, top)
         ax.legend(fontsize=8)
@@ -89,10 +76,8 @@ def plot_n50(summary: dict, path) -> None:
         ax.text(0.5, 0.5, "no $n_{50}$ inside the length grid", ha="center", va="center", transform=ax.transAxes)
     ax.set_xlabel("memory vectors m")
     ax.set_ylabel("$n_{50}$ (tokens)")
-    ax.set_title(f"{summary['model']} / {summary['source'].get('kind')}")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    ax.set_title(f"{summary.model} / {summary.source.get('kind')}")
+    save_figure(fig, path, dpi=100)
 
 
 def _describe(source: dict) -> str:
@@ -118,55 +103,54 @@ def _interval(interval, digits=1) -> str:
     return "n/a" if not interval else f"[{interval[0]:.{digits}f}, {interval[1]:.{digits}f}]"
 
 
-def markdown(summary: dict, *, figures: tuple[str, str] | None = ("accessibility.png", "n50_vs_m.png")) -> str:
-    s = summary["settings"]
-    fit, bounds, ratios = summary.get("fit"), summary["bounds"], summary.get("ratios")
-    lines = [f"# Accessibility of {summary['model']} ({summary['source'].get('kind')})", "",
-             f"Source: {_describe(summary['source'])}; {s['num_sequences']} sequences per (m, n); seed {s['seed']}; "
+def markdown(summary: Summary, *, figures: tuple[str, str] | None = (ACCESSIBILITY_PLOT, N50_PLOT)) -> str:
+    s = summary.settings
+    fit, bounds, ratios, support = summary.fit, summary.bounds, summary.ratios, summary.support
+    lines = [f"# Accessibility of {summary.model} ({summary.source.get('kind')})", "",
+             f"Source: {_describe(summary.source)}; {s['num_sequences']} sequences per (m, n); seed {s['seed']}; "
              f"step cap {s['cram']['max_steps']}, patience {s['cram']['patience']}, lr {s['cram']['lr']}"
              f"{', progressive' if s['cram']['progressive'] else ''}, autocast {s['cram'].get('autocast', 'auto')}; "
              f"before the memory: {_prefix(s['cram'].get('prefix_ids', ()))}.", "",
              f"Protocol: **{s.get('protocol', 'ut-peft')}**. Differences from the published protocol: "
              + "; ".join(differences_from_published(s)) + ".", "",
-             f"Design: {summary.get('design', 'n/a')}; {summary.get('num_rows', 0)} rows, "
-             f"{summary.get('row_steps', 'n/a')} row-steps (forward-backward passes: each row's steps + 1).", "",
+             f"Design: {summary.design}; {summary.num_rows} rows, "
+             f"{summary.row_steps} row-steps (forward-backward passes: each row's steps + 1).", "",
              "n_50 is the maximum-likelihood fit (Firth-penalised logistic regression on the per-sequence outcomes) "
              "of the published sigmoid 1/(1+exp(-s(n-x0))), with a 95% bootstrap interval over sequence indices; the "
              "published estimate (least squares on the fraction per length) is beside it.", "",
              "| m | n_50 (MLE) | 95% interval | n_50 (published LS) | sigmoid slope | fit | row-steps "
              "| lengths measured |",
              "|---|---|---|---|---|---|---|---|"]
-    for e in summary["per_m"]:
-        lines.append(f"| {e['m']} | {_num(e['n50'])} | {_interval(e.get('n50_ci'))} | "
-                     f"{_num(e.get('n50_published'))} | {_num(e['sigmoid_slope'], 3)} | {e['fit_status']} | "
-                     f"{e.get('row_steps', 'n/a')} | {', '.join(map(str, e['lengths']))} |")
-    published = summary.get("fit_published")
+    for e in summary.per_m:
+        lines.append(f"| {e.m} | {_num(e.n50)} | {_interval(e.n50_ci)} | "
+                     f"{_num(e.n50_published)} | {_num(e.sigmoid_slope, 3)} | {e.fit_status} | "
+                     f"{e.row_steps} | {', '.join(map(str, e.lengths))} |")
+    published = summary.fit_published
     lines += ["", "| slope (tokens per vector) | 95% interval | intercept | 95% interval | R^2 "
               "| published slope (LS) | ball bound | box bound | ball / slope | box / slope |",
               "|---|---|---|---|---|---|---|---|---|---|",
-              f"| {_num(fit and fit['slope'])} | {_interval(fit and fit.get('slope_ci'))} | "
-              f"{_num(fit and fit['intercept'])} | {_interval(fit and fit.get('intercept_ci'))} | "
+              f"| {_num(fit and fit['slope'])} | {_interval(fit and fit['slope_ci'])} | "
+              f"{_num(fit and fit['intercept'])} | {_interval(fit and fit['intercept_ci'])} | "
               f"{_num(fit and fit['r2'], 3)} | {_num(published and published['slope'])} | "
               f"{bounds['ball']:.0f} | {bounds['box']:.0f} | {_num(ratios and ratios['ball'])} | "
               f"{_num(ratios and ratios['box'])} |", "",
-              f"Support: r = {summary['support']['radius']:.3f}, eps = r/2^11 = {summary['support']['eps']:.5f}, "
-              f"from {summary['support']['num_samples']} random-token sequences; "
-              f"d = {summary['support']['hidden_size']}, "
-              f"|V| = {summary['support']['vocab_size']}.", ""]
+              f"Support: r = {support['radius']:.3f}, eps = r/2^11 = {support['eps']:.5f}, "
+              f"from {support['num_samples']} random-token sequences; d = {support['hidden_size']}, "
+              f"|V| = {support['vocab_size']}.", ""]
     if not fit:
         lines += ["No slope: fewer than two m had a measurable n_50 (the grid missed the 50% crossing).", ""]
     lines += ["Accessibility(n) per m (Wilson 95% interval of each fraction):", "",
               "| m | n | sequences | accessible | 95% interval | mean tf acc |", "|---|---|---|---|---|---|"]
-    for e in summary["per_m"]:
-        for n, a, k, t in zip(e["lengths"], e["accessibility"], e["num_sequences"], e["mean_tf_accuracy"]):
-            lines.append(f"| {e['m']} | {n} | {k} | {a:.2f} | {_interval(wilson(round(a * k), k), 2)} | {t:.3f} |")
+    for e in summary.per_m:
+        for n, a, k, t in zip(e.lengths, e.accessibility, e.num_sequences, e.mean_tf_accuracy):
+            lines.append(f"| {e.m} | {n} | {k} | {a:.2f} | {_interval(wilson(round(a * k), k), 2)} | {t:.3f} |")
     if figures:
         lines += ["", f"![accessibility]({figures[0]})", "", f"![n50 vs m]({figures[1]})"]
     return "\n".join(lines) + "\n"
 
 
-def write_report(output_dir, summary: dict) -> None:
+def write_report(output_dir, summary: Summary) -> None:
     output_dir = Path(output_dir)
-    plot_accessibility(summary, output_dir / "accessibility.png")
-    plot_n50(summary, output_dir / "n50_vs_m.png")
+    plot_accessibility(summary, output_dir / ACCESSIBILITY_PLOT)
+    plot_n50(summary, output_dir / N50_PLOT)
     atomic_write_text(output_dir / REPORT_FILE, markdown(summary))

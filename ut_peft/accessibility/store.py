@@ -6,24 +6,41 @@ the sequences in flight. A torn last line (killed mid-write) is cut off when the
 before anything new is appended after it; an unreadable line anywhere else is an error that names it, never a
 silent deletion. A write that fails (a full disk) cuts its file back to the last complete row and raises.
 While a run writes a folder it holds a lock there (see :func:`lock_folder`): a second run gets an error.
+
+This module owns the folder's layout; nothing else spells a file name of it:
+
+  settings.json          the fingerprint of the run (:func:`read_settings`); a different setting is refused
+  rows.jsonl             one row per finished sequence (other processes write rows.rank<k>.jsonl); :func:`load_rows`
+  summary.json           the fits and bounds: a :class:`Summary` (:func:`write_summary`, :func:`read_summary`)
+  accessibility.png      accessibility vs n, one curve per m, with the sigmoid fits
+  n50_vs_m.png           n_50 vs m with the linear fit and the theoretical slope bounds
+  report.md              the Markdown report
+  vectors/               (save_vectors=True) the crammed (m, d) vectors of every sequence (:func:`vectors_path`)
+  adapters/              (save_memory_adapters) the accessible vectors as PEFT adapters
 """
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import fcntl
 import json
 import os
 import socket
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TypedDict
 
 import datasets
 
 SETTINGS_FILE = "settings.json"
 SUMMARY_FILE = "summary.json"
 REPORT_FILE = "report.md"
+ACCESSIBILITY_PLOT = "accessibility.png"
+N50_PLOT = "n50_vs_m.png"
 VECTORS_DIR = "vectors"
+ADAPTERS_DIR = "adapters"
 
 
 def read_settings(folder) -> dict:
@@ -37,19 +54,149 @@ def read_settings(folder) -> dict:
         raise ValueError(f"{path} is unreadable ({err}); rerun the sweep into a new folder") from None
 
 
-def write_summary(folder, summary: dict) -> Path:
+class LineFit(TypedDict):
+    """A least-squares line n_50 = slope * m + intercept (:func:`.fit.linear_fit`)."""
+
+    slope: float
+    intercept: float
+    r2: float
+    num_points: int
+
+
+class LineFitWithIntervals(LineFit):
+    """The line through the MLE n_50 with bootstrap 95% intervals (:func:`.fit.line_interval`)."""
+
+    slope_ci: list[float] | None
+    intercept_ci: list[float] | None
+
+
+class SupportSummary(TypedDict):
+    """The measured support of the output head's inputs (:meth:`.bounds.SupportStats.to_dict`)."""
+
+    radius: float
+    eps: float
+    num_samples: int
+    hidden_size: int
+    vocab_size: int
+
+
+class SlopeBounds(TypedDict):
+    """Tokens of n_50 per memory vector, by bound (:func:`.bounds.slope_bounds`); also their ratios to the slope."""
+
+    ball: float
+    box: float
+
+
+class _Record:
+    """A summary record reads as attributes, and also by key (``summary["per_m"]``), as transformers' ``ModelOutput``
+    does, so code written against summary.json's dicts (the benchmarks) reads it unchanged."""
+
+    def __getitem__(self, key: str):
+        if key not in self.__dataclass_fields__:
+            raise KeyError(key)
+        return getattr(self, key)
+
+
+@dataclass
+class MSummary(_Record):
+    """The fits of one m (one entry of :attr:`Summary.per_m`)."""
+
+    m: int
+    n50: float | None  # Firth logistic MLE of the sigmoid's midpoint (tokens); None when no fit
+    n50_ci: list[float] | None  # bootstrap 95% interval over sequence indices
+    sigmoid_slope: float | None
+    sigmoid_slope_ci: list[float] | None
+    fit_status: str  # "ok", "extrapolated" or "degenerate"
+    n50_published: float | None  # the paper's least squares on the fraction per length
+    sigmoid_slope_published: float | None
+    fit_status_published: str
+    lengths: list[int]  # the lengths that enter the fit, each with the four lists below
+    accessibility: list[float]
+    mean_tf_accuracy: list[float]
+    num_sequences: list[int]
+    row_steps: int  # sum of steps + 1 over the m's rows (forward-backward passes)
+
+
+@dataclass
+class Summary(_Record):
+    """What ``summary.json`` holds: the one schema that the sweep writes and the report, plots and recipe read.
+
+    A field added here reaches the file (:func:`write_summary`) and comes back (:func:`read_summary`) with no
+    other change; the report shows it once a line of :func:`.report.markdown` does. Intervals are percentile
+    intervals of a bootstrap over sequence indices, seeded by the sweep's seed, so the same rows always give the
+    same summary (see :mod:`.fit`).
+    """
+
+    model: str
+    source: dict  # the source's description
+    settings: dict  # the run's fingerprint, as settings.json holds it
+    design: str  # "fixed", "adaptive" or "sequential"
+    estimator: str  # "firth-logistic-mle"
+    per_m: list[MSummary]
+    fit: LineFitWithIntervals | None  # the line through the MLE n_50; None below two measured m
+    fit_published: LineFit | None  # the line through n50_published
+    support: SupportSummary
+    bounds: SlopeBounds
+    ratios: SlopeBounds | None  # bound / measured slope
+    num_rows: int
+    row_steps: int
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict, where: str = "the summary") -> Summary:
+        missing = [f.name for f in dataclasses.fields(cls) if f.name not in data]
+        missing_m = sorted({f.name for entry in data.get("per_m", []) for f in dataclasses.fields(MSummary)
+                            if f.name not in entry})
+        if missing or missing_m:
+            names = missing + [f"per_m[].{name}" for name in missing_m]
+            raise ValueError(f"{where} lacks {', '.join(names)} (written by an older version); regenerate it from "
+                             "its rows: summarize_folder(folder), or recipes/cram.py --report-only --output FOLDER")
+        values = {f.name: data[f.name] for f in dataclasses.fields(cls)}
+        values["per_m"] = [MSummary(**{f.name: entry[f.name] for f in dataclasses.fields(MSummary)})
+                           for entry in data["per_m"]]
+        return cls(**values)
+
+
+def write_summary(folder, summary: Summary) -> Path:
     from ..io import atomic_write_json  # here, not at the top: tests load this module alone to write rows
 
-    return atomic_write_json(Path(folder) / SUMMARY_FILE, summary)
+    return atomic_write_json(Path(folder) / SUMMARY_FILE, summary.to_dict())
 
 
-def read_summary(folder) -> dict:
-    return json.loads((Path(folder) / SUMMARY_FILE).read_text(encoding="utf-8"))
+def read_summary(folder, cls: type[Summary] = Summary) -> Summary:
+    """The :class:`Summary` in ``folder`` (``cls``: a subclass with more fields reads them too)."""
+    path = Path(folder) / SUMMARY_FILE
+    if not path.is_file():
+        raise ValueError(f"{folder} holds no summary ({SUMMARY_FILE} is missing); write it from the folder's rows: "
+                         "summarize_folder(folder), or recipes/cram.py --report-only --output FOLDER")
+    return cls.from_dict(json.loads(path.read_text(encoding="utf-8")), where=str(path))
 
 
 def vectors_path(folder, m: int, n: int, index: int) -> Path:
     """Where the crammed vectors of row (m, n, index) are kept (``save_vectors=True``)."""
     return Path(folder) / VECTORS_DIR / f"m{m}-n{n}-i{index}.safetensors"
+
+
+def write_vectors(folder, key: tuple[int, int, int], vectors, *, ids, accessible: bool) -> Path:
+    """Keep the crammed (m, d) ``vectors`` of row ``key`` = (m, n, index) with the token ids they were crammed on."""
+    from safetensors.torch import save
+
+    from ..io import atomic_write_bytes
+
+    path = vectors_path(folder, *key)
+    path.parent.mkdir(exist_ok=True)
+    return atomic_write_bytes(path, save({"vectors": vectors.contiguous()},
+                                         metadata={"ids": json.dumps(list(ids)), "accessible": str(accessible)}))
+
+
+def read_vectors(path) -> tuple:
+    """The vectors and the token ids that :func:`write_vectors` kept in ``path``."""
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="pt") as handle:
+        return handle.get_tensor("vectors"), json.loads(handle.metadata()["ids"])
 
 
 def vector_files(folder) -> dict[tuple[int, int, int], Path]:
@@ -59,6 +206,8 @@ def vector_files(folder) -> dict[tuple[int, int, int], Path]:
         m, n, index = (int(part[1:]) for part in path.stem.split("-"))
         files[(m, n, index)] = path
     return files
+
+
 ROW_FEATURES = datasets.Features({
     "m": datasets.Value("int64"), "n": datasets.Value("int64"), "index": datasets.Value("int64"),
     "init_seed": datasets.Value("uint64"), "tf_accuracy": datasets.Value("float64"),

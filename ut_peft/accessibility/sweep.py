@@ -4,40 +4,8 @@
 of lengths or the paper's adaptive grid, or in batches of ``num_sequences`` at lengths a sequential design picks
 (``design``; :mod:`.design`), on one process or under ``accelerate launch`` (jobs are dealt to
 processes; every sequence and init derives from the seed and the job's own (m, n, index), so the results do
-not depend on the number of processes). The output folder holds:
-
-  settings.json          the fingerprint of the run; a different setting is refused unless overwrite=True
-  rows.jsonl             one row per finished sequence, written as it finishes (other processes write
-                         rows.rank<k>.jsonl); ``store.load_rows(folder)`` reads them as a datasets.Dataset
-  summary.json           the fits and bounds (schema below)
-  accessibility.png      accessibility vs n, one curve per m, with the sigmoid fits
-  n50_vs_m.png           n_50 vs m with the linear fit and the theoretical slope bounds
-  report.md              the Markdown report
-  vectors/               (save_vectors=True) the crammed (m, d) vectors of every sequence, safetensors
-
-summary.json::
-
-  {"model": str, "source": {...source description...},
-   "settings": {...the fingerprint...},
-   "design": "fixed"|"adaptive"|"sequential", "estimator": "firth-logistic-mle",
-   "per_m": [{"m": int,
-              "n50": float|null, "n50_ci": [low, high]|null,       # Firth logistic MLE, bootstrap 95% interval
-              "sigmoid_slope": float|null, "sigmoid_slope_ci": [low, high]|null,
-              "fit_status": "ok"|"extrapolated"|"degenerate",
-              "n50_published": float|null, "sigmoid_slope_published": float|null,  # the paper's least squares
-              "fit_status_published": str,
-              "lengths": [int], "accessibility": [float], "mean_tf_accuracy": [float], "num_sequences": [int],
-              "row_steps": int}],                                  # sum of steps + 1 over the m's rows
-   "fit": {"slope": float, "intercept": float, "r2": float, "num_points": int,
-           "slope_ci": [low, high]|null, "intercept_ci": [low, high]|null} | null,   # line through the MLE n50
-   "fit_published": {"slope", "intercept", "r2", "num_points"} | null,          # line through n50_published
-   "support": {"radius": float, "eps": float, "num_samples": int, "hidden_size": int, "vocab_size": int},
-   "bounds": {"ball": float, "box": float},          # slope bounds, tokens of n_50 per memory vector
-   "ratios": {"ball": float, "box": float} | null,   # bound / measured slope
-   "num_rows": int, "row_steps": int}
-
-Intervals are percentile intervals of a bootstrap over sequence indices, seeded by the sweep's seed, so the same
-rows always give the same summary (see :mod:`.fit`).
+not depend on the number of processes). The output folder (settings, rows, summary, plots, report, vectors) is
+laid out by :mod:`.store`; ``summary.json`` holds a :class:`.store.Summary`.
 """
 
 from __future__ import annotations
@@ -47,14 +15,13 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-
-from ..io import atomic_write_bytes, atomic_write_text
+from ..io import atomic_write_text
 from ..models import DEFAULT_MODEL, load_model, load_tokenizer
 from . import store
 from .bounds import measure_support, slope_bounds
 from .cram import CramConfig, CramJob, cram
 from .protocol import PublishedSequences, check_protocol, cram_settings, special_prefix_ids
-from .design import DESIGNS, check_stopping, complete_groups, make_design, next_length, row_steps  # noqa: F401
+from .design import DESIGNS, check_stopping, complete_groups, make_design, row_steps
 from .fit import fit_sigmoid, line_interval, linear_fit, n50_interval
 from .sources import init_seed, make_source
 
@@ -183,6 +150,18 @@ class SweepConfig:
                                   "budget_row_steps": self.budget_row_steps}
         return settings
 
+    @classmethod
+    def from_settings(cls, settings: dict, **kwargs) -> SweepConfig:
+        """What :meth:`fingerprint` keeps of a config, back from a folder's settings: what summarising needs
+        (model, ms, grid, design, sequences, seed); ``kwargs`` set the rest (e.g. ``support_sequences``)."""
+        design = settings.get("design", {})
+        # Fixed and adaptive sweeps are told apart by their grid's lengths (only sequential ones record a design).
+        fixed = (settings.get("grid") or {}).get("lengths") is not None
+        return cls(model=settings["model"], ms=settings["ms"], num_sequences=settings["num_sequences"],
+                   seed=settings["seed"], design=design.get("kind", "fixed" if fixed else "adaptive"),
+                   grid=GridConfig(lengths=settings["grid"]["lengths"]) if fixed else GridConfig(),
+                   target_ci=design.get("target_ci"), budget_row_steps=design.get("budget_row_steps"), **kwargs)
+
 
 # CramConfig fields that came after the first sweeps, with the value that reproduces those sweeps.
 _LATER_CRAM_DEFAULTS = {"given_tokens": 0, "init_std": "embedding", "gpu_autocast": "bf16", "abandon_below": ()}
@@ -210,16 +189,6 @@ def _row(result, rank: int) -> dict:
             "best_accuracy_at": {str(k): v for k, v in result.best_accuracy_at.items()}}
 
 
-def _save_vectors(output_dir: Path, result) -> None:
-    from safetensors.torch import save
-
-    path = store.vectors_path(output_dir, *result.job.key)
-    path.parent.mkdir(exist_ok=True)
-    atomic_write_bytes(path, save({"vectors": result.vectors.contiguous()},
-                                  metadata={"ids": json.dumps(list(result.job.ids)),
-                                            "accessible": str(result.accessible)}))
-
-
 def _load(config: SweepConfig, device, device_map):
     try:
         model = load_model(config.model, device_map=device_map)
@@ -238,7 +207,7 @@ def _load(config: SweepConfig, device, device_map):
 
 def run_sweep(config: SweepConfig, output_dir, *, model=None, tokenizer=None, accelerator=None,
               overwrite: bool = False, save_vectors: bool = False, device_map=None, progress: bool = True,
-              report: bool = True) -> dict | None:
+              report: bool = True) -> store.Summary | None:
     """Run (or resume) a sweep into ``output_dir``; returns the summary on the main process, None elsewhere."""
     from accelerate import Accelerator
     from accelerate.utils import gather_object
@@ -289,7 +258,8 @@ def run_sweep(config: SweepConfig, output_dir, *, model=None, tokenizer=None, ac
         new_rows = []
         for result in cram(model, cram_jobs, config.cram):
             if save_vectors:
-                _save_vectors(output_dir, result)
+                store.write_vectors(output_dir, result.job.key, result.vectors, ids=result.job.ids,
+                                    accessible=result.accessible)
             row = _row(result, rank)
             store.append_row(my_file, row)
             new_rows.append(row)
@@ -315,22 +285,15 @@ def run_sweep(config: SweepConfig, output_dir, *, model=None, tokenizer=None, ac
 
 
 def summarize_folder(output_dir, model=None, *, support_sequences: int = 256, support_seq_len: int = 32,
-                     report: bool = True) -> dict:
+                     report: bool = True) -> store.Summary:
     """Summary, plots and report from the rows a folder holds now (a finished, running or killed sweep).
 
     Only (m, n) groups with all their sequences finished enter the fits.
     """
     output_dir = Path(output_dir)
     settings = store.read_settings(output_dir)
-    design = settings.get("design", {})
-    # Fixed and adaptive sweeps are told apart by their grid's lengths (only sequential ones record a design).
-    fixed = (settings.get("grid") or {}).get("lengths") is not None
-    config = SweepConfig(model=settings["model"], ms=settings["ms"], num_sequences=settings["num_sequences"],
-                         seed=settings["seed"], support_sequences=support_sequences,
-                         support_seq_len=support_seq_len,
-                         design=design.get("kind", "fixed" if fixed else "adaptive"),
-                         grid=GridConfig(lengths=settings["grid"]["lengths"]) if fixed else GridConfig(),
-                         target_ci=design.get("target_ci"), budget_row_steps=design.get("budget_row_steps"))
+    config = SweepConfig.from_settings(settings, support_sequences=support_sequences,
+                                       support_seq_len=support_seq_len)
     if model is None:
         model = load_model(settings["model"])
     summary = summarize(config, settings, store.read_rows(output_dir), model)
@@ -382,7 +345,7 @@ def merge_sweeps(folders, output_dir, *, overwrite: bool = False) -> Path:
     return output_dir
 
 
-def summarize(config: SweepConfig, settings: dict, rows: dict, model) -> dict:
+def summarize(config: SweepConfig, settings: dict, rows: dict, model) -> store.Summary:
     """Fits with intervals, row-steps, support statistics, bounds and ratios of a (finished or partial) sweep.
 
     n50 is the Firth logistic MLE on the per-sequence outcomes with a bootstrap 95% interval over sequence
@@ -399,29 +362,29 @@ def summarize(config: SweepConfig, settings: dict, rows: dict, model) -> dict:
                      else {"n50": None, "sigmoid_slope": None, "status": "degenerate"})
         fit = n50_interval([r["n"] for r in group_rows], [r["accessible"] for r in group_rows],
                            [r["index"] for r in group_rows], seed=[config.seed, m])
-        per_m.append({"m": m, "n50": fit["n50"], "n50_ci": fit["n50_ci"], "sigmoid_slope": fit["sigmoid_slope"],
-                      "sigmoid_slope_ci": fit["sigmoid_slope_ci"], "fit_status": fit["status"],
-                      "n50_published": published["n50"], "sigmoid_slope_published": published["sigmoid_slope"],
-                      "fit_status_published": published["status"],
-                      "lengths": lengths, "accessibility": acc,
-                      "mean_tf_accuracy": [sum(r["tf_accuracy"] for r in curves[m][n]) / len(curves[m][n])
-                                           for n in lengths],
-                      "num_sequences": [len(curves[m][n]) for n in lengths],
-                      "row_steps": sum(row_steps(r) for key, r in rows.items() if key[0] == m)})
+        per_m.append(store.MSummary(
+            m=m, n50=fit["n50"], n50_ci=fit["n50_ci"], sigmoid_slope=fit["sigmoid_slope"],
+            sigmoid_slope_ci=fit["sigmoid_slope_ci"], fit_status=fit["status"],
+            n50_published=published["n50"], sigmoid_slope_published=published["sigmoid_slope"],
+            fit_status_published=published["status"], lengths=lengths, accessibility=acc,
+            mean_tf_accuracy=[sum(r["tf_accuracy"] for r in curves[m][n]) / len(curves[m][n]) for n in lengths],
+            num_sequences=[len(curves[m][n]) for n in lengths],
+            row_steps=sum(row_steps(r) for key, r in rows.items() if key[0] == m)))
     line = line_interval([r["m"] for r in fitted_rows], [r["n"] for r in fitted_rows],
                          [r["accessible"] for r in fitted_rows], [r["index"] for r in fitted_rows],
                          seed=[config.seed, 0]) if fitted_rows else None
-    published_points = [(p["m"], p["n50_published"]) for p in per_m if p["n50_published"] is not None]
+    published_points = [(p.m, p.n50_published) for p in per_m if p.n50_published is not None]
     line_published = (linear_fit(*zip(*published_points)) if len({m for m, _ in published_points}) >= 2 else None)
     stats = measure_support(model, num_sequences=config.support_sequences, seq_len=config.support_seq_len,
                             seed=config.seed)
     bounds = slope_bounds(stats)
     ratios = ({k: v / line["slope"] for k, v in bounds.items()} if line and line["slope"] > 0 else None)
-    return {"model": settings["model"], "source": settings["source"], "settings": settings,
-            "design": config.design, "estimator": "firth-logistic-mle", "per_m": per_m, "fit": line,
-            "fit_published": line_published, "support": stats.to_dict(), "bounds": bounds, "ratios": ratios,
-            "num_rows": len(rows), "row_steps": sum(row_steps(r) for r in rows.values())}
+    return store.Summary(model=settings["model"], source=settings["source"], settings=settings,
+                         design=config.design, estimator="firth-logistic-mle", per_m=per_m, fit=line,
+                         fit_published=line_published, support=stats.to_dict(), bounds=bounds, ratios=ratios,
+                         num_rows=len(rows), row_steps=sum(row_steps(r) for r in rows.values()))
 
 
-def load_summary(output_dir) -> dict:
+def load_summary(output_dir) -> store.Summary:
+    """The summary a sweep wrote into ``output_dir`` (:func:`.store.read_summary`)."""
     return store.read_summary(output_dir)
