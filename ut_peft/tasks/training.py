@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import pickle
 import time
 from dataclasses import dataclass, field
@@ -26,6 +25,7 @@ from tqdm.auto import tqdm
 import ut_peft  # registers UT_REPROGRAM with peft
 from ut_peft.universal import UniversalTransformerConfig  # registers the universal backbones with the Auto classes
 
+from ..io import atomic_open, atomic_write_text
 from .dyck import VOCAB as DYCK_VOCAB
 from .dyck import dyck_dataset
 from .khop import khop_dataset, khop_vocab
@@ -183,15 +183,14 @@ def _trainable_state(model) -> dict[str, torch.Tensor]:
 
 def _save_checkpoint(path: Path, step: int, model, optimizer, scheduler, settings: RunSettings, progress: dict
                      ) -> None:
-    tmp = path.with_suffix(".tmp")
     # The random state goes in too: dropout draws from it, so without it a resumed run would not be bit-identical.
     rng = {"cpu": torch.get_rng_state()}
     if torch.cuda.is_available():
         rng["cuda"] = torch.cuda.get_rng_state_all()
-    torch.save({"step": step, "settings": dataclasses.asdict(settings), "trainable": _trainable_state(model),
-                "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "rng": rng,
-                "progress": progress}, tmp)
-    os.replace(tmp, path)  # atomic: a crash mid-write never replaces the last good checkpoint
+    with atomic_open(path, "wb") as handle:  # a crash mid-write never replaces the last good checkpoint
+        torch.save({"step": step, "settings": dataclasses.asdict(settings), "trainable": _trainable_state(model),
+                    "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "rng": rng,
+                    "progress": progress}, handle)
 
 
 def _check_settings(path: Path, saved: dict, settings: RunSettings) -> None:
@@ -347,9 +346,7 @@ def run(settings: RunSettings, output_dir, *, results_path=None, resume: bool = 
         with open(results_path, "a", encoding="utf-8") as handle:
             handle.write(json.dumps(row) + "\n")
     # Marks the run finished (after the append: a crash in between repeats a row rather than losing it).
-    tmp = finished.with_suffix(".tmp")
-    tmp.write_text(json.dumps(row), encoding="utf-8")
-    os.replace(tmp, finished)
+    atomic_write_text(finished, json.dumps(row))
     return row
 
 
