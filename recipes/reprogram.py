@@ -16,7 +16,20 @@ import json
 from ut_peft.tasks.training import RunSettings, run
 
 
-def build_parser() -> argparse.ArgumentParser:
+def main(args):
+    row = run(settings_from(args), args.out, results_path=args.results, resume=args.resume, progress=not args.quiet,
+              stop_after=args.stop_after)
+    if "stopped_at" in row:
+        print(json.dumps(row))
+    else:
+        print(json.dumps({k: row[k] for k in ("task", "backbone", "variant", "full", "accuracy", "per_k")}))
+
+
+def settings_from(args: argparse.Namespace) -> RunSettings:
+    return RunSettings(**{f.name: getattr(args, f.name) for f in dataclasses.fields(RunSettings)})
+
+
+def parse(argv=None):
     """The recipe's flags: the run options, then one flag per ``RunSettings`` field."""
     defaults = RunSettings()
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -37,23 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
                                 help="comma-separated, e.g. 1,2,3,4")
         else:
             parser.add_argument(flag, type=type(value), default=value)
-    return parser
-
-
-def settings_from(args: argparse.Namespace) -> RunSettings:
-    return RunSettings(**{f.name: getattr(args, f.name) for f in dataclasses.fields(RunSettings)})
-
-
-def main() -> None:
-    args = build_parser().parse_args()
-    settings = settings_from(args)
-    row = run(settings, args.out, results_path=args.results, resume=args.resume, progress=not args.quiet,
-              stop_after=args.stop_after)
-    if "stopped_at" in row:
-        print(json.dumps(row))
-    else:
-        print(json.dumps({k: row[k] for k in ("task", "backbone", "variant", "full", "accuracy", "per_k")}))
+    return parser.parse_args(argv)
 
 
 if __name__ == "__main__":
-    main()
+    main(parse())

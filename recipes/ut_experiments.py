@@ -20,6 +20,8 @@ from pathlib import Path
 
 import torch
 
+from ut_peft.io import atomic_write_text
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "results" / "universal" / "runs.jsonl"
 FIGURE = ROOT / "docs" / "figures" / "universal-khop-curves.png"
@@ -172,13 +174,10 @@ def table(rows: dict[str, dict]) -> str:
 
 
 def figure(rows: dict[str, dict], path: Path = FIGURE) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only
-    import matplotlib.pyplot as plt
+    from ut_peft.plotting import save_figure, subplots
 
     khop = {n: r for n, r in rows.items() if r["task"] == "khop"}
-    fig, (curves, per_k) = plt.subplots(1, 2, figsize=(12, 4.5))
+    fig, (curves, per_k) = subplots(1, 2, figsize=(12, 4.5))
     colours = {}
     for name, row in sorted(khop.items()):
         group = _group(name)
@@ -201,13 +200,14 @@ def figure(rows: dict[str, dict], path: Path = FIGURE) -> None:
     per_k.set(xlabel="k (hops)", ylabel="token accuracy at the end (%)", ylim=(0, 101), xticks=[1, 2, 3, 4],
               title="k-hop: accuracy per k (mean over seeds)")
     per_k.grid(alpha=0.3, axis="y")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path, dpi=120)
 
 
 def main(args) -> None:
+    if args.list:
+        for run_name, run_settings in PLAN:
+            print(f"{run_name}: {command(run_name, run_settings)}")
+        return
     if args.threads:
         torch.set_num_threads(args.threads)
     if not args.report_only:
@@ -217,21 +217,20 @@ def main(args) -> None:
     if not rows:
         raise SystemExit(f"no finished runs in {RESULTS}; run the plan first")
     report = table(rows)
-    (RESULTS.parent / "table.md").write_text(report, encoding="utf-8")
+    atomic_write_text(RESULTS.parent / "table.md", report)
     figure(rows)
     print(report)
     print(f"figure: {FIGURE.relative_to(ROOT)}")
 
 
-if __name__ == "__main__":
+def parse(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", default="", help="comma-separated run names from the plan (default: all)")
     parser.add_argument("--report-only", action="store_true", help="only the table and figure from the results")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     parser.add_argument("--list", action="store_true", help="print the plan's names and commands, then stop")
-    parsed = parser.parse_args()
-    if parsed.list:
-        for run_name, run_settings in PLAN:
-            print(f"{run_name}: {command(run_name, run_settings)}")
-    else:
-        main(parsed)
+    return parser.parse_args(argv)
+
+
+if __name__ == "__main__":
+    main(parse())

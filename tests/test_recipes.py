@@ -1,6 +1,7 @@
 """Every recipe command the README shows still parses, and the command a recipe prints is the one it ran."""
 
 import importlib.util
+import inspect
 import re
 import shlex
 from pathlib import Path
@@ -8,7 +9,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-RECIPES = ("cram", "geometry", "copy_task", "width_study")
+RECIPES = ("cram", "geometry", "copy_task", "width_study", "reprogram")
 
 
 def load_recipe(name):
@@ -28,6 +29,15 @@ def readme_commands():
 
 
 COMMANDS = list(readme_commands())
+
+
+def test_every_recipe_is_main_over_args_plus_parse():
+    """One shape (accelerate's examples): ``main(args)`` over the package, ``parse(argv=None)`` at the bottom."""
+    for path in sorted((ROOT / "recipes").glob("*.py")):
+        module = load_recipe(path.stem)
+        assert list(inspect.signature(module.main).parameters) == ["args"], path.name
+        assert list(inspect.signature(module.parse).parameters) == ["argv"], path.name
+        assert "main(parse())" in path.read_text(encoding="utf-8"), path.name
 
 
 def test_the_readme_shows_each_recipe():

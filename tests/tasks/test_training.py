@@ -165,6 +165,6 @@ def test_every_planned_experiment_command_makes_the_planned_settings():
     experiments = runpy.run_path(str(ROOT / "recipes" / "ut_experiments.py"))
     for name, planned in experiments["PLAN"]:
         argv = shlex.split(experiments["command"](name, planned))[2:]
-        args = reprogram["build_parser"]().parse_args(argv)
+        args = reprogram["parse"](argv)
         assert reprogram["settings_from"](args) == RunSettings(**planned), name
         assert args.out == f"runs/universal/{name}"
