@@ -10,6 +10,9 @@ from typing import Union
 import torch
 import transformers
 
+# Where random_backbone leaves its seed on the model; read it with backbone_seed.
+_SEED_ATTRIBUTE = "_ut_peft_seed"
+
 
 def random_backbone(config: Union[transformers.PretrainedConfig, dict], seed: int = 0,
                     dtype: torch.dtype = torch.float32) -> transformers.PreTrainedModel:
@@ -28,8 +31,13 @@ def random_backbone(config: Union[transformers.PretrainedConfig, dict], seed: in
         model = transformers.AutoModelForCausalLM.from_config(config, dtype=dtype)
     model.requires_grad_(False)
     model.eval()
-    model._ut_peft_seed = seed
+    setattr(model, _SEED_ATTRIBUTE, seed)
     return model
+
+
+def backbone_seed(model) -> int | None:
+    """The seed :func:`random_backbone` drew ``model``'s weights under; None for a model it did not build."""
+    return getattr(model, _SEED_ATTRIBUTE, None)
 
 
 def backbone_from_adapter(adapter_dir: Union[str, os.PathLike], dtype: torch.dtype = torch.float32):

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from huggingface_hub import HfApi, ModelCard, ModelCardData
 
 from .io import atomic_write_text
-from .models import BUNDLED_MODELS, _cache_root
+from .models import BUNDLED_MODELS, cache_root
 
 TEMPLATE = "ut_reprogram_adapter.md"
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
@@ -35,7 +35,7 @@ def hub_base_model_id(name_or_path: Optional[str]) -> Optional[str]:
     if not name_or_path:
         return None
     path = Path(name_or_path)
-    cache = _cache_root()
+    cache = cache_root()
     for name in BUNDLED_MODELS:
         if path.parent == cache and path.name.startswith(name + "-"):
             return BUNDLED_HUB_IDS.get(name)

@@ -75,7 +75,8 @@ DEFAULT_MODEL = "smollm2-135m"
 GGUF_MAGIC = b"GGUF"
 
 
-def _cache_root() -> Path:
+def cache_root() -> Path:
+    """Where converted and assembled models are kept: ``$UT_PEFT_CACHE``, else ``~/.cache/ut_peft``."""
     return Path(os.environ.get("UT_PEFT_CACHE", Path.home() / ".cache" / "ut_peft"))
 
 
@@ -95,7 +96,7 @@ def _bundled_gguf_file(spec: BundledModel, dist) -> Path:
     module_name, _, function = spec.assemble.partition(":")
     try:
         assemble = getattr(importlib.import_module(module_name), function)
-        target = _cache_root() / "gguf" / f"{spec.name}-{dist.version}.gguf"
+        target = cache_root() / "gguf" / f"{spec.name}-{dist.version}.gguf"
         if not target.is_file():
             tmp = target.with_name(target.name + f".tmp{os.getpid()}")
             tmp.parent.mkdir(parents=True, exist_ok=True)
@@ -141,7 +142,7 @@ def bundled_model_folder(name: str) -> Path:
         dist = importlib.metadata.distribution(spec.distribution)
     except importlib.metadata.PackageNotFoundError:
         raise _missing_wheel(spec) from None
-    folder = _cache_root() / f"{spec.name}-{dist.version}"
+    folder = cache_root() / f"{spec.name}-{dist.version}"
     if not (folder / "config.json").is_file():
         _convert_gguf(_bundled_gguf_file(spec, dist), folder)
     return folder
@@ -167,7 +168,7 @@ def gguf_model_folder(path: str) -> Path:
                          "model file, a transformers model folder, a bundled name or a hub id")
     stat = file.stat()
     key = hashlib.sha256(f"{file.resolve()}|{stat.st_size}|{stat.st_mtime_ns}".encode()).hexdigest()[:16]
-    folder = _cache_root() / "gguf-models" / f"{file.stem}-{key}"
+    folder = cache_root() / "gguf-models" / f"{file.stem}-{key}"
     if not (folder / "config.json").is_file():
         _convert_gguf(file, folder)
     return folder

@@ -6,6 +6,7 @@ import torch
 from peft.tuners.tuners_utils import BaseTuner
 from torch import nn
 
+from ...backbones import backbone_seed
 from .config import UTReprogramConfig
 from .init import INPUT, OUTPUT, POSITION, initial_tensors
 from .layer import UTEmbedding, UTPositionEmbedding, UTReprogramLayer, UTUnembedding
@@ -135,7 +136,7 @@ class UTReprogramModel(BaseTuner):
             # Built from a config, not loaded: record what rebuilds the frozen base (backbone + adapter = the model).
             peft_config.backbone = {
                 "model_config": model.config.to_dict(),
-                "seed": getattr(model, "_ut_peft_seed", None),
+                "seed": backbone_seed(model),
                 "torch_version": torch.__version__,
             }
 
