@@ -341,7 +341,7 @@ def test_killed_sequential_recipe_resumes_to_the_same_rows(tmp_path):
     proc.wait()
     subprocess.run(args + ["--output", str(tmp_path / "killed")], env=env, check=True, capture_output=True)
     assert _decisions(tmp_path / "killed") == _decisions(tmp_path / "whole")
-    assert load_summary(tmp_path / "killed")["per_m"] == load_summary(tmp_path / "whole")["per_m"]
+    assert load_summary(tmp_path / "killed").per_m == load_summary(tmp_path / "whole").per_m
 
 
 @pytest.mark.slow  # three interpreter starts (~1 min on the shared CPUs); SweepConfig's own errors are tested fast
