@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .cram import execution_device
+from ..devices import execution_device
 
 # fp16 keeps 11 significant bits: the paper's precision scale relative to the support radius.
 EPS_RELATIVE = 2.0 ** -11

@@ -37,6 +37,8 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.checkpoint import checkpoint
 
+from ..devices import execution_device
+
 
 @dataclass
 class CramConfig:
@@ -131,16 +133,6 @@ class CramResult:
     best_accuracy_at: dict[int, float] = field(default_factory=dict)
     # The decision: greedy-confirmed (check_greedy) or 100% teacher-forced accuracy (the published rule).
     accessible: bool = False
-
-
-def execution_device(module) -> torch.device:
-    """Where ``module`` computes: its weight's device, or, for a module Accelerate offloads (``device_map`` with
-    CPU or disk offload: the weight is on ``meta`` until the forward), the device its hook runs it on."""
-    hook = getattr(module, "_hf_hook", None)
-    if getattr(hook, "execution_device", None) is not None:
-        return torch.device(hook.execution_device)
-    device = module.weight.device
-    return torch.device("cpu") if device.type == "meta" else device
 
 
 def embedding_std(model, chunk: int = 8192) -> float:
