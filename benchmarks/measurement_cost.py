@@ -1,6 +1,6 @@
 """What an n_50 costs: the published design against the sequential one, at equal or narrower 95% intervals.
 
-    python benchmarks/measurement_cost.py --quick          # simulator, ~1-2 min on 2 cores
+    python benchmarks/measurement_cost.py --quick          # simulator, ~2-3 min on 2 cores
     python benchmarks/measurement_cost.py --repeats 200    # the full simulator run of BENCHMARKS.md
     python benchmarks/measurement_cost.py --model smollm2-135m --ms 1 2 --output cost-runs   # a real model
 
@@ -31,6 +31,11 @@ patience 500. Its n_50 is reported by both estimators (the published least-squar
 Firth logistic MLE on the rows) with the bootstrap interval of the MLE. The sequential design
 (:class:`~ut_peft.accessibility.design.SequentialDesign`) gets as ``target_ci`` per m the mean interval width
 the published design reached at that m (over the same repeats), so it stops at an equal or narrower interval.
+Its interval is the summary's: the profile penalised-likelihood interval for its independent rows (``--interval
+bootstrap`` restores the percentile bootstrap it used before, which covered 86-95%). ``--placement cost`` tries
+the cost-aware placement of lengths (information about n_50 per expected row-step). The line before the ratio is
+the oracle bound: the rows and row-steps a design that already knew n_50 and the slope would need at the
+published widths, every row at n_50 (Cramer-Rao for one 0/1 outcome per row); no design reaches it.
 
 Real model (``--model``): runs both designs through ``run_sweep`` (published: adaptive grid, 20 sequences, cap
 3000, patience 500; sequential: ``--target-ci`` from the published run's widths unless given) into ``--output``
@@ -244,7 +249,7 @@ def main(argv=None):
     parser.add_argument("--batch", type=int, default=8, help="sequences per round of the sequential design")
     parser.add_argument("--min-rounds", type=int, default=2, help="sequential: fitted rounds before it may stop")
     parser.add_argument("--probe", type=int, default=None, help="sequential: sequences per bracketing round")
-    parser.add_argument("--placement", default="cost", choices=["cost", "symmetric"],
+    parser.add_argument("--placement", default="symmetric", choices=["symmetric", "cost"],
                         help="sequential: lengths by information per expected row-step, or at 73%%/27%%")
     parser.add_argument("--interval", default="auto", choices=["auto", "bootstrap", "profile"],
                         help="sequential: the n_50 interval its stop uses (auto: profile for independent rows)")
