@@ -1,6 +1,6 @@
 """What an n_50 costs: the published design against the sequential one, at equal or narrower 95% intervals.
 
-    python benchmarks/measurement_cost.py --quick          # simulator, ~1-2 min on 2 cores
+    python benchmarks/measurement_cost.py --quick          # simulator, ~2-3 min on 2 cores
     python benchmarks/measurement_cost.py --repeats 200    # the full simulator run of BENCHMARKS.md
     python benchmarks/measurement_cost.py --model smollm2-135m --ms 1 2 --output cost-runs   # a real model
 
@@ -31,6 +31,11 @@ patience 500. Its n_50 is reported by both estimators (the published least-squar
 Firth logistic MLE on the rows) with the bootstrap interval of the MLE. The sequential design
 (:class:`~ut_peft.accessibility.design.SequentialDesign`) gets as ``target_ci`` per m the mean interval width
 the published design reached at that m (over the same repeats), so it stops at an equal or narrower interval.
+Its interval is the summary's: the profile penalised-likelihood interval for its independent rows (``--interval
+bootstrap`` restores the percentile bootstrap it used before, which covered 86-95%). ``--placement cost`` tries
+the cost-aware placement of lengths (information about n_50 per expected row-step). The line before the ratio is
+the oracle bound: the rows and row-steps a design that already knew n_50 and the slope would need at the
+published widths, every row at n_50 (Cramer-Rao for one 0/1 outcome per row); no design reaches it.
 
 Real model (``--model``): runs both designs through ``run_sweep`` (published: adaptive grid, 20 sequences, cap
 3000, patience 500; sequential: ``--target-ci`` from the published run's widths unless given) into ``--output``
@@ -86,6 +91,22 @@ def simulate_row(truth: Truth, repeat: int, m: int, n: int, index: int) -> dict:
     return {"accessible": False, "steps": steps}
 
 
+def oracle_row_steps(truth: Truth, m: int, width: float, draws: int = 4000) -> tuple[float, float]:
+    """(rows, row-steps) an oracle needs for a 95% n_50 interval of ``width``: it knows n_50 and the curve's
+    slope and crams every row at n_50 itself, where one 0/1 outcome carries the most information, 4 f^2 with f the
+    density of the texts' thresholds there (Cramer-Rao: var(n_50) >= 1 / (rows 4 f^2)). No design that learns
+    n_50 from its rows can need fewer rows at that cost per row; the cost per row at n_50 is simulated."""
+    nodes, weights = np.polynomial.hermite_e.hermegauss(40)  # E over the per-attempt term e ~ N(0, 1)
+    logistic = 1 / (1 + np.exp(-truth.jitter * nodes))
+    f = float((weights * logistic * (1 - logistic)).sum() / weights.sum()) / (truth.rel_width * truth.n50(m))
+    z = 1.959963984540054  # the normal quantile of a two-sided 95% interval
+    rows = (z / (f * width)) ** 2
+    n = truth.n50(m)
+    lengths = (math.floor(n), math.ceil(n))  # rows are integers: half just below n_50, half just above
+    cost = np.mean([row_steps(simulate_row(truth, 10 ** 6 + k, m, lengths[k % 2], k)) for k in range(draws)])
+    return rows, rows * float(cost)
+
+
 def run_design(design, truth: Truth, repeat: int) -> tuple[dict, float]:
     rows: dict = {}
     start = time.perf_counter()
@@ -95,7 +116,7 @@ def run_design(design, truth: Truth, repeat: int) -> tuple[dict, float]:
     return rows, time.perf_counter() - start
 
 
-def analyse(rows: dict, ms, complete: int | None, seed: int = 0) -> dict:
+def analyse(rows: dict, ms, complete: int | None, seed: int = 0, method: str = "auto") -> dict:
     """Per m: MLE n_50 with interval, the published LS n_50, row-steps; and the line with intervals."""
     if complete:  # the published design's fits use complete (m, n) groups only, as summarize does
         groups = complete_groups(rows, ms, complete)
@@ -106,7 +127,7 @@ def analyse(rows: dict, ms, complete: int | None, seed: int = 0) -> dict:
         lengths = np.array([k[1] for k in keys], dtype=float)
         acc = np.array([rows[k]["accessible"] for k in keys], dtype=bool)
         index = np.array([k[2] for k in keys])
-        fit = n50_interval(lengths, acc, index, seed=[seed, m])
+        fit = n50_interval(lengths, acc, index, seed=[seed, m], method=method)
         ns = sorted(set(lengths.tolist()))
         frac = [acc[lengths == n].mean() for n in ns]
         published = fit_sigmoid(ns, frac) if ns else {"n50": None}
@@ -135,10 +156,11 @@ def simulate(args) -> None:
                                 if r["per_m"][m]["ci"]])) for m in ms}
     for repeat in range(args.repeats):
         design = SequentialDesign(ms, batch=args.batch, start=10, stop=1000, target_ci=target, seed=0,
-                                  min_rounds=args.min_rounds, probe=args.probe)
+                                  min_rounds=args.min_rounds, probe=args.probe, placement=args.placement,
+                                  interval=args.interval)
         rows, wall = run_design(design, truth, repeat)
         walls["sequential"] += wall
-        results["sequential"].append(analyse(with_index(rows), ms, complete=None))
+        results["sequential"].append(analyse(with_index(rows), ms, complete=None, method=args.interval))
 
     print(f"simulator: n_50 = {truth.slope} m + {truth.intercept}, logistic width {truth.rel_width} n_50, jitter "
           f"{truth.jitter}, {args.repeats} repeats, cap {CAP}, patience {PATIENCE}, sequential batch {args.batch}"
@@ -173,6 +195,10 @@ def simulate(args) -> None:
         width = np.mean([ln["slope_ci"][1] - ln["slope_ci"][0] for ln in lines])
         print(f"| {name} | {slopes.mean():.2f} | {slopes.mean() - truth.slope:+.2f} | {width:.2f} | "
               f"{slope_cover:.2f} | {icpt_cover:.2f} | {totals[name]:.0f} | {walls[name]:.1f} |")
+    oracle = [oracle_row_steps(truth, m, target[m]) for m in ms]
+    print(f"oracle bound (n_50 and slope known, every row at n_50, the published widths): "
+          f"{' '.join(f'{r:.0f}' for r, _ in oracle)} rows per m, {sum(c for _, c in oracle):.0f} row-steps, "
+          f"ratio {totals['published'] / sum(c for _, c in oracle):.2f}")
     print(f"cost ratio: {totals['published'] / totals['sequential']:.2f}")
 
 
@@ -223,6 +249,10 @@ def main(argv=None):
     parser.add_argument("--batch", type=int, default=8, help="sequences per round of the sequential design")
     parser.add_argument("--min-rounds", type=int, default=2, help="sequential: fitted rounds before it may stop")
     parser.add_argument("--probe", type=int, default=None, help="sequential: sequences per bracketing round")
+    parser.add_argument("--placement", default="symmetric", choices=["symmetric", "cost"],
+                        help="sequential: lengths by information per expected row-step, or at 73%%/27%%")
+    parser.add_argument("--interval", default="auto", choices=["auto", "bootstrap", "profile"],
+                        help="sequential: the n_50 interval its stop uses (auto: profile for independent rows)")
     parser.add_argument("--model", default=None, help="run on a real model through run_sweep instead")
     parser.add_argument("--source", default="text")
     parser.add_argument("--target-ci", type=float, default=None, help="real model: the sequential target width")

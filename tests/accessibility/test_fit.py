@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from ut_peft.accessibility.fit import (expanded_level, fit_logistic, fit_sigmoid, line_interval, linear_fit,
-                                     n50_interval, sigmoid)
+                                     n50_interval, profile_n50_interval, sigmoid)
 
 
 @pytest.mark.parametrize("x0, s", [(87.0, -0.1), (30.0, -0.5), (412.0, -0.02)])
@@ -121,3 +121,38 @@ def test_line_interval_covers_the_true_slope_and_propagates_the_n50_uncertainty(
         assert line["slope_ci"][0] < line["slope"] < line["slope_ci"][1]
     assert covered / 40 >= 0.85 and intercepts / 40 >= 0.85
     assert line_interval([1, 1], [10, 20], [True, False], [0, 1]) is None  # one m: no line
+
+
+def test_profile_interval_covers_independent_rows():
+    """200 synthetic designs of 40 independent rows (binomial sd of a 95% rate over 200: 1.5%)."""
+    rng = np.random.default_rng(5)
+    covered, bounded = 0, 0
+    for _ in range(200):
+        lengths = np.repeat([85, 95, 100, 105, 115], 8)
+        accessible = rng.random(lengths.size) < sigmoid(lengths, 100.0, -1 / 6)
+        ns = np.unique(lengths)
+        ci = profile_n50_interval(ns, [accessible[lengths == n].sum() for n in ns], [8] * ns.size)
+        if ci is not None:
+            bounded += 1
+            covered += ci[0] <= 100.0 <= ci[1]
+    assert bounded >= 190 and 0.92 <= covered / bounded <= 0.985
+
+
+def test_n50_interval_uses_the_profile_for_independent_rows_only():
+    rng = np.random.default_rng(2)
+    lengths, accessible, index = _threshold_rows(rng, 50.0, 5.0, np.arange(30, 80, 10), 8, shared=False)
+    ns = np.unique(lengths)
+    profile = profile_n50_interval(ns, [accessible[lengths == n].sum() for n in ns], [8] * ns.size)
+    auto = n50_interval(lengths, accessible, index, seed=1, num_boot=200)
+    assert auto["n50_ci"] == profile and auto["sigmoid_slope_ci"] is not None  # the slope keeps the bootstrap
+    assert n50_interval(lengths, accessible, index, num_boot=0)["n50_ci"] == profile
+    boot = n50_interval(lengths, accessible, index, seed=1, num_boot=200, method="bootstrap")
+    assert boot["n50_ci"] != profile and boot["n50_ci"][0] < boot["n50"] < boot["n50_ci"][1]
+    shared = _threshold_rows(rng, 50.0, 5.0, np.arange(30, 80, 10), 8, shared=True)  # one text at every length
+    assert n50_interval(*shared, seed=1, num_boot=200) == n50_interval(*shared, seed=1, num_boot=200,
+                                                                     method="bootstrap")
+    with pytest.raises(ValueError, match="treats rows as independent"):
+        n50_interval(*shared, method="profile")
+    with pytest.raises(ValueError, match="unknown interval method 'wald'"):
+        n50_interval(lengths, accessible, index, method="wald")
+    assert profile_n50_interval([10, 20], [4, 4], [4, 4]) is None  # degenerate: nothing to bound

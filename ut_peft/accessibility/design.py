@@ -19,6 +19,8 @@ from __future__ import annotations
 import math
 from typing import Protocol
 
+import numpy as np
+
 from .fit import NUM_BOOT, fit_logistic, n50_interval
 
 DESIGNS = ("fixed", "adaptive", "sequential")
@@ -109,11 +111,20 @@ class SequentialDesign(Design):
        information ``s^2 p(1-p)`` about n_50, largest at n_50 itself, but rows at one length measure one
        fraction, which every (x0, s) through that point fits: the slope, hence n_50, stays unidentified and the
        bootstrap interval wide. The two points keep 79% of the information per row and pin down the slope.
-    3. Stop the m once, after at least ``min_rounds`` fitted rounds, the 95% interval of n_50 (the same bootstrap,
-       same seed and replicates as the summary's ``n50_ci``) is narrower than ``target_ci`` tokens, or once
-       the m's rows have cost ``budget_row_steps`` forward-backward passes (``steps + 1`` per row). In the
-       simulator of ``benchmarks/measurement_cost.py`` these intervals covered the truth 86-95% of the time at a
-       nominal 95% (the published design's: 94-97%); see BENCHMARKS.md.
+    3. Stop the m once, after at least ``min_rounds`` fitted rounds, the 95% interval of n_50 (the same
+       interval as the summary's ``n50_ci`` of these rows: :func:`~ut_peft.accessibility.fit.n50_interval`, which
+       for independent rows, as here, is the profile penalised-likelihood interval) is narrower than
+       ``target_ci`` tokens, or once the m's rows have cost ``budget_row_steps`` forward-backward passes
+       (``steps + 1`` per row). In the simulator of ``benchmarks/measurement_cost.py`` the percentile bootstrap
+       used before covered the truth 86-95% of the time at a nominal 95%; the profile interval covers 89-98%
+       (100 repeats per m), at ~10% more rows: the bootstrap's intervals were too narrow. See BENCHMARKS.md.
+
+    ``placement="cost"`` replaces step 2 by :func:`cost_aware_lengths` (information about n_50 per expected
+    row-step, the cost model fitted to the rows measured so far). Measured in the simulator it cost more, not
+    less (BENCHMARKS.md): rows below n_50 are cheaper but the asymmetric pair loses information on x0 through
+    its correlation with the slope, the net gain is under 1% at the true curve, and with the shallow slopes fitted
+    from the first rounds it sends whole batches far below n_50. It stays as an option so that the measurement
+    can be repeated; ``"symmetric"`` is the default.
 
     Why fresh indices rather than longer prefixes of the texts already crammed: the outcomes of one text at
     two lengths are strongly dependent (a hard text is hard at every length), so a second length of the same
@@ -128,7 +139,8 @@ class SequentialDesign(Design):
 
     def __init__(self, ms, *, batch: int, start: int, stop: int, target_ci: float | None = None,
                  budget_row_steps: int | None = None, seed: int = 0, min_rounds: int = 2,
-                 probe: int | None = None, num_boot: int = NUM_BOOT):
+                 probe: int | None = None, num_boot: int = NUM_BOOT, placement: str = "symmetric",
+                 interval: str = "auto"):
         if batch < 1:
             raise ValueError(f"the batch (sequences per round) must be >= 1 (got {batch})")
         if not 1 <= start <= stop:
@@ -140,6 +152,12 @@ class SequentialDesign(Design):
         self.probe = max(1, batch // 2) if probe is None else probe
         if not 1 <= self.probe <= batch:
             raise ValueError(f"probe (sequences per bracketing round) must lie in [1, batch] (got {self.probe})")
+        if placement not in PLACEMENTS:
+            raise ValueError(f"unknown placement {placement!r}; choose one of {', '.join(PLACEMENTS)}")
+        if interval not in ("auto", "bootstrap", "profile"):
+            raise ValueError(f"unknown interval {interval!r}; choose auto (profile for these independent rows), "
+                             f"bootstrap or profile")
+        self.placement, self.interval = placement, interval
         self._cache: dict = {}
 
     def next_jobs(self, rows):
@@ -182,7 +200,7 @@ class SequentialDesign(Design):
         row-steps) rows); the same call, seed and replicates as the summary's ``n50_ci`` of those rows."""
         flat = [row for rnd in used for row in rnd]
         return n50_interval([r[0] for r in flat], [r[2] for r in flat], [r[1] for r in flat], seed=[self.seed, m],
-                            num_boot=self.num_boot)
+                            num_boot=0 if self.interval != "bootstrap" else self.num_boot, method=self.interval)
 
     def _choose(self, m: int, used: tuple) -> tuple[int, ...] | None:
         """The lengths of the next round's sequences (one per sequence), or None when m is done."""
@@ -214,6 +232,8 @@ class SequentialDesign(Design):
             fractions = _fractions(used)
             x0 = (max(n for n, f in fractions.items() if f >= 0.5)
                   + min(n for n, f in fractions.items() if f < 0.5)) / 2
+        if self.placement == "cost" and slope and math.isfinite(slope):
+            return cost_aware_lengths([r for rnd in used for r in rnd], x0, slope, self.batch, self.stop)
         # Half the batch at x0 - d, half at x0 + d, where the model puts accessibility at 73% and 27%: each row
         # keeps 79% of the information about n_50 of a row at n_50 itself, and the two lengths pin down the slope,
         # without which n_50 is not identified (one length gives one fraction, which any (x0, s) on a line fits).
@@ -222,6 +242,73 @@ class SequentialDesign(Design):
         low, high = (int(min(self.stop, max(1, round(x)))) for x in (x0 - d, x0 + d))
         return (low,) * (self.batch // 2) + (int(min(self.stop, max(1, round(x0)))),) * (self.batch % 2) \
             + (high,) * (self.batch // 2)
+
+
+PLACEMENTS = ("cost", "symmetric")
+# Candidate design points, in logit units v = s (n - x0) of the fitted curve: accessibility 95% ... 5%.
+_OFFSETS = np.arange(-3.0, 3.01, 0.25)
+
+
+def expected_row_steps(rows, lengths: np.ndarray, p: np.ndarray) -> np.ndarray:
+    """Row-steps a row at each of ``lengths`` is expected to cost, from the rows measured so far.
+
+    ``rows``: (n, index, accessible, row-steps) tuples of one m. Accessible rows cost more the closer a length is
+    to the text's limit, so their row-steps are fitted by least squares as a line in n (clipped to the range
+    seen, as a line must not extrapolate to zero or beyond what any row took); inaccessible rows end at patience
+    or the cap whatever the length, so their mean is used. ``p``: the fitted accessibility at ``lengths``.
+    """
+    acc = [(n, c) for n, _, a, c in rows if a]
+    inacc = [c for _, _, a, c in rows if not a]
+    if acc:
+        ns, cs = np.array(acc, dtype=float).T
+        if np.unique(ns).size >= 2:
+            slope, intercept = np.polyfit(ns, cs, 1)
+            cost_acc = np.clip(intercept + slope * lengths, cs.min(), cs.max())
+        else:
+            cost_acc = np.full(lengths.shape, cs.mean())
+    else:
+        cost_acc = np.full(lengths.shape, float(np.mean(inacc)))
+    cost_inacc = float(np.mean(inacc)) if inacc else float(cost_acc.max())
+    return p * cost_acc + (1 - p) * cost_inacc
+
+
+def cost_aware_lengths(rows, x0: float, slope: float, batch: int, stop: int) -> tuple[int, ...]:
+    """The next batch's lengths: most expected information about n_50 per expected row-step.
+
+    Candidates put half the batch at one length and half at another (or all at one), at accessibility 95% ... 5%
+    on the fitted curve 1 / (1 + exp(-s (n - x0))). Each is scored by how much it lowers the asymptotic variance
+    of x0, ``[(I_rows + I_batch)^-1]_00`` with I the Fisher information of (x0, s) at the fitted values, per
+    row-step it is expected to cost (:func:`expected_row_steps`). Why not simply at n_50: rows well below n_50
+    are mostly accessible far from their text's limit, hence cheap, and still informative; the information of the
+    rows already measured enters, so a batch also goes where the slope (without which x0 is not identified) is
+    least known. ``rows``: this m's (n, index, accessible, row-steps) tuples.
+    """
+    lengths = np.unique(np.clip(np.round(x0 + _OFFSETS / slope), 1, stop))
+    v = slope * (lengths - x0)
+    p = 1.0 / (1.0 + np.exp(-v))
+    cost = expected_row_steps(rows, lengths, p)
+    g = np.stack([np.full_like(v, -slope), lengths - x0], 1)  # d eta / d (x0, s), eta = s (n - x0)
+    per_row = (p * (1 - p))[:, None, None] * g[:, :, None] * g[:, None, :]  # (L, 2, 2)
+    measured = np.array([n for n, *_ in rows], dtype=float)
+    pm = 1.0 / (1.0 + np.exp(-slope * (measured - x0)))
+    gm = np.stack([np.full_like(measured, -slope), measured - x0], 1)
+    info = ((pm * (1 - pm))[:, None, None] * gm[:, :, None] * gm[:, None, :]).sum(0)
+    before = _x0_variance(info)
+    half, odd = batch // 2, batch % 2
+    best, choice = -np.inf, None
+    for i in range(lengths.size):
+        for j in range(i, lengths.size):
+            k_low, k_high = half + odd, half  # an odd batch puts its extra row at the shorter, cheaper length
+            gain = before - _x0_variance(info + k_low * per_row[i] + k_high * per_row[j])
+            score = gain / (k_low * cost[i] + k_high * cost[j])
+            if choice is None or score > best + 1e-12 * abs(best):  # ties go to the first (shorter) pair
+                best, choice = score, (int(lengths[i]),) * k_low + (int(lengths[j]),) * k_high
+    return choice
+
+
+def _x0_variance(info: np.ndarray) -> float:
+    det = info[0, 0] * info[1, 1] - info[0, 1] ** 2
+    return float(info[1, 1] / det) if det > 1e-12 * (info[0, 0] * info[1, 1] + 1e-300) else 1e300
 
 
 def _grouped(used):
