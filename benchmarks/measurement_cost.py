@@ -74,6 +74,11 @@ class Truth:
         return self.slope * m + self.intercept
 
 
+
+def _bounds(ci):
+    """An interval with its unbounded sides (None) as -inf / +inf, for comparisons and widths."""
+    return (-math.inf if ci[0] is None else ci[0], math.inf if ci[1] is None else ci[1])
+
 def simulate_row(truth: Truth, repeat: int, m: int, n: int, index: int) -> dict:
     """One crammed row of the simulator: deterministic in (repeat, m, n, index)."""
     z = np.random.default_rng([repeat, 1, index]).logistic()  # the text's difficulty, shared by all m and n
@@ -153,7 +158,7 @@ def simulate(args) -> None:
         walls["published"] += wall
         results["published"].append(analyse(with_index(rows), ms, complete=20))
     target = {m: float(np.mean([r["per_m"][m]["ci"][1] - r["per_m"][m]["ci"][0] for r in results["published"]
-                                if r["per_m"][m]["ci"]])) for m in ms}
+                                if r["per_m"][m]["ci"] and None not in r["per_m"][m]["ci"]])) for m in ms}
     for repeat in range(args.repeats):
         design = SequentialDesign(ms, batch=args.batch, start=10, stop=1000, target_ci=target, seed=0,
                                   min_rounds=args.min_rounds, probe=args.probe, placement=args.placement,
@@ -175,7 +180,7 @@ def simulate(args) -> None:
             entries = [r["per_m"][m] for r in runs]
             est = np.array([e["n50"] if e["n50"] is not None else np.nan for e in entries])
             ls = np.array([e["n50_ls"] if e["n50_ls"] is not None else np.nan for e in entries])
-            cis = [e["ci"] for e in entries if e["ci"]]
+            cis = [_bounds(e["ci"]) for e in entries if e["ci"]]
             widths = [hi - lo for lo, hi in cis]
             covered = np.mean([lo <= truth.n50(m) <= hi for lo, hi in cis]) if cis else float("nan")
             se = np.nanstd(est) / math.sqrt(max(1, np.isfinite(est).sum()))
@@ -190,9 +195,11 @@ def simulate(args) -> None:
     for name, runs in results.items():
         lines = [r["line"] for r in runs if r["line"] and r["line"]["slope_ci"]]
         slopes = np.array([ln["slope"] for ln in lines])
-        slope_cover = np.mean([ln["slope_ci"][0] <= truth.slope <= ln["slope_ci"][1] for ln in lines])
-        icpt_cover = np.mean([ln["intercept_ci"][0] <= truth.intercept <= ln["intercept_ci"][1] for ln in lines])
-        width = np.mean([ln["slope_ci"][1] - ln["slope_ci"][0] for ln in lines])
+        slope_cis = [_bounds(ln["slope_ci"]) for ln in lines]
+        icpt_cis = [_bounds(ln["intercept_ci"]) for ln in lines if ln["intercept_ci"]]
+        slope_cover = np.mean([lo <= truth.slope <= hi for lo, hi in slope_cis])
+        icpt_cover = np.mean([lo <= truth.intercept <= hi for lo, hi in icpt_cis])
+        width = np.mean([hi - lo for lo, hi in slope_cis])
         print(f"| {name} | {slopes.mean():.2f} | {slopes.mean() - truth.slope:+.2f} | {width:.2f} | "
               f"{slope_cover:.2f} | {icpt_cover:.2f} | {totals[name]:.0f} | {walls[name]:.1f} |")
     oracle = [oracle_row_steps(truth, m, target[m]) for m in ms]
@@ -216,7 +223,8 @@ def real(args) -> None:
     runs["published"] = (run_sweep(published, out / "published"), time.perf_counter() - start)
     # One target for every m: the narrowest interval the published design reached, so that every m of the
     # sequential run ends at an equal or narrower interval.
-    targets = [e["n50_ci"][1] - e["n50_ci"][0] for e in runs["published"][0]["per_m"] if e["n50_ci"]]
+    targets = [e["n50_ci"][1] - e["n50_ci"][0] for e in runs["published"][0]["per_m"]
+               if e["n50_ci"] and None not in e["n50_ci"]]
     target = args.target_ci or (min(targets) if targets else None)
     if target is None:
         raise SystemExit("the published run has no n_50 interval to match; pass --target-ci")
@@ -230,8 +238,9 @@ def real(args) -> None:
         for e in summary["per_m"]:
             print(f"  m={e['m']}: n50 {e['n50']} CI {e['n50_ci']} (published LS {e['n50_published']})")
     for a, b in zip(runs["published"][0]["per_m"], runs["sequential"][0]["per_m"]):
-        if a["n50_ci"] and b["n50_ci"]:
-            agree = a["n50_ci"][0] <= b["n50_ci"][1] and b["n50_ci"][0] <= a["n50_ci"][1]
+        if a["n50_ci"] and b["n50_ci"]:  # a side that is None is unbounded
+            (lo_a, hi_a), (lo_b, hi_b) = _bounds(a["n50_ci"]), _bounds(b["n50_ci"])
+            agree = lo_a <= hi_b and lo_b <= hi_a
             print(f"m={a['m']}: intervals {'overlap' if agree else 'DISAGREE'}")
     print(f"cost ratio: {runs['published'][0]['row_steps'] / runs['sequential'][0]['row_steps']:.2f}")
 

@@ -156,3 +156,41 @@ def test_n50_interval_uses_the_profile_for_independent_rows_only():
     with pytest.raises(ValueError, match="unknown interval method 'wald'"):
         n50_interval(lengths, accessible, index, method="wald")
     assert profile_n50_interval([10, 20], [4, 4], [4, 4]) is None  # degenerate: nothing to bound
+
+
+def _gemma_m2_rows():
+    """Gemma-3-270M's published m = 2 rows (results/gemma-3-270m/published-words): 3/4, 1/4, 0/4 at 11, 21, 31."""
+    lengths = [11] * 4 + [21] * 4 + [31] * 4
+    accessible = [1, 1, 1, 0] + [1, 0, 0, 0] + [0, 0, 0, 0]
+    return lengths, accessible, [0, 1, 2, 3] * 3
+
+
+def test_a_side_the_rows_cannot_bound_is_unbounded_not_a_huge_number():
+    from ut_peft.accessibility.fit import n50_interval
+
+    lengths, accessible, index = _gemma_m2_rows()
+    fit = n50_interval(lengths, accessible, index, seed=0)
+    low, high = fit["n50_ci"]
+    # a replicate that drew only the accessible sequence 0 has no crossing below 1e17 tokens: before, that printed
+    assert high is None and fit["n50_ci_method"] == "bootstrap"
+    assert low is not None and low <= fit["n50"] <= max(lengths)
+    # with many sequences the same transition is bounded on both sides
+    many = n50_interval(lengths * 8, accessible * 8, [i + 4 * k for k in range(8) for i in [0, 1, 2, 3] * 3], seed=0)
+    assert None not in many["n50_ci"] and many["n50_ci"][0] < many["n50"] < many["n50_ci"][1]
+
+
+def test_an_unbounded_n50_makes_the_line_unbounded_on_its_side():
+    from ut_peft.accessibility.fit import line_interval
+
+    m1 = ([6] * 4 + [11] * 4 + [21] * 4, [0, 1, 1, 1] + [1, 1, 0, 0] + [0] * 4)  # Gemma's m = 1 rows
+    lengths, accessible, index = _gemma_m2_rows()
+    line = line_interval([1] * 12 + [2] * 12, m1[0] + lengths, m1[1] + accessible, [0, 1, 2, 3] * 6, seed=0)
+    assert line["slope_ci"][1] is None and line["slope_ci"][0] is not None
+    assert line["intercept_ci"][0] is None
+
+
+def test_the_report_prints_an_unbounded_side():
+    from ut_peft.accessibility.report import _interval
+
+    assert _interval([1.0, None]) == "[1.0, inf)" and _interval([None, 2.0]) == "(-inf, 2.0]"
+    assert _interval([1.0, 2.0]) == "[1.0, 2.0]" and _interval(None) == "n/a"

@@ -227,7 +227,7 @@ def _summary(**changes):
     entry = MSummary(m=1, n50=7.5, n50_ci=[6.0, 9.0], sigmoid_slope=0.8, sigmoid_slope_ci=[0.5, 1.2], fit_status="ok",
                      n50_published=7.0, sigmoid_slope_published=0.9, fit_status_published="ok", lengths=[4, 8, 12],
                      accessibility=[1.0, 0.5, 0.0], mean_tf_accuracy=[1.0, 0.9, 0.6], num_sequences=[2, 2, 2],
-                     row_steps=300)
+                     row_steps=300, n50_ci_method="bootstrap")
     values = dict(model="tiny-llama", source={"kind": "tokens"}, settings={"seed": 0, "ms": [1]}, design="fixed",
                   estimator="firth-logistic-mle", per_m=[entry], fit=None, fit_published=None,
                   support={"radius": 2.0, "eps": 0.001, "num_samples": 8, "hidden_size": 16, "vocab_size": 64},

@@ -222,7 +222,8 @@ class SequentialDesign(Design):
         may_stop = target is not None and len(used) - 1 - bracketed_at >= self.min_rounds
         if may_stop:
             fit = self.fit(m, used)
-            if fit["n50_ci"] is not None and fit["n50_ci"][1] - fit["n50_ci"][0] < target:
+            ci = fit["n50_ci"]
+            if ci is not None and None not in ci and ci[1] - ci[0] < target:  # None: an unbounded side
                 return None
         else:
             lengths, successes, trials = _grouped(used)

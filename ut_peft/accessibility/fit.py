@@ -217,11 +217,35 @@ def expanded_level(level: float, num_clusters: int) -> float:
 
 
 def _interval(values: np.ndarray, level: float):
-    finite = values[np.isfinite(values)]
-    if finite.size < 0.9 * values.size or finite.size == 0:  # too many replicates without an answer
+    """Percentile interval of bootstrap replicates: NaN is a replicate without an answer (dropped; None when over 10%
+    of them lack one), +-inf a replicate the data cannot place (see :func:`_unplaceable`). A bound that falls on or
+    next to such a replicate is None: unbounded on that side. Finite replicates give numpy's linear quantiles."""
+    answered = np.sort(values[~np.isnan(values)])
+    if answered.size < 0.9 * values.size or answered.size == 0:  # too many replicates without an answer
         return None
-    lo, hi = np.quantile(finite, [(1 - level) / 2, (1 + level) / 2])
-    return [float(lo), float(hi)]
+    bounds = []
+    for q in ((1 - level) / 2, (1 + level) / 2):
+        position = q * (answered.size - 1)
+        below, above = answered[math.floor(position)], answered[math.ceil(position)]
+        if not (np.isfinite(below) and np.isfinite(above)):
+            bounds.append(None)
+        else:
+            bounds.append(float(below + (above - below) * (position - math.floor(position))))
+    return bounds
+
+
+def _unplaceable(n50: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Replicate n_50 that lie further beyond the measured lengths than their whole span become +-inf.
+
+    Such a crossing is an extrapolation the rows cannot support: with few sequences a bootstrap replicate that drew
+    only accessible (or only inaccessible) sequences at some length pushes the fitted sigmoid's midpoint to
+    arbitrary values (1e17 tokens has been seen), and a percentile over them would print as a number. The interval
+    then says "unbounded" on that side instead."""
+    span = max(float(lengths.max() - lengths.min()), 1.0)
+    out = n50.copy()
+    out[n50 > lengths.max() + span] = np.inf
+    out[n50 < lengths.min() - span] = -np.inf
+    return out
 
 
 def n50_interval(lengths, accessible, clusters, *, level: float = LEVEL, num_boot: int = NUM_BOOT,
@@ -231,8 +255,10 @@ def n50_interval(lengths, accessible, clusters, *, level: float = LEVEL, num_boo
     ``lengths[r]``, ``accessible[r]`` and ``clusters[r]`` (the sequence index) describe row r. The point estimate
     is :func:`fit_logistic`; the interval resamples the indices with replacement (all rows of a drawn index
     together) and refits, ``num_boot`` times, from a generator seeded by ``seed``. Returns the point fit plus
-    ``"n50_ci": [low, high]`` (None when degenerate or when over 10% of the replicates had no fit) and
-    ``"sigmoid_slope_ci"``.
+    ``"n50_ci": [low, high]`` (None when degenerate or when over 10% of the replicates had no fit; a side is None
+    when the rows cannot bound it, see :func:`_unplaceable`) and
+    ``"sigmoid_slope_ci"``, and ``"n50_ci_method"``: which interval n50_ci is ("bootstrap" or "profile"; None when
+    there is no fit).
 
     ``method``: "auto" (the default) uses :func:`profile_n50_interval` for n50_ci when every index has one row
     (independent rows) and the bootstrap otherwise; "bootstrap" or "profile" force one ("profile" refuses rows that
@@ -242,10 +268,11 @@ def n50_interval(lengths, accessible, clusters, *, level: float = LEVEL, num_boo
         raise ValueError(f"level must lie in (0, 1) (got {level})")
     ns, _, succ, tri = _table(lengths, accessible, clusters)
     if ns.size == 0:
-        return {"n50": None, "sigmoid_slope": None, "status": "degenerate", "n50_ci": None, "sigmoid_slope_ci": None}
+        return {"n50": None, "sigmoid_slope": None, "status": "degenerate", "n50_ci": None, "sigmoid_slope_ci": None,
+                "n50_ci_method": None}
     point = fit_logistic(ns, succ.sum(0), tri.sum(0))
     if point["status"] == "degenerate":
-        return dict(point, n50_ci=None, sigmoid_slope_ci=None)
+        return dict(point, n50_ci=None, sigmoid_slope_ci=None, n50_ci_method=None)
     if method not in ("auto", "bootstrap", "profile"):
         raise ValueError(f"unknown interval method {method!r}; choose auto, bootstrap or profile")
     independent = bool((tri.sum(1) == 1).all())  # every index measured once: the rows are independent
@@ -257,12 +284,12 @@ def n50_interval(lengths, accessible, clusters, *, level: float = LEVEL, num_boo
     if num_boot > 0:  # the slope's interval is always the bootstrap's; num_boot=0 skips it (profile only)
         x0, s = _bootstrap_curves(ns, succ, tri, num_boot, np.random.default_rng(seed))
         wide = expanded_level(level, succ.shape[0])
-        n50_ci, slope_ci = _interval(x0, wide), _interval(s, wide)
+        n50_ci, slope_ci = _interval(_unplaceable(x0, ns), wide), _interval(s, wide)
     elif not profile:
         raise ValueError("the bootstrap interval needs num_boot >= 1")
     if profile:
         n50_ci = profile_n50_interval(ns, succ.sum(0), tri.sum(0), level=level)
-    return dict(point, n50_ci=n50_ci, sigmoid_slope_ci=slope_ci)
+    return dict(point, n50_ci=n50_ci, sigmoid_slope_ci=slope_ci, n50_ci_method="profile" if profile else "bootstrap")
 
 
 def _bootstrap_curves(ns, succ, tri, num_boot, rng, weights=None):
@@ -303,13 +330,19 @@ def line_interval(ms, lengths, accessible, clusters, *, level: float = LEVEL, nu
     line = linear_fit([f[0] for f in fitted], [f[1] for f in fitted])
     rng = np.random.default_rng(seed)
     weights = rng.multinomial(ids.size, np.full(ids.size, 1.0 / ids.size), size=num_boot)
-    n50 = np.stack([_bootstrap_curves(ns, succ_m, tri_m, num_boot, rng, weights)[0]
-                    for _, _, ns, succ_m, tri_m in fitted], 1)  # (B, number of m)
+    n50 = np.stack([_unplaceable(_bootstrap_curves(ns, succ_m, tri_m, num_boot, rng, weights)[0], ns)
+                    for _, _, ns, succ_m, tri_m in fitted], 1)  # (B, number of m); +-inf: unbounded replicates
     xm = np.array([f[0] for f in fitted], dtype=float)
     dx = xm - xm.mean()
     with np.errstate(invalid="ignore"):
         slope = (n50 - n50.mean(1, keepdims=True)) @ dx / (dx @ dx)
         intercept = n50.mean(1) - slope * xm.mean()
+        # A replicate with an unbounded n_50 has an unbounded slope, of the sign the unbounded ends give it (inf - inf
+        # cancels to NaN above); the line then leaves m = 0 on the other side (all m > 0): intercept -slope.
+        ends = np.where(np.isinf(n50), np.sign(n50), 0.0) @ dx
+        unbounded = np.isinf(n50).any(1)
+        slope = np.where(unbounded, np.where(ends > 0, np.inf, np.where(ends < 0, -np.inf, np.nan)), slope)
+        intercept = np.where(unbounded, -slope, intercept)
     wide = expanded_level(level, ids.size)
     return dict(line, slope_ci=_interval(slope, wide), intercept_ci=_interval(intercept, wide))
 

@@ -37,7 +37,10 @@ def plot_accessibility(summary: Summary, path) -> None:
             ax.plot(grid, sigmoid(grid, entry.n50, entry.sigmoid_slope), "-", color=color, alpha=0.7)
             if entry.n50_ci:  # the n_50 interval, drawn where it is read: at accessibility 1/2
                 low, high = entry.n50_ci
-                # A percentile interval need not hold the point estimate (a skewed bootstrap): clip the bar at it.
+                # An unbounded side runs to the measured lengths' edge (the table says "inf"); a percentile interval
+                # need not hold the point estimate (a skewed bootstrap): clip the bar at it.
+                low = min(entry.lengths) if low is None else low
+                high = max(entry.lengths) if high is None else high
                 xerr = [[max(0.0, entry.n50 - low)], [max(0.0, high - entry.n50)]]
                 ax.errorbar([entry.n50], [0.5], xerr=xerr, fmt="s", color=color, ms=5, capsize=3)
     ax.axhline(0.5, color="grey", lw=0.5, ls=":")
@@ -57,7 +60,11 @@ def plot_n50(summary: Summary, path) -> None:
     if points:
         ms = np.array([e.m for e in points])
         n50 = np.array([e.n50 for e in points])
-        cis = np.array([e.n50_ci or [e.n50, e.n50] for e in points])
+        # an unbounded side (None) is drawn to the figure's top or bottom edge; the report's table says "inf"
+        cis = np.array([[np.nan if v is None else v for v in (e.n50_ci or [e.n50, e.n50])] for e in points], float)
+        top = max(n50.max(), np.nanmax(cis[:, 1], initial=n50.max())) * 1.5
+        cis[:, 0] = np.where(np.isnan(cis[:, 0]), 0.0, cis[:, 0])
+        cis[:, 1] = np.where(np.isnan(cis[:, 1]), top, cis[:, 1])
         ax.errorbar(ms, n50, yerr=np.clip([n50 - cis[:, 0], cis[:, 1] - n50], 0, None), fmt="o", capsize=3,
                     label="measured $n_{50}$ (95% interval)")
         grid = np.linspace(0, max(ms) + 0.5, 50)
@@ -66,7 +73,6 @@ def plot_n50(summary: Summary, path) -> None:
             ax.plot(grid, fit["slope"] * grid + fit["intercept"], "-",
                     label=f"fit: {fit['slope']:.1f}{_ci(fit['slope_ci'])} m + {fit['intercept']:.1f} "
                     f"($R^2$ = {fit['r2']:.3f})")
-        top = max(n50.max(), cis[:, 1].max()) * 1.5
         for name, style in (("box", "--"), ("ball", ":")):
             slope = summary.bounds[name]
             ax.plot(grid, slope * grid, style, label=f"{name} bound: {slope:.0f} m")
@@ -96,11 +102,16 @@ def _num(value, digits=1):
 
 
 def _ci(interval, digits=1) -> str:
-    return "" if not interval else f" [{interval[0]:.{digits}f}, {interval[1]:.{digits}f}]"
+    return "" if not interval else " " + _interval(interval, digits)
 
 
 def _interval(interval, digits=1) -> str:
-    return "n/a" if not interval else f"[{interval[0]:.{digits}f}, {interval[1]:.{digits}f}]"
+    """``[low, high]``; a side the rows cannot bound (None) prints as unbounded."""
+    if not interval:
+        return "n/a"
+    low = "(-inf" if interval[0] is None else f"[{interval[0]:.{digits}f}"
+    high = "inf)" if interval[1] is None else f"{interval[1]:.{digits}f}]"
+    return f"{low}, {high}"
 
 
 def markdown(summary: Summary, *, figures: tuple[str, str] | None = (ACCESSIBILITY_PLOT, N50_PLOT)) -> str:
@@ -116,13 +127,15 @@ def markdown(summary: Summary, *, figures: tuple[str, str] | None = (ACCESSIBILI
              f"Design: {summary.design}; {summary.num_rows} rows, "
              f"{summary.row_steps} row-steps (forward-backward passes: each row's steps + 1).", "",
              "n_50 is the maximum-likelihood fit (Firth-penalised logistic regression on the per-sequence outcomes) "
-             "of the published sigmoid 1/(1+exp(-s(n-x0))), with a 95% bootstrap interval over sequence indices; the "
+             "of the published sigmoid 1/(1+exp(-s(n-x0))), with a 95% interval (bootstrap: over sequence indices, "
+             "the rows of an index resampled together; profile: penalised likelihood, where every sequence has one "
+             "row; 'inf': a side the rows cannot bound); the "
              "published estimate (least squares on the fraction per length) is beside it.", "",
-             "| m | n_50 (MLE) | 95% interval | n_50 (published LS) | sigmoid slope | fit | row-steps "
+             "| m | n_50 (MLE) | 95% interval | interval | n_50 (published LS) | sigmoid slope | fit | row-steps "
              "| lengths measured |",
-             "|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|"]
     for e in summary.per_m:
-        lines.append(f"| {e.m} | {_num(e.n50)} | {_interval(e.n50_ci)} | "
+        lines.append(f"| {e.m} | {_num(e.n50)} | {_interval(e.n50_ci)} | {e.n50_ci_method or '-'} | "
                      f"{_num(e.n50_published)} | {_num(e.sigmoid_slope, 3)} | {e.fit_status} | "
                      f"{e.row_steps} | {', '.join(map(str, e.lengths))} |")
     published = summary.fit_published

@@ -103,7 +103,7 @@ class MSummary(_Record):
 
     m: int
     n50: float | None  # Firth logistic MLE of the sigmoid's midpoint (tokens); None when no fit
-    n50_ci: list[float] | None  # bootstrap 95% interval over sequence indices
+    n50_ci: list[float] | None  # 95% interval, of the kind n50_ci_method names
     sigmoid_slope: float | None
     sigmoid_slope_ci: list[float] | None
     fit_status: str  # "ok", "extrapolated" or "degenerate"
@@ -115,6 +115,9 @@ class MSummary(_Record):
     mean_tf_accuracy: list[float]
     num_sequences: list[int]
     row_steps: int  # sum of steps + 1 over the m's rows (forward-backward passes)
+    # "bootstrap" (over sequence indices: rows that share an index are resampled together) or "profile" (penalised
+    # likelihood, for rows that each measure their own sequence, as the sequential design's do); None without a fit
+    n50_ci_method: str | None
 
 
 @dataclass

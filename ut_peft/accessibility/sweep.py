@@ -348,8 +348,9 @@ def merge_sweeps(folders, output_dir, *, overwrite: bool = False) -> Path:
 def summarize(config: SweepConfig, settings: dict, rows: dict, model) -> store.Summary:
     """Fits with intervals, row-steps, support statistics, bounds and ratios of a (finished or partial) sweep.
 
-    n50 is the Firth logistic MLE on the per-sequence outcomes with a bootstrap 95% interval over sequence
-    indices (:mod:`.fit` says why); n50_published is the published least-squares sigmoid on the fractions.
+    n50 is the Firth logistic MLE on the per-sequence outcomes with a 95% interval: a bootstrap over sequence
+    indices, or the profile likelihood where every sequence has one row (:func:`.fit.n50_interval`); n50_published
+    is the published least-squares sigmoid on the fractions.
     """
     curves = _curves(config, rows)
     per_m, fitted_rows = [], []
@@ -369,7 +370,7 @@ def summarize(config: SweepConfig, settings: dict, rows: dict, model) -> store.S
             fit_status_published=published["status"], lengths=lengths, accessibility=acc,
             mean_tf_accuracy=[sum(r["tf_accuracy"] for r in curves[m][n]) / len(curves[m][n]) for n in lengths],
             num_sequences=[len(curves[m][n]) for n in lengths],
-            row_steps=sum(row_steps(r) for key, r in rows.items() if key[0] == m)))
+            row_steps=sum(row_steps(r) for key, r in rows.items() if key[0] == m), n50_ci_method=fit["n50_ci_method"]))
     line = line_interval([r["m"] for r in fitted_rows], [r["n"] for r in fitted_rows],
                          [r["accessible"] for r in fitted_rows], [r["index"] for r in fitted_rows],
                          seed=[config.seed, 0]) if fitted_rows else None
