@@ -59,6 +59,11 @@ PLAN = (
     # A wider random backbone (twice the fully trained model's width; about 2.5x the step cost).
     + _rows(KHOP, [("random-wide", dict(RANDOM, width=256))], [0])
     + _rows(KHOP, [("full", FULL), ("sparse", SPARSE), ("random", RANDOM)], [1, 2])
+    # Why the random backbone plateaus at ~55% (issue 12): the learning rate of E/U, training length. Compare with
+    # the local-context baselines of recipes/khop_baselines.py (what a model that never retrieves can reach).
+    + _rows(KHOP, [("random-lr1e-2", dict(RANDOM, lr=1e-2)), ("random-lr1e-3", dict(RANDOM, lr=1e-3)),
+                   ("random-long", dict(RANDOM, steps=6000))], [0])
+    + _rows(KHOP, [("sparse-fits", dict(SPARSE, heads=1, head_dim=16, width=160))], [1, 2])
 )
 
 
