@@ -25,6 +25,9 @@ from ut_peft.io import atomic_write_text
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "results" / "universal" / "runs.jsonl"
 FIGURE = ROOT / "docs" / "figures" / "universal-khop-curves.png"
+# Written by recipes/khop_baselines.py: what lookup tables of local context (no retrieval) reach, per k.
+BASELINES = ROOT / "results" / "universal" / "khop-baselines.json"
+NO_RETRIEVAL = ("position, last 3 letters", "position, current letter")
 
 # The k-hop setting where the fully trained model reached ~99.99% in 4000 steps (notes, 2026-11-30): pre-LN residual
 # blocks, 4 layers, 4 heads of 32, width 128, strings of 32 letters, k = 1..4 mixed in one model. 2000 steps here:
@@ -61,6 +64,11 @@ PLAN = (
     # A wider random backbone (twice the fully trained model's width; about 2.5x the step cost).
     + _rows(KHOP, [("random-wide", dict(RANDOM, width=256))], [0])
     + _rows(KHOP, [("full", FULL), ("sparse", SPARSE), ("random", RANDOM)], [1, 2])
+    # Why the random backbone plateaus at ~55% (issue 12): the learning rate of E/U, training length. Compare with
+    # the local-context baselines of recipes/khop_baselines.py (what a model that never retrieves can reach).
+    + _rows(KHOP, [("random-lr1e-2", dict(RANDOM, lr=1e-2)), ("random-lr1e-3", dict(RANDOM, lr=1e-3)),
+                   ("random-long", dict(RANDOM, steps=6000))], [0])
+    + _rows(KHOP, [("sparse-fits", dict(SPARSE, heads=1, head_dim=16, width=160))], [1, 2])
 )
 
 
@@ -177,7 +185,7 @@ def figure(rows: dict[str, dict], path: Path = FIGURE) -> None:
     from ut_peft.plotting import save_figure, subplots
 
     khop = {n: r for n, r in rows.items() if r["task"] == "khop"}
-    fig, (curves, per_k) = subplots(1, 2, figsize=(12, 4.5))
+    fig, (curves, per_k) = subplots(1, 2, figsize=(15, 4.5))
     colours = {}
     for name, row in sorted(khop.items()):
         group = _group(name)
@@ -197,6 +205,16 @@ def figure(rows: dict[str, dict], path: Path = FIGURE) -> None:
         means = [100 * statistics.mean(m["per_k"][str(k)] for m in members) for k in (1, 2, 3, 4)]
         per_k.bar([k + (i - (len(groups) - 1) / 2) * width for k in (1, 2, 3, 4)], means, width,
                   color=colours[group], label=group)
+    if BASELINES.exists():
+        tables = json.loads(BASELINES.read_text(encoding="utf-8"))
+        for name, style in zip(NO_RETRIEVAL, ("-", ":")):
+            label = f"lookup table: {name} (no retrieval)"
+            curves.axhline(100 * tables[name]["all"], color="black", linestyle=style, linewidth=1, label=label)
+            for k in (1, 2, 3, 4):
+                per_k.hlines(100 * tables[name][str(k)], k - 0.45, k + 0.45, color="black", linestyle=style,
+                             linewidth=1.5, label=label if k == 1 else None)
+        curves.legend(fontsize=7)
+    per_k.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
     per_k.set(xlabel="k (hops)", ylabel="token accuracy at the end (%)", ylim=(0, 101), xticks=[1, 2, 3, 4],
               title="k-hop: accuracy per k (mean over seeds)")
     per_k.grid(alpha=0.3, axis="y")
