@@ -296,7 +296,8 @@ def test_sequential_sweep_killed_mid_batch_resumes_to_the_uninterrupted_result(t
         assert _decisions(folder) == _decisions(tmp_path / "whole")
         assert resumed.per_m == whole.per_m and resumed.fit == whole.fit
     for entry in whole.per_m:  # each m stopped by its rule: interval narrower than 3 tokens, or budget spent
-        assert entry.n50_ci[1] - entry.n50_ci[0] < 3.0 or entry.row_steps >= 1500
+        ci = entry.n50_ci
+        assert (ci is not None and None not in ci and ci[1] - ci[0] < 3.0) or entry.row_steps >= 1500
     summary = summarize_folder(tmp_path / "whole", llama, support_sequences=8, support_seq_len=4)
     assert summary.per_m == whole.per_m  # the folder alone says which design ran
     report = (tmp_path / "whole" / "report.md").read_text()
@@ -309,7 +310,7 @@ def test_summary_carries_intervals_and_row_steps(tmp_path, llama):
     rows = read_rows(tmp_path)
     for entry in summary.per_m:
         assert entry.row_steps == sum(r["steps"] + 1 for (m, _, _), r in rows.items() if m == entry.m)
-        if entry.n50_ci:
+        if entry.n50_ci and None not in entry.n50_ci:  # None: a side the rows cannot bound
             assert entry.n50_ci[0] < entry.n50_ci[1]
     assert summary.row_steps == sum(e.row_steps for e in summary.per_m)
     if summary.fit:
