@@ -107,7 +107,8 @@ def run_variant(args):
 
 
 def _launch(args, variant, shard="0/1", threads=None, count_flops=False):
-    parent_only = ("variant", "processes", "shard", "threads", "repeats", "json", "max_load", "count_flops")
+    parent_only = ("variant", "processes", "shard", "threads", "repeats", "json", "max_load", "max_others",
+                   "count_flops")
     options = {k: v for k, v in vars(args).items() if k not in parent_only}
     if threads or args.threads:
         options["threads"] = threads or args.threads

@@ -17,11 +17,15 @@ Why each piece:
   the repeats with its range (min-max); a ratio is the median of the per-repeat ratios (variant A's time in
   repeat r over variant B's time in repeat r) with the range of those ratios, so the range says how far one
   paired measurement can stray.
-- Load. The 1-minute load average (``os.getloadavg``) is read at the start, every second while the benchmark runs
-  (a background thread) and at the end. When it exceeds the CPU count at any point, other jobs were waiting for
-  the cores, times are inflated unevenly between variants, and the run prints a WARNING and records
-  ``"quiet": false``: such a run is not one to quote. The benchmark's own busy threads count too: a run that
-  keeps every core busy reads about the CPU count on an otherwise idle machine.
+- Load. Every second while the benchmark runs (a background thread), and at the start and end, the watch reads
+  the 1-minute load average (``os.getloadavg``) and, on Linux, counts the threads that are running or waiting for
+  a core (state R in ``/proc``), in this benchmark's own process tree and elsewhere. Other jobs' runnable threads
+  are what slows variants unevenly, and the load average cannot tell them from the benchmark's own: a benchmark
+  that keeps both cores of an idle 2-core machine busy reads a load of about 2.0-2.1 by itself. So where /proc can
+  be read, a run is quiet when other jobs averaged at most ``--max-others`` runnable threads (default 0.25: a
+  quarter of one core) over the run; elsewhere, when the load average never exceeded the CPU count. ``--max-load``
+  adds the load criterion on Linux too. A run that is not quiet prints a WARNING and records ``"quiet": false``:
+  such a run is not one to quote.
 - Calibration. A float32 and a bf16 matrix product at the benchmark's scale, timed for a few hundred ms, give the
   GFLOP/s this machine actually reaches; a variant's FLOPs over its time, divided by that, is the fraction of the
   measured peak it runs at, a figure that travels between machines better than seconds do.
@@ -43,6 +47,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from ut_peft.io import atomic_write_text
+
 
 def add_arguments(parser, *, repeats: int | None = 3) -> None:
     """Add ``--repeats`` (unless ``repeats`` is None: the script has its own count), ``--json`` and ``--max-load``."""
@@ -51,7 +57,11 @@ def add_arguments(parser, *, repeats: int | None = 3) -> None:
                             help=f"times each variant runs, interleaved (default {repeats})")
     parser.add_argument("--json", type=Path, metavar="PATH", help="also write the results as JSON to PATH")
     parser.add_argument("--max-load", type=float, default=None,
-                        help="1-minute load average above which the run is not quiet (default: the CPU count)")
+                        help="1-minute load average above which the run is not quiet (default: the CPU count, "
+                        "where other jobs' threads cannot be counted; not checked where they can)")
+    parser.add_argument("--max-others", type=float, default=0.25,
+                        help="other jobs' runnable threads, averaged over the run, above which it is not quiet "
+                        "(Linux; default 0.25)")
 
 
 # --- arithmetic -------------------------------------------------------------------------------------------------
@@ -114,22 +124,74 @@ def interleave(variants: dict[str, Callable[[int], object]], repeats: int) -> di
 
 # --- load -------------------------------------------------------------------------------------------------------
 
-class LoadWatch:
-    """The 1-minute load average at the start, every ``interval`` seconds in a background thread, and at the end."""
+def runnable_threads(root: int | None = None) -> tuple[int, int] | None:
+    """Threads running or waiting for a core now (state R): (in ``root``'s process tree, elsewhere).
 
-    def __init__(self, limit: float | None = None, interval: float = 1.0, getloadavg=os.getloadavg):
+    ``root`` defaults to this process, so a benchmark's children count as its own. None where /proc cannot be read
+    (not Linux). Processes that end while being read are skipped.
+    """
+    proc = Path("/proc")
+    try:
+        pids = [int(name) for name in os.listdir(proc) if name.isdigit()]
+    except OSError:
+        return None
+    parent, running = {}, {}
+    for pid in pids:
+        try:
+            stat = (proc / str(pid) / "stat").read_text()
+            parent[pid] = int(stat[stat.rindex(")") + 2:].split()[1])
+            count = 0
+            for tid in os.listdir(proc / str(pid) / "task"):
+                task = (proc / str(pid) / "task" / tid / "stat").read_text()
+                count += task[task.rindex(")") + 2] == "R"
+            running[pid] = count
+        except (OSError, ValueError, IndexError):
+            continue
+    if not running:
+        return None
+    children: dict[int, list[int]] = {}
+    for pid, ppid in parent.items():
+        children.setdefault(ppid, []).append(pid)
+    ours, stack = set(), [root or os.getpid()]
+    while stack:
+        pid = stack.pop()
+        ours.add(pid)
+        stack += children.get(pid, [])
+    return (sum(n for pid, n in running.items() if pid in ours),
+            sum(n for pid, n in running.items() if pid not in ours))
+
+
+class LoadWatch:
+    """The 1-minute load average, and other jobs' runnable threads, at the start, every ``interval`` seconds in a
+    background thread, and at the end (see the module's docstring for what makes a run quiet)."""
+
+    def __init__(self, limit: float | None = None, interval: float = 1.0, getloadavg=os.getloadavg,
+                 runnable=runnable_threads, max_others: float = 0.25):
         self.cpu_count = os.cpu_count() or 1
-        self.limit = float(limit if limit is not None else self.cpu_count)
-        self.interval, self._getloadavg = interval, getloadavg
+        self.interval, self._getloadavg, self._runnable = interval, getloadavg, runnable
+        self.max_others = float(max_others)
+        self.counts_others = runnable is not None and runnable() is not None
+        # Where other jobs' threads can be counted, the load average is checked only when asked (``limit``).
+        self.limit = (float(limit) if limit is not None else None if self.counts_others else float(self.cpu_count))
         self.start_load = self.end_load = None
         self.highest = 0.0
+        self.others: list[int] = []
+        self.ours: list[int] = []
         self._stop = threading.Event()
         self._thread = None
 
     def sample(self) -> tuple[float, float, float]:
         load = tuple(self._getloadavg())
         self.highest = max(self.highest, load[0])
+        counts = self._runnable() if self.counts_others else None
+        if counts is not None:
+            self.ours.append(counts[0])
+            self.others.append(counts[1])
         return load
+
+    @property
+    def others_mean(self) -> float | None:
+        return sum(self.others) / len(self.others) if self.others else None
 
     def start(self) -> LoadWatch:
         self.start_load = self.sample()
@@ -150,24 +212,51 @@ class LoadWatch:
         return self
 
     @property
+    def load_quiet(self) -> bool:
+        return self.limit is None or self.highest <= self.limit
+
+    @property
+    def others_quiet(self) -> bool:
+        return self.others_mean is None or self.others_mean <= self.max_others
+
+    @property
     def quiet(self) -> bool:
-        return self.highest <= self.limit
+        return self.load_quiet and self.others_quiet
+
+    @property
+    def busy_at_start(self) -> bool:
+        """Before the benchmark's own work weighs in, a 1-minute load near the CPU count means other jobs."""
+        return bool(self.start_load) and self.start_load[0] > self.cpu_count - 0.5
 
     def summary(self) -> dict:
+        mean = lambda values: round(sum(values) / len(values), 3) if values else None  # noqa: E731
         return {"cpu_count": self.cpu_count, "limit": self.limit, "start": list(self.start_load or ()),
-                "end": list(self.end_load or ()), "highest_1min": self.highest, "quiet": self.quiet}
+                "end": list(self.end_load or ()), "highest_1min": self.highest, "max_others": self.max_others,
+                "others_runnable_mean": mean(self.others), "others_runnable_max": max(self.others, default=None),
+                "ours_runnable_mean": mean(self.ours), "samples": len(self.others), "quiet": self.quiet}
 
     def line(self) -> str:
         end = f"{self.end_load[0]:.2f}" if self.end_load else "?"
-        return (f"load average (1 min): {self.start_load[0]:.2f} at start, {end} at end, highest {self.highest:.2f}; "
-                f"{self.cpu_count} CPUs")
+        line = (f"load average (1 min): {self.start_load[0]:.2f} at start, {end} at end, highest "
+                f"{self.highest:.2f}; {self.cpu_count} CPUs")
+        if self.others:
+            line += (f"; other jobs' runnable threads: mean {self.others_mean:.2f} (max {max(self.others)}), this "
+                     f"benchmark's: mean {sum(self.ours) / len(self.ours):.2f}, over {len(self.others)} samples")
+        return line
 
     def warning(self) -> str | None:
         if self.quiet:
             return None
-        return (f"WARNING: NOT A QUIET RUN. The 1-minute load average reached {self.highest:.2f}, above "
-                f"{self.limit:g} (the CPU count is {self.cpu_count}): other jobs were waiting for the cores, so "
-                "the times and ratios above are inflated unevenly. Do not quote them; rerun on a quiet machine.")
+        why = []
+        if not self.others_quiet:
+            why.append(f"other jobs averaged {self.others_mean:.2f} runnable threads, above {self.max_others:g}")
+        if not self.load_quiet:
+            why.append(f"the 1-minute load average reached {self.highest:.2f}, above {self.limit:g} (the CPU count "
+                       f"is {self.cpu_count})")
+        reasons = "; ".join(why)
+        return (f"WARNING: NOT A QUIET RUN. {reasons[0].upper() + reasons[1:]}: other jobs were waiting for the "
+                "cores, so the times and ratios above are inflated unevenly. Do not quote them; rerun on a quiet "
+                "machine.")
 
 
 # --- calibration and FLOPs --------------------------------------------------------------------------------------
@@ -274,16 +363,19 @@ def machine() -> dict:
 class Run:
     """One benchmark run: watches the load from creation, then prints the load line and writes the JSON record."""
 
-    def __init__(self, benchmark: str, args=None, *, interval: float = 1.0, getloadavg=os.getloadavg):
+    def __init__(self, benchmark: str, args=None, *, interval: float = 1.0, getloadavg=os.getloadavg,
+                 runnable=runnable_threads):
         self.args = args
         self.record = {"benchmark": benchmark, "command": [Path(sys.argv[0]).name] + sys.argv[1:],
                        "arguments": {k: (str(v) if isinstance(v, Path) else v)
                                      for k, v in (vars(args) if args is not None else {}).items()},
                        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-        self.load = LoadWatch(getattr(args, "max_load", None), interval, getloadavg).start()
-        if not self.load.quiet:  # say so at once: a user may rather stop and wait for a quiet machine
-            print(self.load.warning().replace("the times and ratios above are", "times and ratios will be"),
-                  flush=True)
+        self.load = LoadWatch(getattr(args, "max_load", None), interval, getloadavg, runnable,
+                              getattr(args, "max_others", 0.25)).start()
+        if self.load.busy_at_start or not self.load.quiet:  # say so at once: a user may rather wait for quiet
+            print(f"WARNING: the machine is busy before the benchmark starts (1-minute load average "
+                  f"{self.load.start_load[0]:.2f}, {self.load.cpu_count} CPUs): times and ratios will be inflated "
+                  "unevenly; better stop and rerun on a quiet machine.", flush=True)
 
     def finish(self, results: dict) -> dict:
         """Stop watching; print the load line (and the WARNING); write ``--json``; return the whole record."""
@@ -297,6 +389,6 @@ class Run:
         if path:
             path = Path(path)
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps(self.record, indent=2, default=str) + "\n")
+            atomic_write_text(path, json.dumps(self.record, indent=2, default=str) + "\n")
             print(f"results written to {path}")
         return self.record

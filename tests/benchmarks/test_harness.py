@@ -52,14 +52,14 @@ def fake_load(values):
 
 
 def test_load_below_the_cpu_count_is_quiet():
-    watch = harness.LoadWatch(limit=2, interval=0, getloadavg=fake_load([0.5, 1.9])).start().stop()
+    watch = harness.LoadWatch(limit=2, interval=0, getloadavg=fake_load([0.5, 1.9]), runnable=None).start().stop()
     assert watch.quiet and watch.warning() is None
     assert watch.summary()["start"][0] == 0.5 and watch.summary()["end"][0] == 1.9
     assert "0.50 at start, 1.90 at end" in watch.line()
 
 
 def test_load_above_the_cpu_count_at_any_point_warns():
-    watch = harness.LoadWatch(limit=2, interval=0, getloadavg=fake_load([0.5, 3.5, 1.0]))
+    watch = harness.LoadWatch(limit=2, interval=0, getloadavg=fake_load([0.5, 3.5, 1.0]), runnable=None)
     watch.start()
     watch.sample()  # what the background thread does while the benchmark runs
     watch.stop()
@@ -69,22 +69,77 @@ def test_load_above_the_cpu_count_at_any_point_warns():
 
 def test_the_background_thread_samples_while_running():
     values = [0.1] + [5.0] * 1000
-    watch = harness.LoadWatch(limit=2, interval=0.001, getloadavg=fake_load(values)).start()
+    watch = harness.LoadWatch(limit=2, interval=0.001, getloadavg=fake_load(values), runnable=None).start()
     import time
     time.sleep(0.05)
     watch.stop()
     assert watch.highest == 5.0
 
 
-def test_the_default_limit_is_the_cpu_count():
+def test_the_default_limit_is_the_cpu_count_where_other_jobs_cannot_be_counted():
     import os
-    assert harness.LoadWatch(interval=0).limit == os.cpu_count()
+    assert harness.LoadWatch(interval=0, runnable=None).limit == os.cpu_count()
+    assert harness.LoadWatch(interval=0, runnable=lambda: (2, 0)).limit is None
+    assert harness.LoadWatch(limit=3, interval=0, runnable=lambda: (2, 0)).limit == 3
+
+
+def fake_runnable(values):
+    values = iter(values)
+    last = [(0, 0)]
+
+    def runnable():
+        last[0] = next(values, last[0])
+        return last[0]
+    return runnable
+
+
+def test_a_benchmark_that_fills_every_core_by_itself_is_quiet():
+    # Its own two threads push the load average past the CPU count; no other job wanted a core.
+    watch = harness.LoadWatch(interval=0, getloadavg=fake_load([0.4, 2.1, 2.05]),
+                              runnable=fake_runnable([(0, 0), (1, 0), (2, 0), (2, 1), (2, 0)]))
+    watch.start()
+    for _ in range(3):
+        watch.sample()
+    watch.stop()
+    assert watch.highest == 2.1 and watch.quiet and watch.warning() is None
+    assert watch.summary()["others_runnable_mean"] == 0.2 and watch.summary()["others_runnable_max"] == 1
+    assert "other jobs' runnable threads: mean 0.20 (max 1)" in watch.line()
+
+
+def test_other_jobs_runnable_threads_make_a_run_not_quiet():
+    watch = harness.LoadWatch(interval=0, getloadavg=fake_load([0.4, 1.5]),
+                              runnable=fake_runnable([(0, 0), (2, 1), (2, 0), (2, 2), (2, 0)]))
+    watch.start()  # the first value went to the probe of whether /proc can be read
+    watch.sample()
+    watch.sample()
+    watch.stop()
+    assert not watch.quiet and watch.others_mean == 0.75
+    assert watch.warning().startswith("WARNING: NOT A QUIET RUN. Other jobs averaged 0.75 runnable threads")
+
+
+def test_runnable_threads_counts_a_busy_child_as_ours():
+    import subprocess
+    import sys
+    import time
+
+    counts = harness.runnable_threads()
+    if counts is None:
+        pytest.skip("no /proc here")
+    child = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.5)
+        ours = [harness.runnable_threads()[0] for _ in range(20)]
+        assert max(ours) >= 2  # this thread, reading /proc, and the spinning child
+        assert harness.runnable_threads(root=child.pid)[0] in (0, 1)
+    finally:
+        child.kill()
+        child.wait()
 
 
 def test_run_writes_json_and_warns_when_not_quiet(tmp_path, capsys):
     path = tmp_path / "sub" / "out.json"
     args = SimpleNamespace(json=path, max_load=1.0, repeats=2)
-    run = harness.Run("demo", args, interval=0, getloadavg=fake_load([0.2, 4.0]))
+    run = harness.Run("demo", args, interval=0, getloadavg=fake_load([0.2, 4.0]), runnable=None)
     record = run.finish({"ratio": harness.ratio_spread([1, 2], [2, 2])})
     out = capsys.readouterr().out
     assert "WARNING: NOT A QUIET RUN" in out and str(path) in out
@@ -98,7 +153,8 @@ def test_run_writes_json_and_warns_when_not_quiet(tmp_path, capsys):
 
 def test_a_quiet_run_says_so_in_json(tmp_path, capsys):
     args = SimpleNamespace(json=tmp_path / "q.json", max_load=8.0)
-    harness.Run("demo", args, interval=0, getloadavg=fake_load([0.2, 0.3])).finish({})
+    harness.Run("demo", args, interval=0, getloadavg=fake_load([0.2, 0.3]),
+                runnable=fake_runnable([(1, 0)])).finish({})
     assert "WARNING" not in capsys.readouterr().out
     assert json.loads((tmp_path / "q.json").read_text())["quiet"] is True
 
@@ -127,5 +183,5 @@ def test_calibration_measures_each_dtype():
 
 
 def test_a_run_without_arguments_records_none(capsys):
-    record = harness.Run("bare", None, interval=0, getloadavg=fake_load([0.0, 0.0])).finish({"x": 1})
+    record = harness.Run("bare", None, interval=0, getloadavg=fake_load([0.0, 0.0]), runnable=None).finish({"x": 1})
     assert record["arguments"] == {} and record["results"] == {"x": 1} and record["quiet"] is True
