@@ -37,6 +37,13 @@ the cost-aware placement of lengths (information about n_50 per expected row-ste
 the oracle bound: the rows and row-steps a design that already knew n_50 and the slope would need at the
 published widths, every row at n_50 (Cramer-Rao for one 0/1 outcome per row); no design reaches it.
 
+The published design with prefix inference ("published+inferred", ``--infer-prefixes`` of recipes/cram.py): the
+same adaptive walk over the same 20 texts, each row that another row of its text implies (crammed at a longer
+length: accessible; failed at a shorter one: not) decided from it instead of crammed
+(:func:`~ut_peft.accessibility.design.infer_prefixes`). In the simulator the first rule is exact only up to the
+per-attempt jitter (a real text crammed at n' has vectors for every prefix; the simulator draws each attempt
+afresh), so the line it prints counts how many inferred rows their own attempt would have decided otherwise.
+
 Real model (``--model``): runs both designs through ``run_sweep`` (published: adaptive grid, 20 sequences, cap
 3000, patience 500; sequential: ``--target-ci`` from the published run's widths unless given) into ``--output``
 and prints their row-steps, wall times, n_50 with intervals and whether they agree.
@@ -55,7 +62,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ut_peft.accessibility.design import AdaptiveDesign, SequentialDesign, complete_groups, row_steps  # noqa: E402
+from ut_peft.accessibility.design import (AdaptiveDesign, SequentialDesign, complete_groups,  # noqa: E402
+                                          infer_prefixes, row_steps)
 from ut_peft.accessibility.fit import fit_sigmoid, line_interval, n50_interval  # noqa: E402
 from ut_peft.accessibility.sweep import GridConfig  # noqa: E402  (its defaults are the published adaptive grid)
 
@@ -112,10 +120,14 @@ def oracle_row_steps(truth: Truth, m: int, width: float, draws: int = 4000) -> t
     return rows, rows * float(cost)
 
 
-def run_design(design, truth: Truth, repeat: int) -> tuple[dict, float]:
+def run_design(design, truth: Truth, repeat: int, infer: bool = False) -> tuple[dict, float]:
+    """Drive a design as run_sweep does (``infer``: with --infer-prefixes, design.infer_prefixes)."""
     rows: dict = {}
     start = time.perf_counter()
     while jobs := design.next_jobs(rows):
+        if infer:
+            jobs, inferred = infer_prefixes(jobs, rows)
+            rows.update(inferred)
         for job in jobs:
             rows[job] = simulate_row(truth, repeat, *job)
     return rows, time.perf_counter() - start
@@ -151,12 +163,21 @@ def with_index(rows: dict) -> dict:
 def simulate(args) -> None:
     truth = Truth(args.slope, args.intercept, args.rel_width, args.jitter, args.early_stop)
     ms = args.ms
-    results = {"published": [], "sequential": []}
-    walls = {"published": 0.0, "sequential": 0.0}
+    results = {"published": [], "published+inferred": [], "sequential": []}
+    walls = {"published": 0.0, "published+inferred": 0.0, "sequential": 0.0}
+    changed = []  # per repeat: inferred rows whose own attempt would have decided otherwise, of rows inferred
     for repeat in range(args.repeats):
         rows, wall = run_design(AdaptiveDesign(ms, GridConfig(), 20), truth, repeat)
         walls["published"] += wall
         results["published"].append(analyse(with_index(rows), ms, complete=20))
+        # The published design with prefix inference: the same texts (index k is one text at every length), each
+        # decided row that another row of its text implies taken from it instead of crammed.
+        rows, wall = run_design(AdaptiveDesign(ms, GridConfig(), 20), truth, repeat, infer=True)
+        walls["published+inferred"] += wall
+        results["published+inferred"].append(analyse(with_index(rows), ms, complete=20))
+        inferred = [k for k, r in rows.items() if r.get("stop_reason") == "inferred"]
+        changed.append((sum(simulate_row(truth, repeat, *k)["accessible"] != rows[k]["accessible"]
+                            for k in inferred), len(inferred), len(rows)))
     target = {m: float(np.mean([r["per_m"][m]["ci"][1] - r["per_m"][m]["ci"][0] for r in results["published"]
                                 if r["per_m"][m]["ci"] and None not in r["per_m"][m]["ci"]])) for m in ms}
     for repeat in range(args.repeats):
@@ -202,6 +223,10 @@ def simulate(args) -> None:
         width = np.mean([hi - lo for lo, hi in slope_cis])
         print(f"| {name} | {slopes.mean():.2f} | {slopes.mean() - truth.slope:+.2f} | {width:.2f} | "
               f"{slope_cover:.2f} | {icpt_cover:.2f} | {totals[name]:.0f} | {walls[name]:.1f} |")
+    flips, inferred, total = (sum(c[i] for c in changed) for i in range(3))
+    print(f"prefix inference on the published design: {inferred} of {total} rows inferred, {flips} of them "
+          f"({flips / max(1, inferred):.1%}) decided otherwise by their own attempt; row-steps ratio "
+          f"{totals['published'] / totals['published+inferred']:.2f}")
     oracle = [oracle_row_steps(truth, m, target[m]) for m in ms]
     print(f"oracle bound (n_50 and slope known, every row at n_50, the published widths): "
           f"{' '.join(f'{r:.0f}' for r, _ in oracle)} rows per m, {sum(c for _, c in oracle):.0f} row-steps, "

@@ -30,7 +30,8 @@ def _config(args, design, grid) -> SweepConfig:
                        cram=CramConfig(max_steps=args.max_steps, patience=args.patience, lr=args.lr,
                                        batch_size=args.batch_size, progressive=args.progressive,
                                        autocast=args.autocast, abandon_below=args.abandon_below),
-                       support_sequences=args.support_sequences, prefix=args.prefix, protocol=args.protocol)
+                       support_sequences=args.support_sequences, prefix=args.prefix, protocol=args.protocol,
+                       infer_prefixes=args.infer_prefixes)
 
 
 def main(args):
@@ -111,6 +112,11 @@ def parse(argv=None):
                         help="sequential: stop an m once its n_50 95%% interval is narrower than this many tokens")
     parser.add_argument("--budget", type=int, default=None,
                         help="sequential: stop an m once its rows cost this many forward-backward passes (row-steps)")
+    parser.add_argument("--infer-prefixes", action="store_true",
+                        help="nested texts (--protocol published --source text): cram each text's lengths in "
+                        "increasing order and decide without cramming the rows its other rows imply (crammed at n: "
+                        "accessible at every shorter n; failed at n: taken to fail at every longer n); the rows say "
+                        "'inferred'")
     parser.add_argument("--start", type=int, default=10)
     parser.add_argument("--stop", type=int, default=1000)
     parser.add_argument("--coarse", type=int, default=100)

@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 from ut_peft.accessibility import GridConfig, SweepConfig, next_length
-from ut_peft.accessibility.design import (AdaptiveDesign, FixedDesign, SequentialDesign, make_design, row_steps)
+from ut_peft.accessibility.design import (AdaptiveDesign, FixedDesign, SequentialDesign, infer_prefixes, make_design,
+                                          prefix_violations, row_steps)
 from ut_peft.accessibility.fit import n50_interval
 
 
@@ -134,3 +135,49 @@ def test_cost_aware_placement_prefers_the_cheaper_side_and_stays_deterministic()
         SequentialDesign([1], batch=4, start=1, stop=10, target_ci=1.0, placement="middle")
     with pytest.raises(ValueError, match="unknown interval 'wald'"):
         SequentialDesign([1], batch=4, start=1, stop=10, target_ci=1.0, interval="wald")
+
+
+def test_prefix_inference_decides_implied_rows_and_crams_the_shortest_undecided_length():
+    rows = {(1, 5, 0): {"accessible": True, "steps": 40}, (1, 10, 1): {"accessible": False, "steps": 300},
+            (1, 5, 2): {"accessible": False, "steps": 300}, (1, 10, 2): {"accessible": True, "steps": 90}}
+    jobs = [(1, 3, 0), (1, 8, 0), (1, 15, 0), (1, 12, 1), (1, 7, 1), (1, 7, 2), (2, 3, 0)]
+    run_now, inferred = infer_prefixes(jobs, rows)
+    # Text 0 crammed at 5, so 3 is accessible; 8 is the shortest undecided length (15 waits for its outcome).
+    # Text 1 failed at 10: 12 is inferred not accessible, 7 is crammed. Text 2 failed at 5 and crammed at 10:
+    # the rows disagree about 7, so it is crammed. Another m is another chain.
+    assert run_now == [(1, 7, 1), (1, 7, 2), (1, 8, 0), (2, 3, 0)]
+    assert set(inferred) == {(1, 3, 0), (1, 12, 1)}
+    assert inferred[(1, 3, 0)]["accessible"] and inferred[(1, 3, 0)]["inferred_from"] == 5
+    assert not inferred[(1, 12, 1)]["accessible"] and inferred[(1, 12, 1)]["inferred_from"] == 10
+    assert all(r["stop_reason"] == "inferred" and row_steps(r) == 0 for r in inferred.values())
+    # Inferred rows are never the ground of another inference.
+    run_now, inferred = infer_prefixes([(1, 20, 1)], {(1, 12, 1): _inferred(1, 12, 1, False)})
+    assert run_now == [(1, 20, 1)] and not inferred
+
+
+def _inferred(m, n, k, accessible):
+    return {"m": m, "n": n, "index": k, "accessible": accessible, "steps": 0, "stop_reason": "inferred"}
+
+
+def test_prefix_inference_on_a_monotone_truth_decides_like_the_full_run_for_fewer_row_steps():
+    row = oracle(lambda m: 25 * m, lambda m: 3.0)  # a text's threshold does not depend on n: exactly monotone
+    design = FixedDesign([1, 2], [10, 20, 30, 40, 50, 60], 8)
+    full = run(design, row)
+    rows = {}
+    while jobs := design.next_jobs(rows):
+        jobs, inferred = infer_prefixes(jobs, rows)
+        rows.update(inferred)
+        for job in jobs:
+            rows[job] = row(*job)
+    assert set(rows) == set(full)
+    assert all(rows[k]["accessible"] == full[k]["accessible"] for k in full)
+    assert sum(r.get("stop_reason") == "inferred" for r in rows.values()) > 0
+    saved = sum(map(row_steps, full.values())) / sum(map(row_steps, rows.values()))
+    assert saved > 1.5  # failures are the expensive rows, and each text now fails at most once
+    assert prefix_violations(full) == {"chains": 16, "rows": 96, "changed": 0, "changed_rows": []}
+
+
+def test_prefix_violations_count_rows_that_cram_after_a_shorter_failure():
+    rows = {(1, 5, 0): {"accessible": False}, (1, 10, 0): {"accessible": True}, (1, 15, 0): {"accessible": False},
+            (1, 5, 1): {"accessible": True}, (1, 10, 1): {"accessible": False}}
+    assert prefix_violations(rows) == {"chains": 2, "rows": 5, "changed": 1, "changed_rows": [(1, 10, 0)]}

@@ -352,3 +352,50 @@ def test_recipe_refuses_bad_design_settings():
                            (["--design", "nope"], "invalid choice: 'nope'")):
         result = subprocess.run([sys.executable, str(RECIPE)] + extra, capture_output=True, text=True)
         assert result.returncode != 0 and message in result.stderr, result.stderr[-500:]
+
+
+class _WordTokenizer:
+    """Words to ids below the tiny model's vocabulary, with a BOS: enough for the published text source."""
+
+    bos_token_id = 1
+
+    def __init__(self, vocab_size=97):
+        self.vocab, self.vocab_size = {}, vocab_size
+
+    def __call__(self, text, add_special_tokens=True):
+        ids = [3 + self.vocab.setdefault(w, len(self.vocab)) % (self.vocab_size - 3) for w in text.split()]
+        return {"input_ids": ([self.bos_token_id] if add_special_tokens else []) + ids}
+
+
+def test_prefix_inference_crams_each_nested_text_up_to_its_first_failure(tmp_path, llama):
+    settings = dict(source="text", protocol="published", ms=[1], grid=GridConfig(lengths=[3, 5, 9, 17]),
+                    num_sequences=4, cram=CramConfig(max_steps=25, patience=25, batch_size=8))
+    full = run_sweep(small_config(**settings), tmp_path / "full", model=llama, tokenizer=_WordTokenizer(),
+                     progress=False)
+    lean = run_sweep(small_config(**settings, infer_prefixes=True), tmp_path / "lean", model=llama,
+                     tokenizer=_WordTokenizer(), progress=False)
+    full_rows = {(r["m"], r["n"], r["index"]): r for r in load_rows(tmp_path / "full")}
+    lean_rows = {(r["m"], r["n"], r["index"]): r for r in load_rows(tmp_path / "lean")}
+    assert set(lean_rows) == set(full_rows)
+    inferred = {k for k, r in lean_rows.items() if r["stop_reason"] == "inferred"}
+    assert inferred, "some text failed before its longest length, or the grid is too easy for this test"
+    for key, row in lean_rows.items():
+        if key in inferred:  # a failure at a shorter prefix decided it
+            assert not row["accessible"] and row["inferred_from"] < key[1]
+            assert not lean_rows[(key[0], row["inferred_from"], key[2])]["accessible"]
+        else:  # crammed rows are the full run's rows: same init, same decision, same steps
+            assert (row["accessible"], row["steps"]) == (full_rows[key]["accessible"], full_rows[key]["steps"])
+    assert lean.row_steps == sum(r["steps"] + 1 for k, r in lean_rows.items() if k not in inferred) < full.row_steps
+    assert lean.settings["infer_prefixes"] and "infer_prefixes" not in full.settings
+    assert "decided without cramming" in (tmp_path / "lean" / "report.md").read_text()
+    again = run_sweep(small_config(**settings, infer_prefixes=True), tmp_path / "lean", model=llama,
+                      tokenizer=_WordTokenizer(), progress=False)  # resuming infers nothing twice
+    assert len(load_rows(tmp_path / "lean")) == len(lean_rows) and again.to_dict() == lean.to_dict()
+
+
+def test_prefix_inference_is_refused_where_prefixes_are_not_nested(tmp_path, llama):
+    with pytest.raises(ValueError, match="needs nested texts"):
+        run_sweep(small_config(infer_prefixes=True), tmp_path, model=llama, progress=False)
+    with pytest.raises(ValueError, match="sequential design crams every text once"):
+        small_config(grid=GridConfig(), design="sequential", target_ci=5, infer_prefixes=True)
+    assert not (tmp_path / "rows.jsonl").exists()

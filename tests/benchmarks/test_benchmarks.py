@@ -153,3 +153,28 @@ def test_geometry_cells(load, tiny_model_folder, tmp_path, capsys, monkeypatch, 
     results = read(out)["results"]
     assert results["flops"] == 2 * 500 * 32 * 300
     assert results["unchunked_logits_bytes"] == 500 * 300 * 4
+
+
+def test_prefix_inference_replays_a_full_run(load, tmp_path, capsys):
+    from ut_peft.accessibility import store
+
+    bench = load("prefix_inference")
+    folder = tmp_path / "sweep"
+    store.prepare_folder(folder, {"source": {"kind": "text", "nested": True}, "protocol": "published"}, clear=False)
+    outcomes = {0: [True, True, False, False], 1: [True, False, True, False], 2: [False, False, False, False]}
+    for k, chain in outcomes.items():  # text 1 crams at 17 after failing at 9: the one broken assumption
+        for n, ok in zip((5, 9, 17, 33), chain):
+            store.append_row(store.rows_file(folder, 0), {
+                "m": 1, "n": n, "index": k, "init_seed": 0, "tf_accuracy": 1.0 if ok else 0.5, "greedy_exact": ok,
+                "accessible": ok, "steps": 50 if ok else 300, "final_loss": 0.1, "best_accuracy": 0.5,
+                "stop_reason": "exact" if ok else "max_steps", "seconds": 1.0, "rank": 0})
+    (result,) = bench.main(bench.parse([str(folder)]))
+    # Text 0 crams 5, 9, fails 17 (33 inferred); text 1 fails 9 (17 and 33 inferred, 17 wrongly); text 2 fails 5.
+    assert (result["chains"], result["rows"], result["inferred"], result["changed"]) == (3, 12, 6, 1)
+    assert result["row_steps_full"] == 4 * 51 + 8 * 301
+    assert result["row_steps_inferred"] == 3 * 51 + 3 * 301
+    assert capsys.readouterr().out.strip().splitlines()[-1] == (
+        f"row-steps ratio: {result['row_steps_full'] / result['row_steps_inferred']:.2f} (1 of 12 decisions changed)")
+    store.prepare_folder(tmp_path / "words", {"source": {"kind": "words"}}, clear=False)
+    with pytest.raises(SystemExit, match="not nested"):
+        bench.main(bench.parse([str(tmp_path / "words")]))

@@ -116,6 +116,9 @@ def differences_from_published(settings: dict) -> list[str]:
         out.append(f"calibrated early abandon {cram.get('abandon_below')} (published: none)")
     if settings.get("num_sequences") != PUBLISHED.num_sequences:
         out.append(f"{settings.get('num_sequences')} sequences per length (published {PUBLISHED.num_sequences})")
+    if settings.get("infer_prefixes"):
+        out.append("rows implied by a longer crammed prefix or a shorter failed one of the same text decided without "
+                   "cramming (stop_reason 'inferred' in rows.jsonl; published: every row crammed)")
     grid = settings.get("grid", {})
     if grid.get("lengths") is not None:
         out.append(f"fixed lengths {grid['lengths']} (published: {PUBLISHED.grid})")

@@ -156,7 +156,8 @@ def markdown(summary: Summary, *, figures: tuple[str, str] | None = (ACCESSIBILI
               "| m | n | sequences | accessible | 95% interval | mean tf acc |", "|---|---|---|---|---|---|"]
     for e in summary.per_m:
         for n, a, k, t in zip(e.lengths, e.accessibility, e.num_sequences, e.mean_tf_accuracy):
-            lines.append(f"| {e.m} | {n} | {k} | {a:.2f} | {_interval(wilson(round(a * k), k), 2)} | {t:.3f} |")
+            mean_tf = "-" if t is None else f"{t:.3f}"  # rows inferred not accessible have no accuracy
+            lines.append(f"| {e.m} | {n} | {k} | {a:.2f} | {_interval(wilson(round(a * k), k), 2)} | {mean_tf} |")
     if figures:
         lines += ["", f"![accessibility]({figures[0]})", "", f"![n50 vs m]({figures[1]})"]
     return "\n".join(lines) + "\n"

@@ -219,11 +219,17 @@ ROW_FEATURES = datasets.Features({
     "best_accuracy": datasets.Value("float64"), "stop_reason": datasets.Value("string"),
     "seconds": datasets.Value("float64"), "rank": datasets.Value("int64"),
     "greedy_misses": datasets.Value("int64"),  # absent from rows written before it existed: read as 0
+    # The crammed length a row inferred from another row of its nested text was decided from (design.infer_prefixes;
+    # stop_reason "inferred"); None for crammed rows. Its init_seed, final_loss (and accuracies when it is inferred
+    # not accessible) are None: nothing was crammed.
+    "inferred_from": datasets.Value("int64"),
 })
 
 
-# A row written before greedy_misses existed lacks it (read as 0); every other field is required.
-OPTIONAL_ROW_FIELDS = ("greedy_misses",)
+# A row written before greedy_misses existed lacks it (read as 0); crammed rows have no inferred_from (None);
+# every other field is required.
+OPTIONAL_ROW_FIELDS = ("greedy_misses", "inferred_from")
+_OPTIONAL_DEFAULTS = {"greedy_misses": 0, "inferred_from": None}
 REQUIRED_ROW_FIELDS = tuple(k for k in ROW_FEATURES if k not in OPTIONAL_ROW_FIELDS)
 
 
@@ -468,5 +474,5 @@ def lock_folder(folder: Path, rank: int = 0) -> FolderLock:
 def load_rows(folder) -> datasets.Dataset:
     """The finished rows of a sweep folder as a ``datasets.Dataset``, sorted by (m, n, index)."""
     rows = sorted(read_rows(Path(folder)).values(), key=row_key)
-    return datasets.Dataset.from_list([{k: row.get(k, 0) if k == "greedy_misses" else row[k] for k in ROW_FEATURES}
-                                       for row in rows], features=ROW_FEATURES)
+    return datasets.Dataset.from_list([{k: row.get(k, _OPTIONAL_DEFAULTS[k]) if k in _OPTIONAL_DEFAULTS else row[k]
+                                        for k in ROW_FEATURES} for row in rows], features=ROW_FEATURES)

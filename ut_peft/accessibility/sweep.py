@@ -21,7 +21,7 @@ from . import store
 from .bounds import measure_support, slope_bounds
 from .cram import CramConfig, CramJob, cram
 from .protocol import PublishedSequences, check_protocol, cram_settings, special_prefix_ids
-from .design import DESIGNS, check_stopping, complete_groups, make_design, row_steps
+from .design import DESIGNS, check_stopping, complete_groups, infer_prefixes, make_design, row_steps
 from .fit import fit_sigmoid, line_interval, linear_fit, n50_interval
 from .sources import init_seed, make_source
 
@@ -87,6 +87,10 @@ class SweepConfig:
     design: str | None = None
     target_ci: float | None = None
     budget_row_steps: int | None = None
+    # Nested texts only (--protocol published --source text): take each text's lengths in increasing order and
+    # decide rows that other rows of the same text imply without cramming them (a text crammed at n is accessible
+    # at every shorter n; one that failed at n is taken to fail at every longer n): design.infer_prefixes.
+    infer_prefixes: bool = False
 
     def __post_init__(self):
         if self.prefix not in ("bos", "none"):
@@ -103,6 +107,9 @@ class SweepConfig:
                              "give GridConfig(start=..., stop=...) without lengths (or use design='fixed')")
         if self.design == "sequential":
             check_stopping(self.target_ci, self.budget_row_steps)
+            if self.infer_prefixes:
+                raise ValueError("infer_prefixes needs the rows of a text at several lengths (the fixed or adaptive "
+                                 "design); the sequential design crams every text once")
         elif self.target_ci is not None or self.budget_row_steps is not None:
             raise ValueError(f"target_ci and budget_row_steps belong to the sequential design (got design "
                              f"{self.design!r}); pass design='sequential' (--design sequential)")
@@ -145,6 +152,8 @@ class SweepConfig:
                     "cram": cram}
         if self.protocol != "ut-peft":
             settings["protocol"] = self.protocol
+        if self.infer_prefixes:
+            settings["infer_prefixes"] = True
         if self.design == "sequential":  # fixed and adaptive are told apart by grid.lengths, as before
             settings["design"] = {"kind": self.design, "target_ci": self.target_ci,
                                   "budget_row_steps": self.budget_row_steps}
@@ -160,7 +169,8 @@ class SweepConfig:
         return cls(model=settings["model"], ms=settings["ms"], num_sequences=settings["num_sequences"],
                    seed=settings["seed"], design=design.get("kind", "fixed" if fixed else "adaptive"),
                    grid=GridConfig(lengths=settings["grid"]["lengths"]) if fixed else GridConfig(),
-                   target_ci=design.get("target_ci"), budget_row_steps=design.get("budget_row_steps"), **kwargs)
+                   target_ci=design.get("target_ci"), budget_row_steps=design.get("budget_row_steps"),
+                   infer_prefixes=settings.get("infer_prefixes", False), **kwargs)
 
 
 # CramConfig fields that came after the first sweeps, with the value that reproduces those sweeps.
@@ -229,6 +239,9 @@ def run_sweep(config: SweepConfig, output_dir, *, model=None, tokenizer=None, ac
         raise ValueError(f"lengths up to {config.grid.max_length} with m = {config.ms[-1]} need {longest} positions, "
                          f"above the model's context of {context}; lower the lengths (or --stop)")
     source.check_length(config.grid.max_length)
+    if config.infer_prefixes and not source.describe().get("nested"):
+        raise ValueError("infer_prefixes needs nested texts (every length a prefix of the same text: --protocol "
+                         f"published --source text); this sweep's sequences are {source.describe()}")
 
     settings = config.fingerprint(source.describe())
     # Held to the end of the run, so a second run (or a killed run's leftover workers) cannot write here meanwhile.
@@ -248,6 +261,14 @@ def run_sweep(config: SweepConfig, output_dir, *, model=None, tokenizer=None, ac
         jobs = design.next_jobs(rows)
         if not jobs:
             break
+        if config.infer_prefixes:
+            jobs, inferred = infer_prefixes(jobs, rows)
+            for key, row in inferred.items():  # every process infers the same rows; the main one keeps them
+                rows[key] = dict(row, rank=rank)
+                if accelerator.is_main_process:
+                    store.append_row(my_file, rows[key])
+            if not jobs:
+                continue
         # Dealt round-robin over a length-sorted list, so every process gets a similar mix of short and long rows.
         jobs.sort(key=lambda job: (job[1] + job[0], job))
         mine = jobs[rank::world]
@@ -368,7 +389,7 @@ def summarize(config: SweepConfig, settings: dict, rows: dict, model) -> store.S
             sigmoid_slope_ci=fit["sigmoid_slope_ci"], fit_status=fit["status"],
             n50_published=published["n50"], sigmoid_slope_published=published["sigmoid_slope"],
             fit_status_published=published["status"], lengths=lengths, accessibility=acc,
-            mean_tf_accuracy=[sum(r["tf_accuracy"] for r in curves[m][n]) / len(curves[m][n]) for n in lengths],
+            mean_tf_accuracy=[_mean_tf_accuracy(curves[m][n]) for n in lengths],
             num_sequences=[len(curves[m][n]) for n in lengths],
             row_steps=sum(row_steps(r) for key, r in rows.items() if key[0] == m), n50_ci_method=fit["n50_ci_method"]))
     line = line_interval([r["m"] for r in fitted_rows], [r["n"] for r in fitted_rows],
@@ -384,6 +405,12 @@ def summarize(config: SweepConfig, settings: dict, rows: dict, model) -> store.S
                          design=config.design, estimator="firth-logistic-mle", per_m=per_m, fit=line,
                          fit_published=line_published, support=stats.to_dict(), bounds=bounds, ratios=ratios,
                          num_rows=len(rows), row_steps=sum(row_steps(r) for r in rows.values()))
+
+
+def _mean_tf_accuracy(group: list[dict]) -> float | None:
+    """Mean teacher-forced accuracy of the rows that have one (a row inferred not accessible has none)."""
+    values = [r["tf_accuracy"] for r in group if r.get("tf_accuracy") is not None]
+    return sum(values) / len(values) if values else None
 
 
 def load_summary(output_dir) -> store.Summary:
