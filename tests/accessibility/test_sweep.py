@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from ut_peft.accessibility import (CramConfig, GridConfig, SweepConfig, load_rows, load_summary, next_length,
-                                   run_sweep, save_memory_adapters, summarize_folder)
+from ut_peft.accessibility import (CramConfig, GridConfig, SweepConfig, load_rows, load_summary, merge_sweeps,
+                                   next_length, run_sweep, save_memory_adapters, summarize_folder)
 from ut_peft.accessibility.store import read_rows, repair
 
 from ut_peft.accessibility.testing import crammable_model
@@ -391,6 +391,13 @@ def test_prefix_inference_crams_each_nested_text_up_to_its_first_failure(tmp_pat
     again = run_sweep(small_config(**settings, infer_prefixes=True), tmp_path / "lean", model=llama,
                       tokenizer=_WordTokenizer(), progress=False)  # resuming infers nothing twice
     assert len(load_rows(tmp_path / "lean")) == len(lean_rows) and again.to_dict() == lean.to_dict()
+    # A sweep with inference merges with one without (another m here): the merged settings name the inference.
+    run_sweep(small_config(**dict(settings, ms=[2], grid=GridConfig(lengths=[5, 9]))), tmp_path / "m2", model=llama,
+              tokenizer=_WordTokenizer(), progress=False)
+    merge_sweeps([tmp_path / "lean", tmp_path / "m2"], tmp_path / "merged")
+    merged = json.loads((tmp_path / "merged" / "settings.json").read_text())
+    assert merged["infer_prefixes"] and merged["ms"] == [1, 2]
+    assert len(load_rows(tmp_path / "merged")) == len(lean_rows) + 2 * 4
 
 
 def test_prefix_inference_is_refused_where_prefixes_are_not_nested(tmp_path, llama):

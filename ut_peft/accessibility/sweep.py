@@ -329,8 +329,10 @@ def summarize_folder(output_dir, model=None, *, support_sequences: int = 256, su
 def merge_sweeps(folders, output_dir, *, overwrite: bool = False) -> Path:
     """Pool the rows of sweeps run separately (other m, other lengths, other machines) into one folder.
 
-    Every setting but ``ms`` and the grid must agree, so a row means the same thing in all of them: a row is
-    decided by (seed, m, n, index) and the optimisation settings alone, whatever else the run measured. The
+    Every setting but ``ms``, the grid and ``infer_prefixes`` must agree, so a row means the same thing in all of
+    them: a row is decided by (seed, m, n, index) and the optimisation settings alone, whatever else the run
+    measured (an inferred row says so itself; the merged settings keep ``infer_prefixes`` if any folder used it, so
+    its report names it). The
     merged folder gets the union of the m and of the measured lengths, every row once (the first folder
     that holds a key wins), and ``merged_from``; summarise it with :func:`summarize_folder`. Only (m, n) groups
     with all their sequences enter the fits, so a group some folder left unfinished is completed by another or
@@ -340,10 +342,10 @@ def merge_sweeps(folders, output_dir, *, overwrite: bool = False) -> Path:
     if len(folders) < 2:
         raise ValueError(f"give at least two sweep folders to merge (got {len(folders)})")
     settings = [store.read_settings(folder) for folder in folders]
-    shared = {k: v for k, v in settings[0].items() if k not in ("ms", "grid", "merged_from")}
+    free = {"ms", "grid", "merged_from", "infer_prefixes"}
+    shared = {k: v for k, v in settings[0].items() if k not in free}
     for folder, other in zip(folders[1:], settings[1:]):
-        differ = sorted(k for k in set(shared) | (set(other) - {"ms", "grid", "merged_from"})
-                        if shared.get(k) != other.get(k))
+        differ = sorted(k for k in set(shared) | (set(other) - free) if shared.get(k) != other.get(k))
         if differ:
             raise ValueError(f"{folder} was run with other settings than {folders[0]} (differ: {', '.join(differ)}); "
                              "only sweeps that differ in ms and lengths can be merged")
@@ -354,6 +356,8 @@ def merge_sweeps(folders, output_dir, *, overwrite: bool = False) -> Path:
     merged = dict(shared, ms=sorted({m for s in settings for m in s["ms"]}),
                   grid=dataclasses.asdict(GridConfig(lengths=sorted({n for _, n, _ in rows}) or [1])),
                   merged_from=[str(f) for f in folders])
+    if any(s.get("infer_prefixes") for s in settings):
+        merged["infer_prefixes"] = True
     output_dir = Path(output_dir)
     earlier_merge = (output_dir / store.SETTINGS_FILE).is_file() and "merged_from" in store.read_settings(output_dir)
     if not earlier_merge:  # an earlier merge holds only copies and may be replaced; a real run is refused
