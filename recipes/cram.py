@@ -31,7 +31,7 @@ def _config(args, design, grid) -> SweepConfig:
                                        batch_size=args.batch_size, progressive=args.progressive,
                                        autocast=args.autocast, abandon_below=args.abandon_below),
                        support_sequences=args.support_sequences, prefix=args.prefix, protocol=args.protocol,
-                       infer_prefixes=args.infer_prefixes)
+                       infer_prefixes=args.infer_prefixes, warm_start=args.warm_start)
 
 
 def main(args):
@@ -117,6 +117,9 @@ def parse(argv=None):
                         "increasing order and decide without cramming the rows its other rows imply (crammed at n: "
                         "accessible at every shorter n; failed at n: taken to fail at every longer n); the rows say "
                         "'inferred'")
+    parser.add_argument("--warm-start", action="store_true",
+                        help="with --infer-prefixes: start a text's next length from the vectors crammed at its "
+                        "previous length instead of a random init (not the published init; rows say 'warm_from')")
     parser.add_argument("--start", type=int, default=10)
     parser.add_argument("--stop", type=int, default=1000)
     parser.add_argument("--coarse", type=int, default=100)

@@ -406,3 +406,47 @@ def test_prefix_inference_is_refused_where_prefixes_are_not_nested(tmp_path, lla
     with pytest.raises(ValueError, match="sequential design crams every text once"):
         small_config(grid=GridConfig(), design="sequential", target_ci=5, infer_prefixes=True)
     assert not (tmp_path / "rows.jsonl").exists()
+
+
+def test_warm_start_begins_each_longer_prefix_from_the_shorter_ones_vectors(tmp_path, llama, monkeypatch):
+    from ut_peft.accessibility import sweep
+    from ut_peft.accessibility.store import read_vectors, vector_files
+
+    inits, real_cram = {}, sweep.cram
+
+    def spying_cram(model, jobs, config):  # the real engine; only records what each job started from
+        jobs = list(jobs)
+        inits.update({job.key: job.init for job in jobs})
+        return real_cram(model, jobs, config)
+    monkeypatch.setattr(sweep, "cram", spying_cram)
+    settings = dict(source="text", protocol="published", ms=[1], grid=GridConfig(lengths=[3, 5, 9, 17]),
+                    num_sequences=4, cram=CramConfig(max_steps=25, patience=25, batch_size=8), infer_prefixes=True)
+    cold = run_sweep(small_config(**settings), tmp_path / "cold", model=llama, tokenizer=_WordTokenizer(),
+                     progress=False)
+    warm = run_sweep(small_config(**settings, warm_start=True), tmp_path / "warm", model=llama,
+                     tokenizer=_WordTokenizer(), progress=False)
+    cold_rows = {(r["m"], r["n"], r["index"]): r for r in load_rows(tmp_path / "cold")}
+    warm_rows = {(r["m"], r["n"], r["index"]): r for r in load_rows(tmp_path / "warm")}
+    started_warm = {k: r for k, r in warm_rows.items() if r["warm_from"] is not None}
+    assert started_warm, "no text crammed a first length, or the grid is too hard for this test"
+    for (m, n, k), row in warm_rows.items():
+        if n == 3:  # the first length has nothing to start from: the cold run's row, step for step
+            assert row["warm_from"] is None and (row["accessible"], row["steps"]) == (
+                cold_rows[(m, n, k)]["accessible"], cold_rows[(m, n, k)]["steps"])
+    for (m, n, k), row in started_warm.items():  # from the longest shorter crammed prefix of the same text
+        source = warm_rows[(m, row["warm_from"], k)]
+        assert source["accessible"] and source["stop_reason"] != "inferred" and row["warm_from"] < n
+        assert not any(warm_rows[(m, n2, k)]["accessible"] and warm_rows[(m, n2, k)]["stop_reason"] != "inferred"
+                       for n2 in (3, 5, 9, 17) if row["warm_from"] < n2 < n)
+        started = read_vectors(vector_files(tmp_path / "warm")[(m, row["warm_from"], k)])[0]
+        assert torch.equal(inits[(m, n, k)], started)
+    assert all(inits[k] is None for k, r in warm_rows.items() if r["stop_reason"] != "inferred" and r["n"] == 3)
+    files = vector_files(tmp_path / "warm")  # every crammed row keeps its vectors, for a resumed warm start
+    assert set(files) == {k for k, r in warm_rows.items() if r["stop_reason"] != "inferred"}
+    assert read_vectors(files[next(iter(files))])[0].shape == (1, 64)
+    assert warm.settings["warm_start"] and "warm_start" not in cold.settings
+    assert "warm starts" in (tmp_path / "warm" / "report.md").read_text()
+    with pytest.raises(ValueError, match="pass infer_prefixes=True as well"):
+        small_config(warm_start=True)
+    with pytest.raises(ValueError, match="differ: warm_start"):  # warm and cold rows mean different things
+        merge_sweeps([tmp_path / "cold", tmp_path / "warm"], tmp_path / "merged")

@@ -178,3 +178,34 @@ def test_prefix_inference_replays_a_full_run(load, tmp_path, capsys):
     store.prepare_folder(tmp_path / "words", {"source": {"kind": "words"}}, clear=False)
     with pytest.raises(SystemExit, match="not nested"):
         bench.main(bench.parse([str(tmp_path / "words")]))
+
+
+def _row(m, n, k, ok, steps, **extra):
+    return {"m": m, "n": n, "index": k, "init_seed": 0, "tf_accuracy": 1.0 if ok else 0.5, "greedy_exact": ok,
+            "accessible": ok, "steps": steps, "final_loss": 0.1, "best_accuracy": 0.5,
+            "stop_reason": "exact" if ok else "max_steps", "seconds": 1.0, "rank": 0, **extra}
+
+
+def test_warm_start_compares_matching_rows_with_the_cold_run(load, tmp_path, capsys):
+    from ut_peft.accessibility import store
+
+    bench = load("warm_start")
+    settings = {"source": {"kind": "text", "nested": True}, "protocol": "published", "ms": [1]}
+    cold, warm = tmp_path / "cold", tmp_path / "warm"
+    store.prepare_folder(cold, settings, clear=False)
+    store.prepare_folder(warm, dict(settings, infer_prefixes=True, warm_start=True), clear=False)
+    for row in (_row(1, 5, 0, True, 100), _row(1, 9, 0, True, 200), _row(1, 17, 0, False, 300),
+                _row(1, 5, 1, True, 120), _row(1, 9, 1, False, 300), _row(1, 17, 1, False, 300)):
+        store.append_row(store.rows_file(cold, 0), row)
+    for row in (_row(1, 5, 0, True, 100), _row(1, 9, 0, True, 40, warm_from=5), _row(1, 17, 0, True, 90, warm_from=9),
+                _row(1, 5, 1, True, 120), _row(1, 9, 1, False, 300, warm_from=5),
+                dict(_row(1, 17, 1, False, 0), stop_reason="inferred", inferred_from=9)):
+        store.append_row(store.rows_file(warm, 0), row)
+    result = bench.main(bench.parse(["--cold", str(cold), "--warm", str(warm)]))
+    assert [key for key, _, _ in result["warm_started"]] == [(1, 9, 0), (1, 9, 1), (1, 17, 0)]
+    assert result["differ"] == [(1, 17, 0)] and result["inferred"] == 1  # warm crammed 17 where cold failed
+    assert (result["steps_cold"], result["steps_warm"]) == (800, 430)
+    assert (result["row_steps_cold"], result["row_steps_warm"]) == (1326, 655)
+    assert capsys.readouterr().out.strip().splitlines()[-1] == "row-steps ratio: 2.02 (1 of 6 decisions differ)"
+    with pytest.raises(SystemExit, match="--infer-prefixes --warm-start"):
+        bench.main(bench.parse(["--cold", str(warm), "--warm", str(cold)]))

@@ -119,6 +119,9 @@ def differences_from_published(settings: dict) -> list[str]:
     if settings.get("infer_prefixes"):
         out.append("rows implied by a longer crammed prefix or a shorter failed one of the same text decided without "
                    "cramming (stop_reason 'inferred' in rows.jsonl; published: every row crammed)")
+    if settings.get("warm_start"):
+        out.append("warm starts: a text's row starts from the vectors crammed at its shorter length (warm_from in "
+                   "rows.jsonl; published: a random init for every row)")
     grid = settings.get("grid", {})
     if grid.get("lengths") is not None:
         out.append(f"fixed lengths {grid['lengths']} (published: {PUBLISHED.grid})")

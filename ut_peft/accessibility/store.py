@@ -223,13 +223,15 @@ ROW_FEATURES = datasets.Features({
     # stop_reason "inferred"); None for crammed rows. Its init_seed, final_loss (and accuracies when it is inferred
     # not accessible) are None: nothing was crammed.
     "inferred_from": datasets.Value("int64"),
+    # The shorter crammed length whose vectors a warm-started row started from (SweepConfig.warm_start); else None.
+    "warm_from": datasets.Value("int64"),
 })
 
 
-# A row written before greedy_misses existed lacks it (read as 0); crammed rows have no inferred_from (None);
-# every other field is required.
-OPTIONAL_ROW_FIELDS = ("greedy_misses", "inferred_from")
-_OPTIONAL_DEFAULTS = {"greedy_misses": 0, "inferred_from": None}
+# A row written before greedy_misses existed lacks it (read as 0); crammed rows have no inferred_from and cold ones
+# no warm_from (None); every other field is required.
+OPTIONAL_ROW_FIELDS = ("greedy_misses", "inferred_from", "warm_from")
+_OPTIONAL_DEFAULTS = {"greedy_misses": 0, "inferred_from": None, "warm_from": None}
 REQUIRED_ROW_FIELDS = tuple(k for k in ROW_FEATURES if k not in OPTIONAL_ROW_FIELDS)
 
 

@@ -91,6 +91,10 @@ class SweepConfig:
     # decide rows that other rows of the same text imply without cramming them (a text crammed at n is accessible
     # at every shorter n; one that failed at n is taken to fail at every longer n): design.infer_prefixes.
     infer_prefixes: bool = False
+    # With infer_prefixes: a text's next length starts from the vectors crammed at its previous (shorter, crammed)
+    # length instead of the random draw; those vectors already emit the prefix. Not the published init: measure it
+    # against cold runs (benchmarks/warm_start.py) before using its figures.
+    warm_start: bool = False
 
     def __post_init__(self):
         if self.prefix not in ("bos", "none"):
@@ -105,6 +109,9 @@ class SweepConfig:
         if self.design != "fixed" and self.grid.lengths is not None:
             raise ValueError(f"the {self.design} design chooses its own lengths between grid.start and grid.stop; "
                              "give GridConfig(start=..., stop=...) without lengths (or use design='fixed')")
+        if self.warm_start and not self.infer_prefixes:
+            raise ValueError("warm_start starts a text's row from its shorter crammed prefix, which needs the lengths "
+                             "of each text in increasing order: pass infer_prefixes=True as well (--infer-prefixes)")
         if self.design == "sequential":
             check_stopping(self.target_ci, self.budget_row_steps)
             if self.infer_prefixes:
@@ -154,6 +161,8 @@ class SweepConfig:
             settings["protocol"] = self.protocol
         if self.infer_prefixes:
             settings["infer_prefixes"] = True
+        if self.warm_start:
+            settings["warm_start"] = True
         if self.design == "sequential":  # fixed and adaptive are told apart by grid.lengths, as before
             settings["design"] = {"kind": self.design, "target_ci": self.target_ci,
                                   "budget_row_steps": self.budget_row_steps}
@@ -170,7 +179,8 @@ class SweepConfig:
                    seed=settings["seed"], design=design.get("kind", "fixed" if fixed else "adaptive"),
                    grid=GridConfig(lengths=settings["grid"]["lengths"]) if fixed else GridConfig(),
                    target_ci=design.get("target_ci"), budget_row_steps=design.get("budget_row_steps"),
-                   infer_prefixes=settings.get("infer_prefixes", False), **kwargs)
+                   infer_prefixes=settings.get("infer_prefixes", False), warm_start=settings.get("warm_start", False),
+                   **kwargs)
 
 
 # CramConfig fields that came after the first sweeps, with the value that reproduces those sweeps.
@@ -197,6 +207,14 @@ def _row(result, rank: int) -> dict:
             "stop_reason": result.stop_reason, "greedy_misses": result.greedy_misses,
             "seconds": round(result.seconds, 3), "rank": rank,
             "best_accuracy_at": {str(k): v for k, v in result.best_accuracy_at.items()}}
+
+
+def _warm_source(rows: dict, job) -> int | None:
+    """The longest shorter length at which the job's text was crammed (not inferred) with success, if any."""
+    m, n, k = job
+    crammed = [n2 for (m2, n2, k2), row in rows.items() if (m2, k2) == (m, k) and n2 < n and row["accessible"]
+               and row.get("stop_reason") != "inferred"]
+    return max(crammed, default=None)
 
 
 def _load(config: SweepConfig, device, device_map):
@@ -274,14 +292,19 @@ def run_sweep(config: SweepConfig, output_dir, *, model=None, tokenizer=None, ac
         mine = jobs[rank::world]
         bar.total += len(mine)
         bar.set_description(f"cram n={','.join(str(n) for n in sorted({j[1] for j in jobs}))}")
+        warm_from = {job: _warm_source(rows, job) for job in mine} if config.warm_start else {}
         cram_jobs = [CramJob(key=(m, n, i), ids=source.sequence(n, i, config.seed), m=m,
-                             seed=init_seed(config.seed, m, n, i)) for m, n, i in mine]
+                             seed=init_seed(config.seed, m, n, i),
+                             init=(store.read_vectors(store.vectors_path(output_dir, m, warm_from[(m, n, i)], i))[0]
+                                   if warm_from.get((m, n, i)) else None)) for m, n, i in mine]
         new_rows = []
         for result in cram(model, cram_jobs, config.cram):
-            if save_vectors:
+            if save_vectors or config.warm_start:  # a warm start reads them back, also after a resume
                 store.write_vectors(output_dir, result.job.key, result.vectors, ids=result.job.ids,
                                     accessible=result.accessible)
             row = _row(result, rank)
+            if warm_from.get(result.job.key):
+                row["warm_from"] = warm_from[result.job.key]
             store.append_row(my_file, row)
             new_rows.append(row)
             bar.update(1)
