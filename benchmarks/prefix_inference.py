@@ -5,9 +5,13 @@
 Every folder must hold a finished sweep over nested texts (``--protocol published --source text``) in which every
 row was crammed. The rows are replayed as a sweep with ``--infer-prefixes`` would take them
 (:func:`ut_peft.accessibility.design.infer_prefixes`: each text's lengths in increasing order; a length that a
-crammed longer prefix or a failed shorter one implies is decided without cramming): since a row's init and outcome
-depend only on its (m, n, text), the crammed rows are the folder's own, so the replay is exact, and the inferred
-rows can be checked against the decisions the full run took. For a folder from the adaptive design the replay takes
+crammed longer prefix or a failed shorter one implies is decided without cramming). A row's sequence and init
+depend only on its (m, n, text), so the replay takes the folder's own rows for the ones it would cram, and the
+inferred rows can be checked against the decisions the full run took. The replay is exact up to float rounding:
+a real sweep with inference batches other rows together, and on real models that alone can change a borderline
+row's trajectory and decision (SmolLM2, published text, n = 9: one of four decisions and most step counts differed
+between a 12-row padded batch and a 4-row batch; BENCHMARKS.md), so the saving is the replay's, and the run-to-run
+noise of a real rerun comes on top, as it would for a rerun without inference. For a folder from the adaptive design the replay takes
 its lengths in increasing order, not in the order the walk visited them, so the saving is the fixed design's.
 
 Prints per folder and in all: (m, text) chains, rows, rows inferred, inferred rows the full run decided otherwise
