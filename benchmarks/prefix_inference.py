@@ -11,8 +11,9 @@ inferred rows can be checked against the decisions the full run took. The replay
 a real sweep with inference batches other rows together, and on real models that alone can change a borderline
 row's trajectory and decision (SmolLM2, published text, n = 9: one of four decisions and most step counts differed
 between a 12-row padded batch and a 4-row batch; BENCHMARKS.md), so the saving is the replay's, and the run-to-run
-noise of a real rerun comes on top, as it would for a rerun without inference. For a folder from the adaptive design the replay takes
-its lengths in increasing order, not in the order the walk visited them, so the saving is the fixed design's.
+noise of a real rerun comes on top, as it would for a rerun without inference. For a folder from the adaptive design
+the replay takes its lengths in increasing order, not in the order the walk visited them, so the saving is the fixed
+design's.
 
 Prints per folder and in all: (m, text) chains, rows, rows inferred, inferred rows the full run decided otherwise
 (the assumption "failed at n, fails at every longer n" broken by the optimiser), row-steps of the full run and of

@@ -48,8 +48,10 @@ def compare(cold_folder, warm_folder) -> dict:
                          "the same m and lengths")
     started = sorted(k for k, r in warm.items() if r.get("warm_from") is not None)
     differ_rows = [k for k in warm if warm[k]["accessible"] != cold[k]["accessible"]]
+    cold_in_both = [k for k, r in warm.items() if r.get("warm_from") is None and r.get("stop_reason") != INFERRED]
     return {"warm_started": [(k, cold[k], warm[k]) for k in started], "differ": differ_rows, "rows": len(warm),
             "inferred": sum(r.get("stop_reason") == INFERRED for r in warm.values()),
+            "cold_in_both": len(cold_in_both), "differ_cold_in_both": sum(k in differ_rows for k in cold_in_both),
             "steps_cold": sum(cold[k]["steps"] for k in started), "steps_warm": sum(warm[k]["steps"] for k in started),
             "row_steps_cold": sum(row_steps(cold[k]) for k in warm),
             "row_steps_warm": sum(map(row_steps, warm.values()))}
@@ -68,6 +70,10 @@ def main(args):
           f"{result['steps_warm']:,}; rows inferred: {result['inferred']}")
     print(f"decisions that differ from the cold run: {len(result['differ'])} of {result['rows']} "
           f"({among_started} of them warm-started) {sorted(result['differ'])}")
+    # Rows crammed from the same random init in both runs differ only by float rounding (other batch companions):
+    # their disagreements are the noise floor against which the warm-started ones are read.
+    print(f"rows crammed cold in both runs: {result['cold_in_both']}, of which {result['differ_cold_in_both']} "
+          "decided otherwise (float rounding alone: other rows in the batch)")
     print(f"row-steps ratio: {result['row_steps_cold'] / result['row_steps_warm']:.2f} "
           f"({len(result['differ'])} of {result['rows']} decisions differ)")
     return result

@@ -205,6 +205,7 @@ def test_warm_start_compares_matching_rows_with_the_cold_run(load, tmp_path, cap
     assert [key for key, _, _ in result["warm_started"]] == [(1, 9, 0), (1, 9, 1), (1, 17, 0)]
     assert result["differ"] == [(1, 17, 0)] and result["inferred"] == 1  # warm crammed 17 where cold failed
     assert (result["steps_cold"], result["steps_warm"]) == (800, 430)
+    assert (result["cold_in_both"], result["differ_cold_in_both"]) == (2, 0)
     assert (result["row_steps_cold"], result["row_steps_warm"]) == (1326, 655)
     assert capsys.readouterr().out.strip().splitlines()[-1] == "row-steps ratio: 2.02 (1 of 6 decisions differ)"
     with pytest.raises(SystemExit, match="--infer-prefixes --warm-start"):
