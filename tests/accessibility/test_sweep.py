@@ -448,5 +448,17 @@ def test_warm_start_begins_each_longer_prefix_from_the_shorter_ones_vectors(tmp_
     assert "warm starts" in (tmp_path / "warm" / "report.md").read_text()
     with pytest.raises(ValueError, match="pass infer_prefixes=True as well"):
         small_config(warm_start=True)
+    # A resume (here: of a run killed after its first length) whose warm start lacks its vectors says which file
+    # and what to do, and keeps the rows.
+    rows_file = tmp_path / "warm" / "rows.jsonl"
+    rows_file.write_text("".join(line for line in rows_file.read_text().splitlines(keepends=True)
+                                 if json.loads(line)["n"] == 3))
+    kept = rows_file.read_bytes()
+    for path in (tmp_path / "warm" / "vectors").glob("*.safetensors"):
+        path.unlink()
+    with pytest.raises(ValueError, match="needs the vectors crammed at length 3"):
+        run_sweep(small_config(**settings, warm_start=True), tmp_path / "warm", model=llama,
+                  tokenizer=_WordTokenizer(), progress=False)
+    assert rows_file.read_bytes() == kept
     with pytest.raises(ValueError, match="differ: warm_start"):  # warm and cold rows mean different things
         merge_sweeps([tmp_path / "cold", tmp_path / "warm"], tmp_path / "merged")

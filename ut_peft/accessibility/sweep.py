@@ -217,6 +217,14 @@ def _warm_source(rows: dict, job) -> int | None:
     return max(crammed, default=None)
 
 
+def _warm_vectors(output_dir, m: int, n: int, index: int):
+    path = store.vectors_path(output_dir, m, n, index)
+    if not path.is_file():
+        raise ValueError(f"the warm start of text {index} (m = {m}) needs the vectors crammed at length {n}, and "
+                         f"{path} is missing; restore the folder's {store.VECTORS_DIR}/, or rerun into a new folder")
+    return store.read_vectors(path)[0]
+
+
 def _load(config: SweepConfig, device, device_map):
     try:
         model = load_model(config.model, device_map=device_map)
@@ -295,8 +303,8 @@ def run_sweep(config: SweepConfig, output_dir, *, model=None, tokenizer=None, ac
         warm_from = {job: _warm_source(rows, job) for job in mine} if config.warm_start else {}
         cram_jobs = [CramJob(key=(m, n, i), ids=source.sequence(n, i, config.seed), m=m,
                              seed=init_seed(config.seed, m, n, i),
-                             init=(store.read_vectors(store.vectors_path(output_dir, m, warm_from[(m, n, i)], i))[0]
-                                   if warm_from.get((m, n, i)) else None)) for m, n, i in mine]
+                             init=_warm_vectors(output_dir, m, warm_from[(m, n, i)], i) if warm_from.get((m, n, i))
+                             else None) for m, n, i in mine]
         new_rows = []
         for result in cram(model, cram_jobs, config.cram):
             if save_vectors or config.warm_start:  # a warm start reads them back, also after a resume
