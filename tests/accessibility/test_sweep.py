@@ -459,6 +459,6 @@ def test_warm_start_begins_each_longer_prefix_from_the_shorter_ones_vectors(tmp_
     with pytest.raises(ValueError, match="needs the vectors crammed at length 3"):
         run_sweep(small_config(**settings, warm_start=True), tmp_path / "warm", model=llama,
                   tokenizer=_WordTokenizer(), progress=False)
-    assert rows_file.read_bytes() == kept
+    assert rows_file.read_bytes().startswith(kept)  # nothing finished is lost (inferred rows may follow)
     with pytest.raises(ValueError, match="differ: warm_start"):  # warm and cold rows mean different things
         merge_sweeps([tmp_path / "cold", tmp_path / "warm"], tmp_path / "merged")
