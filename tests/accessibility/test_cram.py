@@ -215,3 +215,23 @@ def test_a_warm_started_job_begins_from_its_given_vectors(crammable):
     assert warm.accessible and warm.steps == 0 and torch.equal(warm.vectors, cold.vectors)
     with pytest.raises(ValueError, match="init has shape"):
         CramJob(key=2, ids=[1, 2], m=2, seed=0, init=cold.vectors)
+
+
+@pytest.mark.parametrize("check_greedy", [True, False])
+def test_a_row_resumed_from_a_snapshot_ends_exactly_like_the_uninterrupted_one(crammable, check_greedy):
+    model = crammable("llama")
+    config = CramConfig(max_steps=60, patience=60, check_greedy=check_greedy)
+    (job,) = _jobs([(6, 2)], seed=3)
+    snapshots = []
+    (whole,) = cram(model, [job], config, snapshot_every=0, on_snapshot=snapshots.append)
+    assert whole.steps > 10 and len(snapshots) == whole.steps  # one after every update but the last forward's
+    middle = snapshots[whole.steps // 2][job.key]  # as if the run had been killed here
+    assert middle.step == whole.steps // 2 + 1
+    resumed_job = CramJob(key=job.key, ids=job.ids, m=2, seed=job.seed, resume=middle)
+    (resumed,) = cram(model, [resumed_job], config)
+    assert (resumed.steps, resumed.accessible, resumed.stop_reason) == (whole.steps, whole.accessible,
+                                                                        whole.stop_reason)
+    assert torch.equal(resumed.vectors, whole.vectors) and resumed.best_accuracy_at == whole.best_accuracy_at
+    assert resumed.seconds >= middle.seconds
+    with pytest.raises(ValueError, match="resume state holds"):
+        CramJob(key=2, ids=job.ids, m=1, seed=0, resume=middle)

@@ -414,10 +414,10 @@ def test_warm_start_begins_each_longer_prefix_from_the_shorter_ones_vectors(tmp_
 
     inits, real_cram = {}, sweep.cram
 
-    def spying_cram(model, jobs, config):  # the real engine; only records what each job started from
+    def spying_cram(model, jobs, config, **kwargs):  # the real engine; only records what each job started from
         jobs = list(jobs)
         inits.update({job.key: job.init for job in jobs})
-        return real_cram(model, jobs, config)
+        return real_cram(model, jobs, config, **kwargs)
     monkeypatch.setattr(sweep, "cram", spying_cram)
     settings = dict(source="text", protocol="published", ms=[1], grid=GridConfig(lengths=[3, 5, 9, 17]),
                     num_sequences=4, cram=CramConfig(max_steps=25, patience=25, batch_size=8), infer_prefixes=True)
@@ -462,3 +462,53 @@ def test_warm_start_begins_each_longer_prefix_from_the_shorter_ones_vectors(tmp_
     assert rows_file.read_bytes().startswith(kept)  # nothing finished is lost (inferred rows may follow)
     with pytest.raises(ValueError, match="differ: warm_start"):  # warm and cold rows mean different things
         merge_sweeps([tmp_path / "cold", tmp_path / "warm"], tmp_path / "merged")
+
+
+def test_a_stopped_sweep_resumes_its_rows_in_flight_from_their_snapshots(tmp_path, llama, monkeypatch):
+    from ut_peft.accessibility import sweep
+    from ut_peft.accessibility.store import INFLIGHT_DIR, read_inflight
+
+    # Batch 1: the rows' companions are the same with and without the stop, so the rows must agree bit for bit.
+    config = small_config(ms=[2], grid=GridConfig(lengths=[6]), cram=CramConfig(max_steps=60, patience=60,
+                                                                                  batch_size=1))
+    whole = run_sweep(config, tmp_path / "whole", model=llama, progress=False, snapshot_seconds=None)
+    assert not (tmp_path / "whole" / INFLIGHT_DIR).exists()
+
+    real_cram, seen = sweep.cram, []
+
+    def stopping_cram(model, jobs, cram_config, **kwargs):  # the real engine, stopped 10 updates into a row
+        keep = kwargs["on_snapshot"]
+
+        def on_snapshot(states):
+            keep(states)
+            seen.append(states)
+            if len(seen) == 10:
+                raise KeyboardInterrupt
+        return real_cram(model, jobs, cram_config, **dict(kwargs, on_snapshot=on_snapshot))
+    monkeypatch.setattr(sweep, "cram", stopping_cram)
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(config, tmp_path / "stopped", model=llama, progress=False, snapshot_seconds=0)
+    monkeypatch.setattr(sweep, "cram", real_cram)
+    (key,) = seen[-1]
+    state = read_inflight(tmp_path / "stopped", key)
+    assert state.step == seen[-1][key].step and torch.equal(state.vectors, seen[-1][key].vectors)
+    after = []
+
+    def watching_cram(model, jobs, cram_config, **kwargs):  # the real engine; records the resumed row's first state
+        jobs = list(jobs)
+        resumes.update({job.key: job.resume for job in jobs})
+        keep = kwargs["on_snapshot"]
+        return real_cram(model, jobs, cram_config,
+                         **dict(kwargs, on_snapshot=lambda states: (keep(states), after.append(states))))
+    resumes = {}
+    monkeypatch.setattr(sweep, "cram", watching_cram)
+    resumed = run_sweep(config, tmp_path / "stopped", model=llama, progress=False, snapshot_seconds=0)
+    assert resumes[key].step == state.step  # the stopped row went on from its snapshot, not from step 0
+    assert next(s[key].step for s in after if key in s) == state.step + 1
+    rows = {(r["m"], r["n"], r["index"]): r for r in load_rows(tmp_path / "stopped")}
+    expected = {(r["m"], r["n"], r["index"]): r for r in load_rows(tmp_path / "whole")}
+    for k, row in expected.items():
+        assert (rows[k]["accessible"], rows[k]["steps"], rows[k]["final_loss"]) == (
+            row["accessible"], row["steps"], row["final_loss"])
+    assert resumed.row_steps == whole.row_steps
+    assert not list((tmp_path / "stopped" / INFLIGHT_DIR).glob("*"))  # every finished row took its state away

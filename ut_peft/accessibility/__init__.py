@@ -11,7 +11,7 @@
 
 from .adapters import save_memory_adapter, save_memory_adapters
 from .bounds import SupportStats, ball_slope_bound, box_slope_bound, measure_support, slope_bounds
-from .cram import CramConfig, CramJob, CramResult, cram, cram_reference, greedy_decode
+from .cram import CramConfig, CramJob, CramResult, RowState, cram, cram_reference, greedy_decode
 from .design import AdaptiveDesign, Design, FixedDesign, SequentialDesign, make_design, next_length
 from .fit import fit_logistic, fit_sigmoid, line_interval, linear_fit, n50_interval
 from .sources import make_source
@@ -21,7 +21,7 @@ from .protocol import PROTOCOLS
 from .sweep import GridConfig, SweepConfig, load_summary, merge_sweeps, run_sweep, summarize_folder
 
 __all__ = [
-    "CramConfig", "CramJob", "CramResult", "cram", "cram_reference", "greedy_decode",
+    "CramConfig", "CramJob", "CramResult", "RowState", "cram", "cram_reference", "greedy_decode",
     "GridConfig", "SweepConfig", "run_sweep", "summarize_folder", "merge_sweeps", "load_summary", "load_rows",
     "Summary", "MSummary",
     "next_length", "make_source", "PROTOCOLS", "calibrate_abandon",

@@ -12,7 +12,9 @@ early abandon), and a waiting sequence takes its slot.
 
 The three policies are named pieces, so that one idea is one class: :class:`BatchedAdamW` (the optimizer),
 :class:`StoppingRule` (when a row stops, shared with :func:`cram_reference`) and :class:`FifoRefill` (which
-job takes a free slot). ``CramJob.init`` warm-starts a job from given vectors instead of the random draw.
+job takes a free slot). ``CramJob.init`` warm-starts a job from given vectors instead of the random draw, and
+``CramJob.resume`` continues a row from a :class:`RowState` that ``cram(on_snapshot=...)`` handed out while it ran (a
+killed sweep resumes its long rows where they were, not from step 0).
 Under half-precision autocast the cached decoding loop can flip a near-tie that the training forward got right;
 such a row trains on and is decoded again after 2, 4, 8, ... more steps (in float32 the first check agreed in all
 our runs). Why a hand-written Adam: see :class:`BatchedAdamW` (:func:`cram_reference` is the alone-run of a row,
@@ -98,6 +100,41 @@ class CramConfig:
 
 
 @dataclass
+class RowState:
+    """Everything a row in flight needs to continue exactly where it was: its vectors and AdamW moments after
+    ``step`` updates, and its stopping rule's counters. Handed out by ``cram(on_snapshot=...)``; a job whose
+    ``resume`` is set starts from it (same batch companions: the same trajectory, bit for bit)."""
+
+    vectors: torch.Tensor  # (m, d) float32, CPU
+    exp_avg: torch.Tensor  # (m, d)
+    exp_avg_sq: torch.Tensor  # (m, d)
+    step: int  # optimiser updates applied
+    target_len: int
+    best_acc: float
+    since_best: int
+    greedy_misses: int
+    next_greedy_check: int
+    best_at: dict
+    seconds: float  # wall time the row had run
+
+    def scalars(self) -> dict:
+        """The non-tensor fields (JSON-safe)."""
+        return {"step": self.step, "target_len": self.target_len, "best_acc": self.best_acc,
+                "since_best": self.since_best, "greedy_misses": self.greedy_misses,
+                "next_greedy_check": self.next_greedy_check, "best_at": {str(k): v for k, v in self.best_at.items()},
+                "seconds": self.seconds}
+
+    @classmethod
+    def from_parts(cls, tensors: dict, scalars: dict) -> RowState:
+        return cls(vectors=tensors["vectors"], exp_avg=tensors["exp_avg"], exp_avg_sq=tensors["exp_avg_sq"],
+                   step=int(scalars["step"]), target_len=int(scalars["target_len"]),
+                   best_acc=float(scalars["best_acc"]), since_best=int(scalars["since_best"]),
+                   greedy_misses=int(scalars["greedy_misses"]), next_greedy_check=int(scalars["next_greedy_check"]),
+                   best_at={int(k): float(v) for k, v in scalars["best_at"].items()},
+                   seconds=float(scalars["seconds"]))
+
+
+@dataclass
 class CramJob:
     """One sequence to cram with ``m`` vectors, initialised from ``seed``; ``key`` identifies it to the caller."""
 
@@ -106,6 +143,7 @@ class CramJob:
     m: int
     seed: int
     init: torch.Tensor | None = field(default=None, repr=False)  # (m, d) warm start instead of the random draw
+    resume: RowState | None = field(default=None, repr=False)  # continue a row in flight (wins over init)
 
     def __post_init__(self):
         if self.m < 1:
@@ -114,6 +152,9 @@ class CramJob:
             raise ValueError(f"job {self.key!r} has an empty sequence")
         if self.init is not None and tuple(self.init.shape[:1]) != (self.m,):
             raise ValueError(f"job {self.key!r}: init has shape {tuple(self.init.shape)}, expected ({self.m}, d)")
+        if self.resume is not None and tuple(self.resume.vectors.shape[:1]) != (self.m,):
+            raise ValueError(f"job {self.key!r}: its resume state holds {tuple(self.resume.vectors.shape)} vectors, "
+                             f"expected ({self.m}, d)")
 
 
 @dataclass
@@ -450,10 +491,14 @@ def check_context(model, jobs, config: CramConfig) -> None:
                              "given ones: nothing to predict; use longer sequences")
 
 
-def cram(model, jobs: Iterable[CramJob], config: CramConfig | None = None) -> Iterator[CramResult]:
+def cram(model, jobs: Iterable[CramJob], config: CramConfig | None = None, *, snapshot_every: float | None = None,
+         on_snapshot=None) -> Iterator[CramResult]:
     """Cram every job, ``config.batch_size`` rows at a time, yielding each result as its row finishes.
 
-    Results come in finishing order, not job order. The model is frozen while the generator runs.
+    Results come in finishing order, not job order. The model is frozen while the generator runs. With
+    ``on_snapshot``, every ``snapshot_every`` seconds of wall time (after an update) it is called with
+    ``{job.key: RowState}`` for the rows in flight, so a caller can keep them and resume a killed run from there
+    (``CramJob.resume``).
     """
     config = config or CramConfig()
     refill = FifoRefill(jobs)
@@ -472,6 +517,7 @@ def cram(model, jobs: Iterable[CramJob], config: CramConfig | None = None) -> It
         params = torch.zeros(slots, max_m, hidden_size, device=device, requires_grad=True)
         optimizer = BatchedAdamW(params, config)
         rows: list[_Row | None] = [None] * slots
+        last_snapshot = time.perf_counter()
         while True:
             for b in range(slots):
                 if rows[b] is None and refill:
@@ -484,6 +530,8 @@ def cram(model, jobs: Iterable[CramJob], config: CramConfig | None = None) -> It
                     num_targets = len(job.ids) - config.given_tokens
                     rows[b] = _Row(job, ids, config.given_tokens, 1 if config.progressive else num_targets,
                                    time.perf_counter())
+                    if job.resume is not None:
+                        _restore(rows[b], job.resume, b, params, optimizer)
             active = [b for b in range(slots) if rows[b] is not None]
             if not active:
                 return
@@ -515,11 +563,41 @@ def cram(model, jobs: Iterable[CramJob], config: CramConfig | None = None) -> It
                 (loss_sum * weights).sum().backward()
                 optimizer.step(update)
             params.grad = None
+            if on_snapshot is not None and time.perf_counter() - last_snapshot >= (snapshot_every or 0):
+                done = {b for b, *_ in finished}
+                states = {rows[b].job.key: _snapshot(rows[b], b, params, optimizer) for b in active if b not in done}
+                if states:
+                    on_snapshot(states)
+                last_snapshot = time.perf_counter()
             for b, reason, acc, loss in finished:
                 row = rows[b]
                 yield _finish(model, row, params[b, :row.job.m].detach().float().cpu(), reason, acc, loss,
                               optimizer.step_count(b), config, exact=exact.get(b))
                 rows[b] = None
+
+
+@torch.no_grad()
+def _snapshot(row: _Row, b: int, params: torch.Tensor, optimizer: BatchedAdamW) -> RowState:
+    m = row.job.m
+    return RowState(vectors=params[b, :m].detach().float().cpu().clone(),
+                    exp_avg=optimizer.exp_avg[b, :m].float().cpu().clone(),
+                    exp_avg_sq=optimizer.exp_avg_sq[b, :m].float().cpu().clone(), step=optimizer.step_count(b),
+                    target_len=row.target_len, best_acc=row.best_acc, since_best=row.since_best,
+                    greedy_misses=row.greedy_misses, next_greedy_check=row.next_greedy_check,
+                    best_at=dict(row.best_at), seconds=time.perf_counter() - row.started)
+
+
+@torch.no_grad()
+def _restore(row: _Row, state: RowState, b: int, params: torch.Tensor, optimizer: BatchedAdamW) -> None:
+    m = row.job.m
+    params[b, :m] = state.vectors.to(params.device, params.dtype)
+    optimizer.exp_avg[b, :m] = state.exp_avg.to(params.device, params.dtype)
+    optimizer.exp_avg_sq[b, :m] = state.exp_avg_sq.to(params.device, params.dtype)
+    optimizer.steps[b] = state.step
+    row.target_len, row.best_acc, row.since_best = state.target_len, state.best_acc, state.since_best
+    row.greedy_misses, row.next_greedy_check = state.greedy_misses, state.next_greedy_check
+    row.best_at = dict(state.best_at)
+    row.started = time.perf_counter() - state.seconds
 
 
 def _forward(model, params, prefix, rows: list[_Row], slots: list[int], config: CramConfig):

@@ -16,6 +16,8 @@ This module owns the folder's layout; nothing else spells a file name of it:
   n50_vs_m.png           n_50 vs m with the linear fit and the theoretical slope bounds
   report.md              the Markdown report
   vectors/               (save_vectors=True) the crammed (m, d) vectors of every sequence (:func:`vectors_path`)
+  inflight/              the state of each row still being crammed, refreshed every few minutes and removed when
+                         its row is written (:func:`write_inflight`): a killed run resumes its rows from there
   adapters/              (save_memory_adapters) the accessible vectors as PEFT adapters
 """
 
@@ -40,6 +42,7 @@ REPORT_FILE = "report.md"
 ACCESSIBILITY_PLOT = "accessibility.png"
 N50_PLOT = "n50_vs_m.png"
 VECTORS_DIR = "vectors"
+INFLIGHT_DIR = "inflight"
 ADAPTERS_DIR = "adapters"
 
 
@@ -202,6 +205,45 @@ def read_vectors(path) -> tuple:
         return handle.get_tensor("vectors"), json.loads(handle.metadata()["ids"])
 
 
+def inflight_path(folder, m: int, n: int, index: int) -> Path:
+    """Where the state of row (m, n, index) is kept while it is being crammed."""
+    return Path(folder) / INFLIGHT_DIR / f"m{m}-n{n}-i{index}.safetensors"
+
+
+def write_inflight(folder, key: tuple[int, int, int], state) -> Path:
+    """Keep the :class:`~.cram.RowState` of a row in flight (atomically: a kill leaves the old state or the new)."""
+    from safetensors.torch import save
+
+    from ..io import atomic_write_bytes
+
+    path = inflight_path(folder, *key)
+    path.parent.mkdir(exist_ok=True)
+    tensors = {"vectors": state.vectors, "exp_avg": state.exp_avg, "exp_avg_sq": state.exp_avg_sq}
+    return atomic_write_bytes(path, save({k: v.contiguous() for k, v in tensors.items()},
+                                         metadata={"state": json.dumps(state.scalars())}))
+
+
+def read_inflight(folder, key: tuple[int, int, int]):
+    """The :class:`~.cram.RowState` kept for row ``key``, or None when there is none."""
+    from safetensors import safe_open
+
+    from .cram import RowState
+
+    path = inflight_path(folder, *key)
+    if not path.is_file():
+        return None
+    try:
+        with safe_open(str(path), framework="pt") as handle:
+            tensors = {name: handle.get_tensor(name) for name in ("vectors", "exp_avg", "exp_avg_sq")}
+            return RowState.from_parts(tensors, json.loads(handle.metadata()["state"]))
+    except Exception as err:  # any damage: say which file, and that removing it only costs that row's progress
+        raise ValueError(f"{path} is unreadable ({err}); delete it to restart that row from step 0") from None
+
+
+def remove_inflight(folder, key: tuple[int, int, int]) -> None:
+    inflight_path(folder, *key).unlink(missing_ok=True)
+
+
 def vector_files(folder) -> dict[tuple[int, int, int], Path]:
     """The saved vectors of a folder by row key (the inverse of :func:`vectors_path`)."""
     files = {}
@@ -294,6 +336,8 @@ def prepare_folder(folder: Path, settings: dict, clear: bool) -> None:
         for name in (SUMMARY_FILE, REPORT_FILE):
             (folder / name).unlink(missing_ok=True)
         for path in (folder / VECTORS_DIR).glob("*.safetensors"):
+            path.unlink()
+        for path in (folder / INFLIGHT_DIR).glob("*.safetensors"):
             path.unlink()
     from ..io import atomic_write_json  # here, not at the top: tests load this module alone to write rows
 

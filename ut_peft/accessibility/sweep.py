@@ -243,8 +243,13 @@ def _load(config: SweepConfig, device, device_map):
 
 def run_sweep(config: SweepConfig, output_dir, *, model=None, tokenizer=None, accelerator=None,
               overwrite: bool = False, save_vectors: bool = False, device_map=None, progress: bool = True,
-              report: bool = True) -> store.Summary | None:
-    """Run (or resume) a sweep into ``output_dir``; returns the summary on the main process, None elsewhere."""
+              report: bool = True, snapshot_seconds: float | None = 300.0) -> store.Summary | None:
+    """Run (or resume) a sweep into ``output_dir``; returns the summary on the main process, None elsewhere.
+
+    Every ``snapshot_seconds`` (None: never) the state of each row in flight goes to ``inflight/``; a resumed run
+    continues those rows from there instead of from step 0 (on CPU a Gemma row can take an hour). A row ends the
+    same way as uninterrupted when its batch companions are the same; otherwise up to float rounding, as any row.
+    """
     from accelerate import Accelerator
     from accelerate.utils import gather_object
     from tqdm.auto import tqdm
@@ -304,9 +309,14 @@ def run_sweep(config: SweepConfig, output_dir, *, model=None, tokenizer=None, ac
         cram_jobs = [CramJob(key=(m, n, i), ids=source.sequence(n, i, config.seed), m=m,
                              seed=init_seed(config.seed, m, n, i),
                              init=_warm_vectors(output_dir, m, warm_from[(m, n, i)], i) if warm_from.get((m, n, i))
-                             else None) for m, n, i in mine]
+                             else None, resume=store.read_inflight(output_dir, (m, n, i))) for m, n, i in mine]
         new_rows = []
-        for result in cram(model, cram_jobs, config.cram):
+
+        def keep_states(states, folder=output_dir):
+            for key, state in states.items():
+                store.write_inflight(folder, key, state)
+        for result in cram(model, cram_jobs, config.cram, snapshot_every=snapshot_seconds,
+                           on_snapshot=keep_states if snapshot_seconds is not None else None):
             if save_vectors or config.warm_start:  # a warm start reads them back, also after a resume
                 store.write_vectors(output_dir, result.job.key, result.vectors, ids=result.job.ids,
                                     accessible=result.accessible)
@@ -314,6 +324,7 @@ def run_sweep(config: SweepConfig, output_dir, *, model=None, tokenizer=None, ac
             if warm_from.get(result.job.key):
                 row["warm_from"] = warm_from[result.job.key]
             store.append_row(my_file, row)
+            store.remove_inflight(output_dir, result.job.key)  # after the row (a kill in between: a stale file)
             new_rows.append(row)
             bar.update(1)
             bar.set_postfix(accessible=f"{sum(r['accessible'] for r in new_rows)}/{len(new_rows)}")
