@@ -61,7 +61,8 @@ def main(args):
     accelerator = Accelerator()
     summary = run_sweep(config, args.output, accelerator=accelerator, overwrite=args.overwrite,
                         save_vectors=args.save_vectors or args.save_adapters,
-                        device_map="auto" if args.device_map else None)
+                        device_map="auto" if args.device_map else None,
+                        snapshot_seconds=60 * args.snapshot_minutes if args.snapshot_minutes > 0 else None)
     if accelerator.is_main_process:
         if args.save_adapters:
             saved = save_memory_adapters(args.output, config.model)
@@ -82,6 +83,16 @@ def abandon_pair(text: str) -> tuple[int, float]:
         return int(step), float(accuracy)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected STEP:ACCURACY such as 100:0.4, got {text!r}") from None
+
+
+def minutes(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"expected a number of minutes >= 0 (0: never), got {text!r}")
+    return value
 
 
 # (flag, ut-peft protocol's default, published protocol's default)
@@ -144,6 +155,9 @@ def parse(argv=None):
     parser.add_argument("--support-sequences", type=int, default=256, help="random sequences to measure r")
     parser.add_argument("--device-map", action="store_true", help="spread a large model over devices (Accelerate)")
     parser.add_argument("--save-vectors", action="store_true", help="keep every sequence's vectors (safetensors)")
+    parser.add_argument("--snapshot-minutes", type=minutes, default=5.0,
+                        help="save the state of the rows in flight this often (into OUTPUT/inflight/), so a killed "
+                        "run resumes them where they were; 0: never (default 5)")
     parser.add_argument("--save-adapters", action="store_true", help="also save accessible vectors as PEFT adapters")
     parser.add_argument("--output", default="cram-output")
     parser.add_argument("--overwrite", action="store_true", help="discard a previous run in --output")

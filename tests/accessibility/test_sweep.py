@@ -349,7 +349,8 @@ def test_killed_sequential_recipe_resumes_to_the_same_rows(tmp_path):
 def test_recipe_refuses_bad_design_settings():
     for extra, message in ((["--design", "sequential", "--target-ci", "0"], "must be > 0"),
                            (["--design", "sequential", "--budget", "-1"], "positive integer"),
-                           (["--design", "nope"], "invalid choice: 'nope'")):
+                           (["--design", "nope"], "invalid choice: 'nope'"),
+                           (["--snapshot-minutes", "-1"], "minutes >= 0")):
         result = subprocess.run([sys.executable, str(RECIPE)] + extra, capture_output=True, text=True)
         assert result.returncode != 0 and message in result.stderr, result.stderr[-500:]
 
