@@ -39,6 +39,15 @@ def row_steps(row: dict) -> int:
     return int(row["steps"]) + 1
 
 
+def crammed_chains(rows: dict) -> dict[tuple[int, int], list[tuple[int, bool]]]:
+    """The crammed (not inferred) outcomes of each (m, text): ``{(m, k): [(n, accessible), ...]}``."""
+    chains: dict[tuple[int, int], list[tuple[int, bool]]] = {}
+    for (m, n, k), row in rows.items():
+        if row.get("stop_reason") != INFERRED:
+            chains.setdefault((m, k), []).append((n, bool(row["accessible"])))
+    return chains
+
+
 def infer_prefixes(jobs: list[Job], rows: dict) -> tuple[list[Job], dict[Job, dict]]:
     """For nested texts (sequence (n, k) is the first n tokens of text k): which jobs to cram now, and which rows the
     rows already crammed decide.
@@ -59,10 +68,7 @@ def infer_prefixes(jobs: list[Job], rows: dict) -> tuple[list[Job], dict[Job, di
     every text fails at most once (failures run to the cap or to patience and are the expensive rows), and each
     round's outcomes decide the next. Deterministic in the rows, so a resumed or distributed run infers the same.
     """
-    by_text: dict[tuple[int, int], list[tuple[int, bool]]] = {}
-    for (m, n, k), row in rows.items():
-        if row.get("stop_reason") != INFERRED:
-            by_text.setdefault((m, k), []).append((n, bool(row["accessible"])))
+    by_text = crammed_chains(rows)
     inferred: dict[Job, dict] = {}
     undecided: dict[tuple[int, int], Job] = {}
     for job in sorted(jobs, key=lambda j: (j[0], j[2], j[1])):
@@ -99,10 +105,7 @@ def prefix_violations(rows: dict) -> dict:
     lengths been crammed in increasing order (every row after the first failure of its text would have been
     inferred not accessible): ``{"chains", "rows", "changed", "changed_rows": [(m, n, k), ...]}``.
     """
-    chains: dict[tuple[int, int], list[tuple[int, bool]]] = {}
-    for (m, n, k), row in rows.items():
-        if row.get("stop_reason") != INFERRED:
-            chains.setdefault((m, k), []).append((n, bool(row["accessible"])))
+    chains = crammed_chains(rows)
     changed = []
     for (m, k), chain in sorted(chains.items()):
         failed = False

@@ -21,7 +21,7 @@ from . import store
 from .bounds import measure_support, slope_bounds
 from .cram import CramConfig, CramJob, cram
 from .protocol import PublishedSequences, check_protocol, cram_settings, special_prefix_ids
-from .design import DESIGNS, check_stopping, complete_groups, infer_prefixes, make_design, row_steps
+from .design import DESIGNS, check_stopping, complete_groups, crammed_chains, infer_prefixes, make_design, row_steps
 from .fit import fit_sigmoid, line_interval, linear_fit, n50_interval
 from .sources import init_seed, make_source
 
@@ -209,12 +209,10 @@ def _row(result, rank: int) -> dict:
             "best_accuracy_at": {str(k): v for k, v in result.best_accuracy_at.items()}}
 
 
-def _warm_source(rows: dict, job) -> int | None:
+def _warm_source(chains: dict, job) -> int | None:
     """The longest shorter length at which the job's text was crammed (not inferred) with success, if any."""
     m, n, k = job
-    crammed = [n2 for (m2, n2, k2), row in rows.items() if (m2, k2) == (m, k) and n2 < n and row["accessible"]
-               and row.get("stop_reason") != "inferred"]
-    return max(crammed, default=None)
+    return max((n2 for n2, ok in chains.get((m, k), []) if ok and n2 < n), default=None)
 
 
 def _warm_vectors(output_dir, m: int, n: int, index: int):
@@ -305,7 +303,8 @@ def run_sweep(config: SweepConfig, output_dir, *, model=None, tokenizer=None, ac
         mine = jobs[rank::world]
         bar.total += len(mine)
         bar.set_description(f"cram n={','.join(str(n) for n in sorted({j[1] for j in jobs}))}")
-        warm_from = {job: _warm_source(rows, job) for job in mine} if config.warm_start else {}
+        chains = crammed_chains(rows) if config.warm_start else {}
+        warm_from = {job: _warm_source(chains, job) for job in mine} if config.warm_start else {}
         cram_jobs = [CramJob(key=(m, n, i), ids=source.sequence(n, i, config.seed), m=m,
                              seed=init_seed(config.seed, m, n, i),
                              init=_warm_vectors(output_dir, m, warm_from[(m, n, i)], i) if warm_from.get((m, n, i))
