@@ -368,15 +368,21 @@ class _WordTokenizer:
         return {"input_ids": ([self.bos_token_id] if add_special_tokens else []) + ids}
 
 
+# A published-protocol sweep over nested texts on the tiny model: four texts, four lengths, a short cap.
+NESTED = dict(source="text", protocol="published", ms=[1], grid=GridConfig(lengths=[3, 5, 9, 17]), num_sequences=4,
+              cram=CramConfig(max_steps=25, patience=25, batch_size=8))
+
+
+def _nested_sweep(folder, model, **overrides):
+    """Run (or resume) a nested sweep into ``folder``: its summary and its rows by (m, n, index)."""
+    summary = run_sweep(small_config(**dict(NESTED, **overrides)), folder, model=model, tokenizer=_WordTokenizer(),
+                        progress=False)
+    return summary, {(r["m"], r["n"], r["index"]): r for r in load_rows(folder)}
+
+
 def test_prefix_inference_crams_each_nested_text_up_to_its_first_failure(tmp_path, llama):
-    settings = dict(source="text", protocol="published", ms=[1], grid=GridConfig(lengths=[3, 5, 9, 17]),
-                    num_sequences=4, cram=CramConfig(max_steps=25, patience=25, batch_size=8))
-    full = run_sweep(small_config(**settings), tmp_path / "full", model=llama, tokenizer=_WordTokenizer(),
-                     progress=False)
-    lean = run_sweep(small_config(**settings, infer_prefixes=True), tmp_path / "lean", model=llama,
-                     tokenizer=_WordTokenizer(), progress=False)
-    full_rows = {(r["m"], r["n"], r["index"]): r for r in load_rows(tmp_path / "full")}
-    lean_rows = {(r["m"], r["n"], r["index"]): r for r in load_rows(tmp_path / "lean")}
+    full, full_rows = _nested_sweep(tmp_path / "full", llama)
+    lean, lean_rows = _nested_sweep(tmp_path / "lean", llama, infer_prefixes=True)
     assert set(lean_rows) == set(full_rows)
     inferred = {k for k, r in lean_rows.items() if r["stop_reason"] == "inferred"}
     assert inferred, "some text failed before its longest length, or the grid is too easy for this test"
@@ -389,12 +395,10 @@ def test_prefix_inference_crams_each_nested_text_up_to_its_first_failure(tmp_pat
     assert lean.row_steps == sum(r["steps"] + 1 for k, r in lean_rows.items() if k not in inferred) < full.row_steps
     assert lean.settings["infer_prefixes"] and "infer_prefixes" not in full.settings
     assert "decided without cramming" in (tmp_path / "lean" / "report.md").read_text()
-    again = run_sweep(small_config(**settings, infer_prefixes=True), tmp_path / "lean", model=llama,
-                      tokenizer=_WordTokenizer(), progress=False)  # resuming infers nothing twice
-    assert len(load_rows(tmp_path / "lean")) == len(lean_rows) and again.to_dict() == lean.to_dict()
+    again, again_rows = _nested_sweep(tmp_path / "lean", llama, infer_prefixes=True)  # resuming infers nothing twice
+    assert len(again_rows) == len(lean_rows) and again.to_dict() == lean.to_dict()
     # A sweep with inference merges with one without (another m here): the merged settings name the inference.
-    run_sweep(small_config(**dict(settings, ms=[2], grid=GridConfig(lengths=[5, 9]))), tmp_path / "m2", model=llama,
-              tokenizer=_WordTokenizer(), progress=False)
+    _nested_sweep(tmp_path / "m2", llama, ms=[2], grid=GridConfig(lengths=[5, 9]))
     merge_sweeps([tmp_path / "lean", tmp_path / "m2"], tmp_path / "merged")
     merged = json.loads((tmp_path / "merged" / "settings.json").read_text())
     assert merged["infer_prefixes"] and merged["ms"] == [1, 2]
@@ -420,14 +424,8 @@ def test_warm_start_begins_each_longer_prefix_from_the_shorter_ones_vectors(tmp_
         inits.update({job.key: job.init for job in jobs})
         return real_cram(model, jobs, config, **kwargs)
     monkeypatch.setattr(sweep, "cram", spying_cram)
-    settings = dict(source="text", protocol="published", ms=[1], grid=GridConfig(lengths=[3, 5, 9, 17]),
-                    num_sequences=4, cram=CramConfig(max_steps=25, patience=25, batch_size=8), infer_prefixes=True)
-    cold = run_sweep(small_config(**settings), tmp_path / "cold", model=llama, tokenizer=_WordTokenizer(),
-                     progress=False)
-    warm = run_sweep(small_config(**settings, warm_start=True), tmp_path / "warm", model=llama,
-                     tokenizer=_WordTokenizer(), progress=False)
-    cold_rows = {(r["m"], r["n"], r["index"]): r for r in load_rows(tmp_path / "cold")}
-    warm_rows = {(r["m"], r["n"], r["index"]): r for r in load_rows(tmp_path / "warm")}
+    cold, cold_rows = _nested_sweep(tmp_path / "cold", llama, infer_prefixes=True)
+    warm, warm_rows = _nested_sweep(tmp_path / "warm", llama, infer_prefixes=True, warm_start=True)
     started_warm = {k: r for k, r in warm_rows.items() if r["warm_from"] is not None}
     assert started_warm, "no text crammed a first length, or the grid is too hard for this test"
     for (m, n, k), row in warm_rows.items():
@@ -458,8 +456,7 @@ def test_warm_start_begins_each_longer_prefix_from_the_shorter_ones_vectors(tmp_
     for path in (tmp_path / "warm" / "vectors").glob("*.safetensors"):
         path.unlink()
     with pytest.raises(ValueError, match="needs the vectors crammed at length 3"):
-        run_sweep(small_config(**settings, warm_start=True), tmp_path / "warm", model=llama,
-                  tokenizer=_WordTokenizer(), progress=False)
+        _nested_sweep(tmp_path / "warm", llama, infer_prefixes=True, warm_start=True)
     assert rows_file.read_bytes().startswith(kept)  # nothing finished is lost (inferred rows may follow)
     with pytest.raises(ValueError, match="differ: warm_start"):  # warm and cold rows mean different things
         merge_sweeps([tmp_path / "cold", tmp_path / "warm"], tmp_path / "merged")
