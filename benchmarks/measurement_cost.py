@@ -202,12 +202,16 @@ def simulate(args) -> None:
             est = np.array([e["n50"] if e["n50"] is not None else np.nan for e in entries])
             ls = np.array([e["n50_ls"] if e["n50_ls"] is not None else np.nan for e in entries])
             cis = [_bounds(e["ci"]) for e in entries if e["ci"]]
-            widths = [hi - lo for lo, hi in cis]
+            # An interval with an unbounded side has no width: the mean is over the bounded ones (their share is
+            # printed when not all are).
+            widths = [hi - lo for lo, hi in cis if math.isfinite(hi - lo)]
+            unbounded = "" if len(widths) == len(entries) else f" ({len(widths)}/{len(entries)} bounded)"
             covered = np.mean([lo <= truth.n50(m) <= hi for lo, hi in cis]) if cis else float("nan")
             se = np.nanstd(est) / math.sqrt(max(1, np.isfinite(est).sum()))
             bias = np.nanmean(est) - truth.n50(m)
             print(f"| {name} | {m} | {truth.n50(m):.1f} | {np.nanmean(est):.2f} | {bias:+.2f} (se {se:.2f}) | "
-                  f"{np.nanmean(ls):.2f} | {np.mean(widths):.1f} | {covered:.2f} | "
+                  f"{np.nanmean(ls):.2f} | {np.mean(widths) if widths else float('nan'):.1f}{unbounded} | "
+                  f"{covered:.2f} | "
                   f"{np.mean([e['rows'] for e in entries]):.0f} | {np.mean([e['row_steps'] for e in entries]):.0f} |")
     print()
     print("| design | mean slope | slope bias | mean slope 95% width | slope coverage | intercept coverage | "

@@ -132,7 +132,7 @@ def test_profile_interval_covers_independent_rows():
         accessible = rng.random(lengths.size) < sigmoid(lengths, 100.0, -1 / 6)
         ns = np.unique(lengths)
         ci = profile_n50_interval(ns, [accessible[lengths == n].sum() for n in ns], [8] * ns.size)
-        if ci is not None:
+        if ci is not None and None not in ci:
             bounded += 1
             covered += ci[0] <= 100.0 <= ci[1]
     assert bounded >= 190 and 0.92 <= covered / bounded <= 0.985
@@ -156,6 +156,18 @@ def test_n50_interval_uses_the_profile_for_independent_rows_only():
     with pytest.raises(ValueError, match="unknown interval method 'wald'"):
         n50_interval(lengths, accessible, index, method="wald")
     assert profile_n50_interval([10, 20], [4, 4], [4, 4]) is None  # degenerate: nothing to bound
+
+
+def test_profile_interval_leaves_an_unbounded_side_open_and_keeps_the_other():
+    """Rows that fall from 4/4 to 2/4 only at the longest length bound n_50 from below, not from above: the
+    interval says so with None on the high side (the bootstrap's convention), instead of dropping both sides."""
+    low_only = profile_n50_interval([10, 20, 30], [4, 4, 2], [4, 4, 4])
+    assert low_only[1] is None and 20 < low_only[0] < 30
+    high_only = profile_n50_interval([10, 20, 30], [2, 0, 0], [4, 4, 4])
+    assert high_only[0] is None and 10 < high_only[1] < 20
+    both = profile_n50_interval([10, 20, 30], [4, 2, 0], [4, 4, 4])
+    assert both[0] < 20 < both[1] and abs((20 - both[0]) - (both[1] - 20)) < 1e-6  # symmetric rows, symmetric ends
+    assert profile_n50_interval([10, 20, 30], [4, 4, 3], [4, 4, 4]) is None  # neither side can be bounded
 
 
 def _gemma_m2_rows():

@@ -395,9 +395,10 @@ def profile_n50_interval(lengths, successes, trials, *, level: float = LEVEL) ->
     of the estimate. Why, for designs whose rows are independent: the percentile bootstrap over a few adaptively
     placed lengths covered the truth 86-95% of the time at a nominal 95% in the simulator of
     ``benchmarks/measurement_cost.py``; the profile interval, like Fieller's for a ratio, follows the skew of
-    x0 = -intercept / slope that a percentile over few units misses. None when degenerate or when the profile
-    does not fall by the quantile within one span of the measured lengths on either side (the data cannot
-    bound n_50 there).
+    x0 = -intercept / slope that a percentile over few units misses. Returns ``[low, high]``; a side is None when
+    the profile does not fall by the quantile within one span of the measured lengths on that side (the rows
+    cannot bound n_50 there: the convention of the bootstrap intervals); None when degenerate or unbounded on
+    both sides.
     """
     ns = np.asarray(lengths, dtype=float)
     succ = np.asarray(successes, dtype=float)
@@ -416,9 +417,12 @@ def profile_n50_interval(lengths, successes, trials, *, level: float = LEVEL) ->
     drop = lambda x: best - _profile(x, u, succ, tri, b_scale) - cut  # noqa: E731
     reach = (u[-1] - u[0]) + 1.0
     ends = []
-    for far in (u[0] - reach, u[-1] + reach):
-        if not min(x0u, far) <= x0u <= max(x0u, far) or drop(far) < 0:
-            return None
-        ends.append(optimize.brentq(drop, x0u, far, xtol=1e-6) if drop(x0u) < 0 else x0u)
-    low, high = sorted(centre + spread * np.array(ends))
-    return [float(low), float(high)]
+    for far in (u[0] - reach, u[-1] + reach):  # the low side, then the high side
+        if drop(far) < 0:  # the profile never falls by the quantile on this side: the rows cannot bound it
+            ends.append(None)
+            continue
+        end = optimize.brentq(drop, x0u, far, xtol=1e-6) if drop(x0u) < 0 else x0u
+        ends.append(float(centre + spread * end))
+    if ends == [None, None]:
+        return None
+    return ends
