@@ -210,3 +210,32 @@ def test_warm_start_compares_matching_rows_with_the_cold_run(load, tmp_path, cap
     assert capsys.readouterr().out.strip().splitlines()[-1] == "row-steps ratio: 2.02 (1 of 6 decisions differ)"
     with pytest.raises(SystemExit, match="--infer-prefixes --warm-start"):
         bench.main(bench.parse(["--cold", str(warm), "--warm", str(cold)]))
+
+
+def test_optimizer_speed_splits_changed_decisions_into_lost_and_gained(load, tmp_path, capsys):
+    from ut_peft.accessibility import store
+
+    bench = load("optimizer_speed")
+    settings = {"source": {"kind": "text", "nested": True}, "protocol": "published", "ms": [1],
+                "cram": {"lr": 0.01, "max_steps": 300, "betas": [0.9, 0.9]}}
+    base, cand = tmp_path / "base", tmp_path / "cand"
+    store.prepare_folder(base, settings, clear=False)
+    store.prepare_folder(cand, dict(settings, cram=dict(settings["cram"], lr=0.03)), clear=False)
+    for row in (_row(1, 5, 0, True, 99), _row(1, 9, 0, True, 199), _row(1, 17, 0, False, 300),
+                _row(1, 5, 1, True, 49), _row(1, 9, 1, False, 300)):
+        store.append_row(store.rows_file(base, 0), row)
+    for row in (_row(1, 5, 0, True, 49), _row(1, 9, 0, True, 49), _row(1, 17, 0, True, 149),
+                _row(1, 5, 1, False, 300), _row(1, 9, 1, False, 300), _row(1, 33, 1, False, 300)):
+        store.append_row(store.rows_file(cand, 0), row)
+    result = bench.main(bench.parse(["--baseline", str(base), "--candidate", str(cand)]))
+    assert result["optimiser"] == {"lr": (0.01, 0.03)}
+    assert result["lost"] == [(1, 5, 1)] and result["gained"] == [(1, 17, 0)]  # (1, 33, 1): candidate only
+    assert result["both"] == [(1, 5, 0), (1, 9, 0)] and result["steps_both"] == (298, 98)
+    assert sorted(result["step_ratios_both"]) == [2.0, 4.0]
+    assert result["row_steps"] == (100 + 200 + 301 + 50 + 301, 50 + 50 + 150 + 301 + 301)
+    assert capsys.readouterr().out.strip().splitlines()[-1] == "row-steps ratio: 1.12 (lost 1, gained 1 of 5 rows)"
+    store.prepare_folder(tmp_path / "other", dict(settings, cram=dict(settings["cram"], max_steps=1000)), clear=False)
+    with pytest.raises(SystemExit, match="differ in cram.max_steps"):  # the cap is not the optimiser
+        bench.main(bench.parse(["--baseline", str(base), "--candidate", str(tmp_path / "other")]))
+    with pytest.raises(SystemExit, match="same optimiser settings"):
+        bench.main(bench.parse(["--baseline", str(base), "--candidate", str(base)]))
