@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from ut_peft.accessibility.cram import (CramConfig, CramJob, cram, cram_reference, embedding_std, greedy_decode,
-                                        token_stats)
+                                        leading_correct, token_stats)
 
 
 def _jobs(specs, seed=0, vocab=97):
@@ -232,6 +232,34 @@ def test_a_row_resumed_from_a_snapshot_ends_exactly_like_the_uninterrupted_one(c
     assert (resumed.steps, resumed.accessible, resumed.stop_reason) == (whole.steps, whole.accessible,
                                                                         whole.stop_reason)
     assert torch.equal(resumed.vectors, whole.vectors) and resumed.best_accuracy_at == whole.best_accuracy_at
+    assert resumed.best_prefix == whole.best_prefix
     assert resumed.seconds >= middle.seconds
     with pytest.raises(ValueError, match="resume state holds"):
         CramJob(key=2, ids=job.ids, m=1, seed=0, resume=middle)
+
+
+def test_leading_correct_counts_up_to_the_first_wrong_prediction():
+    assert leading_correct(torch.tensor([True, True, False, True])) == 2
+    assert leading_correct(torch.tensor([False, True])) == 0
+    assert leading_correct(torch.tensor([True, True, True])) == 3
+    assert leading_correct(torch.tensor([1, 1, 0], dtype=torch.uint8)) == 2
+
+
+def test_best_prefix_is_a_prefix_the_vectors_really_emit(llama):
+    """A failed row's best_prefix: at some step its vectors got that many leading targets right under teacher
+    forcing (in float32 greedy decoding then emits them). Engine and reference agree on it, crammed rows report
+    the whole sequence, and the final vectors never emit more than the best prefix reported."""
+    jobs = _jobs([(3, 1), (9, 1), (12, 1), (10, 2)], seed=4)
+    config = CramConfig(max_steps=40, patience=40, batch_size=4, autocast="none")
+    batched = {r.job.key: r for r in cram(llama, jobs, config)}
+    assert {r.accessible for r in batched.values()} == {True, False}, "the check must cover both decisions"
+    for job in jobs:
+        got, alone = batched[job.key], cram_reference(llama, job, config)
+        if got.steps == alone.steps:
+            assert got.best_prefix == alone.best_prefix, job
+        if got.accessible:
+            assert got.best_prefix == len(job.ids)
+            continue
+        assert 0 <= got.best_prefix < len(job.ids)
+        emitted = greedy_decode(llama, got.vectors[None], len(job.ids))[0].tolist()
+        assert leading_correct(torch.tensor(emitted) == torch.tensor(job.ids)) <= got.best_prefix

@@ -392,6 +392,9 @@ def test_prefix_inference_crams_each_nested_text_up_to_its_first_failure(tmp_pat
             assert not lean_rows[(key[0], row["inferred_from"], key[2])]["accessible"]
         else:  # crammed rows are the full run's rows: same init, same decision, same steps
             assert (row["accessible"], row["steps"]) == (full_rows[key]["accessible"], full_rows[key]["steps"])
+            # the leading targets its vectors got right (the given BOS is not a target): all of them when crammed
+            assert (row["best_prefix"] == key[1] - 1) == row["accessible"] and 0 <= row["best_prefix"] < key[1]
+    assert all(lean_rows[k].get("best_prefix") is None for k in inferred)  # nothing was crammed
     assert lean.row_steps == sum(r["steps"] + 1 for k, r in lean_rows.items() if k not in inferred) < full.row_steps
     assert lean.settings["infer_prefixes"] and "infer_prefixes" not in full.settings
     assert "decided without cramming" in (tmp_path / "lean" / "report.md").read_text()

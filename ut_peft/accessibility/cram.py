@@ -116,13 +116,14 @@ class RowState:
     next_greedy_check: int
     best_at: dict
     seconds: float  # wall time the row had run
+    best_prefix: int = 0  # see CramResult.best_prefix (0 in snapshots written before it existed)
 
     def scalars(self) -> dict:
         """The non-tensor fields (JSON-safe)."""
         return {"step": self.step, "target_len": self.target_len, "best_acc": self.best_acc,
                 "since_best": self.since_best, "greedy_misses": self.greedy_misses,
                 "next_greedy_check": self.next_greedy_check, "best_at": {str(k): v for k, v in self.best_at.items()},
-                "seconds": self.seconds}
+                "seconds": self.seconds, "best_prefix": self.best_prefix}
 
     @classmethod
     def from_parts(cls, tensors: dict, scalars: dict) -> RowState:
@@ -131,7 +132,7 @@ class RowState:
                    best_acc=float(scalars["best_acc"]), since_best=int(scalars["since_best"]),
                    greedy_misses=int(scalars["greedy_misses"]), next_greedy_check=int(scalars["next_greedy_check"]),
                    best_at={int(k): float(v) for k, v in scalars["best_at"].items()},
-                   seconds=float(scalars["seconds"]))
+                   seconds=float(scalars["seconds"]), best_prefix=int(scalars.get("best_prefix", 0)))
 
 
 @dataclass
@@ -174,6 +175,11 @@ class CramResult:
     best_accuracy_at: dict[int, float] = field(default_factory=dict)
     # The decision: greedy-confirmed (check_greedy) or 100% teacher-forced accuracy (the published rule).
     accessible: bool = False
+    # The most leading targets the vectors got right under teacher forcing at any step (all of them for a crammed
+    # row). Those vectors emit that prefix of the sequence, so it bounds from below how long a prefix of this text
+    # the m vectors can make the model emit: what a failed row says beyond "not at this length". Counted in targets
+    # (given tokens excluded: add ``given_tokens`` for the length as the published protocol counts it).
+    best_prefix: int = 0
 
 
 def embedding_std(model, chunk: int = 8192) -> float:
@@ -362,6 +368,7 @@ class _Row:
     greedy_misses: int = 0  # times 100% teacher-forced accuracy did not survive real greedy decoding
     next_greedy_check: int = 0  # step from which the next greedy check may run (backs off after a miss)
     best_at: dict = field(default_factory=dict)
+    best_prefix: int = 0  # CramResult.best_prefix so far
 
     @property
     def num_targets(self) -> int:
@@ -535,7 +542,7 @@ def cram(model, jobs: Iterable[CramJob], config: CramConfig | None = None, *, sn
             active = [b for b in range(slots) if rows[b] is not None]
             if not active:
                 return
-            loss_sum, correct = _forward(model, params, prefix, [rows[b] for b in active], active, config)
+            loss_sum, correct, leading = _forward(model, params, prefix, [rows[b] for b in active], active, config)
             losses = (loss_sum.detach().cpu() / torch.tensor([float(rows[b].target_len) for b in active])).tolist()
             finished, update = [], torch.zeros(slots, dtype=torch.bool)
             accs = {b: float(correct[j]) / rows[b].target_len for j, b in enumerate(active)}
@@ -544,6 +551,7 @@ def cram(model, jobs: Iterable[CramJob], config: CramConfig | None = None, *, sn
             exact = _greedy_exact(model, params, rows, to_check, config)
             for j, b in enumerate(active):
                 row, acc, step = rows[b], accs[b], optimizer.step_count(b)
+                row.best_prefix = max(row.best_prefix, leading[j])
                 if acc >= 1.0 and not row.complete:
                     row.target_len += 1  # progressive: the next forward sees one more token
                     row.best_acc, row.since_best = -1.0, 0
@@ -584,7 +592,8 @@ def _snapshot(row: _Row, b: int, params: torch.Tensor, optimizer: BatchedAdamW) 
                     exp_avg_sq=optimizer.exp_avg_sq[b, :m].float().cpu().clone(), step=optimizer.step_count(b),
                     target_len=row.target_len, best_acc=row.best_acc, since_best=row.since_best,
                     greedy_misses=row.greedy_misses, next_greedy_check=row.next_greedy_check,
-                    best_at=dict(row.best_at), seconds=time.perf_counter() - row.started)
+                    best_at=dict(row.best_at), seconds=time.perf_counter() - row.started,
+                    best_prefix=row.best_prefix)
 
 
 @torch.no_grad()
@@ -597,11 +606,13 @@ def _restore(row: _Row, state: RowState, b: int, params: torch.Tensor, optimizer
     row.target_len, row.best_acc, row.since_best = state.target_len, state.best_acc, state.since_best
     row.greedy_misses, row.next_greedy_check = state.greedy_misses, state.next_greedy_check
     row.best_at = dict(state.best_at)
+    row.best_prefix = state.best_prefix
     row.started = time.perf_counter() - state.seconds
 
 
 def _forward(model, params, prefix, rows: list[_Row], slots: list[int], config: CramConfig):
-    """Per-row summed cross-entropy and number of correct argmax predictions over each row's targets."""
+    """Per-row summed cross-entropy, number of correct argmax predictions over each row's targets, and number of
+    leading targets predicted correctly (a list of ints)."""
     embed = model.get_input_embeddings()
     device = execution_device(embed)
     p = prefix.shape[0]
@@ -627,7 +638,13 @@ def _forward(model, params, prefix, rows: list[_Row], slots: list[int], config: 
                                     torch.tensor([row.target_len for row in rows], device=losses.device))
     loss_sum = torch.zeros(len(rows), device=losses.device).index_add(0, owner, losses)
     correct = torch.zeros(len(rows), dtype=torch.long, device=losses.device).index_add(0, owner, ok.long())
-    return loss_sum, correct.cpu()
+    return loss_sum, correct.cpu(), [leading_correct(piece) for piece in ok.cpu().split([r.target_len for r in rows])]
+
+
+def leading_correct(ok: torch.Tensor) -> int:
+    """How many predictions at the start of a row's targets are right before the first wrong one."""
+    wrong = (~ok.bool()).nonzero()
+    return int(wrong[0, 0]) if wrong.numel() else int(ok.numel())
 
 
 def _decode_rows(model, memory: torch.Tensor, rows: list[_Row], config: CramConfig) -> list[bool]:
@@ -665,7 +682,7 @@ def _finish(model, row: _Row, vectors: torch.Tensor, reason: str, acc: float, lo
     return CramResult(job=row.job, tf_accuracy=acc, greedy_exact=exact, steps=steps, final_loss=loss,
                       best_accuracy=max(row.best_acc, acc), stop_reason=reason, greedy_misses=row.greedy_misses,
                       seconds=time.perf_counter() - row.started, vectors=vectors, best_accuracy_at=dict(row.best_at),
-                      accessible=accessible)
+                      accessible=accessible, best_prefix=row.best_prefix)
 
 
 def cram_reference(model, job: CramJob, config: CramConfig | None = None) -> CramResult:
@@ -698,7 +715,9 @@ def cram_reference(model, job: CramJob, config: CramConfig | None = None) -> Cra
                 logits = model(inputs_embeds=torch.cat([prefix, memory.to(tokens.dtype), tokens])[None]).logits[0]
             logits = logits.float()[offset:offset + len(targets)]
             loss = F.cross_entropy(logits, targets)
-            acc = float((logits.argmax(-1) == targets).float().mean())
+            hits = logits.argmax(-1) == targets
+            acc = float(hits.float().mean())
+            row.best_prefix = max(row.best_prefix, leading_correct(hits))
             rule.observe(row, acc, step)
             exact = None
             if acc >= 1.0 and row.greedy_due(step):

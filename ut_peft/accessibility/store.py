@@ -267,13 +267,16 @@ ROW_FEATURES = datasets.Features({
     "inferred_from": datasets.Value("int64"),
     # The shorter crammed length whose vectors a warm-started row started from (SweepConfig.warm_start); else None.
     "warm_from": datasets.Value("int64"),
+    # The most leading targets the row's vectors got right at any step (CramResult.best_prefix): those vectors emit
+    # that prefix. None in rows written before it existed and in inferred rows.
+    "best_prefix": datasets.Value("int64"),
 })
 
 
 # A row written before greedy_misses existed lacks it (read as 0); crammed rows have no inferred_from and cold ones
 # no warm_from (None); every other field is required.
-OPTIONAL_ROW_FIELDS = ("greedy_misses", "inferred_from", "warm_from")
-_OPTIONAL_DEFAULTS = {"greedy_misses": 0, "inferred_from": None, "warm_from": None}
+OPTIONAL_ROW_FIELDS = ("greedy_misses", "inferred_from", "warm_from", "best_prefix")
+_OPTIONAL_DEFAULTS = {"greedy_misses": 0, "inferred_from": None, "warm_from": None, "best_prefix": None}
 REQUIRED_ROW_FIELDS = tuple(k for k in ROW_FEATURES if k not in OPTIONAL_ROW_FIELDS)
 
 

@@ -206,7 +206,8 @@ def _row(result, rank: int) -> dict:
             "final_loss": result.final_loss, "best_accuracy": result.best_accuracy,
             "stop_reason": result.stop_reason, "greedy_misses": result.greedy_misses,
             "seconds": round(result.seconds, 3), "rank": rank,
-            "best_accuracy_at": {str(k): v for k, v in result.best_accuracy_at.items()}}
+            "best_accuracy_at": {str(k): v for k, v in result.best_accuracy_at.items()},
+            "best_prefix": result.best_prefix}
 
 
 def _warm_source(chains: dict, job) -> int | None:
