@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from ut_peft.accessibility.fit import (expanded_level, fit_logistic, fit_sigmoid, line_interval, linear_fit,
-                                     n50_interval, profile_n50_interval, sigmoid)
+                                     n50_interval, profile_n50_interval, separating_gap, sigmoid)
 
 
 @pytest.mark.parametrize("x0, s", [(87.0, -0.1), (30.0, -0.5), (412.0, -0.02)])
@@ -206,3 +206,29 @@ def test_the_report_prints_an_unbounded_side():
 
     assert _interval([1.0, None]) == "[1.0, inf)" and _interval([None, 2.0]) == "(-inf, 2.0]"
     assert _interval([1.0, 2.0]) == "[1.0, 2.0]" and _interval(None) == "n/a"
+
+
+def test_separating_gap_finds_complete_separation_only():
+    assert separating_gap([21, 41, 61], [4, 4, 0], [4, 4, 4]) == (41.0, 61.0)
+    assert separating_gap([21, 41, 61], [4, 0, 0], [4, 4, 4]) == (21.0, 41.0)
+    assert separating_gap([21, 41, 61], [4, 3, 0], [4, 4, 4]) is None  # a mixed length: the rows place n_50
+    assert separating_gap([21, 41, 61], [4, 4, 4], [4, 4, 4]) is None  # no crossing at all
+    assert separating_gap([21, 41, 61], [0, 4, 0], [4, 4, 4]) is None  # not monotone
+
+
+def test_an_interval_spans_the_gap_where_the_rows_separate():
+    """Four nested texts with the same outcomes (Gemma-3-270M's natural text at m = 2: accessible at 21 and 41, not
+    at 61). Every bootstrap replicate used to refit the same point of the gap, an interval of width 0 that no one
+    should read as a measurement; the rows say only that n_50 lies between 41 and 61."""
+    lengths, accessible, index = [21] * 4 + [41] * 4 + [61] * 4, [1] * 8 + [0] * 4, [0, 1, 2, 3] * 3
+    fit = n50_interval(lengths, accessible, index, seed=0)
+    low, high = fit["n50_ci"]
+    assert 41 <= low < 42 and 60 < high <= 61 and low < fit["n50"] < high
+    assert fit == n50_interval(lengths, accessible, index, seed=0)  # still deterministic given the seed
+    # A line through two such m: every replicate used to give the same slope; now the slope spreads over what the
+    # gaps allow (n_50 in (11, 21) at m = 1 and (41, 61) at m = 2: a slope between 20 and 50).
+    ms = [1] * 12 + [2] * 12
+    m1 = [1] * 4 + [0] * 8  # accessible at 11, not at 21 or 41
+    line = line_interval(ms, [11] * 4 + [21] * 4 + [41] * 4 + lengths, m1 + accessible, index * 2, seed=0)
+    slope_low, slope_high = line["slope_ci"]
+    assert 20 <= slope_low < 30 < slope_high <= 50 and slope_low < line["slope"] < slope_high

@@ -24,6 +24,11 @@ intercept. The intervals are percentile intervals of ``num_boot`` replicates dra
 ``seed``: the same rows give the same interval, bit for bit. Their coverage is measured on synthetic data of known
 truth in ``tests/accessibility/test_fit.py`` and ``benchmarks/measurement_cost.py``.
 
+Where a replicate's rows separate completely between two measured lengths a < b (all accessible up to a, none
+from b on), the rows say only that n_50 lies in (a, b); Firth's penalty still returns one point of the gap, the same
+in every replicate, so the percentile interval would have no width. Those replicates draw n_50 uniformly from the gap
+(:func:`_within_gap`): the interval then spans it, and the slope's interval carries it.
+
 One exception, for n_50 only: when every index is measured once (the sequential design's fresh texts, so the rows of
 one m are independent), :func:`n50_interval` returns the profile penalised-likelihood interval
 (:func:`profile_n50_interval`) instead. Why: there the percentile bootstrap over a few adaptively placed lengths
@@ -300,8 +305,39 @@ def _bootstrap_curves(ns, succ, tri, num_boot, rng, weights=None):
     start = _firth_fit(u, succ.sum(0)[None], tri.sum(0)[None])[0]
     with np.errstate(invalid="ignore", divide="ignore"):
         weights = weights.astype(float)  # an integer matmul takes numpy's slow path
-        beta = _firth_fit(u, weights @ succ, weights @ tri, start=start)
-    return _to_curve(beta, centre, spread)
+        boot_succ, boot_tri = weights @ succ, weights @ tri
+        beta = _firth_fit(u, boot_succ, boot_tri, start=start)
+    x0, s = _to_curve(beta, centre, spread)
+    return _within_gap(x0, ns, boot_succ, boot_tri, rng), s
+
+
+def separating_gap(ns, successes, trials) -> tuple[float, float] | None:
+    """(a, b) when the rows separate completely between two measured lengths: every sequence accessible at every
+    length up to a, none at b or beyond, nothing measured in between. Else None."""
+    a, b = _gaps(np.asarray(ns, dtype=float), np.asarray(successes, dtype=float)[None],
+                 np.asarray(trials, dtype=float)[None])
+    return None if np.isnan(a[0]) else (float(a[0]), float(b[0]))
+
+
+def _gaps(ns, succ, tri):
+    """Per replicate (rows of ``succ``, ``tri``): the separating gap's ends (a, b), NaN where there is none."""
+    measured = tri > 0
+    full, empty = measured & (succ == tri), measured & (succ == 0)
+    a = np.where(full, ns, -np.inf).max(1)
+    b = np.where(empty, ns, np.inf).min(1)
+    separated = (measured == (full | empty)).all(1) & np.isfinite(a) & np.isfinite(b) & (a < b)
+    return np.where(separated, a, np.nan), np.where(separated, b, np.nan)
+
+
+def _within_gap(x0, ns, succ, tri, rng):
+    """Where a replicate's rows separate completely between lengths a and b, they say only that n_50 lies in (a, b):
+    the penalised fit puts it at one point of the gap (Firth's penalty picks it, not the data), so every replicate
+    would repeat that point and an interval from them would have no width (four nested texts with the same
+    outcomes at 21, 41, 61 gave [50.9, 50.9]). Such replicates draw their n_50 uniformly from the gap instead.
+    The uniforms are drawn after the replicates' weights, so replicates without a gap are unchanged."""
+    a, b = _gaps(ns, succ, tri)
+    draws = rng.random(x0.shape[0])
+    return np.where(np.isnan(a), x0, a + draws * (b - a))
 
 
 def line_interval(ms, lengths, accessible, clusters, *, level: float = LEVEL, num_boot: int = NUM_BOOT,

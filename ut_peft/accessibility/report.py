@@ -129,8 +129,10 @@ def markdown(summary: Summary, *, figures: tuple[str, str] | None = (ACCESSIBILI
              "n_50 is the maximum-likelihood fit (Firth-penalised logistic regression on the per-sequence outcomes) "
              "of the published sigmoid 1/(1+exp(-s(n-x0))), with a 95% interval (bootstrap: over sequence indices, "
              "the rows of an index resampled together; profile: penalised likelihood, where every sequence has one "
-             "row; 'inf': a side the rows cannot bound); the "
-             "published estimate (least squares on the fraction per length) is beside it.", "",
+             "row; 'inf': a side the rows cannot bound; where the rows separate completely between two lengths, "
+             "accessible up to one and not from the next, n_50 is only known to lie between them and the bootstrap "
+             "interval spans that gap); the published estimate (least squares on the fraction per length) is "
+             "beside it.", "",
              "| m | n_50 (MLE) | 95% interval | interval | n_50 (published LS) | sigmoid slope | fit | row-steps "
              "| lengths measured |",
              "|---|---|---|---|---|---|---|---|---|"]
