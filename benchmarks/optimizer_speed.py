@@ -86,9 +86,12 @@ def compare(baseline_folder, candidate_folder) -> dict:
 
 
 def _ci(ci) -> str:
+    """An interval as the reports print it: an unbounded side (None) is -inf or inf, with an open bracket."""
     if not ci:
-        return "-"
-    return "[" + ", ".join("inf" if v is None else f"{v:.1f}" for v in ci) + "]"
+        return "(no interval)"
+    low = "(-inf" if ci[0] is None else f"[{ci[0]:.1f}"
+    high = "inf)" if ci[1] is None else f"{ci[1]:.1f}]"
+    return f"{low}, {high}"
 
 
 def main(args):
