@@ -50,9 +50,11 @@ def _differences(a: dict, b: dict, prefix: str = "") -> list[str]:
     return out
 
 
-def _n50(rows: list[dict], m: int):
+def _n50(rows: list[dict], m: int, seed: int):
+    """The summary's n_50 and interval of these rows (the same estimator and bootstrap seed as its report)."""
     of_m = [r for r in rows if r["m"] == m]
-    fit = n50_interval([r["n"] for r in of_m], [r["accessible"] for r in of_m], [r["index"] for r in of_m])
+    fit = n50_interval([r["n"] for r in of_m], [r["accessible"] for r in of_m], [r["index"] for r in of_m],
+                       seed=[seed, m])
     return fit["n50"], fit["n50_ci"]
 
 
@@ -81,7 +83,8 @@ def compare(baseline_folder, candidate_folder) -> dict:
         "steps_both": (sum(base[k]["steps"] for k in both), sum(cand[k]["steps"] for k in both)),
         "step_ratios_both": [(base[k]["steps"] + 1) / (cand[k]["steps"] + 1) for k in both],
         "row_steps": (sum(row_steps(base[k]) for k in keys), sum(row_steps(cand[k]) for k in keys)),
-        "n50": {m: (_n50([base[k] for k in keys], m), _n50([cand[k] for k in keys], m)) for m in ms},
+        "n50": {m: (_n50([base[k] for k in keys], m, base_settings.get("seed", 0)),
+                    _n50([cand[k] for k in keys], m, cand_settings.get("seed", 0))) for m in ms},
     }
 
 
