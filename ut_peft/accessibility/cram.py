@@ -611,8 +611,8 @@ def _restore(row: _Row, state: RowState, b: int, params: torch.Tensor, optimizer
 
 
 def _forward(model, params, prefix, rows: list[_Row], slots: list[int], config: CramConfig):
-    """Per-row summed cross-entropy, number of correct argmax predictions over each row's targets, and number of
-    leading targets predicted correctly (a list of ints)."""
+    """Per-row summed cross-entropy, and per row (lists of ints) the number of correct argmax predictions over its
+    targets and the number of leading targets predicted correctly."""
     embed = model.get_input_embeddings()
     device = execution_device(embed)
     p = prefix.shape[0]
@@ -637,8 +637,9 @@ def _forward(model, params, prefix, rows: list[_Row], slots: list[int], config: 
     owner = torch.repeat_interleave(torch.arange(len(rows), device=losses.device),
                                     torch.tensor([row.target_len for row in rows], device=losses.device))
     loss_sum = torch.zeros(len(rows), device=losses.device).index_add(0, owner, losses)
-    correct = torch.zeros(len(rows), dtype=torch.long, device=losses.device).index_add(0, owner, ok.long())
-    return loss_sum, correct.cpu(), [leading_correct(piece) for piece in ok.cpu().split([r.target_len for r in rows])]
+    # One copy of the per-token hits to the host gives both counts per row (the step syncs here anyway).
+    pieces = ok.cpu().split([row.target_len for row in rows])
+    return loss_sum, [int(piece.sum()) for piece in pieces], [leading_correct(piece) for piece in pieces]
 
 
 def leading_correct(ok: torch.Tensor) -> int:
