@@ -1,12 +1,14 @@
 """The fixed-universal-transformer comparison on k-hop and Dyck-1: run the plan one run at a time, then report.
 
     nice -n 10 python recipes/ut_experiments.py --threads 1                   # every planned run not finished yet
+    for w in 1 2; do python recipes/ut_experiments.py --threads 1 & done      # two workers share the plan
     python recipes/ut_experiments.py --only khop-full-s0,khop-random-s0       # just these
     python recipes/ut_experiments.py --report-only                            # table + figure from the results file
 
 Each run is ``ut_peft.tasks.training.run`` in ``runs/universal/<name>`` (resumable: rerunning continues the
-checkpoint; a finished run is not trained again). One row per finished run, with its learning curve and its CPU
-seconds, goes to ``results/universal/runs.jsonl``; ``--report-only`` turns that file into
+checkpoint; a finished run is not trained again; a run another worker is training is skipped). One row per
+finished run, with its learning curve and its CPU seconds, goes to ``results/universal/runs.jsonl``;
+``--report-only`` turns that file into
 ``results/universal/table.md`` (mean +- std over seeds, per k, CPU time, the command of each row) and the figure
 ``docs/figures/universal-khop-curves.png`` (accuracy against steps per model kind, and per k at the end). Runs that
 stopped early (budget) are reported from their checkpoint's curve, marked "unfinished" (dashed in the figure).
@@ -69,6 +71,18 @@ PLAN = (
     + _rows(KHOP, [("random-lr1e-2", dict(RANDOM, lr=1e-2)), ("random-lr1e-3", dict(RANDOM, lr=1e-3)),
                    ("random-long", dict(RANDOM, steps=6000))], [0])
     + _rows(KHOP, [("sparse-fits", dict(SPARSE, heads=1, head_dim=16, width=160))], [1, 2])
+    # The paper's three variants side by side (issue 12 part 3): attention-only, and + MLP (fixed random MLPs in the
+    # backbones), beside the residual + LayerNorm rows above, each as the fully trained model, the random backbone
+    # of the same shape and the sparse construction where it fits.
+    + _rows(KHOP, [(f"{kind}-{tag}", dict(overrides, variant=variant))
+                   for variant, tag in (("attention_only", "attn"), ("mlp", "mlp"))
+                   for kind, overrides in (("full", FULL), ("random", RANDOM),
+                                           ("sparse-fits", dict(SPARSE, heads=1, head_dim=16, width=160)))], [0])
+    + _rows(DYCK, [("full", FULL), ("sparse", SPARSE), ("random", RANDOM)], [1, 2])
+    # Does the plateau break late, as induction heads often form after a long plateau? The cheapest fixed backbone
+    # (the sparse construction where it fits, about 3x cheaper per step than m = 128) trained 10x longer.
+    + _rows(KHOP, [("sparse-fits-long", dict(SPARSE, heads=1, head_dim=16, width=160, steps=20000,
+                                             eval_every=1000))], [0])
 )
 
 
@@ -92,11 +106,16 @@ def command(name: str, settings: dict) -> str:
             f"--results results/universal/runs.jsonl")
 
 
-def load_rows(path: Path = RESULTS) -> dict[str, dict]:
-    """The last row of each named run."""
+def load_rows(path: Path | None = None) -> dict[str, dict]:
+    """The last row of each named run (in ``RESULTS`` unless ``path`` is given)."""
+    path = RESULTS if path is None else path
     rows = {}
     if path.exists():
-        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        text = path.read_text(encoding="utf-8")
+        lines = text.splitlines()
+        if lines and not text.endswith("\n"):
+            lines.pop()  # a line another worker is still writing (or a torn one): not a row yet
+        for number, line in enumerate(lines, 1):
             if line.strip():
                 row = json.loads(line)
                 # A row written by recipes/reprogram.py has no name: its output folder is the name.
@@ -125,20 +144,31 @@ def unfinished_rows(finished: dict[str, dict]) -> dict[str, dict]:
 
 
 def run_plan(names: list[str]) -> None:
-    from ut_peft.tasks.training import RunSettings, run
+    """Train the planned runs not finished yet, in plan order (or in the order of ``names``).
 
-    finished = load_rows()
-    for name, settings in PLAN:
-        if names and name not in names:
-            continue
-        if name in finished:
+    Several workers may share the plan (start this twice with ``--threads 1`` on two cores): a run another worker is
+    training is skipped, and rows are appended whole."""
+    from ut_peft.tasks.training import RunInProgressError, RunSettings, run
+
+    plan = dict(PLAN)
+    unknown = [name for name in names if name not in plan]
+    if unknown:
+        raise SystemExit(f"not in the plan: {', '.join(unknown)}; `--list` shows the planned runs")
+    for name in names or list(plan):  # --only's order when given, else the plan's
+        settings = plan[name]
+        if name in load_rows():  # read again each time: another worker may have finished it meanwhile
             print(f"{name}: already in {RESULTS.relative_to(ROOT)}", flush=True)
             continue
         print(f"{name}: {command(name, settings)}", flush=True)
-        row = run(RunSettings(**settings), ROOT / "runs" / "universal" / name, progress=False)
-        RESULTS.parent.mkdir(parents=True, exist_ok=True)
-        with open(RESULTS, "a", encoding="utf-8") as handle:
-            handle.write(json.dumps({"name": name, **row}) + "\n")
+        try:
+            # run() appends the row while it holds the run's lock, and only when it trained it: a run another worker
+            # finished meanwhile comes back from its result.json without a second row. The row has no "name":
+            # load_rows takes it from the output folder.
+            row = run(RunSettings(**settings), ROOT / "runs" / "universal" / name, results_path=RESULTS,
+                      progress=False)
+        except RunInProgressError as err:
+            print(f"{name}: skipped, {err}", flush=True)
+            continue
         print(f"{name}: accuracy {row['accuracy']:.4f} per k {row['per_k']} "
               f"({row['train_cpu_seconds']:.0f} CPU s)", flush=True)
 
@@ -160,9 +190,9 @@ def table(rows: dict[str, dict]) -> str:
     groups: dict[str, list[tuple[str, dict]]] = {}
     for name, row in rows.items():
         groups.setdefault(_group(name), []).append((name, row))
-    lines = ["| row | task | model | shape (m, L, H x k) | steps | seeds | k=1 | k=2 | k=3 | k=4 | "
+    lines = ["| row | task | model | variant | shape (m, L, H x k) | steps | seeds | k=1 | k=2 | k=3 | k=4 | "
              "all (Dyck: answer) | CPU min per run | trainable |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     commands = []
     for group, members in groups.items():
         s = members[0][1]["settings"]
@@ -173,7 +203,8 @@ def table(rows: dict[str, dict]) -> str:
         seeds = ",".join(str(m[1]["settings"]["seed"]) for m in members)
         stopped = [m[1]["stopped_at"] for m in members if "stopped_at" in m[1]]
         steps = f"{min(stopped)} of {s['steps']} (unfinished)" if stopped else str(s["steps"])
-        lines.append(f"| {group} | {s['task']} | {model} | {s['width']}, {s['layers']}, {s['heads']} x "
+        variant = s["variant"].replace("_", " ")
+        lines.append(f"| {group} | {s['task']} | {model} | {variant} | {s['width']}, {s['layers']}, {s['heads']} x "
                      f"{s['head_dim']} | {steps} | {seeds} | {' | '.join(per_k)} | "
                      f"{_mean_std([m[1]['accuracy'] for m in members])} | {cpu:.1f} | "
                      f"{members[0][1]['trainable_parameters']:,} |")
@@ -243,7 +274,8 @@ def main(args) -> None:
 
 def parse(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--only", default="", help="comma-separated run names from the plan (default: all)")
+    parser.add_argument("--only", default="",
+                        help="comma-separated run names from the plan, run in this order (default: all, plan order)")
     parser.add_argument("--report-only", action="store_true", help="only the table and figure from the results")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     parser.add_argument("--list", action="store_true", help="print the plan's names and commands, then stop")

@@ -1,9 +1,13 @@
+import fcntl
 import json
+import os
 import threading
+import time
 
 import pytest
 
-from ut_peft.io import atomic_directory, atomic_write_bytes, atomic_write_json, atomic_write_text
+from ut_peft.io import (append_jsonl, atomic_directory, atomic_write_bytes, atomic_write_json, atomic_write_text,
+                        lock_holder, try_lock)
 
 
 class Unserialisable:
@@ -84,3 +88,43 @@ def test_atomic_directory_publishes_whole_or_not_at_all(tmp_path):
         (tmp / "config.json").write_text("second")
     assert (target / "config.json").read_text() == "first"
     assert [p.name for p in tmp_path.iterdir()] == ["cache"]
+
+
+def test_append_jsonl_waits_for_a_writer_that_holds_the_file(tmp_path):
+    # Another process (here a thread with its own open file: flock treats it the same) is appending a line in
+    # several pieces; an append meanwhile must wait, or the two lines would interleave.
+    path = tmp_path / "rows.jsonl"
+    holding = threading.Event()
+
+    def other_writer():
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        holding.set()
+        os.write(fd, b'{"writer": ')
+        time.sleep(0.5)
+        os.write(fd, b'"other"}\n')
+        os.close(fd)
+
+    thread = threading.Thread(target=other_writer)
+    thread.start()
+    holding.wait()
+    append_jsonl(path, {"writer": "us", "b": 1, "a": 2}, sort_keys=True)
+    thread.join()
+    assert path.read_text().splitlines() == ['{"writer": "other"}', '{"a": 2, "b": 1, "writer": "us"}']
+
+
+def test_try_lock_excludes_a_second_holder_until_the_first_lets_go(tmp_path):
+    path = tmp_path / "run.lock"
+    first = try_lock(path)
+    assert first is not None
+    try:
+        assert try_lock(path) is None  # a second open of the file: what another process would get
+        assert lock_holder(path).startswith(f"pid {os.getpid()} on ")
+        assert try_lock(path, note_holder=False) is None
+    finally:
+        os.close(first)
+    second = try_lock(path, note_holder=False)
+    assert second is not None
+    os.close(second)
+    assert lock_holder(path).startswith(f"pid {os.getpid()} on ")  # a probe leaves the record as it was
+    assert lock_holder(tmp_path / "missing.lock") == "a process"

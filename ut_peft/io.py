@@ -6,13 +6,20 @@ the file is flushed and fsynced, ``os.replace`` puts it in place in one step, an
 rename itself survives a power cut. If anything raises before the rename, the temporary file is removed and the
 previous file, if any, is left as it was. Concurrent writers each write their own temporary file; the last rename
 wins and every reader sees one writer's complete file.
+
+Files that several processes extend go through :func:`append_jsonl` (one locked, fsynced line per call), and work
+that only one process may do at a time takes a lock file with :func:`try_lock`.
 """
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import json
 import os
 import shutil
+import socket
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -114,3 +121,73 @@ def atomic_directory(path: str | os.PathLike) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+# ---- appends and locks shared by concurrent processes ------------------------------------------------------------
+
+def append_jsonl(path: str | os.PathLike, row: Any, *, sort_keys: bool = False) -> None:
+    """Append ``row`` as one JSON line, then fsync.
+
+    Several processes may append to one file: each append holds an exclusive ``flock`` on the file while it writes,
+    so lines never interleave. A write that fails part-way (a full disk) is cut back off the file, so a later line is
+    never glued to a torn one, and the error says what happened.
+    """
+    path = Path(path)
+    line = (json.dumps(row, sort_keys=sort_keys) + "\n").encode("utf-8")
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # released when fd is closed
+        start = os.fstat(fd).st_size  # under the lock: no other writer appends meanwhile
+        written = 0
+        try:
+            while written < len(line):
+                count = os.write(fd, line[written:])  # a short count is legal: write the rest, or get the error
+                if count <= 0:
+                    raise OSError(errno.EIO, f"os.write wrote {count} bytes")
+                written += count
+            os.fsync(fd)
+        except OSError as err:
+            cut = _cut_back(fd, start)
+            raise OSError(err.errno, f"could not append a row to {path}: wrote {written} of {len(line)} bytes "
+                          f"({err.strerror or err}); {cut}. Free space (or fix the error) and resume: the "
+                          "rows already written are kept") from err
+    finally:
+        os.close(fd)
+
+
+def _cut_back(fd: int, size: int) -> str:
+    try:
+        os.ftruncate(fd, size)
+        os.fsync(fd)
+        return "the partial line was cut off again"
+    except OSError as err:  # then a reader skips it, as a torn last line
+        return f"the partial line could not be cut off ({err}); readers skip it as a torn last line"
+
+
+def try_lock(path: str | os.PathLike, *, note_holder: bool = True) -> int | None:
+    """Take an exclusive, non-blocking ``flock`` on ``path`` (created if missing) and, with ``note_holder``, write
+    who holds it into the file (for :func:`lock_holder`).
+
+    Returns the open descriptor (closing it releases the lock; so does the process ending, even by SIGKILL, so a
+    crashed holder never blocks anyone), or None when another process holds it. Local file systems only: flock
+    over NFS may not exclude other machines.
+    """
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    if note_holder:
+        os.ftruncate(fd, 0)
+        os.write(fd, f"pid {os.getpid()} on {socket.gethostname()} since {time.strftime('%Y-%m-%d %H:%M:%S')}"
+                 .encode())
+    return fd
+
+
+def lock_holder(path: str | os.PathLike) -> str:
+    """Who holds the lock file ``path``, as :func:`try_lock` wrote it."""
+    try:
+        return Path(path).read_text(encoding="utf-8").strip() or "a process"
+    except OSError:
+        return "a process"

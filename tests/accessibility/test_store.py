@@ -21,11 +21,8 @@ ROOT = Path(__file__).resolve().parents[2]
 # Subprocesses load store.py alone: importing the whole package would cost them seconds of torch and transformers.
 # Registered in sys.modules before it runs, as importlib's recipe for a source file does: its dataclasses look
 # their module up there.
-IMPORT_STORE = textwrap.dedent(f"""
-    import importlib.util, sys
-    spec = importlib.util.spec_from_file_location("store", {str(ROOT / "ut_peft" / "accessibility" / "store.py")!r})
-    store = sys.modules["store"] = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(store)
+IMPORT_STORE = textwrap.dedent("""
+    from ut_peft.accessibility import store
 """)
 
 

@@ -24,17 +24,15 @@ This module owns the folder's layout; nothing else spells a file name of it:
 from __future__ import annotations
 
 import dataclasses
-import errno
-import fcntl
 import json
 import os
-import socket
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypedDict
 
 import datasets
+
+from ..io import append_jsonl, atomic_write_bytes, atomic_write_json, lock_holder, try_lock
 
 SETTINGS_FILE = "settings.json"
 SUMMARY_FILE = "summary.json"
@@ -166,8 +164,6 @@ class Summary(_Record):
 
 
 def write_summary(folder, summary: Summary) -> Path:
-    from ..io import atomic_write_json  # here, not at the top: tests load this module alone to write rows
-
     return atomic_write_json(Path(folder) / SUMMARY_FILE, summary.to_dict())
 
 
@@ -189,7 +185,6 @@ def write_vectors(folder, key: tuple[int, int, int], vectors, *, ids, accessible
     """Keep the crammed (m, d) ``vectors`` of row ``key`` = (m, n, index) with the token ids they were crammed on."""
     from safetensors.torch import save
 
-    from ..io import atomic_write_bytes
 
     path = vectors_path(folder, *key)
     path.parent.mkdir(exist_ok=True)
@@ -214,7 +209,6 @@ def write_inflight(folder, key: tuple[int, int, int], state) -> Path:
     """Keep the :class:`~.cram.RowState` of a row in flight (atomically: a kill leaves the old state or the new)."""
     from safetensors.torch import save
 
-    from ..io import atomic_write_bytes
 
     path = inflight_path(folder, *key)
     path.parent.mkdir(exist_ok=True)
@@ -342,7 +336,6 @@ def prepare_folder(folder: Path, settings: dict, clear: bool) -> None:
             path.unlink()
         for path in (folder / INFLIGHT_DIR).glob("*.safetensors"):
             path.unlink()
-    from ..io import atomic_write_json  # here, not at the top: tests load this module alone to write rows
 
     atomic_write_json(folder / SETTINGS_FILE, settings, sort_keys=True)
     for path in row_files(folder):
@@ -398,36 +391,9 @@ def repair(path: Path) -> int:
 
 
 def append_row(path: Path, row: dict) -> None:
-    """Append one row as one line, then fsync. A write that fails part-way (a full disk) is cut back off the file,
-    so a later row is never glued to a torn one, and the error says what happened."""
-    line = (json.dumps(row, sort_keys=True) + "\n").encode("utf-8")
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        start = os.fstat(fd).st_size  # one writer per file (the folder lock): nothing else appends meanwhile
-        written = 0
-        try:
-            while written < len(line):
-                count = os.write(fd, line[written:])  # a short count is legal: write the rest, or get the error
-                if count <= 0:
-                    raise OSError(errno.EIO, f"os.write wrote {count} bytes")
-                written += count
-            os.fsync(fd)
-        except OSError as err:
-            cut = _cut_back(fd, start)
-            raise OSError(err.errno, f"could not append a row to {path}: wrote {written} of {len(line)} bytes "
-                          f"({err.strerror or err}); {cut}. Free space (or fix the error) and resume: the "
-                          "rows already written are kept") from err
-    finally:
-        os.close(fd)
-
-
-def _cut_back(fd: int, size: int) -> str:
-    try:
-        os.ftruncate(fd, size)
-        os.fsync(fd)
-        return "the partial line was cut off again"
-    except OSError as err:  # then resume cuts it: it is the file's torn last line
-        return f"the partial line could not be cut off ({err}); resuming cuts it, as a torn last line"
+    """Append one row as one line (sorted keys), then fsync; a write that fails part-way is cut back off the file
+    and the error says so (:func:`ut_peft.io.append_jsonl`)."""
+    append_jsonl(path, row, sort_keys=True)
 
 
 def read_rows(folder: Path) -> dict[tuple[int, int, int], dict]:
@@ -462,15 +428,12 @@ class FolderLock:
         stale = FolderLock._held.pop(self.key, None)
         if stale is not None:  # this process locked it for a run that raised: that run is over
             stale.release()
-        self.fd = _try_lock(self.path)
+        self.fd = try_lock(self.path)
         if self.fd is None:
             raise FolderLockedError(
-                f"{Path(folder)} is being written by another process ({_holder(self.path)} holds {self.path}); "
+                f"{Path(folder)} is being written by another process ({lock_holder(self.path)} holds {self.path}); "
                 "wait for it to finish or stop it, or write to another folder. A run that crashed or was killed "
                 "releases the lock by itself")
-        os.ftruncate(self.fd, 0)
-        os.write(self.fd, f"pid {os.getpid()} on {socket.gethostname()} since {time.strftime('%Y-%m-%d %H:%M:%S')}"
-                 .encode())
         FolderLock._held[self.key] = self
 
     def release(self) -> None:
@@ -479,23 +442,6 @@ class FolderLock:
             self.fd = None
         if FolderLock._held.get(self.key) is self:
             del FolderLock._held[self.key]
-
-
-def _try_lock(path: Path) -> int | None:
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        return None
-    return fd
-
-
-def _holder(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8").strip() or "a process"
-    except OSError:
-        return "a process"
 
 
 def lock_folder(folder: Path, rank: int = 0) -> FolderLock:
@@ -510,11 +456,11 @@ def lock_folder(folder: Path, rank: int = 0) -> FolderLock:
     lock = FolderLock(folder, rank)
     if rank == 0:
         for path in sorted(folder.glob("sweep.rank*.lock")):
-            fd = _try_lock(path)
+            fd = try_lock(path, note_holder=False)  # only a probe: keep the file's record of its last holder
             if fd is None:
                 lock.release()
                 raise FolderLockedError(
-                    f"{folder} is being written by another process ({_holder(path)} holds {path}, a worker of an "
+                    f"{folder} is being written by another process ({lock_holder(path)} holds {path}, a worker of an "
                     "earlier multi-process run that is still running); stop it, or write to another folder")
             os.close(fd)
     return lock

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import pickle
 import time
 from dataclasses import dataclass, field
@@ -25,7 +26,7 @@ from tqdm.auto import tqdm
 import ut_peft  # registers UT_REPROGRAM with peft
 from ut_peft.universal import UniversalTransformerConfig  # registers the universal backbones with the Auto classes
 
-from ..io import atomic_open, atomic_write_text
+from ..io import append_jsonl, atomic_open, atomic_write_text, lock_holder, try_lock
 from .dyck import VOCAB as DYCK_VOCAB
 from .dyck import dyck_dataset
 from .khop import khop_dataset, khop_vocab
@@ -255,6 +256,10 @@ def evaluate_model(model, dataset, batch_size: int = 256, device=None) -> dict:
     return result
 
 
+class RunInProgressError(RuntimeError):
+    """Another process is training in this output folder."""
+
+
 # ---- the run -----------------------------------------------------------------------------------------------------
 
 def run(settings: RunSettings, output_dir, *, results_path=None, resume: bool = True, progress: bool = True,
@@ -265,9 +270,27 @@ def run(settings: RunSettings, output_dir, *, results_path=None, resume: bool = 
     ``stop_after`` ends this session after that many steps with a checkpoint (for time-boxed sessions on shared
     machines) and returns ``{"stopped_at": step}``; running again resumes there. Running a finished run again
     returns its row from ``result.json`` without training or appending it a second time.
+
+    One process at a time trains in ``output_dir`` (a lock file, ``run.lock``, released when the run returns or its
+    process dies): a second one gets :class:`RunInProgressError` instead of overwriting the first one's checkpoint.
     """
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
+    lock = output_dir / "run.lock"
+    fd = try_lock(lock)
+    if fd is None:
+        raise RunInProgressError(f"{output_dir} is being trained by another process ({lock_holder(lock)} holds "
+                                 f"{lock}); wait for it to finish or stop it, or use another output folder. A run "
+                                 "that crashed or was killed releases the lock by itself")
+    try:
+        return _run_locked(settings, output_dir, results_path=results_path, resume=resume, progress=progress,
+                           stop_after=stop_after)
+    finally:
+        os.close(fd)
+
+
+def _run_locked(settings: RunSettings, output_dir: Path, *, results_path, resume: bool, progress: bool,
+                stop_after: int | None) -> dict:
     checkpoint, finished = output_dir / "checkpoint.pt", output_dir / "result.json"
     if checkpoint.exists() and not resume:
         raise ValueError(f"{checkpoint} exists; pass resume=True (--resume) to continue it, or another output folder")
@@ -343,12 +366,11 @@ def run(settings: RunSettings, output_dir, *, results_path=None, resume: bool = 
            "settings": dataclasses.asdict(settings)}
     if results_path is not None:
         Path(results_path).parent.mkdir(parents=True, exist_ok=True)
-        with open(results_path, "a", encoding="utf-8") as handle:
-            handle.write(json.dumps(row) + "\n")
+        append_jsonl(results_path, row)  # one locked line: other runs may append to the same file
     # Marks the run finished (after the append: a crash in between repeats a row rather than losing it).
     atomic_write_text(finished, json.dumps(row))
     return row
 
 
-__all__ = ["HF_FAMILIES", "RunSettings", "build_model", "collate", "evaluate_model", "family_config", "run",
-           "task_data"]
+__all__ = ["HF_FAMILIES", "RunInProgressError", "RunSettings", "build_model", "collate", "evaluate_model",
+           "family_config", "run", "task_data"]
