@@ -34,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from ut_peft.accessibility import store  # noqa: E402
 from ut_peft.accessibility.design import row_steps  # noqa: E402
 from ut_peft.accessibility.fit import n50_interval  # noqa: E402
+from ut_peft.accessibility.report import format_interval  # noqa: E402
 
 # The optimiser's settings (the fields of the cram settings that only change how the memory vectors are updated).
 OPTIMISER_FIELDS = {"lr", "betas", "weight_decay", "adam_eps"}
@@ -88,15 +89,6 @@ def compare(baseline_folder, candidate_folder) -> dict:
     }
 
 
-def _ci(ci) -> str:
-    """An interval as the reports print it: an unbounded side (None) is -inf or inf, with an open bracket."""
-    if not ci:
-        return "(no interval)"
-    low = "(-inf" if ci[0] is None else f"[{ci[0]:.1f}"
-    high = "inf)" if ci[1] is None else f"{ci[1]:.1f}]"
-    return f"{low}, {high}"
-
-
 def main(args):
     result = compare(args.baseline, args.candidate)
     print("optimiser settings (baseline -> candidate): "
@@ -116,8 +108,8 @@ def main(args):
               f"({base_steps / max(cand_steps, 1):.2f}x; median per-row ratio "
               f"{statistics.median(result['step_ratios_both']):.2f}x)")
     for m, ((b50, bci), (c50, cci)) in result["n50"].items():
-        print(f"m = {m}: n_50 baseline {b50 if b50 is None else f'{b50:.1f}'} {_ci(bci)}, candidate "
-              f"{c50 if c50 is None else f'{c50:.1f}'} {_ci(cci)}")
+        print(f"m = {m}: n_50 baseline {b50 if b50 is None else f'{b50:.1f}'} {format_interval(bci)}, candidate "
+              f"{c50 if c50 is None else f'{c50:.1f}'} {format_interval(cci)}")
     base_rs, cand_rs = result["row_steps"]
     print(f"row-steps ratio: {base_rs / cand_rs:.2f} (lost {len(result['lost'])}, gained {len(result['gained'])} "
           f"of {total} rows)")

@@ -202,7 +202,7 @@ def test_an_unbounded_n50_makes_the_line_unbounded_on_its_side():
 
 
 def test_the_report_prints_an_unbounded_side():
-    from ut_peft.accessibility.report import _interval
+    from ut_peft.accessibility.report import format_interval as _interval
 
     assert _interval([1.0, None]) == "[1.0, inf)" and _interval([None, 2.0]) == "(-inf, 2.0]"
     assert _interval([1.0, 2.0]) == "[1.0, 2.0]" and _interval(None) == "n/a"

@@ -102,11 +102,12 @@ def _num(value, digits=1):
 
 
 def _ci(interval, digits=1) -> str:
-    return "" if not interval else " " + _interval(interval, digits)
+    return "" if not interval else " " + format_interval(interval, digits)
 
 
-def _interval(interval, digits=1) -> str:
-    """``[low, high]``; a side the rows cannot bound (None) prints as unbounded."""
+def format_interval(interval, digits: int = 1) -> str:
+    """``[low, high]`` as every report prints an interval: a side the rows cannot bound (None) prints as unbounded,
+    ``(-inf`` or ``inf)``; no interval at all prints ``n/a``."""
     if not interval:
         return "n/a"
     low = "(-inf" if interval[0] is None else f"[{interval[0]:.{digits}f}"
@@ -137,15 +138,15 @@ def markdown(summary: Summary, *, figures: tuple[str, str] | None = (ACCESSIBILI
              "| lengths measured |",
              "|---|---|---|---|---|---|---|---|---|"]
     for e in summary.per_m:
-        lines.append(f"| {e.m} | {_num(e.n50)} | {_interval(e.n50_ci)} | {e.n50_ci_method or '-'} | "
+        lines.append(f"| {e.m} | {_num(e.n50)} | {format_interval(e.n50_ci)} | {e.n50_ci_method or '-'} | "
                      f"{_num(e.n50_published)} | {_num(e.sigmoid_slope, 3)} | {e.fit_status} | "
                      f"{e.row_steps} | {', '.join(map(str, e.lengths))} |")
     published = summary.fit_published
     lines += ["", "| slope (tokens per vector) | 95% interval | intercept | 95% interval | R^2 "
               "| published slope (LS) | ball bound | box bound | ball / slope | box / slope |",
               "|---|---|---|---|---|---|---|---|---|---|",
-              f"| {_num(fit and fit['slope'])} | {_interval(fit and fit['slope_ci'])} | "
-              f"{_num(fit and fit['intercept'])} | {_interval(fit and fit['intercept_ci'])} | "
+              f"| {_num(fit and fit['slope'])} | {format_interval(fit and fit['slope_ci'])} | "
+              f"{_num(fit and fit['intercept'])} | {format_interval(fit and fit['intercept_ci'])} | "
               f"{_num(fit and fit['r2'], 3)} | {_num(published and published['slope'])} | "
               f"{bounds['ball']:.0f} | {bounds['box']:.0f} | {_num(ratios and ratios['ball'])} | "
               f"{_num(ratios and ratios['box'])} |", "",
@@ -159,7 +160,8 @@ def markdown(summary: Summary, *, figures: tuple[str, str] | None = (ACCESSIBILI
     for e in summary.per_m:
         for n, a, k, t in zip(e.lengths, e.accessibility, e.num_sequences, e.mean_tf_accuracy):
             mean_tf = "-" if t is None else f"{t:.3f}"  # rows inferred not accessible have no accuracy
-            lines.append(f"| {e.m} | {n} | {k} | {a:.2f} | {_interval(wilson(round(a * k), k), 2)} | {mean_tf} |")
+            fraction_ci = format_interval(wilson(round(a * k), k), 2)
+            lines.append(f"| {e.m} | {n} | {k} | {a:.2f} | {fraction_ci} | {mean_tf} |")
     if figures:
         lines += ["", f"![accessibility]({figures[0]})", "", f"![n50 vs m]({figures[1]})"]
     return "\n".join(lines) + "\n"
