@@ -2,6 +2,7 @@
 
     python recipes/khop_baselines.py                                  # writes results/universal/khop-baselines.md
     python recipes/khop_baselines.py --models khop-random-s0,khop-full-s0 # + how far those runs follow the tables
+    python recipes/khop_baselines.py --models khop-sparse-fits-long-s0 --out results/universal/khop-long.md
 
 Each baseline is the Bayes-optimal lookup table for a feature set that a transformer gets without any content-based
 attention: it is fitted (the majority answer per feature value) on the training strings of the k-hop runs (the
@@ -135,6 +136,10 @@ def agreement(train, evaluation, answers) -> list[str]:
     return lines
 
 
+def _shown(path: Path) -> str:
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+
+
 def main(args) -> None:
     from ut_peft.io import atomic_write_text
     from ut_peft.tasks.khop import khop_dataset
@@ -152,7 +157,8 @@ def main(args) -> None:
         lines.append(f"| {name} | " + " | ".join(f"{100 * scores[k]:.1f}" for k in ks) + f" | "
                      f"{100 * scores['all']:.1f} |")
     lines += ["", "Command: `python recipes/khop_baselines.py" + (f" --seed {args.seed}" if args.seed else "")
-              + (f" --models {','.join(args.models)}" if args.models else "") + "`"]
+              + (f" --models {','.join(args.models)}" if args.models else "")
+              + (f" --out {_shown(args.out)}" if args.out != OUT else "") + "`"]
     for name in args.models:
         from ut_peft.tasks.training import RunSettings, task_data
 
@@ -160,10 +166,11 @@ def main(args) -> None:
         train = strings(task_data(RunSettings(**torch_settings(name)))[0])
         lines += ["", f"`{name}` (step {step}) against the tables fitted on its own training strings:", ""]
         lines += agreement(train, evaluation, answers)
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    scores_by_table = {name: {str(k): v for k, v in scores.items()} for name, scores in result.items()}
-    atomic_write_text(OUT_JSON, json.dumps(scores_by_table, indent=1) + "\n")
-    atomic_write_text(OUT, "\n".join(lines) + "\n")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    if args.out == OUT:  # the tables alone, for the figure; they do not depend on --models
+        scores_by_table = {name: {str(k): v for k, v in scores.items()} for name, scores in result.items()}
+        atomic_write_text(OUT_JSON, json.dumps(scores_by_table, indent=1) + "\n")
+    atomic_write_text(args.out, "\n".join(lines) + "\n")
     print("\n".join(lines))
 
 
@@ -176,6 +183,8 @@ def parse(argv=None):
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--models", type=lambda v: [n for n in v.split(",") if n], default=[],
                         help="k-hop runs in runs/universal (comma-separated): how far their answers follow the tables")
+    parser.add_argument("--out", type=lambda v: Path(v).resolve(), default=OUT,
+                        help=f"the report (default {OUT.relative_to(ROOT)}; its tables also go to the JSON beside it)")
     return parser.parse_args(argv)
 
 

@@ -25,3 +25,13 @@ def test_the_previous_two_letters_decide_hop_1_when_they_repeat():
     i = 2
     assert x[i - 2] == x[i] and hop(x, 1, BASELINES["NONE"])[i] == x[i - 1]
     assert BASELINES["features"](x, i, "position, last 3 letters") == (i, x[i], (x[i - 2], x[i - 1]))
+
+
+def test_out_writes_its_own_report_and_leaves_the_figures_tables_alone(tmp_path):
+    before = BASELINES["OUT_JSON"].read_bytes()
+    out = tmp_path / "khop-long.md"
+    BASELINES["main"](BASELINES["parse"](["--train", "200", "--eval", "40", "--out", str(out)]))
+    text = out.read_text()
+    assert "| position, last 3 letters |" in text and f"--out {out}`" in text
+    assert "200 training strings, 40 held-out" in text
+    assert BASELINES["OUT_JSON"].read_bytes() == before
