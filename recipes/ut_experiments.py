@@ -191,7 +191,9 @@ def _mean_std(values: list[float]) -> str:
 def table(rows: dict[str, dict]) -> str:
     plan = dict(PLAN)
     groups: dict[str, list[tuple[str, dict]]] = {}
-    for name, row in rows.items():
+    order = {name: index for index, name in enumerate(plan)}
+    # Rows in plan order (the plan is written in reading order), not in the order the runs happened to finish.
+    for name, row in sorted(rows.items(), key=lambda item: (order.get(item[0], len(order)), item[0])):
         groups.setdefault(_group(name), []).append((name, row))
     lines = ["| row | task | model | variant | shape (m, L, H x k) | steps | seeds | k=1 | k=2 | k=3 | k=4 | "
              "all (Dyck: answer) | CPU min per run | trainable |",
