@@ -11,7 +11,7 @@ finished run, with its learning curve and its CPU seconds, goes to ``results/uni
 ``--report-only`` turns that file into
 ``results/universal/table.md`` (mean +- std over seeds, per k, CPU time, the command of each row) and the figure
 ``docs/figures/universal-khop-curves.png`` (accuracy against steps per model kind, and per k at the end). Runs that
-stopped early (budget) are reported from their checkpoint's curve, marked "unfinished" (dashed in the figure).
+stopped early (budget) are reported from their checkpoint's curve, marked "unfinished" (faded in the figure).
 """
 
 import argparse
@@ -217,30 +217,45 @@ def table(rows: dict[str, dict]) -> str:
     return "\n".join(lines) + "\n\nCommands, one per run:\n\n```\n" + "\n".join(commands) + "\n```\n"
 
 
+# The figure's bars: the comparison rows and the two ablations that say most (the construction's target class
+# trained, and the sparse backbone trained 10x longer). Every k-hop run is in the curves.
+BAR_GROUPS = ("khop-full", "khop-random", "khop-sparse-fits", "khop-full-fits", "khop-sparse-fits-long",
+              "khop-full-attn", "khop-random-attn", "khop-sparse-fits-attn")
+KIND_COLOURS = {"fully trained": "C3", "random-ut": "C0", "sparse-ut": "C2"}
+VARIANT_STYLES = {"residual_layernorm": "-", "attention_only": "--", "mlp": ":"}
+
+
+def _kind(row: dict) -> str:
+    return "fully trained" if row["settings"]["full"] else row["settings"]["backbone"]
+
+
 def figure(rows: dict[str, dict], path: Path = FIGURE) -> None:
+    """Curves coloured by model kind (fully trained, random, sparse) and styled by variant; bars per k for BAR_GROUPS.
+    Runs stopped before their last step are drawn faded."""
     from ut_peft.plotting import save_figure, subplots
 
     khop = {n: r for n, r in rows.items() if r["task"] == "khop"}
     fig, (curves, per_k) = subplots(1, 2, figsize=(15, 4.5))
-    colours = {}
+    labelled = set()
     for name, row in sorted(khop.items()):
-        group = _group(name)
-        colour = colours.setdefault(group, f"C{len(colours)}")
+        kind, variant = _kind(row), row["settings"]["variant"]
+        label = f"{kind}, {variant.replace('_', ' ')}"
         steps = [point["step"] for point in row["curve"]]
-        curves.plot(steps, [100 * point["accuracy"] for point in row["curve"]], color=colour,
-                    linestyle="--" if "stopped_at" in row else "-",
-                    label=group if group not in curves.get_legend_handles_labels()[1] else None)
+        curves.plot(steps, [100 * point["accuracy"] for point in row["curve"]], color=KIND_COLOURS.get(kind, "C7"),
+                    linestyle=VARIANT_STYLES.get(variant, "-"), alpha=0.4 if "stopped_at" in row else 0.9,
+                    label=None if label in labelled else label)
+        labelled.add(label)
     curves.set(xlabel="training step", ylabel="token accuracy, k = 1..4 (%)", ylim=(0, 101),
-               title="k-hop: held-out accuracy during training")
+               title="k-hop: held-out accuracy during training, every run")
     curves.grid(alpha=0.3)
     curves.legend(fontsize=8)
-    groups = sorted({_group(n) for n in khop})
+    groups = [g for g in BAR_GROUPS if any(_group(n) == g for n in khop)]
     width = 0.8 / max(len(groups), 1)
     for i, group in enumerate(groups):
         members = [r for n, r in khop.items() if _group(n) == group]
         means = [100 * statistics.mean(m["per_k"][str(k)] for m in members) for k in (1, 2, 3, 4)]
         per_k.bar([k + (i - (len(groups) - 1) / 2) * width for k in (1, 2, 3, 4)], means, width,
-                  color=colours[group], label=group)
+                  color=f"C{i}", label=f"{group} ({len(members)} seed{'s' if len(members) > 1 else ''})")
     if BASELINES.exists():
         tables = json.loads(BASELINES.read_text(encoding="utf-8"))
         for name, style in zip(NO_RETRIEVAL, ("-", ":")):
