@@ -85,7 +85,7 @@ PLAN = (
                                              eval_every=1000))], [0])
     # Dyck-1's fixed backbones below the paper's 100% / 94.4% at 1000 steps: is it training length?
     + _rows(DYCK, [("sparse-long", dict(SPARSE, steps=5000, eval_every=500)),
-                   ("random-long", dict(RANDOM, steps=5000, eval_every=500))], [0])
+                   ("random-long", dict(RANDOM, steps=5000, eval_every=500))], [0, 1, 2])
 )
 
 
