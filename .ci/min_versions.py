@@ -6,8 +6,9 @@ package says it supports. Names given as arguments are left free (torch: see .ci
 
 import re
 import sys
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 project = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())["project"]
 free = {name.lower() for name in sys.argv[1:]}

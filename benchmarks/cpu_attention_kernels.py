@@ -47,7 +47,7 @@ def seconds(backend, q, k, v, repeats):
 
 def attention_flops(rows: int, heads: int, length: int, head_dim: int) -> int:
     """Forward + backward FLOPs of one dense attention call (see the module docstring)."""
-    return 12 * rows * heads * length ** 2 * head_dim
+    return 12 * rows * heads * length**2 * head_dim
 
 
 def main(args) -> dict:
@@ -55,38 +55,58 @@ def main(args) -> dict:
         torch.set_num_threads(args.threads)
     run = harness.Run("cpu_attention_kernels", args)
     width = args.heads * args.head_dim
-    calibration = harness.calibrate_matmul(max(r * n for r, n in SHAPES), width, width, dtypes=args.dtype,
-                                           device="cpu")
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.heads} heads of {args.head_dim}; "
-          f"{args.rounds} rounds x {args.repeats} calls, kernels alternating")
+    calibration = harness.calibrate_matmul(
+        max(r * n for r, n in SHAPES), width, width, dtypes=args.dtype, device="cpu"
+    )
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.heads} heads of {args.head_dim}; "
+        f"{args.rounds} rounds x {args.repeats} calls, kernels alternating"
+    )
     print(harness.format_calibration(calibration))
     results = {"calibration": calibration, "shapes": []}
     for dtype in args.dtype:
         torch_dtype = getattr(torch, harness.DTYPES[dtype])
         peak = calibration["gflops"][harness.DTYPES[dtype]]
         for rows, length in SHAPES:
-            q, k, v = (torch.randn(rows, args.heads, length, args.head_dim, dtype=torch_dtype, requires_grad=True)
-                       for _ in range(3))
+            q, k, v = (
+                torch.randn(rows, args.heads, length, args.head_dim, dtype=torch_dtype, requires_grad=True)
+                for _ in range(3)
+            )
             for backend in BACKENDS.values():  # warm-up
                 seconds(backend, q, k, v, 2)
-            calls = {name: lambda r, b=backend, qkv=(q, k, v): seconds(b, *qkv, args.repeats) / args.repeats
-                     for name, backend in BACKENDS.items()}
+            calls = {
+                name: lambda r, b=backend, qkv=(q, k, v): seconds(b, *qkv, args.repeats) / args.repeats
+                for name, backend in BACKENDS.items()
+            }
             times = harness.interleave(calls, args.rounds)
             flash, math = harness.spread(times["flash"]), harness.spread(times["math"])
             ratio = harness.ratio_spread(times["flash"], times["math"])
             flops = attention_flops(rows, args.heads, length, args.head_dim)
             size = torch_dtype.itemsize
-            qkv_bytes, scores_bytes = 6 * q.numel() * size, rows * args.heads * length ** 2 * size
-            fractions = {name: harness.peak_fraction(flops, s["median"], peak)
-                         for name, s in (("flash", flash), ("math", math))}
-            print(f"  {dtype:4s} {rows:3d} rows x {length:5d} positions: flash {1e3 * flash['median']:7.2f} ms, "
-                  f"math {1e3 * math['median']:7.2f} ms, flash / math {ratio['median']:5.2f} "
-                  f"({ratio['min']:.2f}-{ratio['max']:.2f}); {harness.format_count(flops)} per call, flash "
-                  f"{100 * fractions['flash']:.1f}% / math {100 * fractions['math']:.1f}% of the measured peak")
-            results["shapes"].append({"dtype": dtype, "rows": rows, "positions": length, "flash_seconds": flash,
-                                      "math_seconds": math, "flash_over_math": ratio, "flops_per_call": flops,
-                                      "qkv_and_grad_bytes": qkv_bytes, "scores_bytes": scores_bytes,
-                                      "peak_fraction": fractions})
+            qkv_bytes, scores_bytes = 6 * q.numel() * size, rows * args.heads * length**2 * size
+            fractions = {
+                name: harness.peak_fraction(flops, s["median"], peak) for name, s in (("flash", flash), ("math", math))
+            }
+            print(
+                f"  {dtype:4s} {rows:3d} rows x {length:5d} positions: flash {1e3 * flash['median']:7.2f} ms, "
+                f"math {1e3 * math['median']:7.2f} ms, flash / math {ratio['median']:5.2f} "
+                f"({ratio['min']:.2f}-{ratio['max']:.2f}); {harness.format_count(flops)} per call, flash "
+                f"{100 * fractions['flash']:.1f}% / math {100 * fractions['math']:.1f}% of the measured peak"
+            )
+            results["shapes"].append(
+                {
+                    "dtype": dtype,
+                    "rows": rows,
+                    "positions": length,
+                    "flash_seconds": flash,
+                    "math_seconds": math,
+                    "flash_over_math": ratio,
+                    "flops_per_call": flops,
+                    "qkv_and_grad_bytes": qkv_bytes,
+                    "scores_bytes": scores_bytes,
+                    "peak_fraction": fractions,
+                }
+            )
     return run.finish(results)
 
 

@@ -29,17 +29,26 @@ VOCAB = 262144
 def main(args) -> dict:
     run = harness.Run("cram_memory_large_vocab", args)
     vocab = args.vocab_size
-    config = transformers.Gemma3TextConfig(vocab_size=vocab, hidden_size=640, intermediate_size=2048,
-                                           num_hidden_layers=args.layers, num_attention_heads=4,
-                                           num_key_value_heads=1, head_dim=256, max_position_embeddings=32768,
-                                           sliding_window=512)
+    config = transformers.Gemma3TextConfig(
+        vocab_size=vocab,
+        hidden_size=640,
+        intermediate_size=2048,
+        num_hidden_layers=args.layers,
+        num_attention_heads=4,
+        num_key_value_heads=1,
+        head_dim=256,
+        max_position_embeddings=32768,
+        sliding_window=512,
+    )
     torch.manual_seed(0)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model = transformers.Gemma3ForCausalLM(config).to(device)
-    weights_mib = sum(p.numel() * p.element_size() for p in model.parameters()) / 2 ** 20
+    weights_mib = sum(p.numel() * p.element_size() for p in model.parameters()) / 2**20
     generator = torch.Generator().manual_seed(1)
-    jobs = [CramJob(key=i, ids=torch.randint(0, vocab, (args.length,), generator=generator).tolist(), m=args.m,
-                    seed=i) for i in range(args.rows)]
+    jobs = [
+        CramJob(key=i, ids=torch.randint(0, vocab, (args.length,), generator=generator).tolist(), m=args.m, seed=i)
+        for i in range(args.rows)
+    ]
     if device == "cuda":
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
@@ -47,17 +56,31 @@ def main(args) -> dict:
     cram_config = CramConfig(max_steps=args.steps, patience=args.steps, batch_size=args.rows)
     results = list(cram(model, jobs, cram_config))
     seconds = time.perf_counter() - start
-    peak = (torch.cuda.max_memory_allocated() if device == "cuda"
-            else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024) / 2 ** 20
-    full = args.rows * args.length * vocab * 4 / 2 ** 20
-    print(f"Gemma-3-270m shape ({args.layers} layers), vocabulary {vocab}, {args.rows} rows x n = {args.length}, "
-          f"m = {args.m}, {args.steps} steps on {device}: {seconds:.1f} s, peak memory {peak:.0f} MiB "
-          f"(weights {weights_mib:.0f} MiB); "
-          f"the batch's full fp32 logits alone would be {full:.0f} MiB; {len(results)} rows decided")
-    return run.finish({"device": device, "seconds": seconds, "peak_mib": peak, "peak_kind": "max allocated"
-                       if device == "cuda" else "max RSS", "weights_bytes": weights_mib * 2 ** 20,
-                       "full_fp32_logits_bytes": full * 2 ** 20, "logits_budget_bytes": 4 * cram_config.logits_budget,
-                       "rows_decided": len(results), "row_steps": sum(r.steps for r in results)})
+    peak = (
+        torch.cuda.max_memory_allocated()
+        if device == "cuda"
+        else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    ) / 2**20
+    full = args.rows * args.length * vocab * 4 / 2**20
+    print(
+        f"Gemma-3-270m shape ({args.layers} layers), vocabulary {vocab}, {args.rows} rows x n = {args.length}, "
+        f"m = {args.m}, {args.steps} steps on {device}: {seconds:.1f} s, peak memory {peak:.0f} MiB "
+        f"(weights {weights_mib:.0f} MiB); "
+        f"the batch's full fp32 logits alone would be {full:.0f} MiB; {len(results)} rows decided"
+    )
+    return run.finish(
+        {
+            "device": device,
+            "seconds": seconds,
+            "peak_mib": peak,
+            "peak_kind": "max allocated" if device == "cuda" else "max RSS",
+            "weights_bytes": weights_mib * 2**20,
+            "full_fp32_logits_bytes": full * 2**20,
+            "logits_budget_bytes": 4 * cram_config.logits_budget,
+            "rows_decided": len(results),
+            "row_steps": sum(r.steps for r in results),
+        }
+    )
 
 
 def parse(argv=None):

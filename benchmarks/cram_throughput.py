@@ -63,12 +63,23 @@ def run_variant(args):
     model.to(device)
     source = make_source(args.source, tokenizer)
     shard, shards = (int(x) for x in args.shard.split("/"))
-    jobs = [CramJob(key=i, ids=source.sequence(args.length, i, args.seed), m=args.m,
-                    seed=init_seed(args.seed, args.m, args.length, i))
-            for i in range(args.num_sequences)][shard::shards]
+    jobs = [
+        CramJob(
+            key=i,
+            ids=source.sequence(args.length, i, args.seed),
+            m=args.m,
+            seed=init_seed(args.seed, args.m, args.length, i),
+        )
+        for i in range(args.num_sequences)
+    ][shard::shards]
     prefix = (tokenizer.bos_token_id,) if args.prefix == "bos" and tokenizer.bos_token_id is not None else ()
-    config = CramConfig(max_steps=args.max_steps, patience=args.max_steps, batch_size=args.batch_size,
-                        autocast=args.autocast, prefix_ids=prefix)
+    config = CramConfig(
+        max_steps=args.max_steps,
+        patience=args.max_steps,
+        batch_size=args.batch_size,
+        autocast=args.autocast,
+        prefix_ids=prefix,
+    )
 
     def one_sequence(steps):
         single = CramConfig(max_steps=steps, patience=steps, batch_size=1, autocast=args.autocast, prefix_ids=prefix)
@@ -95,28 +106,52 @@ def run_variant(args):
     seconds = time.perf_counter() - start
     steps = sum(r.steps for r in results)
     tokens = sum(r.steps * (r.job.m + args.length) for r in results)
-    out = {"variant": args.variant, "seconds": seconds, "wall_start": wall_start, "wall_end": time.time(),
-           "decided": len(results), "steps": steps, "tokens": tokens,
-           "decisions": {str(r.job.key): r.accessible for r in results}, "device": device,
-           "peak_mb": (torch.cuda.max_memory_allocated() / 2 ** 20 if device == "cuda"
-                       else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
-           "tokens_per_s": tokens / seconds, "threads": torch.get_num_threads(), **counted}
+    out = {
+        "variant": args.variant,
+        "seconds": seconds,
+        "wall_start": wall_start,
+        "wall_end": time.time(),
+        "decided": len(results),
+        "steps": steps,
+        "tokens": tokens,
+        "decisions": {str(r.job.key): r.accessible for r in results},
+        "device": device,
+        "peak_mb": (
+            torch.cuda.max_memory_allocated() / 2**20
+            if device == "cuda"
+            else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        ),
+        "tokens_per_s": tokens / seconds,
+        "threads": torch.get_num_threads(),
+        **counted,
+    }
     if device == "cuda":
         out["device_name"] = torch.cuda.get_device_name()
     print(json.dumps(out))
 
 
 def _launch(args, variant, shard="0/1", threads=None, count_flops=False):
-    parent_only = ("variant", "processes", "shard", "threads", "repeats", "json", "max_load", "max_others",
-                   "count_flops")
+    parent_only = (
+        "variant",
+        "processes",
+        "shard",
+        "threads",
+        "repeats",
+        "json",
+        "max_load",
+        "max_others",
+        "count_flops",
+    )
     options = {k: v for k, v in vars(args).items() if k not in parent_only}
     if threads or args.threads:
         options["threads"] = threads or args.threads
     command = [sys.executable, __file__, "--variant", variant, f"--shard={shard}"] + [
-        f"--{k.replace('_', '-')}={v}" for k, v in options.items() if v is not None]
+        f"--{k.replace('_', '-')}={v}" for k, v in options.items() if v is not None
+    ]
     command += ["--count-flops"] if count_flops else []
-    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=dict(os.environ, TQDM_DISABLE="1"))
+    return subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ, TQDM_DISABLE="1")
+    )
 
 
 def _collect(variant, procs):
@@ -169,20 +204,29 @@ def main(args) -> dict:
         return _collect("reference", [_launch(args, "reference", count_flops=r == 0)])
 
     def engine(r):
-        return _collect("engine", [_launch(args, "engine", f"{k}/{args.processes}", per_process,
-                                           count_flops=r == 0 and k == 0) for k in range(args.processes)])
+        return _collect(
+            "engine",
+            [
+                _launch(args, "engine", f"{k}/{args.processes}", per_process, count_flops=r == 0 and k == 0)
+                for k in range(args.processes)
+            ],
+        )
 
     # In the first repeat each variant also counts its FLOPs, untimed, before its timed run.
     runs = harness.interleave({"reference": reference, "engine": engine}, args.repeats)
     device = runs["engine"][0]["device"]
     peak_dtype = _peak_dtype(args.autocast, device)
     peak = calibration["gflops"][peak_dtype]
-    print(f"model {args.model}, {args.num_sequences} sequences of {args.length} tokens ({args.source}), m = {args.m}, "
-          f"prefix {args.prefix}, step cap {args.max_steps}, autocast {args.autocast}, engine batch {args.batch_size} "
-          f"in {args.processes} process(es) x {per_process} thread(s), reference threads {args.threads or 'default'}, "
-          f"device {device}")
-    print(f"{args.repeats} repeat(s), variants interleaved (order rotating), each run in a fresh process; "
-          f"{harness.format_calibration(calibration)}")
+    print(
+        f"model {args.model}, {args.num_sequences} sequences of {args.length} tokens ({args.source}), m = {args.m}, "
+        f"prefix {args.prefix}, step cap {args.max_steps}, autocast {args.autocast}, engine batch {args.batch_size} "
+        f"in {args.processes} process(es) x {per_process} thread(s), reference threads {args.threads or 'default'}, "
+        f"device {device}"
+    )
+    print(
+        f"{args.repeats} repeat(s), variants interleaved (order rotating), each run in a fresh process; "
+        f"{harness.format_calibration(calibration)}"
+    )
     summary = {"calibration": calibration, "peak_dtype": peak_dtype, "variants": {}}
     for name, outs in runs.items():
         counted = next(o for o in outs if "flops_per_row_step" in o)
@@ -193,35 +237,56 @@ def main(args) -> dict:
             o["per_min"] = 60 * o["decided"] / o["seconds"]
         seconds, per_min = harness.spread(o["seconds"] for o in outs), harness.spread(o["per_min"] for o in outs)
         memory, fraction = harness.spread(o["peak_mb"] for o in outs), harness.spread(o["peak_fraction"] for o in outs)
-        summary["variants"][name] = {"seconds": seconds, "sequences_per_min": per_min, "peak_mib": memory,
-                                     "peak_fraction": fraction, "row_steps": outs[0]["steps"],
-                                     "tokens": outs[0]["tokens"], "flops_per_row_step": per_step,
-                                     "flops_per_sequence": per_seq, "flops": outs[0]["flops"], "runs": outs}
-        print(f"  {name:9s}: {harness.format_spread(seconds, 1, ' s')}, "
-              f"{harness.format_spread(per_min)} sequences decided/min, {outs[0]['steps']} steps, "
-              f"peak memory {memory['median']:.0f} MiB, {outs[0]['tokens_per_s']:.0f} tokens/s")
-        print(f"  {'':9s}  {harness.format_count(per_step)} per row-step, {harness.format_count(outs[0]['flops'])} in "
-              f"all; {100 * fraction['median']:.1f}% ({100 * fraction['min']:.1f}-{100 * fraction['max']:.1f}) of the "
-              f"measured {peak_dtype} matmul peak ({peak:.1f} GFLOP/s)")
+        summary["variants"][name] = {
+            "seconds": seconds,
+            "sequences_per_min": per_min,
+            "peak_mib": memory,
+            "peak_fraction": fraction,
+            "row_steps": outs[0]["steps"],
+            "tokens": outs[0]["tokens"],
+            "flops_per_row_step": per_step,
+            "flops_per_sequence": per_seq,
+            "flops": outs[0]["flops"],
+            "runs": outs,
+        }
+        print(
+            f"  {name:9s}: {harness.format_spread(seconds, 1, ' s')}, "
+            f"{harness.format_spread(per_min)} sequences decided/min, {outs[0]['steps']} steps, "
+            f"peak memory {memory['median']:.0f} MiB, {outs[0]['tokens_per_s']:.0f} tokens/s"
+        )
+        print(
+            f"  {'':9s}  {harness.format_count(per_step)} per row-step, {harness.format_count(outs[0]['flops'])} in "
+            f"all; {100 * fraction['median']:.1f}% ({100 * fraction['min']:.1f}-{100 * fraction['max']:.1f}) of the "
+            f"measured {peak_dtype} matmul peak ({peak:.1f} GFLOP/s)"
+        )
     ref, eng = runs["reference"], runs["engine"]
     speedup = harness.ratio_spread((e["per_min"] for e in eng), (r["per_min"] for r in ref))
     memory = harness.ratio_spread((e["peak_mb"] for e in eng), (r["peak_mb"] for r in ref))
     agree = [sum(r["decisions"][k] == e["decisions"][k] for k in r["decisions"]) for r, e in zip(ref, eng)]
     stable = all(o["decisions"] == outs[0]["decisions"] for outs in (ref, eng) for o in outs)
-    summary.update(speedup=speedup, memory_ratio=memory, same_decisions=agree, decisions_stable=stable,
-                   sequences=len(ref[0]["decisions"]))
+    summary.update(
+        speedup=speedup,
+        memory_ratio=memory,
+        same_decisions=agree,
+        decisions_stable=stable,
+        sequences=len(ref[0]["decisions"]),
+    )
     print(f"  speed-up (engine / reference, sequences decided per minute): {harness.format_ratio(speedup)}")
     print(f"  peak memory ratio (engine / reference): {harness.format_ratio(memory)}")
-    print(f"  same accessible/not decision on {min(agree)}/{len(ref[0]['decisions'])} sequences "
-          f"(accessible: reference {sum(ref[0]['decisions'].values())}, engine {sum(eng[0]['decisions'].values())})"
-          + ("" if stable else f"; the decisions changed between repeats (agreement per repeat {agree})"))
+    print(
+        f"  same accessible/not decision on {min(agree)}/{len(ref[0]['decisions'])} sequences "
+        f"(accessible: reference {sum(ref[0]['decisions'].values())}, engine {sum(eng[0]['decisions'].values())})"
+        + ("" if stable else f"; the decisions changed between repeats (agreement per repeat {agree})")
+    )
     name = eng[0].get("device_name")
     datasheet = next((v for k, v in BF16_PEAK_TFLOPS.items() if name and k in name), None)
     if datasheet:
         fraction = harness.spread(e["flops"] / e["seconds"] / (datasheet * 1e12) for e in eng)
         summary["engine_datasheet_bf16_fraction"] = fraction
-        print(f"  engine on {name}: {eng[0]['tokens_per_s']:.0f} tokens/s, {100 * fraction['median']:.1f}% of the "
-              "datasheet's bf16 peak")
+        print(
+            f"  engine on {name}: {eng[0]['tokens_per_s']:.0f} tokens/s, {100 * fraction['median']:.1f}% of the "
+            "datasheet's bf16 peak"
+        )
     return run.finish(summary)
 
 
@@ -235,9 +300,13 @@ def parse(argv=None):
     parser.add_argument("--max-steps", type=int, default=30)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--prefix", default="bos", choices=["bos", "none"], help="as recipes/cram.py --prefix")
-    parser.add_argument("--autocast", default="bf16", choices=["auto", "bf16", "fp16", "none"],
-                        help="for both variants; default bf16, the published protocol's (forward under bf16 autocast, "
-                             "memory vectors in fp32); none for fp32, auto as recipes/cram.py (fp32 on CPU)")
+    parser.add_argument(
+        "--autocast",
+        default="bf16",
+        choices=["auto", "bf16", "fp16", "none"],
+        help="for both variants; default bf16, the published protocol's (forward under bf16 autocast, "
+        "memory vectors in fp32); none for fp32, auto as recipes/cram.py (fp32 on CPU)",
+    )
     parser.add_argument("--processes", type=int, default=1, help="engine processes (see above)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")

@@ -42,9 +42,11 @@ def main(args):
 def report(name, rows, args):
     r = cross_validate(rows, folds=args.folds, margin=args.margin, min_support=args.min_support)
     rule = " ".join(f"{k}:{a}" for k, a in r["rule"]) or "(none)"
-    print(f"{name}: {r['rows']} rows, {r['accessible']} accessible; held-out false abandons {r['false_abandons']} "
-          f"(rate {r['false_abandon_rate']:.3f}, 95% upper {r['false_abandon_upper95']:.3f}); row-steps "
-          f"{r['row_steps']} -> {r['row_steps_with_rule']} (saving {r['saving']:.2f}x); rule --abandon-below {rule}")
+    print(
+        f"{name}: {r['rows']} rows, {r['accessible']} accessible; held-out false abandons {r['false_abandons']} "
+        f"(rate {r['false_abandon_rate']:.3f}, 95% upper {r['false_abandon_upper95']:.3f}); row-steps "
+        f"{r['row_steps']} -> {r['row_steps_with_rule']} (saving {r['saving']:.2f}x); rule --abandon-below {rule}"
+    )
 
 
 if __name__ == "__main__":

@@ -55,23 +55,51 @@ def child(args):
     base = rss_mib()
     start = time.perf_counter()
     if args.variant == "chunked":
-        counts = estimate_cells(path, support, args.samples, chunk_size=args.chunk_size, vocab_chunk=args.vocab_chunk,
-                                progress=False, checkpoints=())["argmax"].counts
+        counts = estimate_cells(
+            path,
+            support,
+            args.samples,
+            chunk_size=args.chunk_size,
+            vocab_chunk=args.vocab_chunk,
+            progress=False,
+            checkpoints=(),
+        )["argmax"].counts
     else:
         points = support.sample(args.samples, torch.Generator().manual_seed(0))
         counts = torch.bincount(path.logits(points).argmax(dim=1), minlength=path.vocab_size)
     seconds = time.perf_counter() - start
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     assert int(counts.sum()) == args.samples
-    print(json.dumps({"variant": args.variant, "samples": args.samples, "vocab_size": path.vocab_size,
-                      "hidden_size": path.hidden_size, "seconds": seconds,
-                      "samples_per_second": args.samples / seconds,
-                      "peak_rss_above_model_mib": peak - base}))
+    print(
+        json.dumps(
+            {
+                "variant": args.variant,
+                "samples": args.samples,
+                "vocab_size": path.vocab_size,
+                "hidden_size": path.hidden_size,
+                "seconds": seconds,
+                "samples_per_second": args.samples / seconds,
+                "peak_rss_above_model_mib": peak - base,
+            }
+        )
+    )
 
 
 def launch(args, variant):
-    cmd = [sys.executable, __file__, "--child", variant, "--model", args.model, "--samples", str(args.samples),
-           "--threads", str(args.threads), "--chunk-size", str(args.chunk_size)]
+    cmd = [
+        sys.executable,
+        __file__,
+        "--child",
+        variant,
+        "--model",
+        args.model,
+        "--samples",
+        str(args.samples),
+        "--threads",
+        str(args.threads),
+        "--chunk-size",
+        str(args.chunk_size),
+    ]
     if args.vocab_chunk:
         cmd += ["--vocab-chunk", str(args.vocab_chunk)]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
@@ -103,31 +131,46 @@ def main(args):
     rows = harness.interleave({v: lambda r, v=v: launch(args, v) for v in ("chunked", "unchunked")}, args.repeats)
     c, u = rows["chunked"], rows["unchunked"]
     speed = harness.ratio_spread((x["samples_per_second"] for x in c), (x["samples_per_second"] for x in u))
-    memory = harness.ratio_spread((x["peak_rss_above_model_mib"] for x in c),
-                                  (x["peak_rss_above_model_mib"] for x in u))
+    memory = harness.ratio_spread(
+        (x["peak_rss_above_model_mib"] for x in c), (x["peak_rss_above_model_mib"] for x in u)
+    )
     first = u[0]
     flops = 2 * first["samples"] * first["hidden_size"] * first["vocab_size"]
-    logits_gib = first["samples"] * first["vocab_size"] * 4 / 2 ** 30
+    logits_gib = first["samples"] * first["vocab_size"] * 4 / 2**30
     points, vocab_rows = default_chunks(first["vocab_size"], args.chunk_size, args.vocab_chunk)
     block = min(points, args.samples) * vocab_rows * 4
     peak = calibration["gflops"]["float32"]
-    summary = {"calibration": calibration, "flops": flops, "unchunked_logits_bytes": logits_gib * 2 ** 30,
-               "chunked_block_bytes": block, "samples_per_second_ratio": speed, "peak_memory_ratio": memory}
+    summary = {
+        "calibration": calibration,
+        "flops": flops,
+        "unchunked_logits_bytes": logits_gib * 2**30,
+        "chunked_block_bytes": block,
+        "samples_per_second_ratio": speed,
+        "peak_memory_ratio": memory,
+    }
     for name, variant in (("chunked", c), ("unchunked", u)):
         sps = harness.spread(x["samples_per_second"] for x in variant)
         mib = harness.spread(x["peak_rss_above_model_mib"] for x in variant)
         fraction = harness.spread(harness.peak_fraction(flops, x["seconds"], peak) for x in variant)
-        summary[name] = {"samples_per_second": sps, "peak_rss_above_model_mib": mib, "peak_fraction": fraction,
-                         "runs": variant}
-        print(f"{name:9s}: {harness.format_spread(sps, 0)} samples/s, peak RSS above the model "
-              f"{harness.format_spread(mib, 0, ' MiB')}, {100 * fraction['median']:.1f}% of the measured fp32 "
-              f"peak ({harness.format_count(flops)} in all)")
+        summary[name] = {
+            "samples_per_second": sps,
+            "peak_rss_above_model_mib": mib,
+            "peak_fraction": fraction,
+            "runs": variant,
+        }
+        print(
+            f"{name:9s}: {harness.format_spread(sps, 0)} samples/s, peak RSS above the model "
+            f"{harness.format_spread(mib, 0, ' MiB')}, {100 * fraction['median']:.1f}% of the measured fp32 "
+            f"peak ({harness.format_count(flops)} in all)"
+        )
     print(f"samples/s ratio (chunked / unchunked): {harness.format_ratio(speed)}")
-    print(f"peak memory ratio (chunked / unchunked): {harness.format_ratio(memory, 3)} "
-          f"({harness.spread(x['peak_rss_above_model_mib'] for x in c)['median']:.0f} MiB vs "
-          f"{harness.spread(x['peak_rss_above_model_mib'] for x in u)['median']:.0f} MiB; the unchunked "
-          f"logits alone are {logits_gib:.1f} GiB here and would be {1e7 * first['vocab_size'] * 4 / 2 ** 40:.1f} TiB "
-          f"at 10^7 samples, one chunked block {block / 2 ** 20:.0f} MiB)")
+    print(
+        f"peak memory ratio (chunked / unchunked): {harness.format_ratio(memory, 3)} "
+        f"({harness.spread(x['peak_rss_above_model_mib'] for x in c)['median']:.0f} MiB vs "
+        f"{harness.spread(x['peak_rss_above_model_mib'] for x in u)['median']:.0f} MiB; the unchunked "
+        f"logits alone are {logits_gib:.1f} GiB here and would be {1e7 * first['vocab_size'] * 4 / 2**40:.1f} TiB "
+        f"at 10^7 samples, one chunked block {block / 2**20:.0f} MiB)"
+    )
     return run.finish(summary)
 
 

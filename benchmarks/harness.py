@@ -53,18 +53,27 @@ from ut_peft.io import atomic_write_text
 def add_arguments(parser, *, repeats: int | None = 3) -> None:
     """Add ``--repeats`` (unless ``repeats`` is None: the script has its own count), ``--json`` and ``--max-load``."""
     if repeats is not None:
-        parser.add_argument("--repeats", type=int, default=repeats,
-                            help=f"times each variant runs, interleaved (default {repeats})")
+        parser.add_argument(
+            "--repeats", type=int, default=repeats, help=f"times each variant runs, interleaved (default {repeats})"
+        )
     parser.add_argument("--json", type=Path, metavar="PATH", help="also write the results as JSON to PATH")
-    parser.add_argument("--max-load", type=float, default=None,
-                        help="1-minute load average above which the run is not quiet (default: the CPU count, "
-                        "where other jobs' threads cannot be counted; not checked where they can)")
-    parser.add_argument("--max-others", type=float, default=0.25,
-                        help="other jobs' runnable threads, averaged over the run, above which it is not quiet "
-                        "(Linux; default 0.25)")
+    parser.add_argument(
+        "--max-load",
+        type=float,
+        default=None,
+        help="1-minute load average above which the run is not quiet (default: the CPU count, "
+        "where other jobs' threads cannot be counted; not checked where they can)",
+    )
+    parser.add_argument(
+        "--max-others",
+        type=float,
+        default=0.25,
+        help="other jobs' runnable threads, averaged over the run, above which it is not quiet (Linux; default 0.25)",
+    )
 
 
 # --- arithmetic -------------------------------------------------------------------------------------------------
+
 
 def spread(values) -> dict:
     """Median, min and max of ``values`` (and the values themselves)."""
@@ -78,8 +87,9 @@ def ratio_spread(numerators, denominators) -> dict:
     """The spread of the per-repeat ratios ``numerators[r] / denominators[r]``."""
     numerators, denominators = list(numerators), list(denominators)
     if len(numerators) != len(denominators):
-        raise ValueError(f"paired ratios need as many numerators as denominators (got {len(numerators)} and "
-                         f"{len(denominators)})")
+        raise ValueError(
+            f"paired ratios need as many numerators as denominators (got {len(numerators)} and {len(denominators)})"
+        )
     return spread(a / b for a, b in zip(numerators, denominators))
 
 
@@ -90,8 +100,10 @@ def format_spread(s: dict, digits: int = 2, unit: str = "") -> str:
 
 def format_ratio(s: dict, digits: int = 2) -> str:
     n = len(s["values"])
-    return (f"{s['median']:.{digits}f}x (median; range {s['min']:.{digits}f}-{s['max']:.{digits}f} over "
-            f"{n} repeat{'s' if n != 1 else ''})")
+    return (
+        f"{s['median']:.{digits}f}x (median; range {s['min']:.{digits}f}-{s['max']:.{digits}f} over "
+        f"{n} repeat{'s' if n != 1 else ''})"
+    )
 
 
 def format_count(value: float, unit: str = "FLOP") -> str:
@@ -107,7 +119,7 @@ def rotations(names, repeats: int) -> list[list[str]]:
     names = list(names)
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1 (got {repeats})")
-    return [names[r % len(names):] + names[:r % len(names)] for r in range(repeats)]
+    return [names[r % len(names) :] + names[: r % len(names)] for r in range(repeats)]
 
 
 def interleave(variants: dict[str, Callable[[int], object]], repeats: int) -> dict[str, list]:
@@ -124,6 +136,7 @@ def interleave(variants: dict[str, Callable[[int], object]], repeats: int) -> di
 
 # --- load -------------------------------------------------------------------------------------------------------
 
+
 def runnable_threads(root: int | None = None) -> tuple[int, int] | None:
     """Threads running or waiting for a core now (state R): (in ``root``'s process tree, elsewhere).
 
@@ -139,7 +152,7 @@ def runnable_threads(root: int | None = None) -> tuple[int, int] | None:
     for pid in pids:
         try:
             stat = (proc / str(pid) / "stat").read_text()
-            parent[pid] = int(stat[stat.rindex(")") + 2:].split()[1])
+            parent[pid] = int(stat[stat.rindex(")") + 2 :].split()[1])
             count = 0
             for tid in os.listdir(proc / str(pid) / "task"):
                 task = (proc / str(pid) / "task" / tid / "stat").read_text()
@@ -157,22 +170,30 @@ def runnable_threads(root: int | None = None) -> tuple[int, int] | None:
         pid = stack.pop()
         ours.add(pid)
         stack += children.get(pid, [])
-    return (sum(n for pid, n in running.items() if pid in ours),
-            sum(n for pid, n in running.items() if pid not in ours))
+    return (
+        sum(n for pid, n in running.items() if pid in ours),
+        sum(n for pid, n in running.items() if pid not in ours),
+    )
 
 
 class LoadWatch:
     """The 1-minute load average, and other jobs' runnable threads, at the start, every ``interval`` seconds in a
     background thread, and at the end (see the module's docstring for what makes a run quiet)."""
 
-    def __init__(self, limit: float | None = None, interval: float = 1.0, getloadavg=os.getloadavg,
-                 runnable=runnable_threads, max_others: float = 0.25):
+    def __init__(
+        self,
+        limit: float | None = None,
+        interval: float = 1.0,
+        getloadavg=os.getloadavg,
+        runnable=runnable_threads,
+        max_others: float = 0.25,
+    ):
         self.cpu_count = os.cpu_count() or 1
         self.interval, self._getloadavg, self._runnable = interval, getloadavg, runnable
         self.max_others = float(max_others)
         self.counts_others = runnable is not None and runnable() is not None
         # Where other jobs' threads can be counted, the load average is checked only when asked (``limit``).
-        self.limit = (float(limit) if limit is not None else None if self.counts_others else float(self.cpu_count))
+        self.limit = float(limit) if limit is not None else None if self.counts_others else float(self.cpu_count)
         self.start_load = self.end_load = None
         self.highest = 0.0
         self.others: list[int] = []
@@ -230,18 +251,31 @@ class LoadWatch:
 
     def summary(self) -> dict:
         mean = lambda values: round(sum(values) / len(values), 3) if values else None  # noqa: E731
-        return {"cpu_count": self.cpu_count, "limit": self.limit, "start": list(self.start_load or ()),
-                "end": list(self.end_load or ()), "highest_1min": self.highest, "max_others": self.max_others,
-                "others_runnable_mean": mean(self.others), "others_runnable_max": max(self.others, default=None),
-                "ours_runnable_mean": mean(self.ours), "samples": len(self.others), "quiet": self.quiet}
+        return {
+            "cpu_count": self.cpu_count,
+            "limit": self.limit,
+            "start": list(self.start_load or ()),
+            "end": list(self.end_load or ()),
+            "highest_1min": self.highest,
+            "max_others": self.max_others,
+            "others_runnable_mean": mean(self.others),
+            "others_runnable_max": max(self.others, default=None),
+            "ours_runnable_mean": mean(self.ours),
+            "samples": len(self.others),
+            "quiet": self.quiet,
+        }
 
     def line(self) -> str:
         end = f"{self.end_load[0]:.2f}" if self.end_load else "?"
-        line = (f"load average (1 min): {self.start_load[0]:.2f} at start, {end} at end, highest "
-                f"{self.highest:.2f}; {self.cpu_count} CPUs")
+        line = (
+            f"load average (1 min): {self.start_load[0]:.2f} at start, {end} at end, highest "
+            f"{self.highest:.2f}; {self.cpu_count} CPUs"
+        )
         if self.others:
-            line += (f"; other jobs' runnable threads: mean {self.others_mean:.2f} (max {max(self.others)}), this "
-                     f"benchmark's: mean {sum(self.ours) / len(self.ours):.2f}, over {len(self.others)} samples")
+            line += (
+                f"; other jobs' runnable threads: mean {self.others_mean:.2f} (max {max(self.others)}), this "
+                f"benchmark's: mean {sum(self.ours) / len(self.ours):.2f}, over {len(self.others)} samples"
+            )
         return line
 
     def warning(self) -> str | None:
@@ -251,22 +285,33 @@ class LoadWatch:
         if not self.others_quiet:
             why.append(f"other jobs averaged {self.others_mean:.2f} runnable threads, above {self.max_others:g}")
         if not self.load_quiet:
-            why.append(f"the 1-minute load average reached {self.highest:.2f}, above {self.limit:g} (the CPU count "
-                       f"is {self.cpu_count})")
+            why.append(
+                f"the 1-minute load average reached {self.highest:.2f}, above {self.limit:g} (the CPU count "
+                f"is {self.cpu_count})"
+            )
         reasons = "; ".join(why)
-        return (f"WARNING: NOT A QUIET RUN. {reasons[0].upper() + reasons[1:]}: other jobs were waiting for the "
-                "cores, so the times and ratios above are inflated unevenly. Do not quote them; rerun on a quiet "
-                "machine.")
+        return (
+            f"WARNING: NOT A QUIET RUN. {reasons[0].upper() + reasons[1:]}: other jobs were waiting for the "
+            "cores, so the times and ratios above are inflated unevenly. Do not quote them; rerun on a quiet "
+            "machine."
+        )
 
 
 # --- calibration and FLOPs --------------------------------------------------------------------------------------
 
-DTYPES = {"fp32": "float32", "float32": "float32", "bf16": "bfloat16", "bfloat16": "bfloat16",
-          "fp16": "float16", "float16": "float16"}
+DTYPES = {
+    "fp32": "float32",
+    "float32": "float32",
+    "bf16": "bfloat16",
+    "bfloat16": "bfloat16",
+    "fp16": "float16",
+    "float16": "float16",
+}
 
 
-def calibrate_matmul(m: int, k: int, n: int, dtypes=("float32", "bfloat16"), seconds: float = 0.3,
-                     device: str | None = None) -> dict:
+def calibrate_matmul(
+    m: int, k: int, n: int, dtypes=("float32", "bfloat16"), seconds: float = 0.3, device: str | None = None
+) -> dict:
     """GFLOP/s of an (m, k) x (k, n) matrix product in each dtype, timed for about ``seconds`` each.
 
     This is the machine's measured matmul peak at the benchmark's scale (threads as torch has them now).
@@ -336,8 +381,10 @@ def count_flops(fn: Callable, *args, **kwargs) -> tuple[object, int]:
     from torch.utils.flop_counter import FlopCounterMode
 
     aten = torch.ops.aten
-    mapping = {aten._scaled_dot_product_flash_attention_for_cpu: _cpu_flash_forward,
-               aten._scaled_dot_product_flash_attention_for_cpu_backward: _cpu_flash_backward}
+    mapping = {
+        aten._scaled_dot_product_flash_attention_for_cpu: _cpu_flash_forward,
+        aten._scaled_dot_product_flash_attention_for_cpu_backward: _cpu_flash_backward,
+    }
     with FlopCounterMode(display=False, custom_mapping=mapping) as counter:
         result = fn(*args, **kwargs)
     return result, counter.get_total_flops()
@@ -345,43 +392,63 @@ def count_flops(fn: Callable, *args, **kwargs) -> tuple[object, int]:
 
 # --- the run record ---------------------------------------------------------------------------------------------
 
+
 def machine() -> dict:
     info = {"cpu_count": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()}
     try:
         with open("/proc/cpuinfo") as handle:
-            info["cpu"] = next((line.split(":", 1)[1].strip() for line in handle if line.startswith("model name")),
-                               platform.processor())
+            info["cpu"] = next(
+                (line.split(":", 1)[1].strip() for line in handle if line.startswith("model name")),
+                platform.processor(),
+            )
     except OSError:
         info["cpu"] = platform.processor()
     if "torch" in sys.modules:
         torch = sys.modules["torch"]
-        info.update(torch=torch.__version__, torch_threads=torch.get_num_threads(),
-                    cuda=torch.cuda.get_device_name() if torch.cuda.is_available() else None)
+        info.update(
+            torch=torch.__version__,
+            torch_threads=torch.get_num_threads(),
+            cuda=torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+        )
     return info
 
 
 class Run:
     """One benchmark run: watches the load from creation, then prints the load line and writes the JSON record."""
 
-    def __init__(self, benchmark: str, args=None, *, interval: float = 1.0, getloadavg=os.getloadavg,
-                 runnable=runnable_threads):
+    def __init__(
+        self, benchmark: str, args=None, *, interval: float = 1.0, getloadavg=os.getloadavg, runnable=runnable_threads
+    ):
         self.args = args
-        self.record = {"benchmark": benchmark, "command": [Path(sys.argv[0]).name] + sys.argv[1:],
-                       "arguments": {k: (str(v) if isinstance(v, Path) else v)
-                                     for k, v in (vars(args) if args is not None else {}).items()},
-                       "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-        self.load = LoadWatch(getattr(args, "max_load", None), interval, getloadavg, runnable,
-                              getattr(args, "max_others", 0.25)).start()
+        self.record = {
+            "benchmark": benchmark,
+            "command": [Path(sys.argv[0]).name] + sys.argv[1:],
+            "arguments": {
+                k: (str(v) if isinstance(v, Path) else v) for k, v in (vars(args) if args is not None else {}).items()
+            },
+            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
+        self.load = LoadWatch(
+            getattr(args, "max_load", None), interval, getloadavg, runnable, getattr(args, "max_others", 0.25)
+        ).start()
         if self.load.busy_at_start or not self.load.quiet:  # say so at once: a user may rather wait for quiet
-            print(f"WARNING: the machine is busy before the benchmark starts (1-minute load average "
-                  f"{self.load.start_load[0]:.2f}, {self.load.cpu_count} CPUs): times and ratios will be inflated "
-                  "unevenly; better stop and rerun on a quiet machine.", flush=True)
+            print(
+                f"WARNING: the machine is busy before the benchmark starts (1-minute load average "
+                f"{self.load.start_load[0]:.2f}, {self.load.cpu_count} CPUs): times and ratios will be inflated "
+                "unevenly; better stop and rerun on a quiet machine.",
+                flush=True,
+            )
 
     def finish(self, results: dict) -> dict:
         """Stop watching; print the load line (and the WARNING); write ``--json``; return the whole record."""
         self.load.stop()
-        self.record.update(machine=machine(), finished=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                           load=self.load.summary(), quiet=self.load.quiet, results=results)
+        self.record.update(
+            machine=machine(),
+            finished=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            load=self.load.summary(),
+            quiet=self.load.quiet,
+            results=results,
+        )
         print(self.load.line())
         if not self.load.quiet:
             print(self.load.warning())

@@ -62,8 +62,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ut_peft.accessibility.design import (AdaptiveDesign, SequentialDesign, complete_groups,  # noqa: E402
-                                          infer_prefixes, row_steps)
+from ut_peft.accessibility.design import AdaptiveDesign, SequentialDesign, complete_groups, infer_prefixes, row_steps  # noqa: E402
 from ut_peft.accessibility.fit import fit_sigmoid, line_interval, n50_interval  # noqa: E402
 from ut_peft.accessibility.sweep import GridConfig  # noqa: E402  (its defaults are the published adaptive grid)
 
@@ -82,10 +81,10 @@ class Truth:
         return self.slope * m + self.intercept
 
 
-
 def _bounds(ci):
     """An interval with its unbounded sides (None) as -inf / +inf, for comparisons and widths."""
     return (-math.inf if ci[0] is None else ci[0], math.inf if ci[1] is None else ci[1])
+
 
 def simulate_row(truth: Truth, repeat: int, m: int, n: int, index: int) -> dict:
     """One crammed row of the simulator: deterministic in (repeat, m, n, index)."""
@@ -95,7 +94,7 @@ def simulate_row(truth: Truth, repeat: int, m: int, n: int, index: int) -> dict:
     threshold = truth.n50(m) + width * (z + truth.jitter * rng.standard_normal())
     if n < threshold:
         r = n / threshold
-        steps = min(CAP - 1, max(1, math.ceil(150 * rng.lognormal(0, 0.5) * (1 + 9 * r ** 8))))
+        steps = min(CAP - 1, max(1, math.ceil(150 * rng.lognormal(0, 0.5) * (1 + 9 * r**8))))
         return {"accessible": True, "steps": steps}
     best = 800 * rng.lognormal(0, 0.7)
     steps = int(min(CAP, best + PATIENCE))
@@ -116,7 +115,7 @@ def oracle_row_steps(truth: Truth, m: int, width: float, draws: int = 4000) -> t
     rows = (z / (f * width)) ** 2
     n = truth.n50(m)
     lengths = (math.floor(n), math.ceil(n))  # rows are integers: half just below n_50, half just above
-    cost = np.mean([row_steps(simulate_row(truth, 10 ** 6 + k, m, lengths[k % 2], k)) for k in range(draws)])
+    cost = np.mean([row_steps(simulate_row(truth, 10**6 + k, m, lengths[k % 2], k)) for k in range(draws)])
     return rows, rows * float(cost)
 
 
@@ -148,11 +147,21 @@ def analyse(rows: dict, ms, complete: int | None, seed: int = 0, method: str = "
         ns = sorted(set(lengths.tolist()))
         frac = [acc[lengths == n].mean() for n in ns]
         published = fit_sigmoid(ns, frac) if ns else {"n50": None}
-        per_m[m] = {"n50": fit["n50"], "ci": fit["n50_ci"], "n50_ls": published["n50"],
-                    "row_steps": sum(row_steps(rows[k]) for k in keys), "rows": len(keys)}
+        per_m[m] = {
+            "n50": fit["n50"],
+            "ci": fit["n50_ci"],
+            "n50_ls": published["n50"],
+            "row_steps": sum(row_steps(rows[k]) for k in keys),
+            "rows": len(keys),
+        }
     keys = list(rows)
-    line = line_interval([k[0] for k in keys], [k[1] for k in keys], [rows[k]["accessible"] for k in keys],
-                         [k[2] for k in keys], seed=seed)
+    line = line_interval(
+        [k[0] for k in keys],
+        [k[1] for k in keys],
+        [rows[k]["accessible"] for k in keys],
+        [k[2] for k in keys],
+        seed=seed,
+    )
     return {"per_m": per_m, "line": line}
 
 
@@ -176,23 +185,51 @@ def simulate(args) -> None:
         walls["published+inferred"] += wall
         results["published+inferred"].append(analyse(with_index(rows), ms, complete=20))
         inferred = [k for k, r in rows.items() if r.get("stop_reason") == "inferred"]
-        changed.append((sum(simulate_row(truth, repeat, *k)["accessible"] != rows[k]["accessible"]
-                            for k in inferred), len(inferred), len(rows)))
-    target = {m: float(np.mean([r["per_m"][m]["ci"][1] - r["per_m"][m]["ci"][0] for r in results["published"]
-                                if r["per_m"][m]["ci"] and None not in r["per_m"][m]["ci"]])) for m in ms}
+        changed.append(
+            (
+                sum(simulate_row(truth, repeat, *k)["accessible"] != rows[k]["accessible"] for k in inferred),
+                len(inferred),
+                len(rows),
+            )
+        )
+    target = {
+        m: float(
+            np.mean(
+                [
+                    r["per_m"][m]["ci"][1] - r["per_m"][m]["ci"][0]
+                    for r in results["published"]
+                    if r["per_m"][m]["ci"] and None not in r["per_m"][m]["ci"]
+                ]
+            )
+        )
+        for m in ms
+    }
     for repeat in range(args.repeats):
-        design = SequentialDesign(ms, batch=args.batch, start=10, stop=1000, target_ci=target, seed=0,
-                                  min_rounds=args.min_rounds, probe=args.probe, placement=args.placement,
-                                  interval=args.interval)
+        design = SequentialDesign(
+            ms,
+            batch=args.batch,
+            start=10,
+            stop=1000,
+            target_ci=target,
+            seed=0,
+            min_rounds=args.min_rounds,
+            probe=args.probe,
+            placement=args.placement,
+            interval=args.interval,
+        )
         rows, wall = run_design(design, truth, repeat)
         walls["sequential"] += wall
         results["sequential"].append(analyse(with_index(rows), ms, complete=None, method=args.interval))
 
-    print(f"simulator: n_50 = {truth.slope} m + {truth.intercept}, logistic width {truth.rel_width} n_50, jitter "
-          f"{truth.jitter}, {args.repeats} repeats, cap {CAP}, patience {PATIENCE}, sequential batch {args.batch}"
-          f"{f', early stop at {truth.early_stop}' if truth.early_stop else ''}")
-    print("| design | m | true n_50 | mean n_50 (MLE) | bias | mean n_50 (LS) | mean 95% width | coverage | "
-          "mean rows | mean row-steps |")
+    print(
+        f"simulator: n_50 = {truth.slope} m + {truth.intercept}, logistic width {truth.rel_width} n_50, jitter "
+        f"{truth.jitter}, {args.repeats} repeats, cap {CAP}, patience {PATIENCE}, sequential batch {args.batch}"
+        f"{f', early stop at {truth.early_stop}' if truth.early_stop else ''}"
+    )
+    print(
+        "| design | m | true n_50 | mean n_50 (MLE) | bias | mean n_50 (LS) | mean 95% width | coverage | "
+        "mean rows | mean row-steps |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|")
     totals = {}
     for name, runs in results.items():
@@ -209,13 +246,17 @@ def simulate(args) -> None:
             covered = np.mean([lo <= truth.n50(m) <= hi for lo, hi in cis]) if cis else float("nan")
             se = np.nanstd(est) / math.sqrt(max(1, np.isfinite(est).sum()))
             bias = np.nanmean(est) - truth.n50(m)
-            print(f"| {name} | {m} | {truth.n50(m):.1f} | {np.nanmean(est):.2f} | {bias:+.2f} (se {se:.2f}) | "
-                  f"{np.nanmean(ls):.2f} | {np.mean(widths) if widths else float('nan'):.1f}{unbounded} | "
-                  f"{covered:.2f} | "
-                  f"{np.mean([e['rows'] for e in entries]):.0f} | {np.mean([e['row_steps'] for e in entries]):.0f} |")
+            print(
+                f"| {name} | {m} | {truth.n50(m):.1f} | {np.nanmean(est):.2f} | {bias:+.2f} (se {se:.2f}) | "
+                f"{np.nanmean(ls):.2f} | {np.mean(widths) if widths else float('nan'):.1f}{unbounded} | "
+                f"{covered:.2f} | "
+                f"{np.mean([e['rows'] for e in entries]):.0f} | {np.mean([e['row_steps'] for e in entries]):.0f} |"
+            )
     print()
-    print("| design | mean slope | slope bias | mean slope 95% width | slope coverage | intercept coverage | "
-          "mean row-steps | wall (s, simulation + fits) |")
+    print(
+        "| design | mean slope | slope bias | mean slope 95% width | slope coverage | intercept coverage | "
+        "mean row-steps | wall (s, simulation + fits) |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for name, runs in results.items():
         lines = [r["line"] for r in runs if r["line"] and r["line"]["slope_ci"]]
@@ -225,16 +266,22 @@ def simulate(args) -> None:
         slope_cover = np.mean([lo <= truth.slope <= hi for lo, hi in slope_cis])
         icpt_cover = np.mean([lo <= truth.intercept <= hi for lo, hi in icpt_cis])
         width = np.mean([hi - lo for lo, hi in slope_cis])
-        print(f"| {name} | {slopes.mean():.2f} | {slopes.mean() - truth.slope:+.2f} | {width:.2f} | "
-              f"{slope_cover:.2f} | {icpt_cover:.2f} | {totals[name]:.0f} | {walls[name]:.1f} |")
+        print(
+            f"| {name} | {slopes.mean():.2f} | {slopes.mean() - truth.slope:+.2f} | {width:.2f} | "
+            f"{slope_cover:.2f} | {icpt_cover:.2f} | {totals[name]:.0f} | {walls[name]:.1f} |"
+        )
     flips, inferred, total = (sum(c[i] for c in changed) for i in range(3))
-    print(f"prefix inference on the published design: {inferred} of {total} rows inferred, {flips} of them "
-          f"({flips / max(1, inferred):.1%}) decided otherwise by their own attempt; row-steps ratio "
-          f"{totals['published'] / totals['published+inferred']:.2f}")
+    print(
+        f"prefix inference on the published design: {inferred} of {total} rows inferred, {flips} of them "
+        f"({flips / max(1, inferred):.1%}) decided otherwise by their own attempt; row-steps ratio "
+        f"{totals['published'] / totals['published+inferred']:.2f}"
+    )
     oracle = [oracle_row_steps(truth, m, target[m]) for m in ms]
-    print(f"oracle bound (n_50 and slope known, every row at n_50, the published widths): "
-          f"{' '.join(f'{r:.0f}' for r, _ in oracle)} rows per m, {sum(c for _, c in oracle):.0f} row-steps, "
-          f"ratio {totals['published'] / sum(c for _, c in oracle):.2f}")
+    print(
+        f"oracle bound (n_50 and slope known, every row at n_50, the published widths): "
+        f"{' '.join(f'{r:.0f}' for r, _ in oracle)} rows per m, {sum(c for _, c in oracle):.0f} row-steps, "
+        f"ratio {totals['published'] / sum(c for _, c in oracle):.2f}"
+    )
     print(f"cost ratio: {totals['published'] / totals['sequential']:.2f}")
 
 
@@ -246,20 +293,39 @@ def real(args) -> None:
     cram = CramConfig(max_steps=args.max_steps, patience=args.patience, batch_size=args.batch_size)
     grid = GridConfig(start=args.start, stop=args.stop)
     runs = {}
-    published = SweepConfig(model=args.model, source=args.source, ms=args.ms, grid=grid, design="adaptive",
-                            num_sequences=20, cram=cram, support_sequences=args.support_sequences)
+    published = SweepConfig(
+        model=args.model,
+        source=args.source,
+        ms=args.ms,
+        grid=grid,
+        design="adaptive",
+        num_sequences=20,
+        cram=cram,
+        support_sequences=args.support_sequences,
+    )
     start = time.perf_counter()
     runs["published"] = (run_sweep(published, out / "published"), time.perf_counter() - start)
     # One target for every m: the narrowest interval the published design reached, so that every m of the
     # sequential run ends at an equal or narrower interval.
-    targets = [e["n50_ci"][1] - e["n50_ci"][0] for e in runs["published"][0]["per_m"]
-               if e["n50_ci"] and None not in e["n50_ci"]]
+    targets = [
+        e["n50_ci"][1] - e["n50_ci"][0]
+        for e in runs["published"][0]["per_m"]
+        if e["n50_ci"] and None not in e["n50_ci"]
+    ]
     target = args.target_ci or (min(targets) if targets else None)
     if target is None:
         raise SystemExit("the published run has no n_50 interval to match; pass --target-ci")
-    sequential = SweepConfig(model=args.model, source=args.source, ms=args.ms, grid=grid, design="sequential",
-                             num_sequences=args.batch, target_ci=target, cram=cram,
-                             support_sequences=args.support_sequences)
+    sequential = SweepConfig(
+        model=args.model,
+        source=args.source,
+        ms=args.ms,
+        grid=grid,
+        design="sequential",
+        num_sequences=args.batch,
+        target_ci=target,
+        cram=cram,
+        support_sequences=args.support_sequences,
+    )
     start = time.perf_counter()
     runs["sequential"] = (run_sweep(sequential, out / "sequential"), time.perf_counter() - start)
     for name, (summary, wall) in runs.items():
@@ -287,10 +353,18 @@ def main(argv=None):
     parser.add_argument("--batch", type=int, default=8, help="sequences per round of the sequential design")
     parser.add_argument("--min-rounds", type=int, default=2, help="sequential: fitted rounds before it may stop")
     parser.add_argument("--probe", type=int, default=None, help="sequential: sequences per bracketing round")
-    parser.add_argument("--placement", default="symmetric", choices=["symmetric", "cost"],
-                        help="sequential: lengths by information per expected row-step, or at 73%%/27%%")
-    parser.add_argument("--interval", default="auto", choices=["auto", "bootstrap", "profile"],
-                        help="sequential: the n_50 interval its stop uses (auto: profile for independent rows)")
+    parser.add_argument(
+        "--placement",
+        default="symmetric",
+        choices=["symmetric", "cost"],
+        help="sequential: lengths by information per expected row-step, or at 73%%/27%%",
+    )
+    parser.add_argument(
+        "--interval",
+        default="auto",
+        choices=["auto", "bootstrap", "profile"],
+        help="sequential: the n_50 interval its stop uses (auto: profile for independent rows)",
+    )
     parser.add_argument("--model", default=None, help="run on a real model through run_sweep instead")
     parser.add_argument("--source", default="text")
     parser.add_argument("--target-ci", type=float, default=None, help="real model: the sequential target width")

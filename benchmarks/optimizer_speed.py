@@ -54,19 +54,26 @@ def _differences(a: dict, b: dict, prefix: str = "") -> list[str]:
 def _n50(rows: list[dict], m: int, seed: int):
     """The summary's n_50 and interval of these rows (the same estimator and bootstrap seed as its report)."""
     of_m = [r for r in rows if r["m"] == m]
-    fit = n50_interval([r["n"] for r in of_m], [r["accessible"] for r in of_m], [r["index"] for r in of_m],
-                       seed=[seed, m])
+    fit = n50_interval(
+        [r["n"] for r in of_m], [r["accessible"] for r in of_m], [r["index"] for r in of_m], seed=[seed, m]
+    )
     return fit["n50"], fit["n50_ci"]
 
 
 def compare(baseline_folder, candidate_folder) -> dict:
     base_settings, cand_settings = store.read_settings(baseline_folder), store.read_settings(candidate_folder)
-    differ = [k for k in _differences(base_settings, cand_settings)
-              if k not in {"merged_from", "ms"} and not k.startswith("grid.lengths")
-              and not (k.startswith("cram.") and k.split(".", 1)[1] in OPTIMISER_FIELDS)]
+    differ = [
+        k
+        for k in _differences(base_settings, cand_settings)
+        if k not in {"merged_from", "ms"}
+        and not k.startswith("grid.lengths")
+        and not (k.startswith("cram.") and k.split(".", 1)[1] in OPTIMISER_FIELDS)
+    ]
     if differ:
-        raise SystemExit(f"the two sweeps differ in {', '.join(differ)}, not only in the optimiser "
-                         f"({', '.join(sorted(OPTIMISER_FIELDS))}): compare runs of the same sequences and settings")
+        raise SystemExit(
+            f"the two sweeps differ in {', '.join(differ)}, not only in the optimiser "
+            f"({', '.join(sorted(OPTIMISER_FIELDS))}): compare runs of the same sequences and settings"
+        )
     optimiser = [k for k in _differences(base_settings.get("cram", {}), cand_settings.get("cram", {}))]
     if not optimiser:
         raise SystemExit("the two sweeps use the same optimiser settings: give --candidate a run with another --lr")
@@ -80,39 +87,58 @@ def compare(baseline_folder, candidate_folder) -> dict:
     ms = sorted({k[0] for k in keys})
     return {
         "optimiser": {k: (base_settings["cram"].get(k), cand_settings["cram"].get(k)) for k in optimiser},
-        "rows": [(k, base[k], cand[k]) for k in keys], "lost": lost, "gained": gained, "both": both,
+        "rows": [(k, base[k], cand[k]) for k in keys],
+        "lost": lost,
+        "gained": gained,
+        "both": both,
         "steps_both": (sum(base[k]["steps"] for k in both), sum(cand[k]["steps"] for k in both)),
         "step_ratios_both": [(base[k]["steps"] + 1) / (cand[k]["steps"] + 1) for k in both],
         "row_steps": (sum(row_steps(base[k]) for k in keys), sum(row_steps(cand[k]) for k in keys)),
-        "n50": {m: (_n50([base[k] for k in keys], m, base_settings.get("seed", 0)),
-                    _n50([cand[k] for k in keys], m, cand_settings.get("seed", 0))) for m in ms},
+        "n50": {
+            m: (
+                _n50([base[k] for k in keys], m, base_settings.get("seed", 0)),
+                _n50([cand[k] for k in keys], m, cand_settings.get("seed", 0)),
+            )
+            for m in ms
+        },
     }
 
 
 def main(args):
     result = compare(args.baseline, args.candidate)
-    print("optimiser settings (baseline -> candidate): "
-          + "; ".join(f"{k} {a} -> {b}" for k, (a, b) in result["optimiser"].items()))
+    print(
+        "optimiser settings (baseline -> candidate): "
+        + "; ".join(f"{k} {a} -> {b}" for k, (a, b) in result["optimiser"].items())
+    )
     print("| m | n | sequence | baseline: accessible, steps, stop | candidate: accessible, steps, stop |")
     print("|---|---|---|---|---|")
     for (m, n, k), base, cand in result["rows"]:
-        print(f"| {m} | {n} | {k} | {base['accessible']}, {base['steps']}, {base['stop_reason']} | "
-              f"{cand['accessible']}, {cand['steps']}, {cand['stop_reason']} |")
+        print(
+            f"| {m} | {n} | {k} | {base['accessible']}, {base['steps']}, {base['stop_reason']} | "
+            f"{cand['accessible']}, {cand['steps']}, {cand['stop_reason']} |"
+        )
     total = len(result["rows"])
     print(f"lost (the baseline crammed, the candidate did not): {len(result['lost'])} of {total} {result['lost']}")
-    print(f"gained (the candidate crammed, the baseline did not): {len(result['gained'])} of {total} "
-          f"{result['gained']}")
+    print(
+        f"gained (the candidate crammed, the baseline did not): {len(result['gained'])} of {total} {result['gained']}"
+    )
     base_steps, cand_steps = result["steps_both"]
     if result["both"]:
-        print(f"rows both crammed: {len(result['both'])}; their steps {base_steps:,} vs {cand_steps:,} "
-              f"({base_steps / max(cand_steps, 1):.2f}x; median per-row ratio "
-              f"{statistics.median(result['step_ratios_both']):.2f}x)")
+        print(
+            f"rows both crammed: {len(result['both'])}; their steps {base_steps:,} vs {cand_steps:,} "
+            f"({base_steps / max(cand_steps, 1):.2f}x; median per-row ratio "
+            f"{statistics.median(result['step_ratios_both']):.2f}x)"
+        )
     for m, ((b50, bci), (c50, cci)) in result["n50"].items():
-        print(f"m = {m}: n_50 baseline {b50 if b50 is None else f'{b50:.1f}'} {format_interval(bci)}, candidate "
-              f"{c50 if c50 is None else f'{c50:.1f}'} {format_interval(cci)}")
+        print(
+            f"m = {m}: n_50 baseline {b50 if b50 is None else f'{b50:.1f}'} {format_interval(bci)}, candidate "
+            f"{c50 if c50 is None else f'{c50:.1f}'} {format_interval(cci)}"
+        )
     base_rs, cand_rs = result["row_steps"]
-    print(f"row-steps ratio: {base_rs / cand_rs:.2f} (lost {len(result['lost'])}, gained {len(result['gained'])} "
-          f"of {total} rows)")
+    print(
+        f"row-steps ratio: {base_rs / cand_rs:.2f} (lost {len(result['lost'])}, gained {len(result['gained'])} "
+        f"of {total} rows)"
+    )
     return result
 
 

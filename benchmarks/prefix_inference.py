@@ -45,28 +45,40 @@ def replay(rows: dict) -> dict:
 def measure(folder) -> dict:
     settings = store.read_settings(folder)
     if not settings.get("source", {}).get("nested"):
-        raise SystemExit(f"{folder}: its texts are not nested prefixes (source {settings.get('source')}); prefix "
-                         "inference applies to --protocol published --source text sweeps only")
+        raise SystemExit(
+            f"{folder}: its texts are not nested prefixes (source {settings.get('source')}); prefix "
+            "inference applies to --protocol published --source text sweeps only"
+        )
     rows = store.read_rows(Path(folder))
     if settings.get("infer_prefixes") or any(r.get("stop_reason") == INFERRED for r in rows.values()):
         raise SystemExit(f"{folder}: already run with --infer-prefixes; give a sweep in which every row was crammed")
     lean = replay(rows)
     inferred = [k for k, r in lean.items() if r.get("stop_reason") == INFERRED]
     changed = sum(lean[k]["accessible"] != rows[k]["accessible"] for k in inferred)
-    return {"folder": str(folder), "chains": prefix_violations(rows)["chains"], "rows": len(rows),
-            "inferred": len(inferred), "changed": changed, "row_steps_full": sum(map(row_steps, rows.values())),
-            "row_steps_inferred": sum(map(row_steps, lean.values()))}
+    return {
+        "folder": str(folder),
+        "chains": prefix_violations(rows)["chains"],
+        "rows": len(rows),
+        "inferred": len(inferred),
+        "changed": changed,
+        "row_steps_full": sum(map(row_steps, rows.values())),
+        "row_steps_inferred": sum(map(row_steps, lean.values())),
+    }
 
 
 def main(args):
     results = [measure(folder) for folder in args.folders]
-    print("| folder | chains (m, text) | rows | inferred | decided otherwise by the full run | row-steps full | "
-          "with inference | ratio |")
+    print(
+        "| folder | chains (m, text) | rows | inferred | decided otherwise by the full run | row-steps full | "
+        "with inference | ratio |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for r in results:
-        print(f"| {r['folder']} | {r['chains']} | {r['rows']} | {r['inferred']} | {r['changed']} | "
-              f"{r['row_steps_full']:,} | {r['row_steps_inferred']:,} | "
-              f"{r['row_steps_full'] / r['row_steps_inferred']:.2f} |")
+        print(
+            f"| {r['folder']} | {r['chains']} | {r['rows']} | {r['inferred']} | {r['changed']} | "
+            f"{r['row_steps_full']:,} | {r['row_steps_inferred']:,} | "
+            f"{r['row_steps_full'] / r['row_steps_inferred']:.2f} |"
+        )
     full, lean = (sum(r[k] for r in results) for k in ("row_steps_full", "row_steps_inferred"))
     changed, total = sum(r["changed"] for r in results), sum(r["rows"] for r in results)
     print(f"row-steps ratio: {full / lean:.2f} ({changed} of {total} decisions changed)")

@@ -39,8 +39,9 @@ from ut_peft.accessibility.store import append_row
 VARIANTS = ("published", "published-scaled", "published-scaled-lr", "ut-peft")
 
 
-def variant_config(name: str, base: CramConfig, special: list[int], scale: float,
-                   bos: int | None = None) -> CramConfig:
+def variant_config(
+    name: str, base: CramConfig, special: list[int], scale: float, bos: int | None = None
+) -> CramConfig:
     published = cram_settings("published", base)
     if name == "published":
         return published
@@ -56,7 +57,7 @@ def variant_config(name: str, base: CramConfig, special: list[int], scale: float
 
 def variant_ids(name: str, sequence: list[int], special: list[int]) -> list[int]:
     """The published sequence carries the special tokens; ut-peft puts them in the prefix instead."""
-    return sequence[len(special):] if name == "ut-peft" else sequence
+    return sequence[len(special) :] if name == "ut-peft" else sequence
 
 
 def read_done(path: Path) -> list[dict]:
@@ -72,17 +73,21 @@ def read_done(path: Path) -> list[dict]:
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| variant | L | m | accessible | mean steps (crammed) | decision = greedy | greedy misses | row-steps |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| variant | L | m | accessible | mean steps (crammed) | decision = greedy | greedy misses | row-steps |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     keys = sorted({(r["variant"], r["length"], r["m"]) for r in rows}, key=lambda k: (VARIANTS.index(k[0]), k[1:]))
     for variant, length, m in keys:
         group = [r for r in rows if (r["variant"], r["length"], r["m"]) == (variant, length, m)]
         crammed = [r["steps"] for r in group if r["accessible"]]
         mean = f"{sum(crammed) / len(crammed):.0f}" if crammed else "-"
         agree = sum(r["accessible"] == r["greedy_exact"] for r in group)
-        lines.append(f"| {variant} | {length} | {m} | {sum(r['accessible'] for r in group)}/{len(group)} | {mean} | "
-                     f"{agree}/{len(group)} | {sum(r['greedy_misses'] for r in group)} | "
-                     f"{sum(r['steps'] + 1 for r in group)} |")
+        lines.append(
+            f"| {variant} | {length} | {m} | {sum(r['accessible'] for r in group)}/{len(group)} | {mean} | "
+            f"{agree}/{len(group)} | {sum(r['greedy_misses'] for r in group)} | "
+            f"{sum(r['steps'] + 1 for r in group)} |"
+        )
     return "\n".join(lines)
 
 
@@ -96,11 +101,17 @@ def main(args):
     torch.set_num_threads(args.threads) if args.threads else None
     model, tokenizer = ut_peft.load_model_and_tokenizer(args.model)
     special = special_prefix_ids(tokenizer)
-    source = PublishedSequences(make_source(args.source, tokenizer, nested_text=True, default_word_list="wordfreq"),
-                                special)
+    source = PublishedSequences(
+        make_source(args.source, tokenizer, nested_text=True, default_word_list="wordfreq"), special
+    )
     scale = embedding_std(model) / embedding_weight_std(model)
-    base = CramConfig(max_steps=args.max_steps, patience=args.patience, lr=args.lr, batch_size=args.batch_size,
-                      autocast=args.autocast)
+    base = CramConfig(
+        max_steps=args.max_steps,
+        patience=args.patience,
+        lr=args.lr,
+        batch_size=args.batch_size,
+        autocast=args.autocast,
+    )
     finished = {(r["variant"], r["length"], r["m"], r["index"]) for r in done}
     for variant in args.variants:
         config = variant_config(variant, base, special, scale, bos=tokenizer.bos_token_id)
@@ -111,21 +122,46 @@ def main(args):
                     if (variant, length, m, index) in finished:
                         continue
                     sequence = source.sequence(length, index, args.seed)
-                    jobs.append(CramJob(key=(length, m, index), ids=variant_ids(variant, sequence, special), m=m,
-                                        seed=init_seed(args.seed, m, length, index)))
+                    jobs.append(
+                        CramJob(
+                            key=(length, m, index),
+                            ids=variant_ids(variant, sequence, special),
+                            m=m,
+                            seed=init_seed(args.seed, m, length, index),
+                        )
+                    )
         started = time.perf_counter()
         for result in cram(model, jobs, config):
             length, m, index = result.job.key
-            append_row(output, {"variant": variant, "model": args.model, "source": args.source, "length": length,
-                            "m": m, "index": index, "accessible": result.accessible,
-                            "greedy_exact": result.greedy_exact, "steps": result.steps,
-                            "stop_reason": result.stop_reason, "tf_accuracy": result.tf_accuracy,
-                            "best_accuracy": result.best_accuracy, "greedy_misses": result.greedy_misses,
-                            "lr": config.lr, "init_std": config.init_std, "max_steps": config.max_steps,
-                            "autocast": config.autocast, "init_scale_ratio": scale,
-                            "best_accuracy_at": {str(k): v for k, v in result.best_accuracy_at.items()}})
-            print(f"{variant} L={length} m={m} #{index}: {result.stop_reason} after {result.steps} steps "
-                  f"(tf {result.tf_accuracy:.2f})", flush=True)
+            append_row(
+                output,
+                {
+                    "variant": variant,
+                    "model": args.model,
+                    "source": args.source,
+                    "length": length,
+                    "m": m,
+                    "index": index,
+                    "accessible": result.accessible,
+                    "greedy_exact": result.greedy_exact,
+                    "steps": result.steps,
+                    "stop_reason": result.stop_reason,
+                    "tf_accuracy": result.tf_accuracy,
+                    "best_accuracy": result.best_accuracy,
+                    "greedy_misses": result.greedy_misses,
+                    "lr": config.lr,
+                    "init_std": config.init_std,
+                    "max_steps": config.max_steps,
+                    "autocast": config.autocast,
+                    "init_scale_ratio": scale,
+                    "best_accuracy_at": {str(k): v for k, v in result.best_accuracy_at.items()},
+                },
+            )
+            print(
+                f"{variant} L={length} m={m} #{index}: {result.stop_reason} after {result.steps} steps "
+                f"(tf {result.tf_accuracy:.2f})",
+                flush=True,
+            )
         if jobs:
             print(f"{variant}: {len(jobs)} sequences in {time.perf_counter() - started:.0f} s", flush=True)
     print(table(read_done(output)))

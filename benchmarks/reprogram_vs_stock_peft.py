@@ -86,8 +86,13 @@ class Variant:
         params = distinct_bytes(list(self.model.parameters()) + list(self.model.buffers()))
         grads = distinct_bytes(p.grad for p in self.model.parameters())
         state = distinct_bytes(t for s in self.optimizer.state.values() for t in s.values() if torch.is_tensor(t))
-        return {"weights": params, "grads": grads, "optimizer": state, "activations": self.saved_bytes,
-                "total": params + grads + state + self.saved_bytes}
+        return {
+            "weights": params,
+            "grads": grads,
+            "optimizer": state,
+            "activations": self.saved_bytes,
+            "total": params + grads + state + self.saved_bytes,
+        }
 
     def adapter_bytes(self) -> int:
         with tempfile.TemporaryDirectory() as folder:
@@ -100,10 +105,13 @@ def build(kind: str, model_name: str, task_vocab: int):
     if kind == "stock":
         if task_vocab:
             model.resize_token_embeddings(task_vocab)
-        return get_peft_model(model, LoraConfig(target_modules="dummy-target-modules",
-                                                modules_to_save=["embed_tokens", "lm_head"]))
-    return get_peft_model(model, ut_peft.UTReprogramConfig(task_vocab_size=task_vocab or None,
-                                                           release_base_embeddings=kind == "ours-release"))
+        return get_peft_model(
+            model, LoraConfig(target_modules="dummy-target-modules", modules_to_save=["embed_tokens", "lm_head"])
+        )
+    return get_peft_model(
+        model,
+        ut_peft.UTReprogramConfig(task_vocab_size=task_vocab or None, release_base_embeddings=kind == "ours-release"),
+    )
 
 
 def compare(label: str, kind: str, task_vocab: int, batch: torch.Tensor, args, peak_gflops: float) -> dict:
@@ -118,17 +126,25 @@ def compare(label: str, kind: str, task_vocab: int, batch: torch.Tensor, args, p
     ratio = harness.ratio_spread(ours.times, stock.times)
     to, ts = harness.spread(ours.times), harness.spread(stock.times)
     print(f"{label:<30}{ratio['median']:>11.2f}x{mo['total'] / ms['total']:>15.2f}x{ao / as_:>13.2f}x")
-    mib = 2 ** 20
+    mib = 2**20
     for name, t, m, a, v in (("ours", to, mo, ao, ours), ("stock", ts, ms, as_, stock)):
-        print(f"{'':<32}{name:<6} {t['median']:.2f} s/step; weights {m['weights'] / mib:.0f} + grads "
-              f"{m['grads'] / mib:.0f} + optimizer {m['optimizer'] / mib:.0f} + activations "
-              f"{m['activations'] / mib:.0f} = {m['total'] / mib:.0f} MiB; adapter {a / mib:.2f} MiB")
-        print(f"{'':<39}steps {harness.format_spread(t, 2, ' s')}; {harness.format_count(v.flops)} per step, "
-              f"{100 * harness.peak_fraction(v.flops, t['median'], peak_gflops):.1f}% of the measured fp32 peak")
+        print(
+            f"{'':<32}{name:<6} {t['median']:.2f} s/step; weights {m['weights'] / mib:.0f} + grads "
+            f"{m['grads'] / mib:.0f} + optimizer {m['optimizer'] / mib:.0f} + activations "
+            f"{m['activations'] / mib:.0f} = {m['total'] / mib:.0f} MiB; adapter {a / mib:.2f} MiB"
+        )
+        print(
+            f"{'':<39}steps {harness.format_spread(t, 2, ' s')}; {harness.format_count(v.flops)} per step, "
+            f"{100 * harness.peak_fraction(v.flops, t['median'], peak_gflops):.1f}% of the measured fp32 peak"
+        )
     print(f"{'':<32}step time ours / stock {harness.format_ratio(ratio)}")
-    return {"step_time_ratio": ratio, "memory_ratio": mo["total"] / ms["total"], "adapter_ratio": ao / as_,
-            "ours": {"seconds": to, "memory_bytes": mo, "adapter_bytes": ao, "flops_per_step": ours.flops},
-            "stock": {"seconds": ts, "memory_bytes": ms, "adapter_bytes": as_, "flops_per_step": stock.flops}}
+    return {
+        "step_time_ratio": ratio,
+        "memory_ratio": mo["total"] / ms["total"],
+        "adapter_ratio": ao / as_,
+        "ours": {"seconds": to, "memory_bytes": mo, "adapter_bytes": ao, "flops_per_step": ours.flops},
+        "stock": {"seconds": ts, "memory_bytes": ms, "adapter_bytes": as_, "flops_per_step": stock.flops},
+    }
 
 
 def parse(argv=None):
@@ -142,8 +158,10 @@ def parse(argv=None):
     harness.add_arguments(parser, repeats=None)
     args = parser.parse_args(argv)
     if args.warmup < 1 or args.steps < 1:
-        parser.error(f"--warmup and --steps must be >= 1 (got {args.warmup} and {args.steps}): the first warm-up "
-                     "step counts FLOPs untimed, and a ratio needs at least one timed step")
+        parser.error(
+            f"--warmup and --steps must be >= 1 (got {args.warmup} and {args.steps}): the first warm-up "
+            "step counts FLOPs untimed, and a ratio needs at least one timed step"
+        )
     return args
 
 
@@ -157,19 +175,30 @@ def main(args) -> dict:
     batch = ids[: args.batch * args.length].view(args.batch, args.length)
     # The calibration's shape: one MLP projection of the body at the step's batch.
     config = transformers.AutoConfig.from_pretrained(resolve_model_path(args.model))
-    calibration = harness.calibrate_matmul(args.batch * args.length, config.hidden_size,
-                                           getattr(config, "intermediate_size", None) or 4 * config.hidden_size)
-    print(f"model {args.model}, batch {args.batch}x{args.length}, {args.steps} timed steps after {args.warmup} "
-          "warm-up, variants alternating")
+    calibration = harness.calibrate_matmul(
+        args.batch * args.length,
+        config.hidden_size,
+        getattr(config, "intermediate_size", None) or 4 * config.hidden_size,
+    )
+    print(
+        f"model {args.model}, batch {args.batch}x{args.length}, {args.steps} timed steps after {args.warmup} "
+        "warm-up, variants alternating"
+    )
     print(harness.format_calibration(calibration))
     print(f"{'setting (ours / stock)':<30}{'step time':>12}{'peak tensors':>16}{'adapter':>14}")
     peak = calibration["gflops"]["float32"]
-    results = {"calibration": calibration, "settings": {
-        "same vocabulary": compare("same vocabulary", "ours", 0, batch, args, peak),
-        f"task vocab {args.task_vocab}": compare(f"task vocab {args.task_vocab}", "ours", args.task_vocab, batch,
-                                                 args, peak),
-        f"task vocab {args.task_vocab}, release": compare(f"task vocab {args.task_vocab}, release", "ours-release",
-                                                          args.task_vocab, batch, args, peak)}}
+    results = {
+        "calibration": calibration,
+        "settings": {
+            "same vocabulary": compare("same vocabulary", "ours", 0, batch, args, peak),
+            f"task vocab {args.task_vocab}": compare(
+                f"task vocab {args.task_vocab}", "ours", args.task_vocab, batch, args, peak
+            ),
+            f"task vocab {args.task_vocab}, release": compare(
+                f"task vocab {args.task_vocab}, release", "ours-release", args.task_vocab, batch, args, peak
+            ),
+        },
+    }
     print("ratios are ours / stock peft (below 1: ours faster or smaller); step time: median of the per-step ratios")
     return run.finish(results)
 

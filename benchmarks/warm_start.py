@@ -32,29 +32,44 @@ _FREE = {"infer_prefixes", "warm_start", "merged_from"}
 def compare(cold_folder, warm_folder) -> dict:
     cold_settings, warm_settings = store.read_settings(cold_folder), store.read_settings(warm_folder)
     if not cold_settings.get("source", {}).get("nested"):
-        raise SystemExit(f"{cold_folder}: its texts are not nested prefixes; warm starts apply to --protocol "
-                         "published --source text sweeps")
+        raise SystemExit(
+            f"{cold_folder}: its texts are not nested prefixes; warm starts apply to --protocol "
+            "published --source text sweeps"
+        )
     if cold_settings.get("warm_start") or cold_settings.get("infer_prefixes") or not warm_settings.get("warm_start"):
-        raise SystemExit("give --cold a sweep with every row crammed from its random init and --warm one run with "
-                         "--infer-prefixes --warm-start")
-    differ = sorted(k for k in (set(cold_settings) | set(warm_settings)) - _FREE - {"ms", "grid"}
-                    if cold_settings.get(k) != warm_settings.get(k))
+        raise SystemExit(
+            "give --cold a sweep with every row crammed from its random init and --warm one run with "
+            "--infer-prefixes --warm-start"
+        )
+    differ = sorted(
+        k
+        for k in (set(cold_settings) | set(warm_settings)) - _FREE - {"ms", "grid"}
+        if cold_settings.get(k) != warm_settings.get(k)
+    )
     if differ:
         raise SystemExit(f"the two sweeps differ in {', '.join(differ)}: compare runs of the same texts and settings")
     cold, warm = store.read_rows(Path(cold_folder)), store.read_rows(Path(warm_folder))
     missing = sorted(set(warm) - set(cold))
     if missing:
-        raise SystemExit(f"{cold_folder} lacks rows the warm sweep has (first: {missing[0]}); run the cold sweep over "
-                         "the same m and lengths")
+        raise SystemExit(
+            f"{cold_folder} lacks rows the warm sweep has (first: {missing[0]}); run the cold sweep over "
+            "the same m and lengths"
+        )
     started = sorted(k for k, r in warm.items() if r.get("warm_from") is not None)
     differ_rows = [k for k in warm if warm[k]["accessible"] != cold[k]["accessible"]]
     cold_in_both = [k for k, r in warm.items() if r.get("warm_from") is None and r.get("stop_reason") != INFERRED]
-    return {"warm_started": [(k, cold[k], warm[k]) for k in started], "differ": differ_rows, "rows": len(warm),
-            "inferred": sum(r.get("stop_reason") == INFERRED for r in warm.values()),
-            "cold_in_both": len(cold_in_both), "differ_cold_in_both": sum(k in differ_rows for k in cold_in_both),
-            "steps_cold": sum(cold[k]["steps"] for k in started), "steps_warm": sum(warm[k]["steps"] for k in started),
-            "row_steps_cold": sum(row_steps(cold[k]) for k in warm),
-            "row_steps_warm": sum(map(row_steps, warm.values()))}
+    return {
+        "warm_started": [(k, cold[k], warm[k]) for k in started],
+        "differ": differ_rows,
+        "rows": len(warm),
+        "inferred": sum(r.get("stop_reason") == INFERRED for r in warm.values()),
+        "cold_in_both": len(cold_in_both),
+        "differ_cold_in_both": sum(k in differ_rows for k in cold_in_both),
+        "steps_cold": sum(cold[k]["steps"] for k in started),
+        "steps_warm": sum(warm[k]["steps"] for k in started),
+        "row_steps_cold": sum(row_steps(cold[k]) for k in warm),
+        "row_steps_warm": sum(map(row_steps, warm.values())),
+    }
 
 
 def main(args):
@@ -62,20 +77,30 @@ def main(args):
     print("| m | n | text | warm from | cold: accessible, steps | warm: accessible, steps |")
     print("|---|---|---|---|---|---|")
     for (m, n, k), cold, warm in result["warm_started"]:
-        print(f"| {m} | {n} | {k} | {warm['warm_from']} | {cold['accessible']}, {cold['steps']} | "
-              f"{warm['accessible']}, {warm['steps']} |")
+        print(
+            f"| {m} | {n} | {k} | {warm['warm_from']} | {cold['accessible']}, {cold['steps']} | "
+            f"{warm['accessible']}, {warm['steps']} |"
+        )
     started = {key for key, _, _ in result["warm_started"]}
     among_started = sum(key in started for key in result["differ"])
-    print(f"warm-started rows: {len(result['warm_started'])}; their steps cold {result['steps_cold']:,}, warm "
-          f"{result['steps_warm']:,}; rows inferred: {result['inferred']}")
-    print(f"decisions that differ from the cold run: {len(result['differ'])} of {result['rows']} "
-          f"({among_started} of them warm-started) {sorted(result['differ'])}")
+    print(
+        f"warm-started rows: {len(result['warm_started'])}; their steps cold {result['steps_cold']:,}, warm "
+        f"{result['steps_warm']:,}; rows inferred: {result['inferred']}"
+    )
+    print(
+        f"decisions that differ from the cold run: {len(result['differ'])} of {result['rows']} "
+        f"({among_started} of them warm-started) {sorted(result['differ'])}"
+    )
     # Rows crammed from the same random init in both runs differ only by float rounding (other batch companions):
     # their disagreements are the noise floor against which the warm-started ones are read.
-    print(f"rows crammed cold in both runs: {result['cold_in_both']}, of which {result['differ_cold_in_both']} "
-          "decided otherwise (float rounding alone: other rows in the batch)")
-    print(f"row-steps ratio: {result['row_steps_cold'] / result['row_steps_warm']:.2f} "
-          f"({len(result['differ'])} of {result['rows']} decisions differ)")
+    print(
+        f"rows crammed cold in both runs: {result['cold_in_both']}, of which {result['differ_cold_in_both']} "
+        "decided otherwise (float rounding alone: other rows in the batch)"
+    )
+    print(
+        f"row-steps ratio: {result['row_steps_cold'] / result['row_steps_warm']:.2f} "
+        f"({len(result['differ'])} of {result['rows']} decisions differ)"
+    )
     return result
 
 

@@ -35,17 +35,39 @@ def main(args):
             label = part["settings"].get("label") or f"{part['settings'].get('steps')} steps"
             result["runs"].update({f"{k} ({label})": v for k, v in part["runs"].items()})
         return write_outputs(result, out, low, high, args.command)
-    settings = {"hidden_size": args.hidden_size, "num_layers": args.layers, "num_heads": args.heads,
-                "initializer_range": args.init_range}
-    result = {"settings": {**settings, "steps": args.steps, "batch_size": args.batch_size,
-                           "train_lengths": [low, high], "num_per_length": args.num_per_length,
-                           "seed": args.seed, "label": args.label}, "runs": {}}
+    settings = {
+        "hidden_size": args.hidden_size,
+        "num_layers": args.layers,
+        "num_heads": args.heads,
+        "initializer_range": args.init_range,
+    }
+    result = {
+        "settings": {
+            **settings,
+            "steps": args.steps,
+            "batch_size": args.batch_size,
+            "train_lengths": [low, high],
+            "num_per_length": args.num_per_length,
+            "seed": args.seed,
+            "label": args.label,
+        },
+        "runs": {},
+    }
     for training in args.trainings:
         lr = args.embedding_lr if training == "embeddings" else args.lr
-        run = run_copy(training, steps=args.steps, batch_size=args.batch_size, lr=lr, train_lengths=(low, high),
-                       eval_lengths=eval_lengths, num_per_length=args.num_per_length, seed=args.seed,
-                       progress=not args.no_progress,
-                       backbone=args.backbone if training == "embeddings" else None, **settings)
+        run = run_copy(
+            training,
+            steps=args.steps,
+            batch_size=args.batch_size,
+            lr=lr,
+            train_lengths=(low, high),
+            eval_lengths=eval_lengths,
+            num_per_length=args.num_per_length,
+            seed=args.seed,
+            progress=not args.no_progress,
+            backbone=args.backbone if training == "embeddings" else None,
+            **settings,
+        )
         # The trained model (or UT_REPROGRAM adapter) is kept, so it can be evaluated again at other lengths.
         run.pop("_model").save_pretrained(out / training)
         result["runs"][training] = run
@@ -74,11 +96,18 @@ def parse(argv=None):
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--heads", type=int, default=4)
     p.add_argument("--init-range", type=float, default=0.02, help="std of the random initial (or frozen) weights")
-    p.add_argument("--backbone", help="embeddings: a saved copy model (e.g. <out>/full of a full run) whose body and "
-                   "positions stay frozen while fresh E, U are learned; default: a random backbone")
+    p.add_argument(
+        "--backbone",
+        help="embeddings: a saved copy model (e.g. <out>/full of a full run) whose body and "
+        "positions stay frozen while fresh E, U are learned; default: a random backbone",
+    )
     p.add_argument("--label", help="name of this run in combined plots (default: the output folder's name)")
-    p.add_argument("--combine", nargs="+", metavar="JSON",
-                   help="only plot and tabulate the runs of these copy_task.json files together into --out")
+    p.add_argument(
+        "--combine",
+        nargs="+",
+        metavar="JSON",
+        help="only plot and tabulate the runs of these copy_task.json files together into --out",
+    )
     add_run_flags(p, out="runs/copy_task")
     return parse_recipe_args(p, "recipes/copy_task.py", argv)
 

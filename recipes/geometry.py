@@ -33,30 +33,47 @@ def main(args):
         result = summarize(stats, estimates, path_info, slope, seed=seed)
     else:
         model = load_model(args.model).eval()
-        result = analyze_model(model, num_samples=args.samples, supports=args.supports, measured_slope=slope,
-                               support_sequences=args.support_sequences, apply_final_norm=args.apply_final_norm,
-                               chunk_size=args.chunk_size, vocab_chunk=args.vocab_chunk, seed=args.seed,
-                               progress=not args.no_progress)
+        result = analyze_model(
+            model,
+            num_samples=args.samples,
+            supports=args.supports,
+            measured_slope=slope,
+            support_sequences=args.support_sequences,
+            apply_final_norm=args.apply_final_norm,
+            chunk_size=args.chunk_size,
+            vocab_chunk=args.vocab_chunk,
+            seed=args.seed,
+            progress=not args.no_progress,
+        )
         save_state(result, out / "state.pt")
     result["model"] = args.model
     result["slope_source"] = args.summary or ("--slope" if args.slope else None)
     write_json(out / "geometry.json", result)
     plot_cells(result["_estimates"], out / "cells.png", title=args.model)
-    write_section(out / "geometry.md", geometry_markdown(result, model_name=args.model, tokenizer=tokenizer,
-                                                         command=args.command, plot="cells.png"))
+    write_section(
+        out / "geometry.md",
+        geometry_markdown(result, model_name=args.model, tokenizer=tokenizer, command=args.command, plot="cells.png"),
+    )
 
 
 def parse(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default="smollm2-135m", help="bundled name, local folder or hub id")
-    p.add_argument("--samples", type=lambda s: int(float(s)), default=1_000_000,
-                   help="Monte Carlo points per support (1e6 takes minutes for |V|=49k on 2 cores)")
+    p.add_argument(
+        "--samples",
+        type=lambda s: int(float(s)),
+        default=1_000_000,
+        help="Monte Carlo points per support (1e6 takes minutes for |V|=49k on 2 cores)",
+    )
     p.add_argument("--supports", nargs="+", default=["ball", "box"], choices=["ball", "box"])
     p.add_argument("--summary", help="accessibility evaluator summary.json with the measured slope (fit.slope)")
     p.add_argument("--slope", type=float, help="the measured n_50 slope, when no summary.json is at hand")
-    p.add_argument("--apply-final-norm", action="store_true",
-                   help="treat sampled points as pre-norm states and apply the final norm (default: post-norm, "
-                        "head only, as the paper)")
+    p.add_argument(
+        "--apply-final-norm",
+        action="store_true",
+        help="treat sampled points as pre-norm states and apply the final norm (default: post-norm, "
+        "head only, as the paper)",
+    )
     p.add_argument("--support-sequences", type=int, default=256)
     p.add_argument("--chunk-size", type=int, help="points per chunk (default 4096)")
     p.add_argument("--vocab-chunk", type=int, help="vocabulary rows per logits block (default: 16M floats per block)")

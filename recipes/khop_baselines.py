@@ -29,7 +29,7 @@ NONE = 5  # khop_vocab(): pad, a..d, <none>
 def features(x: list[int], i: int, name: str):
     """The features of position i (the model has read x[0..i] and the k token)."""
     seen = frozenset(x[:i])  # letters before i: one uniform causal attention gives them
-    prev = tuple(x[max(0, i - 2):i])
+    prev = tuple(x[max(0, i - 2) : i])
     return {
         "majority answer (k only)": (),
         "position": (i,),
@@ -40,8 +40,14 @@ def features(x: list[int], i: int, name: str):
     }[name]
 
 
-NAMES = ["majority answer (k only)", "position", "position, current letter", "position, last 2 letters",
-         "position, last 3 letters", "position, last 3 letters, letters seen before"]
+NAMES = [
+    "majority answer (k only)",
+    "position",
+    "position, current letter",
+    "position, last 2 letters",
+    "position, last 3 letters",
+    "position, last 3 letters, letters seen before",
+]
 
 
 def strings(dataset):
@@ -99,7 +105,7 @@ def model_predictions(run_dir: Path) -> tuple[list, list[list[int]], int]:
     rows, answers = evaluation.to_list(), []
     with torch.no_grad():
         for start in range(0, len(rows), 256):
-            batch = collate(rows[start:start + 256])
+            batch = collate(rows[start : start + 256])
             logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
             # The logits at input position i + 1 (which holds x_i) predict hop_k(x)_i.
             answers += logits.argmax(-1)[:, 1:-1].tolist()
@@ -109,15 +115,19 @@ def model_predictions(run_dir: Path) -> tuple[list, list[list[int]], int]:
 def torch_settings(name: str) -> dict:
     import torch
 
-    return torch.load(ROOT / "runs" / "universal" / name / "checkpoint.pt", weights_only=False,
-                      map_location="cpu")["settings"]
+    return torch.load(ROOT / "runs" / "universal" / name / "checkpoint.pt", weights_only=False, map_location="cpu")[
+        "settings"
+    ]
 
 
 def agreement(train, evaluation, answers) -> list[str]:
     """Per feature set: how often the model answers what the lookup table answers, and the model's accuracy where
     the table is wrong (near chance there = the model knows nothing the table does not)."""
-    lines = ["| features | model agrees with the table | model accuracy where the table is right | "
-             "model accuracy where the table is wrong |", "|---|---|---|---|"]
+    lines = [
+        "| features | model agrees with the table | model accuracy where the table is right | "
+        "model accuracy where the table is wrong |",
+        "|---|---|---|---|",
+    ]
     for name in NAMES:
         predict = fit(train, name)
         agree = right_hits = right_n = wrong_hits = wrong_n = total = 0
@@ -131,8 +141,10 @@ def agreement(train, evaluation, answers) -> list[str]:
                     right_hits, right_n = right_hits + (answer[i] == target[i]), right_n + 1
                 else:
                     wrong_hits, wrong_n = wrong_hits + (answer[i] == target[i]), wrong_n + 1
-        lines.append(f"| {name} | {100 * agree / total:.1f} | {100 * right_hits / max(right_n, 1):.1f} | "
-                     f"{100 * wrong_hits / max(wrong_n, 1):.1f} |")
+        lines.append(
+            f"| {name} | {100 * agree / total:.1f} | {100 * right_hits / max(right_n, 1):.1f} | "
+            f"{100 * wrong_hits / max(wrong_n, 1):.1f} |"
+        )
     return lines
 
 
@@ -148,17 +160,26 @@ def main(args) -> None:
     # The runs' seeds: training strings from seed 2 * s, held-out strings from 2 * s + 1 (tasks.training.task_data).
     result = baselines(make(args.train, 2 * args.seed), make(args.eval, 2 * args.seed + 1))
     ks = sorted(k for k in next(iter(result.values())) if k != "all")
-    lines = [f"Local-context baselines for k-hop (strings of {args.length}, k = {', '.join(map(str, ks))} mixed, "
-             f"{args.train} training strings, {args.eval} held-out, seed {args.seed}); token accuracy (%), "
-             "every position but the last.", "",
-             "| features | " + " | ".join(f"k={k}" for k in ks) + " | all |",
-             "|---|" + "---|" * (len(ks) + 1)]
+    lines = [
+        f"Local-context baselines for k-hop (strings of {args.length}, k = {', '.join(map(str, ks))} mixed, "
+        f"{args.train} training strings, {args.eval} held-out, seed {args.seed}); token accuracy (%), "
+        "every position but the last.",
+        "",
+        "| features | " + " | ".join(f"k={k}" for k in ks) + " | all |",
+        "|---|" + "---|" * (len(ks) + 1),
+    ]
     for name, scores in result.items():
-        lines.append(f"| {name} | " + " | ".join(f"{100 * scores[k]:.1f}" for k in ks) + f" | "
-                     f"{100 * scores['all']:.1f} |")
-    lines += ["", "Command: `python recipes/khop_baselines.py" + (f" --seed {args.seed}" if args.seed else "")
-              + (f" --models {','.join(args.models)}" if args.models else "")
-              + (f" --out {_shown(args.out)}" if args.out != OUT else "") + "`"]
+        lines.append(
+            f"| {name} | " + " | ".join(f"{100 * scores[k]:.1f}" for k in ks) + f" | {100 * scores['all']:.1f} |"
+        )
+    lines += [
+        "",
+        "Command: `python recipes/khop_baselines.py"
+        + (f" --seed {args.seed}" if args.seed else "")
+        + (f" --models {','.join(args.models)}" if args.models else "")
+        + (f" --out {_shown(args.out)}" if args.out != OUT else "")
+        + "`",
+    ]
     for name in args.models:
         from ut_peft.tasks.training import RunSettings, task_data
 
@@ -181,10 +202,18 @@ def parse(argv=None):
     parser.add_argument("--train", type=int, default=20000)
     parser.add_argument("--eval", type=int, default=2000)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--models", type=lambda v: [n for n in v.split(",") if n], default=[],
-                        help="k-hop runs in runs/universal (comma-separated): how far their answers follow the tables")
-    parser.add_argument("--out", type=lambda v: Path(v).resolve(), default=OUT,
-                        help=f"the report (default {OUT.relative_to(ROOT)}; its tables also go to the JSON beside it)")
+    parser.add_argument(
+        "--models",
+        type=lambda v: [n for n in v.split(",") if n],
+        default=[],
+        help="k-hop runs in runs/universal (comma-separated): how far their answers follow the tables",
+    )
+    parser.add_argument(
+        "--out",
+        type=lambda v: Path(v).resolve(),
+        default=OUT,
+        help=f"the report (default {OUT.relative_to(ROOT)}; its tables also go to the JSON beside it)",
+    )
     return parser.parse_args(argv)
 
 

@@ -1,6 +1,6 @@
 """Reproduce the width claims: the smallest exact width per (L, d), the multi-head width, the fitted error vs m.
 
-    python recipes/width_study.py --layers 1,2,3 --dims 2,4,8 --json /work/runs/width_study.json
+python recipes/width_study.py --layers 1,2,3 --dims 2,4,8 --json /work/runs/width_study.json
 """
 
 import argparse
@@ -38,8 +38,11 @@ def parse(argv=None):
     p.add_argument("--fit-widths", type=ints, default=[2, 4, 8, 16, 32, 64])
     p.add_argument("--fit-steps", type=int, default=300)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--tables", default=",".join(TABLES),
-                   help=f"which tables to compute (comma-separated subset of {','.join(TABLES)})")
+    p.add_argument(
+        "--tables",
+        default=",".join(TABLES),
+        help=f"which tables to compute (comma-separated subset of {','.join(TABLES)})",
+    )
     p.add_argument("--json", default=None, help="also write all rows to this JSON file")
     args = p.parse_args(argv)
     args.tables = args.tables.split(",")

@@ -46,8 +46,14 @@ def test_push_uploads_the_adapter_folder_with_a_rendered_card(tmp_path):
     model = get_peft_model(random_backbone(tiny_config("gpt2"), seed=7), UTReprogramConfig(task_vocab_size=6))
     model.save_pretrained(tmp_path)
     api = RecordingHfApi()
-    result = push_adapter_to_hub(tmp_path, "someone/dyck-reprogram", api=api, private=True,
-                                 training={"steps": 100, "lr": 1e-3}, metrics={"accuracy": 0.975})
+    result = push_adapter_to_hub(
+        tmp_path,
+        "someone/dyck-reprogram",
+        api=api,
+        private=True,
+        training={"steps": 100, "lr": 1e-3},
+        metrics={"accuracy": 0.975},
+    )
     assert result == "commit-info"
     (create_name, create), (upload_name, upload) = api.calls
     assert create_name == "create_repo" and create["repo_id"] == "someone/dyck-reprogram"

@@ -22,7 +22,7 @@ def imports(path: Path, modules: set[str]) -> set[str]:
     found = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.ImportFrom):
-            base = package.split(".")[:len(package.split(".")) - node.level + 1] if node.level else []
+            base = package.split(".")[: len(package.split(".")) - node.level + 1] if node.level else []
             target = ".".join(base + ([node.module] if node.module else []))
             for alias in node.names:
                 found.add(f"{target}.{alias.name}" if f"{target}.{alias.name}" in modules else target)
@@ -42,7 +42,7 @@ def test_the_package_imports_one_way():
         state[node] = "open"
         for nxt in sorted(graph.get(node, ())):
             if state.get(nxt) == "open":
-                cycles.append(" -> ".join(path[path.index(nxt):] + [nxt]))
+                cycles.append(" -> ".join(path[path.index(nxt) :] + [nxt]))
             elif nxt not in state:
                 visit(nxt, path + [nxt])
         state[node] = "done"

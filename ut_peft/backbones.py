@@ -14,8 +14,9 @@ import transformers
 _SEED_ATTRIBUTE = "_ut_peft_seed"
 
 
-def random_backbone(config: Union[transformers.PretrainedConfig, dict], seed: int = 0,
-                    dtype: torch.dtype = torch.float32) -> transformers.PreTrainedModel:
+def random_backbone(
+    config: Union[transformers.PretrainedConfig, dict], seed: int = 0, dtype: torch.dtype = torch.float32
+) -> transformers.PreTrainedModel:
     """A causal LM built from ``config`` with weights drawn under ``seed``; every parameter frozen.
 
     The draw uses a forked RNG, so the caller's random state is untouched, and the same (config, seed) gives the
@@ -48,11 +49,16 @@ def backbone_from_adapter(adapter_dir: Union[str, os.PathLike], dtype: torch.dty
     with open(path) as handle:
         record = json.load(handle).get("backbone")
     if not record:
-        raise ValueError(f"the adapter in {adapter_dir} was made on a loaded model (not one built from a config); "
-                         "load its base model by name instead (adapter_config.json: base_model_name_or_path)")
+        raise ValueError(
+            f"the adapter in {adapter_dir} was made on a loaded model (not one built from a config); "
+            "load its base model by name instead (adapter_config.json: base_model_name_or_path)"
+        )
     if record.get("torch_version") and record["torch_version"] != torch.__version__:
-        warnings.warn(f"the backbone was drawn with torch {record['torch_version']}, this is {torch.__version__}: "
-                      "random draws may differ between torch versions", stacklevel=2)
+        warnings.warn(
+            f"the backbone was drawn with torch {record['torch_version']}, this is {torch.__version__}: "
+            "random draws may differ between torch versions",
+            stacklevel=2,
+        )
     config = transformers.AutoConfig.for_model(**record["model_config"])
     if record.get("seed") is None:
         # Models whose fixed weights derive from their config (ut_peft's universal backbones) need no seed.

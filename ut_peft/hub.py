@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
 from typing import Any, Optional, Union
-from collections.abc import Mapping
 
 from huggingface_hub import HfApi, ModelCard, ModelCardData
 
@@ -47,23 +47,35 @@ def hub_base_model_id(name_or_path: Optional[str]) -> Optional[str]:
 def _rows(mapping: Optional[Mapping[str, Any]]) -> list[tuple[str, str]]:
     def fmt(value):
         return f"{value:.4g}" if isinstance(value, float) else str(value)
+
     return [(str(k), fmt(v)) for k, v in (mapping or {}).items()]
 
 
-def render_model_card(adapter_config: Mapping[str, Any], *, base_model: Optional[str] = None,
-                      training: Optional[Mapping[str, Any]] = None, metrics: Optional[Mapping[str, Any]] = None,
-                      tags: Optional[list[str]] = None, repo_id: Optional[str] = None,
-                      title: Optional[str] = None) -> ModelCard:
+def render_model_card(
+    adapter_config: Mapping[str, Any],
+    *,
+    base_model: Optional[str] = None,
+    training: Optional[Mapping[str, Any]] = None,
+    metrics: Optional[Mapping[str, Any]] = None,
+    tags: Optional[list[str]] = None,
+    repo_id: Optional[str] = None,
+    title: Optional[str] = None,
+) -> ModelCard:
     """Render the adapter's card from ``model_cards/ut_reprogram_adapter.md``.
 
     ``adapter_config`` is the saved adapter_config.json as a dict; ``training`` and ``metrics`` become tables.
     """
     base_model = base_model or hub_base_model_id(adapter_config.get("base_model_name_or_path"))
     backbone = adapter_config.get("backbone")
-    trained = [name for flag, name in ((adapter_config.get("train_input_embeddings"), "E"),
-                                       (adapter_config.get("train_output_embeddings"), "U"),
-                                       (adapter_config.get("train_position_embeddings"), "position embeddings"))
-               if flag]
+    trained = [
+        name
+        for flag, name in (
+            (adapter_config.get("train_input_embeddings"), "E"),
+            (adapter_config.get("train_output_embeddings"), "U"),
+            (adapter_config.get("train_position_embeddings"), "position embeddings"),
+        )
+        if flag
+    ]
     if adapter_config.get("num_memory_tokens"):
         trained.append(f"{adapter_config['num_memory_tokens']} memory vectors")
     if adapter_config.get("task_vocab_size"):
@@ -71,46 +83,73 @@ def render_model_card(adapter_config: Mapping[str, Any], *, base_model: Optional
     repo = repo_id or "<this-repo>"
     if backbone:
         seed = backbone.get("seed")
-        load_snippet = ("from ut_peft.backbones import backbone_from_adapter\n"
-                        "from huggingface_hub import snapshot_download\n\n"
-                        f"folder = snapshot_download(\"{repo}\")\n"
-                        "base = backbone_from_adapter(folder)  # rebuilt from the "
-                        f"recorded config{'' if seed is None else f' and seed {seed}'}\n"
-                        "model = PeftModel.from_pretrained(base, folder)")
-        backbone_note = ("The frozen base was built from a config (no pretrained weights): `adapter_config.json` "
-                         "records the config" + ("" if seed is None else f" and the seed ({seed})") +
-                         " that rebuild it bit for bit on the same torch version "
-                         f"({backbone.get('torch_version', 'unknown')}).")
+        load_snippet = (
+            "from ut_peft.backbones import backbone_from_adapter\n"
+            "from huggingface_hub import snapshot_download\n\n"
+            f'folder = snapshot_download("{repo}")\n'
+            "base = backbone_from_adapter(folder)  # rebuilt from the "
+            f"recorded config{'' if seed is None else f' and seed {seed}'}\n"
+            "model = PeftModel.from_pretrained(base, folder)"
+        )
+        backbone_note = (
+            "The frozen base was built from a config (no pretrained weights): `adapter_config.json` "
+            "records the config"
+            + ("" if seed is None else f" and the seed ({seed})")
+            + " that rebuild it bit for bit on the same torch version "
+            f"({backbone.get('torch_version', 'unknown')})."
+        )
     else:
         name = base_model or adapter_config.get("base_model_name_or_path") or "<base model>"
-        load_snippet = (f"base = AutoModelForCausalLM.from_pretrained(\"{name}\")\n"
-                        f"model = PeftModel.from_pretrained(base, \"{repo}\")")
+        load_snippet = (
+            f'base = AutoModelForCausalLM.from_pretrained("{name}")\nmodel = PeftModel.from_pretrained(base, "{repo}")'
+        )
         backbone_note = None
     memory_note = None
     if adapter_config.get("num_memory_tokens"):
-        memory_note = ("Memory vectors are addressed by reserved ids after the vocabulary; put them in front of a "
-                       "batch with `ut_peft.memory.prepend_memory_tokens(model, input_ids)`, then call the model or "
-                       "`generate` as usual.")
-    settings = {k: adapter_config.get(k) for k in ("train_input_embeddings", "train_output_embeddings",
-                                                   "tied_embeddings", "task_vocab_size", "train_position_embeddings",
-                                                   "num_memory_tokens", "init", "base_embedding_shape")}
+        memory_note = (
+            "Memory vectors are addressed by reserved ids after the vocabulary; put them in front of a "
+            "batch with `ut_peft.memory.prepend_memory_tokens(model, input_ids)`, then call the model or "
+            "`generate` as usual."
+        )
+    settings = {
+        k: adapter_config.get(k)
+        for k in (
+            "train_input_embeddings",
+            "train_output_embeddings",
+            "tied_embeddings",
+            "task_vocab_size",
+            "train_position_embeddings",
+            "num_memory_tokens",
+            "init",
+            "base_embedding_shape",
+        )
+    }
     from . import __version__
 
     tags = sorted(set(BASE_TAGS + (["random-backbone"] if backbone else []) + list(tags or [])))
     card_data = ModelCardData(library_name="peft", base_model=base_model, pipeline_tag="text-generation", tags=tags)
     return ModelCard.from_template(
-        card_data, template_path=str(template_path()), title=title or (repo_id or "UT_REPROGRAM adapter"),
-        trained_summary=", ".join(trained) or "nothing", base_model=base_model, backbone_note=backbone_note,
-        load_snippet=load_snippet, memory_note=memory_note, settings=_rows(settings), training=_rows(training),
-        metrics=_rows(metrics), ut_peft_version=__version__,
+        card_data,
+        template_path=str(template_path()),
+        title=title or (repo_id or "UT_REPROGRAM adapter"),
+        trained_summary=", ".join(trained) or "nothing",
+        base_model=base_model,
+        backbone_note=backbone_note,
+        load_snippet=load_snippet,
+        memory_note=memory_note,
+        settings=_rows(settings),
+        training=_rows(training),
+        metrics=_rows(metrics),
+        ut_peft_version=__version__,
     )
 
 
 def _read_adapter_config(folder: Union[str, os.PathLike]) -> dict:
     path = Path(folder) / "adapter_config.json"
     if not path.is_file():
-        raise FileNotFoundError(f"{folder} is not a saved adapter (no adapter_config.json); call "
-                                "model.save_pretrained(folder) first")
+        raise FileNotFoundError(
+            f"{folder} is not a saved adapter (no adapter_config.json); call model.save_pretrained(folder) first"
+        )
     return json.loads(path.read_text())
 
 
@@ -121,21 +160,31 @@ def save_model_card(folder: Union[str, os.PathLike], **card_kwargs) -> Path:
     return atomic_write_text(Path(folder) / "README.md", str(card), newline="")
 
 
-def push_adapter_to_hub(folder: Union[str, os.PathLike], repo_id: str, *, private: Optional[bool] = None,
-                        token: Optional[str] = None, commit_message: str = "Upload UT_REPROGRAM adapter",
-                        api: Optional[HfApi] = None, **card_kwargs):
+def push_adapter_to_hub(
+    folder: Union[str, os.PathLike],
+    repo_id: str,
+    *,
+    private: Optional[bool] = None,
+    token: Optional[str] = None,
+    commit_message: str = "Upload UT_REPROGRAM adapter",
+    api: Optional[HfApi] = None,
+    **card_kwargs,
+):
     """Create ``repo_id`` if needed and upload the adapter folder with its rendered card.
 
     Returns what ``HfApi.upload_folder`` returns (the commit info).
     """
     missing = [name for name in ADAPTER_FILES if not (Path(folder) / name).is_file()]
     if missing:
-        raise FileNotFoundError(f"{folder} lacks {', '.join(missing)}: save the adapter with "
-                                "model.save_pretrained(folder) before pushing it")
+        raise FileNotFoundError(
+            f"{folder} lacks {', '.join(missing)}: save the adapter with "
+            "model.save_pretrained(folder) before pushing it"
+        )
     if not repo_id or repo_id.count("/") > 1:
         raise ValueError(f"repo_id must look like 'user/name' or 'name', got {repo_id!r}")
     save_model_card(folder, repo_id=repo_id, **card_kwargs)
     api = api or HfApi(token=token)
     api.create_repo(repo_id=repo_id, repo_type="model", private=private, exist_ok=True)
-    return api.upload_folder(folder_path=str(folder), repo_id=repo_id, repo_type="model",
-                             commit_message=commit_message)
+    return api.upload_folder(
+        folder_path=str(folder), repo_id=repo_id, repo_type="model", commit_message=commit_message
+    )

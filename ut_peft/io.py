@@ -44,8 +44,9 @@ def _fsync_folder(folder: Path) -> None:
 
 
 @contextmanager
-def atomic_open(path: str | os.PathLike, mode: str = "w", *, encoding: str | None = None,
-                newline: str | None = None) -> Iterator[IO]:
+def atomic_open(
+    path: str | os.PathLike, mode: str = "w", *, encoding: str | None = None, newline: str | None = None
+) -> Iterator[IO]:
     """Open ``path`` for writing so that it appears whole or not at all (see the module docstring).
 
     ``mode`` is ``"w"`` (text, UTF-8 unless ``encoding`` says otherwise) or ``"wb"``; the folder must exist.
@@ -71,8 +72,9 @@ def atomic_open(path: str | os.PathLike, mode: str = "w", *, encoding: str | Non
     _fsync_folder(path.parent)
 
 
-def atomic_write_text(path: str | os.PathLike, text: str, *, encoding: str = "utf-8",
-                      newline: str | None = None) -> Path:
+def atomic_write_text(
+    path: str | os.PathLike, text: str, *, encoding: str = "utf-8", newline: str | None = None
+) -> Path:
     """Write ``text`` to ``path`` atomically; returns the path."""
     with atomic_open(path, "w", encoding=encoding, newline=newline) as handle:
         handle.write(text)
@@ -125,6 +127,7 @@ def atomic_directory(path: str | os.PathLike) -> Iterator[Path]:
 
 # ---- appends and locks shared by concurrent processes ------------------------------------------------------------
 
+
 def append_jsonl(path: str | os.PathLike, row: Any, *, sort_keys: bool = False) -> None:
     """Append ``row`` as one JSON line, then fsync.
 
@@ -148,9 +151,12 @@ def append_jsonl(path: str | os.PathLike, row: Any, *, sort_keys: bool = False) 
             os.fsync(fd)
         except OSError as err:
             cut = _cut_back(fd, start)
-            raise OSError(err.errno, f"could not append a row to {path}: wrote {written} of {len(line)} bytes "
-                          f"({err.strerror or err}); {cut}. Free space (or fix the error) and resume: the "
-                          "rows already written are kept") from err
+            raise OSError(
+                err.errno,
+                f"could not append a row to {path}: wrote {written} of {len(line)} bytes "
+                f"({err.strerror or err}); {cut}. Free space (or fix the error) and resume: the "
+                "rows already written are kept",
+            ) from err
     finally:
         os.close(fd)
 
@@ -180,8 +186,9 @@ def try_lock(path: str | os.PathLike, *, note_holder: bool = True) -> int | None
         return None
     if note_holder:
         os.ftruncate(fd, 0)
-        os.write(fd, f"pid {os.getpid()} on {socket.gethostname()} since {time.strftime('%Y-%m-%d %H:%M:%S')}"
-                 .encode())
+        os.write(
+            fd, f"pid {os.getpid()} on {socket.gethostname()} since {time.strftime('%Y-%m-%d %H:%M:%S')}".encode()
+        )
     return fd
 
 

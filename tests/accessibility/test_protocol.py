@@ -7,8 +7,13 @@ import torch
 import torch.nn.functional as F
 
 from ut_peft.accessibility.cram import CramConfig, CramJob, cram
-from ut_peft.accessibility.protocol import (PublishedSequences, check_protocol, cram_settings,
-                                            differences_from_published, special_prefix_ids)
+from ut_peft.accessibility.protocol import (
+    PublishedSequences,
+    check_protocol,
+    cram_settings,
+    differences_from_published,
+    special_prefix_ids,
+)
 from ut_peft.accessibility.sources import TextSource, WordsSource
 
 
@@ -82,7 +87,12 @@ def test_published_settings_and_init_scale(crammable):
     gemma = crammable("gemma3")
     config = cram_settings("published", CramConfig())
     assert (config.given_tokens, config.init_std, config.check_greedy, config.gpu_autocast, config.prefix_ids) == (
-        1, "weight", False, "fp16", ())
+        1,
+        "weight",
+        False,
+        "fp16",
+        (),
+    )
     from ut_peft.accessibility.cram import embedding_std, init_std
 
     # Gemma scales embeddings by sqrt(d) in the forward: the published init uses the unscaled table
@@ -123,9 +133,13 @@ def test_published_sequences_count_the_bos_and_nest_natural_text():
 
 
 def test_differences_from_published_names_every_changed_setting():
-    settings = {"protocol": "published", "num_sequences": 4, "grid": {"lengths": [8, 16]},
-                "cram": {"max_steps": 400, "patience": 500, "lr": 0.01, "autocast": "auto"},
-                "source": {"kind": "words", "name": "wordfreq:en:100000"}}
+    settings = {
+        "protocol": "published",
+        "num_sequences": 4,
+        "grid": {"lengths": [8, 16]},
+        "cram": {"max_steps": 400, "patience": 500, "lr": 0.01, "autocast": "auto"},
+        "source": {"kind": "words", "name": "wordfreq:en:100000"},
+    }
     text = " | ".join(differences_from_published(settings))
     for expected in ("step cap 400", "4 sequences", "fixed lengths [8, 16]", "autocast auto", "wordfreq"):
         assert expected in text

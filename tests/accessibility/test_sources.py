@@ -29,7 +29,7 @@ def test_text_source_is_a_window_of_the_text(tokenizer, tmp_path):
     source = make_source(f"text:{path}", tokenizer)
     window = source.sequence(5, 0, 0)
     ids = source.ids.tolist()
-    assert any(ids[i:i + 5] == window for i in range(len(ids) - 4))
+    assert any(ids[i : i + 5] == window for i in range(len(ids) - 4))
 
 
 def test_jsonl_and_dataset_sources(tokenizer, tmp_path):
@@ -51,8 +51,13 @@ def test_default_word_list_needs_no_download():
 
 
 def test_init_seed_depends_on_every_part():
-    seeds = {init_seed(0, 1, 10, 0), init_seed(0, 2, 10, 0), init_seed(0, 1, 11, 0), init_seed(0, 1, 10, 1),
-             init_seed(1, 1, 10, 0)}
+    seeds = {
+        init_seed(0, 1, 10, 0),
+        init_seed(0, 2, 10, 0),
+        init_seed(0, 1, 11, 0),
+        init_seed(0, 1, 10, 1),
+        init_seed(1, 1, 10, 0),
+    }
     assert len(seeds) == 5
 
 

@@ -12,8 +12,7 @@ from pathlib import Path
 import pytest
 
 from ut_peft.accessibility import run_sweep, summarize_folder
-from ut_peft.accessibility.store import (CorruptRowsError, FolderLockedError, append_row, lock_folder, read_rows,
-                                         repair)
+from ut_peft.accessibility.store import CorruptRowsError, FolderLockedError, append_row, lock_folder, read_rows, repair
 
 from .test_sweep import small_config
 
@@ -27,9 +26,23 @@ IMPORT_STORE = textwrap.dedent("""
 
 
 def row(index: int, **extra) -> dict:
-    return dict(m=1, n=2, index=index, init_seed=index, tf_accuracy=1.0, greedy_exact=True, accessible=True,
-                steps=3, final_loss=0.1, best_accuracy=1.0, stop_reason="converged", seconds=0.5, rank=0,
-                greedy_misses=0, **extra)
+    return dict(
+        m=1,
+        n=2,
+        index=index,
+        init_seed=index,
+        tf_accuracy=1.0,
+        greedy_exact=True,
+        accessible=True,
+        steps=3,
+        final_loss=0.1,
+        best_accuracy=1.0,
+        stop_reason="converged",
+        seconds=0.5,
+        rank=0,
+        greedy_misses=0,
+        **extra,
+    )
 
 
 def write_lines(path: Path, lines: list[bytes]) -> None:
@@ -99,8 +112,12 @@ def test_a_file_size_limit_short_write_raises_and_leaves_only_complete_rows(tmp_
         append_row({str(tmp_path / "rows.jsonl")!r}, dict(row, index=written))
         print("WRITTEN", written)
     """)
-    done = subprocess.run([sys.executable, "-c", script, json.dumps(row(0, padding="x" * 100))],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", script, json.dumps(row(0, padding="x" * 100))],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     assert "could not append a row" in done.stdout and "wrote" in done.stdout, done.stdout
     written = int(done.stdout.split("WRITTEN")[1])
@@ -116,12 +133,15 @@ def test_only_a_torn_last_line_is_cut(tmp_path):
     assert len(assert_complete_rows(path)) == 2
 
 
-@pytest.mark.parametrize("bad,problem", [
-    (b"garbage\n", "not valid JSON"),
-    (b"{}\n", "a row without m, n, index"),
-    (b'{"m": 1, "n": 2}\n', "a row without index"),
-    (b"[1, 2]\n", "a JSON list, not an object"),
-])
+@pytest.mark.parametrize(
+    "bad,problem",
+    [
+        (b"garbage\n", "not valid JSON"),
+        (b"{}\n", "a row without m, n, index"),
+        (b'{"m": 1, "n": 2}\n', "a row without index"),
+        (b"[1, 2]\n", "a JSON list, not an object"),
+    ],
+)
 def test_a_bad_line_before_the_end_is_an_error_naming_it_and_nothing_is_deleted(tmp_path, bad, problem):
     path = tmp_path / "rows.jsonl"
     write_lines(path, [good(0), bad, good(1), good(2)])
@@ -221,14 +241,38 @@ def test_the_store_owns_the_folder_layout(tmp_path):
 def _summary(**changes):
     from ut_peft.accessibility.store import MSummary
 
-    entry = MSummary(m=1, n50=7.5, n50_ci=[6.0, 9.0], sigmoid_slope=0.8, sigmoid_slope_ci=[0.5, 1.2], fit_status="ok",
-                     n50_published=7.0, sigmoid_slope_published=0.9, fit_status_published="ok", lengths=[4, 8, 12],
-                     accessibility=[1.0, 0.5, 0.0], mean_tf_accuracy=[1.0, 0.9, 0.6], num_sequences=[2, 2, 2],
-                     row_steps=300, n50_ci_method="bootstrap")
-    values = dict(model="tiny-llama", source={"kind": "tokens"}, settings={"seed": 0, "ms": [1]}, design="fixed",
-                  estimator="firth-logistic-mle", per_m=[entry], fit=None, fit_published=None,
-                  support={"radius": 2.0, "eps": 0.001, "num_samples": 8, "hidden_size": 16, "vocab_size": 64},
-                  bounds={"ball": 90.0, "box": 80.0}, ratios=None, num_rows=6, row_steps=300)
+    entry = MSummary(
+        m=1,
+        n50=7.5,
+        n50_ci=[6.0, 9.0],
+        sigmoid_slope=0.8,
+        sigmoid_slope_ci=[0.5, 1.2],
+        fit_status="ok",
+        n50_published=7.0,
+        sigmoid_slope_published=0.9,
+        fit_status_published="ok",
+        lengths=[4, 8, 12],
+        accessibility=[1.0, 0.5, 0.0],
+        mean_tf_accuracy=[1.0, 0.9, 0.6],
+        num_sequences=[2, 2, 2],
+        row_steps=300,
+        n50_ci_method="bootstrap",
+    )
+    values = dict(
+        model="tiny-llama",
+        source={"kind": "tokens"},
+        settings={"seed": 0, "ms": [1]},
+        design="fixed",
+        estimator="firth-logistic-mle",
+        per_m=[entry],
+        fit=None,
+        fit_published=None,
+        support={"radius": 2.0, "eps": 0.001, "num_samples": 8, "hidden_size": 16, "vocab_size": 64},
+        bounds={"ball": 90.0, "box": 80.0},
+        ratios=None,
+        num_rows=6,
+        row_steps=300,
+    )
     return values | changes
 
 
@@ -260,8 +304,9 @@ def test_a_field_added_to_the_summary_reaches_summary_json_and_comes_back(tmp_pa
         store.Summary.from_dict(older)
 
 
-@pytest.mark.parametrize("folder", sorted(str(p.parent.relative_to(ROOT))
-                                          for p in (ROOT / "results").glob("**/summary.json")))
+@pytest.mark.parametrize(
+    "folder", sorted(str(p.parent.relative_to(ROOT)) for p in (ROOT / "results").glob("**/summary.json"))
+)
 def test_every_committed_summary_reads_and_writes_back_unchanged(tmp_path, folder):
     from ut_peft.accessibility import store
 

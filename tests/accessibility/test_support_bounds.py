@@ -3,8 +3,14 @@ import math
 import pytest
 import torch
 
-from ut_peft.accessibility.bounds import (EPS_RELATIVE, ball_slope_bound, box_slope_bound, head_inputs,
-                                          measure_support, slope_bounds)
+from ut_peft.accessibility.bounds import (
+    EPS_RELATIVE,
+    ball_slope_bound,
+    box_slope_bound,
+    head_inputs,
+    measure_support,
+    slope_bounds,
+)
 from ut_peft.testing import tiny_model
 
 
@@ -13,7 +19,8 @@ def test_ball_bound_hand_computed():
     assert ball_slope_bound(4, 1.0, 0.5, 100) == pytest.approx(4 * math.log(5) / math.log(100))
     # eps = r / 2**11 makes the bound d * ln(1 + 2**12) / ln|V| ~= 8.318 d / ln|V|
     assert ball_slope_bound(576, 3.0, 3.0 * EPS_RELATIVE, 49152) == pytest.approx(
-        576 * 8.318 / math.log(49152), rel=1e-3)
+        576 * 8.318 / math.log(49152), rel=1e-3
+    )
 
 
 def test_box_bound_hand_computed():
@@ -66,8 +73,10 @@ def test_measure_support_caps_the_length_at_the_models_context(family):
     assert stats.hidden.shape == (6, 32)
     assert torch.equal(stats.hidden, measure_support(short, num_sequences=6, seq_len=8, seed=1).hidden)
     # A model with enough positions still gets the length it is asked for.
-    assert not torch.equal(measure_support(tiny_model(family), num_sequences=6, seed=1).hidden,
-                           measure_support(tiny_model(family), num_sequences=6, seq_len=8, seed=1).hidden)
+    assert not torch.equal(
+        measure_support(tiny_model(family), num_sequences=6, seed=1).hidden,
+        measure_support(tiny_model(family), num_sequences=6, seq_len=8, seed=1).hidden,
+    )
 
 
 def test_a_model_with_fewer_positions_than_the_support_length_gets_a_summary(tmp_path):
@@ -75,8 +84,14 @@ def test_a_model_with_fewer_positions_than_the_support_length_gets_a_summary(tmp
     from ut_peft.accessibility.testing import crammable_model
 
     model = crammable_model("gpt2", max_positions=16)
-    config = SweepConfig(model="tiny-gpt2", source="tokens", ms=[1], grid=GridConfig(lengths=[2, 3]),
-                         num_sequences=2, cram=CramConfig(max_steps=20, patience=20, batch_size=2),
-                         support_sequences=4)  # support_seq_len keeps its default, 32 > 16 positions
+    config = SweepConfig(
+        model="tiny-gpt2",
+        source="tokens",
+        ms=[1],
+        grid=GridConfig(lengths=[2, 3]),
+        num_sequences=2,
+        cram=CramConfig(max_steps=20, patience=20, batch_size=2),
+        support_sequences=4,
+    )  # support_seq_len keeps its default, 32 > 16 positions
     summary = run_sweep(config, tmp_path, model=model, progress=False, report=False)
     assert summary.num_rows == 4 and summary.bounds["ball"] > 0

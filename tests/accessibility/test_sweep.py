@@ -10,19 +10,35 @@ from pathlib import Path
 import pytest
 import torch
 
-from ut_peft.accessibility import (CramConfig, GridConfig, SweepConfig, load_rows, load_summary, merge_sweeps,
-                                   next_length, run_sweep, save_memory_adapters, summarize_folder)
+from ut_peft.accessibility import (
+    CramConfig,
+    GridConfig,
+    SweepConfig,
+    load_rows,
+    load_summary,
+    merge_sweeps,
+    next_length,
+    run_sweep,
+    save_memory_adapters,
+    summarize_folder,
+)
 from ut_peft.accessibility.store import read_rows, repair
-
 from ut_peft.accessibility.testing import crammable_model
 
 RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "cram.py"
 
 
 def small_config(model_name="tiny-llama", **overrides):
-    settings = dict(model=model_name, source="tokens", ms=[1, 2], grid=GridConfig(lengths=[2, 3, 6]),
-                    num_sequences=2, cram=CramConfig(max_steps=30, patience=30, batch_size=4),
-                    support_sequences=8, support_seq_len=4)
+    settings = dict(
+        model=model_name,
+        source="tokens",
+        ms=[1, 2],
+        grid=GridConfig(lengths=[2, 3, 6]),
+        num_sequences=2,
+        cram=CramConfig(max_steps=30, patience=30, batch_size=4),
+        support_sequences=8,
+        support_seq_len=4,
+    )
     settings.update(overrides)
     return SweepConfig(**settings)
 
@@ -58,7 +74,8 @@ def test_sweep_writes_rows_summary_plots_and_report(tmp_path, llama):
     assert [e.m for e in on_disk.per_m] == [1, 2] and on_disk.fit is not None and on_disk.ratios is not None
     assert {"radius", "eps"} <= set(on_disk.support) and {"ball", "box"} <= set(on_disk.bounds)
     assert on_disk.per_m[0].accessibility[0] == pytest.approx(
-        sum(r["accessible"] for r in rows if r["m"] == 1 and r["n"] == 2) / 2)
+        sum(r["accessible"] for r in rows if r["m"] == 1 and r["n"] == 2) / 2
+    )
     for name in ("accessibility.png", "n50_vs_m.png", "report.md", "settings.json"):
         assert (tmp_path / name).stat().st_size > 0
     assert "| m | n_50 (MLE) | 95% interval |" in (tmp_path / "report.md").read_text()
@@ -96,9 +113,33 @@ def test_killed_run_resumes_without_losing_or_duplicating_rows(tmp_path):
     model_dir = tmp_path / "model"
     crammable_model("llama").save_pretrained(model_dir)
     out = tmp_path / "out"
-    args = [sys.executable, str(RECIPE), "--model", str(model_dir), "--source", "tokens", "--ms", "1", "2",
-            "--lengths", "2", "3", "6", "--num-sequences", "3", "--max-steps", "100", "--patience", "100",
-            "--batch-size", "2", "--support-sequences", "8", "--output", str(out)]
+    args = [
+        sys.executable,
+        str(RECIPE),
+        "--model",
+        str(model_dir),
+        "--source",
+        "tokens",
+        "--ms",
+        "1",
+        "2",
+        "--lengths",
+        "2",
+        "3",
+        "6",
+        "--num-sequences",
+        "3",
+        "--max-steps",
+        "100",
+        "--patience",
+        "100",
+        "--batch-size",
+        "2",
+        "--support-sequences",
+        "8",
+        "--output",
+        str(out),
+    ]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     proc = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     rows_path = out / "rows.jsonl"
@@ -112,9 +153,15 @@ def test_killed_run_resumes_without_losing_or_duplicating_rows(tmp_path):
     proc.wait()
     written = [json.loads(line) for line in rows_path.read_text().splitlines() if line.endswith("}")]
     assert 3 <= len(written) < 18
-    config = SweepConfig(model=str(model_dir), source="tokens", ms=[1, 2], grid=GridConfig(lengths=[2, 3, 6]),
-                         num_sequences=3, cram=CramConfig(max_steps=100, patience=100, batch_size=2),
-                         support_sequences=8)
+    config = SweepConfig(
+        model=str(model_dir),
+        source="tokens",
+        ms=[1, 2],
+        grid=GridConfig(lengths=[2, 3, 6]),
+        num_sequences=3,
+        cram=CramConfig(max_steps=100, patience=100, batch_size=2),
+        support_sequences=8,
+    )
     summary = run_sweep(config, out, model=crammable_model("llama"), progress=False)
     rows = [json.loads(line) for line in rows_path.read_text().splitlines()]
     keys = [(r["m"], r["n"], r["index"]) for r in rows]
@@ -151,8 +198,9 @@ def test_saved_vectors_become_memory_adapters(tmp_path, llama, prefix_ids, given
 
     import ut_peft
 
-    config = small_config(cram=CramConfig(max_steps=30, patience=30, batch_size=4, prefix_ids=prefix_ids,
-                                          given_tokens=given_tokens))
+    config = small_config(
+        cram=CramConfig(max_steps=30, patience=30, batch_size=4, prefix_ids=prefix_ids, given_tokens=given_tokens)
+    )
     run_sweep(config, tmp_path, model=llama, progress=False, save_vectors=True)
     saved = save_memory_adapters(tmp_path, llama)
     rows = read_rows(tmp_path)
@@ -166,12 +214,19 @@ def test_saved_vectors_become_memory_adapters(tmp_path, llama, prefix_ids, given
     # replaying needs the prefix the vectors were crammed behind and the tokens that were given, not crammed
     adapter = PeftModel.from_pretrained(crammable_model("llama"), str(folder))
     given, produced = ids[:given_tokens], ids[given_tokens:]
-    batch = ut_peft.prepend_memory_tokens(adapter, torch.tensor([given], dtype=torch.long),
-                                          prefix_ids=recorded["prefix_ids"])
+    batch = ut_peft.prepend_memory_tokens(
+        adapter, torch.tensor([given], dtype=torch.long), prefix_ids=recorded["prefix_ids"]
+    )
     assert batch["input_ids"].shape[1] == len(prefix_ids) + int(folder.name.split("-")[0][1:]) + given_tokens
-    out = adapter.generate(**batch, max_new_tokens=len(produced), do_sample=False, min_new_tokens=len(produced),
-                           pad_token_id=0, eos_token_id=None)
-    assert out[0, -len(produced):].tolist() == produced
+    out = adapter.generate(
+        **batch,
+        max_new_tokens=len(produced),
+        do_sample=False,
+        min_new_tokens=len(produced),
+        pad_token_id=0,
+        eos_token_id=None,
+    )
+    assert out[0, -len(produced) :].tolist() == produced
 
 
 def _word_tokenizer(bos):
@@ -181,8 +236,11 @@ def _word_tokenizer(bos):
     from transformers import PreTrainedTokenizerFast
 
     vocab = {"<unk>": 0, "<s>": 1, "a": 2, "b": 3}
-    return PreTrainedTokenizerFast(tokenizer_object=Tokenizer(WordLevel(vocab, unk_token="<unk>")),
-                                   unk_token="<unk>", **({"bos_token": "<s>"} if bos else {}))
+    return PreTrainedTokenizerFast(
+        tokenizer_object=Tokenizer(WordLevel(vocab, unk_token="<unk>")),
+        unk_token="<unk>",
+        **({"bos_token": "<s>"} if bos else {}),
+    )
 
 
 def test_sweep_puts_the_tokenizers_bos_before_the_memory_by_default():
@@ -236,8 +294,12 @@ def test_a_model_offloaded_by_accelerate_sweeps_like_the_plain_one(tmp_path, lla
     from ut_peft import load_model
 
     llama.save_pretrained(tmp_path / "model")
-    offloaded = load_model(str(tmp_path / "model"), device_map="auto", max_memory={"cpu": 150_000},
-                           offload_folder=str(tmp_path / "offload"))
+    offloaded = load_model(
+        str(tmp_path / "model"),
+        device_map="auto",
+        max_memory={"cpu": 150_000},
+        offload_folder=str(tmp_path / "offload"),
+    )
     assert "disk" in set(offloaded.hf_device_map.values())
     plain = run_sweep(small_config(), tmp_path / "plain", model=llama, progress=False)
     spread = run_sweep(small_config(), tmp_path / "spread", model=offloaded, progress=False)
@@ -268,9 +330,19 @@ def test_sweeps_split_by_m_and_length_merge_into_the_single_sweep(tmp_path, llam
 
 
 def sequential_config(**overrides):
-    settings = dict(model="tiny-llama", source="tokens", ms=[1, 2], grid=GridConfig(start=2, stop=24),
-                    design="sequential", target_ci=3.0, budget_row_steps=1500, num_sequences=4,
-                    cram=CramConfig(max_steps=30, patience=30, batch_size=8), support_sequences=8, support_seq_len=4)
+    settings = dict(
+        model="tiny-llama",
+        source="tokens",
+        ms=[1, 2],
+        grid=GridConfig(start=2, stop=24),
+        design="sequential",
+        target_ci=3.0,
+        budget_row_steps=1500,
+        num_sequences=4,
+        cram=CramConfig(max_steps=30, patience=30, batch_size=8),
+        support_sequences=8,
+        support_seq_len=4,
+    )
     settings.update(overrides)
     return SweepConfig(**settings)
 
@@ -278,8 +350,10 @@ def sequential_config(**overrides):
 def _decisions(folder):
     """What the design and the fits read of each row (the final loss may differ in its last bits with the batch
     a row was crammed in; the wall time and the process do differ)."""
-    return {key: {k: row[k] for k in ("accessible", "steps", "tf_accuracy", "best_accuracy", "stop_reason")}
-            for key, row in read_rows(folder).items()}
+    return {
+        key: {k: row[k] for k in ("accessible", "steps", "tf_accuracy", "best_accuracy", "stop_reason")}
+        for key, row in read_rows(folder).items()
+    }
 
 
 def test_sequential_sweep_killed_mid_batch_resumes_to_the_uninterrupted_result(tmp_path, llama):
@@ -305,8 +379,9 @@ def test_sequential_sweep_killed_mid_batch_resumes_to_the_uninterrupted_result(t
 
 
 def test_summary_carries_intervals_and_row_steps(tmp_path, llama):
-    summary = run_sweep(small_config(num_sequences=4, grid=GridConfig(lengths=[2, 3, 4, 6])), tmp_path, model=llama,
-                        progress=False)
+    summary = run_sweep(
+        small_config(num_sequences=4, grid=GridConfig(lengths=[2, 3, 4, 6])), tmp_path, model=llama, progress=False
+    )
     rows = read_rows(tmp_path)
     for entry in summary.per_m:
         assert entry.row_steps == sum(r["steps"] + 1 for (m, _, _), r in rows.items() if m == entry.m)
@@ -323,14 +398,42 @@ def test_summary_carries_intervals_and_row_steps(tmp_path, llama):
 def test_killed_sequential_recipe_resumes_to_the_same_rows(tmp_path):
     model_dir = tmp_path / "model"
     crammable_model("llama").save_pretrained(model_dir)
-    args = [sys.executable, str(RECIPE), "--model", str(model_dir), "--source", "tokens", "--ms", "1", "2",
-            "--design", "sequential", "--start", "2", "--stop", "24", "--target-ci", "3", "--budget", "1500",
-            "--num-sequences", "4", "--max-steps", "30", "--patience", "30", "--batch-size", "2",
-            "--support-sequences", "8"]
+    args = [
+        sys.executable,
+        str(RECIPE),
+        "--model",
+        str(model_dir),
+        "--source",
+        "tokens",
+        "--ms",
+        "1",
+        "2",
+        "--design",
+        "sequential",
+        "--start",
+        "2",
+        "--stop",
+        "24",
+        "--target-ci",
+        "3",
+        "--budget",
+        "1500",
+        "--num-sequences",
+        "4",
+        "--max-steps",
+        "30",
+        "--patience",
+        "30",
+        "--batch-size",
+        "2",
+        "--support-sequences",
+        "8",
+    ]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     subprocess.run(args + ["--output", str(tmp_path / "whole")], env=env, check=True, capture_output=True)
-    proc = subprocess.Popen(args + ["--output", str(tmp_path / "killed")], env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        args + ["--output", str(tmp_path / "killed")], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
     rows_path = tmp_path / "killed" / "rows.jsonl"
     deadline = time.time() + 120
     while time.time() < deadline and proc.poll() is None:
@@ -347,10 +450,12 @@ def test_killed_sequential_recipe_resumes_to_the_same_rows(tmp_path):
 
 @pytest.mark.slow  # three interpreter starts (~1 min on the shared CPUs); SweepConfig's own errors are tested fast
 def test_recipe_refuses_bad_design_settings():
-    for extra, message in ((["--design", "sequential", "--target-ci", "0"], "must be > 0"),
-                           (["--design", "sequential", "--budget", "-1"], "positive integer"),
-                           (["--design", "nope"], "invalid choice: 'nope'"),
-                           (["--snapshot-minutes", "-1"], "minutes >= 0")):
+    for extra, message in (
+        (["--design", "sequential", "--target-ci", "0"], "must be > 0"),
+        (["--design", "sequential", "--budget", "-1"], "positive integer"),
+        (["--design", "nope"], "invalid choice: 'nope'"),
+        (["--snapshot-minutes", "-1"], "minutes >= 0"),
+    ):
         result = subprocess.run([sys.executable, str(RECIPE)] + extra, capture_output=True, text=True)
         assert result.returncode != 0 and message in result.stderr, result.stderr[-500:]
 
@@ -369,14 +474,21 @@ class _WordTokenizer:
 
 
 # A published-protocol sweep over nested texts on the tiny model: four texts, four lengths, a short cap.
-NESTED = dict(source="text", protocol="published", ms=[1], grid=GridConfig(lengths=[3, 5, 9, 17]), num_sequences=4,
-              cram=CramConfig(max_steps=25, patience=25, batch_size=8))
+NESTED = dict(
+    source="text",
+    protocol="published",
+    ms=[1],
+    grid=GridConfig(lengths=[3, 5, 9, 17]),
+    num_sequences=4,
+    cram=CramConfig(max_steps=25, patience=25, batch_size=8),
+)
 
 
 def _nested_sweep(folder, model, **overrides):
     """Run (or resume) a nested sweep into ``folder``: its summary and its rows by (m, n, index)."""
-    summary = run_sweep(small_config(**dict(NESTED, **overrides)), folder, model=model, tokenizer=_WordTokenizer(),
-                        progress=False)
+    summary = run_sweep(
+        small_config(**dict(NESTED, **overrides)), folder, model=model, tokenizer=_WordTokenizer(), progress=False
+    )
     return summary, {(r["m"], r["n"], r["index"]): r for r in load_rows(folder)}
 
 
@@ -426,6 +538,7 @@ def test_warm_start_begins_each_longer_prefix_from_the_shorter_ones_vectors(tmp_
         jobs = list(jobs)
         inits.update({job.key: job.init for job in jobs})
         return real_cram(model, jobs, config, **kwargs)
+
     monkeypatch.setattr(sweep, "cram", spying_cram)
     cold, cold_rows = _nested_sweep(tmp_path / "cold", llama, infer_prefixes=True)
     warm, warm_rows = _nested_sweep(tmp_path / "warm", llama, infer_prefixes=True, warm_start=True)
@@ -434,12 +547,17 @@ def test_warm_start_begins_each_longer_prefix_from_the_shorter_ones_vectors(tmp_
     for (m, n, k), row in warm_rows.items():
         if n == 3:  # the first length has nothing to start from: the cold run's row, step for step
             assert row["warm_from"] is None and (row["accessible"], row["steps"]) == (
-                cold_rows[(m, n, k)]["accessible"], cold_rows[(m, n, k)]["steps"])
+                cold_rows[(m, n, k)]["accessible"],
+                cold_rows[(m, n, k)]["steps"],
+            )
     for (m, n, k), row in started_warm.items():  # from the longest shorter crammed prefix of the same text
         source = warm_rows[(m, row["warm_from"], k)]
         assert source["accessible"] and source["stop_reason"] != "inferred" and row["warm_from"] < n
-        assert not any(warm_rows[(m, n2, k)]["accessible"] and warm_rows[(m, n2, k)]["stop_reason"] != "inferred"
-                       for n2 in (3, 5, 9, 17) if row["warm_from"] < n2 < n)
+        assert not any(
+            warm_rows[(m, n2, k)]["accessible"] and warm_rows[(m, n2, k)]["stop_reason"] != "inferred"
+            for n2 in (3, 5, 9, 17)
+            if row["warm_from"] < n2 < n
+        )
         started = read_vectors(vector_files(tmp_path / "warm")[(m, row["warm_from"], k)])[0]
         assert torch.equal(inits[(m, n, k)], started)
     assert all(inits[k] is None for k, r in warm_rows.items() if r["stop_reason"] != "inferred" and r["n"] == 3)
@@ -453,8 +571,9 @@ def test_warm_start_begins_each_longer_prefix_from_the_shorter_ones_vectors(tmp_
     # A resume (here: of a run killed after its first length) whose warm start lacks its vectors says which file
     # and what to do, and keeps the rows.
     rows_file = tmp_path / "warm" / "rows.jsonl"
-    rows_file.write_text("".join(line for line in rows_file.read_text().splitlines(keepends=True)
-                                 if json.loads(line)["n"] == 3))
+    rows_file.write_text(
+        "".join(line for line in rows_file.read_text().splitlines(keepends=True) if json.loads(line)["n"] == 3)
+    )
     kept = rows_file.read_bytes()
     for path in (tmp_path / "warm" / "vectors").glob("*.safetensors"):
         path.unlink()
@@ -470,8 +589,9 @@ def test_a_stopped_sweep_resumes_its_rows_in_flight_from_their_snapshots(tmp_pat
     from ut_peft.accessibility.store import INFLIGHT_DIR, read_inflight
 
     # Batch 1: the rows' companions are the same with and without the stop, so the rows must agree bit for bit.
-    config = small_config(ms=[2], grid=GridConfig(lengths=[6]), cram=CramConfig(max_steps=60, patience=60,
-                                                                                  batch_size=1))
+    config = small_config(
+        ms=[2], grid=GridConfig(lengths=[6]), cram=CramConfig(max_steps=60, patience=60, batch_size=1)
+    )
     whole = run_sweep(config, tmp_path / "whole", model=llama, progress=False, snapshot_seconds=None)
     assert not (tmp_path / "whole" / INFLIGHT_DIR).exists()
 
@@ -485,7 +605,9 @@ def test_a_stopped_sweep_resumes_its_rows_in_flight_from_their_snapshots(tmp_pat
             seen.append(states)
             if len(seen) == 10:
                 raise KeyboardInterrupt
+
         return real_cram(model, jobs, cram_config, **dict(kwargs, on_snapshot=on_snapshot))
+
     monkeypatch.setattr(sweep, "cram", stopping_cram)
     with pytest.raises(KeyboardInterrupt):
         run_sweep(config, tmp_path / "stopped", model=llama, progress=False, snapshot_seconds=0)
@@ -499,8 +621,10 @@ def test_a_stopped_sweep_resumes_its_rows_in_flight_from_their_snapshots(tmp_pat
         jobs = list(jobs)
         resumes.update({job.key: job.resume for job in jobs})
         keep = kwargs["on_snapshot"]
-        return real_cram(model, jobs, cram_config,
-                         **dict(kwargs, on_snapshot=lambda states: (keep(states), after.append(states))))
+        return real_cram(
+            model, jobs, cram_config, **dict(kwargs, on_snapshot=lambda states: (keep(states), after.append(states)))
+        )
+
     resumes = {}
     monkeypatch.setattr(sweep, "cram", watching_cram)
     resumed = run_sweep(config, tmp_path / "stopped", model=llama, progress=False, snapshot_seconds=0)
@@ -510,6 +634,9 @@ def test_a_stopped_sweep_resumes_its_rows_in_flight_from_their_snapshots(tmp_pat
     expected = {(r["m"], r["n"], r["index"]): r for r in load_rows(tmp_path / "whole")}
     for k, row in expected.items():
         assert (rows[k]["accessible"], rows[k]["steps"], rows[k]["final_loss"]) == (
-            row["accessible"], row["steps"], row["final_loss"])
+            row["accessible"],
+            row["steps"],
+            row["final_loss"],
+        )
     assert resumed.row_steps == whole.row_steps
     assert not list((tmp_path / "stopped" / INFLIGHT_DIR).glob("*"))  # every finished row took its state away

@@ -27,6 +27,7 @@ def load(monkeypatch):
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         return module
+
     return load
 
 
@@ -52,8 +53,18 @@ def in_process(bench, monkeypatch):
             return stdout.getvalue(), ""
 
     def launch(args, variant, shard="0/1", threads=None, count_flops=False):
-        return Child(argparse.Namespace(**{**vars(args), "variant": variant, "shard": shard,
-                                           "threads": threads or args.threads, "count_flops": count_flops}))
+        return Child(
+            argparse.Namespace(
+                **{
+                    **vars(args),
+                    "variant": variant,
+                    "shard": shard,
+                    "threads": threads or args.threads,
+                    "count_flops": count_flops,
+                }
+            )
+        )
+
     monkeypatch.setattr(bench, "_launch", launch)
 
 
@@ -63,9 +74,28 @@ def test_cram_throughput(load, tiny_model_folder, tmp_path, capsys, monkeypatch,
     if children == "in_process":
         in_process(bench, monkeypatch)
     out = tmp_path / "ct.json"
-    bench.main(bench.parse(["--model", str(tiny_model_folder), "--num-sequences", "3", "--length", "5",
-                            "--max-steps", "2", "--batch-size", "3", "--threads", "1", "--repeats", "1",
-                            "--json", str(out)]))
+    bench.main(
+        bench.parse(
+            [
+                "--model",
+                str(tiny_model_folder),
+                "--num-sequences",
+                "3",
+                "--length",
+                "5",
+                "--max-steps",
+                "2",
+                "--batch-size",
+                "3",
+                "--threads",
+                "1",
+                "--repeats",
+                "1",
+                "--json",
+                str(out),
+            ]
+        )
+    )
     printed = capsys.readouterr().out
     assert "speed-up (engine / reference, sequences decided per minute):" in printed
     assert "load average (1 min):" in printed and "matmul calibration" in printed
@@ -86,8 +116,24 @@ def test_cram_throughput(load, tiny_model_folder, tmp_path, capsys, monkeypatch,
 def test_reprogram_vs_stock_peft(load, tiny_model_folder, tmp_path, capsys):
     bench = load("reprogram_vs_stock_peft")
     out = tmp_path / "rp.json"
-    bench.main(bench.parse(["--model", str(tiny_model_folder), "--repeats", "2", "--batch", "2", "--length", "8",
-                            "--task-vocab", "16", "--json", str(out)]))
+    bench.main(
+        bench.parse(
+            [
+                "--model",
+                str(tiny_model_folder),
+                "--repeats",
+                "2",
+                "--batch",
+                "2",
+                "--length",
+                "8",
+                "--task-vocab",
+                "16",
+                "--json",
+                str(out),
+            ]
+        )
+    )
     assert "step time ours / stock" in capsys.readouterr().out
     settings = read(out)["results"]["settings"]
     assert set(settings) == {"same vocabulary", "task vocab 16", "task vocab 16, release"}
@@ -104,12 +150,30 @@ def test_cpu_attention_kernels(load, tmp_path, capsys):
     bench = load("cpu_attention_kernels")
     bench.SHAPES = [(2, 8), (1, 16)]
     out = tmp_path / "attn.json"
-    bench.main(bench.parse(["--dtype", "fp32", "--heads", "2", "--head-dim", "8", "--rounds", "2", "--repeats", "1",
-                            "--threads", "1", "--json", str(out)]))
+    bench.main(
+        bench.parse(
+            [
+                "--dtype",
+                "fp32",
+                "--heads",
+                "2",
+                "--head-dim",
+                "8",
+                "--rounds",
+                "2",
+                "--repeats",
+                "1",
+                "--threads",
+                "1",
+                "--json",
+                str(out),
+            ]
+        )
+    )
     assert "flash / math" in capsys.readouterr().out
     shapes = read(out)["results"]["shapes"]
     assert [(s["rows"], s["positions"]) for s in shapes] == [(2, 8), (1, 16)]
-    assert shapes[0]["flops_per_call"] == bench.attention_flops(2, 2, 8, 8) == 12 * 2 * 2 * 8 ** 2 * 8
+    assert shapes[0]["flops_per_call"] == bench.attention_flops(2, 2, 8, 8) == 12 * 2 * 2 * 8**2 * 8
     assert len(shapes[0]["flash_over_math"]["values"]) == 2
 
 
@@ -129,8 +193,26 @@ def test_attention_flops_formula_matches_the_flop_counter(load):
 def test_cram_memory_large_vocab(load, tmp_path, capsys):
     bench = load("cram_memory_large_vocab")
     out = tmp_path / "mem.json"
-    bench.main(bench.parse(["--rows", "2", "--length", "6", "--m", "1", "--steps", "1", "--layers", "1",
-                            "--vocab-size", "500", "--json", str(out)]))
+    bench.main(
+        bench.parse(
+            [
+                "--rows",
+                "2",
+                "--length",
+                "6",
+                "--m",
+                "1",
+                "--steps",
+                "1",
+                "--layers",
+                "1",
+                "--vocab-size",
+                "500",
+                "--json",
+                str(out),
+            ]
+        )
+    )
     assert "rows decided" in capsys.readouterr().out
     results = read(out)["results"]
     assert results["rows_decided"] == 2 and results["full_fp32_logits_bytes"] == 2 * 6 * 500 * 4
@@ -140,15 +222,31 @@ def test_cram_memory_large_vocab(load, tmp_path, capsys):
 def test_geometry_cells(load, tiny_model_folder, tmp_path, capsys, monkeypatch, children):
     bench = load("geometry_cells")
     if children == "in_process":
+
         def launch(args, variant):
             stdout = io.StringIO()
             with contextlib.redirect_stdout(stdout):
                 bench.child(argparse.Namespace(**{**vars(args), "variant": variant}))
             return json.loads(stdout.getvalue().strip().splitlines()[-1])
+
         monkeypatch.setattr(bench, "launch", launch)
     out = tmp_path / "geo.json"
-    bench.main(bench.parse(["--model", str(tiny_model_folder), "--samples", "500", "--chunk-size", "128",
-                            "--repeats", "1", "--json", str(out)]))
+    bench.main(
+        bench.parse(
+            [
+                "--model",
+                str(tiny_model_folder),
+                "--samples",
+                "500",
+                "--chunk-size",
+                "128",
+                "--repeats",
+                "1",
+                "--json",
+                str(out),
+            ]
+        )
+    )
     assert "samples/s ratio (chunked / unchunked):" in capsys.readouterr().out
     results = read(out)["results"]
     assert results["flops"] == 2 * 500 * 32 * 300
@@ -164,26 +262,54 @@ def test_prefix_inference_replays_a_full_run(load, tmp_path, capsys):
     outcomes = {0: [True, True, False, False], 1: [True, False, True, False], 2: [False, False, False, False]}
     for k, chain in outcomes.items():  # text 1 crams at 17 after failing at 9: the one broken assumption
         for n, ok in zip((5, 9, 17, 33), chain):
-            store.append_row(store.rows_file(folder, 0), {
-                "m": 1, "n": n, "index": k, "init_seed": 0, "tf_accuracy": 1.0 if ok else 0.5, "greedy_exact": ok,
-                "accessible": ok, "steps": 50 if ok else 300, "final_loss": 0.1, "best_accuracy": 0.5,
-                "stop_reason": "exact" if ok else "max_steps", "seconds": 1.0, "rank": 0})
+            store.append_row(
+                store.rows_file(folder, 0),
+                {
+                    "m": 1,
+                    "n": n,
+                    "index": k,
+                    "init_seed": 0,
+                    "tf_accuracy": 1.0 if ok else 0.5,
+                    "greedy_exact": ok,
+                    "accessible": ok,
+                    "steps": 50 if ok else 300,
+                    "final_loss": 0.1,
+                    "best_accuracy": 0.5,
+                    "stop_reason": "exact" if ok else "max_steps",
+                    "seconds": 1.0,
+                    "rank": 0,
+                },
+            )
     (result,) = bench.main(bench.parse([str(folder)]))
     # Text 0 crams 5, 9, fails 17 (33 inferred); text 1 fails 9 (17 and 33 inferred, 17 wrongly); text 2 fails 5.
     assert (result["chains"], result["rows"], result["inferred"], result["changed"]) == (3, 12, 6, 1)
     assert result["row_steps_full"] == 4 * 51 + 8 * 301
     assert result["row_steps_inferred"] == 3 * 51 + 3 * 301
     assert capsys.readouterr().out.strip().splitlines()[-1] == (
-        f"row-steps ratio: {result['row_steps_full'] / result['row_steps_inferred']:.2f} (1 of 12 decisions changed)")
+        f"row-steps ratio: {result['row_steps_full'] / result['row_steps_inferred']:.2f} (1 of 12 decisions changed)"
+    )
     store.prepare_folder(tmp_path / "words", {"source": {"kind": "words"}}, clear=False)
     with pytest.raises(SystemExit, match="not nested"):
         bench.main(bench.parse([str(tmp_path / "words")]))
 
 
 def _row(m, n, k, ok, steps, **extra):
-    return {"m": m, "n": n, "index": k, "init_seed": 0, "tf_accuracy": 1.0 if ok else 0.5, "greedy_exact": ok,
-            "accessible": ok, "steps": steps, "final_loss": 0.1, "best_accuracy": 0.5,
-            "stop_reason": "exact" if ok else "max_steps", "seconds": 1.0, "rank": 0, **extra}
+    return {
+        "m": m,
+        "n": n,
+        "index": k,
+        "init_seed": 0,
+        "tf_accuracy": 1.0 if ok else 0.5,
+        "greedy_exact": ok,
+        "accessible": ok,
+        "steps": steps,
+        "final_loss": 0.1,
+        "best_accuracy": 0.5,
+        "stop_reason": "exact" if ok else "max_steps",
+        "seconds": 1.0,
+        "rank": 0,
+        **extra,
+    }
 
 
 def test_warm_start_compares_matching_rows_with_the_cold_run(load, tmp_path, capsys):
@@ -194,12 +320,23 @@ def test_warm_start_compares_matching_rows_with_the_cold_run(load, tmp_path, cap
     cold, warm = tmp_path / "cold", tmp_path / "warm"
     store.prepare_folder(cold, settings, clear=False)
     store.prepare_folder(warm, dict(settings, infer_prefixes=True, warm_start=True), clear=False)
-    for row in (_row(1, 5, 0, True, 100), _row(1, 9, 0, True, 200), _row(1, 17, 0, False, 300),
-                _row(1, 5, 1, True, 120), _row(1, 9, 1, False, 300), _row(1, 17, 1, False, 300)):
+    for row in (
+        _row(1, 5, 0, True, 100),
+        _row(1, 9, 0, True, 200),
+        _row(1, 17, 0, False, 300),
+        _row(1, 5, 1, True, 120),
+        _row(1, 9, 1, False, 300),
+        _row(1, 17, 1, False, 300),
+    ):
         store.append_row(store.rows_file(cold, 0), row)
-    for row in (_row(1, 5, 0, True, 100), _row(1, 9, 0, True, 40, warm_from=5), _row(1, 17, 0, True, 90, warm_from=9),
-                _row(1, 5, 1, True, 120), _row(1, 9, 1, False, 300, warm_from=5),
-                dict(_row(1, 17, 1, False, 0), stop_reason="inferred", inferred_from=9)):
+    for row in (
+        _row(1, 5, 0, True, 100),
+        _row(1, 9, 0, True, 40, warm_from=5),
+        _row(1, 17, 0, True, 90, warm_from=9),
+        _row(1, 5, 1, True, 120),
+        _row(1, 9, 1, False, 300, warm_from=5),
+        dict(_row(1, 17, 1, False, 0), stop_reason="inferred", inferred_from=9),
+    ):
         store.append_row(store.rows_file(warm, 0), row)
     result = bench.main(bench.parse(["--cold", str(cold), "--warm", str(warm)]))
     assert [key for key, _, _ in result["warm_started"]] == [(1, 9, 0), (1, 9, 1), (1, 17, 0)]
@@ -216,16 +353,31 @@ def test_optimizer_speed_splits_changed_decisions_into_lost_and_gained(load, tmp
     from ut_peft.accessibility import store
 
     bench = load("optimizer_speed")
-    settings = {"source": {"kind": "text", "nested": True}, "protocol": "published", "ms": [1],
-                "cram": {"lr": 0.01, "max_steps": 300, "betas": [0.9, 0.9]}}
+    settings = {
+        "source": {"kind": "text", "nested": True},
+        "protocol": "published",
+        "ms": [1],
+        "cram": {"lr": 0.01, "max_steps": 300, "betas": [0.9, 0.9]},
+    }
     base, cand = tmp_path / "base", tmp_path / "cand"
     store.prepare_folder(base, settings, clear=False)
     store.prepare_folder(cand, dict(settings, cram=dict(settings["cram"], lr=0.03)), clear=False)
-    for row in (_row(1, 5, 0, True, 99), _row(1, 9, 0, True, 199), _row(1, 17, 0, False, 300),
-                _row(1, 5, 1, True, 49), _row(1, 9, 1, False, 300)):
+    for row in (
+        _row(1, 5, 0, True, 99),
+        _row(1, 9, 0, True, 199),
+        _row(1, 17, 0, False, 300),
+        _row(1, 5, 1, True, 49),
+        _row(1, 9, 1, False, 300),
+    ):
         store.append_row(store.rows_file(base, 0), row)
-    for row in (_row(1, 5, 0, True, 49), _row(1, 9, 0, True, 49), _row(1, 17, 0, True, 149),
-                _row(1, 5, 1, False, 300), _row(1, 9, 1, False, 300), _row(1, 33, 1, False, 300)):
+    for row in (
+        _row(1, 5, 0, True, 49),
+        _row(1, 9, 0, True, 49),
+        _row(1, 17, 0, True, 149),
+        _row(1, 5, 1, False, 300),
+        _row(1, 9, 1, False, 300),
+        _row(1, 33, 1, False, 300),
+    ):
         store.append_row(store.rows_file(cand, 0), row)
     result = bench.main(bench.parse(["--baseline", str(base), "--candidate", str(cand)]))
     assert result["optimiser"] == {"lr": (0.01, 0.03)}

@@ -33,8 +33,9 @@ def test_ratio_is_the_median_of_per_repeat_ratios_not_the_ratio_of_medians():
 def test_variants_interleave_in_rotating_order():
     assert harness.rotations(["a", "b"], 4) == [["a", "b"], ["b", "a"], ["a", "b"], ["b", "a"]]
     calls = []
-    out = harness.interleave({"a": lambda r: calls.append(("a", r)) or r, "b": lambda r: calls.append(("b", r)) or -r},
-                             3)
+    out = harness.interleave(
+        {"a": lambda r: calls.append(("a", r)) or r, "b": lambda r: calls.append(("b", r)) or -r}, 3
+    )
     assert calls == [("a", 0), ("b", 0), ("b", 1), ("a", 1), ("a", 2), ("b", 2)]
     assert out == {"a": [0, 1, 2], "b": [0, -1, -2]}
     with pytest.raises(ValueError, match="repeats must be >= 1"):
@@ -48,6 +49,7 @@ def fake_load(values):
     def getloadavg():
         last[0] = next(values, last[0])
         return (last[0], 0.0, 0.0)
+
     return getloadavg
 
 
@@ -71,6 +73,7 @@ def test_the_background_thread_samples_while_running():
     values = [0.1] + [5.0] * 1000
     watch = harness.LoadWatch(limit=2, interval=0.001, getloadavg=fake_load(values), runnable=None).start()
     import time
+
     time.sleep(0.05)
     watch.stop()
     assert watch.highest == 5.0
@@ -78,6 +81,7 @@ def test_the_background_thread_samples_while_running():
 
 def test_the_default_limit_is_the_cpu_count_where_other_jobs_cannot_be_counted():
     import os
+
     assert harness.LoadWatch(interval=0, runnable=None).limit == os.cpu_count()
     assert harness.LoadWatch(interval=0, runnable=lambda: (2, 0)).limit is None
     assert harness.LoadWatch(limit=3, interval=0, runnable=lambda: (2, 0)).limit == 3
@@ -90,13 +94,17 @@ def fake_runnable(values):
     def runnable():
         last[0] = next(values, last[0])
         return last[0]
+
     return runnable
 
 
 def test_a_benchmark_that_fills_every_core_by_itself_is_quiet():
     # Its own two threads push the load average past the CPU count; no other job wanted a core.
-    watch = harness.LoadWatch(interval=0, getloadavg=fake_load([0.4, 2.1, 2.05]),
-                              runnable=fake_runnable([(0, 0), (1, 0), (2, 0), (2, 1), (2, 0)]))
+    watch = harness.LoadWatch(
+        interval=0,
+        getloadavg=fake_load([0.4, 2.1, 2.05]),
+        runnable=fake_runnable([(0, 0), (1, 0), (2, 0), (2, 1), (2, 0)]),
+    )
     watch.start()
     for _ in range(3):
         watch.sample()
@@ -107,8 +115,9 @@ def test_a_benchmark_that_fills_every_core_by_itself_is_quiet():
 
 
 def test_other_jobs_runnable_threads_make_a_run_not_quiet():
-    watch = harness.LoadWatch(interval=0, getloadavg=fake_load([0.4, 1.5]),
-                              runnable=fake_runnable([(0, 0), (2, 1), (2, 0), (2, 2), (2, 0)]))
+    watch = harness.LoadWatch(
+        interval=0, getloadavg=fake_load([0.4, 1.5]), runnable=fake_runnable([(0, 0), (2, 1), (2, 0), (2, 2), (2, 0)])
+    )
     watch.start()  # the first value went to the probe of whether /proc can be read
     watch.sample()
     watch.sample()
@@ -153,8 +162,9 @@ def test_run_writes_json_and_warns_when_not_quiet(tmp_path, capsys):
 
 def test_a_quiet_run_says_so_in_json(tmp_path, capsys):
     args = SimpleNamespace(json=tmp_path / "q.json", max_load=8.0)
-    harness.Run("demo", args, interval=0, getloadavg=fake_load([0.2, 0.3]),
-                runnable=fake_runnable([(1, 0)])).finish({})
+    harness.Run("demo", args, interval=0, getloadavg=fake_load([0.2, 0.3]), runnable=fake_runnable([(1, 0)])).finish(
+        {}
+    )
     assert "WARNING" not in capsys.readouterr().out
     assert json.loads((tmp_path / "q.json").read_text())["quiet"] is True
 
@@ -169,6 +179,7 @@ def test_count_flops_counts_matmuls_and_cpu_attention():
     def attention():
         with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
             torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True).sum().backward()
+
     _, flops = harness.count_flops(attention)
     forward = 2 * 2 * 3 * 5 * 5 * (8 + 8)
     assert flops == 3 * forward  # forward, and a backward of twice its products

@@ -5,8 +5,14 @@ import pytest
 import torch
 
 from ut_peft.accessibility.bounds import SupportStats, ball_slope_bound
-from ut_peft.geometry import (cap_log_fraction, cone_half_angle, cone_slope_bound, nonuniform_slope_bound,
-                              read_measured_slope, refined_bounds)
+from ut_peft.geometry import (
+    cap_log_fraction,
+    cone_half_angle,
+    cone_slope_bound,
+    nonuniform_slope_bound,
+    read_measured_slope,
+    refined_bounds,
+)
 from ut_peft.geometry.cells import CellEstimate
 
 
@@ -28,8 +34,7 @@ def test_cap_fraction_in_high_dimension_does_not_underflow():
 def test_cone_bound_on_hand_built_states():
     # Three states in the plane at 0, 30 and 60 degrees: min cosine cos(60) -> half-angle 60 degrees,
     # a cone owning 120/360 of the disc.
-    hidden = torch.tensor([[1.0, 0.0], [math.cos(math.pi / 6), math.sin(math.pi / 6)],
-                           [0.5, math.sqrt(3) / 2]])
+    hidden = torch.tensor([[1.0, 0.0], [math.cos(math.pi / 6), math.sin(math.pi / 6)], [0.5, math.sqrt(3) / 2]])
     assert math.degrees(cone_half_angle(hidden)) == pytest.approx(60.0, abs=1e-4)
     r, eps, vocab = 1.0, 1.0 / 2048, 100
     expected = (2 * math.log1p(2 * r / eps) + math.log(1 / 3)) / math.log(vocab)
@@ -46,8 +51,9 @@ def test_nonuniform_bound_reprices_tokens():
 
 def test_refined_bounds_with_cells_and_ratios(tmp_path):
     hidden = torch.tensor([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.6, 0.8, 0.0]])
-    stats = SupportStats(radius=1.0, eps=1 / 2048, low=hidden.min(0).values, high=hidden.max(0).values,
-                         hidden=hidden, vocab_size=4)
+    stats = SupportStats(
+        radius=1.0, eps=1 / 2048, low=hidden.min(0).values, high=hidden.max(0).values, hidden=hidden, vocab_size=4
+    )
     uniform = CellEstimate("argmax", "ball", torch.full((4,), 250), 1000)
     out = refined_bounds(stats, {"ball": uniform}, measured_slope=2.0)
     b = out["bounds"]

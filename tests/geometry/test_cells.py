@@ -24,11 +24,13 @@ def assert_within_ci(estimate, expected):
 def test_ball_shares_are_angle_fractions():
     # Equal-norm rows at these angles: token j owns the sector between the bisectors with its neighbours.
     angles = [0, 50, 130, 200, 290]
-    sector = [((angles[(j + 1) % 5] - angles[j]) % 360 + (angles[j] - angles[j - 1]) % 360) / 2 / 360
-              for j in range(5)]
+    sector = [
+        ((angles[(j + 1) % 5] - angles[j]) % 360 + (angles[j] - angles[j - 1]) % 360) / 2 / 360 for j in range(5)
+    ]
     path = OutputPath(unit_rows(angles).float())
-    out = estimate_cells(path, BallSupport(2, radius=3.0), 200_000, methods=("argmax", "voronoi"),
-                         chunk_size=30_000, progress=False)
+    out = estimate_cells(
+        path, BallSupport(2, radius=3.0), 200_000, methods=("argmax", "voronoi"), chunk_size=30_000, progress=False
+    )
     assert sum(sector) == pytest.approx(1.0)
     assert_within_ci(out["argmax"], sector)
     # Equal norms: nearest row and largest logit are the same cells.
@@ -56,8 +58,9 @@ def test_argmax_and_voronoi_differ_when_row_norms_differ():
 def test_bias_moves_argmax_cells_but_not_voronoi():
     # x + b0 > -x + b1  <=>  x > (b1 - b0) / 2 = 0.4 in the box [-1, 1]^2: row 0 owns 0.6 / 2 = 0.3.
     path = OutputPath(torch.tensor([[1.0, 0.0], [-1.0, 0.0]]), bias=torch.tensor([0.0, 0.8]))
-    out = estimate_cells(path, BoxSupport(-torch.ones(2), torch.ones(2)), 100_000, methods=("argmax", "voronoi"),
-                         progress=False)
+    out = estimate_cells(
+        path, BoxSupport(-torch.ones(2), torch.ones(2)), 100_000, methods=("argmax", "voronoi"), progress=False
+    )
     assert_within_ci(out["argmax"], [0.3, 0.7])
     assert_within_ci(out["voronoi"], [0.5, 0.5])
 
@@ -66,11 +69,27 @@ def test_chunking_over_points_and_vocabulary_does_not_change_counts():
     torch.manual_seed(0)
     path = OutputPath(torch.randn(1000, 8), bias=torch.randn(1000), softcap=2.0)
     support = BallSupport(8, radius=2.0)
-    whole = estimate_cells(path, support, 6000, chunk_size=6000, vocab_chunk=1000, progress=False,
-                           methods=("argmax", "voronoi"), checkpoints=())
+    whole = estimate_cells(
+        path,
+        support,
+        6000,
+        chunk_size=6000,
+        vocab_chunk=1000,
+        progress=False,
+        methods=("argmax", "voronoi"),
+        checkpoints=(),
+    )
     # Same chunk_size so the same points are drawn; only the vocabulary split changes.
-    split = estimate_cells(path, support, 6000, chunk_size=6000, vocab_chunk=97, progress=False,
-                           methods=("argmax", "voronoi"), checkpoints=())
+    split = estimate_cells(
+        path,
+        support,
+        6000,
+        chunk_size=6000,
+        vocab_chunk=97,
+        progress=False,
+        methods=("argmax", "voronoi"),
+        checkpoints=(),
+    )
     for m in ("argmax", "voronoi"):
         assert torch.equal(whole[m].counts, split[m].counts)
     # And against a plain full-logits argmax of the same points (one chunk, no checkpoints: one draw).
@@ -87,7 +106,7 @@ def test_ball_and_box_samples_are_uniform():
     r = x.norm(dim=1)
     assert float(r.max()) <= 2.0 + 1e-5
     # P(|x| <= r/2) = 2^-5 in a uniform 5-ball.
-    assert float((r <= 1.0).double().mean()) == pytest.approx(2 ** -5, abs=0.002)
+    assert float((r <= 1.0).double().mean()) == pytest.approx(2**-5, abs=0.002)
     y = BoxSupport(torch.tensor([-1.0, 0.0]), torch.tensor([1.0, 4.0])).sample(100_000, g)
     assert float(y[:, 0].min()) >= -1 and float(y[:, 1].max()) <= 4
     assert float(y.mean(0)[1]) == pytest.approx(2.0, abs=0.05)
@@ -115,7 +134,7 @@ def test_statistics_entropy_decay_and_convergence():
 
 def test_wilson_interval_matches_formula_and_covers_zero():
     low, high = wilson_interval(torch.tensor([0, 50, 100]), 100)
-    assert float(low[0]) == 0.0 and float(high[0]) == pytest.approx(1.96 ** 2 / (100 + 1.96 ** 2))
+    assert float(low[0]) == 0.0 and float(high[0]) == pytest.approx(1.96**2 / (100 + 1.96**2))
     assert float(low[1]) < 0.5 < float(high[1])
     assert float(high[2]) == pytest.approx(1.0)
 
@@ -150,7 +169,7 @@ def test_gemma_sized_vocabulary_runs_in_bounded_blocks():
 
     vocab = 262_144
     chunk, vocab_chunk = default_chunks(vocab, None, None)
-    assert chunk * vocab_chunk <= 2 ** 24 < chunk * vocab  # one block never holds a full row of logits
+    assert chunk * vocab_chunk <= 2**24 < chunk * vocab  # one block never holds a full row of logits
     torch.manual_seed(0)
     path = OutputPath(torch.randn(vocab, 2))
     support = BallSupport(2, radius=1.0)

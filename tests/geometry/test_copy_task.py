@@ -24,7 +24,7 @@ def test_dataset_lengths_and_collate():
     for row in ds.select(range(20)):
         n = row["length"]
         assert len(row["input_ids"]) == 2 * n + 3
-        assert row["input_ids"][1:n + 1] == row["input_ids"][n + 2:2 * n + 2]
+        assert row["input_ids"][1 : n + 1] == row["input_ids"][n + 2 : 2 * n + 2]
     batch = ct.collate(ds.select(range(8)).to_list())
     assert batch["input_ids"].shape[1] == max(ds.select(range(8))["length"]) * 2 + 3
     assert int(batch["attention_mask"].sum()) == sum(2 * n + 3 for n in ds.select(range(8))["length"])
@@ -53,18 +53,21 @@ def test_teacher_forced_predictions_agree_with_greedy_generation():
     agree_exact = 0
     for row, pred, ref in zip(data, preds, refs):
         n = row["length"]
-        prompt = torch.tensor([row["input_ids"][:n + 2]])
-        generated = model.generate(prompt, max_new_tokens=n + 1, do_sample=False, pad_token_id=ct.PAD,
-                                   eos_token_id=None)[0, n + 2:].tolist()
+        prompt = torch.tensor([row["input_ids"][: n + 2]])
+        generated = model.generate(
+            prompt, max_new_tokens=n + 1, do_sample=False, pad_token_id=ct.PAD, eos_token_id=None
+        )[0, n + 2 :].tolist()
         first_wrong = next((i for i, (g, r) in enumerate(zip(generated, ref)) if g != r), len(ref))
-        assert generated[:first_wrong + 1] == pred[:first_wrong + 1]
+        assert generated[: first_wrong + 1] == pred[: first_wrong + 1]
         agree_exact += (generated == ref) == (pred == ref)
     assert agree_exact == len(data)
 
 
 def test_cliff_locates_the_drop():
-    rows = [{"length": n, "exact_match": acc, "token_accuracy": acc}
-            for n, acc in [(10, 1.0), (50, 1.0), (60, 1.0), (70, 0.5), (80, 0.0), (90, 0.0)]]
+    rows = [
+        {"length": n, "exact_match": acc, "token_accuracy": acc}
+        for n, acc in [(10, 1.0), (50, 1.0), (60, 1.0), (70, 0.5), (80, 0.0), (90, 0.0)]
+    ]
     c = ct.cliff(rows, trained_max=50)
     assert c["last_length_at_0.99"] == 60
     assert c["length_at_0.5"] == pytest.approx(70)
@@ -81,8 +84,7 @@ def test_embedding_only_model_trains_only_embeddings():
     trainable = {n for n, p in model.named_parameters() if p.requires_grad}
     assert trainable and all(any(k in n for k in ("wte", "wpe", "lm_head")) for n in trainable), trainable
     frozen_before = {n: p.clone() for n, p in model.named_parameters() if not p.requires_grad}
-    run = ct.train_copy(model, ct.copy_dataset(64, min_length=2, max_length=4), steps=3, batch_size=16,
-                        progress=False)
+    run = ct.train_copy(model, ct.copy_dataset(64, min_length=2, max_length=4), steps=3, batch_size=16, progress=False)
     assert run.trainable_parameters == sum(p.numel() for p in model.parameters() if p.requires_grad)
     for n, p in model.named_parameters():
         if n in frozen_before:

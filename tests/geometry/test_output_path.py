@@ -7,8 +7,10 @@ from ut_peft.testing import tiny_config, tiny_model
 
 def captured_head_and_norm_inputs(model, norm, input_ids):
     seen = {}
-    hooks = [model.get_output_embeddings().register_forward_pre_hook(lambda m, a: seen.__setitem__("post", a[0])),
-             norm.register_forward_pre_hook(lambda m, a: seen.__setitem__("pre", a[0]))]
+    hooks = [
+        model.get_output_embeddings().register_forward_pre_hook(lambda m, a: seen.__setitem__("post", a[0])),
+        norm.register_forward_pre_hook(lambda m, a: seen.__setitem__("pre", a[0])),
+    ]
     try:
         with torch.no_grad():
             logits = model(input_ids=input_ids).logits
@@ -18,8 +20,9 @@ def captured_head_and_norm_inputs(model, norm, input_ids):
     return seen["pre"], seen["post"], logits
 
 
-@pytest.mark.parametrize("family,norm_name", [("llama", "norm"), ("gpt2", "ln_f"), ("gpt_neox", "final_layer_norm"),
-                                              ("gemma3", "norm")])
+@pytest.mark.parametrize(
+    "family,norm_name", [("llama", "norm"), ("gpt2", "ln_f"), ("gpt_neox", "final_layer_norm"), ("gemma3", "norm")]
+)
 def test_path_reproduces_the_models_logits(family, norm_name):
     model = tiny_model(family, seed=1)
     norm = getattr(model.base_model, norm_name)
@@ -29,8 +32,9 @@ def test_path_reproduces_the_models_logits(family, norm_name):
     pre_path = OutputPath.from_model(model, apply_final_norm=True)
     assert pre_path.final_norm is norm and post_path.final_norm is None
     torch.testing.assert_close(post_path.logits(post.reshape(-1, post.shape[-1])), logits.reshape(-1, 97))
-    torch.testing.assert_close(pre_path.logits(pre.reshape(-1, pre.shape[-1])), logits.reshape(-1, 97),
-                               rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(
+        pre_path.logits(pre.reshape(-1, pre.shape[-1])), logits.reshape(-1, 97), rtol=1e-4, atol=1e-5
+    )
     # The chunked greedy decision is the argmax of those logits.
     decided = pre_path.decide(pre.reshape(-1, pre.shape[-1]), vocab_chunk=10)["argmax"]
     assert torch.equal(decided, logits.reshape(-1, 97).argmax(-1))
@@ -41,6 +45,7 @@ def test_gemma_soft_capping_is_applied():
     config.final_logit_softcapping = 0.1
     torch.manual_seed(0)
     import transformers
+
     model = transformers.AutoModelForCausalLM.from_config(config).eval()
     ids = torch.randint(0, 97, (1, 5))
     pre, post, logits = captured_head_and_norm_inputs(model, model.base_model.norm, ids)
@@ -63,6 +68,7 @@ def test_head_bias_and_multiplier():
 
 def test_model_without_head_is_rejected():
     import transformers
+
     bare = transformers.AutoModel.from_config(tiny_config("llama"))
     with pytest.raises(ValueError, match="output head"):
         OutputPath.from_model(bare)
@@ -74,8 +80,11 @@ def test_head_offloaded_by_accelerate_reads_its_real_weights(tmp_path):
 
     model = tiny_model("llama", seed=3)
     model.save_pretrained(tmp_path / "model")
-    offloaded = load_model(str(tmp_path / "model"), device_map={"model": "cpu", "lm_head": "disk"},
-                           offload_folder=str(tmp_path / "offload"))
+    offloaded = load_model(
+        str(tmp_path / "model"),
+        device_map={"model": "cpu", "lm_head": "disk"},
+        offload_folder=str(tmp_path / "offload"),
+    )
     assert offloaded.get_output_embeddings().weight.device.type == "meta"
     path = OutputPath.from_model(offloaded, apply_final_norm=True)
     assert path.weight.device.type == "cpu"

@@ -24,20 +24,54 @@ def test_geometry_recipe_end_to_end(tmp_path):
     summary.write_text(json.dumps({"fit": {"slope": 3.0}}))
     recipe = load_recipe("geometry")
     out = tmp_path / "out"
-    recipe.main(recipe.parse(["--model", str(model_dir), "--samples", "3000", "--support-sequences", "16",
-                              "--summary", str(summary), "--out", str(out), "--no-progress"]))
+    recipe.main(
+        recipe.parse(
+            [
+                "--model",
+                str(model_dir),
+                "--samples",
+                "3000",
+                "--support-sequences",
+                "16",
+                "--summary",
+                str(summary),
+                "--out",
+                str(out),
+                "--no-progress",
+            ]
+        )
+    )
     result = json.loads((out / "geometry.json").read_text())
     assert set(result["cells"]) == {"ball", "box"}
     ball = result["cells"]["ball"]["argmax"]
     assert ball["num_samples"] == 3000 and sum(t["count"] for t in ball["top"]) <= 3000
     assert result["bounds"]["measured_slope"] == 3.0
-    assert set(result["bounds"]["ratios"]) == {"ball", "box", "cone", "ball_nonuniform", "box_nonuniform",
-                                                "ball_nonuniform_conservative", "box_nonuniform_conservative"}
+    assert set(result["bounds"]["ratios"]) == {
+        "ball",
+        "box",
+        "cone",
+        "ball_nonuniform",
+        "box_nonuniform",
+        "ball_nonuniform_conservative",
+        "box_nonuniform_conservative",
+    }
     assert (out / "cells.png").stat().st_size > 1000
     assert "| bound | value | bound / measured |" in (out / "geometry.md").read_text()
     # Re-summarising the saved state against another slope samples nothing and rescales the ratios.
-    recipe.main(recipe.parse(["--model", str(model_dir), "--from-state", str(out / "state.pt"), "--slope", "6",
-                              "--out", str(tmp_path / "again")]))
+    recipe.main(
+        recipe.parse(
+            [
+                "--model",
+                str(model_dir),
+                "--from-state",
+                str(out / "state.pt"),
+                "--slope",
+                "6",
+                "--out",
+                str(tmp_path / "again"),
+            ]
+        )
+    )
     again = json.loads((tmp_path / "again" / "geometry.json").read_text())
     assert again["cells"]["ball"]["argmax"]["top"] == ball["top"]
     assert again["bounds"]["ratios"]["box"] == pytest.approx(result["bounds"]["ratios"]["box"] / 2)
@@ -48,9 +82,34 @@ def test_geometry_recipe_end_to_end(tmp_path):
 def test_copy_task_recipe_end_to_end(tmp_path):
     recipe = load_recipe("copy_task")
     out = tmp_path / "copy"
-    recipe.main(recipe.parse(["--steps", "3", "--batch-size", "8", "--train-lengths", "2", "4", "--eval-lengths",
-                              "2", "4", "8", "--num-per-length", "4", "--hidden-size", "16", "--layers", "1",
-                              "--heads", "2", "--out", str(out), "--no-progress"]))
+    recipe.main(
+        recipe.parse(
+            [
+                "--steps",
+                "3",
+                "--batch-size",
+                "8",
+                "--train-lengths",
+                "2",
+                "4",
+                "--eval-lengths",
+                "2",
+                "4",
+                "8",
+                "--num-per-length",
+                "4",
+                "--hidden-size",
+                "16",
+                "--layers",
+                "1",
+                "--heads",
+                "2",
+                "--out",
+                str(out),
+                "--no-progress",
+            ]
+        )
+    )
     result = json.loads((out / "copy_task.json").read_text())
     assert set(result["runs"]) == {"full", "embeddings"}
     for run in result["runs"].values():
@@ -68,9 +127,31 @@ def test_copy_task_recipe_end_to_end(tmp_path):
     from safetensors.torch import load_file
 
     again = tmp_path / "reprogram"
-    recipe.main(recipe.parse(["--trainings", "embeddings", "--backbone", str(out / "full"), "--steps", "3",
-                              "--batch-size", "8", "--train-lengths", "2", "4", "--eval-lengths", "2", "4",
-                              "--num-per-length", "4", "--out", str(again), "--no-progress"]))
+    recipe.main(
+        recipe.parse(
+            [
+                "--trainings",
+                "embeddings",
+                "--backbone",
+                str(out / "full"),
+                "--steps",
+                "3",
+                "--batch-size",
+                "8",
+                "--train-lengths",
+                "2",
+                "4",
+                "--eval-lengths",
+                "2",
+                "4",
+                "--num-per-length",
+                "4",
+                "--out",
+                str(again),
+                "--no-progress",
+            ]
+        )
+    )
     run = json.loads((again / "copy_task.json").read_text())["runs"]["embeddings"]
     assert run["backbone"] == str(out / "full") and run["trainable_parameters"] == 2 * 30 * 16
     saved = load_file(str(again / "embeddings" / "adapter_model.safetensors"))
@@ -78,8 +159,9 @@ def test_copy_task_recipe_end_to_end(tmp_path):
     import transformers
 
     base = transformers.AutoModelForCausalLM.from_pretrained(str(out / "full"))
-    reloaded = PeftModel.from_pretrained(transformers.AutoModelForCausalLM.from_pretrained(str(out / "full")),
-                                         str(again / "embeddings"))
+    reloaded = PeftModel.from_pretrained(
+        transformers.AutoModelForCausalLM.from_pretrained(str(out / "full")), str(again / "embeddings")
+    )
     body = reloaded.get_base_model().transformer
     assert torch.equal(body.h[0].attn.c_attn.weight, base.transformer.h[0].attn.c_attn.weight)
     assert torch.equal(body.wpe.weight, base.transformer.wpe.weight)

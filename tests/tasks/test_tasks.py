@@ -4,8 +4,15 @@ import random
 import pytest
 import torch
 
-from ut_peft.tasks import IGNORE_INDEX, ScoredTokenAccuracy, aligned_predictions, dyck_dataset, khop_dataset
-from ut_peft.tasks import dyck, khop
+from ut_peft.tasks import (
+    IGNORE_INDEX,
+    ScoredTokenAccuracy,
+    aligned_predictions,
+    dyck,
+    dyck_dataset,
+    khop,
+    khop_dataset,
+)
 
 
 def _balanced_by_grammar(text: str) -> bool:
@@ -102,8 +109,9 @@ def test_majority_baseline_counts_the_most_frequent_scored_label():
 
     from ut_peft.tasks import majority_baseline
 
-    rows = Dataset.from_list([{"k": 1, "labels": [IGNORE_INDEX, 5, 5, 2]},
-                              {"k": 2, "labels": [IGNORE_INDEX, 3, 4, 4]}])
+    rows = Dataset.from_list(
+        [{"k": 1, "labels": [IGNORE_INDEX, 5, 5, 2]}, {"k": 2, "labels": [IGNORE_INDEX, 3, 4, 4]}]
+    )
     result = majority_baseline(rows)
     assert result["accuracy"] == pytest.approx(2 / 6)
     assert result["per_k"] == {"1": pytest.approx(2 / 3), "2": pytest.approx(2 / 3)}

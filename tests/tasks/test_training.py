@@ -16,9 +16,22 @@ from ut_peft.io import try_lock
 from ut_peft.tasks.training import RunInProgressError, RunSettings, evaluate_model, run, task_data
 
 ROOT = Path(__file__).resolve().parents[2]
-TINY = dict(width=24, layers=1, head_dim=4, steps=6, batch_size=8, train_examples=64, eval_examples=32,
-            checkpoint_every=3, warmup_steps=2, lr=1e-2, dyck_max_pairs=3, dyck_max_random_length=6, khop_length=8,
-            khop_ks=[1, 2])
+TINY = dict(
+    width=24,
+    layers=1,
+    head_dim=4,
+    steps=6,
+    batch_size=8,
+    train_examples=64,
+    eval_examples=32,
+    checkpoint_every=3,
+    warmup_steps=2,
+    lr=1e-2,
+    dyck_max_pairs=3,
+    dyck_max_random_length=6,
+    khop_length=8,
+    khop_ks=[1, 2],
+)
 
 
 def _trainable(output_dir):
@@ -29,7 +42,9 @@ def test_interrupted_run_resumes_to_the_same_weights(tmp_path):
     settings = RunSettings(task="khop", backbone="random-ut", variant="residual_layernorm", **TINY)
     whole = run(settings, tmp_path / "whole", progress=False)
     assert run(settings, tmp_path / "split", progress=False, stop_after=4) == {
-        "stopped_at": 4, "checkpoint": str(tmp_path / "split" / "checkpoint.pt")}
+        "stopped_at": 4,
+        "checkpoint": str(tmp_path / "split" / "checkpoint.pt"),
+    }
     resumed = run(settings, tmp_path / "split", results_path=tmp_path / "results.jsonl", progress=False)
     assert resumed["resumed_from_step"] == 4
     a, b = _trainable(tmp_path / "whole"), _trainable(tmp_path / "split")
@@ -56,7 +71,8 @@ def test_adapter_reloads_on_a_backbone_rebuilt_from_the_adapter(tmp_path):
     model = PeftModel.from_pretrained(base, tmp_path / "adapter")
     _, evaluation, _, _ = task_data(settings)
     assert evaluate_model(model, evaluation) == {k: row[k] for k in ("accuracy", "sequence_accuracy", "per_k")} | {
-        "scored_tokens": evaluate_model(model, evaluation)["scored_tokens"]}
+        "scored_tokens": evaluate_model(model, evaluation)["scored_tokens"]
+    }
 
 
 def test_full_baseline_trains_the_fixed_weights_too(tmp_path):
@@ -71,8 +87,23 @@ def test_full_baseline_trains_the_fixed_weights_too(tmp_path):
 def test_recipe_end_to_end(tmp_path, monkeypatch, capsys):
     # The argparse front end, run as a script in this process (a fresh interpreter would spend its time importing).
     args = [f"--{k.replace('_', '-')}={','.join(map(str, v)) if isinstance(v, list) else v}" for k, v in TINY.items()]
-    monkeypatch.setattr(sys, "argv", ["reprogram.py", "--task", "khop", "--backbone", "hf:gpt2", "--quiet",
-                                      "--out", str(tmp_path / "run"), "--results", str(tmp_path / "r.jsonl"), *args])
+    monkeypatch.setattr(
+        sys,
+        "argv",
+        [
+            "reprogram.py",
+            "--task",
+            "khop",
+            "--backbone",
+            "hf:gpt2",
+            "--quiet",
+            "--out",
+            str(tmp_path / "run"),
+            "--results",
+            str(tmp_path / "r.jsonl"),
+            *args,
+        ],
+    )
     runpy.run_path(str(ROOT / "recipes" / "reprogram.py"), run_name="__main__")
     row = json.loads((tmp_path / "r.jsonl").read_text())
     assert 0.0 <= row["accuracy"] <= 1.0 and row["backbone"] == "hf:gpt2" and set(row["per_k"]) == {"1", "2"}
@@ -119,7 +150,8 @@ def test_a_finished_run_rerun_appends_no_second_row(tmp_path):
     again = run(settings, tmp_path / "run", results_path=tmp_path / "r.jsonl", progress=False)
     assert again == first and len((tmp_path / "r.jsonl").read_text().splitlines()) == 1
     assert [point["step"] for point in first["curve"]] == [2, 4, 6] and first["curve"][-1]["accuracy"] == first[
-        "accuracy"]
+        "accuracy"
+    ]
     with pytest.raises(ValueError, match="different settings"):
         run(RunSettings(task="dyck", backbone="random-ut", **{**TINY, "lr": 0.5}), tmp_path / "run", progress=False)
 
@@ -138,8 +170,10 @@ def test_a_second_process_is_refused_while_a_run_trains_in_the_folder(tmp_path):
 
 def _tiny_plan(experiments, tmp_path):
     """Point recipes/ut_experiments.py at a two-run plan of tiny runs under tmp_path."""
-    plan = [(name, dict(task="dyck", backbone="random-ut", **TINY, seed=seed))
-            for name, seed in (("dyck-a-s0", 0), ("dyck-b-s0", 1))]
+    plan = [
+        (name, dict(task="dyck", backbone="random-ut", **TINY, seed=seed))
+        for name, seed in (("dyck-a-s0", 0), ("dyck-b-s0", 1))
+    ]
     module = experiments["run_plan"].__globals__  # the functions' own globals (run_path returns a copy)
     module.update(PLAN=plan, ROOT=tmp_path, RESULTS=tmp_path / "results" / "runs.jsonl")
     return module
@@ -211,6 +245,7 @@ def test_hf_backbones_are_built_without_the_test_helper():
         assert built.to_dict() == expected.to_dict(), family
     with pytest.raises(ValueError, match="choose one of"):
         training.family_config("bert", vocab_size=23, width=32, layers=2, heads=4, max_positions=40)
+
 
 def test_every_planned_experiment_command_makes_the_planned_settings():
     # The table prints a recipes/reprogram.py command per row; it must rebuild exactly the run the plan made.

@@ -35,13 +35,23 @@ def _case(family: str, tied: bool, option: str):
     with the option, so every family also meets both and every option meets both); the rest of the grid is slow."""
     rotation = (FAMILIES.index(family) + list(OPTIONS).index(option)) % 2 == 0
     default = tied if option == "untie" else tied == rotation
-    return pytest.param(family, tied, option, id=f"{family}-{'tied' if tied else 'untied'}-{option}",
-                        marks=() if default else pytest.mark.slow)
+    return pytest.param(
+        family,
+        tied,
+        option,
+        id=f"{family}-{'tied' if tied else 'untied'}-{option}",
+        marks=() if default else pytest.mark.slow,
+    )
 
 
 # "untie" only differs from "full" on a tied model.
-CASES = [_case(family, tied, option) for family in FAMILIES for tied in (False, True) for option in OPTIONS
-         if tied or option != "untie"]
+CASES = [
+    _case(family, tied, option)
+    for family in FAMILIES
+    for tied in (False, True)
+    for option in OPTIONS
+    if tied or option != "untie"
+]
 
 
 def config_for(option: str, **overrides) -> UTReprogramConfig:
@@ -119,7 +129,7 @@ def test_half_precision_base_runs_and_merges_to_half(family, tied, option):
     inputs = inputs_for(model, option)
     labels = inputs["input_ids"].masked_fill(inputs["attention_mask"] == 0, -100)
     if OPTIONS[option].get("num_memory_tokens"):
-        labels[:, :OPTIONS[option]["num_memory_tokens"]] = -100
+        labels[:, : OPTIONS[option]["num_memory_tokens"]] = -100
     out = model(**inputs, labels=labels)
     assert out.logits.dtype == dtype and torch.isfinite(out.loss)
     out.loss.backward()
@@ -145,7 +155,7 @@ def test_merge_and_unload_gives_a_folder_that_loads_back(tmp_path, family, tied,
     for candidate in (merged, loaded):
         got = candidate(**inputs).logits
         # The merged model scores the same vocabulary the same way; memory ids (if any) are extra columns.
-        assert torch.allclose(got[..., :expected.shape[-1]], expected, atol=1e-5)
+        assert torch.allclose(got[..., : expected.shape[-1]], expected, atol=1e-5)
     memory = OPTIONS[option].get("num_memory_tokens", 0)
     if memory:
         # Memory ids are inputs only: generate never picks them in the merged model either.
@@ -189,7 +199,7 @@ def test_merge_and_unload_merges_the_named_adapter(family, tied, option):
     other = model(**inputs).logits.detach()
     model.set_adapter("default")
     merged = model.merge_and_unload(adapter_names=["other"])
-    assert torch.allclose(merged(**inputs).logits[..., :other.shape[-1]], other, atol=1e-5)
+    assert torch.allclose(merged(**inputs).logits[..., : other.shape[-1]], other, atol=1e-5)
 
 
 @pytest.mark.parametrize("family,tied,option", CASES)

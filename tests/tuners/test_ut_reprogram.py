@@ -104,8 +104,9 @@ def test_train_only_one_side():
     # On a tied model, training one side needs an explicit untie.
     with pytest.raises(ValueError, match="tied_embeddings='untie'"):
         get_peft_model(tiny_model("llama", tied=True), UTReprogramConfig(train_output_embeddings=False))
-    untied = get_peft_model(tiny_model("llama", tied=True),
-                            UTReprogramConfig(train_output_embeddings=False, tied_embeddings="untie"))
+    untied = get_peft_model(
+        tiny_model("llama", tied=True), UTReprogramConfig(train_output_embeddings=False, tied_embeddings="untie")
+    )
     ids = batch()
     base_head = untied.get_output_embeddings().weight.detach().clone()
     train_steps(untied, ids)
@@ -148,8 +149,9 @@ def test_task_vocab_adapter_is_small_when_base_is_a_local_folder(tmp_path):
 @pytest.mark.parametrize("family,tied", [("llama", True), ("gemma3", False), ("gpt_neox", False)])
 def test_memory_tokens_through_training_and_generate(tmp_path, family, tied):
     base = tiny_model(family, tied=tied)
-    model = get_peft_model(base, UTReprogramConfig(num_memory_tokens=3, train_input_embeddings=False,
-                                                  train_output_embeddings=False))
+    model = get_peft_model(
+        base, UTReprogramConfig(num_memory_tokens=3, train_input_embeddings=False, train_output_embeddings=False)
+    )
     names = trainable_names(model)
     assert len(names) == 1 and "ut_reprogram_memory" in names[0]
     assert ut_peft.memory_token_ids(model) == [97, 98, 99]
@@ -174,9 +176,10 @@ def test_memory_tokens_through_training_and_generate(tmp_path, family, tied):
 
 def test_memory_vectors_are_initialised_at_the_scale_the_model_uses():
     # Gemma multiplies token rows by sqrt(d) inside its embedding: memory outputs must match that scale.
-    model = get_peft_model(tiny_model("gemma3", hidden_size=64), UTReprogramConfig(num_memory_tokens=64,
-                                                                                  train_output_embeddings=False,
-                                                                                  train_input_embeddings=False))
+    model = get_peft_model(
+        tiny_model("gemma3", hidden_size=64),
+        UTReprogramConfig(num_memory_tokens=64, train_output_embeddings=False, train_input_embeddings=False),
+    )
     embed = model.get_input_embeddings()
     token_out = embed(torch.arange(97)[None])
     memory_out = embed(torch.tensor([ut_peft.memory_token_ids(model)]))
@@ -240,6 +243,7 @@ def test_transformers_adapter_integration(tmp_path):
     tiny_model("llama").save_pretrained(tmp_path / "base")
     # Point the adapter at the saved base so AutoModelForCausalLM.from_pretrained(adapter_dir) can find it.
     import json
+
     config_path = tmp_path / "adapter" / "adapter_config.json"
     config = json.loads(config_path.read_text())
     config["base_model_name_or_path"] = str(tmp_path / "base")
@@ -269,28 +273,40 @@ def test_trainer_trains_only_the_adapter(tmp_path):
     rows = [{"input_ids": [i % 8, (i + 1) % 8, (i + 2) % 8, (i + 3) % 8]} for i in range(16)]
     dataset = Dataset.from_list(rows).map(lambda r: {"labels": r["input_ids"]})
     frozen = model.get_base_model().model.layers[0].self_attn.q_proj.weight.detach().clone()
-    args = transformers.TrainingArguments(output_dir=str(tmp_path), max_steps=5, per_device_train_batch_size=4,
-                                          learning_rate=1e-2, report_to=[], save_strategy="no", logging_steps=1,
-                                          use_cpu=True)
+    args = transformers.TrainingArguments(
+        output_dir=str(tmp_path),
+        max_steps=5,
+        per_device_train_batch_size=4,
+        learning_rate=1e-2,
+        report_to=[],
+        save_strategy="no",
+        logging_steps=1,
+        use_cpu=True,
+    )
     result = transformers.Trainer(model=model, args=args, train_dataset=dataset).train()
     assert result.global_step == 5
     assert torch.equal(model.get_base_model().model.layers[0].self_attn.q_proj.weight, frozen)
 
 
-@pytest.mark.parametrize("kwargs,match", [
-    (dict(train_input_embeddings=False, train_output_embeddings=False), "nothing to train"),
-    (dict(num_memory_tokens=-1), "negative"),
-    (dict(task_vocab_size=1), "at least 2"),
-    (dict(task_vocab_size=0), "at least 2"),
-    (dict(task_vocab_size=3.5), "must be an int"),
-    (dict(tied_embeddings="share"), "tied_embeddings"),
-    (dict(init="zeros"), "init must be"),
-    (dict(init="copy", task_vocab_size=4), "init_token_ids"),
-    (dict(init="copy", num_memory_tokens=2, init_token_ids=[1]), "init_token_ids"),
-    (dict(init_token_ids=[1, 2]), "only used with init='copy'"),
-    (dict(task_vocab_size=4, train_input_embeddings=False, train_output_embeddings=False, num_memory_tokens=1),
-     "at least one of them must train"),
-])
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        (dict(train_input_embeddings=False, train_output_embeddings=False), "nothing to train"),
+        (dict(num_memory_tokens=-1), "negative"),
+        (dict(task_vocab_size=1), "at least 2"),
+        (dict(task_vocab_size=0), "at least 2"),
+        (dict(task_vocab_size=3.5), "must be an int"),
+        (dict(tied_embeddings="share"), "tied_embeddings"),
+        (dict(init="zeros"), "init must be"),
+        (dict(init="copy", task_vocab_size=4), "init_token_ids"),
+        (dict(init="copy", num_memory_tokens=2, init_token_ids=[1]), "init_token_ids"),
+        (dict(init_token_ids=[1, 2]), "only used with init='copy'"),
+        (
+            dict(task_vocab_size=4, train_input_embeddings=False, train_output_embeddings=False, num_memory_tokens=1),
+            "at least one of them must train",
+        ),
+    ],
+)
 def test_invalid_configs_raise_clear_errors(kwargs, match):
     with pytest.raises(ValueError, match=match):
         UTReprogramConfig(**kwargs)
@@ -298,8 +314,9 @@ def test_invalid_configs_raise_clear_errors(kwargs, match):
 
 def test_copy_init_uses_the_given_token_rows():
     base = tiny_model("llama")
-    model = get_peft_model(base, UTReprogramConfig(task_vocab_size=3, num_memory_tokens=1, init="copy",
-                                                  init_token_ids=[5, 6, 7, 8]))
+    model = get_peft_model(
+        base, UTReprogramConfig(task_vocab_size=3, num_memory_tokens=1, init="copy", init_token_ids=[5, 6, 7, 8])
+    )
     embed = model.get_input_embeddings()
     assert torch.equal(embed.ut_reprogram_embedding["default"], embed.get_base_layer().weight[5:8])
     assert torch.equal(embed.ut_reprogram_memory["default"][0], embed.get_base_layer().weight[8])

@@ -8,16 +8,23 @@ from ut_peft.universal import UniversalTransformerConfig, UniversalTransformerFo
 
 
 def _config(**kwargs):
-    base = dict(vocab_size=7, hidden_size=24, num_hidden_layers=2, num_attention_heads=2, head_dim=3,
-                max_position_embeddings=16)
+    base = dict(
+        vocab_size=7,
+        hidden_size=24,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        head_dim=3,
+        max_position_embeddings=16,
+    )
     return UniversalTransformerConfig(**{**base, **kwargs})
 
 
 @pytest.mark.parametrize("variant", ["attention_only", "residual_layernorm", "mlp"])
 @pytest.mark.parametrize("weights", ["sparse", "random"])
 def test_auto_class_builds_and_trains_only_embeddings(variant, weights):
-    model = AutoModelForCausalLM.from_config(_config(variant=variant, weights=weights,
-                                                     position_embedding_type="learned"))
+    model = AutoModelForCausalLM.from_config(
+        _config(variant=variant, weights=weights, position_embedding_type="learned")
+    )
     assert isinstance(model, UniversalTransformerForCausalLM)
     ids = torch.randint(0, 7, (3, 9))
     out = model(input_ids=ids, attention_mask=torch.ones_like(ids), labels=ids)
@@ -68,8 +75,9 @@ def test_rebuild_from_config_and_save_load_are_bit_identical(tmp_path):
 
 def test_adapter_save_load_on_ut_backbone(tmp_path):
     config = _config(weights="sparse", num_attention_heads=1, position_embedding_type="learned")
-    peft_model = get_peft_model(AutoModelForCausalLM.from_config(config),
-                                ut_peft.UTReprogramConfig(train_position_embeddings=True))
+    peft_model = get_peft_model(
+        AutoModelForCausalLM.from_config(config), ut_peft.UTReprogramConfig(train_position_embeddings=True)
+    )
     ids = torch.randint(0, 7, (2, 6))
     optimizer = torch.optim.Adam([p for p in peft_model.parameters() if p.requires_grad], lr=0.1)
     for _ in range(3):

@@ -3,17 +3,30 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from ut_peft.universal import UniversalTransformerConfig
-from ut_peft.universal.compiler import (CompilationError, compile_embedding, compile_into_model, fit_embedding,
-                                        required_width)
+from ut_peft.universal.compiler import (
+    CompilationError,
+    compile_embedding,
+    compile_into_model,
+    fit_embedding,
+    required_width,
+)
 from ut_peft.universal.targets import TargetTransformer
 
 CASES = [(1, 2, 2), (2, 3, 2), (3, 4, 3), (2, 5, 1)]  # (L, d, k)
 
 
 def _backbone(*, width, layers, heads=1, head_dim, weights, looped=False, readout, seed=0, **kwargs):
-    config = UniversalTransformerConfig(hidden_size=width, num_hidden_layers=layers, num_attention_heads=heads,
-                                        head_dim=head_dim, weights=weights, looped=looped, readout_size=readout,
-                                        seed=seed, **kwargs)
+    config = UniversalTransformerConfig(
+        hidden_size=width,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        head_dim=head_dim,
+        weights=weights,
+        looped=looped,
+        readout_size=readout,
+        seed=seed,
+        **kwargs,
+    )
     return AutoModelForCausalLM.from_config(config)
 
 
@@ -37,8 +50,9 @@ def test_single_head_compilation_is_exact(weights, looped, layers, d, k):
     if weights == "random":
         # At exactly the minimum width a Gaussian system is square and its condition number grows with depth
         # (E reaches ~1e2 for L=3), which float32 amplifies; two spare columns make the min-norm E well behaved.
-        backbone = _backbone(width=width + 2, layers=layers, head_dim=k, weights=weights, looped=looped,
-                             readout=d, seed=3)
+        backbone = _backbone(
+            width=width + 2, layers=layers, head_dim=k, weights=weights, looped=looped, readout=d, seed=3
+        )
         result = compile_embedding(target, backbone)
     assert _max_error(backbone, target, result.embedding, torch.float32) < 1e-5
 
@@ -90,8 +104,10 @@ def test_rank_deficient_backbone_is_refused():
 def test_incompatible_backbones_are_refused_with_reason():
     target = TargetTransformer.random(d=2, k=2, layers=2, seed=0)
     with pytest.raises(CompilationError, match="attention_only"):
-        compile_embedding(target, _backbone(width=20, layers=2, head_dim=2, weights="sparse", readout=2,
-                                            variant="residual_layernorm"))
+        compile_embedding(
+            target,
+            _backbone(width=20, layers=2, head_dim=2, weights="sparse", readout=2, variant="residual_layernorm"),
+        )
     with pytest.raises(CompilationError, match="layers differ"):
         compile_embedding(target, _backbone(width=20, layers=3, head_dim=2, weights="sparse", readout=2))
     with pytest.raises(CompilationError, match="readout_size"):
@@ -101,8 +117,9 @@ def test_incompatible_backbones_are_refused_with_reason():
 def test_token_level_compilation_into_the_hf_model():
     vocab = 6
     target = TargetTransformer.random(d=3, k=2, layers=2, d_out=vocab, vocab_size=vocab, seed=2)
-    backbone = _backbone(width=required_width(2, 1, 2, vocab), layers=2, head_dim=2, weights="random",
-                         readout=vocab, vocab_size=vocab).to(torch.float64)
+    backbone = _backbone(
+        width=required_width(2, 1, 2, vocab), layers=2, head_dim=2, weights="random", readout=vocab, vocab_size=vocab
+    ).to(torch.float64)
     compile_into_model(target, backbone)
     ids = torch.randint(0, vocab, (4, 8))
     assert (backbone(input_ids=ids).logits - target(ids)).abs().max() < 1e-9

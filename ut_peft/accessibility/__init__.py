@@ -11,22 +11,51 @@
 
 from .adapters import save_memory_adapter, save_memory_adapters
 from .bounds import SupportStats, ball_slope_bound, box_slope_bound, measure_support, slope_bounds
+from .calibrate import calibrate_abandon
 from .cram import CramConfig, CramJob, CramResult, RowState, cram, cram_reference, greedy_decode
 from .design import AdaptiveDesign, Design, FixedDesign, SequentialDesign, make_design, next_length
 from .fit import fit_logistic, fit_sigmoid, line_interval, linear_fit, n50_interval
+from .protocol import PROTOCOLS
 from .sources import make_source
 from .store import MSummary, Summary, load_rows
-from .calibrate import calibrate_abandon
-from .protocol import PROTOCOLS
 from .sweep import GridConfig, SweepConfig, load_summary, merge_sweeps, run_sweep, summarize_folder
 
 __all__ = [
-    "CramConfig", "CramJob", "CramResult", "RowState", "cram", "cram_reference", "greedy_decode",
-    "GridConfig", "SweepConfig", "run_sweep", "summarize_folder", "merge_sweeps", "load_summary", "load_rows",
-    "Summary", "MSummary",
-    "next_length", "make_source", "PROTOCOLS", "calibrate_abandon",
-    "fit_sigmoid", "linear_fit", "SupportStats", "measure_support", "ball_slope_bound", "box_slope_bound",
-    "slope_bounds", "save_memory_adapter", "save_memory_adapters",
-    "Design", "FixedDesign", "AdaptiveDesign", "SequentialDesign", "make_design", "fit_logistic", "n50_interval",
+    "CramConfig",
+    "CramJob",
+    "CramResult",
+    "RowState",
+    "cram",
+    "cram_reference",
+    "greedy_decode",
+    "GridConfig",
+    "SweepConfig",
+    "run_sweep",
+    "summarize_folder",
+    "merge_sweeps",
+    "load_summary",
+    "load_rows",
+    "Summary",
+    "MSummary",
+    "next_length",
+    "make_source",
+    "PROTOCOLS",
+    "calibrate_abandon",
+    "fit_sigmoid",
+    "linear_fit",
+    "SupportStats",
+    "measure_support",
+    "ball_slope_bound",
+    "box_slope_bound",
+    "slope_bounds",
+    "save_memory_adapter",
+    "save_memory_adapters",
+    "Design",
+    "FixedDesign",
+    "AdaptiveDesign",
+    "SequentialDesign",
+    "make_design",
+    "fit_logistic",
+    "n50_interval",
     "line_interval",
 ]

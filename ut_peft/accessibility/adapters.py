@@ -9,9 +9,17 @@ import torch
 from ..io import atomic_write_json
 
 
-def save_memory_adapter(base_model, vectors: torch.Tensor, folder, *, base_model_name: str | None = None,
-                        sequence: list[int] | None = None, metrics: dict | None = None,
-                        prefix_ids: tuple[int, ...] = (), given_tokens: int = 0) -> Path:
+def save_memory_adapter(
+    base_model,
+    vectors: torch.Tensor,
+    folder,
+    *,
+    base_model_name: str | None = None,
+    sequence: list[int] | None = None,
+    metrics: dict | None = None,
+    prefix_ids: tuple[int, ...] = (),
+    given_tokens: int = 0,
+) -> Path:
     """Save ``vectors`` (m, d, in inputs_embeds space) as a memory-only adapter with its model card.
 
     ``base_model`` is wrapped only for the save and unwrapped afterwards, so one loaded model serves many
@@ -37,13 +45,19 @@ def save_memory_adapter(base_model, vectors: torch.Tensor, folder, *, base_model
         training["tokens given after the memory (not generated)"] = given_tokens
     if sequence is not None:
         if len(sequence) <= given_tokens:
-            raise ValueError(f"the sequence has {len(sequence)} tokens, no more than the {given_tokens} given ones: "
-                             "nothing is left for the memory to produce")
+            raise ValueError(
+                f"the sequence has {len(sequence)} tokens, no more than the {given_tokens} given ones: "
+                "nothing is left for the memory to produce"
+            )
         training["sequence length"] = len(sequence)
-        atomic_write_json(folder / "sequence.json", {"input_ids": list(sequence), "prefix_ids": list(prefix_ids),
-                                                     "given_tokens": given_tokens}, indent=None)
-    save_model_card(folder, base_model=base_model_name, training=training, metrics=metrics,
-                    tags=["cramming", "accessibility"])
+        atomic_write_json(
+            folder / "sequence.json",
+            {"input_ids": list(sequence), "prefix_ids": list(prefix_ids), "given_tokens": given_tokens},
+            indent=None,
+        )
+    save_model_card(
+        folder, base_model=base_model_name, training=training, metrics=metrics, tags=["cramming", "accessibility"]
+    )
     return folder
 
 
@@ -58,8 +72,10 @@ def save_memory_adapters(output_dir, model=None, *, accessible_only: bool = True
     output_dir = Path(output_dir)
     files = vector_files(output_dir)
     if not files:
-        raise ValueError(f"{output_dir}/vectors holds no crammed vectors; run the sweep with save_vectors=True "
-                         "(--save-vectors) first")
+        raise ValueError(
+            f"{output_dir}/vectors holds no crammed vectors; run the sweep with save_vectors=True "
+            "(--save-vectors) first"
+        )
     settings = read_settings(output_dir)
     name = model if isinstance(model, str) else settings["model"]
     base = load_model(name) if model is None or isinstance(model, str) else model
@@ -71,8 +87,16 @@ def save_memory_adapters(output_dir, model=None, *, accessible_only: bool = True
             continue
         vectors, ids = read_vectors(path)
         metrics = {k: row[k] for k in ("tf_accuracy", "greedy_exact", "steps", "final_loss")}
-        saved.append(save_memory_adapter(base, vectors, output_dir / ADAPTERS_DIR / path.stem, base_model_name=name,
-                                         sequence=ids, metrics=metrics,
-                                         prefix_ids=tuple(settings["cram"].get("prefix_ids", ())),
-                                         given_tokens=int(settings["cram"].get("given_tokens", 0))))
+        saved.append(
+            save_memory_adapter(
+                base,
+                vectors,
+                output_dir / ADAPTERS_DIR / path.stem,
+                base_model_name=name,
+                sequence=ids,
+                metrics=metrics,
+                prefix_ids=tuple(settings["cram"].get("prefix_ids", ())),
+                given_tokens=int(settings["cram"].get("given_tokens", 0)),
+            )
+        )
     return saved

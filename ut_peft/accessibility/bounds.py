@@ -22,7 +22,7 @@ import torch
 from ..devices import execution_device
 
 # fp16 keeps 11 significant bits: the paper's precision scale relative to the support radius.
-EPS_RELATIVE = 2.0 ** -11
+EPS_RELATIVE = 2.0**-11
 
 
 @dataclass
@@ -41,8 +41,13 @@ class SupportStats:
         return int(self.hidden.shape[1])
 
     def to_dict(self) -> dict:
-        return {"radius": self.radius, "eps": self.eps, "num_samples": int(self.hidden.shape[0]),
-                "hidden_size": self.hidden_size, "vocab_size": self.vocab_size}
+        return {
+            "radius": self.radius,
+            "eps": self.eps,
+            "num_samples": int(self.hidden.shape[0]),
+            "hidden_size": self.hidden_size,
+            "vocab_size": self.vocab_size,
+        }
 
 
 def head_inputs(model, input_ids: torch.Tensor, **kwargs) -> torch.Tensor:
@@ -64,16 +69,18 @@ def head_inputs(model, input_ids: torch.Tensor, **kwargs) -> torch.Tensor:
 
 
 @torch.no_grad()
-def measure_support(model, *, num_sequences: int = 256, seq_len: int = 32, seed: int = 0,
-                    batch_size: int = 32) -> SupportStats:
+def measure_support(
+    model, *, num_sequences: int = 256, seq_len: int = 32, seed: int = 0, batch_size: int = 32
+) -> SupportStats:
     """Sample final hidden states of ``num_sequences`` uniformly random token sequences of length ``seq_len``.
 
     ``seq_len`` is capped at the model's context (``config.max_position_embeddings``): a model with fewer
     positions than the default 32 is measured on sequences as long as it can read.
     """
     if num_sequences < 1 or seq_len < 1 or batch_size < 1:
-        raise ValueError(f"num_sequences, seq_len and batch_size must be >= 1 "
-                         f"(got {num_sequences}, {seq_len}, {batch_size})")
+        raise ValueError(
+            f"num_sequences, seq_len and batch_size must be >= 1 (got {num_sequences}, {seq_len}, {batch_size})"
+        )
     context = getattr(getattr(model, "config", None), "max_position_embeddings", None)
     if isinstance(context, int) and context > 0:
         seq_len = min(seq_len, context)
@@ -84,14 +91,22 @@ def measure_support(model, *, num_sequences: int = 256, seq_len: int = 32, seed:
     was_training = model.training
     model.eval()
     try:
-        states = [head_inputs(model, ids[i:i + batch_size].to(device)).float().cpu()
-                  for i in range(0, num_sequences, batch_size)]
+        states = [
+            head_inputs(model, ids[i : i + batch_size].to(device)).float().cpu()
+            for i in range(0, num_sequences, batch_size)
+        ]
     finally:
         model.train(was_training)
     hidden = torch.cat(states)
     radius = float(hidden.norm(dim=1).max())
-    return SupportStats(radius=radius, eps=radius * EPS_RELATIVE, low=hidden.min(dim=0).values,
-                        high=hidden.max(dim=0).values, hidden=hidden, vocab_size=int(vocab_size))
+    return SupportStats(
+        radius=radius,
+        eps=radius * EPS_RELATIVE,
+        low=hidden.min(dim=0).values,
+        high=hidden.max(dim=0).values,
+        hidden=hidden,
+        vocab_size=int(vocab_size),
+    )
 
 
 def _check(eps: float, vocab_size: int) -> None:
@@ -124,5 +139,7 @@ def box_slope_bound(low, high, eps: float, vocab_size: int) -> float:
 
 def slope_bounds(stats: SupportStats) -> dict:
     """Both bounds for measured support statistics, as a dict ``{"ball": ..., "box": ...}``."""
-    return {"ball": ball_slope_bound(stats.hidden_size, stats.radius, stats.eps, stats.vocab_size),
-            "box": box_slope_bound(stats.low, stats.high, stats.eps, stats.vocab_size)}
+    return {
+        "ball": ball_slope_bound(stats.hidden_size, stats.radius, stats.eps, stats.vocab_size),
+        "box": box_slope_bound(stats.low, stats.high, stats.eps, stats.vocab_size),
+    }

@@ -27,8 +27,9 @@ def _full_run(row: dict) -> bool:
     return row.get("stop_reason") in ("exact", "max_steps", "patience") and "best_accuracy_at" in row
 
 
-def calibrate_abandon(rows: list[dict], *, margin: float = 0.05, min_support: int = 5,
-                      checkpoints=CHECKPOINTS) -> tuple[tuple[int, float], ...]:
+def calibrate_abandon(
+    rows: list[dict], *, margin: float = 0.05, min_support: int = 5, checkpoints=CHECKPOINTS
+) -> tuple[tuple[int, float], ...]:
     """The abandon rule fitted on full-run rows: ((step, min best accuracy), ...).
 
     A checkpoint enters only when at least ``min_support`` accessible rows were still running there (fewer would
@@ -67,8 +68,14 @@ def replay(rows: list[dict], rule) -> dict:
         if k is not None:
             saved += cost - (k + 1)
             false += bool(row["accessible"])
-    return {"rows": len(rows), "accessible": accessible, "false_abandons": false, "row_steps": spent,
-            "row_steps_with_rule": spent - saved, "saving": spent / max(spent - saved, 1)}
+    return {
+        "rows": len(rows),
+        "accessible": accessible,
+        "false_abandons": false,
+        "row_steps": spent,
+        "row_steps_with_rule": spent - saved,
+        "saving": spent / max(spent - saved, 1),
+    }
 
 
 def cross_validate(rows: list[dict], *, folds: int = 5, seed: int = 0, **kwargs) -> dict:
@@ -87,7 +94,10 @@ def cross_validate(rows: list[dict], *, folds: int = 5, seed: int = 0, **kwargs)
             total[key] += result[key]
     n, x = total["accessible"], total["false_abandons"]
     upper = 1.0 if n == 0 else (1.0 if x == n else float(stats.beta.ppf(0.975, x + 1, n - x)))
-    total.update(false_abandon_rate=x / n if n else math.nan, false_abandon_upper95=upper,
-                 saving=total["row_steps"] / max(total["row_steps_with_rule"], 1),
-                 rule=calibrate_abandon(rows, **kwargs))
+    total.update(
+        false_abandon_rate=x / n if n else math.nan,
+        false_abandon_upper95=upper,
+        saving=total["row_steps"] / max(total["row_steps_with_rule"], 1),
+        rule=calibrate_abandon(rows, **kwargs),
+    )
     return total

@@ -30,9 +30,9 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
+from collections.abc import Iterable, Iterator
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from collections.abc import Iterable, Iterator
 
 import torch
 import torch.nn.functional as F
@@ -54,7 +54,7 @@ class CramConfig:
     patience: int = 500  # steps without a new best teacher-forced accuracy
     progressive: bool = False  # grow the target one token at a time
     batch_size: int = 16  # rows optimised together
-    logits_budget: int = 2 ** 26  # most logits elements held at once; beyond it the head runs in chunks
+    logits_budget: int = 2**26  # most logits elements held at once; beyond it the head runs in chunks
     autocast: str = "auto"  # "auto" (bf16 on GPU, off on CPU), "bf16", "fp16" or "none"
     check_greedy: bool = True  # confirm exactness with a real greedy decoding loop (else 100% accuracy suffices)
     # Token ids put before the memory vectors, e.g. the model's BOS. Llama-type models turn position 0 into an
@@ -75,13 +75,16 @@ class CramConfig:
 
     def __post_init__(self):
         if self.max_steps < 0 or self.patience < 1 or self.batch_size < 1 or self.logits_budget < 1:
-            raise ValueError("max_steps must be >= 0 and patience, batch_size, logits_budget >= 1 "
-                             f"(got {self.max_steps}, {self.patience}, {self.batch_size}, {self.logits_budget})")
+            raise ValueError(
+                "max_steps must be >= 0 and patience, batch_size, logits_budget >= 1 "
+                f"(got {self.max_steps}, {self.patience}, {self.batch_size}, {self.logits_budget})"
+            )
         for name in ("lr", "weight_decay", "adam_eps"):
             value = getattr(self, name)
             if not (math.isfinite(value) and (value > 0 if name != "weight_decay" else value >= 0)):
-                raise ValueError(f"{name} must be a finite number {'>= 0' if name == 'weight_decay' else '> 0'} "
-                                 f"(got {value!r})")
+                raise ValueError(
+                    f"{name} must be a finite number {'>= 0' if name == 'weight_decay' else '> 0'} (got {value!r})"
+                )
         self.betas = tuple(float(b) for b in self.betas)
         if len(self.betas) != 2 or not all(0.0 <= b < 1.0 for b in self.betas):
             raise ValueError(f"betas must be two numbers in [0, 1) (got {self.betas})")
@@ -120,19 +123,34 @@ class RowState:
 
     def scalars(self) -> dict:
         """The non-tensor fields (JSON-safe)."""
-        return {"step": self.step, "target_len": self.target_len, "best_acc": self.best_acc,
-                "since_best": self.since_best, "greedy_misses": self.greedy_misses,
-                "next_greedy_check": self.next_greedy_check, "best_at": {str(k): v for k, v in self.best_at.items()},
-                "seconds": self.seconds, "best_prefix": self.best_prefix}
+        return {
+            "step": self.step,
+            "target_len": self.target_len,
+            "best_acc": self.best_acc,
+            "since_best": self.since_best,
+            "greedy_misses": self.greedy_misses,
+            "next_greedy_check": self.next_greedy_check,
+            "best_at": {str(k): v for k, v in self.best_at.items()},
+            "seconds": self.seconds,
+            "best_prefix": self.best_prefix,
+        }
 
     @classmethod
     def from_parts(cls, tensors: dict, scalars: dict) -> RowState:
-        return cls(vectors=tensors["vectors"], exp_avg=tensors["exp_avg"], exp_avg_sq=tensors["exp_avg_sq"],
-                   step=int(scalars["step"]), target_len=int(scalars["target_len"]),
-                   best_acc=float(scalars["best_acc"]), since_best=int(scalars["since_best"]),
-                   greedy_misses=int(scalars["greedy_misses"]), next_greedy_check=int(scalars["next_greedy_check"]),
-                   best_at={int(k): float(v) for k, v in scalars["best_at"].items()},
-                   seconds=float(scalars["seconds"]), best_prefix=int(scalars.get("best_prefix", 0)))
+        return cls(
+            vectors=tensors["vectors"],
+            exp_avg=tensors["exp_avg"],
+            exp_avg_sq=tensors["exp_avg_sq"],
+            step=int(scalars["step"]),
+            target_len=int(scalars["target_len"]),
+            best_acc=float(scalars["best_acc"]),
+            since_best=int(scalars["since_best"]),
+            greedy_misses=int(scalars["greedy_misses"]),
+            next_greedy_check=int(scalars["next_greedy_check"]),
+            best_at={int(k): float(v) for k, v in scalars["best_at"].items()},
+            seconds=float(scalars["seconds"]),
+            best_prefix=int(scalars.get("best_prefix", 0)),
+        )
 
 
 @dataclass
@@ -154,8 +172,10 @@ class CramJob:
         if self.init is not None and tuple(self.init.shape[:1]) != (self.m,):
             raise ValueError(f"job {self.key!r}: init has shape {tuple(self.init.shape)}, expected ({self.m}, d)")
         if self.resume is not None and tuple(self.resume.vectors.shape[:1]) != (self.m,):
-            raise ValueError(f"job {self.key!r}: its resume state holds {tuple(self.resume.vectors.shape)} vectors, "
-                             f"expected ({self.m}, d)")
+            raise ValueError(
+                f"job {self.key!r}: its resume state holds {tuple(self.resume.vectors.shape)} vectors, "
+                f"expected ({self.m}, d)"
+            )
 
 
 @dataclass
@@ -269,7 +289,7 @@ def _chunk_stats(model, hidden: torch.Tensor, targets: torch.Tensor):
     return F.cross_entropy(logits, targets, reduction="none"), logits.argmax(-1) == targets
 
 
-def token_stats(model, hidden: torch.Tensor, targets: torch.Tensor, logits_budget: int = 2 ** 26):
+def token_stats(model, hidden: torch.Tensor, targets: torch.Tensor, logits_budget: int = 2**26):
     """Per-position cross-entropy and argmax correctness for (T, d) hidden states, chunked over T.
 
     Beyond ``logits_budget`` elements each chunk's head runs under checkpointing, so backward recomputes its
@@ -282,7 +302,7 @@ def token_stats(model, hidden: torch.Tensor, targets: torch.Tensor, logits_budge
     size = max(1, logits_budget // vocab)
     losses, correct = [], []
     for start in range(0, total, size):
-        h, t = hidden[start:start + size], targets[start:start + size]
+        h, t = hidden[start : start + size], targets[start : start + size]
         if torch.is_grad_enabled() and h.requires_grad:
             loss, ok = checkpoint(_chunk_stats, model, h, t, use_reentrant=False)
         else:
@@ -309,8 +329,9 @@ def _prefix_embeds(model, config: CramConfig) -> torch.Tensor:
 
 
 @torch.no_grad()
-def greedy_decode(model, memory: torch.Tensor, length: int, config: CramConfig | None = None,
-                  given: torch.Tensor | None = None) -> torch.Tensor:
+def greedy_decode(
+    model, memory: torch.Tensor, length: int, config: CramConfig | None = None, given: torch.Tensor | None = None
+) -> torch.Tensor:
     """Greedy tokens (B, length) generated after (B, m, d) memory vectors, with the model's KV cache.
 
     ``given`` (B, g) token ids follow the memory as inputs before generation starts (the published layout's BOS).
@@ -327,8 +348,12 @@ def greedy_decode(model, memory: torch.Tensor, length: int, config: CramConfig |
         out = model(inputs_embeds=start.to(embed.weight.dtype), use_cache=True, logits_to_keep=1)
         tokens = [out.logits[:, -1].argmax(-1)]
         for _ in range(length - 1):
-            out = model(input_ids=tokens[-1][:, None].to(execution_device(embed)), cache=out.cache,
-                        use_cache=True, logits_to_keep=1)
+            out = model(
+                input_ids=tokens[-1][:, None].to(execution_device(embed)),
+                cache=out.cache,
+                use_cache=True,
+                logits_to_keep=1,
+            )
             tokens.append(out.logits[:, -1].argmax(-1))
     return torch.stack(tokens, dim=1).cpu()
 
@@ -386,7 +411,7 @@ class _Row:
         # In half precision the cached decoding loop can flip a near-tie that the training forward got right;
         # training on widens the margins. Back off so a stubborn row is not decoded at every step.
         self.greedy_misses += 1
-        self.next_greedy_check = step + 2 ** self.greedy_misses
+        self.next_greedy_check = step + 2**self.greedy_misses
 
 
 class StoppingRule:
@@ -454,8 +479,8 @@ class BatchedAdamW:
         self.steps += update.long()
         t = self.steps.clamp(min=1).double()
         mask = update.to(params.device)[:, None, None]
-        bias1 = (1 - b1 ** t).float().to(params.device)[:, None, None]
-        bias2_sqrt = (1 - b2 ** t).sqrt().float().to(params.device)[:, None, None]
+        bias1 = (1 - b1**t).float().to(params.device)[:, None, None]
+        bias2_sqrt = (1 - b2**t).sqrt().float().to(params.device)[:, None, None]
         decayed = params * (1 - config.lr * config.weight_decay)
         new_avg = self.exp_avg.lerp(grad, 1 - b1)
         new_avg_sq = self.exp_avg_sq * b2 + grad * grad * (1 - b2)
@@ -491,15 +516,25 @@ def check_context(model, jobs, config: CramConfig) -> None:
     for job in jobs:
         needed = len(config.prefix_ids) + job.m + len(job.ids) - 1
         if max_positions and needed > max_positions:
-            raise ValueError(f"job {job.key!r}: prefix + m + n - 1 = {needed} exceeds the model's context "
-                             f"of {max_positions} positions; use shorter sequences or fewer memory vectors")
+            raise ValueError(
+                f"job {job.key!r}: prefix + m + n - 1 = {needed} exceeds the model's context "
+                f"of {max_positions} positions; use shorter sequences or fewer memory vectors"
+            )
         if len(job.ids) <= config.given_tokens:
-            raise ValueError(f"job {job.key!r} has {len(job.ids)} tokens, no more than the {config.given_tokens} "
-                             "given ones: nothing to predict; use longer sequences")
+            raise ValueError(
+                f"job {job.key!r} has {len(job.ids)} tokens, no more than the {config.given_tokens} "
+                "given ones: nothing to predict; use longer sequences"
+            )
 
 
-def cram(model, jobs: Iterable[CramJob], config: CramConfig | None = None, *, snapshot_every: float | None = None,
-         on_snapshot=None) -> Iterator[CramResult]:
+def cram(
+    model,
+    jobs: Iterable[CramJob],
+    config: CramConfig | None = None,
+    *,
+    snapshot_every: float | None = None,
+    on_snapshot=None,
+) -> Iterator[CramResult]:
     """Cram every job, ``config.batch_size`` rows at a time, yielding each result as its row finishes.
 
     Results come in finishing order, not job order. The model is frozen while the generator runs. With
@@ -531,12 +566,13 @@ def cram(model, jobs: Iterable[CramJob], config: CramConfig | None = None, *, sn
                     job = refill.next_job()
                     with torch.no_grad():
                         params[b].zero_()
-                        params[b, :job.m] = job_init(job, hidden_size, std).to(device)
+                        params[b, : job.m] = job_init(job, hidden_size, std).to(device)
                     optimizer.reset(b)
                     ids = torch.as_tensor(job.ids, dtype=torch.long, device=device)
                     num_targets = len(job.ids) - config.given_tokens
-                    rows[b] = _Row(job, ids, config.given_tokens, 1 if config.progressive else num_targets,
-                                   time.perf_counter())
+                    rows[b] = _Row(
+                        job, ids, config.given_tokens, 1 if config.progressive else num_targets, time.perf_counter()
+                    )
                     if job.resume is not None:
                         _restore(rows[b], job.resume, b, params, optimizer)
             active = [b for b in range(slots) if rows[b] is not None]
@@ -546,8 +582,11 @@ def cram(model, jobs: Iterable[CramJob], config: CramConfig | None = None, *, sn
             losses = (loss_sum.detach().cpu() / torch.tensor([float(rows[b].target_len) for b in active])).tolist()
             finished, update = [], torch.zeros(slots, dtype=torch.bool)
             accs = {b: float(correct[j]) / rows[b].target_len for j, b in enumerate(active)}
-            to_check = [b for b in active if accs[b] >= 1.0 and rows[b].complete
-                        and rows[b].greedy_due(optimizer.step_count(b))]
+            to_check = [
+                b
+                for b in active
+                if accs[b] >= 1.0 and rows[b].complete and rows[b].greedy_due(optimizer.step_count(b))
+            ]
             exact = _greedy_exact(model, params, rows, to_check, config)
             for j, b in enumerate(active):
                 row, acc, step = rows[b], accs[b], optimizer.step_count(b)
@@ -566,8 +605,9 @@ def cram(model, jobs: Iterable[CramJob], config: CramConfig | None = None, *, sn
                     update[b] = True
                     row.since_best += 1
             if update.any():
-                weights = torch.tensor([1.0 / rows[b].target_len if update[b] else 0.0 for b in active],
-                                       device=loss_sum.device)
+                weights = torch.tensor(
+                    [1.0 / rows[b].target_len if update[b] else 0.0 for b in active], device=loss_sum.device
+                )
                 (loss_sum * weights).sum().backward()
                 optimizer.step(update)
             params.grad = None
@@ -579,21 +619,37 @@ def cram(model, jobs: Iterable[CramJob], config: CramConfig | None = None, *, sn
                 last_snapshot = time.perf_counter()
             for b, reason, acc, loss in finished:
                 row = rows[b]
-                yield _finish(model, row, params[b, :row.job.m].detach().float().cpu(), reason, acc, loss,
-                              optimizer.step_count(b), config, exact=exact.get(b))
+                yield _finish(
+                    model,
+                    row,
+                    params[b, : row.job.m].detach().float().cpu(),
+                    reason,
+                    acc,
+                    loss,
+                    optimizer.step_count(b),
+                    config,
+                    exact=exact.get(b),
+                )
                 rows[b] = None
 
 
 @torch.no_grad()
 def _snapshot(row: _Row, b: int, params: torch.Tensor, optimizer: BatchedAdamW) -> RowState:
     m = row.job.m
-    return RowState(vectors=params[b, :m].detach().float().cpu().clone(),
-                    exp_avg=optimizer.exp_avg[b, :m].float().cpu().clone(),
-                    exp_avg_sq=optimizer.exp_avg_sq[b, :m].float().cpu().clone(), step=optimizer.step_count(b),
-                    target_len=row.target_len, best_acc=row.best_acc, since_best=row.since_best,
-                    greedy_misses=row.greedy_misses, next_greedy_check=row.next_greedy_check,
-                    best_at=dict(row.best_at), seconds=time.perf_counter() - row.started,
-                    best_prefix=row.best_prefix)
+    return RowState(
+        vectors=params[b, :m].detach().float().cpu().clone(),
+        exp_avg=optimizer.exp_avg[b, :m].float().cpu().clone(),
+        exp_avg_sq=optimizer.exp_avg_sq[b, :m].float().cpu().clone(),
+        step=optimizer.step_count(b),
+        target_len=row.target_len,
+        best_acc=row.best_acc,
+        since_best=row.since_best,
+        greedy_misses=row.greedy_misses,
+        next_greedy_check=row.next_greedy_check,
+        best_at=dict(row.best_at),
+        seconds=time.perf_counter() - row.started,
+        best_prefix=row.best_prefix,
+    )
 
 
 @torch.no_grad()
@@ -619,8 +675,8 @@ def _forward(model, params, prefix, rows: list[_Row], slots: list[int], config: 
     pieces = []
     for row, b in zip(rows, slots):
         with torch.no_grad():
-            tokens = embed(row.ids[:row.given + row.target_len - 1])
-        pieces.append(torch.cat([prefix.to(tokens.dtype), params[b, :row.job.m].to(tokens.dtype), tokens]))
+            tokens = embed(row.ids[: row.given + row.target_len - 1])
+        pieces.append(torch.cat([prefix.to(tokens.dtype), params[b, : row.job.m].to(tokens.dtype), tokens]))
     length = max(p.shape[0] for p in pieces)
     # Right padding needs no attention mask: causal attention never lets a position see the padding after it.
     embeds = torch.stack([F.pad(p, (0, 0, 0, length - p.shape[0])) for p in pieces])
@@ -629,13 +685,16 @@ def _forward(model, params, prefix, rows: list[_Row], slots: list[int], config: 
         # Target j of a row (token ids[given + j]) is predicted at the position just before it: the last memory
         # vector's position plus given + j. One index_select instead of a slice per row: its backward scatters
         # into one zero tensor, not one per row.
-        flat = torch.cat([torch.arange(row.target_len) + (j * length + p + row.job.m - 1 + row.given)
-                          for j, row in enumerate(rows)])
+        flat = torch.cat(
+            [torch.arange(row.target_len) + (j * length + p + row.job.m - 1 + row.given) for j, row in enumerate(rows)]
+        )
         picked = hidden.reshape(-1, hidden.shape[-1]).index_select(0, flat.to(hidden.device))
-        targets = torch.cat([row.ids[row.given:row.given + row.target_len] for row in rows])
+        targets = torch.cat([row.ids[row.given : row.given + row.target_len] for row in rows])
         losses, ok = token_stats(model, picked, targets, config.logits_budget)
-    owner = torch.repeat_interleave(torch.arange(len(rows), device=losses.device),
-                                    torch.tensor([row.target_len for row in rows], device=losses.device))
+    owner = torch.repeat_interleave(
+        torch.arange(len(rows), device=losses.device),
+        torch.tensor([row.target_len for row in rows], device=losses.device),
+    )
     loss_sum = torch.zeros(len(rows), device=losses.device).index_add(0, owner, losses)
     # One copy of the per-token hits to the host gives both counts per row (the step syncs here anyway).
     pieces = ok.cpu().split([row.target_len for row in rows])
@@ -653,10 +712,10 @@ def _decode_rows(model, memory: torch.Tensor, rows: list[_Row], config: CramConf
 
     ``memory`` is (B, m, d) for rows that share m; one decoding loop for all of them.
     """
-    given = torch.stack([row.ids[:row.given].cpu() for row in rows]) if rows[0].given else None
+    given = torch.stack([row.ids[: row.given].cpu() for row in rows]) if rows[0].given else None
     longest = max(row.num_targets for row in rows)
     generated = greedy_decode(model, memory, longest, config, given=given)
-    return [generated[i, :row.num_targets].tolist() == list(row.job.ids[row.given:]) for i, row in enumerate(rows)]
+    return [generated[i, : row.num_targets].tolist() == list(row.job.ids[row.given :]) for i, row in enumerate(rows)]
 
 
 def _greedy_exact(model, params, rows: list, slots: list[int], config: CramConfig) -> dict[int, bool]:
@@ -675,15 +734,35 @@ def _greedy_exact(model, params, rows: list, slots: list[int], config: CramConfi
     return exact
 
 
-def _finish(model, row: _Row, vectors: torch.Tensor, reason: str, acc: float, loss: float, steps: int,
-            config: CramConfig, exact: bool | None = None) -> CramResult:
+def _finish(
+    model,
+    row: _Row,
+    vectors: torch.Tensor,
+    reason: str,
+    acc: float,
+    loss: float,
+    steps: int,
+    config: CramConfig,
+    exact: bool | None = None,
+) -> CramResult:
     if exact is None or not config.check_greedy:  # no greedy check of this very step: decode once to record it
         exact = acc >= 1.0 and _decode_rows(model, vectors[None], [row], config)[0]
     accessible = exact if config.check_greedy else acc >= 1.0
-    return CramResult(job=row.job, tf_accuracy=acc, greedy_exact=exact, steps=steps, final_loss=loss,
-                      best_accuracy=max(row.best_acc, acc), stop_reason=reason, greedy_misses=row.greedy_misses,
-                      seconds=time.perf_counter() - row.started, vectors=vectors, best_accuracy_at=dict(row.best_at),
-                      accessible=accessible, best_prefix=row.best_prefix)
+    return CramResult(
+        job=row.job,
+        tf_accuracy=acc,
+        greedy_exact=exact,
+        steps=steps,
+        final_loss=loss,
+        best_accuracy=max(row.best_acc, acc),
+        stop_reason=reason,
+        greedy_misses=row.greedy_misses,
+        seconds=time.perf_counter() - row.started,
+        vectors=vectors,
+        best_accuracy_at=dict(row.best_at),
+        accessible=accessible,
+        best_prefix=row.best_prefix,
+    )
 
 
 def cram_reference(model, job: CramJob, config: CramConfig | None = None) -> CramResult:
@@ -700,8 +779,9 @@ def cram_reference(model, job: CramJob, config: CramConfig | None = None) -> Cra
     rule = StoppingRule(config)
     with _FrozenModel(model):
         memory = torch.nn.Parameter(job_init(job, embed.weight.shape[1], init_std(model, config)).to(device))
-        optimizer = torch.optim.AdamW([memory], lr=config.lr, betas=config.betas, weight_decay=config.weight_decay,
-                                      eps=config.adam_eps)
+        optimizer = torch.optim.AdamW(
+            [memory], lr=config.lr, betas=config.betas, weight_decay=config.weight_decay, eps=config.adam_eps
+        )
         ids = torch.as_tensor(job.ids, dtype=torch.long, device=device)
         g = config.given_tokens
         with torch.no_grad():
@@ -714,7 +794,7 @@ def cram_reference(model, job: CramJob, config: CramConfig | None = None) -> Cra
         while True:
             with _autocast(config, device):
                 logits = model(inputs_embeds=torch.cat([prefix, memory.to(tokens.dtype), tokens])[None]).logits[0]
-            logits = logits.float()[offset:offset + len(targets)]
+            logits = logits.float()[offset : offset + len(targets)]
             loss = F.cross_entropy(logits, targets)
             hits = logits.argmax(-1) == targets
             acc = float(hits.float().mean())
@@ -727,8 +807,9 @@ def cram_reference(model, job: CramJob, config: CramConfig | None = None) -> Cra
                     row.greedy_missed(step)
             reason = rule.decide(row, acc, step, exact)
             if reason:
-                return _finish(model, row, memory.detach().float().cpu(), reason, acc, loss.item(), step, config,
-                               exact=exact)
+                return _finish(
+                    model, row, memory.detach().float().cpu(), reason, acc, loss.item(), step, config, exact=exact
+                )
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()

@@ -91,10 +91,22 @@ def _inferred_row(job: Job, accessible: bool, source_n: int, greedy_exact: bool)
     # The fields of a crammed row (store.ROW_FEATURES); what no cram measured is None. An accessible prefix has 100%
     # teacher-forced accuracy under the longer row's vectors (and greedy decoding agrees where it agreed on the
     # longer row: the published protocol decides on accuracy alone); a failed one has no vectors of its own.
-    return {"m": m, "n": n, "index": k, "init_seed": None, "accessible": accessible, "steps": 0,
-            "stop_reason": INFERRED, "inferred_from": source_n, "tf_accuracy": 1.0 if accessible else None,
-            "best_accuracy": 1.0 if accessible else None, "final_loss": None, "greedy_exact": greedy_exact,
-            "greedy_misses": 0, "seconds": 0.0}
+    return {
+        "m": m,
+        "n": n,
+        "index": k,
+        "init_seed": None,
+        "accessible": accessible,
+        "steps": 0,
+        "stop_reason": INFERRED,
+        "inferred_from": source_n,
+        "tf_accuracy": 1.0 if accessible else None,
+        "best_accuracy": 1.0 if accessible else None,
+        "final_loss": None,
+        "greedy_exact": greedy_exact,
+        "greedy_misses": 0,
+        "seconds": 0.0,
+    }
 
 
 def prefix_violations(rows: dict) -> dict:
@@ -113,8 +125,12 @@ def prefix_violations(rows: dict) -> dict:
             if failed and ok:
                 changed.append((m, n, k))
             failed = failed or not ok
-    return {"chains": len(chains), "rows": sum(len(c) for c in chains.values()), "changed": len(changed),
-            "changed_rows": changed}
+    return {
+        "chains": len(chains),
+        "rows": sum(len(c) for c in chains.values()),
+        "changed": len(changed),
+        "changed_rows": changed,
+    }
 
 
 def complete_groups(rows: dict, ms, num_sequences: int) -> dict[int, dict[int, list[dict]]]:
@@ -162,8 +178,13 @@ class FixedDesign(Design):
         self.ms, self.lengths, self.num_sequences = list(ms), list(lengths), num_sequences
 
     def next_jobs(self, rows):
-        return [(m, n, i) for m in self.ms for n in self.lengths for i in range(self.num_sequences)
-                if (m, n, i) not in rows]
+        return [
+            (m, n, i)
+            for m in self.ms
+            for n in self.lengths
+            for i in range(self.num_sequences)
+            if (m, n, i) not in rows
+        ]
 
 
 class AdaptiveDesign(Design):
@@ -222,10 +243,22 @@ class SequentialDesign(Design):
     by the rows they were made from, so the replay costs one fit per new round.
     """
 
-    def __init__(self, ms, *, batch: int, start: int, stop: int, target_ci: float | None = None,
-                 budget_row_steps: int | None = None, seed: int = 0, min_rounds: int = 2,
-                 probe: int | None = None, num_boot: int = NUM_BOOT, placement: str = "symmetric",
-                 interval: str = "auto"):
+    def __init__(
+        self,
+        ms,
+        *,
+        batch: int,
+        start: int,
+        stop: int,
+        target_ci: float | None = None,
+        budget_row_steps: int | None = None,
+        seed: int = 0,
+        min_rounds: int = 2,
+        probe: int | None = None,
+        num_boot: int = NUM_BOOT,
+        placement: str = "symmetric",
+        interval: str = "auto",
+    ):
         if batch < 1:
             raise ValueError(f"the batch (sequences per round) must be >= 1 (got {batch})")
         if not 1 <= start <= stop:
@@ -240,8 +273,10 @@ class SequentialDesign(Design):
         if placement not in PLACEMENTS:
             raise ValueError(f"unknown placement {placement!r}; choose one of {', '.join(PLACEMENTS)}")
         if interval not in ("auto", "bootstrap", "profile"):
-            raise ValueError(f"unknown interval {interval!r}; choose auto (profile for these independent rows), "
-                             f"bootstrap or profile")
+            raise ValueError(
+                f"unknown interval {interval!r}; choose auto (profile for these independent rows), "
+                f"bootstrap or profile"
+            )
         self.placement, self.interval = placement, interval
         self._cache: dict = {}
 
@@ -270,8 +305,9 @@ class SequentialDesign(Design):
             if missing:
                 return done, missing
             done.append(jobs)
-            used.append(tuple((n, i, bool(rows[job]["accessible"]), row_steps(rows[job])) for job in jobs
-                              for _, n, i in [job]))
+            used.append(
+                tuple((n, i, bool(rows[job]["accessible"]), row_steps(rows[job])) for job in jobs for _, n, i in [job])
+            )
             next_index += len(jobs)
 
     def _decide(self, m: int, used: tuple):
@@ -284,8 +320,14 @@ class SequentialDesign(Design):
         """The n_50 fit and interval behind a decision for m, from its rounds (tuples of (n, index, accessible,
         row-steps) rows); the same call, seed and replicates as the summary's ``n50_ci`` of those rows."""
         flat = [row for rnd in used for row in rnd]
-        return n50_interval([r[0] for r in flat], [r[2] for r in flat], [r[1] for r in flat], seed=[self.seed, m],
-                            num_boot=0 if self.interval != "bootstrap" else self.num_boot, method=self.interval)
+        return n50_interval(
+            [r[0] for r in flat],
+            [r[2] for r in flat],
+            [r[1] for r in flat],
+            seed=[self.seed, m],
+            num_boot=0 if self.interval != "bootstrap" else self.num_boot,
+            method=self.interval,
+        )
 
     def _choose(self, m: int, used: tuple) -> tuple[int, ...] | None:
         """The lengths of the next round's sequences (one per sequence), or None when m is done."""
@@ -293,7 +335,7 @@ class SequentialDesign(Design):
             return (self.start,) * self.probe
         if self.budget is not None and sum(r[3] for rnd in used for r in rnd) >= self.budget:
             return None
-        bracketed_at = next((k for k in range(len(used)) if _bracketed(used[:k + 1])), None)
+        bracketed_at = next((k for k in range(len(used)) if _bracketed(used[: k + 1])), None)
         if bracketed_at is None:
             fractions = _fractions(used)
             if all(f >= 0.5 for f in fractions.values()):  # accessible everywhere so far: go longer
@@ -316,8 +358,9 @@ class SequentialDesign(Design):
         x0, slope = fit["n50"], fit["sigmoid_slope"]
         if x0 is None or not math.isfinite(x0):  # cannot happen once bracketed; bisect as a fallback
             fractions = _fractions(used)
-            x0 = (max(n for n, f in fractions.items() if f >= 0.5)
-                  + min(n for n, f in fractions.items() if f < 0.5)) / 2
+            x0 = (
+                max(n for n, f in fractions.items() if f >= 0.5) + min(n for n, f in fractions.items() if f < 0.5)
+            ) / 2
         if self.placement == "cost" and slope and math.isfinite(slope):
             return cost_aware_lengths([r for rnd in used for r in rnd], x0, slope, self.batch, self.stop)
         # Half the batch at x0 - d, half at x0 + d, where the model puts accessibility at 73% and 27%: each row
@@ -326,8 +369,11 @@ class SequentialDesign(Design):
         d = 1.0 / abs(slope) if slope else 0.0
         d = min(d, 0.25 * x0) if math.isfinite(d) else 0.25 * x0
         low, high = (int(min(self.stop, max(1, round(x)))) for x in (x0 - d, x0 + d))
-        return (low,) * (self.batch // 2) + (int(min(self.stop, max(1, round(x0)))),) * (self.batch % 2) \
+        return (
+            (low,) * (self.batch // 2)
+            + (int(min(self.stop, max(1, round(x0)))),) * (self.batch % 2)
             + (high,) * (self.batch // 2)
+        )
 
 
 PLACEMENTS = ("cost", "symmetric")
@@ -424,14 +470,20 @@ def check_stopping(target_ci, budget_row_steps) -> None:
     """Clear errors for the sequential design's stopping rule."""
     targets = target_ci.values() if isinstance(target_ci, dict) else [target_ci]
     if target_ci is not None and not all(isinstance(t, (int, float)) and t > 0 for t in targets):
-        raise ValueError(f"target_ci (--target-ci) is the width in tokens of the n_50 95% interval at which an m "
-                         f"stops; it must be > 0 (got {target_ci!r})")
+        raise ValueError(
+            f"target_ci (--target-ci) is the width in tokens of the n_50 95% interval at which an m "
+            f"stops; it must be > 0 (got {target_ci!r})"
+        )
     if budget_row_steps is not None and not (isinstance(budget_row_steps, int) and budget_row_steps > 0):
-        raise ValueError(f"budget_row_steps (--budget) is the forward-backward passes one m may spend; it must be a "
-                         f"positive integer (got {budget_row_steps!r})")
+        raise ValueError(
+            f"budget_row_steps (--budget) is the forward-backward passes one m may spend; it must be a "
+            f"positive integer (got {budget_row_steps!r})"
+        )
     if target_ci is None and budget_row_steps is None:
-        raise ValueError("the sequential design needs a stopping rule: target_ci (--target-ci, tokens of n_50 "
-                         "interval width) and/or budget_row_steps (--budget, forward-backward passes per m)")
+        raise ValueError(
+            "the sequential design needs a stopping rule: target_ci (--target-ci, tokens of n_50 "
+            "interval width) and/or budget_row_steps (--budget, forward-backward passes per m)"
+        )
 
 
 def make_design(config) -> Design:
@@ -441,7 +493,13 @@ def make_design(config) -> Design:
     if config.design == "adaptive":
         return AdaptiveDesign(config.ms, config.grid, config.num_sequences)
     if config.design == "sequential":
-        return SequentialDesign(config.ms, batch=config.num_sequences, start=config.grid.start,
-                                stop=config.grid.stop, target_ci=config.target_ci,
-                                budget_row_steps=config.budget_row_steps, seed=config.seed)
+        return SequentialDesign(
+            config.ms,
+            batch=config.num_sequences,
+            start=config.grid.start,
+            stop=config.grid.stop,
+            target_ci=config.target_ci,
+            budget_row_steps=config.budget_row_steps,
+            seed=config.seed,
+        )
     raise ValueError(f"unknown design {config.design!r}; choose one of {', '.join(DESIGNS)}")

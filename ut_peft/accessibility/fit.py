@@ -70,8 +70,9 @@ def fit_sigmoid(lengths, accessibility) -> dict:
     ns = np.asarray(lengths, dtype=float)
     acc = np.asarray(accessibility, dtype=float)
     if ns.shape != acc.shape or ns.size == 0:
-        raise ValueError(f"lengths and accessibility must be non-empty and the same size "
-                         f"(got {ns.size} and {acc.size})")
+        raise ValueError(
+            f"lengths and accessibility must be non-empty and the same size (got {ns.size} and {acc.size})"
+        )
     if ((acc < 0) | (acc > 1)).any():
         raise ValueError("accessibility values must lie in [0, 1]")
     order = np.argsort(ns)
@@ -102,12 +103,13 @@ def linear_fit(ms, n50s) -> dict:
     if np.unique(ms).size < 2:
         raise ValueError("a linear fit needs at least two different m")
     result = stats.linregress(ms, ys)
-    r2 = float(result.rvalue ** 2) if not math.isnan(result.rvalue) else 1.0
+    r2 = float(result.rvalue**2) if not math.isnan(result.rvalue) else 1.0
     return {"slope": float(result.slope), "intercept": float(result.intercept), "r2": r2, "num_points": int(ms.size)}
 
 
-def _firth_fit(u: np.ndarray, succ: np.ndarray, trials: np.ndarray, iterations: int = 100,
-               start: np.ndarray | None = None) -> np.ndarray:
+def _firth_fit(
+    u: np.ndarray, succ: np.ndarray, trials: np.ndarray, iterations: int = 100, start: np.ndarray | None = None
+) -> np.ndarray:
     """Firth-penalised logistic regression of successes on ``u``, many data sets at once.
 
     ``u``: (L,) covariate (centred and scaled lengths); ``succ``, ``trials``: (B, L) counts, one data set per row.
@@ -180,8 +182,10 @@ def fit_logistic(lengths, successes, trials) -> dict:
     succ = np.asarray(successes, dtype=float)
     tri = np.asarray(trials, dtype=float)
     if not (ns.shape == succ.shape == tri.shape) or ns.size == 0:
-        raise ValueError(f"lengths, successes and trials must be non-empty and the same size "
-                         f"(got {ns.size}, {succ.size}, {tri.size})")
+        raise ValueError(
+            f"lengths, successes and trials must be non-empty and the same size "
+            f"(got {ns.size}, {succ.size}, {tri.size})"
+        )
     if (tri < 1).any() or (succ < 0).any() or (succ > tri).any():
         raise ValueError("every length needs trials >= 1 and 0 <= successes <= trials")
     order = np.argsort(ns)
@@ -253,8 +257,16 @@ def _unplaceable(n50: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     return out
 
 
-def n50_interval(lengths, accessible, clusters, *, level: float = LEVEL, num_boot: int = NUM_BOOT,
-                 seed: int = 0, method: str = "auto") -> dict:
+def n50_interval(
+    lengths,
+    accessible,
+    clusters,
+    *,
+    level: float = LEVEL,
+    num_boot: int = NUM_BOOT,
+    seed: int = 0,
+    method: str = "auto",
+) -> dict:
     """n_50 of one m with a bootstrap interval, from per-sequence rows.
 
     ``lengths[r]``, ``accessible[r]`` and ``clusters[r]`` (the sequence index) describe row r. The point estimate
@@ -273,8 +285,14 @@ def n50_interval(lengths, accessible, clusters, *, level: float = LEVEL, num_boo
         raise ValueError(f"level must lie in (0, 1) (got {level})")
     ns, _, succ, tri = _table(lengths, accessible, clusters)
     if ns.size == 0:
-        return {"n50": None, "sigmoid_slope": None, "status": "degenerate", "n50_ci": None, "sigmoid_slope_ci": None,
-                "n50_ci_method": None}
+        return {
+            "n50": None,
+            "sigmoid_slope": None,
+            "status": "degenerate",
+            "n50_ci": None,
+            "sigmoid_slope_ci": None,
+            "n50_ci_method": None,
+        }
     point = fit_logistic(ns, succ.sum(0), tri.sum(0))
     if point["status"] == "degenerate":
         return dict(point, n50_ci=None, sigmoid_slope_ci=None, n50_ci_method=None)
@@ -282,8 +300,10 @@ def n50_interval(lengths, accessible, clusters, *, level: float = LEVEL, num_boo
         raise ValueError(f"unknown interval method {method!r}; choose auto, bootstrap or profile")
     independent = bool((tri.sum(1) == 1).all())  # every index measured once: the rows are independent
     if method == "profile" and not independent:
-        raise ValueError("the profile interval treats rows as independent; these rows measure some index at "
-                         "several lengths (use the bootstrap)")
+        raise ValueError(
+            "the profile interval treats rows as independent; these rows measure some index at "
+            "several lengths (use the bootstrap)"
+        )
     profile = method == "profile" or (method == "auto" and independent)
     n50_ci = slope_ci = None
     if num_boot > 0:  # the slope's interval is always the bootstrap's; num_boot=0 skips it (profile only)
@@ -314,8 +334,9 @@ def _bootstrap_curves(ns, succ, tri, num_boot, rng, weights=None):
 def separating_gap(ns, successes, trials) -> tuple[float, float] | None:
     """(a, b) when the rows separate completely between two measured lengths: every sequence accessible at every
     length up to a, none at b or beyond, nothing measured in between. Else None."""
-    a, b = _gaps(np.asarray(ns, dtype=float), np.asarray(successes, dtype=float)[None],
-                 np.asarray(trials, dtype=float)[None])
+    a, b = _gaps(
+        np.asarray(ns, dtype=float), np.asarray(successes, dtype=float)[None], np.asarray(trials, dtype=float)[None]
+    )
     return None if np.isnan(a[0]) else (float(a[0]), float(b[0]))
 
 
@@ -340,8 +361,9 @@ def _within_gap(x0, ns, succ, tri, rng):
     return np.where(np.isnan(a), x0, a + draws * (b - a))
 
 
-def line_interval(ms, lengths, accessible, clusters, *, level: float = LEVEL, num_boot: int = NUM_BOOT,
-                  seed: int = 0) -> dict | None:
+def line_interval(
+    ms, lengths, accessible, clusters, *, level: float = LEVEL, num_boot: int = NUM_BOOT, seed: int = 0
+) -> dict | None:
     """The line ``n50 = slope m + intercept`` through the per-m fits, with bootstrap intervals of the pipeline.
 
     Each replicate resamples the sequence indices once for all m (an index is the same text at every m and
@@ -366,8 +388,13 @@ def line_interval(ms, lengths, accessible, clusters, *, level: float = LEVEL, nu
     line = linear_fit([f[0] for f in fitted], [f[1] for f in fitted])
     rng = np.random.default_rng(seed)
     weights = rng.multinomial(ids.size, np.full(ids.size, 1.0 / ids.size), size=num_boot)
-    n50 = np.stack([_unplaceable(_bootstrap_curves(ns, succ_m, tri_m, num_boot, rng, weights)[0], ns)
-                    for _, _, ns, succ_m, tri_m in fitted], 1)  # (B, number of m); +-inf: unbounded replicates
+    n50 = np.stack(
+        [
+            _unplaceable(_bootstrap_curves(ns, succ_m, tri_m, num_boot, rng, weights)[0], ns)
+            for _, _, ns, succ_m, tri_m in fitted
+        ],
+        1,
+    )  # (B, number of m); +-inf: unbounded replicates
     xm = np.array([f[0] for f in fitted], dtype=float)
     dx = xm - xm.mean()
     with np.errstate(invalid="ignore"):

@@ -52,8 +52,10 @@ PUBLISHED = PublishedSettings()
 
 def check_protocol(name: str) -> str:
     if name not in PROTOCOLS:
-        raise ValueError(f"unknown protocol {name!r}: choose 'published' (the accessibility paper's code, for figures "
-                         "compared with the paper's) or 'ut-peft' (this package's layout and greedy-confirmed rows)")
+        raise ValueError(
+            f"unknown protocol {name!r}: choose 'published' (the accessibility paper's code, for figures "
+            "compared with the paper's) or 'ut-peft' (this package's layout and greedy-confirmed rows)"
+        )
     return name
 
 
@@ -63,10 +65,12 @@ def special_prefix_ids(tokenizer) -> list[int]:
     plain = tokenizer(probe, add_special_tokens=False)["input_ids"]
     full = tokenizer(probe, add_special_tokens=True)["input_ids"]
     for k in range(len(full) - len(plain) + 1):
-        if full[k:k + len(plain)] == plain:
+        if full[k : k + len(plain)] == plain:
             return list(full[:k])
-    raise ValueError("cannot tell which special tokens the tokenizer adds before a text: its output with special "
-                     f"tokens {full} does not contain its output without them {plain}")
+    raise ValueError(
+        "cannot tell which special tokens the tokenizer adds before a text: its output with special "
+        f"tokens {full} does not contain its output without them {plain}"
+    )
 
 
 class PublishedSequences(SequenceSource):
@@ -85,8 +89,10 @@ class PublishedSequences(SequenceSource):
 
     def sequence(self, n: int, index: int, seed: int) -> list[int]:
         if n <= max(len(self.special_ids), 1):
-            raise ValueError(f"a published-protocol sequence of length {n} holds no token to predict (its first "
-                             f"{max(len(self.special_ids), 1)} are inputs only); use lengths >= 2")
+            raise ValueError(
+                f"a published-protocol sequence of length {n} holds no token to predict (its first "
+                f"{max(len(self.special_ids), 1)} are inputs only); use lengths >= 2"
+            )
         return self.special_ids + list(self.inner.sequence(n - len(self.special_ids), index, seed))
 
 
@@ -94,8 +100,9 @@ def cram_settings(protocol: str, cram_config):
     """``cram_config`` with the protocol's layout, init and stopping rule set (speed knobs and caps kept)."""
     check_protocol(protocol)
     if protocol == "published":
-        return dataclasses.replace(cram_config, given_tokens=1, init_std="weight", check_greedy=False,
-                                   gpu_autocast="fp16", prefix_ids=())
+        return dataclasses.replace(
+            cram_config, given_tokens=1, init_std="weight", check_greedy=False, gpu_autocast="fp16", prefix_ids=()
+        )
     return cram_config
 
 
@@ -104,8 +111,10 @@ def differences_from_published(settings: dict) -> list[str]:
     cram = settings.get("cram", {})
     out = []
     if settings.get("protocol", "ut-peft") != "published":
-        out.append("ut-peft protocol (BOS before the memory, n counts predicted tokens only, init at the scaled "
-                   "embedding std, greedy-confirmed rows)")
+        out.append(
+            "ut-peft protocol (BOS before the memory, n counts predicted tokens only, init at the scaled "
+            "embedding std, greedy-confirmed rows)"
+        )
     if cram.get("max_steps") != PUBLISHED.max_steps:
         out.append(f"step cap {cram.get('max_steps')} (published {PUBLISHED.max_steps})")
     if cram.get("patience") != PUBLISHED.patience:
@@ -117,11 +126,15 @@ def differences_from_published(settings: dict) -> list[str]:
     if settings.get("num_sequences") != PUBLISHED.num_sequences:
         out.append(f"{settings.get('num_sequences')} sequences per length (published {PUBLISHED.num_sequences})")
     if settings.get("infer_prefixes"):
-        out.append("rows implied by a longer crammed prefix or a shorter failed one of the same text decided without "
-                   "cramming (stop_reason 'inferred' in rows.jsonl; published: every row crammed)")
+        out.append(
+            "rows implied by a longer crammed prefix or a shorter failed one of the same text decided without "
+            "cramming (stop_reason 'inferred' in rows.jsonl; published: every row crammed)"
+        )
     if settings.get("warm_start"):
-        out.append("warm starts: a text's row starts from the vectors crammed at its shorter length (warm_from in "
-                   "rows.jsonl; published: a random init for every row)")
+        out.append(
+            "warm starts: a text's row starts from the vectors crammed at its shorter length (warm_from in "
+            "rows.jsonl; published: a random init for every row)"
+        )
     grid = settings.get("grid", {})
     if grid.get("lengths") is not None:
         out.append(f"fixed lengths {grid['lengths']} (published: {PUBLISHED.grid})")
@@ -132,8 +145,10 @@ def differences_from_published(settings: dict) -> list[str]:
     out.append(f"autocast {autocast} (published: {PUBLISHED.autocast}; 'auto' is float32 on CPU)")
     source = settings.get("source", {})
     if source.get("kind") == "text":
-        out.append(f"text {source.get('name')}{' nested' if source.get('nested') else ''} "
-                   f"(published: {PUBLISHED.source_text})")
+        out.append(
+            f"text {source.get('name')}{' nested' if source.get('nested') else ''} "
+            f"(published: {PUBLISHED.source_text})"
+        )
     elif source.get("kind") == "words":
         out.append(f"words from {source.get('name')} (published: {PUBLISHED.source_words})")
     else:

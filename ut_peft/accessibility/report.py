@@ -65,14 +65,24 @@ def plot_n50(summary: Summary, path) -> None:
         top = max(n50.max(), np.nanmax(cis[:, 1], initial=n50.max())) * 1.5
         cis[:, 0] = np.where(np.isnan(cis[:, 0]), 0.0, cis[:, 0])
         cis[:, 1] = np.where(np.isnan(cis[:, 1]), top, cis[:, 1])
-        ax.errorbar(ms, n50, yerr=np.clip([n50 - cis[:, 0], cis[:, 1] - n50], 0, None), fmt="o", capsize=3,
-                    label="measured $n_{50}$ (95% interval)")
+        ax.errorbar(
+            ms,
+            n50,
+            yerr=np.clip([n50 - cis[:, 0], cis[:, 1] - n50], 0, None),
+            fmt="o",
+            capsize=3,
+            label="measured $n_{50}$ (95% interval)",
+        )
         grid = np.linspace(0, max(ms) + 0.5, 50)
         fit = summary.fit
         if fit:
-            ax.plot(grid, fit["slope"] * grid + fit["intercept"], "-",
-                    label=f"fit: {fit['slope']:.1f}{_ci(fit['slope_ci'])} m + {fit['intercept']:.1f} "
-                    f"($R^2$ = {fit['r2']:.3f})")
+            ax.plot(
+                grid,
+                fit["slope"] * grid + fit["intercept"],
+                "-",
+                label=f"fit: {fit['slope']:.1f}{_ci(fit['slope_ci'])} m + {fit['intercept']:.1f} "
+                f"($R^2$ = {fit['r2']:.3f})",
+            )
         for name, style in (("box", "--"), ("ball", ":")):
             slope = summary.bounds[name]
             ax.plot(grid, slope * grid, style, label=f"{name} bound: {slope:.0f} m")
@@ -118,45 +128,64 @@ def format_interval(interval, digits: int = 1) -> str:
 def markdown(summary: Summary, *, figures: tuple[str, str] | None = (ACCESSIBILITY_PLOT, N50_PLOT)) -> str:
     s = summary.settings
     fit, bounds, ratios, support = summary.fit, summary.bounds, summary.ratios, summary.support
-    lines = [f"# Accessibility of {summary.model} ({summary.source.get('kind')})", "",
-             f"Source: {_describe(summary.source)}; {s['num_sequences']} sequences per (m, n); seed {s['seed']}; "
-             f"step cap {s['cram']['max_steps']}, patience {s['cram']['patience']}, lr {s['cram']['lr']}"
-             f"{', progressive' if s['cram']['progressive'] else ''}, autocast {s['cram'].get('autocast', 'auto')}; "
-             f"before the memory: {_prefix(s['cram'].get('prefix_ids', ()))}.", "",
-             f"Protocol: **{s.get('protocol', 'ut-peft')}**. Differences from the published protocol: "
-             + "; ".join(differences_from_published(s)) + ".", "",
-             f"Design: {summary.design}; {summary.num_rows} rows, "
-             f"{summary.row_steps} row-steps (forward-backward passes: each row's steps + 1).", "",
-             "n_50 is the maximum-likelihood fit (Firth-penalised logistic regression on the per-sequence outcomes) "
-             "of the published sigmoid 1/(1+exp(-s(n-x0))), with a 95% interval (bootstrap: over sequence indices, "
-             "the rows of an index resampled together; profile: penalised likelihood, where every sequence has one "
-             "row; 'inf': a side the rows cannot bound; where the rows separate completely between two lengths, "
-             "accessible up to one and not from the next, n_50 is only known to lie between them and the bootstrap "
-             "interval spans that gap); the published estimate (least squares on the fraction per length) is "
-             "beside it.", "",
-             "| m | n_50 (MLE) | 95% interval | interval | n_50 (published LS) | sigmoid slope | fit | row-steps "
-             "| lengths measured |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"# Accessibility of {summary.model} ({summary.source.get('kind')})",
+        "",
+        f"Source: {_describe(summary.source)}; {s['num_sequences']} sequences per (m, n); seed {s['seed']}; "
+        f"step cap {s['cram']['max_steps']}, patience {s['cram']['patience']}, lr {s['cram']['lr']}"
+        f"{', progressive' if s['cram']['progressive'] else ''}, autocast {s['cram'].get('autocast', 'auto')}; "
+        f"before the memory: {_prefix(s['cram'].get('prefix_ids', ()))}.",
+        "",
+        f"Protocol: **{s.get('protocol', 'ut-peft')}**. Differences from the published protocol: "
+        + "; ".join(differences_from_published(s))
+        + ".",
+        "",
+        f"Design: {summary.design}; {summary.num_rows} rows, "
+        f"{summary.row_steps} row-steps (forward-backward passes: each row's steps + 1).",
+        "",
+        "n_50 is the maximum-likelihood fit (Firth-penalised logistic regression on the per-sequence outcomes) "
+        "of the published sigmoid 1/(1+exp(-s(n-x0))), with a 95% interval (bootstrap: over sequence indices, "
+        "the rows of an index resampled together; profile: penalised likelihood, where every sequence has one "
+        "row; 'inf': a side the rows cannot bound; where the rows separate completely between two lengths, "
+        "accessible up to one and not from the next, n_50 is only known to lie between them and the bootstrap "
+        "interval spans that gap); the published estimate (least squares on the fraction per length) is "
+        "beside it.",
+        "",
+        "| m | n_50 (MLE) | 95% interval | interval | n_50 (published LS) | sigmoid slope | fit | row-steps "
+        "| lengths measured |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for e in summary.per_m:
-        lines.append(f"| {e.m} | {_num(e.n50)} | {format_interval(e.n50_ci)} | {e.n50_ci_method or '-'} | "
-                     f"{_num(e.n50_published)} | {_num(e.sigmoid_slope, 3)} | {e.fit_status} | "
-                     f"{e.row_steps} | {', '.join(map(str, e.lengths))} |")
+        lines.append(
+            f"| {e.m} | {_num(e.n50)} | {format_interval(e.n50_ci)} | {e.n50_ci_method or '-'} | "
+            f"{_num(e.n50_published)} | {_num(e.sigmoid_slope, 3)} | {e.fit_status} | "
+            f"{e.row_steps} | {', '.join(map(str, e.lengths))} |"
+        )
     published = summary.fit_published
-    lines += ["", "| slope (tokens per vector) | 95% interval | intercept | 95% interval | R^2 "
-              "| published slope (LS) | ball bound | box bound | ball / slope | box / slope |",
-              "|---|---|---|---|---|---|---|---|---|---|",
-              f"| {_num(fit and fit['slope'])} | {format_interval(fit and fit['slope_ci'])} | "
-              f"{_num(fit and fit['intercept'])} | {format_interval(fit and fit['intercept_ci'])} | "
-              f"{_num(fit and fit['r2'], 3)} | {_num(published and published['slope'])} | "
-              f"{bounds['ball']:.0f} | {bounds['box']:.0f} | {_num(ratios and ratios['ball'])} | "
-              f"{_num(ratios and ratios['box'])} |", "",
-              f"Support: r = {support['radius']:.3f}, eps = r/2^11 = {support['eps']:.5f}, "
-              f"from {support['num_samples']} random-token sequences; d = {support['hidden_size']}, "
-              f"|V| = {support['vocab_size']}.", ""]
+    lines += [
+        "",
+        "| slope (tokens per vector) | 95% interval | intercept | 95% interval | R^2 "
+        "| published slope (LS) | ball bound | box bound | ball / slope | box / slope |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+        f"| {_num(fit and fit['slope'])} | {format_interval(fit and fit['slope_ci'])} | "
+        f"{_num(fit and fit['intercept'])} | {format_interval(fit and fit['intercept_ci'])} | "
+        f"{_num(fit and fit['r2'], 3)} | {_num(published and published['slope'])} | "
+        f"{bounds['ball']:.0f} | {bounds['box']:.0f} | {_num(ratios and ratios['ball'])} | "
+        f"{_num(ratios and ratios['box'])} |",
+        "",
+        f"Support: r = {support['radius']:.3f}, eps = r/2^11 = {support['eps']:.5f}, "
+        f"from {support['num_samples']} random-token sequences; d = {support['hidden_size']}, "
+        f"|V| = {support['vocab_size']}.",
+        "",
+    ]
     if not fit:
         lines += ["No slope: fewer than two m had a measurable n_50 (the grid missed the 50% crossing).", ""]
-    lines += ["Accessibility(n) per m (Wilson 95% interval of each fraction):", "",
-              "| m | n | sequences | accessible | 95% interval | mean tf acc |", "|---|---|---|---|---|---|"]
+    lines += [
+        "Accessibility(n) per m (Wilson 95% interval of each fraction):",
+        "",
+        "| m | n | sequences | accessible | 95% interval | mean tf acc |",
+        "|---|---|---|---|---|---|",
+    ]
     for e in summary.per_m:
         for n, a, k, t in zip(e.lengths, e.accessibility, e.num_sequences, e.mean_tf_accuracy):
             mean_tf = "-" if t is None else f"{t:.3f}"  # rows inferred not accessible have no accuracy

@@ -61,8 +61,10 @@ class SequenceSource:
     def check_length(self, n: int) -> None:
         limit = self.max_length()
         if limit is not None and n > limit:
-            raise ValueError(f"the {self.kind} source holds only {limit} tokens, too short for sequences of "
-                             f"{n} tokens; give a longer text or use shorter lengths")
+            raise ValueError(
+                f"the {self.kind} source holds only {limit} tokens, too short for sequences of "
+                f"{n} tokens; give a longer text or use shorter lengths"
+            )
 
 
 class TextSource(SequenceSource):
@@ -112,7 +114,7 @@ class TextSource(SequenceSource):
             start = min(self.text_start(index, seed), int(self.ids.size) - n)
         else:
             start = int(sequence_rng(seed, n, index).integers(0, self.ids.size - n + 1))
-        return self.ids[start:start + n].tolist()
+        return self.ids[start : start + n].tolist()
 
 
 class WordsSource(SequenceSource):
@@ -168,8 +170,10 @@ def wordfreq_words(count: int = 100_000) -> list[str]:
     try:
         import wordfreq
     except ImportError:
-        raise ModuleNotFoundError("the words:wordfreq source (the published protocol's random words) needs the "
-                                  'wordfreq wheel: pip install wordfreq (or pip install "ut-peft[paper]")') from None
+        raise ModuleNotFoundError(
+            "the words:wordfreq source (the published protocol's random words) needs the "
+            'wordfreq wheel: pip install wordfreq (or pip install "ut-peft[paper]")'
+        ) from None
     return wordfreq.top_n_list("en", count)
 
 
@@ -194,8 +198,9 @@ def read_documents(path: str) -> list[str]:
         try:
             record = json.loads(line)
         except json.JSONDecodeError as err:
-            raise ValueError(f"{path}:{number} is not valid JSON ({err}); each line must be an object "
-                             'with a "text" field') from None
+            raise ValueError(
+                f'{path}:{number} is not valid JSON ({err}); each line must be an object with a "text" field'
+            ) from None
         if not isinstance(record, dict) or not isinstance(record.get("text"), str):
             raise ValueError(f'{path}:{number} has no string "text" field')
         docs.append(record["text"])
@@ -204,13 +209,16 @@ def read_documents(path: str) -> list[str]:
 
 def dataset_documents(dataset, column: str = "text") -> list[str]:
     if column not in dataset.column_names:
-        raise ValueError(f"the dataset has no column {column!r} (columns: {', '.join(dataset.column_names)}); "
-                         "name the text column in the source spec, hf:NAME:SPLIT:COLUMN")
+        raise ValueError(
+            f"the dataset has no column {column!r} (columns: {', '.join(dataset.column_names)}); "
+            "name the text column in the source spec, hf:NAME:SPLIT:COLUMN"
+        )
     return list(dataset[column])
 
 
-def make_source(spec, tokenizer, vocab_size: int | None = None, *, nested_text: bool = False,
-                default_word_list: str = "pydoc_data") -> SequenceSource:
+def make_source(
+    spec, tokenizer, vocab_size: int | None = None, *, nested_text: bool = False, default_word_list: str = "pydoc_data"
+) -> SequenceSource:
     """Build a source from a spec string (see the module docstring), or a ``datasets.Dataset`` of texts.
 
     ``nested_text`` makes text sources nested (the published protocol); ``default_word_list`` is what a bare
@@ -219,12 +227,20 @@ def make_source(spec, tokenizer, vocab_size: int | None = None, *, nested_text: 
     if isinstance(spec, SequenceSource):
         return spec
     if not isinstance(spec, str):  # a datasets.Dataset (or DatasetDict split) given from Python
-        return TextSource(tokenizer, dataset_documents(spec), name=f"dataset:{getattr(spec, '_fingerprint', '?')}",
-                          nested=nested_text)
+        return TextSource(
+            tokenizer,
+            dataset_documents(spec),
+            name=f"dataset:{getattr(spec, '_fingerprint', '?')}",
+            nested=nested_text,
+        )
     kind, _, arg = spec.partition(":")
     if kind == "text":
-        return TextSource(tokenizer, read_documents(arg) if arg else default_documents(), name=arg or "pydoc_data",
-                          nested=nested_text)
+        return TextSource(
+            tokenizer,
+            read_documents(arg) if arg else default_documents(),
+            name=arg or "pydoc_data",
+            nested=nested_text,
+        )
     if kind == "words":
         arg = arg or default_word_list
         if arg == "wordfreq":
@@ -243,15 +259,17 @@ def make_source(spec, tokenizer, vocab_size: int | None = None, *, nested_text: 
         if not name:
             raise ValueError("hf: needs a dataset name, e.g. hf:wikitext:train:text")
         try:
-            data = (datasets.load_from_disk(name) if Path(name).is_dir()
-                    else datasets.load_dataset(name, split=split))
+            data = datasets.load_from_disk(name) if Path(name).is_dir() else datasets.load_dataset(name, split=split)
         except Exception as err:  # the datasets library raises many kinds; report them all the same way
             raise ValueError(f"cannot load the dataset {name!r} (split {split!r}): {err}") from None
         if isinstance(data, datasets.DatasetDict):
             if split not in data:
                 raise ValueError(f"the dataset {name!r} has no split {split!r} (splits: {', '.join(data)})")
             data = data[split]
-        return TextSource(tokenizer, dataset_documents(data, column), name=f"hf:{name}:{split}:{column}",
-                          nested=nested_text)
-    raise ValueError(f"unknown source {spec!r}: use text, text:PATH, hf:NAME[:SPLIT[:COLUMN]], words, "
-                     "words:wordfreq, words:PATH or tokens")
+        return TextSource(
+            tokenizer, dataset_documents(data, column), name=f"hf:{name}:{split}:{column}", nested=nested_text
+        )
+    raise ValueError(
+        f"unknown source {spec!r}: use text, text:PATH, hf:NAME[:SPLIT[:COLUMN]], words, "
+        "words:wordfreq, words:PATH or tokens"
+    )

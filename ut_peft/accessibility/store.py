@@ -151,15 +151,19 @@ class Summary(_Record):
     @classmethod
     def from_dict(cls, data: dict, where: str = "the summary") -> Summary:
         missing = [f.name for f in dataclasses.fields(cls) if f.name not in data]
-        missing_m = sorted({f.name for entry in data.get("per_m", []) for f in dataclasses.fields(MSummary)
-                            if f.name not in entry})
+        missing_m = sorted(
+            {f.name for entry in data.get("per_m", []) for f in dataclasses.fields(MSummary) if f.name not in entry}
+        )
         if missing or missing_m:
             names = missing + [f"per_m[].{name}" for name in missing_m]
-            raise ValueError(f"{where} lacks {', '.join(names)} (written by an older version); regenerate it from "
-                             "its rows: summarize_folder(folder), or recipes/cram.py --report-only --output FOLDER")
+            raise ValueError(
+                f"{where} lacks {', '.join(names)} (written by an older version); regenerate it from "
+                "its rows: summarize_folder(folder), or recipes/cram.py --report-only --output FOLDER"
+            )
         values = {f.name: data[f.name] for f in dataclasses.fields(cls)}
-        values["per_m"] = [MSummary(**{f.name: entry[f.name] for f in dataclasses.fields(MSummary)})
-                           for entry in data["per_m"]]
+        values["per_m"] = [
+            MSummary(**{f.name: entry[f.name] for f in dataclasses.fields(MSummary)}) for entry in data["per_m"]
+        ]
         return cls(**values)
 
 
@@ -171,8 +175,10 @@ def read_summary(folder, cls: type[Summary] = Summary) -> Summary:
     """The :class:`Summary` in ``folder`` (``cls``: a subclass with more fields reads them too)."""
     path = Path(folder) / SUMMARY_FILE
     if not path.is_file():
-        raise ValueError(f"{folder} holds no summary ({SUMMARY_FILE} is missing); write it from the folder's rows: "
-                         "summarize_folder(folder), or recipes/cram.py --report-only --output FOLDER")
+        raise ValueError(
+            f"{folder} holds no summary ({SUMMARY_FILE} is missing); write it from the folder's rows: "
+            "summarize_folder(folder), or recipes/cram.py --report-only --output FOLDER"
+        )
     return cls.from_dict(json.loads(path.read_text(encoding="utf-8")), where=str(path))
 
 
@@ -185,11 +191,14 @@ def write_vectors(folder, key: tuple[int, int, int], vectors, *, ids, accessible
     """Keep the crammed (m, d) ``vectors`` of row ``key`` = (m, n, index) with the token ids they were crammed on."""
     from safetensors.torch import save
 
-
     path = vectors_path(folder, *key)
     path.parent.mkdir(exist_ok=True)
-    return atomic_write_bytes(path, save({"vectors": vectors.contiguous()},
-                                         metadata={"ids": json.dumps(list(ids)), "accessible": str(accessible)}))
+    return atomic_write_bytes(
+        path,
+        save(
+            {"vectors": vectors.contiguous()}, metadata={"ids": json.dumps(list(ids)), "accessible": str(accessible)}
+        ),
+    )
 
 
 def read_vectors(path) -> tuple:
@@ -209,12 +218,12 @@ def write_inflight(folder, key: tuple[int, int, int], state) -> Path:
     """Keep the :class:`~.cram.RowState` of a row in flight (atomically: a kill leaves the old state or the new)."""
     from safetensors.torch import save
 
-
     path = inflight_path(folder, *key)
     path.parent.mkdir(exist_ok=True)
     tensors = {"vectors": state.vectors, "exp_avg": state.exp_avg, "exp_avg_sq": state.exp_avg_sq}
-    return atomic_write_bytes(path, save({k: v.contiguous() for k, v in tensors.items()},
-                                         metadata={"state": json.dumps(state.scalars())}))
+    return atomic_write_bytes(
+        path, save({k: v.contiguous() for k, v in tensors.items()}, metadata={"state": json.dumps(state.scalars())})
+    )
 
 
 def read_inflight(folder, key: tuple[int, int, int]):
@@ -247,24 +256,33 @@ def vector_files(folder) -> dict[tuple[int, int, int], Path]:
     return files
 
 
-ROW_FEATURES = datasets.Features({
-    "m": datasets.Value("int64"), "n": datasets.Value("int64"), "index": datasets.Value("int64"),
-    "init_seed": datasets.Value("uint64"), "tf_accuracy": datasets.Value("float64"),
-    "greedy_exact": datasets.Value("bool"), "accessible": datasets.Value("bool"),
-    "steps": datasets.Value("int64"), "final_loss": datasets.Value("float64"),
-    "best_accuracy": datasets.Value("float64"), "stop_reason": datasets.Value("string"),
-    "seconds": datasets.Value("float64"), "rank": datasets.Value("int64"),
-    "greedy_misses": datasets.Value("int64"),  # absent from rows written before it existed: read as 0
-    # The crammed length a row inferred from another row of its nested text was decided from (design.infer_prefixes;
-    # stop_reason "inferred"); None for crammed rows. Its init_seed, final_loss (and accuracies when it is inferred
-    # not accessible) are None: nothing was crammed.
-    "inferred_from": datasets.Value("int64"),
-    # The shorter crammed length whose vectors a warm-started row started from (SweepConfig.warm_start); else None.
-    "warm_from": datasets.Value("int64"),
-    # The most leading targets the row's vectors got right at any step (CramResult.best_prefix): those vectors emit
-    # that prefix. None in rows written before it existed and in inferred rows.
-    "best_prefix": datasets.Value("int64"),
-})
+ROW_FEATURES = datasets.Features(
+    {
+        "m": datasets.Value("int64"),
+        "n": datasets.Value("int64"),
+        "index": datasets.Value("int64"),
+        "init_seed": datasets.Value("uint64"),
+        "tf_accuracy": datasets.Value("float64"),
+        "greedy_exact": datasets.Value("bool"),
+        "accessible": datasets.Value("bool"),
+        "steps": datasets.Value("int64"),
+        "final_loss": datasets.Value("float64"),
+        "best_accuracy": datasets.Value("float64"),
+        "stop_reason": datasets.Value("string"),
+        "seconds": datasets.Value("float64"),
+        "rank": datasets.Value("int64"),
+        "greedy_misses": datasets.Value("int64"),  # absent from rows written before it existed: read as 0
+        # The crammed length a row inferred from another row of its nested text was decided from
+        # (design.infer_prefixes; stop_reason "inferred"); None for crammed rows. Its init_seed, final_loss (and
+        # accuracies when it is inferred not accessible) are None: nothing was crammed.
+        "inferred_from": datasets.Value("int64"),
+        # The shorter crammed length whose vectors a warm-started row started from (SweepConfig.warm_start); else None.
+        "warm_from": datasets.Value("int64"),
+        # The most leading targets the row's vectors got right at any step (CramResult.best_prefix): those vectors emit
+        # that prefix. None in rows written before it existed and in inferred rows.
+        "best_prefix": datasets.Value("int64"),
+    }
+)
 
 
 # A row written before greedy_misses existed lacks it (read as 0); crammed rows have no inferred_from and cold ones
@@ -303,8 +321,10 @@ def check_settings(folder: Path, settings: dict, overwrite: bool) -> bool:
     settings = json.loads(json.dumps(settings))  # compare as stored: tuples become lists
     if not path.exists():
         if row_files(folder) and not overwrite:
-            raise ValueError(f"{folder} holds rows but no {SETTINGS_FILE}: they come from an unknown run; "
-                             "use another output folder, or pass overwrite=True (--overwrite) to discard them")
+            raise ValueError(
+                f"{folder} holds rows but no {SETTINGS_FILE}: they come from an unknown run; "
+                "use another output folder, or pass overwrite=True (--overwrite) to discard them"
+            )
         return bool(row_files(folder))
     try:
         previous = json.loads(path.read_text(encoding="utf-8"))
@@ -318,8 +338,10 @@ def check_settings(folder: Path, settings: dict, overwrite: bool) -> bool:
         return False
     else:
         changed = sorted(k for k in set(previous) | set(settings) if previous.get(k) != settings.get(k))
-        raise ValueError(f"{folder} holds a run with different settings (changed: {', '.join(changed)}); "
-                         "use another output folder, or pass overwrite=True (--overwrite) to discard it")
+        raise ValueError(
+            f"{folder} holds a run with different settings (changed: {', '.join(changed)}); "
+            "use another output folder, or pass overwrite=True (--overwrite) to discard it"
+        )
     return True
 
 
@@ -359,7 +381,8 @@ def parse_row(path: Path, line_number: int, line: bytes | str) -> dict:
     raise CorruptRowsError(
         f"{path}:{line_number} is {problem}. Only a torn last line (a run killed mid-write) is cut off "
         "automatically; rows after this line are kept as they are. Move the line out of the file (into a file that "
-        "does not match rows*.jsonl) and resume, or start afresh with overwrite=True (--overwrite)")
+        "does not match rows*.jsonl) and resume, or start afresh with overwrite=True (--overwrite)"
+    )
 
 
 def _complete_rows(path: Path, data: bytes) -> tuple[list[dict], int]:
@@ -433,7 +456,8 @@ class FolderLock:
             raise FolderLockedError(
                 f"{Path(folder)} is being written by another process ({lock_holder(self.path)} holds {self.path}); "
                 "wait for it to finish or stop it, or write to another folder. A run that crashed or was killed "
-                "releases the lock by itself")
+                "releases the lock by itself"
+            )
         FolderLock._held[self.key] = self
 
     def release(self) -> None:
@@ -461,7 +485,8 @@ def lock_folder(folder: Path, rank: int = 0) -> FolderLock:
                 lock.release()
                 raise FolderLockedError(
                     f"{folder} is being written by another process ({lock_holder(path)} holds {path}, a worker of an "
-                    "earlier multi-process run that is still running); stop it, or write to another folder")
+                    "earlier multi-process run that is still running); stop it, or write to another folder"
+                )
             os.close(fd)
     return lock
 
@@ -469,5 +494,10 @@ def lock_folder(folder: Path, rank: int = 0) -> FolderLock:
 def load_rows(folder) -> datasets.Dataset:
     """The finished rows of a sweep folder as a ``datasets.Dataset``, sorted by (m, n, index)."""
     rows = sorted(read_rows(Path(folder)).values(), key=row_key)
-    return datasets.Dataset.from_list([{k: row.get(k, _OPTIONAL_DEFAULTS[k]) if k in _OPTIONAL_DEFAULTS else row[k]
-                                        for k in ROW_FEATURES} for row in rows], features=ROW_FEATURES)
+    return datasets.Dataset.from_list(
+        [
+            {k: row.get(k, _OPTIONAL_DEFAULTS[k]) if k in _OPTIONAL_DEFAULTS else row[k] for k in ROW_FEATURES}
+            for row in rows
+        ],
+        features=ROW_FEATURES,
+    )

@@ -20,9 +20,9 @@ from ..models import DEFAULT_MODEL, load_model, load_tokenizer
 from . import store
 from .bounds import measure_support, slope_bounds
 from .cram import CramConfig, CramJob, cram
-from .protocol import PublishedSequences, check_protocol, cram_settings, special_prefix_ids
 from .design import DESIGNS, check_stopping, complete_groups, crammed_chains, infer_prefixes, make_design, row_steps
 from .fit import fit_sigmoid, line_interval, linear_fit, n50_interval
+from .protocol import PublishedSequences, check_protocol, cram_settings, special_prefix_ids
 from .sources import init_seed, make_source
 
 
@@ -49,11 +49,14 @@ class GridConfig:
             self.lengths = sorted({int(n) for n in self.lengths})
             if not self.lengths or self.lengths[0] < 1:
                 raise ValueError(f"lengths must be a non-empty list of integers >= 1 (got {self.lengths})")
-        elif not (1 <= self.start <= self.stop and self.coarse >= 1 and self.fine >= 1
-                  and 0 <= self.low <= self.high <= 1):
-            raise ValueError("adaptive grid needs 1 <= start <= stop, coarse >= 1, fine >= 1, 0 <= low <= high <= 1 "
-                             f"(got start={self.start}, stop={self.stop}, coarse={self.coarse}, fine={self.fine}, "
-                             f"low={self.low}, high={self.high})")
+        elif not (
+            1 <= self.start <= self.stop and self.coarse >= 1 and self.fine >= 1 and 0 <= self.low <= self.high <= 1
+        ):
+            raise ValueError(
+                "adaptive grid needs 1 <= start <= stop, coarse >= 1, fine >= 1, 0 <= low <= high <= 1 "
+                f"(got start={self.start}, stop={self.stop}, coarse={self.coarse}, fine={self.fine}, "
+                f"low={self.low}, high={self.high})"
+            )
 
     @property
     def max_length(self) -> int:
@@ -107,19 +110,27 @@ class SweepConfig:
         if self.design == "fixed" and self.grid.lengths is None:
             raise ValueError("the fixed design needs a list of lengths (GridConfig(lengths=[...]), --lengths)")
         if self.design != "fixed" and self.grid.lengths is not None:
-            raise ValueError(f"the {self.design} design chooses its own lengths between grid.start and grid.stop; "
-                             "give GridConfig(start=..., stop=...) without lengths (or use design='fixed')")
+            raise ValueError(
+                f"the {self.design} design chooses its own lengths between grid.start and grid.stop; "
+                "give GridConfig(start=..., stop=...) without lengths (or use design='fixed')"
+            )
         if self.warm_start and not self.infer_prefixes:
-            raise ValueError("warm_start starts a text's row from its shorter crammed prefix, which needs the lengths "
-                             "of each text in increasing order: pass infer_prefixes=True as well (--infer-prefixes)")
+            raise ValueError(
+                "warm_start starts a text's row from its shorter crammed prefix, which needs the lengths "
+                "of each text in increasing order: pass infer_prefixes=True as well (--infer-prefixes)"
+            )
         if self.design == "sequential":
             check_stopping(self.target_ci, self.budget_row_steps)
             if self.infer_prefixes:
-                raise ValueError("infer_prefixes needs the rows of a text at several lengths (the fixed or adaptive "
-                                 "design); the sequential design crams every text once")
+                raise ValueError(
+                    "infer_prefixes needs the rows of a text at several lengths (the fixed or adaptive "
+                    "design); the sequential design crams every text once"
+                )
         elif self.target_ci is not None or self.budget_row_steps is not None:
-            raise ValueError(f"target_ci and budget_row_steps belong to the sequential design (got design "
-                             f"{self.design!r}); pass design='sequential' (--design sequential)")
+            raise ValueError(
+                f"target_ci and budget_row_steps belong to the sequential design (got design "
+                f"{self.design!r}); pass design='sequential' (--design sequential)"
+            )
         self.ms = sorted({int(m) for m in self.ms})
         if not self.ms or self.ms[0] < 1:
             raise ValueError(f"every number of memory vectors m must be >= 1 (got {self.ms})")
@@ -139,8 +150,13 @@ class SweepConfig:
     def make_source(self, tokenizer, vocab_size: int):
         """The sequences this sweep crams, as its protocol lays them out."""
         published = self.protocol == "published"
-        source = make_source(self.source, tokenizer, vocab_size=vocab_size, nested_text=published,
-                             default_word_list="wordfreq" if published else "pydoc_data")
+        source = make_source(
+            self.source,
+            tokenizer,
+            vocab_size=vocab_size,
+            nested_text=published,
+            default_word_list="wordfreq" if published else "pydoc_data",
+        )
         if published and tokenizer is not None:
             source = PublishedSequences(source, special_prefix_ids(tokenizer))
         return source
@@ -151,12 +167,21 @@ class SweepConfig:
         Settings added after folders were first written are left out while they hold their old meaning, so those
         folders still resume.
         """
-        cram = {k: v for k, v in dataclasses.asdict(self.cram).items()
-                if k not in ("batch_size", "logits_budget") and not (k in _LATER_CRAM_DEFAULTS
-                                                                      and v == _LATER_CRAM_DEFAULTS[k])}
-        settings = {"model": str(self.model), "source": source_description, "ms": self.ms,
-                    "grid": dataclasses.asdict(self.grid), "num_sequences": self.num_sequences, "seed": self.seed,
-                    "cram": cram}
+        cram = {
+            k: v
+            for k, v in dataclasses.asdict(self.cram).items()
+            if k not in ("batch_size", "logits_budget")
+            and not (k in _LATER_CRAM_DEFAULTS and v == _LATER_CRAM_DEFAULTS[k])
+        }
+        settings = {
+            "model": str(self.model),
+            "source": source_description,
+            "ms": self.ms,
+            "grid": dataclasses.asdict(self.grid),
+            "num_sequences": self.num_sequences,
+            "seed": self.seed,
+            "cram": cram,
+        }
         if self.protocol != "ut-peft":
             settings["protocol"] = self.protocol
         if self.infer_prefixes:
@@ -164,8 +189,11 @@ class SweepConfig:
         if self.warm_start:
             settings["warm_start"] = True
         if self.design == "sequential":  # fixed and adaptive are told apart by grid.lengths, as before
-            settings["design"] = {"kind": self.design, "target_ci": self.target_ci,
-                                  "budget_row_steps": self.budget_row_steps}
+            settings["design"] = {
+                "kind": self.design,
+                "target_ci": self.target_ci,
+                "budget_row_steps": self.budget_row_steps,
+            }
         return settings
 
     @classmethod
@@ -175,12 +203,19 @@ class SweepConfig:
         design = settings.get("design", {})
         # Fixed and adaptive sweeps are told apart by their grid's lengths (only sequential ones record a design).
         fixed = (settings.get("grid") or {}).get("lengths") is not None
-        return cls(model=settings["model"], ms=settings["ms"], num_sequences=settings["num_sequences"],
-                   seed=settings["seed"], design=design.get("kind", "fixed" if fixed else "adaptive"),
-                   grid=GridConfig(lengths=settings["grid"]["lengths"]) if fixed else GridConfig(),
-                   target_ci=design.get("target_ci"), budget_row_steps=design.get("budget_row_steps"),
-                   infer_prefixes=settings.get("infer_prefixes", False), warm_start=settings.get("warm_start", False),
-                   **kwargs)
+        return cls(
+            model=settings["model"],
+            ms=settings["ms"],
+            num_sequences=settings["num_sequences"],
+            seed=settings["seed"],
+            design=design.get("kind", "fixed" if fixed else "adaptive"),
+            grid=GridConfig(lengths=settings["grid"]["lengths"]) if fixed else GridConfig(),
+            target_ci=design.get("target_ci"),
+            budget_row_steps=design.get("budget_row_steps"),
+            infer_prefixes=settings.get("infer_prefixes", False),
+            warm_start=settings.get("warm_start", False),
+            **kwargs,
+        )
 
 
 # CramConfig fields that came after the first sweeps, with the value that reproduces those sweeps.
@@ -201,13 +236,24 @@ def _curves(config: SweepConfig, rows: dict) -> dict[int, dict[int, list[dict]]]
 
 def _row(result, rank: int) -> dict:
     m, n, index = result.job.key
-    return {"m": m, "n": n, "index": index, "init_seed": result.job.seed, "tf_accuracy": result.tf_accuracy,
-            "greedy_exact": result.greedy_exact, "accessible": result.accessible, "steps": result.steps,
-            "final_loss": result.final_loss, "best_accuracy": result.best_accuracy,
-            "stop_reason": result.stop_reason, "greedy_misses": result.greedy_misses,
-            "seconds": round(result.seconds, 3), "rank": rank,
-            "best_accuracy_at": {str(k): v for k, v in result.best_accuracy_at.items()},
-            "best_prefix": result.best_prefix}
+    return {
+        "m": m,
+        "n": n,
+        "index": index,
+        "init_seed": result.job.seed,
+        "tf_accuracy": result.tf_accuracy,
+        "greedy_exact": result.greedy_exact,
+        "accessible": result.accessible,
+        "steps": result.steps,
+        "final_loss": result.final_loss,
+        "best_accuracy": result.best_accuracy,
+        "stop_reason": result.stop_reason,
+        "greedy_misses": result.greedy_misses,
+        "seconds": round(result.seconds, 3),
+        "rank": rank,
+        "best_accuracy_at": {str(k): v for k, v in result.best_accuracy_at.items()},
+        "best_prefix": result.best_prefix,
+    }
 
 
 def _warm_source(chains: dict, job) -> int | None:
@@ -219,8 +265,10 @@ def _warm_source(chains: dict, job) -> int | None:
 def _warm_vectors(output_dir, m: int, n: int, index: int):
     path = store.vectors_path(output_dir, m, n, index)
     if not path.is_file():
-        raise ValueError(f"the warm start of text {index} (m = {m}) needs the vectors crammed at length {n}, and "
-                         f"{path} is missing; restore the folder's {store.VECTORS_DIR}/, or rerun into a new folder")
+        raise ValueError(
+            f"the warm start of text {index} (m = {m}) needs the vectors crammed at length {n}, and "
+            f"{path} is missing; restore the folder's {store.VECTORS_DIR}/, or rerun into a new folder"
+        )
     return store.read_vectors(path)[0]
 
 
@@ -240,9 +288,20 @@ def _load(config: SweepConfig, device, device_map):
     return model, tokenizer
 
 
-def run_sweep(config: SweepConfig, output_dir, *, model=None, tokenizer=None, accelerator=None,
-              overwrite: bool = False, save_vectors: bool = False, device_map=None, progress: bool = True,
-              report: bool = True, snapshot_seconds: float | None = 300.0) -> store.Summary | None:
+def run_sweep(
+    config: SweepConfig,
+    output_dir,
+    *,
+    model=None,
+    tokenizer=None,
+    accelerator=None,
+    overwrite: bool = False,
+    save_vectors: bool = False,
+    device_map=None,
+    progress: bool = True,
+    report: bool = True,
+    snapshot_seconds: float | None = 300.0,
+) -> store.Summary | None:
     """Run (or resume) a sweep into ``output_dir``; returns the summary on the main process, None elsewhere.
 
     Every ``snapshot_seconds`` (None: never) the state of each row in flight goes to ``inflight/``; a resumed run
@@ -266,12 +325,16 @@ def run_sweep(config: SweepConfig, output_dir, *, model=None, tokenizer=None, ac
     context = getattr(model.config, "max_position_embeddings", None)
     longest = config.grid.max_length + config.ms[-1] - 1 + len(config.cram.prefix_ids)
     if context and longest > context:
-        raise ValueError(f"lengths up to {config.grid.max_length} with m = {config.ms[-1]} need {longest} positions, "
-                         f"above the model's context of {context}; lower the lengths (or --stop)")
+        raise ValueError(
+            f"lengths up to {config.grid.max_length} with m = {config.ms[-1]} need {longest} positions, "
+            f"above the model's context of {context}; lower the lengths (or --stop)"
+        )
     source.check_length(config.grid.max_length)
     if config.infer_prefixes and not source.describe().get("nested"):
-        raise ValueError("infer_prefixes needs nested texts (every length a prefix of the same text: --protocol "
-                         f"published --source text); this sweep's sequences are {source.describe()}")
+        raise ValueError(
+            "infer_prefixes needs nested texts (every length a prefix of the same text: --protocol "
+            f"published --source text); this sweep's sequences are {source.describe()}"
+        )
 
     settings = config.fingerprint(source.describe())
     # Held to the end of the run, so a second run (or a killed run's leftover workers) cannot write here meanwhile.
@@ -306,20 +369,34 @@ def run_sweep(config: SweepConfig, output_dir, *, model=None, tokenizer=None, ac
         bar.set_description(f"cram n={','.join(str(n) for n in sorted({j[1] for j in jobs}))}")
         chains = crammed_chains(rows) if config.warm_start else {}
         warm_from = {job: _warm_source(chains, job) for job in mine} if config.warm_start else {}
-        cram_jobs = [CramJob(key=(m, n, i), ids=source.sequence(n, i, config.seed), m=m,
-                             seed=init_seed(config.seed, m, n, i),
-                             init=_warm_vectors(output_dir, m, warm_from[(m, n, i)], i) if warm_from.get((m, n, i))
-                             else None, resume=store.read_inflight(output_dir, (m, n, i))) for m, n, i in mine]
+        cram_jobs = [
+            CramJob(
+                key=(m, n, i),
+                ids=source.sequence(n, i, config.seed),
+                m=m,
+                seed=init_seed(config.seed, m, n, i),
+                init=_warm_vectors(output_dir, m, warm_from[(m, n, i)], i) if warm_from.get((m, n, i)) else None,
+                resume=store.read_inflight(output_dir, (m, n, i)),
+            )
+            for m, n, i in mine
+        ]
         new_rows = []
 
         def keep_states(states, folder=output_dir):
             for key, state in states.items():
                 store.write_inflight(folder, key, state)
-        for result in cram(model, cram_jobs, config.cram, snapshot_every=snapshot_seconds,
-                           on_snapshot=keep_states if snapshot_seconds is not None else None):
+
+        for result in cram(
+            model,
+            cram_jobs,
+            config.cram,
+            snapshot_every=snapshot_seconds,
+            on_snapshot=keep_states if snapshot_seconds is not None else None,
+        ):
             if save_vectors or config.warm_start:  # a warm start reads them back, also after a resume
-                store.write_vectors(output_dir, result.job.key, result.vectors, ids=result.job.ids,
-                                    accessible=result.accessible)
+                store.write_vectors(
+                    output_dir, result.job.key, result.vectors, ids=result.job.ids, accessible=result.accessible
+                )
             row = _row(result, rank)
             if warm_from.get(result.job.key):
                 row["warm_from"] = warm_from[result.job.key]
@@ -347,16 +424,16 @@ def run_sweep(config: SweepConfig, output_dir, *, model=None, tokenizer=None, ac
     return summary
 
 
-def summarize_folder(output_dir, model=None, *, support_sequences: int = 256, support_seq_len: int = 32,
-                     report: bool = True) -> store.Summary:
+def summarize_folder(
+    output_dir, model=None, *, support_sequences: int = 256, support_seq_len: int = 32, report: bool = True
+) -> store.Summary:
     """Summary, plots and report from the rows a folder holds now (a finished, running or killed sweep).
 
     Only (m, n) groups with all their sequences finished enter the fits.
     """
     output_dir = Path(output_dir)
     settings = store.read_settings(output_dir)
-    config = SweepConfig.from_settings(settings, support_sequences=support_sequences,
-                                       support_seq_len=support_seq_len)
+    config = SweepConfig.from_settings(settings, support_sequences=support_sequences, support_seq_len=support_seq_len)
     if model is None:
         model = load_model(settings["model"])
     summary = summarize(config, settings, store.read_rows(output_dir), model)
@@ -389,15 +466,20 @@ def merge_sweeps(folders, output_dir, *, overwrite: bool = False) -> Path:
     for folder, other in zip(folders[1:], settings[1:]):
         differ = sorted(k for k in set(shared) | (set(other) - free) if shared.get(k) != other.get(k))
         if differ:
-            raise ValueError(f"{folder} was run with other settings than {folders[0]} (differ: {', '.join(differ)}); "
-                             "only sweeps that differ in ms and lengths can be merged")
+            raise ValueError(
+                f"{folder} was run with other settings than {folders[0]} (differ: {', '.join(differ)}); "
+                "only sweeps that differ in ms and lengths can be merged"
+            )
     rows: dict = {}
     for folder in folders:
         for key, row in store.read_rows(folder).items():
             rows.setdefault(key, row)
-    merged = dict(shared, ms=sorted({m for s in settings for m in s["ms"]}),
-                  grid=dataclasses.asdict(GridConfig(lengths=sorted({n for _, n, _ in rows}) or [1])),
-                  merged_from=[str(f) for f in folders])
+    merged = dict(
+        shared,
+        ms=sorted({m for s in settings for m in s["ms"]}),
+        grid=dataclasses.asdict(GridConfig(lengths=sorted({n for _, n, _ in rows}) or [1])),
+        merged_from=[str(f) for f in folders],
+    )
     if any(s.get("infer_prefixes") for s in settings):
         merged["infer_prefixes"] = True
     output_dir = Path(output_dir)
@@ -426,31 +508,67 @@ def summarize(config: SweepConfig, settings: dict, rows: dict, model) -> store.S
         group_rows = [r for n in lengths for r in curves[m][n]]
         fitted_rows += group_rows
         acc = [sum(r["accessible"] for r in curves[m][n]) / len(curves[m][n]) for n in lengths]
-        published = (fit_sigmoid(lengths, acc) if lengths
-                     else {"n50": None, "sigmoid_slope": None, "status": "degenerate"})
-        fit = n50_interval([r["n"] for r in group_rows], [r["accessible"] for r in group_rows],
-                           [r["index"] for r in group_rows], seed=[config.seed, m])
-        per_m.append(store.MSummary(
-            m=m, n50=fit["n50"], n50_ci=fit["n50_ci"], sigmoid_slope=fit["sigmoid_slope"],
-            sigmoid_slope_ci=fit["sigmoid_slope_ci"], fit_status=fit["status"],
-            n50_published=published["n50"], sigmoid_slope_published=published["sigmoid_slope"],
-            fit_status_published=published["status"], lengths=lengths, accessibility=acc,
-            mean_tf_accuracy=[_mean_tf_accuracy(curves[m][n]) for n in lengths],
-            num_sequences=[len(curves[m][n]) for n in lengths],
-            row_steps=sum(row_steps(r) for key, r in rows.items() if key[0] == m), n50_ci_method=fit["n50_ci_method"]))
-    line = line_interval([r["m"] for r in fitted_rows], [r["n"] for r in fitted_rows],
-                         [r["accessible"] for r in fitted_rows], [r["index"] for r in fitted_rows],
-                         seed=[config.seed, 0]) if fitted_rows else None
+        published = (
+            fit_sigmoid(lengths, acc) if lengths else {"n50": None, "sigmoid_slope": None, "status": "degenerate"}
+        )
+        fit = n50_interval(
+            [r["n"] for r in group_rows],
+            [r["accessible"] for r in group_rows],
+            [r["index"] for r in group_rows],
+            seed=[config.seed, m],
+        )
+        per_m.append(
+            store.MSummary(
+                m=m,
+                n50=fit["n50"],
+                n50_ci=fit["n50_ci"],
+                sigmoid_slope=fit["sigmoid_slope"],
+                sigmoid_slope_ci=fit["sigmoid_slope_ci"],
+                fit_status=fit["status"],
+                n50_published=published["n50"],
+                sigmoid_slope_published=published["sigmoid_slope"],
+                fit_status_published=published["status"],
+                lengths=lengths,
+                accessibility=acc,
+                mean_tf_accuracy=[_mean_tf_accuracy(curves[m][n]) for n in lengths],
+                num_sequences=[len(curves[m][n]) for n in lengths],
+                row_steps=sum(row_steps(r) for key, r in rows.items() if key[0] == m),
+                n50_ci_method=fit["n50_ci_method"],
+            )
+        )
+    line = (
+        line_interval(
+            [r["m"] for r in fitted_rows],
+            [r["n"] for r in fitted_rows],
+            [r["accessible"] for r in fitted_rows],
+            [r["index"] for r in fitted_rows],
+            seed=[config.seed, 0],
+        )
+        if fitted_rows
+        else None
+    )
     published_points = [(p.m, p.n50_published) for p in per_m if p.n50_published is not None]
-    line_published = (linear_fit(*zip(*published_points)) if len({m for m, _ in published_points}) >= 2 else None)
-    stats = measure_support(model, num_sequences=config.support_sequences, seq_len=config.support_seq_len,
-                            seed=config.seed)
+    line_published = linear_fit(*zip(*published_points)) if len({m for m, _ in published_points}) >= 2 else None
+    stats = measure_support(
+        model, num_sequences=config.support_sequences, seq_len=config.support_seq_len, seed=config.seed
+    )
     bounds = slope_bounds(stats)
-    ratios = ({k: v / line["slope"] for k, v in bounds.items()} if line and line["slope"] > 0 else None)
-    return store.Summary(model=settings["model"], source=settings["source"], settings=settings,
-                         design=config.design, estimator="firth-logistic-mle", per_m=per_m, fit=line,
-                         fit_published=line_published, support=stats.to_dict(), bounds=bounds, ratios=ratios,
-                         num_rows=len(rows), row_steps=sum(row_steps(r) for r in rows.values()))
+    ratios = {k: v / line["slope"] for k, v in bounds.items()} if line and line["slope"] > 0 else None
+    return store.Summary(
+        model=settings["model"],
+        source=settings["source"],
+        settings=settings,
+        design=config.design,
+        estimator="firth-logistic-mle",
+        per_m=per_m,
+        fit=line,
+        fit_published=line_published,
+        support=stats.to_dict(),
+        bounds=bounds,
+        ratios=ratios,
+        num_rows=len(rows),
+        row_steps=sum(row_steps(r) for r in rows.values()),
+    )
 
 
 def _mean_tf_accuracy(group: list[dict]) -> float | None:

@@ -9,12 +9,34 @@
 - :mod:`.analysis` / :mod:`.report`: one call from a model to all of the above; JSON, plots, Markdown.
 """
 
-from .bounds import (cap_log_fraction, cone_half_angle, cone_slope_bound, nonuniform_slope_bound,
-                     read_measured_slope, refined_bounds)
+from .analysis import analyze_model, load_state, save_state, summarize
+from .bounds import (
+    cap_log_fraction,
+    cone_half_angle,
+    cone_slope_bound,
+    nonuniform_slope_bound,
+    read_measured_slope,
+    refined_bounds,
+)
 from .cells import BallSupport, BoxSupport, CellEstimate, estimate_cells, supports_from_stats, wilson_interval
 from .output_path import OutputPath
-from .analysis import analyze_model, load_state, save_state, summarize
 
-__all__ = ["OutputPath", "BallSupport", "BoxSupport", "CellEstimate", "estimate_cells", "supports_from_stats",
-           "wilson_interval", "cap_log_fraction", "cone_half_angle", "cone_slope_bound", "nonuniform_slope_bound",
-           "read_measured_slope", "refined_bounds", "analyze_model", "summarize", "save_state", "load_state"]
+__all__ = [
+    "OutputPath",
+    "BallSupport",
+    "BoxSupport",
+    "CellEstimate",
+    "estimate_cells",
+    "supports_from_stats",
+    "wilson_interval",
+    "cap_log_fraction",
+    "cone_half_angle",
+    "cone_slope_bound",
+    "nonuniform_slope_bound",
+    "read_measured_slope",
+    "refined_bounds",
+    "analyze_model",
+    "summarize",
+    "save_state",
+    "load_state",
+]

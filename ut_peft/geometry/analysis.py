@@ -19,11 +19,22 @@ from .cells import CellEstimate, agreement, estimate_cells, supports_from_stats
 from .output_path import OutputPath
 
 
-def analyze_model(model, *, num_samples: int = 1_000_000, supports=("ball", "box"),
-                  measured_slope: float | None = None, support_sequences: int = 256, support_seq_len: int = 32,
-                  apply_final_norm: bool = False,
-                  chunk_size: int | None = None, vocab_chunk: int | None = None, seed: int = 0, decay_k: int = 64,
-                  top_k: int = 20, progress: bool = True) -> dict:
+def analyze_model(
+    model,
+    *,
+    num_samples: int = 1_000_000,
+    supports=("ball", "box"),
+    measured_slope: float | None = None,
+    support_sequences: int = 256,
+    support_seq_len: int = 32,
+    apply_final_norm: bool = False,
+    chunk_size: int | None = None,
+    vocab_chunk: int | None = None,
+    seed: int = 0,
+    decay_k: int = 64,
+    top_k: int = 20,
+    progress: bool = True,
+) -> dict:
     """Measure the support of ``model`` (``measure_support``), estimate its decoder cells over each of
     ``supports`` and compute the refined bounds. Returns :func:`summarize`'s dict.
 
@@ -36,20 +47,44 @@ def analyze_model(model, *, num_samples: int = 1_000_000, supports=("ball", "box
     stats = measure_support(model, num_sequences=support_sequences, seq_len=support_seq_len, seed=seed)
     path = OutputPath.from_model(model, apply_final_norm=apply_final_norm)
     available = supports_from_stats(stats)
-    estimates = {name: estimate_cells(path, available[name], num_samples, methods=("argmax", "voronoi"),
-                                      chunk_size=chunk_size, vocab_chunk=vocab_chunk, seed=seed, progress=progress)
-                 for name in supports}
+    estimates = {
+        name: estimate_cells(
+            path,
+            available[name],
+            num_samples,
+            methods=("argmax", "voronoi"),
+            chunk_size=chunk_size,
+            vocab_chunk=vocab_chunk,
+            seed=seed,
+            progress=progress,
+        )
+        for name in supports
+    }
     return summarize(stats, estimates, describe_path(path), measured_slope, seed=seed, decay_k=decay_k, top_k=top_k)
 
 
 def describe_path(path: OutputPath) -> dict:
-    return {"apply_final_norm": path.final_norm is not None, "head_bias": path.bias is not None,
-            "logit_multiplier": path.logit_multiplier, "softcap": path.softcap, "vocab_size": path.vocab_size,
-            "hidden_size": path.hidden_size, "ln_vocab": math.log(path.vocab_size)}
+    return {
+        "apply_final_norm": path.final_norm is not None,
+        "head_bias": path.bias is not None,
+        "logit_multiplier": path.logit_multiplier,
+        "softcap": path.softcap,
+        "vocab_size": path.vocab_size,
+        "hidden_size": path.hidden_size,
+        "ln_vocab": math.log(path.vocab_size),
+    }
 
 
-def summarize(stats: SupportStats, estimates: dict, path_info: dict, measured_slope: float | None = None, *,
-              seed: int = 0, decay_k: int = 64, top_k: int = 20) -> dict:
+def summarize(
+    stats: SupportStats,
+    estimates: dict,
+    path_info: dict,
+    measured_slope: float | None = None,
+    *,
+    seed: int = 0,
+    decay_k: int = 64,
+    top_k: int = 20,
+) -> dict:
     """The JSON-able result, plus the live objects under ``_estimates`` and ``_stats`` (for plots and state)."""
     cells = {}
     for name, by_method in estimates.items():
@@ -60,20 +95,40 @@ def summarize(stats: SupportStats, estimates: dict, path_info: dict, measured_sl
     num_samples = next(iter(next(iter(estimates.values())).values())).num_samples
     return {
         "support": {**stats.to_dict(), "box_mean_range": float((stats.high - stats.low).mean())},
-        "output_path": path_info, "num_samples": int(num_samples), "seed": seed, "cells": cells, "bounds": bounds,
-        "_estimates": estimates, "_stats": stats,
+        "output_path": path_info,
+        "num_samples": int(num_samples),
+        "seed": seed,
+        "cells": cells,
+        "bounds": bounds,
+        "_estimates": estimates,
+        "_stats": stats,
     }
 
 
 def save_state(result: dict, path) -> Path:
     """Everything :func:`summarize` needs (support statistics, integer counts, checkpoints) in one torch file."""
     stats = result["_stats"]
-    state = {"stats": {k: getattr(stats, k) for k in ("radius", "eps", "low", "high", "hidden", "vocab_size")},
-             "output_path": result["output_path"], "seed": result["seed"],
-             "estimates": {s: {m: {"method": e.method, "support": e.support, "counts": e.counts,
-                                   "num_samples": e.num_samples, "checkpoints": e.checkpoints, "seconds": e.seconds,
-                                   "z": e.z, "disagreements": e.disagreements} for m, e in by.items()}
-                           for s, by in result["_estimates"].items()}}
+    state = {
+        "stats": {k: getattr(stats, k) for k in ("radius", "eps", "low", "high", "hidden", "vocab_size")},
+        "output_path": result["output_path"],
+        "seed": result["seed"],
+        "estimates": {
+            s: {
+                m: {
+                    "method": e.method,
+                    "support": e.support,
+                    "counts": e.counts,
+                    "num_samples": e.num_samples,
+                    "checkpoints": e.checkpoints,
+                    "seconds": e.seconds,
+                    "z": e.z,
+                    "disagreements": e.disagreements,
+                }
+                for m, e in by.items()
+            }
+            for s, by in result["_estimates"].items()
+        },
+    }
     path = Path(path)
     with atomic_open(path, "wb") as handle:
         torch.save(state, handle)

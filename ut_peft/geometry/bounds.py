@@ -82,18 +82,23 @@ def read_measured_slope(summary_path) -> float:
     """The measured n_50 slope (``fit.slope``) of an accessibility evaluator ``summary.json``."""
     path = Path(summary_path)
     if not path.is_file():
-        raise FileNotFoundError(f"no evaluator summary at {path}; run the accessibility evaluator first, or pass "
-                                "--slope with the measured n_50 slope")
+        raise FileNotFoundError(
+            f"no evaluator summary at {path}; run the accessibility evaluator first, or pass "
+            "--slope with the measured n_50 slope"
+        )
     data = json.loads(path.read_text())
     slope = (data.get("fit") or {}).get("slope")
     if not isinstance(slope, (int, float)) or not slope > 0:
-        raise ValueError(f"{path} has no positive fit.slope (found {slope!r}); the evaluator's fit did not "
-                         "succeed for this run, so there is no measured slope to compare with")
+        raise ValueError(
+            f"{path} has no positive fit.slope (found {slope!r}); the evaluator's fit did not "
+            "succeed for this run, so there is no measured slope to compare with"
+        )
     return float(slope)
 
 
-def refined_bounds(stats, cells: dict | None = None, measured_slope: float | None = None, *,
-                   decay_k: int = 64) -> dict:
+def refined_bounds(
+    stats, cells: dict | None = None, measured_slope: float | None = None, *, decay_k: int = 64
+) -> dict:
     """Every bound for a measured support (``SupportStats``), with ratios to ``measured_slope`` when given.
 
     ``cells``: {"ball": CellEstimate, "box": CellEstimate} of the argmax cells over each support; each adds two
@@ -119,9 +124,15 @@ def refined_bounds(stats, cells: dict | None = None, measured_slope: float | Non
         decays[support] = {"jeffreys": point, "conservative": safe}
         rows[f"{support}_nonuniform"] = nonuniform_slope_bound(rows[support], vocab, point)
         rows[f"{support}_nonuniform_conservative"] = nonuniform_slope_bound(rows[support], vocab, safe)
-    out = {"bounds": rows, "cone_half_angle_deg": math.degrees(angle),
-           "cone_log_fraction": cap_log_fraction(angle, d), "decay_per_token": decays,
-           "decay_k": decay_k, "ln_vocab": math.log(vocab), "measured_slope": measured_slope}
+    out = {
+        "bounds": rows,
+        "cone_half_angle_deg": math.degrees(angle),
+        "cone_log_fraction": cap_log_fraction(angle, d),
+        "decay_per_token": decays,
+        "decay_k": decay_k,
+        "ln_vocab": math.log(vocab),
+        "measured_slope": measured_slope,
+    }
     if measured_slope:
         out["ratios"] = {name: value / measured_slope for name, value in rows.items()}
     return out

@@ -133,8 +133,16 @@ class CellEstimate:
         low, high = self.intervals()
         k = min(k, self.vocab_size)
         values, ids = torch.topk(self.counts, k)
-        return [{"token_id": int(i), "count": int(c), "share": float(c) / self.num_samples,
-                 "ci_low": float(low[i]), "ci_high": float(high[i])} for c, i in zip(values, ids)]
+        return [
+            {
+                "token_id": int(i),
+                "count": int(c),
+                "share": float(c) / self.num_samples,
+                "ci_low": float(low[i]),
+                "ci_high": float(high[i]),
+            }
+            for c, i in zip(values, ids)
+        ]
 
     def log_shares(self, estimate: str = "jeffreys") -> torch.Tensor:
         """ln of each token's share. Most tokens of a large vocabulary are never hit, so the plain estimate
@@ -148,8 +156,9 @@ class CellEstimate:
             return self.intervals()[1].log()
         raise ValueError(f"estimate must be 'plugin', 'jeffreys' or 'upper', got {estimate!r}")
 
-    def median_product_decay(self, ks=(1, 2, 4, 8, 16, 32, 64), *, draws: int = 20000, estimate: str = "jeffreys",
-                             seed: int = 0) -> list[dict]:
+    def median_product_decay(
+        self, ks=(1, 2, 4, 8, 16, 32, 64), *, draws: int = 20000, estimate: str = "jeffreys", seed: int = 0
+    ) -> list[dict]:
         """Per-token decay of the median product of k cell shares, against ln|V|.
 
         For k tokens drawn uniformly from the vocabulary (a random sequence), the product of their cell shares
@@ -182,41 +191,64 @@ class CellEstimate:
         rows = []
         for n, counts in sorted(self.checkpoints.items()):
             p = counts.double() / n
-            rows.append({"num_samples": int(n), "top_shares": [float(x) for x in p[ids]],
-                         "total_variation_to_final": float(0.5 * (p - final).abs().sum()),
-                         "max_change_in_half_widths": float(((p[ids] - final[ids]).abs() / half).max())})
+            rows.append(
+                {
+                    "num_samples": int(n),
+                    "top_shares": [float(x) for x in p[ids]],
+                    "total_variation_to_final": float(0.5 * (p - final).abs().sum()),
+                    "max_change_in_half_widths": float(((p[ids] - final[ids]).abs() / half).max()),
+                }
+            )
         return {"token_ids": [int(i) for i in ids], "checkpoints": rows}
 
     def summary(self, top_k: int = 20, decay_ks=(1, 2, 4, 8, 16, 32, 64)) -> dict:
         observed = int((self.counts > 0).sum())
         return {
-            "method": self.method, "support": self.support, "num_samples": self.num_samples,
-            "vocab_size": self.vocab_size, "observed_tokens": observed,
+            "method": self.method,
+            "support": self.support,
+            "num_samples": self.num_samples,
+            "vocab_size": self.vocab_size,
+            "observed_tokens": observed,
             "disagreement_fraction": None if self.disagreements is None else self.disagreements / self.num_samples,
-            "unobserved_fraction": 1 - observed / self.vocab_size, "seconds": self.seconds,
+            "unobserved_fraction": 1 - observed / self.vocab_size,
+            "seconds": self.seconds,
             "samples_per_second": self.num_samples / self.seconds if self.seconds else None,
-            "entropy_nats": self.entropy(), "entropy_miller_madow_nats": self.entropy_miller_madow(),
-            "effective_tokens": self.effective_tokens(), "ln_vocab": math.log(self.vocab_size),
+            "entropy_nats": self.entropy(),
+            "entropy_miller_madow_nats": self.entropy_miller_madow(),
+            "effective_tokens": self.effective_tokens(),
+            "ln_vocab": math.log(self.vocab_size),
             "top": self.top(top_k),
-            "median_product_decay": {est: self.median_product_decay(decay_ks, estimate=est)
-                                     for est in ("jeffreys", "upper")},
+            "median_product_decay": {
+                est: self.median_product_decay(decay_ks, estimate=est) for est in ("jeffreys", "upper")
+            },
             "mean_log_share_decay": {est: self.mean_log_share_decay(est) for est in ("jeffreys", "upper")},
             "convergence": self.convergence(),
         }
 
 
 # --------------------------------------------------------------------------------------------------- estimator
-def default_chunks(vocab_size: int, chunk_size: int | None, vocab_chunk: int | None,
-                   max_logits: int = 2 ** 24) -> tuple[int, int]:
+def default_chunks(
+    vocab_size: int, chunk_size: int | None, vocab_chunk: int | None, max_logits: int = 2**24
+) -> tuple[int, int]:
     """Chunk sizes whose logits block (points x vocabulary rows) stays under ``max_logits`` floats (64 MiB)."""
     chunk_size = chunk_size or 4096
     vocab_chunk = vocab_chunk or max(1024, min(vocab_size, max_logits // chunk_size))
     return int(chunk_size), int(min(vocab_chunk, vocab_size))
 
 
-def estimate_cells(path: OutputPath, support, num_samples: int, *, methods=("argmax",), chunk_size: int | None = None,
-                   vocab_chunk: int | None = None, seed: int = 0, checkpoints=(0.25, 0.5), progress: bool = True,
-                   z: float = 1.96) -> dict[str, CellEstimate]:
+def estimate_cells(
+    path: OutputPath,
+    support,
+    num_samples: int,
+    *,
+    methods=("argmax",),
+    chunk_size: int | None = None,
+    vocab_chunk: int | None = None,
+    seed: int = 0,
+    checkpoints=(0.25, 0.5),
+    progress: bool = True,
+    z: float = 1.96,
+) -> dict[str, CellEstimate]:
     """Sample ``num_samples`` points of ``support`` and count the token each decodes to under each method.
 
     ``methods``: ``argmax`` (the greedy decision through the real output path) and/or ``voronoi`` (nearest head
@@ -228,8 +260,10 @@ def estimate_cells(path: OutputPath, support, num_samples: int, *, methods=("arg
     if num_samples < 1:
         raise ValueError(f"num_samples must be a positive integer, got {num_samples}")
     if support.hidden_size != path.hidden_size:
-        raise ValueError(f"the support has dimension {support.hidden_size} but the output head expects "
-                         f"{path.hidden_size}; measure the support on the same model")
+        raise ValueError(
+            f"the support has dimension {support.hidden_size} but the output head expects "
+            f"{path.hidden_size}; measure the support on the same model"
+        )
     chunk_size, vocab_chunk = default_chunks(path.vocab_size, chunk_size, vocab_chunk)
     marks = sorted({max(1, min(num_samples, int(round(f * num_samples)))) for f in checkpoints} - {num_samples})
     generator = torch.Generator().manual_seed(seed)
@@ -237,8 +271,9 @@ def estimate_cells(path: OutputPath, support, num_samples: int, *, methods=("arg
     saved = {m: {} for m in methods}
     disagreements = 0
     start, done = time.perf_counter(), 0
-    with tqdm(total=num_samples, desc=f"cells ({support.name})", unit="pt", unit_scale=True,
-              disable=not progress) as bar:
+    with tqdm(
+        total=num_samples, desc=f"cells ({support.name})", unit="pt", unit_scale=True, disable=not progress
+    ) as bar:
         while done < num_samples:
             # A chunk never crosses a checkpoint, so checkpoint counts are exact.
             stop = min([done + chunk_size, num_samples] + [m for m in marks if m > done])
@@ -253,14 +288,25 @@ def estimate_cells(path: OutputPath, support, num_samples: int, *, methods=("arg
             bar.update(stop - done)
             done = stop
     seconds = time.perf_counter() - start
-    return {m: CellEstimate(method=m, support=support.name, counts=counts[m], num_samples=num_samples,
-                            checkpoints={**saved[m], num_samples: counts[m]}, seconds=seconds, z=z,
-                            disagreements=disagreements if len(methods) == 2 else None)
-            for m in methods}
+    return {
+        m: CellEstimate(
+            method=m,
+            support=support.name,
+            counts=counts[m],
+            num_samples=num_samples,
+            checkpoints={**saved[m], num_samples: counts[m]},
+            seconds=seconds,
+            z=z,
+            disagreements=disagreements if len(methods) == 2 else None,
+        )
+        for m in methods
+    }
 
 
 def agreement(a: CellEstimate, b: CellEstimate) -> dict:
     """How far two cell estimates (e.g. argmax vs Voronoi on the same samples) are apart."""
     pa, pb = a.shares, b.shares
-    return {"total_variation": float(0.5 * (pa - pb).abs().sum()),
-            "top1_same": int(a.counts.argmax()) == int(b.counts.argmax())}
+    return {
+        "total_variation": float(0.5 * (pa - pb).abs().sum()),
+        "top1_same": int(a.counts.argmax()) == int(b.counts.argmax()),
+    }

@@ -25,19 +25,23 @@ FIRST_LETTER = 4
 VOCAB_SIZE = FIRST_LETTER + len(LETTERS)
 IGNORE = -100
 
-FEATURES = datasets.Features({
-    "input_ids": datasets.Sequence(datasets.Value("int32")),
-    "labels": datasets.Sequence(datasets.Value("int64")),
-    "length": datasets.Value("int32"),
-})
+FEATURES = datasets.Features(
+    {
+        "input_ids": datasets.Sequence(datasets.Value("int32")),
+        "labels": datasets.Sequence(datasets.Value("int64")),
+        "length": datasets.Value("int32"),
+    }
+)
 
 
 def encode(text: str) -> dict:
     """``<bos> text <sep> text <eos>`` with labels on the copy and the final ``<eos>`` only."""
     bad = sorted(set(text) - set(LETTERS))
     if bad or not text:
-        raise ValueError(f"copy strings are non-empty and use only the 26 lowercase letters; got {text!r}"
-                         + (f" with {''.join(bad)!r}" if bad else ""))
+        raise ValueError(
+            f"copy strings are non-empty and use only the 26 lowercase letters; got {text!r}"
+            + (f" with {''.join(bad)!r}" if bad else "")
+        )
     ids = [FIRST_LETTER + LETTERS.index(c) for c in text]
     input_ids = [BOS, *ids, SEP, *ids, EOS]
     labels = [IGNORE] * (len(ids) + 2) + ids + [EOS]
@@ -48,8 +52,9 @@ def decode(ids) -> str:
     return "".join(LETTERS[i - FIRST_LETTER] if FIRST_LETTER <= i < VOCAB_SIZE else f"<{i}>" for i in ids)
 
 
-def copy_dataset(num_examples: int, *, min_length: int = 5, max_length: int = 50, lengths=None,
-                 seed: int = 0) -> datasets.Dataset:
+def copy_dataset(
+    num_examples: int, *, min_length: int = 5, max_length: int = 50, lengths=None, seed: int = 0
+) -> datasets.Dataset:
     """Random copy examples: ``num_examples`` strings with lengths uniform in [min_length, max_length], or
     ``num_examples`` strings for each length of ``lengths``."""
     if lengths is None:
@@ -85,11 +90,17 @@ class CopyExactMatch(evaluate.Metric):
 
     def _info(self):
         return evaluate.MetricInfo(
-            description="Exact match of token sequences (copy task).", citation="", inputs_description=
-            "predictions and references: lists of token-id sequences; a prediction must equal its reference "
-            "in length and every token to count.",
-            features=datasets.Features({"predictions": datasets.Sequence(datasets.Value("int64")),
-                                        "references": datasets.Sequence(datasets.Value("int64"))}))
+            description="Exact match of token sequences (copy task).",
+            citation="",
+            inputs_description="predictions and references: lists of token-id sequences; a prediction must equal "
+            "its reference in length and every token to count.",
+            features=datasets.Features(
+                {
+                    "predictions": datasets.Sequence(datasets.Value("int64")),
+                    "references": datasets.Sequence(datasets.Value("int64")),
+                }
+            ),
+        )
 
     def _compute(self, predictions, references):
         if len(predictions) == 0:
@@ -100,16 +111,32 @@ class CopyExactMatch(evaluate.Metric):
         return {"exact_match": sum(exact) / len(exact), "token_accuracy": right / total if total else 0.0}
 
 
-def copy_model_config(*, max_positions: int = 512, hidden_size: int = 128, num_layers: int = 4,
-                      num_heads: int = 4, initializer_range: float = 0.02) -> transformers.GPT2Config:
+def copy_model_config(
+    *,
+    max_positions: int = 512,
+    hidden_size: int = 128,
+    num_layers: int = 4,
+    num_heads: int = 4,
+    initializer_range: float = 0.02,
+) -> transformers.GPT2Config:
     """A small GPT-2 (learned absolute positions) over the copy vocabulary. ``initializer_range`` is the std of
     the random weights (GPT-2's 0.02 makes a frozen random backbone attend almost uniformly)."""
-    return transformers.GPT2Config(vocab_size=VOCAB_SIZE, n_positions=max_positions, n_embd=hidden_size,
-                                   n_layer=num_layers, n_head=num_heads, initializer_range=initializer_range,
-                                   bos_token_id=BOS, eos_token_id=EOS,
-                                   pad_token_id=PAD, tie_word_embeddings=False,
-                                   # No dropout: exact copying is the goal and these runs are short.
-                                   resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    return transformers.GPT2Config(
+        vocab_size=VOCAB_SIZE,
+        n_positions=max_positions,
+        n_embd=hidden_size,
+        n_layer=num_layers,
+        n_head=num_heads,
+        initializer_range=initializer_range,
+        bos_token_id=BOS,
+        eos_token_id=EOS,
+        pad_token_id=PAD,
+        tie_word_embeddings=False,
+        # No dropout: exact copying is the goal and these runs are short.
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+    )
 
 
 def copy_model(seed: int = 0, **config_kwargs) -> transformers.PreTrainedModel:
@@ -126,8 +153,10 @@ def max_positions_of(model) -> int | None:
 def _check_fits(model, longest: int) -> None:
     limit = max_positions_of(model)
     if limit is not None and 2 * longest + 3 > limit:
-        raise ValueError(f"a copy of length {longest} needs {2 * longest + 3} positions but the model has "
-                         f"{limit}; build it with a larger max_positions or evaluate shorter lengths")
+        raise ValueError(
+            f"a copy of length {longest} needs {2 * longest + 3} positions but the model has "
+            f"{limit}; build it with a larger max_positions or evaluate shorter lengths"
+        )
 
 
 @dataclass
@@ -138,9 +167,19 @@ class TrainResult:
     trainable_parameters: int
 
 
-def train_copy(model, dataset: datasets.Dataset, *, steps: int = 2000, batch_size: int = 32, lr: float = 1e-3,
-               weight_decay: float = 0.01, warmup: int = 100, max_grad_norm: float | None = 1.0, seed: int = 0,
-               progress: bool = True) -> TrainResult:
+def train_copy(
+    model,
+    dataset: datasets.Dataset,
+    *,
+    steps: int = 2000,
+    batch_size: int = 32,
+    lr: float = 1e-3,
+    weight_decay: float = 0.01,
+    warmup: int = 100,
+    max_grad_norm: float | None = 1.0,
+    seed: int = 0,
+    progress: bool = True,
+) -> TrainResult:
     """Train the parameters of ``model`` that require grad (all of them for full training; only the embeddings
     for a UT_REPROGRAM PeftModel) on ``dataset``, cycling through it for ``steps`` AdamW steps."""
     from accelerate import Accelerator
@@ -153,12 +192,19 @@ def train_copy(model, dataset: datasets.Dataset, *, steps: int = 2000, batch_siz
         raise ValueError("the model has no trainable parameters")
     accelerator = Accelerator()
     generator = torch.Generator().manual_seed(seed)
-    loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=True, collate_fn=collate,
-                                         generator=generator, drop_last=len(dataset) >= batch_size)
+    loader = torch.utils.data.DataLoader(
+        dataset,
+        batch_size=batch_size,
+        shuffle=True,
+        collate_fn=collate,
+        generator=generator,
+        drop_last=len(dataset) >= batch_size,
+    )
     optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
     # Linear warm-up then cosine decay: short runs on a CPU need every step to count.
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / max(1, warmup)) * 0.5 * (
-        1 + math.cos(math.pi * min(1.0, s / steps))))
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: min(1.0, (s + 1) / max(1, warmup)) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / steps)))
+    )
     model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
     model.train()
     losses, step, start = [], 0, time.perf_counter()
@@ -179,8 +225,12 @@ def train_copy(model, dataset: datasets.Dataset, *, steps: int = 2000, batch_siz
                 if step >= steps:
                     break
     model.eval()
-    return TrainResult(steps=steps, losses=losses, seconds=time.perf_counter() - start,
-                       trainable_parameters=sum(p.numel() for p in params))
+    return TrainResult(
+        steps=steps,
+        losses=losses,
+        seconds=time.perf_counter() - start,
+        trainable_parameters=sum(p.numel() for p in params),
+    )
 
 
 @torch.no_grad()
@@ -195,8 +245,9 @@ def copy_predictions(model, batch: dict) -> tuple[list, list]:
     return preds, refs
 
 
-def evaluate_copy(model, lengths, *, num_per_length: int = 32, batch_size: int = 32, seed: int = 1234,
-                  progress: bool = True) -> list[dict]:
+def evaluate_copy(
+    model, lengths, *, num_per_length: int = 32, batch_size: int = 32, seed: int = 1234, progress: bool = True
+) -> list[dict]:
     """Exact-match and token accuracy of copying fresh random strings, for each length in ``lengths``."""
     lengths = [int(n) for n in lengths]
     _check_fits(model, max(lengths))
@@ -207,16 +258,19 @@ def evaluate_copy(model, lengths, *, num_per_length: int = 32, batch_size: int =
         data = copy_dataset(num_per_length, lengths=[n], seed=seed + n)
         metric = CopyExactMatch()
         for i in range(0, len(data), batch_size):
-            batch = {k: v.to(device) for k, v in collate(data.select(range(i, min(i + batch_size, len(data))))
-                                                         .to_list()).items()}
+            batch = {
+                k: v.to(device)
+                for k, v in collate(data.select(range(i, min(i + batch_size, len(data)))).to_list()).items()
+            }
             preds, refs = copy_predictions(model, batch)
             metric.add_batch(predictions=preds, references=refs)
         results.append({"length": n, **metric.compute()})
     return results
 
 
-def cliff(results: list[dict], trained_max: int, *, metric: str = "exact_match", high: float = 0.9,
-          low: float = 0.1) -> dict:
+def cliff(
+    results: list[dict], trained_max: int, *, metric: str = "exact_match", high: float = 0.9, low: float = 0.1
+) -> dict:
     """Where and how sharply ``metric`` (exact_match or token_accuracy) falls: the last length still >= 0.99 and
     the lengths where it first drops below ``high``, 0.5 and ``low`` (linear interpolation between evaluated
     lengths); ``width`` is the distance from the high to the low crossing."""
@@ -232,12 +286,17 @@ def cliff(results: list[dict], trained_max: int, *, metric: str = "exact_match",
     exact = [r["length"] for r in rows if r[metric] >= 0.99]
     in_range = [r[metric] for r in rows if r["length"] <= trained_max]
     beyond = [r for r in rows if r["length"] > trained_max]
-    out = {"metric": metric, "trained_max_length": trained_max,
-           "mean_in_range": sum(in_range) / len(in_range) if in_range else None,
-           "at_trained_max": next((r[metric] for r in reversed(rows) if r["length"] <= trained_max), None),
-           "first_beyond": beyond[0][metric] if beyond else None,
-           "last_length_at_0.99": max(exact) if exact else None,
-           f"length_at_{high}": crossing(high), "length_at_0.5": crossing(0.5), f"length_at_{low}": crossing(low)}
+    out = {
+        "metric": metric,
+        "trained_max_length": trained_max,
+        "mean_in_range": sum(in_range) / len(in_range) if in_range else None,
+        "at_trained_max": next((r[metric] for r in reversed(rows) if r["length"] <= trained_max), None),
+        "first_beyond": beyond[0][metric] if beyond else None,
+        "last_length_at_0.99": max(exact) if exact else None,
+        f"length_at_{high}": crossing(high),
+        "length_at_0.5": crossing(0.5),
+        f"length_at_{low}": crossing(low),
+    }
     h, lo = out[f"length_at_{high}"], out[f"length_at_{low}"]
     out["width"] = (lo - h) if h is not None and lo is not None else None
     return out
@@ -267,33 +326,64 @@ def build_copy_model(training: str, *, seed: int = 0, backbone=None, **config_kw
         else:
             base = transformers.AutoModelForCausalLM.from_pretrained(str(backbone), dtype=torch.float32).eval()
             if base.get_input_embeddings().weight.shape[0] != VOCAB_SIZE:
-                raise ValueError(f"the backbone at {backbone} has a vocabulary of "
-                                 f"{base.get_input_embeddings().weight.shape[0]}, not the copy task's {VOCAB_SIZE}")
+                raise ValueError(
+                    f"the backbone at {backbone} has a vocabulary of "
+                    f"{base.get_input_embeddings().weight.shape[0]}, not the copy task's {VOCAB_SIZE}"
+                )
             trainable_positions = False
-        return get_peft_model(base, UTReprogramConfig(task_vocab_size=VOCAB_SIZE, init="normal", init_seed=seed,
-                                                      train_position_embeddings=trainable_positions))
+        return get_peft_model(
+            base,
+            UTReprogramConfig(
+                task_vocab_size=VOCAB_SIZE,
+                init="normal",
+                init_seed=seed,
+                train_position_embeddings=trainable_positions,
+            ),
+        )
     raise ValueError(f"training must be one of {TRAININGS}, got {training!r}")
 
 
-def run_copy(training: str, *, steps: int = 1500, batch_size: int = 32, lr: float = 3e-3, train_lengths=(5, 50),
-             eval_lengths=None, num_per_length: int = 32, seed: int = 0, progress: bool = True, backbone=None,
-             **config_kwargs) -> dict:
+def run_copy(
+    training: str,
+    *,
+    steps: int = 1500,
+    batch_size: int = 32,
+    lr: float = 3e-3,
+    train_lengths=(5, 50),
+    eval_lengths=None,
+    num_per_length: int = 32,
+    seed: int = 0,
+    progress: bool = True,
+    backbone=None,
+    **config_kwargs,
+) -> dict:
     """Train one copy model (``training`` = full or embeddings) on lengths ``train_lengths`` and evaluate exact
     match at ``eval_lengths`` (default: 5 to 4x the longest trained length). Returns a JSON-able dict with the
     per-length results and :func:`cliff`."""
     low, high = train_lengths
     if eval_lengths is None:
-        eval_lengths = sorted({*range(low, high + 1, 5), *range(high, 2 * high + 1, 5),
-                               *range(2 * high, 4 * high + 1, 25)})
+        eval_lengths = sorted(
+            {*range(low, high + 1, 5), *range(high, 2 * high + 1, 5), *range(2 * high, 4 * high + 1, 25)}
+        )
     config_kwargs.setdefault("max_positions", 2 * max(eval_lengths) + 3)
     model = build_copy_model(training, seed=seed, backbone=backbone, **config_kwargs)
     data = copy_dataset(steps * batch_size, min_length=low, max_length=high, seed=seed)
     trained = train_copy(model, data, steps=steps, batch_size=batch_size, lr=lr, seed=seed, progress=progress)
     results = evaluate_copy(model, eval_lengths, num_per_length=num_per_length, progress=progress)
-    return {"training": training, "steps": steps, "batch_size": batch_size, "lr": lr, "train_lengths": [low, high],
-            "seconds": trained.seconds, "trainable_parameters": trained.trainable_parameters,
-            "final_loss": sum(trained.losses[-20:]) / len(trained.losses[-20:]), "loss_curve": trained.losses[::10],
-            "config": dict(config_kwargs), "backbone": None if backbone is None else str(backbone),
-            "results": results, "cliff": cliff(results, high),
-            "token_cliff": cliff(results, high, metric="token_accuracy"),
-            "_model": model}
+    return {
+        "training": training,
+        "steps": steps,
+        "batch_size": batch_size,
+        "lr": lr,
+        "train_lengths": [low, high],
+        "seconds": trained.seconds,
+        "trainable_parameters": trained.trainable_parameters,
+        "final_loss": sum(trained.losses[-20:]) / len(trained.losses[-20:]),
+        "loss_curve": trained.losses[::10],
+        "config": dict(config_kwargs),
+        "backbone": None if backbone is None else str(backbone),
+        "results": results,
+        "cliff": cliff(results, high),
+        "token_cliff": cliff(results, high, metric="token_accuracy"),
+        "_model": model,
+    }

@@ -28,8 +28,10 @@ def _loaded(module: nn.Module, name: str) -> torch.Tensor | None:
     with align_module_device(module):
         tensor = getattr(module, name, None)
     if isinstance(tensor, torch.Tensor) and tensor.device.type == "meta":
-        raise ValueError(f"the output head's {name} is on the meta device and no Accelerate hook holds its values; "
-                         "load the model with its weights (or with device_map offloading) before measuring it")
+        raise ValueError(
+            f"the output head's {name} is on the meta device and no Accelerate hook holds its values; "
+            "load the model with its weights (or with device_map offloading) before measuring it"
+        )
     return tensor
 
 
@@ -50,8 +52,9 @@ class OutputPath:
 
     def __post_init__(self):
         if self.weight.dim() != 2:
-            raise ValueError(f"the output head must be a (vocab_size, hidden_size) matrix, got shape "
-                             f"{tuple(self.weight.shape)}")
+            raise ValueError(
+                f"the output head must be a (vocab_size, hidden_size) matrix, got shape {tuple(self.weight.shape)}"
+            )
         if self.bias is not None and self.bias.shape != (self.weight.shape[0],):
             raise ValueError(f"the head bias must have shape ({self.weight.shape[0]},), got {tuple(self.bias.shape)}")
         if self.softcap is not None and not self.softcap > 0:
@@ -76,22 +79,32 @@ class OutputPath:
             model = model.get_base_model()
         head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
         if head is None or not isinstance(getattr(head, "weight", None), torch.Tensor):
-            raise ValueError(f"{type(model).__name__} has no output head with a weight matrix "
-                             "(get_output_embeddings() returned None); pass a causal LM, e.g. AutoModelForCausalLM")
+            raise ValueError(
+                f"{type(model).__name__} has no output head with a weight matrix "
+                "(get_output_embeddings() returned None); pass a causal LM, e.g. AutoModelForCausalLM"
+            )
         config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
         norm = None
         if apply_final_norm:
             inner = getattr(model, "base_model", model)
-            norm = next((getattr(inner, n) for n in _FINAL_NORM_NAMES if isinstance(getattr(inner, n, None),
-                                                                                     nn.Module)), None)
+            norm = next(
+                (getattr(inner, n) for n in _FINAL_NORM_NAMES if isinstance(getattr(inner, n, None), nn.Module)), None
+            )
             if norm is None:
-                raise ValueError(f"apply_final_norm=True but no final norm was found on {type(inner).__name__} "
-                                 f"(looked for {', '.join(_FINAL_NORM_NAMES)}); sample post-norm points instead")
+                raise ValueError(
+                    f"apply_final_norm=True but no final norm was found on {type(inner).__name__} "
+                    f"(looked for {', '.join(_FINAL_NORM_NAMES)}); sample post-norm points instead"
+                )
         multiplier = float(getattr(config, "logit_scale", None) or 1.0)
         if getattr(config, "logits_scaling", None):
             multiplier /= float(config.logits_scaling)
-        return cls(weight=_loaded(head, "weight"), bias=_loaded(head, "bias"), final_norm=norm,
-                   logit_multiplier=multiplier, softcap=getattr(config, "final_logit_softcapping", None))
+        return cls(
+            weight=_loaded(head, "weight"),
+            bias=_loaded(head, "bias"),
+            final_norm=norm,
+            logit_multiplier=multiplier,
+            softcap=getattr(config, "final_logit_softcapping", None),
+        )
 
     def prepare(self, points: torch.Tensor) -> torch.Tensor:
         """The point the head sees: the sampled point, or its final-norm image when the path has a norm."""

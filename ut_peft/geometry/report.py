@@ -35,8 +35,13 @@ def plot_cells(estimates: dict, path, title: str = "") -> Path:
             if method == "argmax":
                 for estimate, ls in (("jeffreys", "-"), ("upper", ":")):
                     rows = est.median_product_decay(estimate=estimate)
-                    bx.plot([r["k"] for r in rows], [r["ratio_to_ln_vocab"] for r in rows], ls=ls, marker="o",
-                            label=f"{support}, {estimate} shares")
+                    bx.plot(
+                        [r["k"] for r in rows],
+                        [r["ratio_to_ln_vocab"] for r in rows],
+                        ls=ls,
+                        marker="o",
+                        label=f"{support}, {estimate} shares",
+                    )
     est = next(iter(next(iter(estimates.values())).values()))
     ax.axhline(1 / est.vocab_size, color="gray", lw=0.8, label="uniform 1/|V|")
     ax.set_xlabel("token rank")
@@ -54,51 +59,69 @@ def plot_cells(estimates: dict, path, title: str = "") -> Path:
     return save_figure(fig, path, dpi=110)
 
 
-def geometry_markdown(result: dict, *, model_name: str = "", tokenizer=None, top: int = 10,
-                      command: str = "", plot: str | None = None) -> str:
+def geometry_markdown(
+    result: dict, *, model_name: str = "", tokenizer=None, top: int = 10, command: str = "", plot: str | None = None
+) -> str:
     """A README-ready Markdown section for :func:`ut_peft.geometry.analysis.analyze_model`'s result."""
     s, path, b = result["support"], result["output_path"], result["bounds"]
     softcap = f", logits soft-capped at {path['softcap']:g}" if path["softcap"] else ""
-    lines = [f"Geometry of {model_name or 'the model'}: d = {path['hidden_size']}, |V| = {path['vocab_size']}, "
-             f"ln|V| = {path['ln_vocab']:.3f}; support from {s['num_samples']} random-token sequences: "
-             f"r = {s['radius']:.3f}, eps = r/2^11 = {s['eps']:.2e}, mean box range {s['box_mean_range']:.3f}. "
-             f"Points are {'pre-norm (final norm applied)' if path['apply_final_norm'] else 'post-norm (head only)'}"
-             f"{softcap}; "
-             f"{result['num_samples']:,} samples per support.", ""]
+    lines = [
+        f"Geometry of {model_name or 'the model'}: d = {path['hidden_size']}, |V| = {path['vocab_size']}, "
+        f"ln|V| = {path['ln_vocab']:.3f}; support from {s['num_samples']} random-token sequences: "
+        f"r = {s['radius']:.3f}, eps = r/2^11 = {s['eps']:.2e}, mean box range {s['box_mean_range']:.3f}. "
+        f"Points are {'pre-norm (final norm applied)' if path['apply_final_norm'] else 'post-norm (head only)'}"
+        f"{softcap}; "
+        f"{result['num_samples']:,} samples per support.",
+        "",
+    ]
     if command:
         lines += ["```", command, "```", ""]
-    lines += ["| support | method | observed tokens | entropy (nats) | effective tokens | top-1 share | "
-              "decay k=64 / ln\\|V\\| (Jeffreys; upper) | argmax vs Voronoi |", "|---|---|---|---|---|---|---|---|"]
+    lines += [
+        "| support | method | observed tokens | entropy (nats) | effective tokens | top-1 share | "
+        "decay k=64 / ln\\|V\\| (Jeffreys; upper) | argmax vs Voronoi |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for support, cells in result["cells"].items():
         for method in ("argmax", "voronoi"):
             c = cells[method]
             point, upper = (c["median_product_decay"][e][-1]["ratio_to_ln_vocab"] for e in ("jeffreys", "upper"))
             versus = ""
             if method == "voronoi":
-                versus = (f"disagree on {100 * c['disagreement_fraction']:.1f}% of points, "
-                          f"TV {cells['argmax_vs_voronoi']['total_variation']:.3f}")
-            lines.append(f"| {support} | {method} | {c['observed_tokens']} ({1 - c['unobserved_fraction']:.1%}) | "
-                         f"{c['entropy_nats']:.2f} | {c['effective_tokens']:.0f} | {c['top'][0]['share']:.3f} | "
-                         f"{point:.3f}; {upper:.3f} | {versus} |")
+                versus = (
+                    f"disagree on {100 * c['disagreement_fraction']:.1f}% of points, "
+                    f"TV {cells['argmax_vs_voronoi']['total_variation']:.3f}"
+                )
+            lines.append(
+                f"| {support} | {method} | {c['observed_tokens']} ({1 - c['unobserved_fraction']:.1%}) | "
+                f"{c['entropy_nats']:.2f} | {c['effective_tokens']:.0f} | {c['top'][0]['share']:.3f} | "
+                f"{point:.3f}; {upper:.3f} | {versus} |"
+            )
     lines += ["", "Largest argmax cells (share, 95% Wilson interval):", ""]
     for support, cells in result["cells"].items():
-        tops = ", ".join(f"`{_token(tokenizer, t['token_id'])}` {t['share']:.3f} "
-                         f"[{t['ci_low']:.3f}, {t['ci_high']:.3f}]" for t in cells["argmax"]["top"][:top])
+        tops = ", ".join(
+            f"`{_token(tokenizer, t['token_id'])}` {t['share']:.3f} [{t['ci_low']:.3f}, {t['ci_high']:.3f}]"
+            for t in cells["argmax"]["top"][:top]
+        )
         conv = cells["argmax"]["convergence"]["checkpoints"]
-        lines.append(f"- {support}: {tops}. Convergence: total variation to the final shares "
-                     + ", ".join(f"{c['total_variation_to_final']:.3f} at N={c['num_samples']:,}" for c in conv[:-1])
-                     + f"; top-10 shares move at most {conv[-2]['max_change_in_half_widths']:.1f} CI half-widths "
-                       f"from N/2 to N.")
+        lines.append(
+            f"- {support}: {tops}. Convergence: total variation to the final shares "
+            + ", ".join(f"{c['total_variation_to_final']:.3f} at N={c['num_samples']:,}" for c in conv[:-1])
+            + f"; top-10 shares move at most {conv[-2]['max_change_in_half_widths']:.1f} CI half-widths "
+            f"from N/2 to N."
+        )
     measured = b.get("measured_slope")
     measured_note = f"; measured slope {measured:.2f}" if measured else ""
-    lines += ["", f"Slope bounds (tokens of n_50 per memory vector){measured_note}. "
-              f"Cone half-angle {b['cone_half_angle_deg']:.1f} deg (ln cap share {b['cone_log_fraction']:.1f}); "
-              f"non-uniform versions charge the per-token decay of the median product of k={b['decay_k']} cell "
-              "shares instead of ln|V| (Jeffreys point estimates; conservative: Wilson upper limits, "
-              "at least ln|V|):",
-              "",
-              "| bound | value |" + (" bound / measured |" if measured else ""),
-              "|---|---|" + ("---|" if measured else "")]
+    lines += [
+        "",
+        f"Slope bounds (tokens of n_50 per memory vector){measured_note}. "
+        f"Cone half-angle {b['cone_half_angle_deg']:.1f} deg (ln cap share {b['cone_log_fraction']:.1f}); "
+        f"non-uniform versions charge the per-token decay of the median product of k={b['decay_k']} cell "
+        "shares instead of ln|V| (Jeffreys point estimates; conservative: Wilson upper limits, "
+        "at least ln|V|):",
+        "",
+        "| bound | value |" + (" bound / measured |" if measured else ""),
+        "|---|---|" + ("---|" if measured else ""),
+    ]
     for name, value in b["bounds"].items():
         lines.append(f"| {name} | {value:.1f} |" + (f" {b['ratios'][name]:.1f} |" if measured else ""))
     if plot:
@@ -113,8 +136,13 @@ def plot_copy_cliff(runs: dict, trained: tuple, path, title: str = "copy task: e
     for label, rows in runs.items():
         rows = sorted(rows, key=lambda r: r["length"])
         ax.plot([r["length"] for r in rows], [r["exact_match"] for r in rows], marker="o", ms=3, label=label)
-        ax.plot([r["length"] for r in rows], [r["token_accuracy"] for r in rows], ls=":", lw=1,
-                color=ax.lines[-1].get_color())
+        ax.plot(
+            [r["length"] for r in rows],
+            [r["token_accuracy"] for r in rows],
+            ls=":",
+            lw=1,
+            color=ax.lines[-1].get_color(),
+        )
     ax.set_xlabel("string length")
     ax.set_ylabel("exact match (solid), token accuracy (dotted)")
     ax.set_ylim(-0.03, 1.03)
@@ -131,9 +159,12 @@ def copy_markdown(result: dict, *, command: str = "", plot: str | None = None) -
     lines = []
     if command:
         lines += ["```", command, "```", ""]
-    lines += ["| training | trainable params | steps | train time | exact match: mean over trained lengths / at "
-              "the longest / just beyond | last length >= 0.99 | exact match 0.5 at | token accuracy: at the "
-              "longest -> just beyond | token accuracy 0.9 -> 0.1 between |", "|---|---|---|---|---|---|---|---|---|"]
+    lines += [
+        "| training | trainable params | steps | train time | exact match: mean over trained lengths / at "
+        "the longest / just beyond | last length >= 0.99 | exact match 0.5 at | token accuracy: at the "
+        "longest -> just beyond | token accuracy 0.9 -> 0.1 between |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
 
     def f(x, fmt="{:.0f}"):
         return "-" if x is None else fmt.format(x)
@@ -141,11 +172,13 @@ def copy_markdown(result: dict, *, command: str = "", plot: str | None = None) -
     for label, run in result["runs"].items():
         top = run["train_lengths"][1]
         c, t = cliff(run["results"], top), cliff(run["results"], top, metric="token_accuracy")
-        lines.append(f"| {label} | {run['trainable_parameters']:,} | {run['steps']} | {run['seconds']:.0f} s | "
-                     f"{f(c['mean_in_range'], '{:.2f}')} / {f(c['at_trained_max'], '{:.2f}')} / "
-                     f"{f(c['first_beyond'], '{:.2f}')} | {f(c['last_length_at_0.99'])} | {f(c['length_at_0.5'])} | "
-                     f"{f(t['at_trained_max'], '{:.3f}')} -> {f(t['first_beyond'], '{:.3f}')} | "
-                     f"{f(t['length_at_0.9'])} -> {f(t['length_at_0.1'])} |")
+        lines.append(
+            f"| {label} | {run['trainable_parameters']:,} | {run['steps']} | {run['seconds']:.0f} s | "
+            f"{f(c['mean_in_range'], '{:.2f}')} / {f(c['at_trained_max'], '{:.2f}')} / "
+            f"{f(c['first_beyond'], '{:.2f}')} | {f(c['last_length_at_0.99'])} | {f(c['length_at_0.5'])} | "
+            f"{f(t['at_trained_max'], '{:.3f}')} -> {f(t['first_beyond'], '{:.3f}')} | "
+            f"{f(t['length_at_0.9'])} -> {f(t['length_at_0.1'])} |"
+        )
     if plot:
         lines += ["", f"![copy cliff]({plot})"]
     return "\n".join(lines) + "\n"

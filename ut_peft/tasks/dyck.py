@@ -15,12 +15,14 @@ from .metrics import IGNORE_INDEX
 
 VOCAB = ("<pad>", "(", ")", "?", "balanced", "unbalanced")
 PAD, OPEN, CLOSE, QUERY, BALANCED, UNBALANCED = range(len(VOCAB))
-FEATURES = datasets.Features({
-    "text": datasets.Value("string"),
-    "balanced": datasets.Value("bool"),
-    "input_ids": datasets.Sequence(datasets.Value("int32")),
-    "labels": datasets.Sequence(datasets.Value("int32")),
-})
+FEATURES = datasets.Features(
+    {
+        "text": datasets.Value("string"),
+        "balanced": datasets.Value("bool"),
+        "input_ids": datasets.Sequence(datasets.Value("int32")),
+        "labels": datasets.Sequence(datasets.Value("int32")),
+    }
+)
 
 
 def is_balanced(text: str) -> bool:
@@ -72,8 +74,12 @@ def sample_dyck(rng: random.Random, max_pairs: int = 30, max_random_length: int 
 def encode_dyck(text: str) -> dict:
     balanced = is_balanced(text)
     ids = [OPEN if c == "(" else CLOSE for c in text] + [QUERY, BALANCED if balanced else UNBALANCED]
-    return {"text": text, "balanced": balanced, "input_ids": ids,
-            "labels": [IGNORE_INDEX] * (len(ids) - 1) + [ids[-1]]}
+    return {
+        "text": text,
+        "balanced": balanced,
+        "input_ids": ids,
+        "labels": [IGNORE_INDEX] * (len(ids) - 1) + [ids[-1]],
+    }
 
 
 def _generate(num_examples: int, seed: int, max_pairs: int, max_random_length: int):
@@ -82,15 +88,19 @@ def _generate(num_examples: int, seed: int, max_pairs: int, max_random_length: i
         yield encode_dyck(sample_dyck(rng, max_pairs, max_random_length))
 
 
-def dyck_dataset(num_examples: int, *, seed: int = 0, max_pairs: int = 30, max_random_length: int = 60
-                 ) -> datasets.Dataset:
+def dyck_dataset(
+    num_examples: int, *, seed: int = 0, max_pairs: int = 30, max_random_length: int = 60
+) -> datasets.Dataset:
     """A seeded Dyck-1 dataset; sequences are at most ``max(2 * max_pairs, max_random_length) + 2`` tokens."""
     if num_examples < 1 or max_pairs < 1 or max_random_length < 1:
         raise ValueError("num_examples, max_pairs and max_random_length must all be at least 1")
     return datasets.Dataset.from_generator(
-        _generate, features=FEATURES,
-        gen_kwargs=dict(num_examples=num_examples, seed=seed, max_pairs=max_pairs,
-                        max_random_length=max_random_length))
+        _generate,
+        features=FEATURES,
+        gen_kwargs=dict(
+            num_examples=num_examples, seed=seed, max_pairs=max_pairs, max_random_length=max_random_length
+        ),
+    )
 
 
 __all__ = ["VOCAB", "FEATURES", "dyck_dataset", "encode_dyck", "is_balanced", "sample_dyck"]

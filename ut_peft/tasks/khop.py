@@ -17,17 +17,23 @@ import datasets
 from .metrics import IGNORE_INDEX
 
 PAD = 0
-FEATURES = datasets.Features({
-    "k": datasets.Value("int32"),
-    "input_ids": datasets.Sequence(datasets.Value("int32")),
-    "labels": datasets.Sequence(datasets.Value("int32")),
-})
+FEATURES = datasets.Features(
+    {
+        "k": datasets.Value("int32"),
+        "input_ids": datasets.Sequence(datasets.Value("int32")),
+        "labels": datasets.Sequence(datasets.Value("int32")),
+    }
+)
 
 
 def khop_vocab(alphabet_size: int = 4, max_k: int = 16) -> list[str]:
     """pad, the letters, the does-not-exist symbol, then one token per k."""
-    return (["<pad>"] + [chr(ord("a") + i) for i in range(alphabet_size)] + ["<none>"]
-            + [f"<k={k}>" for k in range(max_k + 1)])
+    return (
+        ["<pad>"]
+        + [chr(ord("a") + i) for i in range(alphabet_size)]
+        + ["<none>"]
+        + [f"<k={k}>" for k in range(max_k + 1)]
+    )
 
 
 def hop(x: list[int], k: int, none: int) -> list[int]:
@@ -69,8 +75,9 @@ def _generate(num_examples: int, seed: int, ks: tuple[int, ...], length: int, al
         yield encode_khop(sample_string(rng, length, alphabet_size), k, alphabet_size)
 
 
-def khop_dataset(num_examples: int, *, ks=(1, 2, 3, 4), length: int = 32, alphabet_size: int = 4, seed: int = 0,
-                 max_k: int = 16) -> datasets.Dataset:
+def khop_dataset(
+    num_examples: int, *, ks=(1, 2, 3, 4), length: int = 32, alphabet_size: int = 4, seed: int = 0, max_k: int = 16
+) -> datasets.Dataset:
     """A seeded k-hop dataset mixing the hop counts in ``ks`` (the first token says which k); vocab from
     :func:`khop_vocab` (``alphabet_size + 2 + max_k + 1`` tokens), sequences of ``length + 1`` tokens."""
     ks = sorted(set(int(k) for k in ks))
@@ -83,9 +90,12 @@ def khop_dataset(num_examples: int, *, ks=(1, 2, 3, 4), length: int = 32, alphab
     # ks goes in as a tuple: datasets takes a list in gen_kwargs as shards and would call the generator once per k
     # (n rows per k, grouped, the same strings for every k).
     return datasets.Dataset.from_generator(
-        _generate, features=FEATURES,
-        gen_kwargs=dict(num_examples=num_examples, seed=seed, ks=tuple(ks), length=length,
-                        alphabet_size=alphabet_size))
+        _generate,
+        features=FEATURES,
+        gen_kwargs=dict(
+            num_examples=num_examples, seed=seed, ks=tuple(ks), length=length, alphabet_size=alphabet_size
+        ),
+    )
 
 
 __all__ = ["FEATURES", "encode_khop", "hop", "khop_dataset", "khop_vocab", "sample_string"]

@@ -27,9 +27,13 @@ class ScoredTokenAccuracy(evaluate.Metric):
             description="Token accuracy at the positions an algorithmic task scores, and whole-sequence accuracy.",
             citation="",
             inputs_description="predictions, references: one list of token ids per sequence; references of -100 "
-                               "are not scored.",
-            features=datasets.Features({"predictions": datasets.Sequence(datasets.Value("int64")),
-                                        "references": datasets.Sequence(datasets.Value("int64"))}),
+            "are not scored.",
+            features=datasets.Features(
+                {
+                    "predictions": datasets.Sequence(datasets.Value("int64")),
+                    "references": datasets.Sequence(datasets.Value("int64")),
+                }
+            ),
         )
 
     def _compute(self, predictions, references):
@@ -46,8 +50,11 @@ class ScoredTokenAccuracy(evaluate.Metric):
             sequences_right += all(hits)
         if scored == 0:
             raise ValueError("no scored positions: every reference is -100")
-        return {"accuracy": correct / scored, "sequence_accuracy": sequences_right / sequences,
-                "scored_tokens": scored}
+        return {
+            "accuracy": correct / scored,
+            "sequence_accuracy": sequences_right / sequences,
+            "scored_tokens": scored,
+        }
 
 
 def aligned_predictions(logits: torch.Tensor, labels: torch.Tensor) -> tuple[list[list[int]], list[list[int]]]:
@@ -62,6 +69,7 @@ def majority_baseline(dataset) -> dict:
 
     The floor a trained model must beat: k-hop answers are often "does-not-exist" on short strings.
     """
+
     def best_share(rows):
         counts = Counter(label for row in rows for label in row["labels"] if label != IGNORE_INDEX)
         return max(counts.values()) / sum(counts.values())

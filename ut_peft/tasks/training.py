@@ -41,15 +41,15 @@ class RunSettings:
     """Everything that defines a run; a checkpoint only resumes a run with identical settings."""
 
     task: str = "dyck"
-    backbone: str = "random-ut"   # sparse-ut | random-ut | hf:<family> (random init) | pretrained:<name or path>
+    backbone: str = "random-ut"  # sparse-ut | random-ut | hf:<family> (random init) | pretrained:<name or path>
     variant: str = "attention_only"
-    full: bool = False            # train every parameter (the fully trained baseline)
+    full: bool = False  # train every parameter (the fully trained baseline)
     width: int = 96
     layers: int = 2
     heads: int = 1
     head_dim: int = 16
     looped: bool = False
-    positions: bool = True        # learned position embeddings (UT and GPT-2 backbones), trained with E and U
+    positions: bool = True  # learned position embeddings (UT and GPT-2 backbones), trained with E and U
     backbone_seed: int = 0
     steps: int = 800
     batch_size: int = 64
@@ -64,17 +64,28 @@ class RunSettings:
     khop_ks: list = field(default_factory=lambda: [1, 2, 3, 4])
     khop_length: int = 32
     checkpoint_every: int = 250
-    eval_every: int = 0           # also evaluate every this many steps (the learning curve); 0: only at the end
+    eval_every: int = 0  # also evaluate every this many steps (the learning curve); 0: only at the end
 
     def __post_init__(self):
         if self.task not in TASKS:
             raise ValueError(f"task={self.task!r} is not one of {TASKS}")
         kind = self.backbone.split(":", 1)[0]
         if kind not in BACKBONE_KINDS or (kind in ("hf", "pretrained") and ":" not in self.backbone):
-            raise ValueError(f"backbone={self.backbone!r}: use sparse-ut, random-ut, hf:<family> (e.g. hf:gpt2) or "
-                             "pretrained:<name or folder> (e.g. pretrained:smollm2-135m)")
-        for name in ("width", "layers", "heads", "head_dim", "steps", "batch_size", "train_examples",
-                     "eval_examples", "checkpoint_every"):
+            raise ValueError(
+                f"backbone={self.backbone!r}: use sparse-ut, random-ut, hf:<family> (e.g. hf:gpt2) or "
+                "pretrained:<name or folder> (e.g. pretrained:smollm2-135m)"
+            )
+        for name in (
+            "width",
+            "layers",
+            "heads",
+            "head_dim",
+            "steps",
+            "batch_size",
+            "train_examples",
+            "eval_examples",
+            "checkpoint_every",
+        ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.eval_every < 0:
@@ -90,12 +101,14 @@ class RunSettings:
 
 # ---- data --------------------------------------------------------------------------------------------------------
 
+
 def task_data(settings: RunSettings):
     """(train, eval, vocab_size, max_len): disjoint seeds for the two splits."""
     s = settings
     if s.task == "dyck":
-        make = lambda n, seed: dyck_dataset(n, seed=seed, max_pairs=s.dyck_max_pairs,  # noqa: E731
-                                            max_random_length=s.dyck_max_random_length)
+        make = lambda n, seed: dyck_dataset(  # noqa: E731
+            n, seed=seed, max_pairs=s.dyck_max_pairs, max_random_length=s.dyck_max_random_length
+        )
         vocab, max_len = len(DYCK_VOCAB), max(2 * s.dyck_max_pairs, s.dyck_max_random_length) + 2
     else:
         make = lambda n, seed: khop_dataset(n, ks=s.khop_ks, length=s.khop_length, seed=seed)  # noqa: E731
@@ -105,6 +118,7 @@ def task_data(settings: RunSettings):
 
 def collate(rows: list[dict]) -> dict[str, torch.Tensor]:
     """Right-pad a list of examples; padding is masked out of attention and of the loss."""
+
     def pad(key, value):
         return pad_sequence([torch.tensor(r[key]) for r in rows], batch_first=True, padding_value=value)
 
@@ -118,18 +132,25 @@ def collate(rows: list[dict]) -> dict[str, torch.Tensor]:
 HF_FAMILIES = ("llama", "qwen2", "qwen3", "gemma3", "gpt2", "gpt_neox")
 
 
-def family_config(family: str, *, vocab_size: int, width: int, layers: int, heads: int, max_positions: int
-                  ) -> transformers.PretrainedConfig:
+def family_config(
+    family: str, *, vocab_size: int, width: int, layers: int, heads: int, max_positions: int
+) -> transformers.PretrainedConfig:
     """A small untied config of a transformers family for ``hf:<family>`` backbones (MLP width 2 x width, one
     key/value head per head, head size width / heads)."""
     if family not in HF_FAMILIES:
         raise ValueError(f"unknown family {family!r} in hf:<family>; choose one of {', '.join(HF_FAMILIES)}")
     if family == "gpt2":
-        fields = dict(n_embd=width, n_layer=layers, n_head=heads, n_positions=max_positions, bos_token_id=0,
-                      eos_token_id=0)
+        fields = dict(
+            n_embd=width, n_layer=layers, n_head=heads, n_positions=max_positions, bos_token_id=0, eos_token_id=0
+        )
     else:
-        fields = dict(hidden_size=width, intermediate_size=2 * width, num_hidden_layers=layers,
-                      num_attention_heads=heads, max_position_embeddings=max_positions)
+        fields = dict(
+            hidden_size=width,
+            intermediate_size=2 * width,
+            num_hidden_layers=layers,
+            num_attention_heads=heads,
+            max_position_embeddings=max_positions,
+        )
         if family in ("llama", "qwen2", "qwen3", "gemma3"):
             fields["num_key_value_heads"] = heads
         if family in ("qwen3", "gemma3"):
@@ -149,16 +170,25 @@ def build_model(settings: RunSettings, vocab_size: int, max_len: int):
     peft_kwargs = {}
     if kind in ("sparse-ut", "random-ut"):
         config = UniversalTransformerConfig(
-            vocab_size=vocab_size, hidden_size=s.width, num_hidden_layers=s.layers, num_attention_heads=s.heads,
-            head_dim=s.head_dim, variant=s.variant, weights="sparse" if kind == "sparse-ut" else "random",
-            looped=s.looped, seed=s.backbone_seed, position_embedding_type="learned" if s.positions else "none",
-            max_position_embeddings=max_len)
+            vocab_size=vocab_size,
+            hidden_size=s.width,
+            num_hidden_layers=s.layers,
+            num_attention_heads=s.heads,
+            head_dim=s.head_dim,
+            variant=s.variant,
+            weights="sparse" if kind == "sparse-ut" else "random",
+            looped=s.looped,
+            seed=s.backbone_seed,
+            position_embedding_type="learned" if s.positions else "none",
+            max_position_embeddings=max_len,
+        )
         model = transformers.AutoModelForCausalLM.from_config(config)
         positions = s.positions
     elif kind == "hf":
         family = s.backbone.split(":", 1)[1]
-        config = family_config(family, vocab_size=vocab_size, width=s.width, layers=s.layers, heads=s.heads,
-                               max_positions=max(max_len, 8))
+        config = family_config(
+            family, vocab_size=vocab_size, width=s.width, layers=s.layers, heads=s.heads, max_positions=max(max_len, 8)
+        )
         model = ut_peft.random_backbone(config, seed=s.backbone_seed)
         positions = s.positions and family == "gpt2"  # the other families use rotary positions
     else:
@@ -178,27 +208,40 @@ def build_model(settings: RunSettings, vocab_size: int, max_len: int):
 
 # ---- checkpoints -------------------------------------------------------------------------------------------------
 
+
 def _trainable_state(model) -> dict[str, torch.Tensor]:
     return {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
 
 
-def _save_checkpoint(path: Path, step: int, model, optimizer, scheduler, settings: RunSettings, progress: dict
-                     ) -> None:
+def _save_checkpoint(
+    path: Path, step: int, model, optimizer, scheduler, settings: RunSettings, progress: dict
+) -> None:
     # The random state goes in too: dropout draws from it, so without it a resumed run would not be bit-identical.
     rng = {"cpu": torch.get_rng_state()}
     if torch.cuda.is_available():
         rng["cuda"] = torch.cuda.get_rng_state_all()
     with atomic_open(path, "wb") as handle:  # a crash mid-write never replaces the last good checkpoint
-        torch.save({"step": step, "settings": dataclasses.asdict(settings), "trainable": _trainable_state(model),
-                    "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "rng": rng,
-                    "progress": progress}, handle)
+        torch.save(
+            {
+                "step": step,
+                "settings": dataclasses.asdict(settings),
+                "trainable": _trainable_state(model),
+                "optimizer": optimizer.state_dict(),
+                "scheduler": scheduler.state_dict(),
+                "rng": rng,
+                "progress": progress,
+            },
+            handle,
+        )
 
 
 def _check_settings(path: Path, saved: dict, settings: RunSettings) -> None:
     if saved != dataclasses.asdict(settings):
         changed = sorted(k for k in saved if saved[k] != dataclasses.asdict(settings).get(k))
-        raise ValueError(f"{path} was written by a run with different settings ({', '.join(changed)}); "
-                         "pass a new output folder, or resume=False to start over")
+        raise ValueError(
+            f"{path} was written by a run with different settings ({', '.join(changed)}); "
+            "pass a new output folder, or resume=False to start over"
+        )
 
 
 def _load_checkpoint(path: Path, model, optimizer, scheduler, settings: RunSettings) -> tuple[int, dict, dict]:
@@ -206,8 +249,10 @@ def _load_checkpoint(path: Path, model, optimizer, scheduler, settings: RunSetti
     try:
         state = torch.load(path, weights_only=False)
     except (OSError, RuntimeError, EOFError, pickle.UnpicklingError) as err:
-        raise ValueError(f"cannot read the checkpoint {path} ({type(err).__name__}: {err}): it is truncated or "
-                         "corrupt. Delete it to start this run over, or pass another output folder") from err
+        raise ValueError(
+            f"cannot read the checkpoint {path} ({type(err).__name__}: {err}): it is truncated or "
+            "corrupt. Delete it to start this run over, or pass another output folder"
+        ) from err
     _check_settings(path, state["settings"], settings)
     params = dict(model.named_parameters())
     with torch.no_grad():
@@ -232,6 +277,7 @@ def _restore_rng(rng: dict | None) -> None:
 
 # ---- evaluation --------------------------------------------------------------------------------------------------
 
+
 @torch.no_grad()
 def evaluate_model(model, dataset, batch_size: int = 256, device=None) -> dict:
     """Accuracy at the scored positions, overall and (k-hop) per hop count."""
@@ -239,7 +285,7 @@ def evaluate_model(model, dataset, batch_size: int = 256, device=None) -> dict:
     rows = dataset.to_list()
     predictions, references = [], []
     for start in range(0, len(rows), batch_size):
-        batch = collate(rows[start:start + batch_size])
+        batch = collate(rows[start : start + batch_size])
         if device is not None:
             batch = {k: v.to(device) for k, v in batch.items()}
         logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
@@ -252,7 +298,8 @@ def evaluate_model(model, dataset, batch_size: int = 256, device=None) -> dict:
         for k in sorted(set(dataset["k"])):
             chosen = [i for i, row in enumerate(rows) if row["k"] == k]
             result["per_k"][str(k)] = ScoredTokenAccuracy().compute(
-                predictions=[predictions[i] for i in chosen], references=[references[i] for i in chosen])["accuracy"]
+                predictions=[predictions[i] for i in chosen], references=[references[i] for i in chosen]
+            )["accuracy"]
     return result
 
 
@@ -262,8 +309,16 @@ class RunInProgressError(RuntimeError):
 
 # ---- the run -----------------------------------------------------------------------------------------------------
 
-def run(settings: RunSettings, output_dir, *, results_path=None, resume: bool = True, progress: bool = True,
-        stop_after: int | None = None) -> dict:
+
+def run(
+    settings: RunSettings,
+    output_dir,
+    *,
+    results_path=None,
+    resume: bool = True,
+    progress: bool = True,
+    stop_after: int | None = None,
+) -> dict:
     """Train, evaluate, save the adapter (``output_dir/adapter``; ``output_dir/model`` with ``full``) and return the
     results row (also appended to ``results_path`` when given, and kept in ``output_dir/result.json``).
 
@@ -279,18 +334,22 @@ def run(settings: RunSettings, output_dir, *, results_path=None, resume: bool = 
     lock = output_dir / "run.lock"
     fd = try_lock(lock)
     if fd is None:
-        raise RunInProgressError(f"{output_dir} is being trained by another process ({lock_holder(lock)} holds "
-                                 f"{lock}); wait for it to finish or stop it, or use another output folder. A run "
-                                 "that crashed or was killed releases the lock by itself")
+        raise RunInProgressError(
+            f"{output_dir} is being trained by another process ({lock_holder(lock)} holds "
+            f"{lock}); wait for it to finish or stop it, or use another output folder. A run "
+            "that crashed or was killed releases the lock by itself"
+        )
     try:
-        return _run_locked(settings, output_dir, results_path=results_path, resume=resume, progress=progress,
-                           stop_after=stop_after)
+        return _run_locked(
+            settings, output_dir, results_path=results_path, resume=resume, progress=progress, stop_after=stop_after
+        )
     finally:
         os.close(fd)
 
 
-def _run_locked(settings: RunSettings, output_dir: Path, *, results_path, resume: bool, progress: bool,
-                stop_after: int | None) -> dict:
+def _run_locked(
+    settings: RunSettings, output_dir: Path, *, results_path, resume: bool, progress: bool, stop_after: int | None
+) -> dict:
     checkpoint, finished = output_dir / "checkpoint.pt", output_dir / "result.json"
     if checkpoint.exists() and not resume:
         raise ValueError(f"{checkpoint} exists; pass resume=True (--resume) to continue it, or another output folder")
@@ -303,8 +362,9 @@ def _run_locked(settings: RunSettings, output_dir: Path, *, results_path, resume
     model = build_model(settings, vocab_size, max_len)
     trainable = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(trainable, lr=settings.lr, weight_decay=settings.weight_decay)
-    scheduler = transformers.get_cosine_schedule_with_warmup(optimizer, min(settings.warmup_steps, settings.steps),
-                                                             settings.steps)
+    scheduler = transformers.get_cosine_schedule_with_warmup(
+        optimizer, min(settings.warmup_steps, settings.steps), settings.steps
+    )
     start, rng, done = 0, None, _fresh_progress()
     if checkpoint.exists():
         start, rng, done = _load_checkpoint(checkpoint, model, optimizer, scheduler, settings)
@@ -317,21 +377,30 @@ def _run_locked(settings: RunSettings, output_dir: Path, *, results_path, resume
 
     def progress_now() -> dict:
         # Cumulative over sessions; CPU seconds are the honest cost on a shared machine (wall time includes waiting).
-        return {"curve": done["curve"], "train_seconds": done["train_seconds"] + time.time() - wall,
-                "train_cpu_seconds": done["train_cpu_seconds"] + time.process_time() - cpu}
+        return {
+            "curve": done["curve"],
+            "train_seconds": done["train_seconds"] + time.time() - wall,
+            "train_cpu_seconds": done["train_cpu_seconds"] + time.process_time() - cpu,
+        }
 
-    bar = tqdm(range(start, settings.steps), initial=start, total=settings.steps, disable=not progress,
-               desc=f"{settings.task}/{settings.backbone}/{settings.variant}{'/full' if settings.full else ''}")
+    bar = tqdm(
+        range(start, settings.steps),
+        initial=start,
+        total=settings.steps,
+        disable=not progress,
+        desc=f"{settings.task}/{settings.backbone}/{settings.variant}{'/full' if settings.full else ''}",
+    )
     model.train()
     for step in bar:
         if stop_after is not None and step - start >= stop_after:
-            _save_checkpoint(checkpoint, step, accelerator.unwrap_model(model), optimizer, scheduler, settings,
-                             progress_now())
+            _save_checkpoint(
+                checkpoint, step, accelerator.unwrap_model(model), optimizer, scheduler, settings, progress_now()
+            )
             bar.close()
             return {"stopped_at": step, "checkpoint": str(checkpoint)}
         # The batch of a step depends only on (seed, step), so a resumed run sees the same data as an unbroken one.
         order = torch.randperm(len(rows), generator=torch.Generator().manual_seed(settings.seed * 100_003 + step))
-        batch = collate([rows[i] for i in order[:settings.batch_size].tolist()])
+        batch = collate([rows[i] for i in order[: settings.batch_size].tolist()])
         loss = model(**{k: v.to(accelerator.device) for k, v in batch.items()}).loss
         accelerator.backward(loss)
         accelerator.clip_grad_norm_(trainable, 1.0)
@@ -343,27 +412,46 @@ def _run_locked(settings: RunSettings, output_dir: Path, *, results_path, resume
         if settings.eval_every and (step + 1) % settings.eval_every == 0 and step + 1 < settings.steps:
             # Evaluation draws no random numbers (no dropout in eval mode), so the curve leaves training unchanged.
             scores = evaluate_model(model, evaluation, device=accelerator.device)
-            done["curve"].append({"step": step + 1, "accuracy": scores["accuracy"], "per_k": scores.get("per_k"),
-                                  "train_loss": last_loss})
+            done["curve"].append(
+                {
+                    "step": step + 1,
+                    "accuracy": scores["accuracy"],
+                    "per_k": scores.get("per_k"),
+                    "train_loss": last_loss,
+                }
+            )
             model.train()
         if (step + 1) % settings.checkpoint_every == 0 or step + 1 == settings.steps:
-            _save_checkpoint(checkpoint, step + 1, accelerator.unwrap_model(model), optimizer, scheduler, settings,
-                             progress_now())
+            _save_checkpoint(
+                checkpoint, step + 1, accelerator.unwrap_model(model), optimizer, scheduler, settings, progress_now()
+            )
     spent = progress_now()
 
     model = accelerator.unwrap_model(model)
     scores = evaluate_model(model, evaluation, device=accelerator.device)
-    curve = spent["curve"] + [{"step": settings.steps, "accuracy": scores["accuracy"], "per_k": scores.get("per_k"),
-                               "train_loss": last_loss}]
+    curve = spent["curve"] + [
+        {"step": settings.steps, "accuracy": scores["accuracy"], "per_k": scores.get("per_k"), "train_loss": last_loss}
+    ]
     save_dir = output_dir / ("model" if settings.full else "adapter")
     model.save_pretrained(save_dir)
-    row = {"task": settings.task, "backbone": settings.backbone, "variant": settings.variant, "full": settings.full,
-           "accuracy": scores["accuracy"], "sequence_accuracy": scores["sequence_accuracy"],
-           "per_k": scores.get("per_k"), "final_train_loss": last_loss,
-           "trainable_parameters": sum(p.numel() for p in trainable), "train_seconds": spent["train_seconds"],
-           "train_cpu_seconds": spent["train_cpu_seconds"], "torch_threads": torch.get_num_threads(),
-           "resumed_from_step": start, "curve": curve, "saved_to": str(save_dir),
-           "settings": dataclasses.asdict(settings)}
+    row = {
+        "task": settings.task,
+        "backbone": settings.backbone,
+        "variant": settings.variant,
+        "full": settings.full,
+        "accuracy": scores["accuracy"],
+        "sequence_accuracy": scores["sequence_accuracy"],
+        "per_k": scores.get("per_k"),
+        "final_train_loss": last_loss,
+        "trainable_parameters": sum(p.numel() for p in trainable),
+        "train_seconds": spent["train_seconds"],
+        "train_cpu_seconds": spent["train_cpu_seconds"],
+        "torch_threads": torch.get_num_threads(),
+        "resumed_from_step": start,
+        "curve": curve,
+        "saved_to": str(save_dir),
+        "settings": dataclasses.asdict(settings),
+    }
     if results_path is not None:
         Path(results_path).parent.mkdir(parents=True, exist_ok=True)
         append_jsonl(results_path, row)  # one locked line: other runs may append to the same file
@@ -372,5 +460,14 @@ def _run_locked(settings: RunSettings, output_dir: Path, *, results_path, resume
     return row
 
 
-__all__ = ["HF_FAMILIES", "RunInProgressError", "RunSettings", "build_model", "collate", "evaluate_model",
-           "family_config", "run", "task_data"]
+__all__ = [
+    "HF_FAMILIES",
+    "RunInProgressError",
+    "RunSettings",
+    "build_model",
+    "collate",
+    "evaluate_model",
+    "family_config",
+    "run",
+    "task_data",
+]

@@ -6,17 +6,40 @@ Importing this module registers ``UniversalTransformerConfig`` with transformers
 
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
 
-from .compiler import (CompilationError, CompiledEmbedding, compile_embedding, compile_into_model, fit_embedding,
-                       required_width)
+from .compiler import (
+    CompilationError,
+    CompiledEmbedding,
+    compile_embedding,
+    compile_into_model,
+    fit_embedding,
+    required_width,
+)
 from .configuration import UniversalTransformerConfig
-from .modeling import (UniversalTransformerForCausalLM, UniversalTransformerModel, fixed_block_weights,
-                       fixed_readout, sparse_layout)
+from .modeling import (
+    UniversalTransformerForCausalLM,
+    UniversalTransformerModel,
+    fixed_block_weights,
+    fixed_readout,
+    sparse_layout,
+)
 from .targets import TargetTransformer
 
 AutoConfig.register(UniversalTransformerConfig.model_type, UniversalTransformerConfig, exist_ok=True)
 AutoModel.register(UniversalTransformerConfig, UniversalTransformerModel, exist_ok=True)
 AutoModelForCausalLM.register(UniversalTransformerConfig, UniversalTransformerForCausalLM, exist_ok=True)
 
-__all__ = ["CompilationError", "CompiledEmbedding", "TargetTransformer", "UniversalTransformerConfig",
-           "UniversalTransformerForCausalLM", "UniversalTransformerModel", "compile_embedding", "compile_into_model",
-           "fit_embedding", "fixed_block_weights", "fixed_readout", "required_width", "sparse_layout"]
+__all__ = [
+    "CompilationError",
+    "CompiledEmbedding",
+    "TargetTransformer",
+    "UniversalTransformerConfig",
+    "UniversalTransformerForCausalLM",
+    "UniversalTransformerModel",
+    "compile_embedding",
+    "compile_into_model",
+    "fit_embedding",
+    "fixed_block_weights",
+    "fixed_readout",
+    "required_width",
+    "sparse_layout",
+]

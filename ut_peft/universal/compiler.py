@@ -35,11 +35,11 @@ class CompilationError(ValueError):
 @dataclass
 class CompiledEmbedding:
     embedding: torch.Tensor  # (d, m) float64: backbone input = X @ embedding
-    residual: float          # ||E Phi - RHS|| / ||RHS||
-    rank: int                # rank of Phi
-    num_constraints: int     # columns of Phi: the width the construction needs
-    width: int               # the backbone's m
-    num_paths: int           # H^L head paths the construction matches
+    residual: float  # ||E Phi - RHS|| / ||RHS||
+    rank: int  # rank of Phi
+    num_constraints: int  # columns of Phi: the width the construction needs
+    width: int  # the backbone's m
+    num_paths: int  # H^L head paths the construction matches
 
     @property
     def full_rank(self) -> bool:
@@ -54,15 +54,17 @@ class CompiledEmbedding:
 
 def required_width(layers: int, heads: int, head_dim: int, output_size: int) -> int:
     """Columns of the attention-matching system: 2k(H + H^2 + ... + H^L) + H^L d_out (2Lk + d_out for H = 1)."""
-    return 2 * head_dim * sum(heads ** l for l in range(1, layers + 1)) + heads ** layers * output_size
+    return 2 * head_dim * sum(heads**l for l in range(1, layers + 1)) + heads**layers * output_size
 
 
 def _check_compatible(target: TargetTransformer, backbone: UniversalTransformerForCausalLM) -> None:
     config = backbone.config
     problems = []
     if config.variant != "attention_only":
-        problems.append(f"the backbone variant is {config.variant!r}; the construction covers attention_only "
-                        "backbones (train E instead, e.g. with recipes/reprogram.py)")
+        problems.append(
+            f"the backbone variant is {config.variant!r}; the construction covers attention_only "
+            "backbones (train E instead, e.g. with recipes/reprogram.py)"
+        )
     if config.position_embedding_type != "none":
         problems.append("the backbone adds learned position embeddings; build it with position_embedding_type='none'")
     if config.num_hidden_layers != target.num_layers:
@@ -72,8 +74,9 @@ def _check_compatible(target: TargetTransformer, backbone: UniversalTransformerF
     if config.head_dim < target.head_dim:
         problems.append(f"backbone head_dim={config.head_dim} is smaller than the target's k={target.head_dim}")
     if config.readout_size != target.output_size:
-        problems.append(f"backbone readout_size={config.readout_size} differs from the target's "
-                        f"d_out={target.output_size}")
+        problems.append(
+            f"backbone readout_size={config.readout_size} differs from the target's d_out={target.output_size}"
+        )
     if problems:
         raise CompilationError("cannot compile: " + "; ".join(problems))
 
@@ -101,8 +104,11 @@ def _system(target: TargetTransformer, backbone: UniversalTransformerForCausalLM
             for h in range(H):
                 phi += [r @ bq[h], r @ bk[h]]
                 rhs += [pad(c * m_ @ tq[l, h]), pad(m_ @ tk[l, h])]
-        paths = {prefix + (h,): (paths[prefix][0] @ bv[h], paths[prefix][1] @ tv[l, h])
-                 for prefix in itertools.product(range(H), repeat=l) for h in range(H)}
+        paths = {
+            prefix + (h,): (paths[prefix][0] @ bv[h], paths[prefix][1] @ tv[l, h])
+            for prefix in itertools.product(range(H), repeat=l)
+            for h in range(H)
+        }
     readout = backbone.model.readout.detach().to(f64)
     for prefix in itertools.product(range(H), repeat=L):
         r, m_ = paths[prefix]
@@ -111,8 +117,9 @@ def _system(target: TargetTransformer, backbone: UniversalTransformerForCausalLM
     return torch.cat(phi, dim=1), torch.cat(rhs, dim=1)
 
 
-def compile_embedding(target: TargetTransformer, backbone: UniversalTransformerForCausalLM, *,
-                      tol: float = 1e-8, strict: bool = True) -> CompiledEmbedding:
+def compile_embedding(
+    target: TargetTransformer, backbone: UniversalTransformerForCausalLM, *, tol: float = 1e-8, strict: bool = True
+) -> CompiledEmbedding:
     """Solve for E (d x m) such that ``backbone.simulate(X, E) == target(X)`` for every X.
 
     Raises :class:`CompilationError` (a ``ValueError``) with the reason when the backbone cannot host the target
@@ -127,26 +134,36 @@ def compile_embedding(target: TargetTransformer, backbone: UniversalTransformerF
     # gelsd: minimum-norm least squares that copes with rank deficiency and with m > cols.
     solution = torch.linalg.lstsq(phi.T, rhs.T, driver="gelsd").solution.T
     residual = (torch.linalg.norm(solution @ phi - rhs) / torch.linalg.norm(rhs).clamp_min(1e-300)).item()
-    result = CompiledEmbedding(embedding=solution, residual=residual, rank=int(torch.linalg.matrix_rank(phi)),
-                               num_constraints=cols, width=m, num_paths=target.num_heads ** target.num_layers)
+    result = CompiledEmbedding(
+        embedding=solution,
+        residual=residual,
+        rank=int(torch.linalg.matrix_rank(phi)),
+        num_constraints=cols,
+        width=m,
+        num_paths=target.num_heads**target.num_layers,
+    )
     if strict:
         if m < cols:
             raise CompilationError(
                 f"backbone too narrow: width m={m} < {cols} = 2k(H+...+H^L) + H^L d_out columns the construction "
                 f"needs (L={target.num_layers}, H={target.num_heads}, k={backbone.config.head_dim}, "
-                f"d_out={target.output_size}); relative residual {residual:.3g}", result)
+                f"d_out={target.output_size}); relative residual {residual:.3g}",
+                result,
+            )
         if not result.full_rank:
             raise CompilationError(
                 f"the backbone's linear system is rank-deficient (rank {result.rank} < {cols} columns), so not every "
                 f"target is reachable; relative residual {residual:.3g}. Use another seed or a wider backbone",
-                result)
+                result,
+            )
         if residual > tol:
             raise CompilationError(f"relative residual {residual:.3g} exceeds tol={tol:g}", result)
     return result
 
 
-def compile_into_model(target: TargetTransformer, backbone: UniversalTransformerForCausalLM,
-                       **kwargs) -> CompiledEmbedding:
+def compile_into_model(
+    target: TargetTransformer, backbone: UniversalTransformerForCausalLM, **kwargs
+) -> CompiledEmbedding:
     """Token-level form: write token_embedding @ E into ``embed_tokens`` and the fixed readout into ``lm_head``.
 
     Afterwards ``backbone(input_ids).logits == target(input_ids)``. Needs a target with a token table whose
@@ -156,8 +173,10 @@ def compile_into_model(target: TargetTransformer, backbone: UniversalTransformer
     if target.token_embedding is None or target.token_embedding.shape[0] != config.vocab_size:
         raise ValueError(f"the target needs a token_embedding with {config.vocab_size} rows (the backbone's vocab)")
     if config.readout_size != config.vocab_size:
-        raise ValueError(f"readout_size={config.readout_size} must equal vocab_size={config.vocab_size} so that "
-                         "lm_head can hold the fixed readout")
+        raise ValueError(
+            f"readout_size={config.readout_size} must equal vocab_size={config.vocab_size} so that "
+            "lm_head can hold the fixed readout"
+        )
     result = compile_embedding(target, backbone, **kwargs)
     weight = backbone.get_input_embeddings().weight
     with torch.no_grad():
@@ -169,12 +188,20 @@ def compile_into_model(target: TargetTransformer, backbone: UniversalTransformer
 @dataclass
 class FitResult:
     embedding: torch.Tensor
-    error: float            # relative error ||UT(X, E) - T(X)|| / ||T(X)|| on held-out inputs
+    error: float  # relative error ||UT(X, E) - T(X)|| / ||T(X)|| on held-out inputs
     losses: list[float]
 
 
-def fit_embedding(target: TargetTransformer, backbone: UniversalTransformerForCausalLM, *, steps: int = 300,
-                  lr: float = 3e-2, batch_size: int = 32, seq_len: int = 8, seed: int = 0) -> FitResult:
+def fit_embedding(
+    target: TargetTransformer,
+    backbone: UniversalTransformerForCausalLM,
+    *,
+    steps: int = 300,
+    lr: float = 3e-2,
+    batch_size: int = 32,
+    seq_len: int = 8,
+    seed: int = 0,
+) -> FitResult:
     """Fit E by gradient descent (Adam, MSE on Gaussian inputs) when no exact construction is used.
 
     This is how multi-head targets are handled below the attention-matching width: it reports how close a
@@ -184,7 +211,7 @@ def fit_embedding(target: TargetTransformer, backbone: UniversalTransformerForCa
     gen = torch.Generator().manual_seed(seed)
     dtype = backbone.model.readout.dtype
     d = target.width
-    embedding = (torch.randn(d, backbone.config.hidden_size, generator=gen, dtype=dtype) / d ** 0.5).requires_grad_()
+    embedding = (torch.randn(d, backbone.config.hidden_size, generator=gen, dtype=dtype) / d**0.5).requires_grad_()
     optimizer = torch.optim.Adam([embedding], lr=lr)
     scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, steps)
     losses = []
@@ -205,5 +232,12 @@ def fit_embedding(target: TargetTransformer, backbone: UniversalTransformerForCa
     return FitResult(embedding=embedding.detach(), error=error, losses=losses)
 
 
-__all__ = ["CompilationError", "CompiledEmbedding", "FitResult", "compile_embedding", "compile_into_model",
-           "fit_embedding", "required_width"]
+__all__ = [
+    "CompilationError",
+    "CompiledEmbedding",
+    "FitResult",
+    "compile_embedding",
+    "compile_into_model",
+    "fit_embedding",
+    "required_width",
+]

@@ -42,13 +42,27 @@ class UniversalTransformerConfig(PretrainedConfig):
 
     model_type = "universal_transformer"
 
-    def __init__(self, vocab_size: int = 16, hidden_size: int = 64, num_hidden_layers: int = 2,
-                 num_attention_heads: int = 1, head_dim: int = 8, variant: str = "attention_only",
-                 weights: str = "random", looped: bool = False, seed: int = 0, readout_size: int | None = None,
-                 intermediate_size: int | None = None, position_embedding_type: str = "none",
-                 max_position_embeddings: int = 256, attention_scale: float | None = None,
-                 layer_norm_eps: float = 1e-5, initializer_range: float = 1.0, tie_word_embeddings: bool = False,
-                 **kwargs):
+    def __init__(
+        self,
+        vocab_size: int = 16,
+        hidden_size: int = 64,
+        num_hidden_layers: int = 2,
+        num_attention_heads: int = 1,
+        head_dim: int = 8,
+        variant: str = "attention_only",
+        weights: str = "random",
+        looped: bool = False,
+        seed: int = 0,
+        readout_size: int | None = None,
+        intermediate_size: int | None = None,
+        position_embedding_type: str = "none",
+        max_position_embeddings: int = 256,
+        attention_scale: float | None = None,
+        layer_norm_eps: float = 1e-5,
+        initializer_range: float = 1.0,
+        tie_word_embeddings: bool = False,
+        **kwargs,
+    ):
         self.vocab_size = vocab_size
         self.hidden_size = hidden_size
         self.num_hidden_layers = num_hidden_layers
@@ -62,7 +76,7 @@ class UniversalTransformerConfig(PretrainedConfig):
         self.intermediate_size = 4 * hidden_size if intermediate_size is None else intermediate_size
         self.position_embedding_type = position_embedding_type
         self.max_position_embeddings = max_position_embeddings
-        self.attention_scale = head_dim ** -0.5 if attention_scale is None else attention_scale
+        self.attention_scale = head_dim**-0.5 if attention_scale is None else attention_scale
         self.layer_norm_eps = layer_norm_eps
         self.initializer_range = initializer_range
         self.use_cache = False
@@ -70,8 +84,16 @@ class UniversalTransformerConfig(PretrainedConfig):
         self._check()
 
     def _check(self) -> None:
-        for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "head_dim",
-                     "readout_size", "intermediate_size", "max_position_embeddings"):
+        for name in (
+            "vocab_size",
+            "hidden_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "head_dim",
+            "readout_size",
+            "intermediate_size",
+            "max_position_embeddings",
+        ):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"UniversalTransformerConfig.{name} must be a positive int, got {value!r}")
@@ -80,11 +102,14 @@ class UniversalTransformerConfig(PretrainedConfig):
         if self.weights not in WEIGHTS:
             raise ValueError(f"weights={self.weights!r} is not one of {WEIGHTS}")
         if self.position_embedding_type not in POSITION_EMBEDDING_TYPES:
-            raise ValueError(f"position_embedding_type={self.position_embedding_type!r} is not one of "
-                             f"{POSITION_EMBEDDING_TYPES}")
+            raise ValueError(
+                f"position_embedding_type={self.position_embedding_type!r} is not one of {POSITION_EMBEDDING_TYPES}"
+            )
         if self.weights == "sparse" and self.looped and self.num_attention_heads != 1:
-            raise ValueError("the sparse looped construction (a block shift as R_V) exists for one head only; "
-                             "use num_attention_heads=1, looped=False, or weights='random'")
+            raise ValueError(
+                "the sparse looped construction (a block shift as R_V) exists for one head only; "
+                "use num_attention_heads=1, looped=False, or weights='random'"
+            )
 
     @property
     def num_layer_modules(self) -> int:

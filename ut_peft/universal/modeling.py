@@ -22,10 +22,10 @@ from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutpu
 
 from .configuration import UniversalTransformerConfig
 
-
 # ----------------------------------------------------------------------------------------------------------------
 # The fixed weights
 # ----------------------------------------------------------------------------------------------------------------
+
 
 def sparse_layout(config: UniversalTransformerConfig) -> dict:
     """Where every block of the {0,1} construction sits in the width m.
@@ -52,7 +52,7 @@ def sparse_layout(config: UniversalTransformerConfig) -> dict:
                     for kind in ("query", "key"):
                         slots.append(dict(kind=kind, layer=layer, prefix=prefix, head=head, offset=offset, width=k))
                         offset += k
-    for path in ([()] if config.looped else itertools.product(range(H), repeat=L)):
+    for path in [()] if config.looped else itertools.product(range(H), repeat=L):
         slots.append(dict(kind="output", layer=L + 1, prefix=tuple(path), head=None, offset=offset, width=d_out))
         offset += d_out
     return {"slots": slots, "required_width": offset}
@@ -191,12 +191,11 @@ class UniversalTransformerPreTrainedModel(PreTrainedModel):
             init.normal_(module.weight, mean=0.0, std=config.initializer_range)
         elif isinstance(module, nn.Linear):
             # Unembedding: logits of order one for unit-scale hidden states.
-            init.normal_(module.weight, mean=0.0, std=config.hidden_size ** -0.5)
+            init.normal_(module.weight, mean=0.0, std=config.hidden_size**-0.5)
 
     def fixed_parameters(self) -> dict[str, nn.Parameter]:
         """The construction weights (attention, MLP, readout): everything except E, U and position embeddings."""
-        return {name: p for name, p in self.named_parameters()
-                if name.rsplit(".", 1)[-1] in _FIXED_NAMES}
+        return {name: p for name, p in self.named_parameters() if name.rsplit(".", 1)[-1] in _FIXED_NAMES}
 
     def compiler_parameters(self) -> dict[str, nn.Parameter]:
         """Weights only the compiler reads (the fixed readout U_fixed of ``simulate``): the forward never uses them,
@@ -231,16 +230,26 @@ class UniversalTransformerModel(UniversalTransformerPreTrainedModel):
     def set_input_embeddings(self, value):
         self.embed_tokens = value
 
-    def forward(self, input_ids=None, attention_mask=None, inputs_embeds=None, position_ids=None,
-                output_hidden_states=None, return_dict=None, **kwargs) -> BaseModelOutputWithPast:
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        inputs_embeds=None,
+        position_ids=None,
+        output_hidden_states=None,
+        return_dict=None,
+        **kwargs,
+    ) -> BaseModelOutputWithPast:
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("pass exactly one of input_ids and inputs_embeds")
         hidden = self.embed_tokens(input_ids) if inputs_embeds is None else inputs_embeds
         n = hidden.shape[1]
         if self.position_embeddings is not None:
             if n > self.config.max_position_embeddings:
-                raise ValueError(f"sequence length {n} exceeds max_position_embeddings="
-                                 f"{self.config.max_position_embeddings}; build the backbone with a larger value")
+                raise ValueError(
+                    f"sequence length {n} exceeds max_position_embeddings="
+                    f"{self.config.max_position_embeddings}; build the backbone with a larger value"
+                )
             if position_ids is None:
                 position_ids = torch.arange(n, device=hidden.device).unsqueeze(0)
             hidden = hidden + self.position_embeddings(position_ids)
@@ -254,8 +263,9 @@ class UniversalTransformerModel(UniversalTransformerPreTrainedModel):
                 all_hidden.append(hidden)
         if self.config.variant != "attention_only":
             hidden = F.layer_norm(hidden, (hidden.shape[-1],), eps=self.config.layer_norm_eps)
-        return BaseModelOutputWithPast(last_hidden_state=hidden,
-                                       hidden_states=tuple(all_hidden) if all_hidden is not None else None)
+        return BaseModelOutputWithPast(
+            last_hidden_state=hidden, hidden_states=tuple(all_hidden) if all_hidden is not None else None
+        )
 
 
 class UniversalTransformerForCausalLM(UniversalTransformerPreTrainedModel, GenerationMixin):
@@ -277,10 +287,24 @@ class UniversalTransformerForCausalLM(UniversalTransformerPreTrainedModel, Gener
     def set_output_embeddings(self, value):
         self.lm_head = value
 
-    def forward(self, input_ids=None, attention_mask=None, inputs_embeds=None, position_ids=None, labels=None,
-                output_hidden_states=None, return_dict=None, **kwargs) -> CausalLMOutputWithPast:
-        outputs = self.model(input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds,
-                             position_ids=position_ids, output_hidden_states=output_hidden_states)
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        inputs_embeds=None,
+        position_ids=None,
+        labels=None,
+        output_hidden_states=None,
+        return_dict=None,
+        **kwargs,
+    ) -> CausalLMOutputWithPast:
+        outputs = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            inputs_embeds=inputs_embeds,
+            position_ids=position_ids,
+            output_hidden_states=output_hidden_states,
+        )
         logits = self.lm_head(outputs.last_hidden_state)
         loss = None
         if labels is not None:
@@ -293,5 +317,11 @@ class UniversalTransformerForCausalLM(UniversalTransformerPreTrainedModel, Gener
         return hidden @ self.model.readout.to(hidden.dtype)
 
 
-__all__ = ["UniversalTransformerForCausalLM", "UniversalTransformerModel", "UniversalTransformerPreTrainedModel",
-           "fixed_block_weights", "fixed_readout", "sparse_layout"]
+__all__ = [
+    "UniversalTransformerForCausalLM",
+    "UniversalTransformerModel",
+    "UniversalTransformerPreTrainedModel",
+    "fixed_block_weights",
+    "fixed_readout",
+    "sparse_layout",
+]

@@ -18,9 +18,16 @@ from .targets import TargetTransformer
 
 
 def _backbone(width, target: TargetTransformer, weights: str, looped: bool, seed: int):
-    config = UniversalTransformerConfig(hidden_size=width, num_hidden_layers=target.num_layers,
-                                        num_attention_heads=target.num_heads, head_dim=target.head_dim,
-                                        readout_size=target.output_size, weights=weights, looped=looped, seed=seed)
+    config = UniversalTransformerConfig(
+        hidden_size=width,
+        num_hidden_layers=target.num_layers,
+        num_attention_heads=target.num_heads,
+        head_dim=target.head_dim,
+        readout_size=target.output_size,
+        weights=weights,
+        looped=looped,
+        seed=seed,
+    )
     return transformers.AutoModelForCausalLM.from_config(config).to(torch.float64)
 
 
@@ -32,8 +39,15 @@ def simulation_error(backbone, target: TargetTransformer, embedding: torch.Tenso
         return (backbone.simulate(x.to(backbone.dtype), embedding).double() - target(x).double()).abs().max().item()
 
 
-def minimal_exact_width(target: TargetTransformer, weights: str, *, looped: bool = False, seed: int = 0,
-                        tol: float = 1e-8, max_width: int | None = None) -> int | None:
+def minimal_exact_width(
+    target: TargetTransformer,
+    weights: str,
+    *,
+    looped: bool = False,
+    seed: int = 0,
+    tol: float = 1e-8,
+    max_width: int | None = None,
+) -> int | None:
     """Smallest m (scanning from 1) at which the compiled E simulates ``target`` to ``tol`` in float64."""
     bound = required_width(target.num_layers, target.num_heads, target.head_dim, target.output_size)
     for width in range(1, (max_width or 2 * bound) + 1):
@@ -50,9 +64,17 @@ def width_table(layers=(1, 2, 3), dims=(2, 4, 8), *, looped: bool = False, seed:
     for L in layers:
         for d in dims:
             target = TargetTransformer.random(d=d, k=d, layers=L, seed=seed)
-            rows.append({"L": L, "d": d, "k": d, "d_out": d, "bound": required_width(L, 1, d, d),
-                         "sparse": minimal_exact_width(target, "sparse", looped=looped, seed=seed),
-                         "random": minimal_exact_width(target, "random", looped=looped, seed=seed)})
+            rows.append(
+                {
+                    "L": L,
+                    "d": d,
+                    "k": d,
+                    "d_out": d,
+                    "bound": required_width(L, 1, d, d),
+                    "sparse": minimal_exact_width(target, "sparse", looped=looped, seed=seed),
+                    "random": minimal_exact_width(target, "random", looped=looped, seed=seed),
+                }
+            )
     return rows
 
 
@@ -62,22 +84,39 @@ def multihead_table(layers=(1, 2, 3), *, heads: int = 2, d: int = 2, seed: int =
     rows = []
     for L in layers:
         target = TargetTransformer.random(d=d, k=d, layers=L, heads=heads, seed=seed)
-        rows.append({"L": L, "H": heads, "d": d, "paths": heads ** L, "single_head_bound": required_width(L, 1, d, d),
-                     "attention_matching_bound": required_width(L, heads, d, d),
-                     "random": minimal_exact_width(target, "random", seed=seed)})
+        rows.append(
+            {
+                "L": L,
+                "H": heads,
+                "d": d,
+                "paths": heads**L,
+                "single_head_bound": required_width(L, 1, d, d),
+                "attention_matching_bound": required_width(L, heads, d, d),
+                "random": minimal_exact_width(target, "random", seed=seed),
+            }
+        )
     return rows
 
 
-def fit_table(widths=(2, 4, 8, 16, 32, 64), *, layers: int = 2, heads: int = 2, d: int = 2, steps: int = 300,
-              seed: int = 0) -> list[dict]:
+def fit_table(
+    widths=(2, 4, 8, 16, 32, 64), *, layers: int = 2, heads: int = 2, d: int = 2, steps: int = 300, seed: int = 0
+) -> list[dict]:
     """Relative error of a gradient-fitted E on a random backbone against m (float32, held-out inputs)."""
     target = TargetTransformer.random(d=d, k=d, layers=layers, heads=heads, seed=seed, dtype=torch.float32)
     rows = []
     for width in widths:
         backbone = _backbone(width, target, "random", False, seed).to(torch.float32)
         fit = fit_embedding(target, backbone, steps=steps, seed=seed)
-        rows.append({"m": width, "L": layers, "H": heads, "d": d, "relative_error": fit.error,
-                     "attention_matching_bound": required_width(layers, heads, d, d)})
+        rows.append(
+            {
+                "m": width,
+                "L": layers,
+                "H": heads,
+                "d": d,
+                "relative_error": fit.error,
+                "attention_matching_bound": required_width(layers, heads, d, d),
+            }
+        )
     return rows
 
 

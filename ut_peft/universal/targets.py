@@ -23,12 +23,20 @@ class TargetTransformer(nn.Module):
         token_embedding: optional (vocab, d) table for token inputs.
     """
 
-    def __init__(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, out: torch.Tensor,
-                 scale: float | None = None, token_embedding: torch.Tensor | None = None):
+    def __init__(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        out: torch.Tensor,
+        scale: float | None = None,
+        token_embedding: torch.Tensor | None = None,
+    ):
         super().__init__()
         if query.dim() != 4 or query.shape != key.shape:
-            raise ValueError(f"query and key must both have shape (L, H, d, k); got {tuple(query.shape)} and "
-                             f"{tuple(key.shape)}")
+            raise ValueError(
+                f"query and key must both have shape (L, H, d, k); got {tuple(query.shape)} and {tuple(key.shape)}"
+            )
         L, H, d, k = query.shape
         if value.shape != (L, H, d, d):
             raise ValueError(f"value must have shape (L, H, d, d) = {(L, H, d, d)}, got {tuple(value.shape)}")
@@ -44,8 +52,18 @@ class TargetTransformer(nn.Module):
         self.scale = 1.0 / math.sqrt(k) if scale is None else float(scale)
 
     @classmethod
-    def random(cls, *, d: int, k: int, layers: int, heads: int = 1, d_out: int | None = None,
-               vocab_size: int | None = None, seed: int = 0, dtype: torch.dtype = torch.float64) -> TargetTransformer:
+    def random(
+        cls,
+        *,
+        d: int,
+        k: int,
+        layers: int,
+        heads: int = 1,
+        d_out: int | None = None,
+        vocab_size: int | None = None,
+        seed: int = 0,
+        dtype: torch.dtype = torch.float64,
+    ) -> TargetTransformer:
         """Gaussian weights at a scale that keeps activations of order one through the layers."""
         gen = torch.Generator().manual_seed(seed)
         d_out = d if d_out is None else d_out
@@ -53,9 +71,13 @@ class TargetTransformer(nn.Module):
         def normal(*shape, std):
             return (torch.randn(*shape, generator=gen, dtype=torch.float64) * std).to(dtype)
 
-        return cls(query=normal(layers, heads, d, k, std=d ** -0.5), key=normal(layers, heads, d, k, std=d ** -0.5),
-                   value=normal(layers, heads, d, d, std=(d * heads) ** -0.5), out=normal(d, d_out, std=d ** -0.5),
-                   token_embedding=None if vocab_size is None else normal(vocab_size, d, std=1.0))
+        return cls(
+            query=normal(layers, heads, d, k, std=d**-0.5),
+            key=normal(layers, heads, d, k, std=d**-0.5),
+            value=normal(layers, heads, d, d, std=(d * heads) ** -0.5),
+            out=normal(d, d_out, std=d**-0.5),
+            token_embedding=None if vocab_size is None else normal(vocab_size, d, std=1.0),
+        )
 
     @property
     def num_layers(self) -> int:

@@ -5,5 +5,12 @@ from .layer import UTEmbedding, UTPositionEmbedding, UTReprogramLayer, UTUnembed
 from .model import UTReprogramModel
 from .registration import register
 
-__all__ = ["UTReprogramConfig", "UTReprogramModel", "UTReprogramLayer", "UTEmbedding", "UTUnembedding",
-           "UTPositionEmbedding", "register"]
+__all__ = [
+    "UTReprogramConfig",
+    "UTReprogramModel",
+    "UTReprogramLayer",
+    "UTEmbedding",
+    "UTUnembedding",
+    "UTPositionEmbedding",
+    "register",
+]

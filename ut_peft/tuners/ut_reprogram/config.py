@@ -47,8 +47,9 @@ class UTReprogramConfig(PeftConfig):
     )
     train_position_embeddings: bool = field(
         default=False,
-        metadata={"help": ("Also train learned absolute position embeddings (GPT-2 `wpe`); an error if the model has "
-                           "none.")},
+        metadata={
+            "help": ("Also train learned absolute position embeddings (GPT-2 `wpe`); an error if the model has none.")
+        },
     )
     num_memory_tokens: int = field(
         default=0,
@@ -95,8 +96,12 @@ class UTReprogramConfig(PeftConfig):
     )
     base_embedding_shape: Optional[list[int]] = field(
         default=None,
-        metadata={"help": ("Shape (rows, hidden size) of the base model's input embedding, recorded at creation and "
-                           "checked at load.")},
+        metadata={
+            "help": (
+                "Shape (rows, hidden size) of the base model's input embedding, recorded at creation and "
+                "checked at load."
+            )
+        },
     )
     backbone: Optional[dict] = field(
         default=None,
@@ -133,8 +138,12 @@ class UTReprogramConfig(PeftConfig):
             raise ValueError(f"num_memory_tokens must be an int, got {self.num_memory_tokens!r}")
         if self.num_memory_tokens < 0:
             raise ValueError(f"num_memory_tokens={self.num_memory_tokens} is negative; use 0 for no memory vectors")
-        if not (self.train_input_embeddings or self.train_output_embeddings or self.train_position_embeddings
-                or self.num_memory_tokens > 0):
+        if not (
+            self.train_input_embeddings
+            or self.train_output_embeddings
+            or self.train_position_embeddings
+            or self.num_memory_tokens > 0
+        ):
             raise ValueError(
                 "nothing to train: set train_input_embeddings, train_output_embeddings or train_position_embeddings "
                 "to True, or num_memory_tokens > 0"
@@ -145,8 +154,10 @@ class UTReprogramConfig(PeftConfig):
                 "(train_input_embeddings or train_output_embeddings)"
             )
         if self.release_base_embeddings and self.task_vocab_size is None:
-            raise ValueError("release_base_embeddings frees the base E and U, which only a new vocabulary "
-                             "(task_vocab_size) replaces; set task_vocab_size or leave it False")
+            raise ValueError(
+                "release_base_embeddings frees the base E and U, which only a new vocabulary "
+                "(task_vocab_size) replaces; set task_vocab_size or leave it False"
+            )
         if self.init == "copy":
             needed = (self.task_vocab_size or 0) + self.num_memory_tokens
             if needed and (self.init_token_ids is None or len(self.init_token_ids) != needed):

@@ -46,11 +46,12 @@ def _seed(config: UTReprogramConfig, tensor: Seed) -> int:
     return config.init_seed * SEED_STRIDE + int(tensor)
 
 
-def _new_rows(config: UTReprogramConfig, reference: torch.Tensor, num_rows: int, first_copy_id: int,
-              tensor: Seed) -> torch.Tensor:
+def _new_rows(
+    config: UTReprogramConfig, reference: torch.Tensor, num_rows: int, first_copy_id: int, tensor: Seed
+) -> torch.Tensor:
     """Rows that the base does not have: copies of ``init_token_ids[first_copy_id:]`` ('copy') or a normal draw."""
     if config.init == "copy":
-        ids = torch.tensor(config.init_token_ids[first_copy_id:first_copy_id + num_rows], device=reference.device)
+        ids = torch.tensor(config.init_token_ids[first_copy_id : first_copy_id + num_rows], device=reference.device)
         if int(ids.max()) >= reference.shape[0] or int(ids.min()) < 0:
             raise ValueError(f"init_token_ids must lie in [0, {reference.shape[0]}), got {config.init_token_ids}")
         return reference.detach()[ids].clone()

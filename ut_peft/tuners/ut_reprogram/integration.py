@@ -32,8 +32,9 @@ def install() -> None:
         return original_save(self, save_directory, *args, save_embedding_layers=save_embedding_layers, **kwargs)
 
     def create_or_update_model_card(self, output_dir: str):
-        from ...hub import hub_base_model_id, render_model_card
         from huggingface_hub import ModelCard
+
+        from ...hub import hub_base_model_id, render_model_card
 
         config = self.peft_config.get(self.active_adapter) if isinstance(self.peft_config, dict) else None
         if not _is_ut_reprogram(config):
@@ -47,8 +48,13 @@ def install() -> None:
         hub_id = hub_base_model_id(config.base_model_name_or_path)
         card.data["base_model"] = hub_id
         ours = render_model_card(config.to_dict()).data.get("tags") or []
-        card.data["tags"] = sorted({t for t in (card.data.get("tags") or []) + ours
-                                    if not t.startswith("base_model:") or (hub_id and t.endswith(":" + hub_id))})
+        card.data["tags"] = sorted(
+            {
+                t
+                for t in (card.data.get("tags") or []) + ours
+                if not t.startswith("base_model:") or (hub_id and t.endswith(":" + hub_id))
+            }
+        )
         card.save(readme)
 
     save_pretrained._ut_peft = True

@@ -66,8 +66,9 @@ class UTEmbedding(UTReprogramLayer):
     # A fresh task-vocabulary E that is not trained still belongs to the adapter (it is not the base's).
     other_param_names = ("ut_reprogram_frozen_embedding",)
 
-    def update_layer(self, adapter_name: str, init_table: Optional[torch.Tensor], memory: Optional[torch.Tensor],
-                     train_table: bool) -> None:
+    def update_layer(
+        self, adapter_name: str, init_table: Optional[torch.Tensor], memory: Optional[torch.Tensor], train_table: bool
+    ) -> None:
         if init_table is not None:
             if train_table:
                 self.ut_reprogram_embedding[adapter_name] = nn.Parameter(init_table)
@@ -90,8 +91,10 @@ class UTEmbedding(UTReprogramLayer):
         ``inputs_embeds``: the rows are stored divided by the embedding scale that :meth:`forward` multiplies back."""
         memory = self.ut_reprogram_memory[adapter_name]
         if tuple(vectors.shape) != tuple(memory.shape):
-            raise ValueError(f"adapter {adapter_name!r} has memory rows of shape {tuple(memory.shape)}, "
-                             f"got vectors of shape {tuple(vectors.shape)}")
+            raise ValueError(
+                f"adapter {adapter_name!r} has memory rows of shape {tuple(memory.shape)}, "
+                f"got vectors of shape {tuple(vectors.shape)}"
+            )
         rows = vectors.detach().to(dtype=memory.dtype, device=memory.device)
         scale = self._get_embed_scale()
         if scale is not None:
@@ -142,8 +145,14 @@ class UTUnembedding(UTReprogramLayer):
         # A list keeps the tied embedding out of named_modules(), so its table is saved once, under E.
         self._tied_to: dict[str, list[UTEmbedding]] = {}
 
-    def update_layer(self, adapter_name: str, init_matrix: Optional[torch.Tensor],
-                     init_bias: Optional[torch.Tensor], train: bool, tied_to: Optional[UTEmbedding]) -> None:
+    def update_layer(
+        self,
+        adapter_name: str,
+        init_matrix: Optional[torch.Tensor],
+        init_bias: Optional[torch.Tensor],
+        train: bool,
+        tied_to: Optional[UTEmbedding],
+    ) -> None:
         if tied_to is not None:
             self._tied_to[adapter_name] = [tied_to]
         elif init_matrix is not None:

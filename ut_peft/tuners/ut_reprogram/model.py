@@ -23,8 +23,11 @@ def base_of(module: nn.Module) -> nn.Module:
 def find_position_embedding(model: nn.Module, input_embedding: nn.Module) -> nn.Module | None:
     for name, module in model.named_modules():
         base = base_of(module)
-        if (name.rpartition(".")[2] in POSITION_EMBEDDING_NAMES and isinstance(base, nn.Embedding)
-                and module is not input_embedding):
+        if (
+            name.rpartition(".")[2] in POSITION_EMBEDDING_NAMES
+            and isinstance(base, nn.Embedding)
+            and module is not input_embedding
+        ):
             return module
     return None
 
@@ -79,8 +82,10 @@ class UTReprogramModel(BaseTuner):
         super()._check_new_adapter_config(config)
         other_vocab = {c.task_vocab_size for c in self.peft_config.values() if c is not config}
         if other_vocab and other_vocab != {config.task_vocab_size}:
-            raise ValueError("all UT_REPROGRAM adapters on one model must share task_vocab_size (it sets the "
-                             "model's vocabulary); load the other adapter into a fresh base model instead")
+            raise ValueError(
+                "all UT_REPROGRAM adapters on one model must share task_vocab_size (it sets the "
+                "model's vocabulary); load the other adapter into a fresh base model instead"
+            )
         model = self.model
         input_embedding, output_embedding = self._embeddings(model)
         rows, hidden = base_of(input_embedding).weight.shape
@@ -102,8 +107,10 @@ class UTReprogramModel(BaseTuner):
                 "change the other as well; pass tied_embeddings='untie' to train them separately"
             )
         if self._wants_output(config) and output_embedding is None:
-            raise ValueError(f"{type(model).__name__} has no output embedding (get_output_embeddings() is None), so U "
-                             "cannot be trained or replaced; set train_output_embeddings=False")
+            raise ValueError(
+                f"{type(model).__name__} has no output embedding (get_output_embeddings() is None), so U "
+                "cannot be trained or replaced; set train_output_embeddings=False"
+            )
         if config.train_position_embeddings and find_position_embedding(model, input_embedding) is None:
             raise ValueError(
                 f"{type(model).__name__} has no learned position embeddings (no nn.Embedding named one of "
@@ -113,16 +120,23 @@ class UTReprogramModel(BaseTuner):
 
     def _wants_output(self, config: UTReprogramConfig) -> bool:
         keep_tied = self._keeps_tied(config)
-        return config.train_output_embeddings or config.task_vocab_size is not None or (
-            keep_tied and config.train_input_embeddings)
+        return (
+            config.train_output_embeddings
+            or config.task_vocab_size is not None
+            or (keep_tied and config.train_input_embeddings)
+        )
 
     def _prepare_model(self, peft_config: UTReprogramConfig, model: nn.Module) -> None:
         """Decide, by module identity, what gets wrapped; record the base on the config (validated already)."""
         input_embedding, output_embedding = self._embeddings(model)
         wants_output = self._wants_output(peft_config)
         roles: dict[int, str] = {}
-        if (peft_config.train_input_embeddings or peft_config.task_vocab_size is not None
-                or peft_config.num_memory_tokens > 0 or (self._keeps_tied(peft_config) and wants_output)):
+        if (
+            peft_config.train_input_embeddings
+            or peft_config.task_vocab_size is not None
+            or peft_config.num_memory_tokens > 0
+            or (self._keeps_tied(peft_config) and wants_output)
+        ):
             roles[id(input_embedding)] = INPUT
         if wants_output:
             roles[id(output_embedding)] = OUTPUT
@@ -148,14 +162,23 @@ class UTReprogramModel(BaseTuner):
         return []
 
     # ---- creating the layers --------------------------------------------------------------------------------------
-    def _create_and_replace(self, peft_config: UTReprogramConfig, adapter_name: str, target: nn.Module,
-                            target_name: str, parent: nn.Module, current_key: str, **kwargs) -> None:
+    def _create_and_replace(
+        self,
+        peft_config: UTReprogramConfig,
+        adapter_name: str,
+        target: nn.Module,
+        target_name: str,
+        parent: nn.Module,
+        current_key: str,
+        **kwargs,
+    ) -> None:
         role = self._ut_roles[id(target)]
         if isinstance(target, UTReprogramLayer):
             new_module = target
         else:
             new_module = {INPUT: UTEmbedding, OUTPUT: UTUnembedding, POSITION: UTPositionEmbedding}[role](
-                target, adapter_name)
+                target, adapter_name
+            )
         keep_tied = self._keeps_tied(peft_config)
         tensors = initial_tensors(peft_config, role, new_module.get_base_layer(), keep_tied)
         if role == OUTPUT:
@@ -177,14 +200,17 @@ class UTReprogramModel(BaseTuner):
             if isinstance(module, (UTEmbedding, UTUnembedding)):
                 base = module.get_base_layer()
                 hidden = base.weight.shape[1]
-                base.weight = nn.Parameter(torch.empty((0, hidden), dtype=base.weight.dtype, device="meta"),
-                                           requires_grad=False)
+                base.weight = nn.Parameter(
+                    torch.empty((0, hidden), dtype=base.weight.dtype, device="meta"), requires_grad=False
+                )
         self._ut_released = True
 
     def _refuse_if_released(self, action: str) -> None:
         if getattr(self, "_ut_released", False):
-            raise ValueError(f"cannot {action}: this adapter was created with release_base_embeddings=True, so the "
-                             "base model's own E and U were freed; load the base model again for its outputs")
+            raise ValueError(
+                f"cannot {action}: this adapter was created with release_base_embeddings=True, so the "
+                "base model's own E and U were freed; load the base model again for its outputs"
+            )
 
     # ---- turning the adapter on and off ---------------------------------------------------------------------------
     def _set_vocab_for(self, enabled: bool) -> None:
@@ -211,20 +237,24 @@ class UTReprogramModel(BaseTuner):
         if missing:
             raise ValueError(f"cannot merge {missing}: this model's adapters are {list(self.peft_config)}")
         if len(names) != 1:
-            raise ValueError(f"UT_REPROGRAM merges one adapter at a time (its E and U replace the base matrices, so "
-                             f"two adapters cannot be added up); got adapter_names={names}")
+            raise ValueError(
+                f"UT_REPROGRAM merges one adapter at a time (its E and U replace the base matrices, so "
+                f"two adapters cannot be added up); got adapter_names={names}"
+            )
         return names[0]
 
-    def _unload_and_optionally_merge(self, merge: bool = True, progressbar: bool = False, safe_merge: bool = False,
-                                     adapter_names=None):
+    def _unload_and_optionally_merge(
+        self, merge: bool = True, progressbar: bool = False, safe_merge: bool = False, adapter_names=None
+    ):
         adapter = self._adapter_to_merge(adapter_names) if merge else None
         if not merge:
             self._refuse_if_released("unload the adapter")
             base_vocab = getattr(self, "_ut_base_vocab_size", None)
             if base_vocab is not None:
                 set_vocab_size(self.model, base_vocab)
-        layers = [(name, module) for name, module in self.model.named_modules()
-                  if isinstance(module, UTReprogramLayer)]
+        layers = [
+            (name, module) for name, module in self.model.named_modules() if isinstance(module, UTReprogramLayer)
+        ]
         merged = {}
         num_memory = 0
         if merge:
@@ -240,8 +270,10 @@ class UTReprogramModel(BaseTuner):
                     merged[name] = (table.to(dtype), None)
                 elif isinstance(module, UTUnembedding):
                     bias = module.bias_for(adapter)
-                    merged[name] = (module.matrix(adapter).detach().to(dtype),
-                                    None if bias is None else bias.detach().to(dtype))
+                    merged[name] = (
+                        module.matrix(adapter).detach().to(dtype),
+                        None if bias is None else bias.detach().to(dtype),
+                    )
                 else:
                     table = module.ut_reprogram_position.get(adapter, module.get_base_layer().weight)
                     merged[name] = (table.detach().to(dtype), None)
@@ -278,8 +310,11 @@ class UTReprogramModel(BaseTuner):
                 pad = rows - out_emb.weight.shape[0]
                 weight = out_emb.weight.detach()
                 bias = getattr(out_emb, "bias", None)
-                _set_weight(out_emb, torch.cat([weight, weight.new_zeros(pad, weight.shape[1])]),
-                            None if bias is None else torch.cat([bias.detach(), bias.new_zeros(pad)]))
+                _set_weight(
+                    out_emb,
+                    torch.cat([weight, weight.new_zeros(pad, weight.shape[1])]),
+                    None if bias is None else torch.cat([bias.detach(), bias.new_zeros(pad)]),
+                )
             if getattr(self.model.config, "tie_word_embeddings", False):
                 self.model.config.tie_word_embeddings = False
         if num_memory:

@@ -32,8 +32,9 @@ def register() -> PeftType:
 
     member = _ensure_enum_member()
     if member not in PEFT_TYPE_TO_CONFIG_MAPPING:
-        register_peft_method(name=NAME, config_cls=UTReprogramConfig, model_cls=UTReprogramModel,
-                             prefix="ut_reprogram_")
+        register_peft_method(
+            name=NAME, config_cls=UTReprogramConfig, model_cls=UTReprogramModel, prefix="ut_reprogram_"
+        )
     return member
 
 
