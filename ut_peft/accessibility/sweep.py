@@ -301,12 +301,16 @@ def run_sweep(
     progress: bool = True,
     report: bool = True,
     snapshot_seconds: float | None = 300.0,
+    callback=None,
 ) -> store.Summary | None:
     """Run (or resume) a sweep into ``output_dir``; returns the summary on the main process, None elsewhere.
 
     Every ``snapshot_seconds`` (None: never) the state of each row in flight goes to ``inflight/``; a resumed run
     continues those rows from there instead of from step 0 (on CPU a Gemma row can take an hour). A row ends the
     same way as uninterrupted when its batch companions are the same; otherwise up to float rounding, as any row.
+
+    ``callback`` (e.g. :class:`.tracking.SweepTracker`) hears ``on_rows(rows)`` with every row so far before each
+    round and at the end, and ``on_row(row)`` as each of this process's rows is written.
     """
     from accelerate import Accelerator
     from accelerate.utils import gather_object
@@ -351,6 +355,8 @@ def run_sweep(
     bar = tqdm(total=0, desc="cram", unit="seq", disable=not (progress and accelerator.is_main_process))
     design = make_design(config)
     while True:
+        if callback is not None:
+            callback.on_rows(rows)
         jobs = design.next_jobs(rows)
         if not jobs:
             break
@@ -403,6 +409,8 @@ def run_sweep(
             store.append_row(my_file, row)
             store.remove_inflight(output_dir, result.job.key)  # after the row (a kill in between: a stale file)
             new_rows.append(row)
+            if callback is not None:
+                callback.on_row(row)
             bar.update(1)
             bar.set_postfix(accessible=f"{sum(r['accessible'] for r in new_rows)}/{len(new_rows)}")
         if world > 1:
