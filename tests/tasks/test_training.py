@@ -264,3 +264,105 @@ def test_experiment_names_outside_the_plan_are_refused_before_anything_runs(tmp_
     with pytest.raises(SystemExit, match="not in the plan: dyck-typo-s0; `--list` shows"):
         module["run_plan"](["dyck-a-s0", "dyck-typo-s0"])
     assert not (tmp_path / "runs").exists()
+
+
+def test_the_init_scale_is_a_recorded_setting_that_reaches_the_adapter(tmp_path):
+    # E and the learned positions start at init_std through the PEFT adapter (universal and hf: backbones alike),
+    # U at 1 / sqrt(width) on the universal backbones; the row records the scales it started from.
+    from ut_peft.tasks.training import build_model, initial_table_std
+
+    for backbone in ("sparse-ut", "random-ut", "hf:gpt2", "hf:llama"):
+        stds = {}
+        for init_std in (0.02, 1.0):
+            settings = RunSettings(task="khop", backbone=backbone, init_std=init_std, width=64, heads=2, head_dim=8)
+            _, evaluation, vocab, max_len = task_data(settings)
+            torch.manual_seed(0)  # as run() does: the same draw at both scales
+            stds[init_std] = initial_table_std(build_model(settings, vocab, max_len))
+        expected_tables = {"E", "U", "positions"} if backbone != "hf:llama" else {"E", "U"}  # llama: rotary
+        assert set(stds[0.02]) == expected_tables, backbone
+        for table in expected_tables - {"U"}:
+            assert stds[0.02][table] == pytest.approx(0.02, rel=0.15), (backbone, table)
+            assert stds[1.0][table] == pytest.approx(1.0, rel=0.15), (backbone, table)
+        assert stds[0.02]["U"] == stds[1.0]["U"], backbone  # U's scale does not follow init_std
+        if backbone.endswith("-ut"):
+            assert stds[0.02]["U"] == pytest.approx(64**-0.5, rel=0.15)
+    row = run(RunSettings(task="khop", backbone="sparse-ut", **TINY), tmp_path, progress=False)
+    assert row["settings"]["init_std"] == 0.02 and row["initial_std"]["E"] == pytest.approx(0.02, rel=0.3)
+
+
+def test_the_old_unit_scale_is_the_same_draw_scaled():
+    # init_std only scales E's draw: 1.0 gives back the tables of the runs made before the setting existed.
+    from ut_peft.tasks.training import build_model
+
+    tables = []
+    for init_std in (0.02, 1.0):
+        settings = RunSettings(task="dyck", backbone="random-ut", init_std=init_std, **TINY)
+        _, _, vocab, max_len = task_data(settings)
+        torch.manual_seed(settings.seed)
+        tables.append(build_model(settings, vocab, max_len).get_input_embeddings().weight.detach())
+    assert torch.allclose(tables[0] / 0.02, tables[1], atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        (dict(init_std=0.0), "init_std=0.0 must be positive"),
+        (dict(init_std=-0.02), "init_std=-0.02 must be positive"),
+        (dict(init_std=float("nan")), "must be positive and finite"),
+        (dict(khop_ks=[]), "khop_ks is empty"),
+        (dict(khop_ks=[1, 17]), r"every hop count must be an integer from 0 to 16"),
+        (dict(khop_ks=[-1]), r"every hop count must be an integer from 0 to 16"),
+        (dict(khop_ks=[1.5]), r"every hop count must be an integer from 0 to 16"),
+    ],
+)
+def test_bad_init_scales_and_hop_counts_are_refused_with_what_to_do(bad, message):
+    with pytest.raises(ValueError, match=message):
+        RunSettings(task="khop", **bad)
+
+
+def test_fresh_data_never_trains_on_a_held_out_string_and_is_a_function_of_seed_and_step():
+    from ut_peft.tasks.training import TrainingData, string_key
+
+    # Dyck strings this short repeat often, so the held-out set is hit and must be skipped.
+    settings = RunSettings(task="dyck", **{**TINY, "eval_examples": 64, "batch_size": 32})
+    _, evaluation, _, _ = task_data(settings)
+    held_out = {string_key("dyck", row) for row in evaluation.to_list()}
+    data = TrainingData(settings, None, evaluation)
+    seen = [string_key("dyck", row) for step in range(200) for row in data.batch(step)]
+    assert len(seen) == 200 * 32 and not held_out & set(seen)
+    assert len(set(seen)) > 64  # fresh strings, not a pool of eval_examples' size
+    again = TrainingData(settings, None, evaluation)
+    assert again.batch(7) == data.batch(7) and again.batch(7) != again.batch(8)
+    other_seed = TrainingData(RunSettings(task="dyck", **{**TINY, "seed": 1}), None, evaluation)
+    assert other_seed.batch(7) != data.batch(7)
+    khop = RunSettings(task="khop", **TINY)
+    _, khop_eval, _, _ = task_data(khop)
+    letters = {string_key("khop", row) for row in khop_eval.to_list()}
+    batch = TrainingData(khop, None, khop_eval).batch(0)
+    assert {row["k"] for row in batch} <= {1, 2} and not letters & {string_key("khop", row) for row in batch}
+
+
+def test_a_fresh_data_run_killed_mid_training_resumes_to_the_same_result(tmp_path):
+    settings = RunSettings(task="khop", backbone="sparse-ut", variant="residual_layernorm", **TINY, eval_every=2)
+    assert settings.fresh_data
+    whole = run(settings, tmp_path / "whole", progress=False)
+    run(settings, tmp_path / "split", progress=False, stop_after=3)
+    resumed = run(settings, tmp_path / "split", progress=False)
+    a, b = _trainable(tmp_path / "whole"), _trainable(tmp_path / "split")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert resumed["accuracy"] == whole["accuracy"] and resumed["resumed_from_step"] == 3
+    assert [p["examples_seen"] for p in whole["curve"]] == [16, 32, 48]  # batch 8, every 2 steps
+    assert [p["accuracy"] for p in resumed["curve"]] == [p["accuracy"] for p in whole["curve"]]
+
+
+@pytest.mark.slow
+def test_with_the_library_defaults_a_sparse_ut_learns_1_hop_in_1500_steps(tmp_path):
+    # Issue 23's done-when: residual + LN, 4 layers, one head of 16, width 160, E, U and positions trained through
+    # the PEFT path, nothing but the shape and the task set. About 100 s on 2 shared cores (99.0% measured).
+    settings = RunSettings(
+        task="khop", backbone="sparse-ut", variant="residual_layernorm", width=160, layers=4, heads=1, head_dim=16,
+        steps=1500, khop_ks=[1],
+    )  # fmt: skip
+    row = run(settings, tmp_path, progress=False)
+    assert row["settings"]["init_std"] == 0.02 and row["settings"]["fresh_data"]
+    assert row["accuracy"] >= 0.95, row["curve"]

@@ -102,3 +102,18 @@ def test_bad_configs_are_refused():
     model = AutoModelForCausalLM.from_config(_config(position_embedding_type="learned"))
     with pytest.raises(ValueError, match="max_position_embeddings"):
         model(input_ids=torch.zeros(1, 17, dtype=torch.long))
+
+
+def test_the_init_scales_default_to_the_references_and_refuse_non_positive_values():
+    config = UniversalTransformerConfig(hidden_size=64)
+    assert config.initializer_range == 0.02 and config.output_initializer_range == 64**-0.5
+    model = AutoModelForCausalLM.from_config(
+        UniversalTransformerConfig(hidden_size=256, position_embedding_type="learned")
+    )
+    assert model.model.embed_tokens.weight.std().item() == pytest.approx(0.02, rel=0.1)
+    assert model.model.position_embeddings.weight.std().item() == pytest.approx(0.02, rel=0.1)
+    assert model.lm_head.weight.std().item() == pytest.approx(256**-0.5, rel=0.1)
+    for name in ("initializer_range", "output_initializer_range"):
+        for bad in (0, -1.0, float("nan"), float("inf"), "0.02"):
+            with pytest.raises(ValueError, match=f"{name} is the std .* must be a positive number"):
+                UniversalTransformerConfig(**{name: bad})

@@ -132,3 +132,22 @@ def test_gradient_fit_improves_with_width():
         backbone = _backbone(width=width, layers=2, heads=2, head_dim=2, weights="random", readout=2, seed=1)
         errors.append(fit_embedding(target, backbone, steps=80, seq_len=6, seed=0).error)
     assert errors[1] < errors[0]
+
+
+def test_compilation_is_exact_and_the_same_at_any_init_scale():
+    # The init scale of E and the positions is a training setting: the compiler writes E itself and reads only the
+    # fixed weights, so the new default (0.02) and the old unit scale compile to the same exact E.
+    target = TargetTransformer.random(d=4, k=2, layers=2, seed=5)
+    width = required_width(2, 1, 2, 4)
+    embeddings = []
+    for scale in (0.02, 1.0):
+        for weights in ("sparse", "random"):
+            config = UniversalTransformerConfig(
+                vocab_size=8, hidden_size=width, num_hidden_layers=2, head_dim=2, weights=weights, readout_size=4,
+                seed=3, initializer_range=scale,
+            )  # fmt: skip
+            backbone = AutoModelForCausalLM.from_config(config)
+            result = compile_embedding(target, backbone)
+            assert _max_error(backbone, target, result.embedding, torch.float64) < 1e-9
+            embeddings.append(result.embedding)
+    assert torch.equal(embeddings[0], embeddings[2]) and torch.equal(embeddings[1], embeddings[3])

@@ -17,6 +17,7 @@ import datasets
 from .metrics import IGNORE_INDEX
 
 PAD = 0
+MAX_K = 16  # the hop counts the vocabulary has a token for: 0..MAX_K (Sanford et al. train k up to 16)
 FEATURES = datasets.Features(
     {
         "k": datasets.Value("int32"),
@@ -26,7 +27,7 @@ FEATURES = datasets.Features(
 )
 
 
-def khop_vocab(alphabet_size: int = 4, max_k: int = 16) -> list[str]:
+def khop_vocab(alphabet_size: int = 4, max_k: int = MAX_K) -> list[str]:
     """pad, the letters, the does-not-exist symbol, then one token per k."""
     return (
         ["<pad>"]
@@ -68,15 +69,20 @@ def encode_khop(x: list[int], k: int, alphabet_size: int = 4) -> dict:
     return {"k": k, "input_ids": [none + 1 + k] + list(x), "labels": [IGNORE_INDEX] * 2 + target[:-1]}
 
 
+def sample_khop(rng: random.Random, ks, length: int = 32, alphabet_size: int = 4) -> dict:
+    """One example: k drawn uniformly from ``ks``, then a fresh string (the draws :func:`khop_dataset` makes)."""
+    k = rng.choice(ks)
+    return encode_khop(sample_string(rng, length, alphabet_size), k, alphabet_size)
+
+
 def _generate(num_examples: int, seed: int, ks: tuple[int, ...], length: int, alphabet_size: int):
     rng = random.Random(seed)
     for _ in range(num_examples):
-        k = rng.choice(ks)
-        yield encode_khop(sample_string(rng, length, alphabet_size), k, alphabet_size)
+        yield sample_khop(rng, ks, length, alphabet_size)
 
 
 def khop_dataset(
-    num_examples: int, *, ks=(1, 2, 3, 4), length: int = 32, alphabet_size: int = 4, seed: int = 0, max_k: int = 16
+    num_examples: int, *, ks=(1, 2, 3, 4), length: int = 32, alphabet_size: int = 4, seed: int = 0, max_k: int = MAX_K
 ) -> datasets.Dataset:
     """A seeded k-hop dataset mixing the hop counts in ``ks`` (the first token says which k); vocab from
     :func:`khop_vocab` (``alphabet_size + 2 + max_k + 1`` tokens), sequences of ``length + 1`` tokens."""
@@ -98,4 +104,4 @@ def khop_dataset(
     )
 
 
-__all__ = ["FEATURES", "encode_khop", "hop", "khop_dataset", "khop_vocab", "sample_string"]
+__all__ = ["FEATURES", "MAX_K", "encode_khop", "hop", "khop_dataset", "khop_vocab", "sample_khop", "sample_string"]

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import pickle
+import random
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,8 +30,8 @@ from ut_peft.universal import UniversalTransformerConfig  # registers the univer
 
 from ..io import append_jsonl, atomic_open, atomic_write_text, lock_holder, try_lock
 from .dyck import VOCAB as DYCK_VOCAB
-from .dyck import dyck_dataset
-from .khop import khop_dataset, khop_vocab
+from .dyck import dyck_dataset, encode_dyck, sample_dyck
+from .khop import MAX_K, khop_dataset, khop_vocab, sample_khop
 from .metrics import IGNORE_INDEX, ScoredTokenAccuracy, aligned_predictions
 
 TASKS = ("dyck", "khop")
@@ -51,11 +53,20 @@ class RunSettings:
     looped: bool = False
     positions: bool = True  # learned position embeddings (UT and GPT-2 backbones), trained with E and U
     backbone_seed: int = 0
+    # Std of the initial input embedding E and learned position rows: GPT-2's initialisation (and the random-
+    # transformer reference code of Zhong & Andreas). Unit scale (1.0, the default before issue 23) drowns the fixed
+    # layers' updates in a pre-LN residual stream; 1.0 reproduces those runs. U starts at 1 / sqrt(width) for the
+    # universal backbones (unit-variance logits from the final LayerNorm's unit-RMS states) and at the family's own
+    # initializer_range for hf: backbones, as before.
+    init_std: float = 0.02
     steps: int = 800
     batch_size: int = 64
     lr: float = 3e-3
     weight_decay: float = 1e-3
     warmup_steps: int = 100
+    # Fresh strings every step, as both references train (drawn from (seed, step), never a string of the held-out
+    # set); False draws each batch from a fixed pool of train_examples strings (the setting before issue 23).
+    fresh_data: bool = True
     train_examples: int = 20000
     eval_examples: int = 2000
     seed: int = 0
@@ -90,20 +101,41 @@ class RunSettings:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.eval_every < 0:
             raise ValueError(f"eval_every must be 0 (only at the end) or positive, got {self.eval_every}")
-        if self.lr <= 0:
+        if not self.lr > 0:
             raise ValueError(f"lr must be positive, got {self.lr}")
-        self.khop_ks = sorted(int(k) for k in self.khop_ks)
+        if isinstance(self.init_std, bool) or not isinstance(self.init_std, (int, float)):
+            raise ValueError(
+                f"init_std must be a number (the std of the initial E and positions), got {self.init_std!r}"
+            )
+        if not 0 < self.init_std < math.inf:
+            raise ValueError(
+                f"init_std={self.init_std} must be positive and finite: it is the std of the initial E and position "
+                "rows (0.02 by default; 1.0 reproduces the unit-scale runs before issue 23)"
+            )
+        ks = list(self.khop_ks)
+        if not ks:
+            raise ValueError(f"khop_ks is empty: give at least one hop count between 0 and {MAX_K}, e.g. [1]")
+        if not all(_is_hop_count(k) for k in ks):
+            raise ValueError(
+                f"khop_ks={ks}: every hop count must be an integer from 0 to {MAX_K} (the k tokens of the vocabulary)"
+            )
+        self.khop_ks = sorted(set(int(k) for k in ks))
 
     @property
     def backbone_kind(self) -> str:
         return self.backbone.split(":", 1)[0]
 
 
+def _is_hop_count(k) -> bool:
+    return not isinstance(k, bool) and isinstance(k, (int, float)) and k in range(MAX_K + 1)
+
+
 # ---- data --------------------------------------------------------------------------------------------------------
 
 
 def task_data(settings: RunSettings):
-    """(train, eval, vocab_size, max_len): disjoint seeds for the two splits."""
+    """(train, eval, vocab_size, max_len): disjoint seeds for the two splits. ``train`` is the fixed pool of
+    ``train_examples`` strings, or None with ``fresh_data`` (then :class:`TrainingData` draws every batch anew)."""
     s = settings
     if s.task == "dyck":
         make = lambda n, seed: dyck_dataset(  # noqa: E731
@@ -113,7 +145,57 @@ def task_data(settings: RunSettings):
     else:
         make = lambda n, seed: khop_dataset(n, ks=s.khop_ks, length=s.khop_length, seed=seed)  # noqa: E731
         vocab, max_len = len(khop_vocab()), s.khop_length + 1
-    return make(s.train_examples, 2 * s.seed), make(s.eval_examples, 2 * s.seed + 1), vocab, max_len
+    train = None if s.fresh_data else make(s.train_examples, 2 * s.seed)
+    return train, make(s.eval_examples, 2 * s.seed + 1), vocab, max_len
+
+
+def string_key(task: str, row: dict) -> tuple:
+    """What identifies a training string: the parentheses (Dyck), the letters whatever k asks of them (k-hop)."""
+    return tuple(row["input_ids"][1:] if task == "khop" else row["input_ids"])
+
+
+def draw_example(settings: RunSettings, rng: random.Random) -> dict:
+    """One example of the task's distribution (the draws the datasets of :func:`task_data` make)."""
+    if settings.task == "dyck":
+        return encode_dyck(sample_dyck(rng, settings.dyck_max_pairs, settings.dyck_max_random_length))
+    return sample_khop(rng, settings.khop_ks, settings.khop_length)
+
+
+class TrainingData:
+    """The training batch of every step, a pure function of (settings, step), so a resumed run trains on exactly
+    what an unbroken one does.
+
+    ``fresh_data``: ``batch_size`` new strings per step from a generator seeded by (seed, step); a string of the
+    held-out set is never trained on (drawn again instead), as in Zhong & Andreas' protocol. Otherwise a random
+    ``batch_size`` of the fixed pool ``train``.
+    """
+
+    def __init__(self, settings: RunSettings, train, evaluation):
+        self.settings = settings
+        if settings.fresh_data:
+            self.held_out = {string_key(settings.task, row) for row in evaluation.to_list()}
+        else:
+            self.pool = train.to_list()
+
+    def batch(self, step: int) -> list[dict]:
+        s = self.settings
+        if not s.fresh_data:
+            order = torch.randperm(len(self.pool), generator=torch.Generator().manual_seed(s.seed * 100_003 + step))
+            return [self.pool[i] for i in order[: s.batch_size].tolist()]
+        rng = random.Random(f"train/{s.seed}/{step}")
+        rows, redrawn = [], 0
+        while len(rows) < s.batch_size:
+            row = draw_example(s, rng)
+            if string_key(s.task, row) not in self.held_out:
+                rows.append(row)
+                continue
+            redrawn += 1
+            if redrawn > 100 * s.batch_size:
+                raise ValueError(
+                    f"almost every fresh {s.task} string is in the held-out set ({s.eval_examples} strings): the "
+                    "task has too few distinct strings at these lengths; use longer strings or fewer eval_examples"
+                )
+        return rows
 
 
 def collate(rows: list[dict]) -> dict[str, torch.Tensor]:
@@ -181,6 +263,7 @@ def build_model(settings: RunSettings, vocab_size: int, max_len: int):
             seed=s.backbone_seed,
             position_embedding_type="learned" if s.positions else "none",
             max_position_embeddings=max_len,
+            initializer_range=s.init_std,
         )
         model = transformers.AutoModelForCausalLM.from_config(config)
         positions = s.positions
@@ -191,6 +274,7 @@ def build_model(settings: RunSettings, vocab_size: int, max_len: int):
         )
         model = ut_peft.random_backbone(config, seed=s.backbone_seed)
         positions = s.positions and family == "gpt2"  # the other families use rotary positions
+        _rescale_trained_tables(model, s.init_std / config.initializer_range, positions)
     else:
         model = ut_peft.load_model(s.backbone.split(":", 1)[1])
         peft_kwargs = dict(task_vocab_size=vocab_size)
@@ -204,6 +288,38 @@ def build_model(settings: RunSettings, vocab_size: int, max_len: int):
                 param.requires_grad_(False)  # never read by the forward: nothing to train
         return model
     return get_peft_model(model, ut_peft.UTReprogramConfig(train_position_embeddings=positions, **peft_kwargs))
+
+
+def _rescale_trained_tables(model, factor: float, positions: bool) -> None:
+    """Bring a random hf: backbone's E (and its learned positions when they train) to ``init_std`` before the adapter
+    copies them. A rescale, not a fresh draw: at the family's own initializer_range (0.02 for every family here, the
+    default init_std) the tables stay bit-identical to the runs before init_std existed. Untrained tables are left
+    alone, so the frozen base still rebuilds bit for bit from the adapter's backbone record."""
+    if factor == 1.0:
+        return
+    tables = [model.get_input_embeddings().weight]
+    if positions:
+        tables.append(model.transformer.wpe.weight)  # the only family here with learned positions: GPT-2
+    with torch.no_grad():
+        for table in tables:
+            table.mul_(factor)
+
+
+TABLE_NAMES = {
+    "E": ("embed_tokens", "wte", "embed_in"),
+    "positions": ("position_embeddings", "wpe"),
+    "U": ("lm_head", "embed_out"),
+}
+
+
+def initial_table_std(model) -> dict[str, float]:
+    """The std of each trained table (E, positions, U) as the run starts: the init scale, measured and recorded."""
+    out = {}
+    for name, param in model.named_parameters():
+        for table, keys in TABLE_NAMES.items():
+            if param.requires_grad and any(key in name for key in keys):
+                out[table] = round(param.detach().float().std().item(), 6)
+    return out
 
 
 # ---- checkpoints -------------------------------------------------------------------------------------------------
@@ -360,6 +476,7 @@ def _run_locked(
     torch.manual_seed(settings.seed)
     train, evaluation, vocab_size, max_len = task_data(settings)
     model = build_model(settings, vocab_size, max_len)
+    initial_std = initial_table_std(model)  # built afresh under the same seed on resume: the step-0 scales
     trainable = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(trainable, lr=settings.lr, weight_decay=settings.weight_decay)
     scheduler = transformers.get_cosine_schedule_with_warmup(
@@ -372,7 +489,7 @@ def _run_locked(
     accelerator = Accelerator()
     model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
     _restore_rng(rng)
-    rows = train.to_list()
+    data = TrainingData(settings, train, evaluation)
     wall, cpu, last_loss = time.time(), time.process_time(), float("nan")
 
     def progress_now() -> dict:
@@ -399,8 +516,7 @@ def _run_locked(
             bar.close()
             return {"stopped_at": step, "checkpoint": str(checkpoint)}
         # The batch of a step depends only on (seed, step), so a resumed run sees the same data as an unbroken one.
-        order = torch.randperm(len(rows), generator=torch.Generator().manual_seed(settings.seed * 100_003 + step))
-        batch = collate([rows[i] for i in order[: settings.batch_size].tolist()])
+        batch = collate(data.batch(step))
         loss = model(**{k: v.to(accelerator.device) for k, v in batch.items()}).loss
         accelerator.backward(loss)
         accelerator.clip_grad_norm_(trainable, 1.0)
@@ -415,6 +531,7 @@ def _run_locked(
             done["curve"].append(
                 {
                     "step": step + 1,
+                    "examples_seen": (step + 1) * settings.batch_size,
                     "accuracy": scores["accuracy"],
                     "per_k": scores.get("per_k"),
                     "train_loss": last_loss,
@@ -430,7 +547,13 @@ def _run_locked(
     model = accelerator.unwrap_model(model)
     scores = evaluate_model(model, evaluation, device=accelerator.device)
     curve = spent["curve"] + [
-        {"step": settings.steps, "accuracy": scores["accuracy"], "per_k": scores.get("per_k"), "train_loss": last_loss}
+        {
+            "step": settings.steps,
+            "examples_seen": settings.steps * settings.batch_size,
+            "accuracy": scores["accuracy"],
+            "per_k": scores.get("per_k"),
+            "train_loss": last_loss,
+        }
     ]
     save_dir = output_dir / ("model" if settings.full else "adapter")
     model.save_pretrained(save_dir)
@@ -444,6 +567,7 @@ def _run_locked(
         "per_k": scores.get("per_k"),
         "final_train_loss": last_loss,
         "trainable_parameters": sum(p.numel() for p in trainable),
+        "initial_std": initial_std,
         "train_seconds": spent["train_seconds"],
         "train_cpu_seconds": spent["train_cpu_seconds"],
         "torch_threads": torch.get_num_threads(),
@@ -464,10 +588,14 @@ __all__ = [
     "HF_FAMILIES",
     "RunInProgressError",
     "RunSettings",
+    "TrainingData",
     "build_model",
     "collate",
+    "draw_example",
     "evaluate_model",
     "family_config",
+    "initial_table_std",
     "run",
+    "string_key",
     "task_data",
 ]

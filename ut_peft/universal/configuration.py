@@ -37,7 +37,14 @@ class UniversalTransformerConfig(PretrainedConfig):
         position_embedding_type: ``"none"`` (order only through the causal mask) or ``"learned"``
             (a trainable ``position_embeddings`` table, like GPT-2's wpe).
         attention_scale: softmax temperature; defaults to 1/sqrt(head_dim).
-        initializer_range: std of the initial E and position rows (1.0: unit-scale inputs to the fixed layers).
+        initializer_range: std of the initial E and position rows. 0.02, as GPT-2's initialisation and the
+            random-transformer code of Zhong & Andreas: in a pre-LN residual block with fixed weights each layer adds
+            an update of RMS at most about 1, so unit-scale inputs (1.0, this library's default before 2026-12)
+            drown what attention moves, and sparse and random backbones stay near the no-retrieval level on k-hop
+            (issue 23). Set 1.0 to reproduce the old runs.
+        output_initializer_range: std of the initial unembedding U; None (the default) means 1 / sqrt(hidden_size):
+            U reads the final LayerNorm's unit-RMS states, so that gives unit-variance logits at any width (the
+            scale U had before, unchanged).
     """
 
     model_type = "universal_transformer"
@@ -59,7 +66,8 @@ class UniversalTransformerConfig(PretrainedConfig):
         max_position_embeddings: int = 256,
         attention_scale: float | None = None,
         layer_norm_eps: float = 1e-5,
-        initializer_range: float = 1.0,
+        initializer_range: float = 0.02,
+        output_initializer_range: float | None = None,
         tie_word_embeddings: bool = False,
         **kwargs,
     ):
@@ -79,6 +87,7 @@ class UniversalTransformerConfig(PretrainedConfig):
         self.attention_scale = head_dim**-0.5 if attention_scale is None else attention_scale
         self.layer_norm_eps = layer_norm_eps
         self.initializer_range = initializer_range
+        self.output_initializer_range = output_initializer_range  # None: 1 / sqrt(hidden_size), resolved in _check
         self.use_cache = False
         super().__init__(tie_word_embeddings=tie_word_embeddings, **kwargs)
         self._check()
@@ -97,6 +106,15 @@ class UniversalTransformerConfig(PretrainedConfig):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"UniversalTransformerConfig.{name} must be a positive int, got {value!r}")
+        if self.output_initializer_range is None:
+            self.output_initializer_range = self.hidden_size**-0.5
+        for name in ("initializer_range", "output_initializer_range"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+                raise ValueError(
+                    f"UniversalTransformerConfig.{name} is the std of a trained table's initial draw and must be a "
+                    f"positive number, got {value!r} (0.02 is the default; 1.0 the old unit scale)"
+                )
         if self.variant not in VARIANTS:
             raise ValueError(f"variant={self.variant!r} is not one of {VARIANTS}")
         if self.weights not in WEIGHTS:

@@ -190,8 +190,8 @@ class UniversalTransformerPreTrainedModel(PreTrainedModel):
         elif isinstance(module, nn.Embedding):
             init.normal_(module.weight, mean=0.0, std=config.initializer_range)
         elif isinstance(module, nn.Linear):
-            # Unembedding: logits of order one for unit-scale hidden states.
-            init.normal_(module.weight, mean=0.0, std=config.hidden_size**-0.5)
+            # Unembedding (1 / sqrt(m) by default): logits of order one for the final LayerNorm's unit-scale states.
+            init.normal_(module.weight, mean=0.0, std=config.output_initializer_range)
 
     def fixed_parameters(self) -> dict[str, nn.Parameter]:
         """The construction weights (attention, MLP, readout): everything except E, U and position embeddings."""
