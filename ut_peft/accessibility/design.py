@@ -22,13 +22,10 @@ from typing import Protocol
 import numpy as np
 
 from .fit import NUM_BOOT, fit_logistic, n50_interval
+from .rows import INFERRED, Row
 
 DESIGNS = ("fixed", "adaptive", "sequential")
 Job = tuple[int, int, int]
-
-
-# ``stop_reason`` of a row decided by another row of the same nested text, without cramming (see infer_prefixes).
-INFERRED = "inferred"
 
 
 def row_steps(row: dict) -> int:
@@ -86,27 +83,28 @@ def infer_prefixes(jobs: list[Job], rows: dict) -> tuple[list[Job], dict[Job, di
     return sorted(undecided.values()), inferred
 
 
-def _inferred_row(job: Job, accessible: bool, source_n: int, greedy_exact: bool) -> dict:
+def _inferred_row(job: Job, accessible: bool, source_n: int, greedy_exact: bool) -> Row:
     m, n, k = job
-    # The fields of a crammed row (store.ROW_FEATURES); what no cram measured is None. An accessible prefix has 100%
-    # teacher-forced accuracy under the longer row's vectors (and greedy decoding agrees where it agreed on the
-    # longer row: the published protocol decides on accuracy alone); a failed one has no vectors of its own.
-    return {
-        "m": m,
-        "n": n,
-        "index": k,
-        "init_seed": None,
-        "accessible": accessible,
-        "steps": 0,
-        "stop_reason": INFERRED,
-        "inferred_from": source_n,
-        "tf_accuracy": 1.0 if accessible else None,
-        "best_accuracy": 1.0 if accessible else None,
-        "final_loss": None,
-        "greedy_exact": greedy_exact,
-        "greedy_misses": 0,
-        "seconds": 0.0,
-    }
+    # What no cram measured is None. An accessible prefix has 100% teacher-forced accuracy under the longer row's
+    # vectors (and greedy decoding agrees where it agreed on the longer row: the published protocol decides on
+    # accuracy alone); a failed one has no vectors of its own.
+    return Row(
+        m=m,
+        n=n,
+        index=k,
+        init_seed=None,
+        accessible=accessible,
+        steps=0,
+        stop_reason=INFERRED,
+        inferred_from=source_n,
+        tf_accuracy=1.0 if accessible else None,
+        best_accuracy=1.0 if accessible else None,
+        final_loss=None,
+        greedy_exact=greedy_exact,
+        greedy_misses=0,
+        seconds=0.0,
+        rank=0,  # the sweep sets the process that writes it
+    )
 
 
 def prefix_violations(rows: dict) -> dict:

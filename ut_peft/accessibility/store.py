@@ -10,7 +10,9 @@ While a run writes a folder it holds a lock there (see :func:`lock_folder`): a s
 This module owns the folder's layout; nothing else spells a file name of it:
 
   settings.json          the fingerprint of the run (:func:`read_settings`); a different setting is refused
-  rows.jsonl             one row per finished sequence (other processes write rows.rank<k>.jsonl); :func:`load_rows`
+  rows.jsonl             one row per finished sequence (other processes write rows.rank<k>.jsonl), a
+                         :class:`~.rows.Row` per line; :func:`read_rows`, :func:`load_rows`. No other file is
+                         read as rows (a user's rows-old.jsonl is left alone, also by overwrite)
   summary.json           the fits and bounds: a :class:`Summary` (:func:`write_summary`, :func:`read_summary`)
   accessibility.png      accessibility vs n, one curve per m, with the sigmoid fits
   n50_vs_m.png           n_50 vs m with the linear fit and the theoretical slope bounds
@@ -26,6 +28,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypedDict
@@ -33,6 +37,7 @@ from typing import TypedDict
 import datasets
 
 from ..io import append_jsonl, atomic_write_bytes, atomic_write_json, lock_holder, try_lock
+from .rows import Row, RowError
 
 SETTINGS_FILE = "settings.json"
 SUMMARY_FILE = "summary.json"
@@ -256,60 +261,53 @@ def vector_files(folder) -> dict[tuple[int, int, int], Path]:
     return files
 
 
-ROW_FEATURES = datasets.Features(
-    {
-        "m": datasets.Value("int64"),
-        "n": datasets.Value("int64"),
-        "index": datasets.Value("int64"),
-        "init_seed": datasets.Value("uint64"),
-        "tf_accuracy": datasets.Value("float64"),
-        "greedy_exact": datasets.Value("bool"),
-        "accessible": datasets.Value("bool"),
-        "steps": datasets.Value("int64"),
-        "final_loss": datasets.Value("float64"),
-        "best_accuracy": datasets.Value("float64"),
-        "stop_reason": datasets.Value("string"),
-        "seconds": datasets.Value("float64"),
-        "rank": datasets.Value("int64"),
-        "greedy_misses": datasets.Value("int64"),  # absent from rows written before it existed: read as 0
-        # The crammed length a row inferred from another row of its nested text was decided from
-        # (design.infer_prefixes; stop_reason "inferred"); None for crammed rows. Its init_seed, final_loss (and
-        # accuracies when it is inferred not accessible) are None: nothing was crammed.
-        "inferred_from": datasets.Value("int64"),
-        # The shorter crammed length whose vectors a warm-started row started from (SweepConfig.warm_start); else None.
-        "warm_from": datasets.Value("int64"),
-        # The most leading targets the row's vectors got right at any step (CramResult.best_prefix): those vectors emit
-        # that prefix. None in rows written before it existed and in inferred rows.
-        "best_prefix": datasets.Value("int64"),
-    }
-)
-
-
-# A row written before greedy_misses existed lacks it (read as 0); crammed rows have no inferred_from and cold ones
-# no warm_from (None); every other field is required.
-OPTIONAL_ROW_FIELDS = ("greedy_misses", "inferred_from", "warm_from", "best_prefix")
-_OPTIONAL_DEFAULTS = {"greedy_misses": 0, "inferred_from": None, "warm_from": None, "best_prefix": None}
-REQUIRED_ROW_FIELDS = tuple(k for k in ROW_FEATURES if k not in OPTIONAL_ROW_FIELDS)
-
-
 class CorruptRowsError(ValueError):
     """A rows file holds a line that is not a complete row somewhere other than its (torn) last line."""
+
+
+class ConflictingRowsError(CorruptRowsError):
+    """Two rows of one (m, n, index) disagree on what decides a row (in one folder, or across merged folders)."""
+
+
+class RowOutsideSweepError(CorruptRowsError):
+    """A row that the folder's settings cannot have produced (another m, length, index, seed or step cap)."""
 
 
 class FolderLockedError(RuntimeError):
     """Another process is writing the sweep folder."""
 
 
-def row_key(row: dict) -> tuple[int, int, int]:
+def row_key(row) -> tuple[int, int, int]:
     return int(row["m"]), int(row["n"]), int(row["index"])
 
 
+ROWS_FILE = "rows.jsonl"
+_RANK_ROWS_FILE = re.compile(r"rows\.rank[1-9][0-9]*\.jsonl")
+_ROW_STATE_FILE = re.compile(r"m[0-9]+-n[0-9]+-i[0-9]+\.safetensors")  # vectors/ and inflight/ (vectors_path)
+
+
 def rows_file(folder: Path, rank: int) -> Path:
-    return folder / ("rows.jsonl" if rank == 0 else f"rows.rank{rank}.jsonl")
+    return Path(folder) / (ROWS_FILE if rank == 0 else f"rows.rank{rank}.jsonl")
 
 
 def row_files(folder: Path) -> list[Path]:
-    return sorted(Path(folder).glob("rows*.jsonl"))
+    """The rows files of a folder: only the names the store writes (``rows.jsonl``, ``rows.rank<k>.jsonl``)."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    return sorted(
+        path
+        for path in folder.iterdir()
+        if (path.name == ROWS_FILE or _RANK_ROWS_FILE.fullmatch(path.name)) and path.is_file()
+    )
+
+
+def _row_state_files(directory: Path) -> list[Path]:
+    """The files the store wrote into ``vectors/`` or ``inflight/`` (by their names, as :func:`vectors_path` spells
+    them); anything else there is not the store's."""
+    if not directory.is_dir():
+        return []
+    return sorted(p for p in directory.iterdir() if _ROW_STATE_FILE.fullmatch(p.name) and p.is_file())
 
 
 def check_settings(folder: Path, settings: dict, overwrite: bool) -> bool:
@@ -346,17 +344,19 @@ def check_settings(folder: Path, settings: dict, overwrite: bool) -> bool:
 
 
 def prepare_folder(folder: Path, settings: dict, clear: bool) -> None:
-    """Main process only: clear a replaced run, write the settings, repair torn lines."""
+    """Main process only: clear a replaced run, write the settings, repair torn lines.
+
+    Clearing removes only what the store wrote (its rows files, summary, report and plots, and the row files of
+    ``vectors/`` and ``inflight/`` by their names): a file the user put in the folder stays.
+    """
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     if clear:
         for path in row_files(folder):
             path.unlink()
-        for name in (SUMMARY_FILE, REPORT_FILE):
+        for name in (SUMMARY_FILE, REPORT_FILE, ACCESSIBILITY_PLOT, N50_PLOT):
             (folder / name).unlink(missing_ok=True)
-        for path in (folder / VECTORS_DIR).glob("*.safetensors"):
-            path.unlink()
-        for path in (folder / INFLIGHT_DIR).glob("*.safetensors"):
+        for path in _row_state_files(folder / VECTORS_DIR) + _row_state_files(folder / INFLIGHT_DIR):
             path.unlink()
 
     atomic_write_json(folder / SETTINGS_FILE, settings, sort_keys=True)
@@ -364,72 +364,111 @@ def prepare_folder(folder: Path, settings: dict, clear: bool) -> None:
         repair(path)
 
 
-def parse_row(path: Path, line_number: int, line: bytes | str) -> dict:
-    """One line of a rows file as a row dict; a clear error naming ``path:line_number`` if it is not one."""
+def parse_row(path: Path, line_number: int, line: bytes | str) -> Row:
+    """One line of a rows file as a :class:`~.rows.Row`; a clear error naming ``path:line_number`` (and the field
+    at fault) if it is not one."""
     try:
-        row = json.loads(line)
+        data = json.loads(line)
     except ValueError as err:
         problem = f"not valid JSON ({err})"
     else:
-        missing = [k for k in REQUIRED_ROW_FIELDS if k not in row] if isinstance(row, dict) else None
-        if missing is None:
-            problem = f"a JSON {type(row).__name__}, not an object"
-        elif missing:
-            problem = f"a row without {', '.join(missing)}"
-        else:
-            return row
+        try:
+            return Row.from_dict(data, origin=f"{path}:{line_number}")
+        except RowError as err:
+            problem = str(err)
     raise CorruptRowsError(
         f"{path}:{line_number} is {problem}. Only a torn last line (a run killed mid-write) is cut off "
-        "automatically; rows after this line are kept as they are. Move the line out of the file (into a file that "
-        "does not match rows*.jsonl) and resume, or start afresh with overwrite=True (--overwrite)"
+        "automatically; rows after this line are kept as they are. Correct the line, or move it out of the file "
+        "(into a file not named rows.jsonl or rows.rank<k>.jsonl: no other file is read as rows) and resume, or "
+        "start afresh with overwrite=True (--overwrite)"
     )
 
 
-def _complete_rows(path: Path, data: bytes) -> tuple[list[dict], int]:
-    """The rows of ``data`` and the byte length they span; a last line without its newline is torn and left out."""
+def _complete_rows(path: Path, data: bytes) -> tuple[list[Row], int, bool]:
+    """The rows of ``data``, the byte length they span, and whether the last of them lacks its newline.
+
+    A last line without its newline is a write that a kill cut short, or a complete row whose newline never made
+    it: a line that parses as JSON is a whole object (a cut one cannot parse), so it is read as a row (and an error
+    if it is not one); only a line that does not parse is torn and left out.
+    """
     rows, good = [], 0
     lines = data.splitlines(keepends=True)
     for number, line in enumerate(lines, start=1):
-        if not line.endswith(b"\n"):
-            break  # only the last line can lack its newline: the write that was tearing it never finished
+        if not line.endswith(b"\n"):  # only the last line can lack its newline
+            try:
+                json.loads(line)
+            except ValueError:
+                return rows, good, False  # torn: the write that was writing it never finished
+            rows.append(parse_row(path, number, line))
+            return rows, len(data), True
         rows.append(parse_row(path, number, line))
         good += len(line)
-    return rows, good
+    return rows, good, False
 
 
 def repair(path: Path) -> int:
-    """Cut a torn last line off ``path``; returns the number of bytes dropped.
+    """Cut a torn last line off ``path``, or end a complete last row with its missing newline; returns the number
+    of bytes dropped.
 
     Raises :class:`CorruptRowsError` (naming the file and line) for an unreadable line that is not the last one
     or is a complete line: that is not a kill mid-write, and cutting it would delete the valid rows after it.
     """
     data = path.read_bytes()
-    _, good = _complete_rows(path, data)
-    if good < len(data):
+    _, good, unterminated = _complete_rows(path, data)
+    if good < len(data) or unterminated:
         with open(path, "r+b") as handle:
             handle.truncate(good)
+            if unterminated:
+                handle.seek(good)
+                handle.write(b"\n")
             handle.flush()
             os.fsync(handle.fileno())
     return len(data) - good
 
 
-def append_row(path: Path, row: dict) -> None:
-    """Append one row as one line (sorted keys), then fsync; a write that fails part-way is cut back off the file
-    and the error says so (:func:`ut_peft.io.append_jsonl`)."""
-    append_jsonl(path, row, sort_keys=True)
+def append_row(path: Path, row) -> None:
+    """Append one row (a :class:`~.rows.Row`, or any JSON object) as one line (sorted keys), then fsync; a write
+    that fails part-way is cut back off the file and the error says so (:func:`ut_peft.io.append_jsonl`)."""
+    append_jsonl(path, row.to_dict() if isinstance(row, Row) else row, sort_keys=True)
 
 
-def read_rows(folder: Path) -> dict[tuple[int, int, int], dict]:
-    """All finished rows of the folder by (m, n, index).
+def pool_rows(rows: Iterable[Row]) -> dict[tuple[int, int, int], Row]:
+    """Rows by (m, n, index), each key once.
+
+    Rows of one key that agree on what decides a row (:meth:`.rows.Row.conflicts_with`) are one measurement: the
+    one kept is chosen by content, so the result does not depend on the order of files or folders. Rows that
+    disagree raise :class:`ConflictingRowsError` naming both lines (in the same order whatever the input order).
+    """
+    pooled: dict[tuple[int, int, int], Row] = {}
+    for row in rows:
+        key = row.key()
+        kept = pooled.get(key)
+        if kept is None:
+            pooled[key] = row
+            continue
+        differ = kept.conflicts_with(row)
+        if differ:
+            first, second = sorted((kept, row), key=lambda r: (str(r.origin), r.sort_token()))
+            values = "; ".join(f"{name} {getattr(first, name)!r} vs {getattr(second, name)!r}" for name in differ)
+            raise ConflictingRowsError(
+                f"{first.origin} and {second.origin} are two rows of (m, n, index) = {key} that disagree ({values}); "
+                "one measurement cannot have two outcomes, and keeping either would change the report depending on "
+                "the order the files are read. Keep the one you trust (move the other line into a file not named "
+                "rows.jsonl or rows.rank<k>.jsonl), or rerun the sweep into a new folder"
+            )
+        if row.sort_token() < kept.sort_token():
+            pooled[key] = row
+    return pooled
+
+
+def read_rows(folder: Path) -> dict[tuple[int, int, int], Row]:
+    """All finished rows of the folder by (m, n, index) (:func:`pool_rows` of its rows files).
 
     A torn last line is skipped (its writer may still be writing it, or cuts it on resume); any other unreadable
-    line, or a row missing fields, raises :class:`CorruptRowsError` naming the file and line.
+    line, or a row missing fields or with a field of the wrong type, raises :class:`CorruptRowsError` naming the
+    file and line; two rows of one key that disagree raise :class:`ConflictingRowsError`.
     """
-    rows = {}
-    for path in row_files(folder):
-        for row in _complete_rows(path, path.read_bytes())[0]:
-            rows.setdefault(row_key(row), row)
-    return rows
+    return pool_rows(row for path in row_files(folder) for row in _complete_rows(path, path.read_bytes())[0])
 
 
 def lock_file(folder: Path, rank: int) -> Path:
@@ -492,12 +531,7 @@ def lock_folder(folder: Path, rank: int = 0) -> FolderLock:
 
 
 def load_rows(folder) -> datasets.Dataset:
-    """The finished rows of a sweep folder as a ``datasets.Dataset``, sorted by (m, n, index)."""
-    rows = sorted(read_rows(Path(folder)).values(), key=row_key)
-    return datasets.Dataset.from_list(
-        [
-            {k: row.get(k, _OPTIONAL_DEFAULTS[k]) if k in _OPTIONAL_DEFAULTS else row[k] for k in ROW_FEATURES}
-            for row in rows
-        ],
-        features=ROW_FEATURES,
-    )
+    """The finished rows of a sweep folder as a ``datasets.Dataset`` (:meth:`.rows.Row.features`), sorted by
+    (m, n, index)."""
+    rows = [row for _, row in sorted(read_rows(Path(folder)).items())]
+    return datasets.Dataset.from_list([row.dataset_record() for row in rows], features=Row.features())

@@ -23,6 +23,7 @@ from .cram import CramConfig, CramJob, cram
 from .design import DESIGNS, check_stopping, complete_groups, crammed_chains, infer_prefixes, make_design, row_steps
 from .fit import fit_sigmoid, line_interval, linear_fit, n50_interval
 from .protocol import PublishedSequences, check_protocol, cram_settings, special_prefix_ids
+from .rows import INFERRED, Row
 from .sources import init_seed, make_source
 
 
@@ -203,13 +204,14 @@ class SweepConfig:
         design = settings.get("design", {})
         # Fixed and adaptive sweeps are told apart by their grid's lengths (only sequential ones record a design).
         fixed = (settings.get("grid") or {}).get("lengths") is not None
+        grid = {f.name: settings["grid"][f.name] for f in dataclasses.fields(GridConfig) if f.name in settings["grid"]}
         return cls(
             model=settings["model"],
             ms=settings["ms"],
             num_sequences=settings["num_sequences"],
             seed=settings["seed"],
             design=design.get("kind", "fixed" if fixed else "adaptive"),
-            grid=GridConfig(lengths=settings["grid"]["lengths"]) if fixed else GridConfig(),
+            grid=GridConfig(**grid),  # the whole grid: the adaptive and sequential designs replay from its start
             target_ci=design.get("target_ci"),
             budget_row_steps=design.get("budget_row_steps"),
             infer_prefixes=settings.get("infer_prefixes", False),
@@ -234,26 +236,69 @@ def _curves(config: SweepConfig, rows: dict) -> dict[int, dict[int, list[dict]]]
     return {m: dict(sorted(by_n.items())) for m, by_n in groups.items()}
 
 
-def _row(result, rank: int) -> dict:
+def _row(result, rank: int, warm_from: int | None = None) -> Row:
     m, n, index = result.job.key
-    return {
-        "m": m,
-        "n": n,
-        "index": index,
-        "init_seed": result.job.seed,
-        "tf_accuracy": result.tf_accuracy,
-        "greedy_exact": result.greedy_exact,
-        "accessible": result.accessible,
-        "steps": result.steps,
-        "final_loss": result.final_loss,
-        "best_accuracy": result.best_accuracy,
-        "stop_reason": result.stop_reason,
-        "greedy_misses": result.greedy_misses,
-        "seconds": round(result.seconds, 3),
-        "rank": rank,
-        "best_accuracy_at": {str(k): v for k, v in result.best_accuracy_at.items()},
-        "best_prefix": result.best_prefix,
-    }
+    return Row(
+        m=m,
+        n=n,
+        index=index,
+        init_seed=result.job.seed,
+        tf_accuracy=result.tf_accuracy,
+        greedy_exact=result.greedy_exact,
+        accessible=result.accessible,
+        steps=result.steps,
+        final_loss=result.final_loss,
+        best_accuracy=result.best_accuracy,
+        stop_reason=result.stop_reason,
+        greedy_misses=result.greedy_misses,
+        seconds=round(result.seconds, 3),
+        rank=rank,
+        best_accuracy_at={str(k): v for k, v in result.best_accuracy_at.items()},
+        best_prefix=result.best_prefix,
+        warm_from=warm_from,
+    )
+
+
+def check_rows(config: SweepConfig, settings: dict, rows: dict, design=None) -> None:
+    """Raise :class:`.store.RowOutsideSweepError`, naming the line, for a row the settings cannot have produced.
+
+    ``config`` is the sweep's config and ``settings`` its fingerprint (settings.json). What the settings fix is
+    checked row by row: m among ``ms``; the init seed the sweep's seed gives the job; steps within the step cap;
+    for the fixed and adaptive designs an index below ``num_sequences``; for the fixed one a length of the list,
+    for the others a length within [1, grid.stop]. Then the design is asked
+    (``design.next_jobs`` replayed over the rows, round after round, as the run asked it): a row that no round
+    would have produced (another length of the adaptive walk, another round's index of the sequential design) is
+    refused too. An edited settings.json (another seed or count) therefore cannot silently change a report.
+    """
+
+    def refuse(row, why: str):
+        raise store.RowOutsideSweepError(
+            f"{row.origin or 'a row'} holds row (m, n, index) = {row.key()}, which this folder's settings cannot have "
+            f"produced: {why}. The row comes from another run, or settings.json was edited; restore the settings, "
+            "move the row into a file not named rows.jsonl or rows.rank<k>.jsonl, or rerun into a new folder"
+        )
+
+    indexed = config.design in ("fixed", "adaptive")
+    max_steps = (settings.get("cram") or {}).get("max_steps")
+    for (m, n, index), row in sorted(rows.items()):
+        if m not in config.ms:
+            refuse(row, f"m = {m} is not among ms {config.ms}")
+        if indexed and index >= config.num_sequences:
+            refuse(row, f"index {index} is not below num_sequences = {config.num_sequences}")
+        if config.design == "fixed" and n not in config.grid.lengths:
+            refuse(row, f"n = {n} is not among the lengths {config.grid.lengths}")
+        if config.design != "fixed" and n > config.grid.stop:
+            refuse(row, f"n = {n} is beyond the grid's stop = {config.grid.stop}")
+        if row.stop_reason != INFERRED and row.init_seed != init_seed(config.seed, m, n, index):
+            refuse(row, f"its init_seed {row.init_seed} is not the one seed = {config.seed} gives this job")
+        if max_steps is not None and row.steps > max_steps:
+            refuse(row, f"it took {row.steps} steps, beyond the step cap cram.max_steps = {max_steps}")
+    design = design or make_design(config)
+    produced: dict = {}
+    while found := [job for job in design.next_jobs(produced) if job in rows and job not in produced]:
+        produced.update((job, rows[job]) for job in found)
+    for key in sorted(set(rows) - set(produced)):
+        refuse(rows[key], f"the {config.design} design asks for no such job given the folder's other rows")
 
 
 def _warm_source(chains: dict, job) -> int | None:
@@ -349,11 +394,12 @@ def run_sweep(
     accelerator.wait_for_everyone()
     lock = lock or store.lock_folder(output_dir, accelerator.process_index)
     rows = store.read_rows(output_dir)
+    design = make_design(config)
+    check_rows(config, settings, rows, design)  # a resume goes on from rows these settings made, and only those
 
     rank, world = accelerator.process_index, accelerator.num_processes
     my_file = store.rows_file(output_dir, rank)
     bar = tqdm(total=0, desc="cram", unit="seq", disable=not (progress and accelerator.is_main_process))
-    design = make_design(config)
     while True:
         if callback is not None:
             callback.on_rows(rows)
@@ -363,7 +409,7 @@ def run_sweep(
         if config.infer_prefixes:
             jobs, inferred = infer_prefixes(jobs, rows)
             for key, row in inferred.items():  # every process infers the same rows; the main one keeps them
-                rows[key] = dict(row, rank=rank)
+                rows[key] = dataclasses.replace(row, rank=rank)
                 if accelerator.is_main_process:
                     store.append_row(my_file, rows[key])
             if not jobs:
@@ -403,9 +449,7 @@ def run_sweep(
                 store.write_vectors(
                     output_dir, result.job.key, result.vectors, ids=result.job.ids, accessible=result.accessible
                 )
-            row = _row(result, rank)
-            if warm_from.get(result.job.key):
-                row["warm_from"] = warm_from[result.job.key]
+            row = _row(result, rank, warm_from=warm_from.get(result.job.key) or None)
             store.append_row(my_file, row)
             store.remove_inflight(output_dir, result.job.key)  # after the row (a kill in between: a stale file)
             new_rows.append(row)
@@ -442,9 +486,11 @@ def summarize_folder(
     output_dir = Path(output_dir)
     settings = store.read_settings(output_dir)
     config = SweepConfig.from_settings(settings, support_sequences=support_sequences, support_seq_len=support_seq_len)
+    rows = store.read_rows(output_dir)
+    check_rows(config, settings, rows)  # as a resume does: an edited settings.json is refused, not reported on
     if model is None:
         model = load_model(settings["model"])
-    summary = summarize(config, settings, store.read_rows(output_dir), model)
+    summary = summarize(config, settings, rows, model)
     store.write_summary(output_dir, summary)
     if report:
         from .report import write_report
@@ -478,10 +524,8 @@ def merge_sweeps(folders, output_dir, *, overwrite: bool = False) -> Path:
                 f"{folder} was run with other settings than {folders[0]} (differ: {', '.join(differ)}); "
                 "only sweeps that differ in ms and lengths can be merged"
             )
-    rows: dict = {}
-    for folder in folders:
-        for key, row in store.read_rows(folder).items():
-            rows.setdefault(key, row)
+    # Each key once; rows of one key that disagree are refused, naming both (the result does not depend on the order).
+    rows = store.pool_rows(row for folder in folders for row in store.read_rows(folder).values())
     merged = dict(
         shared,
         ms=sorted({m for s in settings for m in s["ms"]}),
@@ -497,7 +541,7 @@ def merge_sweeps(folders, output_dir, *, overwrite: bool = False) -> Path:
     lock = store.lock_folder(output_dir)
     store.prepare_folder(output_dir, merged, clear=True)  # a merge is rewritten whole, never appended to
     target = store.rows_file(output_dir, 0)
-    atomic_write_text(target, "".join(json.dumps(rows[key], sort_keys=True) + "\n" for key in sorted(rows)))
+    atomic_write_text(target, "".join(json.dumps(rows[key].to_dict(), sort_keys=True) + "\n" for key in sorted(rows)))
     lock.release()
     return output_dir
 
