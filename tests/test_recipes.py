@@ -1,5 +1,6 @@
 """Every recipe command the README shows still parses, and the command a recipe prints is the one it ran."""
 
+import importlib
 import importlib.util
 import inspect
 import re
@@ -32,12 +33,29 @@ COMMANDS = list(readme_commands())
 
 
 def test_every_recipe_is_main_over_args_plus_parse():
-    """One shape (accelerate's examples): ``main(args)`` over the package, ``parse(argv=None)`` at the bottom."""
+    """One shape (accelerate's examples): ``main(args)`` over the package, ``parse(argv=None)`` at the bottom; the
+    commands of the installed package (ut_peft.cli) are run by the recipes, which add nothing to them."""
     for path in sorted((ROOT / "recipes").glob("*.py")):
         module = load_recipe(path.stem)
         assert list(inspect.signature(module.main).parameters) == ["args"], path.name
-        assert list(inspect.signature(module.parse).parameters) == ["argv"], path.name
-        assert "main(parse())" in path.read_text(encoding="utf-8"), path.name
+        assert list(inspect.signature(module.parse).parameters)[0] == "argv", path.name
+        text = path.read_text(encoding="utf-8")
+        if path.stem in RECIPES:
+            command = importlib.import_module(f"ut_peft.cli.{path.stem}")
+            assert (module.main, module.parse) == (command.main, command.parse), path.name
+            assert text.rstrip().endswith("run(main, parse)"), path.name
+        else:
+            assert "main(parse())" in text or "run(main, parse)" in text, path.name
+
+
+@pytest.mark.parametrize("name", RECIPES)
+def test_help_lists_the_shared_flags(name, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        load_recipe(name).parse(["--help"])
+    assert exit_.value.code == 0
+    shown = capsys.readouterr().out
+    for flag in ("--config", "--debug") + (("--report-to", "--logging-dir") if name in ("cram", "reprogram") else ()):
+        assert flag in shown, (name, flag)
 
 
 def test_the_readme_shows_each_recipe():

@@ -16,7 +16,11 @@ from .io import atomic_write_text
 
 
 def add_run_flags(parser: argparse.ArgumentParser, *, out: str) -> argparse.ArgumentParser:
-    """``--seed``, ``--threads``, ``--out`` (default ``out``) and ``--no-progress``."""
+    """``--seed``, ``--threads``, ``--out`` (default ``out``), ``--no-progress``, and every command's ``--config``
+    and ``--debug`` (:func:`ut_peft.cli.common.add_common_flags`)."""
+    from .cli.common import add_common_flags
+
+    add_common_flags(parser)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, help="torch threads (default: torch's choice; 1 on a shared machine)")
     parser.add_argument("--out", default=out)
@@ -25,16 +29,22 @@ def add_run_flags(parser: argparse.ArgumentParser, *, out: str) -> argparse.Argu
 
 
 def parse_recipe_args(parser: argparse.ArgumentParser, script: str, argv=None) -> argparse.Namespace:
-    """``parser.parse_args(argv)``, plus ``args.command``: the command that reproduces this run, as the Markdown
-    sections print it (``argv`` defaults to the process's own arguments)."""
+    """``parser.parse_args(argv)`` (with ``--config``: :func:`ut_peft.cli.common.parse_args`), plus ``args.command``:
+    the command that reproduces this run, as the Markdown sections print it (``argv`` defaults to the process's own
+    arguments)."""
+    from .cli.common import parse_args
+
     argv = sys.argv[1:] if argv is None else list(argv)
-    args = parser.parse_args(argv)
+    args = parse_args(parser, argv)
     args.command = f"python {script} " + shlex.join(argv)
     return args
 
 
 def start_run(args: argparse.Namespace) -> Path:
-    """Apply ``--threads`` and create ``--out``; returns the output folder."""
+    """Apply ``--threads``, check and create ``--out``; returns the output folder."""
+    from .cli.common import check_output_folder
+
+    check_output_folder(args.out, "--out")
     if args.threads:
         import torch
 

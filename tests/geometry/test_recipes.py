@@ -75,7 +75,7 @@ def test_geometry_recipe_end_to_end(tmp_path):
     again = json.loads((tmp_path / "again" / "geometry.json").read_text())
     assert again["cells"]["ball"]["argmax"]["top"] == ball["top"]
     assert again["bounds"]["ratios"]["box"] == pytest.approx(result["bounds"]["ratios"]["box"] / 2)
-    with pytest.raises(SystemExit, match="not both"):
+    with pytest.raises(ValueError, match="not both"):  # run() prints it as one line, exit code 2
         recipe.main(recipe.parse(["--model", str(model_dir), "--summary", str(summary), "--slope", "2"]))
 
 
@@ -119,7 +119,7 @@ def test_copy_task_recipe_end_to_end(tmp_path):
     assert (out / "copy_cliff.png").stat().st_size > 1000
     assert (out / "full" / "config.json").is_file() and (out / "embeddings" / "adapter_config.json").is_file()
     assert "| embeddings |" in (out / "copy_task.md").read_text()
-    with pytest.raises(SystemExit, match="train-lengths"):
+    with pytest.raises(ValueError, match="train-lengths"):
         recipe.main(recipe.parse(["--train-lengths", "9", "3", "--out", str(out)]))
 
     # the full run's model as a fixed backbone: only fresh E, U train; its body and positions stay bit-identical

@@ -110,8 +110,9 @@ def test_recipe_end_to_end(tmp_path, monkeypatch, capsys):
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["accuracy"] == row["accuracy"]
     assert (tmp_path / "run" / "adapter" / "adapter_config.json").is_file()
     monkeypatch.setattr(sys, "argv", ["reprogram.py", "--backbone", "gpt2", "--out", str(tmp_path / "bad")])
-    with pytest.raises(ValueError, match="hf:<family>"):
+    with pytest.raises(SystemExit) as exit_:  # the recipe prints the error as one line, exit code 2
         runpy.run_path(str(ROOT / "recipes" / "reprogram.py"), run_name="__main__")
+    assert exit_.value.code == 2 and "hf:<family>" in capsys.readouterr().err
 
 
 def test_bad_settings_are_refused():

@@ -1,0 +1,57 @@
+"""ut-peft's commands, runnable from an installed package (no checkout needed).
+
+    ut-peft cram --ms 1 2 --output out           # console script (pip install ut-peft)
+    python -m ut_peft cram --ms 1 2 --output out  # the same
+    python -m ut_peft.cli.cram --ms 1 2           # one command's module
+    accelerate launch -m ut_peft.cli.cram ...     # under accelerate (every process runs the module)
+
+``recipes/<name>.py`` in a checkout are thin scripts over these modules. Each command is ``main(args)`` over the
+package plus ``parse(argv=None)``; :func:`.common.run` joins them and turns errors into one line.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+# command name -> module under ut_peft.cli
+COMMANDS = {
+    "cram": "cram",
+    "reprogram": "reprogram",
+    "copy-task": "copy_task",
+    "geometry": "geometry",
+    "width-study": "width_study",
+}
+
+_SUMMARY = {
+    "cram": "accessibility sweep: n_50 of m memory vectors on a frozen LM",
+    "reprogram": "train only E and U of a fixed backbone on Dyck-1 or k-hop",
+    "copy-task": "the copy-length cliff of full vs embedding-only training",
+    "geometry": "decoder-cell shares and slope bounds of a causal LM",
+    "width-study": "smallest exact widths of the compiled universal transformers",
+}
+
+
+def usage() -> str:
+    lines = ["usage: ut-peft COMMAND [flags]   (ut-peft COMMAND --help for its flags)", "", "commands:"]
+    lines += [f"  {name:<12} {_SUMMARY[name]}" for name in COMMANDS]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> None:
+    """The ``ut-peft`` console script: ``ut-peft COMMAND [flags]``."""
+    from .common import run
+
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(usage())
+        return
+    name = argv[0].replace("_", "-")
+    if name not in COMMANDS:
+        print(f"{usage()}\n\nut-peft: error: unknown command {argv[0]!r}", file=sys.stderr)
+        sys.exit(2)
+    module = importlib.import_module(f"{__name__}.{COMMANDS[name]}")
+    run(module.main, lambda args: module.parse(args, prog=f"ut-peft {name}"), argv[1:])
+
+
+__all__ = ["COMMANDS", "main"]

@@ -1,0 +1,394 @@
+"""What every ut-peft command shares: ``--config`` files, one-line errors, checks of the paths a run needs before
+a model is loaded, and ``--report-to`` trackers through accelerate's tracker API.
+
+A command is ``main(args)`` plus ``parse(argv=None)`` (as accelerate's examples); :func:`run` joins them:
+
+    run(main, parse)   # parse, run, and turn an error into one ``<command>: error: ...`` line, exit code 2
+
+``--debug`` (or ``UT_PEFT_DEBUG=1`` in the environment) lets the traceback through instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+DEBUG_ENV = "UT_PEFT_DEBUG"
+REPORT_TO = ("none", "tensorboard", "wandb", "all")
+# The package each tracker needs (what the error tells a user to install); both are in the "tracking" extra.
+TRACKER_PACKAGES = {"tensorboard": "tensorboard", "wandb": "wandb"}
+
+
+# ---- flags and config files --------------------------------------------------------------------------------------
+
+
+def add_common_flags(parser: argparse.ArgumentParser, *, tracking: bool = False) -> argparse.ArgumentParser:
+    """``--config`` and ``--debug`` on every command; ``--report-to`` and ``--logging-dir`` where it tracks."""
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        help="YAML (or JSON) file of flags, keys = the long flag names (- or _), e.g. 'ms: [1, 2]'; flags given "
+        "on the command line override it. A finished sweep's settings.json is a config that reruns it",
+    )
+    parser.add_argument("--debug", action="store_true", help=f"show the traceback of an error (also: {DEBUG_ENV}=1)")
+    if tracking:
+        parser.add_argument(
+            "--report-to",
+            default="none",
+            choices=REPORT_TO,
+            help="log the run live through accelerate's trackers: tensorboard (event files under --logging-dir), "
+            "wandb (WANDB_MODE=offline works without a network), all (both that are installed); default none",
+        )
+        parser.add_argument(
+            "--logging-dir", metavar="DIR", help="where trackers write (default: <output folder>/runs)"
+        )
+    return parser
+
+
+class ConfigError(ValueError):
+    """A config file that cannot be read, or holds a key or value the command does not take."""
+
+
+def load_config(path) -> dict:
+    """The mapping a YAML or JSON config file holds; :class:`ConfigError` naming the file when it is not one."""
+    import yaml
+
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file {path} does not exist" if not path.exists() else f"{path} is not a file")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise ConfigError(f"cannot read the config file {path}: {err}") from None
+    try:
+        # JSON first where it looks like JSON: YAML 1.1 reads JSON's 1e-08 as a string.
+        data = json.loads(text) if text.lstrip().startswith("{") else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as err:
+        kind = "JSON" if text.lstrip().startswith("{") else "YAML"
+        detail = " ".join(str(err).split())
+        raise ConfigError(f"the config file {path} is not valid {kind} ({detail})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(
+            f"the config file {path} holds {'nothing' if data is None else type(data).__name__!r}, not a mapping "
+            "of flags; write one 'flag-name: value' per line"
+        )
+    return data
+
+
+def _long_flags(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
+    # argparse has no public list of a parser's actions; _actions is what its own help formatter walks.
+    flags = {}
+    for action in parser._actions:
+        for option in action.option_strings:
+            if option.startswith("--") and not option.startswith("--no-"):
+                flags[option[2:].replace("_", "-")] = action
+    for name in ("help", "config"):
+        flags.pop(name, None)
+    return flags
+
+
+def _tokens(option: str, action: argparse.Action, value, key: str, path) -> list[str]:
+    """The command-line words that give ``value`` to ``option``, so argparse converts and checks it as typed."""
+    if action.nargs == 0:  # store_true / store_false / BooleanOptionalAction
+        if not isinstance(value, bool):
+            raise ConfigError(f"{path}: {key} is a switch: give true or false (got {value!r})")
+        if isinstance(action, argparse.BooleanOptionalAction):
+            return [option if value else "--no-" + option[2:]]
+        return [option] if value == action.const else []
+    if action.nargs in ("+", "*") or isinstance(action.nargs, int):
+        items = value if isinstance(value, (list, tuple)) else [value]
+        return [option, *(_word(v) for v in items)] if items else []
+    if isinstance(value, (list, tuple)):  # flags that take one comma-separated word, e.g. --layers 1,2,3
+        return [f"{option}={','.join(_word(v) for v in value)}"]
+    return [f"{option}={_word(value)}"]
+
+
+def _word(value) -> str:
+    if isinstance(value, (list, tuple)):  # e.g. abandon_below's [step, accuracy] pairs from a settings.json
+        return ":".join(str(v) for v in value)
+    return str(value)
+
+
+def parse_args(
+    parser: argparse.ArgumentParser,
+    argv=None,
+    *,
+    from_file: Callable[[dict, Path], dict] | None = None,
+) -> argparse.Namespace:
+    """``parser.parse_args(argv)`` with ``--config FILE`` read first: its keys set the flags' values, the command
+    line overrides them. ``from_file(mapping, path)`` may translate a file of another shape first (e.g. a sweep's
+    settings.json) into flag names. A key that is no flag, or a value the flag refuses, stops with the parser's
+    error naming the file and the key. ``args.prog`` is the parser's program name (for error lines)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--config")
+    config_path = pre.parse_known_args(argv)[0].config
+    if config_path:
+        try:
+            values = load_config(config_path)
+            if from_file is not None:
+                values = from_file(values, Path(config_path))
+            _apply_config(parser, values, config_path)
+        except ConfigError as err:
+            parser.error(str(err))
+    args = parser.parse_args(argv)
+    args.prog = parser.prog
+    return args
+
+
+def _apply_config(parser: argparse.ArgumentParser, values: dict, path) -> None:
+    flags = _long_flags(parser)
+    tokens, given = [], []
+    for key, value in values.items():
+        name = str(key).replace("_", "-")
+        if name not in flags:
+            close = difflib.get_close_matches(name, flags, n=3)
+            hint = f" (did you mean {', '.join(close)}?)" if close else f"; the flags are: {', '.join(sorted(flags))}"
+            raise ConfigError(f"{path}: {key!r} is not a flag of this command{hint}")
+        if value is None:  # null: leave the flag at its default
+            continue
+        tokens += _tokens("--" + name, flags[name], value, repr(key), path)
+        given.append(flags[name])
+    # Parse the file's words alone (required flags relaxed: the command line may give them), so an error names the
+    # file; then their values become the parser's defaults, which the command line overrides.
+    required = [a for a in given if a.required]
+    for action in required:
+        action.required = False
+
+    def error(message):
+        raise ConfigError(f"{path}: {message}")
+
+    parser.error = error  # type: ignore[method-assign]  # only for this pass; the class's method is back below
+    try:
+        from_file = parser.parse_args(tokens)
+    finally:
+        del parser.error
+    parser.set_defaults(**{a.dest: getattr(from_file, a.dest) for a in given})
+
+
+# ---- errors ------------------------------------------------------------------------------------------------------
+
+# The kinds the library raises for things a user can fix (bad settings, a path, a folder another run holds, a
+# package to install): their message is the whole story. Anything else is named by its type as well.
+EXPECTED_ERRORS = (ValueError, OSError, RuntimeError, ImportError)
+
+
+def run(main: Callable[[argparse.Namespace], object], parse: Callable[..., argparse.Namespace], argv=None) -> None:
+    """``main(parse(argv))``; an error becomes one ``<prog>: error: <message>`` line on stderr and exit code 2
+    (``--debug`` or ``UT_PEFT_DEBUG=1``: the traceback instead). Ctrl-C exits with 130 and a one-line note."""
+    args = parse(argv)
+    prog = getattr(args, "prog", None) or Path(sys.argv[0]).name
+    debug = getattr(args, "debug", False) or os.environ.get(DEBUG_ENV, "") not in ("", "0")
+    try:
+        main(args)
+    except KeyboardInterrupt:
+        if debug:
+            raise
+        print(f"{prog}: interrupted (finished work is kept; rerun the same command to resume)", file=sys.stderr)
+        sys.exit(130)
+    except Exception as err:  # noqa: BLE001 - every error ends as one line; --debug shows the traceback
+        if debug:
+            raise
+        print(f"{prog}: error: {error_message(err)}", file=sys.stderr)
+        sys.exit(2)
+
+
+def error_message(err: BaseException) -> str:
+    """One line saying what went wrong: the message itself for the library's own kinds of error, the error's type
+    and where to see more for anything else."""
+    message = " ".join(str(err).split()) or type(err).__name__
+    if isinstance(err, OSError) and err.filename is not None and str(err.filename) not in message:
+        message = f"{err.filename}: {message}"
+    if not isinstance(err, EXPECTED_ERRORS):
+        message = f"{type(err).__name__}: {message} (rerun with --debug for the traceback)"
+    return message
+
+
+# ---- paths a run needs, checked before a model is loaded ---------------------------------------------------------
+
+
+def _writable_folder(path: Path, flag: str) -> None:
+    """``path`` is, or can be made as, a folder this process can write in."""
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"{flag} {path} is a file, not a folder; give the path of a folder (new or a run's)")
+    existing = path
+    while not existing.exists() and existing.parent != existing:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ValueError(f"{flag} {path}: {existing} is a file, so no folder can be made under it")
+    try:  # a probe file, not os.access: access() says yes to root on a read-only mount
+        with tempfile.TemporaryFile(dir=existing):
+            pass
+    except OSError as err:
+        raise ValueError(
+            f"{flag} {path}: cannot write in {existing} ({err.strerror or err}); give a folder you can write to"
+        ) from None
+
+
+def check_output_folder(path, flag: str = "--output") -> Path:
+    """A folder the run can create or write into, and read back what is already there (a resumed run's rows); a
+    clear error otherwise. Nothing is created here."""
+    path = Path(path)
+    _writable_folder(path, flag)
+    if path.is_dir():  # a resumed run reads its files and appends to its rows: find out now, not after a batch
+        for entry in sorted(path.iterdir()):
+            if entry.suffix not in (".json", ".jsonl"):
+                continue
+            mode = "rb+" if entry.suffix == ".jsonl" else "rb"
+            try:
+                with open(entry, mode):
+                    pass
+            except OSError as err:
+                raise ValueError(
+                    f"{flag} {path}: cannot {'read and append to' if mode == 'rb+' else 'read'} {entry.name} "
+                    f"({err.strerror or err}); fix its permissions, or use another folder"
+                ) from None
+    return path
+
+
+def check_output_file(path, flag: str) -> Path:
+    """A file the run can create, replace or append to (its folder is made when missing); a clear error otherwise."""
+    path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"{flag} {path} is a folder; give the path of a file")
+    _writable_folder(path.parent, f"{flag} {path}: the folder")
+    if path.exists():
+        try:
+            with open(path, "ab"):
+                pass
+        except OSError as err:
+            raise ValueError(f"{flag} {path}: cannot write to it ({err.strerror or err})") from None
+    return path
+
+
+def check_run_folder(path, flag: str, marker: str) -> Path:
+    """An existing folder of an earlier run (one that holds ``marker``, e.g. settings.json) for reading."""
+    path = Path(path)
+    if not path.exists():
+        raise ValueError(f"{flag} {path} does not exist; give the folder of an earlier run")
+    if not path.is_dir():
+        raise ValueError(f"{flag} {path} is a file, not a run's folder")
+    if not (path / marker).is_file():
+        raise ValueError(f"{flag} {path} holds no run ({marker} is missing)")
+    return path
+
+
+def _hub_offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "on", "yes", "true")
+
+
+def check_model(name, flag: str = "--model") -> str:
+    """A model ``load_model`` can load: bundled, a local folder or GGUF file, or a Hub id that is cached or
+    reachable. Fails in seconds where loading would fail after a minute of retries (a Hub id while offline)."""
+    from huggingface_hub import try_to_load_from_cache
+
+    from ..models import BUNDLED_MODELS, is_bundled, is_gguf_path
+
+    name = str(name)
+    if is_bundled(name):
+        return name
+    path = Path(name).expanduser()
+    looks_like_path = name.startswith((".", "/", "~")) or os.sep in name and path.exists() or is_gguf_path(name)
+    if path.exists() or looks_like_path:
+        if not path.exists():
+            raise ValueError(f"{flag} {name}: no such file or folder")
+        if path.is_dir() and not (path / "config.json").is_file():
+            raise ValueError(f"{flag} {name} is a folder without config.json: not a transformers model folder")
+        if path.is_file() and not is_gguf_path(name):
+            raise ValueError(f"{flag} {name} is a file; give a model folder, a .gguf file, a bundled name or a hub id")
+        return name
+    parts = name.split("/")
+    if len(parts) != 2 or not all(parts):
+        raise ValueError(
+            f"{flag} {name!r} is not a bundled model ({', '.join(BUNDLED_MODELS)}), not an existing folder or "
+            "file, and not a hub id of the form 'org/name'"
+        )
+    if isinstance(try_to_load_from_cache(name, "config.json"), str):
+        return name
+    if _hub_offline():
+        raise ValueError(
+            f"{flag} {name}: not in the local Hugging Face cache, and the Hub is offline (HF_HUB_OFFLINE is set); "
+            "download it where there is a network (huggingface-cli download), or give a local folder"
+        )
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError
+
+    try:  # one short request instead of the loader's retries
+        HfApi().model_info(name, timeout=10)
+    except RepositoryNotFoundError:
+        raise ValueError(f"{flag} {name}: no such model on the Hub (or it is private: log in first)") from None
+    except (HfHubHTTPError, OSError) as err:
+        raise ValueError(
+            f"{flag} {name}: not in the local cache and the Hub cannot be reached ({type(err).__name__}); check "
+            "the network, or set HF_HUB_OFFLINE=1 and give a downloaded model"
+        ) from None
+    return name
+
+
+# ---- trackers ----------------------------------------------------------------------------------------------------
+
+
+def trackers(report_to: str) -> list[str]:
+    """The accelerate tracker names ``--report-to`` asks for; an error naming the package when one is missing."""
+    from accelerate.utils import is_tensorboard_available, is_wandb_available
+
+    if report_to not in REPORT_TO:
+        raise ValueError(f"unknown tracker {report_to!r}: --report-to takes {', '.join(REPORT_TO)}")
+    available = {"tensorboard": is_tensorboard_available(), "wandb": is_wandb_available()}
+    if report_to == "none":
+        return []
+    if report_to == "all":
+        chosen = [name for name, ok in available.items() if ok]
+        if not chosen:
+            raise ModuleNotFoundError(
+                "--report-to all found no tracker: pip install tensorboard (or wandb), or "
+                "pip install 'ut-peft[tracking]'"
+            )
+        return chosen
+    if not available[report_to]:
+        raise ModuleNotFoundError(
+            f"--report-to {report_to} needs the {TRACKER_PACKAGES[report_to]} package: "
+            f"pip install {TRACKER_PACKAGES[report_to]} (or pip install 'ut-peft[tracking]')"
+        )
+    return [report_to]
+
+
+def flat_config(values: dict, prefix: str = "") -> dict:
+    """Settings as the trackers' config takes them: one level, numbers, strings and booleans only."""
+    out = {}
+    for key, value in values.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(flat_config(value, f"{name}/"))
+        elif value is None or isinstance(value, (list, tuple)):
+            out[name] = json.dumps(value)
+        elif isinstance(value, (bool, int, float, str)):
+            out[name] = value
+        else:
+            out[name] = str(value)
+    return out
+
+
+def start_tracking(args: argparse.Namespace, output, project: str, config: dict, **accelerator_kwargs):
+    """An ``Accelerator`` logging to ``--report-to``'s trackers under ``--logging-dir`` (default
+    ``<output>/runs``), with the run's settings as the trackers' config; a plain one for ``--report-to none``.
+    Only the main process writes (accelerate's trackers log on the main process alone). End with
+    ``accelerator.end_training()``."""
+    from accelerate import Accelerator
+
+    names = trackers(getattr(args, "report_to", "none"))
+    if not names:
+        return Accelerator(**accelerator_kwargs)
+    logging_dir = Path(args.logging_dir or Path(output) / "runs")
+    accelerator = Accelerator(log_with=names, project_dir=logging_dir, **accelerator_kwargs)
+    init_kwargs = {"wandb": {"dir": str(logging_dir)}} if "wandb" in names else {}
+    if accelerator.is_main_process and "wandb" in names:
+        logging_dir.mkdir(parents=True, exist_ok=True)
+    accelerator.init_trackers(project, config=flat_config(config), init_kwargs=init_kwargs)
+    return accelerator

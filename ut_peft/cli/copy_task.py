@@ -1,0 +1,117 @@
+"""The copy-length cliff: train on strings of lengths 5-50, test exact match up to 4x that.
+
+    python recipes/copy_task.py --trainings full embeddings --steps 1500 --out runs/copy_task
+
+``full`` trains a small GPT-2 entirely; ``embeddings`` trains only E, U and the learned positions of a frozen
+random GPT-2 backbone (UT_REPROGRAM), or with ``--backbone <out>/full`` only fresh E, U on the frozen body and
+positions of a trained copy model:
+
+    python recipes/copy_task.py --trainings embeddings --backbone runs/copy_task/full --out runs/copy_reprogram
+
+Writes copy_task.json (after every run, so finished runs are never lost),
+copy_cliff.png, copy_task.md, and each trained model (or adapter) under <out>/<training>/.
+"""
+
+import argparse
+import json
+from pathlib import Path
+
+from ..geometry.copy_task import TRAININGS, run_copy
+from ..geometry.report import copy_markdown, plot_copy_cliff, write_json
+from ..recipe_utils import add_run_flags, parse_recipe_args, start_run, write_section
+from .common import run
+
+
+def main(args):
+    low, high = args.train_lengths
+    if not 1 <= low <= high:
+        raise ValueError(f"--train-lengths must be 1 <= MIN <= MAX, got {low} {high}")
+    eval_lengths = args.eval_lengths or None
+    out = start_run(args)
+    if args.combine:
+        # Plot and tabulate runs made by separate invocations (e.g. run in parallel) together.
+        result = {"settings": {}, "runs": {}}
+        for path in args.combine:
+            part = json.loads(Path(path).read_text())
+            label = part["settings"].get("label") or f"{part['settings'].get('steps')} steps"
+            result["runs"].update({f"{k} ({label})": v for k, v in part["runs"].items()})
+        return write_outputs(result, out, low, high, args.command)
+    settings = {
+        "hidden_size": args.hidden_size,
+        "num_layers": args.layers,
+        "num_heads": args.heads,
+        "initializer_range": args.init_range,
+    }
+    result = {
+        "settings": {
+            **settings,
+            "steps": args.steps,
+            "batch_size": args.batch_size,
+            "train_lengths": [low, high],
+            "num_per_length": args.num_per_length,
+            "seed": args.seed,
+            "label": args.label,
+        },
+        "runs": {},
+    }
+    for training in args.trainings:
+        lr = args.embedding_lr if training == "embeddings" else args.lr
+        run = run_copy(
+            training,
+            steps=args.steps,
+            batch_size=args.batch_size,
+            lr=lr,
+            train_lengths=(low, high),
+            eval_lengths=eval_lengths,
+            num_per_length=args.num_per_length,
+            seed=args.seed,
+            progress=not args.no_progress,
+            backbone=args.backbone if training == "embeddings" else None,
+            **settings,
+        )
+        # The trained model (or UT_REPROGRAM adapter) is kept, so it can be evaluated again at other lengths.
+        run.pop("_model").save_pretrained(out / training)
+        result["runs"][training] = run
+        write_json(out / "copy_task.json", result)
+        print(f"{training}: {run['cliff']}", flush=True)
+    write_outputs(result, out, low, high, args.command)
+
+
+def write_outputs(result, out, low, high, command):
+    write_json(out / "copy_task.json", result)
+    plot_copy_cliff({k: v["results"] for k, v in result["runs"].items()}, (low, high), out / "copy_cliff.png")
+    write_section(out / "copy_task.md", copy_markdown(result, command=command, plot="copy_cliff.png"))
+
+
+def parse(argv=None, *, prog: str | None = None):
+    p = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--trainings", nargs="+", default=list(TRAININGS), choices=TRAININGS)
+    p.add_argument("--steps", type=int, default=1500)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--lr", type=float, default=3e-3, help="learning rate of full training")
+    p.add_argument("--embedding-lr", type=float, default=1e-2, help="learning rate of embedding-only training")
+    p.add_argument("--train-lengths", type=int, nargs=2, default=[5, 50], metavar=("MIN", "MAX"))
+    p.add_argument("--eval-lengths", type=int, nargs="+", help="default: 5..4*MAX")
+    p.add_argument("--num-per-length", type=int, default=32)
+    p.add_argument("--hidden-size", type=int, default=64)
+    p.add_argument("--layers", type=int, default=2)
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--init-range", type=float, default=0.02, help="std of the random initial (or frozen) weights")
+    p.add_argument(
+        "--backbone",
+        help="embeddings: a saved copy model (e.g. <out>/full of a full run) whose body and "
+        "positions stay frozen while fresh E, U are learned; default: a random backbone",
+    )
+    p.add_argument("--label", help="name of this run in combined plots (default: the output folder's name)")
+    p.add_argument(
+        "--combine",
+        nargs="+",
+        metavar="JSON",
+        help="only plot and tabulate the runs of these copy_task.json files together into --out",
+    )
+    add_run_flags(p, out="runs/copy_task")
+    return parse_recipe_args(p, "recipes/copy_task.py", argv)
+
+
+if __name__ == "__main__":
+    run(main, parse)

@@ -1,0 +1,420 @@
+"""Accessibility sweep: how many sequences of each length can m memory vectors make a frozen LM emit?
+
+    ut-peft cram                       # small sweep on the bundled SmolLM2-135M (m = 1, 2, 4; n = 4..32)
+    ut-peft cram --source words --ms 1 2 4 --lengths 8 16 24 32
+    ACCELERATE_USE_CPU=1 accelerate launch --multi_gpu --num_processes 2 -m ut_peft.cli.cram ...  # 2 CPU processes
+    accelerate launch -m ut_peft.cli.cram --model org/name --protocol published --ms 1 2 3 4 5   # the paper's
+    ut-peft cram --model gemma-3-270m --protocol published --source words --ms 1 2    # bundled Gemma-3
+    ut-peft cram --design sequential --target-ci 10 --num-sequences 8 --max-steps 3000 --patience 500
+        # lengths from a logistic fit, batches of 8 fresh sequences, until each n_50 interval is < 10 tokens wide
+    ut-peft cram --config run.yaml --report-to tensorboard   # flags from a file, logged live to TensorBoard
+    ut-peft cram --config OUT/settings.json --output OUT2     # rerun a finished sweep exactly
+
+(``python recipes/cram.py`` in a checkout is the same command.) Re-running into the same --output resumes;
+--overwrite starts afresh. --merge A B --output C pools sweeps that differ only in --ms and --lengths (e.g. run on
+different machines) and reports on the union. Everything lives in ut_peft.accessibility; this module parses
+arguments, checks the paths and turns settings.json back into flags.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import inspect
+from pathlib import Path
+
+from ..accessibility import (
+    CramConfig,
+    GridConfig,
+    SweepConfig,
+    merge_sweeps,
+    run_sweep,
+    save_memory_adapters,
+    summarize_folder,
+)
+from ..accessibility.design import DESIGNS
+from ..accessibility.protocol import PROTOCOLS, cram_settings
+from ..accessibility.store import ADAPTERS_DIR, REPORT_FILE, SETTINGS_FILE
+from ..accessibility.tracking import SweepTracker
+from .common import (
+    add_common_flags,
+    check_model,
+    check_output_folder,
+    check_run_folder,
+    parse_args,
+    run,
+    start_tracking,
+)
+
+PROJECT = "ut-peft-cram"
+
+
+def main(args):
+    if args.merge:  # sweeps of other m / lengths, e.g. run on several machines, pooled into --output
+        for folder in args.merge:
+            check_run_folder(folder, "--merge", SETTINGS_FILE)
+        check_output_folder(args.output)
+        merge_sweeps(args.merge, args.output, overwrite=args.overwrite)
+        args.report_only = True
+    if args.report_only:  # e.g. on a sweep still running elsewhere, or one that was stopped
+        check_run_folder(args.output, "--output", SETTINGS_FILE)
+        summarize_folder(args.output, support_sequences=args.support_sequences)
+        print(f"report: {Path(args.output) / REPORT_FILE}")
+        return
+    config = sweep_config(args)
+    check_output_folder(args.output)  # before the model loads: a bad path fails in a second, not after a batch
+    check_model(config.model)
+    accelerator = start_tracking(args, args.output, PROJECT, tracked_settings(args, config))
+    tracker = SweepTracker(accelerator, config) if accelerator.trackers else None
+    summary = run_sweep(
+        config,
+        args.output,
+        accelerator=accelerator,
+        overwrite=args.overwrite,
+        save_vectors=args.save_vectors or args.save_adapters,
+        device_map="auto" if args.device_map else None,
+        snapshot_seconds=60 * args.snapshot_minutes if args.snapshot_minutes > 0 else None,
+        callback=tracker,
+    )
+    if tracker is not None:
+        if accelerator.is_main_process:
+            SweepTracker.log_summary(accelerator, summary, step=tracker.step)
+        accelerator.end_training()
+    if accelerator.is_main_process:
+        if args.save_adapters:
+            saved = save_memory_adapters(args.output, config.model)
+            print(f"saved {len(saved)} memory adapters under {Path(args.output) / ADAPTERS_DIR}")
+        for entry in summary.per_m:
+            print(
+                f"m={entry.m}: n50={entry.n50} 95% interval {entry.n50_ci} ({entry.fit_status}; "
+                f"published LS {entry.n50_published}); {entry.row_steps} row-steps"
+            )
+        if summary.fit:
+            print(
+                f"slope {summary.fit['slope']:.2f} 95% interval {summary.fit['slope_ci']}, "
+                f"R^2 {summary.fit['r2']:.3f}; bounds {summary.bounds}; ratios {summary.ratios}"
+            )
+        print(f"{summary.row_steps} row-steps in all")
+        print(f"report: {Path(args.output) / REPORT_FILE}")
+
+
+# ---- flags -> SweepConfig -----------------------------------------------------------------------------------------
+
+
+def _default(cls, name: str):
+    """A config dataclass field's default: the CLI's defaults are the Python API's."""
+    field = {f.name: f for f in dataclasses.fields(cls)}[name]
+    return field.default_factory() if field.default_factory is not dataclasses.MISSING else field.default
+
+
+# The command's own default job (`ut-peft cram` with no flags: small, minutes on a CPU), under either protocol.
+DEFAULT_JOB = {"ms": [1, 2, 4], "lengths": [4, 8, 16, 32]}
+# What a flag left unset means under the ut-peft protocol; under the published protocol it takes the config
+# classes' defaults, which are the paper's.
+UT_PEFT_DEFAULTS = {"num_sequences": 2, "max_steps": 100, "patience": 100}
+PUBLISHED_DEFAULTS = {
+    "num_sequences": _default(SweepConfig, "num_sequences"),
+    "max_steps": _default(CramConfig, "max_steps"),
+    "patience": _default(CramConfig, "patience"),
+}
+
+
+def protocol_defaults(protocol: str) -> dict:
+    """The values of --num-sequences, --max-steps and --patience when they are not given."""
+    return PUBLISHED_DEFAULTS if protocol == "published" else UT_PEFT_DEFAULTS
+
+
+def sweep_config(args: argparse.Namespace) -> SweepConfig:
+    """The sweep the flags describe (flags left unset take their protocol's value); ValueError for bad ones."""
+    defaults = protocol_defaults(args.protocol)
+    for name in ("num_sequences", "max_steps", "patience"):
+        if getattr(args, name) is None:
+            setattr(args, name, defaults[name])
+    design = "adaptive" if args.adaptive else args.design
+    if args.adaptive and args.design not in (None, "fixed", "adaptive"):
+        raise ValueError(f"--adaptive is an alias of --design adaptive; it contradicts --design {args.design}")
+    if design is None:  # the published protocol walks the paper's adaptive grid unless lengths are given
+        design = "adaptive" if args.protocol == "published" and args.lengths is None else "fixed"
+    grid = (
+        GridConfig(lengths=args.lengths or DEFAULT_JOB["lengths"])
+        if design == "fixed"
+        else GridConfig(start=args.start, stop=args.stop, coarse=args.coarse, fine=args.fine)
+    )
+    return SweepConfig(
+        model=args.model,
+        source=args.source,
+        ms=args.ms,
+        grid=grid,
+        design=design,
+        target_ci=args.target_ci,
+        budget_row_steps=args.budget,
+        num_sequences=args.num_sequences,
+        seed=args.seed,
+        cram=CramConfig(
+            max_steps=args.max_steps,
+            patience=args.patience,
+            lr=args.lr,
+            batch_size=args.batch_size,
+            progressive=args.progressive,
+            autocast=args.autocast,
+            abandon_below=args.abandon_below,
+        ),
+        support_sequences=args.support_sequences,
+        prefix=args.prefix,
+        protocol=args.protocol,
+        infer_prefixes=args.infer_prefixes,
+        warm_start=args.warm_start,
+    )
+
+
+def tracked_settings(args: argparse.Namespace, config: SweepConfig) -> dict:
+    """What the trackers get as the run's config: the sweep's settings and the command's own flags."""
+    flags = {k: v for k, v in vars(args).items() if k not in ("prog", "debug", "config")}
+    return {"sweep": dataclasses.asdict(config), "flags": flags}
+
+
+# ---- settings.json -> flags (a finished sweep's settings as a config file) --------------------------------------
+
+_TEXT_NAMES = {"pydoc_data": "text"}
+_WORD_NAMES = {"wordfreq:en:100000": "words:wordfreq", "pydoc_data": "words:pydoc_data"}
+
+
+def _source_spec(source: dict, path) -> str:
+    kind, name = source.get("kind"), source.get("name")
+    if kind == "tokens":
+        return "tokens"
+    if kind == "text" and isinstance(name, str) and not name.startswith("dataset:"):
+        return name if name.startswith("hf:") else _TEXT_NAMES.get(name, f"text:{name}")
+    if kind == "words" and isinstance(name, str):
+        return _WORD_NAMES.get(name, f"words:{name}")
+    raise ValueError(f"{path}: its source {source} was given from Python (a dataset object); rerun it from Python")
+
+
+def flags_from_settings(values: dict, path) -> dict:
+    """A config file's flags; a sweep's settings.json (it has "cram" and "grid") is turned into the flags that
+    rebuild the same settings, and refused where a setting has no flag."""
+    if not (isinstance(values.get("cram"), dict) and isinstance(values.get("grid"), dict)):
+        return values
+    if "merged_from" in values:
+        raise ValueError(
+            f"{path} is the settings of a merge of {', '.join(values['merged_from'])}: rerun each of those "
+            "with its own settings.json, then --merge them again"
+        )
+    protocol = values.get("protocol", _default(SweepConfig, "protocol"))
+    cram, grid, design = values["cram"], values["grid"], values.get("design") or {}
+    implied = dataclasses.asdict(cram_settings(protocol, CramConfig()))  # what the protocol sets by itself
+    fixed_by = {"betas": implied, "weight_decay": implied, "adam_eps": implied, "given_tokens": implied}
+    fixed_by.update(init_std=implied, gpu_autocast=implied, check_greedy=implied)
+    for name, reference in fixed_by.items():
+        if name in cram and _same(cram[name], reference[name]) is False:
+            raise ValueError(
+                f"{path}: cram.{name} = {cram[name]!r} has no flag (the {protocol} protocol gives "
+                f"{reference[name]!r}); rerun it from Python with SweepConfig"
+            )
+    for name in ("high", "low"):
+        if name in grid and grid[name] != _default(GridConfig, name):
+            raise ValueError(f"{path}: grid.{name} = {grid[name]!r} has no flag; rerun it from Python")
+    flags = {
+        "model": values["model"],
+        "source": _source_spec(values["source"], path),
+        "ms": values["ms"],
+        "num_sequences": values["num_sequences"],
+        "seed": values["seed"],
+        "protocol": protocol,
+        "lr": cram.get("lr"),
+        "max_steps": cram.get("max_steps"),
+        "patience": cram.get("patience"),
+        "progressive": cram.get("progressive"),
+        "autocast": cram.get("autocast"),
+        "abandon_below": cram.get("abandon_below") or None,
+        "infer_prefixes": values.get("infer_prefixes", False),
+        "warm_start": values.get("warm_start", False),
+    }
+    if protocol != "published":  # ut-peft's layout: the BOS before the memory, or nothing (prefix none)
+        flags["prefix"] = "bos" if cram.get("prefix_ids") else "none"
+    if design.get("kind") == "sequential":
+        flags.update(design="sequential", target_ci=design.get("target_ci"), budget=design.get("budget_row_steps"))
+    if grid.get("lengths") is not None:
+        flags.update(design="fixed", lengths=grid["lengths"])
+    else:
+        flags.setdefault("design", "adaptive")
+        flags.update({name: grid[name] for name in ("start", "stop", "coarse", "fine") if name in grid})
+    return flags
+
+
+def _same(a, b) -> bool:
+    norm = lambda v: [norm(x) for x in v] if isinstance(v, (list, tuple)) else v  # noqa: E731
+    return norm(a) == norm(b)
+
+
+def abandon_pair(text: str) -> tuple[int, float]:
+    step, sep, accuracy = text.partition(":")
+    try:
+        return int(step), float(accuracy)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected STEP:ACCURACY such as 100:0.4, got {text!r}") from None
+
+
+def minutes(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"expected a number of minutes >= 0 (0: never), got {text!r}")
+    return value
+
+
+def parse(argv=None, *, prog: str | None = None):
+    grid = {name: _default(GridConfig, name) for name in ("start", "stop", "coarse", "fine")}
+    published, ours = PUBLISHED_DEFAULTS, UT_PEFT_DEFAULTS
+    parser = argparse.ArgumentParser(
+        prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--model", default=_default(SweepConfig, "model"), help="bundled name, local folder or hub id")
+    parser.add_argument(
+        "--source",
+        default=_default(SweepConfig, "source"),
+        help="text, text:PATH, hf:NAME[:SPLIT[:COLUMN]], words, words:PATH or tokens",
+    )
+    parser.add_argument("--ms", type=int, nargs="+", default=DEFAULT_JOB["ms"], help="numbers of memory vectors")
+    parser.add_argument(
+        "--protocol",
+        default=_default(SweepConfig, "protocol"),
+        choices=list(PROTOCOLS),
+        help="published: the accessibility paper's code exactly (layout [memory, BOS, ...], length "
+        "counts the BOS, unscaled init, no greedy re-check, nested texts, 100k-word list; defaults "
+        f"to its {published['num_sequences']} sequences, adaptive grid, cap {published['max_steps']}, patience "
+        f"{published['patience']}): use it for figures compared with the paper's. ut-peft: the BOS before the "
+        "memory, greedy-confirmed rows",
+    )
+    parser.add_argument(
+        "--lengths",
+        type=int,
+        nargs="+",
+        default=None,
+        help=f"fixed length grid (default {' '.join(map(str, DEFAULT_JOB['lengths']))}; the published protocol's "
+        "default is the adaptive grid)",
+    )
+    parser.add_argument(
+        "--design",
+        default=None,
+        choices=list(DESIGNS),
+        help="fixed (default; adaptive under --protocol published without --lengths): --lengths; "
+        "adaptive: the paper's grid from --start to --stop; sequential: "
+        "lengths from a logistic fit, --num-sequences fresh sequences per round, until --target-ci or "
+        "--budget",
+    )
+    parser.add_argument("--adaptive", action="store_true", help="alias of --design adaptive")
+    parser.add_argument(
+        "--target-ci",
+        type=float,
+        default=None,
+        help="sequential: stop an m once its n_50 95%% interval is narrower than this many tokens",
+    )
+    parser.add_argument(
+        "--budget",
+        type=int,
+        default=None,
+        help="sequential: stop an m once its rows cost this many forward-backward passes (row-steps)",
+    )
+    parser.add_argument(
+        "--infer-prefixes",
+        action="store_true",
+        help="nested texts (--protocol published --source text): cram each text's lengths in "
+        "increasing order and decide without cramming the rows its other rows imply (crammed at n: "
+        "accessible at every shorter n; failed at n: taken to fail at every longer n); the rows say "
+        "'inferred'",
+    )
+    parser.add_argument(
+        "--warm-start",
+        action="store_true",
+        help="with --infer-prefixes: start a text's next length from the vectors crammed at its "
+        "previous length instead of a random init (not the published init; rows say 'warm_from')",
+    )
+    parser.add_argument("--start", type=int, default=grid["start"])
+    parser.add_argument("--stop", type=int, default=grid["stop"])
+    parser.add_argument("--coarse", type=int, default=grid["coarse"])
+    parser.add_argument("--fine", type=int, default=grid["fine"])
+    parser.add_argument(
+        "--num-sequences",
+        type=int,
+        default=None,
+        help=f"sequences per (m, n) (default {ours['num_sequences']}; {published['num_sequences']} under "
+        "--protocol published, as the paper)",
+    )
+    parser.add_argument("--seed", type=int, default=_default(SweepConfig, "seed"))
+    parser.add_argument(
+        "--max-steps",
+        type=int,
+        default=None,
+        help=f"step cap per sequence (default {ours['max_steps']}; {published['max_steps']} under "
+        "--protocol published)",
+    )
+    parser.add_argument(
+        "--patience",
+        type=int,
+        default=None,
+        help=f"steps without a new best (default {ours['patience']}; {published['patience']} under "
+        "--protocol published)",
+    )
+    parser.add_argument("--lr", type=float, default=_default(CramConfig, "lr"))
+    parser.add_argument(
+        "--batch-size", type=int, default=_default(CramConfig, "batch_size"), help="sequences crammed together"
+    )
+    parser.add_argument(
+        "--prefix",
+        default=_default(SweepConfig, "prefix"),
+        choices=["bos", "none"],
+        help="bos: the tokenizer's BOS (when it has one) before the memory vectors, since position 0 "
+        "is an attention sink; none: the memory starts the sequence, as in the published code",
+    )
+    parser.add_argument("--progressive", action="store_true", help="grow the target one token at a time")
+    parser.add_argument(
+        "--abandon-below",
+        type=abandon_pair,
+        nargs="+",
+        default=_default(CramConfig, "abandon_below"),
+        metavar="STEP:ACC",
+        help="calibrated early abandon: stop a row whose best teacher-forced accuracy is below ACC "
+        "after STEP updates (calibrate on full runs: python benchmarks/early_abandon.py)",
+    )
+    parser.add_argument(
+        "--autocast", default=_default(CramConfig, "autocast"), choices=["auto", "bf16", "fp16", "none"]
+    )
+    parser.add_argument(
+        "--support-sequences",
+        type=int,
+        default=_default(SweepConfig, "support_sequences"),
+        help="random sequences to measure r",
+    )
+    parser.add_argument("--device-map", action="store_true", help="spread a large model over devices (Accelerate)")
+    parser.add_argument("--save-vectors", action="store_true", help="keep every sequence's vectors (safetensors)")
+    snapshot = inspect.signature(run_sweep).parameters["snapshot_seconds"].default / 60
+    parser.add_argument(
+        "--snapshot-minutes",
+        type=minutes,
+        default=snapshot,
+        help="save the state of the rows in flight this often (into OUTPUT/inflight/), so a killed "
+        f"run resumes them where they were; 0: never (default {snapshot:g})",
+    )
+    parser.add_argument("--save-adapters", action="store_true", help="also save accessible vectors as PEFT adapters")
+    parser.add_argument("--output", default="cram-output")
+    parser.add_argument("--overwrite", action="store_true", help="discard a previous run in --output")
+    parser.add_argument(
+        "--merge",
+        nargs="+",
+        metavar="FOLDER",
+        help="pool the rows of these sweeps (same settings but m and lengths) into --output and report",
+    )
+    parser.add_argument(
+        "--report-only",
+        action="store_true",
+        help="only write summary, plots and report from the rows --output holds now",
+    )
+    add_common_flags(parser, tracking=True)
+    return parse_args(parser, argv, from_file=flags_from_settings)
+
+
+if __name__ == "__main__":
+    run(main, parse)

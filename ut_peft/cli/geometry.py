@@ -1,0 +1,89 @@
+"""Decoder-cell shares and refined slope bounds of a causal LM, next to its measured n_50 slope.
+
+    python recipes/geometry.py --model smollm2-135m --samples 1000000 \
+        --summary runs/accessibility/smollm2/summary.json --out runs/geometry/smollm2
+
+Writes geometry.json (everything), cells.png (share vs rank; per-token decay), geometry.md (a README section)
+and state.pt (support and counts: ``--from-state state.pt --summary ...`` recomputes the bounds without sampling).
+"""
+
+import argparse
+
+from .. import load_model, load_tokenizer
+from ..geometry import read_measured_slope
+from ..geometry.analysis import analyze_model, load_state, save_state, summarize
+from ..geometry.report import geometry_markdown, plot_cells, write_json
+from ..recipe_utils import add_run_flags, parse_recipe_args, start_run, write_section
+from .common import check_model, run
+
+
+def main(args):
+    if args.samples < 1:
+        raise ValueError(f"--samples must be >= 1, got {args.samples}")
+    if args.summary and args.slope:
+        raise ValueError("give either --summary (an evaluator summary.json) or --slope, not both")
+    slope = read_measured_slope(args.summary) if args.summary else args.slope
+    if not args.from_state:
+        check_model(args.model)
+    out = start_run(args)
+    try:
+        tokenizer = load_tokenizer(args.model)
+    except (OSError, ValueError):  # a bare model folder: report token ids instead of token strings
+        tokenizer = None
+    if args.from_state:
+        # Re-summarise finished sampling (e.g. against a slope measured later) without sampling again.
+        stats, estimates, path_info, seed = load_state(args.from_state)
+        result = summarize(stats, estimates, path_info, slope, seed=seed)
+    else:
+        model = load_model(args.model).eval()
+        result = analyze_model(
+            model,
+            num_samples=args.samples,
+            supports=args.supports,
+            measured_slope=slope,
+            support_sequences=args.support_sequences,
+            apply_final_norm=args.apply_final_norm,
+            chunk_size=args.chunk_size,
+            vocab_chunk=args.vocab_chunk,
+            seed=args.seed,
+            progress=not args.no_progress,
+        )
+        save_state(result, out / "state.pt")
+    result["model"] = args.model
+    result["slope_source"] = args.summary or ("--slope" if args.slope else None)
+    write_json(out / "geometry.json", result)
+    plot_cells(result["_estimates"], out / "cells.png", title=args.model)
+    write_section(
+        out / "geometry.md",
+        geometry_markdown(result, model_name=args.model, tokenizer=tokenizer, command=args.command, plot="cells.png"),
+    )
+
+
+def parse(argv=None, *, prog: str | None = None):
+    p = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default="smollm2-135m", help="bundled name, local folder or hub id")
+    p.add_argument(
+        "--samples",
+        type=lambda s: int(float(s)),
+        default=1_000_000,
+        help="Monte Carlo points per support (1e6 takes minutes for |V|=49k on 2 cores)",
+    )
+    p.add_argument("--supports", nargs="+", default=["ball", "box"], choices=["ball", "box"])
+    p.add_argument("--summary", help="accessibility evaluator summary.json with the measured slope (fit.slope)")
+    p.add_argument("--slope", type=float, help="the measured n_50 slope, when no summary.json is at hand")
+    p.add_argument(
+        "--apply-final-norm",
+        action="store_true",
+        help="treat sampled points as pre-norm states and apply the final norm (default: post-norm, "
+        "head only, as the paper)",
+    )
+    p.add_argument("--support-sequences", type=int, default=256)
+    p.add_argument("--chunk-size", type=int, help="points per chunk (default 4096)")
+    p.add_argument("--vocab-chunk", type=int, help="vocabulary rows per logits block (default: 16M floats per block)")
+    p.add_argument("--from-state", help="state.pt of an earlier run: recompute the summary and bounds, no sampling")
+    add_run_flags(p, out="runs/geometry")
+    return parse_recipe_args(p, "recipes/geometry.py", argv)
+
+
+if __name__ == "__main__":
+    run(main, parse)

@@ -1,0 +1,103 @@
+"""Train only E and U of a fixed backbone (or the whole model, --full) on Dyck-1 or k-hop induction heads.
+
+Examples:
+    ut-peft reprogram --task dyck --backbone sparse-ut --variant attention_only --out runs/dyck-sparse
+    ut-peft reprogram --task khop --backbone random-ut --variant residual_layernorm --full --out runs/x
+    ut-peft reprogram --task khop --backbone hf:gpt2 --out runs/gpt2 --report-to tensorboard
+    ut-peft reprogram --config runs/gpt2/result.json --out runs/gpt2-again   # a finished run's settings again
+
+(``python recipes/reprogram.py`` in a checkout is the same command.) Rerunning the same command resumes from the
+last checkpoint in --out; rerunning a finished run prints its row again without training or appending it to
+--results a second time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+
+from ..tasks.training import RunSettings, run
+from .common import add_common_flags, check_model, check_output_file, check_output_folder, parse_args, start_tracking
+from .common import run as run_command
+
+PROJECT = "ut-peft-reprogram"
+
+
+def main(args):
+    settings = settings_from(args)
+    check_output_folder(args.out, "--out")  # before the data and the model are built
+    if args.results:
+        check_output_file(args.results, "--results")
+    if settings.backbone_kind == "pretrained":
+        check_model(settings.backbone.split(":", 1)[1], "--backbone pretrained:")
+    accelerator = start_tracking(args, args.out, PROJECT, dataclasses.asdict(settings))
+    row = run(
+        settings,
+        args.out,
+        results_path=args.results,
+        resume=args.resume,
+        progress=not args.quiet,
+        stop_after=args.stop_after,
+        **({"tracker": accelerator} if accelerator.trackers else {}),
+    )
+    if accelerator.trackers:
+        accelerator.end_training()
+    if "stopped_at" in row:
+        print(json.dumps(row))
+    else:
+        print(json.dumps({k: row[k] for k in ("task", "backbone", "variant", "full", "accuracy", "per_k")}))
+
+
+def settings_from(args: argparse.Namespace) -> RunSettings:
+    return RunSettings(**{f.name: getattr(args, f.name) for f in dataclasses.fields(RunSettings)})
+
+
+def flags_from_result(values: dict, path) -> dict:
+    """A finished run's result.json (or a line of a --results file) holds its settings: those are the flags."""
+    if isinstance(values.get("settings"), dict) and "task" in values:
+        return values["settings"]
+    return values
+
+
+def parse(argv=None, *, prog: str | None = None):
+    """The command's flags: the run options, then one flag per ``RunSettings`` field (its default the field's)."""
+    defaults = RunSettings()
+    parser = argparse.ArgumentParser(
+        prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--out", required=True, help="output folder (checkpoint, adapter or model)")
+    parser.add_argument("--results", default=None, help="JSONL file to append the results row to")
+    parser.add_argument(
+        "--resume",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="continue the checkpoint in --out (the default); --no-resume refuses to",
+    )
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.add_argument(
+        "--stop-after",
+        type=int,
+        default=None,
+        help="checkpoint and stop after this many steps in this session (rerun to resume)",
+    )
+    for f in dataclasses.fields(RunSettings):
+        value = getattr(defaults, f.name)
+        flag = "--" + f.name.replace("_", "-")
+        if isinstance(value, bool):
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=value)
+        elif isinstance(value, list):
+            parser.add_argument(
+                flag,
+                type=lambda s: [int(x) for x in s.split(",")],
+                default=value,
+                help="comma-separated, e.g. 1,2,3,4",
+            )
+        else:
+            parser.add_argument(flag, type=type(value), default=value)
+    add_common_flags(parser, tracking=True)
+    return parse_args(parser, argv, from_file=flags_from_result)
+
+
+if __name__ == "__main__":
+    run_command(main, parse)
