@@ -39,7 +39,7 @@ def main(args):
         resume=args.resume,
         progress=not args.quiet,
         stop_after=args.stop_after,
-        **({"tracker": accelerator} if accelerator.trackers else {}),
+        tracker=accelerator if accelerator.trackers else None,
     )
     if accelerator.trackers:
         accelerator.end_training()

@@ -434,6 +434,7 @@ def run(
     resume: bool = True,
     progress: bool = True,
     stop_after: int | None = None,
+    tracker=None,
 ) -> dict:
     """Train, evaluate, save the adapter (``output_dir/adapter``; ``output_dir/model`` with ``full``) and return the
     results row (also appended to ``results_path`` when given, and kept in ``output_dir/result.json``).
@@ -441,6 +442,10 @@ def run(
     ``stop_after`` ends this session after that many steps with a checkpoint (for time-boxed sessions on shared
     machines) and returns ``{"stopped_at": step}``; running again resumes there. Running a finished run again
     returns its row from ``result.json`` without training or appending it a second time.
+
+    ``tracker``: an ``accelerate.Accelerator`` whose trackers are initialised (``init_trackers``); it gets the
+    training loss and learning rate every step (``train/loss``, ``train/lr``) and the evaluation's accuracy, sequence
+    accuracy and accuracy per k at every evaluation (``eval/...``), against the step.
 
     One process at a time trains in ``output_dir`` (a lock file, ``run.lock``, released when the run returns or its
     process dies): a second one gets :class:`RunInProgressError` instead of overwriting the first one's checkpoint.
@@ -457,14 +462,32 @@ def run(
         )
     try:
         return _run_locked(
-            settings, output_dir, results_path=results_path, resume=resume, progress=progress, stop_after=stop_after
+            settings,
+            output_dir,
+            results_path=results_path,
+            resume=resume,
+            progress=progress,
+            stop_after=stop_after,
+            tracker=tracker,
         )
     finally:
         os.close(fd)
 
 
+def _eval_values(scores: dict) -> dict:
+    per_k = {f"eval/accuracy_k{k}": v for k, v in (scores.get("per_k") or {}).items()}
+    return {"eval/accuracy": scores["accuracy"], "eval/sequence_accuracy": scores["sequence_accuracy"], **per_k}
+
+
 def _run_locked(
-    settings: RunSettings, output_dir: Path, *, results_path, resume: bool, progress: bool, stop_after: int | None
+    settings: RunSettings,
+    output_dir: Path,
+    *,
+    results_path,
+    resume: bool,
+    progress: bool,
+    stop_after: int | None,
+    tracker=None,
 ) -> dict:
     checkpoint, finished = output_dir / "checkpoint.pt", output_dir / "result.json"
     if checkpoint.exists() and not resume:
@@ -521,13 +544,18 @@ def _run_locked(
         accelerator.backward(loss)
         accelerator.clip_grad_norm_(trainable, 1.0)
         optimizer.step()
+        used_lr = scheduler.get_last_lr()[0]  # the rate this step used, before the schedule moves on
         scheduler.step()
         optimizer.zero_grad()
         last_loss = loss.item()
         bar.set_postfix(loss=f"{last_loss:.4f}")
+        if tracker is not None:
+            tracker.log({"train/loss": last_loss, "train/lr": used_lr}, step=step + 1)
         if settings.eval_every and (step + 1) % settings.eval_every == 0 and step + 1 < settings.steps:
             # Evaluation draws no random numbers (no dropout in eval mode), so the curve leaves training unchanged.
             scores = evaluate_model(model, evaluation, device=accelerator.device)
+            if tracker is not None:
+                tracker.log(_eval_values(scores), step=step + 1)
             done["curve"].append(
                 {
                     "step": step + 1,
@@ -546,6 +574,8 @@ def _run_locked(
 
     model = accelerator.unwrap_model(model)
     scores = evaluate_model(model, evaluation, device=accelerator.device)
+    if tracker is not None:
+        tracker.log(_eval_values(scores), step=settings.steps)
     curve = spent["curve"] + [
         {
             "step": settings.steps,
