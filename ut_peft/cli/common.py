@@ -75,7 +75,7 @@ def load_config(path) -> dict:
         raise ConfigError(f"the config file {path} is not valid {kind} ({detail})") from None
     if not isinstance(data, dict):
         raise ConfigError(
-            f"the config file {path} holds {'nothing' if data is None else type(data).__name__!r}, not a mapping "
+            f"the config file {path} holds {'nothing' if data is None else repr(type(data).__name__)}, not a mapping "
             "of flags; write one 'flag-name: value' per line"
         )
     return data
@@ -203,8 +203,8 @@ def error_message(err: BaseException) -> str:
     """One line saying what went wrong: the message itself for the library's own kinds of error, the error's type
     and where to see more for anything else."""
     message = " ".join(str(err).split()) or type(err).__name__
-    if isinstance(err, OSError) and err.filename is not None and str(err.filename) not in message:
-        message = f"{err.filename}: {message}"
+    if isinstance(err, OSError) and err.filename is not None and err.strerror:  # "PATH: Permission denied"
+        message = f"{err.filename}: {err.strerror}"
     if not isinstance(err, EXPECTED_ERRORS):
         message = f"{type(err).__name__}: {message} (rerun with --debug for the traceback)"
     return message

@@ -1,0 +1,234 @@
+"""The pieces every command shares: --config files, one-line errors, path checks before a model loads, trackers."""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ut_peft.cli import common
+from ut_peft.cli.common import ConfigError, add_common_flags, load_config, parse_args, run
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def toy_parser():
+    parser = argparse.ArgumentParser(prog="toy")
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--ms", type=int, nargs="+", default=[1])
+    parser.add_argument("--lr", type=float, default=0.1)
+    parser.add_argument("--layers", type=lambda s: [int(x) for x in s.split(",")], default=[1])
+    parser.add_argument("--fast", action="store_true")
+    parser.add_argument("--resume", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument("--kind", choices=["a", "b"], default="a")
+    return add_common_flags(parser, tracking=True)
+
+
+def test_config_file_sets_flags_and_the_command_line_overrides_them(tmp_path):
+    config = tmp_path / "run.yaml"
+    config.write_text(
+        "out: from-file\nms: [1, 2]\nlr: 1e-2\nlayers: [2, 3]\nfast: true\nresume: false\nreport_to: tensorboard\n"
+        "logging-dir: null\n"  # null: the flag's default
+    )
+    args = parse_args(toy_parser(), ["--config", str(config)])
+    assert (args.out, args.ms, args.lr, args.layers) == ("from-file", [1, 2], 0.01, [2, 3])
+    assert (args.fast, args.resume, args.report_to, args.logging_dir) == (True, False, "tensorboard", None)
+    assert args.prog == "toy"
+    args = parse_args(toy_parser(), ["--config", str(config), "--ms", "4", "--out", "cli", "--resume"])
+    assert (args.out, args.ms, args.resume, args.lr) == ("cli", [4], True, 0.01)
+
+
+def test_keys_take_dashes_or_underscores_and_json_files(tmp_path):
+    config = tmp_path / "run.json"
+    config.write_text(json.dumps({"out": "o", "logging-dir": "logs", "lr": 1e-08}))
+    args = parse_args(toy_parser(), ["--config", str(config)])
+    assert args.logging_dir == "logs" and args.lr == 1e-08  # JSON's 1e-08 stays a number (YAML 1.1 reads a string)
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("out: o\nlearning_rate: 0.1\n", "'learning_rate' is not a flag of this command"),
+        ("out: o\nlrr: 0.1\n", "did you mean lr"),
+        ("out: o\nlr: fast\n", "argument --lr: invalid float value: 'fast'"),
+        ("out: o\nkind: c\n", "invalid choice: 'c'"),
+        ("out: o\nfast: 1\n", "fast' is a switch: give true or false"),
+        ("out: [unclosed\n", "is not valid YAML"),
+        ("- out\n- o\n", "holds 'list', not a mapping of flags"),
+        ("", "holds nothing"),
+        ('{"out": "o",}', "is not valid JSON"),
+    ],
+)
+def test_bad_config_files_name_the_file_and_the_key(tmp_path, capsys, text, message):
+    config = tmp_path / "run.yaml"
+    config.write_text(text)
+    with pytest.raises(SystemExit) as exit_:
+        parse_args(toy_parser(), ["--config", str(config)])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert f"toy: error: {config}" in err or f"config file {config}" in err, err
+    assert message in err, err
+
+
+def test_a_missing_config_file_is_named(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(tmp_path / "nope.yaml")
+
+
+def _failing_main(error):
+    def main(args):
+        raise error
+
+    return main
+
+
+def _parse(argv):
+    parser = argparse.ArgumentParser(prog="toy")
+    add_common_flags(parser)
+    return parse_args(parser, argv)
+
+
+@pytest.mark.parametrize(
+    "error, line",
+    [
+        (ValueError("lengths must be >= 1"), "toy: error: lengths must be >= 1"),
+        (FileExistsError(17, "File exists", "/tmp/x"), "toy: error: /tmp/x: File exists\n"),
+        (TypeError("unsupported operand"), "toy: error: TypeError: unsupported operand (rerun with --debug"),
+    ],
+)
+def test_an_error_is_one_line_and_exit_code_2(capsys, monkeypatch, error, line):
+    monkeypatch.delenv(common.DEBUG_ENV, raising=False)
+    with pytest.raises(SystemExit) as exit_:
+        run(_failing_main(error), _parse, [])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(line) and err.count("\n") == 1, err
+
+
+def test_debug_or_the_environment_shows_the_traceback(monkeypatch):
+    with pytest.raises(ValueError, match="boom"):
+        run(_failing_main(ValueError("boom")), _parse, ["--debug"])
+    monkeypatch.setenv(common.DEBUG_ENV, "1")
+    with pytest.raises(ValueError, match="boom"):
+        run(_failing_main(ValueError("boom")), _parse, [])
+
+
+# ---- paths, checked before a model is loaded ---------------------------------------------------------------------
+
+
+def test_output_folder_checks(tmp_path):
+    existing_file = tmp_path / "file"
+    existing_file.write_text("x")
+    with pytest.raises(ValueError, match="is a file, not a folder"):
+        common.check_output_folder(existing_file)
+    with pytest.raises(ValueError, match="is a file, so no folder can be made under it"):
+        common.check_output_folder(existing_file / "sub" / "out")
+    (tmp_path / "run" / "rows.jsonl").mkdir(parents=True)  # a folder where a rows file should be
+    with pytest.raises(ValueError, match="cannot read and append to rows.jsonl"):
+        common.check_output_folder(tmp_path / "run")
+    assert common.check_output_folder(tmp_path / "new" / "out") == tmp_path / "new" / "out"
+    assert not (tmp_path / "new").exists()  # checking creates nothing
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads and writes files whatever their mode")
+def test_unreadable_and_read_only_rows_are_refused(tmp_path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    rows = run_dir / "rows.jsonl"
+    rows.write_text("")
+    rows.chmod(0o444)
+    with pytest.raises(ValueError, match="cannot read and append to rows.jsonl"):
+        common.check_output_folder(run_dir)
+    rows.chmod(0o644)
+    run_dir.chmod(0o555)
+    try:
+        with pytest.raises(ValueError, match="cannot write in"):
+            common.check_output_folder(run_dir)
+    finally:
+        run_dir.chmod(0o755)
+
+
+@pytest.fixture
+def read_only_mount(tmp_path):
+    """A real read-only file system holding a run folder (root ignores file modes, not a read-only mount)."""
+    mount_point = tmp_path / "ro"
+    mount_point.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount_point)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+    try:
+        (mount_point / "run").mkdir()
+        (mount_point / "run" / "rows.jsonl").write_text("")
+        subprocess.run(["mount", "-o", "remount,ro", str(mount_point)], check=True)
+        yield mount_point
+    finally:
+        subprocess.run(["umount", str(mount_point)], check=True)
+
+
+def test_a_read_only_output_is_refused_before_any_work(read_only_mount):
+    with pytest.raises(ValueError, match="cannot write in .*Read-only file system"):
+        common.check_output_folder(read_only_mount / "run")
+    with pytest.raises(ValueError, match="cannot write in"):
+        common.check_output_file(read_only_mount / "results.jsonl", "--results")
+
+
+def test_output_file_checks(tmp_path):
+    with pytest.raises(ValueError, match="--json .* is a folder"):
+        common.check_output_file(tmp_path, "--json")
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ValueError, match="the folder .*file is a file, not a folder"):
+        common.check_output_file(tmp_path / "file" / "r.jsonl", "--results")
+
+
+def test_model_checks(tmp_path, monkeypatch):
+    with pytest.raises(ValueError, match="--model /nonexistent: no such file or folder"):
+        common.check_model("/nonexistent")
+    with pytest.raises(ValueError, match="without config.json"):
+        common.check_model(str(tmp_path))
+    with pytest.raises(ValueError, match="not a hub id of the form 'org/name'"):
+        common.check_model("no-such-bundled-model")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    started = time.monotonic()
+    with pytest.raises(ValueError, match="not in the local Hugging Face cache, and the Hub is offline"):
+        common.check_model("some-org/some-uncached-model")
+    assert time.monotonic() - started < 5  # loading would retry for about a minute
+    (tmp_path / "config.json").write_text("{}")
+    assert common.check_model(str(tmp_path)) == str(tmp_path)
+
+
+def test_a_run_folder_to_read_must_hold_a_run(tmp_path):
+    with pytest.raises(ValueError, match="does not exist"):
+        common.check_run_folder(tmp_path / "nope", "--merge", "settings.json")
+    with pytest.raises(ValueError, match="holds no run"):
+        common.check_run_folder(tmp_path, "--output", "settings.json")
+
+
+# ---- trackers ----------------------------------------------------------------------------------------------------
+
+
+def test_unknown_tracker_names_the_choices(capsys):
+    with pytest.raises(SystemExit):
+        parse_args(toy_parser(), ["--out", "o", "--report-to", "mlflow"])
+    assert "argument --report-to: invalid choice: 'mlflow'" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="unknown tracker 'mlflow'"):
+        common.trackers("mlflow")
+
+
+def test_a_tracker_that_is_not_installed_names_the_package():
+    # A fresh interpreter in which the tensorboard packages cannot be imported, as where they are not installed.
+    script = (
+        "import sys; sys.modules.update(tensorboard=None, tensorboardX=None)\n"
+        "from ut_peft.cli.common import trackers\n"
+        "try:\n    trackers('tensorboard')\nexcept ModuleNotFoundError as err:\n    print(err)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, check=True).stdout
+    assert "--report-to tensorboard needs the tensorboard package: pip install tensorboard" in out, out
+
+
+def test_flat_config_keeps_what_trackers_take():
+    flat = common.flat_config({"a": 1, "b": {"c": [1, 2], "d": None, "e": "x"}, "f": (1.5, 2)})
+    assert flat == {"a": 1, "b/c": "[1, 2]", "b/d": "null", "b/e": "x", "f": "[1.5, 2]"}

@@ -1,0 +1,200 @@
+"""`ut-peft cram` end to end on a tiny model: live tracking read back from TensorBoard's event files (and wandb's
+offline run), a finished sweep's settings.json as a config that reruns it, and its errors as one line."""
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from ut_peft.accessibility.store import read_rows, read_summary
+from ut_peft.accessibility.testing import crammable_model
+from ut_peft.cli import cram as command
+from ut_peft.cli.common import run
+
+torch.set_num_threads(1)
+
+# A sweep that crams some rows and fails others in seconds (12 rows, 30 steps each at most).
+SMALL = "--source tokens --ms 1 2 --lengths 2 3 6 --num-sequences 2 --max-steps 30 --patience 30 --batch-size 4"
+SMALL += " --support-sequences 8 --snapshot-minutes 0"
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("model")
+    crammable_model("llama").save_pretrained(folder)
+    return folder
+
+
+def cram(model_dir, output, *extra):
+    argv = ["--model", str(model_dir), *SMALL.split(), "--output", str(output), *map(str, extra)]
+    command.main(command.parse(argv))
+
+
+def decisions(folder):
+    return {key: (row["accessible"], row["stop_reason"]) for key, row in read_rows(Path(folder)).items()}
+
+
+def scalars(logdir):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(logdir))
+    events.Reload()
+    return {tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]}
+
+
+@pytest.fixture(scope="module")
+def tracked_sweep(model_dir, tmp_path_factory):
+    out = tmp_path_factory.mktemp("tracked") / "out"
+    cram(model_dir, out, "--report-to", "tensorboard")
+    return out
+
+
+def test_tensorboard_gets_the_rows_accessibility_and_n50_as_they_come(tracked_sweep):
+    rows, summary = read_rows(tracked_sweep), read_summary(tracked_sweep)
+    logged = scalars(tracked_sweep / "runs" / command.PROJECT)
+    assert [v for _, v in logged["row/accessible"]] and len(logged["row/accessible"]) == len(rows) == 12
+    losses = sorted(r["final_loss"] for r in rows.values())
+    assert sorted(v for _, v in logged["row/final_loss"]) == pytest.approx(losses)
+    assert sorted(v for _, v in logged["row/tf_accuracy"]) == pytest.approx(
+        sorted(r["tf_accuracy"] for r in rows.values())
+    )
+    steps = [s for tag in logged for s, _ in logged[tag]]
+    assert min(steps) >= 0 and max(steps) == len(rows)
+    for entry in summary.per_m:  # the last value of each (m, n) is the summary's accessibility
+        for n, accessibility in zip(entry.lengths, entry.accessibility):
+            assert logged[f"m{entry.m}/n{n}/accessibility"][-1][1] == pytest.approx(accessibility)
+            assert logged[f"m{entry.m}/n{n}/finished"][-1][1] == 2
+        if entry.n50 is not None:
+            assert logged[f"m{entry.m}/n50"][-1][1] == pytest.approx(entry.n50)
+            assert logged[f"summary/m{entry.m}/n50"][-1][1] == pytest.approx(entry.n50)
+    assert any(entry.n50 is not None for entry in summary.per_m)  # the check above ran for some m
+    assert logged["summary/row_steps"][-1][1] == summary.row_steps
+    assert all(v > 0 for _, v in logged["speed/row_steps_per_second"])
+
+
+def test_settings_json_reruns_the_sweep_exactly(model_dir, tracked_sweep, tmp_path, capsys):
+    settings = tracked_sweep / "settings.json"
+    command.main(command.parse(["--config", str(settings), "--output", str(tmp_path / "again")]))
+    assert decisions(tmp_path / "again") == decisions(tracked_sweep)
+    assert json.loads((tmp_path / "again" / "settings.json").read_text()) == json.loads(settings.read_text())
+    # Into its own folder it is the same run: it resumes (nothing left to do) instead of refusing other settings.
+    command.main(command.parse(["--config", str(settings), "--output", str(tracked_sweep)]))
+    assert decisions(tracked_sweep) == decisions(tmp_path / "again")
+
+
+def test_a_yaml_config_with_command_line_overrides(model_dir, tmp_path):
+    config = tmp_path / "run.yaml"
+    config.write_text(f"model: {model_dir}\nsource: tokens\nms: [1]\nlengths: [2]\nnum-sequences: 1\nmax_steps: 5\n")
+    args = command.parse(["--config", str(config), "--patience", "7", "--output", str(tmp_path / "o")])
+    sweep = command.sweep_config(args)
+    assert (sweep.ms, sweep.grid.lengths, sweep.num_sequences) == ([1], [2], 1)
+    assert (sweep.cram.max_steps, sweep.cram.patience) == (5, 7)
+
+
+def test_cli_defaults_are_the_config_classes(model_dir):
+    from ut_peft.accessibility import CramConfig, GridConfig, SweepConfig
+
+    ours = command.sweep_config(command.parse([]))
+    assert (ours.cram.lr, ours.cram.batch_size, ours.seed) == (CramConfig().lr, CramConfig().batch_size, 0)
+    assert ours.grid.lengths == [4, 8, 16, 32] and ours.ms == [1, 2, 4]  # the README's default job, unchanged
+    published = command.sweep_config(command.parse(["--protocol", "published"]))
+    assert (published.num_sequences, published.cram.max_steps, published.cram.patience) == (
+        SweepConfig().num_sequences,
+        CramConfig().max_steps,
+        CramConfig().patience,
+    )
+    assert (published.grid.start, published.grid.stop) == (GridConfig().start, GridConfig().stop)
+
+
+def test_wandb_offline_run_gets_the_rows(model_dir, tmp_path, monkeypatch):
+    pytest.importorskip("wandb", reason="wandb is not installed (pip install 'ut-peft[tracking]')")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    out = tmp_path / "out"
+    argv = ["--model", str(model_dir), "--source", "tokens", "--ms", "1", "--lengths", "2", "--num-sequences", "2"]
+    argv += ["--max-steps", "10", "--patience", "10", "--support-sequences", "4", "--output", str(out)]
+    command.main(command.parse(argv + ["--report-to", "wandb"]))
+    runs = list((out / "runs" / "wandb").glob("offline-run-*/run-*.wandb"))
+    assert len(runs) == 1
+    data = runs[0].read_bytes()
+    for key in (b"m1/n2/accessibility", b"row/final_loss", b"summary/row_steps"):
+        assert key in data
+
+
+# ---- errors: one line, exit code 2, before the model is loaded ---------------------------------------------------
+
+
+def fails(argv, capsys, monkeypatch):
+    monkeypatch.delenv("UT_PEFT_DEBUG", raising=False)
+    with pytest.raises(SystemExit) as exit_:
+        run(command.main, command.parse, [str(a) for a in argv])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2, err
+    assert "Traceback" not in err, err
+    last = err.splitlines()[-1]  # after any progress bar of the work done before the error
+    assert last.startswith(f"{command.parse([]).prog}: error: "), err
+    return last
+
+
+def test_bad_paths_fail_in_one_line_before_loading(model_dir, tmp_path, capsys, monkeypatch):
+    existing = tmp_path / "a-file"
+    existing.write_text("x")
+    # --model /nonexistent would fail too: the output is checked first, and neither loads a model.
+    assert "is a file, not a folder" in fails(["--model", "/nonexistent", "--output", existing], capsys, monkeypatch)
+    assert "no folder can be made" in fails(["--output", existing / "sub"], capsys, monkeypatch)
+    out = tmp_path / "out"
+    assert "--model /nonexistent: no such file or folder" in fails(
+        ["--model", "/nonexistent", "--output", out], capsys, monkeypatch
+    )
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert "the Hub is offline" in fails(["--model", "org/uncached", "--output", out], capsys, monkeypatch)
+    assert "holds no run" in fails(["--report-only", "--output", tmp_path], capsys, monkeypatch)
+    assert "--merge" in fails(["--merge", tmp_path / "x", tmp_path / "y", "--output", out], capsys, monkeypatch)
+    assert not out.exists()
+
+
+def test_library_errors_are_one_line(model_dir, tracked_sweep, tmp_path, capsys, monkeypatch):
+    base = ["--model", model_dir, *SMALL.split()]
+    assert "lengths must be a non-empty list of integers >= 1" in fails(
+        base + ["--lengths", "0", "--output", tmp_path / "o"], capsys, monkeypatch
+    )
+    assert "different settings" in fails(base + ["--seed", "1", "--output", tracked_sweep], capsys, monkeypatch)
+    assert "--adaptive is an alias" in fails(base + ["--adaptive", "--design", "sequential"], capsys, monkeypatch)
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    for name in ("settings.json", "rows.jsonl"):
+        (broken / name).write_bytes((tracked_sweep / name).read_bytes())
+    with open(broken / "rows.jsonl", "r+b") as rows:  # garbage in the middle: never cut silently
+        lines = rows.read().splitlines(keepends=True)
+        rows.seek(0)
+        rows.write(b"".join(lines[:3] + [b"garbage\n"] + lines[3:]))
+    err = fails(base + ["--output", broken], capsys, monkeypatch)
+    assert "rows.jsonl:4" in err
+
+
+def test_debug_lets_the_traceback_through(model_dir, tmp_path, monkeypatch):
+    with pytest.raises(ValueError, match="lengths must be"):
+        run(command.main, command.parse, ["--model", str(model_dir), "--lengths", "0", "--debug"])
+    monkeypatch.setenv("UT_PEFT_DEBUG", "1")
+    with pytest.raises(ValueError, match="lengths must be"):
+        run(command.main, command.parse, ["--model", str(model_dir), "--lengths", "0"])
+
+
+FOLDER_HINT = "give the path of a folder (new or a run's)"
+
+
+def test_the_script_prints_one_line(tmp_path):
+    """The real thing: a fresh interpreter running recipes/cram.py writes one stderr line and exits with 2."""
+    import subprocess
+    import sys
+
+    (tmp_path / "f").write_text("x")
+    script = Path(__file__).resolve().parents[2] / "recipes" / "cram.py"
+    env = dict(os.environ, UT_PEFT_DEBUG="")
+    done = subprocess.run(
+        [sys.executable, str(script), "--output", str(tmp_path / "f")], capture_output=True, text=True, env=env
+    )
+    assert done.returncode == 2
+    assert done.stderr == f"cram.py: error: --output {tmp_path / 'f'} is a file, not a folder; {FOLDER_HINT}\n"
