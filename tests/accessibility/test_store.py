@@ -11,8 +11,17 @@ from pathlib import Path
 
 import pytest
 
-from ut_peft.accessibility import run_sweep, summarize_folder
-from ut_peft.accessibility.store import CorruptRowsError, FolderLockedError, append_row, lock_folder, read_rows, repair
+from ut_peft.accessibility import load_rows, run_sweep, store, summarize_folder
+from ut_peft.accessibility.rows import Row
+from ut_peft.accessibility.store import (
+    ConflictingRowsError,
+    CorruptRowsError,
+    FolderLockedError,
+    append_row,
+    lock_folder,
+    read_rows,
+    repair,
+)
 
 from .test_sweep import small_config
 
@@ -313,3 +322,89 @@ def test_every_committed_summary_reads_and_writes_back_unchanged(tmp_path, folde
     summary = store.read_summary(ROOT / folder)
     store.write_summary(tmp_path, summary)
     assert (tmp_path / store.SUMMARY_FILE).read_bytes() == (ROOT / folder / store.SUMMARY_FILE).read_bytes()
+
+
+# ---- what is a row, and which rows count --------------------------------------------------------------------------
+def test_load_rows_keeps_every_field_of_the_row_schema(tmp_path):
+    # best_accuracy_at was missing from the Dataset's features, so load_rows dropped it silently.
+    trajectory = {"10": 0.25, "100": 1.0, "25": 0.5}
+    line = json.dumps(row(0, best_accuracy_at=trajectory, best_prefix=1)) + "\n"
+    write_lines(tmp_path / "rows.jsonl", [line.encode()])
+    (loaded,) = load_rows(tmp_path)
+    assert loaded["best_accuracy_at"] == [
+        {"step": 10, "accuracy": 0.25},
+        {"step": 25, "accuracy": 0.5},
+        {"step": 100, "accuracy": 1.0},
+    ]
+    assert loaded["best_prefix"] == 1 and loaded["inferred_from"] is None
+    assert set(loaded) == {f.name for f in Row.schema()}  # one column per field of the one schema
+
+
+@pytest.mark.parametrize(
+    "field,value",
+    [("accessible", "yes"), ("steps", "3"), ("m", 1.5), ("init_seed", "x"), ("tf_accuracy", True), ("rank", None)],
+)
+def test_a_field_of_the_wrong_type_is_an_error_naming_the_line_and_the_field(tmp_path, field, value):
+    # "accessible": "yes" used to reach the fits and fail there with "TypeError: unsupported operand".
+    path = tmp_path / "rows.jsonl"
+    write_lines(path, [good(0), (json.dumps(dict(row(1), **{field: value})) + "\n").encode(), good(2)])
+    with pytest.raises(CorruptRowsError, match=rf"rows\.jsonl:2 is a row whose field '{field}' is"):
+        read_rows(tmp_path)
+
+
+def test_only_the_files_the_store_writes_are_rows_and_overwrite_removes_only_those(tmp_path):
+    write_lines(tmp_path / "rows.jsonl", [good(0), good(1)])
+    write_lines(tmp_path / "rows.rank1.jsonl", [good(2)])
+    mine = {
+        name: [good(index) for index in (5, 6, 7)]
+        for name in ("rows-old.jsonl", "rows_old.jsonl", "rows.bak.jsonl", "rows.rank01.jsonl")
+    }
+    for name, lines in mine.items():  # a user's copies: other rows, which used to be pooled in
+        write_lines(tmp_path / name, lines)
+    (tmp_path / "vectors").mkdir()
+    (tmp_path / "vectors" / "m1-n2-i0.safetensors").write_bytes(b"x")
+    (tmp_path / "vectors" / "notes.txt").write_text("mine")
+    assert sorted(read_rows(tmp_path)) == [(1, 2, 0), (1, 2, 1), (1, 2, 2)]
+    store.prepare_folder(tmp_path, {"seed": 0}, clear=True)  # what overwrite=True (--overwrite) does
+    assert not (tmp_path / "rows.jsonl").exists() and not (tmp_path / "rows.rank1.jsonl").exists()
+    assert not (tmp_path / "vectors" / "m1-n2-i0.safetensors").exists()
+    for name, lines in mine.items():
+        assert (tmp_path / name).read_bytes() == b"".join(lines)
+    assert (tmp_path / "vectors" / "notes.txt").read_text() == "mine"
+
+
+def test_rows_of_one_key_that_disagree_are_an_error_naming_both_lines(tmp_path):
+    path = tmp_path / "rows.jsonl"
+    flipped = dict(row(0), accessible=False, greedy_exact=False, stop_reason="patience")
+    write_lines(path, [good(0), good(1), (json.dumps(flipped) + "\n").encode()])
+    with pytest.raises(
+        ConflictingRowsError,
+        match=r"rows\.jsonl:1 and .*rows\.jsonl:3 are two rows of \(m, n, index\) = \(1, 2, 0\) that disagree "
+        r"\(greedy_exact True vs False; accessible True vs False; stop_reason 'converged' vs 'patience'\)",
+    ):
+        read_rows(tmp_path)
+
+
+def test_rows_of_one_key_that_agree_are_one_row_whichever_comes_first(tmp_path):
+    # Two runs of the same settings agree on the decision; what was measured on the way may differ in rounding
+    # (other rows in the batch) and the wall time does: the same row is kept in either order.
+    exact = good(0)
+    rounded = (json.dumps(dict(row(0), final_loss=0.1000001, seconds=0.7)) + "\n").encode()
+    kept = []
+    for order in ([exact, good(1), exact], [exact, good(1), rounded], [rounded, good(1), exact]):
+        write_lines(tmp_path / "rows.jsonl", order)
+        rows = read_rows(tmp_path)
+        assert sorted(rows) == [(1, 2, 0), (1, 2, 1)]
+        kept.append(dict(rows[(1, 2, 0)]))
+    assert kept[1] == kept[2]
+
+
+def test_a_complete_last_row_without_its_newline_is_kept_and_its_newline_added(tmp_path):
+    path = tmp_path / "rows.jsonl"
+    write_lines(path, [good(0), good(1).rstrip(b"\n")])  # e.g. copied by an editor that drops the final newline
+    assert sorted(read_rows(tmp_path)) == [(1, 2, 0), (1, 2, 1)]
+    assert repair(path) == 0 and path.read_bytes() == good(0) + good(1)
+    write_lines(path, [good(0), b"{}"])  # parses, so it is not a torn write: an error, not a silent cut
+    with pytest.raises(CorruptRowsError, match=r"rows\.jsonl:2 is a row without m, n, index"):
+        repair(path)
+    assert path.read_bytes() == good(0) + b"{}"

@@ -640,3 +640,97 @@ def test_a_stopped_sweep_resumes_its_rows_in_flight_from_their_snapshots(tmp_pat
         )
     assert resumed.row_steps == whole.row_steps
     assert not list((tmp_path / "stopped" / INFLIGHT_DIR).glob("*"))  # every finished row took its state away
+
+
+# ---- rows the settings cannot have made, edited settings, merge order ---------------------------------------------
+def _append_line(path, row):
+    with open(path, "a") as handle:
+        handle.write(json.dumps(row, sort_keys=True) + "\n")
+
+
+def test_rows_outside_the_sweep_are_refused_by_resume_and_report_naming_the_line(tmp_path, llama):
+    from ut_peft.accessibility.sources import init_seed
+    from ut_peft.accessibility.store import RowOutsideSweepError
+
+    run_sweep(small_config(), tmp_path / "run", model=llama, progress=False)
+    (last,) = [r for k, r in read_rows(tmp_path / "run").items() if k == (1, 2, 0)]
+    for name, (m, n, index), why in (
+        ("length", (1, 5, 0), r"n = 5 is not among the lengths \[2, 3, 6\]"),
+        ("index", (1, 2, 2), "index 2 is not below num_sequences = 2"),
+        ("m", (3, 2, 0), r"m = 3 is not among ms \[1, 2\]"),
+    ):
+        folder = tmp_path / name
+        shutil.copytree(tmp_path / "run", folder)
+        _append_line(folder / "rows.jsonl", dict(last, m=m, n=n, index=index, init_seed=init_seed(0, m, n, index)))
+        before = (folder / "rows.jsonl").read_bytes()
+        message = rf"rows\.jsonl:13 holds row \(m, n, index\) = \({m}, {n}, {index}\).*cannot have produced: {why}"
+        with pytest.raises(RowOutsideSweepError, match=message):
+            summarize_folder(folder, llama, support_sequences=8, support_seq_len=4)
+        with pytest.raises(RowOutsideSweepError, match=message):
+            run_sweep(small_config(), folder, model=llama, progress=False)
+        assert (folder / "rows.jsonl").read_bytes() == before
+
+
+def test_an_edited_settings_json_is_refused_by_the_report_instead_of_changing_it(tmp_path, llama):
+    from ut_peft.accessibility.store import RowOutsideSweepError
+
+    run_sweep(small_config(), tmp_path, model=llama, progress=False)
+    summary = (tmp_path / "summary.json").read_bytes()
+    original = json.loads((tmp_path / "settings.json").read_text())
+    for edit, why in (
+        ({"seed": 7}, "its init_seed .* is not the one seed = 7 gives this job"),
+        ({"num_sequences": 1}, "index 1 is not below num_sequences = 1"),
+        ({"grid": dict(original["grid"], lengths=[2, 3])}, r"n = 6 is not among the lengths \[2, 3\]"),
+        ({"cram": dict(original["cram"], max_steps=1)}, "beyond the step cap cram.max_steps = 1"),
+    ):
+        (tmp_path / "settings.json").write_text(json.dumps(dict(original, **edit)))
+        with pytest.raises(RowOutsideSweepError, match=why):
+            summarize_folder(tmp_path, llama, support_sequences=8, support_seq_len=4)
+        assert (tmp_path / "summary.json").read_bytes() == summary  # the report was not rewritten
+
+
+def test_merging_in_either_order_gives_the_same_rows_or_the_same_error(tmp_path, llama):
+    from ut_peft.accessibility.store import ConflictingRowsError
+
+    for name, lengths in (("a", [2, 3]), ("b", [3, 6])):  # (1, 3, i) twice, crammed with other batch companions
+        run_sweep(small_config(ms=[1], grid=GridConfig(lengths=lengths)), tmp_path / name, model=llama, progress=False)
+    merge_sweeps([tmp_path / "a", tmp_path / "b"], tmp_path / "ab")
+    merge_sweeps([tmp_path / "b", tmp_path / "a"], tmp_path / "ba")
+    assert (tmp_path / "ab" / "rows.jsonl").read_bytes() == (tmp_path / "ba" / "rows.jsonl").read_bytes()
+    assert len(read_rows(tmp_path / "ab")) == 2 * 3
+    # One input's (1, 3, 0) says the opposite: either order stops with the same error, naming both lines.
+    path = tmp_path / "b" / "rows.jsonl"
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    number = next(k for k, r in enumerate(lines, start=1) if (r["n"], r["index"]) == (3, 0))
+    lines[number - 1]["accessible"] = not lines[number - 1]["accessible"]
+    path.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in lines))
+    messages = []
+    for order in (["a", "b"], ["b", "a"]):
+        with pytest.raises(ConflictingRowsError, match=rf"b/rows\.jsonl:{number} .*\(1, 3, 0\) that disagree") as err:
+            merge_sweeps([tmp_path / f for f in order], tmp_path / "merged", overwrite=True)
+        messages.append(str(err.value))
+    assert messages[0] == messages[1] and "a/rows.jsonl:" in messages[0]
+
+
+def test_overwrite_keeps_a_users_file_beside_the_rows(tmp_path, llama):
+    run_sweep(small_config(num_sequences=1), tmp_path, model=llama, progress=False)
+    (tmp_path / "rows_old.jsonl").write_bytes((tmp_path / "rows.jsonl").read_bytes())  # a user's copy
+    summary = run_sweep(small_config(), tmp_path, model=llama, progress=False, overwrite=True)
+    assert summary.num_rows == 12  # the copy was not pooled in, and it is still there
+    assert len((tmp_path / "rows_old.jsonl").read_text().splitlines()) == 6
+
+
+def test_a_sequential_row_the_design_did_not_ask_for_is_refused_and_resume_still_works(tmp_path, llama):
+    from ut_peft.accessibility.sources import init_seed
+    from ut_peft.accessibility.store import RowOutsideSweepError
+
+    config = sequential_config(budget_row_steps=200, target_ci=None)
+    run_sweep(config, tmp_path / "whole", model=llama, progress=False)
+    rows = read_rows(tmp_path / "whole")
+    folder = tmp_path / "stray"
+    shutil.copytree(tmp_path / "whole", folder)
+    top = max(i for _, _, i in rows)
+    row = dict(rows[min(rows)], n=23, index=top + 1, init_seed=init_seed(0, 1, 23, top + 1))
+    _append_line(folder / "rows.jsonl", row)  # a length within [start, stop], a fresh index: no round asked for it
+    with pytest.raises(RowOutsideSweepError, match=r"the sequential design asks for no such job"):
+        summarize_folder(folder, llama, support_sequences=8, support_seq_len=4)
