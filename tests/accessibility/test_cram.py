@@ -4,6 +4,10 @@ import torch
 from ut_peft.accessibility.cram import (
     CramConfig,
     CramJob,
+    RowCounters,
+    RowOptimizer,
+    ShortestFirst,
+    StoppingRule,
     cram,
     cram_reference,
     embedding_std,
@@ -150,18 +154,78 @@ def test_prefix_tokens_sit_before_the_memory_and_decide_like_one_at_a_time(cramm
 
 
 def test_a_greedy_miss_backs_off_before_the_next_check():
-    from ut_peft.accessibility.cram import _Row
-
-    row = _Row(
-        job=CramJob(key=0, ids=[1, 2], m=1, seed=0), ids=torch.tensor([1, 2]), given=0, target_len=2, started=0.0
-    )
-    assert row.greedy_due(0)
+    rule, counters = StoppingRule(CramConfig(max_steps=100, patience=100)), RowCounters()
+    assert rule.greedy_due(counters, 0)
     due = []
     for step in range(40):
-        if row.greedy_due(step):
+        exact = None
+        if rule.greedy_due(counters, step):
             due.append(step)
-            row.greedy_missed(step)
-    assert due == [0, 2, 6, 14, 30] and row.greedy_misses == 5
+            exact = False  # 100% teacher-forced accuracy that greedy decoding did not confirm
+        assert rule.after_forward(counters, 1.0, step, exact) is None
+    assert due == [0, 2, 6, 14, 30] and counters.greedy_misses == 5
+
+
+def test_the_stopping_rule_moves_its_own_counters():
+    """Callers only report accuracies: the patience count, the best accuracy and the trajectory are the rule's."""
+    rule, counters = StoppingRule(CramConfig(max_steps=100, patience=3)), RowCounters()
+    reasons = [rule.after_forward(counters, acc, step, None) for step, acc in enumerate([0.5, 0.5, 0.5, 0.5, 0.6])]
+    assert reasons == [None, None, None, "patience", None] and counters.best_acc == 0.6
+    assert rule.after_forward(RowCounters(), 0.2, 100, None) == "max_steps"
+    assert RowCounters.from_dict(counters.to_dict()) == counters
+
+
+class BatchedSGD(RowOptimizer):
+    """Plain SGD (torch.optim.SGD's update with weight decay) for the engine: all a new optimizer needs."""
+
+    @torch.no_grad()
+    def step(self, update, steps):
+        config, params = self.config, self.params
+        new = params - config.lr * (params.grad + config.weight_decay * params)
+        params.copy_(torch.where(update.to(params.device)[:, None, None], new, params))
+
+
+def torch_sgd(params, config):
+    return torch.optim.SGD(params, lr=config.lr, weight_decay=config.weight_decay)
+
+
+def test_a_new_optimizer_is_one_class_and_decides_like_its_stock_version_alone(llama, tmp_path):
+    from ut_peft.accessibility import store
+
+    jobs = _jobs([(2, 1), (5, 1), (3, 2), (2, 2)], seed=2)  # 4 jobs through 2 slots: reused slots
+    config = CramConfig(lr=0.3, max_steps=60, patience=100, batch_size=2, autocast="none")
+    batched = {r.job.key: r for r in cram(llama, jobs, config, optimizer=BatchedSGD)}
+    for job in jobs:
+        alone = cram_reference(llama, job, config, optimizer=torch_sgd)
+        got = batched[job.key]
+        assert (got.accessible, got.stop_reason, got.steps) == (alone.accessible, alone.stop_reason, alone.steps)
+    assert {r.accessible for r in batched.values()} == {True, False}
+    # Snapshots and the store carry its (empty) state without knowing it; a resumed row ends as the whole one.
+    key, snapshots = jobs[1].key, []
+    (whole,) = cram(llama, [jobs[1]], config, optimizer=BatchedSGD, snapshot_every=0, on_snapshot=snapshots.append)
+    middle = snapshots[30][key]
+    assert middle.optimizer == {}
+    store.write_inflight(tmp_path, (1, 5, 0), middle)
+    kept = store.read_inflight(tmp_path, (1, 5, 0))
+    resumed_job = CramJob(key=key, ids=jobs[1].ids, m=1, seed=jobs[1].seed, resume=kept)
+    (resumed,) = cram(llama, [resumed_job], config, optimizer=BatchedSGD)
+    assert resumed.steps == whole.steps and torch.equal(resumed.vectors, whole.vectors)
+    # An AdamW snapshot is refused by the SGD engine by name, not loaded half-way.
+    adam_snapshots = []
+    list(cram(llama, [jobs[1]], CramConfig(max_steps=3), snapshot_every=0, on_snapshot=adam_snapshots.append))
+    adam_state = adam_snapshots[0][key]
+    assert sorted(adam_state.optimizer) == ["exp_avg", "exp_avg_sq"]
+    with pytest.raises(ValueError, match="exp_avg"):
+        adam_job = CramJob(key=key, ids=jobs[1].ids, m=1, seed=0, resume=adam_state)
+        list(cram(llama, [adam_job], config, optimizer=BatchedSGD))
+
+
+def test_the_refill_order_is_one_injectable_policy(llama):
+    jobs = _jobs([(6, 2), (2, 1), (4, 1), (2, 1)], seed=5)
+    assert [j.key for j in ShortestFirst(jobs).order(jobs)] == [1, 3, 2, 0]  # m + n, ties as given
+    config = CramConfig(max_steps=2, patience=10, batch_size=1)  # one slot: rows finish in refill order
+    assert [r.job.key for r in cram(llama, jobs, config)] == [0, 1, 2, 3]
+    assert [r.job.key for r in cram(llama, jobs, config, refill=ShortestFirst)] == [1, 3, 2, 0]
 
 
 @pytest.mark.slow

@@ -15,7 +15,11 @@ import math
 import numpy as np
 from scipy import stats
 
-CHECKPOINTS = (25, 50, 100, 150, 200, 300, 400, 500, 750, 1000, 1500, 2000)
+from .cram import TRAJECTORY_STEPS
+
+# The steps rows record their best accuracy at (one list: cram.TRAJECTORY_STEPS), from 25 to 2000: at step 10 a floor
+# separates nothing yet, and past 2000 a 3000-step cap leaves little to save.
+CHECKPOINTS = tuple(k for k in TRAJECTORY_STEPS if 25 <= k <= 2000)
 
 
 def _best_at(row: dict, k: int) -> float | None:

@@ -104,52 +104,50 @@ class CramConfig:
 
 @dataclass
 class RowState:
-    """Everything a row in flight needs to continue exactly where it was: its vectors and AdamW moments after
-    ``step`` updates, and its stopping rule's counters. Handed out by ``cram(on_snapshot=...)``; a job whose
-    ``resume`` is set starts from it (same batch companions: the same trajectory, bit for bit)."""
+    """Everything a row in flight needs to continue exactly where it was: its vectors, its optimizer's per-row
+    tensors after ``step`` updates, and its stopping rule's counters. Handed out by ``cram(on_snapshot=...)``; a
+    job whose ``resume`` is set starts from it (same batch companions: the same trajectory, bit for bit).
+
+    The optimizer's and the stopping rule's fields are theirs (:meth:`RowOptimizer.row_state`,
+    :meth:`RowCounters.to_dict`): a store keeps :meth:`tensors` and :meth:`scalars` without knowing them.
+    """
 
     vectors: torch.Tensor  # (m, d) float32, CPU
-    exp_avg: torch.Tensor  # (m, d)
-    exp_avg_sq: torch.Tensor  # (m, d)
+    optimizer: dict[str, torch.Tensor]  # name -> (m, d) float32 CPU tensor, as the optimizer's row_state gave it
     step: int  # optimiser updates applied
     target_len: int
-    best_acc: float
-    since_best: int
-    greedy_misses: int
-    next_greedy_check: int
-    best_at: dict
+    counters: dict  # the stopping rule's counters (JSON-safe)
     seconds: float  # wall time the row had run
     best_prefix: int = 0  # see CramResult.best_prefix (0 in snapshots written before it existed)
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        """The vectors and the optimizer's tensors, by name (the optimizer's names never shadow ``vectors``)."""
+        return {"vectors": self.vectors, **self.optimizer}
 
     def scalars(self) -> dict:
         """The non-tensor fields (JSON-safe)."""
         return {
             "step": self.step,
             "target_len": self.target_len,
-            "best_acc": self.best_acc,
-            "since_best": self.since_best,
-            "greedy_misses": self.greedy_misses,
-            "next_greedy_check": self.next_greedy_check,
-            "best_at": {str(k): v for k, v in self.best_at.items()},
+            **self.counters,
             "seconds": self.seconds,
             "best_prefix": self.best_prefix,
         }
 
     @classmethod
     def from_parts(cls, tensors: dict, scalars: dict) -> RowState:
+        """The inverse of (:meth:`tensors`, :meth:`scalars`)."""
+        scalars = dict(scalars)
+        own = {k: scalars.pop(k) for k in ("step", "target_len", "seconds")}
+        best_prefix = int(scalars.pop("best_prefix", 0))
         return cls(
             vectors=tensors["vectors"],
-            exp_avg=tensors["exp_avg"],
-            exp_avg_sq=tensors["exp_avg_sq"],
-            step=int(scalars["step"]),
-            target_len=int(scalars["target_len"]),
-            best_acc=float(scalars["best_acc"]),
-            since_best=int(scalars["since_best"]),
-            greedy_misses=int(scalars["greedy_misses"]),
-            next_greedy_check=int(scalars["next_greedy_check"]),
-            best_at={int(k): float(v) for k, v in scalars["best_at"].items()},
-            seconds=float(scalars["seconds"]),
-            best_prefix=int(scalars.get("best_prefix", 0)),
+            optimizer={k: v for k, v in tensors.items() if k != "vectors"},
+            step=int(own["step"]),
+            target_len=int(own["target_len"]),
+            counters=scalars,
+            seconds=float(own["seconds"]),
+            best_prefix=best_prefix,
         )
 
 
@@ -377,8 +375,40 @@ class _FrozenModel:
         self.model.train(self.training)
 
 
-# Steps at which a row's best teacher-forced accuracy so far is recorded (CramResult.best_accuracy_at).
+# Steps at which a row's best teacher-forced accuracy so far is recorded (CramResult.best_accuracy_at); the
+# early-abandon calibration (:mod:`.calibrate`) reads its checkpoints from this list.
 TRAJECTORY_STEPS = (10, 25, 50, 100, 150, 200, 300, 400, 500, 750, 1000, 1500, 2000, 2500, 3000)
+
+
+@dataclass
+class RowCounters:
+    """A row's stopping counters; :class:`StoppingRule` alone moves them."""
+
+    best_acc: float = -1.0
+    since_best: int = 0  # forwards since the last new best accuracy (the patience count)
+    greedy_misses: int = 0  # times 100% teacher-forced accuracy did not survive real greedy decoding
+    next_greedy_check: int = 0  # step from which the next greedy check may run (backs off after a miss)
+    best_at: dict = field(default_factory=dict)  # TRAJECTORY_STEPS -> best accuracy by then
+
+    def to_dict(self) -> dict:
+        """JSON-safe, for :class:`RowState` (the keys are those snapshots have always had)."""
+        return {
+            "best_acc": self.best_acc,
+            "since_best": self.since_best,
+            "greedy_misses": self.greedy_misses,
+            "next_greedy_check": self.next_greedy_check,
+            "best_at": {str(k): v for k, v in self.best_at.items()},
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict) -> RowCounters:
+        return cls(
+            best_acc=float(data["best_acc"]),
+            since_best=int(data["since_best"]),
+            greedy_misses=int(data["greedy_misses"]),
+            next_greedy_check=int(data["next_greedy_check"]),
+            best_at={int(k): float(v) for k, v in data["best_at"].items()},
+        )
 
 
 @dataclass
@@ -388,11 +418,7 @@ class _Row:
     given: int  # leading tokens that are inputs only
     target_len: int  # tokens currently targeted (L - given unless progressive)
     started: float
-    best_acc: float = -1.0
-    since_best: int = 0
-    greedy_misses: int = 0  # times 100% teacher-forced accuracy did not survive real greedy decoding
-    next_greedy_check: int = 0  # step from which the next greedy check may run (backs off after a miss)
-    best_at: dict = field(default_factory=dict)
+    counters: RowCounters = field(default_factory=RowCounters)
     best_prefix: int = 0  # CramResult.best_prefix so far
 
     @property
@@ -404,98 +430,144 @@ class _Row:
         """The whole sequence is targeted (always, unless progressive mode is still growing it)."""
         return self.target_len == self.num_targets
 
-    def greedy_due(self, step: int) -> bool:
-        return step >= self.next_greedy_check
-
-    def greedy_missed(self, step: int) -> None:
-        # In half precision the cached decoding loop can flip a near-tie that the training forward got right;
-        # training on widens the margins. Back off so a stubborn row is not decoded at every step.
-        self.greedy_misses += 1
-        self.next_greedy_check = step + 2**self.greedy_misses
-
 
 class StoppingRule:
-    """When a row stops, and why: the one place the protocol's stopping rule is written.
+    """When a row stops, and why: the one place the protocol's stopping rule and its counters live.
 
-    Called once per forward with the row's teacher-forced accuracy at ``step`` (updates applied so far) and, when
-    the accuracy was 100%, the greedy check's verdict (None when no check ran). Returns "exact", "max_steps",
-    "patience", "abandoned" or None (train on). The published rule is the first three; "abandoned" is the
-    calibrated early stop of ``config.abandon_below``.
+    Per forward, a caller asks :meth:`greedy_due` whether a row at 100% teacher-forced accuracy may be decoded now,
+    then hands :meth:`after_forward` the accuracy at ``step`` (updates applied so far) and the greedy verdict (None
+    when no check ran). It returns "exact", "max_steps", "patience", "abandoned" or None, and None means the caller
+    applies one update, which the rule has already counted towards patience. The published rule is the first three;
+    "abandoned" is the calibrated early stop of ``config.abandon_below``. A subclass changes the rule in one place.
     """
 
     def __init__(self, config: CramConfig):
         self.config = config
 
-    def observe(self, row: _Row, acc: float, step: int) -> None:
-        if acc > row.best_acc:
-            row.best_acc, row.since_best = acc, 0
-        for k in TRAJECTORY_STEPS:
-            if k <= step and k not in row.best_at:
-                row.best_at[k] = max(row.best_acc, 0.0)
+    def greedy_due(self, counters: RowCounters, step: int) -> bool:
+        return step >= counters.next_greedy_check
 
-    def decide(self, row: _Row, acc: float, step: int, exact: bool | None) -> str | None:
+    def after_forward(self, counters: RowCounters, acc: float, step: int, exact: bool | None) -> str | None:
+        self._observe(counters, acc, step)
+        if exact is False:
+            # In half precision the cached decoding loop can flip a near-tie that the training forward got right;
+            # training on widens the margins. Back off so a stubborn row is not decoded at every step.
+            counters.greedy_misses += 1
+            counters.next_greedy_check = step + 2**counters.greedy_misses
+        reason = self.decide(counters, acc, step, exact)
+        if reason is None:
+            counters.since_best += 1  # the update the caller applies next
+        return reason
+
+    def target_grown(self, counters: RowCounters) -> None:
+        """Progressive mode took one more token: the best accuracy so far was over a shorter target."""
+        counters.best_acc, counters.since_best = -1.0, 0
+
+    def _observe(self, counters: RowCounters, acc: float, step: int) -> None:
+        if acc > counters.best_acc:
+            counters.best_acc, counters.since_best = acc, 0
+        for k in TRAJECTORY_STEPS:
+            if k <= step and k not in counters.best_at:
+                counters.best_at[k] = max(counters.best_acc, 0.0)
+
+    def decide(self, counters: RowCounters, acc: float, step: int, exact: bool | None) -> str | None:
         if exact:
             return "exact"
         if step >= self.config.max_steps:
             return "max_steps"
-        if row.since_best >= self.config.patience:
+        if counters.since_best >= self.config.patience:
             return "patience"
         for k, floor in self.config.abandon_below:
-            if step >= k and row.best_acc < floor:
+            if step >= k and counters.best_acc < floor:
                 return "abandoned"
         return None
 
 
-class BatchedAdamW:
+class RowOptimizer:
+    """An optimizer for a (B, m, d) tensor whose rows are independent sequences: the interface the engine uses.
+
+    A subclass keeps its per-row tensors in ``self.state`` (name -> tensor shaped like the parameters) and writes
+    :meth:`step`; resetting a slot, snapshots and the store then handle its state without knowing its fields. A
+    row's step count belongs to the engine, which passes it in (a new sequence in a slot starts from 0).
+    """
+
+    def __init__(self, params: torch.Tensor, config: CramConfig):
+        self.params, self.config = params, config
+        self.state: dict[str, torch.Tensor] = {}
+
+    @torch.no_grad()
+    def reset(self, b: int) -> None:
+        """A new sequence takes slot ``b``: forget its predecessor's state."""
+        for tensor in self.state.values():
+            tensor[b].zero_()
+
+    @torch.no_grad()
+    def step(self, update: torch.Tensor, steps: torch.Tensor) -> None:
+        """Apply one update to the rows where the CPU bool tensor ``update`` is set; ``steps`` (CPU, long) holds
+        each row's update count including this one."""
+        raise NotImplementedError
+
+    def row_state(self, b: int, m: int) -> dict[str, torch.Tensor]:
+        """Slot ``b``'s state over its ``m`` vectors, as float32 CPU copies (what a snapshot keeps)."""
+        return {name: tensor[b, :m].detach().float().cpu().clone() for name, tensor in self.state.items()}
+
+    @torch.no_grad()
+    def load_row_state(self, b: int, m: int, tensors: dict[str, torch.Tensor]) -> None:
+        """The inverse of :meth:`row_state`; a snapshot of another optimizer is refused by name."""
+        if set(tensors) != set(self.state):
+            raise ValueError(
+                f"the row's saved optimizer state holds {sorted(tensors)}, and {type(self).__name__} keeps "
+                f"{sorted(self.state)}: resume it with the optimizer that wrote it, or restart the row"
+            )
+        for name, tensor in self.state.items():
+            tensor[b, :m] = tensors[name].to(tensor.device, tensor.dtype)
+
+
+class BatchedAdamW(RowOptimizer):
     """torch.optim.AdamW's update for a (B, m, d) tensor whose rows are independent sequences.
 
     One ``torch.optim.AdamW`` over the tensor would share one step counter across rows, so a sequence that takes
-    over a slot would inherit its predecessor's bias correction. Here each row keeps its own step count and its
+    over a slot would inherit its predecessor's bias correction. Here each row has its own step count and its
     moments are zeroed when a new sequence arrives (:meth:`reset`), so a row's trajectory is the one it would
     have alone. Step counts live on the CPU: reading them every step from a GPU would sync once per row.
     """
 
     def __init__(self, params: torch.Tensor, config: CramConfig):
-        self.params, self.config = params, config
-        self.exp_avg = torch.zeros_like(params, requires_grad=False)
-        self.exp_avg_sq = torch.zeros_like(self.exp_avg)
-        self.steps = torch.zeros(params.shape[0], dtype=torch.long)
+        super().__init__(params, config)
+        self.state["exp_avg"] = torch.zeros_like(params, requires_grad=False)
+        self.state["exp_avg_sq"] = torch.zeros_like(params, requires_grad=False)
 
     @torch.no_grad()
-    def reset(self, b: int) -> None:
-        self.exp_avg[b].zero_()
-        self.exp_avg_sq[b].zero_()
-        self.steps[b] = 0
-
-    def step_count(self, b: int) -> int:
-        return int(self.steps[b])
-
-    @torch.no_grad()
-    def step(self, update: torch.Tensor) -> None:
-        """Apply one update to the rows where the CPU bool tensor ``update`` is set."""
+    def step(self, update: torch.Tensor, steps: torch.Tensor) -> None:
         config, params = self.config, self.params
+        exp_avg, exp_avg_sq = self.state["exp_avg"], self.state["exp_avg_sq"]
         b1, b2 = config.betas
         grad = params.grad
-        self.steps += update.long()
-        t = self.steps.clamp(min=1).double()
+        t = steps.clamp(min=1).double()
         mask = update.to(params.device)[:, None, None]
         bias1 = (1 - b1**t).float().to(params.device)[:, None, None]
         bias2_sqrt = (1 - b2**t).sqrt().float().to(params.device)[:, None, None]
         decayed = params * (1 - config.lr * config.weight_decay)
-        new_avg = self.exp_avg.lerp(grad, 1 - b1)
-        new_avg_sq = self.exp_avg_sq * b2 + grad * grad * (1 - b2)
+        new_avg = exp_avg.lerp(grad, 1 - b1)
+        new_avg_sq = exp_avg_sq * b2 + grad * grad * (1 - b2)
         denom = new_avg_sq.sqrt() / bias2_sqrt + config.adam_eps
         new_params = decayed - (config.lr / bias1) * new_avg / denom
         params.copy_(torch.where(mask, new_params, params))
-        self.exp_avg.copy_(torch.where(mask, new_avg, self.exp_avg))
-        self.exp_avg_sq.copy_(torch.where(mask, new_avg_sq, self.exp_avg_sq))
+        exp_avg.copy_(torch.where(mask, new_avg, exp_avg))
+        exp_avg_sq.copy_(torch.where(mask, new_avg_sq, exp_avg_sq))
 
 
 class FifoRefill:
-    """Which waiting job takes a free slot: the next one in the order given."""
+    """Which waiting job takes a free slot: the next one in :meth:`order` of the jobs (here: as given).
+
+    The one place the refill order is written; a subclass overrides :meth:`order` (see :class:`ShortestFirst`).
+    """
 
     def __init__(self, jobs: Iterable[CramJob]):
-        self.queue = deque(jobs)
+        self.queue = deque(self.order(list(jobs)))
+
+    def order(self, jobs: list[CramJob]) -> list[CramJob]:
+        return jobs
 
     def __bool__(self) -> bool:
         return bool(self.queue)
@@ -510,11 +582,30 @@ class FifoRefill:
         return self.queue.popleft()
 
 
+class ShortestFirst(FifoRefill):
+    """Shortest rows first (m + sequence length; ties keep the given order), the order sweeps cram in: rows of
+    similar length share a batch, so little of it is padding, and the long rows run last."""
+
+    @staticmethod
+    def length(m: int, n: int) -> int:
+        """What "shortest" means: memory vectors plus tokens (sweeps deal their (m, n, index) jobs by it too)."""
+        return m + n
+
+    def order(self, jobs: list[CramJob]) -> list[CramJob]:
+        return sorted(jobs, key=lambda job: self.length(job.m, len(job.ids)))
+
+
+def row_positions(prefix_len: int, m: int, n: int) -> int:
+    """Positions a row of n tokens with m memory vectors occupies: the prefix, the memory and all but the last token
+    (the one context-length rule; sweeps check their longest row with it before any work)."""
+    return prefix_len + m + n - 1
+
+
 def check_context(model, jobs, config: CramConfig) -> None:
     """Raise before any work when a job's row does not fit the model's positions."""
     max_positions = getattr(model.config, "max_position_embeddings", None)
     for job in jobs:
-        needed = len(config.prefix_ids) + job.m + len(job.ids) - 1
+        needed = row_positions(len(config.prefix_ids), job.m, len(job.ids))
         if max_positions and needed > max_positions:
             raise ValueError(
                 f"job {job.key!r}: prefix + m + n - 1 = {needed} exceeds the model's context "
@@ -534,171 +625,176 @@ def cram(
     *,
     snapshot_every: float | None = None,
     on_snapshot=None,
+    optimizer=BatchedAdamW,
+    stopping=StoppingRule,
+    refill=FifoRefill,
 ) -> Iterator[CramResult]:
     """Cram every job, ``config.batch_size`` rows at a time, yielding each result as its row finishes.
 
     Results come in finishing order, not job order. The model is frozen while the generator runs. With
     ``on_snapshot``, every ``snapshot_every`` seconds of wall time (after an update) it is called with
     ``{job.key: RowState}`` for the rows in flight, so a caller can keep them and resume a killed run from there
-    (``CramJob.resume``).
+    (``CramJob.resume``). The policies are arguments: ``optimizer(params, config)`` (a :class:`RowOptimizer`),
+    ``stopping(config)`` (a :class:`StoppingRule`) and ``refill(jobs)`` (a :class:`FifoRefill`).
     """
     config = config or CramConfig()
-    refill = FifoRefill(jobs)
-    if not refill:
+    queue = refill(jobs)
+    if not queue:
         return
-    embed = model.get_input_embeddings()
-    device = execution_device(embed)
-    hidden_size = embed.weight.shape[1]
-    check_context(model, refill, config)
-    slots = min(config.batch_size, len(refill))
-    max_m = max(job.m for job in refill)
-    rule = StoppingRule(config)
+    check_context(model, queue, config)
     with _FrozenModel(model):
-        std = init_std(model, config)
-        prefix = _prefix_embeds(model, config)  # fixed for the whole run: embedded once, not every step
-        params = torch.zeros(slots, max_m, hidden_size, device=device, requires_grad=True)
-        optimizer = BatchedAdamW(params, config)
-        rows: list[_Row | None] = [None] * slots
+        batch = _Batch(model, config, queue, optimizer, stopping(config))
         last_snapshot = time.perf_counter()
-        while True:
-            for b in range(slots):
-                if rows[b] is None and refill:
-                    job = refill.next_job()
-                    with torch.no_grad():
-                        params[b].zero_()
-                        params[b, : job.m] = job_init(job, hidden_size, std).to(device)
-                    optimizer.reset(b)
-                    ids = torch.as_tensor(job.ids, dtype=torch.long, device=device)
-                    num_targets = len(job.ids) - config.given_tokens
-                    rows[b] = _Row(
-                        job, ids, config.given_tokens, 1 if config.progressive else num_targets, time.perf_counter()
-                    )
-                    if job.resume is not None:
-                        _restore(rows[b], job.resume, b, params, optimizer)
-            active = [b for b in range(slots) if rows[b] is not None]
-            if not active:
-                return
-            loss_sum, correct, leading = _forward(model, params, prefix, [rows[b] for b in active], active, config)
-            losses = (loss_sum.detach().cpu() / torch.tensor([float(rows[b].target_len) for b in active])).tolist()
-            finished, update = [], torch.zeros(slots, dtype=torch.bool)
-            accs = {b: float(correct[j]) / rows[b].target_len for j, b in enumerate(active)}
-            to_check = [
-                b
-                for b in active
-                if accs[b] >= 1.0 and rows[b].complete and rows[b].greedy_due(optimizer.step_count(b))
-            ]
-            exact = _greedy_exact(model, params, rows, to_check, config)
-            for j, b in enumerate(active):
-                row, acc, step = rows[b], accs[b], optimizer.step_count(b)
-                row.best_prefix = max(row.best_prefix, leading[j])
-                if acc >= 1.0 and not row.complete:
-                    row.target_len += 1  # progressive: the next forward sees one more token
-                    row.best_acc, row.since_best = -1.0, 0
-                    continue
-                rule.observe(row, acc, step)
-                if b in exact and not exact[b]:
-                    row.greedy_missed(step)
-                reason = rule.decide(row, acc, step, exact.get(b))
-                if reason:
-                    finished.append((b, reason, acc, losses[j]))
-                else:
-                    update[b] = True
-                    row.since_best += 1
-            if update.any():
-                weights = torch.tensor(
-                    [1.0 / rows[b].target_len if update[b] else 0.0 for b in active], device=loss_sum.device
-                )
-                (loss_sum * weights).sum().backward()
-                optimizer.step(update)
-            params.grad = None
+        while batch.fill(queue):
+            finished = batch.step()
             if on_snapshot is not None and time.perf_counter() - last_snapshot >= (snapshot_every or 0):
                 done = {b for b, *_ in finished}
-                states = {rows[b].job.key: _snapshot(rows[b], b, params, optimizer) for b in active if b not in done}
+                states = {row.job.key: batch.snapshot(b) for b, row in batch.rows.items() if b not in done}
                 if states:
                     on_snapshot(states)
                 last_snapshot = time.perf_counter()
-            for b, reason, acc, loss in finished:
-                row = rows[b]
-                yield _finish(
-                    model,
-                    row,
-                    params[b, : row.job.m].detach().float().cpu(),
-                    reason,
-                    acc,
-                    loss,
-                    optimizer.step_count(b),
-                    config,
-                    exact=exact.get(b),
-                )
-                rows[b] = None
+            for b, reason, acc, loss, exact in finished:
+                yield batch.finish(b, reason, acc, loss, exact)
 
 
-@torch.no_grad()
-def _snapshot(row: _Row, b: int, params: torch.Tensor, optimizer: BatchedAdamW) -> RowState:
-    m = row.job.m
-    return RowState(
-        vectors=params[b, :m].detach().float().cpu().clone(),
-        exp_avg=optimizer.exp_avg[b, :m].float().cpu().clone(),
-        exp_avg_sq=optimizer.exp_avg_sq[b, :m].float().cpu().clone(),
-        step=optimizer.step_count(b),
-        target_len=row.target_len,
-        best_acc=row.best_acc,
-        since_best=row.since_best,
-        greedy_misses=row.greedy_misses,
-        next_greedy_check=row.next_greedy_check,
-        best_at=dict(row.best_at),
-        seconds=time.perf_counter() - row.started,
-        best_prefix=row.best_prefix,
-    )
+class _Batch:
+    """The rows in flight, indexed by slot b everywhere: their vectors ``params[b]``, optimizer state, step counts
+    ``steps[b]`` (updates applied) and :class:`_Row` ``rows[b]`` (absent while the slot is free)."""
+
+    def __init__(self, model, config: CramConfig, queue: FifoRefill, optimizer, rule: StoppingRule):
+        embed = model.get_input_embeddings()
+        self.model, self.config, self.rule = model, config, rule
+        self.device = execution_device(embed)
+        self.hidden_size = embed.weight.shape[1]
+        slots = min(config.batch_size, len(queue))
+        self.std = init_std(model, config)
+        self.prefix = _prefix_embeds(model, config)  # fixed for the whole run: embedded once, not every step
+        max_m = max(job.m for job in queue)
+        self.params = torch.zeros(slots, max_m, self.hidden_size, device=self.device, requires_grad=True)
+        self.optimizer = optimizer(self.params, config)
+        self.steps = torch.zeros(slots, dtype=torch.long)  # on the CPU: read every step, never a device sync
+        self.rows: dict[int, _Row] = {}
+
+    def fill(self, queue: FifoRefill) -> bool:
+        """Waiting jobs take the free slots; False once no row is left."""
+        for b in range(self.params.shape[0]):
+            if b not in self.rows and queue:
+                self._start(b, queue.next_job())
+        self.rows = dict(sorted(self.rows.items()))  # slot order: the batch's row order in the forward
+        return bool(self.rows)
+
+    @torch.no_grad()
+    def _start(self, b: int, job: CramJob) -> None:
+        config = self.config
+        self.params[b].zero_()
+        self.params[b, : job.m] = job_init(job, self.hidden_size, self.std).to(self.device)
+        self.optimizer.reset(b)
+        self.steps[b] = 0
+        ids = torch.as_tensor(job.ids, dtype=torch.long, device=self.device)
+        num_targets = len(job.ids) - config.given_tokens
+        row = _Row(job, ids, config.given_tokens, 1 if config.progressive else num_targets, time.perf_counter())
+        self.rows[b] = row
+        if job.resume is not None:
+            self._restore(b, job.resume)
+
+    def step(self) -> list[tuple]:
+        """One forward of every row, the stopping rule's verdicts, one update of the rows that train on. Returns
+        the finished rows as (b, reason, accuracy, loss, greedy verdict)."""
+        rows, rule = self.rows, self.rule
+        loss_sum, hits, leading = _forward(self.model, self.params, self.prefix, rows, self.config)
+        accs = {b: hits[b] / row.target_len for b, row in rows.items()}
+        to_check = [
+            b
+            for b, row in rows.items()
+            if accs[b] >= 1.0 and row.complete and rule.greedy_due(row.counters, int(self.steps[b]))
+        ]
+        exact = _greedy_exact(self.model, self.params, rows, to_check, self.config)
+        finished, update = [], torch.zeros(len(self.steps), dtype=torch.bool)
+        for b, row in rows.items():
+            row.best_prefix = max(row.best_prefix, leading[b])
+            if accs[b] >= 1.0 and not row.complete:
+                row.target_len += 1  # progressive: the next forward sees one more token
+                rule.target_grown(row.counters)
+                continue
+            reason = rule.after_forward(row.counters, accs[b], int(self.steps[b]), exact.get(b))
+            if reason:
+                loss = float(loss_sum[b].detach().cpu() / row.target_len)  # float32 division, as always
+                finished.append((b, reason, accs[b], loss, exact.get(b)))
+            else:
+                update[b] = True
+        if update.any():
+            weights = [1.0 / rows[b].target_len if update[b] else 0.0 for b in rows]
+            (loss_sum[list(rows)] * torch.tensor(weights, device=loss_sum.device)).sum().backward()
+            self.steps += update.long()
+            self.optimizer.step(update, self.steps)
+        self.params.grad = None
+        return finished
+
+    def finish(self, b: int, reason: str, acc: float, loss: float, exact: bool | None) -> CramResult:
+        row = self.rows.pop(b)
+        vectors = self.params[b, : row.job.m].detach().float().cpu()
+        return _finish(self.model, row, vectors, reason, acc, loss, int(self.steps[b]), self.config, exact=exact)
+
+    @torch.no_grad()
+    def snapshot(self, b: int) -> RowState:
+        row, m = self.rows[b], self.rows[b].job.m
+        return RowState(
+            vectors=self.params[b, :m].detach().float().cpu().clone(),
+            optimizer=self.optimizer.row_state(b, m),
+            step=int(self.steps[b]),
+            target_len=row.target_len,
+            counters=row.counters.to_dict(),
+            seconds=time.perf_counter() - row.started,
+            best_prefix=row.best_prefix,
+        )
+
+    @torch.no_grad()
+    def _restore(self, b: int, state: RowState) -> None:
+        row, m = self.rows[b], self.rows[b].job.m
+        self.params[b, :m] = state.vectors.to(self.params.device, self.params.dtype)
+        self.optimizer.load_row_state(b, m, state.optimizer)
+        self.steps[b] = state.step
+        row.target_len, row.counters = state.target_len, RowCounters.from_dict(state.counters)
+        row.best_prefix = state.best_prefix
+        row.started = time.perf_counter() - state.seconds
 
 
-@torch.no_grad()
-def _restore(row: _Row, state: RowState, b: int, params: torch.Tensor, optimizer: BatchedAdamW) -> None:
-    m = row.job.m
-    params[b, :m] = state.vectors.to(params.device, params.dtype)
-    optimizer.exp_avg[b, :m] = state.exp_avg.to(params.device, params.dtype)
-    optimizer.exp_avg_sq[b, :m] = state.exp_avg_sq.to(params.device, params.dtype)
-    optimizer.steps[b] = state.step
-    row.target_len, row.best_acc, row.since_best = state.target_len, state.best_acc, state.since_best
-    row.greedy_misses, row.next_greedy_check = state.greedy_misses, state.next_greedy_check
-    row.best_at = dict(state.best_at)
-    row.best_prefix = state.best_prefix
-    row.started = time.perf_counter() - state.seconds
-
-
-def _forward(model, params, prefix, rows: list[_Row], slots: list[int], config: CramConfig):
-    """Per-row summed cross-entropy, and per row (lists of ints) the number of correct argmax predictions over its
-    targets and the number of leading targets predicted correctly."""
+def _forward(model, params, prefix, rows: dict[int, _Row], config: CramConfig):
+    """For the rows by slot: their summed cross-entropy as a (slots,) tensor (0 at free slots), and dicts by slot
+    of the number of correct argmax predictions over the row's targets and of leading targets predicted right."""
     embed = model.get_input_embeddings()
-    device = execution_device(embed)
     p = prefix.shape[0]
     pieces = []
-    for row, b in zip(rows, slots):
+    for b, row in rows.items():
         with torch.no_grad():
             tokens = embed(row.ids[: row.given + row.target_len - 1])
         pieces.append(torch.cat([prefix.to(tokens.dtype), params[b, : row.job.m].to(tokens.dtype), tokens]))
-    length = max(p.shape[0] for p in pieces)
+    length = max(piece.shape[0] for piece in pieces)
+    device = execution_device(embed)
     # Right padding needs no attention mask: causal attention never lets a position see the padding after it.
-    embeds = torch.stack([F.pad(p, (0, 0, 0, length - p.shape[0])) for p in pieces])
+    embeds = torch.stack([F.pad(piece, (0, 0, 0, length - piece.shape[0])) for piece in pieces])
     with _autocast(config, device), _attention_kernel(config, device, length):
         hidden = _decoder(model)(inputs_embeds=embeds, use_cache=False).last_hidden_state
         # Target j of a row (token ids[given + j]) is predicted at the position just before it: the last memory
-        # vector's position plus given + j. One index_select instead of a slice per row: its backward scatters
-        # into one zero tensor, not one per row.
+        # vector's position plus given + j, in the row's line of the stacked batch. One index_select instead of a
+        # slice per row: its backward scatters into one zero tensor, not one per row.
         flat = torch.cat(
-            [torch.arange(row.target_len) + (j * length + p + row.job.m - 1 + row.given) for j, row in enumerate(rows)]
+            [
+                torch.arange(row.target_len) + (line * length + p + row.job.m - 1 + row.given)
+                for line, row in enumerate(rows.values())
+            ]
         )
         picked = hidden.reshape(-1, hidden.shape[-1]).index_select(0, flat.to(hidden.device))
-        targets = torch.cat([row.ids[row.given : row.given + row.target_len] for row in rows])
+        targets = torch.cat([row.ids[row.given : row.given + row.target_len] for row in rows.values()])
         losses, ok = token_stats(model, picked, targets, config.logits_budget)
-    owner = torch.repeat_interleave(
-        torch.arange(len(rows), device=losses.device),
-        torch.tensor([row.target_len for row in rows], device=losses.device),
-    )
-    loss_sum = torch.zeros(len(rows), device=losses.device).index_add(0, owner, losses)
+    counts = [row.target_len for row in rows.values()]
+    slots, per_slot = torch.tensor(list(rows), device=losses.device), torch.tensor(counts, device=losses.device)
+    owner = torch.repeat_interleave(slots, per_slot)
+    loss_sum = torch.zeros(params.shape[0], device=losses.device).index_add(0, owner, losses)
     # One copy of the per-token hits to the host gives both counts per row (the step syncs here anyway).
-    pieces = ok.cpu().split([row.target_len for row in rows])
-    return loss_sum, [int(piece.sum()) for piece in pieces], [leading_correct(piece) for piece in pieces]
+    per_row = dict(zip(rows, ok.cpu().split(counts)))
+    hits = {b: int(hit.sum()) for b, hit in per_row.items()}
+    return loss_sum, hits, {b: leading_correct(hit) for b, hit in per_row.items()}
 
 
 def leading_correct(ok: torch.Tensor) -> int:
@@ -754,19 +850,29 @@ def _finish(
         greedy_exact=exact,
         steps=steps,
         final_loss=loss,
-        best_accuracy=max(row.best_acc, acc),
+        best_accuracy=max(row.counters.best_acc, acc),
         stop_reason=reason,
-        greedy_misses=row.greedy_misses,
+        greedy_misses=row.counters.greedy_misses,
         seconds=time.perf_counter() - row.started,
         vectors=vectors,
-        best_accuracy_at=dict(row.best_at),
+        best_accuracy_at=dict(row.counters.best_at),
         accessible=accessible,
         best_prefix=row.best_prefix,
     )
 
 
-def cram_reference(model, job: CramJob, config: CramConfig | None = None) -> CramResult:
-    """The per-sequence protocol: batch 1, ``torch.optim.AdamW``, full-vocabulary logits of a whole-model forward.
+def torch_adamw(params: list[torch.nn.Parameter], config: CramConfig) -> torch.optim.Optimizer:
+    """The stock optimizer of the published protocol, with the config's settings."""
+    return torch.optim.AdamW(
+        params, lr=config.lr, betas=config.betas, weight_decay=config.weight_decay, eps=config.adam_eps
+    )
+
+
+def cram_reference(
+    model, job: CramJob, config: CramConfig | None = None, *, optimizer=torch_adamw, stopping=StoppingRule
+) -> CramResult:
+    """The per-sequence protocol: batch 1, a stock ``torch.optim`` optimizer (``optimizer(params, config)``, AdamW
+    by default), full-vocabulary logits of a whole-model forward.
 
     The baseline the batched engine is measured and tested against (same init, layout and stopping rule).
     """
@@ -776,12 +882,10 @@ def cram_reference(model, job: CramJob, config: CramConfig | None = None) -> Cra
     check_context(model, [job], config)
     embed = model.get_input_embeddings()
     device = execution_device(embed)
-    rule = StoppingRule(config)
+    rule = stopping(config)
     with _FrozenModel(model):
         memory = torch.nn.Parameter(job_init(job, embed.weight.shape[1], init_std(model, config)).to(device))
-        optimizer = torch.optim.AdamW(
-            [memory], lr=config.lr, betas=config.betas, weight_decay=config.weight_decay, eps=config.adam_eps
-        )
+        opt = optimizer([memory], config)
         ids = torch.as_tensor(job.ids, dtype=torch.long, device=device)
         g = config.given_tokens
         with torch.no_grad():
@@ -799,19 +903,15 @@ def cram_reference(model, job: CramJob, config: CramConfig | None = None) -> Cra
             hits = logits.argmax(-1) == targets
             acc = float(hits.float().mean())
             row.best_prefix = max(row.best_prefix, leading_correct(hits))
-            rule.observe(row, acc, step)
             exact = None
-            if acc >= 1.0 and row.greedy_due(step):
+            if acc >= 1.0 and rule.greedy_due(row.counters, step):
                 exact = _greedy_exact(model, memory.detach()[None], [row], [0], config)[0]
-                if not exact:
-                    row.greedy_missed(step)
-            reason = rule.decide(row, acc, step, exact)
+            reason = rule.after_forward(row.counters, acc, step, exact)
             if reason:
                 return _finish(
                     model, row, memory.detach().float().cpu(), reason, acc, loss.item(), step, config, exact=exact
                 )
-            optimizer.zero_grad(set_to_none=True)
+            opt.zero_grad(set_to_none=True)
             loss.backward()
-            optimizer.step()
+            opt.step()
             step += 1
-            row.since_best += 1

@@ -225,7 +225,7 @@ def write_inflight(folder, key: tuple[int, int, int], state) -> Path:
 
     path = inflight_path(folder, *key)
     path.parent.mkdir(exist_ok=True)
-    tensors = {"vectors": state.vectors, "exp_avg": state.exp_avg, "exp_avg_sq": state.exp_avg_sq}
+    tensors = state.tensors()  # the vectors and whatever per-row tensors the row's optimizer keeps, by name
     return atomic_write_bytes(
         path, save({k: v.contiguous() for k, v in tensors.items()}, metadata={"state": json.dumps(state.scalars())})
     )
@@ -242,7 +242,7 @@ def read_inflight(folder, key: tuple[int, int, int]):
         return None
     try:
         with safe_open(str(path), framework="pt") as handle:
-            tensors = {name: handle.get_tensor(name) for name in ("vectors", "exp_avg", "exp_avg_sq")}
+            tensors = {name: handle.get_tensor(name) for name in handle.keys()}
             return RowState.from_parts(tensors, json.loads(handle.metadata()["state"]))
     except Exception as err:  # any damage: say which file, and that removing it only costs that row's progress
         raise ValueError(f"{path} is unreadable ({err}); delete it to restart that row from step 0") from None

@@ -19,7 +19,7 @@ from ..io import atomic_write_text
 from ..models import DEFAULT_MODEL, load_model, load_tokenizer
 from . import store
 from .bounds import measure_support, slope_bounds
-from .cram import CramConfig, CramJob, cram
+from .cram import CramConfig, CramJob, ShortestFirst, cram, row_positions
 from .design import DESIGNS, check_stopping, complete_groups, crammed_chains, infer_prefixes, make_design, row_steps
 from .fit import fit_sigmoid, line_interval, linear_fit, n50_interval
 from .protocol import PublishedSequences, check_protocol, cram_settings, special_prefix_ids
@@ -372,7 +372,7 @@ def run_sweep(
     vocab_size = model.get_output_embeddings().weight.shape[0]
     source = config.make_source(tokenizer, vocab_size)
     context = getattr(model.config, "max_position_embeddings", None)
-    longest = config.grid.max_length + config.ms[-1] - 1 + len(config.cram.prefix_ids)
+    longest = row_positions(len(config.cram.prefix_ids), config.ms[-1], config.grid.max_length)
     if context and longest > context:
         raise ValueError(
             f"lengths up to {config.grid.max_length} with m = {config.ms[-1]} need {longest} positions, "
@@ -415,7 +415,7 @@ def run_sweep(
             if not jobs:
                 continue
         # Dealt round-robin over a length-sorted list, so every process gets a similar mix of short and long rows.
-        jobs.sort(key=lambda job: (job[1] + job[0], job))
+        jobs.sort(key=lambda job: (ShortestFirst.length(job[0], job[1]), job))
         mine = jobs[rank::world]
         bar.total += len(mine)
         bar.set_description(f"cram n={','.join(str(n) for n in sorted({j[1] for j in jobs}))}")
@@ -444,6 +444,7 @@ def run_sweep(
             config.cram,
             snapshot_every=snapshot_seconds,
             on_snapshot=keep_states if snapshot_seconds is not None else None,
+            refill=ShortestFirst,
         ):
             if save_vectors or config.warm_start:  # a warm start reads them back, also after a resume
                 store.write_vectors(
