@@ -353,3 +353,69 @@ def test_release_base_embeddings_frees_the_replaced_matrices(tmp_path):
     assert torch.allclose(merged(input_ids=ids).logits, loaded(input_ids=ids).logits, atol=1e-6)
     with pytest.raises(ValueError, match="task_vocab_size"):
         UTReprogramConfig(release_base_embeddings=True)
+
+
+# ---- loading onto the wrong base, damaged adapter files, wrong field types ----------------------------------------
+@pytest.mark.parametrize(
+    "other,what",
+    [
+        (lambda: tiny_model("llama", tied=True), "tied_embeddings: adapter's base False, this base True"),
+        (lambda: tiny_model("llama", num_layers=3), "num_hidden_layers: adapter's base 2, this base 3"),
+        (lambda: tiny_model("gpt2"), "model_type: adapter's base 'llama', this base 'gpt2'"),
+    ],
+)
+def test_loading_onto_another_base_of_the_same_embedding_shape_is_refused_naming_both(tmp_path, other, what):
+    # Same E shape, so the shape check let it through: an untied adapter on a tied base silently lost its U.
+    model = get_peft_model(tiny_model("llama"), UTReprogramConfig())
+    train_steps(model, batch())
+    model.save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match=rf"another base model than this one \({what}\).*check_base=False"):
+        PeftModel.from_pretrained(other(), tmp_path)
+    forced = PeftModel.from_pretrained(other(), tmp_path, check_base=False)  # the documented way to load anyway
+    assert forced.peft_config["default"].check_base is False
+    assert "check_base" not in forced.peft_config["default"].to_dict()  # never saved with an adapter
+
+
+def test_an_adapter_of_a_random_backbone_refuses_a_backbone_of_another_seed(tmp_path):
+    from ut_peft.backbones import random_backbone
+    from ut_peft.testing import tiny_config
+
+    get_peft_model(random_backbone(tiny_config("llama"), seed=1), UTReprogramConfig()).save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match="random backbone seed: adapter's base 1, this base 2"):
+        PeftModel.from_pretrained(random_backbone(tiny_config("llama"), seed=2), tmp_path)
+    PeftModel.from_pretrained(random_backbone(tiny_config("llama"), seed=1), tmp_path)
+
+
+def test_a_missing_truncated_or_mismatched_adapter_file_names_its_path(tmp_path):
+    get_peft_model(tiny_model("llama"), UTReprogramConfig(num_memory_tokens=2)).save_pretrained(tmp_path)
+    weights = tmp_path / "adapter_model.safetensors"
+    data = weights.read_bytes()
+    weights.write_bytes(data[: len(data) // 2])  # cut short: safetensors said "incomplete metadata", no path
+    with pytest.raises(ValueError, match=rf"{weights} is not a complete safetensors file"):
+        PeftModel.from_pretrained(tiny_model("llama"), tmp_path)
+    weights.unlink()  # gone: peft took the folder's path for a Hub repo id (HFValidationError)
+    with pytest.raises(ValueError, match=rf"{tmp_path} holds an adapter_config.json but no adapter weights"):
+        PeftModel.from_pretrained(tiny_model("llama"), tmp_path)
+    weights.write_bytes(data)
+    config_file = tmp_path / "adapter_config.json"
+    config_file.write_text(config_file.read_text().replace('"num_memory_tokens": 2', '"num_memory_tokens": 3'))
+    with pytest.raises(ValueError, match=r"says num_memory_tokens=3, but .*adapter_model.safetensors holds 2"):
+        PeftModel.from_pretrained(tiny_model("llama"), tmp_path)  # was a torch size-mismatch RuntimeError
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        (dict(init_seed="abc"), "init_seed must be a non-negative int, got 'abc'"),
+        (dict(init_seed=-1), "init_seed must be a non-negative int"),
+        (dict(train_input_embeddings="yes"), "train_input_embeddings must be True or False"),
+        (dict(release_base_embeddings=1, task_vocab_size=4), "release_base_embeddings must be True or False"),
+        (dict(init="copy", num_memory_tokens=1, init_token_ids=["a"]), "init_token_ids must be a list of token ids"),
+        (dict(base_embedding_shape=[97]), r"base_embedding_shape must be \[rows, hidden size\]"),
+        (dict(backbone="llama"), "backbone must be a dict or None"),
+    ],
+)
+def test_config_fields_are_type_checked_when_the_config_is_built(kwargs, match):
+    # init_seed="abc" used to be accepted here and fail later, inside get_peft_model.
+    with pytest.raises(ValueError, match=match):
+        UTReprogramConfig(**kwargs)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Literal, Optional
 
@@ -112,6 +113,27 @@ class UTReprogramConfig(PeftConfig):
             )
         },
     )
+    base_model_config: Optional[dict] = field(
+        default=None,
+        metadata={
+            "help": (
+                "Recorded at creation: the base's family (model_type), depth (num_hidden_layers), width "
+                "(hidden_size), vocabulary (vocab_size) and whether it ties E and U (tied_embeddings). Loading "
+                "refuses a base that differs (an untied adapter on a tied base would silently lose its U); see "
+                "check_base."
+            )
+        },
+    )
+    check_base: bool = field(
+        default=True,
+        metadata={
+            "help": (
+                "Compare the base model with base_model_config, backbone and base_embedding_shape when the adapter "
+                "is loaded, and refuse a mismatch. Never saved: to load onto another base anyway, pass "
+                "config=UTReprogramConfig.from_pretrained(folder, check_base=False) to PeftModel.from_pretrained."
+            )
+        },
+    )
     # BaseTuner reads these; modules are matched by identity (get_input_embeddings() etc.), never by name, so that
     # peft's save_embedding_layers="auto" does not mistake them for targeted embeddings and save the base matrices.
     target_modules: Optional[list[str]] = field(
@@ -122,6 +144,7 @@ class UTReprogramConfig(PeftConfig):
     def __post_init__(self):
         super().__post_init__()
         self.peft_type = PeftType.UT_REPROGRAM
+        self._check_types()
         if self.tied_embeddings not in TIED_CHOICES:
             raise ValueError(f"tied_embeddings must be one of {TIED_CHOICES}, got {self.tied_embeddings!r}")
         if self.init not in INIT_CHOICES:
@@ -168,3 +191,84 @@ class UTReprogramConfig(PeftConfig):
                 )
         elif self.init_token_ids is not None:
             raise ValueError("init_token_ids is only used with init='copy'")
+
+    def _check_types(self) -> None:
+        """Each field has the type it says (a wrong one used to fail later, inside get_peft_model or the forward)."""
+        for name in (
+            "train_input_embeddings",
+            "train_output_embeddings",
+            "train_position_embeddings",
+            "release_base_embeddings",
+            "check_base",
+        ):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        if not _is_int(self.init_seed) or self.init_seed < 0:
+            raise ValueError(f"init_seed must be a non-negative int, got {self.init_seed!r}")
+        if self.init_token_ids is not None and not (
+            isinstance(self.init_token_ids, (list, tuple)) and all(_is_int(i) and i >= 0 for i in self.init_token_ids)
+        ):
+            raise ValueError(f"init_token_ids must be a list of token ids (ints >= 0), got {self.init_token_ids!r}")
+        shape = self.base_embedding_shape
+        if shape is not None and not (
+            isinstance(shape, (list, tuple)) and len(shape) == 2 and all(_is_int(n) and n > 0 for n in shape)
+        ):
+            raise ValueError(f"base_embedding_shape must be [rows, hidden size] (two positive ints), got {shape!r}")
+        for name in ("backbone", "base_model_config"):
+            if getattr(self, name) is not None and not isinstance(getattr(self, name), dict):
+                raise ValueError(f"{name} must be a dict or None, got {getattr(self, name)!r}")
+
+    def to_dict(self) -> dict:
+        """What adapter_config.json holds: every field but ``check_base``, which applies to one load only."""
+        data = super().to_dict()
+        data.pop("check_base", None)
+        return data
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, subfolder=None, **kwargs):
+        """peft's loading, plus a clear error naming the file when the adapter's weights are missing or cut short
+        (peft says "incomplete metadata" without a path, or tries the Hub with the folder's path as a repo id)."""
+        check_base = kwargs.pop("check_base", True)
+        config = super().from_pretrained(pretrained_model_name_or_path, subfolder=subfolder, **kwargs)
+        folder = str(pretrained_model_name_or_path)
+        folder = os.path.join(folder, subfolder) if subfolder else folder
+        if os.path.isdir(folder):
+            check_adapter_weights(folder, config)
+        config.check_base = check_base
+        return config
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_adapter_weights(folder: str, config: UTReprogramConfig) -> None:
+    """Raise a ValueError naming the path when ``folder`` holds no adapter weights, a damaged weights file, or
+    weights of another number of memory vectors than ``config`` (an edited adapter_config.json)."""
+    from peft.utils.constants import SAFETENSORS_WEIGHTS_NAME, WEIGHTS_NAME
+
+    safetensors_path = os.path.join(folder, SAFETENSORS_WEIGHTS_NAME)
+    if not os.path.isfile(safetensors_path):
+        if os.path.isfile(os.path.join(folder, WEIGHTS_NAME)):
+            return  # torch.save format: torch's own error names nothing either, but it is not ours to parse
+        raise ValueError(
+            f"{folder} holds an adapter_config.json but no adapter weights ({SAFETENSORS_WEIGHTS_NAME} is missing); "
+            "copy the whole adapter folder again, or save the adapter again (model.save_pretrained(folder))"
+        )
+    from safetensors import safe_open
+
+    try:
+        with safe_open(safetensors_path, framework="pt") as handle:
+            memory = [handle.get_slice(k).get_shape()[0] for k in handle.keys() if k.endswith("ut_reprogram_memory")]
+    except Exception as err:  # safetensors raises its own SafetensorError for every kind of damage
+        raise ValueError(
+            f"{safetensors_path} is not a complete safetensors file ({err}); it was probably cut short while "
+            "copying or saving: copy or save the adapter again"
+        ) from None
+    stored = memory[0] if memory else 0
+    if stored != config.num_memory_tokens:
+        raise ValueError(
+            f"{os.path.join(folder, 'adapter_config.json')} says num_memory_tokens={config.num_memory_tokens}, but "
+            f"{safetensors_path} holds {stored} memory vectors: the config was edited or belongs to another "
+            "adapter; restore it (or save the adapter again)"
+        )

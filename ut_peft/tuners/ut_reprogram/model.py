@@ -49,6 +49,50 @@ def _set_weight(module: nn.Module, weight: torch.Tensor, bias: torch.Tensor | No
         module.bias = nn.Parameter(bias, requires_grad=False)
 
 
+# What an adapter records of its base (UTReprogramConfig.base_model_config), as config attributes: transformers maps
+# them to each family's own names (GPT-2's n_layer, n_embd).
+BASE_CONFIG_KEYS = ("model_type", "num_hidden_layers", "hidden_size", "vocab_size")
+
+
+def base_model_config(model: nn.Module, tied: bool, vocab_size: int | None = None) -> dict:
+    """What an adapter records of the base it is made on (see ``UTReprogramConfig.base_model_config``)."""
+    config = model.config
+    record = {key: getattr(config, key, None) for key in BASE_CONFIG_KEYS}
+    if vocab_size is not None:
+        record["vocab_size"] = vocab_size
+    record["tied_embeddings"] = bool(tied)
+    return record
+
+
+def _recorded(model_config: dict, key: str, config) -> object:
+    """``key`` of a recorded ``config.to_dict()``, under the family's own name where it has one (GPT-2: n_layer)."""
+    if key in model_config:
+        return model_config[key]
+    return model_config.get(getattr(config, "attribute_map", {}).get(key, key))
+
+
+def base_mismatches(peft_config, model: nn.Module, tied: bool, vocab_size: int | None = None) -> list[str]:
+    """How ``model`` differs from the base ``peft_config`` recorded (``"what: recorded X, this base Y"``)."""
+    current = base_model_config(model, tied, vocab_size)
+    differ = []
+    recorded = peft_config.base_model_config
+    if recorded:
+        for key, value in recorded.items():
+            if key in current and value != current[key]:
+                differ.append(f"{key}: adapter's base {value!r}, this base {current[key]!r}")
+    backbone = peft_config.backbone or {}
+    model_config = backbone.get("model_config") or {}
+    if model_config and not recorded:  # adapters made before base_model_config existed record the whole config
+        for key in BASE_CONFIG_KEYS:
+            value = _recorded(model_config, key, model.config)
+            if value is not None and current[key] is not None and value != current[key]:
+                differ.append(f"{key}: adapter's base {value!r}, this base {current[key]!r}")
+    seed, here = backbone.get("seed"), backbone_seed(model)
+    if seed is not None and here is not None and seed != here:
+        differ.append(f"random backbone seed: adapter's base {seed}, this base {here}")
+    return differ
+
+
 def set_vocab_size(model: nn.Module, vocab_size: int) -> None:
     """The causal-LM loss reshapes logits by the vocabulary size: from the config, or (Gemma) a cached attribute."""
     model.config.vocab_size = vocab_size
@@ -100,6 +144,17 @@ class UTReprogramModel(BaseTuner):
         if not hasattr(self, "_ut_base_tied"):
             # Decided on the untouched base: once released, base weights are placeholders that cannot show tying.
             self._ut_base_tied = embeddings_are_tied(input_embedding, output_embedding)
+        differ = base_mismatches(config, model, self._ut_base_tied, getattr(self, "_ut_base_vocab_size", None))
+        if differ and config.check_base:
+            raise ValueError(
+                "this adapter was made on another base model than this one ("
+                + "; ".join(differ)
+                + "): its matrices were trained for that base and would load here without an error into another "
+                "model (an untied base's trained U is even dropped on a tied one). Load it into the base it was "
+                "trained on "
+                "(adapter_config.json: base_model_name_or_path, backbone), or, to load it anyway, pass "
+                "check_base=False: PeftModel.from_pretrained(base, folder, check_base=False)"
+            )
         if self._keeps_tied(config) and config.train_input_embeddings != config.train_output_embeddings:
             which = "E" if config.train_input_embeddings else "U"
             raise ValueError(
@@ -146,6 +201,10 @@ class UTReprogramModel(BaseTuner):
 
         if peft_config.base_embedding_shape is None:
             peft_config.base_embedding_shape = [int(n) for n in base_of(input_embedding).weight.shape]
+        if peft_config.base_model_config is None:
+            peft_config.base_model_config = base_model_config(
+                model, self._ut_base_tied, getattr(self, "_ut_base_vocab_size", None)
+            )
         if peft_config.backbone is None and not getattr(model, "name_or_path", ""):
             # Built from a config, not loaded: record what rebuilds the frozen base (backbone + adapter = the model).
             peft_config.backbone = {
