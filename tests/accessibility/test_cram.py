@@ -349,3 +349,19 @@ def test_best_prefix_is_a_prefix_the_vectors_really_emit(llama):
         assert 0 <= got.best_prefix < len(job.ids)
         emitted = greedy_decode(llama, got.vectors[None], len(job.ids))[0].tolist()
         assert leading_correct(torch.tensor(emitted) == torch.tensor(job.ids)) <= got.best_prefix
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        (dict(max_steps=0), "max_steps must be >= 1: no row can be crammed in 0 steps"),
+        (dict(max_steps=-1), "max_steps must be >= 1"),
+        (dict(max_steps="300"), "max_steps must be an int"),
+        (dict(patience=2.5), "patience must be an int"),
+        (dict(batch_size=0), "batch_size, logits_budget must be >= 1"),
+    ],
+)
+def test_cram_settings_that_cannot_decide_anything_are_refused(kwargs, match):
+    # --max-steps 0 used to run and record every row as not accessible.
+    with pytest.raises(ValueError, match=match):
+        CramConfig(**kwargs)

@@ -74,10 +74,15 @@ class CramConfig:
     abandon_below: tuple[tuple[int, float], ...] = ()
 
     def __post_init__(self):
-        if self.max_steps < 0 or self.patience < 1 or self.batch_size < 1 or self.logits_budget < 1:
+        for name in ("max_steps", "patience", "batch_size", "logits_budget", "given_tokens"):
+            if isinstance(getattr(self, name), bool) or not isinstance(getattr(self, name), int):
+                raise ValueError(f"{name} must be an int (got {getattr(self, name)!r})")
+        if self.max_steps < 1:  # 0 steps optimise nothing: every row would be recorded as not accessible
+            raise ValueError(f"max_steps must be >= 1: no row can be crammed in {self.max_steps} steps")
+        if self.patience < 1 or self.batch_size < 1 or self.logits_budget < 1:
             raise ValueError(
-                "max_steps must be >= 0 and patience, batch_size, logits_budget >= 1 "
-                f"(got {self.max_steps}, {self.patience}, {self.batch_size}, {self.logits_budget})"
+                "patience, batch_size, logits_budget must be >= 1 "
+                f"(got {self.patience}, {self.batch_size}, {self.logits_budget})"
             )
         for name in ("lr", "weight_decay", "adam_eps"):
             value = getattr(self, name)
