@@ -145,3 +145,39 @@ def test_differences_from_published_names_every_changed_setting():
         assert expected in text
     assert "patience" not in text and "ut-peft protocol" not in text
     assert "ut-peft protocol" in " ".join(differences_from_published({**settings, "protocol": "ut-peft"}))
+
+
+def test_the_config_classes_take_their_published_defaults_from_one_table():
+    import dataclasses
+
+    from ut_peft.accessibility import GridConfig, SweepConfig
+    from ut_peft.accessibility.protocol import PUBLISHED
+
+    cram_config, grid = CramConfig(), GridConfig()
+    assert (cram_config.lr, cram_config.betas, cram_config.weight_decay, cram_config.adam_eps) == (
+        PUBLISHED.lr,
+        PUBLISHED.betas,
+        PUBLISHED.weight_decay,
+        PUBLISHED.adam_eps,
+    )
+    assert (cram_config.max_steps, cram_config.patience) == (PUBLISHED.max_steps, PUBLISHED.patience)
+    assert (grid.start, grid.stop, grid.coarse, grid.fine, grid.high, grid.low) == (
+        PUBLISHED.grid_start,
+        PUBLISHED.grid_stop,
+        PUBLISHED.grid_coarse,
+        PUBLISHED.grid_fine,
+        PUBLISHED.grid_high,
+        PUBLISHED.grid_low,
+    )
+    assert SweepConfig().num_sequences == PUBLISHED.num_sequences
+    # The four defaults CramConfig's docstring names as ut-peft's are exactly what the published protocol changes.
+    published = cram_settings("published", cram_config)
+    names = [f.name for f in dataclasses.fields(CramConfig)]
+    changed = {name for name in names if getattr(published, name) != getattr(cram_config, name)}
+    assert changed == {"given_tokens", "init_std", "check_greedy", "gpu_autocast"}
+    for name in changed:
+        assert name in CramConfig.__doc__
+    # A run with every default differs from the published protocol only where it must say so.
+    settings = {"cram": dataclasses.asdict(published), "num_sequences": PUBLISHED.num_sequences}
+    settings["protocol"] = "published"
+    assert not any("step cap" in d or "patience" in d or "lr" in d for d in differences_from_published(settings))

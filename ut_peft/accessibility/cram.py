@@ -40,18 +40,27 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.checkpoint import checkpoint
 
 from ..devices import execution_device
+from .protocol import PUBLISHED
 
 
 @dataclass
 class CramConfig:
-    """Optimisation and stopping settings; defaults follow the accessibility paper's protocol."""
+    """Optimisation and stopping settings.
 
-    lr: float = 1e-2
-    betas: tuple[float, float] = (0.9, 0.9)
-    weight_decay: float = 0.01
-    adam_eps: float = 1e-8
-    max_steps: int = 3000
-    patience: int = 500  # steps without a new best teacher-forced accuracy
+    The optimiser (AdamW lr 1e-2, betas (0.9, 0.9), weight decay 0.01, eps 1e-8), the step cap (3000) and the
+    patience (500) default to the published protocol's values (:data:`.protocol.PUBLISHED`, where they are written).
+    The layout, init, confirmation and GPU precision default to ut-peft's protocol, not the paper's:
+    ``given_tokens=0`` (published 1), ``init_std="embedding"`` (published "weight"), ``check_greedy=True``
+    (published False) and ``gpu_autocast="bf16"`` (published "fp16"); ``cram_settings("published", config)`` sets
+    the published four. ``batch_size``, ``logits_budget`` and ``autocast`` are speed knobs of this engine.
+    """
+
+    lr: float = PUBLISHED.lr
+    betas: tuple[float, float] = PUBLISHED.betas
+    weight_decay: float = PUBLISHED.weight_decay
+    adam_eps: float = PUBLISHED.adam_eps
+    max_steps: int = PUBLISHED.max_steps
+    patience: int = PUBLISHED.patience  # steps without a new best teacher-forced accuracy
     progressive: bool = False  # grow the target one token at a time
     batch_size: int = 16  # rows optimised together
     logits_budget: int = 2**26  # most logits elements held at once; beyond it the head runs in chunks

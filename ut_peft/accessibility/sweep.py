@@ -22,7 +22,7 @@ from .bounds import measure_support, slope_bounds
 from .cram import CramConfig, CramJob, ShortestFirst, cram, row_positions
 from .design import DESIGNS, check_stopping, complete_groups, crammed_chains, infer_prefixes, make_design, row_steps
 from .fit import fit_sigmoid, line_interval, linear_fit, n50_interval
-from .protocol import PublishedSequences, check_protocol, cram_settings, special_prefix_ids
+from .protocol import PUBLISHED, PublishedSequences, check_protocol, cram_settings, special_prefix_ids
 from .rows import INFERRED, Row
 from .sources import init_seed, make_source
 
@@ -38,12 +38,12 @@ class GridConfig:
     """
 
     lengths: list[int] | None = None
-    start: int = 10
-    stop: int = 1000
-    coarse: int = 100
-    fine: int = 10
-    high: float = 0.9
-    low: float = 0.1
+    start: int = PUBLISHED.grid_start  # the adaptive grid's defaults are the published protocol's
+    stop: int = PUBLISHED.grid_stop
+    coarse: int = PUBLISHED.grid_coarse
+    fine: int = PUBLISHED.grid_fine
+    high: float = PUBLISHED.grid_high
+    low: float = PUBLISHED.grid_low
 
     def __post_init__(self):
         if self.lengths is not None:
@@ -70,7 +70,7 @@ class SweepConfig:
     source: str = "text"
     ms: list[int] = field(default_factory=lambda: [1, 2])
     grid: GridConfig = field(default_factory=GridConfig)
-    num_sequences: int = 20
+    num_sequences: int = PUBLISHED.num_sequences
     seed: int = 0
     cram: CramConfig = field(default_factory=CramConfig)
     support_sequences: int = 256
