@@ -157,6 +157,17 @@ def test_a_finished_run_rerun_appends_no_second_row(tmp_path):
         run(RunSettings(task="dyck", backbone="random-ut", **{**TINY, "lr": 0.5}), tmp_path / "run", progress=False)
 
 
+def test_a_finished_run_rerun_with_a_new_results_path_writes_its_row_there(tmp_path):
+    # It printed the row but never wrote the new file (reprogram.py --results other.jsonl on a finished --out).
+    settings = RunSettings(task="dyck", backbone="random-ut", **TINY)
+    first = run(settings, tmp_path / "run", results_path=tmp_path / "r.jsonl", progress=False)
+    again = run(settings, tmp_path / "run", results_path=tmp_path / "new" / "other.jsonl", progress=False)
+    assert again == first
+    assert [json.loads(line) for line in (tmp_path / "new" / "other.jsonl").read_text().splitlines()] == [first]
+    run(settings, tmp_path / "run", results_path=tmp_path / "new" / "other.jsonl", progress=False)
+    assert len((tmp_path / "new" / "other.jsonl").read_text().splitlines()) == 1  # still once
+
+
 def test_a_second_process_is_refused_while_a_run_trains_in_the_folder(tmp_path):
     settings = RunSettings(task="dyck", backbone="random-ut", **TINY)
     holder = try_lock(tmp_path / "run.lock")  # what a run in another process holds while it trains here

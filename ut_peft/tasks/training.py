@@ -479,6 +479,19 @@ def _eval_values(scores: dict) -> dict:
     return {"eval/accuracy": scores["accuracy"], "eval/sequence_accuracy": scores["sequence_accuracy"], **per_k}
 
 
+def _holds_row(path: Path, row: dict) -> bool:
+    """Whether the JSONL file ``path`` already holds ``row`` (a torn or foreign line is not it)."""
+    if not path.is_file():
+        return False
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            if json.loads(line) == row:
+                return True
+        except ValueError:
+            continue
+    return False
+
+
 def _run_locked(
     settings: RunSettings,
     output_dir: Path,
@@ -495,6 +508,9 @@ def _run_locked(
     if finished.exists():
         row = json.loads(finished.read_text(encoding="utf-8"))
         _check_settings(finished, row["settings"], settings)
+        if results_path is not None and not _holds_row(Path(results_path), row):  # e.g. a new --results path
+            Path(results_path).parent.mkdir(parents=True, exist_ok=True)
+            append_jsonl(results_path, row)
         return row
     torch.manual_seed(settings.seed)
     train, evaluation, vocab_size, max_len = task_data(settings)
