@@ -232,3 +232,12 @@ def test_a_tracker_that_is_not_installed_names_the_package():
 def test_flat_config_keeps_what_trackers_take():
     flat = common.flat_config({"a": 1, "b": {"c": [1, 2], "d": None, "e": "x"}, "f": (1.5, 2)})
     assert flat == {"a": 1, "b/c": "[1, 2]", "b/d": "null", "b/e": "x", "f": "[1.5, 2]"}
+
+
+def test_a_required_flag_comes_from_the_file_or_the_command_line(tmp_path, capsys):
+    config = tmp_path / "run.yaml"
+    config.write_text("lr: 0.5\n")
+    assert parse_args(toy_parser(), ["--config", str(config), "--out", "o"]).lr == 0.5
+    with pytest.raises(SystemExit):
+        parse_args(toy_parser(), ["--config", str(config)])
+    assert "the following arguments are required: --out" in capsys.readouterr().err

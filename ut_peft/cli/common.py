@@ -157,7 +157,7 @@ def _apply_config(parser: argparse.ArgumentParser, values: dict, path) -> None:
         given.append(flags[name])
     # Parse the file's words alone (required flags relaxed: the command line may give them), so an error names the
     # file; then their values become the parser's defaults, which the command line overrides.
-    required = [a for a in given if a.required]
+    required = [a for a in parser._actions if a.required]
     for action in required:
         action.required = False
 
@@ -169,6 +169,8 @@ def _apply_config(parser: argparse.ArgumentParser, values: dict, path) -> None:
         from_file = parser.parse_args(tokens)
     finally:
         del parser.error
+        for action in required:  # still required on the command line unless the file gave it
+            action.required = action not in given
     parser.set_defaults(**{a.dest: getattr(from_file, a.dest) for a in given})
 
 

@@ -1,0 +1,62 @@
+"""`ut-peft reprogram`: the training loop logged to TensorBoard and read back, a finished run's result.json as a
+config, and errors as one line."""
+
+import json
+
+import pytest
+import torch
+
+from ut_peft.cli import reprogram as command
+from ut_peft.cli.common import run
+
+torch.set_num_threads(1)
+
+TINY = (
+    "--task khop --backbone hf:gpt2 --width 24 --layers 1 --head-dim 4 --steps 6 --batch-size 8 --train-examples 64 "
+    "--eval-examples 32 --checkpoint-every 3 --warmup-steps 2 --lr 1e-2 --khop-length 8 --khop-ks 1,2 --quiet"
+).split()
+
+
+def scalars(logdir):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(logdir))
+    events.Reload()
+    return {tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]}
+
+
+def test_tensorboard_gets_loss_learning_rate_and_accuracy_per_k(tmp_path, capsys):
+    out = tmp_path / "run"
+    command.main(command.parse([*TINY, "--eval-every", "3", "--out", str(out), "--report-to", "tensorboard"]))
+    row = json.loads((out / "result.json").read_text())
+    logged = scalars(out / "runs" / command.PROJECT)
+    assert [s for s, _ in logged["train/loss"]] == list(range(1, 7))
+    assert logged["train/loss"][-1][1] == pytest.approx(row["final_train_loss"])
+    lrs = [v for _, v in logged["train/lr"]]
+    assert lrs[:3] == pytest.approx([0.0, 0.5e-2, 1e-2])  # the rate each step used: 2 warmup steps, then cosine
+    assert lrs[2:] == sorted(lrs[2:], reverse=True)
+    curve = [(point["step"], pytest.approx(point["accuracy"])) for point in row["curve"]]
+    assert logged["eval/accuracy"] == curve and curve[-1] == (6, row["accuracy"])
+    for k, accuracy in row["per_k"].items():
+        assert logged[f"eval/accuracy_k{k}"][-1] == (6, pytest.approx(accuracy))
+    # A finished run's result.json is a config: the same settings train to the same row in a new folder.
+    capsys.readouterr()
+    command.main(command.parse(["--config", str(out / "result.json"), "--out", str(tmp_path / "again"), "--quiet"]))
+    again = json.loads((tmp_path / "again" / "result.json").read_text())
+    assert again["settings"] == row["settings"] and again["accuracy"] == row["accuracy"]
+
+
+def test_errors_are_one_line(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("UT_PEFT_DEBUG", raising=False)
+    (tmp_path / "file").write_text("x")
+    for argv, message in (
+        (["--backbone", "gpt2", "--out", tmp_path / "o"], "hf:<family>"),
+        ([*TINY, "--out", tmp_path / "file"], "--out"),
+        ([*TINY, "--out", tmp_path / "o", "--results", tmp_path], "--results"),
+        ([*TINY, "--backbone", "pretrained:/nonexistent", "--out", tmp_path / "o"], "no such file or folder"),
+    ):
+        with pytest.raises(SystemExit) as exit_:
+            run(command.main, command.parse, [str(a) for a in argv])
+        err = capsys.readouterr().err
+        assert exit_.value.code == 2 and err.count("\n") == 1 and message in err, err
+    assert not (tmp_path / "o").exists()
