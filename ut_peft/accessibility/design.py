@@ -24,7 +24,7 @@ import numpy as np
 from .fit import NUM_BOOT, fit_logistic, n50_interval
 from .rows import INFERRED, Row
 
-DESIGNS = ("fixed", "adaptive", "sequential")
+DESIGNS = ("fixed", "adaptive", "sequential", "pooled")
 Job = tuple[int, int, int]
 
 
@@ -500,4 +500,289 @@ def make_design(config) -> Design:
             budget_row_steps=config.budget_row_steps,
             seed=config.seed,
         )
+    if config.design == "pooled":
+        return PooledDesign(
+            config.ms,
+            batch=config.num_sequences,
+            start=config.grid.start,
+            stop=config.grid.stop,
+            target_slope_se=config.target_slope_se,
+            target_n50_se=config.target_n50_se,
+            budget_row_steps=config.budget_row_steps,
+        )
     raise ValueError(f"unknown design {config.design!r}; choose one of {', '.join(DESIGNS)}")
+
+
+class PooledDesign(Design):
+    """Rows placed where they tell most about the line n_50(m) = a m + b, fitted to every m at once.
+
+    The paper finds n_50 linear in m (R^2 > 0.99), and a line is fixed by its two ends: rows at the smallest and the
+    largest m pin the slope and every n_50 between them (read off the line with its uncertainty), and rows at a
+    middle "check" m test the line (:func:`~ut_peft.accessibility.pooled.linearity_check`). Per m, the per-m designs
+    spend most of their rows on lengths where nothing is decided; here every fitted round puts ``batch`` rows, one by
+    one, on the (m, n) of the design's m that most lowers the remaining variance of the quantities asked for per
+    expected row-step (greedy A-optimal design on the Fisher information of the pooled model, the row cost fitted to
+    the rows measured so far, :func:`expected_row_steps`):
+
+    - the slope ``a``, to ``target_slope_se`` (a standard error in tokens per vector),
+    - n_50 at every m of ``ms`` (measured or read off the line), to ``target_n50_se`` (one value or a dict m -> se),
+    - the check m's offset from the line, to ``check_factor`` times that m's n_50 target (a coarser test is enough
+      to see a bend; 0 or ``check_m=None`` drops the check, which the report then says).
+
+    Before the first fit, each design m is bracketed on its own as :class:`SequentialDesign` does (``probe`` rows a
+    round, doubling or halving the length from ``start``, the larger m starting from ``start * m / min(ms)``). The
+    design stops once, after ``min_rounds`` fitted rounds, every asked-for standard error (from the inverse Fisher
+    information at the estimate) is at or below its target, or once ``budget_row_steps`` are spent. Every row is a
+    fresh text (indices are distinct across m and rounds), so rows are independent, as the likelihood assumes.
+    Deterministic in the rows (rounds replayed from the start, each decided from the rounds before it): a killed or
+    distributed run asks for exactly the missing rows and ends where an unbroken one does.
+    """
+
+    def __init__(
+        self,
+        ms,
+        *,
+        batch: int,
+        start: int,
+        stop: int,
+        target_slope_se: float | None,
+        target_n50_se: float | dict | None,
+        check_m: int | str | None = "middle",
+        check_factor: float = 2.0,
+        budget_row_steps: int | None = None,
+        probe: int = 4,
+        min_rounds: int = 2,
+    ):
+        ms = sorted({int(m) for m in ms})
+        if len(ms) < 2:
+            raise ValueError(
+                f"the pooled design fits a line through n_50 against m and needs at least two different m "
+                f"(got --ms {' '.join(map(str, ms))}); use --design sequential for a single m"
+            )
+        if batch < 1 or probe < 1:
+            raise ValueError(f"batch and probe (rows per round) must be >= 1 (got batch={batch}, probe={probe})")
+        if not 1 <= start <= stop:
+            raise ValueError(f"the pooled design needs 1 <= start <= stop (got start={start}, stop={stop})")
+        if target_slope_se is None and target_n50_se is None and budget_row_steps is None:
+            raise ValueError(
+                "the pooled design needs a stopping rule: target_slope_se (--target-slope-se), target_n50_se "
+                "(--target-n50-se) and/or budget_row_steps (--budget)"
+            )
+        targets = {m: target_n50_se.get(m) if isinstance(target_n50_se, dict) else target_n50_se for m in ms}
+        for name, value in [
+            ("target_slope_se", target_slope_se),
+            *((f"target_n50_se[{m}]", t) for m, t in targets.items()),
+        ]:
+            if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+                raise ValueError(f"{name} is a standard error in tokens and must be > 0 (got {value!r})")
+        if budget_row_steps is not None and not (isinstance(budget_row_steps, int) and budget_row_steps > 0):
+            raise ValueError(f"budget_row_steps (--budget) must be a positive integer (got {budget_row_steps!r})")
+        if check_m == "middle":
+            inner = [m for m in ms if ms[0] < m < ms[-1]]
+            check_m = inner[len(inner) // 2] if inner else None
+        if check_m is not None and not ms[0] < check_m < ms[-1]:
+            raise ValueError(f"the check m must lie strictly between {ms[0]} and {ms[-1]} (got {check_m})")
+        if check_m is not None and not check_factor > 0:
+            raise ValueError(
+                f"check_factor must be > 0, or check_m None to drop the linearity check (got {check_factor})"
+            )
+        self.ms, self.batch, self.start, self.stop, self.probe = ms, batch, start, stop, probe
+        self.target_slope_se, self.target_n50_se, self.budget = target_slope_se, targets, budget_row_steps
+        self.check_m, self.check_factor, self.min_rounds = check_m, check_factor, min_rounds
+        self.design_ms = sorted({ms[0], ms[-1], *([check_m] if check_m is not None else [])})
+        self._cache: dict = {}
+
+    # ---- replay ------------------------------------------------------------------------------------------------
+
+    def next_jobs(self, rows):
+        return self._walk(rows)[1]
+
+    def rounds(self, rows: dict) -> list[list[Job]]:
+        """The jobs of each round that ``rows`` completes, in order."""
+        return self._walk(rows)[0]
+
+    def _walk(self, rows: dict):
+        done, used, next_index = [], [], 0
+        while True:
+            key = tuple(used)
+            if key not in self._cache:
+                self._cache[key] = self._choose(used)
+            decision = self._cache[key]
+            if decision is None:
+                return done, []
+            jobs = [(m, n, next_index + k) for k, (m, n) in enumerate(decision)]
+            missing = [job for job in jobs if job not in rows]
+            if missing:
+                return done, missing
+            done.append(jobs)
+            used.append(
+                tuple((m, n, bool(rows[(m, n, i)]["accessible"]), row_steps(rows[(m, n, i)])) for m, n, i in jobs)
+            )
+            next_index += len(jobs)
+
+    # ---- decisions ---------------------------------------------------------------------------------------------
+
+    def _choose(self, used: tuple) -> tuple[tuple[int, int], ...] | None:
+        flat = [r for rnd in used for r in rnd]
+        if self.budget is not None and sum(r[3] for r in flat) >= self.budget:
+            return None
+        probes = []
+        for m in self.design_ms:
+            fractions = _fractions_of([(n, acc) for m2, n, acc, _ in flat if m2 == m])
+            if _bracketed_fractions(fractions):
+                continue
+            if not fractions:
+                n = min(self.stop, max(1, round(self.start * m / self.ms[0])))
+            elif all(f >= 0.5 for f in fractions.values()):
+                if max(fractions) >= self.stop:
+                    return None  # accessible at the longest length allowed: n_50 lies beyond stop at this m
+                n = min(self.stop, 2 * max(fractions))
+            else:
+                if min(fractions) <= 1:
+                    return None  # not accessible even at length 1
+                n = max(1, min(fractions) // 2)
+            probes += [(m, n)] * self.probe
+        if probes:
+            return tuple(probes)
+        fitted_rounds = sum(1 for k in range(len(used)) if self._all_bracketed(used[:k]))
+        fit, info = self._fit(flat)
+        ratios = self._ratios(info)
+        # Stop on the widest curve the rows allow (one standard error up in log width; a variance scales as w^2):
+        # a stop on the fitted width stops early exactly when the width came out too small.
+        inflation = math.exp(2 * _STOP_Z * max(min(3.0, fit.log_width_se(m)) for m in self.design_ms))
+        if fitted_rounds >= self.min_rounds and max(ratios.values()) * inflation <= 1.0:
+            return None
+        return self._greedy(fit, info, flat)
+
+    def _all_bracketed(self, used) -> bool:
+        flat = [r for rnd in used for r in rnd]
+        return all(
+            _bracketed_fractions(_fractions_of([(n, acc) for m2, n, acc, _ in flat if m2 == m]))
+            for m in self.design_ms
+        )
+
+    def _fit(self, flat):
+        from .pooled import Cells, fit_pooled, information
+
+        cells = Cells.from_rows([r[0] for r in flat], [r[1] for r in flat], [r[2] for r in flat])
+        fit = fit_pooled(cells, self.design_ms, self.check_m)
+        info = information(fit, cells.ms, cells.ns, cells.trials, free_delta=True) + self._prior_precision()
+        return fit, info
+
+    def _prior_precision(self) -> np.ndarray:
+        from .pooled import PRIOR_SD
+
+        diagonal = np.concatenate([np.zeros(3), 1.0 / PRIOR_SD**2])
+        if self.check_m is None:
+            diagonal[2] = 1.0  # no check m: delta is absent; a unit entry keeps the matrix invertible
+        return np.diag(diagonal)
+
+    def _variances(self, info: np.ndarray) -> np.ndarray:
+        """Per quantity asked for, its variance, for a stack of information matrices (C, K, K) -> (C, Q): the
+        slope, n_50 at every m, then the check m's offset (from the model with the offset free)."""
+        keep = [k for k in range(info.shape[-1]) if k != 2]
+        null = np.linalg.inv(info[:, keep][:, :, keep])
+        out = [null[:, 0, 0]]
+        for m in self.ms:
+            out.append(m * m * null[:, 0, 0] + 2 * m * null[:, 0, 1] + null[:, 1, 1])
+        if self.check_m is not None:
+            out.append(np.linalg.inv(info)[:, 2, 2])
+        return np.stack(out, 1)
+
+    def _target_variances(self) -> np.ndarray:
+        inf = np.inf
+        t = [self.target_slope_se**2 if self.target_slope_se else inf]
+        t += [self.target_n50_se[m] ** 2 if self.target_n50_se[m] else inf for m in self.ms]
+        if self.check_m is not None:
+            check = self.target_n50_se[self.check_m]
+            t.append((self.check_factor * check) ** 2 if check else inf)
+        return np.array(t)
+
+    def _ratios(self, info: np.ndarray) -> dict:
+        names = ["slope", *(f"n50[{m}]" for m in self.ms), *(["check"] if self.check_m is not None else [])]
+        return dict(zip(names, (self._variances(info[None])[0] / self._target_variances()).tolist()))
+
+    def _greedy(self, fit, info: np.ndarray, flat) -> tuple[tuple[int, int], ...]:
+        """``batch`` rows, each at the candidate (m, n) with the largest drop of sum(ratio^3); the cube weighs the
+        quantity furthest from its target most. Per row, not per expected row-step: weighing by the row cost fitted
+        so far sent rows to the cheap accessible side and biased n_50 low by about a token in the simulator (as
+        ``placement="cost"`` did for the sequential design)."""
+        cm, cn = [], []
+        for m in self.design_ms:
+            # Lengths in logits of the widest curve the rows allow (one standard error up): a curve fitted too steep
+            # would put the next rows too close together to show it, and its width would never grow.
+            mu = fit.n50(m) + (fit.theta[2] if m == self.check_m else 0.0)
+            w = fit.width(m) * math.exp(min(3.0, fit.log_width_se(m)) * _WIDTH_Z)
+            for n in np.unique(np.clip(np.round(mu - _LOGIT_OFFSETS * w), 1, self.stop)):
+                cm.append(m)
+                cn.append(int(n))
+        cm_a, cn_a = np.array(cm, dtype=float), np.array(cn, dtype=float)
+        eta, jac = fit.model.eta_and_jacobian(fit.theta, cm_a, cn_a, free_delta=True)
+        p = 1.0 / (1.0 + np.exp(-np.clip(eta, -35, 35)))
+        per_row = (p * (1 - p))[:, None, None] * jac[:, :, None] * jac[:, None, :]
+        targets = self._target_variances()
+        chosen = []
+        for _ in range(self.batch):
+            before = ((self._variances(info[None])[0] / targets) ** 3).sum()
+            after = ((self._variances(info[None] + per_row) / targets) ** 3).sum(1)
+            k = int(np.argmax(before - after))  # ties: the first candidate (smaller m, longer n)
+            chosen.append((int(cm[k]), int(cn[k])))
+            info = info + per_row[k]
+        return tuple(sorted(chosen))
+
+    def summary_fit(self, rows: dict) -> dict | None:
+        """The pooled estimate of what ``rows`` hold (see :func:`pooled_estimates`)."""
+        return pooled_estimates(rows, self.ms, self.design_ms, self.check_m)
+
+
+# Candidate lengths of a fitted round, in logits of the fitted curve: accessibility 73% and 27%, the pair of
+# SequentialDesign (79% of the information about n_50 of a row at n_50 itself, and the two sides set the width).
+_LOGIT_OFFSETS = np.array([-1.0, 1.0])
+# Standard errors of the log width added to the fitted width where lengths are placed and where the stop is checked.
+_WIDTH_Z = 1.0
+_STOP_Z = 1.0
+
+
+def _fractions_of(outcomes) -> dict[int, float]:
+    by_length: dict[int, list[bool]] = {}
+    for n, acc in outcomes:
+        by_length.setdefault(n, []).append(acc)
+    return {n: sum(v) / len(v) for n, v in by_length.items()}
+
+
+def _bracketed_fractions(fractions: dict) -> bool:
+    return any(f >= 0.5 for f in fractions.values()) and any(f < 0.5 for f in fractions.values())
+
+
+def pooled_estimates(rows: dict, ms, design_ms=None, check_m=None) -> dict | None:
+    """n_50 at every m of ``ms`` from the pooled line fitted to ``rows`` (a dict (m, n, index) -> row), with Wald
+    intervals, the slope and intercept with theirs, and the linearity check where a check m has rows.
+
+    Returns None when fewer than two m have rows. ``{"per_m": {m: {"n50", "se", "ci", "measured"}}, "slope",
+    "slope_se", "slope_ci", "intercept", "intercept_se", "intercept_ci", "converged", "linearity"}``.
+    """
+    from .pooled import Cells, fit_pooled, linearity_check, wald_interval
+
+    keys = [k for k in rows if rows[k].get("stop_reason") != INFERRED]
+    measured = sorted({k[0] for k in keys})
+    if len(measured) < 2:
+        return None
+    cells = Cells.from_rows([k[0] for k in keys], [k[1] for k in keys], [bool(rows[k]["accessible"]) for k in keys])
+    check = check_m if check_m in measured and measured[0] < check_m < measured[-1] else None
+    fit = fit_pooled(cells, measured, check)
+    per_m = {}
+    for m in sorted(set(ms) | set(measured)):
+        n50, se = fit.n50(m), fit.n50_se(m)
+        per_m[int(m)] = {"n50": n50, "se": se, "ci": wald_interval(n50, se), "measured": m in measured}
+    linearity = linearity_check(cells, measured, check) if check is not None else None
+    return {
+        "per_m": per_m,
+        "slope": fit.slope,
+        "slope_se": fit.slope_se(),
+        "slope_ci": wald_interval(fit.slope, fit.slope_se()),
+        "intercept": fit.intercept,
+        "intercept_se": fit.intercept_se(),
+        "intercept_ci": wald_interval(fit.intercept, fit.intercept_se()),
+        "converged": fit.converged,
+        "linearity": linearity,
+    }

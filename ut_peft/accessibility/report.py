@@ -161,6 +161,7 @@ def markdown(summary: Summary, *, figures: tuple[str, str] | None = (ACCESSIBILI
             f"{_num(e.n50_published)} | {_num(e.sigmoid_slope, 3)} | {e.fit_status} | "
             f"{e.row_steps} | {', '.join(map(str, e.lengths))} |"
         )
+    lines += _pooled_lines(summary.pooled)
     published = summary.fit_published
     lines += [
         "",
@@ -201,3 +202,48 @@ def write_report(output_dir, summary: Summary) -> None:
     plot_accessibility(summary, output_dir / ACCESSIBILITY_PLOT)
     plot_n50(summary, output_dir / N50_PLOT)
     atomic_write_text(output_dir / REPORT_FILE, markdown(summary))
+
+
+def _pooled_lines(pooled: dict | None) -> list[str]:
+    """The pooled design's table: n_50 at every m from the one line, the slope, and the linearity check."""
+    if not pooled:
+        return []
+    lines = [
+        "",
+        "Pooled design: one model of accessibility in (m, n), n_50(m) = a m + b, fitted to every row at once "
+        "(Firth-penalised likelihood, a logistic width exp(c) m^d); n_50 at an m without rows is read off the line. "
+        "Intervals: Wald, +- 1.96 standard errors of the inverse information (their coverage at the design's "
+        "settings is measured in benchmarks/measurement_cost.py, BENCHMARKS.md)."
+        + ("" if pooled.get("converged", True) else " **The fit did not converge: do not use these numbers.**"),
+        "",
+        "| m | n_50 (pooled) | standard error | 95% interval | rows at this m |",
+        "|---|---|---|---|---|",
+    ]
+    for e in pooled["per_m"]:
+        lines.append(
+            f"| {e['m']} | {_num(e['n50'])} | {_num(e['se'], 2)} | {format_interval(e['ci'])} | "
+            f"{'measured' if e['measured'] else 'read off the line'} |"
+        )
+    lines += [
+        "",
+        f"Slope {_num(pooled['slope'], 2)} tokens per vector (se {_num(pooled['slope_se'], 2)}, 95% interval "
+        f"{format_interval(pooled['slope_ci'])}); intercept {_num(pooled['intercept'])} "
+        f"({format_interval(pooled['intercept_ci'])}).",
+    ]
+    check = pooled.get("linearity")
+    if check is None:
+        lines += ["", "No linearity check (no rows at an m between the two ends)."]
+    else:
+        verdict = (
+            "consistent with the line"
+            if check["linear"]
+            else "**NOT LINEAR: n_50 at the check m leaves the line; the read-off n_50 and the slope assume a line "
+            "the rows reject**"
+        )
+        lines += [
+            "",
+            f"Linearity check at m = {check['check_m']}: n_50 lies {_num(check['delta'], 2)} tokens off the line "
+            f"(95% interval {format_interval(check['delta_ci'])}; likelihood-ratio p = {check['p_value']:.3g}): "
+            f"{verdict}.",
+        ]
+    return lines

@@ -149,13 +149,20 @@ class Summary(_Record):
     ratios: SlopeBounds | None  # bound / measured slope
     num_rows: int
     row_steps: int
+    # The pooled design's estimate (design.pooled_estimates): n_50 at every m from one line fitted to every row,
+    # with Wald intervals, and the linearity check; None for the other designs (and in summaries written before it).
+    pooled: dict | None = None
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict, where: str = "the summary") -> Summary:
-        missing = [f.name for f in dataclasses.fields(cls) if f.name not in data]
+        missing = [
+            f.name
+            for f in dataclasses.fields(cls)
+            if f.name not in data and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        ]
         missing_m = sorted(
             {f.name for entry in data.get("per_m", []) for f in dataclasses.fields(MSummary) if f.name not in entry}
         )
@@ -165,7 +172,7 @@ class Summary(_Record):
                 f"{where} lacks {', '.join(names)} (written by an older version); regenerate it from "
                 "its rows: summarize_folder(folder), or recipes/cram.py --report-only --output FOLDER"
             )
-        values = {f.name: data[f.name] for f in dataclasses.fields(cls)}
+        values = {f.name: data[f.name] for f in dataclasses.fields(cls) if f.name in data}
         values["per_m"] = [
             MSummary(**{f.name: entry[f.name] for f in dataclasses.fields(MSummary)}) for entry in data["per_m"]
         ]

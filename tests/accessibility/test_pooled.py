@@ -1,0 +1,116 @@
+"""The pooled design (one line n_50 = a m + b for every m) and its model: fits, the linearity check, a sweep that
+is killed and resumed, and the errors for settings that cannot work."""
+
+import shutil
+
+import numpy as np
+import pytest
+
+from ut_peft.accessibility import CramConfig, GridConfig, SweepConfig, run_sweep
+from ut_peft.accessibility.design import PooledDesign, pooled_estimates
+from ut_peft.accessibility.pooled import Cells, fit_pooled, linearity_check
+from ut_peft.accessibility.store import read_rows
+
+
+def _simulated_rows(slope=20.0, intercept=4.0, bend=0.0, rows_per_point=60, seed=0):
+    """Independent rows of a known curve at m = 1, 3, 5 (width 10% of n_50), two lengths per m."""
+    rng = np.random.default_rng(seed)
+    ms, ns, acc = [], [], []
+    for m in (1, 3, 5):
+        mu = slope * m + intercept + (bend if m == 3 else 0.0)
+        w = 0.1 * mu
+        for n in (round(mu - w), round(mu + w)):
+            p = 1 / (1 + np.exp(-(mu - n) / w))
+            ms += [m] * rows_per_point
+            ns += [n] * rows_per_point
+            acc += list(rng.random(rows_per_point) < p)
+    return Cells.from_rows(ms, ns, acc)
+
+
+def test_pooled_fit_recovers_the_line_and_its_standard_errors_cover_it():
+    errors = []
+    for seed in range(30):
+        fit = fit_pooled(_simulated_rows(seed=seed), [1, 3, 5], check_m=3)
+        assert fit.converged
+        errors.append((fit.slope - 20.0) / fit.slope_se())
+    errors = np.array(errors)
+    assert abs(errors.mean()) < 0.6  # unbiased within the noise of 30 fits
+    assert 0.6 < errors.std() < 1.5  # the standard error is of the right size
+
+
+def test_linearity_check_passes_a_line_and_rejects_a_bend():
+    assert linearity_check(_simulated_rows(seed=1), [1, 3, 5], 3)["linear"]
+    bent = linearity_check(_simulated_rows(bend=-15.0, seed=1), [1, 3, 5], 3)
+    assert not bent["linear"] and bent["p_value"] < 0.01
+    assert bent["delta_ci"][0] < -15.0 < bent["delta_ci"][1] or abs(bent["delta"] + 15.0) < 5.0
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(ms=[2]), "at least two different m"),
+        (dict(target_slope_se=0.0), "must be > 0"),
+        (dict(target_n50_se={1: -1.0}), "must be > 0"),
+        (dict(budget_row_steps=-5), "positive integer"),
+        (dict(target_slope_se=None, target_n50_se=None), "stopping rule"),
+        (dict(check_m=5), "strictly between"),
+    ],
+)
+def test_pooled_design_refuses_settings_that_cannot_work(kwargs, message):
+    settings = dict(ms=[1, 2, 3], batch=4, start=2, stop=20, target_slope_se=1.0, target_n50_se=1.0)
+    settings.update(kwargs)
+    with pytest.raises(ValueError, match=message):
+        PooledDesign(**settings)
+
+
+def test_sweep_config_refuses_pooled_targets_elsewhere_and_a_single_m():
+    with pytest.raises(ValueError, match="--design pooled"):
+        SweepConfig(model="x", source="tokens", target_slope_se=1.0, grid=GridConfig(lengths=[2]))
+    with pytest.raises(ValueError, match="at least two different m"):
+        SweepConfig(model="x", source="tokens", ms=[1], design="pooled", target_slope_se=1.0)
+
+
+def pooled_config(**overrides):
+    settings = dict(
+        model="tiny-llama",
+        source="tokens",
+        ms=[1, 2, 3],
+        grid=GridConfig(start=2, stop=12),
+        design="pooled",
+        target_slope_se=0.5,
+        target_n50_se=0.5,
+        budget_row_steps=900,
+        num_sequences=4,
+        cram=CramConfig(max_steps=30, patience=30, batch_size=8),
+        support_sequences=8,
+        support_seq_len=4,
+    )
+    settings.update(overrides)
+    return SweepConfig(**settings)
+
+
+def _decisions(folder):
+    return {key: (row["accessible"], row["steps"]) for key, row in read_rows(folder).items()}
+
+
+def test_pooled_sweep_reports_the_line_and_resumes_after_a_kill_to_the_same_result(tmp_path, llama):
+    whole = run_sweep(pooled_config(), tmp_path / "whole", model=llama, progress=False)
+    assert whole.design == "pooled" and whole.settings["design"]["kind"] == "pooled"
+    rows = read_rows(tmp_path / "whole")
+    assert len({k for _, _, k in rows}) == len(rows)  # every row a fresh text: indices distinct across m
+    assert {m for m, _, _ in rows} <= {1, 2, 3}
+    if whole.pooled is not None:  # two m with rows: the line, read off at every m
+        assert [e["m"] for e in whole.pooled["per_m"]] == [1, 2, 3]
+        assert whole.pooled == pooled_estimates(rows, [1, 2, 3], check_m=2) | {
+            "per_m": whole.pooled["per_m"]
+        }
+    report = (tmp_path / "whole" / "report.md").read_text()
+    assert "Design: pooled" in report
+    lines = (tmp_path / "whole" / "rows.jsonl").read_bytes().splitlines(keepends=True)
+    kill = len(lines) // 2
+    folder = tmp_path / "killed"
+    shutil.copytree(tmp_path / "whole", folder)
+    (folder / "rows.jsonl").write_bytes(b"".join(lines[:kill]) + lines[kill][:15])  # a torn line: killed mid-write
+    resumed = run_sweep(pooled_config(), folder, model=llama, progress=False)
+    assert _decisions(folder) == _decisions(tmp_path / "whole")
+    assert resumed.pooled == whole.pooled

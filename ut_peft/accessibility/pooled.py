@@ -1,0 +1,256 @@
+"""One model of accessibility across m: n_50(m) = a m + b, the line the accessibility paper finds (R^2 > 0.99).
+
+The per-m fits of :mod:`ut_peft.accessibility.fit` estimate every n_50 on its own and then draw a line through
+them. When the line holds, that spends rows on every m although two lengths of the line fix all five: the model here
+fits all rows at once,
+
+    P(accessible | m, n) = 1 / (1 + exp(-(mu(m) - n) / w_m)),    mu(m) = a m + b,
+
+with one logistic scale ``w_m`` per measured m (the transition widens with m; nothing ties the widths together), so
+that n_50 at an m never measured is read off the line, ``a m + b``, with the line's uncertainty. The model is checked,
+not assumed: at a "check" m between the two ends its crossing gets a free offset ``delta`` (mu(m_c) = a m_c + b +
+delta) in a second fit, and :func:`linearity_check` tests delta = 0 (a likelihood-ratio test, and the offset with its
+interval in tokens). Rows must be independent (a fresh text per row: the pooled design's jobs have distinct indices).
+
+Fitting: maximum likelihood by Fisher scoring with step halving, with a weak normal prior on each log width (centred
+on a tenth of the length scale of that m's rows, standard deviation 2 in log units, i.e. a factor of 7 either way)
+so that rows which separate completely (every row below some length accessible, none above) give a finite width
+instead of a step: the prior matters only where the rows cannot set the width. Intervals are Wald intervals from the
+inverse information at the estimate; their coverage at the settings the design stops at is measured by simulation
+in ``benchmarks/measurement_cost.py`` (BENCHMARKS.md), not assumed.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import optimize, stats
+
+LEVEL = 0.95
+# The weak prior on the width law's (c, d): centres from PRIOR_REL_WIDTH (see _prior_centres), standard deviations
+# PRIOR_SD (a factor of e^2 = 7 either way in the width's level; 1 in its power of m).
+PRIOR_REL_WIDTH = 0.1
+PRIOR_SD = np.array([2.0, 1.0])
+
+
+@dataclass(frozen=True)
+class Cells:
+    """Rows grouped by (m, n): ``successes[j]`` of ``trials[j]`` rows at ``ms[j]``, ``ns[j]`` were accessible."""
+
+    ms: np.ndarray
+    ns: np.ndarray
+    successes: np.ndarray
+    trials: np.ndarray
+
+    @classmethod
+    def from_rows(cls, ms, ns, accessible) -> Cells:
+        ms, ns = np.asarray(ms, dtype=float), np.asarray(ns, dtype=float)
+        acc = np.asarray(accessible, dtype=float)
+        if not (ms.shape == ns.shape == acc.shape):
+            raise ValueError(
+                f"ms, ns and accessible must have one entry per row (got {ms.size}, {ns.size}, {acc.size})"
+            )
+        keys, inverse = np.unique(np.stack([ms, ns], 1), axis=0, return_inverse=True)
+        inverse = inverse.reshape(-1)
+        succ, tri = np.zeros(len(keys)), np.zeros(len(keys))
+        np.add.at(succ, inverse, acc)
+        np.add.at(tri, inverse, 1.0)
+        return cls(keys[:, 0], keys[:, 1], succ, tri)
+
+
+class PooledModel:
+    """The parameter layout: ``theta = [a, b, delta, c, d]``; mu(m) = a m + b (+ delta at the check m), and the
+    logistic width w(m) = exp(c + d log m), one smooth law for every m.
+
+    Why one width law and not a free width per m: with a few dozen rows at an m its width is poorly known, and a width
+    estimated too small makes that m's rows look precise (the information about n_50 grows as 1 / w^2), so a free
+    width per m let one unlucky m pin the line and claim a standard error a third of the true one (measured in the
+    simulator: slope coverage 70-75%). ``w = exp(c) m^d`` pools every row into two width parameters and covers a
+    width proportional to m (d = 1, the simulator's), constant (d = 0) or anything between or beyond."""
+
+    size = 5
+
+    def __init__(self, width_ms, check_m: int | None):
+        self.width_ms = [int(m) for m in width_ms]
+        self.check_m = check_m
+
+    def eta_and_jacobian(self, theta: np.ndarray, ms: np.ndarray, ns: np.ndarray, free_delta: bool):
+        """Logits of the cells and their derivatives in theta, shape (cells,) and (cells, 5)."""
+        a, b, delta, c, d = theta
+        delta = delta if free_delta else 0.0
+        log_m = np.log(ms)
+        w = np.exp(np.clip(c + d * log_m, -50, 50))
+        on_check = (ms == self.check_m).astype(float) if self.check_m is not None else np.zeros_like(ms)
+        eta = (a * ms + b + delta * on_check - ns) / w
+        jac = np.zeros((ms.size, self.size))
+        jac[:, 0], jac[:, 1] = ms / w, 1.0 / w
+        if free_delta:
+            jac[:, 2] = on_check / w
+        jac[:, 3], jac[:, 4] = -eta, -eta * log_m
+        return eta, jac
+
+
+@dataclass
+class PooledFit:
+    """The estimate and its inverse information (``covariance``; rows/columns as :class:`PooledModel`'s theta)."""
+
+    theta: np.ndarray
+    covariance: np.ndarray
+    loglik: float
+    converged: bool
+    model: PooledModel
+    free_delta: bool
+
+    @property
+    def slope(self) -> float:
+        return float(self.theta[0])
+
+    @property
+    def intercept(self) -> float:
+        return float(self.theta[1])
+
+    def n50(self, m: float) -> float:
+        return float(self.theta[0] * m + self.theta[1])
+
+    def n50_se(self, m: float) -> float:
+        g = np.array([m, 1.0])
+        return float(math.sqrt(max(0.0, g @ self.covariance[:2, :2] @ g)))
+
+    def slope_se(self) -> float:
+        return float(math.sqrt(max(0.0, self.covariance[0, 0])))
+
+    def intercept_se(self) -> float:
+        return float(math.sqrt(max(0.0, self.covariance[1, 1])))
+
+    def width(self, m: float) -> float:
+        return float(math.exp(min(50.0, max(-50.0, self.theta[3] + self.theta[4] * math.log(m)))))
+
+    def log_width_se(self, m: float) -> float:
+        g = np.array([1.0, math.log(m)])
+        return float(math.sqrt(max(0.0, g @ self.covariance[3:, 3:] @ g)))
+
+
+def _prior_centres(model: PooledModel, cells: Cells) -> np.ndarray:
+    """Prior centres of (c, d): a width of PRIOR_REL_WIDTH times the mean length measured at the smallest m, growing
+    in proportion to m (d = 1): a weak, data-scaled guess."""
+    m0 = min(model.width_ms)
+    scale = PRIOR_REL_WIDTH * max(1.0, float(cells.ns[cells.ms == m0].mean()))
+    return np.array([math.log(scale) - math.log(m0), 1.0])
+
+
+def _start(model: PooledModel, cells: Cells) -> np.ndarray:
+    """A start for the scoring: per m, the length where accessibility crosses 1/2 (or the mean length); a, b by a
+    least-squares line through those (a flat line through one m)."""
+    crossings = []
+    for m in model.width_ms:
+        here = cells.ms == m
+        ns, frac = cells.ns[here], cells.successes[here] / cells.trials[here]
+        above, below = ns[frac >= 0.5], ns[frac < 0.5]
+        if above.size and below.size:
+            crossings.append((m, (above.max() + below.min()) / 2))
+        else:
+            crossings.append((m, float(ns.mean())))
+    xs, ys = np.array(crossings).T
+    a, b = np.polyfit(xs, ys, 1) if np.unique(xs).size > 1 else (0.0, float(ys.mean()))
+    theta = np.zeros(model.size)
+    theta[0], theta[1] = a, b
+    theta[3:] = _prior_centres(model, cells)
+    return theta
+
+
+def _objective(theta_free, keep, model, cells, centres, free_delta):
+    """Minus the Firth-penalised log-likelihood (plus the weak width prior) at the free parameters."""
+    theta = np.zeros(model.size)
+    theta[keep] = theta_free
+    eta, jac = model.eta_and_jacobian(theta, cells.ms, cells.ns, free_delta)
+    loglik = float((cells.successes * eta - cells.trials * np.logaddexp(0.0, eta)).sum())
+    p = 1.0 / (1.0 + np.exp(-np.clip(eta, -35, 35)))
+    j = jac[:, keep]
+    info = j.T @ ((cells.trials * p * (1 - p))[:, None] * j)
+    sign, logdet = np.linalg.slogdet(info + 1e-9 * np.eye(len(keep)))
+    prior = -0.5 * float((((theta[3:] - centres) / PRIOR_SD) ** 2).sum())
+    return -(loglik + 0.5 * logdet + prior) if sign > 0 else 1e300
+
+
+def fit_pooled(cells: Cells, width_ms, check_m: int | None = None, free_delta: bool = False) -> PooledFit:
+    """Firth-penalised maximum likelihood of the pooled model on ``cells`` (plus the weak prior on the width law).
+
+    Why Firth's penalty (0.5 log det I, the Jeffreys prior): with a few dozen rows per m the plain maximum likelihood
+    makes the curves too steep (widths too small), and a design that places its next rows at +-1 logit of a too steep
+    curve puts them too close together to see it: the width stays small and the standard errors too. The penalty
+    removes the first-order bias, as in :func:`~ut_peft.accessibility.fit.fit_logistic`, and keeps separated rows
+    finite. ``width_ms``: the m that have rows. ``check_m``: the m whose crossing may leave the line;
+    ``free_delta`` fits that offset (the alternative of the linearity check), else it is held at 0.
+    """
+    model = PooledModel(width_ms, check_m)
+    if free_delta and (check_m is None or not np.any(cells.ms == check_m)):
+        raise ValueError(f"a free offset at the check m needs rows at that m (check m = {check_m})")
+    if len(set(model.width_ms)) < 2:
+        raise ValueError(f"the pooled model needs rows at two different m at least (got m = {model.width_ms})")
+    centres = _prior_centres(model, cells)
+    keep = np.array([0, 1, 2, 3, 4] if free_delta else [0, 1, 3, 4])
+    start = _start(model, cells)
+    result = optimize.minimize(
+        _objective,
+        start[keep],
+        args=(keep, model, cells, centres, free_delta),
+        method="BFGS",
+        options={"gtol": 1e-6, "maxiter": 500},
+    )
+    theta = np.zeros(model.size)
+    theta[keep] = result.x
+    eta, jac = model.eta_and_jacobian(theta, cells.ms, cells.ns, free_delta)
+    loglik = float((cells.successes * eta - cells.trials * np.logaddexp(0.0, eta)).sum())
+    p = 1.0 / (1.0 + np.exp(-np.clip(eta, -35, 35)))
+    prior_precision = np.concatenate([np.zeros(3), 1.0 / PRIOR_SD**2])
+    info = jac.T @ ((cells.trials * p * (1 - p))[:, None] * jac) + np.diag(prior_precision)
+    covariance = np.zeros((model.size, model.size))
+    converged = bool(result.success or result.status == 2)  # 2: precision loss at the optimum, not a failure
+    try:
+        covariance[np.ix_(keep, keep)] = np.linalg.inv(info[np.ix_(keep, keep)])
+    except np.linalg.LinAlgError:
+        covariance[:] = np.nan
+        converged = False
+    return PooledFit(theta, covariance, loglik, converged, model, free_delta)
+
+
+def information(fit: PooledFit, ms, ns, trials=None, free_delta: bool = True) -> np.ndarray:
+    """Expected Fisher information about theta of rows at (ms, ns) under the fitted curve (delta at its estimate),
+    as a (size, size) matrix summed over the rows; ``free_delta`` includes delta's row and column."""
+    ms, ns = np.asarray(ms, dtype=float), np.asarray(ns, dtype=float)
+    trials = np.ones_like(ms) if trials is None else np.asarray(trials, dtype=float)
+    theta = fit.theta.copy()
+    eta, jac = fit.model.eta_and_jacobian(theta, ms, ns, free_delta)
+    p = 1.0 / (1.0 + np.exp(-np.clip(eta, -35, 35)))
+    return jac.T @ ((trials * p * (1 - p))[:, None] * jac)
+
+
+def wald_interval(estimate: float, se: float, level: float = LEVEL) -> list[float] | None:
+    if not (math.isfinite(estimate) and math.isfinite(se)):
+        return None
+    z = stats.norm.ppf((1 + level) / 2)
+    return [estimate - z * se, estimate + z * se]
+
+
+def linearity_check(cells: Cells, width_ms, check_m: int, alpha: float = 0.01) -> dict:
+    """Does the check m's crossing sit on the line through the others? A likelihood-ratio test of delta = 0.
+
+    Returns ``{"check_m", "delta", "delta_ci", "p_value", "linear"}``: delta is how far (tokens) the check m's n_50
+    lies above the line the pooled fit draws through every m, with its Wald interval; ``linear`` is False when the
+    test rejects at ``alpha`` (the report then says so, loudly, and the read-off n_50 are not trusted).
+    """
+    null = fit_pooled(cells, width_ms, check_m, free_delta=False)
+    alt = fit_pooled(cells, width_ms, check_m, free_delta=True)
+    statistic = max(0.0, 2 * (alt.loglik - null.loglik))
+    p_value = float(stats.chi2.sf(statistic, 1))
+    se = math.sqrt(max(0.0, alt.covariance[2, 2])) if np.isfinite(alt.covariance[2, 2]) else float("nan")
+    delta = float(alt.theta[2])
+    return {
+        "check_m": int(check_m),
+        "delta": delta,
+        "delta_ci": wald_interval(delta, se),
+        "p_value": p_value,
+        "linear": bool(p_value >= alpha),
+    }
