@@ -1,20 +1,21 @@
 """The local-context baselines that tell a k-hop model that retrieves from one that only reads nearby letters."""
 
-import runpy
+import importlib.util
 from pathlib import Path
 
+from ut_peft.tasks import khop_baselines
 from ut_peft.tasks.khop import hop
+from ut_peft.tasks.training import RunSettings, TrainingData, run, task_data
 
 ROOT = Path(__file__).resolve().parents[2]
-BASELINES = runpy.run_path(str(ROOT / "recipes" / "khop_baselines.py"))
 
 
 def test_a_lookup_table_on_its_own_strings_is_exact_where_its_features_decide_the_answer():
     # x = a b a b ...: hop_1 is "none" at i < 2 and x[i-1] after, so position alone decides every answer.
     x = [1, 2] * 8
-    scores = BASELINES["baselines"]([(1, x)], [(1, x)])
+    scores = khop_baselines.baselines([(1, x)], [(1, x)])
     assert scores["position"][1] == 1.0
-    answers = hop(x, 1, BASELINES["NONE"])[:-1]
+    answers = hop(x, 1, khop_baselines.NONE)[:-1]
     majority = max(answers.count(a) for a in set(answers)) / len(answers)
     assert scores["majority answer (k only)"][1] == majority < 1.0
 
@@ -23,15 +24,30 @@ def test_the_previous_two_letters_decide_hop_1_when_they_repeat():
     # At i with x[i-2] == x[i] the last earlier x[i] is at i-2, so hop_1 is x[i-1]: the 3-letter feature knows it.
     x = [1, 2, 1, 3, 1, 2, 4, 2, 3, 4]
     i = 2
-    assert x[i - 2] == x[i] and hop(x, 1, BASELINES["NONE"])[i] == x[i - 1]
-    assert BASELINES["features"](x, i, "position, last 3 letters") == (i, x[i], (x[i - 2], x[i - 1]))
+    assert x[i - 2] == x[i] and hop(x, 1, khop_baselines.NONE)[i] == x[i - 1]
+    assert khop_baselines.features(x, i, "position, last 3 letters") == (i, x[i], (x[i - 2], x[i - 1]))
 
 
-def test_out_writes_its_own_report_and_leaves_the_figures_tables_alone(tmp_path):
-    before = BASELINES["OUT_JSON"].read_bytes()
+def test_the_recipe_writes_its_own_report_and_leaves_the_figures_tables_alone(tmp_path):
+    spec = importlib.util.spec_from_file_location("khop_baselines_recipe", ROOT / "recipes" / "khop_baselines.py")
+    recipe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(recipe)
+    before = recipe.OUT_JSON.read_bytes()
     out = tmp_path / "khop-long.md"
-    BASELINES["main"](BASELINES["parse"](["--train", "200", "--eval", "40", "--out", str(out)]))
+    recipe.main(recipe.parse(["--train", "200", "--eval", "40", "--out", str(out)]))
     text = out.read_text()
     assert "| position, last 3 letters |" in text and f"--out {out}`" in text
     assert "200 training strings, 40 held-out" in text
-    assert BASELINES["OUT_JSON"].read_bytes() == before
+    assert recipe.OUT_JSON.read_bytes() == before
+
+
+def test_a_fresh_data_runs_training_strings_are_the_ones_its_steps_drew(tmp_path):
+    settings = RunSettings(task="khop", width=24, layers=1, head_dim=4, steps=2, batch_size=4, eval_examples=8,
+                           train_examples=10, khop_length=8, khop_ks=[1, 2])  # fmt: skip
+    _, evaluation, _, _ = task_data(settings)
+    data = TrainingData(settings, None, evaluation)
+    drawn = data.batch(0) + data.batch(1) + data.batch(2)
+    assert khop_baselines.training_strings(settings) == [(r["k"], r["input_ids"][1:]) for r in drawn[:10]]
+    run(settings, tmp_path / "run", progress=False)
+    text = khop_baselines.report(train=50, evaluation=20, run_dirs=[tmp_path / "run"], out=tmp_path / "r.md")
+    assert "`run` (step 2) against the tables" in text and "model agrees with the table" in text

@@ -2,7 +2,6 @@ import json
 import os
 import re
 import runpy
-import shlex
 import sys
 from pathlib import Path
 
@@ -180,47 +179,6 @@ def test_a_second_process_is_refused_while_a_run_trains_in_the_folder(tmp_path):
     assert run(settings, tmp_path, progress=False)["settings"]["steps"] == TINY["steps"]
 
 
-def _tiny_plan(experiments, tmp_path):
-    """Point recipes/ut_experiments.py at a two-run plan of tiny runs under tmp_path."""
-    plan = [
-        (name, dict(task="dyck", backbone="random-ut", **TINY, seed=seed))
-        for name, seed in (("dyck-a-s0", 0), ("dyck-b-s0", 1))
-    ]
-    module = experiments["run_plan"].__globals__  # the functions' own globals (run_path returns a copy)
-    module.update(PLAN=plan, ROOT=tmp_path, RESULTS=tmp_path / "results" / "runs.jsonl")
-    return module
-
-
-def test_experiment_workers_share_the_plan_and_skip_a_run_another_worker_trains(tmp_path, capsys):
-    experiments = runpy.run_path(str(ROOT / "recipes" / "ut_experiments.py"))
-    module = _tiny_plan(experiments, tmp_path)
-    busy = tmp_path / "runs" / "universal" / "dyck-a-s0"
-    busy.mkdir(parents=True)
-    holder = try_lock(busy / "run.lock")  # another worker is training dyck-a-s0
-    try:
-        module["run_plan"]([])
-    finally:
-        os.close(holder)
-    out = capsys.readouterr().out
-    assert "dyck-a-s0: skipped" in out and "being trained by another process" in out
-    assert list(module["load_rows"]()) == ["dyck-b-s0"]
-    module["run_plan"]([])  # the other worker stopped: this one trains it now, and not dyck-b-s0 again
-    assert "dyck-b-s0: already in" in capsys.readouterr().out
-    rows = module["load_rows"]()
-    assert sorted(rows) == ["dyck-a-s0", "dyck-b-s0"]
-    assert len(module["RESULTS"].read_text().splitlines()) == 2
-
-
-def test_experiment_rows_skip_a_line_still_being_written(tmp_path):
-    experiments = runpy.run_path(str(ROOT / "recipes" / "ut_experiments.py"))
-    results = tmp_path / "runs.jsonl"
-    results.write_text(json.dumps({"name": "done-s0", "accuracy": 1.0}) + "\n" + '{"name": "half-s0", "acc')
-    assert list(experiments["load_rows"](results)) == ["done-s0"]
-    results.write_text(json.dumps({"name": "done-s0"}) + "\n" + "not json\n")
-    with pytest.raises(json.JSONDecodeError):  # a complete line that does not read is damage, not a write
-        experiments["load_rows"](results)
-
-
 def test_a_truncated_checkpoint_names_its_path(tmp_path):
     settings = RunSettings(task="dyck", backbone="random-ut", **TINY)
     run(settings, tmp_path, progress=False, stop_after=3)
@@ -257,25 +215,6 @@ def test_hf_backbones_are_built_without_the_test_helper():
         assert built.to_dict() == expected.to_dict(), family
     with pytest.raises(ValueError, match="choose one of"):
         training.family_config("bert", vocab_size=23, width=32, layers=2, heads=4, max_positions=40)
-
-
-def test_every_planned_experiment_command_makes_the_planned_settings():
-    # The table prints a recipes/reprogram.py command per row; it must rebuild exactly the run the plan made.
-    reprogram = runpy.run_path(str(ROOT / "recipes" / "reprogram.py"))
-    experiments = runpy.run_path(str(ROOT / "recipes" / "ut_experiments.py"))
-    for name, planned in experiments["PLAN"]:
-        argv = shlex.split(experiments["command"](name, planned))[2:]
-        args = reprogram["parse"](argv)
-        assert reprogram["settings_from"](args) == RunSettings(**planned), name
-        assert args.out == f"runs/universal/{name}"
-
-
-def test_experiment_names_outside_the_plan_are_refused_before_anything_runs(tmp_path):
-    experiments = runpy.run_path(str(ROOT / "recipes" / "ut_experiments.py"))
-    module = _tiny_plan(experiments, tmp_path)
-    with pytest.raises(SystemExit, match="not in the plan: dyck-typo-s0; `--list` shows"):
-        module["run_plan"](["dyck-a-s0", "dyck-typo-s0"])
-    assert not (tmp_path / "runs").exists()
 
 
 def test_the_init_scale_is_a_recorded_setting_that_reaches_the_adapter(tmp_path):

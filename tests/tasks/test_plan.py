@@ -1,0 +1,108 @@
+import importlib.util
+import json
+import os
+import shlex
+from pathlib import Path
+
+import pytest
+
+from ut_peft.io import try_lock
+from ut_peft.tasks import plan
+from ut_peft.tasks.training import RunSettings
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = dict(
+    width=24, layers=1, head_dim=4, steps=4, batch_size=8, eval_examples=16, checkpoint_every=2, warmup_steps=1,
+    lr=1e-2, dyck_max_pairs=3, dyck_max_random_length=8, eval_every=2,
+)  # fmt: skip
+TINY_PLAN = [
+    (name, dict(task="dyck", backbone="random-ut", **TINY, seed=seed))
+    for name, seed in (("dyck-a-s0", 0), ("dyck-b-s0", 1))
+]
+
+
+def _reprogram_parser():
+    spec = importlib.util.spec_from_file_location("reprogram_recipe", ROOT / "recipes" / "reprogram.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.parse
+
+
+def test_workers_share_the_plan_and_skip_a_run_another_worker_trains(tmp_path):
+    runs, results, said = tmp_path / "runs", tmp_path / "results" / "runs.jsonl", []
+    busy = runs / "dyck-a-s0"
+    busy.mkdir(parents=True)
+    holder = try_lock(busy / "run.lock")  # another worker is training dyck-a-s0
+    try:
+        assert plan.run_plan(TINY_PLAN, runs_dir=runs, results=results, log=said.append) == ["dyck-b-s0"]
+    finally:
+        os.close(holder)
+    assert any("dyck-a-s0: skipped" in line and "being trained by another process" in line for line in said)
+    assert list(plan.load_rows(results)) == ["dyck-b-s0"]
+    said.clear()
+    assert plan.run_plan(TINY_PLAN, runs_dir=runs, results=results, log=said.append) == ["dyck-a-s0"]
+    assert any("dyck-b-s0: already in" in line for line in said)
+    assert sorted(plan.load_rows(results)) == ["dyck-a-s0", "dyck-b-s0"] and len(results.read_text().splitlines()) == 2
+
+
+def test_the_worker_starts_no_new_run_once_the_stop_file_exists(tmp_path):
+    stop, said = tmp_path / "smollm2", []
+    stop.touch()
+    kwargs = dict(runs_dir=tmp_path / "runs", results=tmp_path / "r.jsonl", stop_file=stop, log=said.append)
+    assert plan.run_plan(TINY_PLAN, **kwargs) == [] and not (tmp_path / "runs").exists()
+    assert said == [f"{stop} exists: starting no new run"]
+
+
+def test_rows_skip_a_line_still_being_written(tmp_path):
+    results = tmp_path / "runs.jsonl"
+    results.write_text(json.dumps({"name": "done-s0", "accuracy": 1.0}) + "\n" + '{"name": "half-s0", "acc')
+    assert list(plan.load_rows(results)) == ["done-s0"]
+    results.write_text(json.dumps({"name": "done-s0"}) + "\n" + "not json\n")
+    with pytest.raises(json.JSONDecodeError):  # a complete line that does not read is damage, not a write
+        plan.load_rows(results)
+
+
+def test_names_outside_the_plan_are_refused_before_anything_runs(tmp_path):
+    with pytest.raises(ValueError, match="not in the plan: dyck-typo-s0; `--list` shows"):
+        plan.run_plan(TINY_PLAN, ["dyck-a-s0", "dyck-typo-s0"], runs_dir=tmp_path / "runs", results=tmp_path / "r")
+    assert not (tmp_path / "runs").exists()
+
+
+def test_every_planned_command_makes_the_planned_settings():
+    # The table prints a recipes/reprogram.py command per row; it must rebuild exactly the run the plan made.
+    parse = _reprogram_parser()
+    for name, planned in plan.PLAN:
+        args = parse(shlex.split(plan.command(name, planned))[2:])
+        rebuilt = RunSettings(**{k: getattr(args, k) for k in RunSettings.__dataclass_fields__})
+        assert rebuilt == RunSettings(**planned), name
+        assert args.out == f"runs/universal/{name}"
+
+
+def test_the_plan_has_every_split_and_kind_at_three_seeds_and_the_legacy_rows_their_old_settings():
+    names = dict(plan.PLAN)
+    for split in ("k1", "k2", "k3", "k4", "mix"):
+        for kind in ("sparse", "random", "full"):
+            for seed in (0, 1, 2):
+                settings = names[f"khop-{split}-{kind}-s{seed}"]
+                assert settings["khop_ks"] == plan.SPLITS[split] and settings["variant"] == "residual_layernorm"
+                assert RunSettings(**settings).init_std == 0.02 and RunSettings(**settings).fresh_data
+    old = {"settings": {k: v for k, v in vars(RunSettings(task="khop", train_examples=20000)).items()}}
+    del old["settings"]["init_std"], old["settings"]["fresh_data"]
+    legacy = plan.settings_of(old)
+    assert legacy["init_std"] == 1.0 and not legacy["fresh_data"]
+    assert "--init-std 1.0 --no-fresh-data" in plan.command("khop-full-s0", legacy)
+
+
+def test_the_report_names_the_paper_and_the_cost_of_going_on(tmp_path):
+    results = tmp_path / "runs.jsonl"
+    settings = dict(task="khop", backbone="sparse-ut", variant="residual_layernorm", **TINY, khop_ks=[2])
+    plan.run_plan([("khop-k2-sparse-s0", settings)], runs_dir=tmp_path / "runs", results=results, log=lambda _: None)
+    rows = plan.load_rows(results)
+    text = plan.report(rows, table_path=tmp_path / "table.md", figure_path=tmp_path / "f.png")
+    assert (tmp_path / "table.md").read_text() == text and (tmp_path / "f.png").stat().st_size > 0
+    assert "| sparse UT (E, U, positions) | residual layernorm | 24, 1, 1 x 4 | 4 x 8 |" in text and "| 100% |" in text
+    assert "khop-k2-sparse" in text  # below the paper's level: in the curve table
+    curve = [{"examples_seen": 1000 * 2**i, "accuracy": 0.5 + 0.1 * i} for i in range(3)]
+    assert plan.cost_to_go(curve, 0.99, 3600).startswith("7x the examples")  # 0.7, +0.1 per doubling: 2.9 doublings
+    assert plan.cost_to_go(curve, 0.6, 60) == "reached"
+    assert plan.cost_to_go([{**p, "accuracy": 0.5} for p in curve], 0.99, 60).startswith("flat")

@@ -1,0 +1,199 @@
+"""What k-hop accuracy needs no retrieval: the best predictor from local context, per k (issue 12).
+
+Each baseline is the Bayes-optimal lookup table for a feature set that a transformer gets without any content-based
+attention: it is fitted (the majority answer per feature value) on training strings of the k-hop runs and scored on
+their held-out strings, with the runs' scoring (every position but the last, per k). A model whose accuracy sits at
+one of these rows has learned no more than that feature set; an induction head (k = 1) has to beat "previous letters
++ letters seen so far". :func:`agreement` compares a run's answers (from its last checkpoint) with each table's: how
+often it gives the table's answer, and how accurate it is where the table is wrong (what it knows beyond the table).
+``recipes/khop_baselines.py`` is the command line.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import torch
+
+from ..io import atomic_write_text
+from .khop import hop, khop_dataset
+from .training import RunSettings, TrainingData, build_model, collate, task_data
+
+NONE = 5  # khop_vocab(): pad, a..d, <none>
+
+
+def features(x: list[int], i: int, name: str):
+    """The features of position i (the model has read x[0..i] and the k token)."""
+    seen = frozenset(x[:i])  # letters before i: one uniform causal attention gives them
+    prev = tuple(x[max(0, i - 2) : i])
+    return {
+        "majority answer (k only)": (),
+        "position": (i,),
+        "position, current letter": (i, x[i]),
+        "position, last 2 letters": (i, x[i], prev[-1:]),
+        "position, last 3 letters": (i, x[i], prev),
+        "position, last 3 letters, letters seen before": (i, x[i], prev, seen),
+    }[name]
+
+
+NAMES = [
+    "majority answer (k only)",
+    "position",
+    "position, current letter",
+    "position, last 2 letters",
+    "position, last 3 letters",
+    "position, last 3 letters, letters seen before",
+]
+
+
+def strings(dataset):
+    """(k, x) per row: the input is [k token] + x."""
+    return [(row["k"], row["input_ids"][1:]) for row in dataset]
+
+
+def fit(train, name: str):
+    """The majority answer per (k, feature value) on ``train``, and per k for values never seen."""
+    table = defaultdict(Counter)
+    for k, x in train:
+        target = hop(x, k, NONE)
+        for i in range(len(x) - 1):
+            table[k, features(x, i, name)][target[i]] += 1
+    fallback = defaultdict(Counter)
+    for (k, _), counts in table.items():
+        fallback[k].update(counts)
+    return lambda k, x, i: (table.get((k, features(x, i, name))) or fallback[k]).most_common(1)[0][0]
+
+
+def baselines(train, evaluation) -> dict[str, dict]:
+    """Accuracy per feature set and k on ``evaluation`` of the majority answer per feature value on ``train``."""
+    out = {}
+    for name in NAMES:
+        predict = fit(train, name)
+        hits, total = Counter(), Counter()
+        for k, x in evaluation:
+            target = hop(x, k, NONE)
+            for i in range(len(x) - 1):
+                hits[k] += predict(k, x, i) == target[i]
+                total[k] += 1
+        out[name] = {k: hits[k] / total[k] for k in sorted(total)}
+        out[name]["all"] = sum(hits.values()) / sum(total.values())
+    return out
+
+
+def model_predictions(run_dir: Path) -> tuple[list, list[list[int]], int]:
+    """The held-out strings of a k-hop run, its model's answer at every scored position and the step, from the run's
+    last checkpoint (written at the last step, so a finished run's final weights)."""
+    state = torch.load(run_dir / "checkpoint.pt", weights_only=False, map_location="cpu")
+    settings = RunSettings(**state["settings"])
+    if settings.task != "khop":
+        raise ValueError(f"{run_dir} is a {settings.task} run; the agreement tables take k-hop runs")
+    _, evaluation, vocab_size, max_len = task_data(settings)
+    model = build_model(settings, vocab_size, max_len)
+    params = dict(model.named_parameters())
+    with torch.no_grad():
+        for name, tensor in state["trainable"].items():
+            params[name].copy_(tensor)
+    model.eval()
+    rows, answers = evaluation.to_list(), []
+    with torch.no_grad():
+        for start in range(0, len(rows), 256):
+            batch = collate(rows[start : start + 256])
+            logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+            # The logits at input position i + 1 (which holds x_i) predict hop_k(x)_i.
+            answers += logits.argmax(-1)[:, 1:-1].tolist()
+    return strings(rows), answers, state["step"]
+
+
+def training_strings(settings: RunSettings) -> list:
+    """(k, x) of the strings a run trained on: its fixed pool, or (fresh data) the first ``train_examples`` strings
+    its steps drew, in order."""
+    train, evaluation, _, _ = task_data(settings)
+    if train is not None:
+        return strings(train)
+    data, rows, step = TrainingData(settings, None, evaluation), [], 0
+    while len(rows) < settings.train_examples:
+        rows += data.batch(step)
+        step += 1
+    return strings(rows[: settings.train_examples])
+
+
+def agreement(train, evaluation, answers) -> list[str]:
+    """Per feature set: how often the model answers what the lookup table answers, and the model's accuracy where
+    the table is wrong (near chance there = the model knows nothing the table does not)."""
+    lines = [
+        "| features | model agrees with the table | model accuracy where the table is right | "
+        "model accuracy where the table is wrong |",
+        "|---|---|---|---|",
+    ]
+    for name in NAMES:
+        predict = fit(train, name)
+        agree = right_hits = right_n = wrong_hits = wrong_n = total = 0
+        for (k, x), answer in zip(evaluation, answers):
+            target = hop(x, k, NONE)
+            for i in range(len(x) - 1):
+                guess = predict(k, x, i)
+                agree += guess == answer[i]
+                total += 1
+                if guess == target[i]:
+                    right_hits, right_n = right_hits + (answer[i] == target[i]), right_n + 1
+                else:
+                    wrong_hits, wrong_n = wrong_hits + (answer[i] == target[i]), wrong_n + 1
+        lines.append(
+            f"| {name} | {100 * agree / total:.1f} | {100 * right_hits / max(right_n, 1):.1f} | "
+            f"{100 * wrong_hits / max(wrong_n, 1):.1f} |"
+        )
+    return lines
+
+
+def report(
+    *,
+    ks=(1, 2, 3, 4),
+    length: int = 32,
+    train: int = 20000,
+    evaluation: int = 2000,
+    seed: int = 0,
+    run_dirs: list[Path] = (),
+    out: Path,
+    tables_json: Path | None = None,
+    command: str = "",
+) -> str:
+    """The lookup tables for strings of ``length`` with ``ks`` mixed (fitted on ``train`` strings of seed 2 * seed,
+    scored on ``evaluation`` strings of seed 2 * seed + 1, as the runs' splits), and for each run folder in
+    ``run_dirs`` its agreement with them; written to ``out`` (and the tables alone to ``tables_json``)."""
+    make = lambda n, s: strings(khop_dataset(n, ks=ks, length=length, seed=s))  # noqa: E731
+    result = baselines(make(train, 2 * seed), make(evaluation, 2 * seed + 1))
+    measured = sorted(k for k in next(iter(result.values())) if k != "all")
+    lines = [
+        f"Local-context baselines for k-hop (strings of {length}, k = {', '.join(map(str, measured))} mixed, "
+        f"{train} training strings, {evaluation} held-out, seed {seed}); token accuracy (%), "
+        "every position but the last.",
+        "",
+        "| features | " + " | ".join(f"k={k}" for k in measured) + " | all |",
+        "|---|" + "---|" * (len(measured) + 1),
+    ]
+    for name, scores in result.items():
+        lines.append(
+            f"| {name} | " + " | ".join(f"{100 * scores[k]:.1f}" for k in measured) + f" | {100 * scores['all']:.1f} |"
+        )
+    if command:
+        lines += ["", f"Command: `{command}`"]
+    for run_dir in run_dirs:
+        run_dir = Path(run_dir)
+        held_out, answers, step = model_predictions(run_dir)
+        settings = RunSettings(
+            **torch.load(run_dir / "checkpoint.pt", weights_only=False, map_location="cpu")["settings"]
+        )
+        lines += ["", f"`{run_dir.name}` (step {step}) against the tables fitted on its own training strings:", ""]
+        lines += agreement(training_strings(settings), held_out, answers)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if tables_json is not None:  # the tables alone, for the plan's figure; they do not depend on run_dirs
+        scores_by_table = {name: {str(k): v for k, v in scores.items()} for name, scores in result.items()}
+        atomic_write_text(tables_json, json.dumps(scores_by_table, indent=1) + "\n")
+    text = "\n".join(lines) + "\n"
+    atomic_write_text(out, text)
+    return text
+
+
+__all__ = ["NAMES", "agreement", "baselines", "features", "fit", "model_predictions", "report", "training_strings"]

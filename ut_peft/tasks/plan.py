@@ -1,0 +1,489 @@
+"""The fixed-universal-transformer experiments on k-hop and Dyck-1: the plan, the worker that runs it, the report.
+
+The plan (issue 23) trains one model per hop count (k = 1, 2, 3, 4) and one on k = 1..4 mixed, for the sparse
+universal backbone, the random one and the fully trained model of the same shape, residual + LayerNorm first, then
+the attention-only and MLP variants, 3 seeds; all at the library's defaults (E and positions drawn at std 0.02, fresh
+strings every step). ``recipes/ut_experiments.py`` is the command line; :func:`run_plan` trains the runs not finished
+yet, one at a time, each :func:`ut_peft.tasks.training.run` in ``runs_dir/<name>`` (resumable; a finished run is not
+trained again; a run another worker trains is skipped); :func:`report` turns the results file into the table and the
+figure. Rows written before issue 23 (unit-scale E, a fixed pool of 20 000 strings, k mixed) stay in the results
+file and are reported in their own table, their settings filled in with what those runs used (:data:`LEGACY`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shlex
+import statistics
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from ..io import atomic_write_text
+from .training import RunInProgressError, RunSettings, run
+
+RUNS_DIR = Path("runs") / "universal"
+RESULTS = Path("results") / "universal" / "runs.jsonl"
+TABLE = Path("results") / "universal" / "table.md"
+FIGURE = Path("docs") / "figures" / "universal-khop-curves.png"
+BASELINES = Path("results") / "universal" / "khop-baselines.json"
+
+# What the rows written before issue 23 were trained with, where their settings do not say (the fields did not exist).
+LEGACY = {"init_std": 1.0, "fresh_data": False}
+
+# The shape the sparse construction fits: one head of 16 needs 2Lk + |V| = 2 * 4 * 16 + 23 = 151 <= 160 columns.
+SHAPE = dict(width=160, layers=4, heads=1, head_dim=16)
+KHOP = dict(
+    task="khop",
+    variant="residual_layernorm",
+    **SHAPE,
+    steps=1500,
+    warmup_steps=200,
+    batch_size=64,
+    eval_examples=2000,
+    khop_length=32,
+    eval_every=250,
+    checkpoint_every=250,
+)
+KINDS = {
+    "sparse": dict(backbone="sparse-ut", lr=3e-3),  # only E, U and learned positions trained
+    "random": dict(backbone="random-ut", lr=3e-3),
+    "full": dict(backbone="random-ut", full=True, lr=1e-3),  # every weight trained: the target class
+}
+SPLITS = {"k1": [1], "k2": [2], "k3": [3], "k4": [4], "mix": [1, 2, 3, 4]}  # one model per hop count, and mixed
+VARIANTS = {"residual_layernorm": "", "attention_only": "-attn", "mlp": "-mlp"}
+# Dyck-1 at the new init scale, everything else as the committed 1000-step rows dyck-sparse / dyck-random (fixed
+# pool, 128 wide, 4 heads of 32): does the new default make Dyck-1 worse?
+DYCK = dict(
+    task="dyck",
+    variant="residual_layernorm",
+    width=128,
+    layers=4,
+    heads=4,
+    head_dim=32,
+    steps=1000,
+    warmup_steps=200,
+    batch_size=64,
+    fresh_data=False,
+    train_examples=20000,
+    eval_examples=2000,
+    dyck_max_pairs=8,
+    dyck_max_random_length=16,
+    eval_every=250,
+    checkpoint_every=250,
+)
+
+
+def khop_name(split: str, kind: str, variant: str, seed: int) -> str:
+    return f"khop-{split}-{kind}{VARIANTS[variant]}-s{seed}"
+
+
+def _khop(splits, kinds, variants, seeds) -> list[tuple[str, dict]]:
+    return [
+        (
+            khop_name(split, kind, variant, seed),
+            {**KHOP, **KINDS[kind], "variant": variant, "khop_ks": SPLITS[split], "seed": seed, "backbone_seed": seed},
+        )
+        for seed in seeds
+        for variant in variants
+        for split in splits
+        for kind in kinds
+    ]
+
+
+# In priority order (a worker takes them in this order): every split and kind at seed 0, the Dyck-1 check, seeds 1
+# and 2 of the fixed backbones, seeds 1 and 2 of the fully trained model, then the other two variants at seed 0.
+PLAN: list[tuple[str, dict]] = (
+    _khop(SPLITS, KINDS, ["residual_layernorm"], [0])
+    + [
+        (f"dyck-{kind}-init002-s0", {**DYCK, **KINDS[kind], "seed": 0, "backbone_seed": 0})
+        for kind in ("sparse", "random")
+    ]
+    + _khop(SPLITS, ["sparse", "random"], ["residual_layernorm"], [1, 2])
+    + _khop(SPLITS, ["full"], ["residual_layernorm"], [1, 2])
+    + _khop(SPLITS, KINDS, ["attention_only", "mlp"], [0])
+)
+
+
+def settings_of(row: dict) -> dict:
+    """A row's settings, with :data:`LEGACY` filled in where the row predates those fields."""
+    return {**LEGACY, **row["settings"]}
+
+
+def command(name: str, settings: dict, runs_dir: Path | str = RUNS_DIR, results: Path | str = RESULTS) -> str:
+    """The ``recipes/reprogram.py`` command that makes this run on its own."""
+    defaults = RunSettings()
+    flags = []
+    for key, value in settings.items():
+        if not hasattr(defaults, key) or value == getattr(defaults, key):
+            continue
+        flag = "--" + key.replace("_", "-")
+        if isinstance(value, bool):
+            flags.append(flag if value else "--no-" + flag[2:])
+        elif isinstance(value, list):
+            flags.append(f"{flag} {','.join(map(str, value))}")
+        else:
+            flags.append(f"{flag} {value}")
+    return (
+        f"python recipes/reprogram.py {' '.join(flags)} --out {shlex.quote(str(Path(runs_dir) / name))} "
+        f"--results {results}"
+    )
+
+
+def load_rows(path: Path | str) -> dict[str, dict]:
+    """The last row of each named run in the JSONL file ``path`` (an empty dict when it does not exist).
+
+    A last line without its newline is one another worker is still writing (or a torn one): not a row yet. Any other
+    line that does not parse is damage, and raises."""
+    path = Path(path)
+    rows: dict[str, dict] = {}
+    if not path.exists():
+        return rows
+    text = path.read_text(encoding="utf-8")
+    lines = text.splitlines()
+    if lines and not text.endswith("\n"):
+        lines.pop()
+    for number, line in enumerate(lines, 1):
+        if line.strip():
+            row = json.loads(line)
+            # A row written by recipes/reprogram.py has no name: its output folder is the name.
+            rows[row.get("name") or Path(row.get("saved_to", f"line-{number}/x")).parent.name] = row
+    return rows
+
+
+def unfinished_rows(plan, finished: dict[str, dict], runs_dir: Path | str) -> dict[str, dict]:
+    """Planned runs that stopped before the end (budget, kill): their curve so far, read from their checkpoint."""
+    rows = {}
+    for name, settings in plan:
+        checkpoint = Path(runs_dir) / name / "checkpoint.pt"
+        if name in finished or not checkpoint.exists():
+            continue
+        state = torch.load(checkpoint, weights_only=False, map_location="cpu")
+        progress = state.get("progress") or {}
+        if not progress.get("curve"):
+            continue
+        last = progress["curve"][-1]
+        rows[name] = {
+            "name": name,
+            "task": settings["task"],
+            "settings": {**state["settings"]},
+            "curve": progress["curve"],
+            "accuracy": last["accuracy"],
+            "per_k": last["per_k"],
+            "train_cpu_seconds": progress["train_cpu_seconds"],
+            "stopped_at": last["step"],
+            "trainable_parameters": sum(t.numel() for t in state["trainable"].values()),
+        }
+    return rows
+
+
+def run_plan(
+    plan,
+    names: list[str] = (),
+    *,
+    runs_dir: Path | str = RUNS_DIR,
+    results: Path | str = RESULTS,
+    stop_file: Path | str | None = None,
+    log: Callable[[str], None] = print,
+) -> list[str]:
+    """Train the planned runs not finished yet, in plan order (or in the order of ``names``); returns the names
+    trained here.
+
+    Several workers may share the plan: a run another worker is training is skipped, and rows are appended whole.
+    Before each run the worker looks for ``stop_file``: once it exists (another job owns the machine now), it starts
+    no new run and returns."""
+    planned = dict(plan)
+    unknown = [name for name in names if name not in planned]
+    if unknown:
+        raise ValueError(f"not in the plan: {', '.join(unknown)}; `--list` shows the planned runs")
+    trained = []
+    for name in names or list(planned):
+        if stop_file is not None and Path(stop_file).exists():
+            log(f"{stop_file} exists: starting no new run")
+            break
+        if name in load_rows(results):  # read again each time: another worker may have finished it meanwhile
+            log(f"{name}: already in {results}")
+            continue
+        log(f"{name}: {command(name, planned[name], runs_dir, results)}")
+        try:
+            # run() appends the row while it holds the run's lock, and only when it trained it.
+            row = run(RunSettings(**planned[name]), Path(runs_dir) / name, results_path=results, progress=False)
+        except RunInProgressError as err:
+            log(f"{name}: skipped, {err}")
+            continue
+        trained.append(name)
+        log(f"{name}: accuracy {row['accuracy']:.4f} per k {row['per_k']} ({row['train_cpu_seconds']:.0f} CPU s)")
+    return trained
+
+
+# ---- report ------------------------------------------------------------------------------------------------------
+
+# The paper's k-hop rows with residual + LayerNorm (Liu, Andoni & Hsu): sparse 100% on "all induction tasks",
+# random 85.7-96.1%; a row is "at the paper's level" from these accuracies on (sparse: within a point of 100%).
+PAPER = {"sparse": (0.99, "100%"), "random": (0.857, "85.7-96.1%"), "full": (0.99, "~99% (fully trained)")}
+
+
+def _group(name: str) -> str:
+    return name.rsplit("-s", 1)[0]
+
+
+def _pct(values: list[float]) -> str:
+    if not values:
+        return "-"
+    if len(values) == 1:
+        return f"{100 * values[0]:.1f}"
+    return f"{100 * statistics.mean(values):.1f} +- {100 * statistics.stdev(values):.1f}"
+
+
+def _kind(settings: dict) -> str:
+    if settings["full"]:
+        return "full"
+    return settings["backbone"].removesuffix("-ut")
+
+
+def _split(settings: dict) -> str:
+    ks = settings["khop_ks"]
+    return "mix" if len(ks) > 1 else f"k{ks[0]}"
+
+
+def is_new(row: dict) -> bool:
+    """A row trained with the issue-23 settings (it records init_std)."""
+    return "init_std" in row["settings"]
+
+
+def cost_to_go(curve: list[dict], target: float, cpu_seconds: float) -> str:
+    """How many examples (and CPU hours at this run's rate) a log-linear extrapolation of the curve's last doubling
+    of examples needs to reach ``target``; "reached" or "flat" where that says it all. An extrapolation, not a
+    measurement: the table says so."""
+    points = [(p["examples_seen"], p["accuracy"]) for p in curve if p.get("examples_seen")]
+    if not points:
+        return "-"
+    seen, accuracy = points[-1]
+    if accuracy >= target:
+        return "reached"
+    earlier = [p for p in points if p[0] <= seen / 2]
+    if not earlier:
+        return "-"
+    before_seen, before = earlier[-1]
+    gain_per_doubling = (accuracy - before) / math.log2(seen / before_seen)
+    if gain_per_doubling <= 0.005:
+        return f"flat ({100 * gain_per_doubling:+.1f} points per doubling)"
+    doublings = (target - accuracy) / gain_per_doubling
+    factor = 2**doublings
+    hours = cpu_seconds * factor / 3600
+    return (
+        f"{factor:.0f}x the examples ({seen * factor:.1e}; ~{hours:.1f} CPU h): "
+        f"+{100 * gain_per_doubling:.1f} points per doubling"
+    )
+
+
+def main_table(rows: dict[str, dict]) -> str:
+    """Per model kind and variant: accuracy of each per-k model and of the mixed model, mean +- std over seeds."""
+    groups: dict[tuple, list[dict]] = {}
+    for name, row in rows.items():
+        s = row["settings"]
+        if row["task"] != "khop" or not is_new(row) or "stopped_at" in row:
+            continue
+        shape = f"{s['width']}, {s['layers']}, {s['heads']} x {s['head_dim']}"
+        groups.setdefault((_kind(s), s["variant"], shape, s["steps"], s["batch_size"]), []).append(row)
+    kinds, variants = list(KINDS), list(VARIANTS)
+    lines = [
+        "| model | variant | shape (m, L, H x k) | steps x batch | k=1 alone | k=2 alone | k=3 alone | k=4 alone | "
+        "mixed k=1..4: all | mixed: k=1 / 2 / 3 / 4 | seeds | paper (residual + LN) | CPU min per run |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for key in sorted(groups, key=lambda g: (variants.index(g[1]), kinds.index(g[0]), g[2], g[3])):
+        kind, variant, shape, steps, batch = key
+        members = groups[key]
+        by_split = {split: [r for r in members if _split(r["settings"]) == split] for split in SPLITS}
+        alone = [_pct([r["accuracy"] for r in by_split[f"k{k}"]]) for k in (1, 2, 3, 4)]
+        mixed = by_split["mix"]
+        mixed_k = " / ".join(
+            f"{100 * statistics.mean(r['per_k'][str(k)] for r in mixed):.1f}" if mixed else "-" for k in (1, 2, 3, 4)
+        )
+        seeds = sorted({r["settings"]["seed"] for r in members})
+        counts = "/".join(str(len(by_split[s])) for s in SPLITS)
+        cpu = statistics.mean(r["train_cpu_seconds"] for r in members) / 60
+        paper = PAPER[kind][1] if variant == "residual_layernorm" else "-"
+        lines.append(
+            f"| {'fully trained' if kind == 'full' else kind + ' UT (E, U, positions)'} | {variant.replace('_', ' ')} "
+            f"| {shape} | {steps} x {batch} | {' | '.join(alone)} | {_pct([r['accuracy'] for r in mixed])} | "
+            f"{mixed_k} | {','.join(map(str, seeds))} (runs per k1/k2/k3/k4/mix: {counts}) | {paper} | {cpu:.1f} |"
+        )
+    return "\n".join(lines)
+
+
+def curve_table(rows: dict[str, dict]) -> str:
+    """Per fixed-backbone group below the paper's level: the curve in examples seen and the cost of going on."""
+    lines = [
+        "| group | seeds | accuracy at 16k / 32k / 64k / 96k examples (mean) | paper level | cost to reach it "
+        "(extrapolated from the last doubling) |",
+        "|---|---|---|---|---|",
+    ]
+    groups: dict[str, list[dict]] = {}
+    for name, row in sorted(rows.items()):
+        if row["task"] == "khop" and is_new(row) and "stopped_at" not in row:
+            groups.setdefault(_group(name), []).append(row)
+    for group, members in groups.items():
+        kind = _kind(members[0]["settings"])
+        target = PAPER[kind][0]
+        mean_acc = statistics.mean(r["accuracy"] for r in members)
+        if kind == "full" or mean_acc >= target:
+            continue
+        at = []
+        for examples in (16_000, 32_000, 64_000, 96_000):
+            values = [p["accuracy"] for r in members for p in r["curve"] if p.get("examples_seen") == examples]
+            at.append(f"{100 * statistics.mean(values):.1f}" if values else "-")
+        curve = [
+            {"examples_seen": p["examples_seen"], "accuracy": statistics.mean(q["accuracy"] for q in same)}
+            for p in members[0]["curve"]
+            if (same := [q for r in members for q in r["curve"] if q.get("examples_seen") == p.get("examples_seen")])
+            and p.get("examples_seen")
+        ]
+        cpu = statistics.mean(r["train_cpu_seconds"] for r in members)
+        seeds = ",".join(str(r["settings"]["seed"]) for r in members)
+        lines.append(
+            f"| {group} | {seeds} | {' / '.join(at)} | {100 * target:.1f} | {cost_to_go(curve, target, cpu)} |"
+        )
+    return "\n".join(lines)
+
+
+def legacy_table(rows: dict[str, dict]) -> str:
+    """The rows trained before issue 23 (unit-scale E, a fixed pool, k mixed), one line per group."""
+    groups: dict[str, list[dict]] = {}
+    for name, row in rows.items():
+        if not is_new(row):
+            groups.setdefault(_group(name), []).append(row)
+    lines = [
+        "| row | task | model | variant | shape (m, L, H x k) | steps | seeds | k=1 | k=2 | k=3 | k=4 | "
+        "all (Dyck: answer) | CPU min per run |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for group, members in groups.items():
+        s = members[0]["settings"]
+        model = "fully trained" if s["full"] else f"{s['backbone']} (E, U, positions)"
+        per_k = [_pct([m["per_k"][str(k)] for m in members]) if s["task"] == "khop" else "-" for k in (1, 2, 3, 4)]
+        cpu = statistics.mean(m["train_cpu_seconds"] for m in members) / 60
+        lines.append(
+            f"| {group} | {s['task']} | {model} | {s['variant'].replace('_', ' ')} | {s['width']}, {s['layers']}, "
+            f"{s['heads']} x {s['head_dim']} | {s['steps']} | {','.join(str(m['settings']['seed']) for m in members)} "
+            f"| {' | '.join(per_k)} | {_pct([m['accuracy'] for m in members])} | {cpu:.1f} |"
+        )
+    return "\n".join(lines)
+
+
+def dyck_table(rows: dict[str, dict]) -> str:
+    """Dyck-1 at the new init scale against the same runs at the unit scale (everything else equal)."""
+    lines = [
+        "| backbone | init std of E, positions | steps | seeds | answer accuracy | CPU min per run |",
+        "|---|---|---|---|---|---|",
+    ]
+    for kind in ("sparse", "random"):
+        for tag, pick in (("1.0 (before)", lambda n: _group(n) == f"dyck-{kind}"), ("0.02 (now)", None)):
+            pick = pick or (lambda n, kind=kind: _group(n) == f"dyck-{kind}-init002")
+            members = [r for n, r in sorted(rows.items()) if pick(n)]
+            if members:
+                cpu = statistics.mean(r["train_cpu_seconds"] for r in members) / 60
+                seeds = ",".join(str(r["settings"]["seed"]) for r in members)
+                lines.append(
+                    f"| {kind} UT | {tag} | {members[0]['settings']['steps']} | {seeds} | "
+                    f"{_pct([r['accuracy'] for r in members])} | {cpu:.1f} |"
+                )
+    return "\n".join(lines)
+
+
+def table(rows: dict[str, dict], runs_dir: Path | str = RUNS_DIR, results: Path | str = RESULTS) -> str:
+    commands = [command(name, settings_of(row), runs_dir, results) for name, row in sorted(rows.items())]
+    return (
+        "## k-hop: one model per hop count and the mixed model (issue 23 settings)\n\n"
+        "Token accuracy (%) on 2 000 held-out strings, mean +- std over seeds. Pre-LN residual blocks with "
+        "LayerNorm (or the variant named), learned positions, strings of 32 letters over 4; "
+        "E and positions drawn at std 0.02, U at 1/sqrt(m); fresh strings every step (never a held-out one); "
+        "AdamW, 200 warm-up steps then cosine, weight decay 1e-3, lr 3e-3 (fixed backbones) / 1e-3 (fully "
+        "trained); one worker with 2 torch threads, `nice -n 10`, on 2 shared cores.\n\n"
+        + main_table(rows)
+        + "\n\n## Fixed-backbone rows below the paper's level: the curve in examples seen\n\n"
+        + curve_table(rows)
+        + "\n\n## Dyck-1 at the new init scale (fixed pool of 20 000 strings, width 128, 4 heads of 32)\n\n"
+        + dyck_table(rows)
+        + "\n\n## Rows trained before issue 23 (E and positions at std 1.0, a fixed pool of 20 000 strings, "
+        "k = 1..4 mixed)\n\n"
+        + legacy_table(rows)
+        + "\n\nCommands, one per run:\n\n```\n"
+        + "\n".join(commands)
+        + "\n```\n"
+    )
+
+
+KIND_COLOURS = {"full": "C3", "random": "C0", "sparse": "C2"}
+VARIANT_STYLES = {"residual_layernorm": "-", "attention_only": "--", "mlp": ":"}
+
+
+def figure(rows: dict[str, dict], path: Path, baselines: Path | None = None) -> None:
+    """Held-out accuracy against examples seen (log axis), one panel per task split, coloured by model kind and
+    styled by variant; the no-retrieval lookup tables as black lines. Unfinished runs are drawn faded."""
+    from ..plotting import save_figure, subplots
+
+    tables = json.loads(baselines.read_text(encoding="utf-8")) if baselines and baselines.exists() else {}
+    fig, axes = subplots(1, len(SPLITS), figsize=(4 * len(SPLITS), 4), sharey=True)
+    labelled = set()
+    for axis, split in zip(axes, SPLITS):
+        for name, row in sorted(rows.items()):
+            s = row["settings"]
+            if row["task"] != "khop" or not is_new(row) or _split(s) != split:
+                continue
+            kind, variant = _kind(s), s["variant"]
+            label = f"{kind}, {variant.replace('_', ' ')}"
+            points = [p for p in row["curve"] if p.get("examples_seen")]
+            axis.plot(
+                [p["examples_seen"] for p in points],
+                [100 * p["accuracy"] for p in points],
+                color=KIND_COLOURS[kind],
+                linestyle=VARIANT_STYLES[variant],
+                alpha=0.35 if "stopped_at" in row else 0.8,
+                label=None if label in labelled else label,
+            )
+            labelled.add(label)
+        key = "all" if split == "mix" else split[1:]
+        for table_name, style in (("position, last 3 letters", "-"), ("position, current letter", ":")):
+            if table_name in tables:
+                axis.axhline(100 * tables[table_name][key], color="black", linestyle=style, linewidth=1)
+        axis.set(
+            xscale="log",
+            xlabel="training examples seen",
+            title="k = 1..4 mixed" if split == "mix" else f"k = {split[1:]} alone",
+            ylim=(0, 101),
+        )
+        axis.grid(alpha=0.3)
+    axes[0].set_ylabel("held-out token accuracy (%)")
+    handles = [h for axis in axes for h in axis.get_legend_handles_labels()[0]]
+    if handles:  # one legend for all panels: a kind may be missing from the first
+        axes[0].legend(handles=handles, fontsize=7, loc="lower right")
+    save_figure(fig, path, dpi=110)
+
+
+def report(rows: dict[str, dict], *, table_path: Path, figure_path: Path | None, baselines: Path | None = None) -> str:
+    text = table(rows)
+    atomic_write_text(table_path, text)
+    if figure_path is not None:
+        figure(rows, figure_path, baselines)
+    return text
+
+
+__all__ = [
+    "KHOP",
+    "LEGACY",
+    "PLAN",
+    "RESULTS",
+    "RUNS_DIR",
+    "command",
+    "cost_to_go",
+    "load_rows",
+    "report",
+    "run_plan",
+    "settings_of",
+    "table",
+    "unfinished_rows",
+]
