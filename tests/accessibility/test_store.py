@@ -408,3 +408,16 @@ def test_a_complete_last_row_without_its_newline_is_kept_and_its_newline_added(t
     with pytest.raises(CorruptRowsError, match=r"rows\.jsonl:2 is a row without m, n, index"):
         repair(path)
     assert path.read_bytes() == good(0) + b"{}"
+
+
+@pytest.mark.parametrize(
+    "folder", sorted(str(p.parent.relative_to(ROOT)) for p in (ROOT / "results").glob("**/rows.jsonl"))
+)
+def test_every_committed_rows_file_reads_checks_against_its_settings_and_writes_back_byte_for_byte(folder):
+    from ut_peft.accessibility.sweep import SweepConfig, check_rows
+
+    rows = read_rows(ROOT / folder)
+    settings = store.read_settings(ROOT / folder)
+    check_rows(SweepConfig.from_settings(settings), settings, rows)  # what resume and --report-only do
+    lines = (ROOT / folder / "rows.jsonl").read_text().splitlines()
+    assert sorted(json.dumps(r.to_dict(), sort_keys=True) for r in rows.values()) == sorted(lines)
