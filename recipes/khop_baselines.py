@@ -12,6 +12,7 @@ to the JSON beside it, which the figure of ``recipes/ut_experiments.py`` draws.
 import argparse
 from pathlib import Path
 
+from ut_peft.cli.common import add_common_flags, parse_args, run
 from ut_peft.tasks import khop_baselines
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -63,8 +64,9 @@ def parse(argv=None):
         default=OUT,
         help=f"the report (default {OUT.relative_to(ROOT)}; its tables also go to the JSON beside it)",
     )
-    return parser.parse_args(argv)
+    add_common_flags(parser)  # --config FILE, --debug
+    return parse_args(parser, argv)
 
 
 if __name__ == "__main__":
-    main(parse())
+    run(main, parse)

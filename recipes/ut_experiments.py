@@ -17,6 +17,7 @@ from pathlib import Path
 
 import torch
 
+from ut_peft.cli.common import add_common_flags, parse_args, run, start_tracking
 from ut_peft.tasks import plan
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,14 +33,15 @@ def main(args) -> None:
     results, runs_dir = ROOT / plan.RESULTS, ROOT / plan.RUNS_DIR
     if not args.report_only:
         names = [n for n in args.only.split(",") if n]
-        try:
-            plan.run_plan(plan.PLAN, names, runs_dir=runs_dir, results=results, stop_file=args.stop_file)
-        except ValueError as err:
-            raise SystemExit(str(err)) from err
+        tracking = start_tracking(args, runs_dir, "ut-peft-universal", {"only": args.only, "threads": args.threads})
+        tracker = tracking if tracking.trackers else None  # each run logs under its name (--report-to)
+        plan.run_plan(plan.PLAN, names, runs_dir=runs_dir, results=results, stop_file=args.stop_file, tracker=tracker)
+        if tracker is not None:
+            tracking.end_training()
     rows = plan.load_rows(results)
     rows.update(plan.unfinished_rows(plan.PLAN, rows, runs_dir))
     if not rows:
-        raise SystemExit(f"no finished runs in {results}; run the plan first")
+        raise ValueError(f"no finished runs in {results}; run the plan first")
     print(
         plan.report(
             rows, table_path=ROOT / plan.TABLE, figure_path=ROOT / plan.FIGURE, baselines=ROOT / plan.BASELINES
@@ -62,8 +64,9 @@ def parse(argv=None):
         default=None,
         help="start no new run once this file exists (another job owns the machine from then on)",
     )
-    return parser.parse_args(argv)
+    add_common_flags(parser, tracking=True)  # --config, --debug, --report-to, --logging-dir
+    return parse_args(parser, argv)
 
 
 if __name__ == "__main__":
-    main(parse())
+    run(main, parse)

@@ -187,9 +187,11 @@ def run_plan(
     results: Path | str = RESULTS,
     stop_file: Path | str | None = None,
     log: Callable[[str], None] = print,
+    tracker=None,
 ) -> list[str]:
     """Train the planned runs not finished yet, in plan order (or in the order of ``names``); returns the names
-    trained here.
+    trained here. ``tracker`` (an ``accelerate.Accelerator`` with initialised trackers) gets each run's training
+    logs (:func:`.training.run`) under ``<name>/``.
 
     Several workers may share the plan: a run another worker is training is skipped, and rows are appended whole.
     Before each run the worker looks for ``stop_file``: once it exists (another job owns the machine now), it starts
@@ -209,13 +211,29 @@ def run_plan(
         log(f"{name}: {command(name, planned[name], runs_dir, results)}")
         try:
             # run() appends the row while it holds the run's lock, and only when it trained it.
-            row = run(RunSettings(**planned[name]), Path(runs_dir) / name, results_path=results, progress=False)
+            row = run(
+                RunSettings(**planned[name]),
+                Path(runs_dir) / name,
+                results_path=results,
+                progress=False,
+                tracker=None if tracker is None else _NamedTracker(tracker, name),
+            )
         except RunInProgressError as err:
             log(f"{name}: skipped, {err}")
             continue
         trained.append(name)
         log(f"{name}: accuracy {row['accuracy']:.4f} per k {row['per_k']} ({row['train_cpu_seconds']:.0f} CPU s)")
     return trained
+
+
+class _NamedTracker:
+    """Logs one run's values under its name, so the runs of a plan share one tracker run without mixing."""
+
+    def __init__(self, tracker, name: str):
+        self.tracker, self.name = tracker, name
+
+    def log(self, values: dict, step: int | None = None) -> None:
+        self.tracker.log({f"{self.name}/{key}": value for key, value in values.items()}, step=step)
 
 
 # ---- report ------------------------------------------------------------------------------------------------------
