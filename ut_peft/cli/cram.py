@@ -33,7 +33,7 @@ from ..accessibility import (
     summarize_folder,
 )
 from ..accessibility.design import DESIGNS
-from ..accessibility.protocol import PROTOCOLS, cram_settings
+from ..accessibility.protocol import PROTOCOLS, QUICK_RUN, cram_settings
 from ..accessibility.store import ADAPTERS_DIR, REPORT_FILE, SETTINGS_FILE
 from ..accessibility.tracking import SweepTracker
 from .common import (
@@ -107,11 +107,12 @@ def _default(cls, name: str):
     return field.default_factory() if field.default_factory is not dataclasses.MISSING else field.default
 
 
-# The command's own default job (`ut-peft cram` with no flags: small, minutes on a CPU), under either protocol.
-DEFAULT_JOB = {"ms": [1, 2, 4], "lengths": [4, 8, 16, 32]}
+# The command's own default job (`ut-peft cram` with no flags: protocol.QUICK_RUN, a smoke run of minutes on a
+# CPU); its m and lengths hold under either protocol.
+DEFAULT_JOB = {"ms": list(QUICK_RUN.ms), "lengths": list(QUICK_RUN.lengths)}
 # What a flag left unset means under the ut-peft protocol; under the published protocol it takes the config
-# classes' defaults, which are the paper's.
-UT_PEFT_DEFAULTS = {"num_sequences": 2, "max_steps": 100, "patience": 100}
+# classes' defaults, which are the paper's (protocol.PUBLISHED).
+UT_PEFT_DEFAULTS = {name: getattr(QUICK_RUN, name) for name in ("num_sequences", "max_steps", "patience")}
 PUBLISHED_DEFAULTS = {
     "num_sequences": _default(SweepConfig, "num_sequences"),
     "max_steps": _default(CramConfig, "max_steps"),
