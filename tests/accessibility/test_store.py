@@ -291,7 +291,10 @@ def test_a_field_added_to_the_summary_reaches_summary_json_and_comes_back(tmp_pa
 
     from ut_peft.accessibility import store
 
-    Extended = dataclasses.make_dataclass("Extended", [("wall_seconds", float)], bases=(store.Summary,))
+    # keyword-only: a required field may follow the optional ones (Summary.pooled has a default)
+    Extended = dataclasses.make_dataclass(
+        "Extended", [("wall_seconds", float, dataclasses.field(kw_only=True))], bases=(store.Summary,)
+    )
     summary = Extended(**_summary(wall_seconds=12.5))
     store.write_summary(tmp_path, summary)
     on_disk = json.loads((tmp_path / store.SUMMARY_FILE).read_text())
