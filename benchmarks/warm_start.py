@@ -7,6 +7,8 @@
 crammed from its random init. ``--warm``: the same sweep (model, texts, seed, lengths, cap) run with
 ``--infer-prefixes --warm-start``, where a text's next length starts from the vectors crammed at its previous one.
 Rows are matched by (m, n, text); the cold rows are the reference decisions (the published protocol's).
+``--warm-start`` was retired from the package (issue 25; BENCHMARKS.md names the last commit that runs it); this
+comparison reads folders only, so it still runs on the committed rows.
 
 Prints, per warm-started row, the cold and warm decision and steps; then the rows whose decision differs (a warm row
 crammed where the cold one failed leans n_50 up, the other way down), the steps of the warm-started rows against

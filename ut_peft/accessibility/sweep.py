@@ -20,7 +20,7 @@ from ..models import DEFAULT_MODEL, load_model, load_tokenizer
 from . import store
 from .bounds import measure_support, slope_bounds
 from .cram import CramConfig, CramJob, ShortestFirst, cram, row_positions
-from .design import DESIGNS, check_stopping, complete_groups, crammed_chains, infer_prefixes, make_design, row_steps
+from .design import DESIGNS, check_stopping, complete_groups, infer_prefixes, make_design, row_steps
 from .fit import fit_sigmoid, line_interval, linear_fit, n50_interval
 from .protocol import PUBLISHED, PublishedSequences, check_protocol, cram_settings, special_prefix_ids
 from .rows import INFERRED, Row
@@ -95,10 +95,6 @@ class SweepConfig:
     # decide rows that other rows of the same text imply without cramming them (a text crammed at n is accessible
     # at every shorter n; one that failed at n is taken to fail at every longer n): design.infer_prefixes.
     infer_prefixes: bool = False
-    # With infer_prefixes: a text's next length starts from the vectors crammed at its previous (shorter, crammed)
-    # length instead of the random draw; those vectors already emit the prefix. Not the published init: measure it
-    # against cold runs (benchmarks/warm_start.py) before using its figures.
-    warm_start: bool = False
 
     def __post_init__(self):
         if self.prefix not in ("bos", "none"):
@@ -114,11 +110,6 @@ class SweepConfig:
             raise ValueError(
                 f"the {self.design} design chooses its own lengths between grid.start and grid.stop; "
                 "give GridConfig(start=..., stop=...) without lengths (or use design='fixed')"
-            )
-        if self.warm_start and not self.infer_prefixes:
-            raise ValueError(
-                "warm_start starts a text's row from its shorter crammed prefix, which needs the lengths "
-                "of each text in increasing order: pass infer_prefixes=True as well (--infer-prefixes)"
             )
         if self.design == "sequential":
             check_stopping(self.target_ci, self.budget_row_steps)
@@ -187,8 +178,6 @@ class SweepConfig:
             settings["protocol"] = self.protocol
         if self.infer_prefixes:
             settings["infer_prefixes"] = True
-        if self.warm_start:
-            settings["warm_start"] = True
         if self.design == "sequential":  # fixed and adaptive are told apart by grid.lengths, as before
             settings["design"] = {
                 "kind": self.design,
@@ -215,7 +204,6 @@ class SweepConfig:
             target_ci=design.get("target_ci"),
             budget_row_steps=design.get("budget_row_steps"),
             infer_prefixes=settings.get("infer_prefixes", False),
-            warm_start=settings.get("warm_start", False),
             **kwargs,
         )
 
@@ -236,7 +224,7 @@ def _curves(config: SweepConfig, rows: dict) -> dict[int, dict[int, list[dict]]]
     return {m: dict(sorted(by_n.items())) for m, by_n in groups.items()}
 
 
-def _row(result, rank: int, warm_from: int | None = None) -> Row:
+def _row(result, rank: int) -> Row:
     m, n, index = result.job.key
     return Row(
         m=m,
@@ -255,7 +243,6 @@ def _row(result, rank: int, warm_from: int | None = None) -> Row:
         rank=rank,
         best_accuracy_at={str(k): v for k, v in result.best_accuracy_at.items()},
         best_prefix=result.best_prefix,
-        warm_from=warm_from,
     )
 
 
@@ -301,22 +288,6 @@ def check_rows(config: SweepConfig, settings: dict, rows: dict, design=None) -> 
         refuse(rows[key], f"the {config.design} design asks for no such job given the folder's other rows")
 
 
-def _warm_source(chains: dict, job) -> int | None:
-    """The longest shorter length at which the job's text was crammed (not inferred) with success, if any."""
-    m, n, k = job
-    return max((n2 for n2, ok in chains.get((m, k), []) if ok and n2 < n), default=None)
-
-
-def _warm_vectors(output_dir, m: int, n: int, index: int):
-    path = store.vectors_path(output_dir, m, n, index)
-    if not path.is_file():
-        raise ValueError(
-            f"the warm start of text {index} (m = {m}) needs the vectors crammed at length {n}, and "
-            f"{path} is missing; restore the folder's {store.VECTORS_DIR}/, or rerun into a new folder"
-        )
-    return store.read_vectors(path)[0]
-
-
 def _load(config: SweepConfig, device, device_map):
     try:
         model = load_model(config.model, device_map=device_map)
@@ -358,19 +329,62 @@ def run_sweep(
     round and at the end, and ``on_row(row)`` as each of this process's rows is written.
     """
     from accelerate import Accelerator
-    from accelerate.utils import gather_object
     from tqdm.auto import tqdm
 
     accelerator = accelerator or Accelerator()
     output_dir = Path(output_dir)
     if model is None:
         model, tokenizer = _load(config, accelerator.device, device_map)
+    config, source = _validated(config, model, tokenizer)
+    settings = config.fingerprint(source.describe())
+    lock, rows = _open_folder(output_dir, settings, overwrite, accelerator)
+    design = make_design(config)
+    check_rows(config, settings, rows, design)  # a resume goes on from rows these settings made, and only those
+
+    bar = tqdm(total=0, desc="cram", unit="seq", disable=not (progress and accelerator.is_main_process))
+    while True:
+        if callback is not None:
+            callback.on_rows(rows)
+        planned = _plan_round(config, design, rows, output_dir, accelerator)
+        if planned is None:
+            break
+        jobs, mine = planned
+        if not mine and not jobs:  # every row of the round was inferred: plan the next one
+            continue
+        bar.total += len(mine)
+        bar.set_description(f"cram n={','.join(str(n) for n in sorted({j[1] for j in jobs}))}")
+        new_rows = _run_round(
+            model,
+            config,
+            source,
+            output_dir,
+            mine,
+            accelerator.process_index,
+            callback,
+            bar,
+            save_vectors=save_vectors,
+            snapshot_seconds=snapshot_seconds,
+        )
+        if accelerator.num_processes > 1:
+            from accelerate.utils import gather_object
+
+            new_rows = gather_object(new_rows)
+        for row in new_rows:
+            rows.setdefault(store.row_key(row), row)
+    bar.close()
+    summary = _finish_sweep(config, settings, rows, model, output_dir, report, accelerator)
+    lock.release()
+    return summary
+
+
+def _validated(config: SweepConfig, model, tokenizer):
+    """A copy of ``config`` with the protocol's layout resolved for this tokenizer, and the sequence source; raises
+    before any folder is touched when the lengths cannot fit the model or the source."""
     if tokenizer is None and config.source != "tokens":
         raise ValueError("a tokenizer is needed for text and word sources; pass tokenizer=...")
     config = dataclasses.replace(config, cram=dataclasses.replace(config.cram))  # the caller's config stays as given
     config.resolve_prefix(tokenizer)
-    vocab_size = model.get_output_embeddings().weight.shape[0]
-    source = config.make_source(tokenizer, vocab_size)
+    source = config.make_source(tokenizer, model.get_output_embeddings().weight.shape[0])
     context = getattr(model.config, "max_position_embeddings", None)
     longest = row_positions(len(config.cram.prefix_ids), config.ms[-1], config.grid.max_length)
     if context and longest > context:
@@ -384,8 +398,11 @@ def run_sweep(
             "infer_prefixes needs nested texts (every length a prefix of the same text: --protocol "
             f"published --source text); this sweep's sequences are {source.describe()}"
         )
+    return config, source
 
-    settings = config.fingerprint(source.describe())
+
+def _open_folder(output_dir: Path, settings: dict, overwrite: bool, accelerator):
+    """Lock the folder (every process), check or write its settings, and read the rows it holds."""
     # Held to the end of the run, so a second run (or a killed run's leftover workers) cannot write here meanwhile.
     lock = store.lock_folder(output_dir, 0) if accelerator.is_main_process else None
     clear = store.check_settings(output_dir, settings, overwrite)  # every rank checks, so every rank raises
@@ -393,77 +410,83 @@ def run_sweep(
         store.prepare_folder(output_dir, settings, clear)
     accelerator.wait_for_everyone()
     lock = lock or store.lock_folder(output_dir, accelerator.process_index)
-    rows = store.read_rows(output_dir)
-    design = make_design(config)
-    check_rows(config, settings, rows, design)  # a resume goes on from rows these settings made, and only those
+    return lock, store.read_rows(output_dir)
 
+
+def _plan_round(config: SweepConfig, design, rows: dict, output_dir: Path, accelerator):
+    """The design's next round: (every job to cram, this process's share), ([], []) when prefix inference decided
+    the whole round, or None when the design is done. Inferred rows go into ``rows`` (and the main rows file)."""
+    jobs = design.next_jobs(rows)
+    if not jobs:
+        return None
     rank, world = accelerator.process_index, accelerator.num_processes
-    my_file = store.rows_file(output_dir, rank)
-    bar = tqdm(total=0, desc="cram", unit="seq", disable=not (progress and accelerator.is_main_process))
-    while True:
-        if callback is not None:
-            callback.on_rows(rows)
-        jobs = design.next_jobs(rows)
-        if not jobs:
-            break
-        if config.infer_prefixes:
-            jobs, inferred = infer_prefixes(jobs, rows)
-            for key, row in inferred.items():  # every process infers the same rows; the main one keeps them
-                rows[key] = dataclasses.replace(row, rank=rank)
-                if accelerator.is_main_process:
-                    store.append_row(my_file, rows[key])
-            if not jobs:
-                continue
-        # Dealt round-robin over a length-sorted list, so every process gets a similar mix of short and long rows.
-        jobs.sort(key=lambda job: (ShortestFirst.length(job[0], job[1]), job))
-        mine = jobs[rank::world]
-        bar.total += len(mine)
-        bar.set_description(f"cram n={','.join(str(n) for n in sorted({j[1] for j in jobs}))}")
-        chains = crammed_chains(rows) if config.warm_start else {}
-        warm_from = {job: _warm_source(chains, job) for job in mine} if config.warm_start else {}
-        cram_jobs = [
-            CramJob(
-                key=(m, n, i),
-                ids=source.sequence(n, i, config.seed),
-                m=m,
-                seed=init_seed(config.seed, m, n, i),
-                init=_warm_vectors(output_dir, m, warm_from[(m, n, i)], i) if warm_from.get((m, n, i)) else None,
-                resume=store.read_inflight(output_dir, (m, n, i)),
+    if config.infer_prefixes:
+        jobs, inferred = infer_prefixes(jobs, rows)
+        for key, row in inferred.items():  # every process infers the same rows; the main one keeps them
+            rows[key] = dataclasses.replace(row, rank=rank)
+            if accelerator.is_main_process:
+                store.append_row(store.rows_file(output_dir, rank), rows[key])
+    # Dealt round-robin over a length-sorted list, so every process gets a similar mix of short and long rows.
+    jobs.sort(key=lambda job: (ShortestFirst.length(job[0], job[1]), job))
+    return jobs, jobs[rank::world]
+
+
+def _run_round(
+    model,
+    config: SweepConfig,
+    source,
+    output_dir: Path,
+    mine,
+    rank: int,
+    callback,
+    bar,
+    *,
+    save_vectors,
+    snapshot_seconds,
+) -> list:
+    """Cram this process's jobs of a round, writing each row (and its vectors) as it finishes; returns the rows."""
+    cram_jobs = [
+        CramJob(
+            key=(m, n, i),
+            ids=source.sequence(n, i, config.seed),
+            m=m,
+            seed=init_seed(config.seed, m, n, i),
+            resume=store.read_inflight(output_dir, (m, n, i)),
+        )
+        for m, n, i in mine
+    ]
+
+    def keep_states(states):
+        for key, state in states.items():
+            store.write_inflight(output_dir, key, state)
+
+    my_file, new_rows = store.rows_file(output_dir, rank), []
+    results = cram(
+        model,
+        cram_jobs,
+        config.cram,
+        snapshot_every=snapshot_seconds,
+        on_snapshot=keep_states if snapshot_seconds is not None else None,
+        refill=ShortestFirst,
+    )
+    for result in results:
+        if save_vectors:
+            store.write_vectors(
+                output_dir, result.job.key, result.vectors, ids=result.job.ids, accessible=result.accessible
             )
-            for m, n, i in mine
-        ]
-        new_rows = []
+        row = _row(result, rank)
+        store.append_row(my_file, row)
+        store.remove_inflight(output_dir, result.job.key)  # after the row (a kill in between: a stale file)
+        new_rows.append(row)
+        if callback is not None:
+            callback.on_row(row)
+        bar.update(1)
+        bar.set_postfix(accessible=f"{sum(r['accessible'] for r in new_rows)}/{len(new_rows)}")
+    return new_rows
 
-        def keep_states(states, folder=output_dir):
-            for key, state in states.items():
-                store.write_inflight(folder, key, state)
 
-        for result in cram(
-            model,
-            cram_jobs,
-            config.cram,
-            snapshot_every=snapshot_seconds,
-            on_snapshot=keep_states if snapshot_seconds is not None else None,
-            refill=ShortestFirst,
-        ):
-            if save_vectors or config.warm_start:  # a warm start reads them back, also after a resume
-                store.write_vectors(
-                    output_dir, result.job.key, result.vectors, ids=result.job.ids, accessible=result.accessible
-                )
-            row = _row(result, rank, warm_from=warm_from.get(result.job.key) or None)
-            store.append_row(my_file, row)
-            store.remove_inflight(output_dir, result.job.key)  # after the row (a kill in between: a stale file)
-            new_rows.append(row)
-            if callback is not None:
-                callback.on_row(row)
-            bar.update(1)
-            bar.set_postfix(accessible=f"{sum(r['accessible'] for r in new_rows)}/{len(new_rows)}")
-        if world > 1:
-            new_rows = gather_object(new_rows)
-        for row in new_rows:
-            rows.setdefault(store.row_key(row), row)
-    bar.close()
-
+def _finish_sweep(config: SweepConfig, settings: dict, rows: dict, model, output_dir: Path, report: bool, accelerator):
+    """Summary (and report) on the main process, once every process has written its rows."""
     summary = None
     if accelerator.is_main_process:
         summary = summarize(config, settings, rows, model)
@@ -473,7 +496,6 @@ def run_sweep(
 
             write_report(output_dir, summary)
     accelerator.wait_for_everyone()
-    lock.release()
     return summary
 
 

@@ -164,7 +164,6 @@ def sweep_config(args: argparse.Namespace) -> SweepConfig:
         prefix=args.prefix,
         protocol=args.protocol,
         infer_prefixes=args.infer_prefixes,
-        warm_start=args.warm_start,
     )
 
 
@@ -229,7 +228,6 @@ def flags_from_settings(values: dict, path) -> dict:
         "autocast": cram.get("autocast"),
         "abandon_below": cram.get("abandon_below") or None,
         "infer_prefixes": values.get("infer_prefixes", False),
-        "warm_start": values.get("warm_start", False),
     }
     if protocol != "published":  # ut-peft's layout: the BOS before the memory, or nothing (prefix none)
         flags["prefix"] = "bos" if cram.get("prefix_ids") else "none"
@@ -326,12 +324,6 @@ def parse(argv=None, *, prog: str | None = None):
         "increasing order and decide without cramming the rows its other rows imply (crammed at n: "
         "accessible at every shorter n; failed at n: taken to fail at every longer n); the rows say "
         "'inferred'",
-    )
-    parser.add_argument(
-        "--warm-start",
-        action="store_true",
-        help="with --infer-prefixes: start a text's next length from the vectors crammed at its "
-        "previous length instead of a random init (not the published init; rows say 'warm_from')",
     )
     parser.add_argument("--start", type=int, default=grid["start"])
     parser.add_argument("--stop", type=int, default=grid["stop"])
