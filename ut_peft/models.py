@@ -121,10 +121,16 @@ def _convert_gguf(gguf_file: Path, folder: Path) -> None:
         raise ModuleNotFoundError(
             'loading a GGUF model needs the `gguf` package: pip install gguf (or pip install "ut-peft[gguf]")'
         ) from None
-    model = transformers.AutoModelForCausalLM.from_pretrained(
-        gguf_file.parent, gguf_file=gguf_file.name, dtype=torch.float32
-    )
-    tokenizer = transformers.AutoTokenizer.from_pretrained(gguf_file.parent, gguf_file=gguf_file.name)
+    try:
+        model = transformers.AutoModelForCausalLM.from_pretrained(
+            gguf_file.parent, gguf_file=gguf_file.name, dtype=torch.float32
+        )
+        tokenizer = transformers.AutoTokenizer.from_pretrained(gguf_file.parent, gguf_file=gguf_file.name)
+    except Exception as err:  # a damaged file fails deep in gguf, numpy or struct, without naming the file
+        raise ValueError(
+            f"cannot read the GGUF file {gguf_file} ({type(err).__name__}: {err}); it may be truncated or damaged: "
+            "download or convert it again"
+        ) from err
     # The weights are already plain float32 tensors; dropping the GGUF quantizer lets them serialise.
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):

@@ -172,6 +172,18 @@ def test_library_errors_are_one_line(model_dir, tracked_sweep, tmp_path, capsys,
         rows.write(b"".join(lines[:3] + [b"garbage\n"] + lines[3:]))
     err = fails(base + ["--output", broken], capsys, monkeypatch)
     assert "rows.jsonl:4" in err
+    lines[1] = (
+        lines[1]
+        .replace(b'"accessible": false', b'"accessible": "yes"')
+        .replace(b'"accessible": true', b'"accessible": "yes"')
+    )
+    (broken / "rows.jsonl").write_bytes(b"".join(lines))
+    assert "rows.jsonl:2" in fails(base + ["--output", broken], capsys, monkeypatch)
+    assert "context" in fails(base + ["--lengths", "500", "--output", tmp_path / "long"], capsys, monkeypatch)
+    truncated = tmp_path / "model.gguf"
+    truncated.write_bytes(b"GGUF" + (3).to_bytes(4, "little") + (10).to_bytes(8, "little") + b"\x01\x02")
+    err = fails(["--model", truncated, "--output", tmp_path / "g"], capsys, monkeypatch)
+    assert f"cannot read the GGUF file {truncated}" in err and "truncated" in err
 
 
 def test_debug_lets_the_traceback_through(model_dir, tmp_path, monkeypatch):

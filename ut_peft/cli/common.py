@@ -208,7 +208,12 @@ def error_message(err: BaseException) -> str:
     if isinstance(err, OSError) and err.filename is not None and err.strerror:  # "PATH: Permission denied"
         message = f"{err.filename}: {err.strerror}"
     if not isinstance(err, EXPECTED_ERRORS):
-        message = f"{type(err).__name__}: {message} (rerun with --debug for the traceback)"
+        kind = (
+            type(err).__qualname__
+            if type(err).__module__ == "builtins"
+            else f"{type(err).__module__}.{type(err).__qualname__}"
+        )
+        message = f"{kind}: {message} (rerun with --debug for the traceback)"
     return message
 
 
