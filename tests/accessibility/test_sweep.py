@@ -673,6 +673,13 @@ def test_merging_in_either_order_gives_the_same_rows_or_the_same_error(tmp_path,
             merge_sweeps([tmp_path / f for f in order], tmp_path / "merged", overwrite=True)
         messages.append(str(err.value))
     assert messages[0] == messages[1] and "a/rows.jsonl:" in messages[0]
+    # A row that its own folder's settings cannot have made (n = 6 is b's length, not a's) does not enter the union.
+    from ut_peft.accessibility.store import RowOutsideSweepError
+
+    shutil.copytree(tmp_path / "a", tmp_path / "a2")
+    _append_line(tmp_path / "a2" / "rows.jsonl", read_rows(tmp_path / "ab")[(1, 6, 1)].to_dict())
+    with pytest.raises(RowOutsideSweepError, match=r"a2/rows\.jsonl:5 holds row \(m, n, index\) = \(1, 6, 1\)"):
+        merge_sweeps([tmp_path / "a2", tmp_path / "ab"], tmp_path / "merged", overwrite=True)
 
 
 def test_overwrite_keeps_a_users_file_beside_the_rows(tmp_path, llama):

@@ -547,8 +547,11 @@ def merge_sweeps(folders, output_dir, *, overwrite: bool = False) -> Path:
                 f"{folder} was run with other settings than {folders[0]} (differ: {', '.join(differ)}); "
                 "only sweeps that differ in ms and lengths can be merged"
             )
+    inputs = [store.read_rows(folder) for folder in folders]
+    for folder_settings, folder_rows in zip(settings, inputs):  # a stray row of one input must not enter the union
+        check_rows(SweepConfig.from_settings(folder_settings), folder_settings, folder_rows)
     # Each key once; rows of one key that disagree are refused, naming both (the result does not depend on the order).
-    rows = store.pool_rows(row for folder in folders for row in store.read_rows(folder).values())
+    rows = store.pool_rows(row for folder_rows in inputs for row in folder_rows.values())
     merged = dict(
         shared,
         ms=sorted({m for s in settings for m in s["ms"]}),
