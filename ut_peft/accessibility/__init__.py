@@ -4,6 +4,7 @@
 - :mod:`.sources`: natural text, random words, random token ids
 - :mod:`.sweep`: accessibility(n) per m, resumable and distributed
 - :mod:`.store`: the sweep's output folder: its file names, settings, rows, vectors and the summary schema
+- :mod:`.rows`: :class:`Row`, the schema of one row (one (m, n, index) job's outcome)
 - :mod:`.design`: which (m, n, index) jobs to run: fixed lengths, the paper's adaptive grid, a sequential design
 - :mod:`.fit`, :mod:`.bounds`: n_50 fits with intervals, measured support and theoretical slope bounds
 - :mod:`.report`: plots and the Markdown report; :mod:`.adapters`: crammed vectors as PEFT adapters
@@ -16,6 +17,7 @@ from .cram import CramConfig, CramJob, CramResult, RowState, cram, cram_referenc
 from .design import AdaptiveDesign, Design, FixedDesign, SequentialDesign, make_design, next_length
 from .fit import fit_logistic, fit_sigmoid, line_interval, linear_fit, n50_interval
 from .protocol import PROTOCOLS
+from .rows import Row
 from .sources import make_source
 from .store import MSummary, Summary, load_rows
 from .sweep import GridConfig, SweepConfig, load_summary, merge_sweeps, run_sweep, summarize_folder
@@ -35,6 +37,7 @@ __all__ = [
     "merge_sweeps",
     "load_summary",
     "load_rows",
+    "Row",
     "Summary",
     "MSummary",
     "next_length",
