@@ -210,3 +210,15 @@ def test_the_script_prints_one_line(tmp_path):
     )
     assert done.returncode == 2
     assert done.stderr == f"cram.py: error: --output {tmp_path / 'f'} is a file, not a folder; {FOLDER_HINT}\n"
+
+
+def test_the_config_file_shown_in_the_docs_parses(tmp_path):
+    import re
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "cli.md").read_text(encoding="utf-8")
+    config = tmp_path / "run.yaml"
+    config.write_text(re.search(r"```yaml\n(.*?)```", text, re.S).group(1))
+    sweep = command.sweep_config(command.parse(["--config", str(config), "--output", str(tmp_path / "out")]))
+    assert (sweep.source, sweep.ms, sweep.num_sequences) == ("words", [1, 2, 4], 4)
+    assert sweep.grid.lengths == [8, 16, 24, 32]
+    assert sweep.cram.max_steps == 300 and sweep.cram.abandon_below == ((100, 0.4),)

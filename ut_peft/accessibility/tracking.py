@@ -28,6 +28,9 @@ from .design import complete_groups, row_steps
 from .fit import n50_interval
 from .store import row_key
 
+# Designs whose every row is a measurement (the summary fits them all, not only complete (m, n) groups).
+EVERY_ROW_DESIGNS = ("sequential", "pooled")
+
 
 class SweepTracker:
     """The ``callback`` of :func:`.sweep.run_sweep` that logs to ``accelerator``'s trackers (main process only)."""
@@ -72,7 +75,7 @@ class SweepTracker:
                 values[f"row/{field}"] = row[field]
         group = self._group(m, n)
         values.update(group)
-        if self.config.design != "sequential" and group[f"m{m}/n{n}/finished"] == self.config.num_sequences:
+        if self.config.design not in EVERY_ROW_DESIGNS and group[f"m{m}/n{n}/finished"] == self.config.num_sequences:
             values.update(self._n50(m))
         self.accelerator.log(values, step=self.step)
 
@@ -82,8 +85,8 @@ class SweepTracker:
 
     def _n50(self, m: int) -> dict:
         """The running n_50 of ``m`` from the rows the summary would fit now (complete groups; every row of a
-        sequential design), with the summary's seed."""
-        if self.config.design == "sequential":
+        sequential or pooled design), with the summary's seed."""
+        if self.config.design in EVERY_ROW_DESIGNS:
             fitted = [r for (mm, _, _), r in self.rows.items() if mm == m]
         else:
             groups = complete_groups(self.rows, [m], self.config.num_sequences)[m]
