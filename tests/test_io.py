@@ -135,3 +135,42 @@ def test_try_lock_excludes_a_second_holder_until_the_first_lets_go(tmp_path):
     os.close(second)
     assert lock_holder(path).startswith(f"pid {os.getpid()} on ")  # a probe leaves the record as it was
     assert lock_holder(tmp_path / "missing.lock") == "a process"
+
+
+def test_atomic_path_publishes_what_a_library_wrote_whole_or_not_at_all(tmp_path):
+    from ut_peft.io import atomic_path
+
+    target = tmp_path / "model.gguf"
+    with atomic_path(target) as tmp:
+        assert tmp.parent == tmp_path and not tmp.exists()
+        tmp.write_bytes(b"first")
+    assert target.read_bytes() == b"first"
+    with pytest.raises(RuntimeError):
+        with atomic_path(target) as tmp:
+            tmp.write_bytes(b"half")
+            raise RuntimeError("the writer died half-way")
+    with pytest.raises(FileNotFoundError, match="nothing was written"):
+        with atomic_path(target):
+            pass
+    assert target.read_bytes() == b"first" and sorted(p.name for p in tmp_path.iterdir()) == ["model.gguf"]
+
+
+def test_files_are_renamed_into_place_only_by_ut_peft_io():
+    """One place owns atomic publication: any other os.replace / rename would skip its fsyncs and clean-up."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    # (Path.replace reads like str.replace, so it is not searched for; Path.rename and shutil.move are.)
+    pattern = re.compile(r"\bos\.(replace|rename|renames)\(|\.rename\(|shutil\.move\(")
+    offenders = []
+    for folder in ("ut_peft", "recipes", "benchmarks", "tools"):
+        for path in sorted((root / folder).rglob("*.py")):
+            if path == root / "ut_peft" / "io.py":
+                continue
+            for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+                if pattern.search(line):
+                    offenders.append(f"{path.relative_to(root)}:{number}: {line.strip()}")
+    assert not offenders, "rename files into place through ut_peft.io (atomic_path / atomic_open): " + "; ".join(
+        offenders
+    )

