@@ -76,3 +76,19 @@ def test_readme_command_parses(name, argv):
 def test_width_study_refuses_unknown_tables():
     with pytest.raises(SystemExit):
         load_recipe("width_study").parse(["--tables", "single_head,nope"])
+
+
+# A flag each recipe has, and a value for it that is not its default.
+CONFIG_FLAG = {"ut_experiments": ("threads", 3), "khop_baselines": ("length", 17)}
+
+
+@pytest.mark.parametrize("name", sorted(path.stem for path in (ROOT / "recipes").glob("*.py")))
+def test_every_recipe_takes_a_config_file(name, tmp_path, capsys):
+    key, value = CONFIG_FLAG.get(name, ("seed", 3))
+    config = tmp_path / "run.yaml"
+    config.write_text(f"{key}: {value}\n" + ("out: somewhere\n" if name == "reprogram" else ""))
+    assert getattr(load_recipe(name).parse(["--config", str(config)]), key) == value
+    config.write_text("no_such_flag: 1\n")
+    with pytest.raises(SystemExit) as exit_:
+        load_recipe(name).parse(["--config", str(config)])
+    assert exit_.value.code == 2 and "'no_such_flag' is not a flag" in capsys.readouterr().err

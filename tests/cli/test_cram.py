@@ -162,6 +162,7 @@ def test_library_errors_are_one_line(model_dir, tracked_sweep, tmp_path, capsys,
     )
     assert "different settings" in fails(base + ["--seed", "1", "--output", tracked_sweep], capsys, monkeypatch)
     assert "--adaptive is an alias" in fails(base + ["--adaptive", "--design", "sequential"], capsys, monkeypatch)
+    assert "max_steps" in fails(base + ["--max-steps", "0", "--output", tmp_path / "o"], capsys, monkeypatch)
     broken = tmp_path / "broken"
     broken.mkdir()
     for name in ("settings.json", "rows.jsonl"):
