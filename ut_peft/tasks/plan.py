@@ -93,15 +93,20 @@ def _khop(splits, kinds, variants, seeds) -> list[tuple[str, dict]]:
     ]
 
 
-# In priority order (a worker takes them in this order): every split and kind at seed 0, the Dyck-1 check, seeds 1
-# and 2 of the fixed backbones, seeds 1 and 2 of the fully trained model, then the other two variants at seed 0.
+def _dyck(kind: str) -> tuple[str, dict]:
+    return f"dyck-{kind}-init002-s0", {**DYCK, **KINDS[kind], "seed": 0, "backbone_seed": 0}
+
+
+# In priority order (a worker takes them in this order): every split and kind at seed 0, the Dyck-1 check of the
+# sparse backbone, seeds 1 and 2 of the mixed fixed-backbone models (the headline rows), the random backbone's Dyck-1
+# check, seeds 1 and 2 of the per-k fixed-backbone models, seeds 1 and 2 of the fully trained model, then the other
+# two variants at seed 0.
 PLAN: list[tuple[str, dict]] = (
     _khop(SPLITS, KINDS, ["residual_layernorm"], [0])
-    + [
-        (f"dyck-{kind}-init002-s0", {**DYCK, **KINDS[kind], "seed": 0, "backbone_seed": 0})
-        for kind in ("sparse", "random")
-    ]
-    + _khop(SPLITS, ["sparse", "random"], ["residual_layernorm"], [1, 2])
+    + [_dyck("sparse")]
+    + _khop(["mix"], ["sparse", "random"], ["residual_layernorm"], [1, 2])
+    + [_dyck("random")]
+    + _khop(["k1", "k2", "k3", "k4"], ["sparse", "random"], ["residual_layernorm"], [1, 2])
     + _khop(SPLITS, ["full"], ["residual_layernorm"], [1, 2])
     + _khop(SPLITS, KINDS, ["attention_only", "mlp"], [0])
 )
