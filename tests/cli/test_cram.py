@@ -223,3 +223,30 @@ def test_the_config_file_shown_in_the_docs_parses(tmp_path):
     assert (sweep.source, sweep.ms, sweep.num_sequences) == ("words", [1, 2, 4], 4)
     assert sweep.grid.lengths == [8, 16, 24, 32]
     assert sweep.cram.max_steps == 300 and sweep.cram.abandon_below == ((100, 0.4),)
+
+
+def _two_process_cram(argv):
+    from accelerate.state import AcceleratorState
+
+    # The forked child inherits the parent's one-process Accelerate state (a singleton): start from scratch.
+    AcceleratorState._reset_state(reset_partial_state=True)
+    torch.set_num_threads(1)
+    command.main(command.parse(argv))
+
+
+@pytest.mark.slow  # two forked processes (~20 s on 2 cores)
+def test_under_two_processes_only_the_main_one_logs_and_it_sees_every_row(model_dir, tmp_path):
+    from accelerate import debug_launcher
+
+    out = tmp_path / "two"
+    argv = ["--model", str(model_dir), *SMALL.split(), "--output", str(out), "--report-to", "tensorboard"]
+    debug_launcher(_two_process_cram, args=(argv,), num_processes=2)
+    assert (out / "rows.rank1.jsonl").exists()  # both processes crammed
+    logdir = out / "runs" / command.PROJECT
+    assert len(list(logdir.glob("events.out.tfevents.*"))) == 1  # one writer: the main process's
+    logged, rows = scalars(logdir), read_rows(out)
+    assert len(logged["row/accessible"]) == sum(r["rank"] == 0 for r in rows.values())  # its own rows, live
+    assert logged["rows/finished"][-1][1] == len(rows) == 12  # every process's rows once gathered
+    for (m, n, _), row in rows.items():
+        group = [r["accessible"] for (mm, nn, _), r in rows.items() if (mm, nn) == (m, n)]
+        assert logged[f"m{m}/n{n}/accessibility"][-1][1] == pytest.approx(sum(group) / len(group))
