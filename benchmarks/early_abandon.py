@@ -1,6 +1,6 @@
 """Calibrated early abandon on full runs: held-out false-abandon rate and the row-steps it saves.
 
-Reads the rows of sweep folders (rows*.jsonl) or comparison JSONL files that ran every row to its own end,
+Reads the rows of sweep folders (as the store reads them) or comparison JSONL files that ran every row to its own end,
 fits the abandon rule by k-fold cross-validation (ut_peft.accessibility.calibrate) and prints, per model/source
 group and pooled: rows, accessible rows, false abandons (held out) with a 95% upper bound, the row-step saving
 ratio, and the rule fitted on all rows (what ``recipes/cram.py --abandon-below`` takes). A rule is used only
@@ -13,18 +13,19 @@ import argparse
 import json
 from pathlib import Path
 
+from ut_peft.accessibility import store
 from ut_peft.accessibility.calibrate import cross_validate
 
 
 def read(path: Path) -> list[dict]:
-    files = sorted(path.glob("rows*.jsonl")) if path.is_dir() else [path]
+    if path.is_dir():  # a sweep folder: only its own rows files, each row checked, each key once
+        return [dict(row) for _, row in sorted(store.read_rows(path).items())]
     rows = []
-    for file in files:
-        for line in file.read_text(encoding="utf-8").splitlines():
-            try:
-                rows.append(json.loads(line))
-            except ValueError:
-                continue
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            rows.append(json.loads(line))
+        except ValueError:
+            continue
     return rows
 
 
