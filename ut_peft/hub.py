@@ -2,7 +2,7 @@
 
 transformers' ``push_to_hub`` re-saves into a temporary folder and overwrites README.md with a transformers card, so
 adapters are pushed as folders with ``HfApi.upload_folder`` and a card rendered by ``huggingface_hub.ModelCard``.
-``import ut_peft`` also makes ``PeftModel.save_pretrained`` write this card locally.
+``PeftModel.save_pretrained`` writes this card locally too (through the adapter config's own ``save_pretrained``).
 """
 
 from __future__ import annotations

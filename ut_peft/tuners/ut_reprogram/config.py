@@ -141,6 +141,13 @@ class UTReprogramConfig(PeftConfig):
     )
     exclude_modules: Optional[list[str]] = field(default=None, metadata={"help": "Unused."})
 
+    def save_pretrained(self, save_directory, **kwargs) -> None:
+        """peft's save, then the ut-peft card on the README peft wrote (``integration.update_model_card``)."""
+        super().save_pretrained(save_directory, **kwargs)
+        from .integration import update_model_card
+
+        update_model_card(self, save_directory)
+
     def __post_init__(self):
         super().__post_init__()
         self.peft_type = PeftType.UT_REPROGRAM

@@ -1,0 +1,64 @@
+"""Saving a UT_REPROGRAM adapter: peft's methods stay peft's, and the folder holds exactly what it held when
+ut-peft replaced them (the card rendered from the template with peft's metadata, only the trained tensors)."""
+
+import peft
+import pytest
+from huggingface_hub import ModelCard
+from peft import LoraConfig, PeftModel, get_peft_model
+from safetensors import safe_open
+from transformers import AutoModelForCausalLM
+
+import ut_peft
+from ut_peft import UTReprogramConfig
+from ut_peft.hub import render_model_card
+from ut_peft.testing import tiny_model
+
+
+def test_peft_keeps_its_own_model_card_method():
+    assert PeftModel.create_or_update_model_card.__module__ == "peft.peft_model"
+
+
+def _keys(folder):
+    with safe_open(str(folder / "adapter_model.safetensors"), "pt") as handle:
+        return sorted(handle.keys())
+
+
+@pytest.mark.parametrize("options", [{"num_memory_tokens": 2}, {"task_vocab_size": 6}])
+def test_the_saved_folder_holds_the_ut_peft_card_with_pefts_metadata_and_only_the_trained_tensors(tmp_path, options):
+    base = tmp_path / "base"
+    tiny_model("llama").save_pretrained(base)  # a local base with a config.json: peft compares vocabularies
+    model = get_peft_model(AutoModelForCausalLM.from_pretrained(base), UTReprogramConfig(**options))
+    model.save_pretrained(tmp_path / "out")
+    folder = tmp_path / "out"
+    files = ["README.md", "adapter_config.json", "adapter_model.safetensors"]
+    assert sorted(p.name for p in folder.iterdir()) == files
+    trained = ["lm_head.ut_reprogram_unembedding", "model.embed_tokens.ut_reprogram_embedding"]
+    if options.get("num_memory_tokens"):
+        trained.append("model.embed_tokens.ut_reprogram_memory")
+    # Not the base E and U, which peft's "auto" would add for a new vocabulary.
+    assert _keys(folder) == sorted(f"base_model.model.{name}" for name in trained)
+    card = ModelCard.load(folder / "README.md")
+    expected = render_model_card(model.peft_config["default"].to_dict())
+    lines = expected.text.splitlines()
+    lines.insert(lines.index("### Framework versions") + 2, f"- PEFT {peft.__version__}")
+    assert card.text == "\n".join(lines)  # our text, with peft's framework line where peft puts it
+    assert card.data.library_name == "peft" and card.data.pipeline_tag == "text-generation"
+    assert set(card.data.tags) == set(expected.data.tags) | {"transformers"}
+    assert card.data.get("base_model") is None  # a local path is no Hub id
+
+
+def test_a_resave_keeps_a_ut_peft_card_and_other_methods_keep_pefts(tmp_path):
+    model = get_peft_model(tiny_model("llama"), UTReprogramConfig())
+    model.save_pretrained(tmp_path / "ut")
+    ut_peft.save_model_card(tmp_path / "ut", metrics={"loss": 0.5})
+    model.save_pretrained(tmp_path / "ut")
+    text = (tmp_path / "ut" / "README.md").read_text()
+    assert "| loss | 0.5 |" in text and text.count(f"- PEFT {peft.__version__}") == 1
+    lora = get_peft_model(tiny_model("llama"), LoraConfig(target_modules=["q_proj"]))
+    lora.save_pretrained(tmp_path / "lora")
+    assert "ut-peft" not in (tmp_path / "lora" / "README.md").read_text()
+    two = get_peft_model(tiny_model("qwen2"), UTReprogramConfig())
+    two.add_adapter("second", UTReprogramConfig())
+    two.save_pretrained(tmp_path / "two")
+    assert not (tmp_path / "two" / "second" / "README.md").exists()  # peft writes one card, at the top
+    assert "ut-peft" in (tmp_path / "two" / "README.md").read_text()
