@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from ut_peft.cli.common import add_common_flags, parse_args, run, start_tracking
+from ut_peft.cli.common import add_common_flags, end_tracking, parse_args, run, start_tracking
 from ut_peft.tasks import plan
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,7 +37,7 @@ def main(args) -> None:
         tracker = tracking if tracking.trackers else None  # each run logs under its name (--report-to)
         plan.run_plan(plan.PLAN, names, runs_dir=runs_dir, results=results, stop_file=args.stop_file, tracker=tracker)
         if tracker is not None:
-            tracking.end_training()
+            end_tracking(tracking)
     rows = plan.load_rows(results)
     rows.update(plan.unfinished_rows(plan.PLAN, rows, runs_dir))
     if not rows:

@@ -4,7 +4,7 @@ import argparse
 
 import torch
 
-from ut_peft.cli.common import start_tracking
+from ut_peft.cli.common import end_tracking, start_tracking
 from ut_peft.tasks import plan
 
 torch.set_num_threads(1)
@@ -23,7 +23,7 @@ def test_each_planned_run_logs_under_its_name(tmp_path):
     tracking = start_tracking(args, tmp_path / "runs", "ut-peft-universal", {"plan": "tiny"})
     runs, results = tmp_path / "runs", tmp_path / "r.jsonl"
     plan.run_plan(TINY_PLAN, runs_dir=runs, results=results, log=lambda _: None, tracker=tracking)
-    tracking.end_training()
+    end_tracking(tracking)
     events = EventAccumulator(str(tmp_path / "runs" / "runs" / "ut-peft-universal"))
     events.Reload()
     tags = set(events.Tags()["scalars"])

@@ -386,7 +386,7 @@ def start_tracking(args: argparse.Namespace, output, project: str, config: dict,
     """An ``Accelerator`` logging to ``--report-to``'s trackers under ``--logging-dir`` (default
     ``<output>/runs``), with the run's settings as the trackers' config; a plain one for ``--report-to none``.
     Only the main process writes (accelerate's trackers log on the main process alone). End with
-    ``accelerator.end_training()``."""
+    :func:`end_tracking`."""
     from accelerate import Accelerator
 
     names = trackers(getattr(args, "report_to", "none"))
@@ -399,3 +399,14 @@ def start_tracking(args: argparse.Namespace, output, project: str, config: dict,
         logging_dir.mkdir(parents=True, exist_ok=True)
     accelerator.init_trackers(project, config=flat_config(config), init_kwargs=init_kwargs)
     return accelerator
+
+
+def end_tracking(accelerator) -> None:
+    """``accelerator.end_training()``, and for wandb the wait until its service has written the run: ``finish()``
+    may return before an offline run's file holds the last logs (seen with wandb 0.31)."""
+    names = [tracker.name for tracker in accelerator.trackers]
+    accelerator.end_training()
+    if "wandb" in names and accelerator.is_main_process:
+        import wandb
+
+        wandb.teardown()

@@ -41,6 +41,7 @@ from .common import (
     check_model,
     check_output_folder,
     check_run_folder,
+    end_tracking,
     parse_args,
     run,
     start_tracking,
@@ -79,7 +80,7 @@ def main(args):
     if tracker is not None:
         if accelerator.is_main_process:
             SweepTracker.log_summary(accelerator, summary, step=tracker.step)
-        accelerator.end_training()
+        end_tracking(accelerator)
     if accelerator.is_main_process:
         if args.save_adapters:
             saved = save_memory_adapters(args.output, config.model)

@@ -18,7 +18,15 @@ import dataclasses
 import json
 
 from ..tasks.training import RunSettings, run
-from .common import add_common_flags, check_model, check_output_file, check_output_folder, parse_args, start_tracking
+from .common import (
+    add_common_flags,
+    check_model,
+    check_output_file,
+    check_output_folder,
+    end_tracking,
+    parse_args,
+    start_tracking,
+)
 from .common import run as run_command
 
 PROJECT = "ut-peft-reprogram"
@@ -42,7 +50,7 @@ def main(args):
         tracker=accelerator if accelerator.trackers else None,
     )
     if accelerator.trackers:
-        accelerator.end_training()
+        end_tracking(accelerator)
     if "stopped_at" in row:
         print(json.dumps(row))
     else:
