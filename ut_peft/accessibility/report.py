@@ -197,6 +197,40 @@ def markdown(summary: Summary, *, figures: tuple[str, str] | None = (ACCESSIBILI
     return "\n".join(lines) + "\n"
 
 
+def console_summary(summary: Summary) -> str:
+    """The sweep's figures as report.md prints them (rounded, intervals by :func:`format_interval`), in a few lines
+    for the console: n_50 per m, the slope with its interval, the bounds and their ratios, the pooled line."""
+    fit, ratios, published = summary.fit, summary.ratios, summary.fit_published
+    lines = []
+    for e in summary.per_m:
+        method = f"{e.n50_ci_method or '95%'} interval; " if e.n50_ci else ""
+        lines.append(
+            f"m = {e.m}: n_50 {_num(e.n50)}{_ci(e.n50_ci)} ({method}fit {e.fit_status}), published LS "
+            f"{_num(e.n50_published)}; {e.row_steps:,} row-steps"
+        )
+    if fit:
+        lines.append(
+            f"slope {_num(fit['slope'])} tokens per vector{_ci(fit['slope_ci'])}, intercept "
+            f"{_num(fit['intercept'])}{_ci(fit['intercept_ci'])}, R^2 {_num(fit['r2'], 3)}; "
+            f"published LS slope {_num(published and published['slope'])}"
+        )
+    else:
+        lines.append("no slope: fewer than two m had a measurable n_50 (the grid missed the 50% crossing)")
+    bounds = summary.bounds
+    lines.append(
+        f"bounds: ball {bounds['ball']:.0f}, box {bounds['box']:.0f} tokens per vector; ball / slope "
+        f"{_num(ratios and ratios['ball'])}, box / slope {_num(ratios and ratios['box'])}"
+    )
+    pooled = summary.pooled
+    if pooled:
+        lines.append(
+            f"pooled line: slope {_num(pooled['slope'], 2)}{_ci(pooled['slope_ci'])}, intercept "
+            f"{_num(pooled['intercept'])}{_ci(pooled['intercept_ci'])}"
+        )
+    lines.append(f"{summary.num_rows:,} rows, {summary.row_steps:,} row-steps in all")
+    return "\n".join(lines)
+
+
 def write_report(output_dir, summary: Summary) -> None:
     output_dir = Path(output_dir)
     plot_accessibility(summary, output_dir / ACCESSIBILITY_PLOT)

@@ -34,6 +34,7 @@ from ..accessibility import (
 )
 from ..accessibility.design import DESIGNS
 from ..accessibility.protocol import PROTOCOLS, QUICK_RUN, cram_settings
+from ..accessibility.report import console_summary
 from ..accessibility.store import ADAPTERS_DIR, REPORT_FILE, SETTINGS_FILE
 from ..accessibility.tracking import SweepTracker
 from .common import (
@@ -59,7 +60,7 @@ def main(args):
         args.report_only = True
     if args.report_only:  # e.g. on a sweep still running elsewhere, or one that was stopped
         check_run_folder(args.output, "--output", SETTINGS_FILE)
-        summarize_folder(args.output, support_sequences=args.support_sequences)
+        print(console_summary(summarize_folder(args.output, support_sequences=args.support_sequences)))
         print(f"report: {Path(args.output) / REPORT_FILE}")
         return
     config = sweep_config(args)
@@ -85,17 +86,7 @@ def main(args):
         if args.save_adapters:
             saved = save_memory_adapters(args.output, config.model)
             print(f"saved {len(saved)} memory adapters under {Path(args.output) / ADAPTERS_DIR}")
-        for entry in summary.per_m:
-            print(
-                f"m={entry.m}: n50={entry.n50} 95% interval {entry.n50_ci} ({entry.fit_status}; "
-                f"published LS {entry.n50_published}); {entry.row_steps} row-steps"
-            )
-        if summary.fit:
-            print(
-                f"slope {summary.fit['slope']:.2f} 95% interval {summary.fit['slope_ci']}, "
-                f"R^2 {summary.fit['r2']:.3f}; bounds {summary.bounds}; ratios {summary.ratios}"
-            )
-        print(f"{summary.row_steps} row-steps in all")
+        print(console_summary(summary))  # what report.md says, as it says it
         print(f"report: {Path(args.output) / REPORT_FILE}")
 
 
