@@ -539,6 +539,9 @@ def test_a_folder_of_the_retired_warm_start_reports_but_is_not_continued_cold(tm
     _nested_sweep(tmp_path / "warm", llama, infer_prefixes=True)
     settings_file = tmp_path / "warm" / "settings.json"
     settings_file.write_text(json.dumps(dict(json.loads(settings_file.read_text()), warm_start=True)))
+    summary_file = tmp_path / "warm" / "summary.json"  # a real warm folder's summary records the same settings
+    reported = json.loads(summary_file.read_text())
+    summary_file.write_text(json.dumps(dict(reported, settings=dict(reported["settings"], warm_start=True))))
     rows = (tmp_path / "warm" / "rows.jsonl").read_bytes()
     with pytest.raises(ValueError, match="changed: warm_start"):
         _nested_sweep(tmp_path / "warm", llama, infer_prefixes=True)
@@ -635,11 +638,22 @@ def test_rows_outside_the_sweep_are_refused_by_resume_and_report_naming_the_line
 
 
 def test_an_edited_settings_json_is_refused_by_the_report_instead_of_changing_it(tmp_path, llama):
-    from ut_peft.accessibility.store import RowOutsideSweepError
+    from ut_peft.accessibility.store import RowOutsideSweepError, SettingsEditedError
 
     run_sweep(small_config(), tmp_path, model=llama, progress=False)
     summary = (tmp_path / "summary.json").read_bytes()
     original = json.loads((tmp_path / "settings.json").read_text())
+    # The summary records the settings it was written under: any edit is refused, also one no row can show (more
+    # sequences: every group would look unfinished and the fits would silently go).
+    for edit in ({"num_sequences": 3}, {"seed": 7}):
+        (tmp_path / "settings.json").write_text(json.dumps(dict(original, **edit)))
+        with pytest.raises(SettingsEditedError, match=rf"settings\.json differs .*changed: {next(iter(edit))}\)"):
+            summarize_folder(tmp_path, llama, support_sequences=8, support_seq_len=4)
+        with pytest.raises(SettingsEditedError):  # a resume with settings that match the edited file
+            run_sweep(small_config(**edit), tmp_path, model=llama, progress=False)
+        assert (tmp_path / "summary.json").read_bytes() == summary
+    # Without a summary (a run killed before it reported) the rows show what was edited.
+    (tmp_path / "summary.json").rename(tmp_path / "summary.kept")
     for edit, why in (
         ({"seed": 7}, "its init_seed .* is not the one seed = 7 gives this job"),
         ({"num_sequences": 1}, "index 1 is not below num_sequences = 1"),
@@ -649,7 +663,7 @@ def test_an_edited_settings_json_is_refused_by_the_report_instead_of_changing_it
         (tmp_path / "settings.json").write_text(json.dumps(dict(original, **edit)))
         with pytest.raises(RowOutsideSweepError, match=why):
             summarize_folder(tmp_path, llama, support_sequences=8, support_seq_len=4)
-        assert (tmp_path / "summary.json").read_bytes() == summary  # the report was not rewritten
+        assert not (tmp_path / "summary.json").exists()  # no report was written
 
 
 def test_merging_in_either_order_gives_the_same_rows_or_the_same_error(tmp_path, llama):

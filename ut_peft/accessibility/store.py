@@ -340,6 +340,7 @@ def check_settings(folder: Path, settings: dict, overwrite: bool) -> bool:
     if overwrite:
         return True
     if previous == settings:
+        check_unedited(folder, previous)
         return False
     else:
         changed = sorted(k for k in set(previous) | set(settings) if previous.get(k) != settings.get(k))
@@ -348,6 +349,33 @@ def check_settings(folder: Path, settings: dict, overwrite: bool) -> bool:
             "use another output folder, or pass overwrite=True (--overwrite) to discard it"
         )
     return True
+
+
+class SettingsEditedError(ValueError):
+    """settings.json no longer holds the settings the folder's summary.json was written under."""
+
+
+def check_unedited(folder: Path, settings: dict) -> None:
+    """Raise :class:`SettingsEditedError` if ``folder``'s summary.json was written under other settings than
+    ``settings`` (what its settings.json holds now): settings.json was edited by hand after the run reported.
+
+    Rows catch most edits (:func:`.sweep.check_rows`: a row another seed, fewer sequences or fewer lengths would
+    not have made), but not all: with num_sequences raised every group looks unfinished and a report would
+    silently lose its fits. A folder without a summary yet (a run killed before its end) has only the rows check.
+    """
+    path = Path(folder) / SUMMARY_FILE
+    try:
+        reported = json.loads(path.read_text(encoding="utf-8")).get("settings")
+    except (OSError, ValueError, AttributeError):
+        return  # no summary yet, or a damaged one that summarising replaces
+    settings = json.loads(json.dumps(settings))
+    if isinstance(reported, dict) and reported != settings:
+        changed = sorted(k for k in set(reported) | set(settings) if reported.get(k) != settings.get(k))
+        raise SettingsEditedError(
+            f"{Path(folder) / SETTINGS_FILE} differs from the settings {path} was written under (changed: "
+            f"{', '.join(changed)}): it was edited after the run, and its rows were made under the settings the "
+            'summary records. Restore settings.json from the summary\'s "settings", or rerun into a new folder'
+        )
 
 
 def prepare_folder(folder: Path, settings: dict, clear: bool) -> None:

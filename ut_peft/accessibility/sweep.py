@@ -509,8 +509,9 @@ def summarize_folder(
     output_dir = Path(output_dir)
     settings = store.read_settings(output_dir)
     config = SweepConfig.from_settings(settings, support_sequences=support_sequences, support_seq_len=support_seq_len)
+    store.check_unedited(output_dir, settings)  # as a resume does: an edited settings.json is refused, not reported on
     rows = store.read_rows(output_dir)
-    check_rows(config, settings, rows)  # as a resume does: an edited settings.json is refused, not reported on
+    check_rows(config, settings, rows)
     if model is None:
         model = load_model(settings["model"])
     summary = summarize(config, settings, rows, model)
@@ -548,7 +549,8 @@ def merge_sweeps(folders, output_dir, *, overwrite: bool = False) -> Path:
                 "only sweeps that differ in ms and lengths can be merged"
             )
     inputs = [store.read_rows(folder) for folder in folders]
-    for folder_settings, folder_rows in zip(settings, inputs):  # a stray row of one input must not enter the union
+    for folder, folder_settings, folder_rows in zip(folders, settings, inputs):  # nothing stray enters the union
+        store.check_unedited(folder, folder_settings)
         check_rows(SweepConfig.from_settings(folder_settings), folder_settings, folder_rows)
     # Each key once; rows of one key that disagree are refused, naming both (the result does not depend on the order).
     rows = store.pool_rows(row for folder_rows in inputs for row in folder_rows.values())
