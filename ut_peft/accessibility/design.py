@@ -627,12 +627,22 @@ class PooledDesign(Design):
         if self.budget is not None and sum(r[3] for r in flat) >= self.budget:
             return None
         probes = []
+        first = self.design_ms[0]
+        first_fractions = _fractions_of([(n, acc) for m2, n, acc, _ in flat if m2 == first])
         for m in self.design_ms:
             fractions = _fractions_of([(n, acc) for m2, n, acc, _ in flat if m2 == m])
             if _bracketed_fractions(fractions):
                 continue
             if not fractions:
-                n = min(self.stop, max(1, round(self.start * m / self.ms[0])))
+                if m != first and not _bracketed_fractions(first_fractions):
+                    continue  # the larger m wait for the smallest one's bracket, which sets their first length
+                if m == first:
+                    n = self.start
+                else:  # n_50 grows about in proportion to m: start there, a quarter below and above
+                    guess = m / first * _crossing_of(first_fractions)
+                    lengths = {min(self.stop, max(1, round(guess * f))) for f in (0.8, 1.25)}
+                    probes += [(m, n) for n in sorted(lengths) for _ in range(max(1, self.probe // 2))]
+                    continue
             elif all(f >= 0.5 for f in fractions.values()):
                 if max(fractions) >= self.stop:
                     return None  # accessible at the longest length allowed: n_50 lies beyond stop at this m
@@ -647,10 +657,9 @@ class PooledDesign(Design):
         fitted_rounds = sum(1 for k in range(len(used)) if self._all_bracketed(used[:k]))
         fit, info = self._fit(flat)
         ratios = self._ratios(info)
-        # Stop on the widest curve the rows allow (one standard error up in log width; a variance scales as w^2):
-        # a stop on the fitted width stops early exactly when the width came out too small.
-        inflation = math.exp(2 * _STOP_Z * max(min(3.0, fit.log_width_se(m)) for m in self.design_ms))
-        if fitted_rounds >= self.min_rounds and max(ratios.values()) * inflation <= 1.0:
+        # The information is that of a curve _STOP_Z standard errors wider in log width than the fit
+        # (pooled.information): a stop on the fitted width stops early exactly when the width came out too small.
+        if fitted_rounds >= self.min_rounds and max(ratios.values()) <= 1.0:
             return None
         return self._greedy(fit, info, flat)
 
@@ -666,8 +675,8 @@ class PooledDesign(Design):
 
         cells = Cells.from_rows([r[0] for r in flat], [r[1] for r in flat], [r[2] for r in flat])
         fit = fit_pooled(cells, self.design_ms, self.check_m)
-        info = information(fit, cells.ms, cells.ns, cells.trials, free_delta=True) + self._prior_precision()
-        return fit, info
+        info = information(fit, cells.ms, cells.ns, cells.trials, free_delta=True, widen_z=_STOP_Z)
+        return fit, info + self._prior_precision()
 
     def _prior_precision(self) -> np.ndarray:
         from .pooled import PRIOR_SD
@@ -703,6 +712,8 @@ class PooledDesign(Design):
         return dict(zip(names, (self._variances(info[None])[0] / self._target_variances()).tolist()))
 
     def _greedy(self, fit, info: np.ndarray, flat) -> tuple[tuple[int, int], ...]:
+        from .pooled import widening
+
         """``batch`` rows, each at the candidate (m, n) with the largest drop of sum(ratio^3); the cube weighs the
         quantity furthest from its target most. Per row, not per expected row-step: weighing by the row cost fitted
         so far sent rows to the cheap accessible side and biased n_50 low by about a token in the simulator (as
@@ -717,7 +728,9 @@ class PooledDesign(Design):
                 cm.append(m)
                 cn.append(int(n))
         cm_a, cn_a = np.array(cm, dtype=float), np.array(cn, dtype=float)
-        eta, jac = fit.model.eta_and_jacobian(fit.theta, cm_a, cn_a, free_delta=True)
+        # Each candidate's information on the same widened curve as the rows' (see _fit).
+        widen = widening(fit, cm_a, _STOP_Z)
+        eta, jac = fit.model.eta_and_jacobian(fit.theta, cm_a, cn_a, free_delta=True, widen=widen)
         p = 1.0 / (1.0 + np.exp(-np.clip(eta, -35, 35)))
         per_row = (p * (1 - p))[:, None, None] * jac[:, :, None] * jac[:, None, :]
         targets = self._target_variances()
@@ -739,7 +752,7 @@ class PooledDesign(Design):
 # SequentialDesign (79% of the information about n_50 of a row at n_50 itself, and the two sides set the width).
 _LOGIT_OFFSETS = np.array([-1.0, 1.0])
 # Standard errors of the log width added to the fitted width where lengths are placed and where the stop is checked.
-_WIDTH_Z = 1.0
+_WIDTH_Z = 1.5
 _STOP_Z = 1.0
 
 
@@ -748,6 +761,13 @@ def _fractions_of(outcomes) -> dict[int, float]:
     for n, acc in outcomes:
         by_length.setdefault(n, []).append(acc)
     return {n: sum(v) / len(v) for n, v in by_length.items()}
+
+
+def _crossing_of(fractions: dict) -> float:
+    """Midway between the longest length at accessibility >= 1/2 below the shortest one under it (bracketed rows)."""
+    low = max(n for n, f in fractions.items() if f >= 0.5)
+    high = min((n for n, f in fractions.items() if f < 0.5 and n > low), default=low)
+    return (low + high) / 2
 
 
 def _bracketed_fractions(fractions: dict) -> bool:

@@ -76,12 +76,14 @@ class PooledModel:
         self.width_ms = [int(m) for m in width_ms]
         self.check_m = check_m
 
-    def eta_and_jacobian(self, theta: np.ndarray, ms: np.ndarray, ns: np.ndarray, free_delta: bool):
-        """Logits of the cells and their derivatives in theta, shape (cells,) and (cells, 5)."""
+    def eta_and_jacobian(self, theta: np.ndarray, ms: np.ndarray, ns: np.ndarray, free_delta: bool, widen=None):
+        """Logits of the cells and their derivatives in theta, shape (cells,) and (cells, 5). ``widen``: per cell, a
+        factor on the width (the designs evaluate information on a curve wider than the fit, see
+        :func:`information`)."""
         a, b, delta, c, d = theta
         delta = delta if free_delta else 0.0
         log_m = np.log(ms)
-        w = np.exp(np.clip(c + d * log_m, -50, 50))
+        w = np.exp(np.clip(c + d * log_m, -50, 50)) * (1.0 if widen is None else widen)
         on_check = (ms == self.check_m).astype(float) if self.check_m is not None else np.zeros_like(ms)
         eta = (a * ms + b + delta * on_check - ns) / w
         jac = np.zeros((ms.size, self.size))
@@ -216,13 +218,24 @@ def fit_pooled(cells: Cells, width_ms, check_m: int | None = None, free_delta: b
     return PooledFit(theta, covariance, loglik, converged, model, free_delta)
 
 
-def information(fit: PooledFit, ms, ns, trials=None, free_delta: bool = True) -> np.ndarray:
+def widening(fit: PooledFit, ms, z: float) -> np.ndarray:
+    """Per m, exp(z * the standard error of log w(m)) (capped at e^3): how much wider than the fit the curve may be."""
+    return np.array([math.exp(min(3.0, z * fit.log_width_se(m))) for m in np.asarray(ms, dtype=float)])
+
+
+def information(fit: PooledFit, ms, ns, trials=None, free_delta: bool = True, widen_z: float = 0.0) -> np.ndarray:
     """Expected Fisher information about theta of rows at (ms, ns) under the fitted curve (delta at its estimate),
-    as a (size, size) matrix summed over the rows; ``free_delta`` includes delta's row and column."""
+    as a (size, size) matrix summed over the rows; ``free_delta`` includes delta's row and column.
+
+    ``widen_z`` > 0 evaluates it on the curve ``widen_z`` standard errors wider in log width at each m
+    (:func:`widening`). Why a design wants that: the information about n_50 falls as 1 / w^2, so an m whose width
+    came out too small looks precise, gets no more rows, and its width is never corrected (a design that placed
+    and stopped on the fitted widths had standard errors 1.6x too small in the simulator)."""
     ms, ns = np.asarray(ms, dtype=float), np.asarray(ns, dtype=float)
     trials = np.ones_like(ms) if trials is None else np.asarray(trials, dtype=float)
     theta = fit.theta.copy()
-    eta, jac = fit.model.eta_and_jacobian(theta, ms, ns, free_delta)
+    widen = widening(fit, ms, widen_z) if widen_z else None
+    eta, jac = fit.model.eta_and_jacobian(theta, ms, ns, free_delta, widen)
     p = 1.0 / (1.0 + np.exp(-np.clip(eta, -35, 35)))
     return jac.T @ ((trials * p * (1 - p))[:, None] * jac)
 
