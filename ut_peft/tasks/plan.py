@@ -417,6 +417,11 @@ def dyck_table(rows: dict[str, dict]) -> str:
     return "\n".join(lines)
 
 
+def _threads(rows: dict[str, dict]) -> str:
+    counts = sorted({r.get("torch_threads") for r in rows.values() if is_new(r) and r.get("torch_threads")})
+    return "/".join(map(str, counts)) or "-"
+
+
 def table(rows: dict[str, dict], runs_dir: Path | str = RUNS_DIR, results: Path | str = RESULTS) -> str:
     commands = [command(name, settings_of(row), runs_dir, results) for name, row in sorted(rows.items())]
     return (
@@ -425,7 +430,8 @@ def table(rows: dict[str, dict], runs_dir: Path | str = RUNS_DIR, results: Path 
         "LayerNorm (or the variant named), learned positions, strings of 32 letters over 4; "
         "E and positions drawn at std 0.02, U at 1/sqrt(m); fresh strings every step (never a held-out one); "
         "AdamW, 200 warm-up steps then cosine, weight decay 1e-3, lr 3e-3 (fixed backbones) / 1e-3 (fully "
-        "trained); one worker with 2 torch threads, `nice -n 10`, on 2 shared cores.\n\n"
+        f"trained); one worker at `nice -n 10` on 2 shared cores, torch threads {_threads(rows)} (CPU minutes "
+        "count every thread).\n\n"
         + main_table(rows)
         + "\n\n## Fixed-backbone rows below the paper's level: the curve in examples seen\n\n"
         + curve_table(rows)
@@ -450,7 +456,7 @@ def figure(rows: dict[str, dict], path: Path, baselines: Path | None = None) -> 
     from ..plotting import save_figure, subplots
 
     tables = json.loads(baselines.read_text(encoding="utf-8")) if baselines and baselines.exists() else {}
-    fig, axes = subplots(1, len(SPLITS), figsize=(4 * len(SPLITS), 4), sharey=True)
+    fig, axes = subplots(1, len(SPLITS), figsize=(4 * len(SPLITS), 4), sharey=True, sharex=True)
     labelled = set()
     for axis, split in zip(axes, SPLITS):
         for name, row in sorted(rows.items()):
@@ -472,7 +478,15 @@ def figure(rows: dict[str, dict], path: Path, baselines: Path | None = None) -> 
         key = "all" if split == "mix" else split[1:]
         for table_name, style in (("position, last 3 letters", "-"), ("position, current letter", ":")):
             if table_name in tables:
-                axis.axhline(100 * tables[table_name][key], color="black", linestyle=style, linewidth=1)
+                label = f"lookup table: {table_name} (no retrieval)"
+                axis.axhline(
+                    100 * tables[table_name][key],
+                    color="black",
+                    linestyle=style,
+                    linewidth=1,
+                    label=None if label in labelled else label,
+                )
+                labelled.add(label)
         axis.set(
             xscale="log",
             xlabel="training examples seen",
