@@ -119,6 +119,8 @@ def test_copy_task_recipe_end_to_end(tmp_path):
     assert (out / "copy_cliff.png").stat().st_size > 1000
     assert (out / "full" / "config.json").is_file() and (out / "embeddings" / "adapter_config.json").is_file()
     assert "| embeddings |" in (out / "copy_task.md").read_text()
+    with pytest.raises(ValueError, match="not a saved copy model"):
+        recipe.main(recipe.parse(["--backbone", str(tmp_path / "nope"), "--out", str(tmp_path / "o")]))
     with pytest.raises(ValueError, match="train-lengths"):
         recipe.main(recipe.parse(["--train-lengths", "9", "3", "--out", str(out)]))
 

@@ -27,6 +27,11 @@ def main(args):
     if not 1 <= low <= high:
         raise ValueError(f"--train-lengths must be 1 <= MIN <= MAX, got {low} {high}")
     eval_lengths = args.eval_lengths or None
+    if args.backbone and not (Path(args.backbone) / "config.json").is_file():
+        raise ValueError(f"--backbone {args.backbone} is not a saved copy model (no config.json there)")
+    for path in args.combine or ():
+        if not Path(path).is_file():
+            raise ValueError(f"--combine {path}: no such file (give copy_task.json files of earlier runs)")
     out = start_run(args)
     if args.combine:
         # Plot and tabulate runs made by separate invocations (e.g. run in parallel) together.
