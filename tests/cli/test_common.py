@@ -25,6 +25,7 @@ def toy_parser():
     parser.add_argument("--fast", action="store_true")
     parser.add_argument("--resume", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--kind", choices=["a", "b"], default="a")
+    parser.add_argument("--no-progress", action="store_true")
     return add_common_flags(parser, tracking=True)
 
 
@@ -32,12 +33,13 @@ def test_config_file_sets_flags_and_the_command_line_overrides_them(tmp_path):
     config = tmp_path / "run.yaml"
     config.write_text(
         "out: from-file\nms: [1, 2]\nlr: 1e-2\nlayers: [2, 3]\nfast: true\nresume: false\nreport_to: tensorboard\n"
+        "no_progress: true\n"
         "logging-dir: null\n"  # null: the flag's default
     )
     args = parse_args(toy_parser(), ["--config", str(config)])
     assert (args.out, args.ms, args.lr, args.layers) == ("from-file", [1, 2], 0.01, [2, 3])
     assert (args.fast, args.resume, args.report_to, args.logging_dir) == (True, False, "tensorboard", None)
-    assert args.prog == "toy"
+    assert args.prog == "toy" and args.no_progress
     args = parse_args(toy_parser(), ["--config", str(config), "--ms", "4", "--out", "cli", "--resume"])
     assert (args.out, args.ms, args.resume, args.lr) == ("cli", [4], True, 0.01)
 

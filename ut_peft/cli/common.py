@@ -86,7 +86,8 @@ def _long_flags(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
     flags = {}
     for action in parser._actions:
         for option in action.option_strings:
-            if option.startswith("--") and not option.startswith("--no-"):
+            negation = isinstance(action, argparse.BooleanOptionalAction) and option.startswith("--no-")
+            if option.startswith("--") and not negation:  # --resume: true / false, not a key for --no-resume
                 flags[option[2:].replace("_", "-")] = action
     for name in ("help", "config"):
         flags.pop(name, None)
