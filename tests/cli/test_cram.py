@@ -79,6 +79,11 @@ def test_settings_json_reruns_the_sweep_exactly(model_dir, tracked_sweep, tmp_pa
     command.main(command.parse(["--config", str(settings), "--output", str(tmp_path / "again")]))
     assert decisions(tmp_path / "again") == decisions(tracked_sweep)
     assert json.loads((tmp_path / "again" / "settings.json").read_text()) == json.loads(settings.read_text())
+    merged = json.loads(settings.read_text()) | {"merged_from": ["a", "b"]}
+    (tmp_path / "merged.json").write_text(json.dumps(merged))
+    with pytest.raises(SystemExit):
+        command.parse(["--config", str(tmp_path / "merged.json")])
+    assert "the settings of a merge of a, b" in capsys.readouterr().err
     # Into its own folder it is the same run: it resumes (nothing left to do) instead of refusing other settings.
     command.main(command.parse(["--config", str(settings), "--output", str(tracked_sweep)]))
     assert decisions(tracked_sweep) == decisions(tmp_path / "again")

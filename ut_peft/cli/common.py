@@ -136,7 +136,7 @@ def parse_args(
             if from_file is not None:
                 values = from_file(values, Path(config_path))
             _apply_config(parser, values, config_path)
-        except ConfigError as err:
+        except ValueError as err:  # ConfigError, or a settings file from_file cannot turn into flags
             parser.error(str(err))
     args = parser.parse_args(argv)
     args.prog = parser.prog
