@@ -243,3 +243,15 @@ def test_an_interval_spans_the_gap_where_the_rows_separate():
     line = line_interval(ms, [11] * 4 + [21] * 4 + [41] * 4 + lengths, m1 + accessible, index * 2, seed=0)
     slope_low, slope_high = line["slope_ci"]
     assert 20 <= slope_low < 30 < slope_high <= 50 and slope_low < line["slope"] < slope_high
+
+
+def test_least_squares_sigmoid_never_reports_a_starting_point_as_the_fit():
+    """From one start curve_fit failed here and the interpolated crossing (457.4) was returned with status ok."""
+    ns, acc = [10, 110, 210, 310, 410, 510, 610], [1, 1, 1, 1, 0.95, 0, 0]
+    fit = fit_sigmoid(ns, acc)
+    assert fit["status"] in ("ok", "not-converged")
+    if fit["status"] == "ok":
+        residual = sum((sigmoid(n, fit["n50"], fit["sigmoid_slope"]) - a) ** 2 for n, a in zip(ns, acc))
+        crossing = sum((sigmoid(n, 457.36842105263156, -8 / 600) - a) ** 2 for n, a in zip(ns, acc))
+        assert residual < 1e-6 < crossing  # a least-squares optimum, not the old starting point
+        assert 410 < fit["n50"] < 450

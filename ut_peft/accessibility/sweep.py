@@ -20,7 +20,15 @@ from ..models import DEFAULT_MODEL, load_model, load_tokenizer
 from . import store
 from .bounds import measure_support, slope_bounds
 from .cram import CramConfig, CramJob, ShortestFirst, cram, row_positions
-from .design import DESIGNS, check_stopping, complete_groups, infer_prefixes, make_design, row_steps
+from .design import (
+    DESIGNS,
+    check_stopping,
+    complete_groups,
+    infer_prefixes,
+    make_design,
+    pooled_estimates,
+    row_steps,
+)
 from .fit import fit_sigmoid, line_interval, linear_fit, n50_interval
 from .protocol import PUBLISHED, PublishedSequences, check_protocol, cram_settings, special_prefix_ids
 from .rows import INFERRED, Row
@@ -91,6 +99,12 @@ class SweepConfig:
     design: str | None = None
     target_ci: float | None = None
     budget_row_steps: int | None = None
+    # "pooled" (design.PooledDesign): one line n_50 = a m + b fitted to every m at once; rows at the smallest and
+    # largest m and at a middle check m (the linearity check), num_sequences per fitted round, until the standard
+    # errors of the slope (target_slope_se, tokens per vector) and of n_50 at every m (target_n50_se: tokens, one
+    # value or {m: se}) reach their targets, or budget_row_steps are spent.
+    target_slope_se: float | None = None
+    target_n50_se: float | dict | None = None
     # Nested texts only (--protocol published --source text): take each text's lengths in increasing order and
     # decide rows that other rows of the same text imply without cramming them (a text crammed at n is accessible
     # at every shorter n; one that failed at n is taken to fail at every longer n): design.infer_prefixes.
@@ -111,14 +125,28 @@ class SweepConfig:
                 f"the {self.design} design chooses its own lengths between grid.start and grid.stop; "
                 "give GridConfig(start=..., stop=...) without lengths (or use design='fixed')"
             )
+        if isinstance(self.target_n50_se, dict):  # JSON keys (settings.json, config files) are strings
+            self.target_n50_se = {int(m): se for m, se in self.target_n50_se.items()}
+        if self.design in ("sequential", "pooled") and self.infer_prefixes:
+            raise ValueError(
+                "infer_prefixes needs the rows of a text at several lengths (the fixed or adaptive "
+                f"design); the {self.design} design crams every text once"
+            )
+        if self.design == "pooled":
+            if self.target_ci is not None:
+                raise ValueError(
+                    "target_ci (--target-ci) is the sequential design's per-m interval width; the pooled design "
+                    "stops on standard errors: target_slope_se (--target-slope-se) and target_n50_se (--target-n50-se)"
+                )
+            make_design(self)  # its own checks: two m at least, positive targets, a stopping rule
+        elif self.target_slope_se is not None or self.target_n50_se is not None:
+            raise ValueError(
+                f"target_slope_se and target_n50_se belong to the pooled design (got design {self.design!r}); "
+                "pass design='pooled' (--design pooled)"
+            )
         if self.design == "sequential":
             check_stopping(self.target_ci, self.budget_row_steps)
-            if self.infer_prefixes:
-                raise ValueError(
-                    "infer_prefixes needs the rows of a text at several lengths (the fixed or adaptive "
-                    "design); the sequential design crams every text once"
-                )
-        elif self.target_ci is not None or self.budget_row_steps is not None:
+        elif self.design != "pooled" and (self.target_ci is not None or self.budget_row_steps is not None):
             raise ValueError(
                 f"target_ci and budget_row_steps belong to the sequential design (got design "
                 f"{self.design!r}); pass design='sequential' (--design sequential)"
@@ -184,6 +212,13 @@ class SweepConfig:
                 "target_ci": self.target_ci,
                 "budget_row_steps": self.budget_row_steps,
             }
+        if self.design == "pooled":
+            settings["design"] = {
+                "kind": self.design,
+                "target_slope_se": self.target_slope_se,
+                "target_n50_se": self.target_n50_se,
+                "budget_row_steps": self.budget_row_steps,
+            }
         return settings
 
     @classmethod
@@ -203,6 +238,8 @@ class SweepConfig:
             grid=GridConfig(**grid),  # the whole grid: the adaptive and sequential designs replay from its start
             target_ci=design.get("target_ci"),
             budget_row_steps=design.get("budget_row_steps"),
+            target_slope_se=design.get("target_slope_se"),
+            target_n50_se=design.get("target_n50_se"),
             infer_prefixes=settings.get("infer_prefixes", False),
             **kwargs,
         )
@@ -215,7 +252,7 @@ _LATER_CRAM_DEFAULTS = {"given_tokens": 0, "init_std": "embedding", "gpu_autocas
 def _curves(config: SweepConfig, rows: dict) -> dict[int, dict[int, list[dict]]]:
     """Rows grouped by m then n: the fixed and adaptive designs keep only (m, n) groups with all their sequences
     (the published protocol); the sequential design's rows are each a measurement, in whatever number per n."""
-    if config.design != "sequential":
+    if config.design not in ("sequential", "pooled"):
         return complete_groups(rows, config.ms, config.num_sequences)
     groups: dict[int, dict[int, list[dict]]] = {m: {} for m in config.ms}
     for (m, n, _), row in sorted(rows.items()):
@@ -648,7 +685,20 @@ def summarize(config: SweepConfig, settings: dict, rows: dict, model) -> store.S
         ratios=ratios,
         num_rows=len(rows),
         row_steps=sum(row_steps(r) for r in rows.values()),
+        pooled=_pooled(config, rows),
     )
+
+
+def _pooled(config: SweepConfig, rows: dict) -> dict | None:
+    """The pooled design's line and read-off n_50 (JSON-safe), or None for other designs or before two m have rows."""
+    if config.design != "pooled":
+        return None
+    design = make_design(config)
+    estimate = pooled_estimates(rows, config.ms, design.design_ms, design.check_m)
+    if estimate is None:
+        return None
+    estimate["per_m"] = [dict(m=m, **entry) for m, entry in estimate["per_m"].items()]
+    return estimate
 
 
 def _mean_tf_accuracy(group: list[dict]) -> float | None:

@@ -117,6 +117,21 @@ def protocol_defaults(protocol: str) -> dict:
     return PUBLISHED_DEFAULTS if protocol == "published" else UT_PEFT_DEFAULTS
 
 
+def _n50_targets(values):
+    """--target-n50-se: one standard error for every m, or M:SE pairs."""
+    if not values:
+        return None
+    if len(values) == 1 and ":" not in values[0]:
+        return float(values[0])
+    targets = {}
+    for value in values:
+        m, sep, se = value.partition(":")
+        if not sep:
+            raise ValueError(f"--target-n50-se takes one number or M:SE pairs (got {' '.join(values)})")
+        targets[int(m)] = float(se)
+    return targets
+
+
 def sweep_config(args: argparse.Namespace) -> SweepConfig:
     """The sweep the flags describe (flags left unset take their protocol's value); ValueError for bad ones."""
     defaults = protocol_defaults(args.protocol)
@@ -141,6 +156,8 @@ def sweep_config(args: argparse.Namespace) -> SweepConfig:
         design=design,
         target_ci=args.target_ci,
         budget_row_steps=args.budget,
+        target_slope_se=args.target_slope_se,
+        target_n50_se=_n50_targets(args.target_n50_se),
         num_sequences=args.num_sequences,
         seed=args.seed,
         cram=CramConfig(
@@ -225,6 +242,18 @@ def flags_from_settings(values: dict, path) -> dict:
         flags["prefix"] = "bos" if cram.get("prefix_ids") else "none"
     if design.get("kind") == "sequential":
         flags.update(design="sequential", target_ci=design.get("target_ci"), budget=design.get("budget_row_steps"))
+    if design.get("kind") == "pooled":
+        n50 = design.get("target_n50_se")
+        flags.update(
+            design="pooled",
+            target_slope_se=design.get("target_slope_se"),
+            target_n50_se=None
+            if n50 is None
+            else [f"{m}:{se}" for m, se in n50.items()]
+            if isinstance(n50, dict)
+            else [str(n50)],
+            budget=design.get("budget_row_steps"),
+        )
     if grid.get("lengths") is not None:
         flags.update(design="fixed", lengths=grid["lengths"])
     else:
@@ -234,7 +263,9 @@ def flags_from_settings(values: dict, path) -> dict:
 
 
 def _same(a, b) -> bool:
-    norm = lambda v: [norm(x) for x in v] if isinstance(v, (list, tuple)) else v  # noqa: E731
+    def norm(v):
+        return [norm(x) for x in v] if isinstance(v, (list, tuple)) else v
+
     return norm(a) == norm(b)
 
 
@@ -294,9 +325,24 @@ def parse(argv=None, *, prog: str | None = None):
         help="fixed (default; adaptive under --protocol published without --lengths): --lengths; "
         "adaptive: the paper's grid from --start to --stop; sequential: "
         "lengths from a logistic fit, --num-sequences fresh sequences per round, until --target-ci or "
-        "--budget",
+        "--budget; pooled: one line n_50 = a m + b fitted to every m at once, rows at the smallest, the largest and "
+        "a middle m (the linearity check) until --target-slope-se and --target-n50-se or --budget",
     )
     parser.add_argument("--adaptive", action="store_true", help="alias of --design adaptive")
+    parser.add_argument(
+        "--target-slope-se",
+        type=float,
+        default=None,
+        help="pooled: stop once the standard error of the slope of n_50 against m is at most this (tokens per vector)",
+    )
+    parser.add_argument(
+        "--target-n50-se",
+        nargs="+",
+        default=None,
+        metavar="SE|M:SE",
+        help="pooled: stop once the standard error of n_50 at every m (measured or read off the line) is at most "
+        "this many tokens: one value, or M:SE pairs",
+    )
     parser.add_argument(
         "--target-ci",
         type=float,
