@@ -154,7 +154,13 @@ class Summary(_Record):
     pooled: dict | None = None
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        data = dataclasses.asdict(self)
+        # A field added later with a default of None (``pooled``) is written only when set, so a summary written
+        # before it existed is what --report-only writes again, byte for byte.
+        for f in dataclasses.fields(self):
+            if f.default is None and data[f.name] is None:
+                del data[f.name]
+        return data
 
     @classmethod
     def from_dict(cls, data: dict, where: str = "the summary") -> Summary:
