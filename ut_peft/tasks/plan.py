@@ -99,13 +99,18 @@ def _dyck(kind: str) -> tuple[str, dict]:
 
 # In priority order (a worker takes them in this order): every split and kind at seed 0, the Dyck-1 check of the
 # sparse backbone, seeds 1 and 2 of the mixed fixed-backbone models (the headline rows), the random backbone's Dyck-1
-# check, seeds 1 and 2 of the per-k fixed-backbone models, seeds 1 and 2 of the fully trained model, then the other
-# two variants at seed 0.
+# check, k = 2 alone for 4x the steps, seeds 1 and 2 of the per-k fixed-backbone models, seeds 1 and 2 of the fully
+# trained model, then the other two variants at seed 0.
 PLAN: list[tuple[str, dict]] = (
     _khop(SPLITS, KINDS, ["residual_layernorm"], [0])
     + [_dyck("sparse")]
     + _khop(["mix"], ["sparse", "random"], ["residual_layernorm"], [1, 2])
     + [_dyck("random")]
+    # The one ablation of the rows below the paper's level: 4x the examples on k = 2 alone (its curve still rises).
+    + [
+        (name.replace("-s0", "-long-s0"), {**settings, "steps": 6000, "eval_every": 500})
+        for name, settings in _khop(["k2"], ["sparse"], ["residual_layernorm"], [0])
+    ]
     + _khop(["k1", "k2", "k3", "k4"], ["sparse", "random"], ["residual_layernorm"], [1, 2])
     + _khop(SPLITS, ["full"], ["residual_layernorm"], [1, 2])
     + _khop(SPLITS, KINDS, ["attention_only", "mlp"], [0])
