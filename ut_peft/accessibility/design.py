@@ -25,6 +25,10 @@ from .fit import NUM_BOOT, fit_logistic, n50_interval
 from .rows import INFERRED, Row
 
 DESIGNS = ("fixed", "adaptive", "sequential", "pooled")
+# The pooled design's rules (placement, widening, stop). A change to any of them changes which rows a folder's
+# replay asks for, so a resumed folder would refuse its own rows: a new rule gets a new version, and the rules of
+# every version a committed folder records stay here (settings.json's design.version).
+POOLED_DESIGN_VERSION = 1
 Job = tuple[int, int, int]
 
 
@@ -501,6 +505,11 @@ def make_design(config) -> Design:
             seed=config.seed,
         )
     if config.design == "pooled":
+        if config.pooled_version != POOLED_DESIGN_VERSION:
+            raise ValueError(
+                f"this folder was run with version {config.pooled_version} of the pooled design's rules; this "
+                f"ut-peft knows version {POOLED_DESIGN_VERSION}: resume it with the ut-peft that started it"
+            )
         return PooledDesign(
             config.ms,
             batch=config.num_sequences,

@@ -22,6 +22,7 @@ from .bounds import measure_support, slope_bounds
 from .cram import CramConfig, CramJob, ShortestFirst, cram, row_positions
 from .design import (
     DESIGNS,
+    POOLED_DESIGN_VERSION,
     check_stopping,
     complete_groups,
     infer_prefixes,
@@ -105,6 +106,9 @@ class SweepConfig:
     # value or {m: se}) reach their targets, or budget_row_steps are spent.
     target_slope_se: float | None = None
     target_n50_se: float | dict | None = None
+    # Which rules of the pooled design a folder was run with (design.POOLED_DESIGN_VERSION): its rows replay only
+    # under the same rules, so a folder keeps the version it started with.
+    pooled_version: int = POOLED_DESIGN_VERSION
     # Nested texts only (--protocol published --source text): take each text's lengths in increasing order and
     # decide rows that other rows of the same text imply without cramming them (a text crammed at n is accessible
     # at every shorter n; one that failed at n is taken to fail at every longer n): design.infer_prefixes.
@@ -215,6 +219,7 @@ class SweepConfig:
         if self.design == "pooled":
             settings["design"] = {
                 "kind": self.design,
+                "version": POOLED_DESIGN_VERSION,
                 "target_slope_se": self.target_slope_se,
                 "target_n50_se": self.target_n50_se,
                 "budget_row_steps": self.budget_row_steps,
@@ -240,6 +245,7 @@ class SweepConfig:
             budget_row_steps=design.get("budget_row_steps"),
             target_slope_se=design.get("target_slope_se"),
             target_n50_se=design.get("target_n50_se"),
+            pooled_version=design.get("version", POOLED_DESIGN_VERSION),
             infer_prefixes=settings.get("infer_prefixes", False),
             **kwargs,
         )
