@@ -24,7 +24,10 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Union
+
+# What every function here takes as a path: a str or any os.PathLike of str (pathlib.Path).
+StrPath = Union[str, "os.PathLike[str]"]
 
 
 def _temporary_name(path: Path) -> Path:
@@ -44,7 +47,7 @@ def _fsync_folder(folder: Path) -> None:
 
 
 @contextmanager
-def atomic_path(path: str | os.PathLike, *, fsync: bool = True) -> Iterator[Path]:
+def atomic_path(path: StrPath, *, fsync: bool = True) -> Iterator[Path]:
     """Yield a temporary path beside ``path`` for a writer that wants a file name rather than a handle (a library
     that writes the file itself); once the block ends, the file written there is fsynced (unless ``fsync=False``:
     the writer did) and put in place in one step. If the block raises, or wrote nothing, ``path`` is left as it was
@@ -74,8 +77,8 @@ def atomic_path(path: str | os.PathLike, *, fsync: bool = True) -> Iterator[Path
 
 @contextmanager
 def atomic_open(
-    path: str | os.PathLike, mode: str = "w", *, encoding: str | None = None, newline: str | None = None
-) -> Iterator[IO]:
+    path: StrPath, mode: str = "w", *, encoding: str | None = None, newline: str | None = None
+) -> Iterator[IO[Any]]:
     """Open ``path`` for writing so that it appears whole or not at all (see the module docstring).
 
     ``mode`` is ``"w"`` (text, UTF-8 unless ``encoding`` says otherwise) or ``"wb"``; the folder must exist.
@@ -92,23 +95,21 @@ def atomic_open(
             os.fsync(handle.fileno())
 
 
-def atomic_write_text(
-    path: str | os.PathLike, text: str, *, encoding: str = "utf-8", newline: str | None = None
-) -> Path:
+def atomic_write_text(path: StrPath, text: str, *, encoding: str = "utf-8", newline: str | None = None) -> Path:
     """Write ``text`` to ``path`` atomically; returns the path."""
     with atomic_open(path, "w", encoding=encoding, newline=newline) as handle:
         handle.write(text)
     return Path(path)
 
 
-def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
+def atomic_write_bytes(path: StrPath, data: bytes) -> Path:
     """Write ``data`` to ``path`` atomically; returns the path."""
     with atomic_open(path, "wb") as handle:
         handle.write(data)
     return Path(path)
 
 
-def atomic_write_json(path: str | os.PathLike, data: Any, *, indent: int | None = 2, **dumps_kwargs) -> Path:
+def atomic_write_json(path: StrPath, data: Any, *, indent: int | None = 2, **dumps_kwargs: Any) -> Path:
     """Write ``data`` as JSON (``indent=2`` and a final newline unless told otherwise) to ``path`` atomically.
 
     Extra keywords go to :func:`json.dump` (e.g. ``sort_keys=True``). Returns the path.
@@ -120,7 +121,7 @@ def atomic_write_json(path: str | os.PathLike, data: Any, *, indent: int | None 
 
 
 @contextmanager
-def atomic_directory(path: str | os.PathLike) -> Iterator[Path]:
+def atomic_directory(path: StrPath) -> Iterator[Path]:
     """Yield an empty temporary folder beside ``path``; on success it is renamed to ``path`` in one step.
 
     For caches of content that does not depend on who writes it (e.g. a converted model): a folder that is not
@@ -148,7 +149,7 @@ def atomic_directory(path: str | os.PathLike) -> Iterator[Path]:
 # ---- appends and locks shared by concurrent processes ------------------------------------------------------------
 
 
-def append_jsonl(path: str | os.PathLike, row: Any, *, sort_keys: bool = False) -> None:
+def append_jsonl(path: StrPath, row: Any, *, sort_keys: bool = False) -> None:
     """Append ``row`` as one JSON line, then fsync.
 
     Several processes may append to one file: each append holds an exclusive ``flock`` on the file while it writes,
@@ -190,7 +191,7 @@ def _cut_back(fd: int, size: int) -> str:
         return f"the partial line could not be cut off ({err}); readers skip it as a torn last line"
 
 
-def try_lock(path: str | os.PathLike, *, note_holder: bool = True) -> int | None:
+def try_lock(path: StrPath, *, note_holder: bool = True) -> int | None:
     """Take an exclusive, non-blocking ``flock`` on ``path`` (created if missing) and, with ``note_holder``, write
     who holds it into the file (for :func:`lock_holder`).
 
@@ -212,7 +213,7 @@ def try_lock(path: str | os.PathLike, *, note_holder: bool = True) -> int | None
     return fd
 
 
-def lock_holder(path: str | os.PathLike) -> str:
+def lock_holder(path: StrPath) -> str:
     """Who holds the lock file ``path``, as :func:`try_lock` wrote it."""
     try:
         return Path(path).read_text(encoding="utf-8").strip() or "a process"

@@ -42,7 +42,8 @@ def calibrate_abandon(
     rows = [r for r in rows if _full_run(r)]
     rule = []
     for k in checkpoints:
-        late = [_best_at(r, k) for r in rows if r["accessible"] and r["steps"] > k and _best_at(r, k) is not None]
+        at_k = [_best_at(r, k) for r in rows if r["accessible"] and r["steps"] > k]
+        late = [best for best in at_k if best is not None]
         if len(late) >= min_support:
             floor = min(late) - margin
             if floor > 0:
@@ -89,7 +90,7 @@ def cross_validate(rows: list[dict], *, folds: int = 5, seed: int = 0, **kwargs)
     if len(rows) < folds:
         raise ValueError(f"cross-validation needs at least {folds} full-run rows (got {len(rows)})")
     order = np.random.default_rng(seed).permutation(len(rows))
-    total = {"rows": 0, "accessible": 0, "false_abandons": 0, "row_steps": 0, "row_steps_with_rule": 0}
+    total: dict = {"rows": 0, "accessible": 0, "false_abandons": 0, "row_steps": 0, "row_steps_with_rule": 0}
     for f in range(folds):
         held = [rows[i] for i in order[f::folds]]
         fit = [rows[i] for j, i in enumerate(order) if j % folds != f]

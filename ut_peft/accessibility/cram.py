@@ -828,7 +828,7 @@ def _decode_rows(model, memory: torch.Tensor, rows: list[_Row], config: CramConf
     return [generated[i, : row.num_targets].tolist() == list(row.job.ids[row.given :]) for i, row in enumerate(rows)]
 
 
-def _greedy_exact(model, params, rows: list, slots: list[int], config: CramConfig) -> dict[int, bool]:
+def _greedy_exact(model, params, rows, slots: list[int], config: CramConfig) -> dict[int, bool]:
     """For rows at 100% teacher-forced accuracy: does greedy decoding after their vectors reproduce the sequence?
 
     Without ``check_greedy`` the teacher-forced accuracy is taken at its word (the published rule). Rows are

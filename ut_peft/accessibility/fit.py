@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Sequence
 
 import numpy as np
 from scipy import optimize, stats
@@ -262,7 +263,7 @@ def _interval(values: np.ndarray, level: float):
     answered = np.sort(values[~np.isnan(values)])
     if answered.size < 0.9 * values.size or answered.size == 0:  # too many replicates without an answer
         return None
-    bounds = []
+    bounds: list[float | None] = []
     for q in ((1 - level) / 2, (1 + level) / 2):
         position = q * (answered.size - 1)
         below, above = answered[math.floor(position)], answered[math.ceil(position)]
@@ -294,7 +295,7 @@ def n50_interval(
     *,
     level: float = LEVEL,
     num_boot: int = NUM_BOOT,
-    seed: int = 0,
+    seed: int | Sequence[int] = 0,
     method: str = "auto",
 ) -> dict:
     """n_50 of one m with a bootstrap interval, from per-sequence rows.
@@ -392,7 +393,7 @@ def _within_gap(x0, ns, succ, tri, rng):
 
 
 def line_interval(
-    ms, lengths, accessible, clusters, *, level: float = LEVEL, num_boot: int = NUM_BOOT, seed: int = 0
+    ms, lengths, accessible, clusters, *, level: float = LEVEL, num_boot: int = NUM_BOOT, seed: int | Sequence[int] = 0
 ) -> dict | None:
     """The line ``n50 = slope m + intercept`` through the per-m fits, with bootstrap intervals of the pipeline.
 
@@ -480,7 +481,7 @@ def _profile(x0u: float, u, succ, tri, b_scale: float) -> float:
     return float(values[k])
 
 
-def profile_n50_interval(lengths, successes, trials, *, level: float = LEVEL) -> list[float] | None:
+def profile_n50_interval(lengths, successes, trials, *, level: float = LEVEL) -> list[float | None] | None:
     """Profile penalised-likelihood interval of n_50 for independent rows (each sequence measured once).
 
     The crossing x0 is held fixed and the penalised likelihood maximised over the slope; the interval is where
@@ -509,7 +510,7 @@ def profile_n50_interval(lengths, successes, trials, *, level: float = LEVEL) ->
     b_scale = abs(float(beta[1]))
     drop = lambda x: best - _profile(x, u, succ, tri, b_scale) - cut  # noqa: E731
     reach = (u[-1] - u[0]) + 1.0
-    ends = []
+    ends: list[float | None] = []
     for far in (u[0] - reach, u[-1] + reach):  # the low side, then the high side
         if drop(far) < 0:  # the profile never falls by the quantile on this side: the rows cannot bound it
             ends.append(None)

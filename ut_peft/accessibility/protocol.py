@@ -27,10 +27,16 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .sources import SequenceSource
 
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
 PROTOCOLS = ("ut-peft", "published")
+# A cram.CramConfig (not imported: cram imports this module), or any dataclass with its layout fields.
+CramConfigT = TypeVar("CramConfigT", bound="DataclassInstance")
 
 
 @dataclass(frozen=True)
@@ -94,7 +100,7 @@ def check_protocol(name: str) -> str:
     return name
 
 
-def special_prefix_ids(tokenizer) -> list[int]:
+def special_prefix_ids(tokenizer: Any) -> list[int]:
     """The token ids the tokenizer puts before a text when it adds its special tokens (e.g. ``[BOS]``; often [])."""
     probe = "The quick brown fox"
     plain = tokenizer(probe, add_special_tokens=False)["input_ids"]
@@ -115,7 +121,7 @@ class PublishedSequences(SequenceSource):
         self.inner, self.special_ids = inner, list(special_ids)
         self.kind = inner.kind
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
         return {**self.inner.describe(), "special_prefix_ids": self.special_ids}
 
     def max_length(self) -> int | None:
@@ -131,7 +137,7 @@ class PublishedSequences(SequenceSource):
         return self.special_ids + list(self.inner.sequence(n - len(self.special_ids), index, seed))
 
 
-def cram_settings(protocol: str, cram_config):
+def cram_settings(protocol: str, cram_config: CramConfigT) -> CramConfigT:
     """``cram_config`` with the protocol's layout, init and stopping rule set (speed knobs and caps kept)."""
     check_protocol(protocol)
     if protocol == "published":
@@ -141,7 +147,7 @@ def cram_settings(protocol: str, cram_config):
     return cram_config
 
 
-def differences_from_published(settings: dict) -> list[str]:
+def differences_from_published(settings: dict[str, Any]) -> list[str]:
     """Every setting of a run (its settings.json) that differs from the published protocol, in words."""
     cram = settings.get("cram", {})
     out = []

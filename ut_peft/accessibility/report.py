@@ -61,7 +61,7 @@ def plot_n50(summary: Summary, path) -> None:
         ms = np.array([e.m for e in points])
         n50 = np.array([e.n50 for e in points])
         # an unbounded side (None) is drawn to the figure's top or bottom edge; the report's table says "inf"
-        cis = np.array([[np.nan if v is None else v for v in (e.n50_ci or [e.n50, e.n50])] for e in points], float)
+        cis = np.array([[np.nan if v is None else v for v in (e.n50_ci or (e.n50, e.n50))] for e in points], float)
         top = max(n50.max(), np.nanmax(cis[:, 1], initial=n50.max())) * 1.5
         cis[:, 0] = np.where(np.isnan(cis[:, 0]), 0.0, cis[:, 0])
         cis[:, 1] = np.where(np.isnan(cis[:, 1]), top, cis[:, 1])
@@ -83,8 +83,9 @@ def plot_n50(summary: Summary, path) -> None:
                 label=f"fit: {fit['slope']:.1f}{_ci(fit['slope_ci'])} m + {fit['intercept']:.1f} "
                 f"($R^2$ = {fit['r2']:.3f})",
             )
+        bounds = {"box": summary.bounds["box"], "ball": summary.bounds["ball"]}
         for name, style in (("box", "--"), ("ball", ":")):
-            slope = summary.bounds[name]
+            slope = bounds[name]
             ax.plot(grid, slope * grid, style, label=f"{name} bound: {slope:.0f} m")
         ax.set_ylim(0, top)
         ax.legend(fontsize=8)

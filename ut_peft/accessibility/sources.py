@@ -159,7 +159,7 @@ def default_documents() -> list[str]:
 
 
 def default_words() -> list[str]:
-    words = set()
+    words: set[str] = set()
     for doc in default_documents():
         words.update(w.lower() for w in re.findall(r"[A-Za-z]{3,}", doc))
     return sorted(words)

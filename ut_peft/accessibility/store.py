@@ -98,7 +98,7 @@ class _Record:
     does, so code written against summary.json's dicts (the benchmarks) reads it unchanged."""
 
     def __getitem__(self, key: str):
-        if key not in self.__dataclass_fields__:
+        if key not in getattr(self, "__dataclass_fields__"):  # every subclass is a dataclass
             raise KeyError(key)
         return getattr(self, key)
 
@@ -432,7 +432,8 @@ def _complete_rows(path: Path, data: bytes) -> tuple[list[Row], int, bool]:
     it: a line that parses as JSON is a whole object (a cut one cannot parse), so it is read as a row (and an error
     if it is not one); only a line that does not parse is torn and left out.
     """
-    rows, good = [], 0
+    rows: list = []
+    good = 0
     lines = data.splitlines(keepends=True)
     for number, line in enumerate(lines, start=1):
         if not line.endswith(b"\n"):  # only the last line can lack its newline

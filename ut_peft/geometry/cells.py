@@ -268,7 +268,7 @@ def estimate_cells(
     marks = sorted({max(1, min(num_samples, int(round(f * num_samples)))) for f in checkpoints} - {num_samples})
     generator = torch.Generator().manual_seed(seed)
     counts = {m: torch.zeros(path.vocab_size, dtype=torch.long) for m in methods}
-    saved = {m: {} for m in methods}
+    saved: dict[str, dict] = {m: {} for m in methods}
     disagreements = 0
     start, done = time.perf_counter(), 0
     with tqdm(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Literal, Optional
+from typing import Any, Literal, Optional
 
 from peft.config import PeftConfig
 from peft.utils import PeftType
@@ -104,7 +104,7 @@ class UTReprogramConfig(PeftConfig):
             )
         },
     )
-    backbone: Optional[dict] = field(
+    backbone: Optional[dict[str, Any]] = field(
         default=None,
         metadata={
             "help": (
@@ -113,7 +113,7 @@ class UTReprogramConfig(PeftConfig):
             )
         },
     )
-    base_model_config: Optional[dict] = field(
+    base_model_config: Optional[dict[str, Any]] = field(
         default=None,
         metadata={
             "help": (
@@ -141,14 +141,14 @@ class UTReprogramConfig(PeftConfig):
     )
     exclude_modules: Optional[list[str]] = field(default=None, metadata={"help": "Unused."})
 
-    def save_pretrained(self, save_directory, **kwargs) -> None:
+    def save_pretrained(self, save_directory: str, **kwargs: Any) -> None:
         """peft's save, then the ut-peft card on the README peft wrote (``integration.update_model_card``)."""
         super().save_pretrained(save_directory, **kwargs)
         from .integration import update_model_card
 
         update_model_card(self, save_directory)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         super().__post_init__()
         self.peft_type = PeftType.UT_REPROGRAM
         self._check_types()
@@ -225,18 +225,22 @@ class UTReprogramConfig(PeftConfig):
             if getattr(self, name) is not None and not isinstance(getattr(self, name), dict):
                 raise ValueError(f"{name} must be a dict or None, got {getattr(self, name)!r}")
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """What adapter_config.json holds: every field but ``check_base``, which applies to one load only."""
-        data = super().to_dict()
+        data: dict[str, Any] = super().to_dict()
         data.pop("check_base", None)
         return data
 
     @classmethod
-    def from_pretrained(cls, pretrained_model_name_or_path, subfolder=None, **kwargs):
+    def from_pretrained(
+        cls, pretrained_model_name_or_path: str, subfolder: Optional[str] = None, **kwargs: Any
+    ) -> UTReprogramConfig:
         """peft's loading, plus a clear error naming the file when the adapter's weights are missing or cut short
         (peft says "incomplete metadata" without a path, or tries the Hub with the folder's path as a repo id)."""
         check_base = kwargs.pop("check_base", True)
-        config = super().from_pretrained(pretrained_model_name_or_path, subfolder=subfolder, **kwargs)
+        config: UTReprogramConfig = super().from_pretrained(
+            pretrained_model_name_or_path, subfolder=subfolder, **kwargs
+        )
         folder = str(pretrained_model_name_or_path)
         folder = os.path.join(folder, subfolder) if subfolder else folder
         if os.path.isdir(folder):
@@ -245,7 +249,7 @@ class UTReprogramConfig(PeftConfig):
         return config
 
 
-def _is_int(value) -> bool:
+def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 

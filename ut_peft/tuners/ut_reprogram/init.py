@@ -51,6 +51,7 @@ def _new_rows(
 ) -> torch.Tensor:
     """Rows that the base does not have: copies of ``init_token_ids[first_copy_id:]`` ('copy') or a normal draw."""
     if config.init == "copy":
+        assert config.init_token_ids is not None  # the config requires them for init="copy"
         ids = torch.tensor(config.init_token_ids[first_copy_id : first_copy_id + num_rows], device=reference.device)
         if int(ids.max()) >= reference.shape[0] or int(ids.min()) < 0:
             raise ValueError(f"init_token_ids must lie in [0, {reference.shape[0]}), got {config.init_token_ids}")

@@ -37,7 +37,7 @@ def install() -> None:
             save_embedding_layers = False
         return original_save(self, save_directory, *args, save_embedding_layers=save_embedding_layers, **kwargs)
 
-    save_pretrained._ut_peft = True
+    setattr(save_pretrained, "_ut_peft", True)  # install() runs once per process
     save_pretrained.__doc__ = original_save.__doc__
     PeftModel.save_pretrained = save_pretrained
 

@@ -34,7 +34,7 @@ class UTReprogramLayer(nn.Module, BaseTunerLayer):
         for name in self.other_param_names:
             setattr(self, name, BufferDict({}, persistent=True))
         self._active_adapter = adapter_name
-        self.merged_adapters = []
+        self.merged_adapters: list[str] = []
         self.kwargs = kwargs
 
     def _active(self) -> Optional[str]:
