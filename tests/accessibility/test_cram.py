@@ -365,3 +365,38 @@ def test_cram_settings_that_cannot_decide_anything_are_refused(kwargs, match):
     # --max-steps 0 used to run and record every row as not accessible.
     with pytest.raises(ValueError, match=match):
         CramConfig(**kwargs)
+
+
+class MomentumSGD(RowOptimizer):
+    """SGD with heavy-ball momentum: an optimizer with per-row state the engine, snapshots and store never saw."""
+
+    def __init__(self, params, config):
+        super().__init__(params, config)
+        self.state["velocity"] = torch.zeros_like(params, requires_grad=False)
+
+    @torch.no_grad()
+    def step(self, update, steps):
+        params, velocity = self.params, self.state["velocity"]
+        mask = update.to(params.device)[:, None, None]
+        new_velocity = 0.9 * velocity + params.grad
+        params.copy_(torch.where(mask, params - self.config.lr * new_velocity, params))
+        velocity.copy_(torch.where(mask, new_velocity, velocity))
+
+
+def test_an_optimizers_own_state_goes_through_snapshots_and_the_store_by_name(llama, tmp_path):
+    from ut_peft.accessibility import store
+
+    (job,) = _jobs([(6, 2)], seed=3)
+    config = CramConfig(lr=0.1, max_steps=40, patience=40, autocast="none")
+    snapshots = []
+    (whole,) = cram(llama, [job], config, optimizer=MomentumSGD, snapshot_every=0, on_snapshot=snapshots.append)
+    middle = snapshots[whole.steps // 2][job.key]
+    assert sorted(middle.optimizer) == ["velocity"] and middle.optimizer["velocity"].shape == (2, 64)
+    assert middle.optimizer["velocity"].abs().sum() > 0
+    store.write_inflight(tmp_path, (2, 6, 0), middle)
+    kept = store.read_inflight(tmp_path, (2, 6, 0))
+    assert torch.equal(kept.optimizer["velocity"], middle.optimizer["velocity"]) and kept.step == middle.step
+    resumed_job = CramJob(key=job.key, ids=job.ids, m=2, seed=job.seed, resume=kept)
+    (resumed,) = cram(llama, [resumed_job], config, optimizer=MomentumSGD)
+    assert (resumed.steps, resumed.stop_reason) == (whole.steps, whole.stop_reason)
+    assert torch.equal(resumed.vectors, whole.vectors)
