@@ -298,7 +298,8 @@ def simulate(args) -> None:
         f"simulator: n_50 = {truth.slope} m + {truth.intercept}, logistic width {truth.rel_width} n_50, jitter "
         f"{truth.jitter}, {args.repeats} repeats, cap {CAP}, patience {PATIENCE}; sequential batch {args.batch} "
         f"(targets: the published mean widths); pooled batch {args.pooled_batch} (targets: "
-        f"{args.pooled_factor} x the published RMSE){f', early stop at {truth.early_stop}' if truth.early_stop else ''}"
+        f"{args.pooled_factor} x the published RMSE)"
+        + (f", early stop at {truth.early_stop}" if truth.early_stop else "")
     )
     print(
         "Precision is judged by error over the repeats: bias and RMSE (with its Monte-Carlo standard error) of n_50 "
@@ -330,8 +331,8 @@ def simulate(args) -> None:
         ratios[name]["slope"] = rmse / published_slope_rmse
     print()
     print(
-        "| design | slope bias | slope RMSE (MC se) | RMSE / published | slope coverage | unbounded | mean row-steps | "
-        "published / design row-steps | wall (s, simulation + fits) |"
+        "| design | slope bias | slope RMSE (MC se) | RMSE / published | slope coverage | unbounded | "
+        "mean row-steps | published / design row-steps | wall (s, simulation + fits) |"
     )
     print("|---|---|---|---|---|---|---|---|---|")
     for name in names:
