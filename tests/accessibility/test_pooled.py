@@ -99,11 +99,9 @@ def test_pooled_sweep_reports_the_line_and_resumes_after_a_kill_to_the_same_resu
     rows = read_rows(tmp_path / "whole")
     assert len({k for _, _, k in rows}) == len(rows)  # every row a fresh text: indices distinct across m
     assert {m for m, _, _ in rows} <= {1, 2, 3}
-    if whole.pooled is not None:  # two m with rows: the line, read off at every m
-        assert [e["m"] for e in whole.pooled["per_m"]] == [1, 2, 3]
-        assert whole.pooled == pooled_estimates(rows, [1, 2, 3], check_m=2) | {
-            "per_m": whole.pooled["per_m"]
-        }
+    assert [e["m"] for e in whole.pooled["per_m"]] == [1, 2, 3]  # the line, read off at every m
+    assert whole.pooled == pooled_estimates(rows, [1, 2, 3], check_m=2) | {"per_m": whole.pooled["per_m"]}
+    assert whole.pooled["linearity"]["check_m"] == 2
     report = (tmp_path / "whole" / "report.md").read_text()
     assert "Design: pooled" in report
     lines = (tmp_path / "whole" / "rows.jsonl").read_bytes().splitlines(keepends=True)
@@ -114,3 +112,41 @@ def test_pooled_sweep_reports_the_line_and_resumes_after_a_kill_to_the_same_resu
     resumed = run_sweep(pooled_config(), folder, model=llama, progress=False)
     assert _decisions(folder) == _decisions(tmp_path / "whole")
     assert resumed.pooled == whole.pooled
+
+
+def test_the_report_says_loudly_when_the_rows_reject_the_line():
+    from ut_peft.accessibility.report import _pooled_lines
+
+    rng = np.random.default_rng(3)
+    rows, index = {}, 0
+    for m in (1, 2, 3):
+        mu = 10.0 * m + (-8.0 if m == 2 else 0.0)  # m = 2 well below the line through m = 1 and 3
+        for n in (round(mu - 1.5), round(mu + 1.5)):
+            for _ in range(60):
+                rows[(m, n, index)] = {"accessible": bool(rng.random() < 1 / (1 + np.exp(-(mu - n) / 1.5)))}
+                index += 1
+    estimate = pooled_estimates(rows, [1, 2, 3], check_m=2)
+    estimate["per_m"] = [dict(m=m, **e) for m, e in estimate["per_m"].items()]
+    text = "\n".join(_pooled_lines(estimate))
+    assert not estimate["linearity"]["linear"] and "NOT LINEAR" in text
+    assert "consistent with the line" in "\n".join(
+        _pooled_lines(dict(estimate, linearity=dict(estimate["linearity"], linear=True)))
+    )
+
+
+def test_the_command_line_takes_the_pooled_targets_one_for_all_or_per_m():
+    from ut_peft.cli.cram import parse, sweep_config
+
+    common = ["--model", "x", "--source", "tokens", "--ms", "1", "2", "3", "--design", "pooled"]
+    config = sweep_config(parse(common + ["--target-slope-se", "0.5", "--target-n50-se", "1:1.5", "3:2.5"]))
+    assert config.design == "pooled" and config.target_slope_se == 0.5 and config.target_n50_se == {1: 1.5, 3: 2.5}
+    assert config.fingerprint({"kind": "tokens"})["design"] == {
+        "kind": "pooled",
+        "version": 1,
+        "target_slope_se": 0.5,
+        "target_n50_se": {1: 1.5, 3: 2.5},
+        "budget_row_steps": None,
+    }
+    assert sweep_config(parse(common + ["--target-n50-se", "2"])).target_n50_se == 2.0
+    with pytest.raises(ValueError, match="M:SE"):
+        sweep_config(parse(common + ["--target-n50-se", "1", "2"]))

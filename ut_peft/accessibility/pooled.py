@@ -243,8 +243,8 @@ def information(fit: PooledFit, ms, ns, trials=None, free_delta: bool = True, wi
 def wald_interval(estimate: float, se: float, level: float = LEVEL) -> list[float] | None:
     if not (math.isfinite(estimate) and math.isfinite(se)):
         return None
-    z = stats.norm.ppf((1 + level) / 2)
-    return [estimate - z * se, estimate + z * se]
+    z = float(stats.norm.ppf((1 + level) / 2))
+    return [float(estimate - z * se), float(estimate + z * se)]
 
 
 def linearity_check(cells: Cells, width_ms, check_m: int, alpha: float = 0.01) -> dict:
