@@ -90,9 +90,12 @@ class Truth:
     rel_width: float = 0.1
     jitter: float = 0.3
     early_stop: int | None = None
+    # n_50 off the line by bend * (m - 1)(5 - m) / 4 (0 at m = 1 and 5, bend at 3): a truth the linearity check
+    # must catch; the least-squares slope through m = 1..5 stays ``slope``.
+    bend: float = 0.0
 
     def n50(self, m: int) -> float:
-        return self.slope * m + self.intercept
+        return self.slope * m + self.intercept + self.bend * (m - 1) * (5 - m) / 4
 
 
 def _bounds(ci):
@@ -223,7 +226,7 @@ def _coverage(cis, truth_value) -> tuple[float, float]:
 
 
 def simulate(args) -> None:
-    truth = Truth(args.slope, args.intercept, args.rel_width, args.jitter, args.early_stop)
+    truth = Truth(args.slope, args.intercept, args.rel_width, args.jitter, args.early_stop, args.bend)
     ms = args.ms
     names = ["published", "published+inferred", "sequential", "pooled"]
     results = {name: [] for name in names}
@@ -347,9 +350,10 @@ def simulate(args) -> None:
         )
     linear = [r["line"]["linear"] for r in results["pooled"] if r["line"]["linear"] is not None]
     if linear:
+        shape = f"bent by {truth.bend} tokens at m = 3" if truth.bend else "linear"
         print(
-            f"pooled design's linearity check (the truth is linear): passed in {sum(linear)} of {len(linear)} "
-            f"repeats (the test's level is 1%)"
+            f"pooled design's linearity check (the truth is {shape}): "
+            f"passed in {sum(linear)} of {len(linear)} repeats (the test's level is 1%)"
         )
     flips, inferred, total = (sum(c[i] for c in changed) for i in range(3))
     print(
@@ -447,6 +451,9 @@ def main(argv=None):
     parser.add_argument("--intercept", type=float, default=5.0)
     parser.add_argument("--rel-width", type=float, default=0.1, help="logistic scale of the transition / n_50")
     parser.add_argument("--jitter", type=float, default=0.3, help="per-attempt noise, in units of that scale")
+    parser.add_argument(
+        "--bend", type=float, default=0.0, help="n_50 leaves the line by this many tokens at m = 3 (0 at m = 1, 5)"
+    )
     parser.add_argument("--early-stop", type=int, default=None, help="simulate abandoning hopeless rows at step K")
     parser.add_argument("--batch", type=int, default=8, help="sequences per round of the sequential design")
     parser.add_argument("--min-rounds", type=int, default=2, help="sequential: fitted rounds before it may stop")
