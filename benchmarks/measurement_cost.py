@@ -459,12 +459,6 @@ def main(argv=None):
     parser.add_argument("--min-rounds", type=int, default=2, help="sequential: fitted rounds before it may stop")
     parser.add_argument("--probe", type=int, default=None, help="sequential: sequences per bracketing round")
     parser.add_argument(
-        "--placement",
-        default="symmetric",
-        choices=["symmetric", "cost"],
-        help="sequential: lengths by information per expected row-step, or at 73%%/27%%",
-    )
-    parser.add_argument(
         "--interval",
         default="auto",
         choices=["auto", "bootstrap", "profile"],

@@ -128,26 +128,7 @@ def test_design_follows_the_config():
         SequentialDesign([1], batch=4, start=1, stop=10, target_ci=1.0, probe=5)
 
 
-def test_cost_aware_placement_prefers_the_cheaper_side_and_stays_deterministic():
-    from ut_peft.accessibility.design import cost_aware_lengths
-
-    # Rows so far around n_50 = 100 (slope -0.2): accessible rows cheap, inaccessible ones dear, or the reverse.
-    rows = [(n, k, n < 100 + 5 * ((k % 5) - 2), 0) for k, n in enumerate([80, 90, 95, 105, 110, 120] * 4)]
-    cheap_below = [(n, k, a, 100 if a else 3000) for n, k, a, _ in rows]
-    cheap_above = [(n, k, a, 3000 if a else 100) for n, k, a, _ in rows]
-    below = cost_aware_lengths(cheap_below, 100.0, -0.2, 8, 1000)
-    above = cost_aware_lengths(cheap_above, 100.0, -0.2, 8, 1000)
-    assert len(below) == len(above) == 8 and np.mean(below) < 100 < np.mean(above)
-    assert cost_aware_lengths(cheap_below, 100.0, -0.2, 8, 1000) == below
-    row = oracle(lambda m: 40.0 * m, lambda m: 4.0 * m)
-    settings = dict(batch=6, start=8, stop=400, target_ci=12.0, seed=1, placement="cost")
-    whole = run(SequentialDesign([1, 2], **settings), row)
-    resumed = run(
-        SequentialDesign([1, 2], **settings), row, rows=run(SequentialDesign([1, 2], **settings), row, stop_after=30)
-    )
-    assert resumed == whole
-    with pytest.raises(ValueError, match="unknown placement 'middle'"):
-        SequentialDesign([1], batch=4, start=1, stop=10, target_ci=1.0, placement="middle")
+def test_sequential_design_refuses_an_unknown_interval():
     with pytest.raises(ValueError, match="unknown interval 'wald'"):
         SequentialDesign([1], batch=4, start=1, stop=10, target_ci=1.0, interval="wald")
 

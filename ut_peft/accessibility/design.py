@@ -49,7 +49,7 @@ def crammed_chains(rows: dict) -> dict[tuple[int, int], list[tuple[int, bool]]]:
     return chains
 
 
-def infer_prefixes(jobs: list[Job], rows: dict) -> tuple[list[Job], dict[Job, dict]]:
+def infer_prefixes(jobs: list[Job], rows: dict) -> tuple[list[Job], dict[Job, Row]]:
     """For nested texts (sequence (n, k) is the first n tokens of text k): which jobs to cram now, and which rows the
     rows already crammed decide.
 
@@ -70,7 +70,7 @@ def infer_prefixes(jobs: list[Job], rows: dict) -> tuple[list[Job], dict[Job, di
     round's outcomes decide the next. Deterministic in the rows, so a resumed or distributed run infers the same.
     """
     by_text = crammed_chains(rows)
-    inferred: dict[Job, dict] = {}
+    inferred: dict[Job, Row] = {}
     undecided: dict[tuple[int, int], Job] = {}
     for job in sorted(jobs, key=lambda j: (j[0], j[2], j[1])):
         m, n, k = job
@@ -227,12 +227,8 @@ class SequentialDesign(Design):
        used before covered the truth 86-95% of the time at a nominal 95%; the profile interval covers 89-98%
        (100 repeats per m), at ~10% more rows: the bootstrap's intervals were too narrow. See BENCHMARKS.md.
 
-    ``placement="cost"`` replaces step 2 by :func:`cost_aware_lengths` (information about n_50 per expected
-    row-step, the cost model fitted to the rows measured so far). Measured in the simulator it cost more, not
-    less (BENCHMARKS.md): rows below n_50 are cheaper but the asymmetric pair loses information on x0 through
-    its correlation with the slope, the net gain is under 1% at the true curve, and with the shallow slopes fitted
-    from the first rounds it sends whole batches far below n_50. It stays as an option so that the measurement
-    can be repeated; ``"symmetric"`` is the default.
+    A cost-aware placement (information about n_50 per expected row-step) was measured in the simulator and
+    retired: it cost 13% more and biased n_50 low (BENCHMARKS.md; the code is in git history, commit daf8228).
 
     Why fresh indices rather than longer prefixes of the texts already crammed: the outcomes of one text at
     two lengths are strongly dependent (a hard text is hard at every length), so a second length of the same
@@ -258,7 +254,6 @@ class SequentialDesign(Design):
         min_rounds: int = 2,
         probe: int | None = None,
         num_boot: int = NUM_BOOT,
-        placement: str = "symmetric",
         interval: str = "auto",
     ):
         if batch < 1:
@@ -272,14 +267,12 @@ class SequentialDesign(Design):
         self.probe = max(1, batch // 2) if probe is None else probe
         if not 1 <= self.probe <= batch:
             raise ValueError(f"probe (sequences per bracketing round) must lie in [1, batch] (got {self.probe})")
-        if placement not in PLACEMENTS:
-            raise ValueError(f"unknown placement {placement!r}; choose one of {', '.join(PLACEMENTS)}")
         if interval not in ("auto", "bootstrap", "profile"):
             raise ValueError(
                 f"unknown interval {interval!r}; choose auto (profile for these independent rows), "
                 f"bootstrap or profile"
             )
-        self.placement, self.interval = placement, interval
+        self.interval = interval
         self._cache: dict = {}
 
     def next_jobs(self, rows):
@@ -297,7 +290,9 @@ class SequentialDesign(Design):
 
     def _walk(self, m: int, rows: dict):
         """Replay m's rounds over ``rows``: (the completed rounds, the missing jobs of the first incomplete one)."""
-        done, used, next_index = [], [], 0
+        done: list[list[Job]] = []
+        used: list[tuple] = []
+        next_index = 0
         while True:
             decision = self._decide(m, tuple(used))
             if decision is None:
@@ -363,8 +358,6 @@ class SequentialDesign(Design):
             x0 = (
                 max(n for n, f in fractions.items() if f >= 0.5) + min(n for n, f in fractions.items() if f < 0.5)
             ) / 2
-        if self.placement == "cost" and slope and math.isfinite(slope):
-            return cost_aware_lengths([r for rnd in used for r in rnd], x0, slope, self.batch, self.stop)
         # Half the batch at x0 - d, half at x0 + d, where the model puts accessibility at 73% and 27%: each row
         # keeps 79% of the information about n_50 of a row at n_50 itself, and the two lengths pin down the slope,
         # without which n_50 is not identified (one length gives one fraction, which any (x0, s) on a line fits).
@@ -376,73 +369,6 @@ class SequentialDesign(Design):
             + (int(min(self.stop, max(1, round(x0)))),) * (self.batch % 2)
             + (high,) * (self.batch // 2)
         )
-
-
-PLACEMENTS = ("cost", "symmetric")
-# Candidate design points, in logit units v = s (n - x0) of the fitted curve: accessibility 95% ... 5%.
-_OFFSETS = np.arange(-3.0, 3.01, 0.25)
-
-
-def expected_row_steps(rows, lengths: np.ndarray, p: np.ndarray) -> np.ndarray:
-    """Row-steps a row at each of ``lengths`` is expected to cost, from the rows measured so far.
-
-    ``rows``: (n, index, accessible, row-steps) tuples of one m. Accessible rows cost more the closer a length is
-    to the text's limit, so their row-steps are fitted by least squares as a line in n (clipped to the range
-    seen, as a line must not extrapolate to zero or beyond what any row took); inaccessible rows end at patience
-    or the cap whatever the length, so their mean is used. ``p``: the fitted accessibility at ``lengths``.
-    """
-    acc = [(n, c) for n, _, a, c in rows if a]
-    inacc = [c for _, _, a, c in rows if not a]
-    if acc:
-        ns, cs = np.array(acc, dtype=float).T
-        if np.unique(ns).size >= 2:
-            slope, intercept = np.polyfit(ns, cs, 1)
-            cost_acc = np.clip(intercept + slope * lengths, cs.min(), cs.max())
-        else:
-            cost_acc = np.full(lengths.shape, cs.mean())
-    else:
-        cost_acc = np.full(lengths.shape, float(np.mean(inacc)))
-    cost_inacc = float(np.mean(inacc)) if inacc else float(cost_acc.max())
-    return p * cost_acc + (1 - p) * cost_inacc
-
-
-def cost_aware_lengths(rows, x0: float, slope: float, batch: int, stop: int) -> tuple[int, ...]:
-    """The next batch's lengths: most expected information about n_50 per expected row-step.
-
-    Candidates put half the batch at one length and half at another (or all at one), at accessibility 95% ... 5%
-    on the fitted curve 1 / (1 + exp(-s (n - x0))). Each is scored by how much it lowers the asymptotic variance
-    of x0, ``[(I_rows + I_batch)^-1]_00`` with I the Fisher information of (x0, s) at the fitted values, per
-    row-step it is expected to cost (:func:`expected_row_steps`). Why not simply at n_50: rows well below n_50
-    are mostly accessible far from their text's limit, hence cheap, and still informative; the information of the
-    rows already measured enters, so a batch also goes where the slope (without which x0 is not identified) is
-    least known. ``rows``: this m's (n, index, accessible, row-steps) tuples.
-    """
-    lengths = np.unique(np.clip(np.round(x0 + _OFFSETS / slope), 1, stop))
-    v = slope * (lengths - x0)
-    p = 1.0 / (1.0 + np.exp(-v))
-    cost = expected_row_steps(rows, lengths, p)
-    g = np.stack([np.full_like(v, -slope), lengths - x0], 1)  # d eta / d (x0, s), eta = s (n - x0)
-    per_row = (p * (1 - p))[:, None, None] * g[:, :, None] * g[:, None, :]  # (L, 2, 2)
-    measured = np.array([n for n, *_ in rows], dtype=float)
-    pm = 1.0 / (1.0 + np.exp(-slope * (measured - x0)))
-    gm = np.stack([np.full_like(measured, -slope), measured - x0], 1)
-    info = ((pm * (1 - pm))[:, None, None] * gm[:, :, None] * gm[:, None, :]).sum(0)
-    before = _x0_variance(info)
-    half, odd = batch // 2, batch % 2
-    best, choice = -np.inf, None
-    for i in range(lengths.size):
-        for j in range(i, lengths.size):
-            k_low, k_high = half + odd, half  # an odd batch puts its extra row at the shorter, cheaper length
-            gain = before - _x0_variance(info + k_low * per_row[i] + k_high * per_row[j])
-            score = gain / (k_low * cost[i] + k_high * cost[j])
-            if choice is None or score > best + 1e-12 * abs(best):  # ties go to the first (shorter) pair
-                best, choice = score, (int(lengths[i]),) * k_low + (int(lengths[j]),) * k_high
-    return choice
-
-
-def _x0_variance(info: np.ndarray) -> float:
-    det = info[0, 0] * info[1, 1] - info[0, 1] ** 2
-    return float(info[1, 1] / det) if det > 1e-12 * (info[0, 0] * info[1, 1] + 1e-300) else 1e300
 
 
 def _grouped(used):
@@ -529,9 +455,8 @@ class PooledDesign(Design):
     largest m pin the slope and every n_50 between them (read off the line with its uncertainty), and rows at a
     middle "check" m test the line (:func:`~ut_peft.accessibility.pooled.linearity_check`). Per m, the per-m designs
     spend most of their rows on lengths where nothing is decided; here every fitted round puts ``batch`` rows, one by
-    one, on the (m, n) of the design's m that most lowers the remaining variance of the quantities asked for per
-    expected row-step (greedy A-optimal design on the Fisher information of the pooled model, the row cost fitted to
-    the rows measured so far, :func:`expected_row_steps`):
+    one, on the (m, n) of the design's m that most lowers the remaining variance of the quantities asked for (greedy
+    A-optimal design on the Fisher information of the pooled model):
 
     - the slope ``a``, to ``target_slope_se`` (a standard error in tokens per vector),
     - n_50 at every m of ``ms`` (measured or read off the line), to ``target_n50_se`` (one value or a dict m -> se),
@@ -611,11 +536,13 @@ class PooledDesign(Design):
         return self._walk(rows)[0]
 
     def _walk(self, rows: dict):
-        done, used, next_index = [], [], 0
+        done: list[list[Job]] = []
+        used: list[tuple] = []
+        next_index = 0
         while True:
             key = tuple(used)
             if key not in self._cache:
-                self._cache[key] = self._choose(used)
+                self._cache[key] = self._choose(key)
             decision = self._cache[key]
             if decision is None:
                 return done, []
@@ -710,7 +637,7 @@ class PooledDesign(Design):
     def _target_variances(self) -> np.ndarray:
         inf = np.inf
         t = [self.target_slope_se**2 if self.target_slope_se else inf]
-        t += [self.target_n50_se[m] ** 2 if self.target_n50_se[m] else inf for m in self.ms]
+        t += [(self.target_n50_se[m] or 0.0) ** 2 if self.target_n50_se[m] else inf for m in self.ms]
         if self.check_m is not None:
             check = self.target_n50_se[self.check_m]
             t.append((self.check_factor * check) ** 2 if check else inf)
@@ -726,7 +653,7 @@ class PooledDesign(Design):
         """``batch`` rows, each at the candidate (m, n) with the largest drop of sum(ratio^3); the cube weighs the
         quantity furthest from its target most. Per row, not per expected row-step: weighing by the row cost fitted
         so far sent rows to the cheap accessible side and biased n_50 low by about a token in the simulator (as
-        ``placement="cost"`` did for the sequential design)."""
+        the sequential design's retired cost-aware placement did)."""
         cm, cn = [], []
         for m in self.design_ms:
             # Lengths in logits of the widest curve the rows allow (one standard error up): a curve fitted too steep

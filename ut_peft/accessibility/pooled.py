@@ -118,13 +118,13 @@ class PooledFit:
 
     def n50_se(self, m: float) -> float:
         g = np.array([m, 1.0])
-        return float(math.sqrt(max(0.0, g @ self.covariance[:2, :2] @ g)))
+        return math.sqrt(max(0.0, float(g @ self.covariance[:2, :2] @ g)))
 
     def slope_se(self) -> float:
-        return float(math.sqrt(max(0.0, self.covariance[0, 0])))
+        return math.sqrt(max(0.0, float(self.covariance[0, 0])))
 
     def intercept_se(self) -> float:
-        return float(math.sqrt(max(0.0, self.covariance[1, 1])))
+        return math.sqrt(max(0.0, float(self.covariance[1, 1])))
 
     def width(self, m: float) -> float:
         return float(math.exp(min(50.0, max(-50.0, self.theta[3] + self.theta[4] * math.log(m)))))
@@ -258,7 +258,8 @@ def linearity_check(cells: Cells, width_ms, check_m: int, alpha: float = 0.01) -
     alt = fit_pooled(cells, width_ms, check_m, free_delta=True)
     statistic = max(0.0, 2 * (alt.loglik - null.loglik))
     p_value = float(stats.chi2.sf(statistic, 1))
-    se = math.sqrt(max(0.0, alt.covariance[2, 2])) if np.isfinite(alt.covariance[2, 2]) else float("nan")
+    variance = float(alt.covariance[2, 2])
+    se = math.sqrt(max(0.0, variance)) if math.isfinite(variance) else float("nan")
     delta = float(alt.theta[2])
     return {
         "check_m": int(check_m),
