@@ -35,6 +35,7 @@ class SupportStats:
     high: torch.Tensor  # (d,) per-coordinate max
     hidden: torch.Tensor  # (N, d) the sampled states themselves (float32, CPU)
     vocab_size: int
+    seq_len: int | None = None  # tokens per sampled sequence (after the cap at the context)
 
     @property
     def hidden_size(self) -> int:
@@ -47,7 +48,7 @@ class SupportStats:
             "num_samples": int(self.hidden.shape[0]),
             "hidden_size": self.hidden_size,
             "vocab_size": self.vocab_size,
-        }
+        } | ({} if self.seq_len is None else {"seq_len": self.seq_len})
 
 
 def head_inputs(model, input_ids: torch.Tensor, **kwargs) -> torch.Tensor:
@@ -106,6 +107,7 @@ def measure_support(
         high=hidden.max(dim=0).values,
         hidden=hidden,
         vocab_size=int(vocab_size),
+        seq_len=seq_len,
     )
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from ..io import atomic_write_text
+from . import published_bounds
 from .protocol import differences_from_published
 from .store import ACCESSIBILITY_PLOT, N50_PLOT, REPORT_FILE, Summary
 
@@ -175,9 +176,11 @@ def markdown(summary: Summary, *, figures: tuple[str, str] | None = (ACCESSIBILI
         f"{bounds['ball']:.0f} | {bounds['box']:.0f} | {_num(ratios and ratios['ball'])} | "
         f"{_num(ratios and ratios['box'])} |",
         "",
-        f"Support: r = {support['radius']:.3f}, eps = r/2^11 = {support['eps']:.5f}, "
-        f"from {support['num_samples']} random-token sequences; d = {support['hidden_size']}, "
-        f"|V| = {support['vocab_size']}.",
+        f"Support (ut-peft's bound estimate, the bounds above): r = r_2 = {support['radius']:.3f}, eps = r/2^11 = "
+        f"{support['eps']:.5f}, from {support['num_samples']} random-token sequences of "
+        f"{support.get('seq_len', 32)} tokens; d = {support['hidden_size']}, |V| = {support['vocab_size']}.",
+        "",
+        *published_bounds.report_lines(summary.bounds_published, fit and fit["slope"], summary.model),
         "",
     ]
     if not fit:
@@ -220,8 +223,10 @@ def console_summary(summary: Summary) -> str:
     bounds = summary.bounds
     lines.append(
         f"bounds: ball {bounds['ball']:.0f}, box {bounds['box']:.0f} tokens per vector; ball / slope "
-        f"{_num(ratios and ratios['ball'])}, box / slope {_num(ratios and ratios['box'])}"
+        f"{_num(ratios and ratios['ball'])}, box / slope {_num(ratios and ratios['box'])} (ut-peft's estimate: "
+        f"{summary.support['num_samples']} sequences of {summary.support.get('seq_len', 32)} tokens, eps = r_2/2^11)"
     )
+    lines.append(published_bounds.console_line(summary.bounds_published, fit and fit["slope"]))
     pooled = summary.pooled
     if pooled:
         lines.append(

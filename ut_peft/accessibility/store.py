@@ -32,7 +32,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypedDict
+from typing import NotRequired, TypedDict
 
 import datasets
 
@@ -84,6 +84,7 @@ class SupportSummary(TypedDict):
     num_samples: int
     hidden_size: int
     vocab_size: int
+    seq_len: NotRequired[int]  # tokens per sequence (summaries before it was recorded: 32, the only length used)
 
 
 class SlopeBounds(TypedDict):
@@ -152,6 +153,9 @@ class Summary(_Record):
     # The pooled design's estimate (design.pooled_estimates): n_50 at every m from one line fitted to every row,
     # with Wald intervals, and the linearity check; None for the other designs (and in summaries written before it).
     pooled: dict | None = None
+    # The paper's own bound estimation of this model (published_bounds.PublishedBoundEstimate.summary_entry), read
+    # from a bounds-published.json in the folder or the one above it; None where none is there.
+    bounds_published: dict | None = None
 
     def to_dict(self) -> dict:
         data = dataclasses.asdict(self)

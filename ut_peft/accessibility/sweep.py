@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..io import atomic_write_text
 from ..models import DEFAULT_MODEL, load_model, load_tokenizer
-from . import store
+from . import published_bounds, store
 from .bounds import measure_support, slope_bounds
 from .cram import CramConfig, CramJob, ShortestFirst, cram, row_positions
 from .design import (
@@ -533,6 +533,7 @@ def _finish_sweep(config: SweepConfig, settings: dict, rows: dict, model, output
     summary = None
     if accelerator.is_main_process:
         summary = summarize(config, settings, rows, model)
+        summary.bounds_published = published_bounds.summary_entry_for(output_dir, settings["model"])
         store.write_summary(output_dir, summary)
         if report:
             from .report import write_report
@@ -558,6 +559,7 @@ def summarize_folder(
     if model is None:
         model = load_model(settings["model"])
     summary = summarize(config, settings, rows, model)
+    summary.bounds_published = published_bounds.summary_entry_for(output_dir, settings["model"])
     store.write_summary(output_dir, summary)
     if report:
         from .report import write_report

@@ -21,6 +21,7 @@ COMMANDS = {
     "copy-task": "copy_task",
     "geometry": "geometry",
     "width-study": "width_study",
+    "bounds": "bounds",
 }
 
 _SUMMARY = {
@@ -29,6 +30,7 @@ _SUMMARY = {
     "copy-task": "the copy-length cliff of full vs embedding-only training",
     "geometry": "decoder-cell shares and slope bounds of a causal LM",
     "width-study": "smallest exact widths of the compiled universal transformers",
+    "bounds": "slope bounds estimated as the accessibility paper does, beside ut-peft's",
 }
 
 

@@ -1,0 +1,66 @@
+"""`ut-peft bounds` on a tiny model: the estimate's JSON and plot, both estimates printed, finished work kept."""
+
+import json
+
+import pytest
+import torch
+
+from ut_peft.accessibility.published_bounds import read_estimate
+from ut_peft.accessibility.testing import crammable_model
+from ut_peft.cli import bounds as command
+from ut_peft.cli.common import run
+
+torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("model")
+    crammable_model("llama").save_pretrained(folder)
+    return folder
+
+
+def bounds(*argv):
+    command.main(command.parse([*map(str, argv)]))
+
+
+def test_the_command_writes_the_estimate_and_plot_and_prints_both_estimates(model_dir, tmp_path, capsys):
+    out, plot = tmp_path / "bounds-published.json", tmp_path / "figures" / "bounds.png"
+    flags = ["--model", model_dir, "--lengths", 4, 16, "--sequences-per-length", 5, "--support-sequences", 4]
+    bounds(*flags, "--output", out, "--plot", plot, "--no-progress")
+    printed = capsys.readouterr().out
+    estimate = read_estimate(out)
+    assert estimate.sequences_per_length == [5, 5] and estimate.model == str(model_dir)
+    assert estimate.ut_peft["num_sequences"] == 4 and estimate.ut_peft["seq_len"] == 32
+    assert estimate.command.startswith("ut-peft bounds --model")
+    assert plot.stat().st_size > 0
+    assert f"ball {estimate.ball:.0f}, box {estimate.box:.0f}" in printed
+    assert "ut-peft estimate: 4 random-token sequences of 32 tokens, eps = r_2 / 2^11" in printed
+    assert "10 random-token sequences (5 x 4, 5 x 16 tokens; target 5 per length), eps = r_inf / 2^11" in printed
+
+    # An estimate is never replaced by accident; --report-only redraws the plot from the file alone.
+    before = out.read_text()
+    with pytest.raises(ValueError, match="already holds an estimate; pass --overwrite"):
+        bounds(*flags, "--output", out)
+    assert out.read_text() == before
+    plot.unlink()
+    bounds("--report-only", "--output", out, "--plot", plot)
+    assert plot.is_file() and out.read_text() == before
+    assert json.loads(before)["eps_rule"] == "r_inf / 2^11"
+
+
+def test_bad_flags_are_one_line_errors(model_dir, tmp_path, capsys):
+    cases = [
+        (["--budget", "0"], "--budget must be a positive number of seconds"),
+        (["--lengths", "4", "512"], "exceed the model's context of 128 positions"),
+    ]
+    for extra, message in cases:
+        with pytest.raises(SystemExit) as stop:
+            run(command.main, command.parse, ["--model", str(model_dir), "--output", str(tmp_path / "x.json"), *extra])
+        assert stop.value.code == 2
+        last = capsys.readouterr().err.strip().splitlines()[-1]  # after the loading bar of transformers
+        assert "error:" in last and message in last, last
+    with pytest.raises(SystemExit):
+        run(command.main, command.parse, ["--report-only", "--output", str(tmp_path / "missing.json")])
+    assert "does not exist; run without --report-only" in capsys.readouterr().err
+    assert not (tmp_path / "x.json").exists()

@@ -1,0 +1,159 @@
+"""Slope bounds of a causal LM estimated as the accessibility paper's code does, beside ut-peft's own estimate.
+
+    ut-peft bounds --model smollm2-135m --budget 600 --threads 1 \
+        --output results/smollm2-135m/bounds-published.json --plot docs/figures/bounds-published-smollm2-135m.png
+    ut-peft bounds --report-only --output results/smollm2-135m/bounds-published.json --plot bounds.png
+
+Samples the final hidden state at the last position of random-token sequences at lengths 4, 8, ..., 4096 (up to
+the model's context), toward 10,000 per length within --budget wall-clock seconds shared equally among the
+lengths; eps = r_inf / 2^11 and the box over every sample (ut_peft.accessibility.published_bounds). Also measures
+ut-peft's own estimate (--support-sequences sequences of 32 tokens, eps = r_2 / 2^11, as every sweep's summary)
+and prints both. A sweep folder beside the JSON (results/<model>/<sweep>/) reports it next to its own bounds once
+its report is written again (``ut-peft cram --report-only --output FOLDER``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+
+from ..accessibility.published_bounds import (
+    PUBLISHED_SEQUENCES,
+    RESULT_FILE,
+    plot_estimate,
+    published_bound_estimate,
+    read_estimate,
+    ut_peft_estimate,
+    write_estimate,
+)
+from .common import add_common_flags, check_model, check_output_file, parse_args, run
+
+
+def describe(estimate) -> str:
+    """Both estimates with their settings, as the command prints them."""
+    lines = [
+        f"published estimate: {estimate.settings_text()}",
+        f"  r_1 {estimate.r_1:.2f}, r_2 {estimate.r_2:.3f}, r_inf {estimate.r_inf:.3f}, eps {estimate.eps:.5f}; "
+        f"ball {estimate.ball:.0f}, box {estimate.box:.0f} tokens per vector "
+        f"(box at eps = r_2 / 2^11 on the same samples: {estimate.box_at_l2_eps:.0f})",
+    ]
+    lines.append(f"  stopped by: {estimate.stopped_by}")
+    if estimate.lengths_not_sampled:
+        lines.append(f"  not sampled: lengths {estimate.lengths_not_sampled}")
+    lines.append(
+        "  box by largest length: " + ", ".join(f"{p['max_length']}: {p['box']:.0f}" for p in estimate.by_max_length)
+    )
+    by_samples = ", ".join(f"{p['per_length']}: {p['box']:.0f}" for p in estimate.by_samples)
+    lines.append(f"  box by sequences per length: {by_samples}")
+    ref = estimate.ut_peft
+    if ref:
+        lines.append(
+            f"ut-peft estimate: {ref['num_sequences']} random-token sequences of {ref['seq_len']} tokens, eps = "
+            f"{ref['eps_rule']} = {ref['eps']:.5f} (r_2 {ref['r_2']:.3f}); ball {ref['ball']:.0f}, box "
+            f"{ref['box']:.0f} tokens per vector"
+        )
+    lines.append(
+        f"sampling: {estimate.cpu_seconds:.0f} CPU s, {estimate.wall_seconds:.0f} s wall, {estimate.threads} threads"
+    )
+    return "\n".join(lines)
+
+
+def main(args):
+    output = check_output_file(args.output, "--output")
+    plot = Path(args.plot) if args.plot else output.with_suffix(".png")
+    if args.report_only:
+        if not output.is_file():
+            raise ValueError(f"--output {output} does not exist; run without --report-only to measure it")
+        estimate = read_estimate(output)
+    else:
+        if output.exists() and not args.overwrite:
+            raise ValueError(
+                f"--output {output} already holds an estimate; pass --overwrite to measure again, or "
+                "--report-only to redraw its plot"
+            )
+        for flag, value in (("--budget", args.budget), ("--wall-limit", args.wall_limit)):
+            if value is not None and not value > 0:
+                raise ValueError(f"{flag} must be a positive number of seconds (got {value:g})")
+        if args.support_sequences < 1:
+            raise ValueError(f"--support-sequences must be >= 1 (got {args.support_sequences})")
+        check_model(args.model)
+        import torch
+
+        from .. import load_model
+
+        if args.threads:
+            torch.set_num_threads(args.threads)
+        model = load_model(args.model).eval()
+        estimate = published_bound_estimate(
+            model,
+            lengths=args.lengths,
+            sequences_per_length=args.sequences_per_length,
+            budget_seconds=args.budget,
+            clock=args.clock,
+            wall_limit=args.wall_limit,
+            seed=args.seed,
+            batch_size=args.batch_size,
+            max_batch_tokens=args.max_batch_tokens,
+            model_name=args.model,
+            progress=not args.no_progress,
+        )
+        estimate.ut_peft = ut_peft_estimate(model, num_sequences=args.support_sequences, seed=args.seed)
+        estimate.command = args.command_line
+        write_estimate(output, estimate)
+    plot_estimate(estimate, plot)
+    print(describe(estimate))
+    print(f"wrote {output} and {plot}")
+
+
+def parse(argv=None, *, prog: str | None = None):
+    p = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default="smollm2-135m", help="bundled name, local folder or hub id")
+    p.add_argument(
+        "--budget",
+        type=float,
+        help="seconds of --clock for the sampling, shared equally among the lengths (default: no limit, the full "
+        "target at every length)",
+    )
+    p.add_argument(
+        "--clock",
+        default="cpu",
+        choices=["cpu", "wall"],
+        help="what --budget counts: this process's CPU seconds (all threads; the same work on a busy machine) or "
+        "wall-clock seconds",
+    )
+    p.add_argument(
+        "--wall-limit",
+        type=float,
+        help="stop sampling after this many wall-clock seconds wherever it is (the lengths stay balanced)",
+    )
+    p.add_argument(
+        "--sequences-per-length",
+        type=int,
+        default=PUBLISHED_SEQUENCES,
+        help=f"target per length (the paper: {PUBLISHED_SEQUENCES:,})",
+    )
+    p.add_argument(
+        "--lengths", type=int, nargs="+", help="sequence lengths (default: 4, 8, ..., 4096 up to the context)"
+    )
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--batch-size", type=int, default=64, help="sequences per forward pass at most")
+    p.add_argument(
+        "--max-batch-tokens", type=int, default=1024, help="tokens per forward pass at most (memory at long lengths)"
+    )
+    p.add_argument("--support-sequences", type=int, default=256, help="sequences of ut-peft's own estimate")
+    p.add_argument("--threads", type=int, help="torch threads (1 on a shared machine)")
+    p.add_argument("--output", default=RESULT_FILE, help=f"the estimate's JSON (results/<model>/{RESULT_FILE})")
+    p.add_argument("--plot", help="the plot (default: --output with .png)")
+    p.add_argument("--overwrite", action="store_true", help="replace an estimate --output already holds")
+    p.add_argument("--report-only", action="store_true", help="redraw the plot and print the estimate --output holds")
+    p.add_argument("--no-progress", action="store_true")
+    add_common_flags(p)
+    args = parse_args(p, argv)
+    args.command_line = shlex.join([*(prog or "ut-peft bounds").split(), *(sys.argv[1:] if argv is None else argv)])
+    return args
+
+
+if __name__ == "__main__":
+    run(main, parse)
