@@ -105,4 +105,7 @@ def test_the_report_names_the_paper_and_the_cost_of_going_on(tmp_path):
     curve = [{"examples_seen": 1000 * 2**i, "accuracy": 0.5 + 0.1 * i} for i in range(3)]
     assert plan.cost_to_go(curve, 0.99, 3600).startswith("7x the examples")  # 0.7, +0.1 per doubling: 2.9 doublings
     assert plan.cost_to_go(curve, 0.6, 60) == "reached"
+    assert plan.cost_to_go(curve[:2], 0.99, 60).startswith("15x") and "over 1000x" in plan.cost_to_go(
+        [{**p, "accuracy": 0.5 + 0.02 * i} for i, p in enumerate(curve)], 0.99, 60
+    )
     assert plan.cost_to_go([{**p, "accuracy": 0.5} for p in curve], 0.99, 60).startswith("flat")

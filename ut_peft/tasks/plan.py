@@ -299,6 +299,8 @@ def cost_to_go(curve: list[dict], target: float, cpu_seconds: float) -> str:
     if gain_per_doubling <= 0.005:
         return f"flat ({100 * gain_per_doubling:+.1f} points per doubling)"
     doublings = (target - accuracy) / gain_per_doubling
+    if doublings > 10:
+        return f"over 1000x the examples at this rate (+{100 * gain_per_doubling:.1f} points per doubling)"
     factor = 2**doublings
     hours = cpu_seconds * factor / 3600
     return (
@@ -346,9 +348,9 @@ def main_table(rows: dict[str, dict]) -> str:
 def curve_table(rows: dict[str, dict]) -> str:
     """Per fixed-backbone group below the paper's level: the curve in examples seen and the cost of going on."""
     lines = [
-        "| group | seeds | accuracy at 16k / 32k / 64k / 96k examples (mean) | paper level | cost to reach it "
-        "(extrapolated from the last doubling) |",
-        "|---|---|---|---|---|",
+        "| group | seeds | accuracy at 16k / 32k / 64k / 96k examples (mean) | at the end (examples) | paper level | "
+        "cost to reach it (extrapolated from the last doubling) |",
+        "|---|---|---|---|---|---|",
     ]
     groups: dict[str, list[dict]] = {}
     for name, row in sorted(rows.items()):
@@ -372,8 +374,9 @@ def curve_table(rows: dict[str, dict]) -> str:
         ]
         cpu = statistics.mean(r["train_cpu_seconds"] for r in members)
         seeds = ",".join(str(r["settings"]["seed"]) for r in members)
+        end = f"{100 * curve[-1]['accuracy']:.1f} ({curve[-1]['examples_seen']:,})" if curve else "-"
         lines.append(
-            f"| {group} | {seeds} | {' / '.join(at)} | {100 * target:.1f} | {cost_to_go(curve, target, cpu)} |"
+            f"| {group} | {seeds} | {' / '.join(at)} | {end} | {100 * target:.1f} | {cost_to_go(curve, target, cpu)} |"
         )
     return "\n".join(lines)
 
@@ -458,6 +461,8 @@ VARIANT_STYLES = {"residual_layernorm": "-", "attention_only": "--", "mlp": ":"}
 def figure(rows: dict[str, dict], path: Path, baselines: Path | None = None) -> None:
     """Held-out accuracy against examples seen (log axis), one panel per task split, coloured by model kind and
     styled by variant; the no-retrieval lookup tables as black lines. Unfinished runs are drawn faded."""
+    from matplotlib.ticker import NullFormatter
+
     from ..plotting import save_figure, subplots
 
     tables = json.loads(baselines.read_text(encoding="utf-8")) if baselines and baselines.exists() else {}
@@ -499,6 +504,7 @@ def figure(rows: dict[str, dict], path: Path, baselines: Path | None = None) -> 
             ylim=(0, 101),
         )
         axis.grid(alpha=0.3)
+        axis.xaxis.set_minor_formatter(NullFormatter())  # decades only: minor labels overlap on a narrow panel
     axes[0].set_ylabel("held-out token accuracy (%)")
     handles = [h for axis in axes for h in axis.get_legend_handles_labels()[0]]
     if handles:  # one legend for all panels: a kind may be missing from the first
