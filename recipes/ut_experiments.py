@@ -1,6 +1,6 @@
 """The fixed-universal-transformer comparison on k-hop and Dyck-1 (issue 23): run the plan, then report.
 
-    nice -n 10 python recipes/ut_experiments.py --threads 2 --stop-file /tmp/cpu/smollm2   # the plan, in order
+    nice -n 10 python recipes/ut_experiments.py --threads 1 --stop-file /tmp/cpu/smollm2   # the plan, in order
     python recipes/ut_experiments.py --only khop-k1-sparse-s0,khop-mix-random-s0            # just these
     python recipes/ut_experiments.py --list                                                 # names and commands
     python recipes/ut_experiments.py --report-only                                          # table + figure
