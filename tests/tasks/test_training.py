@@ -188,15 +188,18 @@ def test_a_truncated_checkpoint_names_its_path(tmp_path):
         run(settings, tmp_path, progress=False)
 
 
-def test_the_recipe_flag_named_by_the_error_exists(tmp_path, monkeypatch):
+def test_the_recipe_flag_named_by_the_error_exists(tmp_path, monkeypatch, capsys):
     args = [f"--{k.replace('_', '-')}={','.join(map(str, v)) if isinstance(v, list) else v}" for k, v in TINY.items()]
     base = ["reprogram.py", "--quiet", "--out", str(tmp_path), *args]
     monkeypatch.setattr(sys, "argv", [*base, "--stop-after", "2"])
     runpy.run_path(str(ROOT / "recipes" / "reprogram.py"), run_name="__main__")
     monkeypatch.setattr(sys, "argv", [*base, "--no-resume"])
-    with pytest.raises(ValueError, match="--resume") as refused:
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as refused:  # the command's one-line error (ut_peft.cli), exit status 2
         runpy.run_path(str(ROOT / "recipes" / "reprogram.py"), run_name="__main__")
-    flag = re.search(r"--[a-z-]+", str(refused.value)).group()
+    message = capsys.readouterr().err
+    assert refused.value.code == 2 and "error:" in message and "--resume" in message
+    flag = re.search(r"--[a-z-]+", message.split("error:", 1)[1]).group()
     monkeypatch.setattr(sys, "argv", [*base, flag])
     runpy.run_path(str(ROOT / "recipes" / "reprogram.py"), run_name="__main__")
     assert (tmp_path / "result.json").is_file()
