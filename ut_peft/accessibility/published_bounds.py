@@ -181,7 +181,8 @@ class PublishedBoundEstimate:
 
     def summary_entry(self, path=None) -> dict:
         """The compact form a sweep's summary.json carries (no curves)."""
-        keys = ("lengths", "sequences_per_length", "target_per_length", "lengths_not_sampled", "budget_seconds")
+        keys: tuple[str, ...] = ("lengths", "sequences_per_length", "target_per_length", "lengths_not_sampled")
+        keys += ("budget_seconds",)
         keys += ("budget_clock", "stopped_by")
         keys += ("dtype", "seed", "eps_rule", "r_1", "r_2", "r_inf", "eps", "ball", "box", "box_at_l2_eps")
         entry = {k: getattr(self, k) for k in keys}

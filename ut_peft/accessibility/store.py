@@ -32,7 +32,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NotRequired, TypedDict
+from typing import TypedDict
 
 import datasets
 
@@ -77,14 +77,14 @@ class LineFitWithIntervals(LineFit):
 
 
 class SupportSummary(TypedDict):
-    """The measured support of the output head's inputs (:meth:`.bounds.SupportStats.to_dict`)."""
+    """The measured support of the output head's inputs (:meth:`.bounds.SupportStats.to_dict`); summaries written
+    since it was recorded also hold ``seq_len``, the tokens per sequence (before: 32, the only length used)."""
 
     radius: float
     eps: float
     num_samples: int
     hidden_size: int
     vocab_size: int
-    seq_len: NotRequired[int]  # tokens per sequence (summaries before it was recorded: 32, the only length used)
 
 
 class SlopeBounds(TypedDict):
