@@ -7,6 +7,7 @@
 - :mod:`.rows`: :class:`Row`, the schema of one row (one (m, n, index) job's outcome)
 - :mod:`.design`: which (m, n, index) jobs to run: fixed lengths, the paper's adaptive grid, a sequential design
 - :mod:`.fit`, :mod:`.bounds`: n_50 fits with intervals, measured support and theoretical slope bounds
+- :mod:`.published_bounds`: the slope bounds estimated as the paper's code does (``ut-peft bounds``)
 - :mod:`.report`: plots and the Markdown report; :mod:`.adapters`: crammed vectors as PEFT adapters
 """
 
@@ -17,6 +18,7 @@ from .cram import CramConfig, CramJob, CramResult, RowState, cram, cram_referenc
 from .design import AdaptiveDesign, Design, FixedDesign, SequentialDesign, make_design, next_length
 from .fit import fit_logistic, fit_sigmoid, line_interval, linear_fit, n50_interval
 from .protocol import PROTOCOLS
+from .published_bounds import PublishedBoundEstimate, published_bound_estimate
 from .rows import Row
 from .sources import make_source
 from .store import MSummary, Summary, load_rows
@@ -51,6 +53,8 @@ __all__ = [
     "ball_slope_bound",
     "box_slope_bound",
     "slope_bounds",
+    "published_bound_estimate",
+    "PublishedBoundEstimate",
     "save_memory_adapter",
     "save_memory_adapters",
     "Design",
