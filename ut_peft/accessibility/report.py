@@ -8,6 +8,7 @@ import numpy as np
 
 from ..io import atomic_write_text
 from . import published_bounds
+from .coverage import THRESHOLD, check_intervals, marked
 from .protocol import differences_from_published
 from .store import ACCESSIBILITY_PLOT, N50_PLOT, REPORT_FILE, Summary
 
@@ -113,8 +114,20 @@ def _num(value, digits=1):
     return "n/a" if value is None else f"{value:.{digits}f}"
 
 
-def _ci(interval, digits=1) -> str:
-    return "" if not interval else " " + format_interval(interval, digits)
+def _ci(interval, digits=1, check=None) -> str:
+    return "" if not interval else " " + marked(format_interval(interval, digits), check)
+
+
+def _checked(interval, check, digits=1) -> str:
+    """An interval as the tables print it, with its coverage note where :mod:`.coverage` does not trust it."""
+    return marked(format_interval(interval, digits), check)
+
+
+def _interval_checks(summary: Summary) -> dict:
+    """The summary's interval checks (per_m keyed by m); a summary written before they were recorded is checked now,
+    by the same rule, so its report is marked too."""
+    checks = summary.interval_checks or check_intervals(summary.per_m, summary.fit)
+    return dict(checks, per_m={e["m"]: e for e in checks.get("per_m", [])})
 
 
 def format_interval(interval, digits: int = 1) -> str:
@@ -151,15 +164,19 @@ def markdown(summary: Summary, *, figures: tuple[str, str] | None = (ACCESSIBILI
         "row; 'inf': a side the rows cannot bound; where the rows separate completely between two lengths, "
         "accessible up to one and not from the next, n_50 is only known to lie between them and the bootstrap "
         "interval spans that gap); the published estimate (least squares on the fraction per length) is "
-        "beside it.",
+        "beside it. "
+        f"An interval whose method covered the truth in under {THRESHOLD:.0%} of simulated data sets at its "
+        "sequence count, or with a side the rows cannot bound, says so beside it (measured coverage: "
+        "ut_peft/accessibility/coverage.py, `python benchmarks/interval_coverage.py`).",
         "",
         "| m | n_50 (MLE) | 95% interval | interval | n_50 (published LS) | sigmoid slope | fit | row-steps "
         "| lengths measured |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
+    checks = _interval_checks(summary)
     for e in summary.per_m:
         lines.append(
-            f"| {e.m} | {_num(e.n50)} | {format_interval(e.n50_ci)} | {e.n50_ci_method or '-'} | "
+            f"| {e.m} | {_num(e.n50)} | {_checked(e.n50_ci, checks['per_m'].get(e.m))} | {e.n50_ci_method or '-'} | "
             f"{_num(e.n50_published)} | {_num(e.sigmoid_slope, 3)} | {e.fit_status} | "
             f"{e.row_steps} | {', '.join(map(str, e.lengths))} |"
         )
@@ -170,8 +187,8 @@ def markdown(summary: Summary, *, figures: tuple[str, str] | None = (ACCESSIBILI
         "| slope (tokens per vector) | 95% interval | intercept | 95% interval | R^2 "
         "| published slope (LS) | ball bound | box bound | ball / slope | box / slope |",
         "|---|---|---|---|---|---|---|---|---|---|",
-        f"| {_num(fit and fit['slope'])} | {format_interval(fit and fit['slope_ci'])} | "
-        f"{_num(fit and fit['intercept'])} | {format_interval(fit and fit['intercept_ci'])} | "
+        f"| {_num(fit and fit['slope'])} | {_checked(fit and fit['slope_ci'], checks.get('slope'))} | "
+        f"{_num(fit and fit['intercept'])} | {_checked(fit and fit['intercept_ci'], checks.get('intercept'))} | "
         f"{_num(fit and fit['r2'], 3)} | {_num(published and published['slope'])} | "
         f"{bounds['ball']:.0f} | {bounds['box']:.0f} | {_num(ratios and ratios['ball'])} | "
         f"{_num(ratios and ratios['box'])} |",
@@ -206,16 +223,19 @@ def console_summary(summary: Summary) -> str:
     for the console: n_50 per m, the slope with its interval, the bounds and their ratios, the pooled line."""
     fit, ratios, published = summary.fit, summary.ratios, summary.fit_published
     lines = []
+    checks = _interval_checks(summary)
     for e in summary.per_m:
         method = f"{e.n50_ci_method or '95%'} interval; " if e.n50_ci else ""
         lines.append(
-            f"m = {e.m}: n_50 {_num(e.n50)}{_ci(e.n50_ci)} ({method}fit {e.fit_status}), published LS "
+            f"m = {e.m}: n_50 {_num(e.n50)}{_ci(e.n50_ci, check=checks['per_m'].get(e.m))} ({method}fit "
+            f"{e.fit_status}), published LS "
             f"{_num(e.n50_published)}; {e.row_steps:,} row-steps"
         )
     if fit:
         lines.append(
-            f"slope {_num(fit['slope'])} tokens per vector{_ci(fit['slope_ci'])}, intercept "
-            f"{_num(fit['intercept'])}{_ci(fit['intercept_ci'])}, R^2 {_num(fit['r2'], 3)}; "
+            f"slope {_num(fit['slope'])} tokens per vector{_ci(fit['slope_ci'], check=checks.get('slope'))}, "
+            f"intercept {_num(fit['intercept'])}{_ci(fit['intercept_ci'], check=checks.get('intercept'))}, "
+            f"R^2 {_num(fit['r2'], 3)}; "
             f"published LS slope {_num(published and published['slope'])}"
         )
     else:

@@ -153,6 +153,9 @@ class Summary(_Record):
     # The pooled design's estimate (design.pooled_estimates): n_50 at every m from one line fitted to every row,
     # with Wald intervals, and the linearity check; None for the other designs (and in summaries written before it).
     pooled: dict | None = None
+    # How far the n_50 and line intervals can be trusted (coverage.check_intervals): each one's measured coverage at
+    # its sequence count and its unbounded sides; None in summaries written before it.
+    interval_checks: dict | None = None
     # The paper's own bound estimation of this model (published_bounds.PublishedBoundEstimate.summary_entry), read
     # from a bounds-published.json in the folder or the one above it; None where none is there.
     bounds_published: dict | None = None

@@ -19,6 +19,7 @@ from ..io import atomic_write_text
 from ..models import DEFAULT_MODEL, load_model, load_tokenizer
 from . import published_bounds, store
 from .bounds import measure_support, slope_bounds
+from .coverage import check_intervals
 from .cram import CramConfig, CramJob, ShortestFirst, cram, row_positions
 from .design import (
     DESIGNS,
@@ -694,6 +695,7 @@ def summarize(config: SweepConfig, settings: dict, rows: dict, model) -> store.S
         num_rows=len(rows),
         row_steps=sum(row_steps(r) for r in rows.values()),
         pooled=_pooled(config, rows),
+        interval_checks=check_intervals(per_m, line),
     )
 
 

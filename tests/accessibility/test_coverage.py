@@ -1,0 +1,110 @@
+"""The measured coverage of the reports' intervals reaches the report and summary.json (accessibility.coverage)."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ut_peft.accessibility import coverage, store
+from ut_peft.accessibility.report import console_summary, markdown
+
+ROOT = Path(__file__).resolve().parents[2]
+COMMITTED = ROOT / "results" / "benchmarks" / "interval_coverage.json"
+SUMMARIES = sorted(p.parent for p in (ROOT / "results").rglob("summary.json") if p.parent.name != "benchmarks")
+
+
+def _entry(key, sequences):
+    return coverage.TABLE[key][str(sequences)]
+
+
+def test_the_shipped_table_is_the_committed_benchmark_output():
+    """coverage.TABLE is what benchmarks/interval_coverage.py wrote, not numbers typed in."""
+    assert coverage.TABLE == json.loads(COMMITTED.read_text())["table"]
+    for key in ("n50/bootstrap", "n50/profile", "slope/bootstrap", "intercept/bootstrap"):
+        assert {"4", "8", "20"} <= set(coverage.TABLE[key]), key
+
+
+def test_an_interval_whose_method_fell_short_is_marked_with_its_coverage():
+    short = [(key, int(k)) for key, by_k in coverage.TABLE.items() for k, e in by_k.items() if e["coverage"] < 0.9]
+    assert short, "every method reached 90% everywhere: the marking below would check nothing"
+    for key, k in short:
+        quantity, method = key.split("/")
+        measured = _entry(key, k)["coverage"]
+        found = coverage.check(quantity, method, k, [10.0, 20.0])
+        assert found["coverage"] == measured and found["measured_at"] == k and found["unbounded"] == []
+        assert not found["trusted"]
+        assert found["note"] == f"coverage down to {100 * measured:.0f}% at {k} sequences: not a 95% interval"
+        assert coverage.marked("[10.0, 20.0]", found) == f"[10.0, 20.0] ({found['note']})"
+
+
+def test_an_unbounded_interval_at_four_sequences_is_marked_in_the_committed_report():
+    """The committed 4-sequence results: Gemma words m = 2 is open above, and the report says so beside it."""
+    summary = store.read_summary(ROOT / "results" / "gemma-3-270m" / "published-words")
+    assert summary.per_m[1].n50_ci[1] is None and summary.per_m[1].num_sequences == [4, 4, 4]
+    row = next(line for line in markdown(summary).splitlines() if line.startswith("| 2 | 15.8 |"))
+    assert "[0.4, inf) (not bounded above by these rows)" in row
+
+
+def test_a_method_measured_at_or_above_the_threshold_is_trusted_and_unmarked():
+    trusted = [(key, int(k)) for key, by_k in coverage.TABLE.items() for k, e in by_k.items() if e["coverage"] >= 0.9]
+    assert trusted, "no interval reached 90% anywhere: the test below would check nothing"
+    key, k = trusted[0]
+    quantity, method = key.split("/")
+    found = coverage.check(quantity, method, k, [1.0, 2.0])
+    assert found["trusted"] and found["note"] is None
+    assert coverage.marked("[1.0, 2.0]", found) == "[1.0, 2.0]"
+
+
+def test_an_unbounded_side_is_never_trusted_whatever_the_table_says():
+    found = coverage.check("n50", "bootstrap", 20, [5.0, None])
+    assert found["unbounded"] == ["high"] and not found["trusted"]
+    assert found["note"].startswith("not bounded above by these rows")
+    both = coverage.check("slope", "bootstrap", 20, [None, None])
+    assert both["note"].startswith("not bounded by these rows")
+    assert coverage.check("n50", "bootstrap", 4, None) is None  # no interval: nothing to mark (the report says n/a)
+
+
+def test_counts_between_and_below_the_measured_ones():
+    between = coverage.check("n50", "bootstrap", 12, [1.0, 2.0])
+    assert between["measured_at"] == 8 and between["coverage"] == _entry("n50/bootstrap", 8)["coverage"]
+    below = coverage.check("n50", "bootstrap", 2, [1.0, 2.0])
+    assert below["coverage"] is None and not below["trusted"]
+    assert "coverage not measured at 2 sequences" in below["note"]
+
+
+def test_the_profile_count_is_rows_per_length_and_the_bootstrap_count_the_fewest():
+    assert coverage.per_m_sequences("bootstrap", [4, 4, 3]) == 3
+    assert coverage.per_m_sequences("profile", [8, 8, 12]) == 9
+
+
+@pytest.mark.parametrize("folder", SUMMARIES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_committed_summaries_carry_the_checks_the_report_prints(folder):
+    """Every committed summary loads; its interval_checks are what the rule gives for its intervals today, and every
+    interval the checks do not trust is printed with its note in report.md and on the console."""
+    summary = store.read_summary(folder)
+    assert summary.interval_checks == coverage.check_intervals(summary.per_m, summary.fit)
+    report, console = markdown(summary), console_summary(summary)
+    checks = summary.interval_checks
+    for found in [*checks["per_m"], *(checks[k] for k in ("slope", "intercept") if k in checks)]:
+        if not found["trusted"]:
+            assert f"({found['note']})" in report and f"({found['note']})" in console
+    assert (folder / "report.md").read_text() == markdown(summary)  # the committed report is the regenerated one
+
+
+def test_a_summary_written_before_the_checks_loads_and_its_report_is_still_marked():
+    data = json.loads((ROOT / "results" / "gemma-3-270m" / "published-words" / "summary.json").read_text())
+    data.pop("interval_checks", None)
+    old = store.Summary.from_dict(data)
+    assert old.interval_checks is None
+    assert "interval_checks" not in old.to_dict()  # written only when set: the old file is written back unchanged
+    assert "[0.4, inf) (not bounded above by these rows)" in markdown(old)  # checked now by the same rule
+
+
+def test_summary_json_holds_the_marks(tmp_path):
+    """The checks survive the round trip through summary.json."""
+    summary = store.read_summary(ROOT / "results" / "gemma-3-270m" / "published-words")
+    store.write_summary(tmp_path, summary)
+    data = json.loads((tmp_path / "summary.json").read_text())
+    m2 = next(e for e in data["interval_checks"]["per_m"] if e["m"] == 2)
+    assert m2["unbounded"] == ["high"] and m2["trusted"] is False and "not bounded above" in m2["note"]
+    assert store.read_summary(tmp_path).interval_checks == data["interval_checks"]

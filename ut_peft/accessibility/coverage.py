@@ -1,0 +1,219 @@
+"""How far the reports' 95% intervals can be trusted: their coverage measured by simulation, and the marks a report
+and summary.json put on an interval that falls short.
+
+:data:`TABLE` is the last block of
+
+    python benchmarks/interval_coverage.py --json results/benchmarks/interval_coverage.json
+
+(300 simulated data sets per cell; BENCHMARKS.md, docs/accessibility.md "How far the intervals can be trusted"):
+per interval (``"n50/bootstrap"``, ``"n50/profile"``, ``"slope/bootstrap"``, ``"intercept/bootstrap"``) and sequence
+count (4, 8, 20 per length, the counts the committed results and designs use), the **lowest** coverage over the
+simulated scenarios (the committed SmolLM2-135M and Gemma-3-270M words and text results: their n_50, slope and
+transition width, on their committed length grids, and the published adaptive grid at 20). The lowest, because a
+report does not know which scenario it is in. ``range`` is the spread over the cells, ``worst`` the cell that set
+the figure. A test checks that this table is the one the committed benchmark output holds.
+
+The rule (:func:`check`): an interval is *trusted* when its method covered at least :data:`THRESHOLD` (90%) at its
+sequence count and both of its sides are bounded. A count between measured ones takes the figure of the largest
+measured count below it (coverage rises with the count); a count below the smallest measured one has no figure and
+is not trusted. A side the rows cannot bound (None) is never trusted, whatever the table says: the table counts such
+an interval as covering on that side, which is true and says nothing.
+"""
+
+from __future__ import annotations
+
+import math
+
+THRESHOLD = 0.90
+TABLE_COMMAND = "python benchmarks/interval_coverage.py --json results/benchmarks/interval_coverage.json"
+TABLE: dict[str, dict[str, dict]] = {
+    "intercept/bootstrap": {
+        "4": {
+            "coverage": 0.967,
+            "se": 0.033,
+            "worst": "gemma-words fixed",
+            "range": [0.967, 1.0],
+            "unbounded": [0.436, 0.889],
+            "cells": 3,
+        },
+        "8": {
+            "coverage": 0.698,
+            "se": 0.038,
+            "worst": "smollm2-text fixed",
+            "range": [0.698, 1.0],
+            "unbounded": [0.172, 0.736],
+            "cells": 4,
+        },
+        "20": {
+            "coverage": 0.918,
+            "se": 0.016,
+            "worst": "smollm2-text fixed",
+            "range": [0.918, 0.968],
+            "unbounded": [0.0, 0.097],
+            "cells": 9,
+        },
+    },
+    "n50/bootstrap": {
+        "4": {
+            "coverage": 0.964,
+            "se": 0.035,
+            "worst": "smollm2-text fixed m = 2",
+            "range": [0.964, 1.0],
+            "unbounded": [0.331, 0.896],
+            "cells": 7,
+        },
+        "8": {
+            "coverage": 0.93,
+            "se": 0.02,
+            "worst": "gemma-words fixed m = 2",
+            "range": [0.93, 0.989],
+            "unbounded": [0.084, 0.735],
+            "cells": 8,
+        },
+        "20": {
+            "coverage": 0.93,
+            "se": 0.015,
+            "worst": "smollm2-words fixed m = 2",
+            "range": [0.93, 0.98],
+            "unbounded": [0.0, 0.097],
+            "cells": 21,
+        },
+    },
+    "n50/profile": {
+        "4": {
+            "coverage": 0.907,
+            "se": 0.044,
+            "worst": "gemma-text fixed-fresh m = 2",
+            "range": [0.907, 1.0],
+            "unbounded": [0.29, 0.513],
+            "cells": 8,
+        },
+        "8": {
+            "coverage": 0.859,
+            "se": 0.039,
+            "worst": "gemma-text fixed-fresh m = 2",
+            "range": [0.859, 0.986],
+            "unbounded": [0.021, 0.426],
+            "cells": 8,
+        },
+        "20": {
+            "coverage": 0.937,
+            "se": 0.014,
+            "worst": "gemma-words fixed-fresh m = 1",
+            "range": [0.937, 0.97],
+            "unbounded": [0.0, 0.227],
+            "cells": 8,
+        },
+    },
+    "slope/bootstrap": {
+        "4": {
+            "coverage": 0.967,
+            "se": 0.033,
+            "worst": "gemma-words fixed",
+            "range": [0.967, 0.993],
+            "unbounded": [0.436, 0.889],
+            "cells": 3,
+        },
+        "8": {
+            "coverage": 0.924,
+            "se": 0.033,
+            "worst": "gemma-text fixed",
+            "range": [0.924, 0.959],
+            "unbounded": [0.172, 0.736],
+            "cells": 4,
+        },
+        "20": {
+            "coverage": 0.945,
+            "se": 0.013,
+            "worst": "smollm2-text fixed",
+            "range": [0.945, 0.973],
+            "unbounded": [0.0, 0.097],
+            "cells": 9,
+        },
+    },
+}
+
+
+def lookup(quantity: str, method: str | None, sequences: int) -> tuple[dict | None, int | None]:
+    """(the table's entry, the sequence count it was measured at) for an interval of ``quantity`` ("n50", "slope",
+    "intercept") by ``method`` ("bootstrap", "profile") at ``sequences``; (None, None) where nothing was measured."""
+    by_count = TABLE.get(f"{quantity}/{method}", {})
+    measured = sorted((int(k) for k in by_count), reverse=True)
+    for k in measured:
+        if k <= sequences:
+            return by_count[str(k)], k
+    return None, None
+
+
+def check(quantity: str, method: str | None, sequences: int, interval) -> dict | None:
+    """How far ``interval`` ([low, high], a side None where the rows cannot bound it) can be trusted.
+
+    Returns None where there is no interval, else ``{"coverage", "coverage_se", "measured_at", "sequences",
+    "unbounded", "trusted", "note"}``: the measured coverage of this method at this count (None: not measured),
+    the count it was measured at, the sides not bounded ("low", "high"), whether the interval is trusted, and the
+    note a report prints beside it (None when trusted)."""
+    if not interval:
+        return None
+    entry, measured_at = lookup(quantity, method, sequences)
+    unbounded = [side for side, value in zip(("low", "high"), interval) if value is None]
+    notes = []
+    if unbounded:
+        notes.append(
+            "not bounded by these rows"
+            if len(unbounded) == 2
+            else f"not bounded {'below' if unbounded == ['low'] else 'above'} by these rows"
+        )
+    coverage = None if entry is None else float(entry["coverage"])
+    if coverage is None:
+        notes.append(f"coverage not measured at {sequences} sequences: not a 95% interval")
+    elif coverage < THRESHOLD:
+        notes.append(f"coverage down to {100 * coverage:.0f}% at {sequences} sequences: not a 95% interval")
+    return {
+        "coverage": coverage,
+        "coverage_se": None if entry is None else float(entry["se"]),
+        "measured_at": measured_at,
+        "sequences": int(sequences),
+        "unbounded": unbounded,
+        "trusted": not notes,
+        "note": "; ".join(notes) or None,
+    }
+
+
+def per_m_sequences(method: str | None, num_sequences) -> int:
+    """The sequence count an n_50 interval stands on: for the bootstrap, the indices measured at every length (the
+    fewest per length: the fixed and adaptive designs have equal counts); for the profile interval (one row per
+    sequence), the rows per length on average, rounded down."""
+    counts = [int(k) for k in num_sequences] or [0]
+    if method == "profile":
+        return math.floor(sum(counts) / len(counts))
+    return min(counts)
+
+
+def check_intervals(per_m, fit) -> dict:
+    """The checks of a summary's intervals, as summary.json's ``interval_checks`` holds them.
+
+    ``per_m``: the :class:`~.store.MSummary` entries; ``fit``: the line with its intervals (or None). The line's
+    count is the smallest of the fitted m's counts (its bootstrap resamples the same indices for every m)."""
+    entries, counts = [], []
+    for e in per_m:
+        k = per_m_sequences(e.n50_ci_method, e.num_sequences)
+        found = check("n50", e.n50_ci_method, k, e.n50_ci)
+        if found is not None:
+            entries.append(dict(m=e.m, **found))
+        if e.n50 is not None:
+            counts.append(k)
+    out: dict = {"threshold": THRESHOLD, "table": f"ut_peft/accessibility/coverage.py ({TABLE_COMMAND})"}
+    out["per_m"] = entries
+    if fit and counts:
+        for name in ("slope", "intercept"):
+            found = check(name, "bootstrap", min(counts), fit.get(f"{name}_ci"))
+            if found is not None:
+                out[name] = found
+    return out
+
+
+def marked(text: str, found: dict | None) -> str:
+    """``text`` (a formatted interval) with its note when the check does not trust it."""
+    if not found or found["trusted"]:
+        return text
+    return f"{text} ({found['note']})"
