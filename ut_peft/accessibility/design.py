@@ -381,17 +381,13 @@ def _grouped(used):
 
 
 def _fractions(used) -> dict[int, float]:
-    by_length: dict[int, list[bool]] = {}
-    for rnd in used:
-        for n, _, acc, _ in rnd:
-            by_length.setdefault(n, []).append(acc)
-    return {n: sum(v) / len(v) for n, v in by_length.items()}
+    """Accessibility per length of a sequential m's rounds of (n, index, accessible, row-steps) rows."""
+    return _fractions_of((n, acc) for rnd in used for n, _, acc, _ in rnd)
 
 
 def _bracketed(used) -> bool:
     """A length at or above accessibility 1/2 and another below: the logistic fit has a crossing to find."""
-    fractions = _fractions(used).values()
-    return any(f >= 0.5 for f in fractions) and any(f < 0.5 for f in fractions)
+    return _bracketed_fractions(_fractions(used))
 
 
 def check_stopping(target_ci, budget_row_steps) -> None:
@@ -693,6 +689,7 @@ _STOP_Z = 1.0
 
 
 def _fractions_of(outcomes) -> dict[int, float]:
+    """Accessibility per length of (n, accessible) outcomes, lengths in the order they first appear."""
     by_length: dict[int, list[bool]] = {}
     for n, acc in outcomes:
         by_length.setdefault(n, []).append(acc)
@@ -707,6 +704,7 @@ def _crossing_of(fractions: dict) -> float:
 
 
 def _bracketed_fractions(fractions: dict) -> bool:
+    """A length at or above accessibility 1/2 and another below (``fractions``: length -> accessibility)."""
     return any(f >= 0.5 for f in fractions.values()) and any(f < 0.5 for f in fractions.values())
 
 
