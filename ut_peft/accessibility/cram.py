@@ -27,6 +27,7 @@ activation checkpointing when the full logits would be large, so a 262k-vocabula
 
 from __future__ import annotations
 
+import abc
 import math
 import time
 from collections import deque
@@ -497,7 +498,7 @@ class StoppingRule:
         return None
 
 
-class RowOptimizer:
+class RowOptimizer(abc.ABC):
     """An optimizer for a (B, m, d) tensor whose rows are independent sequences: the interface the engine uses.
 
     A subclass keeps its per-row tensors in ``self.state`` (name -> tensor shaped like the parameters) and writes
@@ -515,11 +516,10 @@ class RowOptimizer:
         for tensor in self.state.values():
             tensor[b].zero_()
 
-    @torch.no_grad()
+    @abc.abstractmethod
     def step(self, update: torch.Tensor, steps: torch.Tensor) -> None:
         """Apply one update to the rows where the CPU bool tensor ``update`` is set; ``steps`` (CPU, long) holds
-        each row's update count including this one."""
-        raise NotImplementedError
+        each row's update count including this one. Subclasses run it under ``torch.no_grad()``."""
 
     def row_state(self, b: int, m: int) -> dict[str, torch.Tensor]:
         """Slot ``b``'s state over its ``m`` vectors, as float32 CPU copies (what a snapshot keeps)."""
