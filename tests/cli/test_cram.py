@@ -70,6 +70,15 @@ def test_tensorboard_gets_the_rows_accessibility_and_n50_as_they_come(tracked_sw
             assert logged[f"m{entry.m}/n50"][-1][1] == pytest.approx(entry.n50)
             assert logged[f"summary/m{entry.m}/n50"][-1][1] == pytest.approx(entry.n50)
     assert any(entry.n50 is not None for entry in summary.per_m)  # the check above ran for some m
+    # The marks summary.json's interval_checks put on each interval, at the end of the run and in its summary.
+    assert summary.interval_checks["per_m"]
+    for found in summary.interval_checks["per_m"]:
+        for prefix in (f"m{found['m']}/n50", f"summary/m{found['m']}/n50"):
+            assert logged[f"{prefix}_trusted"][-1][1] == int(found["trusted"])
+            for side in ("low", "high"):
+                assert logged[f"{prefix}_bounded_{side}"][-1][1] == int(side not in found["unbounded"])
+                unbounded = {step for step, flag in logged[f"{prefix}_bounded_{side}"] if flag == 0}
+                assert not unbounded & {step for step, _ in logged.get(f"{prefix}_{side}", [])}  # never a number
     assert logged["summary/row_steps"][-1][1] == summary.row_steps
     assert all(v > 0 for _, v in logged["speed/row_steps_per_second"])
 

@@ -12,10 +12,20 @@ What is logged, at which step (the step counts finished rows, so every tracker s
   ``m<m>/n<n>/accessibility`` and ``m<m>/n<n>/finished`` (accessible / total of that (m, n) so far);
   ``speed/row_steps_per_second`` (forward-backward passes per second of this session, all rows of this process);
 - when an (m, n) group completes, and at every round of the design: ``m<m>/n50``, ``m<m>/n50_low``,
-  ``m<m>/n50_high`` (the running n_50 and its 95% interval, as the summary computes them; sides it cannot bound
-  are left out), ``rows/finished``;
+  ``m<m>/n50_high`` (the running n_50 and its 95% interval, as the summary computes them; a side the rows cannot
+  bound is never logged as a number), with the marks of :mod:`.coverage` that report.md and summary.json's
+  ``interval_checks`` put on it, ``rows/finished``;
 - at the end (:meth:`SweepTracker.log_summary`): ``summary/m<m>/n50`` and interval, ``summary/slope`` and interval,
-  ``summary/row_steps``.
+  each with its marks, ``summary/row_steps``.
+
+The marks of an interval ``<prefix><name>`` (``m1/n50``, ``summary/slope``, ...), logged wherever its point or
+interval is: ``<name>_bounded_low`` and ``<name>_bounded_high`` (1 where the rows bound that side, 0 where they do
+not: the side's own value is then absent, not a number standing in for infinity), ``<name>_trusted`` (1 where
+:func:`.coverage.check` trusts the interval: both sides bounded and its method's measured coverage at this sequence
+count at least 90%; 0 otherwise, no interval included), ``<name>_coverage`` (that measured coverage, where one was
+measured) and the text ``<name>_interval``: the interval as report.md prints it, with its note where it is not
+trusted, e.g. ``[4.0, inf) (not bounded above by these rows; coverage not measured at 2 sequences: not a 95%
+interval)``.
 
 Rows are not logged step by step inside the engine: a sweep optimises thousands of rows for thousands of steps.
 """
@@ -24,8 +34,10 @@ from __future__ import annotations
 
 import time
 
+from .coverage import check, check_intervals, marked, per_m_sequences
 from .design import complete_groups, row_steps
 from .fit import n50_interval
+from .report import format_interval
 from .store import row_key
 
 # Designs whose every row is a measurement (the summary fits them all, not only complete (m, n) groups).
@@ -99,24 +111,43 @@ class SweepTracker:
             [r["index"] for r in fitted],
             seed=[self.config.seed, m],
         )
-        return _fit_values(f"m{m}/", fit["n50"], fit["n50_ci"])
+        # The summary's check of this interval: its sequence count from the rows per length that were fitted.
+        per_length: dict[int, int] = {}
+        for r in fitted:
+            per_length[r["n"]] = per_length.get(r["n"], 0) + 1
+        sequences = per_m_sequences(fit["n50_ci_method"], per_length.values())
+        found = check("n50", fit["n50_ci_method"], sequences, fit["n50_ci"])
+        return _fit_values(f"m{m}/", fit["n50"], fit["n50_ci"], found)
 
     @staticmethod
     def log_summary(accelerator, summary, step: int | None = None) -> None:
         """The finished sweep's n_50 per m and slope (a :class:`.store.Summary`), under ``summary/``."""
-        values = {"summary/row_steps": summary.row_steps}
+        values: dict = {"summary/row_steps": summary.row_steps}
+        # summary.json's own checks; a summary written before they were recorded is checked now, as its report is.
+        checks = summary.interval_checks or check_intervals(summary.per_m, summary.fit)
+        per_m = {entry["m"]: entry for entry in checks.get("per_m", [])}
         for entry in summary.per_m:
-            values.update(_fit_values(f"summary/m{entry.m}/", entry.n50, entry.n50_ci))
+            values.update(_fit_values(f"summary/m{entry.m}/", entry.n50, entry.n50_ci, per_m.get(entry.m)))
         if summary.fit:
-            values.update(_fit_values("summary/", summary.fit["slope"], summary.fit.get("slope_ci"), "slope"))
+            slope = summary.fit["slope"], summary.fit.get("slope_ci")
+            values.update(_fit_values("summary/", *slope, checks.get("slope"), name="slope"))
         accelerator.log(values, step=step if step is not None else summary.num_rows)
 
 
-def _fit_values(prefix: str, point, interval, name: str = "n50") -> dict:
-    values = {}
+def _fit_values(prefix: str, point, interval, found: dict | None, name: str = "n50") -> dict:
+    """A point, its interval's bounded sides as numbers, and the interval's marks (the module's docstring);
+    ``found`` is :func:`.coverage.check`'s verdict on the interval (None: there is no interval)."""
+    values: dict = {}
     if point is not None:
         values[f"{prefix}{name}"] = point
+    if point is None and not interval:
+        return values
     for side, bound in zip(("low", "high"), interval or (None, None)):
         if bound is not None:
             values[f"{prefix}{name}_{side}"] = bound
+        values[f"{prefix}{name}_bounded_{side}"] = int(bound is not None)
+    values[f"{prefix}{name}_trusted"] = int(bool(found and found["trusted"]))
+    if found and found["coverage"] is not None:
+        values[f"{prefix}{name}_coverage"] = found["coverage"]
+    values[f"{prefix}{name}_interval"] = marked(format_interval(interval), found)
     return values
