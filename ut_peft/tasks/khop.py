@@ -39,18 +39,20 @@ def khop_vocab(alphabet_size: int = 4, max_k: int = MAX_K) -> list[str]:
 
 def hop(x: list[int], k: int, none: int) -> list[int]:
     """hop_k(x) at every position, in O(nk)."""
-    last_seen, previous = {}, []
+    last_seen: dict[int, int] = {}
+    previous: list[int | None] = []
     for q, letter in enumerate(x):
         previous.append(last_seen.get(letter))  # last earlier position with the same letter
         last_seen[letter] = q
     out = []
     for i in range(len(x)):
-        p = i
+        p: int | None = i
         for _ in range(k):
-            if p is None or previous[p] is None:
+            earlier = None if p is None else previous[p]
+            if earlier is None:
                 p = None
                 break
-            p = previous[p] + 1
+            p = earlier + 1
         out.append(none if p is None else x[p])
     return out
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter, defaultdict
+from collections.abc import Hashable, Sequence
 from pathlib import Path
 
 import torch
@@ -24,7 +25,7 @@ from .training import RunSettings, TrainingData, build_model, collate, task_data
 NONE = 5  # khop_vocab(): pad, a..d, <none>
 
 
-def features(x: list[int], i: int, name: str):
+def features(x: list[int], i: int, name: str) -> tuple[Hashable, ...]:
     """The features of position i (the model has read x[0..i] and the k token)."""
     seen = frozenset(x[:i])  # letters before i: one uniform causal attention gives them
     prev = tuple(x[max(0, i - 2) : i])
@@ -55,12 +56,12 @@ def strings(dataset):
 
 def fit(train, name: str):
     """The majority answer per (k, feature value) on ``train``, and per k for values never seen."""
-    table = defaultdict(Counter)
+    table: defaultdict[tuple[int, tuple[Hashable, ...]], Counter[int]] = defaultdict(Counter)
     for k, x in train:
         target = hop(x, k, NONE)
         for i in range(len(x) - 1):
             table[k, features(x, i, name)][target[i]] += 1
-    fallback = defaultdict(Counter)
+    fallback: defaultdict[int, Counter[int]] = defaultdict(Counter)
     for (k, _), counts in table.items():
         fallback[k].update(counts)
     return lambda k, x, i: (table.get((k, features(x, i, name))) or fallback[k]).most_common(1)[0][0]
@@ -68,16 +69,18 @@ def fit(train, name: str):
 
 def baselines(train, evaluation) -> dict[str, dict]:
     """Accuracy per feature set and k on ``evaluation`` of the majority answer per feature value on ``train``."""
-    out = {}
+    out: dict[str, dict[int | str, float]] = {}  # per feature set: accuracy per k, and over all k under "all"
     for name in NAMES:
         predict = fit(train, name)
-        hits, total = Counter(), Counter()
+        hits: Counter[int] = Counter()
+        total: Counter[int] = Counter()
         for k, x in evaluation:
             target = hop(x, k, NONE)
             for i in range(len(x) - 1):
                 hits[k] += predict(k, x, i) == target[i]
                 total[k] += 1
-        out[name] = {k: hits[k] / total[k] for k in sorted(total)}
+        accuracy: dict[int | str, float] = {k: hits[k] / total[k] for k in sorted(total)}
+        out[name] = accuracy
         out[name]["all"] = sum(hits.values()) / sum(total.values())
     return out
 
@@ -112,7 +115,8 @@ def training_strings(settings: RunSettings) -> list:
     train, evaluation, _, _ = task_data(settings)
     if train is not None:
         return strings(train)
-    data, rows, step = TrainingData(settings, None, evaluation), [], 0
+    data, step = TrainingData(settings, None, evaluation), 0
+    rows: list[dict] = []
     while len(rows) < settings.train_examples:
         rows += data.batch(step)
         step += 1
@@ -154,7 +158,7 @@ def report(
     train: int = 20000,
     evaluation: int = 2000,
     seed: int = 0,
-    run_dirs: list[Path] = (),
+    run_dirs: Sequence[Path] = (),
     out: Path,
     tables_json: Path | None = None,
     command: str = "",

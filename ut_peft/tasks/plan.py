@@ -16,7 +16,7 @@ import json
 import math
 import shlex
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
@@ -191,7 +191,7 @@ def unfinished_rows(plan, finished: dict[str, dict], runs_dir: Path | str) -> di
 
 def run_plan(
     plan,
-    names: list[str] = (),
+    names: Sequence[str] = (),
     *,
     runs_dir: Path | str = RUNS_DIR,
     results: Path | str = RESULTS,
@@ -412,9 +412,8 @@ def dyck_table(rows: dict[str, dict]) -> str:
         "|---|---|---|---|---|---|",
     ]
     for kind in ("sparse", "random"):
-        for tag, pick in (("1.0 (before)", lambda n: _group(n) == f"dyck-{kind}"), ("0.02 (now)", None)):
-            pick = pick or (lambda n, kind=kind: _group(n) == f"dyck-{kind}-init002")
-            members = [r for n, r in sorted(rows.items()) if pick(n)]
+        for tag, group in (("1.0 (before)", f"dyck-{kind}"), ("0.02 (now)", f"dyck-{kind}-init002")):
+            members = [r for n, r in sorted(rows.items()) if _group(n) == group]
             if members:
                 cpu = statistics.mean(r["train_cpu_seconds"] for r in members) / 60
                 seeds = ",".join(str(r["settings"]["seed"]) for r in members)
@@ -426,8 +425,8 @@ def dyck_table(rows: dict[str, dict]) -> str:
 
 
 def _threads(rows: dict[str, dict]) -> str:
-    counts = sorted({r.get("torch_threads") for r in rows.values() if is_new(r) and r.get("torch_threads")})
-    return "/".join(map(str, counts)) or "-"
+    counts: set[int] = {r["torch_threads"] for r in rows.values() if is_new(r) and r.get("torch_threads")}
+    return "/".join(map(str, sorted(counts))) or "-"
 
 
 def table(rows: dict[str, dict], runs_dir: Path | str = RUNS_DIR, results: Path | str = RESULTS) -> str:

@@ -183,7 +183,8 @@ class TrainingData:
             order = torch.randperm(len(self.pool), generator=torch.Generator().manual_seed(s.seed * 100_003 + step))
             return [self.pool[i] for i in order[: s.batch_size].tolist()]
         rng = random.Random(f"train/{s.seed}/{step}")
-        rows, redrawn = [], 0
+        rows: list[dict] = []
+        redrawn = 0
         while len(rows) < s.batch_size:
             row = draw_example(s, rng)
             if string_key(s.task, row) not in self.held_out:
@@ -249,7 +250,7 @@ def build_model(settings: RunSettings, vocab_size: int, max_len: int):
     """The model to train: a PEFT model over a frozen backbone, or (``full``) a plain model with every weight live."""
     s = settings
     kind = s.backbone_kind
-    peft_kwargs = {}
+    task_vocab_size = None  # a pretrained backbone's vocabulary is replaced by the task's
     if kind in ("sparse-ut", "random-ut"):
         config = UniversalTransformerConfig(
             vocab_size=vocab_size,
@@ -277,7 +278,7 @@ def build_model(settings: RunSettings, vocab_size: int, max_len: int):
         _rescale_trained_tables(model, s.init_std / config.initializer_range, positions)
     else:
         model = ut_peft.load_model(s.backbone.split(":", 1)[1])
-        peft_kwargs = dict(task_vocab_size=vocab_size)
+        task_vocab_size = vocab_size
         positions = False
     if s.full:
         if kind == "pretrained":
@@ -287,7 +288,8 @@ def build_model(settings: RunSettings, vocab_size: int, max_len: int):
             for param in model.compiler_parameters().values():
                 param.requires_grad_(False)  # never read by the forward: nothing to train
         return model
-    return get_peft_model(model, ut_peft.UTReprogramConfig(train_position_embeddings=positions, **peft_kwargs))
+    adapter = ut_peft.UTReprogramConfig(train_position_embeddings=positions, task_vocab_size=task_vocab_size)
+    return get_peft_model(model, adapter)
 
 
 def _rescale_trained_tables(model, factor: float, positions: bool) -> None:

@@ -96,7 +96,9 @@ def _system(target: TargetTransformer, backbone: UniversalTransformerForCausalLM
 
     phi, rhs = [], []
     # prefix -> (R_p, M_p); the empty prefix maps both models' states to themselves.
-    paths = {(): (torch.eye(config.hidden_size, dtype=f64), torch.eye(d, dtype=f64))}
+    paths: dict[tuple[int, ...], tuple[torch.Tensor, torch.Tensor]] = {
+        (): (torch.eye(config.hidden_size, dtype=f64), torch.eye(d, dtype=f64))
+    }
     for l, block in enumerate(blocks):
         bq, bk, bv = (w.detach().to(f64) for w in (block.query, block.key, block.value))
         for prefix in itertools.product(range(H), repeat=l):

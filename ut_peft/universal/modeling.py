@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from typing import TypedDict
 
 import torch
 import torch.nn.functional as F
@@ -27,6 +28,17 @@ from .configuration import UniversalTransformerConfig
 # ----------------------------------------------------------------------------------------------------------------
 
 
+class Slot(TypedDict):
+    """One block of :func:`sparse_layout`: the columns ``offset .. offset + width`` (modulo m)."""
+
+    kind: str  # "query", "key" or "output"
+    layer: int  # 1..L; L + 1 for the output
+    prefix: tuple[int, ...]  # the head path before this layer (the whole path for the output)
+    head: int | None  # the head this query or key slot feeds; None for the output
+    offset: int
+    width: int
+
+
 def sparse_layout(config: UniversalTransformerConfig) -> dict:
     """Where every block of the {0,1} construction sits in the width m.
 
@@ -39,26 +51,27 @@ def sparse_layout(config: UniversalTransformerConfig) -> dict:
     compiler can show that it fails.
     """
     L, H, k, d_out = (config.num_hidden_layers, config.num_attention_heads, config.head_dim, config.readout_size)
-    slots, offset = [], 0
+    slots: list[Slot] = []
+    offset = 0
     if config.looped:
         for layer in range(1, L + 1):
             for kind in ("query", "key"):
-                slots.append(dict(kind=kind, layer=layer, prefix=(), head=0, offset=offset, width=k))
+                slots.append(Slot(kind=kind, layer=layer, prefix=(), head=0, offset=offset, width=k))
                 offset += k
     else:
         for layer in range(1, L + 1):
             for prefix in itertools.product(range(H), repeat=layer - 1):
                 for head in range(H):
                     for kind in ("query", "key"):
-                        slots.append(dict(kind=kind, layer=layer, prefix=prefix, head=head, offset=offset, width=k))
+                        slots.append(Slot(kind=kind, layer=layer, prefix=prefix, head=head, offset=offset, width=k))
                         offset += k
     for path in [()] if config.looped else itertools.product(range(H), repeat=L):
-        slots.append(dict(kind="output", layer=L + 1, prefix=tuple(path), head=None, offset=offset, width=d_out))
+        slots.append(Slot(kind="output", layer=L + 1, prefix=tuple(path), head=None, offset=offset, width=d_out))
         offset += d_out
     return {"slots": slots, "required_width": offset}
 
 
-def _dims(slot: dict, m: int) -> torch.Tensor:
+def _dims(slot: Slot, m: int) -> torch.Tensor:
     return (slot["offset"] + torch.arange(slot["width"])) % m
 
 
@@ -259,7 +272,7 @@ class UniversalTransformerModel(UniversalTransformerPreTrainedModel):
         all_hidden = [hidden] if output_hidden_states else None
         for step in range(self.config.num_hidden_layers):
             hidden = self.layers[0 if self.config.looped else step](hidden, mask)
-            if output_hidden_states:
+            if all_hidden is not None:  # output_hidden_states
                 all_hidden.append(hidden)
         if self.config.variant != "attention_only":
             hidden = F.layer_norm(hidden, (hidden.shape[-1],), eps=self.config.layer_norm_eps)
