@@ -22,7 +22,15 @@ from .published_bounds import PublishedBoundEstimate, published_bound_estimate
 from .rows import Row
 from .sources import make_source
 from .store import MSummary, Summary, load_rows
-from .sweep import GridConfig, SweepConfig, load_summary, merge_sweeps, run_sweep, summarize_folder
+from .sweep import (
+    GridConfig,
+    SweepConfig,
+    load_summary,
+    merge_sweeps,
+    retarget_sweep,
+    run_sweep,
+    summarize_folder,
+)
 
 __all__ = [
     "CramConfig",
@@ -37,6 +45,7 @@ __all__ = [
     "run_sweep",
     "summarize_folder",
     "merge_sweeps",
+    "retarget_sweep",
     "load_summary",
     "load_rows",
     "Row",

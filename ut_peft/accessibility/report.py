@@ -158,6 +158,7 @@ def markdown(summary: Summary, *, figures: tuple[str, str] | None = (ACCESSIBILI
         f"Design: {summary.design}; {summary.num_rows} rows, "
         f"{summary.row_steps} row-steps (forward-backward passes: each row's steps + 1).",
         "",
+        *([retarget_line(summary.retargeted_from) + ".", ""] if summary.retargeted_from else []),
         "n_50 is the maximum-likelihood fit (Firth-penalised logistic regression on the per-sequence outcomes) "
         "of the published sigmoid 1/(1+exp(-s(n-x0))), with a 95% interval (bootstrap: over sequence indices, "
         "the rows of an index resampled together; profile: penalised likelihood, where every sequence has one "
@@ -254,7 +255,26 @@ def console_summary(summary: Summary) -> str:
             f"{_num(pooled['intercept'])}{_ci(pooled['intercept_ci'])}"
         )
     lines.append(f"{summary.num_rows:,} rows, {summary.row_steps:,} row-steps in all")
+    if summary.retargeted_from:
+        lines.append(retarget_line(summary.retargeted_from))
     return "\n".join(lines)
+
+
+def retarget_line(record: dict) -> str:
+    """One sentence on where a retargeted sweep's first rows came from (its retargeted.json)."""
+    design = record.get("design") or {}
+    targets = ", ".join(
+        f"{k} {' '.join(f'{m}:{se}' for m, se in v.items()) if isinstance(v, dict) else v}"
+        for k, v in sorted(design.items())
+        if k not in ("kind", "version") and v
+    )
+    earlier = " (itself retargeted earlier)" if record.get("previous") else ""
+    return (
+        f"Retargeted from {record.get('folder')}{earlier}, run with {targets or 'other targets'}: "
+        f"{record.get('rows_kept')} of its rows kept (the rounds these targets decide as it did), "
+        f"{record.get('rows_dropped')} dropped, {record.get('inflight_kept')} rows in flight continued from its "
+        "snapshots"
+    )
 
 
 def write_report(output_dir, summary: Summary) -> None:

@@ -21,6 +21,9 @@ This module owns the folder's layout; nothing else spells a file name of it:
   inflight/              the state of each row still being crammed, refreshed every few minutes and removed when
                          its row is written (:func:`write_inflight`): a killed run resumes its rows from there
   adapters/              (save_memory_adapters) the accessible vectors as PEFT adapters
+  retargeted.json        (a sweep retargeted from another folder, :func:`write_retargeted`) where its rows came
+                         from and how many were kept; beside settings.json, not in it: the folder's rows are what
+                         its own settings make, so a resume compares those alone
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ N50_PLOT = "n50_vs_m.png"
 VECTORS_DIR = "vectors"
 INFLIGHT_DIR = "inflight"
 ADAPTERS_DIR = "adapters"
+RETARGETED_FILE = "retargeted.json"
 
 
 def read_settings(folder) -> dict:
@@ -159,6 +163,9 @@ class Summary(_Record):
     # The paper's own bound estimation of this model (published_bounds.PublishedBoundEstimate.summary_entry), read
     # from a bounds-published.json in the folder or the one above it; None where none is there.
     bounds_published: dict | None = None
+    # Where a retargeted sweep's first rows came from (retargeted.json: the folder, its design, rows kept and dropped);
+    # None for a sweep that was not retargeted.
+    retargeted_from: dict | None = None
 
     def to_dict(self) -> dict:
         data = dataclasses.asdict(self)
@@ -281,6 +288,14 @@ def vector_files(folder) -> dict[tuple[int, int, int], Path]:
     return files
 
 
+def inflight_keys(folder) -> list[tuple[int, int, int]]:
+    """The row keys whose in-flight state ``folder`` keeps (the inverse of :func:`inflight_path`)."""
+    return [
+        tuple(int(part[1:]) for part in path.stem.split("-"))  # type: ignore[misc]
+        for path in _row_state_files(Path(folder) / INFLIGHT_DIR)
+    ]
+
+
 class CorruptRowsError(ValueError):
     """A rows file holds a line that is not a complete row somewhere other than its (torn) last line."""
 
@@ -330,6 +345,84 @@ def _row_state_files(directory: Path) -> list[Path]:
     return sorted(p for p in directory.iterdir() if _ROW_STATE_FILE.fullmatch(p.name) and p.is_file())
 
 
+def sweep_files(folder: Path) -> list[Path]:
+    """The files of a sweep the store wrote into ``folder`` (what clearing it removes): settings, rows, summary,
+    report and plots, retargeted.json and the row files of ``vectors/`` and ``inflight/``. Not the lock files (they
+    hold no result) nor anything the user or a tracker put there."""
+    folder = Path(folder)
+    named = [
+        folder / name
+        for name in (SETTINGS_FILE, SUMMARY_FILE, REPORT_FILE, ACCESSIBILITY_PLOT, N50_PLOT, RETARGETED_FILE)
+        if (folder / name).is_file()
+    ]
+    return named + row_files(folder) + _row_state_files(folder / VECTORS_DIR) + _row_state_files(folder / INFLIGHT_DIR)
+
+
+def read_retargeted(folder) -> dict | None:
+    """The record :func:`write_retargeted` left in ``folder``, or None for a folder that was not retargeted."""
+    path = Path(folder) / RETARGETED_FILE
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise ValueError(
+            f"{path} is unreadable ({err}); restore it from git, or delete it (it only records history)"
+        ) from None
+
+
+def check_retarget_target(folder: Path, source: Path) -> None:
+    """Raise unless ``folder`` can receive a sweep retargeted from ``source``: it holds no sweep (no file of
+    :func:`sweep_files`; a tracker's ``runs/`` or a user's note may be there), or only an unfinished retarget
+    (no settings.json yet, which a retarget writes last) that :func:`write_retargeted` replaces."""
+    folder, source = Path(folder), Path(source)
+    if folder.exists() and not folder.is_dir():
+        raise ValueError(f"{folder} is a file; give a folder for the retargeted sweep")
+    if folder.resolve() == source.resolve():
+        raise ValueError(f"{folder} is the folder retargeted from: give a new output folder (the old one is read)")
+    files = sweep_files(folder)
+    if not files or (not (folder / SETTINGS_FILE).exists() and read_retargeted(folder) is not None):
+        return
+    earlier = read_retargeted(folder)
+    hint = (
+        f" (retargeted from {earlier.get('folder')} earlier: resume it with the same flags, without --retarget-from)"
+        if earlier
+        else ""
+    )
+    raise ValueError(
+        f"{folder} already holds a sweep ({', '.join(p.name for p in files[:3])}{', ...' if len(files) > 3 else ''})"
+        f"{hint}; a retarget writes only into a new or empty folder, so that no finished work is overwritten"
+    )
+
+
+def write_retargeted(
+    folder: Path, settings: dict, rows: dict, record: dict, *, source: Path, inflight: Iterable[tuple[int, int, int]]
+) -> None:
+    """Write the sweep retargeted from ``source`` into ``folder`` (checked by :func:`check_retarget_target`):
+    ``rows`` (the rows of ``source`` the new settings replay) into rows.jsonl, the saved vectors of those rows and
+    the in-flight snapshots of the jobs ``inflight`` copied from ``source``, ``record`` into retargeted.json, and
+    ``settings`` into settings.json. ``source`` is only read.
+
+    Each file is written atomically, retargeted.json first and settings.json last: a folder is a sweep once its
+    settings.json is there, so a crash in between leaves an unfinished retarget that a resume refuses with what to
+    do and that a second retarget replaces (the files in it are copies; ``source`` keeps the originals).
+    """
+    folder, source = Path(folder), Path(source)
+    folder.mkdir(parents=True, exist_ok=True)
+    for path in sweep_files(folder):  # an unfinished retarget's copies (check_retarget_target let nothing else by)
+        path.unlink()
+    atomic_write_json(folder / RETARGETED_FILE, record, sort_keys=True)
+    copies = [(inflight_path(source, *key), inflight_path(folder, *key)) for key in sorted(inflight)]
+    copies += [(vectors_path(source, *key), vectors_path(folder, *key)) for key in sorted(rows)]
+    for src, dst in copies:
+        if src.is_file():
+            dst.parent.mkdir(exist_ok=True)
+            atomic_write_bytes(dst, src.read_bytes())
+    lines = "".join(json.dumps(rows[key].to_dict(), sort_keys=True) + "\n" for key in sorted(rows))
+    atomic_write_bytes(rows_file(folder, 0), lines.encode("utf-8"))
+    atomic_write_json(folder / SETTINGS_FILE, settings, sort_keys=True)
+
+
 def check_settings(folder: Path, settings: dict, overwrite: bool) -> bool:
     """Raise if ``folder`` holds a run with other settings; True if its rows must be cleared first.
 
@@ -338,6 +431,13 @@ def check_settings(folder: Path, settings: dict, overwrite: bool) -> bool:
     path = Path(folder) / SETTINGS_FILE
     settings = json.loads(json.dumps(settings))  # compare as stored: tuples become lists
     if not path.exists():
+        unfinished = read_retargeted(folder)
+        if unfinished is not None and not overwrite:  # settings.json is the last file a retarget writes
+            raise ValueError(
+                f"{folder} holds an unfinished retarget from {unfinished.get('folder')} (no {SETTINGS_FILE} yet): "
+                f"run the retarget again (--retarget-from {unfinished.get('folder')}), or pass overwrite=True "
+                "(--overwrite) to discard it"
+            )
         if row_files(folder) and not overwrite:
             raise ValueError(
                 f"{folder} holds rows but no {SETTINGS_FILE}: they come from an unknown run; "
@@ -400,11 +500,7 @@ def prepare_folder(folder: Path, settings: dict, clear: bool) -> None:
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     if clear:
-        for path in row_files(folder):
-            path.unlink()
-        for name in (SUMMARY_FILE, REPORT_FILE, ACCESSIBILITY_PLOT, N50_PLOT):
-            (folder / name).unlink(missing_ok=True)
-        for path in _row_state_files(folder / VECTORS_DIR) + _row_state_files(folder / INFLIGHT_DIR):
+        for path in sweep_files(folder):
             path.unlink()
 
     atomic_write_json(folder / SETTINGS_FILE, settings, sort_keys=True)

@@ -324,12 +324,122 @@ def check_rows(config: SweepConfig, settings: dict, rows: dict, design=None) -> 
             refuse(row, f"its init_seed {row.init_seed} is not the one seed = {config.seed} gives this job")
         if max_steps is not None and row.steps > max_steps:
             refuse(row, f"it took {row.steps} steps, beyond the step cap cram.max_steps = {max_steps}")
-    design = design or make_design(config)
+    produced = replayed_rows(design or make_design(config), rows)
+    for key in sorted(set(rows) - set(produced)):
+        refuse(rows[key], f"the {config.design} design asks for no such job given the folder's other rows")
+
+
+def replayed_rows(design, rows: dict) -> dict:
+    """The rows of ``rows`` that ``design`` asks for when its rounds are replayed over them as a run asks: each
+    call of ``design.next_jobs`` on the rows found so far, and the asked-for jobs that ``rows`` holds added, until it
+    asks for none that ``rows`` holds (a round left half done counts its finished rows: they are the same jobs)."""
     produced: dict = {}
     while found := [job for job in design.next_jobs(produced) if job in rows and job not in produced]:
         produced.update((job, rows[job]) for job in found)
-    for key in sorted(set(rows) - set(produced)):
-        refuse(rows[key], f"the {config.design} design asks for no such job given the folder's other rows")
+    return produced
+
+
+# The fields of settings["design"] that only decide when a design stops (and, for the pooled design, how its fitted
+# rounds weigh the quantities asked for): what a retarget may change. Everything else decides what a row is.
+STOPPING_FIELDS = {
+    "sequential": ("target_ci", "budget_row_steps"),
+    "pooled": ("target_slope_se", "target_n50_se", "budget_row_steps"),
+}
+
+
+def _changed_paths(old, new, prefix: str = "") -> list[str]:
+    """Dotted names of the settings that differ between two JSON values (``cram.max_steps``, ``ms``)."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        return [
+            path
+            for key in sorted(set(old) | set(new), key=str)
+            for path in _changed_paths(old.get(key), new.get(key), f"{prefix}{key}.")
+        ]
+    return [] if old == new else [prefix.rstrip(".")]
+
+
+def retarget_plan(old_dir, config: SweepConfig, settings: dict) -> tuple[dict, list, dict]:
+    """What retargeting the sweep in ``old_dir`` to ``config`` (whose fingerprint is ``settings``) keeps: the rows
+    of ``old_dir`` that the new design replays as its own (:func:`replayed_rows`), the jobs it asks for next whose
+    in-flight snapshots ``old_dir`` holds, and the record for retargeted.json. Reads ``old_dir`` only; raises when
+    its settings differ from ``settings`` in more than the design's stopping fields (:data:`STOPPING_FIELDS`).
+    """
+    old_dir = Path(old_dir)
+    old_settings = store.read_settings(old_dir)
+    new_settings = json.loads(json.dumps(settings))  # compared as stored: tuples become lists, int keys strings
+    kind = (new_settings.get("design") or {}).get("kind")
+    if kind not in STOPPING_FIELDS:
+        raise ValueError(
+            f"only the sequential and pooled designs have stopping targets to retarget (this sweep's design is "
+            f"{config.design}); rerun into a new folder, or --merge sweeps that differ in m and lengths"
+        )
+    free = STOPPING_FIELDS[kind]
+
+    def fixed(values: dict) -> dict:
+        design = {k: v for k, v in (values.get("design") or {}).items() if k not in free}
+        return dict(values, design=design)
+
+    changed = _changed_paths(fixed(old_settings), fixed(new_settings))
+    if changed:
+        raise ValueError(
+            f"{old_dir} was run with other settings than these (differ: {', '.join(changed)}); a retarget changes "
+            f"only the design's stopping fields ({', '.join(free)}): give its other settings as it has them "
+            f"(--config {old_dir / store.SETTINGS_FILE} with the new targets on the command line)"
+        )
+    if old_settings == new_settings:
+        raise ValueError(
+            f"{old_dir} was run with these very targets: resume it (the same flags, --output {old_dir}), or give "
+            f"the new ones ({', '.join(free)})"
+        )
+    store.check_unedited(old_dir, old_settings)
+    old_rows = store.read_rows(old_dir)
+    check_rows(SweepConfig.from_settings(old_settings), old_settings, old_rows)  # nothing stray travels on
+    design = make_design(config)
+    kept = replayed_rows(design, old_rows)
+    inflight_old = set(store.inflight_keys(old_dir))
+    inflight = sorted(job for job in design.next_jobs(kept) if job in inflight_old)
+    record = {
+        "folder": str(old_dir),
+        "design": old_settings["design"],
+        "rows_kept": len(kept),
+        "rows_dropped": len(old_rows) - len(kept),
+        "inflight_kept": len(inflight),
+        "inflight_dropped": len(inflight_old) - len(inflight),
+    }
+    previous = store.read_retargeted(old_dir)
+    if previous is not None:  # a folder retargeted twice keeps the whole history
+        record["previous"] = previous
+    return kept, inflight, record
+
+
+def retarget_sweep(
+    old_dir, new_dir, config: SweepConfig, *, model=None, tokenizer=None, dry_run: bool = False
+) -> dict:
+    """Start ``new_dir`` as the sweep ``config`` describes from the rows of ``old_dir`` that it replays as its own:
+    ``config`` must equal ``old_dir``'s settings but for the design's stopping fields (targets, budget).
+
+    The new design's rounds are replayed over ``old_dir``'s rows; the rounds it decides as the old run did (the
+    bracketing rounds, which no target enters, and any round until the targets first change a decision) keep their
+    rows, and a round half done keeps its finished rows and the in-flight snapshots of the rest; the other rows
+    are dropped. ``new_dir`` must hold no sweep; ``old_dir`` is only read. Returns the record also written to
+    ``new_dir``'s retargeted.json (``rows_kept``, ``rows_dropped``, ``inflight_kept``, ...); ``dry_run`` returns
+    it without writing. Continue with ``run_sweep(config, new_dir)``, a plain resume (or call
+    ``run_sweep(config, new_dir, retarget_from=old_dir)``, which does both).
+    """
+    if model is None:
+        model, tokenizer = _load(config, "cpu", None)
+    config, source = _validated(config, model, tokenizer)
+    settings = config.fingerprint(source.describe())
+    store.check_retarget_target(Path(new_dir), Path(old_dir))
+    kept, inflight, record = retarget_plan(old_dir, config, settings)
+    if not dry_run:
+        lock = store.lock_folder(Path(new_dir))
+        try:
+            store.check_retarget_target(Path(new_dir), Path(old_dir))  # again, now that no other run can write it
+            store.write_retargeted(Path(new_dir), settings, kept, record, source=Path(old_dir), inflight=inflight)
+        finally:
+            lock.release()
+    return record
 
 
 def _load(config: SweepConfig, device, device_map):
@@ -362,8 +472,12 @@ def run_sweep(
     report: bool = True,
     snapshot_seconds: float | None = 300.0,
     callback=None,
+    retarget_from=None,
 ) -> store.Summary | None:
     """Run (or resume) a sweep into ``output_dir``; returns the summary on the main process, None elsewhere.
+
+    ``retarget_from``: a folder of the same sweep under other stopping targets; ``output_dir`` (new or empty) starts
+    from the rows of it that ``config``'s design replays (:func:`retarget_sweep`), then the run goes on as a resume.
 
     Every ``snapshot_seconds`` (None: never) the state of each row in flight goes to ``inflight/``; a resumed run
     continues those rows from there instead of from step 0 (on CPU a Gemma row can take an hour). A row ends the
@@ -381,7 +495,13 @@ def run_sweep(
         model, tokenizer = _load(config, accelerator.device, device_map)
     config, source = _validated(config, model, tokenizer)
     settings = config.fingerprint(source.describe())
-    lock, rows = _open_folder(output_dir, settings, overwrite, accelerator)
+    # Planned by every process (so every one raises alike) before anything is written or locked.
+    retarget = _plan_retarget(retarget_from, output_dir, config, settings, overwrite)
+    # Held to the end of the run, so a second run (or a killed run's leftover workers) cannot write here meanwhile.
+    lock = store.lock_folder(output_dir, 0) if accelerator.is_main_process else None
+    if retarget is not None:
+        _write_retarget(retarget, output_dir, settings, accelerator, progress)
+    lock, rows = _open_folder(output_dir, settings, overwrite, accelerator, lock)
     design = make_design(config)
     check_rows(config, settings, rows, design)  # a resume goes on from rows these settings made, and only those
 
@@ -445,10 +565,38 @@ def _validated(config: SweepConfig, model, tokenizer):
     return config, source
 
 
-def _open_folder(output_dir: Path, settings: dict, overwrite: bool, accelerator):
-    """Lock the folder (every process), check or write its settings, and read the rows it holds."""
-    # Held to the end of the run, so a second run (or a killed run's leftover workers) cannot write here meanwhile.
-    lock = store.lock_folder(output_dir, 0) if accelerator.is_main_process else None
+def _plan_retarget(old_dir, output_dir: Path, config, settings, overwrite):
+    """(the old folder, :func:`retarget_plan`'s answer) for ``run_sweep(retarget_from=old_dir)``, None without it."""
+    if old_dir is None:
+        return None
+    if overwrite:
+        raise ValueError(
+            "retarget_from (--retarget-from) writes only into a new or empty folder and overwrite (--overwrite) "
+            "would discard what is there: remove the folder yourself, or give another one"
+        )
+    store.check_retarget_target(output_dir, Path(old_dir))
+    return Path(old_dir), retarget_plan(old_dir, config, settings)
+
+
+def _write_retarget(retarget, output_dir: Path, settings, accelerator, progress) -> None:
+    """The main process writes the planned retarget, under its lock, once every process has planned it."""
+    old_dir, (kept, inflight, record) = retarget
+    accelerator.wait_for_everyone()  # every process has looked at the folder before the main one writes it
+    if accelerator.is_main_process:
+        store.check_retarget_target(output_dir, old_dir)  # again, now that no other run can write it
+        store.write_retargeted(output_dir, settings, kept, record, source=old_dir, inflight=inflight)
+        if progress:
+            from tqdm.auto import tqdm
+
+            from .report import retarget_line
+
+            tqdm.write(retarget_line(record))
+    accelerator.wait_for_everyone()
+
+
+def _open_folder(output_dir: Path, settings: dict, overwrite: bool, accelerator, lock):
+    """Lock the folder (every other process; the main one brings its ``lock``), check or write its settings, and
+    read the rows it holds."""
     clear = store.check_settings(output_dir, settings, overwrite)  # every rank checks, so every rank raises
     if accelerator.is_main_process:
         store.prepare_folder(output_dir, settings, clear)
@@ -535,6 +683,7 @@ def _finish_sweep(config: SweepConfig, settings: dict, rows: dict, model, output
     if accelerator.is_main_process:
         summary = summarize(config, settings, rows, model)
         summary.bounds_published = published_bounds.summary_entry_for(output_dir, settings["model"])
+        summary.retargeted_from = store.read_retargeted(output_dir)
         store.write_summary(output_dir, summary)
         if report:
             from .report import write_report
@@ -561,6 +710,7 @@ def summarize_folder(
         model = load_model(settings["model"])
     summary = summarize(config, settings, rows, model)
     summary.bounds_published = published_bounds.summary_entry_for(output_dir, settings["model"])
+    summary.retargeted_from = store.read_retargeted(output_dir)
     store.write_summary(output_dir, summary)
     if report:
         from .report import write_report

@@ -11,9 +11,11 @@
     ut-peft cram --config OUT/settings.json --output OUT2     # rerun a finished sweep exactly
 
 (``python recipes/cram.py`` in a checkout is the same command.) Re-running into the same --output resumes;
---overwrite starts afresh. --merge A B --output C pools sweeps that differ only in --ms and --lengths (e.g. run on
-different machines) and reports on the union. Everything lives in ut_peft.accessibility; this module parses
-arguments, checks the paths and turns settings.json back into flags.
+--overwrite starts afresh; --retarget-from OLD --output NEW starts NEW from the rows of OLD (the same sweep under
+other stopping targets) that the new targets decide as OLD did, then goes on as a resume of NEW. --merge A B
+--output C pools sweeps that differ only in --ms and --lengths (e.g. run on different machines) and reports on the
+union. Everything lives in ut_peft.accessibility; this module parses arguments, checks the paths and turns
+settings.json back into flags.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from ..accessibility import (
 from ..accessibility.design import DESIGNS
 from ..accessibility.protocol import PROTOCOLS, QUICK_RUN, cram_settings
 from ..accessibility.report import console_summary
-from ..accessibility.store import ADAPTERS_DIR, REPORT_FILE, SETTINGS_FILE
+from ..accessibility.store import ADAPTERS_DIR, REPORT_FILE, SETTINGS_FILE, check_retarget_target
 from ..accessibility.tracking import SweepTracker
 from .common import (
     add_common_flags,
@@ -52,6 +54,10 @@ PROJECT = "ut-peft-cram"
 
 
 def main(args):
+    if args.retarget_from and (args.merge or args.report_only):
+        raise ValueError(
+            f"--retarget-from starts a sweep; it does not go with {'--merge' if args.merge else '--report-only'}"
+        )
     if args.merge:  # sweeps of other m / lengths, e.g. run on several machines, pooled into --output
         for folder in args.merge:
             check_run_folder(folder, "--merge", SETTINGS_FILE)
@@ -65,6 +71,14 @@ def main(args):
         return
     config = sweep_config(args)
     check_output_folder(args.output)  # before the model loads: a bad path fails in a second, not after a batch
+    if args.retarget_from:
+        check_run_folder(args.retarget_from, "--retarget-from", SETTINGS_FILE)
+        if args.overwrite:
+            raise ValueError(
+                "--retarget-from writes only into a new or empty --output and --overwrite would discard what is "
+                "there: remove the folder yourself, or give another one"
+            )
+        check_retarget_target(Path(args.output), Path(args.retarget_from))
     check_model(config.model)
     accelerator = start_tracking(args, args.output, PROJECT, tracked_settings(args, config))
     tracker = SweepTracker(accelerator, config) if accelerator.trackers else None
@@ -77,6 +91,7 @@ def main(args):
         device_map="auto" if args.device_map else None,
         snapshot_seconds=60 * args.snapshot_minutes if args.snapshot_minutes > 0 else None,
         callback=tracker,
+        retarget_from=args.retarget_from,
     )
     if tracker is not None:
         if accelerator.is_main_process:
@@ -432,6 +447,14 @@ def parse(argv=None, *, prog: str | None = None):
     parser.add_argument("--save-adapters", action="store_true", help="also save accessible vectors as PEFT adapters")
     parser.add_argument("--output", default="cram-output")
     parser.add_argument("--overwrite", action="store_true", help="discard a previous run in --output")
+    parser.add_argument(
+        "--retarget-from",
+        metavar="FOLDER",
+        default=None,
+        help="sequential and pooled designs: start the new or empty --output from the rows of FOLDER, the same "
+        "sweep under other --target-* / --budget, that these targets decide as it did (FOLDER is only read); "
+        "then run on as a resume of --output",
+    )
     parser.add_argument(
         "--merge",
         nargs="+",
