@@ -16,10 +16,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from ..devices import execution_device
+
+if TYPE_CHECKING:  # summary.json's schema (store does not import this module)
+    from .store import SlopeBounds
 
 # fp16 keeps 11 significant bits: the paper's precision scale relative to the support radius.
 EPS_RELATIVE = 2.0**-11
@@ -139,7 +143,7 @@ def box_slope_bound(low, high, eps: float, vocab_size: int) -> float:
     return float(torch.log1p(ranges / eps).sum()) / math.log(vocab_size)
 
 
-def slope_bounds(stats: SupportStats) -> dict:
+def slope_bounds(stats: SupportStats) -> SlopeBounds:
     """Both bounds for measured support statistics, as a dict ``{"ball": ..., "box": ...}``."""
     return {
         "ball": ball_slope_bound(stats.hidden_size, stats.radius, stats.eps, stats.vocab_size),

@@ -41,12 +41,24 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, TypedDict
 
 import numpy as np
 from scipy import optimize, stats
 
+if TYPE_CHECKING:  # summary.json's schema; store does not import this module, but the types stay there
+    from .store import LineFit, LineFitWithIntervals
+
 LEVEL = 0.95
 NUM_BOOT = 1000
+
+
+class SigmoidFit(TypedDict):
+    """:func:`fit_sigmoid`'s answer: the published least-squares n_50 and slope (None without a fit), and why."""
+
+    n50: float | None
+    sigmoid_slope: float | None
+    status: str  # "ok", "extrapolated", "degenerate" or "not-converged"
 
 
 def sigmoid(n, x0, s):
@@ -95,7 +107,7 @@ def _least_squares_sigmoid(ns: np.ndarray, acc: np.ndarray, span: float) -> tupl
     return None if best is None else (best[1], best[2])
 
 
-def fit_sigmoid(lengths, accessibility) -> dict:
+def fit_sigmoid(lengths, accessibility) -> SigmoidFit:
     """Least-squares sigmoid fit; returns ``{"n50", "sigmoid_slope", "status"}``.
 
     ``status`` is "ok", "extrapolated" (n_50 outside the measured lengths: the grid did not reach the
@@ -125,7 +137,7 @@ def fit_sigmoid(lengths, accessibility) -> dict:
     return {"n50": float(x0), "sigmoid_slope": float(s), "status": status}
 
 
-def linear_fit(ms, n50s) -> dict:
+def linear_fit(ms, n50s) -> LineFit:
     """Least-squares line ``n50 = slope * m + intercept`` with R^2; needs at least two m."""
     ms = np.asarray(ms, dtype=float)
     ys = np.asarray(n50s, dtype=float)
@@ -394,7 +406,7 @@ def _within_gap(x0, ns, succ, tri, rng):
 
 def line_interval(
     ms, lengths, accessible, clusters, *, level: float = LEVEL, num_boot: int = NUM_BOOT, seed: int | Sequence[int] = 0
-) -> dict | None:
+) -> LineFitWithIntervals | None:
     """The line ``n50 = slope m + intercept`` through the per-m fits, with bootstrap intervals of the pipeline.
 
     Each replicate resamples the sequence indices once for all m (an index is the same text at every m and
@@ -438,7 +450,12 @@ def line_interval(
         slope = np.where(unbounded, np.where(ends > 0, np.inf, np.where(ends < 0, -np.inf, np.nan)), slope)
         intercept = np.where(unbounded, -slope, intercept)
     wide = expanded_level(level, ids.size)
-    return dict(line, slope_ci=_interval(slope, wide), intercept_ci=_interval(intercept, wide))
+    with_intervals: LineFitWithIntervals = {
+        **line,
+        "slope_ci": _interval(slope, wide),
+        "intercept_ci": _interval(intercept, wide),
+    }
+    return with_intervals
 
 
 def _table_on(ids, ns, accessible, clusters):

@@ -76,8 +76,8 @@ class LineFit(TypedDict):
 class LineFitWithIntervals(LineFit):
     """The line through the MLE n_50 with bootstrap 95% intervals (:func:`.fit.line_interval`)."""
 
-    slope_ci: list[float] | None
-    intercept_ci: list[float] | None
+    slope_ci: list[float | None] | None  # a side None where the rows cannot bound it
+    intercept_ci: list[float | None] | None
 
 
 class SupportSummary(TypedDict):
@@ -114,16 +114,16 @@ class MSummary(_Record):
 
     m: int
     n50: float | None  # Firth logistic MLE of the sigmoid's midpoint (tokens); None when no fit
-    n50_ci: list[float] | None  # 95% interval, of the kind n50_ci_method names
+    n50_ci: list[float | None] | None  # 95% interval, of the kind n50_ci_method names; a side None: unbounded
     sigmoid_slope: float | None
-    sigmoid_slope_ci: list[float] | None
+    sigmoid_slope_ci: list[float | None] | None
     fit_status: str  # "ok", "extrapolated" or "degenerate"
     n50_published: float | None  # the paper's least squares on the fraction per length
     sigmoid_slope_published: float | None
     fit_status_published: str
     lengths: list[int]  # the lengths that enter the fit, each with the four lists below
     accessibility: list[float]
-    mean_tf_accuracy: list[float]
+    mean_tf_accuracy: list[float | None]  # None: every row of that length was inferred, none was measured
     num_sequences: list[int]
     row_steps: int  # sum of steps + 1 over the m's rows (forward-backward passes)
     # "bootstrap" (over sequence indices: rows that share an index are resampled together) or "profile" (penalised

@@ -24,6 +24,7 @@ from .cram import CramConfig, CramJob, ShortestFirst, cram, row_positions
 from .design import (
     DESIGNS,
     POOLED_DESIGN_VERSION,
+    PooledDesign,
     check_stopping,
     complete_groups,
     infer_prefixes,
@@ -31,7 +32,7 @@ from .design import (
     pooled_estimates,
     row_steps,
 )
-from .fit import fit_sigmoid, line_interval, linear_fit, n50_interval
+from .fit import SigmoidFit, fit_sigmoid, line_interval, linear_fit, n50_interval
 from .protocol import PUBLISHED, PublishedSequences, check_protocol, cram_settings, special_prefix_ids
 from .rows import INFERRED, Row
 from .sources import init_seed, make_source
@@ -316,7 +317,7 @@ def check_rows(config: SweepConfig, settings: dict, rows: dict, design=None) -> 
             refuse(row, f"m = {m} is not among ms {config.ms}")
         if indexed and index >= config.num_sequences:
             refuse(row, f"index {index} is not below num_sequences = {config.num_sequences}")
-        if config.design == "fixed" and n not in config.grid.lengths:
+        if config.design == "fixed" and n not in (config.grid.lengths or ()):  # lengths: never None for "fixed"
             refuse(row, f"n = {n} is not among the lengths {config.grid.lengths}")
         if config.design != "fixed" and n > config.grid.stop:
             refuse(row, f"n = {n} is beyond the grid's stop = {config.grid.stop}")
@@ -662,13 +663,12 @@ def _run_round(
         refill=ShortestFirst,
     )
     for result in results:
-        if save_vectors:
-            store.write_vectors(
-                output_dir, result.job.key, result.vectors, ids=result.job.ids, accessible=result.accessible
-            )
         row = _row(result, rank)
+        key = row.key()  # the job's (m, n, index), typed: the engine's job.key is any object
+        if save_vectors:
+            store.write_vectors(output_dir, key, result.vectors, ids=result.job.ids, accessible=result.accessible)
         store.append_row(my_file, row)
-        store.remove_inflight(output_dir, result.job.key)  # after the row (a kill in between: a stale file)
+        store.remove_inflight(output_dir, key)  # after the row (a kill in between: a stale file)
         new_rows.append(row)
         if callback is not None:
             callback.on_row(row)
@@ -784,7 +784,7 @@ def summarize(config: SweepConfig, settings: dict, rows: dict, model) -> store.S
         group_rows = [r for n in lengths for r in curves[m][n]]
         fitted_rows += group_rows
         acc = [sum(r["accessible"] for r in curves[m][n]) / len(curves[m][n]) for n in lengths]
-        published = (
+        published: SigmoidFit = (
             fit_sigmoid(lengths, acc) if lengths else {"n50": None, "sigmoid_slope": None, "status": "degenerate"}
         )
         fit = n50_interval(
@@ -829,7 +829,10 @@ def summarize(config: SweepConfig, settings: dict, rows: dict, model) -> store.S
         model, num_sequences=config.support_sequences, seq_len=config.support_seq_len, seed=config.seed
     )
     bounds = slope_bounds(stats)
-    ratios = {k: v / line["slope"] for k, v in bounds.items()} if line and line["slope"] > 0 else None
+    ratios: store.SlopeBounds | None = None
+    if line and line["slope"] > 0:
+        ratios = {"ball": bounds["ball"] / line["slope"], "box": bounds["box"] / line["slope"]}
+    assert config.design is not None  # SweepConfig.__post_init__ resolves None to "fixed" or "adaptive"
     return store.Summary(
         model=settings["model"],
         source=settings["source"],
@@ -854,6 +857,7 @@ def _pooled(config: SweepConfig, rows: dict) -> dict | None:
     if config.design != "pooled":
         return None
     design = make_design(config)
+    assert isinstance(design, PooledDesign)  # what make_design builds for "pooled"
     estimate = pooled_estimates(rows, config.ms, design.design_ms, design.check_m)
     if estimate is None:
         return None
