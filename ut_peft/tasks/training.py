@@ -17,6 +17,7 @@ import random
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 import transformers
@@ -508,12 +509,59 @@ def _run_locked(
     if checkpoint.exists() and not resume:
         raise ValueError(f"{checkpoint} exists; pass resume=True (--resume) to continue it, or another output folder")
     if finished.exists():
-        row = json.loads(finished.read_text(encoding="utf-8"))
-        _check_settings(finished, row["settings"], settings)
-        if results_path is not None and not _holds_row(Path(results_path), row):  # e.g. a new --results path
-            Path(results_path).parent.mkdir(parents=True, exist_ok=True)
-            append_jsonl(results_path, row)
-        return row
+        return _finished_row(finished, settings, results_path)
+    session = _start_session(settings, checkpoint)
+    stopped = _train(session, checkpoint, progress=progress, stop_after=stop_after, tracker=tracker)
+    if stopped is not None:
+        return stopped
+    return _finish(session, output_dir, finished, results_path=results_path, tracker=tracker)
+
+
+def _finished_row(finished: Path, settings: RunSettings, results_path) -> dict:
+    """The row of a run that finished before (its ``result.json``), appended to ``results_path`` if not there yet."""
+    row = json.loads(finished.read_text(encoding="utf-8"))
+    _check_settings(finished, row["settings"], settings)
+    if results_path is not None and not _holds_row(Path(results_path), row):  # e.g. a new --results path
+        Path(results_path).parent.mkdir(parents=True, exist_ok=True)
+        append_jsonl(results_path, row)
+    return row
+
+
+@dataclass
+class _Session:
+    """One session of a run: the prepared model and optimiser, its data, and the progress of earlier sessions."""
+
+    settings: RunSettings
+    accelerator: Accelerator
+    model: Any
+    optimizer: Any
+    scheduler: Any
+    trainable: list
+    data: TrainingData
+    evaluation: Any
+    initial_std: dict[str, float]
+    start: int  # the step this session starts from (0, or a checkpoint's)
+    done: dict  # the curve and seconds of the earlier sessions (:func:`_fresh_progress`)
+    wall: float = field(default_factory=time.time)
+    cpu: float = field(default_factory=time.process_time)
+    last_loss: float = float("nan")
+
+    def progress(self) -> dict:
+        # Cumulative over sessions; CPU seconds are the honest cost on a shared machine (wall time includes waiting).
+        return {
+            "curve": self.done["curve"],
+            "train_seconds": self.done["train_seconds"] + time.time() - self.wall,
+            "train_cpu_seconds": self.done["train_cpu_seconds"] + time.process_time() - self.cpu,
+        }
+
+    def save(self, checkpoint: Path, step: int) -> None:
+        model = self.accelerator.unwrap_model(self.model)
+        _save_checkpoint(checkpoint, step, model, self.optimizer, self.scheduler, self.settings, self.progress())
+
+
+def _start_session(settings: RunSettings, checkpoint: Path) -> _Session:
+    """Seed, data, model, optimiser and schedule, restored from ``checkpoint`` where there is one; the clocks start
+    once everything is loaded. The order is fixed: every step of it draws from the seeded generator."""
     torch.manual_seed(settings.seed)
     train, evaluation, vocab_size, max_len = task_data(settings)
     model = build_model(settings, vocab_size, max_len)
@@ -531,98 +579,94 @@ def _run_locked(
     model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
     _restore_rng(rng)
     data = TrainingData(settings, train, evaluation)
-    wall, cpu, last_loss = time.time(), time.process_time(), float("nan")
+    return _Session(
+        settings, accelerator, model, optimizer, scheduler, trainable, data, evaluation, initial_std, start, done
+    )
 
-    def progress_now() -> dict:
-        # Cumulative over sessions; CPU seconds are the honest cost on a shared machine (wall time includes waiting).
-        return {
-            "curve": done["curve"],
-            "train_seconds": done["train_seconds"] + time.time() - wall,
-            "train_cpu_seconds": done["train_cpu_seconds"] + time.process_time() - cpu,
-        }
 
+def _train(session: _Session, checkpoint: Path, *, progress: bool, stop_after: int | None, tracker) -> dict | None:
+    """The steps from ``session.start`` to the end, with the curve's evaluations and the checkpoints; returns
+    ``{"stopped_at", "checkpoint"}`` where ``stop_after`` ends the session early, None once every step ran."""
+    s, model, accelerator = session.settings, session.model, session.accelerator
     bar = tqdm(
-        range(start, settings.steps),
-        initial=start,
-        total=settings.steps,
+        range(session.start, s.steps),
+        initial=session.start,
+        total=s.steps,
         disable=not progress,
-        desc=f"{settings.task}/{settings.backbone}/{settings.variant}{'/full' if settings.full else ''}",
+        desc=f"{s.task}/{s.backbone}/{s.variant}{'/full' if s.full else ''}",
     )
     model.train()
     for step in bar:
-        if stop_after is not None and step - start >= stop_after:
-            _save_checkpoint(
-                checkpoint, step, accelerator.unwrap_model(model), optimizer, scheduler, settings, progress_now()
-            )
+        if stop_after is not None and step - session.start >= stop_after:
+            session.save(checkpoint, step)
             bar.close()
             return {"stopped_at": step, "checkpoint": str(checkpoint)}
         # The batch of a step depends only on (seed, step), so a resumed run sees the same data as an unbroken one.
-        batch = collate(data.batch(step))
+        batch = collate(session.data.batch(step))
         loss = model(**{k: v.to(accelerator.device) for k, v in batch.items()}).loss
         accelerator.backward(loss)
-        accelerator.clip_grad_norm_(trainable, 1.0)
-        optimizer.step()
-        used_lr = scheduler.get_last_lr()[0]  # the rate this step used, before the schedule moves on
-        scheduler.step()
-        optimizer.zero_grad()
-        last_loss = loss.item()
-        bar.set_postfix(loss=f"{last_loss:.4f}")
+        accelerator.clip_grad_norm_(session.trainable, 1.0)
+        session.optimizer.step()
+        used_lr = session.scheduler.get_last_lr()[0]  # the rate this step used, before the schedule moves on
+        session.scheduler.step()
+        session.optimizer.zero_grad()
+        session.last_loss = loss.item()
+        bar.set_postfix(loss=f"{session.last_loss:.4f}")
         if tracker is not None:
-            tracker.log({"train/loss": last_loss, "train/lr": used_lr}, step=step + 1)
-        if settings.eval_every and (step + 1) % settings.eval_every == 0 and step + 1 < settings.steps:
+            tracker.log({"train/loss": session.last_loss, "train/lr": used_lr}, step=step + 1)
+        if s.eval_every and (step + 1) % s.eval_every == 0 and step + 1 < s.steps:
             # Evaluation draws no random numbers (no dropout in eval mode), so the curve leaves training unchanged.
-            scores = evaluate_model(model, evaluation, device=accelerator.device)
+            scores = evaluate_model(model, session.evaluation, device=accelerator.device)
             if tracker is not None:
                 tracker.log(_eval_values(scores), step=step + 1)
-            done["curve"].append(
-                {
-                    "step": step + 1,
-                    "examples_seen": (step + 1) * settings.batch_size,
-                    "accuracy": scores["accuracy"],
-                    "per_k": scores.get("per_k"),
-                    "train_loss": last_loss,
-                }
-            )
+            session.done["curve"].append(_curve_point(s, step + 1, scores, session.last_loss))
             model.train()
-        if (step + 1) % settings.checkpoint_every == 0 or step + 1 == settings.steps:
-            _save_checkpoint(
-                checkpoint, step + 1, accelerator.unwrap_model(model), optimizer, scheduler, settings, progress_now()
-            )
-    spent = progress_now()
+        if (step + 1) % s.checkpoint_every == 0 or step + 1 == s.steps:
+            session.save(checkpoint, step + 1)
+    return None
 
-    model = accelerator.unwrap_model(model)
-    scores = evaluate_model(model, evaluation, device=accelerator.device)
+
+def _curve_point(settings: RunSettings, step: int, scores: dict, train_loss: float) -> dict:
+    """One point of the learning curve: the evaluation's accuracy after ``step`` steps."""
+    return {
+        "step": step,
+        "examples_seen": step * settings.batch_size,
+        "accuracy": scores["accuracy"],
+        "per_k": scores.get("per_k"),
+        "train_loss": train_loss,
+    }
+
+
+def _finish(session: _Session, output_dir: Path, finished: Path, *, results_path, tracker) -> dict:
+    """The final evaluation, the saved adapter (or model), and the results row: appended to ``results_path`` and
+    then written to ``finished`` (result.json), which marks the run done."""
+    s = session.settings
+    spent = session.progress()
+    model = session.accelerator.unwrap_model(session.model)
+    scores = evaluate_model(model, session.evaluation, device=session.accelerator.device)
     if tracker is not None:
-        tracker.log(_eval_values(scores), step=settings.steps)
-    curve = spent["curve"] + [
-        {
-            "step": settings.steps,
-            "examples_seen": settings.steps * settings.batch_size,
-            "accuracy": scores["accuracy"],
-            "per_k": scores.get("per_k"),
-            "train_loss": last_loss,
-        }
-    ]
-    save_dir = output_dir / ("model" if settings.full else "adapter")
+        tracker.log(_eval_values(scores), step=s.steps)
+    curve = spent["curve"] + [_curve_point(s, s.steps, scores, session.last_loss)]
+    save_dir = output_dir / ("model" if s.full else "adapter")
     model.save_pretrained(save_dir)
     row = {
-        "task": settings.task,
-        "backbone": settings.backbone,
-        "variant": settings.variant,
-        "full": settings.full,
+        "task": s.task,
+        "backbone": s.backbone,
+        "variant": s.variant,
+        "full": s.full,
         "accuracy": scores["accuracy"],
         "sequence_accuracy": scores["sequence_accuracy"],
         "per_k": scores.get("per_k"),
-        "final_train_loss": last_loss,
-        "trainable_parameters": sum(p.numel() for p in trainable),
-        "initial_std": initial_std,
+        "final_train_loss": session.last_loss,
+        "trainable_parameters": sum(p.numel() for p in session.trainable),
+        "initial_std": session.initial_std,
         "train_seconds": spent["train_seconds"],
         "train_cpu_seconds": spent["train_cpu_seconds"],
         "torch_threads": torch.get_num_threads(),
-        "resumed_from_step": start,
+        "resumed_from_step": session.start,
         "curve": curve,
         "saved_to": str(save_dir),
-        "settings": dataclasses.asdict(settings),
+        "settings": dataclasses.asdict(s),
     }
     if results_path is not None:
         Path(results_path).parent.mkdir(parents=True, exist_ok=True)
