@@ -40,8 +40,17 @@ bootstrap interval of the MLE (``--num-boot`` replicates). The sequential design
 the published design reached at that m (over the same repeats). Its interval is the summary's: the profile
 penalised-likelihood interval for its independent rows (``--interval bootstrap`` restores the percentile bootstrap).
 The pooled design (:class:`~ut_peft.accessibility.design.PooledDesign`: one line through every m, rows at m = 1, 5
-and the check m = 3) gets as its standard-error targets ``--pooled-factor`` times the published design's RMSE at
-each m and of the slope, measured in the same run; its intervals are Wald intervals of the pooled fit.
+and the check m = 3; ``--pooled-batch`` rows a round, 8 as the SmolLM2 run) gets as its standard-error targets
+``--pooled-factor`` times the published design's RMSE at each m and of the slope, measured in the same run; its
+intervals are Wald intervals of the pooled fit. Its rules are those of ``--pooled-version`` (the newest by default);
+``--pooled-logits``, ``--pooled-check-factor``, ``--pooled-width-z``, ``--pooled-stop-z``, ``--pooled-slope-from`` and
+``--pooled-min-rows`` replace single rules of it, for exploring (BENCHMARKS.md keeps the table of what was measured).
+
+Exploring is cheap: ``--designs`` picks the designs simulated (the published one always, as the baseline), and the
+published designs' per-repeat results are cached under ``--cache`` (a JSON file per design, keyed by the truth, ms,
+``--num-boot``, cap, patience, grid and a hash of the code that simulates and analyses them; a repeat's result does
+not depend on how many are run, so 200 repeats extend the 50 of ``--quick``). ``--designs pooled`` then costs the
+pooled simulation only: about a minute at 50 repeats.
 
 The published design with prefix inference ("published+inferred", ``--infer-prefixes`` of recipes/cram.py): the
 same adaptive walk over the same 20 texts, each row that another row of its text implies (crammed at a longer
@@ -59,7 +68,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
+import inspect
+import json
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -68,19 +81,29 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from ut_peft.accessibility import design as design_module  # noqa: E402
+from ut_peft.accessibility import fit as fit_module  # noqa: E402
 from ut_peft.accessibility.design import (  # noqa: E402
+    POOLED_DESIGN_VERSION,
+    POOLED_RULES,
     AdaptiveDesign,
     PooledDesign,
     SequentialDesign,
     complete_groups,
     infer_prefixes,
     pooled_estimates,
+    pooled_rules,
     row_steps,
 )
 from ut_peft.accessibility.fit import fit_sigmoid, line_interval, n50_interval  # noqa: E402
 from ut_peft.accessibility.sweep import GridConfig  # noqa: E402  (its defaults are the published adaptive grid)
 
 CAP, PATIENCE = 3000, 500
+NAMES = ("published", "published+inferred", "sequential", "pooled")
+# The published design's results are cached per repeat (they are what most of a run's time goes to, and a pooled
+# variant needs only them as its baseline). Everything that decides a repeat's result is in the key: the truth, the
+# ms, the bootstrap replicates, cap and patience, the grid, and the source of the code that simulates and analyses.
+DEFAULT_CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "ut-peft" / "measurement_cost"
 
 
 @dataclasses.dataclass
@@ -171,11 +194,9 @@ def with_index(rows: dict) -> dict:
     return {k: dict(v, index=k[2]) for k, v in rows.items()}
 
 
-def analyse_pooled(rows: dict, ms) -> dict:
+def analyse_pooled(rows: dict, ms, design: PooledDesign) -> dict:
     """The pooled design's estimates in :func:`analyse`'s shape: n_50 at every m read off its line, Wald intervals."""
-    est = pooled_estimates(
-        rows, ms, check_m=PooledDesign(ms, batch=1, start=1, stop=2, target_slope_se=1.0, target_n50_se=1.0).check_m
-    )
+    est = pooled_estimates(rows, ms, check_m=design.check_m, slope_from=design.slope_from)
     per_m = {}
     for m in ms:
         keys = [k for k in rows if k[0] == m]
@@ -225,30 +246,112 @@ def _coverage(cis, truth_value) -> tuple[float, float]:
     return float(np.mean(covered)), float(np.mean(unbounded))
 
 
+def _code_hash() -> str:
+    """A hash of the code a published repeat's result depends on: this simulator and analysis, the adaptive walk and
+    prefix inference, and the per-m fits and intervals (all of fit.py)."""
+    parts = [
+        inspect.getsource(obj)
+        for obj in (Truth, simulate_row, run_design, analyse, with_index, GridConfig, AdaptiveDesign)
+        + (design_module.next_length, design_module.complete_groups, design_module.infer_prefixes)
+        + (design_module._inferred_row, design_module.row_steps)
+    ]
+    parts.append(Path(fit_module.__file__).read_text())
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+
+def _cache_file(cache: Path, name: str, truth: Truth, ms, num_boot: int) -> Path:
+    key = {
+        "design": name,
+        "truth": dataclasses.asdict(truth),
+        "ms": list(ms),
+        "num_boot": num_boot,
+        "cap": CAP,
+        "patience": PATIENCE,
+        "grid": dataclasses.asdict(GridConfig()),
+        "code": _code_hash(),
+    }
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
+    return cache / f"{name}-{digest}.json"
+
+
+def _jsonable(value):
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def _from_json(result: dict) -> dict:
+    """A cached result back in :func:`analyse`'s shape (per_m keyed by int m)."""
+    return dict(result, per_m={int(m): v for m, v in result["per_m"].items()})
+
+
+def baseline_results(name: str, truth: Truth, ms, repeats: int, num_boot: int, cache: Path | None):
+    """The published design (``name`` "published") or it with prefix inference ("published+inferred") over
+    ``repeats``: (per-repeat results, wall seconds, per-repeat (flipped, inferred, rows) counts), each repeat read
+    from the cache where it holds it (a repeat's result depends on its index only, not on how many are run)."""
+    path = _cache_file(cache, name, truth, ms, num_boot) if cache is not None else None
+    stored = json.loads(path.read_text()) if path is not None and path.is_file() else {}
+    fresh = 0
+    for repeat in range(repeats):
+        if str(repeat) in stored:
+            continue
+        infer = name == "published+inferred"
+        # With prefix inference: the same texts (index k is one text at every length), each decided row that another
+        # row of its text implies taken from it instead of crammed.
+        rows, wall = run_design(AdaptiveDesign(ms, GridConfig(), 20), truth, repeat, infer=infer)
+        inferred = [k for k, r in rows.items() if r.get("stop_reason") == "inferred"]
+        flips = sum(simulate_row(truth, repeat, *k)["accessible"] != rows[k]["accessible"] for k in inferred)
+        stored[str(repeat)] = {
+            "result": _jsonable(analyse(with_index(rows), ms, complete=20, num_boot=num_boot)),
+            "wall": wall,
+            "changed": [flips, len(inferred), len(rows)],
+        }
+        fresh += 1
+    if path is not None and fresh:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_suffix(".tmp")
+        partial.write_text(json.dumps(stored))
+        partial.replace(path)  # whole or not at all: a killed run leaves the previous cache
+    entries = [stored[str(r)] for r in range(repeats)]
+    return (
+        [_from_json(e["result"]) for e in entries],
+        float(sum(e["wall"] for e in entries)),
+        [tuple(e["changed"]) for e in entries],
+    )
+
+
+def pooled_arguments(args) -> dict:
+    """The pooled design's rules: those of --pooled-version, each --pooled-* knob given replacing its own."""
+    rules = pooled_rules(args.pooled_version).arguments()
+    knobs = {
+        "logit_offsets": args.pooled_logits,
+        "check_factor": args.pooled_check_factor,
+        "width_z": args.pooled_width_z,
+        "stop_z": args.pooled_stop_z,
+        "slope_from": args.pooled_slope_from,
+        "min_rows": args.pooled_min_rows,
+    }
+    rules.update({k: tuple(v) if isinstance(v, list) else v for k, v in knobs.items() if v is not None})
+    return rules
+
+
 def simulate(args) -> None:
     truth = Truth(args.slope, args.intercept, args.rel_width, args.jitter, args.early_stop, args.bend)
     ms = args.ms
-    names = ["published", "published+inferred", "sequential", "pooled"]
-    results = {name: [] for name in names}
+    names = [n for n in NAMES if n == "published" or n in args.designs]  # the published design is the baseline
+    cache = None if args.no_cache else Path(args.cache)
+    results: dict[str, list] = {name: [] for name in names}
     walls = dict.fromkeys(names, 0.0)
-    changed = []  # per repeat: inferred rows whose own attempt would have decided otherwise, of rows inferred
-    for repeat in range(args.repeats):
-        rows, wall = run_design(AdaptiveDesign(ms, GridConfig(), 20), truth, repeat)
-        walls["published"] += wall
-        results["published"].append(analyse(with_index(rows), ms, complete=20, num_boot=args.num_boot))
-        # The published design with prefix inference: the same texts (index k is one text at every length), each
-        # decided row that another row of its text implies taken from it instead of crammed.
-        rows, wall = run_design(AdaptiveDesign(ms, GridConfig(), 20), truth, repeat, infer=True)
-        walls["published+inferred"] += wall
-        results["published+inferred"].append(analyse(with_index(rows), ms, complete=20, num_boot=args.num_boot))
-        inferred = [k for k, r in rows.items() if r.get("stop_reason") == "inferred"]
-        changed.append(
-            (
-                sum(simulate_row(truth, repeat, *k)["accessible"] != rows[k]["accessible"] for k in inferred),
-                len(inferred),
-                len(rows),
-            )
-        )
+    changed: list = []  # per repeat: inferred rows whose own attempt would have decided otherwise, of rows inferred
+    for name in ("published", "published+inferred"):
+        if name in names:
+            results[name], walls[name], counts = baseline_results(name, truth, ms, args.repeats, args.num_boot, cache)
+            if name == "published+inferred":
+                changed = counts
     published_n50, published_slope = _errors(results["published"], ms, truth)
     published_rmse = {m: _rmse(published_n50[:, k])[0] for k, m in enumerate(ms)}
     published_slope_rmse = _rmse(published_slope)[0]
@@ -264,45 +367,52 @@ def simulate(args) -> None:
         )
         for m in ms
     }
+    rules = pooled_arguments(args)
     for repeat in range(args.repeats):
-        # The per-m sequential design, each m to the published design's mean interval width at that m.
-        design = SequentialDesign(
-            ms,
-            batch=args.batch,
-            start=10,
-            stop=1000,
-            target_ci=widths,
-            seed=0,
-            min_rounds=args.min_rounds,
-            probe=args.probe,
-            interval=args.interval,
-        )
-        rows, wall = run_design(design, truth, repeat)
-        walls["sequential"] += wall
-        results["sequential"].append(
-            analyse(with_index(rows), ms, complete=None, method=args.interval, num_boot=args.num_boot)
-        )
-        # The pooled design, its standard-error targets the published design's RMSE (measured above, same
-        # simulator) times --pooled-factor: its stop judges the standard errors on a curve wider than the fit, so it
-        # is conservative; the factor is what brings its RMSE to the published one's (BENCHMARKS.md).
-        design = PooledDesign(
-            ms,
-            batch=args.pooled_batch,
-            start=10,
-            stop=1000,
-            target_slope_se=args.pooled_factor * published_slope_rmse,
-            target_n50_se={m: args.pooled_factor * published_rmse[m] for m in ms},
-        )
-        rows, wall = run_design(design, truth, repeat)
-        walls["pooled"] += wall
-        results["pooled"].append(analyse_pooled(with_index(rows), ms))
+        if "sequential" in names:  # the per-m sequential design, each m to the published mean width at that m
+            design = SequentialDesign(
+                ms,
+                batch=args.batch,
+                start=10,
+                stop=1000,
+                target_ci=widths,
+                seed=0,
+                min_rounds=args.min_rounds,
+                probe=args.probe,
+                interval=args.interval,
+            )
+            rows, wall = run_design(design, truth, repeat)
+            walls["sequential"] += wall
+            results["sequential"].append(
+                analyse(with_index(rows), ms, complete=None, method=args.interval, num_boot=args.num_boot)
+            )
+        if "pooled" in names:
+            # The pooled design, its standard-error targets the published design's RMSE (measured above, same
+            # simulator) times --pooled-factor: its stop judges the standard errors on a curve wider than the fit,
+            # so it is conservative; the factor is what brings its RMSE to the published one's (BENCHMARKS.md).
+            pooled = PooledDesign(
+                ms,
+                batch=args.pooled_batch,
+                start=10,
+                stop=1000,
+                target_slope_se=args.pooled_factor * published_slope_rmse,
+                target_n50_se={m: args.pooled_factor * published_rmse[m] for m in ms},
+                **rules,
+            )
+            rows, wall = run_design(pooled, truth, repeat)
+            walls["pooled"] += wall
+            results["pooled"].append(analyse_pooled(with_index(rows), ms, pooled))
 
+    rule_text = ", ".join(f"{k} {' '.join(map(str, v)) if isinstance(v, tuple) else v}" for k, v in rules.items())
     print(
         f"simulator: n_50 = {truth.slope} m + {truth.intercept}, logistic width {truth.rel_width} n_50, jitter "
         f"{truth.jitter}, {args.repeats} repeats, cap {CAP}, patience {PATIENCE}; sequential batch {args.batch} "
         f"(targets: the published mean widths); pooled batch {args.pooled_batch} (targets: "
-        f"{args.pooled_factor} x the published RMSE)"
+        f"{args.pooled_factor} x the published RMSE; rules of version {args.pooled_version}"
+        + (f", as given: {rule_text}" if rules != pooled_rules(args.pooled_version).arguments() else "")
+        + ")"
         + (f", early stop at {truth.early_stop}" if truth.early_stop else "")
+        + (f", bend {truth.bend} at m = 3" if truth.bend else "")
     )
     print(
         "Precision is judged by error over the repeats: bias and RMSE (with its Monte-Carlo standard error) of n_50 "
@@ -348,18 +458,19 @@ def simulate(args) -> None:
             f"{cover:.2f} | {unbounded:.2f} | {totals[name]:.0f} | {totals['published'] / totals[name]:.2f} | "
             f"{walls[name]:.1f} |"
         )
-    linear = [r["line"]["linear"] for r in results["pooled"] if r["line"]["linear"] is not None]
+    linear = [r["line"]["linear"] for r in results.get("pooled", []) if r["line"]["linear"] is not None]
     if linear:
         shape = f"bent by {truth.bend} tokens at m = 3" if truth.bend else "linear"
         print(
             f"pooled design's linearity check (the truth is {shape}): "
             f"passed in {sum(linear)} of {len(linear)} repeats (the test's level is 1%)"
         )
-    flips, inferred, total = (sum(c[i] for c in changed) for i in range(3))
-    print(
-        f"prefix inference on the published design: {inferred} of {total} rows inferred, {flips} of them "
-        f"({flips / max(1, inferred):.1%}) decided otherwise by their own attempt"
-    )
+    if changed:
+        flips, inferred, total = (sum(c[i] for c in changed) for i in range(3))
+        print(
+            f"prefix inference on the published design: {inferred} of {total} rows inferred, {flips} of them "
+            f"({flips / max(1, inferred):.1%}) decided otherwise by their own attempt"
+        )
     # The best design: the cheapest of those at equal precision (every RMSE ratio within 1.05 of the published);
     # if none is, the one whose worst ratio is smallest.
     candidates = [n for n in names if n != "published"]
@@ -439,11 +550,59 @@ def main(argv=None):
     )
     parser.add_argument("--repeats", type=int, default=400, help="simulated sweeps per design")
     parser.add_argument("--num-boot", type=int, default=1000, help="bootstrap replicates of the per-m intervals")
-    parser.add_argument("--pooled-batch", type=int, default=16, help="pooled: rows per fitted round")
+    parser.add_argument(
+        "--designs",
+        nargs="+",
+        choices=NAMES,
+        default=list(NAMES),
+        help="designs to simulate (the published one always: it is the baseline)",
+    )
+    parser.add_argument(
+        "--cache",
+        default=str(DEFAULT_CACHE),
+        help="folder of the published design's per-repeat results (keyed by truth, ms, --num-boot, cap, patience, "
+        "grid and code)",
+    )
+    parser.add_argument("--no-cache", action="store_true", help="recompute the published design, write no cache")
+    parser.add_argument(
+        "--pooled-batch", type=int, default=8, help="pooled: rows per fitted round (8, as the SmolLM2 run)"
+    )
+    parser.add_argument(
+        "--pooled-version",
+        type=int,
+        choices=sorted(POOLED_RULES),
+        default=POOLED_DESIGN_VERSION,
+        help="pooled: the version of its rules; the --pooled-* knobs below replace single rules of it",
+    )
+    parser.add_argument(
+        "--pooled-logits",
+        type=float,
+        nargs="+",
+        default=None,
+        help="pooled: candidate lengths of a fitted round, in logits of the widened fitted curve",
+    )
+    parser.add_argument(
+        "--pooled-check-factor", type=float, default=None, help="pooled: the check offset's target / n_50 target"
+    )
+    parser.add_argument(
+        "--pooled-width-z", type=float, default=None, help="pooled: log-width standard errors added where rows go"
+    )
+    parser.add_argument(
+        "--pooled-stop-z", type=float, default=None, help="pooled: log-width standard errors added for the stop"
+    )
+    parser.add_argument(
+        "--pooled-min-rows", type=int, default=None, help="pooled: fitted rows before the design may stop"
+    )
+    parser.add_argument(
+        "--pooled-slope-from",
+        choices=["linear", "free"],
+        default=None,
+        help="pooled: slope from the line with the check m on it (linear) or its offset free (free)",
+    )
     parser.add_argument(
         "--pooled-factor",
         type=float,
-        default=1.15,
+        default=1.05,
         help="pooled: standard-error targets = this x the published design's RMSE",
     )
     parser.add_argument("--ms", type=int, nargs="+", default=[1, 2, 3, 4, 5])

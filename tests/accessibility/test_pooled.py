@@ -142,7 +142,7 @@ def test_the_command_line_takes_the_pooled_targets_one_for_all_or_per_m():
     assert config.design == "pooled" and config.target_slope_se == 0.5 and config.target_n50_se == {1: 1.5, 3: 2.5}
     assert config.fingerprint({"kind": "tokens"})["design"] == {
         "kind": "pooled",
-        "version": 1,
+        "version": 2,
         "target_slope_se": 0.5,
         "target_n50_se": {1: 1.5, 3: 2.5},
         "budget_row_steps": None,
@@ -150,3 +150,87 @@ def test_the_command_line_takes_the_pooled_targets_one_for_all_or_per_m():
     assert sweep_config(parse(common + ["--target-n50-se", "2"])).target_n50_se == 2.0
     with pytest.raises(ValueError, match="M:SE"):
         sweep_config(parse(common + ["--target-n50-se", "1", "2"]))
+
+
+def _v1_simulated(m, n, index, seed):
+    """The truth the stored version-1 rounds were made on (tests/accessibility/data/pooled_v1_rounds.json)."""
+    z = np.random.default_rng([seed, index]).logistic()
+    threshold = 12.0 * m + 3.0 + 1.5 * m * z
+    accessible = bool(n < threshold)
+    steps = int(50 + 400 * min(1.0, n / threshold)) if accessible else 900
+    return {"accessible": accessible, "steps": steps}
+
+
+def test_version_1_decides_exactly_as_before_version_2_existed():
+    """Folders run under version 1 (results/smollm2-135m/pooled-words) replay only under its rules: the rounds of two
+    simulated sweeps, stored from the code before version 2, are asked for again, job for job."""
+    import json
+    from pathlib import Path
+
+    from ut_peft.accessibility.design import POOLED_RULES, make_design
+
+    assert POOLED_RULES[1] == POOLED_RULES[1].__class__(
+        logit_offsets=(-1.0, 1.0), width_z=1.5, stop_z=1.0, check_factor=2.0, slope_from="linear"
+    )
+    cases = json.loads((Path(__file__).parent / "data" / "pooled_v1_rounds.json").read_text())
+    for case in cases:
+        settings = dict(case["design"])
+        ms, batch, start, stop = (settings.pop(k) for k in ("ms", "batch", "start", "stop"))
+        n50 = settings["target_n50_se"]
+        config = SweepConfig(
+            model="x",
+            source="tokens",
+            ms=ms,
+            num_sequences=batch,
+            grid=GridConfig(start=start, stop=stop),
+            design="pooled",
+            pooled_version=1,
+            target_slope_se=settings["target_slope_se"],
+            target_n50_se={int(m): se for m, se in n50.items()} if isinstance(n50, dict) else n50,
+            budget_row_steps=settings.get("budget_row_steps"),
+        )
+        design = make_design(config)  # the way a resumed folder builds it: from its settings' version
+        rows: dict = {}
+        while jobs := design.next_jobs(rows):
+            rows.update((job, _v1_simulated(*job, case["seed"])) for job in jobs)
+        assert [[list(job) for job in jobs] for jobs in design.rounds(rows)] == case["rounds"]
+    # Where version 1 stops within its first 128 fitted rows (loose targets), version 2 decides the same rounds and
+    # goes on: the versions are told apart by the design a folder's settings build.
+    loose = dict(model="x", source="tokens", ms=[1, 3, 5], num_sequences=8, grid=GridConfig(start=4, stop=200))
+    loose.update(design="pooled", target_slope_se=1.0, target_n50_se=3.0)
+    rounds = {}
+    for version in (1, 2):
+        design = make_design(SweepConfig(**loose, pooled_version=version))
+        rows = {}
+        while jobs := design.next_jobs(rows):
+            rows.update((job, _v1_simulated(*job, 0)) for job in jobs)
+        rounds[version] = design.rounds(rows)
+    assert rounds[2][: len(rounds[1])] == rounds[1] and len(rounds[2]) > len(rounds[1])
+    assert sum(map(len, rounds[2])) >= 128 > sum(map(len, rounds[1]))
+
+
+def test_the_command_line_resumes_a_folder_under_its_own_version_and_starts_new_ones_under_the_newest(tmp_path):
+    import json
+
+    from ut_peft.accessibility.design import POOLED_DESIGN_VERSION
+    from ut_peft.cli.cram import flags_from_settings, parse, sweep_config
+
+    folder = tmp_path / "old"
+    common = ["--model", "x", "--source", "tokens", "--ms", "1", "2", "3", "--design", "pooled"]
+    common += ["--target-slope-se", "0.5", "--output", str(folder)]
+    config = sweep_config(parse(common))
+    assert config.pooled_version == POOLED_DESIGN_VERSION == 2  # a new folder: the newest rules
+    settings = config.fingerprint({"kind": "tokens"})
+    folder.mkdir()
+    (folder / "settings.json").write_text(json.dumps(dict(settings, design=dict(settings["design"], version=1))))
+    assert sweep_config(parse(common)).pooled_version == 1  # the same command resumes the folder under its rules
+    assert sweep_config(parse([*common, "--pooled-version", "2", "--overwrite"])).pooled_version == 2
+    assert (
+        sweep_config(
+            parse([*common, "--retarget-from", str(folder), "--output", str(tmp_path / "new")])
+        ).pooled_version
+        == 2
+    )
+    assert flags_from_settings(json.loads((folder / "settings.json").read_text()), folder)["pooled_version"] == 1
+    with pytest.raises(ValueError, match="--pooled-version belongs to --design pooled"):
+        sweep_config(parse(["--model", "x", "--source", "tokens", "--pooled-version", "1"]))

@@ -328,3 +328,31 @@ def test_the_command_retargets_from_a_settings_json_with_new_targets_and_refuses
     nowhere = ["--budget", "500", "--retarget-from", str(tmp_path), "--output", str(tmp_path / "y")]
     with pytest.raises(ValueError, match="--retarget-from .* holds no run"):
         command.main(command.parse([*flags.split(), *nowhere]))
+
+
+def test_a_version_1_pooled_sweep_retargets_to_version_2_keeping_only_the_rows_version_2_replays(tmp_path, llama):
+    """The live version-1 folders move to the newer rules as to new targets: the rows the new rules ask for as the
+    old run did stay (version 2 decides every round as version 1 did and only stops later, so all of them), and the
+    new folder resumes to where a fresh version-2 run ends; with other targets too, only the replayed rows stay."""
+    old_config, new_config = pooled(pooled_version=1), pooled(pooled_version=2)
+    old_rows = drive(make_design(old_config))
+    old_settings = write_sweep(tmp_path / "old", old_config, llama, old_rows)
+    assert old_settings["design"]["version"] == 1
+    record = retarget_sweep(tmp_path / "old", tmp_path / "new", new_config, model=llama)
+    kept = store.read_rows(tmp_path / "new")
+    assert kept == old_rows == replayed_rows(make_design(new_config), old_rows)
+    assert record["design"]["version"] == 1 and store.read_settings(tmp_path / "new")["design"]["version"] == 2
+    config, settings = fingerprint(new_config, llama)
+    check_rows(config, settings, kept)
+    fresh = drive(make_design(new_config))
+    assert drive(make_design(new_config), kept) == fresh and len(fresh) > len(old_rows)  # v2 goes on past v1's stop
+    tighter = pooled(pooled_version=2, target_slope_se=1.0, target_n50_se={1: 1.5, 2: 2.0, 3: 2.5})
+    record = retarget_sweep(tmp_path / "old", tmp_path / "newer", tighter, model=llama)
+    kept = store.read_rows(tmp_path / "newer")
+    assert set(kept) == set(replayed_rows(make_design(tighter), old_rows)) and 0 < len(kept) < len(old_rows)
+    assert drive(make_design(tighter), kept) == drive(make_design(tighter))
+    # Back from settings.json, each folder keeps its own version; a version this ut-peft does not know is refused.
+    assert SweepConfig.from_settings(store.read_settings(tmp_path / "old")).pooled_version == 1
+    assert SweepConfig.from_settings(store.read_settings(tmp_path / "new")).pooled_version == 2
+    with pytest.raises(ValueError, match="version 9 of the pooled design's rules; this ut-peft knows versions 1, 2"):
+        pooled(pooled_version=9)

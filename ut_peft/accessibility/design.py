@@ -16,7 +16,9 @@ they arrived or of the process count, so a resumed or distributed sweep runs exa
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from collections.abc import Sequence
 from typing import Protocol
 
 import numpy as np
@@ -25,10 +27,10 @@ from .fit import NUM_BOOT, fit_logistic, n50_interval
 from .rows import INFERRED, Row
 
 DESIGNS = ("fixed", "adaptive", "sequential", "pooled")
-# The pooled design's rules (placement, widening, stop). A change to any of them changes which rows a folder's
-# replay asks for, so a resumed folder would refuse its own rows: a new rule gets a new version, and the rules of
-# every version a committed folder records stay here (settings.json's design.version).
-POOLED_DESIGN_VERSION = 1
+# The pooled design's rules (placement, widening, stop): POOLED_RULES below. A change to any of them changes which
+# rows a folder's replay asks for, so a resumed folder would refuse its own rows: a new rule gets a new version, and
+# the rules of every version a folder records stay (settings.json's design.version). New sweeps get this one.
+POOLED_DESIGN_VERSION = 2
 Job = tuple[int, int, int]
 
 
@@ -427,11 +429,6 @@ def make_design(config) -> Design:
             seed=config.seed,
         )
     if config.design == "pooled":
-        if config.pooled_version != POOLED_DESIGN_VERSION:
-            raise ValueError(
-                f"this folder was run with version {config.pooled_version} of the pooled design's rules; this "
-                f"ut-peft knows version {POOLED_DESIGN_VERSION}: resume it with the ut-peft that started it"
-            )
         return PooledDesign(
             config.ms,
             batch=config.num_sequences,
@@ -440,6 +437,7 @@ def make_design(config) -> Design:
             target_slope_se=config.target_slope_se,
             target_n50_se=config.target_n50_se,
             budget_row_steps=config.budget_row_steps,
+            **pooled_rules(config.pooled_version).arguments(),
         )
     raise ValueError(f"unknown design {config.design!r}; choose one of {', '.join(DESIGNS)}")
 
@@ -461,11 +459,16 @@ class PooledDesign(Design):
 
     Before the first fit, each design m is bracketed on its own as :class:`SequentialDesign` does (``probe`` rows a
     round, doubling or halving the length from ``start``, the larger m starting from ``start * m / min(ms)``). The
-    design stops once, after ``min_rounds`` fitted rounds, every asked-for standard error (from the inverse Fisher
-    information at the estimate) is at or below its target, or once ``budget_row_steps`` are spent. Every row is a
-    fresh text (indices are distinct across m and rounds), so rows are independent, as the likelihood assumes.
+    design stops once, after ``min_rounds`` fitted rounds and ``min_rows`` fitted rows, every asked-for standard
+    error (from the inverse Fisher information at the estimate) is at or below its target, or once
+    ``budget_row_steps`` are spent. Every row is a fresh text (indices are distinct across m and rounds), so rows
+    are independent, as the likelihood assumes.
     Deterministic in the rows (rounds replayed from the start, each decided from the rounds before it): a killed or
     distributed run asks for exactly the missing rows and ends where an unbroken one does.
+
+    The placement and stopping rules (``logit_offsets``, ``width_z``, ``stop_z``, ``check_factor``, ``slope_from``,
+    ``min_rows``) default to version 1's; a sweep builds the design with those of its settings' version
+    (:data:`POOLED_RULES`, :func:`make_design`).
     """
 
     def __init__(
@@ -482,6 +485,11 @@ class PooledDesign(Design):
         budget_row_steps: int | None = None,
         probe: int = 4,
         min_rounds: int = 2,
+        logit_offsets: Sequence[float] = (-1.0, 1.0),
+        width_z: float = 1.5,
+        stop_z: float = 1.0,
+        slope_from: str = "linear",
+        min_rows: int = 0,
     ):
         ms = sorted({int(m) for m in ms})
         if len(ms) < 2:
@@ -516,7 +524,24 @@ class PooledDesign(Design):
             raise ValueError(
                 f"check_factor must be > 0, or check_m None to drop the linearity check (got {check_factor})"
             )
+        offsets = [float(x) for x in logit_offsets]
+        if not offsets or not all(math.isfinite(x) for x in offsets):
+            raise ValueError(f"logit_offsets must be one or more finite logits of the fitted curve (got {offsets})")
+        for name, value in [("width_z", width_z), ("stop_z", stop_z)]:
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"{name} is a number of standard errors and must be >= 0 (got {value!r})")
+        if slope_from not in ("linear", "free"):
+            raise ValueError(
+                f"slope_from must be 'linear' (the line through every m, check rows included) or 'free' (the check "
+                f"m's offset free: its rows do not inform the line); got {slope_from!r}"
+            )
         self.ms, self.batch, self.start, self.stop, self.probe = ms, batch, start, stop, probe
+        self.logit_offsets = np.array(offsets)
+        if not (isinstance(min_rows, int) and min_rows >= 0):
+            raise ValueError(
+                f"min_rows (fitted rows before the design may stop) must be an integer >= 0 (got {min_rows!r})"
+            )
+        self.width_z, self.stop_z, self.slope_from, self.min_rows = float(width_z), float(stop_z), slope_from, min_rows
         self.target_slope_se, self.target_n50_se, self.budget = target_slope_se, targets, budget_row_steps
         self.check_m, self.check_factor, self.min_rounds = check_m, check_factor, min_rounds
         self.design_ms = sorted({ms[0], ms[-1], *([check_m] if check_m is not None else [])})
@@ -586,12 +611,15 @@ class PooledDesign(Design):
             probes += [(m, n)] * self.probe
         if probes:
             return tuple(probes)
-        fitted_rounds = sum(1 for k in range(len(used)) if self._all_bracketed(used[:k]))
+        fitted = [len(used[k]) for k in range(len(used)) if self._all_bracketed(used[:k])]
         fit, info = self._fit(flat)
         ratios = self._ratios(info)
-        # The information is that of a curve _STOP_Z standard errors wider in log width than the fit
+        # The information is that of a curve stop_z standard errors wider in log width than the fit
         # (pooled.information): a stop on the fitted width stops early exactly when the width came out too small.
-        if fitted_rounds >= self.min_rounds and max(ratios.values()) <= 1.0:
+        # min_rows: a stop on standard errors estimated from few rows stops early exactly when they came out small
+        # (the widths most of all); a floor on the fitted rows takes those lucky stops away.
+        may_stop = len(fitted) >= self.min_rounds and sum(fitted) >= self.min_rows
+        if may_stop and max(ratios.values()) <= 1.0:
             return None
         return self._greedy(fit, info, flat)
 
@@ -607,7 +635,7 @@ class PooledDesign(Design):
 
         cells = Cells.from_rows([r[0] for r in flat], [r[1] for r in flat], [r[2] for r in flat])
         fit = fit_pooled(cells, self.design_ms, self.check_m)
-        info = information(fit, cells.ms, cells.ns, cells.trials, free_delta=True, widen_z=_STOP_Z)
+        info = information(fit, cells.ms, cells.ns, cells.trials, free_delta=True, widen_z=self.stop_z)
         return fit, info + self._prior_precision()
 
     def _prior_precision(self) -> np.ndarray:
@@ -620,9 +648,14 @@ class PooledDesign(Design):
 
     def _variances(self, info: np.ndarray) -> np.ndarray:
         """Per quantity asked for, its variance, for a stack of information matrices (C, K, K) -> (C, Q): the
-        slope, n_50 at every m, then the check m's offset (from the model with the offset free)."""
-        keep = [k for k in range(info.shape[-1]) if k != 2]
-        null = np.linalg.inv(info[:, keep][:, :, keep])
+        slope, n_50 at every m, then the check m's offset (from the model with the offset free). The slope and n_50
+        come from the model the estimate uses (``slope_from``): the line with the check m on it (offset 0, its rows
+        inform the line), or with the offset free (its rows inform only the offset and the width law)."""
+        if self.slope_from == "free" and self.check_m is not None:
+            null = np.linalg.inv(info)
+        else:
+            keep = [k for k in range(info.shape[-1]) if k != 2]
+            null = np.linalg.inv(info[:, keep][:, :, keep])
         out = [null[:, 0, 0]]
         for m in self.ms:
             out.append(m * m * null[:, 0, 0] + 2 * m * null[:, 0, 1] + null[:, 1, 1])
@@ -655,13 +688,13 @@ class PooledDesign(Design):
             # Lengths in logits of the widest curve the rows allow (one standard error up): a curve fitted too steep
             # would put the next rows too close together to show it, and its width would never grow.
             mu = fit.n50(m) + (fit.theta[2] if m == self.check_m else 0.0)
-            w = fit.width(m) * math.exp(min(3.0, fit.log_width_se(m)) * _WIDTH_Z)
-            for n in np.unique(np.clip(np.round(mu - _LOGIT_OFFSETS * w), 1, self.stop)):
+            w = fit.width(m) * math.exp(min(3.0, fit.log_width_se(m)) * self.width_z)
+            for n in np.unique(np.clip(np.round(mu - self.logit_offsets * w), 1, self.stop)):
                 cm.append(m)
                 cn.append(int(n))
         cm_a, cn_a = np.array(cm, dtype=float), np.array(cn, dtype=float)
         # Each candidate's information on the same widened curve as the rows' (see _fit).
-        widen = widening(fit, cm_a, _STOP_Z)
+        widen = widening(fit, cm_a, self.stop_z)
         eta, jac = fit.model.eta_and_jacobian(fit.theta, cm_a, cn_a, free_delta=True, widen=widen)
         p = 1.0 / (1.0 + np.exp(-np.clip(eta, -35, 35)))
         per_row = (p * (1 - p))[:, None, None] * jac[:, :, None] * jac[:, None, :]
@@ -677,15 +710,59 @@ class PooledDesign(Design):
 
     def summary_fit(self, rows: dict) -> dict | None:
         """The pooled estimate of what ``rows`` hold (see :func:`pooled_estimates`)."""
-        return pooled_estimates(rows, self.ms, self.design_ms, self.check_m)
+        return pooled_estimates(rows, self.ms, self.design_ms, self.check_m, slope_from=self.slope_from)
 
 
-# Candidate lengths of a fitted round, in logits of the fitted curve: accessibility 73% and 27%, the pair of
-# SequentialDesign (79% of the information about n_50 of a row at n_50 itself, and the two sides set the width).
-_LOGIT_OFFSETS = np.array([-1.0, 1.0])
-# Standard errors of the log width added to the fitted width where lengths are placed and where the stop is checked.
-_WIDTH_Z = 1.5
-_STOP_Z = 1.0
+@dataclasses.dataclass(frozen=True)
+class PooledRules:
+    """The rules of one version of the pooled design: :class:`PooledDesign`'s arguments that are not settings.
+
+    - ``logit_offsets``: the candidate lengths of a fitted round, in logits of the widened fitted curve (the greedy
+      step picks among them, per design m).
+    - ``width_z``: standard errors of the log width added to the fitted width where lengths are placed (a curve
+      fitted too steep would put the next rows too close together to show it).
+    - ``stop_z``: the same where the information (hence the stop) is evaluated.
+    - ``check_factor``: the check m's offset target, in units of that m's n_50 target.
+    - ``slope_from``: the model the slope and n_50 variances (and the estimate) come from.
+    - ``min_rows``: fitted rows (after the bracketing) before the design may stop.
+    """
+
+    logit_offsets: tuple[float, ...]
+    width_z: float
+    stop_z: float
+    check_factor: float
+    slope_from: str
+    min_rows: int = 0
+
+    def arguments(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+POOLED_RULES = {
+    # Accessibility 73% and 27% on the curve widened by 1.5 standard errors of its log width, the pair of
+    # SequentialDesign (79% of the information about n_50 of a row at n_50 itself, and the two sides set the width);
+    # the stop judged on the curve one standard error wider; the check's offset to twice its m's n_50 target.
+    1: PooledRules(logit_offsets=(-1.0, 1.0), width_z=1.5, stop_z=1.0, check_factor=2.0, slope_from="linear"),
+    # Version 2: version 1 with a floor of 128 fitted rows before the design may stop. The stop judges standard
+    # errors estimated from the rows, the widths' most of all, and stops first where they came out small: with 8 rows
+    # a round (the SmolLM2 run's) version 1 realised 1.29x the published design's slope RMSE at the targets meant to
+    # match it (Wald coverage 85%), with the floor 1.01x (simulator, 200 repeats; BENCHMARKS.md, docs/accessibility).
+    # Wider candidate sets (0, +-0.5, +-1.5, +-2 logits), a coarser check (factor 3), the slope with the check m's
+    # offset free and other widenings were measured and lost.
+    2: PooledRules(
+        logit_offsets=(-1.0, 1.0), width_z=1.5, stop_z=1.0, check_factor=2.0, slope_from="linear", min_rows=128
+    ),
+}
+
+
+def pooled_rules(version: int) -> PooledRules:
+    """The rules of a version of the pooled design (settings.json's design.version)."""
+    if version not in POOLED_RULES:
+        raise ValueError(
+            f"this folder was run with version {version} of the pooled design's rules; this ut-peft knows versions "
+            f"{', '.join(map(str, sorted(POOLED_RULES)))}: resume it with the ut-peft that started it"
+        )
+    return POOLED_RULES[version]
 
 
 def _fractions_of(outcomes) -> dict[int, float]:
@@ -708,9 +785,12 @@ def _bracketed_fractions(fractions: dict) -> bool:
     return any(f >= 0.5 for f in fractions.values()) and any(f < 0.5 for f in fractions.values())
 
 
-def pooled_estimates(rows: dict, ms, design_ms=None, check_m=None) -> dict | None:
+def pooled_estimates(rows: dict, ms, design_ms=None, check_m=None, slope_from: str = "linear") -> dict | None:
     """n_50 at every m of ``ms`` from the pooled line fitted to ``rows`` (a dict (m, n, index) -> row), with Wald
     intervals, the slope and intercept with theirs, and the linearity check where a check m has rows.
+
+    ``slope_from``: "linear", the line fitted with the check m on it (its rows inform the line), or "free", the
+    check m's offset free (the line from the other m; the check m's n_50 is then still the line's, a m + b).
 
     Returns None when fewer than two m have rows. ``{"per_m": {m: {"n50", "se", "ci", "measured"}}, "slope",
     "slope_se", "slope_ci", "intercept", "intercept_se", "intercept_ci", "converged", "linearity"}``.
@@ -723,7 +803,7 @@ def pooled_estimates(rows: dict, ms, design_ms=None, check_m=None) -> dict | Non
         return None
     cells = Cells.from_rows([k[0] for k in keys], [k[1] for k in keys], [bool(rows[k]["accessible"]) for k in keys])
     check = check_m if check_m in measured and measured[0] < check_m < measured[-1] else None
-    fit = fit_pooled(cells, measured, check)
+    fit = fit_pooled(cells, measured, check, free_delta=slope_from == "free" and check is not None)
     per_m = {}
     for m in sorted(set(ms) | set(measured)):
         n50, se = fit.n50(m), fit.n50_se(m)

@@ -221,7 +221,7 @@ class SweepConfig:
         if self.design == "pooled":
             settings["design"] = {
                 "kind": self.design,
-                "version": POOLED_DESIGN_VERSION,
+                "version": self.pooled_version,
                 "target_slope_se": self.target_slope_se,
                 "target_n50_se": self.target_n50_se,
                 "budget_row_steps": self.budget_row_steps,
@@ -247,7 +247,7 @@ class SweepConfig:
             budget_row_steps=design.get("budget_row_steps"),
             target_slope_se=design.get("target_slope_se"),
             target_n50_se=design.get("target_n50_se"),
-            pooled_version=design.get("version", POOLED_DESIGN_VERSION),
+            pooled_version=design.get("version", 1),  # a pooled folder without one predates versions: 1
             infer_prefixes=settings.get("infer_prefixes", False),
             **kwargs,
         )
@@ -341,10 +341,12 @@ def replayed_rows(design, rows: dict) -> dict:
 
 
 # The fields of settings["design"] that only decide when a design stops (and, for the pooled design, how its fitted
-# rounds weigh the quantities asked for): what a retarget may change. Everything else decides what a row is.
+# rounds weigh the quantities asked for): what a retarget may change. Everything else decides what a row is. The
+# pooled design's version (its placement and stopping rules) may change too: the new version keeps only the rows
+# its own replay asks for, as new targets do, so every kept row is one the new rules would have crammed.
 STOPPING_FIELDS = {
     "sequential": ("target_ci", "budget_row_steps"),
-    "pooled": ("target_slope_se", "target_n50_se", "budget_row_steps"),
+    "pooled": ("target_slope_se", "target_n50_se", "budget_row_steps", "version"),
 }
 
 
@@ -858,7 +860,7 @@ def _pooled(config: SweepConfig, rows: dict) -> dict | None:
         return None
     design = make_design(config)
     assert isinstance(design, PooledDesign)  # what make_design builds for "pooled"
-    estimate = pooled_estimates(rows, config.ms, design.design_ms, design.check_m)
+    estimate = pooled_estimates(rows, config.ms, design.design_ms, design.check_m, slope_from=design.slope_from)
     if estimate is None:
         return None
     estimate["per_m"] = [dict(m=m, **entry) for m, entry in estimate["per_m"].items()]

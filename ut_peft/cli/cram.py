@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import inspect
+import json
 from pathlib import Path
 
 from ..accessibility import (
@@ -34,7 +35,7 @@ from ..accessibility import (
     save_memory_adapters,
     summarize_folder,
 )
-from ..accessibility.design import DESIGNS
+from ..accessibility.design import DESIGNS, POOLED_DESIGN_VERSION, POOLED_RULES
 from ..accessibility.protocol import PROTOCOLS, QUICK_RUN, cram_settings
 from ..accessibility.report import console_summary
 from ..accessibility.store import ADAPTERS_DIR, REPORT_FILE, SETTINGS_FILE, check_retarget_target
@@ -188,7 +189,26 @@ def sweep_config(args: argparse.Namespace) -> SweepConfig:
         prefix=args.prefix,
         protocol=args.protocol,
         infer_prefixes=args.infer_prefixes,
+        pooled_version=pooled_version(args, design),
     )
+
+
+def pooled_version(args: argparse.Namespace, design: str) -> int:
+    """--pooled-version, or when it is not given: the version a pooled sweep in --output was started with (a resume
+    keeps its folder's rules, so the same command goes on under a newer ut-peft), else the newest."""
+    if args.pooled_version is not None:
+        if design != "pooled":
+            raise ValueError(f"--pooled-version belongs to --design pooled (got --design {design})")
+        return args.pooled_version
+    settings = Path(args.output) / SETTINGS_FILE
+    if design == "pooled" and not args.overwrite and not args.retarget_from and settings.is_file():
+        try:
+            recorded = json.loads(settings.read_text()).get("design") or {}
+        except (OSError, ValueError):
+            recorded = {}  # unreadable: the resume itself says what is wrong with the folder
+        if recorded.get("kind") == "pooled":
+            return int(recorded.get("version", 1))
+    return POOLED_DESIGN_VERSION
 
 
 def tracked_settings(args: argparse.Namespace, config: SweepConfig) -> dict:
@@ -268,6 +288,7 @@ def flags_from_settings(values: dict, path) -> dict:
             if isinstance(n50, dict)
             else [str(n50)],
             budget=design.get("budget_row_steps"),
+            pooled_version=design.get("version", 1),
         )
     if grid.get("lengths") is not None:
         flags.update(design="fixed", lengths=grid["lengths"])
@@ -357,6 +378,14 @@ def parse(argv=None, *, prog: str | None = None):
         metavar="SE|M:SE",
         help="pooled: stop once the standard error of n_50 at every m (measured or read off the line) is at most "
         "this many tokens: one value, or M:SE pairs",
+    )
+    parser.add_argument(
+        "--pooled-version",
+        type=int,
+        choices=sorted(POOLED_RULES),
+        default=None,
+        help=f"pooled: the version of the design's placement and stopping rules (default: the one a pooled sweep in "
+        f"--output was started with, else {POOLED_DESIGN_VERSION}); a retarget may change it",
     )
     parser.add_argument(
         "--target-ci",
