@@ -7,6 +7,9 @@
 # (targets 1.15x those) and not on the slope at these small widths (target 0.44 realises about 0.42; BENCHMARKS.md).
 # Resumable: rerun this script and it continues from rows.jsonl and the in-flight
 # snapshots (commit both as it goes).
+# Next (docs/accessibility.md, "Progress"): once m = 3 and 5 are bracketed, retarget into a new folder under version 2
+# of the pooled rules with targets at the published precision for the measured slope (--retarget-from this folder
+# --pooled-version 2 --target-... --output NEW), and point this script at NEW.
 cd "$(dirname "$0")/../.."
 exec nice -n 5 python recipes/cram.py --model smollm2-135m --protocol published --source words \
     --ms 1 2 3 4 5 --design pooled --num-sequences 8 --batch-size 12 \
