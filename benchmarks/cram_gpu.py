@@ -394,7 +394,7 @@ def main(args) -> dict:
         model_deadline = time.perf_counter() + (deadline - time.perf_counter()) / (len(args.models) - i)
         model = build_model(name, device, args.tiny, args.seed)
         config = cram_config(protocol, engine, args, model)
-        report["autocast"] = engine._autocast_kind(config, torch.device(device))
+        report["autocast"] = engine.autocast_kind(config, torch.device(device))
         info = report["models"][name] = {
             "config": {**CONFIGS[name], **(TINY[name] if args.tiny else {})},
             "parameters": sum(p.numel() for p in model.parameters()),

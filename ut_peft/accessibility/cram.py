@@ -258,7 +258,7 @@ def job_init(job: CramJob, hidden_size: int, std: float) -> torch.Tensor:
     return init_vectors(job.m, hidden_size, std, job.seed)
 
 
-def _autocast_kind(config: CramConfig, device: torch.device) -> str:
+def autocast_kind(config: CramConfig, device: torch.device) -> str:
     """``config.autocast`` with "auto" resolved: ``gpu_autocast`` on GPU, none (fp32) elsewhere."""
     if config.autocast != "auto":
         return config.autocast
@@ -266,7 +266,7 @@ def _autocast_kind(config: CramConfig, device: torch.device) -> str:
 
 
 def _autocast(config: CramConfig, device: torch.device):
-    kind = _autocast_kind(config, device)
+    kind = autocast_kind(config, device)
     if kind == "none":
         return nullcontext()
     return torch.autocast(device.type, dtype=torch.bfloat16 if kind == "bf16" else torch.float16)
@@ -281,7 +281,7 @@ CPU_HALF_MATH_ATTENTION_MAX_LEN = 128
 
 
 def _attention_kernel(config: CramConfig, device: torch.device, length: int):
-    half = _autocast_kind(config, device) in ("bf16", "fp16")
+    half = autocast_kind(config, device) in ("bf16", "fp16")
     if device.type == "cpu" and half and length <= CPU_HALF_MATH_ATTENTION_MAX_LEN:
         return sdpa_kernel(SDPBackend.MATH)
     return nullcontext()

@@ -33,6 +33,7 @@ Rows are not logged step by step inside the engine: a sweep optimises thousands 
 from __future__ import annotations
 
 import time
+from collections import Counter
 
 from .coverage import check, check_intervals, marked, per_m_sequences
 from .design import complete_groups, row_steps
@@ -112,9 +113,7 @@ class SweepTracker:
             seed=[self.config.seed, m],
         )
         # The summary's check of this interval: its sequence count from the rows per length that were fitted.
-        per_length: dict[int, int] = {}
-        for r in fitted:
-            per_length[r["n"]] = per_length.get(r["n"], 0) + 1
+        per_length = Counter(r["n"] for r in fitted)
         sequences = per_m_sequences(fit["n50_ci_method"], per_length.values())
         found = check("n50", fit["n50_ci_method"], sequences, fit["n50_ci"])
         return _fit_values(f"m{m}/", fit["n50"], fit["n50_ci"], found)

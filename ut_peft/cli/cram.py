@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import inspect
-import json
 from pathlib import Path
 
 from ..accessibility import (
@@ -38,7 +37,7 @@ from ..accessibility import (
 from ..accessibility.design import DESIGNS, POOLED_DESIGN_VERSION, POOLED_RULES
 from ..accessibility.protocol import PROTOCOLS, QUICK_RUN, cram_settings
 from ..accessibility.report import console_summary
-from ..accessibility.store import ADAPTERS_DIR, REPORT_FILE, SETTINGS_FILE, check_retarget_target
+from ..accessibility.store import ADAPTERS_DIR, REPORT_FILE, SETTINGS_FILE, check_retarget_target, read_settings
 from ..accessibility.tracking import SweepTracker
 from .common import (
     add_common_flags,
@@ -200,12 +199,11 @@ def pooled_version(args: argparse.Namespace, design: str) -> int:
         if design != "pooled":
             raise ValueError(f"--pooled-version belongs to --design pooled (got --design {design})")
         return args.pooled_version
-    settings = Path(args.output) / SETTINGS_FILE
-    if design == "pooled" and not args.overwrite and not args.retarget_from and settings.is_file():
+    if design == "pooled" and not args.overwrite and not args.retarget_from:
         try:
-            recorded = json.loads(settings.read_text()).get("design") or {}
-        except (OSError, ValueError):
-            recorded = {}  # unreadable: the resume itself says what is wrong with the folder
+            recorded = read_settings(args.output).get("design") or {}
+        except ValueError:
+            recorded = {}  # no sweep there, or unreadable: the resume itself says what is wrong with the folder
         if recorded.get("kind") == "pooled":
             return int(recorded.get("version", 1))
     return POOLED_DESIGN_VERSION
