@@ -24,39 +24,27 @@ from ut_peft.accessibility.sources import init_seed
 from ut_peft.accessibility.sweep import _validated, check_rows, replayed_rows
 
 
-def pooled(**overrides):
+def _config(design_settings, overrides):
     settings = dict(
         model="tiny-llama",
         source="tokens",
-        ms=[1, 2, 3],
         grid=GridConfig(start=4, stop=100),
-        design="pooled",
-        target_slope_se=2.0,
-        target_n50_se=3.0,
         num_sequences=6,
         cram=CramConfig(max_steps=1000, patience=1000),
         support_sequences=8,
         support_seq_len=4,
+        **design_settings,
     )
     settings.update(overrides)
     return SweepConfig(**settings)
+
+
+def pooled(**overrides):
+    return _config(dict(ms=[1, 2, 3], design="pooled", target_slope_se=2.0, target_n50_se=3.0), overrides)
 
 
 def sequential(**overrides):
-    settings = dict(
-        model="tiny-llama",
-        source="tokens",
-        ms=[1, 2],
-        grid=GridConfig(start=4, stop=100),
-        design="sequential",
-        target_ci=12.0,
-        num_sequences=6,
-        cram=CramConfig(max_steps=1000, patience=1000),
-        support_sequences=8,
-        support_seq_len=4,
-    )
-    settings.update(overrides)
-    return SweepConfig(**settings)
+    return _config(dict(ms=[1, 2], design="sequential", target_ci=12.0), overrides)
 
 
 def simulated(m, n, index, seed=0):
