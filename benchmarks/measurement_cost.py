@@ -106,6 +106,107 @@ NAMES = ("published", "published+inferred", "sequential", "pooled")
 DEFAULT_CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "ut-peft" / "measurement_cost"
 
 
+@dataclasses.dataclass(frozen=True)
+class RowCosts:
+    """What a simulated row costs in steps: a cost model sets row-steps only, never an outcome (every design decides
+    from outcomes, so the rows are the same under any cost model). ``r`` = n / the text's threshold.
+
+    - ``form="assumed"`` (the default, written before any full-cap real row): an accessible row takes
+      ceil(t0 LN(0, spread) (1 + 9 r^8)) steps (t0 = 150, spread 0.5: ~150 far below a text's limit, ~1400 at it).
+    - ``form="exponential"`` (:func:`fit_costs`, fitted to real rows): ceil(t0 LN(0, spread) exp(k r)): the real
+      rows' steps grow with n far below the limit too (SmolLM2 m = 1: ~160 at a third of n_50, ~800 at two thirds).
+
+    An inaccessible row (both forms): its best accuracy last improves at step b = b0 LN(0, fail_spread) and it stops
+    at min(cap, b + patience); assumed b0 = 800, fail_spread 0.7 (median ~1300 steps).
+    """
+
+    form: str = "assumed"
+    t0: float = 150.0
+    spread: float = 0.5
+    k: float = 0.0
+    b0: float = 800.0
+    fail_spread: float = 0.7
+    source: str = ""  # where a fitted model's parameters come from
+
+    def accessible_steps(self, r: float, rng) -> int:
+        growth = 1 + 9 * r**8 if self.form == "assumed" else math.exp(self.k * r)
+        return min(CAP - 1, max(1, math.ceil(self.t0 * rng.lognormal(0, self.spread) * growth)))
+
+    def inaccessible_steps(self, rng) -> int:
+        return int(min(CAP, self.b0 * rng.lognormal(0, self.fail_spread) + PATIENCE))
+
+    def describe(self) -> str:
+        if self.form == "assumed":
+            return "row costs: the assumed model (accessible ~150 steps far below a text's limit, ~1400 at it)"
+        return (
+            f"row costs fitted to {self.source}: accessible ceil({self.t0:.1f} LN(0, {self.spread:.2f}) "
+            f"exp({self.k:.2f} r)) steps (r = n / the text's limit: {self.accessible_steps_median(0.5):.0f} at r = "
+            f"0.5, {self.accessible_steps_median(1.0):.0f} at r = 1), inaccessible min({CAP}, {self.b0:.0f} "
+            f"LN(0, {self.fail_spread:.2f}) + {PATIENCE})"
+        )
+
+    def accessible_steps_median(self, r: float) -> float:
+        growth = 1 + 9 * r**8 if self.form == "assumed" else math.exp(self.k * r)
+        return self.t0 * growth
+
+
+def fit_costs(folders) -> RowCosts:
+    """The exponential cost model fitted to the rows of real sweep folders run at the simulator's cap and patience.
+
+    A real text's own limit is unknown, so a row's r is n / n_50 of its m (the per-m Firth MLE of the folders' rows at
+    that m; an m whose rows do not bracket n_50 is left out). Accessible rows: least squares of log(steps) on r
+    (log t0 and k), spread = the residual standard deviation. Inaccessible rows: b = steps - patience (a row at the
+    cap only says b >= cap - patience and is taken at that bound), b0 = exp(mean log b), fail_spread = sd of log b.
+    """
+    from ut_peft.accessibility import store
+    from ut_peft.accessibility.fit import fit_logistic
+
+    rows = []
+    for folder in map(Path, folders):
+        settings = store.read_settings(folder)
+        cram = settings.get("cram", {})
+        if (cram.get("max_steps"), cram.get("patience")) != (CAP, PATIENCE):
+            raise SystemExit(
+                f"--cost-from {folder}: its rows ran at cap {cram.get('max_steps')} and patience "
+                f"{cram.get('patience')}; the simulator's cost model is for cap {CAP} and patience {PATIENCE}: give "
+                f"folders run with --protocol published (cap 3000, patience 500)"
+            )
+        rows += [row for row in store.read_rows(folder).values() if row.get("stop_reason") != "inferred"]
+    n50 = {}
+    for m in sorted({row["m"] for row in rows}):
+        at_m = [row for row in rows if row["m"] == m]
+        ns = sorted({row["n"] for row in at_m})
+        succ = [sum(bool(r["accessible"]) for r in at_m if r["n"] == n) for n in ns]
+        tri = [sum(r["n"] == n for r in at_m) for n in ns]
+        fit = fit_logistic(ns, succ, tri)
+        if fit["n50"] is not None:
+            n50[m] = fit["n50"]
+    accessible = [(row["n"] / n50[row["m"]], row["steps"]) for row in rows if row["accessible"] and row["m"] in n50]
+    failed = [max(1, row["steps"] - PATIENCE) for row in rows if not row["accessible"] and row["m"] in n50]
+    if len({r for r, _ in accessible}) < 2 or len(accessible) < 3 or len(failed) < 2:
+        raise SystemExit(
+            f"--cost-from: {len(accessible)} accessible and {len(failed)} inaccessible rows at an m whose n_50 the "
+            f"rows bracket (m = {sorted(n50) or 'none'}); the fit needs >= 3 accessible rows at 2 lengths and >= 2 "
+            f"inaccessible ones"
+        )
+    r, steps = np.array(accessible, dtype=float).T
+    k, log_t0 = np.polyfit(r, np.log(steps), 1)
+    residual = np.log(steps) - (k * r + log_t0)
+    log_b = np.log(np.array(failed, dtype=float))
+    names = ", ".join(str(f) for f in folders)
+    return RowCosts(
+        form="exponential",
+        t0=float(math.exp(log_t0)),
+        spread=float(residual.std(ddof=2)) if len(residual) > 2 else 0.5,
+        k=float(k),
+        b0=float(math.exp(log_b.mean())),
+        fail_spread=float(log_b.std(ddof=1)),
+        source=f"{len(accessible)} accessible and {len(failed)} inaccessible rows of {names} (n_50 "
+        + ", ".join(f"{n50[m]:.1f} at m = {m}" for m in sorted(n50))
+        + ")",
+    )
+
+
 @dataclasses.dataclass
 class Truth:
     slope: float = 44.5
@@ -116,6 +217,7 @@ class Truth:
     # n_50 off the line by bend * (m - 1)(5 - m) / 4 (0 at m = 1 and 5, bend at 3): a truth the linearity check
     # must catch; the least-squares slope through m = 1..5 stays ``slope``.
     bend: float = 0.0
+    costs: RowCosts = RowCosts()
 
     def n50(self, m: int) -> float:
         return self.slope * m + self.intercept + self.bend * (m - 1) * (5 - m) / 4
@@ -133,14 +235,31 @@ def simulate_row(truth: Truth, repeat: int, m: int, n: int, index: int) -> dict:
     width = truth.rel_width * truth.n50(m)
     threshold = truth.n50(m) + width * (z + truth.jitter * rng.standard_normal())
     if n < threshold:
-        r = n / threshold
-        steps = min(CAP - 1, max(1, math.ceil(150 * rng.lognormal(0, 0.5) * (1 + 9 * r**8))))
-        return {"accessible": True, "steps": steps}
-    best = 800 * rng.lognormal(0, 0.7)
-    steps = int(min(CAP, best + PATIENCE))
+        return {"accessible": True, "steps": truth.costs.accessible_steps(n / threshold, rng)}
+    steps = truth.costs.inaccessible_steps(rng)
     if truth.early_stop is not None:
         steps = min(steps, truth.early_stop)
     return {"accessible": False, "steps": steps}
+
+
+def truth_from(folder, ms) -> tuple[float, float]:
+    """Slope and intercept of the pooled line through a real sweep folder's rows (every m with rows)."""
+    from ut_peft.accessibility import store
+
+    rows = store.read_rows(Path(folder))
+    estimate = pooled_estimates(rows, ms)
+    if estimate is None or not estimate["converged"]:
+        measured = sorted({k[0] for k in rows})
+        raise SystemExit(
+            f"--truth-from {folder}: the pooled line needs rows at two m at least and a converged fit (rows at m = "
+            f"{measured or 'none'}, {'no fit' if estimate is None else 'not converged'}); pass --slope and "
+            f"--intercept instead"
+        )
+    print(
+        f"truth from {folder}: the pooled line through its {len(rows)} rows, n_50 = {estimate['slope']:.2f} m + "
+        f"{estimate['intercept']:.2f} (slope se {estimate['slope_se']:.2f})"
+    )
+    return float(estimate["slope"]), float(estimate["intercept"])
 
 
 def run_design(design, truth: Truth, repeat: int, infer: bool = False) -> tuple[dict, float]:
@@ -340,7 +459,8 @@ def pooled_arguments(args) -> dict:
 
 
 def simulate(args) -> None:
-    truth = Truth(args.slope, args.intercept, args.rel_width, args.jitter, args.early_stop, args.bend)
+    costs = fit_costs(args.cost_from) if args.cost_from else RowCosts()
+    truth = Truth(args.slope, args.intercept, args.rel_width, args.jitter, args.early_stop, args.bend, costs)
     ms = args.ms
     names = [n for n in NAMES if n == "published" or n in args.designs]  # the published design is the baseline
     cache = None if args.no_cache else Path(args.cache)
@@ -414,6 +534,7 @@ def simulate(args) -> None:
         + (f", early stop at {truth.early_stop}" if truth.early_stop else "")
         + (f", bend {truth.bend} at m = 3" if truth.bend else "")
     )
+    print(truth.costs.describe())
     print(
         "Precision is judged by error over the repeats: bias and RMSE (with its Monte-Carlo standard error) of n_50 "
         "at every m (the pooled design reads the m it does not measure off its line) and of the slope; coverage of "
@@ -480,6 +601,12 @@ def simulate(args) -> None:
         min(equal, key=lambda n: totals[n])
         if equal
         else min(candidates, key=lambda n: max(worst[n], ratios[n]["slope"]))
+    )
+    # What a real pooled sweep (or a retarget, --retarget-from) at this truth asks for to match the published design:
+    print(
+        f"pooled targets at {args.pooled_factor} x the published RMSE: --target-slope-se "
+        f"{args.pooled_factor * published_slope_rmse:.2f} --target-n50-se "
+        + " ".join(f"{m}:{args.pooled_factor * published_rmse[m]:.2f}" for m in ms)
     )
     print(f"best design: {best} ({'at equal precision' if equal else 'NOT at equal precision: no design is'})")
     print(
@@ -614,6 +741,21 @@ def main(argv=None):
         "--bend", type=float, default=0.0, help="n_50 leaves the line by this many tokens at m = 3 (0 at m = 1, 5)"
     )
     parser.add_argument("--early-stop", type=int, default=None, help="simulate abandoning hopeless rows at step K")
+    parser.add_argument(
+        "--cost-from",
+        nargs="+",
+        metavar="FOLDER",
+        default=None,
+        help="row costs fitted to the rows of these real sweep folders (cap 3000, patience 500; RowCosts) instead "
+        "of the assumed model: outcomes are unchanged, so this moves row-steps only",
+    )
+    parser.add_argument(
+        "--truth-from",
+        metavar="FOLDER",
+        default=None,
+        help="the truth's slope and intercept from the pooled fit of this real sweep folder's rows (overrides "
+        "--slope, --intercept): what the published design's error, hence a retarget's targets, is at that model",
+    )
     parser.add_argument("--batch", type=int, default=8, help="sequences per round of the sequential design")
     parser.add_argument("--min-rounds", type=int, default=2, help="sequential: fitted rounds before it may stop")
     parser.add_argument("--probe", type=int, default=None, help="sequential: sequences per bracketing round")
@@ -636,6 +778,8 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.quick:
         args.repeats, args.num_boot = min(args.repeats, 50), min(args.num_boot, 200)
+    if args.truth_from:
+        args.slope, args.intercept = truth_from(args.truth_from, args.ms)
     if args.model:
         real(args)
     else:

@@ -5,6 +5,7 @@ import contextlib
 import importlib.util
 import io
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -79,3 +80,87 @@ def test_the_pooled_knobs_replace_single_rules_of_the_version(cost):
         )["min_rows"]
         == 128
     )
+
+
+def test_the_default_row_costs_are_the_assumed_model_written_out(cost):
+    """RowCosts() draws exactly what the simulator drew before it was a parameter (150 LN(0, 0.5) (1 + 9 r^8) for an
+    accessible row, min(cap, 800 LN(0, 0.7) + patience) for an inaccessible one)."""
+    import math
+
+    import numpy as np
+
+    truth = cost.Truth(slope=28.0, intercept=2.0)
+    for m, n, index in [(1, 10, 0), (1, 29, 3), (3, 70, 5), (3, 120, 6), (5, 150, 1), (5, 300, 2)]:
+        z = np.random.default_rng([4, 1, index]).logistic()
+        rng = np.random.default_rng([4, 2, m, n, index])
+        threshold = truth.n50(m) + truth.rel_width * truth.n50(m) * (z + truth.jitter * rng.standard_normal())
+        if n < threshold:
+            steps = math.ceil(150 * rng.lognormal(0, 0.5) * (1 + 9 * (n / threshold) ** 8))
+            expected = {"accessible": True, "steps": min(2999, steps)}
+        else:
+            expected = {"accessible": False, "steps": int(min(3000, 800 * rng.lognormal(0, 0.7) + 500))}
+        assert cost.simulate_row(truth, 4, m, n, index) == expected
+
+
+def write_sweep(folder, rows, max_steps=3000, patience=500):
+    folder.mkdir()
+    (folder / "settings.json").write_text(json.dumps({"cram": {"max_steps": max_steps, "patience": patience}}))
+    lines = []
+    for i, (m, n, accessible, steps) in enumerate(rows):
+        row = dict(m=m, n=n, index=i, init_seed=i, greedy_exact=accessible, accessible=accessible, steps=steps)
+        row.update(stop_reason="exact" if accessible else "patience", seconds=1.0, rank=0)
+        row.update(tf_accuracy=1.0 if accessible else 0.5, final_loss=0.1, best_accuracy=1.0 if accessible else 0.5)
+        lines.append(json.dumps(row))
+    (folder / "rows.jsonl").write_text("\n".join(lines) + "\n")
+
+
+def test_row_costs_fitted_to_real_rows_recover_the_law_they_follow(cost, tmp_path):
+    import math
+
+    from ut_peft.accessibility.fit import fit_logistic
+
+    outcomes = [(1, 10, True), (1, 10, True), (1, 20, True), (1, 20, True), (1, 20, False)]
+    outcomes += [(1, 30, True), (1, 30, False), (1, 30, False), (1, 40, False), (1, 40, False)]
+    n50 = fit_logistic([10, 20, 30, 40], [2, 2, 1, 0], [2, 3, 3, 2])["n50"]
+    # Accessible rows: exactly 40 exp(4 n / n_50) steps at the rows' own n_50; inaccessible ones improving until
+    # step 1500 or 2500 (then patience 500).
+    fail_steps = iter([2000, 3000, 2000, 3000, 2000])
+    rows = [(m, n, acc, round(40 * math.exp(4 * n / n50)) if acc else next(fail_steps)) for m, n, acc in outcomes]
+    folder = tmp_path / "sweep"
+    write_sweep(folder, rows)
+    costs = cost.fit_costs([folder])
+    assert costs.form == "exponential"
+    assert costs.k == pytest.approx(4.0, abs=0.01) and costs.t0 == pytest.approx(40.0, rel=0.02)
+    assert costs.b0 == pytest.approx(math.exp((3 * math.log(1500) + 2 * math.log(2500)) / 5), rel=1e-6)
+    assert "5 accessible and 5 inaccessible rows" in costs.describe()
+    # The model moves row-steps only: outcomes are those of the assumed model's simulator.
+    fitted, assumed = cost.Truth(costs=costs), cost.Truth()
+    for job in [(0, 1, 40, 0), (0, 1, 55, 1), (1, 3, 140, 2), (2, 5, 230, 3)]:
+        assert cost.simulate_row(fitted, *job)["accessible"] == cost.simulate_row(assumed, *job)["accessible"]
+
+
+def test_row_costs_refuse_rows_of_another_cap_or_too_few_rows(cost, tmp_path):
+    write_sweep(tmp_path / "cap300", [(1, 10, True, 50), (1, 20, False, 300)], max_steps=300)
+    with pytest.raises(SystemExit, match="cap 300 and patience 500.*--protocol published"):
+        cost.fit_costs([tmp_path / "cap300"])
+    write_sweep(tmp_path / "few", [(1, 10, True, 50), (1, 20, True, 90), (1, 20, False, 2000), (1, 30, False, 2500)])
+    with pytest.raises(SystemExit, match="2 accessible and 2 inaccessible rows at an m whose n_50 the rows bracket"):
+        cost.fit_costs([tmp_path / "few"])
+
+
+def test_the_truth_from_a_folder_is_its_pooled_line_and_the_run_prints_the_targets(cost, tmp_path):
+    rows = []
+    for m, n50 in [(1, 30), (3, 90), (5, 150)]:
+        for k, n in enumerate([n50 - 10, n50 - 3, n50 + 3, n50 + 10]):
+            rows += [(m, n, k < 2 or (k == 2 and j == 0), 500) for j in range(2)]
+    write_sweep(tmp_path / "real", rows)
+    slope, intercept = cost.truth_from(tmp_path / "real", [1, 2, 3, 4, 5])
+    assert slope == pytest.approx(30.0, abs=3.0) and intercept == pytest.approx(0.0, abs=8.0)
+    out = run(cost, "--repeats", "1", "--cache", str(tmp_path / "cache"), "--truth-from", str(tmp_path / "real"))
+    assert f"n_50 = {slope} m + {intercept}" in out
+    (targets,) = [line for line in out.splitlines() if line.startswith("pooled targets at 50.0 x")]
+    flags = r"--target-slope-se [\d.]+ --target-n50-se 1:[\d.]+ 2:[\d.]+ 3:[\d.]+ 4:[\d.]+ 5:[\d.]+"
+    assert re.fullmatch(".*" + flags, targets)
+    write_sweep(tmp_path / "one-m", [(1, 10, True, 50), (1, 40, False, 2000)])
+    with pytest.raises(SystemExit, match="rows at m = \\[1\\]"):
+        cost.truth_from(tmp_path / "one-m", [1, 2])

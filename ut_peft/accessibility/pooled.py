@@ -4,16 +4,18 @@ The per-m fits of :mod:`ut_peft.accessibility.fit` estimate every n_50 on its ow
 them. When the line holds, that spends rows on every m although two lengths of the line fix all five: the model here
 fits all rows at once,
 
-    P(accessible | m, n) = 1 / (1 + exp(-(mu(m) - n) / w_m)),    mu(m) = a m + b,
+    P(accessible | m, n) = 1 / (1 + exp(-(mu(m) - n) / w(m))),    mu(m) = a m + b,    w(m) = exp(c) m^d,
 
-with one logistic scale ``w_m`` per measured m (the transition widens with m; nothing ties the widths together), so
-that n_50 at an m never measured is read off the line, ``a m + b``, with the line's uncertainty. The model is checked,
+with the transition's logistic scale ``w(m)`` one smooth law of m (two parameters for every m: see
+:class:`PooledModel` for why not a free width per m), so that n_50 at an m never measured is read off the line,
+``a m + b``, with the line's uncertainty. The model is checked,
 not assumed: at a "check" m between the two ends its crossing gets a free offset ``delta`` (mu(m_c) = a m_c + b +
 delta) in a second fit, and :func:`linearity_check` tests delta = 0 (a likelihood-ratio test, and the offset with its
 interval in tokens). Rows must be independent (a fresh text per row: the pooled design's jobs have distinct indices).
 
-Fitting: maximum likelihood by Fisher scoring with step halving, with a weak normal prior on each log width (centred
-on a tenth of the length scale of that m's rows, standard deviation 2 in log units, i.e. a factor of 7 either way)
+Fitting: Firth-penalised maximum likelihood (BFGS, :func:`fit_pooled`), with a weak normal prior on the width law
+(its level centred on a tenth of the lengths measured at the smallest m, standard deviation 2 in log units, a factor
+of 7 either way; its power of m centred on 1, standard deviation 1)
 so that rows which separate completely (every row below some length accessible, none above) give a finite width
 instead of a step: the prior matters only where the rows cannot set the width. Intervals are Wald intervals from the
 inverse information at the estimate; their coverage at the settings the design stops at is measured by simulation
