@@ -453,6 +453,7 @@ def pooled_arguments(args) -> dict:
         "stop_z": args.pooled_stop_z,
         "slope_from": args.pooled_slope_from,
         "min_rows": args.pooled_min_rows,
+        "criterion": args.pooled_criterion,
     }
     rules.update({k: tuple(v) if isinstance(v, list) else v for k, v in knobs.items() if v is not None})
     return rules
@@ -719,6 +720,12 @@ def main(argv=None):
     )
     parser.add_argument(
         "--pooled-min-rows", type=int, default=None, help="pooled: fitted rows before the design may stop"
+    )
+    parser.add_argument(
+        "--pooled-criterion",
+        choices=["cube", "binding"],
+        default=None,
+        help="pooled: where a row goes: the largest drop of every ratio cubed (cube) or of the ratios above 1 (binding)",
     )
     parser.add_argument(
         "--pooled-slope-from",

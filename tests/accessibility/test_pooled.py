@@ -54,6 +54,7 @@ def test_linearity_check_passes_a_line_and_rejects_a_bend():
         (dict(budget_row_steps=-5), "positive integer"),
         (dict(target_slope_se=None, target_n50_se=None), "stopping rule"),
         (dict(check_m=5), "strictly between"),
+        (dict(criterion="max"), "criterion must be 'cube'.*or 'binding'"),
     ],
 )
 def test_pooled_design_refuses_settings_that_cannot_work(kwargs, message):
@@ -61,6 +62,20 @@ def test_pooled_design_refuses_settings_that_cannot_work(kwargs, message):
     settings.update(kwargs)
     with pytest.raises(ValueError, match=message):
         PooledDesign(**settings)
+
+
+def test_the_binding_criterion_counts_only_the_ratios_that_keep_the_design_from_stopping():
+    from ut_peft.accessibility.design import round_gain
+
+    # Slope at 1.1 of its target, n_50 at 0.9: one candidate lowers the slope a little, one the n_50 a lot.
+    before = np.array([1.1, 0.9])
+    after = np.array([[1.05, 0.9], [1.1, 0.5]])
+    assert np.argmax(round_gain(before, after, "cube")) == 1  # the cube counts the n_50 already at its target
+    assert np.argmax(round_gain(before, after, "binding")) == 0  # only the slope keeps the design going
+    assert round_gain(before, after, "binding")[1] == 0.0
+    # Every ratio at its target (the floor of fitted rows not reached yet): both count every ratio.
+    low = np.array([0.95, 0.6])
+    np.testing.assert_array_equal(round_gain(low, after * 0.8, "binding"), round_gain(low, after * 0.8, "cube"))
 
 
 def test_sweep_config_refuses_pooled_targets_elsewhere_and_a_single_m():

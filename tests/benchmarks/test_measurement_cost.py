@@ -67,10 +67,17 @@ def test_the_pooled_knobs_replace_single_rules_of_the_version(cost):
         pooled_stop_z=0.5,
         pooled_slope_from=None,
         pooled_min_rows=None,
+        pooled_criterion=None,
     )
     rules = cost.pooled_arguments(args)
     assert rules == dict(
-        logit_offsets=(-1.5, 0.0, 1.5), width_z=1.5, stop_z=0.5, check_factor=2.0, slope_from="linear", min_rows=0
+        logit_offsets=(-1.5, 0.0, 1.5),
+        width_z=1.5,
+        stop_z=0.5,
+        check_factor=2.0,
+        slope_from="linear",
+        min_rows=0,
+        criterion="cube",
     )
     assert (
         cost.pooled_arguments(
