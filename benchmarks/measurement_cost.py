@@ -725,7 +725,7 @@ def main(argv=None):
         "--pooled-criterion",
         choices=["cube", "binding"],
         default=None,
-        help="pooled: where a row goes: the largest drop of every ratio cubed (cube) or of the ratios above 1 (binding)",
+        help="pooled: where a row goes: the largest drop of every ratio cubed (cube) or of those above 1 (binding)",
     )
     parser.add_argument(
         "--pooled-slope-from",
