@@ -82,10 +82,17 @@ def test_committed_summaries_carry_the_checks_the_report_prints(folder):
     """Every committed summary loads; its interval_checks are what the rule gives for its intervals today, and every
     interval the checks do not trust is printed with its note in report.md and on the console."""
     summary = store.read_summary(folder)
-    assert summary.interval_checks == coverage.check_intervals(summary.per_m, summary.fit)
+    checks = dict(summary.interval_checks)
+    pooled = checks.pop("pooled", None)
+    assert checks == coverage.check_intervals(summary.per_m, summary.fit)
+    if summary.pooled:
+        settings = summary.settings
+        assert pooled == coverage.check_pooled(
+            summary.pooled, settings["design"]["version"], settings["num_sequences"]
+        )
     report, console = markdown(summary), console_summary(summary)
-    checks = summary.interval_checks
-    for found in [*checks["per_m"], *(checks[k] for k in ("slope", "intercept") if k in checks)]:
+    found_all = [*checks["per_m"], *(checks[k] for k in ("slope", "intercept") if k in checks)]
+    for found in found_all:
         if not found["trusted"]:
             assert f"({found['note']})" in report and f"({found['note']})" in console
     assert (folder / "report.md").read_text() == markdown(summary)  # the committed report is the regenerated one
@@ -108,3 +115,29 @@ def test_summary_json_holds_the_marks(tmp_path):
     m2 = next(e for e in data["interval_checks"]["per_m"] if e["m"] == 2)
     assert m2["unbounded"] == ["high"] and m2["trusted"] is False and "not bounded above" in m2["note"]
     assert store.read_summary(tmp_path).interval_checks == data["interval_checks"]
+
+
+def test_the_pooled_designs_wald_intervals_carry_their_simulated_coverage():
+    """Version 2 at 8 rows a round covered 88% (slope) and down to 87% (n_50) in the simulator: both are marked;
+    settings never simulated are marked as not measured; an unbounded side is marked whatever the table says."""
+    pooled = {
+        "per_m": [{"m": 1, "ci": [20.0, 30.0]}, {"m": 2, "ci": [50.0, None]}],
+        "slope_ci": [26.0, 30.0],
+        "intercept_ci": [-2.0, 4.0],
+    }
+    found = coverage.check_pooled(pooled, 2, 8)
+    entry = coverage.POOLED_TABLE["2"]["8"]
+    assert found["measured"] and found["command"] == entry["command"]
+    where = "for version 2 of the pooled rules at 8 rows a round (simulated)"
+    assert found["slope"]["coverage"] == entry["slope"] < coverage.THRESHOLD
+    assert found["slope"]["note"] == f"coverage down to {100 * entry['slope']:.0f}% {where}: not a 95% interval"
+    assert found["per_m"][0]["m"] == 1 and found["per_m"][0]["coverage"] == entry["n50"]
+    assert found["per_m"][1]["note"].startswith("not bounded above by these rows; coverage down to")
+    assert found["intercept"]["note"] == f"coverage not measured {where}: not a 95% interval"
+    unmeasured = coverage.check_pooled(pooled, 2, 16)
+    assert not unmeasured["measured"] and "coverage not measured" in unmeasured["slope"]["note"]
+    assert coverage.check_pooled(None, 2, 8) is None
+    # Every measured setting's figures came from a 200-repeat run whose command is written beside them.
+    for by_batch in coverage.POOLED_TABLE.values():
+        for e in by_batch.values():
+            assert 0 < e["slope"] < 1 and 0 < e["n50"] < 1 and "--repeats 200" in e["command"]

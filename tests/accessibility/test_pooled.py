@@ -119,6 +119,13 @@ def test_pooled_sweep_reports_the_line_and_resumes_after_a_kill_to_the_same_resu
     assert whole.pooled["linearity"]["check_m"] == 2
     report = (tmp_path / "whole" / "report.md").read_text()
     assert "Design: pooled" in report
+    # Its Wald intervals carry the simulator's coverage at these settings: none was measured at 4 rows a round.
+    from ut_peft.accessibility.coverage import check_pooled
+
+    checks = whole.interval_checks["pooled"]
+    assert checks == check_pooled(whole.pooled, 2, 4) and checks["measured"] is False
+    note = "coverage not measured for version 2 of the pooled rules at 4 rows a round (simulated): not a 95% interval"
+    assert checks["slope"]["note"].endswith(note) and f"{note})" in report
     lines = (tmp_path / "whole" / "rows.jsonl").read_bytes().splitlines(keepends=True)
     kill = len(lines) // 2
     folder = tmp_path / "killed"

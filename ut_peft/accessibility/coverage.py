@@ -134,6 +134,40 @@ TABLE: dict[str, dict[str, dict]] = {
 }
 
 
+# The pooled design's Wald intervals (design.pooled_estimates), measured by benchmarks/measurement_cost.py's simulator
+# (truth n_50 = 44.5 m + 5, logistic width 10% of n_50, 200 repeats, standard-error targets ``factor`` times the
+# published design's RMSE), per version of the design's rules and rows per round: the coverage of the slope interval
+# and the lowest over m = 1..5 of the n_50 intervals' (BENCHMARKS.md, "Precision by error"). The intercept's was not
+# measured. Settings not in the table have no measured coverage. Logs (results/benchmarks/): measurement_cost.log
+# (version 1 at 16 rows, before version 2), measurement_cost_v1_batch8.log, measurement_cost_v2.log.
+POOLED_TABLE: dict[str, dict[str, dict]] = {
+    "1": {
+        "8": {
+            "slope": 0.85,
+            "n50": 0.83,
+            "factor": 1.15,
+            "command": "python benchmarks/measurement_cost.py --repeats 200 --designs pooled --pooled-version 1 "
+            "--pooled-batch 8 --pooled-factor 1.15",
+        },
+        "16": {
+            "slope": 0.91,
+            "n50": 0.89,
+            "factor": 1.15,
+            "command": "python benchmarks/measurement_cost.py --repeats 200 --designs pooled --pooled-version 1 "
+            "--pooled-batch 16 --pooled-factor 1.15",
+        },
+    },
+    "2": {
+        "8": {
+            "slope": 0.88,
+            "n50": 0.87,
+            "factor": 1.05,
+            "command": "python benchmarks/measurement_cost.py --repeats 200 --designs pooled",
+        },
+    },
+}
+
+
 def lookup(quantity: str, method: str | None, sequences: int) -> tuple[dict | None, int | None]:
     """(the table's entry, the sequence count it was measured at) for an interval of ``quantity`` ("n50", "slope",
     "intercept") by ``method`` ("bootstrap", "profile") at ``sequences``; (None, None) where nothing was measured."""
@@ -155,19 +189,8 @@ def check(quantity: str, method: str | None, sequences: int, interval) -> dict |
     if not interval:
         return None
     entry, measured_at = lookup(quantity, method, sequences)
-    unbounded = [side for side, value in zip(("low", "high"), interval) if value is None]
-    notes = []
-    if unbounded:
-        notes.append(
-            "not bounded by these rows"
-            if len(unbounded) == 2
-            else f"not bounded {'below' if unbounded == ['low'] else 'above'} by these rows"
-        )
     coverage = None if entry is None else float(entry["coverage"])
-    if coverage is None:
-        notes.append(f"coverage not measured at {sequences} sequences: not a 95% interval")
-    elif coverage < THRESHOLD:
-        notes.append(f"coverage down to {100 * coverage:.0f}% at {sequences} sequences: not a 95% interval")
+    unbounded, notes = _judge(interval, coverage, f"at {sequences} sequences")
     return {
         "coverage": coverage,
         "coverage_se": None if entry is None else float(entry["se"]),
@@ -176,6 +199,61 @@ def check(quantity: str, method: str | None, sequences: int, interval) -> dict |
         "unbounded": unbounded,
         "trusted": not notes,
         "note": "; ".join(notes) or None,
+    }
+
+
+def _judge(interval, coverage: float | None, where: str) -> tuple[list[str], list[str]]:
+    """The unbounded sides of ``interval`` and the notes that keep it from being trusted (none: trusted)."""
+    unbounded = [side for side, value in zip(("low", "high"), interval) if value is None]
+    notes = []
+    if unbounded:
+        notes.append(
+            "not bounded by these rows"
+            if len(unbounded) == 2
+            else f"not bounded {'below' if unbounded == ['low'] else 'above'} by these rows"
+        )
+    if coverage is None:
+        notes.append(f"coverage not measured {where}: not a 95% interval")
+    elif coverage < THRESHOLD:
+        notes.append(f"coverage down to {100 * coverage:.0f}% {where}: not a 95% interval")
+    return unbounded, notes
+
+
+def check_pooled(pooled: dict | None, version: int, batch: int) -> dict | None:
+    """The checks of the pooled design's Wald intervals (summary.json's ``interval_checks["pooled"]``): each one's
+    coverage measured in the simulator at this version of the rules and rows per round (:data:`POOLED_TABLE`).
+
+    Returns None without a pooled estimate, else ``{"version", "batch", "measured", "command", "slope",
+    "intercept", "per_m"}``, each check as :func:`check` returns it (``coverage_se`` and ``measured_at`` None)."""
+    if not pooled:
+        return None
+    entry = POOLED_TABLE.get(str(version), {}).get(str(batch))
+    where = f"for version {version} of the pooled rules at {batch} rows a round (simulated)"
+
+    def one(interval, coverage):
+        if not interval:
+            return None
+        unbounded, notes = _judge(interval, coverage, where)
+        return {
+            "coverage": coverage,
+            "coverage_se": None,
+            "measured_at": None,
+            "sequences": int(batch),
+            "unbounded": unbounded,
+            "trusted": not notes,
+            "note": "; ".join(notes) or None,
+        }
+
+    n50 = None if entry is None else entry["n50"]
+    per_m = [dict(m=e["m"], **found) for e in pooled["per_m"] if (found := one(e.get("ci"), n50)) is not None]
+    return {
+        "version": int(version),
+        "batch": int(batch),
+        "measured": entry is not None,
+        "command": None if entry is None else entry["command"],
+        "slope": one(pooled.get("slope_ci"), None if entry is None else entry["slope"]),
+        "intercept": one(pooled.get("intercept_ci"), None),
+        "per_m": per_m,
     }
 
 

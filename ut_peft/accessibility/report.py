@@ -8,7 +8,7 @@ import numpy as np
 
 from ..io import atomic_write_text
 from . import published_bounds
-from .coverage import THRESHOLD, check_intervals, marked
+from .coverage import THRESHOLD, check_intervals, check_pooled, marked
 from .protocol import differences_from_published
 from .store import ACCESSIBILITY_PLOT, N50_PLOT, REPORT_FILE, Summary
 
@@ -127,6 +127,10 @@ def _interval_checks(summary: Summary) -> dict:
     """The summary's interval checks (per_m keyed by m); a summary written before they were recorded is checked now,
     by the same rule, so its report is marked too."""
     checks = summary.interval_checks or check_intervals(summary.per_m, summary.fit)
+    if summary.pooled and "pooled" not in checks:  # a pooled summary written before its intervals were checked
+        settings = summary.settings
+        version = settings.get("design", {}).get("version", 1)
+        checks = dict(checks, pooled=check_pooled(summary.pooled, version, settings.get("num_sequences", 0)))
     return dict(checks, per_m={e["m"]: e for e in checks.get("per_m", [])})
 
 
@@ -181,7 +185,7 @@ def markdown(summary: Summary, *, figures: tuple[str, str] | None = (ACCESSIBILI
             f"{_num(e.n50_published)} | {_num(e.sigmoid_slope, 3)} | {e.fit_status} | "
             f"{e.row_steps} | {', '.join(map(str, e.lengths))} |"
         )
-    lines += _pooled_lines(summary.pooled)
+    lines += _pooled_lines(summary.pooled, checks.get("pooled"))
     published = summary.fit_published
     lines += [
         "",
@@ -250,9 +254,10 @@ def console_summary(summary: Summary) -> str:
     lines.append(published_bounds.console_line(summary.bounds_published, fit and fit["slope"]))
     pooled = summary.pooled
     if pooled:
+        marks = checks.get("pooled") or {}
         lines.append(
-            f"pooled line: slope {_num(pooled['slope'], 2)}{_ci(pooled['slope_ci'])}, intercept "
-            f"{_num(pooled['intercept'])}{_ci(pooled['intercept_ci'])}"
+            f"pooled line: slope {_num(pooled['slope'], 2)}{_ci(pooled['slope_ci'], check=marks.get('slope'))}, "
+            f"intercept {_num(pooled['intercept'])}{_ci(pooled['intercept_ci'], check=marks.get('intercept'))}"
         )
     lines.append(f"{summary.num_rows:,} rows, {summary.row_steps:,} row-steps in all")
     if summary.retargeted_from:
@@ -284,10 +289,14 @@ def write_report(output_dir, summary: Summary) -> None:
     atomic_write_text(output_dir / REPORT_FILE, markdown(summary))
 
 
-def _pooled_lines(pooled: dict | None) -> list[str]:
-    """The pooled design's table: n_50 at every m from the one line, the slope, and the linearity check."""
+def _pooled_lines(pooled: dict | None, checks: dict | None = None) -> list[str]:
+    """The pooled design's table: n_50 at every m from the one line, the slope, and the linearity check; each interval
+    with its coverage note where the simulator's coverage at the design's settings falls short (``checks``:
+    coverage.check_pooled; a summary written before them has none)."""
     if not pooled:
         return []
+    checks = checks or {}
+    per_m_checks = {e["m"]: e for e in checks.get("per_m", [])}
     lines = [
         "",
         "Pooled design: one model of accessibility in (m, n), n_50(m) = a m + b, fitted to every row at once "
@@ -301,14 +310,14 @@ def _pooled_lines(pooled: dict | None) -> list[str]:
     ]
     for e in pooled["per_m"]:
         lines.append(
-            f"| {e['m']} | {_num(e['n50'])} | {_num(e['se'], 2)} | {format_interval(e['ci'])} | "
+            f"| {e['m']} | {_num(e['n50'])} | {_num(e['se'], 2)} | {_checked(e['ci'], per_m_checks.get(e['m']))} | "
             f"{'measured' if e['measured'] else 'read off the line'} |"
         )
     lines += [
         "",
         f"Slope {_num(pooled['slope'], 2)} tokens per vector (se {_num(pooled['slope_se'], 2)}, 95% interval "
-        f"{format_interval(pooled['slope_ci'])}); intercept {_num(pooled['intercept'])} "
-        f"({format_interval(pooled['intercept_ci'])}).",
+        f"{_checked(pooled['slope_ci'], checks.get('slope'))}); intercept {_num(pooled['intercept'])} "
+        f"({_checked(pooled['intercept_ci'], checks.get('intercept'))}).",
     ]
     check = pooled.get("linearity")
     if check is None:

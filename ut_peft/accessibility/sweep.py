@@ -19,7 +19,7 @@ from ..io import atomic_write_text
 from ..models import DEFAULT_MODEL, load_model, load_tokenizer
 from . import published_bounds, store
 from .bounds import measure_support, slope_bounds
-from .coverage import check_intervals
+from .coverage import check_intervals, check_pooled
 from .cram import CramConfig, CramJob, ShortestFirst, cram, row_positions
 from .design import (
     DESIGNS,
@@ -835,6 +835,10 @@ def summarize(config: SweepConfig, settings: dict, rows: dict, model) -> store.S
     if line and line["slope"] > 0:
         ratios = {"ball": bounds["ball"] / line["slope"], "box": bounds["box"] / line["slope"]}
     assert config.design is not None  # SweepConfig.__post_init__ resolves None to "fixed" or "adaptive"
+    pooled = _pooled(config, rows)
+    checks = check_intervals(per_m, line)
+    if pooled is not None:
+        checks["pooled"] = check_pooled(pooled, config.pooled_version, config.num_sequences)
     return store.Summary(
         model=settings["model"],
         source=settings["source"],
@@ -849,8 +853,8 @@ def summarize(config: SweepConfig, settings: dict, rows: dict, model) -> store.S
         ratios=ratios,
         num_rows=len(rows),
         row_steps=sum(row_steps(r) for r in rows.values()),
-        pooled=_pooled(config, rows),
-        interval_checks=check_intervals(per_m, line),
+        pooled=pooled,
+        interval_checks=checks,
     )
 
 
