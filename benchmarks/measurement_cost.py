@@ -242,24 +242,38 @@ def simulate_row(truth: Truth, repeat: int, m: int, n: int, index: int) -> dict:
     return {"accessible": False, "steps": steps}
 
 
-def truth_from(folder, ms) -> tuple[float, float]:
-    """Slope and intercept of the pooled line through a real sweep folder's rows (every m with rows)."""
-    from ut_peft.accessibility import store
+def truth_from(folder) -> tuple[float, float, float]:
+    """Slope, intercept and relative width of the pooled model fitted to a real sweep folder's rows (all its m).
 
-    rows = store.read_rows(Path(folder))
-    estimate = pooled_estimates(rows, ms)
-    if estimate is None or not estimate["converged"]:
-        measured = sorted({k[0] for k in rows})
+    The relative width is the simulator's one width parameter (logistic scale / n_50, the same at every m): the
+    geometric mean over the measured m of the fitted w(m) / n_50(m). It matters as much as the slope: the published
+    design's error, hence a retarget's targets, grows with the transition's width."""
+    from ut_peft.accessibility import store
+    from ut_peft.accessibility.pooled import Cells, fit_pooled
+
+    rows = {k: r for k, r in store.read_rows(Path(folder)).items() if r.get("stop_reason") != "inferred"}
+    measured = sorted({k[0] for k in rows})
+    fit = None
+    if len(measured) >= 2:
+        cells = Cells.from_rows(
+            [k[0] for k in rows], [k[1] for k in rows], [bool(r["accessible"]) for r in rows.values()]
+        )
+        fit = fit_pooled(cells, measured)
+    if fit is None or not fit.converged or any(fit.n50(m) <= 0 for m in measured):
         raise SystemExit(
             f"--truth-from {folder}: the pooled line needs rows at two m at least and a converged fit (rows at m = "
-            f"{measured or 'none'}, {'no fit' if estimate is None else 'not converged'}); pass --slope and "
-            f"--intercept instead"
+            f"{measured or 'none'}, {'no fit' if fit is None else 'no usable fit'}); pass --slope, --intercept and "
+            f"--rel-width instead"
         )
+    relative = {m: fit.width(m) / fit.n50(m) for m in measured}
+    rel_width = math.exp(sum(math.log(r) for r in relative.values()) / len(relative))
     print(
-        f"truth from {folder}: the pooled line through its {len(rows)} rows, n_50 = {estimate['slope']:.2f} m + "
-        f"{estimate['intercept']:.2f} (slope se {estimate['slope_se']:.2f})"
+        f"truth from {folder}: the pooled model of its {len(rows)} rows, n_50 = {fit.slope:.2f} m + "
+        f"{fit.intercept:.2f} (slope se {fit.slope_se():.2f}), width / n_50 "
+        + ", ".join(f"{r:.3f} at m = {m}" for m, r in relative.items())
+        + f" (log-width se at m = {measured[0]}: {fit.log_width_se(measured[0]):.2f}): relative width {rel_width:.3f}"
     )
-    return float(estimate["slope"]), float(estimate["intercept"])
+    return fit.slope, fit.intercept, rel_width
 
 
 def run_design(design, truth: Truth, repeat: int, infer: bool = False) -> tuple[dict, float]:
@@ -742,7 +756,12 @@ def main(argv=None):
     parser.add_argument("--ms", type=int, nargs="+", default=[1, 2, 3, 4, 5])
     parser.add_argument("--slope", type=float, default=44.5, help="true n_50 per memory vector")
     parser.add_argument("--intercept", type=float, default=5.0)
-    parser.add_argument("--rel-width", type=float, default=0.1, help="logistic scale of the transition / n_50")
+    parser.add_argument(
+        "--rel-width",
+        type=float,
+        default=None,
+        help="logistic scale of the transition / n_50 (default 0.1, or the --truth-from folder's)",
+    )
     parser.add_argument("--jitter", type=float, default=0.3, help="per-attempt noise, in units of that scale")
     parser.add_argument(
         "--bend", type=float, default=0.0, help="n_50 leaves the line by this many tokens at m = 3 (0 at m = 1, 5)"
@@ -760,8 +779,9 @@ def main(argv=None):
         "--truth-from",
         metavar="FOLDER",
         default=None,
-        help="the truth's slope and intercept from the pooled fit of this real sweep folder's rows (overrides "
-        "--slope, --intercept): what the published design's error, hence a retarget's targets, is at that model",
+        help="the truth's slope, intercept and relative width from the pooled fit of this real sweep folder's rows "
+        "(overrides --slope, --intercept; --rel-width overrides its width): the published design's error, hence a "
+        "retarget's targets, at that model",
     )
     parser.add_argument("--batch", type=int, default=8, help="sequences per round of the sequential design")
     parser.add_argument("--min-rounds", type=int, default=2, help="sequential: fitted rounds before it may stop")
@@ -786,7 +806,10 @@ def main(argv=None):
     if args.quick:
         args.repeats, args.num_boot = min(args.repeats, 50), min(args.num_boot, 200)
     if args.truth_from:
-        args.slope, args.intercept = truth_from(args.truth_from, args.ms)
+        slope, intercept, rel_width = truth_from(args.truth_from)
+        args.slope, args.intercept = slope, intercept
+        args.rel_width = rel_width if args.rel_width is None else args.rel_width
+    args.rel_width = 0.1 if args.rel_width is None else args.rel_width
     if args.model:
         real(args)
     else:

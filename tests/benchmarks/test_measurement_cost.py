@@ -161,13 +161,29 @@ def test_the_truth_from_a_folder_is_its_pooled_line_and_the_run_prints_the_targe
         for k, n in enumerate([n50 - 10, n50 - 3, n50 + 3, n50 + 10]):
             rows += [(m, n, k < 2 or (k == 2 and j == 0), 500) for j in range(2)]
     write_sweep(tmp_path / "real", rows)
-    slope, intercept = cost.truth_from(tmp_path / "real", [1, 2, 3, 4, 5])
+    slope, intercept, rel_width = cost.truth_from(tmp_path / "real")
     assert slope == pytest.approx(30.0, abs=3.0) and intercept == pytest.approx(0.0, abs=8.0)
+    assert 0.005 < rel_width < 0.3  # sharp transitions: +-3 tokens of 30 to 150 flip a quarter of the rows
     out = run(cost, "--repeats", "1", "--cache", str(tmp_path / "cache"), "--truth-from", str(tmp_path / "real"))
-    assert f"n_50 = {slope} m + {intercept}" in out
+    assert f"n_50 = {slope} m + {intercept}, logistic width {rel_width} n_50" in out
+    given = run(cost, "--repeats", "1", "--cache", str(tmp_path / "cache"), "--truth-from", str(tmp_path / "real"))
+    # The same folder, the same truth: the same published rows and the same last line (the wall column aside).
+    assert published_row(given) == published_row(out) and given.splitlines()[-1] == out.splitlines()[-1]
+    explicit = run(
+        cost,
+        "--repeats",
+        "1",
+        "--cache",
+        str(tmp_path / "cache"),
+        "--truth-from",
+        str(tmp_path / "real"),
+        "--rel-width",
+        "0.2",
+    )
+    assert "logistic width 0.2 n_50" in explicit
     (targets,) = [line for line in out.splitlines() if line.startswith("pooled targets at 50.0 x")]
     flags = r"--target-slope-se [\d.]+ --target-n50-se 1:[\d.]+ 2:[\d.]+ 3:[\d.]+ 4:[\d.]+ 5:[\d.]+"
     assert re.fullmatch(".*" + flags, targets)
     write_sweep(tmp_path / "one-m", [(1, 10, True, 50), (1, 40, False, 2000)])
     with pytest.raises(SystemExit, match="rows at m = \\[1\\]"):
-        cost.truth_from(tmp_path / "one-m", [1, 2])
+        cost.truth_from(tmp_path / "one-m")
