@@ -218,6 +218,18 @@ class Truth:
     # must catch; the least-squares slope through m = 1..5 stays ``slope``.
     bend: float = 0.0
     costs: RowCosts = RowCosts()
+    # True: natural text, index k one text at every length and m (its prefixes), one difficulty for all of them;
+    # False: random words, drawn afresh for every (n, index) and shared across m (sources.WordsSource seeds a text by
+    # (seed, n, index)), so a text's difficulty is one per (n, index).
+    nested: bool = True
+    # The width law: w(m) = rel_width n_50(1) (n_50(m) / n_50(1))^width_power; 1 (the default): w = rel_width n_50(m),
+    # a transition as wide relative to its length at every m; 0: the same width in tokens at every m.
+    width_power: float = 1.0
+
+    def width(self, m: int) -> float:
+        if self.width_power == 1.0:
+            return self.rel_width * self.n50(m)
+        return self.rel_width * self.n50(1) * (self.n50(m) / self.n50(1)) ** self.width_power
 
     def n50(self, m: int) -> float:
         return self.slope * m + self.intercept + self.bend * (m - 1) * (5 - m) / 4
@@ -230,10 +242,10 @@ def _bounds(ci):
 
 def simulate_row(truth: Truth, repeat: int, m: int, n: int, index: int) -> dict:
     """One crammed row of the simulator: deterministic in (repeat, m, n, index)."""
-    z = np.random.default_rng([repeat, 1, index]).logistic()  # the text's difficulty, shared by all m and n
+    # The text's difficulty, shared by every m (and, for nested texts, every length).
+    z = np.random.default_rng([repeat, 1, index] if truth.nested else [repeat, 3, n, index]).logistic()
     rng = np.random.default_rng([repeat, 2, m, n, index])  # this attempt (init seed)
-    width = truth.rel_width * truth.n50(m)
-    threshold = truth.n50(m) + width * (z + truth.jitter * rng.standard_normal())
+    threshold = truth.n50(m) + truth.width(m) * (z + truth.jitter * rng.standard_normal())
     if n < threshold:
         return {"accessible": True, "steps": truth.costs.accessible_steps(n / threshold, rng)}
     steps = truth.costs.inaccessible_steps(rng)
@@ -475,9 +487,23 @@ def pooled_arguments(args) -> dict:
 
 def simulate(args) -> None:
     costs = fit_costs(args.cost_from) if args.cost_from else RowCosts()
-    truth = Truth(args.slope, args.intercept, args.rel_width, args.jitter, args.early_stop, args.bend, costs)
+    truth = Truth(
+        args.slope,
+        args.intercept,
+        args.rel_width,
+        args.jitter,
+        args.early_stop,
+        args.bend,
+        costs,
+        not args.words,
+        args.width_power,
+    )
+    if args.words and "published+inferred" in args.designs and args.designs != list(NAMES):
+        raise SystemExit("--words: random words are not nested, so there is no prefix inference to simulate")
     ms = args.ms
     names = [n for n in NAMES if n == "published" or n in args.designs]  # the published design is the baseline
+    if args.words:  # prefix inference needs nested texts
+        names = [n for n in names if n != "published+inferred"]
     cache = None if args.no_cache else Path(args.cache)
     results: dict[str, list] = {name: [] for name in names}
     walls = dict.fromkeys(names, 0.0)
@@ -540,7 +566,9 @@ def simulate(args) -> None:
 
     rule_text = ", ".join(f"{k} {' '.join(map(str, v)) if isinstance(v, tuple) else v}" for k, v in rules.items())
     print(
-        f"simulator: n_50 = {truth.slope} m + {truth.intercept}, logistic width {truth.rel_width} n_50, jitter "
+        f"simulator: n_50 = {truth.slope} m + {truth.intercept}, logistic width {truth.rel_width} n_50, "
+        + (f"width power {truth.width_power}, " if truth.width_power != 1.0 else "")
+        + f"{'nested texts' if truth.nested else 'random words (a text per length and index)'}, jitter "
         f"{truth.jitter}, {args.repeats} repeats, cap {CAP}, patience {PATIENCE}; sequential batch {args.batch} "
         f"(targets: the published mean widths); pooled batch {args.pooled_batch} (targets: "
         f"{args.pooled_factor} x the published RMSE; rules of version {args.pooled_version}"
@@ -763,6 +791,17 @@ def main(argv=None):
         help="logistic scale of the transition / n_50 (default 0.1, or the --truth-from folder's)",
     )
     parser.add_argument("--jitter", type=float, default=0.3, help="per-attempt noise, in units of that scale")
+    parser.add_argument(
+        "--width-power",
+        type=float,
+        default=1.0,
+        help="the width law: w(m) = rel_width n_50(1) (n_50(m) / n_50(1))^P (1: in proportion to n_50; 0: constant)",
+    )
+    parser.add_argument(
+        "--words",
+        action="store_true",
+        help="random words (a fresh text per length and index, as --source words draws them) instead of nested text",
+    )
     parser.add_argument(
         "--bend", type=float, default=0.0, help="n_50 leaves the line by this many tokens at m = 3 (0 at m = 1, 5)"
     )

@@ -9,12 +9,12 @@
 # snapshots (commit both as it goes).
 # Next (docs/accessibility.md, "Progress"): once m = 3 and 5 are bracketed (rows 12-19 in rows.jsonl), retarget into
 # a new folder under version 2 of the pooled rules with targets at the published precision for the measured line:
-#   python benchmarks/measurement_cost.py --quick --designs pooled --truth-from results/smollm2-135m/pooled-words \
+#   python benchmarks/measurement_cost.py --quick --designs pooled --words --truth-from results/smollm2-135m/pooled-words \
 #       --cost-from results/smollm2-135m/pooled-words      # prints "pooled targets at 1.05 x the published RMSE: ..."
 #   python recipes/cram.py <the flags below, with those --target-* flags> --pooled-version 2 \
 #       --retarget-from results/smollm2-135m/pooled-words --output results/smollm2-135m/pooled-words-v2
-# (at the line 28 m + 2 they were --target-slope-se 1.19 --target-n50-se 1:1.36 2:2.67 3:3.68 4:4.86 5:6.00), then
-# point this script at the new folder and its targets.
+# (--words: the published design's random words are a fresh text per length, so its error is smaller than on nested
+# text and so are the targets; see docs/accessibility.md), then point this script at the new folder and its targets.
 cd "$(dirname "$0")/../.."
 exec nice -n 5 python recipes/cram.py --model smollm2-135m --protocol published --source words \
     --ms 1 2 3 4 5 --design pooled --num-sequences 8 --batch-size 12 \

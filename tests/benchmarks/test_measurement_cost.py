@@ -187,3 +187,21 @@ def test_the_truth_from_a_folder_is_its_pooled_line_and_the_run_prints_the_targe
     write_sweep(tmp_path / "one-m", [(1, 10, True, 50), (1, 40, False, 2000)])
     with pytest.raises(SystemExit, match="rows at m = \\[1\\]"):
         cost.truth_from(tmp_path / "one-m")
+
+
+def test_random_words_draw_a_text_per_length_and_nested_texts_one_per_index(cost):
+    """Nested text (the default): index k is one text, so with no per-attempt noise its outcomes fall once as n grows;
+    random words (--words) draw a text per (n, index), so some index crams at a longer length after failing a shorter
+    one; the width law's power 0 makes every m's transition as wide in tokens as m = 1's."""
+    nested, words = cost.Truth(jitter=0.0), cost.Truth(jitter=0.0, nested=False)
+    lengths = range(30, 70)
+
+    def falls_once(truth, index):
+        outcomes = [cost.simulate_row(truth, 0, 1, n, index)["accessible"] for n in lengths]
+        return outcomes == sorted(outcomes, reverse=True)
+
+    assert all(falls_once(nested, k) for k in range(20))
+    assert not all(falls_once(words, k) for k in range(20))
+    flat = cost.Truth(width_power=0.0)
+    assert flat.width(5) == pytest.approx(flat.width(1)) == pytest.approx(0.1 * flat.n50(1))
+    assert cost.Truth().width(5) == 0.1 * cost.Truth().n50(5)
