@@ -112,3 +112,37 @@ def test_a_trusted_interval_says_so_with_its_measured_coverage(tmp_path):
     assert scalars["m1/n50_coverage"][last] == pytest.approx(found["coverage"]) == pytest.approx(0.964)
     low, high = fit["n50_ci"]
     assert texts["m1/n50_interval"] == f"[{low:.1f}, {high:.1f}]"  # no note: the report prints it bare too
+
+
+def test_the_pooled_line_is_logged_with_its_simulated_coverage_marks(tmp_path):
+    """A pooled summary written before its intervals were checked (interval_checks None): its line and read-off n_50
+    are logged under summary/pooled/ with the marks coverage.check_pooled gives at its version and rows a round."""
+    from ut_peft.accessibility.coverage import check_pooled
+
+    fit, sequences = fitted(1, TRUSTED)
+    entry = MSummary(
+        m=1, n50=fit["n50"], n50_ci=fit["n50_ci"], sigmoid_slope=fit["sigmoid_slope"], sigmoid_slope_ci=None,
+        fit_status=fit["status"], n50_published=None, sigmoid_slope_published=None, fit_status_published="ok",
+        lengths=list(TRUSTED), accessibility=[1.0, 0.5, 0.0], mean_tf_accuracy=[1.0, 0.75, 0.5],
+        num_sequences=[sequences] * 3, row_steps=36, n50_ci_method=fit["n50_ci_method"],
+    )  # fmt: skip
+    pooled = {
+        "per_m": [{"m": 1, "n50": 10.0, "se": 1.0, "ci": [8.0, 12.0]}, {"m": 2, "n50": 20.0, "se": 2.0, "ci": None}],
+        "slope": 10.0,
+        "slope_ci": [6.0, 14.0],
+        "intercept": 0.0,
+        "intercept_ci": [-3.0, 3.0],
+    }
+    settings = {"design": {"kind": "pooled", "version": 2}, "num_sequences": 8}
+    summary = SimpleNamespace(
+        row_steps=36, per_m=[entry], fit=None, interval_checks=None, num_rows=6, pooled=pooled, settings=settings
+    )
+    scalars, texts = track(tmp_path, 1, TRUSTED, summary)
+    last = max(scalars["summary/pooled/slope"])
+    marks = check_pooled(pooled, 2, 8)
+    assert scalars["summary/pooled/slope"][last] == 10.0 and scalars["summary/pooled/slope_low"][last] == 6.0
+    assert scalars["summary/pooled/slope_trusted"][last] == 0  # 88% in the simulator at version 2, 8 rows
+    assert scalars["summary/pooled/slope_coverage"][last] == pytest.approx(marks["slope"]["coverage"])
+    assert texts["summary/pooled/slope_interval"] == f"[6.0, 14.0] ({marks['slope']['note']})"
+    assert texts["summary/pooled/m1/n50_interval"] == f"[8.0, 12.0] ({marks['per_m'][0]['note']})"
+    assert scalars["summary/pooled/m2/n50"][last] == 20.0 and "summary/pooled/m2/n50_low" not in scalars

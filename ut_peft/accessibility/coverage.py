@@ -297,3 +297,16 @@ def marked(text: str, found: dict | None) -> str:
     if not found or found["trusted"]:
         return text
     return f"{text} ({found['note']})"
+
+
+def summary_checks(summary) -> dict:
+    """A summary's interval checks as summary.json holds them (``interval_checks``), or, for a summary written before
+    they (or the pooled ones) were recorded, checked now by the same rules: what report.md, the console and the live
+    tracker mark. ``per_m`` stays a list, as in summary.json."""
+    checks = summary.interval_checks or check_intervals(summary.per_m, summary.fit)
+    pooled = getattr(summary, "pooled", None)
+    if pooled and "pooled" not in checks:
+        settings = getattr(summary, "settings", None) or {}
+        version = settings.get("design", {}).get("version", 1)  # a pooled folder without one predates versions
+        checks = dict(checks, pooled=check_pooled(pooled, version, settings.get("num_sequences", 0)))
+    return checks

@@ -8,7 +8,7 @@ import numpy as np
 
 from ..io import atomic_write_text
 from . import published_bounds
-from .coverage import THRESHOLD, check_intervals, check_pooled, marked
+from .coverage import THRESHOLD, marked, summary_checks
 from .protocol import differences_from_published
 from .store import ACCESSIBILITY_PLOT, N50_PLOT, REPORT_FILE, Summary
 
@@ -126,11 +126,7 @@ def _checked(interval, check, digits=1) -> str:
 def _interval_checks(summary: Summary) -> dict:
     """The summary's interval checks (per_m keyed by m); a summary written before they were recorded is checked now,
     by the same rule, so its report is marked too."""
-    checks = summary.interval_checks or check_intervals(summary.per_m, summary.fit)
-    if summary.pooled and "pooled" not in checks:  # a pooled summary written before its intervals were checked
-        settings = summary.settings
-        version = settings.get("design", {}).get("version", 1)
-        checks = dict(checks, pooled=check_pooled(summary.pooled, version, settings.get("num_sequences", 0)))
+    checks = summary_checks(summary)
     return dict(checks, per_m={e["m"]: e for e in checks.get("per_m", [])})
 
 

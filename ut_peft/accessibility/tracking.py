@@ -16,7 +16,8 @@ What is logged, at which step (the step counts finished rows, so every tracker s
   bound is never logged as a number), with the marks of :mod:`.coverage` that report.md and summary.json's
   ``interval_checks`` put on it, ``rows/finished``;
 - at the end (:meth:`SweepTracker.log_summary`): ``summary/m<m>/n50`` and interval, ``summary/slope`` and interval,
-  each with its marks, ``summary/row_steps``.
+  each with its marks, ``summary/row_steps``; for the pooled design also ``summary/pooled/m<m>/n50`` and
+  ``summary/pooled/slope`` with theirs.
 
 The marks of an interval ``<prefix><name>`` (``m1/n50``, ``summary/slope``, ...), logged wherever its point or
 interval is: ``<name>_bounded_low`` and ``<name>_bounded_high`` (1 where the rows bound that side, 0 where they do
@@ -35,7 +36,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 
-from .coverage import check, check_intervals, marked, per_m_sequences
+from .coverage import check, marked, per_m_sequences, summary_checks
 from .design import complete_groups, row_steps
 from .fit import n50_interval
 from .report import format_interval
@@ -123,13 +124,22 @@ class SweepTracker:
         """The finished sweep's n_50 per m and slope (a :class:`.store.Summary`), under ``summary/``."""
         values: dict = {"summary/row_steps": summary.row_steps}
         # summary.json's own checks; a summary written before they were recorded is checked now, as its report is.
-        checks = summary.interval_checks or check_intervals(summary.per_m, summary.fit)
+        checks = summary_checks(summary)
         per_m = {entry["m"]: entry for entry in checks.get("per_m", [])}
         for entry in summary.per_m:
             values.update(_fit_values(f"summary/m{entry.m}/", entry.n50, entry.n50_ci, per_m.get(entry.m)))
         if summary.fit:
             slope = summary.fit["slope"], summary.fit.get("slope_ci")
             values.update(_fit_values("summary/", *slope, checks.get("slope"), name="slope"))
+        pooled = getattr(summary, "pooled", None)
+        if pooled:  # the pooled design's line and read-off n_50, with their own marks (coverage.check_pooled)
+            marks = checks.get("pooled") or {}
+            pooled_m = {entry["m"]: entry for entry in marks.get("per_m", [])}
+            for entry in pooled["per_m"]:
+                prefix = f"summary/pooled/m{entry['m']}/"
+                values.update(_fit_values(prefix, entry["n50"], entry.get("ci"), pooled_m.get(entry["m"])))
+            slope = pooled["slope"], pooled.get("slope_ci")
+            values.update(_fit_values("summary/pooled/", *slope, marks.get("slope"), name="slope"))
         accelerator.log(values, step=step if step is not None else summary.num_rows)
 
 
