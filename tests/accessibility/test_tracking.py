@@ -61,15 +61,20 @@ def fitted(m, pattern):
     return fit, len(next(iter(pattern.values())))
 
 
+def summary_entry(m, fit, pattern, sequences, accessibility):
+    """The summary's entry for one m fitted as :func:`fitted` fits it (three lengths)."""
+    return MSummary(
+        m=m, n50=fit["n50"], n50_ci=fit["n50_ci"], sigmoid_slope=fit["sigmoid_slope"], sigmoid_slope_ci=None,
+        fit_status=fit["status"], n50_published=None, sigmoid_slope_published=None, fit_status_published="ok",
+        lengths=list(pattern), accessibility=accessibility, mean_tf_accuracy=[0.5 + a / 2 for a in accessibility],
+        num_sequences=[sequences] * 3, row_steps=36, n50_ci_method=fit["n50_ci_method"],
+    )  # fmt: skip
+
+
 def test_an_unbounded_side_is_a_flag_and_never_a_number(tmp_path):
     fit, sequences = fitted(2, UNBOUNDED)
     assert fit["n50_ci"][0] is not None and fit["n50_ci"][1] is None  # the case this test is about
-    entry = MSummary(
-        m=2, n50=fit["n50"], n50_ci=fit["n50_ci"], sigmoid_slope=fit["sigmoid_slope"], sigmoid_slope_ci=None,
-        fit_status=fit["status"], n50_published=None, sigmoid_slope_published=None, fit_status_published="ok",
-        lengths=list(UNBOUNDED), accessibility=[1.0, 1.0, 0.5], mean_tf_accuracy=[1.0, 1.0, 0.75],
-        num_sequences=[sequences] * 3, row_steps=36, n50_ci_method=fit["n50_ci_method"],
-    )  # fmt: skip
+    entry = summary_entry(2, fit, UNBOUNDED, sequences, accessibility=[1.0, 1.0, 0.5])
     line = {"slope": 3.0, "slope_ci": [1.5, None], "intercept": 1.0, "intercept_ci": [0.0, 2.0]}
     # interval_checks None: a summary.json written before the checks were recorded is checked when it is logged.
     summary = SimpleNamespace(row_steps=36, per_m=[entry], fit=line, interval_checks=None, num_rows=6)
@@ -120,12 +125,7 @@ def test_the_pooled_line_is_logged_with_its_simulated_coverage_marks(tmp_path):
     from ut_peft.accessibility.coverage import check_pooled
 
     fit, sequences = fitted(1, TRUSTED)
-    entry = MSummary(
-        m=1, n50=fit["n50"], n50_ci=fit["n50_ci"], sigmoid_slope=fit["sigmoid_slope"], sigmoid_slope_ci=None,
-        fit_status=fit["status"], n50_published=None, sigmoid_slope_published=None, fit_status_published="ok",
-        lengths=list(TRUSTED), accessibility=[1.0, 0.5, 0.0], mean_tf_accuracy=[1.0, 0.75, 0.5],
-        num_sequences=[sequences] * 3, row_steps=36, n50_ci_method=fit["n50_ci_method"],
-    )  # fmt: skip
+    entry = summary_entry(1, fit, TRUSTED, sequences, accessibility=[1.0, 0.5, 0.0])
     pooled = {
         "per_m": [{"m": 1, "n50": 10.0, "se": 1.0, "ci": [8.0, 12.0]}, {"m": 2, "n50": 20.0, "se": 2.0, "ci": None}],
         "slope": 10.0,

@@ -192,20 +192,12 @@ def check(quantity: str, method: str | None, sequences: int, interval) -> dict |
         return None
     entry, measured_at = lookup(quantity, method, sequences)
     coverage = None if entry is None else float(entry["coverage"])
-    unbounded, notes = _judge(interval, coverage, f"at {sequences} sequences")
-    return {
-        "coverage": coverage,
-        "coverage_se": None if entry is None else float(entry["se"]),
-        "measured_at": measured_at,
-        "sequences": int(sequences),
-        "unbounded": unbounded,
-        "trusted": not notes,
-        "note": "; ".join(notes) or None,
-    }
+    se = None if entry is None else float(entry["se"])
+    return _verdict(interval, coverage, se, measured_at, sequences, f"at {sequences} sequences")
 
 
-def _judge(interval, coverage: float | None, where: str) -> tuple[list[str], list[str]]:
-    """The unbounded sides of ``interval`` and the notes that keep it from being trusted (none: trusted)."""
+def _verdict(interval, coverage: float | None, se, measured_at, sequences: int, where: str) -> dict:
+    """:func:`check`'s dict for ``interval`` at a measured ``coverage`` (None: not measured ``where``)."""
     unbounded = [side for side, value in zip(("low", "high"), interval) if value is None]
     notes = []
     if unbounded:
@@ -218,7 +210,15 @@ def _judge(interval, coverage: float | None, where: str) -> tuple[list[str], lis
         notes.append(f"coverage not measured {where}: not a 95% interval")
     elif coverage < THRESHOLD:
         notes.append(f"coverage down to {100 * coverage:.0f}% {where}: not a 95% interval")
-    return unbounded, notes
+    return {
+        "coverage": coverage,
+        "coverage_se": se,
+        "measured_at": measured_at,
+        "sequences": int(sequences),
+        "unbounded": unbounded,
+        "trusted": not notes,
+        "note": "; ".join(notes) or None,
+    }
 
 
 def check_pooled(pooled: dict | None, version: int, batch: int) -> dict | None:
@@ -233,18 +233,7 @@ def check_pooled(pooled: dict | None, version: int, batch: int) -> dict | None:
     where = f"for version {version} of the pooled rules at {batch} rows a round (simulated)"
 
     def one(interval, coverage):
-        if not interval:
-            return None
-        unbounded, notes = _judge(interval, coverage, where)
-        return {
-            "coverage": coverage,
-            "coverage_se": None,
-            "measured_at": None,
-            "sequences": int(batch),
-            "unbounded": unbounded,
-            "trusted": not notes,
-            "note": "; ".join(notes) or None,
-        }
+        return _verdict(interval, coverage, None, None, batch, where) if interval else None
 
     n50 = None if entry is None else entry["n50"]
     per_m = [dict(m=e["m"], **found) for e in pooled["per_m"] if (found := one(e.get("ci"), n50)) is not None]
