@@ -8,7 +8,7 @@ import pytest
 
 from ut_peft.accessibility import CramConfig, GridConfig, SweepConfig, run_sweep
 from ut_peft.accessibility.design import PooledDesign, pooled_estimates
-from ut_peft.accessibility.pooled import Cells, fit_pooled, linearity_check
+from ut_peft.accessibility.pooled import Cells, StepRows, fit_pooled, fit_pooled_steps, linearity_check
 from ut_peft.accessibility.store import read_rows
 
 
@@ -36,6 +36,48 @@ def test_pooled_fit_recovers_the_line_and_its_standard_errors_cover_it():
     errors = np.array(errors)
     assert abs(errors.mean()) < 0.6  # unbiased within the noise of 30 fits
     assert 0.6 < errors.std() < 1.5  # the standard error is of the right size
+
+
+def _rows_with_steps(seed, slope=20.0, intercept=4.0, rows_per_point=20, kappa=4.0, sigma=0.4):
+    """Independent rows at m = 1, 3, 5 around n_50 (width 10%), accessible rows with log steps = 3.5 + kappa n /
+    n_50(m) + sigma eps: the steps-informed fit's own model."""
+    rng = np.random.default_rng(seed)
+    ms, ns, acc, steps = [], [], [], []
+    for m in (1, 3, 5):
+        mu = slope * m + intercept
+        for n in (round(0.6 * mu), round(mu - 0.1 * mu), round(mu + 0.1 * mu)):
+            p = 1 / (1 + np.exp(-(mu - n) / (0.1 * mu)))
+            for _ in range(rows_per_point):
+                ms.append(m)
+                ns.append(n)
+                acc.append(bool(rng.random() < p))
+                steps.append(float(np.exp(3.5 + kappa * n / mu + sigma * rng.standard_normal())))
+    ms, ns, acc, steps = map(np.array, (ms, ns, acc, steps))
+    return Cells.from_rows(ms, ns, acc), StepRows.from_rows(ms[acc], ns[acc], steps[acc])
+
+
+def test_steps_informed_fit_recovers_its_model_with_smaller_honest_standard_errors():
+    z_binary, z_steps, ratio = [], [], []
+    for seed in range(20):
+        cells, steps = _rows_with_steps(seed)
+        binary = fit_pooled(cells, [1, 3, 5])
+        fit = fit_pooled_steps(cells, steps, [1, 3, 5])
+        assert fit.converged and abs(fit.steps_theta[1] - 4.0) < 1.0 and abs(np.exp(fit.steps_theta[2]) - 0.4) < 0.1
+        z_binary.append((binary.slope - 20.0) / binary.slope_se())
+        z_steps.append((fit.slope - 20.0) / fit.slope_se())
+        ratio.append(fit.slope_se() / binary.slope_se())
+    z_steps = np.array(z_steps)
+    assert abs(z_steps.mean()) < 0.6 and 0.6 < z_steps.std() < 1.5  # unbiased, its standard error of the right size
+    assert np.mean(ratio) < 0.8  # the step counts tell the line more than the outcomes alone
+
+
+def test_steps_informed_fit_needs_step_counts():
+    cells, steps = _rows_with_steps(0)
+    few = StepRows(steps.ms[:2], steps.ns[:2], steps.steps[:2])
+    with pytest.raises(ValueError, match="3 accessible rows"):
+        fit_pooled_steps(cells, few, [1, 3, 5])
+    with pytest.raises(ValueError, match="step count >= 1"):
+        StepRows.from_rows([1], [5], [0])
 
 
 def test_linearity_check_passes_a_line_and_rejects_a_bend():

@@ -205,3 +205,38 @@ def test_random_words_draw_a_text_per_length_and_nested_texts_one_per_index(cost
     flat = cost.Truth(width_power=0.0)
     assert flat.width(5) == pytest.approx(flat.width(1)) == pytest.approx(0.1 * flat.n50(1))
     assert cost.Truth().width(5) == 0.1 * cost.Truth().n50(5)
+
+
+def test_the_steps_informed_estimate_reads_the_pooled_designs_own_rows(cost, tmp_path):
+    """--designs pooled+steps analyses the pooled design's rows again (the same rows and row-steps, another error);
+    it is not simulated unless asked for."""
+    text = run(cost, "--repeats", "2", "--cache", str(tmp_path), "--designs", "pooled", "pooled+steps")
+
+    def per_m_row_steps(name):  # the per-m table's rows (an m in the second column), their mean row-steps
+        cells = [line.split("|") for line in text.splitlines() if line.startswith(f"| {name} | ")]
+        return {c[2].strip(): c[-2].strip() for c in cells if c[2].strip().isdigit()}
+
+    pooled, steps = per_m_row_steps("pooled"), per_m_row_steps("pooled+steps")
+    assert pooled and pooled == steps  # per m: the same mean row-steps
+    assert "pooled+steps: the fitted kappa" in text
+    assert "pooled+steps" not in run(cost, "--repeats", "1", "--cache", str(tmp_path))
+
+
+def test_the_cost_link_sets_what_an_accessible_rows_steps_grow_with(cost):
+    """link "limit": n / the row's own threshold; "n50": n / n_50 of its m (the form fit_costs measures)."""
+    import dataclasses
+    import math
+
+    import numpy as np
+
+    costs = cost.RowCosts(form="exponential", t0=30.0, spread=0.4, k=4.0, link="n50")
+    truth = cost.Truth(slope=28.0, intercept=2.0, costs=costs)
+    for m, n, index in [(1, 10, 0), (1, 20, 3), (3, 60, 5), (5, 100, 1)]:
+        row = cost.simulate_row(truth, 4, m, n, index)
+        if not row["accessible"]:
+            continue
+        rng = np.random.default_rng([4, 2, m, n, index])
+        rng.standard_normal()  # the attempt's jitter, drawn first
+        assert row["steps"] == min(2999, math.ceil(30.0 * rng.lognormal(0, 0.4) * math.exp(4.0 * n / truth.n50(m))))
+    limit = dataclasses.replace(truth, costs=dataclasses.replace(costs, link="limit"))
+    assert any(cost.simulate_row(limit, 4, 1, 20, i) != cost.simulate_row(truth, 4, 1, 20, i) for i in range(8))

@@ -270,3 +270,106 @@ def linearity_check(cells: Cells, width_ms, check_m: int, alpha: float = 0.01) -
         "p_value": p_value,
         "linear": bool(p_value >= alpha),
     }
+
+
+@dataclass(frozen=True)
+class StepRows:
+    """Accessible rows' step counts: row j at ``ms[j]``, ``ns[j]`` crammed after ``steps[j]`` steps."""
+
+    ms: np.ndarray
+    ns: np.ndarray
+    steps: np.ndarray
+
+    @classmethod
+    def from_rows(cls, ms, ns, steps) -> StepRows:
+        ms, ns, steps = (np.asarray(v, dtype=float) for v in (ms, ns, steps))
+        if not (ms.shape == ns.shape == steps.shape) or np.any(steps < 1):
+            raise ValueError(
+                f"one m, n and step count >= 1 per accessible row (got {ms.size}, {ns.size}, {steps.size})"
+            )
+        return cls(ms, ns, steps)
+
+
+@dataclass
+class StepsInformedFit(PooledFit):
+    """A :class:`PooledFit` whose line also carries the accessible rows' step counts; ``steps_theta`` = (tau0,
+    kappa, log sigma) of log(steps) = tau0 + kappa n / mu(m) + sigma eps, with ``steps_covariance``."""
+
+    steps_theta: np.ndarray | None = None
+    steps_covariance: np.ndarray | None = None
+
+
+def _steps_terms(line: np.ndarray, steps_params: np.ndarray, rows: StepRows):
+    """The Gaussian log-likelihood of log(steps), and the Jacobian of its mean in (a, b, tau0, kappa) over sigma."""
+    a, b = line
+    tau0, kappa, log_sigma = steps_params
+    mu = a * rows.ms + b
+    mu = np.where(np.abs(mu) < 1e-6, 1e-6, mu)
+    ratio = rows.ns / mu
+    residual = np.log(rows.steps) - tau0 - kappa * ratio
+    sigma = math.exp(log_sigma)
+    loglik = float(-0.5 * (residual**2).sum() / sigma**2 - rows.ms.size * log_sigma)
+    jac = np.stack([-kappa * ratio * rows.ms / mu, -kappa * ratio / mu, np.ones_like(mu), ratio], 1) / sigma
+    return loglik, jac
+
+
+def fit_pooled_steps(cells: Cells, steps: StepRows, width_ms, check_m: int | None = None) -> StepsInformedFit:
+    """The pooled line fitted to the rows' outcomes *and* the accessible rows' step counts (an experiment of
+    ``benchmarks/measurement_cost.py --steps-informed``; no design or report uses it).
+
+    Why steps can help: an accessible row's step count grows with how close n sits to the limit (SmolLM2, m = 1: log
+    steps about linear in n / n_50, slope 4.2, residual sd 0.38), so a row that crammed says how far below n_50 it
+    was, not only that it was below. The working model, log(steps) = tau0 + kappa n / (a m + b) + sigma eps with
+    (tau0, kappa, sigma) shared by every m, ties the step counts to the same line; it is an assumption (the per-row
+    limit, not n_50, is what the optimiser meets, and whether one kappa serves every m is for full real runs to show)
+    whose bias the simulator measures. The outcomes' part is :func:`fit_pooled`'s (Firth's penalty and the width
+    prior on it); the covariance is the inverse of the summed information. The check m's offset is held at 0."""
+    binary = fit_pooled(cells, width_ms, check_m, free_delta=False)
+    if steps.ms.size < 3:
+        raise ValueError(f"the steps model needs 3 accessible rows at least (got {steps.ms.size})")
+    model = binary.model
+    centres = _prior_centres(model, cells)
+    keep = np.array([0, 1, 3, 4])
+    ratio = steps.ns / (binary.theta[0] * steps.ms + binary.theta[1])
+    design = np.stack([np.ones_like(ratio), ratio], 1)
+    coef, *_ = np.linalg.lstsq(design, np.log(steps.steps), rcond=None)
+    resid = np.log(steps.steps) - design @ coef
+    start = np.concatenate([binary.theta[keep], coef, [math.log(max(0.05, float(resid.std())))]])
+
+    def objective(x):
+        binary_part = _objective(x[:4], keep, model, cells, centres, False)
+        if binary_part >= 1e300:
+            return 1e300
+        loglik, _ = _steps_terms(x[:2], x[4:], steps)
+        return binary_part - loglik
+
+    result = optimize.minimize(objective, start, method="BFGS", options={"gtol": 1e-6, "maxiter": 1000})
+    x = result.x
+    theta = np.zeros(model.size)
+    theta[keep] = x[:4]
+    eta, jac = model.eta_and_jacobian(theta, cells.ms, cells.ns, False)
+    loglik_binary = float((cells.successes * eta - cells.trials * np.logaddexp(0.0, eta)).sum())
+    p = 1.0 / (1.0 + np.exp(-np.clip(eta, -35, 35)))
+    prior_precision = np.concatenate([np.zeros(3), 1.0 / PRIOR_SD**2])
+    info_binary = jac.T @ ((cells.trials * p * (1 - p))[:, None] * jac) + np.diag(prior_precision)
+    loglik_steps, steps_jac = _steps_terms(x[:2], x[4:], steps)
+    # Joint information over (a, b, c, d, tau0, kappa, log sigma): the outcomes' block, plus the step counts' in
+    # (a, b, tau0, kappa) and 2 N for log sigma (orthogonal to the rest for a Gaussian).
+    info = np.zeros((7, 7))
+    info[:4, :4] = info_binary[np.ix_(keep, keep)]
+    where = np.array([0, 1, 4, 5])
+    info[np.ix_(where, where)] += steps_jac.T @ steps_jac
+    info[6, 6] += 2.0 * steps.ms.size
+    covariance = np.zeros((model.size, model.size))
+    converged = bool(result.success or result.status == 2)
+    try:
+        joint = np.linalg.inv(info)
+        covariance[np.ix_(keep, keep)] = joint[:4, :4]
+        steps_covariance = joint[4:, 4:]
+    except np.linalg.LinAlgError:
+        covariance[:] = np.nan
+        steps_covariance = np.full((3, 3), np.nan)
+        converged = False
+    return StepsInformedFit(
+        theta, covariance, loglik_binary + loglik_steps, converged, model, False, x[4:].copy(), steps_covariance
+    )
