@@ -351,7 +351,7 @@ def with_index(rows: dict) -> dict:
 
 def analyse_pooled(rows: dict, ms, design: PooledDesign) -> dict:
     """The pooled design's estimates in :func:`analyse`'s shape: n_50 at every m read off its line, Wald intervals."""
-    est = pooled_estimates(rows, ms, check_m=design.check_m, slope_from=design.slope_from)
+    est = pooled_estimates(rows, ms, check_m=design.check_m, slope_from=design.slope_from, steps=design.steps)
     per_m = {}
     for m in ms:
         keys = [k for k in rows if k[0] == m]
@@ -524,6 +524,7 @@ def pooled_arguments(args) -> dict:
         "slope_from": args.pooled_slope_from,
         "min_rows": args.pooled_min_rows,
         "criterion": args.pooled_criterion,
+        "steps": args.pooled_steps,
     }
     rules.update({k: tuple(v) if isinstance(v, list) else v for k, v in knobs.items() if v is not None})
     return rules
@@ -830,6 +831,13 @@ def main(argv=None):
         choices=["cube", "binding"],
         default=None,
         help="pooled: where a row goes: the largest drop of every ratio cubed (cube) or of those above 1 (binding)",
+    )
+    parser.add_argument(
+        "--pooled-steps",
+        action="store_true",
+        default=None,
+        help="pooled: stop on, and report, the line fitted to the outcomes and the accessible rows' step counts "
+        "(pooled.fit_pooled_steps; an experiment, no version uses it)",
     )
     parser.add_argument(
         "--pooled-slope-from",

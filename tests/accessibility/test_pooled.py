@@ -298,3 +298,45 @@ def test_the_command_line_resumes_a_folder_under_its_own_version_and_starts_new_
     assert flags_from_settings(json.loads((folder / "settings.json").read_text()), folder)["pooled_version"] == 1
     with pytest.raises(ValueError, match="--pooled-version belongs to --design pooled"):
         sweep_config(parse(["--model", "x", "--source", "tokens", "--pooled-version", "1"]))
+
+
+def _steps_simulated(m, n, index, seed):
+    """Rows whose step counts follow the steps model: log steps = 3.5 + 4 n / n_50(m) + 0.3 eps, n_50 = 12 m + 3."""
+    rng = np.random.default_rng([seed, index])
+    mu = 12.0 * m + 3.0
+    accessible = bool(n < mu + 0.1 * mu * rng.logistic())
+    steps = int(np.exp(3.5 + 4.0 * n / mu + 0.3 * rng.standard_normal())) if accessible else 900
+    return {"accessible": accessible, "steps": max(1, steps)}
+
+
+def test_a_design_stopping_on_the_step_counts_too_needs_fewer_rows_and_replays_from_its_rows():
+    """PooledDesign(steps=True): the same targets met with fewer rows (the step counts inform the line), the
+    summary's line is the steps-informed one with the steps law beside it, and the rounds replay from the rows."""
+    totals = {}
+    for steps in (False, True):
+        totals[steps] = []
+        for seed in range(3):
+            design = PooledDesign(
+                [1, 3, 5], batch=8, start=4, stop=200, target_slope_se=0.6, target_n50_se=None, steps=steps
+            )
+            rows: dict = {}
+            while jobs := design.next_jobs(rows):
+                rows.update((job, _steps_simulated(*job, seed)) for job in jobs)
+            totals[steps].append(len(rows))
+            summary = design.summary_fit(rows)
+            assert ("steps" in summary) == steps
+            if steps:
+                assert abs(summary["steps"]["kappa"] - 4.0) < 1.0 and summary["slope_se"] <= 0.6
+                again = PooledDesign(
+                    [1, 3, 5], batch=8, start=4, stop=200, target_slope_se=0.6, target_n50_se=None, steps=True
+                )
+                assert again.rounds(rows) == design.rounds(rows) and again.next_jobs(rows) == []
+    assert sum(totals[True]) < 0.8 * sum(totals[False])
+
+
+def test_the_steps_informed_estimate_falls_back_to_the_outcomes_without_enough_crammed_rows():
+    rows = {(1, 10, 0): {"accessible": True, "steps": 50}, (1, 30, 1): {"accessible": False, "steps": 900}}
+    rows |= {(3, 30, 2): {"accessible": True, "steps": 80}, (3, 60, 3): {"accessible": False, "steps": 900}}
+    found = pooled_estimates(rows, [1, 3], steps=True)
+    assert found["steps"] is None
+    assert {k: v for k, v in found.items() if k != "steps"} == pooled_estimates(rows, [1, 3])

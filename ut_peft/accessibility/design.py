@@ -491,6 +491,7 @@ class PooledDesign(Design):
         slope_from: str = "linear",
         min_rows: int = 0,
         criterion: str = "cube",
+        steps: bool = False,
     ):
         ms = sorted({int(m) for m in ms})
         if len(ms) < 2:
@@ -548,7 +549,7 @@ class PooledDesign(Design):
                 f"ratios above 1, those that keep the design from stopping); got {criterion!r}"
             )
         self.width_z, self.stop_z, self.slope_from, self.min_rows = float(width_z), float(stop_z), slope_from, min_rows
-        self.criterion = criterion
+        self.criterion, self.steps = criterion, bool(steps)
         self.target_slope_se, self.target_n50_se, self.budget = target_slope_se, targets, budget_row_steps
         self.check_m, self.check_factor, self.min_rounds = check_m, check_factor, min_rounds
         self.design_ms = sorted({ms[0], ms[-1], *([check_m] if check_m is not None else [])})
@@ -638,12 +639,31 @@ class PooledDesign(Design):
         )
 
     def _fit(self, flat):
-        from .pooled import Cells, fit_pooled, information
+        from .pooled import (
+            Cells,
+            StepRows,
+            fit_pooled,
+            fit_pooled_steps,
+            information,
+            steps_line_information,
+            usable_steps,
+        )
 
         cells = Cells.from_rows([r[0] for r in flat], [r[1] for r in flat], [r[2] for r in flat])
-        fit = fit_pooled(cells, self.design_ms, self.check_m)
+        crammed = [r for r in flat if r[2]]
+        steps = StepRows.from_rows(
+            [r[0] for r in crammed], [r[1] for r in crammed], [max(1, r[3] - 1) for r in crammed]
+        )
+        if self.steps and usable_steps(steps):
+            # steps=True: the line and its standard errors from the outcomes and the accessible rows' step counts
+            # (pooled.fit_pooled_steps); the rows are placed on that fit's curve, their information the outcomes'.
+            fit = fit_pooled_steps(cells, steps, self.design_ms, self.check_m)
+            extra = np.zeros((fit.model.size, fit.model.size))
+            extra[:2, :2] = steps_line_information(fit, fit.steps_theta, steps)
+        else:
+            fit, extra = fit_pooled(cells, self.design_ms, self.check_m), 0.0
         info = information(fit, cells.ms, cells.ns, cells.trials, free_delta=True, widen_z=self.stop_z)
-        return fit, info + self._prior_precision()
+        return fit, info + extra + self._prior_precision()
 
     def _prior_precision(self) -> np.ndarray:
         from .pooled import PRIOR_SD
@@ -717,7 +737,9 @@ class PooledDesign(Design):
 
     def summary_fit(self, rows: dict) -> dict | None:
         """The pooled estimate of what ``rows`` hold (see :func:`pooled_estimates`)."""
-        return pooled_estimates(rows, self.ms, self.design_ms, self.check_m, slope_from=self.slope_from)
+        return pooled_estimates(
+            rows, self.ms, self.design_ms, self.check_m, slope_from=self.slope_from, steps=self.steps
+        )
 
 
 def round_gain(before: np.ndarray, after: np.ndarray, criterion: str) -> np.ndarray:
@@ -755,6 +777,7 @@ class PooledRules:
     slope_from: str
     min_rows: int = 0
     criterion: str = "cube"
+    steps: bool = False  # the line from outcomes and step counts (pooled.fit_pooled_steps): no version yet
 
     def arguments(self) -> dict:
         return dataclasses.asdict(self)
@@ -807,17 +830,32 @@ def _bracketed_fractions(fractions: dict) -> bool:
     return any(f >= 0.5 for f in fractions.values()) and any(f < 0.5 for f in fractions.values())
 
 
-def pooled_estimates(rows: dict, ms, design_ms=None, check_m=None, slope_from: str = "linear") -> dict | None:
+def pooled_estimates(
+    rows: dict, ms, design_ms=None, check_m=None, slope_from: str = "linear", steps: bool = False
+) -> dict | None:
     """n_50 at every m of ``ms`` from the pooled line fitted to ``rows`` (a dict (m, n, index) -> row), with Wald
     intervals, the slope and intercept with theirs, and the linearity check where a check m has rows.
 
     ``slope_from``: "linear", the line fitted with the check m on it (its rows inform the line), or "free", the
     check m's offset free (the line from the other m; the check m's n_50 is then still the line's, a m + b).
 
+    ``steps``: the line from the outcomes and the accessible rows' step counts (:func:`~.pooled.fit_pooled_steps`,
+    the check m on the line) where they are enough (:func:`~.pooled.usable_steps`); the result then holds
+    ``"steps": {"tau0", "kappa", "sigma"}`` (None where the outcomes alone were used).
+
     Returns None when fewer than two m have rows. ``{"per_m": {m: {"n50", "se", "ci", "measured"}}, "slope",
     "slope_se", "slope_ci", "intercept", "intercept_se", "intercept_ci", "converged", "linearity"}``.
     """
-    from .pooled import Cells, fit_pooled, linearity_check, wald_interval
+    from .pooled import (
+        Cells,
+        PooledFit,
+        StepRows,
+        fit_pooled,
+        fit_pooled_steps,
+        linearity_check,
+        usable_steps,
+        wald_interval,
+    )
 
     keys = [k for k in rows if rows[k].get("stop_reason") != INFERRED]
     measured = sorted({k[0] for k in keys})
@@ -825,7 +863,19 @@ def pooled_estimates(rows: dict, ms, design_ms=None, check_m=None, slope_from: s
         return None
     cells = Cells.from_rows([k[0] for k in keys], [k[1] for k in keys], [bool(rows[k]["accessible"]) for k in keys])
     check = check_m if check_m in measured and measured[0] < check_m < measured[-1] else None
-    fit = fit_pooled(cells, measured, check, free_delta=slope_from == "free" and check is not None)
+    steps_used, step_rows = None, None
+    if steps:
+        crammed = [k for k in keys if rows[k]["accessible"]]
+        step_rows = StepRows.from_rows(
+            [k[0] for k in crammed], [k[1] for k in crammed], [max(1, int(rows[k]["steps"])) for k in crammed]
+        )
+    fit: PooledFit
+    if step_rows is not None and usable_steps(step_rows):
+        fit = steps_fit = fit_pooled_steps(cells, step_rows, measured, check)
+        tau0, kappa, log_sigma = (float(v) for v in steps_fit.steps_theta)
+        steps_used = {"tau0": tau0, "kappa": kappa, "sigma": math.exp(log_sigma)}
+    else:
+        fit = fit_pooled(cells, measured, check, free_delta=slope_from == "free" and check is not None)
     per_m = {}
     for m in sorted(set(ms) | set(measured)):
         n50, se = fit.n50(m), fit.n50_se(m)
@@ -841,4 +891,5 @@ def pooled_estimates(rows: dict, ms, design_ms=None, check_m=None, slope_from: s
         "intercept_ci": wald_interval(fit.intercept, fit.intercept_se()),
         "converged": fit.converged,
         "linearity": linearity,
+        **({"steps": steps_used} if steps else {}),
     }

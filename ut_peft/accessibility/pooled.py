@@ -295,8 +295,8 @@ class StepsInformedFit(PooledFit):
     """A :class:`PooledFit` whose line also carries the accessible rows' step counts; ``steps_theta`` = (tau0,
     kappa, log sigma) of log(steps) = tau0 + kappa n / mu(m) + sigma eps, with ``steps_covariance``."""
 
-    steps_theta: np.ndarray | None = None
-    steps_covariance: np.ndarray | None = None
+    steps_theta: np.ndarray
+    steps_covariance: np.ndarray
 
 
 def _steps_terms(line: np.ndarray, steps_params: np.ndarray, rows: StepRows):
@@ -313,9 +313,26 @@ def _steps_terms(line: np.ndarray, steps_params: np.ndarray, rows: StepRows):
     return loglik, jac
 
 
+def steps_line_information(fit: PooledFit, steps_theta: np.ndarray, steps: StepRows) -> np.ndarray:
+    """What the step counts tell about the line: their information about (a, b) with (tau0, kappa) eliminated (the
+    Schur complement; the outcomes do not involve tau0 or kappa, so it adds to the outcomes' information as is)."""
+    _, jac = _steps_terms(fit.theta[:2], steps_theta, steps)
+    full = jac.T @ jac
+    try:
+        return full[:2, :2] - full[:2, 2:] @ np.linalg.solve(full[2:, 2:], full[2:, :2])
+    except np.linalg.LinAlgError:
+        return np.zeros((2, 2))
+
+
+def usable_steps(steps: StepRows) -> bool:
+    """Enough accessible rows for the steps model: 3 at two different (m, n) at least."""
+    return steps.ms.size >= 3 and np.unique(np.stack([steps.ms, steps.ns], 1), axis=0).shape[0] >= 2
+
+
 def fit_pooled_steps(cells: Cells, steps: StepRows, width_ms, check_m: int | None = None) -> StepsInformedFit:
-    """The pooled line fitted to the rows' outcomes *and* the accessible rows' step counts (an experiment of
-    ``benchmarks/measurement_cost.py --steps-informed``; no design or report uses it).
+    """The pooled line fitted to the rows' outcomes *and* the accessible rows' step counts (an experiment:
+    ``PooledDesign(steps=True)`` and ``benchmarks/measurement_cost.py --designs pooled+steps`` / ``--pooled-steps``;
+    no version of the design's rules and no report uses it yet).
 
     Why steps can help: an accessible row's step count grows with how close n sits to the limit (SmolLM2, m = 1: log
     steps about linear in n / n_50, slope 4.2, residual sd 0.38), so a row that crammed says how far below n_50 it
