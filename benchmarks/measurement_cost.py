@@ -271,31 +271,28 @@ def truth_from(folder) -> tuple[float, float, float]:
     geometric mean over the measured m of the fitted w(m) / n_50(m). It matters as much as the slope: the published
     design's error, hence a retarget's targets, grows with the transition's width."""
     from ut_peft.accessibility import store
-    from ut_peft.accessibility.pooled import Cells, fit_pooled
 
-    rows = {k: r for k, r in store.read_rows(Path(folder)).items() if r.get("stop_reason") != "inferred"}
-    measured = sorted({k[0] for k in rows})
-    fit = None
-    if len(measured) >= 2:
-        cells = Cells.from_rows(
-            [k[0] for k in rows], [k[1] for k in rows], [bool(r["accessible"]) for r in rows.values()]
-        )
-        fit = fit_pooled(cells, measured)
-    if fit is None or not fit.converged or any(fit.n50(m) <= 0 for m in measured):
+    rows = store.read_rows(Path(folder))
+    crammed = [k for k, r in rows.items() if r.get("stop_reason") != "inferred"]
+    measured = sorted({k[0] for k in crammed})
+    est = pooled_estimates(rows, measured)  # the summary's own fit (inferred rows left out there)
+    if est is None or not est["converged"] or any(est["per_m"][m]["n50"] <= 0 for m in measured):
         raise SystemExit(
             f"--truth-from {folder}: the pooled line needs rows at two m at least and a converged fit (rows at m = "
-            f"{measured or 'none'}, {'no fit' if fit is None else 'no usable fit'}); pass --slope, --intercept and "
+            f"{measured or 'none'}, {'no fit' if est is None else 'no usable fit'}); pass --slope, --intercept and "
             f"--rel-width instead"
         )
-    relative = {m: fit.width(m) / fit.n50(m) for m in measured}
+    per_m = est["per_m"]
+    relative = {m: per_m[m]["width"] / per_m[m]["n50"] for m in measured}
     rel_width = math.exp(sum(math.log(r) for r in relative.values()) / len(relative))
     print(
-        f"truth from {folder}: the pooled model of its {len(rows)} rows, n_50 = {fit.slope:.2f} m + "
-        f"{fit.intercept:.2f} (slope se {fit.slope_se():.2f}), width / n_50 "
+        f"truth from {folder}: the pooled model of its {len(crammed)} rows, n_50 = {est['slope']:.2f} m + "
+        f"{est['intercept']:.2f} (slope se {est['slope_se']:.2f}), width / n_50 "
         + ", ".join(f"{r:.3f} at m = {m}" for m, r in relative.items())
-        + f" (log-width se at m = {measured[0]}: {fit.log_width_se(measured[0]):.2f}): relative width {rel_width:.3f}"
+        + f" (log-width se at m = {measured[0]}: {per_m[measured[0]]['log_width_se']:.2f}): relative width "
+        f"{rel_width:.3f}"
     )
-    return fit.slope, fit.intercept, rel_width
+    return est["slope"], est["intercept"], rel_width
 
 
 def run_design(design, truth: Truth, repeat: int, infer: bool = False) -> tuple[dict, float]:

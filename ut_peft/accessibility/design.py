@@ -843,7 +843,8 @@ def pooled_estimates(
     the check m on the line) where they are enough (:func:`~.pooled.usable_steps`); the result then holds
     ``"steps": {"tau0", "kappa", "sigma"}`` (None where the outcomes alone were used).
 
-    Returns None when fewer than two m have rows. ``{"per_m": {m: {"n50", "se", "ci", "measured"}}, "slope",
+    Returns None when fewer than two m have rows. ``{"per_m": {m: {"n50", "se", "ci", "measured", "width",
+    "log_width_se"}}, "slope",
     "slope_se", "slope_ci", "intercept", "intercept_se", "intercept_ci", "converged", "linearity"}``.
     """
     from .pooled import (
@@ -880,6 +881,7 @@ def pooled_estimates(
     for m in sorted(set(ms) | set(measured)):
         n50, se = fit.n50(m), fit.n50_se(m)
         per_m[int(m)] = {"n50": n50, "se": se, "ci": wald_interval(n50, se), "measured": m in measured}
+        per_m[int(m)].update(width=fit.width(m), log_width_se=fit.log_width_se(m))
     linearity = linearity_check(cells, measured, check) if check is not None else None
     return {
         "per_m": per_m,

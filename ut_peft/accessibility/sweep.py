@@ -29,7 +29,6 @@ from .design import (
     complete_groups,
     infer_prefixes,
     make_design,
-    pooled_estimates,
     row_steps,
 )
 from .fit import SigmoidFit, fit_sigmoid, line_interval, linear_fit, n50_interval
@@ -864,7 +863,7 @@ def _pooled(config: SweepConfig, rows: dict) -> dict | None:
         return None
     design = make_design(config)
     assert isinstance(design, PooledDesign)  # what make_design builds for "pooled"
-    estimate = pooled_estimates(rows, config.ms, design.design_ms, design.check_m, slope_from=design.slope_from)
+    estimate = design.summary_fit(rows)
     if estimate is None:
         return None
     estimate["per_m"] = [dict(m=m, **entry) for m, entry in estimate["per_m"].items()]
