@@ -7,10 +7,12 @@
 # (targets 1.15x those) and not on the slope at these small widths (target 0.44 realises about 0.42; BENCHMARKS.md).
 # Resumable: rerun this script and it continues from rows.jsonl and the in-flight
 # snapshots (commit both as it goes).
-# Next (docs/accessibility.md, "Progress"): once m = 3 and 5 are bracketed (rows 12-19 in rows.jsonl), retarget into
-# a new folder under version 2 of the pooled rules with targets at the published precision for the measured line:
+# Next (docs/accessibility.md, "Progress"): once m = 3 and 5 are bracketed (rows 12-19 in rows.jsonl), test the
+# step-count law across m (python benchmarks/steps_information.py results/smollm2-135m/pooled-words), then retarget
+# into a new folder under version 2 of the pooled rules, first at the acceptance level (--pooled-factor 2: about
+# 237,000-326,000 row-steps, 35-50 hours), later at the published precision (--pooled-factor 1.05):
 #   python benchmarks/measurement_cost.py --quick --designs pooled --words --truth-from results/smollm2-135m/pooled-words \
-#       --cost-from results/smollm2-135m/pooled-words      # prints "pooled targets at 1.05 x the published RMSE: ..."
+#       --cost-from results/smollm2-135m/pooled-words --pooled-factor 2   # prints "pooled targets at 2.0 x ...: ..."
 #   python recipes/cram.py <the flags below, with those --target-* flags> --pooled-version 2 \
 #       --retarget-from results/smollm2-135m/pooled-words --output results/smollm2-135m/pooled-words-v2
 # (--words: the published design's random words are a fresh text per length, so its error is smaller than on nested
