@@ -348,7 +348,9 @@ def with_index(rows: dict) -> dict:
 
 def analyse_pooled(rows: dict, ms, design: PooledDesign) -> dict:
     """The pooled design's estimates in :func:`analyse`'s shape: n_50 at every m read off its line, Wald intervals."""
-    est = pooled_estimates(rows, ms, check_m=design.check_m, slope_from=design.slope_from, steps=design.steps)
+    est = pooled_estimates(
+        rows, ms, check_m=design.check_m, slope_from=design.slope_from, steps=design.steps, steps_cap=design.steps_cap
+    )
     per_m = {}
     for m in ms:
         keys = [k for k in rows if k[0] == m]
@@ -380,7 +382,9 @@ def analyse_pooled_steps(rows: dict, ms, design: PooledDesign) -> dict:
     measured = sorted({k[0] for k in keys})
     cells = Cells.from_rows([k[0] for k in keys], [k[1] for k in keys], [bool(rows[k]["accessible"]) for k in keys])
     crammed = [k for k in keys if rows[k]["accessible"]]
-    steps = StepRows.from_rows([k[0] for k in crammed], [k[1] for k in crammed], [rows[k]["steps"] for k in crammed])
+    steps = StepRows.from_rows(
+        [k[0] for k in crammed], [k[1] for k in crammed], [rows[k]["steps"] for k in crammed], design.steps_cap
+    )
     fit = fit_pooled_steps(cells, steps, measured)
     per_m = {}
     for m in ms:
@@ -601,6 +605,8 @@ def simulate(args) -> None:
                 stop=1000,
                 target_slope_se=args.pooled_factor * published_slope_rmse,
                 target_n50_se={m: args.pooled_factor * published_rmse[m] for m in ms},
+                # --steps-truncated: the steps law truncated at the cap (an accessible row took fewer steps than it)
+                steps_cap=CAP if args.steps_truncated else None,
                 **rules,
             )
             rows, wall = run_design(pooled, truth, repeat)
@@ -828,6 +834,11 @@ def main(argv=None):
         choices=["cube", "binding"],
         default=None,
         help="pooled: where a row goes: the largest drop of every ratio cubed (cube) or of those above 1 (binding)",
+    )
+    parser.add_argument(
+        "--steps-truncated",
+        action="store_true",
+        help="pooled+steps and --pooled-steps: the steps law as a normal truncated at the cap (pooled.StepRows.cap)",
     )
     parser.add_argument(
         "--pooled-steps",

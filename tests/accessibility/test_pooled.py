@@ -340,3 +340,23 @@ def test_the_steps_informed_estimate_falls_back_to_the_outcomes_without_enough_c
     found = pooled_estimates(rows, [1, 3], steps=True)
     assert found["steps"] is None
     assert {k: v for k, v in found.items() if k != "steps"} == pooled_estimates(rows, [1, 3])
+
+
+def test_the_steps_law_truncated_at_the_cap_recovers_what_the_untruncated_one_bends():
+    """Rows that would need more than the cap do not cram: the accessible rows' log steps are truncated there. The
+    truncated law (StepRows(cap=...)) recovers kappa where the plain one comes out too flat."""
+    rng = np.random.default_rng(3)
+    ms, ns, acc, steps = [], [], [], []
+    for m in (1, 3, 5):
+        mu = 20.0 * m + 4.0
+        for n in np.round(np.linspace(0.5 * mu, 1.3 * mu, 6)):
+            for _ in range(25):
+                t = float(np.exp(3.5 + 4.0 * n / mu + 0.4 * rng.standard_normal()))
+                ms.append(m), ns.append(n), acc.append(t < 1500.0), steps.append(min(t, 1500.0))
+    ms, ns, acc, steps = map(np.array, (ms, ns, acc, steps))
+    cells = Cells.from_rows(ms, ns, acc)
+    plain = fit_pooled_steps(cells, StepRows.from_rows(ms[acc], ns[acc], steps[acc]), [1, 3, 5])
+    truncated = fit_pooled_steps(cells, StepRows.from_rows(ms[acc], ns[acc], steps[acc], cap=1500), [1, 3, 5])
+    assert abs(truncated.steps_theta[1] - 4.0) < 0.5 < abs(plain.steps_theta[1] - 4.0)
+    with pytest.raises(ValueError, match="step cap must be >="):
+        StepRows.from_rows([1], [5], [2000], cap=1500)

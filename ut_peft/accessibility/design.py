@@ -492,6 +492,7 @@ class PooledDesign(Design):
         min_rows: int = 0,
         criterion: str = "cube",
         steps: bool = False,
+        steps_cap: int | None = None,
     ):
         ms = sorted({int(m) for m in ms})
         if len(ms) < 2:
@@ -549,7 +550,7 @@ class PooledDesign(Design):
                 f"ratios above 1, those that keep the design from stopping); got {criterion!r}"
             )
         self.width_z, self.stop_z, self.slope_from, self.min_rows = float(width_z), float(stop_z), slope_from, min_rows
-        self.criterion, self.steps = criterion, bool(steps)
+        self.criterion, self.steps, self.steps_cap = criterion, bool(steps), steps_cap
         self.target_slope_se, self.target_n50_se, self.budget = target_slope_se, targets, budget_row_steps
         self.check_m, self.check_factor, self.min_rounds = check_m, check_factor, min_rounds
         self.design_ms = sorted({ms[0], ms[-1], *([check_m] if check_m is not None else [])})
@@ -738,7 +739,13 @@ class PooledDesign(Design):
     def summary_fit(self, rows: dict) -> dict | None:
         """The pooled estimate of what ``rows`` hold (see :func:`pooled_estimates`)."""
         return pooled_estimates(
-            rows, self.ms, self.design_ms, self.check_m, slope_from=self.slope_from, steps=self.steps
+            rows,
+            self.ms,
+            self.design_ms,
+            self.check_m,
+            slope_from=self.slope_from,
+            steps=self.steps,
+            steps_cap=self.steps_cap,
         )
 
 
@@ -831,7 +838,13 @@ def _bracketed_fractions(fractions: dict) -> bool:
 
 
 def pooled_estimates(
-    rows: dict, ms, design_ms=None, check_m=None, slope_from: str = "linear", steps: bool = False
+    rows: dict,
+    ms,
+    design_ms=None,
+    check_m=None,
+    slope_from: str = "linear",
+    steps: bool = False,
+    steps_cap: int | None = None,
 ) -> dict | None:
     """n_50 at every m of ``ms`` from the pooled line fitted to ``rows`` (a dict (m, n, index) -> row), with Wald
     intervals, the slope and intercept with theirs, and the linearity check where a check m has rows.
@@ -841,7 +854,8 @@ def pooled_estimates(
 
     ``steps``: the line from the outcomes and the accessible rows' step counts (:func:`~.pooled.fit_pooled_steps`,
     the check m on the line) where they are enough (:func:`~.pooled.usable_steps`); the result then holds
-    ``"steps": {"tau0", "kappa", "sigma"}`` (None where the outcomes alone were used).
+    ``"steps": {"tau0", "kappa", "sigma"}`` (None where the outcomes alone were used). ``steps_cap``: the cram's
+    step cap, for the truncated steps law (:class:`~.pooled.StepRows`); None: untruncated.
 
     Returns None when fewer than two m have rows. ``{"per_m": {m: {"n50", "se", "ci", "measured", "width",
     "log_width_se"}}, "slope",
@@ -868,7 +882,10 @@ def pooled_estimates(
     if steps:
         crammed = [k for k in keys if rows[k]["accessible"]]
         step_rows = StepRows.from_rows(
-            [k[0] for k in crammed], [k[1] for k in crammed], [max(1, int(rows[k]["steps"])) for k in crammed]
+            [k[0] for k in crammed],
+            [k[1] for k in crammed],
+            [max(1, int(rows[k]["steps"])) for k in crammed],
+            steps_cap,
         )
     fit: PooledFit
     if step_rows is not None and usable_steps(step_rows):

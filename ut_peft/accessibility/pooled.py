@@ -279,15 +279,22 @@ class StepRows:
     ms: np.ndarray
     ns: np.ndarray
     steps: np.ndarray
+    # The cram's step cap, when known: a row that would have needed more steps is not accessible, so the accessible
+    # rows' log steps are a normal truncated there (their likelihood and information say so).
+    cap: float | None = None
 
     @classmethod
-    def from_rows(cls, ms, ns, steps) -> StepRows:
+    def from_rows(cls, ms, ns, steps, cap: float | None = None) -> StepRows:
         ms, ns, steps = (np.asarray(v, dtype=float) for v in (ms, ns, steps))
         if not (ms.shape == ns.shape == steps.shape) or np.any(steps < 1):
             raise ValueError(
                 f"one m, n and step count >= 1 per accessible row (got {ms.size}, {ns.size}, {steps.size})"
             )
-        return cls(ms, ns, steps)
+        if cap is not None and not (cap >= 1 and np.all(steps <= cap)):
+            raise ValueError(
+                f"the step cap must be >= every accessible row's steps (got cap {cap}, max {steps.max()})"
+            )
+        return cls(ms, ns, steps, None if cap is None else float(cap))
 
 
 @dataclass
@@ -306,10 +313,19 @@ def _steps_terms(line: np.ndarray, steps_params: np.ndarray, rows: StepRows):
     mu = a * rows.ms + b
     mu = np.where(np.abs(mu) < 1e-6, 1e-6, mu)
     ratio = rows.ns / mu
-    residual = np.log(rows.steps) - tau0 - kappa * ratio
+    mean = tau0 + kappa * ratio
+    residual = np.log(rows.steps) - mean
     sigma = math.exp(log_sigma)
     loglik = float(-0.5 * (residual**2).sum() / sigma**2 - rows.ms.size * log_sigma)
     jac = np.stack([-kappa * ratio * rows.ms / mu, -kappa * ratio / mu, np.ones_like(mu), ratio], 1) / sigma
+    if rows.cap is not None:
+        # Truncated above at log(cap): each row's density over P(log steps < log cap), and its information about
+        # the mean shrunk by the truncated variance's share, 1 - alpha lambda - lambda^2 (lambda = phi / Phi at alpha).
+        alpha = (math.log(rows.cap) - mean) / sigma
+        loglik -= float(stats.norm.logcdf(alpha).sum())
+        lam = np.exp(stats.norm.logpdf(alpha) - stats.norm.logcdf(alpha))
+        share = np.clip(1.0 - alpha * lam - lam**2, 1e-6, 1.0)
+        jac = jac * np.sqrt(share)[:, None]
     return loglik, jac
 
 
