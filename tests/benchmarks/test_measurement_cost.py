@@ -68,6 +68,7 @@ def test_the_pooled_knobs_replace_single_rules_of_the_version(cost):
         pooled_slope_from=None,
         pooled_min_rows=None,
         pooled_criterion=None,
+        pooled_steps=True,
     )
     rules = cost.pooled_arguments(args)
     assert rules == dict(
@@ -78,6 +79,7 @@ def test_the_pooled_knobs_replace_single_rules_of_the_version(cost):
         slope_from="linear",
         min_rows=0,
         criterion="cube",
+        steps=True,
     )
     assert (
         cost.pooled_arguments(
