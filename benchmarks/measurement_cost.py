@@ -346,10 +346,14 @@ def with_index(rows: dict) -> dict:
     return {k: dict(v, index=k[2]) for k, v in rows.items()}
 
 
-def analyse_pooled(rows: dict, ms, design: PooledDesign) -> dict:
-    """The pooled design's estimates in :func:`analyse`'s shape: n_50 at every m read off its line, Wald intervals."""
+def analyse_pooled(rows: dict, ms, design: PooledDesign, steps: bool | None = None) -> dict:
+    """The pooled design's estimates in :func:`analyse`'s shape: n_50 at every m read off its line, Wald intervals.
+
+    ``steps``: the line from the outcomes and the accessible rows' step counts (True: "pooled+steps", the same rows
+    analysed again, so only the error differs), or not; None: as the design reports it."""
+    use_steps = design.steps if steps is None else steps
     est = pooled_estimates(
-        rows, ms, check_m=design.check_m, slope_from=design.slope_from, steps=design.steps, steps_cap=design.steps_cap
+        rows, ms, check_m=design.check_m, slope_from=design.slope_from, steps=use_steps, steps_cap=design.steps_cap
     )
     per_m = {}
     for m in ms:
@@ -368,42 +372,7 @@ def analyse_pooled(rows: dict, ms, design: PooledDesign) -> dict:
         "intercept": est["intercept"],
         "intercept_ci": est["intercept_ci"],
         "linear": (est["linearity"] or {}).get("linear"),
-    }
-    return {"per_m": per_m, "line": line}
-
-
-def analyse_pooled_steps(rows: dict, ms, design: PooledDesign) -> dict:
-    """The same rows as :func:`analyse_pooled`, the line fitted to their outcomes and the accessible rows' step
-    counts (:func:`~ut_peft.accessibility.pooled.fit_pooled_steps`); the rows and their row-steps are the pooled
-    design's own, so only the error differs."""
-    from ut_peft.accessibility.pooled import Cells, StepRows, fit_pooled_steps, wald_interval
-
-    keys = list(rows)
-    measured = sorted({k[0] for k in keys})
-    cells = Cells.from_rows([k[0] for k in keys], [k[1] for k in keys], [bool(rows[k]["accessible"]) for k in keys])
-    crammed = [k for k in keys if rows[k]["accessible"]]
-    steps = StepRows.from_rows(
-        [k[0] for k in crammed], [k[1] for k in crammed], [rows[k]["steps"] for k in crammed], design.steps_cap
-    )
-    fit = fit_pooled_steps(cells, steps, measured)
-    per_m = {}
-    for m in ms:
-        at_m = [k for k in keys if k[0] == m]
-        n50, se = fit.n50(m), fit.n50_se(m)
-        per_m[m] = {
-            "n50": n50,
-            "ci": wald_interval(n50, se),
-            "n50_ls": None,
-            "row_steps": sum(row_steps(rows[k]) for k in at_m),
-            "rows": len(at_m),
-        }
-    line = {
-        "slope": fit.slope,
-        "slope_ci": wald_interval(fit.slope, fit.slope_se()),
-        "intercept": fit.intercept,
-        "intercept_ci": wald_interval(fit.intercept, fit.intercept_se()),
-        "linear": None,
-        "kappa": float(fit.steps_theta[1]),
+        "kappa": (est.get("steps") or {}).get("kappa"),
     }
     return {"per_m": per_m, "line": line}
 
@@ -615,7 +584,7 @@ def simulate(args) -> None:
                 results["pooled"].append(analyse_pooled(with_index(rows), ms, pooled))
             if "pooled+steps" in names:
                 start = time.perf_counter()
-                results["pooled+steps"].append(analyse_pooled_steps(with_index(rows), ms, pooled))
+                results["pooled+steps"].append(analyse_pooled(with_index(rows), ms, pooled, steps=True))
                 walls["pooled+steps"] += wall + time.perf_counter() - start
 
     rule_text = ", ".join(f"{k} {' '.join(map(str, v)) if isinstance(v, tuple) else v}" for k, v in rules.items())
@@ -684,7 +653,7 @@ def simulate(args) -> None:
             f"passed in {sum(linear)} of {len(linear)} repeats (the test's level is 1%)"
         )
     if results.get("pooled+steps"):
-        kappas = [r["line"]["kappa"] for r in results["pooled+steps"]]
+        kappas = [np.nan if r["line"]["kappa"] is None else r["line"]["kappa"] for r in results["pooled+steps"]]
         limit = "the text's own limit" if truth.costs.link == "limit" else "n_50"
         growth = (
             f"exp(k n / {limit}), k = {truth.costs.k:.2f}"
@@ -692,8 +661,8 @@ def simulate(args) -> None:
             else f"the assumed 1 + 9 r^8, r = n / {limit}"
         )
         print(
-            f"pooled+steps: the fitted kappa (log steps per unit of n / n_50) {np.mean(kappas):.2f} on average (sd "
-            f"{np.std(kappas):.2f}); the simulator's steps grow as {growth}"
+            f"pooled+steps: the fitted kappa (log steps per unit of n / n_50) {np.nanmean(kappas):.2f} on average (sd "
+            f"{np.nanstd(kappas):.2f}); the simulator's steps grow as {growth}"
         )
     if changed:
         flips, inferred, total = (sum(c[i] for c in changed) for i in range(3))

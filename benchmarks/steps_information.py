@@ -31,8 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ut_peft.accessibility import store  # noqa: E402
 from ut_peft.accessibility.pooled import Cells, StepRows, fit_pooled, fit_pooled_steps  # noqa: E402
-
-INFERRED = "inferred"
+from ut_peft.accessibility.rows import INFERRED  # noqa: E402
 
 
 def read_rows(folders) -> list[tuple[int, int, bool, int]]:

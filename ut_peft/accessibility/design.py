@@ -651,11 +651,13 @@ class PooledDesign(Design):
         )
 
         cells = Cells.from_rows([r[0] for r in flat], [r[1] for r in flat], [r[2] for r in flat])
-        crammed = [r for r in flat if r[2]]
-        steps = StepRows.from_rows(
-            [r[0] for r in crammed], [r[1] for r in crammed], [max(1, r[3] - 1) for r in crammed]
-        )
-        if self.steps and usable_steps(steps):
+        steps = None
+        if self.steps:  # the accessible rows' step counts (a row's row-steps less its deciding evaluation)
+            crammed = [r for r in flat if r[2]]
+            steps = StepRows.from_rows(
+                [r[0] for r in crammed], [r[1] for r in crammed], [max(1, r[3] - 1) for r in crammed], self.steps_cap
+            )
+        if steps is not None and usable_steps(steps):
             # steps=True: the line and its standard errors from the outcomes and the accessible rows' step counts
             # (pooled.fit_pooled_steps); the rows are placed on that fit's curve, their information the outcomes'.
             fit = fit_pooled_steps(cells, steps, self.design_ms, self.check_m)
