@@ -131,8 +131,13 @@ def main(args):
     rows = harness.interleave({v: lambda r, v=v: launch(args, v) for v in ("chunked", "unchunked")}, args.repeats)
     c, u = rows["chunked"], rows["unchunked"]
     speed = harness.ratio_spread((x["samples_per_second"] for x in c), (x["samples_per_second"] for x in u))
-    memory = harness.ratio_spread(
-        (x["peak_rss_above_model_mib"] for x in c), (x["peak_rss_above_model_mib"] for x in u)
+    # The peak is the process's own high-water mark, so it measures the variant only in a fresh child: where the
+    # unchunked peak did not rise above the model (children run in a process that peaked earlier), there is no ratio.
+    measured = all(x["peak_rss_above_model_mib"] > 0 for x in c + u)
+    memory = (
+        harness.ratio_spread((x["peak_rss_above_model_mib"] for x in c), (x["peak_rss_above_model_mib"] for x in u))
+        if measured
+        else None
     )
     first = u[0]
     flops = 2 * first["samples"] * first["hidden_size"] * first["vocab_size"]
@@ -164,6 +169,12 @@ def main(args):
             f"peak ({harness.format_count(flops)} in all)"
         )
     print(f"samples/s ratio (chunked / unchunked): {harness.format_ratio(speed)}")
+    if memory is None:
+        print(
+            "peak memory ratio (chunked / unchunked): not measured (a variant's peak RSS did not rise above the "
+            "model's: the children did not run in fresh processes)"
+        )
+        return run.finish(summary)
     print(
         f"peak memory ratio (chunked / unchunked): {harness.format_ratio(memory, 3)} "
         f"({harness.spread(x['peak_rss_above_model_mib'] for x in c)['median']:.0f} MiB vs "

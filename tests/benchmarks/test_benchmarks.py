@@ -253,6 +253,30 @@ def test_geometry_cells(load, tiny_model_folder, tmp_path, capsys, monkeypatch, 
     assert results["unchunked_logits_bytes"] == 500 * 300 * 4
 
 
+def test_geometry_cells_says_when_the_peak_memory_was_not_measured(
+    load, tiny_model_folder, tmp_path, capsys, monkeypatch
+):
+    # A child run inside a process that already peaked (as in the in-process test above) reads a peak of 0 MiB above
+    # the model: the benchmark must say the ratio was not measured, not divide by zero (a CI run failed so).
+    bench = load("geometry_cells")
+    real_child = bench.child
+
+    def launch(args, variant):
+        stdout = io.StringIO()
+        with contextlib.redirect_stdout(stdout):
+            real_child(argparse.Namespace(**{**vars(args), "variant": variant}))
+        row = json.loads(stdout.getvalue().strip().splitlines()[-1])
+        return {**row, "peak_rss_above_model_mib": 0.0}
+
+    monkeypatch.setattr(bench, "launch", launch)
+    out = tmp_path / "geo.json"
+    bench.main(
+        bench.parse(["--model", str(tiny_model_folder), "--samples", "200", "--repeats", "1", "--json", str(out)])
+    )
+    assert "peak memory ratio (chunked / unchunked): not measured" in capsys.readouterr().out
+    assert read(out)["results"]["peak_memory_ratio"] is None
+
+
 def test_prefix_inference_replays_a_full_run(load, tmp_path, capsys):
     from ut_peft.accessibility import store
 
