@@ -28,6 +28,11 @@ Steps a row costs (assumptions, documented because they set the ratio; change th
   sequence's capacity; the Gemma probe of issue 11 crammed 8-token texts in 123-152 steps at lr 3e-2).
 - inaccessible: the best accuracy last improves at step b ~ 800 LN(0, 0.7) and the row stops at min(cap, b +
   patience) = min(3000, b + 500): median ~1300 steps, 5% of the rows at the cap.
+``--cap-fails``: an accessible text whose steps would reach the cap does not cram (the real protocol: a row not exact
+by step 3000 is inaccessible); outcomes then depend on the row costs, and every error and coverage is measured from
+the n_50 the protocol defines, the length where half the rows cram within the cap (``Truth.protocol_n50``, by
+quadrature; 2.6% below the threshold's median with SmolLM2's fitted costs and ``--cost-link n50``). Without it (the
+simulator before session 13, every figure recorded before it) those steps are clamped at ``cap - 1``.
 ``--early-stop K`` simulates a calibrated early stop of hopeless rows (the engine's part): an inaccessible row
 costs min(its steps, K). The design's ratio alone is the default (no early stop).
 
@@ -68,6 +73,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import hashlib
 import inspect
 import json
@@ -112,7 +118,8 @@ DEFAULT_CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) /
 @dataclasses.dataclass(frozen=True)
 class RowCosts:
     """What a simulated row costs in steps: a cost model sets row-steps only, never an outcome (every design decides
-    from outcomes, so the rows are the same under any cost model). ``r`` = n / the text's threshold.
+    from outcomes, so the rows are the same under any cost model), unless Truth.cap_fails (then an accessible text
+    whose steps reach the cap does not cram). ``r`` = n / the text's threshold.
 
     - ``form="assumed"`` (the default, written before any full-cap real row): an accessible row takes
       ceil(t0 LN(0, spread) (1 + 9 r^8)) steps (t0 = 150, spread 0.5: ~150 far below a text's limit, ~1400 at it).
@@ -139,8 +146,11 @@ class RowCosts:
     def growth(self, r: float) -> float:
         return 1 + 9 * r**8 if self.form == "assumed" else math.exp(self.k * r)
 
-    def accessible_steps(self, r: float, rng) -> int:
-        return min(CAP - 1, max(1, math.ceil(self.t0 * rng.lognormal(0, self.spread) * self.growth(r))))
+    def accessible_steps(self, r: float, rng, clamp: bool = True) -> int:
+        """The steps an accessible text takes; ``clamp``: at most cap - 1 (the old simulator), else at most cap (a
+        row that reaches it does not cram: Truth.cap_fails)."""
+        raw = self.t0 * rng.lognormal(0, self.spread) * self.growth(min(r, 50.0))
+        return min(CAP - 1 if clamp else CAP, max(1, math.ceil(min(raw, 1e9))))
 
     def inaccessible_steps(self, rng) -> int:
         return int(min(CAP, self.b0 * rng.lognormal(0, self.fail_spread) + PATIENCE))
@@ -216,7 +226,7 @@ def fit_costs(folders) -> RowCosts:
     )
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class Truth:
     slope: float = 44.5
     intercept: float = 5.0
@@ -234,6 +244,11 @@ class Truth:
     # The width law: w(m) = rel_width n_50(1) (n_50(m) / n_50(1))^width_power; 1 (the default): w = rel_width n_50(m),
     # a transition as wide relative to its length at every m; 0: the same width in tokens at every m.
     width_power: float = 1.0
+    # True (--cap-fails): an accessible text whose steps reach the cap does not cram, as under the real protocol (a
+    # row not exact by step 3000 is inaccessible), so the cost model moves outcomes too and the n_50 a design must
+    # find is the protocol's (protocol_n50), a little below n50(m). False: steps are clamped at cap - 1 and outcomes
+    # are the threshold's alone (the simulator's simplification until session 13; every figure before it).
+    cap_fails: bool = False
 
     def width(self, m: int) -> float:
         if self.width_power == 1.0:
@@ -241,7 +256,56 @@ class Truth:
         return self.rel_width * self.n50(1) * (self.n50(m) / self.n50(1)) ** self.width_power
 
     def n50(self, m: int) -> float:
+        """The threshold's median at m: the text-and-attempt limit's law, before the cap."""
         return self.slope * m + self.intercept + self.bend * (m - 1) * (5 - m) / 4
+
+    def protocol_n50(self, m: int) -> float:
+        """The length at which half the rows cram within the cap: what a design measures, hence its error's truth.
+        n50(m) unless ``cap_fails``; then the root of P(accessible at n) = 1/2 (:func:`accessible_probability`)."""
+        if not self.cap_fails:
+            return self.n50(m)
+        return _protocol_n50(self, m)
+
+    def protocol_line(self, ms) -> tuple[float, float]:
+        """Slope and intercept of the least-squares line through protocol_n50 at ``ms`` (the slope's truth)."""
+        if not self.cap_fails:
+            return self.slope, self.intercept
+        slope, intercept = np.polyfit(np.asarray(ms, dtype=float), [self.protocol_n50(m) for m in ms], 1)
+        return float(slope), float(intercept)
+
+
+# The threshold in units of the transition's width, z + jitter e (z standard logistic, e standard normal), as a fixed
+# quadrature: 4000 logistic quantiles (midpoints) by 40 probabilists' Gauss-Hermite nodes, equal mass per quantile.
+_QUANTILES = (np.arange(4000) + 0.5) / 4000
+_HERMITE_NODES, _HERMITE_WEIGHTS = np.polynomial.hermite_e.hermegauss(40)
+
+
+def accessible_probability(truth: Truth, m: int, n: float) -> float:
+    """P(a row at (m, n) crams within the cap) under ``truth``'s cap_fails model: the threshold exceeds n and the
+    accessible steps ceil(t0 LN(0, spread) growth(r)) stay below the cap (r = n / the threshold, or n / n50(m))."""
+    from scipy import stats
+
+    z = np.log(_QUANTILES / (1 - _QUANTILES))
+    x = (z[:, None] + truth.jitter * _HERMITE_NODES[None, :]).ravel()
+    weight = np.broadcast_to(_HERMITE_WEIGHTS / _HERMITE_WEIGHTS.sum() / z.size, (z.size, x.size // z.size)).ravel()
+    threshold = truth.n50(m) + truth.width(m) * x
+    above = threshold > n
+    limit = np.where(above, threshold, 1.0) if truth.costs.link == "limit" else truth.n50(m)
+    r = np.clip(n / limit, 0.0, 50.0)
+    growth = 1 + 9 * r**8 if truth.costs.form == "assumed" else np.exp(truth.costs.k * r)
+    # ceil(t0 L g) < cap  <=>  t0 L g <= cap - 1  <=>  log L <= log((cap - 1) / (t0 g))
+    within = stats.norm.cdf(np.log((CAP - 1) / (truth.costs.t0 * growth)) / truth.costs.spread)
+    return float((weight * above * within).sum())
+
+
+@functools.lru_cache(maxsize=256)
+def _protocol_n50(truth: Truth, m: int) -> float:
+    from scipy import optimize
+
+    nominal = truth.n50(m)
+    return float(
+        optimize.brentq(lambda n: accessible_probability(truth, m, n) - 0.5, 1e-3 * nominal, 3 * nominal, xtol=1e-6)
+    )
 
 
 def _bounds(ci):
@@ -257,7 +321,12 @@ def simulate_row(truth: Truth, repeat: int, m: int, n: int, index: int) -> dict:
     threshold = truth.n50(m) + truth.width(m) * (z + truth.jitter * rng.standard_normal())
     if n < threshold:
         limit = threshold if truth.costs.link == "limit" else truth.n50(m)
-        return {"accessible": True, "steps": truth.costs.accessible_steps(n / limit, rng)}
+        steps = truth.costs.accessible_steps(n / limit, rng, clamp=not truth.cap_fails)
+        if steps < CAP:
+            return {"accessible": True, "steps": steps}
+        # cap_fails: the text is below its limit, but the optimiser would need the cap or more: not exact by the
+        # cap, so inaccessible at the cap (or at the early stop, which abandons it sooner).
+        return {"accessible": False, "steps": CAP if truth.early_stop is None else min(CAP, truth.early_stop)}
     steps = truth.costs.inaccessible_steps(rng)
     if truth.early_stop is not None:
         steps = min(steps, truth.early_stop)
@@ -379,11 +448,13 @@ def analyse_pooled(rows: dict, ms, design: PooledDesign, steps: bool | None = No
 
 def _errors(runs, ms, truth):
     """Per m and for the slope: the estimates' errors over the repeats (NaN where a repeat has no estimate)."""
+    target = {m: truth.protocol_n50(m) for m in ms}
     n50 = np.array(
-        [[np.nan if r["per_m"][m]["n50"] is None else r["per_m"][m]["n50"] - truth.n50(m) for m in ms] for r in runs],
+        [[np.nan if r["per_m"][m]["n50"] is None else r["per_m"][m]["n50"] - target[m] for m in ms] for r in runs],
         dtype=float,
     )
-    slope = np.array([np.nan if not r["line"] else r["line"]["slope"] - truth.slope for r in runs], dtype=float)
+    true_slope = truth.protocol_line(ms)[0]
+    slope = np.array([np.nan if not r["line"] else r["line"]["slope"] - true_slope for r in runs], dtype=float)
     return n50, slope
 
 
@@ -514,6 +585,7 @@ def simulate(args) -> None:
         costs,
         not args.words,
         args.width_power,
+        args.cap_fails,
     )
     ms = args.ms
     names = [n for n in NAMES if n == "published" or n in args.designs]  # the published design is the baseline
@@ -600,6 +672,14 @@ def simulate(args) -> None:
         + (f", early stop at {truth.early_stop}" if truth.early_stop else "")
         + (f", bend {truth.bend} at m = 3" if truth.bend else "")
     )
+    if truth.cap_fails:
+        slope, intercept = truth.protocol_line(ms)
+        print(
+            "cap fails (--cap-fails): an accessible text whose steps reach the cap does not cram, so the n_50 the "
+            "protocol defines (the errors' truth) is "
+            + ", ".join(f"{truth.protocol_n50(m):.2f}" for m in ms)
+            + f" at m = {' '.join(map(str, ms))} (line {slope:.3f} m + {intercept:.3f})"
+        )
     print(truth.costs.describe())
     print(
         "Precision is judged by error over the repeats: bias and RMSE (with its Monte-Carlo standard error) of n_50 "
@@ -620,7 +700,7 @@ def simulate(args) -> None:
         for k, m in enumerate(ms):
             rmse, se = _rmse(errors[:, k])
             ratios[name][m] = rmse / published_rmse[m]
-            cover, unbounded = _coverage([r["per_m"][m]["ci"] for r in runs], truth.n50(m))
+            cover, unbounded = _coverage([r["per_m"][m]["ci"] for r in runs], truth.protocol_n50(m))
             print(
                 f"| {name} | {m} | {np.nanmean(errors[:, k]):+.2f} | {rmse:.2f} ({se:.2f}) | "
                 f"{ratios[name][m]:.2f} | "
@@ -639,7 +719,9 @@ def simulate(args) -> None:
         runs = results[name]
         _, slope_errors = _errors(runs, ms, truth)
         rmse, se = _rmse(slope_errors)
-        cover, unbounded = _coverage([r["line"]["slope_ci"] if r["line"] else None for r in runs], truth.slope)
+        cover, unbounded = _coverage(
+            [r["line"]["slope_ci"] if r["line"] else None for r in runs], truth.protocol_line(ms)[0]
+        )
         print(
             f"| {name} | {np.nanmean(slope_errors):+.2f} | {rmse:.2f} ({se:.2f}) | {ratios[name]['slope']:.2f} | "
             f"{cover:.2f} | {unbounded:.2f} | {totals[name]:.0f} | {totals['published'] / totals[name]:.2f} | "
@@ -867,6 +949,13 @@ def main(argv=None):
         default="limit",
         help="an accessible row's steps grow with n / its own limit (limit, the default) or n / n_50 of its m (n50, "
         "the form fit_costs measures): RowCosts.link",
+    )
+    parser.add_argument(
+        "--cap-fails",
+        action="store_true",
+        help="an accessible text whose steps would reach the cap does not cram (the real protocol): outcomes then "
+        "depend on the row costs, and errors are measured from the n_50 that protocol defines (Truth.protocol_n50); "
+        "default: steps clamped below the cap, outcomes the threshold's alone",
     )
     parser.add_argument(
         "--truth-from",

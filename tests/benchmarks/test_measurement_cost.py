@@ -242,3 +242,42 @@ def test_the_cost_link_sets_what_an_accessible_rows_steps_grow_with(cost):
         assert row["steps"] == min(2999, math.ceil(30.0 * rng.lognormal(0, 0.4) * math.exp(4.0 * n / truth.n50(m))))
     limit = dataclasses.replace(truth, costs=dataclasses.replace(costs, link="limit"))
     assert any(cost.simulate_row(limit, 4, 1, 20, i) != cost.simulate_row(truth, 4, 1, 20, i) for i in range(8))
+
+
+def test_with_cap_fails_a_text_too_slow_for_the_cap_does_not_cram_and_the_truth_is_the_protocols(cost):
+    """--cap-fails: an accessible text whose steps would reach the cap is inaccessible at the cap (as the real
+    protocol decides it); half the rows cram at protocol_n50, which then lies below n50; without it nothing moves."""
+    import dataclasses
+
+    import numpy as np
+
+    costs = cost.RowCosts(form="exponential", t0=33.3, spread=0.38, k=4.15, link="n50")
+    clamped = cost.Truth(costs=costs)
+    failing = dataclasses.replace(clamped, cap_fails=True)
+    jobs = [(r, 1, n, i) for r in range(3) for n in (45, 50, 55, 60) for i in range(40)]
+    moved = 0
+    for job in jobs:
+        old, new = cost.simulate_row(clamped, *job), cost.simulate_row(failing, *job)
+        if old["accessible"] and old["steps"] == cost.CAP - 1:  # the clamp: the cap would have been reached
+            assert new == {"accessible": False, "steps": cost.CAP}
+            moved += 1
+        else:
+            assert new == old
+    assert moved > 0
+    assert clamped.protocol_n50(3) == clamped.n50(3) and clamped.protocol_line([1, 2, 3]) == (44.5, 5.0)
+    n50 = failing.protocol_n50(3)
+    assert 0.95 * failing.n50(3) < n50 < failing.n50(3)
+    crammed = np.mean(
+        [cost.simulate_row(failing, r, 3, round(n50), i)["accessible"] for r in range(8) for i in range(500)]
+    )
+    assert crammed == pytest.approx(cost.accessible_probability(failing, 3, round(n50)), abs=0.03)
+    assert cost.accessible_probability(failing, 3, n50) == pytest.approx(0.5, abs=2e-4)  # quadrature steps <= 1e-4
+    slope, intercept = failing.protocol_line([1, 2, 3, 4, 5])
+    assert slope == pytest.approx((failing.protocol_n50(5) - failing.protocol_n50(1)) / 4, rel=1e-4)
+
+
+def test_a_cap_fails_run_says_so_and_measures_from_the_protocols_n50(cost, tmp_path):
+    text = run(cost, "--repeats", "1", "--cache", str(tmp_path), "--designs", "pooled", "--cap-fails")
+    (line,) = [x for x in text.splitlines() if x.startswith("cap fails (--cap-fails)")]
+    assert "49.37, 93.75, 138.13, 182.51, 226.89 at m = 1 2 3 4 5" in line  # the assumed costs' protocol n_50
+    assert text.splitlines()[-1].startswith("cost ratio: ")
