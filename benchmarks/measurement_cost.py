@@ -566,6 +566,7 @@ def pooled_arguments(args) -> dict:
         "min_rows": args.pooled_min_rows,
         "criterion": args.pooled_criterion,
         "steps": args.pooled_steps,
+        "steps_relief": args.pooled_steps_relief,
     }
     rules.update({k: tuple(v) if isinstance(v, list) else v for k, v in knobs.items() if v is not None})
     return rules
@@ -897,6 +898,14 @@ def main(argv=None):
         default=None,
         help="pooled: stop on, and report, the line fitted to the outcomes and the accessible rows' step counts "
         "(pooled.fit_pooled_steps; an experiment, no version uses it)",
+    )
+    parser.add_argument(
+        "--pooled-steps-relief",
+        type=float,
+        default=None,
+        metavar="F",
+        help="with --pooled-steps: the design stops only once the outcomes alone reach F times the variance targets "
+        "(the steps law's gain bounded; PooledDesign(steps_relief=F))",
     )
     parser.add_argument(
         "--pooled-slope-from",

@@ -334,6 +334,34 @@ def test_a_design_stopping_on_the_step_counts_too_needs_fewer_rows_and_replays_f
     assert sum(totals[True]) < 0.8 * sum(totals[False])
 
 
+def test_a_steps_relief_keeps_the_design_going_until_the_outcomes_alone_reach_it():
+    """steps_relief=F: the step counts may carry the stop only to F times the variance targets; the design with the
+    relief spends more rows than without, its outcomes alone then reach F times the targets, and with relief 1 as many
+    rows as the outcomes alone need (the steps informing the estimate, not the stop). A relief below 1 is refused."""
+    from ut_peft.accessibility.pooled import Cells, fit_pooled, information
+
+    def run(**kwargs):
+        design = PooledDesign(
+            [1, 3, 5], batch=8, start=4, stop=200, target_slope_se=0.6, target_n50_se=None, steps=True, **kwargs
+        )
+        rows: dict = {}
+        while jobs := design.next_jobs(rows):
+            rows.update((job, _steps_simulated(*job, 1)) for job in jobs)
+        return design, rows
+
+    _, free = run()
+    relieved, bounded = run(steps_relief=2.0)
+    _, outcomes_only = run(steps_relief=1.0)
+    assert len(free) < len(bounded) < len(outcomes_only)
+    keys = list(bounded)
+    cells = Cells.from_rows([k[0] for k in keys], [k[1] for k in keys], [bounded[k]["accessible"] for k in keys])
+    fit = fit_pooled(cells, relieved.design_ms, relieved.check_m)
+    info = information(fit, cells.ms, cells.ns, cells.trials, free_delta=True, widen_z=relieved.stop_z)
+    assert relieved._ratios(info + relieved._prior_precision(), scale=2.0)["slope"] <= 1.0 + 0.15  # the fit moves
+    with pytest.raises(ValueError, match="steps_relief .* >= 1"):
+        PooledDesign([1, 3, 5], batch=8, start=4, stop=200, target_slope_se=0.6, target_n50_se=None, steps_relief=0.5)
+
+
 def test_the_steps_informed_estimate_falls_back_to_the_outcomes_without_enough_crammed_rows():
     rows = {(1, 10, 0): {"accessible": True, "steps": 50}, (1, 30, 1): {"accessible": False, "steps": 900}}
     rows |= {(3, 30, 2): {"accessible": True, "steps": 80}, (3, 60, 3): {"accessible": False, "steps": 900}}

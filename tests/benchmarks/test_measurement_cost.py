@@ -69,6 +69,7 @@ def test_the_pooled_knobs_replace_single_rules_of_the_version(cost):
         pooled_min_rows=None,
         pooled_criterion=None,
         pooled_steps=True,
+        pooled_steps_relief=2.0,
     )
     rules = cost.pooled_arguments(args)
     assert rules == dict(
@@ -80,6 +81,7 @@ def test_the_pooled_knobs_replace_single_rules_of_the_version(cost):
         min_rows=0,
         criterion="cube",
         steps=True,
+        steps_relief=2.0,
     )
     assert (
         cost.pooled_arguments(

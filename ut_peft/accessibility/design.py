@@ -493,6 +493,7 @@ class PooledDesign(Design):
         criterion: str = "cube",
         steps: bool = False,
         steps_cap: int | None = None,
+        steps_relief: float | None = None,
     ):
         ms = sorted({int(m) for m in ms})
         if len(ms) < 2:
@@ -551,6 +552,12 @@ class PooledDesign(Design):
             )
         self.width_z, self.stop_z, self.slope_from, self.min_rows = float(width_z), float(stop_z), slope_from, min_rows
         self.criterion, self.steps, self.steps_cap = criterion, bool(steps), steps_cap
+        if steps_relief is not None and not (math.isfinite(steps_relief) and steps_relief >= 1):
+            raise ValueError(
+                f"steps_relief is how far (a factor on the variance targets, >= 1) the outcomes alone may fall short "
+                f"of the targets the step counts help reach; None: no bound (got {steps_relief!r})"
+            )
+        self.steps_relief = None if steps_relief is None or not self.steps else float(steps_relief)
         self.target_slope_se, self.target_n50_se, self.budget = target_slope_se, targets, budget_row_steps
         self.check_m, self.check_factor, self.min_rounds = check_m, check_factor, min_rounds
         self.design_ms = sorted({ms[0], ms[-1], *([check_m] if check_m is not None else [])})
@@ -621,13 +628,20 @@ class PooledDesign(Design):
         if probes:
             return tuple(probes)
         fitted = [len(used[k]) for k in range(len(used)) if self._all_bracketed(used[:k])]
-        fit, info = self._fit(flat)
+        fit, info, outcomes_info = self._fit(flat)
         ratios = self._ratios(info)
         # The information is that of a curve stop_z standard errors wider in log width than the fit
         # (pooled.information): a stop on the fitted width stops early exactly when the width came out too small.
         # min_rows: a stop on standard errors estimated from few rows stops early exactly when they came out small
         # (the widths most of all); a floor on the fitted rows takes those lucky stops away.
         may_stop = len(fitted) >= self.min_rounds and sum(fitted) >= self.min_rows
+        if self.steps_relief is not None and max(ratios.values()) <= 1.0:
+            # The step counts' law is an assumption: the outcomes alone must reach steps_relief times the variance
+            # targets (so where the law fails, the error is still bounded by sqrt(steps_relief) times the target);
+            # while they do not, the rows go where they bring the outcomes alone there.
+            scaled = self._ratios(outcomes_info, scale=self.steps_relief)
+            if max(scaled.values()) > 1.0:
+                return self._greedy(fit, outcomes_info, flat, scale=self.steps_relief)
         if may_stop and max(ratios.values()) <= 1.0:
             return None
         return self._greedy(fit, info, flat)
@@ -666,7 +680,8 @@ class PooledDesign(Design):
         else:
             fit, extra = fit_pooled(cells, self.design_ms, self.check_m), 0.0
         info = information(fit, cells.ms, cells.ns, cells.trials, free_delta=True, widen_z=self.stop_z)
-        return fit, info + extra + self._prior_precision()
+        outcomes = info + self._prior_precision()
+        return fit, outcomes + extra, outcomes  # the information with the step counts', and the outcomes' alone
 
     def _prior_precision(self) -> np.ndarray:
         from .pooled import PRIOR_SD
@@ -693,20 +708,21 @@ class PooledDesign(Design):
             out.append(np.linalg.inv(info)[:, 2, 2])
         return np.stack(out, 1)
 
-    def _target_variances(self) -> np.ndarray:
+    def _target_variances(self, scale: float = 1.0) -> np.ndarray:
+        """The variance targets of the quantities asked for, times ``scale``."""
         inf = np.inf
         t = [self.target_slope_se**2 if self.target_slope_se else inf]
         t += [(self.target_n50_se[m] or 0.0) ** 2 if self.target_n50_se[m] else inf for m in self.ms]
         if self.check_m is not None:
             check = self.target_n50_se[self.check_m]
             t.append((self.check_factor * check) ** 2 if check else inf)
-        return np.array(t)
+        return scale * np.array(t)
 
-    def _ratios(self, info: np.ndarray) -> dict:
+    def _ratios(self, info: np.ndarray, scale: float = 1.0) -> dict:
         names = ["slope", *(f"n50[{m}]" for m in self.ms), *(["check"] if self.check_m is not None else [])]
-        return dict(zip(names, (self._variances(info[None])[0] / self._target_variances()).tolist()))
+        return dict(zip(names, (self._variances(info[None])[0] / self._target_variances(scale)).tolist()))
 
-    def _greedy(self, fit, info: np.ndarray, flat) -> tuple[tuple[int, int], ...]:
+    def _greedy(self, fit, info: np.ndarray, flat, scale: float = 1.0) -> tuple[tuple[int, int], ...]:
         from .pooled import widening
 
         """``batch`` rows, each at the candidate (m, n) with the largest drop of sum(ratio^3); the cube weighs the
@@ -728,7 +744,7 @@ class PooledDesign(Design):
         eta, jac = fit.model.eta_and_jacobian(fit.theta, cm_a, cn_a, free_delta=True, widen=widen)
         p = 1.0 / (1.0 + np.exp(-np.clip(eta, -35, 35)))
         per_row = (p * (1 - p))[:, None, None] * jac[:, :, None] * jac[:, None, :]
-        targets = self._target_variances()
+        targets = self._target_variances(scale)
         chosen = []
         for _ in range(self.batch):
             before = self._variances(info[None])[0] / targets
@@ -787,6 +803,8 @@ class PooledRules:
     min_rows: int = 0
     criterion: str = "cube"
     steps: bool = False  # the line from outcomes and step counts (pooled.fit_pooled_steps): no version yet
+    # With steps: the outcomes alone must reach this factor times the variance targets (None: no bound).
+    steps_relief: float | None = None
 
     def arguments(self) -> dict:
         return dataclasses.asdict(self)
