@@ -169,7 +169,7 @@ class RowCosts:
         ) + linked
 
 
-def fit_costs(folders) -> RowCosts:
+def fit_costs(folders, first: int | None = None) -> RowCosts:
     """The exponential cost model fitted to the rows of real sweep folders run at the simulator's cap and patience.
 
     A real text's own limit is unknown, so a row's r is n / n_50 of its m (the per-m Firth MLE of the folders' rows at
@@ -190,7 +190,10 @@ def fit_costs(folders) -> RowCosts:
                 f"{cram.get('patience')}; the simulator's cost model is for cap {CAP} and patience {PATIENCE}: give "
                 f"folders run with --protocol published (cap 3000, patience 500)"
             )
-        rows += [row for row in store.read_rows(folder).values() if row.get("stop_reason") != "inferred"]
+        # first: the folder's first rows in rows.jsonl order, to fit the costs as they were when it held only those
+        # (a live folder grows; figures fitted earlier name how many rows their fit saw).
+        kept = list(store.read_rows(folder).values())[:first]
+        rows += [row for row in kept if row.get("stop_reason") != "inferred"]
     n50 = {}
     for m in sorted({row["m"] for row in rows}):
         at_m = [row for row in rows if row["m"] == m]
@@ -573,7 +576,11 @@ def pooled_arguments(args) -> dict:
 
 
 def simulate(args) -> None:
-    costs = fit_costs(args.cost_from) if args.cost_from else RowCosts()
+    if args.cost_rows is not None and (not args.cost_from or args.cost_rows < 1):
+        raise SystemExit(
+            f"--cost-rows N (>= 1) takes the first N rows of each --cost-from folder (got {args.cost_rows})"
+        )
+    costs = fit_costs(args.cost_from, args.cost_rows) if args.cost_from else RowCosts()
     if args.cost_link != costs.link:
         costs = dataclasses.replace(costs, link=args.cost_link)
     truth = Truth(
@@ -951,6 +958,14 @@ def main(argv=None):
         default=None,
         help="row costs fitted to the rows of these real sweep folders (cap 3000, patience 500; RowCosts) instead "
         "of the assumed model: outcomes are unchanged, so this moves row-steps only",
+    )
+    parser.add_argument(
+        "--cost-rows",
+        type=int,
+        default=None,
+        metavar="N",
+        help="with --cost-from: fit to the first N rows of each folder (rows.jsonl order), as it was when it held "
+        "only those (results/smollm2-135m/pooled-words: 12 for every figure before its m = 3 / 5 rounds)",
     )
     parser.add_argument(
         "--cost-link",

@@ -283,3 +283,21 @@ def test_a_cap_fails_run_says_so_and_measures_from_the_protocols_n50(cost, tmp_p
     (line,) = [x for x in text.splitlines() if x.startswith("cap fails (--cap-fails)")]
     assert "49.37, 93.75, 138.13, 182.51, 226.89 at m = 1 2 3 4 5" in line  # the assumed costs' protocol n_50
     assert text.splitlines()[-1].startswith("cost ratio: ")
+
+
+def test_cost_rows_fit_the_costs_to_a_folders_first_rows_as_when_it_held_only_those(cost, tmp_path):
+    import dataclasses
+
+    first = [(1, 10, True, 100), (1, 10, True, 150), (1, 20, True, 400), (1, 20, False, 2000), (1, 30, False, 2500)]
+    first += [(1, 30, True, 900), (1, 40, False, 2800)]
+    later = [(1, 20, True, 1500), (1, 40, False, 3000), (1, 30, True, 2000)]
+    write_sweep(tmp_path / "grown", first + later)
+    write_sweep(tmp_path / "early", first)
+
+    def law(costs):  # every field but the source's description (which names the folder)
+        return {k: v for k, v in dataclasses.asdict(costs).items() if k != "source"}
+
+    assert law(cost.fit_costs([tmp_path / "grown"], len(first))) == law(cost.fit_costs([tmp_path / "early"]))
+    assert law(cost.fit_costs([tmp_path / "grown"])) != law(cost.fit_costs([tmp_path / "early"]))
+    with pytest.raises(SystemExit, match="--cost-rows N"):
+        run(cost, "--repeats", "1", "--cache", str(tmp_path), "--cost-rows", "3")
