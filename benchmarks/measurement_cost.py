@@ -281,6 +281,10 @@ class Truth:
 # quadrature: 4000 logistic quantiles (midpoints) by 40 probabilists' Gauss-Hermite nodes, equal mass per quantile.
 _QUANTILES = (np.arange(4000) + 0.5) / 4000
 _HERMITE_NODES, _HERMITE_WEIGHTS = np.polynomial.hermite_e.hermegauss(40)
+_LOGISTIC = np.log(_QUANTILES / (1 - _QUANTILES))
+_QUADRATURE_WEIGHTS = np.outer(
+    np.full(_QUANTILES.size, 1 / _QUANTILES.size), _HERMITE_WEIGHTS / _HERMITE_WEIGHTS.sum()
+)
 
 
 def accessible_probability(truth: Truth, m: int, n: float) -> float:
@@ -288,17 +292,14 @@ def accessible_probability(truth: Truth, m: int, n: float) -> float:
     accessible steps ceil(t0 LN(0, spread) growth(r)) stay below the cap (r = n / the threshold, or n / n50(m))."""
     from scipy import stats
 
-    z = np.log(_QUANTILES / (1 - _QUANTILES))
-    x = (z[:, None] + truth.jitter * _HERMITE_NODES[None, :]).ravel()
-    weight = np.broadcast_to(_HERMITE_WEIGHTS / _HERMITE_WEIGHTS.sum() / z.size, (z.size, x.size // z.size)).ravel()
-    threshold = truth.n50(m) + truth.width(m) * x
+    threshold = truth.n50(m) + truth.width(m) * (_LOGISTIC[:, None] + truth.jitter * _HERMITE_NODES[None, :])
     above = threshold > n
     limit = np.where(above, threshold, 1.0) if truth.costs.link == "limit" else truth.n50(m)
     r = np.clip(n / limit, 0.0, 50.0)
     growth = 1 + 9 * r**8 if truth.costs.form == "assumed" else np.exp(truth.costs.k * r)
     # ceil(t0 L g) < cap  <=>  t0 L g <= cap - 1  <=>  log L <= log((cap - 1) / (t0 g))
     within = stats.norm.cdf(np.log((CAP - 1) / (truth.costs.t0 * growth)) / truth.costs.spread)
-    return float((weight * above * within).sum())
+    return float((_QUADRATURE_WEIGHTS * above * within).sum())
 
 
 @functools.lru_cache(maxsize=256)
@@ -957,7 +958,7 @@ def main(argv=None):
         metavar="FOLDER",
         default=None,
         help="row costs fitted to the rows of these real sweep folders (cap 3000, patience 500; RowCosts) instead "
-        "of the assumed model: outcomes are unchanged, so this moves row-steps only",
+        "of the assumed model: outcomes are unchanged (unless --cap-fails), so this moves row-steps only",
     )
     parser.add_argument(
         "--cost-rows",
