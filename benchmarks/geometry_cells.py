@@ -174,14 +174,14 @@ def main(args):
             "peak memory ratio (chunked / unchunked): not measured (a variant's peak RSS did not rise above the "
             "model's: the children did not run in fresh processes)"
         )
-        return run.finish(summary)
-    print(
-        f"peak memory ratio (chunked / unchunked): {harness.format_ratio(memory, 3)} "
-        f"({harness.spread(x['peak_rss_above_model_mib'] for x in c)['median']:.0f} MiB vs "
-        f"{harness.spread(x['peak_rss_above_model_mib'] for x in u)['median']:.0f} MiB; the unchunked "
-        f"logits alone are {logits_gib:.1f} GiB here and would be {1e7 * first['vocab_size'] * 4 / 2**40:.1f} TiB "
-        f"at 10^7 samples, one chunked block {block / 2**20:.0f} MiB)"
-    )
+    else:
+        print(
+            f"peak memory ratio (chunked / unchunked): {harness.format_ratio(memory, 3)} "
+            f"({harness.spread(x['peak_rss_above_model_mib'] for x in c)['median']:.0f} MiB vs "
+            f"{harness.spread(x['peak_rss_above_model_mib'] for x in u)['median']:.0f} MiB; the unchunked "
+            f"logits alone are {logits_gib:.1f} GiB here and would be {1e7 * first['vocab_size'] * 4 / 2**40:.1f} "
+            f"TiB at 10^7 samples, one chunked block {block / 2**20:.0f} MiB)"
+        )
     return run.finish(summary)
 
 
