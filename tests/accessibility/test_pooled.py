@@ -360,6 +360,8 @@ def test_a_steps_relief_keeps_the_design_going_until_the_outcomes_alone_reach_it
     assert relieved._ratios(info + relieved._prior_precision(), scale=2.0)["slope"] <= 1.0 + 0.15  # the fit moves
     with pytest.raises(ValueError, match="steps_relief .* >= 1"):
         PooledDesign([1, 3, 5], batch=8, start=4, stop=200, target_slope_se=0.6, target_n50_se=None, steps_relief=0.5)
+    with pytest.raises(ValueError, match="steps_relief .* needs steps=True"):
+        PooledDesign([1, 3, 5], batch=8, start=4, stop=200, target_slope_se=0.6, target_n50_se=None, steps_relief=2.0)
 
 
 def test_the_steps_informed_estimate_falls_back_to_the_outcomes_without_enough_crammed_rows():

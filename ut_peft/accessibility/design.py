@@ -557,7 +557,11 @@ class PooledDesign(Design):
                 f"steps_relief is how far (a factor on the variance targets, >= 1) the outcomes alone may fall short "
                 f"of the targets the step counts help reach; None: no bound (got {steps_relief!r})"
             )
-        self.steps_relief = None if steps_relief is None or not self.steps else float(steps_relief)
+        if steps_relief is not None and not self.steps:
+            raise ValueError(
+                "steps_relief bounds what the step counts may carry in the stop: it needs steps=True (--pooled-steps)"
+            )
+        self.steps_relief = None if steps_relief is None else float(steps_relief)
         self.target_slope_se, self.target_n50_se, self.budget = target_slope_se, targets, budget_row_steps
         self.check_m, self.check_factor, self.min_rounds = check_m, check_factor, min_rounds
         self.design_ms = sorted({ms[0], ms[-1], *([check_m] if check_m is not None else [])})
