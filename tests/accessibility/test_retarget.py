@@ -5,6 +5,7 @@ Most tests drive the designs with simulated rows (a known truth, no cramming): t
 settings their fingerprint. One test crams for real, from the sweep to its retarget to the end."""
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -124,7 +125,7 @@ def test_the_rows_kept_are_the_prefix_the_new_design_replays_and_the_rest_is_dro
     assert design.rounds(kept) == rounds  # a prefix: the new design replays every kept round as its own
     assert 0 < len(kept) < len(old_rows)  # the tighter targets place their first fitted round elsewhere
     assert record["rows_kept"] == len(kept) and record["rows_dropped"] == len(old_rows) - len(kept)
-    assert record["folder"] == str(tmp_path / "old") and record["design"]["target_slope_se"] == 2.0
+    assert record["folder"] == os.path.join("..", "old") and record["design"]["target_slope_se"] == 2.0
     assert store.read_retargeted(tmp_path / "new") == record
     # The new folder's settings are the new run's own (no record in them): a resume with the same settings goes on.
     config, settings = fingerprint(new_config, llama)
@@ -239,7 +240,8 @@ def test_dry_run_writes_nothing_and_a_retargeted_folder_retargets_again_with_its
     assert not (tmp_path / "new").exists() and dry["rows_kept"] > 0
     retarget_sweep(tmp_path / "old", tmp_path / "new", pooled(target_slope_se=1.0), model=llama)
     again = retarget_sweep(tmp_path / "new", tmp_path / "newer", pooled(target_slope_se=0.7), model=llama)
-    assert again["previous"] == dry and again["folder"] == str(tmp_path / "new")
+    assert again["previous"] == dry and again["folder"] == os.path.join("..", "new")
+    assert store.retargeted_source(tmp_path / "newer", again) == tmp_path / "new"
 
 
 def test_a_real_sweep_retargeted_ends_where_a_fresh_run_ends_and_its_report_says_so(tmp_path, llama):
@@ -302,7 +304,8 @@ def test_the_command_retargets_from_a_settings_json_with_new_targets_and_refuses
     retarget = ["--config", str(tmp_path / "old" / store.SETTINGS_FILE), "--retarget-from", str(tmp_path / "old")]
     command.main(command.parse([*retarget, "--budget", "500", "--output", str(tmp_path / "new")]))
     out = capsys.readouterr().out
-    assert f"Retargeted from {tmp_path / 'old'}" in out and "rows kept" in out
+    relative = os.path.join("..", "old")
+    assert f"Retargeted from {relative} (relative to this sweep's folder)" in out and "rows kept" in out
     new_rows = store.read_rows(tmp_path / "new")
     assert set(old_rows) <= set(new_rows) and len(new_rows) > len(old_rows)  # a raised budget keeps every row
     assert store.read_settings(tmp_path / "new")["design"]["budget_row_steps"] == 500

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -270,8 +271,10 @@ def retarget_line(record: dict) -> str:
         if k not in ("kind", "version") and v
     )
     earlier = " (itself retargeted earlier)" if record.get("previous") else ""
+    folder = str(record.get("folder"))
+    where = "" if os.path.isabs(folder) else " (relative to this sweep's folder)"
     return (
-        f"Retargeted from {record.get('folder')}{earlier}, run with {targets or 'other targets'}: "
+        f"Retargeted from {folder}{where}{earlier}, run with {targets or 'other targets'}: "
         f"{record.get('rows_kept')} of its rows kept (the rounds these targets decide as it did), "
         f"{record.get('rows_dropped')} dropped, {record.get('inflight_kept')} rows in flight continued from its "
         "snapshots"

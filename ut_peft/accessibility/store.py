@@ -371,6 +371,12 @@ def read_retargeted(folder) -> dict | None:
         ) from None
 
 
+def retargeted_source(folder, record: dict) -> Path:
+    """The folder a retargeted sweep in ``folder`` came from, as a path: ``record["folder"]`` (its retargeted.json)
+    is relative to ``folder`` (records written before session 14 hold an absolute path, which is kept)."""
+    return Path(os.path.normpath(Path(folder) / record.get("folder", "?")))
+
+
 def check_retarget_target(folder: Path, source: Path) -> None:
     """Raise unless ``folder`` can receive a sweep retargeted from ``source``: it holds no sweep (no file of
     :func:`sweep_files`; a tracker's ``runs/`` or a user's note may be there), or only an unfinished retarget
@@ -385,7 +391,8 @@ def check_retarget_target(folder: Path, source: Path) -> None:
         return
     earlier = read_retargeted(folder)
     hint = (
-        f" (retargeted from {earlier.get('folder')} earlier: resume it with the same flags, without --retarget-from)"
+        f" (retargeted from {retargeted_source(folder, earlier)} earlier: resume it with the same flags, "
+        "without --retarget-from)"
         if earlier
         else ""
     )
@@ -434,8 +441,9 @@ def check_settings(folder: Path, settings: dict, overwrite: bool) -> bool:
         unfinished = read_retargeted(folder)
         if unfinished is not None and not overwrite:  # settings.json is the last file a retarget writes
             raise ValueError(
-                f"{folder} holds an unfinished retarget from {unfinished.get('folder')} (no {SETTINGS_FILE} yet): "
-                f"run the retarget again (--retarget-from {unfinished.get('folder')}), or pass overwrite=True "
+                f"{folder} holds an unfinished retarget from {retargeted_source(folder, unfinished)} (no "
+                f"{SETTINGS_FILE} yet): run the retarget again (--retarget-from "
+                f"{retargeted_source(folder, unfinished)}), or pass overwrite=True "
                 "(--overwrite) to discard it"
             )
         if row_files(folder) and not overwrite:

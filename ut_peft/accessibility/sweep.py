@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -360,11 +361,13 @@ def _changed_paths(old, new, prefix: str = "") -> list[str]:
     return [] if old == new else [prefix.rstrip(".")]
 
 
-def retarget_plan(old_dir, config: SweepConfig, settings: dict) -> tuple[dict, list, dict]:
-    """What retargeting the sweep in ``old_dir`` to ``config`` (whose fingerprint is ``settings``) keeps: the rows
-    of ``old_dir`` that the new design replays as its own (:func:`replayed_rows`), the jobs it asks for next whose
-    in-flight snapshots ``old_dir`` holds, and the record for retargeted.json. Reads ``old_dir`` only; raises when
-    its settings differ from ``settings`` in more than the design's stopping fields (:data:`STOPPING_FIELDS`).
+def retarget_plan(old_dir, config: SweepConfig, settings: dict, new_dir) -> tuple[dict, list, dict]:
+    """What retargeting the sweep in ``old_dir`` to ``config`` (whose fingerprint is ``settings``) in ``new_dir``
+    keeps: the rows of ``old_dir`` that the new design replays as its own (:func:`replayed_rows`), the jobs it asks
+    for next whose in-flight snapshots ``old_dir`` holds, and the record for retargeted.json (its ``folder``:
+    ``old_dir`` relative to ``new_dir``, so that the record reads the same in any clone;
+    :func:`store.retargeted_source` turns it back into a path). Reads ``old_dir`` only; raises when its settings
+    differ from ``settings`` in more than the design's stopping fields (:data:`STOPPING_FIELDS`).
     """
     old_dir = Path(old_dir)
     old_settings = store.read_settings(old_dir)
@@ -401,7 +404,7 @@ def retarget_plan(old_dir, config: SweepConfig, settings: dict) -> tuple[dict, l
     inflight_old = set(store.inflight_keys(old_dir))
     inflight = sorted(job for job in design.next_jobs(kept) if job in inflight_old)
     record = {
-        "folder": str(old_dir),
+        "folder": os.path.relpath(old_dir.resolve(), Path(new_dir).resolve()),
         "design": old_settings["design"],
         "rows_kept": len(kept),
         "rows_dropped": len(old_rows) - len(kept),
@@ -433,7 +436,7 @@ def retarget_sweep(
     config, source = _validated(config, model, tokenizer)
     settings = config.fingerprint(source.describe())
     store.check_retarget_target(Path(new_dir), Path(old_dir))
-    kept, inflight, record = retarget_plan(old_dir, config, settings)
+    kept, inflight, record = retarget_plan(old_dir, config, settings, new_dir)
     if not dry_run:
         lock = store.lock_folder(Path(new_dir))
         try:
@@ -577,7 +580,7 @@ def _plan_retarget(old_dir, output_dir: Path, config, settings, overwrite):
             "would discard what is there: remove the folder yourself, or give another one"
         )
     store.check_retarget_target(output_dir, Path(old_dir))
-    return Path(old_dir), retarget_plan(old_dir, config, settings)
+    return Path(old_dir), retarget_plan(old_dir, config, settings, output_dir)
 
 
 def _write_retarget(retarget, output_dir: Path, settings, accelerator, progress) -> None:
