@@ -28,11 +28,13 @@ Steps a row costs (assumptions, documented because they set the ratio; change th
   sequence's capacity; the Gemma probe of issue 11 crammed 8-token texts in 123-152 steps at lr 3e-2).
 - inaccessible: the best accuracy last improves at step b ~ 800 LN(0, 0.7) and the row stops at min(cap, b +
   patience) = min(3000, b + 500): median ~1300 steps, 5% of the rows at the cap.
-``--cap-fails``: an accessible text whose steps would reach the cap does not cram (the real protocol: a row not exact
-by step 3000 is inaccessible); outcomes then depend on the row costs, and every error and coverage is measured from
-the n_50 the protocol defines, the length where half the rows cram within the cap (``Truth.protocol_n50``, by
-quadrature; 2.6% below the threshold's median with SmolLM2's fitted costs and ``--cost-link n50``). Without it (the
-simulator before session 13, every figure recorded before it) those steps are clamped at ``cap - 1``.
+``--cap-fails`` (the default since session 14): an accessible text whose steps would reach the cap does not cram (the
+real protocol: a row not exact by step 3000 is inaccessible); outcomes then depend on the row costs, and every error
+and coverage is measured from the n_50 the protocol defines, the length where half the rows cram within the cap
+(``Truth.protocol_n50``, by quadrature; 2.6% below the threshold's median with SmolLM2's fitted costs and
+``--cost-link n50``). ``--no-cap-fails`` clamps those steps at ``cap - 1`` instead, so that outcomes are the
+threshold's alone: the simulator before session 13, and every figure recorded before session 14 (their commands in
+BENCHMARKS.md and the docs carry the flag).
 ``--early-stop K`` simulates a calibrated early stop of hopeless rows (the engine's part): an inaccessible row
 costs min(its steps, K). The design's ratio alone is the default (no early stop).
 
@@ -251,6 +253,8 @@ class Truth:
     # row not exact by step 3000 is inaccessible), so the cost model moves outcomes too and the n_50 a design must
     # find is the protocol's (protocol_n50), a little below n50(m). False: steps are clamped at cap - 1 and outcomes
     # are the threshold's alone (the simulator's simplification until session 13; every figure before it).
+    # The dataclass keeps False so that a Truth built in code means what it meant before; the command line's default
+    # is True (--cap-fails, since session 14), the realistic model.
     cap_fails: bool = False
 
     def width(self, m: int) -> float:
@@ -689,6 +693,11 @@ def simulate(args) -> None:
             + ", ".join(f"{truth.protocol_n50(m):.2f}" for m in ms)
             + f" at m = {' '.join(map(str, ms))} (line {slope:.3f} m + {intercept:.3f})"
         )
+    else:
+        print(
+            "cap clamped (--no-cap-fails): an accessible text's steps stop at the cap - 1, so outcomes are the "
+            "threshold's alone (the simulator before session 13)"
+        )
     print(truth.costs.describe())
     print(
         "Precision is judged by error over the repeats: bias and RMSE (with its Monte-Carlo standard error) of n_50 "
@@ -977,10 +986,12 @@ def main(argv=None):
     )
     parser.add_argument(
         "--cap-fails",
-        action="store_true",
-        help="an accessible text whose steps would reach the cap does not cram (the real protocol): outcomes then "
-        "depend on the row costs, and errors are measured from the n_50 that protocol defines (Truth.protocol_n50); "
-        "default: steps clamped below the cap, outcomes the threshold's alone",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="an accessible text whose steps would reach the cap does not cram (the real protocol; the default since "
+        "session 14): outcomes then depend on the row costs, and errors are measured from the n_50 that protocol "
+        "defines (Truth.protocol_n50); --no-cap-fails: steps clamped below the cap, outcomes the threshold's alone "
+        "(every figure recorded before session 14)",
     )
     parser.add_argument(
         "--truth-from",

@@ -278,11 +278,15 @@ def test_with_cap_fails_a_text_too_slow_for_the_cap_does_not_cram_and_the_truth_
     assert slope == pytest.approx((failing.protocol_n50(5) - failing.protocol_n50(1)) / 4, rel=1e-4)
 
 
-def test_a_cap_fails_run_says_so_and_measures_from_the_protocols_n50(cost, tmp_path):
-    text = run(cost, "--repeats", "1", "--cache", str(tmp_path), "--designs", "pooled", "--cap-fails")
+def test_the_cap_fails_by_default_and_the_run_says_so_and_measures_from_the_protocols_n50(cost, tmp_path):
+    text = run(cost, "--repeats", "1", "--cache", str(tmp_path), "--designs", "pooled")  # --cap-fails: the default
     (line,) = [x for x in text.splitlines() if x.startswith("cap fails (--cap-fails)")]
     assert "49.37, 93.75, 138.13, 182.51, 226.89 at m = 1 2 3 4 5" in line  # the assumed costs' protocol n_50
     assert text.splitlines()[-1].startswith("cost ratio: ")
+    # --no-cap-fails: the clamped simulator of every figure recorded before session 14, and it says so.
+    clamped = run(cost, "--repeats", "1", "--cache", str(tmp_path), "--designs", "pooled", "--no-cap-fails")
+    assert any(x.startswith("cap clamped (--no-cap-fails)") for x in clamped.splitlines())
+    assert not any(x.startswith("cap fails") for x in clamped.splitlines())
 
 
 def test_cost_rows_fit_the_costs_to_a_folders_first_rows_as_when_it_held_only_those(cost, tmp_path):
