@@ -430,7 +430,13 @@ def analyse_pooled(rows: dict, ms, design: PooledDesign, steps: bool | None = No
     analysed again, so only the error differs), or not; None: as the design reports it."""
     use_steps = design.steps if steps is None else steps
     est = pooled_estimates(
-        rows, ms, check_m=design.check_m, slope_from=design.slope_from, steps=use_steps, steps_cap=design.steps_cap
+        rows,
+        ms,
+        check_m=design.check_m,
+        slope_from=design.slope_from,
+        steps=use_steps,
+        steps_cap=design.steps_cap,
+        steps_robust=design.steps_robust and use_steps,
     )
     per_m = {}
     for m in ms:
@@ -575,6 +581,7 @@ def pooled_arguments(args) -> dict:
         "criterion": args.pooled_criterion,
         "steps": args.pooled_steps,
         "steps_relief": args.pooled_steps_relief,
+        "steps_robust": args.pooled_steps_robust,
     }
     rules.update({k: tuple(v) if isinstance(v, list) else v for k, v in knobs.items() if v is not None})
     return rules
@@ -923,6 +930,14 @@ def main(argv=None):
         metavar="F",
         help="with --pooled-steps: the design stops only once the outcomes alone reach F times the variance targets "
         "(the steps law's gain bounded; PooledDesign(steps_relief=F))",
+    )
+    parser.add_argument(
+        "--pooled-steps-robust",
+        action="store_true",
+        default=None,
+        help="with --pooled-steps: the stop and the intervals take standard errors no smaller than the rows' "
+        "sandwich says (pooled.guarded_covariance: the steps law's own information not trusted; "
+        "PooledDesign(steps_robust=True))",
     )
     parser.add_argument(
         "--pooled-slope-from",

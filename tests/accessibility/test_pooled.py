@@ -390,3 +390,86 @@ def test_the_steps_law_truncated_at_the_cap_recovers_what_the_untruncated_one_be
     assert abs(truncated.steps_theta[1] - 4.0) < 0.5 < abs(plain.steps_theta[1] - 4.0)
     with pytest.raises(ValueError, match="step cap must be >="):
         StepRows.from_rows([1], [5], [2000], cap=1500)
+
+
+def test_the_steps_scores_are_the_gradient_of_each_rows_steps_log_likelihood():
+    """The sandwich's meat is made of these scores: each row's, in (a, b, tau0, kappa, log sigma), equals the
+    numerical gradient of that row's log-likelihood (_steps_terms on the row alone), plain and truncated at a cap."""
+    from ut_peft.accessibility.pooled import _steps_scores, _steps_terms
+
+    line, params = np.array([20.0, 4.0]), np.array([3.5, 4.0, np.log(0.4)])
+    rows = StepRows.from_rows([1, 3, 5, 5], [20, 50, 80, 110], [200.0, 300.0, 700.0, 1400.0])
+    for cap in (None, 1500.0):
+        rows = StepRows.from_rows(rows.ms, rows.ns, rows.steps, cap)
+        scores = _steps_scores(line, params, rows)
+        for j in range(rows.ms.size):
+            one = StepRows.from_rows(rows.ms[j : j + 1], rows.ns[j : j + 1], rows.steps[j : j + 1], cap)
+
+            def loglik(x, one=one):
+                return _steps_terms(x[:2], x[2:], one)[0]
+
+            x, numeric = np.concatenate([line, params]), np.zeros(5)
+            for k in range(5):
+                e = np.zeros(5)
+                e[k] = 1e-6 * max(1.0, abs(x[k]))
+                numeric[k] = (loglik(x + e) - loglik(x - e)) / (2 * e[k])
+            np.testing.assert_allclose(scores[j], numeric, rtol=1e-4, atol=1e-6)
+
+
+def test_the_sandwich_agrees_with_the_model_where_the_steps_law_holds():
+    """Where the rows follow the steps law, the sandwich's slope variance is the model's (within the noise of 60
+    rows per length), and the guarded covariance is never below either, for any combination of a and b."""
+    from ut_peft.accessibility.pooled import guarded_covariance, steps_sandwich
+
+    ratios = []
+    for seed in range(12):
+        rng = np.random.default_rng(seed)
+        ms, ns, acc, steps = [], [], [], []
+        for m in (1, 3, 5):
+            mu = 20.0 * m + 4.0
+            for n in (round(0.6 * mu), round(0.9 * mu), round(1.1 * mu)):
+                p = 1 / (1 + np.exp(-(mu - n) / (0.1 * mu)))
+                for _ in range(60):
+                    ms.append(m), ns.append(n), acc.append(bool(rng.random() < p))
+                    steps.append(float(np.exp(3.5 + 4.0 * n / mu + 0.4 * rng.standard_normal())))
+        ms, ns, acc, steps = map(np.array, (ms, ns, acc, steps))
+        fit = fit_pooled_steps(
+            Cells.from_rows(ms, ns, acc), StepRows.from_rows(ms[acc], ns[acc], steps[acc]), [1, 3, 5]
+        )
+        sandwich = steps_sandwich(fit, ms, ns, acc, steps)
+        ratios.append(sandwich[0, 0] / fit.covariance[0, 0])
+        guarded = guarded_covariance(fit.covariance, sandwich)
+        for g in rng.standard_normal((20, 2)):
+            floor = max(g @ fit.covariance[:2, :2] @ g, g @ sandwich[:2, :2] @ g)
+            assert g @ guarded[:2, :2] @ g >= floor * (1 - 1e-9)
+    assert 0.8 < np.mean(ratios) < 1.25
+    with pytest.raises(ValueError, match="one m, n, outcome and step count per row"):
+        steps_sandwich(fit, ms, ns, acc, steps[:-1])
+
+
+def test_robust_steps_standard_errors_are_never_smaller_and_need_the_steps():
+    """steps_robust: the reported standard errors are at least the steps law's own; the design refuses it without
+    steps=True, and a robust design replays its own rows to the same rounds and stop."""
+    rows: dict = {}
+    for m in (1, 3, 5):
+        mu = 12.0 * m + 3.0  # _steps_simulated's n_50
+        for n in (round(0.6 * mu), round(0.9 * mu), round(1.1 * mu)):
+            for _ in range(12):
+                job = (m, n, len(rows))
+                rows[job] = _steps_simulated(*job, 0)
+    plain = pooled_estimates(rows, [1, 2, 3, 4, 5], check_m=3, steps=True)
+    robust = pooled_estimates(rows, [1, 2, 3, 4, 5], check_m=3, steps=True, steps_robust=True)
+    assert robust["slope"] == plain["slope"] and robust["slope_se"] >= plain["slope_se"] * (1 - 1e-9)
+    assert all(robust["per_m"][m]["se"] >= plain["per_m"][m]["se"] * (1 - 1e-9) for m in (1, 2, 3, 4, 5))
+    with pytest.raises(ValueError, match="steps_robust .* needs steps=True"):
+        PooledDesign([1, 3, 5], batch=8, start=4, stop=200, target_slope_se=0.6, target_n50_se=None, steps_robust=True)
+    design = PooledDesign(
+        [1, 3, 5], batch=8, start=4, stop=200, target_slope_se=0.6, target_n50_se=None, steps=True, steps_robust=True
+    )
+    done: dict = {}
+    while jobs := design.next_jobs(done):
+        done.update((job, _steps_simulated(*job, 1)) for job in jobs)
+    again = PooledDesign(
+        [1, 3, 5], batch=8, start=4, stop=200, target_slope_se=0.6, target_n50_se=None, steps=True, steps_robust=True
+    )
+    assert again.rounds(done) == design.rounds(done) and again.next_jobs(done) == []

@@ -494,6 +494,7 @@ class PooledDesign(Design):
         steps: bool = False,
         steps_cap: int | None = None,
         steps_relief: float | None = None,
+        steps_robust: bool = False,
     ):
         ms = sorted({int(m) for m in ms})
         if len(ms) < 2:
@@ -562,6 +563,12 @@ class PooledDesign(Design):
                 "steps_relief bounds what the step counts may carry in the stop: it needs steps=True (--pooled-steps)"
             )
         self.steps_relief = None if steps_relief is None else float(steps_relief)
+        if steps_robust and not self.steps:
+            raise ValueError(
+                "steps_robust guards the steps-informed standard errors with a sandwich: it needs steps=True "
+                "(--pooled-steps)"
+            )
+        self.steps_robust = bool(steps_robust)
         self.target_slope_se, self.target_n50_se, self.budget = target_slope_se, targets, budget_row_steps
         self.check_m, self.check_factor, self.min_rounds = check_m, check_factor, min_rounds
         self.design_ms = sorted({ms[0], ms[-1], *([check_m] if check_m is not None else [])})
@@ -632,8 +639,8 @@ class PooledDesign(Design):
         if probes:
             return tuple(probes)
         fitted = [len(used[k]) for k in range(len(used)) if self._all_bracketed(used[:k])]
-        fit, info, outcomes_info = self._fit(flat)
-        ratios = self._ratios(info)
+        fit, info, outcomes_info, inflation = self._fit(flat)
+        ratios = self._ratios(info, inflation=inflation)
         # The information is that of a curve stop_z standard errors wider in log width than the fit
         # (pooled.information): a stop on the fitted width stops early exactly when the width came out too small.
         # min_rows: a stop on standard errors estimated from few rows stops early exactly when they came out small
@@ -648,7 +655,7 @@ class PooledDesign(Design):
                 return self._greedy(fit, outcomes_info, flat, scale=self.steps_relief)
         if may_stop and max(ratios.values()) <= 1.0:
             return None
-        return self._greedy(fit, info, flat)
+        return self._greedy(fit, info, flat, inflation=inflation)
 
     def _all_bracketed(self, used) -> bool:
         flat = [r for rnd in used for r in rnd]
@@ -675,17 +682,43 @@ class PooledDesign(Design):
             steps = StepRows.from_rows(
                 [r[0] for r in crammed], [r[1] for r in crammed], [max(1, r[3] - 1) for r in crammed], self.steps_cap
             )
+        inflation = None
         if steps is not None and usable_steps(steps):
             # steps=True: the line and its standard errors from the outcomes and the accessible rows' step counts
             # (pooled.fit_pooled_steps); the rows are placed on that fit's curve, their information the outcomes'.
             fit = fit_pooled_steps(cells, steps, self.design_ms, self.check_m)
             extra = np.zeros((fit.model.size, fit.model.size))
             extra[:2, :2] = steps_line_information(fit, fit.steps_theta, steps)
+            if self.steps_robust:
+                inflation = self._sandwich_inflation(fit, flat)
         else:
             fit, extra = fit_pooled(cells, self.design_ms, self.check_m), 0.0
         info = information(fit, cells.ms, cells.ns, cells.trials, free_delta=True, widen_z=self.stop_z)
         outcomes = info + self._prior_precision()
-        return fit, outcomes + extra, outcomes  # the information with the step counts', and the outcomes' alone
+        # The information with the step counts', the outcomes' alone, and (steps_robust) per quantity the factor by
+        # which the guarded sandwich's variance exceeds the model's (None: 1 for every quantity).
+        return fit, outcomes + extra, outcomes, inflation
+
+    def _sandwich_inflation(self, fit, flat) -> np.ndarray:
+        """Per quantity asked for, variance under :func:`~.pooled.guarded_covariance` (the model's, raised where
+        the rows' sandwich says more) over the model's own: the stop and the greedy step then judge the variances
+        the design's information gives, times these (the check m's offset, from the outcomes alone: 1)."""
+        from .pooled import guarded_covariance, steps_sandwich
+
+        ms = [r[0] for r in flat]
+        ns = [r[1] for r in flat]
+        acc = [r[2] for r in flat]
+        counts = [max(1, r[3] - 1) for r in flat]
+        guarded = guarded_covariance(fit.covariance, steps_sandwich(fit, ms, ns, acc, counts, self.steps_cap))
+        gradients = [np.array([1.0, 0.0])] + [np.array([float(m), 1.0]) for m in self.ms]
+        factors = []
+        for g in gradients:
+            model = float(g @ fit.covariance[:2, :2] @ g)
+            robust = float(g @ guarded[:2, :2] @ g)
+            factors.append(robust / model if model > 0 and math.isfinite(robust) else 1.0)
+        if self.check_m is not None:
+            factors.append(1.0)
+        return np.maximum(1.0, np.array(factors))
 
     def _prior_precision(self) -> np.ndarray:
         from .pooled import PRIOR_SD
@@ -722,11 +755,12 @@ class PooledDesign(Design):
             t.append((self.check_factor * check) ** 2 if check else inf)
         return scale * np.array(t)
 
-    def _ratios(self, info: np.ndarray, scale: float = 1.0) -> dict:
+    def _ratios(self, info: np.ndarray, scale: float = 1.0, inflation=None) -> dict:
         names = ["slope", *(f"n50[{m}]" for m in self.ms), *(["check"] if self.check_m is not None else [])]
-        return dict(zip(names, (self._variances(info[None])[0] / self._target_variances(scale)).tolist()))
+        targets = self._target_variances(scale) / (1.0 if inflation is None else inflation)
+        return dict(zip(names, (self._variances(info[None])[0] / targets).tolist()))
 
-    def _greedy(self, fit, info: np.ndarray, flat, scale: float = 1.0) -> tuple[tuple[int, int], ...]:
+    def _greedy(self, fit, info: np.ndarray, flat, scale: float = 1.0, inflation=None) -> tuple[tuple[int, int], ...]:
         from .pooled import widening
 
         """``batch`` rows, each at the candidate (m, n) with the largest drop of sum(ratio^3); the cube weighs the
@@ -748,7 +782,7 @@ class PooledDesign(Design):
         eta, jac = fit.model.eta_and_jacobian(fit.theta, cm_a, cn_a, free_delta=True, widen=widen)
         p = 1.0 / (1.0 + np.exp(-np.clip(eta, -35, 35)))
         per_row = (p * (1 - p))[:, None, None] * jac[:, :, None] * jac[:, None, :]
-        targets = self._target_variances(scale)
+        targets = self._target_variances(scale) / (1.0 if inflation is None else inflation)
         chosen = []
         for _ in range(self.batch):
             before = self._variances(info[None])[0] / targets
@@ -768,6 +802,7 @@ class PooledDesign(Design):
             slope_from=self.slope_from,
             steps=self.steps,
             steps_cap=self.steps_cap,
+            steps_robust=self.steps_robust,
         )
 
 
@@ -809,6 +844,8 @@ class PooledRules:
     steps: bool = False  # the line from outcomes and step counts (pooled.fit_pooled_steps): no version yet
     # With steps: the outcomes alone must reach this factor times the variance targets (None: no bound).
     steps_relief: float | None = None
+    # With steps: standard errors no smaller than the rows' sandwich says (pooled.guarded_covariance).
+    steps_robust: bool = False
 
     def arguments(self) -> dict:
         return dataclasses.asdict(self)
@@ -869,6 +906,7 @@ def pooled_estimates(
     slope_from: str = "linear",
     steps: bool = False,
     steps_cap: int | None = None,
+    steps_robust: bool = False,
 ) -> dict | None:
     """n_50 at every m of ``ms`` from the pooled line fitted to ``rows`` (a dict (m, n, index) -> row), with Wald
     intervals, the slope and intercept with theirs, and the linearity check where a check m has rows.
@@ -879,7 +917,8 @@ def pooled_estimates(
     ``steps``: the line from the outcomes and the accessible rows' step counts (:func:`~.pooled.fit_pooled_steps`,
     the check m on the line) where they are enough (:func:`~.pooled.usable_steps`); the result then holds
     ``"steps": {"tau0", "kappa", "sigma"}`` (None where the outcomes alone were used). ``steps_cap``: the cram's
-    step cap, for the truncated steps law (:class:`~.pooled.StepRows`); None: untruncated.
+    step cap, for the truncated steps law (:class:`~.pooled.StepRows`); None: untruncated. ``steps_robust``: the
+    steps-informed covariance guarded by the rows' sandwich (:func:`~.pooled.guarded_covariance`).
 
     Returns None when fewer than two m have rows. ``{"per_m": {m: {"n50", "se", "ci", "measured", "width",
     "log_width_se"}}, "slope",
@@ -891,7 +930,9 @@ def pooled_estimates(
         StepRows,
         fit_pooled,
         fit_pooled_steps,
+        guarded_covariance,
         linearity_check,
+        steps_sandwich,
         usable_steps,
         wald_interval,
     )
@@ -914,6 +955,16 @@ def pooled_estimates(
     fit: PooledFit
     if step_rows is not None and usable_steps(step_rows):
         fit = steps_fit = fit_pooled_steps(cells, step_rows, measured, check)
+        if steps_robust:
+            sandwich = steps_sandwich(
+                steps_fit,
+                [k[0] for k in keys],
+                [k[1] for k in keys],
+                [bool(rows[k]["accessible"]) for k in keys],
+                [max(1, int(rows[k]["steps"])) for k in keys],
+                steps_cap,
+            )
+            steps_fit.covariance = guarded_covariance(steps_fit.covariance, sandwich)
         tau0, kappa, log_sigma = (float(v) for v in steps_fit.steps_theta)
         steps_used = {"tau0": tau0, "kappa": kappa, "sigma": math.exp(log_sigma)}
     else:

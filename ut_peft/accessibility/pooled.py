@@ -304,6 +304,9 @@ class StepsInformedFit(PooledFit):
 
     steps_theta: np.ndarray
     steps_covariance: np.ndarray
+    # The joint information over (a, b, c, d, tau0, kappa, log sigma) whose inverse the covariances are (the
+    # outcomes' with the width prior, plus the step counts'): the "bread" of :func:`steps_sandwich`.
+    joint_information: np.ndarray
 
 
 def _steps_terms(line: np.ndarray, steps_params: np.ndarray, rows: StepRows):
@@ -404,5 +407,83 @@ def fit_pooled_steps(cells: Cells, steps: StepRows, width_ms, check_m: int | Non
         steps_covariance = np.full((3, 3), np.nan)
         converged = False
     return StepsInformedFit(
-        theta, covariance, loglik_binary + loglik_steps, converged, model, False, x[4:].copy(), steps_covariance
+        theta,
+        covariance,
+        loglik_binary + loglik_steps,
+        converged,
+        model,
+        False,
+        x[4:].copy(),
+        steps_covariance,
+        info,
     )
+
+
+def _steps_scores(line: np.ndarray, steps_params: np.ndarray, rows: StepRows) -> np.ndarray:
+    """Each accessible row's score (the gradient of its log-likelihood) in (a, b, tau0, kappa, log sigma) under the
+    steps law of :func:`_steps_terms` (truncated at the cap where ``rows.cap`` is set)."""
+    a, b = line
+    tau0, kappa, log_sigma = steps_params
+    mu = a * rows.ms + b
+    mu = np.where(np.abs(mu) < 1e-6, 1e-6, mu)
+    ratio = rows.ns / mu
+    mean = tau0 + kappa * ratio
+    sigma = math.exp(log_sigma)
+    residual = np.log(rows.steps) - mean
+    d_mean = residual / sigma**2
+    d_log_sigma = residual**2 / sigma**2 - 1.0
+    if rows.cap is not None:  # minus log P(log steps < log cap): d/dmean lambda / sigma, d/dlog sigma lambda alpha
+        alpha = (math.log(rows.cap) - mean) / sigma
+        lam = np.exp(stats.norm.logpdf(alpha) - stats.norm.logcdf(alpha))
+        d_mean = d_mean + lam / sigma
+        d_log_sigma = d_log_sigma + lam * alpha
+    grad_mean = np.stack([-kappa * ratio * rows.ms / mu, -kappa * ratio / mu, np.ones_like(mu), ratio], 1)
+    return np.concatenate([d_mean[:, None] * grad_mean, d_log_sigma[:, None]], 1)
+
+
+def psd_part(matrix: np.ndarray) -> np.ndarray:
+    """The positive semi-definite part of a symmetric matrix (its negative eigenvalues set to 0)."""
+    values, vectors = np.linalg.eigh((matrix + matrix.T) / 2)
+    return (vectors * np.clip(values, 0.0, None)) @ vectors.T
+
+
+def steps_sandwich(fit: StepsInformedFit, ms, ns, accessible, steps, cap: float | None = None) -> np.ndarray:
+    """A covariance of the steps-informed estimate that does not trust the steps law's own information: the
+    sandwich H^-1 (sum_i s_i s_i^T) H^-1 over independent rows (H the fit's joint information, s_i row i's score,
+    its outcome's and, for an accessible row, its step count's together), in :class:`PooledModel`'s layout.
+
+    Why: under the law the outcome and the step count of a row are independent given the line, and the step counts
+    scatter about it as noise. Where a row's steps follow its own text's limit instead (the simulator's "limit"
+    link), a slow accessible row is one near its own limit, and its outcome and its steps tell the same thing twice:
+    the model's information overstates what the rows know (simulated slope coverage 81% where the law is wrong),
+    and the sandwich, from the rows' scores as they scatter, does not. Rows must be independent (a fresh text each,
+    as the pooled design's are). ``steps``: each row's step count (read for the accessible rows only)."""
+    ms, ns = np.asarray(ms, dtype=float), np.asarray(ns, dtype=float)
+    acc = np.asarray(accessible, dtype=bool)
+    counts = np.asarray(steps, dtype=float)
+    if not (ms.shape == ns.shape == acc.shape == counts.shape):
+        raise ValueError(
+            f"one m, n, outcome and step count per row (got {ms.size}, {ns.size}, {acc.size}, {counts.size})"
+        )
+    eta, jac = fit.model.eta_and_jacobian(fit.theta, ms, ns, False)
+    p = 1.0 / (1.0 + np.exp(-np.clip(eta, -35, 35)))
+    scores = np.zeros((ms.size, 7))
+    scores[:, :4] = (acc - p)[:, None] * jac[:, [0, 1, 3, 4]]
+    crammed = StepRows.from_rows(ms[acc], ns[acc], np.maximum(1.0, counts[acc]), cap)
+    step_scores = _steps_scores(fit.theta[:2], fit.steps_theta, crammed)
+    scores[np.ix_(acc, [0, 1, 4, 5, 6])] += step_scores
+    bread = np.linalg.inv(fit.joint_information)
+    joint = bread @ (scores.T @ scores) @ bread
+    covariance = np.zeros((fit.model.size, fit.model.size))
+    keep = np.array([0, 1, 3, 4])
+    covariance[np.ix_(keep, keep)] = joint[:4, :4]
+    return covariance
+
+
+def guarded_covariance(model_based: np.ndarray, sandwich: np.ndarray) -> np.ndarray:
+    """model_based + the positive semi-definite part of (sandwich - model_based): for every linear combination of
+    the parameters, a variance at least the larger of the two, so that neither a law that overstates its information
+    nor a noisy sandwich that understates it (with a few dozen rows it scatters) makes an interval too narrow."""
+    guarded = model_based.copy()
+    finite = np.isfinite(sandwich).all() and np.isfinite(model_based).all()
+    return guarded + psd_part(sandwich - model_based) if finite else np.full_like(model_based, np.nan)
