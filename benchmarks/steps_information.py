@@ -9,7 +9,10 @@ sweep folders (cap and patience as run; inferred rows left out):
   and the least-squares line log(steps) = tau0_m + kappa_m r (where the m has accessible rows at two lengths);
 - the F test of one (tau0, kappa) for every m against one per m (``p``; the law is refused below 1%), and the
   residual standard deviation of each;
-- the line from the outcomes alone and from outcomes and steps, their n_50 and standard errors side by side.
+- the line from the outcomes alone and from outcomes and steps, their n_50 and standard errors side by side, and
+  the latter's standard errors guarded by the rows' sandwich (``pooled.guarded_covariance``, as
+  ``--pooled-steps-robust`` takes them), with the sandwich's slope standard error over the law's own: above 1, the
+  rows scatter more about the law than it says (on real rows, the one check of that there is).
 
     python benchmarks/steps_information.py results/smollm2-135m/pooled-words
 
@@ -20,6 +23,7 @@ with few rows at an m it says little, and the script prints how many rows each f
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import sys
 from pathlib import Path
@@ -30,7 +34,14 @@ from scipy import stats
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ut_peft.accessibility import store  # noqa: E402
-from ut_peft.accessibility.pooled import Cells, StepRows, fit_pooled, fit_pooled_steps  # noqa: E402
+from ut_peft.accessibility.pooled import (  # noqa: E402
+    Cells,
+    StepRows,
+    fit_pooled,
+    fit_pooled_steps,
+    guarded_covariance,
+    steps_sandwich,
+)
 from ut_peft.accessibility.rows import INFERRED  # noqa: E402
 
 
@@ -76,6 +87,8 @@ def law_check(rows) -> dict:
         p_value = float(stats.f.sf(f, df1, df2))
     steps = StepRows.from_rows(*zip(*[(m, n, s) for m, n, a, s in rows if a], strict=True))
     joint = fit_pooled_steps(cells, steps, ms)
+    sandwich = steps_sandwich(joint, *zip(*rows, strict=True))
+    guarded = dataclasses.replace(joint, covariance=guarded_covariance(joint.covariance, sandwich))
     return {
         "ms": ms,
         "per_m": per_m,
@@ -87,6 +100,8 @@ def law_check(rows) -> dict:
         "p_value": p_value,
         "line": line,
         "joint": joint,
+        "guarded": guarded,
+        "sandwich_slope_se_ratio": math.sqrt(max(0.0, float(sandwich[0, 0]))) / joint.slope_se(),
         "rows": len(rows),
         "crammed": len(everything),
     }
@@ -113,15 +128,16 @@ def main(argv=None) -> None:
     else:
         verdict = "refused (p < 0.01): do not use the steps-informed estimate" if p < 0.01 else "not refused"
         print(f"one law for every m against one per m: F test p = {p:.3g}, {verdict}")
-    line, joint = result["line"], result["joint"]
+    line, joint, guarded = result["line"], result["joint"], result["guarded"]
     print("| estimate | slope (se) | intercept (se) | " + " | ".join(f"n_50({m}) (se)" for m in range(1, 6)) + " |")
     print("|---|---|---|" + "---|" * 5)
-    for name, fit in (("outcomes", line), ("outcomes + steps", joint)):
+    for name, fit in (("outcomes", line), ("outcomes + steps", joint), ("outcomes + steps, guarded", guarded)):
         print(
             f"| {name} | {fit.slope:.2f} ({fit.slope_se():.2f}) | {fit.intercept:.2f} ({fit.intercept_se():.2f}) | "
             + " | ".join(f"{fit.n50(m):.1f} ({fit.n50_se(m):.2f})" for m in range(1, 6))
             + " |"
         )
+    print(f"the rows' sandwich over the steps law's own slope standard error: {result['sandwich_slope_se_ratio']:.2f}")
 
 
 if __name__ == "__main__":

@@ -48,6 +48,10 @@ def test_one_law_is_kept_when_the_rows_follow_it_and_refused_when_they_do_not(ch
     same = check.law_check(check.read_rows([write_folder(tmp_path / "same", (4.0, 4.0, 4.0))]))
     assert same["p_value"] > 0.01 and abs(same["shared"]["kappa"] - 4.0) < 0.6
     assert same["joint"].slope_se() < same["line"].slope_se()  # the steps tell the line more
+    # Rows that follow the law: the sandwich agrees with the law's own standard error, and the guarded one is
+    # never below it.
+    assert 0.8 < same["sandwich_slope_se_ratio"] < 1.25
+    assert same["guarded"].slope_se() >= same["joint"].slope_se() and same["guarded"].slope == same["joint"].slope
     differ = check.law_check(check.read_rows([write_folder(tmp_path / "differ", (2.0, 4.0, 6.0))]))
     assert differ["p_value"] < 0.01
     kappas = [differ["per_m"][m]["kappa"] for m in (1, 3, 5)]
