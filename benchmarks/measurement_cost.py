@@ -582,6 +582,7 @@ def pooled_arguments(args) -> dict:
         "steps": args.pooled_steps,
         "steps_relief": args.pooled_steps_relief,
         "steps_robust": args.pooled_steps_robust,
+        "steps_stop_z": args.pooled_steps_stop_z,
     }
     rules.update({k: tuple(v) if isinstance(v, list) else v for k, v in knobs.items() if v is not None})
     return rules
@@ -930,6 +931,14 @@ def main(argv=None):
         metavar="F",
         help="with --pooled-steps: the design stops only once the outcomes alone reach F times the variance targets "
         "(the steps law's gain bounded; PooledDesign(steps_relief=F))",
+    )
+    parser.add_argument(
+        "--pooled-steps-stop-z",
+        type=float,
+        default=None,
+        metavar="Z",
+        help="with --pooled-steps: the stop judges the step counts' information on a kappa Z standard errors smaller "
+        "and a sigma Z larger than fitted (PooledDesign(steps_stop_z=Z))",
     )
     parser.add_argument(
         "--pooled-steps-robust",

@@ -473,3 +473,31 @@ def test_robust_steps_standard_errors_are_never_smaller_and_need_the_steps():
         [1, 3, 5], batch=8, start=4, stop=200, target_slope_se=0.6, target_n50_se=None, steps=True, steps_robust=True
     )
     assert again.rounds(done) == design.rounds(done) and again.next_jobs(done) == []
+
+
+def test_a_steps_stop_z_judges_the_stop_on_a_smaller_kappa_so_the_same_rows_are_further_from_it():
+    """steps_stop_z=Z: the stop weighs the step counts' information at kappa Z standard errors smaller (sigma Z
+    larger), so on the same rows every variance it judges is at least the plain design's (where the plain design
+    stopped, the judged one may go on); a negative Z, or Z without the steps, is refused."""
+    kwargs = dict(batch=8, start=4, stop=200, target_slope_se=0.4, target_n50_se=None, steps=True)
+    plain = PooledDesign([1, 3, 5], **kwargs)
+    rows: dict = {}
+    while jobs := plain.next_jobs(rows):
+        rows.update((job, _steps_simulated(*job, 2)) for job in jobs)
+    judged = PooledDesign([1, 3, 5], steps_stop_z=1.0, **kwargs)
+    flat = [(k[0], k[1], bool(rows[k]["accessible"]), rows[k]["steps"] + 1) for k in rows]
+    fit, info, _, _ = plain._fit(flat)
+    _, judged_info, _, _ = judged._fit(flat)
+    plain_ratios, judged_ratios = plain._ratios(info), judged._ratios(judged_info)
+    assert max(plain_ratios.values()) <= 1.0  # the plain design stopped on these rows
+    assert all(judged_ratios[k] >= plain_ratios[k] * (1 - 1e-9) for k in plain_ratios)
+    assert judged_ratios["slope"] > 1.05 * plain_ratios["slope"]
+    tau0, kappa, log_sigma = judged._judged_steps_theta(fit)
+    se = np.sqrt(np.diag(fit.steps_covariance))
+    assert tau0 == fit.steps_theta[0] and np.isclose(kappa, fit.steps_theta[1] - se[1])
+    assert np.isclose(log_sigma, fit.steps_theta[2] + se[2])
+    assert (plain._judged_steps_theta(fit) == fit.steps_theta).all()
+    with pytest.raises(ValueError, match="steps_stop_z .* >= 0"):
+        PooledDesign([1, 3, 5], **{**kwargs, "steps": True}, steps_stop_z=-1)
+    with pytest.raises(ValueError, match="steps_stop_z .* needs steps=True"):
+        PooledDesign([1, 3, 5], **{**kwargs, "steps": False}, steps_stop_z=1)

@@ -495,6 +495,7 @@ class PooledDesign(Design):
         steps_cap: int | None = None,
         steps_relief: float | None = None,
         steps_robust: bool = False,
+        steps_stop_z: float = 0.0,
     ):
         ms = sorted({int(m) for m in ms})
         if len(ms) < 2:
@@ -569,6 +570,11 @@ class PooledDesign(Design):
                 "(--pooled-steps)"
             )
         self.steps_robust = bool(steps_robust)
+        if not (math.isfinite(steps_stop_z) and steps_stop_z >= 0):
+            raise ValueError(f"steps_stop_z is a number of standard errors and must be >= 0 (got {steps_stop_z!r})")
+        if steps_stop_z and not self.steps:
+            raise ValueError("steps_stop_z widens the steps law's information: it needs steps=True (--pooled-steps)")
+        self.steps_stop_z = float(steps_stop_z)
         self.target_slope_se, self.target_n50_se, self.budget = target_slope_se, targets, budget_row_steps
         self.check_m, self.check_factor, self.min_rounds = check_m, check_factor, min_rounds
         self.design_ms = sorted({ms[0], ms[-1], *([check_m] if check_m is not None else [])})
@@ -688,7 +694,7 @@ class PooledDesign(Design):
             # (pooled.fit_pooled_steps); the rows are placed on that fit's curve, their information the outcomes'.
             fit = fit_pooled_steps(cells, steps, self.design_ms, self.check_m)
             extra = np.zeros((fit.model.size, fit.model.size))
-            extra[:2, :2] = steps_line_information(fit, fit.steps_theta, steps)
+            extra[:2, :2] = steps_line_information(fit, self._judged_steps_theta(fit), steps)
             if self.steps_robust:
                 inflation = self._sandwich_inflation(fit, flat)
         else:
@@ -698,6 +704,21 @@ class PooledDesign(Design):
         # The information with the step counts', the outcomes' alone, and (steps_robust) per quantity the factor by
         # which the guarded sandwich's variance exceeds the model's (None: 1 for every quantity).
         return fit, outcomes + extra, outcomes, inflation
+
+    def _judged_steps_theta(self, fit) -> np.ndarray:
+        """The steps law the stop judges the step counts' information on: the fitted one, or (``steps_stop_z`` > 0)
+        one with kappa that many standard errors smaller and sigma that many larger. Why: the step counts fix the
+        line only up to scale with kappa (the outcomes set the scale), so a kappa estimated too large makes the
+        slope's standard error small exactly when the slope is off, and a stop on it stops early then (the width's
+        case again, which stop_z answers for the outcomes)."""
+        tau0, kappa, log_sigma = (float(v) for v in fit.steps_theta)
+        if not self.steps_stop_z:
+            return fit.steps_theta
+        se_kappa, se_log_sigma = (math.sqrt(max(0.0, float(fit.steps_covariance[k, k]))) for k in (1, 2))
+        if not (math.isfinite(se_kappa) and math.isfinite(se_log_sigma)):
+            return fit.steps_theta
+        shrunk = math.copysign(max(0.0, abs(kappa) - self.steps_stop_z * se_kappa), kappa)
+        return np.array([tau0, shrunk, log_sigma + self.steps_stop_z * se_log_sigma])
 
     def _sandwich_inflation(self, fit, flat) -> np.ndarray:
         """Per quantity asked for, variance under :func:`~.pooled.guarded_covariance` (the model's, raised where
@@ -846,6 +867,8 @@ class PooledRules:
     steps_relief: float | None = None
     # With steps: standard errors no smaller than the rows' sandwich says (pooled.guarded_covariance).
     steps_robust: bool = False
+    # With steps: the stop judges the step counts' information on kappa this many standard errors smaller.
+    steps_stop_z: float = 0.0
 
     def arguments(self) -> dict:
         return dataclasses.asdict(self)
