@@ -70,6 +70,8 @@ def test_the_pooled_knobs_replace_single_rules_of_the_version(cost):
         pooled_criterion=None,
         pooled_steps=True,
         pooled_steps_relief=2.0,
+        pooled_steps_robust=True,
+        pooled_steps_stop_z=None,
     )
     rules = cost.pooled_arguments(args)
     assert rules == dict(
@@ -82,6 +84,8 @@ def test_the_pooled_knobs_replace_single_rules_of_the_version(cost):
         criterion="cube",
         steps=True,
         steps_relief=2.0,
+        steps_robust=True,
+        steps_stop_z=0.0,
     )
     assert (
         cost.pooled_arguments(
