@@ -711,9 +711,9 @@ class PooledDesign(Design):
         line only up to scale with kappa (the outcomes set the scale), so a kappa estimated too large makes the
         slope's standard error small exactly when the slope is off, and a stop on it stops early then (the width's
         case again, which stop_z answers for the outcomes)."""
-        tau0, kappa, log_sigma = (float(v) for v in fit.steps_theta)
         if not self.steps_stop_z:
             return fit.steps_theta
+        tau0, kappa, log_sigma = (float(v) for v in fit.steps_theta)
         se_kappa, se_log_sigma = (math.sqrt(max(0.0, float(fit.steps_covariance[k, k]))) for k in (1, 2))
         if not (math.isfinite(se_kappa) and math.isfinite(se_log_sigma)):
             return fit.steps_theta
