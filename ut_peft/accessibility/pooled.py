@@ -309,25 +309,46 @@ class StepsInformedFit(PooledFit):
     joint_information: np.ndarray
 
 
+@dataclass(frozen=True)
+class _StepsLaw:
+    """The steps law evaluated at the rows: log(steps) ~ N(mean, sigma^2), mean = tau0 + kappa n / (a m + b),
+    truncated above at log(cap) where the rows have one (then ``alpha``, the cap in sigmas above the mean, and
+    ``lam`` = phi / Phi at alpha; None without a cap). ``grad_mean``: the mean's gradient in (a, b, tau0, kappa)."""
+
+    residual: np.ndarray
+    sigma: float
+    log_sigma: float
+    grad_mean: np.ndarray
+    alpha: np.ndarray | None
+    lam: np.ndarray | None
+
+    @classmethod
+    def at(cls, line: np.ndarray, steps_params: np.ndarray, rows: StepRows) -> _StepsLaw:
+        a, b = line
+        tau0, kappa, log_sigma = steps_params
+        mu = a * rows.ms + b
+        mu = np.where(np.abs(mu) < 1e-6, 1e-6, mu)
+        ratio = rows.ns / mu
+        mean = tau0 + kappa * ratio
+        sigma = math.exp(log_sigma)
+        grad_mean = np.stack([-kappa * ratio * rows.ms / mu, -kappa * ratio / mu, np.ones_like(mu), ratio], 1)
+        alpha = lam = None
+        if rows.cap is not None:
+            alpha = (math.log(rows.cap) - mean) / sigma
+            lam = np.exp(stats.norm.logpdf(alpha) - stats.norm.logcdf(alpha))
+        return cls(np.log(rows.steps) - mean, sigma, float(log_sigma), grad_mean, alpha, lam)
+
+
 def _steps_terms(line: np.ndarray, steps_params: np.ndarray, rows: StepRows):
     """The Gaussian log-likelihood of log(steps), and the Jacobian of its mean in (a, b, tau0, kappa) over sigma."""
-    a, b = line
-    tau0, kappa, log_sigma = steps_params
-    mu = a * rows.ms + b
-    mu = np.where(np.abs(mu) < 1e-6, 1e-6, mu)
-    ratio = rows.ns / mu
-    mean = tau0 + kappa * ratio
-    residual = np.log(rows.steps) - mean
-    sigma = math.exp(log_sigma)
-    loglik = float(-0.5 * (residual**2).sum() / sigma**2 - rows.ms.size * log_sigma)
-    jac = np.stack([-kappa * ratio * rows.ms / mu, -kappa * ratio / mu, np.ones_like(mu), ratio], 1) / sigma
-    if rows.cap is not None:
+    law = _StepsLaw.at(line, steps_params, rows)
+    loglik = float(-0.5 * (law.residual**2).sum() / law.sigma**2 - rows.ms.size * law.log_sigma)
+    jac = law.grad_mean / law.sigma
+    if law.alpha is not None and law.lam is not None:
         # Truncated above at log(cap): each row's density over P(log steps < log cap), and its information about
         # the mean shrunk by the truncated variance's share, 1 - alpha lambda - lambda^2 (lambda = phi / Phi at alpha).
-        alpha = (math.log(rows.cap) - mean) / sigma
-        loglik -= float(stats.norm.logcdf(alpha).sum())
-        lam = np.exp(stats.norm.logpdf(alpha) - stats.norm.logcdf(alpha))
-        share = np.clip(1.0 - alpha * lam - lam**2, 1e-6, 1.0)
+        loglik -= float(stats.norm.logcdf(law.alpha).sum())
+        share = np.clip(1.0 - law.alpha * law.lam - law.lam**2, 1e-6, 1.0)
         jac = jac * np.sqrt(share)[:, None]
     return loglik, jac
 
@@ -422,23 +443,14 @@ def fit_pooled_steps(cells: Cells, steps: StepRows, width_ms, check_m: int | Non
 def _steps_scores(line: np.ndarray, steps_params: np.ndarray, rows: StepRows) -> np.ndarray:
     """Each accessible row's score (the gradient of its log-likelihood) in (a, b, tau0, kappa, log sigma) under the
     steps law of :func:`_steps_terms` (truncated at the cap where ``rows.cap`` is set)."""
-    a, b = line
-    tau0, kappa, log_sigma = steps_params
-    mu = a * rows.ms + b
-    mu = np.where(np.abs(mu) < 1e-6, 1e-6, mu)
-    ratio = rows.ns / mu
-    mean = tau0 + kappa * ratio
-    sigma = math.exp(log_sigma)
-    residual = np.log(rows.steps) - mean
-    d_mean = residual / sigma**2
-    d_log_sigma = residual**2 / sigma**2 - 1.0
-    if rows.cap is not None:  # minus log P(log steps < log cap): d/dmean lambda / sigma, d/dlog sigma lambda alpha
-        alpha = (math.log(rows.cap) - mean) / sigma
-        lam = np.exp(stats.norm.logpdf(alpha) - stats.norm.logcdf(alpha))
-        d_mean = d_mean + lam / sigma
-        d_log_sigma = d_log_sigma + lam * alpha
-    grad_mean = np.stack([-kappa * ratio * rows.ms / mu, -kappa * ratio / mu, np.ones_like(mu), ratio], 1)
-    return np.concatenate([d_mean[:, None] * grad_mean, d_log_sigma[:, None]], 1)
+    law = _StepsLaw.at(line, steps_params, rows)
+    d_mean = law.residual / law.sigma**2
+    d_log_sigma = law.residual**2 / law.sigma**2 - 1.0
+    if law.alpha is not None and law.lam is not None:
+        # minus log P(log steps < log cap): d/dmean lambda / sigma, d/dlog sigma lambda alpha
+        d_mean = d_mean + law.lam / law.sigma
+        d_log_sigma = d_log_sigma + law.lam * law.alpha
+    return np.concatenate([d_mean[:, None] * law.grad_mean, d_log_sigma[:, None]], 1)
 
 
 def psd_part(matrix: np.ndarray) -> np.ndarray:
@@ -484,6 +496,5 @@ def guarded_covariance(model_based: np.ndarray, sandwich: np.ndarray) -> np.ndar
     """model_based + the positive semi-definite part of (sandwich - model_based): for every linear combination of
     the parameters, a variance at least the larger of the two, so that neither a law that overstates its information
     nor a noisy sandwich that understates it (with a few dozen rows it scatters) makes an interval too narrow."""
-    guarded = model_based.copy()
     finite = np.isfinite(sandwich).all() and np.isfinite(model_based).all()
-    return guarded + psd_part(sandwich - model_based) if finite else np.full_like(model_based, np.nan)
+    return model_based + psd_part(sandwich - model_based) if finite else np.full_like(model_based, np.nan)
