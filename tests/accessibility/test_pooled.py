@@ -462,6 +462,8 @@ def test_robust_steps_standard_errors_are_never_smaller_and_need_the_steps():
     assert robust["slope"] == plain["slope"] and robust["slope_se"] >= plain["slope_se"] * (1 - 1e-9)
     assert all(robust["per_m"][m]["se"] >= plain["per_m"][m]["se"] * (1 - 1e-9) for m in (1, 2, 3, 4, 5))
     with pytest.raises(ValueError, match="steps_robust .* needs steps=True"):
+        pooled_estimates(rows, [1, 2, 3, 4, 5], check_m=3, steps_robust=True)
+    with pytest.raises(ValueError, match="steps_robust .* needs steps=True"):
         PooledDesign([1, 3, 5], batch=8, start=4, stop=200, target_slope_se=0.6, target_n50_se=None, steps_robust=True)
     design = PooledDesign(
         [1, 3, 5], batch=8, start=4, stop=200, target_slope_se=0.6, target_n50_se=None, steps=True, steps_robust=True

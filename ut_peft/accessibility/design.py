@@ -960,6 +960,8 @@ def pooled_estimates(
         wald_interval,
     )
 
+    if steps_robust and not steps:
+        raise ValueError("steps_robust guards the steps-informed standard errors: it needs steps=True")
     keys = [k for k in rows if rows[k].get("stop_reason") != INFERRED]
     measured = sorted({k[0] for k in keys})
     if len(measured) < 2:

@@ -361,6 +361,15 @@ def _changed_paths(old, new, prefix: str = "") -> list[str]:
     return [] if old == new else [prefix.rstrip(".")]
 
 
+def _relative_or_absolute(path: Path, base: Path) -> str:
+    """``path`` relative to ``base`` (so a record reads the same in any clone), or absolute where no relative path
+    exists (another drive on Windows)."""
+    try:
+        return os.path.relpath(path.resolve(), base.resolve())
+    except ValueError:
+        return str(path.resolve())
+
+
 def retarget_plan(old_dir, config: SweepConfig, settings: dict, new_dir) -> tuple[dict, list, dict]:
     """What retargeting the sweep in ``old_dir`` to ``config`` (whose fingerprint is ``settings``) in ``new_dir``
     keeps: the rows of ``old_dir`` that the new design replays as its own (:func:`replayed_rows`), the jobs it asks
@@ -404,7 +413,7 @@ def retarget_plan(old_dir, config: SweepConfig, settings: dict, new_dir) -> tupl
     inflight_old = set(store.inflight_keys(old_dir))
     inflight = sorted(job for job in design.next_jobs(kept) if job in inflight_old)
     record = {
-        "folder": os.path.relpath(old_dir.resolve(), Path(new_dir).resolve()),
+        "folder": _relative_or_absolute(old_dir, Path(new_dir)),
         "design": old_settings["design"],
         "rows_kept": len(kept),
         "rows_dropped": len(old_rows) - len(kept),
