@@ -96,6 +96,7 @@ from ut_peft.accessibility.design import (  # noqa: E402
     POOLED_RULES,
     AdaptiveDesign,
     PooledDesign,
+    PooledRules,
     SequentialDesign,
     complete_groups,
     infer_prefixes,
@@ -583,6 +584,7 @@ def pooled_arguments(args) -> dict:
         "steps_relief": args.pooled_steps_relief,
         "steps_robust": args.pooled_steps_robust,
         "steps_stop_z": args.pooled_steps_stop_z,
+        "steps_truncated": True if args.steps_truncated else None,
     }
     rules.update({k: tuple(v) if isinstance(v, list) else v for k, v in knobs.items() if v is not None})
     return rules
@@ -667,9 +669,9 @@ def simulate(args) -> None:
                 stop=1000,
                 target_slope_se=args.pooled_factor * published_slope_rmse,
                 target_n50_se={m: args.pooled_factor * published_rmse[m] for m in ms},
-                # --steps-truncated: the steps law truncated at the cap (an accessible row took fewer steps than it)
-                steps_cap=CAP if args.steps_truncated else None,
-                **rules,
+                # steps_truncated (--steps-truncated, or the version's rules): the steps law truncated at the cap (an
+                # accessible row took fewer steps than it).
+                **PooledRules(**rules).design_arguments(CAP),
             )
             rows, wall = run_design(pooled, truth, repeat)
             if "pooled" in names:

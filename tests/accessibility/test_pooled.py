@@ -503,3 +503,49 @@ def test_a_steps_stop_z_judges_the_stop_on_a_smaller_kappa_so_the_same_rows_are_
         PooledDesign([1, 3, 5], **{**kwargs, "steps": True}, steps_stop_z=-1)
     with pytest.raises(ValueError, match="steps_stop_z .* needs steps=True"):
         PooledDesign([1, 3, 5], **{**kwargs, "steps": False}, steps_stop_z=1)
+
+
+def test_version_3_stops_on_the_step_counts_truncated_at_the_sweeps_cap_and_guards_them():
+    """Version 3's rules, as a folder's settings build them: the steps-informed line, the law truncated at the
+    sweep's own step cap (cram.max_steps), the sandwich guard and the kappa-judged stop; the summary and the report
+    say what the line stands on; and rules that truncate need a cap."""
+    from ut_peft.accessibility.design import POOLED_RULES, make_design
+    from ut_peft.accessibility.report import _pooled_lines
+
+    config = SweepConfig(
+        model="x",
+        source="tokens",
+        ms=[1, 3, 5],
+        num_sequences=8,
+        grid=GridConfig(start=4, stop=200),
+        cram=CramConfig(max_steps=2000),
+        design="pooled",
+        pooled_version=3,
+        target_slope_se=0.6,
+        target_n50_se=None,
+    )
+    design = make_design(config)
+    assert isinstance(design, PooledDesign)
+    assert design.steps and design.steps_robust and design.steps_stop_z == 1.0 and design.min_rows == 72
+    assert design.steps_cap == 2000  # the sweep's own cap, not a constant
+
+    def capped(m, n, index):  # as a real sweep's rows: an accessible text that needs more steps than the cap fails
+        row = _steps_simulated(m, n, index, 0)
+        return row if row["steps"] <= 2000 else {"accessible": False, "steps": 2000}
+
+    rows: dict = {}
+    while jobs := design.next_jobs(rows):
+        rows.update((job, capped(*job)) for job in jobs)
+    summary = design.summary_fit(rows)
+    assert summary["steps"] is not None and abs(summary["steps"]["kappa"] - 4.0) < 1.0
+    assert summary == pooled_estimates(
+        rows, [1, 3, 5], check_m=3, steps=True, steps_cap=2000, steps_robust=True
+    )  # the summary's line is the guarded, truncated one
+    unguarded = pooled_estimates(rows, [1, 3, 5], check_m=3, steps=True, steps_cap=2000)
+    assert summary["slope_se"] >= unguarded["slope_se"] - 1e-12
+    summary["per_m"] = [dict(m=m, **e) for m, e in summary["per_m"].items()]
+    text = "\n".join(_pooled_lines(summary))
+    assert "step counts" in text and f"kappa {summary['steps']['kappa']:.2f}" in text
+    with pytest.raises(ValueError, match="needs max_steps"):
+        POOLED_RULES[3].design_arguments(None)
+    assert POOLED_RULES[2].design_arguments(None)["steps_cap"] is None  # version 2 reads no step counts

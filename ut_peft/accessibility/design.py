@@ -437,7 +437,7 @@ def make_design(config) -> Design:
             target_slope_se=config.target_slope_se,
             target_n50_se=config.target_n50_se,
             budget_row_steps=config.budget_row_steps,
-            **pooled_rules(config.pooled_version).arguments(),
+            **pooled_rules(config.pooled_version).design_arguments(config.cram.max_steps),
         )
     raise ValueError(f"unknown design {config.design!r}; choose one of {', '.join(DESIGNS)}")
 
@@ -869,9 +869,20 @@ class PooledRules:
     steps_robust: bool = False
     # With steps: the stop judges the step counts' information on kappa this many standard errors smaller.
     steps_stop_z: float = 0.0
+    # With steps: the steps law truncated at the sweep's step cap (cram.max_steps; pooled.StepRows.cap): an
+    # accessible row took fewer steps than the cap, or it would not have crammed.
+    steps_truncated: bool = False
 
     def arguments(self) -> dict:
         return dataclasses.asdict(self)
+
+    def design_arguments(self, max_steps: int | None) -> dict:
+        """:class:`PooledDesign`'s keyword arguments for these rules at a sweep whose step cap is ``max_steps``."""
+        arguments = self.arguments()
+        truncated = arguments.pop("steps_truncated")
+        if truncated and max_steps is None:
+            raise ValueError("these pooled rules truncate the steps law at the step cap: the sweep needs max_steps")
+        return dict(arguments, steps_cap=max_steps if truncated else None)
 
 
 POOLED_RULES = {
@@ -887,6 +898,25 @@ POOLED_RULES = {
     # offset free and other widenings were measured and lost.
     2: PooledRules(
         logit_offsets=(-1.0, 1.0), width_z=1.5, stop_z=1.0, check_factor=2.0, slope_from="linear", min_rows=128
+    ),
+    # Version 3: the line from the outcomes *and* the accessible rows' step counts (pooled.fit_pooled_steps, the
+    # steps law truncated at the cap), guarded twice because the law is an assumption: standard errors no smaller
+    # than the rows' sandwich says (steps_robust), and the stop judging the step counts on a kappa one standard error
+    # smaller (steps_stop_z; the steps fix the line only up to kappa's scale). A floor of 72 fitted rows. Measured
+    # in the simulator at SmolLM2's rows, under both links of steps to lengths and both cost fits (BENCHMARKS.md,
+    # "Session 15"): fewer row-steps than version 2 at the same targets, the error of each quantity within the
+    # targets.
+    3: PooledRules(
+        logit_offsets=(-1.0, 1.0),
+        width_z=1.5,
+        stop_z=1.0,
+        check_factor=2.0,
+        slope_from="linear",
+        min_rows=72,
+        steps=True,
+        steps_robust=True,
+        steps_stop_z=1.0,
+        steps_truncated=True,
     ),
 }
 

@@ -288,6 +288,22 @@ def write_report(output_dir, summary: Summary) -> None:
     atomic_write_text(output_dir / REPORT_FILE, markdown(summary))
 
 
+def _steps_line(law: dict | None) -> str:
+    """What the pooled line of a design with step counts (version 3's rules) stands on."""
+    if law is None:
+        return (
+            "Step counts: the rules use the accessible rows' step counts too, but fewer than 3 accessible rows at two "
+            "(m, n) are in yet: the line is the outcomes' alone."
+        )
+    return (
+        f"Step counts: the line is fitted to the outcomes and the accessible rows' step counts together, under the "
+        f"working law log(steps) = tau0 + kappa n / n_50(m) + sigma eps (fitted: tau0 {_num(law['tau0'], 2)}, kappa "
+        f"{_num(law['kappa'], 2)}, sigma {_num(law['sigma'], 2)}; truncated at the step cap where the rules say so); "
+        f"the standard errors are no smaller than the rows' sandwich says where the rules guard them "
+        f"(pooled.guarded_covariance), so that a law the rows do not follow does not narrow the intervals."
+    )
+
+
 def _pooled_lines(pooled: dict | None, checks: dict | None = None) -> list[str]:
     """The pooled design's table: n_50 at every m from the one line, the slope, and the linearity check; each interval
     with its coverage note where the simulator's coverage at the design's settings falls short (``checks``:
@@ -318,6 +334,8 @@ def _pooled_lines(pooled: dict | None, checks: dict | None = None) -> list[str]:
         f"{_checked(pooled['slope_ci'], checks.get('slope'))}); intercept {_num(pooled['intercept'])} "
         f"({_checked(pooled['intercept_ci'], checks.get('intercept'))}).",
     ]
+    if "steps" in pooled:
+        lines += ["", _steps_line(pooled["steps"])]
     check = pooled.get("linearity")
     if check is None:
         lines += ["", "No linearity check (no rows at an m between the two ends)."]
