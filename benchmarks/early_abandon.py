@@ -7,14 +7,33 @@ ratio, and the rule fitted on all rows (what ``recipes/cram.py --abandon-below``
 where the held-out false-abandon rate is 0 and its upper bound is small (target <= 1%).
 
     python benchmarks/early_abandon.py results/gemma-3-270m/published-words results/protocols/*.jsonl
+    python benchmarks/early_abandon.py results/smollm2-135m/pooled-words-v2 --audit 0.25 0.5 [--abandon-ms 3 5] \
+        [--checkpoints-from 500]
+
+``--audit PI ...`` (a sweep folder with rows at two m or more): the abandon with a random audit
+(:func:`~ut_peft.accessibility.calibrate.audited_abandon`), each flagged row run on to its end with probability PI.
+It prints, per PI, the row-steps the held-out rule would spend on these very rows and, for the pooled line's slope
+and n_50 at the smallest and largest m (the outcomes' model fitted to the rows), the variance inflation the false
+abandons bring and the cost-times-variance gain. An estimate on real rows of a lever no design uses yet: the rows
+are those the design placed (bracketing rows far from n_50 included), and the rule's false-abandon rate is the
+held-out one.
 """
 
 import argparse
 import json
 from pathlib import Path
 
+import numpy as np
+
 from ut_peft.accessibility import store
-from ut_peft.accessibility.calibrate import cross_validate
+from ut_peft.accessibility.calibrate import (
+    CHECKPOINTS,
+    audited_abandon,
+    cross_validate,
+    full_run,
+    held_out_abandon_steps,
+)
+from ut_peft.accessibility.pooled import PRIOR_SD, Cells, fit_pooled
 
 
 def read(path: Path) -> list[dict]:
@@ -40,13 +59,53 @@ def main(args):
         report("pooled", pooled, args)
 
 
+def rule_options(args) -> dict:
+    """calibrate_abandon's options: the margin, the support, and the checkpoints from --checkpoints-from on."""
+    checkpoints = tuple(k for k in CHECKPOINTS if k >= getattr(args, "checkpoints_from", 0))
+    return dict(margin=args.margin, min_support=args.min_support, checkpoints=checkpoints)
+
+
 def report(name, rows, args):
-    r = cross_validate(rows, folds=args.folds, margin=args.margin, min_support=args.min_support)
+    r = cross_validate(rows, folds=args.folds, **rule_options(args))
     rule = " ".join(f"{k}:{a}" for k, a in r["rule"]) or "(none)"
     print(
         f"{name}: {r['rows']} rows, {r['accessible']} accessible; held-out false abandons {r['false_abandons']} "
         f"(rate {r['false_abandon_rate']:.3f}, 95% upper {r['false_abandon_upper95']:.3f}); row-steps "
         f"{r['row_steps']} -> {r['row_steps_with_rule']} (saving {r['saving']:.2f}x); rule --abandon-below {rule}"
+    )
+    for audit in args.audit or []:
+        report_audit(name, rows, audit, args)
+
+
+def report_audit(name, rows, audit, args):
+    """The audited abandon on ``rows`` (see the module's docstring), for the pooled line's slope and end n_50."""
+    rows = [r for r in rows if full_run(r)]
+    ms = sorted({int(r["m"]) for r in rows})
+    if len(ms) < 2:
+        print(f"{name}: --audit needs rows at two m at least (got m = {ms})")
+        return
+    steps = held_out_abandon_steps(rows, folds=args.folds, **rule_options(args))
+    if args.abandon_ms:  # the rule applies at these m only; elsewhere every row runs to its end
+        steps = [k if int(r["m"]) in args.abandon_ms else None for r, k in zip(rows, steps)]
+    m_arr = np.array([r["m"] for r in rows], dtype=float)
+    n_arr = np.array([r["n"] for r in rows], dtype=float)
+    fit = fit_pooled(Cells.from_rows(m_arr, n_arr, [bool(r["accessible"]) for r in rows]), ms)
+    eta, jac = fit.model.eta_and_jacobian(fit.theta, m_arr, n_arr, free_delta=False)
+    keep = [0, 1, 3, 4]  # a, b and the width law (no check offset)
+    p = 1 / (1 + np.exp(-np.clip(eta, -35, 35)))
+    prior = np.diag([0.0, 0.0, *(1.0 / PRIOR_SD**2)])  # the width law's weak prior, as in the fit
+    quantities = np.array([[1.0, 0, 0, 0], [ms[0], 1.0, 0, 0], [ms[-1], 1.0, 0, 0]])
+    result = audited_abandon(rows, steps, jac[:, keep], p, audit, quantities, prior)
+    gains = ", ".join(
+        f"{label} inflation {inf:.2f} gain {gain:.2f}x"
+        for label, inf, gain in zip(
+            ("slope", f"n_50({ms[0]})", f"n_50({ms[-1]})"), result["variance_inflation"], result["gain"]
+        )
+    )
+    where = f" at m = {' '.join(map(str, args.abandon_ms))}" if args.abandon_ms else ""
+    print(
+        f"{name}: audit {audit:g}{where}: {result['flagged']} rows flagged ({result['false_flags']} of them crammed "
+        f"later), row-steps {result['row_steps']:.0f} -> {result['row_steps_audited']:.0f} expected; {gains}"
     )
 
 
@@ -56,4 +115,26 @@ if __name__ == "__main__":
     parser.add_argument("--folds", type=int, default=5)
     parser.add_argument("--margin", type=float, default=0.05)
     parser.add_argument("--min-support", type=int, default=5)
+    parser.add_argument(
+        "--checkpoints-from",
+        type=int,
+        default=0,
+        metavar="K",
+        help="the rule judges rows at the checkpoints from step K on (earlier ones, where rows that cram late still "
+        "look hopeless, left out)",
+    )
+    parser.add_argument(
+        "--audit",
+        type=float,
+        nargs="+",
+        metavar="PI",
+        help="also the abandon with a random audit at these probabilities (see above)",
+    )
+    parser.add_argument(
+        "--abandon-ms",
+        type=int,
+        nargs="+",
+        metavar="M",
+        help="with --audit: the rule abandons rows at these m only (e.g. where failures are cap run-outs)",
+    )
     main(parser.parse_args())

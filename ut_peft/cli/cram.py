@@ -194,7 +194,8 @@ def sweep_config(args: argparse.Namespace) -> SweepConfig:
 
 def pooled_version(args: argparse.Namespace, design: str) -> int:
     """--pooled-version, or when it is not given: the version a pooled sweep in --output was started with (a resume
-    keeps its folder's rules, so the same command goes on under a newer ut-peft), else the newest."""
+    keeps its folder's rules, so the same command goes on under a newer ut-peft), else the default,
+    POOLED_DESIGN_VERSION (a newer version may be opt-in: version 3 is)."""
     if args.pooled_version is not None:
         if design != "pooled":
             raise ValueError(f"--pooled-version belongs to --design pooled (got --design {design})")
