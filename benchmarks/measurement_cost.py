@@ -37,6 +37,13 @@ threshold's alone: the simulator before session 13, and every figure recorded be
 BENCHMARKS.md and the docs carry the flag).
 ``--early-stop K`` simulates a calibrated early stop of hopeless rows (the engine's part): an inaccessible row
 costs min(its steps, K). The design's ratio alone is the default (no early stop).
+``--audit PI`` simulates, for the pooled design's rows only, an early abandon with a random audit
+(:class:`AuditedAbandon`): a row still running at ``--flag-step`` (500) is flagged with probability ``--flag-failed``
+(0.9) if it will fail and ``--flag-accessible`` (0.05) if it will cram (a false abandon); a flagged row runs on to
+its end with probability PI, else it stops there and is recorded as failed. The design and its estimate fit the rows'
+pseudo-outcomes (``pooled.audited_outcomes``: 1 / PI for an audited row that crams), whose mean is each row's
+accessibility whatever the rule, with sandwich standard errors; the flag rates are assumptions (the simulator has no
+trajectories), set from SmolLM2's full-cap rows (``benchmarks/early_abandon.py --checkpoints-from 500``).
 
 The published design: the adaptive grid from 10 to 1000 (steps of 100 while accessibility > 0.9, steps of 10
 until < 0.1, one more step of 100), 20 texts per length (the same 20 texts at every length and m), cap 3000,
@@ -386,6 +393,45 @@ def run_design(design, truth: Truth, repeat: int, infer: bool = False) -> tuple[
     return rows, time.perf_counter() - start
 
 
+@dataclasses.dataclass(frozen=True)
+class AuditedAbandon:
+    """The early abandon with a random audit, as the simulator models it for the pooled design's rows (``--audit``).
+
+    The simulator has no trajectories, so the rule's behaviour is an assumption, set from SmolLM2's full-cap rows
+    (``benchmarks/early_abandon.py --checkpoints-from 500``: 22 of 24 failed rows flagged, none of 20 accessible):
+    a row still running at ``flag_step`` is flagged with probability ``flag_failed`` if it will fail and
+    ``flag_accessible`` if it will cram; a flagged row runs on to its end with probability ``audit`` (drawn apart
+    from everything else), else it stops there (``flag_step`` + 1 row-steps) counted as failed. The pooled design
+    fits the rows' pseudo-outcomes (pooled.audited_outcomes), so the rule's errors cost variance, not bias."""
+
+    audit: float
+    flag_step: int = 500
+    flag_failed: float = 0.9
+    flag_accessible: float = 0.05
+
+    def apply(self, row: dict, repeat: int, m: int, n: int, index: int) -> dict:
+        rng = np.random.default_rng([repeat, 5, m, n, index])
+        flag_draw, audit_draw = rng.random(2)
+        chance = self.flag_accessible if row["accessible"] else self.flag_failed
+        flagged = row["steps"] > self.flag_step and flag_draw < chance
+        if not flagged:
+            return dict(row, flagged=False, audited=False)
+        if audit_draw < self.audit:
+            return dict(row, flagged=True, audited=True)
+        return {"accessible": False, "steps": self.flag_step, "flagged": True, "audited": False}
+
+
+def run_audited_design(design, truth: Truth, repeat: int, abandon: AuditedAbandon) -> tuple[dict, float]:
+    """:func:`run_design` for the pooled design under an audited abandon: each row as simulated, then flagged,
+    audited or stopped by ``abandon`` (the published design's rows never are)."""
+    rows: dict = {}
+    start = time.perf_counter()
+    while jobs := design.next_jobs(rows):
+        for job in jobs:
+            rows[job] = abandon.apply(simulate_row(truth, repeat, *job), repeat, *job)
+    return rows, time.perf_counter() - start
+
+
 def analyse(rows: dict, ms, complete: int | None, seed: int = 0, method: str = "auto", num_boot: int = 1000) -> dict:
     """Per m: MLE n_50 with interval, the published LS n_50, row-steps; and the line with intervals."""
     if complete:  # the published design's fits use complete (m, n) groups only, as summarize does
@@ -438,6 +484,7 @@ def analyse_pooled(rows: dict, ms, design: PooledDesign, steps: bool | None = No
         steps=use_steps,
         steps_cap=design.steps_cap,
         steps_robust=design.steps_robust and use_steps,
+        audit=design.audit,
     )
     per_m = {}
     for m in ms:
@@ -585,6 +632,7 @@ def pooled_arguments(args) -> dict:
         "steps_robust": args.pooled_steps_robust,
         "steps_stop_z": args.pooled_steps_stop_z,
         "steps_truncated": True if args.steps_truncated else None,
+        "audit": args.audit,
     }
     rules.update({k: tuple(v) if isinstance(v, list) else v for k, v in knobs.items() if v is not None})
     return rules
@@ -673,7 +721,11 @@ def simulate(args) -> None:
                 # accessible row took fewer steps than it).
                 **PooledRules(**rules).design_arguments(CAP),
             )
-            rows, wall = run_design(pooled, truth, repeat)
+            if args.audit is not None:
+                abandon = AuditedAbandon(args.audit, args.flag_step, args.flag_failed, args.flag_accessible)
+                rows, wall = run_audited_design(pooled, truth, repeat, abandon)
+            else:
+                rows, wall = run_design(pooled, truth, repeat)
             if "pooled" in names:
                 walls["pooled"] += wall
                 results["pooled"].append(analyse_pooled(with_index(rows), ms, pooled))
@@ -709,6 +761,13 @@ def simulate(args) -> None:
             "threshold's alone (the simulator before session 13)"
         )
     print(truth.costs.describe())
+    if args.audit is not None:
+        print(
+            f"audited abandon (--audit, the pooled design's rows only): a row still running at step {args.flag_step} "
+            f"is flagged with probability {args.flag_failed} if it will fail, {args.flag_accessible} if it will cram; "
+            f"a flagged row runs on with probability {args.audit}, else stops there counted as failed; the line is "
+            f"fitted to the pseudo-outcomes (1 / {args.audit} for an audited row that crams)"
+        )
     print(
         "Precision is judged by error over the repeats: bias and RMSE (with its Monte-Carlo standard error) of n_50 "
         "at every m (the pooled design reads the m it does not measure off its line) and of the slope; coverage of "
@@ -1009,6 +1068,25 @@ def main(argv=None):
         default="limit",
         help="an accessible row's steps grow with n / its own limit (limit, the default) or n / n_50 of its m (n50, "
         "the form fit_costs measures): RowCosts.link",
+    )
+    parser.add_argument(
+        "--audit",
+        type=float,
+        default=None,
+        metavar="PI",
+        help="pooled: an early abandon with a random audit (AuditedAbandon): a flagged row runs on with probability "
+        "PI, else stops at --flag-step counted as failed; the design fits the rows' pseudo-outcomes",
+    )
+    parser.add_argument("--flag-step", type=int, default=500, help="with --audit: the step a row is flagged at")
+    parser.add_argument(
+        "--flag-failed", type=float, default=0.9, help="with --audit: the chance a row that will fail is flagged"
+    )
+    parser.add_argument(
+        "--flag-accessible",
+        type=float,
+        default=0.05,
+        help="with --audit: the chance a row that will cram (still running at --flag-step) is flagged (a false "
+        "abandon)",
     )
     parser.add_argument(
         "--cap-fails",

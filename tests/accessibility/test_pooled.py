@@ -549,3 +549,90 @@ def test_version_3_stops_on_the_step_counts_truncated_at_the_sweeps_cap_and_guar
     with pytest.raises(ValueError, match="needs max_steps"):
         POOLED_RULES[3].design_arguments(None)
     assert POOLED_RULES[2].design_arguments(None)["steps_cap"] is None  # version 2 reads no step counts
+
+
+def _audited_rows(seed, false_flag=0.3, audit=0.5, per_point=150):
+    """Rows at m = 1, 3, 5 (n_50 = 20 m + 4, width 10%) under an early abandon with a random audit: a row that will
+    fail is flagged with probability 0.9, one that will cram with ``false_flag``; a flagged row runs on with
+    probability ``audit``, else it stops and is recorded as failed."""
+    rng = np.random.default_rng(seed)
+    rows, index = {}, 0
+    for m in (1, 3, 5):
+        mu = 20.0 * m + 4.0
+        for n in (round(0.9 * mu), round(1.1 * mu)):
+            for _ in range(per_point):
+                will_cram = bool(rng.random() < 1 / (1 + np.exp(-(mu - n) / (0.1 * mu))))
+                flagged = bool(rng.random() < (false_flag if will_cram else 0.9))
+                audited = flagged and bool(rng.random() < audit)
+                accessible = will_cram and (audited or not flagged)
+                rows[(m, n, index)] = {"accessible": accessible, "flagged": flagged, "audited": audited, "steps": 10}
+                index += 1
+    return rows
+
+
+def test_an_audited_abandon_leaves_the_line_unbiased_where_counting_abandons_as_failures_biases_it_low():
+    """With 30% false abandons, the pooled line fitted to the rows as recorded (a stopped row failed) puts n_50 low;
+    fitted to the audited pseudo-outcomes (pooled.audited_outcomes, fit_pooled_pseudo) it recovers the truth, and its
+    standard errors carry the audit's extra variance (the sandwich)."""
+    recorded, audited = [], []
+    for seed in range(4):
+        rows = _audited_rows(seed)
+        recorded.append(pooled_estimates(rows, [1, 3, 5], check_m=3)["per_m"][5]["n50"])
+        estimate = pooled_estimates(rows, [1, 3, 5], check_m=3, audit=0.5)
+        assert estimate["converged"] and estimate["linearity"]["linear"]
+        audited.append(estimate["per_m"][5]["n50"])
+    assert np.mean(recorded) < 104.0 - 3.0  # about a third of the crammed rows near n_50 abandoned: biased low
+    assert abs(np.mean(audited) - 104.0) < 1.5
+    rows = _audited_rows(0)
+    plain_model = pooled_estimates(rows, [1, 3, 5], check_m=3)["slope_se"]
+    assert pooled_estimates(rows, [1, 3, 5], check_m=3, audit=0.5)["slope_se"] > plain_model
+
+
+def test_pseudo_outcomes_are_checked_and_the_root_fit_agrees_with_the_likelihood_fit_on_plain_outcomes():
+    from ut_peft.accessibility.pooled import audited_outcomes, fit_pooled_pseudo
+
+    assert audited_outcomes([True, False, True, False], [False, False, True, True], [False, False, True, False], 0.25)[
+        2
+    ] == pytest.approx(4.0)
+    with pytest.raises(ValueError, match="audited only if the rule flagged it"):
+        audited_outcomes([True], [False], [True], 0.5)
+    with pytest.raises(ValueError, match="cannot have crammed"):
+        audited_outcomes([True], [True], [False], 0.5)
+    with pytest.raises(ValueError, match=r"in \(0, 1\]"):
+        audited_outcomes([True], [False], [False], 0.0)
+    cells = _simulated_rows(seed=2)
+    plain, root = fit_pooled(cells, [1, 3, 5]), fit_pooled_pseudo(cells, [1, 3, 5])
+    # The same line up to a quarter standard error (Firth's adjustment enters each a little differently).
+    assert root.converged and abs(root.slope - plain.slope) < 0.25 * plain.slope_se()
+    assert abs(root.intercept - plain.intercept) < 0.25 * plain.intercept_se()
+
+
+def test_a_design_under_an_audited_abandon_replays_from_its_rows_and_refuses_the_step_counts():
+    def simulated(m, n, index):
+        rng = np.random.default_rng([7, index])
+        mu = 12.0 * m + 3.0
+        will_cram = bool(n < mu + 0.1 * mu * rng.logistic())
+        flagged = bool(rng.random() < (0.1 if will_cram else 0.9))
+        audited = flagged and bool(rng.random() < 0.5)
+        accessible = will_cram and (audited or not flagged)
+        return {"accessible": accessible, "flagged": flagged, "audited": audited, "steps": 10}
+
+    def design():
+        return PooledDesign(
+            [1, 3, 5], batch=8, start=4, stop=200, target_slope_se=0.8, target_n50_se=None, audit=0.5, min_rows=48
+        )
+
+    first = design()
+    rows: dict = {}
+    while jobs := first.next_jobs(rows):
+        rows.update((job, simulated(*job)) for job in jobs)
+    summary = first.summary_fit(rows)
+    assert summary["converged"] and summary == pooled_estimates(rows, [1, 3, 5], check_m=3, audit=0.5)
+    again = design()
+    assert again.rounds(rows) == first.rounds(rows) and again.next_jobs(rows) == []
+    with pytest.raises(ValueError, match="audit or steps"):
+        PooledDesign(
+            [1, 3, 5], batch=8, start=4, stop=200, target_slope_se=1.0, target_n50_se=None, steps=True, audit=0.5
+        )
+    with pytest.raises(ValueError, match=r"in \(0, 1\]"):
+        PooledDesign([1, 3, 5], batch=8, start=4, stop=200, target_slope_se=1.0, target_n50_se=None, audit=1.5)

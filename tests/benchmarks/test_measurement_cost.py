@@ -315,3 +315,33 @@ def test_cost_rows_fit_the_costs_to_a_folders_first_rows_as_when_it_held_only_th
     assert law(cost.fit_costs([tmp_path / "grown"])) != law(cost.fit_costs([tmp_path / "early"]))
     with pytest.raises(SystemExit, match="--cost-rows N"):
         run(cost, "--repeats", "1", "--cache", str(tmp_path), "--cost-rows", "3")
+
+
+def test_the_audited_abandon_stops_flagged_rows_unless_audited_and_the_pooled_design_fits_what_it_leaves(cost):
+    """AuditedAbandon: a flagged row stops at the flag step recorded as failed unless the audit keeps it running;
+    rows that end before the flag step are never flagged; the draws are fixed by (repeat, m, n, index), so a rerun
+    flags the same rows; and the pooled design run under it estimates from the rows' pseudo-outcomes."""
+    abandon = cost.AuditedAbandon(audit=0.5, flag_step=500, flag_failed=1.0, flag_accessible=1.0)
+    failed = {"accessible": False, "steps": 1500}
+    outcomes = [abandon.apply(failed, 0, 1, 40, k) for k in range(40)]
+    assert all(o["flagged"] for o in outcomes)
+    stopped = [o for o in outcomes if not o["audited"]]
+    assert stopped and all(
+        o == {"accessible": False, "steps": 500, "flagged": True, "audited": False} for o in stopped
+    )
+    assert [abandon.apply(failed, 0, 1, 40, k) for k in range(40)] == outcomes  # deterministic
+    quick = {"accessible": True, "steps": 200}  # crammed before the flag step: never flagged
+    assert abandon.apply(quick, 0, 1, 10, 0) == dict(quick, flagged=False, audited=False)
+    always = cost.AuditedAbandon(audit=1.0, flag_step=500, flag_failed=1.0, flag_accessible=1.0)
+    slow = {"accessible": True, "steps": 1200}
+    assert always.apply(slow, 0, 1, 30, 3) == dict(slow, flagged=True, audited=True)
+
+    design = cost.PooledDesign(
+        [1, 3, 5], batch=8, start=10, stop=1000, target_slope_se=8.0, target_n50_se=None, audit=0.5, min_rows=16
+    )
+    rows, _ = cost.run_audited_design(design, cost.Truth(cap_fails=True), 0, cost.AuditedAbandon(audit=0.5))
+    assert any(r["flagged"] and not r["audited"] for r in rows.values())
+    assert all(r["steps"] == 500 for r in rows.values() if r["flagged"] and not r["audited"])
+    result = cost.analyse_pooled(cost.with_index(rows), [1, 2, 3, 4, 5], design)
+    expected = cost.pooled_estimates(cost.with_index(rows), [1, 2, 3, 4, 5], check_m=3, audit=0.5)
+    assert result["line"]["slope"] == expected["slope"]

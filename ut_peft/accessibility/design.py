@@ -498,6 +498,7 @@ class PooledDesign(Design):
         steps_relief: float | None = None,
         steps_robust: bool = False,
         steps_stop_z: float = 0.0,
+        audit: float | None = None,
     ):
         ms = sorted({int(m) for m in ms})
         if len(ms) < 2:
@@ -577,6 +578,15 @@ class PooledDesign(Design):
         if steps_stop_z and not self.steps:
             raise ValueError("steps_stop_z widens the steps law's information: it needs steps=True (--pooled-steps)")
         self.steps_stop_z = float(steps_stop_z)
+        if audit is not None and not (isinstance(audit, (int, float)) and 0.0 < audit <= 1.0):
+            raise ValueError(
+                f"audit is the chance that a row the early abandon flags runs on to its end: in (0, 1] (got {audit!r})"
+            )
+        if audit is not None and self.steps:
+            raise ValueError(
+                "the audited abandon's pseudo-outcomes are not combined with the step counts: audit or steps"
+            )
+        self.audit = None if audit is None else float(audit)
         self.target_slope_se, self.target_n50_se, self.budget = target_slope_se, targets, budget_row_steps
         self.check_m, self.check_factor, self.min_rounds = check_m, check_factor, min_rounds
         self.design_ms = sorted({ms[0], ms[-1], *([check_m] if check_m is not None else [])})
@@ -607,8 +617,13 @@ class PooledDesign(Design):
             if missing:
                 return done, missing
             done.append(jobs)
+            # Each row's outcome: accessible or not, or under an audited abandon its pseudo-outcome (row_outcomes).
+            outcomes = row_outcomes([rows[job] for job in jobs], self.audit)
             used.append(
-                tuple((m, n, bool(rows[(m, n, i)]["accessible"]), row_steps(rows[(m, n, i)])) for m, n, i in jobs)
+                tuple(
+                    (m, n, outcome_value(y, self.audit), row_steps(rows[(m, n, i)]))
+                    for (m, n, i), y in zip(jobs, outcomes)
+                )
             )
             next_index += len(jobs)
 
@@ -677,6 +692,7 @@ class PooledDesign(Design):
             Cells,
             StepRows,
             fit_pooled,
+            fit_pooled_pseudo,
             fit_pooled_steps,
             information,
             steps_line_information,
@@ -700,7 +716,10 @@ class PooledDesign(Design):
             if self.steps_robust:
                 inflation = self._sandwich_inflation(fit, flat)
         else:
-            fit, extra = fit_pooled(cells, self.design_ms, self.check_m), 0.0
+            fitter = fit_pooled if self.audit is None else fit_pooled_pseudo
+            fit, extra = fitter(cells, self.design_ms, self.check_m), 0.0
+            if self.audit is not None:
+                inflation = self._audit_inflation(fit, flat)
         info = information(fit, cells.ms, cells.ns, cells.trials, free_delta=True, widen_z=self.stop_z)
         outcomes = info + self._prior_precision()
         # The information with the step counts', the outcomes' alone, and (steps_robust) per quantity the factor by
@@ -733,10 +752,23 @@ class PooledDesign(Design):
         acc = [r[2] for r in flat]
         counts = [max(1, r[3] - 1) for r in flat]
         guarded = guarded_covariance(fit.covariance, steps_sandwich(fit, ms, ns, acc, counts, self.steps_cap))
+        return self._inflation(fit.covariance, guarded)
+
+    def _audit_inflation(self, fit, flat) -> np.ndarray:
+        """Per quantity asked for, the variance of the pseudo-outcomes' sandwich (guarded: never below the model's)
+        over the model's: what an audited abandon's false abandons add, for the stop and the greedy step (the check
+        m's offset: 1)."""
+        from .pooled import guarded_covariance, outcomes_sandwich
+
+        sandwich = outcomes_sandwich(fit, [r[0] for r in flat], [r[1] for r in flat], [r[2] for r in flat])
+        return self._inflation(fit.covariance, guarded_covariance(fit.covariance, sandwich))
+
+    def _inflation(self, model_covariance: np.ndarray, guarded: np.ndarray) -> np.ndarray:
+        """Per quantity asked for (the slope, n_50 at every m, the check's offset: 1), guarded over model variance."""
         gradients = [np.array([1.0, 0.0])] + [np.array([float(m), 1.0]) for m in self.ms]
         factors = []
         for g in gradients:
-            model = float(g @ fit.covariance[:2, :2] @ g)
+            model = float(g @ model_covariance[:2, :2] @ g)
             robust = float(g @ guarded[:2, :2] @ g)
             factors.append(robust / model if model > 0 and math.isfinite(robust) else 1.0)
         if self.check_m is not None:
@@ -826,7 +858,13 @@ class PooledDesign(Design):
             steps=self.steps,
             steps_cap=self.steps_cap,
             steps_robust=self.steps_robust,
+            audit=self.audit,
         )
+
+
+def outcome_value(outcome: float, audit: float | None) -> bool | float:
+    """A row's outcome as the design's rounds hold it: a bool, or under an audited abandon the pseudo-outcome."""
+    return bool(outcome) if audit is None else float(outcome)
 
 
 def round_gain(before: np.ndarray, after: np.ndarray, criterion: str) -> np.ndarray:
@@ -874,6 +912,9 @@ class PooledRules:
     # With steps: the steps law truncated at the sweep's step cap (cram.max_steps; pooled.StepRows.cap): an
     # accessible row took fewer steps than the cap, or it would not have crammed.
     steps_truncated: bool = False
+    # An early abandon with a random audit (the chance a flagged row runs on): the rows' pseudo-outcomes
+    # (pooled.audited_outcomes) and their sandwich; None: every row runs to its own end.
+    audit: float | None = None
 
     def arguments(self) -> dict:
         return dataclasses.asdict(self)
@@ -954,6 +995,19 @@ def _bracketed_fractions(fractions: dict) -> bool:
     return any(f >= 0.5 for f in fractions.values()) and any(f < 0.5 for f in fractions.values())
 
 
+def row_outcomes(rows: list[dict], audit: float | None) -> np.ndarray:
+    """Each row's outcome for the pooled fit: accessible (1) or not (0), or, under an audited abandon (``audit``),
+    its pseudo-outcome (:func:`~.pooled.audited_outcomes`; rows without a ``flagged`` field were not flagged)."""
+    from .pooled import audited_outcomes
+
+    accessible = [bool(r["accessible"]) for r in rows]
+    if audit is None:
+        return np.array(accessible, dtype=float)
+    flagged = [bool(r.get("flagged")) for r in rows]
+    audited = [bool(r.get("audited")) for r in rows]
+    return audited_outcomes(accessible, flagged, audited, audit)
+
+
 def pooled_estimates(
     rows: dict,
     ms,
@@ -963,6 +1017,7 @@ def pooled_estimates(
     steps: bool = False,
     steps_cap: int | None = None,
     steps_robust: bool = False,
+    audit: float | None = None,
 ) -> dict | None:
     """n_50 at every m of ``ms`` from the pooled line fitted to ``rows`` (a dict (m, n, index) -> row), with Wald
     intervals, the slope and intercept with theirs, and the linearity check where a check m has rows.
@@ -976,6 +1031,12 @@ def pooled_estimates(
     step cap, for the truncated steps law (:class:`~.pooled.StepRows`); None: untruncated. ``steps_robust``: the
     steps-informed covariance guarded by the rows' sandwich (:func:`~.pooled.guarded_covariance`).
 
+    ``audit``: the rows ran under an early abandon with a random audit at this probability (each row says whether the
+    rule ``flagged`` it and whether it was ``audited``): the line is fitted to the rows' pseudo-outcomes
+    (:func:`~.pooled.audited_outcomes`, unbiased whatever the rule), its covariance guarded by their sandwich
+    (:func:`~.pooled.outcomes_sandwich`), and the linearity check is the offset's Wald test on that covariance
+    (:func:`~.pooled.audited_linearity_check`). Not with ``steps``.
+
     Returns None when fewer than two m have rows. ``{"per_m": {m: {"n50", "se", "ci", "measured", "width",
     "log_width_se"}}, "slope",
     "slope_se", "slope_ci", "intercept", "intercept_se", "intercept_ci", "converged", "linearity"}``.
@@ -984,10 +1045,13 @@ def pooled_estimates(
         Cells,
         PooledFit,
         StepRows,
+        audited_linearity_check,
         fit_pooled,
+        fit_pooled_pseudo,
         fit_pooled_steps,
         guarded_covariance,
         linearity_check,
+        outcomes_sandwich,
         steps_sandwich,
         usable_steps,
         wald_interval,
@@ -995,11 +1059,14 @@ def pooled_estimates(
 
     if steps_robust and not steps:
         raise ValueError("steps_robust guards the steps-informed standard errors: it needs steps=True")
+    if audit is not None and steps:
+        raise ValueError("the audited abandon's pseudo-outcomes are not combined with the step counts: audit or steps")
     keys = [k for k in rows if rows[k].get("stop_reason") != INFERRED]
     measured = sorted({k[0] for k in keys})
     if len(measured) < 2:
         return None
-    cells = Cells.from_rows([k[0] for k in keys], [k[1] for k in keys], [bool(rows[k]["accessible"]) for k in keys])
+    outcomes = row_outcomes([rows[k] for k in keys], audit)
+    cells = Cells.from_rows([k[0] for k in keys], [k[1] for k in keys], outcomes)
     check = check_m if check_m in measured and measured[0] < check_m < measured[-1] else None
     steps_used, step_rows = None, None
     if steps:
@@ -1026,13 +1093,22 @@ def pooled_estimates(
         tau0, kappa, log_sigma = (float(v) for v in steps_fit.steps_theta)
         steps_used = {"tau0": tau0, "kappa": kappa, "sigma": math.exp(log_sigma)}
     else:
-        fit = fit_pooled(cells, measured, check, free_delta=slope_from == "free" and check is not None)
+        fitter = fit_pooled if audit is None else fit_pooled_pseudo
+        fit = fitter(cells, measured, check, free_delta=slope_from == "free" and check is not None)
+        if audit is not None:
+            row_ms, row_ns = [k[0] for k in keys], [k[1] for k in keys]
+            fit.covariance = guarded_covariance(fit.covariance, outcomes_sandwich(fit, row_ms, row_ns, outcomes))
     per_m = {}
     for m in sorted(set(ms) | set(measured)):
         n50, se = fit.n50(m), fit.n50_se(m)
         per_m[int(m)] = {"n50": n50, "se": se, "ci": wald_interval(n50, se), "measured": m in measured}
         per_m[int(m)].update(width=fit.width(m), log_width_se=fit.log_width_se(m))
-    linearity = linearity_check(cells, measured, check) if check is not None else None
+    if check is None:
+        linearity = None
+    elif audit is not None:
+        linearity = audited_linearity_check([k[0] for k in keys], [k[1] for k in keys], outcomes, measured, check)
+    else:
+        linearity = linearity_check(cells, measured, check)
     return {
         "per_m": per_m,
         "slope": fit.slope,

@@ -498,3 +498,125 @@ def guarded_covariance(model_based: np.ndarray, sandwich: np.ndarray) -> np.ndar
     nor a noisy sandwich that understates it (with a few dozen rows it scatters) makes an interval too narrow."""
     finite = np.isfinite(sandwich).all() and np.isfinite(model_based).all()
     return model_based + psd_part(sandwich - model_based) if finite else np.full_like(model_based, np.nan)
+
+
+def audited_outcomes(accessible, flagged, audited, audit: float) -> np.ndarray:
+    """Each row's pseudo-outcome under an early abandon with a random audit (``audit``: the chance that a flagged row
+    runs on to its end, drawn independently of everything): a row the rule did not flag counts as it ended (1 or 0);
+    a flagged row that was stopped counts as failed (0); a flagged row that ran on counts 1 / audit if it crammed,
+    else 0. Whatever the rule, the pseudo-outcome's mean is the row's accessibility (so the line fitted to it is not
+    biased by false abandons); its variance grows by p phi (1 / audit - 1), phi the rule's chance to flag an
+    accessible row, which the sandwich (:func:`outcomes_sandwich`) measures from the rows."""
+    if not 0.0 < audit <= 1.0:
+        raise ValueError(f"the audit probability must be in (0, 1] (got {audit})")
+    acc, flag, aud = (np.asarray(v, dtype=bool) for v in (accessible, flagged, audited))
+    if not (acc.shape == flag.shape == aud.shape):
+        raise ValueError(f"one outcome, flag and audit per row (got {acc.size}, {flag.size}, {aud.size})")
+    if np.any(aud & ~flag):
+        raise ValueError("a row can be audited only if the rule flagged it")
+    if np.any(flag & ~aud & acc):
+        raise ValueError("a flagged row that was not audited stopped early: it cannot have crammed")
+    return np.where(flag, np.where(aud & acc, 1.0 / audit, 0.0), acc.astype(float))
+
+
+def outcomes_sandwich(fit: PooledFit, ms, ns, outcomes) -> np.ndarray:
+    """The sandwich covariance of :func:`fit_pooled`'s estimate over independent rows, H^-1 (sum_i s_i s_i^T) H^-1
+    (H: the fit's information with the width prior, s_i = (y_i - p_i) J_i), in :class:`PooledModel`'s layout. Where
+    the outcomes are Bernoulli it agrees with the model's covariance on average; with the pseudo-outcomes of an
+    audited abandon (:func:`audited_outcomes`) it carries the variance the audit adds, which the model's does not."""
+    ms, ns, y = (np.asarray(v, dtype=float) for v in (ms, ns, outcomes))
+    if not (ms.shape == ns.shape == y.shape):
+        raise ValueError(f"one m, n and outcome per row (got {ms.size}, {ns.size}, {y.size})")
+    keep = np.array([0, 1, 2, 3, 4] if fit.free_delta else [0, 1, 3, 4])
+    eta, jac = fit.model.eta_and_jacobian(fit.theta, ms, ns, fit.free_delta)
+    p = 1.0 / (1.0 + np.exp(-np.clip(eta, -35, 35)))
+    scores = (y - p)[:, None] * jac[:, keep]
+    bread = fit.covariance[np.ix_(keep, keep)]
+    covariance = np.zeros((fit.model.size, fit.model.size))
+    covariance[np.ix_(keep, keep)] = bread @ (scores.T @ scores) @ bread
+    return covariance
+
+
+def audited_linearity_check(ms, ns, outcomes, width_ms, check_m: int, alpha: float = 0.01) -> dict:
+    """:func:`linearity_check` for pseudo-outcomes (:func:`audited_outcomes`): a likelihood ratio means nothing for
+    them, so the offset delta of the check m is tested by its Wald statistic on the sandwich-guarded variance (the
+    model's, raised where the rows' sandwich says more: :func:`guarded_covariance`). Same keys as linearity_check."""
+    ms, ns, y = (np.asarray(v, dtype=float) for v in (ms, ns, outcomes))
+    alt = fit_pooled_pseudo(Cells.from_rows(ms, ns, y), width_ms, check_m, free_delta=True)
+    covariance = guarded_covariance(alt.covariance, outcomes_sandwich(alt, ms, ns, y))
+    variance = float(covariance[2, 2])
+    se = math.sqrt(variance) if math.isfinite(variance) and variance > 0 else float("nan")
+    delta = float(alt.theta[2])
+    p_value = float(2 * stats.norm.sf(abs(delta) / se)) if math.isfinite(se) else float("nan")
+    return {
+        "check_m": int(check_m),
+        "delta": delta,
+        "delta_ci": wald_interval(delta, se),
+        "p_value": p_value,
+        "linear": bool(not p_value < alpha),
+    }
+
+
+def fit_pooled_pseudo(
+    cells: Cells, width_ms, check_m: int | None = None, free_delta: bool = False, max_iter: int = 200
+) -> PooledFit:
+    """:func:`fit_pooled` for pseudo-outcomes (:func:`audited_outcomes`: a cell may hold more "successes" than
+    rows). Their Bernoulli likelihood has no maximum then (a cell above its trials pulls its curve to a step), so the
+    estimate is instead the root of the estimating equation sum (y - p) J = 0 (Firth's adjustment h (1/2 - p) and the
+    width prior's gradient added, as fit_pooled's objective has them), found by Fisher scoring from fit_pooled on the
+    outcomes clipped to their trials, each step halved until the score shrinks. The covariance is the model's
+    inverse information; a caller guards it with the rows' sandwich (:func:`outcomes_sandwich`)."""
+    clipped = Cells(cells.ms, cells.ns, np.minimum(cells.successes, cells.trials), cells.trials)
+    start = fit_pooled(clipped, width_ms, check_m, free_delta)
+    model = start.model
+    centres = _prior_centres(model, cells)
+    keep = np.array([0, 1, 2, 3, 4] if free_delta else [0, 1, 3, 4])
+    prior_precision = np.concatenate([np.zeros(3), 1.0 / PRIOR_SD**2])
+
+    def score_and_information(theta):
+        eta, jac = model.eta_and_jacobian(theta, cells.ms, cells.ns, free_delta)
+        p = 1.0 / (1.0 + np.exp(-np.clip(eta, -35, 35)))
+        weights = cells.trials * p * (1 - p)
+        info = (jac.T @ (weights[:, None] * jac) + np.diag(prior_precision))[np.ix_(keep, keep)]
+        j = jac[:, keep]
+        try:
+            hat = weights * np.einsum("ck,kl,cl->c", j, np.linalg.inv(info), j)
+        except np.linalg.LinAlgError:
+            return None, info
+        residual = cells.successes - cells.trials * p + hat * (0.5 - p)
+        score = j.T @ residual
+        score -= (prior_precision * np.concatenate([np.zeros(3), theta[3:] - centres]))[keep]
+        return score, info
+
+    theta = start.theta.copy()
+    score, info = score_and_information(theta)
+    converged = score is not None and bool(np.all(np.isfinite(score)))
+    for _ in range(max_iter):
+        if not converged or score is None:
+            break
+        norm = float(np.linalg.norm(score))
+        if norm < 1e-8 * max(1.0, float(cells.trials.sum())):
+            break
+        step = np.linalg.solve(info, score)
+        shrink = 1.0
+        while shrink > 1e-6:
+            candidate = theta.copy()
+            candidate[keep] += shrink * step
+            new_score, new_info = score_and_information(candidate)
+            if new_score is not None and np.all(np.isfinite(new_score)) and np.linalg.norm(new_score) < norm:
+                theta, score, info = candidate, new_score, new_info
+                break
+            shrink /= 2
+        else:
+            converged = False  # no step shrinks the score: no root near here
+    else:
+        converged = False
+    eta, _ = model.eta_and_jacobian(theta, cells.ms, cells.ns, free_delta)
+    loglik = float((cells.successes * eta - cells.trials * np.logaddexp(0.0, eta)).sum())
+    covariance = np.zeros((model.size, model.size))
+    try:
+        covariance[np.ix_(keep, keep)] = np.linalg.inv(info)
+    except np.linalg.LinAlgError:
+        covariance[:] = np.nan
+        converged = False
+    return PooledFit(theta, covariance, loglik, converged, model, free_delta)
