@@ -16,6 +16,8 @@
 # Next (docs/accessibility.md, "Progress"): test the step-count law across m as rows land
 # (python benchmarks/steps_information.py results/smollm2-135m/pooled-words-v2), and retarget again once the fitted
 # rounds have pinned the width (the same command with --truth-from results/smollm2-135m/pooled-words-v2).
+# Session 15: version 3 of the rules (the step counts too) was simulated at this model's line and buys nothing per
+# unit of error on random words, so the run stays on version 2 (BENCHMARKS.md, "Session 15").
 cd "$(dirname "$0")/../.."
 exec nice -n 5 python recipes/cram.py --model smollm2-135m --protocol published --source words \
     --ms 1 2 3 4 5 --design pooled --num-sequences 8 --batch-size 12 --pooled-version 2 \
