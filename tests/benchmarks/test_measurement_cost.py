@@ -73,6 +73,7 @@ def test_the_pooled_knobs_replace_single_rules_of_the_version(cost):
         pooled_steps_robust=True,
         pooled_steps_stop_z=None,
         steps_truncated=False,
+        audit=None,
     )
     rules = cost.pooled_arguments(args)
     assert rules == dict(
@@ -88,11 +89,13 @@ def test_the_pooled_knobs_replace_single_rules_of_the_version(cost):
         steps_robust=True,
         steps_stop_z=0.0,
         steps_truncated=False,
+        audit=None,
     )
     # --steps-truncated truncates the law at the cap; version 3's rules do so on their own.
     assert cost.pooled_arguments(cost.argparse.Namespace(**{**vars(args), "steps_truncated": True}))["steps_truncated"]
     version_3 = cost.pooled_arguments(cost.argparse.Namespace(**{**vars(args), "pooled_version": 3}))
     assert version_3["steps_truncated"] and version_3["min_rows"] == 72 and version_3["steps_stop_z"] == 1.0
+    assert cost.pooled_arguments(cost.argparse.Namespace(**{**vars(args), "audit": 0.25}))["audit"] == 0.25
     assert (
         cost.pooled_arguments(
             cost.argparse.Namespace(
