@@ -553,7 +553,8 @@ def audited_linearity_check(ms, ns, outcomes, width_ms, check_m: int, alpha: flo
         "delta": delta,
         "delta_ci": wald_interval(delta, se),
         "p_value": p_value,
-        "linear": bool(not p_value < alpha),
+        # A check the rows cannot compute (no finite standard error) does not pass: the read-off n_50 need it.
+        "linear": bool(math.isfinite(p_value) and p_value >= alpha),
     }
 
 
