@@ -423,7 +423,8 @@ class AuditedAbandon:
 
 def run_audited_design(design, truth: Truth, repeat: int, abandon: AuditedAbandon) -> tuple[dict, float]:
     """:func:`run_design` for the pooled design under an audited abandon: each row as simulated, then flagged,
-    audited or stopped by ``abandon`` (the published design's rows never are)."""
+    audited or stopped by ``abandon`` (the published design's rows never are). A loop of its own rather than an
+    option of run_design: run_design's source keys the published design's cache, which this must not invalidate."""
     rows: dict = {}
     start = time.perf_counter()
     while jobs := design.next_jobs(rows):

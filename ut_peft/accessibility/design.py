@@ -619,12 +619,7 @@ class PooledDesign(Design):
             done.append(jobs)
             # Each row's outcome: accessible or not, or under an audited abandon its pseudo-outcome (row_outcomes).
             outcomes = row_outcomes([rows[job] for job in jobs], self.audit)
-            used.append(
-                tuple(
-                    (m, n, outcome_value(y, self.audit), row_steps(rows[(m, n, i)]))
-                    for (m, n, i), y in zip(jobs, outcomes)
-                )
-            )
+            used.append(tuple((m, n, float(y), row_steps(rows[(m, n, i)])) for (m, n, i), y in zip(jobs, outcomes)))
             next_index += len(jobs)
 
     # ---- decisions ---------------------------------------------------------------------------------------------
@@ -860,11 +855,6 @@ class PooledDesign(Design):
             steps_robust=self.steps_robust,
             audit=self.audit,
         )
-
-
-def outcome_value(outcome: float, audit: float | None) -> bool | float:
-    """A row's outcome as the design's rounds hold it: a bool, or under an audited abandon the pseudo-outcome."""
-    return bool(outcome) if audit is None else float(outcome)
 
 
 def round_gain(before: np.ndarray, after: np.ndarray, criterion: str) -> np.ndarray:
