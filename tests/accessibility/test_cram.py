@@ -400,3 +400,115 @@ def test_an_optimizers_own_state_goes_through_snapshots_and_the_store_by_name(ll
     (resumed,) = cram(llama, [resumed_job], config, optimizer=MomentumSGD)
     assert (resumed.steps, resumed.stop_reason) == (whole.steps, whole.stop_reason)
     assert torch.equal(resumed.vectors, whole.vectors)
+
+
+# ---- the audited early abandon ------------------------------------------------------------------------------------
+# _jobs gives job i the seed 100 + i. The audit's uniforms of seeds 100 and 101 are 0.6985 and 0.6939: at an audit of
+# 0.695 the row of seed 101 runs on and the row of seed 100 stops. Pinned, because a folder's rows were decided by
+# them: another stream would audit other rows of a resumed run.
+AUDIT = 0.695
+FLAG_ALL = ((5, 1.0),)  # every row below 100% teacher-forced accuracy at step 5 is flagged there
+
+
+def test_the_audit_draw_is_a_function_of_the_seed_alone():
+    from ut_peft.accessibility.cram import audit_draw
+
+    assert (audit_draw(100, AUDIT), audit_draw(101, AUDIT)) == (False, True)
+    assert [audit_draw(s, AUDIT) for s in range(100, 108)] == [audit_draw(s, AUDIT) for s in range(100, 108)]
+    assert not any(audit_draw(s, 0.0) for s in range(200))  # no audit: every flagged row stops
+    draws = [audit_draw(s, 0.3) for s in range(4000)]
+    assert abs(sum(draws) / len(draws) - 0.3) < 0.03
+    # One uniform per seed: a row audited at 0.3 is audited at any larger audit.
+    assert all(audit_draw(s, 0.6) for s, drawn in enumerate(draws) if drawn)
+    assert audit_draw(2**63 - 1, 0.999) in (True, False)  # init seeds are 63-bit
+    for bad in (-1, 1.5, None):
+        with pytest.raises(ValueError, match="seed as an integer >= 0"):
+            audit_draw(bad, 0.5)
+
+
+def test_an_abandon_rule_without_an_audit_stops_every_row_it_flags_at_its_step(llama):
+    jobs = _jobs([(12, 1), (12, 1), (10, 1)], seed=4)  # far from cramming with one vector on a tiny model
+    config = CramConfig(max_steps=30, patience=100, batch_size=2, abandon_below=FLAG_ALL)
+    results = list(cram(llama, jobs, config))
+    assert [(r.stop_reason, r.steps, r.flagged_at, r.audited) for r in results] == [("abandoned", 5, 5, False)] * 3
+    (plain,) = cram(llama, jobs[:1], CramConfig(max_steps=30, patience=100))
+    assert (plain.flagged_at, plain.audited) == (None, False)  # no rule: never flagged
+    alone = cram_reference(llama, jobs[0], config)
+    assert (alone.stop_reason, alone.steps, alone.flagged_at, alone.audited) == ("abandoned", 5, 5, False)
+
+
+def test_an_audited_row_runs_on_to_its_own_end_and_the_others_stop_where_flagged(llama):
+    jobs = _jobs([(12, 1), (12, 1)], seed=4)  # seeds 100 (stops) and 101 (audited)
+    config = CramConfig(max_steps=30, patience=100, batch_size=2, abandon_below=FLAG_ALL, abandon_audit=AUDIT)
+    got = {r.job.seed: r for r in cram(llama, jobs, config)}
+    assert (got[100].stop_reason, got[100].steps, got[100].flagged_at, got[100].audited) == ("abandoned", 5, 5, False)
+    assert (got[101].stop_reason, got[101].steps, got[101].flagged_at, got[101].audited) == ("max_steps", 30, 5, True)
+    # Its outcome is its own: alone, the audited row ends exactly as it does without any rule.
+    (audited,) = cram(llama, jobs[1:], config)
+    (free,) = cram(llama, jobs[1:], CramConfig(max_steps=30, patience=100, batch_size=2))
+    assert (audited.stop_reason, audited.steps, audited.accessible) == (free.stop_reason, free.steps, free.accessible)
+    assert torch.equal(audited.vectors, free.vectors) and audited.best_accuracy_at == free.best_accuracy_at
+    reference = cram_reference(llama, jobs[1], config)
+    assert (reference.stop_reason, reference.steps, reference.flagged_at, reference.audited) == (
+        "max_steps",
+        30,
+        5,
+        True,
+    )
+
+
+def test_a_row_audited_then_resumed_from_a_snapshot_ends_like_the_uninterrupted_one(llama, tmp_path):
+    from ut_peft.accessibility import store
+
+    job = _jobs([(12, 1), (12, 1)], seed=4)[1]  # seed 101: audited
+    config = CramConfig(max_steps=30, patience=100, abandon_below=FLAG_ALL, abandon_audit=AUDIT)
+    snapshots = []
+    (whole,) = cram(llama, [job], config, snapshot_every=0, on_snapshot=snapshots.append)
+    assert (whole.flagged_at, whole.audited, whole.steps) == (5, True, 30)
+    before, after = snapshots[2][job.key], snapshots[12][job.key]  # taken at steps 3 and 13
+    assert "flagged_at" not in before.scalars()  # an unflagged row's snapshot holds what it always held
+    assert after.scalars()["flagged_at"] == 5
+    for i, state in enumerate((before, after)):
+        store.write_inflight(tmp_path, (1, 12, i), state)
+        kept = store.read_inflight(tmp_path, (1, 12, i))
+        assert kept.counters == state.counters
+        (resumed,) = cram(llama, [CramJob(key=job.key, ids=job.ids, m=1, seed=job.seed, resume=kept)], config)
+        assert (resumed.steps, resumed.stop_reason, resumed.flagged_at, resumed.audited) == (30, "max_steps", 5, True)
+        assert torch.equal(resumed.vectors, whole.vectors) and resumed.best_accuracy_at == whole.best_accuracy_at
+
+
+def test_stopping_counters_keep_the_flag_only_once_set():
+    counters = RowCounters(best_acc=0.5, best_at={10: 0.5})
+    assert "flagged_at" not in counters.to_dict()
+    assert RowCounters.from_dict(counters.to_dict()) == counters  # snapshots written before the flag existed
+    counters.flagged_at = 25
+    assert counters.to_dict()["flagged_at"] == 25 and RowCounters.from_dict(counters.to_dict()) == counters
+    # The rule flags once: an audited row is never flagged again, and the audit needs the row's seed.
+    rule = StoppingRule(CramConfig(max_steps=100, patience=100, abandon_below=((5, 0.9),), abandon_audit=AUDIT))
+    fresh = RowCounters()
+    assert rule.after_forward(fresh, 0.1, 5, None, 101) is None and fresh.flagged_at == 5
+    assert rule.after_forward(fresh, 0.1, 6, None, 100) is None and fresh.flagged_at == 5
+    assert rule.after_forward(RowCounters(), 0.1, 7, None, 100) == "abandoned"
+    with pytest.raises(ValueError, match="seed=job.seed"):
+        rule.after_forward(RowCounters(), 0.1, 5, None)
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        (dict(abandon_below=FLAG_ALL, abandon_audit=1.0), r"abandon_audit must be a number in \[0, 1\).*got 1.0"),
+        (dict(abandon_below=FLAG_ALL, abandon_audit=-0.1), r"abandon_audit must be a number in \[0, 1\)"),
+        (dict(abandon_below=FLAG_ALL, abandon_audit=float("nan")), r"abandon_audit must be a number"),
+        (dict(abandon_below=FLAG_ALL, abandon_audit="0.5"), r"abandon_audit must be a number.*got '0.5'"),
+        (dict(abandon_below=FLAG_ALL, abandon_audit=True), r"abandon_audit must be a number"),
+        (dict(abandon_audit=0.2), "abandon_below is empty, so no row is ever flagged: pass an abandon rule"),
+    ],
+)
+def test_an_audit_that_cannot_be_drawn_or_flags_nothing_is_refused(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        CramConfig(**kwargs)
+
+
+def test_an_audit_of_zero_is_the_abandon_as_before():
+    assert CramConfig().abandon_audit == 0.0
+    assert CramConfig(abandon_below=FLAG_ALL, abandon_audit=0).abandon_audit == 0.0  # an int is taken as a float

@@ -718,3 +718,11 @@ def test_a_sequential_row_the_design_did_not_ask_for_is_refused_and_resume_still
     _append_line(folder / "rows.jsonl", row)  # a length within [start, stop], a fresh index: no round asked for it
     with pytest.raises(RowOutsideSweepError, match=r"the sequential design asks for no such job"):
         summarize_folder(folder, llama, support_sequences=8, support_seq_len=4)
+
+
+def test_a_sweep_without_an_audit_keeps_the_settings_it_always_had():
+    """abandon_audit came after the first sweeps: at 0 it stays out of settings.json, so those folders resume."""
+    plain = SweepConfig(cram=CramConfig(abandon_below=((5, 0.5),))).fingerprint({})["cram"]
+    assert "abandon_audit" not in plain
+    audited = SweepConfig(cram=CramConfig(abandon_below=((5, 0.5),), abandon_audit=0.25)).fingerprint({})["cram"]
+    assert audited["abandon_audit"] == 0.25 and {k: v for k, v in audited.items() if k != "abandon_audit"} == plain

@@ -8,7 +8,8 @@ published protocol, whose sequences start with the tokenizer's BOS) the row is `
 and the BOS position predicts the first text token. Each row owns its vectors and its optimizer state; a row
 stops by its stopping rule (100% teacher-forced accuracy, confirmed by a real greedy decoding loop when
 ``check_greedy``; the step cap; ``patience`` steps without a new best accuracy; optionally a calibrated
-early abandon), and a waiting sequence takes its slot.
+early abandon, optionally audited: a random share of the rows it flags runs on to its own end), and a waiting
+sequence takes its slot.
 
 The three policies are named pieces, so that one idea is one class: :class:`BatchedAdamW` (the optimizer),
 :class:`StoppingRule` (when a row stops, shared with :func:`cram_reference`) and :class:`FifoRefill` (which
@@ -35,6 +36,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -82,6 +84,12 @@ class CramConfig:
     # still below min_best_accuracy once it has taken ``step`` updates stops as "abandoned" (not accessible).
     # Empty (the default and the published protocol): every row runs to its cap or patience.
     abandon_below: tuple[tuple[int, float], ...] = ()
+    # The audit of that abandon: the chance that a row the rule flags runs on to its own end instead of stopping,
+    # drawn per row from its seed (:func:`audit_draw`). A rule calibrated on some rows also abandons rows that would
+    # have crammed; with an audit the rows' pseudo-outcomes (:func:`.pooled.audited_outcomes`: a stopped row 0, an
+    # audited row that crams 1 / audit) estimate accessibility without bias whatever the rule's false abandons.
+    # 0 (the default): every flagged row stops, as before the audit existed, and rows record no flag.
+    abandon_audit: float = 0.0
 
     def __post_init__(self):
         for name in ("max_steps", "patience", "batch_size", "logits_budget", "given_tokens"):
@@ -115,6 +123,21 @@ class CramConfig:
         self.abandon_below = tuple((int(k), float(a)) for k, a in self.abandon_below)
         if any(k < 1 or not 0.0 <= a <= 1.0 for k, a in self.abandon_below):
             raise ValueError(f"abandon_below needs (step >= 1, accuracy in [0, 1]) pairs (got {self.abandon_below})")
+        audit = self.abandon_audit
+        number = isinstance(audit, (int, float)) and not isinstance(audit, bool)
+        if not (number and math.isfinite(audit) and 0 <= audit < 1):
+            # 1 is refused too: every flagged row would run on, so the rule would save nothing; drop it instead.
+            raise ValueError(
+                f"abandon_audit must be a number in [0, 1), the chance that a row the abandon rule flags runs on "
+                f"(got {audit!r}); to run every row to its end, leave abandon_below empty"
+            )
+        self.abandon_audit = float(audit)
+        if self.abandon_audit > 0 and not self.abandon_below:
+            raise ValueError(
+                f"abandon_audit = {self.abandon_audit} audits the rows an early-abandon rule flags, and abandon_below "
+                "is empty, so no row is ever flagged: pass an abandon rule (abandon_below, --abandon-below STEP:ACC) "
+                "or leave abandon_audit at 0"
+            )
 
 
 @dataclass
@@ -213,6 +236,11 @@ class CramResult:
     # the m vectors can make the model emit: what a failed row says beyond "not at this length". Counted in targets
     # (given tokens excluded: add ``given_tokens`` for the length as the published protocol counts it).
     best_prefix: int = 0
+    # The step at which the early-abandon rule (CramConfig.abandon_below) flagged the row; None: never flagged.
+    flagged_at: int | None = None
+    # Flagged, and the audit (CramConfig.abandon_audit) let it run on to its own end: its outcome is its own
+    # (stop_reason "exact", "max_steps" or "patience"), where a flagged row that was not audited is "abandoned".
+    audited: bool = False
 
 
 def embedding_std(model, chunk: int = 8192) -> float:
@@ -404,26 +432,56 @@ class RowCounters:
     greedy_misses: int = 0  # times 100% teacher-forced accuracy did not survive real greedy decoding
     next_greedy_check: int = 0  # step from which the next greedy check may run (backs off after a miss)
     best_at: dict = field(default_factory=dict)  # TRAJECTORY_STEPS -> best accuracy by then
+    # The step at which the early-abandon rule flagged the row (None: not flagged). No "audited" beside it: a
+    # flagged row the audit does not keep stops at once, so a row still in flight (all a snapshot ever holds) with
+    # flagged_at set is an audited one; the rule reads flagged_at so that it never flags a row twice.
+    flagged_at: int | None = None
 
     def to_dict(self) -> dict:
-        """JSON-safe, for :class:`RowState` (the keys are those snapshots have always had)."""
-        return {
+        """JSON-safe, for :class:`RowState` (the keys are those snapshots have always had; ``flagged_at`` only
+        once the row is flagged, so the snapshots of unflagged rows stay as they were)."""
+        data = {
             "best_acc": self.best_acc,
             "since_best": self.since_best,
             "greedy_misses": self.greedy_misses,
             "next_greedy_check": self.next_greedy_check,
             "best_at": {str(k): v for k, v in self.best_at.items()},
         }
+        if self.flagged_at is not None:
+            data["flagged_at"] = self.flagged_at
+        return data
 
     @classmethod
     def from_dict(cls, data: dict) -> RowCounters:
+        """The inverse of :meth:`to_dict` (snapshots written before ``flagged_at`` existed lack it: not flagged)."""
         return cls(
             best_acc=float(data["best_acc"]),
             since_best=int(data["since_best"]),
             greedy_misses=int(data["greedy_misses"]),
             next_greedy_check=int(data["next_greedy_check"]),
             best_at={int(k): float(v) for k, v in data["best_at"].items()},
+            flagged_at=None if data.get("flagged_at") is None else int(data["flagged_at"]),
         )
+
+
+# The numpy stream the audit draws from a row's seed: a constant of its own, so the draw is independent of the
+# row's init (torch's generator on the same seed) and of the sources' draws (sources._SEQUENCE_STREAM, _INIT_STREAM).
+_AUDIT_STREAM = 0xA0D17
+
+
+def audit_draw(seed: int, audit: float) -> bool:
+    """Does a row that the early-abandon rule flags run on to its own end ("audited") instead of stopping?
+
+    True with probability ``audit``, decided by the row's seed (``CramJob.seed``) alone. A function of the seed so
+    that a resumed row, or the same job rerun, decides the same; nothing of the trajectory so that the draw is
+    independent of what made the rule flag the row: the audited pseudo-outcomes (:func:`.pooled.audited_outcomes`)
+    are unbiased only if which flagged rows run on has nothing to do with whether they would cram.
+    """
+    if audit <= 0:  # no audit: every flagged row stops (and no seed is needed)
+        return False
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"the audit draw needs the row's seed as an integer >= 0 (got {seed!r})")
+    return bool(np.random.default_rng([_AUDIT_STREAM, int(seed)]).random() < audit)
 
 
 @dataclass
@@ -454,6 +512,11 @@ class StoppingRule:
     when no check ran). It returns "exact", "max_steps", "patience", "abandoned" or None, and None means the caller
     applies one update, which the rule has already counted towards patience. The published rule is the first three;
     "abandoned" is the calibrated early stop of ``config.abandon_below``. A subclass changes the rule in one place.
+
+    The row's ``seed`` (``CramJob.seed``) is handed in with each forward for the audit of that early stop
+    (``config.abandon_audit``): a flagged row runs on when :func:`audit_draw` says so. The seed is passed in rather
+    than kept in the counters so that the snapshots of unflagged rows hold what they always held; once a row is
+    flagged, its ``counters.flagged_at`` alone says it was audited (an unaudited one has stopped).
     """
 
     def __init__(self, config: CramConfig):
@@ -462,14 +525,16 @@ class StoppingRule:
     def greedy_due(self, counters: RowCounters, step: int) -> bool:
         return step >= counters.next_greedy_check
 
-    def after_forward(self, counters: RowCounters, acc: float, step: int, exact: bool | None) -> str | None:
+    def after_forward(
+        self, counters: RowCounters, acc: float, step: int, exact: bool | None, seed: int | None = None
+    ) -> str | None:
         self._observe(counters, acc, step)
         if exact is False:
             # In half precision the cached decoding loop can flip a near-tie that the training forward got right;
             # training on widens the margins. Back off so a stubborn row is not decoded at every step.
             counters.greedy_misses += 1
             counters.next_greedy_check = step + 2**counters.greedy_misses
-        reason = self.decide(counters, acc, step, exact)
+        reason = self.decide(counters, acc, step, exact, seed)
         if reason is None:
             counters.since_best += 1  # the update the caller applies next
         return reason
@@ -485,17 +550,32 @@ class StoppingRule:
             if k <= step and k not in counters.best_at:
                 counters.best_at[k] = max(counters.best_acc, 0.0)
 
-    def decide(self, counters: RowCounters, acc: float, step: int, exact: bool | None) -> str | None:
+    def decide(
+        self, counters: RowCounters, acc: float, step: int, exact: bool | None, seed: int | None = None
+    ) -> str | None:
         if exact:
             return "exact"
         if step >= self.config.max_steps:
             return "max_steps"
         if counters.since_best >= self.config.patience:
             return "patience"
+        if counters.flagged_at is not None:  # flagged before and audited: it runs to its own end, never re-flagged
+            return None
         for k, floor in self.config.abandon_below:
             if step >= k and counters.best_acc < floor:
-                return "abandoned"
+                counters.flagged_at = step
+                return None if self._audited(seed) else "abandoned"
         return None
+
+    def _audited(self, seed: int | None) -> bool:
+        """The audit's verdict on a row just flagged (:func:`audit_draw`)."""
+        if self.config.abandon_audit <= 0:
+            return False
+        if seed is None:
+            raise ValueError(
+                "abandon_audit is set: the audit draws from the row's seed; pass seed=job.seed to after_forward"
+            )
+        return audit_draw(seed, self.config.abandon_audit)
 
 
 class RowOptimizer(abc.ABC):
@@ -730,7 +810,7 @@ class _Batch:
                 row.target_len += 1  # progressive: the next forward sees one more token
                 rule.target_grown(row.counters)
                 continue
-            reason = rule.after_forward(row.counters, accs[b], int(self.steps[b]), exact.get(b))
+            reason = rule.after_forward(row.counters, accs[b], int(self.steps[b]), exact.get(b), row.job.seed)
             if reason:
                 loss = float(loss_sum[b].detach().cpu() / row.target_len)  # float32 division, as always
                 finished.append((b, reason, accs[b], loss, exact.get(b)))
@@ -872,6 +952,8 @@ def _finish(
         best_accuracy_at=dict(row.counters.best_at),
         accessible=accessible,
         best_prefix=row.best_prefix,
+        flagged_at=row.counters.flagged_at,
+        audited=row.counters.flagged_at is not None and reason != "abandoned",
     )
 
 
@@ -920,7 +1002,7 @@ def cram_reference(
             exact = None
             if acc >= 1.0 and rule.greedy_due(row.counters, step):
                 exact = _greedy_exact(model, memory.detach()[None], [row], [0], config)[0]
-            reason = rule.after_forward(row.counters, acc, step, exact)
+            reason = rule.after_forward(row.counters, acc, step, exact, job.seed)
             if reason:
                 return _finish(
                     model, row, memory.detach().float().cpu(), reason, acc, loss.item(), step, config, exact=exact

@@ -254,7 +254,13 @@ class SweepConfig:
 
 
 # CramConfig fields that came after the first sweeps, with the value that reproduces those sweeps.
-_LATER_CRAM_DEFAULTS = {"given_tokens": 0, "init_std": "embedding", "gpu_autocast": "bf16", "abandon_below": ()}
+_LATER_CRAM_DEFAULTS = {
+    "given_tokens": 0,
+    "init_std": "embedding",
+    "gpu_autocast": "bf16",
+    "abandon_below": (),
+    "abandon_audit": 0.0,
+}
 
 
 def _curves(config: SweepConfig, rows: dict) -> dict[int, dict[int, list[dict]]]:
