@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from ut_peft.accessibility import load_rows, run_sweep, store, summarize_folder
-from ut_peft.accessibility.rows import Row
+from ut_peft.accessibility.rows import Row, RowError
 from ut_peft.accessibility.store import (
     ConflictingRowsError,
     CorruptRowsError,
@@ -353,6 +353,59 @@ def test_a_field_of_the_wrong_type_is_an_error_naming_the_line_and_the_field(tmp
     write_lines(path, [good(0), (json.dumps(dict(row(1), **{field: value})) + "\n").encode(), good(2)])
     with pytest.raises(CorruptRowsError, match=rf"rows\.jsonl:2 is a row whose field '{field}' is"):
         read_rows(tmp_path)
+
+
+def abandoned(index: int, **extra) -> dict:
+    """A row an early-abandon rule stopped at step 25 (as a run without the audit, or before it, writes it)."""
+    fields = dict(tf_accuracy=0.5, greedy_exact=False, accessible=False, steps=25, stop_reason="abandoned")
+    return dict(row(index), **dict(fields, **extra))
+
+
+@pytest.mark.parametrize(
+    "fields,field,problem",
+    [
+        (row(0, audited=False), "audited", "is false in a row without flagged_at: only a flagged row is audited"),
+        (row(0, flagged_at=2), "audited", "is absent from a row flagged at step 2"),
+        (abandoned(0, flagged_at=0, audited=False), "flagged_at", r"is 0, not a step in \[1, steps = 25\]"),
+        (row(0, flagged_at=4, audited=True), "flagged_at", r"is 4, not a step in \[1, steps = 3\]"),
+        (abandoned(0, flagged_at=25, audited=True), "audited", "is true in an abandoned row"),
+        (row(0, flagged_at=2, audited=False), "audited", "is false in a flagged row that ended 'converged'"),
+        (
+            abandoned(0, flagged_at=10, audited=False),
+            "flagged_at",
+            "is 10 in an abandoned row that stopped at step 25",
+        ),
+        (abandoned(0, flagged_at="25", audited=False), "flagged_at", "is '25' \\(a string\\), not an integer"),
+        (abandoned(0, flagged_at=25, audited=0), "audited", "is 0 \\(an integer\\), not a boolean"),
+    ],
+)
+def test_an_audit_record_that_contradicts_the_row_is_refused_naming_the_field(fields, field, problem):
+    with pytest.raises(RowError, match=problem) as caught:
+        Row.from_dict(fields)
+    assert caught.value.field == field
+
+
+def test_rows_with_and_without_an_audit_record_read_and_write_back_byte_for_byte(tmp_path):
+    lines = [
+        abandoned(0),  # written without the audit (or before it existed): no flag recorded, still a row
+        abandoned(1, flagged_at=25, audited=False),  # flagged, not audited: stopped there
+        row(2, flagged_at=2, audited=True),  # flagged at step 2, audited, crammed at step 3
+        row(3),  # not flagged
+    ]
+    write_lines(tmp_path / "rows.jsonl", [(json.dumps(fields, sort_keys=True) + "\n").encode() for fields in lines])
+    rows = read_rows(tmp_path)
+    assert [(r.get("flagged_at"), r.get("audited")) for r in rows.values()] == [
+        (None, None),
+        (25, False),
+        (2, True),
+        (None, None),
+    ]
+    assert "flagged_at" not in rows[(1, 2, 0)] and "audited" not in rows[(1, 2, 3)]
+    for key, fields in zip(sorted(rows), lines):
+        assert json.dumps(rows[key].to_dict(), sort_keys=True) == json.dumps(fields, sort_keys=True)
+    # Both decide the row: two runs that flagged it at other steps disagree.
+    other = Row.from_dict(row(2, flagged_at=1, audited=True))
+    assert rows[(1, 2, 2)].conflicts_with(other) == ["flagged_at"]
 
 
 def test_only_the_files_the_store_writes_are_rows_and_overwrite_removes_only_those(tmp_path):

@@ -726,3 +726,36 @@ def test_a_sweep_without_an_audit_keeps_the_settings_it_always_had():
     assert "abandon_audit" not in plain
     audited = SweepConfig(cram=CramConfig(abandon_below=((5, 0.5),), abandon_audit=0.25)).fingerprint({})["cram"]
     assert audited["abandon_audit"] == 0.25 and {k: v for k, v in audited.items() if k != "abandon_audit"} == plain
+
+
+def test_a_sweep_under_an_audited_abandon_records_the_flag_on_flagged_rows_only(tmp_path, llama):
+    """Each flagged row says where it was flagged and whether the audit (its seed's draw) let it run on; unflagged
+    rows, and every row of the same sweep without the audit, hold the keys they always held."""
+    from ut_peft.accessibility.cram import audit_draw
+    from ut_peft.accessibility.store import read_rows
+
+    rule = ((12, 1.0),)  # every row not crammed by step 12 is flagged there
+    audited_config = small_config(
+        cram=CramConfig(max_steps=30, patience=30, batch_size=4, abandon_below=rule, abandon_audit=0.5)
+    )
+    run_sweep(audited_config, tmp_path / "audited", model=llama, progress=False, report=False)
+    rows = read_rows(tmp_path / "audited")
+    flagged = [r for r in rows.values() if r.flagged_at is not None]
+    assert flagged and len(flagged) < len(rows)  # the check covers both kinds of rows
+    assert {r.audited for r in flagged} == {True, False}
+    for r in rows.values():
+        if r.flagged_at is None:
+            assert r.stop_reason == "exact" and r.steps < 12 and "flagged_at" not in r and "audited" not in r
+        else:
+            assert r.flagged_at == 12 and r.audited == audit_draw(r.init_seed, 0.5)
+            assert (r.stop_reason == "abandoned") == (not r.audited) and r.steps >= 12
+    run_sweep(
+        small_config(cram=CramConfig(max_steps=30, patience=30, batch_size=4, abandon_below=rule)),
+        tmp_path / "plain",
+        model=llama,
+        progress=False,
+        report=False,
+    )
+    plain = read_rows(tmp_path / "plain")
+    assert not any("flagged_at" in r or "audited" in r for r in plain.values())
+    assert {k for k, r in plain.items() if r.stop_reason == "abandoned"} == {r.key() for r in flagged}

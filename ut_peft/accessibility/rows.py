@@ -8,7 +8,8 @@ A row reads like the JSON object it is stored as (``row["accessible"]``, ``row.g
 the stored dicts reads rows unchanged.
 
 On disk a row is one JSON object per line (sorted keys). Optional fields that are None are left out (crammed
-rows have no ``inferred_from``, cold rows no ``warm_from``; rows written before ``greedy_misses``,
+rows have no ``inferred_from``, cold rows no ``warm_from``, rows the audited early abandon did not flag (and every
+row of a run without that audit) no ``flagged_at`` and ``audited``; rows written before ``greedy_misses``,
 ``best_prefix`` or ``best_accuracy_at`` existed lack them), so :meth:`Row.to_dict` gives back the committed lines
 byte for byte. Fields a newer version added are kept as they are (``Row.extra``) and written back.
 """
@@ -71,6 +72,12 @@ class Row(Mapping):
     # Best teacher-forced accuracy so far at fixed steps ({"10": 0.5, "25": 0.625, ...}; keys are step numbers as
     # JSON object keys): what calibrate_abandon fits its early-abandon thresholds to.
     best_accuracy_at: dict[str, float] | None = _field(dict, "best_accuracy_at", optional=True, default=None)
+    # The audited early abandon (CramConfig.abandon_audit > 0), on the rows its rule flagged: the step it flagged the
+    # row at, and whether the audit let it run on to its own end (else it stopped there, stop_reason "abandoned").
+    # Both decide the row: they change its pseudo-outcome (pooled.audited_outcomes). Absent: not flagged, or a run
+    # without the audit (whose "abandoned" rows say no more than their stop_reason and steps).
+    flagged_at: int | None = _field(int, "int64", optional=True, default=None)
+    audited: bool | None = _field(bool, "bool", optional=True, default=None)
     # Fields of a newer version, kept and written back as they are.
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
     # Where the row was read from ("path:line"), for error messages; not stored.
@@ -119,6 +126,37 @@ class Row(Mapping):
             )
         if self.stop_reason != INFERRED and self.init_seed is None:
             raise RowError("init_seed", "is null in a crammed row (only an inferred row has none)")
+        self._check_audit()
+
+    def _check_audit(self) -> None:
+        """flagged_at and audited come together, on a flagged row, and agree with how it stopped: a flagged row the
+        audit did not keep stopped there ("abandoned"), an audited one ran on to another end. An "abandoned" row
+        without either was written by a run without the audit (or before it existed) and says nothing more."""
+        if self.flagged_at is None:
+            if self.audited is not None:
+                audited = "true" if self.audited else "false"
+                raise RowError("audited", f"is {audited} in a row without flagged_at: only a flagged row is audited")
+            return
+        if self.audited is None:
+            raise RowError(
+                "audited", f"is absent from a row flagged at step {self.flagged_at}: a flagged row records its audit"
+            )
+        if not 1 <= self.flagged_at <= self.steps:
+            raise RowError("flagged_at", f"is {self.flagged_at}, not a step in [1, steps = {self.steps}]")
+        if self.audited and self.stop_reason == "abandoned":
+            raise RowError("audited", "is true in an abandoned row: an audited row runs on to its own end")
+        if not self.audited and self.stop_reason != "abandoned":
+            raise RowError(
+                "audited",
+                f"is false in a flagged row that ended {self.stop_reason!r}: a flagged row the audit did not keep "
+                "stops as 'abandoned'",
+            )
+        if not self.audited and self.flagged_at != self.steps:
+            raise RowError(
+                "flagged_at",
+                f"is {self.flagged_at} in an abandoned row that stopped at step {self.steps}: an abandoned row stops "
+                "at the step it was flagged",
+            )
 
     # ---- reading and writing ----------------------------------------------------------------------------------
     @classmethod

@@ -275,8 +275,12 @@ def _curves(config: SweepConfig, rows: dict) -> dict[int, dict[int, list[dict]]]
     return {m: dict(sorted(by_n.items())) for m, by_n in groups.items()}
 
 
-def _row(result, rank: int) -> Row:
+def _row(result, rank: int, audit: float = 0.0) -> Row:
+    """The row of a cram result. Under an audited abandon (``audit``: the sweep's ``cram.abandon_audit``) a row its
+    rule flagged records where and whether the audit let it run on; other rows, and every row of a run without the
+    audit, record no flag (their rows are as they always were)."""
     m, n, index = result.job.key
+    flagged = audit > 0 and result.flagged_at is not None
     return Row(
         m=m,
         n=n,
@@ -294,6 +298,8 @@ def _row(result, rank: int) -> Row:
         rank=rank,
         best_accuracy_at={str(k): v for k, v in result.best_accuracy_at.items()},
         best_prefix=result.best_prefix,
+        flagged_at=result.flagged_at if flagged else None,
+        audited=result.audited if flagged else None,
     )
 
 
@@ -682,7 +688,7 @@ def _run_round(
         refill=ShortestFirst,
     )
     for result in results:
-        row = _row(result, rank)
+        row = _row(result, rank, config.cram.abandon_audit)
         key = row.key()  # the job's (m, n, index), typed: the engine's job.key is any object
         if save_vectors:
             store.write_vectors(output_dir, key, result.vectors, ids=result.job.ids, accessible=result.accessible)
