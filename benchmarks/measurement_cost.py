@@ -410,15 +410,18 @@ class AuditedAbandon:
     flag_accessible: float = 0.05
 
     def apply(self, row: dict, repeat: int, m: int, n: int, index: int) -> dict:
+        """The row as the engine would record it under this abandon, with the keys of its rows (rows.Row): a flagged
+        row holds ``flagged_at`` (the flag step) and ``audited``; an unflagged one neither."""
         rng = np.random.default_rng([repeat, 5, m, n, index])
         flag_draw, audit_draw = rng.random(2)
         chance = self.flag_accessible if row["accessible"] else self.flag_failed
         flagged = row["steps"] > self.flag_step and flag_draw < chance
         if not flagged:
-            return dict(row, flagged=False, audited=False)
+            return dict(row)
         if audit_draw < self.audit:
-            return dict(row, flagged=True, audited=True)
-        return {"accessible": False, "steps": self.flag_step, "flagged": True, "audited": False}
+            return dict(row, flagged_at=self.flag_step, audited=True)
+        # Stopped at the flag step, as the engine stops it: steps == flagged_at, counted as failed.
+        return {"accessible": False, "steps": self.flag_step, "flagged_at": self.flag_step, "audited": False}
 
 
 def run_audited_design(design, truth: Truth, repeat: int, abandon: AuditedAbandon) -> tuple[dict, float]:

@@ -186,3 +186,30 @@ def test_prefix_violations_count_rows_that_cram_after_a_shorter_failure():
         (1, 10, 1): {"accessible": False},
     }
     assert prefix_violations(rows) == {"chains": 2, "rows": 5, "changed": 1, "changed_rows": [(1, 10, 0)]}
+
+
+def test_row_outcomes_reads_the_audit_record_of_real_rows():
+    """The pooled fit's outcomes from rows as the engine writes them (rows.Row): under an audit, a flagged row that
+    stopped counts 0, an audited one 1 / audit if it crammed; rows without flagged_at (unflagged, or abandoned by
+    a run without the audit) count as they ended."""
+    from ut_peft.accessibility.design import row_outcomes
+    from ut_peft.accessibility.rows import Row
+
+    def row(index, accessible, stop_reason, steps, **audit):
+        return Row(
+            m=1, n=8, index=index, init_seed=index, tf_accuracy=1.0 if accessible else 0.5, greedy_exact=accessible,
+            accessible=accessible, steps=steps, final_loss=0.1, best_accuracy=0.9, stop_reason=stop_reason,
+            seconds=1.0, rank=0, **audit,
+        )  # fmt: skip
+
+    rows = [
+        row(0, True, "exact", 12),  # not flagged
+        row(1, False, "max_steps", 40),  # not flagged
+        row(2, False, "abandoned", 20, flagged_at=20, audited=False),  # flagged and stopped
+        row(3, True, "exact", 31, flagged_at=20, audited=True),  # flagged, audited, crammed
+        row(4, False, "patience", 35, flagged_at=20, audited=True),  # flagged, audited, failed
+        row(5, False, "abandoned", 20),  # abandoned by a run without the audit: its stop_reason says all
+    ]
+    assert row_outcomes(rows, 0.25).tolist() == [1.0, 0.0, 0.0, 4.0, 0.0, 0.0]
+    assert row_outcomes(rows, None).tolist() == [1.0, 0.0, 0.0, 1.0, 0.0, 0.0]
+    assert row_outcomes([dict(r) for r in rows], 0.25).tolist() == [1.0, 0.0, 0.0, 4.0, 0.0, 0.0]  # stored dicts

@@ -551,6 +551,14 @@ def test_version_3_stops_on_the_step_counts_truncated_at_the_sweeps_cap_and_guar
     assert POOLED_RULES[2].design_arguments(None)["steps_cap"] is None  # version 2 reads no step counts
 
 
+def _audited_row(accessible: bool, flagged: bool, audited: bool) -> dict:
+    """A row with the keys the engine's rows have (rows.Row): a flagged one holds flagged_at and audited (stopped at
+    step 5 unless audited), an unflagged one neither."""
+    if not flagged:
+        return {"accessible": accessible, "steps": 10}
+    return {"accessible": accessible, "steps": 10 if audited else 5, "flagged_at": 5, "audited": audited}
+
+
 def _audited_rows(seed, false_flag=0.3, audit=0.5, per_point=150):
     """Rows at m = 1, 3, 5 (n_50 = 20 m + 4, width 10%) under an early abandon with a random audit: a row that will
     fail is flagged with probability 0.9, one that will cram with ``false_flag``; a flagged row runs on with
@@ -565,7 +573,7 @@ def _audited_rows(seed, false_flag=0.3, audit=0.5, per_point=150):
                 flagged = bool(rng.random() < (false_flag if will_cram else 0.9))
                 audited = flagged and bool(rng.random() < audit)
                 accessible = will_cram and (audited or not flagged)
-                rows[(m, n, index)] = {"accessible": accessible, "flagged": flagged, "audited": audited, "steps": 10}
+                rows[(m, n, index)] = _audited_row(accessible, flagged, audited)
                 index += 1
     return rows
 
@@ -615,7 +623,7 @@ def test_a_design_under_an_audited_abandon_replays_from_its_rows_and_refuses_the
         flagged = bool(rng.random() < (0.1 if will_cram else 0.9))
         audited = flagged and bool(rng.random() < 0.5)
         accessible = will_cram and (audited or not flagged)
-        return {"accessible": accessible, "flagged": flagged, "audited": audited, "steps": 10}
+        return _audited_row(accessible, flagged, audited)
 
     def design():
         return PooledDesign(

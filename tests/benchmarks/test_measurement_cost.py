@@ -327,24 +327,24 @@ def test_the_audited_abandon_stops_flagged_rows_unless_audited_and_the_pooled_de
     abandon = cost.AuditedAbandon(audit=0.5, flag_step=500, flag_failed=1.0, flag_accessible=1.0)
     failed = {"accessible": False, "steps": 1500}
     outcomes = [abandon.apply(failed, 0, 1, 40, k) for k in range(40)]
-    assert all(o["flagged"] for o in outcomes)
+    assert all(o["flagged_at"] == 500 for o in outcomes)
     stopped = [o for o in outcomes if not o["audited"]]
     assert stopped and all(
-        o == {"accessible": False, "steps": 500, "flagged": True, "audited": False} for o in stopped
+        o == {"accessible": False, "steps": 500, "flagged_at": 500, "audited": False} for o in stopped
     )
     assert [abandon.apply(failed, 0, 1, 40, k) for k in range(40)] == outcomes  # deterministic
     quick = {"accessible": True, "steps": 200}  # crammed before the flag step: never flagged
-    assert abandon.apply(quick, 0, 1, 10, 0) == dict(quick, flagged=False, audited=False)
+    assert abandon.apply(quick, 0, 1, 10, 0) == quick  # no flag keys, as the engine's unflagged rows
     always = cost.AuditedAbandon(audit=1.0, flag_step=500, flag_failed=1.0, flag_accessible=1.0)
     slow = {"accessible": True, "steps": 1200}
-    assert always.apply(slow, 0, 1, 30, 3) == dict(slow, flagged=True, audited=True)
+    assert always.apply(slow, 0, 1, 30, 3) == dict(slow, flagged_at=500, audited=True)
 
     design = cost.PooledDesign(
         [1, 3, 5], batch=8, start=10, stop=1000, target_slope_se=8.0, target_n50_se=None, audit=0.5, min_rows=16
     )
     rows, _ = cost.run_audited_design(design, cost.Truth(cap_fails=True), 0, cost.AuditedAbandon(audit=0.5))
-    assert any(r["flagged"] and not r["audited"] for r in rows.values())
-    assert all(r["steps"] == 500 for r in rows.values() if r["flagged"] and not r["audited"])
+    stopped_rows = [r for r in rows.values() if "flagged_at" in r and not r["audited"]]
+    assert stopped_rows and all(r["steps"] == r["flagged_at"] == 500 for r in stopped_rows)
     result = cost.analyse_pooled(cost.with_index(rows), [1, 2, 3, 4, 5], design)
     expected = cost.pooled_estimates(cost.with_index(rows), [1, 2, 3, 4, 5], check_m=3, audit=0.5)
     assert result["line"]["slope"] == expected["slope"]

@@ -987,13 +987,14 @@ def _bracketed_fractions(fractions: dict) -> bool:
 
 def row_outcomes(rows: list[dict], audit: float | None) -> np.ndarray:
     """Each row's outcome for the pooled fit: accessible (1) or not (0), or, under an audited abandon (``audit``),
-    its pseudo-outcome (:func:`~.pooled.audited_outcomes`; rows without a ``flagged`` field were not flagged)."""
+    its pseudo-outcome (:func:`~.pooled.audited_outcomes`). The rule flagged the rows that hold a ``flagged_at``, and
+    ``audited`` says whether the audit let them run on (:class:`~.rows.Row`); rows without it were not flagged."""
     from .pooled import audited_outcomes
 
     accessible = [bool(r["accessible"]) for r in rows]
     if audit is None:
         return np.array(accessible, dtype=float)
-    flagged = [bool(r.get("flagged")) for r in rows]
+    flagged = [r.get("flagged_at") is not None for r in rows]
     audited = [bool(r.get("audited")) for r in rows]
     return audited_outcomes(accessible, flagged, audited, audit)
 
