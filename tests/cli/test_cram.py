@@ -239,6 +239,29 @@ def test_the_config_file_shown_in_the_docs_parses(tmp_path):
     assert sweep.cram.max_steps == 300 and sweep.cram.abandon_below == ((100, 0.4),)
 
 
+def test_an_audited_abandon_from_the_command_line_and_from_its_settings_json(model_dir, tmp_path, capsys, monkeypatch):
+    """--abandon-audit reaches the engine (flagged rows record it), settings.json keeps it and reruns the same rows,
+    and an audit without an abandon rule is refused in one line."""
+    out = tmp_path / "audited"
+    cram(model_dir, out, "--abandon-below", "12:1.0", "--abandon-audit", "0.5")
+    settings = json.loads((out / "settings.json").read_text())
+    assert settings["cram"]["abandon_audit"] == 0.5 and settings["cram"]["abandon_below"] == [[12, 1.0]]
+    rows = read_rows(out)
+    assert {r.get("audited") for r in rows.values()} == {None, True, False}  # unflagged, audited, stopped
+    command.main(command.parse(["--config", str(out / "settings.json"), "--output", str(tmp_path / "again")]))
+    again = read_rows(tmp_path / "again")
+    assert {k: (r.get("flagged_at"), r.get("audited")) for k, r in again.items()} == {
+        k: (r.get("flagged_at"), r.get("audited")) for k, r in rows.items()
+    }
+    assert decisions(tmp_path / "again") == decisions(out)
+    base = ["--model", model_dir, *SMALL.split(), "--output", tmp_path / "o"]
+    assert "pass an abandon rule" in fails(base + ["--abandon-audit", "0.5"], capsys, monkeypatch)
+    assert "abandon_audit must be a number in [0, 1)" in fails(
+        base + ["--abandon-below", "12:1.0", "--abandon-audit", "1"], capsys, monkeypatch
+    )
+    assert command.sweep_config(command.parse([])).cram.abandon_audit == 0.0
+
+
 def _two_process_cram(argv):
     from accelerate.state import AcceleratorState
 

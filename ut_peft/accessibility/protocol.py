@@ -164,6 +164,11 @@ def differences_from_published(settings: dict[str, Any]) -> list[str]:
         out.append(f"lr {cram.get('lr')} (published {PUBLISHED.lr})")
     if cram.get("abandon_below"):
         out.append(f"calibrated early abandon {cram.get('abandon_below')} (published: none)")
+    if cram.get("abandon_audit"):
+        out.append(
+            f"the early abandon audited: a flagged row runs on to its own end with probability "
+            f"{cram.get('abandon_audit')} (flagged_at and audited in rows.jsonl; published: no abandon)"
+        )
     if settings.get("num_sequences") != PUBLISHED.num_sequences:
         out.append(f"{settings.get('num_sequences')} sequences per length (published {PUBLISHED.num_sequences})")
     if settings.get("infer_prefixes"):

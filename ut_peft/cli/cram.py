@@ -183,6 +183,7 @@ def sweep_config(args: argparse.Namespace) -> SweepConfig:
             progressive=args.progressive,
             autocast=args.autocast,
             abandon_below=args.abandon_below,
+            abandon_audit=args.abandon_audit,
         ),
         support_sequences=args.support_sequences,
         prefix=args.prefix,
@@ -270,6 +271,7 @@ def flags_from_settings(values: dict, path) -> dict:
         "progressive": cram.get("progressive"),
         "autocast": cram.get("autocast"),
         "abandon_below": cram.get("abandon_below") or None,
+        "abandon_audit": cram.get("abandon_audit"),  # absent (None: the flag's default, 0) from runs without it
         "infer_prefixes": values.get("infer_prefixes", False),
     }
     if protocol != "published":  # ut-peft's layout: the BOS before the memory, or nothing (prefix none)
@@ -452,6 +454,15 @@ def parse(argv=None, *, prog: str | None = None):
         metavar="STEP:ACC",
         help="calibrated early abandon: stop a row whose best teacher-forced accuracy is below ACC "
         "after STEP updates (calibrate on full runs: python benchmarks/early_abandon.py)",
+    )
+    parser.add_argument(
+        "--abandon-audit",
+        type=float,
+        default=_default(CramConfig, "abandon_audit"),
+        metavar="PI",
+        help="audit the early abandon: a row --abandon-below flags runs on to its own end with probability PI "
+        "(drawn from its seed; rows record flagged_at and audited), so that accessibility estimated from the rows' "
+        "pseudo-outcomes is not biased by the rule's false abandons; 0 (default): every flagged row stops",
     )
     parser.add_argument(
         "--autocast", default=_default(CramConfig, "autocast"), choices=["auto", "bf16", "fp16", "none"]
