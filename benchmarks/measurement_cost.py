@@ -637,6 +637,7 @@ def pooled_arguments(args) -> dict:
         "steps_stop_z": args.pooled_steps_stop_z,
         "steps_truncated": True if args.steps_truncated else None,
         "audit": args.audit,
+        "target_scale": args.pooled_target_scale,
     }
     rules.update({k: tuple(v) if isinstance(v, list) else v for k, v in knobs.items() if v is not None})
     return rules
@@ -725,8 +726,8 @@ def simulate(args) -> None:
                 # accessible row took fewer steps than it).
                 **PooledRules(**rules).design_arguments(CAP),
             )
-            if args.audit is not None:
-                abandon = AuditedAbandon(args.audit, args.flag_step, args.flag_failed, args.flag_accessible)
+            if rules["audit"] is not None:  # --audit, or a version whose rules abandon under an audit
+                abandon = AuditedAbandon(rules["audit"], args.flag_step, args.flag_failed, args.flag_accessible)
                 rows, wall = run_audited_design(pooled, truth, repeat, abandon)
             else:
                 rows, wall = run_design(pooled, truth, repeat)
@@ -765,12 +766,12 @@ def simulate(args) -> None:
             "threshold's alone (the simulator before session 13)"
         )
     print(truth.costs.describe())
-    if args.audit is not None:
+    if rules["audit"] is not None:
         print(
             f"audited abandon (--audit, the pooled design's rows only): a row still running at step {args.flag_step} "
             f"is flagged with probability {args.flag_failed} if it will fail, {args.flag_accessible} if it will cram; "
-            f"a flagged row runs on with probability {args.audit}, else stops there counted as failed; the line is "
-            f"fitted to the pseudo-outcomes (1 / {args.audit} for an audited row that crams)"
+            f"a flagged row runs on with probability {rules['audit']}, else stops there counted as failed; the line "
+            f"is fitted to the pseudo-outcomes (1 / {rules['audit']} for an audited row that crams)"
         )
     print(
         "Precision is judged by error over the repeats: bias and RMSE (with its Monte-Carlo standard error) of n_50 "
@@ -1018,6 +1019,13 @@ def main(argv=None):
         choices=["linear", "free"],
         default=None,
         help="pooled: slope from the line with the check m on it (linear) or its offset free (free)",
+    )
+    parser.add_argument(
+        "--pooled-target-scale",
+        type=float,
+        default=None,
+        help="pooled: every standard-error target times this inside the design (PooledDesign.target_scale; version 4: "
+        "1.25)",
     )
     parser.add_argument(
         "--pooled-factor",

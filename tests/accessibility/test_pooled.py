@@ -551,6 +551,35 @@ def test_version_3_stops_on_the_step_counts_truncated_at_the_sweeps_cap_and_guar
     assert POOLED_RULES[2].design_arguments(None)["steps_cap"] is None  # version 2 reads no step counts
 
 
+def test_version_4_audits_its_abandon_and_scales_its_targets():
+    """Version 4's rules, as a folder's settings build them: the pseudo-outcomes of an audit at 1/4, the targets
+    scaled by 1.25 inside the design (the stop compares the same variances against targets 1.25^2 larger), and the
+    abandon rule left to the engine (CramConfig), not handed to the design."""
+    from ut_peft.accessibility.design import POOLED_RULES, make_design
+
+    config = SweepConfig(
+        model="x",
+        source="tokens",
+        ms=[1, 3, 5],
+        num_sequences=8,
+        grid=GridConfig(start=4, stop=200),
+        design="pooled",
+        pooled_version=4,
+        target_slope_se=0.6,
+        target_n50_se={1: 1.0, 3: 2.0, 5: 3.0},
+    )
+    design = make_design(config)
+    assert isinstance(design, PooledDesign)
+    assert design.audit == 0.25 and design.target_scale == 1.25 and design.min_rows == 128
+    assert "abandon_below" not in POOLED_RULES[4].design_arguments(None)
+    plain = PooledDesign(
+        [1, 3, 5], batch=8, start=4, stop=200, target_slope_se=0.6, target_n50_se={1: 1.0, 3: 2.0, 5: 3.0}
+    )
+    assert np.allclose(design._target_variances(), 1.25**2 * plain._target_variances())
+    with pytest.raises(ValueError, match="target_scale .* must be > 0"):
+        PooledDesign([1, 3, 5], batch=8, start=4, stop=200, target_slope_se=1.0, target_n50_se=None, target_scale=0)
+
+
 def _audited_row(accessible: bool, flagged: bool, audited: bool) -> dict:
     """A row with the keys the engine's rows have (rows.Row): a flagged one holds flagged_at and audited (stopped at
     step 5 unless audited), an unflagged one neither."""

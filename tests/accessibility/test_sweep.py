@@ -720,12 +720,64 @@ def test_a_sequential_row_the_design_did_not_ask_for_is_refused_and_resume_still
         summarize_folder(folder, llama, support_sequences=8, support_seq_len=4)
 
 
+def _audited_pooled(**overrides) -> SweepConfig:
+    """A pooled sweep of the version that audits its early abandon (design.POOLED_RULES[4])."""
+    settings = dict(
+        ms=[1, 2],
+        grid=GridConfig(start=2, stop=12),
+        num_sequences=4,
+        design="pooled",
+        pooled_version=4,
+        target_slope_se=None,
+        target_n50_se=None,
+        budget_row_steps=400,
+    )
+    return small_config(**{**settings, **overrides})
+
+
 def test_a_sweep_without_an_audit_keeps_the_settings_it_always_had():
     """abandon_audit came after the first sweeps: at 0 it stays out of settings.json, so those folders resume."""
     plain = SweepConfig(cram=CramConfig(abandon_below=((5, 0.5),))).fingerprint({})["cram"]
     assert "abandon_audit" not in plain
-    audited = SweepConfig(cram=CramConfig(abandon_below=((5, 0.5),), abandon_audit=0.25)).fingerprint({})["cram"]
-    assert audited["abandon_audit"] == 0.25 and {k: v for k, v in audited.items() if k != "abandon_audit"} == plain
+    audited = _audited_pooled(cram=CramConfig(abandon_below=((5, 0.5),))).fingerprint({})["cram"]
+    assert audited["abandon_audit"] == 0.25 and audited["abandon_below"] == ((5, 0.5),)
+
+
+def test_the_auditing_pooled_version_sets_the_audit_and_its_rule_and_every_other_design_refuses_one():
+    """Version 4 of the pooled design fits pseudo-outcomes: it sets cram.abandon_audit to its own and, when the sweep
+    has no abandon rule, the version's; a design that counts a stopped row as failed cannot take an audit."""
+    from ut_peft.accessibility.design import POOLED_RULES
+
+    config = _audited_pooled()
+    assert config.cram.abandon_audit == POOLED_RULES[4].audit == 0.25
+    assert config.cram.abandon_below == POOLED_RULES[4].abandon_below and config.cram.abandon_below
+    own = _audited_pooled(cram=CramConfig(abandon_below=((100, 0.3),), abandon_audit=0.25))
+    assert own.cram.abandon_below == ((100, 0.3),)  # the sweep's own rule wins
+    with pytest.raises(ValueError, match="audits flagged rows with probability 0.25.*abandon_audit.*is 0.5"):
+        _audited_pooled(cram=CramConfig(abandon_below=((5, 0.5),), abandon_audit=0.5))
+    audited = CramConfig(abandon_below=((5, 0.5),), abandon_audit=0.25)
+    with pytest.raises(ValueError, match="the fixed design counts every row as it ended.*--pooled-version 4"):
+        small_config(cram=audited)
+    with pytest.raises(ValueError, match="the pooled design version 2 counts every row"):
+        _audited_pooled(pooled_version=2, cram=audited)
+    assert _audited_pooled(pooled_version=2).cram.abandon_audit == 0.0  # version 2 runs every row to its end
+
+
+def test_a_flagged_row_in_a_folder_whose_settings_audit_nothing_is_refused(tmp_path, llama):
+    """A row's audit record read as a plain outcome would count a stopped row as a failure: check_rows refuses it."""
+    from ut_peft.accessibility.store import RowOutsideSweepError
+
+    config = small_config()
+    run_sweep(config, tmp_path / "plain", model=llama, progress=False, report=False)
+    rows = read_rows(tmp_path / "plain")
+    key = min(rows)
+    flagged = dict(rows[key], flagged_at=1, audited=True, steps=max(1, rows[key]["steps"]))
+    path = tmp_path / "plain" / "rows.jsonl"
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    lines = [flagged if (r["m"], r["n"], r["index"]) == key else r for r in lines]
+    path.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in lines))
+    with pytest.raises(RowOutsideSweepError, match="audited abandon's flag.*audit no abandon"):
+        summarize_folder(tmp_path / "plain", llama, support_sequences=8, support_seq_len=4)
 
 
 def test_a_sweep_under_an_audited_abandon_records_the_flag_on_flagged_rows_only(tmp_path, llama):
@@ -735,9 +787,7 @@ def test_a_sweep_under_an_audited_abandon_records_the_flag_on_flagged_rows_only(
     from ut_peft.accessibility.store import read_rows
 
     rule = ((12, 1.0),)  # every row not crammed by step 12 is flagged there
-    audited_config = small_config(
-        cram=CramConfig(max_steps=30, patience=30, batch_size=4, abandon_below=rule, abandon_audit=0.5)
-    )
+    audited_config = _audited_pooled(cram=CramConfig(max_steps=30, patience=30, batch_size=4, abandon_below=rule))
     run_sweep(audited_config, tmp_path / "audited", model=llama, progress=False, report=False)
     rows = read_rows(tmp_path / "audited")
     flagged = [r for r in rows.values() if r.flagged_at is not None]
@@ -747,10 +797,12 @@ def test_a_sweep_under_an_audited_abandon_records_the_flag_on_flagged_rows_only(
         if r.flagged_at is None:
             assert r.stop_reason == "exact" and r.steps < 12 and "flagged_at" not in r and "audited" not in r
         else:
-            assert r.flagged_at == 12 and r.audited == audit_draw(r.init_seed, 0.5)
+            assert r.flagged_at == 12 and r.audited == audit_draw(r.init_seed, 0.25)
             assert (r.stop_reason == "abandoned") == (not r.audited) and r.steps >= 12
-    run_sweep(
-        small_config(cram=CramConfig(max_steps=30, patience=30, batch_size=4, abandon_below=rule)),
+    run_sweep(  # version 2 runs the same first round (the bracketing rounds are version-blind) without the audit
+        _audited_pooled(
+            pooled_version=2, cram=CramConfig(max_steps=30, patience=30, batch_size=4, abandon_below=rule)
+        ),
         tmp_path / "plain",
         model=llama,
         progress=False,
@@ -758,4 +810,7 @@ def test_a_sweep_under_an_audited_abandon_records_the_flag_on_flagged_rows_only(
     )
     plain = read_rows(tmp_path / "plain")
     assert not any("flagged_at" in r or "audited" in r for r in plain.values())
-    assert {k for k, r in plain.items() if r.stop_reason == "abandoned"} == {r.key() for r in flagged}
+    common = set(plain) & set(rows)  # the designs part where an audited row crams: compare the jobs both ran
+    assert common and {k for k in common if plain[k].stop_reason == "abandoned"} == {
+        k for k in common if rows[k].flagged_at is not None
+    }

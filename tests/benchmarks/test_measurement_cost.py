@@ -74,6 +74,7 @@ def test_the_pooled_knobs_replace_single_rules_of_the_version(cost):
         pooled_steps_stop_z=None,
         steps_truncated=False,
         audit=None,
+        pooled_target_scale=None,
     )
     rules = cost.pooled_arguments(args)
     assert rules == dict(
@@ -90,6 +91,8 @@ def test_the_pooled_knobs_replace_single_rules_of_the_version(cost):
         steps_stop_z=0.0,
         steps_truncated=False,
         audit=None,
+        abandon_below=(),
+        target_scale=1.0,
     )
     # --steps-truncated truncates the law at the cap; version 3's rules do so on their own.
     assert cost.pooled_arguments(cost.argparse.Namespace(**{**vars(args), "steps_truncated": True}))["steps_truncated"]

@@ -240,12 +240,16 @@ def test_the_config_file_shown_in_the_docs_parses(tmp_path):
 
 
 def test_an_audited_abandon_from_the_command_line_and_from_its_settings_json(model_dir, tmp_path, capsys, monkeypatch):
-    """--abandon-audit reaches the engine (flagged rows record it), settings.json keeps it and reruns the same rows,
-    and an audit without an abandon rule is refused in one line."""
+    """--pooled-version 4 audits the abandon (--abandon-below gives the rule): flagged rows record it, settings.json
+    keeps the audit and reruns the same rows; an audit without a rule, out of range, or under a design that counts a
+    stopped row as failed is refused in one line."""
     out = tmp_path / "audited"
-    cram(model_dir, out, "--abandon-below", "12:1.0", "--abandon-audit", "0.5")
+    pooled = "--source tokens --ms 1 2 --design pooled --pooled-version 4 --start 2 --stop 12 --num-sequences 4"
+    pooled += " --budget 400 --max-steps 30 --patience 30 --batch-size 4 --support-sequences 8 --snapshot-minutes 0"
+    argv = ["--model", str(model_dir), *pooled.split(), "--abandon-below", "12:1.0", "--output", str(out)]
+    command.main(command.parse(argv))
     settings = json.loads((out / "settings.json").read_text())
-    assert settings["cram"]["abandon_audit"] == 0.5 and settings["cram"]["abandon_below"] == [[12, 1.0]]
+    assert settings["cram"]["abandon_audit"] == 0.25 and settings["cram"]["abandon_below"] == [[12, 1.0]]
     rows = read_rows(out)
     assert {r.get("audited") for r in rows.values()} == {None, True, False}  # unflagged, audited, stopped
     command.main(command.parse(["--config", str(out / "settings.json"), "--output", str(tmp_path / "again")]))
@@ -258,6 +262,9 @@ def test_an_audited_abandon_from_the_command_line_and_from_its_settings_json(mod
     assert "pass an abandon rule" in fails(base + ["--abandon-audit", "0.5"], capsys, monkeypatch)
     assert "abandon_audit must be a number in [0, 1)" in fails(
         base + ["--abandon-below", "12:1.0", "--abandon-audit", "1"], capsys, monkeypatch
+    )
+    assert "the fixed design counts every row as it ended" in fails(
+        base + ["--abandon-below", "12:1.0", "--abandon-audit", "0.5"], capsys, monkeypatch
     )
     assert command.sweep_config(command.parse([])).cram.abandon_audit == 0.0
 

@@ -25,11 +25,13 @@ from .cram import CramConfig, CramJob, ShortestFirst, cram, row_positions
 from .design import (
     DESIGNS,
     POOLED_DESIGN_VERSION,
+    POOLED_RULES,
     PooledDesign,
     check_stopping,
     complete_groups,
     infer_prefixes,
     make_design,
+    pooled_rules,
     row_steps,
 )
 from .fit import SigmoidFit, fit_sigmoid, line_interval, linear_fit, n50_interval
@@ -138,6 +140,7 @@ class SweepConfig:
                 "infer_prefixes needs the rows of a text at several lengths (the fixed or adaptive "
                 f"design); the {self.design} design crams every text once"
             )
+        self._set_audit()
         if self.design == "pooled":
             if self.target_ci is not None:
                 raise ValueError(
@@ -162,6 +165,33 @@ class SweepConfig:
             raise ValueError(f"every number of memory vectors m must be >= 1 (got {self.ms})")
         if self.num_sequences < 1:
             raise ValueError(f"num_sequences must be >= 1 (got {self.num_sequences})")
+
+    def _set_audit(self) -> None:
+        """The early abandon's audit comes with the design that can use it: a pooled version whose rules fit the
+        rows' pseudo-outcomes (design.POOLED_RULES[4]) sets ``cram.abandon_audit`` to its own and, when the sweep
+        has no abandon rule of its own, ``cram.abandon_below`` to the version's; any other design counts a stopped
+        row as failed, which the audit cannot unbias, so it is refused there."""
+        rules = pooled_rules(self.pooled_version) if self.design == "pooled" else None
+        audit = rules.audit if rules is not None else None
+        if rules is None or audit is None:
+            if self.cram.abandon_audit:
+                version = f" version {self.pooled_version}" if self.design == "pooled" else ""
+                raise ValueError(
+                    f"cram.abandon_audit (--abandon-audit {self.cram.abandon_audit}) lets flagged rows run on at "
+                    f"random so that a design can fit their pseudo-outcomes; the {self.design} design{version} counts "
+                    "every row as it ended: leave --abandon-audit out, or use a pooled version that audits (--design "
+                    f"pooled --pooled-version {max(v for v, r in POOLED_RULES.items() if r.audit is not None)})"
+                )
+            return
+        if self.cram.abandon_audit not in (0.0, audit):
+            raise ValueError(
+                f"version {self.pooled_version} of the pooled design audits flagged rows with probability {audit}, "
+                f"and cram.abandon_audit (--abandon-audit) is {self.cram.abandon_audit}: leave it unset (the version "
+                "sets it), or use --pooled-version 2 and no audit"
+            )
+        self.cram = dataclasses.replace(
+            self.cram, abandon_audit=audit, abandon_below=self.cram.abandon_below or rules.abandon_below
+        )
 
     def resolve_prefix(self, tokenizer) -> None:
         """Turn ``prefix`` into ``cram.prefix_ids`` with the model's tokenizer (the ids enter the fingerprint), and
@@ -308,7 +338,8 @@ def check_rows(config: SweepConfig, settings: dict, rows: dict, design=None) -> 
 
     ``config`` is the sweep's config and ``settings`` its fingerprint (settings.json). What the settings fix is
     checked row by row: m among ``ms``; the init seed the sweep's seed gives the job; steps within the step cap;
-    for the fixed and adaptive designs an index below ``num_sequences``; for the fixed one a length of the list,
+    no audit flag (``flagged_at``) unless the settings audit the abandon; for the fixed and adaptive designs an index
+    below ``num_sequences``; for the fixed one a length of the list,
     for the others a length within [1, grid.stop]. Then the design is asked
     (``design.next_jobs`` replayed over the rows, round after round, as the run asked it): a row that no round
     would have produced (another length of the adaptive walk, another round's index of the sequential design) is
@@ -324,6 +355,7 @@ def check_rows(config: SweepConfig, settings: dict, rows: dict, design=None) -> 
 
     indexed = config.design in ("fixed", "adaptive")
     max_steps = (settings.get("cram") or {}).get("max_steps")
+    audit = (settings.get("cram") or {}).get("abandon_audit")
     for (m, n, index), row in sorted(rows.items()):
         if m not in config.ms:
             refuse(row, f"m = {m} is not among ms {config.ms}")
@@ -337,6 +369,9 @@ def check_rows(config: SweepConfig, settings: dict, rows: dict, design=None) -> 
             refuse(row, f"its init_seed {row.init_seed} is not the one seed = {config.seed} gives this job")
         if max_steps is not None and row.steps > max_steps:
             refuse(row, f"it took {row.steps} steps, beyond the step cap cram.max_steps = {max_steps}")
+        if row.flagged_at is not None and not audit:
+            # Its pseudo-outcome would be read as a plain outcome: a stopped row as a failure.
+            refuse(row, "it records an audited abandon's flag (flagged_at), and these settings audit no abandon")
     produced = replayed_rows(design or make_design(config), rows)
     for key in sorted(set(rows) - set(produced)):
         refuse(rows[key], f"the {config.design} design asks for no such job given the folder's other rows")
