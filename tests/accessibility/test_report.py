@@ -38,3 +38,73 @@ def test_every_figure_printed_is_rounded_and_written_as_the_report_writes_it(fol
             assert piece[0] in report and piece[1].strip() in report
     if summary.fit and summary.fit["slope_ci"]:
         assert re.search(rf"slope \S+ tokens per vector ({INTERVAL})", text).group(1) in report
+
+
+def _audited(summary: store.Summary, pooled: dict | None) -> store.Summary:
+    """``summary`` as a sweep under an audited early abandon writes it: no per-m fit, no line, ratios over the pooled
+    slope (store.AUDITED), the settings' audit and rule."""
+    import dataclasses
+
+    settings = dict(
+        summary.settings, cram=dict(summary.settings["cram"], abandon_below=[[12, 0.5]], abandon_audit=0.25)
+    )
+    none = dict.fromkeys(("n50", "n50_ci", "sigmoid_slope", "sigmoid_slope_ci", "n50_published"), None)
+    per_m = [
+        dataclasses.replace(
+            e, **none, sigmoid_slope_published=None, n50_ci_method=None, fit_status=store.AUDITED,
+            fit_status_published=store.AUDITED,
+        )
+        for e in summary.per_m
+    ]  # fmt: skip
+    slope = pooled and pooled["converged"] and pooled["slope"]
+    ratios = {k: summary.bounds[k] / slope for k in ("ball", "box")} if slope else None
+    return dataclasses.replace(
+        summary, settings=settings, per_m=per_m, fit=None, fit_published=None, ratios=ratios, pooled=pooled,
+        estimator="pooled-pseudo-outcomes", interval_checks=None,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("converged", [True, False, None], ids=["converged", "not-converged", "no-pooled-line"])
+def test_an_audited_summary_prints_the_pooled_line_and_no_per_m_fit(tmp_path, converged):
+    """Under an audited abandon the report and console print no plain-outcome fit, say why, and show the pooled
+    line's n_50 (the same strings in both), the bounds over its slope and the fraction crammed as a lower bound; the
+    plots render; a summary.json written so reads back unchanged."""
+    from ut_peft.accessibility.report import write_report
+
+    committed = store.read_summary(ROOT / "results" / "gemma-3-270m" / "published-text")
+    pooled = None
+    if converged is not None:
+        pooled = {
+            "per_m": [
+                {"m": 1, "n50": 24.0, "se": 3.0, "ci": [18.1, 29.9], "measured": True, "width": 4.0},
+                {"m": 2, "n50": 49.5, "se": 4.0, "ci": [41.7, None], "measured": True, "width": 6.0},
+                {"m": 4, "n50": 100.5, "se": 9.0, "ci": [82.9, 118.1], "measured": False, "width": 9.0},
+            ],
+            "slope": 25.5, "slope_se": 2.0, "slope_ci": [21.6, 29.4], "intercept": -1.5, "intercept_se": 3.0,
+            "intercept_ci": [-7.4, 4.4], "converged": converged, "linearity": None,
+        }  # fmt: skip
+    summary = _audited(committed, pooled)
+    text, report = console_summary(summary), markdown(summary)
+    assert not re.search(r"\d\.\d{4,}", text)  # no raw floats (the report prints eps to 5 digits)
+    for shown in (text, report):
+        assert "None" not in shown
+        assert "none under the audited abandon (a stopped row is not a failure); the pooled line below is the" in shown
+        assert "published LS" not in shown and "R^2" not in shown
+    assert "n_50 (MLE)" not in report and "No slope" not in report
+    assert "| crammed (lower bound) |" in report and "lower bound of the accessibility, not an estimate" in report
+    for entry in summary.per_m:  # the console's n_50 strings are the report's pooled table's
+        line = next(line for line in text.splitlines() if line.startswith(f"m = {entry.m}:"))
+        assert ("(pooled line" in line) == (pooled is not None)
+        for piece in re.findall(rf"n_50 (\S+)( {INTERVAL})?", line):
+            assert piece[0] in report and piece[1].strip() in report
+    if converged:
+        ratio = f"{summary.bounds['ball'] / 25.5:.1f}"
+        assert f"| 25.50 | {summary.bounds['ball']:.0f} |" in report and f"ball / pooled slope {ratio}" in text
+        assert "| 4 | 100.5 | 9.00 |" in report and "read off the line" in report
+    else:
+        assert "ball / pooled slope n/a" in text
+    store.write_summary(tmp_path, summary)
+    assert store.read_summary(tmp_path) == summary
+    write_report(tmp_path, summary)
+    assert (tmp_path / store.REPORT_FILE).read_text() == report
+    assert (tmp_path / store.N50_PLOT).stat().st_size > 0 and (tmp_path / store.ACCESSIBILITY_PLOT).stat().st_size > 0

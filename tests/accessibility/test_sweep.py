@@ -814,3 +814,124 @@ def test_a_sweep_under_an_audited_abandon_records_the_flag_on_flagged_rows_only(
     assert common and {k for k in common if plain[k].stop_reason == "abandoned"} == {
         k for k in common if rows[k].flagged_at is not None
     }
+
+
+def _audited_run(tmp_path, **overrides):
+    """An audited pooled sweep whose rule flags every row not crammed by step 12, into ``tmp_path / "audited"``."""
+    rule = ((12, 1.0),)
+    config = _audited_pooled(cram=CramConfig(max_steps=30, patience=30, batch_size=4, abandon_below=rule), **overrides)
+    return config, tmp_path / "audited"
+
+
+def test_an_audited_sweeps_summary_holds_no_fit_of_the_plain_outcomes_and_its_report_shows_the_pooled_line(
+    tmp_path, llama
+):
+    """A row the audited abandon stopped is not a failure: the per-m fits, the line through them and its ratios would
+    count it as one (biased low), so the summary holds none of them (status "audited"), the report and the console
+    say so and show the pooled line, the fraction per length is the plain one labelled as a lower bound, the live
+    tracker logs no per-m n_50, and summary.json reads back and renders as written."""
+    from types import SimpleNamespace
+
+    from ut_peft.accessibility.report import console_summary, markdown
+    from ut_peft.accessibility.store import AUDITED
+    from ut_peft.accessibility.tracking import SweepTracker
+
+    config, folder = _audited_run(tmp_path)
+    logged: list[dict] = []
+    accelerator = SimpleNamespace(is_main_process=True, log=lambda values, step: logged.append(values))
+    summary = run_sweep(config, folder, model=llama, progress=False, callback=SweepTracker(accelerator, config))
+    rows = read_rows(folder)
+    assert any(r.flagged_at is not None and not r.audited for r in rows.values())  # a stopped row is there
+    assert summary.estimator == "pooled-pseudo-outcomes"
+    assert summary.fit is None and summary.fit_published is None
+    for e in summary.per_m:
+        assert e.fit_status == e.fit_status_published == AUDITED and e.n50_ci_method is None
+        assert e.n50 is e.n50_ci is e.sigmoid_slope is e.sigmoid_slope_ci is None
+        assert e.n50_published is e.sigmoid_slope_published is None
+        assert e.lengths and e.row_steps == sum(r["steps"] + 1 for (m, _, _), r in rows.items() if m == e.m)
+        for n, fraction, k in zip(e.lengths, e.accessibility, e.num_sequences):  # crammed / rows, stopped = not
+            group = [r for (m, nn, _), r in rows.items() if (m, nn) == (e.m, n)]
+            assert k == len(group) and fraction == sum(r["accessible"] for r in group) / k
+    assert summary.interval_checks["per_m"] == [] and "slope" not in summary.interval_checks
+    pooled = summary.pooled
+    assert pooled is not None and summary.interval_checks["pooled"] is not None
+    if pooled["converged"] and pooled["slope"] > 0:
+        assert summary.ratios == {k: summary.bounds[k] / pooled["slope"] for k in ("ball", "box")}
+    else:
+        assert summary.ratios is None
+
+    report = (folder / "report.md").read_text()
+    assert (
+        "**Per-m fits: none under the audited abandon (a stopped row is not a failure); the pooled line below is the "
+        "estimate**" in report
+    )
+    assert "n_50 (MLE)" not in report and "R^2" not in report and "published slope (LS)" not in report
+    assert "| m | n_50 (pooled) |" in report and "pseudo-outcome" in report
+    assert "| crammed (lower bound) |" in report and "| accessible |" not in report
+    assert "None" not in report and "No slope" not in report
+    text = console_summary(summary)
+    assert "per-m fits: none under the audited abandon" in text and "pooled line: slope" in text
+    assert "None" not in text and "published LS" not in text and "(pooled line" in text.splitlines()[0]
+
+    again = load_summary(folder)  # summary.json round-trips and renders as the sweep rendered it
+    assert again.to_dict() == json.loads(json.dumps(summary.to_dict()))
+    assert again.fit is None and {e.fit_status for e in again.per_m} == {AUDITED}
+    assert "Per-m fits: none under the audited abandon" in markdown(again) and console_summary(again) == text
+    written = json.loads((folder / "summary.json").read_text())
+    summarize_folder(folder, llama, support_sequences=8, support_seq_len=4)  # the same rows, the same summary
+    assert json.loads((folder / "summary.json").read_text()) == written
+
+    assert logged and not any(key.endswith("/n50") for values in logged for key in values)
+    SweepTracker.log_summary(accelerator, again)
+    final = logged[-1]
+    assert not any(key.startswith("summary/m") for key in final) and "summary/slope" not in final
+    assert "summary/pooled/slope" in final and any(key.startswith("summary/pooled/m") for key in final)
+
+
+def test_an_audited_sweeps_ratios_are_the_bounds_over_the_pooled_slope(tmp_path, llama, monkeypatch):
+    """Where the pooled line converged, the bounds are set against its slope (the summary's ratios, the report's
+    table, the console); where it did not, there are no ratios."""
+    from ut_peft.accessibility import sweep as sweep_module
+    from ut_peft.accessibility.report import console_summary
+
+    config, folder = _audited_run(tmp_path)
+    run_sweep(config, folder, model=llama, progress=False, report=False)
+    real = sweep_module._pooled
+
+    def converged(config, rows):  # the tiny model's rows leave the fit unconverged: stand in a converged line
+        return dict(real(config, rows), converged=True, slope=4.0)
+
+    monkeypatch.setattr(sweep_module, "_pooled", converged)
+    summary = summarize_folder(folder, llama, support_sequences=8, support_seq_len=4)
+    assert summary.fit is None
+    assert summary.ratios == {k: summary.bounds[k] / 4.0 for k in ("ball", "box")}
+    ball = f"{summary.bounds['ball'] / 4.0:.1f}"
+    assert (
+        f"| 4.00 | {summary.bounds['ball']:.0f} | {summary.bounds['box']:.0f} | {ball} |"
+        in (folder / "report.md").read_text()
+    )
+    assert f"ball / pooled slope {ball}" in console_summary(summary)
+    assert (folder / "n50_vs_m.png").is_file()
+
+    monkeypatch.setattr(sweep_module, "_pooled", lambda config, rows: dict(real(config, rows), converged=False))
+    assert summarize_folder(folder, llama, support_sequences=8, support_seq_len=4).ratios is None
+
+
+def test_a_sweep_without_the_audit_still_fits_the_plain_outcomes_per_m(tmp_path, llama):
+    """The same sweep under version 2 (the abandon unaudited: a stopped row counts as failed, as before the audit)
+    keeps its per-m Firth fits, the published least squares and the line, and the ratios over that line's slope."""
+    from ut_peft.accessibility.fit import fit_sigmoid, n50_interval
+
+    config, _ = _audited_run(tmp_path, pooled_version=2)
+    summary = run_sweep(config, tmp_path / "plain", model=llama, progress=False, report=False)
+    rows = read_rows(tmp_path / "plain")
+    assert summary.estimator == "firth-logistic-mle"
+    for e in summary.per_m:
+        group = [r for (m, _, _), r in rows.items() if m == e.m]
+        fit = n50_interval(
+            [r["n"] for r in group], [r["accessible"] for r in group], [r["index"] for r in group], seed=[0, e.m]
+        )
+        assert (e.n50, e.n50_ci, e.fit_status) == (fit["n50"], fit["n50_ci"], fit["status"])
+        assert e.fit_status_published == fit_sigmoid(e.lengths, e.accessibility)["status"] != "audited"
+    if summary.fit is not None and summary.fit["slope"] > 0:
+        assert summary.ratios == {k: summary.bounds[k] / summary.fit["slope"] for k in ("ball", "box")}

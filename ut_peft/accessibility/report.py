@@ -11,7 +11,7 @@ from ..io import atomic_write_text
 from . import published_bounds
 from .coverage import THRESHOLD, marked, summary_checks
 from .protocol import differences_from_published
-from .store import ACCESSIBILITY_PLOT, N50_PLOT, REPORT_FILE, Summary
+from .store import ACCESSIBILITY_PLOT, N50_PLOT, REPORT_FILE, Summary, abandon_audit
 
 
 def wilson(successes: int, trials: int, z: float = 1.959964) -> tuple[float, float]:
@@ -48,7 +48,10 @@ def plot_accessibility(summary: Summary, path) -> None:
                 ax.errorbar([entry.n50], [0.5], xerr=xerr, fmt="s", color=color, ms=5, capsize=3)
     ax.axhline(0.5, color="grey", lw=0.5, ls=":")
     ax.set_xlabel("sequence length n (tokens)")
-    ax.set_ylabel("accessibility (fraction greedy-exact)")
+    if abandon_audit(summary.settings):  # the plain fraction, a stopped row counted as not crammed: a lower bound
+        ax.set_ylabel("fraction crammed (a stopped row counts as not)")
+    else:
+        ax.set_ylabel("accessibility (fraction greedy-exact)")
     ax.set_ylim(-0.05, 1.05)
     ax.set_title(f"{summary.model} / {summary.source.get('kind')}")
     ax.legend()
@@ -58,6 +61,9 @@ def plot_accessibility(summary: Summary, path) -> None:
 def plot_n50(summary: Summary, path) -> None:
     from ..plotting import save_figure, subplots
 
+    if abandon_audit(summary.settings):
+        _plot_pooled_n50(summary, path)
+        return
     points = [e for e in summary.per_m if e.n50 is not None]
     fig, ax = subplots(figsize=(6, 4))
     if points:
@@ -97,6 +103,47 @@ def plot_n50(summary: Summary, path) -> None:
     ax.set_xlabel("memory vectors m")
     ax.set_ylabel("$n_{50}$ (tokens)")
     ax.set_title(f"{summary.model} / {summary.source.get('kind')}")
+    save_figure(fig, path, dpi=100)
+
+
+def _plot_pooled_n50(summary: Summary, path) -> None:
+    """n_50 vs m of a sweep under an audited abandon: the pooled line and its read-off n_50 with their Wald intervals
+    (there are no per-m fits: :data:`.store.AUDITED`), and the bounds."""
+    from ..plotting import save_figure, subplots
+
+    pooled = summary.pooled
+    fig, ax = subplots(figsize=(6, 4))
+    if pooled and pooled.get("converged", True):
+        entries = [e for e in pooled["per_m"] if e["n50"] is not None]
+        ms = np.array([e["m"] for e in entries], float)
+        n50 = np.array([e["n50"] for e in entries], float)
+        cis = np.array([[np.nan if v is None else v for v in (e.get("ci") or (e["n50"], e["n50"]))] for e in entries])
+        top = max(float(np.nanmax(np.append(cis[:, 1], n50))), 1.0) * 1.5
+        cis[:, 0] = np.where(np.isnan(cis[:, 0]), 0.0, cis[:, 0])
+        cis[:, 1] = np.where(np.isnan(cis[:, 1]), top, cis[:, 1])
+        measured = np.array([bool(e["measured"]) for e in entries])
+        yerr = np.clip([n50 - cis[:, 0], cis[:, 1] - n50], 0, None)
+        for where, fmt, label in ((measured, "o", "measured m"), (~measured, "s", "read off the line")):
+            if where.any():
+                ax.errorbar(ms[where], n50[where], yerr=yerr[:, where], fmt=fmt, capsize=3, label=label)
+        grid = np.linspace(0, max(ms.max(), 1.0) + 0.5, 50)
+        ax.plot(
+            grid,
+            pooled["slope"] * grid + pooled["intercept"],
+            "-",
+            label=f"pooled line: {pooled['slope']:.1f}{_ci(pooled['slope_ci'])} m + {pooled['intercept']:.1f}",
+        )
+        bounds = {"box": summary.bounds["box"], "ball": summary.bounds["ball"]}
+        for name, style in (("box", "--"), ("ball", ":")):
+            ax.plot(grid, bounds[name] * grid, style, label=f"{name} bound: {bounds[name]:.0f} m")
+        ax.set_ylim(0, top)
+        ax.legend(fontsize=8)
+    else:
+        text = "no pooled line yet" if not pooled else "the pooled fit did not converge"
+        ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes)
+    ax.set_xlabel("memory vectors m")
+    ax.set_ylabel("$n_{50}$ (tokens, pooled line; 95% Wald intervals)")
+    ax.set_title(f"{summary.model} / {summary.source.get('kind')}: audited abandon")
     save_figure(fig, path, dpi=100)
 
 
@@ -141,10 +188,10 @@ def format_interval(interval, digits: int = 1) -> str:
     return f"{low}, {high}"
 
 
-def markdown(summary: Summary, *, figures: tuple[str, str] | None = (ACCESSIBILITY_PLOT, N50_PLOT)) -> str:
+def _head_lines(summary: Summary) -> list[str]:
+    """The report's title, source, protocol and design (and where a retargeted sweep's first rows came from)."""
     s = summary.settings
-    fit, bounds, ratios, support = summary.fit, summary.bounds, summary.ratios, summary.support
-    lines = [
+    return [
         f"# Accessibility of {summary.model} ({summary.source.get('kind')})",
         "",
         f"Source: {_describe(summary.source)}; {s['num_sequences']} sequences per (m, n); seed {s['seed']}; "
@@ -160,6 +207,36 @@ def markdown(summary: Summary, *, figures: tuple[str, str] | None = (ACCESSIBILI
         f"{summary.row_steps} row-steps (forward-backward passes: each row's steps + 1).",
         "",
         *([retarget_line(summary.retargeted_from) + ".", ""] if summary.retargeted_from else []),
+    ]
+
+
+def _support_line(support) -> str:
+    """The measured support the bounds stand on."""
+    return (
+        f"Support (ut-peft's bound estimate, the bounds above): r = r_2 = {support['radius']:.3f}, eps = r/2^11 = "
+        f"{support['eps']:.5f}, from {support['num_samples']} random-token sequences of "
+        f"{support.get('seq_len', 32)} tokens; d = {support['hidden_size']}, |V| = {support['vocab_size']}."
+    )
+
+
+def _fraction_rows(summary: Summary) -> list[str]:
+    """The rows of the per-(m, n) table: the fraction of each length's rows that crammed, with its Wilson interval."""
+    lines = []
+    for e in summary.per_m:
+        for n, a, k, t in zip(e.lengths, e.accessibility, e.num_sequences, e.mean_tf_accuracy):
+            mean_tf = "-" if t is None else f"{t:.3f}"  # rows inferred not accessible have no accuracy
+            fraction_ci = format_interval(wilson(round(a * k), k), 2)
+            lines.append(f"| {e.m} | {n} | {k} | {a:.2f} | {fraction_ci} | {mean_tf} |")
+    return lines
+
+
+def markdown(summary: Summary, *, figures: tuple[str, str] | None = (ACCESSIBILITY_PLOT, N50_PLOT)) -> str:
+    s = summary.settings
+    if abandon_audit(s):
+        return _audited_markdown(summary, figures)
+    fit, bounds, ratios = summary.fit, summary.bounds, summary.ratios
+    lines = [
+        *_head_lines(summary),
         "n_50 is the maximum-likelihood fit (Firth-penalised logistic regression on the per-sequence outcomes) "
         "of the published sigmoid 1/(1+exp(-s(n-x0))), with a 95% interval (bootstrap: over sequence indices, "
         "the rows of an index resampled together; profile: penalised likelihood, where every sequence has one "
@@ -195,9 +272,7 @@ def markdown(summary: Summary, *, figures: tuple[str, str] | None = (ACCESSIBILI
         f"{bounds['ball']:.0f} | {bounds['box']:.0f} | {_num(ratios and ratios['ball'])} | "
         f"{_num(ratios and ratios['box'])} |",
         "",
-        f"Support (ut-peft's bound estimate, the bounds above): r = r_2 = {support['radius']:.3f}, eps = r/2^11 = "
-        f"{support['eps']:.5f}, from {support['num_samples']} random-token sequences of "
-        f"{support.get('seq_len', 32)} tokens; d = {support['hidden_size']}, |V| = {support['vocab_size']}.",
+        _support_line(summary.support),
         "",
         *published_bounds.report_lines(summary.bounds_published, fit and fit["slope"], summary.model),
         "",
@@ -210,19 +285,117 @@ def markdown(summary: Summary, *, figures: tuple[str, str] | None = (ACCESSIBILI
         "| m | n | sequences | accessible | 95% interval | mean tf acc |",
         "|---|---|---|---|---|---|",
     ]
-    for e in summary.per_m:
-        for n, a, k, t in zip(e.lengths, e.accessibility, e.num_sequences, e.mean_tf_accuracy):
-            mean_tf = "-" if t is None else f"{t:.3f}"  # rows inferred not accessible have no accuracy
-            fraction_ci = format_interval(wilson(round(a * k), k), 2)
-            lines.append(f"| {e.m} | {n} | {k} | {a:.2f} | {fraction_ci} | {mean_tf} |")
+    lines += _fraction_rows(summary)
     if figures:
         lines += ["", f"![accessibility]({figures[0]})", "", f"![n50 vs m]({figures[1]})"]
     return "\n".join(lines) + "\n"
 
 
+def _audited_markdown(summary: Summary, figures: tuple[str, str] | None) -> str:
+    """The report of a sweep run under an audited early abandon (settings' cram.abandon_audit above 0): no per-m fit
+    (:data:`.store.AUDITED`), the pooled line as the estimate, the bounds over its slope, and the fraction crammed per
+    (m, n) labelled as what it is."""
+    s = summary.settings
+    audit = abandon_audit(s)
+    bounds, ratios, pooled = summary.bounds, summary.ratios, summary.pooled
+    rule = "; ".join(
+        f"best teacher-forced accuracy below {a} at step {k}" for k, a in s["cram"].get("abandon_below", ())
+    )
+    lines = [
+        *_head_lines(summary),
+        f"Audited early abandon: a row the rule flags ({rule or 'abandon_below'}) stops there, or, with probability "
+        f"{audit:g}, runs on to its own end. A stopped row is not a failure (it might have crammed), so a fit that "
+        "counts it as one is biased low. **Per-m fits: none under the audited abandon (a stopped row is not a "
+        "failure); the pooled line below is the estimate**: it is fitted to the rows' pseudo-outcomes (a stopped row "
+        f"0, an audited row that crammed 1/{audit:g}, any other row as it ended), whose mean is the accessibility "
+        "whatever the rule. No per-m MLE or published least-squares n_50, no line through them, and the bounds are "
+        "set against the pooled slope.",
+        "",
+        "| m | row-steps | lengths measured |",
+        "|---|---|---|",
+        *(f"| {e.m} | {e.row_steps} | {', '.join(map(str, e.lengths))} |" for e in summary.per_m),
+    ]
+    checks = _interval_checks(summary)
+    if pooled:
+        lines += _pooled_lines(pooled, checks.get("pooled"), audit)
+    else:
+        lines += ["", "No pooled line yet: it needs rows at two m. Until then there is no estimate."]
+    slope = _pooled_slope(summary)
+    lines += [
+        "",
+        "| pooled slope (tokens per vector) | ball bound | box bound | ball / pooled slope | box / pooled slope |",
+        "|---|---|---|---|---|",
+        f"| {_num(slope, 2)} | {bounds['ball']:.0f} | {bounds['box']:.0f} | {_num(ratios and ratios['ball'])} | "
+        f"{_num(ratios and ratios['box'])} |",
+        "",
+        _support_line(summary.support),
+        "",
+        *published_bounds.report_lines(summary.bounds_published, slope, summary.model),
+        "",
+        "Fraction crammed per (m, n): the rows that crammed over the rows, a row the abandon stopped counted as not "
+        "crammed, so a lower bound of the accessibility, not an estimate of it (Wilson 95% interval of that "
+        "fraction):",
+        "",
+        "| m | n | sequences | crammed (lower bound) | 95% interval | mean tf acc |",
+        "|---|---|---|---|---|---|",
+    ]
+    lines += _fraction_rows(summary)
+    if figures:
+        lines += ["", f"![fraction crammed]({figures[0]})", "", f"![pooled n50 vs m]({figures[1]})"]
+    return "\n".join(lines) + "\n"
+
+
+def _pooled_slope(summary: Summary) -> float | None:
+    """The slope the bounds are set against under an audited abandon: the pooled line's, where its fit converged."""
+    pooled = summary.pooled
+    return pooled["slope"] if pooled and pooled.get("converged", True) else None
+
+
+def _audited_console(summary: Summary) -> str:
+    """:func:`console_summary` of a sweep under an audited abandon: the pooled line's n_50 per m and slope."""
+    ratios, pooled = summary.ratios, summary.pooled
+    checks = _interval_checks(summary)
+    marks = checks.get("pooled") or {}
+    pooled_m = {e["m"]: e for e in pooled["per_m"]} if pooled else {}
+    marks_m = {e["m"]: e for e in marks.get("per_m", [])}
+    lines = []
+    for e in summary.per_m:
+        entry = pooled_m.get(e.m)
+        converged = "" if pooled and pooled.get("converged", True) else ", not converged"
+        read = (
+            f"n_50 {_num(entry['n50'])}{_ci(entry['ci'], check=marks_m.get(e.m))} (pooled line{converged})"
+            if entry
+            else "no n_50 yet (the pooled line needs rows at two m)"
+        )
+        lines.append(f"m = {e.m}: {read}; {e.row_steps:,} row-steps")
+    lines.append(
+        "per-m fits: none under the audited abandon (a stopped row is not a failure); the pooled line below is the "
+        "estimate"
+    )
+    if pooled:
+        lines.append(
+            f"pooled line: slope {_num(pooled['slope'], 2)}{_ci(pooled['slope_ci'], check=marks.get('slope'))}, "
+            f"intercept {_num(pooled['intercept'])}{_ci(pooled['intercept_ci'], check=marks.get('intercept'))}"
+            + ("" if pooled.get("converged", True) else " (the fit did not converge: do not use these numbers)")
+        )
+    bounds = summary.bounds
+    lines.append(
+        f"bounds: ball {bounds['ball']:.0f}, box {bounds['box']:.0f} tokens per vector; ball / pooled slope "
+        f"{_num(ratios and ratios['ball'])}, box / pooled slope {_num(ratios and ratios['box'])} (ut-peft's estimate: "
+        f"{summary.support['num_samples']} sequences of {summary.support.get('seq_len', 32)} tokens, eps = r_2/2^11)"
+    )
+    lines.append(published_bounds.console_line(summary.bounds_published, _pooled_slope(summary)))
+    lines.append(f"{summary.num_rows:,} rows, {summary.row_steps:,} row-steps in all")
+    if summary.retargeted_from:
+        lines.append(retarget_line(summary.retargeted_from))
+    return "\n".join(lines)
+
+
 def console_summary(summary: Summary) -> str:
     """The sweep's figures as report.md prints them (rounded, intervals by :func:`format_interval`), in a few lines
     for the console: n_50 per m, the slope with its interval, the bounds and their ratios, the pooled line."""
+    if abandon_audit(summary.settings):
+        return _audited_console(summary)
     fit, ratios, published = summary.fit, summary.ratios, summary.fit_published
     lines = []
     checks = _interval_checks(summary)
@@ -304,20 +477,34 @@ def _steps_line(law: dict | None) -> str:
     )
 
 
-def _pooled_lines(pooled: dict | None, checks: dict | None = None) -> list[str]:
+def _pooled_lines(pooled: dict | None, checks: dict | None = None, audit: float = 0.0) -> list[str]:
     """The pooled design's table: n_50 at every m from the one line, the slope, and the linearity check; each interval
     with its coverage note where the simulator's coverage at the design's settings falls short (``checks``:
-    coverage.check_pooled; a summary written before them has none)."""
+    coverage.check_pooled; a summary written before them has none). ``audit``: the rows ran under an audited early
+    abandon at this probability (0: none), so the line was fitted to their pseudo-outcomes."""
     if not pooled:
         return []
     checks = checks or {}
     per_m_checks = {e["m"]: e for e in checks.get("per_m", [])}
+    if audit:  # design.pooled_estimates(audit=...): pseudo-outcomes, the covariance guarded by their sandwich
+        how = (
+            "fitted to every row's pseudo-outcome at once (the root of the Firth-adjusted estimating equation, a "
+            "logistic width exp(c) m^d); n_50 at an m without rows is read off the line. Intervals: Wald, +- 1.96 "
+            "standard errors of a covariance at least the larger of the inverse information and the pseudo-outcomes' "
+            "sandwich (which carries the variance the audit adds); the linearity check is the offset's Wald test on "
+            "that covariance."
+        )
+    else:
+        how = (
+            "fitted to every row at once (Firth-penalised likelihood, a logistic width exp(c) m^d); n_50 at an m "
+            "without rows is read off the line. "
+            "Intervals: Wald, +- 1.96 standard errors of the inverse information (their coverage at the design's "
+            "settings is measured in benchmarks/measurement_cost.py, BENCHMARKS.md)."
+        )
     lines = [
         "",
-        "Pooled design: one model of accessibility in (m, n), n_50(m) = a m + b, fitted to every row at once "
-        "(Firth-penalised likelihood, a logistic width exp(c) m^d); n_50 at an m without rows is read off the line. "
-        "Intervals: Wald, +- 1.96 standard errors of the inverse information (their coverage at the design's "
-        "settings is measured in benchmarks/measurement_cost.py, BENCHMARKS.md)."
+        "Pooled design: one model of accessibility in (m, n), n_50(m) = a m + b, "
+        + how
         + ("" if pooled.get("converged", True) else " **The fit did not converge: do not use these numbers.**"),
         "",
         "| m | n_50 (pooled) | standard error | 95% interval | rows at this m |",

@@ -98,6 +98,21 @@ class SlopeBounds(TypedDict):
     box: float
 
 
+# The fit_status and fit_status_published of every m of a sweep that ran under an audited early abandon (settings
+# whose cram.abandon_audit is above 0: the pooled design's version 4). A row the abandon stopped there is not a
+# failure, yet the per-m fits (the Firth MLE and the published least squares), the line through them and its ratios
+# would count it as one and come out biased low; so none of them is fitted, their fields are None, and the pooled line
+# (Summary.pooled, fitted to the rows' pseudo-outcomes) holds the estimates. The per-m ``accessibility`` stays the
+# fraction of rows that crammed, a stopped row counted as not: a lower bound of the accessibility, not an estimate.
+AUDITED = "audited"
+
+
+def abandon_audit(settings: dict) -> float:
+    """The audit probability of the early abandon a sweep ran under (its settings' cram.abandon_audit), 0.0 where it
+    audited none (settings.json holds the key only above 0)."""
+    return float((settings.get("cram") or {}).get("abandon_audit") or 0.0)
+
+
 class _Record:
     """A summary record reads as attributes, and also by key (``summary["per_m"]``), as transformers' ``ModelOutput``
     does, so code written against summary.json's dicts (the benchmarks) reads it unchanged."""
@@ -117,12 +132,12 @@ class MSummary(_Record):
     n50_ci: list[float | None] | None  # 95% interval, of the kind n50_ci_method names; a side None: unbounded
     sigmoid_slope: float | None
     sigmoid_slope_ci: list[float | None] | None
-    fit_status: str  # "ok", "extrapolated" or "degenerate"
+    fit_status: str  # "ok", "extrapolated", "degenerate", or AUDITED (no per-m fit: an audited abandon's sweep)
     n50_published: float | None  # the paper's least squares on the fraction per length
     sigmoid_slope_published: float | None
     fit_status_published: str
     lengths: list[int]  # the lengths that enter the fit, each with the four lists below
-    accessibility: list[float]
+    accessibility: list[float]  # fraction of rows that crammed (under an audited abandon a stopped row counts as not)
     mean_tf_accuracy: list[float | None]  # None: every row of that length was inferred, none was measured
     num_sequences: list[int]
     row_steps: int  # sum of steps + 1 over the m's rows (forward-backward passes)
@@ -145,13 +160,13 @@ class Summary(_Record):
     source: dict  # the source's description
     settings: dict  # the run's fingerprint, as settings.json holds it
     design: str  # "fixed", "adaptive" or "sequential"
-    estimator: str  # "firth-logistic-mle"
+    estimator: str  # "firth-logistic-mle"; "pooled-pseudo-outcomes" under an audited abandon (see AUDITED)
     per_m: list[MSummary]
-    fit: LineFitWithIntervals | None  # the line through the MLE n_50; None below two measured m
-    fit_published: LineFit | None  # the line through n50_published
+    fit: LineFitWithIntervals | None  # the line through the MLE n_50; None below two measured m, or under AUDITED
+    fit_published: LineFit | None  # the line through n50_published (None under AUDITED)
     support: SupportSummary
     bounds: SlopeBounds
-    ratios: SlopeBounds | None  # bound / measured slope
+    ratios: SlopeBounds | None  # bound / measured slope (fit's; under AUDITED the pooled line's)
     num_rows: int
     row_steps: int
     # The pooled design's estimate (design.pooled_estimates): n_50 at every m from one line fitted to every row,

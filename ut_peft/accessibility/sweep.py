@@ -836,7 +836,17 @@ def summarize(config: SweepConfig, settings: dict, rows: dict, model) -> store.S
     n50 is the Firth logistic MLE on the per-sequence outcomes with a 95% interval: a bootstrap over sequence
     indices, or the profile likelihood where every sequence has one row (:func:`.fit.n50_interval`); n50_published
     is the published least-squares sigmoid on the fractions.
+
+    Under an audited early abandon (``config.cram.abandon_audit`` above 0) none of those is fitted (see
+    :data:`.store.AUDITED`): the pooled line is the estimate, and the ratios are the bounds over its slope.
     """
+    # A row the audited abandon stopped is not a failure: it might have crammed. Every fit here but the pooled one
+    # reads `accessible` (stopped = failed), so under the audit each would come out biased low, by several tokens,
+    # while looking like an estimate. Rather than print a biased number beside the right one, they are left out (None,
+    # their status AUDITED) and the pooled line, fitted to the rows' unbiased pseudo-outcomes, stands alone. The
+    # fraction per length stays the plain one (crammed / rows, in [0, 1], with its binomial interval), labelled as a
+    # lower bound: the pseudo-outcome mean at one (m, n) would be unbiased but can exceed 1, with no binomial interval.
+    audited = config.cram.abandon_audit > 0
     curves = _curves(config, rows)
     per_m, fitted_rows = [], []
     for m in config.ms:
@@ -844,15 +854,21 @@ def summarize(config: SweepConfig, settings: dict, rows: dict, model) -> store.S
         group_rows = [r for n in lengths for r in curves[m][n]]
         fitted_rows += group_rows
         acc = [sum(r["accessible"] for r in curves[m][n]) / len(curves[m][n]) for n in lengths]
-        published: SigmoidFit = (
-            fit_sigmoid(lengths, acc) if lengths else {"n50": None, "sigmoid_slope": None, "status": "degenerate"}
-        )
-        fit = n50_interval(
-            [r["n"] for r in group_rows],
-            [r["accessible"] for r in group_rows],
-            [r["index"] for r in group_rows],
-            seed=[config.seed, m],
-        )
+        published: SigmoidFit
+        if audited:
+            published = {"n50": None, "sigmoid_slope": None, "status": store.AUDITED}
+            fit: dict = dict.fromkeys(("n50", "n50_ci", "sigmoid_slope", "sigmoid_slope_ci", "n50_ci_method"))
+            fit["status"] = store.AUDITED
+        else:
+            published = (
+                fit_sigmoid(lengths, acc) if lengths else {"n50": None, "sigmoid_slope": None, "status": "degenerate"}
+            )
+            fit = n50_interval(
+                [r["n"] for r in group_rows],
+                [r["accessible"] for r in group_rows],
+                [r["index"] for r in group_rows],
+                seed=[config.seed, m],
+            )
         per_m.append(
             store.MSummary(
                 m=m,
@@ -880,7 +896,7 @@ def summarize(config: SweepConfig, settings: dict, rows: dict, model) -> store.S
             [r["index"] for r in fitted_rows],
             seed=[config.seed, 0],
         )
-        if fitted_rows
+        if fitted_rows and not audited
         else None
     )
     published_points = [(p.m, p.n50_published) for p in per_m if p.n50_published is not None]
@@ -889,11 +905,16 @@ def summarize(config: SweepConfig, settings: dict, rows: dict, model) -> store.S
         model, num_sequences=config.support_sequences, seq_len=config.support_seq_len, seed=config.seed
     )
     bounds = slope_bounds(stats)
-    ratios: store.SlopeBounds | None = None
-    if line and line["slope"] > 0:
-        ratios = {"ball": bounds["ball"] / line["slope"], "box": bounds["box"] / line["slope"]}
     assert config.design is not None  # SweepConfig.__post_init__ resolves None to "fixed" or "adaptive"
     pooled = _pooled(config, rows)
+    # The measured slope the bounds are set against: the line through the per-m fits, or under the audit the pooled
+    # line's (the only unbiased one there), unless that fit did not converge.
+    slope = line and line["slope"]
+    if audited and pooled is not None and pooled.get("converged", True):
+        slope = pooled["slope"]
+    ratios: store.SlopeBounds | None = None
+    if slope and slope > 0:
+        ratios = {"ball": bounds["ball"] / slope, "box": bounds["box"] / slope}
     checks = check_intervals(per_m, line)
     if pooled is not None:
         checks["pooled"] = check_pooled(pooled, config.pooled_version, config.num_sequences)
@@ -902,7 +923,7 @@ def summarize(config: SweepConfig, settings: dict, rows: dict, model) -> store.S
         source=settings["source"],
         settings=settings,
         design=config.design,
-        estimator="firth-logistic-mle",
+        estimator="pooled-pseudo-outcomes" if audited else "firth-logistic-mle",
         per_m=per_m,
         fit=line,
         fit_published=line_published,

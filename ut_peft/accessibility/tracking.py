@@ -14,7 +14,9 @@ What is logged, at which step (the step counts finished rows, so every tracker s
 - when an (m, n) group completes, and at every round of the design: ``m<m>/n50``, ``m<m>/n50_low``,
   ``m<m>/n50_high`` (the running n_50 and its 95% interval, as the summary computes them; a side the rows cannot
   bound is never logged as a number), with the marks of :mod:`.coverage` that report.md and summary.json's
-  ``interval_checks`` put on it, ``rows/finished``;
+  ``interval_checks`` put on it, ``rows/finished``; no n_50 under an audited early abandon (``cram.abandon_audit``
+  above 0), where a per-m fit would count a stopped row as a failure (the summary fits none either: the pooled
+  line is the estimate), and there ``m<m>/n<n>/accessibility`` is the fraction crammed, a lower bound;
 - at the end (:meth:`SweepTracker.log_summary`): ``summary/m<m>/n50`` and interval, ``summary/slope`` and interval,
   each with its marks, ``summary/row_steps``; for the pooled design also ``summary/pooled/m<m>/n50`` and
   ``summary/pooled/slope`` with theirs.
@@ -99,7 +101,10 @@ class SweepTracker:
 
     def _n50(self, m: int) -> dict:
         """The running n_50 of ``m`` from the rows the summary would fit now (complete groups; every row of a
-        sequential or pooled design), with the summary's seed."""
+        sequential or pooled design), with the summary's seed; none under an audited abandon, where the summary fits
+        no per-m n_50 (store.AUDITED: a stopped row is not a failure)."""
+        if self.config.cram.abandon_audit > 0:
+            return {}
         if self.config.design in EVERY_ROW_DESIGNS:
             fitted = [r for (mm, _, _), r in self.rows.items() if mm == m]
         else:
