@@ -76,3 +76,10 @@ def test_refined_bounds_with_cells_and_ratios(tmp_path):
         read_measured_slope(summary)
     with pytest.raises(FileNotFoundError, match="--slope"):
         read_measured_slope(tmp_path / "missing.json")
+    # Under an audited early abandon the summary fits no line through per-m n_50: the pooled line's slope is read.
+    audited = {"settings": {"cram": {"abandon_audit": 0.25}}, "fit": None, "pooled": {"slope": 9.5, "converged": True}}
+    summary.write_text(json.dumps(audited))
+    assert read_measured_slope(summary) == 9.5
+    summary.write_text(json.dumps(dict(audited, pooled={"slope": 9.5, "converged": False})))
+    with pytest.raises(ValueError, match="audited early abandon.*pooled.slope"):
+        read_measured_slope(summary)

@@ -79,7 +79,9 @@ def nonuniform_slope_bound(uniform_bound: float, vocab_size: int, decay: float) 
 
 
 def read_measured_slope(summary_path) -> float:
-    """The measured n_50 slope (``fit.slope``) of an accessibility evaluator ``summary.json``."""
+    """The measured n_50 slope (``fit.slope``) of an accessibility evaluator ``summary.json``; for a sweep run under an
+    audited early abandon, which fits no line through per-m n_50 (a stopped row is not a failure), the pooled line's
+    (``pooled.slope``, where its fit converged), as the summary's own ratios use it."""
     path = Path(summary_path)
     if not path.is_file():
         raise FileNotFoundError(
@@ -87,6 +89,15 @@ def read_measured_slope(summary_path) -> float:
             "--slope with the measured n_50 slope"
         )
     data = json.loads(path.read_text())
+    if ((data.get("settings") or {}).get("cram") or {}).get("abandon_audit"):
+        pooled = data.get("pooled") or {}
+        slope = pooled.get("slope") if pooled.get("converged", True) else None
+        if not isinstance(slope, (int, float)) or not slope > 0:
+            raise ValueError(
+                f"{path} ran under an audited early abandon, so its slope is the pooled line's, and it has no "
+                f"positive converged pooled.slope (found {slope!r}): there is no measured slope to compare with"
+            )
+        return float(slope)
     slope = (data.get("fit") or {}).get("slope")
     if not isinstance(slope, (int, float)) or not slope > 0:
         raise ValueError(
