@@ -139,7 +139,9 @@ def test_the_pooled_designs_wald_intervals_carry_their_simulated_coverage():
     unmeasured = coverage.check_pooled(pooled, 2, 16)
     assert not unmeasured["measured"] and "coverage not measured" in unmeasured["slope"]["note"]
     assert coverage.check_pooled(None, 2, 8) is None
-    # Every measured setting's figures came from a 200-repeat run whose command is written beside them.
+    # Every measured setting's figures came from a run of 200 repeats or more whose command is written beside them
+    # (without --repeats the benchmark runs its default, 400).
     for by_batch in coverage.POOLED_TABLE.values():
         for e in by_batch.values():
-            assert 0 < e["slope"] < 1 and 0 < e["n50"] < 1 and "--repeats 200" in e["command"]
+            assert 0 < e["slope"] < 1 and 0 < e["n50"] < 1
+            assert "--repeats 200" in e["command"] or "--repeats" not in e["command"]

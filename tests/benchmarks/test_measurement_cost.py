@@ -55,7 +55,19 @@ def test_the_published_baseline_is_cached_per_repeat_and_a_pooled_variant_reruns
     # Another truth is another key: nothing read from the other file, so the published design is analysed again.
     with pytest.raises(AssertionError, match="simulated again"):
         run(cost, "--repeats", "1", "--cache", str(cache), "--slope", "40")
-    assert first.splitlines()[0].endswith("rules of version 2)")
+    assert first.splitlines()[0].endswith("rules of version 4)")  # the newest, which audits its abandon
+    assert any(x.startswith("audited abandon") for x in first.splitlines())
+
+
+def test_quick_runs_the_published_and_pooled_designs_alone_at_the_full_runs_repeats(cost, tmp_path):
+    """--quick drops the sequential and published+inferred designs (the full run measures them) and keeps the full
+    run's repeats, so its pooled and published lines are the full run's."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        cost.main(["--quick", "--repeats", "1", "--num-boot", "10", "--pooled-factor", "50", "--cache", str(tmp_path)])
+    text = out.getvalue()
+    assert "| pooled |" in text and "| sequential |" not in text and "published+inferred" not in text
+    assert ", 1 repeats," in text.splitlines()[0]
 
 
 def test_the_pooled_knobs_replace_single_rules_of_the_version(cost):
@@ -230,7 +242,10 @@ def test_random_words_draw_a_text_per_length_and_nested_texts_one_per_index(cost
 def test_the_steps_informed_estimate_reads_the_pooled_designs_own_rows(cost, tmp_path):
     """--designs pooled+steps analyses the pooled design's rows again (the same rows and row-steps, another error);
     it is not simulated unless asked for."""
-    text = run(cost, "--repeats", "2", "--cache", str(tmp_path), "--designs", "pooled", "pooled+steps")
+    argv = ["--repeats", "2", "--cache", str(tmp_path), "--designs", "pooled", "pooled+steps"]
+    with pytest.raises(SystemExit, match="pooled\\+steps reads the step counts.*--pooled-version 2"):
+        run(cost, *argv)  # version 4 audits its abandon: its pseudo-outcomes do not combine with the step counts
+    text = run(cost, *argv, "--pooled-version", "2")
 
     def per_m_row_steps(name):  # the per-m table's rows (an m in the second column), their mean row-steps
         cells = [line.split("|") for line in text.splitlines() if line.startswith(f"| {name} | ")]

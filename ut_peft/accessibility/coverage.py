@@ -177,6 +177,16 @@ POOLED_TABLE: dict[str, dict[str, dict]] = {
             "command": "python benchmarks/measurement_cost.py --repeats 200 --designs pooled --pooled-version 3",
         },
     },
+    # Version 4 (the audited abandon): the sandwich intervals of its pseudo-outcome fit, 400 repeats, the simulator's
+    # flag rates (failing rows flagged at step 500 with probability 0.9, crammed ones 0.05).
+    "4": {
+        "8": {
+            "slope": 0.95,
+            "n50": 0.92,
+            "factor": 1.05,
+            "command": "python benchmarks/measurement_cost.py --designs pooled --pooled-version 4",
+        },
+    },
 }
 
 
