@@ -148,7 +148,11 @@ def test_differences_from_published_names_every_changed_setting():
     assert "abandon" not in text
     abandon = {**settings["cram"], "abandon_below": [[100, 0.4]], "abandon_audit": 0.25}
     text = " | ".join(differences_from_published({**settings, "cram": abandon}))
-    assert "calibrated early abandon [[100, 0.4]]" in text and "audited" in text and "probability 0.25" in text
+    assert (
+        "calibrated early abandon --abandon-below 100:0.4 " in text
+        and "audited" in text
+        and "probability 0.25" in text
+    )
 
 
 def test_the_config_classes_take_their_published_defaults_from_one_table():

@@ -163,7 +163,10 @@ def differences_from_published(settings: dict[str, Any]) -> list[str]:
     if cram.get("lr") != PUBLISHED.lr:
         out.append(f"lr {cram.get('lr')} (published {PUBLISHED.lr})")
     if cram.get("abandon_below"):
-        out.append(f"calibrated early abandon {cram.get('abandon_below')} (published: none)")
+        # As --abandon-below takes it (STEP:ACC ...): the same words whether settings.json was read back (lists) or
+        # the run's own config wrote them (tuples).
+        rule = " ".join(f"{int(k)}:{float(a):g}" for k, a in cram["abandon_below"])
+        out.append(f"calibrated early abandon --abandon-below {rule} (published: none)")
     if cram.get("abandon_audit"):
         out.append(
             f"the early abandon audited: a flagged row runs on to its own end with probability "
