@@ -347,3 +347,28 @@ def test_a_version_1_pooled_sweep_retargets_to_version_2_keeping_only_the_rows_v
     assert SweepConfig.from_settings(store.read_settings(tmp_path / "new")).pooled_version == 2
     with pytest.raises(ValueError, match="version 9 of the pooled design's rules; this ut-peft knows versions 1, 2"):
         pooled(pooled_version=9)
+
+
+def test_a_pooled_sweep_without_an_abandon_retargets_to_the_audited_version_keeping_every_row(tmp_path, llama):
+    """Version 4 brings the audit and its rule (cram.abandon_audit, cram.abandon_below) with it: a version-2 folder
+    that abandoned no row moves to it as to new targets (its rows are full runs, read as unflagged rows; version 4
+    keeps those its own replay asks for, its sandwich-guarded placement parting from version 2's after the
+    bracketing rounds) and resumes to where a fresh version-4 run ends; a folder that ran an abandon rule of its own
+    is another sweep."""
+    old_config, new_config = pooled(pooled_version=2), pooled(pooled_version=4)
+    old_rows = drive(make_design(old_config))
+    write_sweep(tmp_path / "old", old_config, llama, old_rows)
+    record = retarget_sweep(tmp_path / "old", tmp_path / "new", new_config, model=llama)
+    kept = store.read_rows(tmp_path / "new")
+    assert kept == replayed_rows(make_design(new_config), old_rows) and 0 < len(kept) < len(old_rows)
+    assert record["rows_kept"] == len(kept) and record["rows_dropped"] == len(old_rows) - len(kept)
+    assert drive(make_design(new_config), kept) == drive(make_design(new_config))
+    settings = store.read_settings(tmp_path / "new")
+    assert settings["design"]["version"] == 4 and settings["cram"]["abandon_audit"] == 0.25
+    assert settings["cram"]["abandon_below"]  # the version's rule
+    config, fingerprinted = fingerprint(new_config, llama)
+    check_rows(config, fingerprinted, kept)
+    ruled = pooled(pooled_version=2, cram=CramConfig(max_steps=1000, patience=1000, abandon_below=((100, 0.2),)))
+    write_sweep(tmp_path / "ruled", ruled, llama, old_rows)
+    with pytest.raises(ValueError, match="differ: cram.abandon_audit"):
+        retarget_sweep(tmp_path / "ruled", tmp_path / "no", pooled(pooled_version=4, cram=ruled.cram), model=llama)

@@ -390,7 +390,8 @@ def replayed_rows(design, rows: dict) -> dict:
 # The fields of settings["design"] that only decide when a design stops (and, for the pooled design, how its fitted
 # rounds weigh the quantities asked for): what a retarget may change. Everything else decides what a row is. The
 # pooled design's version (its placement and stopping rules) may change too: the new version keeps only the rows
-# its own replay asks for, as new targets do, so every kept row is one the new rules would have crammed.
+# its own replay asks for, as new targets do, so every kept row is one the new rules would have crammed. A version
+# that audits its early abandon may also bring the engine's audit and rule into a folder that abandoned no row.
 STOPPING_FIELDS = {
     "sequential": ("target_ci", "budget_row_steps"),
     "pooled": ("target_slope_se", "target_n50_se", "budget_row_steps", "version"),
@@ -441,6 +442,15 @@ def retarget_plan(old_dir, config: SweepConfig, settings: dict, new_dir) -> tupl
         return dict(values, design=design)
 
     changed = _changed_paths(fixed(old_settings), fixed(new_settings))
+    old_cram = old_settings.get("cram") or {}
+    new_version = (new_settings.get("design") or {}).get("version")
+    if kind == "pooled" and new_version in POOLED_RULES and POOLED_RULES[new_version].audit is not None:
+        if not old_cram.get("abandon_below") and not old_cram.get("abandon_audit"):
+            # A version that audits its early abandon brings the engine's audit and rule with it (_set_audit). Rows
+            # run with no abandon at all are full runs, which the audited design reads as unflagged rows (each its
+            # own outcome, unbiased), so they carry over as they are; a folder that abandoned rows under a rule of
+            # its own is another sweep.
+            changed = [path for path in changed if path not in ("cram.abandon_audit", "cram.abandon_below")]
     if changed:
         raise ValueError(
             f"{old_dir} was run with other settings than these (differ: {', '.join(changed)}); a retarget changes "
