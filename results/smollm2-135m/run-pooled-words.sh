@@ -6,8 +6,9 @@
 # (--retarget-from, every row and snapshot kept) from pooled-words once its bracketing rounds had bracketed m = 1, 3
 # and 5 (28 rows; pooled-words stays as it was, v1 rules, its first targets). The targets are the issue's acceptance
 # level, twice the published design's RMSE at this model, from the simulator set to the folder's rows:
-#   python benchmarks/measurement_cost.py --quick --designs pooled --words --cap-fails \
+#   python benchmarks/measurement_cost.py --quick --repeats 50 --pooled-version 2 --designs pooled --words --cap-fails \
 #       --truth-from results/smollm2-135m/pooled-words --cost-from results/smollm2-135m/pooled-words --pooled-factor 2
+# (--repeats 50 --pooled-version 2: what --quick meant before session 16)
 # (truth n_50 = 16.11 m + 9.17, relative width 0.130, rows failing at the cap as real ones do; log
 # results/benchmarks/measurement_cost_v2_quick_words_capfails_f2_retarget.log: the published design's slope RMSE 0.66,
 # n_50 RMSE 1.44 / 1.83 / 1.83 / 1.91 / 2.58; the pooled design at these targets 1.16x / 0.65-1.00x of it, because
@@ -18,6 +19,10 @@
 # rounds have pinned the width (the same command with --truth-from results/smollm2-135m/pooled-words-v2).
 # Session 15: version 3 of the rules (the step counts too) was simulated at this model's line and buys nothing per
 # unit of error on random words, so the run stays on version 2 (BENCHMARKS.md, "Session 15").
+# Session 16: version 4 (the audited early abandon) was measured at this setting (400 repeats: 160,946 row-steps at
+# slope 1.52x the published design's, version 2 267,685 at 1.30x) and declined for this run: it replays only the 28
+# bracketing rows of this folder, so a retarget would drop 24 rows (46,428 row-steps) for about a tenth less to spend
+# at equal error (docs/accessibility.md, "Session 16").
 cd "$(dirname "$0")/../.."
 exec nice -n 5 python recipes/cram.py --model smollm2-135m --protocol published --source words \
     --ms 1 2 3 4 5 --design pooled --num-sequences 8 --batch-size 12 --pooled-version 2 \
