@@ -470,7 +470,10 @@ class PooledDesign(Design):
 
     The placement and stopping rules (``logit_offsets``, ``width_z``, ``stop_z``, ``check_factor``, ``slope_from``,
     ``min_rows``) default to version 1's; a sweep builds the design with those of its settings' version
-    (:data:`POOLED_RULES`, :func:`make_design`).
+    (:data:`POOLED_RULES`, :func:`make_design`). ``audit``: the rows ran under an early abandon with a random audit
+    at this probability (:func:`row_outcomes`: the design fits their pseudo-outcomes, its stop and placement on
+    their sandwich). ``target_scale``: every standard-error target times this (version 4: 1.25, its stop's realised
+    error measured at 0.8x its targets).
     """
 
     def __init__(
@@ -1055,8 +1058,8 @@ def pooled_estimates(
     step cap, for the truncated steps law (:class:`~.pooled.StepRows`); None: untruncated. ``steps_robust``: the
     steps-informed covariance guarded by the rows' sandwich (:func:`~.pooled.guarded_covariance`).
 
-    ``audit``: the rows ran under an early abandon with a random audit at this probability (each row says whether the
-    rule ``flagged`` it and whether it was ``audited``): the line is fitted to the rows' pseudo-outcomes
+    ``audit``: the rows ran under an early abandon with a random audit at this probability (a row the rule flagged
+    holds ``flagged_at`` and whether it was ``audited``): the line is fitted to the rows' pseudo-outcomes
     (:func:`~.pooled.audited_outcomes`, unbiased whatever the rule), its covariance guarded by their sandwich
     (:func:`~.pooled.outcomes_sandwich`), and the linearity check is the offset's Wald test on that covariance
     (:func:`~.pooled.audited_linearity_check`). Not with ``steps``.
