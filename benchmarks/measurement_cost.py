@@ -38,14 +38,16 @@ BENCHMARKS.md and the docs carry the flag).
 ``--early-stop K`` simulates a calibrated early stop of hopeless rows (the engine's part): an inaccessible row
 costs min(its steps, K). The design's ratio alone is the default (no early stop).
 ``--audit PI`` simulates, for the pooled design's rows only, an early abandon with a random audit
-(:class:`AuditedAbandon`): a row still running at ``--flag-step`` (500) is flagged with probability ``--flag-failed``
-(0.9) if it will fail and ``--flag-accessible`` (0.05) if it will cram (a false abandon); a flagged row runs on to
-its end with probability PI, else it stops there and is recorded as failed. The design and its estimate fit the rows'
-pseudo-outcomes (``pooled.audited_outcomes``: 1 / PI for an audited row that crams), whose mean is each row's
-accessibility whatever the rule, with sandwich standard errors; the flag rates are assumptions (the simulator has no
-trajectories), set from SmolLM2's full-cap rows (``benchmarks/early_abandon.py --checkpoints-from 500``). Version
-4's rules (the default) audit at 1/4 on their own; ``--audit`` replaces the probability, ``--pooled-version 2`` runs
-every row to its end.
+(:class:`AuditedAbandon`): a row that will fail is flagged at the first of ``--flag-step`` (500 750) it is still
+running at, with the shares ``--flag-failed`` (0.67 0.22: the step-500 rule on SmolLM2's 52 full-cap rows flags 18
+of 27 failed rows at step 500 and 6 at step 750), and a row that will cram at the first step with probability
+``--flag-accessible`` (0.05: none of the 17 accessible rows still running at step 500 is flagged there, 95% upper
+bound about 16%); a flagged row runs on to its end with probability PI, else it stops there and is recorded as
+failed. The design and its estimate fit the rows' pseudo-outcomes (``pooled.audited_outcomes``: 1 / PI for an audited
+row that crams), whose mean is each row's accessibility whatever the rule, with sandwich standard errors; the flag
+rates are assumptions (the simulator has no trajectories). Version 4's rules (the default) audit at 1/4 on their
+own; ``--audit`` replaces the probability, ``--pooled-version 2`` runs every row to its end. Figures before session
+16's last runs flagged every failing row at step 500 alone (``--flag-step 500 --flag-failed 0.9`` reproduces them).
 
 The published design: the adaptive grid from 10 to 1000 (steps of 100 while accessibility > 0.9, steps of 10
 until < 0.1, one more step of 100), 20 texts per length (the same 20 texts at every length and m), cap 3000,
@@ -407,31 +409,59 @@ def run_design(design, truth: Truth, repeat: int, infer: bool = False) -> tuple[
 class AuditedAbandon:
     """The early abandon with a random audit, as the simulator models it for the pooled design's rows (``--audit``).
 
-    The simulator has no trajectories, so the rule's behaviour is an assumption, set from SmolLM2's full-cap rows
-    (``benchmarks/early_abandon.py --checkpoints-from 500``: 22 of 24 failed rows flagged, none of 20 accessible):
-    a row still running at ``flag_step`` is flagged with probability ``flag_failed`` if it will fail and
-    ``flag_accessible`` if it will cram; a flagged row runs on to its end with probability ``audit`` (drawn apart
-    from everything else), else it stops there (``flag_step`` + 1 row-steps) counted as failed. The pooled design
-    fits the rows' pseudo-outcomes (pooled.audited_outcomes), so the rule's errors cost variance, not bias."""
+    The simulator has no trajectories, so the rule's behaviour is an assumption, set from SmolLM2's full-cap rows:
+    the step-500 rule (floors at steps 500 / 750 / 1000, version 4's default) flags 18 of the 27 failed rows of
+    ``results/smollm2-135m/pooled-words-v2`` still running at step 500 there, 6 more at step 750, and none of its 17
+    accessible ones (52 rows, 2026-12-02). A row that will fail is flagged at the first of ``flag_steps`` it is still
+    running at, with the probabilities ``flag_failed`` (one per step: the share of failing rows first flagged there;
+    one uniform draw decides, so the shares add up); a row that will cram is flagged at the first step with
+    probability ``flag_accessible`` (a false flag). A flagged row runs on to its end with probability ``audit`` (drawn
+    apart from everything else), else it stops there (the flag step + 1 row-steps) counted as failed. The pooled
+    design fits the rows' pseudo-outcomes (pooled.audited_outcomes), so the rule's errors cost variance, not bias."""
 
     audit: float
-    flag_step: int = 500
-    flag_failed: float = 0.9
+    flag_steps: tuple[int, ...] = (500, 750)
+    flag_failed: tuple[float, ...] = (0.67, 0.22)
     flag_accessible: float = 0.05
+
+    def __post_init__(self):
+        steps, shares = tuple(int(k) for k in self.flag_steps), tuple(float(p) for p in self.flag_failed)
+        if not steps or len(steps) != len(shares) or list(steps) != sorted(set(steps)) or steps[0] < 1:
+            raise ValueError(
+                f"one flag share per flag step, the steps increasing from 1 (got steps {self.flag_steps}, shares "
+                f"{self.flag_failed})"
+            )
+        if min(shares) < 0 or sum(shares) > 1 + 1e-9 or not 0 <= self.flag_accessible <= 1:
+            raise ValueError(
+                f"the flag shares are probabilities that add up to at most 1 (got {self.flag_failed}, accessible "
+                f"{self.flag_accessible})"
+            )
+        object.__setattr__(self, "flag_steps", steps)
+        object.__setattr__(self, "flag_failed", shares)
 
     def apply(self, row: dict, repeat: int, m: int, n: int, index: int) -> dict:
         """The row as the engine would record it under this abandon, with the keys of its rows (rows.Row): a flagged
         row holds ``flagged_at`` (the flag step) and ``audited``; an unflagged one neither."""
         rng = np.random.default_rng([repeat, 5, m, n, index])
         flag_draw, audit_draw = rng.random(2)
-        chance = self.flag_accessible if row["accessible"] else self.flag_failed
-        flagged = row["steps"] > self.flag_step and flag_draw < chance
-        if not flagged:
+        if row["accessible"]:
+            at = self.flag_steps[0] if flag_draw < self.flag_accessible else None
+        else:  # the first step whose cumulative share passes the draw
+            at = next((k for k, c in zip(self.flag_steps, np.cumsum(self.flag_failed)) if flag_draw < c), None)
+        if at is None or row["steps"] <= at:  # unflagged, or ended before its flag step
             return dict(row)
         if audit_draw < self.audit:
-            return dict(row, flagged_at=self.flag_step, audited=True)
+            return dict(row, flagged_at=at, audited=True)
         # Stopped at the flag step, as the engine stops it: steps == flagged_at, counted as failed.
-        return {"accessible": False, "steps": self.flag_step, "flagged_at": self.flag_step, "audited": False}
+        return {"accessible": False, "steps": at, "flagged_at": at, "audited": False}
+
+
+def flag_model(args, audit: float) -> AuditedAbandon:
+    """The simulated abandon of the command line (--flag-step, --flag-failed, --flag-accessible), or a clear exit."""
+    try:
+        return AuditedAbandon(audit, tuple(args.flag_step), tuple(args.flag_failed), args.flag_accessible)
+    except ValueError as error:
+        raise SystemExit(f"--flag-step / --flag-failed / --flag-accessible: {error}") from None
 
 
 def run_audited_design(design, truth: Truth, repeat: int, abandon: AuditedAbandon) -> tuple[dict, float]:
@@ -703,6 +733,8 @@ def simulate(args) -> None:
         for m in ms
     }
     rules = pooled_arguments(args)
+    if rules["audit"] is not None:
+        flag_model(args, rules["audit"])  # refused before any repeat runs
     if "pooled+steps" in names and rules["audit"] is not None:
         raise SystemExit(
             "pooled+steps reads the step counts, and the audited abandon's pseudo-outcomes (the rules of version "
@@ -742,7 +774,7 @@ def simulate(args) -> None:
                 **PooledRules(**rules).design_arguments(CAP),
             )
             if rules["audit"] is not None:  # --audit, or a version whose rules abandon under an audit
-                abandon = AuditedAbandon(rules["audit"], args.flag_step, args.flag_failed, args.flag_accessible)
+                abandon = flag_model(args, rules["audit"])
                 rows, wall = run_audited_design(pooled, truth, repeat, abandon)
             else:
                 rows, wall = run_design(pooled, truth, repeat)
@@ -783,8 +815,10 @@ def simulate(args) -> None:
     print(truth.costs.describe())
     if rules["audit"] is not None:
         print(
-            f"audited abandon (--audit, the pooled design's rows only): a row still running at step {args.flag_step} "
-            f"is flagged with probability {args.flag_failed} if it will fail, {args.flag_accessible} if it will cram; "
+            "audited abandon (the pooled design's rows only): a row that will fail is flagged at step "
+            + " or ".join(f"{k} with probability {p}" for k, p in zip(args.flag_step, args.flag_failed))
+            + f" (the first it is still running at), a row that will cram at step {args.flag_step[0]} with "
+            f"probability {args.flag_accessible}; "
             f"a flagged row runs on with probability {rules['audit']}, else stops there counted as failed; the line "
             f"is fitted to the pseudo-outcomes (1 / {rules['audit']} for an audited row that crams)"
         )
@@ -1107,9 +1141,20 @@ def main(argv=None):
         help="pooled: an early abandon with a random audit (AuditedAbandon): a flagged row runs on with probability "
         "PI, else stops at --flag-step counted as failed; the design fits the rows' pseudo-outcomes",
     )
-    parser.add_argument("--flag-step", type=int, default=500, help="with --audit: the step a row is flagged at")
     parser.add_argument(
-        "--flag-failed", type=float, default=0.9, help="with --audit: the chance a row that will fail is flagged"
+        "--flag-step",
+        type=int,
+        nargs="+",
+        default=[500, 750],
+        help="under the audit: the steps a row may be flagged at (version 4's rule flags at 500, 750 and 1000)",
+    )
+    parser.add_argument(
+        "--flag-failed",
+        type=float,
+        nargs="+",
+        default=[0.67, 0.22],
+        help="under the audit: per --flag-step, the share of rows that will fail first flagged there (SmolLM2's 52 "
+        "rows: 18 and 6 of 27)",
     )
     parser.add_argument(
         "--flag-accessible",
