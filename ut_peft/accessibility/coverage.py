@@ -177,14 +177,14 @@ POOLED_TABLE: dict[str, dict[str, dict]] = {
             "command": "python benchmarks/measurement_cost.py --repeats 200 --designs pooled --pooled-version 3",
         },
     },
-    # Version 4 (the audited abandon): the sandwich intervals of its pseudo-outcome fit, 400 repeats, the simulator's
-    # flag rates (failing rows flagged at step 500 with probability 0.9, crammed ones 0.05).
+    # Version 4 (the audited abandon): the sandwich intervals of its pseudo-outcome fit, 1600 repeats, the simulator's
+    # flag model (SmolLM2's rates: failing rows flagged at step 500 or 750, crammed ones with probability 0.05).
     "4": {
         "8": {
             "slope": 0.95,
             "n50": 0.92,
             "factor": 1.05,
-            "command": "python benchmarks/measurement_cost.py --designs pooled --pooled-version 4",
+            "command": "python benchmarks/measurement_cost.py --designs pooled --pooled-version 4 --repeats 1600",
         },
     },
 }
