@@ -178,6 +178,29 @@ def test_pooled_sweep_reports_the_line_and_resumes_after_a_kill_to_the_same_resu
     assert resumed.pooled == whole.pooled
 
 
+def test_an_audited_pooled_sweep_killed_mid_write_resumes_to_the_same_rows_flags_and_line(tmp_path, llama):
+    """Version 4 under a rule that flags every row not crammed by step 12: a kill that tears rows.jsonl halfway
+    resumes to the uninterrupted run's rows, their flags and audits (each drawn from the row's seed) and its line."""
+    config = pooled_config(
+        pooled_version=4, cram=CramConfig(max_steps=30, patience=30, batch_size=8, abandon_below=((12, 1.0),))
+    )
+    whole = run_sweep(config, tmp_path / "whole", model=llama, progress=False)
+    rows = read_rows(tmp_path / "whole")
+    assert whole.settings["cram"]["abandon_audit"] == 0.25 and any(r.flagged_at is not None for r in rows.values())
+
+    def audited(folder):
+        return {k: (r["accessible"], r["steps"], r.flagged_at, r.audited) for k, r in read_rows(folder).items()}
+
+    lines = (tmp_path / "whole" / "rows.jsonl").read_bytes().splitlines(keepends=True)
+    kill = len(lines) // 2
+    folder = tmp_path / "killed"
+    shutil.copytree(tmp_path / "whole", folder)
+    (folder / "rows.jsonl").write_bytes(b"".join(lines[:kill]) + lines[kill][:15])  # a torn line: killed mid-write
+    resumed = run_sweep(config, folder, model=llama, progress=False)
+    assert audited(folder) == audited(tmp_path / "whole")
+    assert resumed.pooled == whole.pooled
+
+
 def test_the_report_says_loudly_when_the_rows_reject_the_line():
     from ut_peft.accessibility.report import _pooled_lines
 
