@@ -935,3 +935,13 @@ def test_a_sweep_without_the_audit_still_fits_the_plain_outcomes_per_m(tmp_path,
         assert e.fit_status_published == fit_sigmoid(e.lengths, e.accessibility)["status"] != "audited"
     if summary.fit is not None and summary.fit["slope"] > 0:
         assert summary.ratios == {k: summary.bounds[k] / summary.fit["slope"] for k in ("ball", "box")}
+
+
+def test_a_summary_and_report_are_the_same_bytes_from_the_run_and_from_its_folder(tmp_path, llama):
+    """run_sweep summarises the settings as settings.json stores them, so --report-only (summarize_folder) writes the
+    same summary.json and report.md, byte for byte (an abandon rule's tuples and int keys included)."""
+    config = small_config(cram=CramConfig(max_steps=30, patience=30, batch_size=4, abandon_below=((12, 0.2),)))
+    run_sweep(config, tmp_path / "run", model=llama, progress=False)
+    written = {name: (tmp_path / "run" / name).read_bytes() for name in ("summary.json", "report.md")}
+    summarize_folder(tmp_path / "run", llama, support_sequences=8, support_seq_len=4)
+    assert {name: (tmp_path / "run" / name).read_bytes() for name in written} == written

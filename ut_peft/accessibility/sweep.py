@@ -751,6 +751,9 @@ def _finish_sweep(config: SweepConfig, settings: dict, rows: dict, model, output
     """Summary (and report) on the main process, once every process has written its rows."""
     summary = None
     if accelerator.is_main_process:
+        # The settings as settings.json stores them (keys sorted, tuples as lists, int keys as strings), as
+        # summarize_folder reads them: a summary and report are the same bytes however they were written.
+        settings = json.loads(json.dumps(settings, sort_keys=True))
         summary = summarize(config, settings, rows, model)
         summary.bounds_published = published_bounds.summary_entry_for(output_dir, settings["model"])
         summary.retargeted_from = store.read_retargeted(output_dir)
