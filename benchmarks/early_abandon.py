@@ -3,7 +3,9 @@
 Reads the rows of sweep folders (as the store reads them) or comparison JSONL files that ran every row to its own end,
 fits the abandon rule by k-fold cross-validation (ut_peft.accessibility.calibrate) and prints, per model/source
 group and pooled: rows, accessible rows, false abandons (held out) with a 95% upper bound, the row-step saving
-ratio, and the rule fitted on all rows (what ``recipes/cram.py --abandon-below`` takes). A rule is used only
+ratio, and the rule fitted on all rows (what ``recipes/cram.py --abandon-below`` takes); then when the held-out rule
+first flags the failed rows still running at its first checkpoint, and how many accessible ones it flags there (the
+simulator's flag model: ``measurement_cost.py --flag-step ... --flag-failed ...``). A rule is used only
 where the held-out false-abandon rate is 0 and its upper bound is small (target <= 1%).
 
     python benchmarks/early_abandon.py results/gemma-3-270m/published-words results/protocols/*.jsonl
@@ -73,8 +75,34 @@ def report(name, rows, args):
         f"(rate {r['false_abandon_rate']:.3f}, 95% upper {r['false_abandon_upper95']:.3f}); row-steps "
         f"{r['row_steps']} -> {r['row_steps_with_rule']} (saving {r['saving']:.2f}x); rule --abandon-below {rule}"
     )
+    report_flag_shares(name, rows, args)
     for audit in args.audit or []:
         report_audit(name, rows, audit, args)
+
+
+def report_flag_shares(name, rows, args):
+    """When the held-out rule first flags each failed row still running at its first checkpoint, and how many of the
+    accessible rows still running there it flags: the simulator's flag model (measurement_cost.py --flag-step,
+    --flag-failed, --flag-accessible), measured."""
+    rows = [r for r in rows if full_run(r)]
+    steps = held_out_abandon_steps(rows, folds=args.folds, **rule_options(args))
+    options = rule_options(args)["checkpoints"]
+    if not options:
+        return
+    first = options[0]
+    failed = [k for r, k in zip(rows, steps) if not r["accessible"] and r["steps"] > first]
+    accessible = [k for r, k in zip(rows, steps) if r["accessible"] and r["steps"] > first]
+    if not failed:
+        return
+    at = sorted({k for k in failed if k is not None})
+    shares = " ".join(f"{sum(k == step for k in failed) / len(failed):.2f}" for step in at)
+    counts = ", ".join(f"{sum(k == step for k in failed)} at step {step}" for step in at)
+    print(
+        f"{name}: held-out flags of the {len(failed)} failed rows still running at step {first}: {counts or 'none'}, "
+        f"{sum(k is None for k in failed)} never; of the {len(accessible)} accessible ones: "
+        f"{sum(k is not None for k in accessible)} (measurement_cost.py --flag-step {' '.join(map(str, at))} "
+        f"--flag-failed {shares})"
+    )
 
 
 def report_audit(name, rows, audit, args):

@@ -40,12 +40,13 @@ costs min(its steps, K). The design's ratio alone is the default (no early stop)
 ``--audit PI`` simulates, for the pooled design's rows only, an early abandon with a random audit
 (:class:`AuditedAbandon`): a row that will fail is flagged at the first of ``--flag-step`` (500 750) it is still
 running at, with the shares ``--flag-failed`` (0.67 0.22: the step-500 rule on SmolLM2's 52 full-cap rows flags 18
-of 27 failed rows at step 500 and 6 at step 750), and a row that will cram at the first step with probability
-``--flag-accessible`` (0.05: none of the 17 accessible rows still running at step 500 is flagged there, 95% upper
-bound about 16%); a flagged row runs on to its end with probability PI, else it stops there and is recorded as
-failed. The design and its estimate fit the rows' pseudo-outcomes (``pooled.audited_outcomes``: 1 / PI for an audited
-row that crams), whose mean is each row's accessibility whatever the rule, with sandwich standard errors; the flag
-rates are assumptions (the simulator has no trajectories). Version 4's rules (the default) audit at 1/4 on their
+of 27 failed rows at step 500 and 6 at step 750, held out: ``python benchmarks/early_abandon.py
+results/smollm2-135m/pooled-words-v2 --checkpoints-from 500`` prints them), and a row that will cram at the first step
+with probability ``--flag-accessible`` (0.05: none of the 17 accessible rows still running at step 500 is flagged
+there, 95% upper bound about 16%); a flagged row runs on to its end with probability PI, else it stops there and is
+recorded as failed. The design and its estimate fit the rows' pseudo-outcomes (``pooled.audited_outcomes``: 1 / PI
+for an audited row that crams), whose mean is each row's accessibility whatever the rule, with sandwich standard
+errors; the flag rates are assumptions (the simulator has no trajectories). Version 4's rules (the default) audit at 1/4 on their
 own; ``--audit`` replaces the probability, ``--pooled-version 2`` runs every row to its end. Figures before session
 16's last runs flagged every failing row at step 500 alone (``--flag-step 500 --flag-failed 0.9`` reproduces them).
 
