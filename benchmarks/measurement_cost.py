@@ -46,9 +46,10 @@ with probability ``--flag-accessible`` (0.05: none of the 17 accessible rows sti
 there, 95% upper bound about 16%); a flagged row runs on to its end with probability PI, else it stops there and is
 recorded as failed. The design and its estimate fit the rows' pseudo-outcomes (``pooled.audited_outcomes``: 1 / PI
 for an audited row that crams), whose mean is each row's accessibility whatever the rule, with sandwich standard
-errors; the flag rates are assumptions (the simulator has no trajectories). Version 4's rules (the default) audit at 1/4 on their
-own; ``--audit`` replaces the probability, ``--pooled-version 2`` runs every row to its end. Figures before session
-16's last runs flagged every failing row at step 500 alone (``--flag-step 500 --flag-failed 0.9`` reproduces them).
+errors; the flag rates are assumptions (the simulator has no trajectories). Version 4's rules (the default) audit
+at 1/4 on their own; ``--audit`` replaces the probability, ``--pooled-version 2`` runs every row to its end. Figures
+before session 16's last runs flagged every failing row at step 500 alone (``--flag-step 500 --flag-failed 0.9``
+reproduces them).
 
 The published design: the adaptive grid from 10 to 1000 (steps of 100 while accessibility > 0.9, steps of 10
 until < 0.1, one more step of 100), 20 texts per length (the same 20 texts at every length and m), cap 3000,
