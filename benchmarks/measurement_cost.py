@@ -735,8 +735,8 @@ def simulate(args) -> None:
         for m in ms
     }
     rules = pooled_arguments(args)
-    if rules["audit"] is not None:
-        flag_model(args, rules["audit"])  # refused before any repeat runs
+    # The simulated abandon, built (and bad flags refused) once, before any repeat runs.
+    abandon = flag_model(args, rules["audit"]) if rules["audit"] is not None else None
     if "pooled+steps" in names and rules["audit"] is not None:
         raise SystemExit(
             "pooled+steps reads the step counts, and the audited abandon's pseudo-outcomes (the rules of version "
@@ -775,8 +775,7 @@ def simulate(args) -> None:
                 # accessible row took fewer steps than it).
                 **PooledRules(**rules).design_arguments(CAP),
             )
-            if rules["audit"] is not None:  # --audit, or a version whose rules abandon under an audit
-                abandon = flag_model(args, rules["audit"])
+            if abandon is not None:  # --audit, or a version whose rules abandon under an audit
                 rows, wall = run_audited_design(pooled, truth, repeat, abandon)
             else:
                 rows, wall = run_design(pooled, truth, repeat)

@@ -11,7 +11,7 @@ from ..io import atomic_write_text
 from . import published_bounds
 from .coverage import THRESHOLD, marked, summary_checks
 from .protocol import differences_from_published
-from .store import ACCESSIBILITY_PLOT, N50_PLOT, REPORT_FILE, Summary, abandon_audit
+from .store import ACCESSIBILITY_PLOT, N50_PLOT, REPORT_FILE, Summary, abandon_audit, measured_slope
 
 
 def wilson(successes: int, trials: int, z: float = 1.959964) -> tuple[float, float]:
@@ -320,7 +320,7 @@ def _audited_markdown(summary: Summary, figures: tuple[str, str] | None) -> str:
         lines += _pooled_lines(pooled, checks.get("pooled"), audit)
     else:
         lines += ["", "No pooled line yet: it needs rows at two m. Until then there is no estimate."]
-    slope = _pooled_slope(summary)
+    slope = measured_slope(s, summary.fit, pooled)
     lines += [
         "",
         "| pooled slope (tokens per vector) | ball bound | box bound | ball / pooled slope | box / pooled slope |",
@@ -343,12 +343,6 @@ def _audited_markdown(summary: Summary, figures: tuple[str, str] | None) -> str:
     if figures:
         lines += ["", f"![fraction crammed]({figures[0]})", "", f"![pooled n50 vs m]({figures[1]})"]
     return "\n".join(lines) + "\n"
-
-
-def _pooled_slope(summary: Summary) -> float | None:
-    """The slope the bounds are set against under an audited abandon: the pooled line's, where its fit converged."""
-    pooled = summary.pooled
-    return pooled["slope"] if pooled and pooled.get("converged", True) else None
 
 
 def _audited_console(summary: Summary) -> str:
@@ -384,7 +378,8 @@ def _audited_console(summary: Summary) -> str:
         f"{_num(ratios and ratios['ball'])}, box / pooled slope {_num(ratios and ratios['box'])} (ut-peft's estimate: "
         f"{summary.support['num_samples']} sequences of {summary.support.get('seq_len', 32)} tokens, eps = r_2/2^11)"
     )
-    lines.append(published_bounds.console_line(summary.bounds_published, _pooled_slope(summary)))
+    slope = measured_slope(summary.settings, summary.fit, pooled)
+    lines.append(published_bounds.console_line(summary.bounds_published, slope))
     lines.append(f"{summary.num_rows:,} rows, {summary.row_steps:,} row-steps in all")
     if summary.retargeted_from:
         lines.append(retarget_line(summary.retargeted_from))

@@ -32,10 +32,10 @@ import dataclasses
 import json
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypedDict
+from typing import Any, TypedDict
 
 import datasets
 
@@ -111,6 +111,15 @@ def abandon_audit(settings: dict) -> float:
     """The audit probability of the early abandon a sweep ran under (its settings' cram.abandon_audit), 0.0 where it
     audited none (settings.json holds the key only above 0)."""
     return float((settings.get("cram") or {}).get("abandon_audit") or 0.0)
+
+
+def measured_slope(settings: dict, fit: Mapping[str, Any] | None, pooled: dict | None) -> float | None:
+    """The measured n_50 slope the bounds are set against: the line through the per-m fits (``fit``), or, for a sweep
+    run under an audited early abandon (which fits no such line: :data:`AUDITED`), the pooled line's where its fit
+    converged; None where there is none."""
+    if abandon_audit(settings):
+        return pooled["slope"] if pooled and pooled.get("converged", True) else None
+    return fit["slope"] if fit else None
 
 
 class _Record:

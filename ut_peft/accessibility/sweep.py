@@ -355,7 +355,7 @@ def check_rows(config: SweepConfig, settings: dict, rows: dict, design=None) -> 
 
     indexed = config.design in ("fixed", "adaptive")
     max_steps = (settings.get("cram") or {}).get("max_steps")
-    audit = (settings.get("cram") or {}).get("abandon_audit")
+    audit = store.abandon_audit(settings)
     for (m, n, index), row in sorted(rows.items()):
         if m not in config.ms:
             refuse(row, f"m = {m} is not among ms {config.ms}")
@@ -445,7 +445,7 @@ def retarget_plan(old_dir, config: SweepConfig, settings: dict, new_dir) -> tupl
     old_cram = old_settings.get("cram") or {}
     new_version = (new_settings.get("design") or {}).get("version")
     if kind == "pooled" and new_version in POOLED_RULES and POOLED_RULES[new_version].audit is not None:
-        if not old_cram.get("abandon_below") and not old_cram.get("abandon_audit"):
+        if not old_cram.get("abandon_below") and not store.abandon_audit(old_settings):
             # A version that audits its early abandon brings the engine's audit and rule with it (_set_audit). Rows
             # run with no abandon at all are full runs, which the audited design reads as unflagged rows (each its
             # own outcome, unbiased), so they carry over as they are; a folder that abandoned rows under a rule of
@@ -920,11 +920,7 @@ def summarize(config: SweepConfig, settings: dict, rows: dict, model) -> store.S
     bounds = slope_bounds(stats)
     assert config.design is not None  # SweepConfig.__post_init__ resolves None to "fixed" or "adaptive"
     pooled = _pooled(config, rows)
-    # The measured slope the bounds are set against: the line through the per-m fits, or under the audit the pooled
-    # line's (the only unbiased one there), unless that fit did not converge.
-    slope = line and line["slope"]
-    if audited and pooled is not None and pooled.get("converged", True):
-        slope = pooled["slope"]
+    slope = store.measured_slope(settings, line, pooled)  # under the audit the pooled line's (the only unbiased one)
     ratios: store.SlopeBounds | None = None
     if slope and slope > 0:
         ratios = {"ball": bounds["ball"] / slope, "box": bounds["box"] / slope}

@@ -18,6 +18,7 @@ import torch
 from scipy.special import gammaln
 
 from ..accessibility.bounds import ball_slope_bound, box_slope_bound
+from ..accessibility.store import abandon_audit, measured_slope
 
 
 def cap_log_fraction(half_angle: float, dim: int, grid: int = 200_001) -> float:
@@ -89,16 +90,13 @@ def read_measured_slope(summary_path) -> float:
             "--slope with the measured n_50 slope"
         )
     data = json.loads(path.read_text())
-    if ((data.get("settings") or {}).get("cram") or {}).get("abandon_audit"):
-        pooled = data.get("pooled") or {}
-        slope = pooled.get("slope") if pooled.get("converged", True) else None
-        if not isinstance(slope, (int, float)) or not slope > 0:
-            raise ValueError(
-                f"{path} ran under an audited early abandon, so its slope is the pooled line's, and it has no "
-                f"positive converged pooled.slope (found {slope!r}): there is no measured slope to compare with"
-            )
-        return float(slope)
-    slope = (data.get("fit") or {}).get("slope")
+    settings = data.get("settings") or {}
+    slope = measured_slope(settings, data.get("fit"), data.get("pooled"))
+    if abandon_audit(settings) and not (isinstance(slope, (int, float)) and slope > 0):
+        raise ValueError(
+            f"{path} ran under an audited early abandon, so its slope is the pooled line's, and it has no "
+            f"positive converged pooled.slope (found {slope!r}): there is no measured slope to compare with"
+        )
     if not isinstance(slope, (int, float)) or not slope > 0:
         raise ValueError(
             f"{path} has no positive fit.slope (found {slope!r}); the evaluator's fit did not "
