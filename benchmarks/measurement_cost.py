@@ -46,8 +46,11 @@ with probability ``--flag-accessible`` (0.05: none of the 17 accessible rows sti
 there, 95% upper bound about 16%); a flagged row runs on to its end with probability PI, else it stops there and is
 recorded as failed. The design and its estimate fit the rows' pseudo-outcomes (``pooled.audited_outcomes``: 1 / PI
 for an audited row that crams), whose mean is each row's accessibility whatever the rule, with sandwich standard
-errors; the flag rates are assumptions (the simulator has no trajectories). Version 4's rules (the default) audit
-at 1/4 on their own; ``--audit`` replaces the probability, ``--pooled-version 2`` runs every row to its end. Figures
+errors; the flag rates are assumptions (the simulator has no trajectories). Versions 4 and 5 (5, the default, also
+reads the accessible rows' step counts, each weighed by its pseudo-outcome) audit at 1/4 on their own; ``--audit``
+replaces the probability, ``--pooled-version 2`` runs every row to its end. An audited row that crams keeps its own
+steps (it ran to its end); the simulator's flags do not depend on a row's steps, the real rule's do (it flags slow
+rows), which the weights answer for (``tests/accessibility/test_pooled.py``). Figures
 before session 16's last runs flagged every failing row at step 500 alone (``--flag-step 500 --flag-failed 0.9``
 reproduces them).
 
@@ -130,8 +133,9 @@ DEFAULT_DESIGNS = [name for name in NAMES if name != "pooled+steps"]
 # published+inferred designs are measured by the full run and lose to it (BENCHMARKS.md), and dropping them buys the
 # repeats a ratio near 1.05 needs (an RMSE's Monte-Carlo error is about 1 / sqrt(2 repeats): 3.5% at 400, 10% at 50).
 QUICK_DESIGNS = ["pooled"]
-# The rules the pooled design is simulated with by default: the newest version, 4 (version 2 with the audited early
-# abandon). Sweeps still default to design.POOLED_DESIGN_VERSION: version 4 is opt-in there (docs/accessibility.md).
+# The rules the pooled design is simulated with by default: the newest version, 5 (version 2 with the audited early
+# abandon and the accessible rows' step counts). Sweeps still default to design.POOLED_DESIGN_VERSION: versions 4
+# and 5 are opt-in there (docs/accessibility.md).
 DEFAULT_POOLED_VERSION = max(POOLED_RULES)
 # The published design's results are cached per repeat (they are what most of a run's time goes to, and a pooled
 # variant needs only them as its baseline). Everything that decides a repeat's result is in the key: the truth, the
@@ -737,11 +741,6 @@ def simulate(args) -> None:
     rules = pooled_arguments(args)
     # The simulated abandon, built (and bad flags refused) once, before any repeat runs.
     abandon = flag_model(args, rules["audit"]) if rules["audit"] is not None else None
-    if "pooled+steps" in names and rules["audit"] is not None:
-        raise SystemExit(
-            "pooled+steps reads the step counts, and the audited abandon's pseudo-outcomes (the rules of version "
-            f"{args.pooled_version}, or --audit) are not combined with them: add --pooled-version 2 (or 3), no --audit"
-        )
     for repeat in range(args.repeats):
         if "sequential" in names:  # the per-m sequential design, each m to the published mean width at that m
             design = SequentialDesign(

@@ -55,7 +55,7 @@ def test_the_published_baseline_is_cached_per_repeat_and_a_pooled_variant_reruns
     # Another truth is another key: nothing read from the other file, so the published design is analysed again.
     with pytest.raises(AssertionError, match="simulated again"):
         run(cost, "--repeats", "1", "--cache", str(cache), "--slope", "40")
-    assert first.splitlines()[0].endswith("rules of version 4)")  # the newest, which audits its abandon
+    assert first.splitlines()[0].endswith("rules of version 5)")  # the newest: the audit and the step counts
     assert any(x.startswith("audited abandon") for x in first.splitlines())
 
 
@@ -243,8 +243,8 @@ def test_the_steps_informed_estimate_reads_the_pooled_designs_own_rows(cost, tmp
     """--designs pooled+steps analyses the pooled design's rows again (the same rows and row-steps, another error);
     it is not simulated unless asked for."""
     argv = ["--repeats", "2", "--cache", str(tmp_path), "--designs", "pooled", "pooled+steps"]
-    with pytest.raises(SystemExit, match="pooled\\+steps reads the step counts.*--pooled-version 2"):
-        run(cost, *argv)  # version 4 audits its abandon: its pseudo-outcomes do not combine with the step counts
+    audited = run(cost, *argv, "--pooled-version", "4")  # under the audit: the step counts weighed (version 5's fit)
+    assert "pooled+steps: the fitted kappa" in audited
     text = run(cost, *argv, "--pooled-version", "2")
 
     def per_m_row_steps(name):  # the per-m table's rows (an m in the second column), their mean row-steps

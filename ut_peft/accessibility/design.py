@@ -472,8 +472,9 @@ class PooledDesign(Design):
     ``min_rows``) default to version 1's; a sweep builds the design with those of its settings' version
     (:data:`POOLED_RULES`, :func:`make_design`). ``audit``: the rows ran under an early abandon with a random audit
     at this probability (:func:`row_outcomes`: the design fits their pseudo-outcomes, its stop and placement on
-    their sandwich). ``target_scale``: every standard-error target times this (version 4: 1.25, its stop's realised
-    error measured at 0.8x its targets).
+    their sandwich; with ``steps`` too, each accessible row's step count weighed by its pseudo-outcome,
+    :func:`~.pooled.fit_pooled_pseudo_steps`). ``target_scale``: every standard-error target times this (version 4:
+    1.25, its stop's realised error measured at 0.8x its targets; version 5: 1.2).
     """
 
     def __init__(
@@ -586,10 +587,6 @@ class PooledDesign(Design):
             raise ValueError(
                 f"audit is the chance that a row the early abandon flags runs on to its end: in (0, 1] (got {audit!r})"
             )
-        if audit is not None and self.steps:
-            raise ValueError(
-                "the audited abandon's pseudo-outcomes are not combined with the step counts: audit or steps"
-            )
         self.audit = None if audit is None else float(audit)
         if not (isinstance(target_scale, (int, float)) and math.isfinite(target_scale) and target_scale > 0):
             raise ValueError(
@@ -697,6 +694,7 @@ class PooledDesign(Design):
             StepRows,
             fit_pooled,
             fit_pooled_pseudo,
+            fit_pooled_pseudo_steps,
             fit_pooled_steps,
             information,
             steps_line_information,
@@ -706,18 +704,26 @@ class PooledDesign(Design):
         cells = Cells.from_rows([r[0] for r in flat], [r[1] for r in flat], [r[2] for r in flat])
         steps = None
         if self.steps:  # the accessible rows' step counts (a row's row-steps less its deciding evaluation)
-            crammed = [r for r in flat if r[2]]
+            # A row crammed where its outcome is above 0; under an audit its outcome (1, or 1 / audit for a flagged
+            # row the audit let run on) is also its step count's weight (pooled.StepRows.weights).
+            crammed = [r for r in flat if r[2] > 0]
             steps = StepRows.from_rows(
-                [r[0] for r in crammed], [r[1] for r in crammed], [max(1, r[3] - 1) for r in crammed], self.steps_cap
+                [r[0] for r in crammed],
+                [r[1] for r in crammed],
+                [max(1, r[3] - 1) for r in crammed],
+                self.steps_cap,
+                weights=None if self.audit is None else [r[2] for r in crammed],
             )
         inflation = None
         if steps is not None and usable_steps(steps):
             # steps=True: the line and its standard errors from the outcomes and the accessible rows' step counts
-            # (pooled.fit_pooled_steps); the rows are placed on that fit's curve, their information the outcomes'.
-            fit = fit_pooled_steps(cells, steps, self.design_ms, self.check_m)
+            # (pooled.fit_pooled_steps; under an audit pooled.fit_pooled_pseudo_steps, the step counts weighed); the
+            # rows are placed on that fit's curve, their information the outcomes'.
+            steps_fitter = fit_pooled_steps if self.audit is None else fit_pooled_pseudo_steps
+            fit = steps_fitter(cells, steps, self.design_ms, self.check_m)
             extra = np.zeros((fit.model.size, fit.model.size))
             extra[:2, :2] = steps_line_information(fit, self._judged_steps_theta(fit), steps)
-            if self.steps_robust:
+            if self.steps_robust or self.audit is not None:  # the audit's extra variance is the sandwich's alone
                 inflation = self._sandwich_inflation(fit, flat)
         else:
             fitter = fit_pooled if self.audit is None else fit_pooled_pseudo
@@ -753,9 +759,11 @@ class PooledDesign(Design):
 
         ms = [r[0] for r in flat]
         ns = [r[1] for r in flat]
-        acc = [r[2] for r in flat]
+        acc = [r[2] > 0 for r in flat]
         counts = [max(1, r[3] - 1) for r in flat]
-        guarded = guarded_covariance(fit.covariance, steps_sandwich(fit, ms, ns, acc, counts, self.steps_cap))
+        outcomes = None if self.audit is None else [r[2] for r in flat]  # pseudo-outcomes under an audit
+        sandwich = steps_sandwich(fit, ms, ns, acc, counts, self.steps_cap, outcomes=outcomes)
+        guarded = guarded_covariance(fit.covariance, sandwich)
         return self._inflation(fit.covariance, guarded)
 
     def _audit_inflation(self, fit, flat) -> np.ndarray:
@@ -902,7 +910,7 @@ class PooledRules:
     slope_from: str
     min_rows: int = 0
     criterion: str = "cube"
-    steps: bool = False  # the line from outcomes and step counts (pooled.fit_pooled_steps): no version yet
+    steps: bool = False  # the line from outcomes and step counts (pooled.fit_pooled_steps; versions 3 and 5)
     # With steps: the outcomes alone must reach this factor times the variance targets (None: no bound).
     steps_relief: float | None = None
     # With steps: standard errors no smaller than the rows' sandwich says (pooled.guarded_covariance).
@@ -988,6 +996,27 @@ POOLED_RULES = {
         abandon_below=((500, 0.5816), (750, 0.7658), (1000, 0.8316)),
         target_scale=1.25,
     ),
+    # Version 5: version 4 with the accessible rows' step counts too (version 3's steps law, truncated at the cap,
+    # its stop judged on a kappa one standard error smaller), each step count weighed by its row's pseudo-outcome
+    # (pooled.fit_pooled_pseudo_steps: the rule flags the slow rows, and an accessible row it flagged is seen only
+    # when audited, so 1 / audit), the standard errors guarded by the sandwich of outcomes and steps together.
+    # Measured in BENCHMARKS.md ("Session 17"); the steps law is an assumption real rows test only weakly (one kappa
+    # for every m: F test p = 0.026 on SmolLM2's random words, 0.6-0.8 on the natural-text full runs), hence opt-in.
+    5: PooledRules(
+        logit_offsets=(-1.0, 1.0),
+        width_z=1.5,
+        stop_z=1.0,
+        check_factor=2.0,
+        slope_from="linear",
+        min_rows=128,
+        steps=True,
+        steps_robust=True,
+        steps_stop_z=1.0,
+        steps_truncated=True,
+        audit=0.25,
+        abandon_below=((500, 0.5816), (750, 0.7658), (1000, 0.8316)),
+        target_scale=1.2,
+    ),
 }
 
 
@@ -1062,7 +1091,10 @@ def pooled_estimates(
     holds ``flagged_at`` and whether it was ``audited``): the line is fitted to the rows' pseudo-outcomes
     (:func:`~.pooled.audited_outcomes`, unbiased whatever the rule), its covariance guarded by their sandwich
     (:func:`~.pooled.outcomes_sandwich`), and the linearity check is the offset's Wald test on that covariance
-    (:func:`~.pooled.audited_linearity_check`). Not with ``steps``.
+    (:func:`~.pooled.audited_linearity_check`). With ``steps`` too, the line is
+    :func:`~.pooled.fit_pooled_pseudo_steps`'s (each step count weighed by its row's pseudo-outcome), its covariance
+    guarded by the sandwich of both (:func:`~.pooled.steps_sandwich` with the pseudo-outcomes), whatever
+    ``steps_robust`` says.
 
     Returns None when fewer than two m have rows. ``{"per_m": {m: {"n50", "se", "ci", "measured", "width",
     "log_width_se"}}, "slope",
@@ -1075,6 +1107,7 @@ def pooled_estimates(
         audited_linearity_check,
         fit_pooled,
         fit_pooled_pseudo,
+        fit_pooled_pseudo_steps,
         fit_pooled_steps,
         guarded_covariance,
         linearity_check,
@@ -1086,8 +1119,6 @@ def pooled_estimates(
 
     if steps_robust and not steps:
         raise ValueError("steps_robust guards the steps-informed standard errors: it needs steps=True")
-    if audit is not None and steps:
-        raise ValueError("the audited abandon's pseudo-outcomes are not combined with the step counts: audit or steps")
     keys = [k for k in rows if rows[k].get("stop_reason") != INFERRED]
     measured = sorted({k[0] for k in keys})
     if len(measured) < 2:
@@ -1097,17 +1128,20 @@ def pooled_estimates(
     check = check_m if check_m in measured and measured[0] < check_m < measured[-1] else None
     steps_used, step_rows = None, None
     if steps:
-        crammed = [k for k in keys if rows[k]["accessible"]]
+        crammed = [j for j, k in enumerate(keys) if rows[k]["accessible"]]
         step_rows = StepRows.from_rows(
-            [k[0] for k in crammed],
-            [k[1] for k in crammed],
-            [max(1, int(rows[k]["steps"])) for k in crammed],
+            [keys[j][0] for j in crammed],
+            [keys[j][1] for j in crammed],
+            [max(1, int(rows[keys[j]]["steps"])) for j in crammed],
             steps_cap,
+            # Under an audit each step count weighed by its row's pseudo-outcome (pooled.fit_pooled_pseudo_steps).
+            weights=None if audit is None else outcomes[crammed],
         )
     fit: PooledFit
     if step_rows is not None and usable_steps(step_rows):
-        fit = steps_fit = fit_pooled_steps(cells, step_rows, measured, check)
-        if steps_robust:
+        steps_fitter = fit_pooled_steps if audit is None else fit_pooled_pseudo_steps
+        fit = steps_fit = steps_fitter(cells, step_rows, measured, check)
+        if steps_robust or audit is not None:
             sandwich = steps_sandwich(
                 steps_fit,
                 [k[0] for k in keys],
@@ -1115,6 +1149,7 @@ def pooled_estimates(
                 [bool(rows[k]["accessible"]) for k in keys],
                 [max(1, int(rows[k]["steps"])) for k in keys],
                 steps_cap,
+                outcomes=None if audit is None else outcomes,
             )
             steps_fit.covariance = guarded_covariance(steps_fit.covariance, sandwich)
         tau0, kappa, log_sigma = (float(v) for v in steps_fit.steps_theta)

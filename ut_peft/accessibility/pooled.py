@@ -282,9 +282,15 @@ class StepRows:
     # The cram's step cap, when known: a row that would have needed more steps is not accessible, so the accessible
     # rows' log steps are a normal truncated there (their likelihood and information say so).
     cap: float | None = None
+    # Each row's weight in the steps law's likelihood (None: 1 each). Under an audited early abandon an accessible row
+    # the rule flagged is seen only when the audit let it run on, with probability ``audit``: weighing it by 1 / audit
+    # (its pseudo-outcome, pooled.audited_outcomes) makes the weighted sum over the rows seen estimate the sum over
+    # every accessible row, so the slow rows the rule flags and stops do not bias the law (inverse-probability
+    # weighting).
+    weights: np.ndarray | None = None
 
     @classmethod
-    def from_rows(cls, ms, ns, steps, cap: float | None = None) -> StepRows:
+    def from_rows(cls, ms, ns, steps, cap: float | None = None, weights=None) -> StepRows:
         ms, ns, steps = (np.asarray(v, dtype=float) for v in (ms, ns, steps))
         if not (ms.shape == ns.shape == steps.shape) or np.any(steps < 1):
             raise ValueError(
@@ -294,7 +300,19 @@ class StepRows:
             raise ValueError(
                 f"the step cap must be >= every accessible row's steps (got cap {cap}, max {steps.max()})"
             )
-        return cls(ms, ns, steps, None if cap is None else float(cap))
+        if weights is not None:
+            weights = np.asarray(weights, dtype=float)
+            if weights.shape != ms.shape or not np.all(np.isfinite(weights) & (weights > 0)):
+                raise ValueError(
+                    f"one finite weight > 0 per accessible row (got {weights.size} for {ms.size} rows, "
+                    f"min {weights.min() if weights.size else None})"
+                )
+        return cls(ms, ns, steps, None if cap is None else float(cap), weights)
+
+    @property
+    def w(self) -> np.ndarray:
+        """Each row's weight (1 where none are given)."""
+        return np.ones_like(self.ms) if self.weights is None else self.weights
 
 
 @dataclass
@@ -342,15 +360,17 @@ class _StepsLaw:
 def _steps_terms(line: np.ndarray, steps_params: np.ndarray, rows: StepRows):
     """The Gaussian log-likelihood of log(steps), and the Jacobian of its mean in (a, b, tau0, kappa) over sigma."""
     law = _StepsLaw.at(line, steps_params, rows)
-    loglik = float(-0.5 * (law.residual**2).sum() / law.sigma**2 - rows.ms.size * law.log_sigma)
+    w = rows.w
+    loglik = float(-0.5 * (w * law.residual**2).sum() / law.sigma**2 - w.sum() * law.log_sigma)
     jac = law.grad_mean / law.sigma
     if law.alpha is not None and law.lam is not None:
         # Truncated above at log(cap): each row's density over P(log steps < log cap), and its information about
         # the mean shrunk by the truncated variance's share, 1 - alpha lambda - lambda^2 (lambda = phi / Phi at alpha).
-        loglik -= float(stats.norm.logcdf(law.alpha).sum())
+        loglik -= float((w * stats.norm.logcdf(law.alpha)).sum())
         share = np.clip(1.0 - law.alpha * law.lam - law.lam**2, 1e-6, 1.0)
         jac = jac * np.sqrt(share)[:, None]
-    return loglik, jac
+    # Weighted rows (StepRows.weights): jac.T @ jac is then the weighted information.
+    return loglik, jac * np.sqrt(w)[:, None]
 
 
 def steps_line_information(fit: PooledFit, steps_theta: np.ndarray, steps: StepRows) -> np.ndarray:
@@ -369,10 +389,23 @@ def usable_steps(steps: StepRows) -> bool:
     return steps.ms.size >= 3 and np.unique(np.stack([steps.ms, steps.ns], 1), axis=0).shape[0] >= 2
 
 
+def _steps_start(line: np.ndarray, steps: StepRows) -> np.ndarray:
+    """(tau0, kappa, log sigma) by weighted least squares of log(steps) on n / (a m + b) at the line given: where
+    the steps law's fit starts."""
+    mu = line[0] * steps.ms + line[1]
+    ratio = steps.ns / np.where(np.abs(mu) < 1e-6, 1e-6, mu)
+    design = np.stack([np.ones_like(ratio), ratio], 1)
+    root = np.sqrt(steps.w)
+    coef, *_ = np.linalg.lstsq(design * root[:, None], np.log(steps.steps) * root, rcond=None)
+    resid = np.log(steps.steps) - design @ coef
+    spread = math.sqrt(float((steps.w * resid**2).sum() / steps.w.sum()))
+    return np.concatenate([coef, [math.log(max(0.05, spread))]])
+
+
 def fit_pooled_steps(cells: Cells, steps: StepRows, width_ms, check_m: int | None = None) -> StepsInformedFit:
-    """The pooled line fitted to the rows' outcomes *and* the accessible rows' step counts (an experiment:
-    ``PooledDesign(steps=True)`` and ``benchmarks/measurement_cost.py --designs pooled+steps`` / ``--pooled-steps``;
-    no version of the design's rules and no report uses it yet).
+    """The pooled line fitted to the rows' outcomes *and* the accessible rows' step counts
+    (``PooledDesign(steps=True)``, versions 3 and 5 of its rules, opt-in; ``benchmarks/measurement_cost.py
+    --designs pooled+steps`` / ``--pooled-steps``; under an audited abandon :func:`fit_pooled_pseudo_steps`).
 
     Why steps can help: an accessible row's step count grows with how close n sits to the limit (SmolLM2, m = 1: log
     steps about linear in n / n_50, slope 4.2, residual sd 0.38), so a row that crammed says how far below n_50 it
@@ -387,11 +420,7 @@ def fit_pooled_steps(cells: Cells, steps: StepRows, width_ms, check_m: int | Non
     model = binary.model
     centres = _prior_centres(model, cells)
     keep = np.array([0, 1, 3, 4])
-    ratio = steps.ns / (binary.theta[0] * steps.ms + binary.theta[1])
-    design = np.stack([np.ones_like(ratio), ratio], 1)
-    coef, *_ = np.linalg.lstsq(design, np.log(steps.steps), rcond=None)
-    resid = np.log(steps.steps) - design @ coef
-    start = np.concatenate([binary.theta[keep], coef, [math.log(max(0.05, float(resid.std())))]])
+    start = np.concatenate([binary.theta[keep], _steps_start(binary.theta[:2], steps)])
 
     def objective(x):
         binary_part = _objective(x[:4], keep, model, cells, centres, False)
@@ -416,7 +445,7 @@ def fit_pooled_steps(cells: Cells, steps: StepRows, width_ms, check_m: int | Non
     info[:4, :4] = info_binary[np.ix_(keep, keep)]
     where = np.array([0, 1, 4, 5])
     info[np.ix_(where, where)] += steps_jac.T @ steps_jac
-    info[6, 6] += 2.0 * steps.ms.size
+    info[6, 6] += 2.0 * float(steps.w.sum())
     covariance = np.zeros((model.size, model.size))
     converged = bool(result.success or result.status == 2)
     try:
@@ -459,7 +488,9 @@ def psd_part(matrix: np.ndarray) -> np.ndarray:
     return (vectors * np.clip(values, 0.0, None)) @ vectors.T
 
 
-def steps_sandwich(fit: StepsInformedFit, ms, ns, accessible, steps, cap: float | None = None) -> np.ndarray:
+def steps_sandwich(
+    fit: StepsInformedFit, ms, ns, accessible, steps, cap: float | None = None, outcomes=None
+) -> np.ndarray:
     """A covariance of the steps-informed estimate that does not trust the steps law's own information: the
     sandwich H^-1 (sum_i s_i s_i^T) H^-1 over independent rows (H the fit's joint information, s_i row i's score,
     its outcome's and, for an accessible row, its step count's together), in :class:`PooledModel`'s layout.
@@ -469,20 +500,29 @@ def steps_sandwich(fit: StepsInformedFit, ms, ns, accessible, steps, cap: float 
     link), a slow accessible row is one near its own limit, and its outcome and its steps tell the same thing twice:
     the model's information overstates what the rows know (simulated slope coverage 81% where the law is wrong),
     and the sandwich, from the rows' scores as they scatter, does not. Rows must be independent (a fresh text each,
-    as the pooled design's are). ``steps``: each row's step count (read for the accessible rows only)."""
+    as the pooled design's are). ``steps``: each row's step count (read for the accessible rows only).
+
+    ``outcomes``: under an audited early abandon, the rows' pseudo-outcomes (:func:`audited_outcomes`; the fit
+    :func:`fit_pooled_pseudo_steps`'s): a row's outcome score is then (y - p) J, and an accessible row's step-count
+    score is weighed by its pseudo-outcome (1, or 1 / audit for a flagged row the audit let run on), as the fit
+    weighs it (:class:`StepRows` ``weights``). None: the plain outcomes ``accessible``, every weight 1."""
     ms, ns = np.asarray(ms, dtype=float), np.asarray(ns, dtype=float)
     acc = np.asarray(accessible, dtype=bool)
     counts = np.asarray(steps, dtype=float)
-    if not (ms.shape == ns.shape == acc.shape == counts.shape):
+    y = acc.astype(float) if outcomes is None else np.asarray(outcomes, dtype=float)
+    if not (ms.shape == ns.shape == acc.shape == counts.shape == y.shape):
         raise ValueError(
-            f"one m, n, outcome and step count per row (got {ms.size}, {ns.size}, {acc.size}, {counts.size})"
+            f"one m, n, outcome and step count per row (got {ms.size}, {ns.size}, {acc.size}, {counts.size}"
+            f"{'' if outcomes is None else f', {y.size} pseudo-outcomes'})"
         )
+    if np.any((y > 0) != acc):
+        raise ValueError("a row's pseudo-outcome is above 0 exactly where it crammed (pooled.audited_outcomes)")
     eta, jac = fit.model.eta_and_jacobian(fit.theta, ms, ns, False)
     p = 1.0 / (1.0 + np.exp(-np.clip(eta, -35, 35)))
     scores = np.zeros((ms.size, 7))
-    scores[:, :4] = (acc - p)[:, None] * jac[:, [0, 1, 3, 4]]
+    scores[:, :4] = (y - p)[:, None] * jac[:, [0, 1, 3, 4]]
     crammed = StepRows.from_rows(ms[acc], ns[acc], np.maximum(1.0, counts[acc]), cap)
-    step_scores = _steps_scores(fit.theta[:2], fit.steps_theta, crammed)
+    step_scores = _steps_scores(fit.theta[:2], fit.steps_theta, crammed) * y[acc][:, None]
     scores[np.ix_(acc, [0, 1, 4, 5, 6])] += step_scores
     bread = np.linalg.inv(fit.joint_information)
     joint = bread @ (scores.T @ scores) @ bread
@@ -621,3 +661,121 @@ def fit_pooled_pseudo(
         covariance[:] = np.nan
         converged = False
     return PooledFit(theta, covariance, loglik, converged, model, free_delta)
+
+
+def _finite(score: np.ndarray | None, size: int = 7) -> np.ndarray:
+    """A score for a root finder: where it cannot be computed, a large one (the finder steps back)."""
+    return np.full(size, 1e12) if score is None else score
+
+
+def fit_pooled_pseudo_steps(
+    cells: Cells, steps: StepRows, width_ms, check_m: int | None = None, max_iter: int = 200
+) -> StepsInformedFit:
+    """:func:`fit_pooled_steps` under an audited early abandon: the line fitted to the rows' pseudo-outcomes
+    (:func:`audited_outcomes`, as :func:`fit_pooled_pseudo`) *and* the accessible rows' step counts, each step count
+    weighed by its row's pseudo-outcome (``steps.weights``: 1, or 1 / audit for a flagged row the audit let run on).
+
+    Why the weights: the rule flags the slow rows, and an accessible row it flagged is seen to the end only with
+    probability ``audit``; unweighted, the step counts would be those of the rows the rule let through (the fast
+    ones), and the law's kappa, hence the line it informs, biased. Weighted, the sum over the rows seen estimates the
+    sum over every accessible row (inverse-probability weighting), so the estimating equation stays unbiased whatever
+    the rule, as the pseudo-outcomes' does. The estimate is the root of the joint estimating equation (the outcomes'
+    score with Firth's adjustment and the width prior, as fit_pooled_pseudo's, plus the step counts' weighted score),
+    found by Fisher scoring from fit_pooled_pseudo and the steps law's weighted least squares, each step halved until
+    the Newton decrement shrinks. The covariance is the inverse joint information (the weighted step counts' plus the
+    outcomes'): a model covariance that knows nothing of the audit's extra variance, which a caller guards with the
+    rows' sandwich (:func:`steps_sandwich` with ``outcomes``, :func:`guarded_covariance`). The check m's offset is
+    held at 0."""
+    if steps.ms.size < 3:
+        raise ValueError(f"the steps model needs 3 accessible rows at least (got {steps.ms.size})")
+    start = fit_pooled_pseudo(cells, width_ms, check_m, free_delta=False)
+    model = start.model
+    centres = _prior_centres(model, cells)
+    keep = np.array([0, 1, 3, 4])
+    where = np.array([0, 1, 4, 5])  # (a, b, tau0, kappa) in the joint layout (a, b, c, d, tau0, kappa, log sigma)
+    prior_precision = np.concatenate([np.zeros(3), 1.0 / PRIOR_SD**2])
+    w = steps.w
+
+    def theta_of(x):
+        theta = np.zeros(model.size)
+        theta[keep] = x[:4]
+        return theta
+
+    def score_and_information(x):
+        theta = theta_of(x)
+        eta, jac = model.eta_and_jacobian(theta, cells.ms, cells.ns, False)
+        p = 1.0 / (1.0 + np.exp(-np.clip(eta, -35, 35)))
+        weights = cells.trials * p * (1 - p)
+        info_outcomes = (jac.T @ (weights[:, None] * jac) + np.diag(prior_precision))[np.ix_(keep, keep)]
+        j = jac[:, keep]
+        try:
+            hat = weights * np.einsum("ck,kl,cl->c", j, np.linalg.inv(info_outcomes), j)
+        except np.linalg.LinAlgError:
+            return None, None
+        residual = cells.successes - cells.trials * p + hat * (0.5 - p)
+        score = np.zeros(7)
+        score[:4] = j.T @ residual - (prior_precision * np.concatenate([np.zeros(3), theta[3:] - centres]))[keep]
+        _, steps_jac = _steps_terms(x[:2], x[4:], steps)
+        score[[0, 1, 4, 5, 6]] += (w[:, None] * _steps_scores(x[:2], x[4:], steps)).sum(0)
+        info = np.zeros((7, 7))
+        info[:4, :4] = info_outcomes
+        info[np.ix_(where, where)] += steps_jac.T @ steps_jac
+        info[6, 6] += 2.0 * float(w.sum())
+        if not (np.all(np.isfinite(score)) and np.all(np.isfinite(info))):
+            return None, None
+        return score, info
+
+    def decrement(score, info) -> float:
+        try:
+            return float(score @ np.linalg.solve(info, score))
+        except np.linalg.LinAlgError:
+            return math.inf
+
+    x = np.concatenate([start.theta[keep], _steps_start(start.theta[:2], steps)])
+    score, info = score_and_information(x)
+    converged = score is not None  # judged by this root alone (the start's fit may not have converged)
+    for _ in range(max_iter):
+        if not converged or score is None or info is None:
+            converged = False
+            break
+        size = decrement(score, info)
+        if size < 1e-10:
+            break
+        step = np.linalg.solve(info, score)
+        shrink = 1.0
+        while shrink > 1e-6:
+            candidate = x + shrink * step
+            new_score, new_info = score_and_information(candidate)
+            if new_score is not None and decrement(new_score, new_info) < size:
+                x, score, info = candidate, new_score, new_info
+                break
+            shrink /= 2
+        else:
+            # No step shrinks the decrement: at the root up to rounding, or (the pseudo-outcomes' observed
+            # information far from the expected one) Fisher scoring's step is no descent: Powell's hybrid method on
+            # the score itself (its own Jacobian, by differences) from here.
+            converged = size < 1e-6
+            if not converged:
+                found = optimize.root(lambda v: _finite(score_and_information(v)[0]), x, method="hybr")
+                final_score, final_info = score_and_information(found.x)
+                if final_score is not None and decrement(final_score, final_info) < 1e-6:
+                    x, score, info, converged = found.x, final_score, final_info, True
+            break
+    else:
+        converged = False
+    theta = theta_of(x)
+    eta, _ = model.eta_and_jacobian(theta, cells.ms, cells.ns, False)
+    loglik = float((cells.successes * eta - cells.trials * np.logaddexp(0.0, eta)).sum())
+    covariance = np.zeros((model.size, model.size))
+    steps_covariance = np.full((3, 3), np.nan)
+    joint_information = info if info is not None else np.full((7, 7), np.nan)
+    try:
+        joint = np.linalg.inv(joint_information)
+        covariance[np.ix_(keep, keep)] = joint[:4, :4]
+        steps_covariance = joint[4:, 4:]
+    except np.linalg.LinAlgError:
+        covariance[:] = np.nan
+        converged = False
+    return StepsInformedFit(
+        theta, covariance, loglik, converged, model, False, x[4:].copy(), steps_covariance, joint_information
+    )

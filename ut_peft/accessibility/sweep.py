@@ -168,7 +168,7 @@ class SweepConfig:
 
     def _set_audit(self) -> None:
         """The early abandon's audit comes with the design that can use it: a pooled version whose rules fit the
-        rows' pseudo-outcomes (design.POOLED_RULES[4]) sets ``cram.abandon_audit`` to its own and, when the sweep
+        rows' pseudo-outcomes (design.POOLED_RULES[4] and [5]) sets ``cram.abandon_audit`` to its own and, when the sweep
         has no abandon rule of its own, ``cram.abandon_below`` to the version's; any other design counts a stopped
         row as failed, which the audit cannot unbias, so it is refused there."""
         rules = pooled_rules(self.pooled_version) if self.design == "pooled" else None
@@ -180,7 +180,7 @@ class SweepConfig:
                     f"cram.abandon_audit (--abandon-audit {self.cram.abandon_audit}) lets flagged rows run on at "
                     f"random so that a design can fit their pseudo-outcomes; the {self.design} design{version} counts "
                     "every row as it ended: leave --abandon-audit out, or use a pooled version that audits (--design "
-                    f"pooled --pooled-version {max(v for v, r in POOLED_RULES.items() if r.audit is not None)})"
+                    f"pooled --pooled-version {' or '.join(str(v) for v, r in POOLED_RULES.items() if r.audit)})"
                 )
             return
         if self.cram.abandon_audit not in (0.0, audit):
