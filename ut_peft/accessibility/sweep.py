@@ -168,9 +168,9 @@ class SweepConfig:
 
     def _set_audit(self) -> None:
         """The early abandon's audit comes with the design that can use it: a pooled version whose rules fit the
-        rows' pseudo-outcomes (design.POOLED_RULES[4] and [5]) sets ``cram.abandon_audit`` to its own and, when the sweep
-        has no abandon rule of its own, ``cram.abandon_below`` to the version's; any other design counts a stopped
-        row as failed, which the audit cannot unbias, so it is refused there."""
+        rows' pseudo-outcomes (design.POOLED_RULES[4] and [5]) sets ``cram.abandon_audit`` to its own and, when the
+        sweep has no abandon rule of its own, ``cram.abandon_below`` to the version's; any other design counts a
+        stopped row as failed, which the audit cannot unbias, so it is refused there."""
         rules = pooled_rules(self.pooled_version) if self.design == "pooled" else None
         audit = rules.audit if rules is not None else None
         if rules is None or audit is None:

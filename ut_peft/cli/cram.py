@@ -462,8 +462,8 @@ def parse(argv=None, *, prog: str | None = None):
         metavar="PI",
         help="audit the early abandon: a row --abandon-below flags runs on to its own end with probability PI "
         "(drawn from its seed; rows record flagged_at and audited), so that accessibility estimated from the rows' "
-        "pseudo-outcomes is not biased by the rule's false abandons. Only the pooled design's version 4 fits those, "
-        "and it sets its own PI (0.25): other designs refuse it; 0 (default): every flagged row stops",
+        "pseudo-outcomes is not biased by the rule's false abandons. Only the pooled design's versions 4 and 5 fit "
+        "those, and they set their own PI (0.25): other designs refuse it; 0 (default): every flagged row stops",
     )
     parser.add_argument(
         "--autocast", default=_default(CramConfig, "autocast"), choices=["auto", "bf16", "fp16", "none"]
