@@ -170,14 +170,20 @@ class RowCosts:
     # which know no row's own limit). The real rows cannot tell the two apart yet; the steps-informed estimate
     # (--designs pooled+steps) gains more under "n50" and its model is that one, so both are simulated.
     link: str = "limit"
+    # The exponential form's k per m, where it differs from ``k`` (--cost-k-by-m; the steps law's one kappa for
+    # every m then fails, as SmolLM2's words rows suggest: 3.4 at m = 1, 1.9 at m = 3 and 5).
+    k_by_m: tuple[tuple[int, float], ...] = ()
 
-    def growth(self, r: float) -> float:
-        return 1 + 9 * r**8 if self.form == "assumed" else math.exp(self.k * r)
+    def k_at(self, m: int | None) -> float:
+        return dict(self.k_by_m).get(m, self.k) if m is not None else self.k
 
-    def accessible_steps(self, r: float, rng, clamp: bool = True) -> int:
+    def growth(self, r, m: int | None = None):
+        return 1 + 9 * r**8 if self.form == "assumed" else np.exp(self.k_at(m) * r)
+
+    def accessible_steps(self, r: float, rng, clamp: bool = True, m: int | None = None) -> int:
         """The steps an accessible text takes; ``clamp``: at most cap - 1 (the old simulator), else at most cap (a
         row that reaches it does not cram: Truth.cap_fails)."""
-        raw = self.t0 * rng.lognormal(0, self.spread) * self.growth(min(r, 50.0))
+        raw = self.t0 * rng.lognormal(0, self.spread) * float(self.growth(min(r, 50.0), m))
         return min(CAP - 1 if clamp else CAP, max(1, math.ceil(min(raw, 1e9))))
 
     def inaccessible_steps(self, rng) -> int:
@@ -194,6 +200,11 @@ class RowCosts:
             f"exp({self.k:.2f} r)) steps (r = n / the text's limit: {self.t0 * self.growth(0.5):.0f} at r = "
             f"0.5, {self.t0 * self.growth(1.0):.0f} at r = 1), inaccessible min({CAP}, {self.b0:.0f} "
             f"LN(0, {self.fail_spread:.2f}) + {PATIENCE})"
+            + (
+                f"; k per m (--cost-k-by-m): {', '.join(f'{k:g} at m = {m}' for m, k in self.k_by_m)}"
+                if self.k_by_m
+                else ""
+            )
         ) + linked
 
 
@@ -326,7 +337,7 @@ def accessible_probability(truth: Truth, m: int, n: float) -> float:
     above = threshold > n
     limit = np.where(above, threshold, 1.0) if truth.costs.link == "limit" else truth.n50(m)
     r = np.clip(n / limit, 0.0, 50.0)
-    growth = 1 + 9 * r**8 if truth.costs.form == "assumed" else np.exp(truth.costs.k * r)
+    growth = truth.costs.growth(r, m)
     # ceil(t0 L g) < cap  <=>  t0 L g <= cap - 1  <=>  log L <= log((cap - 1) / (t0 g))
     within = stats.norm.cdf(np.log((CAP - 1) / (truth.costs.t0 * growth)) / truth.costs.spread)
     return float((_QUADRATURE_WEIGHTS * above * within).sum())
@@ -355,7 +366,7 @@ def simulate_row(truth: Truth, repeat: int, m: int, n: int, index: int) -> dict:
     threshold = truth.n50(m) + truth.width(m) * (z + truth.jitter * rng.standard_normal())
     if n < threshold:
         limit = threshold if truth.costs.link == "limit" else truth.n50(m)
-        steps = truth.costs.accessible_steps(n / limit, rng, clamp=not truth.cap_fails)
+        steps = truth.costs.accessible_steps(n / limit, rng, clamp=not truth.cap_fails, m=m)
         if steps < CAP:
             return {"accessible": True, "steps": steps}
         # cap_fails: the text is below its limit, but the optimiser would need the cap or more: not exact by the
@@ -697,6 +708,13 @@ def simulate(args) -> None:
     costs = fit_costs(args.cost_from, args.cost_rows) if args.cost_from else RowCosts()
     if args.cost_link != costs.link:
         costs = dataclasses.replace(costs, link=args.cost_link)
+    if args.cost_k_by_m:
+        if costs.form != "exponential":
+            raise SystemExit(
+                "--cost-k-by-m sets the exponential cost model's k per m: it needs --cost-from (the assumed model "
+                "has no k)"
+            )
+        costs = dataclasses.replace(costs, k_by_m=tuple(sorted(dict(args.cost_k_by_m).items())))
     truth = Truth(
         args.slope,
         args.intercept,
@@ -971,6 +989,15 @@ def real(args) -> None:
     print(f"cost ratio: {runs['published'][0]['row_steps'] / runs['sequential'][0]['row_steps']:.2f}")
 
 
+def _m_value(text: str) -> tuple[int, float]:
+    """M:K, a number of vectors and a value (--cost-k-by-m)."""
+    try:
+        m, value = text.split(":")
+        return int(m), float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected M:K, an integer m and a number (got {text!r})") from None
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
@@ -1117,6 +1144,15 @@ def main(argv=None):
         default=None,
         help="row costs fitted to the rows of these real sweep folders (cap 3000, patience 500; RowCosts) instead "
         "of the assumed model: outcomes are unchanged (unless --cap-fails), so this moves row-steps only",
+    )
+    parser.add_argument(
+        "--cost-k-by-m",
+        nargs="+",
+        type=_m_value,
+        default=None,
+        metavar="M:K",
+        help="with --cost-from: the accessible rows' steps grow as exp(K r) at this m instead of the fitted k (a "
+        "steps law that differs across m, which the steps-informed versions assume away)",
     )
     parser.add_argument(
         "--cost-rows",

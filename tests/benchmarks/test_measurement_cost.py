@@ -277,6 +277,31 @@ def test_the_cost_link_sets_what_an_accessible_rows_steps_grow_with(cost):
     assert any(cost.simulate_row(limit, 4, 1, 20, i) != cost.simulate_row(truth, 4, 1, 20, i) for i in range(8))
 
 
+def test_a_k_per_m_sets_each_ms_steps_growth_and_needs_the_fitted_cost_model(cost, tmp_path):
+    """--cost-k-by-m: the accessible rows' steps grow as exp(K r) at the m listed, the fitted k elsewhere (a steps
+    law that differs across m); the assumed cost model has no k, so it is refused there."""
+    import dataclasses
+    import math
+
+    import numpy as np
+
+    costs = cost.RowCosts(form="exponential", t0=30.0, spread=0.4, k=4.0, link="n50", k_by_m=((1, 2.0),))
+    truth = cost.Truth(slope=28.0, intercept=2.0, costs=costs)
+    assert costs.k_at(1) == 2.0 and costs.k_at(3) == 4.0 and costs.k_at(None) == 4.0
+    for m, n, index in [(1, 20, 3), (1, 25, 2), (3, 60, 5)]:
+        row = cost.simulate_row(truth, 4, m, n, index)
+        if not row["accessible"]:
+            continue
+        rng = np.random.default_rng([4, 2, m, n, index])
+        rng.standard_normal()  # the attempt's jitter, drawn first
+        k = 2.0 if m == 1 else 4.0
+        assert row["steps"] == min(2999, math.ceil(30.0 * rng.lognormal(0, 0.4) * math.exp(k * n / truth.n50(m))))
+    one_k = dataclasses.replace(truth, costs=dataclasses.replace(costs, k_by_m=()))
+    assert any(cost.simulate_row(one_k, 4, 1, 25, i) != cost.simulate_row(truth, 4, 1, 25, i) for i in range(8))
+    with pytest.raises(SystemExit, match="--cost-k-by-m .* needs --cost-from"):
+        run(cost, "--repeats", "1", "--cache", str(tmp_path), "--cost-k-by-m", "1:2.0")
+
+
 def test_with_cap_fails_a_text_too_slow_for_the_cap_does_not_cram_and_the_truth_is_the_protocols(cost):
     """--cap-fails: an accessible text whose steps would reach the cap is inaccessible at the cap (as the real
     protocol decides it); half the rows cram at protocol_n50, which then lies below n50; without it nothing moves."""
