@@ -1000,8 +1000,11 @@ POOLED_RULES = {
     # its stop judged on a kappa one standard error smaller), each step count weighed by its row's pseudo-outcome
     # (pooled.fit_pooled_pseudo_steps: the rule flags the slow rows, and an accessible row it flagged is seen only
     # when audited, so 1 / audit), the standard errors guarded by the sandwich of outcomes and steps together.
-    # Measured in BENCHMARKS.md ("Session 17"); the steps law is an assumption real rows test only weakly (one kappa
-    # for every m: F test p = 0.026 on SmolLM2's random words, 0.6-0.8 on the natural-text full runs), hence opt-in.
+    # Measured in BENCHMARKS.md ("Session 17"): at the simulator's defaults 10.70x at slope RMSE 1.02x, worst n_50
+    # 0.95x (1600 repeats). The steps law is an assumption real rows test only weakly (one kappa for every m: F test
+    # p = 0.026 on SmolLM2's random words, 0.6-0.8 on the natural-text full runs), and where kappa differs across m
+    # as much as SmolLM2's words rows suggest the estimate is biased (simulated: n_50(1) by -7 tokens, slope
+    # coverage 28%): opt-in, for a model and source whose full-cap rows show one law (benchmarks/steps_information.py).
     5: PooledRules(
         logit_offsets=(-1.0, 1.0),
         width_z=1.5,
