@@ -548,6 +548,7 @@ def analyse_pooled(rows: dict, ms, design: PooledDesign, steps: bool | None = No
         steps_cap=design.steps_cap,
         steps_robust=design.steps_robust and use_steps,
         audit=design.audit,
+        steps_law_alpha=design.steps_law_alpha if use_steps else None,
     )
     per_m = {}
     for m in ms:
@@ -697,6 +698,7 @@ def pooled_arguments(args) -> dict:
         "steps_truncated": True if args.steps_truncated else None,
         "audit": args.audit,
         "target_scale": args.pooled_target_scale,
+        "steps_law_alpha": args.pooled_steps_law_alpha,
     }
     rules.update({k: tuple(v) if isinstance(v, list) else v for k, v in knobs.items() if v is not None})
     return rules
@@ -1086,6 +1088,14 @@ def main(argv=None):
         metavar="Z",
         help="with --pooled-steps: the stop judges the step counts' information on a kappa Z standard errors smaller "
         "and a sigma Z larger than fitted (PooledDesign(steps_stop_z=Z))",
+    )
+    parser.add_argument(
+        "--pooled-steps-law-alpha",
+        type=float,
+        default=None,
+        metavar="A",
+        help="with the step counts: use them only while one steps law across m is not refused at level A "
+        "(pooled.steps_law_check; PooledDesign(steps_law_alpha=A))",
     )
     parser.add_argument(
         "--pooled-steps-robust",

@@ -805,3 +805,27 @@ def test_the_weighed_steps_fit_is_the_plain_one_where_nothing_was_flagged_and_re
         StepRows.from_rows([1, 3], [5, 9], [10, 20], weights=[1.0, 0.0])
     with pytest.raises(ValueError, match="one finite weight > 0 per accessible row"):
         StepRows.from_rows([1, 3], [5, 9], [10, 20], weights=[1.0])
+
+
+def test_the_steps_law_check_passes_one_law_and_refuses_a_kappa_that_differs_across_m():
+    """pooled.steps_law_check: log steps with one (tau0, kappa) at every m passes; with kappa 5 at m = 1 and 3 at
+    m = 3, 5 (the kind of difference SmolLM2's words rows suggest) it is refused; too few rows cannot pass."""
+    from ut_peft.accessibility.pooled import steps_law_check
+
+    line = np.array([20.0, 4.0])
+    rng = np.random.default_rng(5)
+    ms = np.repeat([1, 3, 5], 24).astype(float)
+    ns = np.concatenate([np.linspace(0.5, 1.0, 24) * (20 * m + 4) for m in (1, 3, 5)])
+    noise = 0.4 * rng.standard_normal(ms.size)
+    one = StepRows.from_rows(ms, ns, np.exp(3.5 + 4.0 * ns / (20 * ms + 4) + noise))
+    assert steps_law_check(one, line, 0.05)["one_law"]
+    kappa = np.where(ms == 1, 5.0, 3.0)
+    two = StepRows.from_rows(ms, ns, np.exp(3.5 + kappa * ns / (20 * ms + 4) + noise))
+    refused = steps_law_check(two, line, 0.05)
+    assert not refused["one_law"] and refused["p_value"] < 0.01 and refused["groups"] == 3
+    few = StepRows.from_rows(ms[:4], ns[:4], one.steps[:4])
+    assert not steps_law_check(few, line, 0.05)["one_law"]  # one m only: not testable, so not trusted
+    with pytest.raises(ValueError, match="steps_law_alpha .* needs steps=True"):
+        PooledDesign(
+            [1, 3, 5], batch=8, start=4, stop=200, target_slope_se=1.0, target_n50_se=None, steps_law_alpha=0.05
+        )

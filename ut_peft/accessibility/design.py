@@ -504,6 +504,7 @@ class PooledDesign(Design):
         steps_stop_z: float = 0.0,
         audit: float | None = None,
         target_scale: float = 1.0,
+        steps_law_alpha: float | None = None,
     ):
         ms = sorted({int(m) for m in ms})
         if len(ms) < 2:
@@ -593,6 +594,12 @@ class PooledDesign(Design):
                 f"target_scale multiplies every standard-error target and must be > 0 (got {target_scale!r})"
             )
         self.target_scale = float(target_scale)
+        if steps_law_alpha is not None and not (self.steps and 0.0 < steps_law_alpha < 1.0):
+            raise ValueError(
+                f"steps_law_alpha is the level at which the step counts' one law across m is refused (in (0, 1)), "
+                f"and needs steps=True (got {steps_law_alpha!r}, steps={self.steps})"
+            )
+        self.steps_law_alpha = steps_law_alpha
         self.target_slope_se, self.target_n50_se, self.budget = target_slope_se, targets, budget_row_steps
         self.check_m, self.check_factor, self.min_rounds = check_m, check_factor, min_rounds
         self.design_ms = sorted({ms[0], ms[-1], *([check_m] if check_m is not None else [])})
@@ -697,6 +704,7 @@ class PooledDesign(Design):
             fit_pooled_pseudo_steps,
             fit_pooled_steps,
             information,
+            steps_law_check,
             steps_line_information,
             usable_steps,
         )
@@ -715,6 +723,12 @@ class PooledDesign(Design):
                 weights=None if self.audit is None else [r[2] for r in crammed],
             )
         inflation = None
+        if steps is not None and usable_steps(steps) and self.steps_law_alpha is not None:
+            # The step counts only while one law across m is not refused (pooled.steps_law_check), judged on the
+            # outcomes' own line.
+            line = (fit_pooled if self.audit is None else fit_pooled_pseudo)(cells, self.design_ms, self.check_m).theta
+            if not steps_law_check(steps, line[:2], self.steps_law_alpha)["one_law"]:
+                steps = None
         if steps is not None and usable_steps(steps):
             # steps=True: the line and its standard errors from the outcomes and the accessible rows' step counts
             # (pooled.fit_pooled_steps; under an audit pooled.fit_pooled_pseudo_steps, the step counts weighed); the
@@ -872,6 +886,7 @@ class PooledDesign(Design):
             steps_cap=self.steps_cap,
             steps_robust=self.steps_robust,
             audit=self.audit,
+            steps_law_alpha=self.steps_law_alpha,
         )
 
 
@@ -929,6 +944,8 @@ class PooledRules:
     # wider than fitted, so the error it realises falls below its targets; a version whose realised RMSE was measured
     # at a known fraction of its targets scales them back to the ones asked for.
     target_scale: float = 1.0
+    # With steps: the step counts only while one law across m is not refused at this level (pooled.steps_law_check).
+    steps_law_alpha: float | None = None
 
     def arguments(self) -> dict:
         return dataclasses.asdict(self)
@@ -1077,6 +1094,7 @@ def pooled_estimates(
     steps_cap: int | None = None,
     steps_robust: bool = False,
     audit: float | None = None,
+    steps_law_alpha: float | None = None,
 ) -> dict | None:
     """n_50 at every m of ``ms`` from the pooled line fitted to ``rows`` (a dict (m, n, index) -> row), with Wald
     intervals, the slope and intercept with theirs, and the linearity check where a check m has rows.
@@ -1115,6 +1133,7 @@ def pooled_estimates(
         guarded_covariance,
         linearity_check,
         outcomes_sandwich,
+        steps_law_check,
         steps_sandwich,
         usable_steps,
         wald_interval,
@@ -1140,6 +1159,12 @@ def pooled_estimates(
             # Under an audit each step count weighed by its row's pseudo-outcome (pooled.fit_pooled_pseudo_steps).
             weights=None if audit is None else outcomes[crammed],
         )
+    law = None
+    if step_rows is not None and usable_steps(step_rows) and steps_law_alpha is not None:
+        line = (fit_pooled if audit is None else fit_pooled_pseudo)(cells, measured, check).theta
+        law = steps_law_check(step_rows, line[:2], steps_law_alpha)
+        if not law["one_law"]:
+            step_rows = None
     fit: PooledFit
     if step_rows is not None and usable_steps(step_rows):
         steps_fitter = fit_pooled_steps if audit is None else fit_pooled_pseudo_steps
@@ -1185,4 +1210,5 @@ def pooled_estimates(
         "converged": fit.converged,
         "linearity": linearity,
         **({"steps": steps_used} if steps else {}),
+        **({"steps_law": law} if steps_law_alpha is not None else {}),
     }

@@ -779,3 +779,36 @@ def fit_pooled_pseudo_steps(
     return StepsInformedFit(
         theta, covariance, loglik, converged, model, False, x[4:].copy(), steps_covariance, joint_information
     )
+
+
+def steps_law_check(steps: StepRows, line: np.ndarray, alpha: float) -> dict:
+    """Does one steps law serve every m? The F test of log(steps) = tau0 + kappa r (r = n / (a m + b), the line
+    given, e.g. the outcomes' alone) shared by every m against one (tau0_m, kappa_m) per m, by weighted least squares
+    (``steps.weights``), over the m with 3 accessible rows at 2 lengths at least (as
+    ``benchmarks/steps_information.py`` does; the truncation at the cap is ignored). The steps-informed estimate
+    rests on the shared law: where kappa differs across m it is biased by several tokens (BENCHMARKS.md, "Session
+    17"), so a design that checks it uses the step counts only while the test does not refuse the law at ``alpha``
+    and can be computed (``"one_law"``)."""
+    mu = line[0] * steps.ms + line[1]
+    r = steps.ns / np.where(np.abs(mu) < 1e-6, 1e-6, mu)
+    y, w = np.log(steps.steps), steps.w
+    groups = [m for m in np.unique(steps.ms) if (steps.ms == m).sum() >= 3 and np.unique(r[steps.ms == m]).size >= 2]
+    keep = np.isin(steps.ms, groups)
+    n_rows, n_groups = int(keep.sum()), len(groups)
+    if n_groups < 2 or n_rows - 2 * n_groups < 1:
+        return {"p_value": float("nan"), "one_law": False, "groups": n_groups, "rows": n_rows}
+
+    def rss(design: np.ndarray) -> float:
+        root = np.sqrt(w[keep])
+        coef, *_ = np.linalg.lstsq(design * root[:, None], y[keep] * root, rcond=None)
+        return float((w[keep] * (y[keep] - design @ coef) ** 2).sum())
+
+    shared = np.stack([np.ones(n_rows), r[keep]], 1)
+    per_m = np.concatenate(
+        [np.stack([(steps.ms[keep] == m) * 1.0, (steps.ms[keep] == m) * r[keep]], 1) for m in groups], 1
+    )
+    reduced, full = rss(shared), rss(per_m)
+    df1, df2 = 2 * (n_groups - 1), n_rows - 2 * n_groups
+    statistic = ((reduced - full) / df1) / max(full / df2, 1e-12)
+    p_value = float(stats.f.sf(statistic, df1, df2))
+    return {"p_value": p_value, "one_law": bool(p_value >= alpha), "groups": n_groups, "rows": n_rows}
