@@ -46,8 +46,9 @@ with probability ``--flag-accessible`` (0.05: none of the 17 accessible rows sti
 there, 95% upper bound about 16%); a flagged row runs on to its end with probability PI, else it stops there and is
 recorded as failed. The design and its estimate fit the rows' pseudo-outcomes (``pooled.audited_outcomes``: 1 / PI
 for an audited row that crams), whose mean is each row's accessibility whatever the rule, with sandwich standard
-errors; the flag rates are assumptions (the simulator has no trajectories). Versions 4 (the default) and 5 (which
-also reads the accessible rows' step counts, each weighed by its pseudo-outcome) audit at 1/4 on their own; ``--audit``
+errors; the flag rates are assumptions (the simulator has no trajectories). Versions 4, 5 (which also reads the
+accessible rows' step counts, each weighed by its pseudo-outcome) and 6 (the default: 5, the step counts only while
+one steps law serves every m) audit at 1/4 on their own; ``--audit``
 replaces the probability, ``--pooled-version 2`` runs every row to its end. An audited row that crams keeps its own
 steps (it ran to its end); the simulator's flags do not depend on a row's steps, the real rule's do (it flags slow
 rows), which the weights answer for (``tests/accessibility/test_pooled.py``). Figures
@@ -65,7 +66,7 @@ penalised-likelihood interval for its independent rows (``--interval bootstrap``
 The pooled design (:class:`~ut_peft.accessibility.design.PooledDesign`: one line through every m, rows at m = 1, 5
 and the check m = 3; ``--pooled-batch`` rows a round, 8 as the SmolLM2 run) gets as its standard-error targets
 ``--pooled-factor`` times the published design's RMSE at each m and of the slope, measured in the same run; its
-intervals are Wald intervals of the pooled fit. Its rules are those of ``--pooled-version`` (4 by default);
+intervals are Wald intervals of the pooled fit. Its rules are those of ``--pooled-version`` (6 by default);
 ``--pooled-logits``, ``--pooled-check-factor``, ``--pooled-width-z``, ``--pooled-stop-z``, ``--pooled-slope-from`` and
 ``--pooled-min-rows`` replace single rules of it, for exploring (BENCHMARKS.md keeps the table of what was measured).
 
@@ -133,12 +134,12 @@ DEFAULT_DESIGNS = [name for name in NAMES if name != "pooled+steps"]
 # published+inferred designs are measured by the full run and lose to it (BENCHMARKS.md), and dropping them buys the
 # repeats a ratio near 1.05 needs (an RMSE's Monte-Carlo error is about 1 / sqrt(2 repeats): 3.5% at 400, 10% at 50).
 QUICK_DESIGNS = ["pooled"]
-# The rules the pooled design is simulated with by default: version 4 (version 2 with the audited early abandon),
-# the newest whose lever holds up on real rows. Version 5 (the step counts too) meets the issue's line at the
-# simulator's defaults, but where the steps law's kappa differs across m as SmolLM2's words rows suggest it is biased
-# by several tokens (--cost-k-by-m; BENCHMARKS.md, "Session 17"), so it is not the default. Sweeps still default to
-# design.POOLED_DESIGN_VERSION: versions 4 and 5 are opt-in there (docs/accessibility.md).
-DEFAULT_POOLED_VERSION = 4
+# The rules the pooled design is simulated with by default: version 6 (version 2 with the audited early abandon and
+# the step counts, the latter only while one steps law serves every m). Version 5 (the step counts unchecked) is not:
+# where the law's kappa differs across m as SmolLM2's words rows suggest it is biased by several tokens
+# (--cost-k-by-m; BENCHMARKS.md, "Session 17"). Sweeps still default to design.POOLED_DESIGN_VERSION: versions 3 to 6
+# are opt-in there (docs/accessibility.md).
+DEFAULT_POOLED_VERSION = 6
 # The published design's results are cached per repeat (they are what most of a run's time goes to, and a pooled
 # variant needs only them as its baseline). Everything that decides a repeat's result is in the key: the truth, the
 # ms, the bootstrap replicates, cap and patience, the grid, and the source of the code that simulates and analyses.

@@ -178,11 +178,11 @@ def test_pooled_sweep_reports_the_line_and_resumes_after_a_kill_to_the_same_resu
     assert resumed.pooled == whole.pooled
 
 
-@pytest.mark.parametrize("version", [4, 5])
+@pytest.mark.parametrize("version", [4, 5, 6])
 def test_an_audited_pooled_sweep_killed_mid_write_resumes_to_the_same_rows_flags_and_line(tmp_path, llama, version):
-    """Versions 4 and 5 (the step counts too) under a rule that flags every row not crammed by step 12: a kill that
-    tears rows.jsonl halfway resumes to the uninterrupted run's rows, their flags and audits (each drawn from the
-    row's seed) and its line."""
+    """Versions 4, 5 (the step counts too) and 6 (only while one steps law holds across m) under a rule that flags
+    every row not crammed by step 12: a kill that tears rows.jsonl halfway resumes to the uninterrupted run's rows,
+    their flags and audits (each drawn from the row's seed) and its line."""
     config = pooled_config(
         pooled_version=version,
         cram=CramConfig(max_steps=30, patience=30, batch_size=8, abandon_below=((12, 1.0),)),
@@ -190,7 +190,7 @@ def test_an_audited_pooled_sweep_killed_mid_write_resumes_to_the_same_rows_flags
     whole = run_sweep(config, tmp_path / "whole", model=llama, progress=False)
     rows = read_rows(tmp_path / "whole")
     assert whole.settings["cram"]["abandon_audit"] == 0.25 and any(r.flagged_at is not None for r in rows.values())
-    assert ("steps" in whole.pooled) == (version == 5)
+    assert ("steps" in whole.pooled) == (version >= 5) and ("steps_law" in whole.pooled) == (version == 6)
 
     def audited(folder):
         return {k: (r["accessible"], r["steps"], r.flagged_at, r.audited) for k, r in read_rows(folder).items()}

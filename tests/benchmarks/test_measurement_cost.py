@@ -55,7 +55,7 @@ def test_the_published_baseline_is_cached_per_repeat_and_a_pooled_variant_reruns
     # Another truth is another key: nothing read from the other file, so the published design is analysed again.
     with pytest.raises(AssertionError, match="simulated again"):
         run(cost, "--repeats", "1", "--cache", str(cache), "--slope", "40")
-    assert first.splitlines()[0].endswith("rules of version 4)")  # the audited abandon (5 is not the default)
+    assert first.splitlines()[0].endswith("rules of version 6)")  # the audit and the checked step counts
     assert any(x.startswith("audited abandon") for x in first.splitlines())
 
 

@@ -146,7 +146,8 @@ TABLE: dict[str, dict[str, dict]] = {
 # version 2 covered 96% (slope) and 88-96% (n_50), so the nested figures are the lower ones a report quotes.
 # Versions 4 and 5 (the audited abandon; 5 with the step counts too): 1600 repeats, logs
 # measurement_cost_v4_pooled_1600.log and measurement_cost_v5_pooled_1600.log. Version 5's holds where its steps
-# law does: with a kappa that differs across m (--cost-k-by-m) its slope interval covered 28%.
+# law does: with a kappa that differs across m (--cost-k-by-m) its slope interval covered 28%, version 6's 92%
+# (measurement_cost_v6_words_kbym_nocap_400.log); version 6 at the defaults: 400 repeats, measurement_cost_v6_quick.log
 POOLED_TABLE: dict[str, dict[str, dict]] = {
     "1": {
         "8": {
@@ -196,6 +197,14 @@ POOLED_TABLE: dict[str, dict[str, dict]] = {
             "n50": 0.92,
             "factor": 1.05,
             "command": "python benchmarks/measurement_cost.py --designs pooled --pooled-version 5 --repeats 1600",
+        },
+    },
+    "6": {
+        "8": {
+            "slope": 0.94,
+            "n50": 0.92,
+            "factor": 1.05,
+            "command": "python benchmarks/measurement_cost.py --quick --pooled-version 6",
         },
     },
 }

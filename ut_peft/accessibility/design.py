@@ -1037,6 +1037,26 @@ POOLED_RULES = {
         abandon_below=((500, 0.5816), (750, 0.7658), (1000, 0.8316)),
         target_scale=1.2,
     ),
+    # Version 6: version 5 with the steps law checked across m (pooled.steps_law_check): the step counts inform the
+    # line only while one law for every m is not refused at 5% (judged on the outcomes' own line, each round and in
+    # the estimate). Where kappa differs across m as SmolLM2's words rows suggest, version 5 is biased (n_50(1) by -7
+    # tokens) and version 6 is not (BENCHMARKS.md, "Session 17").
+    6: PooledRules(
+        logit_offsets=(-1.0, 1.0),
+        width_z=1.5,
+        stop_z=1.0,
+        check_factor=2.0,
+        slope_from="linear",
+        min_rows=128,
+        steps=True,
+        steps_robust=True,
+        steps_stop_z=1.0,
+        steps_truncated=True,
+        audit=0.25,
+        abandon_below=((500, 0.5816), (750, 0.7658), (1000, 0.8316)),
+        target_scale=1.2,
+        steps_law_alpha=0.05,
+    ),
 }
 
 

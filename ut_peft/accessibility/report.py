@@ -456,8 +456,24 @@ def write_report(output_dir, summary: Summary) -> None:
     atomic_write_text(output_dir / REPORT_FILE, markdown(summary))
 
 
-def _steps_line(law: dict | None) -> str:
-    """What the pooled line of a design with step counts (version 3's rules) stands on."""
+def _steps_line(law: dict | None, check: dict | None = None) -> str:
+    """What the pooled line of a design with step counts (versions 3, 5 and 6) stands on; ``check``: the one-law
+    check across m of version 6 (pooled.steps_law_check), where the rules make it."""
+    checked = ""
+    if check is not None:
+        p = check.get("p_value")
+        tested = p is not None and p == p  # not NaN
+        checked = (
+            f" One steps law for every m against one per m: F test p = {_num(p, 3)} over {check.get('groups')} m and "
+            f"{check.get('rows')} accessible rows"
+            if tested
+            else f" One steps law for every m cannot be tested yet ({check.get('groups')} m with 3 accessible rows at "
+            "2 lengths)"
+        ) + ("." if check.get("one_law") else ": the step counts are left out, and the line is the outcomes' alone.")
+    if check is not None and not check.get("one_law"):
+        return "Step counts: the rules use the accessible rows' step counts only while one law serves every m." + (
+            checked
+        )
     if law is None:
         return (
             "Step counts: the rules use the accessible rows' step counts too, but fewer than 3 accessible rows at two "
@@ -468,7 +484,7 @@ def _steps_line(law: dict | None) -> str:
         f"working law log(steps) = tau0 + kappa n / n_50(m) + sigma eps (fitted: tau0 {_num(law['tau0'], 2)}, kappa "
         f"{_num(law['kappa'], 2)}, sigma {_num(law['sigma'], 2)}; truncated at the step cap where the rules say so); "
         f"the standard errors are no smaller than the rows' sandwich says where the rules guard them "
-        f"(pooled.guarded_covariance), so that a law the rows do not follow does not narrow the intervals."
+        f"(pooled.guarded_covariance), so that a law the rows do not follow does not narrow the intervals.{checked}"
     )
 
 
@@ -517,7 +533,7 @@ def _pooled_lines(pooled: dict | None, checks: dict | None = None, audit: float 
         f"({_checked(pooled['intercept_ci'], checks.get('intercept'))}).",
     ]
     if "steps" in pooled:
-        lines += ["", _steps_line(pooled["steps"])]
+        lines += ["", _steps_line(pooled["steps"], pooled.get("steps_law"))]
     check = pooled.get("linearity")
     if check is None:
         lines += ["", "No linearity check (no rows at an m between the two ends)."]
