@@ -191,6 +191,8 @@ def test_an_audited_pooled_sweep_killed_mid_write_resumes_to_the_same_rows_flags
     rows = read_rows(tmp_path / "whole")
     assert whole.settings["cram"]["abandon_audit"] == 0.25 and any(r.flagged_at is not None for r in rows.values())
     assert ("steps" in whole.pooled) == (version >= 5) and ("steps_law" in whole.pooled) == (version == 6)
+    report = (tmp_path / "whole" / "report.md").read_text()
+    assert ("One steps law for every m" in report) == (version == 6)  # the check, and what it decided
 
     def audited(folder):
         return {k: (r["accessible"], r["steps"], r.flagged_at, r.audited) for k, r in read_rows(folder).items()}
