@@ -87,6 +87,7 @@ def test_the_pooled_knobs_replace_single_rules_of_the_version(cost):
         steps_truncated=False,
         audit=None,
         pooled_target_scale=None,
+        pooled_steps_law_alpha=None,
     )
     rules = cost.pooled_arguments(args)
     assert rules == dict(
@@ -105,6 +106,14 @@ def test_the_pooled_knobs_replace_single_rules_of_the_version(cost):
         audit=None,
         abandon_below=(),
         target_scale=1.0,
+        steps_law_alpha=None,
+    )
+    # --pooled-steps-law-alpha checks the steps law across m; version 6's rules do so on their own.
+    checked = cost.pooled_arguments(cost.argparse.Namespace(**{**vars(args), "pooled_steps_law_alpha": 0.05}))
+    assert checked["steps_law_alpha"] == 0.05
+    assert (
+        cost.pooled_arguments(cost.argparse.Namespace(**{**vars(args), "pooled_version": 6}))["steps_law_alpha"]
+        == 0.05
     )
     # --steps-truncated truncates the law at the cap; version 3's rules do so on their own.
     assert cost.pooled_arguments(cost.argparse.Namespace(**{**vars(args), "steps_truncated": True}))["steps_truncated"]
