@@ -723,25 +723,29 @@ class PooledDesign(Design):
                 weights=None if self.audit is None else [r[2] for r in crammed],
             )
         inflation = None
+        fitter = fit_pooled if self.audit is None else fit_pooled_pseudo
+        outcomes_fit = None  # the outcomes' own fit, once: the law's check, the pseudo steps fit's start, else the fit
         if steps is not None and usable_steps(steps) and self.steps_law_alpha is not None:
             # The step counts only while one law across m is not refused (pooled.steps_law_check), judged on the
             # outcomes' own line.
-            line = (fit_pooled if self.audit is None else fit_pooled_pseudo)(cells, self.design_ms, self.check_m).theta
-            if not steps_law_check(steps, line[:2], self.steps_law_alpha)["one_law"]:
+            outcomes_fit = fitter(cells, self.design_ms, self.check_m)
+            if not steps_law_check(steps, outcomes_fit.theta[:2], self.steps_law_alpha)["one_law"]:
                 steps = None
         if steps is not None and usable_steps(steps):
             # steps=True: the line and its standard errors from the outcomes and the accessible rows' step counts
             # (pooled.fit_pooled_steps; under an audit pooled.fit_pooled_pseudo_steps, the step counts weighed); the
             # rows are placed on that fit's curve, their information the outcomes'.
-            steps_fitter = fit_pooled_steps if self.audit is None else fit_pooled_pseudo_steps
-            fit = steps_fitter(cells, steps, self.design_ms, self.check_m)
+            if self.audit is None:
+                fit = fit_pooled_steps(cells, steps, self.design_ms, self.check_m)
+            else:
+                fit = fit_pooled_pseudo_steps(cells, steps, self.design_ms, self.check_m, start=outcomes_fit)
             extra = np.zeros((fit.model.size, fit.model.size))
             extra[:2, :2] = steps_line_information(fit, self._judged_steps_theta(fit), steps)
             if self.steps_robust or self.audit is not None:  # the audit's extra variance is the sandwich's alone
                 inflation = self._sandwich_inflation(fit, flat)
         else:
-            fitter = fit_pooled if self.audit is None else fit_pooled_pseudo
-            fit, extra = fitter(cells, self.design_ms, self.check_m), 0.0
+            fit = outcomes_fit if outcomes_fit is not None else fitter(cells, self.design_ms, self.check_m)
+            extra = 0.0
             if self.audit is not None:
                 inflation = self._audit_inflation(fit, flat)
         info = information(fit, cells.ms, cells.ns, cells.trials, free_delta=True, widen_z=self.stop_z)
@@ -960,6 +964,23 @@ class PooledRules:
         return dict(arguments, steps_cap=max_steps if truncated else None)
 
 
+_VERSION_4 = PooledRules(
+    logit_offsets=(-1.0, 1.0),
+    width_z=1.5,
+    stop_z=1.0,
+    check_factor=2.0,
+    slope_from="linear",
+    min_rows=128,
+    audit=0.25,
+    abandon_below=((500, 0.5816), (750, 0.7658), (1000, 0.8316)),
+    target_scale=1.25,
+)
+# Version 5 (below): version 4's audit and floor with version 3's step counts (truncated at the cap, guarded, the stop
+# judged on a smaller kappa), its targets scaled by 1.2; version 6: version 5 with the steps law checked across m.
+_VERSION_5 = dataclasses.replace(
+    _VERSION_4, steps=True, steps_robust=True, steps_stop_z=1.0, steps_truncated=True, target_scale=1.2
+)
+
 POOLED_RULES = {
     # Accessibility 73% and 27% on the curve widened by 1.5 standard errors of its log width, the pair of
     # SequentialDesign (79% of the information about n_50 of a row at n_50 itself, and the two sides set the width);
@@ -1002,17 +1023,7 @@ POOLED_RULES = {
     # whatever the rule: a rule that flags accessible rows on another model costs variance (the rows' sandwich
     # carries it into the stop and the intervals), never bias. The targets are scaled by 1.25: with the audit the
     # design realised 0.8x the error its targets ask for (simulator, 200 repeats, BENCHMARKS.md "Session 15").
-    4: PooledRules(
-        logit_offsets=(-1.0, 1.0),
-        width_z=1.5,
-        stop_z=1.0,
-        check_factor=2.0,
-        slope_from="linear",
-        min_rows=128,
-        audit=0.25,
-        abandon_below=((500, 0.5816), (750, 0.7658), (1000, 0.8316)),
-        target_scale=1.25,
-    ),
+    4: _VERSION_4,
     # Version 5: version 4 with the accessible rows' step counts too (version 3's steps law, truncated at the cap,
     # its stop judged on a kappa one standard error smaller), each step count weighed by its row's pseudo-outcome
     # (pooled.fit_pooled_pseudo_steps: the rule flags the slow rows, and an accessible row it flagged is seen only
@@ -1022,41 +1033,12 @@ POOLED_RULES = {
     # p = 0.026 on SmolLM2's random words, 0.6-0.8 on the natural-text full runs), and where kappa differs across m
     # as much as SmolLM2's words rows suggest the estimate is biased (simulated: n_50(1) by -7 tokens, slope
     # coverage 28%): opt-in, for a model and source whose full-cap rows show one law (benchmarks/steps_information.py).
-    5: PooledRules(
-        logit_offsets=(-1.0, 1.0),
-        width_z=1.5,
-        stop_z=1.0,
-        check_factor=2.0,
-        slope_from="linear",
-        min_rows=128,
-        steps=True,
-        steps_robust=True,
-        steps_stop_z=1.0,
-        steps_truncated=True,
-        audit=0.25,
-        abandon_below=((500, 0.5816), (750, 0.7658), (1000, 0.8316)),
-        target_scale=1.2,
-    ),
+    5: _VERSION_5,
     # Version 6: version 5 with the steps law checked across m (pooled.steps_law_check): the step counts inform the
     # line only while one law for every m is not refused at 5% (judged on the outcomes' own line, each round and in
     # the estimate). Where kappa differs across m as SmolLM2's words rows suggest, version 5 is biased (n_50(1) by -7
     # tokens) and version 6 is not (BENCHMARKS.md, "Session 17").
-    6: PooledRules(
-        logit_offsets=(-1.0, 1.0),
-        width_z=1.5,
-        stop_z=1.0,
-        check_factor=2.0,
-        slope_from="linear",
-        min_rows=128,
-        steps=True,
-        steps_robust=True,
-        steps_stop_z=1.0,
-        steps_truncated=True,
-        audit=0.25,
-        abandon_below=((500, 0.5816), (750, 0.7658), (1000, 0.8316)),
-        target_scale=1.2,
-        steps_law_alpha=0.05,
-    ),
+    6: dataclasses.replace(_VERSION_5, steps_law_alpha=0.05),
 }
 
 
@@ -1145,6 +1127,7 @@ def pooled_estimates(
         Cells,
         PooledFit,
         StepRows,
+        StepsInformedFit,
         audited_linearity_check,
         fit_pooled,
         fit_pooled_pseudo,
@@ -1179,16 +1162,19 @@ def pooled_estimates(
             # Under an audit each step count weighed by its row's pseudo-outcome (pooled.fit_pooled_pseudo_steps).
             weights=None if audit is None else outcomes[crammed],
         )
-    law = None
+    law, outcomes_fit = None, None
     if step_rows is not None and usable_steps(step_rows) and steps_law_alpha is not None:
-        line = (fit_pooled if audit is None else fit_pooled_pseudo)(cells, measured, check).theta
-        law = steps_law_check(step_rows, line[:2], steps_law_alpha)
+        outcomes_fit = (fit_pooled if audit is None else fit_pooled_pseudo)(cells, measured, check)
+        law = steps_law_check(step_rows, outcomes_fit.theta[:2], steps_law_alpha)
         if not law["one_law"]:
             step_rows = None
     fit: PooledFit
+    steps_fit: StepsInformedFit
     if step_rows is not None and usable_steps(step_rows):
-        steps_fitter = fit_pooled_steps if audit is None else fit_pooled_pseudo_steps
-        fit = steps_fit = steps_fitter(cells, step_rows, measured, check)
+        if audit is None:
+            fit = steps_fit = fit_pooled_steps(cells, step_rows, measured, check)
+        else:
+            fit = steps_fit = fit_pooled_pseudo_steps(cells, step_rows, measured, check, start=outcomes_fit)
         if steps_robust or audit is not None:
             sandwich = steps_sandwich(
                 steps_fit,
@@ -1202,6 +1188,8 @@ def pooled_estimates(
             steps_fit.covariance = guarded_covariance(steps_fit.covariance, sandwich)
         tau0, kappa, log_sigma = (float(v) for v in steps_fit.steps_theta)
         steps_used = {"tau0": tau0, "kappa": kappa, "sigma": math.exp(log_sigma)}
+    elif outcomes_fit is not None and not (slope_from == "free" and check is not None):
+        fit = outcomes_fit  # the law's check fitted exactly this already
     else:
         fitter = fit_pooled if audit is None else fit_pooled_pseudo
         fit = fitter(cells, measured, check, free_delta=slope_from == "free" and check is not None)

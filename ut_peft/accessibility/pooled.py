@@ -598,6 +598,25 @@ def audited_linearity_check(ms, ns, outcomes, width_ms, check_m: int, alpha: flo
     }
 
 
+def _pseudo_score(model: PooledModel, cells: Cells, theta, keep, centres, free_delta: bool):
+    """The pseudo-outcomes' estimating equation at ``theta`` over the parameters ``keep``: the score sum (y - p) J
+    with Firth's adjustment h (1/2 - p) and the width prior's gradient, and the Fisher information (width prior
+    included). The score is None where the information cannot be inverted."""
+    prior_precision = np.concatenate([np.zeros(3), 1.0 / PRIOR_SD**2])
+    eta, jac = model.eta_and_jacobian(theta, cells.ms, cells.ns, free_delta)
+    p = 1.0 / (1.0 + np.exp(-np.clip(eta, -35, 35)))
+    weights = cells.trials * p * (1 - p)
+    info = (jac.T @ (weights[:, None] * jac) + np.diag(prior_precision))[np.ix_(keep, keep)]
+    j = jac[:, keep]
+    try:
+        hat = weights * np.einsum("ck,kl,cl->c", j, np.linalg.inv(info), j)
+    except np.linalg.LinAlgError:
+        return None, info
+    residual = cells.successes - cells.trials * p + hat * (0.5 - p)
+    score = j.T @ residual - (prior_precision * np.concatenate([np.zeros(3), theta[3:] - centres]))[keep]
+    return score, info
+
+
 def fit_pooled_pseudo(
     cells: Cells, width_ms, check_m: int | None = None, free_delta: bool = False, max_iter: int = 200
 ) -> PooledFit:
@@ -612,22 +631,9 @@ def fit_pooled_pseudo(
     model = start.model
     centres = _prior_centres(model, cells)
     keep = np.array([0, 1, 2, 3, 4] if free_delta else [0, 1, 3, 4])
-    prior_precision = np.concatenate([np.zeros(3), 1.0 / PRIOR_SD**2])
 
     def score_and_information(theta):
-        eta, jac = model.eta_and_jacobian(theta, cells.ms, cells.ns, free_delta)
-        p = 1.0 / (1.0 + np.exp(-np.clip(eta, -35, 35)))
-        weights = cells.trials * p * (1 - p)
-        info = (jac.T @ (weights[:, None] * jac) + np.diag(prior_precision))[np.ix_(keep, keep)]
-        j = jac[:, keep]
-        try:
-            hat = weights * np.einsum("ck,kl,cl->c", j, np.linalg.inv(info), j)
-        except np.linalg.LinAlgError:
-            return None, info
-        residual = cells.successes - cells.trials * p + hat * (0.5 - p)
-        score = j.T @ residual
-        score -= (prior_precision * np.concatenate([np.zeros(3), theta[3:] - centres]))[keep]
-        return score, info
+        return _pseudo_score(model, cells, theta, keep, centres, free_delta)
 
     theta = start.theta.copy()
     score, info = score_and_information(theta)
@@ -669,7 +675,12 @@ def _finite(score: np.ndarray | None, size: int = 7) -> np.ndarray:
 
 
 def fit_pooled_pseudo_steps(
-    cells: Cells, steps: StepRows, width_ms, check_m: int | None = None, max_iter: int = 200
+    cells: Cells,
+    steps: StepRows,
+    width_ms,
+    check_m: int | None = None,
+    max_iter: int = 200,
+    start: PooledFit | None = None,
 ) -> StepsInformedFit:
     """:func:`fit_pooled_steps` under an audited early abandon: the line fitted to the rows' pseudo-outcomes
     (:func:`audited_outcomes`, as :func:`fit_pooled_pseudo`) *and* the accessible rows' step counts, each step count
@@ -685,15 +696,15 @@ def fit_pooled_pseudo_steps(
     the Newton decrement shrinks. The covariance is the inverse joint information (the weighted step counts' plus the
     outcomes'): a model covariance that knows nothing of the audit's extra variance, which a caller guards with the
     rows' sandwich (:func:`steps_sandwich` with ``outcomes``, :func:`guarded_covariance`). The check m's offset is
-    held at 0."""
+    held at 0. ``start``: fit_pooled_pseudo's fit of the same cells, where the caller has it already."""
     if steps.ms.size < 3:
         raise ValueError(f"the steps model needs 3 accessible rows at least (got {steps.ms.size})")
-    start = fit_pooled_pseudo(cells, width_ms, check_m, free_delta=False)
+    if start is None:
+        start = fit_pooled_pseudo(cells, width_ms, check_m, free_delta=False)
     model = start.model
     centres = _prior_centres(model, cells)
     keep = np.array([0, 1, 3, 4])
     where = np.array([0, 1, 4, 5])  # (a, b, tau0, kappa) in the joint layout (a, b, c, d, tau0, kappa, log sigma)
-    prior_precision = np.concatenate([np.zeros(3), 1.0 / PRIOR_SD**2])
     w = steps.w
 
     def theta_of(x):
@@ -702,19 +713,11 @@ def fit_pooled_pseudo_steps(
         return theta
 
     def score_and_information(x):
-        theta = theta_of(x)
-        eta, jac = model.eta_and_jacobian(theta, cells.ms, cells.ns, False)
-        p = 1.0 / (1.0 + np.exp(-np.clip(eta, -35, 35)))
-        weights = cells.trials * p * (1 - p)
-        info_outcomes = (jac.T @ (weights[:, None] * jac) + np.diag(prior_precision))[np.ix_(keep, keep)]
-        j = jac[:, keep]
-        try:
-            hat = weights * np.einsum("ck,kl,cl->c", j, np.linalg.inv(info_outcomes), j)
-        except np.linalg.LinAlgError:
+        outcome_score, info_outcomes = _pseudo_score(model, cells, theta_of(x), keep, centres, False)
+        if outcome_score is None:
             return None, None
-        residual = cells.successes - cells.trials * p + hat * (0.5 - p)
         score = np.zeros(7)
-        score[:4] = j.T @ residual - (prior_precision * np.concatenate([np.zeros(3), theta[3:] - centres]))[keep]
+        score[:4] = outcome_score
         _, steps_jac = _steps_terms(x[:2], x[4:], steps)
         score[[0, 1, 4, 5, 6]] += (w[:, None] * _steps_scores(x[:2], x[4:], steps)).sum(0)
         info = np.zeros((7, 7))
