@@ -569,6 +569,10 @@ def analyse_pooled(rows: dict, ms, design: PooledDesign, steps: bool | None = No
         "intercept_ci": est["intercept_ci"],
         "linear": (est["linearity"] or {}).get("linear"),
         "kappa": (est.get("steps") or {}).get("kappa"),
+        # Version 6's check of one steps law across m on the final rows: True kept, False refused or not computable
+        # (then the estimate is the outcomes' alone); None where the rules make no check.
+        "steps_law": (est.get("steps_law") or {}).get("one_law") if "steps_law" in est else None,
+        "steps_law_p": (est.get("steps_law") or {}).get("p_value") if "steps_law" in est else None,
     }
     return {"per_m": per_m, "line": line}
 
@@ -897,6 +901,16 @@ def simulate(args) -> None:
         print(
             f"pooled design's linearity check (the truth is {shape}): "
             f"passed in {sum(linear)} of {len(linear)} repeats (the test's level is 1%)"
+        )
+    laws = [r["line"] for r in results.get("pooled", []) if r["line"].get("steps_law") is not None]
+    if laws:
+        kept = sum(bool(line["steps_law"]) for line in laws)
+        untestable = sum(not np.isfinite(line["steps_law_p"]) for line in laws)
+        varying = "differs across m (--cost-k-by-m)" if truth.costs.k_by_m else "is one law for every m"
+        print(
+            f"pooled design's steps law check on its final rows (the simulator's steps law {varying}): one law kept "
+            f"in {kept} of {len(laws)} repeats, refused in {len(laws) - kept - untestable}, not computable in "
+            f"{untestable} (where not kept, the estimate is the outcomes' alone)"
         )
     if results.get("pooled+steps"):
         kappas = [np.nan if r["line"]["kappa"] is None else r["line"]["kappa"] for r in results["pooled+steps"]]

@@ -57,6 +57,12 @@ def test_the_published_baseline_is_cached_per_repeat_and_a_pooled_variant_reruns
         run(cost, "--repeats", "1", "--cache", str(cache), "--slope", "40")
     assert first.splitlines()[0].endswith("rules of version 6)")  # the audit and the checked step counts
     assert any(x.startswith("audited abandon") for x in first.splitlines())
+    # Version 6 checks one steps law across m on each repeat's final rows and says how often it kept it.
+    (law,) = [x for x in first.splitlines() if x.startswith("pooled design's steps law check")]
+    kept, refused, untestable = map(
+        int, re.search(r"kept in (\d+) of 1 repeats, refused in (\d+), not computable in (\d+)", law).groups()
+    )
+    assert kept + refused + untestable == 1
 
 
 def test_quick_runs_the_published_and_pooled_designs_alone_at_the_full_runs_repeats(cost, tmp_path):
@@ -254,6 +260,7 @@ def test_the_steps_informed_estimate_reads_the_pooled_designs_own_rows(cost, tmp
     argv = ["--repeats", "2", "--cache", str(tmp_path), "--designs", "pooled", "pooled+steps"]
     audited = run(cost, *argv, "--pooled-version", "4")  # under the audit: the step counts weighed (version 5's fit)
     assert "pooled+steps: the fitted kappa" in audited
+    assert "steps law check" not in audited  # version 4 makes no check
     text = run(cost, *argv, "--pooled-version", "2")
 
     def per_m_row_steps(name):  # the per-m table's rows (an m in the second column), their mean row-steps
