@@ -255,3 +255,19 @@ def test_least_squares_sigmoid_never_reports_a_starting_point_as_the_fit():
         crossing = sum((sigmoid(n, 457.36842105263156, -8 / 600) - a) ** 2 for n, a in zip(ns, acc))
         assert residual < 1e-6 < crossing  # a least-squares optimum, not the old starting point
         assert 410 < fit["n50"] < 450
+
+
+def test_least_squares_sigmoid_stops_at_the_first_exact_fit_on_a_ridge_of_them():
+    """Where the fractions are fitted exactly only as the slope runs to infinity (a sharp transition: 1 up to one
+    length, 0 from the next, at most one point in between), every start slides along the ridge to its evaluation
+    limit; the first exact fit is a least-squares optimum and ends the search. Before the analytic Jacobian and this
+    stop, the case above took 10 s, and the published design's fits on SmolLM2-like sharp transitions 25 s an m."""
+    import time
+
+    ns = [10 * k for k in range(1, 41)]
+    acc = [1.0] * 23 + [0.75] + [0.0] * 16
+    start = time.perf_counter()
+    fit = fit_sigmoid(ns, acc)
+    assert time.perf_counter() - start < 2.0
+    residual = sum((sigmoid(n, fit["n50"], fit["sigmoid_slope"]) - a) ** 2 for n, a in zip(ns, acc))
+    assert fit["status"] == "ok" and residual < 1e-10 and 230 < fit["n50"] < 250

@@ -87,13 +87,22 @@ def _least_squares_sigmoid(ns: np.ndarray, acc: np.ndarray, span: float) -> tupl
     spacing = max(float(np.diff(ns).min()), 1e-6) if ns.size > 1 else span
     x_starts = [crossing, *((ns[:-1] + ns[1:]) / 2).tolist()]
     s_starts = [-8.0 / span, -2.0 / spacing, -8.0 / spacing]
+
+    def residuals(p):
+        return sigmoid(ns, p[0], p[1]) - acc
+
+    def jacobian(p):  # d/dx0 and d/ds of the sigmoid: analytic, where a finite difference cost most of the time
+        q = sigmoid(ns, p[0], p[1])
+        slope = q * (1.0 - q)
+        return np.stack([-p[1] * slope, (ns - p[0]) * slope], 1)
+
     best = None
     for x_start in x_starts:
         for s_start in s_starts:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 result = optimize.least_squares(
-                    lambda p: sigmoid(ns, p[0], p[1]) - acc, [x_start, s_start], method="lm", max_nfev=5000
+                    residuals, [x_start, s_start], jac=jacobian, method="lm", max_nfev=5000
                 )
             x0, s = result.x
             # A fit that ran out of evaluations while sliding along a ridge of exact fits (a residual of zero to float
@@ -104,6 +113,10 @@ def _least_squares_sigmoid(ns: np.ndarray, acc: np.ndarray, span: float) -> tupl
             sse = float(((sigmoid(ns, x0, s) - acc) ** 2).sum())
             if best is None or sse < best[0] - 1e-12:
                 best = (sse, float(x0), float(s))
+            if exact:
+                # No start can do better than a residual of zero: the first exact fit is the answer (on a ridge of
+                # them, each start would slide to its evaluation limit, seconds per m on a sharp transition).
+                return best[1], best[2]
     return None if best is None else (best[1], best[2])
 
 
