@@ -372,3 +372,27 @@ def test_a_pooled_sweep_without_an_abandon_retargets_to_the_audited_version_keep
     write_sweep(tmp_path / "ruled", ruled, llama, old_rows)
     with pytest.raises(ValueError, match="differ: cram.abandon_audit"):
         retarget_sweep(tmp_path / "ruled", tmp_path / "no", pooled(pooled_version=4, cram=ruled.cram), model=llama)
+
+
+def test_a_version_2_pooled_sweep_retargets_to_version_7_keeping_its_rows_and_stopping_at_the_lower_floor(
+    tmp_path, llama
+):
+    """Version 7 is version 2 with a floor of 64 fitted rows instead of 128: at targets loose enough that the floor
+    decides the stop it stops sooner, and every round before that is version 2's. So a version-2 folder short of the
+    new floor retargets keeping every row and resumes to where a fresh version-7 run ends; one past it keeps the
+    rows version 7 asks for."""
+    old_config, new_config = pooled(pooled_version=2), pooled(pooled_version=7)
+    fresh_v2, fresh_v7 = drive(make_design(old_config)), drive(make_design(new_config))
+    assert len(fresh_v7) < len(fresh_v2)  # loose targets: the floor decides the stop
+    assert all(fresh_v2[key] == row for key, row in fresh_v7.items())  # version 7's rows are version 2's
+    partial = drive(make_design(old_config), stop_after=len(fresh_v7) - 3)  # killed mid-round, before the new stop
+    write_sweep(tmp_path / "old", old_config, llama, partial)
+    record = retarget_sweep(tmp_path / "old", tmp_path / "new", new_config, model=llama)
+    kept = store.read_rows(tmp_path / "new")
+    assert kept == partial and record["rows_dropped"] == 0
+    assert drive(make_design(new_config), kept) == fresh_v7
+    assert store.read_settings(tmp_path / "new")["design"]["version"] == 7
+    write_sweep(tmp_path / "done", old_config, llama, fresh_v2)
+    record = retarget_sweep(tmp_path / "done", tmp_path / "newer", new_config, model=llama)
+    assert store.read_rows(tmp_path / "newer") == fresh_v7
+    assert record["rows_dropped"] == len(fresh_v2) - len(fresh_v7)
