@@ -119,8 +119,8 @@ def test_summary_json_holds_the_marks(tmp_path):
 
 def test_the_pooled_designs_wald_intervals_carry_their_simulated_coverage():
     """Version 3 at 8 rows a round covered 90% (slope) and down to 87% (n_50) in the simulator: the n_50 intervals
-    are marked, the slope's is not (version 2's slope, 86% on SmolLM2's sharp line, is marked too); settings never simulated are marked as not measured; an unbounded side is marked
-    whatever the table says."""
+    are marked, the slope's is not (version 2's slope, 86% on SmolLM2's sharp line, is marked too); settings never
+    simulated are marked as not measured; an unbounded side is marked whatever the table says."""
     pooled = {
         "per_m": [{"m": 1, "ci": [20.0, 30.0]}, {"m": 2, "ci": [50.0, None]}],
         "slope_ci": [26.0, 30.0],
