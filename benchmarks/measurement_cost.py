@@ -551,6 +551,7 @@ def analyse_pooled(rows: dict, ms, design: PooledDesign, steps: bool | None = No
         audit=design.audit,
         steps_law_alpha=design.steps_law_alpha if use_steps else None,
     )
+    law = est.get("steps_law")
     per_m = {}
     for m in ms:
         keys = [k for k in rows if k[0] == m]
@@ -571,8 +572,8 @@ def analyse_pooled(rows: dict, ms, design: PooledDesign, steps: bool | None = No
         "kappa": (est.get("steps") or {}).get("kappa"),
         # Version 6's check of one steps law across m on the final rows: True kept, False refused or not computable
         # (then the estimate is the outcomes' alone); None where the rules make no check.
-        "steps_law": (est.get("steps_law") or {}).get("one_law") if "steps_law" in est else None,
-        "steps_law_p": (est.get("steps_law") or {}).get("p_value") if "steps_law" in est else None,
+        "steps_law": law["one_law"] if law else None,
+        "steps_law_p": law["p_value"] if law else None,
     }
     return {"per_m": per_m, "line": line}
 

@@ -28,16 +28,12 @@ import numpy as np
 from scipy import optimize
 
 from ut_peft.accessibility import fit as fit_module
-from ut_peft.accessibility.fit import fit_sigmoid, sigmoid
+from ut_peft.accessibility.fit import fit_sigmoid, sigmoid, sigmoid_starts
 
 
 def baseline_fit(ns: np.ndarray, acc: np.ndarray) -> tuple[float, float] | None:
     """The search until session 18 (finite-difference Jacobian, every start to its end), counting evaluations."""
-    span = max(float(ns[-1] - ns[0]), 1.0)
-    crossing = fit_module._crossing(ns, acc)
-    spacing = max(float(np.diff(ns).min()), 1e-6) if ns.size > 1 else span
-    x_starts = [crossing, *((ns[:-1] + ns[1:]) / 2).tolist()]
-    s_starts = [-8.0 / span, -2.0 / spacing, -8.0 / spacing]
+    x_starts, s_starts = sigmoid_starts(ns, acc, max(float(ns[-1] - ns[0]), 1.0))  # today's starts: the same
     best = None
     for x_start in x_starts:
         for s_start in s_starts:
@@ -84,7 +80,7 @@ def main(argv=None) -> None:
 
     counted = optimize.least_squares
 
-    def counting(*a, **k):  # today's evaluations, counted without touching the code measured
+    def counting(*a, **k):  # today's evaluations, counted by wrapping scipy's least_squares for its calls alone
         result = counted(*a, **k)
         COUNTS["today"] += result.nfev + (result.njev or 0)
         return result

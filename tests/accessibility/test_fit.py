@@ -261,7 +261,8 @@ def test_least_squares_sigmoid_stops_at_the_first_exact_fit_on_a_ridge_of_them()
     """Where the fractions are fitted exactly only as the slope runs to infinity (a sharp transition: 1 up to one
     length, 0 from the next, at most one point in between), every start slides along the ridge to its evaluation
     limit; the first exact fit is a least-squares optimum and ends the search. Before the analytic Jacobian and this
-    stop, the case above took 10 s, and the published design's fits on SmolLM2-like sharp transitions 25 s an m."""
+    stop this case took 65 s (the one above 10 s), and the published design's fits on SmolLM2-like sharp transitions
+    25 s an m."""
     import time
 
     ns = [10 * k for k in range(1, 41)]

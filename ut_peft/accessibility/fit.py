@@ -74,6 +74,13 @@ def _crossing(ns: np.ndarray, acc: np.ndarray) -> float:
     return float(ns[np.argmin(np.abs(acc - 0.5))])
 
 
+def sigmoid_starts(ns: np.ndarray, acc: np.ndarray, span: float) -> tuple[list[float], list[float]]:
+    """The least-squares search's starting crossings (the interpolated one, then every midpoint between
+    neighbouring lengths) and slopes (8 / span to 8 / the smallest spacing); each pair is one start."""
+    spacing = max(float(np.diff(ns).min()), 1e-6) if ns.size > 1 else span
+    return [_crossing(ns, acc), *((ns[:-1] + ns[1:]) / 2).tolist()], [-8.0 / span, -2.0 / spacing, -8.0 / spacing]
+
+
 def _least_squares_sigmoid(ns: np.ndarray, acc: np.ndarray, span: float) -> tuple[float, float] | None:
     """The least-squares (x0, s) over several starts, or None when none converges.
 
@@ -83,10 +90,7 @@ def _least_squares_sigmoid(ns: np.ndarray, acc: np.ndarray, span: float) -> tupl
     Starts: crossings at the interpolated point and at every midpoint between neighbouring lengths, slopes from
     8 / span to 8 / (the smallest spacing); Levenberg-Marquardt (what curve_fit runs) from each, and the converged fit
     of least squared error wins."""
-    crossing = _crossing(ns, acc)
-    spacing = max(float(np.diff(ns).min()), 1e-6) if ns.size > 1 else span
-    x_starts = [crossing, *((ns[:-1] + ns[1:]) / 2).tolist()]
-    s_starts = [-8.0 / span, -2.0 / spacing, -8.0 / spacing]
+    x_starts, s_starts = sigmoid_starts(ns, acc, span)
 
     def residuals(p):
         return sigmoid(ns, p[0], p[1]) - acc
