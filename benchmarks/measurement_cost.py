@@ -94,7 +94,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import functools
 import hashlib
 import inspect
 import json
@@ -117,15 +116,25 @@ from ut_peft.accessibility.design import (  # noqa: E402
     PooledRules,
     SequentialDesign,
     complete_groups,
-    infer_prefixes,
     pooled_estimates,
     pooled_rules,
     row_steps,
 )
 from ut_peft.accessibility.fit import fit_sigmoid, line_interval, n50_interval  # noqa: E402
+from ut_peft.accessibility.simulator import (  # noqa: E402  (the simulator: ut_peft/accessibility/simulator.py)
+    CAP,
+    PATIENCE,
+    RowCosts,
+    Truth,
+    accessible_probability,
+    fit_costs,
+    run_design,
+    simulate_row,
+)
 from ut_peft.accessibility.sweep import GridConfig  # noqa: E402  (its defaults are the published adaptive grid)
 
-CAP, PATIENCE = 3000, 500
+# Re-exported: benchmarks/interval_coverage.py and the tests read the simulator from here.
+__all__ = ["CAP", "PATIENCE", "RowCosts", "Truth", "accessible_probability", "run_design", "simulate_row"]
 NAMES = ("published", "published+inferred", "sequential", "pooled", "pooled+steps")
 # "pooled+steps" (the steps-informed estimate of the pooled design's own rows) is an experiment, not a default: its
 # model of the step counts is not validated on real full runs (issue 22 asks that first).
@@ -143,242 +152,9 @@ DEFAULT_POOLED_VERSION = 6
 # The published design's results are cached per repeat (they are what most of a run's time goes to, and a pooled
 # variant needs only them as its baseline). Everything that decides a repeat's result is in the key: the truth, the
 # ms, the bootstrap replicates, cap and patience, the grid, and the source of the code that simulates and analyses.
+# The baseline's cache is saved every this many fresh repeats (and at the end), so a killed run resumes from there.
+CACHE_EVERY = 25
 DEFAULT_CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "ut-peft" / "measurement_cost"
-
-
-@dataclasses.dataclass(frozen=True)
-class RowCosts:
-    """What a simulated row costs in steps: a cost model sets row-steps only, never an outcome (every design decides
-    from outcomes, so the rows are the same under any cost model), unless Truth.cap_fails (then an accessible text
-    whose steps reach the cap does not cram). ``r`` = n / the text's threshold.
-
-    - ``form="assumed"`` (the default, written before any full-cap real row): an accessible row takes
-      ceil(t0 LN(0, spread) (1 + 9 r^8)) steps (t0 = 150, spread 0.5: ~150 far below a text's limit, ~1400 at it).
-    - ``form="exponential"`` (:func:`fit_costs`, fitted to real rows): ceil(t0 LN(0, spread) exp(k r)): the real
-      rows' steps grow with n far below the limit too (SmolLM2 m = 1: ~160 at a third of n_50, ~800 at two thirds).
-
-    An inaccessible row (both forms): its best accuracy last improves at step b = b0 LN(0, fail_spread) and it stops
-    at min(cap, b + patience); assumed b0 = 800, fail_spread 0.7 (median ~1300 steps).
-    """
-
-    form: str = "assumed"
-    t0: float = 150.0
-    spread: float = 0.5
-    k: float = 0.0
-    b0: float = 800.0
-    fail_spread: float = 0.7
-    source: str = ""  # where a fitted model's parameters come from
-    # What r divides n by: "limit", the row's own threshold (a text near its limit is slow, whatever n_50 is), or
-    # "n50", its m's n_50 (the steps vary about n / n_50 by ``spread`` only, as fit_costs measures them on real rows,
-    # which know no row's own limit). The real rows cannot tell the two apart yet; the steps-informed estimate
-    # (--designs pooled+steps) gains more under "n50" and its model is that one, so both are simulated.
-    link: str = "limit"
-    # The exponential form's k per m, where it differs from ``k`` (--cost-k-by-m; the steps law's one kappa for
-    # every m then fails, as SmolLM2's words rows suggest: 3.4 at m = 1, 1.9 at m = 3 and 5).
-    k_by_m: tuple[tuple[int, float], ...] = ()
-
-    def k_at(self, m: int | None) -> float:
-        return dict(self.k_by_m).get(m, self.k) if m is not None else self.k
-
-    def growth(self, r, m: int | None = None):
-        return 1 + 9 * r**8 if self.form == "assumed" else np.exp(self.k_at(m) * r)
-
-    def accessible_steps(self, r: float, rng, clamp: bool = True, m: int | None = None) -> int:
-        """The steps an accessible text takes; ``clamp``: at most cap - 1 (the old simulator), else at most cap (a
-        row that reaches it does not cram: Truth.cap_fails)."""
-        raw = self.t0 * rng.lognormal(0, self.spread) * float(self.growth(min(r, 50.0), m))
-        return min(CAP - 1 if clamp else CAP, max(1, math.ceil(min(raw, 1e9))))
-
-    def inaccessible_steps(self, rng) -> int:
-        return int(min(CAP, self.b0 * rng.lognormal(0, self.fail_spread) + PATIENCE))
-
-    def describe(self) -> str:
-        linked = "" if self.link == "limit" else " (r = n / n_50 of the row's m, not its own limit)"
-        if self.form == "assumed":
-            return (
-                f"row costs: the assumed model (accessible ~150 steps far below a text's limit, ~1400 at it){linked}"
-            )
-        return (
-            f"row costs fitted to {self.source}: accessible ceil({self.t0:.1f} LN(0, {self.spread:.2f}) "
-            f"exp({self.k:.2f} r)) steps (r = n / the text's limit: {self.t0 * self.growth(0.5):.0f} at r = "
-            f"0.5, {self.t0 * self.growth(1.0):.0f} at r = 1), inaccessible min({CAP}, {self.b0:.0f} "
-            f"LN(0, {self.fail_spread:.2f}) + {PATIENCE})"
-            + (
-                f"; k per m (--cost-k-by-m): {', '.join(f'{k:g} at m = {m}' for m, k in self.k_by_m)}"
-                if self.k_by_m
-                else ""
-            )
-        ) + linked
-
-
-def fit_costs(folders, first: int | None = None) -> RowCosts:
-    """The exponential cost model fitted to the rows of real sweep folders run at the simulator's cap and patience.
-
-    A real text's own limit is unknown, so a row's r is n / n_50 of its m (the per-m Firth MLE of the folders' rows at
-    that m; an m whose rows do not bracket n_50 is left out). Accessible rows: least squares of log(steps) on r
-    (log t0 and k), spread = the residual standard deviation. Inaccessible rows: b = steps - patience (a row at the
-    cap only says b >= cap - patience and is taken at that bound), b0 = exp(mean log b), fail_spread = sd of log b.
-    """
-    from ut_peft.accessibility import store
-    from ut_peft.accessibility.fit import fit_logistic
-
-    rows = []
-    for folder in map(Path, folders):
-        settings = store.read_settings(folder)
-        cram = settings.get("cram", {})
-        if (cram.get("max_steps"), cram.get("patience")) != (CAP, PATIENCE):
-            raise SystemExit(
-                f"--cost-from {folder}: its rows ran at cap {cram.get('max_steps')} and patience "
-                f"{cram.get('patience')}; the simulator's cost model is for cap {CAP} and patience {PATIENCE}: give "
-                f"folders run with --protocol published (cap 3000, patience 500)"
-            )
-        # first: the folder's first rows in rows.jsonl order, to fit the costs as they were when it held only those
-        # (a live folder grows; figures fitted earlier name how many rows their fit saw).
-        kept = list(store.read_rows(folder).values())[:first]
-        rows += [row for row in kept if row.get("stop_reason") != "inferred"]
-    n50 = {}
-    for m in sorted({row["m"] for row in rows}):
-        at_m = [row for row in rows if row["m"] == m]
-        ns = sorted({row["n"] for row in at_m})
-        succ = [sum(bool(r["accessible"]) for r in at_m if r["n"] == n) for n in ns]
-        tri = [sum(r["n"] == n for r in at_m) for n in ns]
-        fit = fit_logistic(ns, succ, tri)
-        if fit["n50"] is not None:
-            n50[m] = fit["n50"]
-    accessible = [(row["n"] / n50[row["m"]], row["steps"]) for row in rows if row["accessible"] and row["m"] in n50]
-    failed = [max(1, row["steps"] - PATIENCE) for row in rows if not row["accessible"] and row["m"] in n50]
-    if len({r for r, _ in accessible}) < 2 or len(accessible) < 3 or len(failed) < 2:
-        raise SystemExit(
-            f"--cost-from: {len(accessible)} accessible and {len(failed)} inaccessible rows at an m whose n_50 the "
-            f"rows bracket (m = {sorted(n50) or 'none'}); the fit needs >= 3 accessible rows at 2 lengths and >= 2 "
-            f"inaccessible ones"
-        )
-    r, steps = np.array(accessible, dtype=float).T
-    k, log_t0 = np.polyfit(r, np.log(steps), 1)
-    residual = np.log(steps) - (k * r + log_t0)
-    log_b = np.log(np.array(failed, dtype=float))
-    names = ", ".join(str(f) for f in folders)
-    return RowCosts(
-        form="exponential",
-        t0=float(math.exp(log_t0)),
-        spread=float(residual.std(ddof=2)) if len(residual) > 2 else 0.5,
-        k=float(k),
-        b0=float(math.exp(log_b.mean())),
-        fail_spread=float(log_b.std(ddof=1)),
-        source=f"{len(accessible)} accessible and {len(failed)} inaccessible rows of {names} (n_50 "
-        + ", ".join(f"{n50[m]:.1f} at m = {m}" for m in sorted(n50))
-        + ")",
-    )
-
-
-@dataclasses.dataclass(frozen=True)
-class Truth:
-    slope: float = 44.5
-    intercept: float = 5.0
-    rel_width: float = 0.1
-    jitter: float = 0.3
-    early_stop: int | None = None
-    # n_50 off the line by bend * (m - 1)(5 - m) / 4 (0 at m = 1 and 5, bend at 3): a truth the linearity check
-    # must catch; the least-squares slope through m = 1..5 stays ``slope``.
-    bend: float = 0.0
-    costs: RowCosts = RowCosts()
-    # True: natural text, index k one text at every length and m (its prefixes), one difficulty for all of them;
-    # False: random words, drawn afresh for every (n, index) and shared across m (sources.WordsSource seeds a text by
-    # (seed, n, index)), so a text's difficulty is one per (n, index).
-    nested: bool = True
-    # The width law: w(m) = rel_width n_50(1) (n_50(m) / n_50(1))^width_power; 1 (the default): w = rel_width n_50(m),
-    # a transition as wide relative to its length at every m; 0: the same width in tokens at every m.
-    width_power: float = 1.0
-    # True (--cap-fails): an accessible text whose steps reach the cap does not cram, as under the real protocol (a
-    # row not exact by step 3000 is inaccessible), so the cost model moves outcomes too and the n_50 a design must
-    # find is the protocol's (protocol_n50), a little below n50(m). False: steps are clamped at cap - 1 and outcomes
-    # are the threshold's alone (the simulator's simplification until session 13; every figure before it).
-    # The dataclass keeps False so that a Truth built in code means what it meant before; the command line's default
-    # is True (--cap-fails, since session 14), the realistic model.
-    cap_fails: bool = False
-
-    def width(self, m: int) -> float:
-        if self.width_power == 1.0:
-            return self.rel_width * self.n50(m)
-        return self.rel_width * self.n50(1) * (self.n50(m) / self.n50(1)) ** self.width_power
-
-    def n50(self, m: int) -> float:
-        """The threshold's median at m: the text-and-attempt limit's law, before the cap."""
-        return self.slope * m + self.intercept + self.bend * (m - 1) * (5 - m) / 4
-
-    def protocol_n50(self, m: int) -> float:
-        """The length at which half the rows cram within the cap: what a design measures, hence its error's truth.
-        n50(m) unless ``cap_fails``; then the root of P(accessible at n) = 1/2 (:func:`accessible_probability`)."""
-        if not self.cap_fails:
-            return self.n50(m)
-        return _protocol_n50(self, m)
-
-    def protocol_line(self, ms) -> tuple[float, float]:
-        """Slope and intercept of the least-squares line through protocol_n50 at ``ms`` (the slope's truth)."""
-        if not self.cap_fails:
-            return self.slope, self.intercept
-        slope, intercept = np.polyfit(np.asarray(ms, dtype=float), [self.protocol_n50(m) for m in ms], 1)
-        return float(slope), float(intercept)
-
-
-# The threshold in units of the transition's width, z + jitter e (z standard logistic, e standard normal), as a fixed
-# quadrature: 4000 logistic quantiles (midpoints) by 40 probabilists' Gauss-Hermite nodes, equal mass per quantile.
-_QUANTILES = (np.arange(4000) + 0.5) / 4000
-_HERMITE_NODES, _HERMITE_WEIGHTS = np.polynomial.hermite_e.hermegauss(40)
-_LOGISTIC = np.log(_QUANTILES / (1 - _QUANTILES))
-_QUADRATURE_WEIGHTS = np.outer(
-    np.full(_QUANTILES.size, 1 / _QUANTILES.size), _HERMITE_WEIGHTS / _HERMITE_WEIGHTS.sum()
-)
-
-
-def accessible_probability(truth: Truth, m: int, n: float) -> float:
-    """P(a row at (m, n) crams within the cap) under ``truth``'s cap_fails model: the threshold exceeds n and the
-    accessible steps ceil(t0 LN(0, spread) growth(r)) stay below the cap (r = n / the threshold, or n / n50(m))."""
-    from scipy import stats
-
-    threshold = truth.n50(m) + truth.width(m) * (_LOGISTIC[:, None] + truth.jitter * _HERMITE_NODES[None, :])
-    above = threshold > n
-    limit = np.where(above, threshold, 1.0) if truth.costs.link == "limit" else truth.n50(m)
-    r = np.clip(n / limit, 0.0, 50.0)
-    growth = truth.costs.growth(r, m)
-    # ceil(t0 L g) < cap  <=>  t0 L g <= cap - 1  <=>  log L <= log((cap - 1) / (t0 g))
-    within = stats.norm.cdf(np.log((CAP - 1) / (truth.costs.t0 * growth)) / truth.costs.spread)
-    return float((_QUADRATURE_WEIGHTS * above * within).sum())
-
-
-@functools.lru_cache(maxsize=256)
-def _protocol_n50(truth: Truth, m: int) -> float:
-    from scipy import optimize
-
-    nominal = truth.n50(m)
-    return float(
-        optimize.brentq(lambda n: accessible_probability(truth, m, n) - 0.5, 1e-3 * nominal, 3 * nominal, xtol=1e-6)
-    )
-
-
-def _bounds(ci):
-    """An interval with its unbounded sides (None) as -inf / +inf, for comparisons and widths."""
-    return (-math.inf if ci[0] is None else ci[0], math.inf if ci[1] is None else ci[1])
-
-
-def simulate_row(truth: Truth, repeat: int, m: int, n: int, index: int) -> dict:
-    """One crammed row of the simulator: deterministic in (repeat, m, n, index)."""
-    # The text's difficulty, shared by every m (and, for nested texts, every length).
-    z = np.random.default_rng([repeat, 1, index] if truth.nested else [repeat, 3, n, index]).logistic()
-    rng = np.random.default_rng([repeat, 2, m, n, index])  # this attempt (init seed)
-    threshold = truth.n50(m) + truth.width(m) * (z + truth.jitter * rng.standard_normal())
-    if n < threshold:
-        limit = threshold if truth.costs.link == "limit" else truth.n50(m)
-        steps = truth.costs.accessible_steps(n / limit, rng, clamp=not truth.cap_fails, m=m)
-        if steps < CAP:
-            return {"accessible": True, "steps": steps}
-        # cap_fails: the text is below its limit, but the optimiser would need the cap or more: not exact by the
-        # cap, so inaccessible at the cap (or at the early stop, which abandons it sooner).
-        return {"accessible": False, "steps": CAP if truth.early_stop is None else min(CAP, truth.early_stop)}
-    steps = truth.costs.inaccessible_steps(rng)
-    if truth.early_stop is not None:
-        steps = min(steps, truth.early_stop)
-    return {"accessible": False, "steps": steps}
 
 
 def truth_from(folder) -> tuple[float, float, float]:
@@ -410,19 +186,6 @@ def truth_from(folder) -> tuple[float, float, float]:
         f"{rel_width:.3f}"
     )
     return est["slope"], est["intercept"], rel_width
-
-
-def run_design(design, truth: Truth, repeat: int, infer: bool = False) -> tuple[dict, float]:
-    """Drive a design as run_sweep does (``infer``: with --infer-prefixes, design.infer_prefixes)."""
-    rows: dict = {}
-    start = time.perf_counter()
-    while jobs := design.next_jobs(rows):
-        if infer:
-            jobs, inferred = infer_prefixes(jobs, rows)
-            rows.update(inferred)
-        for job in jobs:
-            rows[job] = simulate_row(truth, repeat, *job)
-    return rows, time.perf_counter() - start
 
 
 @dataclasses.dataclass(frozen=True)
@@ -578,6 +341,11 @@ def analyse_pooled(rows: dict, ms, design: PooledDesign, steps: bool | None = No
     return {"per_m": per_m, "line": line}
 
 
+def _bounds(ci):
+    """An interval with its unbounded sides (None) as -inf / +inf, for comparisons and widths."""
+    return (-math.inf if ci[0] is None else ci[0], math.inf if ci[1] is None else ci[1])
+
+
 def _errors(runs, ms, truth):
     """Per m and for the slope: the estimates' errors over the repeats (NaN where a repeat has no estimate)."""
     target = {m: truth.protocol_n50(m) for m in ms}
@@ -658,6 +426,15 @@ def baseline_results(name: str, truth: Truth, ms, repeats: int, num_boot: int, c
     path = _cache_file(cache, name, truth, ms, num_boot) if cache is not None else None
     stored = json.loads(path.read_text()) if path is not None and path.is_file() else {}
     fresh = 0
+
+    def save() -> None:
+        # Whole or not at all: a killed run leaves the last saved cache, which holds every repeat saved before it.
+        if path is not None and fresh:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            partial = path.with_suffix(f".{os.getpid()}.tmp")
+            partial.write_text(json.dumps(stored))
+            partial.replace(path)
+
     for repeat in range(repeats):
         if str(repeat) in stored:
             continue
@@ -673,11 +450,9 @@ def baseline_results(name: str, truth: Truth, ms, repeats: int, num_boot: int, c
             "changed": [flips, len(inferred), len(rows)],
         }
         fresh += 1
-    if path is not None and fresh:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_suffix(".tmp")
-        partial.write_text(json.dumps(stored))
-        partial.replace(path)  # whole or not at all: a killed run leaves the previous cache
+        if fresh % CACHE_EVERY == 0:  # a long baseline killed midway keeps what it computed
+            save()
+    save()
     entries = [stored[str(r)] for r in range(repeats)]
     return (
         [_from_json(e["result"]) for e in entries],
@@ -715,7 +490,10 @@ def simulate(args) -> None:
         raise SystemExit(
             f"--cost-rows N (>= 1) takes the first N rows of each --cost-from folder (got {args.cost_rows})"
         )
-    costs = fit_costs(args.cost_from, args.cost_rows) if args.cost_from else RowCosts()
+    try:
+        costs = fit_costs(args.cost_from, args.cost_rows) if args.cost_from else RowCosts()
+    except ValueError as error:
+        raise SystemExit(f"--cost-from: {error}") from None
     if args.cost_link != costs.link:
         costs = dataclasses.replace(costs, link=args.cost_link)
     if args.cost_k_by_m:

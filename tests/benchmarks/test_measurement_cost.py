@@ -65,6 +65,25 @@ def test_the_published_baseline_is_cached_per_repeat_and_a_pooled_variant_reruns
     assert kept + refused + untestable == 1
 
 
+def test_a_baseline_killed_midway_keeps_the_repeats_it_saved(cost, tmp_path, monkeypatch):
+    """The cache is saved every CACHE_EVERY fresh repeats: a run killed at repeat 3 resumes from repeat 2."""
+    monkeypatch.setattr(cost, "CACHE_EVERY", 2)
+    analyse, calls = cost.analyse, []
+
+    def killed_at_the_fourth(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 4:
+            raise KeyboardInterrupt
+        return analyse(*args, **kwargs)
+
+    monkeypatch.setattr(cost, "analyse", killed_at_the_fourth)
+    with pytest.raises(KeyboardInterrupt):
+        run(cost, "--repeats", "5", "--cache", str(tmp_path))
+    (path,) = tmp_path.glob("published-*.json")
+    assert set(json.loads(path.read_text())) == {"0", "1"}  # saved after the second; the third was not yet saved
+    assert not list(tmp_path.glob("*.tmp"))
+
+
 def test_quick_runs_the_published_and_pooled_designs_alone_at_the_full_runs_repeats(cost, tmp_path):
     """--quick drops the sequential and published+inferred designs (the full run measures them) and keeps the full
     run's repeats, so its pooled and published lines are the full run's."""
@@ -195,10 +214,10 @@ def test_row_costs_fitted_to_real_rows_recover_the_law_they_follow(cost, tmp_pat
 
 def test_row_costs_refuse_rows_of_another_cap_or_too_few_rows(cost, tmp_path):
     write_sweep(tmp_path / "cap300", [(1, 10, True, 50), (1, 20, False, 300)], max_steps=300)
-    with pytest.raises(SystemExit, match="cap 300 and patience 500.*--protocol published"):
+    with pytest.raises(ValueError, match="cap 300 and patience 500.*--protocol published"):
         cost.fit_costs([tmp_path / "cap300"])
     write_sweep(tmp_path / "few", [(1, 10, True, 50), (1, 20, True, 90), (1, 20, False, 2000), (1, 30, False, 2500)])
-    with pytest.raises(SystemExit, match="2 accessible and 2 inaccessible rows at an m whose n_50 the rows bracket"):
+    with pytest.raises(ValueError, match="2 accessible and 2 inaccessible rows at an m whose n_50 the rows bracket"):
         cost.fit_costs([tmp_path / "few"])
 
 
