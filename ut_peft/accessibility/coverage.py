@@ -233,6 +233,14 @@ POOLED_TABLE: dict[str, dict[str, dict]] = {
 }
 
 
+# The pooled design's calibrated intervals (simulated_intervals: estimate +- q se, q from the design simulated at the
+# sweep's own fitted line), measured by the nested simulation of benchmarks/simulated_intervals.py (outer sweeps at a
+# known truth, each calibrated at the truth fitted to its own rows): per version of the pooled rules and rows per
+# round, the slope's coverage and the lowest n_50's over m, with the command and the truth it was measured at.
+# Settings not in the table have no measured coverage.
+CALIBRATED_TABLE: dict[str, dict[str, dict]] = {}
+
+
 def lookup(quantity: str, method: str | None, sequences: int) -> tuple[dict | None, int | None]:
     """(the table's entry, the sequence count it was measured at) for an interval of ``quantity`` ("n50", "slope",
     "intercept") by ``method`` ("bootstrap", "profile") at ``sequences``; (None, None) where nothing was measured."""
@@ -307,6 +315,33 @@ def check_pooled(pooled: dict | None, version: int, batch: int) -> dict | None:
         "command": None if entry is None else entry["command"],
         "slope": one(pooled.get("slope_ci"), None if entry is None else entry["slope"]),
         "intercept": one(pooled.get("intercept_ci"), None),
+        "per_m": per_m,
+    }
+
+
+def check_calibrated(calibrated: dict | None) -> dict | None:
+    """The checks of a pooled sweep's calibrated intervals (summary.json's ``calibrated``): their coverage measured by
+    the nested simulation at the sweep's version of the pooled rules and rows per round (:data:`CALIBRATED_TABLE`).
+
+    Returns None without a calibration or for a stale one (computed from other rows: nothing of it is printed), else
+    ``{"measured", "command", "slope", "intercept", "per_m"}`` as :func:`check_pooled` returns them."""
+    if not calibrated or calibrated.get("stale"):
+        return None
+    design = calibrated.get("design") or {}
+    version, batch = design.get("version", 1), calibrated.get("num_sequences", 0)
+    entry = CALIBRATED_TABLE.get(str(version), {}).get(str(batch))
+    where = f"for calibrated intervals of version {version} of the pooled rules at {batch} rows a round (simulated)"
+
+    def one(interval, coverage):
+        return _verdict(interval, coverage, None, None, batch, where) if interval else None
+
+    n50 = None if entry is None else entry["n50"]
+    per_m = [dict(m=e["m"], **found) for e in calibrated["per_m"] if (found := one(e.get("ci"), n50)) is not None]
+    return {
+        "measured": entry is not None,
+        "command": None if entry is None else entry["command"],
+        "slope": one(calibrated["slope"].get("ci"), None if entry is None else entry["slope"]),
+        "intercept": one(calibrated["intercept"].get("ci"), None if entry is None else entry.get("intercept")),
         "per_m": per_m,
     }
 

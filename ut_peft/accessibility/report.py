@@ -9,7 +9,7 @@ import numpy as np
 
 from ..io import atomic_write_text
 from . import published_bounds
-from .coverage import THRESHOLD, marked, summary_checks
+from .coverage import THRESHOLD, check_calibrated, marked, summary_checks
 from .protocol import differences_from_published
 from .store import ACCESSIBILITY_PLOT, N50_PLOT, REPORT_FILE, Summary, abandon_audit, measured_slope
 
@@ -260,6 +260,7 @@ def markdown(summary: Summary, *, figures: tuple[str, str] | None = (ACCESSIBILI
             f"{e.row_steps} | {', '.join(map(str, e.lengths))} |"
         )
     lines += _pooled_lines(summary.pooled, checks.get("pooled"))
+    lines += calibrated_lines(summary.calibrated)
     published = summary.fit_published
     lines += [
         "",
@@ -380,6 +381,16 @@ def _audited_console(summary: Summary) -> str:
     )
     slope = measured_slope(summary.settings, summary.fit, pooled)
     lines.append(published_bounds.console_line(summary.bounds_published, slope))
+    calibrated = summary.calibrated
+    if calibrated and not calibrated.get("stale"):
+        marks = check_calibrated(calibrated) or {}
+        slope = calibrated["slope"]
+        lines.append(
+            f"pooled slope, calibrated: {_num(slope['estimate'], 2)}{_ci(slope['ci'], check=marks.get('slope'))} "
+            f"(+- {slope['quantile']:.2f} se; the design's simulated RMSE at this line {slope['simulated_rmse']:.2f})"
+        )
+    elif calibrated:
+        lines.append(f"calibrated intervals: {calibrated['note']}")
     lines.append(f"{summary.num_rows:,} rows, {summary.row_steps:,} row-steps in all")
     if summary.retargeted_from:
         lines.append(retarget_line(summary.retargeted_from))
@@ -424,6 +435,16 @@ def console_summary(summary: Summary) -> str:
             f"pooled line: slope {_num(pooled['slope'], 2)}{_ci(pooled['slope_ci'], check=marks.get('slope'))}, "
             f"intercept {_num(pooled['intercept'])}{_ci(pooled['intercept_ci'], check=marks.get('intercept'))}"
         )
+    calibrated = summary.calibrated
+    if calibrated and not calibrated.get("stale"):
+        marks = check_calibrated(calibrated) or {}
+        slope = calibrated["slope"]
+        lines.append(
+            f"pooled slope, calibrated: {_num(slope['estimate'], 2)}{_ci(slope['ci'], check=marks.get('slope'))} "
+            f"(+- {slope['quantile']:.2f} se; the design's simulated RMSE at this line {slope['simulated_rmse']:.2f})"
+        )
+    elif calibrated:
+        lines.append(f"calibrated intervals: {calibrated['note']}")
     lines.append(f"{summary.num_rows:,} rows, {summary.row_steps:,} row-steps in all")
     if summary.retargeted_from:
         lines.append(retarget_line(summary.retargeted_from))
@@ -486,6 +507,45 @@ def _steps_line(law: dict | None, check: dict | None = None) -> str:
         f"the standard errors are no smaller than the rows' sandwich says where the rules guard them "
         f"(pooled.guarded_covariance), so that a law the rows do not follow does not narrow the intervals.{checked}"
     )
+
+
+def calibrated_lines(calibrated: dict | None) -> list[str]:
+    """The pooled line's calibrated intervals (simulated_intervals; summary.json's ``calibrated``): per quantity the
+    estimate, the interval estimate +- q se, q, and the design's simulated bias, RMSE and Wald coverage at the fitted
+    line; each interval with its coverage note (coverage.check_calibrated). A stale calibration prints its note only.
+    """
+    if not calibrated:
+        return []
+    if calibrated.get("stale"):
+        return ["", f"Calibrated intervals: {calibrated['note']}."]
+    checks = check_calibrated(calibrated) or {}
+    per_m_checks = {e["m"]: e for e in checks.get("per_m", [])}
+    truth = calibrated["truth"]
+    lines = [
+        "",
+        f"Calibrated intervals (`ut-peft calibrate`): the design of this folder simulated {calibrated['repeats']} "
+        f"times at the line fitted to its {calibrated['rows']} rows (n_50 = {truth['protocol_line']['slope']:.2f} m + "
+        f"{truth['protocol_line']['intercept']:.2f}, logistic width {truth['rel_width']:.3f} n_50 at the first m, "
+        f"growing as n_50^{truth['width_power']:.2f}; the rows' step costs; cap failures as under the protocol); "
+        "each interval is the estimate +- q standard errors, q the 95% quantile of |error| / se over the simulated "
+        f"sweeps (Wald: q = 1.96). They cost {calibrated['simulated_row_steps']:,.0f} row-steps on average there.",
+        "",
+        "| quantity | estimate | se | q | calibrated 95% interval | simulated bias | simulated RMSE | Wald coverage "
+        "(simulated) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    entries = [
+        ("slope", calibrated["slope"], checks.get("slope")),
+        ("intercept", calibrated["intercept"], checks.get("intercept")),
+    ]
+    entries += [(f"n_50 at m = {e['m']}", e, per_m_checks.get(e["m"])) for e in calibrated["per_m"]]
+    for name, e, check in entries:
+        lines.append(
+            f"| {name} | {_num(e['estimate'], 2)} | {_num(e['se'], 2)} | {_num(e['quantile'], 2)} | "
+            f"{_checked(e['ci'], check, 2)} | {e['simulated_bias']:+.2f} | {e['simulated_rmse']:.2f} | "
+            f"{e['wald_coverage']:.0%} |"
+        )
+    return lines
 
 
 def _pooled_lines(pooled: dict | None, checks: dict | None = None, audit: float = 0.0) -> list[str]:

@@ -190,6 +190,9 @@ class Summary(_Record):
     # Where a retargeted sweep's first rows came from (retargeted.json: the folder, its design, rows kept and dropped);
     # None for a sweep that was not retargeted.
     retargeted_from: dict | None = None
+    # A pooled sweep's intervals calibrated by simulating its own design at its fitted line (calibration.json,
+    # simulated_intervals.current: "stale" when it was computed from other rows); None where the folder has none.
+    calibrated: dict | None = None
 
     def to_dict(self) -> dict:
         data = dataclasses.asdict(self)

@@ -757,6 +757,7 @@ def _finish_sweep(config: SweepConfig, settings: dict, rows: dict, model, output
         summary = summarize(config, settings, rows, model)
         summary.bounds_published = published_bounds.summary_entry_for(output_dir, settings["model"])
         summary.retargeted_from = store.read_retargeted(output_dir)
+        summary.calibrated = _calibrated(config, output_dir, rows)
         store.write_summary(output_dir, summary)
         if report:
             from .report import write_report
@@ -784,12 +785,22 @@ def summarize_folder(
     summary = summarize(config, settings, rows, model)
     summary.bounds_published = published_bounds.summary_entry_for(output_dir, settings["model"])
     summary.retargeted_from = store.read_retargeted(output_dir)
+    summary.calibrated = _calibrated(config, output_dir, rows)
     store.write_summary(output_dir, summary)
     if report:
         from .report import write_report
 
         write_report(output_dir, summary)
     return summary
+
+
+def _calibrated(config: SweepConfig, output_dir: Path, rows: dict) -> dict | None:
+    """A pooled folder's calibration.json as the summary holds it (stale where computed from other rows)."""
+    if config.design != "pooled":
+        return None
+    from . import simulated_intervals
+
+    return simulated_intervals.current(simulated_intervals.read_calibration(output_dir), rows)
 
 
 def merge_sweeps(folders, output_dir, *, overwrite: bool = False) -> Path:

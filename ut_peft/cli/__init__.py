@@ -22,6 +22,7 @@ COMMANDS = {
     "geometry": "geometry",
     "width-study": "width_study",
     "bounds": "bounds",
+    "calibrate": "calibrate",
 }
 
 _SUMMARY = {
@@ -31,6 +32,7 @@ _SUMMARY = {
     "geometry": "decoder-cell shares and slope bounds of a causal LM",
     "width-study": "smallest exact widths of the compiled universal transformers",
     "bounds": "slope bounds estimated as the accessibility paper does, beside ut-peft's",
+    "calibrate": "a pooled sweep's intervals calibrated by simulating its own design",
 }
 
 

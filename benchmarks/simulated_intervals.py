@@ -1,0 +1,160 @@
+"""Do the calibrated intervals of a pooled sweep cover 95%? A nested simulation at a sweep folder's fitted line.
+
+    python benchmarks/simulated_intervals.py results/smollm2-135m/pooled-words-v7 --outer 60 --inner 100
+
+The truth is the ground truth :func:`~ut_peft.accessibility.simulated_intervals.fitted_truth` fits to the folder's
+rows (its pooled line, widths and step costs; cap failures as under the published protocol). Each of ``--outer``
+simulated sweeps runs the folder's own design (its settings: version, targets, rows a round, ms) at that truth, and
+is then calibrated as a real sweep is (``ut-peft calibrate``): the truth fitted to *its own* rows, its design
+simulated ``--inner`` times there, estimate +- q se with q the 95% quantile of |t|. The benchmark counts how often
+those intervals, and the plain Wald ones (+- 1.96 se), hold the truth, per quantity (the slope, the intercept,
+n_50 at every m), with Monte-Carlo standard errors, and their mean widths; the calibrations it runs use
+``--inner`` repeats where a real one uses 400 (a smaller inner count makes the quantile noisier, so the coverage it
+measures is, if anything, lower than a 400-repeat calibration's).
+
+Resumable: every finished outer sweep is one line of ``--results`` (JSONL, appended whole); a rerun skips the
+sweeps it holds and reports on all of them. One core; an outer sweep costs about (inner + 1) simulated sweeps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from ut_peft.accessibility import store  # noqa: E402
+from ut_peft.accessibility.simulated_intervals import (  # noqa: E402
+    calibrate,
+    fitted_truth,
+    pooled_design,
+)
+from ut_peft.accessibility.simulator import run_design  # noqa: E402
+
+Z95 = 1.959964
+
+
+def one_outer(settings: dict, truth, outer: int, inner: int) -> dict:
+    """One simulated sweep at ``truth``, calibrated from its own rows: per quantity its estimate, se, q, and the
+    truth's value."""
+    design = pooled_design(settings)
+    ms = list(design.ms)
+    rows, _ = run_design(design, truth, outer)
+    keyed = {k: dict(r, m=k[0], n=k[1], index=k[2]) for k, r in rows.items()}
+    start = time.perf_counter()
+    try:
+        fitted = fitted_truth(keyed, settings)
+        result = calibrate(keyed, settings, repeats=inner, seed=outer + 1, truth=fitted)
+    except ValueError as error:  # no converged fit of these rows: the sweep gets no interval (counts as missing)
+        return {"outer": outer, "error": str(error)}
+    true = {"slope": truth.protocol_line(ms)[0], "intercept": truth.protocol_line(ms)[1]}
+    true.update({f"n50@{m}": truth.protocol_n50(m) for m in ms})
+    entries = {"slope": result["slope"], "intercept": result["intercept"]}
+    entries.update({f"n50@{e['m']}": e for e in result["per_m"]})
+    return {
+        "outer": outer,
+        "seconds": time.perf_counter() - start,
+        "quantities": {
+            name: {"estimate": e["estimate"], "se": e["se"], "q": e["quantile"], "truth": true[name]}
+            for name, e in entries.items()
+        },
+    }
+
+
+def report(results: list[dict], truth_text: str, inner: int) -> None:
+    done = [r for r in results if "quantities" in r]
+    print(truth_text)
+    print(
+        f"{len(results)} outer sweeps ({len(results) - len(done)} without a converged fit, counted as not covering), "
+        f"each calibrated with {inner} inner sweeps"
+    )
+    print()
+    print(
+        "| quantity | Wald coverage (MC se) | calibrated coverage (MC se) | Wald mean width | calibrated mean width |"
+    )
+    print("|---|---|---|---|---|")
+    names = list(done[0]["quantities"]) if done else []
+    for name in names:
+        wald, calibrated, wald_w, cal_w = [], [], [], []
+        for r in results:
+            e = r.get("quantities", {}).get(name)
+            if e is None or not math.isfinite(e["q"]):
+                wald.append(False)
+                calibrated.append(False)
+                continue
+            error = abs(e["estimate"] - e["truth"])
+            wald.append(error <= Z95 * e["se"])
+            calibrated.append(error <= e["q"] * e["se"])
+            wald_w.append(2 * Z95 * e["se"])
+            cal_w.append(2 * e["q"] * e["se"])
+        n = len(wald)
+
+        def cover(hits):
+            p = float(np.mean(hits))
+            return f"{p:.3f} ({math.sqrt(max(p * (1 - p), 1e-12) / n):.3f})"
+
+        print(f"| {name} | {cover(wald)} | {cover(calibrated)} | {np.mean(wald_w):.2f} | {np.mean(cal_w):.2f} |")
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("folder", help="a pooled sweep folder: its rows set the truth, its settings the design")
+    parser.add_argument("--outer", type=int, default=60, help="simulated sweeps whose intervals are judged")
+    parser.add_argument("--inner", type=int, default=100, help="simulated sweeps per calibration")
+    parser.add_argument("--results", default=None, help="JSONL of finished outer sweeps (resumable); default: none")
+    parser.add_argument("--rows", type=int, default=None, help="the truth from the folder's first N rows only")
+    args = parser.parse_args(argv)
+    if args.outer < 1 or args.inner < 50:
+        raise SystemExit(f"--outer >= 1 and --inner >= 50 (a 95% quantile) (got {args.outer}, {args.inner})")
+    folder = Path(args.folder)
+    settings = store.read_settings(folder)
+    rows = store.read_rows(folder)
+    if args.rows is not None:
+        rows = dict(list(rows.items())[: args.rows])
+    try:
+        truth = fitted_truth(rows, settings)
+    except ValueError as error:
+        raise SystemExit(f"{folder}: {error}") from None
+    truth_text = (
+        f"truth fitted to {len(rows)} rows of {folder}: threshold line {truth.slope:.3f} m + {truth.intercept:.3f} "
+        f"(protocol line {truth.protocol_line(list(pooled_design(settings).ms))[0]:.3f} m + "
+        f"{truth.protocol_line(list(pooled_design(settings).ms))[1]:.3f}), relative width {truth.rel_width:.3f}, "
+        f"width power {truth.width_power:.2f}, {'random words' if not truth.nested else 'nested text'}, jitter "
+        f"{truth.jitter}, cap failures; {truth.costs.describe()}; design: version "
+        f"{settings['design'].get('version')} at {settings['num_sequences']} rows a round, targets slope "
+        f"{settings['design'].get('target_slope_se')}, n_50 {settings['design'].get('target_n50_se')}"
+    )
+    results: list[dict] = []
+    path = Path(args.results) if args.results else None
+    if path is not None and path.is_file():
+        text = path.read_text()
+        if text and not text.endswith("\n"):  # a line cut by a kill: drop it (that sweep runs again)
+            text = text[: text.rfind("\n") + 1]
+            path.write_text(text)
+        for line in text.splitlines():
+            if line.strip():
+                try:
+                    results.append(json.loads(line))
+                except json.JSONDecodeError:
+                    raise SystemExit(f"{path}: a line is not JSON; delete it (that sweep runs again)") from None
+    done = {r["outer"] for r in results}
+    for outer in range(args.outer):
+        if outer in done:
+            continue
+        result = one_outer(settings, truth, outer, args.inner)
+        results.append(result)
+        if path is not None:
+            with path.open("a") as handle:
+                handle.write(json.dumps(result) + "\n")
+        print(f"outer {outer}: {result.get('seconds', 0):.0f} s", file=sys.stderr, flush=True)
+    report(sorted((r for r in results if r["outer"] < args.outer), key=lambda r: r["outer"]), truth_text, args.inner)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,173 @@
+"""simulated_intervals: a pooled sweep's intervals calibrated by simulating its own design at its own fitted line."""
+
+import copy
+import json
+
+import numpy as np
+import pytest
+
+from ut_peft.accessibility import store
+from ut_peft.accessibility.coverage import CALIBRATED_TABLE, check_calibrated
+from ut_peft.accessibility.report import calibrated_lines
+from ut_peft.accessibility.simulated_intervals import (
+    calibrate,
+    current,
+    fitted_truth,
+    pooled_design,
+    read_calibration,
+    rows_digest,
+    write_calibration,
+)
+from ut_peft.accessibility.simulator import Truth, run_design
+from ut_peft.cli import main as cli_main
+
+# A pooled sweep as settings.json records one (the published protocol's cap and patience, random words), with loose
+# targets so that a simulated sweep takes a few rounds: the calibrations here cost seconds.
+SETTINGS = {
+    "cram": {"max_steps": 3000, "patience": 500, "lr": 0.01},
+    "design": {
+        "budget_row_steps": None,
+        "kind": "pooled",
+        "target_n50_se": {"1": 6.0, "3": 8.0},
+        "target_slope_se": 4.0,
+        "version": 1,
+    },
+    "grid": {"coarse": 100, "fine": 10, "high": 0.9, "lengths": None, "low": 0.1, "start": 10, "stop": 1000},
+    "model": "smollm2-135m",
+    "ms": [1, 3],
+    "num_sequences": 8,
+    "protocol": "published",
+    "seed": 0,
+    "source": {"kind": "words", "name": "wordfreq:en:100000", "num_words": 100000},
+}
+TRUTH = Truth(slope=20.0, intercept=4.0, rel_width=0.15, nested=False, cap_fails=True)
+
+
+def simulated_rows(settings=SETTINGS, truth=TRUTH, repeat=7):
+    rows, _ = run_design(pooled_design(settings), truth, repeat)
+    return {k: dict(r, m=k[0], n=k[1], index=k[2]) for k, r in rows.items()}
+
+
+def write_folder(folder, rows, settings=SETTINGS):
+    folder.mkdir()
+    (folder / "settings.json").write_text(json.dumps(settings, sort_keys=True))
+    lines = []
+    for (m, n, index), r in rows.items():
+        row = dict(m=m, n=n, index=index, init_seed=index, greedy_exact=r["accessible"], accessible=r["accessible"])
+        row.update(steps=r["steps"], stop_reason="exact" if r["accessible"] else "patience", seconds=1.0, rank=0)
+        row.update(tf_accuracy=1.0, final_loss=0.1, best_accuracy=1.0)
+        lines.append(json.dumps(row))
+    (folder / "rows.jsonl").write_text("\n".join(lines) + "\n")
+
+
+@pytest.fixture(scope="module")
+def rows():
+    return simulated_rows()
+
+
+@pytest.fixture(scope="module")
+def calibration(rows):
+    return calibrate(rows, SETTINGS, repeats=50)
+
+
+def test_the_fitted_truth_puts_the_protocols_n50_on_the_fitted_line(rows):
+    estimate = pooled_design(SETTINGS).summary_fit(rows)
+    truth = fitted_truth(rows, SETTINGS)
+    # Cap failures pull the protocol's n_50 below the threshold's median: the truth's threshold line sits above the
+    # fitted line so that the n_50 a design measures there is the fitted one.
+    slope, intercept = truth.protocol_line([1, 3])
+    assert slope == pytest.approx(estimate["slope"], abs=0.02)
+    assert intercept == pytest.approx(estimate["intercept"], abs=0.05)
+    assert truth.slope * 1 + truth.intercept > slope * 1 + intercept
+    assert truth.cap_fails and not truth.nested and truth.costs.form == "exponential"
+    assert truth.rel_width == pytest.approx(estimate["per_m"][1]["width"] / estimate["per_m"][1]["n50"])
+
+
+def test_a_calibrated_interval_is_the_estimate_plus_minus_q_standard_errors(rows, calibration):
+    estimate = pooled_design(SETTINGS).summary_fit(rows)
+    slope = calibration["slope"]
+    assert slope["estimate"] == estimate["slope"] and slope["se"] == estimate["slope_se"]
+    assert slope["quantile"] > 0 and slope["repeats_used"] >= 45
+    assert slope["ci"] == pytest.approx(
+        [slope["estimate"] - slope["quantile"] * slope["se"], slope["estimate"] + slope["quantile"] * slope["se"]]
+    )
+    assert [e["m"] for e in calibration["per_m"]] == [1, 3]
+    assert calibration["rows"] == len(rows) and calibration["rows_digest"] == rows_digest(rows)
+    assert 0 <= slope["wald_coverage"] <= 1 and slope["simulated_rmse"] > 0
+    # Deterministic: the same rows and seed give the same calibration; another seed, other simulated sweeps.
+    assert calibrate(rows, SETTINGS, repeats=50) == calibration
+    assert calibrate(rows, SETTINGS, repeats=50, seed=1)["slope"]["quantile"] != slope["quantile"]
+
+
+def test_the_quantile_is_the_one_of_the_simulated_studentised_errors(rows, calibration):
+    from ut_peft.accessibility.simulated_intervals import simulate_design
+
+    truth = fitted_truth(rows, SETTINGS)
+    t = simulate_design(SETTINGS, truth, 50)["t"]["slope"]
+    assert calibration["slope"]["quantile"] == pytest.approx(np.quantile(np.abs(t[np.isfinite(t)]), 0.95))
+
+
+def test_a_calibration_of_other_rows_is_stale_and_prints_no_interval(rows, calibration):
+    assert current(calibration, rows)["stale"] is False
+    more = dict(rows)
+    more[(3, 999, 10_000)] = {"m": 3, "n": 999, "index": 10_000, "accessible": False, "steps": 900}
+    stale = current(calibration, more)
+    assert stale["stale"] and "computed from" in stale["note"] and "ut-peft calibrate" in stale["note"]
+    assert check_calibrated(stale) is None
+    text = "\n".join(calibrated_lines(stale))
+    assert "[" not in text and "ut-peft calibrate" in text
+
+
+def test_the_report_marks_an_interval_whose_calibration_coverage_was_not_measured(rows, calibration, monkeypatch):
+    fresh = current(calibration, rows)
+    text = "\n".join(calibrated_lines(fresh))
+    assert "coverage not measured for calibrated intervals of version 1" in text
+    monkeypatch.setitem(CALIBRATED_TABLE, "1", {"8": {"slope": 0.95, "n50": 0.93, "intercept": 0.94, "command": "x"}})
+    checks = check_calibrated(fresh)
+    assert checks["measured"] and checks["slope"]["trusted"] and all(e["trusted"] for e in checks["per_m"])
+    assert "not a 95% interval" not in "\n".join(calibrated_lines(fresh))
+    monkeypatch.setitem(CALIBRATED_TABLE, "1", {"8": {"slope": 0.85, "n50": 0.93, "intercept": 0.94, "command": "x"}})
+    assert "coverage down to 85%" in "\n".join(calibrated_lines(fresh))
+
+
+def test_bad_requests_get_clear_errors(rows):
+    with pytest.raises(ValueError, match="at least 50"):
+        calibrate(rows, SETTINGS, repeats=10)
+    fixed = dict(SETTINGS, design={}, grid=dict(SETTINGS["grid"], lengths=[10, 20]))
+    with pytest.raises(ValueError, match="pooled sweeps"):
+        calibrate(rows, fixed, repeats=50)
+    audited = copy.deepcopy(SETTINGS)
+    audited["design"]["version"] = 4
+    with pytest.raises(ValueError, match="audited abandon"):
+        calibrate(rows, audited, repeats=50)
+    short = copy.deepcopy(SETTINGS)
+    short["cram"]["max_steps"] = 300
+    with pytest.raises(ValueError, match="cap 300"):
+        fitted_truth(rows, short)
+    one_m = {k: r for k, r in rows.items() if k[0] == 1}
+    with pytest.raises(ValueError, match="run the sweep further"):
+        fitted_truth(one_m, SETTINGS)
+
+
+def test_the_file_is_written_whole_and_a_broken_one_is_refused(tmp_path, calibration):
+    write_calibration(tmp_path, calibration)
+    assert read_calibration(tmp_path) == calibration
+    assert [p.name for p in tmp_path.iterdir()] == ["calibration.json"]
+    (tmp_path / "calibration.json").write_text("{")
+    with pytest.raises(ValueError, match="not valid JSON.*calibrate again"):
+        read_calibration(tmp_path)
+    assert read_calibration(tmp_path / "nothing") is None
+
+
+def test_ut_peft_calibrate_writes_the_file_and_updates_the_summary(tmp_path, rows, capsys):
+    folder = tmp_path / "sweep"
+    write_folder(folder, rows)
+    cli_main(["calibrate", str(folder), "--repeats", "50"])
+    written = read_calibration(folder)
+    # The rows read back from the folder are the simulated ones: the calibration is theirs.
+    assert written["rows_digest"] == rows_digest(store.read_rows(folder))
+    assert written["slope"]["quantile"] == pytest.approx(calibrate(rows, SETTINGS, repeats=50)["slope"]["quantile"])
+    assert "wrote" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        cli_main(["calibrate", str(folder), "--repeats", "5"])
+    assert "at least 50" in capsys.readouterr().err

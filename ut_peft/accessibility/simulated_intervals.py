@@ -1,0 +1,267 @@
+"""Intervals for a pooled sweep calibrated by simulating the sweep's own design at the sweep's own fitted line.
+
+The pooled design's Wald intervals (+- 1.96 standard errors of the inverse information) cover less than 95% where
+few rows sit about sharp transitions: simulated at SmolLM2-135M's random words with version 7's rules, the slope's
+covered 81% (:data:`.coverage.POOLED_TABLE`). The design stops when the standard errors *it estimates* reach their
+targets, so a run that stopped early is one whose errors came out small; a normal quantile does not know that.
+
+:func:`calibrate` measures the right multiplier instead (a studentised parametric bootstrap over the whole design):
+it fits a ground truth to the folder's rows (:func:`fitted_truth`: the pooled line, its per-m widths, the rows' step
+costs, cap failures as under the published protocol), runs the folder's own design (its settings: version, targets,
+rows a round, ms) ``repeats`` times in the simulator (:mod:`.simulator`) at that truth, and takes, per quantity
+(the slope, the intercept, n_50 at every m), the 95% quantile q of |estimate - truth| / standard error over the
+repeats. The calibrated interval is estimate +- q standard errors: Wald's where the design's errors are as normal
+as Wald assumes (q = 1.96), wider where they are not. The simulated repeats also give the design's own bias and RMSE
+at this line (its expected error, the figure a measurement's precision is judged by).
+
+Whether the procedure covers 95% (the truth is fitted, not known) is measured by a nested simulation,
+``python benchmarks/simulated_intervals.py`` (:data:`.coverage.CALIBRATED_TABLE`). The result is written to the
+folder's ``calibration.json`` (:data:`FILE`), keyed by a digest of the rows it was computed from: a summary of other
+rows does not use it (it says the calibration is stale instead).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+
+from ..io import atomic_write_json
+from .design import INFERRED, PooledDesign, make_design
+from .simulator import RowCosts, Truth, check_protocol, fit_costs_to_rows, run_design
+
+FILE = "calibration.json"
+LEVEL = 0.95
+DEFAULT_REPEATS = 400
+# Repeat numbers of the simulator (its random streams) used by calibrations start here, apart from the small ones
+# benchmarks use for their outer sweeps, so that a calibration inside a benchmark never replays the rows it
+# calibrates.
+_REPEAT_BASE = 1_000_000
+
+
+def rows_digest(rows: dict) -> str:
+    """A digest of what a calibration depends on in the rows: every (m, n, index) with its outcome and steps."""
+    items = sorted(
+        (int(k[0]), int(k[1]), int(k[2]), bool(r["accessible"]), int(r["steps"]))
+        for k, r in rows.items()
+        if r.get("stop_reason") != INFERRED
+    )
+    return hashlib.sha256(json.dumps(items).encode()).hexdigest()[:16]
+
+
+def pooled_design(settings: dict) -> PooledDesign:
+    """The folder's own design, rebuilt from its settings (a fresh one: the design replays rows from the start)."""
+    from .sweep import SweepConfig
+
+    config = SweepConfig.from_settings(settings)
+    if config.design != "pooled":
+        raise ValueError(
+            f"calibrated intervals are for pooled sweeps (--design pooled); this folder's design is {config.design!r}"
+        )
+    design = make_design(config)
+    assert isinstance(design, PooledDesign)  # what make_design builds for "pooled"
+    if design.audit is not None or design.steps:
+        raise ValueError(
+            f"calibrated intervals simulate outcomes and step costs, not the audited abandon's flags or the steps "
+            f"law: version {config.pooled_version} of the pooled rules uses "
+            + ("the audited abandon" if design.audit is not None else "the step counts")
+            + "; calibrate a sweep run with version 1, 2 or 7"
+        )
+    return design
+
+
+def _width_law(estimate: dict, measured: list[int]) -> tuple[float, float]:
+    """The simulator's width law (rel_width at the smallest m, width_power) from the pooled fit's per-m widths:
+    log w(m) regressed on log n_50(m) over the measured m."""
+    per_m = estimate["per_m"]
+    first = measured[0]
+    log_n50 = np.log([per_m[m]["n50"] for m in measured])
+    log_w = np.log([per_m[m]["width"] for m in measured])
+    power = float(np.polyfit(log_n50 - log_n50[0], log_w, 1)[0]) if len(measured) > 1 else 1.0
+    return per_m[first]["width"] / per_m[first]["n50"], power
+
+
+def fitted_truth(rows: dict, settings: dict, *, jitter: float = 0.3, costs: RowCosts | None = None) -> Truth:
+    """The simulator's ground truth that the rows suggest: the pooled line (so that the n_50 the protocol defines,
+    cap failures included, lies on the fitted line), the fitted widths' law, the rows' step costs (``costs``: given
+    instead), random words or nested text as the source is, the per-attempt jitter ``jitter``."""
+    check_protocol(settings, "calibrated intervals")
+    design = pooled_design(settings)
+    estimate = design.summary_fit(rows)
+    measured = sorted({k[0] for k, r in rows.items() if r.get("stop_reason") != INFERRED})
+    if estimate is None or not estimate["converged"] or any(estimate["per_m"][m]["n50"] <= 0 for m in measured):
+        raise ValueError(
+            f"calibrated intervals need a converged pooled fit with positive n_50 at every measured m (rows at m = "
+            f"{measured or 'none'}): run the sweep further first"
+        )
+    if costs is None:
+        keyed = [dict(r, m=k[0], n=k[1]) for k, r in rows.items()]
+        costs = fit_costs_to_rows(keyed, f"{len(keyed)} rows")
+    rel_width, power = _width_law(estimate, measured)
+    truth = Truth(
+        slope=estimate["slope"],
+        intercept=estimate["intercept"],
+        rel_width=rel_width,
+        jitter=jitter,
+        costs=costs,
+        nested=settings.get("source", {}).get("kind") != "words",
+        width_power=power,
+        cap_fails=True,
+    )
+    # Cap failures put the protocol's n_50 a little below the threshold's median: move the threshold's line until the
+    # protocol's line is the fitted one (a few fixed-point steps; the shift is smooth and small).
+    ms = list(design.ms)
+    for _ in range(4):
+        slope, intercept = truth.protocol_line(ms)
+        truth = dataclasses.replace(
+            truth,
+            slope=truth.slope + estimate["slope"] - slope,
+            intercept=truth.intercept + estimate["intercept"] - intercept,
+        )
+    return truth
+
+
+def _quantities(estimate: dict, ms) -> dict[str, tuple[float, float]]:
+    """(estimate, standard error) per calibrated quantity: "slope", "intercept" and "n50@m"."""
+    out = {
+        "slope": (estimate["slope"], estimate["slope_se"]),
+        "intercept": (estimate["intercept"], estimate["intercept_se"]),
+    }
+    for m in ms:
+        entry = estimate["per_m"][m]
+        out[f"n50@{m}"] = (entry["n50"], entry["se"])
+    return out
+
+
+def simulate_design(settings: dict, truth: Truth, repeats: int, seed: int = 0) -> dict:
+    """The folder's design run ``repeats`` times at ``truth``: per quantity, the studentised errors
+    (estimate - truth) / se and the plain errors, as arrays (NaN where a repeat's fit did not converge), with the
+    row-steps each repeat spent."""
+    from .design import row_steps
+
+    ms = list(pooled_design(settings).ms)
+    true = {"slope": truth.protocol_line(ms)[0], "intercept": truth.protocol_line(ms)[1]}
+    true.update({f"n50@{m}": truth.protocol_n50(m) for m in ms})
+    t = {name: np.full(repeats, np.nan) for name in true}
+    errors = {name: np.full(repeats, np.nan) for name in true}
+    spent = np.zeros(repeats)
+    for r in range(repeats):
+        design = pooled_design(settings)
+        rows, _ = run_design(design, truth, _REPEAT_BASE * (seed + 1) + r)
+        spent[r] = sum(row_steps(row) for row in rows.values())
+        estimate = design.summary_fit(rows)
+        if estimate is None or not estimate["converged"]:
+            continue
+        for name, (value, se) in _quantities(estimate, ms).items():
+            errors[name][r] = value - true[name]
+            if se > 0:
+                t[name][r] = errors[name][r] / se
+    return {"t": t, "errors": errors, "row_steps": spent}
+
+
+def calibrate(
+    rows: dict, settings: dict, *, repeats: int = DEFAULT_REPEATS, seed: int = 0, truth: Truth | None = None
+) -> dict:
+    """The calibrated intervals of a pooled sweep's estimate (see the module's docstring), as ``calibration.json``
+    holds them: per quantity the estimate, its standard error, the quantile q, the interval estimate +- q se, and the
+    design's simulated bias, RMSE and Wald coverage at the fitted truth; with the truth, the repeats and the digest of
+    the rows. ``truth``: simulate at this one instead of the fitted one (benchmarks)."""
+    if not (isinstance(repeats, int) and repeats >= 50):
+        raise ValueError(
+            f"repeats is the number of simulated sweeps a calibration's quantile comes from; 95% quantiles need at "
+            f"least 50 (400 by default; got {repeats!r})"
+        )
+    design = pooled_design(settings)
+    estimate = design.summary_fit(rows)
+    if truth is None:
+        truth = fitted_truth(rows, settings)
+    if estimate is None or not estimate["converged"]:
+        raise ValueError("calibrated intervals need a converged pooled fit of the rows: run the sweep further first")
+    simulated = simulate_design(settings, truth, repeats, seed)
+    quantities = {}
+    for name, (value, se) in _quantities(estimate, list(design.ms)).items():
+        t, e = simulated["t"][name], simulated["errors"][name]
+        usable = t[np.isfinite(t)]
+        q = float(np.quantile(np.abs(usable), LEVEL)) if usable.size else math.nan
+        quantities[name] = {
+            "estimate": value,
+            "se": se,
+            "quantile": q,
+            "ci": [value - q * se, value + q * se] if math.isfinite(q) else None,
+            "simulated_bias": float(np.nanmean(e)),
+            "simulated_rmse": float(math.sqrt(np.nanmean(e**2))),
+            "wald_coverage": float(np.mean(np.abs(usable) <= 1.959964)) if usable.size else math.nan,
+            "repeats_used": int(usable.size),
+        }
+    # As calibration.json holds it (tuples as lists), so that what is returned is what is read back.
+    result = {
+        "method": "studentised parametric bootstrap of the design: estimate +- q se, q the 95% quantile of "
+        "|estimate - truth| / se over the design simulated at the fitted truth",
+        "level": LEVEL,
+        "repeats": repeats,
+        "seed": seed,
+        "rows": sum(r.get("stop_reason") != INFERRED for r in rows.values()),
+        "rows_digest": rows_digest(rows),
+        "design": settings.get("design"),
+        "num_sequences": settings.get("num_sequences"),
+        "truth": _truth_dict(truth, list(design.ms)),
+        "simulated_row_steps": float(simulated["row_steps"].mean()),
+        "slope": quantities.pop("slope"),
+        "intercept": quantities.pop("intercept"),
+        "per_m": [dict(m=int(name.split("@")[1]), **entry) for name, entry in quantities.items()],
+    }
+    return json.loads(json.dumps(result))
+
+
+def _truth_dict(truth: Truth, ms) -> dict:
+    out = dataclasses.asdict(truth)
+    slope, intercept = truth.protocol_line(ms)
+    out["protocol_line"] = {"slope": slope, "intercept": intercept}
+    return out
+
+
+def write_calibration(folder, calibration: dict) -> Path:
+    """``calibration.json`` in ``folder``, whole or not at all (a crash or a full disk leaves the previous file)."""
+    return atomic_write_json(Path(folder) / FILE, calibration)
+
+
+def read_calibration(folder) -> dict | None:
+    """The folder's calibration.json, or None where it has none."""
+    path = Path(folder) / FILE
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path} is not valid JSON ({error}): delete it and calibrate again") from None
+
+
+def calibrate_folder(folder, *, repeats: int = DEFAULT_REPEATS, seed: int = 0) -> dict:
+    """:func:`calibrate` on a sweep folder's rows and settings, written to its calibration.json."""
+    from . import store
+
+    folder = Path(folder)
+    settings = store.read_settings(folder)
+    rows = store.read_rows(folder)
+    calibration = calibrate(rows, settings, repeats=repeats, seed=seed)
+    write_calibration(folder, calibration)
+    return calibration
+
+
+def current(calibration: dict | None, rows: dict) -> dict | None:
+    """``calibration`` annotated for a summary of ``rows``: ``{"stale": bool, "note", ...}``; None without one. A
+    calibration of other rows is stale: its numbers are kept for the record but no interval of it is printed."""
+    if calibration is None:
+        return None
+    stale = calibration.get("rows_digest") != rows_digest(rows)
+    note = (
+        f"calibration.json was computed from {calibration.get('rows')} rows, not these: run `ut-peft calibrate`"
+        f" on the folder again"
+        if stale
+        else None
+    )
+    return dict(calibration, stale=stale, note=note)

@@ -1,0 +1,57 @@
+"""Calibrated intervals for a pooled sweep: its own design simulated at the line fitted to its own rows.
+
+    ut-peft calibrate results/smollm2-135m/pooled-words-v7              # 400 simulated sweeps, one core
+    ut-peft calibrate results/smollm2-135m/pooled-words-v7 --repeats 800 --seed 1
+
+Fits a ground truth to the folder's rows (the pooled line, its per-m widths, the rows' step costs, cap failures as
+under the published protocol), runs the folder's design (its settings: version, targets, rows a round, ms) that many
+times in the simulator, and writes calibration.json: per quantity (the slope, the intercept, n_50 at every m) the
+interval estimate +- q se, q the 95% quantile of |error| / se over the simulated sweeps, with the design's simulated
+bias and RMSE at this line (ut_peft.accessibility.simulated_intervals). The folder's summary.json and report.md, where
+they exist, are updated to show them (no model is loaded); a later summary of more rows marks this calibration
+stale until the command runs again. How far the procedure covers 95% is measured by
+``python benchmarks/simulated_intervals.py`` (ut_peft/accessibility/coverage.py, CALIBRATED_TABLE).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from ..accessibility import store
+from ..accessibility.simulated_intervals import DEFAULT_REPEATS, calibrate_folder, current
+from .common import add_common_flags, check_run_folder, parse_args, run
+
+
+def main(args):
+    folder = check_run_folder(args.folder, "FOLDER", store.SETTINGS_FILE)
+    if args.repeats < 50:
+        raise ValueError(f"--repeats must be at least 50 for a 95% quantile (got {args.repeats}; 400 by default)")
+    calibration = calibrate_folder(folder, repeats=args.repeats, seed=args.seed)
+    print(f"wrote {folder / 'calibration.json'}")
+    if (folder / store.SUMMARY_FILE).is_file():
+        from ..accessibility.report import calibrated_lines, write_report
+
+        summary = store.read_summary(folder)
+        summary.calibrated = current(calibration, store.read_rows(folder))
+        store.write_summary(folder, summary)
+        write_report(folder, summary)
+        print("\n".join(calibrated_lines(summary.calibrated)).strip())
+        print(f"updated {folder / store.SUMMARY_FILE} and its report")
+    else:
+        slope = calibration["slope"]
+        print(
+            f"slope {slope['estimate']:.2f} [{slope['ci'][0]:.2f}, {slope['ci'][1]:.2f}] (q = {slope['quantile']:.2f})"
+        )
+
+
+def parse(argv=None, *, prog: str | None = None):
+    p = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("folder", help="a pooled sweep's folder (settings.json and rows)")
+    p.add_argument("--repeats", type=int, default=DEFAULT_REPEATS, help="simulated sweeps (the quantile's sample)")
+    p.add_argument("--seed", type=int, default=0, help="which simulated sweeps (a seed gives the same ones again)")
+    add_common_flags(p)
+    return parse_args(p, argv)
+
+
+if __name__ == "__main__":
+    run(main, parse)
