@@ -247,6 +247,23 @@ def flag_model(args, audit: float) -> AuditedAbandon:
         raise SystemExit(f"--flag-step / --flag-failed / --flag-accessible: {error}") from None
 
 
+def fitted_truth_of(folder, jitter: float) -> Truth:
+    """--truth-fitted: the truth a calibration of ``folder`` simulates (its rows and settings), or a clear exit."""
+    from ut_peft.accessibility import store
+    from ut_peft.accessibility.simulated_intervals import fitted_truth
+
+    try:
+        truth = fitted_truth(store.read_rows(Path(folder)), store.read_settings(Path(folder)), jitter=jitter)
+    except ValueError as error:
+        raise SystemExit(f"--truth-fitted {folder}: {error}") from None
+    print(
+        f"truth fitted to {folder} (simulated_intervals.fitted_truth): threshold line {truth.slope:.3f} m + "
+        f"{truth.intercept:.3f}, relative width {truth.rel_width:.3f} at m = 1, width power {truth.width_power:.2f}, "
+        f"{'nested text' if truth.nested else 'random words'}, cap failures"
+    )
+    return truth
+
+
 def run_audited_design(design, truth: Truth, repeat: int, abandon: AuditedAbandon) -> tuple[dict, float]:
     """:func:`run_design` for the pooled design under an audited abandon: each row as simulated, then flagged,
     audited or stopped by ``abandon`` (the published design's rows never are). A loop of its own rather than an
@@ -515,6 +532,8 @@ def simulate(args) -> None:
         args.width_power,
         args.cap_fails,
     )
+    if args.truth_fitted:
+        truth = fitted_truth_of(args.truth_fitted, args.jitter)
     ms = args.ms
     names = [n for n in NAMES if n == "published" or n in args.designs]  # the published design is the baseline
     if args.words and "published+inferred" in names:
@@ -659,9 +678,9 @@ def simulate(args) -> None:
     print()
     print(
         "| design | slope bias | slope RMSE (MC se) | RMSE / published | slope coverage | unbounded | "
-        "mean row-steps | published / design row-steps | wall (s, simulation + fits) |"
+        "mean width (bounded) | mean row-steps | published / design row-steps | wall (s, simulation + fits) |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for name in names:
         runs = results[name]
         _, slope_errors = _errors(runs, ms, truth)
@@ -669,9 +688,13 @@ def simulate(args) -> None:
         cover, unbounded = _coverage(
             [r["line"]["slope_ci"] if r["line"] else None for r in runs], truth.protocol_line(ms)[0]
         )
+        bounded = [r["line"]["slope_ci"] for r in runs if r["line"] and r["line"]["slope_ci"]]
+        widths = [ci[1] - ci[0] for ci in bounded if None not in ci]
+        mean_width = float(np.mean(widths)) if widths else math.nan
         print(
             f"| {name} | {np.nanmean(slope_errors):+.2f} | {rmse:.2f} ({se:.2f}) | {ratios[name]['slope']:.2f} | "
-            f"{cover:.2f} | {unbounded:.2f} | {totals[name]:.0f} | {totals['published'] / totals[name]:.2f} | "
+            f"{cover:.2f} | {unbounded:.2f} | {mean_width:.2f} | {totals[name]:.0f} | "
+            f"{totals['published'] / totals[name]:.2f} | "
             f"{walls[name]:.1f} |"
         )
     linear = [r["line"]["linear"] for r in results.get("pooled", []) if r["line"]["linear"] is not None]
@@ -1021,6 +1044,14 @@ def main(argv=None):
         help="the truth's slope, intercept and relative width from the pooled fit of this real sweep folder's rows "
         "(overrides --slope, --intercept; --rel-width overrides its width): the published design's error, hence a "
         "retarget's targets, at that model",
+    )
+    parser.add_argument(
+        "--truth-fitted",
+        metavar="FOLDER",
+        default=None,
+        help="the whole truth `ut-peft calibrate` simulates for this pooled sweep folder (simulated_intervals."
+        "fitted_truth: its pooled line as the protocol's n_50, its width law, its rows' step costs, its source, cap "
+        "failures); overrides --slope, --intercept, --rel-width, --width-power, --words, --cost-from and --cap-fails",
     )
     parser.add_argument("--batch", type=int, default=8, help="sequences per round of the sequential design")
     parser.add_argument("--min-rounds", type=int, default=2, help="sequential: fitted rounds before it may stop")

@@ -445,3 +445,41 @@ def test_the_simulated_rule_flags_a_failing_row_at_the_first_step_its_draw_reach
             cost.AuditedAbandon(audit=0.25, flag_steps=steps, flag_failed=shares)
     with pytest.raises(SystemExit, match="--flag-step / --flag-failed"):
         run(cost, "--repeats", "1", "--flag-step", "500", "--flag-failed", "0.6", "0.3")
+
+
+def test_the_truth_fitted_to_a_pooled_folder_is_the_one_a_calibration_simulates(cost, tmp_path):
+    """--truth-fitted FOLDER: the whole truth simulated_intervals.fitted_truth fits (line, widths, costs, source)."""
+    from ut_peft.accessibility import store
+    from ut_peft.accessibility.simulated_intervals import fitted_truth, pooled_design
+
+    settings = {
+        "cram": {"max_steps": 3000, "patience": 500},
+        "design": {"kind": "pooled", "target_n50_se": {"1": 6.0, "3": 8.0}, "target_slope_se": 4.0, "version": 1},
+        "grid": {"coarse": 100, "fine": 10, "high": 0.9, "lengths": None, "low": 0.1, "start": 10, "stop": 1000},
+        "model": "smollm2-135m",
+        "ms": [1, 3],
+        "num_sequences": 8,
+        "seed": 0,
+        "source": {"kind": "words"},
+    }
+    truth = cost.Truth(slope=20.0, intercept=4.0, rel_width=0.15, nested=False, cap_fails=True)
+    rows, _ = cost.run_design(pooled_design(settings), truth, 7)
+    folder = tmp_path / "sweep"
+    folder.mkdir()
+    (folder / "settings.json").write_text(json.dumps(settings))
+    lines = []
+    for (m, n, index), r in rows.items():
+        row = dict(m=m, n=n, index=index, init_seed=index, greedy_exact=r["accessible"], accessible=r["accessible"])
+        row.update(steps=r["steps"], stop_reason="exact" if r["accessible"] else "patience", seconds=1.0, rank=0)
+        row.update(tf_accuracy=1.0, final_loss=0.1, best_accuracy=1.0)
+        lines.append(json.dumps(row))
+    (folder / "rows.jsonl").write_text("\n".join(lines) + "\n")
+    expected = fitted_truth(store.read_rows(folder), settings)
+    text = run(
+        cost, "--repeats", "1", "--cache", str(tmp_path / "cache"), "--ms", "1", "3", "--truth-fitted", str(folder)
+    )
+    assert f"threshold line {expected.slope:.3f} m + {expected.intercept:.3f}" in text
+    assert f"logistic width {expected.rel_width} n_50" in text and "random words" in text
+    assert expected.costs.describe() in text
+    with pytest.raises(SystemExit, match="--truth-fitted .*holds no sweep"):
+        run(cost, "--repeats", "1", "--truth-fitted", str(tmp_path / "nothing"))
