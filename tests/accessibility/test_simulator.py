@@ -1,0 +1,149 @@
+"""The simulator of cramming (ut_peft/accessibility/simulator.py): its rows, row costs, and the protocol's n_50."""
+
+import json
+
+import pytest
+
+from ut_peft.accessibility import simulator
+
+
+def write_sweep(folder, rows, max_steps=3000, patience=500):
+    folder.mkdir()
+    (folder / "settings.json").write_text(json.dumps({"cram": {"max_steps": max_steps, "patience": patience}}))
+    lines = []
+    for i, (m, n, accessible, steps) in enumerate(rows):
+        row = dict(m=m, n=n, index=i, init_seed=i, greedy_exact=accessible, accessible=accessible, steps=steps)
+        row.update(stop_reason="exact" if accessible else "patience", seconds=1.0, rank=0)
+        row.update(tf_accuracy=1.0 if accessible else 0.5, final_loss=0.1, best_accuracy=1.0 if accessible else 0.5)
+        lines.append(json.dumps(row))
+    (folder / "rows.jsonl").write_text("\n".join(lines) + "\n")
+
+
+def test_the_default_row_costs_are_the_assumed_model_written_out():
+    """RowCosts() draws exactly what the simulator drew before it was a parameter (150 LN(0, 0.5) (1 + 9 r^8) for an
+    accessible row, min(cap, 800 LN(0, 0.7) + patience) for an inaccessible one)."""
+    import math
+
+    import numpy as np
+
+    truth = simulator.Truth(slope=28.0, intercept=2.0)
+    for m, n, index in [(1, 10, 0), (1, 29, 3), (3, 70, 5), (3, 120, 6), (5, 150, 1), (5, 300, 2)]:
+        z = np.random.default_rng([4, 1, index]).logistic()
+        rng = np.random.default_rng([4, 2, m, n, index])
+        threshold = truth.n50(m) + truth.rel_width * truth.n50(m) * (z + truth.jitter * rng.standard_normal())
+        if n < threshold:
+            steps = math.ceil(150 * rng.lognormal(0, 0.5) * (1 + 9 * (n / threshold) ** 8))
+            expected = {"accessible": True, "steps": min(2999, steps)}
+        else:
+            expected = {"accessible": False, "steps": int(min(3000, 800 * rng.lognormal(0, 0.7) + 500))}
+        assert simulator.simulate_row(truth, 4, m, n, index) == expected
+
+
+def test_row_costs_fitted_to_real_rows_recover_the_law_they_follow(tmp_path):
+    import math
+
+    from ut_peft.accessibility.fit import fit_logistic
+
+    outcomes = [(1, 10, True), (1, 10, True), (1, 20, True), (1, 20, True), (1, 20, False)]
+    outcomes += [(1, 30, True), (1, 30, False), (1, 30, False), (1, 40, False), (1, 40, False)]
+    n50 = fit_logistic([10, 20, 30, 40], [2, 2, 1, 0], [2, 3, 3, 2])["n50"]
+    # Accessible rows: exactly 40 exp(4 n / n_50) steps at the rows' own n_50; inaccessible ones improving until
+    # step 1500 or 2500 (then patience 500).
+    fail_steps = iter([2000, 3000, 2000, 3000, 2000])
+    rows = [(m, n, acc, round(40 * math.exp(4 * n / n50)) if acc else next(fail_steps)) for m, n, acc in outcomes]
+    folder = tmp_path / "sweep"
+    write_sweep(folder, rows)
+    costs = simulator.fit_costs([folder])
+    assert costs.form == "exponential"
+    assert costs.k == pytest.approx(4.0, abs=0.01) and costs.t0 == pytest.approx(40.0, rel=0.02)
+    assert costs.b0 == pytest.approx(math.exp((3 * math.log(1500) + 2 * math.log(2500)) / 5), rel=1e-6)
+    assert "5 accessible and 5 inaccessible rows" in costs.describe()
+    # The model moves row-steps only: outcomes are those of the assumed model's simulator.
+    fitted, assumed = simulator.Truth(costs=costs), simulator.Truth()
+    for job in [(0, 1, 40, 0), (0, 1, 55, 1), (1, 3, 140, 2), (2, 5, 230, 3)]:
+        assert (
+            simulator.simulate_row(fitted, *job)["accessible"] == simulator.simulate_row(assumed, *job)["accessible"]
+        )
+
+
+def test_row_costs_refuse_rows_of_another_cap_or_too_few_rows(tmp_path):
+    write_sweep(tmp_path / "cap300", [(1, 10, True, 50), (1, 20, False, 300)], max_steps=300)
+    with pytest.raises(ValueError, match="cap 300 and patience 500.*--protocol published"):
+        simulator.fit_costs([tmp_path / "cap300"])
+    write_sweep(tmp_path / "few", [(1, 10, True, 50), (1, 20, True, 90), (1, 20, False, 2000), (1, 30, False, 2500)])
+    with pytest.raises(ValueError, match="2 accessible and 2 inaccessible rows at an m whose n_50 the rows bracket"):
+        simulator.fit_costs([tmp_path / "few"])
+
+
+def test_random_words_draw_a_text_per_length_and_nested_texts_one_per_index():
+    """Nested text (the default): index k is one text, so with no per-attempt noise its outcomes fall once as n grows;
+    random words (--words) draw a text per (n, index), so some index crams at a longer length after failing a shorter
+    one; the width law's power 0 makes every m's transition as wide in tokens as m = 1's."""
+    nested, words = simulator.Truth(jitter=0.0), simulator.Truth(jitter=0.0, nested=False)
+    lengths = range(30, 70)
+
+    def falls_once(truth, index):
+        outcomes = [simulator.simulate_row(truth, 0, 1, n, index)["accessible"] for n in lengths]
+        return outcomes == sorted(outcomes, reverse=True)
+
+    assert all(falls_once(nested, k) for k in range(20))
+    assert not all(falls_once(words, k) for k in range(20))
+    flat = simulator.Truth(width_power=0.0)
+    assert flat.width(5) == pytest.approx(flat.width(1)) == pytest.approx(0.1 * flat.n50(1))
+    assert simulator.Truth().width(5) == 0.1 * simulator.Truth().n50(5)
+
+
+def test_the_cost_link_sets_what_an_accessible_rows_steps_grow_with():
+    """link "limit": n / the row's own threshold; "n50": n / n_50 of its m (the form fit_costs measures)."""
+    import dataclasses
+    import math
+
+    import numpy as np
+
+    costs = simulator.RowCosts(form="exponential", t0=30.0, spread=0.4, k=4.0, link="n50")
+    truth = simulator.Truth(slope=28.0, intercept=2.0, costs=costs)
+    for m, n, index in [(1, 10, 0), (1, 20, 3), (3, 60, 5), (5, 100, 1)]:
+        row = simulator.simulate_row(truth, 4, m, n, index)
+        if not row["accessible"]:
+            continue
+        rng = np.random.default_rng([4, 2, m, n, index])
+        rng.standard_normal()  # the attempt's jitter, drawn first
+        assert row["steps"] == min(2999, math.ceil(30.0 * rng.lognormal(0, 0.4) * math.exp(4.0 * n / truth.n50(m))))
+    limit = dataclasses.replace(truth, costs=dataclasses.replace(costs, link="limit"))
+    assert any(
+        simulator.simulate_row(limit, 4, 1, 20, i) != simulator.simulate_row(truth, 4, 1, 20, i) for i in range(8)
+    )
+
+
+def test_with_cap_fails_a_text_too_slow_for_the_cap_does_not_cram_and_the_truth_is_the_protocols():
+    """--cap-fails: an accessible text whose steps would reach the cap is inaccessible at the cap (as the real
+    protocol decides it); half the rows cram at protocol_n50, which then lies below n50; without it nothing moves."""
+    import dataclasses
+
+    import numpy as np
+
+    costs = simulator.RowCosts(form="exponential", t0=33.3, spread=0.38, k=4.15, link="n50")
+    clamped = simulator.Truth(costs=costs)
+    failing = dataclasses.replace(clamped, cap_fails=True)
+    jobs = [(r, 1, n, i) for r in range(3) for n in (45, 50, 55, 60) for i in range(40)]
+    moved = 0
+    for job in jobs:
+        old, new = simulator.simulate_row(clamped, *job), simulator.simulate_row(failing, *job)
+        if old["accessible"] and old["steps"] == simulator.CAP - 1:  # the clamp: the cap would have been reached
+            assert new == {"accessible": False, "steps": simulator.CAP}
+            moved += 1
+        else:
+            assert new == old
+    assert moved > 0
+    assert clamped.protocol_n50(3) == clamped.n50(3) and clamped.protocol_line([1, 2, 3]) == (44.5, 5.0)
+    n50 = failing.protocol_n50(3)
+    assert 0.95 * failing.n50(3) < n50 < failing.n50(3)
+    crammed = np.mean(
+        [simulator.simulate_row(failing, r, 3, round(n50), i)["accessible"] for r in range(8) for i in range(500)]
+    )
+    assert crammed == pytest.approx(simulator.accessible_probability(failing, 3, round(n50)), abs=0.03)
+    assert simulator.accessible_probability(failing, 3, n50) == pytest.approx(
+        0.5, abs=2e-4
+    )  # quadrature steps <= 1e-4
+    slope, intercept = failing.protocol_line([1, 2, 3, 4, 5])
+    assert slope == pytest.approx((failing.protocol_n50(5) - failing.protocol_n50(1)) / 4, rel=1e-4)
