@@ -36,6 +36,7 @@ from ut_peft.accessibility.simulated_intervals import (  # noqa: E402
     pooled_design,
 )
 from ut_peft.accessibility.simulator import run_design  # noqa: E402
+from ut_peft.io import atomic_write_json  # noqa: E402
 
 Z95 = 1.959964
 
@@ -67,20 +68,12 @@ def one_outer(settings: dict, truth, outer: int, inner: int) -> dict:
     }
 
 
-def report(results: list[dict], truth_text: str, inner: int) -> None:
+def coverage_table(results: list[dict]) -> dict[str, dict]:
+    """Per quantity: the Wald and calibrated coverage with their Monte-Carlo standard errors and mean widths (a sweep
+    without a converged fit or a finite quantile counts as not covering)."""
     done = [r for r in results if "quantities" in r]
-    print(truth_text)
-    print(
-        f"{len(results)} outer sweeps ({len(results) - len(done)} without a converged fit, counted as not covering), "
-        f"each calibrated with {inner} inner sweeps"
-    )
-    print()
-    print(
-        "| quantity | Wald coverage (MC se) | calibrated coverage (MC se) | Wald mean width | calibrated mean width |"
-    )
-    print("|---|---|---|---|---|")
-    names = list(done[0]["quantities"]) if done else []
-    for name in names:
+    table = {}
+    for name in list(done[0]["quantities"]) if done else []:
         wald, calibrated, wald_w, cal_w = [], [], [], []
         for r in results:
             e = r.get("quantities", {}).get(name)
@@ -94,12 +87,42 @@ def report(results: list[dict], truth_text: str, inner: int) -> None:
             wald_w.append(2 * Z95 * e["se"])
             cal_w.append(2 * e["q"] * e["se"])
         n = len(wald)
-
-        def cover(hits):
+        entry = {}
+        for key, hits in (("wald", wald), ("calibrated", calibrated)):
             p = float(np.mean(hits))
-            return f"{p:.3f} ({math.sqrt(max(p * (1 - p), 1e-12) / n):.3f})"
+            entry[key] = round(p, 3)
+            entry[f"{key}_se"] = round(math.sqrt(max(p * (1 - p), 1e-12) / n), 3)
+        entry.update(wald_width=round(float(np.mean(wald_w)), 3), calibrated_width=round(float(np.mean(cal_w)), 3))
+        table[name] = entry
+    return table
 
-        print(f"| {name} | {cover(wald)} | {cover(calibrated)} | {np.mean(wald_w):.2f} | {np.mean(cal_w):.2f} |")
+
+def report(results: list[dict], truth_text: str, inner: int) -> dict[str, dict]:
+    done = [r for r in results if "quantities" in r]
+    print(truth_text)
+    print(
+        f"{len(results)} outer sweeps ({len(results) - len(done)} without a converged fit, counted as not covering), "
+        f"each calibrated with {inner} inner sweeps"
+    )
+    print()
+    print(
+        "| quantity | Wald coverage (MC se) | calibrated coverage (MC se) | Wald mean width | calibrated mean width |"
+    )
+    print("|---|---|---|---|---|")
+    table = coverage_table(results)
+    for name, e in table.items():
+        print(
+            f"| {name} | {e['wald']:.3f} ({e['wald_se']:.3f}) | {e['calibrated']:.3f} ({e['calibrated_se']:.3f}) | "
+            f"{e['wald_width']:.2f} | {e['calibrated_width']:.2f} |"
+        )
+    n50 = [e["calibrated"] for name, e in table.items() if name.startswith("n50@")]
+    if table:
+        print(
+            f"calibrated coverage: slope {table['slope']['calibrated']:.3f}, intercept "
+            f"{table['intercept']['calibrated']:.3f}, lowest n_50 {min(n50):.3f} (the entry of "
+            "ut_peft/accessibility/coverage.py's CALIBRATED_TABLE)"
+        )
+    return table
 
 
 def main(argv=None) -> None:
@@ -109,6 +132,7 @@ def main(argv=None) -> None:
     parser.add_argument("--inner", type=int, default=100, help="simulated sweeps per calibration")
     parser.add_argument("--results", default=None, help="JSONL of finished outer sweeps (resumable); default: none")
     parser.add_argument("--rows", type=int, default=None, help="the truth from the folder's first N rows only")
+    parser.add_argument("--json", default=None, help="write the coverage table and the settings to this JSON file")
     args = parser.parse_args(argv)
     if args.outer < 1 or args.inner < 50:
         raise SystemExit(f"--outer >= 1 and --inner >= 50 (a 95% quantile) (got {args.outer}, {args.inner})")
@@ -153,7 +177,20 @@ def main(argv=None) -> None:
             with path.open("a") as handle:
                 handle.write(json.dumps(result) + "\n")
         print(f"outer {outer}: {result.get('seconds', 0):.0f} s", file=sys.stderr, flush=True)
-    report(sorted((r for r in results if r["outer"] < args.outer), key=lambda r: r["outer"]), truth_text, args.inner)
+    judged = sorted((r for r in results if r["outer"] < args.outer), key=lambda r: r["outer"])
+    table = report(judged, truth_text, args.inner)
+    if args.json:
+        design = settings["design"]
+        record = {
+            "command": "python benchmarks/simulated_intervals.py " + " ".join(sys.argv[1:] if argv is None else argv),
+            "truth": truth_text,
+            "version": design.get("version"),
+            "num_sequences": settings["num_sequences"],
+            "outer": len(judged),
+            "inner": args.inner,
+            "table": table,
+        }
+        atomic_write_json(args.json, record)
 
 
 if __name__ == "__main__":
