@@ -36,6 +36,10 @@
 #       --slope 19.46 --intercept 1.05 --rel-width 0.204 --width-power -1.14 \
 #       --cost-from results/smollm2-135m/pooled-words-v2 --cost-rows 56 --pooled-factor 2 --pooled-min-rows 64
 # (BENCHMARKS.md, "Session 18"). The targets are unchanged.
+# Session 19: when the design stops, its intervals are calibrated by simulating this folder's own design at the line
+# fitted to its rows (the Wald intervals of version 7 cover about 81% here; benchmarks/simulated_intervals.py
+# measures the calibrated ones): ut-peft calibrate results/smollm2-135m/pooled-words-v7 (400 simulated sweeps, a few
+# minutes of one core; it updates summary.json and report.md), then commit calibration.json with the rest.
 cd "$(dirname "$0")/../.."
 old=results/smollm2-135m/pooled-words-v2
 new=results/smollm2-135m/pooled-words-v7

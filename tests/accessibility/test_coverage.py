@@ -147,3 +147,16 @@ def test_the_pooled_designs_wald_intervals_carry_their_simulated_coverage():
             assert 0 < e["slope"] < 1 and 0 < e["n50"] < 1
             repeats = e["command"].split("--repeats ")[1].split()[0] if "--repeats" in e["command"] else "400"
             assert int(repeats) >= 200
+
+
+def test_the_calibrated_table_is_the_committed_nested_simulation():
+    """coverage.CALIBRATED_TABLE is what benchmarks/simulated_intervals.py wrote (its --json), not numbers typed in."""
+    for version, by_batch in coverage.CALIBRATED_TABLE.items():
+        for batch, entry in by_batch.items():
+            record = json.loads((ROOT / entry["record"]).read_text())
+            assert (str(record["version"]), str(record["num_sequences"])) == (version, batch)
+            assert record["command"] == entry["command"]
+            table = record["table"]
+            assert entry["slope"] == table["slope"]["calibrated"]
+            assert entry["intercept"] == table["intercept"]["calibrated"]
+            assert entry["n50"] == min(e["calibrated"] for name, e in table.items() if name.startswith("n50@"))
