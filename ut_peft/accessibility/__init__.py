@@ -9,6 +9,8 @@
 - :mod:`.fit`, :mod:`.bounds`: n_50 fits with intervals, measured support and theoretical slope bounds
 - :mod:`.published_bounds`: the slope bounds estimated as the paper's code does (``ut-peft bounds``)
 - :mod:`.report`: plots and the Markdown report; :mod:`.adapters`: crammed vectors as PEFT adapters
+- :mod:`.simulator`: cramming simulated at a known truth (designs judged by error);
+  :mod:`.simulated_intervals`: a pooled sweep's intervals calibrated on it (``ut-peft calibrate``)
 """
 
 from .adapters import save_memory_adapter, save_memory_adapters
@@ -20,6 +22,7 @@ from .fit import fit_logistic, fit_sigmoid, line_interval, linear_fit, n50_inter
 from .protocol import PROTOCOLS
 from .published_bounds import PublishedBoundEstimate, published_bound_estimate
 from .rows import Row
+from .simulated_intervals import calibrate_folder
 from .sources import make_source
 from .store import MSummary, Summary, load_rows
 from .sweep import (
@@ -55,6 +58,7 @@ __all__ = [
     "make_source",
     "PROTOCOLS",
     "calibrate_abandon",
+    "calibrate_folder",
     "fit_sigmoid",
     "linear_fit",
     "SupportStats",
