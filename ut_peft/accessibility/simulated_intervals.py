@@ -14,43 +14,32 @@ repeats. The calibrated interval is estimate +- q standard errors: Wald's where 
 as Wald assumes (q = 1.96), wider where they are not. The simulated repeats also give the design's own bias and RMSE
 at this line (its expected error, the figure a measurement's precision is judged by).
 
-Whether the procedure covers 95% (the truth is fitted, not known) is measured by a nested simulation,
-``python benchmarks/simulated_intervals.py`` (:data:`.coverage.CALIBRATED_TABLE`). The result is written to the
-folder's ``calibration.json`` (:data:`FILE`), keyed by a digest of the rows it was computed from: a summary of other
-rows does not use it (it says the calibration is stale instead).
+Whether the procedure covers 95% (the truth is fitted, not known) is measured by a nested simulation, ``python
+benchmarks/simulated_intervals.py`` (:data:`.coverage.CALIBRATED_TABLE`). The result is written to the folder's
+``calibration.json`` (:data:`.store.CALIBRATION_FILE`, :func:`.store.read_calibration`), keyed by a digest of the rows
+it was computed from: a summary of other rows does not use it (it says the calibration is stale instead).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import math
 from pathlib import Path
 
 import numpy as np
 
-from ..io import atomic_write_json
 from .design import INFERRED, PooledDesign, make_design
 from .simulator import RowCosts, Truth, check_protocol, fit_costs_to_rows, run_design
+from .store import CALIBRATION_FILE, read_calibration, rows_digest, write_calibration
+from .store import current_calibration as current
 
-FILE = "calibration.json"
 LEVEL = 0.95
 DEFAULT_REPEATS = 400
 # Repeat numbers of the simulator (its random streams) used by calibrations start here, apart from the small ones
 # benchmarks use for their outer sweeps, so that a calibration inside a benchmark never replays the rows it
 # calibrates.
 _REPEAT_BASE = 1_000_000
-
-
-def rows_digest(rows: dict) -> str:
-    """A digest of what a calibration depends on in the rows: every (m, n, index) with its outcome and steps."""
-    items = sorted(
-        (int(k[0]), int(k[1]), int(k[2]), bool(r["accessible"]), int(r["steps"]))
-        for k, r in rows.items()
-        if r.get("stop_reason") != INFERRED
-    )
-    return hashlib.sha256(json.dumps(items).encode()).hexdigest()[:16]
 
 
 def pooled_design(settings: dict) -> PooledDesign:
@@ -224,22 +213,6 @@ def _truth_dict(truth: Truth, ms) -> dict:
     return out
 
 
-def write_calibration(folder, calibration: dict) -> Path:
-    """``calibration.json`` in ``folder``, whole or not at all (a crash or a full disk leaves the previous file)."""
-    return atomic_write_json(Path(folder) / FILE, calibration)
-
-
-def read_calibration(folder) -> dict | None:
-    """The folder's calibration.json, or None where it has none."""
-    path = Path(folder) / FILE
-    if not path.is_file():
-        return None
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as error:
-        raise ValueError(f"{path} is not valid JSON ({error}): delete it and calibrate again") from None
-
-
 def calibrate_folder(folder, *, repeats: int = DEFAULT_REPEATS, seed: int = 0) -> dict:
     """:func:`calibrate` on a sweep folder's rows and settings, written to its calibration.json."""
     from . import store
@@ -252,16 +225,15 @@ def calibrate_folder(folder, *, repeats: int = DEFAULT_REPEATS, seed: int = 0) -
     return calibration
 
 
-def current(calibration: dict | None, rows: dict) -> dict | None:
-    """``calibration`` annotated for a summary of ``rows``: ``{"stale": bool, "note", ...}``; None without one. A
-    calibration of other rows is stale: its numbers are kept for the record but no interval of it is printed."""
-    if calibration is None:
-        return None
-    stale = calibration.get("rows_digest") != rows_digest(rows)
-    note = (
-        f"calibration.json was computed from {calibration.get('rows')} rows, not these: run `ut-peft calibrate`"
-        f" on the folder again"
-        if stale
-        else None
-    )
-    return dict(calibration, stale=stale, note=note)
+__all__ = [
+    "CALIBRATION_FILE",
+    "calibrate",
+    "calibrate_folder",
+    "current",
+    "fitted_truth",
+    "pooled_design",
+    "read_calibration",
+    "rows_digest",
+    "simulate_design",
+    "write_calibration",
+]

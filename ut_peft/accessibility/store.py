@@ -29,6 +29,7 @@ This module owns the folder's layout; nothing else spells a file name of it:
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 import re
@@ -40,10 +41,12 @@ from typing import Any, TypedDict
 import datasets
 
 from ..io import append_jsonl, atomic_write_bytes, atomic_write_json, lock_holder, try_lock
-from .rows import Row, RowError
+from .rows import INFERRED, Row, RowError
 
 SETTINGS_FILE = "settings.json"
 SUMMARY_FILE = "summary.json"
+# A pooled sweep's calibrated intervals (simulated_intervals, `ut-peft calibrate`), keyed by a digest of its rows.
+CALIBRATION_FILE = "calibration.json"
 REPORT_FILE = "report.md"
 ACCESSIBILITY_PLOT = "accessibility.png"
 N50_PLOT = "n50_vs_m.png"
@@ -715,3 +718,47 @@ def load_rows(folder) -> datasets.Dataset:
     (m, n, index)."""
     rows = [row for _, row in sorted(read_rows(Path(folder)).items())]
     return datasets.Dataset.from_list([row.dataset_record() for row in rows], features=Row.features())
+
+
+# ---- calibration.json: a pooled sweep's calibrated intervals (simulated_intervals.calibrate) ----
+
+
+def rows_digest(rows: dict) -> str:
+    """A digest of what a calibration depends on in the rows: every (m, n, index) with its outcome and steps."""
+    items = sorted(
+        (int(k[0]), int(k[1]), int(k[2]), bool(r["accessible"]), int(r["steps"]))
+        for k, r in rows.items()
+        if r.get("stop_reason") != INFERRED
+    )
+    return hashlib.sha256(json.dumps(items).encode()).hexdigest()[:16]
+
+
+def write_calibration(folder, calibration: dict) -> Path:
+    """``calibration.json`` in ``folder``, whole or not at all (a crash or a full disk leaves the previous file)."""
+    return atomic_write_json(Path(folder) / CALIBRATION_FILE, calibration)
+
+
+def read_calibration(folder) -> dict | None:
+    """The folder's calibration.json, or None where it has none."""
+    path = Path(folder) / CALIBRATION_FILE
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path} is not valid JSON ({error}): delete it and calibrate again") from None
+
+
+def current_calibration(calibration: dict | None, rows: dict) -> dict | None:
+    """``calibration`` annotated for a summary of ``rows``: ``{"stale": bool, "note", ...}``; None without one. A
+    calibration of other rows is stale: its numbers are kept for the record but no interval of it is printed."""
+    if calibration is None:
+        return None
+    stale = calibration.get("rows_digest") != rows_digest(rows)
+    note = (
+        f"calibration.json was computed from {calibration.get('rows')} rows, not these: run `ut-peft calibrate`"
+        f" on the folder again"
+        if stale
+        else None
+    )
+    return dict(calibration, stale=stale, note=note)

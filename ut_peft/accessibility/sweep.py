@@ -798,9 +798,7 @@ def _calibrated(config: SweepConfig, output_dir: Path, rows: dict) -> dict | Non
     """A pooled folder's calibration.json as the summary holds it (stale where computed from other rows)."""
     if config.design != "pooled":
         return None
-    from . import simulated_intervals
-
-    return simulated_intervals.current(simulated_intervals.read_calibration(output_dir), rows)
+    return store.current_calibration(store.read_calibration(output_dir), rows)
 
 
 def merge_sweeps(folders, output_dir, *, overwrite: bool = False) -> Path:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 
 from ..accessibility import store
-from ..accessibility.simulated_intervals import DEFAULT_REPEATS, calibrate_folder, current
+from ..accessibility.simulated_intervals import DEFAULT_REPEATS, calibrate_folder
 from .common import add_common_flags, check_run_folder, parse_args, run
 
 
@@ -32,7 +32,7 @@ def main(args):
         from ..accessibility.report import calibrated_lines, write_report
 
         summary = store.read_summary(folder)
-        summary.calibrated = current(calibration, store.read_rows(folder))
+        summary.calibrated = store.current_calibration(calibration, store.read_rows(folder))
         store.write_summary(folder, summary)
         write_report(folder, summary)
         print("\n".join(calibrated_lines(summary.calibrated)).strip())
