@@ -1,7 +1,6 @@
 """simulated_intervals: a pooled sweep's intervals calibrated by simulating its own design at its own fitted line."""
 
 import copy
-import json
 
 import numpy as np
 import pytest
@@ -19,6 +18,7 @@ from ut_peft.accessibility.simulated_intervals import (
     write_calibration,
 )
 from ut_peft.accessibility.simulator import Truth, run_design
+from ut_peft.accessibility.testing import write_sweep_folder
 from ut_peft.cli import main as cli_main
 
 # A pooled sweep as settings.json records one (the published protocol's cap and patience, random words), with loose
@@ -46,18 +46,6 @@ TRUTH = Truth(slope=20.0, intercept=4.0, rel_width=0.15, nested=False, cap_fails
 def simulated_rows(settings=SETTINGS, truth=TRUTH, repeat=7):
     rows, _ = run_design(pooled_design(settings), truth, repeat)
     return {k: dict(r, m=k[0], n=k[1], index=k[2]) for k, r in rows.items()}
-
-
-def write_folder(folder, rows, settings=SETTINGS):
-    folder.mkdir()
-    (folder / "settings.json").write_text(json.dumps(settings, sort_keys=True))
-    lines = []
-    for (m, n, index), r in rows.items():
-        row = dict(m=m, n=n, index=index, init_seed=index, greedy_exact=r["accessible"], accessible=r["accessible"])
-        row.update(steps=r["steps"], stop_reason="exact" if r["accessible"] else "patience", seconds=1.0, rank=0)
-        row.update(tf_accuracy=1.0, final_loss=0.1, best_accuracy=1.0)
-        lines.append(json.dumps(row))
-    (folder / "rows.jsonl").write_text("\n".join(lines) + "\n")
 
 
 @pytest.fixture(scope="module")
@@ -161,7 +149,7 @@ def test_the_file_is_written_whole_and_a_broken_one_is_refused(tmp_path, calibra
 
 def test_ut_peft_calibrate_writes_the_file_and_updates_the_summary(tmp_path, rows, capsys):
     folder = tmp_path / "sweep"
-    write_folder(folder, rows)
+    write_sweep_folder(folder, SETTINGS, [(*key, r["accessible"], r["steps"]) for key, r in rows.items()])
     cli_main(["calibrate", str(folder), "--repeats", "50"])
     written = read_calibration(folder)
     # The rows read back from the folder are the simulated ones: the calibration is theirs.

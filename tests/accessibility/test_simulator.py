@@ -1,22 +1,14 @@
 """The simulator of cramming (ut_peft/accessibility/simulator.py): its rows, row costs, and the protocol's n_50."""
 
-import json
-
 import pytest
 
 from ut_peft.accessibility import simulator
+from ut_peft.accessibility.testing import write_sweep_folder
 
 
 def write_sweep(folder, rows, max_steps=3000, patience=500):
-    folder.mkdir()
-    (folder / "settings.json").write_text(json.dumps({"cram": {"max_steps": max_steps, "patience": patience}}))
-    lines = []
-    for i, (m, n, accessible, steps) in enumerate(rows):
-        row = dict(m=m, n=n, index=i, init_seed=i, greedy_exact=accessible, accessible=accessible, steps=steps)
-        row.update(stop_reason="exact" if accessible else "patience", seconds=1.0, rank=0)
-        row.update(tf_accuracy=1.0 if accessible else 0.5, final_loss=0.1, best_accuracy=1.0 if accessible else 0.5)
-        lines.append(json.dumps(row))
-    (folder / "rows.jsonl").write_text("\n".join(lines) + "\n")
+    settings = {"cram": {"max_steps": max_steps, "patience": patience}}
+    write_sweep_folder(folder, settings, [(m, n, i, acc, steps) for i, (m, n, acc, steps) in enumerate(rows)])
 
 
 def test_the_default_row_costs_are_the_assumed_model_written_out():

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from ut_peft.accessibility.testing import write_sweep_folder
+
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
@@ -156,15 +158,8 @@ def test_the_pooled_knobs_replace_single_rules_of_the_version(cost):
 
 
 def write_sweep(folder, rows, max_steps=3000, patience=500):
-    folder.mkdir()
-    (folder / "settings.json").write_text(json.dumps({"cram": {"max_steps": max_steps, "patience": patience}}))
-    lines = []
-    for i, (m, n, accessible, steps) in enumerate(rows):
-        row = dict(m=m, n=n, index=i, init_seed=i, greedy_exact=accessible, accessible=accessible, steps=steps)
-        row.update(stop_reason="exact" if accessible else "patience", seconds=1.0, rank=0)
-        row.update(tf_accuracy=1.0 if accessible else 0.5, final_loss=0.1, best_accuracy=1.0 if accessible else 0.5)
-        lines.append(json.dumps(row))
-    (folder / "rows.jsonl").write_text("\n".join(lines) + "\n")
+    settings = {"cram": {"max_steps": max_steps, "patience": patience}}
+    write_sweep_folder(folder, settings, [(m, n, i, acc, steps) for i, (m, n, acc, steps) in enumerate(rows)])
 
 
 def test_the_truth_from_a_folder_is_its_pooled_line_and_the_run_prints_the_targets(cost, tmp_path):
@@ -341,15 +336,7 @@ def test_the_truth_fitted_to_a_pooled_folder_is_the_one_a_calibration_simulates(
     truth = cost.Truth(slope=20.0, intercept=4.0, rel_width=0.15, nested=False, cap_fails=True)
     rows, _ = cost.run_design(pooled_design(settings), truth, 7)
     folder = tmp_path / "sweep"
-    folder.mkdir()
-    (folder / "settings.json").write_text(json.dumps(settings))
-    lines = []
-    for (m, n, index), r in rows.items():
-        row = dict(m=m, n=n, index=index, init_seed=index, greedy_exact=r["accessible"], accessible=r["accessible"])
-        row.update(steps=r["steps"], stop_reason="exact" if r["accessible"] else "patience", seconds=1.0, rank=0)
-        row.update(tf_accuracy=1.0, final_loss=0.1, best_accuracy=1.0)
-        lines.append(json.dumps(row))
-    (folder / "rows.jsonl").write_text("\n".join(lines) + "\n")
+    write_sweep_folder(folder, settings, [(*key, r["accessible"], r["steps"]) for key, r in rows.items()])
     expected = fitted_truth(store.read_rows(folder), settings)
     text = run(
         cost, "--repeats", "1", "--cache", str(tmp_path / "cache"), "--ms", "1", "3", "--truth-fitted", str(folder)

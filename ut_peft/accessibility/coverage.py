@@ -308,9 +308,30 @@ def _verdict(interval, coverage: float | None, se, measured_at, sequences: int, 
     }
 
 
+def _simulated_checks(entry: dict | None, batch: int, where: str, slope_ci, intercept_ci, per_m) -> dict:
+    """The checks of one line's intervals against a simulated-coverage ``entry`` ({"slope", "n50", "intercept"
+    (optional), "command"}; None: not measured): ``{"measured", "command", "slope", "intercept", "per_m"}``."""
+
+    def one(interval, coverage):
+        return _verdict(interval, coverage, None, None, batch, where) if interval else None
+
+    def figure(name):
+        return None if entry is None else entry.get(name)
+
+    checked = [dict(m=e["m"], **found) for e in per_m if (found := one(e.get("ci"), figure("n50"))) is not None]
+    return {
+        "measured": entry is not None,
+        "command": figure("command"),
+        "slope": one(slope_ci, figure("slope")),
+        "intercept": one(intercept_ci, figure("intercept")),
+        "per_m": checked,
+    }
+
+
 def check_pooled(pooled: dict | None, version: int, batch: int) -> dict | None:
     """The checks of the pooled design's Wald intervals (summary.json's ``interval_checks["pooled"]``): each one's
-    coverage measured in the simulator at this version of the rules and rows per round (:data:`POOLED_TABLE`).
+    coverage measured in the simulator at this version of the rules and rows per round (:data:`POOLED_TABLE`; the
+    intercept's was not measured).
 
     Returns None without a pooled estimate, else ``{"version", "batch", "measured", "command", "slope",
     "intercept", "per_m"}``, each check as :func:`check` returns it (``coverage_se`` and ``measured_at`` None)."""
@@ -318,21 +339,10 @@ def check_pooled(pooled: dict | None, version: int, batch: int) -> dict | None:
         return None
     entry = POOLED_TABLE.get(str(version), {}).get(str(batch))
     where = f"for version {version} of the pooled rules at {batch} rows a round (simulated)"
-
-    def one(interval, coverage):
-        return _verdict(interval, coverage, None, None, batch, where) if interval else None
-
-    n50 = None if entry is None else entry["n50"]
-    per_m = [dict(m=e["m"], **found) for e in pooled["per_m"] if (found := one(e.get("ci"), n50)) is not None]
-    return {
-        "version": int(version),
-        "batch": int(batch),
-        "measured": entry is not None,
-        "command": None if entry is None else entry["command"],
-        "slope": one(pooled.get("slope_ci"), None if entry is None else entry["slope"]),
-        "intercept": one(pooled.get("intercept_ci"), None),
-        "per_m": per_m,
-    }
+    checks = _simulated_checks(
+        entry, batch, where, pooled.get("slope_ci"), pooled.get("intercept_ci"), pooled["per_m"]
+    )
+    return {"version": int(version), "batch": int(batch), **checks}
 
 
 def check_calibrated(calibrated: dict | None) -> dict | None:
@@ -343,23 +353,11 @@ def check_calibrated(calibrated: dict | None) -> dict | None:
     ``{"measured", "command", "slope", "intercept", "per_m"}`` as :func:`check_pooled` returns them."""
     if not calibrated or calibrated.get("stale"):
         return None
-    design = calibrated.get("design") or {}
-    version, batch = design.get("version", 1), calibrated.get("num_sequences", 0)
+    version, batch = (calibrated.get("design") or {}).get("version", 1), calibrated.get("num_sequences", 0)
     entry = CALIBRATED_TABLE.get(str(version), {}).get(str(batch))
     where = f"for calibrated intervals of version {version} of the pooled rules at {batch} rows a round (simulated)"
-
-    def one(interval, coverage):
-        return _verdict(interval, coverage, None, None, batch, where) if interval else None
-
-    n50 = None if entry is None else entry["n50"]
-    per_m = [dict(m=e["m"], **found) for e in calibrated["per_m"] if (found := one(e.get("ci"), n50)) is not None]
-    return {
-        "measured": entry is not None,
-        "command": None if entry is None else entry["command"],
-        "slope": one(calibrated["slope"].get("ci"), None if entry is None else entry["slope"]),
-        "intercept": one(calibrated["intercept"].get("ci"), None if entry is None else entry.get("intercept")),
-        "per_m": per_m,
-    }
+    slope, intercept = calibrated["slope"].get("ci"), calibrated["intercept"].get("ci")
+    return _simulated_checks(entry, batch, where, slope, intercept, calibrated["per_m"])
 
 
 def per_m_sequences(method: str | None, num_sequences) -> int:

@@ -381,16 +381,7 @@ def _audited_console(summary: Summary) -> str:
     )
     slope = measured_slope(summary.settings, summary.fit, pooled)
     lines.append(published_bounds.console_line(summary.bounds_published, slope))
-    calibrated = summary.calibrated
-    if calibrated and not calibrated.get("stale"):
-        marks = check_calibrated(calibrated) or {}
-        slope = calibrated["slope"]
-        lines.append(
-            f"pooled slope, calibrated: {_num(slope['estimate'], 2)}{_ci(slope['ci'], check=marks.get('slope'))} "
-            f"(+- {slope['quantile']:.2f} se; the design's simulated RMSE at this line {slope['simulated_rmse']:.2f})"
-        )
-    elif calibrated:
-        lines.append(f"calibrated intervals: {calibrated['note']}")
+    lines += _calibrated_console(summary.calibrated)
     lines.append(f"{summary.num_rows:,} rows, {summary.row_steps:,} row-steps in all")
     if summary.retargeted_from:
         lines.append(retarget_line(summary.retargeted_from))
@@ -435,16 +426,7 @@ def console_summary(summary: Summary) -> str:
             f"pooled line: slope {_num(pooled['slope'], 2)}{_ci(pooled['slope_ci'], check=marks.get('slope'))}, "
             f"intercept {_num(pooled['intercept'])}{_ci(pooled['intercept_ci'], check=marks.get('intercept'))}"
         )
-    calibrated = summary.calibrated
-    if calibrated and not calibrated.get("stale"):
-        marks = check_calibrated(calibrated) or {}
-        slope = calibrated["slope"]
-        lines.append(
-            f"pooled slope, calibrated: {_num(slope['estimate'], 2)}{_ci(slope['ci'], check=marks.get('slope'))} "
-            f"(+- {slope['quantile']:.2f} se; the design's simulated RMSE at this line {slope['simulated_rmse']:.2f})"
-        )
-    elif calibrated:
-        lines.append(f"calibrated intervals: {calibrated['note']}")
+    lines += _calibrated_console(summary.calibrated)
     lines.append(f"{summary.num_rows:,} rows, {summary.row_steps:,} row-steps in all")
     if summary.retargeted_from:
         lines.append(retarget_line(summary.retargeted_from))
@@ -507,6 +489,20 @@ def _steps_line(law: dict | None, check: dict | None = None) -> str:
         f"the standard errors are no smaller than the rows' sandwich says where the rules guard them "
         f"(pooled.guarded_covariance), so that a law the rows do not follow does not narrow the intervals.{checked}"
     )
+
+
+def _calibrated_console(calibrated: dict | None) -> list[str]:
+    """The console's line on a pooled sweep's calibrated slope interval (or why there is none to print)."""
+    if not calibrated:
+        return []
+    if calibrated.get("stale"):
+        return [f"calibrated intervals: {calibrated['note']}"]
+    marks = check_calibrated(calibrated) or {}
+    slope = calibrated["slope"]
+    return [
+        f"pooled slope, calibrated: {_num(slope['estimate'], 2)}{_ci(slope['ci'], check=marks.get('slope'))} "
+        f"(+- {slope['quantile']:.2f} se; the design's simulated RMSE at this line {slope['simulated_rmse']:.2f})"
+    ]
 
 
 def calibrated_lines(calibrated: dict | None) -> list[str]:

@@ -17,3 +17,22 @@ def crammable_model(family: str = "llama", seed: int = 0, **kwargs):
     config.initializer_range = 0.1
     torch.manual_seed(seed)
     return transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
+
+
+def write_sweep_folder(folder, settings: dict, rows) -> None:
+    """A sweep folder as a run leaves it (settings.json and rows.jsonl), from ``rows``: (m, n, index, accessible,
+    steps) tuples, each written as a complete row (an exact cram or a patience stop), for tests of what reads folders.
+    """
+    import json
+    from pathlib import Path
+
+    folder = Path(folder)
+    folder.mkdir(parents=True)
+    (folder / "settings.json").write_text(json.dumps(settings, sort_keys=True))
+    lines = []
+    for m, n, index, accessible, steps in rows:
+        row = dict(m=m, n=n, index=index, init_seed=index, greedy_exact=accessible, accessible=accessible, steps=steps)
+        row.update(stop_reason="exact" if accessible else "patience", seconds=1.0, rank=0)
+        row.update(tf_accuracy=1.0 if accessible else 0.5, final_loss=0.1, best_accuracy=1.0 if accessible else 0.5)
+        lines.append(json.dumps(row))
+    (folder / "rows.jsonl").write_text("\n".join(lines) + "\n")
