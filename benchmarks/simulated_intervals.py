@@ -47,14 +47,13 @@ def one_outer(settings: dict, truth, outer: int, inner: int) -> dict:
     design = pooled_design(settings)
     ms = list(design.ms)
     rows, _ = run_design(design, truth, outer)
-    keyed = {k: dict(r, m=k[0], n=k[1], index=k[2]) for k, r in rows.items()}
     start = time.perf_counter()
-    try:
-        fitted = fitted_truth(keyed, settings)
-        result = calibrate(keyed, settings, repeats=inner, seed=outer + 1, truth=fitted)
+    try:  # calibrated as a real sweep is: at the truth fitted to its own rows
+        result = calibrate(rows, settings, repeats=inner, seed=outer + 1)
     except ValueError as error:  # no converged fit of these rows: the sweep gets no interval (counts as missing)
         return {"outer": outer, "error": str(error)}
-    true = {"slope": truth.protocol_line(ms)[0], "intercept": truth.protocol_line(ms)[1]}
+    slope, intercept = truth.protocol_line(ms)
+    true = {"slope": slope, "intercept": intercept}
     true.update({f"n50@{m}": truth.protocol_n50(m) for m in ms})
     entries = {"slope": result["slope"], "intercept": result["intercept"]}
     entries.update({f"n50@{e['m']}": e for e in result["per_m"]})
@@ -145,10 +144,10 @@ def main(argv=None) -> None:
         truth = fitted_truth(rows, settings)
     except ValueError as error:
         raise SystemExit(f"{folder}: {error}") from None
+    slope, intercept = truth.protocol_line(list(pooled_design(settings).ms))
     truth_text = (
         f"truth fitted to {len(rows)} rows of {folder}: threshold line {truth.slope:.3f} m + {truth.intercept:.3f} "
-        f"(protocol line {truth.protocol_line(list(pooled_design(settings).ms))[0]:.3f} m + "
-        f"{truth.protocol_line(list(pooled_design(settings).ms))[1]:.3f}), relative width {truth.rel_width:.3f}, "
+        f"(protocol line {slope:.3f} m + {intercept:.3f}), relative width {truth.rel_width:.3f}, "
         f"width power {truth.width_power:.2f}, {'random words' if not truth.nested else 'nested text'}, jitter "
         f"{truth.jitter}, cap failures; {truth.costs.describe()}; design: version "
         f"{settings['design'].get('version')} at {settings['num_sequences']} rows a round, targets slope "

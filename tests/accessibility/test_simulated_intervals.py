@@ -8,16 +8,10 @@ import pytest
 from ut_peft.accessibility import store
 from ut_peft.accessibility.coverage import CALIBRATED_TABLE, check_calibrated
 from ut_peft.accessibility.report import calibrated_lines
-from ut_peft.accessibility.simulated_intervals import (
-    calibrate,
-    current,
-    fitted_truth,
-    pooled_design,
-    read_calibration,
-    rows_digest,
-    write_calibration,
-)
+from ut_peft.accessibility.simulated_intervals import calibrate, fitted_truth, pooled_design
 from ut_peft.accessibility.simulator import Truth, run_design
+from ut_peft.accessibility.store import current_calibration as current
+from ut_peft.accessibility.store import read_calibration, rows_digest, write_calibration
 from ut_peft.accessibility.testing import write_sweep_folder
 from ut_peft.cli import main as cli_main
 

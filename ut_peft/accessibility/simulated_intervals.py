@@ -31,8 +31,7 @@ import numpy as np
 
 from .design import INFERRED, PooledDesign, make_design
 from .simulator import RowCosts, Truth, check_protocol, fit_costs_to_rows, run_design
-from .store import CALIBRATION_FILE, read_calibration, rows_digest, write_calibration
-from .store import current_calibration as current
+from .store import rows_digest, write_calibration
 
 LEVEL = 0.95
 DEFAULT_REPEATS = 400
@@ -133,7 +132,8 @@ def simulate_design(settings: dict, truth: Truth, repeats: int, seed: int = 0) -
     from .design import row_steps
 
     ms = list(pooled_design(settings).ms)
-    true = {"slope": truth.protocol_line(ms)[0], "intercept": truth.protocol_line(ms)[1]}
+    slope, intercept = truth.protocol_line(ms)
+    true = {"slope": slope, "intercept": intercept}
     true.update({f"n50@{m}": truth.protocol_n50(m) for m in ms})
     t = {name: np.full(repeats, np.nan) for name in true}
     errors = {name: np.full(repeats, np.nan) for name in true}
@@ -166,10 +166,10 @@ def calibrate(
         )
     design = pooled_design(settings)
     estimate = design.summary_fit(rows)
-    if truth is None:
-        truth = fitted_truth(rows, settings)
     if estimate is None or not estimate["converged"]:
         raise ValueError("calibrated intervals need a converged pooled fit of the rows: run the sweep further first")
+    if truth is None:
+        truth = fitted_truth(rows, settings)
     simulated = simulate_design(settings, truth, repeats, seed)
     quantities = {}
     for name, (value, se) in _quantities(estimate, list(design.ms)).items():
@@ -223,17 +223,3 @@ def calibrate_folder(folder, *, repeats: int = DEFAULT_REPEATS, seed: int = 0) -
     calibration = calibrate(rows, settings, repeats=repeats, seed=seed)
     write_calibration(folder, calibration)
     return calibration
-
-
-__all__ = [
-    "CALIBRATION_FILE",
-    "calibrate",
-    "calibrate_folder",
-    "current",
-    "fitted_truth",
-    "pooled_design",
-    "read_calibration",
-    "rows_digest",
-    "simulate_design",
-    "write_calibration",
-]

@@ -18,30 +18,23 @@ from __future__ import annotations
 import argparse
 
 from ..accessibility import store
+from ..accessibility.report import calibrated_lines, write_report
 from ..accessibility.simulated_intervals import DEFAULT_REPEATS, calibrate_folder
 from .common import add_common_flags, check_run_folder, parse_args, run
 
 
 def main(args):
     folder = check_run_folder(args.folder, "FOLDER", store.SETTINGS_FILE)
-    if args.repeats < 50:
-        raise ValueError(f"--repeats must be at least 50 for a 95% quantile (got {args.repeats}; 400 by default)")
     calibration = calibrate_folder(folder, repeats=args.repeats, seed=args.seed)
-    print(f"wrote {folder / 'calibration.json'}")
+    print(f"wrote {folder / store.CALIBRATION_FILE}")
+    current = store.current_calibration(calibration, store.read_rows(folder))
+    print("\n".join(calibrated_lines(current)).strip())
     if (folder / store.SUMMARY_FILE).is_file():
-        from ..accessibility.report import calibrated_lines, write_report
-
         summary = store.read_summary(folder)
-        summary.calibrated = store.current_calibration(calibration, store.read_rows(folder))
+        summary.calibrated = current
         store.write_summary(folder, summary)
         write_report(folder, summary)
-        print("\n".join(calibrated_lines(summary.calibrated)).strip())
         print(f"updated {folder / store.SUMMARY_FILE} and its report")
-    else:
-        slope = calibration["slope"]
-        print(
-            f"slope {slope['estimate']:.2f} [{slope['ci'][0]:.2f}, {slope['ci'][1]:.2f}] (q = {slope['quantile']:.2f})"
-        )
 
 
 def parse(argv=None, *, prog: str | None = None):
