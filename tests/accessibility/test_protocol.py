@@ -153,6 +153,9 @@ def test_differences_from_published_names_every_changed_setting():
         and "audited" in text
         and "probability 0.25" in text
     )
+    chunked = {"kind": "text", "name": "pydoc_data", "nested": True, "chunk_tokens": 384, "num_texts": 253}
+    text = " | ".join(differences_from_published({**settings, "source": chunked}))
+    assert "text pydoc_data nested, 253 texts of whole paragraphs, 384+ tokens each (published: PG-19" in text
 
 
 def test_the_config_classes_take_their_published_defaults_from_one_table():

@@ -100,3 +100,72 @@ def test_wordfreq_list_is_the_published_protocols_default_words():
     assert source.describe() == {"kind": "words", "name": "wordfreq:en:100000", "num_words": 100000}
     assert make_source("words", Tok()).describe()["name"] == "pydoc_data"  # ut-peft's default is unchanged
     assert len(source.sequence(12, 0, 0)) == 12
+
+
+class _WordTokenizer:
+    """One token per whitespace-separated word: token counts are word counts."""
+
+    def __init__(self):
+        self.vocab = {}
+
+    def __call__(self, text, add_special_tokens=False):
+        return {"input_ids": [self.vocab.setdefault(w, len(self.vocab)) for w in text.split()]}
+
+
+def _paragraphs(count, words, name="p"):
+    return [" ".join(f"{name}{p}w{i}" for i in range(words)) for p in range(count)]
+
+
+def test_nested_texts_in_chunks_are_disjoint_runs_of_whole_paragraphs():
+    from ut_peft.accessibility.sources import TextSource
+
+    tok = _WordTokenizer()
+    docs = [
+        "\n\n".join(_paragraphs(30, 7)),
+        "\n\n  \n\n".join(_paragraphs(5, 40, "q")),
+    ]  # blank lines split paragraphs
+    source = TextSource(tok, docs, "docs", nested=True, chunk_tokens=20)
+    # 7 + "\n\n" is 7 tokens here: three paragraphs make a 21-token text; every 40-token paragraph is a text of its own
+    assert source.describe() == {
+        "kind": "text",
+        "name": "docs",
+        "num_tokens": 30 * 7 + 5 * 40,
+        "nested": True,
+        "chunk_tokens": 20,
+        "num_texts": 10 + 5,
+    }
+    texts = [source.sequence(20, index, seed=3) for index in range(15)]
+    words = [set(text) for text in texts]
+    assert all(len(a & b) == 0 for i, a in enumerate(words) for b in words[i + 1 :])  # no token shared
+    inverse = {v: k for k, v in tok.vocab.items()}
+    assert all(inverse[text[0]].endswith("w0") for text in texts)  # each opens a paragraph
+    assert source.sequence(12, 4, seed=3) == texts[4][:12]  # nested prefixes of one text
+    assert sorted(map(tuple, texts)) != [tuple(t) for t in texts]  # the seed permutes them
+    assert TextSource(tok, docs, "docs", nested=True).describe()["num_tokens"] == 30 * 7 + 5 * 40  # documents
+
+
+def test_a_nested_text_past_the_last_is_an_error_not_a_text_used_again():
+    from ut_peft.accessibility.sources import TextSource
+
+    tok = _WordTokenizer()
+    docs = _paragraphs(8, 60)  # 8 documents of one paragraph each
+    by_document = TextSource(tok, docs, "docs", nested=True)
+    assert len({tuple(by_document.sequence(10, i, 0)) for i in range(len(by_document.text_starts))}) == len(
+        by_document.text_starts
+    )
+    with pytest.raises(ValueError, match=r"holds \d+ distinct texts \(document starts\).*--text-chunks"):
+        by_document.sequence(10, len(by_document.text_starts), 0)
+    chunked = TextSource(tok, docs, "docs", nested=True, chunk_tokens=100)  # two paragraphs a text: 4 texts
+    assert len(chunked.text_starts) == 4
+    with pytest.raises(ValueError, match=r"holds 4 distinct texts \(texts of 100\+ tokens\)"):
+        chunked.sequence(10, 4, 0)
+    assert TextSource(tok, docs, "docs").sequence(10, 500, 0)  # windows at random offsets: no such limit
+    with pytest.raises(ValueError, match="less than one text of 1000"):
+        TextSource(tok, docs, "docs", nested=True, chunk_tokens=1000)
+    with pytest.raises(ValueError, match="only the published protocol uses"):
+        TextSource(tok, docs, "docs", chunk_tokens=100)
+    for bad in (1, 2.5, True):
+        with pytest.raises(ValueError, match="at least 2 tokens"):
+            TextSource(tok, docs, "docs", nested=True, chunk_tokens=bad)
+    with pytest.raises(ValueError, match="divide a text source"):
+        make_source("words", tok, nested_text=True, text_chunks=100)

@@ -520,6 +520,28 @@ def test_prefix_inference_crams_each_nested_text_up_to_its_first_failure(tmp_pat
     assert len(load_rows(tmp_path / "merged")) == len(lean_rows) + 2 * 4
 
 
+def test_text_chunks_give_each_row_its_own_text_and_are_part_of_the_settings(tmp_path, llama):
+    """--text-chunks: the nested texts are disjoint runs of paragraphs (enough of them for a fresh text per row);
+    the source's description in settings.json records it, so a resume under other chunks is refused."""
+    chunked = dict(grid=GridConfig(lengths=[3, 5]), num_sequences=6, text_chunks=64)
+    summary, rows = _nested_sweep(tmp_path / "chunks", llama, **chunked)
+    source = summary.settings["source"]
+    assert source["chunk_tokens"] == 64 and source["num_texts"] > 79  # more texts than the 79 documents
+    assert len(rows) == 2 * 6
+    with pytest.raises(ValueError, match="settings"):
+        _nested_sweep(tmp_path / "chunks", llama, **dict(chunked, text_chunks=128))
+    with pytest.raises(ValueError, match="text_chunks"):
+        small_config(text_chunks=64)  # random token ids: nothing to divide
+    with pytest.raises(ValueError, match="text_chunks"):
+        small_config(**dict(NESTED, protocol="ut-peft", text_chunks=64))  # windows: no nested texts
+    with pytest.raises(ValueError, match="at least 2"):
+        small_config(**dict(NESTED, text_chunks=0))
+    # More sequences than texts: a clear error, never a text crammed twice.
+    texts = summary.settings["source"]["num_texts"]
+    with pytest.raises(ValueError, match=f"holds {texts} distinct texts"):
+        _nested_sweep(tmp_path / "many", llama, **dict(chunked, num_sequences=texts + 1))
+
+
 def test_prefix_inference_is_refused_where_prefixes_are_not_nested(tmp_path, llama):
     with pytest.raises(ValueError, match="needs nested texts"):
         run_sweep(small_config(infer_prefixes=True), tmp_path, model=llama, progress=False)

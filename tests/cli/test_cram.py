@@ -294,3 +294,26 @@ def test_under_two_processes_only_the_main_one_logs_and_it_sees_every_row(model_
     for (m, n, _), row in rows.items():
         group = [r["accessible"] for (mm, nn, _), r in rows.items() if (mm, nn) == (m, n)]
         assert logged[f"m{m}/n{n}/accessibility"][-1][1] == pytest.approx(sum(group) / len(group))
+
+
+def test_text_chunks_from_the_command_line_and_back_from_settings_json(tmp_path, capsys, monkeypatch):
+    argv = ["--protocol", "published", "--source", "text", "--design", "pooled", "--ms", "1", "3"]
+    argv += ["--target-slope-se", "2", "--text-chunks", "384", "--output", str(tmp_path / "o")]
+    assert command.sweep_config(command.parse(argv)).text_chunks == 384
+    settings = {
+        "model": "smollm2-135m",
+        "source": {"kind": "text", "name": "pydoc_data", "num_tokens": 1, "nested": True, "chunk_tokens": 384},
+        "ms": [1, 3],
+        "num_sequences": 8,
+        "seed": 0,
+        "protocol": "published",
+        "cram": {"lr": 0.01, "max_steps": 3000, "patience": 500},
+        "grid": {"lengths": None, "start": 10, "stop": 1000, "coarse": 100, "fine": 10},
+        "design": {"kind": "pooled", "target_slope_se": 2.0, "version": 7},
+    }
+    (tmp_path / "settings.json").write_text(json.dumps(settings))
+    again = command.sweep_config(command.parse(["--config", str(tmp_path / "settings.json")]))
+    assert (again.source, again.text_chunks, again.protocol) == ("text", 384, "published")
+    # The ut-peft protocol's texts are windows at random offsets: nothing to divide.
+    err = fails(["--source", "text", "--text-chunks", "384", "--output", tmp_path / "u"], capsys, monkeypatch)
+    assert "text_chunks (--text-chunks) divides the nested texts" in err

@@ -194,8 +194,10 @@ def differences_from_published(settings: dict[str, Any]) -> list[str]:
     out.append(f"autocast {autocast} (published: {PUBLISHED.autocast}; 'auto' is float32 on CPU)")
     source = settings.get("source", {})
     if source.get("kind") == "text":
+        chunks = source.get("chunk_tokens")
+        texts = f", {source.get('num_texts')} texts of whole paragraphs, {chunks}+ tokens each" if chunks else ""
         out.append(
-            f"text {source.get('name')}{' nested' if source.get('nested') else ''} "
+            f"text {source.get('name')}{' nested' if source.get('nested') else ''}{texts} "
             f"(published: {PUBLISHED.source_text})"
         )
     elif source.get("kind") == "words":

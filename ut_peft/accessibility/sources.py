@@ -71,42 +71,88 @@ class TextSource(SequenceSource):
     """Windows of n consecutive tokens of a tokenized corpus.
 
     Not ``nested`` (ut-peft's protocol): a window at a random offset drawn for every (n, index). ``nested`` (the
-    published protocol): sequence ``index`` is one text, the corpus from a document start chosen for that index
-    alone, and every length takes a prefix of it, so the rows of one index are nested prefixes of the same text
-    (as the published code truncates each of its 20 chunks to every length).
+    published protocol): sequence ``index`` is one text, the corpus from a text start chosen for that index alone,
+    and every length takes a prefix of it, so the rows of one index are nested prefixes of the same text (as the
+    published code truncates each of its 20 chunks to every length). The text starts are the documents' starts, or
+    with ``chunk_tokens`` the starts of disjoint texts of consecutive whole paragraphs, each at least that many
+    tokens: many more texts from one corpus, for designs that draw a fresh text for every row (pooled,
+    sequential), whose rows must not share tokens (two rows of one text would not be independent draws). Either
+    way an index past the last text is an error, never a text used again.
     """
 
     kind = "text"
     NESTED_RESERVE = 1024  # a nested text's start leaves at least this many tokens (the adaptive grid's reach)
 
-    def __init__(self, tokenizer, documents: list[str], name: str, nested: bool = False):
+    def __init__(
+        self, tokenizer, documents: list[str], name: str, nested: bool = False, chunk_tokens: int | None = None
+    ):
         documents = [d for d in documents if d and d.strip()]
         if not documents:
             raise ValueError(f"the text source {name!r} is empty; give a file or dataset with some text")
-        ids: list[int] = []
-        starts: list[int] = []
-        for doc in documents:
-            starts.append(len(ids))
-            ids.extend(_encode(tokenizer, doc.strip() + "\n\n"))
-        self.ids = np.asarray(ids, dtype=np.int64)
+        if chunk_tokens is not None and not nested:
+            raise ValueError(
+                "text chunks (--text-chunks) divide nested texts, which only the published protocol uses; "
+                "under the ut-peft protocol every row is already a window at its own random offset"
+            )
+        if chunk_tokens is not None and (
+            isinstance(chunk_tokens, bool) or not isinstance(chunk_tokens, int) or chunk_tokens < 2
+        ):
+            raise ValueError(f"text chunks must be at least 2 tokens long (got {chunk_tokens!r})")
         self.name = name
         self.nested = nested
-        reserve = min(self.NESTED_RESERVE, self.ids.size // 4)
-        self.text_starts = [s for s in starts if self.ids.size - s >= reserve] or [0]
+        self.chunk_tokens = None if chunk_tokens is None else int(chunk_tokens)
+        ids: list[int] = []
+        if self.chunk_tokens is None:
+            starts: list[int] = []
+            for doc in documents:
+                starts.append(len(ids))
+                ids.extend(_encode(tokenizer, doc.strip() + "\n\n"))
+            self.ids = np.asarray(ids, dtype=np.int64)
+            reserve = min(self.NESTED_RESERVE, self.ids.size // 4)
+            self.text_starts = [s for s in starts if self.ids.size - s >= reserve] or [0]
+            return
+        # A text opens at a paragraph start and takes whole paragraphs until it holds chunk_tokens; a last text
+        # shorter than that is left out (its tokens stay in the corpus).
+        self.text_starts, start = [], 0
+        for doc in documents:
+            for paragraph in re.split(r"\n\s*\n", doc.strip()):
+                if paragraph.strip():
+                    ids.extend(_encode(tokenizer, paragraph.strip() + "\n\n"))
+                    if len(ids) - start >= self.chunk_tokens:
+                        self.text_starts.append(start)
+                        start = len(ids)
+        self.ids = np.asarray(ids, dtype=np.int64)
+        if not self.text_starts:
+            raise ValueError(
+                f"the text source {name!r} holds {self.ids.size} tokens, less than one text of "
+                f"{self.chunk_tokens}; give smaller text chunks or a longer text"
+            )
 
     def describe(self) -> dict:
         description = {"kind": self.kind, "name": self.name, "num_tokens": int(self.ids.size)}
         if self.nested:
             description["nested"] = True
+        if self.chunk_tokens is not None:
+            description.update(chunk_tokens=self.chunk_tokens, num_texts=len(self.text_starts))
         return description
 
     def max_length(self) -> int:
         return int(self.ids.size)
 
     def text_start(self, index: int, seed: int) -> int:
-        """Where nested text ``index`` starts: a seeded permutation of document starts, so texts are distinct."""
-        order = np.random.default_rng([_SEQUENCE_STREAM, seed]).permutation(len(self.text_starts))
-        return self.text_starts[int(order[index % len(order)])]
+        """Where nested text ``index`` starts: a seeded permutation of the text starts, so texts are distinct."""
+        count = len(self.text_starts)
+        if not 0 <= index < count:
+            unit = "document starts" if self.chunk_tokens is None else f"texts of {self.chunk_tokens}+ tokens"
+            raise ValueError(
+                f"the nested text source {self.name!r} holds {count} distinct texts ({unit}) and sequence index "
+                f"{index} asks for text {index + 1}; reusing a text would make rows that should be independent "
+                "share it. Use fewer sequences, or more texts: smaller text chunks (--text-chunks TOKENS: "
+                f"paragraph-aligned texts of at least TOKENS, about {max(1, self.ids.size // 512)} of 512 here) or a "
+                "longer corpus (text:PATH, hf:NAME)"
+            )
+        order = np.random.default_rng([_SEQUENCE_STREAM, seed]).permutation(count)
+        return self.text_starts[int(order[index])]
 
     def sequence(self, n, index, seed):
         self.check_length(n)
@@ -217,13 +263,25 @@ def dataset_documents(dataset, column: str = "text") -> list[str]:
 
 
 def make_source(
-    spec, tokenizer, vocab_size: int | None = None, *, nested_text: bool = False, default_word_list: str = "pydoc_data"
+    spec,
+    tokenizer,
+    vocab_size: int | None = None,
+    *,
+    nested_text: bool = False,
+    default_word_list: str = "pydoc_data",
+    text_chunks: int | None = None,
 ) -> SequenceSource:
     """Build a source from a spec string (see the module docstring), or a ``datasets.Dataset`` of texts.
 
     ``nested_text`` makes text sources nested (the published protocol); ``default_word_list`` is what a bare
-    ``words`` means: "pydoc_data" (ut-peft's protocol) or "wordfreq" (the published one).
+    ``words`` means: "pydoc_data" (ut-peft's protocol) or "wordfreq" (the published one); ``text_chunks``: nested
+    texts are disjoint runs of whole paragraphs of at least this many tokens (:class:`TextSource`), not documents.
     """
+    is_text = not isinstance(spec, (str, SequenceSource)) or (
+        isinstance(spec, str) and spec.partition(":")[0] in ("text", "hf")
+    )
+    if text_chunks is not None and not is_text:
+        raise ValueError(f"text chunks (--text-chunks) divide a text source (text, text:PATH, hf:NAME), not {spec!r}")
     if isinstance(spec, SequenceSource):
         return spec
     if not isinstance(spec, str):  # a datasets.Dataset (or DatasetDict split) given from Python
@@ -232,6 +290,7 @@ def make_source(
             dataset_documents(spec),
             name=f"dataset:{getattr(spec, '_fingerprint', '?')}",
             nested=nested_text,
+            chunk_tokens=text_chunks,
         )
     kind, _, arg = spec.partition(":")
     if kind == "text":
@@ -240,6 +299,7 @@ def make_source(
             read_documents(arg) if arg else default_documents(),
             name=arg or "pydoc_data",
             nested=nested_text,
+            chunk_tokens=text_chunks,
         )
     if kind == "words":
         arg = arg or default_word_list
@@ -267,7 +327,11 @@ def make_source(
                 raise ValueError(f"the dataset {name!r} has no split {split!r} (splits: {', '.join(data)})")
             data = data[split]
         return TextSource(
-            tokenizer, dataset_documents(data, column), name=f"hf:{name}:{split}:{column}", nested=nested_text
+            tokenizer,
+            dataset_documents(data, column),
+            name=f"hf:{name}:{split}:{column}",
+            nested=nested_text,
+            chunk_tokens=text_chunks,
         )
     raise ValueError(
         f"unknown source {spec!r}: use text, text:PATH, hf:NAME[:SPLIT[:COLUMN]], words, "

@@ -117,11 +117,26 @@ class SweepConfig:
     # decide rows that other rows of the same text imply without cramming them (a text crammed at n is accessible
     # at every shorter n; one that failed at n is taken to fail at every longer n): design.infer_prefixes.
     infer_prefixes: bool = False
+    # Nested texts only: None = one text per document start (as before the option existed); N = the corpus cut into
+    # disjoint texts of whole paragraphs, at least N tokens each (sources.TextSource), so that a design drawing a
+    # fresh text for every row (pooled, sequential) finds enough of them.
+    text_chunks: int | None = None
 
     def __post_init__(self):
         if self.prefix not in ("bos", "none"):
             raise ValueError(f"prefix must be 'bos' or 'none' (got {self.prefix!r})")
         check_protocol(self.protocol)
+        if self.text_chunks is not None:
+            kind = self.source.partition(":")[0] if isinstance(self.source, str) else "text"
+            if self.protocol != "published" or kind not in ("text", "hf"):
+                raise ValueError(
+                    "text_chunks (--text-chunks) divides the nested texts of the published protocol's text sources "
+                    f"(got protocol {self.protocol!r}, source {self.source!r}); leave it unset otherwise"
+                )
+            if isinstance(self.text_chunks, bool) or not isinstance(self.text_chunks, int) or self.text_chunks < 2:
+                raise ValueError(
+                    f"text_chunks must be a whole number of tokens, at least 2 (got {self.text_chunks!r})"
+                )
         if self.design is None:
             self.design = "adaptive" if self.grid.lengths is None else "fixed"
         if self.design not in DESIGNS:
@@ -212,6 +227,7 @@ class SweepConfig:
             vocab_size=vocab_size,
             nested_text=published,
             default_word_list="wordfreq" if published else "pydoc_data",
+            text_chunks=self.text_chunks,
         )
         if published and tokenizer is not None:
             source = PublishedSequences(source, special_prefix_ids(tokenizer))

@@ -189,6 +189,7 @@ def sweep_config(args: argparse.Namespace) -> SweepConfig:
         prefix=args.prefix,
         protocol=args.protocol,
         infer_prefixes=args.infer_prefixes,
+        text_chunks=args.text_chunks,
         pooled_version=pooled_version(args, design),
     )
 
@@ -273,6 +274,7 @@ def flags_from_settings(values: dict, path) -> dict:
         "abandon_below": cram.get("abandon_below") or None,
         "abandon_audit": cram.get("abandon_audit"),  # absent (None: the flag's default, 0) from runs without it
         "infer_prefixes": values.get("infer_prefixes", False),
+        "text_chunks": values["source"].get("chunk_tokens"),
     }
     if protocol != "published":  # ut-peft's layout: the BOS before the memory, or nothing (prefix none)
         flags["prefix"] = "bos" if cram.get("prefix_ids") else "none"
@@ -407,6 +409,16 @@ def parse(argv=None, *, prog: str | None = None):
         "increasing order and decide without cramming the rows its other rows imply (crammed at n: "
         "accessible at every shorter n; failed at n: taken to fail at every longer n); the rows say "
         "'inferred'",
+    )
+    parser.add_argument(
+        "--text-chunks",
+        type=int,
+        default=None,
+        metavar="TOKENS",
+        help="nested texts (--protocol published --source text or hf:...): cut the corpus into disjoint texts of "
+        "whole paragraphs, at least TOKENS each, instead of one text per document; for the pooled and sequential "
+        "designs, which cram a fresh text in every row (the bundled text holds 79 documents, about 220 texts of "
+        "512 tokens)",
     )
     parser.add_argument("--start", type=int, default=grid["start"])
     parser.add_argument("--stop", type=int, default=grid["stop"])
