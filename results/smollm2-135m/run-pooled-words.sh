@@ -45,7 +45,10 @@ old=results/smollm2-135m/pooled-words-v2
 new=results/smollm2-135m/pooled-words-v7
 # The first start retargets (a retarget killed before its settings.json is redone); every later one resumes.
 [ -f "$new/settings.json" ] && retarget=() || retarget=(--retarget-from "$old")
-exec nice -n 5 python recipes/cram.py --model smollm2-135m --protocol published --source words \
+# cram.py returns once the design has stopped (a killed run returns nothing, so the next start resumes); then the
+# calibration and the checks that need the final rows (finish-pooled-words.sh, each step skipped once done).
+nice -n 5 python recipes/cram.py --model smollm2-135m --protocol published --source words \
     --ms 1 2 3 4 5 --design pooled --num-sequences 8 --batch-size 12 --pooled-version 7 \
     --target-slope-se 1.32 --target-n50-se 1:2.88 2:3.66 3:3.66 4:3.83 5:5.17 \
-    "${retarget[@]}" --output "$new" "$@"
+    "${retarget[@]}" --output "$new" "$@" || exit $?
+exec bash results/smollm2-135m/finish-pooled-words.sh
