@@ -160,3 +160,18 @@ def test_the_calibrated_table_is_the_committed_nested_simulation():
             assert entry["slope"] == table["slope"]["calibrated"]
             assert entry["intercept"] == table["intercept"]["calibrated"]
             assert entry["n50"] == min(e["calibrated"] for name, e in table.items() if name.startswith("n50@"))
+
+
+def test_version_8s_coverage_is_the_committed_runs():
+    """POOLED_TABLE's entry for version 8 is what its benchmark run printed (the log committed beside it): the
+    pooled slope's coverage, and the lowest of its n_50 coverages over m."""
+    from pathlib import Path
+
+    log = Path(__file__).resolve().parents[2] / "results" / "benchmarks" / "measurement_cost_v8_quick_f2.log"
+    cells = [[c.strip() for c in line.split("|")[1:-1]] for line in log.read_text().splitlines()]
+    pooled = [c for c in cells if c and c[0] == "pooled"]
+    per_m = [float(c[5]) for c in pooled if len(c) == 9]  # design, m, bias, RMSE, ratio, coverage, ...
+    (slope,) = [float(c[4]) for c in pooled if len(c) == 10]  # design, bias, RMSE, ratio, coverage, ...
+    entry = coverage.POOLED_TABLE["8"]["8"]
+    assert len(per_m) == 5 and (entry["slope"], entry["n50"]) == (slope, min(per_m))
+    assert "--pooled-version 8 --pooled-factor 2" in entry["command"] and entry["factor"] == 2.0

@@ -831,3 +831,16 @@ def test_the_steps_law_check_passes_one_law_and_refuses_a_kappa_that_differs_acr
         PooledDesign(
             [1, 3, 5], batch=8, start=4, stop=200, target_slope_se=1.0, target_n50_se=None, steps_law_alpha=0.05
         )
+
+
+def test_versions_7_and_8_are_versions_2_and_6_with_a_floor_of_64_fitted_rows():
+    """The lower floors change nothing but the floor: every round before the stop is the older version's (so a
+    folder retargets between them keeping its rows; tests/accessibility/test_retarget.py drives version 7)."""
+    import dataclasses
+
+    from ut_peft.accessibility.design import POOLED_RULES
+
+    assert (POOLED_RULES[2].min_rows, POOLED_RULES[6].min_rows) == (128, 128)
+    assert POOLED_RULES[7] == dataclasses.replace(POOLED_RULES[2], min_rows=64)
+    assert POOLED_RULES[8] == dataclasses.replace(POOLED_RULES[6], min_rows=64)
+    assert POOLED_RULES[8].audit == 0.25 and POOLED_RULES[8].steps and POOLED_RULES[8].steps_law_alpha == 0.05

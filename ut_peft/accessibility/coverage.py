@@ -230,6 +230,18 @@ POOLED_TABLE: dict[str, dict[str, dict]] = {
             "results/smollm2-135m/pooled-words-v2 --cost-rows 56 --pooled-factor 2 --pooled-min-rows 64",
         },
     },
+    # Version 8 (version 6 with a floor of 64 fitted rows): its sandwich intervals at the simulator's defaults (nested
+    # texts, targets twice the published RMSE, 400 repeats; measurement_cost_v8_quick_f2.log): slope 94%, n_50
+    # 91-93%. Measured there only: a run's own line is simulated once its bracketing rounds have fitted one.
+    "8": {
+        "8": {
+            "slope": 0.94,
+            "n50": 0.91,
+            "factor": 2.0,
+            "command": "python benchmarks/measurement_cost.py --quick --designs pooled --pooled-version 8 "
+            "--pooled-factor 2",
+        },
+    },
 }
 
 
