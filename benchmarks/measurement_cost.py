@@ -168,7 +168,10 @@ def truth_from(folder) -> tuple[float, float, float]:
     rows = store.read_rows(Path(folder))
     crammed = [k for k, r in rows.items() if r.get("stop_reason") != "inferred"]
     measured = sorted({k[0] for k in crammed})
-    est = pooled_estimates(rows, measured)  # the summary's own fit (inferred rows left out there)
+    # Rows run under an audited early abandon: the line from their pseudo-outcomes, as the sweep's own summary fits
+    # it (a row the rule stopped is not a failure).
+    audit = float(store.read_settings(Path(folder)).get("cram", {}).get("abandon_audit") or 0.0) or None
+    est = pooled_estimates(rows, measured, audit=audit)  # the summary's own fit (inferred rows left out there)
     if est is None or not est["converged"] or any(est["per_m"][m]["n50"] <= 0 for m in measured):
         raise SystemExit(
             f"--truth-from {folder}: the pooled line needs rows at two m at least and a converged fit (rows at m = "

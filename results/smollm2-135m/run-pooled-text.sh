@@ -16,8 +16,13 @@
 # (log results/benchmarks/measurement_cost_v8_quick_f2_smollm2costs.log: 91,178 row-steps on average, 22x fewer
 # than the published design's, at slope RMSE 1.81x its, n_50 1.02-1.57x; at the assumed costs 61,108 at 1.66x).
 # At about 0.5 row-steps a second for texts of 50-250 tokens on the 2 cores, **about 50 hours**: many sessions.
-# Once the bracketing rounds have bracketed m = 1, 3 and 5, the targets are set again from this folder's own line
-# (--truth-from, --retarget-from into a new folder; the bracketing rows do not depend on the targets).
+# Once the bracketing rounds have bracketed m = 1, 3 and 5, the targets are set again from this folder's own line and
+# step costs (both fitted as the audit requires: pseudo-outcomes for the line, inverse-probability weights for the
+# costs, so a row the abandon stopped is not read as a failure that ended at step 500):
+#   python benchmarks/measurement_cost.py --quick --designs pooled --pooled-version 8 --pooled-factor 2 \
+#       --truth-from results/smollm2-135m/pooled-text-v8 --cost-from results/smollm2-135m/pooled-text-v8
+# then --retarget-from this folder into a new one with the targets it prints (the bracketing rows do not depend on the
+# targets, so they are kept).
 # Resumable: rerun this script and it continues from rows.jsonl and the in-flight snapshots (commit both as it goes).
 cd "$(dirname "$0")/../.."
 exec nice -n 5 python recipes/cram.py --model smollm2-135m --protocol published --source text --text-chunks 512 \

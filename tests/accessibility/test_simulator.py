@@ -1,5 +1,7 @@
 """The simulator of cramming (ut_peft/accessibility/simulator.py): its rows, row costs, and the protocol's n_50."""
 
+import json
+
 import pytest
 
 from ut_peft.accessibility import simulator
@@ -139,3 +141,60 @@ def test_with_cap_fails_a_text_too_slow_for_the_cap_does_not_cram_and_the_truth_
     )  # quadrature steps <= 1e-4
     slope, intercept = failing.protocol_line([1, 2, 3, 4, 5])
     assert slope == pytest.approx((failing.protocol_n50(5) - failing.protocol_n50(1)) / 4, rel=1e-4)
+
+
+def _audited(rows, flags):
+    """Rows (m, n, accessible, steps) as dicts, with the audited abandon's fields where ``flags`` says: index ->
+    "stopped" (flagged at step 500 and stopped there, failed) or "audited" (flagged, then ran to its end)."""
+    out = []
+    for i, (m, n, acc, steps) in enumerate(rows):
+        row = dict(m=m, n=n, index=i, accessible=acc, steps=steps)
+        if flags.get(i) == "stopped":
+            row.update(accessible=False, steps=500, flagged_at=500, audited=False, stop_reason="abandoned")
+        elif flags.get(i) == "audited":
+            row.update(flagged_at=500, audited=True)
+        out.append(row)
+    return out
+
+
+def test_row_costs_of_audited_rows_weigh_them_as_the_rows_a_full_run_would_have_had(tmp_path):
+    """Under the audited abandon a stopped row shows nothing of where it would have ended (left out), and an audited
+    one stands for 1 / audit flagged rows (weight 4 at audit 0.25): the fit is the fit of the rows with that row
+    four times and the stopped ones gone. Unweighed, the stopped rows' 500 steps would drag the failing rows' cost
+    down, and their failures the n_50 that sets r."""
+    import math
+
+    base = [(1, 10, True, 60), (1, 10, True, 75), (1, 20, True, 140), (1, 20, True, 180), (1, 20, False, 2100)]
+    base += [(1, 30, True, 400), (1, 30, False, 2600), (1, 30, False, 2900), (1, 40, False, 2300)]
+    base += [(1, 40, False, 3000), (1, 20, True, 150), (1, 30, False, 2700)]
+    flags = {10: "stopped", 11: "audited", 4: "stopped"}
+    audited = simulator.fit_costs_to_rows(_audited(base, flags), "audited", audit=0.25)
+    replicated = [row for i, row in enumerate(base) if flags.get(i) != "stopped"] + [base[11]] * 3
+    plain = simulator.fit_costs_to_rows(_audited(replicated, {}), "plain")
+    for name in ("t0", "k", "b0"):
+        assert getattr(audited, name) == pytest.approx(getattr(plain, name), rel=1e-9)
+    assert audited.spread > 0 and audited.fail_spread > 0
+    assert "weighted as rows of an audit at 0.25" in audited.describe()
+    naive = simulator.fit_costs_to_rows(_audited(base, flags), "naive")  # the audit ignored
+    assert naive.b0 < 0.8 * audited.b0
+    # From a folder: the audit comes from its settings, and folders of different audits are not pooled.
+    for name, audit in (("a", 0.25), ("b", 0.0)):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "settings.json").write_text(
+            json.dumps({"cram": {"max_steps": 3000, "patience": 500, "abandon_audit": audit}})
+        )
+        rows = _audited(base, flags if audit else {})
+        (folder / "rows.jsonl").write_text("".join(json.dumps(_complete(r)) + "\n" for r in rows))
+    assert simulator.fit_costs([tmp_path / "a"]).b0 == pytest.approx(audited.b0, rel=1e-9)
+    with pytest.raises(ValueError, match="different audits"):
+        simulator.fit_costs([tmp_path / "a", tmp_path / "b"])
+    assert math.isfinite(simulator.fit_costs([tmp_path / "b"]).b0)
+
+
+def _complete(row):
+    """A row dict with the fields a rows.jsonl row carries."""
+    full = dict(init_seed=row["index"], greedy_exact=row["accessible"], seconds=1.0, rank=0, final_loss=0.1)
+    full.update(stop_reason="exact" if row["accessible"] else "patience")
+    full.update(tf_accuracy=1.0 if row["accessible"] else 0.5, best_accuracy=1.0 if row["accessible"] else 0.5)
+    return full | row

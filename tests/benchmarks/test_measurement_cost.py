@@ -346,3 +346,33 @@ def test_the_truth_fitted_to_a_pooled_folder_is_the_one_a_calibration_simulates(
     assert expected.costs.describe() in text
     with pytest.raises(SystemExit, match="--truth-fitted .*holds no sweep"):
         run(cost, "--repeats", "1", "--truth-fitted", str(tmp_path / "nothing"))
+
+
+def test_the_truth_from_an_audited_folder_is_fitted_to_its_pseudo_outcomes(cost, tmp_path):
+    """A folder run under the audited abandon (versions 4-6 and 8): the line from its rows' pseudo-outcomes, as its
+    own summary fits it; reading a stopped row as a plain failure (and an audited cram as one cram) would move it."""
+    import json
+
+    from ut_peft.accessibility.design import pooled_estimates
+    from ut_peft.accessibility.store import read_rows
+
+    rows = []
+    for m, n50 in [(1, 30), (3, 90), (5, 150)]:
+        for n, crammed in [(n50 - 10, 8), (n50 - 3, 6), (n50 + 3, 2), (n50 + 10, 0)]:
+            rows += [(m, n, j < crammed, 500) for j in range(8)]
+    write_sweep(tmp_path / "audited", rows)
+    settings = json.loads((tmp_path / "audited" / "settings.json").read_text())
+    settings["cram"]["abandon_audit"] = 0.25
+    (tmp_path / "audited" / "settings.json").write_text(json.dumps(settings))
+    lines = [json.loads(line) for line in (tmp_path / "audited" / "rows.jsonl").read_text().splitlines()]
+    # At m = 5, n = 147 (6 of 8 crammed): the rule flagged four of the six; one ran on (the audit) and crammed, three
+    # were stopped. Pseudo-outcomes 4 + 1 + 1 of 8 keep accessibility 0.75 there; read plainly, 3 of 8.
+    flagged = [row for row in lines if (row["m"], row["n"]) == (5, 147) and row["accessible"]][:4]
+    flagged[0].update(flagged_at=500, audited=True)
+    for row in flagged[1:]:
+        row.update(flagged_at=500, audited=False, accessible=False, greedy_exact=False, stop_reason="abandoned")
+    (tmp_path / "audited" / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    slope, intercept, _ = cost.truth_from(tmp_path / "audited")
+    kept = read_rows(tmp_path / "audited")
+    assert slope == pooled_estimates(kept, [1, 3, 5], audit=0.25)["slope"]
+    assert slope != pytest.approx(pooled_estimates(kept, [1, 3, 5])["slope"], abs=1e-6)

@@ -113,13 +113,35 @@ def fit_costs(folders, first: int | None = None) -> RowCosts:
     from . import store
 
     rows = []
+    audits = set()
     for folder in map(Path, folders):
-        check_protocol(store.read_settings(folder), str(folder))
+        settings = store.read_settings(folder)
+        check_protocol(settings, str(folder))
+        audits.add(float(settings.get("cram", {}).get("abandon_audit") or 0.0))
         rows += list(store.read_rows(folder).values())[:first]
-    return fit_costs_to_rows(rows, ", ".join(str(f) for f in folders))
+    if len(audits) > 1:
+        raise ValueError(
+            f"{', '.join(map(str, folders))}: their rows ran under different audits of the early abandon "
+            f"({', '.join(map(str, sorted(audits)))}); fit the costs of each on its own"
+        )
+    audit = audits.pop() or None
+    return fit_costs_to_rows(rows, ", ".join(str(f) for f in folders), audit=audit)
 
 
-def fit_costs_to_rows(rows, source: str) -> RowCosts:
+def audit_weights(rows, audit: float | None) -> np.ndarray:
+    """Each row's weight in a fit of what rows run to their end look like, under an early abandon with a random audit
+    (``audit``: the chance a flagged row runs on): a row the rule did not flag ran to its end (1); a flagged row that
+    ran on stands for the 1 / audit flagged rows like it (1 / audit); a flagged row that was stopped shows nothing of
+    its end (0). Without an audit every row weighs 1. Inverse-probability weights: the weighted rows are, on average,
+    the rows a run without the abandon would have had."""
+    if audit is None:
+        return np.ones(len(rows))
+    if not 0.0 < audit <= 1.0:
+        raise ValueError(f"the audit probability must be in (0, 1] (got {audit})")
+    return np.array([1.0 if r.get("flagged_at") is None else (1.0 / audit if r.get("audited") else 0.0) for r in rows])
+
+
+def fit_costs_to_rows(rows, source: str, audit: float | None = None) -> RowCosts:
     """The exponential cost model fitted to real rows (dicts with m, n, accessible, steps) run at cap 3000 and
     patience 500; ``source`` names them in the model's description.
 
@@ -127,43 +149,67 @@ def fit_costs_to_rows(rows, source: str) -> RowCosts:
     an m whose rows do not bracket n_50 is left out). Accessible rows: least squares of log(steps) on r (log t0 and
     k), spread = the residual standard deviation. Inaccessible rows: b = steps - patience (a row at the cap only says
     b >= cap - patience and is taken at that bound), b0 = exp(mean log b), fail_spread = sd of log b. Inferred rows
-    (decided without a cram) are left out.
+    (decided without a cram) are left out. ``audit``: the rows ran under an early abandon with a random audit at
+    this probability; a row the rule stopped is cut short (its steps and outcome say where the rule stopped it, not
+    where it would have ended), so every fit here weighs the rows by :func:`audit_weights`.
     """
     from .fit import fit_logistic
 
     rows = [row for row in rows if row.get("stop_reason") != "inferred"]
+    weights = audit_weights(rows, audit)
+    rows, weights = [r for r, w in zip(rows, weights) if w > 0], [w for w in weights if w > 0]
     n50 = {}
     for m in sorted({row["m"] for row in rows}):
-        at_m = [row for row in rows if row["m"] == m]
-        ns = sorted({row["n"] for row in at_m})
-        succ = [sum(bool(r["accessible"]) for r in at_m if r["n"] == n) for n in ns]
-        tri = [sum(r["n"] == n for r in at_m) for n in ns]
+        at_m = [(row, w) for row, w in zip(rows, weights) if row["m"] == m]
+        ns = sorted({row["n"] for row, _ in at_m})
+        succ = [sum(w * bool(r["accessible"]) for r, w in at_m if r["n"] == n) for n in ns]
+        tri = [sum(w for r, w in at_m if r["n"] == n) for n in ns]
         fit = fit_logistic(ns, succ, tri)
         if fit["n50"] is not None:
             n50[m] = fit["n50"]
-    accessible = [(row["n"] / n50[row["m"]], row["steps"]) for row in rows if row["accessible"] and row["m"] in n50]
-    failed = [max(1, row["steps"] - PATIENCE) for row in rows if not row["accessible"] and row["m"] in n50]
-    if len({r for r, _ in accessible}) < 2 or len(accessible) < 3 or len(failed) < 2:
+    accessible = [
+        (row["n"] / n50[row["m"]], row["steps"], w)
+        for row, w in zip(rows, weights)
+        if row["accessible"] and row["m"] in n50
+    ]
+    failed = [
+        (max(1, row["steps"] - PATIENCE), w)
+        for row, w in zip(rows, weights)
+        if not row["accessible"] and row["m"] in n50
+    ]
+    if len({r for r, _, _ in accessible}) < 2 or len(accessible) < 3 or len(failed) < 2:
         raise ValueError(
             f"{source}: {len(accessible)} accessible and {len(failed)} inaccessible rows at an m whose n_50 the rows "
             f"bracket (m = {sorted(n50) or 'none'}); the cost fit needs >= 3 accessible rows at 2 lengths and >= 2 "
-            f"inaccessible ones"
+            f"inaccessible ones" + (" (rows the audited abandon stopped do not count)" if audit is not None else "")
         )
-    r, steps = np.array(accessible, dtype=float).T
-    k, log_t0 = np.polyfit(r, np.log(steps), 1)
+    r, steps, w_acc = np.array(accessible, dtype=float).T
+    k, log_t0 = np.polyfit(r, np.log(steps), 1, w=np.sqrt(w_acc))  # polyfit weighs residuals, not their squares
     residual = np.log(steps) - (k * r + log_t0)
-    log_b = np.log(np.array(failed, dtype=float))
+    b, w_fail = np.array(failed, dtype=float).T
+    log_b = np.log(b)
+    mean_log_b = float(np.average(log_b, weights=w_fail))
+    audited = f", weighted as rows of an audit at {audit:g}" if audit is not None else ""
     return RowCosts(
         form="exponential",
         t0=float(math.exp(log_t0)),
-        spread=float(residual.std(ddof=2)) if len(residual) > 2 else 0.5,
+        spread=_weighted_sd(residual, w_acc, ddof=2) if len(residual) > 2 else 0.5,
         k=float(k),
-        b0=float(math.exp(log_b.mean())),
-        fail_spread=float(log_b.std(ddof=1)),
-        source=f"{len(accessible)} accessible and {len(failed)} inaccessible rows of {source} (n_50 "
+        b0=float(math.exp(mean_log_b)),
+        fail_spread=_weighted_sd(log_b - mean_log_b, w_fail, ddof=1),
+        source=f"{len(accessible)} accessible and {len(failed)} inaccessible rows of {source}{audited} (n_50 "
         + ", ".join(f"{n50[m]:.1f} at m = {m}" for m in sorted(n50))
         + ")",
     )
+
+
+def _weighted_sd(deviations: np.ndarray, weights: np.ndarray, ddof: int) -> float:
+    """The standard deviation of ``deviations`` (from a fitted centre) under frequency-like weights, with ``ddof``
+    taken off the rows' count scaled to their total weight (equal weights: the plain ``std(ddof=ddof)``)."""
+    weights = np.asarray(weights, dtype=float)
+    total, count = weights.sum(), len(weights)
+    effective = total * (count - ddof) / count
+    return float(math.sqrt(float(np.sum(weights * deviations**2)) / effective))
 
 
 @dataclasses.dataclass(frozen=True)
