@@ -15,7 +15,11 @@
 #       --cost-from results/smollm2-135m/pooled-words-v7
 # (log results/benchmarks/measurement_cost_v8_quick_f2_smollm2costs.log: 91,178 row-steps on average, 22x fewer
 # than the published design's, at slope RMSE 1.81x its, n_50 1.02-1.57x; at the assumed costs 61,108 at 1.66x).
-# At about 0.5 row-steps a second for texts of 50-250 tokens on the 2 cores, **about 50 hours**: many sessions.
+# Its row-steps at m = 1, 3, 5 (32,603 / 27,272 / 31,303 in that log) priced at the words run's pace in token-steps
+# per second (python benchmarks/run_pace.py results/smollm2-135m/pooled-words-v7 --tokens 50 141 232: 105 over its
+# 26 hours, 267 in its fastest round; log results/benchmarks/run_pace_smollm2_words_rows69.log), for rows of m + n_50
+# tokens: **about 35 hours of the 2 cores** (13 at the fastest pace): many sessions. The first rounds' own pace
+# (the same script on this folder) replaces the estimate.
 # Once the bracketing rounds have bracketed m = 1, 3 and 5, the targets are set again from this folder's own line and
 # step costs (both fitted as the audit requires: pseudo-outcomes for the line, inverse-probability weights for the
 # costs, so a row the abandon stopped is not read as a failure that ended at step 500):
