@@ -157,7 +157,12 @@ def test_pooled_sweep_reports_the_line_and_resumes_after_a_kill_to_the_same_resu
     assert len({k for _, _, k in rows}) == len(rows)  # every row a fresh text: indices distinct across m
     assert {m for m, _, _ in rows} <= {1, 2, 3}
     assert [e["m"] for e in whole.pooled["per_m"]] == [1, 2, 3]  # the line, read off at every m
-    assert whole.pooled == pooled_estimates(rows, [1, 2, 3], check_m=2) | {"per_m": whole.pooled["per_m"]}
+    stop = whole.pooled["stop"]  # budget_row_steps stopped it
+    assert stop["stage"] == "stopped" and stop["rows"] == len(rows) and stop["min_rows"] == 128
+    assert whole.pooled == pooled_estimates(rows, [1, 2, 3], check_m=2) | {
+        "per_m": whole.pooled["per_m"],
+        "stop": stop,
+    }
     assert whole.pooled["linearity"]["check_m"] == 2
     report = (tmp_path / "whole" / "report.md").read_text()
     assert "Design: pooled" in report
@@ -844,3 +849,37 @@ def test_versions_7_and_8_are_versions_2_and_6_with_a_floor_of_64_fitted_rows():
     assert POOLED_RULES[7] == dataclasses.replace(POOLED_RULES[2], min_rows=64)
     assert POOLED_RULES[8] == dataclasses.replace(POOLED_RULES[6], min_rows=64)
     assert POOLED_RULES[8].audit == 0.25 and POOLED_RULES[8].steps and POOLED_RULES[8].steps_law_alpha == 0.05
+
+
+def test_the_stop_state_says_where_the_design_stands_and_why_it_stopped():
+    """PooledDesign.stop_state, replayed on a simulated sweep (version 7, loose targets): bracketing after its first
+    round, fitting one round before its end (the floor not met or a standard error above its target), stopped at the
+    end with the floor met and every standard error at most its target; the report and console say the same."""
+    from ut_peft.accessibility.report import stop_line
+    from ut_peft.accessibility.simulated_intervals import pooled_design
+    from ut_peft.accessibility.simulator import Truth, run_design
+
+    settings = {
+        "cram": {"max_steps": 3000, "patience": 500},
+        "design": {"kind": "pooled", "target_n50_se": 8.0, "target_slope_se": 5.0, "version": 7},
+        "grid": {"coarse": 100, "fine": 10, "high": 0.9, "lengths": None, "low": 0.1, "start": 10, "stop": 1000},
+        "model": "x",
+        "ms": [1, 3],
+        "num_sequences": 8,
+        "seed": 0,
+    }
+    design = pooled_design(settings)
+    rows, _ = run_design(design, Truth(slope=20.0, intercept=4.0, rel_width=0.15, nested=False), 5)
+    rounds = design.rounds(rows)
+    final = design.stop_state(rows)
+    assert final["stage"] == "stopped" and final["rounds"] == len(rounds) and final["rows"] == len(rows)
+    assert final["fitted_rows"] >= final["min_rows"] == 64
+    assert set(final["se_ratios"]) == {"slope", "n50[1]", "n50[3]"} and max(final["se_ratios"].values()) <= 1
+    assert design.stop_state({job: rows[job] for job in rounds[0]})["stage"] == "bracketing"
+    before = design.stop_state({job: rows[job] for jobs in rounds[:-1] for job in jobs})
+    assert before["stage"] == "fitting" and before["rounds"] == len(rounds) - 1
+    assert before["fitted_rows"] < 64 or max(before["se_ratios"].values()) > 1
+    assert stop_line(final).startswith(f"Stop rule: **the design stopped** after {len(rounds)} rounds")
+    assert f"{before['fitted_rows']} fitted rows of the 64 its floor asks for" in stop_line(before)
+    early = stop_line({"stage": "stopped", "rounds": 2, "rows": 8})  # a budget spent while bracketing
+    assert "stopped** after 2 rounds, 8 rows, before its rows bracketed" in early

@@ -14,7 +14,13 @@ from ut_peft.accessibility.simulator import Truth, run_design
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 SETTINGS = {
     "cram": {"max_steps": 3000, "patience": 500, "lr": 0.01},
-    "design": {"kind": "pooled", "target_n50_se": 12.0, "target_slope_se": 8.0, "version": 1, "budget_row_steps": None},
+    "design": {
+        "kind": "pooled",
+        "target_n50_se": 12.0,
+        "target_slope_se": 8.0,
+        "version": 1,
+        "budget_row_steps": None,
+    },
     "grid": {"coarse": 100, "fine": 10, "high": 0.9, "lengths": None, "low": 0.1, "start": 10, "stop": 1000},
     "model": "smollm2-135m",
     "ms": [1, 3],

@@ -614,7 +614,33 @@ class PooledDesign(Design):
         """The jobs of each round that ``rows`` completes, in order."""
         return self._walk(rows)[0]
 
-    def _walk(self, rows: dict):
+    def stop_state(self, rows: dict) -> dict:
+        """Where the stop rule stands after the rounds ``rows`` complete, as the design judged it when it chose the
+        round now due (what a long run's report shows while it runs, and why it stopped when it has).
+
+        ``{"stage", "rounds", "rows"}``, ``stage`` one of "bracketing" (a design m not yet bracketed: no fit yet),
+        "fitting" or "stopped"; once fitting, also ``fitted_rows`` against ``min_rows`` (the floor) and ``se_ratios``:
+        per quantity asked for ("slope", "n50[m]", "check"), its standard error as the stop judges it (on the curve
+        ``stop_z`` standard errors wider in log width; under an audit or the step counts, the guarded variance) over
+        its target, also scaled by ``target_scale``. The design stops once the floor is met and every ratio is at
+        most 1."""
+        done, missing, used = self._walk(rows, with_used=True)
+        flat = [r for rnd in used for r in rnd]
+        stage = "stopped" if not missing else "fitting"
+        state: dict = {"stage": stage, "rounds": len(done), "rows": len(flat)}
+        if not used or not self._all_bracketed(used):
+            return dict(state, stage="bracketing" if missing else stage)
+        fitted = sum(len(used[k]) for k in range(len(used)) if self._all_bracketed(used[:k]))
+        _, info, _, inflation = self._fit(flat)
+        ratios = self._ratios(info, inflation=inflation)
+        state.update(
+            fitted_rows=fitted,
+            min_rows=self.min_rows,
+            se_ratios={name: math.sqrt(r) for name, r in ratios.items() if 0 < r < math.inf},  # 0: no target
+        )
+        return state
+
+    def _walk(self, rows: dict, with_used: bool = False):
         done: list[list[Job]] = []
         used: list[tuple] = []
         next_index = 0
@@ -624,11 +650,11 @@ class PooledDesign(Design):
                 self._cache[key] = self._choose(key)
             decision = self._cache[key]
             if decision is None:
-                return done, []
+                return (done, [], used) if with_used else (done, [])
             jobs = [(m, n, next_index + k) for k, (m, n) in enumerate(decision)]
             missing = [job for job in jobs if job not in rows]
             if missing:
-                return done, missing
+                return (done, missing, used) if with_used else (done, missing)
             done.append(jobs)
             # Each row's outcome: accessible or not, or under an audited abandon its pseudo-outcome (row_outcomes).
             outcomes = row_outcomes([rows[job] for job in jobs], self.audit)

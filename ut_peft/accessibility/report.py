@@ -426,6 +426,13 @@ def console_summary(summary: Summary) -> str:
             f"pooled line: slope {_num(pooled['slope'], 2)}{_ci(pooled['slope_ci'], check=marks.get('slope'))}, "
             f"intercept {_num(pooled['intercept'])}{_ci(pooled['intercept_ci'], check=marks.get('intercept'))}"
         )
+        stop = pooled.get("stop") or {}
+        if stop.get("se_ratios"):
+            name, worst = max(stop["se_ratios"].items(), key=lambda item: item[1])
+            lines.append(
+                f"design: {'stopped' if stop['stage'] == 'stopped' else 'running'}, {stop['fitted_rows']} of "
+                f"{stop['min_rows']} fitted rows, largest standard error {worst:.2f} of its target ({name})"
+            )
     lines += _calibrated_console(summary.calibrated)
     lines.append(f"{summary.num_rows:,} rows, {summary.row_steps:,} row-steps in all")
     if summary.retargeted_from:
@@ -544,6 +551,40 @@ def calibrated_lines(calibrated: dict | None) -> list[str]:
     return lines
 
 
+def stop_line(stop: dict) -> str:
+    """The pooled design's stop rule, where it stands (design.PooledDesign.stop_state; summary.json's
+    ``pooled.stop``): still bracketing, fitting (fitted rows against the floor, each standard error against its
+    target as the stop judges it), or stopped."""
+    rounds = f"{stop['rounds']} rounds, {stop['rows']} rows"
+    if stop["stage"] == "bracketing":
+        return f"Stop rule: {rounds}; the design is still bracketing n_50 at its m (no fit yet)."
+    if "fitted_rows" not in stop:  # stopped before every design m was bracketed
+        return (
+            f"Stop rule: **the design stopped** after {rounds}, before its rows bracketed n_50 at every m it measures "
+            "(its row-step budget, or an m accessible at the longest length allowed or at none)."
+        )
+    ratios = stop.get("se_ratios") or {}
+    n50 = [(name[4:-1], r) for name, r in ratios.items() if name.startswith("n50[")]
+    parts = []
+    if "slope" in ratios:
+        parts.append(f"{ratios['slope']:.2f} (slope)")
+    if n50:
+        parts.append(" / ".join(f"{r:.2f}" for _, r in n50) + f" (n_50 at m = {', '.join(m for m, _ in n50)})")
+    if "check" in ratios:
+        parts.append(f"{ratios['check']:.2f} (the linearity check's offset)")
+    judged = (
+        f"standard errors at {', '.join(parts)} of their targets, as the stop judges them (on the curve widened by "
+        "its log width's error; under an audit or the step counts, the guarded variance)"
+    )
+    floor = f"{stop['fitted_rows']} fitted rows of the {stop['min_rows']} its floor asks for"
+    if stop["stage"] == "stopped":
+        return f"Stop rule: **the design stopped** after {rounds}: {floor}, {judged}."
+    return (
+        f"Stop rule: {rounds} so far; {floor}, {judged}. The design stops once the floor is met and every ratio is "
+        "at most 1."
+    )
+
+
 def _pooled_lines(pooled: dict | None, checks: dict | None = None, audit: float = 0.0) -> list[str]:
     """The pooled design's table: n_50 at every m from the one line, the slope, and the linearity check; each interval
     with its coverage note where the simulator's coverage at the design's settings falls short (``checks``:
@@ -590,6 +631,8 @@ def _pooled_lines(pooled: dict | None, checks: dict | None = None, audit: float 
     ]
     if "steps" in pooled:
         lines += ["", _steps_line(pooled["steps"], pooled.get("steps_law"))]
+    if pooled.get("stop"):
+        lines += ["", stop_line(pooled["stop"])]
     check = pooled.get("linearity")
     if check is None:
         lines += ["", "No linearity check (no rows at an m between the two ends)."]

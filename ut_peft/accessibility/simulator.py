@@ -156,8 +156,9 @@ def fit_costs_to_rows(rows, source: str, audit: float | None = None) -> RowCosts
     from .fit import fit_logistic
 
     rows = [row for row in rows if row.get("stop_reason") != "inferred"]
-    weights = audit_weights(rows, audit)
-    rows, weights = [r for r, w in zip(rows, weights) if w > 0], [w for w in weights if w > 0]
+    every_weight = audit_weights(rows, audit)
+    rows = [r for r, w in zip(rows, every_weight) if w > 0]  # a row the abandon stopped shows nothing of its end
+    weights = [float(w) for w in every_weight if w > 0]
     n50 = {}
     for m in sorted({row["m"] for row in rows}):
         at_m = [(row, w) for row, w in zip(rows, weights) if row["m"] == m]

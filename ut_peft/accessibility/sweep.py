@@ -981,6 +981,7 @@ def _pooled(config: SweepConfig, rows: dict) -> dict | None:
     if estimate is None:
         return None
     estimate["per_m"] = [dict(m=m, **entry) for m, entry in estimate["per_m"].items()]
+    estimate["stop"] = design.stop_state(rows)  # where the stop rule stands: the report's progress line
     return estimate
 
 
