@@ -108,3 +108,43 @@ def test_an_audited_summary_prints_the_pooled_line_and_no_per_m_fit(tmp_path, co
     write_report(tmp_path, summary)
     assert (tmp_path / store.REPORT_FILE).read_text() == report
     assert (tmp_path / store.N50_PLOT).stat().st_size > 0 and (tmp_path / store.ACCESSIBILITY_PLOT).stat().st_size > 0
+
+
+def test_the_paper_models_nearest_in_hidden_size():
+    from ut_peft.accessibility.protocol import PAPER_MODELS, nearest_paper_models
+
+    assert [p.name for p in nearest_paper_models(576)] == ["Gemma-3-270m", "Pythia-160m", "Qwen2.5-0.5B"]
+    assert [p.name for p in nearest_paper_models(2048)] == ["Llama-3.2-1B", "Pythia-1b", "Qwen2.5-1.5B"]
+    assert len(PAPER_MODELS) == 8 and all(p.slope_text > p.slope_words > 0 for p in PAPER_MODELS)
+    with pytest.raises(ValueError, match="positive"):
+        nearest_paper_models(0)
+
+
+def test_a_report_sets_its_slope_beside_the_papers_nearest_models():
+    """The calibrated pooled slope where a current calibration holds one, else the pooled line's, else the per-m
+    line's; the column of the run's source in bold; nothing for sources the paper did not measure."""
+    import dataclasses
+
+    from ut_peft.accessibility.report import paper_lines, run_slope
+
+    words = store.read_summary(ROOT / "results" / "smollm2-135m" / "pooled-words-v7")
+    assert run_slope(words) == (words.pooled["slope"], "pooled line")
+    lines = paper_lines(words)
+    assert "| Gemma-3-270m | 640 | 44.5 | **23.0** |" in lines and "d = 576" in lines[1]
+    assert f"This run (random words): {words.pooled['slope']:.2f} tokens per vector (pooled line)." in lines[1]
+    assert "\n".join(lines) in markdown(words)
+    calibration = {
+        "slope": {"estimate": 20.5, "ci": [18.0, 23.0]},
+        "intercept": {"estimate": 0.0, "ci": [-5.0, 5.0]},
+        "per_m": [],
+        "design": {"version": 7},
+        "num_sequences": 8,
+    }
+    calibrated = dataclasses.replace(words, calibrated=calibration)
+    assert run_slope(calibrated) == (20.5, "pooled line, calibrated 95% interval [18.00, 23.00]")
+    stale = dataclasses.replace(words, calibrated={"stale": True, "note": "of other rows"})
+    assert run_slope(stale) == run_slope(words)
+    text = store.read_summary(ROOT / "results" / "gemma-3-270m" / "published-text")
+    assert run_slope(text) == (text.fit["slope"], "line through the per-m fits")
+    assert "| Gemma-3-270m | 640 | **44.5** | 23.0 |" in paper_lines(text)
+    assert paper_lines(dataclasses.replace(text, source={"kind": "tokens"})) == []

@@ -26,6 +26,7 @@ slow); every report says which precision produced its rows.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -74,6 +75,40 @@ class PublishedSettings:
 
 
 PUBLISHED = PublishedSettings()
+
+
+@dataclass(frozen=True)
+class PaperModel:
+    """One model of the accessibility paper's table: its hidden size d (from its config) and the measured slopes of
+    n_50 against m on natural text (PG-19) and on random words (its 100k-word list), under its published protocol
+    (20 sequences per length, the adaptive grid, cap 3000, fp16 on GPU)."""
+
+    name: str
+    hidden_size: int
+    slope_text: float
+    slope_words: float
+
+
+# Meyer, Michelessa, Chaux & Tan, "How many different outputs can a transformer generate?" (2026): the slopes of its
+# table, the figures a run's slope is set beside (../shared/notes/accessibility.md).
+PAPER_MODELS = (
+    PaperModel("Pythia-160m", 768, 90.4, 44.1),
+    PaperModel("Pythia-410m", 1024, 111.1, 69.3),
+    PaperModel("Pythia-1b", 2048, 261.4, 137.2),
+    PaperModel("Qwen2.5-0.5B", 896, 71.0, 36.7),
+    PaperModel("Qwen2.5-1.5B", 1536, 79.6, 36.4),
+    PaperModel("Llama-3.2-1B", 2048, 137.8, 71.3),
+    PaperModel("Gemma-3-270m", 640, 44.5, 23.0),
+    PaperModel("Gemma-3-1b", 1152, 39.5, 7.0),
+)
+
+
+def nearest_paper_models(hidden_size: int, count: int = 3) -> list[PaperModel]:
+    """The ``count`` models of the paper's table nearest a model of this hidden size (by the ratio of the sizes,
+    either way; ties by name): the natural neighbours of a run's slope, since the paper's bound grows with d."""
+    if hidden_size < 1:
+        raise ValueError(f"a hidden size is a positive number of dimensions (got {hidden_size})")
+    return sorted(PAPER_MODELS, key=lambda p: (abs(math.log(p.hidden_size / hidden_size)), p.name))[:count]
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ import numpy as np
 from ..io import atomic_write_text
 from . import published_bounds
 from .coverage import THRESHOLD, check_calibrated, marked, summary_checks
-from .protocol import differences_from_published
+from .protocol import differences_from_published, nearest_paper_models
 from .store import ACCESSIBILITY_PLOT, N50_PLOT, REPORT_FILE, Summary, abandon_audit, measured_slope
 
 
@@ -261,6 +261,7 @@ def markdown(summary: Summary, *, figures: tuple[str, str] | None = (ACCESSIBILI
         )
     lines += _pooled_lines(summary.pooled, checks.get("pooled"))
     lines += calibrated_lines(summary.calibrated)
+    lines += paper_lines(summary)
     published = summary.fit_published
     lines += [
         "",
@@ -321,6 +322,7 @@ def _audited_markdown(summary: Summary, figures: tuple[str, str] | None) -> str:
         lines += _pooled_lines(pooled, checks.get("pooled"), audit)
     else:
         lines += ["", "No pooled line yet: it needs rows at two m. Until then there is no estimate."]
+    lines += paper_lines(summary)
     slope = measured_slope(s, summary.fit, pooled)
     lines += [
         "",
@@ -548,6 +550,47 @@ def calibrated_lines(calibrated: dict | None) -> list[str]:
             f"{_checked(e['ci'], check, 2)} | {e['simulated_bias']:+.2f} | {e['simulated_rmse']:.2f} | "
             f"{e['wald_coverage']:.0%} |"
         )
+    return lines
+
+
+def run_slope(summary: Summary) -> tuple[float, str] | None:
+    """The slope a report sets beside the paper's, and what it is: the calibrated pooled slope with its interval where
+    a current calibration holds one, else the pooled line's, else the line through the per-m fits (None: no slope)."""
+    calibrated, pooled, fit = summary.calibrated, summary.pooled, summary.fit
+    if calibrated and not calibrated.get("stale"):
+        check = (check_calibrated(calibrated) or {}).get("slope")
+        entry = calibrated["slope"]
+        return entry["estimate"], f"pooled line, calibrated 95% interval {_checked(entry['ci'], check, 2)}"
+    if pooled and pooled.get("converged", True):
+        return pooled["slope"], "pooled line"
+    if fit and not abandon_audit(summary.settings):
+        return fit["slope"], "line through the per-m fits"
+    return None
+
+
+def paper_lines(summary: Summary) -> list[str]:
+    """This run's slope beside the paper's for the models nearest it in hidden size (protocol.PAPER_MODELS), the
+    column of its source in bold; the settings that differ are the head's list."""
+    kind = (summary.source or {}).get("kind")
+    if kind not in ("text", "words") or not summary.support.get("hidden_size"):
+        return []  # the paper measured natural text and random words only
+    d = int(summary.support["hidden_size"])
+    found = run_slope(summary)
+    ours = "no slope yet" if found is None else f"{found[0]:.2f} tokens per vector ({found[1]})"
+    lines = [
+        "",
+        f"Next to the paper (Meyer et al. 2026, its published protocol: PG-19 or its 100k-word list, 20 sequences per "
+        f"length, fp16 on GPU), the models nearest this one in hidden size (d = {d}); this run's source in bold; "
+        "every setting of this run that differs is listed above (Protocol). This run "
+        f"({'natural text' if kind == 'text' else 'random words'}): {ours}.",
+        "",
+        "| model (paper) | d | slope, natural text | slope, random words |",
+        "|---|---|---|---|",
+    ]
+    for model in nearest_paper_models(d):
+        text, words = f"{model.slope_text:.1f}", f"{model.slope_words:.1f}"
+        text, words = (f"**{text}**", words) if kind == "text" else (text, f"**{words}**")
+        lines.append(f"| {model.name} | {model.hidden_size} | {text} | {words} |")
     return lines
 
 
