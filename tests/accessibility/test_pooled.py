@@ -858,16 +858,9 @@ def test_the_stop_state_says_where_the_design_stands_and_why_it_stopped():
     from ut_peft.accessibility.report import stop_line
     from ut_peft.accessibility.simulated_intervals import pooled_design
     from ut_peft.accessibility.simulator import Truth, run_design
+    from ut_peft.accessibility.testing import pooled_sweep_settings
 
-    settings = {
-        "cram": {"max_steps": 3000, "patience": 500},
-        "design": {"kind": "pooled", "target_n50_se": 8.0, "target_slope_se": 5.0, "version": 7},
-        "grid": {"coarse": 100, "fine": 10, "high": 0.9, "lengths": None, "low": 0.1, "start": 10, "stop": 1000},
-        "model": "x",
-        "ms": [1, 3],
-        "num_sequences": 8,
-        "seed": 0,
-    }
+    settings = pooled_sweep_settings(version=7, target_slope_se=5.0, target_n50_se=8.0)
     design = pooled_design(settings)
     rows, _ = run_design(design, Truth(slope=20.0, intercept=4.0, rel_width=0.15, nested=False), 5)
     rounds = design.rounds(rows)

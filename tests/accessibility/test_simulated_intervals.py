@@ -12,28 +12,12 @@ from ut_peft.accessibility.simulated_intervals import calibrate, fitted_truth, p
 from ut_peft.accessibility.simulator import Truth, run_design
 from ut_peft.accessibility.store import current_calibration as current
 from ut_peft.accessibility.store import read_calibration, rows_digest, write_calibration
-from ut_peft.accessibility.testing import write_sweep_folder
+from ut_peft.accessibility.testing import pooled_sweep_settings, write_sweep_folder
 from ut_peft.cli import main as cli_main
 
 # A pooled sweep as settings.json records one (the published protocol's cap and patience, random words), with loose
 # targets so that a simulated sweep takes a few rounds: the calibrations here cost seconds.
-SETTINGS = {
-    "cram": {"max_steps": 3000, "patience": 500, "lr": 0.01},
-    "design": {
-        "budget_row_steps": None,
-        "kind": "pooled",
-        "target_n50_se": {"1": 6.0, "3": 8.0},
-        "target_slope_se": 4.0,
-        "version": 1,
-    },
-    "grid": {"coarse": 100, "fine": 10, "high": 0.9, "lengths": None, "low": 0.1, "start": 10, "stop": 1000},
-    "model": "smollm2-135m",
-    "ms": [1, 3],
-    "num_sequences": 8,
-    "protocol": "published",
-    "seed": 0,
-    "source": {"kind": "words", "name": "wordfreq:en:100000", "num_words": 100000},
-}
+SETTINGS = pooled_sweep_settings()
 TRUTH = Truth(slope=20.0, intercept=4.0, rel_width=0.15, nested=False, cap_fails=True)
 
 

@@ -1,4 +1,26 @@
+import importlib.util
+import sys
+from pathlib import Path
+
 import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+@pytest.fixture
+def load_benchmark(monkeypatch):
+    """Import a script of benchmarks/ as a module (registered in sys.modules for the test's duration, as its
+    dataclasses need), so a test calls its functions: ``load_benchmark("run_pace.py")``."""
+
+    def load(script: str):
+        name = "benchmark_" + script.removesuffix(".py")
+        spec = importlib.util.spec_from_file_location(name, BENCHMARKS / script)
+        module = importlib.util.module_from_spec(spec)
+        monkeypatch.setitem(sys.modules, name, module)
+        spec.loader.exec_module(module)
+        return module
+
+    return load
 
 
 def tiny_tokenizer():

@@ -1,43 +1,20 @@
 """benchmarks/run_pace.py: a pooled sweep's rounds, timed by their longest row, from the folder alone."""
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
 from ut_peft.accessibility.design import row_steps
 from ut_peft.accessibility.simulated_intervals import pooled_design
 from ut_peft.accessibility.simulator import Truth, run_design
+from ut_peft.accessibility.testing import pooled_sweep_settings
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
-SETTINGS = {
-    "cram": {"max_steps": 3000, "patience": 500, "lr": 0.01},
-    "design": {
-        "kind": "pooled",
-        "target_n50_se": 12.0,
-        "target_slope_se": 8.0,
-        "version": 1,
-        "budget_row_steps": None,
-    },
-    "grid": {"coarse": 100, "fine": 10, "high": 0.9, "lengths": None, "low": 0.1, "start": 10, "stop": 1000},
-    "model": "smollm2-135m",
-    "ms": [1, 3],
-    "num_sequences": 8,
-    "protocol": "published",
-    "seed": 0,
-    "source": {"kind": "words", "name": "wordfreq:en:100000", "num_words": 100000},
-}
+SETTINGS = pooled_sweep_settings(target_slope_se=8.0, target_n50_se=12.0)
 
 
 @pytest.fixture
-def pace(monkeypatch):
-    spec = importlib.util.spec_from_file_location("benchmark_run_pace", BENCHMARKS / "run_pace.py")
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, spec.name, module)
-    spec.loader.exec_module(module)
-    return module
+def pace(load_benchmark):
+    return load_benchmark("run_pace.py")
 
 
 def test_each_round_is_timed_by_its_longest_row(pace, tmp_path, capsys):

@@ -36,3 +36,34 @@ def write_sweep_folder(folder, settings: dict, rows) -> None:
         row.update(tf_accuracy=1.0 if accessible else 0.5, final_loss=0.1, best_accuracy=1.0 if accessible else 0.5)
         lines.append(json.dumps(row))
     (folder / "rows.jsonl").write_text("\n".join(lines) + "\n")
+
+
+def pooled_sweep_settings(
+    version: int = 1, target_slope_se: float = 4.0, target_n50_se=None, ms=(1, 3), num_sequences: int = 8
+) -> dict:
+    """A pooled sweep's settings.json as a run under the published protocol records it (cap 3000, patience 500,
+    random words), for tests of what reads pooled folders and of their simulation: loose targets by default, so a
+    simulated sweep takes a few rounds. ``target_n50_se``: one value or {m: se} (default {1: 6, 3: 8})."""
+    if target_n50_se is None:
+        target_n50_se = {1: 6.0, 3: 8.0}
+    if isinstance(target_n50_se, dict):  # JSON keys are strings, as in a folder's settings.json
+        n50: dict | float = {str(m): float(se) for m, se in target_n50_se.items()}
+    else:
+        n50 = float(target_n50_se)
+    return {
+        "cram": {"max_steps": 3000, "patience": 500, "lr": 0.01},
+        "design": {
+            "budget_row_steps": None,
+            "kind": "pooled",
+            "target_n50_se": n50,
+            "target_slope_se": float(target_slope_se),
+            "version": int(version),
+        },
+        "grid": {"coarse": 100, "fine": 10, "high": 0.9, "lengths": None, "low": 0.1, "start": 10, "stop": 1000},
+        "model": "smollm2-135m",
+        "ms": list(ms),
+        "num_sequences": int(num_sequences),
+        "protocol": "published",
+        "seed": 0,
+        "source": {"kind": "words", "name": "wordfreq:en:100000", "num_words": 100000},
+    }
