@@ -148,7 +148,7 @@ class TextSource(SequenceSource):
                 f"the nested text source {self.name!r} holds {count} distinct texts ({unit}) and sequence index "
                 f"{index} asks for text {index + 1}; reusing a text would make rows that should be independent "
                 "share it. Use fewer sequences, or more texts: smaller text chunks (--text-chunks TOKENS: "
-                f"paragraph-aligned texts of at least TOKENS, about {max(1, self.ids.size // 512)} of 512 here) or a "
+                f"paragraph-aligned texts of at least TOKENS, at most {self.ids.size // 512} of 512 here) or a "
                 "longer corpus (text:PATH, hf:NAME)"
             )
         order = np.random.default_rng([_SEQUENCE_STREAM, seed]).permutation(count)
