@@ -604,6 +604,7 @@ class PooledDesign(Design):
         self.check_m, self.check_factor, self.min_rounds = check_m, check_factor, min_rounds
         self.design_ms = sorted({ms[0], ms[-1], *([check_m] if check_m is not None else [])})
         self._cache: dict = {}
+        self._judged: dict = {}  # per replayed state: what the stop rule saw there (stop_state)
 
     # ---- replay ------------------------------------------------------------------------------------------------
 
@@ -624,23 +625,20 @@ class PooledDesign(Design):
         ``stop_z`` standard errors wider in log width; under an audit or the step counts, the guarded variance) over
         its target, also scaled by ``target_scale``. The design stops once the floor is met and every ratio is at
         most 1."""
-        done, missing, used = self._walk(rows, with_used=True)
-        flat = [r for rnd in used for r in rnd]
-        stage = "stopped" if not missing else "fitting"
-        state: dict = {"stage": stage, "rounds": len(done), "rows": len(flat)}
-        if not used or not self._all_bracketed(used):
-            return dict(state, stage="bracketing" if missing else stage)
-        fitted = sum(len(used[k]) for k in range(len(used)) if self._all_bracketed(used[:k]))
-        _, info, _, inflation = self._fit(flat)
-        ratios = self._ratios(info, inflation=inflation)
+        done, missing, used = self._walk(rows)
+        judged = self._judged.get(tuple(used))  # recorded by _choose when it decided there (None: no fit yet)
+        stage = "stopped" if not missing else "fitting" if judged else "bracketing"
+        state: dict = {"stage": stage, "rounds": len(done), "rows": sum(len(rnd) for rnd in used)}
+        if judged is None:
+            return state
         state.update(
-            fitted_rows=fitted,
+            fitted_rows=judged["fitted_rows"],
             min_rows=self.min_rows,
-            se_ratios={name: math.sqrt(r) for name, r in ratios.items() if 0 < r < math.inf},  # 0: no target
+            se_ratios={name: math.sqrt(r) for name, r in judged["ratios"].items() if 0 < r < math.inf},  # 0: none
         )
         return state
 
-    def _walk(self, rows: dict, with_used: bool = False):
+    def _walk(self, rows: dict):
         done: list[list[Job]] = []
         used: list[tuple] = []
         next_index = 0
@@ -650,11 +648,11 @@ class PooledDesign(Design):
                 self._cache[key] = self._choose(key)
             decision = self._cache[key]
             if decision is None:
-                return (done, [], used) if with_used else (done, [])
+                return done, [], used
             jobs = [(m, n, next_index + k) for k, (m, n) in enumerate(decision)]
             missing = [job for job in jobs if job not in rows]
             if missing:
-                return (done, missing, used) if with_used else (done, missing)
+                return done, missing, used
             done.append(jobs)
             # Each row's outcome: accessible or not, or under an audited abandon its pseudo-outcome (row_outcomes).
             outcomes = row_outcomes([rows[job] for job in jobs], self.audit)
@@ -665,7 +663,9 @@ class PooledDesign(Design):
 
     def _choose(self, used: tuple) -> tuple[tuple[int, int], ...] | None:
         flat = [r for rnd in used for r in rnd]
-        if self.budget is not None and sum(r[3] for r in flat) >= self.budget:
+        spent = self.budget is not None and sum(r[3] for r in flat) >= self.budget
+        bracketed = self._all_bracketed(used)
+        if spent and not bracketed:
             return None
         probes = []
         first = self.design_ms[0]
@@ -698,6 +698,9 @@ class PooledDesign(Design):
         fitted = [len(used[k]) for k in range(len(used)) if self._all_bracketed(used[:k])]
         fit, info, outcomes_info, inflation = self._fit(flat)
         ratios = self._ratios(info, inflation=inflation)
+        self._judged[used] = {"fitted_rows": sum(fitted), "ratios": ratios}
+        if spent:  # the budget stops it; judged first, so the report says where the standard errors stood
+            return None
         # The information is that of a curve stop_z standard errors wider in log width than the fit
         # (pooled.information): a stop on the fitted width stops early exactly when the width came out too small.
         # min_rows: a stop on standard errors estimated from few rows stops early exactly when they came out small
