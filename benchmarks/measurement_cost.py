@@ -124,17 +124,29 @@ from ut_peft.accessibility.fit import fit_sigmoid, line_interval, n50_interval  
 from ut_peft.accessibility.simulator import (  # noqa: E402  (the simulator: ut_peft/accessibility/simulator.py)
     CAP,
     PATIENCE,
+    AuditedAbandon,
     RowCosts,
     Truth,
     accessible_probability,
     fit_costs,
+    run_audited_design,
     run_design,
     simulate_row,
 )
 from ut_peft.accessibility.sweep import GridConfig  # noqa: E402  (its defaults are the published adaptive grid)
 
 # Re-exported: benchmarks/interval_coverage.py and the tests read the simulator from here.
-__all__ = ["CAP", "PATIENCE", "RowCosts", "Truth", "accessible_probability", "run_design", "simulate_row"]
+__all__ = [
+    "CAP",
+    "PATIENCE",
+    "AuditedAbandon",
+    "RowCosts",
+    "Truth",
+    "accessible_probability",
+    "run_audited_design",
+    "run_design",
+    "simulate_row",
+]
 NAMES = ("published", "published+inferred", "sequential", "pooled", "pooled+steps")
 # "pooled+steps" (the steps-informed estimate of the pooled design's own rows) is an experiment, not a default: its
 # model of the step counts is not validated on real full runs (issue 22 asks that first).
@@ -191,57 +203,6 @@ def truth_from(folder) -> tuple[float, float, float]:
     return est["slope"], est["intercept"], rel_width
 
 
-@dataclasses.dataclass(frozen=True)
-class AuditedAbandon:
-    """The early abandon with a random audit, as the simulator models it for the pooled design's rows (``--audit``).
-
-    The simulator has no trajectories, so the rule's behaviour is an assumption, set from SmolLM2's full-cap rows:
-    the step-500 rule (floors at steps 500 / 750 / 1000, version 4's default) flags 18 of the 27 failed rows of
-    ``results/smollm2-135m/pooled-words-v2`` still running at step 500 there, 6 more at step 750, and none of its 17
-    accessible ones (52 rows, 2026-12-02). A row that will fail is flagged at the first of ``flag_steps`` it is still
-    running at, with the probabilities ``flag_failed`` (one per step: the share of failing rows first flagged there;
-    one uniform draw decides, so the shares add up); a row that will cram is flagged at the first step with
-    probability ``flag_accessible`` (a false flag). A flagged row runs on to its end with probability ``audit`` (drawn
-    apart from everything else), else it stops there (the flag step + 1 row-steps) counted as failed. The pooled
-    design fits the rows' pseudo-outcomes (pooled.audited_outcomes), so the rule's errors cost variance, not bias."""
-
-    audit: float
-    flag_steps: tuple[int, ...] = (500, 750)
-    flag_failed: tuple[float, ...] = (0.67, 0.22)
-    flag_accessible: float = 0.05
-
-    def __post_init__(self):
-        steps, shares = tuple(int(k) for k in self.flag_steps), tuple(float(p) for p in self.flag_failed)
-        if not steps or len(steps) != len(shares) or list(steps) != sorted(set(steps)) or steps[0] < 1:
-            raise ValueError(
-                f"one flag share per flag step, the steps increasing from 1 (got steps {self.flag_steps}, shares "
-                f"{self.flag_failed})"
-            )
-        if min(shares) < 0 or sum(shares) > 1 + 1e-9 or not 0 <= self.flag_accessible <= 1:
-            raise ValueError(
-                f"the flag shares are probabilities that add up to at most 1 (got {self.flag_failed}, accessible "
-                f"{self.flag_accessible})"
-            )
-        object.__setattr__(self, "flag_steps", steps)
-        object.__setattr__(self, "flag_failed", shares)
-
-    def apply(self, row: dict, repeat: int, m: int, n: int, index: int) -> dict:
-        """The row as the engine would record it under this abandon, with the keys of its rows (rows.Row): a flagged
-        row holds ``flagged_at`` (the flag step) and ``audited``; an unflagged one neither."""
-        rng = np.random.default_rng([repeat, 5, m, n, index])
-        flag_draw, audit_draw = rng.random(2)
-        if row["accessible"]:
-            at = self.flag_steps[0] if flag_draw < self.flag_accessible else None
-        else:  # the first step whose cumulative share passes the draw
-            at = next((k for k, c in zip(self.flag_steps, np.cumsum(self.flag_failed)) if flag_draw < c), None)
-        if at is None or row["steps"] <= at:  # unflagged, or ended before its flag step
-            return dict(row)
-        if audit_draw < self.audit:
-            return dict(row, flagged_at=at, audited=True)
-        # Stopped at the flag step, as the engine stops it: steps == flagged_at, counted as failed.
-        return {"accessible": False, "steps": at, "flagged_at": at, "audited": False}
-
-
 def flag_model(args, audit: float) -> AuditedAbandon:
     """The simulated abandon of the command line (--flag-step, --flag-failed, --flag-accessible), or a clear exit."""
     try:
@@ -265,18 +226,6 @@ def fitted_truth_of(folder, jitter: float) -> Truth:
         f"{'nested text' if truth.nested else 'random words'}, cap failures"
     )
     return truth
-
-
-def run_audited_design(design, truth: Truth, repeat: int, abandon: AuditedAbandon) -> tuple[dict, float]:
-    """:func:`run_design` for the pooled design under an audited abandon: each row as simulated, then flagged,
-    audited or stopped by ``abandon`` (the published design's rows never are). A loop of its own rather than an
-    option of run_design: run_design's source keys the published design's cache, which this must not invalidate."""
-    rows: dict = {}
-    start = time.perf_counter()
-    while jobs := design.next_jobs(rows):
-        for job in jobs:
-            rows[job] = abandon.apply(simulate_row(truth, repeat, *job), repeat, *job)
-    return rows, time.perf_counter() - start
 
 
 def analyse(rows: dict, ms, complete: int | None, seed: int = 0, method: str = "auto", num_boot: int = 1000) -> dict:

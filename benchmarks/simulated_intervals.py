@@ -12,13 +12,22 @@ n_50 at every m), with Monte-Carlo standard errors, and their mean widths; the c
 ``--inner`` repeats where a real one uses 400 (a smaller inner count makes the quantile noisier, so the coverage it
 measures is, if anything, lower than a 400-repeat calibration's).
 
-Resumable: every finished outer sweep is one line of ``--results`` (JSONL, appended whole); a rerun skips the
-sweeps it holds and reports on all of them. One core; an outer sweep costs about (inner + 1) simulated sweeps.
+``--pooled-version V`` simulates version V's rules (with the folder's targets, ms and rows a round) at the truth
+fitted to the folder under its own rules: how a version the folder did not run would calibrate at this line. For a
+version that audits an early abandon, the outer sweeps' rows are flagged, stopped or audited by the abandon fitted to
+the folder's rows where they ran under one, else by :class:`~ut_peft.accessibility.simulator.AuditedAbandon`'s
+defaults (the shares measured on SmolLM2's full-cap rows); each calibration fits the abandon to its own rows, as
+``ut-peft calibrate`` does.
+
+Resumable: every finished outer sweep is one line of ``--results`` (JSONL, appended whole, with the setting it was
+simulated at); a rerun skips the sweeps it holds and reports on all of them, and a file of another setting is
+refused. One core; an outer sweep costs about (inner + 1) simulated sweeps.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import sys
@@ -32,21 +41,27 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from ut_peft.accessibility import store  # noqa: E402
 from ut_peft.accessibility.simulated_intervals import (  # noqa: E402
     calibrate,
+    fitted_abandon,
     fitted_truth,
     pooled_design,
 )
-from ut_peft.accessibility.simulator import run_design  # noqa: E402
+from ut_peft.accessibility.simulator import AuditedAbandon, run_audited_design, run_design  # noqa: E402
 from ut_peft.io import atomic_write_json  # noqa: E402
 
 Z95 = 1.959964
 
 
-def one_outer(settings: dict, truth, outer: int, inner: int) -> dict:
-    """One simulated sweep at ``truth``, calibrated from its own rows: per quantity its estimate, se, q, and the
-    truth's value."""
+def one_outer(settings: dict, truth, outer: int, inner: int, abandon: AuditedAbandon | None = None) -> dict:
+    """One simulated sweep at ``truth`` (under ``abandon`` for a version that audits one), calibrated from its own
+    rows: per quantity its estimate, se, q, and the truth's value."""
     design = pooled_design(settings)
     ms = list(design.ms)
-    rows, _ = run_design(design, truth, outer)
+    if design.audit is not None:
+        if abandon is None:
+            raise ValueError("a version that audits an early abandon is simulated with one: pass abandon")
+        rows, _ = run_audited_design(design, truth, outer, abandon)
+    else:
+        rows, _ = run_design(design, truth, outer)
     start = time.perf_counter()
     try:  # calibrated as a real sweep is: at the truth fitted to its own rows
         result = calibrate(rows, settings, repeats=inner, seed=outer + 1)
@@ -132,6 +147,12 @@ def main(argv=None) -> None:
     parser.add_argument("--results", default=None, help="JSONL of finished outer sweeps (resumable); default: none")
     parser.add_argument("--rows", type=int, default=None, help="the truth from the folder's first N rows only")
     parser.add_argument("--json", default=None, help="write the coverage table and the settings to this JSON file")
+    parser.add_argument(
+        "--pooled-version",
+        type=int,
+        default=None,
+        help="simulate this version of the pooled rules (the folder's targets and ms) at the folder's fitted truth",
+    )
     args = parser.parse_args(argv)
     if args.outer < 1 or args.inner < 50:
         raise SystemExit(f"--outer >= 1 and --inner >= 50 (a 95% quantile) (got {args.outer}, {args.inner})")
@@ -141,10 +162,18 @@ def main(argv=None) -> None:
     if args.rows is not None:
         rows = dict(list(rows.items())[: args.rows])
     try:
-        truth = fitted_truth(rows, settings)
-    except ValueError as error:
+        truth = fitted_truth(rows, settings)  # under the folder's own rules, whatever version is simulated
+        folder_abandon = fitted_abandon(rows, settings)
+        if args.pooled_version is not None:
+            settings = dict(settings, design=dict(settings["design"], version=args.pooled_version))
+        design = pooled_design(settings)
+    except (ValueError, KeyError) as error:
         raise SystemExit(f"{folder}: {error}") from None
-    slope, intercept = truth.protocol_line(list(pooled_design(settings).ms))
+    abandon = None
+    if design.audit is not None:  # the folder's own abandon where its rows ran under one, else the measured defaults
+        abandon = folder_abandon if folder_abandon is not None else AuditedAbandon(design.audit)
+        abandon = dataclasses.replace(abandon, audit=design.audit)
+    slope, intercept = truth.protocol_line(list(design.ms))
     truth_text = (
         f"truth fitted to {len(rows)} rows of {folder}: threshold line {truth.slope:.3f} m + {truth.intercept:.3f} "
         f"(protocol line {slope:.3f} m + {intercept:.3f}), relative width {truth.rel_width:.3f}, "
@@ -152,7 +181,17 @@ def main(argv=None) -> None:
         f"{truth.jitter}, cap failures; {truth.costs.describe()}; design: version "
         f"{settings['design'].get('version')} at {settings['num_sequences']} rows a round, targets slope "
         f"{settings['design'].get('target_slope_se')}, n_50 {settings['design'].get('target_n50_se')}"
+        + (f"; {abandon.describe()}" if abandon is not None else "")
     )
+    # What a results line was simulated at: a resume under another setting would mix two coverages.
+    setting = {
+        "folder": str(folder),
+        "rows": len(rows),
+        "version": settings["design"].get("version"),
+        "inner": args.inner,
+        "abandon": None if abandon is None else dataclasses.asdict(abandon),
+    }
+    setting = json.loads(json.dumps(setting))
     results: list[dict] = []
     path = Path(args.results) if args.results else None
     if path is not None and path.is_file():
@@ -166,11 +205,17 @@ def main(argv=None) -> None:
                     results.append(json.loads(line))
                 except json.JSONDecodeError:
                     raise SystemExit(f"{path}: a line is not JSON; delete it (that sweep runs again)") from None
+    other = [r["outer"] for r in results if r.get("setting", setting) != setting]
+    if other:
+        raise SystemExit(
+            f"{path}: it holds outer sweeps simulated at another setting than this command's ({setting}); give "
+            "another --results file (or delete this one to start over)"
+        )
     done = {r["outer"] for r in results}
     for outer in range(args.outer):
         if outer in done:
             continue
-        result = one_outer(settings, truth, outer, args.inner)
+        result = dict(one_outer(settings, truth, outer, args.inner, abandon), setting=setting)
         results.append(result)
         if path is not None:
             with path.open("a") as handle:

@@ -1,6 +1,7 @@
 """simulated_intervals: a pooled sweep's intervals calibrated by simulating its own design at its own fitted line."""
 
 import copy
+import json
 
 import numpy as np
 import pytest
@@ -9,7 +10,7 @@ from ut_peft.accessibility import store
 from ut_peft.accessibility.coverage import CALIBRATED_TABLE, check_calibrated
 from ut_peft.accessibility.report import calibrated_lines
 from ut_peft.accessibility.simulated_intervals import calibrate, fitted_truth, pooled_design
-from ut_peft.accessibility.simulator import Truth, run_design
+from ut_peft.accessibility.simulator import AuditedAbandon, Truth, run_audited_design, run_design
 from ut_peft.accessibility.store import current_calibration as current
 from ut_peft.accessibility.store import read_calibration, rows_digest, write_calibration
 from ut_peft.accessibility.testing import pooled_sweep_settings, write_sweep_folder
@@ -97,15 +98,17 @@ def test_the_report_marks_an_interval_whose_calibration_coverage_was_not_measure
 
 
 def test_bad_requests_get_clear_errors(rows):
+    from ut_peft.accessibility.simulated_intervals import simulate_design
+
     with pytest.raises(ValueError, match="at least 50"):
         calibrate(rows, SETTINGS, repeats=10)
     fixed = dict(SETTINGS, design={}, grid=dict(SETTINGS["grid"], lengths=[10, 20]))
     with pytest.raises(ValueError, match="pooled sweeps"):
         calibrate(rows, fixed, repeats=50)
     audited = copy.deepcopy(SETTINGS)
-    audited["design"]["version"] = 4
-    with pytest.raises(ValueError, match="audited abandon"):
-        calibrate(rows, audited, repeats=50)
+    audited["design"]["version"] = 8
+    with pytest.raises(ValueError, match="needs the abandon's model"):
+        simulate_design(audited, TRUTH, 50)
     short = copy.deepcopy(SETTINGS)
     short["cram"]["max_steps"] = 300
     with pytest.raises(ValueError, match="cap 300"):
@@ -137,3 +140,32 @@ def test_ut_peft_calibrate_writes_the_file_and_updates_the_summary(tmp_path, row
     with pytest.raises(SystemExit):
         cli_main(["calibrate", str(folder), "--repeats", "5"])
     assert "at least 50" in capsys.readouterr().err
+
+
+def test_a_version_that_audits_an_early_abandon_is_calibrated_under_the_abandon_its_rows_suggest():
+    """Version 8 (the audited abandon and the steps law): the calibration simulates the design with the abandon
+    fitted to the folder's own rows (recorded in calibration.json), its step costs weighed by the audit, and each
+    simulated row flagged, stopped or audited as the engine's would be; its intervals are estimate +- q se of the
+    design's own (pseudo-outcome, sandwich) fit."""
+    from dataclasses import asdict
+
+    from ut_peft.accessibility.simulated_intervals import fitted_abandon
+
+    settings = pooled_sweep_settings(version=8)
+    design = pooled_design(settings)
+    assert design.audit == 0.25 and design.steps
+    simulated, _ = run_audited_design(design, TRUTH, 7, AuditedAbandon(0.25))
+    rows = {k: dict(r, m=k[0], n=k[1], index=k[2]) for k, r in simulated.items()}
+    assert any(r.get("flagged_at") and not r["audited"] for r in rows.values())  # the abandon stopped rows
+    abandon = fitted_abandon(rows, settings)
+    assert abandon.flag_steps == (500, 750, 1000) and abandon.flag_failed[0] > 0.3
+    truth = fitted_truth(rows, settings)
+    assert "weighted as rows of an audit at 0.25" in truth.costs.source  # a stopped row is not a short failure
+    calibration = calibrate(rows, settings, repeats=50)
+    assert calibration["abandon"] == json.loads(json.dumps(asdict(abandon)))
+    estimate = pooled_design(settings).summary_fit(rows)
+    slope = calibration["slope"]
+    assert slope["estimate"] == estimate["slope"] and slope["se"] == estimate["slope_se"]
+    assert slope["repeats_used"] >= 45 and 0 < slope["quantile"] < 10
+    half = slope["quantile"] * slope["se"]
+    assert slope["ci"] == pytest.approx([slope["estimate"] - half, slope["estimate"] + half])

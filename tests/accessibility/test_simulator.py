@@ -198,3 +198,81 @@ def _complete(row):
     full.update(stop_reason="exact" if row["accessible"] else "patience")
     full.update(tf_accuracy=1.0 if row["accessible"] else 0.5, best_accuracy=1.0 if row["accessible"] else 0.5)
     return full | row
+
+
+def test_the_audited_abandon_stops_flagged_rows_unless_audited():
+    """AuditedAbandon: a flagged row stops at the flag step recorded as failed unless the audit keeps it running;
+    rows that end before the flag step are never flagged; the draws are fixed by (repeat, m, n, index), so a rerun
+    flags the same rows."""
+    abandon = simulator.AuditedAbandon(audit=0.5, flag_steps=(500,), flag_failed=(1.0,), flag_accessible=1.0)
+    failed = {"accessible": False, "steps": 1500}
+    outcomes = [abandon.apply(failed, 0, 1, 40, k) for k in range(40)]
+    assert all(o["flagged_at"] == 500 for o in outcomes)
+    stopped = [o for o in outcomes if not o["audited"]]
+    assert stopped and all(
+        o == {"accessible": False, "steps": 500, "flagged_at": 500, "audited": False} for o in stopped
+    )
+    assert [abandon.apply(failed, 0, 1, 40, k) for k in range(40)] == outcomes  # deterministic
+    quick = {"accessible": True, "steps": 200}  # crammed before the flag step: never flagged
+    assert abandon.apply(quick, 0, 1, 10, 0) == quick  # no flag keys, as the engine's unflagged rows
+    always = simulator.AuditedAbandon(audit=1.0, flag_steps=(500,), flag_failed=(1.0,), flag_accessible=1.0)
+    slow = {"accessible": True, "steps": 1200}
+    assert always.apply(slow, 0, 1, 30, 3) == dict(slow, flagged_at=500, audited=True)
+
+
+def test_the_simulated_rule_flags_a_failing_row_at_the_first_step_its_draw_reaches_and_refuses_bad_shares():
+    """Two flag steps, as the step-500 rule flags SmolLM2's failed rows (500, then 750): one draw per row decides
+    which step (the shares add up), a row that ends before its step is not flagged, and shares that are not
+    probabilities, or do not match the steps, are refused."""
+    abandon = simulator.AuditedAbandon(audit=0.0001, flag_steps=(500, 750), flag_failed=(0.5, 0.5), flag_accessible=0)
+    long = [abandon.apply({"accessible": False, "steps": 3000}, 0, 1, 40, k) for k in range(60)]
+    assert {o["flagged_at"] for o in long} == {500, 750} and all(o["steps"] == o["flagged_at"] for o in long)
+    short = [abandon.apply({"accessible": False, "steps": 600}, 0, 1, 40, k) for k in range(60)]
+    assert {o.get("flagged_at") for o in short} == {500, None}  # a row gone by step 750 is never flagged there
+    assert [o.get("flagged_at") == 500 for o in short] == [o["flagged_at"] == 500 for o in long]  # the same draws
+    crammed = [abandon.apply({"accessible": True, "steps": 3000}, 0, 1, 40, k) for k in range(20)]
+    assert not any("flagged_at" in o for o in crammed)  # flag_accessible 0: no false flag
+    for steps, shares in [((500,), (0.5, 0.5)), ((750, 500), (0.5, 0.5)), ((500, 750), (0.7, 0.5))]:
+        with pytest.raises(ValueError, match="flag share"):
+            simulator.AuditedAbandon(audit=0.25, flag_steps=steps, flag_failed=shares)
+    with pytest.raises(ValueError, match="in \\(0, 1\\]"):
+        simulator.AuditedAbandon(audit=0.0)
+
+
+def _abandoned_rows(abandon, count=4000):
+    """``count`` rows as an audited sweep records them: half fail (ending at step 1000-3000), half cram (steps
+    100-2000), each flagged, stopped or audited by ``abandon``."""
+    import numpy as np
+
+    rng = np.random.default_rng(3)
+    rows = []
+    for k in range(count):
+        accessible = k % 2 == 0
+        steps = int(rng.integers(100, 2000)) if accessible else int(rng.integers(1000, 3001))
+        rows.append(abandon.apply({"accessible": accessible, "steps": steps}, 0, 1, 50, k))
+    return rows
+
+
+def test_the_abandon_fitted_to_audited_rows_recovers_the_rules_flag_shares():
+    """fit_abandon: the flagged rows' outcomes are seen only where the audit let them run on, so the failures among
+    the flagged rows come from the audited ones; the shares it fits are the ones that flagged the rows, within
+    sampling error (4000 rows, an audit of 1/4)."""
+    truth = simulator.AuditedAbandon(audit=0.25, flag_steps=(500, 750), flag_failed=(0.6, 0.25), flag_accessible=0.1)
+    rows = _abandoned_rows(truth)
+    fitted = simulator.fit_abandon(rows, 0.25, (500, 750, 1000))
+    assert fitted.flag_steps == (500, 750, 1000) and fitted.audit == 0.25
+    assert fitted.flag_failed == pytest.approx((0.6, 0.25, 0.0), abs=0.04)
+    # Accessible rows are flagged only where still running at step 500 (steps 100-2000: 79% of them).
+    assert fitted.flag_accessible == pytest.approx(0.1, abs=0.03)
+    assert "4000 rows" in fitted.source and "audited" in fitted.source
+    # Reading a stopped row as a failure (every flag right) counts the false flags as failures: the accessible
+    # rows' flag rate is then 0, which is what the audited rows correct.
+    unaudited = [dict(r, audited=False, accessible=False) if "flagged_at" in r else r for r in rows]
+    naive = simulator.fit_abandon(unaudited, 0.25, (500, 750, 1000))
+    assert naive.flag_accessible == 0.0 and "every flag is taken as right" in naive.source
+
+
+def test_the_abandon_fit_refuses_rows_flagged_where_the_rule_does_not_check():
+    rows = [{"accessible": False, "steps": 600, "flagged_at": 600, "audited": False}]
+    with pytest.raises(ValueError, match=r"flagged at step\(s\) \[600\].*checks at \[500, 750\]"):
+        simulator.fit_abandon(rows, 0.25, (500, 750))

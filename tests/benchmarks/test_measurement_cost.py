@@ -269,25 +269,9 @@ def test_cost_rows_fit_the_costs_to_a_folders_first_rows_as_when_it_held_only_th
         run(cost, "--repeats", "1", "--cache", str(tmp_path), "--cost-rows", "3")
 
 
-def test_the_audited_abandon_stops_flagged_rows_unless_audited_and_the_pooled_design_fits_what_it_leaves(cost):
-    """AuditedAbandon: a flagged row stops at the flag step recorded as failed unless the audit keeps it running;
-    rows that end before the flag step are never flagged; the draws are fixed by (repeat, m, n, index), so a rerun
-    flags the same rows; and the pooled design run under it estimates from the rows' pseudo-outcomes."""
-    abandon = cost.AuditedAbandon(audit=0.5, flag_steps=(500,), flag_failed=(1.0,), flag_accessible=1.0)
-    failed = {"accessible": False, "steps": 1500}
-    outcomes = [abandon.apply(failed, 0, 1, 40, k) for k in range(40)]
-    assert all(o["flagged_at"] == 500 for o in outcomes)
-    stopped = [o for o in outcomes if not o["audited"]]
-    assert stopped and all(
-        o == {"accessible": False, "steps": 500, "flagged_at": 500, "audited": False} for o in stopped
-    )
-    assert [abandon.apply(failed, 0, 1, 40, k) for k in range(40)] == outcomes  # deterministic
-    quick = {"accessible": True, "steps": 200}  # crammed before the flag step: never flagged
-    assert abandon.apply(quick, 0, 1, 10, 0) == quick  # no flag keys, as the engine's unflagged rows
-    always = cost.AuditedAbandon(audit=1.0, flag_steps=(500,), flag_failed=(1.0,), flag_accessible=1.0)
-    slow = {"accessible": True, "steps": 1200}
-    assert always.apply(slow, 0, 1, 30, 3) == dict(slow, flagged_at=500, audited=True)
-
+def test_the_pooled_design_run_under_the_audited_abandon_estimates_from_what_it_leaves(cost):
+    """The benchmark's pooled analysis of rows the simulated abandon (simulator.AuditedAbandon) left: the rows it
+    stopped end at their flag step, and the estimate is the pseudo-outcomes' (pooled_estimates with the audit)."""
     design = cost.PooledDesign(
         [1, 3, 5], batch=8, start=10, stop=1000, target_slope_se=8.0, target_n50_se=None, audit=0.5, min_rows=16
     )
@@ -297,23 +281,6 @@ def test_the_audited_abandon_stops_flagged_rows_unless_audited_and_the_pooled_de
     result = cost.analyse_pooled(cost.with_index(rows), [1, 2, 3, 4, 5], design)
     expected = cost.pooled_estimates(cost.with_index(rows), [1, 2, 3, 4, 5], check_m=3, audit=0.5)
     assert result["line"]["slope"] == expected["slope"]
-
-
-def test_the_simulated_rule_flags_a_failing_row_at_the_first_step_its_draw_reaches_and_refuses_bad_shares(cost):
-    """Two flag steps, as the step-500 rule flags SmolLM2's failed rows (500, then 750): one draw per row decides
-    which step (the shares add up), a row that ends before its step is not flagged, and shares that are not
-    probabilities, or do not match the steps, are refused (the command line exits with the reason)."""
-    abandon = cost.AuditedAbandon(audit=0.0001, flag_steps=(500, 750), flag_failed=(0.5, 0.5), flag_accessible=0.0)
-    long = [abandon.apply({"accessible": False, "steps": 3000}, 0, 1, 40, k) for k in range(60)]
-    assert {o["flagged_at"] for o in long} == {500, 750} and all(o["steps"] == o["flagged_at"] for o in long)
-    short = [abandon.apply({"accessible": False, "steps": 600}, 0, 1, 40, k) for k in range(60)]
-    assert {o.get("flagged_at") for o in short} == {500, None}  # a row gone by step 750 is never flagged there
-    assert [o.get("flagged_at") == 500 for o in short] == [o["flagged_at"] == 500 for o in long]  # the same draws
-    crammed = [abandon.apply({"accessible": True, "steps": 3000}, 0, 1, 40, k) for k in range(20)]
-    assert not any("flagged_at" in o for o in crammed)  # flag_accessible 0: no false flag
-    for steps, shares in [((500,), (0.5, 0.5)), ((750, 500), (0.5, 0.5)), ((500, 750), (0.7, 0.5))]:
-        with pytest.raises(ValueError):
-            cost.AuditedAbandon(audit=0.25, flag_steps=steps, flag_failed=shares)
     with pytest.raises(SystemExit, match="--flag-step / --flag-failed"):
         run(cost, "--repeats", "1", "--flag-step", "500", "--flag-failed", "0.6", "0.3")
 

@@ -14,6 +14,13 @@ repeats. The calibrated interval is estimate +- q standard errors: Wald's where 
 as Wald assumes (q = 1.96), wider where they are not. The simulated repeats also give the design's own bias and RMSE
 at this line (its expected error, the figure a measurement's precision is judged by).
 
+Versions that audit an early abandon (4-6, 8) are simulated with it: the abandon's flag shares are fitted to the
+folder's own rows (:func:`fitted_abandon`, :func:`.simulator.fit_abandon`), the step costs weighed by the audit
+(:func:`.simulator.audit_weights`), and each simulated row flagged, stopped or audited as the engine's would be
+(:func:`.simulator.run_audited_design`); the design's steps law reads the simulated rows' step counts as it reads
+real ones. The simulated abandon flags at random where the real rule flags slow rows: the pseudo-outcomes keep the
+estimate unbiased under either, and the nested simulation measures coverage under the simulated one.
+
 Whether the procedure covers 95% (the truth is fitted, not known) is measured by a nested simulation, ``python
 benchmarks/simulated_intervals.py`` (:data:`.coverage.CALIBRATED_TABLE`). The result is written to the folder's
 ``calibration.json`` (:data:`.store.CALIBRATION_FILE`, :func:`.store.read_calibration`), keyed by a digest of the rows
@@ -30,7 +37,16 @@ from pathlib import Path
 import numpy as np
 
 from .design import INFERRED, PooledDesign, make_design
-from .simulator import RowCosts, Truth, check_protocol, fit_costs_to_rows, run_design
+from .simulator import (
+    AuditedAbandon,
+    RowCosts,
+    Truth,
+    check_protocol,
+    fit_abandon,
+    fit_costs_to_rows,
+    run_audited_design,
+    run_design,
+)
 from .store import rows_digest, write_calibration
 
 LEVEL = 0.95
@@ -52,14 +68,25 @@ def pooled_design(settings: dict) -> PooledDesign:
         )
     design = make_design(config)
     assert isinstance(design, PooledDesign)  # what make_design builds for "pooled"
-    if design.audit is not None or design.steps:
-        raise ValueError(
-            f"calibrated intervals simulate outcomes and step costs, not the audited abandon's flags or the steps "
-            f"law: version {config.pooled_version} of the pooled rules uses "
-            + ("the audited abandon" if design.audit is not None else "the step counts")
-            + "; calibrate a sweep run with version 1, 2 or 7"
-        )
     return design
+
+
+def abandon_steps(settings: dict) -> tuple[int, ...]:
+    """The steps at which the sweep's early abandon could flag a row (``CramConfig.abandon_below``'s steps, the
+    version's rule where the sweep gave none)."""
+    from .sweep import SweepConfig
+
+    return tuple(int(k) for k, _ in SweepConfig.from_settings(settings).cram.abandon_below)
+
+
+def fitted_abandon(rows: dict, settings: dict) -> AuditedAbandon | None:
+    """The simulated audited abandon that the folder's rows suggest (:func:`.simulator.fit_abandon`: flag shares per
+    flag step from the flagged rows, their outcomes from the audited ones), at the design's audit; None for a version
+    whose rows all run to their end."""
+    design = pooled_design(settings)
+    if design.audit is None:
+        return None
+    return fit_abandon(list(rows.values()), design.audit, abandon_steps(settings))
 
 
 def _width_law(estimate: dict, measured: list[int]) -> tuple[float, float]:
@@ -86,9 +113,9 @@ def fitted_truth(rows: dict, settings: dict, *, jitter: float = 0.3, costs: RowC
             f"calibrated intervals need a converged pooled fit with positive n_50 at every measured m (rows at m = "
             f"{measured or 'none'}): run the sweep further first"
         )
-    if costs is None:
+    if costs is None:  # under an audited abandon, weighed so that a stopped row is not read as a short failure
         keyed = [dict(r, m=k[0], n=k[1]) for k, r in rows.items()]
-        costs = fit_costs_to_rows(keyed, f"{len(keyed)} rows")
+        costs = fit_costs_to_rows(keyed, f"{len(keyed)} rows", audit=design.audit)
     rel_width, power = _width_law(estimate, measured)
     truth = Truth(
         slope=estimate["slope"],
@@ -125,13 +152,22 @@ def _quantities(estimate: dict, ms) -> dict[str, tuple[float, float]]:
     return out
 
 
-def simulate_design(settings: dict, truth: Truth, repeats: int, seed: int = 0) -> dict:
+def simulate_design(
+    settings: dict, truth: Truth, repeats: int, seed: int = 0, abandon: AuditedAbandon | None = None
+) -> dict:
     """The folder's design run ``repeats`` times at ``truth``: per quantity, the studentised errors
     (estimate - truth) / se and the plain errors, as arrays (NaN where a repeat's fit did not converge), with the
-    row-steps each repeat spent."""
+    row-steps each repeat spent. ``abandon``: the simulated audited abandon, for a version that audits one (required
+    there: its rows are flagged, stopped or audited as the engine's would be)."""
     from .design import row_steps
 
     ms = list(pooled_design(settings).ms)
+    audited = pooled_design(settings).audit is not None
+    if audited and abandon is None:
+        raise ValueError(
+            "this version of the pooled rules audits an early abandon: simulating it needs the abandon's model "
+            "(fitted_abandon of the folder's rows, or an AuditedAbandon)"
+        )
     slope, intercept = truth.protocol_line(ms)
     true = {"slope": slope, "intercept": intercept}
     true.update({f"n50@{m}": truth.protocol_n50(m) for m in ms})
@@ -140,7 +176,12 @@ def simulate_design(settings: dict, truth: Truth, repeats: int, seed: int = 0) -
     spent = np.zeros(repeats)
     for r in range(repeats):
         design = pooled_design(settings)
-        rows, _ = run_design(design, truth, _REPEAT_BASE * (seed + 1) + r)
+        repeat = _REPEAT_BASE * (seed + 1) + r
+        if audited:
+            assert abandon is not None  # checked above
+            rows, _ = run_audited_design(design, truth, repeat, abandon)
+        else:
+            rows, _ = run_design(design, truth, repeat)
         spent[r] = sum(row_steps(row) for row in rows.values())
         estimate = design.summary_fit(rows)
         if estimate is None or not estimate["converged"]:
@@ -153,12 +194,19 @@ def simulate_design(settings: dict, truth: Truth, repeats: int, seed: int = 0) -
 
 
 def calibrate(
-    rows: dict, settings: dict, *, repeats: int = DEFAULT_REPEATS, seed: int = 0, truth: Truth | None = None
+    rows: dict,
+    settings: dict,
+    *,
+    repeats: int = DEFAULT_REPEATS,
+    seed: int = 0,
+    truth: Truth | None = None,
+    abandon: AuditedAbandon | None = None,
 ) -> dict:
     """The calibrated intervals of a pooled sweep's estimate (see the module's docstring), as ``calibration.json``
     holds them: per quantity the estimate, its standard error, the quantile q, the interval estimate +- q se, and the
-    design's simulated bias, RMSE and Wald coverage at the fitted truth; with the truth, the repeats and the digest of
-    the rows. ``truth``: simulate at this one instead of the fitted one (benchmarks)."""
+    design's simulated bias, RMSE and Wald coverage at the fitted truth; with the truth (and, for a version that
+    audits an early abandon, the abandon's fitted model), the repeats and the digest of the rows. ``truth`` /
+    ``abandon``: simulate at these instead of the fitted ones (benchmarks)."""
     if not (isinstance(repeats, int) and repeats >= 50):
         raise ValueError(
             f"repeats is the number of simulated sweeps a calibration's quantile comes from; 95% quantiles need at "
@@ -170,7 +218,9 @@ def calibrate(
         raise ValueError("calibrated intervals need a converged pooled fit of the rows: run the sweep further first")
     if truth is None:
         truth = fitted_truth(rows, settings)
-    simulated = simulate_design(settings, truth, repeats, seed)
+    if abandon is None:
+        abandon = fitted_abandon(rows, settings)
+    simulated = simulate_design(settings, truth, repeats, seed, abandon)
     quantities = {}
     for name, (value, se) in _quantities(estimate, list(design.ms)).items():
         t, e = simulated["t"][name], simulated["errors"][name]
@@ -198,6 +248,7 @@ def calibrate(
         "design": settings.get("design"),
         "num_sequences": settings.get("num_sequences"),
         "truth": _truth_dict(truth, list(design.ms)),
+        "abandon": None if abandon is None else dataclasses.asdict(abandon),
         "simulated_row_steps": float(simulated["row_steps"].mean()),
         "slope": quantities.pop("slope"),
         "intercept": quantities.pop("intercept"),

@@ -318,6 +318,116 @@ def simulate_row(truth: Truth, repeat: int, m: int, n: int, index: int) -> dict:
     return {"accessible": False, "steps": steps}
 
 
+@dataclasses.dataclass(frozen=True)
+class AuditedAbandon:
+    """An early abandon with a random audit (pooled versions 4-6 and 8; ``CramConfig.abandon_below`` and
+    ``abandon_audit``), as the simulator models it for the pooled design's rows.
+
+    The simulator has no trajectories, so the rule's behaviour is a model with three kinds of parameters: a row that
+    will fail is flagged at the first of ``flag_steps`` it is still running at, with the probabilities ``flag_failed``
+    (one per step: the share of failing rows first flagged there; one uniform draw decides, so the shares add up); a
+    row that will cram is flagged at the first step with probability ``flag_accessible`` (a false flag). A flagged row
+    runs on to its end with probability ``audit`` (drawn apart from everything else), else it stops there (the flag
+    step's row-steps) counted as failed. The defaults were measured on SmolLM2's full-cap rows: the step-500 rule
+    (floors at steps 500 / 750 / 1000) flags 18 of the 27 failed rows of ``results/smollm2-135m/pooled-words-v2``
+    still running at step 500 there, 6 more at step 750, and none of its 17 accessible ones (52 rows, 2026-12-02;
+    ``python benchmarks/early_abandon.py results/smollm2-135m/pooled-words-v2 --checkpoints-from 500``);
+    :func:`fit_abandon` measures them on an audited sweep's own rows. The pooled design fits the rows'
+    pseudo-outcomes (:func:`.pooled.audited_outcomes`), so the rule's errors cost variance, not bias; the real rule
+    flags slow rows, the simulated one flags at random, which the pseudo-outcomes' weights answer for."""
+
+    audit: float
+    flag_steps: tuple[int, ...] = (500, 750)
+    flag_failed: tuple[float, ...] = (0.67, 0.22)
+    flag_accessible: float = 0.05
+    source: str = "shares measured on SmolLM2's 52 full-cap rows, results/smollm2-135m/pooled-words-v2"
+
+    def __post_init__(self):
+        steps, shares = tuple(int(k) for k in self.flag_steps), tuple(float(p) for p in self.flag_failed)
+        if not steps or len(steps) != len(shares) or list(steps) != sorted(set(steps)) or steps[0] < 1:
+            raise ValueError(
+                f"one flag share per flag step, the steps increasing from 1 (got steps {self.flag_steps}, shares "
+                f"{self.flag_failed})"
+            )
+        if min(shares) < 0 or sum(shares) > 1 + 1e-9 or not 0 <= self.flag_accessible <= 1:
+            raise ValueError(
+                f"the flag shares are probabilities that add up to at most 1 (got {self.flag_failed}, accessible "
+                f"{self.flag_accessible})"
+            )
+        if not 0.0 < float(self.audit) <= 1.0:
+            raise ValueError(f"the audit is the chance a flagged row runs on: in (0, 1] (got {self.audit})")
+        object.__setattr__(self, "flag_steps", steps)
+        object.__setattr__(self, "flag_failed", shares)
+
+    def apply(self, row: dict, repeat: int, m: int, n: int, index: int) -> dict:
+        """The row as the engine would record it under this abandon, with the keys of its rows (rows.Row): a flagged
+        row holds ``flagged_at`` (the flag step) and ``audited``; an unflagged one neither."""
+        rng = np.random.default_rng([repeat, 5, m, n, index])
+        flag_draw, audit_draw = rng.random(2)
+        if row["accessible"]:
+            at = self.flag_steps[0] if flag_draw < self.flag_accessible else None
+        else:  # the first step whose cumulative share passes the draw
+            at = next((k for k, c in zip(self.flag_steps, np.cumsum(self.flag_failed)) if flag_draw < c), None)
+        if at is None or row["steps"] <= at:  # unflagged, or ended before its flag step
+            return dict(row)
+        if audit_draw < self.audit:
+            return dict(row, flagged_at=at, audited=True)
+        # Stopped at the flag step, as the engine stops it: steps == flagged_at, counted as failed.
+        return {"accessible": False, "steps": at, "flagged_at": at, "audited": False}
+
+    def describe(self) -> str:
+        shares = ", ".join(f"{p:.2f} at step {k}" for k, p in zip(self.flag_steps, self.flag_failed))
+        return (
+            f"audited abandon: failing rows flagged {shares}, accessible rows {self.flag_accessible:.2f} at step "
+            f"{self.flag_steps[0]}, a flagged row runs on with probability {self.audit:g} ({self.source})"
+        )
+
+
+def fit_abandon(rows, audit: float, flag_steps) -> AuditedAbandon:
+    """The simulated abandon (:class:`AuditedAbandon`) that a sweep's own rows suggest: they ran under an early
+    abandon with a random audit at ``audit`` that could flag at ``flag_steps`` (``CramConfig.abandon_below``'s steps).
+
+    Every row shows whether it was flagged (``flagged_at``); a flagged row's own outcome is seen only where the audit
+    let it run on (``audited``). So per flag step k, the failing rows flagged there are the rows flagged at k times
+    the share of failures among the audited ones flagged at k (the share over every flag step where none at k was
+    audited; 1 where no flagged row at all was: the flags are then assumed right, and the source says so). The
+    failing rows' shares are those counts over all failing rows (unflagged failures plus the flagged ones so
+    counted); the accessible rows' flag rate is the flagged accessible count over the accessible rows still running
+    at the first flag step. ``rows``: row dicts (with ``accessible``, ``steps``, and the flag keys); inferred rows
+    (``stop_reason`` "inferred", decided without a cram) are left out."""
+    steps = tuple(sorted(int(k) for k in flag_steps))
+    rows = [r for r in rows if r.get("stop_reason") != "inferred"]
+    flagged = [r for r in rows if r.get("flagged_at") is not None]
+    unknown = sorted({int(r["flagged_at"]) for r in flagged} - set(steps))
+    if unknown:
+        raise ValueError(
+            f"rows flagged at step(s) {unknown}, where the abandon rule checks at {list(steps)}: these rows ran under "
+            "another rule than the settings record"
+        )
+    audited = [r for r in flagged if r.get("audited")]
+    overall = sum(not r["accessible"] for r in audited) / len(audited) if audited else 1.0
+    failing_flagged, accessible_flagged = [], 0.0
+    for k in steps:
+        at_k = [r for r in flagged if int(r["flagged_at"]) == k]
+        seen = [r for r in at_k if r.get("audited")]
+        share_failing = sum(not r["accessible"] for r in seen) / len(seen) if seen else overall
+        failing_flagged.append(len(at_k) * share_failing)
+        accessible_flagged += len(at_k) * (1.0 - share_failing)
+    unflagged = [r for r in rows if r.get("flagged_at") is None]
+    failing = sum(not r["accessible"] for r in unflagged) + sum(failing_flagged)
+    running_accessible = sum(r["accessible"] and r["steps"] > steps[0] for r in unflagged) + accessible_flagged
+    how = f"fitted to {len(rows)} rows: {len(flagged)} flagged, {len(audited)} of them audited" + (
+        "" if audited else "; no flagged row was audited, so every flag is taken as right"
+    )
+    return AuditedAbandon(
+        audit=float(audit),
+        flag_steps=steps,
+        flag_failed=tuple(c / failing if failing else 0.0 for c in failing_flagged),
+        flag_accessible=accessible_flagged / running_accessible if running_accessible else 0.0,
+        source=how,
+    )
+
+
 def run_design(design, truth: Truth, repeat: int, infer: bool = False) -> tuple[dict, float]:
     """Drive ``design`` as run_sweep does, each row simulated (``infer``: with --infer-prefixes,
     design.infer_prefixes): (the rows, keyed (m, n, index), and the wall seconds)."""
@@ -329,4 +439,16 @@ def run_design(design, truth: Truth, repeat: int, infer: bool = False) -> tuple[
             rows.update(inferred)
         for job in jobs:
             rows[job] = simulate_row(truth, repeat, *job)
+    return rows, time.perf_counter() - start
+
+
+def run_audited_design(design, truth: Truth, repeat: int, abandon: AuditedAbandon) -> tuple[dict, float]:
+    """:func:`run_design` for the pooled design under an audited abandon: each row as simulated, then flagged,
+    audited or stopped by ``abandon``. A loop of its own rather than an option of run_design: run_design's source
+    keys the published design's cache (benchmarks/measurement_cost.py), which this must not invalidate."""
+    rows: dict = {}
+    start = time.perf_counter()
+    while jobs := design.next_jobs(rows):
+        for job in jobs:
+            rows[job] = abandon.apply(simulate_row(truth, repeat, *job), repeat, *job)
     return rows, time.perf_counter() - start

@@ -1,0 +1,37 @@
+"""benchmarks/simulated_intervals.py: the nested simulation that measures the calibrated intervals' coverage."""
+
+import json
+
+import pytest
+
+from ut_peft.accessibility.simulated_intervals import pooled_design
+from ut_peft.accessibility.simulator import Truth, run_design
+from ut_peft.accessibility.testing import pooled_sweep_settings, write_sweep_folder
+
+
+def test_another_version_is_simulated_at_the_folders_line_and_a_results_file_keeps_one_setting(
+    load_benchmark, tmp_path, capsys
+):
+    """--pooled-version 8 on a folder of version 1's rows (no flags): the truth is fitted under the folder's own
+    rules, the outer sweeps run version 8 under the measured default abandon (recorded with each results line), and a
+    rerun under another setting is refused instead of mixing two coverages into one table; the same command resumes
+    (nothing simulated again)."""
+    benchmark = load_benchmark("simulated_intervals.py")
+    settings = pooled_sweep_settings()
+    truth = Truth(slope=20.0, intercept=4.0, rel_width=0.15, nested=False, cap_fails=True)
+    rows, _ = run_design(pooled_design(settings), truth, 7)
+    folder = tmp_path / "sweep"
+    write_sweep_folder(folder, settings, [(*key, r["accessible"], r["steps"]) for key, r in rows.items()])
+    results = tmp_path / "outer.jsonl"
+    command = [str(folder), "--outer", "1", "--inner", "50", "--results", str(results), "--pooled-version", "8"]
+    benchmark.main(command)
+    out = capsys.readouterr().out
+    assert "design: version 8" in out and "audited abandon: failing rows flagged 0.67 at step 500" in out
+    (line,) = [json.loads(x) for x in results.read_text().splitlines()]
+    assert line["setting"]["version"] == 8 and line["setting"]["abandon"]["audit"] == 0.25
+    assert line["setting"]["rows"] == len(rows) and "quantities" in line
+    with pytest.raises(SystemExit, match="another setting"):
+        benchmark.main(command[:-1] + ["1"])
+    benchmark.main(command)  # resumed: the one outer sweep is read back, not simulated again
+    assert "outer 0" not in capsys.readouterr().err
+    assert len(results.read_text().splitlines()) == 1
