@@ -169,3 +169,5 @@ def test_a_version_that_audits_an_early_abandon_is_calibrated_under_the_abandon_
     assert slope["repeats_used"] >= 45 and 0 < slope["quantile"] < 10
     half = slope["quantile"] * slope["se"]
     assert slope["ci"] == pytest.approx([slope["estimate"] - half, slope["estimate"] + half])
+    text = "\n".join(calibrated_lines(current(calibration, rows)))  # the report names the simulated abandon
+    assert "early abandon fitted to its rows (failing rows flagged" in text and abandon.source in text

@@ -531,9 +531,10 @@ def calibrated_lines(calibrated: dict | None) -> list[str]:
         f"Calibrated intervals (`ut-peft calibrate`): the design of this folder simulated {calibrated['repeats']} "
         f"times at the line fitted to its {calibrated['rows']} rows (n_50 = {truth['protocol_line']['slope']:.2f} m + "
         f"{truth['protocol_line']['intercept']:.2f}, logistic width {truth['rel_width']:.3f} n_50 at the first m, "
-        f"growing as n_50^{truth['width_power']:.2f}; the rows' step costs; cap failures as under the protocol); "
-        "each interval is the estimate +- q standard errors, q the 95% quantile of |error| / se over the simulated "
-        f"sweeps (Wald: q = 1.96). They cost {calibrated['simulated_row_steps']:,.0f} row-steps on average there.",
+        f"growing as n_50^{truth['width_power']:.2f}; the rows' step costs; cap failures as under the protocol"
+        f"{_abandon_text(calibrated.get('abandon'))}); each interval is the estimate +- q standard errors, q the 95% "
+        "quantile of |error| / se over the simulated sweeps (Wald: q = 1.96). They cost "
+        f"{calibrated['simulated_row_steps']:,.0f} row-steps on average there.",
         "",
         "| quantity | estimate | se | q | calibrated 95% interval | simulated bias | simulated RMSE | Wald coverage "
         "(simulated) |",
@@ -551,6 +552,18 @@ def calibrated_lines(calibrated: dict | None) -> list[str]:
             f"{e['wald_coverage']:.0%} |"
         )
     return lines
+
+
+def _abandon_text(abandon: dict | None) -> str:
+    """The simulated early abandon of a calibration (simulator.AuditedAbandon, as calibration.json records it)."""
+    if not abandon:
+        return ""
+    shares = ", ".join(f"{p:.2f} at step {k}" for k, p in zip(abandon["flag_steps"], abandon["flag_failed"]))
+    return (
+        f"; each simulated row flagged, stopped or audited by the early abandon fitted to its rows (failing rows "
+        f"flagged {shares}, accessible ones {abandon['flag_accessible']:.2f}; audited at {abandon['audit']:g}; "
+        f"{abandon['source']})"
+    )
 
 
 def run_slope(summary: Summary) -> tuple[float, str] | None:
