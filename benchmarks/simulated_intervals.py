@@ -46,6 +46,7 @@ from ut_peft.accessibility.simulated_intervals import (  # noqa: E402
     pooled_design,
 )
 from ut_peft.accessibility.simulator import AuditedAbandon, run_audited_design, run_design  # noqa: E402
+from ut_peft.accessibility.store import rows_digest  # noqa: E402
 from ut_peft.io import atomic_write_json  # noqa: E402
 
 Z95 = 1.959964
@@ -75,6 +76,7 @@ def one_outer(settings: dict, truth, outer: int, inner: int, abandon: AuditedAba
     return {
         "outer": outer,
         "seconds": time.perf_counter() - start,
+        "flagged": sum(r.get("flagged_at") is not None for r in rows.values()),  # rows the abandon flagged
         "quantities": {
             name: {"estimate": e["estimate"], "se": e["se"], "q": e["quantile"], "truth": true[name]}
             for name, e in entries.items()
@@ -185,8 +187,8 @@ def main(argv=None) -> None:
     )
     # What a results line was simulated at: a resume under another setting would mix two coverages.
     setting = {
-        "folder": str(folder),
         "rows": len(rows),
+        "rows_digest": rows_digest(rows),  # the rows the truth is fitted to, wherever the folder is
         "version": settings["design"].get("version"),
         "inner": args.inner,
         "abandon": None if abandon is None else dataclasses.asdict(abandon),
@@ -205,11 +207,11 @@ def main(argv=None) -> None:
                     results.append(json.loads(line))
                 except json.JSONDecodeError:
                     raise SystemExit(f"{path}: a line is not JSON; delete it (that sweep runs again)") from None
-    other = [r["outer"] for r in results if r.get("setting", setting) != setting]
+    other = [r["outer"] for r in results if r.get("setting") != setting]
     if other:
         raise SystemExit(
-            f"{path}: it holds outer sweeps simulated at another setting than this command's ({setting}); give "
-            "another --results file (or delete this one to start over)"
+            f"{path}: it holds outer sweeps simulated at another setting than this command's ({setting}), or "
+            "recorded without one; give another --results file (or delete this one to start over)"
         )
     done = {r["outer"] for r in results}
     for outer in range(args.outer):

@@ -170,4 +170,16 @@ def test_a_version_that_audits_an_early_abandon_is_calibrated_under_the_abandon_
     half = slope["quantile"] * slope["se"]
     assert slope["ci"] == pytest.approx([slope["estimate"] - half, slope["estimate"] + half])
     text = "\n".join(calibrated_lines(current(calibration, rows)))  # the report names the simulated abandon
-    assert "early abandon fitted to its rows (failing rows flagged" in text and abandon.source in text
+    assert "simulated early abandon (failing rows flagged" in text and abandon.source in text
+    assert abandon.source.startswith(f"fitted to {len(rows)} rows")
+    # The simulated sweeps ran under it: rows it stops at their flag step cost less than under an abandon that never
+    # flags (the same sweeps, the same draws otherwise).
+    from ut_peft.accessibility.simulated_intervals import abandon_steps, simulate_design
+
+    never = AuditedAbandon(0.25, flag_steps=(500,), flag_failed=(0.0,), flag_accessible=0.0)
+    spent = simulate_design(settings, truth, 4, abandon=abandon)["row_steps"]
+    assert (spent < simulate_design(settings, truth, 4, abandon=never)["row_steps"]).all()
+    # A sweep run with an abandon rule of its own (--abandon-below) is fitted at its rule's steps, not the version's.
+    own = copy.deepcopy(settings)
+    own["cram"]["abandon_below"] = [[400, 0.5]]
+    assert abandon_steps(own) == (400,) and abandon_steps(settings) == (500, 750, 1000)

@@ -240,36 +240,43 @@ def test_the_simulated_rule_flags_a_failing_row_at_the_first_step_its_draw_reach
 
 
 def _abandoned_rows(abandon, count=4000):
-    """``count`` rows as an audited sweep records them: half fail (ending at step 1000-3000), half cram (steps
-    100-2000), each flagged, stopped or audited by ``abandon``."""
+    """``count`` rows as an audited sweep records them: half fail (ending at step 510-2000, so that some are gone
+    before the later flag steps), half cram (steps 100-2000), each flagged, stopped or audited by ``abandon``."""
     import numpy as np
 
     rng = np.random.default_rng(3)
     rows = []
     for k in range(count):
         accessible = k % 2 == 0
-        steps = int(rng.integers(100, 2000)) if accessible else int(rng.integers(1000, 3001))
+        steps = int(rng.integers(100, 2001)) if accessible else int(rng.integers(510, 2001))
         rows.append(abandon.apply({"accessible": accessible, "steps": steps}, 0, 1, 50, k))
     return rows
 
 
 def test_the_abandon_fitted_to_audited_rows_recovers_the_rules_flag_shares():
     """fit_abandon: the flagged rows' outcomes are seen only where the audit let them run on, so the failures among
-    the flagged rows come from the audited ones; the shares it fits are the ones that flagged the rows, within
-    sampling error (4000 rows, an audit of 1/4)."""
-    truth = simulator.AuditedAbandon(audit=0.25, flag_steps=(500, 750), flag_failed=(0.6, 0.25), flag_accessible=0.1)
+    the flagged rows come from the audited ones; a step's share is one of the failing rows still running there (a
+    third of them have ended by step 1000 here). The shares it fits are the ones that flagged the rows, within
+    sampling error (4000 rows, an audit of 1/4); divided by every failing row instead, the later steps' shares
+    would come out a sixth and a third too low (0.17 and 0.067)."""
+    truth = simulator.AuditedAbandon(
+        audit=0.25, flag_steps=(500, 750, 1000), flag_failed=(0.5, 0.2, 0.1), flag_accessible=0.1
+    )
     rows = _abandoned_rows(truth)
     fitted = simulator.fit_abandon(rows, 0.25, (500, 750, 1000))
     assert fitted.flag_steps == (500, 750, 1000) and fitted.audit == 0.25
-    assert fitted.flag_failed == pytest.approx((0.6, 0.25, 0.0), abs=0.04)
+    assert fitted.flag_failed == pytest.approx((0.5, 0.2, 0.1), abs=0.015)
     # Accessible rows are flagged only where still running at step 500 (steps 100-2000: 79% of them).
-    assert fitted.flag_accessible == pytest.approx(0.1, abs=0.03)
+    assert fitted.flag_accessible == pytest.approx(0.1, abs=0.02)
     assert "4000 rows" in fitted.source and "audited" in fitted.source
     # Reading a stopped row as a failure (every flag right) counts the false flags as failures: the accessible
     # rows' flag rate is then 0, which is what the audited rows correct.
     unaudited = [dict(r, audited=False, accessible=False) if "flagged_at" in r else r for r in rows]
     naive = simulator.fit_abandon(unaudited, 0.25, (500, 750, 1000))
     assert naive.flag_accessible == 0.0 and "every flag is taken as right" in naive.source
+    unflagged = [r for r in rows if "flagged_at" not in r]
+    none = simulator.fit_abandon(unflagged, 0.25, (500, 750))
+    assert none.flag_failed == (0.0, 0.0) and "none was flagged" in none.source
 
 
 def test_the_abandon_fit_refuses_rows_flagged_where_the_rule_does_not_check():

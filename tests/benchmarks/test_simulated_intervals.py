@@ -30,8 +30,13 @@ def test_another_version_is_simulated_at_the_folders_line_and_a_results_file_kee
     (line,) = [json.loads(x) for x in results.read_text().splitlines()]
     assert line["setting"]["version"] == 8 and line["setting"]["abandon"]["audit"] == 0.25
     assert line["setting"]["rows"] == len(rows) and "quantities" in line
+    assert line["flagged"] > 0  # the outer sweep ran under the abandon
     with pytest.raises(SystemExit, match="another setting"):
         benchmark.main(command[:-1] + ["1"])
+    old = tmp_path / "old.jsonl"  # a line recorded before settings were: its setting is unknown, so refused
+    old.write_text(json.dumps({k: v for k, v in line.items() if k != "setting"}) + "\n")
+    with pytest.raises(SystemExit, match="recorded without one"):
+        benchmark.main(command[:6] + [str(old)] + command[7:])
     benchmark.main(command)  # resumed: the one outer sweep is read back, not simulated again
     assert "outer 0" not in capsys.readouterr().err
     assert len(results.read_text().splitlines()) == 1

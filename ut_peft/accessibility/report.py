@@ -560,8 +560,8 @@ def _abandon_text(abandon: dict | None) -> str:
         return ""
     shares = ", ".join(f"{p:.2f} at step {k}" for k, p in zip(abandon["flag_steps"], abandon["flag_failed"]))
     return (
-        f"; each simulated row flagged, stopped or audited by the early abandon fitted to its rows (failing rows "
-        f"flagged {shares}, accessible ones {abandon['flag_accessible']:.2f}; audited at {abandon['audit']:g}; "
+        f"; each simulated row flagged, stopped or audited by a simulated early abandon (failing rows flagged "
+        f"{shares}, accessible ones {abandon['flag_accessible']:.2f}; audited at {abandon['audit']:g}; "
         f"{abandon['source']})"
     )
 

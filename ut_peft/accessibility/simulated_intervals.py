@@ -72,11 +72,13 @@ def pooled_design(settings: dict) -> PooledDesign:
 
 
 def abandon_steps(settings: dict) -> tuple[int, ...]:
-    """The steps at which the sweep's early abandon could flag a row (``CramConfig.abandon_below``'s steps, the
-    version's rule where the sweep gave none)."""
+    """The steps at which the sweep's early abandon could flag a row: its own rule's (``cram.abandon_below`` in
+    settings.json, ``--abandon-below``), else the version's (:data:`.design.POOLED_RULES`)."""
     from .sweep import SweepConfig
 
-    return tuple(int(k) for k, _ in SweepConfig.from_settings(settings).cram.abandon_below)
+    own = (settings.get("cram") or {}).get("abandon_below") or ()
+    rule = own or SweepConfig.from_settings(settings).cram.abandon_below
+    return tuple(int(k) for k, _ in rule)
 
 
 def fitted_abandon(rows: dict, settings: dict) -> AuditedAbandon | None:

@@ -387,15 +387,19 @@ def fit_abandon(rows, audit: float, flag_steps) -> AuditedAbandon:
     """The simulated abandon (:class:`AuditedAbandon`) that a sweep's own rows suggest: they ran under an early
     abandon with a random audit at ``audit`` that could flag at ``flag_steps`` (``CramConfig.abandon_below``'s steps).
 
-    Every row shows whether it was flagged (``flagged_at``); a flagged row's own outcome is seen only where the audit
-    let it run on (``audited``). So per flag step k, the failing rows flagged there are the rows flagged at k times
-    the share of failures among the audited ones flagged at k (the share over every flag step where none at k was
-    audited; 1 where no flagged row at all was: the flags are then assumed right, and the source says so). The
-    failing rows' shares are those counts over all failing rows (unflagged failures plus the flagged ones so
-    counted); the accessible rows' flag rate is the flagged accessible count over the accessible rows still running
-    at the first flag step. ``rows``: row dicts (with ``accessible``, ``steps``, and the flag keys); inferred rows
-    (``stop_reason`` "inferred", decided without a cram) are left out."""
+    Every row shows whether it was flagged (``flagged_at``); a flagged row's own outcome and steps are seen only where
+    the audit let it run on (``audited``). So per flag step k, the failing rows flagged there are the rows flagged at k
+    times the share of failures among the audited ones flagged at k (the share over every flag step where none at k
+    was audited; 1 where no flagged row at all was: the flags are then taken as right, and the source says so).
+    AuditedAbandon's share at k is a share of the failing rows *still running* at k (a row whose draw falls at k but
+    that ended sooner is not flagged), so each count is divided by the failing rows that ran past k: the unflagged
+    failures that did, and the flagged ones (all of those flagged at k or later; of those flagged sooner, the part
+    whose audited failures ran past k). The accessible rows' rate is the flagged accessible count over the accessible
+    rows still running at the first flag step. ``rows``: row dicts (with ``accessible``, ``steps``, and the flag
+    keys); inferred rows (``stop_reason`` "inferred", decided without a cram) are left out."""
     steps = tuple(sorted(int(k) for k in flag_steps))
+    if not steps:
+        raise ValueError("the abandon rule has no flag step: these rows ran under no early abandon")
     rows = [r for r in rows if r.get("stop_reason") != "inferred"]
     flagged = [r for r in rows if r.get("flagged_at") is not None]
     unknown = sorted({int(r["flagged_at"]) for r in flagged} - set(steps))
@@ -405,24 +409,45 @@ def fit_abandon(rows, audit: float, flag_steps) -> AuditedAbandon:
             "another rule than the settings record"
         )
     audited = [r for r in flagged if r.get("audited")]
-    overall = sum(not r["accessible"] for r in audited) / len(audited) if audited else 1.0
-    failing_flagged, accessible_flagged = [], 0.0
+    audited_failures = [r for r in audited if not r["accessible"]]
+    overall = len(audited_failures) / len(audited) if audited else 1.0
+    unflagged = [r for r in rows if r.get("flagged_at") is None]
+    unflagged_failures = [r for r in unflagged if not r["accessible"]]
+
+    def ran_past(k: int, flagged_at: int) -> float:
+        """The share of the failing rows flagged at ``flagged_at`` whose own end came after step k."""
+        if flagged_at >= k:
+            return 1.0
+        seen = [r for r in audited_failures if int(r["flagged_at"]) == flagged_at] or audited_failures
+        if not seen:  # nothing audited: the unflagged failures that outlived the flag step stand in
+            seen = [r for r in unflagged_failures if r["steps"] > flagged_at]
+        return sum(r["steps"] > k for r in seen) / len(seen) if seen else 1.0
+
+    failing_at, accessible_flagged = {}, 0.0
     for k in steps:
         at_k = [r for r in flagged if int(r["flagged_at"]) == k]
         seen = [r for r in at_k if r.get("audited")]
         share_failing = sum(not r["accessible"] for r in seen) / len(seen) if seen else overall
-        failing_flagged.append(len(at_k) * share_failing)
+        failing_at[k] = len(at_k) * share_failing
         accessible_flagged += len(at_k) * (1.0 - share_failing)
-    unflagged = [r for r in rows if r.get("flagged_at") is None]
-    failing = sum(not r["accessible"] for r in unflagged) + sum(failing_flagged)
+    shares = []
+    for k in steps:
+        running = sum(r["steps"] > k for r in unflagged_failures)
+        running += sum(count * ran_past(k, j) for j, count in failing_at.items())
+        shares.append(failing_at[k] / running if running else 0.0)
+    if sum(shares) > 1.0:  # few rows: the per-step estimates can overshoot together; keep their proportions
+        shares = [p / sum(shares) for p in shares]
     running_accessible = sum(r["accessible"] and r["steps"] > steps[0] for r in unflagged) + accessible_flagged
-    how = f"fitted to {len(rows)} rows: {len(flagged)} flagged, {len(audited)} of them audited" + (
-        "" if audited else "; no flagged row was audited, so every flag is taken as right"
-    )
+    if not flagged:
+        how = f"fitted to {len(rows)} rows: none was flagged"
+    else:
+        how = f"fitted to {len(rows)} rows: {len(flagged)} flagged, {len(audited)} of them audited" + (
+            "" if audited else " (so every flag is taken as right)"
+        )
     return AuditedAbandon(
         audit=float(audit),
         flag_steps=steps,
-        flag_failed=tuple(c / failing if failing else 0.0 for c in failing_flagged),
+        flag_failed=tuple(shares),
         flag_accessible=accessible_flagged / running_accessible if running_accessible else 0.0,
         source=how,
     )
