@@ -872,7 +872,7 @@ def test_the_stop_state_says_where_the_design_stands_and_why_it_stopped():
     before = design.stop_state({job: rows[job] for jobs in rounds[:-1] for job in jobs})
     assert before["stage"] == "fitting" and before["rounds"] == len(rounds) - 1
     assert before["fitted_rows"] < 64 or max(before["se_ratios"].values()) > 1
-    assert stop_line(final).startswith(f"Stop rule: **the design stopped** after {len(rounds)} rounds")
+    assert stop_line(final).startswith(f"Stop rule: **the design stopped** after {len(rounds)} complete rounds")
     assert f"{before['fitted_rows']} fitted rows of the 64 its floor asks for" in stop_line(before)
     early = stop_line({"stage": "stopped", "rounds": 2, "rows": 8})  # a budget spent while bracketing
-    assert "stopped** after 2 rounds, 8 rows, before its rows bracketed" in early
+    assert "stopped** after 2 complete rounds (8 rows), before its rows bracketed" in early

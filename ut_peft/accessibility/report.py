@@ -611,7 +611,8 @@ def stop_line(stop: dict) -> str:
     """The pooled design's stop rule, where it stands (design.PooledDesign.stop_state; summary.json's
     ``pooled.stop``): still bracketing, fitting (fitted rows against the floor, each standard error against its
     target as the stop judges it), or stopped."""
-    rounds = f"{stop['rounds']} rounds, {stop['rows']} rows"
+    # Complete rounds only: rows of the round in flight that have landed are not yet part of what the stop judged.
+    rounds = f"{stop['rounds']} complete rounds ({stop['rows']} rows)"
     if stop["stage"] == "bracketing":
         return f"Stop rule: {rounds}; the design is still bracketing n_50 at its m (no fit yet)."
     if "fitted_rows" not in stop:  # stopped before every design m was bracketed
