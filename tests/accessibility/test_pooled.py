@@ -248,6 +248,26 @@ def test_the_command_line_takes_the_pooled_targets_one_for_all_or_per_m():
     assert sweep_config(parse(common + ["--target-n50-se", "2"])).target_n50_se == 2.0
     with pytest.raises(ValueError, match="M:SE"):
         sweep_config(parse(common + ["--target-n50-se", "1", "2"]))
+    with pytest.raises(ValueError, match="M:SE pairs, M an integer"):
+        sweep_config(parse(common + ["--target-n50-se", "1:x"]))
+    # A target for an m the sweep does not measure was dropped, and with it the only stopping rule: a typo ran on.
+    with pytest.raises(ValueError, match=r"names m = \[7\], which the sweep does not measure"):
+        sweep_config(parse(common + ["--target-n50-se", "7:3"]))
+    with pytest.raises(ValueError, match="gives m = 1 twice"):
+        sweep_config(parse(common + ["--target-n50-se", "1:3", "1:40"]))
+
+
+def test_grid_flags_the_design_does_not_read_are_refused_not_dropped():
+    from ut_peft.cli.cram import parse, sweep_config
+
+    common = ["--model", "x", "--source", "tokens", "--ms", "1", "2"]
+    with pytest.raises(ValueError, match="--lengths is the fixed design's grid; the pooled design"):
+        sweep_config(parse(common + ["--design", "pooled", "--target-slope-se", "1", "--lengths", "10", "20"]))
+    with pytest.raises(ValueError, match="--start, --stop set the length walk"):
+        sweep_config(parse(common + ["--lengths", "10", "20", "--start", "5", "--stop", "50"]))
+    assert sweep_config(parse(common + ["--lengths", "10", "20"])).grid.lengths == [10, 20]
+    with pytest.raises(ValueError, match="support_sequences .*must be >= 1 .got 0, 32"):
+        sweep_config(parse(common + ["--lengths", "10", "--support-sequences", "0"]))
 
 
 def _v1_simulated(m, n, index, seed):

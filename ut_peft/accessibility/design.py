@@ -521,6 +521,13 @@ class PooledDesign(Design):
                 "the pooled design needs a stopping rule: target_slope_se (--target-slope-se), target_n50_se "
                 "(--target-n50-se) and/or budget_row_steps (--budget)"
             )
+        if isinstance(target_n50_se, dict) and set(target_n50_se) - set(ms):
+            # A target for an m the sweep does not measure is a typo, and dropping it silently could leave the design
+            # with no stopping rule at all (it would run until the grid or the budget ends).
+            raise ValueError(
+                f"target_n50_se names m = {sorted(set(target_n50_se) - set(ms))}, which the sweep does not measure "
+                f"(its ms are {list(ms)}): give targets for m in ms only"
+            )
         targets = {m: target_n50_se.get(m) if isinstance(target_n50_se, dict) else target_n50_se for m in ms}
         for name, value in [
             ("target_slope_se", target_slope_se),

@@ -180,6 +180,13 @@ class SweepConfig:
             raise ValueError(f"every number of memory vectors m must be >= 1 (got {self.ms})")
         if self.num_sequences < 1:
             raise ValueError(f"num_sequences must be >= 1 (got {self.num_sequences})")
+        # Checked here, before any row is crammed: the support (bounds) is estimated after the sweep.
+        if self.support_sequences < 1 or self.support_seq_len < 1:
+            raise ValueError(
+                f"support_sequences (--support-sequences) and support_seq_len are the random sequences the bounds' "
+                f"radius is measured on and their length: both must be >= 1 (got {self.support_sequences}, "
+                f"{self.support_seq_len})"
+            )
 
     def _set_audit(self) -> None:
         """The early abandon's audit comes with the design that can use it: a pooled version whose rules fit the

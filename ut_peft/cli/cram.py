@@ -141,9 +141,18 @@ def _n50_targets(values):
     targets = {}
     for value in values:
         m, sep, se = value.partition(":")
-        if not sep:
-            raise ValueError(f"--target-n50-se takes one number or M:SE pairs (got {' '.join(values)})")
-        targets[int(m)] = float(se)
+        try:
+            if not sep:
+                raise ValueError
+            key, target = int(m), float(se)
+        except ValueError:
+            raise ValueError(
+                f"--target-n50-se takes one number or M:SE pairs, M an integer m and SE a number of tokens (got "
+                f"{' '.join(values)})"
+            ) from None
+        if key in targets:
+            raise ValueError(f"--target-n50-se gives m = {key} twice ({' '.join(values)}): give each m once")
+        targets[key] = target
     return targets
 
 
@@ -158,6 +167,19 @@ def sweep_config(args: argparse.Namespace) -> SweepConfig:
         raise ValueError(f"--adaptive is an alias of --design adaptive; it contradicts --design {args.design}")
     if design is None:  # the published protocol walks the paper's adaptive grid unless lengths are given
         design = "adaptive" if args.protocol == "published" and args.lengths is None else "fixed"
+    # A grid flag the design does not read would be dropped without a word: refuse it instead.
+    if design != "fixed" and args.lengths is not None:
+        raise ValueError(
+            f"--lengths is the fixed design's grid; the {design} design chooses its own lengths between --start and "
+            "--stop: drop --lengths, or pass --design fixed"
+        )
+    walk = GridConfig()
+    moved = [f"--{name}" for name in ("start", "stop", "coarse", "fine") if getattr(args, name) != getattr(walk, name)]
+    if design == "fixed" and moved:
+        raise ValueError(
+            f"{', '.join(moved)} set the length walk of the adaptive, sequential and pooled designs; the fixed design "
+            "measures --lengths only: drop them, or choose another --design"
+        )
     grid = (
         GridConfig(lengths=args.lengths or DEFAULT_JOB["lengths"])
         if design == "fixed"
