@@ -21,6 +21,7 @@ from ut_peft.accessibility.store import (
     lock_folder,
     read_rows,
     repair,
+    torn_files,
 )
 
 from .test_sweep import small_config
@@ -138,8 +139,12 @@ def test_only_a_torn_last_line_is_cut(tmp_path):
     path = tmp_path / "rows.jsonl"
     write_lines(path, [good(0), good(1), good(2)[:20]])
     assert len(read_rows(tmp_path)) == 2  # a reader skips the torn line (its writer may still be writing it)
+    assert torn_files(tmp_path) == [path]  # and --report-only says so, rather than report as if it never ran
     assert repair(path) == 20
     assert len(assert_complete_rows(path)) == 2
+    assert torn_files(tmp_path) == []
+    write_lines(path, [good(0), good(1).rstrip(b"\n")])  # a whole row whose newline never made it: not torn
+    assert torn_files(tmp_path) == [] and len(read_rows(tmp_path)) == 2
 
 
 @pytest.mark.parametrize(

@@ -644,6 +644,18 @@ def pool_rows(rows: Iterable[Row]) -> dict[tuple[int, int, int], Row]:
     return pooled
 
 
+def torn_files(folder: Path) -> list[Path]:
+    """The folder's rows files whose last line is torn (a write a kill cut short): :func:`read_rows` leaves that
+    row out, and a resume cuts it off and crams the row again."""
+    torn = []
+    for path in row_files(Path(folder)):
+        data = path.read_bytes()
+        _, good, unterminated = _complete_rows(path, data)
+        if good < len(data) and not unterminated:
+            torn.append(path)
+    return torn
+
+
 def read_rows(folder: Path) -> dict[tuple[int, int, int], Row]:
     """All finished rows of the folder by (m, n, index) (:func:`pool_rows` of its rows files).
 

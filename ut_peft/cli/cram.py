@@ -37,7 +37,14 @@ from ..accessibility import (
 from ..accessibility.design import DESIGNS, POOLED_DESIGN_VERSION, POOLED_RULES
 from ..accessibility.protocol import PROTOCOLS, QUICK_RUN, cram_settings
 from ..accessibility.report import console_summary
-from ..accessibility.store import ADAPTERS_DIR, REPORT_FILE, SETTINGS_FILE, check_retarget_target, read_settings
+from ..accessibility.store import (
+    ADAPTERS_DIR,
+    REPORT_FILE,
+    SETTINGS_FILE,
+    check_retarget_target,
+    read_settings,
+    torn_files,
+)
 from ..accessibility.tracking import SweepTracker
 from .common import (
     add_common_flags,
@@ -68,6 +75,11 @@ def main(args):
         check_run_folder(args.output, "--output", SETTINGS_FILE)
         print(console_summary(summarize_folder(args.output, support_sequences=args.support_sequences)))
         print(f"report: {Path(args.output) / REPORT_FILE}")
+        for path in torn_files(Path(args.output)):  # said, not silently reported on as if the row never ran
+            print(
+                f"note: {path} ends in a torn line (a run killed while writing a row, or one writing it now): that "
+                "row is left out of this report; resuming the sweep cuts the line off and crams the row again"
+            )
         return
     config = sweep_config(args)
     check_output_folder(args.output)  # before the model loads: a bad path fails in a second, not after a batch
