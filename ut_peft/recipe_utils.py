@@ -24,6 +24,9 @@ def add_run_flags(parser: argparse.ArgumentParser, *, out: str) -> argparse.Argu
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, help="torch threads (default: torch's choice; 1 on a shared machine)")
     parser.add_argument("--out", default=out)
+    parser.add_argument(
+        "--overwrite", action="store_true", help="replace the results of an earlier run in --out (refused without it)"
+    )
     parser.add_argument("--no-progress", action="store_true")
     return parser
 
@@ -40,11 +43,18 @@ def parse_recipe_args(parser: argparse.ArgumentParser, script: str, argv=None) -
     return args
 
 
-def start_run(args: argparse.Namespace) -> Path:
-    """Apply ``--threads``, check and create ``--out``; returns the output folder."""
+def start_run(args: argparse.Namespace, results: tuple[str, ...] = ()) -> Path:
+    """Apply ``--threads``, check and create ``--out``; returns the output folder. ``results``: the files a run
+    writes there; an ``--out`` that holds one of them holds an earlier run, replaced only with ``--overwrite``."""
     from .cli.common import check_output_folder
 
     check_output_folder(args.out, "--out")
+    earlier = [name for name in results if (Path(args.out) / name).exists()]
+    if earlier and not getattr(args, "overwrite", False):
+        raise ValueError(
+            f"--out {args.out} holds an earlier run ({', '.join(earlier)}): give another --out, or pass --overwrite "
+            "to replace its results"
+        )
     if args.threads:
         import torch
 

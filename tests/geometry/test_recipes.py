@@ -77,6 +77,18 @@ def test_geometry_recipe_end_to_end(tmp_path):
     assert again["bounds"]["ratios"]["box"] == pytest.approx(result["bounds"]["ratios"]["box"] / 2)
     with pytest.raises(ValueError, match="not both"):  # run() prints it as one line, exit code 2
         recipe.main(recipe.parse(["--model", str(model_dir), "--summary", str(summary), "--slope", "2"]))
+    # The state knows its model: a re-summary names it (not the default), and refuses another --model.
+    third = tmp_path / "third"
+    recipe.main(recipe.parse(["--from-state", str(out / "state.pt"), "--slope", "6", "--out", str(third)]))
+    assert json.loads((third / "geometry.json").read_text())["model"] == str(model_dir) == again["model"]
+    with pytest.raises(ValueError, match="was sampled from"):
+        recipe.main(recipe.parse(["--model", "x", "--from-state", str(out / "state.pt"), "--out", str(third)]))
+    # An earlier run's results are replaced only when asked.
+    resummary = ["--from-state", str(out / "state.pt"), "--slope", "2", "--out", str(third)]
+    with pytest.raises(ValueError, match="holds an earlier run .geometry.json.*--overwrite"):
+        recipe.main(recipe.parse(resummary))
+    recipe.main(recipe.parse(resummary + ["--overwrite"]))
+    assert json.loads((third / "geometry.json").read_text())["bounds"]["measured_slope"] == 2.0
 
 
 def test_copy_task_recipe_end_to_end(tmp_path):
@@ -123,6 +135,8 @@ def test_copy_task_recipe_end_to_end(tmp_path):
         recipe.main(recipe.parse(["--backbone", str(tmp_path / "nope"), "--out", str(tmp_path / "o")]))
     with pytest.raises(ValueError, match="train-lengths"):
         recipe.main(recipe.parse(["--train-lengths", "9", "3", "--out", str(out)]))
+    with pytest.raises(ValueError, match="holds an earlier run .copy_task.json"):  # not overwritten silently
+        recipe.main(recipe.parse(["--trainings", "full", "--steps", "1", "--out", str(out)]))
 
     # the full run's model as a fixed backbone: only fresh E, U train; its body and positions stay bit-identical
     from peft import PeftModel

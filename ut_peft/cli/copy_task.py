@@ -32,7 +32,7 @@ def main(args):
     for path in args.combine or ():
         if not Path(path).is_file():
             raise ValueError(f"--combine {path}: no such file (give copy_task.json files of earlier runs)")
-    out = start_run(args)
+    out = start_run(args, results=("copy_task.json",))
     if args.combine:
         # Plot and tabulate runs made by separate invocations (e.g. run in parallel) together.
         result = {"settings": {}, "runs": {}}

@@ -8,10 +8,11 @@ and state.pt (support and counts: ``--from-state state.pt --summary ...`` recomp
 """
 
 import argparse
+from pathlib import Path
 
 from .. import load_model, load_tokenizer
 from ..geometry import read_measured_slope
-from ..geometry.analysis import analyze_model, load_state, save_state, summarize
+from ..geometry.analysis import analyze_model, load_state, save_state, state_model, summarize
 from ..geometry.report import geometry_markdown, plot_cells, write_json
 from ..recipe_utils import add_run_flags, parse_recipe_args, start_run, write_section
 from .common import check_model, run
@@ -25,7 +26,17 @@ def main(args):
     slope = read_measured_slope(args.summary) if args.summary else args.slope
     if not args.from_state:
         check_model(args.model)
-    out = start_run(args)
+    else:  # checked before --out is touched
+        if not Path(args.from_state).is_file():
+            raise ValueError(f"--from-state {args.from_state}: no such file (the state.pt of an earlier run)")
+        sampled = state_model(args.from_state)
+        if sampled is not None and args.model_given and args.model != sampled:
+            raise ValueError(
+                f"--from-state {args.from_state} was sampled from {sampled}, not --model {args.model}: drop --model "
+                "(the state's model is reported) or sample the other model without --from-state"
+            )
+        args.model = sampled or args.model  # the report names the model the counts come from
+    out = start_run(args, results=("geometry.json",))
     try:
         tokenizer = load_tokenizer(args.model)
     except (OSError, ValueError):  # a bare model folder: report token ids instead of token strings
@@ -48,6 +59,7 @@ def main(args):
             seed=args.seed,
             progress=not args.no_progress,
         )
+        result["model"] = args.model
         save_state(result, out / "state.pt")
     result["model"] = args.model
     result["slope_source"] = args.summary or ("--slope" if args.slope else None)
@@ -61,7 +73,7 @@ def main(args):
 
 def parse(argv=None, *, prog: str | None = None):
     p = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", default="smollm2-135m", help="bundled name, local folder or hub id")
+    p.add_argument("--model", default=None, help="bundled name, local folder or hub id (default smollm2-135m)")
     p.add_argument(
         "--samples",
         type=lambda s: int(float(s)),
@@ -82,7 +94,10 @@ def parse(argv=None, *, prog: str | None = None):
     p.add_argument("--vocab-chunk", type=int, help="vocabulary rows per logits block (default: 16M floats per block)")
     p.add_argument("--from-state", help="state.pt of an earlier run: recompute the summary and bounds, no sampling")
     add_run_flags(p, out="runs/geometry")
-    return parse_recipe_args(p, "recipes/geometry.py", argv)
+    args = parse_recipe_args(p, "recipes/geometry.py", argv)
+    args.model_given = args.model is not None  # --from-state checks a given model against the state's
+    args.model = args.model or "smollm2-135m"
+    return args
 
 
 if __name__ == "__main__":

@@ -112,6 +112,7 @@ def save_state(result: dict, path) -> Path:
         "stats": {k: getattr(stats, k) for k in ("radius", "eps", "low", "high", "hidden", "vocab_size")},
         "output_path": result["output_path"],
         "seed": result["seed"],
+        "model": result.get("model"),  # what was sampled: a re-summary from this state reports on that model
         "estimates": {
             s: {
                 m: {
@@ -133,6 +134,17 @@ def save_state(result: dict, path) -> Path:
     with atomic_open(path, "wb") as handle:
         torch.save(state, handle)
     return path
+
+
+def state_model(path) -> str | None:
+    """The model a :func:`save_state` file was sampled from (None for a state saved before it was recorded)."""
+    try:
+        state = torch.load(Path(path), weights_only=True)
+    except Exception as error:  # torch raises pickle, zip and runtime errors alike for a file that is not a state
+        raise ValueError(f"{path} is not a geometry state.pt (save_state's file): {error}") from None
+    if not isinstance(state, dict) or "estimates" not in state:
+        raise ValueError(f"{path} is not a geometry state.pt (save_state's file): it holds no estimates")
+    return state.get("model")
 
 
 def load_state(path) -> tuple[SupportStats, dict, dict, int]:
