@@ -482,3 +482,13 @@ def test_every_committed_rows_file_reads_checks_against_its_settings_and_writes_
     check_rows(SweepConfig.from_settings(settings), settings, rows)  # what resume and --report-only do
     lines = (ROOT / folder / "rows.jsonl").read_text().splitlines()
     assert sorted(json.dumps(r.to_dict(), sort_keys=True) for r in rows.values()) == sorted(lines)
+
+
+def test_a_refused_resume_names_each_changed_setting_down_to_its_field():
+    from ut_peft.accessibility.store import changed_settings
+
+    old = {"cram": {"max_steps": 3000, "lr": 0.01}, "seed": 0, "ms": [1, 2]}
+    new = {"cram": {"max_steps": 300, "lr": 0.01}, "seed": 0, "ms": [1, 2, 3], "prefix": "bos"}
+    expected = ["cram.max_steps 3000 -> 300", "ms [1, 2] -> [1, 2, 3]", 'prefix null -> "bos"']
+    assert changed_settings(old, new) == expected
+    assert changed_settings(old, dict(old)) == []

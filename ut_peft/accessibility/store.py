@@ -494,12 +494,26 @@ def check_settings(folder: Path, settings: dict, overwrite: bool) -> bool:
         check_unedited(folder, previous)
         return False
     else:
-        changed = sorted(k for k in set(previous) | set(settings) if previous.get(k) != settings.get(k))
         raise ValueError(
-            f"{folder} holds a run with different settings (changed: {', '.join(changed)}); "
-            "use another output folder, or pass overwrite=True (--overwrite) to discard it"
+            f"{folder} holds a run with different settings (changed: {', '.join(changed_settings(previous, settings))}"
+            "); use another output folder, or pass overwrite=True (--overwrite) to discard it"
         )
     return True
+
+
+def changed_settings(old: dict, new: dict, prefix: str = "") -> list[str]:
+    """Each setting that differs, named down to its field ("cram.max_steps 3000 -> 300"), so a refused resume says
+    what to put back rather than only which section moved."""
+    changed = []
+    for key in sorted(set(old) | set(new)):
+        a, b = old.get(key), new.get(key)
+        if a == b:
+            continue
+        if isinstance(a, dict) and isinstance(b, dict):
+            changed += changed_settings(a, b, f"{prefix}{key}.")
+        else:
+            changed.append(f"{prefix}{key} {json.dumps(a)} -> {json.dumps(b)}")
+    return changed
 
 
 class SettingsEditedError(ValueError):
