@@ -56,7 +56,9 @@ def test_interrupted_run_resumes_to_the_same_weights(tmp_path):
 def test_changed_settings_do_not_overwrite_a_checkpoint(tmp_path):
     run(RunSettings(task="dyck", backbone="sparse-ut", **TINY), tmp_path, progress=False, stop_after=3)
     before = (tmp_path / "checkpoint.pt").read_bytes()
-    with pytest.raises(ValueError, match="different settings"):
+    # The advice can be followed from the command line (there is no flag that starts over in place: --no-resume
+    # refuses a checkpoint): another --out, or deleting the checkpoint.
+    with pytest.raises(ValueError, match=r"different settings \(lr\).*--out.*delete"):
         run(RunSettings(task="dyck", backbone="sparse-ut", **{**TINY, "lr": 0.5}), tmp_path, progress=False)
     with pytest.raises(ValueError, match="exists"):
         run(RunSettings(task="dyck", backbone="sparse-ut", **TINY), tmp_path, progress=False, resume=False)

@@ -359,7 +359,7 @@ def _check_settings(path: Path, saved: dict, settings: RunSettings) -> None:
         changed = sorted(k for k in saved if saved[k] != dataclasses.asdict(settings).get(k))
         raise ValueError(
             f"{path} was written by a run with different settings ({', '.join(changed)}); "
-            "pass a new output folder, or resume=False to start over"
+            f"pass a new output folder (--out), or delete {path} to start this run over with these settings"
         )
 
 
