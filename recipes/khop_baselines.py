@@ -25,9 +25,24 @@ def _shown(path: Path) -> str:
 
 
 def main(args) -> None:
+    # Checked before the tables are computed (minutes): a bad value or an --out that cannot be written fails first.
+    if not args.ks or min(args.ks) < 1:
+        raise ValueError(f"--ks lists hop counts k >= 1, comma-separated (got {args.ks})")
+    for name in ("length", "train", "eval"):
+        if getattr(args, name) < 1:
+            raise ValueError(f"--{name} must be >= 1 (got {getattr(args, name)})")
+    if args.out.is_dir() or args.out.parent.is_file():
+        raise ValueError(f"--out {args.out} must be a file path (a Markdown report) in a folder")
+    defaults = parse([])
+    # Every setting that differs from the defaults, so that the report's command reproduces it.
     command = (
         "python recipes/khop_baselines.py"
-        + (f" --seed {args.seed}" if args.seed else "")
+        + (f" --ks {','.join(map(str, args.ks))}" if args.ks != defaults.ks else "")
+        + "".join(
+            f" --{name} {getattr(args, name)}"
+            for name in ("length", "train", "eval", "seed")
+            if getattr(args, name) != getattr(defaults, name)
+        )
         + (f" --models {','.join(args.models)}" if args.models else "")
         + (f" --out {_shown(args.out)}" if args.out != OUT else "")
     )

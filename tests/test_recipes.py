@@ -92,3 +92,16 @@ def test_every_recipe_takes_a_config_file(name, tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_:
         load_recipe(name).parse(["--config", str(config)])
     assert exit_.value.code == 2 and "'no_such_flag' is not a flag" in capsys.readouterr().err
+
+
+def test_khop_baselines_checks_its_flags_before_computing_and_prints_a_command_that_reproduces_them(tmp_path):
+    recipe = load_recipe("khop_baselines")
+    with pytest.raises(ValueError, match="--ks lists hop counts k >= 1"):
+        recipe.main(recipe.parse(["--ks", "0"]))
+    with pytest.raises(ValueError, match="--eval must be >= 1"):
+        recipe.main(recipe.parse(["--eval", "0"]))
+    with pytest.raises(ValueError, match="must be a file path"):
+        recipe.main(recipe.parse(["--out", str(tmp_path)]))
+    out = tmp_path / "report.md"
+    recipe.main(recipe.parse(["--ks", "1,2", "--train", "50", "--eval", "20", "--length", "12", "--out", str(out)]))
+    assert "python recipes/khop_baselines.py --ks 1,2 --length 12 --train 50 --eval 20 --out" in out.read_text()
