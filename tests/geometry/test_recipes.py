@@ -75,6 +75,9 @@ def test_geometry_recipe_end_to_end(tmp_path):
     again = json.loads((tmp_path / "again" / "geometry.json").read_text())
     assert again["cells"]["ball"]["argmax"]["top"] == ball["top"]
     assert again["bounds"]["ratios"]["box"] == pytest.approx(result["bounds"]["ratios"]["box"] / 2)
+    (tmp_path / "broken.json").write_text("not json")
+    with pytest.raises(ValueError, match="broken.json is not an evaluator summary.json"):
+        recipe.main(recipe.parse(["--from-state", str(out / "state.pt"), "--summary", str(tmp_path / "broken.json")]))
     with pytest.raises(ValueError, match="not both"):  # run() prints it as one line, exit code 2
         recipe.main(recipe.parse(["--model", str(model_dir), "--summary", str(summary), "--slope", "2"]))
     # The state knows its model: a re-summary names it (not the default), and refuses another --model.
@@ -137,6 +140,12 @@ def test_copy_task_recipe_end_to_end(tmp_path):
         recipe.main(recipe.parse(["--train-lengths", "9", "3", "--out", str(out)]))
     with pytest.raises(ValueError, match="holds an earlier run .copy_task.json"):  # not overwritten silently
         recipe.main(recipe.parse(["--trainings", "full", "--steps", "1", "--out", str(out)]))
+    with pytest.raises(ValueError, match="does not train embeddings"):  # a --backbone nothing would use
+        unused = ["--trainings", "full", "--backbone", str(out / "full"), "--out", str(tmp_path / "b")]
+        recipe.main(recipe.parse(unused))
+    (tmp_path / "broken.json").write_text("{")
+    with pytest.raises(ValueError, match="broken.json is not a copy_task.json"):
+        recipe.main(recipe.parse(["--combine", str(tmp_path / "broken.json"), "--out", str(tmp_path / "c")]))
 
     # the full run's model as a fixed backbone: only fresh E, U train; its body and positions stay bit-identical
     from peft import PeftModel

@@ -29,16 +29,28 @@ def main(args):
     eval_lengths = args.eval_lengths or None
     if args.backbone and not (Path(args.backbone) / "config.json").is_file():
         raise ValueError(f"--backbone {args.backbone} is not a saved copy model (no config.json there)")
+    if args.backbone and "embeddings" not in args.trainings and not args.combine:
+        raise ValueError(
+            f"--backbone is the frozen model the embeddings training reprograms; --trainings "
+            f"{' '.join(args.trainings)} does not train embeddings: add embeddings to --trainings, or drop --backbone"
+        )
+    parts = []
     for path in args.combine or ():
         if not Path(path).is_file():
             raise ValueError(f"--combine {path}: no such file (give copy_task.json files of earlier runs)")
+        try:
+            part = json.loads(Path(path).read_text())
+        except (UnicodeDecodeError, json.JSONDecodeError) as error:
+            raise ValueError(f"--combine {path} is not a copy_task.json (not JSON: {error})") from None
+        if not isinstance(part, dict) or not isinstance(part.get("runs"), dict):
+            raise ValueError(f"--combine {path} is not a copy_task.json of an earlier run (no runs in it)")
+        parts.append(part)
     out = start_run(args, results=("copy_task.json",))
     if args.combine:
         # Plot and tabulate runs made by separate invocations (e.g. run in parallel) together.
         result = {"settings": {}, "runs": {}}
-        for path in args.combine:
-            part = json.loads(Path(path).read_text())
-            label = part["settings"].get("label") or f"{part['settings'].get('steps')} steps"
+        for part in parts:
+            label = part.get("settings", {}).get("label") or f"{part.get('settings', {}).get('steps')} steps"
             result["runs"].update({f"{k} ({label})": v for k, v in part["runs"].items()})
         return write_outputs(result, out, low, high, args.command)
     settings = {

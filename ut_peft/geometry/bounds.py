@@ -89,7 +89,12 @@ def read_measured_slope(summary_path) -> float:
             f"no evaluator summary at {path}; run the accessibility evaluator first, or pass "
             "--slope with the measured n_50 slope"
         )
-    data = json.loads(path.read_text())
+    try:
+        data = json.loads(path.read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"{path} is not an evaluator summary.json (not JSON: {error})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path} is not an evaluator summary.json (a JSON object with fit and settings)")
     settings = data.get("settings") or {}
     slope = measured_slope(settings, data.get("fit"), data.get("pooled"))
     if abandon_audit(settings) and not (isinstance(slope, (int, float)) and slope > 0):
