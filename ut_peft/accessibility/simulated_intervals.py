@@ -163,8 +163,8 @@ def simulate_design(
     there: its rows are flagged, stopped or audited as the engine's would be)."""
     from .design import row_steps
 
-    ms = list(pooled_design(settings).ms)
-    audited = pooled_design(settings).audit is not None
+    shape = pooled_design(settings)  # its ms and audit (each repeat replays a fresh design from no rows)
+    ms, audited = list(shape.ms), shape.audit is not None
     if audited and abandon is None:
         raise ValueError(
             "this version of the pooled rules audits an early abandon: simulating it needs the abandon's model "

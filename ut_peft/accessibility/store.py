@@ -501,19 +501,27 @@ def check_settings(folder: Path, settings: dict, overwrite: bool) -> bool:
     return True
 
 
-def changed_settings(old: dict, new: dict, prefix: str = "") -> list[str]:
-    """Each setting that differs, named down to its field ("cram.max_steps 3000 -> 300"), so a refused resume says
-    what to put back rather than only which section moved."""
-    changed = []
-    for key in sorted(set(old) | set(new)):
-        a, b = old.get(key), new.get(key)
-        if a == b:
-            continue
-        if isinstance(a, dict) and isinstance(b, dict):
-            changed += changed_settings(a, b, f"{prefix}{key}.")
-        else:
-            changed.append(f"{prefix}{key} {json.dumps(a)} -> {json.dumps(b)}")
-    return changed
+def changed_paths(old, new, prefix: str = "") -> list[str]:
+    """Dotted names of the settings that differ between two JSON values (``cram.max_steps``, ``ms``)."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        return [
+            path
+            for key in sorted(set(old) | set(new), key=str)
+            for path in changed_paths(old.get(key), new.get(key), f"{prefix}{key}.")
+        ]
+    return [] if old == new else [prefix.rstrip(".")]
+
+
+def changed_settings(old: dict, new: dict) -> list[str]:
+    """Each setting that differs, named down to its field with both values ("cram.max_steps 3000 -> 300"), so a
+    refused resume says what to put back rather than only which section moved."""
+
+    def value(settings, path: str):
+        for key in path.split("."):
+            settings = settings.get(key) if isinstance(settings, dict) else None
+        return json.dumps(settings)
+
+    return [f"{path} {value(old, path)} -> {value(new, path)}" for path in changed_paths(old, new)]
 
 
 class SettingsEditedError(ValueError):

@@ -421,17 +421,6 @@ STOPPING_FIELDS = {
 }
 
 
-def _changed_paths(old, new, prefix: str = "") -> list[str]:
-    """Dotted names of the settings that differ between two JSON values (``cram.max_steps``, ``ms``)."""
-    if isinstance(old, dict) and isinstance(new, dict):
-        return [
-            path
-            for key in sorted(set(old) | set(new), key=str)
-            for path in _changed_paths(old.get(key), new.get(key), f"{prefix}{key}.")
-        ]
-    return [] if old == new else [prefix.rstrip(".")]
-
-
 def _relative_or_absolute(path: Path, base: Path) -> str:
     """``path`` relative to ``base`` (so a record reads the same in any clone), or absolute where no relative path
     exists (another drive on Windows)."""
@@ -464,7 +453,7 @@ def retarget_plan(old_dir, config: SweepConfig, settings: dict, new_dir) -> tupl
         design = {k: v for k, v in (values.get("design") or {}).items() if k not in free}
         return dict(values, design=design)
 
-    changed = _changed_paths(fixed(old_settings), fixed(new_settings))
+    changed = store.changed_paths(fixed(old_settings), fixed(new_settings))
     old_cram = old_settings.get("cram") or {}
     new_version = (new_settings.get("design") or {}).get("version")
     if kind == "pooled" and new_version in POOLED_RULES and POOLED_RULES[new_version].audit is not None:
