@@ -18,11 +18,13 @@ from .io import atomic_write_text
 def add_run_flags(parser: argparse.ArgumentParser, *, out: str) -> argparse.ArgumentParser:
     """``--seed``, ``--threads``, ``--out`` (default ``out``), ``--no-progress``, and every command's ``--config``
     and ``--debug`` (:func:`ut_peft.cli.common.add_common_flags`)."""
-    from .cli.common import add_common_flags
+    from .cli.common import add_common_flags, positive_int
 
     add_common_flags(parser)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, help="torch threads (default: torch's choice; 1 on a shared machine)")
+    parser.add_argument(
+        "--threads", type=positive_int, help="torch threads (default: torch's choice; 1 on a shared machine)"
+    )
     parser.add_argument("--out", default=out)
     parser.add_argument(
         "--overwrite", action="store_true", help="replace the results of an earlier run in --out (refused without it)"

@@ -243,3 +243,84 @@ def test_a_required_flag_comes_from_the_file_or_the_command_line(tmp_path, capsy
     with pytest.raises(SystemExit):
         parse_args(toy_parser(), ["--config", str(config)])
     assert "the following arguments are required: --out" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("kind", "good", "bad"),
+    [
+        (common.positive_int, [("1", 1), ("12", 12)], ["0", "-3", "1.5", "x", ""]),
+        (common.nonnegative_int, [("0", 0), ("7", 7)], ["-1", "x"]),
+        (common.positive_float, [("0.02", 0.02), ("3", 3.0)], ["0", "-3", "nan", "inf", "x"]),
+        (common.positive_int_list, [("2,4, 8", [2, 4, 8]), ("3", [3])], ["0", "1,x", "2,,3", "", "1,-2"]),
+        (common.int_list, [("0,1,2", [0, 1, 2])], ["1,x", "-1"]),
+    ],
+)
+def test_flag_types_convert_good_values_and_refuse_bad_ones_by_flag(capsys, kind, good, bad):
+    parser = argparse.ArgumentParser(prog="toy")
+    parser.add_argument("--value", type=kind)
+    for text, value in good:
+        assert parser.parse_args(["--value", text]).value == value
+    for text in bad:
+        with pytest.raises(SystemExit):
+            parser.parse_args([f"--value={text}"])
+        err = capsys.readouterr().err
+        assert "argument --value: expected " in err and repr(text) in err, err
+
+
+def test_flag_types_check_config_file_values_too(tmp_path, capsys):
+    parser = argparse.ArgumentParser(prog="toy")
+    parser.add_argument("--steps", type=common.positive_int, default=5)
+    parser.add_argument("--layers", type=common.positive_int_list, default=[1])
+    add_common_flags(parser)
+    config = tmp_path / "run.yaml"
+    config.write_text("steps: 3\nlayers: [1, 2]\n")
+    args = parse_args(parser, ["--config", str(config)])
+    assert (args.steps, args.layers) == (3, [1, 2])
+    config.write_text("layers: [1, 0]\n")
+    with pytest.raises(SystemExit):
+        parse_args(parser, ["--config", str(config)])
+    assert "--layers: expected comma-separated whole numbers >= 1" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("command", "argv", "message"),
+    [
+        ("copy_task", ["--steps", "0"], "argument --steps: expected a whole number >= 1, got '0'"),
+        ("copy_task", ["--num-per-length", "0"], "argument --num-per-length: expected a whole number >= 1"),
+        ("copy_task", ["--eval-lengths", "8", "0"], "argument --eval-lengths: expected a whole number >= 1"),
+        ("copy_task", ["--init-range", "-1"], "argument --init-range: expected a number > 0"),
+        ("width_study", ["--dims", "0"], "argument --dims: expected comma-separated whole numbers >= 1"),
+        ("width_study", ["--layers", "2,x"], "argument --layers: expected comma-separated whole numbers >= 1"),
+        ("width_study", ["--fit-steps", "0"], "argument --fit-steps: expected a whole number >= 1"),
+        ("geometry", ["--chunk-size", "-5"], "argument --chunk-size: expected a whole number >= 1"),
+        ("geometry", ["--threads", "-1"], "argument --threads: expected a whole number >= 1"),
+        ("geometry", ["--slope", "-3"], "argument --slope: expected a number > 0"),
+        ("geometry", ["--samples", "0.5"], "argument --samples: expected a whole number of points >= 1"),
+        ("bounds", ["--batch-size", "0"], "argument --batch-size: expected a whole number >= 1"),
+        ("reprogram", ["--out", "o", "--khop-ks", "1,x"], "argument --khop-ks: expected comma-separated whole"),
+        ("reprogram", ["--out", "o", "--stop-after", "0"], "argument --stop-after: expected a whole number >= 1"),
+    ],
+)
+def test_commands_refuse_out_of_range_numbers_naming_the_flag(capsys, command, argv, message):
+    import importlib
+
+    module = importlib.import_module(f"ut_peft.cli.{command}")
+    with pytest.raises(SystemExit) as exit_:
+        module.parse(argv)
+    assert exit_.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_geometry_samples_take_scientific_notation():
+    from ut_peft.cli import geometry
+
+    assert geometry.parse(["--samples", "1e4"]).samples == 10_000
+
+
+def test_bounds_refuses_a_plot_folder_before_measuring(tmp_path, capsys):
+    from ut_peft.cli import bounds
+
+    # the model name is bogus: the --plot check must come before the model is looked up
+    args = bounds.parse(["--model", "no-such-model", "--output", str(tmp_path / "b.json"), "--plot", str(tmp_path)])
+    with pytest.raises(ValueError, match="--plot .* is a folder; give the path of a file"):
+        bounds.main(args)

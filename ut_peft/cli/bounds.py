@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
-from pathlib import Path
 
 from ..accessibility.published_bounds import (
     PUBLISHED_SEQUENCES,
@@ -28,7 +27,7 @@ from ..accessibility.published_bounds import (
     ut_peft_estimate,
     write_estimate,
 )
-from .common import add_common_flags, check_model, check_output_file, parse_args, run
+from .common import add_common_flags, check_model, check_output_file, parse_args, positive_int, run
 
 
 def describe(estimate) -> str:
@@ -62,7 +61,7 @@ def describe(estimate) -> str:
 
 def main(args):
     output = check_output_file(args.output, "--output")
-    plot = Path(args.plot) if args.plot else output.with_suffix(".png")
+    plot = check_output_file(args.plot, "--plot") if args.plot else output.with_suffix(".png")
     if args.report_only:
         if not output.is_file():
             raise ValueError(f"--output {output} does not exist; run without --report-only to measure it")
@@ -130,20 +129,23 @@ def parse(argv=None, *, prog: str | None = None):
     )
     p.add_argument(
         "--sequences-per-length",
-        type=int,
+        type=positive_int,
         default=PUBLISHED_SEQUENCES,
         help=f"target per length (the paper: {PUBLISHED_SEQUENCES:,})",
     )
     p.add_argument(
-        "--lengths", type=int, nargs="+", help="sequence lengths (default: 4, 8, ..., 4096 up to the context)"
+        "--lengths", type=positive_int, nargs="+", help="sequence lengths (default: 4, 8, ..., 4096 up to the context)"
     )
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--batch-size", type=int, default=64, help="sequences per forward pass at most")
+    p.add_argument("--batch-size", type=positive_int, default=64, help="sequences per forward pass at most")
     p.add_argument(
-        "--max-batch-tokens", type=int, default=1024, help="tokens per forward pass at most (memory at long lengths)"
+        "--max-batch-tokens",
+        type=positive_int,
+        default=1024,
+        help="tokens per forward pass at most (memory at long lengths)",
     )
-    p.add_argument("--support-sequences", type=int, default=256, help="sequences of ut-peft's own estimate")
-    p.add_argument("--threads", type=int, help="torch threads (1 on a shared machine)")
+    p.add_argument("--support-sequences", type=positive_int, default=256, help="sequences of ut-peft's own estimate")
+    p.add_argument("--threads", type=positive_int, help="torch threads (1 on a shared machine)")
     p.add_argument("--output", default=RESULT_FILE, help=f"the estimate's JSON (results/<model>/{RESULT_FILE})")
     p.add_argument("--plot", help="the plot (default: --output with .png)")
     p.add_argument("--overwrite", action="store_true", help="replace an estimate --output already holds")

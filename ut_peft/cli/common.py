@@ -51,6 +51,53 @@ def add_common_flags(parser: argparse.ArgumentParser, *, tracking: bool = False)
     return parser
 
 
+# ---- flag types: a value out of range is an argparse error naming the flag ("argument --steps: ..."), ------------
+# ---- before a model loads, instead of a library error later that names no flag -----------------------------------
+
+
+def _number(text, kind, minimum: float, what: str):
+    try:
+        value = kind(text)
+    except (TypeError, ValueError):
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
+    return value
+
+
+def positive_int(text) -> int:
+    """An argparse type: a whole number >= 1."""
+    return _number(text, int, 1, "a whole number >= 1")
+
+
+def nonnegative_int(text) -> int:
+    """An argparse type: a whole number >= 0."""
+    return _number(text, int, 0, "a whole number >= 0")
+
+
+def positive_float(text) -> float:
+    """An argparse type: a number > 0."""
+    value = _number(text, float, 0, "a number > 0")
+    if not value > 0 or value == float("inf"):  # also NaN and inf, which compare past the minimum
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
+    return value
+
+
+def int_list(text, minimum: int = 0) -> list[int]:
+    """An argparse type: comma-separated whole numbers >= ``minimum`` (e.g. ``1,2,3``)."""
+    words = [w.strip() for w in str(text).split(",")]
+    what = f"comma-separated whole numbers >= {minimum}, e.g. 1,2,3"
+    try:
+        return [_number(w, int, minimum, what) for w in words]
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+
+
+def positive_int_list(text) -> list[int]:
+    """An argparse type: comma-separated whole numbers >= 1 (e.g. ``2,4,8``)."""
+    return int_list(text, minimum=1)
+
+
 class ConfigError(ValueError):
     """A config file that cannot be read, or holds a key or value the command does not take."""
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from ..geometry.copy_task import TRAININGS, run_copy
 from ..geometry.report import copy_markdown, plot_copy_cliff, write_json
 from ..recipe_utils import add_run_flags, parse_recipe_args, start_run, write_section
-from .common import run
+from .common import positive_float, positive_int, run
 
 
 def main(args):
@@ -103,17 +103,21 @@ def write_outputs(result, out, low, high, command):
 def parse(argv=None, *, prog: str | None = None):
     p = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--trainings", nargs="+", default=list(TRAININGS), choices=TRAININGS)
-    p.add_argument("--steps", type=int, default=1500)
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--lr", type=float, default=3e-3, help="learning rate of full training")
-    p.add_argument("--embedding-lr", type=float, default=1e-2, help="learning rate of embedding-only training")
-    p.add_argument("--train-lengths", type=int, nargs=2, default=[5, 50], metavar=("MIN", "MAX"))
-    p.add_argument("--eval-lengths", type=int, nargs="+", help="default: 5..4*MAX")
-    p.add_argument("--num-per-length", type=int, default=32)
-    p.add_argument("--hidden-size", type=int, default=64)
-    p.add_argument("--layers", type=int, default=2)
-    p.add_argument("--heads", type=int, default=4)
-    p.add_argument("--init-range", type=float, default=0.02, help="std of the random initial (or frozen) weights")
+    p.add_argument("--steps", type=positive_int, default=1500)
+    p.add_argument("--batch-size", type=positive_int, default=32)
+    p.add_argument("--lr", type=positive_float, default=3e-3, help="learning rate of full training")
+    p.add_argument(
+        "--embedding-lr", type=positive_float, default=1e-2, help="learning rate of embedding-only training"
+    )
+    p.add_argument("--train-lengths", type=positive_int, nargs=2, default=[5, 50], metavar=("MIN", "MAX"))
+    p.add_argument("--eval-lengths", type=positive_int, nargs="+", help="default: 5..4*MAX")
+    p.add_argument("--num-per-length", type=positive_int, default=32)
+    p.add_argument("--hidden-size", type=positive_int, default=64)
+    p.add_argument("--layers", type=positive_int, default=2)
+    p.add_argument("--heads", type=positive_int, default=4)
+    p.add_argument(
+        "--init-range", type=positive_float, default=0.02, help="std of the random initial (or frozen) weights"
+    )
     p.add_argument(
         "--backbone",
         help="embeddings: a saved copy model (e.g. <out>/full of a full run) whose body and "

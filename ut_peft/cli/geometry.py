@@ -15,7 +15,7 @@ from ..geometry import read_measured_slope
 from ..geometry.analysis import analyze_model, load_state, save_state, state_model, summarize
 from ..geometry.report import geometry_markdown, plot_cells, write_json
 from ..recipe_utils import add_run_flags, parse_recipe_args, start_run, write_section
-from .common import check_model, run
+from .common import check_model, positive_float, positive_int, run
 
 
 def main(args):
@@ -71,27 +71,42 @@ def main(args):
     )
 
 
+def sample_count(text) -> int:
+    """``--samples``: a count >= 1, also written as 1e6."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not (value >= 1 and value == int(value)):
+        raise argparse.ArgumentTypeError(
+            f"expected a whole number of points >= 1 such as 1000000 or 1e6, got {text!r}"
+        )
+    return int(value)
+
+
 def parse(argv=None, *, prog: str | None = None):
     p = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default=None, help="bundled name, local folder or hub id (default smollm2-135m)")
     p.add_argument(
         "--samples",
-        type=lambda s: int(float(s)),
+        type=sample_count,
         default=1_000_000,
         help="Monte Carlo points per support (1e6 takes minutes for |V|=49k on 2 cores)",
     )
     p.add_argument("--supports", nargs="+", default=["ball", "box"], choices=["ball", "box"])
     p.add_argument("--summary", help="accessibility evaluator summary.json with the measured slope (fit.slope)")
-    p.add_argument("--slope", type=float, help="the measured n_50 slope, when no summary.json is at hand")
+    p.add_argument("--slope", type=positive_float, help="the measured n_50 slope, when no summary.json is at hand")
     p.add_argument(
         "--apply-final-norm",
         action="store_true",
         help="treat sampled points as pre-norm states and apply the final norm (default: post-norm, "
         "head only, as the paper)",
     )
-    p.add_argument("--support-sequences", type=int, default=256)
-    p.add_argument("--chunk-size", type=int, help="points per chunk (default 4096)")
-    p.add_argument("--vocab-chunk", type=int, help="vocabulary rows per logits block (default: 16M floats per block)")
+    p.add_argument("--support-sequences", type=positive_int, default=256)
+    p.add_argument("--chunk-size", type=positive_int, help="points per chunk (default 4096)")
+    p.add_argument(
+        "--vocab-chunk", type=positive_int, help="vocabulary rows per logits block (default: 16M floats per block)"
+    )
     p.add_argument("--from-state", help="state.pt of an earlier run: recompute the summary and bounds, no sampling")
     add_run_flags(p, out="runs/geometry")
     args = parse_recipe_args(p, "recipes/geometry.py", argv)

@@ -24,7 +24,9 @@ from .common import (
     check_output_file,
     check_output_folder,
     end_tracking,
+    int_list,
     parse_args,
+    positive_int,
     start_tracking,
 )
 from .common import run as run_command
@@ -85,7 +87,7 @@ def parse(argv=None, *, prog: str | None = None):
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.add_argument(
         "--stop-after",
-        type=int,
+        type=positive_int,
         default=None,
         help="checkpoint and stop after this many steps in this session (rerun to resume)",
     )
@@ -97,7 +99,7 @@ def parse(argv=None, *, prog: str | None = None):
         elif isinstance(value, list):
             parser.add_argument(
                 flag,
-                type=lambda s: [int(x) for x in s.split(",")],
+                type=int_list,
                 default=value,
                 help="comma-separated, e.g. 1,2,3,4",
             )

@@ -7,12 +7,7 @@ import argparse
 
 from ..io import atomic_write_json
 from ..universal.study import fit_table, markdown, multihead_table, width_table
-from .common import add_common_flags, check_output_file, parse_args, run
-
-
-def ints(text):
-    return [int(x) for x in text.split(",")]
-
+from .common import add_common_flags, check_output_file, parse_args, positive_int, positive_int_list, run
 
 TABLES = ("single_head", "multi_head", "fit")
 
@@ -34,12 +29,12 @@ def main(args):
 
 def parse(argv=None, *, prog: str | None = None):
     p = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--layers", type=ints, default=[1, 2, 3])
-    p.add_argument("--dims", type=ints, default=[2, 4, 8])
+    p.add_argument("--layers", type=positive_int_list, default=[1, 2, 3])
+    p.add_argument("--dims", type=positive_int_list, default=[2, 4, 8])
     p.add_argument("--looped", action="store_true", help="looped (weight-shared) backbones")
-    p.add_argument("--multihead-layers", type=ints, default=[1, 2, 3])
-    p.add_argument("--fit-widths", type=ints, default=[2, 4, 8, 16, 32, 64])
-    p.add_argument("--fit-steps", type=int, default=300)
+    p.add_argument("--multihead-layers", type=positive_int_list, default=[1, 2, 3])
+    p.add_argument("--fit-widths", type=positive_int_list, default=[2, 4, 8, 16, 32, 64])
+    p.add_argument("--fit-steps", type=positive_int, default=300)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
         "--tables",
