@@ -170,7 +170,7 @@ def test_a_version_that_audits_an_early_abandon_is_calibrated_under_the_abandon_
     half = slope["quantile"] * slope["se"]
     assert slope["ci"] == pytest.approx([slope["estimate"] - half, slope["estimate"] + half])
     text = "\n".join(calibrated_lines(current(calibration, rows)))  # the report names the simulated abandon
-    assert "simulated early abandon (failing rows flagged" in text and abandon.source in text
+    assert f"simulated {abandon.describe()}" in text and abandon.source in text
     assert abandon.source.startswith(f"fitted to {len(rows)} rows")
     # The simulated sweeps ran under it: rows it stops at their flag step cost less than under an abandon that never
     # flags (the same sweeps, the same draws otherwise).

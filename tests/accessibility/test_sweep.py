@@ -1,5 +1,6 @@
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -667,12 +668,22 @@ def test_an_edited_settings_json_is_refused_by_the_report_instead_of_changing_it
     original = json.loads((tmp_path / "settings.json").read_text())
     # The summary records the settings it was written under: any edit is refused, also one no row can show (more
     # sequences: every group would look unfinished and the fits would silently go).
-    for edit in ({"num_sequences": 3}, {"seed": 7}):
+    # The message names each edited field with both values, also inside a section.
+    lr = original["cram"]["lr"]
+    for edit, overrides, changed in (
+        ({"num_sequences": 3}, {"num_sequences": 3}, f"num_sequences {original['num_sequences']} -> 3"),
+        ({"seed": 7}, {"seed": 7}, f"seed {original['seed']} -> 7"),
+        (
+            {"cram": dict(original["cram"], lr=lr * 2)},
+            {"cram": CramConfig(max_steps=30, patience=30, batch_size=4, lr=lr * 2)},
+            f"cram.lr {lr} -> {lr * 2}",
+        ),
+    ):
         (tmp_path / "settings.json").write_text(json.dumps(dict(original, **edit)))
-        with pytest.raises(SettingsEditedError, match=rf"settings\.json differs .*changed: {next(iter(edit))}\)"):
+        with pytest.raises(SettingsEditedError, match=rf"settings\.json differs .*\(changed: {re.escape(changed)}\)"):
             summarize_folder(tmp_path, llama, support_sequences=8, support_seq_len=4)
         with pytest.raises(SettingsEditedError):  # a resume with settings that match the edited file
-            run_sweep(small_config(**edit), tmp_path, model=llama, progress=False)
+            run_sweep(small_config(**overrides), tmp_path, model=llama, progress=False)
         assert (tmp_path / "summary.json").read_bytes() == summary
     # Without a summary (a run killed before it reported) the rows show what was edited.
     (tmp_path / "summary.json").rename(tmp_path / "summary.kept")

@@ -555,15 +555,13 @@ def calibrated_lines(calibrated: dict | None) -> list[str]:
 
 
 def _abandon_text(abandon: dict | None) -> str:
-    """The simulated early abandon of a calibration (simulator.AuditedAbandon, as calibration.json records it)."""
+    """The simulated early abandon of a calibration, in the words its simulator prints (calibration.json records
+    the :class:`~ut_peft.accessibility.simulator.AuditedAbandon` as a dict)."""
     if not abandon:
         return ""
-    shares = ", ".join(f"{p:.2f} at step {k}" for k, p in zip(abandon["flag_steps"], abandon["flag_failed"]))
-    return (
-        f"; each simulated row flagged, stopped or audited by a simulated early abandon (failing rows flagged "
-        f"{shares}, accessible ones {abandon['flag_accessible']:.2f}; audited at {abandon['audit']:g}; "
-        f"{abandon['source']})"
-    )
+    from .simulator import AuditedAbandon
+
+    return f"; each simulated row ran under a simulated {AuditedAbandon(**abandon).describe()}"
 
 
 def run_slope(summary: Summary) -> tuple[float, str] | None:

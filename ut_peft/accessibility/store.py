@@ -543,10 +543,10 @@ def check_unedited(folder: Path, settings: dict) -> None:
         return  # no summary yet, or a damaged one that summarising replaces
     settings = json.loads(json.dumps(settings))
     if isinstance(reported, dict) and reported != settings:
-        changed = sorted(k for k in set(reported) | set(settings) if reported.get(k) != settings.get(k))
+        changed = changed_settings(reported, settings)
         raise SettingsEditedError(
             f"{Path(folder) / SETTINGS_FILE} differs from the settings {path} was written under (changed: "
-            f"{', '.join(changed)}): it was edited after the run, and its rows were made under the settings the "
+            f"{'; '.join(changed)}): it was edited after the run, and its rows were made under the settings the "
             'summary records. Restore settings.json from the summary\'s "settings", or rerun into a new folder'
         )
 
