@@ -21,15 +21,19 @@ defaults (the shares measured on SmolLM2's full-cap rows); each calibration fits
 
 Resumable: every finished outer sweep is one line of ``--results`` (JSONL, appended whole, with the setting it was
 simulated at); a rerun skips the sweeps it holds and reports on all of them, and a file of another setting is
-refused. One core; an outer sweep costs about (inner + 1) simulated sweeps.
+refused. An outer sweep costs about (inner + 1) simulated sweeps of one core; ``--workers N`` runs N outer sweeps
+at a time in as many processes (each outer sweep is seeded by its index, so the lines are the same whichever
+process runs it, and only the order in which they are appended differs).
 """
 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import dataclasses
 import json
 import math
+import multiprocessing
 import sys
 import time
 from pathlib import Path
@@ -82,6 +86,25 @@ def one_outer(settings: dict, truth, outer: int, inner: int, abandon: AuditedAba
             for name, e in entries.items()
         },
     }
+
+
+def _run_outers(settings: dict, truth, outers: list[int], inner: int, abandon, workers: int):
+    """:func:`one_outer` for each of ``outers``, yielded as they finish: in this process, or in ``workers`` forked
+    ones (fork: the children inherit the imported package and the truth; the benchmark may be loaded from a path
+    that a spawned child could not import)."""
+    if workers == 1 or len(outers) <= 1:
+        for outer in outers:
+            yield one_outer(settings, truth, outer, inner, abandon)
+        return
+    context = multiprocessing.get_context("fork")
+    with concurrent.futures.ProcessPoolExecutor(min(workers, len(outers)), mp_context=context) as pool:
+        futures = [pool.submit(one_outer, settings, truth, outer, inner, abandon) for outer in outers]
+        try:
+            for future in concurrent.futures.as_completed(futures):
+                yield future.result()
+        except BaseException:  # an error or a kill: drop the sweeps not started instead of waiting for them
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
 
 
 def coverage_table(results: list[dict]) -> dict[str, dict]:
@@ -148,6 +171,9 @@ def main(argv=None) -> None:
     parser.add_argument("--inner", type=int, default=100, help="simulated sweeps per calibration")
     parser.add_argument("--results", default=None, help="JSONL of finished outer sweeps (resumable); default: none")
     parser.add_argument("--rows", type=int, default=None, help="the truth from the folder's first N rows only")
+    parser.add_argument(
+        "--workers", type=int, default=1, help="outer sweeps at a time, one process each (the cores to use)"
+    )
     parser.add_argument("--json", default=None, help="write the coverage table and the settings to this JSON file")
     parser.add_argument(
         "--pooled-version",
@@ -156,8 +182,11 @@ def main(argv=None) -> None:
         help="simulate this version of the pooled rules (the folder's targets and ms) at the folder's fitted truth",
     )
     args = parser.parse_args(argv)
-    if args.outer < 1 or args.inner < 50:
-        raise SystemExit(f"--outer >= 1 and --inner >= 50 (a 95% quantile) (got {args.outer}, {args.inner})")
+    if args.outer < 1 or args.inner < 50 or args.workers < 1:
+        raise SystemExit(
+            f"--outer >= 1, --inner >= 50 (a 95% quantile) and --workers >= 1 (got {args.outer}, {args.inner}, "
+            f"{args.workers})"
+        )
     folder = Path(args.folder)
     settings = store.read_settings(folder)
     rows = store.read_rows(folder)
@@ -214,15 +243,14 @@ def main(argv=None) -> None:
             "recorded without one; give another --results file (or delete this one to start over)"
         )
     done = {r["outer"] for r in results}
-    for outer in range(args.outer):
-        if outer in done:
-            continue
-        result = dict(one_outer(settings, truth, outer, args.inner, abandon), setting=setting)
+    todo = [outer for outer in range(args.outer) if outer not in done]
+    for result in _run_outers(settings, truth, todo, args.inner, abandon, args.workers):
+        result = dict(result, setting=setting)
         results.append(result)
-        if path is not None:
+        if path is not None:  # appended whole by this process only, as each sweep finishes
             with path.open("a") as handle:
                 handle.write(json.dumps(result) + "\n")
-        print(f"outer {outer}: {result.get('seconds', 0):.0f} s", file=sys.stderr, flush=True)
+        print(f"outer {result['outer']}: {result.get('seconds', 0):.0f} s", file=sys.stderr, flush=True)
     judged = sorted((r for r in results if r["outer"] < args.outer), key=lambda r: r["outer"])
     table = report(judged, truth_text, args.inner)
     if args.json:

@@ -7,7 +7,8 @@
 #   2. the done-when width: the published design's expected slope interval (and both designs' errors) at the same
 #      fitted truth, 400 repeats (benchmarks/measurement_cost.py --truth-fitted);
 #   3. the calibration's coverage at that truth: 100 simulated sweeps, each calibrated from 100 more
-#      (benchmarks/simulated_intervals.py; about an hour of one core).
+#      (benchmarks/simulated_intervals.py, two at a time on the 2 cores; about 1.5 hours of one core, a dry run on
+#      the first 80 rows took 65 s per sweep at --inner 50 beside the cram job).
 # Then commit the folder and results/benchmarks/*_rows<N>.* (N: the rows the design stopped at).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -23,7 +24,7 @@ if [ ! -s "$log" ]; then
 fi
 name=$bench/simulated_intervals_smollm2_rows$rows
 if [ ! -s "$name.log" ]; then
-    nice -n 5 python benchmarks/simulated_intervals.py "$folder" --outer 100 --inner 100 \
+    nice -n 5 python benchmarks/simulated_intervals.py "$folder" --outer 100 --inner 100 --workers 2 \
         --results "$name.jsonl" --json "$name.json" > "$name.log.partial"
     mv "$name.log.partial" "$name.log"
 fi

@@ -40,3 +40,31 @@ def test_another_version_is_simulated_at_the_folders_line_and_a_results_file_kee
     benchmark.main(command)  # resumed: the one outer sweep is read back, not simulated again
     assert "outer 0" not in capsys.readouterr().err
     assert len(results.read_text().splitlines()) == 1
+
+
+def test_workers_append_the_same_lines_as_one_process(load_benchmark, tmp_path, capsys):
+    """--workers 2 runs the outer sweeps in two processes: each is seeded by its index, so the results file holds the
+    same lines as a one-process run's (only their order may differ) and the table is the same."""
+    benchmark = load_benchmark("simulated_intervals.py")
+    settings = pooled_sweep_settings()
+    truth = Truth(slope=20.0, intercept=4.0, rel_width=0.15, nested=False, cap_fails=True)
+    rows, _ = run_design(pooled_design(settings), truth, 3)
+    folder = tmp_path / "sweep"
+    write_sweep_folder(folder, settings, [(*key, r["accessible"], r["steps"]) for key, r in rows.items()])
+    tables = []
+    lines = []
+    for workers in (1, 2):
+        results, record = tmp_path / f"outer{workers}.jsonl", tmp_path / f"outer{workers}.json"
+        benchmark.main(
+            [str(folder), "--outer", "2", "--inner", "50", "--results", str(results), "--json", str(record)]
+            + ["--workers", str(workers)]
+        )
+        lines.append(sorted(json.loads(x)["outer"] for x in results.read_text().splitlines()))
+        by_outer = {json.loads(x)["outer"]: json.loads(x) for x in results.read_text().splitlines()}
+        for line in by_outer.values():
+            line.pop("seconds", None)  # wall time: the one field a process may change
+        tables.append((by_outer, json.loads(record.read_text())["table"]))
+    assert lines == [[0, 1], [0, 1]]
+    assert tables[0] == tables[1]
+    with pytest.raises(SystemExit, match="--workers >= 1"):
+        benchmark.main([str(folder), "--workers", "0"])
