@@ -15,7 +15,7 @@ cd "$(dirname "$0")/../.."
 folder=results/smollm2-135m/pooled-words-v7
 rows=$(grep -c . "$folder/rows.jsonl")
 bench=results/benchmarks
-nice -n 5 ut-peft calibrate "$folder"
+nice -n 5 ut-peft calibrate "$folder" --workers 2
 log=$bench/measurement_cost_v7_truthfitted_rows$rows.log
 if [ ! -s "$log" ]; then
     nice -n 5 python benchmarks/measurement_cost.py --quick --designs pooled --pooled-version 7 --pooled-factor 2 \

@@ -66,6 +66,13 @@ def test_a_calibrated_interval_is_the_estimate_plus_minus_q_standard_errors(rows
     assert calibrate(rows, SETTINGS, repeats=50, seed=1)["slope"]["quantile"] != slope["quantile"]
 
 
+def test_workers_simulate_the_same_sweeps_as_one_process(rows, calibration):
+    """Each simulated sweep is seeded by its number: two processes give the calibration one gives, to the bit."""
+    assert calibrate(rows, SETTINGS, repeats=50, workers=2) == calibration
+    with pytest.raises(ValueError, match="workers .* >= 1"):
+        calibrate(rows, SETTINGS, repeats=50, workers=0)
+
+
 def test_the_quantile_is_the_one_of_the_simulated_studentised_errors(rows, calibration):
     from ut_peft.accessibility.simulated_intervals import simulate_design
 
@@ -131,7 +138,7 @@ def test_the_file_is_written_whole_and_a_broken_one_is_refused(tmp_path, calibra
 def test_ut_peft_calibrate_writes_the_file_and_updates_the_summary(tmp_path, rows, capsys):
     folder = tmp_path / "sweep"
     write_sweep_folder(folder, SETTINGS, [(*key, r["accessible"], r["steps"]) for key, r in rows.items()])
-    cli_main(["calibrate", str(folder), "--repeats", "50"])
+    cli_main(["calibrate", str(folder), "--repeats", "50", "--workers", "2"])
     written = read_calibration(folder)
     # The rows read back from the folder are the simulated ones: the calibration is theirs.
     assert written["rows_digest"] == rows_digest(store.read_rows(folder))

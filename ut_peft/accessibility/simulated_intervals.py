@@ -30,6 +30,7 @@ it was computed from: a summary of other rows does not use it (it says the calib
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 from pathlib import Path
@@ -155,44 +156,75 @@ def _quantities(estimate: dict, ms) -> dict[str, tuple[float, float]]:
 
 
 def simulate_design(
-    settings: dict, truth: Truth, repeats: int, seed: int = 0, abandon: AuditedAbandon | None = None
+    settings: dict,
+    truth: Truth,
+    repeats: int,
+    seed: int = 0,
+    abandon: AuditedAbandon | None = None,
+    workers: int = 1,
 ) -> dict:
     """The folder's design run ``repeats`` times at ``truth``: per quantity, the studentised errors
     (estimate - truth) / se and the plain errors, as arrays (NaN where a repeat's fit did not converge), with the
     row-steps each repeat spent. ``abandon``: the simulated audited abandon, for a version that audits one (required
-    there: its rows are flagged, stopped or audited as the engine's would be)."""
-    from .design import row_steps
-
+    there: its rows are flagged, stopped or audited as the engine's would be). ``workers`` > 1 runs the repeats in
+    that many forked processes; each repeat is seeded by its number, so the arrays are the same as in one process."""
     shape = pooled_design(settings)  # its ms and audit (each repeat replays a fresh design from no rows)
-    ms, audited = list(shape.ms), shape.audit is not None
-    if audited and abandon is None:
+    ms = list(shape.ms)
+    if shape.audit is not None and abandon is None:
         raise ValueError(
             "this version of the pooled rules audits an early abandon: simulating it needs the abandon's model "
             "(fitted_abandon of the folder's rows, or an AuditedAbandon)"
         )
+    if not (isinstance(workers, int) and workers >= 1):
+        raise ValueError(f"workers is the number of processes that simulate the repeats: >= 1 (got {workers!r})")
     slope, intercept = truth.protocol_line(ms)
     true = {"slope": slope, "intercept": intercept}
     true.update({f"n50@{m}": truth.protocol_n50(m) for m in ms})
     t = {name: np.full(repeats, np.nan) for name in true}
     errors = {name: np.full(repeats, np.nan) for name in true}
     spent = np.zeros(repeats)
-    for r in range(repeats):
-        design = pooled_design(settings)
-        repeat = _REPEAT_BASE * (seed + 1) + r
-        if audited:
-            assert abandon is not None  # checked above
-            rows, _ = run_audited_design(design, truth, repeat, abandon)
-        else:
-            rows, _ = run_design(design, truth, repeat)
-        spent[r] = sum(row_steps(row) for row in rows.values())
-        estimate = design.summary_fit(rows)
-        if estimate is None or not estimate["converged"]:
-            continue
-        for name, (value, se) in _quantities(estimate, ms).items():
-            errors[name][r] = value - true[name]
-            if se > 0:
-                t[name][r] = errors[name][r] / se
+    numbers = [_REPEAT_BASE * (seed + 1) + r for r in range(repeats)]
+    one = functools.partial(_simulate_repeat, settings, truth, abandon, true)
+    if workers == 1 or repeats < 2:
+        outcomes = list(map(one, numbers))
+    else:
+        import concurrent.futures
+        import multiprocessing
+
+        # fork: the children inherit the imported package and the truth as they are (nothing to pickle but results)
+        pool = concurrent.futures.ProcessPoolExecutor(
+            min(workers, repeats), mp_context=multiprocessing.get_context("fork")
+        )
+        with pool:
+            outcomes = list(pool.map(one, numbers, chunksize=max(1, repeats // (4 * workers))))
+    for r, (steps, found) in enumerate(outcomes):
+        spent[r] = steps
+        for name, (error, studentised) in found.items():
+            errors[name][r] = error
+            t[name][r] = studentised
     return {"t": t, "errors": errors, "row_steps": spent}
+
+
+def _simulate_repeat(settings: dict, truth: Truth, abandon: AuditedAbandon | None, true: dict, repeat: int):
+    """One simulated sweep of the folder's design: its row-steps, and per quantity (error, error / se) where its fit
+    converged (error / se NaN where se is 0)."""
+    from .design import row_steps
+
+    design = pooled_design(settings)
+    if design.audit is not None:
+        assert abandon is not None  # checked by simulate_design
+        rows, _ = run_audited_design(design, truth, repeat, abandon)
+    else:
+        rows, _ = run_design(design, truth, repeat)
+    steps = float(sum(row_steps(row) for row in rows.values()))
+    estimate = design.summary_fit(rows)
+    if estimate is None or not estimate["converged"]:
+        return steps, {}
+    found = {}
+    for name, (value, se) in _quantities(estimate, list(design.ms)).items():
+        error = value - true[name]
+        found[name] = (error, error / se if se > 0 else math.nan)
+    return steps, found
 
 
 def calibrate(
@@ -203,12 +235,14 @@ def calibrate(
     seed: int = 0,
     truth: Truth | None = None,
     abandon: AuditedAbandon | None = None,
+    workers: int = 1,
 ) -> dict:
     """The calibrated intervals of a pooled sweep's estimate (see the module's docstring), as ``calibration.json``
     holds them: per quantity the estimate, its standard error, the quantile q, the interval estimate +- q se, and the
     design's simulated bias, RMSE and Wald coverage at the fitted truth; with the truth (and, for a version that
     audits an early abandon, the abandon's fitted model), the repeats and the digest of the rows. ``truth`` /
-    ``abandon``: simulate at these instead of the fitted ones (benchmarks)."""
+    ``abandon``: simulate at these instead of the fitted ones (benchmarks). ``workers``: processes that simulate the
+    repeats (:func:`simulate_design`; the result does not depend on it)."""
     if not (isinstance(repeats, int) and repeats >= 50):
         raise ValueError(
             f"repeats is the number of simulated sweeps a calibration's quantile comes from; 95% quantiles need at "
@@ -222,7 +256,7 @@ def calibrate(
         truth = fitted_truth(rows, settings)
     if abandon is None:
         abandon = fitted_abandon(rows, settings)
-    simulated = simulate_design(settings, truth, repeats, seed, abandon)
+    simulated = simulate_design(settings, truth, repeats, seed, abandon, workers=workers)
     quantities = {}
     for name, (value, se) in _quantities(estimate, list(design.ms)).items():
         t, e = simulated["t"][name], simulated["errors"][name]
@@ -266,13 +300,14 @@ def _truth_dict(truth: Truth, ms) -> dict:
     return out
 
 
-def calibrate_folder(folder, *, repeats: int = DEFAULT_REPEATS, seed: int = 0) -> dict:
-    """:func:`calibrate` on a sweep folder's rows and settings, written to its calibration.json."""
+def calibrate_folder(folder, *, repeats: int = DEFAULT_REPEATS, seed: int = 0, workers: int = 1) -> dict:
+    """:func:`calibrate` on a sweep folder's rows and settings (``workers`` processes), written to its
+    calibration.json."""
     from . import store
 
     folder = Path(folder)
     settings = store.read_settings(folder)
     rows = store.read_rows(folder)
-    calibration = calibrate(rows, settings, repeats=repeats, seed=seed)
+    calibration = calibrate(rows, settings, repeats=repeats, seed=seed, workers=workers)
     write_calibration(folder, calibration)
     return calibration

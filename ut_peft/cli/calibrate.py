@@ -1,7 +1,7 @@
 """Calibrated intervals for a pooled sweep: its own design simulated at the line fitted to its own rows.
 
     ut-peft calibrate results/smollm2-135m/pooled-words-v7              # 400 simulated sweeps, one core
-    ut-peft calibrate results/smollm2-135m/pooled-words-v7 --repeats 800 --seed 1
+    ut-peft calibrate results/smollm2-135m/pooled-words-v7 --repeats 800 --seed 1 --workers 2   # on 2 cores
 
 Fits a ground truth to the folder's rows (the pooled line, its per-m widths, the rows' step costs, cap failures as
 under the published protocol), runs the folder's design (its settings: version, targets, rows a round, ms) that many
@@ -20,12 +20,12 @@ import argparse
 from ..accessibility import store
 from ..accessibility.report import calibrated_lines, write_report
 from ..accessibility.simulated_intervals import DEFAULT_REPEATS, calibrate_folder
-from .common import add_common_flags, check_run_folder, parse_args, run
+from .common import add_common_flags, check_run_folder, parse_args, positive_int, run
 
 
 def main(args):
     folder = check_run_folder(args.folder, "FOLDER", store.SETTINGS_FILE)
-    calibration = calibrate_folder(folder, repeats=args.repeats, seed=args.seed)
+    calibration = calibrate_folder(folder, repeats=args.repeats, seed=args.seed, workers=args.workers)
     print(f"wrote {folder / store.CALIBRATION_FILE}")
     current = store.current_calibration(calibration, store.read_rows(folder))
     print("\n".join(calibrated_lines(current)).strip())
@@ -42,6 +42,12 @@ def parse(argv=None, *, prog: str | None = None):
     p.add_argument("folder", help="a pooled sweep's folder (settings.json and rows)")
     p.add_argument("--repeats", type=int, default=DEFAULT_REPEATS, help="simulated sweeps (the quantile's sample)")
     p.add_argument("--seed", type=int, default=0, help="which simulated sweeps (a seed gives the same ones again)")
+    p.add_argument(
+        "--workers",
+        type=positive_int,
+        default=1,
+        help="processes that simulate the sweeps (the cores to use; the result is the same for any number)",
+    )
     add_common_flags(p)
     return parse_args(p, argv)
 
