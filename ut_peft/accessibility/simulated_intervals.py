@@ -192,6 +192,8 @@ def simulate_design(
         import multiprocessing
 
         # fork: the children inherit the imported package and the truth as they are (nothing to pickle but results)
+        if "fork" not in multiprocessing.get_all_start_methods():
+            raise ValueError(f"workers > 1 forks processes, which this platform cannot: use workers=1 (got {workers})")
         pool = concurrent.futures.ProcessPoolExecutor(
             min(workers, repeats), mp_context=multiprocessing.get_context("fork")
         )
