@@ -93,11 +93,14 @@ and prints their row-steps, wall times, n_50 with intervals and whether they agr
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import dataclasses
+import functools
 import hashlib
 import inspect
 import json
 import math
+import multiprocessing
 import os
 import sys
 import time
@@ -388,7 +391,38 @@ def _from_json(result: dict) -> dict:
     return dict(result, per_m={int(m): v for m, v in result["per_m"].items()})
 
 
-def baseline_results(name: str, truth: Truth, ms, repeats: int, num_boot: int, cache: Path | None):
+def in_processes(function, items, workers: int):
+    """``map(function, items)`` in order, in this process or in ``workers`` forked ones (each repeat is seeded by its
+    index, so a result does not depend on the process that computed it; fork: the children inherit this module,
+    however it was loaded)."""
+    if workers == 1 or len(items) < 2:
+        yield from map(function, items)
+        return
+    context = multiprocessing.get_context("fork")
+    with concurrent.futures.ProcessPoolExecutor(min(workers, len(items)), mp_context=context) as pool:
+        try:
+            yield from pool.map(function, items)
+        except BaseException:  # an error or a kill: drop the repeats not started instead of waiting for them
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+
+
+def _baseline_repeat(name: str, truth: Truth, ms, num_boot: int, repeat: int) -> dict:
+    """One repeat of the published design (with prefix inference for "published+inferred"), as the cache holds it."""
+    infer = name == "published+inferred"
+    # With prefix inference: the same texts (index k is one text at every length), each decided row that another
+    # row of its text implies taken from it instead of crammed.
+    rows, wall = run_design(AdaptiveDesign(ms, GridConfig(), 20), truth, repeat, infer=infer)
+    inferred = [k for k, r in rows.items() if r.get("stop_reason") == "inferred"]
+    flips = sum(simulate_row(truth, repeat, *k)["accessible"] != rows[k]["accessible"] for k in inferred)
+    return {
+        "result": _jsonable(analyse(with_index(rows), ms, complete=20, num_boot=num_boot)),
+        "wall": wall,
+        "changed": [flips, len(inferred), len(rows)],
+    }
+
+
+def baseline_results(name: str, truth: Truth, ms, repeats: int, num_boot: int, cache: Path | None, workers: int = 1):
     """The published design (``name`` "published") or it with prefix inference ("published+inferred") over
     ``repeats``: (per-repeat results, wall seconds, per-repeat (flipped, inferred, rows) counts), each repeat read
     from the cache where it holds it (a repeat's result depends on its index only, not on how many are run)."""
@@ -404,20 +438,10 @@ def baseline_results(name: str, truth: Truth, ms, repeats: int, num_boot: int, c
             partial.write_text(json.dumps(stored))
             partial.replace(path)
 
-    for repeat in range(repeats):
-        if str(repeat) in stored:
-            continue
-        infer = name == "published+inferred"
-        # With prefix inference: the same texts (index k is one text at every length), each decided row that another
-        # row of its text implies taken from it instead of crammed.
-        rows, wall = run_design(AdaptiveDesign(ms, GridConfig(), 20), truth, repeat, infer=infer)
-        inferred = [k for k, r in rows.items() if r.get("stop_reason") == "inferred"]
-        flips = sum(simulate_row(truth, repeat, *k)["accessible"] != rows[k]["accessible"] for k in inferred)
-        stored[str(repeat)] = {
-            "result": _jsonable(analyse(with_index(rows), ms, complete=20, num_boot=num_boot)),
-            "wall": wall,
-            "changed": [flips, len(inferred), len(rows)],
-        }
+    missing = [repeat for repeat in range(repeats) if str(repeat) not in stored]
+    one = functools.partial(_baseline_repeat, name, truth, ms, num_boot)
+    for repeat, entry in zip(missing, in_processes(one, missing, workers)):
+        stored[str(repeat)] = entry
         fresh += 1
         if fresh % CACHE_EVERY == 0:  # a long baseline killed midway keeps what it computed
             save()
@@ -452,6 +476,59 @@ def pooled_arguments(args) -> dict:
     }
     rules.update({k: tuple(v) if isinstance(v, list) else v for k, v in knobs.items() if v is not None})
     return rules
+
+
+def _designs_repeat(
+    args, names, ms, truth: Truth, widths, published_slope_rmse, published_rmse, rules, abandon, repeat: int
+) -> tuple[dict, dict]:
+    """One repeat of the designs other than the published one: per design, its analysed result and its wall seconds
+    (simulation + fits)."""
+    found: dict = {}
+    walls: dict = {}
+    if "sequential" in names:  # the per-m sequential design, each m to the published mean width at that m
+        design = SequentialDesign(
+            ms,
+            batch=args.batch,
+            start=10,
+            stop=1000,
+            target_ci=widths,
+            seed=0,
+            min_rounds=args.min_rounds,
+            probe=args.probe,
+            interval=args.interval,
+        )
+        rows, wall = run_design(design, truth, repeat)
+        walls["sequential"] = wall
+        found["sequential"] = analyse(
+            with_index(rows), ms, complete=None, method=args.interval, num_boot=args.num_boot
+        )
+    if "pooled" in names or "pooled+steps" in names:
+        # The pooled design, its standard-error targets the published design's RMSE (measured above, same
+        # simulator) times --pooled-factor: its stop judges the standard errors on a curve wider than the fit,
+        # so it is conservative; the factor is what brings its RMSE to the published one's (BENCHMARKS.md).
+        pooled = PooledDesign(
+            ms,
+            batch=args.pooled_batch,
+            start=10,
+            stop=1000,
+            target_slope_se=args.pooled_factor * published_slope_rmse,
+            target_n50_se={m: args.pooled_factor * published_rmse[m] for m in ms},
+            # steps_truncated (--steps-truncated, or the version's rules): the steps law truncated at the cap (an
+            # accessible row took fewer steps than it).
+            **PooledRules(**rules).design_arguments(CAP),
+        )
+        if abandon is not None:  # --audit, or a version whose rules abandon under an audit
+            rows, wall = run_audited_design(pooled, truth, repeat, abandon)
+        else:
+            rows, wall = run_design(pooled, truth, repeat)
+        if "pooled" in names:
+            walls["pooled"] = wall
+            found["pooled"] = analyse_pooled(with_index(rows), ms, pooled)
+        if "pooled+steps" in names:
+            start = time.perf_counter()
+            found["pooled+steps"] = analyse_pooled(with_index(rows), ms, pooled, steps=True)
+            walls["pooled+steps"] = wall + time.perf_counter() - start
+    return found, walls
 
 
 def simulate(args) -> None:
@@ -497,7 +574,9 @@ def simulate(args) -> None:
     changed: list = []  # per repeat: inferred rows whose own attempt would have decided otherwise, of rows inferred
     for name in ("published", "published+inferred"):
         if name in names:
-            results[name], walls[name], counts = baseline_results(name, truth, ms, args.repeats, args.num_boot, cache)
+            results[name], walls[name], counts = baseline_results(
+                name, truth, ms, args.repeats, args.num_boot, cache, args.workers
+            )
             if name == "published+inferred":
                 changed = counts
     published_n50, published_slope = _errors(results["published"], ms, truth)
@@ -518,50 +597,13 @@ def simulate(args) -> None:
     rules = pooled_arguments(args)
     # The simulated abandon, built (and bad flags refused) once, before any repeat runs.
     abandon = flag_model(args, rules["audit"]) if rules["audit"] is not None else None
-    for repeat in range(args.repeats):
-        if "sequential" in names:  # the per-m sequential design, each m to the published mean width at that m
-            design = SequentialDesign(
-                ms,
-                batch=args.batch,
-                start=10,
-                stop=1000,
-                target_ci=widths,
-                seed=0,
-                min_rounds=args.min_rounds,
-                probe=args.probe,
-                interval=args.interval,
-            )
-            rows, wall = run_design(design, truth, repeat)
-            walls["sequential"] += wall
-            results["sequential"].append(
-                analyse(with_index(rows), ms, complete=None, method=args.interval, num_boot=args.num_boot)
-            )
-        if "pooled" in names or "pooled+steps" in names:
-            # The pooled design, its standard-error targets the published design's RMSE (measured above, same
-            # simulator) times --pooled-factor: its stop judges the standard errors on a curve wider than the fit,
-            # so it is conservative; the factor is what brings its RMSE to the published one's (BENCHMARKS.md).
-            pooled = PooledDesign(
-                ms,
-                batch=args.pooled_batch,
-                start=10,
-                stop=1000,
-                target_slope_se=args.pooled_factor * published_slope_rmse,
-                target_n50_se={m: args.pooled_factor * published_rmse[m] for m in ms},
-                # steps_truncated (--steps-truncated, or the version's rules): the steps law truncated at the cap (an
-                # accessible row took fewer steps than it).
-                **PooledRules(**rules).design_arguments(CAP),
-            )
-            if abandon is not None:  # --audit, or a version whose rules abandon under an audit
-                rows, wall = run_audited_design(pooled, truth, repeat, abandon)
-            else:
-                rows, wall = run_design(pooled, truth, repeat)
-            if "pooled" in names:
-                walls["pooled"] += wall
-                results["pooled"].append(analyse_pooled(with_index(rows), ms, pooled))
-            if "pooled+steps" in names:
-                start = time.perf_counter()
-                results["pooled+steps"].append(analyse_pooled(with_index(rows), ms, pooled, steps=True))
-                walls["pooled+steps"] += wall + time.perf_counter() - start
+    designs = functools.partial(
+        _designs_repeat, args, names, ms, truth, widths, published_slope_rmse, published_rmse, rules, abandon
+    )
+    for found, wall in in_processes(designs, list(range(args.repeats)), args.workers):
+        for name, result in found.items():
+            results[name].append(result)
+            walls[name] += wall[name]
 
     rule_text = ", ".join(f"{k} {' '.join(map(str, v)) if isinstance(v, tuple) else v}" for k, v in rules.items())
     print(
@@ -779,6 +821,13 @@ def main(argv=None):
         help="the published and pooled designs only (unless --designs), 200 bootstrap replicates (< 10 min, 2 cores)",
     )
     parser.add_argument("--repeats", type=int, default=400, help="simulated sweeps per design")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="processes that simulate the repeats (the cores to use; each repeat is seeded by its index, so the "
+        "tables are the same for any number, but for the wall column)",
+    )
     parser.add_argument("--num-boot", type=int, default=1000, help="bootstrap replicates of the per-m intervals")
     parser.add_argument(
         "--designs",
@@ -1025,6 +1074,8 @@ def main(argv=None):
     parser.add_argument("--stop", type=int, default=1000, help="real model: longest length (published: 1000)")
     parser.add_argument("--support-sequences", type=int, default=256)
     args = parser.parse_args(argv)
+    if args.workers < 1 or args.repeats < 1:
+        parser.error(f"--workers and --repeats must be >= 1 (got {args.workers}, {args.repeats})")
     if args.quick:  # the full run's repeats (so its pooled and published lines are the full run's), fewer replicates
         args.num_boot = min(args.num_boot, 200)
     if args.designs is None:

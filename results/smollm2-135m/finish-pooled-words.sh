@@ -19,7 +19,7 @@ nice -n 5 ut-peft calibrate "$folder" --workers 2
 log=$bench/measurement_cost_v7_truthfitted_rows$rows.log
 if [ ! -s "$log" ]; then
     nice -n 5 python benchmarks/measurement_cost.py --quick --designs pooled --pooled-version 7 --pooled-factor 2 \
-        --truth-fitted "$folder" > "$log.partial"
+        --workers 2 --truth-fitted "$folder" > "$log.partial"
     mv "$log.partial" "$log"
 fi
 name=$bench/simulated_intervals_smollm2_rows$rows

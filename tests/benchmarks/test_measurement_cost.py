@@ -343,3 +343,22 @@ def test_the_truth_from_an_audited_folder_is_fitted_to_its_pseudo_outcomes(cost,
     kept = read_rows(tmp_path / "audited")
     assert slope == pooled_estimates(kept, [1, 3, 5], audit=0.25)["slope"]
     assert slope != pytest.approx(pooled_estimates(kept, [1, 3, 5])["slope"], abs=1e-6)
+
+
+def test_workers_print_the_same_tables_but_for_the_wall_column(cost, tmp_path):
+    """--workers 2 simulates the repeats (the published baseline's and the pooled design's) in two processes: each is
+    seeded by its index, so every figure is the one-process run's except the wall seconds, and the cache holds the
+    same repeats."""
+    texts = []
+    for workers in ("1", "2"):
+        cache = tmp_path / workers
+        text = run(cost, "--repeats", "2", "--cache", str(cache), "--workers", workers)
+        (path,) = cache.glob("published-*.json")
+        assert set(json.loads(path.read_text())) == {"0", "1"}
+        # the slope table's last column is the wall time (simulation + fits): the one figure a process changes
+        slope_table = [line for line in text.splitlines() if line.count("|") == 11 and "wall" in text]
+        assert any(line.startswith("| pooled |") for line in slope_table)
+        texts.append([line.rsplit("|", 2)[0] if line in slope_table else line for line in text.splitlines()])
+    assert texts[0] == texts[1]
+    with pytest.raises(SystemExit):
+        run(cost, "--workers", "0")
