@@ -127,7 +127,15 @@ def test_a_report_sets_its_slope_beside_the_papers_nearest_models():
 
     from ut_peft.accessibility.report import paper_lines, run_slope
 
-    words = store.read_summary(ROOT / "results" / "smollm2-135m" / "pooled-words-v7")
+    calibrated_words = store.read_summary(ROOT / "results" / "smollm2-135m" / "pooled-words-v7")  # its design stopped
+    slope = calibrated_words.calibrated["slope"]
+    low, high = slope["ci"]
+    assert run_slope(calibrated_words) == (
+        slope["estimate"],
+        f"pooled line, calibrated 95% interval [{low:.2f}, {high:.2f}]",
+    )
+    assert "\n".join(paper_lines(calibrated_words)) in markdown(calibrated_words)
+    words = dataclasses.replace(calibrated_words, calibrated=None)  # before its calibration: the pooled line's
     assert run_slope(words) == (words.pooled["slope"], "pooled line")
     lines = paper_lines(words)
     assert "| Gemma-3-270m | 640 | 44.5 | **23.0** |" in lines and "d = 576" in lines[1]
