@@ -9,6 +9,15 @@ from ut_peft.accessibility.simulator import Truth, run_design
 from ut_peft.accessibility.testing import pooled_sweep_settings, write_sweep_folder
 
 
+def simulated_folder(folder, repeat: int) -> dict:
+    """A pooled sweep folder of rows simulated at a known line (loose targets: a few rounds); returns its rows."""
+    settings = pooled_sweep_settings()
+    truth = Truth(slope=20.0, intercept=4.0, rel_width=0.15, nested=False, cap_fails=True)
+    rows, _ = run_design(pooled_design(settings), truth, repeat)
+    write_sweep_folder(folder, settings, [(*key, r["accessible"], r["steps"]) for key, r in rows.items()])
+    return rows
+
+
 def test_another_version_is_simulated_at_the_folders_line_and_a_results_file_keeps_one_setting(
     load_benchmark, tmp_path, capsys
 ):
@@ -17,11 +26,8 @@ def test_another_version_is_simulated_at_the_folders_line_and_a_results_file_kee
     rerun under another setting is refused instead of mixing two coverages into one table; the same command resumes
     (nothing simulated again)."""
     benchmark = load_benchmark("simulated_intervals.py")
-    settings = pooled_sweep_settings()
-    truth = Truth(slope=20.0, intercept=4.0, rel_width=0.15, nested=False, cap_fails=True)
-    rows, _ = run_design(pooled_design(settings), truth, 7)
     folder = tmp_path / "sweep"
-    write_sweep_folder(folder, settings, [(*key, r["accessible"], r["steps"]) for key, r in rows.items()])
+    rows = simulated_folder(folder, 7)
     results = tmp_path / "outer.jsonl"
     command = [str(folder), "--outer", "1", "--inner", "50", "--results", str(results), "--pooled-version", "8"]
     benchmark.main(command)
@@ -46,11 +52,8 @@ def test_workers_append_the_same_lines_as_one_process(load_benchmark, tmp_path, 
     """--workers 2 runs the outer sweeps in two processes: each is seeded by its index, so the results file holds the
     same lines as a one-process run's (only their order may differ) and the table is the same."""
     benchmark = load_benchmark("simulated_intervals.py")
-    settings = pooled_sweep_settings()
-    truth = Truth(slope=20.0, intercept=4.0, rel_width=0.15, nested=False, cap_fails=True)
-    rows, _ = run_design(pooled_design(settings), truth, 3)
     folder = tmp_path / "sweep"
-    write_sweep_folder(folder, settings, [(*key, r["accessible"], r["steps"]) for key, r in rows.items()])
+    simulated_folder(folder, 3)
     tables = []
     lines = []
     for workers in (1, 2):
