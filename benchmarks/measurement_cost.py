@@ -93,14 +93,12 @@ and prints their row-steps, wall times, n_50 with intervals and whether they agr
 from __future__ import annotations
 
 import argparse
-import concurrent.futures
 import dataclasses
 import functools
 import hashlib
 import inspect
 import json
 import math
-import multiprocessing
 import os
 import sys
 import time
@@ -132,6 +130,7 @@ from ut_peft.accessibility.simulator import (  # noqa: E402  (the simulator: ut_
     Truth,
     accessible_probability,
     fit_costs,
+    in_processes,
     run_audited_design,
     run_design,
     simulate_row,
@@ -389,22 +388,6 @@ def _jsonable(value):
 def _from_json(result: dict) -> dict:
     """A cached result back in :func:`analyse`'s shape (per_m keyed by int m)."""
     return dict(result, per_m={int(m): v for m, v in result["per_m"].items()})
-
-
-def in_processes(function, items, workers: int):
-    """``map(function, items)`` in order, in this process or in ``workers`` forked ones (each repeat is seeded by its
-    index, so a result does not depend on the process that computed it; fork: the children inherit this module,
-    however it was loaded)."""
-    if workers == 1 or len(items) < 2:
-        yield from map(function, items)
-        return
-    context = multiprocessing.get_context("fork")
-    with concurrent.futures.ProcessPoolExecutor(min(workers, len(items)), mp_context=context) as pool:
-        try:
-            yield from pool.map(function, items)
-        except BaseException:  # an error or a kill: drop the repeats not started instead of waiting for them
-            pool.shutdown(wait=False, cancel_futures=True)
-            raise
 
 
 def _baseline_repeat(name: str, truth: Truth, ms, num_boot: int, repeat: int) -> dict:

@@ -29,11 +29,10 @@ process runs it, and only the order in which they are appended differs).
 from __future__ import annotations
 
 import argparse
-import concurrent.futures
 import dataclasses
+import functools
 import json
 import math
-import multiprocessing
 import sys
 import time
 from pathlib import Path
@@ -49,7 +48,12 @@ from ut_peft.accessibility.simulated_intervals import (  # noqa: E402
     fitted_truth,
     pooled_design,
 )
-from ut_peft.accessibility.simulator import AuditedAbandon, run_audited_design, run_design  # noqa: E402
+from ut_peft.accessibility.simulator import (  # noqa: E402
+    AuditedAbandon,
+    in_processes,
+    run_audited_design,
+    run_design,
+)
 from ut_peft.accessibility.store import rows_digest  # noqa: E402
 from ut_peft.io import atomic_write_json  # noqa: E402
 
@@ -86,25 +90,6 @@ def one_outer(settings: dict, truth, outer: int, inner: int, abandon: AuditedAba
             for name, e in entries.items()
         },
     }
-
-
-def _run_outers(settings: dict, truth, outers: list[int], inner: int, abandon, workers: int):
-    """:func:`one_outer` for each of ``outers``, yielded as they finish: in this process, or in ``workers`` forked
-    ones (fork: the children inherit the imported package and the truth; the benchmark may be loaded from a path
-    that a spawned child could not import)."""
-    if workers == 1 or len(outers) <= 1:
-        for outer in outers:
-            yield one_outer(settings, truth, outer, inner, abandon)
-        return
-    context = multiprocessing.get_context("fork")
-    with concurrent.futures.ProcessPoolExecutor(min(workers, len(outers)), mp_context=context) as pool:
-        futures = [pool.submit(one_outer, settings, truth, outer, inner, abandon) for outer in outers]
-        try:
-            for future in concurrent.futures.as_completed(futures):
-                yield future.result()
-        except BaseException:  # an error or a kill: drop the sweeps not started instead of waiting for them
-            pool.shutdown(wait=False, cancel_futures=True)
-            raise
 
 
 def coverage_table(results: list[dict]) -> dict[str, dict]:
@@ -244,7 +229,8 @@ def main(argv=None) -> None:
         )
     done = {r["outer"] for r in results}
     todo = [outer for outer in range(args.outer) if outer not in done]
-    for result in _run_outers(settings, truth, todo, args.inner, abandon, args.workers):
+    one = functools.partial(one_outer, settings, truth, inner=args.inner, abandon=abandon)
+    for result in in_processes(one, todo, args.workers, ordered=False):  # each line as its sweep finishes
         result = dict(result, setting=setting)
         results.append(result)
         if path is not None:  # appended whole by this process only, as each sweep finishes

@@ -45,6 +45,7 @@ from .simulator import (
     check_protocol,
     fit_abandon,
     fit_costs_to_rows,
+    in_processes,
     run_audited_design,
     run_design,
 )
@@ -175,8 +176,6 @@ def simulate_design(
             "this version of the pooled rules audits an early abandon: simulating it needs the abandon's model "
             "(fitted_abandon of the folder's rows, or an AuditedAbandon)"
         )
-    if not (isinstance(workers, int) and workers >= 1):
-        raise ValueError(f"workers is the number of processes that simulate the repeats: >= 1 (got {workers!r})")
     slope, intercept = truth.protocol_line(ms)
     true = {"slope": slope, "intercept": intercept}
     true.update({f"n50@{m}": truth.protocol_n50(m) for m in ms})
@@ -185,20 +184,7 @@ def simulate_design(
     spent = np.zeros(repeats)
     numbers = [_REPEAT_BASE * (seed + 1) + r for r in range(repeats)]
     one = functools.partial(_simulate_repeat, settings, truth, abandon, true)
-    if workers == 1 or repeats < 2:
-        outcomes = list(map(one, numbers))
-    else:
-        import concurrent.futures
-        import multiprocessing
-
-        # fork: the children inherit the imported package and the truth as they are (nothing to pickle but results)
-        if "fork" not in multiprocessing.get_all_start_methods():
-            raise ValueError(f"workers > 1 forks processes, which this platform cannot: use workers=1 (got {workers})")
-        pool = concurrent.futures.ProcessPoolExecutor(
-            min(workers, repeats), mp_context=multiprocessing.get_context("fork")
-        )
-        with pool:
-            outcomes = list(pool.map(one, numbers, chunksize=max(1, repeats // (4 * workers))))
+    outcomes = in_processes(one, numbers, workers)
     for r, (steps, found) in enumerate(outcomes):
         spent[r] = steps
         for name, (error, studentised) in found.items():

@@ -453,6 +453,33 @@ def fit_abandon(rows, audit: float, flag_steps) -> AuditedAbandon:
     )
 
 
+def in_processes(function, items, workers: int = 1, ordered: bool = True):
+    """``function`` of each of ``items``, yielded in their order (``ordered``) or as they finish: in this process, or
+    in ``workers`` forked ones. Simulated repeats are seeded by their numbers, so a result does not depend on the
+    process that computed it. Fork, not spawn: the children inherit the imported package, the truth and a benchmark
+    loaded from a path that a spawned child could not import; only results travel back."""
+    import concurrent.futures
+    import multiprocessing
+
+    items = list(items)
+    if not (isinstance(workers, int) and workers >= 1):
+        raise ValueError(f"workers is the number of processes that simulate: >= 1 (got {workers!r})")
+    if workers == 1 or len(items) < 2:
+        yield from map(function, items)
+        return
+    if "fork" not in multiprocessing.get_all_start_methods():
+        raise ValueError(f"workers > 1 forks processes, which this platform cannot: use workers=1 (got {workers})")
+    context = multiprocessing.get_context("fork")
+    with concurrent.futures.ProcessPoolExecutor(min(workers, len(items)), mp_context=context) as pool:
+        futures = [pool.submit(function, item) for item in items]
+        try:
+            for future in futures if ordered else concurrent.futures.as_completed(futures):
+                yield future.result()
+        except BaseException:  # an error or a kill: drop the work not started instead of waiting for it
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+
+
 def run_design(design, truth: Truth, repeat: int, infer: bool = False) -> tuple[dict, float]:
     """Drive ``design`` as run_sweep does, each row simulated (``infer``: with --infer-prefixes,
     design.infer_prefixes): (the rows, keyed (m, n, index), and the wall seconds)."""

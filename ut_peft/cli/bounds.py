@@ -75,8 +75,6 @@ def main(args):
         for flag, value in (("--budget", args.budget), ("--wall-limit", args.wall_limit)):
             if value is not None and not value > 0:
                 raise ValueError(f"{flag} must be a positive number of seconds (got {value:g})")
-        if args.support_sequences < 1:
-            raise ValueError(f"--support-sequences must be >= 1 (got {args.support_sequences})")
         check_model(args.model)
         import torch
 
