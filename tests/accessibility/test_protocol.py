@@ -192,3 +192,13 @@ def test_the_config_classes_take_their_published_defaults_from_one_table():
     settings = {"cram": dataclasses.asdict(published), "num_sequences": PUBLISHED.num_sequences}
     settings["protocol"] = "published"
     assert not any("step cap" in d or "patience" in d or "lr" in d for d in differences_from_published(settings))
+
+
+def test_the_shipped_glove_list_is_no_difference_from_published_but_a_wrong_digest_is():
+    from ut_peft.accessibility.sources import GLOVE_WORDS_SHA256
+
+    glove = {"kind": "words", "name": "glove-6b:100000", "words_per_token": 5, "sha256": GLOVE_WORDS_SHA256}
+    settings = {"protocol": "published", "cram": {}, "source": glove}
+    assert not any("words from" in d for d in differences_from_published(settings))
+    edited = {**glove, "sha256": "0" * 64}
+    assert any("words from glove" in d for d in differences_from_published({**settings, "source": edited}))

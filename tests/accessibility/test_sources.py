@@ -169,3 +169,71 @@ def test_a_nested_text_past_the_last_is_an_error_not_a_text_used_again():
             TextSource(tok, docs, "docs", nested=True, chunk_tokens=bad)
     with pytest.raises(ValueError, match="divide a text source"):
         make_source("words", tok, nested_text=True, text_chunks=100)
+
+
+def _byte_tokenizer_with_bos():
+    """A real fast tokenizer (bytes as tokens) whose special tokens are a BOS before the text, as Gemma's are."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"<bos>": 0, **{c: i + 1 for i, c in enumerate(pre_tokenizers.ByteLevel.alphabet())}}
+    backend = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    backend.post_processor = processors.TemplateProcessing(single="<bos> $A", special_tokens=[("<bos>", 0)])
+    return PreTrainedTokenizerFast(tokenizer_object=backend, bos_token="<bos>")
+
+
+def test_glove_words_are_the_papers_list_with_its_digest():
+    from ut_peft.accessibility.sources import GLOVE_WORDS_SHA256, glove_words
+
+    words, digest = glove_words()
+    assert digest == GLOVE_WORDS_SHA256
+    assert len(words) == len(set(words)) == 100_000
+    assert words[:5] == ["the", ",", ".", "of", "to"]  # GloVe's frequency order, punctuation included
+
+
+def test_published_glove_row_is_the_papers_construction():
+    """5 n words drawn with replacement, joined by single spaces, tokenized WITH special tokens, cut to n tokens."""
+    from ut_peft.accessibility.protocol import PublishedSequences, special_prefix_ids
+    from ut_peft.accessibility.sources import GLOVE_WORDS_SHA256, glove_words
+
+    tokenizer = _byte_tokenizer_with_bos()
+    source = PublishedSequences(make_source("words:glove", tokenizer), special_prefix_ids(tokenizer))
+    assert source.describe() == {
+        "kind": "words",
+        "name": "glove-6b:100000",
+        "num_words": 100_000,
+        "words_per_token": 5,
+        "sha256": GLOVE_WORDS_SHA256,
+        "special_prefix_ids": [0],
+    }
+    vocabulary = set(glove_words()[0])
+    for n, index, seed in [(10, 0, 0), (37, 3, 1), (120, 11, 5)]:
+        drawn = source.inner.drawn_words(n, index, seed)
+        assert len(drawn) == 5 * n and set(drawn) <= vocabulary
+        expected = tokenizer(" ".join(drawn), add_special_tokens=True)["input_ids"][:n]
+        assert expected[0] == tokenizer.bos_token_id
+        assert source.sequence(n, index, seed) == expected
+    assert source.sequence(37, 3, 1) != source.sequence(37, 4, 1)  # a fresh text per row
+
+
+def test_published_words_are_drawn_uniformly_with_replacement():
+    from ut_peft.accessibility.sources import WordsSource
+
+    source = WordsSource(_WordTokenizer(), ["a", "b", "c", "d"], name="four", words_per_token=5)
+    drawn = source.drawn_words(400, 0, 0)
+    counts = [drawn.count(w) for w in "abcd"]
+    assert len(drawn) == 2000 and min(counts) > 430 and max(counts) < 570  # 500 each, sd about 19
+    assert len(source.sequence(400, 0, 0)) == 400
+    with pytest.raises(ValueError, match="positive integer"):
+        WordsSource(_WordTokenizer(), ["a", "b"], name="two", words_per_token=0)
+
+
+def test_bare_words_mean_the_glove_list_under_the_published_protocol():
+    from ut_peft.accessibility.sweep import SweepConfig
+
+    tokenizer = _byte_tokenizer_with_bos()
+    published = SweepConfig(protocol="published", source="words").make_source(tokenizer, len(tokenizer))
+    assert published.describe()["name"] == "glove-6b:100000"
+    ours = SweepConfig(protocol="ut-peft", source="words").make_source(tokenizer, len(tokenizer))
+    assert ours.describe()["name"] == "pydoc_data"

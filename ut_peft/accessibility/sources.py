@@ -11,16 +11,20 @@ Source specs (strings the recipe accepts):
   ``words`` / ``words:PATH``    uniformly drawn words joined by spaces, tokenized and cut to n tokens; the
                                 default list is every distinct alphabetic word (3+ letters, lower-cased) of
                                 ``pydoc_data.topics``; PATH is a file with one word per line
-  ``words:wordfreq``            the same over the 100k most frequent English words of the ``wordfreq`` wheel
-                                (``pip install wordfreq``), the published protocol's kind of list (it defaults
-                                to it)
+  ``words:glove``               the published protocol's random words (its default ``words``): the first 100k
+                                words of the GloVe 6B vocabulary, shipped with ut-peft (``data/README.md``); a
+                                text of n tokens draws 5 n words, as the published code does
+  ``words:wordfreq``            the same kind of list from the ``wordfreq`` wheel (``pip install wordfreq``): the
+                                100k most frequent English words, not the paper's list
   ``tokens``                    uniformly random token ids over the whole vocabulary
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
+from importlib import resources
 from pathlib import Path
 
 import numpy as np
@@ -164,18 +168,64 @@ class TextSource(SequenceSource):
 
 
 class WordsSource(SequenceSource):
+    """Random texts of uniformly drawn words (with replacement), joined by single spaces, tokenized, cut to n tokens.
+
+    ``words_per_token`` set (the published construction): a text of n tokens draws ``words_per_token * n`` words at
+    once, the whole text is tokenized and its first n tokens kept, as the published code does with 5. Not set
+    (ut-peft's older construction, which committed folders replay): words are drawn n at a time until the text
+    holds n tokens. ``sha256`` is the word file's digest, recorded in the description so that a run names its list.
+    """
+
     kind = "words"
 
-    def __init__(self, tokenizer, words: list[str], name: str):
+    def __init__(
+        self,
+        tokenizer,
+        words: list[str],
+        name: str,
+        *,
+        words_per_token: int | None = None,
+        sha256: str | None = None,
+    ):
         words = [w for w in dict.fromkeys(w.strip() for w in words) if w]
         if len(words) < 2:
             raise ValueError(f"the word list {name!r} has {len(words)} distinct words; give at least 2")
+        if words_per_token is not None and (
+            isinstance(words_per_token, bool) or not isinstance(words_per_token, int) or words_per_token < 1
+        ):
+            raise ValueError(f"words_per_token must be a positive integer (got {words_per_token!r})")
         self.tokenizer, self.words, self.name = tokenizer, words, name
+        self.words_per_token, self.sha256 = words_per_token, sha256
 
     def describe(self) -> dict:
-        return {"kind": self.kind, "name": self.name, "num_words": len(self.words)}
+        description: dict = {"kind": self.kind, "name": self.name, "num_words": len(self.words)}
+        if self.words_per_token is not None:
+            description["words_per_token"] = self.words_per_token
+        if self.sha256 is not None:
+            description["sha256"] = self.sha256
+        return description
+
+    def drawn_words(self, n: int, index: int, seed: int) -> list[str]:
+        """The words of the text of n tokens, for the published construction (``words_per_token`` set)."""
+        if self.words_per_token is None:
+            raise ValueError(f"the word list {self.name!r} draws words n at a time; it has no fixed text of words")
+        rng = sequence_rng(seed, n, index)
+        return [self.words[i] for i in rng.integers(0, len(self.words), self.words_per_token * n)]
+
+    def published_sequence(self, n: int, index: int, seed: int, special_ids: list[int]) -> list[int]:
+        """The published code's row of n tokens: the drawn words tokenized with the tokenizer's special tokens
+        (``special_ids`` first), cut to n. The tokenizer's own special tokens are not re-added here, so a row is
+        the same whether the tokenizer was loaded with or without a post-processor."""
+        ids = list(special_ids) + _encode(self.tokenizer, " ".join(self.drawn_words(n, index, seed)))
+        if len(ids) < n:
+            raise ValueError(
+                f"{self.words_per_token * n} words of {self.name!r} make only {len(ids)} tokens, fewer than {n}"
+            )
+        return ids[:n]
 
     def sequence(self, n, index, seed):
+        if self.words_per_token is not None:
+            return self.published_sequence(n, index, seed, [])
         rng = sequence_rng(seed, n, index)
         drawn: list[str] = []
         ids: list[int] = []
@@ -209,6 +259,27 @@ def default_words() -> list[str]:
     for doc in default_documents():
         words.update(w.lower() for w in re.findall(r"[A-Za-z]{3,}", doc))
     return sorted(words)
+
+
+GLOVE_WORDS_FILE = "glove-6b-vocab-100k.txt"
+GLOVE_WORDS_SHA256 = "e52a405502a79f6c6fd70f1ba18818775001af8485088b8fc018cd645e28570e"
+GLOVE_WORDS_NAME = "glove-6b:100000"
+
+
+def glove_words() -> tuple[list[str], str]:
+    """The published protocol's word list (the first 100k words of GloVe 6B, shipped in ``data/``) and its sha256.
+
+    The digest is checked, so a damaged or edited copy is an error rather than a silently different list.
+    """
+    data = resources.files("ut_peft.accessibility").joinpath("data", GLOVE_WORDS_FILE).read_bytes()
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != GLOVE_WORDS_SHA256:
+        raise ValueError(
+            f"ut_peft/accessibility/data/{GLOVE_WORDS_FILE} has sha256 {digest}, not the published list's "
+            f"{GLOVE_WORDS_SHA256}: the installed copy is damaged or edited; reinstall ut-peft"
+        )
+    # Split on newlines only: str.splitlines would also split at the Unicode line separators some entries hold.
+    return [w for w in data.decode("utf-8").split("\n") if w], digest
 
 
 def wordfreq_words(count: int = 100_000) -> list[str]:
@@ -274,7 +345,7 @@ def make_source(
     """Build a source from a spec string (see the module docstring), or a ``datasets.Dataset`` of texts.
 
     ``nested_text`` makes text sources nested (the published protocol); ``default_word_list`` is what a bare
-    ``words`` means: "pydoc_data" (ut-peft's protocol) or "wordfreq" (the published one); ``text_chunks``: nested
+    ``words`` means: "pydoc_data" (ut-peft's protocol) or "glove" (the published one); ``text_chunks``: nested
     texts are disjoint runs of whole paragraphs of at least this many tokens (:class:`TextSource`), not documents.
     """
     is_text = not isinstance(spec, (str, SequenceSource)) or (
@@ -303,6 +374,9 @@ def make_source(
         )
     if kind == "words":
         arg = arg or default_word_list
+        if arg == "glove":
+            words, digest = glove_words()
+            return WordsSource(tokenizer, words, name=GLOVE_WORDS_NAME, words_per_token=5, sha256=digest)
         if arg == "wordfreq":
             return WordsSource(tokenizer, wordfreq_words(), name="wordfreq:en:100000")
         words = default_words() if arg == "pydoc_data" else _read(arg).split()
@@ -335,5 +409,5 @@ def make_source(
         )
     raise ValueError(
         f"unknown source {spec!r}: use text, text:PATH, hf:NAME[:SPLIT[:COLUMN]], words, "
-        "words:wordfreq, words:PATH or tokens"
+        "words:glove, words:wordfreq, words:PATH or tokens"
     )

@@ -233,7 +233,7 @@ class SweepConfig:
             tokenizer,
             vocab_size=vocab_size,
             nested_text=published,
-            default_word_list="wordfreq" if published else "pydoc_data",
+            default_word_list="glove" if published else "pydoc_data",
             text_chunks=self.text_chunks,
         )
         if published and tokenizer is not None:

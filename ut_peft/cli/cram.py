@@ -255,7 +255,11 @@ def tracked_settings(args: argparse.Namespace, config: SweepConfig) -> dict:
 # ---- settings.json -> flags (a finished sweep's settings as a config file) --------------------------------------
 
 _TEXT_NAMES = {"pydoc_data": "text"}
-_WORD_NAMES = {"wordfreq:en:100000": "words:wordfreq", "pydoc_data": "words:pydoc_data"}
+_WORD_NAMES = {
+    "glove-6b:100000": "words:glove",
+    "wordfreq:en:100000": "words:wordfreq",
+    "pydoc_data": "words:pydoc_data",
+}
 
 
 def _source_spec(source: dict, path) -> str:
@@ -370,7 +374,8 @@ def parse(argv=None, *, prog: str | None = None):
     parser.add_argument(
         "--source",
         default=_default(SweepConfig, "source"),
-        help="text, text:PATH, hf:NAME[:SPLIT[:COLUMN]], words, words:PATH or tokens",
+        help="text, text:PATH, hf:NAME[:SPLIT[:COLUMN]], words, words:glove (the paper's list; what words means "
+        "under --protocol published), words:wordfreq, words:PATH or tokens",
     )
     parser.add_argument("--ms", type=int, nargs="+", default=DEFAULT_JOB["ms"], help="numbers of memory vectors")
     parser.add_argument(
