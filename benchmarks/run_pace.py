@@ -15,6 +15,8 @@ of those lengths (e.g. the n_50 of another source at each m, plus m).
 
 Rows carry wall times, not loads: a round that ran beside other jobs on the same cores is slower (the script cannot
 tell; the spread between rounds shows it), so an estimate quotes the range.
+
+The pace itself is ut_peft.accessibility.pace's (round_paces, total_pace), which `ut-peft status` uses too.
 """
 
 from __future__ import annotations
@@ -25,31 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ut_peft.accessibility import store  # noqa: E402
-from ut_peft.accessibility.design import make_design, row_steps  # noqa: E402
-from ut_peft.accessibility.sweep import SweepConfig  # noqa: E402
-
-
-def round_paces(folder) -> list[dict]:
-    """Per finished round of a pooled sweep folder: its rows' (m, n), row-steps, token-steps, wall seconds and the
-    two paces."""
-    folder = Path(folder)
-    settings = store.read_settings(folder)
-    if (settings.get("design") or {}).get("kind") != "pooled":
-        raise SystemExit(f"{folder}: not a pooled sweep (its rounds are what this script times)")
-    rows = store.read_rows(folder)
-    design = make_design(SweepConfig.from_settings(settings))
-    out = []
-    for jobs in design.rounds(rows):
-        done = [rows[job] for job in jobs]
-        steps = sum(row_steps(row) for row in done)
-        tokens = sum(row_steps(row) * (row["m"] + row["n"]) for row in done)
-        wall = max(float(row.get("seconds") or 0.0) for row in done)
-        if wall <= 0:
-            continue  # rows written before they carried wall times
-        cells = sorted((row["m"], row["n"]) for row in done)
-        out.append(dict(cells=cells, row_steps=steps, token_steps=tokens, seconds=wall))
-    return out
+from ut_peft.accessibility.pace import folder_round_paces, total_pace  # noqa: E402
 
 
 def main(argv=None) -> None:
@@ -57,7 +35,10 @@ def main(argv=None) -> None:
     parser.add_argument("folder", help="a pooled sweep folder")
     parser.add_argument("--tokens", type=float, nargs="+", default=None, help="row lengths (memory + n) to price")
     args = parser.parse_args(argv)
-    paces = round_paces(args.folder)
+    try:
+        paces = folder_round_paces(args.folder)
+    except ValueError as err:
+        raise SystemExit(str(err)) from None
     if not paces:
         raise SystemExit(f"{args.folder}: no finished round with wall times")
     print("| round | rows (m, n) | row-steps | wall (s) | row-steps/s | token-steps/s |")
@@ -68,18 +49,20 @@ def main(argv=None) -> None:
             f"| {k} | {cells} | {p['row_steps']:,} | {p['seconds']:,.0f} | {p['row_steps'] / p['seconds']:.2f} | "
             f"{p['token_steps'] / p['seconds']:.0f} |"
         )
-    steps, tokens, seconds = (sum(p[k] for p in paces) for k in ("row_steps", "token_steps", "seconds"))
-    token_paces = [p["token_steps"] / p["seconds"] for p in paces]
+    total = total_pace(paces)
+    assert total is not None  # paces is not empty
+    steps, seconds, token_pace = total["row_steps"], total["seconds"], total["token_steps_per_second"]
+    slowest, fastest = total["token_pace_range"]
     print(
         f"all {len(paces)} rounds: {steps:,} row-steps in {seconds / 3600:.1f} h of wall time, "
-        f"{steps / seconds:.2f} row-steps/s, {tokens / seconds:.0f} token-steps/s "
-        f"(rounds {min(token_paces):.0f} to {max(token_paces):.0f})"
+        f"{total['row_steps_per_second']:.2f} row-steps/s, {token_pace:.0f} token-steps/s "
+        f"(rounds {slowest:.0f} to {fastest:.0f})"
     )
     if args.tokens:
         for length in args.tokens:
             print(
-                f"rows of {length:g} tokens: {tokens / seconds / length:.2f} row-steps/s at the whole run's token "
-                f"pace, {max(token_paces) / length:.2f} at its fastest round's"
+                f"rows of {length:g} tokens: {token_pace / length:.2f} row-steps/s at the whole run's token "
+                f"pace, {fastest / length:.2f} at its fastest round's"
             )
 
 
