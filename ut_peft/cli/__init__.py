@@ -23,6 +23,7 @@ COMMANDS = {
     "width-study": "width_study",
     "bounds": "bounds",
     "calibrate": "calibrate",
+    "status": "status",
 }
 
 _SUMMARY = {
@@ -33,6 +34,7 @@ _SUMMARY = {
     "width-study": "smallest exact widths of the compiled universal transformers",
     "bounds": "slope bounds estimated as the accessibility paper does, beside ut-peft's",
     "calibrate": "a pooled sweep's intervals calibrated by simulating its own design",
+    "status": "where a sweep stands (rows, estimate, stop rule, hours spent and left), from its folder alone",
 }
 
 

@@ -1,0 +1,251 @@
+"""`ut-peft status FOLDER`: where a sweep stands, from its folder alone, on a finished and on a partial sweep."""
+
+import json
+import math
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from ut_peft import cli
+from ut_peft.accessibility import store
+from ut_peft.accessibility.cram import RowState
+from ut_peft.accessibility.simulated_intervals import pooled_design
+from ut_peft.accessibility.simulator import Truth, run_design
+from ut_peft.accessibility.status import folder_status
+from ut_peft.accessibility.testing import pooled_sweep_settings
+
+ROOT = Path(__file__).resolve().parents[2]
+WORDS = ROOT / "results" / "smollm2-135m" / "pooled-words-v7"  # finished: summary.json and calibration.json
+TEXT = ROOT / "results" / "smollm2-135m" / "pooled-text-v8"  # under way: rows, inflight/, no summary
+
+
+def status_of(folder, capsys, *flags) -> str:
+    """``ut-peft status FOLDER`` as the console script runs it; its exit code is 0 (no SystemExit)."""
+    cli.main(["status", str(folder), *flags])
+    return capsys.readouterr().out
+
+
+def file_rows(folder) -> list[dict]:
+    return [json.loads(line) for line in (Path(folder) / "rows.jsonl").read_text().splitlines() if line.strip()]
+
+
+def copy_sweep(source: Path, target: Path, names=("settings.json", "rows.jsonl", "summary.json", "calibration.json")):
+    target.mkdir()
+    for name in names:
+        if (source / name).is_file():
+            shutil.copy(source / name, target / name)
+    if (source / "inflight").is_dir():
+        shutil.copytree(source / "inflight", target / "inflight")
+    return target
+
+
+def test_a_finished_folder_shows_its_rows_calibrated_estimate_stop_and_hours(tmp_path, capsys):
+    folder = copy_sweep(WORDS, tmp_path / "words")
+    rows = file_rows(folder)
+    summary = json.loads((folder / "summary.json").read_text())
+    calibration = json.loads((folder / "calibration.json").read_text())
+    status = json.loads(status_of(folder, capsys, "--json"))
+
+    assert status["rows"]["total"] == len(rows) == summary["num_rows"]
+    assert status["rows"]["row_steps"] == sum(r["steps"] + 1 for r in rows) == summary["row_steps"]
+    for entry in status["rows"]["per_m"]:
+        here = [r for r in rows if r["m"] == entry["m"]]
+        assert (entry["rows"], entry["accessible"]) == (len(here), sum(r["accessible"] for r in here))
+        assert entry["row_steps"] == sum(r["steps"] + 1 for r in here)
+    assert status["finished"] and status["paused"] is None and status["in_flight"]["snapshots"] == []
+    assert status["summary"] == {"exists": True, "rows": len(rows), "current": True}
+
+    # The estimate is the design's fit of these rows (the report's), with calibration.json's intervals: it is current.
+    estimate = status["estimate"]
+    assert estimate["interval"] == "calibrated"
+    assert estimate["slope"]["estimate"] == pytest.approx(summary["pooled"]["slope"], rel=1e-6)
+    assert estimate["slope"]["ci"] == pytest.approx(calibration["slope"]["ci"])
+    assert estimate["slope"]["wald_ci"] == pytest.approx(summary["pooled"]["slope_ci"], rel=1e-6)
+    for mine, theirs in zip(estimate["per_m"], calibration["per_m"]):
+        assert mine["m"] == theirs["m"] and mine["ci"] == pytest.approx(theirs["ci"])
+        assert mine["estimate"] == pytest.approx(theirs["estimate"], rel=1e-6)
+    assert estimate["r2"] == pytest.approx(summary["fit"]["r2"], rel=1e-9)
+
+    # The stop rule as the design judged it, each ratio back as a standard error against the target it is held to.
+    stop = status["stop"]
+    assert stop["stage"] == "stopped" and stop["reason"].startswith("every standard error at or below its target")
+    assert stop["fitted_rows"] >= stop["min_rows"] == 64
+    ratios = summary["pooled"]["stop"]["se_ratios"]
+    assert {t["name"]: t["ratio"] for t in stop["targets"]} == pytest.approx(ratios)
+    design = json.loads((folder / "settings.json").read_text())["design"]
+    by_name = {t["name"]: t for t in stop["targets"]}
+    assert by_name["slope"]["target"] == design["target_slope_se"]
+    assert by_name["n50[5]"]["target"] == design["target_n50_se"]["5"]
+    assert by_name["check"]["target"] == pytest.approx(2 * design["target_n50_se"]["3"])  # check_factor 2, m = 3
+    for t in stop["targets"]:
+        assert t["se"] == pytest.approx(t["ratio"] * t["judged_target"]) and t["ratio"] <= 1
+
+    # Hours spent: each round of the design's replay timed by its longest row; nothing left.
+    by_key = {(r["m"], r["n"], r["index"]): r for r in rows}
+    rounds = pooled_design(json.loads((folder / "settings.json").read_text())).rounds(store.read_rows(folder))
+    spent = sum(max(by_key[job]["seconds"] for job in jobs) for jobs in rounds)
+    assert status["time"]["hours_spent"] == pytest.approx(spent / 3600)
+    assert status["time"]["pace"]["row_steps"] == sum(r["steps"] + 1 for r in rows)
+    assert status["time"]["hours_left"] == 0.0
+
+    text = status_of(folder, capsys)
+    assert "state: finished" in text
+    assert f"rows: {len(rows)} written, {sum(r['steps'] + 1 for r in rows):,} row-steps" in text
+    assert "calibrated 95% intervals" in text and "STOPPED after" in text
+    assert f"time: {spent / 3600:.1f} h of wall time over {len(rounds)} complete rounds" in text
+
+    # One row fewer: calibration.json is of other rows now, so the design's own Wald intervals, saying so.
+    (folder / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[:-1]))
+    status = json.loads(status_of(folder, capsys, "--json"))
+    assert status["rows"]["total"] == len(rows) - 1
+    assert status["estimate"]["interval"] == "wald"
+    assert f"computed from {len(rows)} rows, not these" in status["estimate"]["interval_note"]
+    assert status["estimate"]["slope"]["ci"] == status["estimate"]["slope"]["wald_ci"]
+    assert status["summary"]["current"] is False
+
+
+DONE = 5  # complete rounds of the partial folder: fitted, the slope's standard error still above its target
+# Slope se 4, n_50 se {1: 6, 3: 8}. Version 1: no floor, the targets as given; version 4: a floor of 128 fitted rows,
+# every target judged at 1.25 times (its target_scale).
+SCALES = {1: 1.0, 4: 1.25}
+
+
+def write_rows(folder: Path, rows: list[tuple[dict, float]]) -> None:
+    lines = []
+    for row, seconds in rows:
+        accessible = row["accessible"]
+        line = dict(row, init_seed=row["index"], rank=0, final_loss=0.1, greedy_exact=accessible, seconds=seconds)
+        line.update(stop_reason="exact" if accessible else "patience")
+        line.update(tf_accuracy=1.0 if accessible else 0.5, best_accuracy=1.0 if accessible else 0.5)
+        lines.append(json.dumps(line))
+    (folder / "rows.jsonl").write_text("\n".join(lines) + "\n")
+
+
+@pytest.fixture(params=sorted(SCALES))
+def partial(request, tmp_path):
+    """A pooled sweep stopped in round DONE + 1: its first DONE rounds written (round k's longest row 100 (k + 1) s),
+    3 rows of the next one written (30 s each), one of its other rows in flight (a snapshot at step 100, 50 s), and
+    a PAUSED file."""
+    settings = pooled_sweep_settings(version=request.param)
+    design = pooled_design(settings)
+    simulated, _ = run_design(design, Truth(slope=20.0, intercept=4.0, rel_width=0.15, nested=False), 3)
+    rounds = design.rounds(simulated)
+    assert len(rounds) > DONE + 1
+    written = []
+    for k, jobs in enumerate(rounds[:DONE]):
+        for j, job in enumerate(jobs):
+            written.append((dict(simulated[job], m=job[0], n=job[1], index=job[2]), 100.0 * (k + 1) / (1 + (j > 0))))
+    open_round = rounds[DONE]
+    landed, flying = open_round[:3], open_round[3]
+    written += [(dict(simulated[job], m=job[0], n=job[1], index=job[2]), 30.0) for job in landed]
+    folder = tmp_path / "partial"
+    folder.mkdir()
+    (folder / "settings.json").write_text(json.dumps(settings))
+    write_rows(folder, written)
+    counters = {"best_acc": 0.75, "since_best": 12, "greedy_misses": 0, "next_greedy_check": 0, "best_at": {}}
+    state = RowState(torch.zeros(flying[0], 4), {}, step=100, target_len=flying[1], counters=counters, seconds=50.0)
+    store.write_inflight(folder, flying, state)
+    (folder / "PAUSED").write_text("waits for results/gemma-3-270m/pooled-words to end (2 cores)\n")
+    return folder, settings, rounds, simulated, landed, flying
+
+
+def test_a_partial_folder_shows_its_round_in_flight_stop_state_and_projection(partial, capsys):
+    folder, settings, rounds, simulated, landed, flying = partial
+    rows = file_rows(folder)
+    status = json.loads(status_of(folder, capsys, "--json"))
+    assert status == folder_status(folder)  # --json prints the library's dict
+
+    assert status["paused"] == "waits for results/gemma-3-270m/pooled-words to end (2 cores)"
+    assert not status["finished"]
+    assert status["rows"]["total"] == len(rows) == sum(len(jobs) for jobs in rounds[:DONE]) + 3
+    assert status["rows"]["row_steps"] == sum(r["steps"] + 1 for r in rows)
+    assert status["summary"] == {"exists": False, "rows": None, "current": False}
+    in_flight = status["in_flight"]
+    assert (in_flight["round"], in_flight["round_rows"], in_flight["landed"]) == (DONE + 1, len(rounds[DONE]), 3)
+    assert in_flight["due"] == len(rounds[DONE]) - 3
+    [snapshot] = in_flight["snapshots"]
+    assert [snapshot[k] for k in ("m", "n", "index", "step", "seconds")] == [*flying, 100, 50.0]
+    assert snapshot["due"] and not snapshot["written"] and snapshot["max_steps"] == 3000
+
+    # The estimate: the design's fit of every row written, Wald intervals (no calibration.json); R^2 per-m fits.
+    estimate = status["estimate"]
+    assert estimate["interval"] == "wald" and estimate["rows"] == len(rows)
+    fit = pooled_design(settings).summary_fit(store.read_rows(folder))
+    assert estimate["slope"]["estimate"] == pytest.approx(fit["slope"]) and estimate["slope"]["se"] == fit["slope_se"]
+
+    # The stop rule as judged after the complete rounds; the slope binds.
+    stop = status["stop"]
+    judged = pooled_design(settings).stop_state({job: simulated[job] for jobs in rounds[:DONE] for job in jobs})
+    assert stop["stage"] == "fitting" and stop["rounds"] == DONE and stop["rows"] == judged["rows"]
+    assert stop["binding"] == "slope"
+    slope = next(t for t in stop["targets"] if t["name"] == "slope")
+    assert slope["ratio"] == pytest.approx(judged["se_ratios"]["slope"]) and slope["ratio"] > 1
+    scale = SCALES[settings["design"]["version"]]
+    assert (slope["target"], slope["judged_target"]) == (4.0, pytest.approx(4.0 * scale))
+    assert slope["se"] == pytest.approx(slope["ratio"] * 4.0 * scale)
+
+    # Hours: the complete rounds' longest rows; the round now running 50 s so far (its snapshot is the longest).
+    time = status["time"]
+    seconds = sum(100.0 * (k + 1) for k in range(DONE))
+    steps = sum(simulated[job]["steps"] + 1 for jobs in rounds[:DONE] for job in jobs)
+    assert time["hours_spent"] == pytest.approx(seconds / 3600)
+    assert time["pace"]["row_steps_per_second"] == pytest.approx(steps / seconds)
+    assert time["open_round_hours"] == pytest.approx(50.0 / 3600)
+    # The projection, by hand: rows * (r^2 - 1) more rows in whole rounds of 8, at the mean row-steps of a fitted
+    # round's row, less what the open round has spent (its 3 rows written and the 100 steps in flight).
+    ratio = judged["se_ratios"]["slope"]
+    needed = math.ceil(judged["rows"] * (ratio**2 - 1))
+    floor = max(0, judged["min_rows"] - judged["fitted_rows"])  # version 4: 128 - 8
+    more = math.ceil(max(needed, floor) / 8) * 8
+    fitted = [job for jobs in rounds[DONE - judged["fitted_rows"] // 8 : DONE] for job in jobs]
+    per_row = sum(simulated[job]["steps"] + 1 for job in fitted) / len(fitted)
+    spent_open = sum(simulated[job]["steps"] + 1 for job in landed) + 100
+    projected = time["projection"]
+    assert (projected["rows_for_targets"], projected["rows_for_floor"], projected["rows"]) == (needed, floor, more)
+    assert projected["row_steps_per_row"] == pytest.approx(per_row)
+    assert projected["row_steps"] == round(more * per_row - spent_open)
+    assert time["hours_left"] == pytest.approx((more * per_row - spent_open) / (steps / seconds) / 3600)
+
+    text = status_of(folder, capsys)
+    assert text.splitlines()[1] == "state: PAUSED: waits for results/gemma-3-270m/pooled-words to end (2 cores)"
+    assert f"in flight: round {DONE + 1} of {len(rounds[DONE])} rows, 3 written" in text
+    assert "step 100 of 3,000, best accuracy 0.750, 12 forwards since it of 500" in text
+    assert "stop rule: not stopped after" in text and "the design's own Wald intervals" in text
+    assert f"left: about {time['hours_left']:.1f} h (a projection)" in text
+    assert f"needs {judged['rows']} x ({ratio:.2f}^2 - 1) = {needed} more" in text
+
+
+def test_the_committed_run_under_way_reads_without_a_model(tmp_path, capsys):
+    """The SmolLM2 text run as committed (it grows while it runs: every figure is checked against its files)."""
+    folder = copy_sweep(TEXT, tmp_path / "text")
+    (folder / "PAUSED").write_text("waits for the Gemma-3-270M words run\n")
+    rows = file_rows(folder)
+    status = json.loads(status_of(folder, capsys, "--json"))
+    assert status["paused"] == "waits for the Gemma-3-270M words run"
+    assert status["rows"]["total"] == len(rows)
+    assert status["rows"]["row_steps"] == sum(r["steps"] + 1 for r in rows)
+    snapshots = {(s["m"], s["n"], s["index"]): s for s in status["in_flight"]["snapshots"]}
+    assert set(snapshots) == set(store.inflight_keys(folder))
+    for key, snapshot in snapshots.items():
+        assert snapshot["step"] == store.read_inflight(folder, key).step
+    assert status["time"]["hours_spent"] > 0 and status["summary"]["exists"] is False
+    assert status_of(folder, capsys).splitlines()[1] == "state: PAUSED: waits for the Gemma-3-270M words run"
+
+
+def test_a_folder_that_holds_no_sweep_is_one_line_and_exit_code_2(tmp_path, capsys):
+    for path, says in [
+        (tmp_path / "missing", "does not exist"),
+        (tmp_path, "holds no run (settings.json is missing)"),
+    ]:
+        with pytest.raises(SystemExit) as exit_info:
+            cli.main(["status", str(path)])
+        assert exit_info.value.code == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith("ut-peft status: error: FOLDER") and says in err
+
+
+def test_status_is_a_listed_command(capsys):
+    cli.main([])
+    assert "status" in cli.COMMANDS and "  status " in capsys.readouterr().out

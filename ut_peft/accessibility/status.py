@@ -1,0 +1,542 @@
+"""Where a sweep stands, finished or still running, from its folder alone (no model is loaded): what
+``ut-peft status FOLDER`` prints (:func:`folder_status`, the figures as a JSON-safe dict; :func:`format_status`, its
+lines).
+
+The rows written (per m, with their row-steps) and the rows in flight (the jobs now due, and how far each snapshot in
+inflight/ has got); for a pooled sweep also:
+
+- the current estimate: the pooled line and n_50 at every m fitted to the rows as the sweep's own design fits them
+  (:meth:`.design.PooledDesign.summary_fit`, what its report prints), with the calibrated 95% intervals where
+  calibration.json is of these very rows (:func:`.store.current_calibration`), else the design's Wald intervals (it
+  says which); R^2 of the line through the per-m fits where the report has one (not under an audited early abandon,
+  whose per-m fits are biased);
+- the design's stop rule (:meth:`.design.PooledDesign.stop_state`): stopped or not, and per target (the slope's
+  standard error, n_50's at each m, the linearity check's offset) the standard error as the stop judges it against
+  the target it is held to;
+- hours spent (the wall time of its complete rounds, each timed by its longest row: :mod:`.pace`) and a projection
+  of the hours left (:func:`.pace.projection`: every standard error taken to fall as 1 / sqrt(rows)).
+
+A file named PAUSED in the folder (a campaign that waits for another writes why there) is the run's state.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from . import store
+from .design import PooledDesign, make_design, row_steps
+from .fit import line_interval
+from .pace import projection, round_paces, total_pace
+from .rows import INFERRED
+from .sweep import SweepConfig
+
+# A campaign that holds a run back (e.g. until another run on the same cores ends) says so in this file; the sweep
+# never writes or reads it.
+PAUSED_FILE = "PAUSED"
+
+
+# ---- the figures -------------------------------------------------------------------------------------------------
+
+
+def folder_status(folder) -> dict:
+    """Where the sweep in ``folder`` stands, as a JSON-safe dict (what ``ut-peft status --json`` prints):
+    ``folder, model, source, design, paused, finished, rows, in_flight, estimate, stop, time, summary``; the pooled
+    design's parts (estimate, stop, time) are None for other designs. Reads the folder only."""
+    folder = Path(folder)
+    settings = store.read_settings(folder)
+    rows = store.read_rows(folder)
+    config = SweepConfig.from_settings(settings)
+    design = make_design(config)
+    pooled = design if isinstance(design, PooledDesign) else None
+    due = design.next_jobs(rows)  # the jobs the design asks for now (pooled: the missing rows of the open round)
+    status: dict = {
+        "folder": str(folder),
+        "model": settings.get("model"),
+        "source": _source_name(settings.get("source")),
+        "design": _design_settings(config, settings),
+        "paused": _paused_text(folder),
+        "finished": not due,
+        "rows": _rows_section(rows, config.ms),
+        "in_flight": _in_flight(folder, settings, rows, due, pooled),
+        "estimate": None,
+        "stop": None,
+        "time": None,
+        "summary": _summary_state(folder, rows),
+    }
+    if pooled is not None:
+        status["estimate"] = _estimate(folder, settings, config, pooled, rows)
+        status["stop"] = _stop(pooled, rows)
+        status["time"] = _time(pooled, rows, status["stop"], status["in_flight"])
+    return _json_safe(status)
+
+
+def _source_name(source) -> str | None:
+    if not isinstance(source, dict):
+        return None if source is None else str(source)
+    return " ".join(str(part) for part in (source.get("kind"), source.get("name")) if part)
+
+
+def _design_settings(config: SweepConfig, settings: dict) -> dict:
+    design = dict(settings.get("design") or {})
+    design["kind"] = config.design
+    design["rows_a_round"] = config.num_sequences
+    return design
+
+
+def _paused_text(folder: Path) -> str | None:
+    path = folder / PAUSED_FILE
+    if not path.is_file():
+        return None
+    text = path.read_text(encoding="utf-8", errors="replace").strip()
+    return text or "paused (the PAUSED file gives no reason)"
+
+
+def _rows_section(rows: dict, ms) -> dict:
+    """Rows written, per m: how many, how many accessible, how many inferred (not crammed), their row-steps."""
+    per_m = []
+    for m in sorted(set(ms) | {key[0] for key in rows}):
+        here = [row for key, row in rows.items() if key[0] == m]
+        per_m.append(
+            {
+                "m": m,
+                "rows": len(here),
+                "accessible": sum(bool(row["accessible"]) for row in here),
+                "inferred": sum(row.get("stop_reason") == INFERRED for row in here),
+                "row_steps": sum(row_steps(row) for row in here),
+            }
+        )
+    return {"total": len(rows), "row_steps": sum(row_steps(row) for row in rows.values()), "per_m": per_m}
+
+
+def _in_flight(folder: Path, settings: dict, rows: dict, due: list, pooled: PooledDesign | None) -> dict:
+    """The jobs now due and the snapshots in inflight/: how far each row got (step of the cap, best teacher-forced
+    accuracy, forwards since it, wall time). A snapshot whose row is already written is stale (a kill between the
+    row's write and the snapshot's removal): no job resumes from it, and it is marked so."""
+    cram = settings.get("cram") or {}
+    snapshots = []
+    for key in sorted(store.inflight_keys(folder)):
+        entry: dict = {"m": key[0], "n": key[1], "index": key[2], "due": key in due, "written": key in rows}
+        try:
+            state = store.read_inflight(folder, key)
+        except ValueError as err:  # a damaged file: say so, and go on with the others
+            entry["error"] = str(err)
+            snapshots.append(entry)
+            continue
+        if state is None:  # removed between the listing and the read: its row was just written
+            continue
+        entry.update(
+            step=state.step,
+            max_steps=cram.get("max_steps"),
+            best_accuracy=state.counters.get("best_acc"),
+            since_best=state.counters.get("since_best"),
+            patience=cram.get("patience"),
+            seconds=state.seconds,
+            flagged_at=state.counters.get("flagged_at"),
+        )
+        snapshots.append(entry)
+    section: dict = {"due": len(due), "snapshots": snapshots}
+    if pooled is not None:
+        rounds = pooled.rounds(rows)
+        completed = {job for jobs in rounds for job in jobs}
+        landed = sorted(key for key in rows if key not in completed)  # rows of the round now due, written already
+        section.update(
+            round=len(rounds) + 1 if due else None,
+            round_rows=len(landed) + len(due) if due else 0,
+            landed=len(landed),
+            landed_row_steps=sum(row_steps(rows[key]) for key in landed),
+            landed_seconds=max((float(rows[key].get("seconds") or 0.0) for key in landed), default=0.0),
+        )
+    return section
+
+
+def _summary_state(folder: Path, rows: dict) -> dict:
+    """Whether summary.json exists and how many rows it summarised (a run under way summarises only at its end)."""
+    path = folder / store.SUMMARY_FILE
+    if not path.is_file():
+        return {"exists": False, "rows": None, "current": False}
+    try:
+        summarised = json.loads(path.read_text(encoding="utf-8")).get("num_rows")
+    except (OSError, ValueError, AttributeError):
+        summarised = None
+    return {"exists": True, "rows": summarised, "current": summarised == len(rows)}
+
+
+def _entry(estimate: float, se: float, ci, wald_ci) -> dict:
+    return {"estimate": estimate, "se": se, "ci": ci, "wald_ci": wald_ci}
+
+
+def _estimate(folder: Path, settings: dict, config: SweepConfig, design: PooledDesign, rows: dict) -> dict | None:
+    """The pooled line and n_50 per m as the design fits the rows (design.PooledDesign.summary_fit, the report's),
+    with the calibrated intervals where calibration.json is of these rows (store.current_calibration), else Wald."""
+    fit = design.summary_fit(rows)
+    if fit is None:
+        return None
+    calibration = store.current_calibration(store.read_calibration(folder), rows)
+    calibrated = calibration is not None and not calibration["stale"]
+    if calibrated:
+        assert calibration is not None
+        slope_ci, intercept_ci = calibration["slope"]["ci"], calibration["intercept"]["ci"]
+        per_m_ci = {int(e["m"]): e["ci"] for e in calibration["per_m"]}
+        note = (
+            f"calibrated 95% intervals (calibration.json: the design simulated {calibration.get('repeats')} times at "
+            f"the line fitted to these {calibration.get('rows')} rows)"
+        )
+    else:
+        slope_ci, intercept_ci, per_m_ci = fit["slope_ci"], fit["intercept_ci"], {}
+        note = "the design's own Wald intervals (+- 1.96 standard errors)" + (
+            f"; {calibration['note']}" if calibration else "; no calibration.json (`ut-peft calibrate` makes one)"
+        )
+    per_m = []
+    for m, entry in sorted(fit["per_m"].items()):
+        ci = per_m_ci.get(m, entry["ci"])  # an m the calibration lacks keeps its Wald interval
+        per_m.append(dict(m=m, measured=entry["measured"], **_entry(entry["n50"], entry["se"], ci, entry["ci"])))
+    r2, r2_note = _r2(settings, config, rows)
+    return {
+        "rows": sum(row.get("stop_reason") != INFERRED for row in rows.values()),
+        "interval": "calibrated" if calibrated else "wald",
+        "interval_note": note,
+        "slope": _entry(fit["slope"], fit["slope_se"], slope_ci, fit["slope_ci"]),
+        "intercept": _entry(fit["intercept"], fit["intercept_se"], intercept_ci, fit["intercept_ci"]),
+        "per_m": per_m,
+        "converged": fit["converged"],
+        "linearity": fit["linearity"],
+        "r2": r2,
+        "r2_note": r2_note,
+    }
+
+
+def _r2(settings: dict, config: SweepConfig, rows: dict) -> tuple[float | None, str]:
+    """R^2 of the line through the per-m fits, as the summary computes it (fit.line_interval on the rows at the
+    sweep's m, the summary's seed), or None and why."""
+    if store.abandon_audit(settings):
+        return None, "none under an audited early abandon (its per-m fits would be biased; the report leaves them out)"
+    kept = [row for key, row in sorted(rows.items()) if key[0] in config.ms]
+    line = line_interval(
+        [r["m"] for r in kept],
+        [r["n"] for r in kept],
+        [r["accessible"] for r in kept],
+        [r["index"] for r in kept],
+        seed=[config.seed, 0],
+    )
+    if line is None:
+        return None, "none yet (fewer than two m with a per-m n_50)"
+    return line["r2"], f"of the line through the per-m fits ({line['num_points']} m)"
+
+
+def _stop(design: PooledDesign, rows: dict) -> dict:
+    """design.PooledDesign.stop_state with each ratio turned back into the standard error and the target it compares
+    (both as the stop judges them: the targets times the version's target_scale), and why a stopped design stopped."""
+    stop = dict(design.stop_state(rows))
+    targets = []
+    for name, ratio in (stop.get("se_ratios") or {}).items():
+        # The check's target is check_factor times its m's n_50 target; "n50[m]" names m's.
+        m = design.check_m if name == "check" else None if name == "slope" else int(name[4:-1])
+        base = design.target_slope_se if m is None else design.target_n50_se[m]
+        if base is None:  # stop_state gives a ratio only for a quantity with a target
+            continue
+        target = float(base) * (design.check_factor if name == "check" else 1.0)
+        judged = target * design.target_scale
+        targets.append({"name": name, "se": ratio * judged, "target": target, "judged_target": judged, "ratio": ratio})
+    stop["targets"] = targets
+    stop["target_scale"] = design.target_scale
+    stop["binding"] = max(targets, key=lambda t: t["ratio"])["name"] if targets else None
+    stop["budget_row_steps"] = design.budget
+    if stop["stage"] == "stopped":
+        spent = sum(row_steps(rows[job]) for jobs in design.rounds(rows) for job in jobs)
+        if "fitted_rows" not in stop:
+            why = "before its rows bracketed n_50 at every m it measures (an m accessible at the longest length "
+            why += "allowed or at none, or its row-step budget)"
+        elif design.budget is not None and spent >= design.budget:
+            why = f"its row-step budget ({design.budget:,}) is spent"
+        else:
+            why = "every standard error at or below its target, the floor of fitted rows met"
+        stop["reason"] = why
+    return stop
+
+
+def _row_steps_per_row(design: PooledDesign, rows: dict, fitted_rows: int) -> tuple[float, str] | None:
+    """Mean row-steps of a row of the fitted rounds (the last complete rounds, ``fitted_rows`` rows in all): the rows
+    the design still deals are placed as those were, not as the bracketing rows. Before a fitted round is complete,
+    the mean over every complete round's rows. With what it is the mean of; None without a complete round."""
+    rounds = design.rounds(rows)
+    picked: list = []
+    for jobs in reversed(rounds):
+        if len(picked) >= fitted_rows:
+            break
+        picked += jobs
+    basis = "a fitted round's row"
+    if not picked:
+        picked, basis = [job for jobs in rounds for job in jobs], "a row of the rounds so far: no fitted round yet"
+    if not picked:
+        return None
+    return sum(row_steps(rows[job]) for job in picked) / len(picked), basis
+
+
+def _time(design: PooledDesign, rows: dict, stop: dict, in_flight: dict) -> dict:
+    """Hours spent (complete rounds, each its longest row's wall time), the round now running so far, the pace, and
+    the projection of the hours left."""
+    pace = total_pace(round_paces(design, rows))
+    open_seconds = max(
+        [in_flight.get("landed_seconds", 0.0)]
+        + [s.get("seconds") or 0.0 for s in in_flight["snapshots"] if s.get("due") and not s.get("written")]
+    )
+    out: dict = {
+        "hours_spent": pace["seconds"] / 3600 if pace else 0.0,
+        "rounds_timed": pace["rounds"] if pace else 0,
+        "open_round_hours": open_seconds / 3600 if in_flight.get("round") else 0.0,
+        "pace": pace,
+        "projection": None,
+    }
+    if stop["stage"] == "stopped":
+        out.update(hours_left=0.0, note="the design stopped: nothing left")
+        return out
+    if stop["stage"] != "fitting":
+        out.update(hours_left=None, note="no projection while the design brackets n_50 (no fit, no standard errors)")
+        return out
+    mean = _row_steps_per_row(design, rows, int(stop.get("fitted_rows") or 0))
+    if mean is None:
+        out.update(hours_left=None, note="no projection yet (no round is complete)")
+        return out
+    per_row, basis = mean
+    # The round now running has already spent this much of what the projection counts from the complete rounds on.
+    spent_open = in_flight.get("landed_row_steps", 0) + sum(
+        s.get("step") or 0 for s in in_flight["snapshots"] if s.get("due") and not s.get("written")
+    )
+    budget_left = None
+    if design.budget is not None:
+        budget_left = design.budget - sum(row_steps(row) for row in rows.values())
+    rate = pace["row_steps_per_second"] if pace else None
+    projected = projection(
+        stop,
+        design.batch,
+        per_row,
+        rate,
+        spent_in_open_round=spent_open,
+        budget_left=budget_left,
+    )
+    assert projected is not None  # the stage is "fitting"
+    projected.update(row_steps_per_row=per_row, row_steps_basis=basis, spent_in_open_round=spent_open)
+    out["projection"] = projected
+    out["hours_left"] = projected["hours"]
+    out["note"] = (
+        "a projection: every standard error taken to fall as 1 / sqrt(rows), the rows still needed in whole rounds "
+        f"at the mean row-steps of {basis}, at the run's measured pace"
+        + ("" if rate else "; no hours: no complete round carries wall times")
+    )
+    return out
+
+
+def _json_safe(value):
+    """Tuples as lists, non-finite floats as None (JSON has no NaN), keys as strings."""
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):  # a numpy scalar
+        return _json_safe(value.item())
+    return value
+
+
+# ---- the text ----------------------------------------------------------------------------------------------------
+
+
+def _num(value, digits: int = 1) -> str:
+    return "n/a" if value is None else f"{value:,.{digits}f}"
+
+
+def _interval(ci, digits: int = 1) -> str:
+    if not ci or None in ci:
+        return "[unbounded]"
+    return f"[{ci[0]:.{digits}f}, {ci[1]:.{digits}f}]"
+
+
+def _quantity(name: str) -> str:
+    if name == "slope":
+        return "slope"
+    if name == "check":
+        return "linearity check's offset"
+    return f"n_50 at m = {name[4:-1]}"
+
+
+def format_status(status: dict) -> str:
+    """The lines ``ut-peft status`` prints for :func:`folder_status`'s dict."""
+    design = status["design"]
+    version = f" version {design['version']}" if design.get("version") is not None else ""
+    per = "rows a round" if design["kind"] in ("pooled", "sequential") else "sequences per length"
+    lines = [
+        f"{status['folder']}: {design['kind']}{version} sweep of {status['model']} on {status['source']}, "
+        f"{design['rows_a_round']} {per}"
+    ]
+    stop, in_flight = status["stop"], status["in_flight"]
+    if status["paused"]:
+        lines.append(f"state: PAUSED: {status['paused']}")
+    elif status["finished"]:
+        lines.append("state: finished (the design asks for no more rows)")
+    elif in_flight.get("round"):
+        lines.append(
+            f"state: not finished: round {in_flight['round']} is due ({in_flight['due']} of its rows to write)"
+        )
+    else:
+        lines.append(f"state: not finished: {in_flight['due']} jobs due")
+
+    rows = status["rows"]
+    per_m = "; ".join(
+        f"m = {e['m']}: {e['rows']} ({e['accessible']} accessible"
+        + (f", {e['inferred']} inferred" if e["inferred"] else "")
+        + f"), {e['row_steps']:,} row-steps"
+        for e in rows["per_m"]
+        if e["rows"]  # an m without rows (one the pooled line reads off) is in the JSON, not in the line
+    )
+    lines.append(f"rows: {rows['total']} written, {rows['row_steps']:,} row-steps" + (f" ({per_m})" if per_m else ""))
+    lines += _in_flight_lines(in_flight)
+    summary = status["summary"]
+    if summary["exists"]:
+        of = "these" if summary["current"] else f"{summary['rows']} rows, not these"
+        lines.append(f"summary.json: of {of} {rows['total']} rows")
+    else:
+        lines.append("summary.json: none yet (a run writes it at its end; `ut-peft cram --report-only` makes one)")
+    if stop is None:
+        lines.append(
+            f"estimate, stop rule and hours left: for pooled sweeps (--design pooled); this one is {design['kind']}"
+        )
+        return "\n".join(lines)
+    lines += _estimate_lines(status["estimate"])
+    lines += _stop_lines(stop)
+    lines += _time_lines(status["time"])
+    return "\n".join(lines)
+
+
+def _in_flight_lines(in_flight: dict) -> list[str]:
+    lines = []
+    if in_flight.get("round"):
+        lines.append(
+            f"in flight: round {in_flight['round']} of {in_flight['round_rows']} rows, {in_flight['landed']} "
+            f"written, {in_flight['due']} to come"
+        )
+    elif in_flight["due"]:
+        lines.append(f"in flight: {in_flight['due']} jobs due")
+    else:
+        lines.append("in flight: none")
+    for s in in_flight["snapshots"]:
+        where = f"  m = {s['m']}, n = {s['n']}, index {s['index']}: "
+        if "error" in s:
+            lines.append(where + s["error"])
+            continue
+        cap = f" of {s['max_steps']:,}" if s.get("max_steps") else ""
+        patience = f" of {s['patience']}" if s.get("patience") else ""
+        flagged = f"; flagged at step {s['flagged_at']} and audited" if s.get("flagged_at") is not None else ""
+        stale = " (stale: its row is written)" if s["written"] else "" if s["due"] else " (not a job now due)"
+        lines.append(
+            f"{where}step {s['step']:,}{cap}, best accuracy {_num(s['best_accuracy'], 3)}, {s['since_best']} "
+            f"forwards since it{patience}, {s['seconds'] / 3600:.2f} h{flagged}{stale}"
+        )
+    return lines
+
+
+def _estimate_lines(estimate: dict | None) -> list[str]:
+    if estimate is None:
+        return ["estimate: none yet (the pooled line needs rows at two m at least)"]
+    lines = [
+        f"estimate: the pooled line fitted to {estimate['rows']} rows as the design fits them; "
+        f"{estimate['interval_note']}"
+    ]
+    slope, intercept = estimate["slope"], estimate["intercept"]
+    lines.append(
+        f"  slope {_num(slope['estimate'], 2)} tokens per vector {_interval(slope['ci'], 2)} "
+        f"(se {_num(slope['se'], 2)}), "
+        f"intercept {_num(intercept['estimate'])} {_interval(intercept['ci'])}"
+    )
+    for e in estimate["per_m"]:
+        where = "measured" if e["measured"] else "read off the line"
+        lines.append(
+            f"  m = {e['m']}: n_50 {_num(e['estimate'])} {_interval(e['ci'])} (se {_num(e['se'], 2)}; {where})"
+        )
+    r2 = (
+        f"R^2 {_num(estimate['r2'], 4)} {estimate['r2_note']}"
+        if estimate["r2"] is not None
+        else f"R^2 {estimate['r2_note']}"
+    )
+    check = estimate["linearity"]
+    linear = (
+        f"; linearity check at m = {check['check_m']}: {_num(check['delta'], 2)} tokens off the line "
+        f"(p = {check['p_value']:.3g}{'' if check['linear'] else ': NOT LINEAR'})"
+        if check
+        else ""
+    )
+    lines.append(f"  {r2}{linear}")
+    if not estimate["converged"]:
+        lines.append("  the fit did not converge: do not use these numbers")
+    return lines
+
+
+def _stop_lines(stop: dict) -> list[str]:
+    rounds = f"{stop['rounds']} complete rounds ({stop['rows']} rows)"
+    if stop["stage"] == "bracketing":
+        return [f"stop rule: {rounds}; still bracketing n_50 at its m (no fit, no standard errors yet)"]
+    head = (
+        f"stop rule: STOPPED after {rounds}: {stop['reason']}"
+        if stop["stage"] == "stopped"
+        else (f"stop rule: not stopped after {rounds}")
+    )
+    if "fitted_rows" in stop:
+        floor = f"of the {stop['min_rows']} its floor asks for" if stop["min_rows"] else "(no floor)"
+        head += f"; {stop['fitted_rows']} fitted rows {floor}"
+    lines = [head]
+    if stop["targets"]:
+        scale = (
+            f" (the targets times {stop['target_scale']:g}, this version's scale)" if stop["target_scale"] != 1 else ""
+        )
+        lines.append(f"  standard error as the stop judges it / the target it is held to{scale}:")
+        for t in stop["targets"]:
+            mark = " <- binding" if t["name"] == stop["binding"] and t["ratio"] > 1 else ""
+            lines.append(
+                f"    {_quantity(t['name'])}: {t['se']:.2f} / {t['judged_target']:.2f} = {t['ratio']:.2f}{mark}"
+            )
+    if stop.get("budget_row_steps"):
+        lines.append(f"  row-step budget: {stop['budget_row_steps']:,}")
+    return lines
+
+
+def _time_lines(time: dict) -> list[str]:
+    pace = time["pace"]
+    if pace:
+        spent = (
+            f"time: {time['hours_spent']:.1f} h of wall time over {pace['rounds']} complete rounds (each its longest "
+            f"row), {pace['row_steps_per_second']:.2f} row-steps/s, {pace['token_steps_per_second']:.0f} token-steps/s"
+        )
+    else:
+        spent = "time: no complete round with wall times yet"
+    if time["open_round_hours"]:
+        spent += f"; the round now running {time['open_round_hours']:.2f} h so far"
+    lines = [spent]
+    projected = time["projection"]
+    if projected is None:
+        lines.append("left: " + time["note"])
+        return lines
+    rounds = f"{projected['rounds']} more round{'s' if projected['rounds'] != 1 else ''}"
+    hours = "no hours (no timed round)" if time["hours_left"] is None else f"about {time['hours_left']:.1f} h"
+    rate = f" at {time['pace']['row_steps_per_second']:.2f} row-steps/s" if time["pace"] else ""
+    ratio = projected["ratio"]
+    by_targets = (
+        f"{_quantity(projected['binding'])} at {ratio:.2f} x its target needs {projected['judged_rows']} x "
+        f"({ratio:.2f}^2 - 1) = {projected['rows_for_targets']} more"
+        if projected["binding"] and ratio > 1
+        else "every target met"
+    )
+    steps = f"{projected['row_steps']:,} row-steps"
+    lines += [
+        f"left: {hours} (a projection): {rounds}, {projected['rows']} rows, {steps}{rate}",
+        f"  rows: {by_targets}; the floor of fitted rows {projected['rows_for_floor']} more; "
+        "the round now due at least",
+        f"  row-steps: {projected['row_steps_per_row']:,.0f} a row (the mean of {projected['row_steps_basis']}), less "
+        f"{projected['spent_in_open_round']:,} already spent on the round now running",
+        "  it assumes every standard error falls as 1 / sqrt(rows), for rows placed as those so far",
+    ]
+    return lines
+
+
+__all__ = ["PAUSED_FILE", "folder_status", "format_status"]
