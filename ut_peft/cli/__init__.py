@@ -39,7 +39,8 @@ _SUMMARY = {
 
 
 def usage() -> str:
-    lines = ["usage: ut-peft COMMAND [flags]   (ut-peft COMMAND --help for its flags)", "", "commands:"]
+    lines = ["usage: ut-peft COMMAND [flags]   (ut-peft COMMAND --help for its flags; ut-peft --version)", ""]
+    lines += ["commands:"]
     lines += [f"  {name:<12} {_SUMMARY[name]}" for name in COMMANDS]
     return "\n".join(lines)
 
@@ -51,6 +52,11 @@ def main(argv=None) -> None:
     argv = sys.argv[1:] if argv is None else list(argv)
     if not argv or argv[0] in ("-h", "--help"):
         print(usage())
+        return
+    if argv[0] in ("-V", "--version"):
+        from .. import __version__
+
+        print(f"ut-peft {__version__}")
         return
     name = argv[0].replace("_", "-")
     if name not in COMMANDS:

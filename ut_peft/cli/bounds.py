@@ -18,16 +18,11 @@ import argparse
 import shlex
 import sys
 
-from ..accessibility.published_bounds import (
-    PUBLISHED_SEQUENCES,
-    RESULT_FILE,
-    plot_estimate,
-    published_bound_estimate,
-    read_estimate,
-    ut_peft_estimate,
-    write_estimate,
-)
-from .common import add_common_flags, check_model, check_output_file, parse_args, positive_int, run
+from .common import add_common_flags, check_model, check_output_file, library_value, parse_args, positive_int, run
+
+# Written here, not imported: the module that holds them imports torch, and parsing comes first (library_value).
+PUBLISHED_SEQUENCES = library_value("ut_peft.accessibility.published_bounds:PUBLISHED_SEQUENCES", 10_000)
+RESULT_FILE = library_value("ut_peft.accessibility.published_bounds:RESULT_FILE", "bounds-published.json")
 
 
 def describe(estimate) -> str:
@@ -60,6 +55,14 @@ def describe(estimate) -> str:
 
 
 def main(args):
+    from ..accessibility.published_bounds import (
+        plot_estimate,
+        published_bound_estimate,
+        read_estimate,
+        ut_peft_estimate,
+        write_estimate,
+    )
+
     output = check_output_file(args.output, "--output")
     plot = check_output_file(args.plot, "--plot") if args.plot else output.with_suffix(".png")
     if args.report_only:
@@ -78,7 +81,7 @@ def main(args):
         check_model(args.model)
         import torch
 
-        from .. import load_model
+        from ..models import load_model
 
         if args.threads:
             torch.set_num_threads(args.threads)

@@ -17,13 +17,17 @@ from __future__ import annotations
 
 import argparse
 
-from ..accessibility import store
-from ..accessibility.report import calibrated_lines, write_report
-from ..accessibility.simulated_intervals import DEFAULT_REPEATS, calibrate_folder
-from .common import add_common_flags, check_run_folder, parse_args, positive_int, run
+from .common import add_common_flags, check_run_folder, library_value, parse_args, positive_int, run
+
+# Written here, not imported: the simulator's module imports scipy, and parsing comes first (library_value).
+DEFAULT_REPEATS = library_value("ut_peft.accessibility.simulated_intervals:DEFAULT_REPEATS", 400)
 
 
 def main(args):
+    from ..accessibility import store
+    from ..accessibility.report import calibrated_lines, write_report
+    from ..accessibility.simulated_intervals import calibrate_folder
+
     folder = check_run_folder(args.folder, "FOLDER", store.SETTINGS_FILE)
     calibration = calibrate_folder(folder, repeats=args.repeats, seed=args.seed, workers=args.workers)
     print(f"wrote {folder / store.CALIBRATION_FILE}")

@@ -51,6 +51,22 @@ def add_common_flags(parser: argparse.ArgumentParser, *, tracking: bool = False)
     return parser
 
 
+# ---- the library's values a parser shows, written where parsing can read them without torch -----------------------
+
+# "module:expression" -> the value written in a parser. Filled as the command modules are imported.
+LIBRARY_VALUES: dict[str, object] = {}
+
+
+def library_value(where: str, value):
+    """``value``, which the library writes at ``where`` ("module:expression", e.g.
+    ``"ut_peft.accessibility.cram:CramConfig().batch_size"``): a default or a choice a command's parser shows,
+    written in the command because the module that holds it imports torch and a command parses its flags (``--help``
+    and a refused flag included) before torch loads. tests/cli/test_start.py evaluates every ``where`` and compares,
+    so the command and the Python API cannot drift apart."""
+    LIBRARY_VALUES[where] = value
+    return value
+
+
 # ---- flag types: a value out of range is an argparse error naming the flag ("argument --steps: ..."), ------------
 # ---- before a model loads, instead of a library error later that names no flag -----------------------------------
 

@@ -16,13 +16,17 @@ import argparse
 import json
 from pathlib import Path
 
-from ..geometry.copy_task import TRAININGS, run_copy
-from ..geometry.report import copy_markdown, plot_copy_cliff, write_json
 from ..recipe_utils import add_run_flags, parse_recipe_args, start_run, write_section
-from .common import positive_float, positive_int, run
+from .common import library_value, positive_float, positive_int, run
+
+# Written here, not imported: the copy task's module imports torch, and parsing comes first (library_value).
+TRAININGS = library_value("ut_peft.geometry.copy_task:TRAININGS", ("full", "embeddings"))
 
 
 def main(args):
+    from ..geometry.copy_task import run_copy
+    from ..geometry.report import write_json
+
     low, high = args.train_lengths
     if not 1 <= low <= high:
         raise ValueError(f"--train-lengths must be 1 <= MIN <= MAX, got {low} {high}")
@@ -95,6 +99,8 @@ def main(args):
 
 
 def write_outputs(result, out, low, high, command):
+    from ..geometry.report import copy_markdown, plot_copy_cliff, write_json
+
     write_json(out / "copy_task.json", result)
     plot_copy_cliff({k: v["results"] for k, v in result["runs"].items()}, (low, high), out / "copy_cliff.png")
     write_section(out / "copy_task.md", copy_markdown(result, command=command, plot="copy_cliff.png"))

@@ -22,45 +22,34 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import inspect
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from ..accessibility import (
-    CramConfig,
-    GridConfig,
-    SweepConfig,
-    merge_sweeps,
-    run_sweep,
-    save_memory_adapters,
-    summarize_folder,
-)
-from ..accessibility.design import DESIGNS, POOLED_DESIGN_VERSION, POOLED_RULES
-from ..accessibility.protocol import PROTOCOLS, QUICK_RUN, cram_settings
-from ..accessibility.report import console_summary
-from ..accessibility.store import (
-    ADAPTERS_DIR,
-    REPORT_FILE,
-    SETTINGS_FILE,
-    check_retarget_target,
-    read_settings,
-    torn_files,
-)
-from ..accessibility.tracking import SweepTracker
+from ..models import DEFAULT_MODEL
 from .common import (
     add_common_flags,
     check_model,
     check_output_folder,
     check_run_folder,
     end_tracking,
+    library_value,
     parse_args,
     run,
     start_tracking,
 )
 
+if TYPE_CHECKING:
+    from ..accessibility import SweepConfig
+
 PROJECT = "ut-peft-cram"
 
 
 def main(args):
+    from ..accessibility import merge_sweeps, run_sweep, save_memory_adapters, summarize_folder
+    from ..accessibility.report import console_summary
+    from ..accessibility.store import ADAPTERS_DIR, REPORT_FILE, SETTINGS_FILE, check_retarget_target, torn_files
+    from ..accessibility.tracking import SweepTracker
+
     if args.retarget_from and (args.merge or args.report_only):
         raise ValueError(
             f"--retarget-from starts a sweep; it does not go with {'--merge' if args.merge else '--report-only'}"
@@ -126,16 +115,53 @@ def _default(cls, name: str):
     return field.default_factory() if field.default_factory is not dataclasses.MISSING else field.default
 
 
+# The Python API's values the flags take and show. Parsing (--help and a refused flag included) imports no sweep
+# module, which would import torch: each value is written here with where the API writes it (library_value), and
+# tests/cli/test_start.py checks every one against the API.
+_SWEEP = "ut_peft.accessibility.sweep:SweepConfig()"
+_CRAM = "ut_peft.accessibility.cram:CramConfig()"
+_GRID = "ut_peft.accessibility.sweep:GridConfig()"
+_QUICK = "ut_peft.accessibility.protocol:QUICK_RUN"
+PROTOCOLS = library_value("ut_peft.accessibility.protocol:PROTOCOLS", ("ut-peft", "published"))
+DESIGNS = library_value("ut_peft.accessibility.design:DESIGNS", ("fixed", "adaptive", "sequential", "pooled"))
+POOLED_VERSIONS = library_value("ut_peft.accessibility.design:sorted(POOLED_RULES)", [1, 2, 3, 4, 5, 6, 7, 8])
+POOLED_DESIGN_VERSION = library_value("ut_peft.accessibility.design:POOLED_DESIGN_VERSION", 2)
+SNAPSHOT_SECONDS = library_value("ut_peft.accessibility.sweep:run_sweep.__kwdefaults__['snapshot_seconds']", 300.0)
+API = {
+    "model": library_value(f"{_SWEEP}.model", DEFAULT_MODEL),
+    "source": library_value(f"{_SWEEP}.source", "text"),
+    "protocol": library_value(f"{_SWEEP}.protocol", "ut-peft"),
+    "seed": library_value(f"{_SWEEP}.seed", 0),
+    "prefix": library_value(f"{_SWEEP}.prefix", "bos"),
+    "support_sequences": library_value(f"{_SWEEP}.support_sequences", 256),
+    "lr": library_value(f"{_CRAM}.lr", 0.01),
+    "batch_size": library_value(f"{_CRAM}.batch_size", 16),
+    "autocast": library_value(f"{_CRAM}.autocast", "auto"),
+    "abandon_below": library_value(f"{_CRAM}.abandon_below", ()),
+    "abandon_audit": library_value(f"{_CRAM}.abandon_audit", 0.0),
+    "start": library_value(f"{_GRID}.start", 10),
+    "stop": library_value(f"{_GRID}.stop", 1000),
+    "coarse": library_value(f"{_GRID}.coarse", 100),
+    "fine": library_value(f"{_GRID}.fine", 10),
+}
+
 # The command's own default job (`ut-peft cram` with no flags: protocol.QUICK_RUN, a smoke run of minutes on a
 # CPU); its m and lengths hold under either protocol.
-DEFAULT_JOB = {"ms": list(QUICK_RUN.ms), "lengths": list(QUICK_RUN.lengths)}
+DEFAULT_JOB = {
+    "ms": library_value("ut_peft.accessibility.protocol:list(QUICK_RUN.ms)", [1, 2, 4]),
+    "lengths": library_value("ut_peft.accessibility.protocol:list(QUICK_RUN.lengths)", [4, 8, 16, 32]),
+}
 # What a flag left unset means under the ut-peft protocol; under the published protocol it takes the config
 # classes' defaults, which are the paper's (protocol.PUBLISHED).
-UT_PEFT_DEFAULTS = {name: getattr(QUICK_RUN, name) for name in ("num_sequences", "max_steps", "patience")}
+UT_PEFT_DEFAULTS = {
+    "num_sequences": library_value(f"{_QUICK}.num_sequences", 2),
+    "max_steps": library_value(f"{_QUICK}.max_steps", 100),
+    "patience": library_value(f"{_QUICK}.patience", 100),
+}
 PUBLISHED_DEFAULTS = {
-    "num_sequences": _default(SweepConfig, "num_sequences"),
-    "max_steps": _default(CramConfig, "max_steps"),
-    "patience": _default(CramConfig, "patience"),
+    "num_sequences": library_value(f"{_SWEEP}.num_sequences", 20),
+    "max_steps": library_value(f"{_CRAM}.max_steps", 3000),
+    "patience": library_value(f"{_CRAM}.patience", 500),
 }
 
 
@@ -170,6 +196,8 @@ def _n50_targets(values):
 
 def sweep_config(args: argparse.Namespace) -> SweepConfig:
     """The sweep the flags describe (flags left unset take their protocol's value); ValueError for bad ones."""
+    from ..accessibility import CramConfig, GridConfig, SweepConfig
+
     defaults = protocol_defaults(args.protocol)
     for name in ("num_sequences", "max_steps", "patience"):
         if getattr(args, name) is None:
@@ -237,6 +265,8 @@ def pooled_version(args: argparse.Namespace, design: str) -> int:
             raise ValueError(f"--pooled-version belongs to --design pooled (got --design {design})")
         return args.pooled_version
     if design == "pooled" and not args.overwrite and not args.retarget_from:
+        from ..accessibility.store import read_settings
+
         try:
             recorded = read_settings(args.output).get("design") or {}
         except ValueError:
@@ -278,6 +308,9 @@ def flags_from_settings(values: dict, path) -> dict:
     rebuild the same settings, and refused where a setting has no flag."""
     if not (isinstance(values.get("cram"), dict) and isinstance(values.get("grid"), dict)):
         return values
+    from ..accessibility import CramConfig, GridConfig, SweepConfig
+    from ..accessibility.protocol import cram_settings
+
     if "merged_from" in values:
         raise ValueError(
             f"{path} is the settings of a merge of {', '.join(values['merged_from'])}: rerun each of those "
@@ -365,22 +398,21 @@ def minutes(text: str) -> float:
 
 
 def parse(argv=None, *, prog: str | None = None):
-    grid = {name: _default(GridConfig, name) for name in ("start", "stop", "coarse", "fine")}
     published, ours = PUBLISHED_DEFAULTS, UT_PEFT_DEFAULTS
     parser = argparse.ArgumentParser(
         prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--model", default=_default(SweepConfig, "model"), help="bundled name, local folder or hub id")
+    parser.add_argument("--model", default=API["model"], help="bundled name, local folder or hub id")
     parser.add_argument(
         "--source",
-        default=_default(SweepConfig, "source"),
+        default=API["source"],
         help="text, text:PATH, hf:NAME[:SPLIT[:COLUMN]], words, words:glove (the paper's list; what words means "
         "under --protocol published), words:wordfreq, words:PATH or tokens",
     )
     parser.add_argument("--ms", type=int, nargs="+", default=DEFAULT_JOB["ms"], help="numbers of memory vectors")
     parser.add_argument(
         "--protocol",
-        default=_default(SweepConfig, "protocol"),
+        default=API["protocol"],
         choices=list(PROTOCOLS),
         help="published: the accessibility paper's code exactly (layout [memory, BOS, ...], length "
         "counts the BOS, unscaled init, no greedy re-check, nested texts, 100k-word list; defaults "
@@ -424,7 +456,7 @@ def parse(argv=None, *, prog: str | None = None):
     parser.add_argument(
         "--pooled-version",
         type=int,
-        choices=sorted(POOLED_RULES),
+        choices=POOLED_VERSIONS,
         default=None,
         help=f"pooled: the version of the design's placement and stopping rules (default: the one a pooled sweep in "
         f"--output was started with, else {POOLED_DESIGN_VERSION}); a retarget may change it",
@@ -459,10 +491,10 @@ def parse(argv=None, *, prog: str | None = None):
         "designs, which cram a fresh text in every row (the bundled text holds 79 documents; with SmolLM2's "
         "tokenizer, 195 texts of 512+ tokens)",
     )
-    parser.add_argument("--start", type=int, default=grid["start"])
-    parser.add_argument("--stop", type=int, default=grid["stop"])
-    parser.add_argument("--coarse", type=int, default=grid["coarse"])
-    parser.add_argument("--fine", type=int, default=grid["fine"])
+    parser.add_argument("--start", type=int, default=API["start"])
+    parser.add_argument("--stop", type=int, default=API["stop"])
+    parser.add_argument("--coarse", type=int, default=API["coarse"])
+    parser.add_argument("--fine", type=int, default=API["fine"])
     parser.add_argument(
         "--num-sequences",
         type=int,
@@ -470,7 +502,7 @@ def parse(argv=None, *, prog: str | None = None):
         help=f"sequences per (m, n) (default {ours['num_sequences']}; {published['num_sequences']} under "
         "--protocol published, as the paper)",
     )
-    parser.add_argument("--seed", type=int, default=_default(SweepConfig, "seed"))
+    parser.add_argument("--seed", type=int, default=API["seed"])
     parser.add_argument(
         "--max-steps",
         type=int,
@@ -485,13 +517,11 @@ def parse(argv=None, *, prog: str | None = None):
         help=f"steps without a new best (default {ours['patience']}; {published['patience']} under "
         "--protocol published)",
     )
-    parser.add_argument("--lr", type=float, default=_default(CramConfig, "lr"))
-    parser.add_argument(
-        "--batch-size", type=int, default=_default(CramConfig, "batch_size"), help="sequences crammed together"
-    )
+    parser.add_argument("--lr", type=float, default=API["lr"])
+    parser.add_argument("--batch-size", type=int, default=API["batch_size"], help="sequences crammed together")
     parser.add_argument(
         "--prefix",
-        default=_default(SweepConfig, "prefix"),
+        default=API["prefix"],
         choices=["bos", "none"],
         help="bos: the tokenizer's BOS (when it has one) before the memory vectors, since position 0 "
         "is an attention sink; none: the memory starts the sequence, as in the published code",
@@ -501,7 +531,7 @@ def parse(argv=None, *, prog: str | None = None):
         "--abandon-below",
         type=abandon_pair,
         nargs="+",
-        default=_default(CramConfig, "abandon_below"),
+        default=API["abandon_below"],
         metavar="STEP:ACC",
         help="calibrated early abandon: stop a row whose best teacher-forced accuracy is below ACC "
         "after STEP updates (calibrate on full runs: python benchmarks/early_abandon.py)",
@@ -509,25 +539,23 @@ def parse(argv=None, *, prog: str | None = None):
     parser.add_argument(
         "--abandon-audit",
         type=float,
-        default=_default(CramConfig, "abandon_audit"),
+        default=API["abandon_audit"],
         metavar="PI",
         help="audit the early abandon: a row --abandon-below flags runs on to its own end with probability PI "
         "(drawn from its seed; rows record flagged_at and audited), so that accessibility estimated from the rows' "
         "pseudo-outcomes is not biased by the rule's false abandons. Only the pooled design's versions 4 and 5 fit "
         "those, and they set their own PI (0.25): other designs refuse it; 0 (default): every flagged row stops",
     )
-    parser.add_argument(
-        "--autocast", default=_default(CramConfig, "autocast"), choices=["auto", "bf16", "fp16", "none"]
-    )
+    parser.add_argument("--autocast", default=API["autocast"], choices=["auto", "bf16", "fp16", "none"])
     parser.add_argument(
         "--support-sequences",
         type=int,
-        default=_default(SweepConfig, "support_sequences"),
+        default=API["support_sequences"],
         help="random sequences to measure r",
     )
     parser.add_argument("--device-map", action="store_true", help="spread a large model over devices (Accelerate)")
     parser.add_argument("--save-vectors", action="store_true", help="keep every sequence's vectors (safetensors)")
-    snapshot = inspect.signature(run_sweep).parameters["snapshot_seconds"].default / 60
+    snapshot = SNAPSHOT_SECONDS / 60
     parser.add_argument(
         "--snapshot-minutes",
         type=minutes,

@@ -10,15 +10,16 @@ and state.pt (support and counts: ``--from-state state.pt --summary ...`` recomp
 import argparse
 from pathlib import Path
 
-from .. import load_model, load_tokenizer
-from ..geometry import read_measured_slope
-from ..geometry.analysis import analyze_model, load_state, save_state, state_model, summarize
-from ..geometry.report import geometry_markdown, plot_cells, write_json
 from ..recipe_utils import add_run_flags, parse_recipe_args, start_run, write_section
 from .common import check_model, positive_float, positive_int, run
 
 
 def main(args):
+    from ..geometry import read_measured_slope
+    from ..geometry.analysis import analyze_model, load_state, save_state, state_model, summarize
+    from ..geometry.report import geometry_markdown, plot_cells, write_json
+    from ..models import load_model, load_tokenizer
+
     if args.samples < 1:
         raise ValueError(f"--samples must be >= 1, got {args.samples}")
     if args.summary and args.slope:

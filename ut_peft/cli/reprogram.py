@@ -17,7 +17,7 @@ import argparse
 import dataclasses
 import json
 
-from ..tasks.training import RunSettings, run
+from ..tasks.settings import RunSettings
 from .common import (
     add_common_flags,
     check_model,
@@ -35,6 +35,8 @@ PROJECT = "ut-peft-reprogram"
 
 
 def main(args):
+    from ..tasks.training import run
+
     settings = settings_from(args)
     check_output_folder(args.out, "--out")  # before the data and the model are built
     if args.results:

@@ -5,14 +5,15 @@ python recipes/width_study.py --layers 1,2,3 --dims 2,4,8 --json /work/runs/widt
 
 import argparse
 
-from ..io import atomic_write_json
-from ..universal.study import fit_table, markdown, multihead_table, width_table
 from .common import add_common_flags, check_output_file, parse_args, positive_int, positive_int_list, run
 
 TABLES = ("single_head", "multi_head", "fit")
 
 
 def main(args):
+    from ..io import atomic_write_json
+    from ..universal.study import fit_table, markdown, multihead_table, width_table
+
     if args.json:
         check_output_file(args.json, "--json")
     makers = {

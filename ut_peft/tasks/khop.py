@@ -15,9 +15,9 @@ import random
 import datasets
 
 from .metrics import IGNORE_INDEX
+from .settings import MAX_K  # the hop counts the vocabulary has a token for: 0..MAX_K
 
 PAD = 0
-MAX_K = 16  # the hop counts the vocabulary has a token for: 0..MAX_K (Sanford et al. train k up to 16)
 FEATURES = datasets.Features(
     {
         "k": datasets.Value("int32"),

@@ -1,0 +1,104 @@
+"""Package attributes imported when first read (PEP 562), and work run once another package has been imported.
+
+``ut_peft`` and ``ut_peft.tasks`` re-export names from modules that import torch, transformers or peft (seconds
+each). A command parses its flags (``--help`` and a refused flag included) before any of those load, and a command
+is a module of ``ut_peft``, whose ``__init__`` runs first: so the re-exports are looked up on first use, not when the
+package is imported, and what ``import ut_peft`` promises to do to peft and transformers (register the method and
+the backbones) happens the moment they are imported (:func:`after_import`), or at once when they already are.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.machinery
+import sys
+from collections.abc import Callable, Mapping
+from types import ModuleType
+from typing import Any
+
+
+def lazy_exports(package: str, exports: Mapping[str, str]) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+    """``__getattr__`` and ``__dir__`` for ``package``'s ``__init__``: ``exports`` maps each re-exported name to the
+    module it comes from (relative to the package, e.g. ``".models"``); reading one imports that module once. Any
+    other name is looked up as a submodule, as the eager imports made ``package.submodule`` work."""
+
+    def __getattr__(name: str) -> Any:
+        source = exports.get(name)
+        if source is not None:
+            value = getattr(importlib.import_module(source, package), name)
+            setattr(sys.modules[package], name, value)  # the next read is a plain attribute
+            return value
+        if not name.startswith("__"):
+            try:
+                return importlib.import_module(f"{package}.{name}")
+            except ModuleNotFoundError as err:
+                if err.name != f"{package}.{name}":  # the submodule exists but an import inside it failed
+                    raise
+        raise AttributeError(f"module {package!r} has no attribute {name!r}")
+
+    def __dir__() -> list[str]:
+        return sorted(set(vars(sys.modules[package])) | set(exports))
+
+    return __getattr__, __dir__
+
+
+class _ThenCall(importlib.abc.Loader):
+    """A module's own loader, with ``callback()`` run once the module has executed."""
+
+    def __init__(self, loader: importlib.abc.Loader, callback: Callable[[], None]):
+        self.loader, self.callback = loader, callback
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module: ModuleType) -> None:
+        # The module sees its real loader (what importlib.resources and reload() read), not this wrapper.
+        module.__loader__ = self.loader
+        if module.__spec__ is not None:
+            module.__spec__.loader = self.loader
+        self.loader.exec_module(module)
+        self.callback()
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Finds nothing itself: for a watched top-level package it asks the other finders and wraps the loader they
+    return, so the package's callback runs right after its ``__init__`` (once per process)."""
+
+    def __init__(self) -> None:
+        self.callbacks: dict[str, list[Callable[[], None]]] = {}
+
+    def find_spec(self, fullname: str, path: Any = None, target: ModuleType | None = None) -> Any:
+        callbacks = self.callbacks.pop(fullname, None)
+        if callbacks is None:
+            return None
+        for finder in sys.meta_path:
+            find = getattr(finder, "find_spec", None)
+            spec = find(fullname, path, target) if finder is not self and find is not None else None
+            if spec is not None:
+                break
+        else:
+            return None
+        if spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec  # a namespace or legacy loader: nothing to wrap (peft and transformers are neither)
+
+        def run_callbacks() -> None:
+            for callback in callbacks:
+                callback()
+
+        spec.loader = _ThenCall(spec.loader, run_callbacks)
+        return spec
+
+
+_WATCHER = next((f for f in sys.meta_path if isinstance(f, _AfterImport)), None) or _AfterImport()
+
+
+def after_import(package: str, callback: Callable[[], None]) -> None:
+    """Run ``callback()`` once the top-level ``package`` is imported: now if it already is, else right after its
+    ``__init__`` has run, before the ``import`` statement that loads it returns (an import hook)."""
+    if package in sys.modules:
+        callback()
+        return
+    _WATCHER.callbacks.setdefault(package, []).append(callback)
+    if _WATCHER not in sys.meta_path:
+        sys.meta_path.insert(0, _WATCHER)

@@ -1,0 +1,106 @@
+"""What defines a reprogramming run: :class:`RunSettings`, one field per ``ut-peft reprogram`` flag.
+
+A module of its own, importing nothing heavy, so the command builds its flags from the fields (``--help``
+included) before torch, transformers and peft load; :mod:`.training` runs the settings.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+MAX_K = 16  # the hop counts the k-hop vocabulary has a token for: 0..MAX_K (Sanford et al. train k up to 16)
+TASKS = ("dyck", "khop")
+BACKBONE_KINDS = ("sparse-ut", "random-ut", "hf", "pretrained")
+
+
+@dataclass
+class RunSettings:
+    """Everything that defines a run; a checkpoint only resumes a run with identical settings."""
+
+    task: str = "dyck"
+    backbone: str = "random-ut"  # sparse-ut | random-ut | hf:<family> (random init) | pretrained:<name or path>
+    variant: str = "attention_only"
+    full: bool = False  # train every parameter (the fully trained baseline)
+    width: int = 96
+    layers: int = 2
+    heads: int = 1
+    head_dim: int = 16
+    looped: bool = False
+    positions: bool = True  # learned position embeddings (UT and GPT-2 backbones), trained with E and U
+    backbone_seed: int = 0
+    # Std of the initial input embedding E and learned position rows: GPT-2's initialisation (and the random-
+    # transformer reference code of Zhong & Andreas). Unit scale (1.0, the default before issue 23) drowns the fixed
+    # layers' updates in a pre-LN residual stream; 1.0 reproduces those runs. U starts at 1 / sqrt(width) for the
+    # universal backbones (unit-variance logits from the final LayerNorm's unit-RMS states) and at the family's own
+    # initializer_range for hf: backbones, as before.
+    init_std: float = 0.02
+    steps: int = 800
+    batch_size: int = 64
+    lr: float = 3e-3
+    weight_decay: float = 1e-3
+    warmup_steps: int = 100
+    # Fresh strings every step, as both references train (drawn from (seed, step), never a string of the held-out
+    # set); False draws each batch from a fixed pool of train_examples strings (the setting before issue 23).
+    fresh_data: bool = True
+    train_examples: int = 20000
+    eval_examples: int = 2000
+    seed: int = 0
+    dyck_max_pairs: int = 8
+    dyck_max_random_length: int = 16
+    khop_ks: list = field(default_factory=lambda: [1, 2, 3, 4])
+    khop_length: int = 32
+    checkpoint_every: int = 250
+    eval_every: int = 0  # also evaluate every this many steps (the learning curve); 0: only at the end
+
+    def __post_init__(self):
+        if self.task not in TASKS:
+            raise ValueError(f"task={self.task!r} is not one of {TASKS}")
+        kind = self.backbone.split(":", 1)[0]
+        if kind not in BACKBONE_KINDS or (kind in ("hf", "pretrained") and ":" not in self.backbone):
+            raise ValueError(
+                f"backbone={self.backbone!r}: use sparse-ut, random-ut, hf:<family> (e.g. hf:gpt2) or "
+                "pretrained:<name or folder> (e.g. pretrained:smollm2-135m)"
+            )
+        for name in (
+            "width",
+            "layers",
+            "heads",
+            "head_dim",
+            "steps",
+            "batch_size",
+            "train_examples",
+            "eval_examples",
+            "checkpoint_every",
+        ):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.eval_every < 0:
+            raise ValueError(f"eval_every must be 0 (only at the end) or positive, got {self.eval_every}")
+        if not self.lr > 0:
+            raise ValueError(f"lr must be positive, got {self.lr}")
+        if isinstance(self.init_std, bool) or not isinstance(self.init_std, (int, float)):
+            raise ValueError(
+                f"init_std must be a number (the std of the initial E and positions), got {self.init_std!r}"
+            )
+        if not 0 < self.init_std < math.inf:
+            raise ValueError(
+                f"init_std={self.init_std} must be positive and finite: it is the std of the initial E and position "
+                "rows (0.02 by default; 1.0 reproduces the unit-scale runs before issue 23)"
+            )
+        ks = list(self.khop_ks)
+        if not ks:
+            raise ValueError(f"khop_ks is empty: give at least one hop count between 0 and {MAX_K}, e.g. [1]")
+        if not all(_is_hop_count(k) for k in ks):
+            raise ValueError(
+                f"khop_ks={ks}: every hop count must be an integer from 0 to {MAX_K} (the k tokens of the vocabulary)"
+            )
+        self.khop_ks = sorted(set(int(k) for k in ks))
+
+    @property
+    def backbone_kind(self) -> str:
+        return self.backbone.split(":", 1)[0]
+
+
+def _is_hop_count(k) -> bool:
+    return not isinstance(k, bool) and isinstance(k, (int, float)) and k in range(MAX_K + 1)
