@@ -117,10 +117,28 @@ class UTReprogramConfig(PeftConfig):
         default=None,
         metadata={
             "help": (
-                "Recorded at creation: the base's family (model_type), depth (num_hidden_layers), width "
-                "(hidden_size), vocabulary (vocab_size) and whether it ties E and U (tied_embeddings). Loading "
-                "refuses a base that differs (an untied adapter on a tied base would silently lose its U); see "
+                "Recorded at creation: the base's whole architecture config (every key of config.to_dict() that "
+                "can change its outputs) and whether it ties E and U (tied_embeddings). Loading refuses a base "
+                "that differs, naming each key with both values; see check_base."
+            )
+        },
+    )
+    base_weights_digest: Optional[str] = field(
+        default=None,
+        metadata={
+            "help": (
+                "Recorded at creation: a digest of the frozen base weights the adapter reads (ut_peft.tuners."
+                "ut_reprogram.fingerprint says which and how). Loading refuses a base whose weights differ; see "
                 "check_base."
+            )
+        },
+    )
+    weights_sha256: Optional[dict[str, str]] = field(
+        default=None,
+        metadata={
+            "help": (
+                "Written by save_pretrained: the sha256 of each adapter weights file of the folder. Loading from a "
+                "folder refuses a file whose bytes changed since (damaged while copying), naming it."
             )
         },
     )
@@ -128,9 +146,10 @@ class UTReprogramConfig(PeftConfig):
         default=True,
         metadata={
             "help": (
-                "Compare the base model with base_model_config, backbone and base_embedding_shape when the adapter "
-                "is loaded, and refuse a mismatch. Never saved: to load onto another base anyway, pass "
-                "config=UTReprogramConfig.from_pretrained(folder, check_base=False) to PeftModel.from_pretrained."
+                "Compare the base model with base_model_config, base_weights_digest, backbone and "
+                "base_embedding_shape when the adapter is loaded, and refuse a mismatch. Never saved: to load onto "
+                "another base anyway (with a warning), pass PeftModel.from_pretrained(base, folder, "
+                "check_base=False), or config=UTReprogramConfig.from_pretrained(folder, check_base=False)."
             )
         },
     )
@@ -142,7 +161,13 @@ class UTReprogramConfig(PeftConfig):
     exclude_modules: Optional[list[str]] = field(default=None, metadata={"help": "Unused."})
 
     def save_pretrained(self, save_directory: str, **kwargs: Any) -> None:
-        """peft's save, then the ut-peft card on the README peft wrote (``integration.update_model_card``)."""
+        """peft's save, with the checksums of the weights files peft has just written into the folder (it writes
+        them before the config), then the ut-peft card on the README peft wrote (``integration.update_model_card``).
+        """
+        from .fingerprint import file_sha256
+
+        files = [name for name in _weights_files() if os.path.isfile(os.path.join(save_directory, name))]
+        self.weights_sha256 = {name: file_sha256(os.path.join(save_directory, name)) for name in files} or None
         super().save_pretrained(save_directory, **kwargs)
         from .integration import update_model_card
 
@@ -221,9 +246,11 @@ class UTReprogramConfig(PeftConfig):
             isinstance(shape, (list, tuple)) and len(shape) == 2 and all(_is_int(n) and n > 0 for n in shape)
         ):
             raise ValueError(f"base_embedding_shape must be [rows, hidden size] (two positive ints), got {shape!r}")
-        for name in ("backbone", "base_model_config"):
+        for name in ("backbone", "base_model_config", "weights_sha256"):
             if getattr(self, name) is not None and not isinstance(getattr(self, name), dict):
                 raise ValueError(f"{name} must be a dict or None, got {getattr(self, name)!r}")
+        if self.base_weights_digest is not None and not isinstance(self.base_weights_digest, str):
+            raise ValueError(f"base_weights_digest must be a string or None, got {self.base_weights_digest!r}")
 
     def to_dict(self) -> dict[str, Any]:
         """What adapter_config.json holds: every field but ``check_base``, which applies to one load only."""
@@ -253,33 +280,59 @@ def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def _weights_files() -> tuple[str, str]:
+    from peft.utils.constants import SAFETENSORS_WEIGHTS_NAME, WEIGHTS_NAME
+
+    return SAFETENSORS_WEIGHTS_NAME, WEIGHTS_NAME
+
+
 def check_adapter_weights(folder: str, config: UTReprogramConfig) -> None:
-    """Raise a ValueError naming the path when ``folder`` holds no adapter weights, a damaged weights file, or
-    weights of another number of memory vectors than ``config`` (an edited adapter_config.json)."""
+    """Raise a ValueError naming the path when ``folder`` holds no adapter weights, a damaged weights file (cut
+    short, or other bytes than the checksum saved with it), or weights of another number of memory vectors than
+    ``config`` (an edited adapter_config.json)."""
     from peft.utils.constants import SAFETENSORS_WEIGHTS_NAME, WEIGHTS_NAME
 
     safetensors_path = os.path.join(folder, SAFETENSORS_WEIGHTS_NAME)
     if not os.path.isfile(safetensors_path):
-        if os.path.isfile(os.path.join(folder, WEIGHTS_NAME)):
-            return  # torch.save format: torch's own error names nothing either, but it is not ours to parse
-        raise ValueError(
-            f"{folder} holds an adapter_config.json but no adapter weights ({SAFETENSORS_WEIGHTS_NAME} is missing); "
-            "copy the whole adapter folder again, or save the adapter again (model.save_pretrained(folder))"
-        )
-    from safetensors import safe_open
+        if not os.path.isfile(os.path.join(folder, WEIGHTS_NAME)):
+            raise ValueError(
+                f"{folder} holds an adapter_config.json but no adapter weights ({SAFETENSORS_WEIGHTS_NAME} is "
+                "missing); copy the whole adapter folder again, or save the adapter again "
+                "(model.save_pretrained(folder))"
+            )
+    else:
+        from safetensors import safe_open
 
-    try:
-        with safe_open(safetensors_path, framework="pt") as handle:
-            memory = [handle.get_slice(k).get_shape()[0] for k in handle.keys() if k.endswith("ut_reprogram_memory")]
-    except Exception as err:  # safetensors raises its own SafetensorError for every kind of damage
-        raise ValueError(
-            f"{safetensors_path} is not a complete safetensors file ({err}); it was probably cut short while "
-            "copying or saving: copy or save the adapter again"
-        ) from None
-    stored = memory[0] if memory else 0
-    if stored != config.num_memory_tokens:
-        raise ValueError(
-            f"{os.path.join(folder, 'adapter_config.json')} says num_memory_tokens={config.num_memory_tokens}, but "
-            f"{safetensors_path} holds {stored} memory vectors: the config was edited or belongs to another "
-            "adapter; restore it (or save the adapter again)"
-        )
+        try:
+            with safe_open(safetensors_path, framework="pt") as handle:
+                memory = [
+                    handle.get_slice(k).get_shape()[0] for k in handle.keys() if k.endswith("ut_reprogram_memory")
+                ]
+        except Exception as err:  # safetensors raises its own SafetensorError for every kind of damage
+            raise ValueError(
+                f"{safetensors_path} is not a complete safetensors file ({err}); it was probably cut short while "
+                "copying or saving: copy or save the adapter again"
+            ) from None
+        stored = memory[0] if memory else 0
+        if stored != config.num_memory_tokens:
+            raise ValueError(
+                f"{os.path.join(folder, 'adapter_config.json')} says num_memory_tokens={config.num_memory_tokens}, "
+                f"but {safetensors_path} holds {stored} memory vectors: the config was edited or belongs to another "
+                "adapter; restore it (or save the adapter again)"
+            )
+    _check_checksums(folder, config)
+
+
+def _check_checksums(folder: str, config: UTReprogramConfig) -> None:
+    """Refuse a weights file whose bytes are not the ones saved (same length, flipped bytes load without an error
+    and give other outputs). Adapters saved before checksums were recorded have none to check."""
+    from .fingerprint import file_sha256
+
+    for name, expected in (config.weights_sha256 or {}).items():
+        path = os.path.join(folder, name)
+        if name in _weights_files() and os.path.isfile(path) and file_sha256(path) != expected:
+            raise ValueError(
+                f"{path} is not the file this adapter was saved with (its sha256 differs from the one in "
+                "adapter_config.json): it was damaged or changed after saving; copy the adapter folder again from "
+                "its source, or save the adapter again (model.save_pretrained(folder))"
+            )

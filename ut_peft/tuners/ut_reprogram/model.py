@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+import warnings
+from collections.abc import Mapping
+from typing import Any
+
 import torch
 from peft.tuners.tuners_utils import BaseTuner
 from torch import nn
 
 from ...backbones import backbone_seed
 from .config import UTReprogramConfig
+from .fingerprint import (
+    architecture,
+    config_differences,
+    digest_stride,
+    frozen_weights_digest,
+    standard_names,
+)
 from .init import INPUT, OUTPUT, POSITION, initial_tensors
 from .layer import UTEmbedding, UTPositionEmbedding, UTReprogramLayer, UTUnembedding
 
@@ -49,47 +60,74 @@ def _set_weight(module: nn.Module, weight: torch.Tensor, bias: torch.Tensor | No
         module.bias = nn.Parameter(bias, requires_grad=False)
 
 
-# What an adapter records of its base (UTReprogramConfig.base_model_config), as config attributes: transformers maps
-# them to each family's own names (GPT-2's n_layer, n_embd).
-BASE_CONFIG_KEYS = ("model_type", "num_hidden_layers", "hidden_size", "vocab_size")
+def _option(config: UTReprogramConfig | Mapping[str, Any], name: str) -> Any:
+    return config.get(name) if isinstance(config, Mapping) else getattr(config, name)
 
 
-def base_model_config(model: nn.Module, tied: bool, vocab_size: int | None = None) -> dict:
-    """What an adapter records of the base it is made on (see ``UTReprogramConfig.base_model_config``)."""
-    config = model.config
-    record = {key: getattr(config, key, None) for key in BASE_CONFIG_KEYS}
-    if vocab_size is not None:
-        record["vocab_size"] = vocab_size
-    record["tied_embeddings"] = bool(tied)
-    return record
+def replaced_weight_names(model: nn.Module, config: UTReprogramConfig | Mapping[str, Any], tied: bool) -> set[str]:
+    """Names (in the unwrapped model) of the base tensors ``config``'s adapter holds its own copies of: E, U (with
+    its bias) and learned positions that it replaces, whose base values never reach its outputs. ``config`` may be
+    a saved adapter_config.json as a dict."""
+    keep_tied = tied and _option(config, "tied_embeddings") == "keep"
+    new_vocab = _option(config, "task_vocab_size") is not None
+    train_input, train_output = _option(config, "train_input_embeddings"), _option(config, "train_output_embeddings")
+    input_embedding = model.get_input_embeddings()
+    output_embedding = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    replaced: list[tuple[nn.Module | None, tuple[str, ...]]] = []
+    if new_vocab or train_input or (keep_tied and train_output):
+        replaced.append((input_embedding, ("weight",)))
+    if new_vocab or train_output or (keep_tied and train_input):
+        replaced.append((output_embedding, ("weight", "bias")))
+    if _option(config, "train_position_embeddings"):
+        replaced.append((find_position_embedding(model, input_embedding), ("weight",)))
+    names = {id(module): name for name, module in model.named_modules()}
+    return {
+        f"{names[id(module)]}.{tensor}" if names[id(module)] else tensor
+        for module, tensors in replaced
+        if module is not None and id(module) in names
+        for tensor in tensors
+    }
 
 
-def _recorded(model_config: dict, key: str, config) -> object:
-    """``key`` of a recorded ``config.to_dict()``, under the family's own name where it has one (GPT-2: n_layer)."""
-    if key in model_config:
-        return model_config[key]
-    return model_config.get(getattr(config, "attribute_map", {}).get(key, key))
+def base_record(model: nn.Module, tied: bool, vocab_size: int | None = None) -> dict:
+    """What an adapter records of the base it is made on (``UTReprogramConfig.base_model_config``): the whole
+    architecture config (``fingerprint.architecture``) and whether E and U share one matrix."""
+    return {**architecture(model.config, vocab_size), "tied_embeddings": bool(tied)}
 
 
 def base_mismatches(peft_config, model: nn.Module, tied: bool, vocab_size: int | None = None) -> list[str]:
-    """How ``model`` differs from the base ``peft_config`` recorded (``"what: recorded X, this base Y"``)."""
-    current = base_model_config(model, tied, vocab_size)
-    differ = []
+    """How ``model`` differs from the base ``peft_config`` recorded: ``"what: adapter's base X, this base Y"`` per
+    config key, then "the frozen weights differ" when the digest does."""
+    current = base_record(model, tied, vocab_size)
     recorded = peft_config.base_model_config
-    if recorded:
-        for key, value in recorded.items():
-            if key in current and value != current[key]:
-                differ.append(f"{key}: adapter's base {value!r}, this base {current[key]!r}")
     backbone = peft_config.backbone or {}
-    model_config = backbone.get("model_config") or {}
-    if model_config and not recorded:  # adapters made before base_model_config existed record the whole config
-        for key in BASE_CONFIG_KEYS:
-            value = _recorded(model_config, key, model.config)
-            if value is not None and current[key] is not None and value != current[key]:
-                differ.append(f"{key}: adapter's base {value!r}, this base {current[key]!r}")
+    if recorded:
+        differ = config_differences(recorded, current)
+    elif backbone.get("model_config"):  # adapters made before base_model_config existed record the whole config
+        differ = config_differences(standard_names(backbone["model_config"], model.config), current)
+    else:
+        differ = []
     seed, here = backbone.get("seed"), backbone_seed(model)
-    if seed is not None and here is not None and seed != here:
-        differ.append(f"random backbone seed: adapter's base {seed}, this base {here}")
+    seeds = f"random backbone seed: adapter's base {seed}, this base {here}"
+    seeds_differ = seed is not None and here is not None and seed != here
+    recorded_digest = peft_config.base_weights_digest
+    if not recorded_digest:  # an older adapter: the seed is all it knows of the weights
+        return differ + ([seeds] if seeds_differ else [])
+    stride = digest_stride(recorded_digest)
+    digest = None
+    if stride is not None:
+        digest = frozen_weights_digest(model, replaced_weight_names(model, peft_config, tied), stride)
+    if digest is None:
+        warnings.warn(
+            "cannot compare this base's frozen weights with the ones the adapter was trained on (some are "
+            "offloaded to the meta device, or the adapter's digest is of an unknown kind); only the config is checked",
+            stacklevel=3,
+        )
+    elif digest != recorded_digest:
+        why = f" ({seeds})" if seeds_differ else ""
+        if getattr(model, "dtype", None) == torch.float16:
+            why += " (compared in bfloat16: a float16 copy of the same weights can differ; load the base in float32)"
+        differ.append("the frozen weights differ" + why)
     return differ
 
 
@@ -155,6 +193,13 @@ class UTReprogramModel(BaseTuner):
                 "(adapter_config.json: base_model_name_or_path, backbone), or, to load it anyway, pass "
                 "check_base=False: PeftModel.from_pretrained(base, folder, check_base=False)"
             )
+        if differ:
+            warnings.warn(
+                "check_base=False: loading this adapter onto another base model than it was made on ("
+                + "; ".join(differ)
+                + "); its outputs will not be the ones it was trained to give",
+                stacklevel=2,
+            )
         if self._keeps_tied(config) and config.train_input_embeddings != config.train_output_embeddings:
             which = "E" if config.train_input_embeddings else "U"
             raise ValueError(
@@ -199,11 +244,14 @@ class UTReprogramModel(BaseTuner):
             roles[id(find_position_embedding(model, input_embedding))] = POSITION
         self._ut_roles = roles
 
+        tied, base_vocab = self._ut_base_tied, getattr(self, "_ut_base_vocab_size", None)
         if peft_config.base_embedding_shape is None:
             peft_config.base_embedding_shape = [int(n) for n in base_of(input_embedding).weight.shape]
         if peft_config.base_model_config is None:
-            peft_config.base_model_config = base_model_config(
-                model, self._ut_base_tied, getattr(self, "_ut_base_vocab_size", None)
+            peft_config.base_model_config = base_record(model, tied, base_vocab)
+        if peft_config.base_weights_digest is None:
+            peft_config.base_weights_digest = frozen_weights_digest(
+                model, replaced_weight_names(model, peft_config, tied)
             )
         if peft_config.backbone is None and not getattr(model, "name_or_path", ""):
             # Built from a config, not loaded: record what rebuilds the frozen base (backbone + adapter = the model).

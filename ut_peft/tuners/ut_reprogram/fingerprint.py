@@ -1,0 +1,188 @@
+"""What an adapter knows of its base and of its own file: the base's architecture, a digest of the frozen weights
+it reads, and a checksum of the saved tensors.
+
+- Architecture: the base's whole ``config.to_dict()`` except the keys in :data:`IGNORED_CONFIG_KEYS`, which never
+  change what the model computes from a batch in eval mode (bookkeeping, output switches, token ids, dropout, the
+  initialiser's scale). Keys are named as the model's config class names its attributes (GPT-2's ``n_layer`` is
+  recorded as ``num_hidden_layers``). Only keys both records hold are compared, so an adapter that recorded fewer
+  keys (made by an older ut-peft, or with another transformers version that renamed one) is checked on those.
+- Frozen weights: sha256 over every base tensor the adapter reads (parameters and persistent buffers, by name, in
+  name order; the E, U and position tables the adapter replaces are left out, since they cannot change its
+  outputs). Floating-point tensors are hashed as bfloat16, so the same weights held in float32 and in bfloat16 (a
+  checkpoint loaded with ``dtype=torch.bfloat16``) give the same digest; differences smaller than bfloat16's
+  rounding are not seen. Hashing costs about 0.25 s per 100M parameters on one core, so a base is hashed whole up to
+  :data:`FULL_DIGEST_ELEMENTS` elements (both bundled models, SmolLM2-135M and Gemma-3-270M, are); a larger base
+  hashes every tensor's name and shape and a fixed sample of its elements: every k-th element of each tensor, k the
+  smallest stride that brings the total under the limit (recorded in the digest, ``sha256:bf16:k:<hex>``).
+- The adapter file: sha256 of each weights file as saved (``weights_sha256``), verified when the adapter loads.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+from collections.abc import Collection, Mapping
+from typing import Any, Optional
+
+import torch
+from torch import nn
+
+# Config keys that do not change the base's outputs for a batch in eval mode.
+IGNORED_CONFIG_KEYS = frozenset(
+    {
+        "_name_or_path",
+        "_model_name_or_path",
+        "_commit_hash",
+        "_attn_implementation",
+        "_attn_implementation_autoset",
+        "_experts_implementation",
+        "transformers_version",
+        "architectures",
+        "dtype",
+        "torch_dtype",
+        "use_cache",
+        "return_dict",
+        "output_hidden_states",
+        "output_attentions",
+        "torchscript",
+        "chunk_size_feed_forward",
+        "id2label",
+        "label2id",
+        "problem_type",
+        "finetuning_task",
+        "task_specific_params",
+        "tokenizer_class",
+        "prefix",
+        "bos_token_id",
+        "eos_token_id",
+        "pad_token_id",
+        "unk_token_id",
+        "sep_token_id",
+        "decoder_start_token_id",
+        "initializer_range",
+        # Whether E and U share storage is recorded from the weights themselves (``tied_embeddings``).
+        "tie_word_embeddings",
+    }
+)
+# Where a config's to_dict() names dropout probabilities (GPT-2: attn_pdrop, embd_pdrop, resid_pdrop).
+_IGNORED_SUFFIXES = ("dropout", "_pdrop")
+
+# The prefix of every adapter tensor's name: those belong to the adapter, never to the base.
+ADAPTER_PREFIX = "ut_reprogram_"
+FULL_DIGEST_ELEMENTS = 300_000_000
+_DIGEST_PREFIX = "sha256:bf16:"
+
+
+def _json_value(value: Any) -> Any:
+    """``value`` as it reads back from adapter_config.json (tuples become lists, dict keys strings)."""
+    return json.loads(json.dumps(value, sort_keys=True, default=str))
+
+
+def _kept(key: str) -> bool:
+    return key not in IGNORED_CONFIG_KEYS and not key.endswith(_IGNORED_SUFFIXES)
+
+
+def architecture(model_config, vocab_size: Optional[int] = None) -> dict[str, Any]:
+    """The base's config as an adapter records it (see the module docstring); ``vocab_size`` overrides the config's
+    (a task vocabulary has replaced it on a model that already carries an adapter)."""
+    record = standard_names(model_config.to_dict(), model_config)
+    if vocab_size is not None:
+        record["vocab_size"] = vocab_size
+    return record
+
+
+def standard_names(config_dict: Mapping[str, Any], model_config) -> dict[str, Any]:
+    """``config_dict`` (a ``to_dict()``, perhaps recorded long ago) without the ignored keys, each key under the
+    name ``model_config``'s class gives the attribute (GPT-2's ``n_layer`` as ``num_hidden_layers``)."""
+    names = {target: name for name, target in (getattr(model_config, "attribute_map", None) or {}).items()}
+    return _json_value({names.get(key, key): value for key, value in config_dict.items() if _kept(key)})
+
+
+def config_differences(recorded: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
+    """``"key: adapter's base X, this base Y"`` for every key both records hold with different values."""
+    current = _json_value(dict(current))
+    return [
+        f"{key}: adapter's base {value!r}, this base {current[key]!r}"
+        for key, value in _json_value(dict(recorded)).items()
+        if key in current and _kept(key) and value != current[key]
+    ]
+
+
+def _base_tensors(model: nn.Module, skip: Collection[str]) -> dict[str, torch.Tensor]:
+    """The base's tensors by their names in the unwrapped model (``.base_layer`` removed), adapter tensors and
+    ``skip`` left out."""
+    tensors = {}
+    for name, tensor in model.state_dict().items():
+        if ADAPTER_PREFIX in name:
+            continue
+        name = name.replace(".base_layer", "")
+        if name not in skip:
+            tensors[name] = tensor
+    return tensors
+
+
+def _storage_key(tensor: torch.Tensor) -> tuple:
+    return (tensor.device, tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.stride()))
+
+
+def frozen_weights_digest(model: nn.Module, skip: Collection[str] = (), stride: Optional[int] = None) -> Optional[str]:
+    """The digest of ``model``'s base tensors except those named in ``skip`` (module docstring); None when some are
+    not in memory (offloaded to the meta device). ``stride``: the sampling stride of a recorded digest to compare
+    with (None: chosen from the size, as when recording)."""
+    tensors = _base_tensors(model, skip)
+    if any(t.device.type == "meta" for t in tensors.values()):
+        return None
+    if stride is None:
+        first: dict[tuple, str] = {}
+        total = 0
+        for name, tensor in tensors.items():
+            if first.setdefault(_storage_key(tensor), name) == name:
+                total += tensor.numel()
+        stride = max(1, math.ceil(total / FULL_DIGEST_ELEMENTS))
+    # One intra-op thread for the casts: they are memory-bound, and on a busy machine torch's worker threads made
+    # them several times slower (SmolLM2-135M on 2 cores: 1.8 s with 2 threads, 0.25 s with 1).
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return f"{_DIGEST_PREFIX}{stride}:{_sha256(tensors, stride)}"
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _sha256(tensors: Mapping[str, torch.Tensor], stride: int) -> str:
+    digest = hashlib.sha256()
+    seen: dict[tuple, str] = {}
+    for name in sorted(tensors):
+        tensor = tensors[name].detach()
+        digest.update(f"{name}|{tuple(tensor.shape)}|".encode())
+        key = _storage_key(tensor)
+        if key in seen:  # tied: hashed once, under its first name
+            digest.update(f"tied to {seen[key]}\n".encode())
+            continue
+        seen[key] = name
+        flat = tensor.reshape(-1)
+        if stride > 1:
+            flat = flat[::stride]
+        if flat.is_floating_point():
+            flat = flat.to(torch.bfloat16)
+        digest.update(memoryview(flat.contiguous().view(torch.uint8).cpu().numpy()))
+        digest.update(b"\n")
+    return digest.hexdigest()
+
+
+def digest_stride(digest: str) -> Optional[int]:
+    """The sampling stride a digest was taken with; None for a digest of another scheme (not comparable)."""
+    if not digest.startswith(_DIGEST_PREFIX):
+        return None
+    stride, _, _ = digest[len(_DIGEST_PREFIX) :].partition(":")
+    return int(stride) if stride.isdigit() and int(stride) > 0 else None
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
