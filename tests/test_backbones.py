@@ -1,3 +1,5 @@
+import json
+
 import pytest
 import torch
 from peft import PeftModel, get_peft_model
@@ -41,3 +43,97 @@ def test_backbone_from_adapter_errors(tmp_path):
         backbone_from_adapter(tmp_path)
     with pytest.raises(ValueError, match="non-negative int"):
         random_backbone(tiny_config("llama"), seed=-1)
+
+
+def _card_snippet(folder):
+    """The python block of the adapter's README (the card's "How to load it")."""
+    text = (folder / "README.md").read_text()
+    return text.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+def _run_card_snippet(folder, monkeypatch):
+    """Run the card's own loading code, with the Hub download answered by the local folder."""
+    import huggingface_hub
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", lambda repo_id, **kwargs: str(folder))
+    namespace: dict = {}
+    exec(_card_snippet(folder), namespace)
+    return namespace["model"]
+
+
+def _trained(base, **options):
+    model = get_peft_model(base, UTReprogramConfig(**options))
+    generator = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for param in model.parameters():
+            if param.requires_grad:
+                param.add_(torch.randn(param.shape, generator=generator) * 0.5)
+    return model
+
+
+def _from_config_under_global_seed(seed):
+    import transformers
+
+    torch.manual_seed(seed)
+    return transformers.AutoModelForCausalLM.from_config(tiny_config("llama"), dtype=torch.float32).eval()
+
+
+@pytest.mark.parametrize(
+    "make_base",
+    [
+        lambda: tiny_model("llama"),  # the helper records its seed
+        lambda: tiny_model("gemma3", tied=True, seed=4),
+        # No seed recorded on the model: found, since a draw under seed 0 gives its weights.
+        lambda: _from_config_under_global_seed(0),
+    ],
+)
+def test_the_cards_own_snippet_rebuilds_the_base_and_gives_identical_outputs(tmp_path, monkeypatch, make_base):
+    # The card promised "the config and the seed that rebuild it bit for bit" but recorded "seed": null; the rebuilt
+    # base then came from the global random state and the outputs were 0.39 away, without a warning.
+    model = _trained(make_base())
+    ids = torch.randint(0, 97, (2, 7))
+    model.save_pretrained(tmp_path)
+    record = json.loads((tmp_path / "adapter_config.json").read_text())["backbone"]
+    assert record["seed"] is not None and record["rebuildable"] is True
+    assert f"and the seed ({record['seed']}) that rebuild it bit for bit" in (tmp_path / "README.md").read_text()
+    torch.manual_seed(1234)  # the global random state must not matter
+    rebuilt = _run_card_snippet(tmp_path, monkeypatch)
+    assert torch.equal(rebuilt(input_ids=ids).logits, model(input_ids=ids).logits)
+
+
+def test_a_base_that_cannot_be_rebuilt_says_so_in_its_card_and_backbone_from_adapter_refuses(tmp_path):
+    with pytest.warns(UserWarning, match="built from a config without a recorded seed.*random_backbone"):
+        model = _trained(_from_config_under_global_seed(5))
+    model.save_pretrained(tmp_path)
+    record = json.loads((tmp_path / "adapter_config.json").read_text())["backbone"]
+    assert record["seed"] is None and record["rebuildable"] is False
+    card = (tmp_path / "README.md").read_text()
+    assert "bit for bit" not in card and "so this adapter cannot rebuild it" in card
+    assert "backbone_from_adapter" not in _card_snippet(tmp_path)
+    with pytest.raises(ValueError, match="cannot rebuild its base: the base was built from a config with no recorded"):
+        backbone_from_adapter(tmp_path)
+    # It still loads onto the base it was trained on, once that base is kept.
+    PeftModel.from_pretrained(_from_config_under_global_seed(5), tmp_path)
+
+
+def test_an_older_adapter_without_a_seed_is_rebuilt_only_when_its_weights_follow_from_the_config(tmp_path):
+    _trained(tiny_model("llama")).save_pretrained(tmp_path)
+    config_file = tmp_path / "adapter_config.json"
+    record = json.loads(config_file.read_text())
+    record["backbone"] = {"model_config": record["backbone"]["model_config"], "seed": None, "torch_version": "x"}
+    del record["base_weights_digest"]
+    config_file.write_text(json.dumps(record))
+    with pytest.raises(ValueError, match="records no seed and its base's weights are random"):
+        backbone_from_adapter(tmp_path)
+
+
+def test_a_rebuilt_backbone_is_checked_against_the_weights_the_adapter_was_trained_on(tmp_path):
+    _trained(random_backbone(tiny_config("llama"), seed=3)).save_pretrained(tmp_path)
+    config_file = tmp_path / "adapter_config.json"
+    record = json.loads(config_file.read_text())
+    assert record["backbone"]["dtype"] == "float32"
+    assert backbone_from_adapter(tmp_path, dtype=torch.bfloat16).dtype == torch.bfloat16  # drawn, then cast
+    record["backbone"].update(seed=4, torch_version="1.0.0")  # as if drawn by another torch: other weights
+    config_file.write_text(json.dumps(record))
+    with pytest.raises(ValueError, match=r"does not have the frozen weights .* drawn with torch 1\.0\.0"):
+        backbone_from_adapter(tmp_path)

@@ -10,8 +10,10 @@ from typing import Union
 import torch
 import transformers
 
-# Where random_backbone leaves its seed on the model; read it with backbone_seed.
+# Where random_backbone leaves its seed and the dtype it drew in on the model; read them with backbone_seed and
+# backbone_dtype.
 _SEED_ATTRIBUTE = "_ut_peft_seed"
+_DTYPE_ATTRIBUTE = "_ut_peft_dtype"
 
 
 def random_backbone(
@@ -32,8 +34,16 @@ def random_backbone(
         model = transformers.AutoModelForCausalLM.from_config(config, dtype=dtype)
     model.requires_grad_(False)
     model.eval()
-    setattr(model, _SEED_ATTRIBUTE, seed)
+    mark_backbone_seed(model, seed, dtype)
     return model
+
+
+def mark_backbone_seed(model, seed: int, dtype: torch.dtype = torch.float32) -> None:
+    """Record on ``model`` that its weights are :func:`random_backbone`'s draw under ``seed`` in ``dtype``, for a
+    model built the same way (``torch.manual_seed(seed)``, then ``from_config(config, dtype=dtype)``); an adapter
+    made on it records the seed, so :func:`backbone_from_adapter` can rebuild it."""
+    setattr(model, _SEED_ATTRIBUTE, seed)
+    setattr(model, _DTYPE_ATTRIBUTE, dtype)
 
 
 def backbone_seed(model) -> int | None:
@@ -41,28 +51,79 @@ def backbone_seed(model) -> int | None:
     return getattr(model, _SEED_ATTRIBUTE, None)
 
 
-def backbone_from_adapter(adapter_dir: Union[str, os.PathLike], dtype: torch.dtype = torch.float32):
-    """Rebuild the frozen base an adapter was trained on, from the config and seed recorded in the adapter."""
+def backbone_dtype(model) -> torch.dtype | None:
+    """The dtype :func:`random_backbone` drew ``model``'s weights in; None for a model it did not build."""
+    return getattr(model, _DTYPE_ATTRIBUTE, None)
+
+
+def backbone_from_adapter(adapter_dir: Union[str, os.PathLike], dtype: torch.dtype | None = None):
+    """Rebuild the frozen base an adapter was trained on, from the config and seed recorded in the adapter.
+
+    The weights are drawn as they were (in the recorded dtype), then cast to ``dtype`` when one is given. The
+    rebuilt base is checked against the adapter's digest of the weights it was trained on; a base that cannot be
+    rebuilt (built from a config with no recorded seed) is refused with the reason.
+    """
     path = os.path.join(adapter_dir, "adapter_config.json")
     if not os.path.isfile(path):
         raise FileNotFoundError(f"{adapter_dir} has no adapter_config.json")
     with open(path) as handle:
-        record = json.load(handle).get("backbone")
+        adapter = json.load(handle)
+    record = adapter.get("backbone")
     if not record:
         raise ValueError(
             f"the adapter in {adapter_dir} was made on a loaded model (not one built from a config); "
             "load its base model by name instead (adapter_config.json: base_model_name_or_path)"
         )
-    if record.get("torch_version") and record["torch_version"] != torch.__version__:
+    if record.get("rebuildable") is False:
+        raise ValueError(
+            f"the adapter in {adapter_dir} cannot rebuild its base: the base was built from a config with no "
+            "recorded seed (e.g. AutoModelForCausalLM.from_config), so its random weights are in no file; load the "
+            "adapter onto the base it was trained on (saved with base.save_pretrained), or train on "
+            "ut_peft.random_backbone(config, seed), which records its seed"
+        )
+    config = transformers.AutoConfig.for_model(**record["model_config"])
+    draw_dtype = getattr(torch, record.get("dtype") or "float32")
+    if record.get("seed") is None:
+        # Made before seeds were always recorded: only a base whose weights follow from its config (ut_peft's
+        # universal backbones) rebuilds, and two draws under different seeds tell whether this one does.
+        model, other = (random_backbone(config, seed=s, dtype=draw_dtype) for s in (0, 1))
+        if _digest(model, adapter) != _digest(other, adapter):
+            raise ValueError(
+                f"the adapter in {adapter_dir} records no seed and its base's weights are random, so it cannot "
+                "rebuild them; load the adapter onto the base it was trained on, or, if you know the seed, build "
+                "the base with ut_peft.random_backbone(config, seed)"
+            )
+    else:
+        model = random_backbone(config, seed=record["seed"], dtype=draw_dtype)
+    recorded = adapter.get("base_weights_digest")
+    if recorded:
+        from .tuners.ut_reprogram.fingerprint import digest_stride
+
+        stride = digest_stride(recorded)  # None: a digest of a kind this version cannot compute, left unchecked
+        if stride is not None and _digest(model, adapter, stride) != recorded:
+            why = (
+                f"it was drawn with torch {record['torch_version']}, this is {torch.__version__}, and random draws "
+                "differ between torch versions"
+                if record.get("torch_version") not in (None, torch.__version__)
+                else "the base was changed after it was built (e.g. trained), so its seed no longer describes it"
+            )
+            raise ValueError(
+                f"the backbone rebuilt from {adapter_dir} does not have the frozen weights the adapter was trained "
+                f"on: {why}; load the adapter onto the base it was trained on"
+            )
+    elif record.get("torch_version") and record["torch_version"] != torch.__version__:
         warnings.warn(
             f"the backbone was drawn with torch {record['torch_version']}, this is {torch.__version__}: "
             "random draws may differ between torch versions",
             stacklevel=2,
         )
-    config = transformers.AutoConfig.for_model(**record["model_config"])
-    if record.get("seed") is None:
-        # Models whose fixed weights derive from their config (ut_peft's universal backbones) need no seed.
-        model = transformers.AutoModelForCausalLM.from_config(config, dtype=dtype)
-        model.requires_grad_(False)
-        return model.eval()
-    return random_backbone(config, seed=record["seed"], dtype=dtype)
+    return model if dtype is None else model.to(dtype)
+
+
+def _digest(model, adapter: dict, stride: int | None = None) -> str | None:
+    """The digest of the frozen weights of ``model`` that the adapter (its adapter_config.json) reads."""
+    from .tuners.ut_reprogram.fingerprint import frozen_weights_digest
+    from .tuners.ut_reprogram.model import embeddings_are_tied, replaced_weight_names
+
+    tied = embeddings_are_tied(model.get_input_embeddings(), model.get_output_embeddings())
+    return frozen_weights_digest(model, replaced_weight_names(model, adapter, tied), stride)

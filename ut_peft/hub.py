@@ -81,7 +81,18 @@ def render_model_card(
     if adapter_config.get("task_vocab_size"):
         trained.append(f"over a new vocabulary of {adapter_config['task_vocab_size']} tokens")
     repo = repo_id or "<this-repo>"
-    if backbone:
+    if backbone and backbone.get("rebuildable") is False:
+        load_snippet = (
+            'base = AutoModelForCausalLM.from_pretrained("<folder of the base it was trained on>")\n'
+            f'model = PeftModel.from_pretrained(base, "{repo}")'
+        )
+        backbone_note = (
+            "The frozen base was built from a config with no recorded seed (e.g. `AutoModelForCausalLM.from_config`), "
+            "so this adapter cannot rebuild it: its random weights are in no file, and `backbone_from_adapter` "
+            "refuses it. Load the adapter onto the base it was trained on (saved with `base.save_pretrained`); "
+            "adapters trained on `ut_peft.random_backbone(config, seed)` rebuild their base."
+        )
+    elif backbone:
         seed = backbone.get("seed")
         load_snippet = (
             "from ut_peft.backbones import backbone_from_adapter\n"

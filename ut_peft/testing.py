@@ -59,10 +59,17 @@ def tiny_config(
 
 
 def tiny_model(family: str, *, tied: bool = False, seed: int = 0, **kwargs):
-    """A float32 ``AutoModelForCausalLM`` built from :func:`tiny_config`, in eval mode."""
+    """A float32 ``AutoModelForCausalLM`` built from :func:`tiny_config`, in eval mode.
+
+    Its weights are ``random_backbone``'s draw under ``seed`` and the model says so, so an adapter made on it records
+    the seed and ``backbone_from_adapter`` rebuilds it.
+    """
     import torch
+
+    from .backbones import mark_backbone_seed
 
     config = tiny_config(family, tied=tied, **kwargs)
     torch.manual_seed(seed)
     model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    mark_backbone_seed(model, seed, torch.float32)
     return model.eval()

@@ -109,7 +109,9 @@ class UTReprogramConfig(PeftConfig):
         metadata={
             "help": (
                 "Recorded automatically for models built from a config (random or universal backbones): the model "
-                "config and seed that rebuild the frozen base bit for bit, so backbone + adapter is the whole model."
+                "config, seed and dtype that rebuild the frozen base bit for bit (backbone_from_adapter), so "
+                "backbone + adapter is the whole model; 'rebuildable' is False when no seed could be known (a "
+                "model built with a seed other than 0 and not by ut_peft.random_backbone)."
             )
         },
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import warnings
 from collections.abc import Mapping
 from typing import Any
@@ -10,9 +11,10 @@ import torch
 from peft.tuners.tuners_utils import BaseTuner
 from torch import nn
 
-from ...backbones import backbone_seed
+from ...backbones import backbone_dtype, backbone_seed
 from .config import UTReprogramConfig
 from .fingerprint import (
+    FULL_DIGEST_ELEMENTS,
     architecture,
     config_differences,
     digest_stride,
@@ -255,11 +257,58 @@ class UTReprogramModel(BaseTuner):
             )
         if peft_config.backbone is None and not getattr(model, "name_or_path", ""):
             # Built from a config, not loaded: record what rebuilds the frozen base (backbone + adapter = the model).
-            peft_config.backbone = {
-                "model_config": model.config.to_dict(),
-                "seed": backbone_seed(model),
-                "torch_version": torch.__version__,
-            }
+            peft_config.backbone = self._backbone_record(model, peft_config, base_vocab)
+
+    def _backbone_record(self, model: nn.Module, peft_config: UTReprogramConfig, base_vocab: int | None) -> dict:
+        """The config, seed and dtype whose draw (``random_backbone``) gives this base's frozen weights.
+
+        A model ``random_backbone`` built carries its seed. For any other model built from a config the seed is
+        found when it is 0 (``torch.manual_seed(0)`` before ``from_config``, the most common case) or when the
+        weights the adapter reads follow from the config alone (ut-peft's universal backbones): a draw under seed 0
+        then gives the same digest. Otherwise the base cannot be rebuilt: the record says so, the card tells how to
+        load the adapter, and ``backbone_from_adapter`` refuses with the reason. The base's weights are never
+        redrawn here: they may have been trained since they were built.
+        """
+        model_config = model.config.to_dict()
+        if base_vocab is not None:
+            model_config["vocab_size"] = base_vocab
+        seed, dtype = backbone_seed(model), backbone_dtype(model) or getattr(model, "dtype", torch.float32)
+        if seed is None and self._drawn_under_seed_zero(model, peft_config, model_config, dtype):
+            seed = 0
+        if seed is None:
+            warnings.warn(
+                "this base was built from a config without a recorded seed, so an adapter saved from it cannot "
+                "rebuild it (backbone_from_adapter will refuse): build it with ut_peft.random_backbone(config, seed), "
+                "or keep the base itself (base.save_pretrained(folder)) to load the adapter onto",
+                stacklevel=4,
+            )
+        return {
+            "model_config": model_config,
+            "seed": seed,
+            "dtype": str(dtype).removeprefix("torch."),
+            "torch_version": torch.__version__,
+            "rebuildable": seed is not None,
+        }
+
+    def _drawn_under_seed_zero(
+        self, model: nn.Module, peft_config: UTReprogramConfig, model_config: dict, dtype: torch.dtype
+    ) -> bool:
+        """Whether ``random_backbone(model_config, seed=0, dtype=dtype)`` has the frozen weights the adapter reads.
+        Tried only for bases small enough to build a second time in memory."""
+        import transformers
+
+        from ...backbones import random_backbone
+
+        recorded = peft_config.base_weights_digest
+        size = sum(p.numel() for p in model.parameters())
+        if recorded is None or size > FULL_DIGEST_ELEMENTS:
+            return False
+        try:
+            draw = random_backbone(transformers.AutoConfig.for_model(**copy.deepcopy(model_config)), 0, dtype)
+        except Exception:  # a config transformers cannot build alone (e.g. a custom class): no seed to find
+            return False
+        tied = embeddings_are_tied(draw.get_input_embeddings(), draw.get_output_embeddings())
+        return frozen_weights_digest(draw, replaced_weight_names(draw, peft_config, tied)) == recorded
 
     def _check_target_module_exists(self, peft_config, key: str) -> bool:
         return id(self.model.get_submodule(key)) in self._ut_roles
