@@ -253,6 +253,8 @@ class UTReprogramConfig(PeftConfig):
                 raise ValueError(f"{name} must be a dict or None, got {getattr(self, name)!r}")
         if self.base_weights_digest is not None and not isinstance(self.base_weights_digest, str):
             raise ValueError(f"base_weights_digest must be a string or None, got {self.base_weights_digest!r}")
+        if self.target_modules is not None and not isinstance(self.target_modules, (str, list, tuple, set)):
+            raise ValueError(f"target_modules must be a list of module names or None, got {self.target_modules!r}")
 
     def to_dict(self) -> dict[str, Any]:
         """What adapter_config.json holds: every field but ``check_base``, which applies to one load only."""

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
+import math
+import re
 import warnings
 from collections.abc import Mapping
 from typing import Any
@@ -14,6 +17,7 @@ from torch import nn
 from ...backbones import backbone_dtype, backbone_seed
 from .config import UTReprogramConfig
 from .fingerprint import (
+    ADAPTER_PREFIX,
     FULL_DIGEST_ELEMENTS,
     architecture,
     config_differences,
@@ -133,6 +137,23 @@ def base_mismatches(peft_config, model: nn.Module, tied: bool, vocab_size: int |
     return differ
 
 
+def _role_tensor(module: UTReprogramLayer, container: str, adapter: str | None) -> torch.Tensor:
+    """What ``adapter`` (None: the base) gives for the tensor that ``module`` keeps in ``container``: its own copy,
+    or the base's when the adapter leaves it alone (a kept-tied U reads its E)."""
+    if isinstance(module, UTEmbedding) and container == "ut_reprogram_embedding":
+        return module.table(adapter)
+    if isinstance(module, UTUnembedding) and container == "ut_reprogram_unembedding":
+        return module.matrix(adapter)
+    if isinstance(module, UTUnembedding) and container == "ut_reprogram_bias":
+        bias = module.bias_for(adapter)
+        if bias is not None:
+            return bias
+    if isinstance(module, UTPositionEmbedding) and container == "ut_reprogram_position":
+        positions = module.ut_reprogram_position
+        return positions[adapter] if adapter in positions else module.get_base_layer().weight
+    raise ValueError(f"{type(module).__name__} keeps no tensor a weighted sum of adapters is defined for: {container}")
+
+
 def set_vocab_size(model: nn.Module, vocab_size: int) -> None:
     """The causal-LM loss reshapes logits by the vocabulary size: from the config, or (Gemma) a cached attribute."""
     model.config.vocab_size = vocab_size
@@ -184,6 +205,7 @@ class UTReprogramModel(BaseTuner):
         if not hasattr(self, "_ut_base_tied"):
             # Decided on the untouched base: once released, base weights are placeholders that cannot show tying.
             self._ut_base_tied = embeddings_are_tied(input_embedding, output_embedding)
+        self._check_target_modules(config)
         differ = base_mismatches(config, model, self._ut_base_tied, getattr(self, "_ut_base_vocab_size", None))
         if differ and config.check_base:
             raise ValueError(
@@ -228,23 +250,72 @@ class UTReprogramModel(BaseTuner):
             or (keep_tied and config.train_input_embeddings)
         )
 
+    def _wrapped(self, config: UTReprogramConfig, model: nn.Module) -> list[tuple[nn.Module, str]]:
+        """The modules ``config`` changes, each with its role (INPUT, OUTPUT, POSITION)."""
+        input_embedding, output_embedding = self._embeddings(model)
+        wants_output = self._wants_output(config)
+        wrapped: list[tuple[nn.Module, str]] = []
+        if (
+            config.train_input_embeddings
+            or config.task_vocab_size is not None
+            or config.num_memory_tokens > 0
+            or (self._keeps_tied(config) and wants_output)
+        ):
+            wrapped.append((input_embedding, INPUT))
+        if wants_output and output_embedding is not None:
+            wrapped.append((output_embedding, OUTPUT))
+        position = find_position_embedding(model, input_embedding) if config.train_position_embeddings else None
+        if position is not None:
+            wrapped.append((position, POSITION))
+        return wrapped
+
+    def _check_target_modules(self, config: UTReprogramConfig) -> None:
+        """Modules are found by identity, so ``target_modules`` can only repeat what the config already says: it may
+        name the embedding modules the config changes, nothing else (peft's other methods read it, so a user coming
+        from LoRA may set it expecting it to choose what trains; it used to be ignored without a word)."""
+        targets = config.target_modules
+        if targets is None:
+            return
+        model = self.model
+        input_embedding, output_embedding = self._embeddings(model)
+        position = find_position_embedding(model, input_embedding)
+        flags = {
+            id(input_embedding): ("the input embedding E", "train_input_embeddings"),
+            id(output_embedding): ("the output embedding U", "train_output_embeddings"),
+            id(position): ("the learned positions", "train_position_embeddings"),
+        }
+        changed = {id(module) for module, _ in self._wrapped(config, model)}
+        modules = [(name, module) for name, module in model.named_modules() if name and ADAPTER_PREFIX not in name]
+        # peft's matching: a string is a regular expression over full module names, a list entry a name suffix.
+        if isinstance(targets, str):
+            patterns = {targets: lambda name: re.fullmatch(targets, name) is not None}
+        else:
+            patterns = {t: lambda name, t=t: name == t or name.endswith("." + t) for t in targets}
+        named, bad = {}, []
+        for target, matches in patterns.items():
+            found = {name: module for name, module in modules if matches(name)}
+            named.update(found)
+            if not found or any(id(module) not in flags for module in found.values()):
+                bad.append(target)
+        if bad:
+            raise ValueError(
+                f"target_modules names {', '.join(map(repr, bad))}, which UT_REPROGRAM never changes: it finds the "
+                "embedding modules itself and changes only them (choose what trains with train_input_embeddings, "
+                "train_output_embeddings, train_position_embeddings); remove target_modules, or list only "
+                "embedding modules"
+            )
+        for name, module in named.items():
+            if id(module) not in changed:
+                what, flag = flags[id(module)]
+                raise ValueError(
+                    f"target_modules names {name!r} ({what}), but this config does not change it: set {flag}=True, "
+                    "or leave it out of target_modules"
+                )
+
     def _prepare_model(self, peft_config: UTReprogramConfig, model: nn.Module) -> None:
         """Decide, by module identity, what gets wrapped; record the base on the config (validated already)."""
-        input_embedding, output_embedding = self._embeddings(model)
-        wants_output = self._wants_output(peft_config)
-        roles: dict[int, str] = {}
-        if (
-            peft_config.train_input_embeddings
-            or peft_config.task_vocab_size is not None
-            or peft_config.num_memory_tokens > 0
-            or (self._keeps_tied(peft_config) and wants_output)
-        ):
-            roles[id(input_embedding)] = INPUT
-        if wants_output:
-            roles[id(output_embedding)] = OUTPUT
-        if peft_config.train_position_embeddings:
-            roles[id(find_position_embedding(model, input_embedding))] = POSITION
-        self._ut_roles = roles
+        input_embedding, _ = self._embeddings(model)
+        self._ut_roles = {id(module): role for module, role in self._wrapped(peft_config, model)}
 
         tied, base_vocab = self._ut_base_tied, getattr(self, "_ut_base_vocab_size", None)
         if peft_config.base_embedding_shape is None:
@@ -384,6 +455,80 @@ class UTReprogramModel(BaseTuner):
     def enable_adapter_layers(self) -> None:
         super().enable_adapter_layers()
         self._set_vocab_for(True)
+
+    # ---- combining adapters ---------------------------------------------------------------------------------------
+    def add_weighted_adapter(
+        self, adapters: list[str], weights: list[float], adapter_name: str, combination_type: str = "linear"
+    ) -> None:
+        """Add ``adapter_name``, whose tensors are the base's plus the weighted sum of what ``adapters`` changed:
+        E = E_base + sum_i w_i (E_i - E_base), and likewise U (with its bias) and learned positions (an adapter
+        that leaves one of them alone contributes nothing to it). peft's ``add_weighted_adapter`` of LoRA: the new
+        adapter is added frozen and not made active (``set_adapter(adapter_name)`` uses it).
+
+        Every adapter replaces whole matrices of the same base, so the sum of their changes is itself a change of
+        that base; adapters with a task vocabulary or memory rows are refused (their new rows are no change of any
+        base row).
+        """
+        if combination_type != "linear":
+            raise ValueError(
+                f"combination_type={combination_type!r}: UT_REPROGRAM adapters combine linearly only (the weighted "
+                "sum of their changes to E and U); pass combination_type='linear'"
+            )
+        if adapter_name in self.peft_config:
+            raise ValueError(f"an adapter named {adapter_name!r} exists already; choose another adapter_name")
+        adapters, weights = list(adapters), [float(w) for w in weights]
+        missing = [name for name in adapters if name not in self.peft_config]
+        if not adapters or missing:
+            raise ValueError(
+                f"cannot combine {missing or adapters}: this model's adapters are {list(self.peft_config)}"
+            )
+        if len(weights) != len(adapters) or not all(math.isfinite(w) for w in weights):
+            raise ValueError(f"weights must be {len(adapters)} finite numbers, one per adapter, got {weights}")
+        configs = [self.peft_config[name] for name in adapters]
+        new_rows = [name for name, c in zip(adapters, configs) if c.task_vocab_size is not None or c.num_memory_tokens]
+        if new_rows:
+            raise ValueError(
+                f"cannot combine {new_rows}: an adapter with task_vocab_size or num_memory_tokens has rows that no "
+                "base matrix has, so no weighted sum of changes to the base is defined for it; combine adapters "
+                "over the base's own vocabulary"
+            )
+        self._refuse_if_released("combine adapters")
+        tied = bool(getattr(self, "_ut_base_tied", False))
+        replaced = [replaced_weight_names(self.model, c, tied) for c in configs]
+        names = {id(module): name for name, module in self.model.named_modules()}
+        input_embedding, output_embedding = self._embeddings(self.model)
+
+        def changes(module: nn.Module | None) -> bool:
+            return module is not None and any(f"{names[id(module)]}.weight" in r for r in replaced)
+
+        keep = tied and all(c.tied_embeddings == "keep" for c in configs)
+        position = find_position_embedding(self.model, input_embedding)
+        self.peft_config[adapter_name] = dataclasses.replace(
+            configs[0],
+            tied_embeddings="keep" if keep else "untie",
+            train_input_embeddings=changes(input_embedding) or (keep and changes(output_embedding)),
+            train_output_embeddings=changes(output_embedding) or (keep and changes(input_embedding)),
+            train_position_embeddings=changes(position),
+            init="auto",
+            init_token_ids=None,
+            weights_sha256=None,
+        )
+        self.inject_adapter(self.model, adapter_name)
+        with torch.no_grad():
+            for module in self.model.modules():
+                if not isinstance(module, UTReprogramLayer):
+                    continue
+                for container_name in module.adapter_layer_names:
+                    container = getattr(module, container_name)
+                    if adapter_name not in container:
+                        continue
+                    tensor = container[adapter_name]
+                    base = _role_tensor(module, container_name, None).detach().float()
+                    total = base.clone()
+                    for name, weight in zip(adapters, weights):
+                        total += weight * (_role_tensor(module, container_name, name).detach().float() - base)
+                    tensor.copy_(total.to(tensor.dtype))
+                    tensor.requires_grad_(False)
 
     def _adapter_to_merge(self, adapter_names) -> str:
         if adapter_names is None:
