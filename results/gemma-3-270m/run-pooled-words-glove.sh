@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The paper's own table on these CPUs: Gemma-3-270M, the paper's random words (words:glove, the first 100k words of
+# GloVe 6B, 5 n words per row), the published protocol (cap 3000, patience 500, lr 1e-2, a fresh text per row,
+# float32 on the CPU), the pooled design over m = 1..5 (rows at m = 1, 3 and 5). The estimate, the targets and why:
+# docs/accessibility.md, "Gemma-3-270M on the paper's words".
+#
+# Frozen code: the run executes commit FROZEN from a worktree of its own, so that no later edit of the checkout
+# changes the rules of the design under it; it writes its rows into this checkout's results folder, where they are
+# committed as they land. Resumable: rerun this script (after a kill, a reboot, on a new machine after a clone) and it
+# continues from rows.jsonl and the in-flight snapshots. Start it with
+#   . .venv/bin/activate && nohup bash results/gemma-3-270m/run-pooled-words-glove.sh > /work/logs/gemma.log 2>&1 &
+# and watch it with `ut-peft status results/gemma-3-270m/pooled-words-glove`.
+set -euo pipefail
+FROZEN=6198748
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+tree=${UT_PEFT_FROZEN_TREE:-$(dirname "$repo")/gemma-run}
+if [ ! -d "$tree" ]; then
+    git -C "$repo" worktree add --detach "$tree" "$FROZEN"
+fi
+if [ "$(git -C "$tree" rev-parse --short=7 HEAD)" != "$FROZEN" ]; then
+    echo "$tree is not at commit $FROZEN: remove it (git worktree remove $tree) and rerun" >&2
+    exit 2
+fi
+out=$repo/results/gemma-3-270m/pooled-words-glove
+cd "$tree"
+# PYTHONPATH puts the frozen tree's ut_peft ahead of any installed (editable) copy.
+PYTHONPATH="$tree" exec nice -n 5 python recipes/cram.py --model gemma-3-270m --protocol published --source words:glove \
+    --ms 1 2 3 4 5 --design pooled --num-sequences 8 --batch-size 12 --pooled-version 7 \
+    --target-slope-se 1.09 --target-n50-se 1:4.20 2:2.93 3:2.61 4:2.33 5:2.19 \
+    --output "$out" "$@"
