@@ -156,3 +156,12 @@ def test_a_report_sets_its_slope_beside_the_papers_nearest_models():
     assert run_slope(text) == (text.fit["slope"], "line through the per-m fits")
     assert "| Gemma-3-270m | 640 | **44.5** | 23.0 |" in paper_lines(text)
     assert paper_lines(dataclasses.replace(text, source={"kind": "tokens"})) == []
+
+
+def test_a_run_that_abandons_rows_early_is_not_labelled_plainly_published():
+    from ut_peft.accessibility.report import protocol_label
+
+    assert protocol_label({"protocol": "published", "cram": {}}) == "published"
+    abandoning = {"protocol": "published", "cram": {"abandon_below": [[500, 0.58]]}}
+    assert protocol_label(abandoning).startswith("published, with an early abandon of rows")
+    assert protocol_label({"cram": {}}) == "ut-peft"

@@ -152,6 +152,15 @@ def _describe(source: dict) -> str:
     return f"{source.get('kind')} ({details})" if details else str(source.get("kind"))
 
 
+def protocol_label(settings: dict) -> str:
+    """The protocol's name as a report prints it; a run that abandons rows early is never called plainly
+    "published": its stopping rule is not the paper's, whatever else it shares with it."""
+    protocol = settings.get("protocol", "ut-peft")
+    if settings.get("cram", {}).get("abandon_below"):
+        return f"{protocol}, with an early abandon of rows (not the paper's stopping rule)"
+    return protocol
+
+
 def _prefix(ids) -> str:
     if ids:
         return f"token ids {list(ids)} (the tokenizer's BOS by default)"
@@ -199,7 +208,7 @@ def _head_lines(summary: Summary) -> list[str]:
         f"{', progressive' if s['cram']['progressive'] else ''}, autocast {s['cram'].get('autocast', 'auto')}; "
         f"before the memory: {_prefix(s['cram'].get('prefix_ids', ()))}.",
         "",
-        f"Protocol: **{s.get('protocol', 'ut-peft')}**. Differences from the published protocol: "
+        f"Protocol: **{protocol_label(s)}**. Differences from the published protocol: "
         + "; ".join(differences_from_published(s))
         + ".",
         "",
