@@ -142,3 +142,40 @@ def test_a_local_base_never_puts_its_path_in_the_card(tmp_path):
     card = ModelCard.load(tmp_path / "adapter" / "README.md")
     assert "a local model (its config names `Qwen/Qwen2.5-0.5B`)" in card.text and str(tmp_path) not in card.text
     assert card.data.get("base_model") is None  # a local copy may differ from the Hub's: no metadata claims it
+
+
+def test_a_dry_run_push_shows_the_files_and_card_and_touches_nothing(tmp_path):
+    model = get_peft_model(random_backbone(tiny_config("gpt2"), seed=7), UTReprogramConfig(task_vocab_size=6))
+    model.save_pretrained(tmp_path)
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    api = RecordingHfApi()
+    plan = push_adapter_to_hub(tmp_path, "someone/dyck", api=api, dry_run=True, metrics={"accuracy": 0.975})
+    assert api.calls == []  # no network call
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before  # nothing written, README untouched
+    names = [name for name, _ in plan.files]
+    assert {"adapter_config.json", "adapter_model.safetensors", "README.md"} <= set(names)
+    sizes = dict(plan.files)
+    assert sizes["adapter_model.safetensors"] == (tmp_path / "adapter_model.safetensors").stat().st_size
+    assert 'snapshot_download("someone/dyck")' in plan.card and "would create someone/dyck" in str(plan)
+
+
+def test_the_cards_metrics_are_model_index_metadata(tmp_path):
+    model = get_peft_model(random_backbone(tiny_config("gpt2"), seed=7), UTReprogramConfig(task_vocab_size=6))
+    model.save_pretrained(tmp_path)
+    save_model_card(tmp_path, metrics={"accuracy": 0.975, "exact": True, "lengths": [4, 8]}, eval_dataset="dyck-1")
+    card = ModelCard.load(tmp_path / "README.md")
+    results = {r.metric_type: r for r in card.data.eval_results}
+    assert set(results) == {"accuracy", "exact"}  # a list is no metric value; it stays in the table
+    assert results["accuracy"].metric_value == 0.975 and results["exact"].metric_value == 1.0
+    assert results["accuracy"].dataset_name == "dyck-1" and results["accuracy"].task_type == "text-generation"
+    assert "model-index" in (tmp_path / "README.md").read_text()
+
+
+def test_ut_peft_push_dry_run_from_the_command_line(tmp_path, capsys):
+    from ut_peft.cli import main
+
+    model = get_peft_model(random_backbone(tiny_config("gpt2"), seed=7), UTReprogramConfig(task_vocab_size=6))
+    model.save_pretrained(tmp_path)
+    main(["push", str(tmp_path), "someone/dyck", "--dry-run"])
+    out = capsys.readouterr().out
+    assert "would create someone/dyck" in out and "adapter_model.safetensors" in out and "PeftModel" in out

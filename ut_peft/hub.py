@@ -10,11 +10,12 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any, Optional, Union
 
-from huggingface_hub import HfApi, ModelCard, ModelCardData
+from huggingface_hub import EvalResult, HfApi, ModelCard, ModelCardData
 
 from .io import atomic_write_text
 from .models import _ALIASES, BUNDLED_MODELS, cache_root, is_bundled
@@ -114,6 +115,32 @@ def _rows(mapping: Optional[Mapping[str, Any]]) -> list[tuple[str, str]]:
     return [(str(k), fmt(v)) for k, v in (mapping or {}).items()]
 
 
+def eval_results(
+    metrics: Optional[Mapping[str, Any]], *, dataset: str, task_type: str = "text-generation"
+) -> list[EvalResult]:
+    """The card's numeric metrics as ``model-index`` entries, the metadata the Hub and ``evaluate`` read.
+
+    Booleans count as 0 / 1; values that are not numbers (lists, strings) stay in the card's table only.
+    """
+    results = []
+    for name, value in (metrics or {}).items():
+        if isinstance(value, bool):
+            value = float(value)
+        if not isinstance(value, (int, float)):
+            continue
+        results.append(
+            EvalResult(
+                task_type=task_type,
+                dataset_type=dataset,
+                dataset_name=dataset,
+                metric_type=str(name),
+                metric_name=str(name),
+                metric_value=value,
+            )
+        )
+    return results
+
+
 def render_model_card(
     adapter_config: Mapping[str, Any],
     *,
@@ -123,10 +150,13 @@ def render_model_card(
     tags: Optional[list[str]] = None,
     repo_id: Optional[str] = None,
     title: Optional[str] = None,
+    eval_dataset: str = "custom",
 ) -> ModelCard:
     """Render the adapter's card from ``model_cards/ut_reprogram_adapter.md``.
 
-    ``adapter_config`` is the saved adapter_config.json as a dict; ``training`` and ``metrics`` become tables.
+    ``adapter_config`` is the saved adapter_config.json as a dict; ``training`` and ``metrics`` become tables, and
+    the numeric metrics also ``model-index`` metadata on ``eval_dataset`` (the name of the data they were measured
+    on).
     """
     backbone = adapter_config.get("backbone")
     trained = [
@@ -201,7 +231,15 @@ def render_model_card(
     from . import __version__
 
     tags = sorted(set(BASE_TAGS + (["random-backbone"] if backbone else []) + list(tags or [])))
-    card_data = ModelCardData(library_name="peft", base_model=base_model, pipeline_tag="text-generation", tags=tags)
+    results = eval_results(metrics, dataset=eval_dataset)
+    card_data = ModelCardData(
+        library_name="peft",
+        base_model=base_model,
+        pipeline_tag="text-generation",
+        tags=tags,
+        model_name=(title or repo_id or "UT_REPROGRAM adapter") if results else None,
+        eval_results=results or None,
+    )
     return ModelCard.from_template(
         card_data,
         template_path=str(template_path()),
@@ -234,6 +272,23 @@ def save_model_card(folder: Union[str, os.PathLike], **card_kwargs) -> Path:
     return atomic_write_text(Path(folder) / "README.md", str(card), newline="")
 
 
+@dataclass(frozen=True)
+class PushPlan:
+    """What :func:`push_adapter_to_hub` would upload (``dry_run=True``): the repository, the files, the card."""
+
+    repo_id: str
+    private: Optional[bool]
+    files: list[tuple[str, int]]  # (path inside the folder, bytes)
+    card: str
+
+    def __str__(self) -> str:
+        visibility = {True: "private", False: "public", None: "the account's default visibility"}[self.private]
+        lines = [f"would create {self.repo_id} ({visibility}) if needed and upload {len(self.files)} files:"]
+        lines += [f"  {name} ({size:,} bytes)" for name, size in self.files]
+        lines += ["README.md as it would be uploaded:", self.card]
+        return "\n".join(lines)
+
+
 def push_adapter_to_hub(
     folder: Union[str, os.PathLike],
     repo_id: str,
@@ -242,11 +297,14 @@ def push_adapter_to_hub(
     token: Optional[str] = None,
     commit_message: str = "Upload UT_REPROGRAM adapter",
     api: Optional[HfApi] = None,
+    dry_run: bool = False,
     **card_kwargs,
 ):
     """Create ``repo_id`` if needed and upload the adapter folder with its rendered card.
 
-    Returns what ``HfApi.upload_folder`` returns (the commit info).
+    Returns what ``HfApi.upload_folder`` returns (the commit info). ``dry_run=True`` uploads nothing and writes
+    nothing: it returns a :class:`PushPlan` (the files and the card that would be uploaded). ``api`` is the
+    ``HfApi`` to call (e.g. one for another endpoint); by default ``HfApi(token=token)``.
     """
     missing = [name for name in ADAPTER_FILES if not (Path(folder) / name).is_file()]
     if missing:
@@ -256,6 +314,17 @@ def push_adapter_to_hub(
         )
     if not repo_id or repo_id.count("/") > 1:
         raise ValueError(f"repo_id must look like 'user/name' or 'name', got {repo_id!r}")
+    if dry_run:
+        card = str(render_model_card(_read_adapter_config(folder), repo_id=repo_id, **card_kwargs))
+        root = Path(folder)
+        files = sorted(
+            (path.relative_to(root).as_posix(), path.stat().st_size) for path in root.rglob("*") if path.is_file()
+        )
+        if "README.md" not in {name for name, _ in files}:
+            files = sorted([*files, ("README.md", len(card.encode()))])
+        else:
+            files = [(name, len(card.encode()) if name == "README.md" else size) for name, size in files]
+        return PushPlan(repo_id=repo_id, private=private, files=files, card=card)
     save_model_card(folder, repo_id=repo_id, **card_kwargs)
     api = api or HfApi(token=token)
     api.create_repo(repo_id=repo_id, repo_type="model", private=private, exist_ok=True)

@@ -56,7 +56,12 @@ def save_memory_adapter(
             indent=None,
         )
     save_model_card(
-        folder, base_model=base_model_name, training=training, metrics=metrics, tags=["cramming", "accessibility"]
+        folder,
+        base_model=base_model_name,
+        training=training,
+        metrics=metrics,
+        tags=["cramming", "accessibility"],
+        eval_dataset="crammed-sequence",
     )
     return folder
 
