@@ -24,6 +24,7 @@ COMMANDS = {
     "bounds": "bounds",
     "calibrate": "calibrate",
     "status": "status",
+    "push": "push",
 }
 
 _SUMMARY = {
@@ -35,6 +36,7 @@ _SUMMARY = {
     "bounds": "slope bounds estimated as the accessibility paper does, beside ut-peft's",
     "calibrate": "a pooled sweep's intervals calibrated by simulating its own design",
     "status": "where a sweep stands (rows, estimate, stop rule, hours spent and left), from its folder alone",
+    "push": "upload a saved adapter folder to the Hub with its card (--dry-run shows what would go)",
 }
 
 
