@@ -5,7 +5,7 @@ import torch
 from peft import PeftModel, get_peft_model
 
 from ut_peft import UTReprogramConfig, backbone_from_adapter, random_backbone
-from ut_peft.testing import tiny_config, tiny_model
+from ut_peft.testing import tiny_config, tiny_model, trained_adapter
 
 
 @pytest.mark.parametrize("family", ["llama", "gpt2", "gemma3"])
@@ -61,16 +61,6 @@ def _run_card_snippet(folder, monkeypatch):
     return namespace["model"]
 
 
-def _trained(base, **options):
-    model = get_peft_model(base, UTReprogramConfig(**options))
-    generator = torch.Generator().manual_seed(1)
-    with torch.no_grad():
-        for param in model.parameters():
-            if param.requires_grad:
-                param.add_(torch.randn(param.shape, generator=generator) * 0.5)
-    return model
-
-
 def _from_config_under_global_seed(seed):
     import transformers
 
@@ -90,7 +80,7 @@ def _from_config_under_global_seed(seed):
 def test_the_cards_own_snippet_rebuilds_the_base_and_gives_identical_outputs(tmp_path, monkeypatch, make_base):
     # The card promised "the config and the seed that rebuild it bit for bit" but recorded "seed": null; the rebuilt
     # base then came from the global random state and the outputs were 0.39 away, without a warning.
-    model = _trained(make_base())
+    model = trained_adapter(make_base())
     ids = torch.randint(0, 97, (2, 7))
     model.save_pretrained(tmp_path)
     record = json.loads((tmp_path / "adapter_config.json").read_text())["backbone"]
@@ -103,7 +93,7 @@ def test_the_cards_own_snippet_rebuilds_the_base_and_gives_identical_outputs(tmp
 
 def test_a_base_that_cannot_be_rebuilt_says_so_in_its_card_and_backbone_from_adapter_refuses(tmp_path):
     with pytest.warns(UserWarning, match="built from a config without a recorded seed.*random_backbone"):
-        model = _trained(_from_config_under_global_seed(5))
+        model = trained_adapter(_from_config_under_global_seed(5))
     model.save_pretrained(tmp_path)
     record = json.loads((tmp_path / "adapter_config.json").read_text())["backbone"]
     assert record["seed"] is None and record["rebuildable"] is False
@@ -117,7 +107,7 @@ def test_a_base_that_cannot_be_rebuilt_says_so_in_its_card_and_backbone_from_ada
 
 
 def test_an_older_adapter_without_a_seed_is_rebuilt_only_when_its_weights_follow_from_the_config(tmp_path):
-    _trained(tiny_model("llama")).save_pretrained(tmp_path)
+    trained_adapter(tiny_model("llama")).save_pretrained(tmp_path)
     config_file = tmp_path / "adapter_config.json"
     record = json.loads(config_file.read_text())
     record["backbone"] = {"model_config": record["backbone"]["model_config"], "seed": None, "torch_version": "x"}
@@ -128,7 +118,7 @@ def test_an_older_adapter_without_a_seed_is_rebuilt_only_when_its_weights_follow
 
 
 def test_a_rebuilt_backbone_is_checked_against_the_weights_the_adapter_was_trained_on(tmp_path):
-    _trained(random_backbone(tiny_config("llama"), seed=3)).save_pretrained(tmp_path)
+    trained_adapter(random_backbone(tiny_config("llama"), seed=3)).save_pretrained(tmp_path)
     config_file = tmp_path / "adapter_config.json"
     record = json.loads(config_file.read_text())
     assert record["backbone"]["dtype"] == "float32"

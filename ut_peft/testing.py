@@ -73,3 +73,20 @@ def tiny_model(family: str, *, tied: bool = False, seed: int = 0, **kwargs):
     model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     mark_backbone_seed(model, seed, torch.float32)
     return model.eval()
+
+
+def trained_adapter(base, *, scale: float = 0.5, seed: int = 1, **options):
+    """``base`` under a UT_REPROGRAM adapter whose trainable tensors moved off their initial values (by Gaussian
+    noise of std ``scale``), as training would move them: a save / load round trip then has something to lose."""
+    import torch
+    from peft import get_peft_model
+
+    from .tuners.ut_reprogram.config import UTReprogramConfig
+
+    model = get_peft_model(base, UTReprogramConfig(**options))
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for param in model.parameters():
+            if param.requires_grad:
+                param.add_(torch.randn(param.shape, generator=generator) * scale)
+    return model

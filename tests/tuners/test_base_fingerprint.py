@@ -11,21 +11,10 @@ from peft import PeftModel, get_peft_model
 
 import ut_peft  # noqa: F401  (registers UT_REPROGRAM)
 from ut_peft import UTReprogramConfig, random_backbone
-from ut_peft.testing import tiny_config
+from ut_peft.testing import tiny_config, trained_adapter
 from ut_peft.tuners.ut_reprogram.fingerprint import frozen_weights_digest
 
 IDS = torch.randint(0, 97, (2, 7), generator=torch.Generator().manual_seed(0))
-
-
-def trained(base, **options):
-    """``base`` with a UT_REPROGRAM adapter whose tensors moved off their initial values."""
-    model = get_peft_model(base, UTReprogramConfig(**options))
-    generator = torch.Generator().manual_seed(1)
-    with torch.no_grad():
-        for param in model.parameters():
-            if param.requires_grad:
-                param.add_(torch.randn(param.shape, generator=generator) * 0.5)
-    return model
 
 
 def llama(seed=0, **changes):
@@ -54,7 +43,7 @@ def perturbed(model, name):
     ],
 )
 def test_a_base_with_other_heads_mlp_width_or_weights_is_refused_naming_what_differs(tmp_path, other, what):
-    model = trained(llama())
+    model = trained_adapter(llama())
     model.save_pretrained(tmp_path)
     with torch.no_grad():  # the difference is real: the frozen model computes other logits
         assert not torch.allclose(other()(input_ids=IDS).logits, llama()(input_ids=IDS).logits)
@@ -66,7 +55,7 @@ def test_a_base_with_other_heads_mlp_width_or_weights_is_refused_naming_what_dif
 
 
 def test_the_same_base_loads_silently_and_in_bfloat16_too(tmp_path):
-    model = trained(llama())
+    model = trained_adapter(llama())
     model.save_pretrained(tmp_path)
     saved = json.loads((tmp_path / "adapter_config.json").read_text())
     assert saved["base_weights_digest"].startswith("sha256:bf16:1:")  # a tiny base is hashed whole
@@ -81,7 +70,7 @@ def test_the_same_base_loads_silently_and_in_bfloat16_too(tmp_path):
 
 def test_tables_the_adapter_replaces_are_not_part_of_the_fingerprint_but_tables_it_reads_are(tmp_path):
     # E and U trained: the base's own E and U never reach the outputs, so another E is no other base.
-    trained(llama()).save_pretrained(tmp_path / "both")
+    trained_adapter(llama()).save_pretrained(tmp_path / "both")
     PeftModel.from_pretrained(perturbed(llama(), "model.embed_tokens.weight"), tmp_path / "both")
     # Memory rows only: the base's E embeds every other token, so another E is another base.
     get_peft_model(
@@ -93,7 +82,7 @@ def test_tables_the_adapter_replaces_are_not_part_of_the_fingerprint_but_tables_
 
 
 def test_an_adapter_file_with_flipped_bytes_of_the_same_length_is_refused_naming_it(tmp_path):
-    model = trained(llama())
+    model = trained_adapter(llama())
     model.save_pretrained(tmp_path)
     weights = tmp_path / "adapter_model.safetensors"
     data = bytearray(weights.read_bytes())
@@ -112,7 +101,7 @@ def test_an_adapter_file_with_flipped_bytes_of_the_same_length_is_refused_naming
 
 
 def test_an_adapter_saved_before_fingerprints_loads_with_the_checks_it_can_have(tmp_path):
-    model = trained(llama())
+    model = trained_adapter(llama())
     model.save_pretrained(tmp_path)
     config_file = tmp_path / "adapter_config.json"
     record = json.loads(config_file.read_text())
