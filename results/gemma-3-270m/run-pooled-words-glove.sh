@@ -9,6 +9,8 @@
 # committed as they land. Resumable: rerun this script (after a kill, a reboot, on a new machine after a clone) and it
 # continues from rows.jsonl and the in-flight snapshots. Start it with
 #   . .venv/bin/activate && nohup bash results/gemma-3-270m/run-pooled-words-glove.sh > /work/logs/gemma.log 2>&1 &
+# commit its rows as they land with
+#   nohup bash tools/commit_rows.sh results/gemma-3-270m/pooled-words-glove 20 > /work/logs/commit_rows.log 2>&1 &
 # and watch it with `ut-peft status results/gemma-3-270m/pooled-words-glove`.
 set -euo pipefail
 FROZEN=6198748
