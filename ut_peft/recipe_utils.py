@@ -16,18 +16,20 @@ from .io import atomic_write_text
 
 
 def add_run_flags(parser: argparse.ArgumentParser, *, out: str) -> argparse.ArgumentParser:
-    """``--seed``, ``--threads``, ``--out`` (default ``out``), ``--no-progress``, and every command's ``--config``
-    and ``--debug`` (:func:`ut_peft.cli.common.add_common_flags`)."""
-    from .cli.common import add_common_flags, positive_int
+    """``--seed``, ``--threads``, ``--output-dir`` (also ``--out``; default ``out``), ``--no-progress``, and every
+    command's ``--config`` and ``--debug`` (:func:`ut_peft.cli.common.add_common_flags`)."""
+    from .cli.common import add_common_flags, add_output_dir, positive_int
 
     add_common_flags(parser)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "--threads", type=positive_int, help="torch threads (default: torch's choice; 1 on a shared machine)"
     )
-    parser.add_argument("--out", default=out)
+    add_output_dir(parser, "--out", dest="out", default=out, help="the run's folder (its results, plots and models)")
     parser.add_argument(
-        "--overwrite", action="store_true", help="replace the results of an earlier run in --out (refused without it)"
+        "--overwrite",
+        action="store_true",
+        help="replace the results of an earlier run in --output-dir (refused without it)",
     )
     parser.add_argument("--no-progress", action="store_true")
     return parser
@@ -46,16 +48,17 @@ def parse_recipe_args(parser: argparse.ArgumentParser, script: str, argv=None) -
 
 
 def start_run(args: argparse.Namespace, results: tuple[str, ...] = ()) -> Path:
-    """Apply ``--threads``, check and create ``--out``; returns the output folder. ``results``: the files a run
-    writes there; an ``--out`` that holds one of them holds an earlier run, replaced only with ``--overwrite``."""
+    """Apply ``--threads``, check and create ``--output-dir``; returns the output folder. ``results``: the files a
+    run writes there; an ``--output-dir`` that holds one of them holds an earlier run, replaced only with
+    ``--overwrite``."""
     from .cli.common import check_output_folder
 
-    check_output_folder(args.out, "--out")
+    check_output_folder(args.out, "--output-dir")
     earlier = [name for name in results if (Path(args.out) / name).exists()]
     if earlier and not getattr(args, "overwrite", False):
         raise ValueError(
-            f"--out {args.out} holds an earlier run ({', '.join(earlier)}): give another --out, or pass --overwrite "
-            "to replace its results"
+            f"--output-dir {args.out} holds an earlier run ({', '.join(earlier)}): give another --output-dir, or pass "
+            "--overwrite to replace its results"
         )
     if args.threads:
         import torch

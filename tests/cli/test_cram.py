@@ -224,7 +224,7 @@ def test_the_script_prints_one_line(tmp_path):
         [sys.executable, str(script), "--output", str(tmp_path / "f")], capture_output=True, text=True, env=env
     )
     assert done.returncode == 2
-    assert done.stderr == f"cram.py: error: --output {tmp_path / 'f'} is a file, not a folder; {FOLDER_HINT}\n"
+    assert done.stderr == f"cram.py: error: --output-dir {tmp_path / 'f'} is a file, not a folder; {FOLDER_HINT}\n"
 
 
 def test_the_config_file_shown_in_the_docs_parses(tmp_path):

@@ -49,7 +49,7 @@ def usage() -> str:
 
 def main(argv=None) -> None:
     """The ``ut-peft`` console script: ``ut-peft COMMAND [flags]``."""
-    from .common import run
+    from .common import run, suggest
 
     argv = sys.argv[1:] if argv is None else list(argv)
     if not argv or argv[0] in ("-h", "--help"):
@@ -62,7 +62,9 @@ def main(argv=None) -> None:
         return
     name = argv[0].replace("_", "-")
     if name not in COMMANDS:
-        print(f"{usage()}\n\nut-peft: error: unknown command {argv[0]!r}", file=sys.stderr)
+        close = suggest(name.lstrip("-"), COMMANDS)
+        hint = f" (did you mean {' or '.join(close)}?)" if close else ""
+        print(f"{usage()}\n\nut-peft: error: unknown command {argv[0]!r}{hint}", file=sys.stderr)
         sys.exit(2)
     module = importlib.import_module(f"{__name__}.{COMMANDS[name]}")
     run(module.main, lambda args: module.parse(args, prog=f"ut-peft {name}"), argv[1:])

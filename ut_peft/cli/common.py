@@ -1,5 +1,5 @@
-"""What every ut-peft command shares: ``--config`` files, one-line errors, checks of the paths a run needs before
-a model is loaded, and ``--report-to`` trackers through accelerate's tracker API.
+"""What every ut-peft command shares: ``--config`` files, the flags' spellings and help, one-line errors, checks of
+the paths a run needs before a model is loaded, and ``--report-to`` trackers through accelerate's tracker API.
 
 A command is ``main(args)`` plus ``parse(argv=None)`` (as accelerate's examples); :func:`run` joins them:
 
@@ -11,6 +11,7 @@ A command is ``main(args)`` plus ``parse(argv=None)`` (as accelerate's examples)
 from __future__ import annotations
 
 import argparse
+import copy
 import difflib
 import json
 import os
@@ -49,6 +50,116 @@ def add_common_flags(parser: argparse.ArgumentParser, *, tracking: bool = False)
             "--logging-dir", metavar="DIR", help="where trackers write (default: <output folder>/runs)"
         )
     return parser
+
+
+def add_output_dir(parser: argparse.ArgumentParser, *earlier: str, dest: str, **kwargs) -> argparse.Action:
+    """``--output-dir DIR``, the folder a command writes, as transformers' Trainer and accelerate name it (and
+    ``--output_dir``, as every flag); ``earlier``: the command's own names for it before, kept so that committed
+    commands and config files keep working; ``dest``: the attribute the command reads."""
+    return parser.add_argument("--output-dir", *earlier, dest=dest, metavar="DIR", **kwargs)
+
+
+# What transformers' TrainingArguments and accelerate's scripts call a setting a command names another way: the
+# "did you mean" for a flag or a config key a user brings from there.
+ECOSYSTEM_NAMES = {
+    "learning-rate": "lr",
+    "per-device-train-batch-size": "batch-size",
+    "train-batch-size": "batch-size",
+    "max-train-steps": "max-steps",
+    "num-warmup-steps": "warmup-steps",
+    "model-name-or-path": "model",
+    "save-steps": "checkpoint-every",
+    "eval-steps": "eval-every",
+    "resume-from-checkpoint": "resume",
+    "overwrite-output-dir": "overwrite",
+}
+
+
+def suggest(name: str, names) -> list[str]:
+    """The names among ``names`` that ``name`` (a flag or key without its dashes, ``-`` or ``_``) may have meant:
+    the ecosystem's name for one of them (``learning_rate``: ``lr``), else the close spellings."""
+    names = list(names)
+    name = name.replace("_", "-")
+    ours = ECOSYSTEM_NAMES.get(name)
+    if ours is not None and ours in names:
+        return [ours]
+    return difflib.get_close_matches(name, names, n=3)
+
+
+def _shown_default(action: argparse.Action) -> str | None:
+    """A flag's default as its help shows it, None where it shows none: no default, a plain switch (off unless
+    given), or help that already says it."""
+    text = action.help or ""
+    default = action.default
+    if text == argparse.SUPPRESS or "default" in text.lower() or default is None or default is argparse.SUPPRESS:
+        return None
+    if action.nargs == 0 and isinstance(default, bool) and not isinstance(action, argparse.BooleanOptionalAction):
+        return None
+    if isinstance(default, (list, tuple)):
+        separator = "," if action.nargs is None else " "  # as typed: --layers 1,2,3 but --ms 1 2 4
+        return separator.join(_word(v) for v in default) or "none"
+    return str(default)
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """The description and epilog as written (their examples keep their lines), and every flag's default after its
+    help, as argparse's ArgumentDefaultsHelpFormatter shows it, but also for flags without help text, lists as they
+    are typed, and not where the help already says the default."""
+
+    def _format_action(self, action: argparse.Action) -> str:
+        shown = _shown_default(action)
+        if shown is not None:
+            action = copy.copy(action)  # the parser's own action keeps its help
+            text = (action.help or "").rstrip()
+            action.help = f"{text} (default: {shown.replace('%', '%%')})".lstrip()
+        return super()._format_action(action)
+
+
+UNDERSCORES = (
+    "Every --flag-name is also --flag_name (as transformers' and accelerate's flags are spelled),\n"
+    "and every key of a --config file either way."
+)
+
+
+def prepare(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """What every command's parser gets from :func:`parse_args`: help that shows each flag's default and says that
+    ``--flag_name`` works (:class:`HelpFormatter`, unless the parser has a formatter of its own)."""
+    if parser.formatter_class in (argparse.HelpFormatter, argparse.RawDescriptionHelpFormatter):
+        parser.formatter_class = HelpFormatter
+    if parser.epilog is None:
+        parser.epilog = UNDERSCORES
+    return parser
+
+
+def dashed(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
+    """``argv`` with each ``--flag_name`` written ``--flag-name`` where that is (or begins) a flag of ``parser``: the
+    underscore spelling for every flag, without a second option string per flag (which --help would list twice and
+    which would make argparse's abbreviations ambiguous)."""
+    options = [o for o in parser._option_string_actions if o.startswith("--")]  # argparse has no public list
+    out: list[str] = []
+    for i, word in enumerate(argv):
+        if word == "--":  # what follows is positional, whatever it looks like
+            return out + argv[i:]
+        name, equals, value = word.partition("=")
+        if name.startswith("--") and "_" in name and name not in parser._option_string_actions:
+            candidate = name.replace("_", "-")
+            if any(option.startswith(candidate) for option in options):
+                word = candidate + equals + value
+        out.append(word)
+    return out
+
+
+def _unrecognized(parser: argparse.ArgumentParser, extras: list[str]) -> str:
+    """argparse's "unrecognized arguments" message, with what each unknown flag may have meant."""
+    flags = sorted({o[2:] for o in parser._option_string_actions if o.startswith("--")})
+    hints = []
+    for word in extras:
+        name = word.partition("=")[0]
+        if name.startswith("-") and len(name) > 1:
+            close = suggest(name.lstrip("-"), flags)
+            if close:
+                hints.append(f"{name}: did you mean {' or '.join('--' + c for c in close)}?")
+    return f"unrecognized arguments: {' '.join(extras)}" + (f" ({'; '.join(hints)})" if hints else "")
 
 
 # ---- the library's values a parser shows, written where parsing can read them without torch -----------------------
@@ -188,8 +299,11 @@ def parse_args(
     """``parser.parse_args(argv)`` with ``--config FILE`` read first: its keys set the flags' values, the command
     line overrides them. ``from_file(mapping, path)`` may translate a file of another shape first (e.g. a sweep's
     settings.json) into flag names. A key that is no flag, or a value the flag refuses, stops with the parser's
-    error naming the file and the key. ``args.prog`` is the parser's program name (for error lines)."""
-    argv = sys.argv[1:] if argv is None else list(argv)
+    error naming the file and the key. ``args.prog`` is the parser's program name (for error lines).
+
+    Every command parses here, so every command also gets :func:`prepare` (help with defaults), ``--flag_name`` for
+    ``--flag-name`` (:func:`dashed`) and a "did you mean" for a flag it does not know."""
+    argv = dashed(prepare(parser), sys.argv[1:] if argv is None else list(argv))
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument("--config")
     config_path = pre.parse_known_args(argv)[0].config
@@ -201,7 +315,9 @@ def parse_args(
             _apply_config(parser, values, config_path)
         except ValueError as err:  # ConfigError, or a settings file from_file cannot turn into flags
             parser.error(str(err))
-    args = parser.parse_args(argv)
+    args, extras = parser.parse_known_args(argv)
+    if extras:
+        parser.error(_unrecognized(parser, extras))
     args.prog = parser.prog
     return args
 
@@ -212,7 +328,7 @@ def _apply_config(parser: argparse.ArgumentParser, values: dict, path) -> None:
     for key, value in values.items():
         name = str(key).replace("_", "-")
         if name not in flags:
-            close = difflib.get_close_matches(name, flags, n=3)
+            close = suggest(name, flags)
             hint = f" (did you mean {', '.join(close)}?)" if close else f"; the flags are: {', '.join(sorted(flags))}"
             raise ConfigError(f"{path}: {key!r} is not a flag of this command{hint}")
         if value is None:  # null: leave the flag at its default
@@ -302,7 +418,7 @@ def _writable_folder(path: Path, flag: str) -> None:
         ) from None
 
 
-def check_output_folder(path, flag: str = "--output") -> Path:
+def check_output_folder(path, flag: str = "--output-dir") -> Path:
     """A folder the run can create or write into, and read back what is already there (a resumed run's rows); a
     clear error otherwise. Nothing is created here."""
     path = Path(path)

@@ -1,12 +1,12 @@
 """The copy-length cliff: train on strings of lengths 5-50, test exact match up to 4x that.
 
-    python recipes/copy_task.py --trainings full embeddings --steps 1500 --out runs/copy_task
+    python recipes/copy_task.py --trainings full embeddings --steps 1500 --output-dir runs/copy_task
 
 ``full`` trains a small GPT-2 entirely; ``embeddings`` trains only E, U and the learned positions of a frozen
 random GPT-2 backbone (UT_REPROGRAM), or with ``--backbone <out>/full`` only fresh E, U on the frozen body and
 positions of a trained copy model:
 
-    python recipes/copy_task.py --trainings embeddings --backbone runs/copy_task/full --out runs/copy_reprogram
+    python recipes/copy_task.py --trainings embeddings --backbone runs/copy_task/full --output-dir runs/copy_reprogram
 
 Writes copy_task.json (after every run, so finished runs are never lost),
 copy_cliff.png, copy_task.md, and each trained model (or adapter) under <out>/<training>/.
@@ -134,7 +134,7 @@ def parse(argv=None, *, prog: str | None = None):
         "--combine",
         nargs="+",
         metavar="JSON",
-        help="only plot and tabulate the runs of these copy_task.json files together into --out",
+        help="only plot and tabulate the runs of these copy_task.json files together into --output-dir",
     )
     add_run_flags(p, out="runs/copy_task")
     return parse_recipe_args(p, "recipes/copy_task.py", argv)

@@ -8,12 +8,12 @@
     ut-peft cram --design sequential --target-ci 10 --num-sequences 8 --max-steps 3000 --patience 500
         # lengths from a logistic fit, batches of 8 fresh sequences, until each n_50 interval is < 10 tokens wide
     ut-peft cram --config run.yaml --report-to tensorboard   # flags from a file, logged live to TensorBoard
-    ut-peft cram --config OUT/settings.json --output OUT2     # rerun a finished sweep exactly
+    ut-peft cram --config OUT/settings.json --output-dir OUT2     # rerun a finished sweep exactly
 
-(``python recipes/cram.py`` in a checkout is the same command.) Re-running into the same --output resumes;
---overwrite starts afresh; --retarget-from OLD --output NEW starts NEW from the rows of OLD (the same sweep under
+(``python recipes/cram.py`` in a checkout is the same command.) Re-running into the same --output-dir resumes;
+--overwrite starts afresh; --retarget-from OLD --output-dir NEW starts NEW from the rows of OLD (the same sweep under
 other stopping targets) that the new targets decide as OLD did, then goes on as a resume of NEW. --merge A B
---output C pools sweeps that differ only in --ms and --lengths (e.g. run on different machines) and reports on the
+--output-dir C pools sweeps that differ only in --ms and --lengths (e.g. run on different machines) and reports on the
 union. Everything lives in ut_peft.accessibility; this module parses arguments, checks the paths and turns
 settings.json back into flags.
 """
@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 from ..models import DEFAULT_MODEL
 from .common import (
     add_common_flags,
+    add_output_dir,
     check_model,
     check_output_folder,
     check_run_folder,
@@ -54,14 +55,14 @@ def main(args):
         raise ValueError(
             f"--retarget-from starts a sweep; it does not go with {'--merge' if args.merge else '--report-only'}"
         )
-    if args.merge:  # sweeps of other m / lengths, e.g. run on several machines, pooled into --output
+    if args.merge:  # sweeps of other m / lengths, e.g. run on several machines, pooled into --output-dir
         for folder in args.merge:
             check_run_folder(folder, "--merge", SETTINGS_FILE)
         check_output_folder(args.output)
         merge_sweeps(args.merge, args.output, overwrite=args.overwrite)
         args.report_only = True
     if args.report_only:  # e.g. on a sweep still running elsewhere, or one that was stopped
-        check_run_folder(args.output, "--output", SETTINGS_FILE)
+        check_run_folder(args.output, "--output-dir", SETTINGS_FILE)
         print(console_summary(summarize_folder(args.output, support_sequences=args.support_sequences)))
         print(f"report: {Path(args.output) / REPORT_FILE}")
         for path in torn_files(Path(args.output)):  # said, not silently reported on as if the row never ran
@@ -76,7 +77,7 @@ def main(args):
         check_run_folder(args.retarget_from, "--retarget-from", SETTINGS_FILE)
         if args.overwrite:
             raise ValueError(
-                "--retarget-from writes only into a new or empty --output and --overwrite would discard what is "
+                "--retarget-from writes only into a new or empty --output-dir and --overwrite would discard what is "
                 "there: remove the folder yourself, or give another one"
             )
         check_retarget_target(Path(args.output), Path(args.retarget_from))
@@ -257,7 +258,7 @@ def sweep_config(args: argparse.Namespace) -> SweepConfig:
 
 
 def pooled_version(args: argparse.Namespace, design: str) -> int:
-    """--pooled-version, or when it is not given: the version a pooled sweep in --output was started with (a resume
+    """--pooled-version, or when it is not given: the version a pooled sweep in --output-dir was started with (a resume
     keeps its folder's rules, so the same command goes on under a newer ut-peft), else the default,
     POOLED_DESIGN_VERSION (a newer version may be opt-in: version 3 is)."""
     if args.pooled_version is not None:
@@ -459,7 +460,7 @@ def parse(argv=None, *, prog: str | None = None):
         choices=POOLED_VERSIONS,
         default=None,
         help=f"pooled: the version of the design's placement and stopping rules (default: the one a pooled sweep in "
-        f"--output was started with, else {POOLED_DESIGN_VERSION}); a retarget may change it",
+        f"--output-dir was started with, else {POOLED_DESIGN_VERSION}); a retarget may change it",
     )
     parser.add_argument(
         "--target-ci",
@@ -491,10 +492,11 @@ def parse(argv=None, *, prog: str | None = None):
         "designs, which cram a fresh text in every row (the bundled text holds 79 documents; with SmolLM2's "
         "tokenizer, 195 texts of 512+ tokens)",
     )
-    parser.add_argument("--start", type=int, default=API["start"])
-    parser.add_argument("--stop", type=int, default=API["stop"])
-    parser.add_argument("--coarse", type=int, default=API["coarse"])
-    parser.add_argument("--fine", type=int, default=API["fine"])
+    walk = "the length walk of the adaptive, sequential and pooled designs"
+    parser.add_argument("--start", type=int, default=API["start"], help=f"{walk}: its first length")
+    parser.add_argument("--stop", type=int, default=API["stop"], help=f"{walk}: its longest length")
+    parser.add_argument("--coarse", type=int, default=API["coarse"], help=f"{walk}: its step far from n_50")
+    parser.add_argument("--fine", type=int, default=API["fine"], help=f"{walk}: its step near n_50")
     parser.add_argument(
         "--num-sequences",
         type=int,
@@ -502,7 +504,9 @@ def parse(argv=None, *, prog: str | None = None):
         help=f"sequences per (m, n) (default {ours['num_sequences']}; {published['num_sequences']} under "
         "--protocol published, as the paper)",
     )
-    parser.add_argument("--seed", type=int, default=API["seed"])
+    parser.add_argument(
+        "--seed", type=int, default=API["seed"], help="every sequence and init derive from it and their (m, n, index)"
+    )
     parser.add_argument(
         "--max-steps",
         type=int,
@@ -517,7 +521,7 @@ def parse(argv=None, *, prog: str | None = None):
         help=f"steps without a new best (default {ours['patience']}; {published['patience']} under "
         "--protocol published)",
     )
-    parser.add_argument("--lr", type=float, default=API["lr"])
+    parser.add_argument("--lr", type=float, default=API["lr"], help="AdamW learning rate of the memory vectors")
     parser.add_argument("--batch-size", type=int, default=API["batch_size"], help="sequences crammed together")
     parser.add_argument(
         "--prefix",
@@ -546,7 +550,12 @@ def parse(argv=None, *, prog: str | None = None):
         "pseudo-outcomes is not biased by the rule's false abandons. Only the pooled design's versions 4 and 5 fit "
         "those, and they set their own PI (0.25): other designs refuse it; 0 (default): every flagged row stops",
     )
-    parser.add_argument("--autocast", default=API["autocast"], choices=["auto", "bf16", "fp16", "none"])
+    parser.add_argument(
+        "--autocast",
+        default=API["autocast"],
+        choices=["auto", "bf16", "fp16", "none"],
+        help="precision of the forward passes; auto: bf16 on a GPU (fp16 under --protocol published), float32 on CPU",
+    )
     parser.add_argument(
         "--support-sequences",
         type=int,
@@ -560,30 +569,37 @@ def parse(argv=None, *, prog: str | None = None):
         "--snapshot-minutes",
         type=minutes,
         default=snapshot,
-        help="save the state of the rows in flight this often (into OUTPUT/inflight/), so a killed "
+        help="save the state of the rows in flight this often (into <output dir>/inflight/), so a killed "
         f"run resumes them where they were; 0: never (default {snapshot:g})",
     )
     parser.add_argument("--save-adapters", action="store_true", help="also save accessible vectors as PEFT adapters")
-    parser.add_argument("--output", default="cram-output")
-    parser.add_argument("--overwrite", action="store_true", help="discard a previous run in --output")
+    add_output_dir(
+        parser,
+        "--output",
+        "--out",
+        dest="output",
+        default="cram-output",
+        help="the sweep's folder: settings, rows, summary, plots, report (rerunning into it resumes)",
+    )
+    parser.add_argument("--overwrite", action="store_true", help="discard a previous run in --output-dir")
     parser.add_argument(
         "--retarget-from",
         metavar="FOLDER",
         default=None,
-        help="sequential and pooled designs: start the new or empty --output from the rows of FOLDER, the same "
+        help="sequential and pooled designs: start the new or empty --output-dir from the rows of FOLDER, the same "
         "sweep under other --target-* / --budget, that these targets decide as it did (FOLDER is only read); "
-        "then run on as a resume of --output",
+        "then run on as a resume of --output-dir",
     )
     parser.add_argument(
         "--merge",
         nargs="+",
         metavar="FOLDER",
-        help="pool the rows of these sweeps (same settings but m and lengths) into --output and report",
+        help="pool the rows of these sweeps (same settings but m and lengths) into --output-dir and report",
     )
     parser.add_argument(
         "--report-only",
         action="store_true",
-        help="only write summary, plots and report from the rows --output holds now",
+        help="only write summary, plots and report from the rows --output-dir holds now",
     )
     add_common_flags(parser, tracking=True)
     return parse_args(parser, argv, from_file=flags_from_settings)

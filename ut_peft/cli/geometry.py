@@ -1,7 +1,7 @@
 """Decoder-cell shares and refined slope bounds of a causal LM, next to its measured n_50 slope.
 
     python recipes/geometry.py --model smollm2-135m --samples 1000000 \
-        --summary runs/accessibility/smollm2/summary.json --out runs/geometry/smollm2
+        --summary runs/accessibility/smollm2/summary.json --output-dir runs/geometry/smollm2
 
 Writes geometry.json (everything), cells.png (share vs rank; per-token decay), geometry.md (a README section)
 and state.pt (support and counts: ``--from-state state.pt --summary ...`` recomputes the bounds without sampling).
@@ -27,7 +27,7 @@ def main(args):
     slope = read_measured_slope(args.summary) if args.summary else args.slope
     if not args.from_state:
         check_model(args.model)
-    else:  # checked before --out is touched
+    else:  # checked before --output-dir is touched
         if not Path(args.from_state).is_file():
             raise ValueError(f"--from-state {args.from_state}: no such file (the state.pt of an earlier run)")
         sampled = state_model(args.from_state)

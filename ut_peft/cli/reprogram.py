@@ -1,13 +1,13 @@
 """Train only E and U of a fixed backbone (or the whole model, --full) on Dyck-1 or k-hop induction heads.
 
 Examples:
-    ut-peft reprogram --task dyck --backbone sparse-ut --variant attention_only --out runs/dyck-sparse
-    ut-peft reprogram --task khop --backbone random-ut --variant residual_layernorm --full --out runs/x
-    ut-peft reprogram --task khop --backbone hf:gpt2 --out runs/gpt2 --report-to tensorboard
-    ut-peft reprogram --config runs/gpt2/result.json --out runs/gpt2-again   # a finished run's settings again
+    ut-peft reprogram --task dyck --backbone sparse-ut --variant attention_only --output-dir runs/dyck-sparse
+    ut-peft reprogram --task khop --backbone random-ut --variant residual_layernorm --full --output-dir runs/x
+    ut-peft reprogram --task khop --backbone hf:gpt2 --output-dir runs/gpt2 --report-to tensorboard
+    ut-peft reprogram --config runs/gpt2/result.json --output-dir runs/gpt2-again   # a finished run's settings again
 
 (``python recipes/reprogram.py`` in a checkout is the same command.) Rerunning the same command resumes from the
-last checkpoint in --out; rerunning a finished run prints its row again without training or appending it to
+last checkpoint in --output-dir; rerunning a finished run prints its row again without training or appending it to
 --results a second time.
 """
 
@@ -20,6 +20,7 @@ import json
 from ..tasks.settings import RunSettings
 from .common import (
     add_common_flags,
+    add_output_dir,
     check_model,
     check_output_file,
     check_output_folder,
@@ -38,7 +39,7 @@ def main(args):
     from ..tasks.training import run
 
     settings = settings_from(args)
-    check_output_folder(args.out, "--out")  # before the data and the model are built
+    check_output_folder(args.out, "--output-dir")  # before the data and the model are built
     if args.results:
         check_output_file(args.results, "--results")
     if settings.backbone_kind == "pretrained":
@@ -78,13 +79,13 @@ def parse(argv=None, *, prog: str | None = None):
     parser = argparse.ArgumentParser(
         prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--out", required=True, help="output folder (checkpoint, adapter or model)")
+    add_output_dir(parser, "--out", dest="out", required=True, help="the run's folder (checkpoint, adapter or model)")
     parser.add_argument("--results", default=None, help="JSONL file to append the results row to")
     parser.add_argument(
         "--resume",
         action=argparse.BooleanOptionalAction,
         default=True,
-        help="continue the checkpoint in --out (the default); --no-resume refuses to",
+        help="continue the checkpoint in --output-dir (the default); --no-resume refuses to",
     )
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.add_argument(
