@@ -229,8 +229,49 @@ class ConfigError(ValueError):
     """A config file that cannot be read, or holds a key or value the command does not take."""
 
 
+class _DuplicateKey(Exception):
+    def __init__(self, key, lines: tuple[int, int] | None = None):
+        super().__init__(key)
+        self.key, self.lines = key, lines
+
+
+def _unique_pairs(pairs: list) -> dict:
+    """A JSON object's pairs as a dict, refusing a key given twice (json keeps the last one without a word)."""
+    seen: dict = {}
+    for key, value in pairs:
+        if key in seen:
+            raise _DuplicateKey(key)
+        seen[key] = value
+    return seen
+
+
+def _yaml_loader():
+    """yaml's SafeLoader, refusing a key given twice in one mapping (PyYAML keeps the last one without a word; the
+    YAML spec says keys are unique). Merged keys (``<<: *base``) may still be overridden, as YAML means them."""
+    import yaml
+
+    class UniqueKeyLoader(yaml.SafeLoader):
+        def construct_mapping(self, node, deep=False):
+            if isinstance(node, yaml.MappingNode):
+                seen: dict = {}
+                for key_node, _ in node.value:
+                    if key_node.tag == "tag:yaml.org,2002:merge":
+                        continue
+                    key = self.construct_object(key_node, deep=True)
+                    try:
+                        first = seen.setdefault(key, key_node.start_mark.line + 1)
+                    except TypeError:  # an unhashable key: yaml's own error says so
+                        break
+                    if first != key_node.start_mark.line + 1:
+                        raise _DuplicateKey(key, (first, key_node.start_mark.line + 1))
+            return super().construct_mapping(node, deep=deep)
+
+    return UniqueKeyLoader
+
+
 def load_config(path) -> dict:
-    """The mapping a YAML or JSON config file holds; :class:`ConfigError` naming the file when it is not one."""
+    """The mapping a YAML or JSON config file holds; :class:`ConfigError` naming the file when it is not one, or
+    when it gives a key twice (which would leave the command to pick one of the two values without a word)."""
     import yaml
 
     path = Path(path)
@@ -242,7 +283,13 @@ def load_config(path) -> dict:
         raise ConfigError(f"cannot read the config file {path}: {err}") from None
     try:
         # JSON first where it looks like JSON: YAML 1.1 reads JSON's 1e-08 as a string.
-        data = json.loads(text) if text.lstrip().startswith("{") else yaml.safe_load(text)
+        if text.lstrip().startswith("{"):
+            data = json.loads(text, object_pairs_hook=_unique_pairs)
+        else:
+            data = yaml.load(text, Loader=_yaml_loader())  # noqa: S506 - a SafeLoader subclass
+    except _DuplicateKey as err:
+        where = f" (lines {err.lines[0]} and {err.lines[1]})" if err.lines else ""
+        raise ConfigError(f"the config file {path} gives {err.key!r} twice{where}: keep one") from None
     except (json.JSONDecodeError, yaml.YAMLError) as err:
         kind = "JSON" if text.lstrip().startswith("{") else "YAML"
         detail = " ".join(str(err).split())
@@ -325,12 +372,16 @@ def parse_args(
 def _apply_config(parser: argparse.ArgumentParser, values: dict, path) -> None:
     flags = _long_flags(parser)
     tokens, given = [], []
+    keys: dict[argparse.Action, object] = {}  # flag -> the key that gave it
     for key, value in values.items():
         name = str(key).replace("_", "-")
         if name not in flags:
             close = suggest(name, flags)
             hint = f" (did you mean {', '.join(close)}?)" if close else f"; the flags are: {', '.join(sorted(flags))}"
             raise ConfigError(f"{path}: {key!r} is not a flag of this command{hint}")
+        if flags[name] in keys:  # e.g. max_steps and max-steps, or output and output_dir
+            raise ConfigError(f"{path}: {keys[flags[name]]!r} and {key!r} are the same flag: keep one")
+        keys[flags[name]] = key
         if value is None:  # null: leave the flag at its default
             continue
         tokens += _tokens("--" + name, flags[name], value, repr(key), path)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -319,6 +320,13 @@ def flags_from_settings(values: dict, path) -> dict:
         )
     protocol = values.get("protocol", _default(SweepConfig, "protocol"))
     cram, grid, design = values["cram"], values["grid"], values.get("design") or {}
+    _check_keys(values, SETTINGS_KEYS, path)
+    _check_keys(cram, {f.name for f in dataclasses.fields(CramConfig)}, path, "cram.")
+    _check_keys(grid, {f.name for f in dataclasses.fields(GridConfig)}, path, "grid.")
+    _check_keys(design, DESIGN_KEYS, path, "design.")
+    seq_len = _default(SweepConfig, "support_seq_len")
+    if values.get("support_seq_len", seq_len) != seq_len:
+        raise ValueError(f"{path}: support_seq_len = {values['support_seq_len']!r} has no flag; rerun it from Python")
     implied = dataclasses.asdict(cram_settings(protocol, CramConfig()))  # what the protocol sets by itself
     fixed_by = {"betas": implied, "weight_decay": implied, "adam_eps": implied, "given_tokens": implied}
     fixed_by.update(init_std=implied, gpu_autocast=implied, check_greedy=implied)
@@ -347,6 +355,7 @@ def flags_from_settings(values: dict, path) -> dict:
         "abandon_audit": cram.get("abandon_audit"),  # absent (None: the flag's default, 0) from runs without it
         "infer_prefixes": values.get("infer_prefixes", False),
         "text_chunks": values["source"].get("chunk_tokens"),
+        "support_sequences": values.get("support_sequences"),  # absent (None: the flag's default) before recorded
     }
     if protocol != "published":  # ut-peft's layout: the BOS before the memory, or nothing (prefix none)
         flags["prefix"] = "bos" if cram.get("prefix_ids") else "none"
@@ -371,6 +380,25 @@ def flags_from_settings(values: dict, path) -> dict:
         flags.setdefault("design", "adaptive")
         flags.update({name: grid[name] for name in ("start", "stop", "coarse", "fine") if name in grid})
     return flags
+
+
+# Every key a sweep's settings.json may hold (what SweepConfig.fingerprint and the store write): read above, or
+# refused there. Any other key is refused with its name, so a file edited by hand, or another tool's, is not rerun as
+# something it does not say.
+SETTINGS_KEYS = {"model", "source", "ms", "num_sequences", "seed", "protocol", "infer_prefixes", "cram", "grid"}
+SETTINGS_KEYS |= {"design", "support_sequences", "support_seq_len"}  # the last two: only where not the defaults
+DESIGN_KEYS = {"kind", "version", "target_ci", "budget_row_steps", "target_slope_se", "target_n50_se"}
+
+
+def _check_keys(mapping: dict, known: set[str], path, where: str = "") -> None:
+    for key in mapping:
+        if key not in known:
+            close = difflib.get_close_matches(str(key), sorted(known), n=1)
+            hint = f" (did you mean {where}{close[0]}?)" if close else ""
+            raise ValueError(
+                f"{path}: {where}{key} is not a setting of a sweep{hint}; a settings.json holds the settings ut-peft "
+                "wrote: remove the key, or rerun the sweep from Python"
+            )
 
 
 def _same(a, b) -> bool:
