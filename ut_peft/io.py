@@ -30,6 +30,21 @@ from typing import IO, Any, Union
 StrPath = Union[str, "os.PathLike[str]"]
 
 
+# A disk (or quota) that is full: the one write error a user fixes by freeing space, so it names the file being
+# written (not the hidden temporary file the bytes went to) and says what to do.
+_DISK_FULL = {errno.ENOSPC, errno.EDQUOT}
+
+
+def _disk_full(path: Path, err: OSError) -> OSError:
+    """``err`` (a full disk) as the error a user reads: the file it was writing and what to do."""
+    return OSError(
+        err.errno,
+        f"{err.strerror or 'No space left on device'} while writing it: free space on that disk (or write to a folder "
+        "on another one) and rerun the same command; files written before are kept",
+        str(path),
+    )
+
+
 def _temporary_name(path: Path) -> Path:
     # Hidden and unique per call, so concurrent writers (threads or processes) never share a temporary file and
     # a glob for the final names (``*.json``) never picks one up.
@@ -69,8 +84,10 @@ def atomic_path(path: StrPath, *, fsync: bool = True) -> Iterator[Path]:
             finally:
                 os.close(fd)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as err:
         tmp.unlink(missing_ok=True)
+        if isinstance(err, OSError) and err.errno in _DISK_FULL:  # every atomic write of the package comes here
+            raise _disk_full(path, err) from err
         raise
     _fsync_folder(path.parent)
 
@@ -141,8 +158,10 @@ def atomic_directory(path: StrPath) -> Iterator[Path]:
             shutil.rmtree(tmp)  # another writer's finished copy is already in place
         else:
             _fsync_folder(path.parent)
-    except BaseException:
+    except BaseException as err:
         shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(err, OSError) and err.errno in _DISK_FULL:
+            raise _disk_full(path, err) from err
         raise
 
 
@@ -206,10 +225,16 @@ def try_lock(path: StrPath, *, note_holder: bool = True) -> int | None:
         os.close(fd)
         return None
     if note_holder:
-        os.ftruncate(fd, 0)
-        os.write(
-            fd, f"pid {os.getpid()} on {socket.gethostname()} since {time.strftime('%Y-%m-%d %H:%M:%S')}".encode()
-        )
+        try:
+            os.ftruncate(fd, 0)
+            os.write(
+                fd, f"pid {os.getpid()} on {socket.gethostname()} since {time.strftime('%Y-%m-%d %H:%M:%S')}".encode()
+            )
+        except OSError as err:
+            os.close(fd)
+            if err.errno in _DISK_FULL:
+                raise _disk_full(Path(path), err) from err
+            raise
     return fd
 
 

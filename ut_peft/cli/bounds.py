@@ -18,7 +18,16 @@ import argparse
 import shlex
 import sys
 
-from .common import add_common_flags, check_model, check_output_file, library_value, parse_args, positive_int, run
+from .common import (
+    add_common_flags,
+    check_model,
+    check_output_file,
+    library_value,
+    nonnegative_int,
+    parse_args,
+    positive_int,
+    run,
+)
 
 # Written here, not imported: the module that holds them imports torch, and parsing comes first (library_value).
 PUBLISHED_SEQUENCES = library_value("ut_peft.accessibility.published_bounds:PUBLISHED_SEQUENCES", 10_000)
@@ -137,7 +146,9 @@ def parse(argv=None, *, prog: str | None = None):
     p.add_argument(
         "--lengths", type=positive_int, nargs="+", help="sequence lengths (default: 4, 8, ..., 4096 up to the context)"
     )
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--seed", type=nonnegative_int, default=0, help="which random sequences (numpy's seeds are non-negative)"
+    )
     p.add_argument("--batch-size", type=positive_int, default=64, help="sequences per forward pass at most")
     p.add_argument(
         "--max-batch-tokens",
