@@ -569,7 +569,7 @@ def test_a_folder_of_the_retired_warm_start_reports_but_is_not_continued_cold(tm
     with pytest.raises(ValueError, match="changed: warm_start"):
         _nested_sweep(tmp_path / "warm", llama, infer_prefixes=True)
     assert (tmp_path / "warm" / "rows.jsonl").read_bytes() == rows
-    summarize_folder(tmp_path / "warm", model=llama, support_sequences=8, support_seq_len=8)
+    summarize_folder(tmp_path / "warm", model=llama)  # on the support sequences the folder records
     assert "warm starts" in (tmp_path / "warm" / "report.md").read_text()
 
 

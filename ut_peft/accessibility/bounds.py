@@ -73,6 +73,12 @@ def head_inputs(model, input_ids: torch.Tensor, **kwargs) -> torch.Tensor:
     return captured[-1][:, -1, :]
 
 
+def support_context(model) -> int | None:
+    """The positions :func:`measure_support` cuts its sequences to: the model's context, None where it states none."""
+    context = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    return context if isinstance(context, int) and context > 0 else None
+
+
 @torch.no_grad()
 def measure_support(
     model, *, num_sequences: int = 256, seq_len: int = 32, seed: int = 0, batch_size: int = 32
@@ -86,9 +92,7 @@ def measure_support(
         raise ValueError(
             f"num_sequences, seq_len and batch_size must be >= 1 (got {num_sequences}, {seq_len}, {batch_size})"
         )
-    context = getattr(getattr(model, "config", None), "max_position_embeddings", None)
-    if isinstance(context, int) and context > 0:
-        seq_len = min(seq_len, context)
+    seq_len = min(seq_len, support_context(model) or seq_len)
     vocab_size = model.get_output_embeddings().weight.shape[0]
     device = execution_device(model.get_input_embeddings())
     generator = torch.Generator().manual_seed(seed)

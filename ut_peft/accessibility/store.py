@@ -9,7 +9,9 @@ While a run writes a folder it holds a lock there (see :func:`lock_folder`): a s
 
 This module owns the folder's layout; nothing else spells a file name of it:
 
-  settings.json          the fingerprint of the run (:func:`read_settings`); a different setting is refused
+  settings.json          the fingerprint of the run (:func:`read_settings`); a different setting is refused. Every
+                         setting that moves a number of summary.json is in it (the support sequences the bounds
+                         are measured on too, since :data:`LATER_SETTINGS`: :func:`recorded_settings`)
   rows.jsonl             one row per finished sequence (other processes write rows.rank<k>.jsonl), a
                          :class:`~.rows.Row` per line; :func:`read_rows`, :func:`load_rows`. No other file is
                          read as rows (a user's rows-old.jsonl is left alone, also by overwrite)
@@ -55,6 +57,12 @@ INFLIGHT_DIR = "inflight"
 ADAPTERS_DIR = "adapters"
 RETARGETED_FILE = "retargeted.json"
 
+# Settings that settings.json records only since they were found to move numbers of summary.json (the random
+# sequences the bounds' support is measured on), with the value a folder written before meant. They are left out of
+# settings.json while they hold that value (SweepConfig.fingerprint), so an earlier folder still resumes; one measured
+# with another value holds it in its summary.json only, which :func:`recorded_settings` reads back.
+LATER_SETTINGS = {"support_sequences": 256, "support_seq_len": 32}
+
 
 def read_settings(folder) -> dict:
     """The settings fingerprint of the sweep in ``folder``; a clear error when there is none or it is unreadable."""
@@ -65,6 +73,46 @@ def read_settings(folder) -> dict:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as err:
         raise ValueError(f"{path} is unreadable ({err}); rerun the sweep into a new folder") from None
+
+
+def _reported(folder) -> dict | None:
+    """summary.json as JSON, or None where there is none or it cannot be read (summarising replaces a damaged one)."""
+    try:
+        reported = json.loads((Path(folder) / SUMMARY_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return reported if isinstance(reported, dict) else None
+
+
+def recorded_settings(folder, settings: dict, context: int | None = None) -> dict:
+    """``settings`` (``folder``'s settings.json) as the settings the folder's numbers were made under.
+
+    A setting of :data:`LATER_SETTINGS` at the value it meant before is left out, as the fingerprint leaves it out. A
+    folder written before the support sequences were recorded gets them from its summary.json, where they were
+    measured, when that summary was written under these very settings: ``support_sequences`` from its
+    ``support.num_samples``, ``support_seq_len`` from its ``support.seq_len``, each where it differs from what the old
+    default measured. A summary holds the length cut at the model's context (``context``); without it only a length
+    above the default can be told from a cut one (the sweep, which has the model, gives it).
+    """
+    stored = json.loads(json.dumps(settings))  # as stored: tuples become lists
+    settings = {k: v for k, v in stored.items() if not (k in LATER_SETTINGS and v == LATER_SETTINGS[k])}
+    reported = _reported(folder) or {}
+    support = reported.get("support")
+    if reported.get("settings") != settings or not isinstance(support, dict):
+        return settings
+    sequences, length = _count(support.get("num_samples")), _count(support.get("seq_len"))
+    default_length = LATER_SETTINGS["support_seq_len"]
+    cut = default_length if context is None else min(default_length, context)
+    if "support_sequences" not in settings and sequences and sequences != LATER_SETTINGS["support_sequences"]:
+        settings["support_sequences"] = sequences
+    if "support_seq_len" not in settings and length and length != cut and (context or length > cut):
+        settings["support_seq_len"] = length
+    return settings
+
+
+def _count(value) -> int | None:
+    """``value`` where it is a count (an int >= 1), else None."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else None
 
 
 class LineFit(TypedDict):
@@ -460,10 +508,11 @@ def write_retargeted(
     atomic_write_json(folder / SETTINGS_FILE, settings, sort_keys=True)
 
 
-def check_settings(folder: Path, settings: dict, overwrite: bool) -> bool:
+def check_settings(folder: Path, settings: dict, overwrite: bool, context: int | None = None) -> bool:
     """Raise if ``folder`` holds a run with other settings; True if its rows must be cleared first.
 
-    Same settings resume; ``overwrite`` discards whatever the folder holds and starts afresh.
+    Same settings resume; ``overwrite`` discards whatever the folder holds and starts afresh. The folder's settings
+    are read as :func:`recorded_settings` reads them (``context``: the model's, for the support's length).
     """
     path = Path(folder) / SETTINGS_FILE
     settings = json.loads(json.dumps(settings))  # compare as stored: tuples become lists
@@ -490,15 +539,22 @@ def check_settings(folder: Path, settings: dict, overwrite: bool) -> bool:
         raise ValueError(f"{path} is unreadable ({err}); pass overwrite=True (--overwrite) to start afresh") from None
     if overwrite:
         return True
-    if previous == settings:
+    recorded = recorded_settings(folder, previous, context)
+    if recorded == settings:
         check_unedited(folder, previous)
         return False
-    else:
+    changed = changed_settings(recorded, settings)
+    if set(changed_paths(recorded, settings)) <= set(LATER_SETTINGS):
+        # Only what the bounds are measured on differs: the rows are good, and discarding them is not the answer.
+        keep = ", ".join(_as_given(name, _value(recorded, name)) for name in changed_paths(recorded, settings))
         raise ValueError(
-            f"{folder} holds a run with different settings (changed: {', '.join(changed_settings(previous, settings))}"
-            "); use another output folder, or pass overwrite=True (--overwrite) to discard it"
+            f"{folder}'s bounds are measured on other support sequences than these (changed: {', '.join(changed)}): "
+            f"resume it with its own {keep}, or run these settings into another output folder"
         )
-    return True
+    raise ValueError(
+        f"{folder} holds a run with different settings (changed: {', '.join(changed)}); use another output folder, "
+        "or pass overwrite=True (--overwrite) to discard it"
+    )
 
 
 def changed_paths(old, new, prefix: str = "") -> list[str]:
@@ -516,12 +572,23 @@ def changed_settings(old: dict, new: dict) -> list[str]:
     """Each setting that differs, named down to its field with both values ("cram.max_steps 3000 -> 300"), so a
     refused resume says what to put back rather than only which section moved."""
 
-    def value(settings, path: str):
-        for key in path.split("."):
-            settings = settings.get(key) if isinstance(settings, dict) else None
-        return json.dumps(settings)
+    return [f"{path} {_value(old, path)} -> {_value(new, path)}" for path in changed_paths(old, new)]
 
-    return [f"{path} {value(old, path)} -> {value(new, path)}" for path in changed_paths(old, new)]
+
+def _as_given(name: str, value: str) -> str:
+    """A support setting with its value as a caller gives it: the command's flag, or SweepConfig's field."""
+    return f"--support-sequences {value}" if name == "support_sequences" else f"{name}={value} (SweepConfig)"
+
+
+def _value(settings: dict, path: str) -> str:
+    """The setting at dotted ``path`` as JSON; a setting of :data:`LATER_SETTINGS` that is left out holds its value
+    there (it is left out because it holds it)."""
+    if path in LATER_SETTINGS and path not in settings:
+        return json.dumps(LATER_SETTINGS[path])
+    value: Any = settings
+    for key in path.split("."):
+        value = value.get(key) if isinstance(value, dict) else None
+    return json.dumps(value)
 
 
 class SettingsEditedError(ValueError):

@@ -19,24 +19,18 @@ from pathlib import Path
 from ..io import atomic_write_text
 from ..models import DEFAULT_MODEL, load_model, load_tokenizer
 from . import published_bounds, store
-from .bounds import measure_support, slope_bounds
+from .bounds import measure_support, slope_bounds, support_context
 from .coverage import check_intervals, check_pooled
 from .cram import CramConfig, CramJob, ShortestFirst, cram, row_positions
-from .design import (
-    DESIGNS,
-    POOLED_DESIGN_VERSION,
-    POOLED_RULES,
-    PooledDesign,
-    check_stopping,
-    complete_groups,
-    infer_prefixes,
-    make_design,
-    pooled_rules,
-    row_steps,
-)
+from .designs import BUILTIN_DESIGNS, available_designs, make_design, unknown_design_message
+from .designs.common import complete_groups
+from .designs.pooled import PooledDesign
+from .designs.pooled_rules import POOLED_DESIGN_VERSION, POOLED_RULES, pooled_rules
+from .designs.sequential import check_stopping
 from .fit import SigmoidFit, fit_sigmoid, line_interval, linear_fit, n50_interval
+from .prefixes import infer_prefixes
 from .protocol import PUBLISHED, PublishedSequences, check_protocol, cram_settings, special_prefix_ids
-from .rows import INFERRED, Row
+from .rows import INFERRED, Row, row_steps
 from .sources import init_seed, make_source
 
 
@@ -86,8 +80,10 @@ class SweepConfig:
     num_sequences: int = PUBLISHED.num_sequences
     seed: int = 0
     cram: CramConfig = field(default_factory=CramConfig)
-    support_sequences: int = 256
-    support_seq_len: int = 32
+    # The random sequences the bounds' support is measured on, and their length: they move summary.json's bounds, so
+    # settings.json records them (where they differ from these defaults, which folders written before meant).
+    support_sequences: int = store.LATER_SETTINGS["support_sequences"]
+    support_seq_len: int = store.LATER_SETTINGS["support_seq_len"]
     # What sits before the memory vectors: "bos" = the tokenizer's BOS when it defines one (Llama, Gemma,
     # SmolLM2), "none" = the memory starts the sequence, as in the published code. Llama-type models make
     # position 0 an attention sink whatever it holds, so without the BOS one vector can hardly steer the first
@@ -96,26 +92,27 @@ class SweepConfig:
     # "ut-peft" (the layout above) or "published" (the accessibility paper's code exactly: see protocol.py); the
     # published protocol ignores ``prefix`` (its sequences carry the tokenizer's own special tokens).
     protocol: str = "ut-peft"
-    # Which (m, n, index) jobs to run (ut_peft.accessibility.design): "fixed" (grid.lengths), "adaptive" (the
+    # Which (m, n, index) jobs to run (ut_peft.accessibility.designs): "fixed" (grid.lengths), "adaptive" (the
     # paper's grid from grid.start to grid.stop) or "sequential" (lengths from a logistic fit, batches of
     # num_sequences fresh sequences, from grid.start up to grid.stop, until the n_50 95% interval of an m is
     # narrower than target_ci tokens or its rows cost budget_row_steps forward-backward passes). None: "fixed"
-    # when grid.lengths is given, else "adaptive", as before the option existed.
+    # when grid.lengths is given, else "adaptive", as before the option existed. Or any design registered with
+    # designs.register_design, by its name.
     design: str | None = None
     target_ci: float | None = None
     budget_row_steps: int | None = None
-    # "pooled" (design.PooledDesign): one line n_50 = a m + b fitted to every m at once; rows at the smallest and
+    # "pooled" (designs.PooledDesign): one line n_50 = a m + b fitted to every m at once; rows at the smallest and
     # largest m and at a middle check m (the linearity check), num_sequences per fitted round, until the standard
     # errors of the slope (target_slope_se, tokens per vector) and of n_50 at every m (target_n50_se: tokens, one
     # value or {m: se}) reach their targets, or budget_row_steps are spent.
     target_slope_se: float | None = None
     target_n50_se: float | dict | None = None
-    # Which rules of the pooled design a folder was run with (design.POOLED_DESIGN_VERSION): its rows replay only
+    # Which rules of the pooled design a folder was run with (designs.POOLED_DESIGN_VERSION): its rows replay only
     # under the same rules, so a folder keeps the version it started with.
     pooled_version: int = POOLED_DESIGN_VERSION
     # Nested texts only (--protocol published --source text): take each text's lengths in increasing order and
     # decide rows that other rows of the same text imply without cramming them (a text crammed at n is accessible
-    # at every shorter n; one that failed at n is taken to fail at every longer n): design.infer_prefixes.
+    # at every shorter n; one that failed at n is taken to fail at every longer n): prefixes.infer_prefixes.
     infer_prefixes: bool = False
     # Nested texts only: None = one text per document start (as before the option existed); N = the corpus cut into
     # disjoint texts of whole paragraphs, at least N tokens each (sources.TextSource), so that a design drawing a
@@ -139,8 +136,8 @@ class SweepConfig:
                 )
         if self.design is None:
             self.design = "adaptive" if self.grid.lengths is None else "fixed"
-        if self.design not in DESIGNS:
-            raise ValueError(f"unknown design {self.design!r}; choose one of {', '.join(DESIGNS)}")
+        if self.design not in available_designs():
+            raise ValueError(unknown_design_message(self.design))
         if self.design == "fixed" and self.grid.lengths is None:
             raise ValueError("the fixed design needs a list of lengths (GridConfig(lengths=[...]), --lengths)")
         if self.design != "fixed" and self.grid.lengths is not None:
@@ -190,7 +187,7 @@ class SweepConfig:
 
     def _set_audit(self) -> None:
         """The early abandon's audit comes with the design that can use it: a pooled version whose rules fit the
-        rows' pseudo-outcomes (design.POOLED_RULES[4] and [5]) sets ``cram.abandon_audit`` to its own and, when the
+        rows' pseudo-outcomes (designs.POOLED_RULES[4] and [5]) sets ``cram.abandon_audit`` to its own and, when the
         sweep has no abandon rule of its own, ``cram.abandon_below`` to the version's; any other design counts a
         stopped row as failed, which the audit cannot unbias, so it is refused there."""
         rules = pooled_rules(self.pooled_version) if self.design == "pooled" else None
@@ -241,7 +238,8 @@ class SweepConfig:
         return source
 
     def fingerprint(self, source_description: dict) -> dict:
-        """Everything that changes the rows; speed knobs (batch size, chunking) are left out on purpose.
+        """Everything that changes the rows or a number of their summary (the support sequences the bounds are
+        measured on); speed knobs (batch size, chunking) are left out on purpose.
 
         Settings added after folders were first written are left out while they hold their old meaning, so those
         folders still resume.
@@ -261,6 +259,9 @@ class SweepConfig:
             "seed": self.seed,
             "cram": cram,
         }
+        settings.update(
+            {name: getattr(self, name) for name, old in store.LATER_SETTINGS.items() if getattr(self, name) != old}
+        )
         if self.protocol != "ut-peft":
             settings["protocol"] = self.protocol
         if self.infer_prefixes:
@@ -279,12 +280,15 @@ class SweepConfig:
                 "target_n50_se": self.target_n50_se,
                 "budget_row_steps": self.budget_row_steps,
             }
+        if self.design not in BUILTIN_DESIGNS:  # a registered design: its name, so a resume or a report builds it
+            settings["design"] = {"kind": self.design}
         return settings
 
     @classmethod
     def from_settings(cls, settings: dict, **kwargs) -> SweepConfig:
         """What :meth:`fingerprint` keeps of a config, back from a folder's settings: what summarising needs
-        (model, ms, grid, design, sequences, seed); ``kwargs`` set the rest (e.g. ``support_sequences``)."""
+        (model, ms, grid, design, sequences, seed, support sequences); ``kwargs`` set the rest. A folder written
+        before the support sequences were recorded holds them in its summary: pass :func:`.store.recorded_settings`."""
         design = settings.get("design", {})
         # Fixed and adaptive sweeps are told apart by their grid's lengths (only sequential ones record a design).
         fixed = (settings.get("grid") or {}).get("lengths") is not None
@@ -302,7 +306,7 @@ class SweepConfig:
             target_n50_se=design.get("target_n50_se"),
             pooled_version=design.get("version", 1),  # a pooled folder without one predates versions: 1
             infer_prefixes=settings.get("infer_prefixes", False),
-            **kwargs,
+            **({name: settings.get(name, old) for name, old in store.LATER_SETTINGS.items()} | kwargs),
         )
 
 
@@ -430,16 +434,20 @@ def _relative_or_absolute(path: Path, base: Path) -> str:
         return str(path.resolve())
 
 
-def retarget_plan(old_dir, config: SweepConfig, settings: dict, new_dir) -> tuple[dict, list, dict]:
+def retarget_plan(
+    old_dir, config: SweepConfig, settings: dict, new_dir, context: int | None = None
+) -> tuple[dict, list, dict]:
     """What retargeting the sweep in ``old_dir`` to ``config`` (whose fingerprint is ``settings``) in ``new_dir``
     keeps: the rows of ``old_dir`` that the new design replays as its own (:func:`replayed_rows`), the jobs it asks
     for next whose in-flight snapshots ``old_dir`` holds, and the record for retargeted.json (its ``folder``:
     ``old_dir`` relative to ``new_dir``, so that the record reads the same in any clone;
     :func:`store.retargeted_source` turns it back into a path). Reads ``old_dir`` only; raises when its settings
-    differ from ``settings`` in more than the design's stopping fields (:data:`STOPPING_FIELDS`).
+    differ from ``settings`` in more than the design's stopping fields (:data:`STOPPING_FIELDS`), read as
+    :func:`.store.recorded_settings` reads them (``context``: the model's).
     """
     old_dir = Path(old_dir)
-    old_settings = store.read_settings(old_dir)
+    written = store.read_settings(old_dir)
+    old_settings = store.recorded_settings(old_dir, written, context)
     new_settings = json.loads(json.dumps(settings))  # compared as stored: tuples become lists, int keys strings
     kind = (new_settings.get("design") or {}).get("kind")
     if kind not in STOPPING_FIELDS:
@@ -474,7 +482,7 @@ def retarget_plan(old_dir, config: SweepConfig, settings: dict, new_dir) -> tupl
             f"{old_dir} was run with these very targets: resume it (the same flags, --output {old_dir}), or give "
             f"the new ones ({', '.join(free)})"
         )
-    store.check_unedited(old_dir, old_settings)
+    store.check_unedited(old_dir, written)
     old_rows = store.read_rows(old_dir)
     check_rows(SweepConfig.from_settings(old_settings), old_settings, old_rows)  # nothing stray travels on
     design = make_design(config)
@@ -514,7 +522,7 @@ def retarget_sweep(
     config, source = _validated(config, model, tokenizer)
     settings = config.fingerprint(source.describe())
     store.check_retarget_target(Path(new_dir), Path(old_dir))
-    kept, inflight, record = retarget_plan(old_dir, config, settings, new_dir)
+    kept, inflight, record = retarget_plan(old_dir, config, settings, new_dir, support_context(model))
     if not dry_run:
         lock = store.lock_folder(Path(new_dir))
         try:
@@ -579,12 +587,12 @@ def run_sweep(
     config, source = _validated(config, model, tokenizer)
     settings = config.fingerprint(source.describe())
     # Planned by every process (so every one raises alike) before anything is written or locked.
-    retarget = _plan_retarget(retarget_from, output_dir, config, settings, overwrite)
+    retarget = _plan_retarget(retarget_from, output_dir, config, settings, overwrite, support_context(model))
     # Held to the end of the run, so a second run (or a killed run's leftover workers) cannot write here meanwhile.
     lock = store.lock_folder(output_dir, 0) if accelerator.is_main_process else None
     if retarget is not None:
         _write_retarget(retarget, output_dir, settings, accelerator, progress)
-    lock, rows = _open_folder(output_dir, settings, overwrite, accelerator, lock)
+    lock, rows = _open_folder(output_dir, settings, model, overwrite, accelerator, lock)
     design = make_design(config)
     check_rows(config, settings, rows, design)  # a resume goes on from rows these settings made, and only those
 
@@ -648,7 +656,7 @@ def _validated(config: SweepConfig, model, tokenizer):
     return config, source
 
 
-def _plan_retarget(old_dir, output_dir: Path, config, settings, overwrite):
+def _plan_retarget(old_dir, output_dir: Path, config, settings, overwrite, context):
     """(the old folder, :func:`retarget_plan`'s answer) for ``run_sweep(retarget_from=old_dir)``, None without it."""
     if old_dir is None:
         return None
@@ -658,7 +666,7 @@ def _plan_retarget(old_dir, output_dir: Path, config, settings, overwrite):
             "would discard what is there: remove the folder yourself, or give another one"
         )
     store.check_retarget_target(output_dir, Path(old_dir))
-    return Path(old_dir), retarget_plan(old_dir, config, settings, output_dir)
+    return Path(old_dir), retarget_plan(old_dir, config, settings, output_dir, context)
 
 
 def _write_retarget(retarget, output_dir: Path, settings, accelerator, progress) -> None:
@@ -677,10 +685,11 @@ def _write_retarget(retarget, output_dir: Path, settings, accelerator, progress)
     accelerator.wait_for_everyone()
 
 
-def _open_folder(output_dir: Path, settings: dict, overwrite: bool, accelerator, lock):
+def _open_folder(output_dir: Path, settings: dict, model, overwrite: bool, accelerator, lock):
     """Lock the folder (every other process; the main one brings its ``lock``), check or write its settings, and
     read the rows it holds."""
-    clear = store.check_settings(output_dir, settings, overwrite)  # every rank checks, so every rank raises
+    # Every rank checks, so every rank raises; the model's context reads the support length of an earlier summary.
+    clear = store.check_settings(output_dir, settings, overwrite, support_context(model))
     if accelerator.is_main_process:
         store.prepare_folder(output_dir, settings, clear)
     accelerator.wait_for_everyone()
@@ -780,20 +789,31 @@ def _finish_sweep(config: SweepConfig, settings: dict, rows: dict, model, output
 
 
 def summarize_folder(
-    output_dir, model=None, *, support_sequences: int = 256, support_seq_len: int = 32, report: bool = True
+    output_dir,
+    model=None,
+    *,
+    support_sequences: int | None = None,
+    support_seq_len: int | None = None,
+    report: bool = True,
 ) -> store.Summary:
     """Summary, plots and report from the rows a folder holds now (a finished, running or killed sweep).
 
-    Only (m, n) groups with all their sequences finished enter the fits.
+    Only (m, n) groups with all their sequences finished enter the fits. The bounds are measured on the support
+    sequences the folder records (:func:`.store.recorded_settings`); ``support_sequences`` and ``support_seq_len``
+    may be given, and must be those: a folder's summary is never rewritten from other sequences.
     """
     output_dir = Path(output_dir)
     settings = store.read_settings(output_dir)
-    config = SweepConfig.from_settings(settings, support_sequences=support_sequences, support_seq_len=support_seq_len)
     store.check_unedited(output_dir, settings)  # as a resume does: an edited settings.json is refused, not reported on
+    config = SweepConfig.from_settings(store.recorded_settings(output_dir, settings))
     rows = store.read_rows(output_dir)
     check_rows(config, settings, rows)
     if model is None:
         model = load_model(settings["model"])
+    # Read again with the model's context, which tells a support length a summary records cut at it from one given.
+    config = SweepConfig.from_settings(store.recorded_settings(output_dir, settings, support_context(model)))
+    given = {"support_sequences": support_sequences, "support_seq_len": support_seq_len}
+    _check_given_support(config, output_dir, {k: v for k, v in given.items() if v is not None})
     summary = summarize(config, settings, rows, model)
     summary.bounds_published = published_bounds.summary_entry_for(output_dir, settings["model"])
     summary.retargeted_from = store.read_retargeted(output_dir)
@@ -804,6 +824,18 @@ def summarize_folder(
 
         write_report(output_dir, summary)
     return summary
+
+
+def _check_given_support(config: SweepConfig, output_dir: Path, given: dict) -> None:
+    """Raise, naming the setting and both values, where a caller asks for other support sequences (``given``) than
+    ``config`` (``output_dir``'s recorded settings) measures: a folder's summary is never rewritten from others."""
+    for name, value in given.items():
+        if value != getattr(config, name):
+            raise ValueError(
+                f"{output_dir} records {name} = {getattr(config, name)}, the support its bounds are measured on, and "
+                f"{value} was asked for: leave it out (or give {getattr(config, name)}) to report on the folder, or "
+                "rerun the sweep into a new folder to measure it on other sequences"
+            )
 
 
 def _calibrated(config: SweepConfig, output_dir: Path, rows: dict) -> dict | None:
@@ -828,7 +860,10 @@ def merge_sweeps(folders, output_dir, *, overwrite: bool = False) -> Path:
     folders = [Path(f) for f in folders]
     if len(folders) < 2:
         raise ValueError(f"give at least two sweep folders to merge (got {len(folders)})")
-    settings = [store.read_settings(folder) for folder in folders]
+    written = [store.read_settings(folder) for folder in folders]
+    # Compared and merged as recorded: a folder from before the support sequences were recorded holds them in its
+    # summary, and the merge's summary is measured on them.
+    settings = [store.recorded_settings(folder, s) for folder, s in zip(folders, written)]
     free = {"ms", "grid", "merged_from", "infer_prefixes"}
     shared = {k: v for k, v in settings[0].items() if k not in free}
     for folder, other in zip(folders[1:], settings[1:]):
@@ -839,8 +874,8 @@ def merge_sweeps(folders, output_dir, *, overwrite: bool = False) -> Path:
                 "only sweeps that differ in ms and lengths can be merged"
             )
     inputs = [store.read_rows(folder) for folder in folders]
-    for folder, folder_settings, folder_rows in zip(folders, settings, inputs):  # nothing stray enters the union
-        store.check_unedited(folder, folder_settings)
+    for folder, folder_written, folder_settings, folder_rows in zip(folders, written, settings, inputs):
+        store.check_unedited(folder, folder_written)  # nothing stray enters the union
         check_rows(SweepConfig.from_settings(folder_settings), folder_settings, folder_rows)
     # Each key once; rows of one key that disagree are refused, naming both (the result does not depend on the order).
     rows = store.pool_rows(row for folder_rows in inputs for row in folder_rows.values())

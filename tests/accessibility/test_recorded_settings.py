@@ -1,0 +1,146 @@
+"""settings.json records every setting that moves a number of summary.json (the support sequences the bounds are
+measured on too), a folder written before they were recorded keeps meaning what it meant (its summary.json holds
+them), and neither a resume nor a report rewrites a summary from other support sequences."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from ut_peft.accessibility import CramConfig, GridConfig, SweepConfig, run_sweep, store, summarize_folder
+from ut_peft.accessibility.bounds import support_context
+
+RESULTS = Path(__file__).resolve().parents[2] / "results"
+
+
+def small_config(**overrides):
+    settings = dict(
+        model="tiny-llama",
+        source="tokens",
+        ms=[1, 2],
+        grid=GridConfig(lengths=[2, 3, 6]),
+        num_sequences=2,
+        cram=CramConfig(max_steps=30, patience=30, batch_size=4),
+        support_sequences=8,
+        support_seq_len=4,
+    )
+    settings.update(overrides)
+    return SweepConfig(**settings)
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    """A finished sweep measured on 8 support sequences of 4 tokens (the defaults are 256 of 32)."""
+    from ut_peft.accessibility.testing import crammable_model
+
+    folder = tmp_path_factory.mktemp("finished") / "sweep"
+    run_sweep(small_config(), folder, model=crammable_model("llama"), progress=False, report=False)
+    return folder
+
+
+def copy(folder, to):
+    shutil.copytree(folder, to)
+    return to
+
+
+def as_written_before(folder):
+    """``folder`` as a version that did not record the support sequences wrote it: settings.json and the summary's
+    settings without them."""
+    settings = json.loads((folder / "settings.json").read_text())
+    for name in store.LATER_SETTINGS:
+        settings.pop(name, None)
+    (folder / "settings.json").write_text(json.dumps(settings, sort_keys=True))
+    summary = json.loads((folder / "summary.json").read_text())
+    summary["settings"] = settings
+    (folder / "summary.json").write_text(json.dumps(summary))
+
+
+def test_settings_json_records_the_support_sequences_and_leaves_the_old_defaults_out(finished):
+    settings = json.loads((finished / "settings.json").read_text())
+    assert (settings["support_sequences"], settings["support_seq_len"]) == (8, 4)
+    summary = store.read_summary(finished)
+    assert (summary.support["num_samples"], summary.support["seq_len"]) == (8, 4) and summary.settings == settings
+    # At the values every earlier folder was measured with, nothing is added: those folders still resume.
+    default = small_config(support_sequences=256, support_seq_len=32).fingerprint({"kind": "tokens"})
+    assert not set(store.LATER_SETTINGS) & set(default)
+    assert small_config().fingerprint({"kind": "tokens"})["support_sequences"] == 8
+    assert SweepConfig.from_settings(settings).support_sequences == 8  # read back, not the default
+
+
+def test_a_resume_with_other_support_sequences_is_refused_naming_both_values(finished, tmp_path, llama):
+    folder = copy(finished, tmp_path / "sweep")
+    before = (folder / "summary.json").read_bytes()
+    with pytest.raises(ValueError, match=r"changed: support_sequences 8 -> 256\): resume it with its own "):
+        run_sweep(small_config(support_sequences=256), folder, model=llama, progress=False, report=False)
+    with pytest.raises(ValueError, match=r"changed: support_seq_len 4 -> 32\)"):
+        run_sweep(small_config(support_seq_len=32), folder, model=llama, progress=False, report=False)
+    with pytest.raises(ValueError, match="records support_sequences = 8, .* and 256 was asked for"):
+        summarize_folder(folder, llama, support_sequences=256, report=False)
+    assert (folder / "summary.json").read_bytes() == before  # nothing rewritten
+    # Left out, the folder's own values are kept: the same summary, byte for byte.
+    summarize_folder(folder, llama, report=False)
+    assert (folder / "summary.json").read_bytes() == before
+    run_sweep(small_config(), folder, model=llama, progress=False, report=False)  # the same settings resume
+    assert (folder / "summary.json").read_bytes() == before
+
+
+def test_a_folder_written_before_the_support_was_recorded_keeps_its_meaning(finished, tmp_path, llama):
+    folder = copy(finished, tmp_path / "sweep")
+    as_written_before(folder)
+    before = json.loads((folder / "summary.json").read_text())
+    written = store.read_settings(folder)
+    assert store.recorded_settings(folder, written, support_context(llama)) == dict(
+        written, support_sequences=8, support_seq_len=4
+    )
+    # Reported on exactly as it was (before: 256 sequences of 32 tokens, other bounds under the same settings).
+    summarize_folder(folder, llama, report=False)
+    assert json.loads((folder / "summary.json").read_text()) == before
+    # A resume under the old defaults would have rewritten its bounds: refused, naming both values.
+    with pytest.raises(ValueError, match=r"changed: support_seq_len 4 -> 32, support_sequences 8 -> 256\)"):
+        run_sweep(small_config(support_sequences=256, support_seq_len=32), folder, model=llama, progress=False)
+    assert json.loads((folder / "summary.json").read_text()) == before
+    # Under its own values it resumes, and settings.json now records them; the numbers are the same.
+    summary = run_sweep(small_config(), folder, model=llama, progress=False, report=False)
+    assert store.read_settings(folder)["support_sequences"] == 8 and summary.settings == store.read_settings(folder)
+    assert json.loads((folder / "summary.json").read_text()) == dict(before, settings=store.read_settings(folder))
+
+
+def test_an_earlier_summary_s_support_length_is_read_back_unless_it_is_the_default_cut_at_the_context(
+    finished, tmp_path, llama
+):
+    folder = copy(finished, tmp_path / "sweep")
+    as_written_before(folder)
+    written = store.read_settings(folder)
+    # 4 tokens: a length given from Python, or 32 cut at a context of 4; only the model's context tells them apart.
+    assert store.recorded_settings(folder, written, context=64)["support_seq_len"] == 4
+    assert "support_seq_len" not in store.recorded_settings(folder, written, context=4)
+    assert "support_seq_len" not in store.recorded_settings(folder, written)  # no context: not guessed
+    summary = json.loads((folder / "summary.json").read_text())
+    summary["support"]["seq_len"] = 40  # above the default: no cut makes it, so it is read back without the model
+    (folder / "summary.json").write_text(json.dumps(summary))
+    assert store.recorded_settings(folder, written)["support_seq_len"] == 40
+    with pytest.raises(ValueError, match="records support_seq_len = 40, .* and 4 was asked for"):
+        summarize_folder(folder, llama, support_seq_len=4, report=False)
+    # A summary written under other settings than settings.json holds (an edit) lends nothing: the edit is refused.
+    summary["settings"] = dict(written, seed=1)
+    (folder / "summary.json").write_text(json.dumps(summary))
+    assert store.recorded_settings(folder, written) == written
+
+
+def test_the_committed_folders_read_back_the_support_their_summaries_were_measured_on():
+    """Every finished folder under results/ resumes and reports on the support sequences its summary records (most
+    were measured on 64, which their settings.json, written before, does not say)."""
+    checked = 0
+    for settings_file in sorted(RESULTS.glob("*/*/settings.json")):
+        folder = settings_file.parent
+        summary_file = folder / "summary.json"
+        if not summary_file.is_file():
+            continue
+        support = json.loads(summary_file.read_text())["support"]
+        recorded = store.recorded_settings(folder, store.read_settings(folder))
+        config = SweepConfig.from_settings(recorded)
+        assert (config.support_sequences, config.support_seq_len) == (support["num_samples"], support["seq_len"])
+        assert store.check_settings(folder, recorded, overwrite=False) is False  # the same settings: a resume
+        checked += 1
+    assert checked >= 15
