@@ -251,13 +251,30 @@ def sweep_config(args: argparse.Namespace) -> SweepConfig:
             abandon_below=args.abandon_below,
             abandon_audit=args.abandon_audit,
         ),
-        support_sequences=args.support_sequences,
+        support_sequences=support_sequences(args),
         prefix=args.prefix,
         protocol=args.protocol,
         infer_prefixes=args.infer_prefixes,
         text_chunks=args.text_chunks,
         pooled_version=pooled_version(args, design),
     )
+
+
+def support_sequences(args: argparse.Namespace) -> int:
+    """--support-sequences, or when it is not given: what the sweep in --output-dir records (a resume keeps the support
+    its summary's bounds were measured on, as a folder written before settings.json recorded it holds it in its
+    summary), else what the --retarget-from folder records, else the default."""
+    if args.support_sequences is not None:
+        return args.support_sequences
+    from ..accessibility.store import read_settings, recorded_settings
+
+    for folder in ([] if args.overwrite else [args.output]) + ([args.retarget_from] if args.retarget_from else []):
+        try:
+            settings = read_settings(folder)
+        except ValueError:
+            continue  # no sweep there, or unreadable: the run itself says what is wrong with the folder
+        return recorded_settings(folder, settings).get("support_sequences", API["support_sequences"])
+    return API["support_sequences"]
 
 
 # The word lists a bare name gives (words:NAME); any other words:X, and any text:X, is a file (sources.make_source).
@@ -337,6 +354,7 @@ def flags_from_settings(values: dict, path) -> dict:
         return values
     from ..accessibility import CramConfig, GridConfig, SweepConfig
     from ..accessibility.protocol import cram_settings
+    from ..accessibility.store import recorded_settings
 
     if "merged_from" in values:
         raise ValueError(
@@ -346,6 +364,8 @@ def flags_from_settings(values: dict, path) -> dict:
     protocol = values.get("protocol", _default(SweepConfig, "protocol"))
     cram, grid, design = values["cram"], values["grid"], values.get("design") or {}
     _check_keys(values, SETTINGS_KEYS, path)
+    # A folder written before settings.json recorded the support sequences holds them in the summary beside it.
+    values = recorded_settings(Path(path).parent, values)
     _check_keys(cram, {f.name for f in dataclasses.fields(CramConfig)}, path, "cram.")
     _check_keys(grid, {f.name for f in dataclasses.fields(GridConfig)}, path, "grid.")
     _check_keys(design, DESIGN_KEYS, path, "design.")
@@ -380,7 +400,7 @@ def flags_from_settings(values: dict, path) -> dict:
         "abandon_audit": cram.get("abandon_audit"),  # absent (None: the flag's default, 0) from runs without it
         "infer_prefixes": values.get("infer_prefixes", False),
         "text_chunks": values["source"].get("chunk_tokens"),
-        "support_sequences": values.get("support_sequences"),  # absent (None: the flag's default) before recorded
+        "support_sequences": values.get("support_sequences"),  # absent: the default, which it was measured on
     }
     if protocol != "published":  # ut-peft's layout: the BOS before the memory, or nothing (prefix none)
         flags["prefix"] = "bos" if cram.get("prefix_ids") else "none"
@@ -615,8 +635,9 @@ def parse(argv=None, *, prog: str | None = None):
     parser.add_argument(
         "--support-sequences",
         type=int,
-        default=API["support_sequences"],
-        help="random sequences to measure r",
+        default=None,
+        help="random sequences the bounds' support (r and the box) is measured on, recorded in settings.json "
+        f"(default: what the sweep in --output-dir was measured on, else {API['support_sequences']})",
     )
     parser.add_argument("--device-map", action="store_true", help="spread a large model over devices (Accelerate)")
     parser.add_argument("--save-vectors", action="store_true", help="keep every sequence's vectors (safetensors)")
