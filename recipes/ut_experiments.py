@@ -3,51 +3,96 @@
     nice -n 10 python recipes/ut_experiments.py --threads 1 --stop-file /tmp/cpu/smollm2   # the plan, in order
     python recipes/ut_experiments.py --only khop-k1-sparse-s0,khop-mix-random-s0            # just these
     python recipes/ut_experiments.py --list                                                 # names and commands
-    python recipes/ut_experiments.py --report-only                                          # table + figure
+    python recipes/ut_experiments.py --report-only                                          # tables + figures
+    nice -n 10 python recipes/ut_experiments.py --budget --threads 1 --stop-file results/universal/PAUSED
 
 The plan, the worker and the report live in ``ut_peft.tasks.plan``: each run is ``ut_peft.tasks.training.run`` in
 ``runs/universal/<name>`` (resumable; a finished run is not trained again; a run another worker trains is skipped),
 its row appended to ``results/universal/runs.jsonl``; ``--report-only`` writes ``results/universal/table.md`` and
 ``docs/figures/universal-khop-curves.png`` from that file. Runs stopped early are reported from their checkpoint's
 curve, marked unfinished.
+
+``--budget`` trains the budget runs instead (issue 42): the main rows on k = 2, k = 3 and k = 1..4 mixed to the
+references' 10^7 fresh examples, each stopping at 99% held out or at a flat doubling of examples; seed 0 of every
+row, then seeds 1 and 2 of the rows whose seed 0 reached the paper's level or ended within 10 points of it
+(``plan.budget_runs``). Every report also writes their table, ``results/universal/budget.md``, their figure,
+``docs/figures/universal-khop-budget.png``, and the table into docs/universal.md between its
+``<!-- BEGIN khop-budget -->`` and ``<!-- END khop-budget -->`` markers. ``--stop-file``: no new run starts once the
+file exists, and the run in flight stops at its next checkpoint (rerun to resume it there).
 """
 
 import argparse
+import re
 from pathlib import Path
 
 import torch
 
 from ut_peft.cli.common import add_common_flags, end_tracking, parse_args, run, start_tracking
+from ut_peft.io import atomic_write_text
 from ut_peft.tasks import plan
 
 ROOT = Path(__file__).resolve().parents[1]
+BUDGET_TABLE = Path("results") / "universal" / "budget.md"
+BUDGET_FIGURE = Path("docs") / "figures" / "universal-khop-budget.png"
+DOCS = Path("docs") / "universal.md"
+DOCS_SECTION = "khop-budget"
+
+
+def set_section(path: Path, name: str, body: str) -> bool:
+    """Replace the text between ``<!-- BEGIN name -->`` and ``<!-- END name -->`` in ``path`` (as tools/set_section.py
+    does); False, and nothing written, where the file or its markers are missing."""
+    if not path.is_file():
+        return False
+    text = path.read_text(encoding="utf-8")
+    pattern = re.compile(rf"(<!-- BEGIN {re.escape(name)} -->\n).*?(<!-- END {re.escape(name)} -->)", re.S)
+    if not pattern.search(text):
+        return False
+    atomic_write_text(path, pattern.sub(lambda m: m.group(1) + body.strip("\n") + "\n" + m.group(2), text))
+    return True
 
 
 def main(args) -> None:
+    everything = plan.PLAN + plan.BUDGET_PLAN
     if args.list:
-        for name, settings in plan.PLAN:
+        for name, settings in plan.BUDGET_PLAN if args.budget else plan.PLAN:
             print(f"{name}: {plan.command(name, settings)}")
         return
     if args.threads:
         torch.set_num_threads(args.threads)
-    results, runs_dir = ROOT / plan.RESULTS, ROOT / plan.RUNS_DIR
+    base = args.base_dir
+    results, runs_dir = base / plan.RESULTS, base / plan.RUNS_DIR
     if not args.report_only:
         names = [n for n in args.only.split(",") if n]
         tracking = start_tracking(args, runs_dir, "ut-peft-universal", {"only": args.only, "threads": args.threads})
         tracker = tracking if tracking.trackers else None  # each run logs under its name (--report-to)
-        plan.run_plan(plan.PLAN, names, runs_dir=runs_dir, results=results, stop_file=args.stop_file, tracker=tracker)
+        kwargs = dict(runs_dir=runs_dir, results=results, stop_file=args.stop_file, tracker=tracker)
+        if args.budget and not names:
+            plan.run_budget(**kwargs)
+        else:
+            plan.run_plan(everything if names else plan.PLAN, names, **kwargs)
         if tracker is not None:
             end_tracking(tracking)
     rows = plan.load_rows(results)
-    rows.update(plan.unfinished_rows(plan.PLAN, rows, runs_dir))
+    rows.update(plan.unfinished_rows(everything, rows, runs_dir))
     if not rows:
         raise ValueError(f"no finished runs in {results}; run the plan first")
     print(
         plan.report(
-            rows, table_path=ROOT / plan.TABLE, figure_path=ROOT / plan.FIGURE, baselines=ROOT / plan.BASELINES
+            rows, table_path=base / plan.TABLE, figure_path=base / plan.FIGURE, baselines=base / plan.BASELINES
         )
     )
     print(f"figure: {plan.FIGURE}")
+    budget = [row for row in rows.values() if row["task"] == "khop" and plan.is_budget(row)]
+    text = plan.budget_report(
+        rows, table_path=base / BUDGET_TABLE, figure_path=base / BUDGET_FIGURE if budget else None
+    )
+    print(text)
+    if budget:
+        text += "\n![k-hop held-out accuracy against examples seen, to the references' budget](figures/"
+        text += f"{BUDGET_FIGURE.name})\n"
+        print(f"figure: {BUDGET_FIGURE}")
+    if set_section(base / DOCS, DOCS_SECTION, text):
+        print(f"table: in {DOCS} ({DOCS_SECTION})")
 
 
 def parse(argv=None):
@@ -55,14 +100,26 @@ def parse(argv=None):
     parser.add_argument(
         "--only", default="", help="comma-separated run names from the plan, run in this order (default: all)"
     )
-    parser.add_argument("--report-only", action="store_true", help="only the table and figure from the results")
+    parser.add_argument(
+        "--budget",
+        action="store_true",
+        help="train the budget runs (to 10^7 examples, with stopping rules; seeds 1 and 2 where earned) instead",
+    )
+    parser.add_argument("--report-only", action="store_true", help="only the tables and figures from the results")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     parser.add_argument("--list", action="store_true", help="print the plan's names and commands, then stop")
     parser.add_argument(
         "--stop-file",
         type=Path,
         default=None,
-        help="start no new run once this file exists (another job owns the machine from then on)",
+        help="start no new run once this file exists, and stop the run in flight at its next checkpoint (another "
+        "job owns the machine from then on)",
+    )
+    parser.add_argument(
+        "--base-dir",
+        type=Path,
+        default=ROOT,
+        help="the folder the plan's paths are in (runs/universal, results/universal, docs); default the repository",
     )
     add_common_flags(parser, tracking=True)  # --config, --debug, --report-to, --logging-dir
     return parse_args(parser, argv)

@@ -117,6 +117,108 @@ PLAN: list[tuple[str, dict]] = (
 )
 
 
+# ---- the references' data budget ---------------------------------------------------------------------------------
+# The main rows (residual + LayerNorm) on the hops the plan's 96 000 examples left below the paper's level, trained to
+# the 10^7 fresh examples Zhong & Andreas train on (batch 1000 x 10 000 steps), or until the held-out curve says more
+# examples will not change the answer: 99% held out, or a doubling of examples that moved the accuracy by less than a
+# point. Each run evaluates at every doubling of examples from 10^5 (the curve, with the CPU seconds spent by each
+# point) and stops at the first evaluation where a rule holds (training.stop_reason); the schedule is the one of the
+# whole budget, so a run that stopped is the beginning of the run that did not.
+
+BUDGET_EXAMPLES = 10_000_000
+# On these CPUs an example costs the same at batch 64, 128 and 256 (within the noise of a loaded machine) and 7-22%
+# more at 512 and 1000 (benchmarks/ut_khop_batch.py): 256 is the largest of the cheapest, the closest to the
+# references' 1000 at no cost in CPU.
+BUDGET_BATCH = 256
+BUDGET_SPLITS = ("k2", "k3", "mix")
+BUDGET_SEEDS = (0, 1, 2)
+BUDGET_RULES = dict(eval_every=0, eval_log_from=100_000, stop_accuracy=0.99, stop_flat=0.01, checkpoint_every=500)
+MORE_SEEDS_WITHIN = 0.10  # seeds 1 and 2 for a row whose seed 0 crossed the paper's level or ended this close below it
+
+
+def scaled_to_batch(settings: dict, batch: int) -> dict:
+    """``settings`` (tuned at their own batch) moved to ``batch``: the learning rate by square-root scaling, the
+    warm-up held at the same number of examples. Square root, not linear: for Adam the update's size does not grow
+    with the gradient's, and the rule that keeps its stochastic dynamics (Malladi et al. 2022, "On the SDEs and scaling
+    rules for adaptive gradient algorithms") scales the rate by sqrt(batch ratio) and the steps, the warm-up's
+    included, by 1 / ratio; linear scaling is SGD's rule and overshoots Adam at a ratio of 4. Adam's betas are kept
+    (that rule would move them too), as Zhong & Andreas keep theirs at batch 1000."""
+    ratio = batch / settings["batch_size"]
+    return {
+        **settings,
+        "batch_size": batch,
+        "lr": float(f"{settings['lr'] * math.sqrt(ratio):.3g}"),
+        "warmup_steps": max(1, round(settings["warmup_steps"] / ratio)),
+    }
+
+
+def budget_name(split: str, kind: str, seed: int) -> str:
+    return f"khop-{split}-{kind}-budget-s{seed}"
+
+
+def budget_settings(split: str, kind: str, seed: int) -> dict:
+    return {
+        **scaled_to_batch({**KHOP, **KINDS[kind]}, BUDGET_BATCH),
+        **BUDGET_RULES,
+        "steps": math.ceil(BUDGET_EXAMPLES / BUDGET_BATCH),
+        "khop_ks": SPLITS[split],
+        "seed": seed,
+        "backbone_seed": seed,
+    }
+
+
+# Every budget run there may be, seed 0 first; seeds 1 and 2 of a row run only when :func:`more_seeds` asks for them.
+BUDGET_PLAN: list[tuple[str, dict]] = [
+    (budget_name(split, kind, seed), budget_settings(split, kind, seed))
+    for seed in BUDGET_SEEDS
+    for split in BUDGET_SPLITS
+    for kind in KINDS
+]
+
+
+def more_seeds(row: dict) -> bool:
+    """Whether a finished seed-0 budget row earns seeds 1 and 2: its curve crossed the paper's level (:data:`PAPER`),
+    or it ended less than :data:`MORE_SEEDS_WITHIN` below it."""
+    level = PAPER[_kind(row["settings"])][0]
+    crossed = row["accuracy"] >= level or any(p["accuracy"] >= level for p in row.get("curve") or [])
+    return crossed or level - row["accuracy"] < MORE_SEEDS_WITHIN
+
+
+def budget_runs(rows: dict[str, dict]) -> list[tuple[str, dict]]:
+    """The budget runs due, in order, given the finished ``rows``: seed 0 of every row, then seeds 1 and 2 of the rows
+    whose seed 0 has finished and :func:`more_seeds` holds."""
+    planned = dict(BUDGET_PLAN)
+    due = [(name, settings) for name, settings in BUDGET_PLAN if settings["seed"] == 0]
+    for name, _ in list(due):
+        if name in rows and more_seeds(rows[name]):
+            due += [(other, planned[other]) for other in (name[: -len("s0")] + f"s{seed}" for seed in (1, 2))]
+    return due
+
+
+def is_budget(row: dict) -> bool:
+    """A row of a budget run (its curve is log-spaced in examples, and stopping rules end it)."""
+    return bool(row["settings"].get("eval_log_from"))
+
+
+def run_budget(
+    *,
+    runs_dir: Path | str = RUNS_DIR,
+    results: Path | str = RESULTS,
+    stop_file: Path | str | None = None,
+    log: Callable[[str], None] = print,
+    tracker=None,
+) -> list[str]:
+    """Train the budget runs due (:func:`budget_runs`) until none is left; returns the names trained here. Each pass
+    reads the results again, so the seeds a finished seed 0 earns (here or by another worker) join the queue."""
+    trained: list[str] = []
+    while True:
+        due = budget_runs(load_rows(results))
+        new = run_plan(due, runs_dir=runs_dir, results=results, stop_file=stop_file, log=log, tracker=tracker)
+        trained += new
+        if not new or (stop_file is not None and Path(stop_file).exists()):
+            return trained
+
+
 def settings_of(row: dict) -> dict:
     """A row's settings, with :data:`LEGACY` filled in where the row predates those fields."""
     return {**LEGACY, **row["settings"]}
@@ -204,8 +306,9 @@ def run_plan(
     logs (:func:`.training.run`) under ``<name>/``.
 
     Several workers may share the plan: a run another worker is training is skipped, and rows are appended whole.
-    Before each run the worker looks for ``stop_file``: once it exists (another job owns the machine now), it starts
-    no new run and returns."""
+    Before each run, and at each checkpoint of the run in flight, the worker looks for ``stop_file``: once it exists
+    (another job owns the machine now), it starts no new run, and the run in flight stops at that checkpoint (to
+    resume where it stopped the next time the plan runs); then the worker returns."""
     planned = dict(plan)
     unknown = [name for name in names if name not in planned]
     if unknown:
@@ -226,11 +329,15 @@ def run_plan(
                 Path(runs_dir) / name,
                 results_path=results,
                 progress=False,
+                stop_when=None if stop_file is None else Path(stop_file).exists,
                 tracker=None if tracker is None else _NamedTracker(tracker, name),
             )
         except RunInProgressError as err:
             log(f"{name}: skipped, {err}")
             continue
+        if "stopped_at" in row:
+            log(f"{name}: paused at step {row['stopped_at']} ({stop_file} exists); rerun to resume it there")
+            break
         trained.append(name)
         log(f"{name}: accuracy {row['accuracy']:.4f} per k {row['per_k']} ({row['train_cpu_seconds']:.0f} CPU s)")
     return trained
@@ -314,7 +421,7 @@ def main_table(rows: dict[str, dict]) -> str:
     groups: dict[tuple, list[dict]] = {}
     for name, row in rows.items():
         s = row["settings"]
-        if row["task"] != "khop" or not is_new(row) or "stopped_at" in row:
+        if row["task"] != "khop" or not is_new(row) or "stopped_at" in row or is_budget(row):
             continue
         shape = f"{s['width']}, {s['layers']}, {s['heads']} x {s['head_dim']}"
         groups.setdefault((_kind(s), s["variant"], shape, s["steps"], s["batch_size"]), []).append(row)
@@ -354,7 +461,7 @@ def curve_table(rows: dict[str, dict]) -> str:
     ]
     groups: dict[str, list[dict]] = {}
     for name, row in sorted(rows.items()):
-        if row["task"] == "khop" and is_new(row) and "stopped_at" not in row:
+        if row["task"] == "khop" and is_new(row) and "stopped_at" not in row and not is_budget(row):
             groups.setdefault(_group(name), []).append(row)
     for group, members in groups.items():
         kind = _kind(members[0]["settings"])
@@ -470,7 +577,7 @@ def figure(rows: dict[str, dict], path: Path, baselines: Path | None = None) -> 
     for axis, split in zip(axes, SPLITS):
         for name, row in sorted(rows.items()):
             s = row["settings"]
-            if row["task"] != "khop" or not is_new(row) or _split(s) != split:
+            if row["task"] != "khop" or not is_new(row) or _split(s) != split or is_budget(row):
                 continue
             kind, variant = _kind(s), s["variant"]
             label = f"{kind}, {variant.replace('_', ' ')}"
@@ -511,6 +618,153 @@ def figure(rows: dict[str, dict], path: Path, baselines: Path | None = None) -> 
     save_figure(fig, path, dpi=110)
 
 
+# ---- the budget runs' report ---------------------------------------------------------------------------------------
+
+SPLIT_TITLES = {
+    "k1": "k = 1 alone",
+    "k2": "k = 2 alone",
+    "k3": "k = 3 alone",
+    "k4": "k = 4 alone",
+    "mix": "k = 1..4 mixed",
+}
+SEED_STYLES = {0: "-", 1: "--", 2: ":"}
+
+
+def crossing(curve: list[dict], level: float) -> tuple[dict | None, dict] | None:
+    """Where a curve first reaches ``level``: (the point before it, below; None when the first point is already
+    there, the point at or above it); None where it never does. The crossing lies between the two points' examples."""
+    for index, point in enumerate(curve):
+        if point["accuracy"] >= level:
+            return (curve[index - 1] if index else None), point
+    return None
+
+
+def _examples(n: float) -> str:
+    return f"{n:.1e}".replace("e+0", "e")
+
+
+def _stop(row: dict) -> str:
+    if "stopped_at" in row:
+        return f"in progress (step {row['stopped_at']:,})"
+    curve, reason = row["curve"], row.get("stop_reason", "budget")
+    if reason == "flat":
+        half = [p for p in curve if 2 * p["step"] == curve[-1]["step"]]
+        moved = 100 * (curve[-1]["accuracy"] - half[-1]["accuracy"]) if half else float("nan")
+        return f"flat ({moved:+.1f} points over the last doubling)"
+    if reason == "accuracy":
+        return f"reached {100 * row['settings']['stop_accuracy']:.0f}%"
+    return "the whole budget"
+
+
+def _crosses(row: dict, level: float) -> str:
+    found = crossing(row["curve"], level)
+    if found is None:
+        return "no: " + cost_to_go(row["curve"], level, row["train_cpu_seconds"])
+    before, at = found
+    where = _examples(at["examples_seen"])
+    where = f"by {where}" if before is None else f"{_examples(before['examples_seen'])}-{where}"
+    cpu = f"; {at['cpu_seconds'] / 3600:.2f} CPU h by then" if "cpu_seconds" in at else ""
+    return f"yes, {where} examples{cpu}"
+
+
+def budget_table(rows: dict[str, dict]) -> str:
+    """One line per budget run: where it stopped and why, its held-out accuracy (per k for the mixed model), whether
+    and at how many examples it crossed the paper's level (or the extrapolated cost of getting there), its CPU hours.
+    Runs still in flight (``stopped_at``, read from their checkpoints) are listed as such."""
+    runs = [row for row in rows.values() if row["task"] == "khop" and is_budget(row)]
+    splits, kinds = list(SPLITS), list(KINDS)
+    runs.sort(
+        key=lambda r: (splits.index(_split(r["settings"])), kinds.index(_kind(r["settings"])), r["settings"]["seed"])
+    )
+    lines = [
+        "| task | model | seed | stopped | examples seen | held-out accuracy (%) | paper's level | crosses it "
+        "(examples) / cost to reach it (extrapolated) | CPU h |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in runs:
+        s = row["settings"]
+        kind = _kind(s)
+        level, paper = PAPER[kind]
+        accuracy = f"{100 * row['accuracy']:.1f}"
+        if len(s["khop_ks"]) > 1 and row.get("per_k"):
+            accuracy += " (k = " + " / ".join(f"{100 * v:.1f}" for v in row["per_k"].values()) + ")"
+        model = "fully trained" if kind == "full" else f"{kind} UT (E, U, positions)"
+        lines.append(
+            f"| {SPLIT_TITLES[_split(s)]} | {model} | {s['seed']} | {_stop(row)} | "
+            f"{_examples(row['curve'][-1]['examples_seen'])} | {accuracy} | {paper} (at {100 * level:.1f}) | "
+            f"{_crosses(row, level)} | {row['train_cpu_seconds'] / 3600:.2f} |"
+        )
+    if not runs:
+        lines.append("| no budget run has evaluated yet | | | | | | | | |")
+    return "\n".join(lines)
+
+
+def budget_figure(rows: dict[str, dict], path: Path) -> None:
+    """Held-out accuracy against examples seen (log axis), one panel per budget split, colour by model kind and line
+    style by seed, with the paper's levels (random UT's range shaded, sparse UT's 100%) and the references' budget.
+    Runs still in flight are drawn faded."""
+    from ..plotting import save_figure, subplots
+
+    fig, axes = subplots(1, len(BUDGET_SPLITS), figsize=(4.5 * len(BUDGET_SPLITS), 4), sharey=True, sharex=True)
+    labelled: set[str] = set()
+
+    def label(text: str) -> str | None:
+        if text in labelled:
+            return None
+        labelled.add(text)
+        return text
+
+    for axis, split in zip(axes, BUDGET_SPLITS):
+        axis.axhspan(85.7, 96.1, color=KIND_COLOURS["random"], alpha=0.12, label=label("paper: random UT 85.7-96.1%"))
+        axis.axhline(
+            100, color=KIND_COLOURS["sparse"], linestyle="--", linewidth=1, label=label("paper: sparse UT 100%")
+        )
+        axis.axvline(BUDGET_EXAMPLES, color="grey", linestyle=":", linewidth=1, label=label("references' budget"))
+        for name, row in sorted(rows.items()):
+            s = row["settings"]
+            if row["task"] != "khop" or not is_budget(row) or _split(s) != split:
+                continue
+            kind = _kind(s)
+            points = row["curve"]
+            axis.plot(
+                [p["examples_seen"] for p in points],
+                [100 * p["accuracy"] for p in points],
+                color=KIND_COLOURS[kind],
+                linestyle=SEED_STYLES.get(s["seed"], "-."),
+                marker="o",
+                markersize=3,
+                alpha=0.35 if "stopped_at" in row else 0.85,
+                label=label(f"{'fully trained' if kind == 'full' else kind + ' UT'}, seed {s['seed']}"),
+            )
+        axis.set(xscale="log", xlabel="training examples seen", title=SPLIT_TITLES[split], ylim=(0, 101))
+        axis.grid(alpha=0.3)
+    axes[0].set_ylabel("held-out token accuracy (%)")
+    axes[0].legend(
+        handles=[h for axis in axes for h in axis.get_legend_handles_labels()[0]], fontsize=7, loc="lower right"
+    )
+    save_figure(fig, path, dpi=110)
+
+
+def budget_report(rows: dict[str, dict], *, table_path: Path, figure_path: Path | None) -> str:
+    """The budget runs' table (written to ``table_path``, returned) and figure (``figure_path``, when given)."""
+    runs = [row for row in rows.values() if row["task"] == "khop" and is_budget(row)]
+    cpu = sum(row["train_cpu_seconds"] for row in runs) / 3600
+    text = (
+        f"Held-out token accuracy on the 2 000 held-out strings of each seed, at every doubling of examples from "
+        f"10^5 up to the references' {BUDGET_EXAMPLES:,} fresh examples; a run stops at "
+        f"{100 * BUDGET_RULES['stop_accuracy']:.0f}% held out, or when a doubling of examples moved its accuracy "
+        f"by less than {100 * BUDGET_RULES['stop_flat']:.0f} point, or at the budget. A crossing lies between the two "
+        f"evaluations named (a factor of 2 in examples); a cost to reach the level is a log-linear extrapolation of "
+        f"the last doubling, not a measurement. {len(runs)} runs, {cpu:.1f} CPU hours so far.\n\n"
+        + budget_table(rows)
+        + "\n"
+    )
+    atomic_write_text(table_path, text)
+    if figure_path is not None:
+        budget_figure(rows, figure_path)
+    return text
+
+
 def report(rows: dict[str, dict], *, table_path: Path, figure_path: Path | None, baselines: Path | None = None) -> str:
     text = table(rows)
     atomic_write_text(table_path, text)
@@ -521,15 +775,25 @@ def report(rows: dict[str, dict], *, table_path: Path, figure_path: Path | None,
 
 __all__ = [
     "KHOP",
+    "BUDGET_EXAMPLES",
+    "BUDGET_PLAN",
     "LEGACY",
     "PLAN",
     "RESULTS",
     "RUNS_DIR",
+    "budget_report",
+    "budget_runs",
+    "budget_table",
     "command",
     "cost_to_go",
+    "crossing",
+    "is_budget",
+    "more_seeds",
     "load_rows",
     "report",
+    "run_budget",
     "run_plan",
+    "scaled_to_batch",
     "settings_of",
     "table",
     "unfinished_rows",

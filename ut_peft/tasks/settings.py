@@ -52,6 +52,16 @@ class RunSettings:
     khop_length: int = 32
     checkpoint_every: int = 250
     eval_every: int = 0  # also evaluate every this many steps (the learning curve); 0: only at the end
+    # A curve log-spaced in examples seen: also evaluate after the first step by which eval_log_from examples have been
+    # seen, and at every doubling of that step (so consecutive points are exactly one doubling of examples apart); 0:
+    # none. Long runs want this: a linear curve is either too sparse early or too dense late.
+    eval_log_from: int = 0
+    # Stopping rules, checked at every evaluation of the curve (0: off). stop_accuracy: stop once the held-out accuracy
+    # reaches it. stop_flat: stop once the last doubling of examples (this evaluation against the one at half its
+    # step) moved the held-out accuracy by less than this (a fraction: 0.01 is one point). The schedule stays the one
+    # of all `steps`, so a run stopped early is exactly the beginning of the run that was not.
+    stop_accuracy: float = 0.0
+    stop_flat: float = 0.0
 
     def __post_init__(self):
         if self.task not in TASKS:
@@ -77,6 +87,19 @@ class RunSettings:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.eval_every < 0:
             raise ValueError(f"eval_every must be 0 (only at the end) or positive, got {self.eval_every}")
+        if self.eval_log_from < 0:
+            raise ValueError(f"eval_log_from must be 0 (no log-spaced curve) or positive, got {self.eval_log_from}")
+        if not 0 <= self.stop_accuracy <= 1:
+            raise ValueError(f"stop_accuracy must be an accuracy between 0 (off) and 1, got {self.stop_accuracy}")
+        if not 0 <= self.stop_flat < 1:
+            raise ValueError(
+                f"stop_flat must be between 0 (off) and 1 (a fraction: 0.01 is one point), got {self.stop_flat}"
+            )
+        if (self.stop_accuracy or self.stop_flat) and not (self.eval_every or self.eval_log_from):
+            raise ValueError(
+                "stop_accuracy and stop_flat are checked at the curve's evaluations, and this run has none: set "
+                "eval_log_from (a curve log-spaced in examples seen) or eval_every"
+            )
         if not self.lr > 0:
             raise ValueError(f"lr must be positive, got {self.lr}")
         if isinstance(self.init_std, bool) or not isinstance(self.init_std, (int, float)):

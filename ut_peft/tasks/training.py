@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import pickle
 import random
+import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -259,6 +262,9 @@ def _save_checkpoint(
 
 
 def _check_settings(path: Path, saved: dict, settings: RunSettings) -> None:
+    # A field added since the checkpoint was written reads as its default: each new field's default is the behaviour
+    # from before it existed, so such a run resumes (and a run that sets the field differently does not).
+    saved = {**dataclasses.asdict(RunSettings()), **saved}
     if saved != dataclasses.asdict(settings):
         changed = sorted(k for k in saved if saved[k] != dataclasses.asdict(settings).get(k))
         raise ValueError(
@@ -326,6 +332,34 @@ def evaluate_model(model, dataset, batch_size: int = 256, device=None) -> dict:
     return result
 
 
+def log_eval_steps(settings: RunSettings) -> list[int]:
+    """The steps of the curve log-spaced in examples seen (``eval_log_from``): the first step by which that many
+    examples have been seen, then every doubling of it, before the last step (which :func:`run` always evaluates)."""
+    if not settings.eval_log_from:
+        return []
+    steps, step = [], math.ceil(settings.eval_log_from / settings.batch_size)
+    while step < settings.steps:
+        steps.append(step)
+        step *= 2
+    return steps
+
+
+def stop_reason(settings: RunSettings, curve: list[dict]) -> str | None:
+    """Why a run stops at the last point of its ``curve``: "accuracy" (it reached ``stop_accuracy``), "flat" (the
+    last doubling of examples, against the point at half its step, moved the accuracy by less than ``stop_flat``), or
+    None: go on. A pure function of the curve, so a resumed run stops where an unbroken one does."""
+    if not curve:
+        return None
+    last = curve[-1]
+    if settings.stop_accuracy and last["accuracy"] >= settings.stop_accuracy:
+        return "accuracy"
+    if settings.stop_flat:
+        half = [p for p in curve if 2 * p["step"] == last["step"]]
+        if half and abs(last["accuracy"] - half[-1]["accuracy"]) < settings.stop_flat:
+            return "flat"
+    return None
+
+
 class RunInProgressError(RuntimeError):
     """Another process is training in this output folder."""
 
@@ -341,14 +375,21 @@ def run(
     resume: bool = True,
     progress: bool = True,
     stop_after: int | None = None,
+    stop_when: Callable[[], bool] | None = None,
     tracker=None,
 ) -> dict:
     """Train, evaluate, save the adapter (``output_dir/adapter``; ``output_dir/model`` with ``full``) and return the
     results row (also appended to ``results_path`` when given, and kept in ``output_dir/result.json``).
 
     ``stop_after`` ends this session after that many steps with a checkpoint (for time-boxed sessions on shared
-    machines) and returns ``{"stopped_at": step}``; running again resumes there. Running a finished run again
-    returns its row from ``result.json`` without training or appending it a second time.
+    machines) and returns ``{"stopped_at": step}``; running again resumes there. ``stop_when`` does the same at
+    the first checkpoint at which it returns true (another job wants the machine: the run pauses within
+    ``checkpoint_every`` steps instead of at its end). Running a finished run again returns its row from
+    ``result.json`` without training or appending it a second time.
+
+    The run ends after ``settings.steps`` steps, or earlier at an evaluation of its curve where a stopping rule of the
+    settings holds (:func:`stop_reason`); the row says which (``stop_reason``: "budget", "accuracy" or "flat") and
+    how many examples it saw. Each point of the curve records the CPU seconds spent so far.
 
     ``tracker``: an ``accelerate.Accelerator`` whose trackers are initialised (``init_trackers``); it gets the
     training loss and learning rate every step (``train/loss``, ``train/lr``) and the evaluation's accuracy, sequence
@@ -375,6 +416,7 @@ def run(
             resume=resume,
             progress=progress,
             stop_after=stop_after,
+            stop_when=stop_when,
             tracker=tracker,
         )
     finally:
@@ -407,6 +449,7 @@ def _run_locked(
     resume: bool,
     progress: bool,
     stop_after: int | None,
+    stop_when: Callable[[], bool] | None = None,
     tracker=None,
 ) -> dict:
     checkpoint, finished = output_dir / "checkpoint.pt", output_dir / "result.json"
@@ -415,7 +458,9 @@ def _run_locked(
     if finished.exists():
         return _finished_row(finished, settings, results_path)
     session = _start_session(settings, checkpoint)
-    stopped = _train(session, checkpoint, progress=progress, stop_after=stop_after, tracker=tracker)
+    stopped = _train(
+        session, checkpoint, progress=progress, stop_after=stop_after, stop_when=stop_when, tracker=tracker
+    )
     if stopped is not None:
         return stopped
     return _finish(session, output_dir, finished, results_path=results_path, tracker=tracker)
@@ -446,6 +491,8 @@ class _Session:
     initial_std: dict[str, float]
     start: int  # the step this session starts from (0, or a checkpoint's)
     done: dict  # the curve and seconds of the earlier sessions (:func:`_fresh_progress`)
+    end: int = 0  # the step the run ended at (settings.steps, or an evaluation where a stopping rule held)
+    reason: str = "budget"  # why it ended there (:func:`stop_reason`; "budget": every step ran)
     wall: float = field(default_factory=time.time)
     cpu: float = field(default_factory=time.process_time)
     last_loss: float = float("nan")
@@ -488,10 +535,27 @@ def _start_session(settings: RunSettings, checkpoint: Path) -> _Session:
     )
 
 
-def _train(session: _Session, checkpoint: Path, *, progress: bool, stop_after: int | None, tracker) -> dict | None:
+def _train(
+    session: _Session,
+    checkpoint: Path,
+    *,
+    progress: bool,
+    stop_after: int | None,
+    stop_when: Callable[[], bool] | None = None,
+    tracker,
+) -> dict | None:
     """The steps from ``session.start`` to the end, with the curve's evaluations and the checkpoints; returns
-    ``{"stopped_at", "checkpoint"}`` where ``stop_after`` ends the session early, None once every step ran."""
-    s, model, accelerator = session.settings, session.model, session.accelerator
+    ``{"stopped_at", "checkpoint"}`` where ``stop_after`` or ``stop_when`` ends the session early, None once the run
+    has ended (every step ran, or a stopping rule held at an evaluation: ``session.end`` and ``session.reason``)."""
+    s, model = session.settings, session.model
+    curve = session.done["curve"]
+    session.end = s.steps
+    if curve and curve[-1]["step"] == session.start and (reason := stop_reason(s, curve)):
+        # Killed after the checkpoint of the evaluation that ended the run (it is saved before the run finishes):
+        # finish without another step, as the unbroken run did.
+        session.end, session.reason = session.start, reason
+        return None
+    log_steps = set(log_eval_steps(s))
     bar = tqdm(
         range(session.start, s.steps),
         initial=session.start,
@@ -505,39 +569,95 @@ def _train(session: _Session, checkpoint: Path, *, progress: bool, stop_after: i
             session.save(checkpoint, step)
             bar.close()
             return {"stopped_at": step, "checkpoint": str(checkpoint)}
-        # The batch of a step depends only on (seed, step), so a resumed run sees the same data as an unbroken one.
-        batch = collate(session.data.batch(step))
-        loss = model(**{k: v.to(accelerator.device) for k, v in batch.items()}).loss
-        accelerator.backward(loss)
-        accelerator.clip_grad_norm_(session.trainable, 1.0)
-        session.optimizer.step()
-        used_lr = session.scheduler.get_last_lr()[0]  # the rate this step used, before the schedule moves on
-        session.scheduler.step()
-        session.optimizer.zero_grad()
-        session.last_loss = loss.item()
+        used_lr = _step(session, step)
         bar.set_postfix(loss=f"{session.last_loss:.4f}")
         if tracker is not None:
             tracker.log({"train/loss": session.last_loss, "train/lr": used_lr}, step=step + 1)
-        if s.eval_every and (step + 1) % s.eval_every == 0 and step + 1 < s.steps:
+        done = step + 1
+        if done < s.steps and ((s.eval_every and done % s.eval_every == 0) or done in log_steps):
             # Evaluation draws no random numbers (no dropout in eval mode), so the curve leaves training unchanged.
-            scores = evaluate_model(model, session.evaluation, device=accelerator.device)
+            scores = evaluate_model(model, session.evaluation, device=session.accelerator.device)
             if tracker is not None:
-                tracker.log(_eval_values(scores), step=step + 1)
-            session.done["curve"].append(_curve_point(s, step + 1, scores, session.last_loss))
+                tracker.log(_eval_values(scores), step=done)
+            curve.append(_curve_point(s, done, scores, session.last_loss, session.progress()))
             model.train()
-        if (step + 1) % s.checkpoint_every == 0 or step + 1 == s.steps:
-            session.save(checkpoint, step + 1)
+            if reason := stop_reason(s, curve):
+                session.save(checkpoint, done)  # a kill from here on resumes straight into the finish
+                session.end, session.reason = done, reason
+                bar.close()
+                return None
+        if done % s.checkpoint_every == 0 or done == s.steps:
+            session.save(checkpoint, done)
+            if stop_when is not None and done < s.steps and stop_when():
+                bar.close()
+                return {"stopped_at": done, "checkpoint": str(checkpoint)}
     return None
 
 
-def _curve_point(settings: RunSettings, step: int, scores: dict, train_loss: float) -> dict:
-    """One point of the learning curve: the evaluation's accuracy after ``step`` steps."""
+def _step(session: _Session, step: int) -> float:
+    """One optimisation step on the batch of ``step``; returns the learning rate it used."""
+    accelerator = session.accelerator
+    # The batch of a step depends only on (seed, step), so a resumed run sees the same data as an unbroken one.
+    batch = collate(session.data.batch(step))
+    loss = session.model(**{k: v.to(accelerator.device) for k, v in batch.items()}).loss
+    accelerator.backward(loss)
+    accelerator.clip_grad_norm_(session.trainable, 1.0)
+    session.optimizer.step()
+    used_lr = session.scheduler.get_last_lr()[0]  # the rate this step used, before the schedule moves on
+    session.scheduler.step()
+    session.optimizer.zero_grad()
+    session.last_loss = loss.item()
+    return used_lr
+
+
+def step_timer(settings: RunSettings, *, skip: int = 2) -> Callable[[int], dict]:
+    """A timer of this run's step here: builds the run's session (model, optimiser, data; nothing saved), takes
+    ``skip`` untimed steps (allocator and caches warming up), and returns ``time(steps)``, which takes that many more
+    steps of :func:`run`'s own step (data drawn, forward, backward, clipping, AdamW) and returns their CPU and wall
+    seconds per step and per 1000 examples (CPU seconds count every thread). Successive calls continue the run."""
+    with tempfile.TemporaryDirectory() as folder:
+        session = _start_session(settings, Path(folder) / "checkpoint.pt")
+    session.model.train()
+    next_step = 0
+
+    def advance(steps: int) -> None:
+        nonlocal next_step
+        for step in range(next_step, next_step + steps):
+            _step(session, step)
+        next_step += steps
+
+    advance(skip)
+
+    def time_steps(steps: int) -> dict:
+        if steps < 1:
+            raise ValueError(f"time at least one step, got {steps}")
+        cpu, wall = time.process_time(), time.perf_counter()
+        advance(steps)
+        cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+        examples = steps * settings.batch_size
+        return {
+            "steps": steps,
+            "batch_size": settings.batch_size,
+            "cpu_seconds_per_step": cpu / steps,
+            "wall_seconds_per_step": wall / steps,
+            "cpu_seconds_per_1000_examples": 1000 * cpu / examples,
+            "wall_seconds_per_1000_examples": 1000 * wall / examples,
+        }
+
+    return time_steps
+
+
+def _curve_point(settings: RunSettings, step: int, scores: dict, train_loss: float, spent: dict) -> dict:
+    """One point of the learning curve: the evaluation's accuracy after ``step`` steps, and the CPU seconds the run
+    had spent by then (over all its sessions; what a point of the curve cost)."""
     return {
         "step": step,
         "examples_seen": step * settings.batch_size,
         "accuracy": scores["accuracy"],
+        "sequence_accuracy": scores["sequence_accuracy"],
         "per_k": scores.get("per_k"),
         "train_loss": train_loss,
+        "cpu_seconds": spent["train_cpu_seconds"],
     }
 
 
@@ -547,10 +667,18 @@ def _finish(session: _Session, output_dir: Path, finished: Path, *, results_path
     s = session.settings
     spent = session.progress()
     model = session.accelerator.unwrap_model(session.model)
-    scores = evaluate_model(model, session.evaluation, device=session.accelerator.device)
-    if tracker is not None:
-        tracker.log(_eval_values(scores), step=s.steps)
-    curve = spent["curve"] + [_curve_point(s, s.steps, scores, session.last_loss)]
+    end = session.end or s.steps
+    curve = spent["curve"]
+    if curve and curve[-1]["step"] == end:
+        # A stopping rule ended the run at this evaluation: its scores are the row's (no second evaluation; a run
+        # resumed from the checkpoint of that evaluation has only them).
+        scores = {key: curve[-1][key] for key in ("accuracy", "sequence_accuracy", "per_k")}
+        session.last_loss = curve[-1]["train_loss"]
+    else:
+        scores = evaluate_model(model, session.evaluation, device=session.accelerator.device)
+        if tracker is not None:
+            tracker.log(_eval_values(scores), step=end)
+        curve = curve + [_curve_point(s, end, scores, session.last_loss, spent)]
     save_dir = output_dir / ("model" if s.full else "adapter")
     model.save_pretrained(save_dir)
     row = {
@@ -568,6 +696,8 @@ def _finish(session: _Session, output_dir: Path, finished: Path, *, results_path
         "train_cpu_seconds": spent["train_cpu_seconds"],
         "torch_threads": torch.get_num_threads(),
         "resumed_from_step": session.start,
+        "stop_reason": session.reason,
+        "examples_seen": end * s.batch_size,
         "curve": curve,
         "saved_to": str(save_dir),
         "settings": dataclasses.asdict(s),
@@ -591,7 +721,10 @@ __all__ = [
     "evaluate_model",
     "family_config",
     "initial_table_std",
+    "log_eval_steps",
     "run",
+    "step_timer",
+    "stop_reason",
     "string_key",
     "task_data",
 ]

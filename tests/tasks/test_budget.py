@@ -1,0 +1,339 @@
+"""The budget runs: a curve log-spaced in examples, the stopping rules (99%, a flat doubling, the budget), a kill
+at any point resumed to the same record, the pause at a checkpoint, the seeds rule and the report's table."""
+
+import dataclasses
+import importlib.util
+import json
+import shlex
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from ut_peft.tasks import plan, training
+from ut_peft.tasks.training import RunSettings, log_eval_steps, run, stop_reason
+
+ROOT = Path(__file__).resolve().parents[2]
+# Curve points at steps 2, 4, 8 and 16 (16 examples = 2 steps of 8, then every doubling), 20 steps in all.
+TINY = dict(
+    task="khop", backbone="sparse-ut", variant="residual_layernorm", width=24, layers=1, head_dim=4, steps=20,
+    batch_size=8, eval_examples=16, khop_length=8, khop_ks=[2], checkpoint_every=3, warmup_steps=1, lr=1e-2,
+    eval_log_from=16, stop_accuracy=0.99, stop_flat=0.01,
+)  # fmt: skip
+TIMING = ("train_seconds", "train_cpu_seconds", "resumed_from_step", "saved_to")
+
+
+def _record(row: dict) -> dict:
+    """A row without what a resumed run cannot repeat: its clocks, where it resumed, its folder."""
+    kept = {k: v for k, v in row.items() if k not in TIMING}
+    kept["curve"] = [{k: v for k, v in point.items() if k != "cpu_seconds"} for point in row["curve"]]
+    return kept
+
+
+def _scripted(monkeypatch, accuracies):
+    """Every evaluation of a run returns the next of ``accuracies`` (the rules see exactly these curves)."""
+    calls = iter(accuracies)
+
+    def evaluate(model, dataset, batch_size=256, device=None):
+        accuracy = next(calls)
+        return {"accuracy": accuracy, "sequence_accuracy": 0.0, "per_k": {"2": accuracy}}
+
+    monkeypatch.setattr(training, "evaluate_model", evaluate)
+
+
+def _checkpoint_step(folder: Path) -> int:
+    return torch.load(folder / "checkpoint.pt", weights_only=False)["step"]
+
+
+def test_the_curve_doubles_in_examples_and_the_rules_read_it():
+    settings = RunSettings(**{**TINY, "steps": 40})
+    assert log_eval_steps(settings) == [2, 4, 8, 16, 32]
+    assert log_eval_steps(RunSettings(**{**TINY, "batch_size": 256, "steps": 39063, "eval_log_from": 100_000})) == [
+        391 * 2**i
+        for i in range(7)  # 100,096 examples, then every doubling up to 6.4 million
+    ]
+    assert log_eval_steps(RunSettings(**{**TINY, "eval_log_from": 0, "eval_every": 2})) == []
+
+    def curve(*points):
+        return [{"step": step, "accuracy": accuracy} for step, accuracy in points]
+
+    assert stop_reason(settings, []) is None
+    assert stop_reason(settings, curve((2, 0.5), (4, 0.995))) == "accuracy"
+    assert stop_reason(settings, curve((2, 0.5), (4, 0.505))) == "flat"  # half a point over a doubling
+    assert stop_reason(settings, curve((2, 0.5), (4, 0.49))) is None  # a fall of a point is not flat
+    assert stop_reason(settings, curve((2, 0.5), (3, 0.5))) is None  # not a doubling: nothing to compare
+    off = RunSettings(**{**TINY, "stop_accuracy": 0.0, "stop_flat": 0.0})
+    assert stop_reason(off, curve((2, 0.5), (4, 1.0))) is None
+
+
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        (dict(stop_accuracy=1.5), "stop_accuracy must be an accuracy"),
+        (dict(stop_flat=-0.01), "stop_flat must be between 0"),
+        (dict(eval_log_from=-1), "eval_log_from must be 0"),
+        (dict(eval_log_from=0, eval_every=0), "set eval_log_from"),
+    ],
+)
+def test_rules_a_run_cannot_check_are_refused(bad, message):
+    with pytest.raises(ValueError, match=message):
+        RunSettings(**{**TINY, **bad})
+
+
+@pytest.mark.parametrize(
+    "accuracies, reason, end, points",
+    [
+        ([0.5, 0.7, 0.995], "accuracy", 8, [2, 4, 8]),
+        ([0.5, 0.6, 0.605], "flat", 8, [2, 4, 8]),  # +0.5 points from step 4 to 8
+        ([0.5, 0.6, 0.58, 0.7, 0.8], "budget", 20, [2, 4, 8, 16, 20]),  # -2 points is a move, not flat
+    ],
+)
+def test_a_run_stops_at_the_first_evaluation_where_a_rule_holds(
+    tmp_path, monkeypatch, accuracies, reason, end, points
+):
+    _scripted(monkeypatch, accuracies)
+    row = run(RunSettings(**TINY), tmp_path, results_path=tmp_path / "runs.jsonl", progress=False)
+    assert row["stop_reason"] == reason and row["examples_seen"] == 8 * end
+    assert [p["step"] for p in row["curve"]] == points and _checkpoint_step(tmp_path) == end  # no step beyond
+    assert [p["examples_seen"] for p in row["curve"]] == [8 * step for step in points]
+    assert row["accuracy"] == accuracies[-1] == row["curve"][-1]["accuracy"]
+    cpu = [p["cpu_seconds"] for p in row["curve"]]
+    assert cpu == sorted(cpu) and 0 < cpu[-1] <= row["train_cpu_seconds"]
+    assert json.loads((tmp_path / "runs.jsonl").read_text()) == row
+
+
+def test_a_run_killed_mid_way_resumes_to_the_same_record(tmp_path, monkeypatch):
+    settings = RunSettings(**TINY)
+    whole = run(settings, tmp_path / "whole", progress=False)
+    evaluate, calls = training.evaluate_model, []
+
+    def killed_at_the_second_evaluation(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:  # step 4: the last checkpoint is step 3's, the curve's point at step 2 is in it
+            raise KeyboardInterrupt
+        return evaluate(*args, **kwargs)
+
+    monkeypatch.setattr(training, "evaluate_model", killed_at_the_second_evaluation)
+    with pytest.raises(KeyboardInterrupt):
+        run(settings, tmp_path / "split", progress=False)
+    assert _checkpoint_step(tmp_path / "split") == 3
+    resumed = run(settings, tmp_path / "split", progress=False)
+    assert resumed["resumed_from_step"] == 3 and _record(resumed) == _record(whole)
+
+
+def test_a_run_killed_after_its_stopping_evaluation_finishes_without_another_step(tmp_path, monkeypatch):
+    settings = RunSettings(**{**TINY, "stop_accuracy": 0.001})  # any accuracy stops it at its first point, step 2
+    whole = run(settings, tmp_path / "whole", progress=False)
+    assert whole["stop_reason"] == "accuracy" and whole["examples_seen"] == 16
+    finish = training._finish
+    monkeypatch.setattr(training, "_finish", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt()))
+    with pytest.raises(KeyboardInterrupt):
+        run(settings, tmp_path / "split", progress=False)
+    monkeypatch.setattr(training, "_finish", finish)
+    monkeypatch.setattr(training, "_step", lambda *a: pytest.fail("a step after the run ended"))
+    resumed = run(settings, tmp_path / "split", progress=False)
+    assert resumed["resumed_from_step"] == 2 and _record(resumed) == _record(whole)
+
+
+def test_a_checkpoint_written_before_the_rules_existed_resumes(tmp_path):
+    settings = RunSettings(**{**TINY, "eval_log_from": 0, "stop_accuracy": 0.0, "stop_flat": 0.0, "eval_every": 2})
+    run(settings, tmp_path, progress=False, stop_after=3)
+    state = torch.load(tmp_path / "checkpoint.pt", weights_only=False)
+    for key in ("eval_log_from", "stop_accuracy", "stop_flat"):
+        del state["settings"][key]
+    torch.save(state, tmp_path / "checkpoint.pt")
+    assert run(settings, tmp_path, progress=False)["resumed_from_step"] == 3
+    with pytest.raises(ValueError, match="stop_flat"):  # a run that sets a new field is another run
+        run(RunSettings(**{**dataclasses.asdict(settings), "stop_flat": 0.5}), tmp_path, progress=False)
+
+
+def test_the_worker_pauses_the_run_in_flight_once_the_stop_file_appears(tmp_path, monkeypatch):
+    stop, said = tmp_path / "PAUSED", []
+    evaluate = training.evaluate_model
+
+    def another_job_wants_the_cores(*args, **kwargs):
+        stop.touch()
+        return evaluate(*args, **kwargs)
+
+    monkeypatch.setattr(training, "evaluate_model", another_job_wants_the_cores)
+    entry = [("khop-k2-sparse-budget-s0", dict(TINY))]
+    kwargs = dict(runs_dir=tmp_path / "runs", results=tmp_path / "runs.jsonl", stop_file=stop, log=said.append)
+    assert plan.run_plan(entry, **kwargs) == []
+    assert any("paused at step 3" in line for line in said)  # the first checkpoint after the file appeared
+    assert _checkpoint_step(tmp_path / "runs" / "khop-k2-sparse-budget-s0") == 3
+    monkeypatch.setattr(training, "evaluate_model", evaluate)
+    stop.unlink()
+    assert plan.run_plan(entry, **kwargs) == ["khop-k2-sparse-budget-s0"]
+    row = plan.load_rows(tmp_path / "runs.jsonl")["khop-k2-sparse-budget-s0"]
+    assert row["resumed_from_step"] == 3
+    assert _record(row) == _record(run(RunSettings(**TINY), tmp_path / "whole", progress=False))
+
+
+# ---- the plan's budget entries and the seeds rule -------------------------------------------------------------------
+
+
+def _reprogram_parser():
+    spec = importlib.util.spec_from_file_location("reprogram_recipe", ROOT / "recipes" / "reprogram.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.parse
+
+
+def test_the_budget_entries_are_the_main_rows_at_batch_256_with_the_scaled_rate():
+    entries = dict(plan.BUDGET_PLAN)
+    assert len(entries) == 27  # 3 kinds x k = 2, k = 3, mixed x seeds 0, 1, 2
+    for split in ("k2", "k3", "mix"):
+        for kind in ("sparse", "random", "full"):
+            s = RunSettings(**entries[plan.budget_name(split, kind, 0)])
+            assert (s.width, s.layers, s.heads, s.head_dim, s.variant) == (160, 4, 1, 16, "residual_layernorm")
+            assert s.khop_ks == plan.SPLITS[split] and s.init_std == 0.02 and s.fresh_data
+            assert s.eval_examples == 2000 and s.seed == s.backbone_seed == 0  # the plan's held-out strings
+            assert s.batch_size == 256 and s.steps * s.batch_size >= 10**7 > (s.steps - 1) * s.batch_size
+            assert s.lr == {"full": 2e-3}.get(kind, 6e-3) and s.warmup_steps == 50  # 3e-3 / 1e-3 x sqrt(4); 12,800
+            assert (s.eval_log_from, s.stop_accuracy, s.stop_flat, s.eval_every) == (100_000, 0.99, 0.01, 0)
+    assert plan.scaled_to_batch({"batch_size": 64, "lr": 3e-3, "warmup_steps": 200}, 1024) == {
+        "batch_size": 1024, "lr": 0.012, "warmup_steps": 12,
+    }  # fmt: skip
+    parse = _reprogram_parser()
+    for name, planned in plan.BUDGET_PLAN:  # the table's command per row makes the planned run
+        args = parse(shlex.split(plan.command(name, planned))[2:])
+        assert RunSettings(**{k: getattr(args, k) for k in RunSettings.__dataclass_fields__}) == RunSettings(**planned)
+
+
+def _row(split, kind, seed, accuracy, curve=None, **extra):
+    settings = dataclasses.asdict(RunSettings(**plan.budget_settings(split, kind, seed)))  # as a row records them
+    curve = curve or [(100_096, accuracy)]
+    points = [
+        {"step": n // 256, "examples_seen": n, "accuracy": a, "per_k": None, "cpu_seconds": n / 1000} for n, a in curve
+    ]
+    return {
+        "name": plan.budget_name(split, kind, seed), "task": "khop", "settings": settings, "accuracy": accuracy,
+        "per_k": {str(k): accuracy for k in settings["khop_ks"]}, "curve": points,
+        "train_cpu_seconds": curve[-1][0] / 1000, "stop_reason": "budget", **extra,
+    }  # fmt: skip
+
+
+def test_seeds_1_and_2_go_to_rows_at_or_within_10_points_of_the_paper():
+    rows = {
+        r["name"]: r
+        for r in (
+            _row("k2", "sparse", 0, 0.95),  # 4 points below 99: within 10
+            _row("k2", "random", 0, 0.70),  # 15.7 points below 85.7
+            _row("k2", "full", 0, 0.88),  # 11 points below 99
+            _row("k3", "random", 0, 0.70, curve=[(100_096, 0.9), (200_192, 0.7)]),  # crossed, then fell
+            _row("k3", "full", 0, 0.90),  # 9 points below 99
+        )
+    }
+    assert [plan.more_seeds(rows[plan.budget_name(*key, 0)]) for key in [("k2", "sparse"), ("k2", "random")]] == [
+        True,
+        False,
+    ]
+    due = [name for name, _ in plan.budget_runs(rows)]
+    seed0 = [name for name, _ in plan.BUDGET_PLAN if name.endswith("-s0")]
+    assert due[:9] == seed0
+    assert due[9:] == [
+        f"khop-{key}-budget-s{seed}" for key in ("k2-sparse", "k3-random", "k3-full") for seed in (1, 2)
+    ]
+    assert [name for name, _ in plan.budget_runs({})] == seed0  # nothing finished: seed 0 only
+
+
+def test_the_budget_worker_adds_the_seeds_a_finished_seed_0_earns(tmp_path, monkeypatch):
+    tiny = {**TINY, "steps": 4, "eval_log_from": 0, "stop_accuracy": 0.0, "stop_flat": 0.0}
+    entries = [
+        (plan.budget_name("k2", kind, seed), {**tiny, "backbone": f"{kind}-ut", "seed": seed})
+        for seed in (0, 1, 2)
+        for kind in ("sparse", "random")
+    ]
+    monkeypatch.setattr(plan, "BUDGET_PLAN", entries)
+    monkeypatch.setattr(plan, "more_seeds", lambda row: row["backbone"] == "sparse-ut")
+    said = []
+    trained = plan.run_budget(runs_dir=tmp_path / "runs", results=tmp_path / "runs.jsonl", log=said.append)
+    assert trained == [
+        "khop-k2-sparse-budget-s0",
+        "khop-k2-random-budget-s0",
+        "khop-k2-sparse-budget-s1",
+        "khop-k2-sparse-budget-s2",
+    ]
+    assert plan.run_budget(runs_dir=tmp_path / "runs", results=tmp_path / "runs.jsonl", log=said.append) == []
+
+
+# ---- the report -----------------------------------------------------------------------------------------------------
+
+
+def _fake_rows():
+    crossed = _row(
+        "k2", "sparse", 0, 0.995, curve=[(100_096, 0.8), (200_192, 0.95), (400_384, 0.995)], stop_reason="accuracy"
+    )
+    flat = _row(
+        "k3", "random", 0, 0.622, curve=[(100_096, 0.6), (200_192, 0.62), (400_384, 0.622)], stop_reason="flat"
+    )
+    mixed = _row(
+        "mix", "full", 0, 0.9, curve=[(3_203_072, 0.7), (6_406_144, 0.8), (10_000_128, 0.9)], stop_reason="budget"
+    )
+    mixed["per_k"] = {"1": 1.0, "2": 0.95, "3": 0.85, "4": 0.8}
+    running = _row("k2", "random", 0, 0.7, curve=[(100_096, 0.6), (200_192, 0.7)], stopped_at=900)
+    return {r["name"]: r for r in (crossed, flat, mixed, running)}
+
+
+def test_the_budget_table_says_where_each_row_crosses_the_paper_or_what_reaching_it_would_cost(tmp_path):
+    text = plan.budget_report(_fake_rows(), table_path=tmp_path / "budget.md", figure_path=tmp_path / "budget.png")
+    assert (tmp_path / "budget.md").read_text() == text and (tmp_path / "budget.png").stat().st_size > 0
+    table = [line for line in text.splitlines() if line.startswith("| k = ")]
+    assert [line.split(" | ")[:2] for line in table] == [  # k = 2 first, then k = 3, then mixed; sparse, random, full
+        ["| k = 2 alone", "sparse UT (E, U, positions)"],
+        ["| k = 2 alone", "random UT (E, U, positions)"],
+        ["| k = 3 alone", "random UT (E, U, positions)"],
+        ["| k = 1..4 mixed", "fully trained"],
+    ]
+    sparse, running, flat, full = table
+    # Crossed 99% between the evaluations at 2e5 (95%) and 4e5 (99.5%) examples, 400 CPU s in (the fake's rate).
+    assert sparse.endswith(
+        "| 0 | reached 99% | 4.0e5 | 99.5 | 100% (at 99.0) | yes, 2.0e5-4.0e5 examples; 0.11 CPU h by then | 0.11 |"
+    )
+    assert "| in progress (step 900) | 2.0e5 | 70.0 | 85.7-96.1% (at 85.7) | no: " in running
+    assert "| flat (+0.2 points over the last doubling) | 4.0e5 | 62.2 |" in flat
+    assert "| no: flat (+0.2 points per doubling) |" in flat
+    # 70% at 3.2e6, 90% at 1e7: +12.2 points per doubling, 99% at 1.7x the budget (2.78 CPU h so far, 4.6 there).
+    assert (
+        "| the whole budget | 1.0e7 | 90.0 (k = 100.0 / 95.0 / 85.0 / 80.0) | ~99% (fully trained) (at 99.0) |" in full
+    )
+    assert "| no: 2x the examples (1.7e+07; ~4.6 CPU h): +12.2 points per doubling | 2.78 |" in full
+    assert "4 runs, 3.1 CPU hours so far" in text
+    empty = plan.budget_report({}, table_path=tmp_path / "empty.md", figure_path=None)
+    assert "no budget run has evaluated yet" in empty
+
+
+def test_the_recipe_reports_fake_budget_runs_into_the_docs_section(tmp_path, capsys):
+    spec = importlib.util.spec_from_file_location("recipe_ut_experiments", ROOT / "recipes" / "ut_experiments.py")
+    recipe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(recipe)
+    results = tmp_path / plan.RESULTS
+    results.parent.mkdir(parents=True)
+    results.write_text("".join(json.dumps(r) + "\n" for r in _fake_rows().values() if "stopped_at" not in r))
+    docs = tmp_path / "docs" / "universal.md"
+    docs.parent.mkdir()
+    docs.write_text("# page\n\n<!-- BEGIN khop-budget -->\nold table\n<!-- END khop-budget -->\n\nafter\n")
+    recipe.main(recipe.parse(["--report-only", "--base-dir", str(tmp_path)]))
+    page = docs.read_text()
+    assert "old table" not in page and page.endswith("<!-- END khop-budget -->\n\nafter\n")
+    assert "yes, 2.0e5-4.0e5 examples" in page and "(figures/universal-khop-budget.png)" in page
+    assert (tmp_path / "results" / "universal" / "budget.md").read_text() in page
+    assert (tmp_path / "docs" / "figures" / "universal-khop-budget.png").stat().st_size > 0
+    assert (tmp_path / "results" / "universal" / "table.md").exists()
+    assert "| k = 2 alone | sparse UT" not in (tmp_path / "results" / "universal" / "table.md").read_text()
+
+
+def test_the_batch_benchmark_times_the_runs_own_step(monkeypatch, capsys):
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))  # as `python benchmarks/x.py` does, for `import harness`
+    spec = importlib.util.spec_from_file_location("benchmark_ut_khop_batch", ROOT / "benchmarks" / "ut_khop_batch.py")
+    bench = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "benchmark_ut_khop_batch", bench)
+    spec.loader.exec_module(bench)
+    record = bench.main(
+        bench.parse(["--batches", "8", "16", "--kinds", "sparse", "--examples", "16", "--repeats", "1"])
+    )
+    results = record["results"]
+    assert results["sparse 8"]["cpu_against_batch_8"]["median"] == 1.0 and results["sparse 16"]["steps"] == 2
+    assert results["sparse 16"]["cpu_seconds_per_1000_examples"]["median"] > 0
+    assert "| sparse | 16 |" in capsys.readouterr().out
