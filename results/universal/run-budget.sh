@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# The fixed universal transformers at the references' data budget (issue 42): sparse UT, random UT and the fully
+# trained model (residual + LayerNorm, width 160, 4 layers, one head of 16) on k = 2 alone, k = 3 alone and k = 1..4
+# mixed, each to 10^7 fresh examples at batch 256, stopping early at 99% held out or at a doubling of examples that
+# moved the held-out accuracy by less than a point; seed 0 of the 9 rows, then seeds 1 and 2 of every row whose seed 0
+# reached the paper's level or ended within 10 points of it (ut_peft.tasks.plan.budget_runs). Expected cost, how to
+# read the results: docs/universal.md, "k-hop at the references' data budget".
+#
+# One heavy job at a time on the 2 cores: this script first waits (polling every 10 minutes) until the accessibility
+# campaign's Gemma-3-270M words run (results/gemma-3-270m/pooled-words-glove) has finished (its summary.json) or is
+# paused (a PAUSED file in its folder) and its process has let go of the folder's sweep.lock. Then WORKERS (default 2)
+# workers at one torch thread each share the runs (each run is locked by the worker training it), at nice 10.
+#
+# Start it (resumable: rerun after a kill, a reboot or a pause; finished runs are skipped, a run in flight continues
+# from its last checkpoint in runs/universal/<name>, rows land in results/universal/runs.jsonl):
+#   . .venv/bin/activate && nohup bash results/universal/run-budget.sh > /work/logs/ut-budget.log 2>&1 &
+# Give the cores back (e.g. to resume the Gemma run): write why into results/universal/PAUSED; each worker stops its run
+# at the run's next checkpoint (500 steps, a minute or two) and exits. Remove the file and rerun this script to go on.
+# The table and figure (docs/universal.md, results/universal/budget.md) are rebuilt as each worker ends, or by hand:
+#   python recipes/ut_experiments.py --report-only
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+wait_for=${UT_PEFT_WAIT_FOR:-results/gemma-3-270m/pooled-words-glove}
+paused=results/universal/PAUSED
+workers=${WORKERS:-2}
+
+if [ -e "$paused" ]; then
+    echo "$paused exists ($(head -c 300 "$paused")): the budget runs are paused; remove it and rerun to go on" >&2
+    exit 0
+fi
+lock_free() {  # nobody holds the campaign's sweep lock (flock -n fails while its process runs)
+    [ ! -e "$wait_for/sweep.lock" ] || flock -n "$wait_for/sweep.lock" true
+}
+until { [ -e "$wait_for/summary.json" ] || [ -e "$wait_for/PAUSED" ]; } && lock_free; do
+    echo "$(date '+%F %T') waiting for $wait_for to finish (summary.json) or pause (PAUSED, its process gone)"
+    sleep "${UT_PEFT_POLL_SECONDS:-600}"
+done
+echo "$(date '+%F %T') starting $workers budget workers"
+
+pids=()
+for _ in $(seq "$workers"); do
+    nice -n 10 python recipes/ut_experiments.py --budget --threads 1 --stop-file "$paused" &
+    pids+=("$!")
+    sleep 30  # the next worker then finds the first one's run locked and takes the next
+done
+status=0
+for pid in "${pids[@]}"; do
+    wait "$pid" || status=$?
+done
+echo "$(date '+%F %T') budget workers done (exit $status)"
+exit "$status"
