@@ -71,3 +71,129 @@ def test_workers_append_the_same_lines_as_one_process(load_benchmark, tmp_path, 
     assert tables[0] == tables[1]
     with pytest.raises(SystemExit, match="--workers >= 1"):
         benchmark.main([str(folder), "--workers", "0"])
+
+
+# A truth like the simulated folders' (random words, cap failures) whose width law is not the common width's.
+GROWING = Truth(slope=20.0, intercept=4.0, rel_width=0.15, nested=False, cap_fails=True, width_power=0.6)
+
+
+def test_the_common_width_truth_keeps_the_line_and_the_first_ms_width_at_every_m(load_benchmark):
+    """width_power 0, the threshold line unchanged, the smallest measured m's width (and so its n_50, the threshold's
+    and the protocol's) where the fitted truth has it, and that one width at every other m."""
+    benchmark = load_benchmark("simulated_intervals.py")
+    for first in (1, 3):
+        common = benchmark.common_width_truth(GROWING, first)
+        assert common.width_power == 0.0
+        assert (common.slope, common.intercept) == (GROWING.slope, GROWING.intercept)
+        assert common.width(first) == pytest.approx(GROWING.width(first), rel=1e-12)
+        assert common.protocol_n50(first) == pytest.approx(GROWING.protocol_n50(first), abs=1e-6)
+        other = 5 if first == 1 else 1
+        assert common.width(other) == pytest.approx(common.width(first), rel=1e-12)
+        assert common.width(other) != pytest.approx(GROWING.width(other), rel=0.05)  # the fitted law differs there
+
+
+def test_the_slope_shift_truth_moves_the_protocol_slope_by_the_shift_and_keeps_the_first_n50(load_benchmark):
+    """The protocol's line (cap failures included), not only the threshold's, moves by the shift, up or down, and the
+    protocol's n_50 at the smallest measured m stays put, so the intercept moves the other way; a shift that takes
+    n_50 below 0 is refused."""
+    benchmark = load_benchmark("simulated_intervals.py")
+    ms = [1, 3]
+    slope, intercept = GROWING.protocol_line(ms)
+    for shift in (2.5, -1.5):
+        moved = benchmark.slope_shifted_truth(GROWING, shift, ms, 1)
+        moved_slope, moved_intercept = moved.protocol_line(ms)
+        # Tighter than the cap failures' own move (0.007 tokens of slope for a plain shift of the threshold's line).
+        assert moved_slope - slope == pytest.approx(shift, abs=1e-4)
+        assert moved.protocol_n50(1) == pytest.approx(GROWING.protocol_n50(1), abs=1e-4)
+        assert moved_intercept - intercept == pytest.approx(-shift, abs=1e-3)
+        assert (moved.rel_width, moved.width_power, moved.costs) == (GROWING.rel_width, 0.6, GROWING.costs)
+    with pytest.raises(ValueError, match="at or below 0"):
+        benchmark.slope_shifted_truth(GROWING, -40.0, ms, 1)  # n_50(3) = -16
+
+
+def test_the_default_slope_shift_is_half_the_folders_calibrated_slope_interval(load_benchmark, tmp_path):
+    """Read from calibration.json where it was computed from the rows at hand; without one, or from other rows, the
+    command says to run `ut-peft calibrate` or to give the shift (before any fit or simulation)."""
+    from ut_peft.accessibility import store
+    from ut_peft.accessibility.store import rows_digest
+
+    benchmark = load_benchmark("simulated_intervals.py")
+    folder = tmp_path / "sweep"
+    simulated_folder(folder, 7)
+    with pytest.raises(SystemExit, match="run `ut-peft calibrate .*` first, or give --slope-shift"):
+        benchmark.main([str(folder), "--truth", "slope-shift"])
+    rows = store.read_rows(folder)
+    calibration = {"rows": len(rows), "rows_digest": rows_digest(rows), "slope": {"ci": [18.5, 22.25]}}
+    (folder / store.CALIBRATION_FILE).write_text(json.dumps(calibration))
+    assert benchmark.calibrated_half_width(folder, rows) == pytest.approx(1.875)
+    with pytest.raises(ValueError, match="not the 5 this command reads"):
+        benchmark.calibrated_half_width(folder, dict(list(rows.items())[:5]))
+    with pytest.raises(SystemExit, match="--truth slope-shift or --all-truths"):
+        benchmark.main([str(folder), "--slope-shift", "2"])
+
+
+def test_all_truths_run_into_three_files_and_one_table_and_a_file_keeps_its_truth(
+    load_benchmark, tmp_path, capsys, monkeypatch
+):
+    """--all-truths --outer 2 --inner 3 (the quantile's floor lowered: this checks the plumbing, not a coverage):
+    three results files named by the prefix, each line's setting naming its truth; one table with a coverage per
+    truth and the verdict of the 0.90 rule; a file of one truth refused under another, alone or mixed with a second
+    truth's lines; the same command resumes without simulating anything."""
+    from ut_peft.accessibility import simulated_intervals
+
+    benchmark = load_benchmark("simulated_intervals.py")
+    monkeypatch.setattr(simulated_intervals, "MIN_REPEATS", 3)
+    monkeypatch.setattr(benchmark, "MIN_INNER", 3)
+    folder = tmp_path / "sweep"
+    simulated_folder(folder, 7)
+    prefix, record = tmp_path / "three", tmp_path / "three.json"
+    command = [str(folder), "--outer", "2", "--inner", "3", "--all-truths", "--slope-shift", "2"]
+    command += ["--results", f"{prefix}.jsonl", "--json", str(record)]  # a .jsonl suffix is dropped from the prefix
+    benchmark.main(command)
+    out = capsys.readouterr().out
+    for kind in ("fitted", "common-width", "slope-shift"):
+        lines = [json.loads(x) for x in (tmp_path / f"three_{kind}.jsonl").read_text().splitlines()]
+        assert sorted(line["outer"] for line in lines) == [0, 1]
+        assert {line["setting"]["truth"] for line in lines} == {kind}
+        assert all("quantities" in line for line in lines)
+    assert "slope-shift truth (the truth fitted to" in out and "moved by +2.000 tokens (--slope-shift)" in out
+    assert "common-width truth (the truth fitted to" in out and "width power 0.00" in out
+    assert "| quantity | fitted (MC se) | common-width (MC se) | slope-shift (MC se) | verdict |" in out
+    assert "trusted where the calibrated coverage is at least 0.90 at every truth" in out
+    saved = json.loads(record.read_text())
+    assert saved["truths"]["slope-shift"]["setting"]["slope_shift"] == 2.0
+    verdicts = saved["verdicts"]
+    assert list(verdicts)[:2] == ["slope", "intercept"] and "n50@1" in verdicts and "n50@3" in verdicts
+    for name, entry in verdicts.items():
+        below = [k for k in ("fitted", "common-width", "slope-shift") if entry[k]["calibrated"] < 0.90]
+        assert entry["verdict"] == ("trusted" if not below else "not trusted at " + ", ".join(below))
+        assert f"| {name} | {entry['fitted']['calibrated']:.3f} ({entry['fitted']['se']:.3f}) |" in out
+        assert out.count(f"| {entry['verdict']} |") >= 1
+    # Each truth's coverage is counted against its own protocol line: the shifted slope, the common width's n_50.
+    true = {
+        kind: json.loads((tmp_path / f"three_{kind}.jsonl").read_text().splitlines()[0])["quantities"]
+        for kind in ("fitted", "common-width", "slope-shift")
+    }
+    assert true["slope-shift"]["slope"]["truth"] - true["fitted"]["slope"]["truth"] == pytest.approx(2.0, abs=1e-4)
+    assert true["slope-shift"]["n50@1"]["truth"] == pytest.approx(true["fitted"]["n50@1"]["truth"], abs=1e-4)
+    assert true["common-width"]["n50@1"]["truth"] == pytest.approx(true["fitted"]["n50@1"]["truth"], abs=1e-4)
+    assert true["common-width"]["n50@3"]["truth"] != true["fitted"]["n50@3"]["truth"]  # other widths, other cap fails
+
+    single = [str(folder), "--outer", "2", "--inner", "3", "--results"]
+    with pytest.raises(SystemExit, match="another setting.*their truth: common-width"):
+        benchmark.main(single + [str(tmp_path / "three_common-width.jsonl")])  # --truth fitted, by default
+    mixed = tmp_path / "mixed.jsonl"
+    mixed.write_text(
+        (tmp_path / "three_fitted.jsonl").read_text() + (tmp_path / "three_slope-shift.jsonl").read_text()
+    )
+    with pytest.raises(SystemExit, match="their truth: slope-shift"):
+        benchmark.main(single + [str(mixed), "--truth", "fitted"])
+    with pytest.raises(SystemExit, match="their truth: fitted"):
+        benchmark.main(single + [str(mixed), "--truth", "slope-shift", "--slope-shift", "2"])
+    with pytest.raises(SystemExit, match="another setting"):  # the same truth moved by another shift
+        benchmark.main(
+            single + [str(tmp_path / "three_slope-shift.jsonl"), "--truth", "slope-shift", "--slope-shift", "1"]
+        )
+    capsys.readouterr()
+    benchmark.main(command)  # resumed: every outer sweep of every truth is read back
+    assert "outer " not in capsys.readouterr().err
