@@ -191,6 +191,56 @@ def gguf_model_folder(path: str) -> Path:
     return folder
 
 
+# Files a transformers tokenizer is saved as; a model folder with none of them has no tokenizer.
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "tokenizer.model",
+    "spiece.model",
+    "vocab.json",
+    "vocab.txt",
+    "merges.txt",
+    "special_tokens_map.json",
+)
+
+
+def hub_offline() -> bool:
+    """``HF_HUB_OFFLINE`` is set: huggingface_hub and transformers read only the local cache."""
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "on", "yes", "true")
+
+
+def hub_unreachable(name: str, reason: str | None = None) -> str:
+    """One line for a Hub id that is not in the local cache and cannot be downloaded now (offline, or no network),
+    saying what to do: where transformers' own error ends in a link to its docs, or the HTTP library's in a bare
+    ConnectError."""
+    if hub_offline():
+        why = "the Hub is offline (HF_HUB_OFFLINE is set)"
+    else:
+        why = "the Hub cannot be reached (" + (f"{reason}; " if reason else "") + "check the network, or HF_ENDPOINT)"
+    return (
+        f"{name} is not in the local Hugging Face cache and {why}: download it where there is a network with "
+        f"`hf download {name}` and copy the cache (~/.cache/huggingface/hub) here, or give a local model folder"
+    )
+
+
+def _not_in_cache(err: BaseException) -> bool:
+    """``err`` (from transformers' from_pretrained) comes of a file that is neither cached nor downloadable now."""
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    seen: set[int] = set()
+    cause: BaseException | None = err
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, LocalEntryNotFoundError):
+            return True
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return False
+
+
+def _is_hub_id(name: str) -> bool:
+    return not is_bundled(name) and not is_gguf_path(name) and not Path(name).expanduser().exists()
+
+
 def is_bundled(name: str) -> bool:
     return _ALIASES.get(name.lower(), name.lower()) in BUNDLED_MODELS
 
@@ -217,13 +267,34 @@ def load_model(
             f"unknown model {name_or_path!r}: not a bundled model ({', '.join(BUNDLED_MODELS)}), "
             "not an existing folder, and not a hub id of the form 'org/name'"
         )
-    return transformers.AutoModelForCausalLM.from_pretrained(path, dtype=dtype, device_map=device_map, **kwargs)
+    try:
+        return transformers.AutoModelForCausalLM.from_pretrained(path, dtype=dtype, device_map=device_map, **kwargs)
+    except OSError as err:
+        if _is_hub_id(str(name_or_path)) and _not_in_cache(err):
+            raise OSError(hub_unreachable(str(name_or_path))) from None
+        raise
 
 
 def load_tokenizer(name_or_path: str = DEFAULT_MODEL, **kwargs):
+    """The tokenizer of a bundled model, local folder or hub id; a one-line error that says what to do for a model
+    folder saved without its tokenizer (transformers' own blames a missing sentencepiece or tiktoken) and for a hub
+    id that is neither cached nor downloadable now."""
     import transformers
 
-    return transformers.AutoTokenizer.from_pretrained(resolve_model_path(name_or_path), **kwargs)
+    path = resolve_model_path(name_or_path)
+    try:
+        return transformers.AutoTokenizer.from_pretrained(path, **kwargs)
+    except (OSError, ValueError, TypeError) as err:
+        folder = Path(path)
+        if folder.is_dir() and not any((folder / name).exists() for name in TOKENIZER_FILES):
+            raise ValueError(
+                f"the model folder {name_or_path} has no tokenizer (no {' or '.join(TOKENIZER_FILES[:2])}): save "
+                "the model's tokenizer into it (tokenizer.save_pretrained(folder)), or use a source that needs none "
+                "(ut-peft cram --source tokens: random token ids)"
+            ) from None
+        if isinstance(err, OSError) and _is_hub_id(str(name_or_path)) and _not_in_cache(err):
+            raise OSError(hub_unreachable(str(name_or_path))) from None
+        raise
 
 
 def load_model_and_tokenizer(name_or_path: str = DEFAULT_MODEL, **kwargs):

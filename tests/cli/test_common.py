@@ -195,7 +195,7 @@ def test_model_checks(tmp_path, monkeypatch):
         common.check_model("no-such-bundled-model")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     started = time.monotonic()
-    with pytest.raises(ValueError, match="not in the local Hugging Face cache, and the Hub is offline"):
+    with pytest.raises(ValueError, match="not in the local Hugging Face cache and the Hub is offline"):
         common.check_model("some-org/some-uncached-model")
     assert time.monotonic() - started < 5  # loading would retry for about a minute
     (tmp_path / "config.json").write_text("{}")

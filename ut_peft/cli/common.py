@@ -517,16 +517,12 @@ def check_run_folder(path, flag: str, marker: str) -> Path:
     return path
 
 
-def _hub_offline() -> bool:
-    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "on", "yes", "true")
-
-
 def check_model(name, flag: str = "--model") -> str:
     """A model ``load_model`` can load: bundled, a local folder or GGUF file, or a Hub id that is cached or
     reachable. Fails in seconds where loading would fail after a minute of retries (a Hub id while offline)."""
     from huggingface_hub import try_to_load_from_cache
 
-    from ..models import BUNDLED_MODELS, is_bundled, is_gguf_path
+    from ..models import BUNDLED_MODELS, hub_offline, hub_unreachable, is_bundled, is_gguf_path
 
     name = str(name)
     if is_bundled(name):
@@ -549,23 +545,18 @@ def check_model(name, flag: str = "--model") -> str:
         )
     if isinstance(try_to_load_from_cache(name, "config.json"), str):
         return name
-    if _hub_offline():
-        raise ValueError(
-            f"{flag} {name}: not in the local Hugging Face cache, and the Hub is offline (HF_HUB_OFFLINE is set); "
-            "download it where there is a network (huggingface-cli download), or give a local folder"
-        )
+    if hub_offline():
+        raise ValueError(f"{flag} {hub_unreachable(name)}")
     from huggingface_hub import HfApi
-    from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError
+    from huggingface_hub.errors import RepositoryNotFoundError
 
     try:  # one short request instead of the loader's retries
         HfApi().model_info(name, timeout=10)
     except RepositoryNotFoundError:
         raise ValueError(f"{flag} {name}: no such model on the Hub (or it is private: log in first)") from None
-    except (HfHubHTTPError, OSError) as err:
-        raise ValueError(
-            f"{flag} {name}: not in the local cache and the Hub cannot be reached ({type(err).__name__}); check "
-            "the network, or set HF_HUB_OFFLINE=1 and give a downloaded model"
-        ) from None
+    except Exception as err:  # noqa: BLE001 - the HTTP library's own errors (a ConnectError) are not the hub's
+        reason = f"{type(err).__name__}: {' '.join(str(err).split())}" if str(err) else type(err).__name__
+        raise ValueError(f"{flag} {hub_unreachable(name, reason)}") from None
     return name
 
 
