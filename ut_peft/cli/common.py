@@ -604,6 +604,43 @@ def flat_config(values: dict, prefix: str = "") -> dict:
     return out
 
 
+# What `accelerate launch` writes into every process's environment (its simple launcher and torchrun alike).
+LAUNCHED_BY_ACCELERATE = "ACCELERATE_DYNAMO_BACKEND"
+WORKING_CPU_LAUNCH = "ACCELERATE_USE_CPU=1 accelerate launch --multi_gpu --num_processes {n}"
+
+
+def processes_asked(environ=None) -> int | None:
+    """How many processes ``accelerate launch`` was asked for, as far as the environment tells: WORLD_SIZE where it
+    started them (torchrun, ``--multi_gpu``), 2 (at least) where its simple launcher ran one process for a launch
+    that asked for more (it sets MASTER_ADDR and MASTER_PORT exactly then: ``--num_processes 2 --cpu``), 1 for a
+    one-process launch, None outside ``accelerate launch``."""
+    environ = os.environ if environ is None else environ
+    if LAUNCHED_BY_ACCELERATE not in environ:
+        return None
+    if "WORLD_SIZE" in environ:
+        return int(environ["WORLD_SIZE"])
+    return 2 if "MASTER_PORT" in environ else 1
+
+
+def warn_about_lost_processes(started: int, environ=None) -> str | None:
+    """One warning line on stderr (and returned) when ``accelerate launch`` asked for more processes than the
+    ``started`` that make up this run: e.g. ``accelerate launch --num_processes 2 --cpu`` runs one process, silently,
+    every row on it. Says the launch that does start them on CPUs."""
+    environ = os.environ if environ is None else environ
+    asked = processes_asked(environ)
+    if asked is None or asked <= started or environ.get("RANK", "0") != "0":  # said once, by the first process
+        return None
+    main = getattr(sys.modules.get("__main__"), "__spec__", None)  # what was launched: -m MODULE, or a script
+    form = WORKING_CPU_LAUNCH.format(n=asked) + (f" -m {main.name}" if main is not None else f" {sys.argv[0]}")
+    if "WORLD_SIZE" in environ:  # it started them, but each process sees a run of its own
+        what = f"accelerate launch started {asked} processes but each makes a run of {started} on its own"
+    else:  # its simple launcher (--num_processes 2 --cpu without --multi_gpu) started this one only
+        what = f"accelerate launch asked for more than one process but started {started}; the run goes on with it"
+    line = f"warning: {what}. To run them on CPUs, launch it as `{form} ...` (with GPUs: --multi_gpu)"
+    print(line, file=sys.stderr, flush=True)
+    return line
+
+
 def start_tracking(args: argparse.Namespace, output, project: str, config: dict, **accelerator_kwargs):
     """An ``Accelerator`` logging to ``--report-to``'s trackers under ``--logging-dir`` (default
     ``<output>/runs``), with the run's settings as the trackers' config; a plain one for ``--report-to none``.
@@ -613,9 +650,12 @@ def start_tracking(args: argparse.Namespace, output, project: str, config: dict,
 
     names = trackers(getattr(args, "report_to", "none"))
     if not names:
-        return Accelerator(**accelerator_kwargs)
+        accelerator = Accelerator(**accelerator_kwargs)
+        warn_about_lost_processes(accelerator.num_processes)
+        return accelerator
     logging_dir = Path(args.logging_dir or Path(output) / "runs")
     accelerator = Accelerator(log_with=names, project_dir=logging_dir, **accelerator_kwargs)
+    warn_about_lost_processes(accelerator.num_processes)
     init_kwargs = {"wandb": {"dir": str(logging_dir)}} if "wandb" in names else {}
     if accelerator.is_main_process and "wandb" in names:
         logging_dir.mkdir(parents=True, exist_ok=True)
