@@ -1,15 +1,20 @@
 """settings.json records every setting that moves a number of summary.json (the support sequences the bounds are
 measured on too), a folder written before they were recorded keeps meaning what it meant (its summary.json holds
-them), and neither a resume nor a report rewrites a summary from other support sequences."""
+them), neither a resume nor a report rewrites a summary from other support sequences, and a report reads back every
+recorded setting its numbers depend on (the step cap of a pooled design)."""
 
 import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from ut_peft.accessibility import CramConfig, GridConfig, SweepConfig, run_sweep, store, summarize_folder
 from ut_peft.accessibility.bounds import support_context
+from ut_peft.accessibility.rows import Row
+from ut_peft.accessibility.sources import init_seed
+from ut_peft.accessibility.sweep import _validated, make_design
 
 RESULTS = Path(__file__).resolve().parents[2] / "results"
 
@@ -144,3 +149,49 @@ def test_the_committed_folders_read_back_the_support_their_summaries_were_measur
         assert store.check_settings(folder, recorded, overwrite=False) is False  # the same settings: a resume
         checked += 1
     assert checked >= 15
+
+
+def simulated_row(m, n, index):
+    """A known truth (n_50 = 12 m + 3, a logistic spread of texts; steps grow towards a text's threshold)."""
+    threshold = 12.0 * m + 3.0 + 1.5 * m * np.random.default_rng([7, index]).logistic()
+    accessible = bool(n < threshold)
+    return Row(
+        m=m,
+        n=n,
+        index=index,
+        init_seed=init_seed(0, m, n, index),
+        tf_accuracy=1.0 if accessible else 0.5,
+        greedy_exact=accessible,
+        accessible=accessible,
+        steps=int(50 + 400 * min(1.0, n / threshold)) if accessible else 900,
+        final_loss=0.1,
+        best_accuracy=1.0 if accessible else 0.5,
+        stop_reason="converged" if accessible else "max_steps",
+        seconds=0.0,
+        rank=0,
+    )
+
+
+def test_a_pooled_folder_is_reported_under_its_own_step_cap(tmp_path, llama):
+    """The pooled design's steps law is truncated at cram.max_steps (versions 3, 5, 6): read back at the default cap
+    (3000), a report replayed other rounds than the run and refused the folder's own rows."""
+    config = small_config(
+        ms=[1, 2, 3],
+        grid=GridConfig(start=4, stop=100),
+        num_sequences=6,
+        cram=CramConfig(max_steps=1000, patience=1000),
+        design="pooled",
+        pooled_version=3,
+        target_slope_se=2.0,
+        target_n50_se=3.0,
+    )
+    design, rows = make_design(config), {}
+    while jobs := design.next_jobs(rows):
+        rows.update((job, simulated_row(*job)) for job in jobs)
+    resolved, source = _validated(config, llama, None)
+    store.prepare_folder(tmp_path, resolved.fingerprint(source.describe()), clear=False)
+    for key in sorted(rows):
+        store.append_row(store.rows_file(tmp_path, 0), rows[key])
+    assert SweepConfig.from_settings(store.read_settings(tmp_path)).cram.max_steps == 1000
+    pooled = summarize_folder(tmp_path, llama, report=False).pooled
+    assert pooled["slope"] == pytest.approx(make_design(config).summary_fit(rows)["slope"], rel=1e-6)

@@ -290,9 +290,17 @@ class SweepConfig:
     @classmethod
     def from_settings(cls, settings: dict, **kwargs) -> SweepConfig:
         """What :meth:`fingerprint` keeps of a config, back from a folder's settings: what summarising needs
-        (model, ms, grid, design, sequences, seed, support sequences); ``kwargs`` set the rest. A folder written
-        before the support sequences were recorded holds them in its summary: pass :func:`.store.recorded_settings`."""
+        (model, ms, grid, design, sequences, seed, the engine's settings, support sequences); ``kwargs`` set the rest.
+        A folder written before the support sequences were recorded holds them in its summary: pass
+        :func:`.store.recorded_settings`."""
         design = settings.get("design", {})
+        # The engine's settings as recorded, not the defaults: the pooled design's steps law is truncated at the step
+        # cap (cram.max_steps), so a replay or a report under the default cap would place and fit other rows than the
+        # run did (a check_rows refusal of the folder's own rows, or another estimate in summary.json).
+        recorded_cram = settings.get("cram") or {}
+        cram = CramConfig(
+            **{f.name: recorded_cram[f.name] for f in dataclasses.fields(CramConfig) if f.name in recorded_cram}
+        )
         # Fixed and adaptive sweeps are told apart by their grid's lengths (only sequential ones record a design).
         fixed = (settings.get("grid") or {}).get("lengths") is not None
         grid = {f.name: settings["grid"][f.name] for f in dataclasses.fields(GridConfig) if f.name in settings["grid"]}
@@ -309,7 +317,9 @@ class SweepConfig:
             target_n50_se=design.get("target_n50_se"),
             pooled_version=design.get("version", 1),  # a pooled folder without one predates versions: 1
             infer_prefixes=settings.get("infer_prefixes", False),
-            **({name: settings.get(name, old) for name, old in store.LATER_SETTINGS.items()} | kwargs),
+            **(
+                {"cram": cram} | {name: settings.get(name, old) for name, old in store.LATER_SETTINGS.items()} | kwargs
+            ),
         )
 
 
