@@ -10,10 +10,8 @@ from typing import Union
 import torch
 import transformers
 
-# Where random_backbone leaves its seed and the dtype it drew in on the model; read them with backbone_seed and
-# backbone_dtype.
-_SEED_ATTRIBUTE = "_ut_peft_seed"
-_DTYPE_ATTRIBUTE = "_ut_peft_dtype"
+# The seed markers live beside the fingerprint that reads them, so the tuner needs nothing from this module.
+from .tuners.ut_reprogram.fingerprint import backbone_dtype, backbone_seed, draw_backbone, mark_backbone_seed  # noqa: F401
 
 
 def random_backbone(
@@ -29,31 +27,7 @@ def random_backbone(
         config = transformers.AutoConfig.for_model(**config)
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise ValueError(f"seed must be a non-negative int, got {seed!r}")
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = transformers.AutoModelForCausalLM.from_config(config, dtype=dtype)
-    model.requires_grad_(False)
-    model.eval()
-    mark_backbone_seed(model, seed, dtype)
-    return model
-
-
-def mark_backbone_seed(model, seed: int, dtype: torch.dtype = torch.float32) -> None:
-    """Record on ``model`` that its weights are :func:`random_backbone`'s draw under ``seed`` in ``dtype``, for a
-    model built the same way (``torch.manual_seed(seed)``, then ``from_config(config, dtype=dtype)``); an adapter
-    made on it records the seed, so :func:`backbone_from_adapter` can rebuild it."""
-    setattr(model, _SEED_ATTRIBUTE, seed)
-    setattr(model, _DTYPE_ATTRIBUTE, dtype)
-
-
-def backbone_seed(model) -> int | None:
-    """The seed :func:`random_backbone` drew ``model``'s weights under; None for a model it did not build."""
-    return getattr(model, _SEED_ATTRIBUTE, None)
-
-
-def backbone_dtype(model) -> torch.dtype | None:
-    """The dtype :func:`random_backbone` drew ``model``'s weights in; None for a model it did not build."""
-    return getattr(model, _DTYPE_ATTRIBUTE, None)
+    return draw_backbone(config, seed, dtype)
 
 
 def backbone_from_adapter(adapter_dir: Union[str, os.PathLike], dtype: torch.dtype | None = None):

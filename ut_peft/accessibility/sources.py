@@ -207,20 +207,20 @@ class WordsSource(SequenceSource):
 
     def drawn_words(self, n: int, index: int, seed: int) -> list[str]:
         """The words of the text of n tokens, for the published construction (``words_per_token`` set)."""
-        if self.words_per_token is None:
+        per_token = self.words_per_token
+        if per_token is None:
             raise ValueError(f"the word list {self.name!r} draws words n at a time; it has no fixed text of words")
         rng = sequence_rng(seed, n, index)
-        return [self.words[i] for i in rng.integers(0, len(self.words), self.words_per_token * n)]
+        return [self.words[i] for i in rng.integers(0, len(self.words), per_token * n)]
 
     def published_sequence(self, n: int, index: int, seed: int, special_ids: list[int]) -> list[int]:
         """The published code's row of n tokens: the drawn words tokenized with the tokenizer's special tokens
         (``special_ids`` first), cut to n. The tokenizer's own special tokens are not re-added here, so a row is
         the same whether the tokenizer was loaded with or without a post-processor."""
-        ids = list(special_ids) + _encode(self.tokenizer, " ".join(self.drawn_words(n, index, seed)))
+        words = self.drawn_words(n, index, seed)
+        ids = list(special_ids) + _encode(self.tokenizer, " ".join(words))
         if len(ids) < n:
-            raise ValueError(
-                f"{self.words_per_token * n} words of {self.name!r} make only {len(ids)} tokens, fewer than {n}"
-            )
+            raise ValueError(f"{len(words)} words of {self.name!r} make only {len(ids)} tokens, fewer than {n}")
         return ids[:n]
 
     def sequence(self, n, index, seed):
@@ -271,7 +271,7 @@ def glove_words() -> tuple[list[str], str]:
 
     The digest is checked, so a damaged or edited copy is an error rather than a silently different list.
     """
-    data = resources.files("ut_peft.accessibility").joinpath("data", GLOVE_WORDS_FILE).read_bytes()
+    data = resources.files("ut_peft.accessibility").joinpath("data").joinpath(GLOVE_WORDS_FILE).read_bytes()
     digest = hashlib.sha256(data).hexdigest()
     if digest != GLOVE_WORDS_SHA256:
         raise ValueError(

@@ -186,3 +186,40 @@ def file_sha256(path: str | os.PathLike) -> str:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+# Seed markers: set by ut_peft.random_backbone on the models it draws, read when an adapter records its base.
+_SEED_ATTRIBUTE = "_ut_peft_seed"
+_DTYPE_ATTRIBUTE = "_ut_peft_dtype"
+
+
+def mark_backbone_seed(model, seed: int, dtype: torch.dtype = torch.float32) -> None:
+    """Record on ``model`` that its weights are :func:`ut_peft.random_backbone`'s draw under ``seed`` in
+    ``dtype``, for a model built the same way (``torch.manual_seed(seed)``, then ``from_config(config,
+    dtype=dtype)``); an adapter made on it records the seed, so ``backbone_from_adapter`` can rebuild it."""
+    setattr(model, _SEED_ATTRIBUTE, seed)
+    setattr(model, _DTYPE_ATTRIBUTE, dtype)
+
+
+def backbone_seed(model) -> int | None:
+    """The seed :func:`ut_peft.random_backbone` drew ``model``'s weights under; None for a model it did not build."""
+    return getattr(model, _SEED_ATTRIBUTE, None)
+
+
+def backbone_dtype(model) -> torch.dtype | None:
+    """The dtype :func:`ut_peft.random_backbone` drew ``model``'s weights in; None for a model it did not build."""
+    return getattr(model, _DTYPE_ATTRIBUTE, None)
+
+
+def draw_backbone(config, seed: int, dtype: torch.dtype = torch.float32):
+    """``ut_peft.random_backbone``'s draw: ``from_config`` under ``torch.manual_seed(seed)`` in a forked RNG (the
+    caller's random state untouched), every parameter frozen, the seed and dtype marked on the model."""
+    import transformers
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = transformers.AutoModelForCausalLM.from_config(config, dtype=dtype)
+    model.requires_grad_(False)
+    model.eval()
+    mark_backbone_seed(model, seed, dtype)
+    return model

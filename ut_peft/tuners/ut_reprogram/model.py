@@ -14,14 +14,16 @@ import torch
 from peft.tuners.tuners_utils import BaseTuner
 from torch import nn
 
-from ...backbones import backbone_dtype, backbone_seed
 from .config import UTReprogramConfig
 from .fingerprint import (
     ADAPTER_PREFIX,
     FULL_DIGEST_ELEMENTS,
     architecture,
+    backbone_dtype,
+    backbone_seed,
     config_differences,
     digest_stride,
+    draw_backbone,
     frozen_weights_digest,
     standard_names,
 )
@@ -368,14 +370,12 @@ class UTReprogramModel(BaseTuner):
         Tried only for bases small enough to build a second time in memory."""
         import transformers
 
-        from ...backbones import random_backbone
-
         recorded = peft_config.base_weights_digest
         size = sum(p.numel() for p in model.parameters())
         if recorded is None or size > FULL_DIGEST_ELEMENTS:
             return False
         try:
-            draw = random_backbone(transformers.AutoConfig.for_model(**copy.deepcopy(model_config)), 0, dtype)
+            draw = draw_backbone(transformers.AutoConfig.for_model(**copy.deepcopy(model_config)), 0, dtype)
         except Exception:  # a config transformers cannot build alone (e.g. a custom class): no seed to find
             return False
         tied = embeddings_are_tied(draw.get_input_embeddings(), draw.get_output_embeddings())
