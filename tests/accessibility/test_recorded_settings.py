@@ -1,7 +1,8 @@
 """settings.json records every setting that moves a number of summary.json (the support sequences the bounds are
 measured on too), a folder written before they were recorded keeps meaning what it meant (its summary.json holds
 them), neither a resume nor a report rewrites a summary from other support sequences, and a report reads back every
-recorded setting its numbers depend on (the step cap of a pooled design)."""
+recorded setting its numbers depend on (the step cap of a pooled design). A folder with rows but no summary.json (a
+killed run) is checked against the settings its run started under (rows-settings.json) like any other."""
 
 import json
 import shutil
@@ -51,7 +52,7 @@ def copy(folder, to):
 
 def as_written_before(folder):
     """``folder`` as a version that did not record the support sequences wrote it: settings.json and the summary's
-    settings without them."""
+    settings without them, and no rows-settings.json (the store did not keep one either)."""
     settings = json.loads((folder / "settings.json").read_text())
     for name in store.LATER_SETTINGS:
         settings.pop(name, None)
@@ -59,6 +60,7 @@ def as_written_before(folder):
     summary = json.loads((folder / "summary.json").read_text())
     summary["settings"] = settings
     (folder / "summary.json").write_text(json.dumps(summary))
+    (folder / store.ROWS_SETTINGS_FILE).unlink(missing_ok=True)
 
 
 def test_settings_json_records_the_support_sequences_and_leaves_the_old_defaults_out(finished):
@@ -195,3 +197,57 @@ def test_a_pooled_folder_is_reported_under_its_own_step_cap(tmp_path, llama):
     assert SweepConfig.from_settings(store.read_settings(tmp_path)).cram.max_steps == 1000
     pooled = summarize_folder(tmp_path, llama, report=False).pooled
     assert pooled["slope"] == pytest.approx(make_design(config).summary_fit(rows)["slope"], rel=1e-6)
+
+
+def killed(folder, to):
+    """A copy of ``folder`` as a run killed before its end leaves it: rows, settings, no summary.json."""
+    copy(folder, to)
+    for name in ("summary.json", "report.md", "accessibility.png", "n50_vs_m.png"):
+        (to / name).unlink(missing_ok=True)
+    return to
+
+
+def edit_settings(folder, **changes):
+    path = folder / "settings.json"
+    path.write_text(json.dumps(dict(json.loads(path.read_text()), **changes), sort_keys=True))
+
+
+@pytest.mark.parametrize(
+    "changes, named",
+    [
+        (dict(num_sequences=4), "num_sequences 2 -> 4"),  # every group looks unfinished: a degenerate fit, rc 0
+        (dict(seed=1), "seed 0 -> 1"),
+        (dict(support_sequences=256), "support_sequences 8 -> 256"),
+    ],
+)
+def test_an_edited_settings_json_without_a_summary_is_refused_naming_the_change(
+    finished, tmp_path, llama, changes, named
+):
+    folder = killed(finished, tmp_path / "killed")
+    assert json.loads((folder / store.ROWS_SETTINGS_FILE).read_text()) == store.read_settings(folder)
+    edit_settings(folder, **changes)
+    rows = (folder / "rows.jsonl").read_bytes()
+    refused = f"changed: {named}; rows-settings.json keeps those.*Restore settings.json from .*rows-settings.json"
+    with pytest.raises(store.SettingsEditedError, match=refused):
+        summarize_folder(folder, llama, report=False)
+    # A resume under the edited settings (the flags settings.json now gives) is refused alike, before anything is
+    # written; under the settings the rows were made under, the resume names the setting that differs.
+    with pytest.raises(store.SettingsEditedError, match=refused):
+        run_sweep(small_config(**changes), folder, model=llama, progress=False, report=False)
+    with pytest.raises(ValueError, match=f"changed: {named.split()[0]} "):
+        run_sweep(small_config(), folder, model=llama, progress=False, report=False)
+    assert (folder / "rows.jsonl").read_bytes() == rows and not (folder / "summary.json").exists()
+    # Restored, the folder resumes to the finished run's summary.
+    (folder / "settings.json").write_bytes((folder / store.ROWS_SETTINGS_FILE).read_bytes())
+    run_sweep(small_config(), folder, model=llama, progress=False, report=False)
+    assert store.read_summary(folder).to_dict() == store.read_summary(finished).to_dict()
+
+
+def test_a_killed_folder_written_before_rows_settings_json_keeps_the_checks_it_had(finished, tmp_path, llama):
+    """A folder from before the store kept rows-settings.json (every committed one) reads and resumes as before."""
+    folder = killed(finished, tmp_path / "killed")
+    (folder / store.ROWS_SETTINGS_FILE).unlink()
+    store.check_unedited(folder, store.read_settings(folder))
+    run_sweep(small_config(), folder, model=llama, progress=False, report=False)
+    assert (folder / store.ROWS_SETTINGS_FILE).is_file()  # the resume writes it
+    assert store.read_summary(folder).to_dict() == store.read_summary(finished).to_dict()

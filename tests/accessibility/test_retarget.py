@@ -211,7 +211,8 @@ def test_a_new_folder_that_holds_a_sweep_is_refused_and_a_crashed_retarget_is_re
     write_sweep(tmp_path / "old", pooled(), llama, drive(make_design(pooled()), stop_after=12))
     write_sweep(tmp_path / "busy", pooled(), llama, {(1, 4, 0): simulated(1, 4, 0)})
     before = snapshot(tmp_path / "busy")
-    with pytest.raises(ValueError, match=r"busy already holds a sweep \(settings\.json, rows\.jsonl\); a retarget"):
+    held = r"busy already holds a sweep \(settings\.json, rows-settings\.json, rows\.jsonl\); a retarget"
+    with pytest.raises(ValueError, match=held):
         retarget_sweep(tmp_path / "old", tmp_path / "busy", new_config, model=llama)
     assert snapshot(tmp_path / "busy") == before
     with pytest.raises(ValueError, match="is the folder retargeted from"):

@@ -565,6 +565,7 @@ def test_a_folder_of_the_retired_warm_start_reports_but_is_not_continued_cold(tm
     summary_file = tmp_path / "warm" / "summary.json"  # a real warm folder's summary records the same settings
     reported = json.loads(summary_file.read_text())
     summary_file.write_text(json.dumps(dict(reported, settings=dict(reported["settings"], warm_start=True))))
+    (tmp_path / "warm" / "rows-settings.json").unlink()  # written by no version that had warm starts
     rows = (tmp_path / "warm" / "rows.jsonl").read_bytes()
     with pytest.raises(ValueError, match="changed: warm_start"):
         _nested_sweep(tmp_path / "warm", llama, infer_prefixes=True)
@@ -685,8 +686,10 @@ def test_an_edited_settings_json_is_refused_by_the_report_instead_of_changing_it
         with pytest.raises(SettingsEditedError):  # a resume with settings that match the edited file
             run_sweep(small_config(**overrides), tmp_path, model=llama, progress=False)
         assert (tmp_path / "summary.json").read_bytes() == summary
-    # Without a summary (a run killed before it reported) the rows show what was edited.
+    # Without a summary (a run killed before it reported) the rows show what was edited, also in a folder written
+    # before the store kept rows-settings.json, which catches every edit (test_recorded_settings.py).
     (tmp_path / "summary.json").rename(tmp_path / "summary.kept")
+    (tmp_path / "rows-settings.json").unlink()
     for edit, why in (
         ({"seed": 7}, "its init_seed .* is not the one seed = 7 gives this job"),
         ({"num_sequences": 1}, "index 1 is not below num_sequences = 1"),

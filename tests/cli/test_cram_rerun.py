@@ -104,3 +104,17 @@ def test_a_committed_folder_written_before_the_support_was_recorded_reruns_on_th
     assert command.sweep_config(args).support_sequences == 64
     args = command.parse(["--model", "smollm2-135m", "--output-dir", str(folder)])  # a resume into it: reads only
     assert command.sweep_config(args).support_sequences == 64
+
+
+def test_report_only_on_a_killed_folder_with_an_edited_settings_json_fails_in_one_line(
+    finished, tmp_path, capsys, monkeypatch
+):
+    """A killed run (rows, no summary.json) whose num_sequences was edited reported a degenerate fit with rc 0."""
+    out = tmp_path / "killed"
+    shutil.copytree(finished, out)
+    (out / "summary.json").unlink()
+    settings = json.loads((out / "settings.json").read_text())
+    (out / "settings.json").write_text(json.dumps(dict(settings, num_sequences=4)))
+    err = fails(["--report-only", "--output-dir", out], capsys, monkeypatch)
+    assert "changed: num_sequences 2 -> 4" in err and "Restore settings.json from" in err
+    assert not (out / "summary.json").exists()

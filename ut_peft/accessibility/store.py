@@ -12,6 +12,9 @@ This module owns the folder's layout; nothing else spells a file name of it:
   settings.json          the fingerprint of the run (:func:`read_settings`); a different setting is refused. Every
                          setting that moves a number of summary.json is in it (the support sequences the bounds
                          are measured on too, since :data:`LATER_SETTINGS`: :func:`recorded_settings`)
+  rows-settings.json     the settings the rows are made under, as the store wrote them when the run started or
+                         resumed: what an edited settings.json is caught against where there is no summary.json
+                         yet (:func:`check_unedited`); never read as the settings
   rows.jsonl             one row per finished sequence (other processes write rows.rank<k>.jsonl), a
                          :class:`~.rows.Row` per line; :func:`read_rows`, :func:`load_rows`. No other file is
                          read as rows (a user's rows-old.jsonl is left alone, also by overwrite)
@@ -56,6 +59,7 @@ VECTORS_DIR = "vectors"
 INFLIGHT_DIR = "inflight"
 ADAPTERS_DIR = "adapters"
 RETARGETED_FILE = "retargeted.json"
+ROWS_SETTINGS_FILE = "rows-settings.json"
 
 # Settings that settings.json records only since they were found to move numbers of summary.json (the random
 # sequences the bounds' support is measured on), with the value a folder written before meant. They are left out of
@@ -94,8 +98,7 @@ def recorded_settings(folder, settings: dict, context: int | None = None) -> dic
     default measured. A summary holds the length cut at the model's context (``context``); without it only a length
     above the default can be told from a cut one (the sweep, which has the model, gives it).
     """
-    stored = json.loads(json.dumps(settings))  # as stored: tuples become lists
-    settings = {k: v for k, v in stored.items() if not (k in LATER_SETTINGS and v == LATER_SETTINGS[k])}
+    settings = _without_old_defaults(json.loads(json.dumps(settings)))  # as stored: tuples become lists
     reported = _reported(folder) or {}
     support = reported.get("support")
     if reported.get("settings") != settings or not isinstance(support, dict):
@@ -424,13 +427,21 @@ def _row_state_files(directory: Path) -> list[Path]:
 
 
 def sweep_files(folder: Path) -> list[Path]:
-    """The files of a sweep the store wrote into ``folder`` (what clearing it removes): settings, rows, summary,
-    report and plots, retargeted.json and the row files of ``vectors/`` and ``inflight/``. Not the lock files (they
-    hold no result) nor anything the user or a tracker put there."""
+    """The files of a sweep the store wrote into ``folder`` (what clearing it removes): settings (and
+    rows-settings.json), rows, summary, report and plots, retargeted.json and the row files of ``vectors/`` and
+    ``inflight/``. Not the lock files (they hold no result) nor anything the user or a tracker put there."""
     folder = Path(folder)
     named = [
         folder / name
-        for name in (SETTINGS_FILE, SUMMARY_FILE, REPORT_FILE, ACCESSIBILITY_PLOT, N50_PLOT, RETARGETED_FILE)
+        for name in (
+            SETTINGS_FILE,
+            ROWS_SETTINGS_FILE,
+            SUMMARY_FILE,
+            REPORT_FILE,
+            ACCESSIBILITY_PLOT,
+            N50_PLOT,
+            RETARGETED_FILE,
+        )
         if (folder / name).is_file()
     ]
     return named + row_files(folder) + _row_state_files(folder / VECTORS_DIR) + _row_state_files(folder / INFLIGHT_DIR)
@@ -505,6 +516,7 @@ def write_retargeted(
             atomic_write_bytes(dst, src.read_bytes())
     lines = "".join(json.dumps(rows[key].to_dict(), sort_keys=True) + "\n" for key in sorted(rows))
     atomic_write_bytes(rows_file(folder, 0), lines.encode("utf-8"))
+    atomic_write_json(folder / ROWS_SETTINGS_FILE, settings, sort_keys=True)
     atomic_write_json(folder / SETTINGS_FILE, settings, sort_keys=True)
 
 
@@ -596,19 +608,19 @@ class SettingsEditedError(ValueError):
 
 
 def check_unedited(folder: Path, settings: dict) -> None:
-    """Raise :class:`SettingsEditedError` if ``folder``'s summary.json was written under other settings than
-    ``settings`` (what its settings.json holds now): settings.json was edited by hand after the run reported.
+    """Raise :class:`SettingsEditedError` if ``folder``'s summary.json, or its rows-settings.json, was written under
+    other settings than ``settings`` (what its settings.json holds now): settings.json was edited by hand after the
+    run reported, or after it started.
 
     Rows catch most edits (:func:`.sweep.check_rows`: a row another seed, fewer sequences or fewer lengths would
     not have made), but not all: with num_sequences raised every group looks unfinished and a report would
-    silently lose its fits. A folder without a summary yet (a run killed before its end) has only the rows check.
+    silently lose its fits. A folder without a summary yet (a run killed before its end) is checked against the
+    settings its run started under (rows-settings.json); one written before the store kept those has only the rows
+    check until it has a summary.
     """
     path = Path(folder) / SUMMARY_FILE
-    try:
-        reported = json.loads(path.read_text(encoding="utf-8")).get("settings")
-    except (OSError, ValueError, AttributeError):
-        return  # no summary yet, or a damaged one that summarising replaces
     settings = json.loads(json.dumps(settings))
+    reported = (_reported(folder) or {}).get("settings")  # none yet, or a damaged summary that summarising replaces
     if isinstance(reported, dict) and reported != settings:
         changed = changed_settings(reported, settings)
         raise SettingsEditedError(
@@ -616,6 +628,32 @@ def check_unedited(folder: Path, settings: dict) -> None:
             f"{'; '.join(changed)}): it was edited after the run, and its rows were made under the settings the "
             'summary records. Restore settings.json from the summary\'s "settings", or rerun into a new folder'
         )
+    started = _rows_settings(folder)
+    if started is not None and _without_old_defaults(started) != _without_old_defaults(settings):
+        changed = changed_settings(_without_old_defaults(started), _without_old_defaults(settings))
+        raise SettingsEditedError(
+            f"{Path(folder) / SETTINGS_FILE} differs from the settings its rows are made under (changed: "
+            f"{'; '.join(changed)}; {ROWS_SETTINGS_FILE} keeps those, written when the run started): it was edited "
+            f"after the run started. Restore settings.json from {Path(folder) / ROWS_SETTINGS_FILE}, or rerun into a "
+            "new folder"
+        )
+
+
+def _rows_settings(folder) -> dict | None:
+    """The folder's rows-settings.json, or None where there is none (a folder written before the store kept one) or
+    it cannot be read (the store writes it whole: only damage from outside leaves it unreadable, and then the folder
+    has the checks it had before)."""
+    try:
+        started = json.loads((Path(folder) / ROWS_SETTINGS_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return started if isinstance(started, dict) else None
+
+
+def _without_old_defaults(settings: dict) -> dict:
+    """``settings`` without the settings of :data:`LATER_SETTINGS` that hold the value folders written before meant
+    (the fingerprint leaves them out; a hand-written one means the same)."""
+    return {k: v for k, v in settings.items() if not (k in LATER_SETTINGS and v == LATER_SETTINGS[k])}
 
 
 def prepare_folder(folder: Path, settings: dict, clear: bool) -> None:
@@ -630,6 +668,9 @@ def prepare_folder(folder: Path, settings: dict, clear: bool) -> None:
         for path in sweep_files(folder):
             path.unlink()
 
+    # What settings.json is checked against until the run has a summary (check_unedited); written first, so that a
+    # folder is a sweep (its settings.json there) only with it.
+    atomic_write_json(folder / ROWS_SETTINGS_FILE, settings, sort_keys=True)
     atomic_write_json(folder / SETTINGS_FILE, settings, sort_keys=True)
     for path in row_files(folder):
         repair(path)
