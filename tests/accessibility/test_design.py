@@ -108,7 +108,7 @@ def test_sequential_budget_stops_an_m():
         (dict(design="sequential", target_ci=-3.0), "target_ci.*must be > 0"),
         (dict(design="sequential", budget_row_steps=-10), "budget_row_steps.*positive integer"),
         (dict(design="sequential"), "needs a stopping rule"),
-        (dict(design="bisect"), "unknown design 'bisect'; choose one of fixed, adaptive, sequential"),
+        (dict(design="bisect"), "unknown design 'bisect', available: fixed, adaptive, sequential, pooled"),
         (dict(design="fixed"), "fixed design needs a list of lengths"),
         (dict(design="sequential", target_ci=5, grid=GridConfig(lengths=[4, 8])), "chooses its own lengths"),
         (dict(design="adaptive", target_ci=5), "belong to the sequential design"),

@@ -1,9 +1,9 @@
 """How fast a pooled sweep runs, and how long its design still needs: from its folder's rows alone, no model.
 
-The rounds are the design's own (:meth:`.design.PooledDesign.rounds`: the folder's settings replayed on its rows).
+The rounds are the design's own (:meth:`PooledDesign.rounds`: the folder's settings replayed on its rows).
 A round's rows start together (the design deals a whole round at once and the batch holds it), so a round's wall
 time is its longest row's ``seconds`` (the time a row spent in its batch slot, summed over resumes; the time
-between a kill and the resume is not in it), and its row-steps are its rows' steps + 1 (:func:`.design.row_steps`).
+between a kill and the resume is not in it), and its row-steps are its rows' steps + 1 (:func:`.rows.row_steps`).
 A row-step of a longer row costs more, so each round also has token-steps: every row-step weighed by the tokens
 through the model (memory vectors + n), which carries over to rows of other lengths better than row-steps do.
 
@@ -20,7 +20,8 @@ import math
 from pathlib import Path
 
 from . import store
-from .design import PooledDesign, row_steps
+from .designs.pooled import PooledDesign
+from .rows import row_steps
 
 
 def round_paces(design: PooledDesign, rows: dict) -> list[dict]:
@@ -77,7 +78,7 @@ def total_pace(paces: list[dict]) -> dict | None:
 
 def rows_still_needed(stop: dict, batch: int) -> dict | None:
     """The rows a pooled design that is fitting still needs, projected from its stop state
-    (:meth:`.design.PooledDesign.stop_state`) with ``batch`` rows a round; None unless it is fitting.
+    (:meth:`.designs.pooled.PooledDesign.stop_state`) with ``batch`` rows a round; None unless it is fitting.
 
     Assumed: every standard error falls as 1 / sqrt(rows), so the quantity furthest above its target (ratio r of
     standard error to target, as the stop judges it) reaches it after ``rows * (r^2 - 1)`` more rows, ``rows`` the

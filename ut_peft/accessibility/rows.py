@@ -22,7 +22,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-# ``stop_reason`` of a row decided by another row of the same nested text, without cramming (design.infer_prefixes).
+# ``stop_reason`` of a row decided by another row of the same nested text, without cramming (prefixes.infer_prefixes).
 INFERRED = "inferred"
 
 _REQUIRED = object()
@@ -278,3 +278,11 @@ def _json_name(value_or_kind: Any) -> str:
         dict: "an object",
         list: "an array",
     }.get(kind, kind.__name__)
+
+
+def row_steps(row: dict) -> int:
+    """Forward-backward passes a row cost: its optimiser steps plus the evaluation that decided it (none for a row
+    inferred from another one)."""
+    if row.get("stop_reason") == INFERRED:
+        return 0
+    return int(row["steps"]) + 1

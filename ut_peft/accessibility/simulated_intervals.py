@@ -37,7 +37,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .design import INFERRED, PooledDesign, make_design
+from .designs import make_design
+from .designs.pooled import PooledDesign
+from .rows import INFERRED
 from .simulator import (
     AuditedAbandon,
     RowCosts,
@@ -75,7 +77,7 @@ def pooled_design(settings: dict) -> PooledDesign:
 
 def abandon_steps(settings: dict) -> tuple[int, ...]:
     """The steps at which the sweep's early abandon could flag a row: its own rule's (``cram.abandon_below`` in
-    settings.json, ``--abandon-below``), else the version's (:data:`.design.POOLED_RULES`)."""
+    settings.json, ``--abandon-below``), else the version's (:data:`.designs.POOLED_RULES`)."""
     from .sweep import SweepConfig
 
     own = (settings.get("cram") or {}).get("abandon_below") or ()
@@ -196,7 +198,7 @@ def simulate_design(
 def _simulate_repeat(settings: dict, truth: Truth, abandon: AuditedAbandon | None, true: dict, repeat: int):
     """One simulated sweep of the folder's design: its row-steps, and per quantity (error, error / se) where its fit
     converged (error / se NaN where se is 0)."""
-    from .design import row_steps
+    from .rows import row_steps
 
     design = pooled_design(settings)
     if design.audit is not None:

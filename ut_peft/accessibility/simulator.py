@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .design import infer_prefixes
+from .prefixes import infer_prefixes
 
 # The published protocol's step cap and patience: the cost model's inaccessible rows stop at min(cap, b + patience).
 CAP, PATIENCE = 3000, 500
@@ -482,7 +482,7 @@ def in_processes(function, items, workers: int = 1, ordered: bool = True):
 
 def run_design(design, truth: Truth, repeat: int, infer: bool = False) -> tuple[dict, float]:
     """Drive ``design`` as run_sweep does, each row simulated (``infer``: with --infer-prefixes,
-    design.infer_prefixes): (the rows, keyed (m, n, index), and the wall seconds)."""
+    prefixes.infer_prefixes): (the rows, keyed (m, n, index), and the wall seconds)."""
     rows: dict = {}
     start = time.perf_counter()
     while jobs := design.next_jobs(rows):

@@ -6,11 +6,11 @@ The rows written (per m, with their row-steps) and the rows in flight (the jobs 
 inflight/ has got); for a pooled sweep also:
 
 - the current estimate: the pooled line and n_50 at every m fitted to the rows as the sweep's own design fits them
-  (:meth:`.design.PooledDesign.summary_fit`, what its report prints), with the calibrated 95% intervals where
+  (:meth:`.designs.pooled.PooledDesign.summary_fit`, what its report prints), with the calibrated 95% intervals where
   calibration.json is of these very rows (:func:`.store.current_calibration`), else the design's Wald intervals (it
   says which); R^2 of the line through the per-m fits where the report has one (not under an audited early abandon,
   whose per-m fits are biased);
-- the design's stop rule (:meth:`.design.PooledDesign.stop_state`): stopped or not, and per target (the slope's
+- the design's stop rule (:meth:`.designs.pooled.PooledDesign.stop_state`): stopped or not, and per target (the slope's
   standard error, n_50's at each m, the linearity check's offset) the standard error as the stop judges it against
   the target it is held to;
 - hours spent (the wall time of its complete rounds, each timed by its longest row: :mod:`.pace`) and a projection
@@ -26,10 +26,11 @@ import math
 from pathlib import Path
 
 from . import store
-from .design import PooledDesign, make_design, row_steps
+from .designs import make_design
+from .designs.pooled import PooledDesign
 from .fit import line_interval
 from .pace import projection, round_paces, total_pace
-from .rows import INFERRED
+from .rows import INFERRED, row_steps
 from .sweep import SweepConfig
 
 # A campaign that holds a run back (e.g. until another run on the same cores ends) says so in this file; the sweep
@@ -168,7 +169,7 @@ def _entry(estimate: float, se: float, ci, wald_ci) -> dict:
 
 
 def _estimate(folder: Path, settings: dict, config: SweepConfig, design: PooledDesign, rows: dict) -> dict | None:
-    """The pooled line and n_50 per m as the design fits the rows (design.PooledDesign.summary_fit, the report's),
+    """The pooled line and n_50 per m as the design fits the rows (PooledDesign.summary_fit, the report's),
     with the calibrated intervals where calibration.json is of these rows (store.current_calibration), else Wald."""
     fit = design.summary_fit(rows)
     if fit is None:

@@ -22,21 +22,15 @@ from . import published_bounds, store
 from .bounds import measure_support, slope_bounds, support_context
 from .coverage import check_intervals, check_pooled
 from .cram import CramConfig, CramJob, ShortestFirst, cram, row_positions
-from .design import (
-    DESIGNS,
-    POOLED_DESIGN_VERSION,
-    POOLED_RULES,
-    PooledDesign,
-    check_stopping,
-    complete_groups,
-    infer_prefixes,
-    make_design,
-    pooled_rules,
-    row_steps,
-)
+from .designs import BUILTIN_DESIGNS, available_designs, make_design, unknown_design_message
+from .designs.common import complete_groups
+from .designs.pooled import PooledDesign
+from .designs.pooled_rules import POOLED_DESIGN_VERSION, POOLED_RULES, pooled_rules
+from .designs.sequential import check_stopping
 from .fit import SigmoidFit, fit_sigmoid, line_interval, linear_fit, n50_interval
+from .prefixes import infer_prefixes
 from .protocol import PUBLISHED, PublishedSequences, check_protocol, cram_settings, special_prefix_ids
-from .rows import INFERRED, Row
+from .rows import INFERRED, Row, row_steps
 from .sources import init_seed, make_source
 
 
@@ -98,26 +92,27 @@ class SweepConfig:
     # "ut-peft" (the layout above) or "published" (the accessibility paper's code exactly: see protocol.py); the
     # published protocol ignores ``prefix`` (its sequences carry the tokenizer's own special tokens).
     protocol: str = "ut-peft"
-    # Which (m, n, index) jobs to run (ut_peft.accessibility.design): "fixed" (grid.lengths), "adaptive" (the
+    # Which (m, n, index) jobs to run (ut_peft.accessibility.designs): "fixed" (grid.lengths), "adaptive" (the
     # paper's grid from grid.start to grid.stop) or "sequential" (lengths from a logistic fit, batches of
     # num_sequences fresh sequences, from grid.start up to grid.stop, until the n_50 95% interval of an m is
     # narrower than target_ci tokens or its rows cost budget_row_steps forward-backward passes). None: "fixed"
-    # when grid.lengths is given, else "adaptive", as before the option existed.
+    # when grid.lengths is given, else "adaptive", as before the option existed. Or any design registered with
+    # designs.register_design, by its name.
     design: str | None = None
     target_ci: float | None = None
     budget_row_steps: int | None = None
-    # "pooled" (design.PooledDesign): one line n_50 = a m + b fitted to every m at once; rows at the smallest and
+    # "pooled" (designs.PooledDesign): one line n_50 = a m + b fitted to every m at once; rows at the smallest and
     # largest m and at a middle check m (the linearity check), num_sequences per fitted round, until the standard
     # errors of the slope (target_slope_se, tokens per vector) and of n_50 at every m (target_n50_se: tokens, one
     # value or {m: se}) reach their targets, or budget_row_steps are spent.
     target_slope_se: float | None = None
     target_n50_se: float | dict | None = None
-    # Which rules of the pooled design a folder was run with (design.POOLED_DESIGN_VERSION): its rows replay only
+    # Which rules of the pooled design a folder was run with (designs.POOLED_DESIGN_VERSION): its rows replay only
     # under the same rules, so a folder keeps the version it started with.
     pooled_version: int = POOLED_DESIGN_VERSION
     # Nested texts only (--protocol published --source text): take each text's lengths in increasing order and
     # decide rows that other rows of the same text imply without cramming them (a text crammed at n is accessible
-    # at every shorter n; one that failed at n is taken to fail at every longer n): design.infer_prefixes.
+    # at every shorter n; one that failed at n is taken to fail at every longer n): prefixes.infer_prefixes.
     infer_prefixes: bool = False
     # Nested texts only: None = one text per document start (as before the option existed); N = the corpus cut into
     # disjoint texts of whole paragraphs, at least N tokens each (sources.TextSource), so that a design drawing a
@@ -141,8 +136,8 @@ class SweepConfig:
                 )
         if self.design is None:
             self.design = "adaptive" if self.grid.lengths is None else "fixed"
-        if self.design not in DESIGNS:
-            raise ValueError(f"unknown design {self.design!r}; choose one of {', '.join(DESIGNS)}")
+        if self.design not in available_designs():
+            raise ValueError(unknown_design_message(self.design))
         if self.design == "fixed" and self.grid.lengths is None:
             raise ValueError("the fixed design needs a list of lengths (GridConfig(lengths=[...]), --lengths)")
         if self.design != "fixed" and self.grid.lengths is not None:
@@ -192,7 +187,7 @@ class SweepConfig:
 
     def _set_audit(self) -> None:
         """The early abandon's audit comes with the design that can use it: a pooled version whose rules fit the
-        rows' pseudo-outcomes (design.POOLED_RULES[4] and [5]) sets ``cram.abandon_audit`` to its own and, when the
+        rows' pseudo-outcomes (designs.POOLED_RULES[4] and [5]) sets ``cram.abandon_audit`` to its own and, when the
         sweep has no abandon rule of its own, ``cram.abandon_below`` to the version's; any other design counts a
         stopped row as failed, which the audit cannot unbias, so it is refused there."""
         rules = pooled_rules(self.pooled_version) if self.design == "pooled" else None
@@ -285,6 +280,8 @@ class SweepConfig:
                 "target_n50_se": self.target_n50_se,
                 "budget_row_steps": self.budget_row_steps,
             }
+        if self.design not in BUILTIN_DESIGNS:  # a registered design: its name, so a resume or a report builds it
+            settings["design"] = {"kind": self.design}
         return settings
 
     @classmethod

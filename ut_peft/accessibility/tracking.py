@@ -39,9 +39,10 @@ import time
 from collections import Counter
 
 from .coverage import check, marked, per_m_sequences, summary_checks
-from .design import complete_groups, row_steps
+from .designs.common import complete_groups
 from .fit import n50_interval
 from .report import format_interval
+from .rows import row_steps
 from .store import row_key
 
 # Designs whose every row is a measurement (the summary fits them all, not only complete (m, n) groups).

@@ -26,6 +26,7 @@ import difflib
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..accessibility.designs.registry import available_designs
 from ..models import DEFAULT_MODEL
 from .common import (
     add_common_flags,
@@ -127,7 +128,6 @@ _CRAM = "ut_peft.accessibility.cram:CramConfig()"
 _GRID = "ut_peft.accessibility.sweep:GridConfig()"
 _QUICK = "ut_peft.accessibility.protocol:QUICK_RUN"
 PROTOCOLS = library_value("ut_peft.accessibility.protocol:PROTOCOLS", ("ut-peft", "published"))
-DESIGNS = library_value("ut_peft.accessibility.design:DESIGNS", ("fixed", "adaptive", "sequential", "pooled"))
 POOLED_VERSIONS = library_value("ut_peft.accessibility.design:sorted(POOLED_RULES)", [1, 2, 3, 4, 5, 6, 7, 8])
 POOLED_DESIGN_VERSION = library_value("ut_peft.accessibility.design:POOLED_DESIGN_VERSION", 2)
 SNAPSHOT_SECONDS = library_value("ut_peft.accessibility.sweep:run_sweep.__kwdefaults__['snapshot_seconds']", 300.0)
@@ -505,7 +505,8 @@ def parse(argv=None, *, prog: str | None = None):
     parser.add_argument(
         "--design",
         default=None,
-        choices=list(DESIGNS),
+        # The registry as it is when the parser is built (it imports nothing heavy): a registered design is offered.
+        choices=available_designs(),
         help="fixed (default; adaptive under --protocol published without --lengths): --lengths; "
         "adaptive: the paper's grid from --start to --stop; sequential: "
         "lengths from a logistic fit, --num-sequences fresh sequences per round, until --target-ci or "

@@ -1,0 +1,166 @@
+"""Designs as plug-ins: a design registered here, in this file alone, runs a sweep, is recorded by name in the folder's
+settings, reports again from the folder and is offered by ``ut-peft cram --design``; the built-in designs are found
+by name and keep their old import paths."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ut_peft.accessibility import CramConfig, GridConfig, SweepConfig, run_sweep, summarize_folder
+from ut_peft.accessibility.designs import (
+    available_designs,
+    design_factory,
+    make_design,
+    register_design,
+    unregister_design,
+)
+from ut_peft.accessibility.store import read_rows, read_settings
+from ut_peft.accessibility.sweep import replayed_rows
+
+BUILTIN = ("fixed", "adaptive", "sequential", "pooled")
+
+
+class DoublingDesign:
+    """Per m, ``num_sequences`` texts at ``grid.start``, then at twice the length while at least half of them cram,
+    never beyond ``grid.stop``: a design no module of ut_peft knows."""
+
+    def __init__(self, ms, start: int, stop: int, num_sequences: int):
+        self.ms, self.start, self.stop, self.num_sequences = list(ms), start, stop, num_sequences
+
+    @classmethod
+    def from_config(cls, config) -> DoublingDesign:
+        return cls(config.ms, config.grid.start, config.grid.stop, config.num_sequences)
+
+    def next_jobs(self, rows: dict) -> list[tuple[int, int, int]]:
+        jobs = []
+        for m in self.ms:
+            n = self.start
+            while n <= self.stop:
+                group = [(m, n, i) for i in range(self.num_sequences)]
+                missing = [job for job in group if job not in rows]
+                if missing:
+                    jobs += missing
+                    break
+                if 2 * sum(rows[job]["accessible"] for job in group) < len(group):
+                    break
+                n *= 2
+        return jobs
+
+
+@pytest.fixture
+def doubling():
+    register_design("doubling", DoublingDesign)
+    try:
+        yield DoublingDesign
+    finally:
+        unregister_design("doubling")
+
+
+def tiny_config(**overrides) -> SweepConfig:
+    settings = dict(
+        model="tiny-llama",
+        source="tokens",
+        ms=[1, 2],
+        grid=GridConfig(start=2, stop=8),
+        design="doubling",
+        num_sequences=2,
+        cram=CramConfig(max_steps=30, patience=30, batch_size=4),
+        support_sequences=8,
+        support_seq_len=4,
+    )
+    settings.update(overrides)
+    return SweepConfig(**settings)
+
+
+def test_a_design_registered_in_a_test_file_runs_a_sweep_and_reports_again_from_its_folder(tmp_path, llama, doubling):
+    assert available_designs() == (*BUILTIN, "doubling")
+    summary = run_sweep(tiny_config(), tmp_path, model=llama, progress=False)
+    rows = read_rows(tmp_path)
+    design = make_design(tiny_config())
+    assert isinstance(design, DoublingDesign)
+    assert rows and design.next_jobs(rows) == [] and replayed_rows(design, rows).keys() == rows.keys()
+    assert {m for m, _, _ in rows} == {1, 2} and {n for _, n, _ in rows} <= {2, 4, 8}
+    assert summary.design == "doubling" and summary.num_rows == len(rows)
+    # The folder names its design, so a report (or a resume) builds the same one again from settings.json alone.
+    assert read_settings(tmp_path)["design"] == {"kind": "doubling"}
+    written = json.loads((tmp_path / "summary.json").read_text())
+    assert json.loads(json.dumps(summarize_folder(tmp_path, llama, report=False).to_dict())) == written
+    unregister_design("doubling")
+    try:  # in a process that has not registered it, the folder's design is unknown, and says so
+        with pytest.raises(
+            ValueError, match="unknown design 'doubling', available: fixed, adaptive, sequential, pooled"
+        ):
+            summarize_folder(tmp_path, llama, report=False)
+    finally:
+        register_design("doubling", DoublingDesign)
+
+
+def test_the_command_line_offers_the_registered_designs(tmp_path):
+    from ut_peft.cli.cram import parse, sweep_config
+
+    argv = ["--model", "tiny-llama", "--source", "tokens", "--design", "halving", "--output-dir", str(tmp_path)]
+    with pytest.raises(SystemExit):  # argparse: invalid choice
+        parse(argv)
+
+    @register_design("halving")
+    def halving(config):  # the decorator form, on a function of the config
+        return DoublingDesign.from_config(config)
+
+    try:
+        config = sweep_config(parse([*argv, "--start", "3", "--stop", "12"]))
+        assert config.design == "halving" and (config.grid.start, config.grid.stop) == (3, 12)
+        assert isinstance(make_design(config), DoublingDesign)
+    finally:
+        unregister_design("halving")
+    assert "halving" not in available_designs()
+
+
+def test_the_built_in_designs_are_found_by_name_and_keep_their_old_import_paths():
+    from ut_peft.accessibility import design as old
+    from ut_peft.accessibility.designs.adaptive import AdaptiveDesign
+    from ut_peft.accessibility.designs.fixed import FixedDesign
+    from ut_peft.accessibility.designs.pooled import PooledDesign
+    from ut_peft.accessibility.designs.sequential import SequentialDesign
+
+    assert available_designs()[:4] == BUILTIN
+    classes = {
+        "fixed": FixedDesign,
+        "adaptive": AdaptiveDesign,
+        "sequential": SequentialDesign,
+        "pooled": PooledDesign,
+    }
+    for name, cls in classes.items():
+        assert design_factory(name) == cls.from_config
+    assert (old.FixedDesign, old.AdaptiveDesign, old.SequentialDesign, old.PooledDesign) == tuple(classes.values())
+    assert old.DESIGNS == BUILTIN
+    config = SweepConfig(design="pooled", ms=[1, 3], grid=GridConfig(start=4, stop=50), target_slope_se=2.0)
+    assert isinstance(old.make_design(config), PooledDesign) and old.make_design is make_design
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (
+            lambda: SweepConfig(design="bisect"),
+            "unknown design 'bisect', available: fixed, adaptive, sequential, pooled",
+        ),
+        (lambda: design_factory("bisect"), "unknown design 'bisect', available: fixed"),
+        (lambda: register_design("pooled", DoublingDesign), "a design named 'pooled' is registered already"),
+        (lambda: register_design("two words", DoublingDesign), "one word"),
+        (lambda: register_design("broken", 3), "from_config"),
+        (lambda: unregister_design("fixed"), "built-in design and stays registered"),
+        (lambda: unregister_design("never-registered"), "unknown design 'never-registered'"),
+    ],
+)
+def test_registry_mistakes_are_refused_clearly(call, message):
+    with pytest.raises((ValueError, TypeError), match=message):
+        call()
+    assert available_designs() == BUILTIN
+
+
+def test_a_taken_name_is_refused_until_it_is_freed(doubling):
+    with pytest.raises(ValueError, match="'doubling' is registered already .*DoublingDesign"):
+        register_design("doubling", lambda config: None)
+    assert register_design("doubling", DoublingDesign) is DoublingDesign  # the same design again: nothing to do
