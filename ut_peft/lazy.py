@@ -69,8 +69,7 @@ class _AfterImport(importlib.abc.MetaPathFinder):
         self.callbacks: dict[str, list[Callable[[], None]]] = {}
 
     def find_spec(self, fullname: str, path: Any = None, target: ModuleType | None = None) -> Any:
-        callbacks = self.callbacks.pop(fullname, None)
-        if callbacks is None:
+        if fullname not in self.callbacks:
             return None
         for finder in sys.meta_path:
             find = getattr(finder, "find_spec", None)
@@ -83,7 +82,10 @@ class _AfterImport(importlib.abc.MetaPathFinder):
             return spec  # a namespace or legacy loader: nothing to wrap (peft and transformers are neither)
 
         def run_callbacks() -> None:
-            for callback in callbacks:
+            # Taken when the package runs, not when it is found: importlib.util.find_spec (transformers asks it whether
+            # peft is installed while it loads a model) finds the spec without running it, and the import that comes
+            # later must still call back.
+            for callback in self.callbacks.pop(fullname, []):
                 callback()
 
         spec.loader = _ThenCall(spec.loader, run_callbacks)
