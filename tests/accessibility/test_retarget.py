@@ -6,6 +6,7 @@ settings their fingerprint. One test crams for real, from the sweep to its retar
 
 import json
 import os
+import re
 
 import numpy as np
 import pytest
@@ -397,3 +398,90 @@ def test_a_version_2_pooled_sweep_retargets_to_version_7_keeping_its_rows_and_st
     record = retarget_sweep(tmp_path / "done", tmp_path / "newer", new_config, model=llama)
     assert store.read_rows(tmp_path / "newer") == fresh_v7
     assert record["rows_dropped"] == len(fresh_v2) - len(fresh_v7)
+
+
+def _garbage_line(folder):
+    path = folder / "rows.jsonl"
+    lines = path.read_bytes().splitlines(keepends=True)
+    path.write_bytes(b"".join(lines[:2] + [b"garbage\n"] + lines[2:]))
+    return "rows.jsonl:3 is not valid JSON"
+
+
+def _conflicting_rows(folder):
+    line = json.loads((folder / "rows.jsonl").read_text().splitlines()[0])
+    flipped = dict(line, accessible=not line["accessible"], greedy_exact=not line["accessible"])
+    (folder / "rows.rank1.jsonl").write_text(json.dumps(flipped) + "\n")
+    return "are two rows of .* that disagree"
+
+
+def _row_of_another_sweep(folder):
+    store.append_row(store.rows_file(folder, 0), simulated(9, 4, 0))
+    return r"holds row \(m, n, index\) = \(9, 4, 0\), which this folder's settings cannot have produced"
+
+
+def _unreadable_settings(folder):
+    (folder / "settings.json").write_text("{not json")
+    return "settings.json is unreadable"
+
+
+def _unreadable_history(folder):
+    (folder / store.RETARGETED_FILE).write_text("{not json")
+    return "retargeted.json is unreadable"
+
+
+def _edited_settings(folder):
+    settings = json.loads((folder / "settings.json").read_text())
+    (folder / "settings.json").write_text(json.dumps(dict(settings, num_sequences=7)))
+    return r"differs from the settings its rows are made under \(changed: num_sequences 6 -> 7"
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        _garbage_line,
+        _conflicting_rows,
+        _row_of_another_sweep,
+        _unreadable_settings,
+        _unreadable_history,
+        _edited_settings,
+    ],
+)
+def test_a_damaged_old_folder_is_refused_saying_what_is_wrong_and_that_it_is_left_untouched(tmp_path, llama, damage):
+    """The old folder's own errors advise a run of it (resume, or start afresh with overwrite, which would destroy
+    the rows a retarget only reads): under a retarget they say what is wrong there and how to mend it in place."""
+    old_config, new_config = pooled(), pooled(target_slope_se=1.0)
+    write_sweep(tmp_path / "old", old_config, llama, drive(make_design(old_config), stop_after=12))
+    wrong = damage(tmp_path / "old")
+    if damage is _edited_settings:  # retargeted with its settings.json as it now is (--config OLD/settings.json)
+        new_config = pooled(target_slope_se=1.0, num_sequences=7)
+    before = snapshot(tmp_path / "old")
+    with pytest.raises(ValueError) as refused:
+        retarget_sweep(tmp_path / "old", tmp_path / "new", new_config, model=llama)
+    message = str(refused.value)
+    assert re.search(wrong, message), message
+    assert "the folder retargeted from, cannot be read as a sweep" in message and "It is left untouched" in message
+    assert "overwrite" not in message and "\n" not in message
+    assert snapshot(tmp_path / "old") == before and not (tmp_path / "new").exists()
+
+
+def test_the_command_refuses_a_damaged_old_folder_in_one_line_without_advising_to_overwrite_it(
+    tmp_path, llama, capsys, monkeypatch
+):
+    from ut_peft.accessibility.testing import crammable_model
+    from ut_peft.cli import cram as command
+    from ut_peft.cli.common import run
+
+    model_dir = tmp_path / "model"
+    crammable_model("llama").save_pretrained(model_dir)
+    old_config = pooled(model=str(model_dir), support_seq_len=32)  # what the command measures (it has no flag)
+    write_sweep(tmp_path / "old", old_config, llama, drive(make_design(old_config), stop_after=12))
+    _garbage_line(tmp_path / "old")
+    before = snapshot(tmp_path / "old")
+    argv = ["--config", tmp_path / "old" / "settings.json", "--retarget-from", tmp_path / "old"]
+    argv += ["--target-slope-se", "1.0", "--output-dir", tmp_path / "new"]
+    monkeypatch.delenv("UT_PEFT_DEBUG", raising=False)
+    with pytest.raises(SystemExit):
+        run(command.main, command.parse, [str(a) for a in argv])
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "rows.jsonl:3 is not valid JSON" in err and "It is left untouched" in err and "overwrite" not in err
+    assert snapshot(tmp_path / "old") == before

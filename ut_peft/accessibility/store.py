@@ -76,7 +76,23 @@ def read_settings(folder) -> dict:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as err:
-        raise ValueError(f"{path} is unreadable ({err}); rerun the sweep into a new folder") from None
+        raise FolderError(
+            f"{path} is unreadable ({err}); rerun the sweep into a new folder",
+            problem=f"{path} is unreadable ({err})",
+            mend='restore it (from git, or from the "settings" of the summary.json beside it)',
+        ) from None
+
+
+class FolderError(ValueError):
+    """Something in a sweep folder that cannot be read as the store wrote it. ``str(error)`` says what to do when the
+    folder is the one being run or reported on; ``problem`` says only what is wrong and ``mend`` how to put it right
+    in the folder itself, for a caller that only reads the folder (a retarget's source, which must never be advised
+    to be overwritten) and says the rest itself."""
+
+    def __init__(self, message: str, *, problem: str | None = None, mend: str | None = None) -> None:
+        super().__init__(message)
+        self.problem = problem or message
+        self.mend = mend or "repair it as said"
 
 
 def _reported(folder) -> dict | None:
@@ -377,7 +393,7 @@ def inflight_keys(folder) -> list[tuple[int, int, int]]:
     ]
 
 
-class CorruptRowsError(ValueError):
+class CorruptRowsError(FolderError):
     """A rows file holds a line that is not a complete row somewhere other than its (torn) last line."""
 
 
@@ -455,8 +471,10 @@ def read_retargeted(folder) -> dict | None:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as err:
-        raise ValueError(
-            f"{path} is unreadable ({err}); restore it from git, or delete it (it only records history)"
+        raise FolderError(
+            f"{path} is unreadable ({err}); restore it from git, or delete it (it only records history)",
+            problem=f"{path} is unreadable ({err})",
+            mend="restore it from git, or delete it (it only records where the folder's rows came from)",
         ) from None
 
 
@@ -603,7 +621,7 @@ def _value(settings: dict, path: str) -> str:
     return json.dumps(value)
 
 
-class SettingsEditedError(ValueError):
+class SettingsEditedError(FolderError):
     """settings.json no longer holds the settings the folder's summary.json was written under."""
 
 
@@ -626,16 +644,23 @@ def check_unedited(folder: Path, settings: dict) -> None:
         raise SettingsEditedError(
             f"{Path(folder) / SETTINGS_FILE} differs from the settings {path} was written under (changed: "
             f"{'; '.join(changed)}): it was edited after the run, and its rows were made under the settings the "
-            'summary records. Restore settings.json from the summary\'s "settings", or rerun into a new folder'
+            'summary records. Restore settings.json from the summary\'s "settings", or rerun into a new folder',
+            problem=f"{Path(folder) / SETTINGS_FILE} differs from the settings {path} was written under (changed: "
+            f"{'; '.join(changed)}): it was edited after the run",
+            mend='restore its settings.json from the "settings" of its summary.json',
         )
     started = _rows_settings(folder)
     if started is not None and _without_old_defaults(started) != _without_old_defaults(settings):
         changed = changed_settings(_without_old_defaults(started), _without_old_defaults(settings))
-        raise SettingsEditedError(
+        problem = (
             f"{Path(folder) / SETTINGS_FILE} differs from the settings its rows are made under (changed: "
             f"{'; '.join(changed)}; {ROWS_SETTINGS_FILE} keeps those, written when the run started): it was edited "
-            f"after the run started. Restore settings.json from {Path(folder) / ROWS_SETTINGS_FILE}, or rerun into a "
-            "new folder"
+            "after the run started"
+        )
+        raise SettingsEditedError(
+            f"{problem}. Restore settings.json from {Path(folder) / ROWS_SETTINGS_FILE}, or rerun into a new folder",
+            problem=problem,
+            mend=f"restore its settings.json from {ROWS_SETTINGS_FILE}",
         )
 
 
@@ -692,7 +717,10 @@ def parse_row(path: Path, line_number: int, line: bytes | str) -> Row:
         f"{path}:{line_number} is {problem}. Only a torn last line (a run killed mid-write) is cut off "
         "automatically; rows after this line are kept as they are. Correct the line, or move it out of the file "
         "(into a file not named rows.jsonl or rows.rank<k>.jsonl: no other file is read as rows) and resume, or "
-        "start afresh with overwrite=True (--overwrite)"
+        "start afresh with overwrite=True (--overwrite)",
+        problem=f"{path}:{line_number} is {problem}",
+        mend="correct that line, or move it into a file not named rows.jsonl or rows.rank<k>.jsonl (no other file is "
+        "read as rows)",
     )
 
 
@@ -767,7 +795,11 @@ def pool_rows(rows: Iterable[Row]) -> dict[tuple[int, int, int], Row]:
                 f"{first.origin} and {second.origin} are two rows of (m, n, index) = {key} that disagree ({values}); "
                 "one measurement cannot have two outcomes, and keeping either would change the report depending on "
                 "the order the files are read. Keep the one you trust (move the other line into a file not named "
-                "rows.jsonl or rows.rank<k>.jsonl), or rerun the sweep into a new folder"
+                "rows.jsonl or rows.rank<k>.jsonl), or rerun the sweep into a new folder",
+                problem=f"{first.origin} and {second.origin} are two rows of (m, n, index) = {key} that disagree "
+                f"({values})",
+                mend="keep the one you trust: move the other line into a file not named rows.jsonl or "
+                "rows.rank<k>.jsonl",
             )
         if row.sort_token() < kept.sort_token():
             pooled[key] = row

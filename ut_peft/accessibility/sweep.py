@@ -384,10 +384,16 @@ def check_rows(config: SweepConfig, settings: dict, rows: dict, design=None) -> 
     """
 
     def refuse(row, why: str):
-        raise store.RowOutsideSweepError(
+        problem = (
             f"{row.origin or 'a row'} holds row (m, n, index) = {row.key()}, which this folder's settings cannot have "
-            f"produced: {why}. The row comes from another run, or settings.json was edited; restore the settings, "
-            "move the row into a file not named rows.jsonl or rows.rank<k>.jsonl, or rerun into a new folder"
+            f"produced: {why}"
+        )
+        raise store.RowOutsideSweepError(
+            f"{problem}. The row comes from another run, or settings.json was edited; restore the settings, "
+            "move the row into a file not named rows.jsonl or rows.rank<k>.jsonl, or rerun into a new folder",
+            problem=problem,
+            mend="restore its settings.json if it was edited, or move the row into a file not named rows.jsonl or "
+            "rows.rank<k>.jsonl",
         )
 
     indexed = config.design in ("fixed", "adaptive")
@@ -453,9 +459,20 @@ def retarget_plan(
     ``old_dir`` relative to ``new_dir``, so that the record reads the same in any clone;
     :func:`store.retargeted_source` turns it back into a path). Reads ``old_dir`` only; raises when its settings
     differ from ``settings`` in more than the design's stopping fields (:data:`STOPPING_FIELDS`), read as
-    :func:`.store.recorded_settings` reads them (``context``: the model's).
+    :func:`.store.recorded_settings` reads them (``context``: the model's), and when ``old_dir`` is damaged, saying
+    what is wrong with it and how to mend it there: never the advice meant for a folder being run (to start it afresh
+    with overwrite, which would destroy the rows a retarget only reads).
     """
-    old_dir = Path(old_dir)
+    try:
+        return _retarget_plan(Path(old_dir), config, settings, new_dir, context)
+    except store.FolderError as err:
+        raise ValueError(
+            f"{old_dir}, the folder retargeted from, cannot be read as a sweep: {err.problem}. It is left untouched "
+            f"(a retarget only reads it): {err.mend}, then retarget again, or retarget from another folder"
+        ) from None
+
+
+def _retarget_plan(old_dir: Path, config: SweepConfig, settings: dict, new_dir, context) -> tuple[dict, list, dict]:
     written = store.read_settings(old_dir)
     old_settings = store.recorded_settings(old_dir, written, context)
     new_settings = json.loads(json.dumps(settings))  # compared as stored: tuples become lists, int keys strings
