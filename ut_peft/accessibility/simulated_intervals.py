@@ -55,6 +55,9 @@ from .store import rows_digest, write_calibration
 
 LEVEL = 0.95
 DEFAULT_REPEATS = 400
+# The fewest simulated sweeps a 95% quantile is taken from (fewer leave it mostly noise). Read at call time, so a
+# test that checks only the plumbing around a calibration may lower it to run in seconds.
+MIN_REPEATS = 50
 # Repeat numbers of the simulator (its random streams) used by calibrations start here, apart from the small ones
 # benchmarks use for their outer sweeps, so that a calibration inside a benchmark never replays the rows it
 # calibrates.
@@ -233,10 +236,10 @@ def calibrate(
     audits an early abandon, the abandon's fitted model), the repeats and the digest of the rows. ``truth`` /
     ``abandon``: simulate at these instead of the fitted ones (benchmarks). ``workers``: processes that simulate the
     repeats (:func:`simulate_design`; the result does not depend on it)."""
-    if not (isinstance(repeats, int) and repeats >= 50):
+    if not (isinstance(repeats, int) and repeats >= MIN_REPEATS):
         raise ValueError(
             f"repeats is the number of simulated sweeps a calibration's quantile comes from; 95% quantiles need at "
-            f"least 50 (400 by default; got {repeats!r})"
+            f"least {MIN_REPEATS} ({DEFAULT_REPEATS} by default; got {repeats!r})"
         )
     design = pooled_design(settings)
     estimate = design.summary_fit(rows)
