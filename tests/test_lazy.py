@@ -22,3 +22,16 @@ print("OK")
 """
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert done.stdout.strip() == "OK", done.stderr
+
+
+def test_a_name_exported_from_a_submodule_of_its_own_name_reads_as_the_object():
+    """``ut_peft.accessibility.cram`` is the function even once the submodule ``cram`` was imported elsewhere (which
+    binds the package attribute to the module): the eager imports gave the function, benchmarks rely on it."""
+    code = (
+        "import importlib; module = importlib.import_module('ut_peft.accessibility.cram'); "
+        "from ut_peft.accessibility import cram; "
+        "import ut_peft.accessibility as package; "
+        "assert callable(cram) and cram is module.cram and package.cram is module.cram, (cram, package.cram)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]

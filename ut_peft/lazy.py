@@ -40,7 +40,28 @@ def lazy_exports(package: str, exports: Mapping[str, str]) -> tuple[Callable[[st
     def __dir__() -> list[str]:
         return sorted(set(vars(sys.modules[package])) | set(exports))
 
+    # A name exported from a submodule of the same name (``cram`` from ``.cram``): importing that submodule from
+    # anywhere binds the package attribute to the module, which ``__getattr__`` never sees. The eager imports bound
+    # the exported object last, so the package's class reads it through the module instead.
+    shadowed = frozenset(name for name, source in exports.items() if source == f".{name}")
+    if shadowed:
+        sys.modules[package].__class__ = type(
+            "LazyExportsModule", (_ShadowedExports,), {"shadowed": shadowed, "__module__": __name__}
+        )
     return __getattr__, __dir__
+
+
+class _ShadowedExports(ModuleType):
+    """A package whose exported names that share a submodule's name always read as the exported object."""
+
+    shadowed: frozenset[str] = frozenset()
+
+    def __getattribute__(self, name: str) -> Any:
+        value = super().__getattribute__(name)
+        if isinstance(value, ModuleType) and name in type(self).shadowed:
+            value = getattr(value, name)
+            super().__setattr__(name, value)  # the next read is a plain attribute again
+        return value
 
 
 class _ThenCall(importlib.abc.Loader):

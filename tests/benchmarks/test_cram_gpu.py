@@ -135,6 +135,7 @@ def test_runs_where_the_package_imports_cannot(tmp_path):
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert "ut_peft's package imports need 'datasets', absent here" in done.stdout
+    # The package's __init__ files load their names lazily, so the engine's modules import through the package
+    # even without datasets; the stand-alone fallback (its message) is left for packages that still reach it.
     assert "smollm2-135m: best" in done.stdout
     assert json.loads((tmp_path / "cram-gpu.json").read_text())["measurements"][0]["row_steps"] == 2
