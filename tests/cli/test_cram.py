@@ -317,3 +317,17 @@ def test_text_chunks_from_the_command_line_and_back_from_settings_json(tmp_path,
     # The ut-peft protocol's texts are windows at random offsets: nothing to divide.
     err = fails(["--source", "text", "--text-chunks", "384", "--output", tmp_path / "u"], capsys, monkeypatch)
     assert "text_chunks (--text-chunks) divides the nested texts" in err
+
+
+def test_the_commands_default_job_is_the_named_quick_run(model_dir):
+    """One set of defaults: what ``ut-peft cram`` runs with no flag is ``SweepConfig.quick_run()``, field for field."""
+    import dataclasses
+
+    from ut_peft.accessibility import SweepConfig
+
+    ours = command.sweep_config(command.parse([]))
+    quick = SweepConfig.quick_run(model=ours.model, source=ours.source)
+    fields = ("ms", "num_sequences", "seed", "protocol")
+    assert {f: getattr(ours, f) for f in fields} == {f: getattr(quick, f) for f in fields}
+    assert ours.grid.lengths == quick.grid.lengths
+    assert dataclasses.asdict(ours.cram) == dataclasses.asdict(quick.cram)

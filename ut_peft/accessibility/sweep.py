@@ -29,7 +29,7 @@ from .designs.pooled_rules import POOLED_DESIGN_VERSION, POOLED_RULES, pooled_ru
 from .designs.sequential import check_stopping
 from .fit import SigmoidFit, fit_sigmoid, line_interval, linear_fit, n50_interval
 from .prefixes import infer_prefixes
-from .protocol import PUBLISHED, PublishedSequences, check_protocol, cram_settings, special_prefix_ids
+from .protocol import PUBLISHED, QUICK_RUN, PublishedSequences, check_protocol, cram_settings, special_prefix_ids
 from .rows import INFERRED, Row, row_steps
 from .sources import init_seed, make_source
 
@@ -73,6 +73,11 @@ class GridConfig:
 
 @dataclass
 class SweepConfig:
+    """One accessibility sweep. ``SweepConfig()`` holds the paper's settings (20 sequences a length, cap 3000,
+    patience 500) at m = 1, 2; :meth:`quick_run` is the smoke run ``ut-peft cram`` makes when no flag says otherwise
+    (:data:`~ut_peft.accessibility.protocol.QUICK_RUN`: 2 sequences, cap 100, m = 1, 2, 4, n = 4..32), which the
+    command's ``--help`` names as its defaults."""
+
     model: str = DEFAULT_MODEL
     source: str = "text"
     ms: list[int] = field(default_factory=lambda: [1, 2])
@@ -283,6 +288,18 @@ class SweepConfig:
         if self.design not in BUILTIN_DESIGNS:  # a registered design: its name, so a resume or a report builds it
             settings["design"] = {"kind": self.design}
         return settings
+
+    @classmethod
+    def quick_run(cls, **changes) -> SweepConfig:
+        """The command's default job (ut-peft protocol, :data:`QUICK_RUN`): a few minutes on 2 CPU cores that show the
+        whole pipeline, not a measurement. ``changes`` replace any field, as ``dataclasses.replace`` would."""
+        quick = cls(
+            ms=list(QUICK_RUN.ms),
+            grid=GridConfig(lengths=list(QUICK_RUN.lengths)),
+            num_sequences=QUICK_RUN.num_sequences,
+            cram=CramConfig(max_steps=QUICK_RUN.max_steps, patience=QUICK_RUN.patience),
+        )
+        return dataclasses.replace(quick, **changes)
 
     @classmethod
     def from_settings(cls, settings: dict, **kwargs) -> SweepConfig:

@@ -575,8 +575,8 @@ def parse(argv=None, *, prog: str | None = None):
         "--num-sequences",
         type=int,
         default=None,
-        help=f"sequences per (m, n) (default {ours['num_sequences']}; {published['num_sequences']} under "
-        "--protocol published, as the paper)",
+        help=f"sequences per (m, n) (default {ours['num_sequences']}, the quick run's: SweepConfig.quick_run(); "
+        f"{published['num_sequences']} under --protocol published, as the paper and SweepConfig())",
     )
     parser.add_argument(
         "--seed",
@@ -588,15 +588,15 @@ def parse(argv=None, *, prog: str | None = None):
         "--max-steps",
         type=int,
         default=None,
-        help=f"step cap per sequence (default {ours['max_steps']}; {published['max_steps']} under "
-        "--protocol published)",
+        help=f"step cap per sequence (default {ours['max_steps']}, the quick run's; {published['max_steps']} under "
+        "--protocol published, as the paper)",
     )
     parser.add_argument(
         "--patience",
         type=int,
         default=None,
-        help=f"steps without a new best (default {ours['patience']}; {published['patience']} under "
-        "--protocol published)",
+        help=f"steps without a new best (default {ours['patience']}, the quick run's; {published['patience']} under "
+        "--protocol published, as the paper)",
     )
     parser.add_argument("--lr", type=float, default=API["lr"], help="AdamW learning rate of the memory vectors")
     parser.add_argument("--batch-size", type=int, default=API["batch_size"], help="sequences crammed together")
