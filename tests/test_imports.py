@@ -4,31 +4,24 @@ So a walk from a recipe through the sweep to the output folder (recipes/cram.py 
 accessibility.store -> io) never comes back up. Package ``__init__`` files re-export their modules and are left out.
 """
 
-import ast
+import importlib.util
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parents[1] / "ut_peft"
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "ut_peft"
+# The import graph is read the way tools/import_layers.py reads it (one definition for the test and the tool).
+_spec = importlib.util.spec_from_file_location("import_layers", ROOT / "tools" / "import_layers.py")
+import_layers = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(import_layers)
 
 
 def module_name(path: Path) -> str:
-    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+    return import_layers.module_name(path, ROOT)
 
 
 def imports(path: Path, modules: set[str]) -> set[str]:
     """The package modules ``path`` imports (a name imported from a package counts as its module if it is one)."""
-    name = module_name(path)
-    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.ImportFrom):
-            base = package.split(".")[: len(package.split(".")) - node.level + 1] if node.level else []
-            target = ".".join(base + ([node.module] if node.module else []))
-            for alias in node.names:
-                found.add(f"{target}.{alias.name}" if f"{target}.{alias.name}" in modules else target)
-        elif isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-    return {m for m in found if m in modules and m != name}
+    return import_layers.imports(path, module_name(path), modules)
 
 
 def test_the_package_imports_one_way():
