@@ -16,23 +16,12 @@ from ut_peft.accessibility.bounds import support_context
 from ut_peft.accessibility.rows import Row
 from ut_peft.accessibility.sources import init_seed
 from ut_peft.accessibility.sweep import _validated, make_design
+from ut_peft.accessibility.testing import small_sweep_config
 
 RESULTS = Path(__file__).resolve().parents[2] / "results"
 
 
-def small_config(**overrides):
-    settings = dict(
-        model="tiny-llama",
-        source="tokens",
-        ms=[1, 2],
-        grid=GridConfig(lengths=[2, 3, 6]),
-        num_sequences=2,
-        cram=CramConfig(max_steps=30, patience=30, batch_size=4),
-        support_sequences=8,
-        support_seq_len=4,
-    )
-    settings.update(overrides)
-    return SweepConfig(**settings)
+small_config = small_sweep_config
 
 
 @pytest.fixture(scope="module")

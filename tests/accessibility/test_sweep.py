@@ -24,24 +24,12 @@ from ut_peft.accessibility import (
     summarize_folder,
 )
 from ut_peft.accessibility.store import read_rows, repair
-from ut_peft.accessibility.testing import crammable_model
+from ut_peft.accessibility.testing import crammable_model, small_sweep_config
 
 RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "cram.py"
 
 
-def small_config(model_name="tiny-llama", **overrides):
-    settings = dict(
-        model=model_name,
-        source="tokens",
-        ms=[1, 2],
-        grid=GridConfig(lengths=[2, 3, 6]),
-        num_sequences=2,
-        cram=CramConfig(max_steps=30, patience=30, batch_size=4),
-        support_sequences=8,
-        support_seq_len=4,
-    )
-    settings.update(overrides)
-    return SweepConfig(**settings)
+small_config = small_sweep_config
 
 
 def _curves(summary):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import transformers
 
@@ -67,3 +69,23 @@ def pooled_sweep_settings(
         "seed": 0,
         "source": {"kind": "words", "name": "wordfreq:en:100000", "num_words": 100000},
     }
+
+
+def small_sweep_config(model_name: str = "tiny-llama", **overrides):
+    """A sweep of random tokens on a tiny model that finishes in seconds: m = 1, 2, lengths 2, 3, 6, 2 sequences
+    each, a 30-step cap, the bounds' support from 8 sequences of 4 tokens. ``overrides`` replace any field."""
+    from .cram import CramConfig
+    from .sweep import GridConfig, SweepConfig
+
+    settings: dict[str, Any] = dict(
+        model=model_name,
+        source="tokens",
+        ms=[1, 2],
+        grid=GridConfig(lengths=[2, 3, 6]),
+        num_sequences=2,
+        cram=CramConfig(max_steps=30, patience=30, batch_size=4),
+        support_sequences=8,
+        support_seq_len=4,
+    )
+    settings.update(overrides)
+    return SweepConfig(**settings)
