@@ -5,7 +5,7 @@ and summary.json put on an interval that falls short.
 
     python benchmarks/interval_coverage.py --json results/benchmarks/interval_coverage.json
 
-(300 simulated data sets per cell; BENCHMARKS.md, docs/accessibility.md "How far the intervals can be trusted"):
+(300 simulated data sets per cell; docs/accessibility.md, "How far the intervals can be trusted"):
 per interval (``"n50/bootstrap"``, ``"n50/profile"``, ``"slope/bootstrap"``, ``"intercept/bootstrap"``) and sequence
 count (4, 8, 20 per length, the counts the committed results and designs use), the **lowest** coverage over the
 simulated scenarios (the committed SmolLM2-135M and Gemma-3-270M words and text results: their n_50, slope and
@@ -137,7 +137,7 @@ TABLE: dict[str, dict[str, dict]] = {
 # The pooled design's Wald intervals (design.pooled_estimates), measured by benchmarks/measurement_cost.py's simulator
 # (truth n_50 = 44.5 m + 5, logistic width 10% of n_50, 200 repeats, standard-error targets ``factor`` times the
 # published design's RMSE), per version of the design's rules and rows per round: the coverage of the slope interval
-# and the lowest over m = 1..5 of the n_50 intervals' (BENCHMARKS.md, "Precision by error"). The intercept's was not
+# and the lowest over m = 1..5 of the n_50 intervals' (benchmarks/measurement_cost.py). The intercept's was not
 # measured. Settings not in the table have no measured coverage. Logs (results/benchmarks/): measurement_cost.log
 # (version 1 at 16 rows, before version 2), measurement_cost_v1_batch8.log, measurement_cost_v2_200_capfails.log and
 # measurement_cost_v3_200.log (rows failing at the cap, as real ones do: the simulator's default since session 14;

@@ -304,7 +304,8 @@ def _autocast(config: CramConfig, device: torch.device):
 # There the fused flash kernel's backward is the slow part of a short-row step: in bf16, forward + backward took
 # 3.2x as long as the math kernel's at 32 rows x 9 heads x 17 positions and 1.3x at 128, while from 256 positions
 # on the fused kernel wins and the math kernel's (L, L) weights grow (``python benchmarks/cpu_attention_kernels.py``,
-# BENCHMARKS.md). In float32, where the fused kernel wins at every length, and on GPU the default choice stands.
+# its record under results/benchmarks/). In float32, where the fused kernel wins at every length, and on GPU, the
+# default choice stands.
 CPU_HALF_MATH_ATTENTION_MAX_LEN = 128
 
 

@@ -19,7 +19,7 @@ of 7 either way; its power of m centred on 1, standard deviation 1)
 so that rows which separate completely (every row below some length accessible, none above) give a finite width
 instead of a step: the prior matters only where the rows cannot set the width. Intervals are Wald intervals from the
 inverse information at the estimate; their coverage at the settings the design stops at is measured by simulation
-in ``benchmarks/measurement_cost.py`` (BENCHMARKS.md), not assumed.
+in ``benchmarks/measurement_cost.py``, not assumed.
 """
 
 from __future__ import annotations
@@ -789,9 +789,9 @@ def steps_law_check(steps: StepRows, line: np.ndarray, alpha: float) -> dict:
     given, e.g. the outcomes' alone) shared by every m against one (tau0_m, kappa_m) per m, by weighted least squares
     (``steps.weights``), over the m with 3 accessible rows at 2 lengths at least (as
     ``benchmarks/steps_information.py`` does; the truncation at the cap is ignored). The steps-informed estimate
-    rests on the shared law: where kappa differs across m it is biased by several tokens (BENCHMARKS.md, "Session
-    17"), so a design that checks it uses the step counts only while the test does not refuse the law at ``alpha``
-    and can be computed (``"one_law"``)."""
+    rests on the shared law: where kappa differs across m it is biased by several tokens (measured with
+    ``benchmarks/measurement_cost.py --cost-k-by-m``), so a design that checks it uses the step counts only while
+    the test does not refuse the law at ``alpha`` and can be computed (``"one_law"``)."""
     mu = line[0] * steps.ms + line[1]
     r = steps.ns / np.where(np.abs(mu) < 1e-6, 1e-6, mu)
     y, w = np.log(steps.steps), steps.w

@@ -1,4 +1,4 @@
-"""What k-hop accuracy needs no retrieval: the best predictor from local context, per k (issue 12).
+"""What k-hop accuracy needs no retrieval: the best predictor from local context, per k.
 
 Each baseline is the Bayes-optimal lookup table for a feature set that a transformer gets without any content-based
 attention: it is fitted (the majority answer per feature value) on training strings of the k-hop runs and scored on

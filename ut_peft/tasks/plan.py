@@ -1,12 +1,12 @@
 """The fixed-universal-transformer experiments on k-hop and Dyck-1: the plan, the worker that runs it, the report.
 
-The plan (issue 23) trains one model per hop count (k = 1, 2, 3, 4) and one on k = 1..4 mixed, for the sparse
+The plan trains one model per hop count (k = 1, 2, 3, 4) and one on k = 1..4 mixed, for the sparse
 universal backbone, the random one and the fully trained model of the same shape, residual + LayerNorm first, then
 the attention-only and MLP variants, 3 seeds; all at the library's defaults (E and positions drawn at std 0.02, fresh
 strings every step). ``recipes/ut_experiments.py`` is the command line; :func:`run_plan` trains the runs not finished
 yet, one at a time, each :func:`ut_peft.tasks.training.run` in ``runs_dir/<name>`` (resumable; a finished run is not
 trained again; a run another worker trains is skipped); :func:`report` turns the results file into the table and the
-figure. Rows written before issue 23 (unit-scale E, a fixed pool of 20 000 strings, k mixed) stay in the results
+figure. Rows written before these defaults (unit-scale E, a fixed pool of 20 000 strings, k mixed) stay in the results
 file and are reported in their own table, their settings filled in with what those runs used (:data:`LEGACY`).
 """
 
@@ -30,7 +30,7 @@ TABLE = Path("results") / "universal" / "table.md"
 FIGURE = Path("docs") / "figures" / "universal-khop-curves.png"
 BASELINES = Path("results") / "universal" / "khop-baselines.json"
 
-# What the rows written before issue 23 were trained with, where their settings do not say (the fields did not exist).
+# What the rows written before these defaults were trained with, where their settings do not say (no such fields).
 LEGACY = {"init_std": 1.0, "fresh_data": False}
 
 # The shape the sparse construction fits: one head of 16 needs 2Lk + |V| = 2 * 4 * 16 + 23 = 151 <= 160 columns.
@@ -489,7 +489,7 @@ def curve_table(rows: dict[str, dict]) -> str:
 
 
 def legacy_table(rows: dict[str, dict]) -> str:
-    """The rows trained before issue 23 (unit-scale E, a fixed pool, k mixed), one line per group."""
+    """The rows trained before these defaults (unit-scale E, a fixed pool, k mixed), one line per group."""
     groups: dict[str, list[dict]] = {}
     for name, row in rows.items():
         if not is_new(row):

@@ -30,7 +30,7 @@ class RunSettings:
     positions: bool = True  # learned position embeddings (UT and GPT-2 backbones), trained with E and U
     backbone_seed: int = 0
     # Std of the initial input embedding E and learned position rows: GPT-2's initialisation (and the random-
-    # transformer reference code of Zhong & Andreas). Unit scale (1.0, the default before issue 23) drowns the fixed
+    # transformer reference code of Zhong & Andreas). Unit scale (1.0, the default before 2026-12) drowns the fixed
     # layers' updates in a pre-LN residual stream; 1.0 reproduces those runs. U starts at 1 / sqrt(width) for the
     # universal backbones (unit-variance logits from the final LayerNorm's unit-RMS states) and at the family's own
     # initializer_range for hf: backbones, as before.
@@ -41,7 +41,7 @@ class RunSettings:
     weight_decay: float = 1e-3
     warmup_steps: int = 100
     # Fresh strings every step, as both references train (drawn from (seed, step), never a string of the held-out
-    # set); False draws each batch from a fixed pool of train_examples strings (the setting before issue 23).
+    # set); False draws each batch from a fixed pool of train_examples strings (the setting before 2026-12).
     fresh_data: bool = True
     train_examples: int = 20000
     eval_examples: int = 2000
@@ -109,7 +109,7 @@ class RunSettings:
         if not 0 < self.init_std < math.inf:
             raise ValueError(
                 f"init_std={self.init_std} must be positive and finite: it is the std of the initial E and position "
-                "rows (0.02 by default; 1.0 reproduces the unit-scale runs before issue 23)"
+                "rows (0.02 by default; 1.0 reproduces the earlier unit-scale runs)"
             )
         ks = list(self.khop_ks)
         if not ks:

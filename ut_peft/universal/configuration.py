@@ -41,7 +41,7 @@ class UniversalTransformerConfig(PretrainedConfig):
             random-transformer code of Zhong & Andreas: in a pre-LN residual block with fixed weights each layer adds
             an update of RMS at most about 1, so unit-scale inputs (1.0, this library's default before 2026-12)
             drown what attention moves, and sparse and random backbones stay near the no-retrieval level on k-hop
-            (issue 23). Set 1.0 to reproduce the old runs.
+            (measured in docs/universal.md). Set 1.0 to reproduce the old runs.
         output_initializer_range: std of the initial unembedding U; None (the default) means 1 / sqrt(hidden_size):
             U reads the final LayerNorm's unit-RMS states, so that gives unit-variance logits at any width (the
             scale U had before, unchanged).
