@@ -141,6 +141,91 @@ def eval_results(
     return results
 
 
+_SETTINGS_KEYS = (
+    "train_input_embeddings",
+    "train_output_embeddings",
+    "tied_embeddings",
+    "task_vocab_size",
+    "train_position_embeddings",
+    "num_memory_tokens",
+    "init",
+    "base_embedding_shape",
+)
+_MEMORY_NOTE = (
+    "Memory vectors are addressed by reserved ids after the vocabulary; put them in front of a "
+    "batch with `ut_peft.memory.prepend_memory_tokens(model, input_ids)`, then call the model or "
+    "`generate` as usual."
+)
+
+
+def _trained_parts(adapter_config: Mapping[str, Any]) -> list[str]:
+    """What the adapter trains, in the words of the card's summary line (E, U, position embeddings, memory)."""
+    trained = [
+        name
+        for flag, name in (
+            (adapter_config.get("train_input_embeddings"), "E"),
+            (adapter_config.get("train_output_embeddings"), "U"),
+            (adapter_config.get("train_position_embeddings"), "position embeddings"),
+        )
+        if flag
+    ]
+    if adapter_config.get("num_memory_tokens"):
+        trained.append(f"{adapter_config['num_memory_tokens']} memory vectors")
+    if adapter_config.get("task_vocab_size"):
+        trained.append(f"over a new vocabulary of {adapter_config['task_vocab_size']} tokens")
+    return trained
+
+
+def _unrebuildable_backbone_parts(repo: str) -> tuple[str, str]:
+    """(load snippet, backbone note) for a base built from a config with no recorded seed."""
+    load_snippet = (
+        'base = AutoModelForCausalLM.from_pretrained("<folder of the base it was trained on>")\n'
+        f'model = PeftModel.from_pretrained(base, "{repo}")'
+    )
+    backbone_note = (
+        "The frozen base was built from a config with no recorded seed (e.g. `AutoModelForCausalLM.from_config`), "
+        "so this adapter cannot rebuild it: its random weights are in no file, and `backbone_from_adapter` "
+        "refuses it. Load the adapter onto the base it was trained on (saved with `base.save_pretrained`); "
+        "adapters trained on `ut_peft.random_backbone(config, seed)` rebuild their base."
+    )
+    return load_snippet, backbone_note
+
+
+def _rebuildable_backbone_parts(backbone: Mapping[str, Any], repo: str) -> tuple[str, str]:
+    """(load snippet, backbone note) for a base the adapter rebuilds from its recorded config (and seed)."""
+    seed = backbone.get("seed")
+    load_snippet = (
+        "from ut_peft.backbones import backbone_from_adapter\n"
+        "from huggingface_hub import snapshot_download\n\n"
+        f'folder = snapshot_download("{repo}")\n'
+        "base = backbone_from_adapter(folder)  # rebuilt from the "
+        f"recorded config{'' if seed is None else f' and seed {seed}'}\n"
+        "model = PeftModel.from_pretrained(base, folder)"
+    )
+    backbone_note = (
+        "The frozen base was built from a config (no pretrained weights): `adapter_config.json` "
+        "records the config"
+        + ("" if seed is None else f" and the seed ({seed})")
+        + " that rebuild it bit for bit on the same torch version "
+        f"({backbone.get('torch_version', 'unknown')})."
+    )
+    return load_snippet, backbone_note
+
+
+def _base_parts(
+    adapter_config: Mapping[str, Any], base_model: Optional[str], repo: str
+) -> tuple[Optional[str], Optional[str], str, Optional[str]]:
+    """(base_model metadata, base line, load snippet, backbone note): a random backbone the adapter records (no
+    base_model metadata, whatever the caller passed), else a loaded base."""
+    backbone = adapter_config.get("backbone")
+    if backbone and backbone.get("rebuildable") is False:
+        return (None, None, *_unrebuildable_backbone_parts(repo))
+    if backbone:
+        return (None, None, *_rebuildable_backbone_parts(backbone, repo))
+    hub_base, base_line, load_base = _base_and_snippet(adapter_config, base_model, repo)
+    return hub_base, base_line, f'{load_base}\nmodel = PeftModel.from_pretrained(base, "{repo}")', None
+
+
 def render_model_card(
     adapter_config: Mapping[str, Any],
     *,
@@ -158,78 +243,12 @@ def render_model_card(
     the numeric metrics also ``model-index`` metadata on ``eval_dataset`` (the name of the data they were measured
     on).
     """
-    backbone = adapter_config.get("backbone")
-    trained = [
-        name
-        for flag, name in (
-            (adapter_config.get("train_input_embeddings"), "E"),
-            (adapter_config.get("train_output_embeddings"), "U"),
-            (adapter_config.get("train_position_embeddings"), "position embeddings"),
-        )
-        if flag
-    ]
-    if adapter_config.get("num_memory_tokens"):
-        trained.append(f"{adapter_config['num_memory_tokens']} memory vectors")
-    if adapter_config.get("task_vocab_size"):
-        trained.append(f"over a new vocabulary of {adapter_config['task_vocab_size']} tokens")
-    repo = repo_id or "<this-repo>"
-    base_line = None
-    if backbone and backbone.get("rebuildable") is False:
-        base_model = None
-        load_snippet = (
-            'base = AutoModelForCausalLM.from_pretrained("<folder of the base it was trained on>")\n'
-            f'model = PeftModel.from_pretrained(base, "{repo}")'
-        )
-        backbone_note = (
-            "The frozen base was built from a config with no recorded seed (e.g. `AutoModelForCausalLM.from_config`), "
-            "so this adapter cannot rebuild it: its random weights are in no file, and `backbone_from_adapter` "
-            "refuses it. Load the adapter onto the base it was trained on (saved with `base.save_pretrained`); "
-            "adapters trained on `ut_peft.random_backbone(config, seed)` rebuild their base."
-        )
-    elif backbone:
-        base_model = None
-        seed = backbone.get("seed")
-        load_snippet = (
-            "from ut_peft.backbones import backbone_from_adapter\n"
-            "from huggingface_hub import snapshot_download\n\n"
-            f'folder = snapshot_download("{repo}")\n'
-            "base = backbone_from_adapter(folder)  # rebuilt from the "
-            f"recorded config{'' if seed is None else f' and seed {seed}'}\n"
-            "model = PeftModel.from_pretrained(base, folder)"
-        )
-        backbone_note = (
-            "The frozen base was built from a config (no pretrained weights): `adapter_config.json` "
-            "records the config"
-            + ("" if seed is None else f" and the seed ({seed})")
-            + " that rebuild it bit for bit on the same torch version "
-            f"({backbone.get('torch_version', 'unknown')})."
-        )
-    else:
-        base_model, base_line, load_base = _base_and_snippet(adapter_config, base_model, repo)
-        load_snippet = f'{load_base}\nmodel = PeftModel.from_pretrained(base, "{repo}")'
-        backbone_note = None
-    memory_note = None
-    if adapter_config.get("num_memory_tokens"):
-        memory_note = (
-            "Memory vectors are addressed by reserved ids after the vocabulary; put them in front of a "
-            "batch with `ut_peft.memory.prepend_memory_tokens(model, input_ids)`, then call the model or "
-            "`generate` as usual."
-        )
-    settings = {
-        k: adapter_config.get(k)
-        for k in (
-            "train_input_embeddings",
-            "train_output_embeddings",
-            "tied_embeddings",
-            "task_vocab_size",
-            "train_position_embeddings",
-            "num_memory_tokens",
-            "init",
-            "base_embedding_shape",
-        )
-    }
     from . import __version__
 
+    backbone = adapter_config.get("backbone")
+    repo = repo_id or "<this-repo>"
+    base_model, base_line, load_snippet, backbone_note = _base_parts(adapter_config, base_model, repo)
+    settings = {k: adapter_config.get(k) for k in _SETTINGS_KEYS}
     tags = sorted(set(BASE_TAGS + (["random-backbone"] if backbone else []) + list(tags or [])))
     results = eval_results(metrics, dataset=eval_dataset)
     card_data = ModelCardData(
@@ -244,11 +263,11 @@ def render_model_card(
         card_data,
         template_path=str(template_path()),
         title=title or (repo_id or "UT_REPROGRAM adapter"),
-        trained_summary=", ".join(trained) or "nothing",
+        trained_summary=", ".join(_trained_parts(adapter_config)) or "nothing",
         base_line=base_line,
         backbone_note=backbone_note,
         load_snippet=load_snippet,
-        memory_note=memory_note,
+        memory_note=_MEMORY_NOTE if adapter_config.get("num_memory_tokens") else None,
         settings=_rows(settings),
         training=_rows(training),
         metrics=_rows(metrics),
