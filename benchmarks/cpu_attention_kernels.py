@@ -6,7 +6,7 @@
 For each (rows, positions) it times the fused flash kernel (PyTorch's default on CPU) and the math kernel on the
 same causal attention, and prints the ratio flash / math (above 1: the math kernel is faster). The cram engine
 asks for the math kernel on CPU under half-precision autocast up to ``CPU_HALF_MATH_ATTENTION_MAX_LEN`` positions
-(``ut_peft.accessibility.cram``); this is the measurement behind that threshold.
+(``ut_peft.accessibility.engine.cram``); this is the measurement behind that threshold.
 
 The rounds are the harness's repeats (``harness.py``): in each of ``--rounds`` rounds both kernels run
 ``--repeats`` calls, the kernel that goes first alternating from round to round; a kernel's time is the median

@@ -5,7 +5,7 @@ Gemma-3-270M, at batch sizes 1, 2, 4, ... until CUDA runs out of memory or the t
     python benchmarks/cram_gpu.py --tiny                           # tiny shapes, CPU, seconds (what the test runs)
     python benchmarks/cram_gpu.py --models gemma-3-270m --lengths 50 200 --protocol ut-peft
 
-What runs: :func:`ut_peft.accessibility.cram.cram`, the function ``run_sweep`` crams its rows with, under the
+What runs: :func:`ut_peft.accessibility.engine.cram.cram`, the function ``run_sweep`` crams its rows with, under the
 protocol's settings (``--protocol published``, the default: lr 1e-2, betas (0.9, 0.9), weight decay 0.01, the BOS-
 or-first-token given, init at the std of the embedding table, fp16 autocast on CUDA; ``ut-peft``: the BOS before the
 memory, bf16 autocast). Each measurement is one ``cram()`` call over ``batch`` rows of ``n`` uniformly random tokens
@@ -153,10 +153,10 @@ TINY = {
 
 
 def load_engine() -> tuple[types.ModuleType, types.ModuleType, types.ModuleType]:
-    """(ut_peft.accessibility.cram, .protocol, ut_peft.io): imported as usual where the package's dependencies are
-    installed, else loaded alone from this checkout (torch, numpy and accelerate are all they need), without the
+    """(ut_peft.accessibility.engine.cram, .protocol, ut_peft.io): imported as usual where the package's dependencies
+    are installed, else loaded alone from this checkout (torch, numpy and accelerate are all they need), without the
     package's ``__init__`` files, whose imports reach ``datasets``, ``peft`` and the rest."""
-    names = ("ut_peft.accessibility.cram", "ut_peft.accessibility.protocol", "ut_peft.io")
+    names = ("ut_peft.accessibility.engine.cram", "ut_peft.accessibility.engine.protocol", "ut_peft.io")
     try:  # import_module: the package's ``cram`` attribute is the function, not the module
         cram, protocol, io = (importlib.import_module(name) for name in names)
         return cram, protocol, io

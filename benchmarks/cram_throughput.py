@@ -54,7 +54,7 @@ def run_variant(args):
 
     import ut_peft
     from ut_peft.accessibility import CramConfig, CramJob, cram, cram_reference, make_source
-    from ut_peft.accessibility.sources import init_seed
+    from ut_peft.accessibility.engine.sources import init_seed
 
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -1,7 +1,7 @@
 """Calibrated early abandon on full runs: held-out false-abandon rate and the row-steps it saves.
 
 Reads the rows of sweep folders (as the store reads them) or comparison JSONL files that ran every row to its own end,
-fits the abandon rule by k-fold cross-validation (ut_peft.accessibility.calibrate) and prints, per model/source
+fits the abandon rule by k-fold cross-validation (ut_peft.accessibility.stats.calibrate) and prints, per model/source
 group and pooled: rows, accessible rows, false abandons (held out) with a 95% upper bound, the row-step saving
 ratio, and the rule fitted on all rows (what ``recipes/cram.py --abandon-below`` takes); then when the held-out rule
 first flags the failed rows still running at its first checkpoint, and how many accessible ones it flags there (the
@@ -13,7 +13,8 @@ where the held-out false-abandon rate is 0 and its upper bound is small (target 
         [--checkpoints-from 500]
 
 ``--audit PI ...`` (a sweep folder with rows at two m or more): the abandon with a random audit
-(:func:`~ut_peft.accessibility.calibrate.audited_abandon`), each flagged row run on to its end with probability PI.
+(:func:`~ut_peft.accessibility.stats.calibrate.audited_abandon`), each flagged row run on to its end with
+probability PI.
 It prints, per PI, the row-steps the held-out rule would spend on these very rows and, for the pooled line's slope
 and n_50 at the smallest and largest m (the outcomes' model fitted to the rows), the variance inflation the false
 abandons bring and the cost-times-variance gain. An estimate on real rows of the lever version 4 of the pooled
@@ -28,14 +29,14 @@ from pathlib import Path
 import numpy as np
 
 from ut_peft.accessibility import store
-from ut_peft.accessibility.calibrate import (
+from ut_peft.accessibility.stats.calibrate import (
     CHECKPOINTS,
     audited_abandon,
     cross_validate,
     full_run,
     held_out_abandon_steps,
 )
-from ut_peft.accessibility.pooled import PRIOR_SD, Cells, fit_pooled
+from ut_peft.accessibility.stats.pooled import PRIOR_SD, Cells, fit_pooled
 
 
 def read(path: Path) -> list[dict]:

@@ -6,14 +6,14 @@
 The committed record is that run: results/benchmarks/interval_coverage.json (every cell and the table) and its
 printed output, results/benchmarks/interval_coverage.log.
 
-Simulator: ``Truth`` and ``simulate_row`` of ``ut_peft/accessibility/simulator.py``, measurement_cost.py's (n_50(m) = a
-m + b exactly; a text difficulty per sequence index shared by every m; a per-attempt jitter), so coverage is measured
-against a known n_50 and slope. Four scenarios, set to the committed 4-sequence results of results/smollm2-135m and
-results/gemma-3-270m (published protocol): the line through their n_50 at m = 1, 2 gives (a, b), and the logistic width
-of the transition is the mean over m of 1 / (|sigmoid slope| n_50) of their fits. Natural text is nested (sequence
-index k is one text at every length and m, as under the published protocol); random words are drawn afresh for every
-(n, index) and shared across m (``sources.WordsSource``: the seed is (seed, n, index)), so for words the simulator keys
-the text difficulty by (n, k) while the fit still groups rows by k, as the summary does.
+Simulator: ``Truth`` and ``simulate_row`` of ``ut_peft/accessibility/stats/simulator.py``, measurement_cost.py's
+(n_50(m) = a m + b exactly; a text difficulty per sequence index shared by every m; a per-attempt jitter), so coverage
+is measured against a known n_50 and slope. Four scenarios, set to the committed 4-sequence results of
+results/smollm2-135m and results/gemma-3-270m (published protocol): the line through their n_50 at m = 1, 2 gives (a,
+b), and the logistic width of the transition is the mean over m of 1 / (|sigmoid slope| n_50) of their fits. Natural
+text is nested (sequence index k is one text at every length and m, as under the published protocol); random words are
+drawn afresh for every (n, index) and shared across m (``sources.WordsSource``: the seed is (seed, n, index)), so for
+words the simulator keys the text difficulty by (n, k) while the fit still groups rows by k, as the summary does.
 
 Designs and the interval each report prints (``fit.n50_interval`` and ``fit.line_interval``, with the summary's
 1000 replicates and seeds):
@@ -30,9 +30,9 @@ Per (interval, design, scenario, sequences) it prints: the share of data sets wi
 replicates without one: the report prints n/a), coverage of the printed intervals (a side the rows cannot bound
 counts as infinite, so such an interval covers on that side) with its binomial standard error, the coverage of the
 intervals bounded on both sides, the share unbounded on a side, and the mean width of the bounded ones. The last
-block is the table ``ut_peft/accessibility/coverage.py`` ships: per (interval, method, sequences) the lowest coverage
-over the scenarios and designs measured there (what a report can promise without knowing the truth), written to
-``--json`` and printed as Python for the module.
+block is the table ``ut_peft/accessibility/stats/coverage.py`` ships: per (interval, method, sequences) the lowest
+coverage over the scenarios and designs measured there (what a report can promise without knowing the truth),
+written to ``--json`` and printed as Python for the module.
 """
 
 from __future__ import annotations
@@ -50,8 +50,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 from ut_peft.accessibility.design import AdaptiveDesign, complete_groups  # noqa: E402
-from ut_peft.accessibility.fit import line_interval, n50_interval  # noqa: E402
-from ut_peft.accessibility.simulator import Truth, simulate_row  # noqa: E402
+from ut_peft.accessibility.stats.fit import line_interval, n50_interval  # noqa: E402
+from ut_peft.accessibility.stats.simulator import Truth, simulate_row  # noqa: E402
 from ut_peft.accessibility.sweep import GridConfig  # noqa: E402
 
 LEVEL = 0.95

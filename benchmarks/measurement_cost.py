@@ -109,7 +109,6 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ut_peft.accessibility import design as design_module  # noqa: E402
-from ut_peft.accessibility import fit as fit_module  # noqa: E402
 from ut_peft.accessibility.design import (  # noqa: E402
     POOLED_RULES,
     AdaptiveDesign,
@@ -121,8 +120,9 @@ from ut_peft.accessibility.design import (  # noqa: E402
     pooled_rules,
     row_steps,
 )
-from ut_peft.accessibility.fit import fit_sigmoid, line_interval, n50_interval  # noqa: E402
-from ut_peft.accessibility.simulator import (  # noqa: E402  (the simulator: ut_peft/accessibility/simulator.py)
+from ut_peft.accessibility.stats import fit as fit_module  # noqa: E402
+from ut_peft.accessibility.stats.fit import fit_sigmoid, line_interval, n50_interval  # noqa: E402
+from ut_peft.accessibility.stats.simulator import (  # noqa: E402  (the simulator: ut_peft/accessibility/stats/simulator.py)
     CAP,
     PATIENCE,
     AuditedAbandon,

@@ -33,8 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ut_peft.accessibility import store  # noqa: E402
 from ut_peft.accessibility.design import row_steps  # noqa: E402
-from ut_peft.accessibility.fit import n50_interval  # noqa: E402
 from ut_peft.accessibility.report import format_interval  # noqa: E402
+from ut_peft.accessibility.stats.fit import n50_interval  # noqa: E402
 
 # The optimiser's settings (the fields of the cram settings that only change how the memory vectors are updated).
 OPTIMISER_FIELDS = {"lr", "betas", "weight_decay", "adam_eps"}

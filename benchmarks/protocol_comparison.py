@@ -31,9 +31,9 @@ from pathlib import Path
 import torch
 
 import ut_peft
-from ut_peft.accessibility.cram import CramConfig, CramJob, cram, embedding_std, embedding_weight_std
-from ut_peft.accessibility.protocol import PublishedSequences, cram_settings, special_prefix_ids
-from ut_peft.accessibility.sources import init_seed, make_source
+from ut_peft.accessibility.engine.cram import CramConfig, CramJob, cram, embedding_std, embedding_weight_std
+from ut_peft.accessibility.engine.protocol import PublishedSequences, cram_settings, special_prefix_ids
+from ut_peft.accessibility.engine.sources import init_seed, make_source
 from ut_peft.accessibility.store import append_row
 
 VARIANTS = ("published", "published-scaled", "published-scaled-lr", "ut-peft")

@@ -1,5 +1,5 @@
-"""The published least-squares sigmoid fit (``ut_peft.accessibility.fit.fit_sigmoid``): today's search against the
-one it replaced (session 18), on the same fractions, in one run.
+"""The published least-squares sigmoid fit (``ut_peft.accessibility.stats.fit.fit_sigmoid``): today's search against
+the one it replaced (session 18), on the same fractions, in one run.
 
 Both run Levenberg-Marquardt from the same starts (the interpolated crossing and every midpoint between lengths,
 three slopes each) and keep the least squared error. The baseline is the search as it was until session 18: a
@@ -27,8 +27,8 @@ import warnings
 import numpy as np
 from scipy import optimize
 
-from ut_peft.accessibility import fit as fit_module
-from ut_peft.accessibility.fit import fit_sigmoid, sigmoid, sigmoid_starts
+from ut_peft.accessibility.stats import fit as fit_module
+from ut_peft.accessibility.stats.fit import fit_sigmoid, sigmoid, sigmoid_starts
 
 
 def baseline_fit(ns: np.ndarray, acc: np.ndarray) -> tuple[float, float] | None:

@@ -17,7 +17,7 @@ measures is, if anything, lower than a 400-repeat calibration's).
 ``--pooled-version V`` simulates version V's rules (with the folder's targets, ms and rows a round) at the truth
 fitted to the folder under its own rules: how a version the folder did not run would calibrate at this line. For a
 version that audits an early abandon, the outer sweeps' rows are flagged, stopped or audited by the abandon fitted to
-the folder's rows where they ran under one, else by :class:`~ut_peft.accessibility.simulator.AuditedAbandon`'s
+the folder's rows where they ran under one, else by :class:`~ut_peft.accessibility.stats.simulator.AuditedAbandon`'s
 defaults (the shares measured on SmolLM2's full-cap rows); each calibration fits the abandon to its own rows, as
 ``ut-peft calibrate`` does.
 
@@ -73,7 +73,7 @@ from ut_peft.accessibility.simulated_intervals import (  # noqa: E402
     fitted_truth,
     pooled_design,
 )
-from ut_peft.accessibility.simulator import (  # noqa: E402
+from ut_peft.accessibility.stats.simulator import (  # noqa: E402
     AuditedAbandon,
     Truth,
     in_processes,
@@ -248,7 +248,7 @@ def report(results: list[dict], truth_text: str, inner: int, fitted: bool = True
         print(
             f"calibrated coverage: slope {table['slope']['calibrated']:.3f}, intercept "
             f"{table['intercept']['calibrated']:.3f}, lowest n_50 {min(n50):.3f}"
-            + (" (the entry of ut_peft/accessibility/coverage.py's CALIBRATED_TABLE)" if fitted else "")
+            + (" (the entry of ut_peft/accessibility/stats/coverage.py's CALIBRATED_TABLE)" if fitted else "")
         )
     return table
 

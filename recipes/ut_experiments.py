@@ -1,4 +1,4 @@
-"""The fixed-universal-transformer comparison on k-hop and Dyck-1 (issue 23): run the plan, then report.
+"""The fixed-universal-transformer comparison on k-hop and Dyck-1: run the plan, then report.
 
     nice -n 10 python recipes/ut_experiments.py --threads 1 --stop-file /tmp/cpu/smollm2   # the plan, in order
     python recipes/ut_experiments.py --only khop-k1-sparse-s0,khop-mix-random-s0            # just these
@@ -12,7 +12,7 @@ its row appended to ``results/universal/runs.jsonl``; ``--report-only`` writes `
 ``docs/figures/universal-khop-curves.png`` from that file. Runs stopped early are reported from their checkpoint's
 curve, marked unfinished.
 
-``--budget`` trains the budget runs instead (issue 42): the main rows on k = 2, k = 3 and k = 1..4 mixed to the
+``--budget`` trains the budget runs instead: the main rows on k = 2, k = 3 and k = 1..4 mixed to the
 references' 10^7 fresh examples, each stopping at 99% held out or at a flat doubling of examples; seed 0 of every
 row, then seeds 1 and 2 of the rows whose seed 0 reached the paper's level or ended within 10 points of it
 (``plan.budget_runs``). Every report also writes their table, ``results/universal/budget.md``, their figure,
@@ -32,6 +32,13 @@ from ut_peft.io import atomic_write_text
 from ut_peft.tasks import plan
 
 ROOT = Path(__file__).resolve().parents[1]
+# Where the plan's files go, relative to --base-dir (the repository by default); the commands in the table name
+# RUNS_DIR and RESULTS as they are here, to be run from the repository.
+RUNS_DIR = Path("runs") / "universal"
+RESULTS = Path("results") / "universal" / "runs.jsonl"
+TABLE = Path("results") / "universal" / "table.md"
+FIGURE = Path("docs") / "figures" / "universal-khop-curves.png"
+BASELINES = Path("results") / "universal" / "khop-baselines.json"
 BUDGET_TABLE = Path("results") / "universal" / "budget.md"
 BUDGET_FIGURE = Path("docs") / "figures" / "universal-khop-budget.png"
 DOCS = Path("docs") / "universal.md"
@@ -55,12 +62,12 @@ def main(args) -> None:
     everything = plan.PLAN + plan.BUDGET_PLAN
     if args.list:
         for name, settings in plan.BUDGET_PLAN if args.budget else plan.PLAN:
-            print(f"{name}: {plan.command(name, settings)}")
+            print(f"{name}: {plan.command(name, settings, RUNS_DIR, RESULTS)}")
         return
     if args.threads:
         torch.set_num_threads(args.threads)
     base = args.base_dir
-    results, runs_dir = base / plan.RESULTS, base / plan.RUNS_DIR
+    results, runs_dir = base / RESULTS, base / RUNS_DIR
     if not args.report_only:
         names = [n for n in args.only.split(",") if n]
         tracking = start_tracking(args, runs_dir, "ut-peft-universal", {"only": args.only, "threads": args.threads})
@@ -78,10 +85,15 @@ def main(args) -> None:
         raise ValueError(f"no finished runs in {results}; run the plan first")
     print(
         plan.report(
-            rows, table_path=base / plan.TABLE, figure_path=base / plan.FIGURE, baselines=base / plan.BASELINES
+            rows,
+            table_path=base / TABLE,
+            figure_path=base / FIGURE,
+            runs_dir=RUNS_DIR,
+            results=RESULTS,
+            baselines=base / BASELINES,
         )
     )
-    print(f"figure: {plan.FIGURE}")
+    print(f"figure: {FIGURE}")
     budget = [row for row in rows.values() if row["task"] == "khop" and plan.is_budget(row)]
     text = plan.budget_report(
         rows, table_path=base / BUDGET_TABLE, figure_path=base / BUDGET_FIGURE if budget else None

@@ -25,13 +25,34 @@ print("OK")
 
 
 def test_a_name_exported_from_a_submodule_of_its_own_name_reads_as_the_object():
-    """``ut_peft.accessibility.cram`` is the function even once the submodule ``cram`` was imported elsewhere (which
-    binds the package attribute to the module): the eager imports gave the function, benchmarks rely on it."""
+    """``ut_peft.accessibility.cram`` is the function even once the module's former name (``cram``, now
+    ``engine.cram``) was imported elsewhere, which binds the package attribute to the module: the eager imports gave
+    the function, benchmarks rely on it."""
     code = (
-        "import importlib; module = importlib.import_module('ut_peft.accessibility.cram'); "
+        "import importlib, warnings; warnings.simplefilter('ignore', FutureWarning); "
+        "module = importlib.import_module('ut_peft.accessibility.cram'); "
         "from ut_peft.accessibility import cram; "
         "import ut_peft.accessibility as package; "
         "assert callable(cram) and cram is module.cram and package.cram is module.cram, (cram, package.cram)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_a_moved_module_imports_under_its_former_name_as_the_same_module_with_a_warning():
+    """``ut_peft.accessibility.fit`` moved to ``stats.fit``: the old name gives the same module object (its own spec
+    kept, so it reloads), and a FutureWarning that names the new place."""
+    code = (
+        "import warnings, importlib\n"
+        "with warnings.catch_warnings(record=True) as caught:\n"
+        "    warnings.simplefilter('always')\n"
+        "    import ut_peft.accessibility.fit as old\n"
+        "new = importlib.import_module('ut_peft.accessibility.stats.fit')\n"
+        "assert old is new, (old, new)\n"
+        "assert new.__spec__.name == 'ut_peft.accessibility.stats.fit', new.__spec__\n"
+        "messages = [str(w.message) for w in caught if issubclass(w.category, FutureWarning)]\n"
+        "assert any('moved to ut_peft.accessibility.stats.fit' in m for m in messages), messages\n"
+        "importlib.reload(new)\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]

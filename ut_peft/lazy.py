@@ -13,15 +13,24 @@ import importlib
 import importlib.abc
 import importlib.machinery
 import sys
+import warnings
 from collections.abc import Callable, Mapping
 from types import ModuleType
 from typing import Any
 
 
-def lazy_exports(package: str, exports: Mapping[str, str]) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+def lazy_exports(
+    package: str, exports: Mapping[str, str], moved: Mapping[str, str] | None = None
+) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
     """``__getattr__`` and ``__dir__`` for ``package``'s ``__init__``: ``exports`` maps each re-exported name to the
     module it comes from (relative to the package, e.g. ``".models"``); reading one imports that module once. Any
-    other name is looked up as a submodule, as the eager imports made ``package.submodule`` work."""
+    other name is looked up as a submodule, as the eager imports made ``package.submodule`` work. ``moved`` maps
+    the former names of submodules that moved (``".fit"``) to where they are now (``".stats.fit"``): the old name
+    still imports, as the same module object, with a :class:`FutureWarning` that names the new one."""
+    for old, new in (moved or {}).items():
+        _MOVED.modules[package + old] = package + new
+    if moved and _MOVED not in sys.meta_path:
+        sys.meta_path.insert(0, _MOVED)
 
     def __getattr__(name: str) -> Any:
         source = exports.get(name)
@@ -43,7 +52,10 @@ def lazy_exports(package: str, exports: Mapping[str, str]) -> tuple[Callable[[st
     # A name exported from a submodule of the same name (``cram`` from ``.cram``): importing that submodule from
     # anywhere binds the package attribute to the module, which ``__getattr__`` never sees. The eager imports bound
     # the exported object last, so the package's class reads it through the module instead.
-    shadowed = frozenset(name for name, source in exports.items() if source == f".{name}")
+    # A moved submodule's old name binds the package attribute in the same way when it is imported.
+    shadowed = frozenset(
+        name for name, source in exports.items() if source == f".{name}" or f".{name}" in (moved or {})
+    )
     if shadowed:
         sys.modules[package].__class__ = type(
             "LazyExportsModule", (_ShadowedExports,), {"shadowed": shadowed, "__module__": __name__}
@@ -62,6 +74,38 @@ class _ShadowedExports(ModuleType):
             value = getattr(value, name)
             super().__setattr__(name, value)  # the next read is a plain attribute again
         return value
+
+
+class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Imports a module under the name it had before it moved: the module at its new name, the same object, and a
+    warning that names the new one (code written against the old name keeps working for a release)."""
+
+    def __init__(self) -> None:
+        self.modules: dict[str, str] = {}  # old full name -> new full name
+        self.specs: dict[str, Any] = {}  # new full name -> the module's own spec
+
+    def find_spec(self, fullname: str, path: Any = None, target: ModuleType | None = None) -> Any:
+        if fullname not in self.modules:
+            return None
+        return importlib.machinery.ModuleSpec(fullname, self)
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
+        new = self.modules[spec.name]
+        warnings.warn(
+            f"{spec.name} moved to {new}: import it from there (the old name will be removed in a later release)",
+            FutureWarning,
+            stacklevel=2,
+        )
+        module = importlib.import_module(new)
+        self.specs[new] = module.__spec__
+        return module
+
+    def exec_module(self, module: ModuleType) -> None:
+        # The import system stamped the old name's spec on the module; it keeps its own (reload, importlib.resources).
+        module.__spec__ = self.specs[module.__name__]
+
+
+_MOVED = next((f for f in sys.meta_path if isinstance(f, _MovedModules)), None) or _MovedModules()
 
 
 class _ThenCall(importlib.abc.Loader):

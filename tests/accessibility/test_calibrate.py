@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from ut_peft.accessibility.calibrate import (
+from ut_peft.accessibility.stats.calibrate import (
     abandon_step,
     audited_abandon,
     calibrate_abandon,

@@ -5,8 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from ut_peft.accessibility import coverage, store
+from ut_peft.accessibility import store
 from ut_peft.accessibility.report import console_summary, markdown
+from ut_peft.accessibility.stats import coverage
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMITTED = ROOT / "results" / "benchmarks" / "interval_coverage.json"

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from ut_peft.accessibility.cram import (
+from ut_peft.accessibility.engine.cram import (
     CramConfig,
     CramJob,
     RowCounters,
@@ -234,7 +234,7 @@ def test_half_precision_stops_only_on_greedy_confirmed_rows():
     at the step it is first reached (seen on short natural-text windows); such rows must train on, not count."""
     import ut_peft
     from ut_peft.accessibility import make_source
-    from ut_peft.accessibility.sources import init_seed
+    from ut_peft.accessibility.engine.sources import init_seed
 
     model, tokenizer = ut_peft.load_model_and_tokenizer("smollm2-135m")
     source = make_source("text", tokenizer)
@@ -257,7 +257,7 @@ def test_half_precision_stops_only_on_greedy_confirmed_rows():
 def test_math_attention_kernel_only_for_short_rows_under_cpu_half_precision():
     from contextlib import nullcontext
 
-    from ut_peft.accessibility.cram import CPU_HALF_MATH_ATTENTION_MAX_LEN, _attention_kernel
+    from ut_peft.accessibility.engine.cram import CPU_HALF_MATH_ATTENTION_MAX_LEN, _attention_kernel
 
     cpu, short, long = torch.device("cpu"), 17, CPU_HALF_MATH_ATTENTION_MAX_LEN + 1
     assert not isinstance(_attention_kernel(CramConfig(autocast="bf16"), cpu, short), nullcontext)
@@ -411,7 +411,7 @@ FLAG_ALL = ((5, 1.0),)  # every row below 100% teacher-forced accuracy at step 5
 
 
 def test_the_audit_draw_is_a_function_of_the_seed_alone():
-    from ut_peft.accessibility.cram import audit_draw
+    from ut_peft.accessibility.engine.cram import audit_draw
 
     assert (audit_draw(100, AUDIT), audit_draw(101, AUDIT)) == (False, True)
     assert [audit_draw(s, AUDIT) for s in range(100, 108)] == [audit_draw(s, AUDIT) for s in range(100, 108)]

@@ -14,7 +14,7 @@ from ut_peft.accessibility.design import (
     prefix_violations,
     row_steps,
 )
-from ut_peft.accessibility.fit import n50_interval
+from ut_peft.accessibility.stats.fit import n50_interval
 
 
 def oracle(n50_of_m, width_of_m, seed=0):
@@ -193,7 +193,7 @@ def test_row_outcomes_reads_the_audit_record_of_real_rows():
     stopped counts 0, an audited one 1 / audit if it crammed; rows without flagged_at (unflagged, or abandoned by
     a run without the audit) count as they ended."""
     from ut_peft.accessibility.design import row_outcomes
-    from ut_peft.accessibility.rows import Row
+    from ut_peft.accessibility.engine.rows import Row
 
     def row(index, accessible, stop_reason, steps, **audit):
         return Row(

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from ut_peft.accessibility.fit import (
+from ut_peft.accessibility.stats.fit import (
     expanded_level,
     fit_logistic,
     fit_sigmoid,
@@ -189,7 +189,7 @@ def _gemma_m2_rows():
 
 
 def test_a_side_the_rows_cannot_bound_is_unbounded_not_a_huge_number():
-    from ut_peft.accessibility.fit import n50_interval
+    from ut_peft.accessibility.stats.fit import n50_interval
 
     lengths, accessible, index = _gemma_m2_rows()
     fit = n50_interval(lengths, accessible, index, seed=0)
@@ -203,7 +203,7 @@ def test_a_side_the_rows_cannot_bound_is_unbounded_not_a_huge_number():
 
 
 def test_an_unbounded_n50_makes_the_line_unbounded_on_its_side():
-    from ut_peft.accessibility.fit import line_interval
+    from ut_peft.accessibility.stats.fit import line_interval
 
     m1 = ([6] * 4 + [11] * 4 + [21] * 4, [0, 1, 1, 1] + [1, 1, 0, 0] + [0] * 4)  # Gemma's m = 1 rows
     lengths, accessible, index = _gemma_m2_rows()

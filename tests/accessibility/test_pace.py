@@ -8,7 +8,7 @@ import pytest
 from ut_peft.accessibility.design import row_steps
 from ut_peft.accessibility.pace import folder_round_paces, projection, round_paces, rows_still_needed, total_pace
 from ut_peft.accessibility.simulated_intervals import pooled_design
-from ut_peft.accessibility.simulator import Truth, run_design
+from ut_peft.accessibility.stats.simulator import Truth, run_design
 from ut_peft.accessibility.testing import pooled_sweep_settings
 
 SETTINGS = pooled_sweep_settings(target_slope_se=8.0, target_n50_se=12.0)

@@ -8,7 +8,7 @@ import pytest
 
 from ut_peft.accessibility import CramConfig, GridConfig, SweepConfig, run_sweep
 from ut_peft.accessibility.design import PooledDesign, pooled_estimates
-from ut_peft.accessibility.pooled import Cells, StepRows, fit_pooled, fit_pooled_steps, linearity_check
+from ut_peft.accessibility.stats.pooled import Cells, StepRows, fit_pooled, fit_pooled_steps, linearity_check
 from ut_peft.accessibility.store import read_rows
 
 
@@ -167,7 +167,7 @@ def test_pooled_sweep_reports_the_line_and_resumes_after_a_kill_to_the_same_resu
     report = (tmp_path / "whole" / "report.md").read_text()
     assert "Design: pooled" in report
     # Its Wald intervals carry the simulator's coverage at these settings: none was measured at 4 rows a round.
-    from ut_peft.accessibility.coverage import check_pooled
+    from ut_peft.accessibility.stats.coverage import check_pooled
 
     checks = whole.interval_checks["pooled"]
     assert checks == check_pooled(whole.pooled, 2, 4) and checks["measured"] is False
@@ -392,7 +392,7 @@ def test_a_steps_relief_keeps_the_design_going_until_the_outcomes_alone_reach_it
     """steps_relief=F: the step counts may carry the stop only to F times the variance targets; the design with the
     relief spends more rows than without, its outcomes alone then reach F times the targets, and with relief 1 as many
     rows as the outcomes alone need (the steps informing the estimate, not the stop). A relief below 1 is refused."""
-    from ut_peft.accessibility.pooled import Cells, fit_pooled, information
+    from ut_peft.accessibility.stats.pooled import Cells, fit_pooled, information
 
     def run(**kwargs):
         design = PooledDesign(
@@ -449,7 +449,7 @@ def test_the_steps_law_truncated_at_the_cap_recovers_what_the_untruncated_one_be
 def test_the_steps_scores_are_the_gradient_of_each_rows_steps_log_likelihood():
     """The sandwich's meat is made of these scores: each row's, in (a, b, tau0, kappa, log sigma), equals the
     numerical gradient of that row's log-likelihood (_steps_terms on the row alone), plain and truncated at a cap."""
-    from ut_peft.accessibility.pooled import _steps_scores, _steps_terms
+    from ut_peft.accessibility.stats.pooled import _steps_scores, _steps_terms
 
     line, params = np.array([20.0, 4.0]), np.array([3.5, 4.0, np.log(0.4)])
     rows = StepRows.from_rows([1, 3, 5, 5], [20, 50, 80, 110], [200.0, 300.0, 700.0, 1400.0])
@@ -473,7 +473,7 @@ def test_the_steps_scores_are_the_gradient_of_each_rows_steps_log_likelihood():
 def test_the_sandwich_agrees_with_the_model_where_the_steps_law_holds():
     """Where the rows follow the steps law, the sandwich's slope variance is the model's (within the noise of 60
     rows per length), and the guarded covariance is never below either, for any combination of a and b."""
-    from ut_peft.accessibility.pooled import guarded_covariance, steps_sandwich
+    from ut_peft.accessibility.stats.pooled import guarded_covariance, steps_sandwich
 
     ratios = []
     for seed in range(12):
@@ -680,7 +680,7 @@ def test_an_audited_abandon_leaves_the_line_unbiased_where_counting_abandons_as_
 
 
 def test_pseudo_outcomes_are_checked_and_the_root_fit_agrees_with_the_likelihood_fit_on_plain_outcomes():
-    from ut_peft.accessibility.pooled import audited_outcomes, fit_pooled_pseudo
+    from ut_peft.accessibility.stats.pooled import audited_outcomes, fit_pooled_pseudo
 
     assert audited_outcomes([True, False, True, False], [False, False, True, True], [False, False, True, False], 0.25)[
         2
@@ -753,7 +753,7 @@ def _audited_rows_with_steps(seed, audit=0.25, slow_flag=0.8, kappa=4.0, sigma=0
     probability ``slow_flag``, every slow row that will cram (steps above exp(3.5 + 0.9 kappa)): the rule flags
     exactly the rows whose step counts tell most, as a real accuracy floor does. A flagged row runs on with
     probability ``audit``. Returns (ms, ns, accessible as recorded, steps, pseudo-outcomes)."""
-    from ut_peft.accessibility.pooled import audited_outcomes
+    from ut_peft.accessibility.stats.pooled import audited_outcomes
 
     rng = np.random.default_rng(seed)
     ms, ns, acc, steps, flags, audits = [], [], [], [], [], []
@@ -782,7 +782,7 @@ def test_under_an_audit_the_step_counts_weighed_by_their_pseudo_outcomes_recover
     counts seen are the fast rows', and kappa comes out too flat; weighed by 1 / audit (their pseudo-outcomes,
     pooled.fit_pooled_pseudo_steps) they recover it, and the line with it, with standard errors (guarded by the
     sandwich of outcomes and steps together) of the size of the estimates' scatter, below the outcomes' alone."""
-    from ut_peft.accessibility.pooled import (
+    from ut_peft.accessibility.stats.pooled import (
         fit_pooled_pseudo,
         fit_pooled_pseudo_steps,
         guarded_covariance,
@@ -819,7 +819,7 @@ def test_under_an_audit_the_step_counts_weighed_by_their_pseudo_outcomes_recover
 
 
 def test_the_weighed_steps_fit_is_the_plain_one_where_nothing_was_flagged_and_refuses_bad_weights():
-    from ut_peft.accessibility.pooled import fit_pooled_pseudo_steps
+    from ut_peft.accessibility.stats.pooled import fit_pooled_pseudo_steps
 
     cells, steps = _rows_with_steps(3)
     plain = fit_pooled_steps(cells, steps, [1, 3, 5])
@@ -837,7 +837,7 @@ def test_the_weighed_steps_fit_is_the_plain_one_where_nothing_was_flagged_and_re
 def test_the_steps_law_check_passes_one_law_and_refuses_a_kappa_that_differs_across_m():
     """pooled.steps_law_check: log steps with one (tau0, kappa) at every m passes; with kappa 5 at m = 1 and 3 at
     m = 3, 5 (the kind of difference SmolLM2's words rows suggest) it is refused; too few rows cannot pass."""
-    from ut_peft.accessibility.pooled import steps_law_check
+    from ut_peft.accessibility.stats.pooled import steps_law_check
 
     line = np.array([20.0, 4.0])
     rng = np.random.default_rng(5)
@@ -877,7 +877,7 @@ def test_the_stop_state_says_where_the_design_stands_and_why_it_stopped():
     end with the floor met and every standard error at most its target; the report and console say the same."""
     from ut_peft.accessibility.report import stop_line
     from ut_peft.accessibility.simulated_intervals import pooled_design
-    from ut_peft.accessibility.simulator import Truth, run_design
+    from ut_peft.accessibility.stats.simulator import Truth, run_design
     from ut_peft.accessibility.testing import pooled_sweep_settings
 
     settings = pooled_sweep_settings(version=7, target_slope_se=5.0, target_n50_se=8.0)

@@ -6,15 +6,15 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from ut_peft.accessibility.cram import CramConfig, CramJob, cram
-from ut_peft.accessibility.protocol import (
+from ut_peft.accessibility.engine.cram import CramConfig, CramJob, cram
+from ut_peft.accessibility.engine.protocol import (
     PublishedSequences,
     check_protocol,
     cram_settings,
     differences_from_published,
     special_prefix_ids,
 )
-from ut_peft.accessibility.sources import TextSource, WordsSource
+from ut_peft.accessibility.engine.sources import TextSource, WordsSource
 
 
 def published_loop(model, ids, m, seed, max_steps, patience):
@@ -93,7 +93,7 @@ def test_published_settings_and_init_scale(crammable):
         "fp16",
         (),
     )
-    from ut_peft.accessibility.cram import embedding_std, init_std
+    from ut_peft.accessibility.engine.cram import embedding_std, init_std
 
     # Gemma scales embeddings by sqrt(d) in the forward: the published init uses the unscaled table
     assert init_std(gemma, config) == pytest.approx(float(gemma.get_input_embeddings().weight.detach().double().std()))
@@ -162,7 +162,7 @@ def test_the_config_classes_take_their_published_defaults_from_one_table():
     import dataclasses
 
     from ut_peft.accessibility import GridConfig, SweepConfig
-    from ut_peft.accessibility.protocol import PUBLISHED
+    from ut_peft.accessibility.engine.protocol import PUBLISHED
 
     cram_config, grid = CramConfig(), GridConfig()
     assert (cram_config.lr, cram_config.betas, cram_config.weight_decay, cram_config.adam_eps) == (
@@ -195,7 +195,7 @@ def test_the_config_classes_take_their_published_defaults_from_one_table():
 
 
 def test_the_shipped_glove_list_is_no_difference_from_published_but_a_wrong_digest_is():
-    from ut_peft.accessibility.sources import GLOVE_WORDS_SHA256
+    from ut_peft.accessibility.engine.sources import GLOVE_WORDS_SHA256
 
     glove = {"kind": "words", "name": "glove-6b:100000", "words_per_token": 5, "sha256": GLOVE_WORDS_SHA256}
     settings = {"protocol": "published", "cram": {}, "source": glove}

@@ -9,8 +9,9 @@ import pytest
 import torch
 
 from ut_peft.accessibility import store
-from ut_peft.accessibility.bounds import box_slope_bound, head_inputs
-from ut_peft.accessibility.published_bounds import (
+from ut_peft.accessibility.report import console_summary, markdown
+from ut_peft.accessibility.stats.bounds import box_slope_bound, head_inputs
+from ut_peft.accessibility.stats.published_bounds import (
     RESULT_FILE,
     published_bound_estimate,
     read_estimate,
@@ -19,7 +20,6 @@ from ut_peft.accessibility.published_bounds import (
     summary_entry_for,
     write_estimate,
 )
-from ut_peft.accessibility.report import console_summary, markdown
 
 ROOT = Path(__file__).resolve().parents[2]
 TIMINGS = ("seconds", "wall_seconds", "cpu_seconds", "seconds_per_length")

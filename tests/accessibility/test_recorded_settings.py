@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from ut_peft.accessibility import CramConfig, GridConfig, SweepConfig, run_sweep, store, summarize_folder
-from ut_peft.accessibility.bounds import support_context
-from ut_peft.accessibility.rows import Row
-from ut_peft.accessibility.sources import init_seed
+from ut_peft.accessibility.engine.rows import Row
+from ut_peft.accessibility.engine.sources import init_seed
+from ut_peft.accessibility.stats.bounds import support_context
 from ut_peft.accessibility.sweep import _validated, make_design
 from ut_peft.accessibility.testing import small_sweep_config
 

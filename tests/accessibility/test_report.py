@@ -111,7 +111,7 @@ def test_an_audited_summary_prints_the_pooled_line_and_no_per_m_fit(tmp_path, co
 
 
 def test_the_paper_models_nearest_in_hidden_size():
-    from ut_peft.accessibility.protocol import PAPER_MODELS, nearest_paper_models
+    from ut_peft.accessibility.engine.protocol import PAPER_MODELS, nearest_paper_models
 
     assert [p.name for p in nearest_paper_models(576)] == ["Gemma-3-270m", "Pythia-160m", "Qwen2.5-0.5B"]
     assert [p.name for p in nearest_paper_models(2048)] == ["Llama-3.2-1B", "Pythia-1b", "Qwen2.5-1.5B"]

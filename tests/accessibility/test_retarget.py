@@ -21,8 +21,8 @@ from ut_peft.accessibility import (
     summarize_folder,
 )
 from ut_peft.accessibility.design import make_design
-from ut_peft.accessibility.rows import Row
-from ut_peft.accessibility.sources import init_seed
+from ut_peft.accessibility.engine.rows import Row
+from ut_peft.accessibility.engine.sources import init_seed
 from ut_peft.accessibility.sweep import _validated, check_rows, replayed_rows
 
 

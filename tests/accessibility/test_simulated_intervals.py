@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 from ut_peft.accessibility import store
-from ut_peft.accessibility.coverage import CALIBRATED_TABLE, check_calibrated
 from ut_peft.accessibility.report import calibrated_lines
 from ut_peft.accessibility.simulated_intervals import calibrate, fitted_truth, pooled_design
-from ut_peft.accessibility.simulator import AuditedAbandon, Truth, run_audited_design, run_design
+from ut_peft.accessibility.stats.coverage import CALIBRATED_TABLE, check_calibrated
+from ut_peft.accessibility.stats.simulator import AuditedAbandon, Truth, run_audited_design, run_design
 from ut_peft.accessibility.store import current_calibration as current
 from ut_peft.accessibility.store import read_calibration, rows_digest, write_calibration
 from ut_peft.accessibility.testing import pooled_sweep_settings, write_sweep_folder

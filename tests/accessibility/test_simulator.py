@@ -1,10 +1,10 @@
-"""The simulator of cramming (ut_peft/accessibility/simulator.py): its rows, row costs, and the protocol's n_50."""
+"""The simulator of cramming (ut_peft.accessibility.stats.simulator): its rows, row costs, and the protocol's n_50."""
 
 import json
 
 import pytest
 
-from ut_peft.accessibility import simulator
+from ut_peft.accessibility.stats import simulator
 from ut_peft.accessibility.testing import write_sweep_folder
 
 
@@ -36,7 +36,7 @@ def test_the_default_row_costs_are_the_assumed_model_written_out():
 def test_row_costs_fitted_to_real_rows_recover_the_law_they_follow(tmp_path):
     import math
 
-    from ut_peft.accessibility.fit import fit_logistic
+    from ut_peft.accessibility.stats.fit import fit_logistic
 
     outcomes = [(1, 10, True), (1, 10, True), (1, 20, True), (1, 20, True), (1, 20, False)]
     outcomes += [(1, 30, True), (1, 30, False), (1, 30, False), (1, 40, False), (1, 40, False)]

@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from ut_peft.accessibility.sources import default_words, init_seed, make_source
+from ut_peft.accessibility.engine.sources import default_words, init_seed, make_source
 
 
 @pytest.fixture(scope="module")
@@ -90,7 +90,7 @@ def test_bad_sources(tokenizer, tmp_path):
 
 def test_wordfreq_list_is_the_published_protocols_default_words():
     pytest.importorskip("wordfreq")
-    from ut_peft.accessibility.sources import make_source
+    from ut_peft.accessibility.engine.sources import make_source
 
     class Tok:
         def __call__(self, text, add_special_tokens=False):
@@ -117,7 +117,7 @@ def _paragraphs(count, words, name="p"):
 
 
 def test_nested_texts_in_chunks_are_disjoint_runs_of_whole_paragraphs():
-    from ut_peft.accessibility.sources import TextSource
+    from ut_peft.accessibility.engine.sources import TextSource
 
     tok = _WordTokenizer()
     docs = [
@@ -145,7 +145,7 @@ def test_nested_texts_in_chunks_are_disjoint_runs_of_whole_paragraphs():
 
 
 def test_a_nested_text_past_the_last_is_an_error_not_a_text_used_again():
-    from ut_peft.accessibility.sources import TextSource
+    from ut_peft.accessibility.engine.sources import TextSource
 
     tok = _WordTokenizer()
     docs = _paragraphs(8, 60)  # 8 documents of one paragraph each
@@ -184,7 +184,7 @@ def _byte_tokenizer_with_bos():
 
 
 def test_glove_words_are_the_papers_list_with_its_digest():
-    from ut_peft.accessibility.sources import GLOVE_WORDS_SHA256, glove_words
+    from ut_peft.accessibility.engine.sources import GLOVE_WORDS_SHA256, glove_words
 
     words, digest = glove_words()
     assert digest == GLOVE_WORDS_SHA256
@@ -194,8 +194,8 @@ def test_glove_words_are_the_papers_list_with_its_digest():
 
 def test_published_glove_row_is_the_papers_construction():
     """5 n words drawn with replacement, joined by single spaces, tokenized WITH special tokens, cut to n tokens."""
-    from ut_peft.accessibility.protocol import PublishedSequences, special_prefix_ids
-    from ut_peft.accessibility.sources import GLOVE_WORDS_SHA256, glove_words
+    from ut_peft.accessibility.engine.protocol import PublishedSequences, special_prefix_ids
+    from ut_peft.accessibility.engine.sources import GLOVE_WORDS_SHA256, glove_words
 
     tokenizer = _byte_tokenizer_with_bos()
     source = PublishedSequences(make_source("words:glove", tokenizer), special_prefix_ids(tokenizer))
@@ -218,7 +218,7 @@ def test_published_glove_row_is_the_papers_construction():
 
 
 def test_published_words_are_drawn_uniformly_with_replacement():
-    from ut_peft.accessibility.sources import WordsSource
+    from ut_peft.accessibility.engine.sources import WordsSource
 
     source = WordsSource(_WordTokenizer(), ["a", "b", "c", "d"], name="four", words_per_token=5)
     drawn = source.drawn_words(400, 0, 0)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from ut_peft.accessibility import load_rows, run_sweep, store, summarize_folder
-from ut_peft.accessibility.rows import Row, RowError
+from ut_peft.accessibility.engine.rows import Row, RowError
 from ut_peft.accessibility.store import (
     ConflictingRowsError,
     CorruptRowsError,

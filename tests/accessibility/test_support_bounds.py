@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from ut_peft.accessibility.bounds import (
+from ut_peft.accessibility.stats.bounds import (
     EPS_RELATIVE,
     ball_slope_bound,
     box_slope_bound,

@@ -627,7 +627,7 @@ def _append_line(path, row):
 
 
 def test_rows_outside_the_sweep_are_refused_by_resume_and_report_naming_the_line(tmp_path, llama):
-    from ut_peft.accessibility.sources import init_seed
+    from ut_peft.accessibility.engine.sources import init_seed
     from ut_peft.accessibility.store import RowOutsideSweepError
 
     run_sweep(small_config(), tmp_path / "run", model=llama, progress=False)
@@ -729,7 +729,7 @@ def test_overwrite_keeps_a_users_file_beside_the_rows(tmp_path, llama):
 
 
 def test_a_sequential_row_the_design_did_not_ask_for_is_refused_and_resume_still_works(tmp_path, llama):
-    from ut_peft.accessibility.sources import init_seed
+    from ut_peft.accessibility.engine.sources import init_seed
     from ut_peft.accessibility.store import RowOutsideSweepError
 
     config = sequential_config(budget_row_steps=200, target_ci=None)
@@ -807,7 +807,7 @@ def test_a_flagged_row_in_a_folder_whose_settings_audit_nothing_is_refused(tmp_p
 def test_a_sweep_under_an_audited_abandon_records_the_flag_on_flagged_rows_only(tmp_path, llama):
     """Each flagged row says where it was flagged and whether the audit (its seed's draw) let it run on; unflagged
     rows, and every row of the same sweep without the audit, hold the keys they always held."""
-    from ut_peft.accessibility.cram import audit_draw
+    from ut_peft.accessibility.engine.cram import audit_draw
     from ut_peft.accessibility.store import read_rows
 
     rule = ((12, 1.0),)  # every row not crammed by step 12 is flagged there
@@ -944,7 +944,7 @@ def test_an_audited_sweeps_ratios_are_the_bounds_over_the_pooled_slope(tmp_path,
 def test_a_sweep_without_the_audit_still_fits_the_plain_outcomes_per_m(tmp_path, llama):
     """The same sweep under version 2 (the abandon unaudited: a stopped row counts as failed, as before the audit)
     keeps its per-m Firth fits, the published least squares and the line, and the ratios over that line's slope."""
-    from ut_peft.accessibility.fit import fit_sigmoid, n50_interval
+    from ut_peft.accessibility.stats.fit import fit_sigmoid, n50_interval
 
     config, _ = _audited_run(tmp_path, pooled_version=2)
     summary = run_sweep(config, tmp_path / "plain", model=llama, progress=False, report=False)

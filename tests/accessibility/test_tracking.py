@@ -7,8 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from ut_peft.accessibility.coverage import check, check_intervals
-from ut_peft.accessibility.fit import n50_interval
+from ut_peft.accessibility.stats.coverage import check, check_intervals
+from ut_peft.accessibility.stats.fit import n50_interval
 from ut_peft.accessibility.store import MSummary
 from ut_peft.accessibility.sweep import GridConfig, SweepConfig
 from ut_peft.accessibility.tracking import SweepTracker
@@ -122,7 +122,7 @@ def test_a_trusted_interval_says_so_with_its_measured_coverage(tmp_path):
 def test_the_pooled_line_is_logged_with_its_simulated_coverage_marks(tmp_path):
     """A pooled summary written before its intervals were checked (interval_checks None): its line and read-off n_50
     are logged under summary/pooled/ with the marks coverage.check_pooled gives at its version and rows a round."""
-    from ut_peft.accessibility.coverage import check_pooled
+    from ut_peft.accessibility.stats.coverage import check_pooled
 
     fit, sequences = fitted(1, TRUSTED)
     entry = summary_entry(1, fit, TRUSTED, sequences, accessibility=[1.0, 0.5, 0.0])

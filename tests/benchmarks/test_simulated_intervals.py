@@ -5,7 +5,7 @@ import json
 import pytest
 
 from ut_peft.accessibility.simulated_intervals import pooled_design
-from ut_peft.accessibility.simulator import Truth, run_design
+from ut_peft.accessibility.stats.simulator import Truth, run_design
 from ut_peft.accessibility.testing import pooled_sweep_settings, write_sweep_folder
 
 

@@ -5,7 +5,7 @@ import json
 import pytest
 import torch
 
-from ut_peft.accessibility.published_bounds import read_estimate
+from ut_peft.accessibility.stats.published_bounds import read_estimate
 from ut_peft.accessibility.testing import crammable_model
 from ut_peft.cli import bounds as command
 from ut_peft.cli.common import run

@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from ut_peft.accessibility.bounds import SupportStats, ball_slope_bound
+from ut_peft.accessibility.stats.bounds import SupportStats, ball_slope_bound
 from ut_peft.geometry import (
     cap_log_fraction,
     cone_half_angle,

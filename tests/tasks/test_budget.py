@@ -197,7 +197,7 @@ def test_the_budget_entries_are_the_main_rows_at_batch_256_with_the_scaled_rate(
     }  # fmt: skip
     parse = _reprogram_parser()
     for name, planned in plan.BUDGET_PLAN:  # the table's command per row makes the planned run
-        args = parse(shlex.split(plan.command(name, planned))[2:])
+        args = parse(shlex.split(plan.command(name, planned, "runs/universal", "runs.jsonl"))[2:])
         assert RunSettings(**{k: getattr(args, k) for k in RunSettings.__dataclass_fields__}) == RunSettings(**planned)
 
 
@@ -308,7 +308,7 @@ def test_the_recipe_reports_fake_budget_runs_into_the_docs_section(tmp_path, cap
     spec = importlib.util.spec_from_file_location("recipe_ut_experiments", ROOT / "recipes" / "ut_experiments.py")
     recipe = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(recipe)
-    results = tmp_path / plan.RESULTS
+    results = tmp_path / recipe.RESULTS
     results.parent.mkdir(parents=True)
     results.write_text("".join(json.dumps(r) + "\n" for r in _fake_rows().values() if "stopped_at" not in r))
     docs = tmp_path / "docs" / "universal.md"

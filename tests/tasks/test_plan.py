@@ -11,6 +11,8 @@ from ut_peft.tasks import plan
 from ut_peft.tasks.training import RunSettings
 
 ROOT = Path(__file__).resolve().parents[2]
+# Where the recipe (recipes/ut_experiments.py) puts the runs and their rows: the commands in its table name these.
+RUNS_DIR, RESULTS = Path("runs") / "universal", Path("results") / "universal" / "runs.jsonl"
 TINY = dict(
     width=24, layers=1, head_dim=4, steps=4, batch_size=8, eval_examples=16, checkpoint_every=2, warmup_steps=1,
     lr=1e-2, dyck_max_pairs=3, dyck_max_random_length=8, eval_every=2,
@@ -72,7 +74,7 @@ def test_every_planned_command_makes_the_planned_settings():
     # The table prints a recipes/reprogram.py command per row; it must rebuild exactly the run the plan made.
     parse = _reprogram_parser()
     for name, planned in plan.PLAN:
-        args = parse(shlex.split(plan.command(name, planned))[2:])
+        args = parse(shlex.split(plan.command(name, planned, RUNS_DIR, RESULTS))[2:])
         rebuilt = RunSettings(**{k: getattr(args, k) for k in RunSettings.__dataclass_fields__})
         assert rebuilt == RunSettings(**planned), name
         assert args.out == f"runs/universal/{name}"
@@ -90,7 +92,7 @@ def test_the_plan_has_every_split_and_kind_at_three_seeds_and_the_legacy_rows_th
     del old["settings"]["init_std"], old["settings"]["fresh_data"]
     legacy = plan.settings_of(old)
     assert legacy["init_std"] == 1.0 and not legacy["fresh_data"]
-    assert "--init-std 1.0 --no-fresh-data" in plan.command("khop-full-s0", legacy)
+    assert "--init-std 1.0 --no-fresh-data" in plan.command("khop-full-s0", legacy, RUNS_DIR, RESULTS)
 
 
 def test_the_report_names_the_paper_and_the_cost_of_going_on(tmp_path):
@@ -98,7 +100,9 @@ def test_the_report_names_the_paper_and_the_cost_of_going_on(tmp_path):
     settings = dict(task="khop", backbone="sparse-ut", variant="residual_layernorm", **TINY, khop_ks=[2])
     plan.run_plan([("khop-k2-sparse-s0", settings)], runs_dir=tmp_path / "runs", results=results, log=lambda _: None)
     rows = plan.load_rows(results)
-    text = plan.report(rows, table_path=tmp_path / "table.md", figure_path=tmp_path / "f.png")
+    text = plan.report(
+        rows, table_path=tmp_path / "table.md", figure_path=tmp_path / "f.png", runs_dir=RUNS_DIR, results=RESULTS
+    )
     assert (tmp_path / "table.md").read_text() == text and (tmp_path / "f.png").stat().st_size > 0
     assert "| sparse UT (E, U, positions) | residual layernorm | 24, 1, 1 x 4 | 4 x 8 |" in text and "| 100% |" in text
     assert "khop-k2-sparse" in text  # below the paper's level: in the curve table
@@ -109,3 +113,28 @@ def test_the_report_names_the_paper_and_the_cost_of_going_on(tmp_path):
         [{**p, "accuracy": 0.5 + 0.02 * i} for i, p in enumerate(curve)], 0.99, 60
     )
     assert plan.cost_to_go([{**p, "accuracy": 0.5} for p in curve], 0.99, 60).startswith("flat")
+
+
+def test_the_recipe_names_the_repository_paths_and_the_report_cites_no_issue(tmp_path, capsys):
+    # The package knows no repository folder: recipes/ut_experiments.py passes them, and its --list prints the same
+    # commands as ever (runs/universal/<name>, results/universal/runs.jsonl).
+    spec = importlib.util.spec_from_file_location("recipe_ut_experiments", ROOT / "recipes" / "ut_experiments.py")
+    recipe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(recipe)
+    recipe.main(recipe.parse(["--list"]))
+    listed = capsys.readouterr().out.splitlines()
+    assert len(listed) == len(plan.PLAN)
+    assert listed[0].endswith(" --out runs/universal/khop-k1-sparse-s0 --results results/universal/runs.jsonl")
+    assert not any(hasattr(plan, name) for name in ("RESULTS", "RUNS_DIR", "TABLE", "FIGURE", "BASELINES"))
+    old = {"settings": {k: v for k, v in vars(RunSettings(task="khop", train_examples=20000)).items()}}
+    del old["settings"]["init_std"], old["settings"]["fresh_data"]
+    row = {
+        **old,
+        "task": "khop",
+        "accuracy": 0.5,
+        "per_k": {str(k): 0.5 for k in (1, 2, 3, 4)},
+        "train_cpu_seconds": 1,
+    }
+    text = plan.table({"khop-old-s0": row}, RUNS_DIR, RESULTS)
+    assert "issue" not in text.lower()
+    assert "## Rows trained at the earlier settings (E and positions at std 1.0, a fixed pool of 20 000" in text

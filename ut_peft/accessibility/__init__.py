@@ -1,22 +1,20 @@
 """The accessibility evaluator: how many sequences a frozen causal LM can be made to emit.
 
-- :mod:`.cram`: the batched cram engine (and the one-at-a-time reference protocol)
-- :mod:`.sources`: natural text, random words, random token ids
-- :mod:`.sweep`: accessibility(n) per m, resumable and distributed
-- :mod:`.store`: the sweep's output folder: its file names, settings, rows, vectors and the summary schema
-- :mod:`.rows`: :class:`Row`, the schema of one row (one (m, n, index) job's outcome)
-- :mod:`.designs`: which (m, n, index) jobs to run, a registry of designs (fixed lengths, the paper's adaptive grid,
-  a sequential design, one pooled across m; ``register_design`` adds one); :mod:`.prefixes`: rows of nested texts
-  decided by other rows
-- :mod:`.fit`, :mod:`.bounds`: n_50 fits with intervals, measured support and theoretical slope bounds
-- :mod:`.published_bounds`: the slope bounds estimated as the paper's code does (``ut-peft bounds``)
-- :mod:`.report`: plots and the Markdown report; :mod:`.adapters`: crammed vectors as PEFT adapters
-- :mod:`.simulator`: cramming simulated at a known truth (designs judged by error);
-  :mod:`.simulated_intervals`: a pooled sweep's intervals calibrated on it (``ut-peft calibrate``)
+Its rooms, in the order of the pipeline:
+
+- :mod:`.engine`: the texts (sources), the two protocols, the row schema, the batched cram loop, prefix inference
+- :mod:`.designs`: which (m, n, index) jobs to run next, a registry of designs (fixed lengths, the paper's adaptive
+  grid, a sequential design, one pooled across m; ``register_design`` adds one)
+- :mod:`.stats`: n_50 fits with intervals, the pooled model, the early-abandon calibration, coverage, the simulator,
+  and the theoretical slope bounds (measured support; as the paper's code estimates them)
+- on top: :mod:`.sweep` (accessibility(n) per m, resumable and distributed), :mod:`.store` (the output folder: file
+  names, settings, rows, vectors and the summary schema), :mod:`.report` (plots and the Markdown report),
+  :mod:`.simulated_intervals` (a pooled sweep's intervals calibrated by simulation, ``ut-peft calibrate``),
+  :mod:`.status` and :mod:`.pace` (``ut-peft status``), :mod:`.tracking` (accelerate trackers), :mod:`.adapters`
+  (crammed vectors as PEFT adapters)
 
 The names below are imported when first used, as ``ut_peft``'s are: the command line reads the registered designs
-(:mod:`.designs.registry`) while it parses its flags, before torch loads.
-"""
+(:mod:`.designs.registry`) while it parses its flags, before torch loads."""
 
 from __future__ import annotations
 
@@ -26,13 +24,13 @@ from ..lazy import lazy_exports
 
 # name -> the module it is imported from on first use
 _EXPORTS = {
-    "CramConfig": ".cram",
-    "CramJob": ".cram",
-    "CramResult": ".cram",
-    "RowState": ".cram",
-    "cram": ".cram",
-    "cram_reference": ".cram",
-    "greedy_decode": ".cram",
+    "CramConfig": ".engine.cram",
+    "CramJob": ".engine.cram",
+    "CramResult": ".engine.cram",
+    "RowState": ".engine.cram",
+    "cram": ".engine.cram",
+    "cram_reference": ".engine.cram",
+    "greedy_decode": ".engine.cram",
     "GridConfig": ".sweep",
     "SweepConfig": ".sweep",
     "run_sweep": ".sweep",
@@ -41,23 +39,23 @@ _EXPORTS = {
     "retarget_sweep": ".sweep",
     "load_summary": ".sweep",
     "load_rows": ".store",
-    "Row": ".rows",
+    "Row": ".engine.rows",
     "Summary": ".store",
     "MSummary": ".store",
     "next_length": ".designs",
-    "make_source": ".sources",
-    "PROTOCOLS": ".protocol",
-    "calibrate_abandon": ".calibrate",
+    "make_source": ".engine.sources",
+    "PROTOCOLS": ".engine.protocol",
+    "calibrate_abandon": ".stats.calibrate",
     "calibrate_folder": ".simulated_intervals",
-    "fit_sigmoid": ".fit",
-    "linear_fit": ".fit",
-    "SupportStats": ".bounds",
-    "measure_support": ".bounds",
-    "ball_slope_bound": ".bounds",
-    "box_slope_bound": ".bounds",
-    "slope_bounds": ".bounds",
-    "published_bound_estimate": ".published_bounds",
-    "PublishedBoundEstimate": ".published_bounds",
+    "fit_sigmoid": ".stats.fit",
+    "linear_fit": ".stats.fit",
+    "SupportStats": ".stats.bounds",
+    "measure_support": ".stats.bounds",
+    "ball_slope_bound": ".stats.bounds",
+    "box_slope_bound": ".stats.bounds",
+    "slope_bounds": ".stats.bounds",
+    "published_bound_estimate": ".stats.published_bounds",
+    "PublishedBoundEstimate": ".stats.published_bounds",
     "save_memory_adapter": ".adapters",
     "save_memory_adapters": ".adapters",
     "Design": ".designs",
@@ -67,18 +65,23 @@ _EXPORTS = {
     "make_design": ".designs",
     "register_design": ".designs",
     "available_designs": ".designs",
-    "fit_logistic": ".fit",
-    "n50_interval": ".fit",
-    "line_interval": ".fit",
+    "fit_logistic": ".stats.fit",
+    "n50_interval": ".stats.fit",
+    "line_interval": ".stats.fit",
 }
 __all__ = list(_EXPORTS)
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+# Modules that moved into the engine/ and stats/ rooms still import under their former names, with a warning.
+_MOVED = {
+    **{f".{name}": f".engine.{name}" for name in ("sources", "protocol", "rows", "cram", "prefixes")},
+    **{
+        f".{name}": f".stats.{name}"
+        for name in ("fit", "pooled", "coverage", "simulator", "bounds", "published_bounds", "calibrate")
+    },
+}
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, _MOVED)
 
 if TYPE_CHECKING:  # what a type checker reads for the names above
     from .adapters import save_memory_adapter, save_memory_adapters  # noqa: F401
-    from .bounds import SupportStats, ball_slope_bound, box_slope_bound, measure_support, slope_bounds  # noqa: F401
-    from .calibrate import calibrate_abandon  # noqa: F401
-    from .cram import CramConfig, CramJob, CramResult, RowState, cram, cram_reference, greedy_decode  # noqa: F401
     from .designs import (  # noqa: F401
         AdaptiveDesign,
         Design,
@@ -89,12 +92,15 @@ if TYPE_CHECKING:  # what a type checker reads for the names above
         next_length,
         register_design,
     )
-    from .fit import fit_logistic, fit_sigmoid, line_interval, linear_fit, n50_interval  # noqa: F401
-    from .protocol import PROTOCOLS  # noqa: F401
-    from .published_bounds import PublishedBoundEstimate, published_bound_estimate  # noqa: F401
-    from .rows import Row  # noqa: F401
+    from .engine.cram import CramConfig, CramJob, CramResult, RowState, cram, cram_reference, greedy_decode  # noqa: F401
+    from .engine.protocol import PROTOCOLS  # noqa: F401
+    from .engine.rows import Row  # noqa: F401
+    from .engine.sources import make_source  # noqa: F401
     from .simulated_intervals import calibrate_folder  # noqa: F401
-    from .sources import make_source  # noqa: F401
+    from .stats.bounds import SupportStats, ball_slope_bound, box_slope_bound, measure_support, slope_bounds  # noqa: F401
+    from .stats.calibrate import calibrate_abandon  # noqa: F401
+    from .stats.fit import fit_logistic, fit_sigmoid, line_interval, linear_fit, n50_interval  # noqa: F401
+    from .stats.published_bounds import PublishedBoundEstimate, published_bound_estimate  # noqa: F401
     from .store import MSummary, Summary, load_rows  # noqa: F401
     from .sweep import (  # noqa: F401
         GridConfig,

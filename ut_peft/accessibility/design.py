@@ -1,8 +1,8 @@
 """The designs' former home, kept so that code written against it still imports: every name it held, re-exported.
 
 The designs live in :mod:`ut_peft.accessibility.designs` (one module per design and a registry); prefix inference
-in :mod:`ut_peft.accessibility.prefixes`; :func:`row_steps` in :mod:`ut_peft.accessibility.rows`. New code imports
-from there.
+in :mod:`ut_peft.accessibility.engine.prefixes`; :func:`row_steps` in :mod:`ut_peft.accessibility.engine.rows`.
+New code imports from there.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from .designs.registry import BUILTIN_DESIGNS, Design, Job, make_design
 from .designs.sequential import SequentialDesign, check_stopping
 
 # _inferred_row: benchmarks/measurement_cost.py hashes its source (with the others it reads here) to key its cache.
-from .prefixes import _inferred_row, crammed_chains, infer_prefixes, prefix_violations  # noqa: F401
-from .rows import INFERRED, Row, row_steps
+from .engine.prefixes import _inferred_row, crammed_chains, infer_prefixes, prefix_violations  # noqa: F401
+from .engine.rows import INFERRED, Row, row_steps
 
 # The built-in design names (a registered design is not among them: designs.available_designs() lists every name).
 DESIGNS = tuple(BUILTIN_DESIGNS)

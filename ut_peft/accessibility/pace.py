@@ -21,7 +21,7 @@ from pathlib import Path
 
 from . import store
 from .designs.pooled import PooledDesign
-from .rows import row_steps
+from .engine.rows import row_steps
 
 
 def round_paces(design: PooledDesign, rows: dict) -> list[dict]:

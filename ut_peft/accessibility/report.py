@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 
 from ..io import atomic_write_text
-from . import published_bounds
-from .coverage import THRESHOLD, check_calibrated, marked, summary_checks
-from .protocol import differences_from_published, nearest_paper_models
+from .engine.protocol import differences_from_published, nearest_paper_models
+from .stats import published_bounds
+from .stats.coverage import THRESHOLD, check_calibrated, marked, summary_checks
 from .store import ACCESSIBILITY_PLOT, N50_PLOT, REPORT_FILE, Summary, abandon_audit, measured_slope
 
 
@@ -24,7 +24,7 @@ def wilson(successes: int, trials: int, z: float = 1.959964) -> tuple[float, flo
 
 def plot_accessibility(summary: Summary, path) -> None:
     from ..plotting import save_figure, subplots
-    from .fit import sigmoid
+    from .stats.fit import sigmoid
 
     fig, ax = subplots(figsize=(6, 4))
     for entry in summary.per_m:
@@ -255,7 +255,7 @@ def markdown(summary: Summary, *, figures: tuple[str, str] | None = (ACCESSIBILI
         "beside it. "
         f"An interval whose method covered the truth in under {THRESHOLD:.0%} of simulated data sets at its "
         "sequence count, or with a side the rows cannot bound, says so beside it (measured coverage: "
-        "ut_peft/accessibility/coverage.py, `python benchmarks/interval_coverage.py`).",
+        "ut_peft/accessibility/stats/coverage.py, `python benchmarks/interval_coverage.py`).",
         "",
         "| m | n_50 (MLE) | 95% interval | interval | n_50 (published LS) | sigmoid slope | fit | row-steps "
         "| lengths measured |",
@@ -565,10 +565,10 @@ def calibrated_lines(calibrated: dict | None) -> list[str]:
 
 def _abandon_text(abandon: dict | None) -> str:
     """The simulated early abandon of a calibration, in the words its simulator prints (calibration.json records
-    the :class:`~ut_peft.accessibility.simulator.AuditedAbandon` as a dict)."""
+    the :class:`~ut_peft.accessibility.stats.simulator.AuditedAbandon` as a dict)."""
     if not abandon:
         return ""
-    from .simulator import AuditedAbandon
+    from .stats.simulator import AuditedAbandon
 
     return f"; each simulated row ran under a simulated {AuditedAbandon(**abandon).describe()}"
 

@@ -39,8 +39,8 @@ import numpy as np
 
 from .designs import make_design
 from .designs.pooled import PooledDesign
-from .rows import INFERRED
-from .simulator import (
+from .engine.rows import INFERRED
+from .stats.simulator import (
     AuditedAbandon,
     RowCosts,
     Truth,
@@ -201,7 +201,7 @@ def simulate_design(
 def _simulate_repeat(settings: dict, truth: Truth, abandon: AuditedAbandon | None, true: dict, repeat: int):
     """One simulated sweep of the folder's design: its row-steps, and per quantity (error, error / se) where its fit
     converged (error / se NaN where se is 0)."""
-    from .rows import row_steps
+    from .engine.rows import row_steps
 
     design = pooled_design(settings)
     if design.audit is not None:

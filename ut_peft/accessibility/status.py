@@ -28,9 +28,9 @@ from pathlib import Path
 from . import store
 from .designs import make_design
 from .designs.pooled import PooledDesign
-from .fit import line_interval
+from .engine.rows import INFERRED, row_steps
 from .pace import projection, round_paces, total_pace
-from .rows import INFERRED, row_steps
+from .stats.fit import line_interval
 from .sweep import SweepConfig
 
 # A campaign that holds a run back (e.g. until another run on the same cores ends) says so in this file; the sweep

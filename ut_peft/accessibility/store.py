@@ -46,7 +46,7 @@ from typing import Any, TypedDict
 import datasets
 
 from ..io import append_jsonl, atomic_write_bytes, atomic_write_json, lock_holder, try_lock
-from .rows import INFERRED, Row, RowError
+from .engine.rows import INFERRED, Row, RowError
 
 SETTINGS_FILE = "settings.json"
 SUMMARY_FILE = "summary.json"
@@ -359,7 +359,7 @@ def read_inflight(folder, key: tuple[int, int, int]):
     """The :class:`~.cram.RowState` kept for row ``key``, or None when there is none."""
     from safetensors import safe_open
 
-    from .cram import RowState
+    from .engine.cram import RowState
 
     path = inflight_path(folder, *key)
     if not path.is_file():

@@ -18,20 +18,28 @@ from pathlib import Path
 
 from ..io import atomic_write_text
 from ..models import DEFAULT_MODEL, load_model, load_tokenizer
-from . import published_bounds, store
-from .bounds import measure_support, slope_bounds, support_context
-from .coverage import check_intervals, check_pooled
-from .cram import CramConfig, CramJob, ShortestFirst, cram, row_positions
+from . import store
 from .designs import BUILTIN_DESIGNS, available_designs, make_design, unknown_design_message
 from .designs.common import complete_groups
 from .designs.pooled import PooledDesign
 from .designs.pooled_rules import POOLED_DESIGN_VERSION, POOLED_RULES, pooled_rules
 from .designs.sequential import check_stopping
-from .fit import SigmoidFit, fit_sigmoid, line_interval, linear_fit, n50_interval
-from .prefixes import infer_prefixes
-from .protocol import PUBLISHED, QUICK_RUN, PublishedSequences, check_protocol, cram_settings, special_prefix_ids
-from .rows import INFERRED, Row, row_steps
-from .sources import init_seed, make_source
+from .engine.cram import CramConfig, CramJob, ShortestFirst, cram, row_positions
+from .engine.prefixes import infer_prefixes
+from .engine.protocol import (
+    PUBLISHED,
+    QUICK_RUN,
+    PublishedSequences,
+    check_protocol,
+    cram_settings,
+    special_prefix_ids,
+)
+from .engine.rows import INFERRED, Row, row_steps
+from .engine.sources import init_seed, make_source
+from .stats import published_bounds
+from .stats.bounds import measure_support, slope_bounds, support_context
+from .stats.coverage import check_intervals, check_pooled
+from .stats.fit import SigmoidFit, fit_sigmoid, line_interval, linear_fit, n50_interval
 
 
 @dataclass
@@ -75,7 +83,7 @@ class GridConfig:
 class SweepConfig:
     """One accessibility sweep. ``SweepConfig()`` holds the paper's settings (20 sequences a length, cap 3000,
     patience 500) at m = 1, 2; :meth:`quick_run` is the smoke run ``ut-peft cram`` makes when no flag says otherwise
-    (:data:`~ut_peft.accessibility.protocol.QUICK_RUN`: 2 sequences, cap 100, m = 1, 2, 4, n = 4..32), which the
+    (:data:`~ut_peft.accessibility.engine.protocol.QUICK_RUN`: 2 sequences, cap 100, m = 1, 2, 4, n = 4..32), which the
     command's ``--help`` names as its defaults."""
 
     model: str = DEFAULT_MODEL

@@ -38,11 +38,11 @@ from __future__ import annotations
 import time
 from collections import Counter
 
-from .coverage import check, marked, per_m_sequences, summary_checks
 from .designs.common import complete_groups
-from .fit import n50_interval
+from .engine.rows import row_steps
 from .report import format_interval
-from .rows import row_steps
+from .stats.coverage import check, marked, per_m_sequences, summary_checks
+from .stats.fit import n50_interval
 from .store import row_key
 
 # Designs whose every row is a measurement (the summary fits them all, not only complete (m, n) groups).

@@ -6,7 +6,7 @@
 
 Samples the final hidden state at the last position of random-token sequences at lengths 4, 8, ..., 4096 (up to
 the model's context), toward 10,000 per length within --budget wall-clock seconds shared equally among the
-lengths; eps = r_inf / 2^11 and the box over every sample (ut_peft.accessibility.published_bounds). Also measures
+lengths; eps = r_inf / 2^11 and the box over every sample (ut_peft.accessibility.stats.published_bounds). Also measures
 ut-peft's own estimate (--support-sequences sequences of 32 tokens, eps = r_2 / 2^11, as every sweep's summary)
 and prints both. A sweep folder beside the JSON (results/<model>/<sweep>/) reports it next to its own bounds once
 its report is written again (``ut-peft cram --report-only --output FOLDER``).
@@ -30,8 +30,8 @@ from .common import (
 )
 
 # Written here, not imported: the module that holds them imports torch, and parsing comes first (library_value).
-PUBLISHED_SEQUENCES = library_value("ut_peft.accessibility.published_bounds:PUBLISHED_SEQUENCES", 10_000)
-RESULT_FILE = library_value("ut_peft.accessibility.published_bounds:RESULT_FILE", "bounds-published.json")
+PUBLISHED_SEQUENCES = library_value("ut_peft.accessibility.stats.published_bounds:PUBLISHED_SEQUENCES", 10_000)
+RESULT_FILE = library_value("ut_peft.accessibility.stats.published_bounds:RESULT_FILE", "bounds-published.json")
 
 
 def describe(estimate) -> str:
@@ -64,7 +64,7 @@ def describe(estimate) -> str:
 
 
 def main(args):
-    from ..accessibility.published_bounds import (
+    from ..accessibility.stats.published_bounds import (
         plot_estimate,
         published_bound_estimate,
         read_estimate,

@@ -10,7 +10,7 @@ interval estimate +- q se, q the 95% quantile of |error| / se over the simulated
 bias and RMSE at this line (ut_peft.accessibility.simulated_intervals). The folder's summary.json and report.md, where
 they exist, are updated to show them (no model is loaded); a later summary of more rows marks this calibration
 stale until the command runs again. How far the procedure covers 95% is measured by
-``python benchmarks/simulated_intervals.py`` (ut_peft/accessibility/coverage.py, CALIBRATED_TABLE).
+``python benchmarks/simulated_intervals.py`` (ut_peft/accessibility/stats/coverage.py, CALIBRATED_TABLE).
 """
 
 from __future__ import annotations

@@ -170,7 +170,7 @@ LIBRARY_VALUES: dict[str, object] = {}
 
 def library_value(where: str, value):
     """``value``, which the library writes at ``where`` ("module:expression", e.g.
-    ``"ut_peft.accessibility.cram:CramConfig().batch_size"``): a default or a choice a command's parser shows,
+    ``"ut_peft.accessibility.engine.cram:CramConfig().batch_size"``): a default or a choice a command's parser shows,
     written in the command because the module that holds it imports torch and a command parses its flags (``--help``
     and a refused flag included) before torch loads. tests/cli/test_start.py evaluates every ``where`` and compares,
     so the command and the Python API cannot drift apart."""

@@ -124,10 +124,10 @@ def _default(cls, name: str):
 # module, which would import torch: each value is written here with where the API writes it (library_value), and
 # tests/cli/test_start.py checks every one against the API.
 _SWEEP = "ut_peft.accessibility.sweep:SweepConfig()"
-_CRAM = "ut_peft.accessibility.cram:CramConfig()"
+_CRAM = "ut_peft.accessibility.engine.cram:CramConfig()"
 _GRID = "ut_peft.accessibility.sweep:GridConfig()"
-_QUICK = "ut_peft.accessibility.protocol:QUICK_RUN"
-PROTOCOLS = library_value("ut_peft.accessibility.protocol:PROTOCOLS", ("ut-peft", "published"))
+_QUICK = "ut_peft.accessibility.engine.protocol:QUICK_RUN"
+PROTOCOLS = library_value("ut_peft.accessibility.engine.protocol:PROTOCOLS", ("ut-peft", "published"))
 POOLED_VERSIONS = library_value("ut_peft.accessibility.design:sorted(POOLED_RULES)", [1, 2, 3, 4, 5, 6, 7, 8])
 POOLED_DESIGN_VERSION = library_value("ut_peft.accessibility.design:POOLED_DESIGN_VERSION", 2)
 SNAPSHOT_SECONDS = library_value("ut_peft.accessibility.sweep:run_sweep.__kwdefaults__['snapshot_seconds']", 300.0)
@@ -152,8 +152,8 @@ API = {
 # The command's own default job (`ut-peft cram` with no flags: protocol.QUICK_RUN, a smoke run of minutes on a
 # CPU); its m and lengths hold under either protocol.
 DEFAULT_JOB = {
-    "ms": library_value("ut_peft.accessibility.protocol:list(QUICK_RUN.ms)", [1, 2, 4]),
-    "lengths": library_value("ut_peft.accessibility.protocol:list(QUICK_RUN.lengths)", [4, 8, 16, 32]),
+    "ms": library_value("ut_peft.accessibility.engine.protocol:list(QUICK_RUN.ms)", [1, 2, 4]),
+    "lengths": library_value("ut_peft.accessibility.engine.protocol:list(QUICK_RUN.lengths)", [4, 8, 16, 32]),
 }
 # What a flag left unset means under the ut-peft protocol; under the published protocol it takes the config
 # classes' defaults, which are the paper's (protocol.PUBLISHED).
@@ -353,7 +353,7 @@ def flags_from_settings(values: dict, path) -> dict:
     if not (isinstance(values.get("cram"), dict) and isinstance(values.get("grid"), dict)):
         return values
     from ..accessibility import CramConfig, GridConfig, SweepConfig
-    from ..accessibility.protocol import cram_settings
+    from ..accessibility.engine.protocol import cram_settings
     from ..accessibility.store import recorded_settings
 
     if "merged_from" in values:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from ..accessibility.bounds import SupportStats, measure_support
+from ..accessibility.stats.bounds import SupportStats, measure_support
 from ..io import atomic_open
 from .bounds import refined_bounds
 from .cells import CellEstimate, agreement, estimate_cells, supports_from_stats

@@ -1,4 +1,4 @@
-"""Refined slope bounds: the ball and box bounds of ``ut_peft.accessibility.bounds``, a cone version, and
+"""Refined slope bounds: the ball and box bounds of ``ut_peft.accessibility.stats.bounds``, a cone version, and
 non-uniform-cell versions, each set next to a measured n_50 slope as a ratio bound / measured.
 
 All bounds have the form (ln of the number of eps-distinguishable points of the support) / (ln-cost of one
@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from scipy.special import gammaln
 
-from ..accessibility.bounds import ball_slope_bound, box_slope_bound
+from ..accessibility.stats.bounds import ball_slope_bound, box_slope_bound
 from ..accessibility.store import abandon_audit, measured_slope
 
 

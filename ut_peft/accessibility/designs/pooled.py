@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..rows import INFERRED, row_steps
+from ..engine.rows import INFERRED, row_steps
 from .common import bracketed_fractions, crossing_of, fractions_of
 from .pooled_rules import pooled_rules
 from .registry import Design, Job, register_design
@@ -20,10 +20,10 @@ class PooledDesign(Design):
 
     The paper finds n_50 linear in m (R^2 > 0.99), and a line is fixed by its two ends: rows at the smallest and the
     largest m pin the slope and every n_50 between them (read off the line with its uncertainty), and rows at a
-    middle "check" m test the line (:func:`~ut_peft.accessibility.pooled.linearity_check`). Per m, the per-m designs
-    spend most of their rows on lengths where nothing is decided; here every fitted round puts ``batch`` rows, one by
-    one, on the (m, n) of the design's m that most lowers the remaining variance of the quantities asked for (greedy
-    A-optimal design on the Fisher information of the pooled model):
+    middle "check" m test the line (:func:`~ut_peft.accessibility.stats.pooled.linearity_check`). Per m, the per-m
+    designs spend most of their rows on lengths where nothing is decided; here every fitted round puts ``batch`` rows,
+    one by one, on the (m, n) of the design's m that most lowers the remaining variance of the quantities asked for
+    (greedy A-optimal design on the Fisher information of the pooled model):
 
     - the slope ``a``, to ``target_slope_se`` (a standard error in tokens per vector),
     - n_50 at every m of ``ms`` (measured or read off the line), to ``target_n50_se`` (one value or a dict m -> se),
@@ -316,7 +316,7 @@ class PooledDesign(Design):
         )
 
     def _fit(self, flat):
-        from ..pooled import (
+        from ..stats.pooled import (
             Cells,
             StepRows,
             fit_pooled,
@@ -393,7 +393,7 @@ class PooledDesign(Design):
         """Per quantity asked for, variance under :func:`~.pooled.guarded_covariance` (the model's, raised where
         the rows' sandwich says more) over the model's own: the stop and the greedy step then judge the variances
         the design's information gives, times these (the check m's offset, from the outcomes alone: 1)."""
-        from ..pooled import guarded_covariance, steps_sandwich
+        from ..stats.pooled import guarded_covariance, steps_sandwich
 
         ms = [r[0] for r in flat]
         ns = [r[1] for r in flat]
@@ -408,7 +408,7 @@ class PooledDesign(Design):
         """Per quantity asked for, the variance of the pseudo-outcomes' sandwich (guarded: never below the model's)
         over the model's: what an audited abandon's false abandons add, for the stop and the greedy step (the check
         m's offset: 1)."""
-        from ..pooled import guarded_covariance, outcomes_sandwich
+        from ..stats.pooled import guarded_covariance, outcomes_sandwich
 
         sandwich = outcomes_sandwich(fit, [r[0] for r in flat], [r[1] for r in flat], [r[2] for r in flat])
         return self._inflation(fit.covariance, guarded_covariance(fit.covariance, sandwich))
@@ -426,7 +426,7 @@ class PooledDesign(Design):
         return np.maximum(1.0, np.array(factors))
 
     def _prior_precision(self) -> np.ndarray:
-        from ..pooled import PRIOR_SD
+        from ..stats.pooled import PRIOR_SD
 
         diagonal = np.concatenate([np.zeros(3), 1.0 / PRIOR_SD**2])
         if self.check_m is None:
@@ -467,7 +467,7 @@ class PooledDesign(Design):
         return dict(zip(names, (self._variances(info[None])[0] / targets).tolist()))
 
     def _greedy(self, fit, info: np.ndarray, flat, scale: float = 1.0, inflation=None) -> tuple[tuple[int, int], ...]:
-        from ..pooled import widening
+        from ..stats.pooled import widening
 
         """``batch`` rows, each at the candidate (m, n) with the largest drop of sum(ratio^3); the cube weighs the
         quantity furthest from its target most. Per row, not per expected row-step: weighing by the row cost fitted
@@ -532,7 +532,7 @@ def row_outcomes(rows: list[dict], audit: float | None) -> np.ndarray:
     """Each row's outcome for the pooled fit: accessible (1) or not (0), or, under an audited abandon (``audit``),
     its pseudo-outcome (:func:`~.pooled.audited_outcomes`). The rule flagged the rows that hold a ``flagged_at``, and
     ``audited`` says whether the audit let them run on (:class:`~.rows.Row`); rows without it were not flagged."""
-    from ..pooled import audited_outcomes
+    from ..stats.pooled import audited_outcomes
 
     accessible = [bool(r["accessible"]) for r in rows]
     if audit is None:
@@ -579,7 +579,7 @@ def pooled_estimates(
     "log_width_se"}}, "slope",
     "slope_se", "slope_ci", "intercept", "intercept_se", "intercept_ci", "converged", "linearity"}``.
     """
-    from ..pooled import (
+    from ..stats.pooled import (
         Cells,
         PooledFit,
         StepRows,

@@ -18,7 +18,7 @@ import importlib
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar, overload
 
-Job = tuple[int, int, int]
+from ..engine.rows import Job
 
 
 class Design(Protocol):

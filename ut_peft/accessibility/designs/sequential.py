@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import math
 
-from ..fit import NUM_BOOT, fit_logistic, n50_interval
-from ..rows import row_steps
+from ..engine.rows import row_steps
+from ..stats.fit import NUM_BOOT, fit_logistic, n50_interval
 from .common import bracketed_fractions, fractions_of
 from .registry import Design, Job, register_design
 
@@ -22,13 +22,13 @@ class SequentialDesign(Design):
        (halve it while every one is below), never beyond ``stop`` (nor below 1). An m whose sequences are still
        accessible at ``stop`` is done: its transition lies beyond the lengths allowed.
     2. Once one length is at or above 1/2 and another below, fit the logistic model by Firth-penalised maximum
-       likelihood (:func:`~ut_peft.accessibility.fit.fit_logistic`) and cram half the batch at x0 - 1/|s| and
+       likelihood (:func:`~ut_peft.accessibility.stats.fit.fit_logistic`) and cram half the batch at x0 - 1/|s| and
        half at x0 + 1/|s| (accessibility 73% and 27% on the fitted curve). A binary outcome at n carries Fisher
        information ``s^2 p(1-p)`` about n_50, largest at n_50 itself, but rows at one length measure one
        fraction, which every (x0, s) through that point fits: the slope, hence n_50, stays unidentified and the
        bootstrap interval wide. The two points keep 79% of the information per row and pin down the slope.
     3. Stop the m once, after at least ``min_rounds`` fitted rounds, the 95% interval of n_50 (the same
-       interval as the summary's ``n50_ci`` of these rows: :func:`~ut_peft.accessibility.fit.n50_interval`, which
+       interval as the summary's ``n50_ci`` of these rows: :func:`~ut_peft.accessibility.stats.fit.n50_interval`, which
        for independent rows, as here, is the profile penalised-likelihood interval) is narrower than
        ``target_ci`` tokens, or once the m's rows have cost ``budget_row_steps`` forward-backward passes
        (``steps + 1`` per row). In the simulator of ``benchmarks/measurement_cost.py`` the percentile bootstrap

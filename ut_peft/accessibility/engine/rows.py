@@ -22,6 +22,9 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+# One job of a sweep: the (m, n, index) a design asks for and a row answers.
+Job = tuple[int, int, int]
+
 # ``stop_reason`` of a row decided by another row of the same nested text, without cramming (prefixes.infer_prefixes).
 INFERRED = "inferred"
 

@@ -47,7 +47,7 @@ import numpy as np
 from scipy import optimize, stats
 
 if TYPE_CHECKING:  # summary.json's schema; store does not import this module, but the types stay there
-    from .store import LineFit, LineFitWithIntervals
+    from ..store import LineFit, LineFitWithIntervals
 
 LEVEL = 0.95
 NUM_BOOT = 1000

@@ -42,7 +42,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.checkpoint import checkpoint
 
-from ..devices import execution_device
+from ...devices import execution_device
 from .protocol import PUBLISHED
 
 

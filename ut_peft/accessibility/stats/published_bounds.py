@@ -37,8 +37,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..devices import execution_device
-from ..io import atomic_write_json
+from ...devices import execution_device
+from ...io import atomic_write_json
 from .bounds import ball_slope_bound, box_slope_bound, head_inputs
 
 PUBLISHED_LENGTHS = tuple(2**k for k in range(2, 13))  # 4, 8, ..., 4096 (generate_embeddings.py)
@@ -513,7 +513,7 @@ def console_line(entry: dict | None, slope: float | None) -> str:
 def plot_estimate(estimate: PublishedBoundEstimate, path, *, title: str | None = None) -> Path:
     """Each bound against the largest sampled length (as the notebook plots it) and against the sequences taken per
     length, with ut-peft's estimate as a reference line where the estimate carries it."""
-    from ..plotting import save_figure, subplots
+    from ...plotting import save_figure, subplots
 
     fig, (left, right) = subplots(1, 2, figsize=(9, 3.4))
     curves = (

@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from ..devices import execution_device
+from ...devices import execution_device
 
 if TYPE_CHECKING:  # summary.json's schema (store does not import this module)
-    from .store import SlopeBounds
+    from ..store import SlopeBounds
 
 # fp16 keeps 11 significant bits: the paper's precision scale relative to the support radius.
 EPS_RELATIVE = 2.0**-11

@@ -1,6 +1,6 @@
 """One model of accessibility across m: n_50(m) = a m + b, the line the accessibility paper finds (R^2 > 0.99).
 
-The per-m fits of :mod:`ut_peft.accessibility.fit` estimate every n_50 on its own and then draw a line through
+The per-m fits of :mod:`ut_peft.accessibility.stats.fit` estimate every n_50 on its own and then draw a line through
 them. When the line holds, that spends rows on every m although two lengths of the line fix all five: the model here
 fits all rows at once,
 
@@ -184,7 +184,7 @@ def fit_pooled(cells: Cells, width_ms, check_m: int | None = None, free_delta: b
     Why Firth's penalty (0.5 log det I, the Jeffreys prior): with a few dozen rows per m the plain maximum likelihood
     makes the curves too steep (widths too small), and a design that places its next rows at +-1 logit of a too steep
     curve puts them too close together to see it: the width stays small and the standard errors too. The penalty
-    removes the first-order bias, as in :func:`~ut_peft.accessibility.fit.fit_logistic`, and keeps separated rows
+    removes the first-order bias, as in :func:`~ut_peft.accessibility.stats.fit.fit_logistic`, and keeps separated rows
     finite. ``width_ms``: the m that have rows. ``check_m``: the m whose crossing may leave the line;
     ``free_delta`` fits that offset (the alternative of the linearity check), else it is held at 0.
     """

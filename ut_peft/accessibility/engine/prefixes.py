@@ -8,8 +8,7 @@ assumption behind one of its two rules fails. The sweep applies it to the jobs o
 
 from __future__ import annotations
 
-from .designs.registry import Job
-from .rows import INFERRED, Row
+from .rows import INFERRED, Job, Row
 
 
 def crammed_chains(rows: dict) -> dict[tuple[int, int], list[tuple[int, bool]]]:

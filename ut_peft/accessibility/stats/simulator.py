@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .prefixes import infer_prefixes
+from ..engine.prefixes import infer_prefixes
 
 # The published protocol's step cap and patience: the cost model's inaccessible rows stop at min(cap, b + patience).
 CAP, PATIENCE = 3000, 500
@@ -110,7 +110,7 @@ def fit_costs(folders, first: int | None = None) -> RowCosts:
     (:func:`fit_costs_to_rows`); ``first``: each folder's first rows in rows.jsonl order only, to fit the costs as
     they were when it held only those (a live folder grows; figures fitted earlier name how many rows their fit saw).
     """
-    from . import store
+    from .. import store
 
     rows = []
     audits = set()

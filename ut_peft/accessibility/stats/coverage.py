@@ -399,7 +399,7 @@ def check_intervals(per_m, fit) -> dict:
             entries.append(dict(m=e.m, **found))
         if e.n50 is not None:
             counts.append(k)
-    out: dict = {"threshold": THRESHOLD, "table": f"ut_peft/accessibility/coverage.py ({TABLE_COMMAND})"}
+    out: dict = {"threshold": THRESHOLD, "table": f"ut_peft/accessibility/stats/coverage.py ({TABLE_COMMAND})"}
     out["per_m"] = entries
     if fit and counts:
         for name in ("slope", "intercept"):
