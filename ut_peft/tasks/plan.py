@@ -6,8 +6,9 @@ the attention-only and MLP variants, 3 seeds; all at the library's defaults (E a
 strings every step). ``recipes/ut_experiments.py`` is the command line; :func:`run_plan` trains the runs not finished
 yet, one at a time, each :func:`ut_peft.tasks.training.run` in ``runs_dir/<name>`` (resumable; a finished run is not
 trained again; a run another worker trains is skipped); :func:`report` turns the results file into the table and the
-figure. Rows written before these defaults (unit-scale E, a fixed pool of 20 000 strings, k mixed) stay in the results
-file and are reported in their own table, their settings filled in with what those runs used (:data:`LEGACY`).
+figure. Every folder and file (runs, results, table, figure) is an argument: the recipe names where they go. Rows
+written before these defaults (unit-scale E, a fixed pool of 20 000 strings, k mixed) stay in the results file and are
+reported in their own table, their settings filled in with what those runs used (:data:`LEGACY`).
 """
 
 from __future__ import annotations
@@ -23,12 +24,6 @@ import torch
 
 from ..io import atomic_write_text
 from .training import RunInProgressError, RunSettings, run
-
-RUNS_DIR = Path("runs") / "universal"
-RESULTS = Path("results") / "universal" / "runs.jsonl"
-TABLE = Path("results") / "universal" / "table.md"
-FIGURE = Path("docs") / "figures" / "universal-khop-curves.png"
-BASELINES = Path("results") / "universal" / "khop-baselines.json"
 
 # What the rows written before these defaults were trained with, where their settings do not say (no such fields).
 LEGACY = {"init_std": 1.0, "fresh_data": False}
@@ -202,8 +197,8 @@ def is_budget(row: dict) -> bool:
 
 def run_budget(
     *,
-    runs_dir: Path | str = RUNS_DIR,
-    results: Path | str = RESULTS,
+    runs_dir: Path | str,
+    results: Path | str,
     stop_file: Path | str | None = None,
     log: Callable[[str], None] = print,
     tracker=None,
@@ -224,8 +219,9 @@ def settings_of(row: dict) -> dict:
     return {**LEGACY, **row["settings"]}
 
 
-def command(name: str, settings: dict, runs_dir: Path | str = RUNS_DIR, results: Path | str = RESULTS) -> str:
-    """The ``recipes/reprogram.py`` command that makes this run on its own."""
+def command(name: str, settings: dict, runs_dir: Path | str, results: Path | str) -> str:
+    """The ``recipes/reprogram.py`` command that makes this run on its own, in ``runs_dir/<name>``, its row appended to
+    ``results``."""
     defaults = RunSettings()
     flags = []
     for key, value in settings.items():
@@ -295,8 +291,8 @@ def run_plan(
     plan,
     names: Sequence[str] = (),
     *,
-    runs_dir: Path | str = RUNS_DIR,
-    results: Path | str = RESULTS,
+    runs_dir: Path | str,
+    results: Path | str,
     stop_file: Path | str | None = None,
     log: Callable[[str], None] = print,
     tracker=None,
@@ -384,7 +380,7 @@ def _split(settings: dict) -> str:
 
 
 def is_new(row: dict) -> bool:
-    """A row trained with the issue-23 settings (it records init_std)."""
+    """A row trained at the current settings, E and positions at std 0.02 and fresh strings (it records init_std)."""
     return "init_std" in row["settings"]
 
 
@@ -536,10 +532,12 @@ def _threads(rows: dict[str, dict]) -> str:
     return "/".join(map(str, sorted(counts))) or "-"
 
 
-def table(rows: dict[str, dict], runs_dir: Path | str = RUNS_DIR, results: Path | str = RESULTS) -> str:
+def table(rows: dict[str, dict], runs_dir: Path | str, results: Path | str) -> str:
+    """The report's tables, and each row's command (:func:`command`, naming ``runs_dir`` and ``results``)."""
     commands = [command(name, settings_of(row), runs_dir, results) for name, row in sorted(rows.items())]
     return (
-        "## k-hop: one model per hop count and the mixed model (issue 23 settings)\n\n"
+        "## k-hop: one model per hop count and the mixed model (E and positions at std 0.02, fresh strings every "
+        "step)\n\n"
         "Token accuracy (%) on 2 000 held-out strings, mean +- std over seeds. Pre-LN residual blocks with "
         "LayerNorm (or the variant named), learned positions, strings of 32 letters over 4; "
         "E and positions drawn at std 0.02, U at 1/sqrt(m); fresh strings every step (never a held-out one); "
@@ -551,7 +549,7 @@ def table(rows: dict[str, dict], runs_dir: Path | str = RUNS_DIR, results: Path 
         + curve_table(rows)
         + "\n\n## Dyck-1 at the new init scale (fixed pool of 20 000 strings, width 128, 4 heads of 32)\n\n"
         + dyck_table(rows)
-        + "\n\n## Rows trained before issue 23 (E and positions at std 1.0, a fixed pool of 20 000 strings, "
+        + "\n\n## Rows trained at the earlier settings (E and positions at std 1.0, a fixed pool of 20 000 strings, "
         "k = 1..4 mixed)\n\n"
         + legacy_table(rows)
         + "\n\nCommands, one per run:\n\n```\n"
@@ -765,8 +763,19 @@ def budget_report(rows: dict[str, dict], *, table_path: Path, figure_path: Path 
     return text
 
 
-def report(rows: dict[str, dict], *, table_path: Path, figure_path: Path | None, baselines: Path | None = None) -> str:
-    text = table(rows)
+def report(
+    rows: dict[str, dict],
+    *,
+    table_path: Path,
+    figure_path: Path | None,
+    runs_dir: Path | str,
+    results: Path | str,
+    baselines: Path | None = None,
+) -> str:
+    """The report's tables (:func:`table`; written to ``table_path``, returned) and figure (``figure_path``, when
+    given; ``baselines`` is the lookup tables' JSON it draws, when it exists). The commands name ``runs_dir`` and
+    ``results`` as given: pass them as the commands should be typed (relative to where they run)."""
+    text = table(rows, runs_dir, results)
     atomic_write_text(table_path, text)
     if figure_path is not None:
         figure(rows, figure_path, baselines)
@@ -779,8 +788,6 @@ __all__ = [
     "BUDGET_PLAN",
     "LEGACY",
     "PLAN",
-    "RESULTS",
-    "RUNS_DIR",
     "budget_report",
     "budget_runs",
     "budget_table",
