@@ -161,7 +161,7 @@ def load_engine() -> tuple[types.ModuleType, types.ModuleType, types.ModuleType]
         cram, protocol, io = (importlib.import_module(name) for name in names)
         return cram, protocol, io
     except ModuleNotFoundError as err:
-        if not (REPO / "ut_peft" / "accessibility" / "cram.py").is_file():
+        if not (REPO / "ut_peft" / "accessibility" / "engine" / "cram.py").is_file():
             raise
         missing = err.name
     for name in [k for k in sys.modules if k == "ut_peft" or k.startswith("ut_peft.")]:
@@ -169,6 +169,7 @@ def load_engine() -> tuple[types.ModuleType, types.ModuleType, types.ModuleType]
     for package, folder in (
         ("ut_peft", REPO / "ut_peft"),
         ("ut_peft.accessibility", REPO / "ut_peft" / "accessibility"),
+        ("ut_peft.accessibility.engine", REPO / "ut_peft" / "accessibility" / "engine"),
     ):
         module = types.ModuleType(package)
         module.__path__ = [str(folder)]
@@ -394,7 +395,8 @@ def main(args) -> dict:
         model_deadline = time.perf_counter() + (deadline - time.perf_counter()) / (len(args.models) - i)
         model = build_model(name, device, args.tiny, args.seed)
         config = cram_config(protocol, engine, args, model)
-        report["autocast"] = engine.autocast_kind(config, torch.device(device))
+        forward = importlib.import_module("ut_peft.accessibility.engine.forward")
+        report["autocast"] = forward.autocast_kind(config, torch.device(device))
         info = report["models"][name] = {
             "config": {**CONFIGS[name], **(TINY[name] if args.tiny else {})},
             "parameters": sum(p.numel() for p in model.parameters()),

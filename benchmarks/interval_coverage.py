@@ -49,10 +49,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
+from ut_peft.accessibility.config import GridConfig  # noqa: E402
 from ut_peft.accessibility.design import AdaptiveDesign, complete_groups  # noqa: E402
 from ut_peft.accessibility.stats.fit import line_interval, n50_interval  # noqa: E402
 from ut_peft.accessibility.stats.simulator import Truth, simulate_row  # noqa: E402
-from ut_peft.accessibility.sweep import GridConfig  # noqa: E402
 
 LEVEL = 0.95
 # (a, b, width) from the committed summaries (published protocol, 4 sequences per length, m = 1, 2): n_50 and the

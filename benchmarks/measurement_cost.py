@@ -109,6 +109,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ut_peft.accessibility import design as design_module  # noqa: E402
+from ut_peft.accessibility.config import GridConfig  # noqa: E402  (its defaults are the published adaptive grid)
 from ut_peft.accessibility.design import (  # noqa: E402
     POOLED_RULES,
     AdaptiveDesign,
@@ -135,7 +136,6 @@ from ut_peft.accessibility.stats.simulator import (  # noqa: E402  (the simulato
     run_design,
     simulate_row,
 )
-from ut_peft.accessibility.sweep import GridConfig  # noqa: E402  (its defaults are the published adaptive grid)
 
 # Re-exported: benchmarks/interval_coverage.py and the tests read the simulator from here.
 __all__ = [

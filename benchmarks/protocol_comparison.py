@@ -31,7 +31,9 @@ from pathlib import Path
 import torch
 
 import ut_peft
-from ut_peft.accessibility.engine.cram import CramConfig, CramJob, cram, embedding_std, embedding_weight_std
+from ut_peft.accessibility.engine.cram import cram  # noqa: E402
+from ut_peft.accessibility.engine.forward import embedding_std, embedding_weight_std  # noqa: E402
+from ut_peft.accessibility.engine.jobs import CramConfig, CramJob
 from ut_peft.accessibility.engine.protocol import PublishedSequences, cram_settings, special_prefix_ids
 from ut_peft.accessibility.engine.sources import init_seed, make_source
 from ut_peft.accessibility.store import append_row

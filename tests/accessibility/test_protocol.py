@@ -6,7 +6,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from ut_peft.accessibility.engine.cram import CramConfig, CramJob, cram
+from ut_peft.accessibility.engine.cram import cram
+from ut_peft.accessibility.engine.jobs import CramConfig, CramJob
 from ut_peft.accessibility.engine.protocol import (
     PublishedSequences,
     check_protocol,
@@ -93,7 +94,7 @@ def test_published_settings_and_init_scale(crammable):
         "fp16",
         (),
     )
-    from ut_peft.accessibility.engine.cram import embedding_std, init_std
+    from ut_peft.accessibility.engine.forward import embedding_std, init_std
 
     # Gemma scales embeddings by sqrt(d) in the forward: the published init uses the unscaled table
     assert init_std(gemma, config) == pytest.approx(float(gemma.get_input_embeddings().weight.detach().double().std()))

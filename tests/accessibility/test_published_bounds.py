@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from ut_peft.accessibility import store
+from ut_peft.accessibility import summaries
 from ut_peft.accessibility.report import console_summary, markdown
 from ut_peft.accessibility.stats.bounds import box_slope_bound, head_inputs
 from ut_peft.accessibility.stats.published_bounds import (
@@ -177,7 +177,7 @@ def test_bad_input_is_refused_saying_what_to_do(llama):
 
 def test_a_sweep_report_carries_both_estimates_with_their_settings(tmp_path):
     committed = ROOT / "results" / "gemma-3-270m" / "published-text"
-    summary = store.read_summary(committed)
+    summary = summaries.read_summary(committed)
     text = markdown(summary)
     assert "ut-peft's bound estimate" in text and "sequences of 32 tokens" in text
     assert "Published bound estimate" in text and "not measured beside this folder" in text
@@ -197,9 +197,9 @@ def test_a_sweep_report_carries_both_estimates_with_their_settings(tmp_path):
     summary.bounds_published = entry
     assert "Published bound estimate (../bounds-published.json)" in markdown(summary)
     # A summary without the field is written as before; with it, it comes back.
-    old = store.Summary.from_dict(json.loads((committed / "summary.json").read_text()))
+    old = summaries.Summary.from_dict(json.loads((committed / "summary.json").read_text()))
     assert "bounds_published" not in old.to_dict()
-    assert store.Summary.from_dict(summary.to_dict()).bounds_published == entry
+    assert summaries.Summary.from_dict(summary.to_dict()).bounds_published == entry
     # A broken file next to a sweep does not stop its summary; the report says why it was not used.
     (tmp_path / "tiny" / RESULT_FILE).write_text("{not json")
     broken = summary_entry_for(sweep, "tiny")

@@ -11,11 +11,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ut_peft.accessibility import CramConfig, GridConfig, SweepConfig, run_sweep, store, summarize_folder
+from ut_peft.accessibility import CramConfig, GridConfig, SweepConfig, run_sweep, store, summaries, summarize_folder
+from ut_peft.accessibility.designs import make_design
 from ut_peft.accessibility.engine.rows import Row
 from ut_peft.accessibility.engine.sources import init_seed
 from ut_peft.accessibility.stats.bounds import support_context
-from ut_peft.accessibility.sweep import _validated, make_design
+from ut_peft.accessibility.sweep import _validated
 from ut_peft.accessibility.testing import small_sweep_config
 
 RESULTS = Path(__file__).resolve().parents[2] / "results"
@@ -55,7 +56,7 @@ def as_written_before(folder):
 def test_settings_json_records_the_support_sequences_and_leaves_the_old_defaults_out(finished):
     settings = json.loads((finished / "settings.json").read_text())
     assert (settings["support_sequences"], settings["support_seq_len"]) == (8, 4)
-    summary = store.read_summary(finished)
+    summary = summaries.read_summary(finished)
     assert (summary.support["num_samples"], summary.support["seq_len"]) == (8, 4) and summary.settings == settings
     # At the values every earlier folder was measured with, nothing is added: those folders still resume.
     default = small_config(support_sequences=256, support_seq_len=32).fingerprint({"kind": "tokens"})
@@ -229,7 +230,7 @@ def test_an_edited_settings_json_without_a_summary_is_refused_naming_the_change(
     # Restored, the folder resumes to the finished run's summary.
     (folder / "settings.json").write_bytes((folder / store.ROWS_SETTINGS_FILE).read_bytes())
     run_sweep(small_config(), folder, model=llama, progress=False, report=False)
-    assert store.read_summary(folder).to_dict() == store.read_summary(finished).to_dict()
+    assert summaries.read_summary(folder).to_dict() == summaries.read_summary(finished).to_dict()
 
 
 def test_a_killed_folder_written_before_rows_settings_json_keeps_the_checks_it_had(finished, tmp_path, llama):
@@ -239,4 +240,4 @@ def test_a_killed_folder_written_before_rows_settings_json_keeps_the_checks_it_h
     store.check_unedited(folder, store.read_settings(folder))
     run_sweep(small_config(), folder, model=llama, progress=False, report=False)
     assert (folder / store.ROWS_SETTINGS_FILE).is_file()  # the resume writes it
-    assert store.read_summary(folder).to_dict() == store.read_summary(finished).to_dict()
+    assert summaries.read_summary(folder).to_dict() == summaries.read_summary(finished).to_dict()

@@ -32,9 +32,10 @@ import numpy as np
 import pytest
 
 from ut_peft.accessibility import store, sweep
+from ut_peft.accessibility.config import SweepConfig
 from ut_peft.accessibility.design import make_design
 from ut_peft.accessibility.stats.fit import sigmoid
-from ut_peft.accessibility.sweep import SweepConfig, replayed_rows, summarize_folder
+from ut_peft.accessibility.sweep import replayed_rows, summarize_folder
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "results"

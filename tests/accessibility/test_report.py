@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from ut_peft.accessibility import store
+from ut_peft.accessibility import store, summaries
 from ut_peft.accessibility.report import console_summary, markdown
 
 INTERVAL = r"[\[(]-?(?:inf|[\d.]+), -?(?:inf|[\d.]+)[\])]"
@@ -15,7 +15,7 @@ FOLDERS = sorted(p.parent for p in (ROOT / "results").rglob("summary.json"))
 
 
 def test_the_console_summary_of_a_committed_sweep():
-    summary = store.read_summary(ROOT / "results" / "gemma-3-270m" / "published-text")
+    summary = summaries.read_summary(ROOT / "results" / "gemma-3-270m" / "published-text")
     assert console_summary(summary).splitlines() == [
         "m = 1: n_50 24.5 [11.0, 68.0] (bootstrap interval; fit ok), published LS 23.7; 8,010 row-steps",
         "m = 2: n_50 50.9 [41.0, 60.9] (bootstrap interval; fit ok), published LS 44.9; 7,210 row-steps",
@@ -29,7 +29,7 @@ def test_the_console_summary_of_a_committed_sweep():
 
 @pytest.mark.parametrize("folder", FOLDERS, ids=lambda p: str(p.relative_to(ROOT)))
 def test_every_figure_printed_is_rounded_and_written_as_the_report_writes_it(folder):
-    summary = store.read_summary(folder)
+    summary = summaries.read_summary(folder)
     text, report = console_summary(summary), markdown(summary)
     assert "None" not in text and not re.search(r"\d\.\d{4,}", text), text  # no raw floats, no None sides
     for entry in summary.per_m:  # the same n_50 and interval strings as the report's table
@@ -40,9 +40,9 @@ def test_every_figure_printed_is_rounded_and_written_as_the_report_writes_it(fol
         assert re.search(rf"slope \S+ tokens per vector ({INTERVAL})", text).group(1) in report
 
 
-def _audited(summary: store.Summary, pooled: dict | None) -> store.Summary:
+def _audited(summary: summaries.Summary, pooled: dict | None) -> summaries.Summary:
     """``summary`` as a sweep under an audited early abandon writes it: no per-m fit, no line, ratios over the pooled
-    slope (store.AUDITED), the settings' audit and rule."""
+    slope (summaries.AUDITED), the settings' audit and rule."""
     import dataclasses
 
     settings = dict(
@@ -51,8 +51,8 @@ def _audited(summary: store.Summary, pooled: dict | None) -> store.Summary:
     none = dict.fromkeys(("n50", "n50_ci", "sigmoid_slope", "sigmoid_slope_ci", "n50_published"), None)
     per_m = [
         dataclasses.replace(
-            e, **none, sigmoid_slope_published=None, n50_ci_method=None, fit_status=store.AUDITED,
-            fit_status_published=store.AUDITED,
+            e, **none, sigmoid_slope_published=None, n50_ci_method=None, fit_status=summaries.AUDITED,
+            fit_status_published=summaries.AUDITED,
         )
         for e in summary.per_m
     ]  # fmt: skip
@@ -71,7 +71,7 @@ def test_an_audited_summary_prints_the_pooled_line_and_no_per_m_fit(tmp_path, co
     plots render; a summary.json written so reads back unchanged."""
     from ut_peft.accessibility.report import write_report
 
-    committed = store.read_summary(ROOT / "results" / "gemma-3-270m" / "published-text")
+    committed = summaries.read_summary(ROOT / "results" / "gemma-3-270m" / "published-text")
     pooled = None
     if converged is not None:
         pooled = {
@@ -103,8 +103,8 @@ def test_an_audited_summary_prints_the_pooled_line_and_no_per_m_fit(tmp_path, co
         assert "| 4 | 100.5 | 9.00 |" in report and "read off the line" in report
     else:
         assert "ball / pooled slope n/a" in text
-    store.write_summary(tmp_path, summary)
-    assert store.read_summary(tmp_path) == summary
+    summaries.write_summary(tmp_path, summary)
+    assert summaries.read_summary(tmp_path) == summary
     write_report(tmp_path, summary)
     assert (tmp_path / store.REPORT_FILE).read_text() == report
     assert (tmp_path / store.N50_PLOT).stat().st_size > 0 and (tmp_path / store.ACCESSIBILITY_PLOT).stat().st_size > 0
@@ -127,7 +127,8 @@ def test_a_report_sets_its_slope_beside_the_papers_nearest_models():
 
     from ut_peft.accessibility.report import paper_lines, run_slope
 
-    calibrated_words = store.read_summary(ROOT / "results" / "smollm2-135m" / "pooled-words-v7")  # its design stopped
+    # its design stopped
+    calibrated_words = summaries.read_summary(ROOT / "results" / "smollm2-135m" / "pooled-words-v7")
     slope = calibrated_words.calibrated["slope"]
     low, high = slope["ci"]
     assert run_slope(calibrated_words) == (
@@ -152,7 +153,7 @@ def test_a_report_sets_its_slope_beside_the_papers_nearest_models():
     assert run_slope(calibrated) == (20.5, "pooled line, calibrated 95% interval [18.00, 23.00]")
     stale = dataclasses.replace(words, calibrated={"stale": True, "note": "of other rows"})
     assert run_slope(stale) == run_slope(words)
-    text = store.read_summary(ROOT / "results" / "gemma-3-270m" / "published-text")
+    text = summaries.read_summary(ROOT / "results" / "gemma-3-270m" / "published-text")
     assert run_slope(text) == (text.fit["slope"], "line through the per-m fits")
     assert "| Gemma-3-270m | 640 | **44.5** | 23.0 |" in paper_lines(text)
     assert paper_lines(dataclasses.replace(text, source={"kind": "tokens"})) == []

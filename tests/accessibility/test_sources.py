@@ -230,7 +230,7 @@ def test_published_words_are_drawn_uniformly_with_replacement():
 
 
 def test_bare_words_mean_the_glove_list_under_the_published_protocol():
-    from ut_peft.accessibility.sweep import SweepConfig
+    from ut_peft.accessibility.config import SweepConfig
 
     tokenizer = _byte_tokenizer_with_bos()
     published = SweepConfig(protocol="published", source="words").make_source(tokenizer, len(tokenizer))

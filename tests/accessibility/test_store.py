@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ut_peft.accessibility import load_rows, run_sweep, store, summarize_folder
+from ut_peft.accessibility import load_rows, run_sweep, store, summaries, summarize_folder
 from ut_peft.accessibility.engine.rows import Row, RowError
 from ut_peft.accessibility.store import (
     ConflictingRowsError,
@@ -249,11 +249,11 @@ def test_the_store_owns_the_folder_layout(tmp_path):
     path.write_bytes(b"")
     assert store.vector_files(tmp_path) == {(2, 17, 3): path}
     with pytest.raises(ValueError, match="holds no summary"):
-        store.read_summary(tmp_path)
+        summaries.read_summary(tmp_path)
 
 
 def _summary(**changes):
-    from ut_peft.accessibility.store import MSummary
+    from ut_peft.accessibility.summaries import MSummary
 
     entry = MSummary(
         m=1,
@@ -298,27 +298,27 @@ def test_a_field_added_to_the_summary_reaches_summary_json_and_comes_back(tmp_pa
 
     # keyword-only: a required field may follow the optional ones (Summary.pooled has a default)
     Extended = dataclasses.make_dataclass(
-        "Extended", [("wall_seconds", float, dataclasses.field(kw_only=True))], bases=(store.Summary,)
+        "Extended", [("wall_seconds", float, dataclasses.field(kw_only=True))], bases=(summaries.Summary,)
     )
     summary = Extended(**_summary(wall_seconds=12.5))
-    store.write_summary(tmp_path, summary)
+    summaries.write_summary(tmp_path, summary)
     on_disk = json.loads((tmp_path / store.SUMMARY_FILE).read_text())
     assert on_disk["wall_seconds"] == 12.5 and list(on_disk)[-1] == "wall_seconds"  # after the others, in order
     assert on_disk["per_m"][0]["n50_ci"] == [6.0, 9.0]
-    back = store.read_summary(tmp_path, Extended)
+    back = summaries.read_summary(tmp_path, Extended)
     assert back == summary and back.wall_seconds == 12.5 and back.per_m[0].n50 == 7.5
     assert back["per_m"][0]["n50"] == 7.5  # item access too, for code written against the JSON's dicts
     with pytest.raises(KeyError):
         back["no_such_field"]
     # The plain schema reads the same file (the extra field is the new version's), and a file written before a
     # field existed is refused with what to do.
-    assert store.read_summary(tmp_path) == store.Summary(**_summary())
+    assert summaries.read_summary(tmp_path) == summaries.Summary(**_summary())
     with pytest.raises(ValueError, match=r"lacks wall_seconds \(written by an older version\).*--report-only"):
-        Extended.from_dict(store.Summary(**_summary()).to_dict())
-    older = store.Summary(**_summary()).to_dict()
+        Extended.from_dict(summaries.Summary(**_summary()).to_dict())
+    older = summaries.Summary(**_summary()).to_dict()
     del older["per_m"][0]["row_steps"]
     with pytest.raises(ValueError, match=r"lacks per_m\[\]\.row_steps"):
-        store.Summary.from_dict(older)
+        summaries.Summary.from_dict(older)
 
 
 @pytest.mark.parametrize(
@@ -327,8 +327,8 @@ def test_a_field_added_to_the_summary_reaches_summary_json_and_comes_back(tmp_pa
 def test_every_committed_summary_reads_and_writes_back_unchanged(tmp_path, folder):
     from ut_peft.accessibility import store
 
-    summary = store.read_summary(ROOT / folder)
-    store.write_summary(tmp_path, summary)
+    summary = summaries.read_summary(ROOT / folder)
+    summaries.write_summary(tmp_path, summary)
     assert (tmp_path / store.SUMMARY_FILE).read_bytes() == (ROOT / folder / store.SUMMARY_FILE).read_bytes()
 
 
@@ -475,7 +475,8 @@ def test_a_complete_last_row_without_its_newline_is_kept_and_its_newline_added(t
     "folder", sorted(str(p.parent.relative_to(ROOT)) for p in (ROOT / "results").glob("**/rows.jsonl"))
 )
 def test_every_committed_rows_file_reads_checks_against_its_settings_and_writes_back_byte_for_byte(folder):
-    from ut_peft.accessibility.sweep import SweepConfig, check_rows
+    from ut_peft.accessibility.config import SweepConfig
+    from ut_peft.accessibility.sweep import check_rows
 
     rows = read_rows(ROOT / folder)
     settings = store.read_settings(ROOT / folder)

@@ -807,7 +807,7 @@ def test_a_flagged_row_in_a_folder_whose_settings_audit_nothing_is_refused(tmp_p
 def test_a_sweep_under_an_audited_abandon_records_the_flag_on_flagged_rows_only(tmp_path, llama):
     """Each flagged row says where it was flagged and whether the audit (its seed's draw) let it run on; unflagged
     rows, and every row of the same sweep without the audit, hold the keys they always held."""
-    from ut_peft.accessibility.engine.cram import audit_draw
+    from ut_peft.accessibility.engine.policies import audit_draw
     from ut_peft.accessibility.store import read_rows
 
     rule = ((12, 1.0),)  # every row not crammed by step 12 is flagged there
@@ -857,7 +857,7 @@ def test_an_audited_sweeps_summary_holds_no_fit_of_the_plain_outcomes_and_its_re
     from types import SimpleNamespace
 
     from ut_peft.accessibility.report import console_summary, markdown
-    from ut_peft.accessibility.store import AUDITED
+    from ut_peft.accessibility.summaries import AUDITED
     from ut_peft.accessibility.tracking import SweepTracker
 
     config, folder = _audited_run(tmp_path)

@@ -7,10 +7,10 @@ from types import SimpleNamespace
 
 import pytest
 
+from ut_peft.accessibility.config import GridConfig, SweepConfig
 from ut_peft.accessibility.stats.coverage import check, check_intervals
 from ut_peft.accessibility.stats.fit import n50_interval
-from ut_peft.accessibility.store import MSummary
-from ut_peft.accessibility.sweep import GridConfig, SweepConfig
+from ut_peft.accessibility.summaries import MSummary
 from ut_peft.accessibility.tracking import SweepTracker
 from ut_peft.cli.common import end_tracking, start_tracking
 

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from ut_peft.accessibility.store import read_rows, read_summary
+from ut_peft.accessibility.store import read_rows
+from ut_peft.accessibility.summaries import read_summary
 from ut_peft.accessibility.testing import crammable_model
 from ut_peft.cli import cram as command
 from ut_peft.cli.common import run

@@ -10,7 +10,7 @@ import torch
 
 from ut_peft import cli
 from ut_peft.accessibility import store
-from ut_peft.accessibility.engine.cram import RowState
+from ut_peft.accessibility.engine.jobs import RowState
 from ut_peft.accessibility.simulated_intervals import pooled_design
 from ut_peft.accessibility.stats.simulator import Truth, run_design
 from ut_peft.accessibility.status import folder_status

@@ -7,11 +7,11 @@ Its rooms, in the order of the pipeline:
   grid, a sequential design, one pooled across m; ``register_design`` adds one)
 - :mod:`.stats`: n_50 fits with intervals, the pooled model, the early-abandon calibration, coverage, the simulator,
   and the theoretical slope bounds (measured support; as the paper's code estimates them)
-- on top: :mod:`.sweep` (accessibility(n) per m, resumable and distributed), :mod:`.store` (the output folder: file
-  names, settings, rows, vectors and the summary schema), :mod:`.report` (plots and the Markdown report),
-  :mod:`.simulated_intervals` (a pooled sweep's intervals calibrated by simulation, ``ut-peft calibrate``),
-  :mod:`.status` and :mod:`.pace` (``ut-peft status``), :mod:`.tracking` (accelerate trackers), :mod:`.adapters`
-  (crammed vectors as PEFT adapters)
+- on top: :mod:`.config` (a sweep's settings), :mod:`.sweep` (accessibility(n) per m, resumable and distributed),
+  :mod:`.store` (the output folder: file names, settings, rows, vectors), :mod:`.summaries` (what summary.json holds),
+  :mod:`.report` (plots and the Markdown report), :mod:`.simulated_intervals` (a pooled sweep's intervals calibrated
+  by simulation, ``ut-peft calibrate``), :mod:`.status` and :mod:`.pace` (``ut-peft status``), :mod:`.tracking`
+  (accelerate trackers), :mod:`.adapters` (crammed vectors as PEFT adapters)
 
 The names below are imported when first used, as ``ut_peft``'s are: the command line reads the registered designs
 (:mod:`.designs.registry`) while it parses its flags, before torch loads."""
@@ -24,15 +24,15 @@ from ..lazy import lazy_exports
 
 # name -> the module it is imported from on first use
 _EXPORTS = {
-    "CramConfig": ".engine.cram",
-    "CramJob": ".engine.cram",
-    "CramResult": ".engine.cram",
-    "RowState": ".engine.cram",
+    "CramConfig": ".engine.jobs",
+    "CramJob": ".engine.jobs",
+    "CramResult": ".engine.jobs",
+    "RowState": ".engine.jobs",
     "cram": ".engine.cram",
     "cram_reference": ".engine.cram",
-    "greedy_decode": ".engine.cram",
-    "GridConfig": ".sweep",
-    "SweepConfig": ".sweep",
+    "greedy_decode": ".engine.forward",
+    "GridConfig": ".config",
+    "SweepConfig": ".config",
     "run_sweep": ".sweep",
     "summarize_folder": ".sweep",
     "merge_sweeps": ".sweep",
@@ -40,8 +40,8 @@ _EXPORTS = {
     "load_summary": ".sweep",
     "load_rows": ".store",
     "Row": ".engine.rows",
-    "Summary": ".store",
-    "MSummary": ".store",
+    "Summary": ".summaries",
+    "MSummary": ".summaries",
     "next_length": ".designs",
     "make_source": ".engine.sources",
     "PROTOCOLS": ".engine.protocol",
@@ -82,6 +82,7 @@ __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, _MOVED)
 
 if TYPE_CHECKING:  # what a type checker reads for the names above
     from .adapters import save_memory_adapter, save_memory_adapters  # noqa: F401
+    from .config import GridConfig, SweepConfig  # noqa: F401
     from .designs import (  # noqa: F401
         AdaptiveDesign,
         Design,
@@ -92,7 +93,9 @@ if TYPE_CHECKING:  # what a type checker reads for the names above
         next_length,
         register_design,
     )
-    from .engine.cram import CramConfig, CramJob, CramResult, RowState, cram, cram_reference, greedy_decode  # noqa: F401
+    from .engine.cram import cram, cram_reference  # noqa: F401
+    from .engine.forward import greedy_decode  # noqa: F401
+    from .engine.jobs import CramConfig, CramJob, CramResult, RowState  # noqa: F401
     from .engine.protocol import PROTOCOLS  # noqa: F401
     from .engine.rows import Row  # noqa: F401
     from .engine.sources import make_source  # noqa: F401
@@ -101,10 +104,9 @@ if TYPE_CHECKING:  # what a type checker reads for the names above
     from .stats.calibrate import calibrate_abandon  # noqa: F401
     from .stats.fit import fit_logistic, fit_sigmoid, line_interval, linear_fit, n50_interval  # noqa: F401
     from .stats.published_bounds import PublishedBoundEstimate, published_bound_estimate  # noqa: F401
-    from .store import MSummary, Summary, load_rows  # noqa: F401
+    from .store import load_rows  # noqa: F401
+    from .summaries import MSummary, Summary  # noqa: F401
     from .sweep import (  # noqa: F401
-        GridConfig,
-        SweepConfig,
         load_summary,
         merge_sweeps,
         retarget_sweep,

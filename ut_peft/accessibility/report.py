@@ -11,7 +11,8 @@ from ..io import atomic_write_text
 from .engine.protocol import differences_from_published, nearest_paper_models
 from .stats import published_bounds
 from .stats.coverage import THRESHOLD, check_calibrated, marked, summary_checks
-from .store import ACCESSIBILITY_PLOT, N50_PLOT, REPORT_FILE, Summary, abandon_audit, measured_slope
+from .store import ACCESSIBILITY_PLOT, N50_PLOT, REPORT_FILE
+from .summaries import Summary, abandon_audit, measured_slope
 
 
 def wilson(successes: int, trials: int, z: float = 1.959964) -> tuple[float, float]:
@@ -108,7 +109,7 @@ def plot_n50(summary: Summary, path) -> None:
 
 def _plot_pooled_n50(summary: Summary, path) -> None:
     """n_50 vs m of a sweep under an audited abandon: the pooled line and its read-off n_50 with their Wald intervals
-    (there are no per-m fits: :data:`.store.AUDITED`), and the bounds."""
+    (there are no per-m fits: :data:`.summaries.AUDITED`), and the bounds."""
     from ..plotting import save_figure, subplots
 
     pooled = summary.pooled
@@ -255,7 +256,7 @@ def markdown(summary: Summary, *, figures: tuple[str, str] | None = (ACCESSIBILI
         "beside it. "
         f"An interval whose method covered the truth in under {THRESHOLD:.0%} of simulated data sets at its "
         "sequence count, or with a side the rows cannot bound, says so beside it (measured coverage: "
-        "ut_peft/accessibility/stats/coverage.py, `python benchmarks/interval_coverage.py`).",
+        "ut_peft.accessibility.stats.coverage.TABLE, `python benchmarks/interval_coverage.py`).",
         "",
         "| m | n_50 (MLE) | 95% interval | interval | n_50 (published LS) | sigmoid slope | fit | row-steps "
         "| lengths measured |",
@@ -304,8 +305,8 @@ def markdown(summary: Summary, *, figures: tuple[str, str] | None = (ACCESSIBILI
 
 def _audited_markdown(summary: Summary, figures: tuple[str, str] | None) -> str:
     """The report of a sweep run under an audited early abandon (settings' cram.abandon_audit above 0): no per-m fit
-    (:data:`.store.AUDITED`), the pooled line as the estimate, the bounds over its slope, and the fraction crammed per
-    (m, n) labelled as what it is."""
+    (:data:`.summaries.AUDITED`), the pooled line as the estimate, the bounds over its slope, and the fraction crammed
+    per (m, n) labelled as what it is."""
     s = summary.settings
     audit = abandon_audit(s)
     bounds, ratios, pooled = summary.bounds, summary.ratios, summary.pooled
@@ -671,7 +672,7 @@ def _pooled_lines(pooled: dict | None, checks: dict | None = None, audit: float 
             "fitted to every row at once (Firth-penalised likelihood, a logistic width exp(c) m^d); n_50 at an m "
             "without rows is read off the line. "
             "Intervals: Wald, +- 1.96 standard errors of the inverse information (their coverage at the design's "
-            "settings is measured in benchmarks/measurement_cost.py, BENCHMARKS.md)."
+            "settings is measured by simulation: benchmarks/measurement_cost.py)."
         )
     lines = [
         "",

@@ -66,7 +66,7 @@ _REPEAT_BASE = 1_000_000
 
 def pooled_design(settings: dict) -> PooledDesign:
     """The folder's own design, rebuilt from its settings (a fresh one: the design replays rows from the start)."""
-    from .sweep import SweepConfig
+    from .config import SweepConfig
 
     config = SweepConfig.from_settings(settings)
     if config.design != "pooled":
@@ -81,7 +81,7 @@ def pooled_design(settings: dict) -> PooledDesign:
 def abandon_steps(settings: dict) -> tuple[int, ...]:
     """The steps at which the sweep's early abandon could flag a row: its own rule's (``cram.abandon_below`` in
     settings.json, ``--abandon-below``), else the version's (:data:`.designs.POOLED_RULES`)."""
-    from .sweep import SweepConfig
+    from .config import SweepConfig
 
     own = (settings.get("cram") or {}).get("abandon_below") or ()
     rule = own or SweepConfig.from_settings(settings).cram.abandon_below

@@ -25,13 +25,13 @@ import json
 import math
 from pathlib import Path
 
-from . import store
+from . import store, summaries
+from .config import SweepConfig
 from .designs import make_design
 from .designs.pooled import PooledDesign
 from .engine.rows import INFERRED, row_steps
 from .pace import projection, round_paces, total_pace
 from .stats.fit import line_interval
-from .sweep import SweepConfig
 
 # A campaign that holds a run back (e.g. until another run on the same cores ends) says so in this file; the sweep
 # never writes or reads it.
@@ -211,7 +211,7 @@ def _estimate(folder: Path, settings: dict, config: SweepConfig, design: PooledD
 def _r2(settings: dict, config: SweepConfig, rows: dict) -> tuple[float | None, str]:
     """R^2 of the line through the per-m fits, as the summary computes it (fit.line_interval on the rows at the
     sweep's m, the summary's seed), or None and why."""
-    if store.abandon_audit(settings):
+    if summaries.abandon_audit(settings):
         return None, "none under an audited early abandon (its per-m fits would be biased; the report leaves them out)"
     kept = [row for key, row in sorted(rows.items()) if key[0] in config.ms]
     line = line_interval(

@@ -5,7 +5,7 @@ of lengths or the paper's adaptive grid, or in batches of ``num_sequences`` at l
 (``design``; :mod:`.design`), on one process or under ``accelerate launch`` (jobs are dealt to
 processes; every sequence and init derives from the seed and the job's own (m, n, index), so the results do
 not depend on the number of processes). The output folder (settings, rows, summary, plots, report, vectors) is
-laid out by :mod:`.store`; ``summary.json`` holds a :class:`.store.Summary`.
+laid out by :mod:`.store`; ``summary.json`` holds a :class:`.summaries.Summary`.
 """
 
 from __future__ import annotations
@@ -13,346 +13,26 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..io import atomic_write_text
-from ..models import DEFAULT_MODEL, load_model, load_tokenizer
-from . import store
-from .designs import BUILTIN_DESIGNS, available_designs, make_design, unknown_design_message
+from ..models import load_model, load_tokenizer
+from . import store, summaries
+from .config import GridConfig, SweepConfig
+from .designs import make_design
 from .designs.common import complete_groups
 from .designs.pooled import PooledDesign
-from .designs.pooled_rules import POOLED_DESIGN_VERSION, POOLED_RULES, pooled_rules
-from .designs.sequential import check_stopping
-from .engine.cram import CramConfig, CramJob, ShortestFirst, cram, row_positions
+from .designs.pooled_rules import POOLED_RULES
+from .engine.cram import cram, row_positions
+from .engine.jobs import CramJob
+from .engine.policies import ShortestFirst
 from .engine.prefixes import infer_prefixes
-from .engine.protocol import (
-    PUBLISHED,
-    QUICK_RUN,
-    PublishedSequences,
-    check_protocol,
-    cram_settings,
-    special_prefix_ids,
-)
 from .engine.rows import INFERRED, Row, row_steps
-from .engine.sources import init_seed, make_source
+from .engine.sources import init_seed
 from .stats import published_bounds
-from .stats.bounds import measure_support, slope_bounds, support_context
+from .stats.bounds import SlopeBounds, measure_support, slope_bounds, support_context
 from .stats.coverage import check_intervals, check_pooled
 from .stats.fit import SigmoidFit, fit_sigmoid, line_interval, linear_fit, n50_interval
-
-
-@dataclass
-class GridConfig:
-    """Lengths to measure: a fixed list, or the paper's adaptive rule when ``lengths`` is None.
-
-    Adaptive: from ``start``, steps of ``coarse`` while accessibility > ``high``, then steps of ``fine``
-    until accessibility < ``low``, then one more step of ``coarse``; never beyond ``stop``. When a coarse
-    step jumps past the transition, the fine steps restart just after the last point above ``high``, so
-    the transition is always measured at the fine resolution.
-    """
-
-    lengths: list[int] | None = None
-    start: int = PUBLISHED.grid_start  # the adaptive grid's defaults are the published protocol's
-    stop: int = PUBLISHED.grid_stop
-    coarse: int = PUBLISHED.grid_coarse
-    fine: int = PUBLISHED.grid_fine
-    high: float = PUBLISHED.grid_high
-    low: float = PUBLISHED.grid_low
-
-    def __post_init__(self):
-        if self.lengths is not None:
-            self.lengths = sorted({int(n) for n in self.lengths})
-            if not self.lengths or self.lengths[0] < 1:
-                raise ValueError(f"lengths must be a non-empty list of integers >= 1 (got {self.lengths})")
-        elif not (
-            1 <= self.start <= self.stop and self.coarse >= 1 and self.fine >= 1 and 0 <= self.low <= self.high <= 1
-        ):
-            raise ValueError(
-                "adaptive grid needs 1 <= start <= stop, coarse >= 1, fine >= 1, 0 <= low <= high <= 1 "
-                f"(got start={self.start}, stop={self.stop}, coarse={self.coarse}, fine={self.fine}, "
-                f"low={self.low}, high={self.high})"
-            )
-
-    @property
-    def max_length(self) -> int:
-        return self.lengths[-1] if self.lengths else self.stop
-
-
-@dataclass
-class SweepConfig:
-    """One accessibility sweep. ``SweepConfig()`` holds the paper's settings (20 sequences a length, cap 3000,
-    patience 500) at m = 1, 2; :meth:`quick_run` is the smoke run ``ut-peft cram`` makes when no flag says otherwise
-    (:data:`~ut_peft.accessibility.engine.protocol.QUICK_RUN`: 2 sequences, cap 100, m = 1, 2, 4, n = 4..32), which the
-    command's ``--help`` names as its defaults."""
-
-    model: str = DEFAULT_MODEL
-    source: str = "text"
-    ms: list[int] = field(default_factory=lambda: [1, 2])
-    grid: GridConfig = field(default_factory=GridConfig)
-    num_sequences: int = PUBLISHED.num_sequences
-    seed: int = 0
-    cram: CramConfig = field(default_factory=CramConfig)
-    # The random sequences the bounds' support is measured on, and their length: they move summary.json's bounds, so
-    # settings.json records them (where they differ from these defaults, which folders written before meant).
-    support_sequences: int = store.LATER_SETTINGS["support_sequences"]
-    support_seq_len: int = store.LATER_SETTINGS["support_seq_len"]
-    # What sits before the memory vectors: "bos" = the tokenizer's BOS when it defines one (Llama, Gemma,
-    # SmolLM2), "none" = the memory starts the sequence, as in the published code. Llama-type models make
-    # position 0 an attention sink whatever it holds, so without the BOS one vector can hardly steer the first
-    # prediction (measured on SmolLM2: see the README). Ignored when ``cram.prefix_ids`` is set explicitly.
-    prefix: str = "bos"
-    # "ut-peft" (the layout above) or "published" (the accessibility paper's code exactly: see protocol.py); the
-    # published protocol ignores ``prefix`` (its sequences carry the tokenizer's own special tokens).
-    protocol: str = "ut-peft"
-    # Which (m, n, index) jobs to run (ut_peft.accessibility.designs): "fixed" (grid.lengths), "adaptive" (the
-    # paper's grid from grid.start to grid.stop) or "sequential" (lengths from a logistic fit, batches of
-    # num_sequences fresh sequences, from grid.start up to grid.stop, until the n_50 95% interval of an m is
-    # narrower than target_ci tokens or its rows cost budget_row_steps forward-backward passes). None: "fixed"
-    # when grid.lengths is given, else "adaptive", as before the option existed. Or any design registered with
-    # designs.register_design, by its name.
-    design: str | None = None
-    target_ci: float | None = None
-    budget_row_steps: int | None = None
-    # "pooled" (designs.PooledDesign): one line n_50 = a m + b fitted to every m at once; rows at the smallest and
-    # largest m and at a middle check m (the linearity check), num_sequences per fitted round, until the standard
-    # errors of the slope (target_slope_se, tokens per vector) and of n_50 at every m (target_n50_se: tokens, one
-    # value or {m: se}) reach their targets, or budget_row_steps are spent.
-    target_slope_se: float | None = None
-    target_n50_se: float | dict | None = None
-    # Which rules of the pooled design a folder was run with (designs.POOLED_DESIGN_VERSION): its rows replay only
-    # under the same rules, so a folder keeps the version it started with.
-    pooled_version: int = POOLED_DESIGN_VERSION
-    # Nested texts only (--protocol published --source text): take each text's lengths in increasing order and
-    # decide rows that other rows of the same text imply without cramming them (a text crammed at n is accessible
-    # at every shorter n; one that failed at n is taken to fail at every longer n): prefixes.infer_prefixes.
-    infer_prefixes: bool = False
-    # Nested texts only: None = one text per document start (as before the option existed); N = the corpus cut into
-    # disjoint texts of whole paragraphs, at least N tokens each (sources.TextSource), so that a design drawing a
-    # fresh text for every row (pooled, sequential) finds enough of them.
-    text_chunks: int | None = None
-
-    def __post_init__(self):
-        if self.prefix not in ("bos", "none"):
-            raise ValueError(f"prefix must be 'bos' or 'none' (got {self.prefix!r})")
-        check_protocol(self.protocol)
-        if self.text_chunks is not None:
-            kind = self.source.partition(":")[0] if isinstance(self.source, str) else "text"
-            if self.protocol != "published" or kind not in ("text", "hf"):
-                raise ValueError(
-                    "text_chunks (--text-chunks) divides the nested texts of the published protocol's text sources "
-                    f"(got protocol {self.protocol!r}, source {self.source!r}); leave it unset otherwise"
-                )
-            if isinstance(self.text_chunks, bool) or not isinstance(self.text_chunks, int) or self.text_chunks < 2:
-                raise ValueError(
-                    f"text_chunks must be a whole number of tokens, at least 2 (got {self.text_chunks!r})"
-                )
-        if self.design is None:
-            self.design = "adaptive" if self.grid.lengths is None else "fixed"
-        if self.design not in available_designs():
-            raise ValueError(unknown_design_message(self.design))
-        if self.design == "fixed" and self.grid.lengths is None:
-            raise ValueError("the fixed design needs a list of lengths (GridConfig(lengths=[...]), --lengths)")
-        if self.design != "fixed" and self.grid.lengths is not None:
-            raise ValueError(
-                f"the {self.design} design chooses its own lengths between grid.start and grid.stop; "
-                "give GridConfig(start=..., stop=...) without lengths (or use design='fixed')"
-            )
-        if isinstance(self.target_n50_se, dict):  # JSON keys (settings.json, config files) are strings
-            self.target_n50_se = {int(m): se for m, se in self.target_n50_se.items()}
-        if self.design in ("sequential", "pooled") and self.infer_prefixes:
-            raise ValueError(
-                "infer_prefixes needs the rows of a text at several lengths (the fixed or adaptive "
-                f"design); the {self.design} design crams every text once"
-            )
-        self._set_audit()
-        if self.design == "pooled":
-            if self.target_ci is not None:
-                raise ValueError(
-                    "target_ci (--target-ci) is the sequential design's per-m interval width; the pooled design "
-                    "stops on standard errors: target_slope_se (--target-slope-se) and target_n50_se (--target-n50-se)"
-                )
-            make_design(self)  # its own checks: two m at least, positive targets, a stopping rule
-        elif self.target_slope_se is not None or self.target_n50_se is not None:
-            raise ValueError(
-                f"target_slope_se and target_n50_se belong to the pooled design (got design {self.design!r}); "
-                "pass design='pooled' (--design pooled)"
-            )
-        if self.design == "sequential":
-            check_stopping(self.target_ci, self.budget_row_steps)
-        elif self.design != "pooled" and (self.target_ci is not None or self.budget_row_steps is not None):
-            raise ValueError(
-                f"target_ci and budget_row_steps belong to the sequential design (got design "
-                f"{self.design!r}); pass design='sequential' (--design sequential)"
-            )
-        self.ms = sorted({int(m) for m in self.ms})
-        if not self.ms or self.ms[0] < 1:
-            raise ValueError(f"every number of memory vectors m must be >= 1 (got {self.ms})")
-        if self.num_sequences < 1:
-            raise ValueError(f"num_sequences must be >= 1 (got {self.num_sequences})")
-        # Checked here, before any row is crammed: the support (bounds) is estimated after the sweep.
-        if self.support_sequences < 1 or self.support_seq_len < 1:
-            raise ValueError(
-                f"support_sequences (--support-sequences) and support_seq_len are the random sequences the bounds' "
-                f"radius is measured on and their length: both must be >= 1 (got {self.support_sequences}, "
-                f"{self.support_seq_len})"
-            )
-
-    def _set_audit(self) -> None:
-        """The early abandon's audit comes with the design that can use it: a pooled version whose rules fit the
-        rows' pseudo-outcomes (designs.POOLED_RULES[4] and [5]) sets ``cram.abandon_audit`` to its own and, when the
-        sweep has no abandon rule of its own, ``cram.abandon_below`` to the version's; any other design counts a
-        stopped row as failed, which the audit cannot unbias, so it is refused there."""
-        rules = pooled_rules(self.pooled_version) if self.design == "pooled" else None
-        audit = rules.audit if rules is not None else None
-        if rules is None or audit is None:
-            if self.cram.abandon_audit:
-                version = f" version {self.pooled_version}" if self.design == "pooled" else ""
-                raise ValueError(
-                    f"cram.abandon_audit (--abandon-audit {self.cram.abandon_audit}) lets flagged rows run on at "
-                    f"random so that a design can fit their pseudo-outcomes; the {self.design} design{version} counts "
-                    "every row as it ended: leave --abandon-audit out, or use a pooled version that audits (--design "
-                    f"pooled --pooled-version {' or '.join(str(v) for v, r in POOLED_RULES.items() if r.audit)})"
-                )
-            return
-        if self.cram.abandon_audit not in (0.0, audit):
-            raise ValueError(
-                f"version {self.pooled_version} of the pooled design audits flagged rows with probability {audit}, "
-                f"and cram.abandon_audit (--abandon-audit) is {self.cram.abandon_audit}: leave it unset (the version "
-                "sets it), or use --pooled-version 2 and no audit"
-            )
-        self.cram = dataclasses.replace(
-            self.cram, abandon_audit=audit, abandon_below=self.cram.abandon_below or rules.abandon_below
-        )
-
-    def resolve_prefix(self, tokenizer) -> None:
-        """Turn ``prefix`` into ``cram.prefix_ids`` with the model's tokenizer (the ids enter the fingerprint), and
-        set the protocol's layout, init and stopping rule in ``cram``."""
-        self.cram = cram_settings(self.protocol, self.cram)
-        if self.protocol == "published" or self.cram.prefix_ids or self.prefix == "none" or tokenizer is None:
-            return
-        bos = getattr(tokenizer, "bos_token_id", None)
-        if bos is not None:
-            self.cram = dataclasses.replace(self.cram, prefix_ids=(int(bos),))
-
-    def make_source(self, tokenizer, vocab_size: int):
-        """The sequences this sweep crams, as its protocol lays them out."""
-        published = self.protocol == "published"
-        source = make_source(
-            self.source,
-            tokenizer,
-            vocab_size=vocab_size,
-            nested_text=published,
-            default_word_list="glove" if published else "pydoc_data",
-            text_chunks=self.text_chunks,
-        )
-        if published and tokenizer is not None:
-            source = PublishedSequences(source, special_prefix_ids(tokenizer))
-        return source
-
-    def fingerprint(self, source_description: dict) -> dict:
-        """Everything that changes the rows or a number of their summary (the support sequences the bounds are
-        measured on); speed knobs (batch size, chunking) are left out on purpose.
-
-        Settings added after folders were first written are left out while they hold their old meaning, so those
-        folders still resume.
-        """
-        cram = {
-            k: v
-            for k, v in dataclasses.asdict(self.cram).items()
-            if k not in ("batch_size", "logits_budget")
-            and not (k in _LATER_CRAM_DEFAULTS and v == _LATER_CRAM_DEFAULTS[k])
-        }
-        settings = {
-            "model": str(self.model),
-            "source": source_description,
-            "ms": self.ms,
-            "grid": dataclasses.asdict(self.grid),
-            "num_sequences": self.num_sequences,
-            "seed": self.seed,
-            "cram": cram,
-        }
-        settings.update(
-            {name: getattr(self, name) for name, old in store.LATER_SETTINGS.items() if getattr(self, name) != old}
-        )
-        if self.protocol != "ut-peft":
-            settings["protocol"] = self.protocol
-        if self.infer_prefixes:
-            settings["infer_prefixes"] = True
-        if self.design == "sequential":  # fixed and adaptive are told apart by grid.lengths, as before
-            settings["design"] = {
-                "kind": self.design,
-                "target_ci": self.target_ci,
-                "budget_row_steps": self.budget_row_steps,
-            }
-        if self.design == "pooled":
-            settings["design"] = {
-                "kind": self.design,
-                "version": self.pooled_version,
-                "target_slope_se": self.target_slope_se,
-                "target_n50_se": self.target_n50_se,
-                "budget_row_steps": self.budget_row_steps,
-            }
-        if self.design not in BUILTIN_DESIGNS:  # a registered design: its name, so a resume or a report builds it
-            settings["design"] = {"kind": self.design}
-        return settings
-
-    @classmethod
-    def quick_run(cls, **changes) -> SweepConfig:
-        """The command's default job (ut-peft protocol, :data:`QUICK_RUN`): a few minutes on 2 CPU cores that show the
-        whole pipeline, not a measurement. ``changes`` replace any field, as ``dataclasses.replace`` would."""
-        quick = cls(
-            ms=list(QUICK_RUN.ms),
-            grid=GridConfig(lengths=list(QUICK_RUN.lengths)),
-            num_sequences=QUICK_RUN.num_sequences,
-            cram=CramConfig(max_steps=QUICK_RUN.max_steps, patience=QUICK_RUN.patience),
-        )
-        return dataclasses.replace(quick, **changes)
-
-    @classmethod
-    def from_settings(cls, settings: dict, **kwargs) -> SweepConfig:
-        """What :meth:`fingerprint` keeps of a config, back from a folder's settings: what summarising needs
-        (model, ms, grid, design, sequences, seed, the engine's settings, support sequences); ``kwargs`` set the rest.
-        A folder written before the support sequences were recorded holds them in its summary: pass
-        :func:`.store.recorded_settings`."""
-        design = settings.get("design", {})
-        # The engine's settings as recorded, not the defaults: the pooled design's steps law is truncated at the step
-        # cap (cram.max_steps), so a replay or a report under the default cap would place and fit other rows than the
-        # run did (a check_rows refusal of the folder's own rows, or another estimate in summary.json).
-        recorded_cram = settings.get("cram") or {}
-        cram = CramConfig(
-            **{f.name: recorded_cram[f.name] for f in dataclasses.fields(CramConfig) if f.name in recorded_cram}
-        )
-        # Fixed and adaptive sweeps are told apart by their grid's lengths (only sequential ones record a design).
-        fixed = (settings.get("grid") or {}).get("lengths") is not None
-        grid = {f.name: settings["grid"][f.name] for f in dataclasses.fields(GridConfig) if f.name in settings["grid"]}
-        return cls(
-            model=settings["model"],
-            ms=settings["ms"],
-            num_sequences=settings["num_sequences"],
-            seed=settings["seed"],
-            design=design.get("kind", "fixed" if fixed else "adaptive"),
-            grid=GridConfig(**grid),  # the whole grid: the adaptive and sequential designs replay from its start
-            target_ci=design.get("target_ci"),
-            budget_row_steps=design.get("budget_row_steps"),
-            target_slope_se=design.get("target_slope_se"),
-            target_n50_se=design.get("target_n50_se"),
-            pooled_version=design.get("version", 1),  # a pooled folder without one predates versions: 1
-            infer_prefixes=settings.get("infer_prefixes", False),
-            **(
-                {"cram": cram} | {name: settings.get(name, old) for name, old in store.LATER_SETTINGS.items()} | kwargs
-            ),
-        )
-
-
-# CramConfig fields that came after the first sweeps, with the value that reproduces those sweeps.
-_LATER_CRAM_DEFAULTS = {
-    "given_tokens": 0,
-    "init_std": "embedding",
-    "gpu_autocast": "bf16",
-    "abandon_below": (),
-    "abandon_audit": 0.0,
-}
 
 
 def _curves(config: SweepConfig, rows: dict) -> dict[int, dict[int, list[dict]]]:
@@ -423,7 +103,7 @@ def check_rows(config: SweepConfig, settings: dict, rows: dict, design=None) -> 
 
     indexed = config.design in ("fixed", "adaptive")
     max_steps = (settings.get("cram") or {}).get("max_steps")
-    audit = store.abandon_audit(settings)
+    audit = summaries.abandon_audit(settings)
     for (m, n, index), row in sorted(rows.items()):
         if m not in config.ms:
             refuse(row, f"m = {m} is not among ms {config.ms}")
@@ -517,7 +197,7 @@ def _retarget_plan(old_dir: Path, config: SweepConfig, settings: dict, new_dir, 
     old_cram = old_settings.get("cram") or {}
     new_version = (new_settings.get("design") or {}).get("version")
     if kind == "pooled" and new_version in POOLED_RULES and POOLED_RULES[new_version].audit is not None:
-        if not old_cram.get("abandon_below") and not store.abandon_audit(old_settings):
+        if not old_cram.get("abandon_below") and not summaries.abandon_audit(old_settings):
             # A version that audits its early abandon brings the engine's audit and rule with it (_set_audit). Rows
             # run with no abandon at all are full runs, which the audited design reads as unflagged rows (each its
             # own outcome, unbiased), so they carry over as they are; a folder that abandoned rows under a rule of
@@ -616,7 +296,7 @@ def run_sweep(
     snapshot_seconds: float | None = 300.0,
     callback=None,
     retarget_from=None,
-) -> store.Summary | None:
+) -> summaries.Summary | None:
     """Run (or resume) a sweep into ``output_dir``; returns the summary on the main process, None elsewhere.
 
     ``retarget_from``: a folder of the same sweep under other stopping targets; ``output_dir`` (new or empty) starts
@@ -831,7 +511,7 @@ def _finish_sweep(config: SweepConfig, settings: dict, rows: dict, model, output
         summary.bounds_published = published_bounds.summary_entry_for(output_dir, settings["model"])
         summary.retargeted_from = store.read_retargeted(output_dir)
         summary.calibrated = _calibrated(config, output_dir, rows)
-        store.write_summary(output_dir, summary)
+        summaries.write_summary(output_dir, summary)
         if report:
             from .report import write_report
 
@@ -847,7 +527,7 @@ def summarize_folder(
     support_sequences: int | None = None,
     support_seq_len: int | None = None,
     report: bool = True,
-) -> store.Summary:
+) -> summaries.Summary:
     """Summary, plots and report from the rows a folder holds now (a finished, running or killed sweep).
 
     Only (m, n) groups with all their sequences finished enter the fits. The bounds are measured on the support
@@ -870,7 +550,7 @@ def summarize_folder(
     summary.bounds_published = published_bounds.summary_entry_for(output_dir, settings["model"])
     summary.retargeted_from = store.read_retargeted(output_dir)
     summary.calibrated = _calibrated(config, output_dir, rows)
-    store.write_summary(output_dir, summary)
+    summaries.write_summary(output_dir, summary)
     if report:
         from .report import write_report
 
@@ -951,7 +631,7 @@ def merge_sweeps(folders, output_dir, *, overwrite: bool = False) -> Path:
     return output_dir
 
 
-def summarize(config: SweepConfig, settings: dict, rows: dict, model) -> store.Summary:
+def summarize(config: SweepConfig, settings: dict, rows: dict, model) -> summaries.Summary:
     """Fits with intervals, row-steps, support statistics, bounds and ratios of a (finished or partial) sweep.
 
     n50 is the Firth logistic MLE on the per-sequence outcomes with a 95% interval: a bootstrap over sequence
@@ -959,7 +639,7 @@ def summarize(config: SweepConfig, settings: dict, rows: dict, model) -> store.S
     is the published least-squares sigmoid on the fractions.
 
     Under an audited early abandon (``config.cram.abandon_audit`` above 0) none of those is fitted (see
-    :data:`.store.AUDITED`): the pooled line is the estimate, and the ratios are the bounds over its slope.
+    :data:`.summaries.AUDITED`): the pooled line is the estimate, and the ratios are the bounds over its slope.
     """
     # A row the audited abandon stopped is not a failure: it might have crammed. Every fit here but the pooled one
     # reads `accessible` (stopped = failed), so under the audit each would come out biased low, by several tokens,
@@ -977,9 +657,9 @@ def summarize(config: SweepConfig, settings: dict, rows: dict, model) -> store.S
         acc = [sum(r["accessible"] for r in curves[m][n]) / len(curves[m][n]) for n in lengths]
         published: SigmoidFit
         if audited:
-            published = {"n50": None, "sigmoid_slope": None, "status": store.AUDITED}
+            published = {"n50": None, "sigmoid_slope": None, "status": summaries.AUDITED}
             fit: dict = dict.fromkeys(("n50", "n50_ci", "sigmoid_slope", "sigmoid_slope_ci", "n50_ci_method"))
-            fit["status"] = store.AUDITED
+            fit["status"] = summaries.AUDITED
         else:
             published = (
                 fit_sigmoid(lengths, acc) if lengths else {"n50": None, "sigmoid_slope": None, "status": "degenerate"}
@@ -991,7 +671,7 @@ def summarize(config: SweepConfig, settings: dict, rows: dict, model) -> store.S
                 seed=[config.seed, m],
             )
         per_m.append(
-            store.MSummary(
+            summaries.MSummary(
                 m=m,
                 n50=fit["n50"],
                 n50_ci=fit["n50_ci"],
@@ -1028,14 +708,15 @@ def summarize(config: SweepConfig, settings: dict, rows: dict, model) -> store.S
     bounds = slope_bounds(stats)
     assert config.design is not None  # SweepConfig.__post_init__ resolves None to "fixed" or "adaptive"
     pooled = _pooled(config, rows)
-    slope = store.measured_slope(settings, line, pooled)  # under the audit the pooled line's (the only unbiased one)
-    ratios: store.SlopeBounds | None = None
+    # under the audit the pooled line's slope (the only unbiased one)
+    slope = summaries.measured_slope(settings, line, pooled)
+    ratios: SlopeBounds | None = None
     if slope and slope > 0:
         ratios = {"ball": bounds["ball"] / slope, "box": bounds["box"] / slope}
     checks = check_intervals(per_m, line)
     if pooled is not None:
         checks["pooled"] = check_pooled(pooled, config.pooled_version, config.num_sequences)
-    return store.Summary(
+    return summaries.Summary(
         model=settings["model"],
         source=settings["source"],
         settings=settings,
@@ -1074,6 +755,6 @@ def _mean_tf_accuracy(group: list[dict]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def load_summary(output_dir) -> store.Summary:
-    """The summary a sweep wrote into ``output_dir`` (:func:`.store.read_summary`)."""
-    return store.read_summary(output_dir)
+def load_summary(output_dir) -> summaries.Summary:
+    """The summary a sweep wrote into ``output_dir`` (:func:`.summaries.read_summary`)."""
+    return summaries.read_summary(output_dir)

@@ -74,8 +74,8 @@ def pooled_sweep_settings(
 def small_sweep_config(model_name: str = "tiny-llama", **overrides):
     """A sweep of random tokens on a tiny model that finishes in seconds: m = 1, 2, lengths 2, 3, 6, 2 sequences
     each, a 30-step cap, the bounds' support from 8 sequences of 4 tokens. ``overrides`` replace any field."""
-    from .engine.cram import CramConfig
-    from .sweep import GridConfig, SweepConfig
+    from .config import GridConfig, SweepConfig
+    from .engine.jobs import CramConfig
 
     settings: dict[str, Any] = dict(
         model=model_name,

@@ -103,7 +103,7 @@ class SweepTracker:
     def _n50(self, m: int) -> dict:
         """The running n_50 of ``m`` from the rows the summary would fit now (complete groups; every row of a
         sequential or pooled design), with the summary's seed; none under an audited abandon, where the summary fits
-        no per-m n_50 (store.AUDITED: a stopped row is not a failure)."""
+        no per-m n_50 (summaries.AUDITED: a stopped row is not a failure)."""
         if self.config.cram.abandon_audit > 0:
             return {}
         if self.config.design in EVERY_ROW_DESIGNS:
@@ -127,7 +127,7 @@ class SweepTracker:
 
     @staticmethod
     def log_summary(accelerator, summary, step: int | None = None) -> None:
-        """The finished sweep's n_50 per m and slope (a :class:`.store.Summary`), under ``summary/``."""
+        """The finished sweep's n_50 per m and slope (a :class:`.summaries.Summary`), under ``summary/``."""
         values: dict = {"summary/row_steps": summary.row_steps}
         # summary.json's own checks; a summary written before they were recorded is checked now, as its report is.
         checks = summary_checks(summary)

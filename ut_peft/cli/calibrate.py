@@ -24,7 +24,7 @@ DEFAULT_REPEATS = library_value("ut_peft.accessibility.simulated_intervals:DEFAU
 
 
 def main(args):
-    from ..accessibility import store
+    from ..accessibility import store, summaries
     from ..accessibility.report import calibrated_lines, write_report
     from ..accessibility.simulated_intervals import calibrate_folder
 
@@ -34,9 +34,9 @@ def main(args):
     current = store.current_calibration(calibration, store.read_rows(folder))
     print("\n".join(calibrated_lines(current)).strip())
     if (folder / store.SUMMARY_FILE).is_file():
-        summary = store.read_summary(folder)
+        summary = summaries.read_summary(folder)
         summary.calibrated = current
-        store.write_summary(folder, summary)
+        summaries.write_summary(folder, summary)
         write_report(folder, summary)
         print(f"updated {folder / store.SUMMARY_FILE} and its report")
 

@@ -18,7 +18,7 @@ import torch
 from scipy.special import gammaln
 
 from ..accessibility.stats.bounds import ball_slope_bound, box_slope_bound
-from ..accessibility.store import abandon_audit, measured_slope
+from ..accessibility.summaries import abandon_audit, measured_slope
 
 
 def cap_log_fraction(half_angle: float, dim: int, grid: int = 200_001) -> float:

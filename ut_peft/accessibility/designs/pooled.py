@@ -316,14 +316,11 @@ class PooledDesign(Design):
         )
 
     def _fit(self, flat):
-        from ..stats.pooled import (
-            Cells,
+        from ..stats.pooled import Cells, fit_pooled, fit_pooled_pseudo, information
+        from ..stats.pooled_steps import (
             StepRows,
-            fit_pooled,
-            fit_pooled_pseudo,
             fit_pooled_pseudo_steps,
             fit_pooled_steps,
-            information,
             steps_law_check,
             steps_line_information,
             usable_steps,
@@ -393,7 +390,8 @@ class PooledDesign(Design):
         """Per quantity asked for, variance under :func:`~.pooled.guarded_covariance` (the model's, raised where
         the rows' sandwich says more) over the model's own: the stop and the greedy step then judge the variances
         the design's information gives, times these (the check m's offset, from the outcomes alone: 1)."""
-        from ..stats.pooled import guarded_covariance, steps_sandwich
+        from ..stats.pooled import guarded_covariance
+        from ..stats.pooled_steps import steps_sandwich
 
         ms = [r[0] for r in flat]
         ns = [r[1] for r in flat]
@@ -467,12 +465,12 @@ class PooledDesign(Design):
         return dict(zip(names, (self._variances(info[None])[0] / targets).tolist()))
 
     def _greedy(self, fit, info: np.ndarray, flat, scale: float = 1.0, inflation=None) -> tuple[tuple[int, int], ...]:
-        from ..stats.pooled import widening
-
         """``batch`` rows, each at the candidate (m, n) with the largest drop of sum(ratio^3); the cube weighs the
         quantity furthest from its target most. Per row, not per expected row-step: weighing by the row cost fitted
         so far sent rows to the cheap accessible side and biased n_50 low by about a token in the simulator (as
         the sequential design's retired cost-aware placement did)."""
+        from ..stats.pooled import widening
+
         cm, cn = [], []
         for m in self.design_ms:
             # Lengths in logits of the widest curve the rows allow (one standard error up): a curve fitted too steep
@@ -582,20 +580,22 @@ def pooled_estimates(
     from ..stats.pooled import (
         Cells,
         PooledFit,
-        StepRows,
-        StepsInformedFit,
         audited_linearity_check,
         fit_pooled,
         fit_pooled_pseudo,
-        fit_pooled_pseudo_steps,
-        fit_pooled_steps,
         guarded_covariance,
         linearity_check,
         outcomes_sandwich,
+        wald_interval,
+    )
+    from ..stats.pooled_steps import (
+        StepRows,
+        StepsInformedFit,
+        fit_pooled_pseudo_steps,
+        fit_pooled_steps,
         steps_law_check,
         steps_sandwich,
         usable_steps,
-        wald_interval,
     )
 
     if steps_robust and not steps:

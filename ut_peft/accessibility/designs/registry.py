@@ -1,7 +1,7 @@
 """The designs a sweep can run, by name: ``register_design`` adds one, ``make_design`` builds the one a config names.
 
 As peft registers its tuners and lm-evaluation-harness its tasks, a design is a class (or a function) registered
-under a name; :class:`~ut_peft.accessibility.sweep.SweepConfig` and ``ut-peft cram --design`` accept exactly the
+under a name; :class:`~ut_peft.accessibility.config.SweepConfig` and ``ut-peft cram --design`` accept exactly the
 registered names. The built-in designs (fixed, adaptive, sequential, pooled) register themselves in their own
 modules, which are imported the first time a name is looked up: this module imports nothing heavy, so the command
 line lists the designs while it parses its flags, before numpy, scipy or torch load.
@@ -28,7 +28,7 @@ class Design(Protocol):
 
 
 # A registered design: a class with a ``from_config(config)`` classmethod, or any callable ``config -> Design``. The
-# config is a :class:`~ut_peft.accessibility.sweep.SweepConfig`, typed Any here: the sweep imports this module, and
+# config is a :class:`~ut_peft.accessibility.config.SweepConfig`, typed Any here: the sweep imports this module, and
 # the package's modules import one way.
 DesignFactory = Callable[[Any], Design]
 Registered = TypeVar("Registered")
@@ -54,7 +54,7 @@ def register_design(name: str, design: Registered) -> Registered: ...
 
 def register_design(name: str, design: Any = None) -> Any:
     """Register ``design`` under ``name``: a class with a ``from_config(config)`` classmethod, or a callable that
-    takes the :class:`~ut_peft.accessibility.sweep.SweepConfig` and returns an object with ``next_jobs(rows)``.
+    takes the :class:`~ut_peft.accessibility.config.SweepConfig` and returns an object with ``next_jobs(rows)``.
 
     Used as a decorator (``@register_design("mine")`` above the class or function) or called as a function
     (``register_design("mine", MyDesign)``); returns ``design`` unchanged. A name is registered once: registering
@@ -112,7 +112,7 @@ def design_factory(name: str) -> DesignFactory:
 
 
 def make_design(config: Any) -> Design:
-    """The design a :class:`~ut_peft.accessibility.sweep.SweepConfig` names (``config.design``), built from it."""
+    """The design a :class:`~ut_peft.accessibility.config.SweepConfig` names (``config.design``), built from it."""
     return design_factory(str(config.design))(config)
 
 

@@ -1,11 +1,11 @@
 """One row of a sweep: the outcome of cramming (or inferring) one (m, n, index) job, and its schema.
 
-:class:`Row` is the one place the row schema is written, as :class:`~.store.Summary` is the summary's: the sweep
-builds rows with it, :mod:`.store` reads them back through :meth:`Row.from_dict` (every field type-checked, the
-error naming ``file:line`` and the field) and turns them into a ``datasets.Dataset`` with :meth:`Row.features`.
-A row reads like the JSON object it is stored as (``row["accessible"]``, ``row.get("inferred_from")``,
-``dict(row)``): it is a read-only ``Mapping`` of the fields a rows file holds for it, so code written against
-the stored dicts reads rows unchanged.
+:class:`Row` is the one place the row schema is written, as :class:`~ut_peft.accessibility.summaries.Summary` is the
+summary's: the sweep builds rows with it, :mod:`~ut_peft.accessibility.store` reads them back through
+:meth:`Row.from_dict` (every field type-checked, the error naming ``file:line`` and the field) and turns them into a
+``datasets.Dataset`` with :meth:`Row.features`. A row reads like the JSON object it is stored as
+(``row["accessible"]``, ``row.get("inferred_from")``, ``dict(row)``): it is a read-only ``Mapping`` of the fields a
+rows file holds for it, so code written against the stored dicts reads rows unchanged.
 
 On disk a row is one JSON object per line (sorted keys). Optional fields that are None are left out (crammed
 rows have no ``inferred_from``, cold rows no ``warm_from``, rows the audited early abandon did not flag (and every

@@ -16,17 +16,32 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TypedDict
 
 import torch
 
 from ...devices import execution_device
 
-if TYPE_CHECKING:  # summary.json's schema (store does not import this module)
-    from ..store import SlopeBounds
-
 # fp16 keeps 11 significant bits: the paper's precision scale relative to the support radius.
 EPS_RELATIVE = 2.0**-11
+
+
+class SupportSummary(TypedDict):
+    """The measured support of the output head's inputs (:meth:`SupportStats.to_dict`); summaries written
+    since it was recorded also hold ``seq_len``, the tokens per sequence (before: 32, the only length used)."""
+
+    radius: float
+    eps: float
+    num_samples: int
+    hidden_size: int
+    vocab_size: int
+
+
+class SlopeBounds(TypedDict):
+    """Tokens of n_50 per memory vector, by bound (:func:`slope_bounds`); also their ratios to the slope."""
+
+    ball: float
+    box: float
 
 
 @dataclass

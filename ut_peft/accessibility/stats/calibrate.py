@@ -15,7 +15,7 @@ import math
 import numpy as np
 from scipy import stats
 
-from ..engine.cram import TRAJECTORY_STEPS
+from ..engine.policies import TRAJECTORY_STEPS
 
 # The steps rows record their best accuracy at (one list: cram.TRAJECTORY_STEPS), from 25 to 2000: at step 10 a floor
 # separates nothing yet, and past 2000 a 3000-step cap leaves little to save.

@@ -389,8 +389,9 @@ def per_m_sequences(method: str | None, num_sequences) -> int:
 def check_intervals(per_m, fit) -> dict:
     """The checks of a summary's intervals, as summary.json's ``interval_checks`` holds them.
 
-    ``per_m``: the :class:`~.store.MSummary` entries; ``fit``: the line with its intervals (or None). The line's
-    count is the smallest of the fitted m's counts (its bootstrap resamples the same indices for every m)."""
+    ``per_m``: the :class:`~ut_peft.accessibility.summaries.MSummary` entries; ``fit``: the line with its intervals
+    (or None). The line's count is the smallest of the fitted m's counts (its bootstrap resamples the same indices for
+    every m)."""
     entries, counts = [], []
     for e in per_m:
         k = per_m_sequences(e.n50_ci_method, e.num_sequences)
@@ -399,7 +400,7 @@ def check_intervals(per_m, fit) -> dict:
             entries.append(dict(m=e.m, **found))
         if e.n50 is not None:
             counts.append(k)
-    out: dict = {"threshold": THRESHOLD, "table": f"ut_peft/accessibility/stats/coverage.py ({TABLE_COMMAND})"}
+    out: dict = {"threshold": THRESHOLD, "table": f"ut_peft.accessibility.stats.coverage.TABLE ({TABLE_COMMAND})"}
     out["per_m"] = entries
     if fit and counts:
         for name in ("slope", "intercept"):

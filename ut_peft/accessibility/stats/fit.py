@@ -41,16 +41,29 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, TypedDict
+from typing import TypedDict
 
 import numpy as np
 from scipy import optimize, stats
 
-if TYPE_CHECKING:  # summary.json's schema; store does not import this module, but the types stay there
-    from ..store import LineFit, LineFitWithIntervals
-
 LEVEL = 0.95
 NUM_BOOT = 1000
+
+
+class LineFit(TypedDict):
+    """A least-squares line n_50 = slope * m + intercept (:func:`linear_fit`)."""
+
+    slope: float
+    intercept: float
+    r2: float
+    num_points: int
+
+
+class LineFitWithIntervals(LineFit):
+    """The line through the MLE n_50 with bootstrap 95% intervals (:func:`line_interval`)."""
+
+    slope_ci: list[float | None] | None  # a side None where the rows cannot bound it
+    intercept_ci: list[float | None] | None
 
 
 class SigmoidFit(TypedDict):

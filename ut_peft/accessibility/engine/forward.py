@@ -1,0 +1,198 @@
+"""The frozen model's side of cramming: the init scale of the vectors, autocast and the attention kernel, the output
+head in chunks of positions (a 262k vocabulary never holds (B, n, |V|) logits at once), greedy decoding, and a
+model frozen for the duration."""
+
+from __future__ import annotations
+
+import math
+from contextlib import nullcontext
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.utils.checkpoint import checkpoint
+
+from ...devices import execution_device
+from .jobs import CramConfig, CramJob
+
+
+def embedding_std(model, chunk: int = 8192) -> float:
+    """Std of the token embeddings as the model uses them (after Gemma's sqrt(d) scaling, for example)."""
+    embed = model.get_input_embeddings()
+    vocab = embed.weight.shape[0]
+    total, total_sq, count = 0.0, 0.0, 0
+    with torch.no_grad():
+        for start in range(0, vocab, chunk):
+            ids = torch.arange(start, min(start + chunk, vocab), device=execution_device(embed))
+            e = embed(ids).double()
+            total += float(e.sum())
+            total_sq += float((e * e).sum())
+            count += e.numel()
+    mean = total / count
+    return math.sqrt(max(total_sq / count - mean * mean, 0.0) * count / max(count - 1, 1))
+
+
+def embedding_weight_std(model) -> float:
+    """Std of the embedding weight table itself (unscaled), the published code's ``std(embedding weight)``."""
+    embed = model.get_input_embeddings()
+    from accelerate.utils import align_module_device
+
+    with torch.no_grad(), align_module_device(embed, execution_device(embed)):
+        return float(embed.weight.double().std())
+
+
+def init_std(model, config: CramConfig) -> float:
+    """The std memory vectors are drawn at, by ``config.init_std``."""
+    return embedding_weight_std(model) if config.init_std == "weight" else embedding_std(model)
+
+
+def init_vectors(m: int, hidden_size: int, std: float, seed: int) -> torch.Tensor:
+    """The paper's init, randn(m, d) * std, drawn from a generator of its own so it depends only on ``seed``."""
+    generator = torch.Generator().manual_seed(int(seed))
+    return torch.randn(m, hidden_size, generator=generator) * std
+
+
+def job_init(job: CramJob, hidden_size: int, std: float) -> torch.Tensor:
+    """A job's starting vectors: its warm start when it has one, else the seeded random draw."""
+    if job.init is not None:
+        return job.init.detach().float().cpu().clone()
+    return init_vectors(job.m, hidden_size, std, job.seed)
+
+
+def autocast_kind(config: CramConfig, device: torch.device) -> str:
+    """``config.autocast`` with "auto" resolved: ``gpu_autocast`` on GPU, none (fp32) elsewhere."""
+    if config.autocast != "auto":
+        return config.autocast
+    return config.gpu_autocast if device.type == "cuda" else "none"
+
+
+def autocast_context(config: CramConfig, device: torch.device):
+    kind = autocast_kind(config, device)
+    if kind == "none":
+        return nullcontext()
+    return torch.autocast(device.type, dtype=torch.bfloat16 if kind == "bf16" else torch.float16)
+
+
+# Longest row for which the engine asks PyTorch's SDPA for its math kernel on CPU under half-precision autocast.
+# There the fused flash kernel's backward is the slow part of a short-row step: in bf16, forward + backward took
+# 3.2x as long as the math kernel's at 32 rows x 9 heads x 17 positions and 1.3x at 128, while from 256 positions
+# on the fused kernel wins and the math kernel's (L, L) weights grow (``python benchmarks/cpu_attention_kernels.py``,
+# its record under results/benchmarks/). In float32, where the fused kernel wins at every length, and on GPU, the
+# default choice stands.
+CPU_HALF_MATH_ATTENTION_MAX_LEN = 128
+
+
+def attention_kernel(config: CramConfig, device: torch.device, length: int):
+    half = autocast_kind(config, device) in ("bf16", "fp16")
+    if device.type == "cpu" and half and length <= CPU_HALF_MATH_ATTENTION_MAX_LEN:
+        return sdpa_kernel(SDPBackend.MATH)
+    return nullcontext()
+
+
+def _head(model, hidden: torch.Tensor) -> torch.Tensor:
+    head = model.get_output_embeddings()
+    logits = head(hidden.to(execution_device(head)))
+    cap = getattr(model.config, "final_logit_softcapping", None)
+    if cap:  # Gemma-2/3 soft-cap their logits inside forward(); the loss must see the same logits
+        logits = torch.tanh(logits / cap) * cap
+    return logits.float()
+
+
+def _chunk_stats(model, hidden: torch.Tensor, targets: torch.Tensor):
+    logits = _head(model, hidden)
+    targets = targets.to(logits.device)
+    return F.cross_entropy(logits, targets, reduction="none"), logits.argmax(-1) == targets
+
+
+def token_stats(model, hidden: torch.Tensor, targets: torch.Tensor, logits_budget: int = 2**26):
+    """Per-position cross-entropy and argmax correctness for (T, d) hidden states, chunked over T.
+
+    Beyond ``logits_budget`` elements each chunk's head runs under checkpointing, so backward recomputes its
+    logits instead of keeping every chunk's (chunk, |V|) logits alive until the backward pass.
+    """
+    vocab = model.get_output_embeddings().weight.shape[0]
+    total = hidden.shape[0]
+    if total * vocab <= logits_budget:
+        return _chunk_stats(model, hidden, targets)
+    size = max(1, logits_budget // vocab)
+    losses, correct = [], []
+    for start in range(0, total, size):
+        h, t = hidden[start : start + size], targets[start : start + size]
+        if torch.is_grad_enabled() and h.requires_grad:
+            loss, ok = checkpoint(_chunk_stats, model, h, t, use_reentrant=False)
+        else:
+            loss, ok = _chunk_stats(model, h, t)
+        losses.append(loss)
+        correct.append(ok)
+    return torch.cat(losses), torch.cat(correct)
+
+
+def decoder_of(model):
+    """The transformer body of a causal LM (``model.model``, ``model.transformer``, ...)."""
+    body = model.base_model
+    if body is model:
+        raise ValueError(f"{type(model).__name__} exposes no decoder body through base_model_prefix")
+    return body
+
+
+@torch.no_grad()
+def prefix_embeds(model, config: CramConfig) -> torch.Tensor:
+    """(p, d) embeddings of ``config.prefix_ids`` as the model sees them (empty when there is no prefix)."""
+    embed = model.get_input_embeddings()
+    ids = torch.tensor(config.prefix_ids, dtype=torch.long, device=execution_device(embed))
+    return embed(ids) if len(config.prefix_ids) else embed(ids).reshape(0, embed.weight.shape[1])
+
+
+@torch.no_grad()
+def greedy_decode(
+    model, memory: torch.Tensor, length: int, config: CramConfig | None = None, given: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Greedy tokens (B, length) generated after (B, m, d) memory vectors, with the model's KV cache.
+
+    ``given`` (B, g) token ids follow the memory as inputs before generation starts (the published layout's BOS).
+    """
+    config = config or CramConfig()
+    embed = model.get_input_embeddings()
+    memory = memory.to(execution_device(embed))
+    prefix = prefix_embeds(model, config).to(memory.dtype)
+    pieces = [prefix.expand(memory.shape[0], -1, -1), memory]
+    if given is not None and given.shape[1]:
+        pieces.append(embed(given.to(execution_device(embed))).to(memory.dtype))
+    start = torch.cat(pieces, dim=1)
+    with autocast_context(config, memory.device):
+        out = model(inputs_embeds=start.to(embed.weight.dtype), use_cache=True, logits_to_keep=1)
+        tokens = [out.logits[:, -1].argmax(-1)]
+        for _ in range(length - 1):
+            out = model(
+                input_ids=tokens[-1][:, None].to(execution_device(embed)),
+                cache=out.cache,
+                use_cache=True,
+                logits_to_keep=1,
+            )
+            tokens.append(out.logits[:, -1].argmax(-1))
+    return torch.stack(tokens, dim=1).cpu()
+
+
+class FrozenModel:
+    """Freeze a model for cramming (no parameter gradients, eval mode) and restore it afterwards."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def __enter__(self):
+        self.flags = [p.requires_grad for p in self.model.parameters()]
+        self.training = self.model.training
+        self.model.requires_grad_(False)
+        self.model.eval()
+        return self.model
+
+    def __exit__(self, *exc):
+        for p, flag in zip(self.model.parameters(), self.flags):
+            p.requires_grad_(flag)
+        self.model.train(self.training)
+
+
+def leading_correct(ok: torch.Tensor) -> int:
+    """How many predictions at the start of a row's targets are right before the first wrong one."""
+    wrong = (~ok.bool()).nonzero()
+    return int(wrong[0, 0]) if wrong.numel() else int(ok.numel())
