@@ -18,8 +18,8 @@ def test_the_console_summary_of_a_committed_sweep():
     summary = summaries.read_summary(ROOT / "results" / "gemma-3-270m" / "published-text")
     assert console_summary(summary).splitlines() == [
         "m = 1: n_50 24.5 [11.0, 68.0] (bootstrap interval; fit ok), published LS 23.7; 8,010 row-steps",
-        "m = 2: n_50 50.9 [41.0, 60.9] (bootstrap interval; fit ok), published LS 44.9; 7,210 row-steps",
-        "slope 26.4 tokens per vector [-26.7, 48.7], intercept -1.9 [-37.6, 94.6], R^2 1.000; published LS slope 21.2",
+        "m = 2: n_50 50.9 [41.0, 60.9] (bootstrap interval; fit ok), published LS 44.7; 7,210 row-steps",
+        "slope 26.4 tokens per vector [-26.7, 48.7], intercept -1.9 [-37.6, 94.6], R^2 1.000; published LS slope 20.9",
         "bounds: ball 427, box 201 tokens per vector; ball / slope 16.1, box / slope 7.6 (ut-peft's estimate: 64 "
         "sequences of 32 tokens, eps = r_2/2^11)",
         "published bounds: not measured beside this folder (ut-peft bounds writes them)",
