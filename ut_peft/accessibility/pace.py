@@ -1,11 +1,11 @@
 """How fast a pooled sweep runs, and how long its design still needs: from its folder's rows alone, no model.
 
-The rounds are the design's own (:meth:`PooledDesign.rounds`: the folder's settings replayed on its rows).
-A round's rows start together (the design deals a whole round at once and the batch holds it), so a round's wall
-time is its longest row's ``seconds`` (the time a row spent in its batch slot, summed over resumes; the time
-between a kill and the resume is not in it), and its row-steps are its rows' steps + 1 (:func:`.rows.row_steps`).
-A row-step of a longer row costs more, so each round also has token-steps: every row-step weighed by the tokens
-through the model (memory vectors + n), which carries over to rows of other lengths better than row-steps do.
+The rounds are the design's own (:meth:`PooledDesign.rounds`: the folder's settings replayed on its rows). A round's
+rows start together (the design deals a whole round at once and the batch holds it), so a round's wall time is its
+longest row's ``seconds`` (the time a row spent in its batch slot, summed over resumes; the time between a kill and the
+resume is not in it), and its row-steps are its rows' steps + 1 (:func:`~ut_peft.accessibility.engine.rows.row_steps`).
+A row-step of a longer row costs more, so each round also has token-steps: every row-step weighed by the tokens through
+the model (memory vectors + n), which carries over to rows of other lengths better than row-steps do.
 
 Rows carry wall times, not loads: a round that ran beside other jobs on the same cores is slower, and nothing here
 can tell; the spread between the rounds' paces shows it.

@@ -1,9 +1,10 @@
 """Intervals for a pooled sweep calibrated by simulating the sweep's own design at the sweep's own fitted line.
 
-The pooled design's Wald intervals (+- 1.96 standard errors of the inverse information) cover less than 95% where
-few rows sit about sharp transitions: simulated at SmolLM2-135M's random words with version 7's rules, the slope's
-covered 81% (:data:`.coverage.POOLED_TABLE`). The design stops when the standard errors *it estimates* reach their
-targets, so a run that stopped early is one whose errors came out small; a normal quantile does not know that.
+The pooled design's Wald intervals (+- 1.96 standard errors of the inverse information) cover less than 95% where few
+rows sit about sharp transitions: simulated at SmolLM2-135M's random words with version 7's rules, the slope's covered
+81% (:data:`~ut_peft.accessibility.stats.coverage.POOLED_TABLE`). The design stops when the standard errors *it
+estimates* reach their targets, so a run that stopped early is one whose errors came out small; a normal quantile does
+not know that.
 
 :func:`calibrate` measures the right multiplier instead (a studentised parametric bootstrap over the whole design):
 it fits a ground truth to the folder's rows (:func:`fitted_truth`: the pooled line, its per-m widths, the rows' step
@@ -15,17 +16,18 @@ as Wald assumes (q = 1.96), wider where they are not. The simulated repeats also
 at this line (its expected error, the figure a measurement's precision is judged by).
 
 Versions that audit an early abandon (4-6, 8) are simulated with it: the abandon's flag shares are fitted to the
-folder's own rows (:func:`fitted_abandon`, :func:`.simulator.fit_abandon`), the step costs weighed by the audit
-(:func:`.simulator.audit_weights`), and each simulated row flagged, stopped or audited as the engine's would be
-(:func:`.simulator.run_audited_design`); the design's steps law reads the simulated rows' step counts as it reads
-real ones. The simulated abandon flags at random where the real rule flags slow rows: the pseudo-outcomes keep the
-estimate unbiased under either, and the nested simulation measures coverage under the simulated one.
+folder's own rows (:func:`fitted_abandon`, :func:`~ut_peft.accessibility.stats.simulator.fit_abandon`), the step costs
+weighed by the audit (:func:`~ut_peft.accessibility.stats.simulator.audit_weights`), and each simulated row flagged,
+stopped or audited as the engine's would be (:func:`~ut_peft.accessibility.stats.simulator.run_audited_design`); the
+design's steps law reads the simulated rows' step counts as it reads real ones. The simulated abandon flags at random
+where the real rule flags slow rows: the pseudo-outcomes keep the estimate unbiased under either, and the nested
+simulation measures coverage under the simulated one.
 
 Whether the procedure covers 95% (the truth is fitted, not known) is measured by a nested simulation, ``python
-benchmarks/simulated_intervals.py`` (:data:`.coverage.CALIBRATED_TABLE`). The result is written to the folder's
-``calibration.json`` (:data:`.store.CALIBRATION_FILE`, :func:`.store.read_calibration`), keyed by a digest of the rows
-it was computed from: a summary of other rows does not use it (it says the calibration is stale instead).
-"""
+benchmarks/simulated_intervals.py`` (:data:`~ut_peft.accessibility.stats.coverage.CALIBRATED_TABLE`). The result is
+written to the folder's ``calibration.json`` (:data:`.store.CALIBRATION_FILE`, :func:`.store.read_calibration`), keyed
+by a digest of the rows it was computed from: a summary of other rows does not use it (it says the calibration is stale
+instead). """
 
 from __future__ import annotations
 
@@ -89,7 +91,8 @@ def abandon_steps(settings: dict) -> tuple[int, ...]:
 
 
 def fitted_abandon(rows: dict, settings: dict) -> AuditedAbandon | None:
-    """The simulated audited abandon that the folder's rows suggest (:func:`.simulator.fit_abandon`: flag shares per
+    """The simulated audited abandon that the folder's rows suggest
+    (:func:`~ut_peft.accessibility.stats.simulator.fit_abandon`: flag shares per
     flag step from the flagged rows, their outcomes from the audited ones), at the design's audit; None for a version
     whose rows all run to their end."""
     design = pooled_design(settings)

@@ -16,8 +16,9 @@ This module owns the folder's layout; nothing else spells a file name of it:
                          resumed: what an edited settings.json is caught against where there is no summary.json
                          yet (:func:`check_unedited`); never read as the settings
   rows.jsonl             one row per finished sequence (other processes write rows.rank<k>.jsonl), a
-                         :class:`~.rows.Row` per line; :func:`read_rows`, :func:`load_rows`. No other file is
-                         read as rows (a user's rows-old.jsonl is left alone, also by overwrite)
+                         :class:`~ut_peft.accessibility.engine.rows.Row` per line; :func:`read_rows`,
+                         :func:`load_rows`. No other file is read as rows (a user's rows-old.jsonl is left alone, also
+                         by overwrite)
   summary.json           the fits and bounds: a :class:`Summary` (:func:`write_summary`, :func:`read_summary`)
   accessibility.png      accessibility vs n, one curve per m, with the sigmoid fits
   n50_vs_m.png           n_50 vs m with the linear fit and the theoretical slope bounds
@@ -165,7 +166,8 @@ def inflight_path(folder, m: int, n: int, index: int) -> Path:
 
 
 def write_inflight(folder, key: tuple[int, int, int], state) -> Path:
-    """Keep the :class:`~.cram.RowState` of a row in flight (atomically: a kill leaves the old state or the new)."""
+    """Keep the :class:`~ut_peft.accessibility.engine.cram.RowState` of a row in flight (atomically: a kill leaves the
+    old state or the new)."""
     from safetensors.torch import save
 
     path = inflight_path(folder, *key)
@@ -177,7 +179,7 @@ def write_inflight(folder, key: tuple[int, int, int], state) -> Path:
 
 
 def read_inflight(folder, key: tuple[int, int, int]):
-    """The :class:`~.cram.RowState` kept for row ``key``, or None when there is none."""
+    """The :class:`~ut_peft.accessibility.engine.cram.RowState` kept for row ``key``, or None when there is none."""
     from safetensors import safe_open
 
     from .engine.jobs import RowState
@@ -523,7 +525,8 @@ def prepare_folder(folder: Path, settings: dict, clear: bool) -> None:
 
 
 def parse_row(path: Path, line_number: int, line: bytes | str) -> Row:
-    """One line of a rows file as a :class:`~.rows.Row`; a clear error naming ``path:line_number`` (and the field
+    """One line of a rows file as a :class:`~ut_peft.accessibility.engine.rows.Row`; a clear error naming
+    ``path:line_number`` (and the field
     at fault) if it is not one."""
     try:
         data = json.loads(line)
@@ -589,7 +592,8 @@ def repair(path: Path) -> int:
 
 
 def append_row(path: Path, row) -> None:
-    """Append one row (a :class:`~.rows.Row`, or any JSON object) as one line (sorted keys), then fsync; a write
+    """Append one row (a :class:`~ut_peft.accessibility.engine.rows.Row`, or any JSON object) as one line (sorted
+    keys), then fsync; a write
     that fails part-way is cut back off the file and the error says so (:func:`ut_peft.io.append_jsonl`)."""
     append_jsonl(path, row.to_dict() if isinstance(row, Row) else row, sort_keys=True)
 
@@ -597,10 +601,10 @@ def append_row(path: Path, row) -> None:
 def pool_rows(rows: Iterable[Row]) -> dict[tuple[int, int, int], Row]:
     """Rows by (m, n, index), each key once.
 
-    Rows of one key that agree on what decides a row (:meth:`.rows.Row.conflicts_with`) are one measurement: the
-    one kept is chosen by content, so the result does not depend on the order of files or folders. Rows that
-    disagree raise :class:`ConflictingRowsError` naming both lines (in the same order whatever the input order).
-    """
+    Rows of one key that agree on what decides a row (:meth:`~ut_peft.accessibility.engine.rows.Row.conflicts_with`)
+    are one measurement: the one kept is chosen by content, so the result does not depend on the order of files or
+    folders. Rows that disagree raise :class:`ConflictingRowsError` naming both lines (in the same order whatever the
+    input order). """
     pooled: dict[tuple[int, int, int], Row] = {}
     for row in rows:
         key = row.key()
@@ -709,7 +713,8 @@ def lock_folder(folder: Path, rank: int = 0) -> FolderLock:
 
 
 def load_rows(folder) -> datasets.Dataset:
-    """The finished rows of a sweep folder as a ``datasets.Dataset`` (:meth:`.rows.Row.features`), sorted by
+    """The finished rows of a sweep folder as a ``datasets.Dataset``
+    (:meth:`~ut_peft.accessibility.engine.rows.Row.features`), sorted by
     (m, n, index)."""
     rows = [row for _, row in sorted(read_rows(Path(folder)).items())]
     return datasets.Dataset.from_list([row.dataset_record() for row in rows], features=Row.features())

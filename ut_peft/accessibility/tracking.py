@@ -21,14 +21,14 @@ What is logged, at which step (the step counts finished rows, so every tracker s
   each with its marks, ``summary/row_steps``; for the pooled design also ``summary/pooled/m<m>/n50`` and
   ``summary/pooled/slope`` with theirs.
 
-The marks of an interval ``<prefix><name>`` (``m1/n50``, ``summary/slope``, ...), logged wherever its point or
-interval is: ``<name>_bounded_low`` and ``<name>_bounded_high`` (1 where the rows bound that side, 0 where they do
-not: the side's own value is then absent, not a number standing in for infinity), ``<name>_trusted`` (1 where
-:func:`.coverage.check` trusts the interval: both sides bounded and its method's measured coverage at this sequence
-count at least 90%; 0 otherwise, no interval included), ``<name>_coverage`` (that measured coverage, where one was
-measured) and the text ``<name>_interval``: the interval as report.md prints it, with its note where it is not
-trusted, e.g. ``[4.0, inf) (not bounded above by these rows; coverage not measured at 2 sequences: not a 95%
-interval)``.
+The marks of an interval ``<prefix><name>`` (``m1/n50``, ``summary/slope``, ...), logged wherever its point or interval
+is: ``<name>_bounded_low`` and ``<name>_bounded_high`` (1 where the rows bound that side, 0 where they do not: the
+side's own value is then absent, not a number standing in for infinity), ``<name>_trusted`` (1 where
+:func:`~ut_peft.accessibility.stats.coverage.check` trusts the interval: both sides bounded and its method's measured
+coverage at this sequence count at least 90%; 0 otherwise, no interval included), ``<name>_coverage`` (that measured
+coverage, where one was measured) and the text ``<name>_interval``: the interval as report.md prints it, with its note
+where it is not trusted, e.g. ``[4.0, inf) (not bounded above by these rows; coverage not measured at 2 sequences: not
+a 95% interval)``.
 
 Rows are not logged step by step inside the engine: a sweep optimises thousands of rows for thousands of steps.
 """
@@ -151,7 +151,8 @@ class SweepTracker:
 
 def _fit_values(prefix: str, point, interval, found: dict | None, name: str = "n50") -> dict:
     """A point, its interval's bounded sides as numbers, and the interval's marks (the module's docstring);
-    ``found`` is :func:`.coverage.check`'s verdict on the interval (None: there is no interval)."""
+    ``found`` is :func:`~ut_peft.accessibility.stats.coverage.check`'s verdict on the interval (None: there is no
+    interval)."""
     values: dict = {}
     if point is not None:
         values[f"{prefix}{name}"] = point

@@ -49,11 +49,11 @@ class CramConfig:
     # still below min_best_accuracy once it has taken ``step`` updates stops as "abandoned" (not accessible).
     # Empty (the default and the published protocol): every row runs to its cap or patience.
     abandon_below: tuple[tuple[int, float], ...] = ()
-    # The audit of that abandon: the chance that a row the rule flags runs on to its own end instead of stopping,
-    # drawn per row from its seed (:func:`audit_draw`). A rule calibrated on some rows also abandons rows that would
-    # have crammed; with an audit the rows' pseudo-outcomes (:func:`.pooled.audited_outcomes`: a stopped row 0, an
-    # audited row that crams 1 / audit) estimate accessibility without bias whatever the rule's false abandons.
-    # 0 (the default): every flagged row stops, as before the audit existed, and rows record no flag.
+    # The audit of that abandon: the chance that a row the rule flags runs on to its own end instead of stopping, drawn
+    # per row from its seed (:func:`audit_draw`). A rule calibrated on some rows also abandons rows that would have
+    # crammed; with an audit the rows' pseudo-outcomes (:func:`~ut_peft.accessibility.stats.pooled.audited_outcomes`: a
+    # stopped row 0, an audited row that crams 1 / audit) estimate accessibility without bias whatever the rule's false
+    # abandons. 0 (the default): every flagged row stops, as before the audit existed, and rows record no flag.
     abandon_audit: float = 0.0
 
     def __post_init__(self):

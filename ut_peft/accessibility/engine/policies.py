@@ -68,11 +68,11 @@ _AUDIT_STREAM = 0xA0D17
 def audit_draw(seed: int, audit: float) -> bool:
     """Does a row that the early-abandon rule flags run on to its own end ("audited") instead of stopping?
 
-    True with probability ``audit``, decided by the row's seed (``CramJob.seed``) alone. A function of the seed so
-    that a resumed row, or the same job rerun, decides the same; nothing of the trajectory so that the draw is
-    independent of what made the rule flag the row: the audited pseudo-outcomes (:func:`.pooled.audited_outcomes`)
-    are unbiased only if which flagged rows run on has nothing to do with whether they would cram.
-    """
+    True with probability ``audit``, decided by the row's seed (``CramJob.seed``) alone. A function of the seed so that
+    a resumed row, or the same job rerun, decides the same; nothing of the trajectory so that the draw is independent
+    of what made the rule flag the row: the audited pseudo-outcomes
+    (:func:`~ut_peft.accessibility.stats.pooled.audited_outcomes`) are unbiased only if which flagged rows run on has
+    nothing to do with whether they would cram. """
     if audit <= 0:  # no audit: every flagged row stops (and no seed is needed)
         return False
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:

@@ -98,7 +98,8 @@ class Row(Mapping):
 
     @classmethod
     def features(cls):
-        """The ``datasets.Features`` of :func:`~.store.load_rows`: one column per field; ``best_accuracy_at`` as a
+        """The ``datasets.Features`` of :func:`~ut_peft.accessibility.store.load_rows`: one column per field;
+        ``best_accuracy_at`` as a
         list of ``{"step", "accuracy"}`` sorted by step (Arrow has no dict with free keys)."""
         import datasets
 
