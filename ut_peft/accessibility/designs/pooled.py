@@ -644,12 +644,13 @@ def pooled_estimates(
             steps_fit.covariance = guarded_covariance(steps_fit.covariance, sandwich)
         tau0, kappa, log_sigma = (float(v) for v in steps_fit.steps_theta)
         steps_used = {"tau0": tau0, "kappa": kappa, "sigma": math.exp(log_sigma)}
-    elif outcomes_fit is not None and not (slope_from == "free" and check is not None):
-        fit = outcomes_fit  # the law's check fitted exactly this already
     else:
-        fitter = fit_pooled if audit is None else fit_pooled_pseudo
-        fit = fitter(cells, measured, check, free_delta=slope_from == "free" and check is not None)
-        if audit is not None:
+        if outcomes_fit is not None and not (slope_from == "free" and check is not None):
+            fit = outcomes_fit  # the law's check fitted exactly this already
+        else:
+            fitter = fit_pooled if audit is None else fit_pooled_pseudo
+            fit = fitter(cells, measured, check, free_delta=slope_from == "free" and check is not None)
+        if audit is not None:  # guarded whichever fit it is, as the design's stop judges it
             row_ms, row_ns = [k[0] for k in keys], [k[1] for k in keys]
             fit.covariance = guarded_covariance(fit.covariance, outcomes_sandwich(fit, row_ms, row_ns, outcomes))
     per_m = {}
