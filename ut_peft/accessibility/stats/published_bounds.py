@@ -31,6 +31,7 @@ import json
 import math
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -243,6 +244,262 @@ def _checkpoints(count: int) -> list[int]:
 CLOCKS = {"cpu": time.process_time, "wall": time.perf_counter}
 
 
+@dataclass(frozen=True)
+class _Settings:
+    """The sampling's settings, checked (:meth:`check`); ``clock``: the budget's clock, ``clock_name`` as the
+    estimate records it."""
+
+    target: int  # sequences per length
+    budget_seconds: float | None
+    wall_limit: float | None
+    seed: int
+    batch_size: int
+    max_batch_tokens: int
+    clock_name: str
+    clock: Callable[[], float]
+
+    @classmethod
+    def check(
+        cls, target: int, budget_seconds, wall_limit, seed: int, batch_size: int, max_batch_tokens: int, clock
+    ) -> _Settings:
+        """Refuse settings the sampling cannot run under."""
+        if target < 1:
+            raise ValueError(f"sequences_per_length must be >= 1 (got {target})")
+        for name, value in (("budget_seconds", budget_seconds), ("wall_limit", wall_limit)):
+            if value is not None and not (isinstance(value, (int, float)) and value > 0):
+                raise ValueError(
+                    f"{name} must be a positive number of seconds (got {value!r}); None samples the full target at "
+                    "every length"
+                )
+        if batch_size < 1 or max_batch_tokens < 1:
+            raise ValueError(f"batch_size and max_batch_tokens must be >= 1 (got {batch_size}, {max_batch_tokens})")
+        if isinstance(clock, str) and clock not in CLOCKS:
+            raise ValueError(f"clock must be one of {', '.join(CLOCKS)} or a callable (got {clock!r})")
+        return cls(
+            target=target,
+            budget_seconds=budget_seconds,
+            wall_limit=wall_limit,
+            seed=seed,
+            batch_size=batch_size,
+            max_batch_tokens=max_batch_tokens,
+            clock_name=clock if isinstance(clock, str) else "custom",
+            clock=CLOCKS[clock] if isinstance(clock, str) else clock,
+        )
+
+
+@dataclass
+class _Setup:
+    """The model's side of an estimation: its context, the lengths to sample within it, |V| (also the range of the
+    random ids), the hidden size, where it computes and its dtype."""
+
+    context: int | None
+    lengths: list[int]
+    vocab_size: int
+    hidden_size: int
+    device: torch.device
+    dtype: str
+
+    @classmethod
+    def of(cls, model, lengths, vocab_size: int | None) -> _Setup:
+        context = _context(model)
+        lengths = _check_lengths(lengths, context) if lengths is not None else default_lengths(context)
+        if vocab_size is None:
+            vocab_size = int(model.get_input_embeddings().weight.shape[0])
+        if vocab_size < 2:
+            raise ValueError(f"vocab_size must be >= 2 (got {vocab_size})")
+        return cls(
+            context=context,
+            lengths=lengths,
+            vocab_size=vocab_size,
+            hidden_size=int(model.get_input_embeddings().weight.shape[1]),
+            device=execution_device(model.get_input_embeddings()),
+            dtype=str(next(model.parameters()).dtype).removeprefix("torch."),
+        )
+
+
+@dataclass
+class _Sampling:
+    """Where the sampling stands: each length's running extremes (``ext``) and their copies at the checkpoint counts
+    1, 2, 4, ... (``snaps``, for the samples curve), the budget clock's seconds and the tokens of each length's
+    batches, the lengths still taking batches, and why the sampling stopped (or will, if nothing else stops it)."""
+
+    lengths: list[int]
+    target: int  # sequences per length
+    ext: dict[int, _Extremes]
+    snaps: dict[int, dict[int, _Extremes]]
+    spent: dict[int, float]
+    tokens: dict[int, int]
+    open_: list[int]
+    wanted: list[int]  # the checkpoint counts
+    stopped_by: str = "target"
+
+    @classmethod
+    def start(cls, lengths: list[int], target: int, hidden_size: int) -> _Sampling:
+        return cls(
+            lengths=lengths,
+            target=target,
+            ext={n: _Extremes.empty(hidden_size) for n in lengths},
+            snaps={n: {} for n in lengths},
+            spent=dict.fromkeys(lengths, 0.0),
+            tokens=dict.fromkeys(lengths, 0),
+            open_=list(lengths),
+            wanted=_checkpoints(target),
+        )
+
+    def next_length(self) -> int:
+        """The open length that has used the least time so far (the shorter one on a tie)."""
+        return min(self.open_, key=lambda n: (self.spent[n], n))
+
+    def seconds_per_token(self, length: int) -> float:
+        """The predicted time per token at ``length``: the mean of its batches, else the nearest shorter length's
+        grown by GROWTH_PER_DOUBLING per doubling, else 0 (nothing timed yet: the next batch times the model)."""
+        timed = [n for n in self.lengths if self.tokens[n] and n <= length]
+        if self.tokens[length]:
+            return self.spent[length] / self.tokens[length]
+        if timed:
+            return (
+                self.spent[timed[-1]] / self.tokens[timed[-1]] * GROWTH_PER_DOUBLING ** math.log2(length / timed[-1])
+            )
+        return 0.0
+
+    def over_budget(self, length: int, size: int, budget_seconds: float, used: Callable[[], float]) -> bool:
+        """Whether a batch of ``size`` sequences at ``length`` is predicted to take the length past its share (the
+        budget the closed lengths left, shared equally by the open ones) or the sampling past the budget (``used``:
+        the budget clock's seconds so far)."""
+        closed = [n for n in self.lengths if n not in self.open_]
+        share = (budget_seconds - sum(self.spent[n] for n in closed)) / len(self.open_)
+        guess = self.seconds_per_token(length)
+        return self.spent[length] + guess * size * length > share or used() + guess * size * length > budget_seconds
+
+    def add(self, length: int, hidden: torch.Tensor, seconds: float) -> None:
+        """One batch's hidden states at ``length``, which took ``seconds`` of the budget clock; the length closes
+        when it reaches the target."""
+        e = self.ext[length]
+        self.spent[length] += seconds
+        self.tokens[length] += hidden.shape[0] * length
+        # The extremes after each checkpoint count inside this batch (the samples curve).
+        for k in (c for c in self.wanted if e.count < c <= e.count + hidden.shape[0]):
+            part = e.copy()
+            part.add(hidden[: k - e.count])
+            self.snaps[length][k] = part
+        e.add(hidden)
+        if e.count >= self.target:
+            self.open_.remove(length)
+
+
+def _sample(model, state: _Sampling, setup: _Setup, settings: _Settings, progress: bool) -> tuple[float, float, float]:
+    """Sample with ``model`` in eval mode (restored after), keeping what was sampled if interrupted; the seconds it
+    took on the budget's clock, the wall clock and the process CPU clock."""
+    clock = settings.clock
+    start, wall_start, cpu_start = clock(), time.perf_counter(), time.process_time()
+    was_training = model.training
+    model.eval()
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(setup.lengths) * settings.target, desc="published bounds", unit="seq")
+    try:
+        _take_batches(model, state, setup, settings, lambda: clock() - start, wall_start, bar)
+    except KeyboardInterrupt:  # keep what was sampled: the estimate says it was interrupted
+        state.stopped_by = "interrupted"
+    finally:
+        model.train(was_training)
+        if bar is not None:
+            bar.close()
+    return clock() - start, time.perf_counter() - wall_start, time.process_time() - cpu_start
+
+
+def _take_batches(
+    model, state: _Sampling, setup: _Setup, settings: _Settings, used: Callable[[], float], wall_start: float, bar
+) -> None:
+    """Batches, each to the open length that has used the least time, until every length has its target or is
+    closed by the budget, or the wall limit passes (``state.stopped_by`` says which); ``used``: the budget clock's
+    seconds so far."""
+    seed, vocab_size, device = settings.seed, setup.vocab_size, setup.device
+    # One untimed forward first: the first call of a model pays one-time costs that would inflate its timing.
+    head_inputs(model, sequence_ids(seed, setup.lengths[0], 0, vocab_size)[None].to(device))
+    while state.open_:
+        if settings.wall_limit is not None and time.perf_counter() - wall_start >= settings.wall_limit:
+            state.stopped_by = "wall_limit"
+            return
+        length = state.next_length()
+        count = state.ext[length].count
+        size = min(_batch_size(length, settings.batch_size, settings.max_batch_tokens), state.target - count)
+        if settings.budget_seconds is not None and state.over_budget(length, size, settings.budget_seconds, used):
+            state.open_.remove(length)
+            state.stopped_by = "budget"
+            continue
+        t = settings.clock()
+        ids = torch.stack([sequence_ids(seed, length, count + i, vocab_size) for i in range(size)])
+        hidden = head_inputs(model, ids.to(device)).float().cpu()
+        state.add(length, hidden, settings.clock() - t)
+        if bar is not None:
+            bar.update(size)
+
+
+def _curves(state: _Sampling, sampled: list[int], hidden_size: int, vocab_size: int) -> tuple[list[dict], list[dict]]:
+    """The bounds from every sample of the lengths up to each sampled length, and from the first k sequences of
+    every length (k = 1, 2, 4, ..., and the most any length took)."""
+    ext, snaps = state.ext, state.snaps
+    for n in sampled:
+        snaps[n][ext[n].count] = ext[n].copy()
+    by_length = [
+        _point(_Extremes.union([ext[n] for n in sampled[: i + 1]]), hidden_size, vocab_size, max_length=n)
+        for i, n in enumerate(sampled)
+    ]
+    by_samples = []
+    for k in _checkpoints(max(ext[n].count for n in sampled)):
+        parts = [snaps[n][min(k, ext[n].count)] for n in sampled]
+        by_samples.append(_point(_Extremes.union(parts), hidden_size, vocab_size, per_length=k))
+    return by_length, by_samples
+
+
+def _estimate(
+    state: _Sampling, setup: _Setup, settings: _Settings, seconds: tuple[float, float, float], model_name: str | None
+) -> PublishedBoundEstimate:
+    """The estimate from what was sampled: the bounds over every sample, both curves, the counts and the times
+    (``seconds``: the budget's clock's, the wall clock's and the process CPU clock's)."""
+    sampled = [n for n in setup.lengths if state.ext[n].count]
+    if not sampled:
+        raise RuntimeError("no sequence was sampled (interrupted before the first batch); nothing to estimate")
+    hidden_size, vocab_size = setup.hidden_size, setup.vocab_size
+    by_length, by_samples = _curves(state, sampled, hidden_size, vocab_size)
+    everything = _Extremes.union([state.ext[n] for n in sampled])
+    bounds = bounds_from_extremes(everything.low, everything.high, everything.r_inf, hidden_size, vocab_size)
+    return PublishedBoundEstimate(
+        model=model_name,
+        hidden_size=hidden_size,
+        vocab_size=int(vocab_size),
+        context=setup.context,
+        dtype=setup.dtype,
+        lengths=sampled,
+        sequences_per_length=[state.ext[n].count for n in sampled],
+        target_per_length=settings.target,
+        lengths_not_sampled=[n for n in setup.lengths if not state.ext[n].count],
+        budget_seconds=None if settings.budget_seconds is None else float(settings.budget_seconds),
+        budget_clock=settings.clock_name,
+        stopped_by=state.stopped_by,
+        seconds=seconds[0],
+        wall_seconds=seconds[1],
+        cpu_seconds=seconds[2],
+        seconds_per_length=[state.spent[n] for n in sampled],
+        threads=torch.get_num_threads(),
+        seed=settings.seed,
+        batch_size=settings.batch_size,
+        max_batch_tokens=settings.max_batch_tokens,
+        r_1=everything.r_1,
+        r_2=everything.r_2,
+        r_inf=everything.r_inf,
+        eps=bounds["eps"],
+        ball=bounds["ball"],
+        box=bounds["box"],
+        box_at_l2_eps=box_slope_bound(everything.low, everything.high, everything.r_2 * 2.0**-EPS_BITS, vocab_size),
+        by_max_length=by_length,
+        by_samples=by_samples,
+    )
+
+
 @torch.no_grad()
 def published_bound_estimate(
     model,
@@ -274,138 +531,13 @@ def published_bound_estimate(
     length gets its full target. ``vocab_size``: |V| of the bounds and the range of the random ids (default: the
     input embedding's rows, as the published code).
     """
-    if sequences_per_length < 1:
-        raise ValueError(f"sequences_per_length must be >= 1 (got {sequences_per_length})")
-    for name, value in (("budget_seconds", budget_seconds), ("wall_limit", wall_limit)):
-        if value is not None and not (isinstance(value, (int, float)) and value > 0):
-            raise ValueError(
-                f"{name} must be a positive number of seconds (got {value!r}); None samples the full target at "
-                "every length"
-            )
-    if batch_size < 1 or max_batch_tokens < 1:
-        raise ValueError(f"batch_size and max_batch_tokens must be >= 1 (got {batch_size}, {max_batch_tokens})")
-    if isinstance(clock, str) and clock not in CLOCKS:
-        raise ValueError(f"clock must be one of {', '.join(CLOCKS)} or a callable (got {clock!r})")
-    clock_name = clock if isinstance(clock, str) else "custom"
-    clock = CLOCKS.get(clock, clock) if isinstance(clock, str) else clock
-    context = _context(model)
-    lengths = _check_lengths(lengths, context) if lengths is not None else default_lengths(context)
-    if vocab_size is None:
-        vocab_size = int(model.get_input_embeddings().weight.shape[0])
-    if vocab_size < 2:
-        raise ValueError(f"vocab_size must be >= 2 (got {vocab_size})")
-    hidden_size = int(model.get_input_embeddings().weight.shape[1])
-    device = execution_device(model.get_input_embeddings())
-    dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
-
-    start, wall_start, cpu_start = clock(), time.perf_counter(), time.process_time()
-    ext = {n: _Extremes.empty(hidden_size) for n in lengths}
-    snaps: dict[int, dict[int, _Extremes]] = {n: {} for n in lengths}
-    spent = dict.fromkeys(lengths, 0.0)  # clock seconds of each length's batches
-    tokens = dict.fromkeys(lengths, 0)
-    open_ = list(lengths)  # lengths still taking batches
-    wanted = _checkpoints(sequences_per_length)
-    stopped_by = "target"
-    was_training = model.training
-    model.eval()
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=len(lengths) * sequences_per_length, desc="published bounds", unit="seq")
-    try:
-        # One untimed forward first: the first call of a model pays one-time costs that would inflate its timing.
-        head_inputs(model, sequence_ids(seed, lengths[0], 0, vocab_size)[None].to(device))
-        while open_:
-            if wall_limit is not None and time.perf_counter() - wall_start >= wall_limit:
-                stopped_by = "wall_limit"
-                break
-            length = min(open_, key=lambda n: (spent[n], n))
-            e = ext[length]
-            b = min(_batch_size(length, batch_size, max_batch_tokens), sequences_per_length - e.count)
-            if budget_seconds is not None:
-                closed = [n for n in lengths if n not in open_]
-                share = (budget_seconds - sum(spent[n] for n in closed)) / len(open_)
-                timed = [n for n in lengths if tokens[n] and n <= length]
-                if tokens[length]:
-                    guess = spent[length] / tokens[length]
-                elif timed:
-                    guess = spent[timed[-1]] / tokens[timed[-1]] * GROWTH_PER_DOUBLING ** math.log2(length / timed[-1])
-                else:
-                    guess = 0.0  # nothing timed yet: this batch times the model
-                if spent[length] + guess * b * length > share or clock() - start + guess * b * length > budget_seconds:
-                    open_.remove(length)
-                    stopped_by = "budget"
-                    continue
-            t = clock()
-            ids = torch.stack([sequence_ids(seed, length, e.count + i, vocab_size) for i in range(b)])
-            hidden = head_inputs(model, ids.to(device)).float().cpu()
-            spent[length] += clock() - t
-            tokens[length] += b * length
-            # The extremes after each checkpoint count inside this batch (the samples curve).
-            for k in (c for c in wanted if e.count < c <= e.count + b):
-                part = e.copy()
-                part.add(hidden[: k - e.count])
-                snaps[length][k] = part
-            e.add(hidden)
-            if e.count >= sequences_per_length:
-                open_.remove(length)
-            if bar is not None:
-                bar.update(b)
-    except KeyboardInterrupt:  # keep what was sampled: the estimate says it was interrupted
-        stopped_by = "interrupted"
-    finally:
-        model.train(was_training)
-        if bar is not None:
-            bar.close()
-    elapsed, wall, cpu = clock() - start, time.perf_counter() - wall_start, time.process_time() - cpu_start
-
-    sampled = [n for n in lengths if ext[n].count]
-    if not sampled:
-        raise RuntimeError("no sequence was sampled (interrupted before the first batch); nothing to estimate")
-    for n in sampled:
-        snaps[n][ext[n].count] = ext[n].copy()
-    everything = _Extremes.union([ext[n] for n in sampled])
-    by_length = [
-        _point(_Extremes.union([ext[n] for n in sampled[: i + 1]]), hidden_size, vocab_size, max_length=n)
-        for i, n in enumerate(sampled)
-    ]
-    by_samples = []
-    for k in _checkpoints(max(ext[n].count for n in sampled)):
-        parts = [snaps[n][min(k, ext[n].count)] for n in sampled]
-        by_samples.append(_point(_Extremes.union(parts), hidden_size, vocab_size, per_length=k))
-    bounds = bounds_from_extremes(everything.low, everything.high, everything.r_inf, hidden_size, vocab_size)
-    return PublishedBoundEstimate(
-        model=model_name,
-        hidden_size=hidden_size,
-        vocab_size=int(vocab_size),
-        context=context,
-        dtype=dtype,
-        lengths=sampled,
-        sequences_per_length=[ext[n].count for n in sampled],
-        target_per_length=sequences_per_length,
-        lengths_not_sampled=[n for n in lengths if not ext[n].count],
-        budget_seconds=None if budget_seconds is None else float(budget_seconds),
-        budget_clock=clock_name,
-        stopped_by=stopped_by,
-        seconds=elapsed,
-        wall_seconds=wall,
-        cpu_seconds=cpu,
-        seconds_per_length=[spent[n] for n in sampled],
-        threads=torch.get_num_threads(),
-        seed=seed,
-        batch_size=batch_size,
-        max_batch_tokens=max_batch_tokens,
-        r_1=everything.r_1,
-        r_2=everything.r_2,
-        r_inf=everything.r_inf,
-        eps=bounds["eps"],
-        ball=bounds["ball"],
-        box=bounds["box"],
-        box_at_l2_eps=box_slope_bound(everything.low, everything.high, everything.r_2 * 2.0**-EPS_BITS, vocab_size),
-        by_max_length=by_length,
-        by_samples=by_samples,
+    settings = _Settings.check(
+        sequences_per_length, budget_seconds, wall_limit, seed, batch_size, max_batch_tokens, clock
     )
+    setup = _Setup.of(model, lengths, vocab_size)
+    state = _Sampling.start(setup.lengths, sequences_per_length, setup.hidden_size)
+    seconds = _sample(model, state, setup, settings, progress)
+    return _estimate(state, setup, settings, seconds, model_name)
 
 
 def ut_peft_estimate(model, *, num_sequences: int = 256, seq_len: int = 32, seed: int = 0) -> dict:
