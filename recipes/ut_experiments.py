@@ -6,9 +6,10 @@
     python recipes/ut_experiments.py --report-only                                          # tables + figures
     nice -n 10 python recipes/ut_experiments.py --budget --threads 1 --stop-file results/universal/PAUSED
 
-The plan, the worker and the report live in ``ut_peft.tasks.plan``: each run is ``ut_peft.tasks.training.run`` in
-``runs/universal/<name>`` (resumable; a finished run is not trained again; a run another worker trains is skipped),
-its row appended to ``results/universal/runs.jsonl``; ``--report-only`` writes ``results/universal/table.md`` and
+The plan, the worker and the report live in ``ut_peft.tasks.plan`` (the budget runs' report in
+``ut_peft.tasks.budget_results``): each run is ``ut_peft.tasks.training.run`` in ``runs/universal/<name>``
+(resumable; a finished run is not trained again; a run another worker trains is skipped), its row appended to
+``results/universal/runs.jsonl``; ``--report-only`` writes ``results/universal/table.md`` and
 ``docs/figures/universal-khop-curves.png`` from that file. Runs stopped early are reported from their checkpoint's
 curve, marked unfinished.
 
@@ -29,7 +30,7 @@ import torch
 
 from ut_peft.cli.common import add_common_flags, end_tracking, parse_args, run, start_tracking
 from ut_peft.io import atomic_write_text
-from ut_peft.tasks import plan
+from ut_peft.tasks import budget_results, plan
 
 ROOT = Path(__file__).resolve().parents[1]
 # Where the plan's files go, relative to --base-dir (the repository by default); the commands in the table name
@@ -95,7 +96,7 @@ def main(args) -> None:
     )
     print(f"figure: {FIGURE}")
     budget = [row for row in rows.values() if row["task"] == "khop" and plan.is_budget(row)]
-    text = plan.budget_report(
+    text = budget_results.budget_report(
         rows, table_path=base / BUDGET_TABLE, figure_path=base / BUDGET_FIGURE if budget else None
     )
     print(text)

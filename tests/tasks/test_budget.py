@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from ut_peft.tasks import plan, training
+from ut_peft.tasks import budget_results, plan, training
 from ut_peft.tasks.training import RunSettings, log_eval_steps, run, stop_reason
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -277,7 +277,9 @@ def _fake_rows():
 
 
 def test_the_budget_table_says_where_each_row_crosses_the_paper_or_what_reaching_it_would_cost(tmp_path):
-    text = plan.budget_report(_fake_rows(), table_path=tmp_path / "budget.md", figure_path=tmp_path / "budget.png")
+    text = budget_results.budget_report(
+        _fake_rows(), table_path=tmp_path / "budget.md", figure_path=tmp_path / "budget.png"
+    )
     assert (tmp_path / "budget.md").read_text() == text and (tmp_path / "budget.png").stat().st_size > 0
     table = [line for line in text.splitlines() if line.startswith("| k = ")]
     assert [line.split(" | ")[:2] for line in table] == [  # k = 2 first, then k = 3, then mixed; sparse, random, full
@@ -300,7 +302,7 @@ def test_the_budget_table_says_where_each_row_crosses_the_paper_or_what_reaching
     )
     assert "| no: 2x the examples (1.7e+07; ~4.6 CPU h): +12.2 points per doubling | 2.78 |" in full
     assert "4 runs, 3.1 CPU hours so far" in text
-    empty = plan.budget_report({}, table_path=tmp_path / "empty.md", figure_path=None)
+    empty = budget_results.budget_report({}, table_path=tmp_path / "empty.md", figure_path=None)
     assert "no budget run has evaluated yet" in empty
 
 

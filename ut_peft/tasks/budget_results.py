@@ -1,0 +1,173 @@
+"""The budget runs' report: their table and figure (:func:`budget_report`).
+
+The budget runs (:data:`.plan.BUDGET_PLAN`, trained by :func:`.plan.run_budget`) evaluate at every doubling of
+examples and stop by rule; the table says for each where it stopped and why, its held-out accuracy, whether and at how
+many examples it crossed the paper's level (:data:`.plan.PAPER`) or what reaching it would cost by extrapolation, and
+its CPU hours; the figure draws the curves against the paper's levels and the references' budget.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..io import atomic_write_text
+from .plan import (
+    BUDGET_EXAMPLES,
+    BUDGET_RULES,
+    BUDGET_SPLITS,
+    KIND_COLOURS,
+    KINDS,
+    PAPER,
+    SPLITS,
+    _kind,
+    _split,
+    cost_to_go,
+    is_budget,
+)
+
+SPLIT_TITLES = {
+    "k1": "k = 1 alone",
+    "k2": "k = 2 alone",
+    "k3": "k = 3 alone",
+    "k4": "k = 4 alone",
+    "mix": "k = 1..4 mixed",
+}
+SEED_STYLES = {0: "-", 1: "--", 2: ":"}
+
+
+def crossing(curve: list[dict], level: float) -> tuple[dict | None, dict] | None:
+    """Where a curve first reaches ``level``: (the point before it, below; None when the first point is already
+    there, the point at or above it); None where it never does. The crossing lies between the two points' examples."""
+    for index, point in enumerate(curve):
+        if point["accuracy"] >= level:
+            return (curve[index - 1] if index else None), point
+    return None
+
+
+def _examples(n: float) -> str:
+    return f"{n:.1e}".replace("e+0", "e")
+
+
+def _stop(row: dict) -> str:
+    if "stopped_at" in row:
+        return f"in progress (step {row['stopped_at']:,})"
+    curve, reason = row["curve"], row.get("stop_reason", "budget")
+    if reason == "flat":
+        half = [p for p in curve if 2 * p["step"] == curve[-1]["step"]]
+        moved = 100 * (curve[-1]["accuracy"] - half[-1]["accuracy"]) if half else float("nan")
+        return f"flat ({moved:+.1f} points over the last doubling)"
+    if reason == "accuracy":
+        return f"reached {100 * row['settings']['stop_accuracy']:.0f}%"
+    return "the whole budget"
+
+
+def _crosses(row: dict, level: float) -> str:
+    found = crossing(row["curve"], level)
+    if found is None:
+        return "no: " + cost_to_go(row["curve"], level, row["train_cpu_seconds"])
+    before, at = found
+    where = _examples(at["examples_seen"])
+    where = f"by {where}" if before is None else f"{_examples(before['examples_seen'])}-{where}"
+    cpu = f"; {at['cpu_seconds'] / 3600:.2f} CPU h by then" if "cpu_seconds" in at else ""
+    return f"yes, {where} examples{cpu}"
+
+
+def budget_table(rows: dict[str, dict]) -> str:
+    """One line per budget run: where it stopped and why, its held-out accuracy (per k for the mixed model), whether
+    and at how many examples it crossed the paper's level (or the extrapolated cost of getting there), its CPU hours.
+    Runs still in flight (``stopped_at``, read from their checkpoints) are listed as such."""
+    runs = [row for row in rows.values() if row["task"] == "khop" and is_budget(row)]
+    splits, kinds = list(SPLITS), list(KINDS)
+    runs.sort(
+        key=lambda r: (splits.index(_split(r["settings"])), kinds.index(_kind(r["settings"])), r["settings"]["seed"])
+    )
+    lines = [
+        "| task | model | seed | stopped | examples seen | held-out accuracy (%) | paper's level | crosses it "
+        "(examples) / cost to reach it (extrapolated) | CPU h |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in runs:
+        s = row["settings"]
+        kind = _kind(s)
+        level, paper = PAPER[kind]
+        accuracy = f"{100 * row['accuracy']:.1f}"
+        if len(s["khop_ks"]) > 1 and row.get("per_k"):
+            accuracy += " (k = " + " / ".join(f"{100 * v:.1f}" for v in row["per_k"].values()) + ")"
+        model = "fully trained" if kind == "full" else f"{kind} UT (E, U, positions)"
+        lines.append(
+            f"| {SPLIT_TITLES[_split(s)]} | {model} | {s['seed']} | {_stop(row)} | "
+            f"{_examples(row['curve'][-1]['examples_seen'])} | {accuracy} | {paper} (at {100 * level:.1f}) | "
+            f"{_crosses(row, level)} | {row['train_cpu_seconds'] / 3600:.2f} |"
+        )
+    if not runs:
+        lines.append("| no budget run has evaluated yet | | | | | | | | |")
+    return "\n".join(lines)
+
+
+def budget_figure(rows: dict[str, dict], path: Path) -> None:
+    """Held-out accuracy against examples seen (log axis), one panel per budget split, colour by model kind and line
+    style by seed, with the paper's levels (random UT's range shaded, sparse UT's 100%) and the references' budget.
+    Runs still in flight are drawn faded."""
+    from ..plotting import save_figure, subplots
+
+    fig, axes = subplots(1, len(BUDGET_SPLITS), figsize=(4.5 * len(BUDGET_SPLITS), 4), sharey=True, sharex=True)
+    labelled: set[str] = set()
+
+    def label(text: str) -> str | None:
+        if text in labelled:
+            return None
+        labelled.add(text)
+        return text
+
+    for axis, split in zip(axes, BUDGET_SPLITS):
+        axis.axhspan(85.7, 96.1, color=KIND_COLOURS["random"], alpha=0.12, label=label("paper: random UT 85.7-96.1%"))
+        axis.axhline(
+            100, color=KIND_COLOURS["sparse"], linestyle="--", linewidth=1, label=label("paper: sparse UT 100%")
+        )
+        axis.axvline(BUDGET_EXAMPLES, color="grey", linestyle=":", linewidth=1, label=label("references' budget"))
+        for name, row in sorted(rows.items()):
+            s = row["settings"]
+            if row["task"] != "khop" or not is_budget(row) or _split(s) != split:
+                continue
+            kind = _kind(s)
+            points = row["curve"]
+            axis.plot(
+                [p["examples_seen"] for p in points],
+                [100 * p["accuracy"] for p in points],
+                color=KIND_COLOURS[kind],
+                linestyle=SEED_STYLES.get(s["seed"], "-."),
+                marker="o",
+                markersize=3,
+                alpha=0.35 if "stopped_at" in row else 0.85,
+                label=label(f"{'fully trained' if kind == 'full' else kind + ' UT'}, seed {s['seed']}"),
+            )
+        axis.set(xscale="log", xlabel="training examples seen", title=SPLIT_TITLES[split], ylim=(0, 101))
+        axis.grid(alpha=0.3)
+    axes[0].set_ylabel("held-out token accuracy (%)")
+    axes[0].legend(
+        handles=[h for axis in axes for h in axis.get_legend_handles_labels()[0]], fontsize=7, loc="lower right"
+    )
+    save_figure(fig, path, dpi=110)
+
+
+def budget_report(rows: dict[str, dict], *, table_path: Path, figure_path: Path | None) -> str:
+    """The budget runs' table (written to ``table_path``, returned) and figure (``figure_path``, when given)."""
+    runs = [row for row in rows.values() if row["task"] == "khop" and is_budget(row)]
+    cpu = sum(row["train_cpu_seconds"] for row in runs) / 3600
+    text = (
+        f"Held-out token accuracy on the 2 000 held-out strings of each seed, at every doubling of examples from "
+        f"10^5 up to the references' {BUDGET_EXAMPLES:,} fresh examples; a run stops at "
+        f"{100 * BUDGET_RULES['stop_accuracy']:.0f}% held out, or when a doubling of examples moved its accuracy "
+        f"by less than {100 * BUDGET_RULES['stop_flat']:.0f} point, or at the budget. A crossing lies between the two "
+        f"evaluations named (a factor of 2 in examples); a cost to reach the level is a log-linear extrapolation of "
+        f"the last doubling, not a measurement. {len(runs)} runs, {cpu:.1f} CPU hours so far.\n\n"
+        + budget_table(rows)
+        + "\n"
+    )
+    atomic_write_text(table_path, text)
+    if figure_path is not None:
+        budget_figure(rows, figure_path)
+    return text
+
+
+__all__ = ["budget_figure", "budget_report", "budget_table", "crossing"]
