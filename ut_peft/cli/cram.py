@@ -23,14 +23,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import difflib
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..accessibility.designs.registry import available_designs
 from ..models import DEFAULT_MODEL
 from .common import (
     add_common_flags,
-    add_output_dir,
     check_model,
     check_output_folder,
     check_run_folder,
@@ -49,30 +49,17 @@ PROJECT = "ut-peft-cram"
 
 
 def main(args):
-    from ..accessibility import merge_sweeps, run_sweep, save_memory_adapters, summarize_folder
+    from ..accessibility import run_sweep, save_memory_adapters
     from ..accessibility.report import console_summary
-    from ..accessibility.store import ADAPTERS_DIR, REPORT_FILE, SETTINGS_FILE, check_retarget_target, torn_files
+    from ..accessibility.store import ADAPTERS_DIR, REPORT_FILE, SETTINGS_FILE, check_retarget_target
     from ..accessibility.tracking import SweepTracker
 
     if args.retarget_from and (args.merge or args.report_only):
         raise ValueError(
             f"--retarget-from starts a sweep; it does not go with {'--merge' if args.merge else '--report-only'}"
         )
-    if args.merge:  # sweeps of other m / lengths, e.g. run on several machines, pooled into --output-dir
-        for folder in args.merge:
-            check_run_folder(folder, "--merge", SETTINGS_FILE)
-        check_output_folder(args.output)
-        merge_sweeps(args.merge, args.output, overwrite=args.overwrite)
-        args.report_only = True
-    if args.report_only:  # e.g. on a sweep still running elsewhere, or one that was stopped
-        check_run_folder(args.output, "--output-dir", SETTINGS_FILE)
-        print(console_summary(summarize_folder(args.output, support_sequences=args.support_sequences)))
-        print(f"report: {Path(args.output) / REPORT_FILE}")
-        for path in torn_files(Path(args.output)):  # said, not silently reported on as if the row never ran
-            print(
-                f"note: {path} ends in a torn line (a run killed while writing a row, or one writing it now): that "
-                "row is left out of this report; resuming the sweep cuts the line off and crams the row again"
-            )
+    if args.merge or args.report_only:
+        report(args)
         return
     config = sweep_config(args)
     check_source(args.source)
@@ -111,43 +98,45 @@ def main(args):
         print(f"report: {Path(args.output) / REPORT_FILE}")
 
 
-# ---- flags -> SweepConfig -----------------------------------------------------------------------------------------
+def report(args: argparse.Namespace) -> None:
+    """--merge (pool sweeps into --output-dir) and --report-only: the report on the rows --output-dir holds."""
+    from ..accessibility import merge_sweeps, summarize_folder
+    from ..accessibility.report import console_summary
+    from ..accessibility.store import REPORT_FILE, SETTINGS_FILE, torn_files
+
+    if args.merge:  # sweeps of other m / lengths, e.g. run on several machines, pooled into --output-dir
+        for folder in args.merge:
+            check_run_folder(folder, "--merge", SETTINGS_FILE)
+        check_output_folder(args.output)
+        merge_sweeps(args.merge, args.output, overwrite=args.overwrite)
+        args.report_only = True
+    # e.g. on a sweep still running elsewhere, or one that was stopped
+    check_run_folder(args.output, "--output-dir", SETTINGS_FILE)
+    print(console_summary(summarize_folder(args.output, support_sequences=args.support_sequences)))
+    print(f"report: {Path(args.output) / REPORT_FILE}")
+    for path in torn_files(Path(args.output)):  # said, not silently reported on as if the row never ran
+        print(
+            f"note: {path} ends in a torn line (a run killed while writing a row, or one writing it now): that "
+            "row is left out of this report; resuming the sweep cuts the line off and crams the row again"
+        )
 
 
-def _default(cls, name: str):
-    """A config dataclass field's default: the CLI's defaults are the Python API's."""
-    field = {f.name: f for f in dataclasses.fields(cls)}[name]
-    return field.default_factory() if field.default_factory is not dataclasses.MISSING else field.default
+# ---- the library's values the flags show --------------------------------------------------------------------------
 
 
 # The Python API's values the flags take and show. Parsing (--help and a refused flag included) imports no sweep
-# module, which would import torch: each value is written here with where the API writes it (library_value), and
-# tests/cli/test_start.py checks every one against the API.
+# module, which would import torch: each value is written here with where the API writes it (library_value; a flag's
+# default where its Flag gives api=), and tests/cli/test_start.py checks every one against the API.
 _SWEEP = "ut_peft.accessibility.sweep:SweepConfig()"
 _CRAM = "ut_peft.accessibility.engine.cram:CramConfig()"
 _GRID = "ut_peft.accessibility.sweep:GridConfig()"
 _QUICK = "ut_peft.accessibility.engine.protocol:QUICK_RUN"
+_API_AT = {"": _SWEEP, "cram": _CRAM, "grid": _GRID}  # a flag's config section -> where the API writes its default
 PROTOCOLS = library_value("ut_peft.accessibility.engine.protocol:PROTOCOLS", ("ut-peft", "published"))
 POOLED_VERSIONS = library_value("ut_peft.accessibility.design:sorted(POOLED_RULES)", [1, 2, 3, 4, 5, 6, 7, 8])
 POOLED_DESIGN_VERSION = library_value("ut_peft.accessibility.design:POOLED_DESIGN_VERSION", 2)
 SNAPSHOT_SECONDS = library_value("ut_peft.accessibility.sweep:run_sweep.__kwdefaults__['snapshot_seconds']", 300.0)
-API = {
-    "model": library_value(f"{_SWEEP}.model", DEFAULT_MODEL),
-    "source": library_value(f"{_SWEEP}.source", "text"),
-    "protocol": library_value(f"{_SWEEP}.protocol", "ut-peft"),
-    "seed": library_value(f"{_SWEEP}.seed", 0),
-    "prefix": library_value(f"{_SWEEP}.prefix", "bos"),
-    "support_sequences": library_value(f"{_SWEEP}.support_sequences", 256),
-    "lr": library_value(f"{_CRAM}.lr", 0.01),
-    "batch_size": library_value(f"{_CRAM}.batch_size", 16),
-    "autocast": library_value(f"{_CRAM}.autocast", "auto"),
-    "abandon_below": library_value(f"{_CRAM}.abandon_below", ()),
-    "abandon_audit": library_value(f"{_CRAM}.abandon_audit", 0.0),
-    "start": library_value(f"{_GRID}.start", 10),
-    "stop": library_value(f"{_GRID}.stop", 1000),
-    "coarse": library_value(f"{_GRID}.coarse", 100),
-    "fine": library_value(f"{_GRID}.fine", 10),
-}
+SUPPORT_SEQUENCES = library_value(f"{_SWEEP}.support_sequences", 256)
 
 # The command's own default job (`ut-peft cram` with no flags: protocol.QUICK_RUN, a smoke run of minutes on a
 # CPU); its m and lengths hold under either protocol.
@@ -172,6 +161,273 @@ PUBLISHED_DEFAULTS = {
 def protocol_defaults(protocol: str) -> dict:
     """The values of --num-sequences, --max-steps and --patience when they are not given."""
     return PUBLISHED_DEFAULTS if protocol == "published" else UT_PEFT_DEFAULTS
+
+
+# ---- argparse types -----------------------------------------------------------------------------------------------
+
+
+def abandon_pair(text: str) -> tuple[int, float]:
+    step, sep, accuracy = text.partition(":")
+    try:
+        return int(step), float(accuracy)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected STEP:ACCURACY such as 100:0.4, got {text!r}") from None
+
+
+def minutes(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"expected a number of minutes >= 0 (0: never), got {text!r}")
+    return value
+
+
+# ---- how a sweep's settings.json records a flag (read back by flags_from_settings) --------------------------------
+
+_TEXT_NAMES = {"pydoc_data": "text"}
+_WORD_NAMES = {
+    "glove-6b:100000": "words:glove",
+    "wordfreq:en:100000": "words:wordfreq",
+    "pydoc_data": "words:pydoc_data",
+}
+
+
+def _source_spec(source: dict, path) -> str:
+    kind, name = source.get("kind"), source.get("name")
+    if kind == "tokens":
+        return "tokens"
+    if kind == "text" and isinstance(name, str) and not name.startswith("dataset:"):
+        return name if name.startswith("hf:") else _TEXT_NAMES.get(name, f"text:{name}")
+    if kind == "words" and isinstance(name, str):
+        return _WORD_NAMES.get(name, f"words:{name}")
+    raise ValueError(f"{path}: its source {source} was given from Python (a dataset object); rerun it from Python")
+
+
+def _recorded_design(settings: dict) -> str:
+    """--design from settings.json: fixed and adaptive sweeps are told apart by grid.lengths; sequential and pooled
+    ones record their design (any other recorded kind reruns as the grid says)."""
+    if settings["grid"].get("lengths") is not None:
+        return "fixed"
+    kind = (settings.get("design") or {}).get("kind")
+    return kind if kind in ("sequential", "pooled") else "adaptive"
+
+
+def _n50_flag(n50) -> list[str] | None:
+    """design.target_n50_se as --target-n50-se takes it: one standard error, or M:SE pairs."""
+    if n50 is None:
+        return None
+    return [f"{m}:{se}" for m, se in n50.items()] if isinstance(n50, dict) else [str(n50)]
+
+
+def _designs(*kinds: str) -> Callable[[dict], bool]:
+    """Recorded by the settings.json of these designs only (its design.kind)."""
+    return lambda settings: (settings.get("design") or {}).get("kind") in kinds
+
+
+def _walked(settings: dict) -> bool:
+    """The length walk: recorded by the designs that walk (no grid.lengths)."""
+    return settings["grid"].get("lengths") is None
+
+
+def _ut_peft_layout(settings: dict) -> bool:
+    """The prefix: the published protocol sets its own layout, which no --prefix gives."""
+    return settings.get("protocol") != "published"
+
+
+# ---- the flags: one table, from which the parser and settings.json -> flags are made ------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Flag:
+    """One flag of the command: what the parser reads (``--name``, its type, default, choices, help), where its value
+    goes in the sweep's config, and where a sweep's settings.json records it, for :func:`flags_from_settings` to turn
+    a finished sweep's settings back into the flags that rerun it."""
+
+    name: str  # the long flag without its dashes
+    # The SweepConfig field it sets: "seed"; "cram.lr", CramConfig.lr of SweepConfig.cram; "grid.start", GridConfig's.
+    # None: the command's own flag (paths, how this run goes), which no settings.json records.
+    config: str | None = None
+    help: str = ""
+    stored: str | None = None  # where settings.json records it, where not at `config` ("design.version")
+    unrecorded: bool = False  # settings.json leaves it out (a speed knob: batch size)
+    required: bool = False  # every settings.json holds it (read as values[key])
+    absent: Any = None  # its value from a settings.json without the key (written before the key was)
+    when: Callable[[dict], bool] | None = None  # which settings.json record it (None: every one)
+    read: Callable[..., Any] | None = None  # (recorded value, settings, path) -> the flag's value; None: the value
+    api: Any = None  # the default where it is the Python API's default of `config` (library_value checks it)
+    default: Any = None  # the default otherwise
+    type: Callable[[str], Any] | None = None
+    nargs: str | None = None
+    choices: Sequence | Callable[[], Sequence] | None = None  # a callable: asked when the parser is built
+    metavar: str | None = None
+    switch: bool = False  # store_true
+    aliases: tuple[str, ...] = ()
+    dest: str = ""  # default: the name with underscores
+
+    def __post_init__(self):
+        if not self.dest:
+            object.__setattr__(self, "dest", self.name.replace("-", "_"))
+        if self.api is not None and self.config is not None:
+            section, _, field = self.config.rpartition(".")
+            object.__setattr__(self, "default", library_value(f"{_API_AT[section]}.{field}", self.api))
+
+    @property
+    def setting(self) -> str | None:
+        """Where a sweep's settings.json records the flag's value ("cram.lr"); None where it does not."""
+        return None if self.unrecorded else self.stored or self.config
+
+    def add_to(self, parser: argparse.ArgumentParser) -> None:
+        """``parser.add_argument`` for the flag."""
+        names = (f"--{self.name}", *self.aliases)
+        if self.switch:
+            parser.add_argument(*names, dest=self.dest, action="store_true", help=self.help)
+            return
+        choices = self.choices() if callable(self.choices) else self.choices
+        given: dict[str, Any] = {"type": self.type, "nargs": self.nargs, "choices": choices, "metavar": self.metavar}
+        options = {key: value for key, value in given.items() if value is not None}
+        parser.add_argument(*names, dest=self.dest, default=self.default, help=self.help, **options)
+
+    def recorded(self, settings: dict, path) -> Any:
+        """The flag's value that reruns the sweep of ``settings`` (None: its default)."""
+        key, _, field = str(self.setting).partition(".")
+        if field:
+            value = (settings.get(key) or {}).get(field, self.absent)
+        else:
+            value = settings[key] if self.required else settings.get(key, self.absent)
+        return value if self.read is None else self.read(value, settings, path)
+
+
+_PUBLISHED, _OURS = PUBLISHED_DEFAULTS, UT_PEFT_DEFAULTS
+_WALK = "the length walk of the adaptive, sequential and pooled designs"
+_SNAPSHOT = SNAPSHOT_SECONDS / 60
+# One record a flag, in the order --help lists them; laid out by hand, as a table (ruff's layout would give each
+# keyword a line of its own).
+FLAGS = (
+    Flag("model", "model", required=True, api=DEFAULT_MODEL, help="bundled name, local folder or hub id"),
+    Flag("source", "source", required=True, api="text", read=lambda source, _, path: _source_spec(source, path),
+         help="text, text:PATH, hf:NAME[:SPLIT[:COLUMN]], words, words:glove (the paper's list; what words means "
+         "under --protocol published), words:wordfreq, words:PATH or tokens"),
+    Flag("ms", "ms", required=True, default=DEFAULT_JOB["ms"], type=int, nargs="+", help="numbers of memory vectors"),
+    Flag("protocol", "protocol", api="ut-peft", choices=list(PROTOCOLS),
+         help="published: the accessibility paper's code exactly (layout [memory, BOS, ...], length counts the BOS, "
+         "unscaled init, no greedy re-check, nested texts, 100k-word list; defaults to its "
+         f"{_PUBLISHED['num_sequences']} sequences, adaptive grid, cap {_PUBLISHED['max_steps']}, patience "
+         f"{_PUBLISHED['patience']}): use it for figures compared with the paper's. ut-peft: the BOS before the "
+         "memory, greedy-confirmed rows"),
+    Flag("lengths", "grid.lengths", type=int, nargs="+",
+         help=f"fixed length grid (default {' '.join(map(str, DEFAULT_JOB['lengths']))}; the published protocol's "
+         "default is the adaptive grid)"),
+    # The registry as it is when the parser is built (it imports nothing heavy): a registered design is offered.
+    Flag("design", "design", stored="design.kind", read=lambda _, settings, __: _recorded_design(settings),
+         choices=available_designs,
+         help="fixed (default; adaptive under --protocol published without --lengths): --lengths; adaptive: the "
+         "paper's grid from --start to --stop; sequential: lengths from a logistic fit, --num-sequences fresh "
+         "sequences per round, until --target-ci or --budget; pooled: one line n_50 = a m + b fitted to every m at "
+         "once, rows at the smallest, the largest and a middle m (the linearity check) until --target-slope-se and "
+         "--target-n50-se or --budget"),
+    Flag("adaptive", switch=True, help="alias of --design adaptive"),
+    Flag("target-slope-se", "target_slope_se", stored="design.target_slope_se", when=_designs("pooled"), type=float,
+         help="pooled: stop once the standard error of the slope of n_50 against m is at most this (tokens per "
+         "vector)"),
+    Flag("target-n50-se", "target_n50_se", stored="design.target_n50_se", when=_designs("pooled"),
+         read=lambda n50, *_: _n50_flag(n50), nargs="+", metavar="SE|M:SE",
+         help="pooled: stop once the standard error of n_50 at every m (measured or read off the line) is at most "
+         "this many tokens: one value, or M:SE pairs"),
+    # absent: a pooled sweep written before the design had versions
+    Flag("pooled-version", "pooled_version", stored="design.version", absent=1, when=_designs("pooled"), type=int,
+         choices=POOLED_VERSIONS,
+         help="pooled: the version of the design's placement and stopping rules (default: the one a pooled sweep in "
+         f"--output-dir was started with, else {POOLED_DESIGN_VERSION}); a retarget may change it"),
+    Flag("target-ci", "target_ci", stored="design.target_ci", when=_designs("sequential"), type=float,
+         help="sequential: stop an m once its n_50 95%% interval is narrower than this many tokens"),
+    Flag("budget", "budget_row_steps", stored="design.budget_row_steps", when=_designs("sequential", "pooled"),
+         type=int, help="sequential: stop an m once its rows cost this many forward-backward passes (row-steps)"),
+    Flag("infer-prefixes", "infer_prefixes", switch=True,
+         help="nested texts (--protocol published --source text): cram each text's lengths in increasing order and "
+         "decide without cramming the rows its other rows imply (crammed at n: accessible at every shorter n; "
+         "failed at n: taken to fail at every longer n); the rows say 'inferred'"),
+    Flag("text-chunks", "text_chunks", stored="source.chunk_tokens", type=int, metavar="TOKENS",
+         help="nested texts (--protocol published --source text or hf:...): cut the corpus into disjoint texts of "
+         "whole paragraphs, at least TOKENS each, instead of one text per document; for the pooled and sequential "
+         "designs, which cram a fresh text in every row (the bundled text holds 79 documents; with SmolLM2's "
+         "tokenizer, 195 texts of 512+ tokens)"),
+    Flag("start", "grid.start", when=_walked, api=10, type=int, help=f"{_WALK}: its first length"),
+    Flag("stop", "grid.stop", when=_walked, api=1000, type=int, help=f"{_WALK}: its longest length"),
+    Flag("coarse", "grid.coarse", when=_walked, api=100, type=int, help=f"{_WALK}: its step far from n_50"),
+    Flag("fine", "grid.fine", when=_walked, api=10, type=int, help=f"{_WALK}: its step near n_50"),
+    Flag("num-sequences", "num_sequences", required=True, type=int,
+         help=f"sequences per (m, n) (default {_OURS['num_sequences']}, the quick run's: SweepConfig.quick_run(); "
+         f"{_PUBLISHED['num_sequences']} under --protocol published, as the paper and SweepConfig())"),
+    # numpy's generators, which draw every sequence, take no negative seed
+    Flag("seed", "seed", required=True, api=0, type=nonnegative_int,
+         help="every sequence and init derive from it and their (m, n, index)"),
+    Flag("max-steps", "cram.max_steps", type=int,
+         help=f"step cap per sequence (default {_OURS['max_steps']}, the quick run's; {_PUBLISHED['max_steps']} "
+         "under --protocol published, as the paper)"),
+    Flag("patience", "cram.patience", type=int,
+         help=f"steps without a new best (default {_OURS['patience']}, the quick run's; {_PUBLISHED['patience']} "
+         "under --protocol published, as the paper)"),
+    Flag("lr", "cram.lr", api=0.01, type=float, help="AdamW learning rate of the memory vectors"),
+    Flag("batch-size", "cram.batch_size", unrecorded=True, api=16, type=int, help="sequences crammed together"),
+    # Recorded as the ut-peft layout's prefix ids: the BOS before the memory, or nothing (prefix none).
+    Flag("prefix", "prefix", stored="cram.prefix_ids", when=_ut_peft_layout, api="bos", choices=["bos", "none"],
+         read=lambda prefix_ids, *_: "bos" if prefix_ids else "none",
+         help="bos: the tokenizer's BOS (when it has one) before the memory vectors, since position 0 is an "
+         "attention sink; none: the memory starts the sequence, as in the published code"),
+    Flag("progressive", "cram.progressive", switch=True, help="grow the target one token at a time"),
+    Flag("abandon-below", "cram.abandon_below", api=(), type=abandon_pair, nargs="+", metavar="STEP:ACC",
+         help="calibrated early abandon: stop a row whose best teacher-forced accuracy is below ACC after STEP "
+         "updates (calibrate on full runs: python benchmarks/early_abandon.py)"),
+    Flag("abandon-audit", "cram.abandon_audit", api=0.0, type=float, metavar="PI",
+         help="audit the early abandon: a row --abandon-below flags runs on to its own end with probability PI "
+         "(drawn from its seed; rows record flagged_at and audited), so that accessibility estimated from the rows' "
+         "pseudo-outcomes is not biased by the rule's false abandons. Only the pooled design's versions 4 and 5 fit "
+         "those, and they set their own PI (0.25): other designs refuse it; 0 (default): every flagged row stops"),
+    Flag("autocast", "cram.autocast", api="auto", choices=["auto", "bf16", "fp16", "none"],
+         help="precision of the forward passes; auto: bf16 on a GPU (fp16 under --protocol published), float32 on "
+         "CPU"),
+    Flag("support-sequences", "support_sequences", type=int,
+         help="random sequences the bounds' support (r and the box) is measured on, recorded in settings.json "
+         f"(default: what the sweep in --output-dir was measured on, else {SUPPORT_SEQUENCES})"),
+    # The command's own flags: how this run goes, not what it measures.
+    Flag("device-map", switch=True, help="spread a large model over devices (Accelerate)"),
+    Flag("save-vectors", switch=True, help="keep every sequence's vectors (safetensors)"),
+    Flag("snapshot-minutes", default=_SNAPSHOT, type=minutes,
+         help="save the state of the rows in flight this often (into <output dir>/inflight/), so a killed run "
+         f"resumes them where they were; 0: never (default {_SNAPSHOT:g})"),
+    Flag("save-adapters", switch=True, help="also save accessible vectors as PEFT adapters"),
+    # The folder, named as transformers' Trainer and accelerate name it (common.add_output_dir), and as it was before.
+    Flag("output-dir", aliases=("--output", "--out"), dest="output", default="cram-output", metavar="DIR",
+         help="the sweep's folder: settings, rows, summary, plots, report (rerunning into it resumes)"),
+    Flag("overwrite", switch=True, help="discard a previous run in --output-dir"),
+    Flag("retarget-from", metavar="FOLDER",
+         help="sequential and pooled designs: start the new or empty --output-dir from the rows of FOLDER, the same "
+         "sweep under other --target-* / --budget, that these targets decide as it did (FOLDER is only read); then "
+         "run on as a resume of --output-dir"),
+    Flag("merge", nargs="+", metavar="FOLDER",
+         help="pool the rows of these sweeps (same settings but m and lengths) into --output-dir and report"),
+    Flag("report-only", switch=True, help="only write summary, plots and report from the rows --output-dir holds now"),
+)  # fmt: skip
+
+
+def make_parser(prog: str | None = None) -> argparse.ArgumentParser:
+    """The command's parser: one flag per entry of FLAGS, then --config, --debug and the tracking flags."""
+    parser = argparse.ArgumentParser(
+        prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    for flag in FLAGS:
+        flag.add_to(parser)
+    return add_common_flags(parser, tracking=True)
+
+
+def parse(argv=None, *, prog: str | None = None):
+    """The command's flags (``--config FILE`` first: a YAML file of flags, or a finished sweep's settings.json)."""
+    return parse_args(make_parser(prog), argv, from_file=flags_from_settings)
+
+
+# ---- flags -> SweepConfig -----------------------------------------------------------------------------------------
 
 
 def _n50_targets(values):
@@ -206,6 +462,23 @@ def sweep_config(args: argparse.Namespace) -> SweepConfig:
     for name in ("num_sequences", "max_steps", "patience"):
         if getattr(args, name) is None:
             setattr(args, name, defaults[name])
+    design = _design(args)
+    grid = (
+        GridConfig(lengths=args.lengths or DEFAULT_JOB["lengths"])
+        if design == "fixed"
+        else GridConfig(start=args.start, stop=args.stop, coarse=args.coarse, fine=args.fine)
+    )
+    values = {flag.config: getattr(args, flag.dest) for flag in FLAGS if flag.config is not None}
+    values.update(design=design, target_n50_se=_n50_targets(args.target_n50_se))
+    cram = CramConfig(**{key.removeprefix("cram."): v for key, v in values.items() if key.startswith("cram.")})
+    values.update(support_sequences=support_sequences(args), pooled_version=pooled_version(args, design))
+    return SweepConfig(**{key: value for key, value in values.items() if "." not in key}, grid=grid, cram=cram)
+
+
+def _design(args: argparse.Namespace) -> str:
+    """The design the flags ask for; ValueError for a grid flag the design would not read."""
+    from ..accessibility import GridConfig
+
     design = "adaptive" if args.adaptive else args.design
     if args.adaptive and args.design not in (None, "fixed", "adaptive"):
         raise ValueError(f"--adaptive is an alias of --design adaptive; it contradicts --design {args.design}")
@@ -224,40 +497,7 @@ def sweep_config(args: argparse.Namespace) -> SweepConfig:
             f"{', '.join(moved)} set the length walk of the adaptive, sequential and pooled designs; the fixed design "
             "measures --lengths only: drop them, or choose another --design"
         )
-    grid = (
-        GridConfig(lengths=args.lengths or DEFAULT_JOB["lengths"])
-        if design == "fixed"
-        else GridConfig(start=args.start, stop=args.stop, coarse=args.coarse, fine=args.fine)
-    )
-    return SweepConfig(
-        model=args.model,
-        source=args.source,
-        ms=args.ms,
-        grid=grid,
-        design=design,
-        target_ci=args.target_ci,
-        budget_row_steps=args.budget,
-        target_slope_se=args.target_slope_se,
-        target_n50_se=_n50_targets(args.target_n50_se),
-        num_sequences=args.num_sequences,
-        seed=args.seed,
-        cram=CramConfig(
-            max_steps=args.max_steps,
-            patience=args.patience,
-            lr=args.lr,
-            batch_size=args.batch_size,
-            progressive=args.progressive,
-            autocast=args.autocast,
-            abandon_below=args.abandon_below,
-            abandon_audit=args.abandon_audit,
-        ),
-        support_sequences=support_sequences(args),
-        prefix=args.prefix,
-        protocol=args.protocol,
-        infer_prefixes=args.infer_prefixes,
-        text_chunks=args.text_chunks,
-        pooled_version=pooled_version(args, design),
-    )
+    return design
 
 
 def support_sequences(args: argparse.Namespace) -> int:
@@ -273,8 +513,8 @@ def support_sequences(args: argparse.Namespace) -> int:
             settings = read_settings(folder)
         except ValueError:
             continue  # no sweep there, or unreadable: the run itself says what is wrong with the folder
-        return recorded_settings(folder, settings).get("support_sequences", API["support_sequences"])
-    return API["support_sequences"]
+        return recorded_settings(folder, settings).get("support_sequences", SUPPORT_SEQUENCES)
+    return SUPPORT_SEQUENCES
 
 
 # The word lists a bare name gives (words:NAME); any other words:X, and any text:X, is a file (sources.make_source).
@@ -326,41 +566,35 @@ def tracked_settings(args: argparse.Namespace, config: SweepConfig) -> dict:
     return {"sweep": dataclasses.asdict(config), "flags": flags}
 
 
-# ---- settings.json -> flags (a finished sweep's settings as a config file) --------------------------------------
-
-_TEXT_NAMES = {"pydoc_data": "text"}
-_WORD_NAMES = {
-    "glove-6b:100000": "words:glove",
-    "wordfreq:en:100000": "words:wordfreq",
-    "pydoc_data": "words:pydoc_data",
-}
-
-
-def _source_spec(source: dict, path) -> str:
-    kind, name = source.get("kind"), source.get("name")
-    if kind == "tokens":
-        return "tokens"
-    if kind == "text" and isinstance(name, str) and not name.startswith("dataset:"):
-        return name if name.startswith("hf:") else _TEXT_NAMES.get(name, f"text:{name}")
-    if kind == "words" and isinstance(name, str):
-        return _WORD_NAMES.get(name, f"words:{name}")
-    raise ValueError(f"{path}: its source {source} was given from Python (a dataset object); rerun it from Python")
+# ---- settings.json -> flags (a finished sweep's settings as a config file) ----------------------------------------
 
 
 def flags_from_settings(values: dict, path) -> dict:
     """A config file's flags; a sweep's settings.json (it has "cram" and "grid") is turned into the flags that
-    rebuild the same settings, and refused where a setting has no flag."""
+    rebuild the same settings (each flag of FLAGS where it says settings.json records it), and refused where a
+    setting has no flag."""
     if not (isinstance(values.get("cram"), dict) and isinstance(values.get("grid"), dict)):
         return values
-    from ..accessibility import CramConfig, GridConfig, SweepConfig
-    from ..accessibility.engine.protocol import cram_settings
-    from ..accessibility.store import recorded_settings
-
     if "merged_from" in values:
         raise ValueError(
             f"{path} is the settings of a merge of {', '.join(values['merged_from'])}: rerun each of those "
             "with its own settings.json, then --merge them again"
         )
+    values = _check_settings(values, path)
+    return {
+        flag.dest: flag.recorded(values, path)
+        for flag in FLAGS
+        if flag.setting is not None and (flag.when is None or flag.when(values))
+    }
+
+
+def _check_settings(values: dict, path) -> dict:
+    """``values`` (with the support sequences of a folder written before settings.json recorded them); ValueError
+    for a key no sweep writes, or a setting no flag gives."""
+    from ..accessibility import CramConfig, GridConfig, SweepConfig
+    from ..accessibility.engine.protocol import cram_settings
+    from ..accessibility.store import recorded_settings
+
     protocol = values.get("protocol", _default(SweepConfig, "protocol"))
     cram, grid, design = values["cram"], values["grid"], values.get("design") or {}
     _check_keys(values, SETTINGS_KEYS, path)
@@ -373,58 +607,22 @@ def flags_from_settings(values: dict, path) -> dict:
     if values.get("support_seq_len", seq_len) != seq_len:
         raise ValueError(f"{path}: support_seq_len = {values['support_seq_len']!r} has no flag; rerun it from Python")
     implied = dataclasses.asdict(cram_settings(protocol, CramConfig()))  # what the protocol sets by itself
-    fixed_by = {"betas": implied, "weight_decay": implied, "adam_eps": implied, "given_tokens": implied}
-    fixed_by.update(init_std=implied, gpu_autocast=implied, check_greedy=implied)
-    for name, reference in fixed_by.items():
-        if name in cram and _same(cram[name], reference[name]) is False:
+    for name in ("betas", "weight_decay", "adam_eps", "given_tokens", "init_std", "gpu_autocast", "check_greedy"):
+        if name in cram and _same(cram[name], implied[name]) is False:
             raise ValueError(
                 f"{path}: cram.{name} = {cram[name]!r} has no flag (the {protocol} protocol gives "
-                f"{reference[name]!r}); rerun it from Python with SweepConfig"
+                f"{implied[name]!r}); rerun it from Python with SweepConfig"
             )
     for name in ("high", "low"):
         if name in grid and grid[name] != _default(GridConfig, name):
             raise ValueError(f"{path}: grid.{name} = {grid[name]!r} has no flag; rerun it from Python")
-    flags = {
-        "model": values["model"],
-        "source": _source_spec(values["source"], path),
-        "ms": values["ms"],
-        "num_sequences": values["num_sequences"],
-        "seed": values["seed"],
-        "protocol": protocol,
-        "lr": cram.get("lr"),
-        "max_steps": cram.get("max_steps"),
-        "patience": cram.get("patience"),
-        "progressive": cram.get("progressive"),
-        "autocast": cram.get("autocast"),
-        "abandon_below": cram.get("abandon_below") or None,
-        "abandon_audit": cram.get("abandon_audit"),  # absent (None: the flag's default, 0) from runs without it
-        "infer_prefixes": values.get("infer_prefixes", False),
-        "text_chunks": values["source"].get("chunk_tokens"),
-        "support_sequences": values.get("support_sequences"),  # absent: the default, which it was measured on
-    }
-    if protocol != "published":  # ut-peft's layout: the BOS before the memory, or nothing (prefix none)
-        flags["prefix"] = "bos" if cram.get("prefix_ids") else "none"
-    if design.get("kind") == "sequential":
-        flags.update(design="sequential", target_ci=design.get("target_ci"), budget=design.get("budget_row_steps"))
-    if design.get("kind") == "pooled":
-        n50 = design.get("target_n50_se")
-        flags.update(
-            design="pooled",
-            target_slope_se=design.get("target_slope_se"),
-            target_n50_se=None
-            if n50 is None
-            else [f"{m}:{se}" for m, se in n50.items()]
-            if isinstance(n50, dict)
-            else [str(n50)],
-            budget=design.get("budget_row_steps"),
-            pooled_version=design.get("version", 1),
-        )
-    if grid.get("lengths") is not None:
-        flags.update(design="fixed", lengths=grid["lengths"])
-    else:
-        flags.setdefault("design", "adaptive")
-        flags.update({name: grid[name] for name in ("start", "stop", "coarse", "fine") if name in grid})
-    return flags
+    return values
+
+
+def _default(cls, name: str):
+    """A config dataclass field's default: the CLI's defaults are the Python API's."""
+    field = {f.name: f for f in dataclasses.fields(cls)}[name]
+    return field.default_factory() if field.default_factory is not dataclasses.MISSING else field.default
 
 
 # Every key a sweep's settings.json may hold (what SweepConfig.fingerprint and the store write): read above, or
@@ -451,236 +649,6 @@ def _same(a, b) -> bool:
         return [norm(x) for x in v] if isinstance(v, (list, tuple)) else v
 
     return norm(a) == norm(b)
-
-
-def abandon_pair(text: str) -> tuple[int, float]:
-    step, sep, accuracy = text.partition(":")
-    try:
-        return int(step), float(accuracy)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected STEP:ACCURACY such as 100:0.4, got {text!r}") from None
-
-
-def minutes(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not value >= 0:  # also refuses nan
-        raise argparse.ArgumentTypeError(f"expected a number of minutes >= 0 (0: never), got {text!r}")
-    return value
-
-
-def parse(argv=None, *, prog: str | None = None):
-    published, ours = PUBLISHED_DEFAULTS, UT_PEFT_DEFAULTS
-    parser = argparse.ArgumentParser(
-        prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--model", default=API["model"], help="bundled name, local folder or hub id")
-    parser.add_argument(
-        "--source",
-        default=API["source"],
-        help="text, text:PATH, hf:NAME[:SPLIT[:COLUMN]], words, words:glove (the paper's list; what words means "
-        "under --protocol published), words:wordfreq, words:PATH or tokens",
-    )
-    parser.add_argument("--ms", type=int, nargs="+", default=DEFAULT_JOB["ms"], help="numbers of memory vectors")
-    parser.add_argument(
-        "--protocol",
-        default=API["protocol"],
-        choices=list(PROTOCOLS),
-        help="published: the accessibility paper's code exactly (layout [memory, BOS, ...], length "
-        "counts the BOS, unscaled init, no greedy re-check, nested texts, 100k-word list; defaults "
-        f"to its {published['num_sequences']} sequences, adaptive grid, cap {published['max_steps']}, patience "
-        f"{published['patience']}): use it for figures compared with the paper's. ut-peft: the BOS before the "
-        "memory, greedy-confirmed rows",
-    )
-    parser.add_argument(
-        "--lengths",
-        type=int,
-        nargs="+",
-        default=None,
-        help=f"fixed length grid (default {' '.join(map(str, DEFAULT_JOB['lengths']))}; the published protocol's "
-        "default is the adaptive grid)",
-    )
-    parser.add_argument(
-        "--design",
-        default=None,
-        # The registry as it is when the parser is built (it imports nothing heavy): a registered design is offered.
-        choices=available_designs(),
-        help="fixed (default; adaptive under --protocol published without --lengths): --lengths; "
-        "adaptive: the paper's grid from --start to --stop; sequential: "
-        "lengths from a logistic fit, --num-sequences fresh sequences per round, until --target-ci or "
-        "--budget; pooled: one line n_50 = a m + b fitted to every m at once, rows at the smallest, the largest and "
-        "a middle m (the linearity check) until --target-slope-se and --target-n50-se or --budget",
-    )
-    parser.add_argument("--adaptive", action="store_true", help="alias of --design adaptive")
-    parser.add_argument(
-        "--target-slope-se",
-        type=float,
-        default=None,
-        help="pooled: stop once the standard error of the slope of n_50 against m is at most this (tokens per vector)",
-    )
-    parser.add_argument(
-        "--target-n50-se",
-        nargs="+",
-        default=None,
-        metavar="SE|M:SE",
-        help="pooled: stop once the standard error of n_50 at every m (measured or read off the line) is at most "
-        "this many tokens: one value, or M:SE pairs",
-    )
-    parser.add_argument(
-        "--pooled-version",
-        type=int,
-        choices=POOLED_VERSIONS,
-        default=None,
-        help=f"pooled: the version of the design's placement and stopping rules (default: the one a pooled sweep in "
-        f"--output-dir was started with, else {POOLED_DESIGN_VERSION}); a retarget may change it",
-    )
-    parser.add_argument(
-        "--target-ci",
-        type=float,
-        default=None,
-        help="sequential: stop an m once its n_50 95%% interval is narrower than this many tokens",
-    )
-    parser.add_argument(
-        "--budget",
-        type=int,
-        default=None,
-        help="sequential: stop an m once its rows cost this many forward-backward passes (row-steps)",
-    )
-    parser.add_argument(
-        "--infer-prefixes",
-        action="store_true",
-        help="nested texts (--protocol published --source text): cram each text's lengths in "
-        "increasing order and decide without cramming the rows its other rows imply (crammed at n: "
-        "accessible at every shorter n; failed at n: taken to fail at every longer n); the rows say "
-        "'inferred'",
-    )
-    parser.add_argument(
-        "--text-chunks",
-        type=int,
-        default=None,
-        metavar="TOKENS",
-        help="nested texts (--protocol published --source text or hf:...): cut the corpus into disjoint texts of "
-        "whole paragraphs, at least TOKENS each, instead of one text per document; for the pooled and sequential "
-        "designs, which cram a fresh text in every row (the bundled text holds 79 documents; with SmolLM2's "
-        "tokenizer, 195 texts of 512+ tokens)",
-    )
-    walk = "the length walk of the adaptive, sequential and pooled designs"
-    parser.add_argument("--start", type=int, default=API["start"], help=f"{walk}: its first length")
-    parser.add_argument("--stop", type=int, default=API["stop"], help=f"{walk}: its longest length")
-    parser.add_argument("--coarse", type=int, default=API["coarse"], help=f"{walk}: its step far from n_50")
-    parser.add_argument("--fine", type=int, default=API["fine"], help=f"{walk}: its step near n_50")
-    parser.add_argument(
-        "--num-sequences",
-        type=int,
-        default=None,
-        help=f"sequences per (m, n) (default {ours['num_sequences']}, the quick run's: SweepConfig.quick_run(); "
-        f"{published['num_sequences']} under --protocol published, as the paper and SweepConfig())",
-    )
-    parser.add_argument(
-        "--seed",
-        type=nonnegative_int,  # numpy's generators, which draw every sequence, take no negative seed
-        default=API["seed"],
-        help="every sequence and init derive from it and their (m, n, index)",
-    )
-    parser.add_argument(
-        "--max-steps",
-        type=int,
-        default=None,
-        help=f"step cap per sequence (default {ours['max_steps']}, the quick run's; {published['max_steps']} under "
-        "--protocol published, as the paper)",
-    )
-    parser.add_argument(
-        "--patience",
-        type=int,
-        default=None,
-        help=f"steps without a new best (default {ours['patience']}, the quick run's; {published['patience']} under "
-        "--protocol published, as the paper)",
-    )
-    parser.add_argument("--lr", type=float, default=API["lr"], help="AdamW learning rate of the memory vectors")
-    parser.add_argument("--batch-size", type=int, default=API["batch_size"], help="sequences crammed together")
-    parser.add_argument(
-        "--prefix",
-        default=API["prefix"],
-        choices=["bos", "none"],
-        help="bos: the tokenizer's BOS (when it has one) before the memory vectors, since position 0 "
-        "is an attention sink; none: the memory starts the sequence, as in the published code",
-    )
-    parser.add_argument("--progressive", action="store_true", help="grow the target one token at a time")
-    parser.add_argument(
-        "--abandon-below",
-        type=abandon_pair,
-        nargs="+",
-        default=API["abandon_below"],
-        metavar="STEP:ACC",
-        help="calibrated early abandon: stop a row whose best teacher-forced accuracy is below ACC "
-        "after STEP updates (calibrate on full runs: python benchmarks/early_abandon.py)",
-    )
-    parser.add_argument(
-        "--abandon-audit",
-        type=float,
-        default=API["abandon_audit"],
-        metavar="PI",
-        help="audit the early abandon: a row --abandon-below flags runs on to its own end with probability PI "
-        "(drawn from its seed; rows record flagged_at and audited), so that accessibility estimated from the rows' "
-        "pseudo-outcomes is not biased by the rule's false abandons. Only the pooled design's versions 4 and 5 fit "
-        "those, and they set their own PI (0.25): other designs refuse it; 0 (default): every flagged row stops",
-    )
-    parser.add_argument(
-        "--autocast",
-        default=API["autocast"],
-        choices=["auto", "bf16", "fp16", "none"],
-        help="precision of the forward passes; auto: bf16 on a GPU (fp16 under --protocol published), float32 on CPU",
-    )
-    parser.add_argument(
-        "--support-sequences",
-        type=int,
-        default=None,
-        help="random sequences the bounds' support (r and the box) is measured on, recorded in settings.json "
-        f"(default: what the sweep in --output-dir was measured on, else {API['support_sequences']})",
-    )
-    parser.add_argument("--device-map", action="store_true", help="spread a large model over devices (Accelerate)")
-    parser.add_argument("--save-vectors", action="store_true", help="keep every sequence's vectors (safetensors)")
-    snapshot = SNAPSHOT_SECONDS / 60
-    parser.add_argument(
-        "--snapshot-minutes",
-        type=minutes,
-        default=snapshot,
-        help="save the state of the rows in flight this often (into <output dir>/inflight/), so a killed "
-        f"run resumes them where they were; 0: never (default {snapshot:g})",
-    )
-    parser.add_argument("--save-adapters", action="store_true", help="also save accessible vectors as PEFT adapters")
-    add_output_dir(
-        parser,
-        "--output",
-        "--out",
-        dest="output",
-        default="cram-output",
-        help="the sweep's folder: settings, rows, summary, plots, report (rerunning into it resumes)",
-    )
-    parser.add_argument("--overwrite", action="store_true", help="discard a previous run in --output-dir")
-    parser.add_argument(
-        "--retarget-from",
-        metavar="FOLDER",
-        default=None,
-        help="sequential and pooled designs: start the new or empty --output-dir from the rows of FOLDER, the same "
-        "sweep under other --target-* / --budget, that these targets decide as it did (FOLDER is only read); "
-        "then run on as a resume of --output-dir",
-    )
-    parser.add_argument(
-        "--merge",
-        nargs="+",
-        metavar="FOLDER",
-        help="pool the rows of these sweeps (same settings but m and lengths) into --output-dir and report",
-    )
-    parser.add_argument(
-        "--report-only",
-        action="store_true",
-        help="only write summary, plots and report from the rows --output-dir holds now",
-    )
-    add_common_flags(parser, tracking=True)
-    return parse_args(parser, argv, from_file=flags_from_settings)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,145 @@
+"""`ut-peft cram`'s flags are one table (cram.FLAGS): the parser is made from it, and so is the inverse that turns a
+finished sweep's settings.json back into flags. Here the two are checked against each other: the sweep a command
+line describes, recorded as a sweep records it, reruns from its settings.json as the same sweep, for every flag the
+settings record."""
+
+import argparse
+import dataclasses
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from ut_peft.accessibility import CramConfig, GridConfig, SweepConfig
+from ut_peft.cli import cram as command
+
+# Representative sweeps: (command line, the source's description as the sweep records it, the --source it reruns as).
+CASES = {
+    "the quick run": ([], {"kind": "text", "name": "pydoc_data"}, "text"),
+    "the published protocol": (
+        "--protocol published --source words --ms 1 2 3 4 5 --model gemma-3-270m",
+        {"kind": "words", "name": "glove-6b:100000"},
+        "words:glove",
+    ),
+    "pooled, per-m targets": (
+        "--protocol published --source text --text-chunks 512 --design pooled --ms 1 2 3 --target-slope-se 0.5 "
+        "--target-n50-se 1:2 3:3.5 --budget 20000 --pooled-version 3 --start 5 --stop 400 --coarse 50 --fine 5 "
+        "--seed 7",
+        {"kind": "text", "name": "pydoc_data", "num_tokens": 1, "nested": True, "chunk_tokens": 512},
+        "text",
+    ),
+    "pooled, audited --abandon-below pairs": (
+        "--source tokens --design pooled --pooled-version 4 --target-n50-se 1.5 --abandon-below 100:0.4 500:0.8 "
+        "--abandon-audit 0.25 --num-sequences 8 --max-steps 3000 --patience 500 --lr 0.03",
+        {"kind": "tokens"},
+        "tokens",
+    ),
+    "sequential, no BOS": (
+        "--source words:wordfreq --design sequential --target-ci 10 --budget 800 --prefix none --progressive "
+        "--autocast bf16 --support-sequences 8",
+        {"kind": "words", "name": "wordfreq:en:100000"},
+        "words:wordfreq",
+    ),
+    "nested texts, inferred prefixes": (
+        "--protocol published --source text --infer-prefixes --lengths 8 16 --model org/name --batch-size 4",
+        {"kind": "text", "name": "pydoc_data", "num_tokens": 1, "nested": True},
+        "text",
+    ),
+}
+
+
+def argv(case) -> list[str]:
+    line = CASES[case][0]
+    return line.split() if isinstance(line, str) else list(line)
+
+
+def recorded(config: SweepConfig, description: dict) -> dict:
+    """The settings.json a sweep of ``config`` writes (run_sweep resolves the prefix with the model's tokenizer)."""
+    config = dataclasses.replace(config, cram=dataclasses.replace(config.cram))
+    config.resolve_prefix(SimpleNamespace(bos_token_id=1))
+    return json.loads(json.dumps(config.fingerprint(description)))
+
+
+def config_value(config: SweepConfig, where: str):
+    value = config
+    for name in where.split("."):
+        value = getattr(value, name)
+    return value
+
+
+def rerun(case, tmp_path):
+    """(the sweep the command line describes, its settings.json, the flags and the sweep that settings.json gives)"""
+    first = command.sweep_config(command.parse([*argv(case), "--output-dir", str(tmp_path / "first")]))
+    settings = recorded(first, CASES[case][1])
+    path = tmp_path / "first" / "settings.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(settings))
+    flags = command.flags_from_settings(json.loads(path.read_text()), path)
+    again = command.sweep_config(command.parse(["--config", str(path), "--output-dir", str(tmp_path / "again")]))
+    return first, settings, flags, again
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_a_sweep_reruns_from_its_settings_json_as_the_same_sweep(case, tmp_path):
+    first, settings, flags, again = rerun(case, tmp_path)
+    assert recorded(again, CASES[case][1]) == settings
+    assert again.source == CASES[case][2]
+    for flag in command.FLAGS:  # what each flag the settings record set, set again
+        if flag.setting is not None and flag.name != "source":
+            assert config_value(again, flag.config) == config_value(first, flag.config), flag.name
+    assert again.cram.batch_size == CramConfig().batch_size  # a speed knob: not recorded, so the default
+
+
+def test_every_flag_the_settings_record_is_read_back_with_a_value_of_its_own(tmp_path):
+    """Each recorded flag comes back from some case above with a value other than its default, so the round trip
+    covers it."""
+    parser = command.make_parser()
+    defaults = {action.dest: action.default for action in parser._actions}
+    covered = set()
+    for i, case in enumerate(CASES):
+        flags = rerun(case, tmp_path / str(i))[2]
+        covered |= {name for name, value in flags.items() if value is not None and value != defaults[name]}
+    assert covered == {flag.dest for flag in command.FLAGS if flag.setting is not None}
+
+
+def test_the_parser_is_the_table():
+    parser = command.make_parser()
+    ours = [action for action in parser._actions if action.dest in {flag.dest for flag in command.FLAGS}]
+    assert [action.option_strings for action in ours] == [[f"--{f.name}", *f.aliases] for f in command.FLAGS]
+    for flag, action in zip(command.FLAGS, ours):
+        assert (action.dest, action.help) == (flag.dest, flag.help)
+        assert isinstance(action, argparse._StoreTrueAction) == flag.switch
+        if not flag.switch:
+            assert (action.default, action.type, action.nargs, action.metavar) == (
+                flag.default,
+                flag.type,
+                flag.nargs,
+                flag.metavar,
+            )
+    common = ["help", "config", "debug", "report_to", "logging_dir"]  # -h and common.add_common_flags
+    assert [action.dest for action in parser._actions if action not in ours] == common
+
+
+def test_each_flag_names_a_field_of_the_config_and_a_key_of_the_settings():
+    fields = set()
+    for cls, prefix in ((SweepConfig, ""), (CramConfig, "cram."), (GridConfig, "grid.")):
+        fields |= {prefix + f.name for f in dataclasses.fields(cls)}
+    sections = {"cram": CramConfig, "grid": GridConfig}
+    for flag in command.FLAGS:
+        assert flag.config is None or flag.config in fields, flag.name
+        if flag.setting is None:
+            continue
+        key, _, field = flag.setting.partition(".")
+        assert key in command.SETTINGS_KEYS, flag.name
+        if key == "design":
+            assert field in command.DESIGN_KEYS, flag.name
+        elif key in sections:
+            assert field in {f.name for f in dataclasses.fields(sections[key])}, flag.name
+    # The command's own flags (where the run writes, how it goes) set nothing of the sweep.
+    own = {flag.name for flag in command.FLAGS if flag.config is None}
+    assert own == {"adaptive", "device-map", "save-vectors", "snapshot-minutes", "save-adapters", "output-dir"} | {
+        "overwrite",
+        "retarget-from",
+        "merge",
+        "report-only",
+    }
