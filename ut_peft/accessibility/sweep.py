@@ -32,7 +32,15 @@ from .engine.sources import init_seed
 from .stats import published_bounds
 from .stats.bounds import SlopeBounds, measure_support, slope_bounds, support_context
 from .stats.coverage import check_intervals, check_pooled
-from .stats.fit import SigmoidFit, fit_sigmoid, line_interval, linear_fit, n50_interval
+from .stats.fit import (
+    LineFit,
+    LineFitWithIntervals,
+    SigmoidFit,
+    fit_sigmoid,
+    line_interval,
+    linear_fit,
+    n50_interval,
+)
 
 
 def _curves(config: SweepConfig, rows: dict) -> dict[int, dict[int, list[dict]]]:
@@ -634,9 +642,9 @@ def merge_sweeps(folders, output_dir, *, overwrite: bool = False) -> Path:
 def summarize(config: SweepConfig, settings: dict, rows: dict, model) -> summaries.Summary:
     """Fits with intervals, row-steps, support statistics, bounds and ratios of a (finished or partial) sweep.
 
-    n50 is the Firth logistic MLE on the per-sequence outcomes with a 95% interval: a bootstrap over sequence
-    indices, or the profile likelihood where every sequence has one row (:func:`.fit.n50_interval`); n50_published
-    is the published least-squares sigmoid on the fractions.
+    n50 is the Firth logistic MLE on the per-sequence outcomes with a 95% interval: a bootstrap over sequence indices,
+    or the profile likelihood where every sequence has one row (:func:`~ut_peft.accessibility.stats.fit.n50_interval`);
+    n50_published is the published least-squares sigmoid on the fractions.
 
     Under an audited early abandon (``config.cram.abandon_audit`` above 0) none of those is fitted (see
     :data:`.summaries.AUDITED`): the pooled line is the estimate, and the ratios are the bounds over its slope.
@@ -649,59 +657,9 @@ def summarize(config: SweepConfig, settings: dict, rows: dict, model) -> summari
     # lower bound: the pseudo-outcome mean at one (m, n) would be unbiased but can exceed 1, with no binomial interval.
     audited = config.cram.abandon_audit > 0
     curves = _curves(config, rows)
-    per_m, fitted_rows = [], []
-    for m in config.ms:
-        lengths = sorted(curves[m])
-        group_rows = [r for n in lengths for r in curves[m][n]]
-        fitted_rows += group_rows
-        acc = [sum(r["accessible"] for r in curves[m][n]) / len(curves[m][n]) for n in lengths]
-        published: SigmoidFit
-        if audited:
-            published = {"n50": None, "sigmoid_slope": None, "status": summaries.AUDITED}
-            fit: dict = dict.fromkeys(("n50", "n50_ci", "sigmoid_slope", "sigmoid_slope_ci", "n50_ci_method"))
-            fit["status"] = summaries.AUDITED
-        else:
-            published = (
-                fit_sigmoid(lengths, acc) if lengths else {"n50": None, "sigmoid_slope": None, "status": "degenerate"}
-            )
-            fit = n50_interval(
-                [r["n"] for r in group_rows],
-                [r["accessible"] for r in group_rows],
-                [r["index"] for r in group_rows],
-                seed=[config.seed, m],
-            )
-        per_m.append(
-            summaries.MSummary(
-                m=m,
-                n50=fit["n50"],
-                n50_ci=fit["n50_ci"],
-                sigmoid_slope=fit["sigmoid_slope"],
-                sigmoid_slope_ci=fit["sigmoid_slope_ci"],
-                fit_status=fit["status"],
-                n50_published=published["n50"],
-                sigmoid_slope_published=published["sigmoid_slope"],
-                fit_status_published=published["status"],
-                lengths=lengths,
-                accessibility=acc,
-                mean_tf_accuracy=[_mean_tf_accuracy(curves[m][n]) for n in lengths],
-                num_sequences=[len(curves[m][n]) for n in lengths],
-                row_steps=sum(row_steps(r) for key, r in rows.items() if key[0] == m),
-                n50_ci_method=fit["n50_ci_method"],
-            )
-        )
-    line = (
-        line_interval(
-            [r["m"] for r in fitted_rows],
-            [r["n"] for r in fitted_rows],
-            [r["accessible"] for r in fitted_rows],
-            [r["index"] for r in fitted_rows],
-            seed=[config.seed, 0],
-        )
-        if fitted_rows and not audited
-        else None
-    )
-    published_points = [(p.m, p.n50_published) for p in per_m if p.n50_published is not None]
-    line_published = linear_fit(*zip(*published_points)) if len({m for m, _ in published_points}) >= 2 else None
+    per_m = [_m_summary(config, m, curves[m], rows, audited) for m in config.ms]
+    fitted_rows = [r for m in config.ms for n in sorted(curves[m]) for r in curves[m][n]]
+    line, line_published = _lines(config, fitted_rows, per_m, audited)
     stats = measure_support(
         model, num_sequences=config.support_sequences, seq_len=config.support_seq_len, seed=config.seed
     )
@@ -733,6 +691,69 @@ def summarize(config: SweepConfig, settings: dict, rows: dict, model) -> summari
         pooled=pooled,
         interval_checks=checks,
     )
+
+
+def _m_summary(
+    config: SweepConfig, m: int, by_n: dict[int, list[dict]], rows: dict, audited: bool
+) -> summaries.MSummary:
+    """One m's entry of the summary: the fraction accessible per length, the MLE n_50 with its interval and the
+    published sigmoid fit (both left out under the audit, see :func:`summarize`), and the m's row-steps."""
+    lengths = sorted(by_n)
+    group_rows = [r for n in lengths for r in by_n[n]]
+    acc = [sum(r["accessible"] for r in by_n[n]) / len(by_n[n]) for n in lengths]
+    published: SigmoidFit
+    if audited:
+        published = {"n50": None, "sigmoid_slope": None, "status": summaries.AUDITED}
+        fit: dict = dict.fromkeys(("n50", "n50_ci", "sigmoid_slope", "sigmoid_slope_ci", "n50_ci_method"))
+        fit["status"] = summaries.AUDITED
+    else:
+        published = (
+            fit_sigmoid(lengths, acc) if lengths else {"n50": None, "sigmoid_slope": None, "status": "degenerate"}
+        )
+        fit = n50_interval(
+            [r["n"] for r in group_rows],
+            [r["accessible"] for r in group_rows],
+            [r["index"] for r in group_rows],
+            seed=[config.seed, m],
+        )
+    return summaries.MSummary(
+        m=m,
+        n50=fit["n50"],
+        n50_ci=fit["n50_ci"],
+        sigmoid_slope=fit["sigmoid_slope"],
+        sigmoid_slope_ci=fit["sigmoid_slope_ci"],
+        fit_status=fit["status"],
+        n50_published=published["n50"],
+        sigmoid_slope_published=published["sigmoid_slope"],
+        fit_status_published=published["status"],
+        lengths=lengths,
+        accessibility=acc,
+        mean_tf_accuracy=[_mean_tf_accuracy(by_n[n]) for n in lengths],
+        num_sequences=[len(by_n[n]) for n in lengths],
+        row_steps=sum(row_steps(r) for key, r in rows.items() if key[0] == m),
+        n50_ci_method=fit["n50_ci_method"],
+    )
+
+
+def _lines(
+    config: SweepConfig, fitted_rows: list[dict], per_m: list[summaries.MSummary], audited: bool
+) -> tuple[LineFitWithIntervals | None, LineFit | None]:
+    """The line through the MLE n_50 (bootstrap intervals over all the fitted rows; None under the audit) and the
+    least-squares line through the published n_50 (None below two m that have one)."""
+    line = (
+        line_interval(
+            [r["m"] for r in fitted_rows],
+            [r["n"] for r in fitted_rows],
+            [r["accessible"] for r in fitted_rows],
+            [r["index"] for r in fitted_rows],
+            seed=[config.seed, 0],
+        )
+        if fitted_rows and not audited
+        else None
+    )
+    published_points = [(p.m, p.n50_published) for p in per_m if p.n50_published is not None]
+    line_published = linear_fit(*zip(*published_points)) if len({m for m, _ in published_points}) >= 2 else None
+    return line, line_published
 
 
 def _pooled(config: SweepConfig, rows: dict) -> dict | None:
