@@ -27,7 +27,7 @@ Whether the procedure covers 95% (the truth is fitted, not known) is measured by
 benchmarks/simulated_intervals.py`` (:data:`~ut_peft.accessibility.stats.coverage.CALIBRATED_TABLE`). The result is
 written to the folder's ``calibration.json`` (:data:`.store.CALIBRATION_FILE`, :func:`.store.read_calibration`), keyed
 by a digest of the rows it was computed from: a summary of other rows does not use it (it says the calibration is stale
-instead). """
+instead)."""
 
 from __future__ import annotations
 

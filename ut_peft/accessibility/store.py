@@ -604,7 +604,7 @@ def pool_rows(rows: Iterable[Row]) -> dict[tuple[int, int, int], Row]:
     Rows of one key that agree on what decides a row (:meth:`~ut_peft.accessibility.engine.rows.Row.conflicts_with`)
     are one measurement: the one kept is chosen by content, so the result does not depend on the order of files or
     folders. Rows that disagree raise :class:`ConflictingRowsError` naming both lines (in the same order whatever the
-    input order). """
+    input order)."""
     pooled: dict[tuple[int, int, int], Row] = {}
     for row in rows:
         key = row.key()

@@ -18,13 +18,13 @@ import importlib
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar, overload
 
-from ..engine.rows import Job
+from ..engine.rows import Job as Job  # re-exported: the designs' jobs
 
 
 class Design(Protocol):
     """The interface: ``next_jobs(rows) -> list[(m, n, index)]``, empty when done."""
 
-    def next_jobs(self, rows: dict) -> list[Job]: ...
+    def next_jobs(self, rows: dict[Job, Any]) -> list[Job]: ...
 
 
 # A registered design: a class with a ``from_config(config)`` classmethod, or any callable ``config -> Design``. The
@@ -108,7 +108,8 @@ def design_factory(name: str) -> DesignFactory:
     if name not in _REGISTRY:
         raise ValueError(unknown_design_message(name))
     design = _REGISTRY[name]
-    return getattr(design, "from_config", design)
+    factory: DesignFactory = getattr(design, "from_config", design)
+    return factory
 
 
 def make_design(config: Any) -> Design:

@@ -72,7 +72,7 @@ def audit_draw(seed: int, audit: float) -> bool:
     a resumed row, or the same job rerun, decides the same; nothing of the trajectory so that the draw is independent
     of what made the rule flag the row: the audited pseudo-outcomes
     (:func:`~ut_peft.accessibility.stats.pooled.audited_outcomes`) are unbiased only if which flagged rows run on has
-    nothing to do with whether they would cram. """
+    nothing to do with whether they would cram."""
     if audit <= 0:  # no audit: every flagged row stops (and no seed is needed)
         return False
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:

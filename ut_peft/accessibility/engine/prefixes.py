@@ -8,10 +8,12 @@ assumption behind one of its two rules fails. The sweep applies it to the jobs o
 
 from __future__ import annotations
 
+from typing import Any
+
 from .rows import INFERRED, Job, Row
 
 
-def crammed_chains(rows: dict) -> dict[tuple[int, int], list[tuple[int, bool]]]:
+def crammed_chains(rows: dict[Job, Row]) -> dict[tuple[int, int], list[tuple[int, bool]]]:
     """The crammed (not inferred) outcomes of each (m, text): ``{(m, k): [(n, accessible), ...]}``."""
     chains: dict[tuple[int, int], list[tuple[int, bool]]] = {}
     for (m, n, k), row in rows.items():
@@ -20,7 +22,7 @@ def crammed_chains(rows: dict) -> dict[tuple[int, int], list[tuple[int, bool]]]:
     return chains
 
 
-def infer_prefixes(jobs: list[Job], rows: dict) -> tuple[list[Job], dict[Job, Row]]:
+def infer_prefixes(jobs: list[Job], rows: dict[Job, Row]) -> tuple[list[Job], dict[Job, Row]]:
     """For nested texts (sequence (n, k) is the first n tokens of text k): which jobs to cram now, and which rows the
     rows already crammed decide.
 
@@ -82,7 +84,7 @@ def _inferred_row(job: Job, accessible: bool, source_n: int, greedy_exact: bool)
     )
 
 
-def prefix_violations(rows: dict) -> dict:
+def prefix_violations(rows: dict[Job, Row]) -> dict[str, Any]:
     """How often crammed rows of nested texts break the assumption of :func:`infer_prefixes` (rows of one (m, text)
     where a length failed and a longer one crammed), over rows that were all crammed (a full run, not inferred).
 

@@ -31,7 +31,7 @@ INFERRED = "inferred"
 _REQUIRED = object()
 
 
-def _field(kind: type, feature: str, *, optional: bool = False, default: Any = _REQUIRED, compare: bool = True):
+def _field(kind: type, feature: str, *, optional: bool = False, default: Any = _REQUIRED, compare: bool = True) -> Any:
     """A row field: its JSON type (``kind``; None allowed when ``optional``), its ``datasets`` value type, and whether
     two rows of one key must agree on it (see :meth:`Row.conflicts_with`)."""
     metadata = {"kind": kind, "feature": feature, "optional": optional, "decides": compare}
@@ -41,7 +41,7 @@ def _field(kind: type, feature: str, *, optional: bool = False, default: Any = _
 
 
 @dataclass(frozen=True)
-class Row(Mapping):
+class Row(Mapping[str, Any]):
     """The outcome of one (m, n, index) job of a sweep (see the module docstring for how it is stored).
 
     Two rows of one key are the same measurement when they agree on what decides the row: its init (``init_seed``,
@@ -88,7 +88,7 @@ class Row(Mapping):
 
     # ---- the schema -------------------------------------------------------------------------------------------
     @classmethod
-    def schema(cls) -> list[dataclasses.Field]:
+    def schema(cls) -> list[dataclasses.Field[Any]]:
         return [f for f in dataclasses.fields(cls) if "kind" in f.metadata]
 
     @classmethod
@@ -97,7 +97,7 @@ class Row(Mapping):
         return tuple(f.name for f in cls.schema() if f.default is dataclasses.MISSING)
 
     @classmethod
-    def features(cls):
+    def features(cls) -> Any:  # a datasets.Features (datasets loads only here)
         """The ``datasets.Features`` of :func:`~ut_peft.accessibility.store.load_rows`: one column per field;
         ``best_accuracy_at`` as a
         list of ``{"step", "accuracy"}`` sorted by step (Arrow has no dict with free keys)."""
@@ -111,7 +111,7 @@ class Row(Mapping):
                 columns[f.name] = datasets.Value(f.metadata["feature"])
         return datasets.Features(columns)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         for f in self.schema():
             problem = _type_problem(f, getattr(self, f.name))
             if problem:
@@ -244,7 +244,7 @@ class RowError(ValueError):
         super().__init__(problem if field is None else f"a row whose field {field!r} {problem}")
 
 
-def _type_problem(f: dataclasses.Field, value: Any) -> str | None:
+def _type_problem(f: dataclasses.Field[Any], value: Any) -> str | None:
     kind, optional = f.metadata["kind"], f.metadata["optional"]
     if value is None:
         return None if optional else "is null"
@@ -284,7 +284,7 @@ def _json_name(value_or_kind: Any) -> str:
     }.get(kind, kind.__name__)
 
 
-def row_steps(row: dict) -> int:
+def row_steps(row: Mapping[str, Any]) -> int:
     """Forward-backward passes a row cost: its optimiser steps plus the evaluation that decided it (none for a row
     inferred from another one)."""
     if row.get("stop_reason") == INFERRED:
