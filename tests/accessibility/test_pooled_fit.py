@@ -2,9 +2,12 @@
 sandwich), and a design's rules (designs.pooled_rules.PooledRules) are one object that refuses rules that cannot
 work."""
 
-import numpy as np
+import dataclasses
 
-from ut_peft.accessibility.design import pooled_estimates
+import numpy as np
+import pytest
+
+from ut_peft.accessibility.design import POOLED_RULES, PooledDesign, PooledRules, pooled_estimates
 
 
 def _audited_rows(seed, kappa_by_m=(5.0, 4.0, 3.0), audit=0.25, per_point=40) -> dict:
@@ -38,3 +41,105 @@ def test_under_an_audit_a_refused_steps_law_leaves_the_outcomes_own_estimate_gua
     assert refused is not None and not refused["steps_law"]["one_law"] and refused["steps"] is None
     outcomes_alone = pooled_estimates(rows, [1, 3, 5], check_m=3, audit=0.25)
     assert {k: v for k, v in refused.items() if k not in ("steps", "steps_law")} == outcomes_alone
+
+
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        (dict(logit_offsets=()), "logit_offsets must be one or more finite logits"),
+        (dict(width_z=-1.0), "width_z is a number of standard errors"),
+        (dict(stop_z=float("nan")), "stop_z is a number of standard errors"),
+        (dict(slope_from="bent"), "slope_from must be 'linear'"),
+        (dict(min_rows=1.5), "min_rows .* must be an integer >= 0"),
+        (dict(criterion="max"), "criterion must be 'cube'"),
+        (dict(steps=True, steps_relief=0.5), "steps_relief is how far"),
+        (dict(steps_relief=2.0), "steps_relief bounds .* needs steps=True"),
+        (dict(steps_robust=True), "steps_robust guards .* needs steps=True"),
+        (dict(steps=True, steps_stop_z=-1.0), "steps_stop_z is a number of standard errors"),
+        (dict(steps_stop_z=1.0), "steps_stop_z widens .* needs steps=True"),
+        (dict(audit=0.0), r"audit is the chance .* in \(0, 1\]"),
+        (dict(target_scale=0), "target_scale multiplies every standard-error target"),
+        (dict(steps=True, steps_law_alpha=1.0), r"steps_law_alpha .* \(in \(0, 1\)\), and needs steps=True"),
+    ],
+)
+def test_pooled_rules_refuse_rules_that_cannot_work_themselves_and_in_a_design(fields, message):
+    with pytest.raises(ValueError, match=message):
+        dataclasses.replace(POOLED_RULES[1], **fields)
+    with pytest.raises(ValueError, match=message):
+        PooledDesign([1, 3, 5], batch=8, start=4, stop=200, target_slope_se=1.0, target_n50_se=None, **fields)
+
+
+def test_pooled_rules_hold_numbers_as_floats_and_offsets_as_a_tuple():
+    rules = dataclasses.replace(POOLED_RULES[1], logit_offsets=[-1, 0, 1], width_z=2, steps=1, audit=1)
+    assert rules.logit_offsets == (-1.0, 0.0, 1.0) and isinstance(rules.logit_offsets[0], float)
+    assert (type(rules.width_z), type(rules.steps), type(rules.audit), type(rules.target_scale)) == (
+        float,
+        bool,
+        float,
+        float,
+    )
+    assert {v: dataclasses.replace(rules) for v, rules in POOLED_RULES.items()} == POOLED_RULES
+
+
+@pytest.mark.parametrize("version", sorted(POOLED_RULES))
+def test_a_design_holds_its_version_rules_as_one_object_and_reads_their_fields_through_it(version):
+    """A design built from a version's keyword arguments holds that version's rules (the early abandon's rule,
+    abandon_below, excepted: the engine's), each field also its own attribute, none of them settable."""
+    design = PooledDesign(
+        [1, 3, 5],
+        batch=8,
+        start=4,
+        stop=200,
+        target_slope_se=1.0,
+        target_n50_se=None,
+        **POOLED_RULES[version].design_arguments(2000),
+    )
+    assert design.rules == dataclasses.replace(POOLED_RULES[version], abandon_below=())
+    for field in dataclasses.fields(PooledRules):
+        if field.name not in ("steps_truncated", "abandon_below"):
+            assert getattr(design, field.name) == getattr(design.rules, field.name), field.name
+    assert design.steps_cap == (2000 if POOLED_RULES[version].steps_truncated else None)
+    with pytest.raises(AttributeError, match="field of the design's rules"):
+        design.min_rows = 3
+    with pytest.raises(TypeError):  # the truncation is the step cap's, not a keyword of its own
+        PooledDesign([1, 3], batch=8, start=4, stop=200, target_slope_se=1.0, target_n50_se=None, steps_truncated=1)
+
+
+def test_a_design_built_without_a_version_has_version_1_rules_with_its_keywords():
+    design = PooledDesign([1, 3, 5], batch=8, start=4, stop=200, target_slope_se=1.0, target_n50_se=None, steps=True)
+    assert design.rules == dataclasses.replace(POOLED_RULES[1], steps=True)
+    assert (
+        design.check_m == 3 and design.design_ms == [1, 3, 5] and design.target_n50_se == {1: None, 3: None, 5: None}
+    )
+
+
+def _simulated(m, n, index, kappa_by_m):
+    """One row of the audited simulator of :func:`_audited_rows` for a design's job (m, n, index)."""
+    rng = np.random.default_rng([11, index])
+    mu = 20.0 * m + 4.0
+    will_cram = bool(n < mu + 0.1 * mu * rng.logistic())
+    steps = max(1, int(np.exp(3.5 + kappa_by_m[m] * n / mu + 0.3 * rng.standard_normal())))
+    will_cram = will_cram and steps < 2000  # the step cap
+    flagged = bool(rng.random() < (0.2 if will_cram else 0.9))
+    audited = flagged and bool(rng.random() < 0.5)
+    row = {"accessible": will_cram and (audited or not flagged), "steps": steps if will_cram else 2000}
+    if flagged:
+        row.update(flagged_at=5, audited=audited, steps=row["steps"] if audited else 5)
+    return row
+
+
+@pytest.mark.parametrize("kappa_by_m, one_law", [({1: 4.0, 3: 4.0, 5: 4.0}, True), ({1: 6.0, 3: 4.0, 5: 2.0}, False)])
+def test_the_design_places_its_rounds_on_the_line_its_estimate_reports(kappa_by_m, one_law):
+    """Under an audit with the step counts and the steps law's check (version 8's rules), with one law across m and
+    with a kappa that differs: the fit the design's last round was judged on is the line its summary reports."""
+    rules = dict(POOLED_RULES[8].design_arguments(2000), min_rows=32)
+    design = PooledDesign([1, 3, 5], batch=8, start=4, stop=200, target_slope_se=2.0, target_n50_se=None, **rules)
+    rows: dict = {}
+    while jobs := design.next_jobs(rows):
+        rows.update((job, _simulated(*job, kappa_by_m)) for job in jobs)
+    flat = [r for rnd in design._walk(rows)[2] for r in rnd]
+    fit = design._fit(flat)[0]
+    summary = design.summary_fit(rows)
+    assert summary is not None and summary["steps_law"]["one_law"] == one_law
+    assert (summary["steps"] is None) == (not one_law)
+    assert (fit.slope, fit.intercept) == (summary["slope"], summary["intercept"])

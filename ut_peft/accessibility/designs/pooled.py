@@ -3,15 +3,85 @@ it, and :func:`pooled_estimates`, the estimate a summary reports from a pooled f
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..engine.rows import INFERRED, row_steps
 from .common import bracketed_fractions, crossing_of, fractions_of
-from .pooled_rules import pooled_rules
+from .pooled_rules import POOLED_RULES, PooledRules, pooled_rules
 from .registry import Design, Job, register_design
+
+if TYPE_CHECKING:
+    from ..stats.pooled import Cells, PooledFit
+    from ..stats.pooled_steps import StepRows
+
+
+class _Rule:
+    """A field of a design's rules read as the design's own attribute (``design.steps`` is ``design.rules.steps``):
+    the rules are one frozen object, never copied into the design."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, design: PooledDesign | None, owner: type | None = None) -> Any:
+        return self if design is None else getattr(design.rules, self.name)
+
+    def __set__(self, design: PooledDesign, value: Any) -> None:
+        raise AttributeError(f"{self.name} is a field of the design's rules (frozen): build a new design to change it")
+
+
+# What a design built without a version of the rules gets (PooledDesign's keywords replace its fields).
+_VERSION_1 = POOLED_RULES[1]
+
+
+def _checked_settings(
+    ms, batch, probe, start, stop, target_slope_se, target_n50_se, budget_row_steps, check_m, check_factor
+) -> tuple[list[int], dict, int | None]:
+    """The pooled design's settings (not its rules) checked: its ms sorted, the n_50 target per m and the check m
+    (``"middle"``: the middle one of the ms strictly between the ends). ``check_factor`` is a rule, checked here
+    because it matters only where there is a check m."""
+    ms = sorted({int(m) for m in ms})
+    if len(ms) < 2:
+        raise ValueError(
+            f"the pooled design fits a line through n_50 against m and needs at least two different m "
+            f"(got --ms {' '.join(map(str, ms))}); use --design sequential for a single m"
+        )
+    if batch < 1 or probe < 1:
+        raise ValueError(f"batch and probe (rows per round) must be >= 1 (got batch={batch}, probe={probe})")
+    if not 1 <= start <= stop:
+        raise ValueError(f"the pooled design needs 1 <= start <= stop (got start={start}, stop={stop})")
+    if target_slope_se is None and target_n50_se is None and budget_row_steps is None:
+        raise ValueError(
+            "the pooled design needs a stopping rule: target_slope_se (--target-slope-se), target_n50_se "
+            "(--target-n50-se) and/or budget_row_steps (--budget)"
+        )
+    if isinstance(target_n50_se, dict) and set(target_n50_se) - set(ms):
+        # A target for an m the sweep does not measure is a typo, and dropping it silently could leave the design
+        # with no stopping rule at all (it would run until the grid or the budget ends).
+        raise ValueError(
+            f"target_n50_se names m = {sorted(set(target_n50_se) - set(ms))}, which the sweep does not measure "
+            f"(its ms are {list(ms)}): give targets for m in ms only"
+        )
+    targets = {m: target_n50_se.get(m) if isinstance(target_n50_se, dict) else target_n50_se for m in ms}
+    for name, value in [
+        ("target_slope_se", target_slope_se),
+        *((f"target_n50_se[{m}]", t) for m, t in targets.items()),
+    ]:
+        if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+            raise ValueError(f"{name} is a standard error in tokens and must be > 0 (got {value!r})")
+    if budget_row_steps is not None and not (isinstance(budget_row_steps, int) and budget_row_steps > 0):
+        raise ValueError(f"budget_row_steps (--budget) must be a positive integer (got {budget_row_steps!r})")
+    if check_m == "middle":
+        inner = [m for m in ms if ms[0] < m < ms[-1]]
+        check_m = inner[len(inner) // 2] if inner else None
+    if check_m is not None and not ms[0] < check_m < ms[-1]:
+        raise ValueError(f"the check m must lie strictly between {ms[0]} and {ms[-1]} (got {check_m})")
+    if check_m is not None and not check_factor > 0:
+        raise ValueError(f"check_factor must be > 0, or check_m None to drop the linearity check (got {check_factor})")
+    return ms, targets, check_m
 
 
 @register_design("pooled")
@@ -40,13 +110,31 @@ class PooledDesign(Design):
     distributed run asks for exactly the missing rows and ends where an unbroken one does.
 
     The placement and stopping rules (``logit_offsets``, ``width_z``, ``stop_z``, ``check_factor``, ``slope_from``,
-    ``min_rows``) default to version 1's; a sweep builds the design with those of its settings' version
-    (:data:`~.pooled_rules.POOLED_RULES`, :meth:`from_config`). ``audit``: the rows ran under an early abandon with a
+    ``min_rows``, ...: the fields of :class:`~.pooled_rules.PooledRules`, given as keywords) default to version 1's;
+    a sweep builds the design with those of its settings' version (:data:`~.pooled_rules.POOLED_RULES`,
+    :meth:`from_config`). The design holds them as one object, ``rules``, each field also read as its own attribute
+    (``design.steps``). ``audit``: the rows ran under an early abandon with a
     random audit at this probability (:func:`row_outcomes`: the design fits their pseudo-outcomes, its stop and
     placement on their sandwich; with ``steps`` too, each accessible row's step count weighed by its pseudo-outcome,
     :func:`~.pooled.fit_pooled_pseudo_steps`). ``target_scale``: every standard-error target times this (version 4:
     1.25, its stop's realised error measured at 0.8x its targets; version 5: 1.2).
     """
+
+    # The rules' fields, each read from self.rules (PooledRules).
+    logit_offsets = _Rule()
+    width_z = _Rule()
+    stop_z = _Rule()
+    check_factor = _Rule()
+    slope_from = _Rule()
+    min_rows = _Rule()
+    criterion = _Rule()
+    steps = _Rule()
+    steps_relief = _Rule()
+    steps_robust = _Rule()
+    steps_stop_z = _Rule()
+    audit = _Rule()
+    target_scale = _Rule()
+    steps_law_alpha = _Rule()
 
     def __init__(
         self,
@@ -58,128 +146,23 @@ class PooledDesign(Design):
         target_slope_se: float | None,
         target_n50_se: float | dict | None,
         check_m: int | str | None = "middle",
-        check_factor: float = 2.0,
         budget_row_steps: int | None = None,
         probe: int = 4,
         min_rounds: int = 2,
-        logit_offsets: Sequence[float] = (-1.0, 1.0),
-        width_z: float = 1.5,
-        stop_z: float = 1.0,
-        slope_from: str = "linear",
-        min_rows: int = 0,
-        criterion: str = "cube",
-        steps: bool = False,
         steps_cap: int | None = None,
-        steps_relief: float | None = None,
-        steps_robust: bool = False,
-        steps_stop_z: float = 0.0,
-        audit: float | None = None,
-        target_scale: float = 1.0,
-        steps_law_alpha: float | None = None,
+        **rules: Any,
     ):
-        ms = sorted({int(m) for m in ms})
-        if len(ms) < 2:
-            raise ValueError(
-                f"the pooled design fits a line through n_50 against m and needs at least two different m "
-                f"(got --ms {' '.join(map(str, ms))}); use --design sequential for a single m"
-            )
-        if batch < 1 or probe < 1:
-            raise ValueError(f"batch and probe (rows per round) must be >= 1 (got batch={batch}, probe={probe})")
-        if not 1 <= start <= stop:
-            raise ValueError(f"the pooled design needs 1 <= start <= stop (got start={start}, stop={stop})")
-        if target_slope_se is None and target_n50_se is None and budget_row_steps is None:
-            raise ValueError(
-                "the pooled design needs a stopping rule: target_slope_se (--target-slope-se), target_n50_se "
-                "(--target-n50-se) and/or budget_row_steps (--budget)"
-            )
-        if isinstance(target_n50_se, dict) and set(target_n50_se) - set(ms):
-            # A target for an m the sweep does not measure is a typo, and dropping it silently could leave the design
-            # with no stopping rule at all (it would run until the grid or the budget ends).
-            raise ValueError(
-                f"target_n50_se names m = {sorted(set(target_n50_se) - set(ms))}, which the sweep does not measure "
-                f"(its ms are {list(ms)}): give targets for m in ms only"
-            )
-        targets = {m: target_n50_se.get(m) if isinstance(target_n50_se, dict) else target_n50_se for m in ms}
-        for name, value in [
-            ("target_slope_se", target_slope_se),
-            *((f"target_n50_se[{m}]", t) for m, t in targets.items()),
-        ]:
-            if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
-                raise ValueError(f"{name} is a standard error in tokens and must be > 0 (got {value!r})")
-        if budget_row_steps is not None and not (isinstance(budget_row_steps, int) and budget_row_steps > 0):
-            raise ValueError(f"budget_row_steps (--budget) must be a positive integer (got {budget_row_steps!r})")
-        if check_m == "middle":
-            inner = [m for m in ms if ms[0] < m < ms[-1]]
-            check_m = inner[len(inner) // 2] if inner else None
-        if check_m is not None and not ms[0] < check_m < ms[-1]:
-            raise ValueError(f"the check m must lie strictly between {ms[0]} and {ms[-1]} (got {check_m})")
-        if check_m is not None and not check_factor > 0:
-            raise ValueError(
-                f"check_factor must be > 0, or check_m None to drop the linearity check (got {check_factor})"
-            )
-        offsets = [float(x) for x in logit_offsets]
-        if not offsets or not all(math.isfinite(x) for x in offsets):
-            raise ValueError(f"logit_offsets must be one or more finite logits of the fitted curve (got {offsets})")
-        for name, value in [("width_z", width_z), ("stop_z", stop_z)]:
-            if not (math.isfinite(value) and value >= 0):
-                raise ValueError(f"{name} is a number of standard errors and must be >= 0 (got {value!r})")
-        if slope_from not in ("linear", "free"):
-            raise ValueError(
-                f"slope_from must be 'linear' (the line through every m, check rows included) or 'free' (the check "
-                f"m's offset free: its rows do not inform the line); got {slope_from!r}"
-            )
+        """``rules``: fields of :class:`~.pooled_rules.PooledRules` (``steps=True``, ``audit=0.25``, ...), each
+        replacing version 1's; the steps law is truncated at ``steps_cap`` where it is given (the sweep's step cap)."""
+        check_factor = rules.get("check_factor", _VERSION_1.check_factor)
+        ms, targets, check_m = _checked_settings(
+            ms, batch, probe, start, stop, target_slope_se, target_n50_se, budget_row_steps, check_m, check_factor
+        )
+        # PooledRules refuses rules that cannot work; abandon_below is the engine's (CramConfig), not read here.
+        self.rules: PooledRules = dataclasses.replace(_VERSION_1, **rules, steps_truncated=steps_cap is not None)
         self.ms, self.batch, self.start, self.stop, self.probe = ms, batch, start, stop, probe
-        self.logit_offsets = np.array(offsets)
-        if not (isinstance(min_rows, int) and min_rows >= 0):
-            raise ValueError(
-                f"min_rows (fitted rows before the design may stop) must be an integer >= 0 (got {min_rows!r})"
-            )
-        if criterion not in ("cube", "binding"):
-            raise ValueError(
-                f"criterion must be 'cube' (every quantity's ratio to its target, cubed) or 'binding' (only the "
-                f"ratios above 1, those that keep the design from stopping); got {criterion!r}"
-            )
-        self.width_z, self.stop_z, self.slope_from, self.min_rows = float(width_z), float(stop_z), slope_from, min_rows
-        self.criterion, self.steps, self.steps_cap = criterion, bool(steps), steps_cap
-        if steps_relief is not None and not (math.isfinite(steps_relief) and steps_relief >= 1):
-            raise ValueError(
-                f"steps_relief is how far (a factor on the variance targets, >= 1) the outcomes alone may fall short "
-                f"of the targets the step counts help reach; None: no bound (got {steps_relief!r})"
-            )
-        if steps_relief is not None and not self.steps:
-            raise ValueError(
-                "steps_relief bounds what the step counts may carry in the stop: it needs steps=True (--pooled-steps)"
-            )
-        self.steps_relief = None if steps_relief is None else float(steps_relief)
-        if steps_robust and not self.steps:
-            raise ValueError(
-                "steps_robust guards the steps-informed standard errors with a sandwich: it needs steps=True "
-                "(--pooled-steps)"
-            )
-        self.steps_robust = bool(steps_robust)
-        if not (math.isfinite(steps_stop_z) and steps_stop_z >= 0):
-            raise ValueError(f"steps_stop_z is a number of standard errors and must be >= 0 (got {steps_stop_z!r})")
-        if steps_stop_z and not self.steps:
-            raise ValueError("steps_stop_z widens the steps law's information: it needs steps=True (--pooled-steps)")
-        self.steps_stop_z = float(steps_stop_z)
-        if audit is not None and not (isinstance(audit, (int, float)) and 0.0 < audit <= 1.0):
-            raise ValueError(
-                f"audit is the chance that a row the early abandon flags runs on to its end: in (0, 1] (got {audit!r})"
-            )
-        self.audit = None if audit is None else float(audit)
-        if not (isinstance(target_scale, (int, float)) and math.isfinite(target_scale) and target_scale > 0):
-            raise ValueError(
-                f"target_scale multiplies every standard-error target and must be > 0 (got {target_scale!r})"
-            )
-        self.target_scale = float(target_scale)
-        if steps_law_alpha is not None and not (self.steps and 0.0 < steps_law_alpha < 1.0):
-            raise ValueError(
-                f"steps_law_alpha is the level at which the step counts' one law across m is refused (in (0, 1)), "
-                f"and needs steps=True (got {steps_law_alpha!r}, steps={self.steps})"
-            )
-        self.steps_law_alpha = steps_law_alpha
         self.target_slope_se, self.target_n50_se, self.budget = target_slope_se, targets, budget_row_steps
-        self.check_m, self.check_factor, self.min_rounds = check_m, check_factor, min_rounds
+        self.check_m, self.min_rounds, self.steps_cap = check_m, min_rounds, steps_cap
         self.design_ms = sorted({ms[0], ms[-1], *([check_m] if check_m is not None else [])})
         self._cache: dict = {}
         self._judged: dict = {}  # per replayed state: what the stop rule saw there (stop_state)
@@ -316,59 +299,36 @@ class PooledDesign(Design):
         )
 
     def _fit(self, flat):
-        from ..stats.pooled import Cells, fit_pooled, fit_pooled_pseudo, information
-        from ..stats.pooled_steps import (
-            StepRows,
-            fit_pooled_pseudo_steps,
-            fit_pooled_steps,
-            steps_law_check,
-            steps_line_information,
-            usable_steps,
-        )
+        """The fit the round is placed on (:func:`_pooled_fit`: the estimate's choices), its information with the
+        step counts' where it used them, the outcomes' information alone, and per quantity the factor by which the
+        guarded sandwich's variance exceeds the model's (None: 1 for every quantity; the audit's extra variance is
+        the sandwich's alone)."""
+        from ..stats.pooled import information
+        from ..stats.pooled_steps import steps_line_information
 
-        cells = Cells.from_rows([r[0] for r in flat], [r[1] for r in flat], [r[2] for r in flat])
-        steps = None
-        if self.steps:  # the accessible rows' step counts (a row's row-steps less its deciding evaluation)
-            # A row crammed where its outcome is above 0; under an audit its outcome (1, or 1 / audit for a flagged
-            # row the audit let run on) is also its step count's weight (pooled.StepRows.weights).
-            crammed = [r for r in flat if r[2] > 0]
-            steps = StepRows.from_rows(
-                [r[0] for r in crammed],
-                [r[1] for r in crammed],
-                [max(1, r[3] - 1) for r in crammed],
-                self.steps_cap,
-                weights=None if self.audit is None else [r[2] for r in crammed],
-            )
-        inflation = None
-        fitter = fit_pooled if self.audit is None else fit_pooled_pseudo
-        outcomes_fit = None  # the outcomes' own fit, once: the law's check, the pseudo steps fit's start, else the fit
-        if steps is not None and usable_steps(steps) and self.steps_law_alpha is not None:
-            # The step counts only while one law across m is not refused (pooled.steps_law_check), judged on the
-            # outcomes' own line.
-            outcomes_fit = fitter(cells, self.design_ms, self.check_m)
-            if not steps_law_check(steps, outcomes_fit.theta[:2], self.steps_law_alpha)["one_law"]:
-                steps = None
-        if steps is not None and usable_steps(steps):
-            # steps=True: the line and its standard errors from the outcomes and the accessible rows' step counts
-            # (pooled.fit_pooled_steps; under an audit pooled.fit_pooled_pseudo_steps, the step counts weighed); the
-            # rows are placed on that fit's curve, their information the outcomes'.
-            if self.audit is None:
-                fit = fit_pooled_steps(cells, steps, self.design_ms, self.check_m)
-            else:
-                fit = fit_pooled_pseudo_steps(cells, steps, self.design_ms, self.check_m, start=outcomes_fit)
+        fitted = _pooled_fit(
+            [r[0] for r in flat],
+            [r[1] for r in flat],
+            # Each row's outcome (under an audit its pseudo-outcome: 1, or 1 / audit for a flagged row the audit let
+            # run on, also its step count's weight) and its step count (its row-steps less its deciding evaluation).
+            np.array([r[2] for r in flat], dtype=float),
+            [max(1, r[3] - 1) for r in flat] if self.steps else None,
+            self.design_ms,
+            self.check_m,
+            audit=self.audit is not None,
+            steps_cap=self.steps_cap,
+            steps_robust=self.steps_robust,
+            steps_law_alpha=self.steps_law_alpha,
+        )
+        fit, cells = fitted.fit, fitted.cells
+        extra: np.ndarray | float = 0.0
+        # With the step counts, the rows are placed on the steps-informed fit's curve, their information the outcomes'.
+        if fitted.steps is not None:
             extra = np.zeros((fit.model.size, fit.model.size))
-            extra[:2, :2] = steps_line_information(fit, self._judged_steps_theta(fit), steps)
-            if self.steps_robust or self.audit is not None:  # the audit's extra variance is the sandwich's alone
-                inflation = self._sandwich_inflation(fit, flat)
-        else:
-            fit = outcomes_fit if outcomes_fit is not None else fitter(cells, self.design_ms, self.check_m)
-            extra = 0.0
-            if self.audit is not None:
-                inflation = self._audit_inflation(fit, flat)
+            extra[:2, :2] = steps_line_information(fit, self._judged_steps_theta(fit), fitted.steps)
+        inflation = None if fitted.guarded is None else self._inflation(fit.covariance, fitted.guarded)
         info = information(fit, cells.ms, cells.ns, cells.trials, free_delta=True, widen_z=self.stop_z)
         outcomes = info + self._prior_precision()
-        # The information with the step counts', the outcomes' alone, and (steps_robust) per quantity the factor by
-        # which the guarded sandwich's variance exceeds the model's (None: 1 for every quantity).
         return fit, outcomes + extra, outcomes, inflation
 
     def _judged_steps_theta(self, fit) -> np.ndarray:
@@ -385,31 +345,6 @@ class PooledDesign(Design):
             return fit.steps_theta
         shrunk = math.copysign(max(0.0, abs(kappa) - self.steps_stop_z * se_kappa), kappa)
         return np.array([tau0, shrunk, log_sigma + self.steps_stop_z * se_log_sigma])
-
-    def _sandwich_inflation(self, fit, flat) -> np.ndarray:
-        """Per quantity asked for, variance under :func:`~.pooled.guarded_covariance` (the model's, raised where
-        the rows' sandwich says more) over the model's own: the stop and the greedy step then judge the variances
-        the design's information gives, times these (the check m's offset, from the outcomes alone: 1)."""
-        from ..stats.pooled import guarded_covariance
-        from ..stats.pooled_steps import steps_sandwich
-
-        ms = [r[0] for r in flat]
-        ns = [r[1] for r in flat]
-        acc = [r[2] > 0 for r in flat]
-        counts = [max(1, r[3] - 1) for r in flat]
-        outcomes = None if self.audit is None else [r[2] for r in flat]  # pseudo-outcomes under an audit
-        sandwich = steps_sandwich(fit, ms, ns, acc, counts, self.steps_cap, outcomes=outcomes)
-        guarded = guarded_covariance(fit.covariance, sandwich)
-        return self._inflation(fit.covariance, guarded)
-
-    def _audit_inflation(self, fit, flat) -> np.ndarray:
-        """Per quantity asked for, the variance of the pseudo-outcomes' sandwich (guarded: never below the model's)
-        over the model's: what an audited abandon's false abandons add, for the stop and the greedy step (the check
-        m's offset: 1)."""
-        from ..stats.pooled import guarded_covariance, outcomes_sandwich
-
-        sandwich = outcomes_sandwich(fit, [r[0] for r in flat], [r[1] for r in flat], [r[2] for r in flat])
-        return self._inflation(fit.covariance, guarded_covariance(fit.covariance, sandwich))
 
     def _inflation(self, model_covariance: np.ndarray, guarded: np.ndarray) -> np.ndarray:
         """Per quantity asked for (the slope, n_50 at every m, the check's offset: 1), guarded over model variance."""
@@ -477,7 +412,7 @@ class PooledDesign(Design):
             # would put the next rows too close together to show it, and its width would never grow.
             mu = fit.n50(m) + (fit.theta[2] if m == self.check_m else 0.0)
             w = fit.width(m) * math.exp(min(3.0, fit.log_width_se(m)) * self.width_z)
-            for n in np.unique(np.clip(np.round(mu - self.logit_offsets * w), 1, self.stop)):
+            for n in np.unique(np.clip(np.round(mu - np.asarray(self.logit_offsets) * w), 1, self.stop)):
                 cm.append(m)
                 cn.append(int(n))
         cm_a, cn_a = np.array(cm, dtype=float), np.array(cn, dtype=float)
@@ -540,6 +475,83 @@ def row_outcomes(rows: list[dict], audit: float | None) -> np.ndarray:
     return audited_outcomes(accessible, flagged, audited, audit)
 
 
+@dataclasses.dataclass
+class _Fitted:
+    """What :func:`_pooled_fit` chose and fitted."""
+
+    cells: Cells  # the rows' outcomes, grouped by (m, n)
+    fit: PooledFit  # the line (a StepsInformedFit where the step counts were used), its covariance the model's own
+    steps: StepRows | None  # the step counts the fit used (None: the outcomes alone)
+    guarded: np.ndarray | None  # the covariance guarded by the rows' sandwich where one applies (None: the model's)
+    law: dict | None  # the steps law's check across m (None: not made)
+
+
+def _pooled_fit(
+    ms,
+    ns,
+    outcomes: np.ndarray,
+    steps,
+    width_ms,
+    check_m: int | None,
+    *,
+    audit: bool,
+    steps_cap: int | None,
+    steps_robust: bool,
+    steps_law_alpha: float | None,
+    free_delta: bool = False,
+) -> _Fitted:
+    """The pooled line fitted to rows (one ``ms``, ``ns``, ``outcomes`` entry each), the choices made once for the
+    design's rounds and for :func:`pooled_estimates`: from the outcomes alone or with the accessible rows' step counts
+    (``steps``, each row's; None: not read) where they are enough (:func:`~.pooled_steps.usable_steps`) and, with
+    ``steps_law_alpha``, while one law across m is not refused at that level (:func:`~.pooled_steps.steps_law_check`,
+    judged on the outcomes' own line); fitted to pseudo-outcomes under an ``audit`` (an accessible row's outcome is
+    then also its step count's weight); the covariance guarded by the rows' sandwich under an audit, or with the step
+    counts and ``steps_robust``. ``free_delta``: the check m's offset free, where the outcomes alone fit the line."""
+    from ..stats.pooled import Cells, fit_pooled, fit_pooled_pseudo, guarded_covariance, outcomes_sandwich
+    from ..stats.pooled_steps import (
+        StepRows,
+        fit_pooled_pseudo_steps,
+        fit_pooled_steps,
+        steps_law_check,
+        steps_sandwich,
+        usable_steps,
+    )
+
+    cells = Cells.from_rows(ms, ns, outcomes)
+    fitter = fit_pooled_pseudo if audit else fit_pooled
+    crammed = outcomes > 0  # under an audit too: a flagged row that was stopped counts as failed
+    step_rows = None
+    if steps is not None:
+        counts, weights = np.asarray(steps)[crammed], outcomes[crammed] if audit else None
+        step_rows = StepRows.from_rows(np.asarray(ms)[crammed], np.asarray(ns)[crammed], counts, steps_cap, weights)
+        step_rows = step_rows if usable_steps(step_rows) else None
+    law, outcomes_fit = None, None  # the outcomes' own fit, once: the law's check, the pseudo steps fit's start
+    if step_rows is not None and steps_law_alpha is not None:
+        outcomes_fit = fitter(cells, width_ms, check_m)
+        law = steps_law_check(step_rows, outcomes_fit.theta[:2], steps_law_alpha)
+        step_rows = step_rows if law["one_law"] else None
+    fit: PooledFit
+    sandwich = None
+    if step_rows is not None:
+        if audit:
+            steps_fit = fit_pooled_pseudo_steps(cells, step_rows, width_ms, check_m, start=outcomes_fit)
+        else:
+            steps_fit = fit_pooled_steps(cells, step_rows, width_ms, check_m)
+        if steps_robust or audit:
+            y = outcomes if audit else None
+            sandwich = steps_sandwich(steps_fit, ms, ns, crammed, steps, steps_cap, outcomes=y)
+        fit = steps_fit
+    else:
+        if outcomes_fit is not None and not free_delta:
+            fit = outcomes_fit  # the law's check fitted exactly this already
+        else:
+            fit = fitter(cells, width_ms, check_m, free_delta=free_delta)
+        if audit:
+            sandwich = outcomes_sandwich(fit, ms, ns, outcomes)
+    guarded = None if sandwich is None else guarded_covariance(fit.covariance, sandwich)
+    return _Fitted(cells, fit, step_rows, guarded, law)
+
+
 def pooled_estimates(
     rows: dict,
     ms,
@@ -571,32 +583,14 @@ def pooled_estimates(
     (:func:`~.pooled.audited_linearity_check`). With ``steps`` too, the line is
     :func:`~.pooled.fit_pooled_pseudo_steps`'s (each step count weighed by its row's pseudo-outcome), its covariance
     guarded by the sandwich of both (:func:`~.pooled.steps_sandwich` with the pseudo-outcomes), whatever
-    ``steps_robust`` says.
+    ``steps_robust`` says. These choices are :func:`_pooled_fit`'s, which the design's rounds make too.
 
     Returns None when fewer than two m have rows. ``{"per_m": {m: {"n50", "se", "ci", "measured", "width",
     "log_width_se"}}, "slope",
     "slope_se", "slope_ci", "intercept", "intercept_se", "intercept_ci", "converged", "linearity"}``.
     """
-    from ..stats.pooled import (
-        Cells,
-        PooledFit,
-        audited_linearity_check,
-        fit_pooled,
-        fit_pooled_pseudo,
-        guarded_covariance,
-        linearity_check,
-        outcomes_sandwich,
-        wald_interval,
-    )
-    from ..stats.pooled_steps import (
-        StepRows,
-        StepsInformedFit,
-        fit_pooled_pseudo_steps,
-        fit_pooled_steps,
-        steps_law_check,
-        steps_sandwich,
-        usable_steps,
-    )
+    from ..stats.pooled import audited_linearity_check, linearity_check
+    from ..stats.pooled_steps import StepsInformedFit
 
     if steps_robust and not steps:
         raise ValueError("steps_robust guards the steps-informed standard errors: it needs steps=True")
@@ -604,66 +598,53 @@ def pooled_estimates(
     measured = sorted({k[0] for k in keys})
     if len(measured) < 2:
         return None
+    row_ms, row_ns = [k[0] for k in keys], [k[1] for k in keys]
     outcomes = row_outcomes([rows[k] for k in keys], audit)
-    cells = Cells.from_rows([k[0] for k in keys], [k[1] for k in keys], outcomes)
     check = check_m if check_m in measured and measured[0] < check_m < measured[-1] else None
-    steps_used, step_rows = None, None
-    if steps:
-        crammed = [j for j, k in enumerate(keys) if rows[k]["accessible"]]
-        step_rows = StepRows.from_rows(
-            [keys[j][0] for j in crammed],
-            [keys[j][1] for j in crammed],
-            [max(1, int(rows[keys[j]]["steps"])) for j in crammed],
-            steps_cap,
-            # Under an audit each step count weighed by its row's pseudo-outcome (pooled.fit_pooled_pseudo_steps).
-            weights=None if audit is None else outcomes[crammed],
-        )
-    law, outcomes_fit = None, None
-    if step_rows is not None and usable_steps(step_rows) and steps_law_alpha is not None:
-        outcomes_fit = (fit_pooled if audit is None else fit_pooled_pseudo)(cells, measured, check)
-        law = steps_law_check(step_rows, outcomes_fit.theta[:2], steps_law_alpha)
-        if not law["one_law"]:
-            step_rows = None
-    fit: PooledFit
-    steps_fit: StepsInformedFit
-    if step_rows is not None and usable_steps(step_rows):
-        if audit is None:
-            fit = steps_fit = fit_pooled_steps(cells, step_rows, measured, check)
-        else:
-            fit = steps_fit = fit_pooled_pseudo_steps(cells, step_rows, measured, check, start=outcomes_fit)
-        if steps_robust or audit is not None:
-            sandwich = steps_sandwich(
-                steps_fit,
-                [k[0] for k in keys],
-                [k[1] for k in keys],
-                [bool(rows[k]["accessible"]) for k in keys],
-                [max(1, int(rows[k]["steps"])) for k in keys],
-                steps_cap,
-                outcomes=None if audit is None else outcomes,
-            )
-            steps_fit.covariance = guarded_covariance(steps_fit.covariance, sandwich)
-        tau0, kappa, log_sigma = (float(v) for v in steps_fit.steps_theta)
+    fitted = _pooled_fit(
+        row_ms,
+        row_ns,
+        outcomes,
+        [max(1, int(rows[k]["steps"])) for k in keys] if steps else None,
+        measured,
+        check,
+        audit=audit is not None,
+        steps_cap=steps_cap,
+        steps_robust=steps_robust,
+        steps_law_alpha=steps_law_alpha,
+        free_delta=slope_from == "free" and check is not None,
+    )
+    fit = fitted.fit
+    if fitted.guarded is not None:
+        fit.covariance = fitted.guarded
+    steps_used = None
+    if isinstance(fit, StepsInformedFit):
+        tau0, kappa, log_sigma = (float(v) for v in fit.steps_theta)
         steps_used = {"tau0": tau0, "kappa": kappa, "sigma": math.exp(log_sigma)}
+    if check is None:
+        linearity = None
+    elif audit is not None:
+        linearity = audited_linearity_check(row_ms, row_ns, outcomes, measured, check)
     else:
-        if outcomes_fit is not None and not (slope_from == "free" and check is not None):
-            fit = outcomes_fit  # the law's check fitted exactly this already
-        else:
-            fitter = fit_pooled if audit is None else fit_pooled_pseudo
-            fit = fitter(cells, measured, check, free_delta=slope_from == "free" and check is not None)
-        if audit is not None:  # guarded whichever fit it is, as the design's stop judges it
-            row_ms, row_ns = [k[0] for k in keys], [k[1] for k in keys]
-            fit.covariance = guarded_covariance(fit.covariance, outcomes_sandwich(fit, row_ms, row_ns, outcomes))
+        linearity = linearity_check(fitted.cells, measured, check)
+    return {
+        **_line_estimates(fit, ms, measured),
+        "linearity": linearity,
+        **({"steps": steps_used} if steps else {}),
+        **({"steps_law": fitted.law} if steps_law_alpha is not None else {}),
+    }
+
+
+def _line_estimates(fit: PooledFit, ms, measured) -> dict:
+    """:func:`pooled_estimates`' line: n_50 at every m of ``ms`` and ``measured`` (read off the line), the slope and
+    the intercept, each with its standard error and Wald interval, and whether the fit converged."""
+    from ..stats.pooled import wald_interval
+
     per_m = {}
     for m in sorted(set(ms) | set(measured)):
         n50, se = fit.n50(m), fit.n50_se(m)
         per_m[int(m)] = {"n50": n50, "se": se, "ci": wald_interval(n50, se), "measured": m in measured}
         per_m[int(m)].update(width=fit.width(m), log_width_se=fit.log_width_se(m))
-    if check is None:
-        linearity = None
-    elif audit is not None:
-        linearity = audited_linearity_check([k[0] for k in keys], [k[1] for k in keys], outcomes, measured, check)
-    else:
-        linearity = linearity_check(cells, measured, check)
     return {
         "per_m": per_m,
         "slope": fit.slope,
@@ -673,7 +654,4 @@ def pooled_estimates(
         "intercept_se": fit.intercept_se(),
         "intercept_ci": wald_interval(fit.intercept, fit.intercept_se()),
         "converged": fit.converged,
-        "linearity": linearity,
-        **({"steps": steps_used} if steps else {}),
-        **({"steps_law": law} if steps_law_alpha is not None else {}),
     }

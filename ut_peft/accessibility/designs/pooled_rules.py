@@ -8,6 +8,7 @@ as keyword arguments. The measurements behind each version are in docs/accessibi
 from __future__ import annotations
 
 import dataclasses
+import math
 
 # The pooled design's rules (placement, widening, stop): POOLED_RULES below. A change to any of them changes which
 # rows a folder's replay asks for, so a resumed folder would refuse its own rows: a new rule gets a new version, and
@@ -59,6 +60,78 @@ class PooledRules:
     target_scale: float = 1.0
     # With steps: the step counts only while one law across m is not refused at this level (pooled.steps_law_check).
     steps_law_alpha: float | None = None
+
+    def __post_init__(self) -> None:
+        """Refuses rules that cannot work (``check_factor`` excepted: the design checks it, knowing whether it has a
+        check m), and holds the numbers as floats, the offsets as a tuple of them and the switches as bools."""
+        self._check_placement()
+        self._check_steps()
+        if self.audit is not None and not (isinstance(self.audit, (int, float)) and 0.0 < self.audit <= 1.0):
+            raise ValueError(
+                "audit is the chance that a row the early abandon flags runs on to its end: in (0, 1] "
+                f"(got {self.audit!r})"
+            )
+        scale = self.target_scale
+        if not (isinstance(scale, (int, float)) and math.isfinite(scale) and scale > 0):
+            raise ValueError(f"target_scale multiplies every standard-error target and must be > 0 (got {scale!r})")
+        if self.steps_law_alpha is not None and not (self.steps and 0.0 < self.steps_law_alpha < 1.0):
+            raise ValueError(
+                f"steps_law_alpha is the level at which the step counts' one law across m is refused (in (0, 1)), "
+                f"and needs steps=True (got {self.steps_law_alpha!r}, steps={bool(self.steps)})"
+            )
+        held: dict[str, object] = {"logit_offsets": tuple(float(x) for x in self.logit_offsets)}
+        for name in ("width_z", "stop_z", "steps_stop_z", "target_scale"):
+            held[name] = float(getattr(self, name))
+        held.update((name, bool(getattr(self, name))) for name in ("steps", "steps_robust"))
+        for name in ("steps_relief", "audit"):
+            held[name] = None if getattr(self, name) is None else float(getattr(self, name))
+        for name, value in held.items():
+            object.__setattr__(self, name, value)  # a frozen dataclass's own way to set its fields after __init__
+
+    def _check_placement(self) -> None:
+        """Where the rows go and when the design may stop."""
+        offsets = [float(x) for x in self.logit_offsets]
+        if not offsets or not all(math.isfinite(x) for x in offsets):
+            raise ValueError(f"logit_offsets must be one or more finite logits of the fitted curve (got {offsets})")
+        for name, value in [("width_z", self.width_z), ("stop_z", self.stop_z)]:
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"{name} is a number of standard errors and must be >= 0 (got {value!r})")
+        if self.slope_from not in ("linear", "free"):
+            raise ValueError(
+                f"slope_from must be 'linear' (the line through every m, check rows included) or 'free' (the check "
+                f"m's offset free: its rows do not inform the line); got {self.slope_from!r}"
+            )
+        if not (isinstance(self.min_rows, int) and self.min_rows >= 0):
+            raise ValueError(
+                f"min_rows (fitted rows before the design may stop) must be an integer >= 0 (got {self.min_rows!r})"
+            )
+        if self.criterion not in ("cube", "binding"):
+            raise ValueError(
+                f"criterion must be 'cube' (every quantity's ratio to its target, cubed) or 'binding' (only the "
+                f"ratios above 1, those that keep the design from stopping); got {self.criterion!r}"
+            )
+
+    def _check_steps(self) -> None:
+        """The step counts' rules, each of which needs ``steps``."""
+        relief, stop_z = self.steps_relief, self.steps_stop_z
+        if relief is not None and not (math.isfinite(relief) and relief >= 1):
+            raise ValueError(
+                f"steps_relief is how far (a factor on the variance targets, >= 1) the outcomes alone may fall short "
+                f"of the targets the step counts help reach; None: no bound (got {relief!r})"
+            )
+        if relief is not None and not self.steps:
+            raise ValueError(
+                "steps_relief bounds what the step counts may carry in the stop: it needs steps=True (--pooled-steps)"
+            )
+        if self.steps_robust and not self.steps:
+            raise ValueError(
+                "steps_robust guards the steps-informed standard errors with a sandwich: it needs steps=True "
+                "(--pooled-steps)"
+            )
+        if not (math.isfinite(stop_z) and stop_z >= 0):
+            raise ValueError(f"steps_stop_z is a number of standard errors and must be >= 0 (got {stop_z!r})")
+        if stop_z and not self.steps:
+            raise ValueError("steps_stop_z widens the steps law's information: it needs steps=True (--pooled-steps)")
 
     def arguments(self) -> dict:
         return dataclasses.asdict(self)
