@@ -249,3 +249,21 @@ def test_a_folder_that_holds_no_sweep_is_one_line_and_exit_code_2(tmp_path, caps
 def test_status_is_a_listed_command(capsys):
     cli.main([])
     assert "status" in cli.COMMANDS and "  status " in capsys.readouterr().out
+
+
+def test_an_m_whose_rows_do_not_bracket_n50_gets_points_but_no_intervals(tmp_path, capsys):
+    """Rows that all crammed at an m place its n_50 nowhere: the line there rests on the width prior, and the status
+    prints the design's points, marked provisional, and no interval (SmolLM2's words rows without m = 5's failures)."""
+    folder = copy_sweep(WORDS, tmp_path / "words", names=("settings.json",))
+    kept = [row for row in file_rows(WORDS) if row["m"] != 5 or row["accessible"]]
+    (folder / "rows.jsonl").write_text("".join(json.dumps(row) + "\n" for row in kept))
+    estimate = json.loads(status_of(folder, capsys, "--json"))["estimate"]
+    assert estimate["provisional"] == [5] and estimate["interval"] is None and estimate["r2"] is None
+    assert estimate["slope"]["ci"] is None and all(entry["ci"] is None for entry in estimate["per_m"])
+    assert math.isfinite(estimate["slope"]["estimate"])
+    text = status_of(folder, capsys)
+    assert "estimate: none yet: n_50 is not bracketed at m = 5" in text and "[" not in text.split("estimate:")[1]
+    # With every m bracketed the same folder's estimate has its intervals again.
+    assert (
+        json.loads(status_of(copy_sweep(WORDS, tmp_path / "all"), capsys, "--json"))["estimate"]["provisional"] is None
+    )

@@ -28,6 +28,7 @@ from pathlib import Path
 from . import store, summaries
 from .config import SweepConfig
 from .designs import make_design
+from .designs.common import bracketed_fractions, fractions_of
 from .designs.pooled import PooledDesign
 from .engine.rows import INFERRED, row_steps
 from .pace import projection, round_paces, total_pace
@@ -174,6 +175,26 @@ def _estimate(folder: Path, settings: dict, config: SweepConfig, design: PooledD
     fit = design.summary_fit(rows)
     if fit is None:
         return None
+    unbracketed = _unbracketed(design, rows)
+    if unbracketed:
+        # Rows that all crammed (or all failed) at an m place its n_50 nowhere: the fit there rests on the width
+        # prior, and Wald intervals from it would look tight while saying nothing. Points only, marked provisional.
+        return {
+            "rows": sum(row.get("stop_reason") != INFERRED for row in rows.values()),
+            "provisional": unbracketed,
+            "interval": None,
+            "interval_note": None,
+            "slope": _entry(fit["slope"], fit["slope_se"], None, None),
+            "intercept": _entry(fit["intercept"], fit["intercept_se"], None, None),
+            "per_m": [
+                dict(m=m, measured=entry["measured"], **_entry(entry["n50"], entry["se"], None, None))
+                for m, entry in sorted(fit["per_m"].items())
+            ],
+            "converged": fit["converged"],
+            "linearity": None,
+            "r2": None,
+            "r2_note": "none while n_50 is not bracketed at every m the design measures",
+        }
     calibration = store.current_calibration(store.read_calibration(folder), rows)
     calibrated = calibration is not None and not calibration["stale"]
     if calibrated:
@@ -196,6 +217,7 @@ def _estimate(folder: Path, settings: dict, config: SweepConfig, design: PooledD
     r2, r2_note = _r2(settings, config, rows)
     return {
         "rows": sum(row.get("stop_reason") != INFERRED for row in rows.values()),
+        "provisional": None,
         "interval": "calibrated" if calibrated else "wald",
         "interval_note": note,
         "slope": _entry(fit["slope"], fit["slope_se"], slope_ci, fit["slope_ci"]),
@@ -206,6 +228,17 @@ def _estimate(folder: Path, settings: dict, config: SweepConfig, design: PooledD
         "r2": r2,
         "r2_note": r2_note,
     }
+
+
+def _unbracketed(design: PooledDesign, rows: dict) -> list[int]:
+    """The m the design measures whose rows do not yet bracket n_50 (no length at accessibility >= 1/2 with another
+    below it): where the design is still bracketing."""
+    measured = [row for row in rows.values() if row.get("stop_reason") != INFERRED]
+    return [
+        m
+        for m in design.design_ms
+        if not bracketed_fractions(fractions_of([(row["n"], row["accessible"]) for row in measured if row["m"] == m]))
+    ]
 
 
 def _r2(settings: dict, config: SweepConfig, rows: dict) -> tuple[float | None, str]:
@@ -441,6 +474,25 @@ def _in_flight_lines(in_flight: dict) -> list[str]:
 def _estimate_lines(estimate: dict | None) -> list[str]:
     if estimate is None:
         return ["estimate: none yet (the pooled line needs rows at two m at least)"]
+    if estimate.get("provisional"):
+        waiting = ", ".join(map(str, estimate["provisional"]))
+        lines = [
+            f"estimate: none yet: n_50 is not bracketed at m = {waiting} (every row there crammed, or none did), so "
+            f"the line rests on the width prior there; its points as the design fits {estimate['rows']} rows, no "
+            "intervals:"
+        ]
+        slope, intercept = estimate["slope"], estimate["intercept"]
+        lines.append(
+            f"  slope {_num(slope['estimate'], 2)} tokens per vector, intercept {_num(intercept['estimate'])}"
+        )
+        lines.append(
+            "  n_50: "
+            + ", ".join(
+                f"m = {e['m']} {_num(e['estimate'])}{'' if e['measured'] else ' (off the line)'}"
+                for e in estimate["per_m"]
+            )
+        )
+        return lines
     lines = [
         f"estimate: the pooled line fitted to {estimate['rows']} rows as the design fits them; "
         f"{estimate['interval_note']}"
