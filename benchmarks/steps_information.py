@@ -1,6 +1,6 @@
 """Do the step counts of accessible rows follow one law across m? The check the steps-informed estimate needs first.
 
-The steps-informed estimate (``ut_peft.accessibility.stats.pooled.fit_pooled_steps``; simulated by
+The steps-informed estimate (``ut_peft.accessibility.stats.pooled_steps.fit_pooled_steps``; simulated by
 ``benchmarks/measurement_cost.py --designs pooled+steps``) assumes log(steps) = tau0 + kappa n / n_50(m) + sigma eps
 for every accessible row, with tau0, kappa and sigma the same at every m. This script tests that on the real rows of
 sweep folders (cap and patience as run; inferred rows left out):
@@ -35,14 +35,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ut_peft.accessibility import store  # noqa: E402
 from ut_peft.accessibility.engine.rows import INFERRED  # noqa: E402
-from ut_peft.accessibility.stats.pooled import (  # noqa: E402
-    Cells,
-    StepRows,
-    fit_pooled,
-    fit_pooled_steps,
-    guarded_covariance,
-    steps_sandwich,
-)
+from ut_peft.accessibility.stats.pooled import Cells, fit_pooled, guarded_covariance  # noqa: E402
+from ut_peft.accessibility.stats.pooled_steps import StepRows, fit_pooled_steps, steps_sandwich  # noqa: E402
 
 
 def read_rows(folders) -> list[tuple[int, int, bool, int]]:
