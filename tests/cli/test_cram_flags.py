@@ -143,3 +143,14 @@ def test_each_flag_names_a_field_of_the_config_and_a_key_of_the_settings():
         "merge",
         "report-only",
     }
+
+
+@pytest.mark.parametrize("key", ["model", "source", "ms", "num_sequences", "seed"])
+def test_a_settings_json_that_lacks_a_key_every_sweep_writes_is_one_clear_error(key, tmp_path):
+    _, settings, _, _ = rerun("the published protocol", tmp_path)
+    del settings[key]
+    path = tmp_path / "edited" / "settings.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(settings))
+    with pytest.raises(ValueError, match=f"{path} lacks {key}, which every sweep's settings.json holds"):
+        command.flags_from_settings(settings, path)

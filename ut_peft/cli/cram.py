@@ -598,6 +598,12 @@ def _check_settings(values: dict, path) -> dict:
     protocol = values.get("protocol", _default(SweepConfig, "protocol"))
     cram, grid, design = values["cram"], values["grid"], values.get("design") or {}
     _check_keys(values, SETTINGS_KEYS, path)
+    missing = [key for key in ("model", "source", "ms", "num_sequences", "seed") if key not in values]
+    if missing:
+        raise ValueError(
+            f"{path} lacks {', '.join(missing)}, which every sweep's settings.json holds: start from the file a sweep "
+            "wrote and change only the values to change"
+        )
     # A folder written before settings.json recorded the support sequences holds them in the summary beside it.
     values = recorded_settings(Path(path).parent, values)
     _check_keys(cram, {f.name for f in dataclasses.fields(CramConfig)}, path, "cram.")
