@@ -121,6 +121,7 @@ from ut_peft.accessibility.design import (  # noqa: E402
     pooled_rules,
     row_steps,
 )
+from ut_peft.accessibility.simulated_intervals import fit_costs  # noqa: E402
 from ut_peft.accessibility.stats import fit as fit_module  # noqa: E402
 from ut_peft.accessibility.stats.fit import fit_sigmoid, line_interval, n50_interval  # noqa: E402
 from ut_peft.accessibility.stats.simulator import (  # noqa: E402  (the simulator: ut_peft/accessibility/stats/simulator.py)
@@ -130,7 +131,6 @@ from ut_peft.accessibility.stats.simulator import (  # noqa: E402  (the simulato
     RowCosts,
     Truth,
     accessible_probability,
-    fit_costs,
     in_processes,
     run_audited_design,
     run_design,

@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+from ut_peft.accessibility import simulated_intervals
 from ut_peft.accessibility.stats import simulator
 from ut_peft.accessibility.testing import write_sweep_folder
 
@@ -47,7 +48,7 @@ def test_row_costs_fitted_to_real_rows_recover_the_law_they_follow(tmp_path):
     rows = [(m, n, acc, round(40 * math.exp(4 * n / n50)) if acc else next(fail_steps)) for m, n, acc in outcomes]
     folder = tmp_path / "sweep"
     write_sweep(folder, rows)
-    costs = simulator.fit_costs([folder])
+    costs = simulated_intervals.fit_costs([folder])
     assert costs.form == "exponential"
     assert costs.k == pytest.approx(4.0, abs=0.01) and costs.t0 == pytest.approx(40.0, rel=0.02)
     assert costs.b0 == pytest.approx(math.exp((3 * math.log(1500) + 2 * math.log(2500)) / 5), rel=1e-6)
@@ -63,10 +64,10 @@ def test_row_costs_fitted_to_real_rows_recover_the_law_they_follow(tmp_path):
 def test_row_costs_refuse_rows_of_another_cap_or_too_few_rows(tmp_path):
     write_sweep(tmp_path / "cap300", [(1, 10, True, 50), (1, 20, False, 300)], max_steps=300)
     with pytest.raises(ValueError, match="cap 300 and patience 500.*--protocol published"):
-        simulator.fit_costs([tmp_path / "cap300"])
+        simulated_intervals.fit_costs([tmp_path / "cap300"])
     write_sweep(tmp_path / "few", [(1, 10, True, 50), (1, 20, True, 90), (1, 20, False, 2000), (1, 30, False, 2500)])
     with pytest.raises(ValueError, match="2 accessible and 2 inaccessible rows at an m whose n_50 the rows bracket"):
-        simulator.fit_costs([tmp_path / "few"])
+        simulated_intervals.fit_costs([tmp_path / "few"])
 
 
 def test_random_words_draw_a_text_per_length_and_nested_texts_one_per_index():
@@ -186,10 +187,10 @@ def test_row_costs_of_audited_rows_weigh_them_as_the_rows_a_full_run_would_have_
         )
         rows = _audited(base, flags if audit else {})
         (folder / "rows.jsonl").write_text("".join(json.dumps(_complete(r)) + "\n" for r in rows))
-    assert simulator.fit_costs([tmp_path / "a"]).b0 == pytest.approx(audited.b0, rel=1e-9)
+    assert simulated_intervals.fit_costs([tmp_path / "a"]).b0 == pytest.approx(audited.b0, rel=1e-9)
     with pytest.raises(ValueError, match="different audits"):
-        simulator.fit_costs([tmp_path / "a", tmp_path / "b"])
-    assert math.isfinite(simulator.fit_costs([tmp_path / "b"]).b0)
+        simulated_intervals.fit_costs([tmp_path / "a", tmp_path / "b"])
+    assert math.isfinite(simulated_intervals.fit_costs([tmp_path / "b"]).b0)
 
 
 def _complete(row):

@@ -39,6 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
+from . import store
 from .designs import make_design
 from .designs.pooled import PooledDesign
 from .engine.rows import INFERRED
@@ -54,6 +55,28 @@ from .stats.simulator import (
     run_design,
 )
 from .store import rows_digest, write_calibration
+
+
+def fit_costs(folders, first: int | None = None) -> RowCosts:
+    """The exponential cost model fitted to the rows of real sweep folders run at the simulator's cap and patience
+    (:func:`~.stats.simulator.fit_costs_to_rows`); ``first``: each folder's first rows in rows.jsonl order only, to fit
+    the costs as they were when it held only those (a live folder grows; figures fitted earlier name how many rows
+    their fit saw)."""
+    rows = []
+    audits = set()
+    for folder in map(Path, folders):
+        settings = store.read_settings(folder)
+        check_protocol(settings, str(folder))
+        audits.add(float(settings.get("cram", {}).get("abandon_audit") or 0.0))
+        rows += list(store.read_rows(folder).values())[:first]
+    if len(audits) > 1:
+        raise ValueError(
+            f"{', '.join(map(str, folders))}: their rows ran under different audits of the early abandon "
+            f"({', '.join(map(str, sorted(audits)))}); fit the costs of each on its own"
+        )
+    audit = audits.pop() or None
+    return fit_costs_to_rows(rows, ", ".join(str(f) for f in folders), audit=audit)
+
 
 LEVEL = 0.95
 DEFAULT_REPEATS = 400
@@ -299,8 +322,6 @@ def _truth_dict(truth: Truth, ms) -> dict:
 def calibrate_folder(folder, *, repeats: int = DEFAULT_REPEATS, seed: int = 0, workers: int = 1) -> dict:
     """:func:`calibrate` on a sweep folder's rows and settings (``workers`` processes), written to its
     calibration.json."""
-    from . import store
-
     folder = Path(folder)
     settings = store.read_settings(folder)
     rows = store.read_rows(folder)

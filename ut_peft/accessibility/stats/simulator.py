@@ -19,7 +19,6 @@ import dataclasses
 import functools
 import math
 import time
-from pathlib import Path
 
 import numpy as np
 
@@ -37,8 +36,9 @@ class RowCosts:
 
     - ``form="assumed"`` (the default, written before any full-cap real row): an accessible row takes
       ceil(t0 LN(0, spread) (1 + 9 r^8)) steps (t0 = 150, spread 0.5: ~150 far below a text's limit, ~1400 at it).
-    - ``form="exponential"`` (:func:`fit_costs`, fitted to real rows): ceil(t0 LN(0, spread) exp(k r)): the real
-      rows' steps grow with n far below the limit too (SmolLM2 m = 1: ~160 at a third of n_50, ~800 at two thirds).
+    - ``form="exponential"`` (:func:`fit_costs_to_rows`; from folders,
+      :func:`~ut_peft.accessibility.simulated_intervals.fit_costs`): ceil(t0 LN(0, spread) exp(k r)): the real rows'
+      steps grow with n far below the limit too (SmolLM2 m = 1: ~160 at a third of n_50, ~800 at two thirds).
 
     An inaccessible row (both forms): its best accuracy last improves at step b = b0 LN(0, fail_spread) and it stops
     at min(cap, b + patience); assumed b0 = 800, fail_spread 0.7 (median ~1300 steps).
@@ -103,29 +103,6 @@ def check_protocol(settings: dict, where: str) -> None:
             f"simulator's cost model is for cap {CAP} and patience {PATIENCE}: give rows run with --protocol "
             f"published (cap 3000, patience 500)"
         )
-
-
-def fit_costs(folders, first: int | None = None) -> RowCosts:
-    """The exponential cost model fitted to the rows of real sweep folders run at the simulator's cap and patience
-    (:func:`fit_costs_to_rows`); ``first``: each folder's first rows in rows.jsonl order only, to fit the costs as
-    they were when it held only those (a live folder grows; figures fitted earlier name how many rows their fit saw).
-    """
-    from .. import store
-
-    rows = []
-    audits = set()
-    for folder in map(Path, folders):
-        settings = store.read_settings(folder)
-        check_protocol(settings, str(folder))
-        audits.add(float(settings.get("cram", {}).get("abandon_audit") or 0.0))
-        rows += list(store.read_rows(folder).values())[:first]
-    if len(audits) > 1:
-        raise ValueError(
-            f"{', '.join(map(str, folders))}: their rows ran under different audits of the early abandon "
-            f"({', '.join(map(str, sorted(audits)))}); fit the costs of each on its own"
-        )
-    audit = audits.pop() or None
-    return fit_costs_to_rows(rows, ", ".join(str(f) for f in folders), audit=audit)
 
 
 def audit_weights(rows, audit: float | None) -> np.ndarray:
