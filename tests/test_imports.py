@@ -44,3 +44,28 @@ def test_the_package_imports_one_way():
         if node not in state:
             visit(node, [node])
     assert not cycles, f"modules that import back up: {cycles}"
+
+
+# The accessibility package's rooms, bottom up: a room imports only from the rooms below it (docs/architecture.md).
+ROOMS = ("engine", "stats", "designs")
+
+
+def room_of(module: str) -> int:
+    """A module's room as its rank: engine 0, stats 1, designs 2, every other module of the package 3."""
+    parts = module.split(".")
+    return ROOMS.index(parts[2]) if len(parts) > 3 and parts[2] in ROOMS else len(ROOMS)
+
+
+def test_the_accessibility_rooms_import_downward_only():
+    root = PACKAGE / "accessibility"
+    paths = {module_name(p): p for p in root.rglob("*.py")}
+    packages = {module_name(p) for p in root.rglob("__init__.py")}
+    assert room_of("ut_peft.accessibility.engine.cram") == 0 and room_of("ut_peft.accessibility.sweep") == 3
+    upward = sorted(
+        f"{name} -> {target}"
+        for name, path in paths.items()
+        if name not in packages
+        for target in imports(path, set(paths)) - packages
+        if room_of(target) > room_of(name)
+    )
+    assert not upward, f"imports from a room above (engine < stats < designs < the rest): {upward}"
