@@ -158,6 +158,19 @@ def _steps_start(line: np.ndarray, steps: StepRows) -> np.ndarray:
     return np.concatenate([coef, [math.log(max(0.05, spread))]])
 
 
+def _split_joint(info: np.ndarray, keep: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray, bool]:
+    """The joint information of (a, b, tau0, kappa, log sigma) and the outcomes' kept parameters inverted into the
+    line model's covariance (``keep`` in a ``size`` layout, the rest 0) and the steps law's; NaN, and False, where
+    it is singular."""
+    covariance = np.zeros((size, size))
+    try:
+        joint = np.linalg.inv(info)
+    except np.linalg.LinAlgError:
+        return np.full((size, size), np.nan), np.full((3, 3), np.nan), False
+    covariance[np.ix_(keep, keep)] = joint[:4, :4]
+    return covariance, joint[4:, 4:], True
+
+
 def fit_pooled_steps(cells: Cells, steps: StepRows, width_ms, check_m: int | None = None) -> StepsInformedFit:
     """The pooled line fitted to the rows' outcomes *and* the accessible rows' step counts
     (``PooledDesign(steps=True)``, versions 3 and 5 of its rules, opt-in; ``benchmarks/measurement_cost.py
@@ -202,16 +215,8 @@ def fit_pooled_steps(cells: Cells, steps: StepRows, width_ms, check_m: int | Non
     where = np.array([0, 1, 4, 5])
     info[np.ix_(where, where)] += steps_jac.T @ steps_jac
     info[6, 6] += 2.0 * float(steps.w.sum())
-    covariance = np.zeros((model.size, model.size))
-    converged = bool(result.success or result.status == 2)
-    try:
-        joint = np.linalg.inv(info)
-        covariance[np.ix_(keep, keep)] = joint[:4, :4]
-        steps_covariance = joint[4:, 4:]
-    except np.linalg.LinAlgError:
-        covariance[:] = np.nan
-        steps_covariance = np.full((3, 3), np.nan)
-        converged = False
+    covariance, steps_covariance, invertible = _split_joint(info, keep, model.size)
+    converged = bool(result.success or result.status == 2) and invertible
     return StepsInformedFit(
         theta,
         covariance,
@@ -385,16 +390,9 @@ def fit_pooled_pseudo_steps(
     theta = theta_of(x)
     eta, _ = model.eta_and_jacobian(theta, cells.ms, cells.ns, False)
     loglik = float((cells.successes * eta - cells.trials * np.logaddexp(0.0, eta)).sum())
-    covariance = np.zeros((model.size, model.size))
-    steps_covariance = np.full((3, 3), np.nan)
     joint_information = info if info is not None else np.full((7, 7), np.nan)
-    try:
-        joint = np.linalg.inv(joint_information)
-        covariance[np.ix_(keep, keep)] = joint[:4, :4]
-        steps_covariance = joint[4:, 4:]
-    except np.linalg.LinAlgError:
-        covariance[:] = np.nan
-        converged = False
+    covariance, steps_covariance, invertible = _split_joint(joint_information, keep, model.size)
+    converged = converged and invertible
     return StepsInformedFit(
         theta, covariance, loglik, converged, model, False, x[4:].copy(), steps_covariance, joint_information
     )
