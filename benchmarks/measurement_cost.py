@@ -103,6 +103,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -124,6 +125,7 @@ from ut_peft.accessibility.design import (  # noqa: E402
 from ut_peft.accessibility.simulated_intervals import fit_costs  # noqa: E402
 from ut_peft.accessibility.stats import fit as fit_module  # noqa: E402
 from ut_peft.accessibility.stats.fit import fit_sigmoid, line_interval, n50_interval  # noqa: E402
+from ut_peft.accessibility.stats.pooled_estimators import PseudoOutcomesEstimator, estimator_for  # noqa: E402
 from ut_peft.accessibility.stats.simulator import (  # noqa: E402  (the simulator: ut_peft/accessibility/stats/simulator.py)
     CAP,
     PATIENCE,
@@ -185,7 +187,8 @@ def truth_from(folder) -> tuple[float, float, float]:
     # Rows run under an audited early abandon: the line from their pseudo-outcomes, as the sweep's own summary fits
     # it (a row the rule stopped is not a failure).
     audit = float(store.read_settings(Path(folder)).get("cram", {}).get("abandon_audit") or 0.0) or None
-    est = pooled_estimates(rows, measured, audit=audit)  # the summary's own fit (inferred rows left out there)
+    # The summary's own fit (inferred rows left out there).
+    est = pooled_estimates(rows, measured, estimator=None if audit is None else PseudoOutcomesEstimator(audit))
     if est is None or not est["converged"] or any(est["per_m"][m]["n50"] <= 0 for m in measured):
         raise SystemExit(
             f"--truth-from {folder}: the pooled line needs rows at two m at least and a converged fit (rows at m = "
@@ -274,17 +277,15 @@ def analyse_pooled(rows: dict, ms, design: PooledDesign, steps: bool | None = No
     ``steps``: the line from the outcomes and the accessible rows' step counts (True: "pooled+steps", the same rows
     analysed again, so only the error differs), or not; None: as the design reports it."""
     use_steps = design.steps if steps is None else steps
-    est = pooled_estimates(
-        rows,
-        ms,
-        check_m=design.check_m,
-        slope_from=design.slope_from,
-        steps=use_steps,
-        steps_cap=design.steps_cap,
-        steps_robust=design.steps_robust and use_steps,
+    # The design's own estimator, with the step counts or without them (the steps rules only with them).
+    rules = SimpleNamespace(
         audit=design.audit,
+        steps=use_steps,
+        steps_robust=design.steps_robust and use_steps,
         steps_law_alpha=design.steps_law_alpha if use_steps else None,
     )
+    estimator = estimator_for(rules, design.steps_cap)
+    est = pooled_estimates(rows, ms, check_m=design.check_m, estimator=estimator, slope_from=design.slope_from)
     law = est.get("steps_law")
     per_m = {}
     for m in ms:

@@ -2,6 +2,7 @@
 is killed and resumed, and the errors for settings that cannot work."""
 
 import shutil
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -9,6 +10,12 @@ import pytest
 from ut_peft.accessibility import CramConfig, GridConfig, SweepConfig, run_sweep
 from ut_peft.accessibility.design import PooledDesign, pooled_estimates
 from ut_peft.accessibility.stats.pooled import Cells, fit_pooled, linearity_check
+from ut_peft.accessibility.stats.pooled_estimators import (
+    OutcomesEstimator,
+    PseudoOutcomesEstimator,
+    StepCountsEstimator,
+    estimator_for,
+)
 from ut_peft.accessibility.stats.pooled_steps import StepRows, fit_pooled_steps
 from ut_peft.accessibility.store import read_rows
 
@@ -422,7 +429,7 @@ def test_a_steps_relief_keeps_the_design_going_until_the_outcomes_alone_reach_it
 def test_the_steps_informed_estimate_falls_back_to_the_outcomes_without_enough_crammed_rows():
     rows = {(1, 10, 0): {"accessible": True, "steps": 50}, (1, 30, 1): {"accessible": False, "steps": 900}}
     rows |= {(3, 30, 2): {"accessible": True, "steps": 80}, (3, 60, 3): {"accessible": False, "steps": 900}}
-    found = pooled_estimates(rows, [1, 3], steps=True)
+    found = pooled_estimates(rows, [1, 3], estimator=StepCountsEstimator(OutcomesEstimator()))
     assert found["steps"] is None
     assert {k: v for k, v in found.items() if k != "steps"} == pooled_estimates(rows, [1, 3])
 
@@ -513,12 +520,13 @@ def test_robust_steps_standard_errors_are_never_smaller_and_need_the_steps():
             for _ in range(12):
                 job = (m, n, len(rows))
                 rows[job] = _steps_simulated(*job, 0)
-    plain = pooled_estimates(rows, [1, 2, 3, 4, 5], check_m=3, steps=True)
-    robust = pooled_estimates(rows, [1, 2, 3, 4, 5], check_m=3, steps=True, steps_robust=True)
+    plain = pooled_estimates(rows, [1, 2, 3, 4, 5], check_m=3, estimator=StepCountsEstimator(OutcomesEstimator()))
+    robust_estimator = StepCountsEstimator(OutcomesEstimator(), robust=True)
+    robust = pooled_estimates(rows, [1, 2, 3, 4, 5], check_m=3, estimator=robust_estimator)
     assert robust["slope"] == plain["slope"] and robust["slope_se"] >= plain["slope_se"] * (1 - 1e-9)
     assert all(robust["per_m"][m]["se"] >= plain["per_m"][m]["se"] * (1 - 1e-9) for m in (1, 2, 3, 4, 5))
     with pytest.raises(ValueError, match="steps_robust .* needs steps=True"):
-        pooled_estimates(rows, [1, 2, 3, 4, 5], check_m=3, steps_robust=True)
+        estimator_for(SimpleNamespace(audit=None, steps=False, steps_robust=True, steps_law_alpha=None), None)
     with pytest.raises(ValueError, match="steps_robust .* needs steps=True"):
         PooledDesign([1, 3, 5], batch=8, start=4, stop=200, target_slope_se=0.6, target_n50_se=None, steps_robust=True)
     design = PooledDesign(
@@ -594,10 +602,12 @@ def test_version_3_stops_on_the_step_counts_truncated_at_the_sweeps_cap_and_guar
         rows.update((job, capped(*job)) for job in jobs)
     summary = design.summary_fit(rows)
     assert summary["steps"] is not None and abs(summary["steps"]["kappa"] - 4.0) < 1.0
+    guarded_truncated = StepCountsEstimator(OutcomesEstimator(), steps_cap=2000, robust=True)
+    assert design.estimator == guarded_truncated
     assert summary == pooled_estimates(
-        rows, [1, 3, 5], check_m=3, steps=True, steps_cap=2000, steps_robust=True
+        rows, [1, 3, 5], check_m=3, estimator=guarded_truncated
     )  # the summary's line is the guarded, truncated one
-    unguarded = pooled_estimates(rows, [1, 3, 5], check_m=3, steps=True, steps_cap=2000)
+    unguarded = pooled_estimates(rows, [1, 3, 5], check_m=3, estimator=StepCountsEstimator(OutcomesEstimator(), 2000))
     assert summary["slope_se"] >= unguarded["slope_se"] - 1e-12
     summary["per_m"] = [dict(m=m, **e) for m, e in summary["per_m"].items()]
     text = "\n".join(_pooled_lines(summary))
@@ -671,14 +681,16 @@ def test_an_audited_abandon_leaves_the_line_unbiased_where_counting_abandons_as_
     for seed in range(4):
         rows = _audited_rows(seed)
         recorded.append(pooled_estimates(rows, [1, 3, 5], check_m=3)["per_m"][5]["n50"])
-        estimate = pooled_estimates(rows, [1, 3, 5], check_m=3, audit=0.5)
+        estimate = pooled_estimates(rows, [1, 3, 5], check_m=3, estimator=PseudoOutcomesEstimator(0.5))
         assert estimate["converged"] and estimate["linearity"]["linear"]
         audited.append(estimate["per_m"][5]["n50"])
     assert np.mean(recorded) < 104.0 - 3.0  # about a third of the crammed rows near n_50 abandoned: biased low
     assert abs(np.mean(audited) - 104.0) < 1.5
     rows = _audited_rows(0)
     plain_model = pooled_estimates(rows, [1, 3, 5], check_m=3)["slope_se"]
-    assert pooled_estimates(rows, [1, 3, 5], check_m=3, audit=0.5)["slope_se"] > plain_model
+    assert (
+        pooled_estimates(rows, [1, 3, 5], check_m=3, estimator=PseudoOutcomesEstimator(0.5))["slope_se"] > plain_model
+    )
 
 
 def test_pseudo_outcomes_are_checked_and_the_root_fit_agrees_with_the_likelihood_fit_on_plain_outcomes():
@@ -737,7 +749,10 @@ def test_a_design_under_an_audited_abandon_replays_from_its_rows(steps):
     while jobs := first.next_jobs(rows):
         rows.update((job, simulated(*job)) for job in jobs)
     summary = first.summary_fit(rows)
-    expected = pooled_estimates(rows, [1, 3, 5], check_m=3, audit=0.5, steps=steps)
+    audited = PseudoOutcomesEstimator(0.5)
+    expected = pooled_estimates(
+        rows, [1, 3, 5], check_m=3, estimator=StepCountsEstimator(audited) if steps else audited
+    )
     assert summary["converged"] and summary == expected
     assert (summary.get("steps") is not None) == steps
     again = design()

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from ut_peft.accessibility.design import POOLED_RULES, PooledDesign, PooledRules, pooled_estimates
+from ut_peft.accessibility.stats.pooled_estimators import LawChecked, PseudoOutcomesEstimator, StepCountsEstimator
 
 
 def _audited_rows(seed, kappa_by_m=(5.0, 4.0, 3.0), audit=0.25, per_point=40) -> dict:
@@ -37,9 +38,11 @@ def test_under_an_audit_a_refused_steps_law_leaves_the_outcomes_own_estimate_gua
     """Where the steps law across m is refused, the estimate is the pseudo-outcomes' alone, their covariance guarded
     by the sandwich (as without the step counts at all, and as the design's stop judges it)."""
     rows = _audited_rows(0)
-    refused = pooled_estimates(rows, [1, 3, 5], check_m=3, audit=0.25, steps=True, steps_law_alpha=0.05)
+    audited = PseudoOutcomesEstimator(0.25)
+    law_checked = LawChecked(StepCountsEstimator(audited), alpha=0.05)
+    refused = pooled_estimates(rows, [1, 3, 5], check_m=3, estimator=law_checked)
     assert refused is not None and not refused["steps_law"]["one_law"] and refused["steps"] is None
-    outcomes_alone = pooled_estimates(rows, [1, 3, 5], check_m=3, audit=0.25)
+    outcomes_alone = pooled_estimates(rows, [1, 3, 5], check_m=3, estimator=audited)
     assert {k: v for k, v in refused.items() if k not in ("steps", "steps_law")} == outcomes_alone
 
 

@@ -279,7 +279,9 @@ def test_the_pooled_design_run_under_the_audited_abandon_estimates_from_what_it_
     stopped_rows = [r for r in rows.values() if "flagged_at" in r and not r["audited"]]
     assert stopped_rows and all(r["steps"] == r["flagged_at"] in (500, 750) for r in stopped_rows)
     result = cost.analyse_pooled(cost.with_index(rows), [1, 2, 3, 4, 5], design)
-    expected = cost.pooled_estimates(cost.with_index(rows), [1, 2, 3, 4, 5], check_m=3, audit=0.5)
+    expected = cost.pooled_estimates(
+        cost.with_index(rows), [1, 2, 3, 4, 5], check_m=3, estimator=cost.PseudoOutcomesEstimator(0.5)
+    )
     assert result["line"]["slope"] == expected["slope"]
     with pytest.raises(SystemExit, match="--flag-step / --flag-failed"):
         run(cost, "--repeats", "1", "--flag-step", "500", "--flag-failed", "0.6", "0.3")
@@ -321,6 +323,7 @@ def test_the_truth_from_an_audited_folder_is_fitted_to_its_pseudo_outcomes(cost,
     import json
 
     from ut_peft.accessibility.design import pooled_estimates
+    from ut_peft.accessibility.stats.pooled_estimators import PseudoOutcomesEstimator
     from ut_peft.accessibility.store import read_rows
 
     rows = []
@@ -341,7 +344,7 @@ def test_the_truth_from_an_audited_folder_is_fitted_to_its_pseudo_outcomes(cost,
     (tmp_path / "audited" / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
     slope, intercept, _ = cost.truth_from(tmp_path / "audited")
     kept = read_rows(tmp_path / "audited")
-    assert slope == pooled_estimates(kept, [1, 3, 5], audit=0.25)["slope"]
+    assert slope == pooled_estimates(kept, [1, 3, 5], estimator=PseudoOutcomesEstimator(0.25))["slope"]
     assert slope != pytest.approx(pooled_estimates(kept, [1, 3, 5])["slope"], abs=1e-6)
 
 

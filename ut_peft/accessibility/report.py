@@ -659,7 +659,7 @@ def _pooled_lines(pooled: dict | None, checks: dict | None = None, audit: float 
         return []
     checks = checks or {}
     per_m_checks = {e["m"]: e for e in checks.get("per_m", [])}
-    if audit:  # design.pooled_estimates(audit=...): pseudo-outcomes, the covariance guarded by their sandwich
+    if audit:  # pooled_estimates with a PseudoOutcomesEstimator: pseudo-outcomes, their sandwich guards the covariance
         how = (
             "fitted to every row's pseudo-outcome at once (the root of the Firth-adjusted estimating equation, a "
             "logistic width exp(c) m^d); n_50 at an m without rows is read off the line. Intervals: Wald, +- 1.96 "

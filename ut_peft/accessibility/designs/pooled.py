@@ -15,8 +15,8 @@ from .pooled_rules import POOLED_RULES, PooledRules, pooled_rules
 from .registry import Design, Job, register_design
 
 if TYPE_CHECKING:
-    from ..stats.pooled import Cells, PooledFit
-    from ..stats.pooled_steps import StepRows
+    from ..stats.pooled import PooledFit
+    from ..stats.pooled_estimators import PooledEstimator
 
 
 class _Rule:
@@ -113,11 +113,13 @@ class PooledDesign(Design):
     ``min_rows``, ...: the fields of :class:`~.pooled_rules.PooledRules`, given as keywords) default to version 1's;
     a sweep builds the design with those of its settings' version (:data:`~.pooled_rules.POOLED_RULES`,
     :meth:`from_config`). The design holds them as one object, ``rules``, each field also read as its own attribute
-    (``design.steps``). ``audit``: the rows ran under an early abandon with a
-    random audit at this probability (:func:`row_outcomes`: the design fits their pseudo-outcomes, its stop and
-    placement on their sandwich; with ``steps`` too, each accessible row's step count weighed by its pseudo-outcome,
-    :func:`~.pooled.fit_pooled_pseudo_steps`). ``target_scale``: every standard-error target times this (version 4:
-    1.25, its stop's realised error measured at 0.8x its targets; version 5: 1.2).
+    (``design.steps``). The rules of the estimate (``audit``, ``steps``, ``steps_robust``, ``steps_law_alpha``)
+    choose its estimator once, ``estimator``
+    (:func:`~ut_peft.accessibility.stats.pooled_estimators.estimator_for`), which fits every round and the summary:
+    under an ``audit`` (the rows ran under an early abandon with a random audit at this probability) the rows'
+    pseudo-outcomes, the stop and placement on their sandwich; with ``steps``, the accessible rows' step counts too.
+    ``target_scale``: every standard-error target times this (version 4: 1.25, its stop's realised error measured at
+    0.8x its targets; version 5: 1.2).
     """
 
     # The rules' fields, each read from self.rules (PooledRules).
@@ -154,12 +156,15 @@ class PooledDesign(Design):
     ):
         """``rules``: fields of :class:`~.pooled_rules.PooledRules` (``steps=True``, ``audit=0.25``, ...), each
         replacing version 1's; the steps law is truncated at ``steps_cap`` where it is given (the sweep's step cap)."""
+        from ..stats.pooled_estimators import estimator_for
+
         check_factor = rules.get("check_factor", _VERSION_1.check_factor)
         ms, targets, check_m = _checked_settings(
             ms, batch, probe, start, stop, target_slope_se, target_n50_se, budget_row_steps, check_m, check_factor
         )
         # PooledRules refuses rules that cannot work; abandon_below is the engine's (CramConfig), not read here.
         self.rules: PooledRules = dataclasses.replace(_VERSION_1, **rules, steps_truncated=steps_cap is not None)
+        self.estimator: PooledEstimator = estimator_for(self.rules, steps_cap)
         self.ms, self.batch, self.start, self.stop, self.probe = ms, batch, start, stop, probe
         self.target_slope_se, self.target_n50_se, self.budget = target_slope_se, targets, budget_row_steps
         self.check_m, self.min_rounds, self.steps_cap = check_m, min_rounds, steps_cap
@@ -229,8 +234,8 @@ class PooledDesign(Design):
             if missing:
                 return done, missing, used
             done.append(jobs)
-            # Each row's outcome: accessible or not, or under an audited abandon its pseudo-outcome (row_outcomes).
-            outcomes = row_outcomes([rows[job] for job in jobs], self.audit)
+            # Each row's outcome: accessible or not, or under an audited abandon its pseudo-outcome.
+            outcomes = self.estimator.outcomes([rows[job] for job in jobs])
             used.append(tuple((m, n, float(y), row_steps(rows[(m, n, i)])) for (m, n, i), y in zip(jobs, outcomes)))
             next_index += len(jobs)
 
@@ -299,26 +304,22 @@ class PooledDesign(Design):
         )
 
     def _fit(self, flat):
-        """The fit the round is placed on (:func:`_pooled_fit`: the estimate's choices), its information with the
+        """The fit the round is placed on (the design's estimator: the estimate's choices), its information with the
         step counts' where it used them, the outcomes' information alone, and per quantity the factor by which the
         guarded sandwich's variance exceeds the model's (None: 1 for every quantity; the audit's extra variance is
         the sandwich's alone)."""
         from ..stats.pooled import information
         from ..stats.pooled_steps import steps_line_information
 
-        fitted = _pooled_fit(
+        fitted = self.estimator.fit(
             [r[0] for r in flat],
             [r[1] for r in flat],
             # Each row's outcome (under an audit its pseudo-outcome: 1, or 1 / audit for a flagged row the audit let
             # run on, also its step count's weight) and its step count (its row-steps less its deciding evaluation).
             np.array([r[2] for r in flat], dtype=float),
-            [max(1, r[3] - 1) for r in flat] if self.steps else None,
+            [max(1, r[3] - 1) for r in flat] if self.estimator.uses_steps else None,
             self.design_ms,
             self.check_m,
-            audit=self.audit is not None,
-            steps_cap=self.steps_cap,
-            steps_robust=self.steps_robust,
-            steps_law_alpha=self.steps_law_alpha,
         )
         fit, cells = fitted.fit, fitted.cells
         extra: np.ndarray | float = 0.0
@@ -434,16 +435,7 @@ class PooledDesign(Design):
     def summary_fit(self, rows: dict) -> dict | None:
         """The pooled estimate of what ``rows`` hold (see :func:`pooled_estimates`)."""
         return pooled_estimates(
-            rows,
-            self.ms,
-            self.design_ms,
-            self.check_m,
-            slope_from=self.slope_from,
-            steps=self.steps,
-            steps_cap=self.steps_cap,
-            steps_robust=self.steps_robust,
-            audit=self.audit,
-            steps_law_alpha=self.steps_law_alpha,
+            rows, self.ms, self.design_ms, self.check_m, estimator=self.estimator, slope_from=self.slope_from
         )
 
 
@@ -463,93 +455,11 @@ def round_gain(before: np.ndarray, after: np.ndarray, criterion: str) -> np.ndar
 
 def row_outcomes(rows: list[dict], audit: float | None) -> np.ndarray:
     """Each row's outcome for the pooled fit: accessible (1) or not (0), or, under an audited abandon (``audit``),
-    its pseudo-outcome (:func:`~.pooled.audited_outcomes`). The rule flagged the rows that hold a ``flagged_at``, and
-    ``audited`` says whether the audit let them run on (:class:`~.rows.Row`); rows without it were not flagged."""
-    from ..stats.pooled import audited_outcomes
+    its pseudo-outcome; the estimators' ``outcomes`` (:mod:`~ut_peft.accessibility.stats.pooled_estimators`), under
+    the name code written before them imports."""
+    from ..stats.pooled_estimators import OutcomesEstimator, PseudoOutcomesEstimator
 
-    accessible = [bool(r["accessible"]) for r in rows]
-    if audit is None:
-        return np.array(accessible, dtype=float)
-    flagged = [r.get("flagged_at") is not None for r in rows]
-    audited = [bool(r.get("audited")) for r in rows]
-    return audited_outcomes(accessible, flagged, audited, audit)
-
-
-@dataclasses.dataclass
-class _Fitted:
-    """What :func:`_pooled_fit` chose and fitted."""
-
-    cells: Cells  # the rows' outcomes, grouped by (m, n)
-    fit: PooledFit  # the line (a StepsInformedFit where the step counts were used), its covariance the model's own
-    steps: StepRows | None  # the step counts the fit used (None: the outcomes alone)
-    guarded: np.ndarray | None  # the covariance guarded by the rows' sandwich where one applies (None: the model's)
-    law: dict | None  # the steps law's check across m (None: not made)
-
-
-def _pooled_fit(
-    ms,
-    ns,
-    outcomes: np.ndarray,
-    steps,
-    width_ms,
-    check_m: int | None,
-    *,
-    audit: bool,
-    steps_cap: int | None,
-    steps_robust: bool,
-    steps_law_alpha: float | None,
-    free_delta: bool = False,
-) -> _Fitted:
-    """The pooled line fitted to rows (one ``ms``, ``ns``, ``outcomes`` entry each), the choices made once for the
-    design's rounds and for :func:`pooled_estimates`: from the outcomes alone or with the accessible rows' step counts
-    (``steps``, each row's; None: not read) where they are enough (:func:`~.pooled_steps.usable_steps`) and, with
-    ``steps_law_alpha``, while one law across m is not refused at that level (:func:`~.pooled_steps.steps_law_check`,
-    judged on the outcomes' own line); fitted to pseudo-outcomes under an ``audit`` (an accessible row's outcome is
-    then also its step count's weight); the covariance guarded by the rows' sandwich under an audit, or with the step
-    counts and ``steps_robust``. ``free_delta``: the check m's offset free, where the outcomes alone fit the line."""
-    from ..stats.pooled import Cells, fit_pooled, fit_pooled_pseudo, guarded_covariance, outcomes_sandwich
-    from ..stats.pooled_steps import (
-        StepRows,
-        fit_pooled_pseudo_steps,
-        fit_pooled_steps,
-        steps_law_check,
-        steps_sandwich,
-        usable_steps,
-    )
-
-    cells = Cells.from_rows(ms, ns, outcomes)
-    fitter = fit_pooled_pseudo if audit else fit_pooled
-    crammed = outcomes > 0  # under an audit too: a flagged row that was stopped counts as failed
-    step_rows = None
-    if steps is not None:
-        counts, weights = np.asarray(steps)[crammed], outcomes[crammed] if audit else None
-        step_rows = StepRows.from_rows(np.asarray(ms)[crammed], np.asarray(ns)[crammed], counts, steps_cap, weights)
-        step_rows = step_rows if usable_steps(step_rows) else None
-    law, outcomes_fit = None, None  # the outcomes' own fit, once: the law's check, the pseudo steps fit's start
-    if step_rows is not None and steps_law_alpha is not None:
-        outcomes_fit = fitter(cells, width_ms, check_m)
-        law = steps_law_check(step_rows, outcomes_fit.theta[:2], steps_law_alpha)
-        step_rows = step_rows if law["one_law"] else None
-    fit: PooledFit
-    sandwich = None
-    if step_rows is not None:
-        if audit:
-            steps_fit = fit_pooled_pseudo_steps(cells, step_rows, width_ms, check_m, start=outcomes_fit)
-        else:
-            steps_fit = fit_pooled_steps(cells, step_rows, width_ms, check_m)
-        if steps_robust or audit:
-            y = outcomes if audit else None
-            sandwich = steps_sandwich(steps_fit, ms, ns, crammed, steps, steps_cap, outcomes=y)
-        fit = steps_fit
-    else:
-        if outcomes_fit is not None and not free_delta:
-            fit = outcomes_fit  # the law's check fitted exactly this already
-        else:
-            fit = fitter(cells, width_ms, check_m, free_delta=free_delta)
-        if audit:
-            sandwich = outcomes_sandwich(fit, ms, ns, outcomes)
-    guarded = None if sandwich is None else guarded_covariance(fit.covariance, sandwich)
-    return _Fitted(cells, fit, step_rows, guarded, law)
+    return (OutcomesEstimator() if audit is None else PseudoOutcomesEstimator(audit)).outcomes(rows)
 
 
 def pooled_estimates(
@@ -557,82 +467,52 @@ def pooled_estimates(
     ms,
     design_ms=None,
     check_m=None,
+    *,
+    estimator: PooledEstimator | None = None,
     slope_from: str = "linear",
-    steps: bool = False,
-    steps_cap: int | None = None,
-    steps_robust: bool = False,
-    audit: float | None = None,
-    steps_law_alpha: float | None = None,
 ) -> dict | None:
     """n_50 at every m of ``ms`` from the pooled line fitted to ``rows`` (a dict (m, n, index) -> row), with Wald
     intervals, the slope and intercept with theirs, and the linearity check where a check m has rows.
 
+    ``estimator``: what a row's outcome is and how the line is fitted to the rows
+    (:mod:`~ut_peft.accessibility.stats.pooled_estimators`; a design's own, ``PooledDesign.estimator``, makes the
+    choices its rounds make); None: the rows' outcomes alone (:class:`~.pooled_estimators.OutcomesEstimator`). Its
+    covariance, guarded by the rows' sandwich where the estimator guards it, gives the intervals, and its linearity
+    check the ``"linearity"`` entry (under an audit the offset's Wald test on the guarded covariance). An estimator
+    of the step counts adds ``"steps": {"tau0", "kappa", "sigma"}`` (None where the outcomes alone were used), one
+    that checks the steps law across m ``"steps_law"`` too (None where the step counts were too few to check).
+
     ``slope_from``: "linear", the line fitted with the check m on it (its rows inform the line), or "free", the
     check m's offset free (the line from the other m; the check m's n_50 is then still the line's, a m + b).
 
-    ``steps``: the line from the outcomes and the accessible rows' step counts (:func:`~.pooled.fit_pooled_steps`,
-    the check m on the line) where they are enough (:func:`~.pooled.usable_steps`); the result then holds
-    ``"steps": {"tau0", "kappa", "sigma"}`` (None where the outcomes alone were used). ``steps_cap``: the cram's
-    step cap, for the truncated steps law (:class:`~.pooled.StepRows`); None: untruncated. ``steps_robust``: the
-    steps-informed covariance guarded by the rows' sandwich (:func:`~.pooled.guarded_covariance`).
-
-    ``audit``: the rows ran under an early abandon with a random audit at this probability (a row the rule flagged
-    holds ``flagged_at`` and whether it was ``audited``): the line is fitted to the rows' pseudo-outcomes
-    (:func:`~.pooled.audited_outcomes`, unbiased whatever the rule), its covariance guarded by their sandwich
-    (:func:`~.pooled.outcomes_sandwich`), and the linearity check is the offset's Wald test on that covariance
-    (:func:`~.pooled.audited_linearity_check`). With ``steps`` too, the line is
-    :func:`~.pooled.fit_pooled_pseudo_steps`'s (each step count weighed by its row's pseudo-outcome), its covariance
-    guarded by the sandwich of both (:func:`~.pooled.steps_sandwich` with the pseudo-outcomes), whatever
-    ``steps_robust`` says. These choices are :func:`_pooled_fit`'s, which the design's rounds make too.
-
     Returns None when fewer than two m have rows. ``{"per_m": {m: {"n50", "se", "ci", "measured", "width",
-    "log_width_se"}}, "slope",
-    "slope_se", "slope_ci", "intercept", "intercept_se", "intercept_ci", "converged", "linearity"}``.
+    "log_width_se"}}, "slope", "slope_se", "slope_ci", "intercept", "intercept_se", "intercept_ci", "converged",
+    "linearity"}``.
     """
-    from ..stats.pooled import audited_linearity_check, linearity_check
-    from ..stats.pooled_steps import StepsInformedFit
+    from ..stats.pooled_estimators import OutcomesEstimator
 
-    if steps_robust and not steps:
-        raise ValueError("steps_robust guards the steps-informed standard errors: it needs steps=True")
+    estimator = OutcomesEstimator() if estimator is None else estimator
     keys = [k for k in rows if rows[k].get("stop_reason") != INFERRED]
     measured = sorted({k[0] for k in keys})
     if len(measured) < 2:
         return None
     row_ms, row_ns = [k[0] for k in keys], [k[1] for k in keys]
-    outcomes = row_outcomes([rows[k] for k in keys], audit)
+    outcomes = estimator.outcomes([rows[k] for k in keys])
     check = check_m if check_m in measured and measured[0] < check_m < measured[-1] else None
-    fitted = _pooled_fit(
+    fitted = estimator.fit(
         row_ms,
         row_ns,
         outcomes,
-        [max(1, int(rows[k]["steps"])) for k in keys] if steps else None,
+        [max(1, int(rows[k]["steps"])) for k in keys] if estimator.uses_steps else None,
         measured,
         check,
-        audit=audit is not None,
-        steps_cap=steps_cap,
-        steps_robust=steps_robust,
-        steps_law_alpha=steps_law_alpha,
         free_delta=slope_from == "free" and check is not None,
     )
     fit = fitted.fit
     if fitted.guarded is not None:
         fit.covariance = fitted.guarded
-    steps_used = None
-    if isinstance(fit, StepsInformedFit):
-        tau0, kappa, log_sigma = (float(v) for v in fit.steps_theta)
-        steps_used = {"tau0": tau0, "kappa": kappa, "sigma": math.exp(log_sigma)}
-    if check is None:
-        linearity = None
-    elif audit is not None:
-        linearity = audited_linearity_check(row_ms, row_ns, outcomes, measured, check)
-    else:
-        linearity = linearity_check(fitted.cells, measured, check)
-    return {
-        **_line_estimates(fit, ms, measured),
-        "linearity": linearity,
-        **({"steps": steps_used} if steps else {}),
-        **({"steps_law": fitted.law} if steps_law_alpha is not None else {}),
-    }
+    linearity = None if check is None else estimator.linearity(row_ms, row_ns, outcomes, measured, check)
+    return {**_line_estimates(fit, ms, measured), "linearity": linearity, **estimator.reported(fitted)}
 
 
 def _line_estimates(fit: PooledFit, ms, measured) -> dict:
