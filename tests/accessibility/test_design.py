@@ -111,7 +111,7 @@ def test_sequential_budget_stops_an_m():
         (dict(design="bisect"), "unknown design 'bisect', available: fixed, adaptive, sequential, pooled"),
         (dict(design="fixed"), "fixed design needs a list of lengths"),
         (dict(design="sequential", target_ci=5, grid=GridConfig(lengths=[4, 8])), "chooses its own lengths"),
-        (dict(design="adaptive", target_ci=5), "belong to the sequential design"),
+        (dict(design="adaptive", target_ci=5), "belongs to the sequential design"),
     ],
 )
 def test_bad_design_settings_are_refused_clearly(kwargs, message):
@@ -120,7 +120,7 @@ def test_bad_design_settings_are_refused_clearly(kwargs, message):
 
 
 def test_design_follows_the_config():
-    assert SweepConfig().design == "adaptive" and SweepConfig(grid=GridConfig(lengths=[4])).design == "fixed"
+    assert SweepConfig().design.kind == "adaptive" and SweepConfig(grid=GridConfig(lengths=[4])).design.kind == "fixed"
     design = make_design(SweepConfig(design="sequential", target_ci=8, num_sequences=5, grid=GridConfig(start=6)))
     assert isinstance(design, SequentialDesign) and design.batch == 5 and design.start == 6
     assert math.isclose(design.target_ci, 8)

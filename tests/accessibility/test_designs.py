@@ -4,6 +4,7 @@ by name and keep their old import paths."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -16,6 +17,7 @@ from ut_peft.accessibility.designs import (
     register_design,
     unregister_design,
 )
+from ut_peft.accessibility.designs.configs import DesignConfig
 from ut_peft.accessibility.store import read_rows, read_settings
 from ut_peft.accessibility.sweep import replayed_rows
 
@@ -23,8 +25,10 @@ BUILTIN = ("fixed", "adaptive", "sequential", "pooled")
 
 
 class DoublingDesign:
-    """Per m, ``num_sequences`` texts at ``grid.start``, then at twice the length while at least half of them cram,
-    never beyond ``grid.stop``: a design no module of ut_peft knows."""
+    """Per m, ``num_sequences`` texts at ``grid.start``, then at ``factor`` times the length while at least half of
+    them cram, never beyond ``grid.stop``: a design no module of ut_peft knows."""
+
+    factor = 2
 
     def __init__(self, ms, start: int, stop: int, num_sequences: int):
         self.ms, self.start, self.stop, self.num_sequences = list(ms), start, stop, num_sequences
@@ -45,8 +49,28 @@ class DoublingDesign:
                     break
                 if 2 * sum(rows[job]["accessible"] for job in group) < len(group):
                     break
-                n *= 2
+                n *= self.factor
         return jobs
+
+
+@dataclasses.dataclass(frozen=True)
+class StridedConfig(DesignConfig):
+    """The strided design's own setting: the factor between its lengths."""
+
+    kind: str = dataclasses.field(default="strided", init=False)
+    factor: int = 2
+
+
+class StridedDesign(DoublingDesign):
+    """The doubling design with a factor of its own, read from its own config (``config.design``)."""
+
+    config_class = StridedConfig
+
+    @classmethod
+    def from_config(cls, config) -> StridedDesign:
+        design = cls(config.ms, config.grid.start, config.grid.stop, config.num_sequences)
+        design.factor = config.design.factor
+        return design
 
 
 @pytest.fixture
@@ -97,6 +121,22 @@ def test_a_design_registered_in_a_test_file_runs_a_sweep_and_reports_again_from_
         register_design("doubling", DoublingDesign)
 
 
+def test_a_registered_design_with_a_config_of_its_own_records_its_settings_and_reads_them_back(tmp_path, llama):
+    register_design("strided", StridedDesign)
+    try:
+        assert SweepConfig(design="strided", grid=GridConfig(start=2, stop=8)).design == StridedConfig(factor=2)
+        with pytest.raises(ValueError, match="the strided design has no target_ci .* belongs to the sequential"):
+            SweepConfig(design="strided", grid=GridConfig(start=2, stop=8), target_ci=3.0)
+        config = tiny_config(design=StridedConfig(factor=3), grid=GridConfig(start=2, stop=18))
+        run_sweep(config, tmp_path, model=llama, progress=False)
+        assert read_settings(tmp_path)["design"] == {"kind": "strided", "factor": 3}
+        again = SweepConfig.from_settings(read_settings(tmp_path))
+        assert again.design == StridedConfig(factor=3) and make_design(again).factor == 3
+        assert {n for _, n, _ in read_rows(tmp_path)} <= {2, 6, 18}
+    finally:
+        unregister_design("strided")
+
+
 def test_the_command_line_offers_the_registered_designs(tmp_path):
     from ut_peft.cli.cram import parse, sweep_config
 
@@ -110,7 +150,7 @@ def test_the_command_line_offers_the_registered_designs(tmp_path):
 
     try:
         config = sweep_config(parse([*argv, "--start", "3", "--stop", "12"]))
-        assert config.design == "halving" and (config.grid.start, config.grid.stop) == (3, 12)
+        assert config.design.kind == "halving" and (config.grid.start, config.grid.stop) == (3, 12)
         assert isinstance(make_design(config), DoublingDesign)
     finally:
         unregister_design("halving")

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from ut_peft.accessibility import CramConfig, GridConfig, SweepConfig, run_sweep
-from ut_peft.accessibility.design import PooledDesign, pooled_estimates
+from ut_peft.accessibility.design import POOLED_RULES, PooledDesign, pooled_estimates
 from ut_peft.accessibility.stats.pooled import Cells, fit_pooled, linearity_check
 from ut_peft.accessibility.stats.pooled_estimators import (
     OutcomesEstimator,
@@ -245,15 +245,17 @@ def test_the_command_line_takes_the_pooled_targets_one_for_all_or_per_m():
 
     common = ["--model", "x", "--source", "tokens", "--ms", "1", "2", "3", "--design", "pooled"]
     config = sweep_config(parse(common + ["--target-slope-se", "0.5", "--target-n50-se", "1:1.5", "3:2.5"]))
-    assert config.design == "pooled" and config.target_slope_se == 0.5 and config.target_n50_se == {1: 1.5, 3: 2.5}
+    design = config.design
+    assert design.kind == "pooled" and design.target_slope_se == 0.5 and design.target_n50_se == {1: 1.5, 3: 2.5}
     assert config.fingerprint({"kind": "tokens"})["design"] == {
         "kind": "pooled",
         "version": 2,
         "target_slope_se": 0.5,
         "target_n50_se": {1: 1.5, 3: 2.5},
         "budget_row_steps": None,
+        "rules": POOLED_RULES[2].record(),  # the rules in full: the folder replays under them whatever comes later
     }
-    assert sweep_config(parse(common + ["--target-n50-se", "2"])).target_n50_se == 2.0
+    assert sweep_config(parse(common + ["--target-n50-se", "2"])).design.target_n50_se == 2.0
     with pytest.raises(ValueError, match="M:SE"):
         sweep_config(parse(common + ["--target-n50-se", "1", "2"]))
     with pytest.raises(ValueError, match="M:SE pairs, M an integer"):
@@ -345,18 +347,17 @@ def test_the_command_line_resumes_a_folder_under_its_own_version_and_starts_new_
     common = ["--model", "x", "--source", "tokens", "--ms", "1", "2", "3", "--design", "pooled"]
     common += ["--target-slope-se", "0.5", "--output", str(folder)]
     config = sweep_config(parse(common))
-    assert config.pooled_version == POOLED_DESIGN_VERSION == 2  # a new folder: the newest rules
+    assert config.design.version == POOLED_DESIGN_VERSION == 2  # a new folder: the newest rules
     settings = config.fingerprint({"kind": "tokens"})
     folder.mkdir()
-    (folder / "settings.json").write_text(json.dumps(dict(settings, design=dict(settings["design"], version=1))))
-    assert sweep_config(parse(common)).pooled_version == 1  # the same command resumes the folder under its rules
-    assert sweep_config(parse([*common, "--pooled-version", "2", "--overwrite"])).pooled_version == 2
-    assert (
-        sweep_config(
-            parse([*common, "--retarget-from", str(folder), "--output", str(tmp_path / "new")])
-        ).pooled_version
-        == 2
-    )
+    # A version-1 folder written before settings.json held the rules in full.
+    old_design = {k: v for k, v in settings["design"].items() if k != "rules"} | {"version": 1}
+    (folder / "settings.json").write_text(json.dumps(dict(settings, design=old_design)))
+    resumed = sweep_config(parse(common)).design  # the same command resumes the folder under its rules
+    assert resumed.version == 1 and resumed.rules == POOLED_RULES[1]
+    assert sweep_config(parse([*common, "--pooled-version", "2", "--overwrite"])).design.version == 2
+    retargeted = sweep_config(parse([*common, "--retarget-from", str(folder), "--output", str(tmp_path / "new")]))
+    assert retargeted.design.version == 2
     assert flags_from_settings(json.loads((folder / "settings.json").read_text()), folder)["pooled_version"] == 1
     with pytest.raises(ValueError, match="--pooled-version belongs to --design pooled"):
         sweep_config(parse(["--model", "x", "--source", "tokens", "--pooled-version", "1"]))

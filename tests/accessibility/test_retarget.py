@@ -345,8 +345,8 @@ def test_a_version_1_pooled_sweep_retargets_to_version_2_keeping_only_the_rows_v
     assert set(kept) == set(replayed_rows(make_design(tighter), old_rows)) and 0 < len(kept) < len(old_rows)
     assert drive(make_design(tighter), kept) == drive(make_design(tighter))
     # Back from settings.json, each folder keeps its own version; a version this ut-peft does not know is refused.
-    assert SweepConfig.from_settings(store.read_settings(tmp_path / "old")).pooled_version == 1
-    assert SweepConfig.from_settings(store.read_settings(tmp_path / "new")).pooled_version == 2
+    assert SweepConfig.from_settings(store.read_settings(tmp_path / "old")).design.version == 1
+    assert SweepConfig.from_settings(store.read_settings(tmp_path / "new")).design.version == 2
     with pytest.raises(ValueError, match="version 9 of the pooled design's rules; this ut-peft knows versions 1, 2"):
         pooled(pooled_version=9)
 

@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from ut_peft.accessibility import CramConfig, GridConfig, SweepConfig
+from ut_peft.accessibility.designs.configs import BUILTIN_CONFIGS
 from ut_peft.cli import cram as command
 
 # Representative sweeps: (command line, the source's description as the sweep records it, the --source it reruns as).
@@ -61,9 +62,10 @@ def recorded(config: SweepConfig, description: dict) -> dict:
 
 
 def config_value(config: SweepConfig, where: str):
+    """The config's value at ``where`` ("cram.lr"); a design setting the config's design does not have: None."""
     value = config
     for name in where.split("."):
-        value = getattr(value, name)
+        value = getattr(value, name, None)
     return value
 
 
@@ -124,6 +126,11 @@ def test_each_flag_names_a_field_of_the_config_and_a_key_of_the_settings():
     fields = set()
     for cls, prefix in ((SweepConfig, ""), (CramConfig, "cram."), (GridConfig, "grid.")):
         fields |= {prefix + f.name for f in dataclasses.fields(cls)}
+    for design in BUILTIN_CONFIGS.values():  # the design's own settings (designs.configs)
+        fields |= {"design." + f.name for f in dataclasses.fields(design) if f.init}
+    assert command.DESIGN_KEYS == {name.removeprefix("design.") for name in fields if name.startswith("design.")} | {
+        "kind"
+    }
     sections = {"cram": CramConfig, "grid": GridConfig}
     for flag in command.FLAGS:
         assert flag.config is None or flag.config in fields, flag.name

@@ -5,12 +5,19 @@ records of a sweep is :meth:`SweepConfig.fingerprint`, and :meth:`SweepConfig.fr
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 
 from ..models import DEFAULT_MODEL
 from . import store
-from .designs import BUILTIN_DESIGNS, available_designs, make_design, unknown_design_message
-from .designs.pooled_rules import POOLED_DESIGN_VERSION, POOLED_RULES, pooled_rules
+from .designs import available_designs, make_design, unknown_design_message
+from .designs.configs import (
+    DesignConfig,
+    PooledConfig,
+    SequentialConfig,
+    design_config,
+    design_config_from_record,
+)
+from .designs.pooled_rules import POOLED_RULES
 from .designs.sequential import check_stopping
 from .engine.jobs import CramConfig
 from .engine.protocol import (
@@ -87,24 +94,18 @@ class SweepConfig:
     # "ut-peft" (the layout above) or "published" (the accessibility paper's code exactly: see protocol.py); the
     # published protocol ignores ``prefix`` (its sequences carry the tokenizer's own special tokens).
     protocol: str = "ut-peft"
-    # Which (m, n, index) jobs to run (ut_peft.accessibility.designs): "fixed" (grid.lengths), "adaptive" (the
-    # paper's grid from grid.start to grid.stop) or "sequential" (lengths from a logistic fit, batches of
-    # num_sequences fresh sequences, from grid.start up to grid.stop, until the n_50 95% interval of an m is
-    # narrower than target_ci tokens or its rows cost budget_row_steps forward-backward passes). None: "fixed"
-    # when grid.lengths is given, else "adaptive", as before the option existed. Or any design registered with
-    # designs.register_design, by its name.
-    design: str | None = None
-    target_ci: float | None = None
-    budget_row_steps: int | None = None
-    # "pooled" (designs.PooledDesign): one line n_50 = a m + b fitted to every m at once; rows at the smallest and
-    # largest m and at a middle check m (the linearity check), num_sequences per fitted round, until the standard
-    # errors of the slope (target_slope_se, tokens per vector) and of n_50 at every m (target_n50_se: tokens, one
-    # value or {m: se}) reach their targets, or budget_row_steps are spent.
-    target_slope_se: float | None = None
-    target_n50_se: float | dict | None = None
-    # Which rules of the pooled design a folder was run with (designs.POOLED_DESIGN_VERSION): its rows replay only
-    # under the same rules, so a folder keeps the version it started with.
-    pooled_version: int = POOLED_DESIGN_VERSION
+    # Which (m, n, index) jobs to run, and the design's own settings (designs.configs): a typed config
+    # (FixedConfig, AdaptiveConfig, SequentialConfig, PooledConfig, or a registered design's own), or a design's name
+    # with its settings given as the shorthand keywords below. None: "fixed" when grid.lengths is given, else
+    # "adaptive". After construction it is always a DesignConfig.
+    design: DesignConfig = None  # type: ignore[assignment]  # a name or None is accepted too (see above)
+    # Shorthand for the design's settings (SweepConfig(design="pooled", target_slope_se=0.5) is
+    # SweepConfig(design=PooledConfig(target_slope_se=0.5))): read them from ``design`` afterwards.
+    target_ci: InitVar[float | dict | None] = None
+    budget_row_steps: InitVar[int | None] = None
+    target_slope_se: InitVar[float | None] = None
+    target_n50_se: InitVar[float | dict | None] = None
+    pooled_version: InitVar[int | None] = None
     # Nested texts only (--protocol published --source text): take each text's lengths in increasing order and
     # decide rows that other rows of the same text imply without cramming them (a text crammed at n is accessible
     # at every shorter n; one that failed at n is taken to fail at every longer n): prefixes.infer_prefixes.
@@ -114,7 +115,15 @@ class SweepConfig:
     # fresh text for every row (pooled, sequential) finds enough of them.
     text_chunks: int | None = None
 
-    def __post_init__(self):
+    def __post_init__(self, target_ci, budget_row_steps, target_slope_se, target_n50_se, pooled_version):
+        shorthand = {
+            "target_ci": target_ci,
+            "budget_row_steps": budget_row_steps,
+            "target_slope_se": target_slope_se,
+            "target_n50_se": target_n50_se,
+            "version": pooled_version,
+        }
+        self.design = self._design_config({k: v for k, v in shorthand.items() if v is not None})
         if self.prefix not in ("bos", "none"):
             raise ValueError(f"prefix must be 'bos' or 'none' (got {self.prefix!r})")
         check_protocol(self.protocol)
@@ -129,44 +138,24 @@ class SweepConfig:
                 raise ValueError(
                     f"text_chunks must be a whole number of tokens, at least 2 (got {self.text_chunks!r})"
                 )
-        if self.design is None:
-            self.design = "adaptive" if self.grid.lengths is None else "fixed"
-        if self.design not in available_designs():
-            raise ValueError(unknown_design_message(self.design))
-        if self.design == "fixed" and self.grid.lengths is None:
+        kind = self.design.kind
+        if kind == "fixed" and self.grid.lengths is None:
             raise ValueError("the fixed design needs a list of lengths (GridConfig(lengths=[...]), --lengths)")
-        if self.design != "fixed" and self.grid.lengths is not None:
+        if kind != "fixed" and self.grid.lengths is not None:
             raise ValueError(
-                f"the {self.design} design chooses its own lengths between grid.start and grid.stop; "
+                f"the {kind} design chooses its own lengths between grid.start and grid.stop; "
                 "give GridConfig(start=..., stop=...) without lengths (or use design='fixed')"
             )
-        if isinstance(self.target_n50_se, dict):  # JSON keys (settings.json, config files) are strings
-            self.target_n50_se = {int(m): se for m, se in self.target_n50_se.items()}
-        if self.design in ("sequential", "pooled") and self.infer_prefixes:
+        if kind in ("sequential", "pooled") and self.infer_prefixes:
             raise ValueError(
                 "infer_prefixes needs the rows of a text at several lengths (the fixed or adaptive "
-                f"design); the {self.design} design crams every text once"
+                f"design); the {kind} design crams every text once"
             )
         self._set_audit()
-        if self.design == "pooled":
-            if self.target_ci is not None:
-                raise ValueError(
-                    "target_ci (--target-ci) is the sequential design's per-m interval width; the pooled design "
-                    "stops on standard errors: target_slope_se (--target-slope-se) and target_n50_se (--target-n50-se)"
-                )
+        if isinstance(self.design, PooledConfig):
             make_design(self)  # its own checks: two m at least, positive targets, a stopping rule
-        elif self.target_slope_se is not None or self.target_n50_se is not None:
-            raise ValueError(
-                f"target_slope_se and target_n50_se belong to the pooled design (got design {self.design!r}); "
-                "pass design='pooled' (--design pooled)"
-            )
-        if self.design == "sequential":
-            check_stopping(self.target_ci, self.budget_row_steps)
-        elif self.design != "pooled" and (self.target_ci is not None or self.budget_row_steps is not None):
-            raise ValueError(
-                f"target_ci and budget_row_steps belong to the sequential design (got design "
-                f"{self.design!r}); pass design='sequential' (--design sequential)"
-            )
+        if isinstance(self.design, SequentialConfig):
+            check_stopping(self.design.target_ci, self.design.budget_row_steps)
         self.ms = sorted({int(m) for m in self.ms})
         if not self.ms or self.ms[0] < 1:
             raise ValueError(f"every number of memory vectors m must be >= 1 (got {self.ms})")
@@ -180,28 +169,57 @@ class SweepConfig:
                 f"{self.support_seq_len})"
             )
 
+    def _design_config(self, shorthand: dict) -> DesignConfig:
+        """``design`` as a typed config, the shorthand keywords folded in (they replace the config's own fields)."""
+        design = self.design
+        if design is None:
+            design = "adaptive" if self.grid.lengths is None else "fixed"
+        if isinstance(design, str):
+            if design not in available_designs():
+                raise ValueError(unknown_design_message(design))
+            if design == "pooled" and "target_ci" in shorthand:
+                raise ValueError(
+                    "target_ci (--target-ci) is the sequential design's per-m interval width; the pooled design "
+                    "stops on standard errors: target_slope_se (--target-slope-se) and target_n50_se (--target-n50-se)"
+                )
+            return design_config(design, **shorthand)
+        if not isinstance(design, DesignConfig):
+            raise TypeError(
+                f"design is a design's name or its config (designs.configs: PooledConfig, ...); got {design!r}"
+            )
+        if design.kind not in available_designs():
+            raise ValueError(unknown_design_message(design.kind))
+        if not shorthand:
+            return design
+        design_config(design.kind, **shorthand)  # refuses a field the design does not have, naming its owner
+        if "version" in shorthand and "rules" not in shorthand:
+            shorthand["rules"] = None  # a new version brings its own rules
+        return dataclasses.replace(design, **shorthand)
+
     def _set_audit(self) -> None:
-        """The early abandon's audit comes with the design that can use it: a pooled version whose rules fit the
-        rows' pseudo-outcomes (designs.POOLED_RULES[4] and [5]) sets ``cram.abandon_audit`` to its own and, when the
-        sweep has no abandon rule of its own, ``cram.abandon_below`` to the version's; any other design counts a
-        stopped row as failed, which the audit cannot unbias, so it is refused there."""
-        rules = pooled_rules(self.pooled_version) if self.design == "pooled" else None
+        """The early abandon's audit comes with the design that can use it: pooled rules that fit the rows'
+        pseudo-outcomes (``PooledRules.audit``) set ``cram.abandon_audit`` to their own and, when the sweep has no
+        abandon rule of its own, ``cram.abandon_below`` to theirs; any other design counts a stopped row as failed,
+        which the audit cannot unbias, so it is refused there."""
+        pooled = self.design if isinstance(self.design, PooledConfig) else None
+        rules = pooled.rules if pooled is not None else None
         audit = rules.audit if rules is not None else None
         if rules is None or audit is None:
             if self.cram.abandon_audit:
-                version = f" version {self.pooled_version}" if self.design == "pooled" else ""
+                version = f" version {pooled.version}" if pooled is not None else ""
+                auditing = " or ".join(str(v) for v, r in POOLED_RULES.items() if r.audit)
                 raise ValueError(
                     f"cram.abandon_audit (--abandon-audit {self.cram.abandon_audit}) lets flagged rows run on at "
-                    f"random so that a design can fit their pseudo-outcomes; the {self.design} design{version} counts "
-                    "every row as it ended: leave --abandon-audit out, or use a pooled version that audits (--design "
-                    f"pooled --pooled-version {' or '.join(str(v) for v, r in POOLED_RULES.items() if r.audit)})"
+                    f"random so that a design can fit their pseudo-outcomes; the {self.design.kind} design{version} "
+                    "counts every row as it ended: leave --abandon-audit out, or use a pooled version that audits "
+                    f"(--design pooled --pooled-version {auditing})"
                 )
             return
         if self.cram.abandon_audit not in (0.0, audit):
             raise ValueError(
-                f"version {self.pooled_version} of the pooled design audits flagged rows with probability {audit}, "
-                f"and cram.abandon_audit (--abandon-audit) is {self.cram.abandon_audit}: leave it unset (the version "
-                "sets it), or use --pooled-version 2 and no audit"
+                f"version {pooled.version if pooled else None} of the pooled design audits flagged rows with "
+                f"probability {audit}, and cram.abandon_audit (--abandon-audit) is {self.cram.abandon_audit}: leave "
+                "it unset (the version sets it), or use --pooled-version 2 and no audit"
             )
         self.cram = dataclasses.replace(
             self.cram, abandon_audit=audit, abandon_below=self.cram.abandon_below or rules.abandon_below
@@ -261,22 +279,9 @@ class SweepConfig:
             settings["protocol"] = self.protocol
         if self.infer_prefixes:
             settings["infer_prefixes"] = True
-        if self.design == "sequential":  # fixed and adaptive are told apart by grid.lengths, as before
-            settings["design"] = {
-                "kind": self.design,
-                "target_ci": self.target_ci,
-                "budget_row_steps": self.budget_row_steps,
-            }
-        if self.design == "pooled":
-            settings["design"] = {
-                "kind": self.design,
-                "version": self.pooled_version,
-                "target_slope_se": self.target_slope_se,
-                "target_n50_se": self.target_n50_se,
-                "budget_row_steps": self.budget_row_steps,
-            }
-        if self.design not in BUILTIN_DESIGNS:  # a registered design: its name, so a resume or a report builds it
-            settings["design"] = {"kind": self.design}
+        record = self.design.record()  # None for fixed and adaptive: told apart by grid.lengths, as before
+        if record is not None:
+            settings["design"] = record
         return settings
 
     @classmethod
@@ -297,7 +302,6 @@ class SweepConfig:
         (model, ms, grid, design, sequences, seed, the engine's settings, support sequences); ``kwargs`` set the rest.
         A folder written before the support sequences were recorded holds them in its summary: pass
         :func:`.store.recorded_settings`."""
-        design = settings.get("design", {})
         # The engine's settings as recorded, not the defaults: the pooled design's steps law is truncated at the step
         # cap (cram.max_steps), so a replay or a report under the default cap would place and fit other rows than the
         # run did (a check_rows refusal of the folder's own rows, or another estimate in summary.json).
@@ -305,21 +309,18 @@ class SweepConfig:
         cram = CramConfig(
             **{f.name: recorded_cram[f.name] for f in dataclasses.fields(CramConfig) if f.name in recorded_cram}
         )
-        # Fixed and adaptive sweeps are told apart by their grid's lengths (only sequential ones record a design).
-        fixed = (settings.get("grid") or {}).get("lengths") is not None
-        grid = {f.name: settings["grid"][f.name] for f in dataclasses.fields(GridConfig) if f.name in settings["grid"]}
+        recorded_grid = settings.get("grid") or {}
+        # The whole grid: the adaptive and sequential designs replay from its start.
+        grid = GridConfig(
+            **{f.name: recorded_grid[f.name] for f in dataclasses.fields(GridConfig) if f.name in recorded_grid}
+        )
         return cls(
             model=settings["model"],
             ms=settings["ms"],
             num_sequences=settings["num_sequences"],
             seed=settings["seed"],
-            design=design.get("kind", "fixed" if fixed else "adaptive"),
-            grid=GridConfig(**grid),  # the whole grid: the adaptive and sequential designs replay from its start
-            target_ci=design.get("target_ci"),
-            budget_row_steps=design.get("budget_row_steps"),
-            target_slope_se=design.get("target_slope_se"),
-            target_n50_se=design.get("target_n50_se"),
-            pooled_version=design.get("version", 1),  # a pooled folder without one predates versions: 1
+            design=design_config_from_record(settings.get("design"), fixed_lengths=grid.lengths is not None),
+            grid=grid,
             infer_prefixes=settings.get("infer_prefixes", False),
             **(
                 {"cram": cram} | {name: settings.get(name, old) for name, old in store.LATER_SETTINGS.items()} | kwargs

@@ -94,9 +94,10 @@ def pooled_design(settings: dict) -> PooledDesign:
     from .config import SweepConfig
 
     config = SweepConfig.from_settings(settings)
-    if config.design != "pooled":
+    if config.design.kind != "pooled":
         raise ValueError(
-            f"calibrated intervals are for pooled sweeps (--design pooled); this folder's design is {config.design!r}"
+            "calibrated intervals are for pooled sweeps (--design pooled); this folder's design is "
+            f"{config.design.kind!r}"
         )
     design = make_design(config)
     assert isinstance(design, PooledDesign)  # what make_design builds for "pooled"

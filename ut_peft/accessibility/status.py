@@ -82,7 +82,7 @@ def _source_name(source) -> str | None:
 
 def _design_settings(config: SweepConfig, settings: dict) -> dict:
     design = dict(settings.get("design") or {})
-    design["kind"] = config.design
+    design["kind"] = config.design.kind
     design["rows_a_round"] = config.num_sequences
     return design
 

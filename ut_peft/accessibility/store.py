@@ -45,6 +45,7 @@ from typing import Any
 import datasets
 
 from ..io import append_jsonl, atomic_write_bytes, atomic_write_json, lock_holder, try_lock
+from .designs.configs import with_recorded_rules
 from .engine.rows import INFERRED, Row, RowError
 
 SETTINGS_FILE = "settings.json"
@@ -111,12 +112,25 @@ def recorded_settings(folder, settings: dict, context: int | None = None) -> dic
     measured, when that summary was written under these very settings: ``support_sequences`` from its
     ``support.num_samples``, ``support_seq_len`` from its ``support.seq_len``, each where it differs from what the old
     default measured. A summary holds the length cut at the model's context (``context``); without it only a length
-    above the default can be told from a cut one (the sweep, which has the model, gives it).
+    above the default can be told from a cut one (the sweep, which has the model, gives it). A pooled design recorded
+    before settings.json held its rules in full gets its version's rules, which it ran with
+    (:func:`.designs.configs.with_recorded_rules`).
     """
     settings = _without_old_defaults(json.loads(json.dumps(settings)))  # as stored: tuples become lists
+    if "design" in settings:  # a pooled record written before records held the rules: its version's, in full
+        settings["design"] = with_recorded_rules(settings["design"])
+    return _with_reported_support(folder, settings, context)
+
+
+def _with_reported_support(folder, settings: dict, context: int | None) -> dict:
+    """``settings`` with the support sequences the folder's summary.json measured, where settings.json predates
+    recording them (see :func:`recorded_settings`)."""
     reported = _reported(folder) or {}
     support = reported.get("support")
-    if reported.get("settings") != settings or not isinstance(support, dict):
+    written = reported.get("settings")
+    if isinstance(written, dict) and "design" in written:  # compared as recorded
+        written = dict(written, design=with_recorded_rules(written["design"]))
+    if written != settings or not isinstance(support, dict):
         return settings
     sequences, length = _count(support.get("num_samples")), _count(support.get("seq_len"))
     default_length = LATER_SETTINGS["support_seq_len"]

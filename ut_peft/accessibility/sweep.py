@@ -21,8 +21,8 @@ from . import store, summaries
 from .config import GridConfig, SweepConfig
 from .designs import make_design
 from .designs.common import complete_groups
+from .designs.configs import PooledConfig
 from .designs.pooled import PooledDesign
-from .designs.pooled_rules import POOLED_RULES
 from .engine.cram import cram, row_positions
 from .engine.jobs import CramJob
 from .engine.policies import ShortestFirst
@@ -46,7 +46,7 @@ from .stats.fit import (
 def _curves(config: SweepConfig, rows: dict) -> dict[int, dict[int, list[dict]]]:
     """Rows grouped by m then n: the fixed and adaptive designs keep only (m, n) groups with all their sequences
     (the published protocol); the sequential design's rows are each a measurement, in whatever number per n."""
-    if config.design not in ("sequential", "pooled"):
+    if config.design.kind not in ("sequential", "pooled"):
         return complete_groups(rows, config.ms, config.num_sequences)
     groups: dict[int, dict[int, list[dict]]] = {m: {} for m in config.ms}
     for (m, n, _), row in sorted(rows.items()):
@@ -109,7 +109,7 @@ def check_rows(config: SweepConfig, settings: dict, rows: dict, design=None) -> 
             "rows.rank<k>.jsonl",
         )
 
-    indexed = config.design in ("fixed", "adaptive")
+    indexed = config.design.kind in ("fixed", "adaptive")
     max_steps = (settings.get("cram") or {}).get("max_steps")
     audit = summaries.abandon_audit(settings)
     for (m, n, index), row in sorted(rows.items()):
@@ -117,9 +117,9 @@ def check_rows(config: SweepConfig, settings: dict, rows: dict, design=None) -> 
             refuse(row, f"m = {m} is not among ms {config.ms}")
         if indexed and index >= config.num_sequences:
             refuse(row, f"index {index} is not below num_sequences = {config.num_sequences}")
-        if config.design == "fixed" and n not in (config.grid.lengths or ()):  # lengths: never None for "fixed"
+        if config.design.kind == "fixed" and n not in (config.grid.lengths or ()):  # lengths: never None for "fixed"
             refuse(row, f"n = {n} is not among the lengths {config.grid.lengths}")
-        if config.design != "fixed" and n > config.grid.stop:
+        if config.design.kind != "fixed" and n > config.grid.stop:
             refuse(row, f"n = {n} is beyond the grid's stop = {config.grid.stop}")
         if row.stop_reason != INFERRED and row.init_seed != init_seed(config.seed, m, n, index):
             refuse(row, f"its init_seed {row.init_seed} is not the one seed = {config.seed} gives this job")
@@ -130,7 +130,7 @@ def check_rows(config: SweepConfig, settings: dict, rows: dict, design=None) -> 
             refuse(row, "it records an audited abandon's flag (flagged_at), and these settings audit no abandon")
     produced = replayed_rows(design or make_design(config), rows)
     for key in sorted(set(rows) - set(produced)):
-        refuse(rows[key], f"the {config.design} design asks for no such job given the folder's other rows")
+        refuse(rows[key], f"the {config.design.kind} design asks for no such job given the folder's other rows")
 
 
 def replayed_rows(design, rows: dict) -> dict:
@@ -141,17 +141,6 @@ def replayed_rows(design, rows: dict) -> dict:
     while found := [job for job in design.next_jobs(produced) if job in rows and job not in produced]:
         produced.update((job, rows[job]) for job in found)
     return produced
-
-
-# The fields of settings["design"] that only decide when a design stops (and, for the pooled design, how its fitted
-# rounds weigh the quantities asked for): what a retarget may change. Everything else decides what a row is. The
-# pooled design's version (its placement and stopping rules) may change too: the new version keeps only the rows
-# its own replay asks for, as new targets do, so every kept row is one the new rules would have crammed. A version
-# that audits its early abandon may also bring the engine's audit and rule into a folder that abandoned no row.
-STOPPING_FIELDS = {
-    "sequential": ("target_ci", "budget_row_steps"),
-    "pooled": ("target_slope_se", "target_n50_se", "budget_row_steps", "version"),
-}
 
 
 def _relative_or_absolute(path: Path, base: Path) -> str:
@@ -171,7 +160,7 @@ def retarget_plan(
     for next whose in-flight snapshots ``old_dir`` holds, and the record for retargeted.json (its ``folder``:
     ``old_dir`` relative to ``new_dir``, so that the record reads the same in any clone;
     :func:`store.retargeted_source` turns it back into a path). Reads ``old_dir`` only; raises when its settings
-    differ from ``settings`` in more than the design's stopping fields (:data:`STOPPING_FIELDS`), read as
+    differ from ``settings`` in more than the design's stopping fields (``DesignConfig.stopping_fields``), read as
     :func:`.store.recorded_settings` reads them (``context``: the model's), and when ``old_dir`` is damaged, saying
     what is wrong with it and how to mend it there: never the advice meant for a folder being run (to start it afresh
     with overwrite, which would destroy the rows a retarget only reads).
@@ -189,13 +178,17 @@ def _retarget_plan(old_dir: Path, config: SweepConfig, settings: dict, new_dir, 
     written = store.read_settings(old_dir)
     old_settings = store.recorded_settings(old_dir, written, context)
     new_settings = json.loads(json.dumps(settings))  # compared as stored: tuples become lists, int keys strings
-    kind = (new_settings.get("design") or {}).get("kind")
-    if kind not in STOPPING_FIELDS:
+    # What a retarget may change: the fields that only decide when the design stops (and, for the pooled design, how
+    # its fitted rounds weigh the quantities asked for, and its rules: the new rules keep only the rows their own
+    # replay asks for, as new targets do, so every kept row is one they would have crammed). Everything else decides
+    # what a row is. Rules that audit an early abandon may also bring the engine's audit and rule into a folder
+    # that abandoned no row.
+    free = config.design.stopping_fields()
+    if not free:
         raise ValueError(
             f"only the sequential and pooled designs have stopping targets to retarget (this sweep's design is "
-            f"{config.design}); rerun into a new folder, or --merge sweeps that differ in m and lengths"
+            f"{config.design.kind}); rerun into a new folder, or --merge sweeps that differ in m and lengths"
         )
-    free = STOPPING_FIELDS[kind]
 
     def fixed(values: dict) -> dict:
         design = {k: v for k, v in (values.get("design") or {}).items() if k not in free}
@@ -203,8 +196,7 @@ def _retarget_plan(old_dir: Path, config: SweepConfig, settings: dict, new_dir, 
 
     changed = store.changed_paths(fixed(old_settings), fixed(new_settings))
     old_cram = old_settings.get("cram") or {}
-    new_version = (new_settings.get("design") or {}).get("version")
-    if kind == "pooled" and new_version in POOLED_RULES and POOLED_RULES[new_version].audit is not None:
+    if isinstance(config.design, PooledConfig) and config.design.rules.audit is not None:
         if not old_cram.get("abandon_below") and not summaries.abandon_audit(old_settings):
             # A version that audits its early abandon brings the engine's audit and rule with it (_set_audit). Rows
             # run with no abandon at all are full runs, which the audited design reads as unflagged rows (each its
@@ -580,7 +572,7 @@ def _check_given_support(config: SweepConfig, output_dir: Path, given: dict) -> 
 
 def _calibrated(config: SweepConfig, output_dir: Path, rows: dict) -> dict | None:
     """A pooled folder's calibration.json as the summary holds it (stale where computed from other rows)."""
-    if config.design != "pooled":
+    if config.design.kind != "pooled":
         return None
     return store.current_calibration(store.read_calibration(output_dir), rows)
 
@@ -664,7 +656,6 @@ def summarize(config: SweepConfig, settings: dict, rows: dict, model) -> summari
         model, num_sequences=config.support_sequences, seq_len=config.support_seq_len, seed=config.seed
     )
     bounds = slope_bounds(stats)
-    assert config.design is not None  # SweepConfig.__post_init__ resolves None to "fixed" or "adaptive"
     pooled = _pooled(config, rows)
     # under the audit the pooled line's slope (the only unbiased one)
     slope = summaries.measured_slope(settings, line, pooled)
@@ -672,13 +663,13 @@ def summarize(config: SweepConfig, settings: dict, rows: dict, model) -> summari
     if slope and slope > 0:
         ratios = {"ball": bounds["ball"] / slope, "box": bounds["box"] / slope}
     checks = check_intervals(per_m, line)
-    if pooled is not None:
-        checks["pooled"] = check_pooled(pooled, config.pooled_version, config.num_sequences)
+    if pooled is not None and isinstance(config.design, PooledConfig):
+        checks["pooled"] = check_pooled(pooled, config.design.known_version(), config.num_sequences)
     return summaries.Summary(
         model=settings["model"],
         source=settings["source"],
         settings=settings,
-        design=config.design,
+        design=config.design.kind,
         estimator="pooled-pseudo-outcomes" if audited else "firth-logistic-mle",
         per_m=per_m,
         fit=line,
@@ -758,7 +749,7 @@ def _lines(
 
 def _pooled(config: SweepConfig, rows: dict) -> dict | None:
     """The pooled design's line and read-off n_50 (JSON-safe), or None for other designs or before two m have rows."""
-    if config.design != "pooled":
+    if config.design.kind != "pooled":
         return None
     design = make_design(config)
     assert isinstance(design, PooledDesign)  # what make_design builds for "pooled"

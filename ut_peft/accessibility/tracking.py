@@ -92,7 +92,8 @@ class SweepTracker:
                 values[f"row/{field}"] = row[field]
         group = self._group(m, n)
         values.update(group)
-        if self.config.design not in EVERY_ROW_DESIGNS and group[f"m{m}/n{n}/finished"] == self.config.num_sequences:
+        finished = group[f"m{m}/n{n}/finished"] == self.config.num_sequences
+        if self.config.design.kind not in EVERY_ROW_DESIGNS and finished:
             values.update(self._n50(m))
         self.accelerator.log(values, step=self.step)
 
@@ -106,7 +107,7 @@ class SweepTracker:
         no per-m n_50 (summaries.AUDITED: a stopped row is not a failure)."""
         if self.config.cram.abandon_audit > 0:
             return {}
-        if self.config.design in EVERY_ROW_DESIGNS:
+        if self.config.design.kind in EVERY_ROW_DESIGNS:
             fitted = [r for (mm, _, _), r in self.rows.items() if mm == m]
         else:
             groups = complete_groups(self.rows, [m], self.config.num_sequences)[m]

@@ -135,6 +135,7 @@ _API_AT = {"": _SWEEP, "cram": _CRAM, "grid": _GRID}  # a flag's config section 
 PROTOCOLS = library_value("ut_peft.accessibility.engine.protocol:PROTOCOLS", ("ut-peft", "published"))
 POOLED_VERSIONS = library_value("ut_peft.accessibility.design:sorted(POOLED_RULES)", [1, 2, 3, 4, 5, 6, 7, 8])
 POOLED_DESIGN_VERSION = library_value("ut_peft.accessibility.design:POOLED_DESIGN_VERSION", 2)
+FIRST_POOLED_VERSION = library_value("ut_peft.accessibility.designs.configs:FIRST_POOLED_VERSION", 1)
 SNAPSHOT_SECONDS = library_value("ut_peft.accessibility.sweep:run_sweep.__kwdefaults__['snapshot_seconds']", 300.0)
 SUPPORT_SEQUENCES = library_value(f"{_SWEEP}.support_sequences", 256)
 
@@ -328,21 +329,21 @@ FLAGS = (
          "once, rows at the smallest, the largest and a middle m (the linearity check) until --target-slope-se and "
          "--target-n50-se or --budget"),
     Flag("adaptive", switch=True, help="alias of --design adaptive"),
-    Flag("target-slope-se", "target_slope_se", stored="design.target_slope_se", when=_designs("pooled"), type=float,
+    Flag("target-slope-se", "design.target_slope_se", when=_designs("pooled"), type=float,
          help="pooled: stop once the standard error of the slope of n_50 against m is at most this (tokens per "
          "vector)"),
-    Flag("target-n50-se", "target_n50_se", stored="design.target_n50_se", when=_designs("pooled"),
+    Flag("target-n50-se", "design.target_n50_se", when=_designs("pooled"),
          read=lambda n50, *_: _n50_flag(n50), nargs="+", metavar="SE|M:SE",
          help="pooled: stop once the standard error of n_50 at every m (measured or read off the line) is at most "
          "this many tokens: one value, or M:SE pairs"),
     # absent: a pooled sweep written before the design had versions
-    Flag("pooled-version", "pooled_version", stored="design.version", absent=1, when=_designs("pooled"), type=int,
+    Flag("pooled-version", "design.version", absent=FIRST_POOLED_VERSION, when=_designs("pooled"), type=int,
          choices=POOLED_VERSIONS,
          help="pooled: the version of the design's placement and stopping rules (default: the one a pooled sweep in "
          f"--output-dir was started with, else {POOLED_DESIGN_VERSION}); a retarget may change it"),
-    Flag("target-ci", "target_ci", stored="design.target_ci", when=_designs("sequential"), type=float,
+    Flag("target-ci", "design.target_ci", when=_designs("sequential"), type=float,
          help="sequential: stop an m once its n_50 95%% interval is narrower than this many tokens"),
-    Flag("budget", "budget_row_steps", stored="design.budget_row_steps", when=_designs("sequential", "pooled"),
+    Flag("budget", "design.budget_row_steps", when=_designs("sequential", "pooled"),
          type=int, help="sequential: stop an m once its rows cost this many forward-backward passes (row-steps)"),
     Flag("infer-prefixes", "infer_prefixes", switch=True,
          help="nested texts (--protocol published --source text): cram each text's lengths in increasing order and "
@@ -457,6 +458,7 @@ def _n50_targets(values):
 def sweep_config(args: argparse.Namespace) -> SweepConfig:
     """The sweep the flags describe (flags left unset take their protocol's value); ValueError for bad ones."""
     from ..accessibility import CramConfig, GridConfig, SweepConfig
+    from ..accessibility.designs.configs import design_config
 
     defaults = protocol_defaults(args.protocol)
     for name in ("num_sequences", "max_steps", "patience"):
@@ -469,10 +471,22 @@ def sweep_config(args: argparse.Namespace) -> SweepConfig:
         else GridConfig(start=args.start, stop=args.stop, coarse=args.coarse, fine=args.fine)
     )
     values = {flag.config: getattr(args, flag.dest) for flag in FLAGS if flag.config is not None}
-    values.update(design=design, target_n50_se=_n50_targets(args.target_n50_se))
-    cram = CramConfig(**{key.removeprefix("cram."): v for key, v in values.items() if key.startswith("cram.")})
-    values.update(support_sequences=support_sequences(args), pooled_version=pooled_version(args, design))
-    return SweepConfig(**{key: value for key, value in values.items() if "." not in key}, grid=grid, cram=cram)
+    values.update({"design.target_n50_se": _n50_targets(args.target_n50_se)})
+    values.update({"design.version": pooled_version(args, design), "support_sequences": support_sequences(args)})
+    cram = CramConfig(**_section(values, "cram"))
+    # The design's own settings: those the flags give (a flag of another design, given, is refused by name).
+    design_settings = {key: value for key, value in _section(values, "design").items() if value is not None}
+    return SweepConfig(
+        **{key: value for key, value in values.items() if "." not in key and key != "design"},
+        grid=grid,
+        cram=cram,
+        design=design_config(design, **design_settings),
+    )
+
+
+def _section(values: dict, section: str) -> dict:
+    """The values of one config section ("cram.lr" -> "lr")."""
+    return {key.removeprefix(f"{section}."): v for key, v in values.items() if key.startswith(f"{section}.")}
 
 
 def _design(args: argparse.Namespace) -> str:
@@ -540,10 +554,10 @@ def check_source(spec: str) -> None:
             raise ValueError(f"--source {spec}: {arg} is a folder; give {what}")
 
 
-def pooled_version(args: argparse.Namespace, design: str) -> int:
+def pooled_version(args: argparse.Namespace, design: str) -> int | None:
     """--pooled-version, or when it is not given: the version a pooled sweep in --output-dir was started with (a resume
     keeps its folder's rules, so the same command goes on under a newer ut-peft), else the default,
-    POOLED_DESIGN_VERSION (a newer version may be opt-in: version 3 is)."""
+    POOLED_DESIGN_VERSION; None for the other designs, which have no rules versions."""
     if args.pooled_version is not None:
         if design != "pooled":
             raise ValueError(f"--pooled-version belongs to --design pooled (got --design {design})")
@@ -556,8 +570,8 @@ def pooled_version(args: argparse.Namespace, design: str) -> int:
         except ValueError:
             recorded = {}  # no sweep there, or unreadable: the resume itself says what is wrong with the folder
         if recorded.get("kind") == "pooled":
-            return int(recorded.get("version", 1))
-    return POOLED_DESIGN_VERSION
+            return int(recorded.get("version", FIRST_POOLED_VERSION))
+    return POOLED_DESIGN_VERSION if design == "pooled" else None
 
 
 def tracked_settings(args: argparse.Namespace, config: SweepConfig) -> dict:
@@ -622,7 +636,25 @@ def _check_settings(values: dict, path) -> dict:
     for name in ("high", "low"):
         if name in grid and grid[name] != _default(GridConfig, name):
             raise ValueError(f"{path}: grid.{name} = {grid[name]!r} has no flag; rerun it from Python")
+    _check_rules(values.get("design") or {}, path)
     return values
+
+
+def _check_rules(design: dict, path) -> None:
+    """A pooled design's rules reach the command as --pooled-version only: refused where they are not exactly that
+    version's (rules of one's own, or a version this ut-peft no longer knows), naming what runs them."""
+    from ..accessibility.designs.pooled_rules import POOLED_RULES
+
+    if "rules" not in design:
+        return
+    version = design.get("version")
+    known = POOLED_RULES.get(version) if isinstance(version, int) else None
+    if known is None or _same(known.record(), design["rules"]) is False:
+        which = f"version {version}'s" if known is not None else "the rules of a version this ut-peft knows"
+        raise ValueError(
+            f"{path}: design.rules are not {which} ({', '.join(map(str, sorted(POOLED_RULES)))}), and no flag gives "
+            "pooled rules of one's own: rerun or report it from Python (SweepConfig.from_settings)"
+        )
 
 
 def _default(cls, name: str):
@@ -636,7 +668,7 @@ def _default(cls, name: str):
 # something it does not say.
 SETTINGS_KEYS = {"model", "source", "ms", "num_sequences", "seed", "protocol", "infer_prefixes", "cram", "grid"}
 SETTINGS_KEYS |= {"design", "support_sequences", "support_seq_len"}  # the last two: only where not the defaults
-DESIGN_KEYS = {"kind", "version", "target_ci", "budget_row_steps", "target_slope_se", "target_n50_se"}
+DESIGN_KEYS = {"kind", "version", "rules", "target_ci", "budget_row_steps", "target_slope_se", "target_n50_se"}
 
 
 def _check_keys(mapping: dict, known: set[str], path, where: str = "") -> None:

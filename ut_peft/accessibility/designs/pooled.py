@@ -11,7 +11,7 @@ import numpy as np
 
 from ..engine.rows import INFERRED, row_steps
 from .common import bracketed_fractions, crossing_of, fractions_of
-from .pooled_rules import POOLED_RULES, PooledRules, pooled_rules
+from .pooled_rules import POOLED_RULES, PooledRules
 from .registry import Design, Job, register_design
 
 if TYPE_CHECKING:
@@ -174,16 +174,16 @@ class PooledDesign(Design):
 
     @classmethod
     def from_config(cls, config) -> PooledDesign:
-        """The design of a pooled sweep, under the rules of the version its config names (``pooled_version``)."""
+        """The design of a pooled sweep (``config.design``, a :class:`~.configs.PooledConfig`), under its rules."""
         return cls(
             config.ms,
             batch=config.num_sequences,
             start=config.grid.start,
             stop=config.grid.stop,
-            target_slope_se=config.target_slope_se,
-            target_n50_se=config.target_n50_se,
-            budget_row_steps=config.budget_row_steps,
-            **pooled_rules(config.pooled_version).design_arguments(config.cram.max_steps),
+            target_slope_se=config.design.target_slope_se,
+            target_n50_se=config.design.target_n50_se,
+            budget_row_steps=config.design.budget_row_steps,
+            **config.design.rules.design_arguments(config.cram.max_steps),
         )
 
     # ---- replay ------------------------------------------------------------------------------------------------

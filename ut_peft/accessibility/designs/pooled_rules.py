@@ -8,6 +8,7 @@ as keyword arguments. The measurements behind each version are in docs/accessibi
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 
 # The pooled design's rules (placement, widening, stop): POOLED_RULES below. A change to any of them changes which
@@ -85,6 +86,7 @@ class PooledRules:
         held.update((name, bool(getattr(self, name))) for name in ("steps", "steps_robust"))
         for name in ("steps_relief", "audit"):
             held[name] = None if getattr(self, name) is None else float(getattr(self, name))
+        held["abandon_below"] = tuple((int(step), float(accuracy)) for step, accuracy in self.abandon_below)
         for name, value in held.items():
             object.__setattr__(self, name, value)  # a frozen dataclass's own way to set its fields after __init__
 
@@ -135,6 +137,30 @@ class PooledRules:
 
     def arguments(self) -> dict:
         return dataclasses.asdict(self)
+
+    def record(self) -> dict:
+        """Every field, as settings.json stores it (tuples as lists): a folder's rules in full, so that it replays
+        under them whatever versions a later ut-peft knows."""
+        return json.loads(json.dumps(dataclasses.asdict(self)))
+
+    @classmethod
+    def from_record(cls, record: dict) -> PooledRules:
+        """The rules a :meth:`record` holds; a field this ut-peft does not know is refused (the folder was run by a
+        later one, whose rules this one cannot apply). A field the record lacks takes its default, which is what
+        the rules meant before the field existed."""
+        if not isinstance(record, dict):
+            raise ValueError(f"a pooled design's rules are a JSON object of their fields (got {record!r})")
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(record) - known)
+        if unknown:
+            raise ValueError(
+                f"these pooled rules have fields this ut-peft does not know ({', '.join(unknown)}): they were "
+                "written by a later ut-peft; replay or resume the folder with it"
+            )
+        try:
+            return cls(**record)
+        except TypeError as err:  # a required field missing
+            raise ValueError(f"incomplete pooled rules ({err}): a rules record holds every field of PooledRules")
 
     def design_arguments(self, max_steps: int | None) -> dict:
         """:class:`~.pooled.PooledDesign`'s keyword arguments for these rules at a sweep whose step cap is

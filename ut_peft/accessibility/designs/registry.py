@@ -112,9 +112,17 @@ def design_factory(name: str) -> DesignFactory:
     return factory
 
 
+def registered_config_class(name: str) -> Any:
+    """The config class a registered design declares as its ``config_class`` attribute (a
+    :class:`~.configs.DesignConfig` subclass with ``kind`` set to its name), or None where it declares none. The
+    built-in designs' are in :data:`~.configs.BUILTIN_CONFIGS`, read without loading their modules."""
+    return getattr(_REGISTRY.get(name), "config_class", None)
+
+
 def make_design(config: Any) -> Design:
-    """The design a :class:`~ut_peft.accessibility.config.SweepConfig` names (``config.design``), built from it."""
-    return design_factory(str(config.design))(config)
+    """The design a :class:`~ut_peft.accessibility.config.SweepConfig` names (``config.design.kind``), built from
+    it."""
+    return design_factory(config.design.kind)(config)
 
 
 def _load_builtin(name: str) -> None:

@@ -90,8 +90,8 @@ class SequentialDesign(Design):
             batch=config.num_sequences,
             start=config.grid.start,
             stop=config.grid.stop,
-            target_ci=config.target_ci,
-            budget_row_steps=config.budget_row_steps,
+            target_ci=config.design.target_ci,
+            budget_row_steps=config.design.budget_row_steps,
             seed=config.seed,
         )
 

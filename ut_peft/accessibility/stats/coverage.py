@@ -344,21 +344,22 @@ def _simulated_checks(entry: dict | None, batch: int, where: str, slope_ci, inte
     }
 
 
-def check_pooled(pooled: dict | None, version: int, batch: int) -> dict | None:
+def check_pooled(pooled: dict | None, version: int | None, batch: int) -> dict | None:
     """The checks of the pooled design's Wald intervals (summary.json's ``interval_checks["pooled"]``): each one's
     coverage measured in the simulator at this version of the rules and rows per round (:data:`POOLED_TABLE`; the
-    intercept's was not measured).
+    intercept's was not measured). ``version`` None: rules of one's own, whose coverage nobody measured.
 
     Returns None without a pooled estimate, else ``{"version", "batch", "measured", "command", "slope",
     "intercept", "per_m"}``, each check as :func:`check` returns it (``coverage_se`` and ``measured_at`` None)."""
     if not pooled:
         return None
-    entry = POOLED_TABLE.get(str(version), {}).get(str(batch))
-    where = f"for version {version} of the pooled rules at {batch} rows a round (simulated)"
+    entry = POOLED_TABLE.get(str(version), {}).get(str(batch)) if version is not None else None
+    rules = f"version {version} of the pooled rules" if version is not None else "these pooled rules (no version's)"
+    where = f"for {rules} at {batch} rows a round (simulated)"
     checks = _simulated_checks(
         entry, batch, where, pooled.get("slope_ci"), pooled.get("intercept_ci"), pooled["per_m"]
     )
-    return {"version": int(version), "batch": int(batch), **checks}
+    return {"version": None if version is None else int(version), "batch": int(batch), **checks}
 
 
 def check_calibrated(calibrated: dict | None) -> dict | None:
