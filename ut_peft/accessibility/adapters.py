@@ -72,6 +72,7 @@ def save_memory_adapters(output_dir, model=None, *, accessible_only: bool = True
     ``model`` is the base model or its name (defaults to the sweep's model, read from settings.json).
     """
     from ..models import load_model
+    from .config import SweepConfig
     from .store import ADAPTERS_DIR, read_rows, read_settings, read_vectors, vector_files
 
     output_dir = Path(output_dir)
@@ -81,8 +82,8 @@ def save_memory_adapters(output_dir, model=None, *, accessible_only: bool = True
             f"{output_dir}/vectors holds no crammed vectors; run the sweep with save_vectors=True "
             "(--save-vectors) first"
         )
-    settings = read_settings(output_dir)
-    name = model if isinstance(model, str) else settings["model"]
+    config = SweepConfig.from_settings(read_settings(output_dir))
+    name = model if isinstance(model, str) else config.model
     base = load_model(name) if model is None or isinstance(model, str) else model
     rows = read_rows(output_dir)
     saved = []
@@ -100,8 +101,8 @@ def save_memory_adapters(output_dir, model=None, *, accessible_only: bool = True
                 base_model_name=name,
                 sequence=ids,
                 metrics=metrics,
-                prefix_ids=tuple(settings["cram"].get("prefix_ids", ())),
-                given_tokens=int(settings["cram"].get("given_tokens", 0)),
+                prefix_ids=tuple(config.cram.prefix_ids),
+                given_tokens=config.cram.given_tokens,
             )
         )
     return saved

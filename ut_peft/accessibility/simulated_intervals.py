@@ -55,6 +55,7 @@ from .stats.simulator import (
     run_design,
 )
 from .store import rows_digest, write_calibration
+from .summaries import abandon_audit
 
 
 def fit_costs(folders, first: int | None = None) -> RowCosts:
@@ -67,7 +68,7 @@ def fit_costs(folders, first: int | None = None) -> RowCosts:
     for folder in map(Path, folders):
         settings = store.read_settings(folder)
         check_protocol(settings, str(folder))
-        audits.add(float(settings.get("cram", {}).get("abandon_audit") or 0.0))
+        audits.add(abandon_audit(settings))
         rows += list(store.read_rows(folder).values())[:first]
     if len(audits) > 1:
         raise ValueError(
@@ -106,12 +107,10 @@ def pooled_design(settings: dict) -> PooledDesign:
 
 def abandon_steps(settings: dict) -> tuple[int, ...]:
     """The steps at which the sweep's early abandon could flag a row: its own rule's (``cram.abandon_below`` in
-    settings.json, ``--abandon-below``), else the version's (:data:`.designs.POOLED_RULES`)."""
+    settings.json, ``--abandon-below``), else its pooled rules' (the config sets one or the other)."""
     from .config import SweepConfig
 
-    own = (settings.get("cram") or {}).get("abandon_below") or ()
-    rule = own or SweepConfig.from_settings(settings).cram.abandon_below
-    return tuple(int(k) for k, _ in rule)
+    return tuple(int(k) for k, _ in SweepConfig.from_settings(settings).cram.abandon_below)
 
 
 def fitted_abandon(rows: dict, settings: dict) -> AuditedAbandon | None:

@@ -25,7 +25,7 @@ import json
 import math
 from pathlib import Path
 
-from . import store, summaries
+from . import store
 from .config import SweepConfig
 from .designs import make_design
 from .designs.common import bracketed_fractions, fractions_of
@@ -57,11 +57,11 @@ def folder_status(folder) -> dict:
         "folder": str(folder),
         "model": settings.get("model"),
         "source": _source_name(settings.get("source")),
-        "design": _design_settings(config, settings),
+        "design": _design_settings(config),
         "paused": _paused_text(folder),
         "finished": not due,
         "rows": _rows_section(rows, config.ms),
-        "in_flight": _in_flight(folder, settings, rows, due, pooled),
+        "in_flight": _in_flight(folder, config, rows, due, pooled),
         "estimate": None,
         "stop": None,
         "time": None,
@@ -80,11 +80,9 @@ def _source_name(source) -> str | None:
     return " ".join(str(part) for part in (source.get("kind"), source.get("name")) if part)
 
 
-def _design_settings(config: SweepConfig, settings: dict) -> dict:
-    design = dict(settings.get("design") or {})
-    design["kind"] = config.design.kind
-    design["rows_a_round"] = config.num_sequences
-    return design
+def _design_settings(config: SweepConfig) -> dict:
+    """The design as settings.json records it (its kind alone for fixed and adaptive), and its rows a round."""
+    return {**(config.design.record() or {"kind": config.design.kind}), "rows_a_round": config.num_sequences}
 
 
 def _paused_text(folder: Path) -> str | None:
@@ -112,11 +110,10 @@ def _rows_section(rows: dict, ms) -> dict:
     return {"total": len(rows), "row_steps": sum(row_steps(row) for row in rows.values()), "per_m": per_m}
 
 
-def _in_flight(folder: Path, settings: dict, rows: dict, due: list, pooled: PooledDesign | None) -> dict:
+def _in_flight(folder: Path, config: SweepConfig, rows: dict, due: list, pooled: PooledDesign | None) -> dict:
     """The jobs now due and the snapshots in inflight/: how far each row got (step of the cap, best teacher-forced
     accuracy, forwards since it, wall time). A snapshot whose row is already written is stale (a kill between the
     row's write and the snapshot's removal): no job resumes from it, and it is marked so."""
-    cram = settings.get("cram") or {}
     snapshots = []
     for key in sorted(store.inflight_keys(folder)):
         entry: dict = {"m": key[0], "n": key[1], "index": key[2], "due": key in due, "written": key in rows}
@@ -130,10 +127,10 @@ def _in_flight(folder: Path, settings: dict, rows: dict, due: list, pooled: Pool
             continue
         entry.update(
             step=state.step,
-            max_steps=cram.get("max_steps"),
+            max_steps=config.cram.max_steps,
             best_accuracy=state.counters.get("best_acc"),
             since_best=state.counters.get("since_best"),
-            patience=cram.get("patience"),
+            patience=config.cram.patience,
             seconds=state.seconds,
             flagged_at=state.counters.get("flagged_at"),
         )
@@ -214,7 +211,7 @@ def _estimate(folder: Path, settings: dict, config: SweepConfig, design: PooledD
     for m, entry in sorted(fit["per_m"].items()):
         ci = per_m_ci.get(m, entry["ci"])  # an m the calibration lacks keeps its Wald interval
         per_m.append(dict(m=m, measured=entry["measured"], **_entry(entry["n50"], entry["se"], ci, entry["ci"])))
-    r2, r2_note = _r2(settings, config, rows)
+    r2, r2_note = _r2(config, rows)
     return {
         "rows": sum(row.get("stop_reason") != INFERRED for row in rows.values()),
         "provisional": None,
@@ -241,10 +238,10 @@ def _unbracketed(design: PooledDesign, rows: dict) -> list[int]:
     ]
 
 
-def _r2(settings: dict, config: SweepConfig, rows: dict) -> tuple[float | None, str]:
+def _r2(config: SweepConfig, rows: dict) -> tuple[float | None, str]:
     """R^2 of the line through the per-m fits, as the summary computes it (fit.line_interval on the rows at the
     sweep's m, the summary's seed), or None and why."""
-    if summaries.abandon_audit(settings):
+    if config.cram.abandon_audit:
         return None, "none under an audited early abandon (its per-m fits would be biased; the report leaves them out)"
     kept = [row for key, row in sorted(rows.items()) if key[0] in config.ms]
     line = line_interval(

@@ -110,8 +110,7 @@ def check_rows(config: SweepConfig, settings: dict, rows: dict, design=None) -> 
         )
 
     indexed = config.design.kind in ("fixed", "adaptive")
-    max_steps = (settings.get("cram") or {}).get("max_steps")
-    audit = summaries.abandon_audit(settings)
+    max_steps, audit = config.cram.max_steps, config.cram.abandon_audit
     for (m, n, index), row in sorted(rows.items()):
         if m not in config.ms:
             refuse(row, f"m = {m} is not among ms {config.ms}")
@@ -123,7 +122,7 @@ def check_rows(config: SweepConfig, settings: dict, rows: dict, design=None) -> 
             refuse(row, f"n = {n} is beyond the grid's stop = {config.grid.stop}")
         if row.stop_reason != INFERRED and row.init_seed != init_seed(config.seed, m, n, index):
             refuse(row, f"its init_seed {row.init_seed} is not the one seed = {config.seed} gives this job")
-        if max_steps is not None and row.steps > max_steps:
+        if row.steps > max_steps:
             refuse(row, f"it took {row.steps} steps, beyond the step cap cram.max_steps = {max_steps}")
         if row.flagged_at is not None and not audit:
             # Its pseudo-outcome would be read as a plain outcome: a stopped row as a failure.
