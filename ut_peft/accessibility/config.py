@@ -146,7 +146,7 @@ class SweepConfig:
                 f"the {kind} design chooses its own lengths between grid.start and grid.stop; "
                 "give GridConfig(start=..., stop=...) without lengths (or use design='fixed')"
             )
-        if kind in ("sequential", "pooled") and self.infer_prefixes:
+        if self.design.each_row_measures and self.infer_prefixes:
             raise ValueError(
                 "infer_prefixes needs the rows of a text at several lengths (the fixed or adaptive "
                 f"design); the {kind} design crams every text once"

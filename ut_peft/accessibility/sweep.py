@@ -44,9 +44,10 @@ from .stats.fit import (
 
 
 def _curves(config: SweepConfig, rows: dict) -> dict[int, dict[int, list[dict]]]:
-    """Rows grouped by m then n: the fixed and adaptive designs keep only (m, n) groups with all their sequences
-    (the published protocol); the sequential design's rows are each a measurement, in whatever number per n."""
-    if config.design.kind not in ("sequential", "pooled"):
+    """Rows grouped by m then n: a design whose rows come in groups (fixed, adaptive) keeps only (m, n) groups with all
+    their sequences (the published protocol); one whose every row measures (sequential, pooled:
+    ``DesignConfig.each_row_measures``) keeps every row, in whatever number per n."""
+    if not config.design.each_row_measures:
         return complete_groups(rows, config.ms, config.num_sequences)
     groups: dict[int, dict[int, list[dict]]] = {m: {} for m in config.ms}
     for (m, n, _), row in sorted(rows.items()):

@@ -45,9 +45,6 @@ from .stats.coverage import check, marked, per_m_sequences, summary_checks
 from .stats.fit import n50_interval
 from .store import row_key
 
-# Designs whose every row is a measurement (the summary fits them all, not only complete (m, n) groups).
-EVERY_ROW_DESIGNS = ("sequential", "pooled")
-
 
 class SweepTracker:
     """The ``callback`` of :func:`.sweep.run_sweep` that logs to ``accelerator``'s trackers (main process only)."""
@@ -93,7 +90,7 @@ class SweepTracker:
         group = self._group(m, n)
         values.update(group)
         finished = group[f"m{m}/n{n}/finished"] == self.config.num_sequences
-        if self.config.design.kind not in EVERY_ROW_DESIGNS and finished:
+        if not self.config.design.each_row_measures and finished:
             values.update(self._n50(m))
         self.accelerator.log(values, step=self.step)
 
@@ -107,7 +104,7 @@ class SweepTracker:
         no per-m n_50 (summaries.AUDITED: a stopped row is not a failure)."""
         if self.config.cram.abandon_audit > 0:
             return {}
-        if self.config.design.kind in EVERY_ROW_DESIGNS:
+        if self.config.design.each_row_measures:
             fitted = [r for (mm, _, _), r in self.rows.items() if mm == m]
         else:
             groups = complete_groups(self.rows, [m], self.config.num_sequences)[m]

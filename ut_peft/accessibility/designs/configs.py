@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from .pooled_rules import POOLED_DESIGN_VERSION, POOLED_RULES, PooledRules, pooled_rules
 from .registry import available_designs, registered_config_class, unknown_design_message
@@ -27,6 +27,10 @@ class DesignConfig:
     """A design by name, with no settings of its own (a user's registered design that needs none)."""
 
     kind: str
+    # Whether every row is a measurement of its own (a fresh text at a length the design chose from the rows before
+    # it), so that every row enters the fits, or rows come in groups of num_sequences per (m, n), and only complete
+    # groups do (the published protocol's fractions per length).
+    each_row_measures: ClassVar[bool] = False
 
     def record(self) -> dict[str, Any] | None:
         """What settings.json records under "design" (None: nothing; the fixed and adaptive designs are told apart
@@ -64,6 +68,7 @@ class SequentialConfig(DesignConfig):
     (one width, or a dict m -> width) or its rows cost ``budget_row_steps`` forward-backward passes."""
 
     kind: str = field(default="sequential", init=False)
+    each_row_measures: ClassVar[bool] = True
     target_ci: float | dict[int, float] | None = None
     budget_row_steps: int | None = None
 
@@ -87,6 +92,7 @@ class PooledConfig(DesignConfig):
     set of one's own (``version`` None)."""
 
     kind: str = field(default="pooled", init=False)
+    each_row_measures: ClassVar[bool] = True
     target_slope_se: float | None = None
     target_n50_se: float | dict[int, float] | None = None
     budget_row_steps: int | None = None
@@ -128,7 +134,7 @@ BUILTIN_CONFIGS: dict[str, type[DesignConfig]] = {
 FIRST_POOLED_VERSION = 1
 
 
-def with_recorded_rules(record: dict | None) -> dict | None:
+def with_recorded_rules(record: dict[str, Any] | None) -> dict[str, Any] | None:
     """A pooled design's settings.json record as a folder written before records held the rules means it: its
     version (:data:`FIRST_POOLED_VERSION` where it has none) and that version's rules in full, so that it compares
     equal with the record a sweep writes now. Other records, and those of a version this ut-peft does not know
@@ -167,7 +173,7 @@ def design_config(kind: str, **fields: Any) -> DesignConfig:
     return cls(**fields)
 
 
-def design_config_from_record(record: dict | None, *, fixed_lengths: bool) -> DesignConfig:
+def design_config_from_record(record: dict[str, Any] | None, *, fixed_lengths: bool) -> DesignConfig:
     """The design config settings.json's ``"design"`` holds (``record``); None, as fixed and adaptive sweeps record
     it, is told apart by whether the grid has lengths (``fixed_lengths``). A pooled record without a version predates
     versions (version 1); one without rules gets its version's rules, which it ran with."""
