@@ -17,9 +17,9 @@ where the held-out false-abandon rate is 0 and its upper bound is small (target 
 probability PI.
 It prints, per PI, the row-steps the held-out rule would spend on these very rows and, for the pooled line's slope
 and n_50 at the smallest and largest m (the outcomes' model fitted to the rows), the variance inflation the false
-abandons bring and the cost-times-variance gain. An estimate on real rows of the lever version 4 of the pooled
-design uses: the rows are those the design placed (bracketing rows far from n_50 included), and the rule's
-false-abandon rate is the held-out one.
+abandons bring and the cost-times-variance gain. An estimate on real rows of the lever the pooled design's audited
+versions use (version 8; first the retired version 4, benchmarks/retired_pooled_rules.json): the rows are those the
+design placed (bracketing rows far from n_50 included), and the rule's false-abandon rate is the held-out one.
 """
 
 import argparse

@@ -66,7 +66,8 @@ penalised-likelihood interval for its independent rows (``--interval bootstrap``
 The pooled design (:class:`~ut_peft.accessibility.design.PooledDesign`: one line through every m, rows at m = 1, 5
 and the check m = 3; ``--pooled-batch`` rows a round, 8 as the SmolLM2 run) gets as its standard-error targets
 ``--pooled-factor`` times the published design's RMSE at each m and of the slope, measured in the same run; its
-intervals are Wald intervals of the pooled fit. Its rules are those of ``--pooled-version`` (6 by default);
+intervals are Wald intervals of the pooled fit. Its rules are those of ``--pooled-version`` (6 by default; versions 3
+to 6 are retired from the package, their rules read from benchmarks/retired_pooled_rules.json);
 ``--pooled-logits``, ``--pooled-check-factor``, ``--pooled-width-z``, ``--pooled-stop-z``, ``--pooled-slope-from`` and
 ``--pooled-min-rows`` replace single rules of it, for exploring (BENCHMARKS.md keeps the table of what was measured).
 
@@ -119,7 +120,6 @@ from ut_peft.accessibility.design import (  # noqa: E402
     SequentialDesign,
     complete_groups,
     pooled_estimates,
-    pooled_rules,
     row_steps,
 )
 from ut_peft.accessibility.simulated_intervals import fit_costs  # noqa: E402
@@ -162,9 +162,41 @@ QUICK_DESIGNS = ["pooled"]
 # The rules the pooled design is simulated with by default: version 6 (version 2 with the audited early abandon and
 # the step counts, the latter only while one steps law serves every m). Version 5 (the step counts unchecked) is not:
 # where the law's kappa differs across m as SmolLM2's words rows suggest it is biased by several tokens
-# (--cost-k-by-m; BENCHMARKS.md, "Session 17"). Sweeps still default to design.POOLED_DESIGN_VERSION: versions 3 to 6
-# are opt-in there (docs/accessibility.md).
+# (--cost-k-by-m; BENCHMARKS.md, "Session 17"). Versions 3 to 6 are retired from the package (no committed folder ran
+# them); their rules are in RETIRED_RULES, so that the commands recorded with them still mean the same rules.
 DEFAULT_POOLED_VERSION = 6
+# The rules of the versions retired from the package: {"3": {"rules": PooledRules.record(), "why": "..."}, ...}.
+RETIRED_RULES = Path(__file__).resolve().with_name("retired_pooled_rules.json")
+
+
+@functools.cache
+def retired_rules() -> dict[int, PooledRules]:
+    """The retired versions' rules (:data:`RETIRED_RULES`), which the package no longer knows and this benchmark still
+    simulates."""
+    retired = json.loads(RETIRED_RULES.read_text())
+    rules = {int(version): PooledRules.from_record(entry["rules"]) for version, entry in retired.items()}
+    if set(rules) & set(POOLED_RULES):
+        raise ValueError(
+            f"{RETIRED_RULES} names versions the package still has: {sorted(set(rules) & set(POOLED_RULES))}"
+        )
+    return rules
+
+
+def pooled_versions() -> list[int]:
+    """The versions --pooled-version takes: the package's and the retired ones."""
+    return sorted({*POOLED_RULES, *retired_rules()})
+
+
+def pooled_rules(version: int) -> PooledRules:
+    """A version's rules: the package's (design.POOLED_RULES), else a retired version's (:data:`RETIRED_RULES`)."""
+    if version in POOLED_RULES:
+        return POOLED_RULES[version]
+    retired = retired_rules()
+    if version not in retired:
+        raise ValueError(f"no pooled rules of version {version}: the versions are {pooled_versions()}")
+    return retired[version]
+
+
 # The published design's results are cached per repeat (they are what most of a run's time goes to, and a pooled
 # variant needs only them as its baseline). Everything that decides a repeat's result is in the key: the truth, the
 # ms, the bootstrap replicates, cap and patience, the grid, and the source of the code that simulates and analyses.
@@ -834,9 +866,10 @@ def main(argv=None):
     parser.add_argument(
         "--pooled-version",
         type=int,
-        choices=sorted(POOLED_RULES),
+        choices=pooled_versions(),
         default=DEFAULT_POOLED_VERSION,
-        help="pooled: the version of its rules; the --pooled-* knobs below replace single rules of it",
+        help="pooled: the version of its rules (3 to 6: retired from the package, read from "
+        "retired_pooled_rules.json); the --pooled-* knobs below replace single rules of it",
     )
     parser.add_argument(
         "--pooled-logits",

@@ -1,6 +1,7 @@
 """The pooled design (one line n_50 = a m + b for every m) and its model: fits, the linearity check, a sweep that
 is killed and resumed, and the errors for settings that cannot work."""
 
+import dataclasses
 import shutil
 from types import SimpleNamespace
 
@@ -8,7 +9,8 @@ import numpy as np
 import pytest
 
 from ut_peft.accessibility import CramConfig, GridConfig, SweepConfig, run_sweep
-from ut_peft.accessibility.design import POOLED_RULES, PooledDesign, pooled_estimates
+from ut_peft.accessibility.design import POOLED_RULES, PooledDesign, PooledRules, pooled_estimates
+from ut_peft.accessibility.designs.configs import PooledConfig
 from ut_peft.accessibility.stats.pooled import Cells, fit_pooled, linearity_check
 from ut_peft.accessibility.stats.pooled_estimators import (
     OutcomesEstimator,
@@ -135,6 +137,18 @@ def test_sweep_config_refuses_pooled_targets_elsewhere_and_a_single_m():
         SweepConfig(model="x", source="tokens", ms=[1], design="pooled", target_slope_se=1.0)
 
 
+# Rules of their own (the package keeps only the versions its committed folders ran): the audited abandon alone,
+# version 2's with version 8's audit and rule and targets scaled by 1.25; with the step counts unchecked too (version
+# 8's floor aside, both as the retired versions 4 and 5 were); and the step counts without the audit (retired 3).
+AUDITED = dataclasses.replace(
+    POOLED_RULES[2], audit=0.25, abandon_below=POOLED_RULES[8].abandon_below, target_scale=1.25
+)
+AUDITED_STEPS = dataclasses.replace(POOLED_RULES[8], min_rows=128, steps_law_alpha=None)
+STEPS = dataclasses.replace(
+    POOLED_RULES[2], min_rows=72, steps=True, steps_robust=True, steps_stop_z=1.0, steps_truncated=True
+)
+
+
 def pooled_config(**overrides):
     settings = dict(
         model="tiny-llama",
@@ -191,21 +205,23 @@ def test_pooled_sweep_reports_the_line_and_resumes_after_a_kill_to_the_same_resu
     assert resumed.pooled == whole.pooled
 
 
-@pytest.mark.parametrize("version", [4, 5, 6])
-def test_an_audited_pooled_sweep_killed_mid_write_resumes_to_the_same_rows_flags_and_line(tmp_path, llama, version):
-    """Versions 4, 5 (the step counts too) and 6 (only while one steps law holds across m) under a rule that flags
-    every row not crammed by step 12: a kill that tears rows.jsonl halfway resumes to the uninterrupted run's rows,
-    their flags and audits (each drawn from the row's seed) and its line."""
+@pytest.mark.parametrize("rules", ["audited", "audited+steps", "version 8"])
+def test_an_audited_pooled_sweep_killed_mid_write_resumes_to_the_same_rows_flags_and_line(tmp_path, llama, rules):
+    """The audited abandon alone, with the step counts too, and version 8's (the step counts only while one steps law
+    holds across m) under a rule that flags every row not crammed by step 12: a kill that tears rows.jsonl halfway
+    resumes to the uninterrupted run's rows, their flags and audits (each drawn from the row's seed) and its line."""
+    own = {"audited": AUDITED, "audited+steps": AUDITED_STEPS}.get(rules)
     config = pooled_config(
-        pooled_version=version,
+        **({"pooled_version": 8} if own is None else {"design": PooledConfig(version=None, rules=own)}),
         cram=CramConfig(max_steps=30, patience=30, batch_size=8, abandon_below=((12, 1.0),)),
     )
     whole = run_sweep(config, tmp_path / "whole", model=llama, progress=False)
     rows = read_rows(tmp_path / "whole")
     assert whole.settings["cram"]["abandon_audit"] == 0.25 and any(r.flagged_at is not None for r in rows.values())
-    assert ("steps" in whole.pooled) == (version >= 5) and ("steps_law" in whole.pooled) == (version == 6)
+    assert whole.settings["design"]["version"] == (8 if own is None else None)
+    assert ("steps" in whole.pooled) == (rules != "audited") and ("steps_law" in whole.pooled) == (own is None)
     report = (tmp_path / "whole" / "report.md").read_text()
-    assert ("One steps law for every m" in report) == (version == 6)  # the check, and what it decided
+    assert ("One steps law for every m" in report) == (own is None)  # the check, and what it decided
 
     def audited(folder):
         return {k: (r["accessible"], r["steps"], r.flagged_at, r.audited) for k, r in read_rows(folder).items()}
@@ -570,10 +586,10 @@ def test_a_steps_stop_z_judges_the_stop_on_a_smaller_kappa_so_the_same_rows_are_
         PooledDesign([1, 3, 5], **{**kwargs, "steps": False}, steps_stop_z=1)
 
 
-def test_version_3_stops_on_the_step_counts_truncated_at_the_sweeps_cap_and_guards_them():
-    """Version 3's rules, as a folder's settings build them: the steps-informed line, the law truncated at the
-    sweep's own step cap (cram.max_steps), the sandwich guard and the kappa-judged stop; the summary and the report
-    say what the line stands on; and rules that truncate need a cap."""
+def test_step_count_rules_stop_on_the_step_counts_truncated_at_the_sweeps_cap_and_guard_them():
+    """Rules with the step counts and no audit (the retired version 3's), as a folder's settings build them: the
+    steps-informed line, the law truncated at the sweep's own step cap (cram.max_steps), the sandwich guard and the
+    kappa-judged stop; the summary and the report say what the line stands on; and rules that truncate need a cap."""
     from ut_peft.accessibility.design import POOLED_RULES, make_design
     from ut_peft.accessibility.report import _pooled_lines
 
@@ -584,10 +600,7 @@ def test_version_3_stops_on_the_step_counts_truncated_at_the_sweeps_cap_and_guar
         num_sequences=8,
         grid=GridConfig(start=4, stop=200),
         cram=CramConfig(max_steps=2000),
-        design="pooled",
-        pooled_version=3,
-        target_slope_se=0.6,
-        target_n50_se=None,
+        design=PooledConfig(target_slope_se=0.6, target_n50_se=None, version=None, rules=STEPS),
     )
     design = make_design(config)
     assert isinstance(design, PooledDesign)
@@ -614,15 +627,16 @@ def test_version_3_stops_on_the_step_counts_truncated_at_the_sweeps_cap_and_guar
     text = "\n".join(_pooled_lines(summary))
     assert "step counts" in text and f"kappa {summary['steps']['kappa']:.2f}" in text
     with pytest.raises(ValueError, match="needs max_steps"):
-        POOLED_RULES[3].design_arguments(None)
+        STEPS.design_arguments(None)
     assert POOLED_RULES[2].design_arguments(None)["steps_cap"] is None  # version 2 reads no step counts
 
 
-def test_version_4_audits_its_abandon_and_scales_its_targets():
-    """Version 4's rules, as a folder's settings build them: the pseudo-outcomes of an audit at 1/4, the targets
-    scaled by 1.25 inside the design (the stop compares the same variances against targets 1.25^2 larger), and the
-    abandon rule left to the engine (CramConfig), not handed to the design."""
-    from ut_peft.accessibility.design import POOLED_RULES, make_design
+def test_audited_rules_audit_their_abandon_and_scale_their_targets():
+    """Rules with the audited abandon (the retired version 4's), as a folder's settings build them: the
+    pseudo-outcomes of an audit at 1/4, the targets scaled by 1.25 inside the design (the stop compares the same
+    variances against targets 1.25^2 larger), and the abandon rule left to the engine (CramConfig), not handed to
+    the design."""
+    from ut_peft.accessibility.design import make_design
 
     config = SweepConfig(
         model="x",
@@ -630,15 +644,13 @@ def test_version_4_audits_its_abandon_and_scales_its_targets():
         ms=[1, 3, 5],
         num_sequences=8,
         grid=GridConfig(start=4, stop=200),
-        design="pooled",
-        pooled_version=4,
-        target_slope_se=0.6,
-        target_n50_se={1: 1.0, 3: 2.0, 5: 3.0},
+        design=PooledConfig(target_slope_se=0.6, target_n50_se={1: 1.0, 3: 2.0, 5: 3.0}, version=None, rules=AUDITED),
     )
     design = make_design(config)
     assert isinstance(design, PooledDesign)
     assert design.audit == 0.25 and design.target_scale == 1.25 and design.min_rows == 128
-    assert "abandon_below" not in POOLED_RULES[4].design_arguments(None)
+    assert config.cram.abandon_below == AUDITED.abandon_below  # the rules' abandon rule, for the engine
+    assert "abandon_below" not in AUDITED.design_arguments(None)
     plain = PooledDesign(
         [1, 3, 5], batch=8, start=4, stop=200, target_slope_se=0.6, target_n50_se={1: 1.0, 3: 2.0, 5: 3.0}
     )
@@ -873,14 +885,20 @@ def test_the_steps_law_check_passes_one_law_and_refuses_a_kappa_that_differs_acr
 
 def test_versions_7_and_8_are_versions_2_and_6_with_a_floor_of_64_fitted_rows():
     """The lower floors change nothing but the floor: every round before the stop is the older version's (so a
-    folder retargets between them keeping its rows; tests/accessibility/test_retarget.py drives version 7)."""
-    import dataclasses
+    folder retargets between them keeping its rows; tests/accessibility/test_retarget.py drives version 7). Version 6
+    is retired from the package; its record is benchmarks/retired_pooled_rules.json's."""
+    import json
+    from pathlib import Path
 
     from ut_peft.accessibility.design import POOLED_RULES
 
-    assert (POOLED_RULES[2].min_rows, POOLED_RULES[6].min_rows) == (128, 128)
+    retired = json.loads(
+        (Path(__file__).resolve().parents[2] / "benchmarks" / "retired_pooled_rules.json").read_text()
+    )
+    version_6 = PooledRules.from_record(retired["6"]["rules"])
+    assert (POOLED_RULES[2].min_rows, version_6.min_rows) == (128, 128)
     assert POOLED_RULES[7] == dataclasses.replace(POOLED_RULES[2], min_rows=64)
-    assert POOLED_RULES[8] == dataclasses.replace(POOLED_RULES[6], min_rows=64)
+    assert POOLED_RULES[8] == dataclasses.replace(version_6, min_rows=64)
     assert POOLED_RULES[8].audit == 0.25 and POOLED_RULES[8].steps and POOLED_RULES[8].steps_law_alpha == 0.05
 
 

@@ -1,13 +1,14 @@
 """The pooled estimator's rules as objects (stats.pooled_estimators): the kind each version of the rules chooses, and
 what each kind and wrapper does with the same rows."""
 
+import dataclasses
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 from ut_peft.accessibility.designs.pooled import PooledDesign
-from ut_peft.accessibility.designs.pooled_rules import POOLED_RULES
+from ut_peft.accessibility.designs.pooled_rules import POOLED_RULES, PooledRules
 from ut_peft.accessibility.stats.pooled_estimators import (
     LawChecked,
     OutcomesEstimator,
@@ -19,29 +20,42 @@ from ut_peft.accessibility.stats.pooled_estimators import (
 MAX_STEPS = 2000
 
 
-def _chosen(version: int):
-    """The estimator a sweep of this version at MAX_STEPS fits with (the cap only where the rules truncate)."""
-    rules = POOLED_RULES[version]
+# Rules of their own for the kinds no kept version chooses: the audit alone (the retired version 4's) and the step
+# counts without an audit (the retired version 3's).
+AUDITED = dataclasses.replace(
+    POOLED_RULES[2], audit=0.25, abandon_below=POOLED_RULES[8].abandon_below, target_scale=1.25
+)
+STEPS = dataclasses.replace(
+    POOLED_RULES[2], min_rows=72, steps=True, steps_robust=True, steps_stop_z=1.0, steps_truncated=True
+)
+
+
+def _chosen(rules: PooledRules):
+    """The estimator a sweep of these rules at MAX_STEPS fits with (the cap only where the rules truncate)."""
     return estimator_for(rules, rules.design_arguments(MAX_STEPS)["steps_cap"])
 
 
 @pytest.mark.parametrize(
-    "version, expected",
+    "rules, expected",
     [
-        (1, OutcomesEstimator()),
-        (2, OutcomesEstimator()),
-        (7, OutcomesEstimator()),
-        (4, PseudoOutcomesEstimator(0.25)),
-        (3, StepCountsEstimator(OutcomesEstimator(), steps_cap=MAX_STEPS, robust=True)),
-        (8, LawChecked(StepCountsEstimator(PseudoOutcomesEstimator(0.25), steps_cap=MAX_STEPS, robust=True), 0.05)),
+        (POOLED_RULES[1], OutcomesEstimator()),
+        (POOLED_RULES[2], OutcomesEstimator()),
+        (POOLED_RULES[7], OutcomesEstimator()),
+        (AUDITED, PseudoOutcomesEstimator(0.25)),
+        (STEPS, StepCountsEstimator(OutcomesEstimator(), steps_cap=MAX_STEPS, robust=True)),
+        (
+            POOLED_RULES[8],
+            LawChecked(StepCountsEstimator(PseudoOutcomesEstimator(0.25), steps_cap=MAX_STEPS, robust=True), 0.05),
+        ),
     ],
+    ids=["version 1", "version 2", "version 7", "audited", "steps", "version 8"],
 )
-def test_each_committed_version_chooses_its_kind_of_estimator(version, expected):
-    chosen = _chosen(version)
+def test_each_kind_of_rules_chooses_its_kind_of_estimator(rules, expected):
+    chosen = _chosen(rules)
     assert chosen == expected and type(chosen) is type(expected)
-    assert chosen.uses_steps == POOLED_RULES[version].steps and chosen.audit == POOLED_RULES[version].audit
+    assert chosen.uses_steps == rules.steps and chosen.audit == rules.audit
     # The design builds the same estimator once, from the same rules and cap.
-    arguments = POOLED_RULES[version].design_arguments(MAX_STEPS)
+    arguments = rules.design_arguments(MAX_STEPS)
     design = PooledDesign([1, 3, 5], batch=8, start=4, stop=200, target_slope_se=1.0, target_n50_se=None, **arguments)
     assert design.estimator == expected
 

@@ -165,17 +165,23 @@ def simulated_row(m, n, index):
 
 
 def test_a_pooled_folder_is_reported_under_its_own_step_cap(tmp_path, llama):
-    """The pooled design's steps law is truncated at cram.max_steps (versions 3, 5, 6): read back at the default cap
-    (3000), a report replayed other rounds than the run and refused the folder's own rows."""
+    """The pooled design's steps law is truncated at cram.max_steps (steps_truncated: version 8, and here rules of
+    one's own with the step counts and no audit, the retired version 3's): read back at the default cap (3000), a
+    report replayed other rounds than the run and refused the folder's own rows."""
+    import dataclasses
+
+    from ut_peft.accessibility.designs.configs import PooledConfig
+    from ut_peft.accessibility.designs.pooled_rules import POOLED_RULES
+
+    steps = dataclasses.replace(
+        POOLED_RULES[2], min_rows=72, steps=True, steps_robust=True, steps_stop_z=1.0, steps_truncated=True
+    )
     config = small_config(
         ms=[1, 2, 3],
         grid=GridConfig(start=4, stop=100),
         num_sequences=6,
         cram=CramConfig(max_steps=1000, patience=1000),
-        design="pooled",
-        pooled_version=3,
-        target_slope_se=2.0,
-        target_n50_se=3.0,
+        design=PooledConfig(target_slope_se=2.0, target_n50_se=3.0, version=None, rules=steps),
     )
     design, rows = make_design(config), {}
     while jobs := design.next_jobs(rows):
@@ -184,9 +190,41 @@ def test_a_pooled_folder_is_reported_under_its_own_step_cap(tmp_path, llama):
     store.prepare_folder(tmp_path, resolved.fingerprint(source.describe()), clear=False)
     for key in sorted(rows):
         store.append_row(store.rows_file(tmp_path, 0), rows[key])
-    assert SweepConfig.from_settings(store.read_settings(tmp_path)).cram.max_steps == 1000
+    read_back = SweepConfig.from_settings(store.read_settings(tmp_path))
+    assert read_back.cram.max_steps == 1000 and read_back.design.rules == steps
     pooled = summarize_folder(tmp_path, llama, report=False).pooled
     assert pooled["slope"] == pytest.approx(make_design(config).summary_fit(rows)["slope"], rel=1e-6)
+
+
+@pytest.mark.parametrize("version", [3, 4, 5, 6])
+def test_a_folder_of_a_retired_pooled_version_reads_back_only_with_its_rules_in_full(version):
+    """Versions 3 to 6 are retired from the package (no committed folder ran them). A settings.json that names one
+    without its rules (as written before settings held the rules) is refused, naming the versions this ut-peft knows;
+    one that holds the rules in full (as every sweep records them now; these are the records of
+    benchmarks/retired_pooled_rules.json) builds its design under exactly those rules."""
+    import dataclasses
+
+    from ut_peft.accessibility.designs import PooledDesign
+    from ut_peft.accessibility.designs.pooled_rules import PooledRules
+    from ut_peft.accessibility.testing import pooled_sweep_settings
+
+    retired = json.loads((RESULTS.parent / "benchmarks" / "retired_pooled_rules.json").read_text())
+    settings = pooled_sweep_settings(version=version)
+    known = f"version {version} of the pooled design's rules; this ut-peft knows versions 1, 2, 7, 8:"
+    with pytest.raises(ValueError, match=known):
+        SweepConfig.from_settings(settings)
+    record = retired[str(version)]["rules"]
+    in_full = dict(settings, design=dict(settings["design"], rules=record))
+    config = SweepConfig.from_settings(json.loads(json.dumps(in_full)))
+    rules = PooledRules.from_record(record)
+    assert config.design.version == version and config.design.rules == rules
+    assert config.design.known_version() is None  # nothing measured of a version applies to it any more
+    assert config.cram.abandon_audit == (rules.audit or 0.0) and config.cram.abandon_below == rules.abandon_below
+    design = make_design(config)
+    assert isinstance(design, PooledDesign) and design.rules == dataclasses.replace(rules, abandon_below=())
+    assert design.steps_cap == (3000 if rules.steps_truncated else None)
+    recorded = json.loads(json.dumps(config.fingerprint(settings["source"])["design"]))
+    assert recorded["rules"] == record and recorded["version"] == version  # a resume records the same
 
 
 def killed(folder, to):

@@ -4,6 +4,7 @@ the rows of an old one that the new stopping targets replay as their own, then r
 Most tests drive the designs with simulated rows (a known truth, no cramming): the tiny model only gives the
 settings their fingerprint. One test crams for real, from the sweep to its retarget to the end."""
 
+import dataclasses
 import json
 import os
 import re
@@ -20,7 +21,8 @@ from ut_peft.accessibility import (
     store,
     summarize_folder,
 )
-from ut_peft.accessibility.design import make_design
+from ut_peft.accessibility.design import POOLED_RULES, make_design
+from ut_peft.accessibility.designs.configs import PooledConfig
 from ut_peft.accessibility.engine.rows import Row
 from ut_peft.accessibility.engine.sources import init_seed
 from ut_peft.accessibility.sweep import _validated, check_rows, replayed_rows
@@ -351,13 +353,18 @@ def test_a_version_1_pooled_sweep_retargets_to_version_2_keeping_only_the_rows_v
         pooled(pooled_version=9)
 
 
-def test_a_pooled_sweep_without_an_abandon_retargets_to_the_audited_version_keeping_every_row(tmp_path, llama):
-    """Version 4 brings the audit and its rule (cram.abandon_audit, cram.abandon_below) with it: a version-2 folder
-    that abandoned no row moves to it as to new targets (its rows are full runs, read as unflagged rows; version 4
-    keeps those its own replay asks for, its sandwich-guarded placement parting from version 2's after the
-    bracketing rounds) and resumes to where a fresh version-4 run ends; a folder that ran an abandon rule of its own
-    is another sweep."""
-    old_config, new_config = pooled(pooled_version=2), pooled(pooled_version=4)
+def test_a_pooled_sweep_without_an_abandon_retargets_to_audited_rules_keeping_every_row(tmp_path, llama):
+    """Audited rules (version 2's with an audit at 1/4, version 8's abandon rule and targets scaled by 1.25: the
+    retired version 4's) bring the audit and its rule (cram.abandon_audit, cram.abandon_below) with them: a version-2
+    folder that abandoned no row moves to them as to new targets (its rows are full runs, read as unflagged rows; the
+    audited rules keep those their own replay asks for, their sandwich-guarded placement parting from version 2's
+    after the bracketing rounds) and resumes to where a fresh run of them ends; a folder that ran an abandon rule of
+    its own is another sweep."""
+    audited = dataclasses.replace(
+        POOLED_RULES[2], audit=0.25, abandon_below=POOLED_RULES[8].abandon_below, target_scale=1.25
+    )
+    own = PooledConfig(version=None, rules=audited)
+    old_config, new_config = pooled(pooled_version=2), pooled(design=own)
     old_rows = drive(make_design(old_config))
     write_sweep(tmp_path / "old", old_config, llama, old_rows)
     record = retarget_sweep(tmp_path / "old", tmp_path / "new", new_config, model=llama)
@@ -366,14 +373,15 @@ def test_a_pooled_sweep_without_an_abandon_retargets_to_the_audited_version_keep
     assert record["rows_kept"] == len(kept) and record["rows_dropped"] == len(old_rows) - len(kept)
     assert drive(make_design(new_config), kept) == drive(make_design(new_config))
     settings = store.read_settings(tmp_path / "new")
-    assert settings["design"]["version"] == 4 and settings["cram"]["abandon_audit"] == 0.25
-    assert settings["cram"]["abandon_below"]  # the version's rule
+    assert settings["design"]["version"] is None and settings["design"]["rules"] == audited.record()
+    assert settings["cram"]["abandon_audit"] == 0.25
+    assert settings["cram"]["abandon_below"] == [list(pair) for pair in audited.abandon_below]  # the rules' rule
     config, fingerprinted = fingerprint(new_config, llama)
     check_rows(config, fingerprinted, kept)
     ruled = pooled(pooled_version=2, cram=CramConfig(max_steps=1000, patience=1000, abandon_below=((100, 0.2),)))
     write_sweep(tmp_path / "ruled", ruled, llama, old_rows)
     with pytest.raises(ValueError, match="differ: cram.abandon_audit"):
-        retarget_sweep(tmp_path / "ruled", tmp_path / "no", pooled(pooled_version=4, cram=ruled.cram), model=llama)
+        retarget_sweep(tmp_path / "ruled", tmp_path / "no", pooled(design=own, cram=ruled.cram), model=llama)
 
 
 def test_a_version_2_pooled_sweep_retargets_to_version_7_keeping_its_rows_and_stopping_at_the_lower_floor(

@@ -744,14 +744,27 @@ def test_a_sequential_row_the_design_did_not_ask_for_is_refused_and_resume_still
         summarize_folder(folder, llama, support_sequences=8, support_seq_len=4)
 
 
+def _audited_rules():
+    """Pooled rules of their own that audit their early abandon: version 2's with an audit at 1/4, version 8's
+    abandon rule and the targets scaled by 1.25 (the retired version 4's)."""
+    import dataclasses
+
+    from ut_peft.accessibility.design import POOLED_RULES
+
+    return dataclasses.replace(
+        POOLED_RULES[2], audit=0.25, abandon_below=POOLED_RULES[8].abandon_below, target_scale=1.25
+    )
+
+
 def _audited_pooled(**overrides) -> SweepConfig:
-    """A pooled sweep of the version that audits its early abandon (design.POOLED_RULES[4])."""
+    """A pooled sweep under rules that audit its early abandon (:func:`_audited_rules`)."""
+    from ut_peft.accessibility.designs.configs import PooledConfig
+
     settings = dict(
         ms=[1, 2],
         grid=GridConfig(start=2, stop=12),
         num_sequences=4,
-        design="pooled",
-        pooled_version=4,
+        design=PooledConfig(version=None, rules=_audited_rules()),
         target_slope_se=None,
         target_n50_se=None,
         budget_row_steps=400,
@@ -767,20 +780,25 @@ def test_a_sweep_without_an_audit_keeps_the_settings_it_always_had():
     assert audited["abandon_audit"] == 0.25 and audited["abandon_below"] == ((5, 0.5),)
 
 
-def test_the_auditing_pooled_version_sets_the_audit_and_its_rule_and_every_other_design_refuses_one():
-    """Version 4 of the pooled design fits pseudo-outcomes: it sets cram.abandon_audit to its own and, when the sweep
-    has no abandon rule, the version's; a design that counts a stopped row as failed cannot take an audit."""
+def test_auditing_pooled_rules_set_the_audit_and_their_rule_and_every_other_design_refuses_one():
+    """Pooled rules that fit pseudo-outcomes set cram.abandon_audit to their own and, when the sweep has no abandon
+    rule, theirs (rules of one's own as a version's: version 8's); a design that counts a stopped row as failed cannot
+    take an audit, and the refusal names the versions that audit."""
     from ut_peft.accessibility.design import POOLED_RULES
 
+    rules = _audited_rules()
     config = _audited_pooled()
-    assert config.cram.abandon_audit == POOLED_RULES[4].audit == 0.25
-    assert config.cram.abandon_below == POOLED_RULES[4].abandon_below and config.cram.abandon_below
+    assert config.cram.abandon_audit == rules.audit == 0.25
+    assert config.cram.abandon_below == rules.abandon_below and config.cram.abandon_below
+    version_8 = _audited_pooled(pooled_version=8)
+    assert version_8.cram.abandon_audit == POOLED_RULES[8].audit == 0.25
+    assert version_8.cram.abandon_below == POOLED_RULES[8].abandon_below
     own = _audited_pooled(cram=CramConfig(abandon_below=((100, 0.3),), abandon_audit=0.25))
     assert own.cram.abandon_below == ((100, 0.3),)  # the sweep's own rule wins
     with pytest.raises(ValueError, match="audits flagged rows with probability 0.25.*abandon_audit.*is 0.5"):
         _audited_pooled(cram=CramConfig(abandon_below=((5, 0.5),), abandon_audit=0.5))
     audited = CramConfig(abandon_below=((5, 0.5),), abandon_audit=0.25)
-    with pytest.raises(ValueError, match="the fixed design counts every row as it ended.*--pooled-version 4 or 5"):
+    with pytest.raises(ValueError, match=r"the fixed design counts every row as it ended.*--pooled-version 8\)"):
         small_config(cram=audited)
     with pytest.raises(ValueError, match="the pooled design version 2 counts every row"):
         _audited_pooled(pooled_version=2, cram=audited)

@@ -133,15 +133,15 @@ def test_the_pooled_line_is_logged_with_its_simulated_coverage_marks(tmp_path):
         "intercept": 0.0,
         "intercept_ci": [-3.0, 3.0],
     }
-    settings = {"design": {"kind": "pooled", "version": 3}, "num_sequences": 8}
+    settings = {"design": {"kind": "pooled", "version": 1}, "num_sequences": 16}
     summary = SimpleNamespace(
         row_steps=36, per_m=[entry], fit=None, interval_checks=None, num_rows=6, pooled=pooled, settings=settings
     )
     scalars, texts = track(tmp_path, 1, TRUSTED, summary)
     last = max(scalars["summary/pooled/slope"])
-    marks = check_pooled(pooled, 3, 8)
+    marks = check_pooled(pooled, 1, 16)
     assert scalars["summary/pooled/slope"][last] == 10.0 and scalars["summary/pooled/slope_low"][last] == 6.0
-    # Version 3 at 8 rows a round covered 90% (slope: trusted) and down to 87% (n_50: marked) in the simulator.
+    # Version 1 at 16 rows a round covered 91% (slope: trusted) and down to 89% (n_50: marked) in the simulator.
     assert scalars["summary/pooled/slope_trusted"][last] == 1 and marks["slope"]["note"] is None
     assert scalars["summary/pooled/slope_coverage"][last] == pytest.approx(marks["slope"]["coverage"])
     assert texts["summary/pooled/slope_interval"] == "[6.0, 14.0]"

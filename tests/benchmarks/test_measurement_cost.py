@@ -157,6 +157,35 @@ def test_the_pooled_knobs_replace_single_rules_of_the_version(cost):
     )
 
 
+def test_the_retired_versions_rules_are_read_from_their_json_as_the_package_held_them(cost, capsys):
+    """Versions 3 to 6 left the package (no committed folder ran them) and the benchmark still simulates them, from
+    benchmarks/retired_pooled_rules.json: --pooled-version takes them beside the package's, each is the rules the
+    package held (as it built them: 4 = 2 with the audit, 5 = 4 with the step counts, 6 = 5 with the law's check, and
+    the package's 8 = 6 with a floor of 64), and a version neither holds is refused."""
+    import dataclasses
+
+    from ut_peft.accessibility.design import POOLED_RULES
+
+    retired = json.loads((BENCHMARKS / "retired_pooled_rules.json").read_text())
+    assert sorted(retired) == ["3", "4", "5", "6"] and all(entry["why"] for entry in retired.values())
+    assert cost.pooled_versions() == [1, 2, 3, 4, 5, 6, 7, 8]
+    rules = {version: cost.pooled_rules(version) for version in cost.pooled_versions()}
+    assert all(rules[version] is POOLED_RULES[version] for version in POOLED_RULES)
+    assert all(entry["rules"] == rules[int(version)].record() for version, entry in retired.items())  # in full
+    steps = dict(steps=True, steps_robust=True, steps_stop_z=1.0, steps_truncated=True)
+    abandon = ((500, 0.5816), (750, 0.7658), (1000, 0.8316))
+    assert rules[3] == dataclasses.replace(rules[2], min_rows=72, **steps)
+    assert rules[4] == dataclasses.replace(rules[2], audit=0.25, abandon_below=abandon, target_scale=1.25)
+    assert rules[5] == dataclasses.replace(rules[4], target_scale=1.2, **steps)
+    assert rules[6] == dataclasses.replace(rules[5], steps_law_alpha=0.05)
+    assert rules[8] == dataclasses.replace(rules[6], min_rows=64)
+    with pytest.raises(ValueError, match=r"no pooled rules of version 9: the versions are \[1, 2, 3, 4, 5, 6, 7, 8\]"):
+        cost.pooled_rules(9)
+    with pytest.raises(SystemExit):
+        cost.main(["--pooled-version", "9"])
+    assert "--pooled-version: invalid choice: 9" in capsys.readouterr().err
+
+
 def write_sweep(folder, rows, max_steps=3000, patience=500):
     settings = {"cram": {"max_steps": max_steps, "patience": patience}}
     write_sweep_folder(folder, settings, [(m, n, i, acc, steps) for i, (m, n, acc, steps) in enumerate(rows)])

@@ -241,11 +241,11 @@ def test_the_config_file_shown_in_the_docs_parses(tmp_path):
 
 
 def test_an_audited_abandon_from_the_command_line_and_from_its_settings_json(model_dir, tmp_path, capsys, monkeypatch):
-    """--pooled-version 4 audits the abandon (--abandon-below gives the rule): flagged rows record it, settings.json
+    """--pooled-version 8 audits the abandon (--abandon-below gives the rule): flagged rows record it, settings.json
     keeps the audit and reruns the same rows; an audit without a rule, out of range, or under a design that counts a
     stopped row as failed is refused in one line."""
     out = tmp_path / "audited"
-    pooled = "--source tokens --ms 1 2 --design pooled --pooled-version 4 --start 2 --stop 12 --num-sequences 4"
+    pooled = "--source tokens --ms 1 2 --design pooled --pooled-version 8 --start 2 --stop 12 --num-sequences 4"
     pooled += " --budget 400 --max-steps 30 --patience 30 --batch-size 4 --support-sequences 8 --snapshot-minutes 0"
     argv = ["--model", str(model_dir), *pooled.split(), "--abandon-below", "12:1.0", "--output", str(out)]
     command.main(command.parse(argv))

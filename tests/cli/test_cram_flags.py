@@ -24,13 +24,13 @@ CASES = {
     ),
     "pooled, per-m targets": (
         "--protocol published --source text --text-chunks 512 --design pooled --ms 1 2 3 --target-slope-se 0.5 "
-        "--target-n50-se 1:2 3:3.5 --budget 20000 --pooled-version 3 --start 5 --stop 400 --coarse 50 --fine 5 "
+        "--target-n50-se 1:2 3:3.5 --budget 20000 --pooled-version 7 --start 5 --stop 400 --coarse 50 --fine 5 "
         "--seed 7",
         {"kind": "text", "name": "pydoc_data", "num_tokens": 1, "nested": True, "chunk_tokens": 512},
         "text",
     ),
     "pooled, audited --abandon-below pairs": (
-        "--source tokens --design pooled --pooled-version 4 --target-n50-se 1.5 --abandon-below 100:0.4 500:0.8 "
+        "--source tokens --design pooled --pooled-version 8 --target-n50-se 1.5 --abandon-below 100:0.4 500:0.8 "
         "--abandon-audit 0.25 --num-sequences 8 --max-steps 3000 --patience 500 --lr 0.03",
         {"kind": "tokens"},
         "tokens",

@@ -1,8 +1,10 @@
 """The versions of the pooled design's placement and stopping rules (settings.json's ``design.version``).
 
-A pooled folder replays its rounds under the rules it was run with, so every version a committed folder records
-stays here; :func:`pooled_rules` gives a version's :class:`PooledRules`, which :class:`~.pooled.PooledDesign` takes
-as keyword arguments. The measurements behind each version are in docs/accessibility.md ("Versions of the rules").
+settings.json holds a pooled folder's rules in full, so a version is a name for one set of rules; the package keeps
+the versions the committed folders ran (1, 2, 7 and 8). :func:`pooled_rules` gives a version's :class:`PooledRules`,
+which :class:`~.pooled.PooledDesign` takes as keyword arguments. The measurements behind each version, and the retired
+versions 3 to 6 (their records: benchmarks/retired_pooled_rules.json), are in docs/accessibility.md ("Versions of the
+rules").
 """
 
 from __future__ import annotations
@@ -12,10 +14,7 @@ import json
 import math
 
 # The pooled design's rules (placement, widening, stop): POOLED_RULES below. A change to any of them changes which
-# rows a folder's replay asks for, so a resumed folder would refuse its own rows: a new rule gets a new version, and
-# the rules of every version a folder records stay (settings.json's design.version). New sweeps get this one; version
-# 3 (the step counts too) is opt-in: 9% fewer row-steps than 2 at equal error on nested texts in the simulator, none
-# on random words, and it rests on a steps law that real rows have tested only weakly (docs/accessibility.md).
+# rows a folder's replay asks for, so a new rule gets a new version. New sweeps get version 2; 7 and 8 are opt-in.
 POOLED_DESIGN_VERSION = 2
 
 
@@ -40,7 +39,7 @@ class PooledRules:
     slope_from: str
     min_rows: int = 0
     criterion: str = "cube"
-    steps: bool = False  # the line from outcomes and step counts (pooled.fit_pooled_steps; versions 3 and 5)
+    steps: bool = False  # the line from outcomes and step counts (pooled.fit_pooled_steps; version 8)
     # With steps: the outcomes alone must reach this factor times the variance targets (None: no bound).
     steps_relief: float | None = None
     # With steps: standard errors no smaller than the rows' sandwich says (pooled.guarded_covariance).
@@ -173,98 +172,40 @@ class PooledRules:
         return dict(arguments, steps_cap=max_steps if truncated else None)
 
 
-_VERSION_2 = PooledRules(
-    logit_offsets=(-1.0, 1.0), width_z=1.5, stop_z=1.0, check_factor=2.0, slope_from="linear", min_rows=128
-)
-_VERSION_4 = PooledRules(
-    logit_offsets=(-1.0, 1.0),
-    width_z=1.5,
-    stop_z=1.0,
-    check_factor=2.0,
-    slope_from="linear",
-    min_rows=128,
-    audit=0.25,
-    abandon_below=((500, 0.5816), (750, 0.7658), (1000, 0.8316)),
-    target_scale=1.25,
-)
-# Version 5 (below): version 4's audit and floor with version 3's step counts (truncated at the cap, guarded, the stop
-# judged on a smaller kappa), its targets scaled by 1.2; version 6: version 5 with the steps law checked across m
-# (version 8: 6 with a lower floor).
-_VERSION_5 = dataclasses.replace(
-    _VERSION_4, steps=True, steps_robust=True, steps_stop_z=1.0, steps_truncated=True, target_scale=1.2
-)
-_VERSION_6 = dataclasses.replace(_VERSION_5, steps_law_alpha=0.05)
-
+# Every version written out in full: a version's rules never change, whatever becomes of the others.
 POOLED_RULES = {
-    # Accessibility 73% and 27% on the curve widened by 1.5 standard errors of its log width, the pair of
-    # SequentialDesign (79% of the information about n_50 of a row at n_50 itself, and the two sides set the width);
-    # the stop judged on the curve one standard error wider; the check's offset to twice its m's n_50 target.
+    # Version 1: the first rules (results/smollm2-135m/pooled-words ran them). Rows at 73% and 27% of the curve
+    # widened by 1.5 standard errors of its log width, the stop judged one standard error wider.
     1: PooledRules(logit_offsets=(-1.0, 1.0), width_z=1.5, stop_z=1.0, check_factor=2.0, slope_from="linear"),
-    # Version 2: version 1 with a floor of 128 fitted rows before the design may stop. The stop judges standard
-    # errors estimated from the rows, the widths' most of all, and stops first where they came out small: with 8 rows
-    # a round (the SmolLM2 run's) version 1 realised 1.29x the published design's slope RMSE at the targets meant to
-    # match it (Wald coverage 85%), with the floor 1.01x (simulator, 200 repeats).
-    # Wider candidate sets (0, +-0.5, +-1.5, +-2 logits), a coarser check (factor 3), the slope with the check m's
-    # offset free and other widenings were measured and lost.
-    2: _VERSION_2,
-    # Version 3: the line from the outcomes *and* the accessible rows' step counts (pooled.fit_pooled_steps, the
-    # steps law truncated at the cap), guarded twice because the law is an assumption: standard errors no smaller
-    # than the rows' sandwich says (steps_robust), and the stop judging the step counts on a kappa one standard error
-    # smaller (steps_stop_z; the steps fix the line only up to kappa's scale). A floor of 72 fitted rows. Measured
-    # (simulator, 200 repeats, rows failing at the cap): at the simulator's defaults 7.51x fewer
-    # row-steps than the published design at slope RMSE 0.99x, worst n_50 0.90x (version 2: 6.87x at 0.98x / 0.94x);
-    # 8.18x at 0.99x / 0.90x where steps follow each text's own limit with SmolLM2's 12-row costs; on random words at
-    # SmolLM2's line no better than version 2 per unit of error.
-    3: PooledRules(
+    # Version 2, the default: version 1 with a floor of 128 fitted rows before the stop, which otherwise comes first
+    # where the estimated standard errors came out small (version 1 realised 1.29x the error its targets asked for).
+    2: PooledRules(
+        logit_offsets=(-1.0, 1.0), width_z=1.5, stop_z=1.0, check_factor=2.0, slope_from="linear", min_rows=128
+    ),
+    # Version 7: version 2 with a floor of 64, for targets loose enough that version 2's floor, not its targets,
+    # decides the stop; every round before the stop is version 2's, so a version-2 folder retargets to it.
+    7: PooledRules(
+        logit_offsets=(-1.0, 1.0), width_z=1.5, stop_z=1.0, check_factor=2.0, slope_from="linear", min_rows=64
+    ),
+    # Version 8, for loose targets at fewer row-steps: version 7 with an early abandon under a random audit at 1/4
+    # (the line fitted to the rows' pseudo-outcomes, the targets scaled by 1.2) and the accessible rows' step counts
+    # (the steps law truncated at the cap, guarded by the sandwich), used only while one law serves every m.
+    8: PooledRules(
         logit_offsets=(-1.0, 1.0),
         width_z=1.5,
         stop_z=1.0,
         check_factor=2.0,
         slope_from="linear",
-        min_rows=72,
+        min_rows=64,
         steps=True,
         steps_robust=True,
         steps_stop_z=1.0,
         steps_truncated=True,
+        audit=0.25,
+        abandon_below=((500, 0.5816), (750, 0.7658), (1000, 0.8316)),
+        target_scale=1.2,
+        steps_law_alpha=0.05,
     ),
-    # Version 4: version 2 with an early abandon under a random audit (pooled.audited_outcomes): a row the abandon
-    # rule flags (by default the one calibrated on SmolLM2-135M's 44 full-cap rows from step 500,
-    # `benchmarks/early_abandon.py results/smollm2-135m/pooled-words-v2 --checkpoints-from 500`: 0 of 20 held-out
-    # accessible rows flagged, 22 of 24 failed ones) runs on to its end with probability 1/4, else stops there
-    # counted as failed; the line is fitted to the pseudo-outcomes (1/audit for an audited row that crams), unbiased
-    # whatever the rule: a rule that flags accessible rows on another model costs variance (the rows' sandwich
-    # carries it into the stop and the intervals), never bias. The targets are scaled by 1.25: with the audit the
-    # design realised 0.8x the error its targets ask for (simulator, 200 repeats).
-    4: _VERSION_4,
-    # Version 5: version 4 with the accessible rows' step counts too (version 3's steps law, truncated at the cap,
-    # its stop judged on a kappa one standard error smaller), each step count weighed by its row's pseudo-outcome
-    # (pooled.fit_pooled_pseudo_steps: the rule flags the slow rows, and an accessible row it flagged is seen only
-    # when audited, so 1 / audit), the standard errors guarded by the sandwich of outcomes and steps together.
-    # Measured in the simulator: at its defaults 10.70x at slope RMSE 1.02x, worst n_50
-    # 0.95x (1600 repeats). The steps law is an assumption real rows test only weakly (one kappa for every m: F test
-    # p = 0.026 on SmolLM2's random words, 0.6-0.8 on the natural-text full runs), and where kappa differs across m
-    # as much as SmolLM2's words rows suggest the estimate is biased (simulated: n_50(1) by -7 tokens, slope
-    # coverage 28%): opt-in, for a model and source whose full-cap rows show one law (benchmarks/steps_information.py).
-    5: _VERSION_5,
-    # Version 6: version 5 with the steps law checked across m (pooled.steps_law_check): the step counts inform the
-    # line only while one law for every m is not refused at 5% (judged on the outcomes' own line, each round and in
-    # the estimate). Where kappa differs across m as SmolLM2's words rows suggest, version 5 is biased (n_50(1) by -7
-    # tokens) and version 6 is not.
-    6: _VERSION_6,
-    # Version 7: version 2 with a floor of 64 fitted rows, for targets loose enough that version 2's floor, not its
-    # targets, decides the stop. At SmolLM2's random words with targets twice the published design's RMSE (the
-    # level asked of its first full-precision run) version 2 stops at its floor, at slope RMSE 1.30x the
-    # published design's for 267,685 row-steps; a floor of 64 stops at 1.77x (under the 2x asked for) for 167,531,
-    # its Wald intervals covering less (slope 81% against version 2's 86% on the sharpest line simulated; simulator,
-    # 400 repeats). Every round before the stop is version 2's, so a version-2 folder
-    # retargets to it keeping its rows.
-    7: dataclasses.replace(_VERSION_2, min_rows=64),
-    # Version 8: version 6 with a floor of 64 fitted rows, for the next sources at targets twice the published
-    # design's RMSE (the level of the SmolLM2 words run). At the simulator's defaults (nested texts, 44.5 m + 5,
-    # 400 repeats) version 6 stops at its floor of 128 there: 107,255 row-steps at slope
-    # RMSE 1.11x the published design's; version 8 61,108 at 1.66x (n_50 1.00-1.60x), its sandwich intervals still
-    # covering 93-94% (slope) and 91-93% (n_50); version 7 90,778 at 1.45x, covering 86-88%.
-    8: dataclasses.replace(_VERSION_6, min_rows=64),
 }
 
 

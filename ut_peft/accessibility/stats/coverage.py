@@ -135,20 +135,10 @@ TABLE: dict[str, dict[str, dict]] = {
 
 
 # The pooled design's Wald intervals (design.pooled_estimates), measured by benchmarks/measurement_cost.py's simulator
-# (truth n_50 = 44.5 m + 5, logistic width 10% of n_50, 200 repeats, standard-error targets ``factor`` times the
-# published design's RMSE), per version of the design's rules and rows per round: the coverage of the slope interval
-# and the lowest over m = 1..5 of the n_50 intervals' (benchmarks/measurement_cost.py). The intercept's was not
-# measured. Settings not in the table have no measured coverage. Logs (results/benchmarks/): measurement_cost.log
-# (version 1 at 16 rows, before version 2), measurement_cost_v1_batch8.log, measurement_cost_v2_200_capfails.log and
-# measurement_cost_v3_200.log (rows failing at the cap, as real ones do: the simulator's default since session 14;
-# version 2 covered 88% / 87% in the clamped simulator, --no-cap-fails, measurement_cost_v2.log). The simulator's
-# texts there are nested (natural text); on random words (--words, 50 repeats: measurement_cost_v2_quick_words.log)
-# version 2 covered 96% (slope) and 88-96% (n_50), so the nested figures are the lower ones a report quotes.
-# Versions 4 and 5 (the audited abandon; 5 with the step counts too): 1600 repeats, logs
-# measurement_cost_v4_pooled_1600.log and measurement_cost_v5_pooled_1600.log. Version 5's holds where its steps
-# law does: with a kappa that differs across m (--cost-k-by-m) its slope interval covered 28%, version 6's 92%
-# (measurement_cost_v6_words_kbym_nocap_400.log); version 6 at the defaults: 1600 repeats,
-# measurement_cost_v6_pooled_1600.log (400 repeats, measurement_cost_v6_quick.log: 94% and 92%)
+# (standard-error targets ``factor`` times the published design's RMSE): per version of the package's rules and rows
+# per round, the slope interval's coverage and the lowest of the n_50 intervals' over m, with the command that
+# measured it (logs under results/benchmarks/; BENCHMARKS.md holds these and the retired versions' figures). The
+# intercept's was not measured; settings not in the table have none.
 POOLED_TABLE: dict[str, dict[str, dict]] = {
     "1": {
         "8": {
@@ -179,41 +169,6 @@ POOLED_TABLE: dict[str, dict[str, dict]] = {
             "results/smollm2-135m/pooled-words-v2 --cost-rows 56 --pooled-factor 2",
         },
     },
-    "3": {
-        "8": {
-            "slope": 0.90,
-            "n50": 0.87,
-            "factor": 1.05,
-            "command": "python benchmarks/measurement_cost.py --repeats 200 --designs pooled --pooled-version 3",
-        },
-    },
-    # Version 4 (the audited abandon): the sandwich intervals of its pseudo-outcome fit, 1600 repeats, the simulator's
-    # flag model (SmolLM2's rates: failing rows flagged at step 500 or 750, crammed ones with probability 0.05).
-    "4": {
-        "8": {
-            "slope": 0.95,
-            "n50": 0.92,
-            "factor": 1.05,
-            "command": "python benchmarks/measurement_cost.py --designs pooled --pooled-version 4 --repeats 1600",
-        },
-    },
-    "5": {
-        "8": {
-            "slope": 0.94,
-            "n50": 0.92,
-            "factor": 1.05,
-            "command": "python benchmarks/measurement_cost.py --designs pooled --pooled-version 5 --repeats 1600",
-        },
-    },
-    "6": {
-        "8": {
-            "slope": 0.93,
-            "n50": 0.93,
-            "factor": 1.05,
-            "command": "python benchmarks/measurement_cost.py --designs pooled --pooled-version 6 --repeats 1600 "
-            "--num-boot 200",
-        },
-    },
     # Version 7 (version 2 with a floor of 64 fitted rows, for targets its floor would decide): the lowest coverage
     # measured, 400 repeats each: at the defaults (measurement_cost_v7_quick.log) slope 89%, n_50 86-90%; at
     # SmolLM2's random words with targets twice the published RMSE (the run it was made for), on the 28-row line
@@ -230,11 +185,11 @@ POOLED_TABLE: dict[str, dict[str, dict]] = {
             "results/smollm2-135m/pooled-words-v2 --cost-rows 56 --pooled-factor 2 --pooled-min-rows 64",
         },
     },
-    # Version 8 (version 6 with a floor of 64 fitted rows): its sandwich intervals at the simulator's defaults (nested
-    # texts, targets twice the published RMSE, 400 repeats), the lowest coverage measured, as for version 7: with the
-    # assumed row costs slope 94%, n_50 91-93% (measurement_cost_v8_quick_f2.log); with the step costs of SmolLM2's
-    # words rows slope 89%, n_50 91-93% (measurement_cost_v8_quick_f2_smollm2costs.log). A run's own line is
-    # simulated once its bracketing rounds have fitted one.
+    # Version 8 (version 7 with the audited abandon and the checked step counts): its sandwich intervals at the
+    # simulator's defaults (nested texts, targets twice the published RMSE, 400 repeats), the lowest coverage measured,
+    # as for version 7: with the assumed row costs slope 94%, n_50 91-93% (measurement_cost_v8_quick_f2.log); with the
+    # step costs of SmolLM2's words rows slope 89%, n_50 91-93% (measurement_cost_v8_quick_f2_smollm2costs.log). A
+    # run's own line is simulated once its bracketing rounds have fitted one.
     "8": {
         "8": {
             "slope": 0.89,
