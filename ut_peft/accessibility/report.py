@@ -479,8 +479,8 @@ def write_report(output_dir, summary: Summary) -> None:
 
 
 def _steps_line(law: dict | None, check: dict | None = None) -> str:
-    """What the pooled line of a design with step counts (versions 3, 5 and 6) stands on; ``check``: the one-law
-    check across m of version 6 (pooled.steps_law_check), where the rules make it."""
+    """What the pooled line of a design with step counts (rules with ``steps``, as version 8's) stands on; ``check``:
+    the one-law check across m (pooled.steps_law_check), where the rules make it."""
     checked = ""
     if check is not None:
         p = check.get("p_value")

@@ -17,7 +17,7 @@ from .stats.fit import LineFit, LineFitWithIntervals
 from .store import SUMMARY_FILE
 
 # The fit_status and fit_status_published of every m of a sweep that ran under an audited early abandon (settings
-# whose cram.abandon_audit is above 0: the pooled design's versions 4 and 5). A row the abandon stopped there is not a
+# whose cram.abandon_audit is above 0: rules that audit, as version 8's). A row the abandon stopped there is not a
 # failure, yet the per-m fits (the Firth MLE and the published least squares), the line through them and its ratios
 # would count it as one and come out biased low; so none of them is fitted, their fields are None, and the pooled line
 # (Summary.pooled, fitted to the rows' pseudo-outcomes) holds the estimates. The per-m ``accessibility`` stays the

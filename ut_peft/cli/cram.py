@@ -384,7 +384,7 @@ FLAGS = (
     Flag("abandon-audit", "cram.abandon_audit", api=0.0, type=float, metavar="PI",
          help="audit the early abandon: a row --abandon-below flags runs on to its own end with probability PI "
          "(drawn from its seed; rows record flagged_at and audited), so that accessibility estimated from the rows' "
-         "pseudo-outcomes is not biased by the rule's false abandons. Only the pooled design's versions 4 and 5 fit "
+         "pseudo-outcomes is not biased by the rule's false abandons. Only pooled rules that audit (version 8) fit "
          "those, and they set their own PI (0.25): other designs refuse it; 0 (default): every flagged row stops"),
     Flag("autocast", "cram.autocast", api="auto", choices=["auto", "bf16", "fp16", "none"],
          help="precision of the forward passes; auto: bf16 on a GPU (fp16 under --protocol published), float32 on "

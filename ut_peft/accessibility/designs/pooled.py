@@ -118,8 +118,8 @@ class PooledDesign(Design):
     (:func:`~ut_peft.accessibility.stats.pooled_estimators.estimator_for`), which fits every round and the summary:
     under an ``audit`` (the rows ran under an early abandon with a random audit at this probability) the rows'
     pseudo-outcomes, the stop and placement on their sandwich; with ``steps``, the accessible rows' step counts too.
-    ``target_scale``: every standard-error target times this (version 4: 1.25, its stop's realised error measured at
-    0.8x its targets; version 5: 1.2).
+    ``target_scale``: every standard-error target times this (the audited abandon's rules: its stop's realised error
+    was measured below its targets; version 8: 1.2).
     """
 
     # The rules' fields, each read from self.rules (PooledRules).

@@ -173,7 +173,7 @@ def _split_joint(info: np.ndarray, keep: np.ndarray, size: int) -> tuple[np.ndar
 
 def fit_pooled_steps(cells: Cells, steps: StepRows, width_ms, check_m: int | None = None) -> StepsInformedFit:
     """The pooled line fitted to the rows' outcomes *and* the accessible rows' step counts
-    (``PooledDesign(steps=True)``, versions 3 and 5 of its rules, opt-in; ``benchmarks/measurement_cost.py
+    (``PooledDesign(steps=True)``, rules with ``steps``; ``benchmarks/measurement_cost.py
     --designs pooled+steps`` / ``--pooled-steps``; under an audited abandon :func:`fit_pooled_pseudo_steps`).
 
     Why steps can help: an accessible row's step count grows with how close n sits to the limit (SmolLM2, m = 1: log

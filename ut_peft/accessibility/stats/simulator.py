@@ -297,7 +297,7 @@ def simulate_row(truth: Truth, repeat: int, m: int, n: int, index: int) -> dict:
 
 @dataclasses.dataclass(frozen=True)
 class AuditedAbandon:
-    """An early abandon with a random audit (pooled versions 4-6 and 8; ``CramConfig.abandon_below`` and
+    """An early abandon with a random audit (pooled rules that audit, as version 8's; ``CramConfig.abandon_below`` and
     ``abandon_audit``), as the simulator models it for the pooled design's rows.
 
     The simulator has no trajectories, so the rule's behaviour is a model with three kinds of parameters: a row that
