@@ -315,8 +315,9 @@ def analyse_pooled(rows: dict, ms, design: PooledDesign, steps: bool | None = No
         steps=use_steps,
         steps_robust=design.steps_robust and use_steps,
         steps_law_alpha=design.steps_law_alpha if use_steps else None,
+        steps_truncated=design.rules.steps_truncated and use_steps,
     )
-    estimator = estimator_for(rules, design.steps_cap)
+    estimator = estimator_for(rules, design.max_steps)
     est = pooled_estimates(rows, ms, check_m=design.check_m, estimator=estimator, slope_from=design.slope_from)
     law = est.get("steps_law")
     per_m = {}
@@ -531,7 +532,8 @@ def _designs_repeat(
             target_n50_se={m: args.pooled_factor * published_rmse[m] for m in ms},
             # steps_truncated (--steps-truncated, or the version's rules): the steps law truncated at the cap (an
             # accessible row took fewer steps than it).
-            **PooledRules(**rules).design_arguments(CAP),
+            rules=PooledRules(**rules),
+            max_steps=CAP,
         )
         if abandon is not None:  # --audit, or a version whose rules abandon under an audit
             rows, wall = run_audited_design(pooled, truth, repeat, abandon)

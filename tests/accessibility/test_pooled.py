@@ -543,7 +543,8 @@ def test_robust_steps_standard_errors_are_never_smaller_and_need_the_steps():
     assert robust["slope"] == plain["slope"] and robust["slope_se"] >= plain["slope_se"] * (1 - 1e-9)
     assert all(robust["per_m"][m]["se"] >= plain["per_m"][m]["se"] * (1 - 1e-9) for m in (1, 2, 3, 4, 5))
     with pytest.raises(ValueError, match="steps_robust .* needs steps=True"):
-        estimator_for(SimpleNamespace(audit=None, steps=False, steps_robust=True, steps_law_alpha=None), None)
+        robust_alone = {"steps_robust": True, "steps_law_alpha": None, "steps_truncated": False}
+        estimator_for(SimpleNamespace(audit=None, steps=False, **robust_alone), None)
     with pytest.raises(ValueError, match="steps_robust .* needs steps=True"):
         PooledDesign([1, 3, 5], batch=8, start=4, stop=200, target_slope_se=0.6, target_n50_se=None, steps_robust=True)
     design = PooledDesign(
@@ -605,7 +606,7 @@ def test_step_count_rules_stop_on_the_step_counts_truncated_at_the_sweeps_cap_an
     design = make_design(config)
     assert isinstance(design, PooledDesign)
     assert design.steps and design.steps_robust and design.steps_stop_z == 1.0 and design.min_rows == 72
-    assert design.steps_cap == 2000  # the sweep's own cap, not a constant
+    assert design.max_steps == 2000  # the sweep's own cap (the engine's), not a constant
 
     def capped(m, n, index):  # as a real sweep's rows: an accessible text that needs more steps than the cap fails
         row = _steps_simulated(m, n, index, 0)
@@ -626,9 +627,9 @@ def test_step_count_rules_stop_on_the_step_counts_truncated_at_the_sweeps_cap_an
     summary["per_m"] = [dict(m=m, **e) for m, e in summary["per_m"].items()]
     text = "\n".join(_pooled_lines(summary))
     assert "step counts" in text and f"kappa {summary['steps']['kappa']:.2f}" in text
-    with pytest.raises(ValueError, match="needs max_steps"):
-        STEPS.design_arguments(None)
-    assert POOLED_RULES[2].design_arguments(None)["steps_cap"] is None  # version 2 reads no step counts
+    with pytest.raises(ValueError, match="give max_steps"):
+        estimator_for(STEPS, None)
+    assert estimator_for(POOLED_RULES[2], 2000) == OutcomesEstimator()  # version 2 reads no step counts
 
 
 def test_audited_rules_audit_their_abandon_and_scale_their_targets():
@@ -650,7 +651,6 @@ def test_audited_rules_audit_their_abandon_and_scale_their_targets():
     assert isinstance(design, PooledDesign)
     assert design.audit == 0.25 and design.target_scale == 1.25 and design.min_rows == 128
     assert config.cram.abandon_below == AUDITED.abandon_below  # the rules' abandon rule, for the engine
-    assert "abandon_below" not in AUDITED.design_arguments(None)
     plain = PooledDesign(
         [1, 3, 5], batch=8, start=4, stop=200, target_slope_se=0.6, target_n50_se={1: 1.0, 3: 2.0, 5: 3.0}
     )

@@ -32,7 +32,7 @@ STEPS = dataclasses.replace(
 
 def _chosen(rules: PooledRules):
     """The estimator a sweep of these rules at MAX_STEPS fits with (the cap only where the rules truncate)."""
-    return estimator_for(rules, rules.design_arguments(MAX_STEPS)["steps_cap"])
+    return estimator_for(rules, MAX_STEPS)
 
 
 @pytest.mark.parametrize(
@@ -55,20 +55,34 @@ def test_each_kind_of_rules_chooses_its_kind_of_estimator(rules, expected):
     assert chosen == expected and type(chosen) is type(expected)
     assert chosen.uses_steps == rules.steps and chosen.audit == rules.audit
     # The design builds the same estimator once, from the same rules and cap.
-    arguments = rules.design_arguments(MAX_STEPS)
-    design = PooledDesign([1, 3, 5], batch=8, start=4, stop=200, target_slope_se=1.0, target_n50_se=None, **arguments)
+    design = PooledDesign(
+        [1, 3, 5],
+        batch=8,
+        start=4,
+        stop=200,
+        target_slope_se=1.0,
+        target_n50_se=None,
+        rules=rules,
+        max_steps=MAX_STEPS,
+    )
     assert design.estimator == expected
 
 
 def test_step_counts_without_an_audit_and_refused_combinations():
-    plain_steps = SimpleNamespace(audit=None, steps=True, steps_robust=False, steps_law_alpha=None)
+    plain_steps = SimpleNamespace(
+        audit=None, steps=True, steps_robust=False, steps_law_alpha=None, steps_truncated=False
+    )
     chosen = estimator_for(plain_steps, None)
     assert chosen == StepCountsEstimator(OutcomesEstimator(), steps_cap=None, robust=False)
     assert chosen.uses_steps and chosen.audit is None
-    checked = estimator_for(SimpleNamespace(audit=None, steps=True, steps_robust=False, steps_law_alpha=0.1), 500)
+    truncated = SimpleNamespace(audit=None, steps=True, steps_robust=False, steps_law_alpha=0.1, steps_truncated=True)
+    checked = estimator_for(truncated, 500)
     assert checked == LawChecked(StepCountsEstimator(OutcomesEstimator(), steps_cap=500), 0.1)
     with pytest.raises(ValueError, match="steps_law_alpha .* needs steps=True"):
-        estimator_for(SimpleNamespace(audit=None, steps=False, steps_robust=False, steps_law_alpha=0.05), None)
+        estimator_for(
+            SimpleNamespace(audit=None, steps=False, steps_robust=False, steps_law_alpha=0.05, steps_truncated=False),
+            None,
+        )
     with pytest.raises(ValueError, match=r"in \(0, 1\]"):
         PseudoOutcomesEstimator(1.5)
 

@@ -95,17 +95,17 @@ def test_a_design_holds_its_version_rules_as_one_object_and_reads_their_fields_t
         stop=200,
         target_slope_se=1.0,
         target_n50_se=None,
-        **POOLED_RULES[version].design_arguments(2000),
+        rules=POOLED_RULES[version],
+        max_steps=2000,
     )
-    assert design.rules == dataclasses.replace(POOLED_RULES[version], abandon_below=())
+    assert design.rules is POOLED_RULES[version] and design.max_steps == 2000
     for field in dataclasses.fields(PooledRules):
-        if field.name not in ("steps_truncated", "abandon_below"):
+        if field.name not in ("steps_truncated", "abandon_below"):  # the estimator's and the engine's
             assert getattr(design, field.name) == getattr(design.rules, field.name), field.name
-    assert design.steps_cap == (2000 if POOLED_RULES[version].steps_truncated else None)
     with pytest.raises(AttributeError, match="field of the design's rules"):
         design.min_rows = 3
-    with pytest.raises(TypeError):  # the truncation is the step cap's, not a keyword of its own
-        PooledDesign([1, 3], batch=8, start=4, stop=200, target_slope_se=1.0, target_n50_se=None, steps_truncated=1)
+    with pytest.raises(ValueError, match="truncate the step counts' law at the sweep's step cap: give max_steps"):
+        PooledDesign([1, 3], batch=8, start=4, stop=200, target_slope_se=1.0, target_n50_se=None, steps_truncated=True)
 
 
 def test_a_design_built_without_a_version_has_version_1_rules_with_its_keywords():
@@ -135,8 +135,17 @@ def _simulated(m, n, index, kappa_by_m):
 def test_the_design_places_its_rounds_on_the_line_its_estimate_reports(kappa_by_m, one_law):
     """Under an audit with the step counts and the steps law's check (version 8's rules), with one law across m and
     with a kappa that differs: the fit the design's last round was judged on is the line its summary reports."""
-    rules = dict(POOLED_RULES[8].design_arguments(2000), min_rows=32)
-    design = PooledDesign([1, 3, 5], batch=8, start=4, stop=200, target_slope_se=2.0, target_n50_se=None, **rules)
+    design = PooledDesign(
+        [1, 3, 5],
+        batch=8,
+        start=4,
+        stop=200,
+        target_slope_se=2.0,
+        target_n50_se=None,
+        rules=POOLED_RULES[8],
+        max_steps=2000,
+        min_rows=32,
+    )
     rows: dict = {}
     while jobs := design.next_jobs(rows):
         rows.update((job, _simulated(*job, kappa_by_m)) for job in jobs)

@@ -110,9 +110,9 @@ class PooledDesign(Design):
     distributed run asks for exactly the missing rows and ends where an unbroken one does.
 
     The placement and stopping rules (``logit_offsets``, ``width_z``, ``stop_z``, ``check_factor``, ``slope_from``,
-    ``min_rows``, ...: the fields of :class:`~.pooled_rules.PooledRules`, given as keywords) default to version 1's;
-    a sweep builds the design with those of its settings' version (:data:`~.pooled_rules.POOLED_RULES`,
-    :meth:`from_config`). The design holds them as one object, ``rules``, each field also read as its own attribute
+    ``min_rows``, ...: a :class:`~.pooled_rules.PooledRules`, ``rules``, some of its fields replaced by keywords)
+    default to version 1's; a sweep builds the design with those its settings record (:meth:`from_config`). The
+    design holds them as one object, ``rules``, each field also read as its own attribute
     (``design.steps``). The rules of the estimate (``audit``, ``steps``, ``steps_robust``, ``steps_law_alpha``)
     choose its estimator once, ``estimator``
     (:func:`~ut_peft.accessibility.stats.pooled_estimators.estimator_for`), which fits every round and the summary:
@@ -151,23 +151,25 @@ class PooledDesign(Design):
         budget_row_steps: int | None = None,
         probe: int = 4,
         min_rounds: int = 2,
-        steps_cap: int | None = None,
-        **rules: Any,
+        rules: PooledRules | None = None,
+        max_steps: int | None = None,
+        **rule_fields: Any,
     ):
-        """``rules``: fields of :class:`~.pooled_rules.PooledRules` (``steps=True``, ``audit=0.25``, ...), each
-        replacing version 1's; the steps law is truncated at ``steps_cap`` where it is given (the sweep's step cap)."""
+        """``rules``: the design's rules (:class:`~.pooled_rules.PooledRules`; None: version 1's), ``rule_fields``
+        replacing some of their fields (``steps=True``, ``audit=0.25``, ...). ``max_steps``: the sweep's step cap
+        (the engine's ``CramConfig.max_steps``), which rules with ``steps_truncated`` truncate the steps law at."""
         from ..stats.pooled_estimators import estimator_for
 
-        check_factor = rules.get("check_factor", _VERSION_1.check_factor)
-        ms, targets, check_m = _checked_settings(
-            ms, batch, probe, start, stop, target_slope_se, target_n50_se, budget_row_steps, check_m, check_factor
-        )
         # PooledRules refuses rules that cannot work; abandon_below is the engine's (CramConfig), not read here.
-        self.rules: PooledRules = dataclasses.replace(_VERSION_1, **rules, steps_truncated=steps_cap is not None)
-        self.estimator: PooledEstimator = estimator_for(self.rules, steps_cap)
+        rules = rules or _VERSION_1
+        self.rules: PooledRules = dataclasses.replace(rules, **rule_fields) if rule_fields else rules
+        ms, targets, check_m = _checked_settings(
+            ms, batch, probe, start, stop, target_slope_se, target_n50_se, budget_row_steps, check_m, self.check_factor
+        )
+        self.estimator: PooledEstimator = estimator_for(self.rules, max_steps)
         self.ms, self.batch, self.start, self.stop, self.probe = ms, batch, start, stop, probe
         self.target_slope_se, self.target_n50_se, self.budget = target_slope_se, targets, budget_row_steps
-        self.check_m, self.min_rounds, self.steps_cap = check_m, min_rounds, steps_cap
+        self.check_m, self.min_rounds, self.max_steps = check_m, min_rounds, max_steps
         self.design_ms = sorted({ms[0], ms[-1], *([check_m] if check_m is not None else [])})
         self._cache: dict = {}
         self._judged: dict = {}  # per replayed state: what the stop rule saw there (stop_state)
@@ -183,7 +185,8 @@ class PooledDesign(Design):
             target_slope_se=config.design.target_slope_se,
             target_n50_se=config.design.target_n50_se,
             budget_row_steps=config.design.budget_row_steps,
-            **config.design.rules.design_arguments(config.cram.max_steps),
+            rules=config.design.rules,
+            max_steps=config.cram.max_steps,
         )
 
     # ---- replay ------------------------------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 
 settings.json holds a pooled folder's rules in full, so a version is a name for one set of rules; the package keeps
 the versions the committed folders ran (1, 2, 7 and 8). :func:`pooled_rules` gives a version's :class:`PooledRules`,
-which :class:`~.pooled.PooledDesign` takes as keyword arguments. The measurements behind each version, and the retired
+which :class:`~.pooled.PooledDesign` takes as its ``rules``. The measurements behind each version, and the retired
 versions 3 to 6 (their records: benchmarks/retired_pooled_rules.json), are in docs/accessibility.md ("Versions of the
 rules").
 """
@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from typing import Any
 
 # The pooled design's rules (placement, widening, stop): POOLED_RULES below. A change to any of them changes which
 # rows a folder's replay asks for, so a new rule gets a new version. New sweeps get version 2; 7 and 8 are opt-in.
@@ -134,16 +135,18 @@ class PooledRules:
         if stop_z and not self.steps:
             raise ValueError("steps_stop_z widens the steps law's information: it needs steps=True (--pooled-steps)")
 
-    def arguments(self) -> dict:
+    def arguments(self) -> dict[str, Any]:
+        """Every field as a keyword of :class:`PooledRules` (tuples kept), to build other rules from these."""
         return dataclasses.asdict(self)
 
-    def record(self) -> dict:
+    def record(self) -> dict[str, Any]:
         """Every field, as settings.json stores it (tuples as lists): a folder's rules in full, so that it replays
         under them whatever versions a later ut-peft knows."""
-        return json.loads(json.dumps(dataclasses.asdict(self)))
+        record: dict[str, Any] = json.loads(json.dumps(dataclasses.asdict(self)))
+        return record
 
     @classmethod
-    def from_record(cls, record: dict) -> PooledRules:
+    def from_record(cls, record: dict[str, Any]) -> PooledRules:
         """The rules a :meth:`record` holds; a field this ut-peft does not know is refused (the folder was run by a
         later one, whose rules this one cannot apply). A field the record lacks takes its default, which is what
         the rules meant before the field existed."""
@@ -160,16 +163,6 @@ class PooledRules:
             return cls(**record)
         except TypeError as err:  # a required field missing
             raise ValueError(f"incomplete pooled rules ({err}): a rules record holds every field of PooledRules")
-
-    def design_arguments(self, max_steps: int | None) -> dict:
-        """:class:`~.pooled.PooledDesign`'s keyword arguments for these rules at a sweep whose step cap is
-        ``max_steps``."""
-        arguments = self.arguments()
-        arguments.pop("abandon_below")  # the engine's (CramConfig), not the design's
-        truncated = arguments.pop("steps_truncated")
-        if truncated and max_steps is None:
-            raise ValueError("these pooled rules truncate the steps law at the step cap: the sweep needs max_steps")
-        return dict(arguments, steps_cap=max_steps if truncated else None)
 
 
 # Every version written out in full: a version's rules never change, whatever becomes of the others.

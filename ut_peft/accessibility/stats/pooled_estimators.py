@@ -468,12 +468,20 @@ class EstimatorRules(Protocol):
     @property
     def steps_law_alpha(self) -> float | None: ...
 
+    @property
+    def steps_truncated(self) -> bool: ...
 
-def estimator_for(rules: EstimatorRules, steps_cap: int | None) -> PooledEstimator:
+
+def estimator_for(rules: EstimatorRules, max_steps: int | None) -> PooledEstimator:
     """The estimator ``rules`` ask for: the rows' outcomes, or their pseudo-outcomes under an ``audit``; with
-    ``steps``, the step counts too (guarded with ``steps_robust``), checked across m with ``steps_law_alpha``.
-    ``steps_cap``: the step cap the steps law is truncated at, given only where the rules truncate it (as
-    ``PooledRules.design_arguments`` gives it); None: untruncated."""
+    ``steps``, the step counts too (guarded with ``steps_robust``), checked across m with ``steps_law_alpha``, their
+    law truncated at the sweep's step cap ``max_steps`` (the engine's ``CramConfig.max_steps``) where the rules say
+    ``steps_truncated``: an accessible row took fewer steps than the cap, or it would not have crammed."""
+    if rules.steps_truncated and max_steps is None:
+        raise ValueError(
+            "these pooled rules truncate the step counts' law at the sweep's step cap: give max_steps (the "
+            "engine's CramConfig.max_steps)"
+        )
     if not rules.steps and (rules.steps_robust or rules.steps_law_alpha is not None):
         raise ValueError(
             "steps_robust and steps_law_alpha are rules of the step counts' fit: each needs steps=True "
@@ -482,5 +490,6 @@ def estimator_for(rules: EstimatorRules, steps_cap: int | None) -> PooledEstimat
     base = OutcomesEstimator() if rules.audit is None else PseudoOutcomesEstimator(rules.audit)
     if not rules.steps:
         return base
+    steps_cap = max_steps if rules.steps_truncated else None
     counts = StepCountsEstimator(base, steps_cap, robust=rules.steps_robust)
     return counts if rules.steps_law_alpha is None else LawChecked(counts, rules.steps_law_alpha)
