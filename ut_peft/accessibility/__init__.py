@@ -65,6 +65,12 @@ _EXPORTS = {
     "make_design": ".designs",
     "register_design": ".designs",
     "available_designs": ".designs",
+    "DesignConfig": ".designs.configs",
+    "FixedConfig": ".designs.configs",
+    "AdaptiveConfig": ".designs.configs",
+    "SequentialConfig": ".designs.configs",
+    "PooledConfig": ".designs.configs",
+    "PooledRules": ".designs.pooled_rules",
     "fit_logistic": ".stats.fit",
     "n50_interval": ".stats.fit",
     "line_interval": ".stats.fit",
@@ -93,6 +99,8 @@ if TYPE_CHECKING:  # what a type checker reads for the names above
         next_length,
         register_design,
     )
+    from .designs.configs import AdaptiveConfig, DesignConfig, FixedConfig, PooledConfig, SequentialConfig  # noqa: F401
+    from .designs.pooled_rules import PooledRules  # noqa: F401
     from .engine.cram import cram, cram_reference  # noqa: F401
     from .engine.forward import greedy_decode  # noqa: F401
     from .engine.jobs import CramConfig, CramJob, CramResult, RowState  # noqa: F401

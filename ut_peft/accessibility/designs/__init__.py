@@ -53,6 +53,12 @@ _EXPORTS = {
     "PooledRules": ".pooled_rules",
     "pooled_rules": ".pooled_rules",
     "complete_groups": ".common",
+    "DesignConfig": ".configs",
+    "FixedConfig": ".configs",
+    "AdaptiveConfig": ".configs",
+    "SequentialConfig": ".configs",
+    "PooledConfig": ".configs",
+    "design_config": ".configs",
 }
 __all__ = [
     "BUILTIN_DESIGNS",
@@ -72,6 +78,14 @@ __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 if TYPE_CHECKING:  # what a type checker reads for the names above
     from .adaptive import AdaptiveDesign, next_length  # noqa: F401
     from .common import complete_groups  # noqa: F401
+    from .configs import (  # noqa: F401
+        AdaptiveConfig,
+        DesignConfig,
+        FixedConfig,
+        PooledConfig,
+        SequentialConfig,
+        design_config,
+    )
     from .fixed import FixedDesign  # noqa: F401
     from .pooled import PooledDesign, pooled_estimates, round_gain, row_outcomes  # noqa: F401
     from .pooled_rules import POOLED_DESIGN_VERSION, POOLED_RULES, PooledRules, pooled_rules  # noqa: F401
