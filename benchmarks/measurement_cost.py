@@ -51,7 +51,7 @@ accessible rows' step counts, each weighed by its pseudo-outcome) and 6 (the def
 one steps law serves every m) audit at 1/4 on their own; ``--audit``
 replaces the probability, ``--pooled-version 2`` runs every row to its end. An audited row that crams keeps its own
 steps (it ran to its end); the simulator's flags do not depend on a row's steps, the real rule's do (it flags slow
-rows), which the weights answer for (``tests/accessibility/test_pooled.py``). Figures
+rows), which the weights answer for (``tests/accessibility/designs/test_pooled.py``). Figures
 before session 16's last runs flagged every failing row at step 500 alone (``--flag-step 500 --flag-failed 0.9``
 reproduces them).
 

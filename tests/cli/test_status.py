@@ -1,5 +1,6 @@
 """`ut-peft status FOLDER`: where a sweep stands, from its folder alone, on a finished and on a partial sweep."""
 
+import dataclasses
 import json
 import math
 import shutil
@@ -10,6 +11,7 @@ import torch
 
 from ut_peft import cli
 from ut_peft.accessibility import store
+from ut_peft.accessibility.designs.pooled_rules import POOLED_RULES
 from ut_peft.accessibility.engine.jobs import RowState
 from ut_peft.accessibility.simulated_intervals import pooled_design
 from ut_peft.accessibility.stats.simulator import Truth, run_design
@@ -107,9 +109,12 @@ def test_a_finished_folder_shows_its_rows_calibrated_estimate_stop_and_hours(tmp
 
 
 DONE = 5  # complete rounds of the partial folder: fitted, the slope's standard error still above its target
-# Slope se 4, n_50 se {1: 6, 3: 8}. Version 1: no floor, the targets as given; version 4: a floor of 128 fitted rows,
-# every target judged at 1.25 times (its target_scale).
-SCALES = {1: 1.0, 4: 1.25}
+# Slope se 4, n_50 se {1: 6, 3: 8}. Version 1: no floor, the targets as given; rules of one's own (the retired
+# version 4's: an audited abandon, a floor of 128 fitted rows, every target judged at 1.25 times, its target_scale).
+AUDITED = dataclasses.replace(
+    POOLED_RULES[2], audit=0.25, abandon_below=((500, 0.5816), (750, 0.7658), (1000, 0.8316)), target_scale=1.25
+)
+SCALES = {"version 1": 1.0, "audited": 1.25}
 
 
 def write_rows(folder: Path, rows: list[tuple[dict, float]]) -> None:
@@ -128,7 +133,10 @@ def partial(request, tmp_path):
     """A pooled sweep stopped in round DONE + 1: its first DONE rounds written (round k's longest row 100 (k + 1) s),
     3 rows of the next one written (30 s each), one of its other rows in flight (a snapshot at step 100, 50 s), and
     a PAUSED file."""
-    settings = pooled_sweep_settings(version=request.param)
+    if request.param == "audited":
+        settings = pooled_sweep_settings(version=None, rules=AUDITED)
+    else:
+        settings = pooled_sweep_settings(version=1)
     design = pooled_design(settings)
     simulated, _ = run_design(design, Truth(slope=20.0, intercept=4.0, rel_width=0.15, nested=False), 3)
     rounds = design.rounds(simulated)
@@ -148,11 +156,11 @@ def partial(request, tmp_path):
     state = RowState(torch.zeros(flying[0], 4), {}, step=100, target_len=flying[1], counters=counters, seconds=50.0)
     store.write_inflight(folder, flying, state)
     (folder / "PAUSED").write_text("waits for results/gemma-3-270m/pooled-words to end (2 cores)\n")
-    return folder, settings, rounds, simulated, landed, flying
+    return folder, settings, rounds, simulated, landed, flying, SCALES[request.param]
 
 
 def test_a_partial_folder_shows_its_round_in_flight_stop_state_and_projection(partial, capsys):
-    folder, settings, rounds, simulated, landed, flying = partial
+    folder, settings, rounds, simulated, landed, flying, scale = partial
     rows = file_rows(folder)
     status = json.loads(status_of(folder, capsys, "--json"))
     assert status == folder_status(folder)  # --json prints the library's dict
@@ -182,7 +190,6 @@ def test_a_partial_folder_shows_its_round_in_flight_stop_state_and_projection(pa
     assert stop["binding"] == "slope"
     slope = next(t for t in stop["targets"] if t["name"] == "slope")
     assert slope["ratio"] == pytest.approx(judged["se_ratios"]["slope"]) and slope["ratio"] > 1
-    scale = SCALES[settings["design"]["version"]]
     assert (slope["target"], slope["judged_target"]) == (4.0, pytest.approx(4.0 * scale))
     assert slope["se"] == pytest.approx(slope["ratio"] * 4.0 * scale)
 
@@ -197,7 +204,7 @@ def test_a_partial_folder_shows_its_round_in_flight_stop_state_and_projection(pa
     # round's row, less what the open round has spent (its 3 rows written and the 100 steps in flight).
     ratio = judged["se_ratios"]["slope"]
     needed = math.ceil(judged["rows"] * (ratio**2 - 1))
-    floor = max(0, judged["min_rows"] - judged["fitted_rows"])  # version 4: 128 - 8
+    floor = max(0, judged["min_rows"] - judged["fitted_rows"])  # audited: 128 - 8
     more = math.ceil(max(needed, floor) / 8) * 8
     fitted = [job for jobs in rounds[DONE - judged["fitted_rows"] // 8 : DONE] for job in jobs]
     per_row = sum(simulated[job]["steps"] + 1 for job in fitted) / len(fitted)

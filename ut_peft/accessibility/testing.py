@@ -41,11 +41,18 @@ def write_sweep_folder(folder, settings: dict, rows) -> None:
 
 
 def pooled_sweep_settings(
-    version: int = 1, target_slope_se: float = 4.0, target_n50_se=None, ms=(1, 3), num_sequences: int = 8
+    version: int | None = 1,
+    target_slope_se: float = 4.0,
+    target_n50_se=None,
+    ms=(1, 3),
+    num_sequences: int = 8,
+    rules=None,
 ) -> dict:
     """A pooled sweep's settings.json as a run under the published protocol records it (cap 3000, patience 500,
     random words), for tests of what reads pooled folders and of their simulation: loose targets by default, so a
-    simulated sweep takes a few rounds. ``target_n50_se``: one value or {m: se} (default {1: 6, 3: 8})."""
+    simulated sweep takes a few rounds. ``target_n50_se``: one value or {m: se} (default {1: 6, 3: 8}). ``rules``:
+    rules of one's own (a ``PooledRules``), recorded in full beside ``version`` (give None); without them the record
+    names the version alone, as folders written before records held the rules do."""
     if target_n50_se is None:
         target_n50_se = {1: 6.0, 3: 8.0}
     if isinstance(target_n50_se, dict):  # JSON keys are strings, as in a folder's settings.json
@@ -59,7 +66,8 @@ def pooled_sweep_settings(
             "kind": "pooled",
             "target_n50_se": n50,
             "target_slope_se": float(target_slope_se),
-            "version": int(version),
+            "version": None if version is None else int(version),
+            **({"rules": rules.record()} if rules is not None else {}),
         },
         "grid": {"coarse": 100, "fine": 10, "high": 0.9, "lengths": None, "low": 0.1, "start": 10, "stop": 1000},
         "model": "smollm2-135m",

@@ -22,7 +22,7 @@ dependence, and it equally covers designs whose rows are all independent (fresh 
 pipeline (per-m fits, then the line through n_50 against m) propagates the n_50 uncertainty into the slope and
 intercept. The intervals are percentile intervals of ``num_boot`` replicates drawn from a generator seeded by
 ``seed``: the same rows give the same interval, bit for bit. Their coverage is measured on synthetic data of known
-truth in ``tests/accessibility/test_fit.py`` and ``benchmarks/measurement_cost.py``.
+truth in ``tests/accessibility/stats/test_fit.py`` and ``benchmarks/measurement_cost.py``.
 
 Where a replicate's rows separate completely between two measured lengths a < b (all accessible up to a, none
 from b on), the rows say only that n_50 lies in (a, b); Firth's penalty still returns one point of the gap, the same

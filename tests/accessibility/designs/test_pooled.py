@@ -316,7 +316,7 @@ def test_version_1_decides_exactly_as_before_version_2_existed():
     assert POOLED_RULES[1] == POOLED_RULES[1].__class__(
         logit_offsets=(-1.0, 1.0), width_z=1.5, stop_z=1.0, check_factor=2.0, slope_from="linear"
     )
-    cases = json.loads((Path(__file__).parent / "data" / "pooled_v1_rounds.json").read_text())
+    cases = json.loads((Path(__file__).parents[1] / "data" / "pooled_v1_rounds.json").read_text())
     for case in cases:
         settings = dict(case["design"])
         ms, batch, start, stop = (settings.pop(k) for k in ("ms", "batch", "start", "stop"))
@@ -893,7 +893,7 @@ def test_versions_7_and_8_are_versions_2_and_6_with_a_floor_of_64_fitted_rows():
     from ut_peft.accessibility.design import POOLED_RULES
 
     retired = json.loads(
-        (Path(__file__).resolve().parents[2] / "benchmarks" / "retired_pooled_rules.json").read_text()
+        (Path(__file__).resolve().parents[3] / "benchmarks" / "retired_pooled_rules.json").read_text()
     )
     version_6 = PooledRules.from_record(retired["6"]["rules"])
     assert (POOLED_RULES[2].min_rows, version_6.min_rows) == (128, 128)

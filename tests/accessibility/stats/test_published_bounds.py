@@ -21,7 +21,7 @@ from ut_peft.accessibility.stats.published_bounds import (
     write_estimate,
 )
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 TIMINGS = ("seconds", "wall_seconds", "cpu_seconds", "seconds_per_length")
 
 

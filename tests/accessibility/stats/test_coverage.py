@@ -9,7 +9,7 @@ from ut_peft.accessibility import summaries
 from ut_peft.accessibility.report import console_summary, markdown
 from ut_peft.accessibility.stats import coverage
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 COMMITTED = ROOT / "results" / "benchmarks" / "interval_coverage.json"
 SUMMARIES = sorted(p.parent for p in (ROOT / "results").rglob("summary.json") if p.parent.name != "benchmarks")
 
@@ -175,7 +175,7 @@ def test_version_8s_coverage_is_the_lowest_its_committed_runs_measured():
     lowest pooled slope coverage of the two, and the lowest of their n_50 coverages over m."""
     from pathlib import Path
 
-    logs = Path(__file__).resolve().parents[2] / "results" / "benchmarks"
+    logs = Path(__file__).resolve().parents[3] / "results" / "benchmarks"
     slopes, per_m = [], []
     for name in ("measurement_cost_v8_quick_f2.log", "measurement_cost_v8_quick_f2_smollm2costs.log"):
         cells = [[c.strip() for c in line.split("|")[1:-1]] for line in (logs / name).read_text().splitlines()]
