@@ -137,8 +137,8 @@ TABLE: dict[str, dict[str, dict]] = {
 # The pooled design's Wald intervals (design.pooled_estimates), measured by benchmarks/measurement_cost.py's simulator
 # (standard-error targets ``factor`` times the published design's RMSE): per version of the package's rules and rows
 # per round, the slope interval's coverage and the lowest of the n_50 intervals' over m, with the command that
-# measured it (logs under results/benchmarks/; BENCHMARKS.md holds these and the retired versions' figures). The
-# intercept's was not measured; settings not in the table have none.
+# measured it (logs under results/benchmarks/, the retired versions' among them). The intercept's was not
+# measured; settings not in the table have none.
 POOLED_TABLE: dict[str, dict[str, dict]] = {
     "1": {
         "8": {
