@@ -1,0 +1,226 @@
+"""First-token stalls: does a failed row whose memory never moved the first prediction cram at another attempt?
+
+    python benchmarks/first_token_stalls.py results/smollm2-135m/pooled-words-v7 --ms 1 --attempts 2 \\
+        --output results/benchmarks/first_token_stalls_smollm2_words.jsonl
+    python benchmarks/first_token_stalls.py ... --report-only     # the table, from the output alone
+
+A sweep folder's failed rows at the m given are split in two: **stalls**, which never predicted the first target
+token (``best_prefix`` 0: at their best every later token was right, so the text was not too long for m vectors;
+the memory never moved the prediction made at the first target's position), and **near misses**, which got some
+leading targets right and failed further on. Each is crammed again on its own text (the folder's source, seed and
+index: the same token ids) under the folder's own settings (protocol, layout, cap, patience, learning rate,
+precision), from fresh inits: attempt k draws its vectors with the seed the job would have in a sweep of seed
+``seed + k`` (``sources.init_seed``), so attempt 0 is the folder's own row again. ``--check-original`` crams
+attempt 0 too and compares it with the row the folder holds (the same decision and steps: the benchmark re-crams
+what the sweep crammed). ``--init-std weight|embedding`` crams the attempts with the other init scale as well.
+
+What it answers: if a second attempt crams most stalls and few near misses, a stall is an optimisation failure of
+one draw of the init, not a capacity limit, and a protocol that retries a stalled row (the ut-peft protocol may; the
+published protocol keeps the paper's single attempt) measures n_50 without that downward bias. Prints one table:
+per kind (stall / near-miss), per attempt and init, rows, crammed, stalled again (best prefix 0), row-steps; the last
+line is ``stalls crammed at a second attempt: <k> of <n> (near misses: <j> of <l>)``. Resumable: rows already in
+``--output`` are skipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from ut_peft.accessibility import store  # noqa: E402
+from ut_peft.accessibility.engine.rows import INFERRED  # noqa: E402
+
+KINDS = ("stall", "near-miss")
+
+
+def failed_rows(folder, ms, kinds=KINDS) -> list[dict]:
+    """The folder's crammed rows that failed at the m of ``ms``, each with its kind: a stall (best_prefix 0) or a near
+    miss; only those of ``kinds``, stalls first. Rows written before best_prefix was recorded cannot be told apart: a
+    clear error."""
+    chosen = []
+    for (m, n, index), row in sorted(store.read_rows(folder).items()):
+        if m not in ms or row["accessible"] or row.get("stop_reason") == INFERRED:
+            continue
+        if row.get("flagged_at") is not None:
+            continue  # stopped by an early abandon: not a row that ran to its own end
+        prefix = row.get("best_prefix")
+        if prefix is None:
+            raise SystemExit(f"{folder}: row {(m, n, index)} records no best_prefix; its folder predates it")
+        chosen.append({"m": m, "n": n, "index": index, "kind": KINDS[prefix > 0], "row": row})
+    return sorted((entry for entry in chosen if entry["kind"] in kinds), key=lambda entry: KINDS.index(entry["kind"]))
+
+
+def folder_config(folder):
+    """The sweep the folder's settings.json describes: :meth:`SweepConfig.from_settings` with the protocol and the
+    source as the command line reads them back (``ut-peft cram --config``'s table, without its refusal of settings
+    it has no flag for: a re-cram needs the rows' settings, not a rerun's)."""
+    from ut_peft.accessibility import SweepConfig
+    from ut_peft.cli.cram import FLAGS
+
+    path = Path(folder) / store.SETTINGS_FILE
+    settings = store.recorded_settings(folder, store.read_settings(folder))
+    flags = {
+        flag.dest: flag.recorded(settings, path) for flag in FLAGS if flag.setting in ("source", "source.chunk_tokens")
+    }
+    return SweepConfig.from_settings(
+        settings,
+        protocol=settings.get("protocol", "ut-peft"),
+        source=flags["source"],
+        text_chunks=flags.get("text_chunks"),
+    )
+
+
+def cram_attempts(
+    folder, ms, attempts: int, init_stds, *, check_original: bool, done: set, kinds=KINDS, model=None, tokenizer=None
+):
+    """Yield one record per (row, attempt, init) not in ``done``: the row's text crammed again from a fresh init, with
+    the folder's own init scale and each of ``init_stds``. ``model`` (and ``tokenizer``): given, instead of loading
+    the folder's model by name."""
+    import dataclasses
+
+    from ut_peft.accessibility.engine.cram import cram
+    from ut_peft.accessibility.engine.jobs import CramJob
+    from ut_peft.accessibility.engine.sources import init_seed
+    from ut_peft.models import load_model, load_tokenizer
+
+    config = folder_config(folder)
+    if model is None:
+        model = load_model(config.model)
+        tokenizer = None if config.source == "tokens" else load_tokenizer(config.model)
+    config.resolve_prefix(tokenizer)
+    source = config.make_source(tokenizer, model.get_output_embeddings().weight.shape[0])
+    rows = failed_rows(folder, ms, kinds)
+    first = 0 if check_original else 1
+    for init_std in dict.fromkeys([config.cram.init_std, *init_stds]):  # the folder's own first, each once
+        cram_config = dataclasses.replace(config.cram, init_std=init_std)
+        jobs, meta = [], {}
+        for entry in rows:
+            m, n, index = entry["m"], entry["n"], entry["index"]
+            for attempt in range(first, attempts):
+                key = (m, n, index, attempt, cram_config.init_std)
+                if key in done:
+                    continue
+                seed = init_seed(config.seed + attempt, m, n, index)
+                jobs.append(CramJob(key=key, ids=source.sequence(n, index, config.seed), m=m, seed=seed))
+                meta[key] = entry
+        for result in cram(model, jobs, cram_config):
+            m, n, index, attempt, std = result.job.key
+            entry = meta[result.job.key]
+            yield {
+                "folder": str(folder),
+                "m": m,
+                "n": n,
+                "index": index,
+                "kind": entry["kind"],
+                "attempt": attempt,
+                "init_std": std,
+                "init_seed": result.job.seed,
+                "accessible": result.accessible,
+                "steps": result.steps,
+                "best_prefix": result.best_prefix,
+                "best_accuracy": result.best_accuracy,
+                "stop_reason": result.stop_reason,
+                "original": {k: entry["row"].get(k) for k in ("accessible", "steps", "best_prefix", "init_seed")},
+                "seconds": result.seconds,
+            }
+
+
+def report(records: list[dict]) -> str:
+    """The table and the last line (see the module's docstring)."""
+    lines = [
+        "| kind | attempt | init | rows | crammed | stalled again | row-steps |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    groups: dict[tuple, list[dict]] = {}
+    for r in records:
+        groups.setdefault((r["kind"], r["attempt"], r["init_std"]), []).append(r)
+    for (kind, attempt, std), rs in sorted(groups.items(), key=lambda item: (KINDS.index(item[0][0]), *item[0][1:])):
+        crammed = sum(r["accessible"] for r in rs)
+        again = sum((not r["accessible"]) and r["best_prefix"] == 0 for r in rs)
+        steps = sum(r["steps"] + 1 for r in rs)
+        lines.append(f"| {kind} | {attempt} | {std} | {len(rs)} | {crammed} | {again} | {steps:,} |")
+    original = [r for r in records if r["attempt"] == 0]
+    if original:
+        same = sum(
+            r["accessible"] == r["original"]["accessible"] and r["steps"] == r["original"]["steps"] for r in original
+        )
+        lines.append(
+            f"\nattempt 0 against the folder's own rows: {same} of {len(original)} the same decision and steps"
+        )
+    lines.append("\n" + rescued_line(records))
+    return "\n".join(lines)
+
+
+def rescued_line(records: list[dict]) -> str:
+    """How many rows of each kind crammed at some attempt after the first (any init)."""
+    counts = {}
+    for kind in KINDS:
+        keys = {(r["m"], r["n"], r["index"]) for r in records if r["kind"] == kind and r["attempt"] > 0}
+        crammed = {
+            (r["m"], r["n"], r["index"]) for r in records if r["kind"] == kind and r["attempt"] > 0 and r["accessible"]
+        }
+        counts[kind] = (len(crammed), len(keys))
+    (k, n), (j, total) = counts["stall"], counts["near-miss"]
+    return f"stalls crammed at a second attempt: {k} of {n} (near misses: {j} of {total})"
+
+
+def read_records(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def main(argv=None, *, model=None, tokenizer=None) -> None:
+    args = parse(argv)
+    output = Path(args.output)
+    records = read_records(output)
+    if not args.report_only:
+        done = {(r["m"], r["n"], r["index"], r["attempt"], r["init_std"]) for r in records}
+        output.parent.mkdir(parents=True, exist_ok=True)
+        new = cram_attempts(
+            args.folder,
+            set(args.ms),
+            args.attempts,
+            args.init_std,
+            check_original=args.check_original,
+            done=done,
+            kinds=tuple(args.kinds),
+            model=model,
+            tokenizer=tokenizer,
+        )
+        with output.open("a", encoding="utf-8") as out:
+            for record in new:
+                out.write(json.dumps(record) + "\n")
+                out.flush()
+                records.append(record)
+    print(report(records))
+
+
+def parse(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("folder", help="a sweep folder whose rows record best_prefix")
+    parser.add_argument("--ms", type=int, nargs="+", default=[1], help="the m whose failed rows are crammed again")
+    parser.add_argument("--attempts", type=int, default=2, help="attempts per row, counting the folder's own (0)")
+    parser.add_argument(
+        "--init-std",
+        nargs="*",
+        default=[],
+        choices=["weight", "embedding"],
+        help="also cram the attempts with this init scale (CramConfig.init_std)",
+    )
+    parser.add_argument("--kinds", nargs="+", default=list(KINDS), choices=KINDS, help="which failed rows")
+    parser.add_argument("--check-original", action="store_true", help="cram attempt 0 too and compare with the row")
+    parser.add_argument("--output", required=True, help="the results JSONL (appended; resumable)")
+    parser.add_argument("--report-only", action="store_true")
+    args = parser.parse_args(argv)
+    if args.attempts < 1:
+        parser.error("--attempts counts the folder's own attempt: give 2 or more to cram again")
+    return args
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,56 @@
+"""benchmarks/first_token_stalls.py: a folder's failed rows crammed again on their own texts, attempt 0 being the
+folder's own row (the same decision and steps), later attempts other inits; resumable; the report's counts."""
+
+import contextlib
+import io
+import json
+
+from ut_peft.accessibility import run_sweep
+from ut_peft.accessibility.engine.sources import init_seed
+from ut_peft.accessibility.store import read_rows
+from ut_peft.accessibility.testing import crammable_model, small_sweep_config
+
+
+def _run(stalls, *argv, model):
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        stalls.main([*argv], model=model, tokenizer=None)
+    return out.getvalue()
+
+
+def test_failed_rows_are_crammed_again_on_their_own_texts(tmp_path, load_benchmark):
+    stalls = load_benchmark("first_token_stalls.py")
+    llama = crammable_model("llama")
+    folder = tmp_path / "sweep"
+    run_sweep(small_sweep_config(), folder, model=llama, progress=False)
+    rows = read_rows(folder)
+    failed = {key: row for key, row in rows.items() if not row["accessible"]}
+    assert failed, "the tiny sweep should leave failed rows"
+    kinds = {("stall" if row["best_prefix"] == 0 else "near-miss") for row in failed.values()}
+
+    output = tmp_path / "stalls.jsonl"
+    argv = [str(folder), "--ms", "1", "2", "--attempts", "2", "--check-original", "--output", str(output)]
+    text = _run(stalls, *argv, model=llama)
+    records = [json.loads(line) for line in output.read_text().splitlines()]
+    assert len(records) == 2 * len(failed) and {r["kind"] for r in records} == kinds
+    for record in records:
+        key = (record["m"], record["n"], record["index"])
+        seed = init_seed(small_sweep_config().seed + record["attempt"], *key)
+        assert key in failed and record["init_seed"] == seed
+        if record["attempt"] == 0:  # the folder's own row again: the same text, init and settings
+            assert (record["accessible"], record["steps"]) == (False, failed[key]["steps"])
+            assert record["best_prefix"] == failed[key]["best_prefix"]
+    assert f"attempt 0 against the folder's own rows: {len(failed)} of {len(failed)} the same" in text
+    crammed = {(r["m"], r["n"], r["index"]) for r in records if r["attempt"] == 1 and r["accessible"]}
+    stall_keys = {k for k, row in failed.items() if row["best_prefix"] == 0}
+    near_keys = set(failed) - stall_keys
+    expected = (
+        f"stalls crammed at a second attempt: {len(crammed & stall_keys)} of {len(stall_keys)} "
+        f"(near misses: {len(crammed & near_keys)} of {len(near_keys)})"
+    )
+    assert text.strip().splitlines()[-1] == expected
+
+    # Resumable: nothing is crammed again, and --report-only prints the same table.
+    assert _run(stalls, *argv, model=llama) == text
+    assert len(output.read_text().splitlines()) == len(records)
+    assert _run(stalls, str(folder), "--output", str(output), "--report-only", model=None) == text
