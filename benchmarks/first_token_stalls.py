@@ -37,13 +37,13 @@ from ut_peft.accessibility.engine.rows import INFERRED  # noqa: E402
 KINDS = ("stall", "near-miss")
 
 
-def failed_rows(folder, ms, kinds=KINDS) -> list[dict]:
+def failed_rows(folder, ms, kinds=KINDS, max_n: int | None = None) -> list[dict]:
     """The folder's crammed rows that failed at the m of ``ms``, each with its kind: a stall (best_prefix 0) or a near
-    miss; only those of ``kinds``, stalls first. Rows written before best_prefix was recorded cannot be told apart: a
-    clear error."""
+    miss; only those of ``kinds`` and no longer than ``max_n``, stalls first. Rows written before best_prefix was
+    recorded cannot be told apart: a clear error."""
     chosen = []
     for (m, n, index), row in sorted(store.read_rows(folder).items()):
-        if m not in ms or row["accessible"] or row.get("stop_reason") == INFERRED:
+        if m not in ms or row["accessible"] or row.get("stop_reason") == INFERRED or (max_n and n > max_n):
             continue
         if row.get("flagged_at") is not None:
             continue  # stopped by an early abandon: not a row that ran to its own end
@@ -75,7 +75,17 @@ def folder_config(folder):
 
 
 def cram_attempts(
-    folder, ms, attempts: int, init_stds, *, check_original: bool, done: set, kinds=KINDS, model=None, tokenizer=None
+    folder,
+    ms,
+    attempts: int,
+    init_stds,
+    *,
+    check_original: bool,
+    done: set,
+    kinds=KINDS,
+    max_n=None,
+    model=None,
+    tokenizer=None,
 ):
     """Yield one record per (row, attempt, init) not in ``done``: the row's text crammed again from a fresh init, with
     the folder's own init scale and each of ``init_stds``. ``model`` (and ``tokenizer``): given, instead of loading
@@ -93,7 +103,7 @@ def cram_attempts(
         tokenizer = None if config.source == "tokens" else load_tokenizer(config.model)
     config.resolve_prefix(tokenizer)
     source = config.make_source(tokenizer, model.get_output_embeddings().weight.shape[0])
-    rows = failed_rows(folder, ms, kinds)
+    rows = failed_rows(folder, ms, kinds, max_n)
     first = 0 if check_original else 1
     for init_std in dict.fromkeys([config.cram.init_std, *init_stds]):  # the folder's own first, each once
         cram_config = dataclasses.replace(config.cram, init_std=init_std)
@@ -189,6 +199,7 @@ def main(argv=None, *, model=None, tokenizer=None) -> None:
             check_original=args.check_original,
             done=done,
             kinds=tuple(args.kinds),
+            max_n=args.max_n,
             model=model,
             tokenizer=tokenizer,
         )
@@ -213,6 +224,7 @@ def parse(argv=None) -> argparse.Namespace:
         help="also cram the attempts with this init scale (CramConfig.init_std)",
     )
     parser.add_argument("--kinds", nargs="+", default=list(KINDS), choices=KINDS, help="which failed rows")
+    parser.add_argument("--max-n", type=int, help="only rows no longer than this (a control at the stalls' lengths)")
     parser.add_argument("--check-original", action="store_true", help="cram attempt 0 too and compare with the row")
     parser.add_argument("--output", required=True, help="the results JSONL (appended; resumable)")
     parser.add_argument("--report-only", action="store_true")
