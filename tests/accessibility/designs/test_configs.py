@@ -67,7 +67,13 @@ def test_pooled_rules_of_ones_own_are_recorded_in_full_and_read_back_with_no_ver
     again = SweepConfig.from_settings(settings).design
     assert again.rules == own and again.known_version() is None
     assert _pooled(target_slope_se=1.0, version=7).design.known_version() == 7
-    assert PooledConfig(target_slope_se=1.0, version=7, rules=own).known_version() is None  # a version's name only
+    # A version names exactly its rules: other rules under its number (a hand-edited settings.json) are refused.
+    with pytest.raises(ValueError, match="not version 7's \\(they differ in min_rows, width_z\\): a version names"):
+        PooledConfig(target_slope_se=1.0, version=7, rules=own)
+    edited = json.loads(json.dumps(_pooled(target_slope_se=1.0, version=7).fingerprint({"kind": "tokens"})))
+    edited["design"]["rules"]["min_rows"] = 8
+    with pytest.raises(ValueError, match="not version 7's \\(they differ in min_rows\\)"):
+        SweepConfig.from_settings(edited)
 
 
 def test_a_folder_written_before_the_rules_were_recorded_reads_as_its_version_s_rules(tmp_path):

@@ -110,11 +110,21 @@ class PooledConfig(DesignConfig):
             object.__setattr__(self, "rules", pooled_rules(self.version))
         elif not isinstance(self.rules, PooledRules):
             raise TypeError(f"rules must be a PooledRules (or its record, a dict); got {type(self.rules).__name__}")
+        named = POOLED_RULES.get(self.version) if self.version is not None else None
+        if named is not None and named != self.rules:
+            # A version names exactly its rules: what was measured of it (its intervals' coverage) is looked up by
+            # the number, so rules that differ under its name would borrow figures that are not theirs.
+            changed = sorted(k for k, v in self.rules.record().items() if named.record().get(k) != v)
+            raise ValueError(
+                f"these pooled rules are not version {self.version}'s (they differ in {', '.join(changed)}): a "
+                "version names exactly its rules; give rules of your own with version=None, or the version alone "
+                "(a settings.json edited by hand: restore its design.rules, or rerun into a new folder)"
+            )
 
     def known_version(self) -> int | None:
-        """The version these rules are, when they are exactly that version's (what was measured of a version, its
-        intervals' coverage, holds for its rules only); None for rules of one's own."""
-        return self.version if self.version in POOLED_RULES and POOLED_RULES[self.version] == self.rules else None
+        """The version whose measurements (its intervals' coverage) hold for these rules: the version this ut-peft
+        knows by that number (a version names exactly its rules); None for rules of one's own or a retired version."""
+        return self.version if self.version in POOLED_RULES else None
 
     def stopping_fields(self) -> tuple[str, ...]:
         # The version (and its rules) too: a version that differs only in when it stops replays the same rounds
