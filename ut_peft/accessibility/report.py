@@ -458,7 +458,7 @@ def retarget_line(record: dict) -> str:
     targets = ", ".join(
         f"{k} {' '.join(f'{m}:{se}' for m, se in v.items()) if isinstance(v, dict) else v}"
         for k, v in sorted(design.items())
-        if k not in ("kind", "version") and v
+        if k not in ("kind", "version", "rules") and v  # the rules: the version names them
     )
     earlier = " (itself retargeted earlier)" if record.get("previous") else ""
     folder = str(record.get("folder"))
