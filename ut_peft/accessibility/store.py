@@ -476,8 +476,8 @@ def check_unedited(folder: Path, settings: dict) -> None:
     path = Path(folder) / SUMMARY_FILE
     settings = json.loads(json.dumps(settings))
     reported = (_reported(folder) or {}).get("settings")  # none yet, or a damaged summary that summarising replaces
-    if isinstance(reported, dict) and reported != settings:
-        changed = changed_settings(reported, settings)
+    if isinstance(reported, dict) and _comparable(reported) != _comparable(settings):
+        changed = changed_settings(_comparable(reported), _comparable(settings))
         raise SettingsEditedError(
             f"{Path(folder) / SETTINGS_FILE} differs from the settings {path} was written under (changed: "
             f"{'; '.join(changed)}): it was edited after the run, and its rows were made under the settings the "
@@ -487,8 +487,8 @@ def check_unedited(folder: Path, settings: dict) -> None:
             mend='restore its settings.json from the "settings" of its summary.json',
         )
     started = _rows_settings(folder)
-    if started is not None and _without_old_defaults(started) != _without_old_defaults(settings):
-        changed = changed_settings(_without_old_defaults(started), _without_old_defaults(settings))
+    if started is not None and _comparable(started) != _comparable(settings):
+        changed = changed_settings(_comparable(started), _comparable(settings))
         problem = (
             f"{Path(folder) / SETTINGS_FILE} differs from the settings its rows are made under (changed: "
             f"{'; '.join(changed)}; {ROWS_SETTINGS_FILE} keeps those, written when the run started): it was edited "
@@ -510,6 +510,16 @@ def _rows_settings(folder) -> dict | None:
     except (OSError, ValueError):
         return None
     return started if isinstance(started, dict) else None
+
+
+def _comparable(settings: dict) -> dict:
+    """``settings`` as two records of one sweep compare: without the old defaults, and a pooled design's rules filled
+    in from its version where a record predates them (a resume rewrites settings.json with the rules in full, and a
+    summary or rows-settings.json written before says the same thing without them)."""
+    settings = _without_old_defaults(settings)
+    if isinstance(settings.get("design"), dict):
+        settings = dict(settings, design=with_recorded_rules(settings["design"]))
+    return settings
 
 
 def _without_old_defaults(settings: dict) -> dict:

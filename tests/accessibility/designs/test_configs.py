@@ -4,6 +4,8 @@ ut-peft knows."""
 
 import dataclasses
 import json
+import shutil
+from pathlib import Path
 
 import pytest
 
@@ -101,3 +103,24 @@ def test_a_rules_record_round_trips_and_refuses_what_this_ut_peft_cannot_apply()
     with pytest.raises(ValueError, match="the sequential design has no version .* belongs to the pooled design"):
         SweepConfig(design="sequential", target_ci=3.0, pooled_version=2)
     assert SweepConfig(design="sequential", target_ci=3.0).design == SequentialConfig(target_ci=3.0)
+
+
+def test_a_resume_that_writes_the_rules_in_full_leaves_a_folder_written_before_them_readable(tmp_path):
+    """A resume rewrites settings.json with the rules in full; the folder's summary.json (and rows-settings.json)
+    written before say the same sweep without them, so neither reads as an edit, while a real edit still does."""
+    committed = Path(__file__).resolve().parents[3] / "results" / "smollm2-135m" / "pooled-words-v7"
+    folder = tmp_path / "old"
+    folder.mkdir()
+    for name in ("settings.json", "summary.json"):
+        shutil.copy(committed / name, folder / name)
+    written = store.read_settings(folder)
+    assert "rules" not in written["design"]  # a folder from before the rules were recorded
+    again = SweepConfig.from_settings(store.recorded_settings(folder, written), protocol=written["protocol"])
+    resumed = json.loads(json.dumps(again.fingerprint(written["source"])))
+    assert resumed["design"]["rules"] == POOLED_RULES[7].record()
+    store.prepare_folder(folder, resumed, clear=False)  # what a resume writes, then killed before its summary
+    store.check_unedited(folder, store.read_settings(folder))
+    edited = dict(resumed, design=dict(resumed["design"], target_slope_se=9.0))
+    (folder / "settings.json").write_text(json.dumps(edited))
+    with pytest.raises(store.SettingsEditedError, match="design.target_slope_se"):
+        store.check_unedited(folder, store.read_settings(folder))
