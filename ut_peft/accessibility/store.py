@@ -116,9 +116,7 @@ def recorded_settings(folder, settings: dict, context: int | None = None) -> dic
     before settings.json held its rules in full gets its version's rules, which it ran with
     (:func:`.designs.configs.with_recorded_rules`).
     """
-    settings = _without_old_defaults(json.loads(json.dumps(settings)))  # as stored: tuples become lists
-    if "design" in settings:  # a pooled record written before records held the rules: its version's, in full
-        settings["design"] = with_recorded_rules(settings["design"])
+    settings = _comparable(json.loads(json.dumps(settings)))  # as stored: tuples become lists
     return _with_reported_support(folder, settings, context)
 
 
@@ -128,9 +126,7 @@ def _with_reported_support(folder, settings: dict, context: int | None) -> dict:
     reported = _reported(folder) or {}
     support = reported.get("support")
     written = reported.get("settings")
-    if isinstance(written, dict) and "design" in written:  # compared as recorded
-        written = dict(written, design=with_recorded_rules(written["design"]))
-    if written != settings or not isinstance(support, dict):
+    if not isinstance(written, dict) or _comparable(written) != settings or not isinstance(support, dict):
         return settings
     sequences, length = _count(support.get("num_samples")), _count(support.get("seq_len"))
     default_length = LATER_SETTINGS["support_seq_len"]
