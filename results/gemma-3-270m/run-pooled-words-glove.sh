@@ -11,7 +11,8 @@
 #   . .venv/bin/activate && nohup bash results/gemma-3-270m/run-pooled-words-glove.sh > /work/logs/gemma.log 2>&1 &
 # commit its rows as they land with
 #   nohup bash tools/commit_rows.sh results/gemma-3-270m/pooled-words-glove 20 > /work/logs/commit_rows.log 2>&1 &
-# and watch it with `ut-peft status results/gemma-3-270m/pooled-words-glove`.
+# and watch it with `ut-peft status results/gemma-3-270m/pooled-words-glove`. While a file named PAUSED is in its
+# folder (another heavy job has the cores) this script refuses to start.
 set -euo pipefail
 FROZEN=6198748
 repo=$(cd "$(dirname "$0")/../.." && pwd)
@@ -24,6 +25,11 @@ if [ "$(git -C "$tree" rev-parse --short=7 HEAD)" != "$FROZEN" ]; then
     exit 2
 fi
 out=$repo/results/gemma-3-270m/pooled-words-glove
+# One heavy job at a time: a PAUSED file in the folder says which job has the cores; remove it to resume.
+if [ -e "$out/PAUSED" ]; then
+    echo "$out/PAUSED exists ($(head -c 400 "$out/PAUSED")): stop that job first, then remove the file and rerun" >&2
+    exit 3
+fi
 cd "$tree"
 # PYTHONPATH puts the frozen tree's ut_peft ahead of any installed (editable) copy.
 PYTHONPATH="$tree" exec nice -n 5 python recipes/cram.py --model gemma-3-270m --protocol published --source words:glove \

@@ -11,6 +11,10 @@
 # paused (a PAUSED file in its folder) and its process has let go of the folder's sweep.lock. Then WORKERS (default 2)
 # workers at one torch thread each share the runs (each run is locked by the worker training it), at nice 10.
 #
+# Frozen code: the workers execute commit FROZEN from a worktree of its own (UT_PEFT_FROZEN_TREE, default ../ut-run
+# beside the checkout), so that no later edit of the checkout changes a run's schedule or stopping rules between its
+# checkpoints; they write their checkpoints, rows, tables and figure into this checkout (--base-dir).
+#
 # Start it (resumable: rerun after a kill, a reboot or a pause; finished runs are skipped, a run in flight continues
 # from its last checkpoint in runs/universal/<name>, rows land in results/universal/runs.jsonl):
 #   . .venv/bin/activate && nohup bash results/universal/run-budget.sh > /work/logs/ut-budget.log 2>&1 &
@@ -19,7 +23,17 @@
 # The table and figure (docs/universal.md, results/universal/budget.md) are rebuilt as each worker ends, or by hand:
 #   python recipes/ut_experiments.py --report-only
 set -euo pipefail
-cd "$(dirname "$0")/../.."
+FROZEN=6c00d64
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$repo"
+tree=${UT_PEFT_FROZEN_TREE:-$(dirname "$repo")/ut-run}
+if [ ! -d "$tree" ]; then
+    git worktree add --detach "$tree" "$FROZEN"
+fi
+if [ "$(git -C "$tree" rev-parse --short=7 HEAD)" != "$FROZEN" ]; then
+    echo "$tree is not at commit $FROZEN: remove it (git worktree remove $tree) and rerun" >&2
+    exit 2
+fi
 wait_for=${UT_PEFT_WAIT_FOR:-results/gemma-3-270m/pooled-words-glove}
 paused=results/universal/PAUSED
 workers=${WORKERS:-2}
@@ -39,7 +53,9 @@ echo "$(date '+%F %T') starting $workers budget workers"
 
 pids=()
 for _ in $(seq "$workers"); do
-    nice -n 10 python recipes/ut_experiments.py --budget --threads 1 --stop-file "$paused" &
+    # PYTHONPATH puts the frozen tree's ut_peft ahead of any installed (editable) copy.
+    PYTHONPATH="$tree" nice -n 10 python "$tree/recipes/ut_experiments.py" --budget --threads 1 \
+        --stop-file "$repo/$paused" --base-dir "$repo" &
     pids+=("$!")
     sleep 30  # the next worker then finds the first one's run locked and takes the next
 done
