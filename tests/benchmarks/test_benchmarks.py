@@ -177,6 +177,22 @@ def test_cpu_attention_kernels(load, tmp_path, capsys):
     assert len(shapes[0]["flash_over_math"]["values"]) == 2
 
 
+def test_cast_weights_once(load, tmp_path, capsys):
+    from ut_peft.accessibility.testing import crammable_model
+
+    bench = load("cast_weights_once")
+    out = tmp_path / "casts.json"
+    argv = ["--model", "tiny-gemma3", "--lengths", "5", "9", "--rows", "2", "--steps", "2", "--repeats", "2"]
+    record = bench.main(bench.parse([*argv, "--threads", "1", "--json", str(out)]), model=crammable_model("gemma3"))
+    assert "every call / cast once" in capsys.readouterr().out
+    lengths = read(out)["results"]["lengths"]
+    assert [entry["length"] for entry in lengths] == [5, 9] and record["results"]["lengths"] == lengths
+    for entry in lengths:
+        assert entry["bit_identical"] is True  # the two half-precision variants did exactly the same arithmetic
+        assert len(entry["every_call_over_cast_once"]["values"]) == 2 and entry["tokens"] > 0
+        assert set(entry["seconds_per_batch_forward"]) == set(bench.VARIANTS)
+
+
 def test_attention_flops_formula_matches_the_flop_counter(load):
     import torch
     from torch.nn.attention import SDPBackend

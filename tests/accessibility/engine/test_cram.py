@@ -61,6 +61,42 @@ def test_batched_engine_decides_like_one_at_a_time(family, specs, seed, max_step
     assert decisions == {True, False}  # the comparison covered both outcomes
 
 
+@pytest.mark.parametrize("family, tied", [("llama", True), ("qwen2", False), ("gemma3", True)])
+def test_weights_cast_once_under_cpu_half_autocast_decide_bit_identically(family, tied, crammable):
+    """The frozen weights cast to bf16 once instead of at every call: the same steps, losses and vectors to the bit,
+    and the caller sees the model's own float32 parameters whenever the engine yields, even mid-run."""
+    from ut_peft.accessibility.engine.forward import CastWeightsOnce, keep_weight_casts
+
+    model = crammable(family, tied=tied)
+    own = {name: p for name, p in model.named_parameters()}
+    jobs = _jobs([(2, 1), (5, 1), (3, 2), (6, 2)], seed=2)
+    config = CramConfig(max_steps=40, patience=100, batch_size=3, autocast="bf16")
+    every_call = {r.job.key: r for r in cram(model, jobs, config, weight_casts=keep_weight_casts)}
+    once = {}
+    for result in cram(model, jobs, config, weight_casts=CastWeightsOnce):
+        assert {name: p for name, p in model.named_parameters()} == own  # the same objects, float32, between yields
+        once[result.job.key] = result
+    for key, result in every_call.items():
+        got = once[key]
+        assert (got.steps, got.accessible, got.final_loss, got.best_accuracy) == (
+            result.steps,
+            result.accessible,
+            result.final_loss,
+            result.best_accuracy,
+        )
+        assert torch.equal(got.vectors, result.vectors)
+    assert {p.dtype for p in model.parameters()} == {torch.float32}
+
+    casts = CastWeightsOnce(model, "bf16", torch.device("cpu"))
+    with casts:
+        linear = {m.weight.dtype for m in model.modules() if isinstance(m, torch.nn.Linear)}
+        embedding = model.get_input_embeddings().weight.dtype
+    assert linear == {torch.bfloat16} and embedding == torch.float32  # tokens are still embedded in float32
+    for kind, device in (("none", "cpu"), ("bf16", "meta")):  # float32 runs, and non-CPU devices, are left alone
+        with CastWeightsOnce(model, kind, torch.device(device)):
+            assert {p.dtype for p in model.parameters()} == {torch.float32}
+
+
 def test_model_gets_no_gradients_and_is_restored(llama):
     flags = [p.requires_grad for p in llama.parameters()]
     before = [p.detach().clone() for p in llama.parameters()]

@@ -37,9 +37,11 @@ import torch.nn.functional as F
 
 from ...devices import execution_device
 from .forward import (
+    CastWeightsOnce,
     FrozenModel,
     attention_kernel,
     autocast_context,
+    autocast_kind,
     decoder_of,
     greedy_decode,
     init_std,
@@ -105,6 +107,7 @@ def cram(
     optimizer=BatchedAdamW,
     stopping=StoppingRule,
     refill=FifoRefill,
+    weight_casts=CastWeightsOnce,
 ) -> Iterator[CramResult]:
     """Cram every job, ``config.batch_size`` rows at a time, yielding each result as its row finishes.
 
@@ -112,15 +115,20 @@ def cram(
     ``on_snapshot``, every ``snapshot_every`` seconds of wall time (after an update) it is called with
     ``{job.key: RowState}`` for the rows in flight, so a caller can keep them and resume a killed run from there
     (``CramJob.resume``). The policies are arguments: ``optimizer(params, config)`` (a :class:`RowOptimizer`),
-    ``stopping(config)`` (a :class:`StoppingRule`) and ``refill(jobs)`` (a :class:`FifoRefill`).
+    ``stopping(config)`` (a :class:`StoppingRule`), ``refill(jobs)`` (a :class:`FifoRefill`) and
+    ``weight_casts(model, autocast kind, device)``, a reusable context the engine enters around its own forwards
+    (:class:`CastWeightsOnce`: the frozen weights cast once under half-precision autocast on the CPU;
+    ``forward.keep_weight_casts``: autocast casting them at every call).
     """
     config = config or CramConfig()
     queue = refill(jobs)
     if not queue:
         return
     check_context(model, queue, config)
+    device = execution_device(model.get_input_embeddings())
+    casts = weight_casts(model, autocast_kind(config, device), device)
     with FrozenModel(model):
-        batch = _Batch(model, config, queue, optimizer, stopping(config))
+        batch = _Batch(model, config, queue, optimizer, stopping(config), casts)
         last_snapshot = time.perf_counter()
         while batch.fill(queue):
             finished = batch.step()
@@ -138,9 +146,9 @@ class _Batch:
     """The rows in flight, indexed by slot b everywhere: their vectors ``params[b]``, optimizer state, step counts
     ``steps[b]`` (updates applied) and :class:`_Row` ``rows[b]`` (absent while the slot is free)."""
 
-    def __init__(self, model, config: CramConfig, queue: FifoRefill, optimizer, rule: StoppingRule):
+    def __init__(self, model, config: CramConfig, queue: FifoRefill, optimizer, rule: StoppingRule, casts):
         embed = model.get_input_embeddings()
-        self.model, self.config, self.rule = model, config, rule
+        self.model, self.config, self.rule, self.casts = model, config, rule, casts
         self.device = execution_device(embed)
         self.hidden_size = embed.weight.shape[1]
         slots = min(config.batch_size, len(queue))
@@ -177,6 +185,10 @@ class _Batch:
     def step(self) -> list[tuple]:
         """One forward of every row, the stopping rule's verdicts, one update of the rows that train on. Returns
         the finished rows as (b, reason, accuracy, loss, greedy verdict)."""
+        with self.casts:
+            return self._step()
+
+    def _step(self) -> list[tuple]:
         rows, rule = self.rows, self.rule
         loss_sum, hits, leading = _forward(self.model, self.params, self.prefix, rows, self.config)
         accs = {b: hits[b] / row.target_len for b, row in rows.items()}
@@ -210,7 +222,8 @@ class _Batch:
     def finish(self, b: int, reason: str, acc: float, loss: float, exact: bool | None) -> CramResult:
         row = self.rows.pop(b)
         vectors = self.params[b, : row.job.m].detach().float().cpu()
-        return _finish(self.model, row, vectors, reason, acc, loss, int(self.steps[b]), self.config, exact=exact)
+        with self.casts:
+            return _finish(self.model, row, vectors, reason, acc, loss, int(self.steps[b]), self.config, exact=exact)
 
     @torch.no_grad()
     def snapshot(self, b: int) -> RowState:

@@ -73,6 +73,72 @@ def autocast_context(config: CramConfig, device: torch.device):
     return torch.autocast(device.type, dtype=torch.bfloat16 if kind == "bf16" else torch.float16)
 
 
+class CastWeightsOnce:
+    """Under half-precision autocast on the CPU, the frozen model's ``nn.Linear`` weights and biases cast to the half
+    type once, and swapped in for each stretch of work the engine does (``with casts:``) and out again after it.
+
+    Autocast caches its casts only for leaf tensors that require grad, and a frozen model's weights do not, so without
+    this every forward (and every head chunk that backward recomputes) casts the whole model again: on Gemma-3-270M
+    in bf16 those copies were a fifth of a step's CPU time (``benchmarks/cast_weights_once.py``). A matmul under
+    autocast casts its weight to the half type anyway, so it sees the same values either way and the results are
+    bit-identical (tested). Embedding tables are left alone: tokens are still embedded in full precision, as under
+    autocast. The swap lasts only while the engine runs, never across a ``yield`` of :func:`cram`, so a caller never
+    sees the model with half weights. Not on GPUs, where a cast is cheap next to the matmul and a second copy of a
+    large model's weights would not fit, nor for models dispatched by accelerate (their weights may live on other
+    devices or on disk).
+    """
+
+    def __init__(self, model, kind: str, device: torch.device):
+        self.model = model
+        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(kind)
+        dispatched = bool(getattr(model, "hf_device_map", None))
+        self.dtype = None if device.type != "cpu" or dispatched else dtype
+        self.half: list[tuple[torch.nn.Module, str, torch.nn.Parameter]] | None = None
+        self.saved: list[tuple[torch.nn.Module, str, torch.nn.Parameter]] = []
+
+    def _cast(self) -> list[tuple[torch.nn.Module, str, torch.nn.Parameter]]:
+        half = []
+        for module in self.model.modules():
+            if isinstance(module, torch.nn.Linear):
+                for name in ("weight", "bias"):
+                    param = getattr(module, name)
+                    if param is not None and param.dtype == torch.float32 and param.device.type == "cpu":
+                        half.append((module, name, torch.nn.Parameter(param.detach().to(self.dtype), False)))
+        return half
+
+    def __enter__(self):
+        if self.dtype is None:
+            return self.model
+        if self.half is None:
+            self.half = self._cast()
+        for module, name, param in self.half:
+            self.saved.append((module, name, getattr(module, name)))
+            setattr(module, name, param)
+        return self.model
+
+    def __exit__(self, *exc):
+        for module, name, param in reversed(self.saved):
+            setattr(module, name, param)
+        self.saved.clear()
+
+
+def keep_weight_casts(model, kind: str, device: torch.device):
+    """Autocast's own behaviour, every call casting the frozen weights again (the baseline of
+    ``benchmarks/cast_weights_once.py``): a context that changes nothing, entered as often as the engine likes."""
+    return _Unchanged(model)
+
+
+class _Unchanged:
+    def __init__(self, model):
+        self.model = model
+
+    def __enter__(self):
+        return self.model
+
+    def __exit__(self, *exc):
+        return None
+
+
 # Longest row for which the engine asks PyTorch's SDPA for its math kernel on CPU under half-precision autocast.
 # There the fused flash kernel's backward is the slow part of a short-row step: in bf16, forward + backward took
 # 3.2x as long as the math kernel's at 32 rows x 9 heads x 17 positions and 1.3x at 128, while from 256 positions

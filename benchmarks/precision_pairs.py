@@ -1,0 +1,279 @@
+"""Precision pairs: does another precision move n_50? A sweep folder's rows crammed again under another autocast, on
+the same texts from the same inits, each pair differing by the precision only.
+
+    python benchmarks/precision_pairs.py results/gemma-3-270m/pooled-words-glove --autocast bf16 --ms 1 \\
+        --output results/benchmarks/precision_pairs_gemma_words_glove_bf16.jsonl
+    python benchmarks/precision_pairs.py ... --report-only            # the table, from the output alone
+
+Every row of the folder at the m given that ran to its own end (not inferred, not stopped by an early abandon;
+``--max-n`` keeps the shorter ones) is crammed again under the folder's own settings with ``--autocast`` instead of
+the folder's: the same token ids (its source, seed and index) and the same init (its ``init_seed``, checked), so a
+pair differs by the precision alone. Resumable: rows already in ``--output`` are skipped (a row in flight when the
+run is killed starts again).
+
+The report, from the output and the folder:
+
+- per m: the pairs; both crammed; both failed; crammed in the folder's precision only (``lost``: the other precision
+  would move n_50 down) and in the other only (``gained``: up); for the pairs both crammed, the median ratio of their
+  steps; the row-steps of both sides.
+- the shift: the folder's design fits its line (the pooled design's ``summary_fit``; another design's rows, the
+  pooled line of their outcomes) to the folder's rows, and again to the same rows with each re-crammed row's outcome
+  and steps in place of the folder's; the differences of n_50 at every m and of the slope. Beside each, a standard
+  error from ``--bootstrap`` resamples of the pairs (within each m, a pair drawn whole), and the design's own target
+  standard error where the folder records one. A bootstrap se over pairs is a precision, not a coverage-checked
+  interval: the verdict line says only whether ``|shift| + 2 se`` stays below each target, and at an m whose n_50 the
+  folder's rows do not bracket yet the fit rests on its width prior and says little.
+
+What a pair can and cannot show: a row near its transition can flip on float rounding alone (another row in the
+batch changes the summation order), so a few discordant pairs are expected even between two runs of the same
+precision; the shift, not the count, is what has to stay below the target.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from first_token_stalls import folder_config, read_records  # noqa: E402
+
+from ut_peft.accessibility import store  # noqa: E402
+from ut_peft.accessibility.engine.rows import INFERRED, row_steps  # noqa: E402
+
+PAIR_FIELDS = ("accessible", "steps", "stop_reason", "best_prefix", "best_accuracy", "tf_accuracy")
+
+
+def paired_rows(folder, ms, max_n: int | None = None) -> list[tuple[tuple, dict]]:
+    """The folder's rows at the m of ``ms`` that ran to their own end, no longer than ``max_n``, in key order."""
+    chosen = []
+    for key, row in sorted(store.read_rows(folder).items()):
+        m, n, _ = key
+        if m not in ms or row.get("stop_reason") == INFERRED or row.get("flagged_at") is not None:
+            continue
+        if max_n is None or n <= max_n:
+            chosen.append((key, row))
+    return chosen
+
+
+def cram_pairs(folder, ms, autocast: str, *, done: set, max_n=None, model=None, tokenizer=None):
+    """Yield one record per row not in ``done``: the row crammed again under ``autocast``, from its own init."""
+    import dataclasses
+
+    from ut_peft.accessibility.engine.cram import cram
+    from ut_peft.accessibility.engine.forward import autocast_kind
+    from ut_peft.accessibility.engine.jobs import CramJob
+    from ut_peft.accessibility.engine.sources import init_seed
+    from ut_peft.devices import execution_device
+    from ut_peft.models import load_model, load_tokenizer
+
+    config = folder_config(folder)
+    if model is None:
+        model = load_model(config.model)
+        tokenizer = None if config.source == "tokens" else load_tokenizer(config.model)
+    cram_config = dataclasses.replace(config.cram, autocast=autocast)
+    device = execution_device(model.get_input_embeddings())
+    if autocast_kind(config.cram, device) == autocast_kind(cram_config, device):
+        raise SystemExit(f"{folder} was crammed under {autocast_kind(config.cram, device)} already on this device")
+    config.resolve_prefix(tokenizer)
+    source = config.make_source(tokenizer, model.get_output_embeddings().weight.shape[0])
+    jobs, originals = [], {}
+    for (m, n, index), row in paired_rows(folder, ms, max_n):
+        if (m, n, index) in done:
+            continue
+        seed = init_seed(config.seed, m, n, index)
+        if row.get("init_seed") is not None and int(row["init_seed"]) != seed:
+            raise SystemExit(f"{folder}: row {(m, n, index)} was initialised from seed {row['init_seed']}, not {seed}")
+        jobs.append(CramJob(key=(m, n, index), ids=source.sequence(n, index, config.seed), m=m, seed=seed))
+        originals[(m, n, index)] = row
+    for result in cram(model, jobs, cram_config):
+        m, n, index = result.job.key
+        row = originals[result.job.key]
+        yield {
+            "folder": str(folder),
+            "m": m,
+            "n": n,
+            "index": index,
+            "autocast": autocast,
+            "folder_autocast": config.cram.autocast,
+            "init_seed": result.job.seed,
+            "accessible": result.accessible,
+            "steps": result.steps,
+            "stop_reason": result.stop_reason,
+            "best_prefix": result.best_prefix,
+            "best_accuracy": result.best_accuracy,
+            "tf_accuracy": result.tf_accuracy,
+            "seconds": result.seconds,
+            "original": {k: row.get(k) for k in PAIR_FIELDS},
+        }
+
+
+def swapped(rows: dict, records: list[dict]) -> dict:
+    """``rows`` with each re-crammed row's outcome and steps in place of the folder's."""
+    out = dict(rows)
+    for r in records:
+        key = (r["m"], r["n"], r["index"])
+        out[key] = {**rows[key], **{k: r[k] for k in PAIR_FIELDS}}
+    return out
+
+
+def line_fit(folder, rows: dict) -> dict | None:
+    """The folder's design's line through ``rows``: {"slope", "n50": {m: n_50}} (None where it cannot be fitted)."""
+    from ut_peft.accessibility import SweepConfig
+    from ut_peft.accessibility.designs import PooledDesign, make_design
+    from ut_peft.accessibility.designs.pooled import pooled_estimates
+
+    config = SweepConfig.from_settings(store.read_settings(folder))
+    design = make_design(config)
+    fit = design.summary_fit(rows) if isinstance(design, PooledDesign) else pooled_estimates(rows, config.ms)
+    if fit is None:
+        return None
+    return {"slope": fit["slope"], "n50": {int(m): entry["n50"] for m, entry in fit["per_m"].items()}}
+
+
+def shift(folder, records: list[dict], bootstrap: int, seed: int = 0) -> dict | None:
+    """The shift of the line from the folder's outcomes to the other precision's, and its bootstrap se over pairs."""
+    rows = store.read_rows(folder)
+    base, other = line_fit(folder, rows), line_fit(folder, swapped(rows, records))
+    if base is None or other is None:
+        return None
+    point = {
+        "slope": other["slope"] - base["slope"],
+        "n50": {m: other["n50"][m] - base["n50"][m] for m in base["n50"]},
+    }
+    by_m: dict[int, list[dict]] = {}
+    for r in records:
+        by_m.setdefault(r["m"], []).append(r)
+    rng = random.Random(seed)
+    draws: list[dict] = []
+    for _ in range(bootstrap):
+        # A resample of the pairs within each m, drawn whole; the rows of the other m stay the folder's.
+        resampled = {k: v for k, v in rows.items() if k[0] not in by_m}
+        chosen = []
+        for m, pairs in by_m.items():
+            for i, r in enumerate(rng.choices(pairs, k=len(pairs))):
+                key = (m, r["n"], 10**6 + i)  # a fresh index: a pair drawn twice is two rows
+                resampled[key] = rows[(m, r["n"], r["index"])]
+                chosen.append({**r, "index": 10**6 + i})
+        a, b = line_fit(folder, resampled), line_fit(folder, swapped(resampled, chosen))
+        if a is not None and b is not None:
+            draws.append({"slope": b["slope"] - a["slope"], "n50": {m: b["n50"][m] - a["n50"][m] for m in a["n50"]}})
+
+    def se(values):
+        return statistics.stdev(values) if len(values) > 1 else None
+
+    return {
+        "shift": point,
+        "se": {
+            "slope": se([d["slope"] for d in draws]),
+            "n50": {m: se([d["n50"][m] for d in draws]) for m in point["n50"]},
+        },
+        "bootstrap": len(draws),
+        "base": base,
+    }
+
+
+def targets(folder) -> dict:
+    """The design's target standard errors the folder records: {"slope": se or None, "n50": {m: se}}."""
+    design = store.read_settings(folder).get("design") or {}
+    n50 = {int(m): float(v) for m, v in (design.get("target_n50_se") or {}).items()}
+    slope = design.get("target_slope_se")
+    return {"slope": None if slope is None else float(slope), "n50": n50}
+
+
+def report(folder, records: list[dict], bootstrap: int) -> str:
+    lines = [
+        "| m | pairs | both crammed | both failed | lost (folder's only) | gained (other's only) | median steps ratio "
+        "(other / folder, both crammed) | row-steps folder / other |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for m in sorted({r["m"] for r in records}):
+        rs = [r for r in records if r["m"] == m]
+        both = [r for r in rs if r["accessible"] and r["original"]["accessible"]]
+        lost = [r for r in rs if r["original"]["accessible"] and not r["accessible"]]
+        gained = [r for r in rs if r["accessible"] and not r["original"]["accessible"]]
+        neither = len(rs) - len(both) - len(lost) - len(gained)
+        ratios = [(r["steps"] + 1) / (r["original"]["steps"] + 1) for r in both]
+        median = f"{statistics.median(ratios):.2f}" if ratios else "-"
+        folder_steps = sum(row_steps(r["original"]) for r in rs)
+        other_steps = sum(row_steps(r) for r in rs)
+        lines.append(
+            f"| {m} | {len(rs)} | {len(both)} | {neither} | {len(lost)} {sorted(r['n'] for r in lost)} | "
+            f"{len(gained)} {sorted(r['n'] for r in gained)} | {median} | {folder_steps:,} / {other_steps:,} |"
+        )
+    if not records:
+        return "no pairs yet"
+    other = records[0]["autocast"]
+    fitted = shift(folder, records, bootstrap)
+    if fitted is None:
+        lines.append("\nshift: the line cannot be fitted to these rows (fewer than two m with rows)")
+        return "\n".join(lines)
+    goal = targets(folder)
+    lines.append(
+        f"\nshift of the line from the folder's outcomes to {other}'s (bootstrap se over pairs, "
+        f"{fitted['bootstrap']} resamples; target se where the design records one):"
+    )
+    verdicts = []
+
+    def line(name, value, se, target):
+        se_text = "-" if se is None else f"{se:.2f}"
+        target_text = "-" if target is None else f"{target:.2f}"
+        lines.append(f"  {name}: {value:+.2f} (se {se_text}; target se {target_text})")
+        if target is not None and se is not None:
+            verdicts.append(abs(value) + 2 * se < target)
+
+    line("slope", fitted["shift"]["slope"], fitted["se"]["slope"], goal["slope"])
+    for m, value in sorted(fitted["shift"]["n50"].items()):
+        line(
+            f"n_50 at m = {m} (folder {fitted['base']['n50'][m]:.1f})",
+            value,
+            fitted["se"]["n50"][m],
+            goal["n50"].get(m),
+        )
+    if verdicts:
+        kept = "every" if all(verdicts) else f"{sum(verdicts)} of {len(verdicts)}"
+        lines.append(f"|shift| + 2 se below the target se: {kept} of the quantities with a target")
+    return "\n".join(lines)
+
+
+def main(argv=None, *, model=None, tokenizer=None) -> None:
+    args = parse(argv)
+    output = Path(args.output)
+    records = read_records(output)
+    if records and any(r["autocast"] != records[0]["autocast"] for r in records):
+        raise SystemExit(f"{output} mixes precisions: one output file per precision")
+    if not args.report_only:
+        if records and records[0]["autocast"] != args.autocast:
+            raise SystemExit(f"{output} holds {records[0]['autocast']} pairs, not {args.autocast}: another --output")
+        done = {(r["m"], r["n"], r["index"]) for r in records}
+        output.parent.mkdir(parents=True, exist_ok=True)
+        new = cram_pairs(
+            args.folder, set(args.ms), args.autocast, done=done, max_n=args.max_n, model=model, tokenizer=tokenizer
+        )
+        with output.open("a", encoding="utf-8") as out:
+            for record in new:
+                out.write(json.dumps(record) + "\n")
+                out.flush()
+                records.append(record)
+    print(report(args.folder, records, args.bootstrap))
+
+
+def parse(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("folder", help="a sweep folder")
+    parser.add_argument("--autocast", default="bf16", choices=["bf16", "fp16", "none"], help="the other precision")
+    parser.add_argument("--ms", type=int, nargs="+", default=[1], help="the m whose rows are crammed again")
+    parser.add_argument("--max-n", type=int, help="only rows no longer than this")
+    parser.add_argument("--bootstrap", type=int, default=200, help="resamples of the pairs for the shift's se")
+    parser.add_argument("--output", required=True, help="the results JSONL (appended; resumable)")
+    parser.add_argument("--report-only", action="store_true")
+    return parser.parse_args(argv)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,95 @@
+"""benchmarks/precision_pairs.py: a folder's rows crammed again under another autocast on the same texts and inits,
+paired with the folder's own; the shift of the line from one side's outcomes to the other's; resumable."""
+
+import contextlib
+import io
+import json
+
+import pytest
+
+from ut_peft.accessibility import run_sweep
+from ut_peft.accessibility.engine.sources import init_seed
+from ut_peft.accessibility.store import read_rows
+from ut_peft.accessibility.testing import crammable_model, small_sweep_config
+
+
+@pytest.fixture
+def pairs(load_benchmark, monkeypatch):
+    from pathlib import Path
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2] / "benchmarks"))  # its first_token_stalls
+    return load_benchmark("precision_pairs.py")
+
+
+def _run(pairs, *argv, model):
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        pairs.main([*argv], model=model, tokenizer=None)
+    return out.getvalue()
+
+
+def test_rows_are_crammed_again_in_bf16_from_their_own_inits_and_paired(tmp_path, pairs):
+    llama = crammable_model("llama")
+    folder = tmp_path / "sweep"
+    run_sweep(small_sweep_config(), folder, model=llama, progress=False)
+    rows = read_rows(folder)
+    output = tmp_path / "pairs.jsonl"
+    argv = [str(folder), "--autocast", "bf16", "--ms", "1", "2", "--bootstrap", "20", "--output", str(output)]
+    text = _run(pairs, *argv, model=llama)
+    records = [json.loads(line) for line in output.read_text().splitlines()]
+    assert {(r["m"], r["n"], r["index"]) for r in records} == set(rows)
+    for record in records:
+        key = (record["m"], record["n"], record["index"])
+        assert record["init_seed"] == init_seed(small_sweep_config().seed, *key) == rows[key]["init_seed"]
+        assert record["original"]["accessible"] == rows[key]["accessible"] and record["autocast"] == "bf16"
+    assert "| 1 |" in text and "| 2 |" in text and "shift of the line" in text
+
+    # Resumable: nothing is crammed again and the report is the same; --report-only prints it from the output alone.
+    assert _run(pairs, *argv, model=llama) == text
+    assert len(output.read_text().splitlines()) == len(records)
+    assert _run(pairs, str(folder), "--output", str(output), "--bootstrap", "20", "--report-only", model=None) == text
+    with pytest.raises(SystemExit, match="already"):  # the folder's own precision is no pair
+        _run(pairs, str(folder), "--autocast", "none", "--output", str(tmp_path / "same.jsonl"), model=llama)
+    with pytest.raises(SystemExit, match="holds bf16 pairs"):
+        _run(pairs, str(folder), "--autocast", "fp16", "--output", str(output), model=llama)
+
+
+def test_the_shift_is_zero_for_identical_outcomes_and_moves_with_flipped_rows(tmp_path, pairs):
+    from ut_peft.accessibility.testing import pooled_sweep_settings, write_sweep_folder
+
+    def crams(m, n, i):  # mixed outcomes around n_50 = 16 at m = 1 and 60 at m = 3
+        return n + (4 if m == 1 else 10) * (i - 1.5) < (16 if m == 1 else 60)
+
+    rows = [
+        (m, n, i, crams(m, n, i), 10)
+        for m, ns in ((1, (8, 12, 16, 20, 24)), (3, (40, 50, 60, 70, 80)))
+        for n in ns
+        for i in range(4)
+    ]
+    folder = tmp_path / "folder"
+    write_sweep_folder(folder, pooled_sweep_settings(), rows)
+    same = [
+        {
+            "m": m,
+            "n": n,
+            "index": i,
+            "autocast": "bf16",
+            "accessible": ok,
+            "steps": 10,
+            "stop_reason": "exact",
+            "best_prefix": 0,
+            "best_accuracy": 1.0,
+            "tf_accuracy": 1.0,
+            "original": {"accessible": ok, "steps": 10},
+        }
+        for m, n, i, ok, _ in rows
+    ]
+    fitted = pairs.shift(folder, same, bootstrap=10)
+    assert fitted["shift"]["slope"] == 0 and set(fitted["shift"]["n50"].values()) == {0.0}
+    assert fitted["se"]["slope"] == 0 and fitted["bootstrap"] == 10
+    # The m = 3 rows of length 70 all cram in the other precision: n_50 at m = 3 moves up, and the slope with it.
+    flipped = [{**r, "accessible": True} if (r["m"], r["n"]) == (3, 70) else r for r in same]
+    moved = pairs.shift(folder, flipped, bootstrap=10)
+    assert moved["shift"]["n50"][3] > 0 and moved["shift"]["slope"] > 0 and moved["se"]["n50"][3] > 0
+    text = pairs.report(folder, flipped, bootstrap=10)
+    assert "target se 8.00" in text and "n_50 at m = 3" in text  # the design's own targets stand beside the shift
