@@ -8,8 +8,10 @@ the same texts from the same inits, each pair differing by the precision only.
 Every row of the folder at the m given that ran to its own end (not inferred, not stopped by an early abandon;
 ``--max-n`` keeps the shorter ones) is crammed again under the folder's own settings with ``--autocast`` instead of
 the folder's: the same token ids (its source, seed and index) and the same init (its ``init_seed``, checked), so a
-pair differs by the precision alone. Resumable: rows already in ``--output`` are skipped (a row in flight when the
-run is killed starts again).
+pair differs by the precision alone. Rows far from n_50 cram (or fail) in any precision and say little, so
+``--fresh N`` adds N new rows per m at the folder's fitted n_50 (new texts, indices from 10 000), each crammed in
+both precisions by this script: the pairs that can tell. Resumable: rows already in ``--output`` are skipped (a
+row in flight when the run is killed starts again).
 
 The report, from the output and the folder:
 
@@ -46,6 +48,7 @@ from first_token_stalls import folder_config, read_records  # noqa: E402
 from ut_peft.accessibility import store  # noqa: E402
 from ut_peft.accessibility.engine.rows import INFERRED, row_steps  # noqa: E402
 
+FRESH_INDEX = 10_000  # fresh rows' sequence indices: far above any a sweep's design reaches
 PAIR_FIELDS = ("accessible", "steps", "stop_reason", "best_prefix", "best_accuracy", "tf_accuracy")
 
 
@@ -61,8 +64,9 @@ def paired_rows(folder, ms, max_n: int | None = None) -> list[tuple[tuple, dict]
     return chosen
 
 
-def cram_pairs(folder, ms, autocast: str, *, done: set, max_n=None, model=None, tokenizer=None):
-    """Yield one record per row not in ``done``: the row crammed again under ``autocast``, from its own init."""
+def cram_pairs(folder, ms, autocast: str, *, done: set, max_n=None, fresh: int = 0, model=None, tokenizer=None):
+    """Yield one record per row not in ``done``: the row crammed again under ``autocast``, from its own init; and
+    ``fresh`` new rows per m at the folder's n_50 (indices from ``FRESH_INDEX``), each crammed in both precisions."""
     import dataclasses
 
     from ut_peft.accessibility.engine.cram import cram
@@ -91,6 +95,21 @@ def cram_pairs(folder, ms, autocast: str, *, done: set, max_n=None, model=None, 
             raise SystemExit(f"{folder}: row {(m, n, index)} was initialised from seed {row['init_seed']}, not {seed}")
         jobs.append(CramJob(key=(m, n, index), ids=source.sequence(n, index, config.seed), m=m, seed=seed))
         originals[(m, n, index)] = row
+    if fresh:
+        fitted = line_fit(folder, store.read_rows(folder))
+        if fitted is None:
+            raise SystemExit(f"{folder}: its rows give no line yet, so there is no n_50 to put fresh rows at")
+        new = []
+        for m in sorted(ms):
+            n = max(1, round(fitted["n50"][m]))
+            for index in range(FRESH_INDEX, FRESH_INDEX + fresh):
+                if (m, n, index) not in done:
+                    ids = source.sequence(n, index, config.seed)
+                    new.append(CramJob(key=(m, n, index), ids=ids, m=m, seed=init_seed(config.seed, m, n, index)))
+        # The folder's own precision first (a pair needs both sides), then the other with the folder's rows.
+        for result in cram(model, new, config.cram):
+            originals[result.job.key] = {"fresh": True, **_fields(result)}
+        jobs += new
     for result in cram(model, jobs, cram_config):
         m, n, index = result.job.key
         row = originals[result.job.key]
@@ -110,11 +129,32 @@ def cram_pairs(folder, ms, autocast: str, *, done: set, max_n=None, model=None, 
             "tf_accuracy": result.tf_accuracy,
             "seconds": result.seconds,
             "original": {k: row.get(k) for k in PAIR_FIELDS},
+            "fresh": bool(row.get("fresh")),
         }
 
 
+def _fields(result) -> dict:
+    return {
+        "accessible": result.accessible,
+        "steps": result.steps,
+        "stop_reason": result.stop_reason,
+        "best_prefix": result.best_prefix,
+        "best_accuracy": result.best_accuracy,
+        "tf_accuracy": result.tf_accuracy,
+    }
+
+
+def with_fresh(rows: dict, records: list[dict]) -> dict:
+    """``rows`` and the fresh rows of ``records`` as the folder's precision crammed them."""
+    out = dict(rows)
+    for r in records:
+        if r.get("fresh"):
+            out[(r["m"], r["n"], r["index"])] = {"m": r["m"], "n": r["n"], "index": r["index"], **r["original"]}
+    return out
+
+
 def swapped(rows: dict, records: list[dict]) -> dict:
-    """``rows`` with each re-crammed row's outcome and steps in place of the folder's."""
+    """``rows`` with each paired row's outcome and steps in the other precision in place of the folder's."""
     out = dict(rows)
     for r in records:
         key = (r["m"], r["n"], r["index"])
@@ -138,7 +178,7 @@ def line_fit(folder, rows: dict) -> dict | None:
 
 def shift(folder, records: list[dict], bootstrap: int, seed: int = 0) -> dict | None:
     """The shift of the line from the folder's outcomes to the other precision's, and its bootstrap se over pairs."""
-    rows = store.read_rows(folder)
+    rows = with_fresh(store.read_rows(folder), records)
     base, other = line_fit(folder, rows), line_fit(folder, swapped(rows, records))
     if base is None or other is None:
         return None
@@ -202,8 +242,14 @@ def report(folder, records: list[dict], bootstrap: int) -> str:
         median = f"{statistics.median(ratios):.2f}" if ratios else "-"
         folder_steps = sum(row_steps(r["original"]) for r in rs)
         other_steps = sum(row_steps(r) for r in rs)
+        fresh = [r for r in rs if r.get("fresh")]
+        at = (
+            f" ({len(fresh)} fresh at n = {', '.join(str(n) for n in sorted({r['n'] for r in fresh}))})"
+            if fresh
+            else ""
+        )
         lines.append(
-            f"| {m} | {len(rs)} | {len(both)} | {neither} | {len(lost)} {sorted(r['n'] for r in lost)} | "
+            f"| {m} | {len(rs)}{at} | {len(both)} | {neither} | {len(lost)} {sorted(r['n'] for r in lost)} | "
             f"{len(gained)} {sorted(r['n'] for r in gained)} | {median} | {folder_steps:,} / {other_steps:,} |"
         )
     if not records:
@@ -238,6 +284,13 @@ def report(folder, records: list[dict], bootstrap: int) -> str:
     if verdicts:
         kept = "every" if all(verdicts) else f"{sum(verdicts)} of {len(verdicts)}"
         lines.append(f"|shift| + 2 se below the target se: {kept} of the quantities with a target")
+    discordant = sum(r["accessible"] != r["original"]["accessible"] for r in records)
+    if not discordant:
+        # Resampling pairs that all agree cannot move the line, so the se above is 0 by construction.
+        lines.append(
+            f"no pair changed its outcome ({len(records)} pairs): the bootstrap se is 0 by construction; the share "
+            f"of such pairs that would change is below 3/{len(records)} = {3 / len(records):.2f} (rule of three, 95%)"
+        )
     return "\n".join(lines)
 
 
@@ -253,7 +306,14 @@ def main(argv=None, *, model=None, tokenizer=None) -> None:
         done = {(r["m"], r["n"], r["index"]) for r in records}
         output.parent.mkdir(parents=True, exist_ok=True)
         new = cram_pairs(
-            args.folder, set(args.ms), args.autocast, done=done, max_n=args.max_n, model=model, tokenizer=tokenizer
+            args.folder,
+            set(args.ms),
+            args.autocast,
+            done=done,
+            max_n=args.max_n,
+            fresh=args.fresh,
+            model=model,
+            tokenizer=tokenizer,
         )
         with output.open("a", encoding="utf-8") as out:
             for record in new:
@@ -269,6 +329,9 @@ def parse(argv=None) -> argparse.Namespace:
     parser.add_argument("--autocast", default="bf16", choices=["bf16", "fp16", "none"], help="the other precision")
     parser.add_argument("--ms", type=int, nargs="+", default=[1], help="the m whose rows are crammed again")
     parser.add_argument("--max-n", type=int, help="only rows no longer than this")
+    parser.add_argument(
+        "--fresh", type=int, default=0, help="also this many new rows per m at the folder's n_50, in both precisions"
+    )
     parser.add_argument("--bootstrap", type=int, default=200, help="resamples of the pairs for the shift's se")
     parser.add_argument("--output", required=True, help="the results JSONL (appended; resumable)")
     parser.add_argument("--report-only", action="store_true")

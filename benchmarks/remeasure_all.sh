@@ -27,11 +27,12 @@ declare -A COMMANDS=(
   [cram_fp32]="benchmarks/cram_throughput.py --autocast none --repeats $REPEATS"
   [cram_fp32_len6]="benchmarks/cram_throughput.py --length 6 --max-steps 100 --batch-size 16 --autocast none --repeats $REPEATS"
   [cpu_attention]="benchmarks/cpu_attention_kernels.py --rounds $REPEATS"
+  [cast_weights_once]="benchmarks/cast_weights_once.py --lengths 26 116 193 --rows 8 --steps 2 --repeats $REPEATS"
   [geometry_cells]="benchmarks/geometry_cells.py --model smollm2-135m --samples 8192 --repeats $REPEATS"
   [cram_h200]="benchmarks/cram_throughput.py --model /tmp/smollm2-random --num-sequences 16 --length 256 --batch-size 16 --max-steps 50 --repeats $REPEATS"
   [cram_memory_large_vocab]="benchmarks/cram_memory_large_vocab.py"
 )
-CPU_ORDER=(reprogram cram_bf16 cram_bf16_2proc cram_bf16_len6 cram_fp32 cram_fp32_len6 cpu_attention geometry_cells)
+CPU_ORDER=(reprogram cram_bf16 cram_bf16_2proc cram_bf16_len6 cram_fp32 cram_fp32_len6 cpu_attention cast_weights_once geometry_cells)
 GPU_ORDER=(cram_h200 cram_memory_large_vocab)
 
 if [ $# -gt 0 ]; then

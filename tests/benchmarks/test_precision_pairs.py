@@ -48,6 +48,14 @@ def test_rows_are_crammed_again_in_bf16_from_their_own_inits_and_paired(tmp_path
     assert _run(pairs, *argv, model=llama) == text
     assert len(output.read_text().splitlines()) == len(records)
     assert _run(pairs, str(folder), "--output", str(output), "--bootstrap", "20", "--report-only", model=None) == text
+    # Fresh rows at the folder's n_50: new texts, crammed in both precisions, paired like the folder's own.
+    fresh_output = tmp_path / "fresh.jsonl"
+    fresh_argv = [str(folder), "--ms", "2", "--max-n", "2", "--fresh", "2", "--bootstrap", "5", "--output"]
+    text = _run(pairs, *fresh_argv, str(fresh_output), model=llama)
+    fresh = [json.loads(line) for line in fresh_output.read_text().splitlines() if '"fresh": true' in line]
+    assert len(fresh) == 2 and {r["index"] for r in fresh} == {pairs.FRESH_INDEX, pairs.FRESH_INDEX + 1}
+    assert all(r["original"]["steps"] >= 0 and r["m"] == 2 and len({r["n"] for r in fresh}) == 1 for r in fresh)
+    assert "2 fresh at n = " in text
     with pytest.raises(SystemExit, match="already"):  # the folder's own precision is no pair
         _run(pairs, str(folder), "--autocast", "none", "--output", str(tmp_path / "same.jsonl"), model=llama)
     with pytest.raises(SystemExit, match="holds bf16 pairs"):
