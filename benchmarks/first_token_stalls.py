@@ -184,6 +184,16 @@ def read_records(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
+def append_records(output: Path, new, records: list[dict]) -> None:
+    """Append each record of ``new`` to ``output`` as it comes (one JSON line, flushed: a kill loses only the rows
+    in flight) and to ``records``."""
+    with output.open("a", encoding="utf-8") as out:
+        for record in new:
+            out.write(json.dumps(record) + "\n")
+            out.flush()
+            records.append(record)
+
+
 def main(argv=None, *, model=None, tokenizer=None) -> None:
     args = parse(argv)
     output = Path(args.output)
@@ -203,11 +213,7 @@ def main(argv=None, *, model=None, tokenizer=None) -> None:
             model=model,
             tokenizer=tokenizer,
         )
-        with output.open("a", encoding="utf-8") as out:
-            for record in new:
-                out.write(json.dumps(record) + "\n")
-                out.flush()
-                records.append(record)
+        append_records(output, new, records)
     print(report(records))
 
 

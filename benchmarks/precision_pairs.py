@@ -34,7 +34,6 @@ precision; the shift, not the count, is what has to stay below the target.
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import statistics
 import sys
@@ -43,7 +42,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from first_token_stalls import folder_config, read_records  # noqa: E402
+from first_token_stalls import append_records, folder_config, read_records  # noqa: E402
 
 from ut_peft.accessibility import store  # noqa: E402
 from ut_peft.accessibility.engine.rows import INFERRED, row_steps  # noqa: E402
@@ -121,12 +120,7 @@ def cram_pairs(folder, ms, autocast: str, *, done: set, max_n=None, fresh: int =
             "autocast": autocast,
             "folder_autocast": config.cram.autocast,
             "init_seed": result.job.seed,
-            "accessible": result.accessible,
-            "steps": result.steps,
-            "stop_reason": result.stop_reason,
-            "best_prefix": result.best_prefix,
-            "best_accuracy": result.best_accuracy,
-            "tf_accuracy": result.tf_accuracy,
+            **_fields(result),
             "seconds": result.seconds,
             "original": {k: row.get(k) for k in PAIR_FIELDS},
             "fresh": bool(row.get("fresh")),
@@ -315,11 +309,7 @@ def main(argv=None, *, model=None, tokenizer=None) -> None:
             model=model,
             tokenizer=tokenizer,
         )
-        with output.open("a", encoding="utf-8") as out:
-            for record in new:
-                out.write(json.dumps(record) + "\n")
-                out.flush()
-                records.append(record)
+        append_records(output, new, records)
     print(report(args.folder, records, args.bootstrap))
 
 
