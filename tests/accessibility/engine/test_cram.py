@@ -97,6 +97,15 @@ def test_weights_cast_once_under_cpu_half_autocast_decide_bit_identically(family
             assert {p.dtype for p in model.parameters()} == {torch.float32}
 
 
+def test_no_cached_half_weights_where_they_would_crowd_the_memory(llama, monkeypatch):
+    from ut_peft.accessibility.engine import forward
+
+    monkeypatch.setattr(forward, "_available_memory", lambda: 1000)  # bytes: less than twice any copy
+    with pytest.warns(UserWarning, match="without a cached half-precision copy"):
+        with forward.CastWeightsOnce(llama, "bf16", torch.device("cpu")):
+            assert {p.dtype for p in llama.parameters()} == {torch.float32}
+
+
 def test_model_gets_no_gradients_and_is_restored(llama):
     flags = [p.requires_grad for p in llama.parameters()]
     before = [p.detach().clone() for p in llama.parameters()]

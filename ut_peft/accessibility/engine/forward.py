@@ -5,6 +5,7 @@ model frozen for the duration."""
 from __future__ import annotations
 
 import math
+import warnings
 from contextlib import nullcontext
 
 import torch
@@ -85,7 +86,7 @@ class CastWeightsOnce:
     autocast. The swap lasts only while the engine runs, never across a ``yield`` of :func:`cram`, so a caller never
     sees the model with half weights. Not on GPUs, where a cast is cheap next to the matmul and a second copy of a
     large model's weights would not fit, nor for models dispatched by accelerate (their weights may live on other
-    devices or on disk).
+    devices or on disk), nor where the copies would take more than half the free memory (a warning says so).
     """
 
     def __init__(self, model, kind: str, device: torch.device):
@@ -97,14 +98,27 @@ class CastWeightsOnce:
         self.saved: list[tuple[torch.nn.Module, str, torch.nn.Parameter]] = []
 
     def _cast(self) -> list[tuple[torch.nn.Module, str, torch.nn.Parameter]]:
-        half = []
+        from torch.nn.utils import parametrize
+
+        originals = []
         for module in self.model.modules():
-            if isinstance(module, torch.nn.Linear):
+            if isinstance(module, torch.nn.Linear) and not parametrize.is_parametrized(module):
                 for name in ("weight", "bias"):
                     param = getattr(module, name)
                     if param is not None and param.dtype == torch.float32 and param.device.type == "cpu":
-                        half.append((module, name, torch.nn.Parameter(param.detach().to(self.dtype), False)))
-        return half
+                        originals.append((module, name, param))
+        needed = sum(param.numel() for *_, param in originals) * torch.finfo(self.dtype).bits // 8
+        available = _available_memory()
+        if available is not None and needed > available // 2:
+            # The copies would crowd the machine; autocast's own casts give the same results, only slower.
+            warnings.warn(
+                f"cramming under {self.dtype} autocast without a cached half-precision copy of the weights: it "
+                f"would take {needed / 2**30:.1f} GiB of the {available / 2**30:.1f} GiB free (load the model in "
+                "bfloat16 to save both)",
+                stacklevel=2,
+            )
+            return []
+        return [(module, name, torch.nn.Parameter(p.detach().to(self.dtype), False)) for module, name, p in originals]
 
     def __enter__(self):
         if self.dtype is None:
@@ -126,6 +140,15 @@ def keep_weight_casts(model, kind: str, device: torch.device):
     """Autocast's own behaviour, every call casting the frozen weights again (the baseline of
     ``benchmarks/cast_weights_once.py``): a context that changes nothing, entered as often as the engine likes."""
     return _Unchanged(model)
+
+
+def _available_memory() -> int | None:
+    """Bytes of memory free for new allocations (None where psutil, which accelerate installs, is missing)."""
+    try:
+        import psutil
+    except ImportError:
+        return None
+    return int(psutil.virtual_memory().available)
 
 
 class _Unchanged:
