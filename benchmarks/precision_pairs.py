@@ -100,6 +100,8 @@ def cram_pairs(folder, ms, autocast: str, *, done: set, max_n=None, fresh: int =
             raise SystemExit(f"{folder}: its rows give no line yet, so there is no n_50 to put fresh rows at")
         new = []
         for m in sorted(ms):
+            if m not in fitted["n50"]:
+                raise SystemExit(f"{folder}: its line gives no n_50 at m = {m} (its ms: {sorted(fitted['n50'])})")
             n = max(1, round(fitted["n50"][m]))
             for index in range(FRESH_INDEX, FRESH_INDEX + fresh):
                 if (m, n, index) not in done:
