@@ -238,6 +238,35 @@ def test_seeds_1_and_2_go_to_rows_at_or_within_10_points_of_the_paper():
     assert [name for name, _ in plan.budget_runs({})] == seed0  # nothing finished: seed 0 only
 
 
+def test_seed_0_rows_of_fixed_backbones_stopped_flat_below_the_paper_run_again_without_the_rule():
+    flat = dict(stop_reason="flat")
+    rows = {
+        r["name"]: r
+        for r in (
+            _row("k3", "sparse", 0, 0.64, **flat),  # flat below 99: checked
+            _row("k3", "random", 0, 0.90, **flat),  # flat, but above random's 85.7: not checked
+            _row("k2", "full", 0, 0.987, **flat),  # the fully trained model: not checked
+            _row("mix", "random", 0, 0.63),  # ran the whole budget: nothing to check
+            _row("mix", "sparse", 1, 0.60, **flat),  # seed 1: not checked
+        )
+    }
+    checks = plan.flat_checks(rows)
+    assert [name for name, _ in checks] == ["khop-k3-sparse-budget-s0-unstopped"]
+    (name, settings), planned = checks[0], dict(plan.BUDGET_PLAN)["khop-k3-sparse-budget-s0"]
+    assert settings == {**planned, "stop_flat": 0.0}  # the stopped run's, the flat rule off
+    assert RunSettings(**settings).stop_flat == 0.0
+    assert [n for n, _ in plan.budget_runs(rows)][-1] == name  # after the seeds
+
+    # The report marks the check as such, below the row it checks.
+    from ut_peft.tasks.budget_results import budget_table
+
+    checked = _row("k3", "sparse", 0, 0.97, curve=[(100_096, 0.58), (819_200, 0.64), (10_000_128, 0.97)])
+    checked["settings"]["stop_flat"] = 0.0
+    table = budget_table({**rows, name: checked}).splitlines()
+    at = [i for i, line in enumerate(table) if line.startswith("| k = 3 alone | sparse UT")]
+    assert len(at) == 2 and "no flat rule" in table[at[1]] and "no flat rule" not in table[at[0]]
+
+
 def test_the_budget_worker_adds_the_seeds_a_finished_seed_0_earns(tmp_path, monkeypatch):
     tiny = {**TINY, "steps": 4, "eval_log_from": 0, "stop_accuracy": 0.0, "stop_flat": 0.0}
     entries = [

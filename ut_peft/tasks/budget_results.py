@@ -44,6 +44,11 @@ def crossing(curve: list[dict], level: float) -> tuple[dict | None, dict] | None
     return None
 
 
+def unstopped(row: dict) -> bool:
+    """A budget run without the flat rule: the check of a seed-0 row the rule stopped (:func:`.plan.flat_checks`)."""
+    return not row["settings"].get("stop_flat")
+
+
 def _examples(n: float) -> str:
     return f"{n:.1e}".replace("e+0", "e")
 
@@ -79,7 +84,12 @@ def budget_table(rows: dict[str, dict]) -> str:
     runs = [row for row in rows.values() if row["task"] == "khop" and is_budget(row)]
     splits, kinds = list(SPLITS), list(KINDS)
     runs.sort(
-        key=lambda r: (splits.index(_split(r["settings"])), kinds.index(_kind(r["settings"])), r["settings"]["seed"])
+        key=lambda r: (
+            splits.index(_split(r["settings"])),
+            kinds.index(_kind(r["settings"])),
+            r["settings"]["seed"],
+            unstopped(r),
+        )
     )
     lines = [
         "| task | model | seed | stopped | examples seen | held-out accuracy (%) | paper's level | crosses it "
@@ -94,6 +104,8 @@ def budget_table(rows: dict[str, dict]) -> str:
         if len(s["khop_ks"]) > 1 and row.get("per_k"):
             accuracy += " (k = " + " / ".join(f"{100 * v:.1f}" for v in row["per_k"].values()) + ")"
         model = "fully trained" if kind == "full" else f"{kind} UT (E, U, positions)"
+        if unstopped(row):
+            model += ", no flat rule (the check of the row above)"
         lines.append(
             f"| {SPLIT_TITLES[_split(s)]} | {model} | {s['seed']} | {_stop(row)} | "
             f"{_examples(row['curve'][-1]['examples_seen'])} | {accuracy} | {paper} (at {100 * level:.1f}) | "
@@ -131,15 +143,17 @@ def budget_figure(rows: dict[str, dict], path: Path) -> None:
                 continue
             kind = _kind(s)
             points = row["curve"]
+            model = f"{'fully trained' if kind == 'full' else kind + ' UT'}, seed {s['seed']}"
             axis.plot(
                 [p["examples_seen"] for p in points],
                 [100 * p["accuracy"] for p in points],
                 color=KIND_COLOURS[kind],
-                linestyle=SEED_STYLES.get(s["seed"], "-."),
+                linestyle="-." if unstopped(row) else SEED_STYLES.get(s["seed"], "-."),
+                linewidth=1 if unstopped(row) else 1.5,
                 marker="o",
                 markersize=3,
                 alpha=0.35 if "stopped_at" in row else 0.85,
-                label=label(f"{'fully trained' if kind == 'full' else kind + ' UT'}, seed {s['seed']}"),
+                label=label(model + (", no flat rule" if unstopped(row) else "")),
             )
         axis.set(xscale="log", xlabel="training examples seen", title=SPLIT_TITLES[split], ylim=(0, 101))
         axis.grid(alpha=0.3)

@@ -180,15 +180,39 @@ def more_seeds(row: dict) -> bool:
     return crossed or level - row["accuracy"] < MORE_SEEDS_WITHIN
 
 
+# The flat rule's own check: a seed-0 row of a fixed backbone that stopped flat below the paper's level runs again
+# without the rule, to the budget or 99%, under this suffix.
+UNSTOPPED = "-unstopped"
+
+
+def flat_checks(rows: dict[str, dict]) -> list[tuple[str, dict]]:
+    """For every finished seed-0 budget row of a fixed backbone (sparse or random UT) that the flat rule stopped below
+    the paper's level: the same run without the flat rule (``stop_flat`` 0), to the budget or 99%. The flat rule
+    judges a curve while the budget's schedule still holds the learning rate near its peak, and a k-hop curve can sit
+    on a plateau before it jumps (a plan run of k = 2 went from 61 to 84% within one doubling); this run says whether
+    the rule stopped a curve that would have climbed. Its seed, data and schedule are the stopped run's, so its curve
+    repeats that one up to the stop (the same examples in the same order) and then goes on. The fully trained model
+    is not checked: the question is the fixed backbones'."""
+    checks = []
+    for name, settings in BUDGET_PLAN:
+        row = rows.get(name)
+        if settings["seed"] != 0 or row is None or row.get("stop_reason") != "flat":
+            continue
+        kind = _kind(row["settings"])
+        if kind != "full" and row["accuracy"] < PAPER[kind][0]:
+            checks.append((name + UNSTOPPED, {**settings, "stop_flat": 0.0}))
+    return checks
+
+
 def budget_runs(rows: dict[str, dict]) -> list[tuple[str, dict]]:
     """The budget runs due, in order, given the finished ``rows``: seed 0 of every row, then seeds 1 and 2 of the rows
-    whose seed 0 has finished and :func:`more_seeds` holds."""
+    whose seed 0 has finished and :func:`more_seeds` holds, then the flat rule's checks (:func:`flat_checks`)."""
     planned = dict(BUDGET_PLAN)
     due = [(name, settings) for name, settings in BUDGET_PLAN if settings["seed"] == 0]
     for name, _ in list(due):
         if name in rows and more_seeds(rows[name]):
             due += [(other, planned[other]) for other in (name[: -len("s0")] + f"s{seed}" for seed in (1, 2))]
-    return due
+    return due + flat_checks(rows)
 
 
 def is_budget(row: dict) -> bool:
