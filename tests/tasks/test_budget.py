@@ -267,6 +267,16 @@ def test_seed_0_rows_of_fixed_backbones_stopped_flat_below_the_paper_run_again_w
     assert len(at) == 2 and "no flat rule" in table[at[1]] and "no flat rule" not in table[at[0]]
 
 
+def test_a_run_without_the_flat_rule_repeats_the_stopped_runs_curve_and_goes_on(tmp_path):
+    """The flat rule's check trains exactly what the stopped run trained up to its stop (same seed, batches and
+    schedule), then continues: its curve begins with the stopped run's, point for point."""
+    stopped = run(RunSettings(**{**TINY, "stop_flat": 0.99, "stop_accuracy": 0.0}), tmp_path / "stopped")
+    goes_on = run(RunSettings(**{**TINY, "stop_flat": 0.0, "stop_accuracy": 0.0}), tmp_path / "unstopped")
+    assert stopped["stop_reason"] == "flat" and goes_on["stop_reason"] == "budget"
+    first = _record(stopped)["curve"]
+    assert len(first) < len(goes_on["curve"]) and _record(goes_on)["curve"][: len(first)] == first
+
+
 def test_the_budget_worker_adds_the_seeds_a_finished_seed_0_earns(tmp_path, monkeypatch):
     tiny = {**TINY, "steps": 4, "eval_log_from": 0, "stop_accuracy": 0.0, "stop_flat": 0.0}
     entries = [
