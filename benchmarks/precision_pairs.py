@@ -11,7 +11,8 @@ the folder's: the same token ids (its source, seed and index) and the same init 
 pair differs by the precision alone. Rows far from n_50 cram (or fail) in any precision and say little, so
 ``--fresh N`` adds N new rows per m at the folder's fitted n_50 (new texts, indices from 10 000), each crammed in
 both precisions by this script: the pairs that can tell. Resumable: rows already in ``--output`` are skipped (a
-row in flight when the run is killed starts again).
+row in flight when the run is killed starts again), and a fresh row's cram in the folder's precision is written as
+soon as it ends (a ``"side": "folder"`` line), so a rerun crams only its other side, at the same n.
 
 The report, from the output and the folder:
 
@@ -63,9 +64,14 @@ def paired_rows(folder, ms, max_n: int | None = None) -> list[tuple[tuple, dict]
     return chosen
 
 
-def cram_pairs(folder, ms, autocast: str, *, done: set, max_n=None, fresh: int = 0, model=None, tokenizer=None):
+def cram_pairs(
+    folder, ms, autocast: str, *, done: set, max_n=None, fresh: int = 0, sides=None, model=None, tokenizer=None
+):
     """Yield one record per row not in ``done``: the row crammed again under ``autocast``, from its own init; and
-    ``fresh`` new rows per m at the folder's n_50 (indices from ``FRESH_INDEX``), each crammed in both precisions."""
+    ``fresh`` new rows per m at the folder's n_50 (indices from ``FRESH_INDEX``), each crammed in both precisions.
+    A fresh row's cram in the folder's precision is yielded first, as a ``"side": "folder"`` record, so that a
+    resumed run does not cram it again: ``sides`` holds those already written, by key (their n pins where a resumed
+    run puts the fresh rows of their m, whatever the folder's line says by then)."""
     import dataclasses
 
     from ut_peft.accessibility.engine.cram import cram
@@ -98,18 +104,37 @@ def cram_pairs(folder, ms, autocast: str, *, done: set, max_n=None, fresh: int =
         fitted = line_fit(folder, store.read_rows(folder))
         if fitted is None:
             raise SystemExit(f"{folder}: its rows give no line yet, so there is no n_50 to put fresh rows at")
-        new = []
+        sides = sides or {}
+        pinned = {m: n for m, n, index in [*sides, *done] if index >= FRESH_INDEX}
+        new, first = [], []
         for m in sorted(ms):
             if m not in fitted["n50"]:
                 raise SystemExit(f"{folder}: its line gives no n_50 at m = {m} (its ms: {sorted(fitted['n50'])})")
-            n = max(1, round(fitted["n50"][m]))
+            n = pinned.get(m, max(1, round(fitted["n50"][m])))
             for index in range(FRESH_INDEX, FRESH_INDEX + fresh):
-                if (m, n, index) not in done:
-                    ids = source.sequence(n, index, config.seed)
-                    new.append(CramJob(key=(m, n, index), ids=ids, m=m, seed=init_seed(config.seed, m, n, index)))
+                key = (m, n, index)
+                if key in done:
+                    continue
+                job = CramJob(
+                    key=key, ids=source.sequence(n, index, config.seed), m=m, seed=init_seed(config.seed, *key)
+                )
+                new.append(job)
+                if key in sides:
+                    originals[key] = {"fresh": True, **{k: sides[key][k] for k in PAIR_FIELDS}}
+                else:
+                    first.append(job)
         # The folder's own precision first (a pair needs both sides), then the other with the folder's rows.
-        for result in cram(model, new, config.cram):
+        for result in cram(model, first, config.cram):
             originals[result.job.key] = {"fresh": True, **_fields(result)}
+            m, n, index = result.job.key
+            yield {
+                "side": "folder",
+                "m": m,
+                "n": n,
+                "index": index,
+                "autocast": config.cram.autocast,
+                **_fields(result),
+            }
         jobs += new
     for result in cram(model, jobs, cram_config):
         m, n, index = result.job.key
@@ -290,16 +315,23 @@ def report(folder, records: list[dict], bootstrap: int) -> str:
     return "\n".join(lines)
 
 
+def pair_records(records: list[dict]) -> list[dict]:
+    """The pairs among an output's records (not the fresh rows' crams in the folder's precision alone)."""
+    return [r for r in records if "side" not in r]
+
+
 def main(argv=None, *, model=None, tokenizer=None) -> None:
     args = parse(argv)
     output = Path(args.output)
     records = read_records(output)
-    if records and any(r["autocast"] != records[0]["autocast"] for r in records):
+    pairs = pair_records(records)
+    if pairs and any(r["autocast"] != pairs[0]["autocast"] for r in pairs):
         raise SystemExit(f"{output} mixes precisions: one output file per precision")
     if not args.report_only:
-        if records and records[0]["autocast"] != args.autocast:
-            raise SystemExit(f"{output} holds {records[0]['autocast']} pairs, not {args.autocast}: another --output")
-        done = {(r["m"], r["n"], r["index"]) for r in records}
+        if pairs and pairs[0]["autocast"] != args.autocast:
+            raise SystemExit(f"{output} holds {pairs[0]['autocast']} pairs, not {args.autocast}: another --output")
+        done = {(r["m"], r["n"], r["index"]) for r in pairs}
+        sides = {(r["m"], r["n"], r["index"]): r for r in records if r.get("side") == "folder"}
         output.parent.mkdir(parents=True, exist_ok=True)
         new = cram_pairs(
             args.folder,
@@ -308,11 +340,12 @@ def main(argv=None, *, model=None, tokenizer=None) -> None:
             done=done,
             max_n=args.max_n,
             fresh=args.fresh,
+            sides=sides,
             model=model,
             tokenizer=tokenizer,
         )
         append_records(output, new, records)
-    print(report(args.folder, records, args.bootstrap))
+    print(report(args.folder, pair_records(records), args.bootstrap))
 
 
 def parse(argv=None) -> argparse.Namespace:

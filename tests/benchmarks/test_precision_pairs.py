@@ -56,6 +56,14 @@ def test_rows_are_crammed_again_in_bf16_from_their_own_inits_and_paired(tmp_path
     assert len(fresh) == 2 and {r["index"] for r in fresh} == {pairs.FRESH_INDEX, pairs.FRESH_INDEX + 1}
     assert all(r["original"]["steps"] >= 0 and r["m"] == 2 and len({r["n"] for r in fresh}) == 1 for r in fresh)
     assert "2 fresh at n = " in text
+    sides = [json.loads(line) for line in fresh_output.read_text().splitlines() if '"side": "folder"' in line]
+    assert [(r["m"], r["n"], r["index"]) for r in sides] == [(r["m"], r["n"], r["index"]) for r in fresh]
+    # Killed after the fresh rows' folder-precision crams: a rerun crams only their other side, at the same n.
+    kept = [line for line in fresh_output.read_text().splitlines() if '"fresh": true' not in line]
+    fresh_output.write_text("\n".join(kept) + "\n")
+    assert _run(pairs, *fresh_argv, str(fresh_output), model=llama) == text
+    lines = [json.loads(line) for line in fresh_output.read_text().splitlines()]
+    assert sum(r.get("side") == "folder" for r in lines) == 2 and sum(bool(r.get("fresh")) for r in lines) == 2
     with pytest.raises(SystemExit, match="already"):  # the folder's own precision is no pair
         _run(pairs, str(folder), "--autocast", "none", "--output", str(tmp_path / "same.jsonl"), model=llama)
     with pytest.raises(SystemExit, match="holds bf16 pairs"):
