@@ -303,8 +303,9 @@ def report(folder, records: list[dict], bootstrap: int) -> str:
             goal["n50"].get(m),
         )
     if verdicts:
-        kept = "every" if all(verdicts) else f"{sum(verdicts)} of {len(verdicts)}"
-        lines.append(f"|shift| + 2 se below the target se: {kept} of the quantities with a target")
+        lines.append(
+            f"|shift| + 2 se below the target se: {sum(verdicts)} of the {len(verdicts)} quantities with a target"
+        )
     discordant = sum(r["accessible"] != r["original"]["accessible"] for r in records)
     if not discordant:
         # Resampling pairs that all agree cannot move the line, so the se above is 0 by construction.
