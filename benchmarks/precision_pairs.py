@@ -12,7 +12,8 @@ pair differs by the precision alone. Rows far from n_50 cram (or fail) in any pr
 ``--fresh N`` adds N new rows per m at the folder's fitted n_50 (new texts, indices from 10 000), each crammed in
 both precisions by this script: the pairs that can tell. Resumable: rows already in ``--output`` are skipped (a
 row in flight when the run is killed starts again), and a fresh row's cram in the folder's precision is written as
-soon as it ends (a ``"side": "folder"`` line), so a rerun crams only its other side, at the same n.
+soon as it ends (a ``"side": "folder"`` line), so a rerun crams only its other side, at the same n; the rows in
+flight keep their state every 5 minutes under ``<output>.states/``, and a rerun continues them from there.
 
 The report, from the output and the folder:
 
@@ -48,6 +49,7 @@ from first_token_stalls import append_records, folder_config, read_records  # no
 from ut_peft.accessibility import store  # noqa: E402
 from ut_peft.accessibility.engine.rows import INFERRED, row_steps  # noqa: E402
 
+SNAPSHOT_SECONDS = 300.0  # how often the rows in flight keep their state (a sweep's default)
 FRESH_INDEX = 10_000  # fresh rows' sequence indices: far above any a sweep's design reaches
 PAIR_FIELDS = ("accessible", "steps", "stop_reason", "best_prefix", "best_accuracy", "tf_accuracy")
 
@@ -65,16 +67,27 @@ def paired_rows(folder, ms, max_n: int | None = None) -> list[tuple[tuple, dict]
 
 
 def cram_pairs(
-    folder, ms, autocast: str, *, done: set, max_n=None, fresh: int = 0, sides=None, model=None, tokenizer=None
+    folder,
+    ms,
+    autocast: str,
+    *,
+    done: set,
+    max_n=None,
+    fresh: int = 0,
+    sides=None,
+    inflight: Path | None = None,
+    model=None,
+    tokenizer=None,
 ):
     """Yield one record per row not in ``done``: the row crammed again under ``autocast``, from its own init; and
     ``fresh`` new rows per m at the folder's n_50 (indices from ``FRESH_INDEX``), each crammed in both precisions.
     A fresh row's cram in the folder's precision is yielded first, as a ``"side": "folder"`` record, so that a
     resumed run does not cram it again: ``sides`` holds those already written, by key (their n pins where a resumed
-    run puts the fresh rows of their m, whatever the folder's line says by then)."""
+    run puts the fresh rows of their m, whatever the folder's line says by then). ``inflight``: a folder where the
+    rows in flight keep their state every few minutes (``folder/`` and ``other/`` for the two precisions), so that a
+    rerun continues them where a kill left them, as a sweep does; None: a killed row starts again."""
     import dataclasses
 
-    from ut_peft.accessibility.engine.cram import cram
     from ut_peft.accessibility.engine.forward import autocast_kind
     from ut_peft.accessibility.engine.jobs import CramJob
     from ut_peft.accessibility.engine.sources import init_seed
@@ -91,6 +104,11 @@ def cram_pairs(
         raise SystemExit(f"{folder} was crammed under {autocast_kind(config.cram, device)} already on this device")
     config.resolve_prefix(tokenizer)
     source = config.make_source(tokenizer, model.get_output_embeddings().weight.shape[0])
+    if inflight is not None:  # states of rows whose records were written before a kill could remove them
+        for side, finished in (("folder", set(sides or {})), ("other", done)):
+            if (inflight / side).is_dir():
+                for key in set(store.inflight_keys(inflight / side)) & finished:
+                    store.remove_inflight(inflight / side, key)
     jobs, originals = [], {}
     for (m, n, index), row in paired_rows(folder, ms, max_n):
         if (m, n, index) in done:
@@ -124,7 +142,7 @@ def cram_pairs(
                 else:
                     first.append(job)
         # The folder's own precision first (a pair needs both sides), then the other with the folder's rows.
-        for result in cram(model, first, config.cram):
+        for result in _resumed_cram(model, first, config.cram, inflight and inflight / "folder"):
             originals[result.job.key] = {"fresh": True, **_fields(result)}
             m, n, index = result.job.key
             yield {
@@ -136,7 +154,7 @@ def cram_pairs(
                 **_fields(result),
             }
         jobs += new
-    for result in cram(model, jobs, cram_config):
+    for result in _resumed_cram(model, jobs, cram_config, inflight and inflight / "other"):
         m, n, index = result.job.key
         row = originals[result.job.key]
         yield {
@@ -152,6 +170,29 @@ def cram_pairs(
             "original": {k: row.get(k) for k in PAIR_FIELDS},
             "fresh": bool(row.get("fresh")),
         }
+
+
+def _resumed_cram(model, jobs, config, inflight: Path | None):
+    """:func:`cram` of ``jobs``, each continued from the state ``inflight`` keeps for it, the states of the rows in
+    flight written there every :data:`SNAPSHOT_SECONDS`; a row's state is removed once the caller has taken its result
+    (asked for the next one: the record is written by then)."""
+    import dataclasses
+
+    from ut_peft.accessibility.engine.cram import cram
+
+    if inflight is None:
+        yield from cram(model, jobs, config)
+        return
+    inflight.mkdir(parents=True, exist_ok=True)
+    jobs = [dataclasses.replace(job, resume=store.read_inflight(inflight, job.key)) for job in jobs]
+
+    def keep(states):
+        for key, state in states.items():
+            store.write_inflight(inflight, key, state)
+
+    for result in cram(model, jobs, config, snapshot_every=SNAPSHOT_SECONDS, on_snapshot=keep):
+        yield result
+        store.remove_inflight(inflight, result.job.key)
 
 
 def _fields(result) -> dict:
@@ -342,6 +383,7 @@ def main(argv=None, *, model=None, tokenizer=None) -> None:
             max_n=args.max_n,
             fresh=args.fresh,
             sides=sides,
+            inflight=output.with_name(output.stem + ".states"),
             model=model,
             tokenizer=tokenizer,
         )

@@ -109,3 +109,38 @@ def test_the_shift_is_zero_for_identical_outcomes_and_moves_with_flipped_rows(tm
     assert moved["shift"]["n50"][3] > 0 and moved["shift"]["slope"] > 0 and moved["se"]["n50"][3] > 0
     text = pairs.report(folder, flipped, bootstrap=10)
     assert "target se 8.00" in text and "n_50 at m = 3" in text  # the design's own targets stand beside the shift
+
+
+def test_a_killed_run_continues_its_rows_in_flight_from_their_snapshots(tmp_path, pairs, monkeypatch):
+    """Killed after its first finished row, a rerun continues the others from their kept states: every pair ends as
+    in an unbroken run (the same decisions and steps), and no state is left behind."""
+    llama = crammable_model("llama")
+    folder = tmp_path / "sweep"
+    run_sweep(small_sweep_config(), folder, model=llama, progress=False)
+    monkeypatch.setattr(pairs, "SNAPSHOT_SECONDS", 0.0)  # a state after every update
+    argv = ["--ms", "1", "2", "--bootstrap", "5", "--output"]
+    _run(pairs, str(folder), *argv, str(tmp_path / "unbroken.jsonl"), model=llama)
+    unbroken = {(r["m"], r["n"], r["index"]): r for r in map(json.loads, open(tmp_path / "unbroken.jsonl"))}
+
+    output, inflight = tmp_path / "killed.jsonl", tmp_path / "killed.states"
+    running = pairs.cram_pairs(folder, {1, 2}, "bf16", done=set(), inflight=inflight, model=llama, tokenizer=None)
+    first = next(running)
+    running.close()  # the kill: the rows still in flight keep their last state
+    output.write_text(json.dumps(first) + "\n")
+    assert list(inflight.rglob("*.safetensors")), "the rows in flight should have kept their states"
+    read, continued = pairs.store.read_inflight, []
+
+    def reading(where, key):
+        state = read(where, key)
+        if state is not None:
+            continued.append((key, state.step))
+        return state
+
+    monkeypatch.setattr(pairs.store, "read_inflight", reading)
+    _run(pairs, str(folder), *argv, str(output), model=llama)
+    assert continued and all(step > 0 for _, step in continued)  # rows went on from their states, not from step 0
+    resumed = {(r["m"], r["n"], r["index"]): r for r in map(json.loads, open(output))}
+    assert set(resumed) == set(unbroken)
+    for key, record in resumed.items():
+        assert (record["accessible"], record["steps"]) == (unbroken[key]["accessible"], unbroken[key]["steps"]), key
+    assert not list(inflight.rglob("*.safetensors"))
