@@ -119,7 +119,7 @@ def cram_pairs(
         jobs.append(CramJob(key=(m, n, index), ids=source.sequence(n, index, config.seed), m=m, seed=seed))
         originals[(m, n, index)] = row
     if fresh:
-        fitted = line_fit(folder, store.read_rows(folder))
+        fitted = line_fitter(folder)(store.read_rows(folder))
         if fitted is None:
             raise SystemExit(f"{folder}: its rows give no line yet, so there is no n_50 to put fresh rows at")
         sides = sides or {}
@@ -196,14 +196,7 @@ def _resumed_cram(model, jobs, config, inflight: Path | None):
 
 
 def _fields(result) -> dict:
-    return {
-        "accessible": result.accessible,
-        "steps": result.steps,
-        "stop_reason": result.stop_reason,
-        "best_prefix": result.best_prefix,
-        "best_accuracy": result.best_accuracy,
-        "tf_accuracy": result.tf_accuracy,
-    }
+    return {name: getattr(result, name) for name in PAIR_FIELDS}
 
 
 def with_fresh(rows: dict, records: list[dict]) -> dict:
@@ -224,24 +217,29 @@ def swapped(rows: dict, records: list[dict]) -> dict:
     return out
 
 
-def line_fit(folder, rows: dict) -> dict | None:
-    """The folder's design's line through ``rows``: {"slope", "n50": {m: n_50}} (None where it cannot be fitted)."""
+def line_fitter(folder):
+    """The folder's design's line, as a function of rows: ``rows -> {"slope", "n50": {m: n_50}}`` (None where it
+    cannot be fitted). The design is built once, for the bootstrap's hundreds of fits."""
     from ut_peft.accessibility import SweepConfig
     from ut_peft.accessibility.designs import PooledDesign, make_design
     from ut_peft.accessibility.designs.pooled import pooled_estimates
 
     config = SweepConfig.from_settings(store.read_settings(folder))
     design = make_design(config)
-    fit = design.summary_fit(rows) if isinstance(design, PooledDesign) else pooled_estimates(rows, config.ms)
-    if fit is None:
-        return None
-    return {"slope": fit["slope"], "n50": {int(m): entry["n50"] for m, entry in fit["per_m"].items()}}
+
+    def fit_line(rows: dict) -> dict | None:
+        fit = design.summary_fit(rows) if isinstance(design, PooledDesign) else pooled_estimates(rows, config.ms)
+        if fit is None:
+            return None
+        return {"slope": fit["slope"], "n50": {int(m): entry["n50"] for m, entry in fit["per_m"].items()}}
+
+    return fit_line
 
 
 def shift(folder, records: list[dict], bootstrap: int, seed: int = 0) -> dict | None:
     """The shift of the line from the folder's outcomes to the other precision's, and its bootstrap se over pairs."""
-    rows = with_fresh(store.read_rows(folder), records)
-    base, other = line_fit(folder, rows), line_fit(folder, swapped(rows, records))
+    rows, line_fit = with_fresh(store.read_rows(folder), records), line_fitter(folder)
+    base, other = line_fit(rows), line_fit(swapped(rows, records))
     if base is None or other is None:
         return None
     point = {
@@ -262,7 +260,7 @@ def shift(folder, records: list[dict], bootstrap: int, seed: int = 0) -> dict | 
                 key = (m, r["n"], 10**6 + i)  # a fresh index: a pair drawn twice is two rows
                 resampled[key] = rows[(m, r["n"], r["index"])]
                 chosen.append({**r, "index": 10**6 + i})
-        a, b = line_fit(folder, resampled), line_fit(folder, swapped(resampled, chosen))
+        a, b = line_fit(resampled), line_fit(swapped(resampled, chosen))
         if a is not None and b is not None:
             draws.append({"slope": b["slope"] - a["slope"], "n50": {m: b["n50"][m] - a["n50"][m] for m in a["n50"]}})
 

@@ -141,19 +141,18 @@ def budget_figure(rows: dict[str, dict], path: Path) -> None:
             s = row["settings"]
             if row["task"] != "khop" or not is_budget(row) or _split(s) != split:
                 continue
-            kind = _kind(s)
-            points = row["curve"]
+            kind, points, check = _kind(s), row["curve"], unstopped(row)
             model = f"{'fully trained' if kind == 'full' else kind + ' UT'}, seed {s['seed']}"
             axis.plot(
                 [p["examples_seen"] for p in points],
                 [100 * p["accuracy"] for p in points],
                 color=KIND_COLOURS[kind],
-                linestyle="-." if unstopped(row) else SEED_STYLES.get(s["seed"], "-."),
-                linewidth=1 if unstopped(row) else 1.5,
+                linestyle="-." if check else SEED_STYLES.get(s["seed"], "-."),
+                linewidth=1 if check else 1.5,
                 marker="o",
                 markersize=3,
                 alpha=0.35 if "stopped_at" in row else 0.85,
-                label=label(model + (", no flat rule" if unstopped(row) else "")),
+                label=label(model + (", no flat rule" if check else "")),
             )
         axis.set(xscale="log", xlabel="training examples seen", title=SPLIT_TITLES[split], ylim=(0, 101))
         axis.grid(alpha=0.3)

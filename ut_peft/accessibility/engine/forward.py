@@ -139,7 +139,7 @@ class CastWeightsOnce:
 def keep_weight_casts(model, kind: str, device: torch.device):
     """Autocast's own behaviour, every call casting the frozen weights again (the baseline of
     ``benchmarks/cast_weights_once.py``): a context that changes nothing, entered as often as the engine likes."""
-    return _Unchanged(model)
+    return nullcontext(model)
 
 
 def _available_memory() -> int | None:
@@ -149,17 +149,6 @@ def _available_memory() -> int | None:
     except ImportError:
         return None
     return int(psutil.virtual_memory().available)
-
-
-class _Unchanged:
-    def __init__(self, model):
-        self.model = model
-
-    def __enter__(self):
-        return self.model
-
-    def __exit__(self, *exc):
-        return None
 
 
 # Longest row for which the engine asks PyTorch's SDPA for its math kernel on CPU under half-precision autocast.
