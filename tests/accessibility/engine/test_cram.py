@@ -335,6 +335,16 @@ def test_a_warm_started_job_begins_from_its_given_vectors(crammable):
         CramJob(key=2, ids=[1, 2], m=2, seed=0, init=cold.vectors)
 
 
+def test_a_results_vectors_are_its_own_after_later_rows_reuse_its_slot(llama):
+    """Results kept (list(cram(...))) while later rows refill the batch keep the vectors their rows ended with."""
+    jobs = _jobs([(6, 1), (6, 1), (6, 1)], seed=4)
+    config = CramConfig(max_steps=20, patience=20, batch_size=1)  # every row in the same slot, one after another
+    kept = {r.job.key: r.vectors for r in cram(llama, jobs, config)}
+    for job in jobs:
+        (alone,) = cram(llama, [job], config)
+        assert torch.equal(kept[job.key], alone.vectors), job.key
+
+
 @pytest.mark.parametrize("check_greedy", [True, False])
 def test_a_row_resumed_from_a_snapshot_ends_exactly_like_the_uninterrupted_one(crammable, check_greedy):
     model = crammable("llama")

@@ -221,7 +221,8 @@ class _Batch:
 
     def finish(self, b: int, reason: str, acc: float, loss: float, exact: bool | None) -> CramResult:
         row = self.rows.pop(b)
-        vectors = self.params[b, : row.job.m].detach().float().cpu()
+        # A copy: on a float32 CPU batch .float().cpu() is the batch's own storage, which the next row refills.
+        vectors = self.params[b, : row.job.m].detach().float().cpu().clone()
         with self.casts:
             return _finish(self.model, row, vectors, reason, acc, loss, int(self.steps[b]), self.config, exact=exact)
 
