@@ -173,26 +173,14 @@ def cram_pairs(
 
 
 def _resumed_cram(model, jobs, config, inflight: Path | None):
-    """:func:`cram` of ``jobs``, each continued from the state ``inflight`` keeps for it, the states of the rows in
-    flight written there every :data:`SNAPSHOT_SECONDS`; a row's state is removed once the caller has taken its result
-    (asked for the next one: the record is written by then)."""
-    import dataclasses
-
+    """:func:`cram` of ``jobs``, resumed from and snapshotted into ``inflight`` (None: plain) as a sweep's rows are."""
     from ut_peft.accessibility.engine.cram import cram
+    from ut_peft.accessibility.sweep import cram_resumable
 
     if inflight is None:
-        yield from cram(model, jobs, config)
-        return
+        return cram(model, jobs, config)
     inflight.mkdir(parents=True, exist_ok=True)
-    jobs = [dataclasses.replace(job, resume=store.read_inflight(inflight, job.key)) for job in jobs]
-
-    def keep(states):
-        for key, state in states.items():
-            store.write_inflight(inflight, key, state)
-
-    for result in cram(model, jobs, config, snapshot_every=SNAPSHOT_SECONDS, on_snapshot=keep):
-        yield result
-        store.remove_inflight(inflight, result.job.key)
+    return cram_resumable(model, jobs, config, inflight, snapshot_seconds=SNAPSHOT_SECONDS)
 
 
 def _fields(result) -> dict:

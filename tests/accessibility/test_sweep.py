@@ -70,6 +70,31 @@ def test_sweep_writes_rows_summary_plots_and_report(tmp_path, llama):
     assert "| m | n_50 (MLE) | 95% interval |" in (tmp_path / "report.md").read_text()
 
 
+def test_cram_resumable_continues_kept_states_and_drops_each_only_after_its_row_was_taken(tmp_path, llama):
+    from ut_peft.accessibility import store
+    from ut_peft.accessibility.engine.cram import cram
+    from ut_peft.accessibility.engine.jobs import CramJob
+    from ut_peft.accessibility.sweep import cram_resumable
+
+    g = torch.Generator().manual_seed(0)
+    jobs = [CramJob(key=(1, 6, i), ids=torch.randint(0, 97, (6,), generator=g).tolist(), m=1, seed=i) for i in (0, 1)]
+    config = CramConfig(max_steps=40, patience=40, batch_size=1)  # one row at a time: the order is the jobs'
+    whole = {r.job.key: r for r in cram(llama, jobs, config)}
+    snapshots = []
+    list(cram(llama, jobs[:1], config, snapshot_every=0, on_snapshot=snapshots.append))
+    store.write_inflight(tmp_path, jobs[0].key, snapshots[10][jobs[0].key])  # as a run killed at step 11 left it
+
+    results = cram_resumable(llama, jobs, config, tmp_path, snapshot_seconds=0)
+    first = next(results)
+    assert first.job.key == jobs[0].key and torch.equal(first.vectors, whole[jobs[0].key].vectors)
+    assert first.steps == whole[jobs[0].key].steps
+    # Not yet asked for the next: the caller may still be writing this row, so its state stays.
+    assert store.inflight_keys(tmp_path) == [jobs[0].key]
+    second = next(results)
+    assert jobs[0].key not in store.inflight_keys(tmp_path) and torch.equal(second.vectors, whole[jobs[1].key].vectors)
+    assert list(results) == [] and store.inflight_keys(tmp_path) == []
+
+
 def test_resume_skips_finished_rows_and_refuses_other_settings(tmp_path, llama):
     run_sweep(small_config(), tmp_path, model=llama, progress=False)
     before = (tmp_path / "rows.jsonl").read_bytes()

@@ -14,6 +14,7 @@ import dataclasses
 import json
 import os
 from pathlib import Path
+from typing import cast
 
 from ..io import atomic_write_text
 from ..models import load_model, load_tokenizer
@@ -447,6 +448,25 @@ def _plan_round(config: SweepConfig, design, rows: dict, output_dir: Path, accel
     return jobs, jobs[rank::world]
 
 
+def cram_resumable(model, jobs, config, folder, *, snapshot_seconds: float | None, **cram_kwargs):
+    """:func:`~.engine.cram.cram` of ``jobs`` (keyed by ``(m, n, index)``), each continued from the state that
+    ``folder``'s ``inflight/`` keeps for it, and the states of the rows in flight written there every
+    ``snapshot_seconds`` (None: never).
+
+    A row's state is removed when the caller asks for the next result, so the caller writes the row it was given
+    first: a kill in between leaves a stale state beside a written row, never a row lost with its state."""
+    jobs = [dataclasses.replace(job, resume=store.read_inflight(folder, job.key)) for job in jobs]
+
+    def keep_states(states):
+        for key, state in states.items():
+            store.write_inflight(folder, key, state)
+
+    on_snapshot = None if snapshot_seconds is None else keep_states
+    for result in cram(model, jobs, config, snapshot_every=snapshot_seconds, on_snapshot=on_snapshot, **cram_kwargs):
+        yield result
+        store.remove_inflight(folder, cast("tuple[int, int, int]", result.job.key))  # keyed by row here
+
+
 def _run_round(
     model,
     config: SweepConfig,
@@ -467,31 +487,19 @@ def _run_round(
             ids=source.sequence(n, i, config.seed),
             m=m,
             seed=init_seed(config.seed, m, n, i),
-            resume=store.read_inflight(output_dir, (m, n, i)),
         )
         for m, n, i in mine
     ]
-
-    def keep_states(states):
-        for key, state in states.items():
-            store.write_inflight(output_dir, key, state)
-
     my_file, new_rows = store.rows_file(output_dir, rank), []
-    results = cram(
-        model,
-        cram_jobs,
-        config.cram,
-        snapshot_every=snapshot_seconds,
-        on_snapshot=keep_states if snapshot_seconds is not None else None,
-        refill=ShortestFirst,
+    results = cram_resumable(
+        model, cram_jobs, config.cram, output_dir, snapshot_seconds=snapshot_seconds, refill=ShortestFirst
     )
     for result in results:
         row = _row(result, rank, config.cram.abandon_audit)
         key = row.key()  # the job's (m, n, index), typed: the engine's job.key is any object
         if save_vectors:
             store.write_vectors(output_dir, key, result.vectors, ids=result.job.ids, accessible=result.accessible)
-        store.append_row(my_file, row)
-        store.remove_inflight(output_dir, key)  # after the row (a kill in between: a stale file)
+        store.append_row(my_file, row)  # before asking for the next result, which removes this row's state
         new_rows.append(row)
         if callback is not None:
             callback.on_row(row)
