@@ -47,7 +47,9 @@ new=results/smollm2-135m/pooled-words-v7
 [ -f "$new/settings.json" ] && retarget=() || retarget=(--retarget-from "$old")
 # cram.py returns once the design has stopped (a killed run returns nothing, so the next start resumes); then the
 # calibration and the checks that need the final rows (finish-pooled-words.sh, each step skipped once done).
-nice -n 5 python recipes/cram.py --model smollm2-135m --protocol published --source words \
+# words:wordfreq: the list this run drew from (a bare words means the paper's GloVe list under the published
+# protocol since issue 41).
+nice -n 5 python recipes/cram.py --model smollm2-135m --protocol published --source words:wordfreq \
     --ms 1 2 3 4 5 --design pooled --num-sequences 8 --batch-size 12 --pooled-version 7 \
     --target-slope-se 1.32 --target-n50-se 1:2.88 2:3.66 3:3.66 4:3.83 5:5.17 \
     "${retarget[@]}" --output "$new" "$@" || exit $?

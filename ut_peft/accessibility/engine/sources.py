@@ -283,13 +283,14 @@ def glove_words() -> tuple[list[str], str]:
 
 
 def wordfreq_words(count: int = 100_000) -> list[str]:
-    """The ``count`` most frequent English words of the ``wordfreq`` wheel (the published protocol's kind of list)."""
+    """The ``count`` most frequent English words of the ``wordfreq`` wheel (the kind of list the published protocol
+    draws from; its own list is ``words:glove``)."""
     try:
         import wordfreq
     except ImportError:
         raise ModuleNotFoundError(
-            "the words:wordfreq source (the published protocol's random words) needs the "
-            'wordfreq wheel: pip install wordfreq (or pip install "ut-peft[paper]")'
+            "the words:wordfreq source (the 100k most frequent English words) needs the wordfreq wheel: pip install "
+            'wordfreq (or pip install "ut-peft[paper]"); the paper\'s own list, words:glove, ships with ut-peft'
         ) from None
     return wordfreq.top_n_list("en", count)
 
