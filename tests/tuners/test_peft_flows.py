@@ -140,6 +140,27 @@ def test_half_precision_base_runs_and_merges_to_half(family, tied, option):
     merged(**inputs)
 
 
+@pytest.mark.parametrize("family,tied,option", [("llama", False, "full"), ("gpt2", True, "memory")])
+def test_half_precision_adapter_loaded_frozen_stays_frozen(tmp_path, family, tied, option):
+    # peft upcasts the adapter of a half-precision base to float32 by reassigning each tensor, which made a frozen
+    # adapter trainable again (is_trainable=False, inference_mode=True and adapters added beside the active one).
+    dtype = torch.bfloat16 if family == "llama" else torch.float16
+    assert (
+        trainable(get_peft_model(tiny_model(family, tied=tied).to(dtype), config_for(option, inference_mode=True)))
+        == []
+    )
+    model = get_peft_model(tiny_model(family, tied=tied).to(dtype), config_for(option))
+    perturb(model)
+    model.add_adapter("other", config_for(option))  # added, not active: frozen, as on a float32 base
+    assert trainable(model) == [n for n in trainable(model) if ".default" in n] and trainable(model)
+    model.save_pretrained(tmp_path, selected_adapters=["default"])
+    frozen = PeftModel.from_pretrained(tiny_model(family, tied=tied).to(dtype), tmp_path)
+    assert trainable(frozen) == [] and frozen.get_nb_trainable_parameters()[0] == 0
+    assert all(p.dtype == torch.float32 for n, p in frozen.named_parameters() if "ut_reprogram_" in n)
+    again = PeftModel.from_pretrained(tiny_model(family, tied=tied).to(dtype), tmp_path, is_trainable=True)
+    assert trainable(again) == [n for n in trainable(model) if ".default" in n]
+
+
 @pytest.mark.parametrize("family,tied,option", CASES)
 def test_merge_and_unload_gives_a_folder_that_loads_back(tmp_path, family, tied, option):
     model = get_peft_model(tiny_model(family, tied=tied), config_for(option))

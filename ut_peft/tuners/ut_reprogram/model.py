@@ -381,6 +381,24 @@ class UTReprogramModel(BaseTuner):
         tied = embeddings_are_tied(draw.get_input_embeddings(), draw.get_output_embeddings())
         return frozen_weights_digest(draw, replaced_weight_names(draw, peft_config, tied)) == recorded
 
+    def _cast_adapter_dtype(self, adapter_name: str, autocast_adapter_dtype: bool = True) -> None:
+        """peft's upcast of a half-precision base's adapter to float32, keeping whether each tensor trains.
+
+        peft assigns each upcast tensor back into its ``nn.ParameterDict``, which wraps it in a new Parameter that
+        requires grad: an adapter loaded frozen (``is_trainable=False``, ``inference_mode=True``) or left frozen by
+        ``add_weighted_adapter`` would train again on a bfloat16 or float16 base.
+        """
+        trains = [
+            (container, bool(container[adapter_name].requires_grad))
+            for module in self.model.modules()
+            if isinstance(module, UTReprogramLayer)
+            for container in (getattr(module, name) for name in module.adapter_layer_names)
+            if adapter_name in container
+        ]
+        super()._cast_adapter_dtype(adapter_name, autocast_adapter_dtype)
+        for container, requires_grad in trains:
+            container[adapter_name].requires_grad_(requires_grad)
+
     def _check_target_module_exists(self, peft_config, key: str) -> bool:
         return id(self.model.get_submodule(key)) in self._ut_roles
 
