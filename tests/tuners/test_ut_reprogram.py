@@ -209,6 +209,43 @@ def test_position_embeddings_train_on_gpt2_and_are_refused_elsewhere(tmp_path):
         get_peft_model(tiny_model("llama"), UTReprogramConfig(train_position_embeddings=True))
 
 
+def test_opt_positions_run_the_base_modules_own_forward_with_the_adapters_table():
+    # OPT's embed_positions is an nn.Embedding subclass whose forward takes the attention mask and looks up
+    # cumsum(mask) - 1 + 2; the adapter used to look the mask itself up in its table.
+    config = transformers.OPTConfig(
+        vocab_size=97,
+        hidden_size=32,
+        num_hidden_layers=2,
+        ffn_dim=64,
+        num_attention_heads=4,
+        max_position_embeddings=64,
+        word_embed_proj_dim=32,
+    )
+    torch.manual_seed(0)
+    base = transformers.AutoModelForCausalLM.from_config(config).eval()
+    ids = batch(length=6)
+    mask = torch.ones_like(ids)
+    mask[0, :2] = 0  # left padding: positions come from the mask, not from the column
+    reference = base(input_ids=ids, attention_mask=mask).logits.detach()
+    model = get_peft_model(base, UTReprogramConfig(train_position_embeddings=True))
+    positions = model.base_model.model.model.decoder.embed_positions
+    assert "ut_reprogram_position" in str(trainable_names(model))
+    assert torch.equal(model(input_ids=ids, attention_mask=mask).logits, reference)  # a fresh copy: the base
+    with torch.no_grad():
+        positions.ut_reprogram_position["default"][2 + 3].add_(1.0)  # the row of position 3 (OPT's offset is 2)
+    changed = model(input_ids=ids, attention_mask=mask).logits
+    assert torch.equal(changed[0, :5], reference[0, :5]) and not torch.allclose(changed[0, 5], reference[0, 5])
+    assert torch.equal(changed[1, :3], reference[1, :3]) and not torch.allclose(changed[1, 3], reference[1, 3])
+    changed.sum().backward()
+    assert positions.ut_reprogram_position["default"].grad is not None
+    generated = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=3, do_sample=False)
+    merged = model.merge_and_unload()
+    assert torch.equal(merged(input_ids=ids, attention_mask=mask).logits, changed.detach())
+    assert torch.equal(
+        merged.generate(input_ids=ids, attention_mask=mask, max_new_tokens=3, do_sample=False), generated
+    )
+
+
 @pytest.mark.parametrize("family,tied", [("llama", True), ("qwen2", False), ("gpt2", False)])
 def test_merge_and_unload_returns_plain_model_with_same_outputs(tmp_path, family, tied):
     model = get_peft_model(tiny_model(family, tied=tied), UTReprogramConfig())

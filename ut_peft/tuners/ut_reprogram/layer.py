@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from peft.tuners._buffer_dict import BufferDict
 from peft.tuners.tuners_utils import BaseTunerLayer
 from torch import nn
+from torch.func import functional_call
 
 
 class UTReprogramLayer(nn.Module, BaseTunerLayer):
@@ -213,7 +214,12 @@ class UTUnembedding(UTReprogramLayer):
 
 
 class UTPositionEmbedding(UTReprogramLayer):
-    """Learned absolute position embeddings (GPT-2 ``wpe``), trainable."""
+    """Learned absolute position embeddings (GPT-2 ``wpe``, OPT ``embed_positions``), trainable.
+
+    The base module runs its own forward with the adapter's table in place of its weight, so an ``nn.Embedding``
+    subclass that computes positions from its arguments (OPT's takes the attention mask and adds an offset of 2)
+    reads the same rows it would read from its own table.
+    """
 
     adapter_layer_names = ("ut_reprogram_position",)
 
@@ -230,7 +236,9 @@ class UTPositionEmbedding(UTReprogramLayer):
         adapter = self._active()
         if adapter is None:
             return self.base_layer(positions, *args, **kwargs)
-        return F.embedding(positions, self.ut_reprogram_position[adapter]).to(self.get_base_layer().weight.dtype)
+        base = self.get_base_layer()
+        table = self.ut_reprogram_position[adapter]
+        return functional_call(base, {"weight": table}, (positions, *args), kwargs).to(base.weight.dtype)
 
     def __repr__(self) -> str:
         return "ut_reprogram." + super().__repr__()
