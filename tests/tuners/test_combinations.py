@@ -39,6 +39,10 @@ def tables(model, adapter):
         ("gemma3", True, [{}, {}]),  # kept tied: one shared table, the sum stays tied
         ("llama", True, [{}, {"tied_embeddings": "untie", "train_output_embeddings": False}]),  # mixed: untied
         ("gpt2", False, [{"train_position_embeddings": True}, {}]),
+        # The first adapter replaces less than the sum: the sum's frozen-weights digest is its own, not the first's
+        # (was: "this adapter was made on another base model").
+        ("llama", False, [{"train_output_embeddings": False}, {}]),
+        ("gpt2", False, [{}, {"train_position_embeddings": True}]),
     ],
 )
 def test_add_weighted_adapter_adds_the_weighted_changes_of_e_and_u_to_the_base(family, tied, configs):
@@ -69,13 +73,30 @@ def test_add_weighted_adapter_adds_the_weighted_changes_of_e_and_u_to_the_base(f
     assert torch.allclose(model.merge_and_unload(adapter_names=["mix"])(input_ids=IDS).logits, logits, atol=1e-5)
 
 
-def test_a_combined_adapter_saves_and_loads(tmp_path):
-    model = with_adapters(tiny_model("llama"), {}, {})
+@pytest.mark.parametrize("configs", [[{}, {}], [{"train_output_embeddings": False}, {}]])
+def test_a_combined_adapter_saves_and_loads(tmp_path, configs):
+    model = with_adapters(tiny_model("llama"), *configs)
     model.add_weighted_adapter(["one", "two"], [0.5, 0.5], "mix")
     model.set_adapter("mix")
     model.save_pretrained(tmp_path, selected_adapters=["mix"])
-    loaded = PeftModel.from_pretrained(tiny_model("llama"), tmp_path / "mix")
+    loaded = PeftModel.from_pretrained(tiny_model("llama"), tmp_path / "mix")  # check_base: the digest matches
     assert torch.equal(loaded(input_ids=IDS).logits, model(input_ids=IDS).logits)
+
+
+def test_a_failed_add_weighted_adapter_leaves_no_adapter_behind(tmp_path, monkeypatch):
+    model = with_adapters(tiny_model("gpt2"), {}, {"train_position_embeddings": True})
+    before = sorted(n for n, _ in model.named_parameters())
+
+    def fail(*args, **kwargs):
+        raise RuntimeError("no combination today")
+
+    monkeypatch.setattr("ut_peft.tuners.ut_reprogram.model._role_tensor", fail)
+    with pytest.raises(RuntimeError, match="no combination today"):
+        model.add_weighted_adapter(["one", "two"], [0.5, 0.5], "mix")
+    assert list(model.peft_config) == ["one", "two"]
+    assert sorted(n for n, _ in model.named_parameters()) == before
+    model.save_pretrained(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == ["one", "two"]
 
 
 @pytest.mark.parametrize(

@@ -530,8 +530,26 @@ class UTReprogramModel(BaseTuner):
             init="auto",
             init_token_ids=None,
             weights_sha256=None,
+            # The digest covers the frozen weights, which depend on what the new adapter replaces: its own.
+            base_weights_digest=None,
         )
-        self.inject_adapter(self.model, adapter_name)
+        try:
+            self.inject_adapter(self.model, adapter_name)
+            self._combine_into(adapter_name, adapters, weights)
+        except BaseException:
+            # Leave no half-made adapter behind (save_pretrained would write it with no tensors).
+            self._remove_adapter(adapter_name)
+            raise
+
+    def _remove_adapter(self, adapter_name: str) -> None:
+        """Remove every trace of ``adapter_name`` (its config and whatever its injection added), active or not."""
+        self.peft_config.pop(adapter_name, None)
+        for module in self.model.modules():
+            if isinstance(module, UTReprogramLayer) and adapter_name in module._all_available_adapter_names():
+                module.delete_adapter(adapter_name)
+
+    def _combine_into(self, adapter_name: str, adapters: list[str], weights: list[float]) -> None:
+        """Set ``adapter_name``'s tensors to the base's plus the weighted sum of what ``adapters`` changed."""
         with torch.no_grad():
             for module in self.model.modules():
                 if not isinstance(module, UTReprogramLayer):
