@@ -10,7 +10,7 @@ from safetensors.torch import load_file
 
 import ut_peft
 from ut_peft import UTReprogramConfig
-from ut_peft.testing import TINY_FAMILIES, tiny_model
+from ut_peft.testing import TINY_FAMILIES, tiny_model, trained_adapter
 from ut_peft.tuners.ut_reprogram import UTEmbedding, UTUnembedding
 
 CASES = [(family, tied) for family in TINY_FAMILIES for tied in (False, True)]
@@ -390,6 +390,49 @@ def test_release_base_embeddings_frees_the_replaced_matrices(tmp_path):
     assert torch.allclose(merged(input_ids=ids).logits, loaded(input_ids=ids).logits, atol=1e-6)
     with pytest.raises(ValueError, match="task_vocab_size"):
         UTReprogramConfig(release_base_embeddings=True)
+
+
+def _released(model):
+    embedding = model.get_input_embeddings().get_base_layer().weight
+    head = model.get_output_embeddings().get_base_layer().weight
+    return embedding.device.type == head.device.type == "meta"
+
+
+def test_release_base_embeddings_also_releases_for_an_added_or_loaded_adapter(tmp_path):
+    # peft calls _post_injection_hook for the first adapter only; the release used to be there.
+    ids = batch(vocab=6)
+    trained_adapter(tiny_model("llama"), task_vocab_size=6, release_base_embeddings=True).save_pretrained(tmp_path)
+    for add in ("add_adapter", "load_adapter"):
+        model = get_peft_model(tiny_model("llama"), UTReprogramConfig(task_vocab_size=6))
+        first = model(input_ids=ids).logits.detach()
+        assert not _released(model)
+        if add == "add_adapter":
+            model.add_adapter("b", UTReprogramConfig(task_vocab_size=6, release_base_embeddings=True))
+        else:
+            model.load_adapter(tmp_path, "b")
+        assert _released(model)
+        assert torch.equal(model(input_ids=ids).logits, first)  # the first adapter never read the base E and U
+        with pytest.raises(ValueError, match="release_base_embeddings"):
+            with model.disable_adapter():
+                pass
+
+
+@pytest.mark.parametrize("dtype,options", [(torch.float32, dict(release_base_embeddings=True)), (torch.bfloat16, {})])
+def test_low_cpu_mem_usage_loads_the_adapter_as_saved(tmp_path, dtype, options):
+    # peft's move after a low_cpu_mem_usage load sent the adapter of a released base to the meta device, and cast a
+    # trained float32 E and U to a bfloat16 base's dtype (the later upcast cannot give the digits back).
+    ids = batch(vocab=6)
+    model = trained_adapter(tiny_model("llama").to(dtype), task_vocab_size=6, **options)
+    expected = model(input_ids=ids).logits.detach()
+    model.save_pretrained(tmp_path)
+    for is_trainable in (False, True):
+        loaded = PeftModel.from_pretrained(
+            tiny_model("llama").to(dtype), tmp_path, low_cpu_mem_usage=True, is_trainable=is_trainable
+        )
+        adapter = {n: p for n, p in loaded.named_parameters() if "ut_reprogram_" in n}
+        assert adapter and all(p.device.type == "cpu" and p.dtype == torch.float32 for p in adapter.values())
+        assert sorted(trainable_names(loaded)) == (sorted(adapter) if is_trainable else [])
+        assert torch.equal(loaded(input_ids=ids).logits, expected)
 
 
 # ---- loading onto the wrong base, damaged adapter files, wrong field types ----------------------------------------

@@ -46,6 +46,28 @@ class UTReprogramLayer(nn.Module, BaseTunerLayer):
                 return name
         return None
 
+    def _move_adapter_to_device_of_base_layer(self, adapter_name: str, device: Optional[torch.device] = None) -> None:
+        """peft's move of an adapter loaded with ``low_cpu_mem_usage=True`` to its base layer, by device only.
+
+        peft's own also casts to the base's dtype, which rounds a trained float32 E or U to bfloat16 on a bfloat16
+        base (its later upcast cannot restore the digits), and it moves the adapter to the meta device when the base
+        E and U were released (``release_base_embeddings``): a meta base is left alone here. Trainable tensors stay
+        trainable and frozen ones frozen (a ``ParameterDict`` would wrap a moved tensor as a new, trainable one).
+        """
+        if device is None:
+            device = self.get_base_layer().weight.device
+            if device.type == "meta":
+                return
+        for name in self.adapter_layer_names + self.other_param_names:
+            container = getattr(self, name)
+            if adapter_name not in container or container[adapter_name].device == device:
+                continue
+            tensor = container[adapter_name]
+            moved = tensor.detach().to(device)
+            container[adapter_name] = (
+                nn.Parameter(moved, tensor.requires_grad) if name in self.adapter_layer_names else moved
+            )
+
     def merge(self, safe_merge: bool = False, adapter_names: Optional[list[str]] = None) -> None:
         raise ValueError(
             "UT_REPROGRAM adapters replace whole matrices (and may change the vocabulary), so they cannot be merged "

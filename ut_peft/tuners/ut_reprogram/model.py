@@ -432,12 +432,18 @@ class UTReprogramModel(BaseTuner):
         if new_module is not target:
             self._replace_module(parent, target_name, new_module, target)
 
+    def inject_adapter(self, model: nn.Module, adapter_name: str, *args, **kwargs) -> None:
+        super().inject_adapter(model, adapter_name, *args, **kwargs)
+        # Here rather than in _post_injection_hook, which peft calls for the first adapter only: an adapter added
+        # later (add_adapter, load_adapter) releases the base as well. Every adapter on the model has the same
+        # task vocabulary (_check_new_adapter_config), so none of them reads the base E and U.
+        if self.peft_config[adapter_name].release_base_embeddings:
+            self._release_base_embeddings(model)
+
     def _post_injection_hook(self, model: nn.Module, config: UTReprogramConfig, adapter_name: str) -> None:
         if config.task_vocab_size is not None:
             self._ut_base_vocab_size = model.config.vocab_size
             set_vocab_size(model, config.task_vocab_size)
-        if config.release_base_embeddings:
-            self._release_base_embeddings(model)
 
     def _release_base_embeddings(self, model: nn.Module) -> None:
         """Swap the wrapped base E/U weights for empty meta tensors (tied ones share one, so both go)."""
