@@ -631,6 +631,20 @@ class UTReprogramModel(BaseTuner):
             setattr(parent, child_name, base)
         if merge:
             self._tie_or_pad_merged_head(self.peft_config[adapter], num_memory)
+            if num_memory:
+                vocab = self.model.config.vocab_size - num_memory
+                logits = (
+                    "E's memory rows, shared with the tied U" if self._keeps_tied(self.peft_config[adapter]) else "0"
+                )
+                warnings.warn(
+                    f"merge_and_unload: the adapter's {num_memory} memory rows become tokens "
+                    f"{vocab}..{vocab + num_memory - 1} of the merged vocabulary, whose logits ({logits}) enter the "
+                    "softmax: the logits of tokens "
+                    f"0..{vocab - 1} are the adapter's, but log-probabilities and the loss are not. generate never "
+                    "emits the memory tokens (generation_config.suppress_tokens); for the adapter's probabilities "
+                    f"take logits[..., :{vocab}] before the softmax",
+                    stacklevel=3,
+                )
         if hasattr(self.model, "peft_config"):
             del self.model.peft_config
         return self.model
@@ -640,7 +654,9 @@ class UTReprogramModel(BaseTuner):
 
         Memory rows become extra tokens of the merged vocabulary. A kept-tied U shares E's matrix (memory rows
         included); a separate U gets zero rows for them. Either way ``generation_config.suppress_tokens`` keeps
-        ``generate`` from emitting them, as the adapter never did.
+        ``generate`` from emitting them, as the adapter never did. Their logits still enter the softmax, so the
+        merged model's log-probabilities and loss differ from the adapter's (the logits of the other tokens are the
+        same); the merge warns.
         """
         in_emb, out_emb = self.model.get_input_embeddings(), self.model.get_output_embeddings()
         rows = in_emb.weight.shape[0]
