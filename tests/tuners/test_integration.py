@@ -62,3 +62,34 @@ def test_a_resave_keeps_a_ut_peft_card_and_other_methods_keep_pefts(tmp_path):
     two.save_pretrained(tmp_path / "two")
     assert not (tmp_path / "two" / "second" / "README.md").exists()  # peft writes one card, at the top
     assert "ut-peft" in (tmp_path / "two" / "README.md").read_text()
+
+
+def test_a_card_is_rendered_for_the_adapter_saved_into_the_folder_keeping_what_its_user_added(tmp_path):
+    # Was: a card ut-peft wrote kept its whole text, so a folder that first held a memory-token adapter still
+    # described memory tokens (summary, settings, load note) after a task-vocabulary adapter was saved into it.
+    base = tmp_path / "base"
+    tiny_model("llama").save_pretrained(base)
+    folder = tmp_path / "out"
+    first = get_peft_model(tiny_model("llama"), UTReprogramConfig(num_memory_tokens=2))  # a random backbone
+    first.save_pretrained(folder)
+    user = dict(title="My adapter", repo_id="me/adapter", training={"lr": 0.001}, metrics={"accuracy": 0.98765})
+    ut_peft.save_model_card(folder, **user)
+    text = (folder / "README.md").read_text()
+    (folder / "README.md").write_text(
+        text.replace("### Framework versions", "## Notes\n\nMine.\n\n### Framework versions")
+    )
+
+    second = get_peft_model(AutoModelForCausalLM.from_pretrained(base), UTReprogramConfig(task_vocab_size=6))
+    second.save_pretrained(folder)
+    card = ModelCard.load(folder / "README.md")
+    expected = render_model_card(second.peft_config["default"].to_dict(), **user)
+    lines = expected.text.splitlines()
+    at = lines.index("### Framework versions")
+    lines[at:at] = ["## Notes", "", "Mine.", ""]
+    lines.insert(lines.index("### Framework versions") + 2, f"- PEFT {peft.__version__}")
+    assert card.text == "\n".join(lines)
+    assert "memory vectors" not in card.text and "over a new vocabulary of 6 tokens" in card.text
+    assert card.data.eval_results == expected.data.eval_results and card.data.model_name == "My adapter"
+    assert "random-backbone" not in card.data.tags  # the first adapter's base was one, the second's is not
+    second.save_pretrained(folder)  # saving the same adapter again changes nothing
+    assert (folder / "README.md").read_text() == str(card)

@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from peft import PeftModel
@@ -60,12 +61,70 @@ def _with_peft_blocks(ours: str, peft_text: str) -> str:
     return "\n".join(lines)
 
 
+# Sections of the card rendered from the adapter's config (or written by peft): rendered again at every save.
+_GENERATED_SECTIONS = ("## How to load it", "## What was trained", _TRAINING_HEADING)
+# Sections rendered from what the user passed to save_model_card: their tables are read back and rendered again.
+_TABLE_SECTIONS = {"## Training setup": "training", "## Results": "metrics"}
+# A card's load snippet names the repository it was rendered for (``repo_id``); "<this-repo>" when none.
+_REPO = re.compile(r'(?:snapshot_download\(|PeftModel\.from_pretrained\(base, )"([^"]+)"\)')
+
+
+def _sections(text: str) -> dict[str, list[str]]:
+    """The card's ``## `` sections: heading -> its lines, up to the next heading of level 1 or 2 or the framework
+    versions block."""
+    sections: dict[str, list[str]] = {}
+    current = None
+    for line in text.splitlines():
+        if line.startswith(("# ", "## ")) or line == _FRAMEWORK_HEADING:
+            current = line if line.startswith("## ") else None
+            if current is not None:
+                sections[current] = []
+        elif current is not None:
+            sections[current].append(line)
+    return sections
+
+
+def _table(lines: list[str]) -> dict[str, str]:
+    """The rows of a two-column markdown table (its header and separator left out), as rendered text."""
+    rows = [line.strip() for line in lines if line.strip().startswith("|")][2:]
+    cells = [row[1:-1].split("|", 1) for row in rows]
+    return {pair[0].strip(): pair[1].strip() for pair in cells if len(pair) == 2}
+
+
+def _render_again(config, card):
+    """``config``'s card, rendered anew, with what the user put on ``card`` (a card ut-peft rendered before): its
+    title and repository, its training and results tables (with their model-index metadata), and any section it
+    added. What the config decides (the summary, the settings table, the load snippet) is this config's, not the
+    one of the adapter saved into the folder before."""
+    from ...hub import render_model_card
+
+    old = _sections(card.text)
+    tables = {name: _table(old[heading]) for heading, name in _TABLE_SECTIONS.items() if heading in old}
+    title = next((line[2:].strip() for line in card.text.splitlines() if line.startswith("# ")), None)
+    repo = next((found for found in _REPO.findall(card.text) if found != "<this-repo>"), None)
+    ours = render_model_card(config.to_dict(), title=title, repo_id=repo, **tables)
+    for key in ("model_name", "eval_results"):
+        ours.data[key] = card.data.get(key)
+    extra = [
+        "\n".join([heading, *lines]).rstrip("\n")
+        for heading, lines in old.items()
+        if heading not in _GENERATED_SECTIONS and heading not in _TABLE_SECTIONS
+    ]
+    if extra:
+        lines = ours.text.splitlines()
+        at = lines.index(_FRAMEWORK_HEADING) if _FRAMEWORK_HEADING in lines else len(lines)
+        ours.text = "\n".join(lines[:at] + [block + "\n" for block in extra] + lines[at:])
+    return ours
+
+
 def update_model_card(config, folder) -> None:
     """Make ``folder/README.md``, which peft's ``save_pretrained`` has just written, the ut-peft card of ``config``.
 
-    A card ut-peft wrote before (e.g. with metrics) keeps its text; any other (peft's template) is replaced by the
-    rendered ut-peft card carrying peft's metadata and the blocks peft appended. Folders without a README (the
-    subfolders peft saves other adapters into, or a config saved alone) are left alone.
+    The card is rendered from ``config`` at every save, so a folder that held another adapter before does not keep
+    that adapter's description. From a card ut-peft wrote before it keeps what the user added (title, repository,
+    training and results tables, added sections); from any card it keeps peft's metadata and the blocks peft
+    appended. Folders without a README (the subfolders peft saves other adapters into, or a config saved alone)
+    are left alone.
     """
     from huggingface_hub import ModelCard
 
@@ -74,23 +133,26 @@ def update_model_card(config, folder) -> None:
     readme = Path(folder) / "README.md"
     if not readme.is_file():
         return
-    card = ModelCard.load(readme)
-    ours = render_model_card(config.to_dict())
-    our_tags = list(ours.data.get("tags") or [])
-    if "ut-peft" not in card.text:  # peft's own template: carry peft's metadata and text over to our card
-        peft_card, card = card, ours
-        for key in ("library_name", "tags", "pipeline_tag", "base_model"):
-            value = peft_card.data.get(key)
-            if value is not None:
-                card.data[key] = value
-        card.text = _with_peft_blocks(card.text, peft_card.text)
+    on_disk = ModelCard.load(readme)
+    if "ut-peft" in on_disk.text:  # a card ut-peft wrote before, with peft's updates
+        card = _render_again(config, on_disk)
+    else:  # peft's own template
+        card = render_model_card(config.to_dict())
+    our_tags = list(card.data.get("tags") or [])
+    for key in ("library_name", "tags", "pipeline_tag", "base_model"):
+        value = on_disk.data.get(key)
+        if value is not None:
+            card.data[key] = value
+    card.text = _with_peft_blocks(card.text, on_disk.text)
     hub_id = hub_base_model_id(config.base_model_name_or_path)
     card.data["base_model"] = hub_id
+    generated = {"random-backbone"}  # a tag the rendering sets from the config: this config's, not the old one's
     card.data["tags"] = sorted(
         {
             t
-            for t in (card.data.get("tags") or []) + our_tags
-            if not t.startswith("base_model:") or (hub_id and t.endswith(":" + hub_id))
+            for t in (card.data.get("tags") or [])
+            if t not in generated and (not t.startswith("base_model:") or (hub_id and t.endswith(":" + hub_id)))
         }
+        | set(our_tags)
     )
     card.save(readme)
