@@ -117,3 +117,21 @@ def test_the_init_scales_default_to_the_references_and_refuse_non_positive_value
         for bad in (0, -1.0, float("nan"), float("inf"), "0.02"):
             with pytest.raises(ValueError, match=f"{name} is the std .* must be a positive number"):
                 UniversalTransformerConfig(**{name: bad})
+
+
+def test_tie_word_embeddings_shares_one_matrix_through_training_saving_and_peft(tmp_path):
+    # Was accepted and ignored: E and U stayed two matrices (no _tied_weights_keys).
+    untied = AutoModelForCausalLM.from_config(_config())
+    assert untied.lm_head.weight.data_ptr() != untied.model.embed_tokens.weight.data_ptr()
+    model = AutoModelForCausalLM.from_config(_config(variant="residual_layernorm", tie_word_embeddings=True))
+    assert model.lm_head.weight is model.model.embed_tokens.weight
+    assert {n for n, p in model.named_parameters() if p.requires_grad} == {"model.embed_tokens.weight"}
+    ids = torch.randint(0, 7, (2, 5))
+    model.save_pretrained(tmp_path / "base")
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path / "base")
+    assert loaded.lm_head.weight is loaded.model.embed_tokens.weight
+    assert torch.equal(loaded(input_ids=ids).logits, model(input_ids=ids).logits)
+    peft_model = get_peft_model(model, ut_peft.UTReprogramConfig())  # kept tied: one trainable table
+    assert [n for n, p in peft_model.named_parameters() if p.requires_grad] == [
+        "base_model.model.model.embed_tokens.ut_reprogram_embedding.default"
+    ]

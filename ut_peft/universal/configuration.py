@@ -45,6 +45,9 @@ class UniversalTransformerConfig(PretrainedConfig):
         output_initializer_range: std of the initial unembedding U; None (the default) means 1 / sqrt(hidden_size):
             U reads the final LayerNorm's unit-RMS states, so that gives unit-variance logits at any width (the
             scale U had before, unchanged).
+        tie_word_embeddings: U is E (one trainable matrix, ``lm_head.weight`` tied to ``embed_tokens.weight`` as
+            transformers ties them), drawn with E's ``initializer_range``; ``output_initializer_range`` is then
+            unused.
     """
 
     model_type = "universal_transformer"

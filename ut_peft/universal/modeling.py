@@ -282,6 +282,9 @@ class UniversalTransformerModel(UniversalTransformerPreTrainedModel):
 
 
 class UniversalTransformerForCausalLM(UniversalTransformerPreTrainedModel, GenerationMixin):
+    # transformers ties U to E (one shared matrix) when config.tie_word_embeddings is True, and re-ties on loading.
+    _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
+
     def __init__(self, config: UniversalTransformerConfig):
         super().__init__(config)
         self.model = UniversalTransformerModel(config)
