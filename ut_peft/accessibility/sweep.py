@@ -381,6 +381,9 @@ def _validated(config: SweepConfig, model, tokenizer):
             f"above the model's context of {context}; lower the lengths (or --stop)"
         )
     source.check_length(config.grid.max_length)
+    if config.grid.lengths and source.describe().get("nested"):  # every row known: refuse a too-short text now
+        for index in range(config.num_sequences):
+            source.sequence(config.grid.max_length, index, config.seed)
     if config.infer_prefixes and not source.describe().get("nested"):
         raise ValueError(
             "infer_prefixes needs nested texts (every length a prefix of the same text: --protocol "

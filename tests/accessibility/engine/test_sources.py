@@ -171,6 +171,27 @@ def test_a_nested_text_past_the_last_is_an_error_not_a_text_used_again():
         make_source("words", tok, nested_text=True, text_chunks=100)
 
 
+def test_a_nested_row_longer_than_its_text_is_an_error_never_tokens_of_another_text():
+    from ut_peft.accessibility.engine.sources import TextSource
+
+    tok = _WordTokenizer()
+    docs = ["\n\n".join(_paragraphs(2, 8, f"d{d}x")) for d in range(6)] + [" ".join(f"tail{i}" for i in range(60))]
+    by_document = TextSource(tok, docs, "docs", nested=True)  # 6 documents of 2 x 8 words, then a long one
+    short = [i for i in range(len(by_document.text_starts)) if len(by_document.sequence(16, i, 0)) == 16]
+    assert len(short) == len(by_document.text_starts)  # 16 tokens: every text holds them
+    rows = [by_document.sequence(16, i, 0) for i in short]
+    assert all(not set(a) & set(b) for k, a in enumerate(rows) for b in rows[k + 1 :])
+    index = next(i for i in short if by_document.text_end(by_document.text_start(i, 0)) < by_document.ids.size)
+    with pytest.raises(ValueError, match=r"nested text \d+ .*\(a document\) holds 16 tokens .* fewer than the 17"):
+        by_document.sequence(17, index, 0)
+    chunked = TextSource(tok, docs, "docs", nested=True, chunk_tokens=16)
+    first = min(range(len(chunked.text_starts)), key=lambda i: chunked.text_start(i, 0))  # not the corpus's last
+    with pytest.raises(ValueError, match=r"a text of 16\+ tokens\) holds 16 tokens .*--text-chunks 40 or more"):
+        chunked.sequence(40, first, 0)
+    last = max(range(len(chunked.text_starts)), key=lambda i: chunked.text_start(i, 0))  # runs to the corpus end
+    assert chunked.sequence(60, last, 0) == chunked.ids[chunked.text_start(last, 0) :][:60].tolist()
+
+
 def _byte_tokenizer_with_bos():
     """A real fast tokenizer (bytes as tokens) whose special tokens are a BOS before the text, as Gemma's are."""
     from tokenizers import Tokenizer, models, pre_tokenizers, processors

@@ -21,6 +21,7 @@ Source specs (strings the recipe accepts):
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import json
 import re
@@ -75,13 +76,14 @@ class TextSource(SequenceSource):
     """Windows of n consecutive tokens of a tokenized corpus.
 
     Not ``nested`` (ut-peft's protocol): a window at a random offset drawn for every (n, index). ``nested`` (the
-    published protocol): sequence ``index`` is one text, the corpus from a text start chosen for that index alone,
-    and every length takes a prefix of it, so the rows of one index are nested prefixes of the same text (as the
-    published code truncates each of its 20 chunks to every length). The text starts are the documents' starts, or
-    with ``chunk_tokens`` the starts of disjoint texts of consecutive whole paragraphs, each at least that many
-    tokens: many more texts from one corpus, for designs that draw a fresh text for every row (pooled,
-    sequential), whose rows must not share tokens (two rows of one text would not be independent draws). Either
-    way an index past the last text is an error, never a text used again.
+    published protocol): sequence ``index`` is one text, the tokens from a text start chosen for that index alone up to
+    the next text's start, and every length takes a prefix of it, so the rows of one index are nested prefixes of the
+    same text (as the published code truncates each of its 20 chunks to every length). The text starts are the
+    documents' starts, or with ``chunk_tokens`` the starts of disjoint texts of consecutive whole paragraphs, each at
+    least that many tokens: many more texts from one corpus, for designs that draw a fresh text for every row (pooled,
+    sequential), whose rows must not share tokens (two rows of one text would not be independent draws). Either way an
+    index past the last text is an error, never a text used again, and so is a length that would run a text's row into
+    the next text (:meth:`text_end`): rows of two texts never share tokens.
     """
 
     kind = "text"
@@ -158,10 +160,25 @@ class TextSource(SequenceSource):
         order = np.random.default_rng([_SEQUENCE_STREAM, seed]).permutation(count)
         return self.text_starts[int(order[index])]
 
+    def text_end(self, start: int) -> int:
+        """Where the nested text that opens at ``start`` ends: at the next text's start, or the corpus end."""
+        later = bisect.bisect_right(self.text_starts, start)
+        return self.text_starts[later] if later < len(self.text_starts) else int(self.ids.size)
+
     def sequence(self, n, index, seed):
         self.check_length(n)
         if self.nested:
-            start = min(self.text_start(index, seed), int(self.ids.size) - n)
+            start = self.text_start(index, seed)
+            held = self.text_end(start) - start
+            if n > held:  # its row would run into the next text: two texts' rows would share tokens
+                unit = "document" if self.chunk_tokens is None else f"text of {self.chunk_tokens}+ tokens"
+                raise ValueError(
+                    f"nested text {index} of the source {self.name!r} (a {unit}) holds {held} tokens before the next "
+                    f"text begins, fewer than the {n} its row asks for: the row would take tokens of another text, "
+                    f"and rows of two texts that share tokens are not independent draws. Use lengths up to {held}, "
+                    f"or longer texts: --text-chunks {n} or more (paragraph-aligned texts, at most "
+                    f"{self.ids.size // n} of {n} tokens here), or a corpus of longer documents (text:PATH, hf:NAME)"
+                )
         else:
             start = int(sequence_rng(seed, n, index).integers(0, self.ids.size - n + 1))
         return self.ids[start : start + n].tolist()
