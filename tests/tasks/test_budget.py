@@ -267,6 +267,20 @@ def test_seed_0_rows_of_fixed_backbones_stopped_flat_below_the_paper_run_again_w
     assert len(at) == 2 and "no flat rule" in table[at[1]] and "no flat rule" not in table[at[0]]
 
 
+def test_a_row_whose_flat_check_reaches_the_paper_gets_its_seeds_without_the_flat_rule():
+    name = plan.budget_name("k3", "sparse", 0)
+    stopped = _row("k3", "sparse", 0, 0.643, stop_reason="flat")  # 35 points below the paper's 99: no seeds
+    check = _row("k3", "sparse", 0, 0.995, curve=[(819_200, 0.643), (10_000_128, 0.995)], stop_reason="accuracy")
+    check["name"], check["settings"]["stop_flat"] = name + plan.UNSTOPPED, 0.0
+    seeds = [plan.budget_name("k3", "sparse", seed) for seed in (1, 2)]
+    assert not set(seeds) & {n for n, _ in plan.budget_runs({name: stopped})}  # the check still to come
+    due = dict(plan.budget_runs({name: stopped, check["name"]: check}))
+    planned = dict(plan.BUDGET_PLAN)
+    assert [due[seed] for seed in seeds] == [{**planned[seed], "stop_flat": 0.0} for seed in seeds]
+    check["accuracy"], check["curve"] = 0.70, check["curve"][:1]  # a check that stays far below earns nothing
+    assert not set(seeds) & set(dict(plan.budget_runs({name: stopped, check["name"]: check})))
+
+
 def test_a_run_without_the_flat_rule_repeats_the_stopped_runs_curve_and_goes_on(tmp_path):
     """The flat rule's check trains exactly what the stopped run trained up to its stop (same seed, batches and
     schedule), then continues: its curve begins with the stopped run's, point for point."""
@@ -363,6 +377,27 @@ def test_the_recipe_reports_fake_budget_runs_into_the_docs_section(tmp_path, cap
     assert (tmp_path / "docs" / "figures" / "universal-khop-budget.png").stat().st_size > 0
     assert (tmp_path / "results" / "universal" / "table.md").exists()
     assert "| k = 2 alone | sparse UT" not in (tmp_path / "results" / "universal" / "table.md").read_text()
+
+
+def test_the_recipe_reports_a_flat_check_still_in_flight(tmp_path):
+    spec = importlib.util.spec_from_file_location("recipe_ut_experiments", ROOT / "recipes" / "ut_experiments.py")
+    recipe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(recipe)
+    stopped = _row("k3", "sparse", 0, 0.643, curve=[(409_600, 0.634), (819_200, 0.643)], stop_reason="flat")
+    results = tmp_path / recipe.RESULTS
+    results.parent.mkdir(parents=True)
+    results.write_text(json.dumps(stopped) + "\n")
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "universal.md").write_text("<!-- BEGIN khop-budget -->\n<!-- END khop-budget -->\n")
+    ((name, settings),) = plan.flat_checks({stopped["name"]: stopped})
+    curve = [*stopped["curve"], {**stopped["curve"][-1], "step": 6400, "examples_seen": 1_638_400, "accuracy": 0.71}]
+    checkpoint = tmp_path / recipe.RUNS_DIR / name / "checkpoint.pt"
+    checkpoint.parent.mkdir(parents=True)
+    state = {"settings": {**stopped["settings"], "stop_flat": 0.0}, "trainable": {}}
+    torch.save({**state, "progress": {"curve": curve, "train_cpu_seconds": 1638.4}}, checkpoint)
+    recipe.main(recipe.parse(["--report-only", "--base-dir", str(tmp_path)]))
+    rows = [line for line in (tmp_path / "docs" / "universal.md").read_text().splitlines() if "sparse UT" in line]
+    assert len(rows) == 2 and "no flat rule" in rows[1] and "in progress" in rows[1] and "71.0" in rows[1], rows
 
 
 def test_the_batch_benchmark_times_the_runs_own_step(monkeypatch, capsys):

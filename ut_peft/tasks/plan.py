@@ -206,12 +206,20 @@ def flat_checks(rows: dict[str, dict]) -> list[tuple[str, dict]]:
 
 def budget_runs(rows: dict[str, dict]) -> list[tuple[str, dict]]:
     """The budget runs due, in order, given the finished ``rows``: seed 0 of every row, then seeds 1 and 2 of the rows
-    whose seed 0 has finished and :func:`more_seeds` holds, then the flat rule's checks (:func:`flat_checks`)."""
+    whose seed 0 has finished and :func:`more_seeds` holds, then the flat rule's checks (:func:`flat_checks`).
+
+    A row whose seed 0 the flat rule stopped short of earning seeds, but whose finished check (the same run without
+    the rule) earns them, gets them too, and they run as the check did, without the flat rule: the check showed that
+    the rule cut this row's curve short, so the seeds must not be cut by it either."""
     planned = dict(BUDGET_PLAN)
     due = [(name, settings) for name, settings in BUDGET_PLAN if settings["seed"] == 0]
     for name, _ in list(due):
+        seeds = [name[: -len("s0")] + f"s{seed}" for seed in (1, 2)]
+        check = rows.get(name + UNSTOPPED)
         if name in rows and more_seeds(rows[name]):
-            due += [(other, planned[other]) for other in (name[: -len("s0")] + f"s{seed}" for seed in (1, 2))]
+            due += [(other, planned[other]) for other in seeds]
+        elif name in rows and check is not None and more_seeds(check):
+            due += [(other, {**planned[other], "stop_flat": 0.0}) for other in seeds]
     return due + flat_checks(rows)
 
 
