@@ -190,3 +190,19 @@ def test_a_version_that_audits_an_early_abandon_is_calibrated_under_the_abandon_
     own = copy.deepcopy(settings)
     own["cram"]["abandon_below"] = [[400, 0.5]]
     assert abandon_steps(own) == (400,) and abandon_steps(settings) == (500, 750, 1000)
+
+
+def test_the_width_law_fitted_without_m_1_gives_the_truth_the_fitted_widths():
+    from ut_peft.accessibility.simulated_intervals import _width_law
+
+    ms = [2, 4, 6]
+    per_m = {m: {"n50": 20.0 * m, "width": 0.3 * (20.0 * m) ** 0.4} for m in ms}
+    rel_width, power = _width_law({"slope": 20.0, "intercept": 0.0, "per_m": per_m}, ms)
+    truth = Truth(slope=20.0, intercept=0.0, rel_width=rel_width, width_power=power)
+    assert power == pytest.approx(0.4)
+    assert [truth.width(m) for m in ms] == pytest.approx([per_m[m]["width"] for m in ms])
+    # Measured from m = 1 the law is the fit's own, unchanged.
+    per_m[1] = {"n50": 20.0, "width": 0.3 * 20.0**0.4}
+    assert _width_law({"slope": 20.0, "intercept": 0.0, "per_m": per_m}, [1, *ms])[0] == per_m[1]["width"] / 20.0
+    with pytest.raises(ValueError, match="n_50 at m = 1 to be positive"):
+        _width_law({"slope": 20.0, "intercept": -30.0, "per_m": per_m}, ms)

@@ -125,14 +125,26 @@ def fitted_abandon(rows: dict, settings: dict) -> AuditedAbandon | None:
 
 
 def _width_law(estimate: dict, measured: list[int]) -> tuple[float, float]:
-    """The simulator's width law (rel_width at the smallest m, width_power) from the pooled fit's per-m widths:
-    log w(m) regressed on log n_50(m) over the measured m."""
+    """The simulator's width law (:attr:`Truth.rel_width`, :attr:`Truth.width_power`) from the pooled fit's per-m
+    widths: log w(m) regressed on log n_50(m) over the measured m.
+
+    The law is fitted from the smallest measured m, but :class:`Truth` anchors it at m = 1 (w(m) = rel_width n_50(1)
+    (n_50(m) / n_50(1))^power), so where m = 1 was not measured its relative width is carried there along the law."""
     per_m = estimate["per_m"]
     first = measured[0]
     log_n50 = np.log([per_m[m]["n50"] for m in measured])
     log_w = np.log([per_m[m]["width"] for m in measured])
     power = float(np.polyfit(log_n50 - log_n50[0], log_w, 1)[0]) if len(measured) > 1 else 1.0
-    return per_m[first]["width"] / per_m[first]["n50"], power
+    rel_width = per_m[first]["width"] / per_m[first]["n50"]
+    if first == 1 or power == 1.0:  # the law's anchor is the truth's already (or the anchor does not matter)
+        return rel_width, power
+    n50_1 = estimate["slope"] + estimate["intercept"]  # the truth's n_50(1): its line at m = 1
+    if n50_1 <= 0:
+        raise ValueError(
+            f"calibrated intervals need the fitted line's n_50 at m = 1 to be positive (it is {n50_1:.2f}) when m = 1 "
+            f"is not measured (rows at m = {measured}): the simulated truth's width law is anchored there"
+        )
+    return rel_width * (n50_1 / per_m[first]["n50"]) ** (power - 1.0), power
 
 
 def fitted_truth(rows: dict, settings: dict, *, jitter: float = 0.3, costs: RowCosts | None = None) -> Truth:
