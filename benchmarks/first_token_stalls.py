@@ -13,6 +13,10 @@ precision), from fresh inits: attempt k draws its vectors with the seed the job 
 ``seed + k`` (``sources.init_seed``), so attempt 0 is the folder's own row again. ``--check-original`` crams
 attempt 0 too and compares it with the row the folder holds (the same decision and steps: the benchmark re-crams
 what the sweep crammed). ``--init-std weight|embedding`` crams the attempts with the other init scale as well.
+``--layouts given-first`` crams them with the row's given token (the published protocol's BOS) moved before the
+memory as well: the same predicted tokens, but the first of them predicted from the last memory vector's position
+instead of the given token's, the layout ut-peft's protocol uses (a lone memory vector at position 0 tends to become
+the attention sink that the BOS would have been).
 
 What it answers: if a second attempt crams most stalls and few near misses, a stall is an optimisation failure of
 one draw of the init, not a capacity limit, and a protocol that retries a stalled row (the ut-peft protocol may; the
@@ -35,6 +39,10 @@ from ut_peft.accessibility import store  # noqa: E402
 from ut_peft.accessibility.engine.rows import INFERRED  # noqa: E402
 
 KINDS = ("stall", "near-miss")
+# memory-first: the folder's own layout; given-first: the row's given token (under the published protocol the BOS, or
+# the first text token where the tokenizer adds none) moved before the memory, so that the first predicted token is
+# predicted from the memory.
+LAYOUTS = ("memory-first", "given-first")
 
 
 def failed_rows(folder, ms, kinds=KINDS, max_n: int | None = None) -> list[dict]:
@@ -80,6 +88,7 @@ def cram_attempts(
     attempts: int,
     init_stds,
     *,
+    layouts=("memory-first",),
     check_original: bool,
     done: set,
     kinds=KINDS,
@@ -87,9 +96,9 @@ def cram_attempts(
     model=None,
     tokenizer=None,
 ):
-    """Yield one record per (row, attempt, init) not in ``done``: the row's text crammed again from a fresh init, with
-    the folder's own init scale and each of ``init_stds``. ``model`` (and ``tokenizer``): given, instead of loading
-    the folder's model by name."""
+    """Yield one record per (row, attempt, init, layout) not in ``done``: the row's text crammed again from a fresh
+    init, with the folder's own init scale and each of ``init_stds``, in each of ``layouts`` (:data:`LAYOUTS`).
+    ``model`` (and ``tokenizer``): given, instead of loading the folder's model by name."""
     import dataclasses
 
     from ut_peft.accessibility.engine.cram import cram
@@ -103,57 +112,82 @@ def cram_attempts(
         tokenizer = None if config.source == "tokens" else load_tokenizer(config.model)
     config.resolve_prefix(tokenizer)
     source = config.make_source(tokenizer, model.get_output_embeddings().weight.shape[0])
+    if "given-first" in layouts and config.cram.given_tokens < 1:
+        raise SystemExit(
+            f"{folder}: its rows have no given token to move before the memory (given_tokens "
+            f"{config.cram.given_tokens}: the ut-peft protocol's rows open with their first predicted token, after a "
+            "BOS already before the memory); --layouts given-first is for folders of the published protocol"
+        )
     rows = failed_rows(folder, ms, kinds, max_n)
     first = 0 if check_original else 1
     for init_std in dict.fromkeys([config.cram.init_std, *init_stds]):  # the folder's own first, each once
-        cram_config = dataclasses.replace(config.cram, init_std=init_std)
-        jobs, meta = [], {}
-        for entry in rows:
-            m, n, index = entry["m"], entry["n"], entry["index"]
-            for attempt in range(first, attempts):
-                key = (m, n, index, attempt, cram_config.init_std)
-                if key in done:
-                    continue
-                seed = init_seed(config.seed + attempt, m, n, index)
-                jobs.append(CramJob(key=key, ids=source.sequence(n, index, config.seed), m=m, seed=seed))
-                meta[key] = entry
-        for result in cram(model, jobs, cram_config):
-            m, n, index, attempt, std = result.job.key
-            entry = meta[result.job.key]
-            yield {
-                "folder": str(folder),
-                "m": m,
-                "n": n,
-                "index": index,
-                "kind": entry["kind"],
-                "attempt": attempt,
-                "init_std": std,
-                "init_seed": result.job.seed,
-                "accessible": result.accessible,
-                "steps": result.steps,
-                "best_prefix": result.best_prefix,
-                "best_accuracy": result.best_accuracy,
-                "stop_reason": result.stop_reason,
-                "original": {k: entry["row"].get(k) for k in ("accessible", "steps", "best_prefix", "init_seed")},
-                "seconds": result.seconds,
-            }
+        for layout in dict.fromkeys(layouts):
+            # One cram per given token (moved into the config's prefix): under the published protocol with a BOS, one.
+            groups: dict[tuple, list] = {}
+            meta = {}
+            for entry in rows:
+                m, n, index = entry["m"], entry["n"], entry["index"]
+                ids = source.sequence(n, index, config.seed)
+                given, rest = (ids[:1], ids[1:]) if layout == "given-first" else ([], ids)
+                for attempt in range(first, attempts):
+                    key = (m, n, index, attempt, init_std, layout)
+                    if key in done:
+                        continue
+                    seed = init_seed(config.seed + attempt, m, n, index)
+                    groups.setdefault(tuple(given), []).append(CramJob(key=key, ids=rest, m=m, seed=seed))
+                    meta[key] = entry
+            for given, jobs in groups.items():
+                cram_config = dataclasses.replace(
+                    config.cram,
+                    init_std=init_std,
+                    prefix_ids=(*config.cram.prefix_ids, *given),
+                    given_tokens=config.cram.given_tokens - len(given),
+                )
+                yield from _records(folder, cram(model, jobs, cram_config), meta)
+
+
+def _records(folder, results, meta: dict):
+    """One record per result of :func:`cram_attempts`' crams."""
+    for result in results:
+        m, n, index, attempt, std, layout = result.job.key
+        entry = meta[result.job.key]
+        yield {
+            "folder": str(folder),
+            "m": m,
+            "n": n,
+            "index": index,
+            "kind": entry["kind"],
+            "attempt": attempt,
+            "init_std": std,
+            "layout": layout,
+            "init_seed": result.job.seed,
+            "accessible": result.accessible,
+            "steps": result.steps,
+            "best_prefix": result.best_prefix,
+            "best_accuracy": result.best_accuracy,
+            "stop_reason": result.stop_reason,
+            "original": {k: entry["row"].get(k) for k in ("accessible", "steps", "best_prefix", "init_seed")},
+            "seconds": result.seconds,
+        }
 
 
 def report(records: list[dict]) -> str:
     """The table and the last line (see the module's docstring)."""
     lines = [
-        "| kind | attempt | init | rows | crammed | stalled again | row-steps |",
-        "|---|---|---|---|---|---|---|",
+        "| kind | attempt | init | layout | rows | crammed | stalled again | row-steps |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     groups: dict[tuple, list[dict]] = {}
     for r in records:
-        groups.setdefault((r["kind"], r["attempt"], r["init_std"]), []).append(r)
-    for (kind, attempt, std), rs in sorted(groups.items(), key=lambda item: (KINDS.index(item[0][0]), *item[0][1:])):
+        groups.setdefault((r["kind"], r["attempt"], r["init_std"], layout_of(r)), []).append(r)
+    for (kind, attempt, std, layout), rs in sorted(
+        groups.items(), key=lambda item: (KINDS.index(item[0][0]), *item[0][1:])
+    ):
         crammed = sum(r["accessible"] for r in rs)
         again = sum((not r["accessible"]) and r["best_prefix"] == 0 for r in rs)
         steps = sum(r["steps"] + 1 for r in rs)
-        lines.append(f"| {kind} | {attempt} | {std} | {len(rs)} | {crammed} | {again} | {steps:,} |")
-    original = [r for r in records if r["attempt"] == 0]
+        lines.append(f"| {kind} | {attempt} | {std} | {layout} | {len(rs)} | {crammed} | {again} | {steps:,} |")
+    original = [r for r in records if r["attempt"] == 0 and layout_of(r) == "memory-first"]
     if original:
         same = sum(
             r["accessible"] == r["original"]["accessible"] and r["steps"] == r["original"]["steps"] for r in original
@@ -178,6 +212,11 @@ def rescued_line(records: list[dict]) -> str:
     return f"stalls crammed at a second attempt: {k} of {n} (near misses: {j} of {total})"
 
 
+def layout_of(record: dict) -> str:
+    """A record's layout (records written before layouts were compared are the folder's own)."""
+    return record.get("layout", "memory-first")
+
+
 def read_records(path: Path) -> list[dict]:
     if not path.exists():
         return []
@@ -199,13 +238,14 @@ def main(argv=None, *, model=None, tokenizer=None) -> None:
     output = Path(args.output)
     records = read_records(output)
     if not args.report_only:
-        done = {(r["m"], r["n"], r["index"], r["attempt"], r["init_std"]) for r in records}
+        done = {(r["m"], r["n"], r["index"], r["attempt"], r["init_std"], layout_of(r)) for r in records}
         output.parent.mkdir(parents=True, exist_ok=True)
         new = cram_attempts(
             args.folder,
             set(args.ms),
             args.attempts,
             args.init_std,
+            layouts=("memory-first", *args.layouts),
             check_original=args.check_original,
             done=done,
             kinds=tuple(args.kinds),
@@ -228,6 +268,13 @@ def parse(argv=None) -> argparse.Namespace:
         default=[],
         choices=["weight", "embedding"],
         help="also cram the attempts with this init scale (CramConfig.init_std)",
+    )
+    parser.add_argument(
+        "--layouts",
+        nargs="*",
+        default=[],
+        choices=LAYOUTS[1:],
+        help="also cram the attempts with the row's given token (the BOS) before the memory",
     )
     parser.add_argument("--kinds", nargs="+", default=list(KINDS), choices=KINDS, help="which failed rows")
     parser.add_argument("--max-n", type=int, help="only rows no longer than this (a control at the stalls' lengths)")

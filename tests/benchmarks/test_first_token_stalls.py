@@ -54,3 +54,54 @@ def test_failed_rows_are_crammed_again_on_their_own_texts(tmp_path, load_benchma
     assert _run(stalls, *argv, model=llama) == text
     assert len(output.read_text().splitlines()) == len(records)
     assert _run(stalls, str(folder), "--output", str(output), "--report-only", model=None) == text
+
+
+def test_the_given_token_moved_before_the_memory_predicts_the_same_tokens_from_the_memory(tmp_path, load_benchmark):
+    import dataclasses
+
+    import pytest
+
+    from ut_peft.accessibility.engine.cram import cram
+    from ut_peft.accessibility.engine.jobs import CramJob
+
+    stalls = load_benchmark("first_token_stalls.py")
+    llama = crammable_model("llama")
+    folder = tmp_path / "published"
+    config = small_sweep_config(protocol="published")
+    run_sweep(config, folder, model=llama, progress=False)
+    failed = {key for key, row in read_rows(folder).items() if not row["accessible"]}
+    assert failed, "the tiny sweep should leave failed rows"
+    output = tmp_path / "stalls.jsonl"
+    text = _run(
+        stalls, str(folder), "--ms", "1", "2", "--layouts", "given-first", "--output", str(output), model=llama
+    )
+    records = [json.loads(line) for line in output.read_text().splitlines()]
+    assert sorted((r["m"], r["n"], r["index"], r["layout"]) for r in records) == sorted(
+        (*key, layout) for key in failed for layout in ("memory-first", "given-first")
+    )
+    assert "| given-first |" in text and "| memory-first |" in text
+
+    # A given-first record is the row's text with its first token before the memory and the rest predicted.
+    record = next(r for r in records if r["layout"] == "given-first")
+    sweep = stalls.folder_config(folder)
+    sweep.resolve_prefix(None)
+    ids = sweep.make_source(None, llama.get_output_embeddings().weight.shape[0]).sequence(
+        record["n"], record["index"], sweep.seed
+    )
+    alone = dataclasses.replace(sweep.cram, prefix_ids=(ids[0],), given_tokens=0)
+    (result,) = cram(llama, [CramJob(key=0, ids=ids[1:], m=record["m"], seed=record["init_seed"])], alone)
+    assert (result.accessible, result.steps, result.best_prefix) == (
+        record["accessible"],
+        record["steps"],
+        record["best_prefix"],
+    )
+
+    # Resumable with the layout in the key; a folder of ut-peft's protocol has no given token to move.
+    assert (
+        _run(stalls, str(folder), "--ms", "1", "2", "--layouts", "given-first", "--output", str(output), model=llama)
+        == text
+    )
+    ut_folder = tmp_path / "ut-peft"
+    run_sweep(small_sweep_config(), ut_folder, model=llama, progress=False)
+    with pytest.raises(SystemExit, match="no given token to move"):
+        _run(stalls, str(ut_folder), "--layouts", "given-first", "--output", str(tmp_path / "x.jsonl"), model=llama)
