@@ -23,7 +23,8 @@ one draw of the init, not a capacity limit, and a protocol that retries a stalle
 published protocol keeps the paper's single attempt) measures n_50 without that downward bias. Prints one table:
 per kind (stall / near-miss), per attempt and init, rows, crammed, stalled again (best prefix 0), row-steps; the last
 line is ``stalls crammed at a second attempt: <k> of <n> (near misses: <j> of <l>)``. Resumable: rows already in
-``--output`` are skipped.
+``--output`` are skipped, and the rows in flight keep their state every 5 minutes under ``<output>.states/`` (as a
+sweep's do), so a rerun after a kill or across sessions continues them where they were.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from ut_peft.accessibility import store  # noqa: E402
 from ut_peft.accessibility.engine.rows import INFERRED  # noqa: E402
 
 KINDS = ("stall", "near-miss")
+SNAPSHOT_SECONDS = 300.0  # how often the rows in flight keep their state (a sweep's default)
 # memory-first: the folder's own layout; given-first: the row's given token (under the published protocol the BOS, or
 # the first text token where the tokenizer adds none) moved before the memory, so that the first predicted token is
 # predicted from the memory.
@@ -89,6 +91,7 @@ def cram_attempts(
     init_stds,
     *,
     layouts=("memory-first",),
+    states: Path | None = None,
     check_original: bool,
     done: set,
     kinds=KINDS,
@@ -104,6 +107,7 @@ def cram_attempts(
     from ut_peft.accessibility.engine.cram import cram
     from ut_peft.accessibility.engine.jobs import CramJob
     from ut_peft.accessibility.engine.sources import init_seed
+    from ut_peft.accessibility.sweep import cram_resumable
     from ut_peft.models import load_model, load_tokenizer
 
     config = folder_config(folder)
@@ -122,53 +126,68 @@ def cram_attempts(
     first = 0 if check_original else 1
     for init_std in dict.fromkeys([config.cram.init_std, *init_stds]):  # the folder's own first, each once
         for layout in dict.fromkeys(layouts):
-            # One cram per given token (moved into the config's prefix): under the published protocol with a BOS, one.
-            groups: dict[tuple, list] = {}
-            meta = {}
-            for entry in rows:
-                m, n, index = entry["m"], entry["n"], entry["index"]
-                ids = source.sequence(n, index, config.seed)
-                given, rest = (ids[:1], ids[1:]) if layout == "given-first" else ([], ids)
-                for attempt in range(first, attempts):
-                    key = (m, n, index, attempt, init_std, layout)
-                    if key in done:
+            for attempt in range(first, attempts):
+                # One cram per given token (moved into the config's prefix): under the published protocol with a
+                # BOS, one; its jobs keyed by row, so that their states can be kept by row.
+                groups: dict[tuple, list] = {}
+                entries = {}
+                for entry in rows:
+                    m, n, index = entry["m"], entry["n"], entry["index"]
+                    ids = source.sequence(n, index, config.seed)
+                    given, rest = (ids[:1], ids[1:]) if layout == "given-first" else ([], ids)
+                    group = states_folder(states, init_std, layout, attempt, given)
+                    if (m, n, index, attempt, init_std, layout) in done:
+                        if group is not None:  # its record was written before a kill could drop its state
+                            store.remove_inflight(group, (m, n, index))
                         continue
                     seed = init_seed(config.seed + attempt, m, n, index)
-                    groups.setdefault(tuple(given), []).append(CramJob(key=key, ids=rest, m=m, seed=seed))
-                    meta[key] = entry
-            for given, jobs in groups.items():
-                cram_config = dataclasses.replace(
-                    config.cram,
-                    init_std=init_std,
-                    prefix_ids=(*config.cram.prefix_ids, *given),
-                    given_tokens=config.cram.given_tokens - len(given),
-                )
-                yield from _records(folder, cram(model, jobs, cram_config), meta)
+                    groups.setdefault(tuple(given), []).append(CramJob(key=(m, n, index), ids=rest, m=m, seed=seed))
+                    entries[(m, n, index)] = entry
+                for given, jobs in groups.items():
+                    cram_config = dataclasses.replace(
+                        config.cram,
+                        init_std=init_std,
+                        prefix_ids=(*config.cram.prefix_ids, *given),
+                        given_tokens=config.cram.given_tokens - len(given),
+                    )
+                    group = states_folder(states, init_std, layout, attempt, list(given))
+                    if group is None:
+                        results = cram(model, jobs, cram_config)
+                    else:
+                        group.mkdir(parents=True, exist_ok=True)
+                        results = cram_resumable(model, jobs, cram_config, group, snapshot_seconds=SNAPSHOT_SECONDS)
+                    for result in results:
+                        yield _record(folder, result, entries[result.job.key], attempt, init_std, layout)
 
 
-def _records(folder, results, meta: dict):
-    """One record per result of :func:`cram_attempts`' crams."""
-    for result in results:
-        m, n, index, attempt, std, layout = result.job.key
-        entry = meta[result.job.key]
-        yield {
-            "folder": str(folder),
-            "m": m,
-            "n": n,
-            "index": index,
-            "kind": entry["kind"],
-            "attempt": attempt,
-            "init_std": std,
-            "layout": layout,
-            "init_seed": result.job.seed,
-            "accessible": result.accessible,
-            "steps": result.steps,
-            "best_prefix": result.best_prefix,
-            "best_accuracy": result.best_accuracy,
-            "stop_reason": result.stop_reason,
-            "original": {k: entry["row"].get(k) for k in ("accessible", "steps", "best_prefix", "init_seed")},
-            "seconds": result.seconds,
-        }
+def states_folder(states: Path | None, init_std: str, layout: str, attempt: int, given: list) -> Path | None:
+    """Where the rows in flight of one cram keep their state (None: nowhere)."""
+    if states is None:
+        return None
+    return states / f"{init_std}-{layout}-a{attempt}" / ("given-" + "-".join(map(str, given)) if given else "folder")
+
+
+def _record(folder, result, entry: dict, attempt: int, std: str, layout: str) -> dict:
+    """The record of one result of :func:`cram_attempts`' crams."""
+    m, n, index = result.job.key
+    return {
+        "folder": str(folder),
+        "m": m,
+        "n": n,
+        "index": index,
+        "kind": entry["kind"],
+        "attempt": attempt,
+        "init_std": std,
+        "layout": layout,
+        "init_seed": result.job.seed,
+        "accessible": result.accessible,
+        "steps": result.steps,
+        "best_prefix": result.best_prefix,
+        "best_accuracy": result.best_accuracy,
+        "stop_reason": result.stop_reason,
+        "original": {k: entry["row"].get(k) for k in ("accessible", "steps", "best_prefix", "init_seed")},
+        "seconds": result.seconds,
+    }
 
 
 def report(records: list[dict]) -> str:
@@ -246,6 +265,7 @@ def main(argv=None, *, model=None, tokenizer=None) -> None:
             args.attempts,
             args.init_std,
             layouts=("memory-first", *args.layouts),
+            states=output.with_name(output.stem + ".states"),
             check_original=args.check_original,
             done=done,
             kinds=tuple(args.kinds),

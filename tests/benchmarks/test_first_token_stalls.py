@@ -105,3 +105,43 @@ def test_the_given_token_moved_before_the_memory_predicts_the_same_tokens_from_t
     run_sweep(small_sweep_config(), ut_folder, model=llama, progress=False)
     with pytest.raises(SystemExit, match="no given token to move"):
         _run(stalls, str(ut_folder), "--layouts", "given-first", "--output", str(tmp_path / "x.jsonl"), model=llama)
+
+
+def test_a_killed_run_resumes_its_rows_in_flight_from_their_states(tmp_path, load_benchmark, monkeypatch):
+    stalls = load_benchmark("first_token_stalls.py")
+    monkeypatch.setattr(stalls, "SNAPSHOT_SECONDS", 0.0)  # a state after every update
+    llama = crammable_model("llama")
+    folder = tmp_path / "published"
+    run_sweep(small_sweep_config(protocol="published", ms=[1]), folder, model=llama, progress=False)
+    argv = ["--ms", "1", "--attempts", "2", "--layouts", "given-first"]
+    whole = tmp_path / "whole.jsonl"
+    _run(stalls, str(folder), *argv, "--output", str(whole), model=llama)
+    expected = {
+        (r["m"], r["n"], r["index"], r["layout"]): (r["accessible"], r["steps"], r["best_prefix"])
+        for r in map(json.loads, whole.read_text().splitlines())
+    }
+    assert len(expected) >= 2
+
+    # The same run killed after its first record: its other rows keep their states beside the output.
+    output = tmp_path / "killed.jsonl"
+    states = output.with_name("killed.states")
+    records = stalls.cram_attempts(folder, {1}, 2, [], layouts=("memory-first", "given-first"), states=states,
+                                   check_original=False, done=set(), model=llama, tokenizer=None)  # fmt: skip
+    stalls.append_records(output, [next(records)], [])
+    kept = sorted(p.name for p in states.rglob("*.safetensors"))
+    assert kept, "the rows in flight keep their state"
+    records.close()  # the kill
+    from ut_peft.accessibility import store
+
+    resumed, read = [], store.read_inflight
+    monkeypatch.setattr(store, "read_inflight", lambda *a: resumed.append(read(*a)) or resumed[-1])
+    _run(stalls, str(folder), *argv, "--output", str(output), model=llama)
+    # Each row in flight continued from its state; the written row's state (killed before the next result could
+    # drop it) is dropped, not read.
+    assert sum(state is not None for state in resumed) == len(kept) - 1
+    got = {
+        (r["m"], r["n"], r["index"], r["layout"]): (r["accessible"], r["steps"], r["best_prefix"])
+        for r in map(json.loads, output.read_text().splitlines())
+    }
+    assert got == expected
+    assert not list(states.rglob("*.safetensors"))  # every state dropped once its record was written
