@@ -23,7 +23,7 @@
 # The table and figure (docs/universal.md, results/universal/budget.md) are rebuilt as each worker ends, or by hand:
 #   python recipes/ut_experiments.py --report-only
 set -euo pipefail
-FROZEN=5843f9b
+FROZEN=4f581fe
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$repo"
 tree=${UT_PEFT_FROZEN_TREE:-$(dirname "$repo")/ut-run}
