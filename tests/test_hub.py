@@ -12,7 +12,7 @@ from ut_peft.testing import tiny_config, tiny_model
 
 
 class RecordingHfApi(HfApi):
-    """HfApi whose two network calls record what they would send (the Hub cannot be reached from tests)."""
+    """HfApi whose network calls record what they would send (the Hub cannot be reached from tests)."""
 
     def __init__(self):
         super().__init__(token="hf_test")
@@ -21,6 +21,15 @@ class RecordingHfApi(HfApi):
     def create_repo(self, **kwargs):
         self.calls.append(("create_repo", kwargs))
         return f"https://huggingface.co/{kwargs['repo_id']}"
+
+    existing_private = None  # a repository already on the Hub with this visibility (None: created by the push)
+
+    def repo_info(self, **kwargs):
+        from types import SimpleNamespace
+
+        self.calls.append(("repo_info", kwargs))
+        private = self.existing_private
+        return SimpleNamespace(private=self.calls[0][1]["private"] if private is None else private)
 
     def upload_folder(self, **kwargs):
         from pathlib import Path
@@ -55,7 +64,8 @@ def test_push_uploads_the_adapter_folder_with_a_rendered_card(tmp_path):
         metrics={"accuracy": 0.975},
     )
     assert result == "commit-info"
-    (create_name, create), (upload_name, upload) = api.calls
+    (create_name, create), (info_name, _), (upload_name, upload) = api.calls
+    assert info_name == "repo_info"
     assert create_name == "create_repo" and create["repo_id"] == "someone/dyck-reprogram"
     assert create["private"] is True and create["exist_ok"] is True
     assert upload_name == "upload_folder" and upload["repo_id"] == "someone/dyck-reprogram"
@@ -179,3 +189,21 @@ def test_ut_peft_push_dry_run_from_the_command_line(tmp_path, capsys):
     main(["push", str(tmp_path), "someone/dyck", "--dry-run"])
     out = capsys.readouterr().out
     assert "would create someone/dyck" in out and "adapter_model.safetensors" in out and "PeftModel" in out
+
+
+def test_a_private_push_to_an_existing_public_repository_uploads_nothing(tmp_path):
+    import pytest
+
+    model = get_peft_model(tiny_model("llama"), UTReprogramConfig())
+    model.save_pretrained(tmp_path)
+    card_before = (tmp_path / "README.md").read_text()
+    api = RecordingHfApi()
+    api.existing_private = False  # create_repo(exist_ok=True) leaves it public
+    with pytest.raises(ValueError, match="exists and is public, but the push asked for a private one; nothing was"):
+        push_adapter_to_hub(tmp_path, "someone/public-repo", api=api, private=True)
+    assert [name for name, _ in api.calls] == ["create_repo", "repo_info"]
+    assert (tmp_path / "README.md").read_text() == card_before  # the folder is left as it was
+    api = RecordingHfApi()
+    api.existing_private = False
+    push_adapter_to_hub(tmp_path, "someone/public-repo", api=api)  # no visibility asked: the repository's own
+    assert [name for name, _ in api.calls] == ["create_repo", "upload_folder"]

@@ -344,9 +344,19 @@ def push_adapter_to_hub(
         else:
             files = [(name, len(card.encode()) if name == "README.md" else size) for name, size in files]
         return PushPlan(repo_id=repo_id, private=private, files=files, card=card)
-    save_model_card(folder, repo_id=repo_id, **card_kwargs)
     api = api or HfApi(token=token)
     api.create_repo(repo_id=repo_id, repo_type="model", private=private, exist_ok=True)
+    if private is not None:
+        # create_repo leaves a repository that exists as it is: one asked for private may be public.
+        visibility = api.repo_info(repo_id=repo_id, repo_type="model").private
+        if bool(visibility) != private:
+            raise ValueError(
+                f"{repo_id} exists and is {'private' if visibility else 'public'}, but the push asked for a "
+                f"{'private' if private else 'public'} one; nothing was uploaded. Change its visibility on the Hub "
+                f"(or with HfApi().update_repo_settings({repo_id!r}, private={private})), or push to another "
+                "repository"
+            )
+    save_model_card(folder, repo_id=repo_id, **card_kwargs)
     return api.upload_folder(
         folder_path=str(folder), repo_id=repo_id, repo_type="model", commit_message=commit_message
     )
