@@ -265,13 +265,17 @@ def test_the_old_unit_scale_is_the_same_draw_scaled():
         (dict(init_std=0.0), "init_std=0.0 must be positive"),
         (dict(init_std=-0.02), "init_std=-0.02 must be positive"),
         (dict(init_std=float("nan")), "must be positive and finite"),
+        (dict(lr=float("inf")), "lr must be positive and finite, got inf"),
+        (dict(lr=float("nan")), "lr must be positive and finite"),
+        (dict(weight_decay=-0.1), "weight_decay must be 0 or positive"),
+        (dict(warmup_steps=-50), r"warmup_steps must be 0 \(no warm-up\) or positive, got -50"),
         (dict(khop_ks=[]), "khop_ks is empty"),
         (dict(khop_ks=[1, 17]), r"every hop count must be an integer from 0 to 16"),
         (dict(khop_ks=[-1]), r"every hop count must be an integer from 0 to 16"),
         (dict(khop_ks=[1.5]), r"every hop count must be an integer from 0 to 16"),
     ],
 )
-def test_bad_init_scales_and_hop_counts_are_refused_with_what_to_do(bad, message):
+def test_bad_rates_scales_and_hop_counts_are_refused_with_what_to_do(bad, message):
     with pytest.raises(ValueError, match=message):
         RunSettings(task="khop", **bad)
 

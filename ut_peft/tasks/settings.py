@@ -100,8 +100,12 @@ class RunSettings:
                 "stop_accuracy and stop_flat are checked at the curve's evaluations, and this run has none: set "
                 "eval_log_from (a curve log-spaced in examples seen) or eval_every"
             )
-        if not self.lr > 0:
-            raise ValueError(f"lr must be positive, got {self.lr}")
+        if not 0 < self.lr < math.inf:
+            raise ValueError(f"lr must be positive and finite, got {self.lr}")
+        if not 0 <= self.weight_decay < math.inf:
+            raise ValueError(f"weight_decay must be 0 or positive and finite, got {self.weight_decay}")
+        if self.warmup_steps < 0:
+            raise ValueError(f"warmup_steps must be 0 (no warm-up) or positive, got {self.warmup_steps}")
         if isinstance(self.init_std, bool) or not isinstance(self.init_std, (int, float)):
             raise ValueError(
                 f"init_std must be a number (the std of the initial E and positions), got {self.init_std!r}"
