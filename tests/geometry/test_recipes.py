@@ -146,6 +146,21 @@ def test_copy_task_recipe_end_to_end(tmp_path):
     (tmp_path / "broken.json").write_text("{")
     with pytest.raises(ValueError, match="broken.json is not a copy_task.json"):
         recipe.main(recipe.parse(["--combine", str(tmp_path / "broken.json"), "--out", str(tmp_path / "c")]))
+    # Two unlabelled runs of the same steps keep their own names (their folders'), never one overwriting the other.
+    for name in ("run-a", "run-b"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "copy_task.json").write_text((out / "copy_task.json").read_text())
+    parts = [str(tmp_path / name / "copy_task.json") for name in ("run-a", "run-b")]
+    recipe.main(recipe.parse(["--combine", *parts, "--out", str(tmp_path / "both")]))
+    combined = json.loads((tmp_path / "both" / "copy_task.json").read_text())["runs"]
+    assert set(combined) == {f"{run} ({name})" for run in ("full", "embeddings") for name in ("run-a", "run-b")}
+    with pytest.raises(ValueError, match="two runs are both named 'full \\(run-a\\)'"):
+        recipe.main(recipe.parse(["--combine", parts[0], parts[0], "--out", str(tmp_path / "twice")]))
+    other = json.loads((out / "copy_task.json").read_text())
+    other["settings"]["train_lengths"] = [3, 9]
+    (tmp_path / "run-b" / "copy_task.json").write_text(json.dumps(other))
+    with pytest.raises(ValueError, match="trained on different lengths"):
+        recipe.main(recipe.parse(["--combine", *parts, "--out", str(tmp_path / "mixed")]))
 
     # the full run's model as a fixed backbone: only fresh E, U train; its body and positions stay bit-identical
     from peft import PeftModel

@@ -52,10 +52,28 @@ def main(args):
     out = start_run(args, results=("copy_task.json",))
     if args.combine:
         # Plot and tabulate runs made by separate invocations (e.g. run in parallel) together.
-        result = {"settings": {}, "runs": {}}
-        for part in parts:
-            label = part.get("settings", {}).get("label") or f"{part.get('settings', {}).get('steps')} steps"
-            result["runs"].update({f"{k} ({label})": v for k, v in part["runs"].items()})
+        # The lengths the parts trained on (shaded on the plot) are theirs, not this command's --train-lengths.
+        spans = {tuple(part.get("settings", {}).get("train_lengths") or ()) for part in parts} - {()}
+        if len(spans) > 1:
+            raise ValueError(
+                f"--combine: the runs trained on different lengths ({', '.join(map(str, sorted(spans)))}); combine "
+                "runs trained on the same lengths, whose plot can shade them"
+            )
+        if spans:
+            low, high = next(iter(spans))
+        result: dict = {"settings": {}, "runs": {}}
+        for path, part in zip(args.combine, parts):
+            settings = part.get("settings", {})
+            # A run's label, else its folder's name (two runs of the same steps would otherwise share one).
+            label = settings.get("label") or Path(path).parent.name or f"{settings.get('steps')} steps"
+            for name, run in part["runs"].items():
+                key = f"{name} ({label})"
+                if key in result["runs"]:
+                    raise ValueError(
+                        f"--combine: two runs are both named {key!r} ({path} and an earlier file); give them "
+                        "distinct --label values, or combine runs from distinct output folders"
+                    )
+                result["runs"][key] = run
         return write_outputs(result, out, low, high, args.command)
     settings = {
         "hidden_size": args.hidden_size,
@@ -129,7 +147,7 @@ def parse(argv=None, *, prog: str | None = None):
         help="embeddings: a saved copy model (e.g. <out>/full of a full run) whose body and "
         "positions stay frozen while fresh E, U are learned; default: a random backbone",
     )
-    p.add_argument("--label", help="name of this run in combined plots (default: the output folder's name)")
+    p.add_argument("--label", help="name of this run in combined plots (default: its output folder's name)")
     p.add_argument(
         "--combine",
         nargs="+",
