@@ -74,7 +74,9 @@ def main(args) -> None:
         names = [n for n in args.only.split(",") if n]
         tracking = start_tracking(args, runs_dir, "ut-peft-universal", {"only": args.only, "threads": args.threads})
         tracker = tracking if tracking.trackers else None  # each run logs under its name (--report-to)
-        kwargs = dict(runs_dir=runs_dir, results=results, stop_file=args.stop_file, tracker=tracker)
+        # A relative --stop-file names a path in the repository (results/universal/PAUSED), as --base-dir's files do.
+        stop_file = None if args.stop_file is None else base / args.stop_file
+        kwargs = dict(runs_dir=runs_dir, results=results, stop_file=stop_file, tracker=tracker)
         if args.budget and not names:
             plan.run_budget(**kwargs)
         else:
@@ -95,7 +97,7 @@ def main(args) -> None:
             baselines=base / BASELINES,
         )
     )
-    print(f"figure: {FIGURE}")
+    print(f"figure: {base / FIGURE}")
     budget = [row for row in rows.values() if row["task"] == "khop" and plan.is_budget(row)]
     text = budget_results.budget_report(
         rows, table_path=base / BUDGET_TABLE, figure_path=base / BUDGET_FIGURE if budget else None
@@ -104,9 +106,9 @@ def main(args) -> None:
     if budget:
         text += "\n![k-hop held-out accuracy against examples seen, to the references' budget](figures/"
         text += f"{BUDGET_FIGURE.name})\n"
-        print(f"figure: {BUDGET_FIGURE}")
+        print(f"figure: {base / BUDGET_FIGURE}")
     if set_section(base / DOCS, DOCS_SECTION, text):
-        print(f"table: in {DOCS} ({DOCS_SECTION})")
+        print(f"table: in {base / DOCS} ({DOCS_SECTION})")
 
 
 def parse(argv=None):
@@ -127,7 +129,7 @@ def parse(argv=None):
         type=Path,
         default=None,
         help="start no new run once this file exists, and stop the run in flight at its next checkpoint (another "
-        "job owns the machine from then on)",
+        "job owns the machine from then on); a relative path is inside --base-dir",
     )
     parser.add_argument(
         "--base-dir",

@@ -400,6 +400,18 @@ def test_the_recipe_reports_a_flat_check_still_in_flight(tmp_path):
     assert len(rows) == 2 and "no flat rule" in rows[1] and "in progress" in rows[1] and "71.0" in rows[1], rows
 
 
+def test_a_relative_stop_file_is_read_inside_the_base_dir(tmp_path, monkeypatch):
+    spec = importlib.util.spec_from_file_location("recipe_ut_experiments", ROOT / "recipes" / "ut_experiments.py")
+    recipe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(recipe)
+    seen = {}
+    monkeypatch.setattr(recipe.plan, "run_budget", lambda **kwargs: seen.update(kwargs) or [])
+    monkeypatch.chdir(tmp_path / "..")  # not the base dir: the path must not depend on where the worker starts
+    with pytest.raises(ValueError, match="no finished runs"):  # nothing trained: the report has no rows
+        recipe.main(recipe.parse(["--budget", "--stop-file", "results/universal/PAUSED", "--base-dir", str(tmp_path)]))
+    assert seen["stop_file"] == tmp_path / "results" / "universal" / "PAUSED"
+
+
 def test_the_batch_benchmark_times_the_runs_own_step(monkeypatch, capsys):
     monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))  # as `python benchmarks/x.py` does, for `import harness`
     spec = importlib.util.spec_from_file_location("benchmark_ut_khop_batch", ROOT / "benchmarks" / "ut_khop_batch.py")
