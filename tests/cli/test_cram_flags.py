@@ -5,7 +5,9 @@ settings record."""
 
 import argparse
 import dataclasses
+import importlib.util
 import json
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -107,10 +109,12 @@ def test_every_flag_the_settings_record_is_read_back_with_a_value_of_its_own(tmp
 def test_the_parser_is_the_table():
     parser = command.make_parser()
     ours = [action for action in parser._actions if action.dest in {flag.dest for flag in command.FLAGS}]
-    assert [action.option_strings for action in ours] == [[f"--{f.name}", *f.aliases] for f in command.FLAGS]
+    assert [action.option_strings for action in ours] == [
+        [f"--{f.name}", *f.aliases, *([f"--no-{f.name}"] if f.switch else [])] for f in command.FLAGS
+    ]
     for flag, action in zip(command.FLAGS, ours):
         assert (action.dest, action.help) == (flag.dest, flag.help)
-        assert isinstance(action, argparse._StoreTrueAction) == flag.switch
+        assert isinstance(action, argparse.BooleanOptionalAction) == flag.switch  # --name / --no-name
         if not flag.switch:
             assert (action.default, action.type, action.nargs, action.metavar) == (
                 flag.default,
@@ -161,3 +165,103 @@ def test_a_settings_json_that_lacks_a_key_every_sweep_writes_is_one_clear_error(
     path.write_text(json.dumps(settings))
     with pytest.raises(ValueError, match=f"{path} lacks {key}, which every sweep's settings.json holds"):
         command.flags_from_settings(settings, path)
+
+
+# ---- flags that contradict each other, or that a mode would drop, are refused by name ------------------------------
+
+
+def test_adaptive_with_any_other_design_is_refused(tmp_path):
+    """--adaptive is --design adaptive: with --design fixed (on the command line, or either from a config file) it
+    was an adaptive sweep without a word; any --design but adaptive is now refused."""
+    out = ["--output-dir", str(tmp_path / "out")]
+    config = tmp_path / "run.yaml"
+    config.write_text("adaptive: true\n")
+    for argv in (["--adaptive", "--design", "fixed"], ["--config", str(config), "--design", "fixed"]):
+        with pytest.raises(
+            ValueError, match="--adaptive is an alias of --design adaptive; it contradicts --design fixed"
+        ):
+            command.sweep_config(command.parse(argv + out))
+    for argv in (["--adaptive"], ["--adaptive", "--design", "adaptive"], ["--config", str(config)]):
+        assert command.sweep_config(command.parse(argv + out)).design.kind == "adaptive"
+
+
+def test_prefix_under_the_published_protocol_is_refused(tmp_path):
+    """The published layout sets no prefix ids: a --prefix given with it was dropped; now it is refused. Unset, it is
+    the ut-peft protocol's bos, and a published sweep's settings.json (which records no prefix) still reruns."""
+    out = ["--output-dir", str(tmp_path / "out")]
+    for prefix in ("bos", "none"):
+        with pytest.raises(
+            ValueError, match="the published layout puts the memory first and its rows start with the BOS"
+        ):
+            command.sweep_config(command.parse(["--protocol", "published", "--prefix", prefix, *out]))
+    assert command.sweep_config(command.parse(["--protocol", "published", *out])).prefix == command.PREFIX == "bos"
+    assert command.sweep_config(command.parse(out)).prefix == "bos"
+    assert command.sweep_config(command.parse(["--prefix", "none", *out])).prefix == "none"
+    first, _, flags, again = rerun("the published protocol", tmp_path / "published")
+    assert flags.get("prefix") is None and again.protocol == "published" and again.cram == first.cram
+
+
+def report_refusal(argv) -> str | None:
+    """The error --report-only or --merge gives for ``argv``'s flags, None where it takes them (the run then goes
+    on to the folders, which hold no sweep here)."""
+    try:
+        command.main(command.parse([str(word) for word in argv]))
+    except ValueError as err:
+        return str(err) if "it does not take" in str(err) else None
+    raise AssertionError("the folders hold no sweep: main cannot succeed")
+
+
+def test_report_only_refuses_the_flags_it_would_drop(tmp_path):
+    """--report-only rebuilds the report from the folder's settings.json: a sweep's flags, the flags of a run and
+    --overwrite given with it changed nothing, without a word; now they are refused, by name."""
+    out = ["--output-dir", tmp_path / "sweep"]
+    err = report_refusal(["--report-only", "--ms", "9", "--overwrite", "--save-adapters", "--max-steps", "999", *out])
+    assert err is not None and err.startswith("--report-only rebuilds the report from the folder's own settings")
+    assert "it does not take --ms, --max-steps, --save-adapters, --overwrite" in err
+    for flag in (
+        ["--model", "other"],
+        ["--adaptive"],
+        ["--prefix", "none"],
+        ["--device-map"],
+        ["--snapshot-minutes", "1"],
+    ):
+        assert flag[0] in (report_refusal(["--report-only", *flag, *out]) or ""), flag
+    assert "--merge pools the rows" in (report_refusal(["--merge", tmp_path / "a", "--lr", "0.1", *out]) or "")
+    # What they do take: the folders, the support the bounds are measured on, --overwrite of a merge, a switch off.
+    assert report_refusal(["--report-only", "--support-sequences", "64", "--no-save-adapters", *out]) is None
+    merge = ["--merge", tmp_path / "a", tmp_path / "b", "--overwrite", "--support-sequences", "64"]
+    assert report_refusal([*merge, *out]) is None
+    assert report_refusal([*merge, "--report-only", *out]) is None
+    # A --config file's flags are the file's, not a request of this run (the file a sweep ran from may report it).
+    config = tmp_path / "run.yaml"
+    config.write_text("ms: [9]\nmax_steps: 999\n")
+    assert report_refusal(["--config", config, "--report-only", *out]) is None
+
+
+def test_every_quoted_report_only_and_merge_command_is_taken(tmp_path):
+    """The README's and the docs' --report-only and --merge commands pass the check of the flags they take."""
+    spec = importlib.util.spec_from_file_location("quoted", Path(__file__).parents[1] / "test_quoted_commands.py")
+    quoted = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(quoted)
+    commands = [
+        argv
+        for file in quoted.quoting_files()
+        for argv, _ in quoted.quoted_commands(file.read_text())
+        if "--report-only" in argv or "--merge" in argv
+    ]
+    assert len(commands) >= 5, commands
+    for argv in commands:
+        command.check_report_flags(command.parse(argv))
+
+
+def test_a_switch_a_config_file_turns_on_is_turned_off_on_the_command_line(tmp_path):
+    """Every switch is --name / --no-name (argparse.BooleanOptionalAction): a config file's `overwrite: true` (or any
+    switch it sets) was on for good, as no flag turned it off."""
+    config = tmp_path / "run.yaml"
+    switches = [flag for flag in command.FLAGS if flag.switch]
+    config.write_text("".join(f"{flag.dest}: true\n" for flag in switches))
+    on = command.parse(["--config", str(config)])
+    assert all(getattr(on, flag.dest) is True for flag in switches)
+    off = command.parse(["--config", str(config), *(f"--no-{flag.name}" for flag in switches)])
+    assert not any(getattr(off, flag.dest) for flag in switches)
+    assert command.parse([]).overwrite is False

@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import difflib
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -34,6 +35,7 @@ from .common import (
     check_model,
     check_output_folder,
     check_run_folder,
+    dashed,
     end_tracking,
     library_value,
     nonnegative_int,
@@ -59,6 +61,7 @@ def main(args):
             f"--retarget-from starts a sweep; it does not go with {'--merge' if args.merge else '--report-only'}"
         )
     if args.merge or args.report_only:
+        check_report_flags(args)
         report(args)
         return
     config = sweep_config(args)
@@ -96,6 +99,39 @@ def main(args):
             print(f"saved {len(saved)} memory adapters under {Path(args.output) / ADAPTERS_DIR}")
         print(console_summary(summary))  # what report.md says, as it says it
         print(f"report: {Path(args.output) / REPORT_FILE}")
+
+
+# What --report-only and --merge read besides the folders: the rest of FLAGS set or run a sweep, which they do not.
+REPORT_FLAGS = ("output-dir", "merge", "report-only", "support-sequences", "overwrite", "retarget-from")
+
+
+def check_report_flags(args: argparse.Namespace) -> None:
+    """ValueError naming the flags given on the command line that --report-only or --merge would drop: the sweep's
+    settings (the report is rebuilt from the folder's own settings.json), how a sweep runs, and --overwrite (which
+    only --merge uses: it replaces the merged folder)."""
+    given = getattr(args, "given", None)
+    if given is None:  # a namespace not made by parse(): every flag away from its default counts as given
+        given = {flag.dest for flag in FLAGS if getattr(args, flag.dest) != flag.default}
+    dropped = [
+        flag
+        for flag in FLAGS
+        if flag.dest in given
+        and flag.name not in REPORT_FLAGS
+        and not (flag.switch and not getattr(args, flag.dest))  # --no-save-adapters changes nothing
+    ]
+    names = [f"--{flag.name}" for flag in dropped]
+    if args.overwrite and not args.merge:
+        names.append("--overwrite")
+    if not names:
+        return
+    if args.merge:
+        what = "--merge pools the rows of the folders under their own settings.json and reports on them"
+    else:
+        what = "--report-only rebuilds the report from the folder's own settings (its settings.json) and runs nothing"
+    raise ValueError(
+        f"{what}; it does not take {', '.join(names)}: drop {'it' if len(names) == 1 else 'them'}, or rerun without "
+        f"{'--merge' if args.merge else '--report-only'} to change or run the sweep"
+    )
 
 
 def report(args: argparse.Namespace) -> None:
@@ -138,6 +174,7 @@ POOLED_DESIGN_VERSION = library_value("ut_peft.accessibility.design:POOLED_DESIG
 FIRST_POOLED_VERSION = library_value("ut_peft.accessibility.designs.configs:FIRST_POOLED_VERSION", 1)
 SNAPSHOT_SECONDS = library_value("ut_peft.accessibility.sweep:run_sweep.__kwdefaults__['snapshot_seconds']", 300.0)
 SUPPORT_SEQUENCES = library_value(f"{_SWEEP}.support_sequences", 256)
+PREFIX = library_value(f"{_SWEEP}.prefix", "bos")  # --prefix left unset under the ut-peft protocol
 
 # The command's own default job (`ut-peft cram` with no flags: protocol.QUICK_RUN, a smoke run of minutes on a
 # CPU); its m and lengths hold under either protocol.
@@ -263,7 +300,7 @@ class Flag:
     nargs: str | None = None
     choices: Sequence | Callable[[], Sequence] | None = None  # a callable: asked when the parser is built
     metavar: str | None = None
-    switch: bool = False  # store_true
+    switch: bool = False  # --name / --no-name (argparse.BooleanOptionalAction), off unless given
     aliases: tuple[str, ...] = ()
     dest: str = ""  # default: the name with underscores
 
@@ -282,8 +319,11 @@ class Flag:
     def add_to(self, parser: argparse.ArgumentParser) -> None:
         """``parser.add_argument`` for the flag."""
         names = (f"--{self.name}", *self.aliases)
-        if self.switch:
-            parser.add_argument(*names, dest=self.dest, action="store_true", help=self.help)
+        if self.switch:  # --flag / --no-flag: a switch a config file turns on, the command line can turn off
+            action = parser.add_argument(
+                *names, dest=self.dest, action=argparse.BooleanOptionalAction, default=False, help=self.help
+            )
+            action.help = self.help  # without the "(default: ...)" some Pythons add: the help formatter adds it
             return
         choices = self.choices() if callable(self.choices) else self.choices
         given: dict[str, Any] = {"type": self.type, "nargs": self.nargs, "choices": choices, "metavar": self.metavar}
@@ -373,10 +413,12 @@ FLAGS = (
     Flag("lr", "cram.lr", api=0.01, type=float, help="AdamW learning rate of the memory vectors"),
     Flag("batch-size", "cram.batch_size", unrecorded=True, api=16, type=int, help="sequences crammed together"),
     # Recorded as the ut-peft layout's prefix ids: the BOS before the memory, or nothing (prefix none).
-    Flag("prefix", "prefix", stored="cram.prefix_ids", when=_ut_peft_layout, api="bos", choices=["bos", "none"],
+    # Unset by default (PREFIX under the ut-peft protocol), so that one given under the published protocol is refused.
+    Flag("prefix", "prefix", stored="cram.prefix_ids", when=_ut_peft_layout, choices=["bos", "none"],
          read=lambda prefix_ids, *_: "bos" if prefix_ids else "none",
-         help="bos: the tokenizer's BOS (when it has one) before the memory vectors, since position 0 is an "
-         "attention sink; none: the memory starts the sequence, as in the published code"),
+         help=f"the ut-peft protocol's layout (default {PREFIX}). bos: the tokenizer's BOS (when it has one) before "
+         "the memory vectors, since position 0 is an attention sink; none: the memory starts the sequence, as in the "
+         "published code. --protocol published takes neither: its layout puts the memory first"),
     Flag("progressive", "cram.progressive", switch=True, help="grow the target one token at a time"),
     Flag("abandon-below", "cram.abandon_below", api=(), type=abandon_pair, nargs="+", metavar="STEP:ACC",
          help="calibrated early abandon: stop a row whose best teacher-forced accuracy is below ACC after STEP "
@@ -425,7 +467,19 @@ def make_parser(prog: str | None = None) -> argparse.ArgumentParser:
 
 def parse(argv=None, *, prog: str | None = None):
     """The command's flags (``--config FILE`` first: a YAML file of flags, or a finished sweep's settings.json)."""
-    return parse_args(make_parser(prog), argv, from_file=flags_from_settings)
+    args = parse_args(make_parser(prog), argv, from_file=flags_from_settings)
+    args.given = given_on_command_line(argv)
+    return args
+
+
+def given_on_command_line(argv=None) -> set[str]:
+    """The dests of the flags of FLAGS that ``argv`` gives itself (not a --config file, not a default)."""
+    parser = make_parser()
+    for action in parser._actions:  # argparse has no public list; unset flags stay out of the namespace
+        action.default = argparse.SUPPRESS
+    words = [str(word) for word in (sys.argv[1:] if argv is None else argv)]
+    given = vars(parser.parse_known_args(dashed(parser, words))[0])
+    return set(given) & {flag.dest for flag in FLAGS}
 
 
 # ---- flags -> SweepConfig -----------------------------------------------------------------------------------------
@@ -471,6 +525,7 @@ def sweep_config(args: argparse.Namespace) -> SweepConfig:
         else GridConfig(start=args.start, stop=args.stop, coarse=args.coarse, fine=args.fine)
     )
     values = {flag.config: getattr(args, flag.dest) for flag in FLAGS if flag.config is not None}
+    values["prefix"] = _prefix(args)
     values.update({"design.target_n50_se": _n50_targets(args.target_n50_se)})
     values.update({"design.version": pooled_version(args, design), "support_sequences": support_sequences(args)})
     cram = CramConfig(**_section(values, "cram"))
@@ -484,6 +539,19 @@ def sweep_config(args: argparse.Namespace) -> SweepConfig:
     )
 
 
+def _prefix(args: argparse.Namespace) -> str:
+    """--prefix, PREFIX when unset; ValueError under the published protocol, whose layout no --prefix changes."""
+    if args.prefix is None:
+        return PREFIX
+    if args.protocol == "published":
+        raise ValueError(
+            f"--prefix {args.prefix} sets the ut-peft protocol's layout; the published layout puts the memory first "
+            "and its rows start with the BOS as a given token ([memory, BOS, ...]): drop --prefix, or use "
+            "--protocol ut-peft"
+        )
+    return args.prefix
+
+
 def _section(values: dict, section: str) -> dict:
     """The values of one config section ("cram.lr" -> "lr")."""
     return {key.removeprefix(f"{section}."): v for key, v in values.items() if key.startswith(f"{section}.")}
@@ -494,8 +562,11 @@ def _design(args: argparse.Namespace) -> str:
     from ..accessibility import GridConfig
 
     design = "adaptive" if args.adaptive else args.design
-    if args.adaptive and args.design not in (None, "fixed", "adaptive"):
-        raise ValueError(f"--adaptive is an alias of --design adaptive; it contradicts --design {args.design}")
+    if args.adaptive and args.design not in (None, "adaptive"):
+        raise ValueError(
+            f"--adaptive is an alias of --design adaptive; it contradicts --design {args.design} (from the command "
+            "line or a --config file): give one of the two"
+        )
     if design is None:  # the published protocol walks the paper's adaptive grid unless lengths are given
         design = "adaptive" if args.protocol == "published" and args.lengths is None else "fixed"
     # A grid flag the design does not read would be dropped without a word: refuse it instead.
@@ -576,7 +647,7 @@ def pooled_version(args: argparse.Namespace, design: str) -> int | None:
 
 def tracked_settings(args: argparse.Namespace, config: SweepConfig) -> dict:
     """What the trackers get as the run's config: the sweep's settings and the command's own flags."""
-    flags = {k: v for k, v in vars(args).items() if k not in ("prog", "debug", "config")}
+    flags = {k: v for k, v in vars(args).items() if k not in ("prog", "debug", "config", "given")}
     return {"sweep": dataclasses.asdict(config), "flags": flags}
 
 
