@@ -86,6 +86,11 @@ def test_geometry_recipe_end_to_end(tmp_path):
     assert json.loads((third / "geometry.json").read_text())["model"] == str(model_dir) == again["model"]
     with pytest.raises(ValueError, match="was sampled from"):
         recipe.main(recipe.parse(["--model", "x", "--from-state", str(out / "state.pt"), "--out", str(third)]))
+    # A flag that decides how to sample is refused with the state's points, not dropped.
+    for flag in (["--samples", "1000"], ["--seed", "3"], ["--supports", "ball"], ["--apply-final-norm"]):
+        with pytest.raises(SystemExit):
+            recipe.parse(["--from-state", str(out / "state.pt"), *flag, "--out", str(third)])
+        assert recipe.parse([*flag, "--out", str(third)])  # the flag itself is fine: sampling uses it
     # An earlier run's results are replaced only when asked.
     resummary = ["--from-state", str(out / "state.pt"), "--slope", "2", "--out", str(third)]
     with pytest.raises(ValueError, match="holds an earlier run .geometry.json.*--overwrite"):
