@@ -927,3 +927,27 @@ def test_the_stop_state_says_where_the_design_stands_and_why_it_stopped():
     assert f"{before['fitted_rows']} fitted rows of the 64 its floor asks for" in stop_line(before)
     early = stop_line({"stage": "stopped", "rounds": 2, "rows": 8})  # a budget spent while bracketing
     assert "stopped** after 2 complete rounds (8 rows), before its rows bracketed" in early
+
+
+def test_a_design_whose_estimate_frees_the_check_offset_places_its_rounds_on_that_fit():
+    """slope_from="free": the estimate frees the check m's offset (its rows inform only the offset), so the fit the
+    design places and stops its rounds on must be that fit too, not the line with the check m on it."""
+    rng = np.random.default_rng(3)
+    flat = []
+    for m in (1, 3, 5):
+        mu = 20.0 * m + 4.0 + (15.0 if m == 3 else 0.0)  # a bend at the check m
+        for n in (round(0.9 * mu), round(1.1 * mu)):
+            p = 1 / (1 + np.exp(-(mu - n) / (0.1 * mu)))
+            flat += [(m, n, float(rng.random() < p), 100) for _ in range(40)]
+    rows = {(m, n, i): {"accessible": bool(y), "steps": 100} for i, (m, n, y, _) in enumerate(flat)}
+    settings = dict(ms=[1, 3, 5], batch=4, start=2, stop=200, target_slope_se=1.0, target_n50_se=1.0)
+    for slope_from in ("free", "linear"):
+        design = PooledDesign(**settings, slope_from=slope_from)
+        fit = design._fit(flat)[0]
+        reported = pooled_estimates(rows, [1, 3, 5], check_m=3, slope_from=slope_from)
+        assert fit.slope == pytest.approx(reported["slope"], rel=1e-6)
+        assert fit.intercept == pytest.approx(reported["intercept"], rel=1e-6)
+    # The bend at m = 3 moves the line's intercept only where the check rows inform it.
+    free = pooled_estimates(rows, [1, 3, 5], check_m=3, slope_from="free")
+    linear = pooled_estimates(rows, [1, 3, 5], check_m=3, slope_from="linear")
+    assert abs(free["intercept"] - linear["intercept"]) > 1.0

@@ -323,6 +323,9 @@ class PooledDesign(Design):
             [max(1, r[3] - 1) for r in flat] if self.estimator.uses_steps else None,
             self.design_ms,
             self.check_m,
+            # The estimate's own model (pooled_estimates): with the check m's offset free, its rows inform only the
+            # offset, and the rounds are placed and stopped on the line the summary will report.
+            free_delta=self.slope_from == "free" and self.check_m is not None,
         )
         fit, cells = fitted.fit, fitted.cells
         extra: np.ndarray | float = 0.0
