@@ -493,3 +493,66 @@ def test_a_refused_resume_names_each_changed_setting_down_to_its_field():
     expected = ["cram.max_steps 3000 -> 300", "ms [1, 2] -> [1, 2, 3]", 'prefix null -> "bos"']
     assert changed_settings(old, new) == expected
     assert changed_settings(old, dict(old)) == []
+
+
+# ---- leftovers of an earlier run: snapshots and vectors without settings.json, clearing order, snapshot digests ----
+def _state(step: int = 3):
+    import torch
+
+    from ut_peft.accessibility.engine.jobs import RowState
+
+    return RowState(vectors=torch.ones(1, 4), optimizer={}, step=step, target_len=2, counters={}, seconds=0.5)
+
+
+@pytest.mark.parametrize("leftover", ["inflight", "vectors"])
+def test_a_folder_without_settings_that_holds_snapshots_or_vectors_is_not_taken_as_empty(tmp_path, leftover):
+    path = (store.inflight_path if leftover == "inflight" else store.vectors_path)(tmp_path, 1, 2, 0)
+    path.parent.mkdir()
+    path.write_bytes(b"state")  # an earlier run's, whose settings.json was removed (or an overwrite killed mid-clear)
+    with pytest.raises(ValueError, match=rf"holds {leftover}/m1-n2-i0\.safetensors but no settings\.json"):
+        store.check_settings(tmp_path, {"seed": 7}, overwrite=False)
+    assert store.check_settings(tmp_path, {"seed": 7}, overwrite=True)  # told to: cleared first
+    (tmp_path / store.ROWS_SETTINGS_FILE).write_text("{}")  # alone, it holds no work (written before settings.json)
+    path.unlink()
+    assert store.check_settings(tmp_path, {"seed": 7}, overwrite=False)
+
+
+def test_clearing_a_folder_removes_its_settings_last(tmp_path, monkeypatch):
+    write_lines(tmp_path / "rows.jsonl", [good(0)])
+    store.write_inflight(tmp_path, (1, 2, 1), _state())
+    store.prepare_folder(tmp_path, {"seed": 0}, clear=False)
+    removed, kill_at = [], [2]
+    real_unlink = Path.unlink
+
+    def unlink(self, *args, **kwargs):
+        removed.append(self.name)
+        if len(removed) in kill_at:
+            raise KeyboardInterrupt  # killed mid-clear
+        return real_unlink(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "unlink", unlink)
+    with pytest.raises(KeyboardInterrupt):
+        store.prepare_folder(tmp_path, {"seed": 1}, clear=True)
+    # what is left is still a sweep of the old settings: a resume under other ones is refused, not continued
+    assert (tmp_path / "settings.json").is_file() and store.read_settings(tmp_path) == {"seed": 0}
+    with pytest.raises(ValueError, match="different settings"):
+        store.check_settings(tmp_path, {"seed": 1}, overwrite=False)
+    removed.clear()
+    kill_at.clear()
+    store.prepare_folder(tmp_path, {"seed": 1}, clear=True)
+    assert removed[-2:] == [store.ROWS_SETTINGS_FILE, store.SETTINGS_FILE]
+    assert store.read_settings(tmp_path) == {"seed": 1} and not store.inflight_keys(tmp_path)
+
+
+def test_a_snapshot_made_under_other_settings_is_refused_and_one_without_a_digest_is_kept(tmp_path):
+    old, new = {"seed": 0, "cram": {"lr": 0.01}}, {"seed": 7, "cram": {"lr": 0.05}}
+    store.write_inflight(tmp_path, (1, 2, 0), _state(), digest=store.settings_digest(old))
+    store.check_inflight(tmp_path, store.settings_digest(old))
+    with pytest.raises(ValueError, match=r"inflight/m1-n2-i0\.safetensors is the in-flight state .* other settings"):
+        store.check_inflight(tmp_path, store.settings_digest(new))
+    # what only picks the rows (ms, lengths, design) or stops them early is not part of a row's trajectory
+    wider = dict(old, ms=[1, 2], grid={"lengths": [2, 4]}, design={"kind": "pooled"}, num_sequences=9)
+    assert store.settings_digest(wider) == store.settings_digest(old)
+    store.write_inflight(tmp_path, (1, 2, 0), _state())  # written before snapshots recorded a digest: kept
+    store.check_inflight(tmp_path, store.settings_digest(new))
+    assert store.read_inflight(tmp_path, (1, 2, 0)).step == 3

@@ -1012,3 +1012,41 @@ def test_a_summary_and_report_are_the_same_bytes_from_the_run_and_from_its_folde
     written = {name: (tmp_path / "run" / name).read_bytes() for name in ("summary.json", "report.md")}
     summarize_folder(tmp_path / "run", llama, support_sequences=8, support_seq_len=4)
     assert {name: (tmp_path / "run" / name).read_bytes() for name in written} == written
+
+
+def test_leftover_snapshots_of_a_run_under_other_settings_are_never_continued(tmp_path, llama, monkeypatch):
+    import dataclasses
+
+    from ut_peft.accessibility import store, sweep
+
+    old = small_config(ms=[2], grid=GridConfig(lengths=[6]), cram=CramConfig(max_steps=60, patience=60, batch_size=1))
+    real_cram, seen = sweep.cram, []
+
+    def stopping_cram(model, jobs, cram_config, **kwargs):  # the real engine, stopped 3 updates into a row
+        keep = kwargs["on_snapshot"]
+
+        def on_snapshot(states):
+            keep(states)
+            seen.append(states)
+            if len(seen) == 3:
+                raise KeyboardInterrupt
+
+        return real_cram(model, jobs, cram_config, **dict(kwargs, on_snapshot=on_snapshot))
+
+    monkeypatch.setattr(sweep, "cram", stopping_cram)
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(old, tmp_path, model=llama, progress=False, snapshot_seconds=0)
+    monkeypatch.setattr(sweep, "cram", real_cram)
+    assert store.inflight_keys(tmp_path)
+    new = dataclasses.replace(old, seed=7, cram=dataclasses.replace(old.cram, lr=0.05))
+    # The run's files removed by hand (or an overwrite killed after it removed them): the snapshots are still work.
+    for name in ("settings.json", "rows-settings.json", "rows.jsonl"):
+        (tmp_path / name).unlink(missing_ok=True)
+    with pytest.raises(ValueError, match="holds inflight/.* but no settings.json"):
+        run_sweep(new, tmp_path, model=llama, progress=False, report=False)
+    # Settings files of the new run put beside the old snapshots: the snapshots' own record refuses them.
+    validated, source = sweep._validated(new, llama, None)
+    new_settings = validated.fingerprint(source.describe())
+    store.prepare_folder(tmp_path, new_settings, clear=False)
+    with pytest.raises(ValueError, match="in-flight state of row .* other settings"):
+        run_sweep(new, tmp_path, model=llama, progress=False, report=False)

@@ -25,7 +25,9 @@ This module owns the folder's layout; nothing else spells a file name of it:
   report.md              the Markdown report
   vectors/               (save_vectors=True) the crammed (m, d) vectors of every sequence (:func:`vectors_path`)
   inflight/              the state of each row still being crammed, refreshed every few minutes and removed when
-                         its row is written (:func:`write_inflight`): a killed run resumes its rows from there
+                         its row is written (:func:`write_inflight`): a killed run resumes its rows from there. Each
+                         records a digest of the settings it was made under (:func:`settings_digest`): one made
+                         under others is refused, never continued (:func:`check_inflight`)
   adapters/              (save_memory_adapters) the accessible vectors as PEFT adapters
   retargeted.json        (a sweep retargeted from another folder, :func:`write_retargeted`) where its rows came
                          from and how many were kept; beside settings.json, not in it: the folder's rows are what
@@ -175,17 +177,63 @@ def inflight_path(folder, m: int, n: int, index: int) -> Path:
     return Path(folder) / INFLIGHT_DIR / f"m{m}-n{n}-i{index}.safetensors"
 
 
-def write_inflight(folder, key: tuple[int, int, int], state) -> Path:
+# What a row's trajectory does not depend on, left out of :func:`settings_digest`: which rows the sweep runs (its m,
+# lengths, count, design and prefix inference), what its summary is measured on, and the early abandon (it only stops
+# a row; a retarget may bring an audited abandon into a folder whose snapshots it copies as they are).
+_NOT_A_ROWS_SETTING = frozenset(
+    ("ms", "grid", "num_sequences", "design", "infer_prefixes", "merged_from", *LATER_SETTINGS)
+)
+_NOT_A_ROWS_CRAM_SETTING = frozenset({"abandon_below", "abandon_audit"})
+
+
+def settings_digest(settings: dict) -> str:
+    """A digest of the settings (a fingerprint, as settings.json holds it) that decide how a row is crammed: the
+    model, the sequences, the seed and the optimisation. An in-flight snapshot records it (:func:`write_inflight`),
+    so a snapshot is never continued under other settings (:func:`check_inflight`)."""
+    settings = json.loads(json.dumps(settings))  # as stored: tuples become lists
+    kept = {k: v for k, v in settings.items() if k not in _NOT_A_ROWS_SETTING}
+    if isinstance(kept.get("cram"), dict):
+        kept["cram"] = {k: v for k, v in kept["cram"].items() if k not in _NOT_A_ROWS_CRAM_SETTING}
+    return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def write_inflight(folder, key: tuple[int, int, int], state, digest: str | None = None) -> Path:
     """Keep the :class:`~ut_peft.accessibility.engine.cram.RowState` of a row in flight (atomically: a kill leaves the
-    old state or the new)."""
+    old state or the new), with ``digest`` (:func:`settings_digest` of the run's settings) where given."""
     from safetensors.torch import save
 
     path = inflight_path(folder, *key)
     path.parent.mkdir(exist_ok=True)
     tensors = state.tensors()  # the vectors and whatever per-row tensors the row's optimizer keeps, by name
-    return atomic_write_bytes(
-        path, save({k: v.contiguous() for k, v in tensors.items()}, metadata={"state": json.dumps(state.scalars())})
-    )
+    metadata = {"state": json.dumps(state.scalars())}
+    if digest is not None:
+        metadata["settings"] = digest
+    return atomic_write_bytes(path, save({k: v.contiguous() for k, v in tensors.items()}, metadata=metadata))
+
+
+def check_inflight(folder, digest: str, keys: Iterable[tuple[int, int, int]] | None = None) -> None:
+    """Raise if an in-flight snapshot of ``folder`` (of the rows ``keys``; all of them by default) was made under
+    other settings than those of ``digest`` (:func:`settings_digest`): continuing it would make a row these settings
+    do not make. A snapshot written before snapshots recorded their settings passes, as it always did; one that
+    cannot be read is left to :func:`read_inflight`, which says so."""
+    from safetensors import safe_open
+
+    for key in inflight_keys(folder) if keys is None else keys:
+        path = inflight_path(folder, *key)
+        if not path.is_file():
+            continue
+        try:
+            with safe_open(str(path), framework="pt") as handle:
+                recorded = (handle.metadata() or {}).get("settings")
+        except Exception:  # damaged: read_inflight names it when the row is resumed
+            continue
+        if recorded is not None and recorded != digest:
+            raise ValueError(
+                f"{path} is the in-flight state of row (m, n, index) = {tuple(key)} of a run under other settings "
+                f"than these (settings digest {recorded}, these {digest}): continuing it would make a row these "
+                f"settings do not make. Delete it (or the whole {Path(folder) / INFLIGHT_DIR}) to cram that row from "
+                "step 0 under these settings, or resume with the settings it was made under"
+            )
 
 
 def read_inflight(folder, key: tuple[int, int, int]):
@@ -356,8 +404,7 @@ def write_retargeted(
     """
     folder, source = Path(folder), Path(source)
     folder.mkdir(parents=True, exist_ok=True)
-    for path in sweep_files(folder):  # an unfinished retarget's copies (check_retarget_target let nothing else by)
-        path.unlink()
+    clear_sweep_files(folder)  # an unfinished retarget's copies (check_retarget_target let nothing else by)
     atomic_write_json(folder / RETARGETED_FILE, record, sort_keys=True)
     copies = [(inflight_path(source, *key), inflight_path(folder, *key)) for key in sorted(inflight)]
     copies += [(vectors_path(source, *key), vectors_path(folder, *key)) for key in sorted(rows)]
@@ -388,12 +435,18 @@ def check_settings(folder: Path, settings: dict, overwrite: bool, context: int |
                 f"{retargeted_source(folder, unfinished)}), or pass overwrite=True "
                 "(--overwrite) to discard it"
             )
-        if row_files(folder) and not overwrite:
+        # Every file of a run is work of it (rows, saved vectors, in-flight snapshots, a summary), whatever removed
+        # its settings.json: a user, or an overwrite killed mid-clear. Not rows-settings.json alone, which a first
+        # run writes just before settings.json.
+        work = [path for path in sweep_files(folder) if path.name != ROWS_SETTINGS_FILE]
+        if work and not overwrite:
+            names = ", ".join(path.relative_to(folder).as_posix() for path in work[:3])
             raise ValueError(
-                f"{folder} holds rows but no {SETTINGS_FILE}: they come from an unknown run; "
-                "use another output folder, or pass overwrite=True (--overwrite) to discard them"
+                f"{folder} holds {names}{', ...' if len(work) > 3 else ''} but no {SETTINGS_FILE}: they come from an "
+                "unknown run, and a row in flight would be continued under settings it was not made under; use "
+                "another output folder, or pass overwrite=True (--overwrite) to discard them"
             )
-        return bool(row_files(folder))
+        return bool(sweep_files(folder))
     try:
         previous = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as err:
@@ -405,6 +458,7 @@ def check_settings(folder: Path, settings: dict, overwrite: bool, context: int |
     recorded = recorded_settings(folder, previous, context)
     if recorded == settings:
         check_unedited(folder, previous)
+        check_inflight(folder, settings_digest(settings))
         return False
     changed = changed_settings(recorded, settings)
     if set(changed_paths(recorded, settings)) <= set(LATER_SETTINGS):
@@ -524,6 +578,18 @@ def _without_old_defaults(settings: dict) -> dict:
     return {k: v for k, v in settings.items() if not (k in LATER_SETTINGS and v == LATER_SETTINGS[k])}
 
 
+def clear_sweep_files(folder: Path) -> None:
+    """Remove the files of :func:`sweep_files`, rows-settings.json and settings.json last: a clear that is killed
+    part-way leaves a folder that is still the old sweep (a resume under other settings is refused, and clearing it
+    again finishes the job), never leftover work without the settings it was made under."""
+    last = [Path(folder) / ROWS_SETTINGS_FILE, Path(folder) / SETTINGS_FILE]
+    for path in sweep_files(folder):
+        if path not in last:
+            path.unlink()
+    for path in last:
+        path.unlink(missing_ok=True)
+
+
 def prepare_folder(folder: Path, settings: dict, clear: bool) -> None:
     """Main process only: clear a replaced run, write the settings, repair torn lines.
 
@@ -533,8 +599,7 @@ def prepare_folder(folder: Path, settings: dict, clear: bool) -> None:
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     if clear:
-        for path in sweep_files(folder):
-            path.unlink()
+        clear_sweep_files(folder)
 
     # What settings.json is checked against until the run has a summary (check_unedited); written first, so that a
     # folder is a sweep (its settings.json there) only with it.

@@ -350,6 +350,7 @@ def run_sweep(
             accelerator.process_index,
             callback,
             bar,
+            settings=settings,
             save_vectors=save_vectors,
             snapshot_seconds=snapshot_seconds,
         )
@@ -451,18 +452,25 @@ def _plan_round(config: SweepConfig, design, rows: dict, output_dir: Path, accel
     return jobs, jobs[rank::world]
 
 
-def cram_resumable(model, jobs, config, folder, *, snapshot_seconds: float | None, **cram_kwargs):
+def cram_resumable(
+    model, jobs, config, folder, *, snapshot_seconds: float | None, digest: str | None = None, **cram_kwargs
+):
     """:func:`~.engine.cram.cram` of ``jobs`` (keyed by ``(m, n, index)``), each continued from the state that
     ``folder``'s ``inflight/`` keeps for it, and the states of the rows in flight written there every
     ``snapshot_seconds`` (None: never).
 
+    ``digest`` (:func:`.store.settings_digest` of the sweep's settings) goes into every state written, and a kept
+    state that records another one is refused rather than continued (:func:`.store.check_inflight`).
+
     A row's state is removed when the caller asks for the next result, so the caller writes the row it was given
     first: a kill in between leaves a stale state beside a written row, never a row lost with its state."""
+    if digest is not None:
+        store.check_inflight(folder, digest, [job.key for job in jobs])
     jobs = [dataclasses.replace(job, resume=store.read_inflight(folder, job.key)) for job in jobs]
 
     def keep_states(states):
         for key, state in states.items():
-            store.write_inflight(folder, key, state)
+            store.write_inflight(folder, key, state, digest)
 
     on_snapshot = None if snapshot_seconds is None else keep_states
     for result in cram(model, jobs, config, snapshot_every=snapshot_seconds, on_snapshot=on_snapshot, **cram_kwargs):
@@ -480,6 +488,7 @@ def _run_round(
     callback,
     bar,
     *,
+    settings: dict,
     save_vectors,
     snapshot_seconds,
 ) -> list:
@@ -495,7 +504,13 @@ def _run_round(
     ]
     my_file, new_rows = store.rows_file(output_dir, rank), []
     results = cram_resumable(
-        model, cram_jobs, config.cram, output_dir, snapshot_seconds=snapshot_seconds, refill=ShortestFirst
+        model,
+        cram_jobs,
+        config.cram,
+        output_dir,
+        snapshot_seconds=snapshot_seconds,
+        digest=store.settings_digest(settings),
+        refill=ShortestFirst,
     )
     for result in results:
         row = _row(result, rank, config.cram.abandon_audit)
