@@ -13,6 +13,7 @@ from ut_peft.io import (
     atomic_write_json,
     atomic_write_text,
     lock_holder,
+    read_jsonl,
     try_lock,
 )
 
@@ -118,6 +119,40 @@ def test_append_jsonl_waits_for_a_writer_that_holds_the_file(tmp_path):
     append_jsonl(path, {"writer": "us", "b": 1, "a": 2}, sort_keys=True)
     thread.join()
     assert path.read_text().splitlines() == ['{"writer": "other"}', '{"a": 2, "b": 1, "writer": "us"}']
+
+
+def test_an_append_after_a_torn_last_line_cuts_it_off_and_keeps_the_new_row(tmp_path):
+    # A writer killed mid-write (kill -9, a power cut) left part of its line and no newline: the next append must not
+    # glue its row onto it (both would be lost to a reader).
+    path = tmp_path / "runs.jsonl"
+    append_jsonl(path, {"name": "a"})
+    torn = json.dumps({"name": "b", "accuracy": 0.7})[:15]
+    with open(path, "ab") as handle:
+        handle.write(torn.encode())
+    with pytest.warns(UserWarning, match=rf"{path} ended in a torn line .* cut off its last {len(torn)} bytes"):
+        append_jsonl(path, {"name": "c"})
+    assert [row for _, row in read_jsonl(path)] == [{"name": "a"}, {"name": "c"}]
+    assert path.read_bytes().endswith(b"\n")
+
+
+def test_an_append_after_a_complete_row_without_its_newline_ends_that_row_first(tmp_path):
+    path = tmp_path / "runs.jsonl"
+    path.write_bytes(b'{"name": "a"}\n{"name": "b"}')  # whole, only its newline never made it
+    append_jsonl(path, {"name": "c"})
+    assert path.read_text().splitlines() == ['{"name": "a"}', '{"name": "b"}', '{"name": "c"}']
+    path.write_bytes(b'{"name": "b"}')  # the only line
+    append_jsonl(path, {"name": "c"})
+    assert path.read_text().splitlines() == ['{"name": "b"}', '{"name": "c"}']
+
+
+def test_read_jsonl_names_the_file_and_line_of_a_damaged_line(tmp_path):
+    path = tmp_path / "runs.jsonl"
+    path.write_bytes(b'{"name": "a"}\n{"name": \n{"name": "c"}\n{"name": "d')
+    with pytest.raises(json.JSONDecodeError, match=rf"{path}:2 is not a JSON line"):
+        list(read_jsonl(path))
+    path.write_bytes(b'{"name": "a"}\n\n{"name": "c"}\n{"name": "d')  # a torn last line is not a row yet
+    assert list(read_jsonl(path)) == [(1, {"name": "a"}), (3, {"name": "c"})]
+    assert list(read_jsonl(tmp_path / "none.jsonl")) == []
 
 
 def test_try_lock_excludes_a_second_holder_until_the_first_lets_go(tmp_path):

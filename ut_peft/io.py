@@ -7,8 +7,9 @@ rename itself survives a power cut. If anything raises before the rename, the te
 previous file, if any, is left as it was. Concurrent writers each write their own temporary file; the last rename
 wins and every reader sees one writer's complete file.
 
-Files that several processes extend go through :func:`append_jsonl` (one locked, fsynced line per call), and work
-that only one process may do at a time takes a lock file with :func:`try_lock`.
+Files that several processes extend go through :func:`append_jsonl` (one locked, fsynced line per call) and are
+read back with :func:`read_jsonl` (which names the file and line of a damaged one), and work that only one process
+may do at a time takes a lock file with :func:`try_lock`.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import shutil
 import socket
 import time
 import uuid
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -173,13 +175,16 @@ def append_jsonl(path: StrPath, row: Any, *, sort_keys: bool = False) -> None:
 
     Several processes may append to one file: each append holds an exclusive ``flock`` on the file while it writes,
     so lines never interleave. A write that fails part-way (a full disk) is cut back off the file, so a later line is
-    never glued to a torn one, and the error says what happened.
+    never glued to a torn one, and the error says what happened. A last line that a writer killed mid-write left
+    without its newline (kill -9, a power cut) is dealt with first, under the lock: a whole JSON value gets its
+    newline, anything else is cut off with a warning naming the file and the bytes dropped (:func:`_end_last_line`).
     """
     path = Path(path)
     line = (json.dumps(row, sort_keys=sort_keys) + "\n").encode("utf-8")
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)  # released when fd is closed
+        _end_last_line(fd, path)
         start = os.fstat(fd).st_size  # under the lock: no other writer appends meanwhile
         written = 0
         try:
@@ -199,6 +204,85 @@ def append_jsonl(path: StrPath, row: Any, *, sort_keys: bool = False) -> None:
             ) from err
     finally:
         os.close(fd)
+
+
+def _pread_all(fd: int, size: int, offset: int) -> bytes:
+    parts = []
+    while size > 0:
+        part = os.pread(fd, size, offset)
+        if not part:
+            break
+        parts.append(part)
+        size, offset = size - len(part), offset + len(part)
+    return b"".join(parts)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    while data:
+        count = os.write(fd, data)
+        if count <= 0:
+            raise OSError(errno.EIO, f"os.write wrote {count} bytes")
+        data = data[count:]
+
+
+def _end_last_line(fd: int, path: Path) -> None:
+    """Under :func:`append_jsonl`'s lock: where the file's last line lacks its newline (no writer holds the lock, so
+    the one that wrote it is dead), end it with its newline when it parses as JSON (only the newline was lost), or
+    cut it back to the last newline (a torn write: its row is lost either way, and a row appended after it would be
+    glued to it and lost too), with a warning naming the file and the bytes dropped."""
+    size = os.fstat(fd).st_size
+    if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
+        return
+    start, position = 0, size  # start: just after the last newline
+    while position > 0:
+        step = min(1 << 16, position)
+        position -= step
+        newline = _pread_all(fd, step, position).rfind(b"\n")
+        if newline >= 0:
+            start = position + newline + 1
+            break
+    tail = _pread_all(fd, size - start, start)
+    try:
+        json.loads(tail)
+    except ValueError:
+        os.ftruncate(fd, start)
+        os.fsync(fd)
+        preview = tail[:60].decode("utf-8", "replace") + ("..." if len(tail) > 60 else "")
+        warnings.warn(
+            f"{path} ended in a torn line (a writer killed mid-write): cut off its last {size - start} bytes "
+            f"({preview!r}) before appending; the row that line was is lost, the rows before it are kept",
+            stacklevel=3,
+        )
+    else:
+        _write_all(fd, b"\n")
+        os.fsync(fd)
+
+
+def read_jsonl(path: StrPath) -> Iterator[tuple[int, Any]]:
+    """The lines of a JSONL file that :func:`append_jsonl` writes, as (line number, value), blank lines skipped; none
+    where the file does not exist.
+
+    A last line without its newline is one a writer is still writing, or one a killed writer left torn: not a line
+    yet, so it is skipped (the next append cuts it off or ends it). Any other line that does not parse raises
+    :class:`json.JSONDecodeError` naming the file and the line (``runs.jsonl:12``), so the damage can be found.
+    """
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return
+    lines = data.split(b"\n")
+    lines.pop()  # after the last newline: b"" for a whole file, else a line still being written (or torn)
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            value = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise json.JSONDecodeError(f"{path}:{number} is not a JSON line ({err.msg})", err.doc, err.pos) from None
+        except ValueError as err:  # not UTF-8
+            raise ValueError(f"{path}:{number} is not a JSON line ({err})") from None
+        yield number, value
 
 
 def _cut_back(fd: int, size: int) -> str:
