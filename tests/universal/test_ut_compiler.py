@@ -125,6 +125,24 @@ def test_token_level_compilation_into_the_hf_model():
     assert (backbone(input_ids=ids).logits - target(ids)).abs().max() < 1e-9
 
 
+def test_a_tied_backbone_is_refused_before_its_compiled_e_is_overwritten():
+    vocab = 6
+    target = TargetTransformer.random(d=3, k=2, layers=2, d_out=vocab, vocab_size=vocab, seed=2)
+    backbone = _backbone(
+        width=required_width(2, 1, 2, vocab),
+        layers=2,
+        head_dim=2,
+        weights="sparse",
+        readout=vocab,
+        vocab_size=vocab,
+        tie_word_embeddings=True,
+    )
+    before = backbone.get_input_embeddings().weight.detach().clone()
+    with pytest.raises(ValueError, match="tie_word_embeddings=False"):
+        compile_into_model(target, backbone)
+    assert torch.equal(backbone.get_input_embeddings().weight, before)
+
+
 def test_gradient_fit_improves_with_width():
     target = TargetTransformer.random(d=2, k=2, layers=2, heads=2, seed=5, dtype=torch.float32)
     errors = []

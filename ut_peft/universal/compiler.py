@@ -179,6 +179,12 @@ def compile_into_model(
             f"readout_size={config.readout_size} must equal vocab_size={config.vocab_size} so that "
             "lm_head can hold the fixed readout"
         )
+    if backbone.get_output_embeddings().weight is backbone.get_input_embeddings().weight:
+        # Tied, the readout written into lm_head would overwrite the compiled E (same shape here), silently.
+        raise ValueError(
+            "the backbone ties lm_head to embed_tokens (tie_word_embeddings=True), so the compiled E and the fixed "
+            "readout cannot both be written: build the backbone with tie_word_embeddings=False"
+        )
     result = compile_embedding(target, backbone, **kwargs)
     weight = backbone.get_input_embeddings().weight
     with torch.no_grad():
