@@ -5,6 +5,7 @@ import shlex
 from pathlib import Path
 
 import pytest
+import torch
 
 from ut_peft.io import try_lock
 from ut_peft.tasks import plan
@@ -138,3 +139,53 @@ def test_the_recipe_names_the_repository_paths_and_the_report_cites_no_issue(tmp
     text = plan.table({"khop-old-s0": row}, RUNS_DIR, RESULTS)
     assert "issue" not in text.lower()
     assert "## Rows trained at the earlier settings (E and positions at std 1.0, a fixed pool of 20 000" in text
+
+
+def test_a_run_in_flight_is_reported_as_it_stood_at_its_last_evaluation(tmp_path):
+    settings = dict(task="khop", backbone="sparse-ut", **{**TINY, "steps": 6, "eval_every": 2}, khop_ks=[2])
+    # Evaluations at steps 2 and 4, the checkpoint kept at step 5 (stopped there): the run is past its last point.
+    planned = [("khop-k2-sparse-s0", {**settings, "checkpoint_every": 5})]
+    from ut_peft.tasks.training import RunSettings, run
+
+    run(RunSettings(**planned[0][1]), tmp_path / "runs" / planned[0][0], progress=False, stop_after=5)
+    rows = plan.unfinished_rows(planned, {}, tmp_path / "runs")
+    row = rows["khop-k2-sparse-s0"]
+    state = torch.load(tmp_path / "runs" / "khop-k2-sparse-s0" / "checkpoint.pt", weights_only=False)
+    last = state["progress"]["curve"][-1]
+    assert row["stopped_at"] == last["step"] == 4 and state["step"] == 5
+    assert row["train_cpu_seconds"] == last["cpu_seconds"] < state["progress"]["train_cpu_seconds"]
+
+
+def test_the_dyck_table_says_how_much_of_the_held_out_set_the_pool_held_and_what_a_lookup_scores():
+    small = dict(task="dyck", train_examples=256, eval_examples=64, dyck_max_pairs=3, dyck_max_random_length=6)
+    overlapping = plan.pool_lookup({**small, "fresh_data": False, "pool_excludes_held_out": False, "seed": 0})
+    disjoint = plan.pool_lookup({**small, "fresh_data": False, "seed": 0})
+    fresh = plan.pool_lookup({**small, "seed": 0})
+    assert 0.3 < overlapping["in_pool"] <= 1 and disjoint["in_pool"] == 0.0 and fresh["lookup_accuracy"] is None
+    # The lookup knows every answer of the strings it holds and guesses the pool's majority for the others.
+    assert overlapping["lookup_accuracy"] > disjoint["lookup_accuracy"] >= 0.4
+    rows = {
+        f"dyck-sparse-{tag}-s0": {
+            "settings": {**vars(RunSettings(**small, fresh_data=False)), "pool_excludes_held_out": flag},
+            "accuracy": 0.9,
+            "train_cpu_seconds": 60.0,
+        }
+        for tag, flag in (("init002", False), ("disjoint", True))
+    }
+    seen = []
+    text = plan.dyck_table(rows, lookup=lambda s: seen.append(s) or {"in_pool": 0.5, "lookup_accuracy": 0.75})
+    assert [s["pool_excludes_held_out"] for s in seen] == [False, True]
+    assert text.count("| sparse UT | 0.02 | 50.0% | 75.0% |") == 2
+
+
+def test_commands_name_the_pool_only_where_there_is_one():
+    fresh = plan.settings_of({"settings": vars(RunSettings(task="khop"))})
+    assert "pool" not in plan.command("x-s0", fresh, RUNS_DIR, RESULTS)  # a budget row written before the field
+    legacy = plan.settings_of({"settings": {**vars(RunSettings(task="dyck", fresh_data=False))}})
+    legacy.pop("pool_excludes_held_out")
+    assert "--no-fresh-data" in plan.command("d-s0", plan.settings_of({"settings": legacy}), RUNS_DIR, RESULTS)
+    assert "--no-pool-excludes-held-out" in plan.command(
+        "d-s0", plan.settings_of({"settings": legacy}), RUNS_DIR, RESULTS
+    )
+    disjoint = dict(plan.PLAN)["dyck-sparse-disjoint-s0"]
+    assert "pool" not in plan.command("dyck-sparse-disjoint-s0", disjoint, RUNS_DIR, RESULTS)

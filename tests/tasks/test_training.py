@@ -326,3 +326,72 @@ def test_with_the_library_defaults_a_sparse_ut_learns_1_hop_in_1500_steps(tmp_pa
     row = run(settings, tmp_path, progress=False)
     assert row["settings"]["init_std"] == 0.02 and row["settings"]["fresh_data"]
     assert row["accuracy"] >= 0.95, row["curve"]
+
+
+def test_the_fixed_pool_holds_no_held_out_string_and_the_old_pool_stays_reproducible():
+    from ut_peft.tasks.dyck import dyck_dataset
+    from ut_peft.tasks.training import string_key
+
+    # Dyck strings this short repeat often: most held-out strings are drawn into a pool of this size.
+    tiny = {**TINY, "train_examples": 256, "eval_examples": 64, "fresh_data": False}
+    old_pool, evaluation, _, _ = task_data(RunSettings(task="dyck", **tiny, pool_excludes_held_out=False))
+    held_out = {string_key("dyck", row) for row in evaluation.to_list()}
+    old = [string_key("dyck", row) for row in old_pool.to_list()]
+    assert held_out & set(old)  # the runs before the field existed trained on held-out strings
+    drawn = dyck_dataset(256, seed=0, max_pairs=3, max_random_length=6).to_list()
+    assert old_pool.to_list() == drawn  # False reproduces that pool exactly
+    pool, again, _, _ = task_data(RunSettings(task="dyck", **tiny))
+    assert again.to_list() == evaluation.to_list()
+    new = [string_key("dyck", row) for row in pool.to_list()]
+    assert len(new) == 256 and not held_out & set(new)
+    kept = [row for row in drawn if string_key("dyck", row) not in held_out]
+    assert pool.to_list()[: len(kept)] == kept  # the pool's other strings stay; the held-out ones are redrawn
+
+
+def test_an_old_fixed_pool_checkpoint_resumes_only_as_what_it_ran(tmp_path):
+    from ut_peft.tasks.training import BEFORE_FIELD
+
+    assert BEFORE_FIELD == {"pool_excludes_held_out": False}
+    fixed = RunSettings(task="dyck", backbone="sparse-ut", **{**TINY, "fresh_data": False})
+    run(dataclasses_replace(fixed, pool_excludes_held_out=False), tmp_path / "old", progress=False, stop_after=3)
+    _drop_setting(tmp_path / "old" / "checkpoint.pt", "pool_excludes_held_out")  # as written before the field
+    with pytest.raises(ValueError, match=r"different settings \(pool_excludes_held_out\)"):
+        run(fixed, tmp_path / "old", progress=False)
+    old = run(dataclasses_replace(fixed, pool_excludes_held_out=False), tmp_path / "old", progress=False)
+    assert old["resumed_from_step"] == 3
+    # A fresh-data run has no pool: its checkpoint from before the field resumes under the default.
+    fresh = RunSettings(task="dyck", backbone="sparse-ut", **TINY)
+    run(fresh, tmp_path / "fresh", progress=False, stop_after=3)
+    _drop_setting(tmp_path / "fresh" / "checkpoint.pt", "pool_excludes_held_out")
+    assert run(fresh, tmp_path / "fresh", progress=False)["resumed_from_step"] == 3
+
+
+def test_a_run_resumed_from_its_last_checkpoint_reports_the_last_loss(tmp_path, monkeypatch):
+    from ut_peft.tasks import training
+
+    settings = RunSettings(task="dyck", backbone="sparse-ut", **TINY)
+    whole = run(settings, tmp_path / "whole", progress=False)
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt("killed during the final evaluation")
+
+    with monkeypatch.context() as patched:  # killed after the final checkpoint, before the row
+        patched.setattr(training, "evaluate_model", killed)
+        with pytest.raises(KeyboardInterrupt):
+            run(settings, tmp_path / "split", progress=False)
+    resumed = run(settings, tmp_path / "split", progress=False)
+    assert resumed["resumed_from_step"] == 6
+    assert resumed["final_train_loss"] == whole["final_train_loss"]
+    assert resumed["curve"][-1]["train_loss"] == whole["curve"][-1]["train_loss"]
+
+
+def dataclasses_replace(settings, **changes):
+    import dataclasses
+
+    return dataclasses.replace(settings, **changes)
+
+
+def _drop_setting(checkpoint: Path, key: str) -> None:
+    state = torch.load(checkpoint, weights_only=False)
+    del state["settings"][key]
+    torch.save(state, checkpoint)

@@ -27,7 +27,7 @@ from ..io import atomic_write_text
 from .training import RunInProgressError, RunSettings, run
 
 # What the rows written before these defaults were trained with, where their settings do not say (no such fields).
-LEGACY = {"init_std": 1.0, "fresh_data": False}
+LEGACY = {"init_std": 1.0, "fresh_data": False, "pool_excludes_held_out": False}
 
 # The shape the sparse construction fits: one head of 16 needs 2Lk + |V| = 2 * 4 * 16 + 23 = 151 <= 160 columns.
 SHAPE = dict(width=160, layers=4, heads=1, head_dim=16)
@@ -93,6 +93,18 @@ def _dyck(kind: str) -> tuple[str, dict]:
     return f"dyck-{kind}-init002-s0", {**DYCK, **KINDS[kind], "seed": 0, "backbone_seed": 0}
 
 
+def _dyck_disjoint(kinds, seeds) -> list[tuple[str, dict]]:
+    """Dyck-1 as the init002 rows, with a pool that holds no held-out string (theirs held about 76% of them)."""
+    return [
+        (
+            f"dyck-{kind}-disjoint-s{seed}",
+            {**DYCK, **KINDS[kind], "pool_excludes_held_out": True, "seed": seed, "backbone_seed": seed},
+        )
+        for kind in kinds
+        for seed in seeds
+    ]
+
+
 # In priority order (a worker takes them in this order): every split and kind at seed 0, the Dyck-1 check of the
 # sparse backbone, seeds 1 and 2 of the mixed fixed-backbone models (the headline rows), the random backbone's Dyck-1
 # check, k = 2 alone for 4x the steps, seeds 1 and 2 of the per-k fixed-backbone models, seeds 1 and 2 of the fully
@@ -110,6 +122,8 @@ PLAN: list[tuple[str, dict]] = (
     + _khop(["k1", "k2", "k3", "k4"], ["sparse", "random"], ["residual_layernorm"], [1, 2])
     + _khop(SPLITS, ["full"], ["residual_layernorm"], [1, 2])
     + _khop(SPLITS, KINDS, ["attention_only", "mlp"], [0])
+    # Dyck-1 held out for real: the rows above measured it on strings mostly in their training pool.
+    + _dyck_disjoint(["sparse", "random", "full"], [0, 1, 2])
 )
 
 
@@ -260,6 +274,8 @@ def command(name: str, settings: dict, runs_dir: Path | str, results: Path | str
     for key, value in settings.items():
         if not hasattr(defaults, key) or value == getattr(defaults, key):
             continue
+        if key in ("train_examples", "pool_excludes_held_out") and settings.get("fresh_data", defaults.fresh_data):
+            continue  # fresh strings every step: there is no fixed pool
         flag = "--" + key.replace("_", "-")
         if isinstance(value, bool):
             flags.append(flag if value else "--no-" + flag[2:])
@@ -313,7 +329,9 @@ def unfinished_rows(plan, finished: dict[str, dict], runs_dir: Path | str) -> di
             "curve": progress["curve"],
             "accuracy": last["accuracy"],
             "per_k": last["per_k"],
-            "train_cpu_seconds": progress["train_cpu_seconds"],
+            # The CPU spent by the last evaluation, not the checkpoint's (which is often further on): the table
+            # reads the row as it stood at that evaluation (its step, examples and accuracy).
+            "train_cpu_seconds": last.get("cpu_seconds", progress["train_cpu_seconds"]),
             "stopped_at": last["step"],
             "trainable_parameters": sum(t.numel() for t in state["trainable"].values()),
         }
@@ -541,22 +559,67 @@ def legacy_table(rows: dict[str, dict]) -> str:
     return "\n".join(lines)
 
 
-def dyck_table(rows: dict[str, dict]) -> str:
-    """Dyck-1 at the new init scale against the same runs at the unit scale (everything else equal)."""
+def pool_lookup(settings: dict) -> dict:
+    """How much of a fixed-pool run's held-out set its training pool holds (seed ``settings["seed"]``): the share of
+    held-out strings also in the pool, and the held-out accuracy of a lookup table of the pool that answers the most
+    frequent answer of the pool for strings it has not seen. A row at or below that lookup's accuracy has shown no
+    more than memory of its pool."""
+    from .metrics import IGNORE_INDEX
+    from .training import string_key, task_data
+
+    run_settings = RunSettings(**{k: v for k, v in settings.items() if hasattr(RunSettings, k)})
+    train, evaluation, _, _ = task_data(run_settings)
+    if train is None:
+        return {"in_pool": 0.0, "lookup_accuracy": None}
+
+    def answers(row) -> tuple:
+        return tuple(label for label in row["labels"] if label != IGNORE_INDEX)
+
+    table = {string_key(run_settings.task, row): answers(row) for row in train.to_list()}
+    counts: dict[tuple, int] = {}
+    for answer in table.values():
+        counts[answer] = counts.get(answer, 0) + 1
+    majority = max(counts, key=counts.__getitem__)
+    held_out = evaluation.to_list()
+    hits = [string_key(run_settings.task, row) in table for row in held_out]
+    correct = scored = 0
+    for row, hit in zip(held_out, hits):
+        truth = answers(row)
+        guess = table[string_key(run_settings.task, row)] if hit else majority
+        correct += sum(g == t for g, t in zip(guess, truth)) if len(guess) == len(truth) else 0
+        scored += len(truth)
+    return {"in_pool": sum(hits) / len(hits), "lookup_accuracy": correct / scored}
+
+
+def dyck_table(rows: dict[str, dict], lookup: Callable[[dict], dict] = pool_lookup) -> str:
+    """Dyck-1 per backbone: at the unit init scale, at the new one, and at the new one with a pool that holds no
+    held-out string; beside each, how much of its held-out set the pool held and what a lookup of the pool scores
+    there (:func:`pool_lookup`, seed 0's pool)."""
     lines = [
-        "| backbone | init std of E, positions | steps | seeds | answer accuracy | CPU min per run |",
-        "|---|---|---|---|---|---|",
+        "| backbone | init std of E, positions | held-out strings in the pool (seed 0) | a lookup of the pool scores "
+        "| steps | seeds | answer accuracy | CPU min per run |",
+        "|---|---|---|---|---|---|---|---|",
     ]
-    for kind in ("sparse", "random"):
-        for tag, group in (("1.0 (before)", f"dyck-{kind}"), ("0.02 (now)", f"dyck-{kind}-init002")):
+    for kind in ("sparse", "random", "full"):
+        for tag, group in (
+            ("1.0 (before)", f"dyck-{kind}"),
+            ("1.0 (before)", f"dyck-{kind}-long"),
+            ("0.02", f"dyck-{kind}-init002"),
+            ("0.02", f"dyck-{kind}-disjoint"),
+        ):
             members = [r for n, r in sorted(rows.items()) if _group(n) == group]
-            if members:
-                cpu = statistics.mean(r["train_cpu_seconds"] for r in members) / 60
-                seeds = ",".join(str(r["settings"]["seed"]) for r in members)
-                lines.append(
-                    f"| {kind} UT | {tag} | {members[0]['settings']['steps']} | {seeds} | "
-                    f"{_pct([r['accuracy'] for r in members])} | {cpu:.1f} |"
-                )
+            if not members:
+                continue
+            cpu = statistics.mean(r["train_cpu_seconds"] for r in members) / 60
+            seeds = ",".join(str(r["settings"]["seed"]) for r in members)
+            first = min(members, key=lambda r: r["settings"]["seed"])
+            pool = lookup({**settings_of(first), "seed": first["settings"]["seed"]})
+            floor = "-" if pool["lookup_accuracy"] is None else f"{100 * pool['lookup_accuracy']:.1f}%"
+            model = "fully trained" if kind == "full" else f"{kind} UT"
+            lines.append(
+                f"| {model} | {tag} | {100 * pool['in_pool']:.1f}% | {floor} | {first['settings']['steps']} | "
+                f"{seeds} | {_pct([r['accuracy'] for r in members])} | {cpu:.1f} |"
+            )
     return "\n".join(lines)
 
 

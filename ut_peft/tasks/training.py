@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import datasets
 import torch
 import transformers
 from accelerate import Accelerator
@@ -53,8 +54,35 @@ def task_data(settings: RunSettings):
     else:
         make = lambda n, seed: khop_dataset(n, ks=s.khop_ks, length=s.khop_length, seed=seed)  # noqa: E731
         vocab, max_len = len(khop_vocab()), s.khop_length + 1
+    evaluation = make(s.eval_examples, 2 * s.seed + 1)
     train = None if s.fresh_data else make(s.train_examples, 2 * s.seed)
-    return train, make(s.eval_examples, 2 * s.seed + 1), vocab, max_len
+    if train is not None and s.pool_excludes_held_out:
+        train = _pool_without(train, evaluation, s)
+    return train, evaluation, vocab, max_len
+
+
+def _pool_without(pool, evaluation, settings: RunSettings):
+    """The fixed pool with every string of the held-out set replaced by a fresh draw that is not in it (so the pool
+    keeps its ``train_examples`` strings). Why: where the task has few distinct strings (Dyck-1 at 8 pairs), most
+    held-out strings are otherwise in the pool, and held-out accuracy measures memory rather than the task."""
+    held_out = {string_key(settings.task, row) for row in evaluation.to_list()}
+    kept = [row for row in pool.to_list() if string_key(settings.task, row) not in held_out]
+    if len(kept) == len(pool):
+        return pool
+    rng = random.Random(f"pool/{settings.seed}")
+    redrawn = 0
+    while len(kept) < len(pool):
+        row = draw_example(settings, rng)
+        if string_key(settings.task, row) not in held_out:
+            kept.append(row)
+            continue
+        redrawn += 1
+        if redrawn > 100 * len(pool):
+            raise ValueError(
+                f"almost every {settings.task} string is in the held-out set ({settings.eval_examples} strings): the "
+                "task has too few distinct strings at these lengths; use longer strings or fewer eval_examples"
+            )
+    return datasets.Dataset.from_list(kept, features=pool.features)
 
 
 def string_key(task: str, row: dict) -> tuple:
@@ -261,12 +289,26 @@ def _save_checkpoint(
         )
 
 
+# Fields added since some checkpoints were written whose default is not the behaviour from before they existed: what
+# such a checkpoint ran with.
+BEFORE_FIELD = {"pool_excludes_held_out": False}
+
+
+def _compared(settings: dict) -> dict:
+    """The settings a resume compares: without the fixed pool's fields where the run draws fresh strings (no pool)."""
+    if settings.get("fresh_data"):
+        return {k: v for k, v in settings.items() if k not in ("train_examples", "pool_excludes_held_out")}
+    return settings
+
+
 def _check_settings(path: Path, saved: dict, settings: RunSettings) -> None:
-    # A field added since the checkpoint was written reads as its default: each new field's default is the behaviour
-    # from before it existed, so such a run resumes (and a run that sets the field differently does not).
-    saved = {**dataclasses.asdict(RunSettings()), **saved}
-    if saved != dataclasses.asdict(settings):
-        changed = sorted(k for k in saved if saved[k] != dataclasses.asdict(settings).get(k))
+    # A field added since the checkpoint was written reads as its default, which is the behaviour from before it
+    # existed (BEFORE_FIELD names the exceptions and what they ran with), so such a run resumes (and a run that sets
+    # the field differently does not).
+    saved = _compared({**dataclasses.asdict(RunSettings()), **BEFORE_FIELD, **saved})
+    current = _compared(dataclasses.asdict(settings))
+    if saved != current:
+        changed = sorted(k for k in saved.keys() | current.keys() if saved.get(k) != current.get(k))
         raise ValueError(
             f"{path} was written by a run with different settings ({', '.join(changed)}); "
             f"pass a new output folder (--out), or delete {path} to start this run over with these settings"
@@ -503,6 +545,8 @@ class _Session:
             "curve": self.done["curve"],
             "train_seconds": self.done["train_seconds"] + time.time() - self.wall,
             "train_cpu_seconds": self.done["train_cpu_seconds"] + time.process_time() - self.cpu,
+            # The loss of the last step trained: a run resumed from its final checkpoint reports it, not nan.
+            "last_loss": self.last_loss,
         }
 
     def save(self, checkpoint: Path, step: int) -> None:
@@ -530,9 +574,11 @@ def _start_session(settings: RunSettings, checkpoint: Path) -> _Session:
     model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
     _restore_rng(rng)
     data = TrainingData(settings, train, evaluation)
-    return _Session(
+    session = _Session(
         settings, accelerator, model, optimizer, scheduler, trainable, data, evaluation, initial_std, start, done
     )
+    session.last_loss = done.get("last_loss", float("nan"))
+    return session
 
 
 def _train(
