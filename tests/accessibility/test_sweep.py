@@ -1050,3 +1050,40 @@ def test_leftover_snapshots_of_a_run_under_other_settings_are_never_continued(tm
     store.prepare_folder(tmp_path, new_settings, clear=False)
     with pytest.raises(ValueError, match="in-flight state of row .* other settings"):
         run_sweep(new, tmp_path, model=llama, progress=False, report=False)
+
+
+def test_autocast_auto_is_recorded_as_what_it_resolved_to_and_a_resume_where_it_resolves_otherwise_is_refused(
+    tmp_path, llama, monkeypatch
+):
+    from ut_peft.accessibility import store, sweep
+
+    config = small_config(num_sequences=1)
+    assert config.cram.autocast == "auto"
+    summary = run_sweep(config, tmp_path / "cpu", model=llama, progress=False, report=False)
+    assert store.read_settings(tmp_path / "cpu")["cram"]["autocast"] == "none"  # float32: what "auto" is on a CPU
+    assert summary.settings["cram"]["autocast"] == "none"
+
+    # A GPU (as the engine would see it) resolves "auto" to bf16: resuming the CPU folder there would mix precisions.
+    cpu_device = sweep.execution_device(llama.get_input_embeddings())
+    monkeypatch.setattr(sweep, "execution_device", lambda module: torch.device("cuda"))
+    before = (tmp_path / "cpu" / "summary.json").read_bytes()
+    with pytest.raises(ValueError, match=r'cram\.autocast "none" -> "bf16".*pass --autocast none'):
+        run_sweep(config, tmp_path / "cpu", model=llama, progress=False, report=False)
+    assert (tmp_path / "cpu" / "summary.json").read_bytes() == before
+
+    # A folder written before the resolved kind was recorded ("auto"): read as a CPU's, where every such folder ran.
+    old = tmp_path / "old"
+    shutil.copytree(tmp_path / "cpu", old)
+    for name in ("settings.json", "rows-settings.json"):
+        settings = json.loads((old / name).read_text())
+        settings["cram"]["autocast"] = "auto"
+        (old / name).write_text(json.dumps(settings, sort_keys=True))
+    written = json.loads((old / "summary.json").read_text())
+    written["settings"]["cram"]["autocast"] = "auto"
+    (old / "summary.json").write_text(json.dumps(written))
+    with pytest.raises(ValueError, match=r'cram\.autocast "none" -> "bf16"'):
+        run_sweep(config, old, model=llama, progress=False, report=False)
+    monkeypatch.setattr(sweep, "execution_device", lambda module: cpu_device)
+    summarize_folder(old, model=llama, report=False)  # reported on as it is
+    resumed = run_sweep(config, old, model=llama, progress=False, report=False)  # resumed on a CPU, as before
+    assert resumed.num_rows == summary.num_rows and store.read_settings(old)["cram"]["autocast"] == "none"

@@ -11,6 +11,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import torch
 
 from ut_peft.accessibility import CramConfig, GridConfig, SweepConfig
 from ut_peft.accessibility.designs.configs import BUILTIN_CONFIGS
@@ -56,11 +57,18 @@ def argv(case) -> list[str]:
     return line.split() if isinstance(line, str) else list(line)
 
 
-def recorded(config: SweepConfig, description: dict) -> dict:
-    """The settings.json a sweep of ``config`` writes (run_sweep resolves the prefix with the model's tokenizer)."""
+def as_run(config: SweepConfig) -> SweepConfig:
+    """``config`` as run_sweep runs it on a CPU: the prefix resolved with the model's tokenizer, and autocast "auto"
+    with what it means on the device (float32)."""
     config = dataclasses.replace(config, cram=dataclasses.replace(config.cram))
     config.resolve_prefix(SimpleNamespace(bos_token_id=1))
-    return json.loads(json.dumps(config.fingerprint(description)))
+    config.resolve_autocast(torch.device("cpu"))
+    return config
+
+
+def recorded(config: SweepConfig, description: dict) -> dict:
+    """The settings.json a sweep of ``config`` writes."""
+    return json.loads(json.dumps(as_run(config).fingerprint(description)))
 
 
 def config_value(config: SweepConfig, where: str):
@@ -88,9 +96,9 @@ def test_a_sweep_reruns_from_its_settings_json_as_the_same_sweep(case, tmp_path)
     first, settings, flags, again = rerun(case, tmp_path)
     assert recorded(again, CASES[case][1]) == settings
     assert again.source == CASES[case][2]
-    for flag in command.FLAGS:  # what each flag the settings record set, set again
+    for flag in command.FLAGS:  # what each flag the settings record set, set again (as the sweep ran it)
         if flag.setting is not None and flag.name != "source":
-            assert config_value(again, flag.config) == config_value(first, flag.config), flag.name
+            assert config_value(as_run(again), flag.config) == config_value(as_run(first), flag.config), flag.name
     assert again.cram.batch_size == CramConfig().batch_size  # a speed knob: not recorded, so the default
 
 
@@ -198,7 +206,7 @@ def test_prefix_under_the_published_protocol_is_refused(tmp_path):
     assert command.sweep_config(command.parse(out)).prefix == "bos"
     assert command.sweep_config(command.parse(["--prefix", "none", *out])).prefix == "none"
     first, _, flags, again = rerun("the published protocol", tmp_path / "published")
-    assert flags.get("prefix") is None and again.protocol == "published" and again.cram == first.cram
+    assert flags.get("prefix") is None and again.protocol == "published" and as_run(again).cram == as_run(first).cram
 
 
 def report_refusal(argv) -> str | None:

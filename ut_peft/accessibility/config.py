@@ -225,6 +225,17 @@ class SweepConfig:
             self.cram, abandon_audit=audit, abandon_below=self.cram.abandon_below or rules.abandon_below
         )
 
+    def resolve_autocast(self, device) -> None:
+        """Set ``cram.autocast`` "auto" to what it means on ``device``, the device the rows are crammed on
+        (:func:`.engine.forward.autocast_kind`: ``gpu_autocast`` on a GPU, "none" elsewhere), so that the settings
+        (:meth:`fingerprint`) record the precision the rows are crammed in: a folder crammed in float32 on a CPU is
+        then refused, not silently resumed in bf16, on a GPU."""
+        from .engine.forward import autocast_kind
+
+        kind = autocast_kind(self.cram, device)
+        if kind != self.cram.autocast:
+            self.cram = dataclasses.replace(self.cram, autocast=kind)
+
     def resolve_prefix(self, tokenizer) -> None:
         """Turn ``prefix`` into ``cram.prefix_ids`` with the model's tokenizer (the ids enter the fingerprint), and
         set the protocol's layout, init and stopping rule in ``cram``."""

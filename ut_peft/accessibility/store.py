@@ -468,9 +468,17 @@ def check_settings(folder: Path, settings: dict, overwrite: bool, context: int |
             f"{folder}'s bounds are measured on other support sequences than these (changed: {', '.join(changed)}): "
             f"resume it with its own {keep}, or run these settings into another output folder"
         )
+    precision = ""
+    if "cram.autocast" in changed_paths(recorded, settings):
+        kept = _value(recorded, "cram.autocast")
+        precision = (
+            '. cram.autocast is the precision its rows were crammed in, recorded as what autocast "auto" resolved to '
+            'on the device that crammed them ("none", float32, on a CPU; gpu_autocast on a GPU): to resume it on this '
+            f"device pass --autocast {json.loads(kept)} (autocast={kept}) explicitly, or use another output folder"
+        )
     raise ValueError(
         f"{folder} holds a run with different settings (changed: {', '.join(changed)}); use another output folder, "
-        "or pass overwrite=True (--overwrite) to discard it"
+        f"or pass overwrite=True (--overwrite) to discard it{precision}"
     )
 
 
@@ -569,6 +577,14 @@ def _comparable(settings: dict) -> dict:
     settings = _without_old_defaults(settings)
     if isinstance(settings.get("design"), dict):
         settings = dict(settings, design=with_recorded_rules(settings["design"]))
+    cram = settings.get("cram")
+    if isinstance(cram, dict) and cram.get("autocast") == "auto":
+        # Recorded before settings.json held what "auto" resolved to (SweepConfig.resolve_autocast). Read as its
+        # meaning on a CPU, float32 ("none"): every committed folder that records "auto" (results/) was crammed on a
+        # CPU (rows of minutes to hours on two cores), so each still resumes and reports there as it did, while a
+        # resume on a GPU (where "auto" means bf16 or fp16) is refused instead of mixing precisions. Accepting "auto"
+        # as matching any precision would keep exactly that silent switch for these folders.
+        settings = dict(settings, cram=dict(cram, autocast="none"))
     return settings
 
 

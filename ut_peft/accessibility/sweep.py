@@ -16,6 +16,7 @@ import os
 from pathlib import Path
 from typing import cast
 
+from ..devices import execution_device
 from ..io import atomic_write_text
 from ..models import load_model, load_tokenizer
 from . import store, summaries
@@ -373,6 +374,9 @@ def _validated(config: SweepConfig, model, tokenizer):
         raise ValueError("a tokenizer is needed for text and word sources; pass tokenizer=...")
     config = dataclasses.replace(config, cram=dataclasses.replace(config.cram))  # the caller's config stays as given
     config.resolve_prefix(tokenizer)
+    # "auto" as the precision it means where the engine crams (its embeddings' device): recorded so, a resume on a
+    # device where "auto" means another precision is refused instead of mixing precisions in one folder.
+    config.resolve_autocast(execution_device(model.get_input_embeddings()))
     source = config.make_source(tokenizer, model.get_output_embeddings().weight.shape[0])
     context = getattr(model.config, "max_position_embeddings", None)
     longest = row_positions(len(config.cram.prefix_ids), config.ms[-1], config.grid.max_length)
