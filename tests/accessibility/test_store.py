@@ -556,3 +556,24 @@ def test_a_snapshot_made_under_other_settings_is_refused_and_one_without_a_diges
     store.write_inflight(tmp_path, (1, 2, 0), _state())  # written before snapshots recorded a digest: kept
     store.check_inflight(tmp_path, store.settings_digest(new))
     assert store.read_inflight(tmp_path, (1, 2, 0)).step == 3
+
+
+# ---- a report while a run writes the folder ----------------------------------------------------------------------
+def test_a_report_on_a_folder_another_run_is_writing_writes_nothing(tmp_path, llama):
+    run_sweep(small_config(num_sequences=1), tmp_path, model=llama, progress=False, report=False)
+    (tmp_path / "summary.json").unlink()  # as a run killed before its end left it
+
+    def files():
+        return {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file() and not p.name.endswith(".lock")}
+
+    before = files()
+    holder = hold_lock(tmp_path, 0)  # the run resumed, and writing
+    try:
+        with pytest.raises(FolderLockedError, match=rf"pid {holder.pid} .*write=False"):
+            summarize_folder(tmp_path, llama)
+        summary = summarize_folder(tmp_path, llama, write=False)  # computed, never written
+        assert summary.num_rows == 6 and files() == before
+    finally:
+        kill(holder)
+    assert summarize_folder(tmp_path, llama).num_rows == 6  # once the run is over, a report is written
+    assert (tmp_path / "summary.json").is_file() and (tmp_path / "report.md").is_file()

@@ -332,3 +332,32 @@ def test_the_commands_default_job_is_the_named_quick_run(model_dir):
     assert {f: getattr(ours, f) for f in fields} == {f: getattr(quick, f) for f in fields}
     assert ours.grid.lengths == quick.grid.lengths
     assert dataclasses.asdict(ours.cram) == dataclasses.asdict(quick.cram)
+
+
+def test_report_only_on_a_folder_a_run_is_writing_prints_the_report_and_writes_nothing(
+    tracked_sweep, tmp_path, capsys
+):
+    import shutil
+    import subprocess
+    import sys
+
+    folder = tmp_path / "out"
+    shutil.copytree(tracked_sweep, folder, ignore=shutil.ignore_patterns("runs", "*.lock"))
+    for name in ("summary.json", "report.md"):
+        (folder / name).unlink()  # a run killed before its end, now resumed
+    script = f"from ut_peft.accessibility import store; lock = store.lock_folder({str(folder)!r}); print('locked', "
+    script += "flush=True); import time; time.sleep(120)"
+    holder = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        capsys.readouterr()
+        command.main(command.parse(["--report-only", "--output-dir", str(folder)]))
+    finally:
+        holder.kill()
+        holder.wait()
+    out = capsys.readouterr().out
+    assert "n_50" in out or "accessib" in out  # the report on the rows so far is printed
+    assert f"pid {holder.pid}" in out and "nothing was written" in out
+    assert not (folder / "summary.json").exists() and not (folder / "report.md").exists()
+    command.main(command.parse(["--report-only", "--output-dir", str(folder)]))  # the run is over: written
+    assert (folder / "summary.json").is_file() and (folder / "report.md").is_file()

@@ -287,7 +287,13 @@ class RowOutsideSweepError(CorruptRowsError):
 
 
 class FolderLockedError(RuntimeError):
-    """Another process is writing the sweep folder."""
+    """Another process is writing the sweep folder: ``holder`` says who (as the lock file records it), ``lock`` is
+    the lock file."""
+
+    def __init__(self, message: str, *, holder: str = "a process", lock: Path | None = None) -> None:
+        super().__init__(message)
+        self.holder = holder
+        self.lock = lock
 
 
 def row_key(row) -> tuple[int, int, int]:
@@ -775,10 +781,13 @@ class FolderLock:
             stale.release()
         self.fd = try_lock(self.path)
         if self.fd is None:
+            holder = lock_holder(self.path)
             raise FolderLockedError(
-                f"{Path(folder)} is being written by another process ({lock_holder(self.path)} holds {self.path}); "
+                f"{Path(folder)} is being written by another process ({holder} holds {self.path}); "
                 "wait for it to finish or stop it, or write to another folder. A run that crashed or was killed "
-                "releases the lock by itself"
+                "releases the lock by itself",
+                holder=holder,
+                lock=self.path,
             )
         FolderLock._held[self.key] = self
 
@@ -805,9 +814,12 @@ def lock_folder(folder: Path, rank: int = 0) -> FolderLock:
             fd = try_lock(path, note_holder=False)  # only a probe: keep the file's record of its last holder
             if fd is None:
                 lock.release()
+                holder = lock_holder(path)
                 raise FolderLockedError(
-                    f"{folder} is being written by another process ({lock_holder(path)} holds {path}, a worker of an "
-                    "earlier multi-process run that is still running); stop it, or write to another folder"
+                    f"{folder} is being written by another process ({holder} holds {path}, a worker of an "
+                    "earlier multi-process run that is still running); stop it, or write to another folder",
+                    holder=holder,
+                    lock=path,
                 )
             os.close(fd)
     return lock

@@ -557,14 +557,40 @@ def summarize_folder(
     support_sequences: int | None = None,
     support_seq_len: int | None = None,
     report: bool = True,
+    write: bool = True,
 ) -> summaries.Summary:
     """Summary, plots and report from the rows a folder holds now (a finished, running or killed sweep).
 
     Only (m, n) groups with all their sequences finished enter the fits. The bounds are measured on the support
     sequences the folder records (:func:`.store.recorded_settings`); ``support_sequences`` and ``support_seq_len``
     may be given, and must be those: a folder's summary is never rewritten from other sequences.
+
+    The summary (and with ``report`` the plots and report) are written under the folder's lock, taken without
+    waiting: where a run is writing the folder, :class:`.store.FolderLockedError` is raised before anything is
+    computed, since a summary of its rows so far could replace the one the run writes when it ends. ``write=False``
+    computes the summary and writes nothing (no lock needed): what ``--report-only`` prints then.
     """
     output_dir = Path(output_dir)
+    if not write:
+        return _summarize_folder(output_dir, model, support_sequences, support_seq_len, report=report, write=False)
+    store.read_settings(output_dir)  # a folder that holds no sweep is refused before a lock file is put there
+    try:
+        lock = store.lock_folder(output_dir)
+    except store.FolderLockedError as err:
+        raise store.FolderLockedError(
+            f"{output_dir} is being written by a run ({err.holder} holds {err.lock}): a summary of its rows so far "
+            "could replace the one it writes when it ends, so none is written; report on it once it has finished, "
+            "or pass write=False to compute the summary without writing it (--report-only prints it then)",
+            holder=err.holder,
+            lock=err.lock,
+        ) from None
+    try:
+        return _summarize_folder(output_dir, model, support_sequences, support_seq_len, report=report, write=True)
+    finally:
+        lock.release()
+
+
+def _summarize_folder(output_dir: Path, model, support_sequences, support_seq_len, *, report: bool, write: bool):
     settings = store.read_settings(output_dir)
     store.check_unedited(output_dir, settings)  # as a resume does: an edited settings.json is refused, not reported on
     config = SweepConfig.from_settings(store.recorded_settings(output_dir, settings))
@@ -580,11 +606,12 @@ def summarize_folder(
     summary.bounds_published = published_bounds.summary_entry_for(output_dir, settings["model"])
     summary.retargeted_from = store.read_retargeted(output_dir)
     summary.calibrated = _calibrated(config, output_dir, rows)
-    summaries.write_summary(output_dir, summary)
-    if report:
-        from .report import write_report
+    if write:
+        summaries.write_summary(output_dir, summary)
+        if report:
+            from .report import write_report
 
-        write_report(output_dir, summary)
+            write_report(output_dir, summary)
     return summary
 
 

@@ -138,7 +138,7 @@ def report(args: argparse.Namespace) -> None:
     """--merge (pool sweeps into --output-dir) and --report-only: the report on the rows --output-dir holds."""
     from ..accessibility import merge_sweeps, summarize_folder
     from ..accessibility.report import console_summary
-    from ..accessibility.store import REPORT_FILE, SETTINGS_FILE, torn_files
+    from ..accessibility.store import REPORT_FILE, SETTINGS_FILE, FolderLockedError, torn_files
 
     if args.merge:  # sweeps of other m / lengths, e.g. run on several machines, pooled into --output-dir
         for folder in args.merge:
@@ -148,8 +148,18 @@ def report(args: argparse.Namespace) -> None:
         args.report_only = True
     # e.g. on a sweep still running elsewhere, or one that was stopped
     check_run_folder(args.output, "--output-dir", SETTINGS_FILE)
-    print(console_summary(summarize_folder(args.output, support_sequences=args.support_sequences)))
-    print(f"report: {Path(args.output) / REPORT_FILE}")
+    try:  # under the folder's lock, taken without waiting
+        print(console_summary(summarize_folder(args.output, support_sequences=args.support_sequences)))
+        print(f"report: {Path(args.output) / REPORT_FILE}")
+    except FolderLockedError as busy:  # a run is writing it: its own summary must not be replaced by this one
+        summary = summarize_folder(args.output, support_sequences=args.support_sequences, write=False)
+        print(console_summary(summary))
+        print(
+            f"note: nothing was written: {args.output} is being written by a run ({busy.holder} holds {busy.lock}), "
+            "and a summary of its rows so far could replace the one it writes when it ends. Above is the report on "
+            "the rows so far; summary.json, report.md and the plots are left as they are. Run --report-only again "
+            "once it has finished to write them"
+        )
     for path in torn_files(Path(args.output)):  # said, not silently reported on as if the row never ran
         print(
             f"note: {path} ends in a torn line (a run killed while writing a row, or one writing it now): that "
