@@ -110,6 +110,22 @@ def test_an_audited_summary_prints_the_pooled_line_and_no_per_m_fit(tmp_path, co
     assert (tmp_path / store.N50_PLOT).stat().st_size > 0 and (tmp_path / store.ACCESSIBILITY_PLOT).stat().st_size > 0
 
 
+def test_the_report_head_counts_a_pooled_sweeps_rows_a_round_and_a_grids_rows_per_cell():
+    """A pooled sweep asks for num_sequences rows a round (its cells hold any number), a grid for num_sequences per
+    (m, n): the head and the differences from the published protocol say which."""
+    import dataclasses
+
+    grid = summaries.read_summary(ROOT / "results" / "gemma-3-270m" / "published-text")
+    report = markdown(grid)
+    assert f"; {grid.settings['num_sequences']} sequences per (m, n); seed" in report
+    pooled = dataclasses.replace(
+        grid, settings=dict(grid.settings, num_sequences=8, design={"kind": "pooled", "version": 8}), design="pooled"
+    )
+    report = markdown(pooled)
+    assert "; 8 rows a round; seed" in report and "8 rows a round (published 20 sequences per length)" in report
+    assert "sequences per (m, n)" not in report and "8 sequences per length" not in report
+
+
 def test_the_paper_models_nearest_in_hidden_size():
     from ut_peft.accessibility.engine.protocol import PAPER_MODELS, nearest_paper_models
 

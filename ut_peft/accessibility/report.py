@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from ..io import atomic_write_text
-from .engine.protocol import differences_from_published, nearest_paper_models
+from .engine.protocol import differences_from_published, each_row_measures, nearest_paper_models, rows_per
 from .stats import published_bounds
 from .stats.coverage import THRESHOLD, check_calibrated, marked, summary_checks
 from .store import ACCESSIBILITY_PLOT, N50_PLOT, REPORT_FILE
@@ -201,10 +201,13 @@ def format_interval(interval, digits: int = 1) -> str:
 def _head_lines(summary: Summary) -> list[str]:
     """The report's title, source, protocol and design (and where a retargeted sweep's first rows came from)."""
     s = summary.settings
+    # A grid's rows come num_sequences per (m, n); a design that measures each row on its own asks for that many a
+    # round, at lengths of their own (a cell holds any number).
+    count = rows_per(s) if each_row_measures(s) else f"{s['num_sequences']} sequences per (m, n)"
     return [
         f"# Accessibility of {summary.model} ({summary.source.get('kind')})",
         "",
-        f"Source: {_describe(summary.source)}; {s['num_sequences']} sequences per (m, n); seed {s['seed']}; "
+        f"Source: {_describe(summary.source)}; {count}; seed {s['seed']}; "
         f"step cap {s['cram']['max_steps']}, patience {s['cram']['patience']}, lr {s['cram']['lr']}"
         f"{', progressive' if s['cram']['progressive'] else ''}, autocast {s['cram'].get('autocast', 'auto')}; "
         f"before the memory: {_prefix(s['cram'].get('prefix_ids', ()))}.",

@@ -159,6 +159,24 @@ def test_differences_from_published_names_every_changed_setting():
     assert "text pydoc_data nested, 253 texts of whole paragraphs, 384+ tokens each (published: PG-19" in text
 
 
+@pytest.mark.parametrize("kind", ["pooled", "sequential"])
+def test_a_design_that_measures_each_row_counts_rows_a_round_not_sequences_per_length(kind):
+    """The pooled and sequential designs' num_sequences is rows a round (a cell holds any number of them), as
+    ``ut-peft status`` words it; a grid's is sequences per length, beside the published 20."""
+    from ut_peft.accessibility.engine.protocol import each_row_measures, rows_per
+
+    grid = {"protocol": "published", "num_sequences": 8, "cram": {}, "source": {}}
+    assert "8 sequences per length (published 20)" in differences_from_published(grid)
+    assert not each_row_measures(grid) and rows_per(grid) == "8 sequences per length"
+    design = {**grid, "design": {"kind": kind}}
+    text = " | ".join(differences_from_published(design))
+    assert "8 rows a round (published 20 sequences per length)" in text and "8 sequences per length" not in text
+    assert each_row_measures(design) and rows_per(design) == "8 rows a round"
+    twenty = " | ".join(differences_from_published({**design, "num_sequences": 20}))
+    assert "20 rows a round (published 20 sequences per length)" in twenty  # still not the published count
+    assert not each_row_measures({**grid, "design": {"kind": "fixed"}})
+
+
 def test_the_config_classes_take_their_published_defaults_from_one_table():
     import dataclasses
 
