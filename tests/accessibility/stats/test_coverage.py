@@ -73,6 +73,24 @@ def test_counts_between_and_below_the_measured_ones():
     assert "coverage not measured at 2 sequences" in below["note"]
 
 
+def test_a_count_between_two_measured_ones_takes_the_lower_of_their_figures():
+    """Coverage does not always rise with the count: n50/profile covered 0.907 at 4 and 0.859 at 8, the intercept's
+    bootstrap 0.967 and 0.698. A count of 5-7 is marked as 8 is, not trusted on 4's figure; beyond the largest
+    measured count its figure stands."""
+    for key in ("n50/profile", "intercept/bootstrap"):
+        quantity, method = key.split("/")
+        assert _entry(key, 8)["coverage"] < 0.9 <= _entry(key, 4)["coverage"]  # the table these figures assume
+        assert coverage.check(quantity, method, 4, [1.0, 2.0])["trusted"]
+        for k in (5, 6, 7):
+            found = coverage.check(quantity, method, k, [1.0, 2.0])
+            assert found["measured_at"] == 8 and found["coverage"] == _entry(key, 8)["coverage"], (key, k)
+            assert not found["trusted"] and f"at {k} sequences: not a 95% interval" in found["note"]
+    rising = coverage.check("slope", "bootstrap", 12, [1.0, 2.0])  # 0.924 at 8 < 0.945 at 20: the figure below
+    assert rising["measured_at"] == 8 and rising["coverage"] == _entry("slope/bootstrap", 8)["coverage"]
+    beyond = coverage.check("n50", "profile", 40, [1.0, 2.0])
+    assert beyond["measured_at"] == 20 and beyond["coverage"] == _entry("n50/profile", 20)["coverage"]
+
+
 def test_the_profile_count_is_rows_per_length_and_the_bootstrap_count_the_fewest():
     assert coverage.per_m_sequences("bootstrap", [4, 4, 3]) == 3
     assert coverage.per_m_sequences("profile", [8, 8, 12]) == 9
