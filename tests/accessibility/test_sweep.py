@@ -1087,3 +1087,27 @@ def test_autocast_auto_is_recorded_as_what_it_resolved_to_and_a_resume_where_it_
     summarize_folder(old, model=llama, report=False)  # reported on as it is
     resumed = run_sweep(config, old, model=llama, progress=False, report=False)  # resumed on a CPU, as before
     assert resumed.num_rows == summary.num_rows and store.read_settings(old)["cram"]["autocast"] == "none"
+
+
+def test_overwrite_under_the_very_same_settings_is_refused_and_under_others_says_what_it_removes(
+    tmp_path, llama, capsys, monkeypatch
+):
+    from ut_peft.accessibility import sweep
+
+    config = small_config(num_sequences=1)
+    run_sweep(config, tmp_path, model=llama, progress=False, report=False)
+    rows = (tmp_path / "rows.jsonl").read_bytes()
+    assert len(rows.splitlines()) == 6
+    with pytest.raises(ValueError, match=r"these very settings .*resumes by itself.*remove the folder"):
+        run_sweep(config, tmp_path, model=llama, progress=False, report=False, overwrite=True)
+    assert (tmp_path / "rows.jsonl").read_bytes() == rows  # nothing removed
+    capsys.readouterr()
+
+    def killed(*args, **kwargs):  # the new run stops before it crams anything
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sweep, "_plan_round", killed)
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(small_config(num_sequences=1, seed=1), tmp_path, model=llama, progress=False, overwrite=True)
+    assert f"overwrite: removed the earlier run in {tmp_path} (6 finished rows" in capsys.readouterr().out
+    assert not read_rows(tmp_path)

@@ -459,9 +459,17 @@ def check_settings(folder: Path, settings: dict, overwrite: bool, context: int |
         if overwrite:
             return True
         raise ValueError(f"{path} is unreadable ({err}); pass overwrite=True (--overwrite) to start afresh") from None
+    recorded = recorded_settings(folder, previous, context)
+    if recorded == settings and overwrite:
+        # Discarding finished rows to recompute the very same ones only loses work (and a run killed after the clear
+        # loses it all): the run resumes by itself.
+        raise ValueError(
+            f"{folder} holds a run with these very settings ({finished_row_count(folder)} finished rows): it resumes "
+            "by itself, keeping them, so leave out overwrite=True (--overwrite); to start it again from nothing, "
+            "remove the folder (or give another one)"
+        )
     if overwrite:
         return True
-    recorded = recorded_settings(folder, previous, context)
     if recorded == settings:
         check_unedited(folder, previous)
         check_inflight(folder, settings_digest(settings))
@@ -598,6 +606,16 @@ def _without_old_defaults(settings: dict) -> dict:
     """``settings`` without the settings of :data:`LATER_SETTINGS` that hold the value folders written before meant
     (the fingerprint leaves them out; a hand-written one means the same)."""
     return {k: v for k, v in settings.items() if not (k in LATER_SETTINGS and v == LATER_SETTINGS[k])}
+
+
+def finished_row_count(folder: Path) -> int:
+    """How many complete lines the folder's rows files hold (its finished rows, counted without reading them: a
+    folder being discarded may hold damaged ones)."""
+    count = 0
+    for path in row_files(folder):
+        with open(path, "rb") as handle:
+            count += sum(1 for line in handle if line.endswith(b"\n") and line.strip())
+    return count
 
 
 def clear_sweep_files(folder: Path) -> None:

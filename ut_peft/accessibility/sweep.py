@@ -432,7 +432,14 @@ def _open_folder(output_dir: Path, settings: dict, model, overwrite: bool, accel
     # Every rank checks, so every rank raises; the model's context reads the support length of an earlier summary.
     clear = store.check_settings(output_dir, settings, overwrite, support_context(model))
     if accelerator.is_main_process:
+        removed = (store.finished_row_count(output_dir), len(store.inflight_keys(output_dir))) if clear else None
         store.prepare_folder(output_dir, settings, clear)
+        if removed is not None:  # said, whether or not progress is shown: finished work is gone
+            print(
+                f"overwrite: removed the earlier run in {output_dir} ({removed[0]} finished rows, {removed[1]} rows "
+                "in flight); starting afresh under these settings",
+                flush=True,
+            )
     accelerator.wait_for_everyone()
     lock = lock or store.lock_folder(output_dir, accelerator.process_index)
     return lock, store.read_rows(output_dir)

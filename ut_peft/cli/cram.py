@@ -454,7 +454,9 @@ FLAGS = (
     # The folder, named as transformers' Trainer and accelerate name it (common.add_output_dir), and as it was before.
     Flag("output-dir", aliases=("--output", "--out"), dest="output", default="cram-output", metavar="DIR",
          help="the sweep's folder: settings, rows, summary, plots, report (rerunning into it resumes)"),
-    Flag("overwrite", switch=True, help="discard a previous run in --output-dir"),
+    Flag("overwrite", switch=True,
+         help="discard a previous run under other settings in --output-dir (one under the same settings resumes by "
+         "itself: remove the folder to start it again)"),
     Flag("retarget-from", metavar="FOLDER",
          help="sequential and pooled designs: start the new or empty --output-dir from the rows of FOLDER, the same "
          "sweep under other --target-* / --budget, that these targets decide as it did (FOLDER is only read); then "
