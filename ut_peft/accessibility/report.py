@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 
@@ -169,7 +170,9 @@ def _prefix(ids) -> str:
 
 
 def _num(value, digits=1):
-    return "n/a" if value is None else f"{value:.{digits}f}"
+    """A figure to ``digits`` places; n/a for none, or for NaN (a pooled fit's standard error where its covariance
+    is not finite)."""
+    return "n/a" if value is None or not math.isfinite(value) else f"{value:.{digits}f}"
 
 
 def _ci(interval, digits=1, check=None) -> str:
@@ -190,8 +193,9 @@ def _interval_checks(summary: Summary) -> dict:
 
 def format_interval(interval, digits: int = 1) -> str:
     """``[low, high]`` as every report prints an interval: a side the rows cannot bound (None) prints as unbounded,
-    ``(-inf`` or ``inf)``; no interval at all prints ``n/a``."""
-    if not interval:
+    ``(-inf`` or ``inf)``; no interval at all, or one with a NaN side (an estimate +- a quantile times a NaN standard
+    error), prints ``n/a``."""
+    if not interval or any(side is not None and math.isnan(side) for side in interval):
         return "n/a"
     low = "(-inf" if interval[0] is None else f"[{interval[0]:.{digits}f}"
     high = "inf)" if interval[1] is None else f"{interval[1]:.{digits}f}]"

@@ -376,12 +376,14 @@ def _json_safe(value):
 
 
 def _num(value, digits: int = 1) -> str:
-    return "n/a" if value is None else f"{value:,.{digits}f}"
+    return "n/a" if value is None or not math.isfinite(value) else f"{value:,.{digits}f}"  # NaN: a NaN se
 
 
 def _interval(ci, digits: int = 1) -> str:
     if not ci or None in ci:
         return "[unbounded]"
+    if any(math.isnan(side) for side in ci):  # estimate +- q * a NaN standard error
+        return "[n/a]"
     return f"[{ci[0]:.{digits}f}, {ci[1]:.{digits}f}]"
 
 

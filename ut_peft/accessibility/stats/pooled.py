@@ -118,15 +118,23 @@ class PooledFit:
     def n50(self, m: float) -> float:
         return float(self.theta[0] * m + self.theta[1])
 
+    @staticmethod
+    def _se(variance: float) -> float:
+        """The standard error of a ``variance``: 0 for one that rounding left just below 0, NaN for one that is not
+        finite (a singular information): ``max(0, nan)`` is 0, which printed se 0.00 and a zero-width interval;
+        :func:`wald_interval` gives none for NaN."""
+        variance = float(variance)
+        return math.sqrt(max(0.0, variance)) if math.isfinite(variance) else math.nan
+
     def n50_se(self, m: float) -> float:
         g = np.array([m, 1.0])
-        return math.sqrt(max(0.0, float(g @ self.covariance[:2, :2] @ g)))
+        return self._se(g @ self.covariance[:2, :2] @ g)
 
     def slope_se(self) -> float:
-        return math.sqrt(max(0.0, float(self.covariance[0, 0])))
+        return self._se(self.covariance[0, 0])
 
     def intercept_se(self) -> float:
-        return math.sqrt(max(0.0, float(self.covariance[1, 1])))
+        return self._se(self.covariance[1, 1])
 
     def width(self, m: float) -> float:
         return float(math.exp(min(50.0, max(-50.0, self.theta[3] + self.theta[4] * math.log(m)))))
