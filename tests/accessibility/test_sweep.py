@@ -1111,3 +1111,29 @@ def test_overwrite_under_the_very_same_settings_is_refused_and_under_others_says
         run_sweep(small_config(num_sequences=1, seed=1), tmp_path, model=llama, progress=False, overwrite=True)
     assert f"overwrite: removed the earlier run in {tmp_path} (6 finished rows" in capsys.readouterr().out
     assert not read_rows(tmp_path)
+
+
+def test_a_re_merge_that_fails_to_write_leaves_the_earlier_merge_whole(tmp_path, llama, monkeypatch):
+    import errno
+
+    from ut_peft.accessibility import sweep
+
+    run_sweep(small_config(ms=[1], num_sequences=1), tmp_path / "a", model=llama, progress=False, report=False)
+    run_sweep(small_config(ms=[2], num_sequences=1), tmp_path / "b", model=llama, progress=False, report=False)
+    merged = tmp_path / "merged"
+    merge_sweeps([tmp_path / "a", tmp_path / "b"], merged)
+    summarize_folder(merged, model=llama, report=False)
+    before = {p.name: p.read_bytes() for p in merged.iterdir() if p.is_file() and not p.name.endswith(".lock")}
+    assert len(read_rows(merged)) == 6 and "summary.json" in before
+
+    def full(path, *args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr(sweep, "atomic_write_text", full)
+    with pytest.raises(OSError, match="No space left"):
+        merge_sweeps([tmp_path / "a", tmp_path / "b"], merged)  # e.g. a gained rows; the disk is full
+    after = {p.name: p.read_bytes() for p in merged.iterdir() if p.is_file() and not p.name.endswith(".lock")}
+    assert after == before  # the earlier merge, whole
+    monkeypatch.undo()
+    merge_sweeps([tmp_path / "a", tmp_path / "b"], merged)  # once there is room, and in the same process
+    assert len(read_rows(merged)) == 6 and not (merged / "summary.json").exists()  # its rows' summary: to be made

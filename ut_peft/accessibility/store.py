@@ -618,28 +618,31 @@ def finished_row_count(folder: Path) -> int:
     return count
 
 
-def clear_sweep_files(folder: Path) -> None:
-    """Remove the files of :func:`sweep_files`, rows-settings.json and settings.json last: a clear that is killed
-    part-way leaves a folder that is still the old sweep (a resume under other settings is refused, and clearing it
-    again finishes the job), never leftover work without the settings it was made under."""
+def clear_sweep_files(folder: Path, keep: Iterable[Path] = ()) -> None:
+    """Remove the files of :func:`sweep_files` but those of ``keep``, rows-settings.json and settings.json last: a
+    clear that is killed part-way leaves a folder that is still the old sweep (a resume under other settings is
+    refused, and clearing it again finishes the job), never leftover work without the settings it was made under."""
+    kept = {Path(path) for path in keep}
     last = [Path(folder) / ROWS_SETTINGS_FILE, Path(folder) / SETTINGS_FILE]
     for path in sweep_files(folder):
-        if path not in last:
+        if path not in last and path not in kept:
             path.unlink()
     for path in last:
-        path.unlink(missing_ok=True)
+        if path not in kept:
+            path.unlink(missing_ok=True)
 
 
-def prepare_folder(folder: Path, settings: dict, clear: bool) -> None:
+def prepare_folder(folder: Path, settings: dict, clear: bool, keep: Iterable[Path] = ()) -> None:
     """Main process only: clear a replaced run, write the settings, repair torn lines.
 
     Clearing removes only what the store wrote (its rows files, summary, report and plots, and the row files of
-    ``vectors/`` and ``inflight/`` by their names): a file the user put in the folder stays.
+    ``vectors/`` and ``inflight/`` by their names), but the files of ``keep`` (a merge's new rows, written first): a
+    file the user put in the folder stays.
     """
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     if clear:
-        clear_sweep_files(folder)
+        clear_sweep_files(folder, keep)
 
     # What settings.json is checked against until the run has a summary (check_unedited); written first, so that a
     # folder is a sweep (its settings.json there) only with it.

@@ -688,10 +688,16 @@ def merge_sweeps(folders, output_dir, *, overwrite: bool = False) -> Path:
     if not earlier_merge:  # an earlier merge holds only copies and may be replaced; a real run is refused
         store.check_settings(output_dir, merged, overwrite)
     lock = store.lock_folder(output_dir)
-    store.prepare_folder(output_dir, merged, clear=True)  # a merge is rewritten whole, never appended to
-    target = store.rows_file(output_dir, 0)
-    atomic_write_text(target, "".join(json.dumps(rows[key].to_dict(), sort_keys=True) + "\n" for key in sorted(rows)))
-    lock.release()
+    try:
+        # A merge is rewritten whole, never appended to. The new rows first, in one step: a full disk (or a crash)
+        # there leaves the earlier merge as it was; then the rest of the earlier merge is cleared (its summary, report
+        # and plots: of other rows) and the settings are written.
+        target = store.rows_file(output_dir, 0)
+        lines = "".join(json.dumps(rows[key].to_dict(), sort_keys=True) + "\n" for key in sorted(rows))
+        atomic_write_text(target, lines)
+        store.prepare_folder(output_dir, merged, clear=True, keep=[target])
+    finally:
+        lock.release()
     return output_dir
 
 
