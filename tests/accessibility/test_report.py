@@ -18,8 +18,10 @@ def test_the_console_summary_of_a_committed_sweep():
     summary = summaries.read_summary(ROOT / "results" / "gemma-3-270m" / "published-text")
     assert console_summary(summary).splitlines() == [
         "m = 1: n_50 24.5 [11.0, 68.0] (bootstrap interval; fit ok), published LS 23.7; 8,010 row-steps",
-        "m = 2: n_50 50.9 [41.0, 60.9] (bootstrap interval; fit ok), published LS 44.7; 7,210 row-steps",
-        "slope 26.4 tokens per vector [-26.7, 48.7], intercept -1.9 [-37.6, 94.6], R^2 1.000; published LS slope 20.9",
+        "m = 2: n_50 50.9 [41.0, 60.9] (bootstrap interval; fit ok), published LS 44.7 (ridge [41.0, 61.0]); "
+        "7,210 row-steps",
+        "slope 26.4 tokens per vector [-26.7, 48.7], intercept -1.9 [-37.6, 94.6], R^2 1.000; published LS slope 20.9 "
+        "(n_50 at m = 2 from a ridge)",
         "bounds: ball 427, box 201 tokens per vector; ball / slope 16.1, box / slope 7.6 (ut-peft's estimate: 64 "
         "sequences of 32 tokens, eps = r_2/2^11)",
         "published bounds: not measured beside this folder (ut-peft bounds writes them)",
@@ -124,6 +126,20 @@ def test_the_report_head_counts_a_pooled_sweeps_rows_a_round_and_a_grids_rows_pe
     report = markdown(pooled)
     assert "; 8 rows a round; seed" in report and "8 rows a round (published 20 sequences per length)" in report
     assert "sequences per (m, n)" not in report and "8 sequences per length" not in report
+
+
+def test_a_published_ls_n50_on_a_ridge_of_exact_fits_is_marked_where_the_published_slope_is_printed():
+    """Gemma-3-270M's published text at m = 2 (1, 1, 0 at 21, 41, 61): least squares fits the fractions exactly at
+    any crossing of (41, 61), so its 44.7 is one point of a ridge; the report and console say so, with the range,
+    beside it and beside the published LS slope. m = 1 (identified) is not marked."""
+    summary = summaries.read_summary(ROOT / "results" / "gemma-3-270m" / "published-text")
+    report, text = markdown(summary), console_summary(summary)
+    row = next(line for line in report.splitlines() if line.startswith("| 2 | 50.9 |"))
+    assert "| 44.7 (ridge [41.0, 61.0]) |" in row
+    assert "The published LS n_50 at m = 2 is one point of a ridge" in report
+    assert "published LS slope 20.9 (n_50 at m = 2 from a ridge)" in text
+    identified = next(line for line in report.splitlines() if line.startswith("| 1 | 24.5 |"))
+    assert "ridge" not in identified and "published LS 23.7;" in text
 
 
 def test_the_paper_models_nearest_in_hidden_size():

@@ -202,6 +202,27 @@ def format_interval(interval, digits: int = 1) -> str:
     return f"{low}, {high}"
 
 
+def _ridges(summary: Summary) -> dict[int, list]:
+    """The m whose published least-squares n_50 is one point of a ridge of exact fits, each with the range of
+    crossings that fit exactly (:func:`.stats.fit.sigmoid_ridge`, read off the summary's fractions)."""
+    from .stats.fit import sigmoid_ridge
+
+    found = {}
+    for e in summary.per_m:
+        ridge = sigmoid_ridge(e.lengths, e.accessibility, e.n50_published, e.sigmoid_slope_published)
+        if ridge is not None:
+            found[e.m] = ridge
+    return found
+
+
+def _ridge_note(ridge) -> str:
+    return "" if ridge is None else f" (ridge {format_interval(ridge)})"
+
+
+def _ridge_ms(ridges: dict) -> str:
+    return "m = " + ", ".join(str(m) for m in sorted(ridges))
+
+
 def _head_lines(summary: Summary) -> list[str]:
     """The report's title, source, protocol and design (and where a retargeted sweep's first rows came from)."""
     s = summary.settings
@@ -270,10 +291,11 @@ def markdown(summary: Summary, *, figures: tuple[str, str] | None = (ACCESSIBILI
         "|---|---|---|---|---|---|---|---|---|",
     ]
     checks = _interval_checks(summary)
+    ridges = _ridges(summary)
     for e in summary.per_m:
         lines.append(
             f"| {e.m} | {_num(e.n50)} | {_checked(e.n50_ci, checks['per_m'].get(e.m))} | {e.n50_ci_method or '-'} | "
-            f"{_num(e.n50_published)} | {_num(e.sigmoid_slope, 3)} | {e.fit_status} | "
+            f"{_num(e.n50_published)}{_ridge_note(ridges.get(e.m))} | {_num(e.sigmoid_slope, 3)} | {e.fit_status} | "
             f"{e.row_steps} | {', '.join(map(str, e.lengths))} |"
         )
     lines += _pooled_lines(summary.pooled, checks.get("pooled"))
@@ -296,6 +318,13 @@ def markdown(summary: Summary, *, figures: tuple[str, str] | None = (ACCESSIBILI
         *published_bounds.report_lines(summary.bounds_published, fit and fit["slope"], summary.model),
         "",
     ]
+    if ridges:
+        lines += [
+            f"The published LS n_50 at {_ridge_ms(ridges)} is one point of a ridge: least squares fits those "
+            "fractions exactly at every crossing of the range beside it (each with its own slope), so it does not "
+            "identify n_50 there, and the search's start order picked the point the published LS slope uses.",
+            "",
+        ]
     if not fit:
         lines += ["No slope: fewer than two m had a measurable n_50 (the grid missed the 50% crossing).", ""]
     lines += [
@@ -415,12 +444,13 @@ def console_summary(summary: Summary) -> str:
     fit, ratios, published = summary.fit, summary.ratios, summary.fit_published
     lines = []
     checks = _interval_checks(summary)
+    ridges = _ridges(summary)
     for e in summary.per_m:
         method = f"{e.n50_ci_method or '95%'} interval; " if e.n50_ci else ""
         lines.append(
             f"m = {e.m}: n_50 {_num(e.n50)}{_ci(e.n50_ci, check=checks['per_m'].get(e.m))} ({method}fit "
             f"{e.fit_status}), published LS "
-            f"{_num(e.n50_published)}; {e.row_steps:,} row-steps"
+            f"{_num(e.n50_published)}{_ridge_note(ridges.get(e.m))}; {e.row_steps:,} row-steps"
         )
     if fit:
         lines.append(
@@ -428,6 +458,7 @@ def console_summary(summary: Summary) -> str:
             f"intercept {_num(fit['intercept'])}{_ci(fit['intercept_ci'], check=checks.get('intercept'))}, "
             f"R^2 {_num(fit['r2'], 3)}; "
             f"published LS slope {_num(published and published['slope'])}"
+            + (f" (n_50 at {_ridge_ms(ridges)} from a ridge)" if published and ridges else "")
         )
     else:
         lines.append("no slope: fewer than two m had a measurable n_50 (the grid missed the 50% crossing)")

@@ -1,3 +1,5 @@
+import math
+
 import numpy as np
 import pytest
 
@@ -249,8 +251,8 @@ def test_least_squares_sigmoid_never_reports_a_starting_point_as_the_fit():
     """From one start curve_fit failed here and the interpolated crossing (457.4) was returned with status ok."""
     ns, acc = [10, 110, 210, 310, 410, 510, 610], [1, 1, 1, 1, 0.95, 0, 0]
     fit = fit_sigmoid(ns, acc)
-    assert fit["status"] in ("ok", "not-converged")
-    if fit["status"] == "ok":
+    assert fit["status"] in ("ok", "ridge", "not-converged")  # exact fits from about 410 to 428.7: a ridge
+    if fit["status"] != "not-converged":
         residual = sum((sigmoid(n, fit["n50"], fit["sigmoid_slope"]) - a) ** 2 for n, a in zip(ns, acc))
         crossing = sum((sigmoid(n, 457.36842105263156, -8 / 600) - a) ** 2 for n, a in zip(ns, acc))
         assert residual < 1e-6 < crossing  # a least-squares optimum, not the old starting point
@@ -271,4 +273,27 @@ def test_least_squares_sigmoid_stops_at_the_first_exact_fit_on_a_ridge_of_them()
     fit = fit_sigmoid(ns, acc)
     assert time.perf_counter() - start < 2.0
     residual = sum((sigmoid(n, fit["n50"], fit["sigmoid_slope"]) - a) ** 2 for n, a in zip(ns, acc))
-    assert fit["status"] == "ok" and residual < 1e-10 and 230 < fit["n50"] < 250
+    assert fit["status"] == "ridge" and residual < 1e-10 and 230 < fit["n50"] < 250
+    low, high = fit["n50_range"]
+    assert 240 <= low < fit["n50"] < high < 250  # 0.75 at 240: exact fits cross between 240 and about 246
+
+
+def test_an_exact_least_squares_fit_that_is_not_identified_is_a_ridge_with_its_range():
+    """Accessibilities 1, 0.75, 0 at n = 9, 17, 33 (SmolLM2-135M's published words m = 2): every crossing from 17 to
+    about 17.7 fits them exactly, with the slope that puts 0.75 at 17, so the LS n_50 (17.47) is one point of a
+    ridge the order of the starts picked; the fit says so and gives the range, its point unchanged. An exact fit that
+    is identified (two points strictly between 0 and 1, or 0.5 measured at a length) stays "ok"."""
+    fit = fit_sigmoid([9, 17, 33], [1.0, 0.75, 0.0])
+    assert fit["status"] == "ridge" and fit["n50"] == pytest.approx(17.474036910991455, abs=1e-9)
+    low, high = fit["n50_range"]
+    assert low == pytest.approx(17.0, abs=1e-3) and high == pytest.approx(17.72, abs=0.01)
+    for x0 in (low, (low + high) / 2, high - 1e-3):  # every crossing of the range fits exactly, with its own slope
+        s = math.log(3) / (17 - x0)
+        assert sum((sigmoid(n, x0, s) - a) ** 2 for n, a in zip([9, 17, 33], [1.0, 0.75, 0.0])) < 3e-12
+    gap = fit_sigmoid([21, 41, 61], [1.0, 1.0, 0.0])  # any crossing of the gap, as the slope runs steep
+    assert gap["status"] == "ridge" and gap["n50_range"] == pytest.approx([41.0, 61.0], abs=0.01)
+    flat = fit_sigmoid([2, 4, 8, 16], [0.5] * 4)  # a flat curve at 0.5 fits with any crossing
+    assert flat["status"] == "ridge" and flat["n50_range"] == [None, None]
+    for ns, acc, x0 in (([0, 20, 21, 40], [1.0, 0.75, 0.25, 0.0], 20.5), ([10, 20, 30], [1.0, 1.0, 0.5], 30.0)):
+        fit = fit_sigmoid(ns, acc)
+        assert fit["status"] == "ok" and "n50_range" not in fit and fit["n50"] == pytest.approx(x0, abs=1e-4)

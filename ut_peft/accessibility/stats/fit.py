@@ -66,12 +66,22 @@ class LineFitWithIntervals(LineFit):
     intercept_ci: list[float | None] | None
 
 
-class SigmoidFit(TypedDict):
-    """:func:`fit_sigmoid`'s answer: the published least-squares n_50 and slope (None without a fit), and why."""
-
+class _SigmoidFields(TypedDict):
     n50: float | None
     sigmoid_slope: float | None
-    status: str  # "ok", "extrapolated", "degenerate" or "not-converged"
+    status: str  # "ok", "extrapolated", "ridge", "degenerate" or "not-converged"
+
+
+class SigmoidFit(_SigmoidFields, total=False):
+    """:func:`fit_sigmoid`'s answer: the published least-squares n_50 and slope (None without a fit), and why; on a
+    ridge of exact fits (status "ridge") also ``n50_range``, the crossings that fit exactly (a side None where the
+    ridge runs on without end)."""
+
+    n50_range: list[float | None]
+
+
+# A sum of squared errors at or below this, per point, fits the fractions exactly (to float precision).
+EXACT_SSE = 1e-12
 
 
 def sigmoid(n, x0, s):
@@ -124,7 +134,7 @@ def _least_squares_sigmoid(ns: np.ndarray, acc: np.ndarray, span: float) -> tupl
             x0, s = result.x
             # A fit that ran out of evaluations while sliding along a ridge of exact fits (a residual of zero to float
             # precision) is a least-squares optimum too; anything else that did not converge is not.
-            exact = 2 * result.cost <= 1e-12 * ns.size
+            exact = 2 * result.cost <= EXACT_SSE * ns.size
             if not ((result.success or exact) and np.isfinite(x0) and np.isfinite(s)):
                 continue
             sse = float(((sigmoid(ns, x0, s) - acc) ** 2).sum())
@@ -141,8 +151,11 @@ def fit_sigmoid(lengths, accessibility) -> SigmoidFit:
     """Least-squares sigmoid fit; returns ``{"n50", "sigmoid_slope", "status"}``.
 
     ``status`` is "ok", "extrapolated" (n_50 outside the measured lengths: the grid did not reach the
-    transition), "degenerate" (all points strictly on one side of 0.5, nothing to fit: n50 is None) or
-    "not-converged" (least squares found no optimum from any start: n50 is None).
+    transition), "ridge" (the fit is exact and not identified: a range of crossings fits the fractions exactly,
+    ``n50_range``, and n50 is the one the search reached first), "degenerate" (all points strictly on one side of
+    0.5, nothing to fit: n50 is None) or "not-converged" (least squares found no optimum from any start: n50 is None).
+    E.g. accessibilities 1, 0.75, 0 at n = 9, 17, 33: every crossing from 17 to about 17.7 fits them exactly (with
+    the slope that puts 0.75 at 17), and n50 is 17.47 only because of the order of the starts.
     """
     ns = np.asarray(lengths, dtype=float)
     acc = np.asarray(accessibility, dtype=float)
@@ -162,9 +175,75 @@ def fit_sigmoid(lengths, accessibility) -> SigmoidFit:
     if fitted is None:  # no start converged: say so rather than report a starting point as the fit
         return {"n50": None, "sigmoid_slope": None, "status": "not-converged"}
     x0, s = fitted
+    ridge = sigmoid_ridge(ns, acc, x0, s)
+    if ridge is not None:
+        return {"n50": float(x0), "sigmoid_slope": float(s), "status": "ridge", "n50_range": ridge}
     tolerance = 1e-6 * span  # a crossing fitted onto an end point is measured, whatever the last float bit says
     status = "ok" if ns[0] - tolerance <= x0 <= ns[-1] + tolerance else "extrapolated"
     return {"n50": float(x0), "sigmoid_slope": float(s), "status": status}
+
+
+def sigmoid_ridge(lengths, accessibility, n50: float | None, slope: float | None) -> list[float | None] | None:
+    """Where the least-squares sigmoid (``n50``, ``slope``) fits the fractions exactly but does not identify its
+    crossing: the range of crossings that fit them exactly too, ``[low, high]`` (a side None where the ridge runs on
+    without end), else None (no fit, a fit that is not exact, or an exact one at a single crossing). A report reads
+    it off a summary's per-m fractions and LS fit, so a summary written before the "ridge" status is marked too."""
+    if n50 is None or slope is None:
+        return None
+    ns = np.asarray(lengths, dtype=float)
+    acc = np.asarray(accessibility, dtype=float)
+    order = np.argsort(ns)
+    ns, acc = ns[order], acc[order]
+    if ns.size < 2 or float(((sigmoid(ns, n50, slope) - acc) ** 2).sum()) > EXACT_SSE * ns.size:
+        return None
+    span = max(float(ns[-1] - ns[0]), 1.0)
+    low, high = _exact_ridge(ns, acc, n50, slope, span)
+    if low is not None and high is not None and high - low <= 1e-4 * span:  # one crossing: identified
+        return None
+    return [low, high]
+
+
+def _exact_ridge(ns: np.ndarray, acc: np.ndarray, x0: float, s: float, span: float) -> tuple[float | None, ...]:
+    """The crossings around ``x0`` (an exact fit, with slope ``s``) that some slope fits exactly too: (low, high), a
+    side None where exact fits run on to ``span`` beyond the measured lengths (all fractions 0.5: any crossing).
+
+    A bisection from ``x0`` outward on each side; at each crossing, slopes of ``s``'s sign from 1e-3 / span to
+    1e6 / (the smallest spacing), and 0, on a log grid, the best refined. Assumes the exact crossings form one
+    interval."""
+    tol = EXACT_SSE * ns.size
+    spacing = max(float(np.diff(ns).min()), 1e-6)
+    sign = -1.0 if s <= 0 else 1.0
+    logs = np.linspace(math.log(1e-3 / span), math.log(1e6 / spacing), 600)
+    slopes = np.concatenate([[0.0], sign * np.exp(logs)])
+
+    def sse(x, slope):
+        return ((sigmoid(ns, x, slope) - acc) ** 2).sum(-1)
+
+    def fits(x: float) -> bool:
+        errors = sse(x, slopes[:, None])
+        k = int(np.argmin(errors))
+        if errors[k] <= tol:
+            return True
+        if k == 0:  # the flat curve, 0.5 everywhere, is no exact fit here
+            return False
+        bounds = (logs[max(k - 2, 0)], logs[min(k, logs.size - 1)])  # slopes[k] is exp(logs[k - 1])
+        best = optimize.minimize_scalar(
+            lambda u: sse(x, sign * math.exp(u)), bounds=bounds, method="bounded", options={"xatol": 1e-10}
+        )
+        return bool(best.fun <= tol)
+
+    def edge(inside: float, outside: float) -> float | None:
+        if fits(outside):
+            return None
+        for _ in range(40):
+            middle = (inside + outside) / 2
+            if fits(middle):
+                inside = middle
+            else:
+                outside = middle
+        return float(inside)
+
+    return edge(x0, float(ns[0]) - span), edge(x0, float(ns[-1]) + span)
 
 
 def linear_fit(ms, n50s) -> LineFit:
