@@ -229,10 +229,27 @@ def test_a_leftover_worker_of_a_killed_run_blocks_the_folder(tmp_path):
     lock_folder(tmp_path, 0).release()
 
 
-def test_a_run_that_raised_does_not_keep_its_own_process_out(tmp_path):
-    lock_folder(tmp_path)  # never released, as by a run that raised
-    lock = lock_folder(tmp_path)  # the same process starts the next run
+def test_a_second_lock_in_the_same_process_is_refused_and_a_run_that_raised_does_not_keep_its_process_out(
+    tmp_path, llama, monkeypatch
+):
+    from ut_peft.accessibility import sweep
+
+    lock = lock_folder(tmp_path)  # e.g. a run in another thread of this process
+    with pytest.raises(FolderLockedError, match=rf"already locked by this process \(pid {os.getpid()} holds"):
+        lock_folder(tmp_path)
+    assert lock.fd is not None  # the first one still holds it: no other process gets in
+    proc = subprocess.run([sys.executable, "-c", IMPORT_STORE + f"store.lock_folder({str(tmp_path)!r})"])
+    assert proc.returncode != 0
     lock.release()
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sweep, "_plan_round", killed)
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(small_config(num_sequences=1), tmp_path, model=llama, progress=False)
+    monkeypatch.undo()
+    lock_folder(tmp_path).release()  # the run that raised let go: the same process starts the next run
     kill(hold_lock(tmp_path, 0))  # released: another process can take it now
 
 

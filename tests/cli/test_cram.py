@@ -361,3 +361,24 @@ def test_report_only_on_a_folder_a_run_is_writing_prints_the_report_and_writes_n
     assert not (folder / "summary.json").exists() and not (folder / "report.md").exists()
     command.main(command.parse(["--report-only", "--output-dir", str(folder)]))  # the run is over: written
     assert (folder / "summary.json").is_file() and (folder / "report.md").is_file()
+
+
+def test_a_run_refused_by_the_folder_lock_leaves_no_tracker_files_there(model_dir, tmp_path):
+    import subprocess
+    import sys
+
+    from ut_peft.accessibility.store import FolderLockedError
+
+    out = tmp_path / "out"
+    out.mkdir()
+    script = f"from ut_peft.accessibility import store; lock = store.lock_folder({str(out)!r}); print('locked', "
+    script += "flush=True); import time; time.sleep(120)"
+    holder = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        with pytest.raises(FolderLockedError, match=f"pid {holder.pid}"):
+            cram(model_dir, out, "--report-to", "tensorboard")
+    finally:
+        holder.kill()
+        holder.wait()
+    assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*")) == ["sweep.lock"]

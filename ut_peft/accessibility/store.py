@@ -789,17 +789,24 @@ class FolderLock:
     """An exclusive ``flock`` on a lock file of the folder, held until :meth:`release` or this process ends.
 
     The operating system drops it when the holder dies (even by SIGKILL), so a crashed run never blocks the
-    folder. Local file systems only: flock over NFS may not exclude other machines.
+    folder. Local file systems only: flock over NFS may not exclude other machines. Within one process a second
+    lock of a folder the process holds is refused too (flock alone would grant it); every writer of the package
+    lets its lock go when it ends or raises.
     """
 
-    _held: dict[tuple[str, int], FolderLock] = {}  # by (folder, rank): one holder per process
+    _held: dict[tuple[str, int], FolderLock] = {}  # by (folder, rank): the locks this process holds now
 
     def __init__(self, folder: Path, rank: int) -> None:
         self.path = lock_file(folder, rank)
         self.key = (str(Path(folder).resolve()), rank)
-        stale = FolderLock._held.pop(self.key, None)
-        if stale is not None:  # this process locked it for a run that raised: that run is over
-            stale.release()
+        if self.key in FolderLock._held:  # flock would let this process in again: two writers of one folder
+            raise FolderLockedError(
+                f"{Path(folder)} is already locked by this process (pid {os.getpid()} holds {self.path}): another "
+                "run, merge or report of this process (in another thread, or one whose lock was never let go) is "
+                "writing it; wait for it to finish, or release its lock (FolderLock.release)",
+                holder=f"pid {os.getpid()} (this process)",
+                lock=self.path,
+            )
         self.fd = try_lock(self.path)
         if self.fd is None:
             holder = lock_holder(self.path)

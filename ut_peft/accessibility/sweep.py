@@ -298,6 +298,7 @@ def run_sweep(
     snapshot_seconds: float | None = 300.0,
     callback=None,
     retarget_from=None,
+    lock: store.FolderLock | None = None,
 ) -> summaries.Summary | None:
     """Run (or resume) a sweep into ``output_dir``; returns the summary on the main process, None elsewhere.
 
@@ -310,61 +311,71 @@ def run_sweep(
 
     ``callback`` (e.g. :class:`.tracking.SweepTracker`) hears ``on_rows(rows)`` with every row so far before each
     round and at the end, and ``on_row(row)`` as each of this process's rows is written.
+
+    The folder is locked for the whole run (:func:`.store.lock_folder`), and let go when it ends or raises. ``lock``:
+    the main process's lock of ``output_dir`` where the caller took it already (the command takes it before its
+    trackers write into the folder, so a run refused by the lock leaves nothing there); it is let go as the run's own.
     """
     from accelerate import Accelerator
     from tqdm.auto import tqdm
 
-    accelerator = accelerator or Accelerator()
-    output_dir = Path(output_dir)
-    if model is None:
-        model, tokenizer = _load(config, accelerator.device, device_map)
-    config, source = _validated(config, model, tokenizer)
-    settings = config.fingerprint(source.describe())
-    # Planned by every process (so every one raises alike) before anything is written or locked.
-    retarget = _plan_retarget(retarget_from, output_dir, config, settings, overwrite, support_context(model))
-    # Held to the end of the run, so a second run (or a killed run's leftover workers) cannot write here meanwhile.
-    lock = store.lock_folder(output_dir, 0) if accelerator.is_main_process else None
-    if retarget is not None:
-        _write_retarget(retarget, output_dir, settings, accelerator, progress)
-    lock, rows = _open_folder(output_dir, settings, model, overwrite, accelerator, lock)
-    design = make_design(config)
-    check_rows(config, settings, rows, design)  # a resume goes on from rows these settings made, and only those
+    try:  # the lock let go however the run ends, a lock the caller brought too
+        accelerator = accelerator or Accelerator()
+        output_dir = Path(output_dir)
+        if model is None:
+            model, tokenizer = _load(config, accelerator.device, device_map)
+        config, source = _validated(config, model, tokenizer)
+        settings = config.fingerprint(source.describe())
+        # Planned by every process (so every one raises alike) before anything is written or locked.
+        retarget = _plan_retarget(retarget_from, output_dir, config, settings, overwrite, support_context(model))
+        # Held to the end of the run, so a second run (or a killed run's leftover workers) cannot write here meanwhile.
+        if lock is None and accelerator.is_main_process:
+            lock = store.lock_folder(output_dir, 0)
+        if retarget is not None:
+            _write_retarget(retarget, output_dir, settings, accelerator, progress)
+        _open_folder(output_dir, settings, model, overwrite, accelerator)
+        if lock is None:  # the other processes lock their own file once the main one has checked the folder
+            lock = store.lock_folder(output_dir, accelerator.process_index)
+        rows = store.read_rows(output_dir)
+        design = make_design(config)
+        check_rows(config, settings, rows, design)  # a resume goes on from rows these settings made, and only those
 
-    bar = tqdm(total=0, desc="cram", unit="seq", disable=not (progress and accelerator.is_main_process))
-    while True:
-        if callback is not None:
-            callback.on_rows(rows)
-        planned = _plan_round(config, design, rows, output_dir, accelerator)
-        if planned is None:
-            break
-        jobs, mine = planned
-        if not mine and not jobs:  # every row of the round was inferred: plan the next one
-            continue
-        bar.total += len(mine)
-        bar.set_description(f"cram n={','.join(str(n) for n in sorted({j[1] for j in jobs}))}")
-        new_rows = _run_round(
-            model,
-            config,
-            source,
-            output_dir,
-            mine,
-            accelerator.process_index,
-            callback,
-            bar,
-            settings=settings,
-            save_vectors=save_vectors,
-            snapshot_seconds=snapshot_seconds,
-        )
-        if accelerator.num_processes > 1:
-            from accelerate.utils import gather_object
+        bar = tqdm(total=0, desc="cram", unit="seq", disable=not (progress and accelerator.is_main_process))
+        while True:
+            if callback is not None:
+                callback.on_rows(rows)
+            planned = _plan_round(config, design, rows, output_dir, accelerator)
+            if planned is None:
+                break
+            jobs, mine = planned
+            if not mine and not jobs:  # every row of the round was inferred: plan the next one
+                continue
+            bar.total += len(mine)
+            bar.set_description(f"cram n={','.join(str(n) for n in sorted({j[1] for j in jobs}))}")
+            new_rows = _run_round(
+                model,
+                config,
+                source,
+                output_dir,
+                mine,
+                accelerator.process_index,
+                callback,
+                bar,
+                settings=settings,
+                save_vectors=save_vectors,
+                snapshot_seconds=snapshot_seconds,
+            )
+            if accelerator.num_processes > 1:
+                from accelerate.utils import gather_object
 
-            new_rows = gather_object(new_rows)
-        for row in new_rows:
-            rows.setdefault(store.row_key(row), row)
-    bar.close()
-    summary = _finish_sweep(config, settings, rows, model, output_dir, report, accelerator)
-    lock.release()
-    return summary
+                new_rows = gather_object(new_rows)
+            for row in new_rows:
+                rows.setdefault(store.row_key(row), row)
+        bar.close()
+        return _finish_sweep(config, settings, rows, model, output_dir, report, accelerator)
+    finally:  # also when the run raised: the same process may start the next one
+        if lock is not None:
+            lock.release()
 
 
 def _validated(config: SweepConfig, model, tokenizer):
@@ -426,9 +437,8 @@ def _write_retarget(retarget, output_dir: Path, settings, accelerator, progress)
     accelerator.wait_for_everyone()
 
 
-def _open_folder(output_dir: Path, settings: dict, model, overwrite: bool, accelerator, lock):
-    """Lock the folder (every other process; the main one brings its ``lock``), check or write its settings, and
-    read the rows it holds."""
+def _open_folder(output_dir: Path, settings: dict, model, overwrite: bool, accelerator) -> None:
+    """Check the folder's settings (every process) and write them (the main one, which holds the folder's lock)."""
     # Every rank checks, so every rank raises; the model's context reads the support length of an earlier summary.
     clear = store.check_settings(output_dir, settings, overwrite, support_context(model))
     if accelerator.is_main_process:
@@ -441,8 +451,6 @@ def _open_folder(output_dir: Path, settings: dict, model, overwrite: bool, accel
                 flush=True,
             )
     accelerator.wait_for_everyone()
-    lock = lock or store.lock_folder(output_dir, accelerator.process_index)
-    return lock, store.read_rows(output_dir)
 
 
 def _plan_round(config: SweepConfig, design, rows: dict, output_dir: Path, accelerator):

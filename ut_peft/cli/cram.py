@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import difflib
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -53,7 +54,7 @@ PROJECT = "ut-peft-cram"
 def main(args):
     from ..accessibility import run_sweep, save_memory_adapters
     from ..accessibility.report import console_summary
-    from ..accessibility.store import ADAPTERS_DIR, REPORT_FILE, SETTINGS_FILE, check_retarget_target
+    from ..accessibility.store import ADAPTERS_DIR, REPORT_FILE, SETTINGS_FILE, check_retarget_target, lock_folder
     from ..accessibility.tracking import SweepTracker
 
     if args.retarget_from and (args.merge or args.report_only):
@@ -76,19 +77,27 @@ def main(args):
             )
         check_retarget_target(Path(args.output), Path(args.retarget_from))
     check_model(config.model)
-    accelerator = start_tracking(args, args.output, PROJECT, tracked_settings(args, config))
-    tracker = SweepTracker(accelerator, config) if accelerator.trackers else None
-    summary = run_sweep(
-        config,
-        args.output,
-        accelerator=accelerator,
-        overwrite=args.overwrite,
-        save_vectors=args.save_vectors or args.save_adapters,
-        device_map="auto" if args.device_map else None,
-        snapshot_seconds=60 * args.snapshot_minutes if args.snapshot_minutes > 0 else None,
-        callback=tracker,
-        retarget_from=args.retarget_from,
-    )
+    # The folder's lock before the trackers write into it (--logging-dir defaults to <output>/runs): a run refused by
+    # the lock leaves nothing in a folder another run is writing. run_sweep holds it from there and lets it go.
+    lock = lock_folder(Path(args.output)) if _main_process() else None
+    try:
+        accelerator = start_tracking(args, args.output, PROJECT, tracked_settings(args, config))
+        tracker = SweepTracker(accelerator, config) if accelerator.trackers else None
+        summary = run_sweep(
+            config,
+            args.output,
+            accelerator=accelerator,
+            overwrite=args.overwrite,
+            save_vectors=args.save_vectors or args.save_adapters,
+            device_map="auto" if args.device_map else None,
+            snapshot_seconds=60 * args.snapshot_minutes if args.snapshot_minutes > 0 else None,
+            callback=tracker,
+            retarget_from=args.retarget_from,
+            lock=lock,
+        )
+    finally:
+        if lock is not None:
+            lock.release()  # run_sweep let it go already, unless something raised before it took it over
     if tracker is not None:
         if accelerator.is_main_process:
             SweepTracker.log_summary(accelerator, summary, step=tracker.step)
@@ -99,6 +108,17 @@ def main(args):
             print(f"saved {len(saved)} memory adapters under {Path(args.output) / ADAPTERS_DIR}")
         print(console_summary(summary))  # what report.md says, as it says it
         print(f"report: {Path(args.output) / REPORT_FILE}")
+
+
+def _main_process() -> bool:
+    """Whether this is the main process of the run (rank 0), told before any Accelerator exists (which would fix
+    accelerate's process state before the trackers' Accelerator is made): the rank of an initialised process group,
+    else the RANK that ``accelerate launch`` and torchrun set, else a single process."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank() == 0
+    return int(os.environ.get("RANK", "0")) == 0
 
 
 # What --report-only and --merge read besides the folders: the rest of FLAGS set or run a sweep, which they do not.
