@@ -720,9 +720,32 @@ def test_pseudo_outcomes_are_checked_and_the_root_fit_agrees_with_the_likelihood
         audited_outcomes([True], [False], [False], 0.0)
     cells = _simulated_rows(seed=2)
     plain, root = fit_pooled(cells, [1, 3, 5]), fit_pooled_pseudo(cells, [1, 3, 5])
-    # The same line up to a quarter standard error (Firth's adjustment enters each a little differently).
+    # Version 8's "hat" adjustment: the same line up to a quarter standard error here (it is not the penalty's
+    # gradient, so its root is not fit_pooled's optimum).
     assert root.converged and abs(root.slope - plain.slope) < 0.25 * plain.slope_se()
     assert abs(root.intercept - plain.intercept) < 0.25 * plain.intercept_se()
+    # The exact gradient of fit_pooled's penalty: on plain outcomes the root is fit_pooled's optimum.
+    for check_m, free_delta in ((None, False), (3, True)):
+        plain = fit_pooled(cells, [1, 3, 5], check_m, free_delta=free_delta)
+        exact = fit_pooled_pseudo(cells, [1, 3, 5], check_m, free_delta=free_delta, firth="exact")
+        assert exact.converged
+        np.testing.assert_allclose(exact.theta, plain.theta, atol=2e-4 * max(1.0, plain.slope_se()))
+    with pytest.raises(ValueError, match="firth must be one of"):
+        fit_pooled_pseudo(cells, [1, 3, 5], firth="linear")
+
+
+def test_the_exact_firth_root_has_no_hat_bias_where_the_width_law_is_not_linear():
+    """On rows of one known line whose widths grow with m, the hat form's roots drift from fit_pooled's optima by more
+    than the exact form's (which equal them), over a few simulated sweeps."""
+    from ut_peft.accessibility.stats.pooled import fit_pooled_pseudo
+
+    hat_gaps, exact_gaps = [], []
+    for seed in range(4):
+        cells = _simulated_rows(rows_per_point=20, seed=seed)
+        plain = fit_pooled(cells, [1, 3, 5])
+        hat_gaps.append(abs(fit_pooled_pseudo(cells, [1, 3, 5]).slope - plain.slope))
+        exact_gaps.append(abs(fit_pooled_pseudo(cells, [1, 3, 5], firth="exact").slope - plain.slope))
+    assert max(exact_gaps) < 1e-3 < max(hat_gaps)
 
 
 @pytest.mark.parametrize("steps", [False, True])

@@ -63,6 +63,8 @@ def test_under_an_audit_a_refused_steps_law_leaves_the_outcomes_own_estimate_gua
         (dict(audit=0.0), r"audit is the chance .* in \(0, 1\]"),
         (dict(target_scale=0), "target_scale multiplies every standard-error target"),
         (dict(steps=True, steps_law_alpha=1.0), r"steps_law_alpha .* \(in \(0, 1\)\), and needs steps=True"),
+        (dict(audit=0.25, pseudo_firth="linear"), "pseudo_firth is the form of Firth's adjustment"),
+        (dict(pseudo_firth="exact"), "pseudo_firth is a rule of the pseudo-outcomes' fit: it needs an audit"),
     ],
 )
 def test_pooled_rules_refuse_rules_that_cannot_work_themselves_and_in_a_design(fields, message):
@@ -155,3 +157,15 @@ def test_the_design_places_its_rounds_on_the_line_its_estimate_reports(kappa_by_
     assert summary is not None and summary["steps_law"]["one_law"] == one_law
     assert (summary["steps"] is None) == (not one_law)
     assert (fit.slope, fit.intercept) == (summary["slope"], summary["intercept"])
+
+
+def test_rules_with_the_exact_firth_form_fit_pseudo_outcomes_as_fit_pooled_fits_plain_ones():
+    from ut_peft.accessibility.stats.pooled_estimators import estimator_for
+
+    assert POOLED_RULES[8].pseudo_firth == "hat"  # a version's rules never change
+    exact = estimator_for(dataclasses.replace(POOLED_RULES[7], audit=0.25, pseudo_firth="exact"), None)
+    plain = {key: {"accessible": r["accessible"], "steps": r["steps"]} for key, r in _audited_rows(0).items()}
+    ours = pooled_estimates(plain, [1, 3, 5], check_m=3, estimator=exact)
+    likelihood = pooled_estimates(plain, [1, 3, 5], check_m=3)
+    assert ours["slope"] == pytest.approx(likelihood["slope"], abs=1e-3)
+    assert ours["intercept"] == pytest.approx(likelihood["intercept"], abs=1e-3)

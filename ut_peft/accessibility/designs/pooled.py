@@ -137,6 +137,7 @@ class PooledDesign(Design):
     audit = _Rule()
     target_scale = _Rule()
     steps_law_alpha = _Rule()
+    pseudo_firth = _Rule()
 
     def __init__(
         self,

@@ -61,6 +61,9 @@ class PooledRules:
     target_scale: float = 1.0
     # With steps: the step counts only while one law across m is not refused at this level (pooled.steps_law_check).
     steps_law_alpha: float | None = None
+    # With audit: the form of Firth's adjustment in the pseudo-outcomes' estimating equation (pooled.pseudo_score):
+    # "hat" (version 8's; not fit_pooled's penalty where the logit is not linear in the width law) or "exact".
+    pseudo_firth: str = "hat"
 
     def __post_init__(self) -> None:
         """Refuses rules that cannot work (``check_factor`` excepted: the design checks it, knowing whether it has a
@@ -72,6 +75,13 @@ class PooledRules:
                 "audit is the chance that a row the early abandon flags runs on to its end: in (0, 1] "
                 f"(got {self.audit!r})"
             )
+        if self.pseudo_firth not in ("hat", "exact"):
+            raise ValueError(
+                f"pseudo_firth is the form of Firth's adjustment under an audit: 'hat' (version 8's) or 'exact' (the "
+                f"gradient of fit_pooled's penalty); got {self.pseudo_firth!r}"
+            )
+        if self.pseudo_firth != "hat" and self.audit is None:
+            raise ValueError("pseudo_firth is a rule of the pseudo-outcomes' fit: it needs an audit (audit=...)")
         scale = self.target_scale
         if not (isinstance(scale, (int, float)) and math.isfinite(scale) and scale > 0):
             raise ValueError(f"target_scale multiplies every standard-error target and must be > 0 (got {scale!r})")
@@ -143,6 +153,11 @@ class PooledRules:
         """Every field, as settings.json stores it (tuples as lists): a folder's rules in full, so that it replays
         under them whatever versions a later ut-peft knows."""
         record: dict[str, Any] = json.loads(json.dumps(dataclasses.asdict(self)))
+        # Fields added after folders were written leave the record at their default (which from_record restores),
+        # so a resumed folder records its rules exactly as they were written.
+        for name, default in _LATE_FIELDS.items():
+            if record[name] == default:
+                del record[name]
         return record
 
     @classmethod
@@ -163,6 +178,10 @@ class PooledRules:
             return cls(**record)
         except TypeError as err:  # a required field missing
             raise ValueError(f"incomplete pooled rules ({err}): a rules record holds every field of PooledRules")
+
+
+# Fields PooledRules gained after rules records were written, at the default that means the rules before them.
+_LATE_FIELDS = {"pseudo_firth": "hat"}
 
 
 # Every version written out in full: a version's rules never change, whatever becomes of the others.

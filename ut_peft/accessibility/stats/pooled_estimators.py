@@ -258,6 +258,7 @@ class PseudoOutcomesEstimator(OutcomesKind):
     weighs as its pseudo-outcome (the abandon flags the slow rows), and the steps-informed fit is always guarded."""
 
     audit: float
+    firth: str = "hat"  # the form of Firth's adjustment (pooled.pseudo_score)
 
     def __post_init__(self) -> None:
         if not (isinstance(self.audit, (int, float)) and 0.0 < self.audit <= 1.0):
@@ -274,7 +275,7 @@ class PseudoOutcomesEstimator(OutcomesKind):
         return audited_outcomes(accessible, flagged, audited, self.audit)
 
     def fit_line(self, cells: Cells, width_ms: Sequence[int], check_m: int | None, free_delta: bool) -> PooledFit:
-        return fit_pooled_pseudo(cells, width_ms, check_m, free_delta=free_delta)
+        return fit_pooled_pseudo(cells, width_ms, check_m, free_delta=free_delta, firth=self.firth)
 
     def sandwich(self, fit: PooledFit, ms: PerRow, ns: PerRow, outcomes: np.ndarray) -> np.ndarray | None:
         return outcomes_sandwich(fit, ms, ns, outcomes)
@@ -290,7 +291,7 @@ class PseudoOutcomesEstimator(OutcomesKind):
         check_m: int | None,
         start: PooledFit | None,
     ) -> StepsInformedFit:
-        return fit_pooled_pseudo_steps(cells, step_rows, width_ms, check_m, start=start)
+        return fit_pooled_pseudo_steps(cells, step_rows, width_ms, check_m, start=start, firth=self.firth)
 
     def steps_guard(
         self,
@@ -309,7 +310,7 @@ class PseudoOutcomesEstimator(OutcomesKind):
     def linearity(
         self, ms: PerRow, ns: PerRow, outcomes: np.ndarray, width_ms: Sequence[int], check_m: int
     ) -> dict[str, Any]:
-        return audited_linearity_check(ms, ns, outcomes, width_ms, check_m)
+        return audited_linearity_check(ms, ns, outcomes, width_ms, check_m, firth=self.firth)
 
 
 @dataclass(frozen=True)
@@ -469,6 +470,9 @@ class EstimatorRules(Protocol):
     def steps_law_alpha(self) -> float | None: ...
 
     @property
+    def pseudo_firth(self) -> str: ...
+
+    @property
     def steps_truncated(self) -> bool: ...
 
 
@@ -487,7 +491,7 @@ def estimator_for(rules: EstimatorRules, max_steps: int | None) -> PooledEstimat
             "steps_robust and steps_law_alpha are rules of the step counts' fit: each needs steps=True "
             f"(got steps_robust={rules.steps_robust!r}, steps_law_alpha={rules.steps_law_alpha!r})"
         )
-    base = OutcomesEstimator() if rules.audit is None else PseudoOutcomesEstimator(rules.audit)
+    base = OutcomesEstimator() if rules.audit is None else PseudoOutcomesEstimator(rules.audit, rules.pseudo_firth)
     if not rules.steps:
         return base
     steps_cap = max_steps if rules.steps_truncated else None

@@ -338,6 +338,7 @@ def fit_pooled_pseudo_steps(
     check_m: int | None = None,
     max_iter: int = 200,
     start: PooledFit | None = None,
+    firth: str = "hat",
 ) -> StepsInformedFit:
     """:func:`fit_pooled_steps` under an audited early abandon: the line fitted to the rows' pseudo-outcomes
     (:func:`audited_outcomes`, as :func:`fit_pooled_pseudo`) *and* the accessible rows' step counts, each step count
@@ -357,7 +358,7 @@ def fit_pooled_pseudo_steps(
     if steps.ms.size < 3:
         raise ValueError(f"the steps model needs 3 accessible rows at least (got {steps.ms.size})")
     if start is None:
-        start = fit_pooled_pseudo(cells, width_ms, check_m, free_delta=False)
+        start = fit_pooled_pseudo(cells, width_ms, check_m, free_delta=False, firth=firth)
     model = start.model
     centres = prior_centres(model, cells)
     keep = np.array([0, 1, 3, 4])
@@ -370,7 +371,7 @@ def fit_pooled_pseudo_steps(
         return theta
 
     def score_and_information(x):
-        outcome_score, info_outcomes = pseudo_score(model, cells, theta_of(x), keep, centres, False)
+        outcome_score, info_outcomes = pseudo_score(model, cells, theta_of(x), keep, centres, False, firth)
         if outcome_score is None:
             return None, None
         score = np.zeros(7)
