@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 
 from ..io import atomic_write_text
-from .engine.protocol import differences_from_published, each_row_measures, nearest_paper_models, rows_per
+from .designs.configs import each_row_measures
+from .engine.protocol import differences_from_published, nearest_paper_models, rows_per
 from .stats import published_bounds
 from .stats.coverage import THRESHOLD, check_calibrated, marked, summary_checks
 from .store import ACCESSIBILITY_PLOT, N50_PLOT, REPORT_FILE
@@ -228,7 +229,8 @@ def _head_lines(summary: Summary) -> list[str]:
     s = summary.settings
     # A grid's rows come num_sequences per (m, n); a design that measures each row on its own asks for that many a
     # round, at lengths of their own (a cell holds any number).
-    count = rows_per(s) if each_row_measures(s) else f"{s['num_sequences']} sequences per (m, n)"
+    rows_a_round = each_row_measures(s)
+    count = rows_per(s, True) if rows_a_round else f"{s['num_sequences']} sequences per (m, n)"
     return [
         f"# Accessibility of {summary.model} ({summary.source.get('kind')})",
         "",
@@ -238,7 +240,7 @@ def _head_lines(summary: Summary) -> list[str]:
         f"before the memory: {_prefix(s['cram'].get('prefix_ids', ()))}.",
         "",
         f"Protocol: **{protocol_label(s)}**. Differences from the published protocol: "
-        + "; ".join(differences_from_published(s))
+        + "; ".join(differences_from_published(s, rows_a_round))
         + ".",
         "",
         f"Design: {summary.design}; {summary.num_rows} rows, "

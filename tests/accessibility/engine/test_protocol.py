@@ -163,16 +163,18 @@ def test_differences_from_published_names_every_changed_setting():
 def test_a_design_that_measures_each_row_counts_rows_a_round_not_sequences_per_length(kind):
     """The pooled and sequential designs' num_sequences is rows a round (a cell holds any number of them), as
     ``ut-peft status`` words it; a grid's is sequences per length, beside the published 20."""
-    from ut_peft.accessibility.engine.protocol import each_row_measures, rows_per
+    from ut_peft.accessibility.designs.configs import each_row_measures
+    from ut_peft.accessibility.engine.protocol import rows_per
 
     grid = {"protocol": "published", "num_sequences": 8, "cram": {}, "source": {}}
-    assert "8 sequences per length (published 20)" in differences_from_published(grid)
-    assert not each_row_measures(grid) and rows_per(grid) == "8 sequences per length"
+    assert "8 sequences per length (published 20)" in differences_from_published(grid, each_row_measures(grid))
+    assert not each_row_measures(grid) and rows_per(grid, False) == "8 sequences per length"
     design = {**grid, "design": {"kind": kind}}
-    text = " | ".join(differences_from_published(design))
+    assert each_row_measures(design)
+    text = " | ".join(differences_from_published(design, each_row_measures(design)))
     assert "8 rows a round (published 20 sequences per length)" in text and "8 sequences per length" not in text
-    assert each_row_measures(design) and rows_per(design) == "8 rows a round"
-    twenty = " | ".join(differences_from_published({**design, "num_sequences": 20}))
+    assert rows_per(design, True) == "8 rows a round"
+    twenty = " | ".join(differences_from_published({**design, "num_sequences": 20}, True))
     assert "20 rows a round (published 20 sequences per length)" in twenty  # still not the published count
     assert not each_row_measures({**grid, "design": {"kind": "fixed"}})
 

@@ -207,3 +207,12 @@ def _json_value(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         raise ValueError(f"a design setting must be a finite number (got {value})")
     return value
+
+
+def each_row_measures(settings: dict[str, Any]) -> bool:
+    """Whether the design of a run (its settings.json) measures each row on its own (pooled, sequential: a row at a
+    length chosen from the rows before it), so that ``num_sequences`` is rows a round, not rows per (m, n)."""
+    kind = (settings.get("design") or {}).get("kind")
+    if kind is None:  # fixed and adaptive sweeps record no design
+        return False
+    return (BUILTIN_CONFIGS.get(kind) or registered_config_class(kind) or DesignConfig).each_row_measures

@@ -185,27 +185,18 @@ def cram_settings(protocol: str, cram_config: CramConfigT) -> CramConfigT:
     return cram_config
 
 
-def each_row_measures(settings: dict[str, Any]) -> bool:
-    """Whether the design of a run (its settings.json) measures each row on its own (pooled, sequential: a row at a
-    length chosen from the rows before it), so that ``num_sequences`` is rows a round, not rows per (m, n)."""
-    from ..designs.configs import BUILTIN_CONFIGS, DesignConfig  # not at the top: the designs import the engine
-    from ..designs.registry import registered_config_class
-
-    kind = (settings.get("design") or {}).get("kind")
-    if kind is None:  # fixed and adaptive sweeps record no design
-        return False
-    return (BUILTIN_CONFIGS.get(kind) or registered_config_class(kind) or DesignConfig).each_row_measures
-
-
-def rows_per(settings: dict[str, Any]) -> str:
-    """``num_sequences`` in words, as ``ut-peft status`` says it: "8 rows a round" where each row measures on its own
-    (:func:`each_row_measures`), "20 sequences per length" on a grid (the published protocol's count)."""
-    per = "rows a round" if each_row_measures(settings) else "sequences per length"
+def rows_per(settings: dict[str, Any], rows_a_round: bool) -> str:
+    """``num_sequences`` in words, as ``ut-peft status`` says it: "8 rows a round" where the run's design measures each
+    row on its own (``rows_a_round``: :func:`~ut_peft.accessibility.designs.configs.each_row_measures`), "20 sequences
+    per length" on a grid (the published protocol's count)."""
+    per = "rows a round" if rows_a_round else "sequences per length"
     return f"{settings.get('num_sequences')} {per}"
 
 
-def differences_from_published(settings: dict[str, Any]) -> list[str]:
-    """Every setting of a run (its settings.json) that differs from the published protocol, in words."""
+def differences_from_published(settings: dict[str, Any], rows_a_round: bool = False) -> list[str]:
+    """Every setting of a run (its settings.json) that differs from the published protocol, in words.
+    ``rows_a_round``: the run's design measures each row on its own, so num_sequences is rows a round
+    (:func:`~ut_peft.accessibility.designs.configs.each_row_measures`, which the engine cannot import)."""
     cram = settings.get("cram", {})
     out = []
     if settings.get("protocol", "ut-peft") != "published":
@@ -229,10 +220,10 @@ def differences_from_published(settings: dict[str, Any]) -> list[str]:
             f"the early abandon audited: a flagged row runs on to its own end with probability "
             f"{cram.get('abandon_audit')} (flagged_at and audited in rows.jsonl; published: no abandon)"
         )
-    if each_row_measures(settings):  # rows a round, a length each: never the published sequences per length
-        out.append(f"{rows_per(settings)} (published {PUBLISHED.num_sequences} sequences per length)")
+    if rows_a_round:  # rows a round, a length each: never the published sequences per length
+        out.append(f"{rows_per(settings, True)} (published {PUBLISHED.num_sequences} sequences per length)")
     elif settings.get("num_sequences") != PUBLISHED.num_sequences:
-        out.append(f"{rows_per(settings)} (published {PUBLISHED.num_sequences})")
+        out.append(f"{rows_per(settings, False)} (published {PUBLISHED.num_sequences})")
     if settings.get("infer_prefixes"):
         out.append(
             "rows implied by a longer crammed prefix or a shorter failed one of the same text decided without "
