@@ -61,7 +61,7 @@ def test_rows_skip_a_line_still_being_written(tmp_path):
     results.write_text(json.dumps({"name": "done-s0", "accuracy": 1.0}) + "\n" + '{"name": "half-s0", "acc')
     assert list(plan.load_rows(results)) == ["done-s0"]
     results.write_text(json.dumps({"name": "done-s0"}) + "\n" + "not json\n")
-    with pytest.raises(json.JSONDecodeError):  # a complete line that does not read is damage, not a write
+    with pytest.raises(json.JSONDecodeError, match=r"runs.jsonl:2 is not a JSON line"):  # damage, not a write
         plan.load_rows(results)
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from ..io import atomic_write_text
+from ..io import atomic_write_text, read_jsonl
 from .training import RunInProgressError, RunSettings, run
 
 # What the rows written before these defaults were trained with, where their settings do not say (no such fields).
@@ -317,19 +317,10 @@ def load_rows(path: Path | str) -> dict[str, dict]:
 
     A last line without its newline is one another worker is still writing (or a torn one): not a row yet. Any other
     line that does not parse is damage, and raises."""
-    path = Path(path)
     rows: dict[str, dict] = {}
-    if not path.exists():
-        return rows
-    text = path.read_text(encoding="utf-8")
-    lines = text.splitlines()
-    if lines and not text.endswith("\n"):
-        lines.pop()
-    for number, line in enumerate(lines, 1):
-        if line.strip():
-            row = json.loads(line)
-            # A row written by recipes/reprogram.py has no name: its output folder is the name.
-            rows[row.get("name") or Path(row.get("saved_to", f"line-{number}/x")).parent.name] = row
+    for number, row in read_jsonl(path):  # a damaged line raises naming the file and line
+        # A row written by recipes/reprogram.py has no name: its output folder is the name.
+        rows[row.get("name") or Path(row.get("saved_to", f"line-{number}/x")).parent.name] = row
     return rows
 
 
