@@ -11,6 +11,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import torch
 
 from ut_peft.cli import cram as command
 
@@ -72,6 +73,7 @@ def sweep_settings(config) -> dict:
     """The settings a sweep of ``config`` records, its source aside (compared by flag: it needs the tokenizer)."""
     config = dataclasses.replace(config, cram=dataclasses.replace(config.cram))
     config.resolve_prefix(SimpleNamespace(bos_token_id=1))
+    config.resolve_autocast(torch.device("cpu"))  # every committed folder was crammed on a CPU, as the sweep records
     return json.loads(json.dumps(config.fingerprint({})))
 
 
