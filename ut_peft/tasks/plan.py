@@ -115,6 +115,30 @@ def _dyck_fresh(kinds, seeds) -> list[tuple[str, dict]]:
     ]
 
 
+def _dyck_paper(kinds, seeds) -> list[tuple[str, dict]]:
+    """Dyck-1 at the references' lengths (up to 30 pairs, random strings up to 60 brackets: too many strings to
+    memorise) on fresh strings, 4 000 steps of 64 with the curve every 500."""
+    return [
+        (
+            f"dyck-{kind}-paper-s{seed}",
+            {
+                **DYCK,
+                **KINDS[kind],
+                "fresh_data": True,
+                "dyck_max_pairs": 30,
+                "dyck_max_random_length": 60,
+                "steps": 4000,
+                "eval_every": 500,
+                "checkpoint_every": 250,
+                "seed": seed,
+                "backbone_seed": seed,
+            },
+        )
+        for kind in kinds
+        for seed in seeds
+    ]
+
+
 def _dyck_disjoint(kinds, seeds) -> list[tuple[str, dict]]:
     """Dyck-1 as the init002 rows, with a pool that holds no held-out string (theirs held about 76% of them)."""
     return [
@@ -147,6 +171,8 @@ PLAN: list[tuple[str, dict]] = (
     # Dyck-1 held out for real: the rows above measured it on strings mostly in their training pool.
     + _dyck_disjoint(["sparse", "random", "full"], [0, 1, 2])
     + _dyck_fresh(["sparse", "random", "full"], [0, 1, 2])
+    # ... and at the references' lengths, where no model can memorise: the test of the paper's Dyck-1 claim.
+    + _dyck_paper(["full", "sparse", "random"], [0])
 )
 
 
@@ -621,6 +647,7 @@ def dyck_table(rows: dict[str, dict], lookup: Callable[[dict], dict] = pool_look
             ("0.02", f"dyck-{kind}-init002"),
             ("0.02", f"dyck-{kind}-disjoint"),
             ("0.02, fresh strings", f"dyck-{kind}-fresh"),
+            ("0.02, fresh strings, 30 pairs / 60 brackets", f"dyck-{kind}-paper"),
         ):
             members = [r for n, r in sorted(rows.items()) if _group(n) == group]
             if not members:
