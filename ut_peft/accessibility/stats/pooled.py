@@ -128,13 +128,13 @@ class PooledFit:
 
     def n50_se(self, m: float) -> float:
         g = np.array([m, 1.0])
-        return self._se(g @ self.covariance[:2, :2] @ g)
+        return self._se(float(g @ self.covariance[:2, :2] @ g))
 
     def slope_se(self) -> float:
-        return self._se(self.covariance[0, 0])
+        return self._se(float(self.covariance[0, 0]))
 
     def intercept_se(self) -> float:
-        return self._se(self.covariance[1, 1])
+        return self._se(float(self.covariance[1, 1]))
 
     def width(self, m: float) -> float:
         return float(math.exp(min(50.0, max(-50.0, self.theta[3] + self.theta[4] * math.log(m)))))
