@@ -316,6 +316,7 @@ def analyse_pooled(rows: dict, ms, design: PooledDesign, steps: bool | None = No
         steps_robust=design.steps_robust and use_steps,
         steps_law_alpha=design.steps_law_alpha if use_steps else None,
         steps_truncated=design.rules.steps_truncated and use_steps,
+        pseudo_firth=design.pseudo_firth,
     )
     estimator = estimator_for(rules, design.max_steps)
     est = pooled_estimates(rows, ms, check_m=design.check_m, estimator=estimator, slope_from=design.slope_from)
@@ -490,6 +491,7 @@ def pooled_arguments(args) -> dict:
         "audit": args.audit,
         "target_scale": args.pooled_target_scale,
         "steps_law_alpha": args.pooled_steps_law_alpha,
+        "pseudo_firth": getattr(args, "pooled_pseudo_firth", None),
     }
     rules.update({k: tuple(v) if isinstance(v, list) else v for k, v in knobs.items() if v is not None})
     return rules
@@ -933,6 +935,13 @@ def main(argv=None):
         metavar="A",
         help="with the step counts: use them only while one steps law across m is not refused at level A "
         "(pooled.steps_law_check; PooledDesign(steps_law_alpha=A))",
+    )
+    parser.add_argument(
+        "--pooled-pseudo-firth",
+        choices=("hat", "exact"),
+        default=None,
+        help="under --audit: the form of Firth's adjustment in the pseudo-outcomes' fit (pooled.pseudo_score; "
+        "version 8: hat; exact: the gradient of fit_pooled's penalty)",
     )
     parser.add_argument(
         "--pooled-steps-robust",

@@ -134,7 +134,13 @@ def test_the_pooled_knobs_replace_single_rules_of_the_version(cost):
         abandon_below=(),
         target_scale=1.0,
         steps_law_alpha=None,
+        pseudo_firth="hat",
     )
+    # --pooled-pseudo-firth: the exact form of Firth's adjustment under an audit.
+    exact = cost.pooled_arguments(
+        cost.argparse.Namespace(**{**vars(args), "pooled_version": 8, "pooled_pseudo_firth": "exact"})
+    )
+    assert exact["pseudo_firth"] == "exact" and exact["audit"] == 0.25
     # --pooled-steps-law-alpha checks the steps law across m; version 6's rules do so on their own.
     checked = cost.pooled_arguments(cost.argparse.Namespace(**{**vars(args), "pooled_steps_law_alpha": 0.05}))
     assert checked["steps_law_alpha"] == 0.05
