@@ -425,3 +425,12 @@ def test_the_batch_benchmark_times_the_runs_own_step(monkeypatch, capsys):
     assert results["sparse 8"]["cpu_against_batch_8"]["median"] == 1.0 and results["sparse 16"]["steps"] == 2
     assert results["sparse 16"]["cpu_seconds_per_1000_examples"]["median"] > 0
     assert "| sparse | 16 |" in capsys.readouterr().out
+
+
+def test_a_flat_stop_just_under_a_point_does_not_read_as_a_point():
+    from ut_peft.tasks.budget_results import _stop
+
+    curve = [{"step": 100, "accuracy": 0.664}, {"step": 200, "accuracy": 0.6735}]
+    assert _stop({"curve": curve, "stop_reason": "flat"}) == "flat (+0.95 points over the last doubling)"
+    curve[1]["accuracy"] = 0.666
+    assert _stop({"curve": curve, "stop_reason": "flat"}) == "flat (+0.2 points over the last doubling)"

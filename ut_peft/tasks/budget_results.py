@@ -60,7 +60,9 @@ def _stop(row: dict) -> str:
     if reason == "flat":
         half = [p for p in curve if 2 * p["step"] == curve[-1]["step"]]
         moved = 100 * (curve[-1]["accuracy"] - half[-1]["accuracy"]) if half else float("nan")
-        return f"flat ({moved:+.1f} points over the last doubling)"
+        # Two decimals where one would round up to the rule's threshold (0.95 is flat, "+1.0" would read as not).
+        shown = f"{moved:+.2f}" if 0.95 <= abs(moved) < 1.0 else f"{moved:+.1f}"
+        return f"flat ({shown} points over the last doubling)"
     if reason == "accuracy":
         return f"reached {100 * row['settings']['stop_accuracy']:.0f}%"
     return "the whole budget"
