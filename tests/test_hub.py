@@ -207,3 +207,186 @@ def test_a_private_push_to_an_existing_public_repository_uploads_nothing(tmp_pat
     api.existing_private = False
     push_adapter_to_hub(tmp_path, "someone/public-repo", api=api)  # no visibility asked: the repository's own
     assert [name for name, _ in api.calls] == ["create_repo", "upload_folder"]
+
+
+# The card's promises, each checked against what the folder holds: how to load it (its own snippet, run), which base
+# model, which peft version, what is trained, that ``import ut_peft`` is what lets peft read it.
+
+
+def _snippet(card_text):
+    """The python block of a card's "How to load it"."""
+    return card_text.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+def _hub_base(tmp_path, hub_id="someone/tiny-llama"):
+    """A tiny base as if loaded from the Hub as ``hub_id`` (its copy kept in a folder, the Hub being unreachable)."""
+    from transformers import AutoModelForCausalLM
+
+    folder = tmp_path / "hub-copy"
+    tiny_model("llama").save_pretrained(folder)
+    base = AutoModelForCausalLM.from_pretrained(folder)
+    base.name_or_path = hub_id
+    return base, folder
+
+
+def test_the_cards_snippet_loads_the_adapter_onto_the_hub_base_it_names(tmp_path, monkeypatch):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from ut_peft.testing import trained_adapter
+
+    base, copy = _hub_base(tmp_path)
+    model = trained_adapter(base, num_memory_tokens=2)
+    model.save_pretrained(tmp_path / "adapter")
+    recorded = json.loads((tmp_path / "adapter" / "adapter_config.json").read_text())["base_model_name_or_path"]
+    card = ModelCard.load(tmp_path / "adapter" / "README.md")
+    assert recorded == "someone/tiny-llama" and card.data.base_model == recorded
+    assert f"Base model: `{recorded}`." in card.text
+    hub = {recorded: str(copy)}
+    original = AutoModelForCausalLM.from_pretrained
+    monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", lambda name, **kw: original(hub[name], **kw))
+    code = _snippet(card.text)
+    assert f'from_pretrained("{recorded}")' in code
+    namespace: dict = {}
+    exec(code.replace('"<this-repo>"', repr(str(tmp_path / "adapter"))), namespace)
+    # The memory note's call, as the card writes it, then the model "as usual".
+    call = "ut_peft.memory.prepend_memory_tokens(model, input_ids)"
+    assert f"`{call}`" in card.text
+    namespace["input_ids"] = torch.randint(0, 97, (2, 5))
+    batch = eval(call, namespace)
+    with torch.no_grad():
+        assert torch.equal(namespace["model"](**batch).logits, model(**batch).logits)
+
+
+def test_the_cards_snippet_loads_the_adapter_onto_a_local_base_once_its_folder_is_filled_in(tmp_path):
+    import torch
+
+    from ut_peft.testing import trained_adapter
+
+    model = trained_adapter(_loaded_from(tmp_path / "private" / "base"))
+    model.save_pretrained(tmp_path / "adapter")
+    code = _snippet((tmp_path / "adapter" / "README.md").read_text())
+    assert '"<folder of the base model>"' in code and '"<this-repo>"' in code
+    code = code.replace('"<folder of the base model>"', repr(str(tmp_path / "private" / "base")))
+    namespace: dict = {}
+    exec(code.replace('"<this-repo>"', repr(str(tmp_path / "adapter"))), namespace)
+    ids = torch.randint(0, 97, (2, 5))
+    with torch.no_grad():
+        assert torch.equal(namespace["model"](input_ids=ids).logits, model(input_ids=ids).logits)
+
+
+def test_peft_cannot_read_the_adapter_without_import_ut_peft_as_the_snippet_says(tmp_path):
+    import subprocess
+    import sys
+
+    get_peft_model(tiny_model("llama"), UTReprogramConfig()).save_pretrained(tmp_path)
+    assert (
+        "import ut_peft  # registers the UT_REPROGRAM method with peft; without it peft cannot read"
+        in (tmp_path / "README.md").read_text()
+    )
+    code = (
+        "import sys\n"
+        "from peft import PeftConfig\n"
+        "try:\n"
+        f"    PeftConfig.from_pretrained({str(tmp_path)!r})\n"
+        "except Exception as error:\n"
+        "    print('refused', type(error).__name__)\n"
+        "assert 'ut_peft' not in sys.modules\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and "refused" in done.stdout, done.stderr[-2000:]
+
+
+@pytest.mark.parametrize(
+    "family,options",
+    [
+        ("llama", {}),
+        ("llama", {"train_output_embeddings": False}),
+        ("gpt2", {}),  # tied E and U kept tied: one matrix
+        ("gpt2", {"tied_embeddings": "untie", "train_input_embeddings": False, "train_position_embeddings": True}),
+        ("llama", {"num_memory_tokens": 2, "train_input_embeddings": False, "train_output_embeddings": False}),
+        ("qwen2", {"task_vocab_size": 6, "train_input_embeddings": False}),
+    ],
+)
+def test_the_card_says_what_the_adapter_trains(family, options):
+    # Was: "only its input representation is trained (E, U)", also for U, the output side.
+    from ut_peft.hub import render_model_card
+
+    model = get_peft_model(tiny_model(family, tied=family == "gpt2"), UTReprogramConfig(**options))
+    config = model.peft_config["default"]
+    trainable = {name for name, param in model.named_parameters() if param.requires_grad}
+    assert all(".ut_reprogram_" in name for name in trainable)  # the base model is frozen
+    kinds = {name.split(".ut_reprogram_")[1].split(".")[0] for name in trainable}
+    shared = config.tied_embeddings == "keep" and config.base_model_config["tied_embeddings"]
+    text = render_model_card(config.to_dict()).text
+    summary = text.split("the base model is frozen and\nthe adapter trains only ", 1)[1].split(".\n", 1)[0]
+    assert ("the input embedding E" in summary) == ("embedding" in kinds)
+    assert ("the output unembedding U" in summary) == ("unembedding" in kinds or (shared and "embedding" in kinds))
+    assert ("one shared matrix" in summary) == bool(shared)
+    assert ("position embeddings" in summary) == ("position" in kinds)
+    assert ("2 memory vectors" in summary) == ("memory" in kinds)
+    assert ("new vocabulary of 6 tokens" in summary) == ("task_vocab_size" in options)
+
+
+def test_the_card_names_the_peft_version_the_adapter_records_also_when_rendered_again(tmp_path):
+    # Was: save_model_card and a push rendered the card anew without peft's "- PEFT <version>" line.
+    import peft
+
+    get_peft_model(tiny_model("llama"), UTReprogramConfig()).save_pretrained(tmp_path)
+    recorded = json.loads((tmp_path / "adapter_config.json").read_text())["peft_version"]
+    assert recorded.split("@")[0] == peft.__version__
+    save_model_card(tmp_path, metrics={"loss": 0.5})
+    lines = (tmp_path / "README.md").read_text().splitlines()
+    assert lines[lines.index("### Framework versions") + 2] == f"- PEFT {peft.__version__}"
+    api = RecordingHfApi()
+    push_adapter_to_hub(tmp_path, "someone/x", api=api)
+    assert f"- PEFT {peft.__version__}\n- ut-peft " in api.calls[-1][1]["readme"]
+
+
+def test_the_bundled_hub_ids_a_card_loads_name_the_bundled_copies():
+    # The card's "ut_peft.load_model(<hub id>)  # the bundled copy the adapter was trained on".
+    from ut_peft.hub import BUNDLED_HUB_IDS
+    from ut_peft.models import _ALIASES, BUNDLED_MODELS, is_bundled
+
+    assert set(BUNDLED_HUB_IDS) == set(BUNDLED_MODELS)
+    for name, hub_id in BUNDLED_HUB_IDS.items():
+        assert is_bundled(hub_id) and _ALIASES[hub_id.lower()] == name
+
+
+def test_a_value_with_a_table_delimiter_or_a_line_break_stays_in_its_cell(tmp_path):
+    # Was: "| a|b | x|y |" (three cells) and "| n | l1\n## Evil |" (a heading in the middle of the table).
+    import re
+
+    get_peft_model(tiny_model("llama"), UTReprogramConfig()).save_pretrained(tmp_path)
+    save_model_card(tmp_path, title="Mine\n## Evil title", training={"a|b": "x|y", "n": "l1\n## Evil"})
+    text = ModelCard.load(tmp_path / "README.md").text
+    assert "# Mine ## Evil title" in text.splitlines()
+    assert not [line for line in text.splitlines() if line.startswith("## Evil")]
+    section = text.split("## Training setup\n", 1)[1].split("\n\n##", 1)[0]
+    rows = [re.split(r"(?<!\\)\|", line)[1:-1] for line in section.strip().splitlines()]
+    assert [cells for cells in rows if len(cells) != 2] == []
+    assert ["a\\|b", "x\\|y"] == [cell.strip() for cell in rows[2]] and rows[3][1].strip() == "l1<br>## Evil"
+
+
+def test_a_push_keeps_what_the_folders_card_was_rendered_from(tmp_path):
+    # Was: push_adapter_to_hub rendered the card from its own keywords only, so an adapter pushed as the docs say
+    # (save_memory_adapter's card, then push_adapter_to_hub(folder, "user/name")) lost its tables and tags.
+    model = get_peft_model(random_backbone(tiny_config("gpt2"), seed=7), UTReprogramConfig(task_vocab_size=6))
+    model.save_pretrained(tmp_path)
+    save_model_card(
+        tmp_path,
+        title="Dyck adapter",
+        training={"steps": 100},
+        metrics={"accuracy": 0.975},
+        tags=["cramming"],
+        eval_dataset="dyck-1",
+    )
+    api = RecordingHfApi()
+    push_adapter_to_hub(tmp_path, "someone/dyck", api=api)
+    card = ModelCard(api.calls[-1][1]["readme"])
+    assert "# Dyck adapter" in card.text and "| steps | 100 |" in card.text and "| accuracy | 0.975 |" in card.text
+    assert "cramming" in card.data.tags and card.data.eval_results[0].dataset_name == "dyck-1"
+    assert 'snapshot_download("someone/dyck")' in card.text
+    # What the push is given replaces what the card kept, key by key.
+    plan = push_adapter_to_hub(tmp_path, "someone/dyck", api=api, dry_run=True, metrics={"accuracy": 0.5})
+    assert "| accuracy | 0.5 |" in plan.card and "| steps | 100 |" in plan.card

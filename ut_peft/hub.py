@@ -15,6 +15,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Optional, Union
 
+import yaml
 from huggingface_hub import EvalResult, HfApi, ModelCard, ModelCardData
 
 from .io import atomic_write_text
@@ -108,11 +109,22 @@ def _base_and_snippet(
     return None, None, 'base = AutoModelForCausalLM.from_pretrained("<base model>")'
 
 
+def _cell(text: str) -> str:
+    """``text`` as one cell of a markdown table: a ``|`` escaped (else it splits the cell) and line breaks as
+    ``<br>`` (else the rest of the value leaves the table, and a line starting with ``#`` becomes a heading)."""
+    return "<br>".join(text.replace("|", "\\|").splitlines())
+
+
 def _rows(mapping: Optional[Mapping[str, Any]]) -> list[tuple[str, str]]:
     def fmt(value):
         return f"{value:.4g}" if isinstance(value, float) else str(value)
 
-    return [(str(k), fmt(v)) for k, v in (mapping or {}).items()]
+    return [(_cell(str(k)), _cell(fmt(v))) for k, v in (mapping or {}).items()]
+
+
+def _one_line(text: str) -> str:
+    """A title as the card's one heading line: line breaks would start other lines (a ``## `` one a section)."""
+    return " ".join(part.strip() for part in text.splitlines() if part.strip())
 
 
 def eval_results(
@@ -158,22 +170,25 @@ _MEMORY_NOTE = (
 )
 
 
-def _trained_parts(adapter_config: Mapping[str, Any]) -> list[str]:
-    """What the adapter trains, in the words of the card's summary line (E, U, position embeddings, memory)."""
-    trained = [
-        name
-        for flag, name in (
-            (adapter_config.get("train_input_embeddings"), "E"),
-            (adapter_config.get("train_output_embeddings"), "U"),
-            (adapter_config.get("train_position_embeddings"), "position embeddings"),
-        )
-        if flag
-    ]
+def _trained_summary(adapter_config: Mapping[str, Any]) -> str:
+    """What the adapter trains, in the words of the card's summary line: the input embedding E, the output
+    unembedding U (one matrix with E when the base ties them and the adapter keeps them tied), position embeddings,
+    memory vectors; and the vocabulary E and U are over, when it is a new one."""
+    train_e, train_u = adapter_config.get("train_input_embeddings"), adapter_config.get("train_output_embeddings")
+    tied = (adapter_config.get("base_model_config") or {}).get("tied_embeddings")
+    if train_e and train_u and tied and adapter_config.get("tied_embeddings") == "keep":
+        trained = ["the input embedding E and the output unembedding U (one shared matrix, as in the base)"]
+    else:
+        names = ((train_e, "the input embedding E"), (train_u, "the output unembedding U"))
+        trained = [name for flag, name in names if flag]
+    if adapter_config.get("train_position_embeddings"):
+        trained.append("the position embeddings")
     if adapter_config.get("num_memory_tokens"):
-        trained.append(f"{adapter_config['num_memory_tokens']} memory vectors")
+        trained.append(f"{adapter_config['num_memory_tokens']} memory vectors (extra rows of E)")
+    summary = " and ".join([", ".join(trained[:-1]), trained[-1]] if len(trained) > 1 else trained) or "nothing"
     if adapter_config.get("task_vocab_size"):
-        trained.append(f"over a new vocabulary of {adapter_config['task_vocab_size']} tokens")
-    return trained
+        summary += f", over a new vocabulary of {adapter_config['task_vocab_size']} tokens"
+    return summary
 
 
 def _unrebuildable_backbone_parts(repo: str) -> tuple[str, str]:
@@ -226,6 +241,59 @@ def _base_parts(
     return hub_base, base_line, f'{load_base}\nmodel = PeftModel.from_pretrained(base, "{repo}")', None
 
 
+# The card keeps what it was rendered from (what the caller passed, not what the adapter's config decides) in its
+# metadata, under this one key, so that a later save renders it again from these values instead of reading them
+# back out of the markdown (integration.update_model_card), and a push keeps them (push_adapter_to_hub). Not kept:
+# ``base_model`` (possibly a local path, which a card never shows; the base is the config's). A card given none of
+# them keeps an empty mapping: it still says that the card keeps its inputs, so nothing is read from its markdown.
+CARD_INPUTS_KEY = "ut_peft"
+_CARD_INPUTS = ("title", "repo_id", "training", "metrics", "tags", "eval_dataset")
+
+
+def _plain(value: Any) -> Any:
+    """A table value as YAML metadata keeps it and renders it as before: numbers, booleans, strings and None as
+    themselves (numpy floats as floats), anything else (lists, paths, tensors) as the text its table cell shows."""
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, float):
+        return float(value)
+    if isinstance(value, int):
+        return int(value)
+    return str(value)
+
+
+def _card_inputs(**inputs: Any) -> dict[str, Any]:
+    """The inputs :func:`render_model_card` stores in the card (those given)."""
+    stored: dict[str, Any] = {}
+    for key in _CARD_INPUTS:
+        value = inputs.get(key)
+        if key in ("training", "metrics") and value:
+            value = {str(k): _plain(v) for k, v in value.items()}
+        elif key == "tags" and value:
+            value = [str(tag) for tag in value]
+        elif key == "eval_dataset" and not inputs.get("metrics"):
+            value = None  # it names the data of the metrics only
+        if value:
+            stored[key] = value
+    return stored
+
+
+def stored_card_inputs(card: ModelCard) -> Optional[dict[str, Any]]:
+    """The inputs a card rendered by :func:`render_model_card` keeps in its metadata, as keywords for it; None for a
+    card that keeps none (rendered before they were kept, or not by ut-peft) or whose kept ones are not well formed
+    (edited by hand)."""
+    stored = card.data.get(CARD_INPUTS_KEY)
+    if not isinstance(stored, dict) or not set(stored) <= set(_CARD_INPUTS):
+        return None
+    kinds = {"training": dict, "metrics": dict, "tags": list}
+    for key, value in stored.items():
+        if value is not None and not isinstance(value, kinds.get(key, str)):
+            return None
+    if not all(isinstance(tag, str) for tag in stored.get("tags") or []):
+        return None
+    return dict(stored)
+
+
 def render_model_card(
     adapter_config: Mapping[str, Any],
     *,
@@ -241,7 +309,9 @@ def render_model_card(
 
     ``adapter_config`` is the saved adapter_config.json as a dict; ``training`` and ``metrics`` become tables, and
     the numeric metrics also ``model-index`` metadata on ``eval_dataset`` (the name of the data they were measured
-    on).
+    on). The card's metadata keeps these keywords (all but ``base_model``) under ``ut_peft``
+    (:func:`stored_card_inputs` reads them back), so that saving the adapter again, or pushing it, renders the
+    card from them.
     """
     from . import __version__
 
@@ -249,21 +319,27 @@ def render_model_card(
     repo = repo_id or "<this-repo>"
     base_model, base_line, load_snippet, backbone_note = _base_parts(adapter_config, base_model, repo)
     settings = {k: adapter_config.get(k) for k in _SETTINGS_KEYS}
-    tags = sorted(set(BASE_TAGS + (["random-backbone"] if backbone else []) + list(tags or [])))
+    extra_tags = list(tags or [])
+    tags = sorted(set(BASE_TAGS + (["random-backbone"] if backbone else []) + extra_tags))
     results = eval_results(metrics, dataset=eval_dataset)
+    shown_title = _one_line(title or repo_id or "") or "UT_REPROGRAM adapter"
+    inputs = _card_inputs(
+        title=title, repo_id=repo_id, training=training, metrics=metrics, tags=extra_tags, eval_dataset=eval_dataset
+    )
     card_data = ModelCardData(
         library_name="peft",
         base_model=base_model,
         pipeline_tag="text-generation",
         tags=tags,
-        model_name=(title or repo_id or "UT_REPROGRAM adapter") if results else None,
+        model_name=shown_title if results else None,
         eval_results=results or None,
+        **{CARD_INPUTS_KEY: inputs},
     )
     return ModelCard.from_template(
         card_data,
         template_path=str(template_path()),
-        title=title or (repo_id or "UT_REPROGRAM adapter"),
-        trained_summary=", ".join(_trained_parts(adapter_config)) or "nothing",
+        title=shown_title,
+        trained_summary=_trained_summary(adapter_config),
         base_line=base_line,
         backbone_note=backbone_note,
         load_snippet=load_snippet,
@@ -271,6 +347,8 @@ def render_model_card(
         settings=_rows(settings),
         training=_rows(training),
         metrics=_rows(metrics),
+        # The version adapter_config.json records (peft's dev versions add "@<commit>"; its cards leave that out).
+        peft_version=str(adapter_config.get("peft_version") or "").split("@")[0] or None,
         ut_peft_version=__version__,
     )
 
@@ -282,6 +360,18 @@ def _read_adapter_config(folder: Union[str, os.PathLike]) -> dict:
             f"{folder} is not a saved adapter (no adapter_config.json); call model.save_pretrained(folder) first"
         )
     return json.loads(path.read_text())
+
+
+def _stored_inputs_in(folder: Union[str, os.PathLike]) -> dict[str, Any]:
+    """The inputs the card in ``folder`` keeps (:func:`stored_card_inputs`); none without one."""
+    readme = Path(folder) / "README.md"
+    if not readme.is_file():
+        return {}
+    try:
+        card = ModelCard.load(readme)
+    except (ValueError, yaml.YAMLError):  # metadata that is not YAML, or not a mapping, or invalid model-index
+        return {}
+    return stored_card_inputs(card) or {}
 
 
 def save_model_card(folder: Union[str, os.PathLike], **card_kwargs) -> Path:
@@ -324,6 +414,10 @@ def push_adapter_to_hub(
     Returns what ``HfApi.upload_folder`` returns (the commit info). ``dry_run=True`` uploads nothing and writes
     nothing: it returns a :class:`PushPlan` (the files and the card that would be uploaded). ``api`` is the
     ``HfApi`` to call (e.g. one for another endpoint); by default ``HfApi(token=token)``.
+
+    The card keeps what the folder's card was rendered from (its title, training and results tables, tags and
+    ``eval_dataset``, as :func:`save_model_card` was given them): ``card_kwargs`` replace them one by one, and the
+    card names ``repo_id`` as its repository.
     """
     missing = [name for name in ADAPTER_FILES if not (Path(folder) / name).is_file()]
     if missing:
@@ -333,6 +427,8 @@ def push_adapter_to_hub(
         )
     if not repo_id or repo_id.count("/") > 1:
         raise ValueError(f"repo_id must look like 'user/name' or 'name', got {repo_id!r}")
+    stored = {key: value for key, value in _stored_inputs_in(folder).items() if key != "repo_id"}
+    card_kwargs = {**stored, **card_kwargs}
     if dry_run:
         card = str(render_model_card(_read_adapter_config(folder), repo_id=repo_id, **card_kwargs))
         root = Path(folder)

@@ -39,9 +39,9 @@ def test_the_saved_folder_holds_the_ut_peft_card_with_pefts_metadata_and_only_th
     assert _keys(folder) == sorted(f"base_model.model.{name}" for name in trained)
     card = ModelCard.load(folder / "README.md")
     expected = render_model_card(model.peft_config["default"].to_dict())
-    lines = expected.text.splitlines()
-    lines.insert(lines.index("### Framework versions") + 2, f"- PEFT {peft.__version__}")
-    assert card.text == "\n".join(lines)  # our text, with peft's framework line where peft puts it
+    assert card.text == expected.text  # our text, whose framework block names the peft version as peft's did
+    lines = card.text.splitlines()
+    assert lines[lines.index("### Framework versions") + 2] == f"- PEFT {peft.__version__}"
     assert card.data.library_name == "peft" and card.data.pipeline_tag == "text-generation"
     assert set(card.data.tags) == set(expected.data.tags) | {"transformers"}
     assert card.data.get("base_model") is None  # a local path is no Hub id
@@ -86,10 +86,115 @@ def test_a_card_is_rendered_for_the_adapter_saved_into_the_folder_keeping_what_i
     lines = expected.text.splitlines()
     at = lines.index("### Framework versions")
     lines[at:at] = ["## Notes", "", "Mine.", ""]
-    lines.insert(lines.index("### Framework versions") + 2, f"- PEFT {peft.__version__}")
     assert card.text == "\n".join(lines)
     assert "memory vectors" not in card.text and "over a new vocabulary of 6 tokens" in card.text
     assert card.data.eval_results == expected.data.eval_results and card.data.model_name == "My adapter"
     assert "random-backbone" not in card.data.tags  # the first adapter's base was one, the second's is not
     second.save_pretrained(folder)  # saving the same adapter again changes nothing
     assert (folder / "README.md").read_text() == str(card)
+
+
+def _user_card(folder, **user):
+    """A saved adapter (on a random backbone) whose card was given ``user``'s inputs."""
+    get_peft_model(tiny_model("llama"), UTReprogramConfig()).save_pretrained(folder)
+    ut_peft.save_model_card(folder, **user)
+    return (folder / "README.md").read_text()
+
+
+NOTES = """## Notes
+
+How I train it:
+
+```python
+# a comment, no heading
+## nor this
+model = PeftModel.from_pretrained(base, "someone/else")
+```
+"""
+
+
+def test_a_resave_renders_the_card_from_the_inputs_its_metadata_keeps(tmp_path):
+    # Was: the inputs were read back out of the markdown, so a value with a "|" or a line break, a snippet edited
+    # by hand, or an added section with code lost or changed what the card said.
+    folder = tmp_path / "out"
+    user = dict(
+        title="My adapter",
+        repo_id="me/adapter",
+        training={"a|b": "x|y", "note": "line 1\n## Evil", "lr": 0.001},
+        metrics={"accuracy": 0.98765, "lengths": [4, 8]},
+        tags=["mine"],
+        eval_dataset="dyck-1",
+    )
+    text = _user_card(folder, **user)
+    card = ModelCard.load(folder / "README.md")
+    assert card.data["ut_peft"] == {**user, "metrics": {"accuracy": 0.98765, "lengths": "[4, 8]"}}
+    edited = text.replace('snapshot_download("me/adapter")', 'snapshot_download(repo_id="me/adapter")')
+    (folder / "README.md").write_text(edited.replace("### Framework versions", NOTES + "\n### Framework versions"))
+
+    model = get_peft_model(tiny_model("llama"), UTReprogramConfig(num_memory_tokens=2))
+    model.save_pretrained(folder)
+    card = ModelCard.load(folder / "README.md")
+    expected = render_model_card(model.peft_config["default"].to_dict(), **user)
+    lines = expected.text.splitlines()
+    at = lines.index("### Framework versions")
+    lines[at:at] = NOTES.splitlines() + [""]
+    assert card.text == "\n".join(lines)
+    assert card.data["ut_peft"] == expected.data["ut_peft"] and card.data.eval_results == expected.data.eval_results
+    assert 'snapshot_download("me/adapter")' in card.text and '"someone/else"' not in _snippet(card.text)
+    model.save_pretrained(folder)  # saving the same adapter again changes nothing
+    assert (folder / "README.md").read_text() == str(card)
+
+
+def _snippet(text):
+    return text.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+def test_a_card_without_inputs_keeps_its_placeholder_repository(tmp_path):
+    # Was: a card with no repository took the first one any added text named.
+    folder = tmp_path / "out"
+    text = _user_card(folder)
+    assert ModelCard.load(folder / "README.md").data["ut_peft"] == {}
+    (folder / "README.md").write_text(text.replace("### Framework versions", NOTES + "\n### Framework versions"))
+    get_peft_model(tiny_model("llama"), UTReprogramConfig()).save_pretrained(folder)
+    text = (folder / "README.md").read_text()
+    assert 'snapshot_download("<this-repo>")' in _snippet(text) and "# UT_REPROGRAM adapter\n" in text
+
+
+def test_a_card_written_before_its_inputs_were_kept_is_read_back_from_its_markdown_once(tmp_path):
+    # The fallback, for cards written before: nothing they said is lost, and from then on they keep their inputs.
+    folder = tmp_path / "out"
+    user = dict(title="My adapter", repo_id="me/adapter", training={"lr": 0.001}, metrics={"accuracy": 0.98765})
+    _user_card(folder, **user, eval_dataset="dyck-1")
+    card = ModelCard.load(folder / "README.md")
+    card.data.pop("ut_peft")
+    card.text = card.text.replace("### Framework versions", "## Notes\n\nMine.\n\n### Framework versions")
+    card.save(folder / "README.md")
+    get_peft_model(tiny_model("llama"), UTReprogramConfig()).save_pretrained(folder)
+    card = ModelCard.load(folder / "README.md")
+    # The training table as it showed it; the metrics as model-index metadata has them, with their data.
+    assert card.data["ut_peft"] == {**user, "training": {"lr": "0.001"}, "eval_dataset": "dyck-1"}
+    assert "# My adapter" in card.text and 'snapshot_download("me/adapter")' in card.text
+    assert "| lr | 0.001 |" in card.text and "| accuracy | 0.9877 |" in card.text and "Mine." in card.text
+    assert card.data.eval_results[0].metric_value == 0.98765  # the metadata keeps the exact value
+
+
+def test_what_a_user_edits_or_adds_by_hand_stays(tmp_path):
+    folder = tmp_path / "out"
+    text = _user_card(folder, title="My adapter", training={"lr": 0.001})
+    text = text.replace("# My adapter", "# A better name").replace("| lr | 0.001 |", "| lr | 0.002 |")
+    (folder / "README.md").write_text(text.replace("library_name: peft", "library_name: peft\nlicense: apache-2.0"))
+    get_peft_model(tiny_model("llama"), UTReprogramConfig()).save_pretrained(folder)
+    card = ModelCard.load(folder / "README.md")
+    assert "# A better name" in card.text and "| lr | 0.002 |" in card.text and "My adapter" not in card.text
+    assert card.data.license == "apache-2.0"  # was dropped: only peft's metadata was kept
+
+
+def test_the_card_names_the_peft_version_of_this_save_not_of_earlier_ones(tmp_path):
+    # Was: every "- PEFT <version>" line of the card on disk was kept, those of earlier saves with other versions too.
+    folder = tmp_path / "out"
+    text = _user_card(folder)
+    stale = text.replace("### Framework versions\n", "### Framework versions\n\n- PEFT 0.0.1")
+    (folder / "README.md").write_text(stale)
+    get_peft_model(tiny_model("llama"), UTReprogramConfig()).save_pretrained(folder)
+    text = (folder / "README.md").read_text()
+    assert "0.0.1" not in text and text.count(f"- PEFT {peft.__version__}") == 1

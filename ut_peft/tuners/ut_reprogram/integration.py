@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Optional
 
 from peft import PeftModel
 
@@ -46,74 +47,149 @@ def install() -> None:
 def _with_peft_blocks(ours: str, peft_text: str) -> str:
     """``ours`` with what peft's ``create_or_update_model_card`` adds to a card's text, placed as peft places it: its
     quantization block (``## Training procedure``) and its ``- PEFT <version>`` line under ``### Framework
-    versions``, both taken from the card peft just wrote."""
+    versions``, both taken from the card peft just wrote. Of the version lines, only the one of the peft saving now:
+    the card peft updated may still list the versions of earlier saves, which did not write these files."""
+    import peft
+
     peft_lines, lines = peft_text.splitlines(), ours.splitlines()
     if _TRAINING_HEADING in peft_lines and _TRAINING_HEADING not in lines:
         start = peft_lines.index(_TRAINING_HEADING)
         end = next((i for i in range(start + 1, len(peft_lines)) if peft_lines[i].startswith("#")), len(peft_lines))
         lines.append("\n".join(peft_lines[start:end]).rstrip("\n"))
-    for version in (line for line in peft_lines if line.startswith("- PEFT ")):
-        if version not in lines:
-            if _FRAMEWORK_HEADING in lines:
-                lines.insert(lines.index(_FRAMEWORK_HEADING) + 2, version)
-            else:
-                lines.append(f"{_FRAMEWORK_HEADING}\n\n{version}")
+    version = f"- PEFT {peft.__version__}"
+    if version in peft_lines and version not in lines:
+        if _FRAMEWORK_HEADING in lines:
+            lines.insert(lines.index(_FRAMEWORK_HEADING) + 2, version)
+        else:
+            lines.append(f"{_FRAMEWORK_HEADING}\n\n{version}")
     return "\n".join(lines)
 
 
 # Sections of the card rendered from the adapter's config (or written by peft): rendered again at every save.
 _GENERATED_SECTIONS = ("## How to load it", "## What was trained", _TRAINING_HEADING)
-# Sections rendered from what the user passed to save_model_card: their tables are read back and rendered again.
+# Sections rendered from what the user passed to save_model_card (its tables).
 _TABLE_SECTIONS = {"## Training setup": "training", "## Results": "metrics"}
+# Metadata the rendering decides (with peft's, which update_model_card puts back); any other key on the card (a
+# license, datasets, a language the user added) is kept as it is. "ut_peft" is hub.CARD_INPUTS_KEY.
+_RENDERED_METADATA = frozenset(
+    ("library_name", "base_model", "pipeline_tag", "tags", "model_name", "eval_results", "ut_peft")
+)
 # A card's load snippet names the repository it was rendered for (``repo_id``); "<this-repo>" when none.
 _REPO = re.compile(r'(?:snapshot_download\(|PeftModel\.from_pretrained\(base, )"([^"]+)"\)')
+_FENCES = ("```", "~~~")
+
+
+def _spans(lines: list[str]) -> dict[str, tuple[int, int]]:
+    """Where the card's ``## `` sections are: heading -> (index of the heading, index after its last line). A
+    section ends at the next heading of level 1 or 2 or the framework versions block; lines in a fenced code block
+    (a ``# comment`` in a snippet) are no headings."""
+    spans: dict[str, tuple[int, int]] = {}
+    current, fenced = None, False
+    for i, line in enumerate(lines):
+        if line.lstrip().startswith(_FENCES):
+            fenced = not fenced
+        elif not fenced and (line.startswith(("# ", "## ")) or line == _FRAMEWORK_HEADING):
+            if current is not None:
+                spans[current] = (spans[current][0], i)
+            current = line if line.startswith("## ") else None
+            if current is not None:
+                spans[current] = (i, len(lines))
+    return spans
 
 
 def _sections(text: str) -> dict[str, list[str]]:
-    """The card's ``## `` sections: heading -> its lines, up to the next heading of level 1 or 2 or the framework
-    versions block."""
-    sections: dict[str, list[str]] = {}
-    current = None
+    """The card's ``## `` sections: heading -> its lines (see :func:`_spans`)."""
+    lines = text.splitlines()
+    return {heading: lines[start + 1 : end] for heading, (start, end) in _spans(lines).items()}
+
+
+def _title_line(text: str) -> Optional[str]:
+    """The card's ``# `` heading (its title), outside code blocks."""
+    fenced = False
     for line in text.splitlines():
-        if line.startswith(("# ", "## ")) or line == _FRAMEWORK_HEADING:
-            current = line if line.startswith("## ") else None
-            if current is not None:
-                sections[current] = []
-        elif current is not None:
-            sections[current].append(line)
-    return sections
+        if line.lstrip().startswith(_FENCES):
+            fenced = not fenced
+        elif not fenced and line.startswith("# "):
+            return line
+    return None
 
 
 def _table(lines: list[str]) -> dict[str, str]:
-    """The rows of a two-column markdown table (its header and separator left out), as rendered text."""
+    """The rows of a two-column markdown table (its header and separator left out), as rendered text, with the
+    ``\\|`` the rendering escapes a ``|`` into read back as ``|``."""
     rows = [line.strip() for line in lines if line.strip().startswith("|")][2:]
-    cells = [row[1:-1].split("|", 1) for row in rows]
-    return {pair[0].strip(): pair[1].strip() for pair in cells if len(pair) == 2}
+    cells = [re.split(r"(?<!\\)\|", row[1:-1], maxsplit=1) for row in rows]
+    return {
+        pair[0].strip().replace("\\|", "|"): pair[1].strip().replace("\\|", "|") for pair in cells if len(pair) == 2
+    }
 
 
-def _render_again(config, card):
-    """``config``'s card, rendered anew, with what the user put on ``card`` (a card ut-peft rendered before): its
-    title and repository, its training and results tables (with their model-index metadata), and any section it
-    added. What the config decides (the summary, the settings table, the load snippet) is this config's, not the
-    one of the adapter saved into the folder before."""
-    from ...hub import render_model_card
-
-    old = _sections(card.text)
-    tables = {name: _table(old[heading]) for heading, name in _TABLE_SECTIONS.items() if heading in old}
-    title = next((line[2:].strip() for line in card.text.splitlines() if line.startswith("# ")), None)
-    repo = next((found for found in _REPO.findall(card.text) if found != "<this-repo>"), None)
-    ours = render_model_card(config.to_dict(), title=title, repo_id=repo, **tables)
-    for key in ("model_name", "eval_results"):
-        ours.data[key] = card.data.get(key)
-    extra = [
-        "\n".join([heading, *lines]).rstrip("\n")
-        for heading, lines in old.items()
-        if heading not in _GENERATED_SECTIONS and heading not in _TABLE_SECTIONS
-    ]
+def _with_added_sections(ours, old: dict[str, list[str]], skip) -> None:
+    """Put the sections of the old card that are not in ``skip`` (those the user added) into ``ours``, before its
+    framework versions block."""
+    extra = ["\n".join([heading, *lines]).rstrip("\n") for heading, lines in old.items() if heading not in skip]
     if extra:
         lines = ours.text.splitlines()
         at = lines.index(_FRAMEWORK_HEADING) if _FRAMEWORK_HEADING in lines else len(lines)
         ours.text = "\n".join(lines[:at] + [block + "\n" for block in extra] + lines[at:])
+
+
+def _render_from_inputs(config, card, inputs: dict):
+    """``config``'s card, rendered anew from the inputs ``card`` keeps in its metadata (its title, repository,
+    training and results tables: nothing is read back out of its markdown), with the sections its user added.
+    What its user edited by hand stays as they left it: a title or a table that is not the one the kept inputs
+    render is kept as it is, as it reads on the card."""
+    from ...hub import render_model_card
+
+    ours = render_model_card(config.to_dict(), **inputs)
+    old_lines, lines = card.text.splitlines(), ours.text.splitlines()
+    title, old_title = _title_line(ours.text), _title_line(card.text)
+    if title is not None and old_title is not None and old_title != title:
+        lines[lines.index(title)] = old_title
+    old_spans, spans = _spans(old_lines), _spans(lines)
+    for heading in reversed([h for h in _TABLE_SECTIONS if h in spans and h in old_spans]):  # bottom up
+        (start, end), (old_start, old_end) = spans[heading], old_spans[heading]
+        mine = old_lines[old_start:old_end]
+        if "\n".join(lines[start:end]).rstrip() != "\n".join(mine).rstrip():
+            lines[start:end] = mine
+    ours.text = "\n".join(lines)
+    for key in ("model_name", "eval_results"):  # the metadata of the results table as the card has it
+        if card.data.get(key) is not None:
+            ours.data[key] = card.data.get(key)
+    skip = set(_GENERATED_SECTIONS) | {h for h in _TABLE_SECTIONS if h in spans}
+    _with_added_sections(ours, _sections(card.text), skip)
+    return ours
+
+
+def _render_again(config, card):
+    """``config``'s card, rendered anew, with what the user put on ``card``, a card ut-peft rendered before its
+    metadata kept the inputs it was rendered from. This is the fallback for those older cards, kept so that none
+    loses what it said: it reads the inputs back out of the markdown (the title heading, the repository in the
+    load snippet, the training and results tables), which a hand edit of the card can defeat. Cards that keep
+    their inputs are rendered from them (:func:`_render_from_inputs`) and so keep them from then on. What the
+    config decides (the summary, the settings table, the load snippet) is this config's, not the one of the
+    adapter saved into the folder before."""
+    from ...hub import _rows, render_model_card
+
+    old = _sections(card.text)
+    tables = {name: _table(old[heading]) for heading, name in _TABLE_SECTIONS.items() if heading in old}
+    # The metrics as model-index metadata has them: exact numbers, and the data they were measured on.
+    results = card.data.get("eval_results") or []
+    exact = {result.metric_type: result.metric_value for result in results}
+    if "metrics" in tables:
+        tables["metrics"] = {
+            name: exact[name] if name in exact and _rows({name: exact[name]})[0][1] == shown else shown
+            for name, shown in tables["metrics"].items()
+        }
+    if results and results[0].dataset_name:
+        tables["eval_dataset"] = results[0].dataset_name
+    title_line = _title_line(card.text)
+    title = title_line[2:].strip() if title_line else None
+    repo = next((found for found in _REPO.findall(card.text) if found != "<this-repo>"), None)
+    ours = render_model_card(config.to_dict(), title=title, repo_id=repo, **tables)
+    for key in ("model_name", "eval_results"):
+        ours.data[key] = card.data.get(key)
+    _with_added_sections(ours, old, set(_GENERATED_SECTIONS) | set(_TABLE_SECTIONS))
     return ours
 
 
@@ -121,20 +197,23 @@ def update_model_card(config, folder) -> None:
     """Make ``folder/README.md``, which peft's ``save_pretrained`` has just written, the ut-peft card of ``config``.
 
     The card is rendered from ``config`` at every save, so a folder that held another adapter before does not keep
-    that adapter's description. From a card ut-peft wrote before it keeps what the user added (title, repository,
-    training and results tables, added sections); from any card it keeps peft's metadata and the blocks peft
-    appended. Folders without a README (the subfolders peft saves other adapters into, or a config saved alone)
-    are left alone.
+    that adapter's description. From a card ut-peft wrote before it keeps what the user gave it (title,
+    repository, training and results tables, which the card's metadata keeps) and what they added to it (sections,
+    metadata such as a license); from any card it keeps peft's metadata and the blocks peft appended. Folders
+    without a README (the subfolders peft saves other adapters into, or a config saved alone) are left alone.
     """
     from huggingface_hub import ModelCard
 
-    from ...hub import hub_base_model_id, render_model_card
+    from ...hub import hub_base_model_id, render_model_card, stored_card_inputs
 
     readme = Path(folder) / "README.md"
     if not readme.is_file():
         return
     on_disk = ModelCard.load(readme)
-    if "ut-peft" in on_disk.text:  # a card ut-peft wrote before, with peft's updates
+    inputs = stored_card_inputs(on_disk)
+    if inputs is not None:  # a card ut-peft wrote, which keeps its inputs, with peft's updates
+        card = _render_from_inputs(config, on_disk, inputs)
+    elif "ut-peft" in on_disk.text:  # a card ut-peft wrote before it kept its inputs: the fallback
         card = _render_again(config, on_disk)
     else:  # peft's own template
         card = render_model_card(config.to_dict())
@@ -142,6 +221,9 @@ def update_model_card(config, folder) -> None:
     for key in ("library_name", "tags", "pipeline_tag", "base_model"):
         value = on_disk.data.get(key)
         if value is not None:
+            card.data[key] = value
+    for key, value in vars(on_disk.data).items():
+        if key not in _RENDERED_METADATA and value is not None and card.data.get(key) is None:
             card.data[key] = value
     card.text = _with_peft_blocks(card.text, on_disk.text)
     hub_id = hub_base_model_id(config.base_model_name_or_path)
