@@ -430,7 +430,7 @@ def test_the_batch_benchmark_times_the_runs_own_step(monkeypatch, capsys):
 def test_a_flat_stop_just_under_a_point_does_not_read_as_a_point():
     from ut_peft.tasks.budget_results import _stop
 
-    curve = [{"step": 100, "accuracy": 0.664}, {"step": 200, "accuracy": 0.6735}]
-    assert _stop({"curve": curve, "stop_reason": "flat"}) == "flat (+0.95 points over the last doubling)"
+    curve = [{"step": 100, "accuracy": 0.664}, {"step": 200, "accuracy": 0.6736}]
+    assert _stop({"curve": curve, "stop_reason": "flat"}) == "flat (+0.96 points over the last doubling)"
     curve[1]["accuracy"] = 0.666
     assert _stop({"curve": curve, "stop_reason": "flat"}) == "flat (+0.2 points over the last doubling)"
