@@ -93,62 +93,26 @@ def _dyck(kind: str) -> tuple[str, dict]:
     return f"dyck-{kind}-init002-s0", {**DYCK, **KINDS[kind], "seed": 0, "backbone_seed": 0}
 
 
-def _dyck_fresh(kinds, seeds) -> list[tuple[str, dict]]:
-    """Dyck-1 as the references train it: fresh strings every step, never one of the held-out set (a fixed pool of
-    20 000 is memorised: the disjoint rows' held-out accuracy stays near 80% for every model, the fully trained too),
-    2 000 steps with the curve every 250."""
+def _dyck_runs(tag: str, kinds, seeds, **changes) -> list[tuple[str, dict]]:
+    """``dyck-<kind>-<tag>-s<seed>``: Dyck-1 as the init002 rows (``DYCK``), with ``changes``."""
     return [
-        (
-            f"dyck-{kind}-fresh-s{seed}",
-            {
-                **DYCK,
-                **KINDS[kind],
-                "fresh_data": True,
-                "steps": 2000,
-                "eval_every": 250,
-                "seed": seed,
-                "backbone_seed": seed,
-            },
-        )
+        (f"dyck-{kind}-{tag}-s{seed}", {**DYCK, **KINDS[kind], **changes, "seed": seed, "backbone_seed": seed})
         for kind in kinds
         for seed in seeds
     ]
 
 
-def _dyck_paper(kinds, seeds) -> list[tuple[str, dict]]:
-    """Dyck-1 at the references' lengths (up to 30 pairs, random strings up to 60 brackets: too many strings to
-    memorise) on fresh strings, 4 000 steps of 64 with the curve every 500."""
-    return [
-        (
-            f"dyck-{kind}-paper-s{seed}",
-            {
-                **DYCK,
-                **KINDS[kind],
-                "fresh_data": True,
-                "dyck_max_pairs": 30,
-                "dyck_max_random_length": 60,
-                "steps": 4000,
-                "eval_every": 500,
-                "checkpoint_every": 250,
-                "seed": seed,
-                "backbone_seed": seed,
-            },
-        )
-        for kind in kinds
-        for seed in seeds
-    ]
-
-
-def _dyck_disjoint(kinds, seeds) -> list[tuple[str, dict]]:
-    """Dyck-1 as the init002 rows, with a pool that holds no held-out string (theirs held about 76% of them)."""
-    return [
-        (
-            f"dyck-{kind}-disjoint-s{seed}",
-            {**DYCK, **KINDS[kind], "pool_excludes_held_out": True, "seed": seed, "backbone_seed": seed},
-        )
-        for kind in kinds
-        for seed in seeds
-    ]
+# Dyck-1 held out for real. "disjoint": the init002 rows with a pool that holds no held-out string (theirs held about
+# 76% of them). "fresh": as the references train, fresh strings every step, never a held-out one (a fixed pool of
+# 20 000 is memorised: the disjoint rows stay near 80% for every model, the fully trained too). "paper": fresh strings
+# at the references' lengths (up to 30 pairs, random strings up to 60 brackets: too many strings to memorise).
+DYCK_HELD_OUT = {
+    "disjoint": dict(pool_excludes_held_out=True),
+    "fresh": dict(fresh_data=True, steps=2000, eval_every=250),
+    "paper": dict(
+        fresh_data=True, dyck_max_pairs=30, dyck_max_random_length=60, steps=4000, eval_every=500, checkpoint_every=250
+    ),
+}
 
 
 # In priority order (a worker takes them in this order): every split and kind at seed 0, the Dyck-1 check of the
@@ -169,10 +133,10 @@ PLAN: list[tuple[str, dict]] = (
     + _khop(SPLITS, ["full"], ["residual_layernorm"], [1, 2])
     + _khop(SPLITS, KINDS, ["attention_only", "mlp"], [0])
     # Dyck-1 held out for real: the rows above measured it on strings mostly in their training pool.
-    + _dyck_disjoint(["sparse", "random", "full"], [0, 1, 2])
-    + _dyck_fresh(["sparse", "random", "full"], [0, 1, 2])
+    + _dyck_runs("disjoint", ["sparse", "random", "full"], [0, 1, 2], **DYCK_HELD_OUT["disjoint"])
+    + _dyck_runs("fresh", ["sparse", "random", "full"], [0, 1, 2], **DYCK_HELD_OUT["fresh"])
     # ... and at the references' lengths, where no model can memorise: the test of the paper's Dyck-1 claim.
-    + _dyck_paper(["full", "sparse", "random"], [0])
+    + _dyck_runs("paper", ["full", "sparse", "random"], [0], **DYCK_HELD_OUT["paper"])
 )
 
 
