@@ -598,23 +598,8 @@ def test_a_stopped_sweep_resumes_its_rows_in_flight_from_their_snapshots(tmp_pat
     whole = run_sweep(config, tmp_path / "whole", model=llama, progress=False, snapshot_seconds=None)
     assert not (tmp_path / "whole" / INFLIGHT_DIR).exists()
 
-    real_cram, seen = sweep.cram, []
-
-    def stopping_cram(model, jobs, cram_config, **kwargs):  # the real engine, stopped 10 updates into a row
-        keep = kwargs["on_snapshot"]
-
-        def on_snapshot(states):
-            keep(states)
-            seen.append(states)
-            if len(seen) == 10:
-                raise KeyboardInterrupt
-
-        return real_cram(model, jobs, cram_config, **dict(kwargs, on_snapshot=on_snapshot))
-
-    monkeypatch.setattr(sweep, "cram", stopping_cram)
-    with pytest.raises(KeyboardInterrupt):
-        run_sweep(config, tmp_path / "stopped", model=llama, progress=False, snapshot_seconds=0)
-    monkeypatch.setattr(sweep, "cram", real_cram)
+    real_cram = sweep.cram
+    seen = _killed_after_snapshots(monkeypatch, 10, config, tmp_path / "stopped", llama)
     (key,) = seen[-1]
     state = read_inflight(tmp_path / "stopped", key)
     assert state.step == seen[-1][key].step and torch.equal(state.vectors, seen[-1][key].vectors)
@@ -1020,23 +1005,7 @@ def test_leftover_snapshots_of_a_run_under_other_settings_are_never_continued(tm
     from ut_peft.accessibility import store, sweep
 
     old = small_config(ms=[2], grid=GridConfig(lengths=[6]), cram=CramConfig(max_steps=60, patience=60, batch_size=1))
-    real_cram, seen = sweep.cram, []
-
-    def stopping_cram(model, jobs, cram_config, **kwargs):  # the real engine, stopped 3 updates into a row
-        keep = kwargs["on_snapshot"]
-
-        def on_snapshot(states):
-            keep(states)
-            seen.append(states)
-            if len(seen) == 3:
-                raise KeyboardInterrupt
-
-        return real_cram(model, jobs, cram_config, **dict(kwargs, on_snapshot=on_snapshot))
-
-    monkeypatch.setattr(sweep, "cram", stopping_cram)
-    with pytest.raises(KeyboardInterrupt):
-        run_sweep(old, tmp_path, model=llama, progress=False, snapshot_seconds=0)
-    monkeypatch.setattr(sweep, "cram", real_cram)
+    _killed_after_snapshots(monkeypatch, 3, old, tmp_path, llama)
     assert store.inflight_keys(tmp_path)
     new = dataclasses.replace(old, seed=7, cram=dataclasses.replace(old.cram, lr=0.05))
     # The run's files removed by hand (or an overwrite killed after it removed them): the snapshots are still work.
@@ -1137,3 +1106,27 @@ def test_a_re_merge_that_fails_to_write_leaves_the_earlier_merge_whole(tmp_path,
     monkeypatch.undo()
     merge_sweeps([tmp_path / "a", tmp_path / "b"], merged)  # once there is room, and in the same process
     assert len(read_rows(merged)) == 6 and not (merged / "summary.json").exists()  # its rows' summary: to be made
+
+
+def _killed_after_snapshots(monkeypatch, updates: int, config, folder, model) -> list:
+    """Run the sweep with the real engine, killed (KeyboardInterrupt) after ``updates`` snapshots; returns them."""
+    from ut_peft.accessibility import sweep
+
+    real_cram, seen = sweep.cram, []
+
+    def stopping_cram(model, jobs, cram_config, **kwargs):
+        keep = kwargs["on_snapshot"]
+
+        def on_snapshot(states):
+            keep(states)
+            seen.append(states)
+            if len(seen) == updates:
+                raise KeyboardInterrupt
+
+        return real_cram(model, jobs, cram_config, **dict(kwargs, on_snapshot=on_snapshot))
+
+    monkeypatch.setattr(sweep, "cram", stopping_cram)
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(config, folder, model=model, progress=False, snapshot_seconds=0)
+    monkeypatch.setattr(sweep, "cram", real_cram)
+    return seen
