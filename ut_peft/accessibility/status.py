@@ -487,7 +487,7 @@ def _estimate_lines(estimate: dict | None) -> list[str]:
         lines.append(
             "  n_50: "
             + ", ".join(
-                f"m = {e['m']} {_num(e['estimate'])}{'' if e['measured'] else ' (off the line)'}"
+                f"m = {e['m']} {_num(e['estimate'])}{'' if e['measured'] else ' (read off the line: no rows there)'}"
                 for e in estimate["per_m"]
             )
         )
