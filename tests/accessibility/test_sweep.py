@@ -206,6 +206,43 @@ def test_two_processes_give_the_same_summary_as_one(tmp_path):
     assert two.fit == one.fit and two.bounds == one.bounds and two.num_rows == one.num_rows
 
 
+def _two_process_overwrite(out):
+    import dataclasses
+    import time
+
+    from accelerate import Accelerator
+    from accelerate.state import AcceleratorState
+
+    from ut_peft.accessibility import store
+
+    AcceleratorState._reset_state(reset_partial_state=True)
+    accelerator = Accelerator()
+    torch.set_num_threads(1)
+    if accelerator.process_index == 1:  # the second process a second slower to check the folder (a slower load)
+        check = store.check_settings
+
+        def slow_check(*args, **kwargs):
+            time.sleep(1.0)
+            return check(*args, **kwargs)
+
+        store.check_settings = slow_check
+    config = dataclasses.replace(small_config(), seed=1)
+    run_sweep(config, out, model=crammable_model("llama"), accelerator=accelerator, progress=False, overwrite=True)
+
+
+@pytest.mark.slow
+def test_two_processes_overwrite_an_earlier_run_whatever_the_order_they_check_it_in(tmp_path):
+    """Every process checks the folder before the main one clears it: a process checking after would see "these very
+    settings" and refuse --overwrite, with the earlier run already gone."""
+
+    from accelerate import debug_launcher
+
+    run_sweep(small_config(), tmp_path, model=crammable_model("llama"), progress=False)
+    debug_launcher(_two_process_overwrite, args=(str(tmp_path),), num_processes=2)
+    assert load_summary(tmp_path).settings["seed"] == 1
+    assert load_summary(tmp_path).num_rows == len(load_rows(tmp_path)) > 0
+
+
 @pytest.mark.parametrize("prefix_ids,given_tokens", [((), 0), ((7,), 0), ((), 1)])
 def test_saved_vectors_become_memory_adapters(tmp_path, llama, prefix_ids, given_tokens):
     from peft import PeftModel

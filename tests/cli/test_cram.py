@@ -363,6 +363,23 @@ def test_report_only_on_a_folder_a_run_is_writing_prints_the_report_and_writes_n
     assert (folder / "summary.json").is_file() and (folder / "report.md").is_file()
 
 
+def test_under_accelerate_launch_only_the_first_process_merges_and_reports(
+    tracked_sweep, tmp_path, monkeypatch, capsys
+):
+    import shutil
+
+    folder = tmp_path / "out"
+    shutil.copytree(tracked_sweep, folder, ignore=shutil.ignore_patterns("runs", "*.lock"))
+    for name in ("summary.json", "report.md"):
+        (folder / name).unlink()
+    monkeypatch.setenv("RANK", "1")  # another process of the launch: it would race rank 0 for the folder's lock
+    command.main(command.parse(["--report-only", "--output-dir", str(folder)]))
+    assert capsys.readouterr().out == "" and not (folder / "summary.json").exists()
+    monkeypatch.setenv("RANK", "0")
+    command.main(command.parse(["--report-only", "--output-dir", str(folder)]))
+    assert (folder / "summary.json").is_file() and "nothing was written" not in capsys.readouterr().out
+
+
 def test_a_run_refused_by_the_folder_lock_leaves_no_tracker_files_there(model_dir, tmp_path):
     import subprocess
     import sys

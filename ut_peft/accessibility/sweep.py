@@ -3,9 +3,10 @@
 ``run_sweep(SweepConfig(...), output_dir)`` crams ``num_sequences`` sequences per (m, n), over a fixed list
 of lengths or the paper's adaptive grid, or in batches of ``num_sequences`` at lengths a sequential design picks
 (``design``; :mod:`.design`), on one process or under ``accelerate launch`` (jobs are dealt to
-processes; every sequence and init derives from the seed and the job's own (m, n, index), so the results do
-not depend on the number of processes). The output folder (settings, rows, summary, plots, report, vectors) is
-laid out by :mod:`.store`; ``summary.json`` holds a :class:`.summaries.Summary`.
+processes; every sequence and init derives from the seed and the job's own (m, n, index), so which rows are
+crammed, from what, does not depend on the number of processes; a row's last digits of loss can, through the rows it
+is batched with, as :class:`.engine.rows.Row` says). The output folder (settings, rows, summary, plots, report,
+vectors) is laid out by :mod:`.store`; ``summary.json`` holds a :class:`.summaries.Summary`.
 """
 
 from __future__ import annotations
@@ -339,6 +340,10 @@ def run_sweep(
         rows = store.read_rows(output_dir)
         design = make_design(config)
         check_rows(config, settings, rows, design)  # a resume goes on from rows these settings made, and only those
+        # Every rank has read the rows before any writes one (the main one's inferred rows, its first crammed ones):
+        # ranks that read different rows would deal different rounds (a row skipped or crammed twice) or disagree on
+        # whether the sweep is done (one waiting at the gather, one at the end: a hang).
+        accelerator.wait_for_everyone()
 
         bar = tqdm(total=0, desc="cram", unit="seq", disable=not (progress and accelerator.is_main_process))
         while True:
@@ -441,6 +446,9 @@ def _open_folder(output_dir: Path, settings: dict, model, overwrite: bool, accel
     """Check the folder's settings (every process) and write them (the main one, which holds the folder's lock)."""
     # Every rank checks, so every rank raises; the model's context reads the support length of an earlier summary.
     clear = store.check_settings(output_dir, settings, overwrite, support_context(model))
+    # Every rank has checked the folder as it was before the main one clears and rewrites it: a rank checking after
+    # would see "these very settings" and refuse --overwrite, with the earlier run already gone.
+    accelerator.wait_for_everyone()
     if accelerator.is_main_process:
         removed = (store.finished_row_count(output_dir), len(store.inflight_keys(output_dir))) if clear else None
         store.prepare_folder(output_dir, settings, clear)
