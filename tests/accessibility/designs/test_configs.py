@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import torch
 
 from ut_peft.accessibility import GridConfig, SweepConfig, store
 from ut_peft.accessibility.designs.configs import (
@@ -80,6 +81,7 @@ def test_pooled_rules_of_ones_own_are_recorded_in_full_and_read_back_with_no_ver
 
 def test_a_folder_written_before_the_rules_were_recorded_reads_as_its_version_s_rules(tmp_path):
     config = _pooled(target_slope_se=1.0, version=7)
+    config.resolve_autocast(torch.device("cpu"))  # as a sweep records it
     settings = json.loads(json.dumps(config.fingerprint({"kind": "tokens"})))
     old = dict(settings, design={k: v for k, v in settings["design"].items() if k != "rules"})
     (tmp_path / "settings.json").write_text(json.dumps(old))
