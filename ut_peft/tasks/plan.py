@@ -20,6 +20,7 @@ import shlex
 import statistics
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -106,7 +107,7 @@ def _dyck_runs(tag: str, kinds, seeds, **changes) -> list[tuple[str, dict]]:
 # 76% of them). "fresh": as the references train, fresh strings every step, never a held-out one (a fixed pool of
 # 20 000 is memorised: the disjoint rows stay near 80% for every model, the fully trained too). "paper": fresh strings
 # at the references' lengths (up to 30 pairs, random strings up to 60 brackets: too many strings to memorise).
-DYCK_HELD_OUT = {
+DYCK_HELD_OUT: dict[str, dict[str, Any]] = {
     "disjoint": dict(pool_excludes_held_out=True),
     "fresh": dict(fresh_data=True, steps=2000, eval_every=250),
     "paper": dict(
