@@ -500,3 +500,25 @@ def test_config_fields_are_type_checked_when_the_config_is_built(kwargs, match):
     # init_seed="abc" used to be accepted here and fail later, inside get_peft_model.
     with pytest.raises(ValueError, match=match):
         UTReprogramConfig(**kwargs)
+
+
+def test_memory_rows_of_a_half_precision_base_are_the_vectors_rounded_once():
+    """On a bf16 base with an embedding scale (Gemma: sqrt(d), stored in bf16), the adapter gives back each memory
+    vector as the cram engine feeds it, v rounded to bf16 once, and the text rows as the base embeds them."""
+    from ut_peft.memory import memory_adapter_from_vectors, memory_token_ids
+    from ut_peft.testing import tiny_config
+
+    torch.manual_seed(0)
+    config = tiny_config("gemma3", hidden_size=48, num_heads=4)
+    base = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    text = torch.tensor([[3, 5, 7, 11]])
+    with torch.no_grad():
+        expected_text = base.get_input_embeddings()(text)
+    vectors = torch.randn(2, 48) * 3
+    model = memory_adapter_from_vectors(base.eval(), vectors)
+    ids = torch.cat([torch.tensor([memory_token_ids(model)]), text], dim=1)
+    with torch.no_grad():
+        embedded = model.get_input_embeddings()(ids)[0]
+    assert embedded.dtype == torch.bfloat16
+    assert torch.equal(embedded[:2], vectors.bfloat16())
+    assert torch.equal(embedded[2:], expected_text[0])

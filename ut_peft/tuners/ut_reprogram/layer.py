@@ -138,17 +138,22 @@ class UTEmbedding(UTReprogramLayer):
         padding_idx = getattr(base, "padding_idx", None) if table.shape[0] == base.weight.shape[0] else None
         memory = self.ut_reprogram_memory[adapter] if adapter in self.ut_reprogram_memory else None
         num_rows = table.shape[0]
+        scale = self._get_embed_scale()
         if memory is None:
             out = F.embedding(input_ids, table, padding_idx=padding_idx)
+            if scale is not None:
+                out = out * scale.to(out.dtype)
         else:
             is_memory = input_ids >= num_rows
-            out = F.embedding(input_ids.clamp(max=num_rows - 1), table, padding_idx=padding_idx)
+            # In float32, cast once below: a half-precision table would round the memory rows (stored divided by the
+            # scale) before the scale multiplies them back, a second rounding the cram engine's vectors never had.
+            # The text rows stay bit-identical: a product of two bf16 / fp16 numbers is exact in float32.
+            out = F.embedding(input_ids.clamp(max=num_rows - 1), table, padding_idx=padding_idx).float()
             # No upper clamp: an id past the memory rows raises IndexError here, as the base does past its vocabulary.
             memory_out = F.embedding((input_ids - num_rows).clamp(min=0), memory)
-            out = torch.where(is_memory.unsqueeze(-1), memory_out.to(out.dtype), out)
-        scale = self._get_embed_scale()
-        if scale is not None:
-            out = out * scale.to(out.dtype)
+            out = torch.where(is_memory.unsqueeze(-1), memory_out.float(), out)
+            if scale is not None:
+                out = out * scale.float()
         # peft upcasts adapter tensors of a half-precision base to float32 (autocast_adapter_dtype=True); the layers
         # after E expect the base's dtype, as they would get from the base embedding.
         return out.to(base.weight.dtype)
