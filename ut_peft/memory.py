@@ -44,12 +44,15 @@ def prepend_memory_tokens(
     attention_mask: Optional[torch.Tensor] = None,
     labels: Optional[torch.Tensor] = None,
     prefix_ids: Optional[list[int]] = None,
+    position_ids: bool = False,
 ) -> dict[str, torch.Tensor]:
     """Put the memory ids in front of every row: mask 1 on them, labels ``-100`` (memory positions are never scored).
 
     ``prefix_ids`` (e.g. ``[tokenizer.bos_token_id]``) go before the memory ids, as they did when the vectors were
-    crammed with a prefix (the accessibility sweep puts the BOS there by default). Left padding stays valid: the
-    memory ids sit before the pads, and the pads keep mask 0.
+    crammed with a prefix (the accessibility sweep puts the BOS there by default). With left padding the memory ids
+    sit before the pads, and the pads keep mask 0. ``generate()`` counts positions from the mask, so it needs nothing
+    more. A plain forward (scoring, a Trainer's loss) counts them from 0 over the pads too, which shifts the text of a
+    padded row: ``position_ids=True`` adds the mask's positions (``mask.cumsum(-1) - 1``) for it.
     """
     ids = list(prefix_ids or []) + memory_token_ids(model_or_config)
     if input_ids.dim() != 2:
@@ -62,6 +65,8 @@ def prepend_memory_tokens(
     out["attention_mask"] = torch.cat([torch.ones_like(memory), attention_mask], dim=1)
     if labels is not None:
         out["labels"] = torch.cat([torch.full_like(memory, IGNORE_INDEX), labels], dim=1)
+    if position_ids:
+        out["position_ids"] = (out["attention_mask"].long().cumsum(-1) - 1).clamp(min=0)
     return out
 
 

@@ -197,6 +197,21 @@ def test_memory_adapter_from_vectors_reproduces_inputs_embeds():
     assert torch.allclose(got, expected, atol=1e-5)
 
 
+def test_a_left_padded_row_scores_as_alone_with_the_masks_positions():
+    base = tiny_model("qwen2")
+    model = ut_peft.memory_adapter_from_vectors(base, torch.randn(2, 32))
+    ids = batch(rows=1, length=4)
+    with torch.no_grad():
+        alone = model(**ut_peft.prepend_memory_tokens(model, ids, prefix_ids=[1])).logits[0, -1]
+        padded = torch.cat([torch.zeros(1, 2, dtype=ids.dtype), ids], dim=1)
+        mask = torch.tensor([[0, 0, 1, 1, 1, 1]])
+        shifted = ut_peft.prepend_memory_tokens(model, padded, attention_mask=mask, prefix_ids=[1])
+        placed = ut_peft.prepend_memory_tokens(model, padded, attention_mask=mask, prefix_ids=[1], position_ids=True)
+        assert placed["position_ids"].tolist() == [[0, 1, 2, 2, 2, 3, 4, 5, 6]]
+        assert torch.allclose(model(**placed).logits[0, -1], alone, atol=1e-5)
+        assert (model(**shifted).logits[0, -1] - alone).abs().max() > 1e-4  # positions counted over the pads
+
+
 def test_position_embeddings_train_on_gpt2_and_are_refused_elsewhere(tmp_path):
     model = get_peft_model(tiny_model("gpt2"), UTReprogramConfig(train_position_embeddings=True))
     assert any("ut_reprogram_position" in n for n in trainable_names(model))
