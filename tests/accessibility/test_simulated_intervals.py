@@ -2,6 +2,7 @@
 
 import copy
 import json
+import math
 
 import numpy as np
 import pytest
@@ -206,3 +207,12 @@ def test_the_width_law_fitted_without_m_1_gives_the_truth_the_fitted_widths():
     assert _width_law({"slope": 20.0, "intercept": 0.0, "per_m": per_m}, [1, *ms])[0] == per_m[1]["width"] / 20.0
     with pytest.raises(ValueError, match="n_50 at m = 1 to be positive"):
         _width_law({"slope": 20.0, "intercept": -30.0, "per_m": per_m}, ms)
+
+
+def test_a_repeat_whose_standard_error_is_zero_counts_as_a_miss_not_as_left_out():
+    from ut_peft.accessibility.simulated_intervals import _studentised
+
+    assert _studentised(2.0, 1.0) == 2.0
+    assert _studentised(2.0, 0.0) == math.inf  # a zero-width interval that misses the truth
+    assert _studentised(0.0, 0.0) == 0.0
+    assert math.isnan(_studentised(2.0, math.nan)) and math.isnan(_studentised(2.0, math.inf))

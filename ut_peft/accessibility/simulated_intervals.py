@@ -254,8 +254,19 @@ def _simulate_repeat(settings: dict, truth: Truth, abandon: AuditedAbandon | Non
     found = {}
     for name, (value, se) in _quantities(estimate, list(design.ms)).items():
         error = value - true[name]
-        found[name] = (error, error / se if se > 0 else math.nan)
+        found[name] = (error, _studentised(error, se))
     return steps, found
+
+
+def _studentised(error: float, se: float) -> float:
+    """error / se; a standard error of 0 (a variance rounding left at 0) gives a zero-width interval, which misses
+    unless the error is 0: infinite, so that the repeat counts as uncovered (it was left out before, as NaN). NaN only
+    where the standard error is not a number (the fit could not give one)."""
+    if not math.isfinite(se) or se < 0:
+        return math.nan
+    if se == 0:
+        return 0.0 if error == 0 else math.inf
+    return error / se
 
 
 def calibrate(
@@ -291,7 +302,7 @@ def calibrate(
     quantities = {}
     for name, (value, se) in _quantities(estimate, list(design.ms)).items():
         t, e = simulated["t"][name], simulated["errors"][name]
-        usable = t[np.isfinite(t)]
+        usable = t[~np.isnan(t)]  # an infinite t (se 0, a miss) counts: uncovered, and it raises the quantile
         q = float(np.quantile(np.abs(usable), LEVEL)) if usable.size else math.nan
         quantities[name] = {
             "estimate": value,
