@@ -26,8 +26,10 @@ def save_memory_adapter(
     adapters. Put the memory ids in front with ``ut_peft.prepend_memory_tokens`` to replay the sequence, after
     ``prefix_ids`` when the vectors were crammed behind a prefix. The first ``given_tokens`` ids of the sequence
     were inputs, not targets (the published protocol feeds the BOS after the memory and predicts from there): a
-    replay feeds ``[prefix, memory, sequence[:given_tokens]]`` and generates the rest. ``sequence.json`` records
-    all three, so a replay needs nothing but the adapter folder.
+    replay feeds ``[prefix, memory, sequence[:given_tokens]]`` and generates the rest, greedily, for exactly the
+    remaining length and with ``eos_token_id=None`` (a crammed text may hold the EOS id, e.g. Gemma's 1, where
+    ``generate`` would stop early). ``sequence.json`` records all three, so a replay needs nothing but the adapter
+    folder.
     """
     from ..hub import save_model_card
     from ..memory import memory_adapter_from_vectors
