@@ -160,7 +160,7 @@ def report(args: argparse.Namespace) -> None:
     from ..accessibility.report import console_summary
     from ..accessibility.store import REPORT_FILE, SETTINGS_FILE, FolderLockedError, torn_files
 
-    if int(os.environ.get("RANK", "0")) > 0:
+    if not _main_process():
         # Under `accelerate launch`, every process runs this command: one process (rank 0) merges and reports; the
         # others would race it for the folder's lock (and one that lost a --merge would exit 2 and take it down).
         return
