@@ -69,20 +69,27 @@ def _pool_without(pool, evaluation, settings: RunSettings):
     kept = [row for row in pool.to_list() if string_key(settings.task, row) not in held_out]
     if len(kept) == len(pool):
         return pool
-    rng = random.Random(f"pool/{settings.seed}")
+    kept += draws_outside(settings, random.Random(f"pool/{settings.seed}"), held_out, len(pool) - len(kept))
+    return datasets.Dataset.from_list(kept, features=pool.features)
+
+
+def draws_outside(settings: RunSettings, rng: random.Random, held_out: set, count: int) -> list[dict]:
+    """``count`` draws of the task's distribution (:func:`draw_example` from ``rng``), each string of ``held_out``
+    (:func:`string_key`) drawn again instead."""
+    rows: list[dict] = []
     redrawn = 0
-    while len(kept) < len(pool):
+    while len(rows) < count:
         row = draw_example(settings, rng)
         if string_key(settings.task, row) not in held_out:
-            kept.append(row)
+            rows.append(row)
             continue
         redrawn += 1
-        if redrawn > 100 * len(pool):
+        if redrawn > 100 * count:
             raise ValueError(
                 f"almost every {settings.task} string is in the held-out set ({settings.eval_examples} strings): the "
                 "task has too few distinct strings at these lengths; use longer strings or fewer eval_examples"
             )
-    return datasets.Dataset.from_list(kept, features=pool.features)
+    return rows
 
 
 def string_key(task: str, row: dict) -> tuple:
@@ -118,21 +125,7 @@ class TrainingData:
         if not s.fresh_data:
             order = torch.randperm(len(self.pool), generator=torch.Generator().manual_seed(s.seed * 100_003 + step))
             return [self.pool[i] for i in order[: s.batch_size].tolist()]
-        rng = random.Random(f"train/{s.seed}/{step}")
-        rows: list[dict] = []
-        redrawn = 0
-        while len(rows) < s.batch_size:
-            row = draw_example(s, rng)
-            if string_key(s.task, row) not in self.held_out:
-                rows.append(row)
-                continue
-            redrawn += 1
-            if redrawn > 100 * s.batch_size:
-                raise ValueError(
-                    f"almost every fresh {s.task} string is in the held-out set ({s.eval_examples} strings): the "
-                    "task has too few distinct strings at these lengths; use longer strings or fewer eval_examples"
-                )
-        return rows
+        return draws_outside(s, random.Random(f"train/{s.seed}/{step}"), self.held_out, s.batch_size)
 
 
 def collate(rows: list[dict]) -> dict[str, torch.Tensor]:
