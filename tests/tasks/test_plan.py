@@ -172,8 +172,11 @@ def test_the_dyck_table_says_how_much_of_the_held_out_set_the_pool_held_and_what
         }
         for tag, flag in (("init002", False), ("disjoint", True))
     }
+    in_flight = {**rows["dyck-sparse-disjoint-s0"], "stopped_at": 250, "accuracy": 0.1}  # a run not finished
+    rows["dyck-sparse-paper-s0"] = {**in_flight, "settings": {**in_flight["settings"], "steps": 4000}}
     seen = []
     text = plan.dyck_table(rows, lookup=lambda s: seen.append(s) or {"in_pool": 0.5, "lookup_accuracy": 0.75})
+    assert "4000" not in text and "10.0" not in text
     assert [s["pool_excludes_held_out"] for s in seen] == [False, True]
     assert text.count("| sparse UT | 0.02 | 50.0% | 75.0% |") == 2
 

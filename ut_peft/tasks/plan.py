@@ -614,7 +614,8 @@ def dyck_table(rows: dict[str, dict], lookup: Callable[[dict], dict] = pool_look
             ("0.02, fresh strings", f"dyck-{kind}-fresh"),
             ("0.02, fresh strings, 30 pairs / 60 brackets", f"dyck-{kind}-paper"),
         ):
-            members = [r for n, r in sorted(rows.items()) if _group(n) == group]
+            # Finished runs only: a run in flight (unfinished_rows) holds its accuracy of some step before its end.
+            members = [r for n, r in sorted(rows.items()) if _group(n) == group and "stopped_at" not in r]
             if not members:
                 continue
             cpu = statistics.mean(r["train_cpu_seconds"] for r in members) / 60
