@@ -284,9 +284,16 @@ def test_an_exact_least_squares_fit_that_is_not_identified_is_a_ridge_with_its_r
     ridge the order of the starts picked; the fit says so and gives the range, its point unchanged. An exact fit that
     is identified (two points strictly between 0 and 1, or 0.5 measured at a length) stays "ok"."""
     fit = fit_sigmoid([9, 17, 33], [1.0, 0.75, 0.0])
-    assert fit["status"] == "ridge" and fit["n50"] == pytest.approx(17.474036910991455, abs=1e-9)
+    # Which point of the ridge the optimiser stops on differs between scipy releases (17.4740 at the newest, 17.4747
+    # at the floor), so the test asks for an exact fit inside the range, not for a digit pattern.
+    assert fit["status"] == "ridge"
     low, high = fit["n50_range"]
     assert low == pytest.approx(17.0, abs=1e-3) and high == pytest.approx(17.72, abs=0.01)
+    assert low < fit["n50"] < high and fit["n50"] == pytest.approx(17.47, abs=0.01)
+    residual = sum(
+        (sigmoid(n, fit["n50"], fit["sigmoid_slope"]) - a) ** 2 for n, a in zip([9, 17, 33], [1.0, 0.75, 0.0])
+    )
+    assert residual < 1e-10
     for x0 in (low, (low + high) / 2, high - 1e-3):  # every crossing of the range fits exactly, with its own slope
         s = math.log(3) / (17 - x0)
         assert sum((sigmoid(n, x0, s) - a) ** 2 for n, a in zip([9, 17, 33], [1.0, 0.75, 0.0])) < 3e-12
