@@ -334,7 +334,8 @@ def test_the_budget_table_says_where_each_row_crosses_the_paper_or_what_reaching
         _fake_rows(), table_path=tmp_path / "budget.md", figure_path=tmp_path / "budget.png"
     )
     assert (tmp_path / "budget.md").read_text() == text and (tmp_path / "budget.png").stat().st_size > 0
-    table = [line for line in text.splitlines() if line.startswith("| k = ")]
+    runs, verdicts = text.split("The verdict per row")
+    table = [line for line in runs.splitlines() if line.startswith("| k = ")]
     assert [line.split(" | ")[:2] for line in table] == [  # k = 2 first, then k = 3, then mixed; sparse, random, full
         ["| k = 2 alone", "sparse UT (E, U, positions)"],
         ["| k = 2 alone", "random UT (E, U, positions)"],
@@ -355,6 +356,7 @@ def test_the_budget_table_says_where_each_row_crosses_the_paper_or_what_reaching
     )
     assert "| no: 2x the examples (1.7e+07; ~4.6 CPU h): +12.2 points per doubling | 2.78 |" in full
     assert "4 runs, 3.1 CPU hours so far" in text
+    assert "| k = 2 alone | sparse UT | 99.5 / - / - | 100% | open: 1 of 1 finished seeds reach 99.0%" in verdicts
     empty = budget_results.budget_report({}, table_path=tmp_path / "empty.md", figure_path=None)
     assert "no budget run has evaluated yet" in empty
 
@@ -396,7 +398,9 @@ def test_the_recipe_reports_a_flat_check_still_in_flight(tmp_path):
     state = {"settings": {**stopped["settings"], "stop_flat": 0.0}, "trainable": {}}
     torch.save({**state, "progress": {"curve": curve, "train_cpu_seconds": 1638.4}}, checkpoint)
     recipe.main(recipe.parse(["--report-only", "--base-dir", str(tmp_path)]))
-    rows = [line for line in (tmp_path / "docs" / "universal.md").read_text().splitlines() if "sparse UT" in line]
+    rows = [
+        line for line in (tmp_path / "docs" / "universal.md").read_text().splitlines() if "sparse UT (E, U" in line
+    ]
     assert len(rows) == 2 and "no flat rule" in rows[1] and "in progress" in rows[1] and "71.0" in rows[1], rows
 
 
@@ -434,3 +438,50 @@ def test_a_flat_stop_just_under_a_point_does_not_read_as_a_point():
     assert _stop({"curve": curve, "stop_reason": "flat"}) == "flat (+0.96 points over the last doubling)"
     curve[1]["accuracy"] = 0.666
     assert _stop({"curve": curve, "stop_reason": "flat"}) == "flat (+0.2 points over the last doubling)"
+
+
+def test_the_verdict_per_row_waits_for_the_seeds_and_checks_the_plan_asks_for():
+    """A row's verdict is open until every seed the plan asks for has finished (and, for a fixed backbone stopped flat
+    below the level, its run without the flat rule); then yes, no, or in how many seeds, over those seeds."""
+    up = [(100_096, 0.8), (200_192, 0.9), (400_384, 0.995)]
+    flat = [(409_600, 0.634), (819_200, 0.643)]
+    rows = {
+        r["name"]: r
+        for r in (
+            *(_row("k2", "random", seed, 0.995, curve=up, stop_reason="accuracy") for seed in (0, 1, 2)),
+            _row("k3", "random", 0, 0.943, curve=[(1_600_000, 0.80), (3_200_000, 0.87), (10_000_128, 0.943)]),
+            _row("k3", "random", 1, 0.80, curve=[(5_000_000, 0.79), (10_000_128, 0.80)]),
+            _row("k3", "random", 2, 0.70, curve=[(5_000_000, 0.69), (10_000_128, 0.70)], stopped_at=20_000),
+            _row("k3", "sparse", 0, 0.643, curve=flat, stop_reason="flat"),
+            _row("mix", "sparse", 0, 0.674, curve=flat, stop_reason="flat"),
+            _row("k2", "full", 0, 0.5, curve=[(100_096, 0.5)], stopped_at=391),
+        )
+    }
+    check = _row("mix", "sparse", 0, 0.70, curve=[*flat, (10_000_128, 0.70)])
+    check["name"] += plan.UNSTOPPED
+    check["settings"]["stop_flat"] = 0.0
+    rows[check["name"]] = check
+
+    k2 = budget_results.verdict(rows, "k2", "random")
+    assert k2["due"] == [0, 1, 2] and k2["crossed"] == [0, 1, 2] and k2["open"] == []
+    assert k2["text"] == "**yes**: every one of the 3 seeds reaches 85.7% (crossing between 1.0e5 and 2.0e5 examples)"
+    k3 = budget_results.verdict(rows, "k3", "random")
+    assert k3["crossed"] == [0] and k3["open"] == ["khop-k3-random-budget-s2"]
+    assert k3["text"] == (
+        "open: 1 of 2 finished seeds reach 85.7% (crossing between 1.6e6 and 3.2e6 examples); "
+        "still to run: khop-k3-random-budget-s2 (in progress)"
+    )
+    finished = {**rows, "khop-k3-random-budget-s2": {**rows["khop-k3-random-budget-s2"]}}
+    del finished["khop-k3-random-budget-s2"]["stopped_at"]
+    assert budget_results.verdict(finished, "k3", "random")["text"].startswith("**in 1 of 3 seeds**: 85.7% reached")
+    # Stopped flat 35 points below: seed 0 alone is due, and its run without the flat rule answers for it.
+    sparse = budget_results.verdict(rows, "k3", "sparse")
+    assert sparse["due"] == [0] and sparse["open"] == ["khop-k3-sparse-budget-s0-unstopped"]
+    mixed = budget_results.verdict(rows, "mix", "sparse")
+    assert mixed["seeds"][0] is check and mixed["open"] == []
+    assert mixed["text"] == "**no**: seed 0 does not reach 99.0%; best 70.0% at 1.0e7 examples (the whole budget)"
+    assert budget_results.verdict(rows, "k2", "full")["text"] == "open: seed 0 in progress"
+    assert budget_results.verdict(rows, "mix", "full")["text"] == "open: seed 0 not run yet"
+    table = budget_results.verdict_table(rows).splitlines()
+    assert len(table) == 2 + 9 and "| k = 2 alone | random UT | 99.5 / 99.5 / 99.5 | 85.7-96.1% | **yes**" in table[3]
+    assert "| k = 3 alone | random UT | 94.3 / 80.0 / - |" in table[6]

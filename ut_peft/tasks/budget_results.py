@@ -14,15 +14,19 @@ from ..io import atomic_write_text
 from .plan import (
     BUDGET_EXAMPLES,
     BUDGET_RULES,
+    BUDGET_SEEDS,
     BUDGET_SPLITS,
     KIND_COLOURS,
     KINDS,
     PAPER,
     SPLITS,
+    UNSTOPPED,
     _kind,
     _split,
+    budget_name,
     cost_to_go,
     is_budget,
+    more_seeds,
 )
 
 SPLIT_TITLES = {
@@ -118,6 +122,96 @@ def budget_table(rows: dict[str, dict]) -> str:
     return "\n".join(lines)
 
 
+def _seed_runs(rows: dict[str, dict], split: str, kind: str) -> tuple[dict[int, dict], list[str]]:
+    """The finished runs that answer for each seed of a row (seed 0's check without the flat rule stands in for the
+    seed 0 it continues, once it has finished), and the names of the row's runs still in flight."""
+    answers, in_flight = {}, []
+    for seed in BUDGET_SEEDS:
+        name = budget_name(split, kind, seed)
+        for candidate in (name, name + UNSTOPPED):
+            row = rows.get(candidate)
+            if row is None:
+                continue
+            if "stopped_at" in row:
+                in_flight.append(candidate)
+            else:
+                answers[seed] = row  # the check, listed second, wins over the run it continues
+    return answers, in_flight
+
+
+def verdict(rows: dict[str, dict], split: str, kind: str) -> dict:
+    """Whether the budget runs of one row (``split`` and model ``kind``) reach the paper's level: ``{"seeds":
+    {seed: run}, "crossed": [seeds whose curve reached it], "due": [seeds the plan asks for], "open": [what is still
+    to run, by name], "text": the verdict in words}``.
+
+    The seeds due are the plan's (:func:`.plan.more_seeds`: 0, 1 and 2 where seed 0 reached the level or ended
+    within 10 points of it, else 0 alone); a seed-0 run of a fixed backbone that the flat rule stopped below the level
+    is answered by its check without the rule (:func:`.plan.flat_checks`), and is open until that check finishes.
+    A run crossed the level where any evaluation of its curve reached it (:func:`crossing`)."""
+    level = PAPER[kind][0]
+    seeds, in_flight = _seed_runs(rows, split, kind)
+    first = seeds.get(0)
+    due = list(BUDGET_SEEDS) if first is not None and more_seeds(first) else [0]
+    open_ = [budget_name(split, kind, seed) for seed in due if seed not in seeds]
+    if (
+        first is not None
+        and kind != "full"
+        and first.get("stop_reason") == "flat"
+        and not unstopped(first)
+        and first["accuracy"] < level
+    ):
+        open_.insert(0, budget_name(split, kind, 0) + UNSTOPPED)
+    crossed = [seed for seed, run in sorted(seeds.items()) if crossing(run["curve"], level) is not None]
+    level_text = f"{100 * level:.1f}%"
+    if first is None:
+        text = "open: seed 0 " + ("in progress" if in_flight else "not run yet")
+    else:
+        found = [crossing(seeds[seed]["curve"], level) for seed in crossed]
+        lows = [before["examples_seen"] if before else at["examples_seen"] for before, at in found]  # type: ignore[misc]
+        highs = [at["examples_seen"] for _, at in found]  # type: ignore[misc]
+        where = f" (crossing between {_examples(min(lows))} and {_examples(max(highs))} examples)" if found else ""
+        done = len([seed for seed in due if seed in seeds])
+        if not open_:
+            if len(crossed) == len(due):
+                who = f"every one of the {len(due)} seeds" if len(due) > 1 else "seed 0"
+                text = f"**yes**: {who} reaches {level_text}{where}"
+            elif not crossed:
+                best = max(seeds.values(), key=lambda run: run["accuracy"])
+                text = (
+                    f"**no**: {'no seed reaches' if len(due) > 1 else 'seed 0 does not reach'} {level_text}; best "
+                    f"{100 * best['accuracy']:.1f}% at {_examples(best['curve'][-1]['examples_seen'])} examples "
+                    f"({_stop(best)})"
+                )
+            else:
+                text = f"**in {len(crossed)} of {len(due)} seeds**: {level_text} reached{where}"
+        else:
+            text = (
+                f"open: {len(crossed)} of {done} finished seeds reach {level_text}{where}; still to run: "
+                + ", ".join(name + (" (in progress)" if name in in_flight else "") for name in open_)
+            )
+    return {"seeds": seeds, "crossed": crossed, "due": due, "open": open_, "text": text}
+
+
+def verdict_table(rows: dict[str, dict]) -> str:
+    """One line per budget row (task and model): the held-out accuracy of each finished seed, and the verdict
+    (:func:`verdict`): whether the row reaches the paper's level at the references' budget, over the seeds the plan
+    asks for, or what is still to run."""
+    lines = [
+        "| task | model | held-out accuracy per seed (%) | paper's level | reaches it at the references' budget |",
+        "|---|---|---|---|---|",
+    ]
+    for split in BUDGET_SPLITS:
+        for kind in KINDS:
+            found = verdict(rows, split, kind)
+            accuracies = " / ".join(
+                f"{100 * found['seeds'][seed]['accuracy']:.1f}" if seed in found["seeds"] else "-"
+                for seed in found["due"]
+            )
+            model = "fully trained" if kind == "full" else f"{kind} UT"
+            lines.append(f"| {SPLIT_TITLES[split]} | {model} | {accuracies} | {PAPER[kind][1]} | {found['text']} |")
+    return "\n".join(lines)
+
+
 def budget_figure(rows: dict[str, dict], path: Path) -> None:
     """Held-out accuracy against examples seen (log axis), one panel per budget split, colour by model kind and line
     style by seed, with the paper's levels (random UT's range shaded, sparse UT's 100%) and the references' budget.
@@ -177,7 +271,9 @@ def budget_report(rows: dict[str, dict], *, table_path: Path, figure_path: Path 
         f"evaluations named (a factor of 2 in examples); a cost to reach the level is a log-linear extrapolation of "
         f"the last doubling, not a measurement. {len(runs)} runs, {cpu:.1f} CPU hours so far.\n\n"
         + budget_table(rows)
-        + "\n"
+        + "\n\nThe verdict per row, over the seeds the plan asks for (0, 1 and 2 where seed 0 reached the paper's "
+        "level or ended within 10 points of it; a seed-0 run of a fixed backbone stopped flat below the level is "
+        "answered by its run without the flat rule):\n\n" + verdict_table(rows) + "\n"
     )
     atomic_write_text(table_path, text)
     if figure_path is not None:
@@ -185,4 +281,4 @@ def budget_report(rows: dict[str, dict], *, table_path: Path, figure_path: Path 
     return text
 
 
-__all__ = ["budget_figure", "budget_report", "budget_table", "crossing"]
+__all__ = ["budget_figure", "budget_report", "budget_table", "crossing", "verdict", "verdict_table"]
