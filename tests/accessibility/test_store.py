@@ -430,6 +430,22 @@ def test_rows_with_and_without_an_audit_record_read_and_write_back_byte_for_byte
     assert rows[(1, 2, 2)].conflicts_with(other) == ["flagged_at"]
 
 
+def test_a_resumed_rows_step_reads_back_and_does_not_make_a_conflict(tmp_path):
+    """resumed_at says which run took a row's steps, not what the row is: an uninterrupted row of the same key agrees
+    with it, a row without it writes back without it, and a step outside the row's own is refused."""
+    lines = [row(0, resumed_at=2), row(1)]
+    write_lines(tmp_path / "rows.jsonl", [(json.dumps(fields, sort_keys=True) + "\n").encode() for fields in lines])
+    rows = read_rows(tmp_path)
+    for key, fields in zip(sorted(rows), lines):
+        assert json.dumps(rows[key].to_dict(), sort_keys=True) == json.dumps(fields, sort_keys=True)
+    assert rows[(1, 2, 0)]["resumed_at"] == 2 and "resumed_at" not in rows[(1, 2, 1)]
+    assert rows[(1, 2, 0)].conflicts_with(Row.from_dict(row(0))) == []
+    for step in (0, 4):  # the row took 3 steps
+        with pytest.raises(RowError, match=rf"is {step}, not a step in \[1, steps = 3\]") as caught:
+            Row.from_dict(row(0, resumed_at=step))
+        assert caught.value.field == "resumed_at"
+
+
 def test_only_the_files_the_store_writes_are_rows_and_overwrite_removes_only_those(tmp_path):
     write_lines(tmp_path / "rows.jsonl", [good(0), good(1)])
     write_lines(tmp_path / "rows.rank1.jsonl", [good(2)])

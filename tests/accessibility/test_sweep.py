@@ -667,6 +667,37 @@ def test_a_stopped_sweep_resumes_its_rows_in_flight_from_their_snapshots(tmp_pat
     assert not list((tmp_path / "stopped" / INFLIGHT_DIR).glob("*"))  # every finished row took its state away
 
 
+def test_a_resumed_sweeps_live_speed_counts_only_the_steps_this_session_took(tmp_path, llama, monkeypatch):
+    """A row continued from its snapshot records the step it went on from (``resumed_at``; rows crammed from step 0
+    record none), and the tracker's row-steps per second count only the steps after it: the earlier ones were taken,
+    and timed, by the run that was killed."""
+    from types import SimpleNamespace
+
+    from ut_peft.accessibility import tracking
+    from ut_peft.accessibility.engine.rows import row_steps
+
+    config = small_config(
+        ms=[2], grid=GridConfig(lengths=[6]), cram=CramConfig(max_steps=60, patience=60, batch_size=1)
+    )
+    seen = _killed_after_snapshots(monkeypatch, 10, config, tmp_path, llama)
+    (key,) = seen[-1]
+    before = set(read_rows(tmp_path))
+    clock = SimpleNamespace(now=0.0)  # the session's wall time: 0 as the tracker starts, 1 s for every row after
+    monkeypatch.setattr(tracking, "time", SimpleNamespace(monotonic=lambda: clock.now))
+    logged: list[dict] = []
+    accelerator = SimpleNamespace(is_main_process=True, log=lambda values, step: logged.append(values))
+    tracker = tracking.SweepTracker(accelerator, config)
+    clock.now = 1.0
+    run_sweep(config, tmp_path, model=llama, progress=False, snapshot_seconds=0, callback=tracker)
+
+    rows = read_rows(tmp_path)
+    assert rows[key]["resumed_at"] == seen[-1][key].step
+    assert all("resumed_at" not in row for k, row in rows.items() if k != key)
+    this_session = sum(row_steps(row) for k, row in rows.items() if k not in before) - seen[-1][key].step
+    speeds = [values["speed/row_steps_per_second"] for values in logged if "speed/row_steps_per_second" in values]
+    assert speeds[-1] == this_session < sum(row_steps(row) for k, row in rows.items() if k not in before)
+
+
 # ---- rows the settings cannot have made, edited settings, merge order ---------------------------------------------
 def _append_line(path, row):
     with open(path, "a") as handle:

@@ -62,9 +62,11 @@ def _curves(config: SweepConfig, rows: dict) -> dict[int, dict[int, list[dict]]]
 def _row(result, rank: int, audit: float = 0.0) -> Row:
     """The row of a cram result. Under an audited abandon (``audit``: the sweep's ``cram.abandon_audit``) a row its
     rule flagged records where and whether the audit let it run on; other rows, and every row of a run without the
-    audit, record no flag (their rows are as they always were)."""
+    audit, record no flag (their rows are as they always were). A row continued from an in-flight snapshot
+    (:func:`cram_resumable`) records the step it went on from (``resumed_at``); one crammed from step 0 does not."""
     m, n, index = result.job.key
     flagged = audit > 0 and result.flagged_at is not None
+    resumed = result.job.resume.step if result.job.resume is not None else 0
     return Row(
         m=m,
         n=n,
@@ -84,6 +86,7 @@ def _row(result, rank: int, audit: float = 0.0) -> Row:
         best_prefix=result.best_prefix,
         flagged_at=result.flagged_at if flagged else None,
         audited=result.audited if flagged else None,
+        resumed_at=resumed or None,
     )
 
 

@@ -10,7 +10,9 @@ What is logged, at which step (the step counts finished rows, so every tracker s
 - as each row finishes (the main process's own rows live; other processes' rows when the round gathers them):
   ``row/accessible`` (0 or 1), ``row/final_loss``, ``row/tf_accuracy``, ``row/steps``, ``row/n``, ``row/m``;
   ``m<m>/n<n>/accessibility`` and ``m<m>/n<n>/finished`` (accessible / total of that (m, n) so far);
-  ``speed/row_steps_per_second`` (forward-backward passes per second of this session, all rows of this process);
+  ``speed/row_steps_per_second`` (forward-backward passes per second of this session, all rows of this process; of
+  a row continued from an in-flight snapshot only the steps after its ``resumed_at``, as the earlier ones were taken
+  by the run that was killed);
 - when an (m, n) group completes, and at every round of the design: ``m<m>/n50``, ``m<m>/n50_low``,
   ``m<m>/n50_high`` (the running n_50 and its 95% interval, as the summary computes them; a side the rows cannot
   bound is never logged as a number), with the marks of :mod:`.coverage` that report.md and summary.json's
@@ -75,7 +77,9 @@ class SweepTracker:
             return
         self.rows[row_key(row)] = row
         self.step += 1
-        self.session_row_steps += row_steps(row)
+        # A row resumed from its in-flight snapshot records all its steps; those before resumed_at were done (and
+        # timed) by the killed run, so counting them here would overstate this session's speed.
+        self.session_row_steps += row_steps(row) - row.get("resumed_at", 0)
         m, n = int(row["m"]), int(row["n"])
         values = {
             "row/accessible": int(bool(row["accessible"])),

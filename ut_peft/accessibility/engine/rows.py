@@ -9,9 +9,10 @@ rows file holds for it, so code written against the stored dicts reads rows unch
 
 On disk a row is one JSON object per line (sorted keys). Optional fields that are None are left out (crammed
 rows have no ``inferred_from``, cold rows no ``warm_from``, rows the audited early abandon did not flag (and every
-row of a run without that audit) no ``flagged_at`` and ``audited``; rows written before ``greedy_misses``,
-``best_prefix`` or ``best_accuracy_at`` existed lack them), so :meth:`Row.to_dict` gives back the committed lines
-byte for byte. Fields a newer version added are kept as they are (``Row.extra``) and written back.
+row of a run without that audit) no ``flagged_at`` and ``audited``, rows one run crammed from step 0 no
+``resumed_at``; rows written before ``greedy_misses``, ``best_prefix``, ``best_accuracy_at`` or ``resumed_at``
+existed lack them), so :meth:`Row.to_dict` gives back the committed lines byte for byte. Fields a newer version
+added are kept as they are (``Row.extra``) and written back.
 """
 
 from __future__ import annotations
@@ -81,6 +82,12 @@ class Row(Mapping[str, Any]):
     # without the audit (whose "abandoned" rows say no more than their stop_reason and steps).
     flagged_at: int | None = _field(int, "int64", optional=True, default=None)
     audited: bool | None = _field(bool, "bool", optional=True, default=None)
+    # The step of the in-flight snapshot (RowState.step) the run that wrote this row continued it from: its first
+    # resumed_at steps were taken by an earlier run, killed before the row ended, so what this run spent on it is
+    # row_steps(row) - resumed_at (the live tracker's speed counts only that). Absent: the run that wrote the row
+    # crammed it from step 0 (and every row written before the field existed). It says where the work was done, not
+    # what the row is: a resumed row ends as an uninterrupted one does.
+    resumed_at: int | None = _field(int, "int64", optional=True, default=None, compare=False)
     # Fields of a newer version, kept and written back as they are.
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
     # Where the row was read from ("path:line"), for error messages; not stored.
@@ -130,6 +137,8 @@ class Row(Mapping[str, Any]):
             )
         if self.stop_reason != INFERRED and self.init_seed is None:
             raise RowError("init_seed", "is null in a crammed row (only an inferred row has none)")
+        if self.resumed_at is not None and not 1 <= self.resumed_at <= self.steps:
+            raise RowError("resumed_at", f"is {self.resumed_at}, not a step in [1, steps = {self.steps}]")
         self._check_audit()
 
     def _check_audit(self) -> None:
