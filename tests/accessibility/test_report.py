@@ -142,6 +142,46 @@ def test_a_published_ls_n50_on_a_ridge_of_exact_fits_is_marked_where_the_publish
     assert "ridge" not in identified and "published LS 23.7;" in text
 
 
+def test_a_summary_keeps_the_ridge_its_fit_gives_and_the_report_prints_it_or_reads_one_off_an_older_summary(tmp_path):
+    """The published LS fit's n50_range goes into the summary's per-m entry where the fit is a ridge (and nowhere
+    else: an identified fit's entry writes no key), reads back, and is what the report prints; a summary written
+    before entries kept it (the committed one) still gets its ridge, read off its fractions."""
+    import dataclasses
+    import json
+
+    from ut_peft.accessibility.stats.fit import fit_sigmoid
+    from ut_peft.accessibility.sweep import _m_summary
+    from ut_peft.accessibility.testing import small_sweep_config
+
+    def entry(m, outcomes):  # {n: [accessible, ...]}: one m's entry as the sweep builds it from such rows
+        by_n = {
+            n: [dict(m=m, n=n, index=i, accessible=a, steps=5, stop_reason="x") for i, a in enumerate(flags)]
+            for n, flags in outcomes.items()
+        }
+        rows = {(m, r["n"], r["index"]): r for group in by_n.values() for r in group}
+        return _m_summary(small_sweep_config(ms=[1, 2], num_sequences=2), m, by_n, rows, audited=False)
+
+    # Gemma's published text: identified at m = 1 (1, 0.5, 0 at 21, 41, 61), a ridge at m = 2 (1, 1, 0).
+    identified, ridge = entry(1, {21: [1, 1], 41: [1, 0], 61: [0, 0]}), entry(2, {21: [1, 1], 41: [1, 1], 61: [0, 0]})
+    assert ridge.fit_status_published == "ridge" and identified.fit_status_published == "ok"
+    assert ridge.n50_range == fit_sigmoid([21, 41, 61], [1.0, 1.0, 0.0])["n50_range"] == pytest.approx([41, 61], 1e-3)
+    assert identified.n50_range is None
+
+    committed = summaries.read_summary(ROOT / "results" / "gemma-3-270m" / "published-text")
+    stored = dataclasses.replace(committed, per_m=[identified, dataclasses.replace(ridge, n50_range=[40.0, 62.0])])
+    summaries.write_summary(tmp_path, stored)
+    written = json.loads((tmp_path / store.SUMMARY_FILE).read_text())["per_m"]
+    assert "n50_range" not in written[0] and written[1]["n50_range"] == [40.0, 62.0]
+    assert summaries.read_summary(tmp_path) == stored
+    # The stored range is printed, not one read off the fractions (which give [41.0, 61.0]).
+    assert "(ridge [40.0, 62.0])" in markdown(stored) and "(ridge [40.0, 62.0])" in console_summary(stored)
+    assert "(ridge [41.0, 61.0])" not in markdown(stored)
+
+    raw = json.loads((ROOT / "results" / "gemma-3-270m" / "published-text" / store.SUMMARY_FILE).read_text())
+    assert not any("n50_range" in e for e in raw["per_m"])  # written before: the report reads the range off it
+    assert committed.per_m[1].n50_range is None and "(ridge [41.0, 61.0])" in markdown(committed)
+
+
 def test_the_paper_models_nearest_in_hidden_size():
     from ut_peft.accessibility.engine.protocol import PAPER_MODELS, nearest_paper_models
 

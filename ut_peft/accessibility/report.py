@@ -205,12 +205,15 @@ def format_interval(interval, digits: int = 1) -> str:
 
 def _ridges(summary: Summary) -> dict[int, list]:
     """The m whose published least-squares n_50 is one point of a ridge of exact fits, each with the range of
-    crossings that fit exactly (:func:`.stats.fit.sigmoid_ridge`, read off the summary's fractions)."""
+    crossings that fit exactly: the fit's own, as the summary stores it (``n50_range``), or, in a summary written
+    before it stored one, read off its fractions (:func:`.stats.fit.sigmoid_ridge`)."""
     from .stats.fit import sigmoid_ridge
 
     found = {}
     for e in summary.per_m:
-        ridge = sigmoid_ridge(e.lengths, e.accessibility, e.n50_published, e.sigmoid_slope_published)
+        ridge = e.n50_range
+        if ridge is None:  # no ridge, or a summary without the field (from before the "ridge" status, too)
+            ridge = sigmoid_ridge(e.lengths, e.accessibility, e.n50_published, e.sigmoid_slope_published)
         if ridge is not None:
             found[e.m] = ridge
     return found

@@ -71,6 +71,10 @@ class MSummary(_Record):
     # "bootstrap" (over sequence indices: rows that share an index are resampled together) or "profile" (penalised
     # likelihood, for rows that each measure their own sequence, as the sequential design's do); None without a fit
     n50_ci_method: str | None
+    # Where the published least squares is exact but not identified (fit_status_published "ridge"): the crossings that
+    # fit the fractions exactly (fit_sigmoid's n50_range; a side None where the ridge runs on without end). None (and
+    # absent from summary.json) otherwise, and in summaries written before it, whose report reads it off the fractions.
+    n50_range: list[float | None] | None = None
 
 
 @dataclass
@@ -114,11 +118,16 @@ class Summary(_Record):
 
     def to_dict(self) -> dict:
         data = dataclasses.asdict(self)
-        # A field added later with a default of None (``pooled``) is written only when set, so a summary written
-        # before it existed is what --report-only writes again, byte for byte.
-        for f in dataclasses.fields(self):
-            if f.default is None and data[f.name] is None:
-                del data[f.name]
+        # A field added later with a default of None (``pooled``, a per-m ``n50_range``) is written only when set, so
+        # a summary written before it existed is what --report-only writes again, byte for byte.
+        records = [
+            (data, dataclasses.fields(self)),
+            *((entry, dataclasses.fields(MSummary)) for entry in data["per_m"]),
+        ]
+        for record, fields in records:
+            for f in fields:
+                if f.default is None and record[f.name] is None:
+                    del record[f.name]
         return data
 
     @classmethod
@@ -129,7 +138,12 @@ class Summary(_Record):
             if f.name not in data and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
         ]
         missing_m = sorted(
-            {f.name for entry in data.get("per_m", []) for f in dataclasses.fields(MSummary) if f.name not in entry}
+            {
+                f.name
+                for entry in data.get("per_m", [])
+                for f in dataclasses.fields(MSummary)
+                if f.name not in entry and f.default is dataclasses.MISSING
+            }
         )
         if missing or missing_m:
             names = missing + [f"per_m[].{name}" for name in missing_m]
@@ -139,7 +153,8 @@ class Summary(_Record):
             )
         values = {f.name: data[f.name] for f in dataclasses.fields(cls) if f.name in data}
         values["per_m"] = [
-            MSummary(**{f.name: entry[f.name] for f in dataclasses.fields(MSummary)}) for entry in data["per_m"]
+            MSummary(**{f.name: entry[f.name] for f in dataclasses.fields(MSummary) if f.name in entry})
+            for entry in data["per_m"]
         ]
         return cls(**values)
 

@@ -812,6 +812,7 @@ def _m_summary(
         num_sequences=[len(by_n[n]) for n in lengths],
         row_steps=sum(row_steps(r) for key, r in rows.items() if key[0] == m),
         n50_ci_method=fit["n50_ci_method"],
+        n50_range=published.get("n50_range"),  # only where the least squares is a ridge of exact fits
     )
 
 

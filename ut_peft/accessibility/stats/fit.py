@@ -186,8 +186,10 @@ def fit_sigmoid(lengths, accessibility) -> SigmoidFit:
 def sigmoid_ridge(lengths, accessibility, n50: float | None, slope: float | None) -> list[float | None] | None:
     """Where the least-squares sigmoid (``n50``, ``slope``) fits the fractions exactly but does not identify its
     crossing: the range of crossings that fit them exactly too, ``[low, high]`` (a side None where the ridge runs on
-    without end), else None (no fit, a fit that is not exact, or an exact one at a single crossing). A report reads
-    it off a summary's per-m fractions and LS fit, so a summary written before the "ridge" status is marked too."""
+    without end), else None (no fit, a fit that is not exact, or an exact one at a single crossing).
+    :func:`fit_sigmoid` gives it as ``n50_range`` and a summary's per-m entry keeps it; a report reads it off the
+    entry's fractions and LS fit only where the summary was written before it kept one (before the "ridge" status,
+    too), so those are marked as well."""
     if n50 is None or slope is None:
         return None
     ns = np.asarray(lengths, dtype=float)
