@@ -100,8 +100,8 @@ def parse(argv=None, *, prog: str | None = None):
     p.add_argument(
         "--apply-final-norm",
         action="store_true",
-        help="treat sampled points as pre-norm states and apply the final norm (default: post-norm, "
-        "head only, as the paper)",
+        help="measure the support at the final norm's input and send each sampled point through the final norm, "
+        "then the head (default: post-norm, the head's inputs and the head only, as the paper)",
     )
     p.add_argument("--support-sequences", type=positive_int, default=256)
     p.add_argument("--chunk-size", type=positive_int, help="points per chunk (default 4096)")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from ..accessibility.stats.bounds import SupportStats, measure_support
+from ..accessibility.stats.bounds import EPS_RELATIVE, SupportStats, measure_support
 from ..io import atomic_open
 from .bounds import refined_bounds
 from .cells import CellEstimate, agreement, estimate_cells, supports_from_stats
@@ -38,14 +38,19 @@ def analyze_model(
     """Measure the support of ``model`` (``measure_support``), estimate its decoder cells over each of
     ``supports`` and compute the refined bounds. Returns :func:`summarize`'s dict.
 
-    ``apply_final_norm=False`` (the paper's convention): points are post-norm states and go through the head only.
-    ``True``: the sampled points are treated as pre-norm states and the model's final norm acts on them first.
+    ``apply_final_norm=False`` (the paper's convention): the support is measured on the head's inputs (post-norm
+    states) and points go through the head only. ``True``: the support is measured on the final norm's inputs
+    (pre-norm states) and each point goes through the model's final norm, then the head.
     """
     unknown = set(supports) - {"ball", "box"}
     if unknown or not supports:
         raise ValueError(f"supports must be a non-empty subset of ('ball', 'box'), got {tuple(supports)}")
-    stats = measure_support(model, num_sequences=support_sequences, seq_len=support_seq_len, seed=seed)
     path = OutputPath.from_model(model, apply_final_norm=apply_final_norm)
+    measure = dict(num_sequences=support_sequences, seq_len=support_seq_len, seed=seed)
+    if path.final_norm is None:
+        stats = measure_support(model, **measure)
+    else:
+        stats = measure_prenorm_support(model, path.final_norm, **measure)
     available = supports_from_stats(stats)
     estimates = {
         name: estimate_cells(
@@ -63,9 +68,55 @@ def analyze_model(
     return summarize(stats, estimates, describe_path(path), measured_slope, seed=seed, decay_k=decay_k, top_k=top_k)
 
 
+def measure_prenorm_support(model, norm, **kwargs) -> SupportStats:
+    """``measure_support`` (``kwargs`` are its options) at the input of the final norm ``norm`` instead of the
+    head's: the support of the points an ``apply_final_norm`` path samples, which then pass through the norm once,
+    as the model's states do. Measuring the head's inputs instead would put post-norm states through the norm a
+    second time.
+
+    Hooks on ``norm`` record its input and output at the last position during the same forward passes; the
+    outputs must be what the head received, or something sits between the norm and the head that the path does
+    not reproduce, and this raises.
+    """
+    seen: dict[str, list] = {"input": [], "output": []}
+
+    def last(states) -> torch.Tensor:
+        return states[:, -1].detach().float().cpu()
+
+    hooks = [
+        norm.register_forward_pre_hook(lambda module, args: seen["input"].append(last(args[0])) if args else None),
+        norm.register_forward_hook(lambda module, args, out: seen["output"].append(last(out))),
+    ]
+    try:
+        head = measure_support(model, **kwargs)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    pre = torch.cat(seen["input"]) if seen["input"] else None
+    post = torch.cat(seen["output"]) if seen["output"] else None
+    if pre is None or post is None or pre.shape != head.hidden.shape or not torch.allclose(post, head.hidden):
+        raise ValueError(
+            f"{type(norm).__name__}'s outputs are not what the output head of {type(model).__name__} receives "
+            "(the norm is called more than once, or the model changes its states between norm and head), so "
+            "apply_final_norm cannot reproduce its output path; sample post-norm points instead"
+        )
+    radius = float(pre.norm(dim=1).max())
+    return SupportStats(
+        radius=radius,
+        eps=radius * EPS_RELATIVE,
+        low=pre.min(dim=0).values,
+        high=pre.max(dim=0).values,
+        hidden=pre,
+        vocab_size=head.vocab_size,
+        seq_len=head.seq_len,
+    )
+
+
 def describe_path(path: OutputPath) -> dict:
     return {
         "apply_final_norm": path.final_norm is not None,
+        # Where the support was measured (the norm's input since the norm is applied once, not twice).
+        "support_at": "final_norm_input" if path.final_norm is not None else "head_input",
         "head_bias": path.bias is not None,
         "logit_multiplier": path.logit_multiplier,
         "softcap": path.softcap,
@@ -153,6 +204,12 @@ def load_state(path) -> tuple[SupportStats, dict, dict, int]:
     if not path.is_file():
         raise FileNotFoundError(f"no geometry state at {path}; run recipes/geometry.py once without --from-state")
     state = torch.load(path, weights_only=True)
+    if state["output_path"].get("apply_final_norm") and "support_at" not in state["output_path"]:
+        # Such a state measured its support after the norm and put those points through the norm again.
+        raise ValueError(
+            f"{path} was sampled with apply_final_norm before its support was measured at the final norm's input: "
+            "its points went through the final norm twice; sample again"
+        )
     stats = SupportStats(**state["stats"])
     estimates = {s: {m: CellEstimate(**e) for m, e in by.items()} for s, by in state["estimates"].items()}
     return stats, estimates, state["output_path"], state["seed"]

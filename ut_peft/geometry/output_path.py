@@ -5,7 +5,8 @@ states, the space whose support ``measure_support`` measures, so by default a po
 head only, then the head's bias, the model's logit scaling and its logit soft-capping (Gemma-2/3's
 ``final_logit_softcapping``). Scaling and soft-capping are monotone and do not move an argmax, but they are
 applied anyway so that :meth:`OutputPath.logits` is the model's own logits. ``apply_final_norm=True`` is the
-other convention: points are pre-norm hidden states and the model's final norm acts on them first.
+other convention: points are pre-norm hidden states and the model's final norm acts on them first (their support
+is then measured at the norm's input: ``analysis.measure_prenorm_support``).
 """
 
 from __future__ import annotations

@@ -59,6 +59,9 @@ def plot_cells(estimates: dict, path, title: str = "") -> Path:
     return save_figure(fig, path, dpi=110)
 
 
+PRENORM = "pre-norm (support measured at the final norm's input; final norm, then head)"
+
+
 def geometry_markdown(
     result: dict, *, model_name: str = "", tokenizer=None, top: int = 10, command: str = "", plot: str | None = None
 ) -> str:
@@ -69,7 +72,7 @@ def geometry_markdown(
         f"Geometry of {model_name or 'the model'}: d = {path['hidden_size']}, |V| = {path['vocab_size']}, "
         f"ln|V| = {path['ln_vocab']:.3f}; support from {s['num_samples']} random-token sequences: "
         f"r = {s['radius']:.3f}, eps = r/2^11 = {s['eps']:.2e}, mean box range {s['box_mean_range']:.3f}. "
-        f"Points are {'pre-norm (final norm applied)' if path['apply_final_norm'] else 'post-norm (head only)'}"
+        f"Points are {PRENORM if path['apply_final_norm'] else 'post-norm (head only)'}"
         f"{softcap}; "
         f"{result['num_samples']:,} samples per support.",
         "",
