@@ -110,23 +110,17 @@ def parse(argv=None, *, prog: str | None = None):
     )
     p.add_argument("--from-state", help="state.pt of an earlier run: recompute the summary and bounds, no sampling")
     add_run_flags(p, out="runs/geometry")
+    sampling = ["samples", "supports", "apply_final_norm", "support_sequences", "chunk_size", "vocab_chunk", "seed"]
+    # Read before parsing: a --config file's values become the parser's defaults, and are refused all the same.
+    builtin = {name: p.get_default(name) for name in sampling}
     args = parse_recipe_args(p, "recipes/geometry.py", argv)
     if args.from_state:  # the points are the state's: a flag that decides how to sample them would be dropped
-        sampling = [
-            "samples",
-            "supports",
-            "apply_final_norm",
-            "support_sequences",
-            "chunk_size",
-            "vocab_chunk",
-            "seed",
-        ]
-        given = [name for name in sampling if name in vars(args) and getattr(args, name) != p.get_default(name)]
+        given = [name for name in sampling if name in vars(args) and getattr(args, name) != builtin[name]]
         if given:
             flags = ", ".join("--" + name.replace("_", "-") for name in given)
             p.error(
-                f"--from-state re-summarises the points its state.pt holds, so {flags} would not be used: drop them, "
-                "or sample again without --from-state"
+                f"--from-state re-summarises the points its state.pt holds, so {flags} would not be used: drop them "
+                "(from the command line or the --config file), or sample again without --from-state"
             )
     args.model_given = args.model is not None  # --from-state checks a given model against the state's
     args.model = args.model or "smollm2-135m"
