@@ -176,3 +176,32 @@ def test_gemma_sized_vocabulary_runs_in_bounded_blocks():
     est = estimate_cells(path, support, 64, progress=False, checkpoints=())["argmax"]
     points = support.sample(64, torch.Generator().manual_seed(0))
     assert torch.equal(est.counts, torch.bincount(path.logits(points).argmax(1), minlength=vocab))
+
+
+def test_a_bf16_head_samples_and_decides_in_float32():
+    # Points drawn (and logits computed) in bf16 are not uniform: ball points leave the ball, a box coordinate
+    # takes a few hundred values, and logits tie. A bf16 head must give the counts of the same head in float32.
+    torch.manual_seed(0)
+    weight = torch.randn(300, 16).bfloat16()
+    bias = torch.randn(300).bfloat16()
+    low, high = torch.zeros(16), torch.full((16,), 5.23)
+    for support in (BallSupport(16, radius=62.16), BoxSupport(low, high)):
+        common = dict(methods=("argmax", "voronoi"), chunk_size=500, vocab_chunk=64, progress=False)
+        half = estimate_cells(OutputPath(weight, bias=bias), support, 2000, **common)
+        full = estimate_cells(OutputPath(weight.float(), bias=bias.float()), support, 2000, **common)
+        for m in ("argmax", "voronoi"):
+            assert torch.equal(half[m].counts, full[m].counts), (support.name, m)
+    points = torch.randn(7, 16)
+    assert OutputPath(weight).logits(points).dtype == torch.float32
+
+
+def test_a_bf16_model_with_its_final_norm_decides_in_float32():
+    from ut_peft.testing import tiny_model
+
+    model = tiny_model("llama", seed=2).to(torch.bfloat16)
+    path = OutputPath.from_model(model, apply_final_norm=True)
+    points = torch.randn(40, path.hidden_size, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        normed = path.final_norm(points.bfloat16()).float()
+    expected = (normed @ path.weight.float().T).argmax(1)
+    assert torch.equal(path.decide(points, vocab_chunk=10)["argmax"], expected)

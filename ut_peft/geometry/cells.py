@@ -277,7 +277,9 @@ def estimate_cells(
         while done < num_samples:
             # A chunk never crosses a checkpoint, so checkpoint counts are exact.
             stop = min([done + chunk_size, num_samples] + [m for m in marks if m > done])
-            points = support.sample(stop - done, generator, dtype=path.weight.dtype)
+            # float32 whatever the head's dtype: uniform draws rounded to bf16 leave the ball and take a few
+            # hundred values per coordinate.
+            points = support.sample(stop - done, generator, dtype=torch.float32)
             decided = path.decide(points, methods=methods, vocab_chunk=vocab_chunk)
             for m in methods:
                 counts[m] += torch.bincount(decided[m], minlength=path.vocab_size)

@@ -108,21 +108,23 @@ class OutputPath:
         )
 
     def prepare(self, points: torch.Tensor) -> torch.Tensor:
-        """The point the head sees: the sampled point, or its final-norm image when the path has a norm."""
+        """The point the head sees, in float32: the sampled point, or its final-norm image when the path has a
+        norm (the norm runs in the model's dtype, as on the model's own states, which its modules may require)."""
         if self.final_norm is None:
-            return points
+            return points.float()
         with torch.no_grad():
-            return self.final_norm(points.to(self.weight.dtype))
+            return self.final_norm(points.to(self.weight.dtype)).float()
 
     def logits(self, points: torch.Tensor) -> torch.Tensor:
-        """Full logits (n, |V|) of ``points`` (n, d), exactly as the model computes them after its last block."""
+        """Full logits (n, |V|) of ``points`` (n, d) as the model computes them after its last block, in float32
+        whatever the head's dtype (bf16 logits would tie and move argmaxes)."""
         with torch.no_grad():
-            out = self.prepare(points).to(self.weight.dtype) @ self.weight.T
+            out = self.prepare(points) @ self.weight.float().T
             return self._finish(out, slice(None))
 
     def _finish(self, scores: torch.Tensor, rows: slice) -> torch.Tensor:
         if self.bias is not None:
-            scores = scores + self.bias[rows]
+            scores = scores + self.bias[rows].to(scores.dtype)
         if self.logit_multiplier != 1.0:
             scores = scores * self.logit_multiplier
         if self.softcap is not None:
@@ -131,7 +133,7 @@ class OutputPath:
 
     def row_sq_norms(self) -> torch.Tensor:
         if self._row_sq_norms is None:
-            self._row_sq_norms = (self.weight.float() ** 2).sum(dim=1).to(self.weight.dtype)
+            self._row_sq_norms = (self.weight.float() ** 2).sum(dim=1)
         return self._row_sq_norms
 
     def decide(self, points: torch.Tensor, *, methods=("argmax",), vocab_chunk: int | None = None) -> dict:
@@ -139,8 +141,9 @@ class OutputPath:
 
         ``argmax``: the greedy decision, argmax of the real logits. ``voronoi``: the Euclidean nearest head row
         (the published cell-volume code), argmax of ``h @ u_j - |u_j|^2 / 2``, which ignores bias and scaling and
-        differs from greedy decoding wherever the rows' norms differ. Both come from one matrix product per chunk.
-        Returns {method: LongTensor (n,)}.
+        differs from greedy decoding wherever the rows' norms differ. Both come from one matrix product per chunk,
+        in float32: a head in another dtype is cast one block of ``vocab_chunk`` rows at a time (no full float32
+        copy of it is kept). Returns {method: LongTensor (n,)}.
         """
         unknown = set(methods) - {"argmax", "voronoi"}
         if unknown or not methods:
@@ -148,12 +151,12 @@ class OutputPath:
         vocab = self.vocab_size
         vocab_chunk = vocab if vocab_chunk is None else max(1, min(int(vocab_chunk), vocab))
         with torch.no_grad():
-            h = self.prepare(points).to(self.weight.dtype)
+            h = self.prepare(points)
             best = {m: torch.full((h.shape[0],), -float("inf"), dtype=h.dtype) for m in methods}
             index = {m: torch.zeros(h.shape[0], dtype=torch.long) for m in methods}
             for start in range(0, vocab, vocab_chunk):
                 rows = slice(start, min(start + vocab_chunk, vocab))
-                scores = h @ self.weight[rows].T
+                scores = h @ self.weight[rows].float().T
                 for m in methods:
                     s = self._finish(scores, rows) if m == "argmax" else scores - 0.5 * self.row_sq_norms()[rows]
                     value, arg = s.max(dim=1)
