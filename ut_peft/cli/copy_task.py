@@ -24,7 +24,7 @@ TRAININGS = library_value("ut_peft.geometry.copy_task:TRAININGS", ("full", "embe
 
 
 def main(args):
-    from ..geometry.copy_task import run_copy
+    from ..geometry.copy_task import copy_settings, run_copy
     from ..geometry.report import write_json
 
     low, high = args.train_lengths
@@ -81,6 +81,11 @@ def main(args):
         "num_heads": args.heads,
         "initializer_range": args.init_range,
     }
+    if args.backbone and "full" not in args.trainings:  # the flags built nothing: record the backbone's own
+        import transformers
+
+        settings = copy_settings(transformers.AutoConfig.from_pretrained(args.backbone))
+        del settings["max_positions"]  # as the flags' settings: each run's config has its positions
     result = {
         "settings": {
             **settings,
@@ -106,7 +111,8 @@ def main(args):
             seed=args.seed,
             progress=not args.no_progress,
             backbone=args.backbone if training == "embeddings" else None,
-            **settings,
+            # A backbone keeps its own architecture: the flags build fresh models only.
+            **({} if args.backbone and training == "embeddings" else settings),
         )
         # The trained model (or UT_REPROGRAM adapter) is kept, so it can be evaluated again at other lengths.
         run.pop("_model").save_pretrained(out / training)
@@ -145,7 +151,8 @@ def parse(argv=None, *, prog: str | None = None):
     p.add_argument(
         "--backbone",
         help="embeddings: a saved copy model (e.g. <out>/full of a full run) whose body and "
-        "positions stay frozen while fresh E, U are learned; default: a random backbone",
+        "positions stay frozen while fresh E, U are learned, with its own architecture (--hidden-size, --layers, "
+        "--heads and --init-range build fresh models only); default: a random backbone",
     )
     p.add_argument("--label", help="name of this run in combined plots (default: its output folder's name)")
     p.add_argument(
@@ -155,7 +162,18 @@ def parse(argv=None, *, prog: str | None = None):
         help="only plot and tabulate the runs of these copy_task.json files together into --output-dir",
     )
     add_run_flags(p, out="runs/copy_task")
-    return parse_recipe_args(p, "recipes/copy_task.py", argv)
+    architecture = ["hidden_size", "layers", "heads", "init_range"]
+    # Read before parsing: a --config file's values become the parser's defaults, and are refused all the same.
+    builtin = {name: p.get_default(name) for name in architecture}
+    args = parse_recipe_args(p, "recipes/copy_task.py", argv)
+    given = [name for name in architecture if getattr(args, name) != builtin[name]]
+    if args.backbone and given and "full" not in args.trainings:
+        flags = ", ".join("--" + name.replace("_", "-") for name in given)
+        p.error(
+            f"--backbone keeps the saved model's own architecture, so {flags} would not be used: drop them (from "
+            "the command line or the --config file), or train --trainings full with them"
+        )
+    return args
 
 
 if __name__ == "__main__":

@@ -145,6 +145,19 @@ def copy_model(seed: int = 0, **config_kwargs) -> transformers.PreTrainedModel:
     return model.eval()
 
 
+def copy_settings(config) -> dict:
+    """The :func:`copy_model_config` arguments a model's ``config`` holds: the architecture a run records, read
+    from the model it trained (a backbone's own, which no flag changes)."""
+    config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    return {
+        "hidden_size": config.hidden_size,
+        "num_layers": config.num_hidden_layers,
+        "num_heads": config.num_attention_heads,
+        "initializer_range": getattr(config, "initializer_range", None),
+        "max_positions": getattr(config, "n_positions", None) or getattr(config, "max_position_embeddings", None),
+    }
+
+
 def max_positions_of(model) -> int | None:
     config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
     return getattr(config, "n_positions", None) or getattr(config, "max_position_embeddings", None)
@@ -315,6 +328,12 @@ def build_copy_model(training: str, *, seed: int = 0, backbone=None, **config_kw
         if backbone is not None:
             raise ValueError("backbone= is for embedding-only training; full training starts from a fresh model")
         return copy_model(seed=seed, **config_kwargs)
+    if backbone is not None and config_kwargs:
+        # The saved backbone's architecture is its own: these would be recorded but never applied.
+        raise ValueError(
+            f"backbone= keeps the saved model's own architecture, so {', '.join(sorted(config_kwargs))} would not "
+            "be used: drop them"
+        )
     if training == "embeddings":
         from peft import get_peft_model
 
@@ -365,8 +384,10 @@ def run_copy(
         eval_lengths = sorted(
             {*range(low, high + 1, 5), *range(high, 2 * high + 1, 5), *range(2 * high, 4 * high + 1, 25)}
         )
-    config_kwargs.setdefault("max_positions", 2 * max(eval_lengths) + 3)
+    if backbone is None:  # a saved backbone has its own positions
+        config_kwargs.setdefault("max_positions", 2 * max(eval_lengths) + 3)
     model = build_copy_model(training, seed=seed, backbone=backbone, **config_kwargs)
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
     data = copy_dataset(steps * batch_size, min_length=low, max_length=high, seed=seed)
     trained = train_copy(model, data, steps=steps, batch_size=batch_size, lr=lr, seed=seed, progress=progress)
     results = evaluate_copy(model, eval_lengths, num_per_length=num_per_length, progress=progress)
@@ -380,7 +401,7 @@ def run_copy(
         "trainable_parameters": trained.trainable_parameters,
         "final_loss": sum(trained.losses[-20:]) / len(trained.losses[-20:]),
         "loss_curve": trained.losses[::10],
-        "config": dict(config_kwargs),
+        "config": copy_settings(base.config),  # the model's own, so a backbone's rather than the arguments
         "backbone": None if backbone is None else str(backbone),
         "results": results,
         "cliff": cliff(results, high),
