@@ -31,3 +31,42 @@ def test_from_state_accepts_a_config_of_other_settings(tmp_path):
     config.write_text(json.dumps({"slope": 2.0, "overwrite": True}))
     args = parse(["--config", str(config), "--from-state", str(tmp_path / "state.pt"), "--out", str(tmp_path / "o")])
     assert args.slope == 2.0 and args.from_state == str(tmp_path / "state.pt")
+
+
+def test_a_summary_of_another_model_is_refused(tmp_path, capsys):
+    import torch
+
+    from ut_peft.cli.geometry import main
+    from ut_peft.testing import tiny_model
+
+    model_dir = tmp_path / "tiny"
+    tiny_model("llama", seed=0).save_pretrained(model_dir)
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"settings": {"model": "gemma-3-270m"}, "fit": {"slope": 3.0}}))
+    out = tmp_path / "out"
+    sample = ["--samples", "50", "--support-sequences", "4", "--no-progress", "--out", str(out)]
+    with pytest.raises(ValueError, match="measured gemma-3-270m, not .*tiny"):
+        main(parse(["--model", str(model_dir), "--summary", str(other), *sample]))
+    assert not out.exists()  # refused before anything was written
+    # A re-summary: the model is the state's.
+    state = tmp_path / "state.pt"
+    torch.save({"estimates": {}, "model": "smollm2-135m"}, state)
+    with pytest.raises(ValueError, match="measured gemma-3-270m, not smollm2-135m"):
+        main(parse(["--from-state", str(state), "--summary", str(other), "--out", str(out)]))
+    # The same model however it is written (here: another spelling of its folder) is accepted.
+    same = tmp_path / "same.json"
+    same.write_text(json.dumps({"settings": {"model": str(model_dir / ".." / "tiny")}, "fit": {"slope": 3.0}}))
+    main(parse(["--model", str(model_dir), "--summary", str(same), *sample]))
+    assert json.loads((out / "geometry.json").read_text())["bounds"]["measured_slope"] == 3.0
+    assert "warning" not in capsys.readouterr().err
+
+
+def test_model_names_compare_as_the_package_names_models(tmp_path):
+    from ut_peft.geometry.bounds import same_model
+
+    assert same_model("smollm2", "smollm2-135m") and same_model("Gemma3-270M", "gemma-3-270m")
+    assert not same_model("gemma-3-270m", "smollm2-135m")
+    # A Hub id is the Hub's checkpoint, not the bundled de-quantised copy.
+    assert not same_model("HuggingFaceTB/SmolLM2-135M-Instruct", "smollm2-135m")
+    (tmp_path / "m").mkdir()
+    assert same_model(str(tmp_path / "m"), str(tmp_path / "." / "m")) and not same_model(str(tmp_path / "m"), "m")

@@ -14,6 +14,27 @@ from ..recipe_utils import add_run_flags, parse_recipe_args, start_run, write_se
 from .common import check_model, positive_float, positive_int, run
 
 
+def check_summary_model(summary, model: str | None) -> None:
+    """Refuse a ``--summary`` whose measured slope is another model's than the one measured (``model``; None:
+    unknown, nothing to compare). A summary that names no model is accepted, with a warning."""
+    import sys
+
+    from ..geometry.bounds import same_model, summary_model
+
+    measured = summary_model(summary)
+    if measured is None:
+        print(
+            f"warning: --summary {summary} names no model (settings.model): its slope is taken to be "
+            f"{model or 'the sampled model'}'s",
+            file=sys.stderr,
+        )
+    elif model is not None and not same_model(measured, model):
+        raise ValueError(
+            f"--summary {summary} measured {measured}, not {model}: the bounds would be set against another "
+            "model's slope; give that model's summary.json, or --slope"
+        )
+
+
 def main(args):
     from ..geometry import read_measured_slope
     from ..geometry.analysis import analyze_model, load_state, save_state, state_model, summarize
@@ -25,6 +46,7 @@ def main(args):
     if args.summary and args.slope:
         raise ValueError("give either --summary (an evaluator summary.json) or --slope, not both")
     slope = read_measured_slope(args.summary) if args.summary else args.slope
+    measured = args.model  # the model the counts come from, where known
     if not args.from_state:
         check_model(args.model)
     else:  # checked before --output-dir is touched
@@ -37,6 +59,9 @@ def main(args):
                 "(the state's model is reported) or sample the other model without --from-state"
             )
         args.model = sampled or args.model  # the report names the model the counts come from
+        measured = args.model if sampled or args.model_given else None
+    if args.summary:  # checked before --output-dir is touched
+        check_summary_model(args.summary, measured)
     out = start_run(args, results=("geometry.json",))
     try:
         tokenizer = load_tokenizer(args.model)

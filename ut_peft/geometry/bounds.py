@@ -79,6 +79,30 @@ def nonuniform_slope_bound(uniform_bound: float, vocab_size: int, decay: float) 
     return uniform_bound * math.log(vocab_size) / decay
 
 
+def summary_model(summary_path) -> str | None:
+    """The model an evaluator ``summary.json`` measured (``settings.model``), or None where it names none (call
+    after :func:`read_measured_slope`, which checks the file)."""
+    settings = json.loads(Path(summary_path).read_text()).get("settings") or {}
+    model = settings.get("model") if isinstance(settings, dict) else None
+    return str(model) if model else None
+
+
+def same_model(a: str, b: str) -> bool:
+    """Whether two model names stand for the same model, as the package names them: a bundled name, its aliases and
+    its converted cache folder are one model (a Hub id is the Hub's own checkpoint, not the bundled copy); a local
+    path that exists is compared as its resolved folder; anything else (a Hub id) as written."""
+    from ..hub import bundled_base_name
+
+    def key(name: str) -> str:
+        bundled = bundled_base_name(name)
+        if bundled:
+            return "bundled:" + bundled
+        path = Path(name).expanduser()
+        return "path:" + str(path.resolve()) if path.exists() else name
+
+    return key(str(a)) == key(str(b))
+
+
 def read_measured_slope(summary_path) -> float:
     """The measured n_50 slope (``fit.slope``) of an accessibility evaluator ``summary.json``; for a sweep run under an
     audited early abandon, which fits no line through per-m n_50 (a stopped row is not a failure), the pooled line's
