@@ -97,3 +97,14 @@ def test_too_long_for_the_model_is_a_clear_error():
     model = ct.copy_model(hidden_size=16, num_layers=1, num_heads=2, max_positions=20)
     with pytest.raises(ValueError, match="positions"):
         ct.evaluate_copy(model, [9], num_per_length=1, progress=False)
+
+
+def test_cliff_is_where_the_curve_first_drops():
+    # A recovery after the drop (20: 1.0 again) is not the cliff: the curve first leaves 0.99 after length 5.
+    rows = [
+        {"length": n, "exact_match": acc, "token_accuracy": acc}
+        for n, acc in [(5, 1.0), (10, 0.5), (15, 0.6), (20, 1.0), (25, 0.0)]
+    ]
+    assert ct.cliff(rows, trained_max=20)["last_length_at_0.99"] == 5
+    # A curve that starts below 0.99 has no such length.
+    assert ct.cliff(rows[1:], trained_max=20)["last_length_at_0.99"] is None

@@ -284,9 +284,10 @@ def evaluate_copy(
 def cliff(
     results: list[dict], trained_max: int, *, metric: str = "exact_match", high: float = 0.9, low: float = 0.1
 ) -> dict:
-    """Where and how sharply ``metric`` (exact_match or token_accuracy) falls: the last length still >= 0.99 and
-    the lengths where it first drops below ``high``, 0.5 and ``low`` (linear interpolation between evaluated
-    lengths); ``width`` is the distance from the high to the low crossing."""
+    """Where and how sharply ``metric`` (exact_match or token_accuracy) falls: the last length before it first
+    drops below 0.99 (None if it starts below) and the lengths where it first drops below ``high``, 0.5 and
+    ``low`` (linear interpolation between evaluated lengths); ``width`` is the distance from the high to the low
+    crossing."""
     rows = sorted(results, key=lambda r: r["length"])
 
     def crossing(level):
@@ -296,7 +297,12 @@ def cliff(
                 return a["length"] + t * (b["length"] - a["length"])
         return None
 
-    exact = [r["length"] for r in rows if r[metric] >= 0.99]
+    # The run of lengths >= 0.99 from the shortest one: a later recovery past a drop is not where the cliff is.
+    exact = []
+    for r in rows:
+        if r[metric] < 0.99:
+            break
+        exact.append(r["length"])
     in_range = [r[metric] for r in rows if r["length"] <= trained_max]
     beyond = [r for r in rows if r["length"] > trained_max]
     out = {
@@ -305,7 +311,7 @@ def cliff(
         "mean_in_range": sum(in_range) / len(in_range) if in_range else None,
         "at_trained_max": next((r[metric] for r in reversed(rows) if r["length"] <= trained_max), None),
         "first_beyond": beyond[0][metric] if beyond else None,
-        "last_length_at_0.99": max(exact) if exact else None,
+        "last_length_at_0.99": exact[-1] if exact else None,
         f"length_at_{high}": crossing(high),
         "length_at_0.5": crossing(0.5),
         f"length_at_{low}": crossing(low),
