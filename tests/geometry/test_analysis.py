@@ -62,3 +62,14 @@ def test_a_state_that_normed_its_points_twice_is_refused(tmp_path):
     torch.save(old, tmp_path / "old.pt")
     with pytest.raises(ValueError, match="went through the final norm twice"):
         load_state(tmp_path / "old.pt")
+
+
+def test_a_re_summary_keeps_the_supports_sequence_length(tmp_path):
+    from ut_peft.geometry import load_state, save_state, summarize
+
+    model = tiny_model("llama", seed=0)
+    result = analyze_model(model, num_samples=20, support_sequences=4, support_seq_len=6, progress=False)
+    assert result["support"]["seq_len"] == 6
+    save_state(result, tmp_path / "state.pt")
+    stats, estimates, path_info, seed = load_state(tmp_path / "state.pt")
+    assert summarize(stats, estimates, path_info, 2.0, seed=seed)["support"] == result["support"]

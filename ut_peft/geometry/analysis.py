@@ -160,7 +160,8 @@ def save_state(result: dict, path) -> Path:
     """Everything :func:`summarize` needs (support statistics, integer counts, checkpoints) in one torch file."""
     stats = result["_stats"]
     state = {
-        "stats": {k: getattr(stats, k) for k in ("radius", "eps", "low", "high", "hidden", "vocab_size")},
+        # seq_len too, so a re-summary reports the support as the sampled run did (None in states saved before).
+        "stats": {k: getattr(stats, k) for k in ("radius", "eps", "low", "high", "hidden", "vocab_size", "seq_len")},
         "output_path": result["output_path"],
         "seed": result["seed"],
         "model": result.get("model"),  # what was sampled: a re-summary from this state reports on that model
