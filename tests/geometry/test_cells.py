@@ -205,3 +205,13 @@ def test_a_bf16_model_with_its_final_norm_decides_in_float32():
         normed = path.final_norm(points.bfloat16()).float()
     expected = (normed @ path.weight.float().T).argmax(1)
     assert torch.equal(path.decide(points, vocab_chunk=10)["argmax"], expected)
+
+
+def test_default_vocabulary_chunk_keeps_the_block_bounded_for_large_point_chunks():
+    from ut_peft.geometry.cells import default_chunks
+
+    for chunk_size in (4096, 16384, 65536, 2**20):
+        chunk, vocab_chunk = default_chunks(262_144, chunk_size, None)
+        assert chunk == chunk_size and 1 <= vocab_chunk and chunk * vocab_chunk <= 2**24, chunk_size
+    assert default_chunks(262_144, None, None) == (4096, 4096)  # the default blocks are unchanged
+    assert default_chunks(262_144, 65536, 3000) == (65536, 3000)  # a given vocab_chunk is the user's

@@ -230,9 +230,11 @@ class CellEstimate:
 def default_chunks(
     vocab_size: int, chunk_size: int | None, vocab_chunk: int | None, max_logits: int = 2**24
 ) -> tuple[int, int]:
-    """Chunk sizes whose logits block (points x vocabulary rows) stays under ``max_logits`` floats (64 MiB)."""
+    """Chunk sizes whose logits block (points x vocabulary rows) stays under ``max_logits`` floats (64 MiB), unless
+    ``vocab_chunk`` is given or ``chunk_size`` alone exceeds it (a block then holds one vocabulary row per point)."""
     chunk_size = chunk_size or 4096
-    vocab_chunk = vocab_chunk or max(1024, min(vocab_size, max_logits // chunk_size))
+    # No floor above 1 row: a floor (it was 1024) breaks the bound for chunk_size > max_logits / floor.
+    vocab_chunk = vocab_chunk or max(1, min(vocab_size, max_logits // chunk_size))
     return int(chunk_size), int(min(vocab_chunk, vocab_size))
 
 
