@@ -90,10 +90,19 @@ MIN_INNER = 50
 TRUTHS = ("fitted", "common-width", "slope-shift")
 # The --all-truths verdict: an interval is trusted only where its calibrated coverage reaches this at every truth.
 TRUSTED = 0.90
-RULE = (
-    f"verdict: trusted where the calibrated coverage is at least {TRUSTED:.2f} at every truth ({', '.join(TRUTHS)}); "
-    "else not trusted at the truths where it is below (a point estimate: its MC se is beside it)"
-)
+# ... from at least this many outer sweeps at every truth: a coverage of 1.000 from 1 sweep (MC se printed 0.000) says
+# nothing; even at 50 sweeps a true coverage of 0.85 reads 0.90 or more one time in five (at 100, one in ten). A test
+# lowers it.
+MIN_VERDICT_OUTER = 50
+
+
+def verdict_rule() -> str:
+    """The verdict's rule in words (read at call time: a test lowers :data:`MIN_VERDICT_OUTER`)."""
+    return (
+        f"verdict: trusted where the calibrated coverage is at least {TRUSTED:.2f} at every truth "
+        f"({', '.join(TRUTHS)}), each from at least {MIN_VERDICT_OUTER} outer sweeps; else not trusted at the truths "
+        "where it is below (a point estimate: its MC se is beside it), or not judged where a truth has fewer sweeps"
+    )
 
 
 def measured_ms(rows: dict) -> list[int]:
@@ -320,9 +329,11 @@ def run_truth(
     return judged, report(judged, truth_text, args.inner, fitted=setting["truth"] == "fitted")
 
 
-def truths_table(tables: dict[str, dict[str, dict]]) -> dict[str, dict]:
+def truths_table(tables: dict[str, dict[str, dict]], outers: dict[str, int]) -> dict[str, dict]:
     """Per quantity (in the first truth's order): the calibrated coverage and its MC se at each truth (None where a
-    truth's sweeps gave none), and the verdict of :data:`RULE`."""
+    truth's sweeps gave none), and the verdict of :func:`verdict_rule`; ``outers``: the outer sweeps judged at each
+    truth."""
+    few = {kind: n for kind, n in outers.items() if n < MIN_VERDICT_OUTER}
     names: list[str] = []
     for table in tables.values():
         names += [name for name in table if name not in names]
@@ -335,7 +346,11 @@ def truths_table(tables: dict[str, dict[str, dict]]) -> dict[str, dict]:
             entry[kind] = None if found is None else {"calibrated": found["calibrated"], "se": found["calibrated_se"]}
             if found is None or found["calibrated"] < TRUSTED:  # no coverage measured is no evidence of it
                 below.append(kind)
-        entry["verdict"] = "trusted" if not below else f"not trusted at {', '.join(below)}"
+        if few:
+            counts = ", ".join(f"{n} at {kind}" for kind, n in few.items())
+            entry["verdict"] = f"not judged: {counts} outer sweeps (a verdict needs {MIN_VERDICT_OUTER})"
+        else:
+            entry["verdict"] = "trusted" if not below else f"not trusted at {', '.join(below)}"
         out[name] = entry
     return out
 
@@ -345,7 +360,7 @@ def print_truths_table(combined: dict[str, dict], kinds, outer: int, inner: int)
     print(
         f"calibrated coverage at {len(kinds)} truths ({outer} outer sweeps each, {inner} inner sweeps per calibration)"
     )
-    print(RULE)
+    print(verdict_rule())
     print()
     print("| quantity | " + " | ".join(f"{kind} (MC se)" for kind in kinds) + " | verdict |")
     print("|---" * (len(kinds) + 2) + "|")
@@ -508,9 +523,12 @@ def main(argv=None) -> None:
         "inner": args.inner,
     }
     if args.all_truths:
-        combined = truths_table({kind: outcome["table"] for kind, outcome in outcomes.items()})
+        combined = truths_table(
+            {kind: outcome["table"] for kind, outcome in outcomes.items()},
+            {kind: outcome["outer"] for kind, outcome in outcomes.items()},
+        )
         print_truths_table(combined, kinds, args.outer, args.inner)
-        record.update(outer=args.outer, rule=RULE, truths=outcomes, verdicts=combined)
+        record.update(outer=args.outer, rule=verdict_rule(), truths=outcomes, verdicts=combined)
     else:
         (outcome,) = outcomes.values()
         record.update(truth=outcome["truth"], setting=outcome["setting"], outer=outcome["outer"])

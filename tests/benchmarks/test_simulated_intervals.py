@@ -144,6 +144,7 @@ def test_all_truths_run_into_three_files_and_one_table_and_a_file_keeps_its_trut
     benchmark = load_benchmark("simulated_intervals.py")
     monkeypatch.setattr(simulated_intervals, "MIN_REPEATS", 3)
     monkeypatch.setattr(benchmark, "MIN_INNER", 3)
+    monkeypatch.setattr(benchmark, "MIN_VERDICT_OUTER", 2)
     folder = tmp_path / "sweep"
     simulated_folder(folder, 7)
     prefix, record = tmp_path / "three", tmp_path / "three.json"
@@ -160,6 +161,7 @@ def test_all_truths_run_into_three_files_and_one_table_and_a_file_keeps_its_trut
     assert "common-width truth (the truth fitted to" in out and "width power 0.00" in out
     assert "| quantity | fitted (MC se) | common-width (MC se) | slope-shift (MC se) | verdict |" in out
     assert "trusted where the calibrated coverage is at least 0.90 at every truth" in out
+    assert "each from at least 2 outer sweeps" in out
     saved = json.loads(record.read_text())
     assert saved["truths"]["slope-shift"]["setting"]["slope_shift"] == 2.0
     verdicts = saved["verdicts"]
@@ -197,3 +199,10 @@ def test_all_truths_run_into_three_files_and_one_table_and_a_file_keeps_its_trut
     capsys.readouterr()
     benchmark.main(command)  # resumed: every outer sweep of every truth is read back
     assert "outer " not in capsys.readouterr().err
+    # Fewer outer sweeps than a verdict needs: every quantity is "not judged", however well it covered.
+    monkeypatch.setattr(benchmark, "MIN_VERDICT_OUTER", 3)
+    benchmark.main(command)
+    verdicts = json.loads(record.read_text())["verdicts"]
+    assert {entry["verdict"] for entry in verdicts.values()} == {
+        "not judged: 2 at fitted, 2 at common-width, 2 at slope-shift outer sweeps (a verdict needs 3)"
+    }
