@@ -215,3 +215,18 @@ def test_default_vocabulary_chunk_keeps_the_block_bounded_for_large_point_chunks
         assert chunk == chunk_size and 1 <= vocab_chunk and chunk * vocab_chunk <= 2**24, chunk_size
     assert default_chunks(262_144, None, None) == (4096, 4096)  # the default blocks are unchanged
     assert default_chunks(262_144, 65536, 3000) == (65536, 3000)  # a given vocab_chunk is the user's
+
+
+def test_draws_depend_on_seed_chunk_size_and_checkpoints_as_documented():
+    torch.manual_seed(0)
+    path = OutputPath(torch.randn(50, 4))
+    support = BallSupport(4, radius=1.0)
+
+    def counts(**kwargs):
+        return estimate_cells(path, support, 1000, chunk_size=4096, progress=False, **kwargs)["argmax"].counts
+
+    assert torch.equal(counts(), counts())
+    assert torch.equal(counts(vocab_chunk=7), counts())
+    # Cut at other points, the draws differ: the docstring names checkpoints among what fixes the points.
+    assert not torch.equal(counts(checkpoints=()), counts())
+    assert "checkpoints" in estimate_cells.__doc__.split("Deterministic given")[1].split(".")[0]

@@ -255,8 +255,11 @@ def estimate_cells(
 
     ``methods``: ``argmax`` (the greedy decision through the real output path) and/or ``voronoi`` (nearest head
     row, the published method); both share one matrix product per chunk. Counts are also kept at the
-    ``checkpoints`` fractions of ``num_samples`` for the convergence check. Deterministic given ``seed`` and
-    ``chunk_size``. Returns {method: CellEstimate}.
+    ``checkpoints`` fractions of ``num_samples`` for the convergence check. Deterministic given ``seed``,
+    ``chunk_size`` and ``checkpoints``: a chunk is cut at each checkpoint, and the points drawn depend on where the
+    draws are cut, so other checkpoints draw other points (``vocab_chunk`` changes no draw). The draws are left so
+    (not made independent of the checkpoints) because that would change the points behind the published figures.
+    Returns {method: CellEstimate}.
     """
     num_samples = int(num_samples)
     if num_samples < 1:
