@@ -44,6 +44,9 @@ BUDGET_TABLE = Path("results") / "universal" / "budget.md"
 BUDGET_FIGURE = Path("docs") / "figures" / "universal-khop-budget.png"
 DOCS = Path("docs") / "universal.md"
 DOCS_SECTION = "khop-budget"
+# The README's verdict per budget row, rebuilt with every report so that it never lags the committed rows.
+README = Path("README.md")
+README_SECTION = "khop-budget-verdict"
 
 
 def set_section(path: Path, name: str, body: str) -> bool:
@@ -109,6 +112,16 @@ def main(args) -> None:
         print(f"figure: {base / BUDGET_FIGURE}")
     if set_section(base / DOCS, DOCS_SECTION, text):
         print(f"table: in {base / DOCS} ({DOCS_SECTION})")
+    verdicts = (
+        "k-hop at the references' data budget, the verdict per row: whether the model reaches the paper's level, "
+        "over the seeds the plan asks for (0, 1 and 2 where seed 0 reached it or ended within 10 points of it); a "
+        "seed-0 run of a fixed backbone stopped flat below the level is answered by its run without the flat rule. "
+        f"Rebuilt from `{RESULTS}` by `python recipes/ut_experiments.py --report-only`; each run's curve, stop and "
+        "CPU hours: [universal](docs/universal.md#k-hop-at-the-references-data-budget-issue-42).\n\n"
+        + budget_results.verdict_table(rows)
+    )
+    if set_section(base / README, README_SECTION, verdicts):
+        print(f"verdicts: in {base / README} ({README_SECTION})")
 
 
 def parse(argv=None):

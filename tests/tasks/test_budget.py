@@ -371,7 +371,12 @@ def test_the_recipe_reports_fake_budget_runs_into_the_docs_section(tmp_path, cap
     docs = tmp_path / "docs" / "universal.md"
     docs.parent.mkdir()
     docs.write_text("# page\n\n<!-- BEGIN khop-budget -->\nold table\n<!-- END khop-budget -->\n\nafter\n")
+    readme = tmp_path / "README.md"
+    readme.write_text("# ut-peft\n\n<!-- BEGIN khop-budget-verdict -->\nold\n<!-- END khop-budget-verdict -->\n")
     recipe.main(recipe.parse(["--report-only", "--base-dir", str(tmp_path)]))
+    front = readme.read_text()
+    assert "\nold\n" not in front and budget_results.verdict_table(plan.load_rows(results)) in front
+    assert "| k = 2 alone | sparse UT | 99.5 / - / - | 100% | open: 1 of 1 finished seeds reach 99.0%" in front
     page = docs.read_text()
     assert "old table" not in page and page.endswith("<!-- END khop-budget -->\n\nafter\n")
     assert "yes, 2.0e5-4.0e5 examples" in page and "(figures/universal-khop-budget.png)" in page
