@@ -7,7 +7,9 @@ Both variants live in one process and their training steps alternate, so a chang
 Memory is counted tensor by tensor, not read from the process's RSS: safetensors maps weights from the file, so
 RSS grows as pages are touched and does not fall when a tensor is freed. Counted: every distinct parameter and
 buffer storage of the model (frozen and trained), gradients, optimizer state, and the activations autograd saves
-for the backward pass (through ``saved_tensors_hooks``); their sum is the training step's peak tensor memory.
+for the backward pass (through ``saved_tensors_hooks``); their sum is the training step's peak tensor memory. Each
+storage counts once, in the first of those categories it belongs to: a matrix product saves its weight for the
+backward, and that weight is counted under weights, not again under activations.
 
     python benchmarks/reprogram_vs_stock_peft.py [--model smollm2-135m] [--steps 6] [--task-vocab 64] [--json PATH]
 
@@ -43,8 +45,10 @@ import ut_peft
 from ut_peft.models import resolve_model_path
 
 
-def distinct_bytes(tensors) -> int:
-    seen, total = set(), 0
+def distinct_bytes(tensors, seen: set | None = None) -> int:
+    """The bytes of the storages of ``tensors``, each counted once, leaving out those already in ``seen`` (the
+    storage pointers counted before: ``seen`` gains this call's)."""
+    seen, total = set() if seen is None else seen, 0
     for tensor in tensors:
         if tensor is None or tensor.device.type == "meta":
             continue
@@ -74,7 +78,13 @@ class Variant:
         start = time.perf_counter()
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
             loss = self.model(input_ids=batch, labels=batch).loss
-        self.saved_bytes = max(self.saved_bytes, distinct_bytes(saved))
+        # Only the saved storages that are not weights, gradients or optimizer state: the backward saves the weights
+        # of its matrix products, which memory() already counts. Compared now, while every one of them is alive (a
+        # pointer compared later could be a freed activation's address reused by a gradient or optimizer state).
+        seen: set = set()
+        for tensors in self.categories():
+            distinct_bytes(tensors, seen)
+        self.saved_bytes = max(self.saved_bytes, distinct_bytes(saved, seen))
         saved.clear()  # our references only: autograd keeps what the backward needs
         loss.backward()
         self.optimizer.step()
@@ -82,10 +92,19 @@ class Variant:
         if timed:
             self.times.append(time.perf_counter() - start)
 
+    def categories(self) -> tuple[list, list, list]:
+        """The tensors of the weights (parameters and buffers), gradients and optimizer state, in that order."""
+        return (
+            list(self.model.parameters()) + list(self.model.buffers()),
+            [p.grad for p in self.model.parameters()],
+            [t for s in self.optimizer.state.values() for t in s.values() if torch.is_tensor(t)],
+        )
+
     def memory(self) -> dict:
-        params = distinct_bytes(list(self.model.parameters()) + list(self.model.buffers()))
-        grads = distinct_bytes(p.grad for p in self.model.parameters())
-        state = distinct_bytes(t for s in self.optimizer.state.values() for t in s.values() if torch.is_tensor(t))
+        """Bytes per category, each storage in the first category it belongs to (weights, grads, optimizer state,
+        activations saved for backward), so that their sum counts every storage once."""
+        seen: set = set()
+        params, grads, state = (distinct_bytes(tensors, seen) for tensors in self.categories())
         return {
             "weights": params,
             "grads": grads,
