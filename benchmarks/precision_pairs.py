@@ -23,7 +23,8 @@ The report, from the output and the folder:
 - the shift: the folder's design fits its line (the pooled design's ``summary_fit``; another design's rows, the
   pooled line of their outcomes) to the folder's rows, and again to the same rows with each re-crammed row's outcome
   and steps in place of the folder's; the differences of n_50 at every m and of the slope. Beside each, a standard
-  error from ``--bootstrap`` resamples of the pairs (within each m, a pair drawn whole), and the design's own target
+  error from ``--bootstrap`` resamples of the pairs (within each m, a pair drawn whole; every row without a pair
+  stays in each resample as it is), and the design's own target
   standard error where the folder records one. A bootstrap se over pairs is a precision, not a coverage-checked
   interval: the verdict line says only whether ``|shift| + 2 se`` stays below each target, and at an m whose n_50 the
   folder's rows do not bracket yet the fit rests on its width prior and says little.
@@ -237,11 +238,13 @@ def shift(folder, records: list[dict], bootstrap: int, seed: int = 0) -> dict | 
     by_m: dict[int, list[dict]] = {}
     for r in records:
         by_m.setdefault(r["m"], []).append(r)
+    paired = {(r["m"], r["n"], r["index"]) for r in records}
     rng = random.Random(seed)
     draws: list[dict] = []
     for _ in range(bootstrap):
-        # A resample of the pairs within each m, drawn whole; the rows of the other m stay the folder's.
-        resampled = {k: v for k, v in rows.items() if k[0] not in by_m}
+        # A resample of the pairs within each m, drawn whole, beside every row without a pair as the point fit has it:
+        # also those at a paired m (--max-n's longer rows, inferred ones), which the point fit counts too.
+        resampled = {k: v for k, v in rows.items() if k not in paired}
         chosen = []
         for m, pairs in by_m.items():
             for i, r in enumerate(rng.choices(pairs, k=len(pairs))):

@@ -144,3 +144,38 @@ def test_a_killed_run_continues_its_rows_in_flight_from_their_snapshots(tmp_path
     for key, record in resumed.items():
         assert (record["accessible"], record["steps"]) == (unbroken[key]["accessible"], unbroken[key]["steps"]), key
     assert not list(inflight.rglob("*.safetensors"))
+
+
+def _crams(m, n, i):  # mixed outcomes around n_50 = 16 at m = 1 and 60 at m = 3
+    return n + (4 if m == 1 else 10) * (i - 1.5) < (16 if m == 1 else 60)
+
+
+_ROWS = [(m, n, i, _crams(m, n, i), 10) for m, ns in ((1, (8, 12, 16, 20, 24)), (3, (40, 50, 60, 70, 80))) for n in ns
+         for i in range(4)]  # fmt: skip
+
+
+def _pair(m, n, i, ok, other=None):
+    fields = {"stop_reason": "exact", "best_prefix": 0, "best_accuracy": 1.0, "tf_accuracy": 1.0}
+    accessible = ok if other is None else other
+    return {"m": m, "n": n, "index": i, "autocast": "bf16", "accessible": accessible, "steps": 10, **fields,
+            "original": {"accessible": ok, "steps": 10}}  # fmt: skip
+
+
+def test_every_bootstrap_fit_keeps_the_rows_without_a_pair(tmp_path, pairs, monkeypatch):
+    """Pairs at m = 3 only up to n = 60 (as --max-n 60 leaves them): the rows at n = 70 and 80 are in the point fit,
+    so they are in every resample's fit too, not only the rows at m without pairs."""
+    from ut_peft.accessibility.testing import pooled_sweep_settings, write_sweep_folder
+
+    folder = tmp_path / "folder"
+    write_sweep_folder(folder, pooled_sweep_settings(), _ROWS)
+    records = [_pair(m, n, i, ok, True if n == 60 else None) for m, n, i, ok, _ in _ROWS if m == 3 and n <= 60]
+    fits, fitter = [], pairs.line_fitter
+
+    def counting(folder):
+        fit = fitter(folder)
+        return lambda rows: fits.append(sorted(k for k in rows if k[0] == 3 and k[1] > 60)) or fit(rows)
+
+    monkeypatch.setattr(pairs, "line_fitter", counting)
+    assert pairs.shift(folder, records, bootstrap=5)["bootstrap"] == 5
+    unpaired = sorted((m, n, i) for m, n, i, *_ in _ROWS if m == 3 and n > 60)
+    assert len(fits) == 2 + 2 * 5 and all(rows == unpaired for rows in fits)  # the point fits and each resample's
