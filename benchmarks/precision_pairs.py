@@ -8,7 +8,10 @@ the same texts from the same inits, each pair differing by the precision only.
 Every row of the folder at the m given that ran to its own end (not inferred, not stopped by an early abandon;
 ``--max-n`` keeps the shorter ones) is crammed again under the folder's own settings with ``--autocast`` instead of
 the folder's: the same token ids (its source, seed and index) and the same init (its ``init_seed``, checked), so a
-pair differs by the precision alone. Rows far from n_50 cram (or fail) in any precision and say little, so
+pair differs by the precision alone. The folder's rows when the output is first written are the comparison's: their
+keys go into the output (a ``"side": "selection"`` line), and a resumed run and the report keep to them, so a folder
+that gains rows later (a sweep still running) changes neither the pairs nor the line (stderr says how many newer rows
+are left out; a new ``--output`` takes them in). Rows far from n_50 cram (or fail) in any precision and say little, so
 ``--fresh N`` adds N new rows per m at the folder's fitted n_50 (new texts, indices from 10 000), each crammed in
 both precisions by this script: the pairs that can tell. Resumable: rows already in ``--output`` are skipped (a
 row in flight when the run is killed starts again), and a fresh row's cram in the folder's precision is written as
@@ -55,10 +58,11 @@ FRESH_INDEX = 10_000  # fresh rows' sequence indices: far above any a sweep's de
 PAIR_FIELDS = ("accessible", "steps", "stop_reason", "best_prefix", "best_accuracy", "tf_accuracy")
 
 
-def paired_rows(folder, ms, max_n: int | None = None) -> list[tuple[tuple, dict]]:
-    """The folder's rows at the m of ``ms`` that ran to their own end, no longer than ``max_n``, in key order."""
+def paired_rows(folder, ms, max_n: int | None = None, rows: dict | None = None) -> list[tuple[tuple, dict]]:
+    """The folder's rows (``rows``: those of them the comparison was made on) at the m of ``ms`` that ran to their
+    own end, no longer than ``max_n``, in key order."""
     chosen = []
-    for key, row in sorted(store.read_rows(folder).items()):
+    for key, row in sorted((store.read_rows(folder) if rows is None else rows).items()):
         m, n, _ = key
         if m not in ms or row.get("stop_reason") == INFERRED or row.get("flagged_at") is not None:
             continue
@@ -77,6 +81,7 @@ def cram_pairs(
     fresh: int = 0,
     sides=None,
     inflight: Path | None = None,
+    rows: dict | None = None,
     model=None,
     tokenizer=None,
 ):
@@ -86,7 +91,8 @@ def cram_pairs(
     resumed run does not cram it again: ``sides`` holds those already written, by key (their n pins where a resumed
     run puts the fresh rows of their m, whatever the folder's line says by then). ``inflight``: a folder where the
     rows in flight keep their state every few minutes (``folder/`` and ``other/`` for the two precisions), so that a
-    rerun continues them where a kill left them, as a sweep does; None: a killed row starts again."""
+    rerun continues them where a kill left them, as a sweep does; None: a killed row starts again. ``rows``: the
+    folder's rows the comparison is made on (:func:`selected_rows`; None: all the folder holds now)."""
     import dataclasses
 
     from ut_peft.accessibility.engine.forward import autocast_kind
@@ -111,7 +117,8 @@ def cram_pairs(
                 for key in set(store.inflight_keys(inflight / side)) & finished:
                     store.remove_inflight(inflight / side, key)
     jobs, originals = [], {}
-    for (m, n, index), row in paired_rows(folder, ms, max_n):
+    rows = store.read_rows(folder) if rows is None else rows
+    for (m, n, index), row in paired_rows(folder, ms, max_n, rows):
         if (m, n, index) in done:
             continue
         seed = init_seed(config.seed, m, n, index)
@@ -120,7 +127,7 @@ def cram_pairs(
         jobs.append(CramJob(key=(m, n, index), ids=source.sequence(n, index, config.seed), m=m, seed=seed))
         originals[(m, n, index)] = row
     if fresh:
-        fitted = line_fitter(folder)(store.read_rows(folder))
+        fitted = line_fitter(folder)(rows)
         if fitted is None:
             raise SystemExit(f"{folder}: its rows give no line yet, so there is no n_50 to put fresh rows at")
         sides = sides or {}
@@ -225,9 +232,11 @@ def line_fitter(folder):
     return fit_line
 
 
-def shift(folder, records: list[dict], bootstrap: int, seed: int = 0) -> dict | None:
-    """The shift of the line from the folder's outcomes to the other precision's, and its bootstrap se over pairs."""
-    rows, line_fit = with_fresh(store.read_rows(folder), records), line_fitter(folder)
+def shift(folder, records: list[dict], bootstrap: int, seed: int = 0, rows: dict | None = None) -> dict | None:
+    """The shift of the line from the folder's outcomes to the other precision's, and its bootstrap se over pairs.
+    ``rows``: the folder's rows the comparison was made on (None: all the folder holds now)."""
+    rows = with_fresh(store.read_rows(folder) if rows is None else rows, records)
+    line_fit = line_fitter(folder)
     base, other = line_fit(rows), line_fit(swapped(rows, records))
     if base is None or other is None:
         return None
@@ -277,7 +286,8 @@ def targets(folder) -> dict:
     return {"slope": None if slope is None else float(slope), "n50": n50}
 
 
-def report(folder, records: list[dict], bootstrap: int) -> str:
+def report(folder, records: list[dict], bootstrap: int, rows: dict | None = None) -> str:
+    """The table and the shift (see the module's docstring); ``rows`` as for :func:`shift`."""
     lines = [
         "| m | pairs | both crammed | both failed | lost (folder's only) | gained (other's only) | median steps ratio "
         "(other / folder, both crammed) | row-steps folder / other |",
@@ -306,7 +316,7 @@ def report(folder, records: list[dict], bootstrap: int) -> str:
     if not records:
         return "no pairs yet"
     other = records[0]["autocast"]
-    fitted = shift(folder, records, bootstrap)
+    fitted = shift(folder, records, bootstrap, rows=rows)
     if fitted is None:
         lines.append("\nshift: the line cannot be fitted to these rows (fewer than two m with rows)")
         return "\n".join(lines)
@@ -346,6 +356,50 @@ def report(folder, records: list[dict], bootstrap: int) -> str:
     return "\n".join(lines)
 
 
+def selected_rows(folder, records: list[dict], output) -> tuple[dict, dict | None]:
+    """The folder's rows the comparison in ``records`` (an output's lines) was made on, and the selection line to
+    write where the output holds none yet (else None); notes on stderr about what is left out.
+
+    An output records the folder's row keys when it is first written (its ``"side": "selection"`` line). One written
+    before that holds only pairs: it reads as made on the rows its pairs name and every row the folder holds now at an
+    m it does not pair (rows there cannot be dated, so all are taken; a note says so). A row at a paired m that no
+    pair names is left out as newer: a run pairs every row at its m that ran to its own end (the only rows at such an
+    m that existed yet are left out so are an inferred one, an early-abandoned one, or one longer than --max-n)."""
+    live = store.read_rows(folder)
+    recorded = next((r for r in records if r.get("side") == "selection"), None)
+    line = None
+    if recorded is not None:
+        keys = {tuple(key) for key in recorded["rows"]}
+    else:
+        pairs = pair_records(records)
+        named = {(r["m"], r["n"], r["index"]) for r in pairs if not r.get("fresh")}
+        paired_ms = {m for m, _, _ in named}
+        keys = named | {key for key in live if key[0] not in paired_ms}
+        if pairs:
+            print(
+                f"note: {output} predates recording the folder rows it was made on: read as made on the "
+                f"{len(named)} rows its pairs name and the {len(keys) - len(named)} the folder holds at m other than "
+                f"{sorted(paired_ms)} (not dated: all current ones); rows at a paired m that no pair names are taken "
+                "as newer",
+                file=sys.stderr,
+            )
+        line = {"side": "selection", "folder": str(folder), "rows": sorted(keys), "inferred": bool(pairs)}
+    missing = keys - set(live)
+    if missing:
+        raise SystemExit(
+            f"{folder} no longer holds {len(missing)} of the {len(keys)} rows {output} was made on (e.g. "
+            f"{sorted(missing)[0]}): is it the same folder? Another --output starts a comparison on its rows now"
+        )
+    newer = len(live) - len(keys)
+    if newer:
+        print(
+            f"{folder} holds {newer} rows newer than the comparison in {output}, left out of it (a new --output "
+            "takes them in)",
+            file=sys.stderr,
+        )
+    return {key: live[key] for key in sorted(keys)}, line
+
+
 def pair_records(records: list[dict]) -> list[dict]:
     """The pairs among an output's records (not the fresh rows' crams in the folder's precision alone)."""
     return [r for r in records if "side" not in r]
@@ -358,12 +412,15 @@ def main(argv=None, *, model=None, tokenizer=None) -> None:
     pairs = pair_records(records)
     if pairs and any(r["autocast"] != pairs[0]["autocast"] for r in pairs):
         raise SystemExit(f"{output} mixes precisions: one output file per precision")
+    rows, selection = selected_rows(args.folder, records, output)
     if not args.report_only:
         if pairs and pairs[0]["autocast"] != args.autocast:
             raise SystemExit(f"{output} holds {pairs[0]['autocast']} pairs, not {args.autocast}: another --output")
+        output.parent.mkdir(parents=True, exist_ok=True)
+        if selection is not None:  # the rows of this comparison, before any of its pairs
+            append_records(output, [selection], records)
         done = {(r["m"], r["n"], r["index"]) for r in pairs}
         sides = {(r["m"], r["n"], r["index"]): r for r in records if r.get("side") == "folder"}
-        output.parent.mkdir(parents=True, exist_ok=True)
         new = cram_pairs(
             args.folder,
             set(args.ms),
@@ -373,11 +430,12 @@ def main(argv=None, *, model=None, tokenizer=None) -> None:
             fresh=args.fresh,
             sides=sides,
             inflight=output.with_name(output.stem + ".states"),
+            rows=rows,
             model=model,
             tokenizer=tokenizer,
         )
         append_records(output, new, records)
-    print(report(args.folder, pair_records(records), args.bootstrap))
+    print(report(args.folder, pair_records(records), args.bootstrap, rows=rows))
 
 
 def parse(argv=None) -> argparse.Namespace:

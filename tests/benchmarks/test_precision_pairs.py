@@ -36,7 +36,8 @@ def test_rows_are_crammed_again_in_bf16_from_their_own_inits_and_paired(tmp_path
     output = tmp_path / "pairs.jsonl"
     argv = [str(folder), "--autocast", "bf16", "--ms", "1", "2", "--bootstrap", "20", "--output", str(output)]
     text = _run(pairs, *argv, model=llama)
-    records = [json.loads(line) for line in output.read_text().splitlines()]
+    selection, *records = [json.loads(line) for line in output.read_text().splitlines()]
+    assert selection["side"] == "selection" and {tuple(key) for key in selection["rows"]} == set(rows)
     assert {(r["m"], r["n"], r["index"]) for r in records} == set(rows)
     for record in records:
         key = (record["m"], record["n"], record["index"])
@@ -46,7 +47,7 @@ def test_rows_are_crammed_again_in_bf16_from_their_own_inits_and_paired(tmp_path
 
     # Resumable: nothing is crammed again and the report is the same; --report-only prints it from the output alone.
     assert _run(pairs, *argv, model=llama) == text
-    assert len(output.read_text().splitlines()) == len(records)
+    assert len(output.read_text().splitlines()) == 1 + len(records)
     assert _run(pairs, str(folder), "--output", str(output), "--bootstrap", "20", "--report-only", model=None) == text
     # Fresh rows at the folder's n_50: new texts, crammed in both precisions, paired like the folder's own.
     fresh_output = tmp_path / "fresh.jsonl"
@@ -120,13 +121,14 @@ def test_a_killed_run_continues_its_rows_in_flight_from_their_snapshots(tmp_path
     monkeypatch.setattr(pairs, "SNAPSHOT_SECONDS", 0.0)  # a state after every update
     argv = ["--ms", "1", "2", "--bootstrap", "5", "--output"]
     _run(pairs, str(folder), *argv, str(tmp_path / "unbroken.jsonl"), model=llama)
-    unbroken = {(r["m"], r["n"], r["index"]): r for r in map(json.loads, open(tmp_path / "unbroken.jsonl"))}
+    selection, *lines = map(json.loads, open(tmp_path / "unbroken.jsonl"))
+    unbroken = {(r["m"], r["n"], r["index"]): r for r in lines}
 
     output, inflight = tmp_path / "killed.jsonl", tmp_path / "killed.states"
     running = pairs.cram_pairs(folder, {1, 2}, "bf16", done=set(), inflight=inflight, model=llama, tokenizer=None)
     first = next(running)
     running.close()  # the kill: the rows still in flight keep their last state
-    output.write_text(json.dumps(first) + "\n")
+    output.write_text(json.dumps(selection) + "\n" + json.dumps(first) + "\n")  # as main writes them
     assert list(inflight.rglob("*.safetensors")), "the rows in flight should have kept their states"
     read, continued = pairs.store.read_inflight, []
 
@@ -139,7 +141,7 @@ def test_a_killed_run_continues_its_rows_in_flight_from_their_snapshots(tmp_path
     monkeypatch.setattr(pairs.store, "read_inflight", reading)
     _run(pairs, str(folder), *argv, str(output), model=llama)
     assert continued and all(step > 0 for _, step in continued)  # rows went on from their states, not from step 0
-    resumed = {(r["m"], r["n"], r["index"]): r for r in map(json.loads, open(output))}
+    resumed = {(r["m"], r["n"], r["index"]): r for r in map(json.loads, open(output)) if "side" not in r}
     assert set(resumed) == set(unbroken)
     for key, record in resumed.items():
         assert (record["accessible"], record["steps"]) == (unbroken[key]["accessible"], unbroken[key]["steps"]), key
@@ -179,3 +181,31 @@ def test_every_bootstrap_fit_keeps_the_rows_without_a_pair(tmp_path, pairs, monk
     assert pairs.shift(folder, records, bootstrap=5)["bootstrap"] == 5
     unpaired = sorted((m, n, i) for m, n, i, *_ in _ROWS if m == 3 and n > 60)
     assert len(fits) == 2 + 2 * 5 and all(rows == unpaired for rows in fits)  # the point fits and each resample's
+
+
+def test_the_report_keeps_to_the_rows_the_comparison_was_made_on(tmp_path, pairs, capsys):
+    """A folder that gains rows after its pairs were made (a sweep still running) changes neither the table nor the
+    shift; stderr says how many rows are left out. An output written before the rows were recorded reads as made on
+    the rows its pairs name and every row at the m it does not pair."""
+    from ut_peft.accessibility.testing import pooled_sweep_settings, write_sweep_folder
+
+    before, after = tmp_path / "before", tmp_path / "after"
+    write_sweep_folder(before, pooled_sweep_settings(), _ROWS)
+    newer = [(3, n, i, n < 90, 10) for n in (70, 80, 90) for i in (4, 5)]  # outcomes that move n_50 at m = 3
+    write_sweep_folder(after, pooled_sweep_settings(), _ROWS + newer)
+    records = [_pair(m, n, i, ok, True if (m, n) == (3, 70) else None) for m, n, i, ok, _ in _ROWS if m == 3]
+    selection = {"side": "selection", "folder": str(before), "rows": [[m, n, i] for m, n, i, *_ in _ROWS]}
+    argv = ["--bootstrap", "5", "--report-only", "--output"]
+    for lines, name in (([selection, *records], "recorded.jsonl"), (records, "legacy.jsonl")):
+        output = tmp_path / name
+        output.write_text("".join(json.dumps(line) + "\n" for line in lines))
+        text = _run(pairs, str(before), *argv, str(output), model=None)
+        assert "n_50 at m = 3" in text and pairs.report(before, records, 5) in text
+        assert _run(pairs, str(after), *argv, str(output), model=None) == text  # not the folder's newer rows
+        assert "holds 6 rows newer than the comparison" in capsys.readouterr().err
+    # A folder that lacks rows of the comparison is not the one it was made on.
+    output = tmp_path / "made-on-after.jsonl"
+    made_on_after = {**selection, "rows": [[m, n, i] for m, n, i, *_ in _ROWS + newer]}
+    output.write_text("".join(json.dumps(line) + "\n" for line in [made_on_after, *records]))
+    with pytest.raises(SystemExit, match="no longer holds 6 of the 46 rows"):
+        _run(pairs, str(before), *argv, str(output), model=None)
