@@ -21,10 +21,13 @@ the attention sink that the BOS would have been).
 What it answers: if a second attempt crams most stalls and few near misses, a stall is an optimisation failure of
 one draw of the init, not a capacity limit, and a protocol that retries a stalled row (the ut-peft protocol may; the
 published protocol keeps the paper's single attempt) measures n_50 without that downward bias. Prints one table:
-per kind (stall / near-miss), per attempt and init, rows, crammed, stalled again (best prefix 0), row-steps; the last
-line is ``stalls crammed at a second attempt: <k> of <n> (near misses: <j> of <l>)``. Resumable: rows already in
-``--output`` are skipped, and the rows in flight keep their state every 5 minutes under ``<output>.states/`` (as a
-sweep's do), so a rerun after a kill or across sessions continues them where they were.
+per kind (stall / near-miss), per attempt, init and layout, rows, crammed, stalled again (best prefix 0), row-steps;
+then ``stalls crammed at a second attempt (<the folder's init>, memory-first): <k> of <n> (near misses: <j> of <l>)``
+(a second draw of the folder's own protocol) and one such line for each other init and layout crammed, each counted
+on its own: a row crammed under another init or layout is no second attempt of the folder's protocol.
+
+Resumable: rows already in ``--output`` are skipped, and the rows in flight keep their state every 5 minutes under
+``<output>.states/`` (as a sweep's do), so a rerun after a kill or across sessions continues them where they were.
 """
 
 from __future__ import annotations
@@ -190,8 +193,8 @@ def _record(folder, result, entry: dict, attempt: int, std: str, layout: str) ->
     }
 
 
-def report(records: list[dict]) -> str:
-    """The table and the last line (see the module's docstring)."""
+def report(records: list[dict], own_init: str) -> str:
+    """The table and the lines below it (see the module's docstring); ``own_init``: the folder's init scale."""
     lines = [
         "| kind | attempt | init | layout | rows | crammed | stalled again | row-steps |",
         "|---|---|---|---|---|---|---|---|",
@@ -214,21 +217,35 @@ def report(records: list[dict]) -> str:
         lines.append(
             f"\nattempt 0 against the folder's own rows: {same} of {len(original)} the same decision and steps"
         )
-    lines.append("\n" + rescued_line(records))
+    lines.append("\n" + rescued_line(records, own_init))
     return "\n".join(lines)
 
 
-def rescued_line(records: list[dict]) -> str:
-    """How many rows of each kind crammed at some attempt after the first (any init)."""
-    counts = {}
-    for kind in KINDS:
-        keys = {(r["m"], r["n"], r["index"]) for r in records if r["kind"] == kind and r["attempt"] > 0}
-        crammed = {
-            (r["m"], r["n"], r["index"]) for r in records if r["kind"] == kind and r["attempt"] > 0 and r["accessible"]
-        }
-        counts[kind] = (len(crammed), len(keys))
-    (k, n), (j, total) = counts["stall"], counts["near-miss"]
-    return f"stalls crammed at a second attempt: {k} of {n} (near misses: {j} of {total})"
+def rescued_line(records: list[dict], own_init: str) -> str:
+    """How many rows of each kind crammed at some attempt after the first, per init and layout: the folder's own
+    (``own_init``, memory-first) first, the only one that is a second attempt of the folder's protocol; each other
+    on a line of its own (pooled, a row crammed under any of them would count as the folder's protocol rescuing it)."""
+    own = (own_init, "memory-first")
+    variants = sorted({(r["init_std"], layout_of(r)) for r in records if r["attempt"] > 0} - {own})
+    lines = []
+    for std, layout in [own, *variants]:
+        counts = {}
+        for kind in KINDS:
+            rs = [
+                r
+                for r in records
+                if (r["kind"], r["attempt"] > 0, r["init_std"], layout_of(r)) == (kind, True, std, layout)
+            ]
+            keys = {(r["m"], r["n"], r["index"]) for r in rs}
+            crammed = {(r["m"], r["n"], r["index"]) for r in rs if r["accessible"]}
+            counts[kind] = (len(crammed), len(keys))
+        (k, n), (j, total) = counts["stall"], counts["near-miss"]
+        if (std, layout) == own:
+            head = f"stalls crammed at a second attempt ({std} init, memory-first: the folder's protocol)"
+        else:
+            head = f"  with {std} init, {layout} instead, on its own"
+        lines.append(f"{head}: {k} of {n} (near misses: {j} of {total})")
+    return "\n".join(lines)
 
 
 def layout_of(record: dict) -> str:
@@ -274,7 +291,7 @@ def main(argv=None, *, model=None, tokenizer=None) -> None:
             tokenizer=tokenizer,
         )
         append_records(output, new, records)
-    print(report(records))
+    print(report(records, folder_config(args.folder).cram.init_std))
 
 
 def parse(argv=None) -> argparse.Namespace:

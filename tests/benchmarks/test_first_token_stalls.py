@@ -45,7 +45,8 @@ def test_failed_rows_are_crammed_again_on_their_own_texts(tmp_path, load_benchma
     stall_keys = {k for k, row in failed.items() if row["best_prefix"] == 0}
     near_keys = set(failed) - stall_keys
     expected = (
-        f"stalls crammed at a second attempt: {len(crammed & stall_keys)} of {len(stall_keys)} "
+        f"stalls crammed at a second attempt ({small_sweep_config().cram.init_std} init, memory-first: the folder's "
+        f"protocol): {len(crammed & stall_keys)} of {len(stall_keys)} "
         f"(near misses: {len(crammed & near_keys)} of {len(near_keys)})"
     )
     assert text.strip().splitlines()[-1] == expected
@@ -145,3 +146,45 @@ def test_a_killed_run_resumes_its_rows_in_flight_from_their_states(tmp_path, loa
     }
     assert got == expected
     assert not list(states.rglob("*.safetensors"))  # every state dropped once its record was written
+
+
+def _record(folder, index, attempt, std, layout, ok, steps=100):
+    return {"folder": str(folder), "m": 1, "n": 20, "index": index, "kind": "stall", "attempt": attempt,
+            "init_std": std, "layout": layout, "accessible": ok, "steps": steps, "best_prefix": 19 if ok else 0,
+            "original": {"accessible": False, "steps": 100}}  # fmt: skip
+
+
+def _report(stalls, folder, records, tmp_path):
+    output = tmp_path / "records.jsonl"
+    output.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return _run(stalls, str(folder), "--output", str(output), "--report-only", model=None)
+
+
+def _folder(stalls, tmp_path):
+    """A folder of five stalls (m = 1, n = 20), its own init scale and the other one."""
+    from ut_peft.accessibility.testing import pooled_sweep_settings, write_sweep_folder
+
+    folder = tmp_path / "folder"
+    write_sweep_folder(folder, pooled_sweep_settings(), [(1, 20, i, False, 100) for i in range(5)])
+    own = stalls.folder_config(folder).cram.init_std
+    return folder, own, {"weight": "embedding", "embedding": "weight"}[own]
+
+
+def test_a_second_attempt_is_the_folders_own_protocol_and_each_other_variant_counts_on_its_own(
+    tmp_path, load_benchmark
+):
+    """Five stalls crammed again under two inits and two layouts: none crams on a second draw of the folder's own
+    init and layout, three only with the given token first; pooled, the line said 3 of 5."""
+    stalls = load_benchmark("first_token_stalls.py")
+    folder, own, other = _folder(stalls, tmp_path)
+    records = [
+        _record(folder, i, 1, std, layout, std == own and layout == "given-first" and i < 3)
+        for i in range(5)
+        for std in (own, other)
+        for layout in stalls.LAYOUTS
+    ]
+    text = _report(stalls, folder, records, tmp_path)
+    assert f"stalls crammed at a second attempt ({own} init, memory-first: the folder's protocol): 0 of 5" in text
+    assert f"  with {own} init, given-first instead, on its own: 3 of 5 (near misses: 0 of 0)" in text
+    assert f"  with {other} init, given-first instead, on its own: 0 of 5" in text
+    assert f"  with {other} init, memory-first instead, on its own: 0 of 5" in text
