@@ -209,7 +209,10 @@ def report(records: list[dict], own_init: str) -> str:
         again = sum((not r["accessible"]) and r["best_prefix"] == 0 for r in rs)
         steps = sum(r["steps"] + 1 for r in rs)
         lines.append(f"| {kind} | {attempt} | {std} | {layout} | {len(rs)} | {crammed} | {again} | {steps:,} |")
-    original = [r for r in records if r["attempt"] == 0 and layout_of(r) == "memory-first"]
+    # Only the folder's own protocol re-crams the folder's rows: its init scale too, not only its layout.
+    original = [
+        r for r in records if r["attempt"] == 0 and layout_of(r) == "memory-first" and r["init_std"] == own_init
+    ]
     if original:
         same = sum(
             r["accessible"] == r["original"]["accessible"] and r["steps"] == r["original"]["steps"] for r in original

@@ -188,3 +188,14 @@ def test_a_second_attempt_is_the_folders_own_protocol_and_each_other_variant_cou
     assert f"  with {own} init, given-first instead, on its own: 3 of 5 (near misses: 0 of 0)" in text
     assert f"  with {other} init, given-first instead, on its own: 0 of 5" in text
     assert f"  with {other} init, memory-first instead, on its own: 0 of 5" in text
+
+
+def test_attempt_0_is_checked_against_the_folders_rows_under_its_own_init_only(tmp_path, load_benchmark):
+    """--check-original with --init-std: attempt 0 under the other init is another cram (other steps), not the
+    folder's row again."""
+    stalls = load_benchmark("first_token_stalls.py")
+    folder, own, other = _folder(stalls, tmp_path)
+    records = [_record(folder, i, 0, own, "memory-first", False) for i in range(3)]
+    records += [_record(folder, i, 0, other, "memory-first", False, steps=57) for i in range(3)]
+    text = _report(stalls, folder, records, tmp_path)
+    assert "attempt 0 against the folder's own rows: 3 of 3 the same decision and steps" in text
