@@ -193,6 +193,30 @@ def test_cast_weights_once(load, tmp_path, capsys):
         assert set(entry["seconds_per_batch_forward"]) == set(bench.VARIANTS)
 
 
+def test_logits_budget(load, tmp_path, capsys):
+    """A budget below the batch's logits chunks the head under checkpointing (3 head matmuls a step) and gives the
+    losses and vectors of the whole batch's logits at once (2), up to the rounding of other matmul kernels."""
+    from ut_peft.accessibility.testing import crammable_model
+
+    bench = load("logits_budget")
+    out = tmp_path / "budget.json"
+    argv = ["--model", "tiny-gemma3", "--rows", "1:6x2", "2:9", "--steps", "2", "--repeats", "2", "--budget", "500"]
+    model = crammable_model("gemma3")
+    record = bench.main(bench.parse([*argv, "--threads", "1", "--json", str(out)]), model=model)
+    printed = capsys.readouterr().out
+    assert "chunked / whole batch" in printed and "chunked under checkpointing" in printed
+    results = read(out)["results"]
+    vocab = model.get_output_embeddings().weight.shape[0]
+    assert record["results"] == results and results["target_positions"] == 5 + 5 + 8  # the BOS is given
+    assert results["budgets"]["whole batch"] == 18 * vocab > 500
+    assert results["head_matmuls_per_step"] == {"chunked (the budget)": 3, "whole batch": 2}
+    # The same arithmetic up to the matmul kernels' rounding (chunks of 5 positions here against 18).
+    assert results["largest_loss_gap"] < 1e-5 and results["largest_vector_gap"] < 1e-5
+    assert isinstance(results["bit_identical"], bool) and len(results["chunked_over_whole"]["values"]) == 2
+    with pytest.raises(SystemExit):
+        bench.parse(["--rows", "3-112"])
+
+
 def test_attention_flops_formula_matches_the_flop_counter(load):
     import torch
     from torch.nn.attention import SDPBackend

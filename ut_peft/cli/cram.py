@@ -446,6 +446,11 @@ FLAGS = (
          "under --protocol published, as the paper)"),
     Flag("lr", "cram.lr", api=0.01, type=float, help="AdamW learning rate of the memory vectors"),
     Flag("batch-size", "cram.batch_size", unrecorded=True, api=16, type=int, help="sequences crammed together"),
+    Flag("logits-budget", "cram.logits_budget", unrecorded=True, api=2**26, type=int, metavar="ELEMENTS",
+         help="most output-head logits held at once (default 2^26, 256 MiB in float32); beyond it the head and the "
+         "loss run in chunks under checkpointing, which computes the head's logits twice. A budget that holds a "
+         "whole batch's logits skips that second pass, at their memory, with the same results up to the rounding "
+         "of other matmul kernels (benchmarks/logits_budget.py)"),
     # Recorded as the ut-peft layout's prefix ids: the BOS before the memory, or nothing (prefix none).
     # Unset by default (PREFIX under the ut-peft protocol), so that one given under the published protocol is refused.
     Flag("prefix", "prefix", stored="cram.prefix_ids", when=_ut_peft_layout, choices=["bos", "none"],
