@@ -5,9 +5,10 @@
     python benchmarks/first_token_stalls.py ... --report-only     # the table, from the output alone
 
 A sweep folder's failed rows at the m given are split in two: **stalls**, which never predicted the first target
-token (``best_prefix`` 0: at their best every later token was right, so the text was not too long for m vectors;
-the memory never moved the prediction made at the first target's position), and **near misses**, which got some
-leading targets right and failed further on. Each is crammed again on its own text (the folder's source, seed and
+token (``best_prefix`` 0: at no forward of the cram, its best included, was the first target token the prediction;
+the memory never moved the prediction made at the first target's position; how many later tokens were right varies,
+and SmolLM2's m = 1 stalls at n = 20 peaked at 68-79% accuracy), and **near misses**, which got some leading targets
+right and failed further on. Each is crammed again on its own text (the folder's source, seed and
 index: the same token ids) under the folder's own settings (protocol, layout, cap, patience, learning rate,
 precision), from fresh inits: attempt k draws its vectors with the seed the job would have in a sweep of seed
 ``seed + k`` (``sources.init_seed``), so attempt 0 is the folder's own row again. ``--check-original`` crams
@@ -28,12 +29,18 @@ on its own: a row crammed under another init or layout is no second attempt of t
 
 Resumable: rows already in ``--output`` are skipped, and the rows in flight keep their state every 5 minutes under
 ``<output>.states/`` (as a sweep's do), so a rerun after a kill or across sessions continues them where they were.
+Several runs may share an output (other ``--kinds``, ``--max-n``, ``--init-std``, ``--layouts``), all of one folder:
+the output's first line records the folder, the digest of its settings (``store.settings_digest``, also in every
+record and kept state) and the keys of the rows it held then; a run refuses an output of another folder or settings,
+and takes its rows from those recorded keys only (stderr counts the failed rows the folder has gained since, which a
+new ``--output`` would include).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -50,12 +57,14 @@ SNAPSHOT_SECONDS = 300.0  # how often the rows in flight keep their state (a swe
 LAYOUTS = ("memory-first", "given-first")
 
 
-def failed_rows(folder, ms, kinds=KINDS, max_n: int | None = None) -> list[dict]:
+def failed_rows(folder, ms, kinds=KINDS, max_n: int | None = None, keys: set | None = None) -> list[dict]:
     """The folder's crammed rows that failed at the m of ``ms``, each with its kind: a stall (best_prefix 0) or a near
-    miss; only those of ``kinds`` and no longer than ``max_n``, stalls first. Rows written before best_prefix was
-    recorded cannot be told apart: a clear error."""
+    miss; only those of ``kinds``, no longer than ``max_n`` and (given ``keys``) among those keys, stalls first. Rows
+    written before best_prefix was recorded cannot be told apart: a clear error."""
     chosen = []
     for (m, n, index), row in sorted(store.read_rows(folder).items()):
+        if keys is not None and (m, n, index) not in keys:
+            continue
         if m not in ms or row["accessible"] or row.get("stop_reason") == INFERRED or (max_n and n > max_n):
             continue
         if row.get("flagged_at") is not None:
@@ -99,12 +108,14 @@ def cram_attempts(
     done: set,
     kinds=KINDS,
     max_n=None,
+    keys: set | None = None,
     model=None,
     tokenizer=None,
 ):
     """Yield one record per (row, attempt, init, layout) not in ``done``: the row's text crammed again from a fresh
     init, with the folder's own init scale and each of ``init_stds``, in each of ``layouts`` (:data:`LAYOUTS`).
-    ``model`` (and ``tokenizer``): given, instead of loading the folder's model by name."""
+    ``keys``: the folder's rows to choose from (None: all it holds now). ``model`` (and ``tokenizer``): given,
+    instead of loading the folder's model by name."""
     import dataclasses
 
     from ut_peft.accessibility.engine.cram import cram
@@ -125,7 +136,8 @@ def cram_attempts(
             f"{config.cram.given_tokens}: the ut-peft protocol's rows open with their first predicted token, after a "
             "BOS already before the memory); --layouts given-first is for folders of the published protocol"
         )
-    rows = failed_rows(folder, ms, kinds, max_n)
+    rows = failed_rows(folder, ms, kinds, max_n, keys)
+    digest = folder_digest(folder)
     first = 0 if check_original else 1
     for init_std in dict.fromkeys([config.cram.init_std, *init_stds]):  # the folder's own first, each once
         for layout in dict.fromkeys(layouts):
@@ -158,9 +170,15 @@ def cram_attempts(
                         results = cram(model, jobs, cram_config)
                     else:
                         group.mkdir(parents=True, exist_ok=True)
-                        results = cram_resumable(model, jobs, cram_config, group, snapshot_seconds=SNAPSHOT_SECONDS)
+                        # The digest goes into each state, and a kept state of other settings is refused.
+                        results = cram_resumable(
+                            model, jobs, cram_config, group, snapshot_seconds=SNAPSHOT_SECONDS, digest=digest
+                        )
                     for result in results:
-                        yield _record(folder, result, entries[result.job.key], attempt, init_std, layout)
+                        yield {
+                            **_record(folder, result, entries[result.job.key], attempt, init_std, layout),
+                            "settings_digest": digest,
+                        }
 
 
 def states_folder(states: Path | None, init_std: str, layout: str, attempt: int, given: list) -> Path | None:
@@ -191,6 +209,11 @@ def _record(folder, result, entry: dict, attempt: int, std: str, layout: str) ->
         "original": {k: entry["row"].get(k) for k in ("accessible", "steps", "best_prefix", "init_seed")},
         "seconds": result.seconds,
     }
+
+
+def folder_digest(folder) -> str:
+    """:func:`store.settings_digest` of the folder's settings: what decides how its rows are crammed."""
+    return store.settings_digest(store.read_settings(folder))
 
 
 def report(records: list[dict], own_init: str) -> str:
@@ -256,6 +279,95 @@ def layout_of(record: dict) -> str:
     return record.get("layout", "memory-first")
 
 
+SELECTION = "selection"  # the "side" of an output's line that records its folder, settings and rows
+
+
+def cram_records(records: list[dict]) -> list[dict]:
+    """An output's records of crams (not its selection line)."""
+    return [r for r in records if "side" not in r]
+
+
+def same_folder(a, b) -> bool:
+    """Whether two paths name one folder (a relative one read from here)."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return Path(a).resolve() == Path(b).resolve()
+
+
+def _differences(a: dict, b: dict, prefix: str = "") -> list[str]:
+    """The settings that differ between two settings.json dicts, as ``name: a -> b`` (nested ones dotted)."""
+    out = []
+    for name in sorted(set(a) | set(b)):
+        x, y = a.get(name), b.get(name)
+        if isinstance(x, dict) and isinstance(y, dict):
+            out += _differences(x, y, f"{prefix}{name}.")
+        elif x != y:
+            out.append(f"{prefix}{name}: {x!r} -> {y!r}")
+    return out
+
+
+def check_output(output: Path, records: list[dict], folder) -> None:
+    """Refuse to add to ``output`` crams of ``folder`` where its lines (records, selection, kept states) come from
+    another folder or from other settings: its done keys would be taken for this folder's, and its table would mix
+    the two."""
+    settings = store.read_settings(folder)
+    digest = store.settings_digest(settings)
+    again = "Give this folder another --output (or rerun the one it was made from)"
+    for r in records:
+        if not same_folder(r["folder"], folder):
+            raise SystemExit(f"{output} holds crams of {r['folder']}, not of {folder}. {again}")
+        if r.get("settings_digest", digest) != digest:
+            recorded = next((x for x in records if x.get("side") == SELECTION), {})
+            differ = _differences(recorded.get("settings") or {}, settings)
+            raise SystemExit(
+                f"{output} holds crams of {r['folder']} under other settings than {folder}'s now (settings digest "
+                f"{r['settings_digest']}, now {digest}" + (f"; {', '.join(differ)}" if differ else "") + f"). {again}"
+            )
+    states = states_of(output)
+    for group in sorted(states.glob("*/*")) if states.is_dir() else []:
+        try:
+            store.check_inflight(group, digest)
+        except ValueError as err:
+            raise SystemExit(f"{err}; or give this folder another --output") from None
+
+
+def states_of(output: Path) -> Path:
+    """Where the rows in flight of ``output``'s crams keep their states."""
+    return output.with_name(output.stem + ".states")
+
+
+def selection(output: Path, records: list[dict], folder, args) -> tuple[set, dict | None]:
+    """The keys of the folder's rows this output crams from, and its selection line to write where it has none yet:
+    the rows the folder holds when the output is first written (re-read at each restart, rows a sweep adds meanwhile
+    would join silently); an output written before selections were recorded gets the rows the folder holds now. On
+    stderr: how many failed rows of this run's --ms, --kinds and --max-n the folder has gained since."""
+    recorded = next((r for r in records if r.get("side") == SELECTION), None)
+    line = None
+    if recorded is None:
+        settings = store.read_settings(folder)
+        keys = set(store.read_rows(folder))
+        line = {"side": SELECTION, "folder": str(folder), "settings_digest": store.settings_digest(settings)}
+        line |= {"settings": settings, "rows": sorted(keys)}
+        if records:
+            print(
+                f"note: {output} predates recording the rows it crams from: from now on, the {len(keys)} rows "
+                f"{folder} holds now",
+                file=sys.stderr,
+            )
+    else:
+        keys = {tuple(key) for key in recorded["rows"]}
+    candidates = failed_rows(folder, set(args.ms), tuple(args.kinds), args.max_n)
+    newer = [entry for entry in candidates if (entry["m"], entry["n"], entry["index"]) not in keys]
+    if newer:
+        print(
+            f"{folder} has {len(newer)} failed rows of these --ms/--kinds/--max-n newer than {output}'s selection, "
+            "not included (a new --output includes them)",
+            file=sys.stderr,
+        )
+    return keys, line
+
+
 def read_records(path: Path) -> list[dict]:
     if not path.exists():
         return []
@@ -277,24 +389,29 @@ def main(argv=None, *, model=None, tokenizer=None) -> None:
     output = Path(args.output)
     records = read_records(output)
     if not args.report_only:
-        done = {(r["m"], r["n"], r["index"], r["attempt"], r["init_std"], layout_of(r)) for r in records}
+        check_output(output, records, args.folder)
+        keys, line = selection(output, records, args.folder, args)
         output.parent.mkdir(parents=True, exist_ok=True)
+        if line is not None:
+            append_records(output, [line], records)
+        done = {(r["m"], r["n"], r["index"], r["attempt"], r["init_std"], layout_of(r)) for r in cram_records(records)}
         new = cram_attempts(
             args.folder,
             set(args.ms),
             args.attempts,
             args.init_std,
             layouts=("memory-first", *args.layouts),
-            states=output.with_name(output.stem + ".states"),
+            states=states_of(output),
             check_original=args.check_original,
             done=done,
             kinds=tuple(args.kinds),
             max_n=args.max_n,
+            keys=keys,
             model=model,
             tokenizer=tokenizer,
         )
         append_records(output, new, records)
-    print(report(records, folder_config(args.folder).cram.init_std))
+    print(report(cram_records(records), folder_config(args.folder).cram.init_std))
 
 
 def parse(argv=None) -> argparse.Namespace:

@@ -31,7 +31,8 @@ def test_failed_rows_are_crammed_again_on_their_own_texts(tmp_path, load_benchma
     output = tmp_path / "stalls.jsonl"
     argv = [str(folder), "--ms", "1", "2", "--attempts", "2", "--check-original", "--output", str(output)]
     text = _run(stalls, *argv, model=llama)
-    records = [json.loads(line) for line in output.read_text().splitlines()]
+    selection, *records = [json.loads(line) for line in output.read_text().splitlines()]
+    assert selection["side"] == "selection"
     assert len(records) == 2 * len(failed) and {r["kind"] for r in records} == kinds
     for record in records:
         key = (record["m"], record["n"], record["index"])
@@ -53,7 +54,7 @@ def test_failed_rows_are_crammed_again_on_their_own_texts(tmp_path, load_benchma
 
     # Resumable: nothing is crammed again, and --report-only prints the same table.
     assert _run(stalls, *argv, model=llama) == text
-    assert len(output.read_text().splitlines()) == len(records)
+    assert len(output.read_text().splitlines()) == 1 + len(records)
     assert _run(stalls, str(folder), "--output", str(output), "--report-only", model=None) == text
 
 
@@ -76,7 +77,7 @@ def test_the_given_token_moved_before_the_memory_predicts_the_same_tokens_from_t
     text = _run(
         stalls, str(folder), "--ms", "1", "2", "--layouts", "given-first", "--output", str(output), model=llama
     )
-    records = [json.loads(line) for line in output.read_text().splitlines()]
+    records = [json.loads(line) for line in output.read_text().splitlines()][1:]  # after the selection line
     assert sorted((r["m"], r["n"], r["index"], r["layout"]) for r in records) == sorted(
         (*key, layout) for key in failed for layout in ("memory-first", "given-first")
     )
@@ -120,6 +121,7 @@ def test_a_killed_run_resumes_its_rows_in_flight_from_their_states(tmp_path, loa
     expected = {
         (r["m"], r["n"], r["index"], r["layout"]): (r["accessible"], r["steps"], r["best_prefix"])
         for r in map(json.loads, whole.read_text().splitlines())
+        if "side" not in r
     }
     assert len(expected) >= 2
 
@@ -143,6 +145,7 @@ def test_a_killed_run_resumes_its_rows_in_flight_from_their_states(tmp_path, loa
     got = {
         (r["m"], r["n"], r["index"], r["layout"]): (r["accessible"], r["steps"], r["best_prefix"])
         for r in map(json.loads, output.read_text().splitlines())
+        if "side" not in r
     }
     assert got == expected
     assert not list(states.rglob("*.safetensors"))  # every state dropped once its record was written
@@ -199,3 +202,57 @@ def test_attempt_0_is_checked_against_the_folders_rows_under_its_own_init_only(t
     records += [_record(folder, i, 0, other, "memory-first", False, steps=57) for i in range(3)]
     text = _report(stalls, folder, records, tmp_path)
     assert "attempt 0 against the folder's own rows: 3 of 3 the same decision and steps" in text
+
+
+def test_a_resume_refuses_another_folder_or_settings_and_keeps_to_its_rows(tmp_path, load_benchmark, monkeypatch):
+    import shutil
+
+    import pytest
+
+    stalls = load_benchmark("first_token_stalls.py")
+    llama = crammable_model("llama")
+    folder = tmp_path / "A"
+    run_sweep(small_sweep_config(ms=[1]), folder, model=llama, progress=False)
+    output = tmp_path / "out.jsonl"
+    argv = ["--ms", "1", "--attempts", "2", "--output", str(output)]
+    text = _run(stalls, str(folder), *argv, model=llama)
+    lines = [json.loads(line) for line in output.read_text().splitlines()]
+    digest = stalls.store.settings_digest(stalls.store.read_settings(folder))
+    assert lines[0]["side"] == "selection" and {tuple(k) for k in lines[0]["rows"]} == set(read_rows(folder))
+    assert all(r["settings_digest"] == digest and r["folder"] == str(folder) for r in lines)
+
+    # Another folder, even a copy under other settings, into A's output: refused, not taken as done.
+    other = tmp_path / "B"
+    shutil.copytree(folder, other)
+    settings = json.loads((other / "settings.json").read_text())
+    settings["cram"]["lr"] = 0.5
+    (other / "settings.json").write_text(json.dumps(settings))
+    with pytest.raises(SystemExit, match="holds crams of .*A, not of .*B.* another --output"):
+        _run(stalls, str(other), *argv, model=llama)
+    # A's own folder with its settings changed since: refused, saying what differs.
+    (folder / "settings.json").rename(tmp_path / "settings.json")
+    (folder / "settings.json").write_text(json.dumps(settings))
+    with pytest.raises(SystemExit, match=r"other settings .*cram\.lr: 0\.01 -> 0\.5.* another --output"):
+        _run(stalls, str(folder), *argv, model=llama)
+    # Kept states of other settings, with no record written yet: refused too.
+    monkeypatch.setattr(stalls, "SNAPSHOT_SECONDS", 0.0)
+    killed = tmp_path / "killed.jsonl"
+    running = stalls.cram_attempts(other, {1}, 2, [], states=stalls.states_of(killed), check_original=False,
+                                   done=set(), model=llama, tokenizer=None)  # fmt: skip
+    next(running)
+    running.close()  # killed before its record was written
+    assert list(stalls.states_of(killed).rglob("*.safetensors")), "the rows in flight keep their states"
+    (other / "settings.json").write_text((tmp_path / "settings.json").read_text())
+    with pytest.raises(SystemExit, match="other settings than these.*another --output"):
+        _run(stalls, str(other), *argv[:-1], str(killed), model=llama)
+
+    # A's rows gained since (a sweep resumed into it) do not join its output; stderr says so.
+    (folder / "settings.json").write_text((tmp_path / "settings.json").read_text())
+    failed = next(row for row in read_rows(folder).values() if not row["accessible"] and row["m"] == 1)
+    with open(folder / "rows.jsonl", "a") as rows:
+        rows.write(json.dumps({**failed, "index": 99}) + "\n")
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        assert _run(stalls, str(folder), *argv, model=llama) == text
+    assert len(output.read_text().splitlines()) == len(lines)
+    assert "has 1 failed rows of these --ms/--kinds/--max-n newer than" in err.getvalue()
