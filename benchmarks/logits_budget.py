@@ -94,7 +94,7 @@ def main(args, model=None) -> dict:
     print(
         f"{args.model}: rows {' '.join(f'{m}:{n}x{c}' for m, n, c in args.rows)}, {args.steps} updates, float32, "
         f"{torch.get_num_threads()} threads, {args.repeats} repeats interleaved; {positions} target positions x "
-        f"{vocab:,} logits = {whole:,} ({4 * whole / 2**20:,.0f} MiB in float32) against the default budget's "
+        f"{vocab:,} logits = {whole:,} ({4 * whole / 2**20:,.0f} MiB in float32) against a "
         f"budget of {default:,}: {'chunked under checkpointing' if chunked else 'not chunked either way'}"
     )
     outputs: dict[str, list] = {}

@@ -1,0 +1,71 @@
+"""tools/continue_inflight.py: a killed sweep's rows in flight continued for a few updates from their snapshots, and
+two such continuations compared bit for bit (how a long run's move to newer code is checked)."""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+import torch
+
+from ut_peft.accessibility import run_sweep, sweep
+from ut_peft.accessibility.config import GridConfig
+from ut_peft.accessibility.engine.jobs import CramConfig
+from ut_peft.accessibility.testing import crammable_model, small_sweep_config
+
+TOOL = Path(__file__).resolve().parents[2] / "tools" / "continue_inflight.py"
+
+
+def _tool():
+    spec = importlib.util.spec_from_file_location("continue_inflight", TOOL)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _killed_sweep(folder, model, monkeypatch, updates: int) -> dict:
+    """A tiny sweep killed after ``updates`` snapshots (one after every update): its last states, by row."""
+    config = small_sweep_config(  # support settings the command can give (the sweep stops before measuring them)
+        ms=[2], grid=GridConfig(lengths=[6]), num_sequences=2, cram=CramConfig(max_steps=60, patience=60, batch_size=2),
+        support_sequences=16, support_seq_len=32,
+    )  # fmt: skip
+    real_cram, seen = sweep.cram, []
+
+    def stopping_cram(model, jobs, cram_config, **kwargs):
+        keep = kwargs["on_snapshot"]
+
+        def on_snapshot(states):
+            keep(states)
+            seen.append(states)
+            if len(seen) == updates:
+                raise KeyboardInterrupt
+
+        return real_cram(model, jobs, cram_config, **dict(kwargs, on_snapshot=on_snapshot))
+
+    monkeypatch.setattr(sweep, "cram", stopping_cram)
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(config, folder, model=model, progress=False, snapshot_seconds=0)
+    monkeypatch.setattr(sweep, "cram", real_cram)
+    return seen[-1]
+
+
+def test_rows_in_flight_continue_from_their_snapshots_and_compare_to_the_bit(tmp_path, monkeypatch):
+    tool = _tool()
+    model = crammable_model("llama")
+    last = _killed_sweep(tmp_path / "run", model, monkeypatch, 5)
+    first = tool.continue_rows(tmp_path / "run", 3, None, model=model)
+    again = tool.continue_rows(tmp_path / "run", 3, None, model=model)
+    assert sorted(first["rows"]) == sorted(last) and len(first["rows"]) == 2
+    assert {key: row[0] for key, row in first["rows"].items()} == {key: s.step + 3 for key, s in last.items()}
+    assert tool.compare(first, again) == []  # the same code and knobs: the same arithmetic
+    key = sorted(first["rows"])[0]
+    step, vectors, optimizer, counters = first["rows"][key]
+    edited = {**first, "rows": {**first["rows"], key: (step, vectors + 1e-3, optimizer, counters)}}
+    assert tool.compare(first, edited) == [f"{key}: vectors differ by up to 0.001"]
+    torch.save(first, tmp_path / "a.pt")
+    torch.save(edited, tmp_path / "b.pt")
+    assert tool.main(["--compare", str(tmp_path / "a.pt"), str(tmp_path / "a.pt")]) == 0
+    assert tool.main(["--compare", str(tmp_path / "a.pt"), str(tmp_path / "b.pt")]) == 1
+    (tmp_path / "empty" / "inflight").mkdir(parents=True)
+    (tmp_path / "empty" / "settings.json").write_text((tmp_path / "run" / "settings.json").read_text())
+    with pytest.raises(SystemExit, match="holds no rows in flight"):
+        tool.continue_rows(tmp_path / "empty", 1, None, model=model)

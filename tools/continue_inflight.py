@@ -1,0 +1,131 @@
+"""Continue a sweep folder's rows in flight for a few updates and keep their states, to show that two versions of the
+code (or two speed knobs) continue a long run the same way, bit for bit, before the run moves to the newer one.
+
+    # with this checkout, and with the run's frozen worktree (its ut_peft first on the path):
+    python tools/continue_inflight.py results/gemma-3-270m/pooled-words-glove --steps 3 --logits-budget 536870912 \\
+        --output /tmp/new.pt
+    (cd ../gemma-run && PYTHONPATH=. python ../main/tools/continue_inflight.py \\
+        ../main/results/gemma-3-270m/pooled-words-glove --steps 3 --output /tmp/old.pt)
+    python tools/continue_inflight.py --compare /tmp/old.pt /tmp/new.pt    # exit 1 unless every tensor is equal
+
+The rows are the folder's in-flight snapshots (``inflight/``), their texts and inits rebuilt from its settings.json
+as the command rebuilds them for a resume (``cram --config settings.json``), crammed together in one batch with the
+protocol's engine settings; nothing is written into the folder.
+Kept for each row: its step, vectors, optimizer tensors and stopping counters after ``--steps`` more updates.
+It uses only names that every version since the frozen Gemma run (6198748) has.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+
+class _Enough(Exception):
+    """Every row has reached its step: stop the cram."""
+
+
+def continue_rows(folder: Path, steps: int, logits_budget: int | None, *, model=None, tokenizer=None) -> dict:
+    """The folder's rows in flight after ``steps`` more updates: ``{"settings_cram", "rows": {key: (step, vectors,
+    optimizer tensors, stopping counters)}}``. ``model`` / ``tokenizer``: the folder's model (default: loaded by the
+    name its settings record; a word or text source needs the tokenizer)."""
+    from ut_peft.accessibility import store, sweep
+    from ut_peft.cli.cram import parse, sweep_config
+    from ut_peft.models import load_model, load_tokenizer
+
+    # The config the command builds to resume the folder: its settings.json read as the flags that made it.
+    settings = json.loads((folder / "settings.json").read_text())
+    config = sweep_config(parse(["--config", str(folder / "settings.json"), "--output", str(folder)]))
+    paths = sorted((folder / "inflight").glob("*.safetensors"))
+    if not paths:
+        raise SystemExit(f"{folder}/inflight holds no rows in flight")
+    if model is None:
+        model, tokenizer = load_model(config.model), load_tokenizer(config.model)
+    config.resolve_prefix(tokenizer)  # the protocol's layout, init and stopping rule, as a run sets them
+    cram = dataclasses.replace(config.cram, batch_size=len(paths))
+    if logits_budget is not None:
+        cram = dataclasses.replace(cram, logits_budget=logits_budget)
+    config = dataclasses.replace(config, cram=cram)
+    source = config.make_source(tokenizer, model.get_output_embeddings().weight.shape[0])
+    jobs = []
+    for path in paths:
+        m, n, i = (int(part[1:]) for part in path.stem.split("-"))  # m3-n112-i16
+        jobs.append(
+            sweep.CramJob(
+                key=(m, n, i),
+                ids=source.sequence(n, i, config.seed),
+                m=m,
+                seed=sweep.init_seed(config.seed, m, n, i),
+                resume=store.read_inflight(folder, (m, n, i)),
+            )
+        )
+    goal = {job.key: job.resume.step + steps for job in jobs}
+    kept: dict = {}
+
+    def keep(states):
+        for key, state in states.items():
+            if state.step == goal[key]:
+                kept[key] = state
+        if len(kept) == len(jobs):
+            raise _Enough
+
+    try:  # a snapshot after every update: the states at exactly ``steps`` more
+        for result in sweep.cram(model, jobs, config.cram, snapshot_every=1e-9, on_snapshot=keep):
+            print(f"{result.job.key} finished before {steps} more updates ({result.stop_reason})", file=sys.stderr)
+    except _Enough:
+        pass
+    return {
+        "settings_cram": settings["cram"],
+        "rows": {key: (s.step, s.vectors, dict(s.optimizer), s.counters) for key, s in sorted(kept.items())},
+    }
+
+
+def compare(a: dict, b: dict) -> list[str]:
+    """What differs between two kept states (empty: equal to the bit)."""
+    if sorted(a["rows"]) != sorted(b["rows"]):
+        return [f"other rows: {sorted(a['rows'])} against {sorted(b['rows'])}"]
+    found = []
+    for key in sorted(a["rows"]):
+        (step_a, vec_a, opt_a, count_a), (step_b, vec_b, opt_b, count_b) = a["rows"][key], b["rows"][key]
+        if step_a != step_b:
+            found.append(f"{key}: step {step_a} against {step_b}")
+        if not torch.equal(vec_a, vec_b):
+            found.append(f"{key}: vectors differ by up to {float((vec_a - vec_b).abs().max()):.3g}")
+        for name in sorted(set(opt_a) | set(opt_b)):
+            if name not in opt_a or name not in opt_b or not torch.equal(opt_a[name], opt_b[name]):
+                found.append(f"{key}: optimizer tensor {name} differs")
+        if count_a != count_b:
+            found.append(f"{key}: stopping counters {count_a} against {count_b}")
+    return found
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("folder", nargs="?", type=Path, help="a sweep folder with rows in flight")
+    parser.add_argument("--steps", type=int, default=3, help="updates to continue each row by")
+    parser.add_argument("--logits-budget", type=int, default=None, help="the engine's logits budget (its default)")
+    parser.add_argument("--threads", type=int, default=2, help="torch threads")
+    parser.add_argument("--output", type=Path, help="where the kept states go (torch.save)")
+    parser.add_argument("--compare", nargs=2, type=Path, metavar=("A", "B"), help="compare two kept states")
+    args = parser.parse_args(argv)
+    if args.compare:
+        a, b = (torch.load(path, weights_only=False) for path in args.compare)
+        found = compare(a, b)
+        print("\n".join(found) if found else f"equal to the bit: {len(a['rows'])} rows")
+        return 1 if found else 0
+    if args.folder is None or args.output is None:
+        parser.error("give a folder and --output (or --compare A B)")
+    torch.set_num_threads(args.threads)
+    kept = continue_rows(args.folder, args.steps, args.logits_budget)
+    torch.save(kept, args.output)
+    print(f"{len(kept['rows'])} rows continued to step {sorted({r[0] for r in kept['rows'].values()})}: {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
