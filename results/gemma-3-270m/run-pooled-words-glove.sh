@@ -6,7 +6,11 @@
 #
 # Frozen code: the run executes commit FROZEN from a worktree of its own, so that no later edit of the checkout
 # changes the rules of the design under it; it writes its rows into this checkout's results folder, where they are
-# committed as they land. Resumable: rerun this script (after a kill, a reboot, on a new machine after a clone) and it
+# committed as they land. Rounds 1-3 and round 4 up to step 307 ran at 6198748; from there it runs at 1e9daae with
+# --logits-budget 2^29 (the head's logits for the whole batch at once: 1.31x as fast a step on its long rows), after
+# tools/continue_inflight.py showed its rows in flight continue to the bit as under 6198748 (docs/accessibility.md,
+# "A faster head, the same arithmetic"). A worktree left at an earlier FROZEN is moved to this one (if it has no
+# edits of its own). Resumable: rerun this script (after a kill, a reboot, on a new machine after a clone) and it
 # continues from rows.jsonl and the in-flight snapshots. Start it with
 #   . .venv/bin/activate && nohup bash results/gemma-3-270m/run-pooled-words-glove.sh > /work/logs/gemma.log 2>&1 &
 # commit its rows as they land with
@@ -14,15 +18,18 @@
 # and watch it with `ut-peft status results/gemma-3-270m/pooled-words-glove`. While a file named PAUSED is in its
 # folder (another heavy job has the cores) this script refuses to start.
 set -euo pipefail
-FROZEN=6198748
+FROZEN=1e9daae
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 tree=${UT_PEFT_FROZEN_TREE:-$(dirname "$repo")/gemma-run}
 if [ ! -d "$tree" ]; then
     git -C "$repo" worktree add --detach "$tree" "$FROZEN"
 fi
 if [ "$(git -C "$tree" rev-parse --short=7 HEAD)" != "$FROZEN" ]; then
-    echo "$tree is not at commit $FROZEN: remove it (git worktree remove $tree) and rerun" >&2
-    exit 2
+    if [ -n "$(git -C "$tree" status --porcelain)" ]; then
+        echo "$tree is not at commit $FROZEN and holds edits of its own: remove it (git worktree remove $tree) and rerun" >&2
+        exit 2
+    fi
+    git -C "$tree" checkout --detach -q "$FROZEN"
 fi
 out=$repo/results/gemma-3-270m/pooled-words-glove
 # One heavy job at a time: a PAUSED file in the folder says which job has the cores; remove it to resume.
@@ -33,6 +40,6 @@ fi
 cd "$tree"
 # PYTHONPATH puts the frozen tree's ut_peft ahead of any installed (editable) copy.
 PYTHONPATH="$tree" exec nice -n 5 python recipes/cram.py --model gemma-3-270m --protocol published --source words:glove \
-    --ms 1 2 3 4 5 --design pooled --num-sequences 8 --batch-size 12 --pooled-version 7 \
+    --ms 1 2 3 4 5 --design pooled --num-sequences 8 --batch-size 12 --logits-budget 536870912 --pooled-version 7 \
     --target-slope-se 1.09 --target-n50-se 1:4.20 2:2.93 3:2.61 4:2.33 5:2.19 \
     --output "$out" "$@"
