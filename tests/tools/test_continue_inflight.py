@@ -24,10 +24,11 @@ def _tool():
 
 def _killed_sweep(folder, model, monkeypatch, updates: int) -> dict:
     """A tiny sweep killed after ``updates`` snapshots (one after every update): its last states, by row."""
-    config = small_sweep_config(  # support settings the command can give (the sweep stops before measuring them)
-        ms=[2], grid=GridConfig(lengths=[6]), num_sequences=2, cram=CramConfig(max_steps=60, patience=60, batch_size=2),
-        support_sequences=16, support_seq_len=32,
-    )  # fmt: skip
+    # Support settings the command can give (the sweep stops before it measures them).
+    cram = CramConfig(max_steps=60, patience=60, batch_size=2)
+    config = small_sweep_config(
+        ms=[2], grid=GridConfig(lengths=[6]), num_sequences=2, cram=cram, support_sequences=16, support_seq_len=32
+    )
     real_cram, seen = sweep.cram, []
 
     def stopping_cram(model, jobs, cram_config, **kwargs):
