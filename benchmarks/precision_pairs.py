@@ -17,6 +17,12 @@ both precisions by this script: the pairs that can tell. Resumable: rows already
 row in flight when the run is killed starts again), and a fresh row's cram in the folder's precision is written as
 soon as it ends (a ``"side": "folder"`` line), so a rerun crams only its other side, at the same n; the rows in
 flight keep their state every 5 minutes under ``<output>.states/``, and a rerun continues them from there.
+An output is of one folder under one set of settings: its selection line records the folder, its settings and their
+digest (``store.settings_digest``; every record carries the folder and the digest too, and each kept state the digest
+of the settings it is crammed under, the folder's with ``--autocast`` on the other side), and a run refuses an output
+of another folder or settings, or kept states of other settings, naming what differs (another ``--output`` starts
+afresh). An output written before the settings were recorded is taken as of the folder's settings now: its next run
+adds the line, with a note.
 
 The report, from the output and the folder:
 
@@ -48,7 +54,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from first_token_stalls import append_records, folder_config, read_records  # noqa: E402
+from first_token_stalls import _differences, append_records, folder_config, read_records, same_folder  # noqa: E402
 
 from ut_peft.accessibility import store  # noqa: E402
 from ut_peft.accessibility.engine.rows import INFERRED, row_steps  # noqa: E402
@@ -56,6 +62,7 @@ from ut_peft.accessibility.engine.rows import INFERRED, row_steps  # noqa: E402
 SNAPSHOT_SECONDS = 300.0  # how often the rows in flight keep their state (a sweep's default)
 FRESH_INDEX = 10_000  # fresh rows' sequence indices: far above any a sweep's design reaches
 PAIR_FIELDS = ("accessible", "steps", "stop_reason", "best_prefix", "best_accuracy", "tf_accuracy")
+SELECTION = "selection"  # the "side" of an output's line that records its folder, settings and rows
 
 
 def paired_rows(folder, ms, max_n: int | None = None, rows: dict | None = None) -> list[tuple[tuple, dict]]:
@@ -91,8 +98,10 @@ def cram_pairs(
     resumed run does not cram it again: ``sides`` holds those already written, by key (their n pins where a resumed
     run puts the fresh rows of their m, whatever the folder's line says by then). ``inflight``: a folder where the
     rows in flight keep their state every few minutes (``folder/`` and ``other/`` for the two precisions), so that a
-    rerun continues them where a kill left them, as a sweep does; None: a killed row starts again. ``rows``: the
-    folder's rows the comparison is made on (:func:`selected_rows`; None: all the folder holds now)."""
+    rerun continues them where a kill left them, as a sweep does; None: a killed row starts again. Each record
+    carries the folder's settings digest, and each kept state the digest of the settings it is crammed under
+    (:func:`side_digests`): a kept state of other settings is refused, not continued. ``rows``: the folder's rows the
+    comparison is made on (:func:`selected_rows`; None: all the folder holds now)."""
     import dataclasses
 
     from ut_peft.accessibility.engine.forward import autocast_kind
@@ -106,6 +115,9 @@ def cram_pairs(
         model = load_model(config.model)
         tokenizer = None if config.source == "tokens" else load_tokenizer(config.model)
     cram_config = dataclasses.replace(config.cram, autocast=autocast)
+    settings = store.read_settings(folder)
+    digest = store.settings_digest(settings)
+    digests = side_digests(settings, autocast)
     device = execution_device(model.get_input_embeddings())
     if autocast_kind(config.cram, device) == autocast_kind(cram_config, device):
         raise SystemExit(f"{folder} was crammed under {autocast_kind(config.cram, device)} already on this device")
@@ -150,11 +162,13 @@ def cram_pairs(
                 else:
                     first.append(job)
         # The folder's own precision first (a pair needs both sides), then the other with the folder's rows.
-        for result in _resumed_cram(model, first, config.cram, inflight and inflight / "folder"):
+        for result in _resumed_cram(model, first, config.cram, inflight and inflight / "folder", digests["folder"]):
             originals[result.job.key] = {"fresh": True, **_fields(result)}
             m, n, index = result.job.key
             yield {
                 "side": "folder",
+                "folder": str(folder),
+                "settings_digest": digest,
                 "m": m,
                 "n": n,
                 "index": index,
@@ -162,7 +176,7 @@ def cram_pairs(
                 **_fields(result),
             }
         jobs += new
-    for result in _resumed_cram(model, jobs, cram_config, inflight and inflight / "other"):
+    for result in _resumed_cram(model, jobs, cram_config, inflight and inflight / "other", digests["other"]):
         m, n, index = result.job.key
         row = originals[result.job.key]
         yield {
@@ -177,18 +191,62 @@ def cram_pairs(
             "seconds": result.seconds,
             "original": {k: row.get(k) for k in PAIR_FIELDS},
             "fresh": bool(row.get("fresh")),
+            "settings_digest": digest,
         }
 
 
-def _resumed_cram(model, jobs, config, inflight: Path | None):
-    """:func:`cram` of ``jobs``, resumed from and snapshotted into ``inflight`` (None: plain) as a sweep's rows are."""
+def _resumed_cram(model, jobs, config, inflight: Path | None, digest: str):
+    """:func:`cram` of ``jobs``, resumed from and snapshotted into ``inflight`` (None: plain) as a sweep's rows are,
+    each state with ``digest`` (a kept one of another digest refused)."""
     from ut_peft.accessibility.engine.cram import cram
     from ut_peft.accessibility.sweep import cram_resumable
 
     if inflight is None:
         return cram(model, jobs, config)
     inflight.mkdir(parents=True, exist_ok=True)
-    return cram_resumable(model, jobs, config, inflight, snapshot_seconds=SNAPSHOT_SECONDS)
+    return cram_resumable(model, jobs, config, inflight, snapshot_seconds=SNAPSHOT_SECONDS, digest=digest)
+
+
+def side_digests(settings: dict, autocast: str) -> dict[str, str]:
+    """The settings digest each side's kept states record, by their folder under ``<output>.states/``: the folder's
+    settings (``folder/``, the fresh rows' crams in its precision) and the same under ``autocast`` (``other/``), so a
+    state kept under one precision is not continued under another."""
+    other = {**settings, "cram": {**settings.get("cram", {}), "autocast": autocast}}
+    return {"folder": store.settings_digest(settings), "other": store.settings_digest(other)}
+
+
+def check_output(output: Path, records: list[dict], folder, autocast: str) -> None:
+    """Refuse to add pairs of ``folder`` under ``autocast`` to ``output`` where its lines (records, selection, kept
+    states) come from another folder or other settings: its done keys would be taken for this folder's, and its
+    report would be the other folder's pairs. Lines written before they recorded a digest pass (as of the settings
+    now); so do the fresh rows' folder-side lines, which did not record their folder."""
+    settings = store.read_settings(folder)
+    digest = store.settings_digest(settings)
+    again = "Give this folder another --output (or rerun the one it was made from)"
+    for r in records:
+        if "folder" in r and not same_folder(r["folder"], folder):
+            raise SystemExit(f"{output} holds pairs of {r['folder']}, not of {folder}. {again}")
+        if r.get("settings_digest", digest) != digest:
+            recorded = next((x for x in records if x.get("side") == SELECTION and "settings" in x), {})
+            differ = _differences(recorded.get("settings") or {}, settings)
+            raise SystemExit(
+                f"{output} holds pairs of {r.get('folder', folder)} under other settings than {folder}'s now "
+                f"(settings digest {r['settings_digest']}, now {digest}"
+                + (f"; {', '.join(differ)}" if differ else "")
+                + f"). {again}"
+            )
+    states = states_of(output)
+    for side, side_digest in side_digests(settings, autocast).items():
+        if (states / side).is_dir():
+            try:
+                store.check_inflight(states / side, side_digest)
+            except ValueError as err:
+                raise SystemExit(f"{err}; or give this folder another --output") from None
+
+
+def states_of(output: Path) -> Path:
+    """Where the rows in flight of ``output``'s crams keep their states (``folder/`` and ``other/``)."""
+    return output.with_name(output.stem + ".states")
 
 
 def _fields(result) -> dict:
@@ -358,7 +416,9 @@ def report(folder, records: list[dict], bootstrap: int, rows: dict | None = None
 
 def selected_rows(folder, records: list[dict], output) -> tuple[dict, dict | None]:
     """The folder's rows the comparison in ``records`` (an output's lines) was made on, and the selection line to
-    write where the output holds none yet (else None); notes on stderr about what is left out.
+    write where the output holds none yet, or one that does not record the settings (else None): the folder, its
+    settings now and their digest, and the rows (those of the first selection line where there is one); notes on
+    stderr about what is left out.
 
     An output records the folder's row keys when it is first written (its ``"side": "selection"`` line). One written
     before that holds only pairs: it reads as made on the rows its pairs name and every row the folder holds now at an
@@ -366,10 +426,11 @@ def selected_rows(folder, records: list[dict], output) -> tuple[dict, dict | Non
     pair names is left out as newer: a run pairs every row at its m that ran to its own end (the only rows at such an
     m that existed yet are left out so are an inferred one, an early-abandoned one, or one longer than --max-n)."""
     live = store.read_rows(folder)
-    recorded = next((r for r in records if r.get("side") == "selection"), None)
+    recorded = next((r for r in records if r.get("side") == SELECTION), None)
     line = None
     if recorded is not None:
         keys = {tuple(key) for key in recorded["rows"]}
+        inferred = bool(recorded.get("inferred"))
     else:
         pairs = pair_records(records)
         named = {(r["m"], r["n"], r["index"]) for r in pairs if not r.get("fresh")}
@@ -383,7 +444,11 @@ def selected_rows(folder, records: list[dict], output) -> tuple[dict, dict | Non
                 "as newer",
                 file=sys.stderr,
             )
-        line = {"side": "selection", "folder": str(folder), "rows": sorted(keys), "inferred": bool(pairs)}
+        inferred = bool(pairs)
+    if not any(r.get("side") == SELECTION and "settings_digest" in r for r in records):
+        settings = store.read_settings(folder)
+        line = {"side": SELECTION, "folder": str(folder), "settings_digest": store.settings_digest(settings)}
+        line |= {"settings": settings, "rows": sorted(keys), "inferred": inferred}
     missing = keys - set(live)
     if missing:
         raise SystemExit(
@@ -412,12 +477,20 @@ def main(argv=None, *, model=None, tokenizer=None) -> None:
     pairs = pair_records(records)
     if pairs and any(r["autocast"] != pairs[0]["autocast"] for r in pairs):
         raise SystemExit(f"{output} mixes precisions: one output file per precision")
+    if not args.report_only:
+        check_output(output, records, args.folder, args.autocast)
     rows, selection = selected_rows(args.folder, records, output)
     if not args.report_only:
         if pairs and pairs[0]["autocast"] != args.autocast:
             raise SystemExit(f"{output} holds {pairs[0]['autocast']} pairs, not {args.autocast}: another --output")
         output.parent.mkdir(parents=True, exist_ok=True)
-        if selection is not None:  # the rows of this comparison, before any of its pairs
+        if selection is not None:  # the rows of this comparison and its settings, before any of its pairs
+            if records:
+                print(
+                    f"note: {output} predates recording the settings it was made under: taken as {args.folder}'s now "
+                    f"(digest {selection['settings_digest']}), recorded from this run on",
+                    file=sys.stderr,
+                )
             append_records(output, [selection], records)
         done = {(r["m"], r["n"], r["index"]) for r in pairs}
         sides = {(r["m"], r["n"], r["index"]): r for r in records if r.get("side") == "folder"}
@@ -429,7 +502,7 @@ def main(argv=None, *, model=None, tokenizer=None) -> None:
             max_n=args.max_n,
             fresh=args.fresh,
             sides=sides,
-            inflight=output.with_name(output.stem + ".states"),
+            inflight=states_of(output),
             rows=rows,
             model=model,
             tokenizer=tokenizer,

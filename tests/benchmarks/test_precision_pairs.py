@@ -9,7 +9,7 @@ import pytest
 
 from ut_peft.accessibility import run_sweep
 from ut_peft.accessibility.engine.sources import init_seed
-from ut_peft.accessibility.store import read_rows
+from ut_peft.accessibility.store import read_rows, read_settings
 from ut_peft.accessibility.testing import crammable_model, small_sweep_config
 
 
@@ -209,3 +209,104 @@ def test_the_report_keeps_to_the_rows_the_comparison_was_made_on(tmp_path, pairs
     output.write_text("".join(json.dumps(line) + "\n" for line in [made_on_after, *records]))
     with pytest.raises(SystemExit, match="no longer holds 6 of the 46 rows"):
         _run(pairs, str(before), *argv, str(output), model=None)
+
+
+def _folder_and_output(tmp_path, pairs, llama):
+    """A sweep folder at m = 1 and its pairs' output, made by a run: the folder, the output, the run's argv and its
+    report."""
+    folder = tmp_path / "A"
+    run_sweep(small_sweep_config(ms=[1]), folder, model=llama, progress=False)
+    output = tmp_path / "out.jsonl"
+    argv = ["--ms", "1", "--bootstrap", "5", "--output", str(output)]
+    return folder, output, argv, _run(pairs, str(folder), *argv, model=llama)
+
+
+def _other_settings(folder) -> str:
+    """settings.json of ``folder`` with another learning rate (0.5 for 0.01)."""
+    settings = json.loads((folder / "settings.json").read_text())
+    settings["cram"]["lr"] = 0.5
+    return json.dumps(settings)
+
+
+def test_a_run_refuses_an_output_of_another_folder(tmp_path, pairs):
+    """Another folder into an output, even a copy with the same settings and rows: refused, its rows not taken as
+    done and the other folder's pairs not reported. Every line records the folder and its settings digest."""
+    import shutil
+
+    llama = crammable_model("llama")
+    folder, output, argv, _ = _folder_and_output(tmp_path, pairs, llama)
+    other = tmp_path / "B"
+    shutil.copytree(folder, other)
+    with pytest.raises(SystemExit, match="holds pairs of .*A, not of .*B.* another --output"):
+        _run(pairs, str(other), *argv, model=llama)
+    lines = [json.loads(line) for line in output.read_text().splitlines()]
+    settings = read_settings(folder)
+    assert lines[0]["side"] == "selection" and lines[0]["settings"] == settings and len(lines) > 1
+    assert all(r["settings_digest"] == pairs.store.settings_digest(settings) for r in lines)
+    assert all(r["folder"] == str(folder) for r in lines)
+
+
+def test_a_run_refuses_an_output_made_under_other_settings(tmp_path, pairs):
+    """The output's folder under settings changed since: refused, saying what differs; under its own again, the run
+    goes on as before."""
+    llama = crammable_model("llama")
+    folder, output, argv, text = _folder_and_output(tmp_path, pairs, llama)
+    original, count = (folder / "settings.json").read_text(), len(output.read_text().splitlines())
+    (folder / "settings.json").write_text(_other_settings(folder))
+    with pytest.raises(SystemExit, match=r"other settings .*cram\.lr: 0\.01 -> 0\.5.* another --output"):
+        _run(pairs, str(folder), *argv, model=llama)
+    (folder / "settings.json").write_text(original)
+    assert _run(pairs, str(folder), *argv, model=llama) == text and len(output.read_text().splitlines()) == count
+
+
+def test_a_run_refuses_kept_states_of_other_settings(tmp_path, pairs, monkeypatch):
+    """States kept by a run under other settings (killed before it wrote a record) are refused, not continued; so are
+    states kept under another precision, the folder's settings the same."""
+    llama = crammable_model("llama")
+    folder = tmp_path / "A"
+    run_sweep(small_sweep_config(ms=[1]), folder, model=llama, progress=False)
+    original = (folder / "settings.json").read_text()
+    (folder / "settings.json").write_text(_other_settings(folder))
+    monkeypatch.setattr(pairs, "SNAPSHOT_SECONDS", 0.0)  # a state after every update
+    output = tmp_path / "killed.jsonl"
+    states = output.with_name(output.stem + ".states")  # where main keeps them
+    running = pairs.cram_pairs(folder, {1}, "bf16", done=set(), inflight=states, model=llama, tokenizer=None)
+    next(running)
+    running.close()  # the kill: the rows still in flight keep their states, no record written
+    assert list(states.rglob("*.safetensors")), "the rows in flight should have kept their states"
+    (folder / "settings.json").write_text(original)
+    with pytest.raises(SystemExit, match="other settings than these.*another --output"):
+        _run(pairs, str(folder), "--ms", "1", "--output", str(output), model=llama)
+    (folder / "settings.json").write_text(_other_settings(folder))
+    with pytest.raises(SystemExit, match="other settings than these.*another --output"):
+        _run(pairs, str(folder), "--autocast", "fp16", "--ms", "1", "--output", str(output), model=llama)
+    assert not output.exists()
+
+
+def test_an_output_from_before_the_settings_were_recorded_gets_them_on_its_next_run(tmp_path, pairs, monkeypatch):
+    """An output without the settings line (of pairs only, or with a selection line of rows alone) reads as before;
+    its next run adds the line (the same rows), with a note, and the report stays the same."""
+    from ut_peft.accessibility.testing import pooled_sweep_settings, write_sweep_folder
+
+    folder = tmp_path / "folder"
+    write_sweep_folder(folder, pooled_sweep_settings(), _ROWS)
+    records = [{"folder": str(folder), **_pair(m, n, i, ok, True if (m, n) == (3, 70) else None)}
+               for m, n, i, ok, _ in _ROWS if m == 3]  # fmt: skip
+    rows_only = {"side": "selection", "folder": str(folder), "rows": [[m, n, i] for m, n, i, *_ in _ROWS]}
+    monkeypatch.setattr(pairs, "cram_pairs", lambda *args, **kwargs: iter(()))  # every row paired already
+    argv = ["--ms", "3", "--bootstrap", "5", "--output"]
+    for lines, name in ((records, "legacy.jsonl"), ([rows_only, *records], "rows-only.jsonl")):
+        output = tmp_path / name
+        output.write_text("".join(json.dumps(line) + "\n" for line in lines))
+        text = _run(pairs, str(folder), *argv, str(output), "--report-only", model=None)
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            assert _run(pairs, str(folder), *argv, str(output), model=None) == text
+        assert "predates recording the settings it was made under" in err.getvalue()
+        *kept, added = [json.loads(line) for line in output.read_text().splitlines()]
+        assert kept == lines and added["side"] == "selection" and added["settings"] == read_settings(folder)
+        assert added["settings_digest"] == pairs.store.settings_digest(read_settings(folder))
+        assert sorted(map(tuple, added["rows"])) == sorted((m, n, i) for m, n, i, *_ in _ROWS)
+        assert _run(pairs, str(folder), *argv, str(output), "--report-only", model=None) == text
+        assert _run(pairs, str(folder), *argv, str(output), model=None) == text  # added once
+        assert len(output.read_text().splitlines()) == len(lines) + 1
