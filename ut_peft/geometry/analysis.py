@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from ..accessibility.stats.bounds import EPS_RELATIVE, SupportStats, measure_support
+from ..accessibility.stats.bounds import SupportStats, measure_support
 from ..io import atomic_open
 from .bounds import refined_bounds
 from .cells import CellEstimate, agreement, estimate_cells, supports_from_stats
@@ -100,16 +100,7 @@ def measure_prenorm_support(model, norm, **kwargs) -> SupportStats:
             "(the norm is called more than once, or the model changes its states between norm and head), so "
             "apply_final_norm cannot reproduce its output path; sample post-norm points instead"
         )
-    radius = float(pre.norm(dim=1).max())
-    return SupportStats(
-        radius=radius,
-        eps=radius * EPS_RELATIVE,
-        low=pre.min(dim=0).values,
-        high=pre.max(dim=0).values,
-        hidden=pre,
-        vocab_size=head.vocab_size,
-        seq_len=head.seq_len,
-    )
+    return SupportStats.from_states(pre, head.vocab_size, head.seq_len)
 
 
 def describe_path(path: OutputPath) -> dict:

@@ -56,6 +56,20 @@ class SupportStats:
     vocab_size: int
     seq_len: int | None = None  # tokens per sampled sequence (after the cap at the context)
 
+    @classmethod
+    def from_states(cls, hidden: torch.Tensor, vocab_size: int, seq_len: int | None = None) -> SupportStats:
+        """The support of (N, d) measured states: their largest norm r, eps = r / 2^11, the per-coordinate box."""
+        radius = float(hidden.norm(dim=1).max())
+        return cls(
+            radius=radius,
+            eps=radius * EPS_RELATIVE,
+            low=hidden.min(dim=0).values,
+            high=hidden.max(dim=0).values,
+            hidden=hidden,
+            vocab_size=int(vocab_size),
+            seq_len=seq_len,
+        )
+
     @property
     def hidden_size(self) -> int:
         return int(self.hidden.shape[1])
@@ -121,17 +135,7 @@ def measure_support(
         ]
     finally:
         model.train(was_training)
-    hidden = torch.cat(states)
-    radius = float(hidden.norm(dim=1).max())
-    return SupportStats(
-        radius=radius,
-        eps=radius * EPS_RELATIVE,
-        low=hidden.min(dim=0).values,
-        high=hidden.max(dim=0).values,
-        hidden=hidden,
-        vocab_size=int(vocab_size),
-        seq_len=seq_len,
-    )
+    return SupportStats.from_states(torch.cat(states), vocab_size, seq_len)
 
 
 def _check(eps: float, vocab_size: int) -> None:
