@@ -79,17 +79,9 @@ def main(args, model=None) -> dict:
     results = {"model": args.model, "half": args.half, "rows": args.rows, "steps": args.steps, "lengths": []}
     for length in args.lengths:
         jobs = jobs_of(length, args.rows, vocab)
-        outputs = {}
-
-        def timed(variant):
-            def call(repeat):
-                seconds, out = run_variant(model, jobs, variant, args)
-                outputs.setdefault(variant, out)
-                return seconds
-
-            return call
-
-        times = harness.interleave({v: timed(v) for v in VARIANTS}, args.repeats)
+        times, outputs = harness.interleave_kept(
+            {v: (lambda v=v: run_variant(model, jobs, v, args)) for v in VARIANTS}, args.repeats
+        )
         # Every row runs its updates and one last forward; a row that crams early (a tiny model) runs fewer, and
         # then so may the other precision, so the per-forward times divide by each variant's own count.
         counts = {v: sum(r[1] + 1 for r in outputs[v]) for v in VARIANTS}

@@ -134,6 +134,22 @@ def interleave(variants: dict[str, Callable[[int], object]], repeats: int) -> di
     return results
 
 
+def interleave_kept(variants: dict[str, Callable[[], tuple[float, object]]], repeats: int) -> tuple[dict, dict]:
+    """:func:`interleave` for variants whose call returns ``(seconds, output)``: each variant's seconds in repeat
+    order, and its output of the first repeat (kept to compare the variants' results, e.g. bit for bit)."""
+    kept: dict = {}
+
+    def timed(name):
+        def call(repeat):
+            seconds, output = variants[name]()
+            kept.setdefault(name, output)
+            return seconds
+
+        return call
+
+    return interleave({name: timed(name) for name in variants}, repeats), kept
+
+
 # --- load -------------------------------------------------------------------------------------------------------
 
 

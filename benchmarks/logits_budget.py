@@ -97,17 +97,9 @@ def main(args, model=None) -> dict:
         f"{vocab:,} logits = {whole:,} ({4 * whole / 2**20:,.0f} MiB in float32) against a "
         f"budget of {default:,}: {'chunked under checkpointing' if chunked else 'not chunked either way'}"
     )
-    outputs: dict[str, list] = {}
-
-    def timed(variant):
-        def call(repeat):
-            seconds, out = run_variant(model, jobs, budgets[variant], args.steps)
-            outputs.setdefault(variant, out)
-            return seconds
-
-        return call
-
-    times = harness.interleave({v: timed(v) for v in VARIANTS}, args.repeats)
+    times, outputs = harness.interleave_kept(
+        {v: (lambda v=v: run_variant(model, jobs, budgets[v], args.steps)) for v in VARIANTS}, args.repeats
+    )
     counts = {v: sum(r[1] + 1 for r in outputs[v]) for v in VARIANTS}  # each row's updates and its last forward
     per_forward = {v: [t * len(jobs) / counts[v] for t in times[v]] for v in VARIANTS}
     a, b = outputs[DEFAULT], outputs[WHOLE]
