@@ -24,7 +24,7 @@ from ut_peft.accessibility import (
     summarize_folder,
 )
 from ut_peft.accessibility.store import read_rows, repair
-from ut_peft.accessibility.testing import crammable_model, small_sweep_config
+from ut_peft.accessibility.testing import crammable_model, killed_sweep, small_sweep_config
 
 RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "cram.py"
 
@@ -636,7 +636,7 @@ def test_a_stopped_sweep_resumes_its_rows_in_flight_from_their_snapshots(tmp_pat
     assert not (tmp_path / "whole" / INFLIGHT_DIR).exists()
 
     real_cram = sweep.cram
-    seen = _killed_after_snapshots(monkeypatch, 10, config, tmp_path / "stopped", llama)
+    seen = killed_sweep(config, tmp_path / "stopped", llama, 10)
     (key,) = seen[-1]
     state = read_inflight(tmp_path / "stopped", key)
     assert state.step == seen[-1][key].step and torch.equal(state.vectors, seen[-1][key].vectors)
@@ -679,7 +679,7 @@ def test_a_resumed_sweeps_live_speed_counts_only_the_steps_this_session_took(tmp
     config = small_config(
         ms=[2], grid=GridConfig(lengths=[6]), cram=CramConfig(max_steps=60, patience=60, batch_size=1)
     )
-    seen = _killed_after_snapshots(monkeypatch, 10, config, tmp_path, llama)
+    seen = killed_sweep(config, tmp_path, llama, 10)
     (key,) = seen[-1]
     before = set(read_rows(tmp_path))
     clock = SimpleNamespace(now=0.0)  # the session's wall time: 0 as the tracker starts, 1 s for every row after
@@ -1073,7 +1073,7 @@ def test_leftover_snapshots_of_a_run_under_other_settings_are_never_continued(tm
     from ut_peft.accessibility import store, sweep
 
     old = small_config(ms=[2], grid=GridConfig(lengths=[6]), cram=CramConfig(max_steps=60, patience=60, batch_size=1))
-    _killed_after_snapshots(monkeypatch, 3, old, tmp_path, llama)
+    killed_sweep(old, tmp_path, llama, 3)
     assert store.inflight_keys(tmp_path)
     new = dataclasses.replace(old, seed=7, cram=dataclasses.replace(old.cram, lr=0.05))
     # The run's files removed by hand (or an overwrite killed after it removed them): the snapshots are still work.
@@ -1174,27 +1174,3 @@ def test_a_re_merge_that_fails_to_write_leaves_the_earlier_merge_whole(tmp_path,
     monkeypatch.undo()
     merge_sweeps([tmp_path / "a", tmp_path / "b"], merged)  # once there is room, and in the same process
     assert len(read_rows(merged)) == 6 and not (merged / "summary.json").exists()  # its rows' summary: to be made
-
-
-def _killed_after_snapshots(monkeypatch, updates: int, config, folder, model) -> list:
-    """Run the sweep with the real engine, killed (KeyboardInterrupt) after ``updates`` snapshots; returns them."""
-    from ut_peft.accessibility import sweep
-
-    real_cram, seen = sweep.cram, []
-
-    def stopping_cram(model, jobs, cram_config, **kwargs):
-        keep = kwargs["on_snapshot"]
-
-        def on_snapshot(states):
-            keep(states)
-            seen.append(states)
-            if len(seen) == updates:
-                raise KeyboardInterrupt
-
-        return real_cram(model, jobs, cram_config, **dict(kwargs, on_snapshot=on_snapshot))
-
-    monkeypatch.setattr(sweep, "cram", stopping_cram)
-    with pytest.raises(KeyboardInterrupt):
-        run_sweep(config, folder, model=model, progress=False, snapshot_seconds=0)
-    monkeypatch.setattr(sweep, "cram", real_cram)
-    return seen

@@ -7,10 +7,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from ut_peft.accessibility import run_sweep, sweep
 from ut_peft.accessibility.config import GridConfig
 from ut_peft.accessibility.engine.jobs import CramConfig
-from ut_peft.accessibility.testing import crammable_model, small_sweep_config
+from ut_peft.accessibility.testing import crammable_model, killed_sweep, small_sweep_config
 
 TOOL = Path(__file__).resolve().parents[2] / "tools" / "continue_inflight.py"
 
@@ -22,37 +21,20 @@ def _tool():
     return module
 
 
-def _killed_sweep(folder, model, monkeypatch, updates: int) -> dict:
+def _killed_sweep(folder, model, updates: int) -> dict:
     """A tiny sweep killed after ``updates`` snapshots (one after every update): its last states, by row."""
     # Support settings the command can give (the sweep stops before it measures them).
     cram = CramConfig(max_steps=60, patience=60, batch_size=2)
     config = small_sweep_config(
         ms=[2], grid=GridConfig(lengths=[6]), num_sequences=2, cram=cram, support_sequences=16, support_seq_len=32
     )
-    real_cram, seen = sweep.cram, []
-
-    def stopping_cram(model, jobs, cram_config, **kwargs):
-        keep = kwargs["on_snapshot"]
-
-        def on_snapshot(states):
-            keep(states)
-            seen.append(states)
-            if len(seen) == updates:
-                raise KeyboardInterrupt
-
-        return real_cram(model, jobs, cram_config, **dict(kwargs, on_snapshot=on_snapshot))
-
-    monkeypatch.setattr(sweep, "cram", stopping_cram)
-    with pytest.raises(KeyboardInterrupt):
-        run_sweep(config, folder, model=model, progress=False, snapshot_seconds=0)
-    monkeypatch.setattr(sweep, "cram", real_cram)
-    return seen[-1]
+    return killed_sweep(config, folder, model, updates)[-1]
 
 
-def test_rows_in_flight_continue_from_their_snapshots_and_compare_to_the_bit(tmp_path, monkeypatch):
+def test_rows_in_flight_continue_from_their_snapshots_and_compare_to_the_bit(tmp_path):
     tool = _tool()
     model = crammable_model("llama")
-    last = _killed_sweep(tmp_path / "run", model, monkeypatch, 5)
+    last = _killed_sweep(tmp_path / "run", model, 5)
     first = tool.continue_rows(tmp_path / "run", 3, None, model=model)
     again = tool.continue_rows(tmp_path / "run", 3, None, model=model)
     assert sorted(first["rows"]) == sorted(last) and len(first["rows"]) == 2

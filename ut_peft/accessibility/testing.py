@@ -97,3 +97,32 @@ def small_sweep_config(model_name: str = "tiny-llama", **overrides):
     )
     settings.update(overrides)
     return SweepConfig(**settings)
+
+
+def killed_sweep(config, folder, model, updates: int) -> list[dict]:
+    """Run ``config``'s sweep into ``folder`` with the real engine, a snapshot after every update, and kill it (a
+    KeyboardInterrupt, as Ctrl-C) after ``updates`` snapshots: the folder holds what a killed run leaves, its rows in
+    flight in ``inflight/``. Returns the snapshots, one ``{key: RowState}`` per update."""
+    from unittest import mock
+
+    from . import sweep
+
+    real_cram, seen = sweep.cram, []
+
+    def stopping_cram(model, jobs, cram_config, **kwargs):
+        keep = kwargs["on_snapshot"]
+
+        def on_snapshot(states):
+            keep(states)
+            seen.append(states)
+            if len(seen) == updates:
+                raise KeyboardInterrupt
+
+        return real_cram(model, jobs, cram_config, **dict(kwargs, on_snapshot=on_snapshot))
+
+    with mock.patch.object(sweep, "cram", stopping_cram):
+        try:
+            sweep.run_sweep(config, folder, model=model, progress=False, snapshot_seconds=0)
+        except KeyboardInterrupt:
+            return seen
+    raise AssertionError(f"the sweep finished before {updates} snapshots: nothing was killed")
