@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
 import harness
@@ -34,7 +33,6 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ut_peft.accessibility.engine.cram import cram  # noqa: E402
 from ut_peft.accessibility.engine.forward import CastWeightsOnce, keep_weight_casts  # noqa: E402
 from ut_peft.accessibility.engine.jobs import CramConfig, CramJob  # noqa: E402
 from ut_peft.accessibility.engine.protocol import cram_settings  # noqa: E402
@@ -57,10 +55,7 @@ def run_variant(model, jobs, variant: str, args) -> tuple[float, list]:
         "published", CramConfig(max_steps=args.steps, patience=args.steps + 1, batch_size=len(jobs), autocast=autocast)
     )
     casts = keep_weight_casts if variant == "half, every call" else CastWeightsOnce
-    start = time.perf_counter()
-    results = list(cram(model, jobs, config, weight_casts=casts))
-    seconds = time.perf_counter() - start
-    return seconds, sorted((r.job.key, r.steps, r.final_loss, r.vectors) for r in results)
+    return harness.timed_cram(model, jobs, config, weight_casts=casts)
 
 
 def main(args, model=None) -> dict:

@@ -134,6 +134,17 @@ def interleave(variants: dict[str, Callable[[int], object]], repeats: int) -> di
     return results
 
 
+def timed_cram(model, jobs, config, **kwargs) -> tuple[float, list]:
+    """Seconds to cram every job (``ut_peft``'s engine, ``kwargs`` its policies), and the results as (key, steps,
+    final loss, vectors) in key order, to compare variants' results bit for bit."""
+    from ut_peft.accessibility.engine.cram import cram
+
+    start = time.perf_counter()
+    results = list(cram(model, jobs, config, **kwargs))
+    seconds = time.perf_counter() - start
+    return seconds, sorted((r.job.key, r.steps, r.final_loss, r.vectors) for r in results)
+
+
 def interleave_kept(variants: dict[str, Callable[[], tuple[float, object]]], repeats: int) -> tuple[dict, dict]:
     """:func:`interleave` for variants whose call returns ``(seconds, output)``: each variant's seconds in repeat
     order, and its output of the first repeat (kept to compare the variants' results, e.g. bit for bit)."""

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
 import harness
@@ -33,7 +32,6 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ut_peft.accessibility.engine.cram import cram  # noqa: E402
 from ut_peft.accessibility.engine.jobs import CramConfig, CramJob  # noqa: E402
 from ut_peft.accessibility.engine.protocol import cram_settings  # noqa: E402
 
@@ -68,10 +66,7 @@ def run_variant(model, jobs, budget: int, steps: int) -> tuple[float, list]:
         "published",
         CramConfig(max_steps=steps, patience=steps + 1, batch_size=len(jobs), autocast="none", logits_budget=budget),
     )
-    start = time.perf_counter()
-    results = list(cram(model, jobs, config))
-    seconds = time.perf_counter() - start
-    return seconds, sorted((r.job.key, r.steps, r.final_loss, r.vectors) for r in results)
+    return harness.timed_cram(model, jobs, config)
 
 
 def main(args, model=None) -> dict:
