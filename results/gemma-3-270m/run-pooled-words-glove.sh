@@ -24,18 +24,24 @@ tree=${UT_PEFT_FROZEN_TREE:-$(dirname "$repo")/gemma-run}
 if [ ! -d "$tree" ]; then
     git -C "$repo" worktree add --detach "$tree" "$FROZEN"
 fi
-if [ "$(git -C "$tree" rev-parse --short=7 HEAD)" != "$FROZEN" ]; then
-    if [ -n "$(git -C "$tree" status --porcelain)" ]; then
-        echo "$tree is not at commit $FROZEN and holds edits of its own: remove it (git worktree remove $tree) and rerun" >&2
-        exit 2
-    fi
-    git -C "$tree" checkout --detach -q "$FROZEN"
-fi
 out=$repo/results/gemma-3-270m/pooled-words-glove
 # One heavy job at a time: a PAUSED file in the folder says which job has the cores; remove it to resume.
 if [ -e "$out/PAUSED" ]; then
     echo "$out/PAUSED exists ($(head -c 400 "$out/PAUSED")): stop that job first, then remove the file and rerun" >&2
     exit 3
+fi
+if [ "$(git -C "$tree" rev-parse --short=7 HEAD)" != "$FROZEN" ]; then
+    # Never move the code under a run of this folder that is still going (its lock would stop a second one anyway).
+    if pgrep -f "recipes/cram.py .*--output $out" > /dev/null; then
+        echo "a run of $out is still going from $tree: stop it first, then rerun" >&2
+        exit 4
+    fi
+    if [ -n "$(git -C "$tree" status --porcelain)" ]; then
+        echo "$tree is not at commit $FROZEN and holds edits of its own: remove it (git worktree remove $tree)," \
+            "then rerun" >&2
+        exit 2
+    fi
+    git -C "$tree" checkout --detach -q "$FROZEN"
 fi
 cd "$tree"
 # PYTHONPATH puts the frozen tree's ut_peft ahead of any installed (editable) copy.
