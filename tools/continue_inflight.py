@@ -8,9 +8,11 @@ code (or two speed knobs) continue a long run the same way, bit for bit, before 
         ../main/results/gemma-3-270m/pooled-words-glove --steps 3 --output /tmp/old.pt)
     python tools/continue_inflight.py --compare /tmp/old.pt /tmp/new.pt    # exit 1 unless every tensor is equal
 
-The rows are the folder's in-flight snapshots (``inflight/``), their texts and inits rebuilt from its settings.json
-as the command rebuilds them for a resume (``cram --config settings.json``), crammed together in one batch with the
-protocol's engine settings; nothing is written into the folder.
+The rows are the folder's in-flight snapshots (``inflight/``), their texts, inits and engine settings rebuilt from its
+settings.json as the command rebuilds them for a resume (``cram --config settings.json``), crammed together in one
+batch in key order; nothing is written into the folder. That is the batch a resume crams where the round's rows are
+all in flight and fit one batch (the Gemma words run's round 4: 8 rows, batch 12); where a round also has rows not
+yet started, a resume's batches differ, so compare the two versions with this tool, not with the run.
 Kept for each row: its step, vectors, optimizer tensors and stopping counters after ``--steps`` more updates.
 It uses only names that every version since the frozen Gemma run (6198748) has.
 """
@@ -66,19 +68,26 @@ def continue_rows(folder: Path, steps: int, logits_budget: int | None, *, model=
         )
     goal = {job.key: job.resume.step + steps for job in jobs}
     kept: dict = {}
+    ended: dict = {}  # rows that stopped (crammed, patience, cap) before their goal, with why: nothing to compare
 
     def keep(states):
         for key, state in states.items():
             if state.step == goal[key]:
                 kept[key] = state
-        if len(kept) == len(jobs):
+        if len(kept) + len(ended) == len(jobs):
             raise _Enough
 
     try:  # a snapshot after every update: the states at exactly ``steps`` more
         for result in sweep.cram(model, jobs, config.cram, snapshot_every=1e-9, on_snapshot=keep):
-            print(f"{result.job.key} finished before {steps} more updates ({result.stop_reason})", file=sys.stderr)
+            if result.job.key not in kept:
+                ended[result.job.key] = result.stop_reason
+                if len(kept) + len(ended) == len(jobs):
+                    break
     except _Enough:
         pass
+    if ended:  # a comparison over the other rows only would hide them
+        stopped = ", ".join(f"{key} ({reason})" for key, reason in sorted(ended.items()))
+        raise SystemExit(f"rows stopped before {steps} more updates: {stopped}; continue them by fewer (--steps)")
     return {
         "settings_cram": settings["cram"],
         "rows": {key: (s.step, s.vectors, dict(s.optimizer), s.counters) for key, s in sorted(kept.items())},

@@ -486,6 +486,19 @@ def test_the_verdict_per_row_waits_for_the_seeds_and_checks_the_plan_asks_for():
     assert mixed["seeds"][0] is check and mixed["open"] == []
     assert mixed["text"] == "**no**: seed 0 does not reach 99.0%; best 70.0% at 1.0e7 examples (the whole budget)"
     assert budget_results.verdict(rows, "k2", "full")["text"] == "open: seed 0 in progress"
+    # Seed 0 stopped flat within 10 points earns seeds 1 and 2 (plan.budget_runs) even where its check, which answers
+    # for seed 0, ends further below: the verdict waits for them and judges all three.
+    near = _row("k2", "sparse", 0, 0.92, curve=[(409_600, 0.915), (819_200, 0.92)], stop_reason="flat")
+    below = _row("k2", "sparse", 0, 0.80, curve=[(409_600, 0.79), (10_000_128, 0.80)])
+    below["name"] += plan.UNSTOPPED
+    earned = {near["name"]: near, below["name"]: below}
+    assert [name for name, _ in plan.budget_runs(earned) if name.startswith("khop-k2-sparse")] == [
+        "khop-k2-sparse-budget-s0", "khop-k2-sparse-budget-s1", "khop-k2-sparse-budget-s2",
+        "khop-k2-sparse-budget-s0-unstopped",
+    ]  # fmt: skip
+    found = budget_results.verdict(earned, "k2", "sparse")
+    assert found["due"] == [0, 1, 2] and found["seeds"][0] is below
+    assert found["open"] == ["khop-k2-sparse-budget-s1", "khop-k2-sparse-budget-s2"]
     assert budget_results.verdict(rows, "mix", "full")["text"] == "open: seed 0 not run yet"
     table = budget_results.verdict_table(rows).splitlines()
     assert len(table) == 2 + 9 and "| k = 2 alone | random UT | 99.5 / 99.5 / 99.5 | 85.7-96.1% | **yes**" in table[3]

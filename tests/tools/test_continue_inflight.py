@@ -48,6 +48,9 @@ def test_rows_in_flight_continue_from_their_snapshots_and_compare_to_the_bit(tmp
     torch.save(edited, tmp_path / "b.pt")
     assert tool.main(["--compare", str(tmp_path / "a.pt"), str(tmp_path / "a.pt")]) == 0
     assert tool.main(["--compare", str(tmp_path / "a.pt"), str(tmp_path / "b.pt")]) == 1
+    # A row that stops (here at its 60-step cap) before the updates asked for is an error, not a smaller comparison.
+    with pytest.raises(SystemExit, match=r"rows stopped before 100 more updates: .*\(max_steps\)"):
+        tool.continue_rows(tmp_path / "run", 100, None, model=model)
     (tmp_path / "empty" / "inflight").mkdir(parents=True)
     (tmp_path / "empty" / "settings.json").write_text((tmp_path / "run" / "settings.json").read_text())
     with pytest.raises(SystemExit, match="holds no rows in flight"):

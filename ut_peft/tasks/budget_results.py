@@ -151,7 +151,11 @@ def verdict(rows: dict[str, dict], split: str, kind: str) -> dict:
     level = PAPER[kind][0]
     seeds, in_flight = _seed_runs(rows, split, kind)
     first = seeds.get(0)
-    due = list(BUDGET_SEEDS) if first is not None and more_seeds(first) else [0]
+    # The plan's rule (plan.budget_runs): seeds 1 and 2 are due where seed 0 or its finished check earns them.
+    plain = rows.get(budget_name(split, kind, 0))
+    earned = [run for run in (plain, first) if run is not None and "stopped_at" not in run]
+    due = list(BUDGET_SEEDS) if any(more_seeds(run) for run in earned) else [0]
+    seeds = {seed: run for seed, run in seeds.items() if seed in due}
     open_ = [budget_name(split, kind, seed) for seed in due if seed not in seeds]
     if (
         first is not None
