@@ -295,18 +295,6 @@ def same_folder(a, b) -> bool:
         return Path(a).resolve() == Path(b).resolve()
 
 
-def _differences(a: dict, b: dict, prefix: str = "") -> list[str]:
-    """The settings that differ between two settings.json dicts, as ``name: a -> b`` (nested ones dotted)."""
-    out = []
-    for name in sorted(set(a) | set(b)):
-        x, y = a.get(name), b.get(name)
-        if isinstance(x, dict) and isinstance(y, dict):
-            out += _differences(x, y, f"{prefix}{name}.")
-        elif x != y:
-            out.append(f"{prefix}{name}: {x!r} -> {y!r}")
-    return out
-
-
 def check_output(output: Path, records: list[dict], folder) -> None:
     """Refuse to add to ``output`` crams of ``folder`` where its lines (records, selection, kept states) come from
     another folder or from other settings: its done keys would be taken for this folder's, and its table would mix
@@ -319,7 +307,7 @@ def check_output(output: Path, records: list[dict], folder) -> None:
             raise SystemExit(f"{output} holds crams of {r['folder']}, not of {folder}. {again}")
         if r.get("settings_digest", digest) != digest:
             recorded = next((x for x in records if x.get("side") == SELECTION), {})
-            differ = _differences(recorded.get("settings") or {}, settings)
+            differ = store.changed_settings(recorded.get("settings") or {}, settings)
             raise SystemExit(
                 f"{output} holds crams of {r['folder']} under other settings than {folder}'s now (settings digest "
                 f"{r['settings_digest']}, now {digest}" + (f"; {', '.join(differ)}" if differ else "") + f"). {again}"

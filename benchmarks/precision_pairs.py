@@ -54,7 +54,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from first_token_stalls import _differences, append_records, folder_config, read_records, same_folder  # noqa: E402
+from first_token_stalls import append_records, folder_config, read_records, same_folder  # noqa: E402
 
 from ut_peft.accessibility import store  # noqa: E402
 from ut_peft.accessibility.engine.rows import INFERRED, row_steps  # noqa: E402
@@ -228,7 +228,7 @@ def check_output(output: Path, records: list[dict], folder, autocast: str) -> No
             raise SystemExit(f"{output} holds pairs of {r['folder']}, not of {folder}. {again}")
         if r.get("settings_digest", digest) != digest:
             recorded = next((x for x in records if x.get("side") == SELECTION and "settings" in x), {})
-            differ = _differences(recorded.get("settings") or {}, settings)
+            differ = store.changed_settings(recorded.get("settings") or {}, settings)
             raise SystemExit(
                 f"{output} holds pairs of {r.get('folder', folder)} under other settings than {folder}'s now "
                 f"(settings digest {r['settings_digest']}, now {digest}"

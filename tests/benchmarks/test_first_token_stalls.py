@@ -232,7 +232,7 @@ def test_a_resume_refuses_another_folder_or_settings_and_keeps_to_its_rows(tmp_p
     # A's own folder with its settings changed since: refused, saying what differs.
     (folder / "settings.json").rename(tmp_path / "settings.json")
     (folder / "settings.json").write_text(json.dumps(settings))
-    with pytest.raises(SystemExit, match=r"other settings .*cram\.lr: 0\.01 -> 0\.5.* another --output"):
+    with pytest.raises(SystemExit, match=r"other settings .*cram\.lr 0\.01 -> 0\.5.* another --output"):
         _run(stalls, str(folder), *argv, model=llama)
     # Kept states of other settings, with no record written yet: refused too.
     monkeypatch.setattr(stalls, "SNAPSHOT_SECONDS", 0.0)

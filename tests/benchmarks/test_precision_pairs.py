@@ -253,7 +253,7 @@ def test_a_run_refuses_an_output_made_under_other_settings(tmp_path, pairs):
     folder, output, argv, text = _folder_and_output(tmp_path, pairs, llama)
     original, count = (folder / "settings.json").read_text(), len(output.read_text().splitlines())
     (folder / "settings.json").write_text(_other_settings(folder))
-    with pytest.raises(SystemExit, match=r"other settings .*cram\.lr: 0\.01 -> 0\.5.* another --output"):
+    with pytest.raises(SystemExit, match=r"other settings .*cram\.lr 0\.01 -> 0\.5.* another --output"):
         _run(pairs, str(folder), *argv, model=llama)
     (folder / "settings.json").write_text(original)
     assert _run(pairs, str(folder), *argv, model=llama) == text and len(output.read_text().splitlines()) == count
