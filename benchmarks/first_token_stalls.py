@@ -295,29 +295,43 @@ def same_folder(a, b) -> bool:
         return Path(a).resolve() == Path(b).resolve()
 
 
-def check_output(output: Path, records: list[dict], folder) -> None:
-    """Refuse to add to ``output`` crams of ``folder`` where its lines (records, selection, kept states) come from
-    another folder or from other settings: its done keys would be taken for this folder's, and its table would mix
-    the two."""
+def check_records(output: Path, records: list[dict], folder, what: str = "crams") -> str:
+    """Refuse ``output`` where its lines come from another folder than ``folder`` or from other settings (its done
+    keys would be taken for this folder's, its table would mix the two); a line without a folder or a digest (written
+    before they were recorded) passes. Returns the folder's settings digest, for the kept states' check. ``what``:
+    the output's records, as the refusal names them."""
     settings = store.read_settings(folder)
     digest = store.settings_digest(settings)
     again = "Give this folder another --output (or rerun the one it was made from)"
     for r in records:
-        if not same_folder(r["folder"], folder):
-            raise SystemExit(f"{output} holds crams of {r['folder']}, not of {folder}. {again}")
+        if "folder" in r and not same_folder(r["folder"], folder):
+            raise SystemExit(f"{output} holds {what} of {r['folder']}, not of {folder}. {again}")
         if r.get("settings_digest", digest) != digest:
-            recorded = next((x for x in records if x.get("side") == SELECTION), {})
+            recorded = next((x for x in records if x.get("side") == SELECTION and "settings" in x), {})
             differ = store.changed_settings(recorded.get("settings") or {}, settings)
             raise SystemExit(
-                f"{output} holds crams of {r['folder']} under other settings than {folder}'s now (settings digest "
-                f"{r['settings_digest']}, now {digest}" + (f"; {', '.join(differ)}" if differ else "") + f"). {again}"
+                f"{output} holds {what} of {r.get('folder', folder)} under other settings than {folder}'s now "
+                f"(settings digest {r['settings_digest']}, now {digest}"
+                + (f"; {', '.join(differ)}" if differ else "")
+                + f"). {again}"
             )
+    return digest
+
+
+def check_states(group: Path, digest: str) -> None:
+    """Refuse the states kept in ``group`` where they were crammed under settings of another digest."""
+    try:
+        store.check_inflight(group, digest)
+    except ValueError as err:
+        raise SystemExit(f"{err}; or give this folder another --output") from None
+
+
+def check_output(output: Path, records: list[dict], folder) -> None:
+    """:func:`check_records`, and the same of the states its rows in flight keep (one digest: the folder's)."""
+    digest = check_records(output, records, folder)
     states = states_of(output)
     for group in sorted(states.glob("*/*")) if states.is_dir() else []:
-        try:
-            store.check_inflight(group, digest)
-        except ValueError as err:
-            raise SystemExit(f"{err}; or give this folder another --output") from None
+        check_states(group, digest)
 
 
 def states_of(output: Path) -> Path:

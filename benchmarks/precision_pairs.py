@@ -54,7 +54,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from first_token_stalls import append_records, folder_config, read_records, same_folder  # noqa: E402
+from first_token_stalls import (  # noqa: E402
+    SELECTION,
+    append_records,
+    check_records,
+    check_states,
+    folder_config,
+    read_records,
+)
 
 from ut_peft.accessibility import store  # noqa: E402
 from ut_peft.accessibility.engine.rows import INFERRED, row_steps  # noqa: E402
@@ -62,7 +69,6 @@ from ut_peft.accessibility.engine.rows import INFERRED, row_steps  # noqa: E402
 SNAPSHOT_SECONDS = 300.0  # how often the rows in flight keep their state (a sweep's default)
 FRESH_INDEX = 10_000  # fresh rows' sequence indices: far above any a sweep's design reaches
 PAIR_FIELDS = ("accessible", "steps", "stop_reason", "best_prefix", "best_accuracy", "tf_accuracy")
-SELECTION = "selection"  # the "side" of an output's line that records its folder, settings and rows
 
 
 def paired_rows(folder, ms, max_n: int | None = None, rows: dict | None = None) -> list[tuple[tuple, dict]]:
@@ -220,28 +226,11 @@ def check_output(output: Path, records: list[dict], folder, autocast: str) -> No
     states) come from another folder or other settings: its done keys would be taken for this folder's, and its
     report would be the other folder's pairs. Lines written before they recorded a digest pass (as of the settings
     now); so do the fresh rows' folder-side lines, which did not record their folder."""
-    settings = store.read_settings(folder)
-    digest = store.settings_digest(settings)
-    again = "Give this folder another --output (or rerun the one it was made from)"
-    for r in records:
-        if "folder" in r and not same_folder(r["folder"], folder):
-            raise SystemExit(f"{output} holds pairs of {r['folder']}, not of {folder}. {again}")
-        if r.get("settings_digest", digest) != digest:
-            recorded = next((x for x in records if x.get("side") == SELECTION and "settings" in x), {})
-            differ = store.changed_settings(recorded.get("settings") or {}, settings)
-            raise SystemExit(
-                f"{output} holds pairs of {r.get('folder', folder)} under other settings than {folder}'s now "
-                f"(settings digest {r['settings_digest']}, now {digest}"
-                + (f"; {', '.join(differ)}" if differ else "")
-                + f"). {again}"
-            )
+    check_records(output, records, folder, "pairs")
     states = states_of(output)
-    for side, side_digest in side_digests(settings, autocast).items():
+    for side, side_digest in side_digests(store.read_settings(folder), autocast).items():
         if (states / side).is_dir():
-            try:
-                store.check_inflight(states / side, side_digest)
-            except ValueError as err:
-                raise SystemExit(f"{err}; or give this folder another --output") from None
+            check_states(states / side, side_digest)
 
 
 def states_of(output: Path) -> Path:
