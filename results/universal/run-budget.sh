@@ -16,7 +16,11 @@
 # checkpoints; they write their checkpoints, rows, tables and figure into this checkout (--base-dir).
 #
 # Start it (resumable: rerun after a kill, a reboot or a pause; finished runs are skipped, a run in flight continues
-# from its last checkpoint in runs/universal/<name>, rows land in results/universal/runs.jsonl):
+# from its last checkpoint in runs/universal/<name>, rows land in results/universal/runs.jsonl). Checkpoints are
+# machine-local, so the script carries them through the repository (tools/carry_checkpoints.py): it restores the
+# copies in results/universal/inflight/ before the workers start (on a new machine a run goes on where the last one
+# left it), copies each run's checkpoint there every CARRY_MINUTES (default 60) while they run and once more when they
+# end, and tools/commit_rows.sh results/universal commits the copies with the rows:
 #   . .venv/bin/activate && nohup bash results/universal/run-budget.sh > /work/logs/ut-budget.log 2>&1 &
 # Give the cores back (e.g. to resume the Gemma run): write why into results/universal/PAUSED; each worker stops its run
 # at the run's next checkpoint (500 steps, a minute or two) and exits. Remove the file and rerun this script to go on.
@@ -49,7 +53,11 @@ until { [ -e "$wait_for/summary.json" ] || [ -e "$wait_for/PAUSED" ]; } && lock_
     echo "$(date '+%F %T') waiting for $wait_for to finish (summary.json) or pause (PAUSED, its process gone)"
     sleep "${UT_PEFT_POLL_SECONDS:-600}"
 done
+python tools/carry_checkpoints.py restore results/universal/inflight runs/universal
 echo "$(date '+%F %T') starting $workers budget workers"
+carry() { python tools/carry_checkpoints.py save runs/universal results/universal/inflight "$@" || true; }
+( while sleep $((${CARRY_MINUTES:-60} * 60)); do carry; done ) &
+carrier=$!
 
 pids=()
 for _ in $(seq "$workers"); do
@@ -63,5 +71,7 @@ status=0
 for pid in "${pids[@]}"; do
     wait "$pid" || status=$?
 done
+kill "$carrier" 2>/dev/null || true
+carry --every 0  # where each run stopped (paused or finished), for the next machine
 echo "$(date '+%F %T') budget workers done (exit $status)"
 exit "$status"
