@@ -88,6 +88,7 @@ def test_restore_leaves_a_live_run_and_an_unreadable_copy_alone(tmp_path):
         os.close(held)
     assert not (runs / "khop-x" / "checkpoint.pt").exists()
 
-    (carried / "khop-x" / "checkpoint.pt").write_bytes(b"cut off")
-    assert tool.restore(carried, runs) == [f"khop-x: {carried / 'khop-x' / 'checkpoint.pt'} cannot be read; not restored"]
+    copy = carried / "khop-x" / "checkpoint.pt"
+    copy.write_bytes(b"cut off")
+    assert tool.restore(carried, runs) == [f"khop-x: {copy} cannot be read; not restored"]
     assert not (runs / "khop-x" / "checkpoint.pt").exists()
