@@ -40,15 +40,11 @@ from ut_peft.accessibility.stats.fit import n50_interval  # noqa: E402
 OPTIMISER_FIELDS = {"lr", "betas", "weight_decay", "adam_eps"}
 
 
-def _differences(a: dict, b: dict, prefix: str = "") -> list[str]:
-    keys = sorted(set(a) | set(b))
-    out = []
-    for key in keys:
-        if isinstance(a.get(key), dict) and isinstance(b.get(key), dict):
-            out += _differences(a[key], b[key], f"{prefix}{key}.")
-        elif a.get(key) != b.get(key):
-            out.append(f"{prefix}{key}")
-    return out
+def _optimiser_or_grid(path: str) -> bool:
+    """A setting two runs of the same sequences may differ in: the optimiser's, the lengths and ms the grid chose."""
+    if path in {"merged_from", "ms"} or path.startswith("grid.lengths"):
+        return True
+    return path.startswith("cram.") and path.split(".", 1)[1] in OPTIMISER_FIELDS
 
 
 def _n50(rows: list[dict], m: int, seed: int):
@@ -63,18 +59,16 @@ def _n50(rows: list[dict], m: int, seed: int):
 def compare(baseline_folder, candidate_folder) -> dict:
     base_settings, cand_settings = store.read_settings(baseline_folder), store.read_settings(candidate_folder)
     differ = [
-        k
-        for k in _differences(base_settings, cand_settings)
-        if k not in {"merged_from", "ms"}
-        and not k.startswith("grid.lengths")
-        and not (k.startswith("cram.") and k.split(".", 1)[1] in OPTIMISER_FIELDS)
+        change
+        for change in store.changed_settings(base_settings, cand_settings)
+        if not _optimiser_or_grid(change.split(" ", 1)[0])
     ]
     if differ:
         raise SystemExit(
-            f"the two sweeps differ in {', '.join(differ)}, not only in the optimiser "
+            f"the two sweeps differ in {'; '.join(differ)}, not only in the optimiser "
             f"({', '.join(sorted(OPTIMISER_FIELDS))}): compare runs of the same sequences and settings"
         )
-    optimiser = [k for k in _differences(base_settings.get("cram", {}), cand_settings.get("cram", {}))]
+    optimiser = store.changed_paths(base_settings.get("cram", {}), cand_settings.get("cram", {}))
     if not optimiser:
         raise SystemExit("the two sweeps use the same optimiser settings: give --candidate a run with another --lr")
     base, cand = store.read_rows(Path(baseline_folder)), store.read_rows(Path(candidate_folder))
