@@ -271,7 +271,7 @@ class SweepConfig:
         cram = {
             k: v
             for k, v in dataclasses.asdict(self.cram).items()
-            if k not in ("batch_size", "logits_budget")
+            if k not in ("batch_size", "logits_budget", "forward_groups")
             and not (k in _LATER_CRAM_DEFAULTS and v == _LATER_CRAM_DEFAULTS[k])
         }
         settings = {

@@ -451,6 +451,11 @@ FLAGS = (
          "loss run in chunks under checkpointing, which computes the head's logits twice. A budget that holds a "
          "whole batch's logits skips that second pass, at their memory, with the same results up to the rounding "
          "of other matmul kernels (benchmarks/logits_budget.py)"),
+    Flag("forward-groups", "cram.forward_groups", unrecorded=True, api="auto", choices=["auto", "length", "one"],
+         help="how a step's rows go through the model: length (rows of similar length in forwards of their own, "
+         "each padded to its own longest row, where that saves more padding than a forward costs), one (one padded "
+         "forward of the whole batch), auto (default: length on the CPU, one on accelerators). The same results up "
+         "to float rounding, as with --batch-size (benchmarks/forward_groups.py)"),
     # Recorded as the ut-peft layout's prefix ids: the BOS before the memory, or nothing (prefix none).
     # Unset by default (PREFIX under the ut-peft protocol), so that one given under the published protocol is refused.
     Flag("prefix", "prefix", stored="cram.prefix_ids", when=_ut_peft_layout, choices=["bos", "none"],

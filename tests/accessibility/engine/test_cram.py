@@ -557,3 +557,52 @@ def test_an_audit_that_cannot_be_drawn_or_flags_nothing_is_refused(kwargs, match
 def test_an_audit_of_zero_is_the_abandon_as_before():
     assert CramConfig().abandon_audit == 0.0
     assert CramConfig(abandon_below=FLAG_ALL, abandon_audit=0).abandon_audit == 0.0  # an int is taken as a float
+
+
+def test_length_groups_split_where_the_padding_saved_outweighs_a_forward():
+    from ut_peft.accessibility.engine.cram import length_groups
+
+    # The Gemma words run's round 4: four rows of 114 positions and four of 193, in slot order as they came.
+    assert length_groups([193, 114, 193, 114, 114, 193, 193, 114]) == [[0, 2, 5, 6], [1, 3, 4, 7]]
+    assert length_groups([100, 104, 98, 101]) == [[0, 1, 2, 3]]  # 18 padded positions do not pay for a forward
+    assert length_groups([100, 104, 98, 101], cost=0) == [[0], [1], [2], [3]]
+    assert length_groups([5, 300], cost=128) == [[0], [1]] and length_groups([5, 300], cost=400) == [[0, 1]]
+    assert length_groups([]) == [] and length_groups([7]) == [[0]]
+    lengths = [int(x) for x in torch.randint(1, 400, (13,), generator=torch.Generator().manual_seed(0))]
+    groups = length_groups(lengths, cost=64)
+    assert sorted(i for group in groups for i in group) == list(range(13)) and groups == sorted(groups)
+    # Each group is a run of the rows sorted by length: no row is padded to a length another group could hold.
+    spans = sorted((min(lengths[i] for i in g), max(lengths[i] for i in g)) for g in groups)
+    assert all(hi < lo for (_, hi), (lo, _) in zip(spans, spans[1:]))
+
+
+def test_rows_in_length_groups_compute_what_one_padded_forward_does(llama, monkeypatch):
+    from ut_peft.accessibility.engine import cram as engine
+
+    monkeypatch.setattr(engine, "GROUP_COST_POSITIONS", 0)  # split at every length on a model this small
+    jobs = _jobs([(3, 1), (24, 2), (5, 1), (30, 3), (4, 2)], seed=4)
+    runs = {}
+    for groups in ("one", "length"):
+        runs[groups] = {
+            r.job.key: r for r in cram(llama, jobs, CramConfig(max_steps=12, patience=12, forward_groups=groups))
+        }
+    for key, one in runs["one"].items():
+        split = runs["length"][key]
+        assert (split.steps, split.stop_reason, split.best_prefix) == (one.steps, one.stop_reason, one.best_prefix)
+        assert split.final_loss == pytest.approx(one.final_loss, rel=1e-4, abs=1e-6)
+        assert torch.allclose(split.vectors, one.vectors, atol=1e-4)
+    # The same rows of one length each: one group, the one forward's arithmetic to the bit.
+    same = _jobs([(6, 2), (6, 2), (6, 2)], seed=5)
+    a = [
+        r.vectors
+        for r in sorted(
+            cram(llama, same, CramConfig(max_steps=5, patience=5, forward_groups="one")), key=lambda r: r.job.key
+        )
+    ]
+    b = [
+        r.vectors
+        for r in sorted(
+            cram(llama, same, CramConfig(max_steps=5, patience=5, forward_groups="length")), key=lambda r: r.job.key
+        )
+    ]
+    assert all(torch.equal(x, y) for x, y in zip(a, b))

@@ -250,6 +250,29 @@ class _Batch:
         row.started = time.perf_counter() - state.seconds
 
 
+# What one more decoder forward costs on the CPU, in padded positions it must save to pay for itself: a step of
+# Gemma-3-270M in float32 on 2 cores took about as long as 100 positions more of the same forward (round 4 of the
+# words run, 8 rows of 116 and 194 positions, forward and backward; benchmarks/forward_groups.py).
+GROUP_COST_POSITIONS = 128
+
+
+def length_groups(lengths: list[int], cost: int = GROUP_COST_POSITIONS) -> list[list[int]]:
+    """The rows (indices into ``lengths``, each the positions of one row) split into forwards of similar length:
+    the grouping of the rows sorted by length into consecutive runs that minimises the padded positions
+    (each group's rows times its longest) plus ``cost`` per forward. Each group lists its rows in their given order,
+    and so do the groups by their first row; one group where splitting saves no more than it costs."""
+    order = sorted(range(len(lengths)), key=lambda i: (lengths[i], i))
+    # best[j]: the least cost of the first j rows of ``order``; cut[j]: where its last group starts.
+    best, cut = [0] + [0] * len(order), [0] * (len(order) + 1)
+    for j in range(1, len(order) + 1):
+        best[j], cut[j] = min((best[i] + (j - i) * lengths[order[j - 1]] + cost, i) for i in range(j))
+    groups, j = [], len(order)
+    while j:
+        groups.append(sorted(order[cut[j] : j]))
+        j = cut[j]
+    return sorted(groups)
+
+
 def _forward(model, params, prefix, rows: dict[int, _Row], config: CramConfig):
     """For the rows by slot: their summed cross-entropy as a (slots,) tensor (0 at free slots), and dicts by slot
     of the number of correct argmax predictions over the row's targets and of leading targets predicted right."""
@@ -260,22 +283,30 @@ def _forward(model, params, prefix, rows: dict[int, _Row], config: CramConfig):
         with torch.no_grad():
             tokens = embed(row.ids[: row.given + row.target_len - 1])
         pieces.append(torch.cat([prefix.to(tokens.dtype), params[b, : row.job.m].to(tokens.dtype), tokens]))
-    length = max(piece.shape[0] for piece in pieces)
     device = execution_device(embed)
-    # Right padding needs no attention mask: causal attention never lets a position see the padding after it.
-    embeds = torch.stack([F.pad(piece, (0, 0, 0, length - piece.shape[0])) for piece in pieces])
-    with autocast_context(config, device), attention_kernel(config, device, length):
-        hidden = decoder_of(model)(inputs_embeds=embeds, use_cache=False).last_hidden_state
-        # Target j of a row (token ids[given + j]) is predicted at the position just before it: the last memory
-        # vector's position plus given + j, in the row's line of the stacked batch. One index_select instead of a
-        # slice per row: its backward scatters into one zero tensor, not one per row.
-        flat = torch.cat(
-            [
-                torch.arange(row.target_len) + (line * length + p + row.job.m - 1 + row.given)
-                for line, row in enumerate(rows.values())
-            ]
-        )
-        picked = hidden.reshape(-1, hidden.shape[-1]).index_select(0, flat.to(hidden.device))
+    grouped = config.forward_groups == "length" or (config.forward_groups == "auto" and device.type == "cpu")
+    lines = list(rows.values())
+    lengths = [piece.shape[0] for piece in pieces]
+    groups = length_groups(lengths, GROUP_COST_POSITIONS) if grouped else [list(range(len(pieces)))]
+    with autocast_context(config, device):
+        picked_by_group = []
+        for group in groups:
+            length = max(pieces[i].shape[0] for i in group)
+            # Right padding needs no attention mask: causal attention never lets a position see the padding after it.
+            embeds = torch.stack([F.pad(pieces[i], (0, 0, 0, length - pieces[i].shape[0])) for i in group])
+            with attention_kernel(config, device, length):
+                hidden = decoder_of(model)(inputs_embeds=embeds, use_cache=False).last_hidden_state
+            # Target j of a row (token ids[given + j]) is predicted at the position just before it: the last memory
+            # vector's position plus given + j, in the row's line of the stacked group. One index_select instead of
+            # a slice per row: its backward scatters into one zero tensor, not one per row.
+            flat = torch.cat(
+                [
+                    torch.arange(lines[i].target_len) + (line * length + p + lines[i].job.m - 1 + lines[i].given)
+                    for line, i in enumerate(group)
+                ]
+            )
+            picked_by_group.append(hidden.reshape(-1, hidden.shape[-1]).index_select(0, flat.to(hidden.device)))
+        picked = picked_by_group[0] if len(groups) == 1 else _in_row_order(picked_by_group, groups, lines)
         targets = torch.cat([row.ids[row.given : row.given + row.target_len] for row in rows.values()])
         losses, ok = token_stats(model, picked, targets, config.logits_budget)
     counts = [row.target_len for row in rows.values()]
@@ -286,6 +317,17 @@ def _forward(model, params, prefix, rows: dict[int, _Row], config: CramConfig):
     per_row = dict(zip(rows, ok.cpu().split(counts)))
     hits = {b: int(hit.sum()) for b, hit in per_row.items()}
     return loss_sum, hits, {b: leading_correct(hit) for b, hit in per_row.items()}
+
+
+def _in_row_order(picked_by_group: list[torch.Tensor], groups: list[list[int]], lines: list[_Row]) -> torch.Tensor:
+    """The groups' target hidden states (each group's rows one after another) put back in the batch's row order."""
+    starts, at = {}, 0
+    for group in groups:
+        for i in group:
+            starts[i] = at
+            at += lines[i].target_len
+    order = torch.cat([torch.arange(lines[i].target_len) + starts[i] for i in range(len(lines))])
+    return torch.cat(picked_by_group).index_select(0, order.to(picked_by_group[0].device))
 
 
 def _decode_rows(model, memory: torch.Tensor, rows: list[_Row], config: CramConfig) -> list[bool]:

@@ -20,7 +20,8 @@ class CramConfig:
     The layout, init, confirmation and GPU precision default to ut-peft's protocol, not the paper's:
     ``given_tokens=0`` (published 1), ``init_std="embedding"`` (published "weight"), ``check_greedy=True``
     (published False) and ``gpu_autocast="bf16"`` (published "fp16"); ``cram_settings("published", config)`` sets
-    the published four. ``batch_size``, ``logits_budget`` and ``autocast`` are speed knobs of this engine.
+    the published four. ``batch_size``, ``logits_budget``, ``forward_groups`` and ``autocast`` are speed knobs of this
+    engine.
     """
 
     lr: float = PUBLISHED.lr
@@ -32,6 +33,11 @@ class CramConfig:
     progressive: bool = False  # grow the target one token at a time
     batch_size: int = 16  # rows optimised together
     logits_budget: int = 2**26  # most logits elements held at once; beyond it the head runs in chunks
+    # How a step's rows go through the decoder: "one" padded forward of the whole batch, or "length": groups of
+    # similar length, each padded to its own longest row, where that saves more padded positions than a forward
+    # costs (:func:`~.cram.length_groups`); "auto": "length" on the CPU, "one" on accelerators (where a small
+    # forward costs about what a large one does). A row's result moves by float rounding only, as with batch_size.
+    forward_groups: str = "auto"
     autocast: str = "auto"  # "auto" (bf16 on GPU, off on CPU), "bf16", "fp16" or "none"
     check_greedy: bool = True  # confirm exactness with a real greedy decoding loop (else 100% accuracy suffices)
     # Token ids put before the memory vectors, e.g. the model's BOS. Llama-type models turn position 0 into an
@@ -78,6 +84,8 @@ class CramConfig:
             raise ValueError(f"betas must be two numbers in [0, 1) (got {self.betas})")
         if self.autocast not in ("auto", "bf16", "fp16", "none"):
             raise ValueError(f"autocast must be 'auto', 'bf16', 'fp16' or 'none' (got {self.autocast!r})")
+        if self.forward_groups not in ("auto", "length", "one"):
+            raise ValueError(f"forward_groups must be 'auto', 'length' or 'one' (got {self.forward_groups!r})")
         if self.gpu_autocast not in ("bf16", "fp16", "none"):
             raise ValueError(f"gpu_autocast must be 'bf16', 'fp16' or 'none' (got {self.gpu_autocast!r})")
         if self.init_std not in ("embedding", "weight"):
