@@ -8,6 +8,14 @@ code (or two speed knobs) continue a long run the same way, bit for bit, before 
         ../main/results/gemma-3-270m/pooled-words-glove --steps 3 --output /tmp/old.pt)
     python tools/continue_inflight.py --compare /tmp/old.pt /tmp/new.pt    # exit 1 unless every tensor is equal
 
+Where the newer code crams some rows in a forward of their own (forward groups: rows of similar length together),
+continue those rows with the frozen code as a batch of their own (``--ms``) and compare each set alone:
+
+    (cd ../gemma-run && PYTHONPATH=. python ../main/tools/continue_inflight.py \
+        ../main/results/gemma-3-270m/pooled-words-glove --steps 3 --ms 3 --output /tmp/old-m3.pt)
+    python tools/continue_inflight.py --compare /tmp/old-m3.pt /tmp/new.pt --ms 3
+    python tools/continue_inflight.py --compare /tmp/old.pt /tmp/new.pt --ms 5
+
 The rows are the folder's in-flight snapshots (``inflight/``), their texts, inits and engine settings rebuilt from its
 settings.json as the command rebuilds them for a resume (``cram --config settings.json``), crammed together in one
 batch in key order; nothing is written into the folder. That is the batch a resume crams where the round's rows are
@@ -32,10 +40,11 @@ class _Enough(Exception):
     """Every row has reached its step: stop the cram."""
 
 
-def continue_rows(folder: Path, steps: int, logits_budget: int | None, *, model=None, tokenizer=None) -> dict:
+def continue_rows(folder: Path, steps: int, logits_budget: int | None, *, ms=None, model=None, tokenizer=None) -> dict:
     """The folder's rows in flight after ``steps`` more updates: ``{"settings_cram", "rows": {key: (step, vectors,
-    optimizer tensors, stopping counters)}}``. ``model`` / ``tokenizer``: the folder's model (default: loaded by the
-    name its settings record; a word or text source needs the tokenizer)."""
+    optimizer tensors, stopping counters)}}``. ``ms``: only the rows at these m, as a batch of their own.
+    ``model`` / ``tokenizer``: the folder's model (default: loaded by the name its settings record; a word or text
+    source needs the tokenizer)."""
     from ut_peft.accessibility import store, sweep
     from ut_peft.cli.cram import parse, sweep_config
     from ut_peft.models import load_model, load_tokenizer
@@ -44,8 +53,10 @@ def continue_rows(folder: Path, steps: int, logits_budget: int | None, *, model=
     settings = json.loads((folder / "settings.json").read_text())
     config = sweep_config(parse(["--config", str(folder / "settings.json"), "--output", str(folder)]))
     paths = sorted((folder / "inflight").glob("*.safetensors"))
+    if ms:
+        paths = [path for path in paths if int(path.stem.split("-")[0][1:]) in ms]  # m3-n112-i16
     if not paths:
-        raise SystemExit(f"{folder}/inflight holds no rows in flight")
+        raise SystemExit(f"{folder}/inflight holds no rows in flight" + (f" at m in {sorted(ms)}" if ms else ""))
     if model is None:
         model, tokenizer = load_model(config.model), load_tokenizer(config.model)
     config.resolve_prefix(tokenizer)  # the protocol's layout, init and stopping rule, as a run sets them
@@ -94,8 +105,12 @@ def continue_rows(folder: Path, steps: int, logits_budget: int | None, *, model=
     }
 
 
-def compare(a: dict, b: dict) -> list[str]:
-    """What differs between two kept states (empty: equal to the bit)."""
+def compare(a: dict, b: dict, ms=None) -> list[str]:
+    """What differs between two kept states (empty: equal to the bit); ``ms``: their rows at these m only."""
+    if ms:
+        a, b = ({**kept, "rows": {k: v for k, v in kept["rows"].items() if k[0] in ms}} for kept in (a, b))
+    if not a["rows"] and not b["rows"]:
+        return [f"no rows to compare{f' at m in {sorted(ms)}' if ms else ''}"]
     if sorted(a["rows"]) != sorted(b["rows"]):
         return [f"other rows: {sorted(a['rows'])} against {sorted(b['rows'])}"]
     found = []
@@ -119,18 +134,22 @@ def main(argv=None) -> int:
     parser.add_argument("--steps", type=int, default=3, help="updates to continue each row by")
     parser.add_argument("--logits-budget", type=int, default=None, help="the engine's logits budget (its default)")
     parser.add_argument("--threads", type=int, default=2, help="torch threads")
+    parser.add_argument(
+        "--ms", type=int, nargs="+", help="only the rows at these m: continued as a batch of their own, or compared"
+    )
     parser.add_argument("--output", type=Path, help="where the kept states go (torch.save)")
     parser.add_argument("--compare", nargs=2, type=Path, metavar=("A", "B"), help="compare two kept states")
     args = parser.parse_args(argv)
     if args.compare:
         a, b = (torch.load(path, weights_only=False) for path in args.compare)
-        found = compare(a, b)
-        print("\n".join(found) if found else f"equal to the bit: {len(a['rows'])} rows")
+        found = compare(a, b, args.ms)
+        compared = sum(1 for key in a["rows"] if not args.ms or key[0] in args.ms)
+        print("\n".join(found) if found else f"equal to the bit: {compared} rows")
         return 1 if found else 0
     if args.folder is None or args.output is None:
         parser.error("give a folder and --output (or --compare A B)")
     torch.set_num_threads(args.threads)
-    kept = continue_rows(args.folder, args.steps, args.logits_budget)
+    kept = continue_rows(args.folder, args.steps, args.logits_budget, ms=args.ms)
     torch.save(kept, args.output)
     print(f"{len(kept['rows'])} rows continued to step {sorted({r[0] for r in kept['rows'].values()})}: {args.output}")
     return 0

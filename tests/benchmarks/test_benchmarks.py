@@ -217,6 +217,26 @@ def test_logits_budget(load, tmp_path, capsys):
         bench.parse(["--rows", "3-112"])
 
 
+def test_forward_groups(load, tmp_path, capsys):
+    """Rows of 4 and 120 positions go through the decoder in two forwards, one of each length, not both padded to
+    120, and cram as one padded forward does, up to float rounding."""
+    from ut_peft.accessibility.testing import crammable_model
+
+    bench = load("forward_groups")
+    out = tmp_path / "groups.json"
+    argv = ["--model", "tiny-gemma3", "--rows", "1:4x2", "1:120x2", "--steps", "2", "--repeats", "2"]
+    record = bench.main(bench.parse([*argv, "--threads", "1", "--json", str(out)]), model=crammable_model("gemma3"))
+    printed = capsys.readouterr().out
+    assert "one / groups" in printed and "in 2 forwards" in printed
+    results = read(out)["results"]
+    assert record["results"] == results
+    assert results["decoder_positions_per_step"] == {bench.ONE: 4 * 120, bench.GROUPS: 2 * 4 + 2 * 120}
+    assert results["forwards_per_step"] == {bench.ONE: 1, bench.GROUPS: 2}
+    assert results["largest_loss_gap"] < 1e-5 and results["largest_vector_gap"] < 1e-5
+    assert 0 <= results["bit_identical_rows"] <= 4 and len(results["one_over_groups"]["values"]) == 2
+    assert results["groups_alone_bit_identical_rows"] == 4  # a group is the batch of its own rows, to the bit
+
+
 def test_attention_flops_formula_matches_the_flop_counter(load):
     import torch
     from torch.nn.attention import SDPBackend

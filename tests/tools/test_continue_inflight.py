@@ -55,3 +55,23 @@ def test_rows_in_flight_continue_from_their_snapshots_and_compare_to_the_bit(tmp
     (tmp_path / "empty" / "settings.json").write_text((tmp_path / "run" / "settings.json").read_text())
     with pytest.raises(SystemExit, match="holds no rows in flight"):
         tool.continue_rows(tmp_path / "empty", 1, None, model=model)
+
+
+def test_rows_at_some_m_continue_as_a_batch_of_their_own_and_compare_alone(tmp_path):
+    tool = _tool()
+    model = crammable_model("llama")
+    cram = CramConfig(max_steps=60, patience=60, batch_size=4)
+    config = small_sweep_config(
+        ms=[1, 2], grid=GridConfig(lengths=[6]), num_sequences=2, cram=cram, support_sequences=16, support_seq_len=32
+    )
+    last = killed_sweep(config, tmp_path / "run", model, 4)[-1]
+    assert sorted({key[0] for key in last}) == [1, 2]
+    every = tool.continue_rows(tmp_path / "run", 2, None, model=model)
+    alone = tool.continue_rows(tmp_path / "run", 2, None, ms=[2], model=model)
+    assert sorted(alone["rows"]) == sorted(key for key in last if key[0] == 2)
+    assert tool.compare(every, alone) == [f"other rows: {sorted(every['rows'])} against {sorted(alone['rows'])}"]
+    # Rows of one length share one forward either way here, so the m = 2 rows continue alike to the bit.
+    assert tool.compare(every, alone, ms=[2]) == []
+    assert tool.compare(every, alone, ms=[5]) == ["no rows to compare at m in [5]"]
+    with pytest.raises(SystemExit, match=r"holds no rows in flight at m in \[5\]"):
+        tool.continue_rows(tmp_path / "run", 1, None, ms=[5], model=model)

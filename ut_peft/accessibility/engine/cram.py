@@ -21,6 +21,8 @@ such a row trains on and is decoded again after 2, 4, 8, ... more steps (in floa
 our runs). Why a hand-written Adam: see :class:`BatchedAdamW` (:func:`cram_reference` is the alone-run of a row,
 with the stock optimizer).
 
+On the CPU the rows of a step go through the decoder in groups of similar length (:func:`length_groups`), each
+padded to its own longest row, not the batch's; the head, the loss and the update see them in the batch's order.
 The output head runs on the hidden states of the target positions only, in chunks of positions, under
 activation checkpointing when the full logits would be large, so a 262k-vocabulary model never holds
 (B, n, |V|) logits at once.
@@ -250,9 +252,9 @@ class _Batch:
         row.started = time.perf_counter() - state.seconds
 
 
-# What one more decoder forward costs on the CPU, in padded positions it must save to pay for itself: a step of
-# Gemma-3-270M in float32 on 2 cores took about as long as 100 positions more of the same forward (round 4 of the
-# words run, 8 rows of 116 and 194 positions, forward and backward; benchmarks/forward_groups.py).
+# What one more decoder forward must save in padded positions to be worth it: a round figure, not a fit (a forward's
+# fixed cost on the CPU is below the noise of benchmarks/forward_groups.py), small beside the hundreds of positions
+# that rows at m = 1, 3 and 5 in one batch pad (1.30x a step on Gemma-3-270M there; BENCHMARKS.md, forward-groups).
 GROUP_COST_POSITIONS = 128
 
 
