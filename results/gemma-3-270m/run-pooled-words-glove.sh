@@ -9,7 +9,10 @@
 # committed as they land. Rounds 1-3 and round 4 up to step 307 ran at 6198748; from there it runs at 1e9daae with
 # --logits-budget 2^29 (the head's logits for the whole batch at once: 1.31x as fast a step on its long rows), after
 # tools/continue_inflight.py showed its rows in flight continue to the bit as under 6198748 (docs/accessibility.md,
-# "A faster head, the same arithmetic"). A worktree left at an earlier FROZEN is moved to this one (if it has no
+# "A faster head, the same arithmetic"); and from its next start at 26c7bb1, whose engine sends rows of similar
+# length through forwards of their own (up to 1.3x a step on rounds that mix m), after the same tool showed each of
+# its rows in flight continuing to the bit as 1e9daae continues it in a batch of its own length ("Rows in forwards of
+# their own length"). A worktree left at an earlier FROZEN is moved to this one (if it has no
 # edits of its own). Resumable: rerun this script (after a kill, a reboot, on a new machine after a clone) and it
 # continues from rows.jsonl and the in-flight snapshots. Start it with
 #   . .venv/bin/activate && nohup bash results/gemma-3-270m/run-pooled-words-glove.sh > /work/logs/gemma.log 2>&1 &
@@ -18,7 +21,7 @@
 # and watch it with `ut-peft status results/gemma-3-270m/pooled-words-glove`. While a file named PAUSED is in its
 # folder (another heavy job has the cores) this script refuses to start.
 set -euo pipefail
-FROZEN=1e9daae
+FROZEN=26c7bb1
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 tree=${UT_PEFT_FROZEN_TREE:-$(dirname "$repo")/gemma-run}
 if [ ! -d "$tree" ]; then
