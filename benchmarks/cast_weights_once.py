@@ -83,9 +83,7 @@ def main(args, model=None) -> dict:
         per_forward = {v: [t * args.rows / counts[v] for t in times[v]] for v in VARIANTS}
         forwards = counts["half, cast once"]
         once, every = outputs["half, cast once"], outputs["half, every call"]
-        identical = all(a[:3] == b[:3] and torch.equal(a[3], b[3]) for a, b in zip(once, every, strict=True)) and len(
-            once
-        ) == len(every)
+        identical = harness.compare_crams(once, every)["bit_identical"]
         every_over_once = harness.ratio_spread(per_forward["half, every call"], per_forward["half, cast once"])
         fp32_over_once = harness.ratio_spread(per_forward["fp32"], per_forward["half, cast once"])
         tokens = forwards * (length + 2)  # each forward: the BOS, the memory vector and the row's tokens

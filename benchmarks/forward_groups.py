@@ -30,7 +30,7 @@ from pathlib import Path
 
 import harness
 import torch
-from logits_budget import jobs_of, row_spec
+from logits_budget import add_row_arguments, jobs_of
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -98,18 +98,15 @@ def main(args, model=None) -> dict:
     )
     counts = {v: sum(r[1] + 1 for r in outputs[v]) for v in VARIANTS}  # each row's updates and its last forward
     per_forward = {v: [t * len(jobs) / counts[v] for t in times[v]] for v in VARIANTS}
-    a, b = outputs[ONE], outputs[GROUPS]
-    identical = len(a) == len(b) and all(x[:3] == y[:3] and torch.equal(x[3], y[3]) for x, y in zip(a, b))
-    loss_gap = max(abs(x[2] - y[2]) for x, y in zip(a, b))
-    vector_gap = max(float((x[3] - y[3]).abs().max()) for x, y in zip(a, b))
-    identical_rows = sum(x[:3] == y[:3] and torch.equal(x[3], y[3]) for x, y in zip(a, b))
+    same = harness.compare_crams(outputs[ONE], outputs[GROUPS])
+    identical, loss_gap, vector_gap = same["bit_identical"], same["largest_loss_gap"], same["largest_vector_gap"]
     # Each group crammed as a batch of its own under the one padded forward (untimed): the arithmetic the one forward
     # itself gives these rows whenever they are the batch (the longest of their companions gone).
-    by_key = {row[0]: row for row in b}
+    by_key = {row[0]: row for row in outputs[GROUPS]}
     alone = [
         row for group in groups_of(jobs) for row in run_variant(model, [jobs[i] for i in group], "one", args.steps)[1]
     ]
-    alone_identical = sum(row[:3] == by_key[row[0]][:3] and torch.equal(row[3], by_key[row[0]][3]) for row in alone)
+    alone_identical = sum(harness.same_row(row, by_key[row[0]]) for row in alone)
     ratio = harness.ratio_spread(per_forward[ONE], per_forward[GROUPS])
     print(
         "  "
@@ -119,7 +116,7 @@ def main(args, model=None) -> dict:
     print(
         f"  one / groups {harness.format_ratio(ratio)} (per forward); decoder positions "
         f"{positions[ONE][0] / positions[GROUPS][0]:.2f}x fewer in groups; {counts[GROUPS]:,} row-forwards each; "
-        f"bit-identical: {identical} ({identical_rows} of {len(a)} rows)"
+        f"bit-identical: {identical} ({same['bit_identical_rows']} of {len(jobs)} rows)"
         + ("" if identical else f" (largest gaps: loss {loss_gap:.2g}, vector element {vector_gap:.2g})")
     )
     print(
@@ -137,10 +134,7 @@ def main(args, model=None) -> dict:
         "seconds_per_batch_forward": {v: harness.spread(per_forward[v]) for v in VARIANTS},
         "one_over_groups": ratio,
         "row_forwards": counts,
-        "bit_identical": identical,
-        "bit_identical_rows": identical_rows,
-        "largest_loss_gap": loss_gap,
-        "largest_vector_gap": vector_gap,
+        **same,
         "groups_alone_bit_identical_rows": alone_identical,
     }
     return run.finish(results)
@@ -148,13 +142,7 @@ def main(args, model=None) -> dict:
 
 def parse(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default="gemma-3-270m", help="a model ut_peft.models.load_model knows")
-    parser.add_argument(
-        "--rows", type=row_spec, nargs="+", default=[(3, 112, 4), (5, 188, 4)], help="m:n x count, e.g. 3:112x4"
-    )
-    parser.add_argument("--steps", type=int, default=2, help="updates per row (each row runs steps + 1 forwards)")
-    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
-    harness.add_arguments(parser, repeats=3)
+    add_row_arguments(parser)
     return parser.parse_args(argv)
 
 

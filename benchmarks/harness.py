@@ -145,6 +145,27 @@ def timed_cram(model, jobs, config, **kwargs) -> tuple[float, list]:
     return seconds, sorted((r.job.key, r.steps, r.final_loss, r.vectors) for r in results)
 
 
+def same_row(x: tuple, y: tuple) -> bool:
+    """Two :func:`timed_cram` results of one row, equal to the bit: key, steps, final loss and vectors."""
+    import torch
+
+    return x[:3] == y[:3] and torch.equal(x[3], y[3])
+
+
+def compare_crams(a: list, b: list) -> dict:
+    """Two :func:`timed_cram` outputs of the same jobs side by side: whether they are bit-identical, in how many rows,
+    and else the largest gaps of a final loss and of a vector element (other kernels' sums round differently)."""
+    if [x[0] for x in a] != [y[0] for y in b]:
+        raise ValueError(f"the two crams finished other rows: {[x[0] for x in a]} against {[y[0] for y in b]}")
+    rows = sum(same_row(x, y) for x, y in zip(a, b))
+    return {
+        "bit_identical": rows == len(a),
+        "bit_identical_rows": rows,
+        "largest_loss_gap": max((abs(x[2] - y[2]) for x, y in zip(a, b)), default=0.0),
+        "largest_vector_gap": max((float((x[3] - y[3]).abs().max()) for x, y in zip(a, b)), default=0.0),
+    }
+
+
 def interleave_kept(variants: dict[str, Callable[[], tuple[float, object]]], repeats: int) -> tuple[dict, dict]:
     """:func:`interleave` for variants whose call returns ``(seconds, output)``: each variant's seconds in repeat
     order, and its output of the first repeat (kept to compare the variants' results, e.g. bit for bit)."""

@@ -97,11 +97,9 @@ def main(args, model=None) -> dict:
     )
     counts = {v: sum(r[1] + 1 for r in outputs[v]) for v in VARIANTS}  # each row's updates and its last forward
     per_forward = {v: [t * len(jobs) / counts[v] for t in times[v]] for v in VARIANTS}
-    a, b = outputs[DEFAULT], outputs[WHOLE]
-    identical = len(a) == len(b) and all(x[:3] == y[:3] and torch.equal(x[3], y[3]) for x, y in zip(a, b))
     # Where not identical: chunks of other sizes can take other matmul kernels, whose sums round differently.
-    loss_gap = max(abs(x[2] - y[2]) for x, y in zip(a, b))
-    vector_gap = max(float((x[3] - y[3]).abs().max()) for x, y in zip(a, b))
+    same = harness.compare_crams(outputs[DEFAULT], outputs[WHOLE])
+    identical, loss_gap, vector_gap = same["bit_identical"], same["largest_loss_gap"], same["largest_vector_gap"]
     ratio = harness.ratio_spread(per_forward[DEFAULT], per_forward[WHOLE])
     print(
         "  "
@@ -125,25 +123,29 @@ def main(args, model=None) -> dict:
         "chunked_over_whole": ratio,
         "row_forwards": counts,
         "head_matmuls_per_step": {DEFAULT: 3 if chunked else 2, WHOLE: 2},
-        "bit_identical": identical,
-        "largest_loss_gap": loss_gap,
-        "largest_vector_gap": vector_gap,
+        **same,
     }
     return run.finish(results)
 
 
-def parse(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_row_arguments(parser: argparse.ArgumentParser) -> None:
+    """The model, the rows (by default the Gemma words run's round 4), the updates and the threads of a benchmark
+    that crams the same rows under two engine settings."""
     parser.add_argument("--model", default="gemma-3-270m", help="a model ut_peft.models.load_model knows")
     parser.add_argument(
         "--rows", type=row_spec, nargs="+", default=[(3, 112, 4), (5, 188, 4)], help="m:n x count, e.g. 3:112x4"
     )
     parser.add_argument("--steps", type=int, default=2, help="updates per row (each row runs steps + 1 forwards)")
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    harness.add_arguments(parser, repeats=3)
+
+
+def parse(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_row_arguments(parser)
     parser.add_argument(
         "--budget", type=int, default=CramConfig().logits_budget, help="the chunked variant's budget (the default's)"
     )
-    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
-    harness.add_arguments(parser, repeats=3)
     return parser.parse_args(argv)
 
 

@@ -196,3 +196,17 @@ def test_calibration_measures_each_dtype():
 def test_a_run_without_arguments_records_none(capsys):
     record = harness.Run("bare", None, interval=0, getloadavg=fake_load([0.0, 0.0]), runnable=None).finish({"x": 1})
     assert record["arguments"] == {} and record["results"] == {"x": 1} and record["quiet"] is True
+
+
+def test_two_crams_compare_row_by_row_and_refuse_other_rows():
+    vectors = torch.ones(1, 4)
+    a = [(0, 10, 0.5, vectors), (1, 12, 0.25, vectors)]
+    assert harness.compare_crams(a, a) == {
+        "bit_identical": True, "bit_identical_rows": 2, "largest_loss_gap": 0.0, "largest_vector_gap": 0.0,
+    }  # fmt: skip
+    b = [(0, 10, 0.5, vectors), (1, 12, 0.375, vectors + 0.5)]
+    assert harness.compare_crams(a, b) == {
+        "bit_identical": False, "bit_identical_rows": 1, "largest_loss_gap": 0.125, "largest_vector_gap": 0.5,
+    }  # fmt: skip
+    with pytest.raises(ValueError, match=r"other rows: \[0, 1\] against \[0\]"):
+        harness.compare_crams(a, a[:1])
