@@ -293,9 +293,9 @@ def _forward(model, params, prefix, rows: dict[int, _Row], config: CramConfig):
     with autocast_context(config, device):
         picked_by_group = []
         for group in groups:
-            length = max(pieces[i].shape[0] for i in group)
+            length = max(lengths[i] for i in group)
             # Right padding needs no attention mask: causal attention never lets a position see the padding after it.
-            embeds = torch.stack([F.pad(pieces[i], (0, 0, 0, length - pieces[i].shape[0])) for i in group])
+            embeds = torch.stack([F.pad(pieces[i], (0, 0, 0, length - lengths[i])) for i in group])
             with attention_kernel(config, device, length):
                 hidden = decoder_of(model)(inputs_embeds=embeds, use_cache=False).last_hidden_state
             # Target j of a row (token ids[given + j]) is predicted at the position just before it: the last memory
