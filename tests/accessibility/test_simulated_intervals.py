@@ -97,12 +97,19 @@ def test_the_report_marks_an_interval_whose_calibration_coverage_was_not_measure
     fresh = current(calibration, rows)
     text = "\n".join(calibrated_lines(fresh))
     assert "coverage not measured for calibrated intervals of version 1" in text
-    monkeypatch.setitem(CALIBRATED_TABLE, "1", {"8": {"slope": 0.95, "n50": 0.93, "intercept": 0.94, "command": "x"}})
+    measured = {"slope": 0.95, "n50": 0.93, "intercept": 0.94, "command": "x", "rows_digest": fresh["rows_digest"]}
+    monkeypatch.setitem(CALIBRATED_TABLE, "1", {"8": measured})
     checks = check_calibrated(fresh)
     assert checks["measured"] and checks["slope"]["trusted"] and all(e["trusted"] for e in checks["per_m"])
     assert "not a 95% interval" not in "\n".join(calibrated_lines(fresh))
-    monkeypatch.setitem(CALIBRATED_TABLE, "1", {"8": {"slope": 0.85, "n50": 0.93, "intercept": 0.94, "command": "x"}})
+    monkeypatch.setitem(CALIBRATED_TABLE, "1", {"8": dict(measured, slope=0.85)})
     assert "coverage down to 85%" in "\n".join(calibrated_lines(fresh))
+    # Measured at another folder's line (another model's, say): these rows' intervals have no measured coverage.
+    monkeypatch.setitem(CALIBRATED_TABLE, "1", {"8": dict(measured, rows_digest="0" * 16, folder="results/other")})
+    checks = check_calibrated(fresh)
+    assert not checks["measured"] and not checks["slope"]["trusted"]
+    text = "\n".join(calibrated_lines(fresh))
+    assert "coverage not measured at this folder's line" in text and "ran at the line of results/other" in text
 
 
 def test_bad_requests_get_clear_errors(rows):

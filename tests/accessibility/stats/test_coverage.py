@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from ut_peft.accessibility import summaries
+from ut_peft.accessibility import store, summaries
 from ut_peft.accessibility.report import console_summary, markdown
 from ut_peft.accessibility.stats import coverage
 
@@ -186,6 +186,9 @@ def test_the_calibrated_table_is_the_committed_nested_simulation():
             assert entry["slope"] == table["slope"]["calibrated"]
             assert entry["intercept"] == table["intercept"]["calibrated"]
             assert entry["n50"] == min(e["calibrated"] for name, e in table.items() if name.startswith("n50@"))
+            # The truth was the line fitted to these rows: the calibration of these rows, and no other, is covered.
+            assert record["truth"].split(" rows of ")[1].split(":")[0] == entry["folder"] in record["command"]
+            assert entry["rows_digest"] == store.rows_digest(store.read_rows(ROOT / entry["folder"]))
 
 
 def test_version_8s_coverage_is_the_lowest_its_committed_runs_measured():

@@ -206,8 +206,10 @@ POOLED_TABLE: dict[str, dict[str, dict]] = {
 # The pooled design's calibrated intervals (simulated_intervals: estimate +- q se, q from the design simulated at the
 # sweep's own fitted line), measured by the nested simulation of benchmarks/simulated_intervals.py (outer sweeps at a
 # known truth, each calibrated at the truth fitted to its own rows): per version of the pooled rules and rows per
-# round, the slope's coverage and the lowest n_50's over m, with the command and the truth it was measured at.
-# Settings not in the table have no measured coverage.
+# round, the slope's coverage and the lowest n_50's over m, with the command and the rows whose fitted line was the
+# truth (``rows_digest``, store.rows_digest of ``folder``'s rows). A calibration is a simulation at its own folder's
+# fitted line, so a measured coverage holds for the calibration of those rows only: another folder's calibrated
+# intervals (another model, source or line) have no measured coverage until the nested simulation runs at its line.
 # Version 7 at 8 rows a round: the SmolLM2-135M random-words run's setting at its final line (its 92 rows: the line,
 # widths and costs fitted to them, its targets), 100 outer sweeps each calibrated with 100 inner ones; the Wald
 # intervals of the same sweeps covered 90% (slope), 85% (intercept), 85-90% (n_50). Record:
@@ -221,6 +223,8 @@ CALIBRATED_TABLE: dict[str, dict[str, dict]] = {
             "intercept": 0.94,
             "n50": 0.93,
             "record": "results/benchmarks/simulated_intervals_smollm2_rows92.json",
+            "folder": "results/smollm2-135m/pooled-words-v7",
+            "rows_digest": "998d9212379a42cc",
             "command": "python benchmarks/simulated_intervals.py results/smollm2-135m/pooled-words-v7 --outer 100 "
             "--inner 100 --workers 2 --results results/benchmarks/simulated_intervals_smollm2_rows92.jsonl --json "
             "results/benchmarks/simulated_intervals_smollm2_rows92.json",
@@ -329,7 +333,8 @@ def check_pooled(pooled: dict | None, version: int | None, batch: int) -> dict |
 
 def check_calibrated(calibrated: dict | None) -> dict | None:
     """The checks of a pooled sweep's calibrated intervals (summary.json's ``calibrated``): their coverage measured by
-    the nested simulation at the sweep's version of the pooled rules and rows per round (:data:`CALIBRATED_TABLE`).
+    the nested simulation at the sweep's version of the pooled rules and rows per round, at the line fitted to the
+    same rows (:data:`CALIBRATED_TABLE`).
 
     Returns None without a calibration or for a stale one (computed from other rows: nothing of it is printed), else
     ``{"measured", "command", "slope", "intercept", "per_m"}`` as :func:`check_pooled` returns them."""
@@ -338,6 +343,14 @@ def check_calibrated(calibrated: dict | None) -> dict | None:
     version, batch = (calibrated.get("design") or {}).get("version", 1), calibrated.get("num_sequences", 0)
     entry = CALIBRATED_TABLE.get(str(version), {}).get(str(batch))
     where = f"for calibrated intervals of version {version} of the pooled rules at {batch} rows a round (simulated)"
+    if entry is not None and entry.get("rows_digest") != calibrated.get("rows_digest"):
+        # Measured at another folder's line: nothing says how these rows' intervals cover.
+        where = (
+            f"at this folder's line (the nested simulation of version {version} at {batch} rows a round ran at the "
+            f"line of {entry.get('folder', 'other rows')}; `python benchmarks/simulated_intervals.py FOLDER` measures "
+            "it here)"
+        )
+        entry = None
     slope, intercept = calibrated["slope"].get("ci"), calibrated["intercept"].get("ci")
     return _simulated_checks(entry, batch, where, slope, intercept, calibrated["per_m"])
 
