@@ -220,9 +220,19 @@ def test_a_report_sets_its_slope_beside_the_papers_nearest_models():
         "per_m": [],
         "design": {"version": 7},
         "num_sequences": 8,
+        "rows_digest": calibrated_words.calibrated["rows_digest"],  # the rows whose coverage was simulated
     }
     calibrated = dataclasses.replace(words, calibrated=calibration)
     assert run_slope(calibrated) == (20.5, "pooled line, calibrated 95% interval [18.00, 23.00]")
+    # Another folder's rows (Gemma's, say): its calibrated interval's coverage was not simulated at its line.
+    elsewhere = dataclasses.replace(words, calibrated=dict(calibration, rows_digest="0" * 16))
+    assert run_slope(elsewhere)[1].endswith(
+        "(coverage not measured at this folder's line (the nested simulation of "
+        "version 7 at 8 rows a round ran at the line of "
+        "results/smollm2-135m/pooled-words-v7; `python "
+        "benchmarks/simulated_intervals.py FOLDER` measures it here): not a 95% "
+        "interval)"
+    )
     stale = dataclasses.replace(words, calibrated={"stale": True, "note": "of other rows"})
     assert run_slope(stale) == run_slope(words)
     text = summaries.read_summary(ROOT / "results" / "gemma-3-270m" / "published-text")
@@ -238,3 +248,23 @@ def test_a_run_that_abandons_rows_early_is_not_labelled_plainly_published():
     abandoning = {"protocol": "published", "cram": {"abandon_below": [[500, 0.58]]}}
     assert protocol_label(abandoning).startswith("published, with an early abandon of rows")
     assert protocol_label({"cram": {}}) == "ut-peft"
+
+
+@pytest.mark.parametrize("stage", ["bracketing", "fitting", "stopped"])
+def test_a_pooled_sweep_that_has_not_stopped_is_reported_as_unfinished_and_not_set_beside_the_paper(stage):
+    """The report of a pooled design before its stop rule holds (a --report-only on a folder in flight) heads report.md
+    and the console with UNFINISHED and makes no comparison with the paper; once the design stopped it does both."""
+    import dataclasses
+
+    finished = summaries.read_summary(ROOT / "results" / "smollm2-135m" / "pooled-words-v7")
+    assert finished.pooled["stop"]["stage"] == "stopped"
+    stop = dict(finished.pooled["stop"], stage=stage, rounds=3, rows=16)
+    summary = dataclasses.replace(finished, pooled=dict(finished.pooled, stop=stop))
+    report, text = markdown(summary), console_summary(summary)
+    if stage == "stopped":
+        assert "UNFINISHED" not in report + text and "Next to the paper" in report
+        return
+    assert "**UNFINISHED: the design" in report and text.splitlines()[0].startswith("UNFINISHED: the design")
+    assert "(3 complete rounds, 16 rows)" in report and "`ut-peft status FOLDER`" in text
+    assert ("width prior" in report) == (stage == "bracketing")
+    assert "Next to the paper" not in report and "23.0" not in report
