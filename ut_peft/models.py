@@ -241,8 +241,13 @@ def _is_hub_id(name: str) -> bool:
     return not is_bundled(name) and not is_gguf_path(name) and not Path(name).expanduser().exists()
 
 
+def bundled_model(name: str) -> BundledModel | None:
+    """The bundled model ``name`` (or one of its aliases) names, or None."""
+    return BUNDLED_MODELS.get(_ALIASES.get(name.lower(), name.lower()))
+
+
 def is_bundled(name: str) -> bool:
-    return _ALIASES.get(name.lower(), name.lower()) in BUNDLED_MODELS
+    return bundled_model(name) is not None
 
 
 def resolve_model_path(name_or_path: str) -> str:

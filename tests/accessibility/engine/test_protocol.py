@@ -223,3 +223,15 @@ def test_the_shipped_glove_list_is_no_difference_from_published_but_a_wrong_dige
     assert not any("words from" in d for d in differences_from_published(settings))
     edited = {**glove, "sha256": "0" * 64}
     assert any("words from glove" in d for d in differences_from_published({**settings, "source": edited}))
+
+
+def test_a_bundled_models_build_is_a_difference_and_a_named_checkpoint_is_not():
+    """The bundled models are GGUF builds de-quantised, not the checkpoints the paper ran: the list names the build
+    (by any alias of the model); a model given by its own name or folder says which weights it is."""
+    settings = {"protocol": "published", "num_sequences": 20, "cram": dict(max_steps=3000, patience=500, lr=0.01)}
+    for name in ("gemma-3-270m", "google/gemma-3-270m"):
+        first = differences_from_published({**settings, "model": name})[0]
+        assert first.startswith("the model's weights: Gemma-3-270M") and "de-quantised from Q4_K_M GGUF" in first
+    assert "Q4_1 GGUF" in differences_from_published({**settings, "model": "smollm2-135m"})[0]
+    for other in ("HuggingFaceTB/SmolLM2-360M", "/models/my-llama", ""):
+        assert not any("weights" in d for d in differences_from_published({**settings, "model": other}))

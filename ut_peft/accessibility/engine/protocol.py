@@ -193,12 +193,24 @@ def rows_per(settings: dict[str, Any], rows_a_round: bool) -> str:
     return f"{settings.get('num_sequences')} {per}"
 
 
+def bundled_build(model: str) -> str | None:
+    """What a bundled model's weights are (its GGUF build, de-quantised: not the checkpoint a paper ran), or None for
+    any other model (its name says which weights it is)."""
+    from ...models import bundled_model
+
+    bundled = bundled_model(model)
+    return bundled.description if bundled else None
+
+
 def differences_from_published(settings: dict[str, Any], rows_a_round: bool = False) -> list[str]:
     """Every setting of a run (its settings.json) that differs from the published protocol, in words.
     ``rows_a_round``: the run's design measures each row on its own, so num_sequences is rows a round
     (:func:`~ut_peft.accessibility.designs.configs.each_row_measures`, which the engine cannot import)."""
     cram = settings.get("cram", {})
     out = []
+    build = bundled_build(str(settings.get("model", "")))
+    if build:
+        out.append(f"the model's weights: {build} (the paper ran original checkpoints)")
     if settings.get("protocol", "ut-peft") != "published":
         out.append(
             "ut-peft protocol (BOS before the memory, n counts predicted tokens only, init at the scaled "
