@@ -21,7 +21,7 @@ def test_the_console_summary_of_a_committed_sweep():
         "m = 2: n_50 50.9 [41.0, 60.9] (bootstrap interval; fit ok), published LS 44.7 (ridge [41.0, 61.0]); "
         "7,210 row-steps",
         "slope 26.4 tokens per vector [-26.7, 48.7], intercept -1.9 [-37.6, 94.6], R^2 1.000; published LS slope 20.9 "
-        "(n_50 at m = 2 from a ridge)",
+        "(R^2 1.000; n_50 at m = 2 from a ridge)",
         "bounds: ball 427, box 201 tokens per vector; ball / slope 16.1, box / slope 7.6 (ut-peft's estimate: 64 "
         "sequences of 32 tokens, eps = r_2/2^11)",
         "published bounds: not measured beside this folder (ut-peft bounds writes them)",
@@ -137,7 +137,7 @@ def test_a_published_ls_n50_on_a_ridge_of_exact_fits_is_marked_where_the_publish
     row = next(line for line in report.splitlines() if line.startswith("| 2 | 50.9 |"))
     assert "| 44.7 (ridge [41.0, 61.0]) |" in row
     assert "The published LS n_50 at m = 2 is one point of a ridge" in report
-    assert "published LS slope 20.9 (n_50 at m = 2 from a ridge)" in text
+    assert "published LS slope 20.9 (R^2 1.000; n_50 at m = 2 from a ridge)" in text
     identified = next(line for line in report.splitlines() if line.startswith("| 1 | 24.5 |"))
     assert "ridge" not in identified and "published LS 23.7;" in text
 
@@ -268,3 +268,21 @@ def test_a_pooled_sweep_that_has_not_stopped_is_reported_as_unfinished_and_not_s
     assert "(3 complete rounds, 16 rows)" in report and "`ut-peft status FOLDER`" in text
     assert ("width prior" in report) == (stage == "bracketing")
     assert "Next to the paper" not in report and "23.0" not in report
+
+
+def test_the_papers_estimator_prints_its_own_r2_and_marks_an_n50_from_a_rising_curve():
+    """The published LS line's R^2 is printed beside its slope (report and console), not only the per-m MLE line's;
+    an n_50 whose least-squares curve rises with n is marked where it is printed and where the slope uses it."""
+    import dataclasses
+
+    finished = summaries.read_summary(ROOT / "results" / "smollm2-135m" / "pooled-words-v7")
+    r2 = f"{finished.fit_published['r2']:.3f}"
+    assert f"published LS slope 17.9 (R^2 {r2})\n" in console_summary(finished)
+    assert f"| 17.9 | {r2} |" in markdown(finished) and "rising" not in markdown(finished)
+    first = dataclasses.replace(finished.per_m[0], fit_status_published="rising")
+    rising = dataclasses.replace(finished, per_m=[first, *finished.per_m[1:]])
+    report, text = markdown(rising), console_summary(rising)
+    assert f"| {first.m} | " in report and f"{first.n50_published:.1f} (rising) |" in report
+    assert "The published LS curve at m = 1 rises with n" in report
+    assert f"published LS {first.n50_published:.1f} (rising);" in text
+    assert f"published LS slope 17.9 (R^2 {r2}; at m = 1 from a curve rising with n)" in text

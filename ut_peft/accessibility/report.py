@@ -223,8 +223,29 @@ def _ridge_note(ridge) -> str:
     return "" if ridge is None else f" (ridge {format_interval(ridge)})"
 
 
-def _ridge_ms(ridges: dict) -> str:
+def _ridge_ms(ridges) -> str:
     return "m = " + ", ".join(str(m) for m in sorted(ridges))
+
+
+def _rising(summary: Summary) -> set[int]:
+    """The m whose published least-squares curve rises with n (fit status "rising", or, in a summary written before
+    that status, a positive slope): an n_50 the paper's estimator uses that is noise around the crossing."""
+    return {
+        e.m
+        for e in summary.per_m
+        if e.n50_published is not None and (e.fit_status_published == "rising" or (e.sigmoid_slope_published or 0) > 0)
+    }
+
+
+def _published_notes(published: dict | None, ridges: dict, rising: set[int]) -> str:
+    """The published LS line's R^2 and what its slope stands on where some of its n_50 are not identified or come
+    from curves rising with n."""
+    if not published:
+        return ""
+    notes = [f"R^2 {_num(published.get('r2'), 3)}"]
+    notes += [f"n_50 at {_ridge_ms(ridges)} from a ridge"] if ridges else []
+    notes += [f"at {_ridge_ms(rising)} from a curve rising with n"] if rising else []
+    return f" ({'; '.join(notes)})"
 
 
 def _head_lines(summary: Summary) -> list[str]:
@@ -314,11 +335,12 @@ def markdown(summary: Summary, *, figures: tuple[str, str] | None = (ACCESSIBILI
         "|---|---|---|---|---|---|---|---|---|",
     ]
     checks = _interval_checks(summary)
-    ridges = _ridges(summary)
+    ridges, rising = _ridges(summary), _rising(summary)
     for e in summary.per_m:
         lines.append(
             f"| {e.m} | {_num(e.n50)} | {_checked(e.n50_ci, checks['per_m'].get(e.m))} | {e.n50_ci_method or '-'} | "
-            f"{_num(e.n50_published)}{_ridge_note(ridges.get(e.m))} | {_num(e.sigmoid_slope, 3)} | {e.fit_status} | "
+            f"{_num(e.n50_published)}{_ridge_note(ridges.get(e.m))}{' (rising)' if e.m in rising else ''} | "
+            f"{_num(e.sigmoid_slope, 3)} | {e.fit_status} | "
             f"{e.row_steps} | {', '.join(map(str, e.lengths))} |"
         )
     lines += _pooled_lines(summary.pooled, checks.get("pooled"))
@@ -328,11 +350,12 @@ def markdown(summary: Summary, *, figures: tuple[str, str] | None = (ACCESSIBILI
     lines += [
         "",
         "| slope (tokens per vector) | 95% interval | intercept | 95% interval | R^2 "
-        "| published slope (LS) | ball bound | box bound | ball / slope | box / slope |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| published slope (LS) | its R^2 | ball bound | box bound | ball / slope | box / slope |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
         f"| {_num(fit and fit['slope'])} | {_checked(fit and fit['slope_ci'], checks.get('slope'))} | "
         f"{_num(fit and fit['intercept'])} | {_checked(fit and fit['intercept_ci'], checks.get('intercept'))} | "
         f"{_num(fit and fit['r2'], 3)} | {_num(published and published['slope'])} | "
+        f"{_num(published and published.get('r2'), 3)} | "
         f"{bounds['ball']:.0f} | {bounds['box']:.0f} | {_num(ratios and ratios['ball'])} | "
         f"{_num(ratios and ratios['box'])} |",
         "",
@@ -346,6 +369,13 @@ def markdown(summary: Summary, *, figures: tuple[str, str] | None = (ACCESSIBILI
             f"The published LS n_50 at {_ridge_ms(ridges)} is one point of a ridge: least squares fits those "
             "fractions exactly at every crossing of the range beside it (each with its own slope), so it does not "
             "identify n_50 there, and the search's start order picked the point the published LS slope uses.",
+            "",
+        ]
+    if rising:
+        lines += [
+            f"The published LS curve at {_ridge_ms(rising)} rises with n (marked 'rising'): its fractions do not fall "
+            "across the lengths measured, so the crossing least squares finds there is noise, not a transition; the "
+            "published LS slope uses it all the same, as the paper's estimator would.",
             "",
         ]
     if not fit:
@@ -467,13 +497,14 @@ def console_summary(summary: Summary) -> str:
     fit, ratios, published = summary.fit, summary.ratios, summary.fit_published
     lines = [unfinished] if (unfinished := unfinished_line(summary)) else []
     checks = _interval_checks(summary)
-    ridges = _ridges(summary)
+    ridges, rising = _ridges(summary), _rising(summary)
     for e in summary.per_m:
         method = f"{e.n50_ci_method or '95%'} interval; " if e.n50_ci else ""
         lines.append(
             f"m = {e.m}: n_50 {_num(e.n50)}{_ci(e.n50_ci, check=checks['per_m'].get(e.m))} ({method}fit "
             f"{e.fit_status}), published LS "
-            f"{_num(e.n50_published)}{_ridge_note(ridges.get(e.m))}; {e.row_steps:,} row-steps"
+            f"{_num(e.n50_published)}{_ridge_note(ridges.get(e.m))}{' (rising)' if e.m in rising else ''}; "
+            f"{e.row_steps:,} row-steps"
         )
     if fit:
         lines.append(
@@ -481,7 +512,7 @@ def console_summary(summary: Summary) -> str:
             f"intercept {_num(fit['intercept'])}{_ci(fit['intercept_ci'], check=checks.get('intercept'))}, "
             f"R^2 {_num(fit['r2'], 3)}; "
             f"published LS slope {_num(published and published['slope'])}"
-            + (f" (n_50 at {_ridge_ms(ridges)} from a ridge)" if published and ridges else "")
+            + _published_notes(published, ridges, rising)
         )
     else:
         lines.append("no slope: fewer than two m had a measurable n_50 (the grid missed the 50% crossing)")

@@ -304,3 +304,15 @@ def test_an_exact_least_squares_fit_that_is_not_identified_is_a_ridge_with_its_r
     for ns, acc, x0 in (([0, 20, 21, 40], [1.0, 0.75, 0.25, 0.0], 20.5), ([10, 20, 30], [1.0, 1.0, 0.5], 30.0)):
         fit = fit_sigmoid(ns, acc)
         assert fit["status"] == "ok" and "n50_range" not in fit and fit["n50"] == pytest.approx(x0, abs=1e-4)
+
+
+def test_a_curve_rising_with_n_is_fitted_and_said_to_rise():
+    """Fractions that grow with n (noise around a crossing: 2 of 4 at 60, 4 of 4 at 94) give both fits a rising curve:
+    its crossing is kept (the paper's estimator uses whatever least squares finds) under the status "rising"."""
+    from ut_peft.accessibility.stats.fit import fit_logistic
+
+    ls, mle = fit_sigmoid([60, 94], [0.5, 1.0]), fit_logistic([60, 94], [2, 4], [4, 4])
+    assert (ls["status"], mle["status"]) == ("rising", "rising") and ls["sigmoid_slope"] > 0 < mle["sigmoid_slope"]
+    assert ls["n50"] == pytest.approx(60.0) and mle["n50"] is not None
+    assert fit_sigmoid([10, 20, 30], [1.0, 0.5, 0.0])["status"] == "ok"
+    assert fit_logistic([10, 20, 30], [4, 2, 0], [4, 4, 4])["status"] == "ok"

@@ -69,7 +69,7 @@ class LineFitWithIntervals(LineFit):
 class _SigmoidFields(TypedDict):
     n50: float | None
     sigmoid_slope: float | None
-    status: str  # "ok", "extrapolated", "ridge", "degenerate" or "not-converged"
+    status: str  # "ok", "extrapolated", "rising", "ridge", "degenerate" or "not-converged"
 
 
 class SigmoidFit(_SigmoidFields, total=False):
@@ -151,9 +151,12 @@ def fit_sigmoid(lengths, accessibility) -> SigmoidFit:
     """Least-squares sigmoid fit; returns ``{"n50", "sigmoid_slope", "status"}``.
 
     ``status`` is "ok", "extrapolated" (n_50 outside the measured lengths: the grid did not reach the
-    transition), "ridge" (the fit is exact and not identified: a range of crossings fits the fractions exactly,
-    ``n50_range``, and n50 is the one the search reached first), "degenerate" (all points strictly on one side of
-    0.5, nothing to fit: n50 is None) or "not-converged" (least squares found no optimum from any start: n50 is None).
+    transition), "rising" (the fitted curve rises with n, against what accessibility does: the fractions are noise
+    around the crossing, and n50 is where that rising curve crosses one half, kept so that the line through them is
+    the paper's and marked wherever it is printed), "ridge" (the fit is exact and not identified: a range of
+    crossings fits the fractions exactly, ``n50_range``, and n50 is the one the search reached first), "degenerate"
+    (all points strictly on one side of 0.5, nothing to fit: n50 is None) or "not-converged" (least squares found no
+    optimum from any start: n50 is None).
     E.g. accessibilities 1, 0.75, 0 at n = 9, 17, 33: every crossing from 17 to about 17.7 fits them exactly (with
     the slope that puts 0.75 at 17), and n50 is 17.47 only because of the order of the starts.
     """
@@ -180,7 +183,7 @@ def fit_sigmoid(lengths, accessibility) -> SigmoidFit:
         return {"n50": float(x0), "sigmoid_slope": float(s), "status": "ridge", "n50_range": ridge}
     tolerance = 1e-6 * span  # a crossing fitted onto an end point is measured, whatever the last float bit says
     status = "ok" if ns[0] - tolerance <= x0 <= ns[-1] + tolerance else "extrapolated"
-    return {"n50": float(x0), "sigmoid_slope": float(s), "status": status}
+    return {"n50": float(x0), "sigmoid_slope": float(s), "status": "rising" if s > 0 else status}
 
 
 def sigmoid_ridge(lengths, accessibility, n50: float | None, slope: float | None) -> list[float | None] | None:
@@ -349,7 +352,7 @@ def fit_logistic(lengths, successes, trials) -> dict:
     status = _status(ns, succ, tri, float(x0[0]))
     if status == "degenerate":
         return {"n50": None, "sigmoid_slope": None, "status": status}
-    return {"n50": float(x0[0]), "sigmoid_slope": float(s[0]), "status": status}
+    return {"n50": float(x0[0]), "sigmoid_slope": float(s[0]), "status": "rising" if s[0] > 0 else status}
 
 
 def _table(ns, accessible, clusters):
