@@ -192,21 +192,22 @@ def test_the_paper_models_nearest_in_hidden_size():
         nearest_paper_models(0)
 
 
-def test_a_report_sets_its_slope_beside_the_papers_nearest_models():
+def test_a_report_sets_its_slope_beside_the_papers_nearest_models(monkeypatch):
     """The calibrated pooled slope where a current calibration holds one, else the pooled line's, else the per-m
-    line's; the column of the run's source in bold; nothing for sources the paper did not measure."""
+    line's; the column of the run's source in bold; nothing for sources the paper did not measure. The calibrated
+    interval carries its coverage note unless the nested simulation covered at all three truths at its rows' line."""
     import dataclasses
 
     from ut_peft.accessibility.report import paper_lines, run_slope
+    from ut_peft.accessibility.stats import coverage
 
-    # its design stopped
+    # its design stopped; its calibration's coverage was simulated at the fitted truth only
     calibrated_words = summaries.read_summary(ROOT / "results" / "smollm2-135m" / "pooled-words-v7")
     slope = calibrated_words.calibrated["slope"]
     low, high = slope["ci"]
-    assert run_slope(calibrated_words) == (
-        slope["estimate"],
-        f"pooled line, calibrated 95% interval [{low:.2f}, {high:.2f}]",
-    )
+    estimate, label = run_slope(calibrated_words)
+    assert estimate == slope["estimate"] and label.startswith(f"pooled line, calibrated 95% interval [{low:.2f}, ")
+    assert f"{high:.2f}] (coverage not measured at the common-width and slope-shift truths (at the fitted" in label
     assert "\n".join(paper_lines(calibrated_words)) in markdown(calibrated_words)
     words = dataclasses.replace(calibrated_words, calibrated=None)  # before its calibration: the pooled line's
     assert run_slope(words) == (words.pooled["slope"], "pooled line")
@@ -214,24 +215,27 @@ def test_a_report_sets_its_slope_beside_the_papers_nearest_models():
     assert "| Gemma-3-270m | 640 | 44.5 | **23.0** |" in lines and "d = 576" in lines[1]
     assert f"This run (random words): {words.pooled['slope']:.2f} tokens per vector (pooled line)." in lines[1]
     assert "\n".join(lines) in markdown(words)
+    digest = calibrated_words.calibrated["rows_digest"]
     calibration = {
         "slope": {"estimate": 20.5, "ci": [18.0, 23.0]},
         "intercept": {"estimate": 0.0, "ci": [-5.0, 5.0]},
         "per_m": [],
         "design": {"version": 7},
         "num_sequences": 8,
-        "rows_digest": calibrated_words.calibrated["rows_digest"],  # the rows whose coverage was simulated
+        "rows_digest": digest,
     }
+    entry = coverage.CALIBRATED_TABLE[digest]
+    fitted = entry["truths"]["fitted"]
+    all_three = dict(entry, truths={truth: fitted for truth in coverage.CALIBRATED_TRUTHS})
+    monkeypatch.setitem(coverage.CALIBRATED_TABLE, digest, all_three)  # as if the other two truths covered too
     calibrated = dataclasses.replace(words, calibrated=calibration)
     assert run_slope(calibrated) == (20.5, "pooled line, calibrated 95% interval [18.00, 23.00]")
     # Another folder's rows (Gemma's, say): its calibrated interval's coverage was not simulated at its line.
     elsewhere = dataclasses.replace(words, calibrated=dict(calibration, rows_digest="0" * 16))
     assert run_slope(elsewhere)[1].endswith(
-        "(coverage not measured at this folder's line (the nested simulation of "
-        "version 7 at 8 rows a round ran at the line of "
-        "results/smollm2-135m/pooled-words-v7; `python "
-        "benchmarks/simulated_intervals.py FOLDER` measures it here): not a 95% "
-        "interval)"
+        "(coverage not measured at this folder's line (version 7 of the pooled rules, 8 rows a round; no nested "
+        "simulation ran at it: `python benchmarks/simulated_intervals.py FOLDER --all-truths` measures it): not a "
+        "95% interval)"
     )
     stale = dataclasses.replace(words, calibrated={"stale": True, "note": "of other rows"})
     assert run_slope(stale) == run_slope(words)

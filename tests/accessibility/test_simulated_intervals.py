@@ -10,7 +10,7 @@ import pytest
 from ut_peft.accessibility import store
 from ut_peft.accessibility.report import calibrated_lines
 from ut_peft.accessibility.simulated_intervals import calibrate, fitted_truth, pooled_design
-from ut_peft.accessibility.stats.coverage import CALIBRATED_TABLE, check_calibrated
+from ut_peft.accessibility.stats.coverage import CALIBRATED_TABLE, CALIBRATED_TRUTHS, check_calibrated
 from ut_peft.accessibility.stats.simulator import AuditedAbandon, Truth, run_audited_design, run_design
 from ut_peft.accessibility.store import current_calibration as current
 from ut_peft.accessibility.store import read_calibration, rows_digest, write_calibration
@@ -94,22 +94,34 @@ def test_a_calibration_of_other_rows_is_stale_and_prints_no_interval(rows, calib
 
 
 def test_the_report_marks_an_interval_whose_calibration_coverage_was_not_measured(rows, calibration, monkeypatch):
+    """A calibrated interval is trusted only where the nested simulation ran at its own rows' line, at all three
+    truths, and covered at each; else its note says what is missing."""
     fresh = current(calibration, rows)
     text = "\n".join(calibrated_lines(fresh))
-    assert "coverage not measured for calibrated intervals of version 1" in text
-    measured = {"slope": 0.95, "n50": 0.93, "intercept": 0.94, "command": "x", "rows_digest": fresh["rows_digest"]}
-    monkeypatch.setitem(CALIBRATED_TABLE, "1", {"8": measured})
+    assert "coverage not measured at this folder's line (version 1 of the pooled rules, 8 rows a round" in text
+    figures = {"slope": 0.95, "n50": 0.93, "intercept": 0.94, "command": "x"}
+    three = {truth: dict(figures) for truth in CALIBRATED_TRUTHS}
+    entry = {"folder": "results/here", "version": 1, "num_sequences": 8, "truths": three}
+    monkeypatch.setitem(CALIBRATED_TABLE, fresh["rows_digest"], entry)
     checks = check_calibrated(fresh)
     assert checks["measured"] and checks["slope"]["trusted"] and all(e["trusted"] for e in checks["per_m"])
     assert "not a 95% interval" not in "\n".join(calibrated_lines(fresh))
-    monkeypatch.setitem(CALIBRATED_TABLE, "1", {"8": dict(measured, slope=0.85)})
-    assert "coverage down to 85%" in "\n".join(calibrated_lines(fresh))
-    # Measured at another folder's line (another model's, say): these rows' intervals have no measured coverage.
-    monkeypatch.setitem(CALIBRATED_TABLE, "1", {"8": dict(measured, rows_digest="0" * 16, folder="results/other")})
+    # The lowest truth judges: one below the threshold is enough.
+    low = dict(three, **{"slope-shift": dict(figures, slope=0.85)})
+    monkeypatch.setitem(CALIBRATED_TABLE, fresh["rows_digest"], dict(entry, truths=low))
+    assert "coverage down to 85% at the lowest of three truths" in "\n".join(calibrated_lines(fresh))
+    # The fitted line alone: not trusted, with what was measured and the command that measures the rest.
+    monkeypatch.setitem(CALIBRATED_TABLE, fresh["rows_digest"], dict(entry, truths={"fitted": figures}))
     checks = check_calibrated(fresh)
     assert not checks["measured"] and not checks["slope"]["trusted"]
-    text = "\n".join(calibrated_lines(fresh))
-    assert "coverage not measured at this folder's line" in text and "ran at the line of results/other" in text
+    note = checks["slope"]["note"]
+    assert "coverage not measured at the common-width and slope-shift truths (at the fitted truth slope 95%" in note
+    assert "simulated_intervals.py results/here --all-truths" in note
+    # Measured at another folder's line (another model's, say): these rows' intervals have no measured coverage.
+    monkeypatch.delitem(CALIBRATED_TABLE, fresh["rows_digest"])
+    monkeypatch.setitem(CALIBRATED_TABLE, "0" * 16, dict(entry, folder="results/other"))
+    checks = check_calibrated(fresh)
+    assert not checks["measured"] and "no nested simulation ran at it" in checks["slope"]["note"]
 
 
 def test_bad_requests_get_clear_errors(rows):

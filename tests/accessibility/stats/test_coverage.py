@@ -163,7 +163,8 @@ def test_the_pooled_designs_wald_intervals_carry_their_simulated_coverage():
     # the package's versions only, so a retired version's figures (BENCHMARKS.md) mark nothing.
     from ut_peft.accessibility.designs.pooled_rules import POOLED_RULES
 
-    assert set(coverage.POOLED_TABLE) | set(coverage.CALIBRATED_TABLE) <= {str(v) for v in POOLED_RULES}
+    calibrated_versions = {str(entry["version"]) for entry in coverage.CALIBRATED_TABLE.values()}
+    assert set(coverage.POOLED_TABLE) | calibrated_versions <= {str(v) for v in POOLED_RULES}
     assert not coverage.check_pooled(pooled, 3, 8)["measured"]
     assert coverage.check_pooled(None, 2, 8) is None
     # Every measured setting's figures came from a run of 200 repeats or more whose command is written beside them
@@ -176,19 +177,21 @@ def test_the_pooled_designs_wald_intervals_carry_their_simulated_coverage():
 
 
 def test_the_calibrated_table_is_the_committed_nested_simulation():
-    """coverage.CALIBRATED_TABLE is what benchmarks/simulated_intervals.py wrote (its --json), not numbers typed in."""
-    for version, by_batch in coverage.CALIBRATED_TABLE.items():
-        for batch, entry in by_batch.items():
-            record = json.loads((ROOT / entry["record"]).read_text())
-            assert (str(record["version"]), str(record["num_sequences"])) == (version, batch)
-            assert record["command"] == entry["command"]
+    """coverage.CALIBRATED_TABLE is what benchmarks/simulated_intervals.py wrote (its --json), not numbers typed in,
+    keyed by the digest of the rows whose fitted line was its truth."""
+    for digest, entry in coverage.CALIBRATED_TABLE.items():
+        assert digest == store.rows_digest(store.read_rows(ROOT / entry["folder"]))
+        assert set(entry["truths"]) <= set(coverage.CALIBRATED_TRUTHS) and "fitted" in entry["truths"]
+        for truth, figures in entry["truths"].items():
+            record = json.loads((ROOT / figures["record"]).read_text())
+            assert (record["version"], record["num_sequences"]) == (entry["version"], entry["num_sequences"])
+            assert record["command"] == figures["command"] and entry["folder"] in record["command"]
             table = record["table"]
-            assert entry["slope"] == table["slope"]["calibrated"]
-            assert entry["intercept"] == table["intercept"]["calibrated"]
-            assert entry["n50"] == min(e["calibrated"] for name, e in table.items() if name.startswith("n50@"))
+            assert figures["slope"] == table["slope"]["calibrated"]
+            assert figures["intercept"] == table["intercept"]["calibrated"]
+            assert figures["n50"] == min(e["calibrated"] for name, e in table.items() if name.startswith("n50@"))
             # The truth was the line fitted to these rows: the calibration of these rows, and no other, is covered.
-            assert record["truth"].split(" rows of ")[1].split(":")[0] == entry["folder"] in record["command"]
-            assert entry["rows_digest"] == store.rows_digest(store.read_rows(ROOT / entry["folder"]))
+            assert record["truth"].split(" rows of ")[1].split(":")[0] == entry["folder"]
 
 
 def test_version_8s_coverage_is_the_lowest_its_committed_runs_measured():
