@@ -46,9 +46,13 @@ if [ "$(git -C "$tree" rev-parse --short=7 HEAD)" != "$FROZEN" ]; then
     fi
     git -C "$tree" checkout --detach -q "$FROZEN"
 fi
-cd "$tree"
 # PYTHONPATH puts the frozen tree's ut_peft ahead of any installed (editable) copy.
-PYTHONPATH="$tree" exec nice -n 5 python recipes/cram.py --model gemma-3-270m --protocol published --source words:glove \
-    --ms 1 2 3 4 5 --design pooled --num-sequences 8 --batch-size 12 --logits-budget 536870912 --pooled-version 7 \
+(cd "$tree" && PYTHONPATH="$tree" nice -n 5 python recipes/cram.py --model gemma-3-270m --protocol published \
+    --source words:glove --ms 1 2 3 4 5 --design pooled --num-sequences 8 --batch-size 12 \
+    --logits-budget 536870912 --pooled-version 7 \
     --target-slope-se 1.09 --target-n50-se 1:4.20 2:2.93 3:2.61 4:2.33 5:2.19 \
-    --output "$out" "$@"
+    --output "$out" "$@")
+# The design has stopped once the run wrote summary.json: calibrate it and measure its intervals' coverage.
+if [ -e "$out/summary.json" ]; then
+    bash "$repo/results/gemma-3-270m/finish-pooled-words-glove.sh"
+fi
