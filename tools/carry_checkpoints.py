@@ -8,8 +8,10 @@ optimizer and schedule, 0.15 MB for a fixed-UT adapter, 1.6 MB for the fully tra
 local checkpoint is missing or earlier, so that the run resumes from it (its settings are checked on resume as for any
 checkpoint):
 
-    python tools/carry_checkpoints.py restore results/universal/inflight runs/universal
-    python tools/carry_checkpoints.py save runs/universal results/universal/inflight --every 60
+    python tools/carry_checkpoints.py restore results/universal/inflight runs/universal \
+        --results results/universal/runs.jsonl
+    python tools/carry_checkpoints.py save runs/universal results/universal/inflight --every 60 \
+        --results results/universal/runs.jsonl
 
 ``results/universal/run-budget.sh`` does both (restore before its workers start, save while they run and when they
 end), and ``tools/commit_rows.sh results/universal`` commits the copies with the rows.
@@ -21,6 +23,7 @@ the folder of a run that a live process trains (its ``run.lock``).
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import sys
 import time
@@ -34,37 +37,62 @@ CHECKPOINT = "checkpoint.pt"
 FINISHED = "result.json"
 
 
+def read_checkpoint(path: Path) -> tuple[bytes, int | None]:
+    """A checkpoint's bytes, read once, and the step they were written at (None where they cannot be read): the step
+    named is the step of the bytes copied, whatever a trainer writes meanwhile."""
+    data = path.read_bytes()
+    try:
+        return data, int(torch.load(io.BytesIO(data), weights_only=False, map_location="cpu")["step"])
+    except Exception:  # noqa: BLE001 - any unreadable file is "no checkpoint" here, and said so by the caller
+        return data, None
+
+
 def checkpoint_step(path: Path) -> int | None:
     """The step a checkpoint was written at, or None where it cannot be read."""
-    try:
-        return int(torch.load(path, weights_only=False, map_location="cpu")["step"])
-    except Exception:  # noqa: BLE001 - any unreadable file is "no checkpoint" here, and said so by the caller
-        return None
+    return read_checkpoint(path)[1]
 
 
-def _copy(source: Path, target: Path) -> None:
+def _write(data: bytes, target: Path) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(target, source.read_bytes())
+    atomic_write_bytes(target, data)
 
 
-def save(runs_dir: Path, carry_dir: Path, every_minutes: float = 60.0, now: float | None = None) -> list[str]:
+def finished_runs(runs_dir: Path, results: Path | None) -> set[str]:
+    """The runs that finished: a result.json in their folder here, or a row in ``results`` (the runs' JSONL, which a
+    finished run on another machine left behind when its folder did not come along)."""
+    done = {p.parent.name for p in runs_dir.glob(f"*/{FINISHED}")} if runs_dir.is_dir() else set()
+    if results is not None:
+        from ut_peft.tasks.plan import load_rows
+
+        done |= set(load_rows(results))
+    return done
+
+
+def _drop(carried: Path) -> None:
+    carried.unlink()
+    if not any(carried.parent.iterdir()):
+        carried.parent.rmdir()
+
+
+def save(
+    runs_dir: Path, carry_dir: Path, every_minutes: float = 60.0, now: float | None = None, results: Path | None = None
+) -> list[str]:
     """Copy each run in flight's checkpoint from ``runs_dir`` into ``carry_dir`` where it moved on and the copy there
-    is at least ``every_minutes`` old; drop the copies of runs that finished. Returns what it did, one line each."""
+    is at least ``every_minutes`` old; drop the copies of runs that finished (:func:`finished_runs`). Returns what it
+    did, one line each."""
     now = time.time() if now is None else now
     said = []
+    done = finished_runs(runs_dir, results)
+    for carried in sorted(carry_dir.glob(f"*/{CHECKPOINT}")) if carry_dir.is_dir() else []:
+        if carried.parent.name in done:
+            _drop(carried)
+            said.append(f"{carried.parent.name}: finished, its carried checkpoint dropped")
     for run in sorted(p for p in runs_dir.iterdir() if p.is_dir()) if runs_dir.is_dir() else []:
-        carried = carry_dir / run.name / CHECKPOINT
-        if (run / FINISHED).exists():
-            if carried.exists():
-                carried.unlink()
-                if not any(carried.parent.iterdir()):
-                    carried.parent.rmdir()
-                said.append(f"{run.name}: finished, its carried checkpoint dropped")
-            continue
         local = run / CHECKPOINT
-        if not local.exists():
+        if run.name in done or not local.exists():
             continue
-        step = checkpoint_step(local)
+        carried = carry_dir / run.name / CHECKPOINT
+        data, step = read_checkpoint(local)
         if step is None:
             said.append(f"{run.name}: {local} cannot be read; not carried")
             continue
@@ -79,21 +107,23 @@ def save(runs_dir: Path, carry_dir: Path, every_minutes: float = 60.0, now: floa
                 continue
             if carried_step is not None and now - carried.stat().st_mtime < every_minutes * 60:
                 continue
-        _copy(local, carried)
+        _write(data, carried)
         said.append(f"{run.name}: step {step} carried")
     return said
 
 
-def restore(carry_dir: Path, runs_dir: Path) -> list[str]:
-    """Put each carried checkpoint back into ``runs_dir`` where the run has not finished there, no live process trains
-    it, and its local checkpoint is missing or at an earlier step. Returns what it did, one line each."""
+def restore(carry_dir: Path, runs_dir: Path, results: Path | None = None) -> list[str]:
+    """Put each carried checkpoint back into ``runs_dir`` where the run has not finished (:func:`finished_runs`), no
+    live process trains it, and its local checkpoint is missing or at an earlier step. Returns what it did, one line
+    each."""
     said = []
+    done = finished_runs(runs_dir, results)
     for carried in sorted(carry_dir.glob(f"*/{CHECKPOINT}")) if carry_dir.is_dir() else []:
         name = carried.parent.name
         run = runs_dir / name
-        if (run / FINISHED).exists():
+        if name in done:
             continue
-        carried_step = checkpoint_step(carried)
+        data, carried_step = read_checkpoint(carried)
         if carried_step is None:
             said.append(f"{name}: {carried} cannot be read; not restored")
             continue
@@ -107,7 +137,7 @@ def restore(carry_dir: Path, runs_dir: Path) -> list[str]:
             local_step = checkpoint_step(local) if local.exists() else None
             if local_step is not None and local_step >= carried_step:
                 continue
-            _copy(carried, local)
+            _write(data, local)
             was = "none" if local_step is None else f"step {local_step}"
             said.append(f"{name}: restored at step {carried_step} (the local checkpoint: {was})")
         finally:
@@ -125,11 +155,15 @@ def main(argv: list[str] | None = None) -> int:
     r = sub.add_parser("restore", help="put carried checkpoints back where the local ones are missing or earlier")
     r.add_argument("carry_dir", type=Path)
     r.add_argument("runs_dir", type=Path)
+    for sub_parser in (s, r):
+        sub_parser.add_argument(
+            "--results", type=Path, help="the runs' JSONL: a run with a row there has finished (on any machine)"
+        )
     args = parser.parse_args(argv)
     if args.action == "save":
-        said = save(args.runs_dir, args.carry_dir, args.every)
+        said = save(args.runs_dir, args.carry_dir, args.every, results=args.results)
     else:
-        said = restore(args.carry_dir, args.runs_dir)
+        said = restore(args.carry_dir, args.runs_dir, results=args.results)
     stamp = time.strftime("%Y-%m-%d %H:%M:%S")
     for line in said:
         print(f"{stamp} carry_checkpoints {args.action}: {line}")

@@ -53,9 +53,13 @@ until { [ -e "$wait_for/summary.json" ] || [ -e "$wait_for/PAUSED" ]; } && lock_
     echo "$(date '+%F %T') waiting for $wait_for to finish (summary.json) or pause (PAUSED, its process gone)"
     sleep "${UT_PEFT_POLL_SECONDS:-600}"
 done
-python tools/carry_checkpoints.py restore results/universal/inflight runs/universal
+python tools/carry_checkpoints.py restore results/universal/inflight runs/universal \
+    --results results/universal/runs.jsonl
 echo "$(date '+%F %T') starting $workers budget workers"
-carry() { python tools/carry_checkpoints.py save runs/universal results/universal/inflight "$@" || true; }
+carry() {
+    python tools/carry_checkpoints.py save runs/universal results/universal/inflight \
+        --results results/universal/runs.jsonl "$@" || true
+}
 ( while sleep $((${CARRY_MINUTES:-60} * 60)); do carry; done ) &
 carrier=$!
 
@@ -72,6 +76,7 @@ for pid in "${pids[@]}"; do
     wait "$pid" || status=$?
 done
 kill "$carrier" 2>/dev/null || true
+wait "$carrier" 2>/dev/null || true  # a copy in progress ends before the last one starts
 carry --every 0  # where each run stopped (paused or finished), for the next machine
 echo "$(date '+%F %T') budget workers done (exit $status)"
 exit "$status"

@@ -51,9 +51,26 @@ def test_a_run_carried_to_a_new_machine_resumes_where_it_stopped_and_finishes_as
     assert resumed["resumed_from_step"] == 6
     assert _row(resumed) == _row(run(settings, tmp_path / "whole", progress=False))
 
-    # Finished: the next save drops the carried copy (its folder too), and a restore leaves the finished run alone.
+    # Finished: a restore leaves the finished run alone, and the next save drops the carried copy (its folder too).
+    assert tool.restore(carried, new_runs) == []
     assert tool.save(new_runs, carried) == ["khop-x: finished, its carried checkpoint dropped"]
     assert not (carried / "khop-x").exists()
+
+
+def test_a_run_that_finished_on_a_lost_machine_is_finished_by_its_row(tmp_path):
+    """The machine that finished a run is gone with its folder; its row is in the runs' JSONL: the copy it carried
+    is neither restored on the next machine nor kept there."""
+    tool = _tool()
+    settings = RunSettings(**TINY)
+    lost, carried, new_runs = tmp_path / "lost", tmp_path / "inflight", tmp_path / "new"
+    run(settings, lost / "khop-x", progress=False, stop_after=6)
+    tool.save(lost, carried)
+    results = tmp_path / "runs.jsonl"
+    run(settings, lost / "khop-x", progress=False, resume=True, results_path=results)  # its row lands; no save after
+    assert tool.restore(carried, new_runs, results=results) == []
+    assert not (new_runs / "khop-x" / "checkpoint.pt").exists()
+    assert tool.save(new_runs, carried, results=results) == ["khop-x: finished, its carried checkpoint dropped"]
+    assert not carried.exists() or not any(carried.iterdir())
 
 
 def test_a_copy_waits_its_interval_and_never_goes_backwards(tmp_path):
