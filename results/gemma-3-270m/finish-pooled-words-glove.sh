@@ -33,7 +33,7 @@ fi
 name=$bench/simulated_intervals_gemma_words_glove_rows$rows
 if [ ! -s "$name.log" ]; then
     nice -n 5 python benchmarks/simulated_intervals.py "$folder" --all-truths --outer 100 --inner 100 --workers 2 \
-        --results "$name" > "$name.log.partial"
+        --results "$name" --json "$name.json" > "$name.log.partial"
     mv "$name.log.partial" "$name.log"
 fi
 echo "finished: commit $folder and $bench/*gemma_words_glove*_rows$rows.*; then add the three truths to CALIBRATED_TABLE"

@@ -52,7 +52,8 @@ fi
     --logits-budget 536870912 --pooled-version 7 \
     --target-slope-se 1.09 --target-n50-se 1:4.20 2:2.93 3:2.61 4:2.33 5:2.19 \
     --output "$out" "$@")
-# The design has stopped once the run wrote summary.json: calibrate it and measure its intervals' coverage.
+# The design has stopped once the run wrote summary.json: calibrate it and measure its intervals' coverage, holding
+# the folder's sweep lock meanwhile, so that the fixed-UT budget runs (which wait for it) do not take the cores yet.
 if [ -e "$out/summary.json" ]; then
-    bash "$repo/results/gemma-3-270m/finish-pooled-words-glove.sh"
+    flock "$out/sweep.lock" bash "$repo/results/gemma-3-270m/finish-pooled-words-glove.sh"
 fi
