@@ -13,6 +13,7 @@ from .designs.configs import each_row_measures
 from .engine.protocol import differences_from_published, nearest_paper_models, rows_per
 from .stats import published_bounds
 from .stats.coverage import THRESHOLD, check_calibrated, marked, summary_checks
+from .stats.fit import LineFit
 from .store import ACCESSIBILITY_PLOT, N50_PLOT, REPORT_FILE
 from .summaries import Summary, abandon_audit, measured_slope
 
@@ -237,7 +238,7 @@ def _rising(summary: Summary) -> set[int]:
     }
 
 
-def _published_notes(published: dict | None, ridges: dict, rising: set[int]) -> str:
+def _published_notes(published: LineFit | None, ridges: dict, rising: set[int]) -> str:
     """The published LS line's R^2 and what its slope stands on where some of its n_50 are not identified or come
     from curves rising with n."""
     if not published:

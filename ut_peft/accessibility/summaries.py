@@ -59,10 +59,10 @@ class MSummary(_Record):
     n50_ci: list[float | None] | None  # 95% interval, of the kind n50_ci_method names; a side None: unbounded
     sigmoid_slope: float | None
     sigmoid_slope_ci: list[float | None] | None
-    fit_status: str  # "ok", "extrapolated", "degenerate", or AUDITED (no per-m fit: an audited abandon's sweep)
+    fit_status: str  # "ok", "extrapolated", "rising", "degenerate", or AUDITED (no per-m fit: an audited sweep)
     n50_published: float | None  # the paper's least squares on the fraction per length
     sigmoid_slope_published: float | None
-    fit_status_published: str
+    fit_status_published: str  # fit_sigmoid's status ("ok", "extrapolated", "rising", "ridge", ...), or AUDITED
     lengths: list[int]  # the lengths that enter the fit, each with the four lists below
     accessibility: list[float]  # fraction of rows that crammed (under an audited abandon a stopped row counts as not)
     mean_tf_accuracy: list[float | None]  # None: every row of that length was inferred, none was measured
