@@ -281,12 +281,36 @@ def test_the_papers_estimator_prints_its_own_r2_and_marks_an_n50_from_a_rising_c
 
     finished = summaries.read_summary(ROOT / "results" / "smollm2-135m" / "pooled-words-v7")
     r2 = f"{finished.fit_published['r2']:.3f}"
-    assert f"published LS slope 17.9 (R^2 {r2})\n" in console_summary(finished)
+    assert f"published LS slope 17.9 (R^2 {r2}); over rows" in console_summary(finished)
     assert f"| 17.9 | {r2} |" in markdown(finished) and "rising" not in markdown(finished)
     first = dataclasses.replace(finished.per_m[0], fit_status_published="rising")
     rising = dataclasses.replace(finished, per_m=[first, *finished.per_m[1:]])
     report, text = markdown(rising), console_summary(rising)
-    assert f"| {first.m} | " in report and f"{first.n50_published:.1f} (rising) |" in report
+    assert f"| {first.m} | " in report and f"{first.n50_published:.1f} (rising) (over rows" in report
     assert "The published LS curve at m = 1 rises with n" in report
-    assert f"published LS {first.n50_published:.1f} (rising);" in text
-    assert f"published LS slope 17.9 (R^2 {r2}; at m = 1 from a curve rising with n)" in text
+    assert f"published LS {first.n50_published:.1f} (rising) (over rows" in text
+    assert f"published LS slope 17.9 (R^2 {r2}; at m = 1 from a curve rising with n); over rows" in text
+
+
+def test_a_pooled_sweep_reports_the_papers_least_squares_over_rows_beside_its_own():
+    """Where an m's lengths hold unequal counts (the pooled design's 1 to 13 rows), the summary keeps the published
+    least squares weighted by rows and its line, exactly what fit_sigmoid gives on the stored fractions and counts;
+    the report and console print them beside the paper's; a grid of equal counts has neither."""
+    from ut_peft.accessibility.stats.fit import fit_sigmoid, linear_fit
+
+    pooled = summaries.read_summary(ROOT / "results" / "smollm2-135m" / "pooled-words-v7")
+    points = []
+    for e in pooled.per_m:
+        if e.n50_published is None:
+            assert e.n50_published_rows is None
+            continue
+        assert len(set(e.num_sequences)) > 1
+        assert e.n50_published_rows == fit_sigmoid(e.lengths, e.accessibility, e.num_sequences)["n50"]
+        points.append((e.m, e.n50_published_rows))
+    assert pooled.fit_published_rows["slope"] == pytest.approx(linear_fit(*zip(*points))["slope"])
+    slope = f"{pooled.fit_published_rows['slope']:.1f}"
+    assert f"over rows {slope} (R^2" in console_summary(pooled) and f"Over rows: slope {slope}" in markdown(pooled)
+    assert "(over rows " in markdown(pooled).split("| 1 | ", 1)[1].split("\n", 1)[0]
+    grid = summaries.read_summary(ROOT / "results" / "gemma-3-270m" / "published-text")
+    assert grid.fit_published_rows is None and all(e.n50_published_rows is None for e in grid.per_m)
+    assert "over rows" not in console_summary(grid) + markdown(grid)

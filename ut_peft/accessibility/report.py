@@ -238,6 +238,23 @@ def _rising(summary: Summary) -> set[int]:
     }
 
 
+def _over_rows(n50: float | None) -> str:
+    """The published least squares over rows beside the paper's, where the m's lengths hold unequal counts."""
+    return "" if n50 is None else f" (over rows {_num(n50)})"
+
+
+def _rows_line_note(line: LineFit | None) -> str:
+    return "" if not line else f"; over rows {_num(line['slope'])} (R^2 {_num(line.get('r2'), 3)})"
+
+
+OVER_ROWS = (
+    "The published least squares fits the fraction at each length with every length weighed alike, as the paper's "
+    "20 texts per length allow; where a design's lengths hold unequal counts, '(over rows ...)' beside it is the same "
+    "fit with each length weighed by its rows (the least squares over rows, which is the paper's fit wherever the "
+    "counts are equal), and the line through those."
+)
+
+
 def _published_notes(published: LineFit | None, ridges: dict, rising: set[int]) -> str:
     """The published LS line's R^2 and what its slope stands on where some of its n_50 are not identified or come
     from curves rising with n."""
@@ -340,7 +357,8 @@ def markdown(summary: Summary, *, figures: tuple[str, str] | None = (ACCESSIBILI
     for e in summary.per_m:
         lines.append(
             f"| {e.m} | {_num(e.n50)} | {_checked(e.n50_ci, checks['per_m'].get(e.m))} | {e.n50_ci_method or '-'} | "
-            f"{_num(e.n50_published)}{_ridge_note(ridges.get(e.m))}{' (rising)' if e.m in rising else ''} | "
+            f"{_num(e.n50_published)}{_ridge_note(ridges.get(e.m))}{' (rising)' if e.m in rising else ''}"
+            f"{_over_rows(e.n50_published_rows)} | "
             f"{_num(e.sigmoid_slope, 3)} | {e.fit_status} | "
             f"{e.row_steps} | {', '.join(map(str, e.lengths))} |"
         )
@@ -365,6 +383,13 @@ def markdown(summary: Summary, *, figures: tuple[str, str] | None = (ACCESSIBILI
         *published_bounds.report_lines(summary.bounds_published, fit and fit["slope"], summary.model),
         "",
     ]
+    rows_line = summary.fit_published_rows
+    if rows_line:
+        lines += [
+            f"{OVER_ROWS} Over rows: slope {_num(rows_line['slope'])}, intercept {_num(rows_line['intercept'])}, "
+            f"R^2 {_num(rows_line.get('r2'), 3)}.",
+            "",
+        ]
     if ridges:
         lines += [
             f"The published LS n_50 at {_ridge_ms(ridges)} is one point of a ridge: least squares fits those "
@@ -504,8 +529,8 @@ def console_summary(summary: Summary) -> str:
         lines.append(
             f"m = {e.m}: n_50 {_num(e.n50)}{_ci(e.n50_ci, check=checks['per_m'].get(e.m))} ({method}fit "
             f"{e.fit_status}), published LS "
-            f"{_num(e.n50_published)}{_ridge_note(ridges.get(e.m))}{' (rising)' if e.m in rising else ''}; "
-            f"{e.row_steps:,} row-steps"
+            f"{_num(e.n50_published)}{_ridge_note(ridges.get(e.m))}{' (rising)' if e.m in rising else ''}"
+            f"{_over_rows(e.n50_published_rows)}; {e.row_steps:,} row-steps"
         )
     if fit:
         lines.append(
@@ -514,6 +539,7 @@ def console_summary(summary: Summary) -> str:
             f"R^2 {_num(fit['r2'], 3)}; "
             f"published LS slope {_num(published and published['slope'])}"
             + _published_notes(published, ridges, rising)
+            + _rows_line_note(summary.fit_published_rows)
         )
     else:
         lines.append("no slope: fewer than two m had a measurable n_50 (the grid missed the 50% crossing)")

@@ -75,6 +75,10 @@ class MSummary(_Record):
     # fit the fractions exactly (fit_sigmoid's n50_range; a side None where the ridge runs on without end). None (and
     # absent from summary.json) otherwise, and in summaries written before it, whose report reads it off the fractions.
     n50_range: list[float | None] | None = None
+    # The published least squares over rows (fit_sigmoid weighted by each length's rows), where this m's lengths hold
+    # unequal counts (a pooled or sequential design's): the paper's fit of its equal counts, carried to these rows.
+    # None (and absent from summary.json) where the counts are equal (it is n50_published then) or nothing was fitted.
+    n50_published_rows: float | None = None
 
 
 @dataclass
@@ -115,6 +119,9 @@ class Summary(_Record):
     # A pooled sweep's intervals calibrated by simulating its own design at its fitted line (calibration.json,
     # simulated_intervals.current: "stale" when it was computed from other rows); None where the folder has none.
     calibrated: dict | None = None
+    # The line through the published least squares over rows (n50_published_rows where an m has one, n50_published
+    # where its counts are equal); None where no m has unequal counts (it is fit_published then).
+    fit_published_rows: LineFit | None = None
 
     def to_dict(self) -> dict:
         data = dataclasses.asdict(self)

@@ -763,6 +763,7 @@ def summarize(config: SweepConfig, settings: dict, rows: dict, model) -> summari
         per_m=per_m,
         fit=line,
         fit_published=line_published,
+        fit_published_rows=_line_published_rows(per_m),
         support=stats.to_dict(),
         bounds=bounds,
         ratios=ratios,
@@ -782,6 +783,7 @@ def _m_summary(
     group_rows = [r for n in lengths for r in by_n[n]]
     acc = [sum(r["accessible"] for r in by_n[n]) / len(by_n[n]) for n in lengths]
     published: SigmoidFit
+    by_rows: float | None = None
     if audited:
         published = {"n50": None, "sigmoid_slope": None, "status": summaries.AUDITED}
         fit: dict = dict.fromkeys(("n50", "n50_ci", "sigmoid_slope", "sigmoid_slope_ci", "n50_ci_method"))
@@ -790,6 +792,9 @@ def _m_summary(
         published = (
             fit_sigmoid(lengths, acc) if lengths else {"n50": None, "sigmoid_slope": None, "status": "degenerate"}
         )
+        counts = [len(by_n[n]) for n in lengths]
+        if len(set(counts)) > 1:  # unequal counts: the paper's least squares carried to rows, beside its own
+            by_rows = fit_sigmoid(lengths, acc, counts)["n50"]
         fit = n50_interval(
             [r["n"] for r in group_rows],
             [r["accessible"] for r in group_rows],
@@ -813,6 +818,7 @@ def _m_summary(
         row_steps=sum(row_steps(r) for key, r in rows.items() if key[0] == m),
         n50_ci_method=fit["n50_ci_method"],
         n50_range=published.get("n50_range"),  # only where the least squares is a ridge of exact fits
+        n50_published_rows=by_rows,
     )
 
 
@@ -835,6 +841,17 @@ def _lines(
     published_points = [(p.m, p.n50_published) for p in per_m if p.n50_published is not None]
     line_published = linear_fit(*zip(*published_points)) if len({m for m, _ in published_points}) >= 2 else None
     return line, line_published
+
+
+def _line_published_rows(per_m: list[summaries.MSummary]) -> LineFit | None:
+    """The line through the published least squares over rows (summaries.Summary.fit_published_rows): None where no
+    m's lengths hold unequal counts."""
+    if not any(p.n50_published_rows is not None for p in per_m):
+        return None
+    # An m of unequal counts enters by its fit over rows (none: left out), one of equal counts by the paper's.
+    points = [(p.m, p.n50_published_rows if len(set(p.num_sequences)) > 1 else p.n50_published) for p in per_m]
+    points = [(m, n50) for m, n50 in points if n50 is not None]
+    return linear_fit(*zip(*points)) if len(points) >= 2 else None
 
 
 def _pooled(config: SweepConfig, rows: dict) -> dict | None:

@@ -316,3 +316,17 @@ def test_a_curve_rising_with_n_is_fitted_and_said_to_rise():
     assert ls["n50"] == pytest.approx(60.0) and mle["n50"] is not None
     assert fit_sigmoid([10, 20, 30], [1.0, 0.5, 0.0])["status"] == "ok"
     assert fit_logistic([10, 20, 30], [4, 2, 0], [4, 4, 4])["status"] == "ok"
+
+
+def test_the_least_squares_over_rows_weighs_each_length_by_its_rows():
+    """Weights of one count per length: equal counts give the unweighted fit (the paper's); a length of many rows
+    pulls the crossing toward its own fraction; weights that are not one positive number per length are refused."""
+    lengths, fractions = [10, 20, 30, 40], [1.0, 0.3, 0.6, 0.0]
+    plain = fit_sigmoid(lengths, fractions)["n50"]
+    assert fit_sigmoid(lengths, fractions, [4, 4, 4, 4])["n50"] == pytest.approx(plain, abs=1e-6)
+    # 12 rows at 20 (0.3 crammed) pull the crossing below it; 12 at 30 (0.6 crammed), above it.
+    assert fit_sigmoid(lengths, fractions, [1, 12, 1, 1])["n50"] < 20 < plain < 30
+    assert fit_sigmoid(lengths, fractions, [1, 1, 12, 1])["n50"] > 30
+    for bad in ([1, 2, 3], [1, 0, 1, 1], [1, -1, 1, 1]):
+        with pytest.raises(ValueError, match="one positive number per length"):
+            fit_sigmoid(lengths, fractions, bad)

@@ -104,7 +104,9 @@ def sigmoid_starts(ns: np.ndarray, acc: np.ndarray, span: float) -> tuple[list[f
     return [_crossing(ns, acc), *((ns[:-1] + ns[1:]) / 2).tolist()], [-8.0 / span, -2.0 / spacing, -8.0 / spacing]
 
 
-def _least_squares_sigmoid(ns: np.ndarray, acc: np.ndarray, span: float) -> tuple[float, float] | None:
+def _least_squares_sigmoid(
+    ns: np.ndarray, acc: np.ndarray, span: float, weights: np.ndarray | None = None
+) -> tuple[float, float] | None:
     """The least-squares (x0, s) over several starts, or None when none converges.
 
     Why several starts: from one start (the interpolated crossing and a slope of 8 / span) curve_fit failed on
@@ -112,15 +114,16 @@ def _least_squares_sigmoid(ns: np.ndarray, acc: np.ndarray, span: float) -> tupl
     1, 1, 1, 1, 0.95, 0, 0 at n = 10, 110, ..., 610 it returned 457.4 where the least-squares optimum is 417.8).
     Starts: crossings at the interpolated point and at every midpoint between neighbouring lengths, slopes from
     8 / span to 8 / (the smallest spacing); Levenberg-Marquardt (what curve_fit runs) from each, and the converged fit
-    of least squared error wins."""
+    of least squared error wins. ``weights``: each length's squared error weighed by it (None: all alike)."""
     x_starts, s_starts = sigmoid_starts(ns, acc, span)
+    root = np.ones_like(ns) if weights is None else np.sqrt(np.asarray(weights, dtype=float))
 
     def residuals(p):
-        return sigmoid(ns, p[0], p[1]) - acc
+        return root * (sigmoid(ns, p[0], p[1]) - acc)
 
     def jacobian(p):  # d/dx0 and d/ds of the sigmoid: analytic, where a finite difference cost most of the time
         q = sigmoid(ns, p[0], p[1])
-        slope = q * (1.0 - q)
+        slope = root * q * (1.0 - q)
         return np.stack([-p[1] * slope, (ns - p[0]) * slope], 1)
 
     best = None
@@ -137,7 +140,7 @@ def _least_squares_sigmoid(ns: np.ndarray, acc: np.ndarray, span: float) -> tupl
             exact = 2 * result.cost <= EXACT_SSE * ns.size
             if not ((result.success or exact) and np.isfinite(x0) and np.isfinite(s)):
                 continue
-            sse = float(((sigmoid(ns, x0, s) - acc) ** 2).sum())
+            sse = float(((root * (sigmoid(ns, x0, s) - acc)) ** 2).sum())
             if best is None or sse < best[0] - 1e-12:
                 best = (sse, float(x0), float(s))
             if exact:
@@ -147,8 +150,12 @@ def _least_squares_sigmoid(ns: np.ndarray, acc: np.ndarray, span: float) -> tupl
     return None if best is None else (best[1], best[2])
 
 
-def fit_sigmoid(lengths, accessibility) -> SigmoidFit:
+def fit_sigmoid(lengths, accessibility, weights=None) -> SigmoidFit:
     """Least-squares sigmoid fit; returns ``{"n50", "sigmoid_slope", "status"}``.
+
+    ``weights`` (one per length, e.g. its rows): each length's squared error weighed by it, the least squares over
+    rows where lengths hold unequal counts (with equal counts it is the unweighted fit, the paper's); None: every
+    length alike, as the paper fits its 20 texts per length.
 
     ``status`` is "ok", "extrapolated" (n_50 outside the measured lengths: the grid did not reach the
     transition), "rising" (the fitted curve rises with n, against what accessibility does: the fractions are noise
@@ -168,13 +175,17 @@ def fit_sigmoid(lengths, accessibility) -> SigmoidFit:
         )
     if ((acc < 0) | (acc > 1)).any():
         raise ValueError("accessibility values must lie in [0, 1]")
+    w = None if weights is None else np.asarray(weights, dtype=float)
+    if w is not None and (w.shape != ns.shape or not (w > 0).all()):
+        raise ValueError(f"weights must be one positive number per length (got {weights!r})")
     order = np.argsort(ns)
     ns, acc = ns[order], acc[order]
+    w = None if w is None else w[order]
     # A point at exactly 0.5 is a measured n_50 (e.g. 2 of 4 sequences at the longest length), so it is fitted.
     if ns.size < 2 or np.all(acc > 0.5) or np.all(acc < 0.5):
         return {"n50": None, "sigmoid_slope": None, "status": "degenerate"}
     span = max(float(ns[-1] - ns[0]), 1.0)
-    fitted = _least_squares_sigmoid(ns, acc, span)
+    fitted = _least_squares_sigmoid(ns, acc, span, w)
     if fitted is None:  # no start converged: say so rather than report a starting point as the fit
         return {"n50": None, "sigmoid_slope": None, "status": "not-converged"}
     x0, s = fitted
