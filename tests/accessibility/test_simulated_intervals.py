@@ -117,6 +117,10 @@ def test_the_report_marks_an_interval_whose_calibration_coverage_was_not_measure
     note = checks["slope"]["note"]
     assert "coverage not measured at the common-width and slope-shift truths (at the fitted truth slope 95%" in note
     assert "simulated_intervals.py results/here --all-truths" in note
+    # One note for every interval: said once, below the table, each interval marked (*).
+    text = "\n".join(calibrated_lines(fresh))
+    assert text.count(note) == 1 and f"(*) Every interval above: {note}." in text
+    assert all(line.count("(*)") == 1 for line in text.splitlines() if line.startswith(("| slope", "| n_50")))
     # Measured at another folder's line (another model's, say): these rows' intervals have no measured coverage.
     monkeypatch.delitem(CALIBRATED_TABLE, fresh["rows_digest"])
     monkeypatch.setitem(CALIBRATED_TABLE, "0" * 16, dict(entry, folder="results/other"))

@@ -674,12 +674,19 @@ def calibrated_lines(calibrated: dict | None) -> list[str]:
         ("intercept", calibrated["intercept"], checks.get("intercept")),
     ]
     entries += [(f"n_50 at m = {e['m']}", e, per_m_checks.get(e["m"])) for e in calibrated["per_m"]]
+    # One note shared by every interval (no coverage measured at this line, or not at every truth) is said once below
+    # the table, each interval marked; notes of their own stay beside their intervals.
+    notes = {check["note"] for _, _, check in entries if check and not check["trusted"]}
+    untrusted = all(check and not check["trusted"] for _, _, check in entries)
+    shared = notes.pop() if len(notes) == 1 and untrusted else None
     for name, e, check in entries:
+        interval = f"{format_interval(e['ci'], 2)} (*)" if shared else _checked(e["ci"], check, 2)
         lines.append(
             f"| {name} | {_num(e['estimate'], 2)} | {_num(e['se'], 2)} | {_num(e['quantile'], 2)} | "
-            f"{_checked(e['ci'], check, 2)} | {e['simulated_bias']:+.2f} | {e['simulated_rmse']:.2f} | "
-            f"{e['wald_coverage']:.0%} |"
+            f"{interval} | {e['simulated_bias']:+.2f} | {e['simulated_rmse']:.2f} | {e['wald_coverage']:.0%} |"
         )
+    if shared:
+        lines += ["", f"(*) Every interval above: {shared}."]
     return lines
 
 
