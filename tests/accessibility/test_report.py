@@ -305,7 +305,9 @@ def test_a_pooled_sweep_reports_the_papers_least_squares_over_rows_beside_its_ow
             assert e.n50_published_rows is None
             continue
         assert len(set(e.num_sequences)) > 1
-        assert e.n50_published_rows == fit_sigmoid(e.lengths, e.accessibility, e.num_sequences)["n50"]
+        # (to the optimizer's tolerance: scipy's floor stops its Levenberg-Marquardt a few 1e-5 tokens elsewhere)
+        by_rows = fit_sigmoid(e.lengths, e.accessibility, e.num_sequences)["n50"]
+        assert e.n50_published_rows == pytest.approx(by_rows, abs=1e-3)
         points.append((e.m, e.n50_published_rows))
     assert pooled.fit_published_rows["slope"] == pytest.approx(linear_fit(*zip(*points))["slope"])
     slope = f"{pooled.fit_published_rows['slope']:.1f}"
