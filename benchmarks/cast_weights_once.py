@@ -34,8 +34,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ut_peft.accessibility.engine.forward import CastWeightsOnce, keep_weight_casts  # noqa: E402
-from ut_peft.accessibility.engine.jobs import CramConfig, CramJob  # noqa: E402
-from ut_peft.accessibility.engine.protocol import cram_settings  # noqa: E402
+from ut_peft.accessibility.engine.jobs import CramJob  # noqa: E402
 
 VARIANTS = ("fp32", "half, every call", "half, cast once")
 
@@ -51,11 +50,8 @@ def jobs_of(length: int, rows: int, vocab: int) -> list[CramJob]:
 def run_variant(model, jobs, variant: str, args) -> tuple[float, list]:
     """Seconds for the whole cram, and the results (key, steps, loss, vectors) in key order."""
     autocast = "none" if variant == "fp32" else args.half
-    config = cram_settings(
-        "published", CramConfig(max_steps=args.steps, patience=args.steps + 1, batch_size=len(jobs), autocast=autocast)
-    )
     casts = keep_weight_casts if variant == "half, every call" else CastWeightsOnce
-    return harness.timed_cram(model, jobs, config, weight_casts=casts)
+    return harness.timed_steps(model, jobs, args.steps, autocast=autocast, policies={"weight_casts": casts})
 
 
 def main(args, model=None) -> dict:

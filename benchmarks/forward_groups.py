@@ -46,18 +46,9 @@ RUN_LOGITS_BUDGET = 2**29  # the Gemma words run's (--logits-budget 536870912): 
 
 def run_variant(model, jobs, groups: str, steps: int) -> tuple[float, list]:
     """Seconds for the whole cram, and the results (key, steps, loss, vectors) in key order."""
-    config = cram_settings(
-        "published",
-        CramConfig(
-            max_steps=steps,
-            patience=steps + 1,
-            batch_size=len(jobs),
-            autocast="none",
-            logits_budget=RUN_LOGITS_BUDGET,
-            forward_groups=groups,
-        ),
+    return harness.timed_steps(
+        model, jobs, steps, autocast="none", logits_budget=RUN_LOGITS_BUDGET, forward_groups=groups
     )
-    return harness.timed_cram(model, jobs, config)
 
 
 PREFIX_LEN = len(cram_settings("published", CramConfig()).prefix_ids)  # the published layout: the memory first

@@ -145,6 +145,19 @@ def timed_cram(model, jobs, config, **kwargs) -> tuple[float, list]:
     return seconds, sorted((r.job.key, r.steps, r.final_loss, r.vectors) for r in results)
 
 
+def timed_steps(model, jobs, steps: int, *, policies: dict | None = None, **engine) -> tuple[float, list]:
+    """:func:`timed_cram` of ``jobs`` in one batch for ``steps`` updates each under the published protocol's layout
+    and init (no patience stop before them), ``engine`` the CramConfig fields the variant sets (autocast, the logits
+    budget, the forward groups, ...), ``policies`` the engine's policy arguments."""
+    from ut_peft.accessibility.engine.jobs import CramConfig
+    from ut_peft.accessibility.engine.protocol import cram_settings
+
+    config = cram_settings(
+        "published", CramConfig(max_steps=steps, patience=steps + 1, batch_size=len(jobs), **engine)
+    )
+    return timed_cram(model, jobs, config, **(policies or {}))
+
+
 def same_row(x: tuple, y: tuple) -> bool:
     """Two :func:`timed_cram` results of one row, equal to the bit: key, steps, final loss and vectors."""
     import torch
