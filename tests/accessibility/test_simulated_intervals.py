@@ -83,20 +83,36 @@ def test_the_quantile_is_the_one_of_the_simulated_studentised_errors(rows, calib
 
 
 def test_a_calibration_of_other_rows_is_stale_and_prints_no_interval(rows, calibration):
-    assert current(calibration, rows)["stale"] is False
+    assert current(calibration, rows, SETTINGS)["stale"] is False
     more = dict(rows)
     more[(3, 999, 10_000)] = {"m": 3, "n": 999, "index": 10_000, "accessible": False, "steps": 900}
-    stale = current(calibration, more)
+    stale = current(calibration, more, SETTINGS)
     assert stale["stale"] and "computed from" in stale["note"] and "ut-peft calibrate" in stale["note"]
     assert check_calibrated(stale) is None
     text = "\n".join(calibrated_lines(stale))
     assert "[" not in text and "ut-peft calibrate" in text
 
 
+def test_a_calibration_of_the_same_rows_under_other_design_rules_is_stale(rows, calibration):
+    """The rows' digest alone does not make a calibration current: its simulated sweeps ran the design settings.json
+    recorded then, and the same rows under other targets or another sequence count are another design."""
+    other = copy.deepcopy(SETTINGS)
+    other["design"]["target_slope_se"] = SETTINGS["design"]["target_slope_se"] * 2
+    stale = current(calibration, rows, other)
+    assert stale["stale"] and "design" in stale["note"] and "ut-peft calibrate" in stale["note"]
+    assert check_calibrated(stale) is None
+    more = dict(copy.deepcopy(SETTINGS), num_sequences=SETTINGS["num_sequences"] + 1)
+    assert "num_sequences" in current(calibration, rows, more)["note"]
+    # What JSON makes of settings held in memory (integer keys become strings) is no change.
+    in_memory = copy.deepcopy(SETTINGS)
+    in_memory["design"]["target_n50_se"] = {int(m): se for m, se in SETTINGS["design"]["target_n50_se"].items()}
+    assert current(calibration, rows, in_memory)["stale"] is False
+
+
 def test_the_report_marks_an_interval_whose_calibration_coverage_was_not_measured(rows, calibration, monkeypatch):
     """A calibrated interval is trusted only where the nested simulation ran at its own rows' line, at all three
     truths, and covered at each; else its note says what is missing."""
-    fresh = current(calibration, rows)
+    fresh = current(calibration, rows, SETTINGS)
     text = "\n".join(calibrated_lines(fresh))
     assert "coverage not measured at this folder's line (version 1 of the pooled rules, 8 rows a round" in text
     figures = {"slope": 0.95, "n50": 0.93, "intercept": 0.94, "command": "x"}
@@ -200,7 +216,7 @@ def test_a_version_that_audits_an_early_abandon_is_calibrated_under_the_abandon_
     assert slope["repeats_used"] >= 45 and 0 < slope["quantile"] < 10
     half = slope["quantile"] * slope["se"]
     assert slope["ci"] == pytest.approx([slope["estimate"] - half, slope["estimate"] + half])
-    text = "\n".join(calibrated_lines(current(calibration, rows)))  # the report names the simulated abandon
+    text = "\n".join(calibrated_lines(current(calibration, rows, settings)))  # the report names the simulated abandon
     assert f"simulated {abandon.describe()}" in text and abandon.source in text
     assert abandon.source.startswith(f"fitted to {len(rows)} rows")
     # The simulated sweeps ran under it: rows it stops at their flag step cost less than under an abandon that never

@@ -192,7 +192,7 @@ def _estimate(folder: Path, settings: dict, config: SweepConfig, design: PooledD
             "r2": None,
             "r2_note": "none while n_50 is not bracketed at every m the design measures",
         }
-    calibration = store.current_calibration(store.read_calibration(folder), rows)
+    calibration = store.current_calibration(store.read_calibration(folder), rows, settings)
     calibrated = calibration is not None and not calibration["stale"]
     if calibrated:
         assert calibration is not None

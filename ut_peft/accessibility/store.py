@@ -890,16 +890,26 @@ def read_calibration(folder) -> dict | None:
         raise ValueError(f"{path} is not valid JSON ({error}): delete it and calibrate again") from None
 
 
-def current_calibration(calibration: dict | None, rows: dict) -> dict | None:
-    """``calibration`` annotated for a summary of ``rows``: ``{"stale": bool, "note", ...}``; None without one. A
-    calibration of other rows is stale: its numbers are kept for the record but no interval of it is printed."""
+def current_calibration(calibration: dict | None, rows: dict, settings: dict) -> dict | None:
+    """``calibration`` annotated for a summary of ``rows`` of the sweep whose settings.json is ``settings``:
+    ``{"stale": bool, "note", ...}``; None without one. A calibration of other rows, or of the same rows under other
+    design rules or another sequence count (its simulated sweeps ran another design), is stale: its numbers are kept
+    for the record but no interval of it is printed."""
     if calibration is None:
         return None
-    stale = calibration.get("rows_digest") != rows_digest(rows)
-    note = (
-        f"calibration.json was computed from {calibration.get('rows')} rows, not these: run `ut-peft calibrate`"
-        f" on the folder again"
-        if stale
-        else None
-    )
-    return dict(calibration, stale=stale, note=note)
+    note = None
+    if calibration.get("rows_digest") != rows_digest(rows):
+        note = f"calibration.json was computed from {calibration.get('rows')} rows, not these"
+    else:
+        # calibration.json holds the settings as JSON does (tuples as lists): compare them the same way.
+        ran = {"design": calibration.get("design"), "num_sequences": calibration.get("num_sequences")}
+        here = json.loads(json.dumps({k: settings.get(k) for k in ran}))
+        changed = [k for k in ran if ran[k] != here[k]]
+        if changed:
+            note = (
+                f"calibration.json simulated other {' and '.join(changed)} settings than settings.json records "
+                f"({', '.join(f'{k}: {ran[k]!r} there, {here[k]!r} here' for k in changed)})"
+            )
+    if note:
+        note += ": run `ut-peft calibrate` on the folder again"
+    return dict(calibration, stale=note is not None, note=note)

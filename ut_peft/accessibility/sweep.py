@@ -657,7 +657,7 @@ def _calibrated(config: SweepConfig, output_dir: Path, rows: dict) -> dict | Non
     """A pooled folder's calibration.json as the summary holds it (stale where computed from other rows)."""
     if config.design.kind != "pooled":
         return None
-    return store.current_calibration(store.read_calibration(output_dir), rows)
+    return store.current_calibration(store.read_calibration(output_dir), rows, store.read_settings(output_dir))
 
 
 def merge_sweeps(folders, output_dir, *, overwrite: bool = False) -> Path:

@@ -31,7 +31,7 @@ def main(args):
     folder = check_run_folder(args.folder, "FOLDER", store.SETTINGS_FILE)
     calibration = calibrate_folder(folder, repeats=args.repeats, seed=args.seed, workers=args.workers)
     print(f"wrote {folder / store.CALIBRATION_FILE}")
-    current = store.current_calibration(calibration, store.read_rows(folder))
+    current = store.current_calibration(calibration, store.read_rows(folder), store.read_settings(folder))
     print("\n".join(calibrated_lines(current)).strip())
     if (folder / store.SUMMARY_FILE).is_file():
         summary = summaries.read_summary(folder)
