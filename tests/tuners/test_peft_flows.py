@@ -287,3 +287,39 @@ def test_adapters_with_different_task_vocabularies_are_refused_by_peft_hook():
     with pytest.raises(ValueError, match="task_vocab_size"):
         model.add_adapter("other", UTReprogramConfig(task_vocab_size=6))
     assert list(model.peft_config) == ["default"]
+
+
+@pytest.mark.parametrize("others", [("u_only",), ("u_only", "full"), ("e_only", "u_only")])
+def test_deleting_the_active_adapter_activates_one_adapter_on_every_layer(others):
+    """Adapters that wrap different modules (one training only U does not wrap E): after the active one is deleted,
+    every layer runs the same adapter, the one peft's LoRA would name (the first remaining in sorted order), and
+    the model says so; it used to raise KeyError at the next forward, or run another adapter in lm_head than the
+    one it reported."""
+    names = [f"a{i}" for i in range(len(others))]
+    model = get_peft_model(tiny_model("llama"), config_for("full"))
+    for name, option in zip(names, others):
+        model.add_adapter(name, config_for(option, init="normal", init_seed=7))
+    reference = get_peft_model(tiny_model("llama"), config_for(others[0], init="normal", init_seed=7))
+    inputs = inputs_for(model, "full")
+    with pytest.warns(UserWarning, match="Setting active adapter to a0"):
+        model.delete_adapter("default")
+    assert model.active_adapters == ["a0"] and model.base_model.active_adapters == ["a0"]
+    layers = [module for module in model.modules() if isinstance(module, UTReprogramLayer)]
+    assert all(module.active_adapters == ["a0"] for module in layers)
+    assert torch.equal(model(**inputs).logits, reference(**inputs).logits)
+    for name in names:
+        model.delete_adapter(name)
+    assert model.base_model.active_adapters == []  # none left: none active, as in peft
+    assert all(module.active_adapters == [] for module in layers)
+
+
+def test_an_adapter_loaded_frozen_stays_frozen_when_it_takes_over_from_a_deleted_one(tmp_path):
+    model = get_peft_model(tiny_model("llama"), config_for("u_only"))
+    model.save_pretrained(tmp_path)
+    loaded = PeftModel.from_pretrained(tiny_model("llama"), tmp_path, adapter_name="b")
+    loaded.load_adapter(tmp_path, adapter_name="a")
+    loaded.set_adapter("b")
+    with pytest.warns(UserWarning, match="Setting active adapter to a"):
+        loaded.delete_adapter("b")
+    assert loaded.active_adapters == ["a"]
+    assert trainable(loaded) == []

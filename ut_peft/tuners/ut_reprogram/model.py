@@ -480,6 +480,41 @@ class UTReprogramModel(BaseTuner):
         super().enable_adapter_layers()
         self._set_vocab_for(True)
 
+    def delete_adapter(self, adapter_name: str) -> None:
+        """peft's deletion, then ONE active adapter on every layer.
+
+        peft lets each layer pick its own successor (the first of the adapters *it* holds) and takes the model's from
+        the first wrapped layer. That is right for LoRA, where every adapter wraps the same modules, but adapters of
+        this method wrap different ones (one training only U does not wrap E): the layers used to disagree, the model
+        reporting one adapter while lm_head ran another, or none while a layer still ran the deleted one's successor.
+        The successor is the one peft's LoRA names: the other active adapters if any, else the first remaining
+        adapter in sorted order; with none left, none is active (as in peft).
+        """
+        was_active = list(self.active_adapters)
+        with warnings.catch_warnings():
+            # Each layer warns of its own choice of successor, which may not be the one made here.
+            warnings.filterwarnings("ignore", message=f"Adapter {re.escape(adapter_name)} was active which is now")
+            super().delete_adapter(adapter_name)
+        if adapter_name not in was_active:
+            self.active_adapter = was_active
+            return
+        successors = [name for name in was_active if name != adapter_name and name in self.peft_config]
+        if not successors and self.peft_config:
+            successors = sorted(self.peft_config)[:1]
+            warnings.warn(
+                f"Adapter {adapter_name} was active which is now deleted. Setting active adapter to {successors[0]}.",
+                stacklevel=2,
+            )
+        if successors:
+            # An adapter loaded for inference (PeftModel.from_pretrained's default) stays frozen when it takes over.
+            frozen = all(self.peft_config[name].inference_mode for name in successors)
+            self.set_adapter(successors if len(successors) > 1 else successors[0], inference_mode=frozen)
+        else:
+            for module in self.model.modules():
+                if isinstance(module, UTReprogramLayer):
+                    module.set_adapter([])
+            self.active_adapter = []
+
     # ---- combining adapters ---------------------------------------------------------------------------------------
     def add_weighted_adapter(
         self, adapters: list[str], weights: list[float], adapter_name: str, combination_type: str = "linear"
