@@ -134,3 +134,30 @@ def test_the_digest_covers_every_tensor_up_to_the_limit_then_a_fixed_sample(monk
     stride = math.ceil(size / (size // 3))  # a little over 3x the limit: every 4th element
     assert stride == 4 and sampled.startswith(f"sha256:bf16:{stride}:") and sampled != whole
     assert frozen_weights_digest(base, stride=1) == whole  # a recorded digest's stride is the one compared with
+
+
+def test_the_refusal_names_ways_to_load_anyway_that_work_for_from_pretrained_and_load_adapter(tmp_path):
+    """peft's load_adapter passes only Hub keywords to the config, so load_adapter(..., check_base=False) is refused
+    all the same; the message used to tell users to pass it. What it says now works for both entry points."""
+    model = trained_adapter(llama())
+    model.save_pretrained(tmp_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        expected = PeftModel.from_pretrained(llama(seed=1), tmp_path, check_base=False)(input_ids=IDS).logits
+    other = get_peft_model(llama(seed=1), UTReprogramConfig())
+    with pytest.raises(ValueError) as refused:
+        other.load_adapter(tmp_path, adapter_name="x", check_base=False)
+    message = str(refused.value)
+    assert "PeftModel.from_pretrained(base, folder, check_base=False)" in message
+    assert "load_adapter(folder, name, check_base=False) is refused" in message
+    assert list(other.peft_config) == ["default"]
+    # The way the message gives for a PeftModel that has an adapter already.
+    assert "peft_model.add_adapter(name, UTReprogramConfig.from_pretrained(folder, check_base=False))" in message
+    assert "then peft_model.load_adapter(folder, name)" in message
+    with pytest.warns(UserWarning, match="check_base=False: loading this adapter onto another base"):
+        other.add_adapter("x", UTReprogramConfig.from_pretrained(tmp_path, check_base=False))
+    other.load_adapter(tmp_path, adapter_name="x")
+    other.set_adapter("x")
+    assert torch.equal(other(input_ids=IDS).logits, expected)
+    help_text = UTReprogramConfig.__dataclass_fields__["check_base"].metadata["help"]
+    assert "load_adapter(folder, name, check_base=False) checks the base all the same" in help_text

@@ -151,7 +151,10 @@ class UTReprogramConfig(PeftConfig):
                 "Compare the base model with base_model_config, base_weights_digest, backbone and "
                 "base_embedding_shape when the adapter is loaded, and refuse a mismatch. Never saved: to load onto "
                 "another base anyway (with a warning), pass PeftModel.from_pretrained(base, folder, "
-                "check_base=False), or config=UTReprogramConfig.from_pretrained(folder, check_base=False)."
+                "check_base=False); onto a PeftModel that has an adapter already, peft_model.add_adapter(name, "
+                "UTReprogramConfig.from_pretrained(folder, check_base=False)) then peft_model.load_adapter(folder, "
+                "name). peft's load_adapter does not pass check_base on to the config, so "
+                "load_adapter(folder, name, check_base=False) checks the base all the same."
             )
         },
     )

@@ -216,8 +216,11 @@ class UTReprogramModel(BaseTuner):
                 + "): its matrices were trained for that base and would load here without an error into another "
                 "model (an untied base's trained U is even dropped on a tied one). Load it into the base it was "
                 "trained on "
-                "(adapter_config.json: base_model_name_or_path, backbone), or, to load it anyway, pass "
-                "check_base=False: PeftModel.from_pretrained(base, folder, check_base=False)"
+                "(adapter_config.json: base_model_name_or_path, backbone). To load it anyway: "
+                "PeftModel.from_pretrained(base, folder, check_base=False); onto a PeftModel that has an adapter "
+                "already, peft_model.add_adapter(name, UTReprogramConfig.from_pretrained(folder, check_base=False)) "
+                "then peft_model.load_adapter(folder, name) (peft's load_adapter does not pass check_base on to the "
+                "config: load_adapter(folder, name, check_base=False) is refused like this)"
             )
         if differ:
             warnings.warn(
