@@ -276,6 +276,29 @@ def test_merge_and_unload_returns_plain_model_with_same_outputs(tmp_path, family
     assert torch.allclose(again(input_ids=ids).logits, expected, atol=1e-6)
 
 
+@pytest.mark.parametrize("path", ["base_model.model.model.embed_tokens", "base_model.model.lm_head"])
+def test_safe_merge_refuses_an_adapter_with_nans_and_leaves_the_model_as_it_was(path):
+    """safe_merge=True used to be ignored: a NaN in the adapter's E merged into the returned model."""
+    model = get_peft_model(tiny_model("llama"), UTReprogramConfig(tied_embeddings="untie"), adapter_name="mine")
+    ids = batch()
+    module = model.get_submodule(path)
+    tensor = (module.ut_reprogram_embedding if "embed" in path else module.ut_reprogram_unembedding)["mine"]
+    with torch.no_grad():
+        tensor[3, 0] = float("nan")
+    before = {name: value.clone() for name, value in model.state_dict().items()}
+    with pytest.raises(ValueError, match=rf"merged weights of {path[len('base_model.model.') :]}.*adapter mine"):
+        model.merge_and_unload(safe_merge=True)
+    assert model.get_submodule(path) is module  # nothing was unwrapped or replaced
+    after = model.state_dict()
+    assert list(after) == list(before)
+    assert all(torch.allclose(after[name], value, rtol=0, atol=0, equal_nan=True) for name, value in before.items())
+    with torch.no_grad():
+        tensor[3, 0] = 0.0
+    expected = model(input_ids=ids).logits.detach()
+    merged = model.merge_and_unload(safe_merge=True)
+    assert torch.allclose(merged(input_ids=ids).logits, expected, atol=1e-6)
+
+
 def test_disable_adapter_gives_base_outputs():
     base = tiny_model("qwen2")
     ids = batch()

@@ -658,6 +658,20 @@ class UTReprogramModel(BaseTuner):
                 else:
                     table = module.ut_reprogram_position.get(adapter, module.get_base_layer().weight)
                     merged[name] = (table.detach().to(dtype), None)
+            if safe_merge:
+                # As LoRA's safe_merge: check the merged tensors (in the dtype they are written in, so an overflow
+                # of a half-precision base counts too) before anything is replaced, so a refusal leaves the model
+                # as it was.
+                broken = [
+                    name
+                    for name, tensors in merged.items()
+                    if any(t is not None and not torch.isfinite(t).all() for t in tensors)
+                ]
+                if broken:
+                    raise ValueError(
+                        f"NaNs or infinities detected in the merged weights of {', '.join(broken)}. The adapter "
+                        f"{adapter} seems to be broken; nothing was merged"
+                    )
         for name, module in layers:
             parent_name, _, child_name = name.rpartition(".")
             parent = self.model.get_submodule(parent_name) if parent_name else self.model
