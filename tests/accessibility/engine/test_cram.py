@@ -1,5 +1,6 @@
 import pytest
 import torch
+import torch.nn.functional as F
 
 from ut_peft.accessibility.engine.cram import cram, cram_reference
 from ut_peft.accessibility.engine.forward import embedding_std, greedy_decode, leading_correct, token_stats
@@ -155,6 +156,37 @@ def test_progressive_mode_crams_and_counts_steps(llama):
     job = _jobs([(3, 1)], seed=1)[0]
     (result,) = cram(llama, [job], CramConfig(max_steps=300, patience=300, progressive=True))
     assert result.accessible and result.tf_accuracy == 1.0 and result.steps > 0
+
+
+def _whole_sequence_scores(model, vectors, ids):
+    """Teacher-forced accuracy and mean cross-entropy of ``vectors`` over every token of ``ids`` (model's forward)."""
+    with torch.no_grad():
+        embeds = torch.cat([vectors, model.get_input_embeddings()(torch.tensor(ids[:-1]))])[None]
+        logits = model(inputs_embeds=embeds).logits[0, vectors.shape[0] - 1 :].float()
+    targets = torch.tensor(ids)
+    return float((logits.argmax(-1) == targets).float().mean()), float(F.cross_entropy(logits, targets))
+
+
+def test_a_progressive_row_stopped_while_growing_reports_the_whole_sequence(llama):
+    """A progressive row that stops (here at its step cap) before its target has grown to the whole sequence used to
+    report tf_accuracy and final_loss over the partial target it trained on (0.5 where the vectors get 1 of 24 tokens
+    right): both are now the final vectors' scores over every token, as CramResult documents them; best_accuracy
+    stays the best over the target as it stood."""
+    ids = torch.randint(0, 97, (24,), generator=torch.Generator().manual_seed(0)).tolist()
+    job = CramJob(key=0, ids=ids, m=1, seed=5)
+    config = CramConfig(max_steps=15, patience=15, progressive=True)
+    (result,) = cram(llama, [job], config)
+    assert result.stop_reason == "max_steps" and not result.accessible and not result.greedy_exact
+    accuracy, loss = _whole_sequence_scores(llama, result.vectors, ids)
+    assert result.tf_accuracy == pytest.approx(accuracy) and result.tf_accuracy < 0.5
+    assert result.final_loss == pytest.approx(loss, rel=1e-4)
+    # best_accuracy was counted over the partial target it stopped at: 1 of its first 2 targets (the predictions of
+    # the first targets do not depend on later tokens, so that hit is the 1 of 24 over the whole sequence).
+    assert result.best_accuracy == 0.5 and result.tf_accuracy == 1 / 24
+    # A progressive row that grew to the whole sequence before stopping reports what a plain row does.
+    (grown,) = cram(llama, [CramJob(key=1, ids=ids[:3], m=1, seed=1)], CramConfig(max_steps=300, progressive=True))
+    assert grown.accessible and (grown.tf_accuracy, grown.best_accuracy) == (1.0, 1.0)
+    assert grown.final_loss == pytest.approx(_whole_sequence_scores(llama, grown.vectors, ids[:3])[1], rel=1e-4)
 
 
 def test_bad_inputs(llama):

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 import torch.nn.functional as F
@@ -225,8 +225,23 @@ class _Batch:
         row = self.rows.pop(b)
         # A copy: on a float32 CPU batch .float().cpu() is the batch's own storage, which the next row refills.
         vectors = self.params[b, : row.job.m].detach().float().cpu().clone()
+        steps, best = int(self.steps[b]), max(row.counters.best_acc, acc)
         with self.casts:
-            return _finish(self.model, row, vectors, reason, acc, loss, int(self.steps[b]), self.config, exact=exact)
+            if not row.complete:
+                # Progressive, stopped while its target still grew: acc and loss were over that partial target;
+                # the result's are over the whole sequence. (A complete row's stand as they were, to the bit.)
+                acc, loss = self._score_whole(b, row)
+            return _finish(
+                self.model, row, vectors, reason, acc, loss, steps, self.config, exact=exact, best_accuracy=best
+            )
+
+    @torch.no_grad()
+    def _score_whole(self, b: int, row: _Row) -> tuple[float, float]:
+        """Teacher-forced accuracy and mean loss of slot b's vectors (as they are, no update since the row's last
+        forward) over every target of its sequence, by the engine's own forward."""
+        whole = replace(row, target_len=row.num_targets)
+        loss_sum, hits, _ = _forward(self.model, self.params, self.prefix, {b: whole}, self.config)
+        return hits[b] / whole.target_len, float(loss_sum[b].detach().cpu() / whole.target_len)
 
     @torch.no_grad()
     def snapshot(self, b: int) -> RowState:
@@ -369,7 +384,11 @@ def _finish(
     steps: int,
     config: CramConfig,
     exact: bool | None = None,
+    best_accuracy: float | None = None,
 ) -> CramResult:
+    """The result of a row that stopped with ``vectors``: ``acc`` and ``loss`` over its whole sequence, ``exact`` the
+    greedy verdict of its last forward (None: no check ran there), ``best_accuracy`` (default: the best the stopping
+    rule saw, ``acc`` included) over the target as it stood (progressive mode: the leading targets reached)."""
     if exact is None or not config.check_greedy:  # no greedy check of this very step: decode once to record it
         exact = acc >= 1.0 and _decode_rows(model, vectors[None], [row], config)[0]
     accessible = exact if config.check_greedy else acc >= 1.0
@@ -379,7 +398,7 @@ def _finish(
         greedy_exact=exact,
         steps=steps,
         final_loss=loss,
-        best_accuracy=max(row.counters.best_acc, acc),
+        best_accuracy=max(row.counters.best_acc, acc) if best_accuracy is None else best_accuracy,
         stop_reason=reason,
         greedy_misses=row.counters.greedy_misses,
         seconds=time.perf_counter() - row.started,

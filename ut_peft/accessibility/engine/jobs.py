@@ -190,17 +190,21 @@ class CramJob:
 @dataclass
 class CramResult:
     job: CramJob
-    tf_accuracy: float  # teacher-forced accuracy of the final vectors over the whole sequence
+    # Teacher-forced accuracy of the final vectors over the whole sequence (progressive mode too: a row stopped before
+    # its target grew to the whole sequence is scored on every target once at its end).
+    tf_accuracy: float
     greedy_exact: bool  # greedy decoding after the vectors reproduces the sequence token for token
     steps: int  # optimiser updates applied
-    final_loss: float  # mean cross-entropy per token of the final vectors
+    final_loss: float  # mean cross-entropy per target token of the final vectors, over the whole sequence
+    # The best teacher-forced accuracy the stopping rule saw. In progressive mode it is over the target as it stood
+    # (the leading targets reached so far; the best starts again each time the target grows), not the whole sequence.
     best_accuracy: float
     stop_reason: str  # "exact", "max_steps", "patience" or "abandoned"
     seconds: float  # wall time from taking a slot to leaving it
     greedy_misses: int  # greedy checks that failed although teacher-forced accuracy was 100% (half precision)
     vectors: torch.Tensor = field(repr=False)  # (m, d) float32 on CPU, in inputs_embeds space
     # Best teacher-forced accuracy reached by each of TRAJECTORY_STEPS the row lived to: what calibrates an
-    # early-abandon rule on full runs.
+    # early-abandon rule on full runs. In progressive mode, like best_accuracy, over the target as it stood then.
     best_accuracy_at: dict[int, float] = field(default_factory=dict)
     # The decision: greedy-confirmed (check_greedy) or 100% teacher-forced accuracy (the published rule).
     accessible: bool = False
