@@ -390,3 +390,38 @@ def test_a_push_keeps_what_the_folders_card_was_rendered_from(tmp_path):
     # What the push is given replaces what the card kept, key by key.
     plan = push_adapter_to_hub(tmp_path, "someone/dyck", api=api, dry_run=True, metrics={"accuracy": 0.5})
     assert "| accuracy | 0.5 |" in plan.card and "| steps | 100 |" in plan.card
+
+
+def test_a_folder_holding_an_adapter_of_another_name_points_to_its_subfolder_which_has_the_card(tmp_path):
+    """save_pretrained puts an adapter not named "default" into folder/<name>/: the push used to say "lacks
+    adapter_config.json, save the adapter with save_pretrained", which it was; the card never reached that folder."""
+    model = get_peft_model(tiny_model("llama"), UTReprogramConfig(num_memory_tokens=2), adapter_name="mine")
+    model.save_pretrained(tmp_path)
+    api = RecordingHfApi()
+    with pytest.raises(FileNotFoundError, match=r"in its subfolders \('mine'\).*not named 'default'.*/mine'"):
+        push_adapter_to_hub(tmp_path, "someone/x", api=api)
+    assert api.calls == []
+    card = ModelCard.load(tmp_path / "mine" / "README.md")  # the ut-peft card, with peft's metadata
+    assert card.data.library_name == "peft" and card.data.pipeline_tag == "text-generation"
+    assert {"ut-peft", "ut_reprogram"} <= set(card.data.tags)
+    assert "prepend_memory_tokens" in card.text and "- PEFT " in card.text
+    (tmp_path / "mine" / "README.md").write_text(str(card) + "\n## My notes\n\nkept\n")
+    model.save_pretrained(tmp_path)  # a second save keeps what the user added to the subfolder's card
+    assert "## My notes" in (tmp_path / "mine" / "README.md").read_text()
+    push_adapter_to_hub(tmp_path / "mine", "someone/x", api=api)
+    upload = dict(api.calls)["upload_folder"]
+    assert upload["files"] == ["README.md", "adapter_config.json", "adapter_model.safetensors"]
+    assert "prepend_memory_tokens" in upload["readme"] and 'snapshot_download("someone/x")' in upload["readme"]
+
+
+def test_a_folder_saved_without_safetensors_is_pushed(tmp_path):
+    """save_pretrained(..., safe_serialization=False) writes adapter_model.bin, which peft loads."""
+    get_peft_model(tiny_model("llama"), UTReprogramConfig()).save_pretrained(tmp_path, safe_serialization=False)
+    plan = push_adapter_to_hub(tmp_path, "someone/x", dry_run=True)
+    assert [name for name, _ in plan.files] == ["README.md", "adapter_config.json", "adapter_model.bin"]
+    api = RecordingHfApi()
+    push_adapter_to_hub(tmp_path, "someone/x", api=api)
+    assert dict(api.calls)["upload_folder"]["files"] == ["README.md", "adapter_config.json", "adapter_model.bin"]
+    (tmp_path / "adapter_model.bin").unlink()
+    with pytest.raises(FileNotFoundError, match="lacks adapter_model.safetensors or adapter_model.bin"):
+        push_adapter_to_hub(tmp_path, "someone/x", api=api)

@@ -22,7 +22,10 @@ from .io import atomic_write_text
 from .models import _ALIASES, BUNDLED_MODELS, cache_root, is_bundled
 
 TEMPLATE = "ut_reprogram_adapter.md"
-ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
+ADAPTER_CONFIG = "adapter_config.json"
+# The weights file save_pretrained writes: safetensors, or with safe_serialization=False a torch pickle; peft loads
+# either (the safetensors one first when both are there).
+ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
 BASE_TAGS = ["ut-peft", "ut_reprogram", "embedding-only-reprogramming"]
 # Hub ids of the bundled models, for cards of adapters trained on their local de-quantised copies.
 BUNDLED_HUB_IDS = {"smollm2-135m": "HuggingFaceTB/SmolLM2-135M-Instruct", "gemma-3-270m": "google/gemma-3-270m"}
@@ -383,6 +386,29 @@ def save_model_card(folder: Union[str, os.PathLike], **card_kwargs) -> Path:
     return atomic_write_text(Path(folder) / "README.md", str(card), newline="")
 
 
+def _check_adapter_folder(folder: Union[str, os.PathLike]) -> None:
+    """Refuse a folder that holds no saved adapter at its top, naming what is missing. peft's save_pretrained puts an
+    adapter that is not named "default" into a subfolder named after it (``folder/<name>/``): the error names those
+    subfolders, which are the adapter folders to push (the card's snippet loads the repository's top)."""
+    root = Path(folder)
+    missing = [] if (root / ADAPTER_CONFIG).is_file() else [ADAPTER_CONFIG]
+    if not any((root / name).is_file() for name in ADAPTER_WEIGHTS):
+        missing.append(" or ".join(ADAPTER_WEIGHTS))
+    if not missing:
+        return
+    below = sorted(path.parent for path in root.glob(f"*/{ADAPTER_CONFIG}")) if root.is_dir() else []
+    if ADAPTER_CONFIG in missing and below:
+        names = ", ".join(repr(path.name) for path in below)
+        raise FileNotFoundError(
+            f"{folder} holds no adapter at its top, but adapters in its subfolders ({names}): save_pretrained puts "
+            "an adapter that is not named 'default' into folder/<adapter name>/. Push that folder: "
+            f"push_adapter_to_hub({str(below[0])!r}, ...)"
+        )
+    raise FileNotFoundError(
+        f"{folder} lacks {', '.join(missing)}: save the adapter with model.save_pretrained(folder) before pushing it"
+    )
+
+
 @dataclass(frozen=True)
 class PushPlan:
     """What :func:`push_adapter_to_hub` would upload (``dry_run=True``): the repository, the files, the card."""
@@ -417,16 +443,15 @@ def push_adapter_to_hub(
     nothing: it returns a :class:`PushPlan` (the files and the card that would be uploaded). ``api`` is the
     ``HfApi`` to call (e.g. one for another endpoint); by default ``HfApi(token=token)``.
 
+    ``folder`` is the one that holds the adapter's ``adapter_config.json`` and weights (``adapter_model.safetensors``,
+    or ``adapter_model.bin`` from ``save_pretrained(..., safe_serialization=False)``): what ``save_pretrained(folder)``
+    wrote for an adapter named "default", ``folder/<name>`` for an adapter of another name.
+
     The card keeps what the folder's card was rendered from (its title, training and results tables, tags and
     ``eval_dataset``, as :func:`save_model_card` was given them): ``card_kwargs`` replace them one by one, and the
     card names ``repo_id`` as its repository.
     """
-    missing = [name for name in ADAPTER_FILES if not (Path(folder) / name).is_file()]
-    if missing:
-        raise FileNotFoundError(
-            f"{folder} lacks {', '.join(missing)}: save the adapter with "
-            "model.save_pretrained(folder) before pushing it"
-        )
+    _check_adapter_folder(folder)
     if not repo_id or repo_id.count("/") > 1:
         raise ValueError(f"repo_id must look like 'user/name' or 'name', got {repo_id!r}")
     stored = {key: value for key, value in _stored_inputs_in(folder).items() if key != "repo_id"}

@@ -193,39 +193,68 @@ def _render_again(config, card):
     return ours
 
 
+def _peft_card_above(folder: Path) -> Optional[Path]:
+    """The README.md peft's ``save_pretrained`` wrote one level above ``folder`` when ``folder`` is the subfolder it
+    saved an adapter not named "default" into (the adapter's weights are there, written before its config; the
+    README above is a card with peft's ``library_name``); None otherwise."""
+    from huggingface_hub import ModelCard
+    from peft.utils.constants import SAFETENSORS_WEIGHTS_NAME, WEIGHTS_NAME
+
+    above = folder.parent / "README.md"
+    if not above.is_file() or not any((folder / name).is_file() for name in (SAFETENSORS_WEIGHTS_NAME, WEIGHTS_NAME)):
+        return None
+    try:
+        card = ModelCard.load(above)
+    except Exception:  # not a model card (a project's own README, say)
+        return None
+    return above if card.data.get("library_name") == "peft" else None
+
+
 def update_model_card(config, folder) -> None:
     """Make ``folder/README.md``, which peft's ``save_pretrained`` has just written, the ut-peft card of ``config``.
 
     The card is rendered from ``config`` at every save, so a folder that held another adapter before does not keep
     that adapter's description. From a card ut-peft wrote before it keeps what the user gave it (title,
     repository, training and results tables, which the card's metadata keeps) and what they added to it (sections,
-    metadata such as a license); from any card it keeps peft's metadata and the blocks peft appended. Folders
-    without a README (the subfolders peft saves other adapters into, or a config saved alone) are left alone.
+    metadata such as a license); from any card it keeps peft's metadata and the blocks peft appended.
+
+    peft writes its README.md into the folder ``save_pretrained`` was given, but saves an adapter not named "default"
+    into a subfolder named after it (``folder/<name>/``, the folder to load or push that adapter from): its card is
+    written there, with peft's metadata and blocks taken from the README peft wrote one level up. A folder with no
+    README of its own and none of peft's above it (a config saved alone) is left alone.
     """
     from huggingface_hub import ModelCard
 
     from ...hub import hub_base_model_id, render_model_card, stored_card_inputs
 
     readme = Path(folder) / "README.md"
-    if not readme.is_file():
+    own = ModelCard.load(readme) if readme.is_file() else None
+    above = _peft_card_above(Path(folder))
+    if above is not None and own is not None and above.stat().st_mtime_ns <= readme.stat().st_mtime_ns:
+        above = None  # the folder's own card is the one peft has just written (its save_directory)
+    # The card peft has just written: the folder's own, or for a subfolder the one above, newer than its own card
+    # (of an earlier save).
+    peft_card = ModelCard.load(above) if above is not None else own
+    if peft_card is None:
         return
-    on_disk = ModelCard.load(readme)
-    inputs = stored_card_inputs(on_disk)
-    if inputs is not None:  # a card ut-peft wrote, which keeps its inputs, with peft's updates
-        card = _render_from_inputs(config, on_disk, inputs)
-    elif "ut-peft" in on_disk.text:  # a card ut-peft wrote before it kept its inputs: the fallback
-        card = _render_again(config, on_disk)
-    else:  # peft's own template
+    inputs = None if own is None else stored_card_inputs(own)
+    if own is not None and inputs is not None:  # a card ut-peft wrote, which keeps its inputs, with peft's updates
+        card = _render_from_inputs(config, own, inputs)
+    elif own is not None and "ut-peft" in own.text:  # a card ut-peft wrote before it kept its inputs: the fallback
+        card = _render_again(config, own)
+    else:  # peft's own template, or a subfolder's first card (the card above may be another adapter's)
         card = render_model_card(config.to_dict())
     our_tags = list(card.data.get("tags") or [])
     for key in ("library_name", "tags", "pipeline_tag", "base_model"):
-        value = on_disk.data.get(key)
+        value = peft_card.data.get(key)
         if value is not None:
             card.data[key] = value
-    for key, value in vars(on_disk.data).items():
+    for key, value in vars(own.data if own is not None else peft_card.data).items():
+        # What the user added to the card (a license): the folder's own card's, or for a subfolder's first card
+        # the one above's, which describes the same save.
         if key not in _RENDERED_METADATA and value is not None and card.data.get(key) is None:
             card.data[key] = value
-    card.text = _with_peft_blocks(card.text, on_disk.text)
+    card.text = _with_peft_blocks(card.text, peft_card.text)
     hub_id = hub_base_model_id(config.base_model_name_or_path)
     card.data["base_model"] = hub_id
     generated = {"random-backbone"}  # a tag the rendering sets from the config: this config's, not the old one's
