@@ -428,6 +428,59 @@ def test_best_prefix_is_a_prefix_the_vectors_really_emit(llama):
         assert leading_correct(torch.tensor(emitted) == torch.tensor(job.ids)) <= got.best_prefix
 
 
+def test_a_row_that_fails_the_greedy_check_claims_no_more_than_greedy_decoding_emits(llama, monkeypatch):
+    """A row whose teacher forcing gets the whole sequence right while greedy decoding does not (a greedy miss) used
+    to record best_prefix = n, "the vectors emit the whole sequence", and end not accessible. Where the check ran,
+    the step now claims the leading targets greedy decoding got right; at the unchecked steps of the back-off after a
+    miss, n - 1 at most. Float32 here with a decoding loop made to miss at its second token, so that the counts are
+    exact; engine and reference agree."""
+    from ut_peft.accessibility.engine import cram as engine
+
+    (job,) = _jobs([(4, 1)], seed=1)
+    config = CramConfig(max_steps=300, patience=300, autocast="none")
+    (honest,) = cram(llama, [job], config)
+    first_full = honest.steps  # in float32 the first check at 100% teacher forcing agrees
+    assert honest.stop_reason == "exact" and honest.best_prefix == 4 and first_full > 2
+    real = engine.greedy_decode
+
+    def missing_second_token(*args, **kwargs):
+        out = real(*args, **kwargs)
+        out[:, 1] = (out[:, 1] + 1) % 97
+        return out
+
+    monkeypatch.setattr(engine, "greedy_decode", missing_second_token)
+    before = CramConfig(max_steps=first_full - 1, patience=300, autocast="none")
+    at_check = CramConfig(max_steps=first_full, patience=300, autocast="none")
+    later = CramConfig(max_steps=first_full + 5, patience=300, autocast="none")
+    for run in (lambda c: next(iter(cram(llama, [job], c))), lambda c: cram_reference(llama, job, c)):
+        partial = run(before).best_prefix  # teacher-forced leading targets before the first 100%
+        missed = run(at_check)  # stops at the step of its first 100%, whose greedy check missed
+        assert (missed.tf_accuracy, missed.greedy_misses, missed.accessible) == (1.0, 1, False)
+        assert missed.best_prefix == max(partial, 1) < 4
+        backed_off = run(later)  # trains on at 100% teacher forcing, checked again only after the back-off
+        assert not backed_off.accessible and backed_off.greedy_misses >= 2 and backed_off.best_prefix == 3
+
+
+def test_a_half_precision_greedy_miss_leaves_best_prefix_short_of_the_sequence():
+    """The review's case under bf16 autocast: 100% teacher forcing, greedy decoding misses the 3rd token, the row stops
+    at its cap not accessible; it recorded best_prefix 4 of 4."""
+    from ut_peft.accessibility.testing import crammable_model
+
+    model = crammable_model("llama")
+    g = torch.Generator().manual_seed(1)
+    jobs = [
+        CramJob(key=i, ids=torch.randint(0, 97, (n,), generator=g).tolist(), m=1, seed=i)
+        for i, n in enumerate([3, 4, 5, 6] * 12)
+    ]
+    jobs = [j for j in jobs if j.key in (29, 41)]
+    config = CramConfig(max_steps=37, patience=150, batch_size=16, autocast="bf16")
+    (missed,) = [r for r in cram(model, jobs, config) if r.job.key == 29]
+    assert missed.greedy_misses >= 1 and missed.tf_accuracy == 1.0 and not missed.accessible
+    emitted = greedy_decode(model, missed.vectors[None], 4, config)[0]
+    assert leading_correct(emitted == torch.tensor(missed.job.ids)) < 4
+    assert missed.best_prefix < len(missed.job.ids)
+
+
 @pytest.mark.parametrize(
     "kwargs,match",
     [

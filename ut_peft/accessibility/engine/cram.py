@@ -199,10 +199,11 @@ class _Batch:
             for b, row in rows.items()
             if accs[b] >= 1.0 and row.complete and rule.greedy_due(row.counters, int(self.steps[b]))
         ]
-        exact = _greedy_exact(self.model, self.params, rows, to_check, self.config)
+        greedy = _greedy_leading(self.model, self.params, rows, to_check, self.config)
+        exact = {b: lead == rows[b].num_targets for b, lead in greedy.items()}
         finished, update = [], torch.zeros(len(self.steps), dtype=torch.bool)
         for b, row in rows.items():
-            row.best_prefix = max(row.best_prefix, leading[b])
+            row.best_prefix = max(row.best_prefix, _claimed_prefix(row, leading[b], greedy.get(b), self.config))
             if accs[b] >= 1.0 and not row.complete:
                 row.target_len += 1  # progressive: the next forward sees one more token
                 rule.target_grown(row.counters)
@@ -347,31 +348,49 @@ def _in_row_order(picked_by_group: list[torch.Tensor], groups: list[list[int]], 
     return torch.cat(picked_by_group).index_select(0, order.to(picked_by_group[0].device))
 
 
-def _decode_rows(model, memory: torch.Tensor, rows: list[_Row], config: CramConfig) -> list[bool]:
-    """Does greedy decoding after each row's vectors (and its given tokens) reproduce the rest of its sequence?
+def _decode_rows(model, memory: torch.Tensor, rows: list[_Row], config: CramConfig) -> list[int]:
+    """How many leading targets greedy decoding after each row's vectors (and its given tokens) gets right: all of
+    them (``row.num_targets``) where it reproduces the rest of the sequence.
 
     ``memory`` is (B, m, d) for rows that share m; one decoding loop for all of them.
     """
     given = torch.stack([row.ids[: row.given].cpu() for row in rows]) if rows[0].given else None
     longest = max(row.num_targets for row in rows)
     generated = greedy_decode(model, memory, longest, config, given=given)
-    return [generated[i, : row.num_targets].tolist() == list(row.job.ids[row.given :]) for i, row in enumerate(rows)]
+    return [
+        leading_correct(generated[i, : row.num_targets] == torch.tensor(row.job.ids[row.given :]))
+        for i, row in enumerate(rows)
+    ]
 
 
-def _greedy_exact(model, params, rows, slots: list[int], config: CramConfig) -> dict[int, bool]:
-    """For rows at 100% teacher-forced accuracy: does greedy decoding after their vectors reproduce the sequence?
+def _greedy_leading(model, params, rows, slots: list[int], config: CramConfig) -> dict[int, int]:
+    """For rows at 100% teacher-forced accuracy: the leading targets greedy decoding after their vectors gets right
+    (the whole sequence, ``num_targets``, where it reproduces it).
 
-    Without ``check_greedy`` the teacher-forced accuracy is taken at its word (the published rule). Rows are
-    decoded together, one decoding loop per number of memory vectors.
+    Without ``check_greedy`` the teacher-forced accuracy is taken at its word (the published rule): no decoding, the
+    whole sequence. Rows are decoded together, one decoding loop per number of memory vectors.
     """
     if not config.check_greedy:
-        return {b: True for b in slots}
-    exact = {}
+        return {b: rows[b].num_targets for b in slots}
+    leading = {}
     for m in sorted({rows[b].job.m for b in slots}):
         group = [b for b in slots if rows[b].job.m == m]
-        for b, ok in zip(group, _decode_rows(model, params[group, :m].detach(), [rows[b] for b in group], config)):
-            exact[b] = ok
-    return exact
+        for b, lead in zip(group, _decode_rows(model, params[group, :m].detach(), [rows[b] for b in group], config)):
+            leading[b] = lead
+    return leading
+
+
+def _claimed_prefix(row: _Row, tf_leading: int, greedy_leading: int | None, config: CramConfig) -> int:
+    """The leading targets a forward's vectors may claim toward ``CramResult.best_prefix``: those teacher forcing got
+    right, but the whole sequence only as far as greedy decoding confirms it. Where this forward's greedy check ran,
+    the leading targets greedy decoding got right; where teacher forcing got every target right and no check ran
+    (the back-off after a greedy miss), all but the last (half-precision decoding can flip a near-tie that teacher
+    forcing got right, so a row that is not accessible never claims the whole sequence)."""
+    if greedy_leading is not None:
+        return min(tf_leading, greedy_leading)
+    if config.check_greedy and row.complete and tf_leading == row.num_targets:
+        return tf_leading - 1
+    return tf_leading
 
 
 def _finish(
@@ -389,8 +408,14 @@ def _finish(
     """The result of a row that stopped with ``vectors``: ``acc`` and ``loss`` over its whole sequence, ``exact`` the
     greedy verdict of its last forward (None: no check ran there), ``best_accuracy`` (default: the best the stopping
     rule saw, ``acc`` included) over the target as it stood (progressive mode: the leading targets reached)."""
+    best_prefix = row.best_prefix
     if exact is None or not config.check_greedy:  # no greedy check of this very step: decode once to record it
-        exact = acc >= 1.0 and _decode_rows(model, vectors[None], [row], config)[0]
+        exact = False
+        if acc >= 1.0:
+            decoded = _decode_rows(model, vectors[None], [row], config)[0]
+            exact = decoded == row.num_targets
+            if config.check_greedy:  # this forward claimed n - 1 unchecked; the decoding says how many it emits
+                best_prefix = max(best_prefix, decoded)
     accessible = exact if config.check_greedy else acc >= 1.0
     return CramResult(
         job=row.job,
@@ -405,7 +430,7 @@ def _finish(
         vectors=vectors,
         best_accuracy_at=dict(row.counters.best_at),
         accessible=accessible,
-        best_prefix=row.best_prefix,
+        best_prefix=best_prefix,
         flagged_at=row.counters.flagged_at,
         audited=row.counters.flagged_at is not None and reason != "abandoned",
     )
@@ -452,10 +477,11 @@ def cram_reference(
             loss = F.cross_entropy(logits, targets)
             hits = logits.argmax(-1) == targets
             acc = float(hits.float().mean())
-            row.best_prefix = max(row.best_prefix, leading_correct(hits))
-            exact = None
+            exact = greedy = None
             if acc >= 1.0 and rule.greedy_due(row.counters, step):
-                exact = _greedy_exact(model, memory.detach()[None], [row], [0], config)[0]
+                greedy = _greedy_leading(model, memory.detach()[None], [row], [0], config)[0]
+                exact = greedy == row.num_targets
+            row.best_prefix = max(row.best_prefix, _claimed_prefix(row, leading_correct(hits), greedy, config))
             reason = rule.after_forward(row.counters, acc, step, exact, job.seed)
             if reason:
                 return _finish(

@@ -210,7 +210,11 @@ class CramResult:
     accessible: bool = False
     # The most leading targets the vectors got right under teacher forcing at any step (all of them for a crammed
     # row). Those vectors emit that prefix of the sequence, so it bounds from below how long a prefix of this text
-    # the m vectors can make the model emit: what a failed row says beyond "not at this length". Counted in targets
+    # the m vectors can make the model emit: what a failed row says beyond "not at this length". The whole sequence
+    # counts only where greedy decoding confirmed it (check_greedy): a step whose greedy check missed claims the
+    # leading targets greedy decoding got right, an unchecked step at 100% teacher forcing (the back-off after a miss)
+    # all but the last, so a row that is not accessible records fewer than all. (Shorter prefixes are teacher-forced
+    # counts, which greedy decoding emits in float32; under half precision a near-tie can flip.) Counted in targets
     # (given tokens excluded: add ``given_tokens`` for the length as the published protocol counts it).
     best_prefix: int = 0
     # The step at which the early-abandon rule (CramConfig.abandon_below) flagged the row; None: never flagged.
