@@ -161,3 +161,55 @@ def test_the_refusal_names_ways_to_load_anyway_that_work_for_from_pretrained_and
     assert torch.equal(other(input_ids=IDS).logits, expected)
     help_text = UTReprogramConfig.__dataclass_fields__["check_base"].metadata["help"]
     assert "load_adapter(folder, name, check_base=False) checks the base all the same" in help_text
+
+
+def test_a_save_through_transformers_which_writes_the_config_first_is_never_refused(tmp_path, monkeypatch):
+    """transformers' save_pretrained of a model carrying the adapter writes adapter_config.json before the weights:
+    the checksum recorded was the previous file's (or none), and a second save was refused as damaged."""
+    import transformers.integrations.peft as transformers_peft
+
+    # transformers 5 asks for peft >= 0.22 on this path (0.21 saves it the same way); pyproject allows peft >= 0.20.
+    monkeypatch.setattr(transformers_peft, "check_peft_version", lambda *args, **kwargs: None)
+    trained_adapter(llama()).save_pretrained(tmp_path / "src")
+    base = llama()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        base.load_adapter(str(tmp_path / "src"))
+    for _ in range(2):  # the second save overwrites the first's weights file
+        with torch.no_grad():
+            base.model.embed_tokens.ut_reprogram_embedding["default"].add_(1.0)
+        expected = base(input_ids=IDS).logits
+        base.save_pretrained(tmp_path / "out")
+        # This path cannot record the weights it writes after the config: it records none (and no stale one).
+        assert json.loads((tmp_path / "out" / "adapter_config.json").read_text())["weights_sha256"] is None
+        assert torch.equal(PeftModel.from_pretrained(llama(), tmp_path / "out")(input_ids=IDS).logits, expected)
+
+
+def test_a_weights_file_left_by_an_earlier_save_is_never_vouched_for_and_refused_at_load(tmp_path):
+    """A save with safe_serialization=False into a folder holding an earlier adapter_model.safetensors: peft loads
+    the old file in preference to the new .bin, and its checksum was recorded as valid."""
+    model = trained_adapter(llama())
+    model.save_pretrained(tmp_path)
+    with torch.no_grad():
+        for param in model.parameters():
+            if param.requires_grad:
+                param.add_(1.0)
+    with pytest.warns(UserWarning, match="adapter_model.safetensors was left by an earlier save.*refused"):
+        model.save_pretrained(tmp_path, safe_serialization=False)
+    recorded = json.loads((tmp_path / "adapter_config.json").read_text())["weights_sha256"]
+    assert list(recorded) == ["adapter_model.bin"]
+    stale = tmp_path / "adapter_model.safetensors"
+    with pytest.raises(
+        ValueError,
+        match=rf"{stale} is not the weights file .* was saved with .*adapter_model.bin.*"
+        rf"earlier save.*Delete {stale}",
+    ):
+        PeftModel.from_pretrained(llama(), tmp_path)
+    stale.unlink()
+    assert torch.equal(PeftModel.from_pretrained(llama(), tmp_path)(input_ids=IDS).logits, model(input_ids=IDS).logits)
+    # The other way round: peft loads the new safetensors file; the old .bin is not recorded, the save warns.
+    with pytest.warns(UserWarning, match="adapter_model.bin was left by an earlier save.*pushed"):
+        model.save_pretrained(tmp_path)
+    recorded = json.loads((tmp_path / "adapter_config.json").read_text())["weights_sha256"]
+    assert list(recorded) == ["adapter_model.safetensors"]
+    assert torch.equal(PeftModel.from_pretrained(llama(), tmp_path)(input_ids=IDS).logits, model(input_ids=IDS).logits)

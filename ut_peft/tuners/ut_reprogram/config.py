@@ -166,13 +166,21 @@ class UTReprogramConfig(PeftConfig):
     exclude_modules: Optional[list[str]] = field(default=None, metadata={"help": "Unused."})
 
     def save_pretrained(self, save_directory: str, **kwargs: Any) -> None:
-        """peft's save, with the checksums of the weights files peft has just written into the folder (it writes
-        them before the config), then the ut-peft card on the README peft wrote (``integration.update_model_card``).
-        """
-        from .fingerprint import file_sha256
+        """peft's save of the config, without weights checksums, then the ut-peft card on the README peft wrote
+        (``integration.update_model_card``).
 
-        files = [name for name in _weights_files() if os.path.isfile(os.path.join(save_directory, name))]
-        self.weights_sha256 = {name: file_sha256(os.path.join(save_directory, name)) for name in files} or None
+        The checksums are not taken here from the weights files in the folder: whether the file there is the one this
+        save writes cannot be told from here. ``PeftModel.save_pretrained`` writes the weights before the config, but
+        transformers' ``PeftAdapterMixin`` path writes the config first (the file there is the previous save's, or
+        none, and a checksum of it refused the fresh save as damaged), and a save with ``safe_serialization=False``
+        leaves an earlier save's ``adapter_model.safetensors`` in place (peft loads it first; a checksum of it
+        vouched for it). Which file is newest can be misread (a coarse clock, a copied folder), and which keywords
+        peft passes here is no contract. So this writes none, and ``PeftModel.save_pretrained`` (wrapped by
+        ``integration.install``), which knows which file it has just written and runs after it has, records that
+        one (:func:`record_weights_checksum`). A config saved by any other path lists no checksums: its folder
+        loads unverified, never refused.
+        """
+        self.weights_sha256 = None
         super().save_pretrained(save_directory, **kwargs)
         from .integration import update_model_card
 
@@ -293,6 +301,44 @@ def _weights_files() -> tuple[str, str]:
     return SAFETENSORS_WEIGHTS_NAME, WEIGHTS_NAME
 
 
+def record_weights_checksum(folder: str, config: UTReprogramConfig, written: str) -> None:
+    """Record the sha256 of ``folder/written``, the weights file a save has just written, in the folder's
+    adapter_config.json (the one this save wrote, every other key as it is) and on ``config``. Another weights
+    file in the folder is an earlier save's: it is not recorded, and the save warns (peft loads
+    adapter_model.safetensors in preference to adapter_model.bin, so such a folder is refused at load)."""
+    import json
+    import warnings
+
+    from peft.utils.constants import CONFIG_NAME
+
+    from ...io import atomic_write_text
+    from .fingerprint import file_sha256
+
+    path, config_path = os.path.join(folder, written), os.path.join(folder, CONFIG_NAME)
+    if not (os.path.isfile(path) and os.path.isfile(config_path)):
+        return
+    checksums = {written: file_sha256(path)}
+    with open(config_path) as handle:
+        data = json.load(handle)
+    data["weights_sha256"] = checksums
+    atomic_write_text(config_path, json.dumps(data, indent=2, sort_keys=True))  # as peft writes it
+    config.weights_sha256 = checksums
+    for stale in _weights_files():
+        if stale != written and os.path.isfile(os.path.join(folder, stale)):
+            loads_it = stale == _weights_files()[0]
+            warnings.warn(
+                f"{os.path.join(folder, stale)} was left by an earlier save (this one wrote {written}): "
+                + (
+                    "peft would load it instead of the file just saved, so loading this folder is refused until it "
+                    "is deleted"
+                    if loads_it
+                    else "peft loads the new file, but the old one would be copied or pushed with the adapter"
+                )
+                + f"; delete {stale}",
+                stacklevel=4,
+            )
+
+
 def check_adapter_weights(folder: str, config: UTReprogramConfig) -> None:
     """Raise a ValueError naming the path when ``folder`` holds no adapter weights, a damaged weights file (cut
     short, or other bytes than the checksum saved with it), or weights of another number of memory vectors than
@@ -300,6 +346,7 @@ def check_adapter_weights(folder: str, config: UTReprogramConfig) -> None:
     from peft.utils.constants import SAFETENSORS_WEIGHTS_NAME, WEIGHTS_NAME
 
     safetensors_path = os.path.join(folder, SAFETENSORS_WEIGHTS_NAME)
+    _check_loaded_file_is_recorded(folder, config)
     if not os.path.isfile(safetensors_path):
         if not os.path.isfile(os.path.join(folder, WEIGHTS_NAME)):
             raise ValueError(
@@ -328,6 +375,21 @@ def check_adapter_weights(folder: str, config: UTReprogramConfig) -> None:
                 "adapter; restore it (or save the adapter again)"
             )
     _check_checksums(folder, config)
+
+
+def _check_loaded_file_is_recorded(folder: str, config: UTReprogramConfig) -> None:
+    """Refuse a folder whose config lists checksums but not of the weights file peft would load from it
+    (adapter_model.safetensors when there is one, else adapter_model.bin): that file was left by an earlier save."""
+    recorded = [name for name in (config.weights_sha256 or {}) if name in _weights_files()]
+    present = [name for name in _weights_files() if os.path.isfile(os.path.join(folder, name))]
+    if not recorded or not present or present[0] in recorded:
+        return
+    stale = os.path.join(folder, present[0])
+    raise ValueError(
+        f"{stale} is not the weights file {os.path.join(folder, 'adapter_config.json')} was saved with (that is "
+        f"{', '.join(recorded)}): it was left in the folder by an earlier save, and peft would load it instead. "
+        f"Delete {stale} (or save the adapter again into an empty folder)"
+    )
 
 
 def _check_checksums(folder: str, config: UTReprogramConfig) -> None:

@@ -14,6 +14,8 @@
 
 from __future__ import annotations
 
+import inspect
+import os
 import re
 from pathlib import Path
 from typing import Optional
@@ -33,15 +35,38 @@ def install() -> None:
         return
     original_save = PeftModel.save_pretrained
 
+    signature = inspect.signature(original_save)
+
     def save_pretrained(self, save_directory, *args, save_embedding_layers="auto", **kwargs):
-        selected = kwargs.get("selected_adapters") or list(self.peft_config)
+        bound = signature.bind(self, save_directory, *args, save_embedding_layers=save_embedding_layers, **kwargs)
+        bound.apply_defaults()
+        selected = bound.arguments.get("selected_adapters") or list(self.peft_config)
         if save_embedding_layers == "auto" and all(_is_ut_reprogram(self.peft_config.get(n)) for n in selected):
             save_embedding_layers = False
-        return original_save(self, save_directory, *args, save_embedding_layers=save_embedding_layers, **kwargs)
+        result = original_save(self, save_directory, *args, save_embedding_layers=save_embedding_layers, **kwargs)
+        if bound.arguments.get("is_main_process", True):
+            _record_checksums(self, save_directory, selected, bound.arguments.get("safe_serialization", True))
+        return result
 
     setattr(save_pretrained, "_ut_peft", True)  # install() runs once per process
     save_pretrained.__doc__ = original_save.__doc__
     PeftModel.save_pretrained = save_pretrained
+
+
+def _record_checksums(model, save_directory, selected, safe_serialization: bool) -> None:
+    """Record in each UT_REPROGRAM adapter's adapter_config.json the sha256 of the weights file this save has just
+    written (which one the save's ``safe_serialization`` says), once peft has written it (see
+    :meth:`UTReprogramConfig.save_pretrained` for why here)."""
+    from peft.utils.constants import SAFETENSORS_WEIGHTS_NAME, WEIGHTS_NAME
+
+    from .config import record_weights_checksum
+
+    written = SAFETENSORS_WEIGHTS_NAME if safe_serialization else WEIGHTS_NAME
+    for name in selected:
+        config = model.peft_config.get(name)
+        if _is_ut_reprogram(config):
+            folder = os.path.join(save_directory, name) if name != "default" else save_directory
+            record_weights_checksum(str(folder), config, written)
 
 
 def _with_peft_blocks(ours: str, peft_text: str) -> str:
