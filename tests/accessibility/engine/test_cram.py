@@ -691,3 +691,65 @@ def test_rows_in_length_groups_compute_what_one_padded_forward_does(llama, monke
         )
     ]
     assert all(torch.equal(x, y) for x, y in zip(a, b))
+
+
+def _logit_scaling_model(family: str):
+    """A tiny causal LM of a family that scales its logits inside forward(), built from its config (no download)."""
+    import transformers
+
+    shape = dict(
+        vocab_size=97,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        initializer_range=0.1,
+    )
+    config = {
+        "granite": lambda: transformers.GraniteConfig(**shape, logits_scaling=8.0),  # logits / 8
+        "cohere": lambda: transformers.CohereConfig(**shape, logit_scale=0.0625),  # logits * 0.0625
+    }[family]()
+    torch.manual_seed(0)
+    return transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
+
+
+@pytest.mark.parametrize("family", ["granite", "cohere"])
+def test_the_engines_head_scales_logits_as_the_models_forward_does(family):
+    """Granite divides its logits by config.logits_scaling inside forward(), Cohere multiplies them by
+    config.logit_scale: the engine's head, which runs lm_head on the decoder's hidden states itself, used to skip
+    that and train on another loss than the model's. Its losses are now the model's, and the engine decides as the
+    whole-model reference does."""
+    from ut_peft.accessibility.engine.forward import decoder_of
+
+    model = _logit_scaling_model(family)
+    embeds = model.get_input_embeddings()(torch.tensor([5, 17, 3, 60, 41]))[None]
+    targets = torch.tensor([17, 3, 60, 41, 9])
+    with torch.no_grad():
+        logits = model(inputs_embeds=embeds).logits[0]
+        hidden = decoder_of(model)(inputs_embeds=embeds).last_hidden_state[0]
+    losses, _ = token_stats(model, hidden, targets)
+    assert torch.allclose(losses, F.cross_entropy(logits, targets, reduction="none"), rtol=1e-5, atol=1e-6)
+    job = _jobs([(3, 1)], seed=1)[0]
+    config = CramConfig(max_steps=40, patience=40)
+    (got,) = cram(model, [job], config)
+    alone = cram_reference(model, job, config)
+    assert (got.steps, got.stop_reason, got.accessible) == (alone.steps, alone.stop_reason, alone.accessible)
+    assert got.final_loss == pytest.approx(alone.final_loss, rel=1e-3, abs=1e-5)
+
+
+def test_a_model_whose_forward_changes_its_logits_otherwise_is_refused(llama, monkeypatch):
+    """What the engine's head does not know how to apply is refused before any work, naming the config field where
+    the model has one: here a Granite whose scaling the engine is told goes the other way, and a Llama whose forward
+    doubles its logits (a hook on the whole model, which the decoder and lm_head alone do not run)."""
+    from ut_peft.accessibility.engine import forward
+
+    job = _jobs([(3, 1)], seed=1)[0]
+    granite = _logit_scaling_model("granite")
+    monkeypatch.setitem(forward.LOGIT_SCALING, "granite", ("logits_scaling", False))
+    with pytest.raises(ValueError, match=r"inside forward\(\).*logits_scaling = 8\.0"):
+        list(cram(granite, [job], CramConfig(max_steps=2)))
+    llama.register_forward_hook(lambda module, args, out: out.__setitem__("logits", out.logits * 2))
+    with pytest.raises(ValueError, match=r"LlamaForCausalLM changes its logits inside forward\(\)"):
+        list(cram(llama, [job], CramConfig(max_steps=2)))

@@ -44,6 +44,7 @@ from .forward import (
     attention_kernel,
     autocast_context,
     autocast_kind,
+    check_head,
     decoder_of,
     greedy_decode,
     init_std,
@@ -130,6 +131,7 @@ def cram(
     device = execution_device(model.get_input_embeddings())
     casts = weight_casts(model, autocast_kind(config, device), device)
     with FrozenModel(model):
+        check_head(model)
         batch = _Batch(model, config, queue, optimizer, stopping(config), casts)
         last_snapshot = time.perf_counter()
         while batch.fill(queue):

@@ -1,6 +1,7 @@
 """The frozen model's side of cramming: the init scale of the vectors, autocast and the attention kernel, the output
-head in chunks of positions (a 262k vocabulary never holds (B, n, |V|) logits at once), greedy decoding, and a
-model frozen for the duration."""
+head in chunks of positions (a 262k vocabulary never holds (B, n, |V|) logits at once) with the logit scaling and
+soft-capping the model's forward() applies (:func:`check_head` refuses a model whose forward does something else),
+greedy decoding, and a model frozen for the duration."""
 
 from __future__ import annotations
 
@@ -167,9 +168,39 @@ def attention_kernel(config: CramConfig, device: torch.device, length: int):
     return nullcontext()
 
 
+# Causal LMs whose forward() scales the logits after lm_head, by model_type (transformers' modeling code):
+# (config field, divide?). The same field goes both ways: Granite's family divides by logits_scaling, HyperCLOVA X
+# multiplies by it; MiniCPM3 divides its hidden states by it before a bias-free head, which is the same.
+# Any other change forward() makes to the logits is refused by :func:`check_head`.
+LOGIT_SCALING: dict[str, tuple[str, bool]] = {
+    **{
+        kind: ("logits_scaling", True)
+        for kind in (
+            "granite",
+            "granite_swa",
+            "granitemoe",
+            "granitemoe_swa",
+            "granitemoeshared",
+            "granitemoehybrid",
+            "minicpm3",
+        )
+    },
+    "hyperclovax": ("logits_scaling", False),
+    **{kind: ("logit_scale", False) for kind in ("cohere", "cohere2", "cohere2_moe", "cohere_compass")},
+    "falcon_h1": ("lm_head_multiplier", False),
+}
+
+# Config fields by which some causal LM changes its logits inside forward(), named when check_head refuses a model.
+LOGIT_FIELDS = ("logits_scaling", "logit_scale", "lm_head_multiplier", "final_logit_softcapping", "output_multiplier")
+
+
 def _head(model, hidden: torch.Tensor) -> torch.Tensor:
     head = model.get_output_embeddings()
     logits = head(hidden.to(execution_device(head)))
+    field, divide = LOGIT_SCALING.get(getattr(model.config, "model_type", None), (None, False))
+    scale = getattr(model.config, field, None) if field else None
+    if scale is not None and scale != 1:  # as forward() does it, in the logits' dtype
+        logits = logits / scale if divide else logits * scale
     cap = getattr(model.config, "final_logit_softcapping", None)
     if cap:  # Gemma-2/3 soft-cap their logits inside forward(); the loss must see the same logits
         logits = torch.tanh(logits / cap) * cap
@@ -203,6 +234,36 @@ def token_stats(model, hidden: torch.Tensor, targets: torch.Tensor, logits_budge
         losses.append(loss)
         correct.append(ok)
     return torch.cat(losses), torch.cat(correct)
+
+
+@torch.no_grad()
+def check_head(model, tokens: int = 5) -> None:
+    """Raise unless the engine's head (lm_head on the decoder's hidden states, then what :func:`_head` applies) gives
+    the logits ``model(...)`` does: otherwise the engine would train on another loss than the model's own. One
+    forward of a few tokens, in the model's precision; call it with the model in eval mode (dropout off)."""
+    embed = model.get_input_embeddings()
+    ids = torch.arange(tokens, device=execution_device(embed)) % embed.weight.shape[0]
+    embeds = embed(ids)[None]
+    expected = model(inputs_embeds=embeds, use_cache=False).logits[0].float()
+    got = _head(model, decoder_of(model)(inputs_embeds=embeds, use_cache=False).last_hidden_state[0])
+    got = got.to(expected.device)
+    # The same operations in the same order: equal up to rounding (8 ulps of the head's dtype, of the largest logit).
+    eps = torch.finfo(model.get_output_embeddings().weight.dtype).eps
+    tolerance = max(8 * eps, 1e-5) * max(float(expected.abs().max()), 1.0)
+    gap = float((got - expected).abs().max()) if got.shape == expected.shape else math.inf
+    if gap <= tolerance:
+        return
+    config = model.config
+    fields = [
+        f"{name} = {getattr(config, name)!r}" for name in LOGIT_FIELDS if getattr(config, name, None) is not None
+    ]
+    said = "its config sets " + ", ".join(fields) if fields else "its config sets none of " + ", ".join(LOGIT_FIELDS)
+    raise ValueError(
+        f"{type(model).__name__} changes its logits inside forward() in a way the cram engine's head does not "
+        f"(model_type {getattr(config, 'model_type', None)!r}; {said}): model() and lm_head on the decoder's hidden "
+        f"states differ by up to {gap:.3g}, so the engine would train on another loss than the model's. Teach "
+        "ut_peft/accessibility/engine/forward.py (_head, LOGIT_SCALING) that transformation before cramming it"
+    )
 
 
 def decoder_of(model):
