@@ -1,5 +1,6 @@
 """The UT_REPROGRAM PEFT method on every supported architecture, with tiny models built from configs."""
 
+import copy
 import os
 
 import pytest
@@ -131,6 +132,30 @@ def test_task_vocab_trains_saves_and_generates(tmp_path, family, tied):
     merged = loaded.merge_and_unload()
     assert isinstance(merged, transformers.PreTrainedModel) and merged.config.vocab_size == 6
     assert torch.allclose(merged(input_ids=ids).logits, model(input_ids=ids).logits, atol=1e-6)
+
+
+def test_generate_over_a_task_vocabulary_does_not_stop_at_the_bases_end_of_sequence_id():
+    """The base's eos id (2) is an ordinary token of a task vocabulary: generate used to stop when it came out."""
+    base_eos = tiny_model("llama").generation_config.eos_token_id
+    assert base_eos == 2
+    model = trained_adapter(tiny_model("llama"), task_vocab_size=6, seed=3)
+    prompt = torch.tensor([[2, 3, 5, 0, 1]])  # the adapter's first greedy token is 2
+    settings = dict(max_new_tokens=8, do_sample=False, pad_token_id=0)
+    assert model.generation_config.eos_token_id is None
+    out = model.generate(input_ids=prompt, **settings)
+    assert out.shape == (1, 13) and int(out[0, 5]) == 2
+    stopped = model.generate(input_ids=prompt, eos_token_id=2, **settings)  # asked for: it stops there
+    assert stopped[0, 5:].tolist() == [2]
+    with model.disable_adapter():  # the base model keeps its own
+        assert model.generation_config.eos_token_id == base_eos
+    assert model.generation_config.eos_token_id is None
+    model.generation_config.eos_token_id = 4  # a task token the user chose stays across disable / enable
+    with model.disable_adapter():
+        assert model.generation_config.eos_token_id == base_eos
+    assert model.generation_config.eos_token_id == 4
+    model.generation_config.eos_token_id = None
+    assert copy.deepcopy(model).merge_and_unload().generation_config.eos_token_id is None  # the task model's
+    assert model.unload().generation_config.eos_token_id == base_eos
 
 
 def test_task_vocab_adapter_is_small_when_base_is_a_local_folder(tmp_path):

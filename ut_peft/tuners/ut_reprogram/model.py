@@ -447,6 +447,26 @@ class UTReprogramModel(BaseTuner):
         if config.task_vocab_size is not None:
             self._ut_base_vocab_size = model.config.vocab_size
             set_vocab_size(model, config.task_vocab_size)
+            self._set_generation_eos(task=True)
+
+    def _set_generation_eos(self, task: bool) -> None:
+        """Give ``generation_config.eos_token_id`` the value for the task vocabulary (``task=True``) or the base's.
+
+        Over a task vocabulary the base's end-of-sequence id is an ordinary task token (its row is a fresh one), so
+        ``generate`` stopped wherever the model emitted it. The task vocabulary has no end-of-sequence token unless
+        the user sets one: ``generate(..., eos_token_id=i)``, or ``generation_config.eos_token_id = i`` while the
+        adapter is on. Disabling or unloading the adapter gives the base's back (and enabling it again the task's,
+        as the user left it); a merged model keeps the task's.
+        """
+        generation_config = getattr(self.model, "generation_config", None)
+        if generation_config is None or getattr(self, "_ut_base_vocab_size", None) is None:
+            return
+        if getattr(self, "_ut_eos_is_task", False) == task:
+            return
+        other = getattr(self, "_ut_other_eos", None)  # the task's (None at first) while the base's is set, and back
+        self._ut_other_eos = generation_config.eos_token_id
+        generation_config.eos_token_id = other
+        self._ut_eos_is_task = task
 
     def _release_base_embeddings(self, model: nn.Module) -> None:
         """Swap the wrapped base E/U weights for empty meta tensors (tied ones share one, so both go)."""
@@ -478,10 +498,12 @@ class UTReprogramModel(BaseTuner):
         self._refuse_if_released("disable the adapter")
         super().disable_adapter_layers()
         self._set_vocab_for(False)
+        self._set_generation_eos(task=False)
 
     def enable_adapter_layers(self) -> None:
         super().enable_adapter_layers()
         self._set_vocab_for(True)
+        self._set_generation_eos(task=True)
 
     def delete_adapter(self, adapter_name: str) -> None:
         """peft's deletion, then ONE active adapter on every layer.
@@ -633,6 +655,7 @@ class UTReprogramModel(BaseTuner):
             base_vocab = getattr(self, "_ut_base_vocab_size", None)
             if base_vocab is not None:
                 set_vocab_size(self.model, base_vocab)
+                self._set_generation_eos(task=False)
         layers = [
             (name, module) for name, module in self.model.named_modules() if isinstance(module, UTReprogramLayer)
         ]
