@@ -401,6 +401,9 @@ def test_trainer_trains_only_the_adapter(tmp_path):
         (dict(init="copy", task_vocab_size=4), "init_token_ids"),
         (dict(init="copy", num_memory_tokens=2, init_token_ids=[1]), "init_token_ids"),
         (dict(init_token_ids=[1, 2]), "only used with init='copy'"),
+        # peft trains and saves a classifier head through modules_to_save, which this method has not.
+        (dict(task_type="SEQ_CLS"), "task_type='SEQ_CLS'.*cannot train or save another task's head"),
+        (dict(task_type="TOKEN_CLS"), "task_type='TOKEN_CLS'"),
         (
             dict(task_vocab_size=4, train_input_embeddings=False, train_output_embeddings=False, num_memory_tokens=1),
             "at least one of them must train",
@@ -585,3 +588,13 @@ def test_memory_rows_of_a_half_precision_base_are_the_vectors_rounded_once():
     assert embedded.dtype == torch.bfloat16
     assert torch.equal(embedded[:2], vectors.bfloat16())
     assert torch.equal(embedded[2:], expected_text[0])
+
+
+def test_the_causal_lm_task_type_and_none_are_accepted():
+    from peft import TaskType
+
+    for task_type in (None, "CAUSAL_LM", TaskType.CAUSAL_LM):
+        model = get_peft_model(tiny_model("llama"), UTReprogramConfig(task_type=task_type))
+        assert model(input_ids=batch()).logits.shape == (2, 7, 97)
+    with pytest.raises(ValueError, match="task_type='SEQ_CLS'"):
+        UTReprogramConfig(task_type=TaskType.SEQ_CLS)

@@ -190,6 +190,15 @@ class UTReprogramConfig(PeftConfig):
         super().__post_init__()
         self.peft_type = PeftType.UT_REPROGRAM
         self._check_types()
+        task_type = getattr(self.task_type, "value", self.task_type)
+        if task_type not in (None, "CAUSAL_LM"):
+            # peft trains and saves a task head (SEQ_CLS's classifier, ...) through a method's modules_to_save, which
+            # this method has not: the head would stay a random draw, never trained, never saved.
+            raise ValueError(
+                f"task_type={task_type!r}: UT_REPROGRAM reprograms a causal LM through its E and U and cannot train "
+                "or save another task's head; use task_type='CAUSAL_LM' (or None) with "
+                "AutoModelForCausalLM, and a task vocabulary (task_vocab_size) for classification"
+            )
         if self.tied_embeddings not in TIED_CHOICES:
             raise ValueError(f"tied_embeddings must be one of {TIED_CHOICES}, got {self.tied_embeddings!r}")
         if self.init not in INIT_CHOICES:
