@@ -96,9 +96,12 @@ class OutputPath:
                     f"apply_final_norm=True but no final norm was found on {type(inner).__name__} "
                     f"(looked for {', '.join(_FINAL_NORM_NAMES)}); sample post-norm points instead"
                 )
-        multiplier = float(getattr(config, "logit_scale", None) or 1.0)
-        if getattr(config, "logits_scaling", None):
-            multiplier /= float(config.logits_scaling)
+        # The scaling forward() applies after lm_head, by model type, as the cram engine's head applies it (a field
+        # such as logits_scaling divides in Granite's family and multiplies in HyperCLOVA X's).
+        from ..accessibility.engine.forward import logit_scaling
+
+        scale, divide = logit_scaling(config)
+        multiplier = 1.0 if scale is None else (1.0 / scale if divide else scale)
         return cls(
             weight=_loaded(head, "weight"),
             bias=_loaded(head, "bias"),

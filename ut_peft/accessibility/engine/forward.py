@@ -194,12 +194,19 @@ LOGIT_SCALING: dict[str, tuple[str, bool]] = {
 LOGIT_FIELDS = ("logits_scaling", "logit_scale", "lm_head_multiplier", "final_logit_softcapping", "output_multiplier")
 
 
+def logit_scaling(config) -> tuple[float | None, bool]:
+    """``(scale, divide)``: the factor by which a causal LM of this config scales its logits after lm_head inside
+    forward() (:data:`LOGIT_SCALING`) and whether it divides by it; ``(None, False)`` for a model that does not."""
+    field, divide = LOGIT_SCALING.get(getattr(config, "model_type", None), (None, False))
+    scale = getattr(config, field, None) if field else None
+    return (None, False) if scale is None or scale == 1 else (float(scale), divide)
+
+
 def _head(model, hidden: torch.Tensor) -> torch.Tensor:
     head = model.get_output_embeddings()
     logits = head(hidden.to(execution_device(head)))
-    field, divide = LOGIT_SCALING.get(getattr(model.config, "model_type", None), (None, False))
-    scale = getattr(model.config, field, None) if field else None
-    if scale is not None and scale != 1:  # as forward() does it, in the logits' dtype
+    scale, divide = logit_scaling(model.config)
+    if scale is not None:  # as forward() does it, in the logits' dtype
         logits = logits / scale if divide else logits * scale
     cap = getattr(model.config, "final_logit_softcapping", None)
     if cap:  # Gemma-2/3 soft-cap their logits inside forward(); the loss must see the same logits
