@@ -21,6 +21,7 @@ from ut_peft.accessibility import (
     next_length,
     run_sweep,
     save_memory_adapters,
+    store,
     summarize_folder,
 )
 from ut_peft.accessibility.store import read_rows, repair
@@ -1174,3 +1175,19 @@ def test_a_re_merge_that_fails_to_write_leaves_the_earlier_merge_whole(tmp_path,
     monkeypatch.undo()
     merge_sweeps([tmp_path / "a", tmp_path / "b"], merged)  # once there is room, and in the same process
     assert len(read_rows(merged)) == 6 and not (merged / "summary.json").exists()  # its rows' summary: to be made
+
+
+def test_a_merge_into_a_folder_a_run_is_writing_waits_for_no_settings_check(tmp_path, llama):
+    for m in (1, 2):
+        run_sweep(small_config(ms=[m], grid=GridConfig(lengths=[2])), tmp_path / f"m{m}", model=llama, progress=False)
+    busy = tmp_path / "busy"
+    lock = store.lock_folder(busy)  # a run has just taken it and written rows, not yet its settings.json
+    (busy / "rows.jsonl").write_text("")
+    try:
+        # The lock is taken before the folder is read: a run writing it could change what a check read.
+        with pytest.raises(store.FolderLockedError):
+            merge_sweeps([tmp_path / "m1", tmp_path / "m2"], busy)
+    finally:
+        lock.release()
+    merge_sweeps([tmp_path / "m1", tmp_path / "m2"], tmp_path / "merged")
+    assert len(read_rows(tmp_path / "merged")) == 2 * 2

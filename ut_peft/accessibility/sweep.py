@@ -667,10 +667,15 @@ def merge_sweeps(folders, output_dir, *, overwrite: bool = False) -> Path:
     them: a row is decided by (seed, m, n, index) and the optimisation settings alone, whatever else the run
     measured (an inferred row says so itself; the merged settings keep ``infer_prefixes`` if any folder used it, so
     its report names it). The
-    merged folder gets the union of the m and of the measured lengths, every row once (the first folder
-    that holds a key wins), and ``merged_from``; summarise it with :func:`summarize_folder`. Only (m, n) groups
+    merged folder gets the union of the m and of the measured lengths, every row once (:func:`.store.pool_rows`: rows
+    of one key in several folders that agree are one measurement, the one kept chosen by its content, so the merge
+    does not depend on the order of the folders; rows of one key that disagree are refused, naming both), and
+    ``merged_from``; summarise it with :func:`summarize_folder`. Only (m, n) groups
     with all their sequences enter the fits, so a group some folder left unfinished is completed by another or
     left out.
+
+    The output folder is checked and written under its lock (:func:`.store.lock_folder`), so a run that is writing
+    it makes the merge fail with :class:`.store.FolderLockedError` before its settings are read.
     """
     folders = [Path(f) for f in folders]
     if len(folders) < 2:
@@ -703,11 +708,13 @@ def merge_sweeps(folders, output_dir, *, overwrite: bool = False) -> Path:
     if any(s.get("infer_prefixes") for s in settings):
         merged["infer_prefixes"] = True
     output_dir = Path(output_dir)
-    earlier_merge = (output_dir / store.SETTINGS_FILE).is_file() and "merged_from" in store.read_settings(output_dir)
-    if not earlier_merge:  # an earlier merge holds only copies and may be replaced; a real run is refused
-        store.check_settings(output_dir, merged, overwrite)
-    lock = store.lock_folder(output_dir)
+    lock = store.lock_folder(output_dir)  # before the folder is looked at: a run writing it could change it meanwhile
     try:
+        earlier_merge = (output_dir / store.SETTINGS_FILE).is_file() and "merged_from" in store.read_settings(
+            output_dir
+        )
+        if not earlier_merge:  # an earlier merge holds only copies and may be replaced; a real run is refused
+            store.check_settings(output_dir, merged, overwrite)
         # A merge is rewritten whole, never appended to. The new rows first, in one step: a full disk (or a crash)
         # there leaves the earlier merge as it was; then the rest of the earlier merge is cleared (its summary, report
         # and plots: of other rows) and the settings are written.
