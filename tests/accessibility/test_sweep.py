@@ -1177,6 +1177,81 @@ def test_a_re_merge_that_fails_to_write_leaves_the_earlier_merge_whole(tmp_path,
     assert len(read_rows(merged)) == 6 and not (merged / "summary.json").exists()  # its rows' summary: to be made
 
 
+class _WordTokenizer:
+    """One token per whitespace-separated word (ids below 64, the tiny model's vocabulary), no BOS."""
+
+    bos_token_id = None
+
+    def __call__(self, text, add_special_tokens=False):
+        return {"input_ids": [sum(map(ord, word)) % 63 + 1 for word in text.split()]}
+
+
+def killed_file_sweep(config, folder, model, updates=3):
+    """:func:`killed_sweep` of a sweep whose source needs a tokenizer (a word or text file)."""
+    import functools
+    from unittest import mock
+
+    from ut_peft.accessibility import sweep
+
+    run = functools.partial(sweep.run_sweep, tokenizer=_WordTokenizer())
+    with mock.patch.object(sweep, "run_sweep", run):
+        return killed_sweep(config, folder, model, updates)
+
+
+@pytest.mark.parametrize("kind", ["words", "text"])
+def test_a_resume_on_an_edited_source_file_is_refused_saying_what_changed_and_what_to_do(tmp_path, llama, kind):
+    file = tmp_path / f"{kind}.txt"
+    old = " ".join(f"alpha{i}" for i in range(50)) + "\n"
+    file.write_text(old)
+    config = small_config(source=f"{kind}:{file}", ms=[1], grid=GridConfig(lengths=[4, 6]), num_sequences=2)
+    folder = tmp_path / "sweep"
+    killed_file_sweep(config, folder, llama)
+    rows, inflight = read_rows(folder), store.inflight_keys(folder)
+    assert inflight  # rows in flight, crammed on the old sequences
+    assert len(json.loads((folder / "settings.json").read_text())["source"]["sha256"]) == 64
+    file.write_text(" ".join(f"omega{i}" for i in range(50)) + "\n")  # other words, the same count
+    with pytest.raises(ValueError, match=r"changed: source\.sha256 .* Restore the file as it was to resume, or run"):
+        run_sweep(config, folder, model=llama, tokenizer=_WordTokenizer(), progress=False, report=False)
+    assert read_rows(folder) == rows and store.inflight_keys(folder) == inflight  # nothing continued nor added
+    file.write_text(old)  # restored: it resumes
+    run_sweep(config, folder, model=llama, tokenizer=_WordTokenizer(), progress=False, report=False)
+    assert len(read_rows(folder)) == 4
+
+
+def test_a_resume_with_the_model_in_another_weight_dtype_is_refused(tmp_path):
+    from ut_peft.accessibility.sweep import _validated
+
+    config = small_config(ms=[1], grid=GridConfig(lengths=[3, 6]))
+    killed_sweep(config, tmp_path, crammable_model("llama"), 3)
+    # float32, what the command always loaded, is left out: a folder that does not record it means float32.
+    assert "model_dtype" not in json.loads((tmp_path / "settings.json").read_text())
+    rows = read_rows(tmp_path)
+    with pytest.raises(ValueError, match=r'changed: model_dtype "float32" -> "bfloat16".*resume with the model in'):
+        run_sweep(config, tmp_path, model=crammable_model("llama").to(torch.bfloat16), progress=False, report=False)
+    assert read_rows(tmp_path) == rows
+    validated, source = _validated(config, crammable_model("llama").to(torch.bfloat16), None)
+    settings = validated.fingerprint(source.describe())
+    assert settings["model_dtype"] == "bfloat16"
+    assert SweepConfig.from_settings(settings).model_dtype == "bfloat16"
+    run_sweep(config, tmp_path, model=crammable_model("llama"), progress=False, report=False)  # float32 resumes
+
+
+def test_a_local_model_whose_weights_changed_is_refused(tmp_path, llama):
+    from ut_peft.accessibility.config import model_files_digest
+
+    model_dir = tmp_path / "model"
+    llama.save_pretrained(model_dir)
+    config = small_config(model=str(model_dir), ms=[1], grid=GridConfig(lengths=[3]))
+    run_sweep(config, tmp_path / "sweep", model=llama, progress=False, report=False)
+    recorded = json.loads((tmp_path / "sweep" / "settings.json").read_text())
+    assert recorded["model_files"] == model_files_digest(model_dir)
+    assert model_files_digest("smollm2-135m") is None and model_files_digest("org/name") is None
+    retrained = crammable_model("llama", seed=1)
+    retrained.save_pretrained(model_dir)
+    with pytest.raises(ValueError, match=r"changed: model_files .*restore the model as it was to resume"):
+        run_sweep(config, tmp_path / "sweep", model=retrained, progress=False, report=False)
+
+
 def test_a_merge_into_a_folder_a_run_is_writing_waits_for_no_settings_check(tmp_path, llama):
     for m in (1, 2):
         run_sweep(small_config(ms=[m], grid=GridConfig(lengths=[2])), tmp_path / f"m{m}", model=llama, progress=False)

@@ -5,9 +5,12 @@ records of a sweep is :meth:`SweepConfig.fingerprint`, and :meth:`SweepConfig.fr
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import os
 from dataclasses import InitVar, dataclass, field
+from pathlib import Path
 
-from ..models import DEFAULT_MODEL
+from ..models import DEFAULT_MODEL, is_bundled
 from . import store
 from .designs import available_designs, make_design, unknown_design_message
 from .designs.configs import (
@@ -114,6 +117,11 @@ class SweepConfig:
     # disjoint texts of whole paragraphs, at least N tokens each (sources.TextSource), so that a design drawing a
     # fresh text for every row (pooled, sequential) finds enough of them.
     text_chunks: int | None = None
+    # The dtype of the model's weights the rows are crammed with ("float32", "bfloat16", ...): the sweep loads the
+    # model in it, and a model given from Python sets it (resolve_model_dtype), so that a folder crammed with float32
+    # weights is refused, not silently resumed, with bfloat16 ones. Recorded where it is not float32 (what the command
+    # always loads, and what a folder that does not record it was crammed with).
+    model_dtype: str = "float32"
 
     def __post_init__(self, target_ci, budget_row_steps, target_slope_se, target_n50_se, pooled_version):
         shorthand = {
@@ -236,6 +244,14 @@ class SweepConfig:
         if kind != self.cram.autocast:
             self.cram = dataclasses.replace(self.cram, autocast=kind)
 
+    def resolve_model_dtype(self, model) -> None:
+        """Set ``model_dtype`` to the dtype of ``model``'s floating-point weights (the model the rows are crammed
+        with, whatever was asked), so that the settings (:meth:`fingerprint`) record it; weights of several dtypes
+        are "mixed:" and their names."""
+        dtypes = sorted({str(p.dtype).removeprefix("torch.") for p in model.parameters() if p.is_floating_point()})
+        if dtypes:
+            self.model_dtype = dtypes[0] if len(dtypes) == 1 else "mixed:" + ",".join(dtypes)
+
     def resolve_prefix(self, tokenizer) -> None:
         """Turn ``prefix`` into ``cram.prefix_ids`` with the model's tokenizer (the ids enter the fingerprint), and
         set the protocol's layout, init and stopping rule in ``cram``."""
@@ -266,7 +282,13 @@ class SweepConfig:
         measured on); speed knobs (batch size, chunking) are left out on purpose.
 
         Settings added after folders were first written are left out while they hold their old meaning, so those
-        folders still resume.
+        folders still resume: ``model_dtype`` at float32; the digests of :data:`.store.LATER_DIGESTS` have no old
+        meaning and are compared only with a folder that records them (:func:`.store.without_unrecorded`).
+
+        A local model (a folder or a .gguf file, not a bundled name nor a hub id) is recorded by its path and
+        ``model_files`` (:func:`model_files_digest`), a cheap fingerprint of its weights files, so a folder refuses to
+        resume with retrained weights saved under the same path. A hub id is recorded by its name alone: which
+        revision the local cache holds is not fingerprinted.
         """
         cram = {
             k: v
@@ -274,7 +296,7 @@ class SweepConfig:
             if k not in ("batch_size", "logits_budget", "forward_groups")
             and not (k in _LATER_CRAM_DEFAULTS and v == _LATER_CRAM_DEFAULTS[k])
         }
-        settings = {
+        settings: dict = {
             "model": str(self.model),
             "source": source_description,
             "ms": self.ms,
@@ -286,6 +308,11 @@ class SweepConfig:
         settings.update(
             {name: getattr(self, name) for name, old in store.LATER_SETTINGS.items() if getattr(self, name) != old}
         )
+        if self.model_dtype != "float32":
+            settings["model_dtype"] = self.model_dtype
+        files = model_files_digest(self.model)
+        if files is not None:
+            settings["model_files"] = files
         if self.protocol != "ut-peft":
             settings["protocol"] = self.protocol
         if self.infer_prefixes:
@@ -333,10 +360,54 @@ class SweepConfig:
             design=design_config_from_record(settings.get("design"), fixed_lengths=grid.lengths is not None),
             grid=grid,
             infer_prefixes=settings.get("infer_prefixes", False),
+            model_dtype=settings.get("model_dtype", "float32"),
             **(
                 {"cram": cram} | {name: settings.get(name, old) for name, old in store.LATER_SETTINGS.items()} | kwargs
             ),
         )
+
+
+# The bytes of each weights file a model fingerprint reads at its start and at its end.
+_FINGERPRINT_BYTES = 1 << 20
+_WEIGHTS_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
+
+
+def model_files_digest(model) -> str | None:
+    """A fingerprint of a local model's weights (``model``: a folder or a .gguf file), None for a bundled model's
+    name, a hub id, or anything that is not an existing path.
+
+    Cheap on purpose (it runs at every start and resume, and weights run to gigabytes): config.json whole, and each
+    weights file (.safetensors, .bin, .pt, .pth, .gguf) by its name, size, and the sha256 of its first and last MiB.
+    Retrained or re-saved weights change their size or those bytes (a safetensors file's first MiB is its header and
+    first tensors), so they are caught; an edit confined to the middle of a large file with its size kept is not.
+    """
+    if not isinstance(model, (str, os.PathLike)) or is_bundled(str(model)):
+        return None
+    path = Path(model).expanduser()
+    if path.is_dir():
+        files = [
+            p
+            for p in sorted(path.iterdir())
+            if p.is_file() and (p.suffix in _WEIGHTS_SUFFIXES or p.name == "config.json")
+        ]
+    elif path.is_file():
+        files = [path]
+    else:
+        return None
+    digest = hashlib.sha256()
+    for file in files:
+        size = file.stat().st_size
+        with open(file, "rb") as handle:
+            if file.name == "config.json":
+                parts = [handle.read()]
+            else:
+                parts = [handle.read(_FINGERPRINT_BYTES)]
+                handle.seek(max(0, size - _FINGERPRINT_BYTES))
+                parts.append(handle.read(_FINGERPRINT_BYTES))
+        digest.update(f"{file.name}\0{size}\0".encode())
+        for part in parts:
+            digest.update(hashlib.sha256(part).digest())
+    return digest.hexdigest()[:16]
 
 
 # CramConfig fields that came after the first sweeps, with the value that reproduces those sweeps.

@@ -70,6 +70,39 @@ ROWS_SETTINGS_FILE = "rows-settings.json"
 LATER_SETTINGS = {"support_sequences": 256, "support_seq_len": 32}
 
 
+# Digests settings.json records only since later versions, by their dotted path: of what a sweep reads from outside
+# the package (the content of a text:PATH or words:PATH file; a local model's weights files, SweepConfig.fingerprint).
+# A folder written before holds none, and no value stands for "as before": it is compared without them (what the file
+# held when it ran is unknown, so a change cannot be caught there), and a resume keeps its settings.json as it is
+# (:func:`as_recorded_in`), so it resumes, merges and reports exactly as it did. A folder that records one is held
+# to it.
+LATER_DIGESTS = ("source.sha256", "model_files")
+
+
+def without_unrecorded(settings: dict, recorded: dict) -> dict:
+    """``settings`` (a fingerprint) without the digests of :data:`LATER_DIGESTS` that ``recorded`` (a folder's
+    settings) lacks; a copy, as stored (tuples become lists)."""
+    settings = json.loads(json.dumps(settings))
+    for path in LATER_DIGESTS:
+        section, _, name = path.rpartition(".")
+        new = settings.get(section) if section else settings
+        old = recorded.get(section) if section else recorded
+        if isinstance(new, dict) and name in new and not (isinstance(old, dict) and name in old):
+            del new[name]
+    return settings
+
+
+def as_recorded_in(folder, settings: dict) -> dict:
+    """``settings`` as a run into (or a retarget from) ``folder`` records them: without the digests that the sweep
+    there, written before they were recorded, lacks (:data:`LATER_DIGESTS`); as they are where the folder holds no
+    readable settings.json (a new sweep records them all)."""
+    try:
+        recorded = json.loads((Path(folder) / SETTINGS_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return settings
+    return without_unrecorded(settings, recorded) if isinstance(recorded, dict) else settings
+
+
 def read_settings(folder) -> dict:
     """The settings fingerprint of the sweep in ``folder``; a clear error when there is none or it is unreadable."""
     path = Path(folder) / SETTINGS_FILE
@@ -460,6 +493,7 @@ def check_settings(folder: Path, settings: dict, overwrite: bool, context: int |
             return True
         raise ValueError(f"{path} is unreadable ({err}); pass overwrite=True (--overwrite) to start afresh") from None
     recorded = recorded_settings(folder, previous, context)
+    settings = without_unrecorded(settings, recorded)  # a folder from before a digest was recorded is held to the rest
     if recorded == settings and overwrite:
         # Discarding finished rows to recompute the very same ones only loses work (and a run killed after the clear
         # loses it all): the run resumes by itself.
@@ -482,8 +516,9 @@ def check_settings(folder: Path, settings: dict, overwrite: bool, context: int |
             f"{folder}'s bounds are measured on other support sequences than these (changed: {', '.join(changed)}): "
             f"resume it with its own {keep}, or run these settings into another output folder"
         )
+    paths = changed_paths(recorded, settings)
     precision = ""
-    if "cram.autocast" in changed_paths(recorded, settings):
+    if "cram.autocast" in paths:
         kept = _value(recorded, "cram.autocast")
         precision = (
             '. cram.autocast is the precision its rows were crammed in, recorded as what autocast "auto" resolved to '
@@ -492,8 +527,34 @@ def check_settings(folder: Path, settings: dict, overwrite: bool, context: int |
         )
     raise ValueError(
         f"{folder} holds a run with different settings (changed: {', '.join(changed)}); use another output folder, "
-        f"or pass overwrite=True (--overwrite) to discard it{precision}"
+        f"or pass overwrite=True (--overwrite) to discard it{precision}{_outside_change(recorded, paths)}"
     )
+
+
+def _outside_change(recorded: dict, paths: list[str]) -> str:
+    """What a refused resume says where what changed is outside the flags: the content of the source's file, the
+    weights of a local model, the dtype of the model's weights (``paths``: the changed settings)."""
+    notes = []
+    if "source.sha256" in paths and "source.name" not in paths:
+        notes.append(
+            f"source.sha256 is the digest of the content of {_value(recorded, 'source.name')}, and that file was "
+            "edited (or replaced) since the folder's rows were crammed: its rows and in-flight snapshots are of the "
+            "old sequences. Restore the file as it was to resume, or run the new one into a new --output folder"
+        )
+    if "model_files" in paths and "model" not in paths:
+        notes.append(
+            f"model_files is a fingerprint of the weights files of {_value(recorded, 'model')} (their sizes and first "
+            "and last MiB), and they changed since the folder's rows were crammed: restore the model as it was to "
+            "resume, or run the new weights into a new --output folder"
+        )
+    if "model_dtype" in paths:
+        notes.append(
+            "model_dtype is the dtype of the weights its rows were crammed with (a folder that does not record it: "
+            f"float32, what the command loads): resume with the model in {json.loads(_value(recorded, 'model_dtype'))}"
+            " "
+            "(model.to(dtype)), or run this one into a new output folder"
+        )
+    return "".join(f". {note}" for note in notes)
 
 
 def changed_paths(old, new, prefix: str = "") -> list[str]:
@@ -521,9 +582,11 @@ def _as_given(name: str, value: str) -> str:
 
 def _value(settings: dict, path: str) -> str:
     """The setting at dotted ``path`` as JSON; a setting of :data:`LATER_SETTINGS` that is left out holds its value
-    there (it is left out because it holds it)."""
+    there (it is left out because it holds it), and so does a model_dtype left out (float32)."""
     if path in LATER_SETTINGS and path not in settings:
         return json.dumps(LATER_SETTINGS[path])
+    if path == "model_dtype" and path not in settings:
+        return json.dumps("float32")
     value: Any = settings
     for key in path.split("."):
         value = value.get(key) if isinstance(value, dict) else None

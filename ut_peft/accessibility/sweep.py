@@ -12,6 +12,7 @@ vectors) is laid out by :mod:`.store`; ``summary.json`` holds a :class:`.summari
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 from pathlib import Path
@@ -183,7 +184,8 @@ def retarget_plan(
 def _retarget_plan(old_dir: Path, config: SweepConfig, settings: dict, new_dir, context) -> tuple[dict, list, dict]:
     written = store.read_settings(old_dir)
     old_settings = store.recorded_settings(old_dir, written, context)
-    new_settings = json.loads(json.dumps(settings))  # compared as stored: tuples become lists, int keys strings
+    # compared as stored (tuples become lists, int keys strings), without the digests a folder from before lacks
+    new_settings = store.without_unrecorded(settings, old_settings)
     # What a retarget may change: the fields that only decide when the design stops (and, for the pooled design, how
     # its fitted rounds weigh the quantities asked for, and its rules: the new rules keep only the rows their own
     # replay asks for, as new targets do, so every kept row is one they would have crammed). Everything else decides
@@ -258,7 +260,8 @@ def retarget_sweep(
     if model is None:
         model, tokenizer = _load(config, "cpu", None)
     config, source = _validated(config, model, tokenizer)
-    settings = config.fingerprint(source.describe())
+    # Recorded as the old folder records them: a folder from before a digest was recorded passes on none.
+    settings = store.as_recorded_in(old_dir, config.fingerprint(source.describe()))
     store.check_retarget_target(Path(new_dir), Path(old_dir))
     kept, inflight, record = retarget_plan(old_dir, config, settings, new_dir, support_context(model))
     if not dry_run:
@@ -273,7 +276,7 @@ def retarget_sweep(
 
 def _load(config: SweepConfig, device, device_map):
     try:
-        model = load_model(config.model, device_map=device_map)
+        model = load_model(config.model, dtype=config.model_dtype, device_map=device_map)
     except OSError as err:
         raise ValueError(f"cannot load the model {config.model!r}: {err}") from None
     try:
@@ -330,6 +333,11 @@ def run_sweep(
             model, tokenizer = _load(config, accelerator.device, device_map)
         config, source = _validated(config, model, tokenizer)
         settings = config.fingerprint(source.describe())
+        if not overwrite:
+            # A folder (or the folder retargeted from) written before a digest of what the sweep reads from outside
+            # was recorded (store.LATER_DIGESTS) goes on under the settings it records, as it did: the same
+            # settings.json, and the same digest in its in-flight snapshots.
+            settings = store.as_recorded_in(output_dir if retarget_from is None else retarget_from, settings)
         # Planned by every process (so every one raises alike) before anything is written or locked.
         retarget = _plan_retarget(retarget_from, output_dir, config, settings, overwrite, support_context(model))
         # Held to the end of the run, so a second run (or a killed run's leftover workers) cannot write here meanwhile.
@@ -396,6 +404,8 @@ def _validated(config: SweepConfig, model, tokenizer):
     # "auto" as the precision it means where the engine crams (its embeddings' device): recorded so, a resume on a
     # device where "auto" means another precision is refused instead of mixing precisions in one folder.
     config.resolve_autocast(execution_device(model.get_input_embeddings()))
+    # The weights' dtype, likewise: a folder crammed with float32 weights is refused with bfloat16 ones.
+    config.resolve_model_dtype(model)
     source = config.make_source(tokenizer, model.get_output_embeddings().weight.shape[0])
     context = getattr(model.config, "max_position_embeddings", None)
     longest = row_positions(len(config.cram.prefix_ids), config.ms[-1], config.grid.max_length)
@@ -672,7 +682,8 @@ def merge_sweeps(folders, output_dir, *, overwrite: bool = False) -> Path:
     does not depend on the order of the folders; rows of one key that disagree are refused, naming both), and
     ``merged_from``; summarise it with :func:`summarize_folder`. Only (m, n) groups
     with all their sequences enter the fits, so a group some folder left unfinished is completed by another or
-    left out.
+    left out. A digest that some folders record and others, written before it was recorded, lack
+    (:data:`.store.LATER_DIGESTS`) is left out of the comparison and of the merged settings.
 
     The output folder is checked and written under its lock (:func:`.store.lock_folder`), so a run that is writing
     it makes the merge fail with :class:`.store.FolderLockedError` before its settings are read.
@@ -684,6 +695,7 @@ def merge_sweeps(folders, output_dir, *, overwrite: bool = False) -> Path:
     # Compared and merged as recorded: a folder from before the support sequences were recorded holds them in its
     # summary, and the merge's summary is measured on them.
     settings = [store.recorded_settings(folder, s) for folder, s in zip(folders, written)]
+    settings = [functools.reduce(store.without_unrecorded, settings, s) for s in settings]
     free = {"ms", "grid", "merged_from", "infer_prefixes"}
     shared = {k: v for k, v in settings[0].items() if k not in free}
     for folder, other in zip(folders[1:], settings[1:]):

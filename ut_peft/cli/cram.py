@@ -740,6 +740,11 @@ def _check_settings(values: dict, path) -> dict:
     _check_keys(cram, {f.name for f in dataclasses.fields(CramConfig)}, path, "cram.")
     _check_keys(grid, {f.name for f in dataclasses.fields(GridConfig)}, path, "grid.")
     _check_keys(design, DESIGN_KEYS, path, "design.")
+    if values.get("model_dtype", "float32") != "float32":
+        raise ValueError(
+            f"{path}: model_dtype = {values['model_dtype']!r} has no flag (the command loads float32 weights); rerun "
+            "it from Python (SweepConfig.from_settings, run_sweep with the model in that dtype)"
+        )
     seq_len = _default(SweepConfig, "support_seq_len")
     if values.get("support_seq_len", seq_len) != seq_len:
         raise ValueError(f"{path}: support_seq_len = {values['support_seq_len']!r} has no flag; rerun it from Python")
@@ -785,6 +790,8 @@ def _default(cls, name: str):
 # something it does not say.
 SETTINGS_KEYS = {"model", "source", "ms", "num_sequences", "seed", "protocol", "infer_prefixes", "cram", "grid"}
 SETTINGS_KEYS |= {"design", "support_sequences", "support_seq_len"}  # the last two: only where not the defaults
+# A local model's fingerprint (the run measures it again from --model), and its weights' dtype where not float32.
+SETTINGS_KEYS |= {"model_files", "model_dtype"}
 DESIGN_KEYS = {"kind", "version", "rules", "target_ci", "budget_row_steps", "target_slope_se", "target_n50_se"}
 
 

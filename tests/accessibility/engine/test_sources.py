@@ -258,3 +258,20 @@ def test_bare_words_mean_the_glove_list_under_the_published_protocol():
     assert published.describe()["name"] == "glove-6b:100000"
     ours = SweepConfig(protocol="ut-peft", source="words").make_source(tokenizer, len(tokenizer))
     assert ours.describe()["name"] == "pydoc_data"
+
+
+@pytest.mark.parametrize("kind", ["text", "words"])
+def test_a_file_source_records_the_sha256_of_the_file_s_content(tmp_path, kind):
+    import hashlib
+
+    file = tmp_path / "source.txt"
+    file.write_text(" ".join(f"alpha{i}" for i in range(64)) + "\n")
+    first = make_source(f"{kind}:{file}", _WordTokenizer()).describe()
+    assert first["sha256"] == hashlib.sha256(file.read_bytes()).hexdigest()
+    # Other words, as many of them (the count and the path stay): another digest, so a resume can tell.
+    file.write_text(" ".join(f"omega{i}" for i in range(64)) + "\n")
+    second = make_source(f"{kind}:{file}", _WordTokenizer()).describe()
+    assert second["sha256"] != first["sha256"]
+    assert {k: v for k, v in second.items() if k != "sha256"} == {k: v for k, v in first.items() if k != "sha256"}
+    # The lists and texts shipped with the package record none, as before (committed folders still resume).
+    assert "sha256" not in make_source(kind, _WordTokenizer()).describe()

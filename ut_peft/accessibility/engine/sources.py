@@ -6,11 +6,12 @@ so a sequence is the same whichever process draws it, in whatever order, and it 
 Source specs (strings the recipe accepts):
   ``text``                      natural English: the CPython language reference (``pydoc_data.topics``),
                                 embedded in every Python, no download
-  ``text:PATH``                 a local UTF-8 text file, or a JSONL file with a ``"text"`` field per line
+  ``text:PATH``                 a local UTF-8 text file, or a JSONL file with a ``"text"`` field per line (the
+                                description records the file's sha256, so a resume refuses an edited file)
   ``hf:NAME[:SPLIT[:COLUMN]]``  a ``datasets`` dataset (hub name or a folder saved with ``save_to_disk``)
   ``words`` / ``words:PATH``    uniformly drawn words joined by spaces, tokenized and cut to n tokens; the
                                 default list is every distinct alphabetic word (3+ letters, lower-cased) of
-                                ``pydoc_data.topics``; PATH is a file with one word per line
+                                ``pydoc_data.topics``; PATH is a file with one word per line (its sha256 recorded)
   ``words:glove``               the published protocol's random words (its default ``words``): the first 100k
                                 words of the GloVe 6B vocabulary, shipped with ut-peft (``data/README.md``); a
                                 text of n tokens draws 5 n words, as the published code does
@@ -84,13 +85,23 @@ class TextSource(SequenceSource):
     sequential), whose rows must not share tokens (two rows of one text would not be independent draws). Either way an
     index past the last text is an error, never a text used again, and so is a length that would run a text's row into
     the next text (:meth:`text_end`): rows of two texts never share tokens.
+
+    ``sha256``: the digest of the file the documents were read from (``text:PATH``), recorded in the description so
+    that a folder refuses to resume on an edited file (its rows would mix two corpora); None for the built-in text and
+    datasets (a ``datasets`` dataset's name holds its own fingerprint).
     """
 
     kind = "text"
     NESTED_RESERVE = 1024  # a nested text's start leaves at least this many tokens (the adaptive grid's reach)
 
     def __init__(
-        self, tokenizer, documents: list[str], name: str, nested: bool = False, chunk_tokens: int | None = None
+        self,
+        tokenizer,
+        documents: list[str],
+        name: str,
+        nested: bool = False,
+        chunk_tokens: int | None = None,
+        sha256: str | None = None,
     ):
         documents = [d for d in documents if d and d.strip()]
         if not documents:
@@ -104,7 +115,7 @@ class TextSource(SequenceSource):
             isinstance(chunk_tokens, bool) or not isinstance(chunk_tokens, int) or chunk_tokens < 2
         ):
             raise ValueError(f"text chunks must be at least 2 tokens long (got {chunk_tokens!r})")
-        self.name = name
+        self.name, self.sha256 = name, sha256
         self.nested = nested
         self.chunk_tokens = None if chunk_tokens is None else int(chunk_tokens)
         ids: list[int] = []
@@ -140,6 +151,8 @@ class TextSource(SequenceSource):
             description["nested"] = True
         if self.chunk_tokens is not None:
             description.update(chunk_tokens=self.chunk_tokens, num_texts=len(self.text_starts))
+        if self.sha256 is not None:
+            description["sha256"] = self.sha256
         return description
 
     def max_length(self) -> int:
@@ -190,7 +203,8 @@ class WordsSource(SequenceSource):
     ``words_per_token`` set (the published construction): a text of n tokens draws ``words_per_token * n`` words at
     once, the whole text is tokenized and its first n tokens kept, as the published code does with 5. Not set
     (ut-peft's older construction, which committed folders replay): words are drawn n at a time until the text
-    holds n tokens. ``sha256`` is the word file's digest, recorded in the description so that a run names its list.
+    holds n tokens. ``sha256`` is the word file's digest (the GloVe list's, or a ``words:PATH`` file's), recorded in
+    the description so that a run names its list and a folder refuses to resume on an edited file.
     """
 
     kind = "words"
@@ -313,17 +327,26 @@ def wordfreq_words(count: int = 100_000) -> list[str]:
 
 
 def _read(path: str) -> str:
+    return _read_file(path)[0]
+
+
+def _read_file(path: str) -> tuple[str, str]:
+    """The UTF-8 text of the file at ``path`` and the sha256 of its bytes (read once: the digest is of that text),
+    which settings.json records for a ``text:PATH`` or ``words:PATH`` source."""
     file = Path(path)
     if not file.is_file():
         raise ValueError(f"cannot read {path!r}: no such file")
     try:
-        return file.read_text(encoding="utf-8")
+        data = file.read_bytes()
+        return data.decode("utf-8"), hashlib.sha256(data).hexdigest()
     except (OSError, UnicodeDecodeError) as err:
         raise ValueError(f"cannot read {path!r} as UTF-8 text: {err}") from None
 
 
-def read_documents(path: str) -> list[str]:
-    text = _read(path)
+def read_documents(path: str, text: str | None = None) -> list[str]:
+    """The documents of the file at ``path`` (its whole text, or a JSONL file's ``"text"`` fields); ``text``: the
+    file's text where the caller read it already."""
+    text = _read(path) if text is None else text
     if not path.endswith((".jsonl", ".json")):
         return [text]
     docs = []
@@ -383,12 +406,13 @@ def make_source(
         )
     kind, _, arg = spec.partition(":")
     if kind == "text":
+        if not arg:
+            return TextSource(
+                tokenizer, default_documents(), name="pydoc_data", nested=nested_text, chunk_tokens=text_chunks
+            )
+        text, digest = _read_file(arg)  # the file's content is recorded (sha256): a resume refuses an edited file
         return TextSource(
-            tokenizer,
-            read_documents(arg) if arg else default_documents(),
-            name=arg or "pydoc_data",
-            nested=nested_text,
-            chunk_tokens=text_chunks,
+            tokenizer, read_documents(arg, text), name=arg, nested=nested_text, chunk_tokens=text_chunks, sha256=digest
         )
     if kind == "words":
         arg = arg or default_word_list
@@ -397,8 +421,10 @@ def make_source(
             return WordsSource(tokenizer, words, name=GLOVE_WORDS_NAME, words_per_token=5, sha256=digest)
         if arg == "wordfreq":
             return WordsSource(tokenizer, wordfreq_words(), name="wordfreq:en:100000")
-        words = default_words() if arg == "pydoc_data" else _read(arg).split()
-        return WordsSource(tokenizer, words, name=arg)
+        if arg == "pydoc_data":
+            return WordsSource(tokenizer, default_words(), name=arg)
+        text, digest = _read_file(arg)
+        return WordsSource(tokenizer, text.split(), name=arg, sha256=digest)
     if kind == "tokens":
         return TokensSource(vocab_size if vocab_size is not None else len(tokenizer))
     if kind == "hf":
