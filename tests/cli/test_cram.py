@@ -399,3 +399,24 @@ def test_a_run_refused_by_the_folder_lock_leaves_no_tracker_files_there(model_di
         holder.kill()
         holder.wait()
     assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*")) == ["sweep.lock"]
+
+
+def test_save_adapters_writes_them_under_the_folder_s_lock(model_dir, tmp_path, monkeypatch):
+    import ut_peft.accessibility as accessibility
+    from ut_peft.accessibility.store import FolderLockedError, lock_folder
+
+    held = []
+
+    def save_memory_adapters(output_dir, model=None):  # records whether another writer could get in meanwhile
+        try:
+            lock_folder(Path(output_dir)).release()
+        except FolderLockedError:
+            held.append(True)
+        else:
+            held.append(False)
+        return []
+
+    monkeypatch.setattr(accessibility, "save_memory_adapters", save_memory_adapters)
+    cram(model_dir, tmp_path / "out", "--save-adapters")
+    assert held == [True]
+    lock_folder(tmp_path / "out").release()  # and let go afterwards

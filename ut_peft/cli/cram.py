@@ -104,10 +104,33 @@ def main(args):
         end_tracking(accelerator)
     if accelerator.is_main_process:
         if args.save_adapters:
-            saved = save_memory_adapters(args.output, config.model)
+            saved = _save_adapters(args.output, config.model, save_memory_adapters, lock_folder)
             print(f"saved {len(saved)} memory adapters under {Path(args.output) / ADAPTERS_DIR}")
         print(console_summary(summary))  # what report.md says, as it says it
         print(f"report: {Path(args.output) / REPORT_FILE}")
+
+
+def _save_adapters(output, model: str, save_memory_adapters, lock_folder) -> list:
+    """--save-adapters: the adapters of the folder's saved vectors written under the folder's lock, as everything in
+    a sweep folder is (run_sweep let its lock go when it ended): a second run, merge or report of the folder cannot
+    write it meanwhile, and a folder another process has taken since is refused (FolderLockedError), not written
+    into beside it."""
+    from ..accessibility.store import ADAPTERS_DIR, FolderLockedError
+
+    try:
+        lock = lock_folder(Path(output))
+    except FolderLockedError as err:
+        raise FolderLockedError(
+            f"the sweep finished, but its adapters were not written: {output} is being written by another process "
+            f"({err.holder} holds {err.lock}) since. Once it is done, run the same command again: it resumes the "
+            f"finished sweep and writes {Path(output) / ADAPTERS_DIR}",
+            holder=err.holder,
+            lock=err.lock,
+        ) from None
+    try:
+        return save_memory_adapters(output, model)
+    finally:
+        lock.release()
 
 
 def _main_process() -> bool:
