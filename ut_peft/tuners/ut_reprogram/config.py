@@ -177,8 +177,8 @@ class UTReprogramConfig(PeftConfig):
         vouched for it). Which file is newest can be misread (a coarse clock, a copied folder), and which keywords
         peft passes here is no contract. So this writes none, and ``PeftModel.save_pretrained`` (wrapped by
         ``integration.install``), which knows which file it has just written and runs after it has, records that
-        one (:func:`record_weights_checksum`). A config saved by any other path lists no checksums: its folder
-        loads unverified, never refused.
+        one (:func:`.integration.record_weights_checksum`). A config saved by any other path lists no checksums:
+        its folder loads unverified, never refused.
         """
         self.weights_sha256 = None
         super().save_pretrained(save_directory, **kwargs)
@@ -308,44 +308,6 @@ def _weights_files() -> tuple[str, str]:
     from peft.utils.constants import SAFETENSORS_WEIGHTS_NAME, WEIGHTS_NAME
 
     return SAFETENSORS_WEIGHTS_NAME, WEIGHTS_NAME
-
-
-def record_weights_checksum(folder: str, config: UTReprogramConfig, written: str) -> None:
-    """Record the sha256 of ``folder/written``, the weights file a save has just written, in the folder's
-    adapter_config.json (the one this save wrote, every other key as it is) and on ``config``. Another weights
-    file in the folder is an earlier save's: it is not recorded, and the save warns (peft loads
-    adapter_model.safetensors in preference to adapter_model.bin, so such a folder is refused at load)."""
-    import json
-    import warnings
-
-    from peft.utils.constants import CONFIG_NAME
-
-    from ...io import atomic_write_text
-    from .fingerprint import file_sha256
-
-    path, config_path = os.path.join(folder, written), os.path.join(folder, CONFIG_NAME)
-    if not (os.path.isfile(path) and os.path.isfile(config_path)):
-        return
-    checksums = {written: file_sha256(path)}
-    with open(config_path) as handle:
-        data = json.load(handle)
-    data["weights_sha256"] = checksums
-    atomic_write_text(config_path, json.dumps(data, indent=2, sort_keys=True))  # as peft writes it
-    config.weights_sha256 = checksums
-    for stale in _weights_files():
-        if stale != written and os.path.isfile(os.path.join(folder, stale)):
-            loads_it = stale == _weights_files()[0]
-            warnings.warn(
-                f"{os.path.join(folder, stale)} was left by an earlier save (this one wrote {written}): "
-                + (
-                    "peft would load it instead of the file just saved, so loading this folder is refused until it "
-                    "is deleted"
-                    if loads_it
-                    else "peft loads the new file, but the old one would be copied or pushed with the adapter"
-                )
-                + f"; delete {stale}",
-                stacklevel=4,
-            )
 
 
 def check_adapter_weights(folder: str, config: UTReprogramConfig) -> None:

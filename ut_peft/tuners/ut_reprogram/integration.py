@@ -59,14 +59,50 @@ def _record_checksums(model, save_directory, selected, safe_serialization: bool)
     :meth:`UTReprogramConfig.save_pretrained` for why here)."""
     from peft.utils.constants import SAFETENSORS_WEIGHTS_NAME, WEIGHTS_NAME
 
-    from .config import record_weights_checksum
-
     written = SAFETENSORS_WEIGHTS_NAME if safe_serialization else WEIGHTS_NAME
     for name in selected:
         config = model.peft_config.get(name)
         if _is_ut_reprogram(config):
             folder = os.path.join(save_directory, name) if name != "default" else save_directory
             record_weights_checksum(str(folder), config, written)
+
+
+def record_weights_checksum(folder: str, config, written: str) -> None:
+    """Record the sha256 of ``folder/written``, the weights file a save has just written, in the folder's
+    adapter_config.json (the one this save wrote, every other key as it is) and on ``config``. Another weights
+    file in the folder is an earlier save's: it is not recorded, and the save warns (peft loads
+    adapter_model.safetensors in preference to adapter_model.bin, so such a folder is refused at load)."""
+    import json
+    import warnings
+
+    from peft.utils.constants import CONFIG_NAME, SAFETENSORS_WEIGHTS_NAME, WEIGHTS_NAME
+
+    from ...io import atomic_write_text
+    from .fingerprint import file_sha256
+
+    path, config_path = os.path.join(folder, written), os.path.join(folder, CONFIG_NAME)
+    if not (os.path.isfile(path) and os.path.isfile(config_path)):
+        return
+    checksums = {written: file_sha256(path)}
+    with open(config_path) as handle:
+        data = json.load(handle)
+    data["weights_sha256"] = checksums
+    atomic_write_text(config_path, json.dumps(data, indent=2, sort_keys=True))  # as peft writes it
+    config.weights_sha256 = checksums
+    for stale in (SAFETENSORS_WEIGHTS_NAME, WEIGHTS_NAME):
+        if stale != written and os.path.isfile(os.path.join(folder, stale)):
+            loads_it = stale == SAFETENSORS_WEIGHTS_NAME
+            warnings.warn(
+                f"{os.path.join(folder, stale)} was left by an earlier save (this one wrote {written}): "
+                + (
+                    "peft would load it instead of the file just saved, so loading this folder is refused until it "
+                    "is deleted"
+                    if loads_it
+                    else "peft loads the new file, but the old one would be copied or pushed with the adapter"
+                )
+                + f"; delete {stale}",
+                stacklevel=4,
+            )
 
 
 def _with_peft_blocks(ours: str, peft_text: str) -> str:
