@@ -197,8 +197,11 @@ LOGIT_FIELDS = ("logits_scaling", "logit_scale", "lm_head_multiplier", "final_lo
 def logit_scaling(config) -> tuple[float | None, bool]:
     """``(scale, divide)``: the factor by which a causal LM of this config scales its logits after lm_head inside
     forward() (:data:`LOGIT_SCALING`) and whether it divides by it; ``(None, False)`` for a model that does not."""
-    field, divide = LOGIT_SCALING.get(getattr(config, "model_type", None), (None, False))
-    scale = getattr(config, field, None) if field else None
+    entry = LOGIT_SCALING.get(str(getattr(config, "model_type", "")))
+    if entry is None:
+        return None, False
+    field, divide = entry
+    scale = getattr(config, field, None)
     return (None, False) if scale is None or scale == 1 else (float(scale), divide)
 
 
