@@ -425,3 +425,31 @@ def test_a_folder_saved_without_safetensors_is_pushed(tmp_path):
     (tmp_path / "adapter_model.bin").unlink()
     with pytest.raises(FileNotFoundError, match="lacks adapter_model.safetensors or adapter_model.bin"):
         push_adapter_to_hub(tmp_path, "someone/x", api=api)
+
+
+def test_a_push_keeps_the_sections_and_metadata_the_user_added_to_the_card(tmp_path):
+    # Was: the push rendered a new card and wrote it over the folder's README.md, so a section or a license the user
+    # had added to the card (which a save keeps) was gone from the folder and from the Hub.
+    model = get_peft_model(random_backbone(tiny_config("gpt2"), seed=7), UTReprogramConfig(task_vocab_size=6))
+    model.save_pretrained(tmp_path)
+    save_model_card(tmp_path, training={"steps": 100}, metrics={"accuracy": 0.975})
+    card = ModelCard.load(tmp_path / "README.md")
+    card.data.license = "mit"
+    card.text = card.text.rstrip("\n") + "\n\n## Limitations\n\nOnly strings of up to 16 brackets were tested.\n"
+    card.save(tmp_path / "README.md")
+    api = RecordingHfApi()
+    push_adapter_to_hub(tmp_path, "someone/dyck", api=api)
+    for text in (api.calls[-1][1]["readme"], (tmp_path / "README.md").read_text()):
+        pushed = ModelCard(text)
+        assert "## Limitations" in pushed.text and "Only strings of up to 16 brackets" in pushed.text
+        assert pushed.data.license == "mit" and pushed.data.library_name == "peft"
+        assert 'snapshot_download("someone/dyck")' in pushed.text and "| steps | 100 |" in pushed.text
+    # A value passed to the push replaces the card's, also where the user had edited that table by hand.
+    edited = (tmp_path / "README.md").read_text().replace("| accuracy | 0.975 |", "| accuracy | 0.97 (edited) |")
+    (tmp_path / "README.md").write_text(edited)
+    plan = push_adapter_to_hub(tmp_path, "someone/dyck", api=api, dry_run=True, metrics={"accuracy": 0.5})
+    assert "| accuracy | 0.5 |" in plan.card and "(edited)" not in plan.card and "## Limitations" in plan.card
+    assert (tmp_path / "README.md").read_text() == edited  # a dry run writes nothing
+    # Without it the hand edit stays, as a save keeps it.
+    plan = push_adapter_to_hub(tmp_path, "someone/dyck", api=api, dry_run=True)
+    assert "| accuracy | 0.97 (edited) |" in plan.card

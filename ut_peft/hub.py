@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
@@ -248,7 +249,7 @@ def _base_parts(
 
 # The card keeps what it was rendered from (what the caller passed, not what the adapter's config decides) in its
 # metadata, under this one key, so that a later save renders it again from these values instead of reading them
-# back out of the markdown (integration.update_model_card), and a push keeps them (push_adapter_to_hub). Not kept:
+# back out of the markdown (update_model_card), and a push keeps them (push_adapter_to_hub). Not kept:
 # ``base_model`` (possibly a local path, which a card never shows; the base is the config's). A card given none of
 # them keeps an empty mapping: it still says that the card keeps its inputs, so nothing is read from its markdown.
 CARD_INPUTS_KEY = "ut_peft"
@@ -367,23 +368,245 @@ def _read_adapter_config(folder: Union[str, os.PathLike]) -> dict:
     return json.loads(path.read_text())
 
 
-def _stored_inputs_in(folder: Union[str, os.PathLike]) -> dict[str, Any]:
-    """The inputs the card in ``folder`` keeps (:func:`stored_card_inputs`); none without one."""
-    readme = Path(folder) / "README.md"
-    if not readme.is_file():
-        return {}
-    try:
-        card = ModelCard.load(readme)
-    except (ValueError, yaml.YAMLError):  # metadata that is not YAML, or not a mapping, or invalid model-index
-        return {}
-    return stored_card_inputs(card) or {}
-
-
 def save_model_card(folder: Union[str, os.PathLike], **card_kwargs) -> Path:
     """Write README.md into a saved adapter folder (see :func:`render_model_card` for the keywords)."""
     card = render_model_card(_read_adapter_config(folder), **card_kwargs)
     # str(card) is what ModelCard.save writes; written atomically like every other file the package writes.
     return atomic_write_text(Path(folder) / "README.md", str(card), newline="")
+
+
+# ---- keeping what a card says across saves and pushes (update_model_card) ----
+
+_FRAMEWORK_HEADING = "### Framework versions"
+_TRAINING_HEADING = "## Training procedure"
+
+
+def _with_peft_blocks(ours: str, peft_text: str) -> str:
+    """``ours`` with what peft's ``create_or_update_model_card`` adds to a card's text, placed as peft places it: its
+    quantization block (``## Training procedure``) and its ``- PEFT <version>`` line under ``### Framework
+    versions``, both taken from the card peft just wrote. Of the version lines, only the one of the peft saving now:
+    the card peft updated may still list the versions of earlier saves, which did not write these files."""
+    import peft
+
+    peft_lines, lines = peft_text.splitlines(), ours.splitlines()
+    if _TRAINING_HEADING in peft_lines and _TRAINING_HEADING not in lines:
+        start = peft_lines.index(_TRAINING_HEADING)
+        end = next((i for i in range(start + 1, len(peft_lines)) if peft_lines[i].startswith("#")), len(peft_lines))
+        lines.append("\n".join(peft_lines[start:end]).rstrip("\n"))
+    version = f"- PEFT {peft.__version__}"
+    if version in peft_lines and version not in lines:
+        if _FRAMEWORK_HEADING in lines:
+            lines.insert(lines.index(_FRAMEWORK_HEADING) + 2, version)
+        else:
+            lines.append(f"{_FRAMEWORK_HEADING}\n\n{version}")
+    return "\n".join(lines)
+
+
+# Sections of the card rendered from the adapter's config (or written by peft): rendered again at every save.
+_GENERATED_SECTIONS = ("## How to load it", "## What was trained", _TRAINING_HEADING)
+# Sections rendered from what the user passed to save_model_card (its tables).
+_TABLE_SECTIONS = {"## Training setup": "training", "## Results": "metrics"}
+# Metadata the rendering decides (with peft's, which update_model_card puts back); any other key on the card (a
+# license, datasets, a language the user added) is kept as it is. "ut_peft" is hub.CARD_INPUTS_KEY.
+_RENDERED_METADATA = frozenset(
+    ("library_name", "base_model", "pipeline_tag", "tags", "model_name", "eval_results", "ut_peft")
+)
+# A card's load snippet names the repository it was rendered for (``repo_id``); "<this-repo>" when none.
+_REPO = re.compile(r'(?:snapshot_download\(|PeftModel\.from_pretrained\(base, )"([^"]+)"\)')
+_FENCES = ("```", "~~~")
+
+
+def _spans(lines: list[str]) -> dict[str, tuple[int, int]]:
+    """Where the card's ``## `` sections are: heading -> (index of the heading, index after its last line). A
+    section ends at the next heading of level 1 or 2 or the framework versions block; lines in a fenced code block
+    (a ``# comment`` in a snippet) are no headings."""
+    spans: dict[str, tuple[int, int]] = {}
+    current, fenced = None, False
+    for i, line in enumerate(lines):
+        if line.lstrip().startswith(_FENCES):
+            fenced = not fenced
+        elif not fenced and (line.startswith(("# ", "## ")) or line == _FRAMEWORK_HEADING):
+            if current is not None:
+                spans[current] = (spans[current][0], i)
+            current = line if line.startswith("## ") else None
+            if current is not None:
+                spans[current] = (i, len(lines))
+    return spans
+
+
+def _sections(text: str) -> dict[str, list[str]]:
+    """The card's ``## `` sections: heading -> its lines (see :func:`_spans`)."""
+    lines = text.splitlines()
+    return {heading: lines[start + 1 : end] for heading, (start, end) in _spans(lines).items()}
+
+
+def _title_line(text: str) -> Optional[str]:
+    """The card's ``# `` heading (its title), outside code blocks."""
+    fenced = False
+    for line in text.splitlines():
+        if line.lstrip().startswith(_FENCES):
+            fenced = not fenced
+        elif not fenced and line.startswith("# "):
+            return line
+    return None
+
+
+def _table(lines: list[str]) -> dict[str, str]:
+    """The rows of a two-column markdown table (its header and separator left out), as rendered text, with the
+    ``\\|`` the rendering escapes a ``|`` into read back as ``|``."""
+    rows = [line.strip() for line in lines if line.strip().startswith("|")][2:]
+    cells = [re.split(r"(?<!\\)\|", row[1:-1], maxsplit=1) for row in rows]
+    return {
+        pair[0].strip().replace("\\|", "|"): pair[1].strip().replace("\\|", "|") for pair in cells if len(pair) == 2
+    }
+
+
+def _with_added_sections(ours, old: dict[str, list[str]], skip) -> None:
+    """Put the sections of the old card that are not in ``skip`` (those the user added) into ``ours``, before its
+    framework versions block."""
+    extra = ["\n".join([heading, *lines]).rstrip("\n") for heading, lines in old.items() if heading not in skip]
+    if extra:
+        lines = ours.text.splitlines()
+        at = lines.index(_FRAMEWORK_HEADING) if _FRAMEWORK_HEADING in lines else len(lines)
+        ours.text = "\n".join(lines[:at] + [block + "\n" for block in extra] + lines[at:])
+
+
+def _render_from_inputs(adapter_config: Mapping[str, Any], card: ModelCard, inputs: dict, given=frozenset()):
+    """The adapter's card, rendered anew from the inputs ``card`` keeps in its metadata (its title, repository,
+    training and results tables: nothing is read back out of its markdown), with the sections its user added.
+    What its user edited by hand stays as they left it: a title or a table that is not the one the kept inputs
+    render is kept as it is, as it reads on the card, unless ``given`` names it (a value passed now, which wins)."""
+    ours = render_model_card(adapter_config, **inputs)
+    old_lines, lines = card.text.splitlines(), ours.text.splitlines()
+    title, old_title = _title_line(ours.text), _title_line(card.text)
+    if "title" not in given and title is not None and old_title is not None and old_title != title:
+        lines[lines.index(title)] = old_title
+    old_spans, spans = _spans(old_lines), _spans(lines)
+    kept = [h for h, name in _TABLE_SECTIONS.items() if h in spans and h in old_spans and name not in given]
+    for heading in reversed(kept):  # bottom up
+        (start, end), (old_start, old_end) = spans[heading], old_spans[heading]
+        mine = old_lines[old_start:old_end]
+        if "\n".join(lines[start:end]).rstrip() != "\n".join(mine).rstrip():
+            lines[start:end] = mine
+    ours.text = "\n".join(lines)
+    # The metadata of the results table as the card has it, unless what it is rendered from was given now.
+    if not given & {"title", "repo_id", "metrics", "eval_dataset"}:
+        for key in ("model_name", "eval_results"):
+            if card.data.get(key) is not None:
+                ours.data[key] = card.data.get(key)
+    skip = set(_GENERATED_SECTIONS) | {h for h in _TABLE_SECTIONS if h in spans}
+    _with_added_sections(ours, _sections(card.text), skip)
+    return ours
+
+
+def _render_again(adapter_config: Mapping[str, Any], card: ModelCard):
+    """The adapter's card, rendered anew, with what the user put on ``card``, a card ut-peft rendered before its
+    metadata kept the inputs it was rendered from. This is the fallback for those older cards, kept so that none
+    loses what it said: it reads the inputs back out of the markdown (the title heading, the repository in the
+    load snippet, the training and results tables), which a hand edit of the card can defeat. Cards that keep
+    their inputs are rendered from them (:func:`_render_from_inputs`) and so keep them from then on. What the
+    config decides (the summary, the settings table, the load snippet) is this config's, not the one of the
+    adapter saved into the folder before."""
+    old = _sections(card.text)
+    tables: dict[str, Any] = {
+        name: _table(old[heading]) for heading, name in _TABLE_SECTIONS.items() if heading in old
+    }
+    # The metrics as model-index metadata has them: exact numbers, and the data they were measured on.
+    results = card.data.get("eval_results") or []
+    exact = {result.metric_type: result.metric_value for result in results}
+    if "metrics" in tables:
+        tables["metrics"] = {
+            name: exact[name] if name in exact and _rows({name: exact[name]})[0][1] == shown else shown
+            for name, shown in tables["metrics"].items()
+        }
+    if results and results[0].dataset_name:
+        tables["eval_dataset"] = results[0].dataset_name
+    title_line = _title_line(card.text)
+    title = title_line[2:].strip() if title_line else None
+    repo = next((found for found in _REPO.findall(card.text) if found != "<this-repo>"), None)
+    ours = render_model_card(adapter_config, title=title, repo_id=repo, **tables)
+    for key in ("model_name", "eval_results"):
+        ours.data[key] = card.data.get(key)
+    _with_added_sections(ours, old, set(_GENERATED_SECTIONS) | set(_TABLE_SECTIONS))
+    return ours
+
+
+def _peft_card_above(folder: Path) -> Optional[Path]:
+    """The README.md peft's ``save_pretrained`` wrote one level above ``folder`` when ``folder`` is the subfolder it
+    saved an adapter not named "default" into (the adapter's weights are there, written before its config; the
+    README above is a card with peft's ``library_name``); None otherwise."""
+    from peft.utils.constants import SAFETENSORS_WEIGHTS_NAME, WEIGHTS_NAME
+
+    above = folder.parent / "README.md"
+    if not above.is_file() or not any((folder / name).is_file() for name in (SAFETENSORS_WEIGHTS_NAME, WEIGHTS_NAME)):
+        return None
+    try:
+        card = ModelCard.load(above)
+    except Exception:  # not a model card (a project's own README, say)
+        return None
+    return above if card.data.get("library_name") == "peft" else None
+
+
+def update_model_card(
+    adapter_config: Mapping[str, Any], folder: Union[str, os.PathLike], *, write: bool = True, **card_kwargs
+) -> Optional[ModelCard]:
+    """Make ``folder/README.md``, which peft's ``save_pretrained`` has just written (or a save wrote before a push),
+    the ut-peft card of ``adapter_config`` (its adapter_config.json as a mapping), and return it; None where the
+    folder has no card to update. ``card_kwargs`` (:func:`render_model_card`'s keywords, e.g. a push's ``repo_id``)
+    replace what the card keeps one by one; ``write=False`` writes nothing (a dry run).
+
+    The card is rendered from the config at every save, so a folder that held another adapter before does not keep
+    that adapter's description. From a card ut-peft wrote before it keeps what the user gave it (title,
+    repository, training and results tables, which the card's metadata keeps) and what they added to it (sections,
+    metadata such as a license); from any card it keeps peft's metadata and the blocks peft appended.
+
+    peft writes its README.md into the folder ``save_pretrained`` was given, but saves an adapter not named "default"
+    into a subfolder named after it (``folder/<name>/``, the folder to load or push that adapter from): its card is
+    written there, with peft's metadata and blocks taken from the README peft wrote one level up. A folder with no
+    README of its own and none of peft's above it (a config saved alone) is left alone.
+    """
+    readme = Path(folder) / "README.md"
+    own = ModelCard.load(readme) if readme.is_file() else None
+    above = _peft_card_above(Path(folder))
+    if above is not None and own is not None and above.stat().st_mtime_ns <= readme.stat().st_mtime_ns:
+        above = None  # the folder's own card is the one peft has just written (its save_directory)
+    # The card peft has just written: the folder's own, or for a subfolder the one above, newer than its own card
+    # (of an earlier save).
+    peft_card = ModelCard.load(above) if above is not None else own
+    if peft_card is None:
+        return None
+    inputs = None if own is None else stored_card_inputs(own)
+    if own is not None and inputs is not None:  # a card ut-peft wrote, which keeps its inputs, with peft's updates
+        card = _render_from_inputs(adapter_config, own, {**inputs, **card_kwargs}, frozenset(card_kwargs))
+    elif own is not None and "ut-peft" in own.text and not card_kwargs:
+        card = _render_again(adapter_config, own)  # a card ut-peft wrote before it kept its inputs: the fallback
+    else:  # peft's own template, or a subfolder's first card (the card above may be another adapter's)
+        card = render_model_card(adapter_config, **card_kwargs)
+    our_tags = list(card.data.get("tags") or [])
+    for key in ("library_name", "tags", "pipeline_tag", "base_model"):
+        value = peft_card.data.get(key)
+        if value is not None:
+            card.data[key] = value
+    for key, value in vars(own.data if own is not None else peft_card.data).items():
+        # What the user added to the card (a license): the folder's own card's, or for a subfolder's first card
+        # the one above's, which describes the same save.
+        if key not in _RENDERED_METADATA and value is not None and card.data.get(key) is None:
+            card.data[key] = value
+    card.text = _with_peft_blocks(card.text, peft_card.text)
+    hub_id = hub_base_model_id(adapter_config.get("base_model_name_or_path"))
+    card.data["base_model"] = hub_id
+    generated = {"random-backbone"}  # a tag the rendering sets from the config: this config's, not the old one's
+    card.data["tags"] = sorted(
+        {
+            t
+            for t in (card.data.get("tags") or [])
+            if t not in generated and (not t.startswith("base_model:") or (hub_id and t.endswith(":" + hub_id)))
+        }
+        | set(our_tags)
+    )
+    if write:  # str(card) is what ModelCard.save writes; written atomically like every other file the package writes
+        atomic_write_text(readme, str(card), newline="")
+    return card
 
 
 def _check_adapter_folder(folder: Union[str, os.PathLike]) -> None:
@@ -447,17 +670,23 @@ def push_adapter_to_hub(
     or ``adapter_model.bin`` from ``save_pretrained(..., safe_serialization=False)``): what ``save_pretrained(folder)``
     wrote for an adapter named "default", ``folder/<name>`` for an adapter of another name.
 
-    The card keeps what the folder's card was rendered from (its title, training and results tables, tags and
-    ``eval_dataset``, as :func:`save_model_card` was given them): ``card_kwargs`` replace them one by one, and the
-    card names ``repo_id`` as its repository.
+    The card is the folder's card brought up to date as a save does it (:func:`update_model_card`): it keeps what
+    it was rendered from (its title, training and results tables, tags and ``eval_dataset``), the sections and
+    metadata its user added and peft's blocks; ``card_kwargs`` replace what it was rendered from one by one, and
+    the card names ``repo_id`` as its repository. A folder without a card gets a new one.
     """
     _check_adapter_folder(folder)
     if not repo_id or repo_id.count("/") > 1:
         raise ValueError(f"repo_id must look like 'user/name' or 'name', got {repo_id!r}")
-    stored = {key: value for key, value in _stored_inputs_in(folder).items() if key != "repo_id"}
-    card_kwargs = {**stored, **card_kwargs}
+    adapter_config = _read_adapter_config(folder)
+    # The folder's card brought up to date, as save_pretrained does it (what its user added stays); a new one where
+    # the folder has none.
+    try:
+        updated = update_model_card(adapter_config, folder, write=False, repo_id=repo_id, **card_kwargs)
+    except (ValueError, yaml.YAMLError):  # a README whose metadata is not YAML, or not a card's: a new card
+        updated = None
+    card = str(updated if updated is not None else render_model_card(adapter_config, repo_id=repo_id, **card_kwargs))
     if dry_run:
-        card = str(render_model_card(_read_adapter_config(folder), repo_id=repo_id, **card_kwargs))
         root = Path(folder)
         files = sorted(
             (path.relative_to(root).as_posix(), path.stat().st_size) for path in root.rglob("*") if path.is_file()
@@ -479,7 +708,7 @@ def push_adapter_to_hub(
                 f"(or with HfApi().update_repo_settings({repo_id!r}, private={private})), or push to another "
                 "repository"
             )
-    save_model_card(folder, repo_id=repo_id, **card_kwargs)
+    atomic_write_text(Path(folder) / "README.md", card, newline="")
     return api.upload_folder(
         folder_path=str(folder), repo_id=repo_id, repo_type="model", commit_message=commit_message
     )
