@@ -470,6 +470,13 @@ def test_the_verdict_per_row_waits_for_the_seeds_and_checks_the_plan_asks_for():
     k2 = budget_results.verdict(rows, "k2", "random")
     assert k2["due"] == [0, 1, 2] and k2["crossed"] == [0, 1, 2] and k2["open"] == []
     assert k2["text"] == "**yes**: every one of the 3 seeds reaches 85.7% (crossing between 1.0e5 and 2.0e5 examples)"
+    # A seed already at the level at its first evaluation crossed before it: the range has no lower end. (Was: its
+    # first evaluation was taken as the lower end, "between 1.0e5 and 2.0e5" for a seed at 94.8% at 1.0e5.)
+    at_once = _row("k2", "random", 2, 0.995, curve=[(100_096, 0.948), (200_192, 0.995)], stop_reason="accuracy")
+    early = {**rows, at_once["name"]: at_once}
+    assert budget_results.verdict(early, "k2", "random")["text"] == (
+        "**yes**: every one of the 3 seeds reaches 85.7% (crossing by 2.0e5 examples)"
+    )
     k3 = budget_results.verdict(rows, "k3", "random")
     assert k3["crossed"] == [0] and k3["open"] == ["khop-k3-random-budget-s2"]
     assert k3["text"] == (

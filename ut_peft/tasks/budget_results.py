@@ -171,9 +171,15 @@ def verdict(rows: dict[str, dict], split: str, kind: str) -> dict:
         text = "open: seed 0 " + ("in progress" if in_flight else "not run yet")
     else:
         found = [crossing(seeds[seed]["curve"], level) for seed in crossed]
-        lows = [before["examples_seen"] if before else at["examples_seen"] for before, at in found]  # type: ignore[misc]
         highs = [at["examples_seen"] for _, at in found]  # type: ignore[misc]
-        where = f" (crossing between {_examples(min(lows))} and {_examples(max(highs))} examples)" if found else ""
+        if any(before is None for before, _ in found):
+            # A seed at the level at its first evaluation crossed somewhere before it: no lower bound.
+            where = f" (crossing by {_examples(max(highs))} examples)"
+        elif found:
+            lows = [before["examples_seen"] for before, _ in found]  # type: ignore[index]
+            where = f" (crossing between {_examples(min(lows))} and {_examples(max(highs))} examples)"
+        else:
+            where = ""
         done = len([seed for seed in due if seed in seeds])
         if not open_:
             if len(crossed) == len(due):
