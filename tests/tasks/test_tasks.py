@@ -128,3 +128,31 @@ def test_khop_dataset_returns_the_rows_asked_for_with_k_mixed_and_distinct_strin
     strings = [tuple(ids[1:]) for ids in data["input_ids"]]
     assert len(set(strings)) == len(strings)
     assert len(khop_dataset(1, ks=(2, 5), length=8)) == 1
+
+
+@pytest.mark.parametrize("name", ["khop", "dyck"])
+def test_an_edit_of_a_generators_code_builds_its_data_anew(name, monkeypatch):
+    """datasets caches a generated dataset by the generator's name and arguments, not its code: the module's source
+    digest is one of the arguments, so an edit of how examples are drawn never brings back the old examples."""
+    import hashlib
+    from pathlib import Path
+
+    from ut_peft.tasks import dyck, khop
+
+    module = {"khop": khop, "dyck": dyck}[name]
+    assert module.GENERATOR_CODE == hashlib.sha256(Path(module.__file__).read_bytes()).hexdigest()[:16]
+
+    def build():
+        if name == "khop":
+            return khop.khop_dataset(8, ks=(2,), length=8, seed=3)
+        return dyck.dyck_dataset(8, seed=3, max_pairs=4, max_random_length=8)
+
+    before = build()["input_ids"]
+    # An edit: other draws, and the digest the edited file would have.
+    if name == "khop":
+        monkeypatch.setattr(khop, "sample_string", lambda rng, length, alphabet_size=4: [0, 1] * (length // 2))
+    else:
+        monkeypatch.setattr(dyck, "sample_dyck", lambda rng, max_pairs, max_random_length: "()")
+    monkeypatch.setattr(module, "GENERATOR_CODE", "edited")
+    after = build()["input_ids"]
+    assert after != before and len({tuple(ids) for ids in after}) == 1

@@ -7,7 +7,9 @@ Then "?" and the answer token; only the answer is scored.
 
 from __future__ import annotations
 
+import hashlib
 import random
+from pathlib import Path
 
 import datasets
 
@@ -82,7 +84,13 @@ def encode_dyck(text: str) -> dict:
     }
 
 
-def _generate(num_examples: int, seed: int, max_pairs: int, max_random_length: int):
+# datasets caches a generated dataset under a fingerprint of the generator's name and gen_kwargs, not of its code:
+# an edit of how examples are drawn would bring back the cached examples of the old code. The digest of this
+# module's source goes into gen_kwargs (``code``, unused by the generator) so that any edit builds the data anew.
+GENERATOR_CODE = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
+
+
+def _generate(num_examples: int, seed: int, max_pairs: int, max_random_length: int, code: str):
     rng = random.Random(seed)
     for _ in range(num_examples):
         yield encode_dyck(sample_dyck(rng, max_pairs, max_random_length))
@@ -98,7 +106,11 @@ def dyck_dataset(
         _generate,
         features=FEATURES,
         gen_kwargs=dict(
-            num_examples=num_examples, seed=seed, max_pairs=max_pairs, max_random_length=max_random_length
+            num_examples=num_examples,
+            seed=seed,
+            max_pairs=max_pairs,
+            max_random_length=max_random_length,
+            code=GENERATOR_CODE,
         ),
     )
 

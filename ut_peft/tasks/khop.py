@@ -10,7 +10,9 @@ position except the last is scored (labels follow the causal-LM shift: labels[i 
 
 from __future__ import annotations
 
+import hashlib
 import random
+from pathlib import Path
 
 import datasets
 
@@ -77,7 +79,13 @@ def sample_khop(rng: random.Random, ks, length: int = 32, alphabet_size: int = 4
     return encode_khop(sample_string(rng, length, alphabet_size), k, alphabet_size)
 
 
-def _generate(num_examples: int, seed: int, ks: tuple[int, ...], length: int, alphabet_size: int):
+# datasets caches a generated dataset under a fingerprint of the generator's name and gen_kwargs, not of its code:
+# an edit of how examples are drawn would bring back the cached examples of the old code. The digest of this
+# module's source goes into gen_kwargs (``code``, unused by the generator) so that any edit builds the data anew.
+GENERATOR_CODE = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
+
+
+def _generate(num_examples: int, seed: int, ks: tuple[int, ...], length: int, alphabet_size: int, code: str):
     rng = random.Random(seed)
     for _ in range(num_examples):
         yield sample_khop(rng, ks, length, alphabet_size)
@@ -101,7 +109,12 @@ def khop_dataset(
         _generate,
         features=FEATURES,
         gen_kwargs=dict(
-            num_examples=num_examples, seed=seed, ks=tuple(ks), length=length, alphabet_size=alphabet_size
+            num_examples=num_examples,
+            seed=seed,
+            ks=tuple(ks),
+            length=length,
+            alphabet_size=alphabet_size,
+            code=GENERATOR_CODE,
         ),
     )
 
