@@ -478,3 +478,17 @@ def test_optimizer_speed_splits_changed_decisions_into_lost_and_gained(load, tmp
         bench.main(bench.parse(["--baseline", str(base), "--candidate", str(tmp_path / "other")]))
     with pytest.raises(SystemExit, match="same optimiser settings"):
         bench.main(bench.parse(["--baseline", str(base), "--candidate", str(base)]))
+
+
+def test_dyck_held_out_lengths(load, tmp_path, capsys):
+    """The plan's Dyck-1 held-out set holds every string of lengths 1-4, so training never draws those lengths."""
+    bench = load("dyck_held_out_lengths")
+    out = tmp_path / "lengths.json"
+    assert bench.main(["--steps", "40", "--json", str(out)]) == 0
+    plan = json.loads(out.read_text())["plan (8 pairs / 16 brackets)"]  # counts: no machine, no timing
+    for length in ("1", "2", "3", "4"):
+        entry = plan["per_length"][length]
+        assert entry["distinct_held_out"] == entry["strings_of_this_length"] and entry["training_draws"] == 0
+    unseen = sum(e["held_out"] for e in plan["per_length"].values() if not e["training_draws"]) / plan["held_out"]
+    assert plan["unseen_share"] == pytest.approx(unseen) and unseen > 0.2
+    assert plan["training_draws"] == 40 * 64 and "held-out strings are of lengths" in capsys.readouterr().out

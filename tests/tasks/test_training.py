@@ -395,3 +395,20 @@ def _drop_setting(checkpoint: Path, key: str) -> None:
     state = torch.load(checkpoint, weights_only=False)
     del state["settings"][key]
     torch.save(state, checkpoint)
+
+
+def test_a_dyck_row_keeps_its_held_out_accuracy_per_string_length(tmp_path):
+    """Where every string of a length is held out, training never sees that length: the row keeps the accuracy per
+    length so that the mix of seen and unseen lengths inside the overall accuracy can be read."""
+    settings = RunSettings(task="dyck", backbone="sparse-ut", **TINY)
+    row = run(settings, tmp_path, progress=False)
+    _, evaluation, _, _ = task_data(settings)
+    lengths = [len(text) for text in evaluation["text"]]
+    assert sorted(map(int, row["per_length"])) == sorted(set(lengths))
+    # One scored token per Dyck string: the overall accuracy is the per-length ones weighted by their strings.
+    weighted = sum(row["per_length"][str(n)] * lengths.count(n) for n in set(lengths)) / len(lengths)
+    assert weighted == pytest.approx(row["accuracy"])
+    assert (
+        run(RunSettings(task="khop", backbone="sparse-ut", **TINY), tmp_path / "k", progress=False)["per_length"]
+        is None
+    )

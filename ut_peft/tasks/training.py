@@ -344,7 +344,9 @@ def _restore_rng(rng: dict | None) -> None:
 
 @torch.no_grad()
 def evaluate_model(model, dataset, batch_size: int = 256, device=None) -> dict:
-    """Accuracy at the scored positions, overall and (k-hop) per hop count."""
+    """Accuracy at the scored positions, overall, (k-hop) per hop count, and (Dyck-1) per string length: where the
+    held-out set holds every string of a length, training never sees that length (its strings are never trained on),
+    and the overall accuracy mixes lengths the model has seen with lengths it has not."""
     model.eval()
     rows = dataset.to_list()
     predictions, references = [], []
@@ -364,6 +366,16 @@ def evaluate_model(model, dataset, batch_size: int = 256, device=None) -> dict:
             result["per_k"][str(k)] = ScoredTokenAccuracy().compute(
                 predictions=[predictions[i] for i in chosen], references=[references[i] for i in chosen]
             )["accuracy"]
+    if "text" in dataset.column_names:  # Dyck-1: the brackets of each string
+        by_length: dict[int, list[int]] = {}
+        for i, row in enumerate(rows):
+            by_length.setdefault(len(row["text"]), []).append(i)
+        result["per_length"] = {
+            str(length): ScoredTokenAccuracy().compute(
+                predictions=[predictions[i] for i in chosen], references=[references[i] for i in chosen]
+            )["accuracy"]
+            for length, chosen in sorted(by_length.items())
+        }
     return result
 
 
@@ -728,6 +740,9 @@ def _finish(session: _Session, output_dir: Path, finished: Path, *, results_path
         "accuracy": scores["accuracy"],
         "sequence_accuracy": scores["sequence_accuracy"],
         "per_k": scores.get("per_k"),
+        # Dyck-1: held-out accuracy per string length, from the final evaluation (none where a stopping rule's
+        # evaluation is the row's: the curve does not keep it).
+        "per_length": scores.get("per_length"),
         "final_train_loss": session.last_loss,
         "trainable_parameters": sum(p.numel() for p in session.trainable),
         "initial_std": session.initial_std,
