@@ -510,3 +510,18 @@ def test_the_verdict_per_row_waits_for_the_seeds_and_checks_the_plan_asks_for():
     table = budget_results.verdict_table(rows).splitlines()
     assert len(table) == 2 + 9 and "| k = 2 alone | random UT | 99.5 / 99.5 / 99.5 | 85.7-96.1% | **yes**" in table[3]
     assert "| k = 3 alone | random UT | 94.3 / 80.0 / - |" in table[6]
+
+
+def test_the_seeds_a_flat_stopped_seed_0_earns_itself_run_without_the_flat_rule_as_its_check_does():
+    # Was: a fixed backbone's seed 0 stopped flat within 10 points below the level earned seeds 1 and 2 with the flat
+    # rule on, while seed 0 itself was answered by its check without it; the verdict then mixed the two.
+    name = plan.budget_name("k2", "sparse", 0)
+    stopped = _row("k2", "sparse", 0, 0.95, stop_reason="flat")  # 4 points below 99: earns seeds, and a check
+    due = dict(plan.budget_runs({name: stopped}))
+    planned = dict(plan.BUDGET_PLAN)
+    seeds = [plan.budget_name("k2", "sparse", seed) for seed in (1, 2)]
+    assert [due[seed] for seed in seeds] == [{**planned[seed], "stop_flat": 0.0} for seed in seeds]
+    assert due[name + plan.UNSTOPPED]["stop_flat"] == 0.0
+    # A seed 0 that ran to the budget earns seeds with the plan's rules as they are.
+    ran = _row("k2", "sparse", 0, 0.95)
+    assert [dict(plan.budget_runs({name: ran}))[seed] for seed in seeds] == [planned[seed] for seed in seeds]

@@ -239,14 +239,18 @@ def budget_runs(rows: dict[str, dict]) -> list[tuple[str, dict]]:
 
     A row whose seed 0 the flat rule stopped short of earning seeds, but whose finished check (the same run without
     the rule) earns them, gets them too, and they run as the check did, without the flat rule: the check showed that
-    the rule cut this row's curve short, so the seeds must not be cut by it either."""
+    the rule cut this row's curve short, so the seeds must not be cut by it either. So do the seeds of a row whose
+    seed 0 earned them although the flat rule stopped it below the level: that seed is answered by its check, run
+    without the rule, and the verdict must not set it beside seeds the rule may have cut."""
     planned = dict(BUDGET_PLAN)
     due = [(name, settings) for name, settings in BUDGET_PLAN if settings["seed"] == 0]
+    checked = {name[: -len(UNSTOPPED)] for name, _ in flat_checks(rows)}
     for name, _ in list(due):
         seeds = [name[: -len("s0")] + f"s{seed}" for seed in (1, 2)]
         check = rows.get(name + UNSTOPPED)
+        unstopped = {"stop_flat": 0.0} if name in checked else {}
         if name in rows and more_seeds(rows[name]):
-            due += [(other, planned[other]) for other in seeds]
+            due += [(other, {**planned[other], **unstopped}) for other in seeds]
         elif name in rows and check is not None and more_seeds(check):
             due += [(other, {**planned[other], "stop_flat": 0.0}) for other in seeds]
     return due + flat_checks(rows)
