@@ -12,6 +12,10 @@ the "fresh" rows train) and the references' lengths (the "paper" rows), with no 
 held-out strings, the distinct held-out strings against all the strings of that length, and the share of the
 training draws of ``--steps`` steps of ``--batch-size`` fresh strings. Printed and kept (``--json``): the share of
 held-out strings at lengths no training draw had.
+
+``--rows FILE``: also read Dyck rows that keep their held-out accuracy per length (``per_length``, a results JSONL
+such as ``results/universal/dyck-lengths.jsonl``) and print each one's accuracy on the lengths training never drew
+and on the others, beside its overall accuracy (the held-out set and the draws counted at the row's own lengths).
 """
 
 from __future__ import annotations
@@ -57,11 +61,24 @@ def count(settings: dict, steps: int, batch_size: int) -> dict:
     }
 
 
+def split_accuracy(row: dict, counts: dict) -> dict:
+    """A row's held-out accuracy on the lengths no training draw had, and on the others (weighted by the held-out
+    strings of each length: one scored answer per string)."""
+    parts: dict[str, list[float]] = {"unseen": [0.0, 0.0], "seen": [0.0, 0.0]}
+    for length, accuracy in row["per_length"].items():
+        entry = counts["per_length"][length]
+        part = parts["seen" if entry["training_draws"] else "unseen"]
+        part[0] += accuracy * entry["held_out"]
+        part[1] += entry["held_out"]
+    return {name: (total / n if n else None, int(n)) for name, (total, n) in parts.items()}
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=2000, help="training steps of fresh strings to count (2000)")
     parser.add_argument("--batch-size", type=int, default=DYCK["batch_size"])
     parser.add_argument("--json", type=Path, help="write the counts here")
+    parser.add_argument("--rows", type=Path, help="Dyck rows with per_length (a results JSONL) to split by length")
     args = parser.parse_args(argv)
     results = {}
     for name, settings in SETTINGS.items():
@@ -80,6 +97,24 @@ def main(argv=None) -> int:
             )
     if args.json:
         args.json.write_text(json.dumps({"steps": args.steps, "batch_size": args.batch_size, **results}, indent=1))
+    if args.rows:
+        print(f"rows of {args.rows} (held-out accuracy: overall, on the lengths training never drew, on the others):")
+        for line in args.rows.read_text().splitlines():
+            row = json.loads(line)
+            if row.get("task") != "dyck" or not row.get("per_length"):
+                continue
+            s = row["settings"]
+            own = {k: s[k] for k in ("dyck_max_pairs", "dyck_max_random_length", "eval_examples", "seed")}
+            counts = count({**DYCK, **DYCK_HELD_OUT["fresh"], **own}, args.steps, args.batch_size)
+            split = split_accuracy(row, counts)
+            model = "fully trained" if row["full"] else row["backbone"]
+            (unseen, n_unseen), (seen, n_seen) = split["unseen"], split["seen"]
+            print(
+                f"  {model}, {s['dyck_max_pairs']} pairs, seed {s['seed']}, {s['steps']} steps: "
+                f"{100 * row['accuracy']:.1f}% overall; "
+                + (f"{100 * unseen:.1f}% on {n_unseen} strings of unseen lengths; " if n_unseen else "")
+                + f"{100 * seen:.1f}% on the other {n_seen}"
+            )
     return 0
 
 

@@ -492,3 +492,20 @@ def test_dyck_held_out_lengths(load, tmp_path, capsys):
     unseen = sum(e["held_out"] for e in plan["per_length"].values() if not e["training_draws"]) / plan["held_out"]
     assert plan["unseen_share"] == pytest.approx(unseen) and unseen > 0.2
     assert plan["training_draws"] == 40 * 64 and "held-out strings are of lengths" in capsys.readouterr().out
+
+
+def test_dyck_held_out_lengths_splits_a_rows_accuracy_by_the_lengths_training_drew(load, tmp_path, capsys):
+    from ut_peft.tasks.training import RunSettings, run
+
+    bench = load("dyck_held_out_lengths")
+    tiny = dict(width=24, layers=1, head_dim=4, steps=4, batch_size=8, eval_examples=64, warmup_steps=1)
+    row = run(RunSettings(task="dyck", fresh_data=True, dyck_max_pairs=3, dyck_max_random_length=6, **tiny), tmp_path)
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(json.dumps(row) + "\n")
+    assert bench.main(["--steps", "4", "--batch-size", "8", "--rows", str(rows)]) == 0
+    counts = bench.count({**bench.DYCK, **row["settings"]}, 4, 8)
+    split = bench.split_accuracy(row, counts)
+    (unseen, n_unseen), (seen, n_seen) = split["unseen"], split["seen"]
+    assert n_unseen + n_seen == 64 and n_unseen > 0  # 4 steps of 8 draws miss some lengths the held-out set has
+    assert (unseen * n_unseen + seen * n_seen) / 64 == pytest.approx(row["accuracy"])
+    assert f"{100 * row['accuracy']:.1f}% overall" in capsys.readouterr().out
