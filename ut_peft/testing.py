@@ -8,6 +8,13 @@ from __future__ import annotations
 import transformers
 
 TINY_FAMILIES = ("llama", "qwen2", "qwen3", "gemma3", "gpt2", "gpt_neox")
+# Families whose forward() scales the logits after lm_head, each with a scale other than 1 so that it shows: Granite
+# divides by logits_scaling, HyperCLOVA X multiplies by the same field, Cohere multiplies by logit_scale.
+TINY_LOGIT_SCALING_FAMILIES = {
+    "granite": ("GraniteConfig", {"logits_scaling": 8.0}),
+    "hyperclovax": ("HyperCLOVAXConfig", {"logits_scaling": 8.0}),
+    "cohere": ("CohereConfig", {"logit_scale": 0.0625}),
+}
 
 
 def tiny_config(
@@ -55,7 +62,11 @@ def tiny_config(
         return transformers.Qwen3Config(**decoder, head_dim=hidden_size // num_heads)
     if family == "gemma3":
         return transformers.Gemma3TextConfig(**decoder, head_dim=hidden_size // num_heads, sliding_window=16)
-    raise ValueError(f"unknown family {family!r}; choose one of {', '.join(TINY_FAMILIES)}")
+    if family in TINY_LOGIT_SCALING_FAMILIES:
+        name, scaling = TINY_LOGIT_SCALING_FAMILIES[family]
+        return getattr(transformers, name)(**decoder, **scaling)
+    families = (*TINY_FAMILIES, *TINY_LOGIT_SCALING_FAMILIES)
+    raise ValueError(f"unknown family {family!r}; choose one of {', '.join(families)}")
 
 
 def tiny_model(family: str, *, tied: bool = False, seed: int = 0, **kwargs):

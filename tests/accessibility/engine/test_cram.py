@@ -697,22 +697,10 @@ def _logit_scaling_model(family: str):
     """A tiny causal LM of a family that scales its logits inside forward(), built from its config (no download)."""
     import transformers
 
-    shape = dict(
-        vocab_size=97,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=128,
-        initializer_range=0.1,
-    )
-    config = {
-        "granite": lambda: transformers.GraniteConfig(**shape, logits_scaling=8.0),  # logits / 8
-        "cohere": lambda: transformers.CohereConfig(**shape, logit_scale=0.0625),  # logits * 0.0625
-    }[family]()
+    from ut_peft.testing import tiny_config
+
     torch.manual_seed(0)
-    return transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
+    return transformers.AutoModelForCausalLM.from_config(tiny_config(family), dtype=torch.float32).eval()
 
 
 @pytest.mark.parametrize("family", ["granite", "cohere"])
