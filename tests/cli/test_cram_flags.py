@@ -273,3 +273,36 @@ def test_a_switch_a_config_file_turns_on_is_turned_off_on_the_command_line(tmp_p
     off = command.parse(["--config", str(config), *(f"--no-{flag.name}" for flag in switches)])
     assert not any(getattr(off, flag.dest) for flag in switches)
     assert command.parse([]).overwrite is False
+
+
+@pytest.mark.parametrize(
+    "argv, flag, shown",
+    [
+        ("--batch-size 0", "--batch-size", "'0'"),
+        ("--patience 0", "--patience", "'0'"),
+        ("--logits-budget 0", "--logits-budget", "'0'"),
+        ("--max-steps 0", "--max-steps", "'0'"),
+        ("--num-sequences 0", "--num-sequences", "'0'"),
+        ("--ms 0", "--ms", "'0'"),
+        ("--ms 2 -1", "--ms", "'-1'"),
+        ("--ms 1.5", "--ms", "'1.5'"),
+        ("--ms 2,4", "--ms", "separate words (e.g. 2 4)"),
+        ("--lengths 8 0", "--lengths", "'0'"),
+        ("--lengths -3", "--lengths", "'-3'"),
+    ],
+)
+def test_a_count_out_of_range_is_refused_as_the_flag_is_read_naming_it(argv, flag, shown, capsys):
+    """A count below 1 was a library error naming Python fields (batch_size, logits_budget) or no flag at all
+    ("every number of memory vectors m must be >= 1"), and --ms 1.5 argparse's "invalid int value"."""
+    with pytest.raises(SystemExit) as exit_:
+        command.parse(argv.split())
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.splitlines()[-1]
+    assert f"argument {flag}: expected" in err and shown in err, err
+
+
+def test_the_library_still_refuses_the_counts_the_flags_refuse():
+    with pytest.raises(ValueError, match="batch_size"):
+        SweepConfig(cram=CramConfig(batch_size=0))
+    with pytest.raises(ValueError, match="memory vectors m must be >= 1"):
+        SweepConfig(ms=[0])

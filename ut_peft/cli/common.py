@@ -197,6 +197,20 @@ def positive_int(text) -> int:
     return _number(text, int, 1, "a whole number >= 1")
 
 
+def positive_int_word(text) -> int:
+    """An argparse type for a flag that takes several whole numbers >= 1 as separate words (``--ms 2 4``): a word
+    holding commas is refused with the spelling that works."""
+    try:
+        return positive_int(text)
+    except argparse.ArgumentTypeError:
+        if "," in str(text):
+            words = " ".join(w.strip() for w in str(text).split(","))
+            raise argparse.ArgumentTypeError(
+                f"expected whole numbers >= 1 as separate words (e.g. {words}), got {text!r}"
+            ) from None
+        raise
+
+
 def nonnegative_int(text) -> int:
     """An argparse type: a whole number >= 0."""
     return _number(text, int, 0, "a whole number >= 0")

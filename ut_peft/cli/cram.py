@@ -41,6 +41,8 @@ from .common import (
     library_value,
     nonnegative_int,
     parse_args,
+    positive_int,
+    positive_int_word,
     run,
     start_tracking,
 )
@@ -407,14 +409,15 @@ FLAGS = (
     Flag("source", "source", required=True, api="text", read=lambda source, _, path: _source_spec(source, path),
          help="text, text:PATH, hf:NAME[:SPLIT[:COLUMN]], words, words:glove (the paper's list; what words means "
          "under --protocol published), words:wordfreq, words:PATH or tokens"),
-    Flag("ms", "ms", required=True, default=DEFAULT_JOB["ms"], type=int, nargs="+", help="numbers of memory vectors"),
+    Flag("ms", "ms", required=True, default=DEFAULT_JOB["ms"], type=positive_int_word, nargs="+",
+         help="numbers of memory vectors"),
     Flag("protocol", "protocol", api="ut-peft", choices=list(PROTOCOLS),
          help="published: the accessibility paper's code exactly (layout [memory, BOS, ...], length counts the BOS, "
          "unscaled init, no greedy re-check, nested texts, 100k-word list; defaults to its "
          f"{_PUBLISHED['num_sequences']} sequences, adaptive grid, cap {_PUBLISHED['max_steps']}, patience "
          f"{_PUBLISHED['patience']}): use it for figures compared with the paper's. ut-peft: the BOS before the "
          "memory, greedy-confirmed rows"),
-    Flag("lengths", "grid.lengths", type=int, nargs="+",
+    Flag("lengths", "grid.lengths", type=positive_int_word, nargs="+",
          help=f"fixed length grid (default {' '.join(map(str, DEFAULT_JOB['lengths']))}; the published protocol's "
          "default is the adaptive grid)"),
     # The registry as it is when the parser is built (it imports nothing heavy): a registered design is offered.
@@ -441,7 +444,8 @@ FLAGS = (
     Flag("target-ci", "design.target_ci", when=_designs("sequential"), type=float,
          help="sequential: stop an m once its n_50 95%% interval is narrower than this many tokens"),
     Flag("budget", "design.budget_row_steps", when=_designs("sequential", "pooled"),
-         type=int, help="sequential: stop an m once its rows cost this many forward-backward passes (row-steps)"),
+         type=positive_int,
+         help="sequential: stop an m once its rows cost this many forward-backward passes (row-steps)"),
     Flag("infer-prefixes", "infer_prefixes", switch=True,
          help="nested texts (--protocol published --source text): cram each text's lengths in increasing order and "
          "decide without cramming the rows its other rows imply (crammed at n: accessible at every shorter n; "
@@ -451,25 +455,26 @@ FLAGS = (
          "whole paragraphs, at least TOKENS each, instead of one text per document; for the pooled and sequential "
          "designs, which cram a fresh text in every row (the bundled text holds 79 documents; with SmolLM2's "
          "tokenizer, 195 texts of 512+ tokens)"),
-    Flag("start", "grid.start", when=_walked, api=10, type=int, help=f"{_WALK}: its first length"),
-    Flag("stop", "grid.stop", when=_walked, api=1000, type=int, help=f"{_WALK}: its longest length"),
-    Flag("coarse", "grid.coarse", when=_walked, api=100, type=int, help=f"{_WALK}: its step far from n_50"),
-    Flag("fine", "grid.fine", when=_walked, api=10, type=int, help=f"{_WALK}: its step near n_50"),
-    Flag("num-sequences", "num_sequences", required=True, type=int,
+    Flag("start", "grid.start", when=_walked, api=10, type=positive_int, help=f"{_WALK}: its first length"),
+    Flag("stop", "grid.stop", when=_walked, api=1000, type=positive_int, help=f"{_WALK}: its longest length"),
+    Flag("coarse", "grid.coarse", when=_walked, api=100, type=positive_int, help=f"{_WALK}: its step far from n_50"),
+    Flag("fine", "grid.fine", when=_walked, api=10, type=positive_int, help=f"{_WALK}: its step near n_50"),
+    Flag("num-sequences", "num_sequences", required=True, type=positive_int,
          help=f"sequences per (m, n) (default {_OURS['num_sequences']}, the quick run's: SweepConfig.quick_run(); "
          f"{_PUBLISHED['num_sequences']} under --protocol published, as the paper and SweepConfig())"),
     # numpy's generators, which draw every sequence, take no negative seed
     Flag("seed", "seed", required=True, api=0, type=nonnegative_int,
          help="every sequence and init derive from it and their (m, n, index)"),
-    Flag("max-steps", "cram.max_steps", type=int,
+    Flag("max-steps", "cram.max_steps", type=positive_int,
          help=f"step cap per sequence (default {_OURS['max_steps']}, the quick run's; {_PUBLISHED['max_steps']} "
          "under --protocol published, as the paper)"),
-    Flag("patience", "cram.patience", type=int,
+    Flag("patience", "cram.patience", type=positive_int,
          help=f"steps without a new best (default {_OURS['patience']}, the quick run's; {_PUBLISHED['patience']} "
          "under --protocol published, as the paper)"),
     Flag("lr", "cram.lr", api=0.01, type=float, help="AdamW learning rate of the memory vectors"),
-    Flag("batch-size", "cram.batch_size", unrecorded=True, api=16, type=int, help="sequences crammed together"),
-    Flag("logits-budget", "cram.logits_budget", unrecorded=True, api=2**26, type=int, metavar="ELEMENTS",
+    Flag("batch-size", "cram.batch_size", unrecorded=True, api=16, type=positive_int,
+         help="sequences crammed together"),
+    Flag("logits-budget", "cram.logits_budget", unrecorded=True, api=2**26, type=positive_int, metavar="ELEMENTS",
          help="most output-head logits held at once (default 2^26, 256 MiB in float32); beyond it the head and the "
          "loss run in chunks under checkpointing, which computes the head's logits twice. A budget that holds a "
          "whole batch's logits skips that second pass, at their memory, with the same results up to the rounding "
@@ -498,7 +503,7 @@ FLAGS = (
     Flag("autocast", "cram.autocast", api="auto", choices=["auto", "bf16", "fp16", "none"],
          help="precision of the forward passes; auto: bf16 on a GPU (fp16 under --protocol published), float32 on "
          "CPU"),
-    Flag("support-sequences", "support_sequences", type=int,
+    Flag("support-sequences", "support_sequences", type=positive_int,
          help="random sequences the bounds' support (r and the box) is measured on, recorded in settings.json "
          f"(default: what the sweep in --output-dir was measured on, else {SUPPORT_SEQUENCES})"),
     # The command's own flags: how this run goes, not what it measures.
