@@ -1266,3 +1266,33 @@ def test_a_merge_into_a_folder_a_run_is_writing_waits_for_no_settings_check(tmp_
         lock.release()
     merge_sweeps([tmp_path / "m1", tmp_path / "m2"], tmp_path / "merged")
     assert len(read_rows(tmp_path / "merged")) == 2 * 2
+
+
+# ---- a merge's refusals name what to do --------------------------------------------------------------------------
+
+
+def _write_settings(folder: Path, **settings) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    base = {"model": "tiny-llama", "ms": [1], "num_sequences": 2, "seed": 0, "cram": {"max_steps": 2}}
+    (folder / "settings.json").write_text(json.dumps(base | settings))
+
+
+@pytest.mark.parametrize("spelling", ["a", "./a", "a/"])
+def test_a_merge_into_one_of_its_own_folders_is_refused_before_anything_is_touched(tmp_path, monkeypatch, spelling):
+    _write_settings(tmp_path / "a")
+    _write_settings(tmp_path / "b", ms=[2])
+    before = sorted(p.name for p in (tmp_path / "a").iterdir())
+    monkeypatch.chdir(tmp_path)
+    for overwrite in (False, True):
+        with pytest.raises(
+            ValueError, match="the output folder cannot be one of the --merge folders; give a new folder"
+        ):
+            merge_sweeps([tmp_path / "a", tmp_path / "b"], spelling, overwrite=overwrite)
+    assert sorted(p.name for p in (tmp_path / "a").iterdir()) == before  # not even a lock file
+
+
+def test_a_refused_merge_names_each_differing_setting_with_both_values(tmp_path):
+    _write_settings(tmp_path / "a")
+    _write_settings(tmp_path / "b", ms=[2], num_sequences=4, cram={"max_steps": 300})
+    with pytest.raises(ValueError, match=r"differ: cram\.max_steps 2 -> 300, num_sequences 2 -> 4\)"):
+        merge_sweeps([tmp_path / "a", tmp_path / "b"], tmp_path / "ab")

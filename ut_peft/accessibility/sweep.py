@@ -691,6 +691,10 @@ def merge_sweeps(folders, output_dir, *, overwrite: bool = False) -> Path:
     folders = [Path(f) for f in folders]
     if len(folders) < 2:
         raise ValueError(f"give at least two sweep folders to merge (got {len(folders)})")
+    # Before anything is read or written: a merge into one of its own folders would replace that sweep's rows and
+    # settings with a merge listing itself (and --overwrite would discard its finished rows).
+    if any(_same_folder(folder, output_dir) for folder in folders):
+        raise ValueError("the output folder cannot be one of the --merge folders; give a new folder")
     written = [store.read_settings(folder) for folder in folders]
     # Compared and merged as recorded: a folder from before the support sequences were recorded holds them in its
     # summary, and the merge's summary is measured on them.
@@ -699,7 +703,8 @@ def merge_sweeps(folders, output_dir, *, overwrite: bool = False) -> Path:
     free = {"ms", "grid", "merged_from", "infer_prefixes"}
     shared = {k: v for k, v in settings[0].items() if k not in free}
     for folder, other in zip(folders[1:], settings[1:]):
-        differ = sorted(k for k in set(shared) | (set(other) - free) if shared.get(k) != other.get(k))
+        # Named down to the field with both values, as a refused resume names them (cram.max_steps 2 -> 300).
+        differ = store.changed_settings(shared, {k: v for k, v in other.items() if k not in free})
         if differ:
             raise ValueError(
                 f"{folder} was run with other settings than {folders[0]} (differ: {', '.join(differ)}); "
@@ -737,6 +742,15 @@ def merge_sweeps(folders, output_dir, *, overwrite: bool = False) -> Path:
     finally:
         lock.release()
     return output_dir
+
+
+def _same_folder(a, b) -> bool:
+    """Whether paths ``a`` and ``b`` name one folder (as spelled, or once resolved: ./A, A/ and a link to A)."""
+    a, b = Path(a), Path(b)
+    try:
+        return a.resolve() == b.resolve() or (a.exists() and b.exists() and a.samefile(b))
+    except OSError:
+        return a.absolute() == b.absolute()
 
 
 def summarize(config: SweepConfig, settings: dict, rows: dict, model) -> summaries.Summary:
