@@ -143,6 +143,21 @@ def test_an_unknown_flag_says_what_it_may_mean(capsys, argv, hint):
     assert exit_.value.code == 2 and f"ut-peft {name}: error: unrecognized arguments" in err and hint in err, err
 
 
+@pytest.mark.parametrize("option", ["--versoin", "-v", "--verison", "-version"])
+def test_a_misspelt_version_flag_says_version(capsys, option):
+    """ut-peft --versoin (or -v) was an unknown command with no hint."""
+    with pytest.raises(SystemExit) as exit_:
+        main([option])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and f"unknown option {option!r} (did you mean --version?)" in err, err
+
+
+def test_an_unknown_option_names_the_ones_there_are(capsys):
+    with pytest.raises(SystemExit):
+        main(["--frobnicate"])
+    assert "unknown option '--frobnicate'; it takes --version, --help or a command" in capsys.readouterr().err
+
+
 def test_an_unknown_command_says_what_it_may_mean(capsys):
     with pytest.raises(SystemExit):
         main(["crm", "--help"])

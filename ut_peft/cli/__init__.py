@@ -11,6 +11,7 @@ package plus ``parse(argv=None)``; :func:`.common.run` joins them and turns erro
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import sys
 
@@ -61,8 +62,14 @@ def main(argv=None) -> None:
         print(f"ut-peft {__version__}")
         return
     name = argv[0].replace("_", "-")
+    if name.startswith("-"):  # an option of ut-peft itself: --version and --help are all it takes
+        options = ("--version", "--help")
+        close = ["--version"] if name == "-v" else difflib.get_close_matches(name, options, n=1, cutoff=0.6)
+        hint = f" (did you mean {close[0]}?)" if close else f"; it takes {', '.join(options)} or a command"
+        print(f"{usage()}\n\nut-peft: error: unknown option {argv[0]!r}{hint}", file=sys.stderr)
+        sys.exit(2)
     if name not in COMMANDS:
-        close = suggest(name.lstrip("-"), COMMANDS)
+        close = suggest(name, COMMANDS)
         hint = f" (did you mean {' or '.join(close)}?)" if close else ""
         print(f"{usage()}\n\nut-peft: error: unknown command {argv[0]!r}{hint}", file=sys.stderr)
         sys.exit(2)
