@@ -610,3 +610,47 @@ def test_a_report_on_a_folder_another_run_is_writing_writes_nothing(tmp_path, ll
         kill(holder)
     assert summarize_folder(tmp_path, llama).num_rows == 6  # once the run is over, a report is written
     assert (tmp_path / "summary.json").is_file() and (tmp_path / "report.md").is_file()
+
+
+# ---- a refused resume says how to keep the finished rows, where a way keeps them ---------------------------------
+
+
+def _folder_with_rows(folder: Path, settings: dict, rows: int = 3) -> None:
+    store.prepare_folder(folder, settings, clear=False)
+    write_lines(folder / "rows.jsonl", [good(i) for i in range(rows)])
+
+
+def test_new_stopping_targets_of_a_pooled_sweep_are_refused_with_the_retarget_that_keeps_the_rows(tmp_path):
+    from ut_peft.accessibility.designs.configs import PooledConfig
+
+    old = {"seed": 0, "design": PooledConfig(target_slope_se=2.0, budget_row_steps=1000).record()}
+    new = {"seed": 0, "design": PooledConfig(target_slope_se=1.0, budget_row_steps=5000).record()}
+    _folder_with_rows(tmp_path, old)
+    with pytest.raises(ValueError) as refused:
+        store.check_settings(tmp_path, new, overwrite=False)
+    message = str(refused.value)
+    assert f"--retarget-from {tmp_path} --output NEW" in message and "keeps the rows" in message
+    assert message.endswith("--overwrite), which deletes its 3 finished rows")
+    # anything else changed too: no retarget offered, and --overwrite still says what it deletes
+    with pytest.raises(ValueError) as refused:
+        store.check_settings(tmp_path, dict(new, seed=1), overwrite=False)
+    assert "--retarget-from" not in str(refused.value) and "deletes its 3 finished rows" in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    "ms, lengths, advice",
+    [
+        ([1, 2, 3], [2, 3], "--ms 3 with the same lengths"),
+        ([1, 2], [2, 3, 6], "--lengths 6 with the same ms"),
+    ],
+)
+def test_more_m_on_a_fixed_sweep_is_refused_with_the_merge_that_keeps_the_rows(tmp_path, ms, lengths, advice):
+    _folder_with_rows(tmp_path, {"seed": 0, "ms": [1, 2], "grid": {"lengths": [2, 3]}})
+    with pytest.raises(ValueError) as refused:
+        store.check_settings(tmp_path, {"seed": 0, "ms": ms, "grid": {"lengths": lengths}}, overwrite=False)
+    message = str(refused.value)
+    assert advice in message and f"--merge {tmp_path} NEW --output MERGED" in message
+    assert message.endswith("deletes its 3 finished rows")
+    with pytest.raises(ValueError) as refused:  # fewer m: a merge cannot give that
+        store.check_settings(tmp_path, {"seed": 0, "ms": [1], "grid": {"lengths": [2, 3]}}, overwrite=False)
+    assert "--merge" not in str(refused.value)

@@ -47,7 +47,7 @@ from typing import Any
 import datasets
 
 from ..io import append_jsonl, atomic_write_bytes, atomic_write_json, lock_holder, try_lock
-from .designs.configs import with_recorded_rules
+from .designs.configs import BUILTIN_CONFIGS, with_recorded_rules
 from .engine.rows import INFERRED, Row, RowError
 
 SETTINGS_FILE = "settings.json"
@@ -525,9 +525,63 @@ def check_settings(folder: Path, settings: dict, overwrite: bool, context: int |
             'on the device that crammed them ("none", float32, on a CPU; gpu_autocast on a GPU): to resume it on this '
             f"device pass --autocast {json.loads(kept)} (autocast={kept}) explicitly, or use another output folder"
         )
+    finished = finished_row_count(folder)
+    discard = f"pass overwrite=True (--overwrite), which deletes its {finished} finished rows"
+    keeping = _keeping_change(folder, recorded, settings, paths, finished)
+    if keeping:
+        raise ValueError(
+            f"{folder} holds a run with different settings (changed: {', '.join(changed)}). {keeping}; or, as the "
+            f"last resort, {discard}"
+        )
     raise ValueError(
         f"{folder} holds a run with different settings (changed: {', '.join(changed)}); use another output folder, "
-        f"or pass overwrite=True (--overwrite) to discard it{precision}{_outside_change(recorded, paths)}"
+        f"or, as the last resort, {discard}{precision}{_outside_change(recorded, paths)}"
+    )
+
+
+def _keeping_change(folder, recorded: dict, settings: dict, paths: list[str], finished: int) -> str | None:
+    """How to make a change that keeps ``folder``'s finished rows, where there is one: new stopping targets (or
+    budget) of a sequential or pooled design are a retarget into a new folder (:func:`.sweep.retarget_plan` accepts
+    only those); more m or more lengths of a fixed sweep are a sweep of their own, pooled with ``--merge``
+    (:func:`.sweep.merge_sweeps` accepts sweeps that differ only there). None where neither fits."""
+    old_design, new_design = recorded.get("design"), settings.get("design")
+    if (
+        isinstance(old_design, dict)
+        and isinstance(new_design, dict)
+        and old_design.get("kind") == new_design.get("kind")
+    ):
+        config = BUILTIN_CONFIGS.get(old_design.get("kind"))
+        free = set(config.stopping_fields(None)) if config is not None else set()  # constant per design
+        if free and all(path.startswith("design.") and path.split(".")[1] in free for path in paths):
+            return (
+                f"Only the {old_design['kind']} design's stopping fields changed ({', '.join(sorted(free))}), and a "
+                f"retarget keeps the rows: pass --retarget-from {folder} --output NEW (a new folder; "
+                f"run_sweep(retarget_from=...)), which starts NEW from those of its {finished} finished rows the new "
+                f"targets replay and leaves {folder} as it is"
+            )
+    fixed = old_design in (None, {"kind": "fixed"}) and new_design == old_design
+    if not fixed or not paths or not set(paths) <= {"ms", "grid.lengths"}:
+        return None
+    old_ms, new_ms = set(recorded.get("ms") or []), set(settings.get("ms") or [])
+    old_grid, new_grid = recorded.get("grid") or {}, settings.get("grid") or {}
+    old_lengths, new_lengths = set(old_grid.get("lengths") or []), set(new_grid.get("lengths") or [])
+    if not (old_ms <= new_ms and old_lengths <= new_lengths):
+        return None
+    added_ms, added_lengths = sorted(new_ms - old_ms), sorted(new_lengths - old_lengths)
+    words = " ".join
+    if added_ms and added_lengths:
+        new = (
+            f"--ms {words(map(str, added_ms))} at every length, and --ms {words(map(str, sorted(old_ms)))} "
+            f"--lengths {words(map(str, added_lengths))}, each into a folder of its own"
+        )
+    elif added_ms:
+        new = f"--ms {words(map(str, added_ms))} with the same lengths"
+    else:
+        new = f"--lengths {words(map(str, added_lengths))} with the same ms"
+    return (
+        f"Its rows are kept by running only what is new ({new}) into another folder (--output NEW) "
+        f"and pooling them with --merge {folder} NEW --output MERGED (a new folder again; merge_sweeps), which "
+        f"keeps its {finished} finished rows"
     )
 
 
