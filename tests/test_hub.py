@@ -453,3 +453,74 @@ def test_a_push_keeps_the_sections_and_metadata_the_user_added_to_the_card(tmp_p
     # Without it the hand edit stays, as a save keeps it.
     plan = push_adapter_to_hub(tmp_path, "someone/dyck", api=api, dry_run=True)
     assert "| accuracy | 0.97 (edited) |" in plan.card
+
+
+def test_a_push_without_a_network_says_the_hub_cannot_be_reached_and_nothing_was_uploaded(tmp_path):
+    """With no network the push ended in the HTTP library's bare `httpx.ConnectError: [Errno ...]`. HF_ENDPOINT
+    points at a local port nothing listens on, read by huggingface_hub when it is imported: a fresh process."""
+    import os
+    import subprocess
+    import sys
+
+    get_peft_model(tiny_model("llama"), UTReprogramConfig()).save_pretrained(tmp_path / "adapter")
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "HTTP_PROXY", "HTTPS_PROXY")}
+    env.update(HF_ENDPOINT="http://127.0.0.1:9", HF_TOKEN="hf_test", OMP_NUM_THREADS="1")
+    argv = [sys.executable, "-m", "ut_peft", "push", str(tmp_path / "adapter"), "someone/x"]
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300)
+    err = done.stderr.strip().splitlines()[-1]
+    assert done.returncode == 2, done.stderr
+    assert err.startswith("ut-peft push: error: cannot reach the Hub at http://127.0.0.1:9 (ConnectError"), err
+    assert "check the network, HF_ENDPOINT, or a proxy; nothing was uploaded" in err and "--debug" not in err, err
+
+
+class UnreachableHfApi(RecordingHfApi):
+    def create_repo(self, **kwargs):
+        raise ConnectionRefusedError(111, "Connection refused")
+
+
+def test_the_python_push_says_the_same_when_the_hub_cannot_be_reached(tmp_path):
+    get_peft_model(tiny_model("llama"), UTReprogramConfig()).save_pretrained(tmp_path)
+    with pytest.raises(ConnectionError, match="cannot reach the Hub.*nothing was uploaded"):
+        push_adapter_to_hub(tmp_path, "someone/x", api=UnreachableHfApi())
+
+
+def test_a_missing_folder_and_a_file_are_named_as_such(tmp_path):
+    """Both used to be told they lacked adapter_config.json and to save the adapter with save_pretrained."""
+    api = RecordingHfApi()
+    with pytest.raises(FileNotFoundError, match="missing does not exist"):
+        push_adapter_to_hub(tmp_path / "missing", "someone/x", api=api)
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(NotADirectoryError, match="file is a file, not a folder"):
+        push_adapter_to_hub(tmp_path / "file", "someone/x", api=api)
+    assert api.calls == []
+
+
+def test_a_reprogram_output_folder_points_to_its_adapter_folder_with_the_command(tmp_path, capsys):
+    """ut-peft reprogram saves its adapter in OUTPUT/adapter (the model in OUTPUT/model with --full): pushing OUTPUT
+    used to advise a Python call, from the command line too."""
+    from ut_peft.cli import main
+
+    get_peft_model(tiny_model("llama"), UTReprogramConfig()).save_pretrained(tmp_path / "run" / "adapter")
+    with pytest.raises(SystemExit):
+        main(["push", str(tmp_path / "run"), "someone/x", "--dry-run"])
+    err = capsys.readouterr().err
+    assert f"`ut-peft push {tmp_path / 'run' / 'adapter'} REPO`" in err and "reprogram" in err, err
+    tiny_model("llama").save_pretrained(tmp_path / "full" / "model")
+    with pytest.raises(FileNotFoundError, match="reprogram --full.*not a UT_REPROGRAM adapter"):
+        push_adapter_to_hub(tmp_path / "full", "someone/x", api=RecordingHfApi())
+
+
+@pytest.mark.parametrize("repo_id", ["bad repo/x y", "a/b/c", "", "x-", "user/na me"])
+def test_an_invalid_repo_id_is_refused_before_anything_else_also_in_a_dry_run(tmp_path, repo_id, capsys):
+    """A dry run used to say it would create 'bad repo/x y'."""
+    from ut_peft.cli import main
+
+    get_peft_model(tiny_model("llama"), UTReprogramConfig()).save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match="is not a Hub repository id"):
+        push_adapter_to_hub(tmp_path, repo_id, dry_run=True)
+    with pytest.raises(ValueError, match="is not a Hub repository id"):  # before the folder is looked at
+        push_adapter_to_hub(tmp_path / "missing", repo_id, api=RecordingHfApi())
+    with pytest.raises(SystemExit):
+        main(["push", str(tmp_path), repo_id, "--dry-run"])
+    captured = capsys.readouterr()
+    assert "would create" not in captured.out and "is not a Hub repository id" in captured.err

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
@@ -610,26 +611,97 @@ def update_model_card(
 
 
 def _check_adapter_folder(folder: Union[str, os.PathLike]) -> None:
-    """Refuse a folder that holds no saved adapter at its top, naming what is missing. peft's save_pretrained puts an
-    adapter that is not named "default" into a subfolder named after it (``folder/<name>/``): the error names those
-    subfolders, which are the adapter folders to push (the card's snippet loads the repository's top)."""
+    """Refuse a folder that holds no saved adapter at its top, naming what is missing. A path that does not exist
+    or is a file says so. ``ut-peft reprogram``'s output folder holds its adapter in ``adapter/`` (its model in
+    ``model/`` with --full): the error names that folder, from the command line and from Python. peft's
+    save_pretrained puts an adapter that is not named "default" into a subfolder named after it
+    (``folder/<name>/``): the error names those subfolders, which are the adapter folders to push (the card's
+    snippet loads the repository's top)."""
     root = Path(folder)
+    what = f"the folder that holds the saved adapter ({ADAPTER_CONFIG} and {ADAPTER_WEIGHTS[0]})"
+    if not root.exists():
+        raise FileNotFoundError(f"{folder} does not exist: give {what}")
+    if not root.is_dir():
+        raise NotADirectoryError(f"{folder} is a file, not a folder: give {what}")
     missing = [] if (root / ADAPTER_CONFIG).is_file() else [ADAPTER_CONFIG]
     if not any((root / name).is_file() for name in ADAPTER_WEIGHTS):
         missing.append(" or ".join(ADAPTER_WEIGHTS))
     if not missing:
         return
-    below = sorted(path.parent for path in root.glob(f"*/{ADAPTER_CONFIG}")) if root.is_dir() else []
+    if ADAPTER_CONFIG in missing and (root / "adapter" / ADAPTER_CONFIG).is_file():  # ut-peft reprogram's output
+        adapter = str(root / "adapter")
+        raise FileNotFoundError(
+            f"{folder} is the output folder of a `ut-peft reprogram` run, which saves its adapter in {adapter}: "
+            f"push that folder, `ut-peft push {adapter} REPO` (from Python: push_adapter_to_hub({adapter!r}, ...))"
+        )
+    if ADAPTER_CONFIG in missing and (root / "model" / "config.json").is_file():  # reprogram --full's output
+        raise FileNotFoundError(
+            f"{folder} is the output folder of a `ut-peft reprogram --full` run: {root / 'model'} is a fully trained "
+            "model, not a UT_REPROGRAM adapter, and push uploads adapters only (upload a model with "
+            f"`hf upload REPO {root / 'model'}`)"
+        )
+    below = sorted(path.parent for path in root.glob(f"*/{ADAPTER_CONFIG}"))
     if ADAPTER_CONFIG in missing and below:
         names = ", ".join(repr(path.name) for path in below)
         raise FileNotFoundError(
             f"{folder} holds no adapter at its top, but adapters in its subfolders ({names}): save_pretrained puts "
             "an adapter that is not named 'default' into folder/<adapter name>/. Push that folder: "
-            f"push_adapter_to_hub({str(below[0])!r}, ...)"
+            f"`ut-peft push {below[0]} REPO` (from Python: push_adapter_to_hub({str(below[0])!r}, ...))"
         )
     raise FileNotFoundError(
         f"{folder} lacks {', '.join(missing)}: save the adapter with model.save_pretrained(folder) before pushing it"
     )
+
+
+def _check_repo_id(repo_id: str) -> None:
+    """A repository id the Hub takes ('user/name' or 'name'), checked by huggingface_hub's own validator before
+    anything else: a dry run would otherwise say it would create a repository that cannot exist."""
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+
+    try:
+        if not isinstance(repo_id, str):
+            raise HFValidationError(f"expected a string, got {type(repo_id).__name__}")
+        validate_repo_id(repo_id)
+    except HFValidationError as err:
+        raise ValueError(
+            f"repo_id {repo_id!r} is not a Hub repository id: it must look like 'user/name' or 'name' "
+            f"(letters, digits, '-', '_', '.'; {err})"
+        ) from None
+
+
+def _unreachable(err: BaseException) -> bool:
+    """``err`` (or its cause) is a failure to reach the server at all: the HTTP library's connect or timeout errors,
+    a refused or reset connection, a name that does not resolve, huggingface_hub's offline mode. An answer from the
+    Hub (401, 404, 409...) is not."""
+    seen: set[int] = set()
+    cause: BaseException | None = err
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, (ConnectionError, TimeoutError, socket.gaierror)):
+            return True
+        for kind in type(cause).__mro__:  # httpx's TransportError (ConnectError, timeouts), requests' ConnectionError
+            if kind.__module__.split(".")[0].startswith(("httpx", "requests", "urllib3")) and kind.__name__ in (
+                "TransportError",
+                "ConnectionError",
+                "Timeout",
+                "NewConnectionError",
+                "MaxRetryError",
+            ):
+                return True
+        cause = cause.__cause__ or cause.__context__
+    return False
+
+
+def _unreachable_error(err: BaseException, done: str) -> ConnectionError:
+    """The one line for a push that could not reach the Hub; ``done`` says what became of the upload."""
+    endpoint = os.environ.get("HF_ENDPOINT") or "https://huggingface.co"
+    reason = f"{type(err).__name__}: {' '.join(str(err).split())}" if str(err) else type(err).__name__
+    if isinstance(err, ConnectionError) and type(err).__name__ == "OfflineModeIsEnabled":
+        why = "huggingface_hub is offline (HF_HUB_OFFLINE is set; unset it to push)"
+    else:
+        why = f"cannot reach the Hub at {endpoint} ({reason}): check the network, HF_ENDPOINT, or a proxy"
+    return ConnectionError(f"{why}; {done}")
 
 
 @dataclass(frozen=True)
@@ -675,9 +747,8 @@ def push_adapter_to_hub(
     metadata its user added and peft's blocks; ``card_kwargs`` replace what it was rendered from one by one, and
     the card names ``repo_id`` as its repository. A folder without a card gets a new one.
     """
+    _check_repo_id(repo_id)
     _check_adapter_folder(folder)
-    if not repo_id or repo_id.count("/") > 1:
-        raise ValueError(f"repo_id must look like 'user/name' or 'name', got {repo_id!r}")
     adapter_config = _read_adapter_config(folder)
     # The folder's card brought up to date, as save_pretrained does it (what its user added stays); a new one where
     # the folder has none.
@@ -697,10 +768,15 @@ def push_adapter_to_hub(
             files = [(name, len(card.encode()) if name == "README.md" else size) for name, size in files]
         return PushPlan(repo_id=repo_id, private=private, files=files, card=card)
     api = api or HfApi(token=token)
-    api.create_repo(repo_id=repo_id, repo_type="model", private=private, exist_ok=True)
-    if private is not None:
+    try:
+        api.create_repo(repo_id=repo_id, repo_type="model", private=private, exist_ok=True)
         # create_repo leaves a repository that exists as it is: one asked for private may be public.
-        visibility = api.repo_info(repo_id=repo_id, repo_type="model").private
+        visibility = None if private is None else api.repo_info(repo_id=repo_id, repo_type="model").private
+    except Exception as err:
+        if _unreachable(err):
+            raise _unreachable_error(err, "nothing was uploaded") from err
+        raise
+    if private is not None:
         if bool(visibility) != private:
             raise ValueError(
                 f"{repo_id} exists and is {'private' if visibility else 'public'}, but the push asked for a "
@@ -709,6 +785,13 @@ def push_adapter_to_hub(
                 "repository"
             )
     atomic_write_text(Path(folder) / "README.md", card, newline="")
-    return api.upload_folder(
-        folder_path=str(folder), repo_id=repo_id, repo_type="model", commit_message=commit_message
-    )
+    try:
+        return api.upload_folder(
+            folder_path=str(folder), repo_id=repo_id, repo_type="model", commit_message=commit_message
+        )
+    except Exception as err:
+        if _unreachable(err):
+            raise _unreachable_error(
+                err, "the upload was not committed: push again once the Hub can be reached"
+            ) from err
+        raise
