@@ -654,3 +654,18 @@ def test_more_m_on_a_fixed_sweep_is_refused_with_the_merge_that_keeps_the_rows(t
     with pytest.raises(ValueError) as refused:  # fewer m: a merge cannot give that
         store.check_settings(tmp_path, {"seed": 0, "ms": [1], "grid": {"lengths": [2, 3]}}, overwrite=False)
     assert "--merge" not in str(refused.value)
+
+
+def test_a_damaged_rows_line_says_how_to_repair_it_and_overwrite_is_then_taken_at_the_same_settings(tmp_path):
+    store.prepare_folder(tmp_path, {"seed": 0}, clear=False)
+    write_lines(tmp_path / "rows.jsonl", [good(0), b"{}\n", good(1)])
+    with pytest.raises(CorruptRowsError) as damaged:
+        read_rows(tmp_path)
+    message = str(damaged.value)
+    assert f"repair line 2 of {tmp_path / 'rows.jsonl'}" in message and "move it out of the file" in message
+    assert "overwrite=True (--overwrite) deletes every row" in message
+    # the --overwrite it gives as the last resort is taken (not refused as 'it resumes by itself', which it cannot)
+    assert store.check_settings(tmp_path, {"seed": 0}, overwrite=True)
+    write_lines(tmp_path / "rows.jsonl", [good(0), good(1)])  # repaired: it resumes, and --overwrite is refused
+    with pytest.raises(ValueError, match="resumes by itself"):
+        store.check_settings(tmp_path, {"seed": 0}, overwrite=True)

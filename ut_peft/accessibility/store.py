@@ -494,7 +494,7 @@ def check_settings(folder: Path, settings: dict, overwrite: bool, context: int |
         raise ValueError(f"{path} is unreadable ({err}); pass overwrite=True (--overwrite) to start afresh") from None
     recorded = recorded_settings(folder, previous, context)
     settings = without_unrecorded(settings, recorded)  # a folder from before a digest was recorded is held to the rest
-    if recorded == settings and overwrite:
+    if recorded == settings and overwrite and _rows_readable(folder):
         # Discarding finished rows to recompute the very same ones only loses work (and a run killed after the clear
         # loses it all): the run resumes by itself.
         raise ValueError(
@@ -583,6 +583,17 @@ def _keeping_change(folder, recorded: dict, settings: dict, paths: list[str], fi
         f"and pooling them with --merge {folder} NEW --output MERGED (a new folder again; merge_sweeps), which "
         f"keeps its {finished} finished rows"
     )
+
+
+def _rows_readable(folder) -> bool:
+    """Whether ``folder``'s rows files read as rows: a resume keeps them only then, so a damaged one is the case where
+    overwrite (which the message of :class:`CorruptRowsError` gives as the last resort) is taken at the same
+    settings."""
+    try:
+        read_rows(Path(folder))
+    except CorruptRowsError:
+        return False
+    return True
 
 
 def _outside_change(recorded: dict, paths: list[str]) -> str:
@@ -784,9 +795,10 @@ def parse_row(path: Path, line_number: int, line: bytes | str) -> Row:
             problem = str(err)
     raise CorruptRowsError(
         f"{path}:{line_number} is {problem}. Only a torn last line (a run killed mid-write) is cut off "
-        "automatically; rows after this line are kept as they are. Correct the line, or move it out of the file "
-        "(into a file not named rows.jsonl or rows.rank<k>.jsonl: no other file is read as rows) and resume, or "
-        "start afresh with overwrite=True (--overwrite)",
+        f"automatically; the other rows are kept as they are. To keep them, repair line {line_number} of {path}: "
+        "correct it, or move it out of the file (into a file not named rows.jsonl or rows.rank<k>.jsonl: no other "
+        "file is read as rows; a resume crams that row again), then resume with the same settings. As the last "
+        "resort, overwrite=True (--overwrite) deletes every row of the folder and starts afresh",
         problem=f"{path}:{line_number} is {problem}",
         mend="correct that line, or move it into a file not named rows.jsonl or rows.rank<k>.jsonl (no other file is "
         "read as rows)",
