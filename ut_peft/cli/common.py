@@ -504,6 +504,14 @@ def check_output_folder(path, flag: str = "--output-dir") -> Path:
     return path
 
 
+def check_logging_dir(args: argparse.Namespace) -> None:
+    """``--logging-dir``, where a tracker is asked for, is a folder the trackers can make or write in: checked before
+    the work starts, where tensorboard would fail with "FILE/ut-peft-cram: Not a directory"."""
+    logging_dir = getattr(args, "logging_dir", None)
+    if logging_dir and getattr(args, "report_to", "none") != "none":
+        _writable_folder(Path(logging_dir), "--logging-dir")
+
+
 def check_output_file(path, flag: str) -> Path:
     """A file the run can create, replace or append to (its folder is made when missing); a clear error otherwise."""
     path = Path(path)
@@ -663,6 +671,7 @@ def start_tracking(args: argparse.Namespace, output, project: str, config: dict,
     from accelerate import Accelerator
 
     names = trackers(getattr(args, "report_to", "none"))
+    check_logging_dir(args)
     if not names:
         accelerator = Accelerator(**accelerator_kwargs)
         warn_about_lost_processes(accelerator.num_processes)

@@ -33,6 +33,7 @@ from ..accessibility.designs.registry import available_designs
 from ..models import DEFAULT_MODEL
 from .common import (
     add_common_flags,
+    check_logging_dir,
     check_model,
     check_output_folder,
     check_run_folder,
@@ -70,6 +71,7 @@ def main(args):
     config = sweep_config(args)
     check_source(args.source)
     check_output_folder(args.output)  # before the model loads: a bad path fails in a second, not after a batch
+    check_logging_dir(args)
     if args.retarget_from:
         check_run_folder(args.retarget_from, "--retarget-from", SETTINGS_FILE)
         if args.overwrite:

@@ -21,6 +21,7 @@ from ..tasks.settings import RunSettings
 from .common import (
     add_common_flags,
     add_output_dir,
+    check_logging_dir,
     check_model,
     check_output_file,
     check_output_folder,
@@ -40,6 +41,7 @@ def main(args):
 
     settings = settings_from(args)
     check_output_folder(args.out, "--output-dir")  # before the data and the model are built
+    check_logging_dir(args)
     if args.results:
         check_output_file(args.results, "--results")
     if settings.backbone_kind == "pretrained":
