@@ -15,7 +15,8 @@ held-out strings at lengths no training draw had.
 
 ``--rows FILE``: also read Dyck rows that keep their held-out accuracy per length (``per_length``, a results JSONL
 such as ``results/universal/dyck-lengths.jsonl``) and print each one's accuracy on the lengths training never drew
-and on the others, beside its overall accuracy (the held-out set and the draws counted at the row's own lengths).
+and on the others, beside its overall accuracy (the held-out set and the draws counted at the row's own lengths),
+and its accuracy at each length (an odd length is never balanced).
 """
 
 from __future__ import annotations
@@ -115,6 +116,7 @@ def main(argv=None) -> int:
                 + (f"{100 * unseen:.1f}% on {n_unseen} strings of unseen lengths; " if n_unseen else "")
                 + f"{100 * seen:.1f}% on the other {n_seen}"
             )
+            print("    per length: " + " ".join(f"{n}:{100 * a:.0f}" for n, a in row["per_length"].items()))
     return 0
 
 
