@@ -293,7 +293,13 @@ def calibrate(
     design = pooled_design(settings)
     estimate = design.summary_fit(rows)
     if estimate is None or not estimate["converged"]:
-        raise ValueError("calibrated intervals need a converged pooled fit of the rows: run the sweep further first")
+        raise ValueError(
+            "calibrated intervals need a converged pooled fit of the rows, and this sweep's rows give none: run the "
+            "sweep further, then calibrate. Rerunning its command goes on only where it was interrupted; a sweep that "
+            "stopped at its --budget (or its targets) goes on in a new folder: ut-peft cram --retarget-from FOLDER "
+            "--output-dir NEW with a larger --budget (or smaller --target-slope-se / --target-n50-se), then "
+            "ut-peft calibrate NEW"
+        )
     if truth is None:
         truth = fitted_truth(rows, settings)
     if abandon is None:

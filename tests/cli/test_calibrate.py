@@ -1,0 +1,27 @@
+"""`ut-peft calibrate` on a pooled sweep whose rows give no converged fit (its budget stopped it first) said "run the
+sweep further first", which rerunning the sweep's command does not do: a finished sweep goes on only under a larger
+--budget (or other targets), through --retarget-from into a new folder."""
+
+import pytest
+
+from ut_peft.accessibility.testing import pooled_sweep_settings, write_sweep_folder
+from ut_peft.cli import main
+
+
+def test_an_unconverged_pooled_sweep_says_how_to_take_it_further(tmp_path, capsys):
+    folder = tmp_path / "sweep"
+    write_sweep_folder(folder, pooled_sweep_settings(), [(1, 10, i, True, 5) for i in range(4)])
+    with pytest.raises(SystemExit) as exit_:
+        main(["calibrate", str(folder)])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "converged pooled fit" in err, err
+    assert "ut-peft cram --retarget-from FOLDER --output-dir NEW with a larger --budget" in err, err
+    assert "--target-slope-se" in err and "ut-peft calibrate NEW" in err, err
+    assert not (folder / "calibration.json").exists()
+
+
+def test_the_flags_the_message_names_are_crams():
+    from ut_peft.cli import cram
+
+    cram.parse(["--retarget-from", "a", "--output-dir", "b", "--budget", "9", "--target-slope-se", "0.5"])
+    cram.parse(["--target-n50-se", "2"])
