@@ -669,3 +669,16 @@ def test_a_damaged_rows_line_says_how_to_repair_it_and_overwrite_is_then_taken_a
     write_lines(tmp_path / "rows.jsonl", [good(0), good(1)])  # repaired: it resumes, and --overwrite is refused
     with pytest.raises(ValueError, match="resumes by itself"):
         store.check_settings(tmp_path, {"seed": 0}, overwrite=True)
+
+
+def test_a_resume_of_a_folder_whose_settings_json_is_unreadable_is_told_to_restore_it_from_its_copy(tmp_path):
+    settings = {"model": "tiny-llama", "ms": [1], "num_sequences": 2, "seed": 0}
+    _folder_with_rows(tmp_path, settings)
+    (tmp_path / "settings.json").write_text("{")
+    with pytest.raises(ValueError) as refused:
+        store.check_settings(tmp_path, settings, overwrite=False)
+    message = str(refused.value)
+    assert f"cp {tmp_path / 'rows-settings.json'} {tmp_path / 'settings.json'}, then resume" in message
+    assert message.endswith("--overwrite), which deletes its 3 finished rows")
+    shutil.copy(tmp_path / "rows-settings.json", tmp_path / "settings.json")  # as told: it resumes
+    assert store.check_settings(tmp_path, settings, overwrite=False) is False

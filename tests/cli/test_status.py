@@ -274,3 +274,30 @@ def test_an_m_whose_rows_do_not_bracket_n50_gets_points_but_no_intervals(tmp_pat
     assert (
         json.loads(status_of(copy_sweep(WORDS, tmp_path / "all"), capsys, "--json"))["estimate"]["provisional"] is None
     )
+
+
+@pytest.mark.parametrize("damage", ["{}", "{", "[]"])
+def test_a_damaged_settings_json_is_one_line_naming_what_is_wrong_and_how_to_restore_it(tmp_path, capsys, damage):
+    folder = copy_sweep(WORDS, tmp_path / "words", names=("settings.json", "rows.jsonl", "summary.json"))
+    shutil.copy(folder / "settings.json", folder / "rows-settings.json")  # what a run writes beside it
+    (folder / "settings.json").write_text(damage)
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["status", str(folder)])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "KeyError" not in err and "rerun" not in err
+    assert f"cp {folder / 'rows-settings.json'} {folder / 'settings.json'}" in err
+    if damage != "{":
+        assert "lacks model, ms, num_sequences, seed" in err
+    # without the copy (a folder from before the store kept one), the summary's settings restore it
+    (folder / "rows-settings.json").unlink()
+    with pytest.raises(SystemExit):
+        cli.main(["status", str(folder)])
+    assert f'restore it from the "settings" of {folder / "summary.json"}' in capsys.readouterr().err
+    # a copy that disagrees with the summary is not advised
+    settings = json.loads((WORDS / "settings.json").read_text())
+    (folder / "rows-settings.json").write_text(json.dumps(dict(settings, seed=settings["seed"] + 1)))
+    with pytest.raises(SystemExit):
+        cli.main(["status", str(folder)])
+    err = capsys.readouterr().err
+    assert "cp " not in err and "summary.json" in err

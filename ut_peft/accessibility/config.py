@@ -343,6 +343,9 @@ class SweepConfig:
         # The engine's settings as recorded, not the defaults: the pooled design's steps law is truncated at the step
         # cap (cram.max_steps), so a replay or a report under the default cap would place and fit other rows than the
         # run did (a check_rows refusal of the folder's own rows, or another estimate in summary.json).
+        missing = [name for name in store.REQUIRED_SETTINGS if name not in settings]
+        if missing:  # not a KeyError naming one of them
+            raise ValueError(f"the sweep's settings lack {', '.join(missing)}: they are not a sweep's settings.json")
         recorded_cram = settings.get("cram") or {}
         cram = CramConfig(
             **{f.name: recorded_cram[f.name] for f in dataclasses.fields(CramConfig) if f.name in recorded_cram}

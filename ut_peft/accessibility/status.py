@@ -47,7 +47,7 @@ def folder_status(folder) -> dict:
     ``folder, model, source, design, paused, finished, rows, in_flight, estimate, stop, time, summary``; the pooled
     design's parts (estimate, stop, time) are None for other designs. Reads the folder only."""
     folder = Path(folder)
-    settings = store.read_settings(folder)
+    settings = store.read_sweep_settings(folder)
     rows = store.read_rows(folder)
     config = SweepConfig.from_settings(settings)
     design = make_design(config)

@@ -111,11 +111,53 @@ def read_settings(folder) -> dict:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as err:
+        advice = restore_advice(folder)
         raise FolderError(
-            f"{path} is unreadable ({err}); rerun the sweep into a new folder",
+            f"{path} is unreadable ({err}); {advice or 'rerun the sweep into a new folder'}",
             problem=f"{path} is unreadable ({err})",
-            mend='restore it (from git, or from the "settings" of the summary.json beside it)',
+            mend=advice or 'restore it (from git, or from the "settings" of the summary.json beside it)',
         ) from None
+
+
+# What every sweep's settings.json holds (SweepConfig.from_settings reads them without a default).
+REQUIRED_SETTINGS = ("model", "ms", "num_sequences", "seed")
+
+
+def read_sweep_settings(folder) -> dict:
+    """:func:`read_settings`, and a clear error (naming what is missing, and how to restore it) where settings.json
+    reads but is not a sweep's settings (not an object, or without the settings of :data:`REQUIRED_SETTINGS`)."""
+    settings = read_settings(folder)
+    missing = list(REQUIRED_SETTINGS) if not isinstance(settings, dict) else []
+    missing = missing or [name for name in REQUIRED_SETTINGS if name not in settings]
+    if missing:
+        path = Path(folder) / SETTINGS_FILE
+        problem = f"{path} is not a sweep's settings (it lacks {', '.join(missing)})"
+        advice = restore_advice(folder)
+        raise FolderError(
+            f"{problem}; {advice or 'rerun the sweep into a new folder'}",
+            problem=problem,
+            mend=advice or 'restore it (from git, or from the "settings" of the summary.json beside it)',
+        )
+    return settings
+
+
+def restore_advice(folder) -> str | None:
+    """How to restore ``folder``'s damaged settings.json, where the folder holds what it held: rows-settings.json, the
+    copy written with it each time a run opens the folder (and by a retarget), where it holds a sweep's settings and
+    agrees with summary.json's (it can differ only by hand, or from a version that did not keep it); else the
+    "settings" of summary.json, which the summary was written under. None where neither is there."""
+    folder = Path(folder)
+    copy = _rows_settings(folder)
+    reported = (_reported(folder) or {}).get("settings")
+    if copy is not None and all(name in copy for name in REQUIRED_SETTINGS):
+        if not isinstance(reported, dict) or _comparable(json.loads(json.dumps(reported))) == _comparable(copy):
+            return (
+                f"restore it from the copy written beside it when its run started: cp {folder / ROWS_SETTINGS_FILE} "
+                f"{folder / SETTINGS_FILE}"
+            )
+    if isinstance(reported, dict):
+        return f'restore it from the "settings" of {folder / SUMMARY_FILE}, which its summary was written under'
+    return None
 
 
 class FolderError(ValueError):
@@ -491,7 +533,12 @@ def check_settings(folder: Path, settings: dict, overwrite: bool, context: int |
     except (OSError, json.JSONDecodeError) as err:
         if overwrite:
             return True
-        raise ValueError(f"{path} is unreadable ({err}); pass overwrite=True (--overwrite) to start afresh") from None
+        advice = restore_advice(folder)
+        keep = f"{advice}, then resume; or" if advice else "use another output folder, or"
+        raise ValueError(
+            f"{path} is unreadable ({err}); {keep}, as the last resort, pass overwrite=True (--overwrite), which "
+            f"deletes its {finished_row_count(folder)} finished rows"
+        ) from None
     recorded = recorded_settings(folder, previous, context)
     settings = without_unrecorded(settings, recorded)  # a folder from before a digest was recorded is held to the rest
     if recorded == settings and overwrite and _rows_readable(folder):

@@ -627,7 +627,7 @@ def summarize_folder(
 
 
 def _summarize_folder(output_dir: Path, model, support_sequences, support_seq_len, *, report: bool, write: bool):
-    settings = store.read_settings(output_dir)
+    settings = store.read_sweep_settings(output_dir)
     store.check_unedited(output_dir, settings)  # as a resume does: an edited settings.json is refused, not reported on
     config = SweepConfig.from_settings(store.recorded_settings(output_dir, settings))
     rows = store.read_rows(output_dir)
