@@ -60,3 +60,34 @@ def test_errors_are_one_line(tmp_path, capsys, monkeypatch):
         err = capsys.readouterr().err
         assert exit_.value.code == 2 and err.count("\n") == 1 and message in err, err
     assert not (tmp_path / "o").exists()
+
+
+def test_help_lists_the_tasks_the_variants_and_the_backbone_kinds(capsys):
+    """--help said only --task TASK, --backbone BACKBONE, --variant VARIANT."""
+    from ut_peft.cli import reprogram
+
+    with pytest.raises(SystemExit):
+        reprogram.parse(["--help"], prog="ut-peft reprogram")
+    out = " ".join(capsys.readouterr().out.split())
+    assert "--task {dyck,khop}" in out and "--variant {attention_only,residual_layernorm,mlp}" in out
+    assert "sparse-ut, random-ut, hf:<family>" in out and "pretrained:<name or folder>" in out and "gpt_neox" in out
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--task", "dyk"], "argument --task: expected one of dyck, khop, got 'dyk' (did you mean dyck?)"),
+        (["--variant", "foo"], "argument --variant: expected one of attention_only, residual_layernorm, mlp"),
+        (["--backbone", "hf:./model"], "(--backbone): hf:<family> builds"),
+    ],
+)
+def test_a_bad_task_variant_or_family_is_refused_before_the_run_folder_is_made(flags, message, tmp_path, capsys):
+    """--variant foo was refused only once the model was built, after the dataset, leaving run.lock behind."""
+    from ut_peft.cli import main
+
+    out = tmp_path / "run"
+    with pytest.raises(SystemExit) as exit_:
+        main(["reprogram", "--output-dir", str(out), *flags])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and message in err, err
+    assert not out.exists()

@@ -211,6 +211,22 @@ def positive_int_word(text) -> int:
         raise
 
 
+def one_of(values, flag: str):
+    """An argparse type: one of ``values``, else an error listing them with the close spellings (``--task dyk``:
+    did you mean dyck?)."""
+    values = tuple(values)
+
+    def choice(text) -> str:
+        if text in values:
+            return text
+        close = difflib.get_close_matches(str(text), values, n=2)
+        hint = f" (did you mean {' or '.join(close)}?)" if close else ""
+        raise argparse.ArgumentTypeError(f"expected one of {', '.join(values)}, got {text!r}{hint}")
+
+    choice.__name__ = flag.lstrip("-")
+    return choice
+
+
 def nonnegative_int(text) -> int:
     """An argparse type: a whole number >= 0."""
     return _number(text, int, 0, "a whole number >= 0")

@@ -17,7 +17,7 @@ import argparse
 import dataclasses
 import json
 
-from ..tasks.settings import RunSettings
+from ..tasks.settings import BACKBONE_FORMS, HF_FAMILIES, TASKS, VARIANTS, RunSettings
 from .common import (
     add_common_flags,
     add_output_dir,
@@ -27,6 +27,7 @@ from .common import (
     check_output_folder,
     end_tracking,
     int_list,
+    one_of,
     parse_args,
     positive_int,
     start_tracking,
@@ -62,6 +63,13 @@ def main(args):
         print(json.dumps(row))
     else:
         print(json.dumps({k: row[k] for k in ("task", "backbone", "variant", "full", "accuracy", "per_k")}))
+
+
+# The flags that take one of a few words: the values --help lists, and a "did you mean" for a misspelt one.
+CHOICES = {
+    "task": (TASKS, "the task: Dyck-1 (dyck) or k-hop induction heads (khop)"),
+    "variant": (VARIANTS, "the universal transformer's variant (sparse-ut and random-ut backbones)"),
+}
 
 
 def settings_from(args: argparse.Namespace) -> RunSettings:
@@ -107,6 +115,15 @@ def parse(argv=None, *, prog: str | None = None):
                 type=int_list,
                 default=value,
                 help="comma-separated, e.g. 1,2,3,4",
+            )
+        elif f.name in CHOICES:
+            values, text = CHOICES[f.name]
+            parser.add_argument(
+                flag, type=one_of(values, flag), default=value, metavar="{" + ",".join(values) + "}", help=text
+            )
+        elif f.name == "backbone":
+            parser.add_argument(
+                flag, default=value, metavar="KIND", help=f"{BACKBONE_FORMS}; hf families: {', '.join(HF_FAMILIES)}"
             )
         else:
             parser.add_argument(flag, type=type(value), default=value)

@@ -6,12 +6,19 @@ included) before torch, transformers and peft load; :mod:`.training` runs the se
 
 from __future__ import annotations
 
+import difflib
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 
 MAX_K = 16  # the hop counts the k-hop vocabulary has a token for: 0..MAX_K (Sanford et al. train k up to 16)
 TASKS = ("dyck", "khop")
 BACKBONE_KINDS = ("sparse-ut", "random-ut", "hf", "pretrained")
+# Copies of universal.configuration.VARIANTS and training.HF_FAMILIES, which import transformers: the settings check
+# them before anything is built (tests/tasks/test_settings_checks.py keeps the copies equal).
+VARIANTS = ("attention_only", "residual_layernorm", "mlp")
+HF_FAMILIES = ("llama", "qwen2", "qwen3", "gemma3", "gpt2", "gpt_neox")
+BACKBONE_FORMS = "sparse-ut, random-ut, hf:<family> (e.g. hf:gpt2) or pretrained:<name or folder>"
 
 
 @dataclass
@@ -69,12 +76,26 @@ class RunSettings:
 
     def __post_init__(self):
         if self.task not in TASKS:
-            raise ValueError(f"task={self.task!r} is not one of {TASKS}")
-        kind = self.backbone.split(":", 1)[0]
-        if kind not in BACKBONE_KINDS or (kind in ("hf", "pretrained") and ":" not in self.backbone):
+            raise ValueError(f"task={self.task!r} (--task) is not one of {', '.join(TASKS)}")
+        if self.variant not in VARIANTS:  # checked here: the model that would refuse it is built after the data
+            raise ValueError(f"variant={self.variant!r} (--variant) is not one of {', '.join(VARIANTS)}")
+        kind, _, name = self.backbone.partition(":")
+        if kind not in BACKBONE_KINDS or (kind in ("hf", "pretrained") and not name):
             raise ValueError(
-                f"backbone={self.backbone!r}: use sparse-ut, random-ut, hf:<family> (e.g. hf:gpt2) or "
-                "pretrained:<name or folder> (e.g. pretrained:smollm2-135m)"
+                f"backbone={self.backbone!r} (--backbone): use {BACKBONE_FORMS} (e.g. pretrained:smollm2-135m)"
+            )
+        if kind == "hf" and name not in HF_FAMILIES:
+            looks_like_a_model = "/" in name or name.startswith((".", "~")) or Path(name).expanduser().exists()
+            hint = (
+                f"; a model folder or hub id, trained, is pretrained:{name}"
+                if looks_like_a_model
+                else f" (did you mean {' or '.join('hf:' + c for c in close)}?)"
+                if (close := difflib.get_close_matches(name, HF_FAMILIES, n=2))
+                else ""
+            )
+            raise ValueError(
+                f"backbone={self.backbone!r} (--backbone): hf:<family> builds a randomly initialised model of a "
+                f"transformers family, one of {', '.join(HF_FAMILIES)}{hint}"
             )
         for name in (
             "width",
