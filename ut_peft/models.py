@@ -246,6 +246,13 @@ def bundled_model(name: str) -> BundledModel | None:
     return BUNDLED_MODELS.get(_ALIASES.get(name.lower(), name.lower()))
 
 
+def canonical_model_name(name: str) -> str:
+    """The name a bundled model goes by for any of its aliases (``smollm2`` -> ``smollm2-135m``); any other name (a
+    path, a hub id) as given. Two spellings of one model compare equal by it (a sweep folder's settings check)."""
+    spec = bundled_model(name) if isinstance(name, str) else None
+    return spec.name if spec is not None else name
+
+
 def is_bundled(name: str) -> bool:
     return bundled_model(name) is not None
 

@@ -682,3 +682,17 @@ def test_a_resume_of_a_folder_whose_settings_json_is_unreadable_is_told_to_resto
     assert message.endswith("--overwrite), which deletes its 3 finished rows")
     shutil.copy(tmp_path / "rows-settings.json", tmp_path / "settings.json")  # as told: it resumes
     assert store.check_settings(tmp_path, settings, overwrite=False) is False
+
+
+@pytest.mark.parametrize("recorded, given", [("smollm2", "smollm2-135m"), ("smollm2-135m", "smollm2")])
+def test_a_model_given_by_another_of_its_names_resumes_and_the_folder_keeps_its_spelling(tmp_path, recorded, given):
+    settings = {"model": recorded, "ms": [1], "num_sequences": 2, "seed": 0}
+    _folder_with_rows(tmp_path, settings)
+    before = (tmp_path / "settings.json").read_bytes()
+    resumed = store.as_recorded_in(tmp_path, dict(settings, model=given))  # what run_sweep writes and digests
+    assert resumed == settings
+    assert store.check_settings(tmp_path, dict(settings, model=given), overwrite=False) is False
+    store.prepare_folder(tmp_path, resumed, clear=False)
+    assert (tmp_path / "settings.json").read_bytes() == before
+    with pytest.raises(ValueError, match=r"changed: model"):  # another model is still another model
+        store.check_settings(tmp_path, dict(settings, model="gemma-3-270m"), overwrite=False)

@@ -47,6 +47,7 @@ from typing import Any
 import datasets
 
 from ..io import append_jsonl, atomic_write_bytes, atomic_write_json, lock_holder, try_lock
+from ..models import canonical_model_name
 from .designs.configs import BUILTIN_CONFIGS, with_recorded_rules
 from .engine.rows import INFERRED, Row, RowError
 
@@ -100,7 +101,20 @@ def as_recorded_in(folder, settings: dict) -> dict:
         recorded = json.loads((Path(folder) / SETTINGS_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return settings
-    return without_unrecorded(settings, recorded) if isinstance(recorded, dict) else settings
+    if not isinstance(recorded, dict):
+        return settings
+    return _with_recorded_model(without_unrecorded(settings, recorded), recorded)
+
+
+def _with_recorded_model(settings: dict, recorded: dict) -> dict:
+    """``settings`` with ``recorded``'s spelling of the model where both name one bundled model by two of its names
+    (``smollm2``, ``smollm2-135m``: :func:`~ut_peft.models.canonical_model_name`): either spelling resumes a folder,
+    which keeps the one it records (its settings.json, and the digest in its in-flight snapshots, unchanged)."""
+    old, new = recorded.get("model"), settings.get("model")
+    if old != new and isinstance(old, str) and isinstance(new, str):
+        if canonical_model_name(old) == canonical_model_name(new):
+            return dict(settings, model=old)
+    return settings
 
 
 def read_settings(folder) -> dict:
@@ -541,6 +555,7 @@ def check_settings(folder: Path, settings: dict, overwrite: bool, context: int |
         ) from None
     recorded = recorded_settings(folder, previous, context)
     settings = without_unrecorded(settings, recorded)  # a folder from before a digest was recorded is held to the rest
+    settings = _with_recorded_model(settings, recorded)  # a model by another of its names is the same model
     if recorded == settings and overwrite and _rows_readable(folder):
         # Discarding finished rows to recompute the very same ones only loses work (and a run killed after the clear
         # loses it all): the run resumes by itself.
