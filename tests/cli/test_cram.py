@@ -172,12 +172,17 @@ def test_bad_paths_fail_in_one_line_before_loading(model_dir, tmp_path, capsys, 
 
 def test_library_errors_are_one_line(model_dir, tracked_sweep, tmp_path, capsys, monkeypatch):
     base = ["--model", model_dir, *SMALL.split()]
-    assert "lengths must be a non-empty list of integers >= 1" in fails(
-        base + ["--lengths", "0", "--output", tmp_path / "o"], capsys, monkeypatch
+    # A value each flag accepts, in a combination only the library refuses (a flag's own range is refused as it is
+    # read: tests/cli/test_cram_flags.py).
+    adaptive = ["--model", model_dir, "--source", "tokens", "--design", "adaptive", "--start", "9", "--stop", "3"]
+    assert "adaptive grid needs 1 <= start <= stop" in fails(
+        adaptive + ["--output", tmp_path / "o"], capsys, monkeypatch
     )
     assert "different settings" in fails(base + ["--seed", "1", "--output", tracked_sweep], capsys, monkeypatch)
     assert "--adaptive is an alias" in fails(base + ["--adaptive", "--design", "sequential"], capsys, monkeypatch)
-    assert "max_steps" in fails(base + ["--max-steps", "0", "--output", tmp_path / "o"], capsys, monkeypatch)
+    assert "argument --max-steps" in fails(
+        base + ["--max-steps", "0", "--output", tmp_path / "o"], capsys, monkeypatch
+    )
     broken = tmp_path / "broken"
     broken.mkdir()
     for name in ("settings.json", "rows.jsonl"):
@@ -203,11 +208,12 @@ def test_library_errors_are_one_line(model_dir, tracked_sweep, tmp_path, capsys,
 
 
 def test_debug_lets_the_traceback_through(model_dir, tmp_path, monkeypatch):
-    with pytest.raises(ValueError, match="lengths must be"):
-        run(command.main, command.parse, ["--model", str(model_dir), "--lengths", "0", "--debug"])
+    adaptive = ["--model", str(model_dir), "--source", "tokens", "--design", "adaptive", "--start", "9", "--stop", "3"]
+    with pytest.raises(ValueError, match="adaptive grid needs"):
+        run(command.main, command.parse, [*adaptive, "--output", str(tmp_path / "a"), "--debug"])
     monkeypatch.setenv("UT_PEFT_DEBUG", "1")
-    with pytest.raises(ValueError, match="lengths must be"):
-        run(command.main, command.parse, ["--model", str(model_dir), "--lengths", "0"])
+    with pytest.raises(ValueError, match="adaptive grid needs"):
+        run(command.main, command.parse, [*adaptive, "--output", str(tmp_path / "b")])
 
 
 FOLDER_HINT = "give the path of a folder (new or a run's)"
