@@ -141,7 +141,7 @@ def read_sweep_settings(folder) -> dict:
     """:func:`read_settings`, and a clear error (naming what is missing, and how to restore it) where settings.json
     reads but is not a sweep's settings (not an object, or without the settings of :data:`REQUIRED_SETTINGS`)."""
     settings = read_settings(folder)
-    missing = list(REQUIRED_SETTINGS) if not isinstance(settings, dict) else []
+    missing: list[str] = list(REQUIRED_SETTINGS) if not isinstance(settings, dict) else []
     missing = missing or [name for name in REQUIRED_SETTINGS if name not in settings]
     if missing:
         path = Path(folder) / SETTINGS_FILE
@@ -612,8 +612,8 @@ def _keeping_change(folder, recorded: dict, settings: dict, paths: list[str], fi
         and isinstance(new_design, dict)
         and old_design.get("kind") == new_design.get("kind")
     ):
-        config = BUILTIN_CONFIGS.get(old_design.get("kind"))
-        free = set(config.stopping_fields(None)) if config is not None else set()  # constant per design
+        config = BUILTIN_CONFIGS.get(str(old_design.get("kind")))
+        free = set(config.stopping_fields()) if config is not None else set()
         if free and all(path.startswith("design.") and path.split(".")[1] in free for path in paths):
             return (
                 f"Only the {old_design['kind']} design's stopping fields changed ({', '.join(sorted(free))}), and a "

@@ -170,13 +170,13 @@ def verdict(rows: dict[str, dict], split: str, kind: str) -> dict:
     if first is None:
         text = "open: seed 0 " + ("in progress" if in_flight else "not run yet")
     else:
-        found = [crossing(seeds[seed]["curve"], level) for seed in crossed]
-        highs = [at["examples_seen"] for _, at in found]  # type: ignore[misc]
+        found = [point for seed in crossed if (point := crossing(seeds[seed]["curve"], level)) is not None]
+        highs = [at["examples_seen"] for _, at in found]
         if any(before is None for before, _ in found):
             # A seed at the level at its first evaluation crossed somewhere before it: no lower bound.
             where = f" (crossing by {_examples(max(highs))} examples)"
         elif found:
-            lows = [before["examples_seen"] for before, _ in found]  # type: ignore[index]
+            lows = [before["examples_seen"] for before, _ in found if before is not None]
             where = f" (crossing between {_examples(min(lows))} and {_examples(max(highs))} examples)"
         else:
             where = ""

@@ -37,8 +37,10 @@ class DesignConfig:
         by the grid's lengths, as folders written before designs were named are)."""
         return {f.name: _json_value(getattr(self, f.name)) for f in dataclasses.fields(self)}
 
-    def stopping_fields(self) -> tuple[str, ...]:
-        """The fields that only decide when the design stops: a retarget may change these and keep the rows."""
+    @classmethod
+    def stopping_fields(cls) -> tuple[str, ...]:
+        """The fields that only decide when the design stops: a retarget may change these and keep the rows (the same
+        for every config of a design, so a class method: a recorded design's can be read without building one)."""
         return ()
 
 
@@ -76,7 +78,8 @@ class SequentialConfig(DesignConfig):
         if isinstance(self.target_ci, dict):  # JSON keys (settings.json, config files) are strings
             object.__setattr__(self, "target_ci", {int(m): width for m, width in self.target_ci.items()})
 
-    def stopping_fields(self) -> tuple[str, ...]:
+    @classmethod
+    def stopping_fields(cls) -> tuple[str, ...]:
         return ("target_ci", "budget_row_steps")
 
 
@@ -126,7 +129,8 @@ class PooledConfig(DesignConfig):
         knows by that number (a version names exactly its rules); None for rules of one's own or a retired version."""
         return self.version if self.version in POOLED_RULES else None
 
-    def stopping_fields(self) -> tuple[str, ...]:
+    @classmethod
+    def stopping_fields(cls) -> tuple[str, ...]:
         # The version (and its rules) too: a version that differs only in when it stops replays the same rounds
         # up to there, and the retarget keeps exactly the rows the new rules replay as their own.
         return ("target_slope_se", "target_n50_se", "budget_row_steps", "version", "rules")
