@@ -14,9 +14,10 @@ from pathlib import Path
 MAX_K = 16  # the hop counts the k-hop vocabulary has a token for: 0..MAX_K (Sanford et al. train k up to 16)
 TASKS = ("dyck", "khop")
 BACKBONE_KINDS = ("sparse-ut", "random-ut", "hf", "pretrained")
-# Copies of universal.configuration.VARIANTS and training.HF_FAMILIES, which import transformers: the settings check
-# them before anything is built (tests/tasks/test_settings_checks.py keeps the copies equal).
+# A copy of universal.configuration.VARIANTS, whose package imports transformers: the settings check it before
+# anything is built (tests/tasks/test_settings_checks.py keeps the copy equal).
 VARIANTS = ("attention_only", "residual_layernorm", "mlp")
+# The transformers families an hf:<family> backbone builds (training.family_config builds each).
 HF_FAMILIES = ("llama", "qwen2", "qwen3", "gemma3", "gpt2", "gpt_neox")
 BACKBONE_FORMS = "sparse-ut, random-ut, hf:<family> (e.g. hf:gpt2) or pretrained:<name or folder>"
 

@@ -37,7 +37,7 @@ from .dyck import VOCAB as DYCK_VOCAB
 from .dyck import dyck_dataset, encode_dyck, sample_dyck
 from .khop import khop_dataset, khop_vocab, sample_khop
 from .metrics import IGNORE_INDEX, ScoredTokenAccuracy, aligned_predictions
-from .settings import RunSettings  # defined apart so the command parses its flags without torch
+from .settings import HF_FAMILIES, RunSettings  # defined apart so the command parses its flags without torch
 
 # ---- data --------------------------------------------------------------------------------------------------------
 
@@ -140,8 +140,6 @@ def collate(rows: list[dict]) -> dict[str, torch.Tensor]:
 
 
 # ---- model -------------------------------------------------------------------------------------------------------
-
-HF_FAMILIES = ("llama", "qwen2", "qwen3", "gemma3", "gpt2", "gpt_neox")
 
 
 def family_config(
