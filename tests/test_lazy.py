@@ -60,3 +60,35 @@ def test_a_moved_module_imports_under_its_former_name_as_the_same_module_with_a_
         "importlib.reload(new)\n"
     )
     run_fresh(code)
+
+
+def test_an_attribute_error_inside_a_lazily_imported_module_is_not_reported_as_a_missing_name(tmp_path, monkeypatch):
+    """A module that fails with AttributeError while it runs (a dependency without a name its version should have)
+    reached ``from package import name`` as "cannot import name", and ``hasattr`` as False: the real error was lost."""
+    import importlib
+
+    import pytest
+
+    package = tmp_path / "lazy_probe_pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text(
+        "from ut_peft.lazy import lazy_exports\n__getattr__, __dir__ = lazy_exports(__name__, {'thing': '.mod'})\n"
+    )
+    (package / "mod.py").write_text("import json\njson.no_such_function\nthing = 1\n")
+    (package / "sub.py").write_text("import json\njson.no_such_function\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in ("lazy_probe_pkg", "lazy_probe_pkg.mod", "lazy_probe_pkg.sub"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    probe = importlib.import_module("lazy_probe_pkg")
+    try:
+        message = r"importing 'thing' failed: importing lazy_probe_pkg\.mod raised AttributeError: .*no_such_function"
+        with pytest.raises(ImportError, match=message):
+            exec("from lazy_probe_pkg import thing", {})
+        with pytest.raises(ImportError, match="no_such_function"):
+            hasattr(probe, "thing")
+        with pytest.raises(ImportError, match=r"importing lazy_probe_pkg\.sub raised AttributeError"):
+            exec("from lazy_probe_pkg import sub", {})
+        assert not hasattr(probe, "nothing_of_that_name")  # a name that does not exist is still an AttributeError
+    finally:
+        for name in ("lazy_probe_pkg", "lazy_probe_pkg.mod", "lazy_probe_pkg.sub"):
+            sys.modules.pop(name, None)

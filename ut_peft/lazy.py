@@ -35,12 +35,12 @@ def lazy_exports(
     def __getattr__(name: str) -> Any:
         source = exports.get(name)
         if source is not None:
-            value = getattr(importlib.import_module(source, package), name)
+            value = getattr(_import(source, package, name), name)
             setattr(sys.modules[package], name, value)  # the next read is a plain attribute
             return value
         if not name.startswith("__"):
             try:
-                return importlib.import_module(f"{package}.{name}")
+                return _import(f"{package}.{name}", None, name)
             except ModuleNotFoundError as err:
                 if err.name != f"{package}.{name}":  # the submodule exists but an import inside it failed
                     raise
@@ -61,6 +61,22 @@ def lazy_exports(
             "LazyExportsModule", (_ShadowedExports,), {"shadowed": shadowed, "__module__": __name__}
         )
     return __getattr__, __dir__
+
+
+def _import(module: str, package: str | None, name: str) -> ModuleType:
+    """``importlib.import_module(module, package)``, with an AttributeError raised while the module runs (a dependency
+    that lacks a name its version should have) turned into an ImportError that names the module and keeps the cause.
+    Raised from ``__getattr__`` as it is, ``from package import name`` would take it for "no such name" and say only
+    ``cannot import name 'name' from 'package'``, and ``hasattr`` would answer False: the real error lost."""
+    try:
+        return importlib.import_module(module, package)
+    except AttributeError as err:
+        where = f"{package}{module}" if package and module.startswith(".") else module
+        raise ImportError(
+            f"importing {name!r} failed: importing {where} raised AttributeError: {err} (the traceback above shows "
+            "where; often a dependency at a version this package does not support)",
+            name=where,
+        ) from err
 
 
 class _ShadowedExports(ModuleType):
