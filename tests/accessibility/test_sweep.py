@@ -1296,3 +1296,22 @@ def test_a_refused_merge_names_each_differing_setting_with_both_values(tmp_path)
     _write_settings(tmp_path / "b", ms=[2], num_sequences=4, cram={"max_steps": 300})
     with pytest.raises(ValueError, match=r"differ: cram\.max_steps 2 -> 300, num_sequences 2 -> 4\)"):
         merge_sweeps([tmp_path / "a", tmp_path / "b"], tmp_path / "ab")
+
+
+@pytest.mark.parametrize("order", [("smollm2", "smollm2-135m"), ("smollm2-135m", "smollm2")])
+def test_a_merge_takes_two_spellings_of_one_bundled_model_as_one_model(tmp_path, order):
+    # A resume takes either spelling (store.check_settings); a merge refused them ('differ: model "smollm2" ->
+    # "smollm2-135m"'). It records the canonical name whatever the folders' order.
+    _write_settings(tmp_path / "a", model=order[0])
+    _write_settings(tmp_path / "b", model=order[1], ms=[2])
+    merge_sweeps([tmp_path / "a", tmp_path / "b"], tmp_path / "ab")
+    merged = json.loads((tmp_path / "ab" / "settings.json").read_text())
+    assert merged["model"] == "smollm2-135m" and merged["ms"] == [1, 2]
+    # Folders that spell it alike keep their spelling (a merge records what they record); another model is refused.
+    _write_settings(tmp_path / "c", model="smollm2", ms=[4])
+    smollm2 = tmp_path / ("a" if order[0] == "smollm2" else "b")
+    merge_sweeps([smollm2, tmp_path / "c"], tmp_path / "ac")
+    assert json.loads((tmp_path / "ac" / "settings.json").read_text())["model"] == "smollm2"
+    _write_settings(tmp_path / "d", model="gemma-3-270m", ms=[4])
+    with pytest.raises(ValueError, match=r'differ: model "smollm2(-135m)?" -> "gemma-3-270m"'):
+        merge_sweeps([tmp_path / "a", tmp_path / "d"], tmp_path / "ad")

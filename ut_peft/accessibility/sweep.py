@@ -20,7 +20,7 @@ from typing import cast
 
 from ..devices import execution_device
 from ..io import atomic_write_text
-from ..models import load_model, load_tokenizer
+from ..models import canonical_model_name, load_model, load_tokenizer
 from . import store, summaries
 from .config import GridConfig, SweepConfig
 from .designs import make_design
@@ -673,17 +673,17 @@ def _calibrated(config: SweepConfig, output_dir: Path, rows: dict) -> dict | Non
 def merge_sweeps(folders, output_dir, *, overwrite: bool = False) -> Path:
     """Pool the rows of sweeps run separately (other m, other lengths, other machines) into one folder.
 
-    Every setting but ``ms``, the grid and ``infer_prefixes`` must agree, so a row means the same thing in all of
-    them: a row is decided by (seed, m, n, index) and the optimisation settings alone, whatever else the run
-    measured (an inferred row says so itself; the merged settings keep ``infer_prefixes`` if any folder used it, so
-    its report names it). The
-    merged folder gets the union of the m and of the measured lengths, every row once (:func:`.store.pool_rows`: rows
-    of one key in several folders that agree are one measurement, the one kept chosen by its content, so the merge
-    does not depend on the order of the folders; rows of one key that disagree are refused, naming both), and
-    ``merged_from``; summarise it with :func:`summarize_folder`. Only (m, n) groups
-    with all their sequences enter the fits, so a group some folder left unfinished is completed by another or
-    left out. A digest that some folders record and others, written before it was recorded, lack
-    (:data:`.store.LATER_DIGESTS`) is left out of the comparison and of the merged settings.
+    Every setting but ``ms``, the grid and ``infer_prefixes`` must agree (a bundled model by any of its names, as a
+    resume takes it: the merge records its canonical name where the folders spell it differently), so a row means
+    the same thing in all of them: a row is decided by (seed, m, n, index) and the optimisation settings alone,
+    whatever else the run measured (an inferred row says so itself; the merged settings keep ``infer_prefixes`` if
+    any folder used it, so its report names it). The merged folder gets the union of the m and of the measured
+    lengths, every row once (:func:`.store.pool_rows`: rows of one key in several folders that agree are one
+    measurement, the one kept chosen by its content, so the merge does not depend on the order of the folders; rows
+    of one key that disagree are refused, naming both), and ``merged_from``; summarise it with
+    :func:`summarize_folder`. Only (m, n) groups with all their sequences enter the fits, so a group some folder left
+    unfinished is completed by another or left out. A digest that some folders record and others, written before it
+    was recorded, lack (:data:`.store.LATER_DIGESTS`) is left out of the comparison and of the merged settings.
 
     The output folder is checked and written under its lock (:func:`.store.lock_folder`), so a run that is writing
     it makes the merge fail with :class:`.store.FolderLockedError` before its settings are read.
@@ -700,6 +700,7 @@ def merge_sweeps(folders, output_dir, *, overwrite: bool = False) -> Path:
     # summary, and the merge's summary is measured on them.
     settings = [store.recorded_settings(folder, s) for folder, s in zip(folders, written)]
     settings = [functools.reduce(store.without_unrecorded, settings, s) for s in settings]
+    settings = _one_model_spelling(settings)
     free = {"ms", "grid", "merged_from", "infer_prefixes"}
     shared = {k: v for k, v in settings[0].items() if k not in free}
     for folder, other in zip(folders[1:], settings[1:]):
@@ -742,6 +743,21 @@ def merge_sweeps(folders, output_dir, *, overwrite: bool = False) -> Path:
     finally:
         lock.release()
     return output_dir
+
+
+def _one_model_spelling(settings: list[dict]) -> list[dict]:
+    """The merged folders' settings with one spelling of the model where they name one bundled model by several of
+    its names (``smollm2``, ``smollm2-135m``: :func:`~ut_peft.models.canonical_model_name`, as a resume takes either):
+    its canonical name, whatever the folders' order. Folders that all spell it alike keep their spelling (the merge
+    records what they record), and other models are left for the comparison to name."""
+    models = {s.get("model") for s in settings}
+    if len(models) < 2 or not all(isinstance(model, str) for model in models):
+        return settings
+    names = {canonical_model_name(model) for model in models}
+    if len(names) != 1:
+        return settings
+    name = names.pop()
+    return [dict(s, model=name) for s in settings]
 
 
 def _same_folder(a, b) -> bool:
