@@ -209,3 +209,22 @@ def test_files_are_renamed_into_place_only_by_ut_peft_io():
     assert not offenders, "rename files into place through ut_peft.io (atomic_path / atomic_open): " + "; ".join(
         offenders
     )
+
+
+def test_read_jsonl_reads_a_whole_last_row_whose_newline_was_lost_as_the_next_append_keeps_it(tmp_path):
+    # A file edited or copied by hand (an editor that drops the final newline), or a writer killed between the row
+    # and its newline: the row is complete. The reader skipped it while append_jsonl kept it, so a table read before
+    # the next append silently lacked that run.
+    path = tmp_path / "runs.jsonl"
+    path.write_bytes(b'{"name": "a"}\n{"name": "b"}')
+    assert list(read_jsonl(path)) == [(1, {"name": "a"}), (2, {"name": "b"})]
+    path.write_bytes(b'{"name": "a"}\n\n[1, 2]')
+    assert list(read_jsonl(path)) == [(1, {"name": "a"}), (3, [1, 2])]
+    # A prefix of an object never parses, so a line still being written is still skipped; a number might be a prefix.
+    path.write_bytes(b'{"name": "a"}\n{"name": "b"')
+    assert list(read_jsonl(path)) == [(1, {"name": "a"})]
+    path.write_bytes(b"1\n12")
+    assert list(read_jsonl(path)) == [(1, 1)]
+    with pytest.warns(UserWarning, match="torn line"):  # and the next append cuts what the reader skipped
+        append_jsonl(path, 3)
+    assert list(read_jsonl(path)) == [(1, 1), (2, 3)]

@@ -227,7 +227,8 @@ def _write_all(fd: int, data: bytes) -> None:
 
 def _end_last_line(fd: int, path: Path) -> None:
     """Under :func:`append_jsonl`'s lock: where the file's last line lacks its newline (no writer holds the lock, so
-    the one that wrote it is dead), end it with its newline when it parses as JSON (only the newline was lost), or
+    the one that wrote it is dead), end it with its newline when it is a whole JSON object or array (only the newline
+    was lost: :func:`_whole_line`), or
     cut it back to the last newline (a torn write: its row is lost either way, and a row appended after it would be
     glued to it and lost too), with a warning naming the file and the bytes dropped."""
     size = os.fstat(fd).st_size
@@ -242,9 +243,7 @@ def _end_last_line(fd: int, path: Path) -> None:
             start = position + newline + 1
             break
     tail = _pread_all(fd, size - start, start)
-    try:
-        json.loads(tail)
-    except ValueError:
+    if _whole_line(tail) is None:
         os.ftruncate(fd, start)
         os.fsync(fd)
         preview = tail[:60].decode("utf-8", "replace") + ("..." if len(tail) > 60 else "")
@@ -258,12 +257,26 @@ def _end_last_line(fd: int, path: Path) -> None:
         os.fsync(fd)
 
 
+def _whole_line(line: bytes) -> tuple[Any] | None:
+    """``(value,)`` where ``line``, a last line without its newline, is a whole JSON object or array (whose closing
+    bracket is its last character, so no proper prefix of a longer line parses as one: only its newline was lost),
+    else None (a torn write, or a line still being written). A number is never taken as whole: ``12`` may be the
+    start of ``123``."""
+    try:
+        value = json.loads(line)
+    except ValueError:
+        return None
+    return (value,) if isinstance(value, (dict, list)) else None
+
+
 def read_jsonl(path: StrPath) -> Iterator[tuple[int, Any]]:
     """The lines of a JSONL file that :func:`append_jsonl` writes, as (line number, value), blank lines skipped; none
     where the file does not exist.
 
-    A last line without its newline is one a writer is still writing, or one a killed writer left torn: not a line
-    yet, so it is skipped (the next append cuts it off or ends it). Any other line that does not parse raises
+    A last line without its newline that is a whole JSON object or array is a line whose newline was lost (a file
+    edited or copied by hand, a writer killed between the two): it is read, as :func:`append_jsonl` keeps it. Any
+    other last line without its newline is one a writer is still writing, or one a killed writer left torn: not a
+    line yet, so it is skipped (the next append cuts it off). Any other line that does not parse raises
     :class:`json.JSONDecodeError` naming the file and the line (``runs.jsonl:12``), so the damage can be found.
     """
     path = Path(path)
@@ -272,7 +285,7 @@ def read_jsonl(path: StrPath) -> Iterator[tuple[int, Any]]:
     except FileNotFoundError:
         return
     lines = data.split(b"\n")
-    lines.pop()  # after the last newline: b"" for a whole file, else a line still being written (or torn)
+    last = lines.pop()  # after the last newline: b"" for a whole file, else a line still being written (or torn)
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
@@ -283,6 +296,9 @@ def read_jsonl(path: StrPath) -> Iterator[tuple[int, Any]]:
         except ValueError as err:  # not UTF-8
             raise ValueError(f"{path}:{number} is not a JSON line ({err})") from None
         yield number, value
+    whole = _whole_line(last) if last.strip() else None
+    if whole is not None:
+        yield len(lines) + 1, whole[0]
 
 
 def _cut_back(fd: int, size: int) -> str:
