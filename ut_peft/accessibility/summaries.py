@@ -178,4 +178,14 @@ def read_summary(folder, cls: type[Summary] = Summary) -> Summary:
             f"{folder} holds no summary ({SUMMARY_FILE} is missing); write it from the folder's rows: "
             "summarize_folder(folder), or recipes/cram.py --report-only --output FOLDER"
         )
-    return cls.from_dict(json.loads(path.read_text(encoding="utf-8")), where=str(path))
+    again = (
+        "write it again from the folder's rows: summarize_folder(folder), or ut-peft cram --report-only --output "
+        "FOLDER (the rows are kept)"
+    )
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as err:  # not JSON, or not UTF-8 (a file cut short or overwritten by another program)
+        raise ValueError(f"{path} is damaged (not a JSON summary: {err}); {again}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path} is damaged (a JSON {type(data).__name__}, not a summary's object); {again}")
+    return cls.from_dict(data, where=str(path))
