@@ -64,3 +64,20 @@ def test_bad_flags_are_one_line_errors(model_dir, tmp_path, capsys):
         run(command.main, command.parse, ["--report-only", "--output", str(tmp_path / "missing.json")])
     assert "does not exist; run without --report-only" in capsys.readouterr().err
     assert not (tmp_path / "x.json").exists()
+
+
+def test_output_defaults_to_the_models_results_folder_as_help_says(model_dir, tmp_path, monkeypatch, capsys):
+    """--help names results/<model>/bounds-published.json as the default: a bundled model's estimate goes there
+    (where a sweep's report looks for it), and a model with no such name must be given --output."""
+    monkeypatch.chdir(tmp_path)
+    assert command.parse(["--model", "smollm2"]).output == "results/smollm2-135m/bounds-published.json"
+    assert command.parse([]).output == "results/smollm2-135m/bounds-published.json"
+    assert command.parse(["--output", "x.json"]).output == "x.json"
+    with pytest.raises(SystemExit):
+        run(command.main, command.parse, ["--model", str(model_dir), "--lengths", "4"])
+    assert "give --output" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())  # nothing written, not even a folder
+    with pytest.raises(SystemExit) as stop:
+        command.parse(["--help"])
+    assert stop.value.code == 0
+    assert "default:results/<model>/bounds-published.json" in "".join(capsys.readouterr().out.split())

@@ -63,6 +63,15 @@ def describe(estimate) -> str:
     return "\n".join(lines)
 
 
+def default_output(model: str) -> str | None:
+    """``results/<model>/bounds-published.json`` for a bundled model (its canonical name, so ``smollm2`` and
+    ``smollm2-135m`` share one file); None for a folder or hub id, which has no such name: main then asks for
+    --output."""
+    from ..models import canonical_model_name, is_bundled
+
+    return f"results/{canonical_model_name(model)}/{RESULT_FILE}" if is_bundled(model) else None
+
+
 def main(args):
     from ..accessibility.stats.published_bounds import (
         plot_estimate,
@@ -72,6 +81,11 @@ def main(args):
         write_estimate,
     )
 
+    if args.output is None:
+        raise ValueError(
+            f"--model {args.model} is not a bundled model, so there is no results/<model>/ folder to default to: "
+            f"give --output (e.g. results/<name>/{RESULT_FILE}, beside that model's sweep folders)"
+        )
     output = check_output_file(args.output, "--output")
     plot = check_output_file(args.plot, "--plot") if args.plot else output.with_suffix(".png")
     if args.report_only:
@@ -158,13 +172,19 @@ def parse(argv=None, *, prog: str | None = None):
     )
     p.add_argument("--support-sequences", type=positive_int, default=256, help="sequences of ut-peft's own estimate")
     p.add_argument("--threads", type=positive_int, help="torch threads (1 on a shared machine)")
-    p.add_argument("--output", default=RESULT_FILE, help=f"the estimate's JSON (results/<model>/{RESULT_FILE})")
+    p.add_argument(
+        "--output",
+        help=f"the estimate's JSON (default: results/<model>/{RESULT_FILE}, <model> the bundled name --model names, "
+        "where a sweep's report in results/<model>/<sweep>/ looks for it; another model needs --output)",
+    )
     p.add_argument("--plot", help="the plot (default: --output with .png)")
     p.add_argument("--overwrite", action="store_true", help="replace an estimate --output already holds")
     p.add_argument("--report-only", action="store_true", help="redraw the plot and print the estimate --output holds")
     p.add_argument("--no-progress", action="store_true")
     add_common_flags(p)
     args = parse_args(p, argv)
+    if args.output is None:
+        args.output = default_output(args.model)
     args.command_line = shlex.join([*(prog or "ut-peft bounds").split(), *(sys.argv[1:] if argv is None else argv)])
     return args
 
