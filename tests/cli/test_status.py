@@ -301,3 +301,16 @@ def test_a_damaged_settings_json_is_one_line_naming_what_is_wrong_and_how_to_res
         cli.main(["status", str(folder)])
     err = capsys.readouterr().err
     assert "cp " not in err and "summary.json" in err
+
+
+@pytest.mark.parametrize("damage", ['{"num_rows": ', "", "[]", '{"model": "x"}'])
+def test_a_damaged_summary_json_is_said_to_be_damaged_not_read_as_a_summary_of_none_rows(tmp_path, capsys, damage):
+    # It printed "summary.json: of None rows, not these 92 rows", as if it summarised other rows.
+    folder = copy_sweep(WORDS, tmp_path / "words", names=("settings.json", "rows.jsonl"))
+    (folder / "summary.json").write_text(damage)
+    status = json.loads(status_of(folder, capsys, "--json"))
+    assert status["summary"]["exists"] and not status["summary"]["current"] and status["summary"]["damaged"]
+    line = next(line for line in status_of(folder, capsys).splitlines() if line.startswith("summary.json:"))
+    assert line.startswith("summary.json: DAMAGED (") and "None" not in line
+    assert f"ut-peft cram --report-only --output {folder}` writes it again from the rows" in line
+    assert (folder / "summary.json").read_text() == damage  # status only reads

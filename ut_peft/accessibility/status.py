@@ -156,9 +156,13 @@ def _summary_state(folder: Path, rows: dict) -> dict:
     if not path.is_file():
         return {"exists": False, "rows": None, "current": False}
     try:
-        summarised = json.loads(path.read_text(encoding="utf-8")).get("num_rows")
-    except (OSError, ValueError, AttributeError):
-        summarised = None
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        # Damaged (cut short, overwritten): said as such, not read as a summary of some other number of rows.
+        return {"exists": True, "rows": None, "current": False, "damaged": f"{type(err).__name__}: {err}"}
+    summarised = data.get("num_rows") if isinstance(data, dict) else None
+    if not isinstance(summarised, int):
+        return {"exists": True, "rows": None, "current": False, "damaged": "no num_rows in it"}
     return {"exists": True, "rows": summarised, "current": summarised == len(rows)}
 
 
@@ -427,7 +431,12 @@ def format_status(status: dict) -> str:
     lines.append(f"rows: {rows['total']} written, {rows['row_steps']:,} row-steps" + (f" ({per_m})" if per_m else ""))
     lines += _in_flight_lines(in_flight)
     summary = status["summary"]
-    if summary["exists"]:
+    if summary.get("damaged"):
+        lines.append(
+            f"summary.json: DAMAGED ({summary['damaged']}): `ut-peft cram --report-only --output {status['folder']}` "
+            "writes it again from the rows"
+        )
+    elif summary["exists"]:
         of = "these" if summary["current"] else f"{summary['rows']} rows, not these"
         lines.append(f"summary.json: of {of} {rows['total']} rows")
     else:
