@@ -31,3 +31,11 @@ def test_a_misspelt_family_is_suggested():
     for family in HF_FAMILIES:
         assert RunSettings(backbone=f"hf:{family}").backbone == f"hf:{family}"
     assert RunSettings(backbone="pretrained:./model").backbone == "pretrained:./model"
+
+
+def test_a_fixed_pool_smaller_than_a_batch_is_refused():
+    # Was accepted: each batch was the whole pool (8 rows), while examples_seen counted 16 a step.
+    with pytest.raises(ValueError, match=r"train_examples=8 \(the fixed pool\) is smaller than batch_size=16"):
+        RunSettings(fresh_data=False, train_examples=8, batch_size=16)
+    RunSettings(fresh_data=True, train_examples=8, batch_size=16)  # no pool: train_examples is unused
+    RunSettings(fresh_data=False, train_examples=16, batch_size=16)

@@ -111,6 +111,14 @@ class RunSettings:
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if not self.fresh_data and self.train_examples < self.batch_size:
+            # A batch is batch_size distinct rows of the pool: a smaller pool gives smaller batches, while the curve
+            # and the row count examples_seen as steps x batch_size.
+            raise ValueError(
+                f"train_examples={self.train_examples} (the fixed pool) is smaller than batch_size={self.batch_size}: "
+                "every batch would hold the whole pool and examples_seen would overcount; use a pool of at least "
+                "batch_size strings, a smaller batch_size, or fresh_data"
+            )
         if self.eval_every < 0:
             raise ValueError(f"eval_every must be 0 (only at the end) or positive, got {self.eval_every}")
         if self.eval_log_from < 0:
