@@ -228,3 +228,30 @@ def test_read_jsonl_reads_a_whole_last_row_whose_newline_was_lost_as_the_next_ap
     with pytest.warns(UserWarning, match="torn line"):  # and the next append cuts what the reader skipped
         append_jsonl(path, 3)
     assert list(read_jsonl(path)) == [(1, 1), (2, 3)]
+
+
+def test_a_full_disk_while_ending_a_last_row_without_its_newline_names_the_file_and_changes_nothing(
+    tmp_path, monkeypatch
+):
+    # The one-byte newline that append_jsonl adds to a whole last row before its own can meet a full disk too; that
+    # was a bare "[Errno 28] No space left on device" naming no file. os.write fails for that byte only (a disk with
+    # room for nothing more); the code that handles it is the real one.
+    import errno
+
+    path = tmp_path / "rows.jsonl"
+    path.write_bytes(b'{"name": "a"}\n{"name": "b"}')
+    real_write = os.write
+
+    def full_disk(fd, data):
+        if bytes(data) == b"\n":
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", full_disk)
+    with pytest.raises(OSError, match=rf"could not append a row to {path} \(No space left on device\); the file is "):
+        append_jsonl(path, {"name": "c"})
+    monkeypatch.setattr(os, "write", real_write)
+    assert path.read_bytes() == b'{"name": "a"}\n{"name": "b"}'
+    assert [row for _, row in read_jsonl(path)] == [{"name": "a"}, {"name": "b"}]
+    append_jsonl(path, {"name": "c"})  # once there is room again
+    assert path.read_text().splitlines() == ['{"name": "a"}', '{"name": "b"}', '{"name": "c"}']

@@ -176,15 +176,28 @@ def append_jsonl(path: StrPath, row: Any, *, sort_keys: bool = False) -> None:
     Several processes may append to one file: each append holds an exclusive ``flock`` on the file while it writes,
     so lines never interleave. A write that fails part-way (a full disk) is cut back off the file, so a later line is
     never glued to a torn one, and the error says what happened. A last line that a writer killed mid-write left
-    without its newline (kill -9, a power cut) is dealt with first, under the lock: a whole JSON value gets its
-    newline, anything else is cut off with a warning naming the file and the bytes dropped (:func:`_end_last_line`).
+    without its newline (kill -9, a power cut) is dealt with first, under the lock: a whole JSON object or array
+    gets its newline, anything else is cut off with a warning naming the file and the bytes dropped
+    (:func:`_end_last_line`).
     """
     path = Path(path)
     line = (json.dumps(row, sort_keys=sort_keys) + "\n").encode("utf-8")
-    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+    except OSError as err:
+        if err.errno in _DISK_FULL:  # no room for a new file's inode
+            raise _append_failed(path, err, "nothing was written") from err
+        raise
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)  # released when fd is closed
-        _end_last_line(fd, path)
+        try:
+            _end_last_line(fd, path)
+        except OSError as err:
+            # The newline a whole last row lacks could not be added: the file is as it was (a one-byte write is
+            # whole or absent), and its last row is still read (read_jsonl) and ended by the next append.
+            if err.errno in _DISK_FULL:
+                raise _append_failed(path, err, "the file is as it was") from err
+            raise
         start = os.fstat(fd).st_size  # under the lock: no other writer appends meanwhile
         written = 0
         try:
@@ -204,6 +217,14 @@ def append_jsonl(path: StrPath, row: Any, *, sort_keys: bool = False) -> None:
             ) from err
     finally:
         os.close(fd)
+
+
+def _append_failed(path: Path, err: OSError, state: str) -> OSError:
+    return OSError(
+        err.errno,
+        f"could not append a row to {path} ({err.strerror or err}); {state}. Free space (or fix the error) and "
+        "resume: the rows already written are kept",
+    )
 
 
 def _pread_all(fd: int, size: int, offset: int) -> bytes:
