@@ -127,3 +127,35 @@ def test_a_rebuilt_backbone_is_checked_against_the_weights_the_adapter_was_train
     config_file.write_text(json.dumps(record))
     with pytest.raises(ValueError, match=r"does not have the frozen weights .* drawn with torch 1\.0\.0"):
         backbone_from_adapter(tmp_path)
+
+
+def test_a_universal_backbones_frozen_weights_follow_the_seed_asked_for():
+    # Was silent: a universal backbone draws its frozen weights from config.seed, so random_backbone(config, seed=s)
+    # gave the same frozen backbone for every s (only E, U and the positions changed).
+    from ut_peft.universal import UniversalTransformerConfig
+
+    def config(seed):
+        return UniversalTransformerConfig(weights="random", hidden_size=16, head_dim=4, seed=seed)
+
+    with pytest.raises(ValueError, match=r"frozen weights from config\.seed \(0\), not from seed=1.*seed=1"):
+        random_backbone(config(0), seed=1)
+    a, b = random_backbone(config(1), seed=1), random_backbone(config(2), seed=2)
+    assert not torch.equal(a.model.layers[0].query, b.model.layers[0].query)
+    assert not any(p.requires_grad for p in a.parameters())
+
+
+def test_an_adapter_on_a_universal_backbone_of_any_seed_rebuilds_its_base(tmp_path):
+    # The training runs build universal backbones with from_config (backbone seed in the config, E drawn under the
+    # run's seed): the adapter records seed 0 (its frozen weights follow from the config), and the rebuild must not
+    # be refused for that seed differing from config.seed.
+    import transformers
+
+    from ut_peft.universal import UniversalTransformerConfig
+
+    config = UniversalTransformerConfig(vocab_size=9, weights="random", hidden_size=16, head_dim=4, seed=2)
+    torch.manual_seed(7)
+    model = get_peft_model(transformers.AutoModelForCausalLM.from_config(config), UTReprogramConfig())
+    ids = torch.randint(0, 9, (2, 6))
+    model.save_pretrained(tmp_path)
+    rebuilt = PeftModel.from_pretrained(backbone_from_adapter(tmp_path), tmp_path)
+    assert torch.equal(rebuilt(input_ids=ids).logits, model(input_ids=ids).logits)

@@ -22,11 +22,21 @@ def random_backbone(
     The draw uses a forked RNG, so the caller's random state is untouched, and the same (config, seed) gives the
     same weights on the same torch version. A UT_REPROGRAM adapter made on it records both, so
     :func:`backbone_from_adapter` rebuilds the whole model from the adapter folder alone.
+
+    ut-peft's universal backbones (``UniversalTransformerConfig``) draw their frozen weights from the config's own
+    ``seed`` field; ``seed`` here must equal it (it then draws E, U and the positions too), since a different value
+    would leave the frozen weights as they are while the call reads as another random backbone.
     """
     if isinstance(config, dict):
         config = transformers.AutoConfig.for_model(**config)
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+    if getattr(config, "model_type", None) == "universal_transformer" and config.seed != seed:
+        raise ValueError(
+            f"a universal backbone draws its frozen weights from config.seed ({config.seed}), not from seed={seed}: "
+            f"build the config with seed={seed} for another backbone (UniversalTransformerConfig(..., seed={seed})), "
+            f"or pass seed={config.seed} for this one"
+        )
     return draw_backbone(config, seed, dtype)
 
 
@@ -60,7 +70,7 @@ def backbone_from_adapter(adapter_dir: Union[str, os.PathLike], dtype: torch.dty
     if record.get("seed") is None:
         # Made before seeds were always recorded: only a base whose weights follow from its config (ut_peft's
         # universal backbones) rebuilds, and two draws under different seeds tell whether this one does.
-        model, other = (random_backbone(config, seed=s, dtype=draw_dtype) for s in (0, 1))
+        model, other = (draw_backbone(config, s, draw_dtype) for s in (0, 1))
         if _digest(model, adapter) != _digest(other, adapter):
             raise ValueError(
                 f"the adapter in {adapter_dir} records no seed and its base's weights are random, so it cannot "
@@ -68,7 +78,9 @@ def backbone_from_adapter(adapter_dir: Union[str, os.PathLike], dtype: torch.dty
                 "the base with ut_peft.random_backbone(config, seed)"
             )
     else:
-        model = random_backbone(config, seed=record["seed"], dtype=draw_dtype)
+        # draw_backbone, not random_backbone: a universal base built with from_config records seed 0 (its frozen
+        # weights follow from the config) whatever its config.seed, and still rebuilds.
+        model = draw_backbone(config, record["seed"], draw_dtype)
     recorded = adapter.get("base_weights_digest")
     if recorded:
         from .tuners.ut_reprogram.fingerprint import digest_stride
