@@ -105,3 +105,33 @@ def test_head_offloaded_by_accelerate_reads_its_real_weights(tmp_path):
     torch.testing.assert_close(path.weight, model.get_output_embeddings().weight.detach())
     points = torch.randn(5, path.hidden_size, generator=torch.Generator().manual_seed(0))
     torch.testing.assert_close(path.logits(points), OutputPath.from_model(model, apply_final_norm=True).logits(points))
+
+
+def test_a_head_that_changes_logits_beyond_weight_bias_scaling_and_cap_is_refused():
+    """Dory's lm_head multiplies each token's logit by its own learned scale: a path of the head's weight alone
+    would decide other tokens than the model (silently wrong cells), so from_model refuses it, naming the head."""
+    import transformers
+
+    config = transformers.DoryConfig(
+        vocab_size=97,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+    )
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(config).eval()
+    OutputPath.from_model(model)  # at initialisation every token's scale is 1: the path is the model's
+    with torch.no_grad():
+        model.get_output_embeddings().logit_scale.uniform_(0.002, 0.04)
+    with pytest.raises(ValueError, match="DoryLMHead.*does not reproduce"):
+        OutputPath.from_model(model)
+    OutputPath.from_model(model, check=False)  # the caller's own responsibility
+
+
+def test_the_check_leaves_a_training_model_in_training_mode():
+    model = tiny_model("llama", seed=1).train()
+    OutputPath.from_model(model)
+    assert model.training

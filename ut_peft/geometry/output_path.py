@@ -11,6 +11,7 @@ is then measured at the norm's input: ``analysis.measure_prenorm_support``).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -73,9 +74,10 @@ class OutputPath:
         return self.weight.shape[1]
 
     @classmethod
-    def from_model(cls, model: nn.Module, *, apply_final_norm: bool = False) -> OutputPath:
+    def from_model(cls, model: nn.Module, *, apply_final_norm: bool = False, check: bool = True) -> OutputPath:
         """Read the output path of a transformers causal LM (the head, its bias, the final norm, the config's
-        logit scaling and soft-capping)."""
+        logit scaling and soft-capping). ``check``: run the model on a few tokens and refuse it unless the path
+        gives its logits from the states its head receives (:meth:`check_model`)."""
         if hasattr(model, "get_base_model"):  # a PeftModel: the geometry of the model it wraps
             model = model.get_base_model()
         head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
@@ -102,13 +104,56 @@ class OutputPath:
 
         scale, divide = logit_scaling(config)
         multiplier = 1.0 if scale is None else (1.0 / scale if divide else scale)
-        return cls(
+        path = cls(
             weight=_loaded(head, "weight"),
             bias=_loaded(head, "bias"),
             final_norm=norm,
             logit_multiplier=multiplier,
             softcap=getattr(config, "final_logit_softcapping", None),
         )
+        if check:
+            path.check_model(model)
+        return path
+
+    def check_model(self, model: nn.Module, tokens: int = 5) -> None:
+        """Raise unless the head part of this path (weight, bias, logit scaling, soft-cap) turns the states the
+        output head of ``model`` receives into the logits ``model(...)`` returns. A head module that does more than
+        its matrix product (Dory's learned per-token logit scale) or a forward() that changes the logits in a way
+        :meth:`from_model` does not read would otherwise be measured as another model, with other cells and no
+        error. One forward of ``tokens`` tokens, in eval mode (dropout off); the model's mode is restored."""
+        from ..devices import execution_device
+
+        if hasattr(model, "get_base_model"):
+            model = model.get_base_model()
+        head, embed = model.get_output_embeddings(), model.get_input_embeddings()
+        ids = (torch.arange(tokens) % embed.weight.shape[0])[None].to(execution_device(embed))
+        seen: list[torch.Tensor] = []
+        hook = head.register_forward_pre_hook(lambda module, args: seen.append(args[0].detach()))
+        was_training = model.training
+        model.eval()
+        try:
+            with torch.no_grad():
+                expected = model(input_ids=ids, use_cache=False).logits[0].float().cpu()
+        finally:
+            hook.remove()
+            model.train(was_training)
+        states = seen[-1][0].cpu() if seen else None
+        got = None
+        if states is not None and states.shape[-1] == self.hidden_size and states.shape[0] == expected.shape[0]:
+            with torch.no_grad():
+                got = self._finish(states.float() @ self.weight.float().T, slice(None))
+        # The same operations up to the order of rounding: 8 ulps of the head's dtype, of the largest logit.
+        tolerance = max(8 * torch.finfo(self.weight.dtype).eps, 1e-5) * max(float(expected.abs().max()), 1.0)
+        gap = float((got - expected).abs().max()) if got is not None and got.shape == expected.shape else math.inf
+        if gap > tolerance:
+            raise ValueError(
+                f"the output path read from {type(model).__name__} (its head {type(head).__name__}'s weight"
+                f"{' and bias' if self.bias is not None else ''}, logit multiplier {self.logit_multiplier:g}, "
+                f"soft-cap {self.softcap}) does not reproduce the model's logits from the states its head "
+                f"receives (they differ by up to {gap:.3g}): the head or forward() changes the logits in another "
+                "way, so its decoder cells would be another model's. Teach ut_peft/geometry/output_path.py "
+                "(OutputPath.from_model) that transformation before measuring this model"
+            )
 
     def prepare(self, points: torch.Tensor) -> torch.Tensor:
         """The point the head sees, in float32: the sampled point, or its final-norm image when the path has a
