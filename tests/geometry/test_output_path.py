@@ -135,3 +135,14 @@ def test_the_check_leaves_a_training_model_in_training_mode():
     model = tiny_model("llama", seed=1).train()
     OutputPath.from_model(model)
     assert model.training
+
+
+def test_soft_capping_does_not_tie_the_greedy_decision_where_tanh_saturates():
+    """c tanh(z / c) is increasing, so the greedy token is the argmax of the uncapped logits; in float32 tanh
+    reaches 1.0 exactly once z / c > ~9, and deciding on the capped logits tied every such point to the lowest id."""
+    path = OutputPath(torch.tensor([[1.0, 0.0], [1.1, 0.0]]), softcap=30.0)
+    points = torch.stack([torch.linspace(300.0, 600.0, 50), torch.zeros(50)], dim=1)
+    capped = path.logits(points)
+    assert bool((capped[:, 0] == capped[:, 1]).all())  # the capped logits tie: no decision left in them
+    assert path.decide(points, methods=("argmax",))["argmax"].tolist() == [1] * 50
+    assert path.decide(points, methods=("argmax",), vocab_chunk=1)["argmax"].tolist() == [1] * 50

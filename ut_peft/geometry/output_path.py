@@ -4,7 +4,8 @@ Convention (the accessibility paper's): points are sampled in the space of final
 states, the space whose support ``measure_support`` measures, so by default a point goes through the output
 head only, then the head's bias, the model's logit scaling and its logit soft-capping (Gemma-2/3's
 ``final_logit_softcapping``). Scaling and soft-capping are monotone and do not move an argmax, but they are
-applied anyway so that :meth:`OutputPath.logits` is the model's own logits. ``apply_final_norm=True`` is the
+applied anyway so that :meth:`OutputPath.logits` is the model's own logits (:meth:`OutputPath.decide` takes the
+argmax before the soft-cap, whose float32 tanh saturates to ties at large logits). ``apply_final_norm=True`` is the
 other convention: points are pre-norm hidden states and the model's final norm acts on them first (their support
 is then measured at the norm's input: ``analysis.measure_prenorm_support``).
 """
@@ -170,12 +171,12 @@ class OutputPath:
             out = self.prepare(points) @ self.weight.float().T
             return self._finish(out, slice(None))
 
-    def _finish(self, scores: torch.Tensor, rows: slice) -> torch.Tensor:
+    def _finish(self, scores: torch.Tensor, rows: slice, *, cap: bool = True) -> torch.Tensor:
         if self.bias is not None:
             scores = scores + self.bias[rows].to(scores.dtype)
         if self.logit_multiplier != 1.0:
             scores = scores * self.logit_multiplier
-        if self.softcap is not None:
+        if cap and self.softcap is not None:
             scores = torch.tanh(scores / self.softcap) * self.softcap
         return scores
 
@@ -187,7 +188,8 @@ class OutputPath:
     def decide(self, points: torch.Tensor, *, methods=("argmax",), vocab_chunk: int | None = None) -> dict:
         """The decoded token of each point under each method, chunked over the vocabulary.
 
-        ``argmax``: the greedy decision, argmax of the real logits. ``voronoi``: the Euclidean nearest head row
+        ``argmax``: the greedy decision, argmax of the real logits (taken before the soft-cap, which is increasing
+        and keeps it, but in float32 saturates to ties at large logits). ``voronoi``: the Euclidean nearest head row
         (the published cell-volume code), argmax of ``h @ u_j - |u_j|^2 / 2``, which ignores bias and scaling and
         differs from greedy decoding wherever the rows' norms differ. Both come from one matrix product per chunk,
         in float32: a head in another dtype is cast one block of ``vocab_chunk`` rows at a time (no full float32
@@ -206,7 +208,12 @@ class OutputPath:
                 rows = slice(start, min(start + vocab_chunk, vocab))
                 scores = h @ self.weight[rows].float().T
                 for m in methods:
-                    s = self._finish(scores, rows) if m == "argmax" else scores - 0.5 * self.row_sq_norms()[rows]
+                    # The soft-cap is increasing, so it keeps the argmax, but float32 tanh reaches 1.0 once
+                    # logits / cap > ~9 and would tie those points to the lowest id: decide before capping.
+                    if m == "argmax":
+                        s = self._finish(scores, rows, cap=False)
+                    else:
+                        s = scores - 0.5 * self.row_sq_norms()[rows]
                     value, arg = s.max(dim=1)
                     # Strictly greater keeps the first maximal index, as torch.argmax over the full row does.
                     better = value > best[m]
