@@ -12,7 +12,13 @@ import shlex
 import sys
 from pathlib import Path
 
-from .io import atomic_write_text
+from .io import atomic_write_text, lock_holder, try_lock
+
+# The lock file a run holds in its --output-dir (what tasks.training's runs hold in theirs), and the descriptors this
+# process holds: a folder's lock is kept until the process ends, and a second start in the same process (a test, a
+# notebook) reuses it.
+RUN_LOCK = "run.lock"
+_HELD: dict[str, int] = {}
 
 
 def add_run_flags(parser: argparse.ArgumentParser, *, out: str) -> argparse.ArgumentParser:
@@ -48,12 +54,20 @@ def parse_recipe_args(parser: argparse.ArgumentParser, script: str, argv=None) -
 
 
 def start_run(args: argparse.Namespace, results: tuple[str, ...] = ()) -> Path:
-    """Apply ``--threads``, check and create ``--output-dir``; returns the output folder. ``results``: the files a
-    run writes there; an ``--output-dir`` that holds one of them holds an earlier run, replaced only with
-    ``--overwrite``."""
+    """Apply ``--threads``, check and create ``--output-dir`` and lock it; returns the output folder. ``results``:
+    the files a run writes there; an ``--output-dir`` that holds one of them holds an earlier run, replaced only with
+    ``--overwrite``.
+
+    The folder's lock (``run.lock``, an ``flock``) is held until this process ends: a second process started on the
+    same folder is refused, naming the holder, instead of writing its files among the first one's (each file is
+    written atomically, but the folder would hold one run's JSON beside the other's report). The kernel releases
+    the lock of a process that dies, even by SIGKILL."""
     from .cli.common import check_output_folder
 
     check_output_folder(args.out, "--output-dir")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    _lock_run_folder(out)  # before the earlier run's files are looked at: that run may be the one still writing
     earlier = [name for name in results if (Path(args.out) / name).exists()]
     if earlier and not getattr(args, "overwrite", False):
         raise ValueError(
@@ -64,9 +78,22 @@ def start_run(args: argparse.Namespace, results: tuple[str, ...] = ()) -> Path:
         import torch
 
         torch.set_num_threads(args.threads)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     return out
+
+
+def _lock_run_folder(out: Path) -> None:
+    key = str(out.resolve())
+    if key in _HELD:
+        return
+    lock = out / RUN_LOCK
+    fd = try_lock(lock)
+    if fd is None:
+        raise RuntimeError(
+            f"--output-dir {out} is being written by another run ({lock_holder(lock)} holds {lock}): wait for it to "
+            "finish or stop it, or give another --output-dir; a run that crashed or was killed releases the lock by "
+            "itself"
+        )
+    _HELD[key] = fd
 
 
 def write_section(path, markdown: str) -> Path:
