@@ -4,7 +4,9 @@ disk names the file it could not write and says what to do."""
 import errno
 import os
 import shutil
+import socket
 import subprocess
+import sys
 
 import pytest
 import torch
@@ -148,3 +150,23 @@ def test_report_only_on_a_full_disk_is_one_line_naming_the_file(model_dir, tmp_p
     err = one_line_error(capsys, cram.main, cram.parse, ["--report-only", "--output", disk / "sweep"])
     assert err.startswith(f"{cram.parse([]).prog}: error: {disk / 'sweep'}/"), err
     assert ": No space left on device while writing it: free space on that disk" in err, err
+
+
+def test_an_hf_source_without_a_network_is_refused_before_the_model_loads(tmp_path):
+    # Before: the model loaded, then the dataset's load retried the Hub for about 23 s and ended in "Couldn't reach
+    # ... on the Hub". The model folder holds only config.json: loading it would fail with another error.
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text("{}")
+    with socket.socket() as s:  # a port nothing listens on once closed: the Hub's connections are refused
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGINGFACE"))}
+    env.update(HF_HOME=str(tmp_path / "hf-home"), HF_ENDPOINT=f"http://127.0.0.1:{port}")
+    argv = ["--model", tmp_path / "model", *TINY, "--source", "hf:someone/corpus", "--output", tmp_path / "out"]
+    command = [sys.executable, "-m", "ut_peft", "cram", *map(str, argv)]
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
+    last = done.stderr.strip().splitlines()[-1]
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert last.startswith("ut-peft cram: error: --source hf:someone/corpus: the dataset 'someone/corpus' is not in")
+    assert "the Hugging Face Hub cannot be reached" in last and "text:PATH" in last
+    assert not (tmp_path / "out").exists()

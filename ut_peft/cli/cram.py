@@ -683,8 +683,9 @@ WORD_LISTS = ("glove", "wordfreq", "pydoc_data")
 
 
 def check_source(spec: str) -> None:
-    """--source as the sweep will read it, checked before the model loads: a known kind, and the file it names
-    exists (else a missing file would surface after loading the model, or as the tokenizer's error)."""
+    """--source as the sweep will read it, checked before the model loads: a known kind, the file it names exists
+    (else a missing file would surface after loading the model, or as the tokenizer's error), and a Hub dataset can
+    be had (cached, or the Hub answers)."""
     kind, _, arg = spec.partition(":")
     if kind not in ("text", "hf", "words", "tokens"):
         raise ValueError(
@@ -693,6 +694,12 @@ def check_source(spec: str) -> None:
         )
     if kind == "hf" and not arg.split(":")[0]:
         raise ValueError(f"--source {spec}: hf: needs a dataset name or a saved dataset's folder, e.g. hf:wikitext")
+    if kind == "hf":  # without a network: said in a second, not after the model loads and the Hub's retries
+        from ..accessibility.engine.sources import hub_dataset_problem
+
+        problem = hub_dataset_problem(arg.split(":")[0])
+        if problem is not None:
+            raise ValueError(f"--source {spec}: {problem}")
     if (kind == "text" and arg) or (kind == "words" and arg and arg not in WORD_LISTS):
         what = "a UTF-8 text or JSONL file" if kind == "text" else "a file of words, one a line"
         if not Path(arg).exists():

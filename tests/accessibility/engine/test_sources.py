@@ -1,4 +1,7 @@
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -275,3 +278,81 @@ def test_a_file_source_records_the_sha256_of_the_file_s_content(tmp_path, kind):
     assert {k: v for k, v in second.items() if k != "sha256"} == {k: v for k, v in first.items() if k != "sha256"}
     # The lists and texts shipped with the package record none, as before (committed folders still resume).
     assert "sha256" not in make_source(kind, _WordTokenizer()).describe()
+
+
+# ---- hf: without a network ------------------------------------------------------------------------------------------
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on once this socket is closed: connections are refused
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def hub_without_network(tmp_path, script: str, offline: bool = False) -> subprocess.CompletedProcess:
+    """``script`` run in a fresh Python where the Hub cannot be reached (HF_ENDPOINT at a closed local port, read as
+    huggingface_hub is imported) and the caches are empty; or in offline mode (HF_HUB_OFFLINE=1)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGINGFACE"))}
+    env.update(HF_HOME=str(tmp_path / "hf-home"), HF_ENDPOINT=f"http://127.0.0.1:{_closed_port()}")
+    if offline:
+        env["HF_HUB_OFFLINE"] = "1"
+    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
+
+
+HF_SOURCE = """
+import time
+from ut_peft.accessibility.engine.sources import make_source
+start = time.monotonic()
+try:
+    make_source("hf:someone/corpus", None)
+except ValueError as err:
+    print(f"{time.monotonic() - start:.1f}")
+    print(err)
+"""
+
+
+@pytest.mark.parametrize("offline", [False, True])
+def test_an_hf_source_without_a_network_fails_at_once_saying_what_to_do(tmp_path, offline):
+    # Before: load_dataset retried the Hub for about 23 s (5 retries), then 'cannot load the dataset ... Couldn't
+    # reach 'someone/corpus' on the Hub (LocalEntryNotFoundError)', naming nothing else to do.
+    done = hub_without_network(tmp_path, HF_SOURCE, offline)
+    seconds, message = done.stdout.strip().split("\n", 1)
+    assert float(seconds) < 5, (seconds, done.stderr[-2000:])
+    assert "\n" not in message and "'someone/corpus' is not in the local datasets cache" in message
+    assert ("the Hub is offline (HF_HUB_OFFLINE" if offline else "the Hugging Face Hub cannot be reached") in message
+    assert "text:PATH (a UTF-8 text or JSONL file)" in message and "hf:FOLDER" in message
+
+
+HUB_ANSWERS_404 = """
+import http.server, os, threading
+
+class NotFound(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(404)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("X-Error-Code", "RepoNotFound")  # how the Hub tells a missing repository
+        self.end_headers()
+        self.wfile.write(b'{"error": "Repository not found"}')
+    do_HEAD = do_GET
+    def log_message(self, *args):
+        pass
+
+server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), NotFound)
+threading.Thread(target=server.serve_forever, daemon=True).start()
+os.environ["HF_ENDPOINT"] = f"http://127.0.0.1:{server.server_address[1]}"
+from ut_peft.accessibility.engine.sources import make_source
+try:
+    make_source("hf:someone/corpus", None)
+except ValueError as err:
+    print(err)
+"""
+
+
+def test_an_hf_source_the_hub_answers_goes_on_to_load_dataset_and_its_own_error(tmp_path):
+    # The online path is as it was: a Hub that answers (here: no such dataset) is not 'no network'.
+    done = hub_without_network(tmp_path, HUB_ANSWERS_404)
+    message = done.stdout.strip()
+    assert message.startswith("cannot load the dataset 'someone/corpus' (split 'train'): "), done.stderr[-2000:]
+    assert "doesn't exist on the Hub" in message and "local datasets cache" not in message

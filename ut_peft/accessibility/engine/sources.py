@@ -8,7 +8,9 @@ Source specs (strings the recipe accepts):
                                 embedded in every Python, no download
   ``text:PATH``                 a local UTF-8 text file, or a JSONL file with a ``"text"`` field per line (the
                                 description records the file's sha256, so a resume refuses an edited file)
-  ``hf:NAME[:SPLIT[:COLUMN]]``  a ``datasets`` dataset (hub name or a folder saved with ``save_to_disk``)
+  ``hf:NAME[:SPLIT[:COLUMN]]``  a ``datasets`` dataset (hub name or a folder saved with ``save_to_disk``); a hub
+                                name without a network only where the datasets cache holds it (else refused at once,
+                                :func:`hub_dataset_problem`)
   ``words`` / ``words:PATH``    uniformly drawn words joined by spaces, tokenized and cut to n tokens; the
                                 default list is every distinct alphabetic word (3+ letters, lower-cased) of
                                 ``pydoc_data.topics``; PATH is a file with one word per line (its sha256 recorded)
@@ -374,6 +376,91 @@ def dataset_documents(dataset, column: str = "text") -> list[str]:
     return list(dataset[column])
 
 
+def hub_dataset_problem(name: str) -> str | None:
+    """Why the dataset ``name`` of an ``hf:`` source cannot be loaded here and now, as one line that says what to do;
+    None where loading it can go ahead: a local folder, a copy in the local ``datasets`` cache (which load_dataset
+    falls back to without a network), or a Hub that answers (whatever it answers: a dataset it lacks, a gated one,
+    a bad name, which load_dataset's own error says).
+
+    Without a network, load_dataset retries the Hub for about 23 s before it fails with 'Couldn't reach ... on the
+    Hub'; one request here (10 s at most) tells it in a second. Offline mode (HF_HUB_OFFLINE, HF_DATASETS_OFFLINE,
+    as ``datasets.config.HF_HUB_OFFLINE`` reads them) is told without asking."""
+    import datasets
+
+    if Path(name).is_dir() or _in_datasets_cache(name):
+        return None
+    if datasets.config.HF_HUB_OFFLINE:
+        return _no_hub_line(name, OFFLINE)
+    from huggingface_hub import HfApi
+
+    try:
+        HfApi().dataset_info(name, timeout=10)
+    except Exception as err:  # noqa: BLE001 - the HTTP library's own errors (a ConnectError) are not the Hub's
+        if _unreachable(err):
+            return _no_hub_line(name, _hub_down(err))
+    return None
+
+
+OFFLINE = (
+    "the Hub is offline (HF_HUB_OFFLINE or HF_DATASETS_OFFLINE is set; unset it where there is a network to download "
+    "the dataset)"
+)
+
+
+def _no_hub_line(name: str, why: str) -> str:
+    return (
+        f"the dataset {name!r} is not in the local datasets cache and {why}: without a network, give a local source "
+        "instead: text:PATH (a UTF-8 text or JSONL file), words:PATH (a file of words, one a line), the built-in text "
+        "or words, or hf:FOLDER (a dataset saved with Dataset.save_to_disk where there is a network)"
+    )
+
+
+def _hub_down(err: BaseException) -> str:
+    """Why the Hub was not reached, for :func:`_no_hub_line`."""
+    import datasets
+
+    if datasets.config.HF_HUB_OFFLINE:
+        return OFFLINE
+    while isinstance(err, ConnectionError) and err.__cause__ is not None:  # datasets' wrapper of the HTTP error
+        err = err.__cause__
+    reason = f"{type(err).__name__}: {' '.join(str(err).split())}" if str(err) else type(err).__name__
+    return f"the Hugging Face Hub cannot be reached ({reason}; check the network, HF_ENDPOINT, or a proxy)"
+
+
+def _unreachable(err: BaseException) -> bool:
+    """``err`` (or its cause) is a failure to reach the server at all: the HTTP library's connect or timeout errors
+    (httpx's, whose module huggingface_hub has renamed across versions, told by their names), a refused connection,
+    a name that does not resolve, huggingface_hub's offline mode. An answer of the Hub (404, 401...) is not."""
+    seen: set[int] = set()
+    cause: BaseException | None = err
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, (ConnectionError, TimeoutError)):
+            return True
+        if any(
+            kind.__module__.startswith("httpx") and kind.__name__ in ("TransportError", "TimeoutException")
+            for kind in type(cause).__mro__
+        ):
+            return True
+        cause = cause.__cause__ or cause.__context__
+    return False
+
+
+def _in_datasets_cache(name: str) -> bool:
+    """Whether the ``datasets`` cache holds a prepared copy of the Hub dataset ``name``: where load_dataset looks
+    for one when the Hub cannot be reached
+    (``HF_DATASETS_CACHE/<namespace>___<snake_case name>/<config>/<version>/<hash>``, as its fallback spells it)."""
+    import datasets
+    from datasets.naming import camelcase_to_snakecase
+
+    parts = name.split("/")
+    if len(parts) > 2 or not all(parts):
+        return False
+    parts[-1] = camelcase_to_snakecase(parts[-1])
+    folder = Path(datasets.config.HF_DATASETS_CACHE).expanduser() / "___".join(parts)
+    return folder.is_dir() and any(path.is_dir() for path in folder.glob("*/*/*"))
+
+
 def make_source(
     spec,
     tokenizer,
@@ -436,8 +523,14 @@ def make_source(
         column = parts[2] if len(parts) > 2 and parts[2] else "text"
         if not name:
             raise ValueError("hf: needs a dataset name, e.g. hf:wikitext:train:text")
+        # Asked once, in seconds, before load_dataset: without a network it retries the Hub for about 23 s.
+        problem = hub_dataset_problem(name)
+        if problem is not None:
+            raise ValueError(f"{spec}: {problem}")
         try:
             data = datasets.load_from_disk(name) if Path(name).is_dir() else datasets.load_dataset(name, split=split)
+        except ConnectionError as err:  # the network went since it was asked, or offline mode (datasets' own type)
+            raise ValueError(f"{spec}: {_no_hub_line(name, _hub_down(err))}") from None
         except Exception as err:  # the datasets library raises many kinds; report them all the same way
             raise ValueError(f"cannot load the dataset {name!r} (split {split!r}): {err}") from None
         if isinstance(data, datasets.DatasetDict):
