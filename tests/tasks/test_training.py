@@ -216,10 +216,28 @@ def test_hf_backbones_are_built_without_the_test_helper():
         expected = tiny_config(family, vocab_size=23, hidden_size=32, num_layers=2, num_heads=4, max_positions=40)
         if getattr(expected, "num_key_value_heads", None) is not None:
             expected.num_key_value_heads = 4
+        if family == "gemma3":
+            expected.sliding_window = 40  # the whole sequence (the test helper's 16 exercises the window itself)
         built = training.family_config(family, vocab_size=23, width=32, layers=2, heads=4, max_positions=40)
         assert built.to_dict() == expected.to_dict(), family
     with pytest.raises(ValueError, match="choose one of"):
         training.family_config("bert", vocab_size=23, width=32, layers=2, heads=4, max_positions=40)
+
+
+def test_every_hf_backbone_reads_the_whole_sequence():
+    # hf:gemma3 had a 16-token sliding window on every layer (Gemma 3 slides on 5 layers of 6): the answer at the end
+    # of a 40-token string did not depend on its first token, so a Dyck-1 or k-hop run could not see it.
+    from ut_peft.tasks.training import family_config
+
+    for family in ("gemma3", "llama", "gpt2"):
+        config = family_config(family, vocab_size=23, width=32, layers=2, heads=4, max_positions=40)
+        model = ut_peft.random_backbone(config, seed=0)
+        ids = torch.randint(1, 23, (1, 40), generator=torch.Generator().manual_seed(0))
+        other = ids.clone()
+        other[0, 0] = 1 + ids[0, 0] % 22
+        with torch.no_grad():
+            last = [model(input_ids=x).logits[0, -1] for x in (ids, other)]
+        assert not torch.allclose(*last), family
 
 
 def test_the_init_scale_is_a_recorded_setting_that_reaches_the_adapter(tmp_path):

@@ -146,7 +146,9 @@ def family_config(
     family: str, *, vocab_size: int, width: int, layers: int, heads: int, max_positions: int
 ) -> transformers.PretrainedConfig:
     """A small untied config of a transformers family for ``hf:<family>`` backbones (MLP width 2 x width, one
-    key/value head per head, head size width / heads)."""
+    key/value head per head, head size width / heads; every position attends to the whole sequence). GPT-2 keeps
+    its own MLP width (4 x width) and dropout (0.1 on embeddings, attention and residuals, active in training); the
+    other families have no dropout."""
     if family not in HF_FAMILIES:
         raise ValueError(f"unknown family {family!r} in hf:<family>; choose one of {', '.join(HF_FAMILIES)}")
     if family == "gpt2":
@@ -166,7 +168,10 @@ def family_config(
         if family in ("qwen3", "gemma3"):
             fields["head_dim"] = width // heads
         if family == "gemma3":
-            fields["sliding_window"] = 16
+            # Below 6 layers every Gemma-3 layer is a sliding-window one: a window shorter than the sequence would
+            # hide its start from the last positions (at 16, a 2-layer model's answer never saw the first tokens of
+            # a 40-token string). A real Gemma 3's window (512 or more) holds these tasks' sequences whole.
+            fields["sliding_window"] = max_positions
         if family == "gpt_neox":
             fields.update(bos_token_id=0, eos_token_id=0)
     model_type = "gemma3_text" if family == "gemma3" else family
