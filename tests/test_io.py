@@ -255,3 +255,21 @@ def test_a_full_disk_while_ending_a_last_row_without_its_newline_names_the_file_
     assert [row for _, row in read_jsonl(path)] == [{"name": "a"}, {"name": "b"}]
     append_jsonl(path, {"name": "c"})  # once there is room again
     assert path.read_text().splitlines() == ['{"name": "a"}', '{"name": "b"}', '{"name": "c"}']
+
+
+def test_a_rewrite_keeps_the_files_permissions_and_refuses_a_read_only_file(tmp_path):
+    # A rename needs only the folder's write permission: a summary.json made read-only to protect a finished result
+    # was silently replaced (and left writable), and every rewrite gave a file the umask's permissions.
+    import stat
+
+    private = atomic_write_json(tmp_path / "settings.json", {"a": 1})
+    os.chmod(private, 0o600)
+    atomic_write_json(private, {"a": 2})
+    assert stat.S_IMODE(os.stat(private).st_mode) == 0o600 and json.loads(private.read_text()) == {"a": 2}
+
+    protected = atomic_write_json(tmp_path / "summary.json", {"n50": 12})
+    os.chmod(protected, 0o444)
+    with pytest.raises(PermissionError, match=r"summary.json is read-only \(mode 444\), so it is not replaced"):
+        atomic_write_json(protected, {"n50": 13})
+    assert json.loads(protected.read_text()) == {"n50": 12} and stat.S_IMODE(os.stat(protected).st_mode) == 0o444
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["settings.json", "summary.json"]

@@ -20,6 +20,7 @@ import json
 import os
 import shutil
 import socket
+import stat
 import time
 import uuid
 import warnings
@@ -63,6 +64,28 @@ def _fsync_folder(folder: Path) -> None:
             os.close(fd)
 
 
+def _kept_mode(path: Path) -> int | None:
+    """The permissions of the file ``path`` replaces (None where there is none), for the new file to keep; a file
+    that no one may write (``chmod a-w``, how a finished result is protected) is refused. A rename needs only the
+    folder's write permission, so without this check the protection was silently bypassed, and every rewrite gave
+    the file the umask's permissions (a 0600 file became 0644)."""
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISREG(info.st_mode):
+        return None  # a folder or a device: os.replace says what is wrong
+    mode = stat.S_IMODE(info.st_mode)
+    if not mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH):
+        raise PermissionError(
+            errno.EACCES,
+            f"{path} is read-only (mode {mode:o}), so it is not replaced: make it writable (chmod u+w) to let it be "
+            "written again, or write to another folder",
+            str(path),
+        )
+    return mode
+
+
 @contextmanager
 def atomic_path(path: StrPath, *, fsync: bool = True) -> Iterator[Path]:
     """Yield a temporary path beside ``path`` for a writer that wants a file name rather than a handle (a library
@@ -74,11 +97,14 @@ def atomic_path(path: StrPath, *, fsync: bool = True) -> Iterator[Path]:
     path = Path(path)
     if not path.parent.is_dir():
         raise FileNotFoundError(f"cannot write {path}: the folder {path.parent} does not exist; create it first")
+    mode = _kept_mode(path)
     tmp = _temporary_name(path)
     try:
         yield tmp
         if not tmp.is_file():
             raise FileNotFoundError(f"nothing was written to {tmp}, so {path} was not replaced")
+        if mode is not None:
+            os.chmod(tmp, mode)
         if fsync:
             fd = os.open(tmp, os.O_RDONLY)
             try:
