@@ -430,3 +430,20 @@ def test_a_dyck_row_keeps_its_held_out_accuracy_per_string_length(tmp_path):
         run(RunSettings(task="khop", backbone="sparse-ut", **TINY), tmp_path / "k", progress=False)["per_length"]
         is None
     )
+
+
+def test_the_seed_draws_a_pretrained_backbones_task_vocabulary(tmp_path):
+    # Was fixed: the adapter drew the new task tables from its own init_seed (0), so seeds 0, 1, 2 of a pretrained run
+    # started from one initialisation and differed only in their data.
+    from ut_peft.tasks.training import build_model
+    from ut_peft.testing import tiny_model
+
+    tiny_model("llama").save_pretrained(tmp_path / "base")
+    tables = []
+    for seed in (0, 1, 0):
+        settings = RunSettings(task="dyck", backbone=f"pretrained:{tmp_path / 'base'}", seed=seed, **TINY)
+        _, _, vocab, max_len = task_data(settings)
+        model = build_model(settings, vocab, max_len)
+        tables.append([p.detach().clone() for p in model.parameters() if p.requires_grad])
+    assert all(torch.equal(a, b) for a, b in zip(tables[0], tables[2]))
+    assert not any(torch.equal(a, b) for a, b in zip(tables[0], tables[1]))

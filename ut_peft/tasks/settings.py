@@ -36,6 +36,8 @@ class RunSettings:
     head_dim: int = 16
     looped: bool = False
     positions: bool = True  # learned position embeddings (UT and GPT-2 backbones), trained with E and U
+    # The frozen weights. On hf:<family> backbones it also draws the initial E, U and positions (the whole model is
+    # one draw, ut_peft.random_backbone); on the universal backbones those follow `seed`.
     backbone_seed: int = 0
     # Std of the initial input embedding E and learned position rows: GPT-2's initialisation (and the random-
     # transformer reference code of Zhong & Andreas). Unit scale (1.0, the default before 2026-12) drowns the fixed
@@ -57,6 +59,9 @@ class RunSettings:
     # check: at the Dyck-1 settings (8 pairs, 16 random brackets) about 76% of their held-out strings were in it.
     pool_excludes_held_out: bool = True
     eval_examples: int = 2000
+    # The held-out set (strings of seed 2 * seed + 1), the fixed pool (2 * seed) or the fresh strings of every step,
+    # the batches' order, the initial E, U and positions of the universal backbones and the new task-vocabulary tables
+    # of a pretrained one; see backbone_seed.
     seed: int = 0
     dyck_max_pairs: int = 8
     dyck_max_random_length: int = 16

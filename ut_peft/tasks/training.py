@@ -220,7 +220,11 @@ def build_model(settings: RunSettings, vocab_size: int, max_len: int):
             for param in model.compiler_parameters().values():
                 param.requires_grad_(False)  # never read by the forward: nothing to train
         return model
-    adapter = ut_peft.UTReprogramConfig(train_position_embeddings=positions, task_vocab_size=task_vocab_size)
+    # init_seed: the tables the adapter draws (a pretrained backbone's task vocabulary) follow the run's seed, as a
+    # universal backbone's E and U do; the copied ones (the other backbones) do not depend on it.
+    adapter = ut_peft.UTReprogramConfig(
+        train_position_embeddings=positions, task_vocab_size=task_vocab_size, init_seed=s.seed
+    )
     return get_peft_model(model, adapter)
 
 
