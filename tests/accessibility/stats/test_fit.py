@@ -330,3 +330,26 @@ def test_the_least_squares_over_rows_weighs_each_length_by_its_rows():
     for bad in ([1, 2, 3], [1, 0, 1, 1], [1, -1, 1, 1]):
         with pytest.raises(ValueError, match="one positive number per length"):
             fit_sigmoid(lengths, fractions, bad)
+
+
+def test_a_nan_or_infinite_input_is_refused_not_fitted():
+    # A NaN passed the range checks (it compares false with every bound): fit_logistic called such rows
+    # "degenerate", linear_fit returned a NaN slope with R^2 = 1, fit_sigmoid failed inside scipy.
+    with pytest.raises(ValueError, match="successes must be finite"):
+        fit_logistic([10, 20, 30], [1, math.nan, 0], [1, 1, 1])
+    with pytest.raises(ValueError, match="lengths must be finite"):
+        fit_logistic([10, math.nan, 30], [1, 1, 0], [1, 1, 1])
+    with pytest.raises(ValueError, match="accessibility must be finite"):
+        fit_sigmoid([10, 20, 30], [1.0, math.nan, 0.0])
+    with pytest.raises(ValueError, match="n50s must be finite"):
+        linear_fit([1, 2, 3], [10.0, math.nan, 30.0])
+    with pytest.raises(ValueError, match="ms must be finite"):
+        linear_fit([1, math.inf, 3], [10.0, 20.0, 30.0])
+    with pytest.raises(ValueError, match="successes must be finite"):
+        n50_interval([10, 20, 30], [1.0, math.nan, 0.0], [0, 1, 2])
+
+
+def test_an_unknown_interval_method_is_refused_whatever_the_rows():
+    # It was checked only after the point fit, so rows that were degenerate returned no interval and no error.
+    with pytest.raises(ValueError, match="unknown interval method"):
+        n50_interval([10, 20], [True, True], [0, 1], method="bogus")

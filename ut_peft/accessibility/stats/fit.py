@@ -173,6 +173,7 @@ def fit_sigmoid(lengths, accessibility, weights=None) -> SigmoidFit:
         raise ValueError(
             f"lengths and accessibility must be non-empty and the same size (got {ns.size} and {acc.size})"
         )
+    _check_finite(lengths=ns, accessibility=acc)
     if ((acc < 0) | (acc > 1)).any():
         raise ValueError("accessibility values must lie in [0, 1]")
     w = None if weights is None else np.asarray(weights, dtype=float)
@@ -262,12 +263,25 @@ def _exact_ridge(ns: np.ndarray, acc: np.ndarray, x0: float, s: float, span: flo
     return edge(x0, float(ns[0]) - span), edge(x0, float(ns[-1]) + span)
 
 
+def _check_finite(**arrays: np.ndarray) -> None:
+    """Refuse a NaN or infinite input: a NaN compares false with every bound, so it passed the range checks and came
+    out as a "degenerate" fit or a NaN slope, as if the rows had said so."""
+    for name, values in arrays.items():
+        bad = ~np.isfinite(values)
+        if bad.any():
+            raise ValueError(
+                f"{name} must be finite numbers ({int(bad.sum())} of {bad.size} are NaN or infinite, e.g. "
+                f"{values[bad][0]}): drop or repair those rows first"
+            )
+
+
 def linear_fit(ms, n50s) -> LineFit:
     """Least-squares line ``n50 = slope * m + intercept`` with R^2; needs at least two m."""
     ms = np.asarray(ms, dtype=float)
     ys = np.asarray(n50s, dtype=float)
     if ms.size < 2 or ms.size != ys.size:
         raise ValueError(f"a linear fit needs at least two (m, n50) points of equal count (got {ms.size}, {ys.size})")
+    _check_finite(ms=ms, n50s=ys)
     if np.unique(ms).size < 2:
         raise ValueError("a linear fit needs at least two different m")
     result = stats.linregress(ms, ys)
@@ -354,6 +368,7 @@ def fit_logistic(lengths, successes, trials) -> dict:
             f"lengths, successes and trials must be non-empty and the same size "
             f"(got {ns.size}, {succ.size}, {tri.size})"
         )
+    _check_finite(lengths=ns, successes=succ, trials=tri)
     if (tri < 1).any() or (succ < 0).any() or (succ > tri).any():
         raise ValueError("every length needs trials >= 1 and 0 <= successes <= trials")
     order = np.argsort(ns)
@@ -451,6 +466,8 @@ def n50_interval(
     """
     if not 0 < level < 1:
         raise ValueError(f"level must lie in (0, 1) (got {level})")
+    if method not in ("auto", "bootstrap", "profile"):
+        raise ValueError(f"unknown interval method {method!r}; choose auto, bootstrap or profile")
     ns, _, succ, tri = _table(lengths, accessible, clusters)
     if ns.size == 0:
         return {
@@ -464,8 +481,6 @@ def n50_interval(
     point = fit_logistic(ns, succ.sum(0), tri.sum(0))
     if point["status"] == "degenerate":
         return dict(point, n50_ci=None, sigmoid_slope_ci=None, n50_ci_method=None)
-    if method not in ("auto", "bootstrap", "profile"):
-        raise ValueError(f"unknown interval method {method!r}; choose auto, bootstrap or profile")
     independent = bool((tri.sum(1) == 1).all())  # every index measured once: the rows are independent
     if method == "profile" and not independent:
         raise ValueError(
