@@ -168,8 +168,10 @@ def compile_into_model(
 ) -> CompiledEmbedding:
     """Token-level form: write token_embedding @ E into ``embed_tokens`` and the fixed readout into ``lm_head``.
 
-    Afterwards ``backbone(input_ids).logits == target(input_ids)``. Needs a target with a token table whose
-    vocabulary equals the backbone's, and ``readout_size == vocab_size``.
+    Afterwards ``backbone(input_ids).logits == target(input_ids)`` (to float rounding). Needs a target with a token
+    table whose vocabulary equals the backbone's, and ``readout_size == vocab_size``. With ``strict=False`` the
+    least-squares E is written even where it does not simulate the target: read the returned ``residual`` (and
+    ``full_rank``) before using the model.
     """
     config = backbone.config
     if target.token_embedding is None or target.token_embedding.shape[0] != config.vocab_size:
