@@ -108,3 +108,13 @@ def test_cliff_is_where_the_curve_first_drops():
     assert ct.cliff(rows, trained_max=20)["last_length_at_0.99"] == 5
     # A curve that starts below 0.99 has no such length.
     assert ct.cliff(rows[1:], trained_max=20)["last_length_at_0.99"] is None
+
+
+@pytest.mark.parametrize("low,high", [(5, 50), (1, 10), (5, 20), (3, 7)])
+def test_default_evaluation_lengths_run_from_the_shortest_trained_to_four_times_the_longest(low, high):
+    lengths = ct.default_eval_lengths(low, high)
+    assert lengths == sorted(set(lengths))
+    assert lengths[0] == low and lengths[-1] == 4 * high  # 4 x 20 = 80 was left out (range 40, 65 by 25)
+    assert high in lengths and high + 5 in lengths and 2 * high in lengths
+    if (low, high) == (5, 50):  # the committed runs' lengths are unchanged
+        assert lengths == [*range(5, 101, 5), 125, 150, 175, 200]

@@ -140,7 +140,12 @@ def parse(argv=None, *, prog: str | None = None):
         "--embedding-lr", type=positive_float, default=1e-2, help="learning rate of embedding-only training"
     )
     p.add_argument("--train-lengths", type=positive_int, nargs=2, default=[5, 50], metavar=("MIN", "MAX"))
-    p.add_argument("--eval-lengths", type=positive_int, nargs="+", help="default: 5..4*MAX")
+    p.add_argument(
+        "--eval-lengths",
+        type=positive_int,
+        nargs="+",
+        help="default: MIN to 4*MAX (every 5th length to 2*MAX, then every 25th, and 4*MAX)",
+    )
     p.add_argument("--num-per-length", type=positive_int, default=32)
     p.add_argument("--hidden-size", type=positive_int, default=64)
     p.add_argument("--layers", type=positive_int, default=2)

@@ -368,6 +368,14 @@ def build_copy_model(training: str, *, seed: int = 0, backbone=None, **config_kw
     raise ValueError(f"training must be one of {TRAININGS}, got {training!r}")
 
 
+def default_eval_lengths(low: int, high: int) -> list[int]:
+    """The lengths a run evaluates by default, for strings trained at ``low``-``high``: every 5th from ``low`` to
+    ``high``, every 5th from ``high`` to 2 x ``high``, every 25th from there, and 4 x ``high`` itself."""
+    return sorted(
+        {*range(low, high + 1, 5), *range(high, 2 * high + 1, 5), *range(2 * high, 4 * high + 1, 25), 4 * high}
+    )
+
+
 def run_copy(
     training: str,
     *,
@@ -383,13 +391,11 @@ def run_copy(
     **config_kwargs,
 ) -> dict:
     """Train one copy model (``training`` = full or embeddings) on lengths ``train_lengths`` and evaluate exact
-    match at ``eval_lengths`` (default: 5 to 4x the longest trained length). Returns a JSON-able dict with the
-    per-length results and :func:`cliff`."""
+    match at ``eval_lengths`` (default: :func:`default_eval_lengths`, from the shortest trained length to 4x the
+    longest). Returns a JSON-able dict with the per-length results and :func:`cliff`."""
     low, high = train_lengths
     if eval_lengths is None:
-        eval_lengths = sorted(
-            {*range(low, high + 1, 5), *range(high, 2 * high + 1, 5), *range(2 * high, 4 * high + 1, 25)}
-        )
+        eval_lengths = default_eval_lengths(low, high)
     if backbone is None:  # a saved backbone has its own positions
         config_kwargs.setdefault("max_positions", 2 * max(eval_lengths) + 3)
     model = build_copy_model(training, seed=seed, backbone=backbone, **config_kwargs)
