@@ -170,3 +170,21 @@ def test_an_hf_source_without_a_network_is_refused_before_the_model_loads(tmp_pa
     assert last.startswith("ut-peft cram: error: --source hf:someone/corpus: the dataset 'someone/corpus' is not in")
     assert "the Hugging Face Hub cannot be reached" in last and "text:PATH" in last
     assert not (tmp_path / "out").exists()
+
+
+FILE_KINDS = [("text", "a UTF-8 text or JSONL file"), ("words", "a file of words, one a line")]
+
+
+@pytest.mark.parametrize("kind, what", FILE_KINDS)
+def test_a_source_file_that_is_not_utf8_text_is_refused_before_the_model_loads(
+    model_dir, tmp_path, capsys, no_model_loads, kind, what
+):
+    # Before: the model loaded, then "cannot read 'FILE' as UTF-8 text: 'utf-8' codec can't decode byte 0x89 in
+    # position 0: invalid start byte", with nothing to do.
+    binary = tmp_path / "picture.png"
+    binary.write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 8192)  # 2 MiB: only the start is read here
+    argv = ["--model", model_dir, *TINY, "--source", f"{kind}:{binary}", "--output", tmp_path / "out"]
+    err = one_line_error(capsys, cram.main, cram.parse, argv)
+    assert f"--source {kind}:{binary}: {binary} is not UTF-8 text (byte 0x89 at offset 0 is not UTF-8: a binary" in err
+    assert f"give {what}, converting text in another encoding first (iconv -f ENCODING -t UTF-8" in err
+    assert not (tmp_path / "out").exists()

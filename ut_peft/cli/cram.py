@@ -682,10 +682,14 @@ def support_sequences(args: argparse.Namespace) -> int:
 WORD_LISTS = ("glove", "wordfreq", "pydoc_data")
 
 
+# How much of a text:PATH or words:PATH file --source reads before the model loads, to refuse one that is not text.
+CHECKED_BYTES = 1 << 20
+
+
 def check_source(spec: str) -> None:
     """--source as the sweep will read it, checked before the model loads: a known kind, the file it names exists
-    (else a missing file would surface after loading the model, or as the tokenizer's error), and a Hub dataset can
-    be had (cached, or the Hub answers)."""
+    (else a missing file would surface after loading the model, or as the tokenizer's error) and starts as UTF-8
+    text, and a Hub dataset can be had (cached, or the Hub answers)."""
     kind, _, arg = spec.partition(":")
     if kind not in ("text", "hf", "words", "tokens"):
         raise ValueError(
@@ -706,6 +710,13 @@ def check_source(spec: str) -> None:
             raise ValueError(f"--source {spec}: no such file {arg}; give {what}")
         if not Path(arg).is_file():
             raise ValueError(f"--source {spec}: {arg} is a folder; give {what}")
+        from ..accessibility.engine.sources import text_file_problem
+
+        with open(arg, "rb") as file:  # its start: a binary file shows there, and a corpus may be large
+            start = file.read(CHECKED_BYTES + 1)
+        problem = text_file_problem(start[:CHECKED_BYTES], arg, what, whole=len(start) <= CHECKED_BYTES)
+        if problem is not None:
+            raise ValueError(f"--source {spec}: {problem}")
 
 
 def pooled_version(args: argparse.Namespace, design: str) -> int | None:

@@ -356,3 +356,27 @@ def test_an_hf_source_the_hub_answers_goes_on_to_load_dataset_and_its_own_error(
     message = done.stdout.strip()
     assert message.startswith("cannot load the dataset 'someone/corpus' (split 'train'): "), done.stderr[-2000:]
     assert "doesn't exist on the Hub" in message and "local datasets cache" not in message
+
+
+FILE_KINDS = [("text", "a UTF-8 text or JSONL file"), ("words", "a file of words, one a line")]
+
+
+@pytest.mark.parametrize("kind, what", FILE_KINDS)
+@pytest.mark.parametrize(
+    "data, found",
+    [
+        (b"\x89PNG\r\n\x1a\n" + bytes(range(256)), "byte 0x89 at offset 0 is not UTF-8"),
+        ("plain words in utf-16".encode("utf-16-le"), "a NUL byte at offset 1"),  # was read as text, NULs and all
+    ],
+    ids=["png", "utf-16"],
+)
+def test_a_file_source_that_is_not_utf8_text_says_so_and_what_to_do(tmp_path, kind, what, data, found):
+    # Before: "cannot read 'FILE' as UTF-8 text: 'utf-8' codec can't decode byte 0x89 in position 0: invalid start
+    # byte", naming nothing to do; a UTF-16 file without its byte-order mark was read as text, NUL bytes and all.
+    path = tmp_path / "corpus.bin"
+    path.write_bytes(data)
+    with pytest.raises(ValueError) as err:
+        make_source(f"{kind}:{path}", None)
+    message = str(err.value)
+    assert message.startswith(f"{kind}:{path}: {path} is not UTF-8 text ({found}: a binary file, or text in ")
+    assert f"give {what}" in message and "iconv -f ENCODING -t UTF-8" in message and "\n" not in message

@@ -25,6 +25,7 @@ Source specs (strings the recipe accepts):
 from __future__ import annotations
 
 import bisect
+import codecs
 import hashlib
 import json
 import re
@@ -328,21 +329,50 @@ def wordfreq_words(count: int = 100_000) -> list[str]:
     return wordfreq.top_n_list("en", count)
 
 
+TEXT_FILE = "a UTF-8 text or JSONL file"
+WORDS_FILE = "a file of words, one a line"
+
+
 def _read(path: str) -> str:
     return _read_file(path)[0]
 
 
-def _read_file(path: str) -> tuple[str, str]:
+def _read_file(path: str, what: str = TEXT_FILE) -> tuple[str, str]:
     """The UTF-8 text of the file at ``path`` and the sha256 of its bytes (read once: the digest is of that text),
-    which settings.json records for a ``text:PATH`` or ``words:PATH`` source."""
+    which settings.json records for a ``text:PATH`` or ``words:PATH`` source; ``what``: the file it should be, for
+    the error where it is not."""
     file = Path(path)
     if not file.is_file():
         raise ValueError(f"cannot read {path!r}: no such file")
     try:
         data = file.read_bytes()
-        return data.decode("utf-8"), hashlib.sha256(data).hexdigest()
-    except (OSError, UnicodeDecodeError) as err:
-        raise ValueError(f"cannot read {path!r} as UTF-8 text: {err}") from None
+    except OSError as err:
+        raise ValueError(f"cannot read {path!r}: {err}") from None
+    problem = text_file_problem(data, path, what)
+    if problem is not None:
+        raise ValueError(problem)
+    return data.decode("utf-8"), hashlib.sha256(data).hexdigest()
+
+
+def text_file_problem(data: bytes, path, what: str = TEXT_FILE, *, whole: bool = True) -> str | None:
+    """Why the bytes ``data`` of the file ``path`` are not UTF-8 text, in one line that says what to do (``what``:
+    the file to give instead); None where they are. ``whole=False``: ``data`` is the file's start, which may end
+    inside a character. A NUL byte is never text: a UTF-16 file without its byte-order mark decodes as UTF-8 with
+    a NUL after every ASCII letter, and would be crammed so."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    try:
+        decoder.decode(data, final=whole)
+    except UnicodeDecodeError as err:
+        found = f"byte 0x{data[err.start]:02x} at offset {err.start} is not UTF-8"
+    else:
+        nul = data.find(b"\0")
+        if nul < 0:
+            return None
+        found = f"a NUL byte at offset {nul}"
+    return (
+        f"{path} is not UTF-8 text ({found}: a binary file, or text in another encoding such as UTF-16 or Latin-1); "
+        f"give {what}, converting text in another encoding first (iconv -f ENCODING -t UTF-8 {path} > NEW.txt)"
+    )
 
 
 def read_documents(path: str, text: str | None = None) -> list[str]:
@@ -497,7 +527,10 @@ def make_source(
             return TextSource(
                 tokenizer, default_documents(), name="pydoc_data", nested=nested_text, chunk_tokens=text_chunks
             )
-        text, digest = _read_file(arg)  # the file's content is recorded (sha256): a resume refuses an edited file
+        try:  # the file's content is recorded (sha256): a resume refuses an edited file
+            text, digest = _read_file(arg)
+        except ValueError as err:
+            raise ValueError(f"{spec}: {err}") from None
         return TextSource(
             tokenizer, read_documents(arg, text), name=arg, nested=nested_text, chunk_tokens=text_chunks, sha256=digest
         )
@@ -510,7 +543,10 @@ def make_source(
             return WordsSource(tokenizer, wordfreq_words(), name="wordfreq:en:100000")
         if arg == "pydoc_data":
             return WordsSource(tokenizer, default_words(), name=arg)
-        text, digest = _read_file(arg)
+        try:
+            text, digest = _read_file(arg, WORDS_FILE)
+        except ValueError as err:
+            raise ValueError(f"{spec}: {err}") from None
         return WordsSource(tokenizer, text.split(), name=arg, sha256=digest)
     if kind == "tokens":
         return TokensSource(vocab_size if vocab_size is not None else len(tokenizer))
