@@ -118,3 +118,14 @@ def test_default_evaluation_lengths_run_from_the_shortest_trained_to_four_times_
     assert high in lengths and high + 5 in lengths and 2 * high in lengths
     if (low, high) == (5, 50):  # the committed runs' lengths are unchanged
         assert lengths == [*range(5, 101, 5), 125, 150, 175, 200]
+
+
+def test_evaluating_only_short_lengths_still_builds_a_model_the_training_fits():
+    # Positions were sized from the evaluated lengths alone: training on length 12 then failed ("needs 27 positions
+    # but the model has 11") with evaluation lengths 2 and 4.
+    run = ct.run_copy(
+        "full", steps=1, batch_size=4, train_lengths=(10, 12), eval_lengths=[2, 4], num_per_length=2,
+        progress=False, hidden_size=16, num_layers=1, num_heads=2,
+    )  # fmt: skip
+    assert run["config"]["max_positions"] == 2 * 12 + 3
+    assert [r["length"] for r in run["results"]] == [2, 4]

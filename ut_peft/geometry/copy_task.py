@@ -397,7 +397,9 @@ def run_copy(
     if eval_lengths is None:
         eval_lengths = default_eval_lengths(low, high)
     if backbone is None:  # a saved backbone has its own positions
-        config_kwargs.setdefault("max_positions", 2 * max(eval_lengths) + 3)
+        # Room for the longest string trained on as well as evaluated: evaluating only short lengths must not
+        # leave the training without positions.
+        config_kwargs.setdefault("max_positions", 2 * max(*eval_lengths, high) + 3)
     model = build_copy_model(training, seed=seed, backbone=backbone, **config_kwargs)
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     data = copy_dataset(steps * batch_size, min_length=low, max_length=high, seed=seed)
