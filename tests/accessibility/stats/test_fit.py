@@ -353,3 +353,15 @@ def test_an_unknown_interval_method_is_refused_whatever_the_rows():
     # It was checked only after the point fit, so rows that were degenerate returned no interval and no error.
     with pytest.raises(ValueError, match="unknown interval method"):
         n50_interval([10, 20], [True, True], [0, 1], method="bogus")
+
+
+def test_a_fit_that_does_not_converge_is_said_so_not_called_degenerate():
+    # Firth's Newton iteration (steps capped at 2) cycles between two points on these rows: 1 of 1 accessible at
+    # n = 10, 0 of 1 at n = 20 (the penalised optimum is n_50 = 15). "degenerate" said the rows had no crossing.
+    fit = fit_logistic([10, 20], [1, 0], [1, 1])
+    assert fit == {"n50": None, "sigmoid_slope": None, "status": "not-converged"}
+    with_interval = n50_interval([10, 20], [True, False], [0, 1])
+    assert with_interval["status"] == "not-converged" and with_interval["n50_ci"] is None
+    # Rows without a crossing stay degenerate, one length too (repeated or not).
+    assert fit_logistic([10, 20], [1, 1], [1, 1])["status"] == "degenerate"
+    assert fit_logistic([10, 10], [1, 0], [1, 1])["status"] == "degenerate"

@@ -347,7 +347,7 @@ def _to_curve(beta: np.ndarray, centre: float, spread: float) -> tuple[np.ndarra
 
 def _status(ns: np.ndarray, succ: np.ndarray, trials: np.ndarray, x0: float) -> str:
     frac = succ / trials
-    if ns.size < 2 or np.all(frac > 0.5) or np.all(frac < 0.5) or not np.isfinite(x0):
+    if np.unique(ns).size < 2 or np.all(frac > 0.5) or np.all(frac < 0.5) or not np.isfinite(x0):
         return "degenerate"
     tolerance = 1e-6 * max(float(ns[-1] - ns[0]), 1.0)
     return "ok" if ns[0] - tolerance <= x0 <= ns[-1] + tolerance else "extrapolated"
@@ -358,7 +358,9 @@ def fit_logistic(lengths, successes, trials) -> dict:
 
     ``successes[j]`` of ``trials[j]`` sequences of length ``lengths[j]`` were accessible. Returns
     ``{"n50", "sigmoid_slope", "status"}`` with the same meaning and statuses as :func:`fit_sigmoid`: n50 is
-    None when the data are "degenerate" (every length above one half, or every one below).
+    None when the data are "degenerate" (every length above one half, or every one below, or a single length), or
+    "not-converged" (the rows have a crossing, but Firth's iteration found no optimum within its iterations: it can
+    cycle on a few rows, e.g. 1 of 1 at n = 10 and 0 of 1 at n = 20).
     """
     ns = np.asarray(lengths, dtype=float)
     succ = np.asarray(successes, dtype=float)
@@ -374,7 +376,11 @@ def fit_logistic(lengths, successes, trials) -> dict:
     order = np.argsort(ns)
     ns, succ, tri = ns[order], succ[order], tri[order]
     centre, spread = _scale(ns)
-    x0, s = _to_curve(_firth_fit((ns - centre) / spread, succ[None], tri[None]), centre, spread)
+    beta = _firth_fit((ns - centre) / spread, succ[None], tri[None])
+    if not np.isfinite(beta).all() and _status(ns, succ, tri, 0.0) != "degenerate":
+        # Rows with a crossing whose fit did not converge: not "degenerate", which says the rows have no crossing.
+        return {"n50": None, "sigmoid_slope": None, "status": "not-converged"}
+    x0, s = _to_curve(beta, centre, spread)
     status = _status(ns, succ, tri, float(x0[0]))
     if status == "degenerate":
         return {"n50": None, "sigmoid_slope": None, "status": status}
@@ -455,7 +461,7 @@ def n50_interval(
     ``lengths[r]``, ``accessible[r]`` and ``clusters[r]`` (the sequence index) describe row r. The point estimate
     is :func:`fit_logistic`; the interval resamples the indices with replacement (all rows of a drawn index
     together) and refits, ``num_boot`` times, from a generator seeded by ``seed``. Returns the point fit plus
-    ``"n50_ci": [low, high]`` (None when degenerate or when over 10% of the replicates had no fit; a side is None
+    ``"n50_ci": [low, high]`` (None without a point fit or when over 10% of the replicates had no fit; a side is None
     when the rows cannot bound it, see :func:`_unplaceable`) and
     ``"sigmoid_slope_ci"``, and ``"n50_ci_method"``: which interval n50_ci is ("bootstrap" or "profile"; None when
     there is no fit).
@@ -479,7 +485,7 @@ def n50_interval(
             "n50_ci_method": None,
         }
     point = fit_logistic(ns, succ.sum(0), tri.sum(0))
-    if point["status"] == "degenerate":
+    if point["n50"] is None:  # degenerate, or not converged: no point, no interval
         return dict(point, n50_ci=None, sigmoid_slope_ci=None, n50_ci_method=None)
     independent = bool((tri.sum(1) == 1).all())  # every index measured once: the rows are independent
     if method == "profile" and not independent:
