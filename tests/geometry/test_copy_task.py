@@ -129,3 +129,10 @@ def test_evaluating_only_short_lengths_still_builds_a_model_the_training_fits():
     )  # fmt: skip
     assert run["config"]["max_positions"] == 2 * 12 + 3
     assert [r["length"] for r in run["results"]] == [2, 4]
+
+
+def test_cliff_means_over_the_trained_lengths_only():
+    rows = [{"length": n, "exact_match": acc, "token_accuracy": acc} for n, acc in [(2, 0.0), (10, 1.0), (20, 0.5)]]
+    # Length 2 is shorter than any trained string (10-20): not part of the mean over the trained lengths.
+    assert ct.cliff(rows, trained_max=20, trained_min=10)["mean_in_range"] == 0.75
+    assert ct.cliff(rows, trained_max=20)["mean_in_range"] == 0.5  # no shortest length given: from the first

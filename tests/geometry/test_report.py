@@ -27,3 +27,11 @@ def test_write_json_takes_path_then_data_and_drops_in_memory_entries(tmp_path):
     assert json.loads(path.read_text()) == {"bounds": {"box": 1.5}}
     with pytest.raises(TypeError):  # the old (data, path) order fails loudly rather than writing somewhere odd
         report.write_json({"bounds": {}}, tmp_path / "x.json")
+
+
+def test_copy_table_means_over_the_trained_lengths_only():
+    # Trained on 10-20, evaluated at 2 too: length 2 is no trained length, so the mean is (1.0 + 0.5) / 2.
+    rows = [{"length": n, "exact_match": acc, "token_accuracy": acc} for n, acc in [(2, 0.0), (10, 1.0), (20, 0.5)]]
+    run = {"train_lengths": [10, 20], "trainable_parameters": 1, "steps": 1, "seconds": 1.0, "results": rows}
+    table = report.copy_markdown({"runs": {"full": run}})
+    assert "| 0.75 / 0.50 / - |" in table

@@ -282,12 +282,19 @@ def evaluate_copy(
 
 
 def cliff(
-    results: list[dict], trained_max: int, *, metric: str = "exact_match", high: float = 0.9, low: float = 0.1
+    results: list[dict],
+    trained_max: int,
+    *,
+    trained_min: int | None = None,
+    metric: str = "exact_match",
+    high: float = 0.9,
+    low: float = 0.1,
 ) -> dict:
     """Where and how sharply ``metric`` (exact_match or token_accuracy) falls: the last length before it first
     drops below 0.99 (None if it starts below) and the lengths where it first drops below ``high``, 0.5 and
     ``low`` (linear interpolation between evaluated lengths); ``width`` is the distance from the high to the low
-    crossing."""
+    crossing. ``mean_in_range`` averages the lengths from ``trained_min`` (the shortest trained length; None: the
+    shortest evaluated) to ``trained_max``."""
     rows = sorted(results, key=lambda r: r["length"])
 
     def crossing(level):
@@ -303,7 +310,8 @@ def cliff(
         if r[metric] < 0.99:
             break
         exact.append(r["length"])
-    in_range = [r[metric] for r in rows if r["length"] <= trained_max]
+    # Lengths shorter than any trained string were not trained either: they are not in the trained range.
+    in_range = [r[metric] for r in rows if (trained_min or 0) <= r["length"] <= trained_max]
     beyond = [r for r in rows if r["length"] > trained_max]
     out = {
         "metric": metric,
@@ -418,7 +426,7 @@ def run_copy(
         "config": copy_settings(base.config),  # the model's own, so a backbone's rather than the arguments
         "backbone": None if backbone is None else str(backbone),
         "results": results,
-        "cliff": cliff(results, high),
-        "token_cliff": cliff(results, high, metric="token_accuracy"),
+        "cliff": cliff(results, high, trained_min=low),
+        "token_cliff": cliff(results, high, trained_min=low, metric="token_accuracy"),
         "_model": model,
     }

@@ -173,8 +173,9 @@ def copy_markdown(result: dict, *, command: str = "", plot: str | None = None) -
         return "-" if x is None else fmt.format(x)
 
     for label, run in result["runs"].items():
-        top = run["train_lengths"][1]
-        c, t = cliff(run["results"], top), cliff(run["results"], top, metric="token_accuracy")
+        shortest, top = run["train_lengths"]
+        c = cliff(run["results"], top, trained_min=shortest)
+        t = cliff(run["results"], top, trained_min=shortest, metric="token_accuracy")
         lines.append(
             f"| {label} | {run['trainable_parameters']:,} | {run['steps']} | {run['seconds']:.0f} s | "
             f"{f(c['mean_in_range'], '{:.2f}')} / {f(c['at_trained_max'], '{:.2f}')} / "
