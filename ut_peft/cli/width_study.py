@@ -8,6 +8,15 @@ import argparse
 from .common import add_common_flags, check_output_file, parse_args, positive_int, positive_int_list, run
 
 TABLES = ("single_head", "multi_head", "fit")
+# The flags only one table reads (argparse dest -> table): given for a run without that table they would be dropped.
+TABLE_FLAGS = {
+    "layers": "single_head",
+    "dims": "single_head",
+    "looped": "single_head",
+    "multihead_layers": "multi_head",
+    "fit_widths": "fit",
+    "fit_steps": "fit",
+}
 
 
 def main(args):
@@ -30,12 +39,16 @@ def main(args):
 
 def parse(argv=None, *, prog: str | None = None):
     p = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--layers", type=positive_int_list, default=[1, 2, 3])
-    p.add_argument("--dims", type=positive_int_list, default=[2, 4, 8])
-    p.add_argument("--looped", action="store_true", help="looped (weight-shared) backbones")
-    p.add_argument("--multihead-layers", type=positive_int_list, default=[1, 2, 3])
-    p.add_argument("--fit-widths", type=positive_int_list, default=[2, 4, 8, 16, 32, 64])
-    p.add_argument("--fit-steps", type=positive_int, default=300)
+    p.add_argument("--layers", type=positive_int_list, default=[1, 2, 3], help="single_head: target depths L")
+    p.add_argument("--dims", type=positive_int_list, default=[2, 4, 8], help="single_head: target widths d")
+    p.add_argument(
+        "--looped",
+        action="store_true",
+        help="single_head: looped (weight-shared) backbones (multi_head and fit always use unlooped ones)",
+    )
+    p.add_argument("--multihead-layers", type=positive_int_list, default=[1, 2, 3], help="multi_head: depths L")
+    p.add_argument("--fit-widths", type=positive_int_list, default=[2, 4, 8, 16, 32, 64], help="fit: widths m")
+    p.add_argument("--fit-steps", type=positive_int, default=300, help="fit: optimisation steps per width")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
         "--tables",
@@ -44,11 +57,28 @@ def parse(argv=None, *, prog: str | None = None):
     )
     p.add_argument("--json", default=None, help="also write all rows to this JSON file")
     add_common_flags(p)
+    # Read before parsing: a --config file's values become the parser's defaults, and are refused all the same.
+    builtin = {name: p.get_default(name) for name in TABLE_FLAGS}
     args = parse_args(p, argv)
     args.tables = args.tables.split(",")
     unknown = set(args.tables) - set(TABLES)
     if unknown:
         p.error(f"unknown tables {sorted(unknown)}; choose from {', '.join(TABLES)}")
+    unused = [
+        name
+        for name, table in TABLE_FLAGS.items()
+        if table not in args.tables and getattr(args, name) != builtin[name]
+    ]
+    if unused:
+        flags = ", ".join("--" + name.replace("_", "-") for name in unused)
+        tables = sorted({TABLE_FLAGS[name] for name in unused})
+        plural = len(tables) > 1
+        named = f"the {' and '.join(tables)} table{'s' if plural else ''}"
+        p.error(
+            f"{flags} only change{'' if len(unused) > 1 else 's'} {named}, "
+            f"which --tables {','.join(args.tables)} does not compute: add {'them' if plural else 'it'} to --tables, "
+            "or drop the flag (from the command line or the --config file)"
+        )
     return args
 
 

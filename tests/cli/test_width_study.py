@@ -1,0 +1,38 @@
+"""`ut-peft width-study`: a flag of a table the run does not compute is refused, not silently dropped."""
+
+import json
+
+import pytest
+
+from ut_peft.cli import width_study as command
+
+
+@pytest.mark.parametrize(
+    "flags,tables,named",
+    [
+        (["--looped"], "multi_head,fit", "--looped"),
+        (["--dims", "2"], "fit", "--dims"),
+        (["--multihead-layers", "1"], "single_head", "--multihead-layers"),
+        (["--fit-steps", "5", "--fit-widths", "2"], "single_head,multi_head", "--fit-widths, --fit-steps"),
+    ],
+)
+def test_a_flag_of_a_table_not_computed_is_refused(flags, tables, named, capsys):
+    with pytest.raises(SystemExit) as stop:
+        command.parse([*flags, "--tables", tables])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert f"{named} only" in err and "--tables" in err, err
+
+
+def test_a_config_files_flag_of_a_table_not_computed_is_refused_too(tmp_path, capsys):
+    config = tmp_path / "c.json"
+    config.write_text(json.dumps({"looped": True, "tables": "fit"}))
+    with pytest.raises(SystemExit):
+        command.parse(["--config", str(config)])
+    assert "--looped only" in capsys.readouterr().err
+
+
+def test_flags_of_the_computed_tables_are_taken():
+    args = command.parse(["--looped", "--dims", "2", "--tables", "single_head"])
+    assert args.looped and args.dims == [2] and args.tables == ["single_head"]
+    assert command.parse(["--fit-steps", "5"]).fit_steps == 5  # every table by default
