@@ -37,8 +37,8 @@ def is_balanced(text: str) -> bool:
 
 
 def _random_balanced(rng: random.Random, pairs: int) -> str:
-    # A fair random walk of "(" and ")" that never goes below 0 (a ")" at depth 0 is replaced by "("), its closes
-    # forced once the opens are spent. Not uniform over balanced strings: at 3 pairs "((()))" and "()()()" come up
+    # A fair coin between "(" and ")" at every step, except that at depth 0 it opens and once the opens are spent it
+    # closes. Not uniform over balanced strings: at 3 pairs "((()))" and "()()()" come up
     # a quarter of the time each, "(()())" an eighth.
     out, depth, opens_left = [], 0, pairs
     while opens_left or depth:
