@@ -73,3 +73,16 @@ def test_a_re_summary_keeps_the_supports_sequence_length(tmp_path):
     save_state(result, tmp_path / "state.pt")
     stats, estimates, path_info, seed = load_state(tmp_path / "state.pt")
     assert summarize(stats, estimates, path_info, 2.0, seed=seed)["support"] == result["support"]
+
+
+def test_one_support_sequence_is_refused_before_any_sampling(monkeypatch):
+    """One state has no cone (no pair to take an angle of) and its box is a point: refused up front, not after
+    the cells were sampled (minutes at 10^6 points)."""
+    import ut_peft.geometry.analysis as analysis
+
+    def no_sampling(*args, **kwargs):
+        raise AssertionError("sampled before refusing")
+
+    monkeypatch.setattr(analysis, "estimate_cells", no_sampling)
+    with pytest.raises(ValueError, match="support_sequences must be >= 2"):
+        analyze_model(tiny_model("llama", seed=1), num_samples=50, support_sequences=1, progress=False)

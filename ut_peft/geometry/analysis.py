@@ -45,6 +45,12 @@ def analyze_model(
     unknown = set(supports) - {"ball", "box"}
     if unknown or not supports:
         raise ValueError(f"supports must be a non-empty subset of ('ball', 'box'), got {tuple(supports)}")
+    if support_sequences < 2:
+        # Checked before sampling: refined_bounds' cone needs a pair of states, and one state's box is a point.
+        raise ValueError(
+            f"support_sequences must be >= 2 (got {support_sequences}): the cone bound takes the angle between "
+            "measured states and the box spans them; the paper's support uses 256"
+        )
     path = OutputPath.from_model(model, apply_final_norm=apply_final_norm)
     measure = dict(num_sequences=support_sequences, seq_len=support_seq_len, seed=seed)
     if path.final_norm is None:
