@@ -86,3 +86,11 @@ def test_one_support_sequence_is_refused_before_any_sampling(monkeypatch):
     monkeypatch.setattr(analysis, "estimate_cells", no_sampling)
     with pytest.raises(ValueError, match="support_sequences must be >= 2"):
         analyze_model(tiny_model("llama", seed=1), num_samples=50, support_sequences=1, progress=False)
+
+
+def test_a_single_sample_reports_without_a_convergence_check():
+    from ut_peft.geometry.report import geometry_markdown
+
+    result = analyze_model(tiny_model("llama", seed=1), num_samples=1, support_sequences=4, progress=False)
+    text = geometry_markdown(result)
+    assert "no convergence check" in text and "CI half-widths" not in text

@@ -106,6 +106,9 @@ def geometry_markdown(
             for t in cells["argmax"]["top"][:top]
         )
         conv = cells["argmax"]["convergence"]["checkpoints"]
+        if len(conv) < 2:  # N = 1 leaves no earlier checkpoint to compare with
+            lines.append(f"- {support}: {tops}. N = {result['num_samples']:,}: no convergence check.")
+            continue
         lines.append(
             f"- {support}: {tops}. Convergence: total variation to the final shares "
             + ", ".join(f"{c['total_variation_to_final']:.3f} at N={c['num_samples']:,}" for c in conv[:-1])
