@@ -365,3 +365,59 @@ def test_a_fit_that_does_not_converge_is_said_so_not_called_degenerate():
     # Rows without a crossing stay degenerate, one length too (repeated or not).
     assert fit_logistic([10, 20], [1, 1], [1, 1])["status"] == "degenerate"
     assert fit_logistic([10, 10], [1, 0], [1, 1])["status"] == "degenerate"
+
+
+def _middle_m_rows(texts=4, accessible_at_longest=2):
+    """Rows at m = 1, 2, 3 (4 nested texts): m = 1 and 3 cross inside their lengths, m = 2 (the mean of the m, where
+    the slope does not look) has ``accessible_at_longest`` of its texts accessible at its longest length, which many
+    bootstrap replicates cannot place (their n_50 far above the lengths: unbounded)."""
+    rows = []
+    for m, grid in ((1, [5, 10, 15]), (2, [10, 20, 30]), (3, [15, 30, 45])):
+        for j, n in enumerate(grid):
+            for k in range(texts):
+                acc = (j < 2 or k < accessible_at_longest) if m == 2 else (j == 0 or (j == 1 and k % 2 == 0))
+                rows.append((m, n, k, acc))
+    return np.array(rows, dtype=float)
+
+
+def test_an_unbounded_n50_at_the_middle_m_leaves_the_intercept_unbounded_and_the_slope_finite():
+    # About 5% of the replicates cannot place m = 2's n_50 (+inf there only). The slope does not depend on the
+    # middle m (dx = 0) and the intercept rises with it (coefficient 1/3): both were NaN and dropped, so the
+    # intercept's interval was bounded above ([-5.2, 13.6]).
+    rows = _middle_m_rows()
+    line = line_interval(rows[:, 0], rows[:, 1], rows[:, 3], rows[:, 2], seed=0)
+    assert line["intercept_ci"][1] is None and line["intercept_ci"][0] is not None
+    assert None not in line["slope_ci"]
+
+
+def test_line_replicates_take_each_unbounded_side_from_their_own_coefficients():
+    from ut_peft.accessibility.stats.fit import _line_replicates
+
+    inf = math.inf
+    n50 = np.array([[10.0, 30.0, 50.0], [10.0, inf, 50.0], [inf, 30.0, 50.0], [inf, 30.0, inf], [-inf, 30.0, inf]])
+    slope, intercept = _line_replicates(n50, np.array([1.0, 3.0, 5.0]))
+    assert slope[:2].tolist() == [10.0, 10.0] and intercept[0] == pytest.approx(0.0)
+    assert intercept[1] == inf  # the middle m: the slope is finite, the intercept rises with it
+    assert slope[2] == -inf and intercept[2] == inf
+    assert math.isnan(slope[3]) and math.isnan(intercept[3])  # +inf at both ends: pushed both ways
+    assert slope[4] == inf and intercept[4] == -inf
+    # m = 1, 5, 6: the intercept's coefficient of m = 5 is positive (1/3 - 4/14), as its slope coefficient is: an
+    # unbounded n_50 there sends both up (the intercept was -slope, -inf).
+    slope, intercept = _line_replicates(np.array([[10.0, inf, 60.0]]), np.array([1.0, 5.0, 6.0]))
+    assert slope[0] == inf and intercept[0] == inf
+
+
+def test_the_line_keeps_non_integer_m():
+    # m was cast with int(): 1.5 and 2.5 became 1 and 2, an intercept one half slope too high.
+    rows = _middle_m_rows(texts=8)
+    keep = rows[:, 0] != 2
+    ms = np.where(rows[keep, 0] == 1, 1.5, 2.5)
+    line = line_interval(ms, rows[keep, 1], rows[keep, 3], rows[keep, 2], num_boot=50, seed=0)
+    n50 = [fit_logistic(*_grouped(rows[keep][rows[keep, 0] == m]))["n50"] for m in (1, 3)]
+    assert line["slope"] == pytest.approx(n50[1] - n50[0])
+    assert line["intercept"] == pytest.approx(n50[0] - 1.5 * (n50[1] - n50[0]))
+
+
+def _grouped(rows):
+    lengths = np.unique(rows[:, 1])
+    return lengths, [rows[rows[:, 1] == n, 3].sum() for n in lengths], [(rows[:, 1] == n).sum() for n in lengths]

@@ -571,7 +571,7 @@ def line_interval(
             continue
         point = fit_logistic(ns, succ_m.sum(0), tri_m.sum(0))
         if point["n50"] is not None:
-            fitted.append((int(m), point["n50"], ns, succ_m, tri_m))
+            fitted.append((float(m), point["n50"], ns, succ_m, tri_m))  # m as given: int() truncated 1.5 to 1
     if len(fitted) < 2:
         return None
     line = linear_fit([f[0] for f in fitted], [f[1] for f in fitted])
@@ -584,17 +584,7 @@ def line_interval(
         ],
         1,
     )  # (B, number of m); +-inf: unbounded replicates
-    xm = np.array([f[0] for f in fitted], dtype=float)
-    dx = xm - xm.mean()
-    with np.errstate(invalid="ignore"):
-        slope = (n50 - n50.mean(1, keepdims=True)) @ dx / (dx @ dx)
-        intercept = n50.mean(1) - slope * xm.mean()
-        # A replicate with an unbounded n_50 has an unbounded slope, of the sign the unbounded ends give it (inf - inf
-        # cancels to NaN above); the line then leaves m = 0 on the other side (all m > 0): intercept -slope.
-        ends = np.where(np.isinf(n50), np.sign(n50), 0.0) @ dx
-        unbounded = np.isinf(n50).any(1)
-        slope = np.where(unbounded, np.where(ends > 0, np.inf, np.where(ends < 0, -np.inf, np.nan)), slope)
-        intercept = np.where(unbounded, -slope, intercept)
+    slope, intercept = _line_replicates(n50, np.array([f[0] for f in fitted], dtype=float))
     wide = expanded_level(level, ids.size)
     with_intervals: LineFitWithIntervals = {
         **line,
@@ -602,6 +592,33 @@ def line_interval(
         "intercept_ci": _interval(intercept, wide),
     }
     return with_intervals
+
+
+def _line_replicates(n50: np.ndarray, xm: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The least-squares slope and intercept of each replicate's n_50 (rows of ``n50``, one column per m of ``xm``).
+
+    Both are linear in the n_50: slope = sum_i n50_i dx_i / sum dx^2 and intercept = sum_i n50_i c_i, with
+    c_i = 1 / k - mean(m) dx_i / sum dx^2. An unbounded n_50 (+-inf, :func:`_unplaceable`) therefore makes a quantity
+    unbounded only where its coefficient is not 0, on the side sign(n50_i) sign(coefficient_i); where the unbounded
+    n_50 push it both ways the replicate says nothing of it (NaN, no answer). Why per coefficient: the slope does not
+    depend on an m at the mean of the m (dx = 0, the middle one of 1, 3, 5), so such a replicate has a finite slope
+    and an unbounded intercept, where both were NaN (dropped, the intercept's interval bounded where it is not); and
+    the intercept's side is its own coefficients', not always the slope's opposite (m = 1, 5, 6: c > 0 at m = 5)."""
+    dx = xm - xm.mean()
+    slope_coef = dx / (dx @ dx)
+    intercept_coef = 1.0 / xm.size - xm.mean() * slope_coef
+    infinite = np.isinf(n50)
+    finite = np.where(infinite, 0.0, n50)  # an unbounded entry enters below only through its side
+    with np.errstate(invalid="ignore"):
+        slope = (finite - finite.mean(1, keepdims=True)) @ dx / (dx @ dx)
+        intercept = finite.mean(1) - slope * xm.mean()
+    out = []
+    for value, coef in ((slope, slope_coef), (intercept, intercept_coef)):
+        side = np.sign(coef) * (np.abs(coef) > 1e-9 * np.abs(coef).max())  # 0: the quantity does not depend on it
+        pushes = np.where(infinite, np.sign(n50), 0.0) * side
+        up, down = (pushes > 0).any(1), (pushes < 0).any(1)
+        out.append(np.where(up & down, np.nan, np.where(up, np.inf, np.where(down, -np.inf, value))))
+    return out[0], out[1]
 
 
 def _table_on(ids, ns, accessible, clusters):
