@@ -70,3 +70,28 @@ def test_model_names_compare_as_the_package_names_models(tmp_path):
     assert not same_model("HuggingFaceTB/SmolLM2-135M-Instruct", "smollm2-135m")
     (tmp_path / "m").mkdir()
     assert same_model(str(tmp_path / "m"), str(tmp_path / "." / "m")) and not same_model(str(tmp_path / "m"), "m")
+
+
+def test_from_state_takes_the_states_model_under_another_name_of_it(tmp_path, capsys):
+    """A state sampled from smollm2-135m, re-summarised with --model smollm2 (its alias) or a folder's other
+    spelling, is the same model: accepted, and the report names the state's model."""
+    from ut_peft.cli.geometry import main
+    from ut_peft.geometry.analysis import analyze_model, save_state
+    from ut_peft.testing import tiny_model
+
+    model_dir = tmp_path / "tiny"
+    tiny_model("llama", seed=0).save_pretrained(model_dir)
+    result = analyze_model(tiny_model("llama", seed=0), num_samples=20, support_sequences=4, progress=False)
+    result["model"] = str(model_dir)
+    state = save_state(result, tmp_path / "state.pt")
+    out = tmp_path / "out"
+    main(parse(["--model", str(model_dir / ".." / "tiny"), "--from-state", str(state), "--out", str(out)]))
+    assert json.loads((out / "geometry.json").read_text())["model"] == str(model_dir)
+    import torch
+
+    torch.save({**torch.load(state, weights_only=True), "model": "smollm2-135m"}, state)
+    args = parse(["--model", "smollm2", "--from-state", str(state), "--out", str(tmp_path / "o2")])
+    main(args)
+    assert json.loads((tmp_path / "o2" / "geometry.json").read_text())["model"] == "smollm2-135m"
+    with pytest.raises(ValueError, match="sampled from smollm2-135m, not --model gemma-3-270m"):
+        main(parse(["--model", "gemma-3-270m", "--from-state", str(state), "--out", str(tmp_path / "o3")]))

@@ -38,6 +38,7 @@ def check_summary_model(summary, model: str | None) -> None:
 def main(args):
     from ..geometry import read_measured_slope
     from ..geometry.analysis import analyze_model, load_state, save_state, state_model, summarize
+    from ..geometry.bounds import same_model
     from ..geometry.report import geometry_markdown, plot_cells, write_json
     from ..models import load_model, load_tokenizer
 
@@ -53,7 +54,8 @@ def main(args):
         if not Path(args.from_state).is_file():
             raise ValueError(f"--from-state {args.from_state}: no such file (the state.pt of an earlier run)")
         sampled = state_model(args.from_state)
-        if sampled is not None and args.model_given and args.model != sampled:
+        # Compared as the package names models: an alias or another spelling of the folder is the same model.
+        if sampled is not None and args.model_given and not same_model(args.model, sampled):
             raise ValueError(
                 f"--from-state {args.from_state} was sampled from {sampled}, not --model {args.model}: drop --model "
                 "(the state's model is reported) or sample the other model without --from-state"
