@@ -81,3 +81,12 @@ def test_output_defaults_to_the_models_results_folder_as_help_says(model_dir, tm
         command.parse(["--help"])
     assert stop.value.code == 0
     assert "default:results/<model>/bounds-published.json" in "".join(capsys.readouterr().out.split())
+
+
+def test_the_description_counts_budget_in_the_clock_the_flag_defaults_to(capsys):
+    # --clock defaults to cpu: the description said "--budget wall-clock seconds".
+    assert command.parse([]).clock == "cpu"
+    with pytest.raises(SystemExit):
+        command.parse(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--budget seconds (of this process's CPU time" in text and "--budget wall-clock" not in text

@@ -5,11 +5,12 @@
     ut-peft bounds --report-only --output results/smollm2-135m/bounds-published.json --plot bounds.png
 
 Samples the final hidden state at the last position of random-token sequences at lengths 4, 8, ..., 4096 (up to
-the model's context), toward 10,000 per length within --budget wall-clock seconds shared equally among the
-lengths; eps = r_inf / 2^11 and the box over every sample (ut_peft.accessibility.stats.published_bounds). Also measures
-ut-peft's own estimate (--support-sequences sequences of 32 tokens, eps = r_2 / 2^11, as every sweep's summary)
-and prints both. A sweep folder beside the JSON (results/<model>/<sweep>/) reports it next to its own bounds once
-its report is written again (``ut-peft cram --report-only --output FOLDER``).
+the model's context), toward 10,000 per length within --budget seconds (of this process's CPU time, or wall-clock
+seconds with --clock wall) shared equally among the lengths; eps = r_inf / 2^11 and the box over every sample
+(ut_peft.accessibility.stats.published_bounds). Also measures ut-peft's own estimate (--support-sequences sequences
+of 32 tokens, eps = r_2 / 2^11, as every sweep's summary) and prints both. A sweep folder beside the JSON
+(results/<model>/<sweep>/) reports it next to its own bounds once its report is written again (``ut-peft cram
+--report-only --output FOLDER``). --output defaults to results/<model>/bounds-published.json for a bundled model.
 """
 
 from __future__ import annotations
