@@ -146,3 +146,11 @@ def test_soft_capping_does_not_tie_the_greedy_decision_where_tanh_saturates():
     assert bool((capped[:, 0] == capped[:, 1]).all())  # the capped logits tie: no decision left in them
     assert path.decide(points, methods=("argmax",))["argmax"].tolist() == [1] * 50
     assert path.decide(points, methods=("argmax",), vocab_chunk=1)["argmax"].tolist() == [1] * 50
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_model_on_a_gpu_is_checked_where_its_head_is():
+    model = tiny_model("llama", seed=1).cuda()
+    path = OutputPath.from_model(model)
+    points = torch.randn(4, path.hidden_size, device="cuda")
+    assert path.logits(points).device.type == "cuda"

@@ -138,11 +138,12 @@ class OutputPath:
         finally:
             hook.remove()
             model.train(was_training)
-        states = seen[-1][0].cpu() if seen else None
+        states = seen[-1][0] if seen else None
         got = None
         if states is not None and states.shape[-1] == self.hidden_size and states.shape[0] == expected.shape[0]:
-            with torch.no_grad():
-                got = self._finish(states.float() @ self.weight.float().T, slice(None))
+            with torch.no_grad():  # where the head's weight is (a GPU model's stays there), compared on the CPU
+                states = states.to(self.weight.device).float()
+                got = self._finish(states @ self.weight.float().T, slice(None)).cpu()
         # The same operations up to the order of rounding: 8 ulps of the head's dtype, of the largest logit.
         tolerance = max(8 * torch.finfo(self.weight.dtype).eps, 1e-5) * max(float(expected.abs().max()), 1.0)
         gap = float((got - expected).abs().max()) if got is not None and got.shape == expected.shape else math.inf
