@@ -52,3 +52,32 @@ def test_a_nan_standard_error_prints_as_n_a():
     assert format_interval([nan, nan]) == "n/a" and format_interval([1.0, None]) == "[1.0, inf)"
     assert _num(nan, 2) == "n/a" and _num(1234.5) == "1,234.5"
     assert _interval([nan, nan]) == "[n/a]" and _interval([1.0, 2.0]) == "[1.0, 2.0]"
+
+
+def test_a_covariance_that_is_not_finite_gives_a_nan_log_width_se_and_the_widest_curve():
+    """log_width_se kept ``max(0, nan)``: 0, a width known exactly, so the design's curve was not widened at all."""
+    from ut_peft.accessibility.stats.pooled import widening
+
+    fit = _fit(np.full((5, 5), math.nan))
+    assert math.isnan(fit.log_width_se(3))
+    assert _line_estimates(fit, [1, 3, 5], [1, 3, 5])["per_m"][3]["log_width_se"] != 0.0
+    assert widening(fit, [1, 3], 1.0).tolist() == [math.exp(3.0)] * 2
+    assert _fit(np.diag([1.0, 1.0, 1.0, 0.25, 0.0])).log_width_se(3) == 0.5
+
+
+def test_width_ms_without_rows_is_refused_not_fitted_to_nan():
+    """An m of width_ms without rows (or rows at one m only) gave NaN estimates, converged False, and no reason."""
+    import pytest
+
+    from ut_peft.accessibility.stats.pooled import Cells, fit_pooled
+
+    rng = np.random.default_rng(0)
+    ms = np.repeat([1, 2], 40)
+    ns = rng.uniform(5, 60, ms.size)
+    cells = Cells.from_rows(ms, ns, ns < 10 * ms + 8 + 3 * rng.logistic(size=ms.size))
+    assert fit_pooled(cells, [1, 2]).converged
+    with pytest.raises(ValueError, match=r"m = \[3\] has none \(rows at m = \[1, 2\]\)"):
+        fit_pooled(cells, [1, 2, 3])
+    one_m = Cells.from_rows(ms[:40], ns[:40], ns[:40] < 18)
+    with pytest.raises(ValueError, match=r"m = \[2\] has none"):
+        fit_pooled(one_m, [1, 2])

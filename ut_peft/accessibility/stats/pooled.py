@@ -140,8 +140,10 @@ class PooledFit:
         return float(math.exp(min(50.0, max(-50.0, self.theta[3] + self.theta[4] * math.log(m)))))
 
     def log_width_se(self, m: float) -> float:
+        """The standard error of log w(m); NaN where the covariance is not finite (as :meth:`_se` says why)."""
         g = np.array([1.0, math.log(m)])
-        return float(math.sqrt(max(0.0, g @ self.covariance[3:, 3:] @ g)))
+        with np.errstate(invalid="ignore"):
+            return self._se(float(g @ self.covariance[3:, 3:] @ g))
 
 
 def prior_centres(model: PooledModel, cells: Cells) -> np.ndarray:
@@ -201,6 +203,14 @@ def fit_pooled(cells: Cells, width_ms, check_m: int | None = None, free_delta: b
         raise ValueError(f"a free offset at the check m needs rows at that m (check m = {check_m})")
     if len(set(model.width_ms)) < 2:
         raise ValueError(f"the pooled model needs rows at two different m at least (got m = {model.width_ms})")
+    # An m without rows left the width law's prior centre or the start a mean of nothing: NaN estimates, reported as
+    # a fit that did not converge rather than as the caller's mistake.
+    empty = [m for m in model.width_ms if not np.any(cells.ms == m)]
+    if empty:
+        raise ValueError(
+            f"width_ms are the m that have rows, but m = {empty} has none (rows at m = "
+            f"{sorted({int(m) if float(m).is_integer() else float(m) for m in cells.ms})}): pass the m of the rows"
+        )
     centres = prior_centres(model, cells)
     keep = np.array([0, 1, 2, 3, 4] if free_delta else [0, 1, 3, 4])
     start = _start(model, cells)
@@ -229,7 +239,8 @@ def fit_pooled(cells: Cells, width_ms, check_m: int | None = None, free_delta: b
 
 
 def widening(fit: PooledFit, ms, z: float) -> np.ndarray:
-    """Per m, exp(z * the standard error of log w(m)) (capped at e^3): how much wider than the fit the curve may be."""
+    """Per m, exp(z * the standard error of log w(m)) (capped at e^3): how much wider than the fit the curve may be.
+    A standard error the covariance cannot give (NaN) takes the cap: nothing bounds the width then."""
     return np.array([math.exp(min(3.0, z * fit.log_width_se(m))) for m in np.asarray(ms, dtype=float)])
 
 
