@@ -284,3 +284,20 @@ def test_the_abandon_fit_refuses_rows_flagged_where_the_rule_does_not_check():
     rows = [{"accessible": False, "steps": 600, "flagged_at": 600, "audited": False}]
     with pytest.raises(ValueError, match=r"flagged at step\(s\) \[600\].*checks at \[500, 750\]"):
         simulator.fit_abandon(rows, 0.25, (500, 750))
+
+
+def test_row_costs_leave_out_an_m_whose_rows_do_not_bracket_its_n50():
+    """The docstring's promise: an m whose rows do not bracket n_50 is left out. A fit that was "rising" (SmolLM2's
+    first 8-10 rows of pooled-words-v7 at m = 1, Gemma's pooled-words-glove at m = 5) or "extrapolated" still set
+    r = n / n_50 for that m's rows."""
+    from ut_peft.accessibility.stats.fit import fit_logistic
+
+    base = [(1, 10, True, 60), (1, 10, True, 75), (1, 20, True, 140), (1, 20, True, 180), (1, 20, False, 2100)]
+    base += [(1, 30, True, 400), (1, 30, False, 2600), (1, 30, False, 2900), (1, 40, False, 2300)]
+    rising = [(2, 10, False, 2500), (2, 10, False, 2600), (2, 20, True, 900), (2, 20, False, 2400)]
+    rising += [(2, 30, True, 300), (2, 30, True, 350)]
+    assert fit_logistic([10, 20, 30], [0, 1, 2], [2, 2, 2])["status"] == "rising"
+    rows = [dict(m=m, n=n, index=i, accessible=acc, steps=steps) for i, (m, n, acc, steps) in enumerate(base + rising)]
+    costs = simulator.fit_costs_to_rows(rows, "rows")
+    alone = simulator.fit_costs_to_rows(rows[: len(base)], "rows")
+    assert "at m = 2" not in costs.source and costs.k == pytest.approx(alone.k) and costs.b0 == alone.b0

@@ -143,7 +143,9 @@ def fit_costs_to_rows(rows, source: str, audit: float | None = None) -> RowCosts
         succ = [sum(w * bool(r["accessible"]) for r, w in at_m if r["n"] == n) for n in ns]
         tri = [sum(w for r, w in at_m if r["n"] == n) for n in ns]
         fit = fit_logistic(ns, succ, tri)
-        if fit["n50"] is not None:
+        # Only a crossing the rows bracket: an "extrapolated" n_50 lies outside their lengths, and a "rising" one is
+        # where a curve rising with n crosses one half; r = n / either would be a number the rows do not support.
+        if fit["status"] == "ok":
             n50[m] = fit["n50"]
     accessible = [
         (row["n"] / n50[row["m"]], row["steps"], w)
