@@ -696,3 +696,50 @@ def test_a_model_given_by_another_of_its_names_resumes_and_the_folder_keeps_its_
     assert (tmp_path / "settings.json").read_bytes() == before
     with pytest.raises(ValueError, match=r"changed: model"):  # another model is still another model
         store.check_settings(tmp_path, dict(settings, model="gemma-3-270m"), overwrite=False)
+
+
+# ---- a refused run leaves no folder behind -------------------------------------------------------------------------
+
+
+def test_a_discarded_lock_leaves_only_what_it_made_and_a_second_process_never_holds_a_removed_file(
+    tmp_path, monkeypatch
+):
+    lock = lock_folder(tmp_path / "a" / "b")
+    lock.discard()
+    assert not (tmp_path / "a").exists() and lock.fd is None
+    lock_folder(tmp_path / "a" / "b").release()  # a lock let go as usual keeps its folder and file, as always
+    assert sorted(p.name for p in (tmp_path / "a" / "b").iterdir()) == ["sweep.lock"]
+    lock = lock_folder(tmp_path / "a" / "b")
+    lock.discard()  # the lock file was there before: kept, with its folder
+    assert sorted(p.name for p in (tmp_path / "a" / "b").iterdir()) == ["sweep.lock"]
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "notes.txt").write_text("a user's")
+    lock = lock_folder(tmp_path / "c")
+    lock.discard()  # a folder that was there keeps what it held, without a lock file it did not hold
+    assert sorted(p.name for p in (tmp_path / "c").iterdir()) == ["notes.txt"]
+    lock = lock_folder(tmp_path / "c")
+    (tmp_path / "c" / "rows.jsonl").write_text("")  # the run wrote something: nothing is removed
+    lock.discard()
+    assert sorted(p.name for p in (tmp_path / "c").iterdir()) == ["notes.txt", "rows.jsonl", "sweep.lock"]
+    lock = lock_folder(tmp_path / "e")
+    (tmp_path / "e" / "settings.json").write_text("{}")
+    lock.discard()  # likewise in a folder the lock made
+    assert sorted(p.name for p in (tmp_path / "e").iterdir()) == ["settings.json", "sweep.lock"]
+
+    # A second process that opened the lock file just before the holder discarded it, and took the flock on the
+    # removed file just after: it must not believe it holds the folder (a third one would lock a new file beside it).
+    real_try_lock = store.try_lock
+    raced = []
+
+    def try_lock_as_the_holder_discards(path, **kwargs):
+        fd = real_try_lock(path, **kwargs)
+        if fd is not None and not raced:
+            raced.append(path)
+            os.unlink(path)  # what the discarding holder did meanwhile
+            Path(path).parent.rmdir()
+        return fd
+
+    monkeypatch.setattr(store, "try_lock", try_lock_as_the_holder_discards)
+    lock = lock_folder(tmp_path / "d")
+    assert raced and lock.path.is_file() and os.fstat(lock.fd).st_ino == os.stat(lock.path).st_ino
+    lock.release()

@@ -188,3 +188,23 @@ def test_a_source_file_that_is_not_utf8_text_is_refused_before_the_model_loads(
     assert f"--source {kind}:{binary}: {binary} is not UTF-8 text (byte 0x89 at offset 0 is not UTF-8: a binary" in err
     assert f"give {what}, converting text in another encoding first (iconv -f ENCODING -t UTF-8" in err
     assert not (tmp_path / "out").exists()
+
+
+def test_a_run_refused_after_the_folder_was_locked_leaves_no_new_folder_and_keeps_an_existing_one(
+    model_dir, tmp_path, capsys
+):
+    # Lengths past the model's context are found once the model has loaded, after the command locked the folder
+    # (before its trackers write there). Before: out/ was left holding only sweep.lock, and a new parent with it.
+    too_long = ["--model", model_dir, *TINY, "--lengths", "500"]
+    err = one_line_error(capsys, cram.main, cram.parse, [*too_long, "--output", tmp_path / "new" / "out"])
+    assert "above the model's context" in err
+    assert not (tmp_path / "new").exists()
+    # A folder that existed is kept as it was: empty, or with what it held (a lock file of an earlier run too).
+    for number, held in enumerate(([], ["notes.txt"], ["sweep.lock"])):
+        folder = tmp_path / f"held-{number}"
+        folder.mkdir()
+        for name in held:
+            (folder / name).write_text("kept")
+        one_line_error(capsys, cram.main, cram.parse, [*too_long, "--output", folder])
+        assert sorted(p.name for p in folder.iterdir()) == held
+        assert all((folder / name).read_text() == "kept" for name in held if name != "sweep.lock")

@@ -982,14 +982,19 @@ class FolderLock:
     The operating system drops it when the holder dies (even by SIGKILL), so a crashed run never blocks the
     folder. Local file systems only: flock over NFS may not exclude other machines. Within one process a second
     lock of a folder the process holds is refused too (flock alone would grant it); every writer of the package
-    lets its lock go when it ends or raises.
+    lets its lock go when it ends or raises. A run refused before it wrote anything lets it go by :meth:`discard`,
+    which takes away the lock file and the folders that :func:`lock_folder` made for it.
+
+    ``made``: the folders :func:`lock_folder` created for this lock (the folder, and parents that were missing),
+    deepest first.
     """
 
     _held: dict[tuple[str, int], FolderLock] = {}  # by (folder, rank): the locks this process holds now
 
-    def __init__(self, folder: Path, rank: int) -> None:
+    def __init__(self, folder: Path, rank: int, made: Iterable[Path] = ()) -> None:
         self.path = lock_file(folder, rank)
         self.key = (str(Path(folder).resolve()), rank)
+        self.made = list(made)
         if self.key in FolderLock._held:  # flock would let this process in again: two writers of one folder
             raise FolderLockedError(
                 f"{Path(folder)} is already locked by this process (pid {os.getpid()} holds {self.path}): another "
@@ -998,6 +1003,8 @@ class FolderLock:
                 holder=f"pid {os.getpid()} (this process)",
                 lock=self.path,
             )
+        self.made_file = not self.path.exists()
+        self.found = _entries(Path(folder))  # what the folder held before: a run that wrote nothing leaves only that
         self.fd = try_lock(self.path)
         if self.fd is None:
             holder = lock_holder(self.path)
@@ -1008,7 +1015,23 @@ class FolderLock:
                 holder=holder,
                 lock=self.path,
             )
+        if not self._in_place():
+            # The file was taken away between its opening and the flock, by a refused run that discarded it
+            # (:meth:`discard`): a flock on it locks nothing that another process could see.
+            os.close(self.fd)
+            self.fd = None
+            raise _LockFileGone(self.path)
         FolderLock._held[self.key] = self
+
+    def _in_place(self) -> bool:
+        """Whether the file this lock holds is still the one at its path."""
+        assert self.fd is not None
+        held = os.fstat(self.fd)
+        try:
+            there = os.stat(self.path)
+        except FileNotFoundError:
+            return False
+        return (held.st_dev, held.st_ino) == (there.st_dev, there.st_ino)
 
     def release(self) -> None:
         if self.fd is not None:
@@ -1017,17 +1040,81 @@ class FolderLock:
         if FolderLock._held.get(self.key) is self:
             del FolderLock._held[self.key]
 
+    def discard(self) -> None:
+        """Let the lock go leaving no trace of a run that wrote nothing: where the folder holds what it held when
+        it was locked and the lock file, which the lock made, the file goes, and so do the folders
+        :func:`lock_folder` made for it while they are empty. A folder that was there before is kept, with what it
+        held (a user's file, the lock file of an earlier run); a folder the run wrote into is left as it is, lock
+        file and all. Otherwise :meth:`release`.
+
+        Done while the flock is held: a process that opens the file meanwhile finds its flock taken; one that
+        opens it after it is removed makes a new one (which keeps the folder, as any other file would); and one
+        that opened it before but takes the flock after this lock is let go sees that the file it holds is no
+        longer at its path and starts again (:func:`lock_folder`), so no two processes ever hold the folder."""
+        try:
+            if self.fd is not None and self.made_file and self._in_place():
+                if _entries(self.path.parent) == self.found | {self.path.name}:
+                    self.path.unlink()
+                    for made in self.made:
+                        made.rmdir()  # raises where something was put there meanwhile: it stays, and its parents
+        except OSError:
+            pass  # what could not be taken away stays, as after release()
+        finally:
+            self.release()
+
+
+class _LockFileGone(Exception):
+    """A lock file taken away between its opening and its flock (:meth:`FolderLock.discard`): lock again."""
+
+
+def _entries(folder: Path) -> set[str]:
+    """The names in ``folder`` (none where it cannot be listed)."""
+    try:
+        return {entry.name for entry in folder.iterdir()}
+    except OSError:
+        return set()
+
+
+def _make_folder(folder: Path) -> list[Path]:
+    """Create ``folder`` and its missing parents; the ones this call created, deepest first."""
+    missing = []
+    for path in (folder, *folder.parents):
+        if path.exists():
+            break
+        missing.append(path)
+    made = []
+    for path in reversed(missing):  # the outermost first
+        try:
+            path.mkdir()
+            made.append(path)
+        except FileExistsError:  # another process made it meanwhile: not ours to take away
+            pass
+    return made[::-1]
+
 
 def lock_folder(folder: Path, rank: int = 0) -> FolderLock:
     """Lock ``folder`` for process ``rank`` of a run; raises :class:`FolderLockedError` if another process has it.
+    The folder (and its missing parents) is created; a run refused before it wrote anything takes them away again
+    (:meth:`FolderLock.discard`).
 
     The main process (rank 0) also checks that no other rank's lock is held: the workers of a killed multi-process
     run can outlive their main process and keep writing ``rows.rank<k>.jsonl``. Other ranks lock their own file
     after the main process has checked (the sweep waits for it), so they never see each other's.
     """
     folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    lock = FolderLock(folder, rank)
+    lock = None
+    for _ in range(LOCK_ATTEMPTS):
+        try:
+            lock = FolderLock(folder, rank, _make_folder(folder))
+            break
+        except (_LockFileGone, FileNotFoundError):  # a refused run took the folder away meanwhile: make it again
+            continue
+    if lock is None:
+        raise FolderLockedError(
+            f"{folder} was taken away {LOCK_ATTEMPTS} times while this run locked it (runs into it that were refused "
+            "at once?); run again, or write to another folder",
+            lock=lock_file(folder, rank),
+        )
     if rank == 0:
         for path in sorted(folder.glob("sweep.rank*.lock")):
             fd = try_lock(path, note_holder=False)  # only a probe: keep the file's record of its last holder
@@ -1042,6 +1129,9 @@ def lock_folder(folder: Path, rank: int = 0) -> FolderLock:
                 )
             os.close(fd)
     return lock
+
+
+LOCK_ATTEMPTS = 10
 
 
 def load_rows(folder) -> datasets.Dataset:

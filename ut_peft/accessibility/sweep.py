@@ -269,6 +269,9 @@ def retarget_sweep(
         try:
             store.check_retarget_target(Path(new_dir), Path(old_dir))  # again, now that no other run can write it
             store.write_retargeted(Path(new_dir), settings, kept, record, source=Path(old_dir), inflight=inflight)
+        except BaseException:
+            lock.discard()  # refused before writing: no folder (nor lock file) left behind
+            raise
         finally:
             lock.release()
     return record
@@ -319,9 +322,11 @@ def run_sweep(
     ``callback`` (e.g. :class:`.tracking.SweepTracker`) hears ``on_rows(rows)`` with every row so far before each
     round and at the end, and ``on_row(row)`` as each of this process's rows is written.
 
-    The folder is locked for the whole run (:func:`.store.lock_folder`), and let go when it ends or raises. ``lock``:
-    the main process's lock of ``output_dir`` where the caller took it already (the command takes it before its
-    trackers write into the folder, so a run refused by the lock leaves nothing there); it is let go as the run's own.
+    The folder is locked for the whole run (:func:`.store.lock_folder`), and let go when it ends or raises (a run
+    refused before it wrote anything takes away the folder and the lock file that its lock made:
+    :meth:`.store.FolderLock.discard`). ``lock``: the main process's lock of ``output_dir`` where the caller took it
+    already (the command takes it before its trackers write into the folder, so a run refused by the lock leaves
+    nothing there); it is let go as the run's own.
     """
     from accelerate import Accelerator
     from tqdm.auto import tqdm
@@ -389,6 +394,10 @@ def run_sweep(
                 rows.setdefault(store.row_key(row), row)
         bar.close()
         return _finish_sweep(config, settings, rows, model, output_dir, report, accelerator)
+    except BaseException:
+        if lock is not None:  # a run refused before it wrote anything leaves no folder (nor lock file) behind
+            lock.discard()
+        raise
     finally:  # also when the run raised: the same process may start the next one
         if lock is not None:
             lock.release()
@@ -740,6 +749,9 @@ def merge_sweeps(folders, output_dir, *, overwrite: bool = False) -> Path:
         lines = "".join(json.dumps(rows[key].to_dict(), sort_keys=True) + "\n" for key in sorted(rows))
         atomic_write_text(target, lines)
         store.prepare_folder(output_dir, merged, clear=True, keep=[target])
+    except BaseException:
+        lock.discard()  # refused before writing: no folder (nor lock file) left behind
+        raise
     finally:
         lock.release()
     return output_dir

@@ -99,6 +99,10 @@ def main(args):
             retarget_from=args.retarget_from,
             lock=lock,
         )
+    except BaseException:
+        if lock is not None:  # refused before anything was written (a tracker that would not start): no folder left
+            lock.discard()
+        raise
     finally:
         if lock is not None:
             lock.release()  # run_sweep let it go already, unless something raised before it took it over
