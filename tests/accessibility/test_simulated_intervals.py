@@ -255,3 +255,21 @@ def test_a_repeat_whose_standard_error_is_zero_counts_as_a_miss_not_as_left_out(
     assert _studentised(2.0, 0.0) == math.inf  # a zero-width interval that misses the truth
     assert _studentised(0.0, 0.0) == 0.0
     assert math.isnan(_studentised(2.0, math.nan)) and math.isnan(_studentised(2.0, math.inf))
+
+
+def test_a_quantile_that_reaches_the_infinite_studentised_errors_is_infinite_and_the_interval_unbounded():
+    """Repeats whose standard error is 0 miss (t = inf); where they reach the 95% quantile, numpy's linear quantile
+    interpolated inf - inf to NaN and the interval printed as n/a. It is unbounded: q = inf, ci [None, None]."""
+    from ut_peft.accessibility.report import format_interval
+    from ut_peft.accessibility.simulated_intervals import _calibrated
+
+    errors = np.linspace(-1.0, 1.0, 100)
+    finite = np.linspace(0.0, 3.0, 100)
+    few = _calibrated(10.0, 2.0, np.concatenate([finite[:97], [math.inf] * 3]), errors)
+    assert few["quantile"] == pytest.approx(np.quantile(np.abs(np.concatenate([finite[:97], [math.inf] * 3])), 0.95))
+    assert math.isfinite(few["quantile"]) and few["ci"] == [10.0 - 2 * few["quantile"], 10.0 + 2 * few["quantile"]]
+    many = _calibrated(10.0, 2.0, np.concatenate([finite[:94], [math.inf] * 6]), errors)
+    assert many["quantile"] == math.inf and many["ci"] == [None, None] and many["repeats_used"] == 100
+    assert format_interval(many["ci"], 2) == "(-inf, inf)" and many["wald_coverage"] < 1
+    none = _calibrated(10.0, 2.0, np.full(100, math.nan), np.full(100, math.nan))
+    assert math.isnan(none["quantile"]) and none["ci"] is None

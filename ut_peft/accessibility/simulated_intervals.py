@@ -305,21 +305,10 @@ def calibrate(
     if abandon is None:
         abandon = fitted_abandon(rows, settings)
     simulated = simulate_design(settings, truth, repeats, seed, abandon, workers=workers)
-    quantities = {}
-    for name, (value, se) in _quantities(estimate, list(design.ms)).items():
-        t, e = simulated["t"][name], simulated["errors"][name]
-        usable = t[~np.isnan(t)]  # an infinite t (se 0, a miss) counts: uncovered, and it raises the quantile
-        q = float(np.quantile(np.abs(usable), LEVEL)) if usable.size else math.nan
-        quantities[name] = {
-            "estimate": value,
-            "se": se,
-            "quantile": q,
-            "ci": [value - q * se, value + q * se] if math.isfinite(q) else None,
-            "simulated_bias": float(np.nanmean(e)),
-            "simulated_rmse": float(math.sqrt(np.nanmean(e**2))),
-            "wald_coverage": float(np.mean(np.abs(usable) <= 1.959964)) if usable.size else math.nan,
-            "repeats_used": int(usable.size),
-        }
+    quantities = {
+        name: _calibrated(value, se, simulated["t"][name], simulated["errors"][name])
+        for name, (value, se) in _quantities(estimate, list(design.ms)).items()
+    }
     # As calibration.json holds it (tuples as lists), so that what is returned is what is read back.
     result = {
         "method": "studentised parametric bootstrap of the design: estimate +- q se, q the 95% quantile of "
@@ -339,6 +328,37 @@ def calibrate(
         "per_m": [dict(m=int(name.split("@")[1]), **entry) for name, entry in quantities.items()],
     }
     return json.loads(json.dumps(result))
+
+
+def _calibrated(value: float, se: float, t: np.ndarray, e: np.ndarray) -> dict:
+    """One quantity's calibrated interval from its simulated studentised errors ``t`` and errors ``e`` (NaN: a repeat
+    without a converged fit or a standard error, left out).
+
+    An infinite t (se 0 and an error: a miss) counts, and raises the quantile: where the 95% quantile reaches one, q
+    is infinite and the interval unbounded on both sides ([None, None], printed (-inf, inf)). numpy's linear quantile
+    gave NaN there (inf - inf), so such an interval printed as n/a, as if nothing had been computed."""
+    usable = np.abs(t[~np.isnan(t)])
+    if not usable.size:
+        q = math.nan
+    elif np.isinf(np.sort(usable)[math.ceil(LEVEL * (usable.size - 1))]):
+        q = math.inf
+    else:
+        q = float(np.quantile(usable, LEVEL))
+    ci: list[float | None] | None = None
+    if math.isfinite(q):
+        ci = [value - q * se, value + q * se]
+    elif q == math.inf:
+        ci = [None, None]
+    return {
+        "estimate": value,
+        "se": se,
+        "quantile": q,
+        "ci": ci,
+        "simulated_bias": float(np.nanmean(e)),
+        "simulated_rmse": float(math.sqrt(np.nanmean(e**2))),
+        "wald_coverage": float(np.mean(usable <= 1.959964)) if usable.size else math.nan,
+        "repeats_used": int(usable.size),
+    }
 
 
 def _truth_dict(truth: Truth, ms) -> dict:
