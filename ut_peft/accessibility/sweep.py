@@ -763,9 +763,10 @@ def _one_model_spelling(settings: list[dict]) -> list[dict]:
     its canonical name, whatever the folders' order. Folders that all spell it alike keep their spelling (the merge
     records what they record), and other models are left for the comparison to name."""
     models = {s.get("model") for s in settings}
-    if len(models) < 2 or not all(isinstance(model, str) for model in models):
+    spelled = {model for model in models if isinstance(model, str)}
+    if len(models) < 2 or spelled != models:
         return settings
-    names = {canonical_model_name(model) for model in models}
+    names = {canonical_model_name(model) for model in spelled}
     if len(names) != 1:
         return settings
     name = names.pop()
