@@ -79,6 +79,23 @@ def test_rows_still_needed_follow_the_binding_standard_error_and_the_floor():
     assert rows_still_needed(dict(stop, stage="stopped", se_ratios={"slope": 0.9}), batch=8) is None
 
 
+def test_a_standard_error_that_cannot_be_estimated_leaves_no_projection():
+    """A ratio of None (an infinite or undefined variance) is not a met target: no rows, rounds or hours."""
+    stop = {"stage": "fitting", "rounds": 6, "rows": 40, "fitted_rows": 24, "min_rows": 64}
+    found = rows_still_needed(dict(stop, se_ratios={"slope": 0.5, "n50[3]": None}), batch=8)
+    assert found == {
+        "binding": "n50[3]",
+        "ratio": None,
+        "judged_rows": 40,
+        "rows_for_targets": None,
+        "rows_for_floor": 40,
+        "rounds": None,
+        "rows": None,
+    }
+    projected = projection(dict(stop, se_ratios={"n50[3]": None}), 8, 1500.0, 2.0)
+    assert (projected["rows"], projected["row_steps"], projected["hours"]) == (None, None, None)
+
+
 def test_projection_prices_the_rows_at_the_measured_pace():
     stop = {
         "stage": "fitting",

@@ -224,6 +224,41 @@ def test_a_partial_folder_shows_its_round_in_flight_stop_state_and_projection(pa
     assert f"needs {judged['rows']} x ({ratio:.2f}^2 - 1) = {needed} more" in text
 
 
+def test_a_standard_error_the_fit_cannot_estimate_is_not_taken_as_met(partial, capsys, monkeypatch):
+    """A quantity whose variance comes out infinite (a singular information) was dropped from the stop state, so
+    status projected "every target met" and the report named another quantity as the largest; it is kept as not
+    estimable, binds, and leaves no projection (and summary.json-style output stays strict JSON)."""
+    from ut_peft.accessibility.designs.pooled import PooledDesign
+    from ut_peft.accessibility.report import stop_line
+
+    folder, settings, rounds, simulated, *_ = partial
+    ratios = PooledDesign._ratios
+
+    def slope_not_estimable(self, info, scale=1.0, inflation=None):
+        found = ratios(self, info, scale=scale, inflation=inflation)
+        return dict(found, slope=math.inf)
+
+    monkeypatch.setattr(PooledDesign, "_ratios", slope_not_estimable)
+    judged = pooled_design(settings).stop_state({job: simulated[job] for jobs in rounds[:DONE] for job in jobs})
+    assert judged["stage"] == "fitting" and judged["se_ratios"]["slope"] is None
+    assert all(r is not None and r > 0 for name, r in judged["se_ratios"].items() if name != "slope")
+    json.dumps(judged, allow_nan=False)  # strict JSON, as summary.json holds it
+    assert "not estimable (slope)" in stop_line(judged)
+
+    status = folder_status(folder)
+    json.dumps(status, allow_nan=False)
+    stop = status["stop"]
+    assert stop["binding"] == "slope"
+    slope = next(t for t in stop["targets"] if t["name"] == "slope")
+    assert slope["ratio"] is None and slope["se"] is None
+    assert status["time"]["hours_left"] is None
+    assert status["time"]["projection"]["rows"] is None
+    text = status_of(folder, capsys)
+    assert "slope: not estimable yet (an infinite or undefined variance)" in text
+    assert "left: no projection: the standard error of slope cannot be estimated from these rows yet" in text
+    assert "every target met" not in text
+
+
 def test_the_committed_run_under_way_reads_without_a_model(tmp_path, capsys):
     """The SmolLM2 text run as committed (it grows while it runs: every figure is checked against its files)."""
     folder = copy_sweep(TEXT, tmp_path / "text")

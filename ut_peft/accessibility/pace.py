@@ -85,13 +85,26 @@ def rows_still_needed(stop: dict, batch: int) -> dict | None:
     rows of the complete rounds the stop judged. The floor of fitted rows asks for ``min_rows - fitted_rows`` more;
     the larger of the two, in whole rounds, and at least the round now due (a design that is not stopped has dealt
     one). Returns ``{"binding", "ratio", "judged_rows", "rows_for_targets", "rows_for_floor", "rounds", "rows"}``,
-    ``binding`` the quantity with the largest ratio (None without targets), ``judged_rows`` the rows it stands on."""
+    ``binding`` the quantity with the largest ratio (None without targets), ``judged_rows`` the rows it stands on.
+    Where a standard error cannot be estimated (its ratio None), ``binding`` names it and ``ratio``,
+    ``rows_for_targets``, ``rounds`` and ``rows`` are None: no projection."""
     if stop.get("stage") != "fitting":
         return None
     ratios = stop.get("se_ratios") or {}
+    for_floor = max(0, int(stop.get("min_rows", 0)) - int(stop.get("fitted_rows", 0)))
+    unknown = [name for name, r in ratios.items() if r is None]
+    if unknown:  # a standard error the fit cannot estimate yet: no law says how many rows bring it to its target
+        return {
+            "binding": unknown[0],
+            "ratio": None,
+            "judged_rows": stop["rows"],
+            "rows_for_targets": None,
+            "rows_for_floor": for_floor,
+            "rounds": None,
+            "rows": None,
+        }
     binding, ratio = max(ratios.items(), key=lambda item: item[1]) if ratios else (None, 0.0)
     for_targets = math.ceil(stop["rows"] * (ratio**2 - 1)) if ratio > 1 else 0
-    for_floor = max(0, int(stop.get("min_rows", 0)) - int(stop.get("fitted_rows", 0)))
     rounds = max(1, math.ceil(max(for_targets, for_floor) / batch))
     return {
         "binding": binding,
@@ -119,11 +132,14 @@ def projection(
     where the design has one), over ``row_steps_per_second`` (the run's measured pace, :func:`total_pace`).
 
     None unless the design is fitting; else :func:`rows_still_needed`'s dict with ``"row_steps"`` and ``"hours"``
-    (None without a measured pace). A projection, not a promise: the standard errors are noisy (a round can move
-    them either way), and the law 1 / sqrt(rows) holds for rows placed as the rows so far were."""
+    (None without a measured pace; both None where a standard error cannot be estimated yet). A projection, not a
+    promise: the standard errors are noisy (a round can move them either way), and the law 1 / sqrt(rows) holds for
+    rows placed as the rows so far were."""
     needed = rows_still_needed(stop, batch)
     if needed is None:
         return None
+    if needed["rows"] is None:
+        return dict(needed, row_steps=None, hours=None)
     steps = max(0.0, needed["rows"] * row_steps_per_row - spent_in_open_round)
     if budget_left is not None:
         steps = min(steps, max(0, budget_left))

@@ -559,10 +559,15 @@ def console_summary(summary: Summary) -> str:
         )
         stop = pooled.get("stop") or {}
         if stop.get("se_ratios"):
-            name, worst = max(stop["se_ratios"].items(), key=lambda item: item[1])
+            unknown = [name for name, r in stop["se_ratios"].items() if r is None]
+            if unknown:  # the fit cannot estimate it: not a met target
+                worst_text = f"a standard error not estimable yet ({unknown[0]})"
+            else:
+                name, worst = max(stop["se_ratios"].items(), key=lambda item: item[1])
+                worst_text = f"largest standard error {worst:.2f} of its target ({name})"
             lines.append(
                 f"design: {'stopped' if stop['stage'] == 'stopped' else 'running'}, {stop['fitted_rows']} of "
-                f"{stop['min_rows']} fitted rows, largest standard error {worst:.2f} of its target ({name})"
+                f"{stop['min_rows']} fitted rows, {worst_text}"
             )
     lines += _calibrated_console(summary.calibrated)
     lines.append(f"{summary.num_rows:,} rows, {summary.row_steps:,} row-steps in all")
@@ -756,13 +761,17 @@ def stop_line(stop: dict) -> str:
         )
     ratios = stop.get("se_ratios") or {}
     n50 = [(name[4:-1], r) for name, r in ratios.items() if name.startswith("n50[")]
+
+    def ratio_text(r: float | None) -> str:  # None: the fit cannot estimate that standard error yet
+        return "not estimable" if r is None else f"{r:.2f}"
+
     parts = []
     if "slope" in ratios:
-        parts.append(f"{ratios['slope']:.2f} (slope)")
+        parts.append(f"{ratio_text(ratios['slope'])} (slope)")
     if n50:
-        parts.append(" / ".join(f"{r:.2f}" for _, r in n50) + f" (n_50 at m = {', '.join(m for m, _ in n50)})")
+        parts.append(" / ".join(ratio_text(r) for _, r in n50) + f" (n_50 at m = {', '.join(m for m, _ in n50)})")
     if "check" in ratios:
-        parts.append(f"{ratios['check']:.2f} (the linearity check's offset)")
+        parts.append(f"{ratio_text(ratios['check'])} (the linearity check's offset)")
     judged = (
         f"standard errors at {', '.join(parts)} of their targets, as the stop judges them (on the curve widened by "
         "its log width's error; under an audit or the step counts, the guarded variance)"

@@ -273,10 +273,15 @@ def _stop(design: PooledDesign, rows: dict) -> dict:
             continue
         target = float(base) * (design.check_factor if name == "check" else 1.0)
         judged = target * design.target_scale
-        targets.append({"name": name, "se": ratio * judged, "target": target, "judged_target": judged, "ratio": ratio})
+        se = None if ratio is None else ratio * judged  # None: the fit cannot estimate it yet
+        targets.append({"name": name, "se": se, "target": target, "judged_target": judged, "ratio": ratio})
     stop["targets"] = targets
     stop["target_scale"] = design.target_scale
-    stop["binding"] = max(targets, key=lambda t: t["ratio"])["name"] if targets else None
+    unknown = [t["name"] for t in targets if t["ratio"] is None]
+    if unknown:  # a standard error that cannot be estimated binds: its target is not met
+        stop["binding"] = unknown[0]
+    else:
+        stop["binding"] = max(targets, key=lambda t: t["ratio"])["name"] if targets else None
     stop["budget_row_steps"] = design.budget
     if stop["stage"] == "stopped":
         spent = sum(row_steps(rows[job]) for jobs in design.rounds(rows) for job in jobs)
@@ -355,6 +360,12 @@ def _time(design: PooledDesign, rows: dict, stop: dict, in_flight: dict) -> dict
     projected.update(row_steps_per_row=per_row, row_steps_basis=basis, spent_in_open_round=spent_open)
     out["projection"] = projected
     out["hours_left"] = projected["hours"]
+    if projected["rows"] is None:
+        out["note"] = (
+            f"no projection: the standard error of {_quantity(projected['binding'])} cannot be estimated from these "
+            "rows yet (an infinite or undefined variance), so no law says how many rows bring it to its target"
+        )
+        return out
     out["note"] = (
         "a projection: every standard error taken to fall as 1 / sqrt(rows), the rows still needed in whole rounds "
         f"at the mean row-steps of {basis}, at the run's measured pace"
@@ -553,6 +564,12 @@ def _stop_lines(stop: dict) -> list[str]:
         )
         lines.append(f"  standard error as the stop judges it / the target it is held to{scale}:")
         for t in stop["targets"]:
+            if t["ratio"] is None:
+                lines.append(
+                    f"    {_quantity(t['name'])}: not estimable yet (an infinite or undefined variance) / "
+                    f"{t['judged_target']:.2f} <- binding"
+                )
+                continue
             mark = " <- binding" if t["name"] == stop["binding"] and t["ratio"] > 1 else ""
             lines.append(
                 f"    {_quantity(t['name'])}: {t['se']:.2f} / {t['judged_target']:.2f} = {t['ratio']:.2f}{mark}"
@@ -575,7 +592,7 @@ def _time_lines(time: dict) -> list[str]:
         spent += f"; the round now running {time['open_round_hours']:.2f} h so far"
     lines = [spent]
     projected = time["projection"]
-    if projected is None:
+    if projected is None or projected["rows"] is None:
         lines.append("left: " + time["note"])
         return lines
     rounds = f"{projected['rounds']} more round{'s' if projected['rounds'] != 1 else ''}"

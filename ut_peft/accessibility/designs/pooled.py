@@ -84,6 +84,12 @@ def _checked_settings(
     return ms, targets, check_m
 
 
+def _judged_ratio(variance_ratio: float) -> float | None:
+    """A quantity's standard error over its target from its variance ratio; None where the variance is infinite or
+    undefined (summary.json stays strict JSON, and the stop state does not drop the quantity)."""
+    return math.sqrt(variance_ratio) if math.isfinite(variance_ratio) and variance_ratio > 0 else None
+
+
 @register_design("pooled")
 class PooledDesign(Design):
     """Rows placed where they tell most about the line n_50(m) = a m + b, fitted to every m at once.
@@ -207,8 +213,9 @@ class PooledDesign(Design):
         "fitting" or "stopped"; once fitting, also ``fitted_rows`` against ``min_rows`` (the floor) and ``se_ratios``:
         per quantity asked for ("slope", "n50[m]", "check"), its standard error as the stop judges it (on the curve
         ``stop_z`` standard errors wider in log width; under an audit or the step counts, the guarded variance) over
-        its target, also scaled by ``target_scale``. The design stops once the floor is met and every ratio is at
-        most 1."""
+        its target, also scaled by ``target_scale``; None where the fit cannot estimate that standard error (an
+        infinite or undefined variance: a target that cannot be met yet, kept so that no reader takes it as met). The
+        design stops once the floor is met and every ratio is at most 1."""
         done, missing, used = self._walk(rows)
         judged = self._judged.get(tuple(used))  # recorded by _choose when it decided there (None: no fit yet)
         stage = "stopped" if not missing else "fitting" if judged else "bracketing"
@@ -218,7 +225,7 @@ class PooledDesign(Design):
         state.update(
             fitted_rows=judged["fitted_rows"],
             min_rows=self.min_rows,
-            se_ratios={name: math.sqrt(r) for name, r in judged["ratios"].items() if 0 < r < math.inf},  # 0: none
+            se_ratios={name: _judged_ratio(r) for name, r in judged["ratios"].items() if r != 0},  # 0: no target
         )
         return state
 
