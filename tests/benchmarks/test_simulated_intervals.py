@@ -206,3 +206,18 @@ def test_all_truths_run_into_three_files_and_one_table_and_a_file_keeps_its_trut
     assert {entry["verdict"] for entry in verdicts.values()} == {
         "not judged: 2 at fitted, 2 at common-width, 2 at slope-shift outer sweeps (a verdict needs 3)"
     }
+
+
+def test_an_infinite_quantile_is_an_open_interval_that_covers_and_an_undefined_one_does_not(load_benchmark):
+    """calibrate gives an infinite quantile where the repeats' 95% quantile is unbounded (an interval open on both
+    sides); the coverage table counted it as not covering, as it counts a sweep with no quantile at all."""
+    module = load_benchmark("simulated_intervals.py")
+
+    def sweep(q: float, estimate: float = 21.0) -> dict:
+        return {"quantities": {"slope": {"estimate": estimate, "truth": 20.0, "se": 1.0, "q": q}}}
+
+    table = module.coverage_table([sweep(float("inf"), estimate=30.0), sweep(2.0), sweep(float("nan")), {}])
+    slope = table["slope"]
+    assert slope["calibrated"] == 0.5  # the open interval and q = 2 (|1| <= 2) cover; NaN and no fit do not
+    assert slope["wald"] == 0.25  # Wald: only |21 - 20| <= 1.96 covers
+    assert slope["calibrated_width"] == float("inf")
