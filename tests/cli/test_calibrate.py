@@ -25,3 +25,23 @@ def test_the_flags_the_message_names_are_crams():
 
     cram.parse(["--retarget-from", "a", "--output-dir", "b", "--budget", "9", "--target-slope-se", "0.5"])
     cram.parse(["--target-n50-se", "2"])
+
+
+def test_a_folder_a_run_is_writing_is_refused_before_anything_is_simulated_or_written(tmp_path, capsys):
+    """calibrate read the rows and rewrote summary.json and report.md without the folder's lock: beside a run that was
+    finishing it calibrated rows that were still growing and could replace the run's newer summary."""
+    from tests.accessibility.test_store import hold_lock, kill
+
+    folder = tmp_path / "sweep"
+    write_sweep_folder(folder, pooled_sweep_settings(), [(1, 10, i, True, 5) for i in range(4)])
+    before = sorted(p.name for p in folder.iterdir())
+    holder = hold_lock(folder, 0)
+    try:
+        with pytest.raises(SystemExit) as exit_:
+            main(["calibrate", str(folder)])
+    finally:
+        kill(holder)
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "is being written by a run" in err and f"pid {holder.pid}" in err, err
+    assert "calibrate once the run has finished" in err, err
+    assert sorted(p.name for p in folder.iterdir()) == sorted([*before, "sweep.lock"])  # the holder's lock file

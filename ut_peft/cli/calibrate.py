@@ -29,16 +29,31 @@ def main(args):
     from ..accessibility.simulated_intervals import calibrate_folder
 
     folder = check_run_folder(args.folder, "FOLDER", store.SETTINGS_FILE)
-    calibration = calibrate_folder(folder, repeats=args.repeats, seed=args.seed, workers=args.workers)
-    print(f"wrote {folder / store.CALIBRATION_FILE}")
-    current = store.current_calibration(calibration, store.read_rows(folder), store.read_settings(folder))
-    print("\n".join(calibrated_lines(current)).strip())
-    if (folder / store.SUMMARY_FILE).is_file():
-        summary = summaries.read_summary(folder)
-        summary.calibrated = current
-        summaries.write_summary(folder, summary)
-        write_report(folder, summary)
-        print(f"updated {folder / store.SUMMARY_FILE} and its report")
+    # Held from the first read of the rows to the last write: a run that is writing the folder would add rows the
+    # calibration never saw and could write a newer summary.json that this one then replaced.
+    try:
+        lock = store.lock_folder(folder)
+    except store.FolderLockedError as err:
+        raise store.FolderLockedError(
+            f"{folder} is being written by a run ({err.holder} holds {err.lock}): its rows are still growing, so a "
+            "calibration of them now would be stale at once and its summary could replace the one the run writes; "
+            "calibrate once the run has finished or been stopped",
+            holder=err.holder,
+            lock=err.lock,
+        ) from None
+    try:
+        calibration = calibrate_folder(folder, repeats=args.repeats, seed=args.seed, workers=args.workers)
+        print(f"wrote {folder / store.CALIBRATION_FILE}")
+        current = store.current_calibration(calibration, store.read_rows(folder), store.read_settings(folder))
+        print("\n".join(calibrated_lines(current)).strip())
+        if (folder / store.SUMMARY_FILE).is_file():
+            summary = summaries.read_summary(folder)
+            summary.calibrated = current
+            summaries.write_summary(folder, summary)
+            write_report(folder, summary)
+            print(f"updated {folder / store.SUMMARY_FILE} and its report")
+    finally:
+        lock.release()
 
 
 def parse(argv=None, *, prog: str | None = None):
