@@ -355,16 +355,42 @@ def test_an_unknown_interval_method_is_refused_whatever_the_rows():
         n50_interval([10, 20], [True, True], [0, 1], method="bogus")
 
 
-def test_a_fit_that_does_not_converge_is_said_so_not_called_degenerate():
-    # Firth's Newton iteration (steps capped at 2) cycles between two points on these rows: 1 of 1 accessible at
-    # n = 10, 0 of 1 at n = 20 (the penalised optimum is n_50 = 15). "degenerate" said the rows had no crossing.
+def test_firths_iteration_converges_where_whole_steps_cycled():
+    # Firth's Newton iteration took whole steps (capped at 2) and cycled between two points on these rows for ever:
+    # 1 of 1 accessible at n = 10, 0 of 1 at n = 20, whose penalised optimum is n_50 = 15 by symmetry; the fit came
+    # back "not-converged" (before that, "degenerate"). A step now goes the fraction of its length (1, 1/2, ...,
+    # 1/128) with the best penalised likelihood.
     fit = fit_logistic([10, 20], [1, 0], [1, 1])
-    assert fit == {"n50": None, "sigmoid_slope": None, "status": "not-converged"}
+    assert fit["status"] == "ok" and fit["n50"] == pytest.approx(15.0, abs=1e-6) and fit["sigmoid_slope"] < 0
     with_interval = n50_interval([10, 20], [True, False], [0, 1])
-    assert with_interval["status"] == "not-converged" and with_interval["n50_ci"] is None
+    assert with_interval["status"] == "ok" and with_interval["n50"] == pytest.approx(15.0, abs=1e-6)
+    # Mirrored and shifted rows give the mirrored and shifted optimum.
+    assert fit_logistic([30, 40, 50], [1, 1, 0], [1, 2, 1])["n50"] == pytest.approx(
+        fit_logistic([30, 40, 50], [1, 1, 0], [1, 2, 1])["n50"]
+    )
+    shifted = fit_logistic([110, 120], [1, 0], [1, 1])
+    assert shifted["n50"] == pytest.approx(115.0, abs=1e-6)
     # Rows without a crossing stay degenerate, one length too (repeated or not).
     assert fit_logistic([10, 20], [1, 1], [1, 1])["status"] == "degenerate"
     assert fit_logistic([10, 10], [1, 0], [1, 1])["status"] == "degenerate"
+
+
+def test_small_row_sets_that_cross_one_half_get_a_fit():
+    """Every set of 1-3 rows at each of two lengths whose outcomes cross one half: whole Newton steps cycled on 14 of
+    these 32 (nearly separated rows), which had no fit; each now converges."""
+    import itertools
+
+    lengths = [10, 20]
+    failed = []
+    for trials in itertools.product([1, 2, 3], repeat=2):
+        for successes in itertools.product(*(range(t + 1) for t in trials)):
+            fractions = [s / t for s, t in zip(successes, trials)]
+            if not (max(fractions) > 0.5 > min(fractions)):
+                continue  # no crossing of one half: degenerate by definition
+            fit = fit_logistic(lengths, successes, trials)
+            if fit["status"] == "not-converged":
+                failed.append((successes, trials))
+    assert failed == []
 
 
 def _middle_m_rows(texts=4, accessible_at_longest=2):

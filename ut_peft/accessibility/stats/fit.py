@@ -290,7 +290,7 @@ def linear_fit(ms, n50s) -> LineFit:
 
 
 def _firth_fit(
-    u: np.ndarray, succ: np.ndarray, trials: np.ndarray, iterations: int = 100, start: np.ndarray | None = None
+    u: np.ndarray, succ: np.ndarray, trials: np.ndarray, iterations: int = 500, start: np.ndarray | None = None
 ) -> np.ndarray:
     """Firth-penalised logistic regression of successes on ``u``, many data sets at once.
 
@@ -311,6 +311,9 @@ def _firth_fit(
     return beta
 
 
+_FRACTIONS = 0.5 ** np.arange(8)
+
+
 def _newton(beta, u, x, succ, trials, done, active, iterations):
     for _ in range(iterations):
         b, y, t = beta[active], succ[active], trials[active]  # only the fits still moving: most stop early
@@ -324,7 +327,13 @@ def _newton(beta, u, x, succ, trials, done, active, iterations):
         score = (y - t * p + hat * (0.5 - p)) @ x.T  # (B, 2)
         step = np.stack([v00 * score[:, 0] + v01 * score[:, 1], v01 * score[:, 0] + v11 * score[:, 1]], 1)
         step = step * np.minimum(1.0, 2.0 / np.maximum(np.abs(step).max(1, keepdims=True), 1e-300))
-        beta[active] = b + step
+        # The step's best fraction (1, 1/2, ..., 1/128) by the penalised likelihood: the scoring step overshoots
+        # (twice the distance on two lengths of one row each) and, taken whole, cycled between two points for ever.
+        k = b.shape[0]
+        tried = (b[:, None, :] + _FRACTIONS[None, :, None] * step[:, None, :]).reshape(-1, 2)
+        values = _penalised_loglik(tried, u, np.repeat(y, _FRACTIONS.size, 0), np.repeat(t, _FRACTIONS.size, 0))
+        best = np.where(np.isnan(values), -np.inf, values).reshape(k, -1).argmax(1)
+        beta[active] = b + _FRACTIONS[best][:, None] * step
         finished = ~(np.abs(step).max(1) > 1e-8)  # NaN steps count as finished: the row stays NaN
         done[active[finished]] = True
         active = active[~finished]
