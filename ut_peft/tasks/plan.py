@@ -311,8 +311,9 @@ def command(name: str, settings: dict, runs_dir: Path | str, results: Path | str
 def load_rows(path: Path | str) -> dict[str, dict]:
     """The last row of each named run in the JSONL file ``path`` (an empty dict when it does not exist).
 
-    A last line without its newline is one another worker is still writing (or a torn one): not a row yet. Any other
-    line that does not parse is damage, and raises."""
+    A last line without its newline that is not a whole JSON object is one another worker is still writing (or a
+    torn one): not a row yet; a whole one is read (:func:`ut_peft.io.read_jsonl`). Any other line that does not parse
+    is damage, and raises."""
     rows: dict[str, dict] = {}
     for number, row in read_jsonl(path):  # a damaged line raises naming the file and line
         # A row written by recipes/reprogram.py has no name: its output folder is the name.

@@ -173,7 +173,7 @@ class SequentialDesign(Design):
             lengths, successes, trials = _grouped(used)
             fit = fit_logistic(lengths, successes, trials)
         x0, slope = fit["n50"], fit["sigmoid_slope"]
-        if x0 is None or not math.isfinite(x0):  # cannot happen once bracketed; bisect as a fallback
+        if x0 is None or not math.isfinite(x0):  # rare once bracketed (a fit that did not converge); bisect
             fractions = _fractions(used)
             x0 = (
                 max(n for n, f in fractions.items() if f >= 0.5) + min(n for n, f in fractions.items() if f < 0.5)
