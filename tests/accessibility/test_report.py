@@ -201,13 +201,22 @@ def test_a_report_sets_its_slope_beside_the_papers_nearest_models(monkeypatch):
     from ut_peft.accessibility.report import paper_lines, run_slope
     from ut_peft.accessibility.stats import coverage
 
-    # its design stopped; its calibration's coverage was simulated at the fitted truth only
+    # its design stopped; its calibration's coverage was simulated at all three truths, the slope's at least 93%
     calibrated_words = summaries.read_summary(ROOT / "results" / "smollm2-135m" / "pooled-words-v7")
     slope = calibrated_words.calibrated["slope"]
     low, high = slope["ci"]
     estimate, label = run_slope(calibrated_words)
-    assert estimate == slope["estimate"] and label.startswith(f"pooled line, calibrated 95% interval [{low:.2f}, ")
+    assert estimate == slope["estimate"] and label == f"pooled line, calibrated 95% interval [{low:.2f}, {high:.2f}]"
+    # With the fitted truth's figures only, the interval carries its note.
+    entry = coverage.CALIBRATED_TABLE[calibrated_words.calibrated["rows_digest"]]
+    monkeypatch.setitem(
+        coverage.CALIBRATED_TABLE,
+        calibrated_words.calibrated["rows_digest"],
+        dict(entry, truths={"fitted": entry["truths"]["fitted"]}),
+    )
+    label = run_slope(calibrated_words)[1]
     assert f"{high:.2f}] (coverage not measured at the common-width and slope-shift truths (at the fitted" in label
+    monkeypatch.setitem(coverage.CALIBRATED_TABLE, calibrated_words.calibrated["rows_digest"], entry)
     assert "\n".join(paper_lines(calibrated_words)) in markdown(calibrated_words)
     words = dataclasses.replace(calibrated_words, calibrated=None)  # before its calibration: the pooled line's
     assert run_slope(words) == (words.pooled["slope"], "pooled line")

@@ -218,6 +218,11 @@ POOLED_TABLE: dict[str, dict[str, dict]] = {
 # .jsonl (every outer sweep). The same setting at the run's 60-row line (simulated_intervals_smollm2_rows60.*, before
 # the design stopped) covered 96% / 96% / 93-96%. The other two truths: not run yet (BENCHMARKS.md has the command).
 CALIBRATED_TRUTHS = ("fitted", "common-width", "slope-shift")
+ALL_TRUTHS_SMOLLM2_WORDS = (
+    "python benchmarks/simulated_intervals.py results/smollm2-135m/pooled-words-v7 --all-truths --outer 100 --inner 100 "
+    "--workers 2 --results results/benchmarks/simulated_intervals_smollm2_truths "
+    "--json results/benchmarks/simulated_intervals_smollm2_truths.json"
+)
 CALIBRATED_TABLE: dict[str, dict] = {
     "998d9212379a42cc": {
         "folder": "results/smollm2-135m/pooled-words-v7",
@@ -232,6 +237,20 @@ CALIBRATED_TABLE: dict[str, dict] = {
                 "command": "python benchmarks/simulated_intervals.py results/smollm2-135m/pooled-words-v7 --outer 100 "
                 "--inner 100 --workers 2 --results results/benchmarks/simulated_intervals_smollm2_rows92.jsonl "
                 "--json results/benchmarks/simulated_intervals_smollm2_rows92.json",
+            },
+            "common-width": {
+                "slope": 0.93,
+                "intercept": 0.95,
+                "n50": 0.93,
+                "record": "results/benchmarks/simulated_intervals_smollm2_truths.json",
+                "command": ALL_TRUTHS_SMOLLM2_WORDS,
+            },
+            "slope-shift": {
+                "slope": 0.96,
+                "intercept": 0.95,
+                "n50": 0.87,
+                "record": "results/benchmarks/simulated_intervals_smollm2_truths.json",
+                "command": ALL_TRUTHS_SMOLLM2_WORDS,
             },
         },
     },
