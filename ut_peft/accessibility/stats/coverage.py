@@ -219,8 +219,8 @@ POOLED_TABLE: dict[str, dict[str, dict]] = {
 # the design stopped) covered 96% / 96% / 93-96%. The other two truths: not run yet (BENCHMARKS.md has the command).
 CALIBRATED_TRUTHS = ("fitted", "common-width", "slope-shift")
 ALL_TRUTHS_SMOLLM2_WORDS = (
-    "python benchmarks/simulated_intervals.py results/smollm2-135m/pooled-words-v7 --all-truths --outer 100 --inner 100 "
-    "--workers 2 --results results/benchmarks/simulated_intervals_smollm2_truths "
+    "python benchmarks/simulated_intervals.py results/smollm2-135m/pooled-words-v7 --all-truths --outer 100 "
+    "--inner 100 --workers 2 --results results/benchmarks/simulated_intervals_smollm2_truths "
     "--json results/benchmarks/simulated_intervals_smollm2_truths.json"
 )
 CALIBRATED_TABLE: dict[str, dict] = {
