@@ -259,6 +259,34 @@ def test_a_standard_error_the_fit_cannot_estimate_is_not_taken_as_met(partial, c
     assert "every target met" not in text
 
 
+def test_a_bracketing_folder_says_the_least_time_left_from_the_floor_that_follows(tmp_path, capsys):
+    """While the design brackets n_50 there is nothing to project from, and status said only that; it now prices the
+    floor of fitted rows that must follow (version 7: 64 rows) at the mean row-steps of the rows so far and the
+    measured pace, as a least (the Gemma words run's state for its first rounds)."""
+    settings = pooled_sweep_settings(version=7, target_slope_se=5.0, target_n50_se=8.0)
+    first = pooled_design(settings).next_jobs({})  # the first round: bracketing
+    # Rows by hand (no simulated sweep: only the first round is needed): accessible below 20 m, cheaper there.
+    simulated = {
+        (m, n, i): {"accessible": n < 20 * m, "steps": 300 + 50 * i if n < 20 * m else 800} for m, n, i in first
+    }
+    folder = tmp_path / "bracketing"
+    folder.mkdir()
+    (folder / "settings.json").write_text(json.dumps(settings))
+    write_rows(folder, [(dict(simulated[job], m=job[0], n=job[1], index=job[2]), 200.0) for job in first])
+    status = json.loads(status_of(folder, capsys, "--json"))
+    assert status["stop"]["stage"] == "bracketing"
+    time = status["time"]
+    assert time["hours_left"] is None and time["projection"] is None
+    per_row = sum(simulated[job]["steps"] + 1 for job in first) / len(first)
+    least = time["least"]
+    assert least["rows"] == 64 and least["row_steps_per_row"] == pytest.approx(per_row)
+    assert least["row_steps"] == round(64 * per_row)
+    pace = sum(simulated[job]["steps"] + 1 for job in first) / 200.0  # the round's row-steps over its longest row
+    assert least["hours"] == pytest.approx(64 * per_row / pace / 3600)
+    text = status_of(folder, capsys)
+    assert f"left: at least about {least['hours']:.1f} h: the floor of 64 fitted rows that follows" in text
+
+
 def test_the_committed_run_under_way_reads_without_a_model(tmp_path, capsys):
     """The SmolLM2 text run as committed (it grows while it runs: every figure is checked against its files)."""
     folder = copy_sweep(TEXT, tmp_path / "text")

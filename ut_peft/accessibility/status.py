@@ -314,6 +314,28 @@ def _row_steps_per_row(design: PooledDesign, rows: dict, fitted_rows: int) -> tu
     return sum(row_steps(rows[job]) for job in picked) / len(picked), basis
 
 
+def _least_after_bracketing(design: PooledDesign, rows: dict, pace: dict | None) -> dict | None:
+    """While the design brackets n_50 there are no standard errors to project from, but its floor is known: once
+    every m is bracketed, at least ``max(min_rows, min_rounds x batch)`` fitted rows (whole rounds) follow. Priced at
+    the mean row-steps of a row so far and the measured pace; what it leaves out (bracketing rounds still to come,
+    targets that ask for more than the floor, rows dearer than the bracketing ones) can only add. None without a
+    complete round."""
+    done = [job for jobs in design.rounds(rows) for job in jobs]
+    if not done:
+        return None
+    per_row = sum(row_steps(rows[job]) for job in done) / len(done)
+    floor = max(int(design.min_rows or 0), int(design.min_rounds) * design.batch)
+    rows_left = math.ceil(floor / design.batch) * design.batch
+    steps = rows_left * per_row
+    rate = pace["row_steps_per_second"] if pace else None
+    return {
+        "rows": rows_left,
+        "row_steps_per_row": per_row,
+        "row_steps": int(round(steps)),
+        "hours": steps / rate / 3600 if rate else None,
+    }
+
+
 def _time(design: PooledDesign, rows: dict, stop: dict, in_flight: dict) -> dict:
     """Hours spent (complete rounds, each its longest row's wall time), the round now running so far, the pace, and
     the projection of the hours left."""
@@ -334,6 +356,7 @@ def _time(design: PooledDesign, rows: dict, stop: dict, in_flight: dict) -> dict
         return out
     if stop["stage"] != "fitting":
         out.update(hours_left=None, note="no projection while the design brackets n_50 (no fit, no standard errors)")
+        out["least"] = _least_after_bracketing(design, rows, pace)
         return out
     mean = _row_steps_per_row(design, rows, int(stop.get("fitted_rows") or 0))
     if mean is None:
@@ -592,6 +615,16 @@ def _time_lines(time: dict) -> list[str]:
         spent += f"; the round now running {time['open_round_hours']:.2f} h so far"
     lines = [spent]
     projected = time["projection"]
+    least = time.get("least")
+    if least:  # bracketing: no projection, but the floor of fitted rows that follows is known
+        hours = "no hours (no timed round)" if least["hours"] is None else f"about {least['hours']:.1f} h"
+        lines.append(
+            f"left: at least {hours}: the floor of {least['rows']} fitted rows that follows the bracketing, at "
+            f"{least['row_steps_per_row']:,.0f} row-steps a row (the mean so far), {least['row_steps']:,} row-steps; "
+            "bracketing rounds still to come, targets beyond the floor and dearer rows add to it (no projection "
+            "while the design brackets n_50: no fit, no standard errors)"
+        )
+        return lines
     if projected is None or projected["rows"] is None:
         lines.append("left: " + time["note"])
         return lines
