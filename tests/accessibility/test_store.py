@@ -743,3 +743,16 @@ def test_a_discarded_lock_leaves_only_what_it_made_and_a_second_process_never_ho
     lock = lock_folder(tmp_path / "d")
     assert raced and lock.path.is_file() and os.fstat(lock.fd).st_ino == os.stat(lock.path).st_ino
     lock.release()
+
+
+def test_a_summary_of_a_folder_a_run_is_writing_is_refused_naming_the_holder(tmp_path):
+    from ut_peft.accessibility.testing import pooled_sweep_settings, write_sweep_folder
+
+    folder = tmp_path / "sweep"
+    write_sweep_folder(folder, pooled_sweep_settings(), [(1, 10, i, True, 5) for i in range(4)])
+    holder = hold_lock(folder, 0)
+    try:
+        with pytest.raises(FolderLockedError, match=rf"being written by a run \(pid {holder.pid} .*a summary of its"):
+            summarize_folder(folder, None)
+    finally:
+        kill(holder)

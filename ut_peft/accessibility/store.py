@@ -1131,6 +1131,19 @@ def lock_folder(folder: Path, rank: int = 0) -> FolderLock:
     return lock
 
 
+def lock_finished_folder(folder: Path, why: str) -> FolderLock:
+    """:func:`lock_folder` for work on a folder's rows as they are (a summary, a calibration), refused at once where a
+    run is writing it: the message names the holder and says ``why`` it must wait."""
+    try:
+        return lock_folder(folder)
+    except FolderLockedError as err:
+        raise FolderLockedError(
+            f"{folder} is being written by a run ({err.holder} holds {err.lock}): {why}",
+            holder=err.holder,
+            lock=err.lock,
+        ) from None
+
+
 LOCK_ATTEMPTS = 10
 
 

@@ -619,16 +619,12 @@ def summarize_folder(
     if not write:
         return _summarize_folder(output_dir, model, support_sequences, support_seq_len, report=report, write=False)
     store.read_settings(output_dir)  # a folder that holds no sweep is refused before a lock file is put there
-    try:
-        lock = store.lock_folder(output_dir)
-    except store.FolderLockedError as err:
-        raise store.FolderLockedError(
-            f"{output_dir} is being written by a run ({err.holder} holds {err.lock}): a summary of its rows so far "
-            "could replace the one it writes when it ends, so none is written; report on it once it has finished, "
-            "or pass write=False to compute the summary without writing it (--report-only prints it then)",
-            holder=err.holder,
-            lock=err.lock,
-        ) from None
+    lock = store.lock_finished_folder(
+        output_dir,
+        "a summary of its rows so far could replace the one it writes when it ends, so none is written; report on it "
+        "once it has finished, or pass write=False to compute the summary without writing it (--report-only prints "
+        "it then)",
+    )
     try:
         return _summarize_folder(output_dir, model, support_sequences, support_seq_len, report=report, write=True)
     finally:

@@ -31,16 +31,11 @@ def main(args):
     folder = check_run_folder(args.folder, "FOLDER", store.SETTINGS_FILE)
     # Held from the first read of the rows to the last write: a run that is writing the folder would add rows the
     # calibration never saw and could write a newer summary.json that this one then replaced.
-    try:
-        lock = store.lock_folder(folder)
-    except store.FolderLockedError as err:
-        raise store.FolderLockedError(
-            f"{folder} is being written by a run ({err.holder} holds {err.lock}): its rows are still growing, so a "
-            "calibration of them now would be stale at once and its summary could replace the one the run writes; "
-            "calibrate once the run has finished or been stopped",
-            holder=err.holder,
-            lock=err.lock,
-        ) from None
+    lock = store.lock_finished_folder(
+        folder,
+        "its rows are still growing, so a calibration of them now would be stale at once and its summary could "
+        "replace the one the run writes; calibrate once the run has finished or been stopped",
+    )
     try:
         calibration = calibrate_folder(folder, repeats=args.repeats, seed=args.seed, workers=args.workers)
         print(f"wrote {folder / store.CALIBRATION_FILE}")
