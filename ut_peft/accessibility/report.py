@@ -836,6 +836,12 @@ def _pooled_lines(pooled: dict | None, checks: dict | None = None, audit: float 
     check = pooled.get("linearity")
     if check is None:
         lines += ["", "No linearity check (no rows at an m between the two ends)."]
+    elif check.get("linear", False) is None:
+        lines += [
+            "",
+            f"Linearity check at m = {check['check_m']}: **not decided**: a fit of the check (with or without the "
+            "check m's offset) did not converge, so the rows neither support nor reject the line there.",
+        ]
     else:
         verdict = (
             "consistent with the line"

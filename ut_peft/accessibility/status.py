@@ -556,12 +556,15 @@ def _estimate_lines(estimate: dict | None) -> list[str]:
         else f"R^2 {estimate['r2_note']}"
     )
     check = estimate["linearity"]
-    linear = (
-        f"; linearity check at m = {check['check_m']}: {_num(check['delta'], 2)} tokens off the line "
-        f"(p = {check['p_value']:.3g}{'' if check['linear'] else ': NOT LINEAR'})"
-        if check
-        else ""
-    )
+    if check and check.get("linear", False) is None:
+        linear = f"; linearity check at m = {check['check_m']}: not decided (a fit of the check did not converge)"
+    elif check:
+        linear = (
+            f"; linearity check at m = {check['check_m']}: {_num(check['delta'], 2)} tokens off the line "
+            f"(p = {check['p_value']:.3g}{'' if check['linear'] else ': NOT LINEAR'})"
+        )
+    else:
+        linear = ""
     lines.append(f"  {r2}{linear}")
     if not estimate["converged"]:
         lines.append("  the fit did not converge: do not use these numbers")

@@ -97,6 +97,49 @@ def test_linearity_check_passes_a_line_and_rejects_a_bend():
     assert bent["delta_ci"][0] < -15.0 < bent["delta_ci"][1] or abs(bent["delta"] + 15.0) < 5.0
 
 
+def test_a_linearity_check_whose_fit_did_not_converge_is_undecided_not_a_verdict(monkeypatch):
+    """The likelihood ratio of fits that did not converge was read as a test: it could say "NOT LINEAR" (or
+    "consistent") on nothing. Where either fit did not converge the check is undecided, and the report says so."""
+    import dataclasses
+
+    from ut_peft.accessibility.report import _pooled_lines
+    from ut_peft.accessibility.stats import pooled as pooled_stats
+
+    cells = _simulated_rows(seed=1)
+    real = pooled_stats.fit_pooled
+
+    def offset_fit_fails(cells, width_ms, check_m=None, free_delta=False):
+        fit = real(cells, width_ms, check_m, free_delta=free_delta)
+        return dataclasses.replace(fit, converged=False) if free_delta else fit
+
+    monkeypatch.setattr(pooled_stats, "fit_pooled", offset_fit_fails)
+    check = linearity_check(cells, [1, 3, 5], 3)
+    assert check == {"check_m": 3, "delta": None, "delta_ci": None, "p_value": None, "linear": None}
+    # The audited check (a Wald test on pseudo-outcomes) alike, where its fit did not converge.
+    from ut_peft.accessibility.stats.pooled import audited_linearity_check
+
+    real_pseudo = pooled_stats.fit_pooled_pseudo
+    monkeypatch.setattr(
+        pooled_stats,
+        "fit_pooled_pseudo",
+        lambda *args, **kwargs: dataclasses.replace(real_pseudo(*args, **kwargs), converged=False),
+    )
+    ms, ns, outcomes = cells.ms, cells.ns, cells.successes / cells.trials
+    assert audited_linearity_check(ms, ns, outcomes, [1, 3, 5], 3)["linear"] is None
+    pooled = {
+        "slope": 20.0,
+        "slope_se": 1.0,
+        "slope_ci": [18.0, 22.0],
+        "intercept": 1.0,
+        "intercept_ci": [-3.0, 5.0],
+        "per_m": [],
+        "linearity": check,
+    }
+    text = "\n".join(_pooled_lines(pooled))
+    assert "Linearity check at m = 3: **not decided**" in text and "NOT LINEAR" not in text
+    assert "consistent with the line" not in text
+
+
 @pytest.mark.parametrize(
     "kwargs, message",
     [

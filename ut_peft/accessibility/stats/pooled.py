@@ -273,10 +273,14 @@ def linearity_check(cells: Cells, width_ms, check_m: int, alpha: float = 0.01) -
 
     Returns ``{"check_m", "delta", "delta_ci", "p_value", "linear"}``: delta is how far (tokens) the check m's n_50
     lies above the line the pooled fit draws through every m, with its Wald interval; ``linear`` is False when the
-    test rejects at ``alpha`` (the report then says so, loudly, and the read-off n_50 are not trusted).
+    test rejects at ``alpha`` (the report then says so, loudly, and the read-off n_50 are not trusted), and None
+    (``p_value`` None) where either fit did not converge: a likelihood ratio of unconverged fits decides nothing,
+    and the report says the check is undecided rather than "not linear" or "consistent".
     """
     null = fit_pooled(cells, width_ms, check_m, free_delta=False)
     alt = fit_pooled(cells, width_ms, check_m, free_delta=True)
+    if not (null.converged and alt.converged):
+        return {"check_m": int(check_m), "delta": None, "delta_ci": None, "p_value": None, "linear": None}
     statistic = max(0.0, 2 * (alt.loglik - null.loglik))
     p_value = float(stats.chi2.sf(statistic, 1))
     variance = float(alt.covariance[2, 2])
@@ -352,14 +356,17 @@ def audited_linearity_check(ms, ns, outcomes, width_ms, check_m: int, alpha: flo
     variance = float(covariance[2, 2])
     se = math.sqrt(variance) if math.isfinite(variance) and variance > 0 else float("nan")
     delta = float(alt.theta[2])
-    p_value = float(2 * stats.norm.sf(abs(delta) / se)) if math.isfinite(se) else float("nan")
+    if not (alt.converged and math.isfinite(se) and math.isfinite(delta)):
+        # A check the rows cannot compute decides nothing: undecided, as linearity_check's unconverged fits (the
+        # report says so; it neither vouches for the read-off n_50 nor calls the line rejected).
+        return {"check_m": int(check_m), "delta": None, "delta_ci": None, "p_value": None, "linear": None}
+    p_value = float(2 * stats.norm.sf(abs(delta) / se))
     return {
         "check_m": int(check_m),
         "delta": delta,
         "delta_ci": wald_interval(delta, se),
         "p_value": p_value,
-        # A check the rows cannot compute (no finite standard error) does not pass: the read-off n_50 need it.
-        "linear": bool(math.isfinite(p_value) and p_value >= alpha),
+        "linear": bool(p_value >= alpha),
     }
 
 
