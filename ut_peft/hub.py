@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
@@ -21,7 +20,7 @@ import yaml
 from huggingface_hub import EvalResult, HfApi, ModelCard, ModelCardData
 
 from .io import atomic_write_text
-from .models import _ALIASES, BUNDLED_MODELS, cache_root, is_bundled
+from .models import _ALIASES, BUNDLED_MODELS, cache_root, is_bundled, is_unreachable_error
 
 TEMPLATE = "ut_reprogram_adapter.md"
 ADAPTER_CONFIG = "adapter_config.json"
@@ -670,29 +669,6 @@ def _check_repo_id(repo_id: str) -> None:
         ) from None
 
 
-def _unreachable(err: BaseException) -> bool:
-    """``err`` (or its cause) is a failure to reach the server at all: the HTTP library's connect or timeout errors,
-    a refused or reset connection, a name that does not resolve, huggingface_hub's offline mode. An answer from the
-    Hub (401, 404, 409...) is not."""
-    seen: set[int] = set()
-    cause: BaseException | None = err
-    while cause is not None and id(cause) not in seen:
-        seen.add(id(cause))
-        if isinstance(cause, (ConnectionError, TimeoutError, socket.gaierror)):
-            return True
-        for kind in type(cause).__mro__:  # httpx's TransportError (ConnectError, timeouts), requests' ConnectionError
-            if kind.__module__.split(".")[0].startswith(("httpx", "requests", "urllib3")) and kind.__name__ in (
-                "TransportError",
-                "ConnectionError",
-                "Timeout",
-                "NewConnectionError",
-                "MaxRetryError",
-            ):
-                return True
-        cause = cause.__cause__ or cause.__context__
-    return False
-
-
 def _unreachable_error(err: BaseException, done: str) -> ConnectionError:
     """The one line for a push that could not reach the Hub; ``done`` says what became of the upload."""
     endpoint = os.environ.get("HF_ENDPOINT") or "https://huggingface.co"
@@ -773,7 +749,7 @@ def push_adapter_to_hub(
         # create_repo leaves a repository that exists as it is: one asked for private may be public.
         visibility = None if private is None else api.repo_info(repo_id=repo_id, repo_type="model").private
     except Exception as err:
-        if _unreachable(err):
+        if is_unreachable_error(err):
             raise _unreachable_error(err, "nothing was uploaded") from err
         raise
     if private is not None:
@@ -790,7 +766,7 @@ def push_adapter_to_hub(
             folder_path=str(folder), repo_id=repo_id, repo_type="model", commit_message=commit_message
         )
     except Exception as err:
-        if _unreachable(err):
+        if is_unreachable_error(err):
             raise _unreachable_error(
                 err, "the upload was not committed: push again once the Hub can be reached"
             ) from err

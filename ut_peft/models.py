@@ -14,6 +14,7 @@ import hashlib
 import importlib
 import importlib.metadata
 import os
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -221,6 +222,29 @@ def hub_unreachable(name: str, reason: str | None = None) -> str:
         f"{name} is not in the local Hugging Face cache and {why}: download it where there is a network with "
         f"`hf download {name}` and copy the cache (~/.cache/huggingface/hub) here, or give a local model folder"
     )
+
+
+def is_unreachable_error(err: BaseException) -> bool:
+    """``err`` (or its cause) is a failure to reach the server at all: the HTTP library's connect or timeout errors,
+    a refused or reset connection, a name that does not resolve, huggingface_hub's offline mode. An answer from the
+    Hub (401, 404, 409...) is not."""
+    seen: set[int] = set()
+    cause: BaseException | None = err
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, (ConnectionError, TimeoutError, socket.gaierror)):
+            return True
+        for kind in type(cause).__mro__:  # httpx's TransportError (ConnectError, timeouts), requests' ConnectionError
+            if kind.__module__.split(".")[0].startswith(("httpx", "requests", "urllib3")) and kind.__name__ in (
+                "TransportError",
+                "ConnectionError",
+                "Timeout",
+                "NewConnectionError",
+                "MaxRetryError",
+            ):
+                return True
+        cause = cause.__cause__ or cause.__context__
+    return False
 
 
 def _not_in_cache(err: BaseException) -> bool:

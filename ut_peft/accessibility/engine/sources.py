@@ -423,10 +423,12 @@ def hub_dataset_problem(name: str) -> str | None:
         return _no_hub_line(name, OFFLINE)
     from huggingface_hub import HfApi
 
+    from ...models import is_unreachable_error
+
     try:
         HfApi().dataset_info(name, timeout=10)
     except Exception as err:  # noqa: BLE001 - the HTTP library's own errors (a ConnectError) are not the Hub's
-        if _unreachable(err):
+        if is_unreachable_error(err):
             return _no_hub_line(name, _hub_down(err))
     return None
 
@@ -455,25 +457,6 @@ def _hub_down(err: BaseException) -> str:
         err = err.__cause__
     reason = f"{type(err).__name__}: {' '.join(str(err).split())}" if str(err) else type(err).__name__
     return f"the Hugging Face Hub cannot be reached ({reason}; check the network, HF_ENDPOINT, or a proxy)"
-
-
-def _unreachable(err: BaseException) -> bool:
-    """``err`` (or its cause) is a failure to reach the server at all: the HTTP library's connect or timeout errors
-    (httpx's, whose module huggingface_hub has renamed across versions, told by their names), a refused connection,
-    a name that does not resolve, huggingface_hub's offline mode. An answer of the Hub (404, 401...) is not."""
-    seen: set[int] = set()
-    cause: BaseException | None = err
-    while cause is not None and id(cause) not in seen:
-        seen.add(id(cause))
-        if isinstance(cause, (ConnectionError, TimeoutError)):
-            return True
-        if any(
-            kind.__module__.startswith("httpx") and kind.__name__ in ("TransportError", "TimeoutException")
-            for kind in type(cause).__mro__
-        ):
-            return True
-        cause = cause.__cause__ or cause.__context__
-    return False
 
 
 def _in_datasets_cache(name: str) -> bool:
