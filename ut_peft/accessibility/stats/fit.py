@@ -317,23 +317,33 @@ _FRACTIONS = 0.5 ** np.arange(8)
 def _newton(beta, u, x, succ, trials, done, active, iterations):
     for _ in range(iterations):
         b, y, t = beta[active], succ[active], trials[active]  # only the fits still moving: most stop early
-        p = 1.0 / (1.0 + np.exp(-np.clip(b[:, :1] + b[:, 1:] * u, -35, 35)))
+        eta = np.clip(b[:, :1] + b[:, 1:] * u, -35, 35)
+        p = 1.0 / (1.0 + np.exp(-eta))
         w = t * p * (1 - p)
         i00, i01, i11 = w.sum(1), (w * u).sum(1), (w * u * u).sum(1)
         det = i00 * i11 - i01 * i01
+        now = (y * eta - t * np.logaddexp(0.0, eta)).sum(1) + 0.5 * np.log(np.maximum(det, 0.0))  # _penalised_loglik
         det = np.where(det > 1e-12 * (i00 * i11 + 1e-300), det, np.nan)  # one length or no data: no information
         v00, v01, v11 = i11 / det, -i01 / det, i00 / det  # the inverse information
         hat = w * (v00[:, None] + 2 * v01[:, None] * u + v11[:, None] * u * u)
         score = (y - t * p + hat * (0.5 - p)) @ x.T  # (B, 2)
         step = np.stack([v00 * score[:, 0] + v01 * score[:, 1], v01 * score[:, 0] + v11 * score[:, 1]], 1)
         step = step * np.minimum(1.0, 2.0 / np.maximum(np.abs(step).max(1, keepdims=True), 1e-300))
-        # The step's best fraction (1, 1/2, ..., 1/128) by the penalised likelihood: the scoring step overshoots
-        # (twice the distance on two lengths of one row each) and, taken whole, cycled between two points for ever.
-        k = b.shape[0]
-        tried = (b[:, None, :] + _FRACTIONS[None, :, None] * step[:, None, :]).reshape(-1, 2)
-        values = _penalised_loglik(tried, u, np.repeat(y, _FRACTIONS.size, 0), np.repeat(t, _FRACTIONS.size, 0))
-        best = np.where(np.isnan(values), -np.inf, values).reshape(k, -1).argmax(1)
-        beta[active] = b + _FRACTIONS[best][:, None] * step
+        # A whole step where it raises the penalised likelihood (nearly always: Newton's path, as before); where it
+        # does not, the step's best fraction (1, 1/2, ..., 1/128): the scoring step can overshoot (twice the distance
+        # on two lengths of one row each) and, taken whole, cycled between two points for ever. Steps below 1e-6
+        # are taken whole: near the optimum the likelihood's change is below its rounding.
+        fraction = np.ones(b.shape[0])
+        back = np.abs(step).max(1) > 1e-6  # False for NaN steps too
+        if back.any():
+            back[back] = ~(_penalised_loglik(b[back] + step[back], u, y[back], t[back]) > now[back])
+        if back.any():
+            k = int(back.sum())
+            tried = (b[back][:, None, :] + _FRACTIONS[None, :, None] * step[back][:, None, :]).reshape(-1, 2)
+            repeat = _FRACTIONS.size
+            values = _penalised_loglik(tried, u, np.repeat(y[back], repeat, 0), np.repeat(t[back], repeat, 0))
+            fraction[back] = _FRACTIONS[np.where(np.isnan(values), -np.inf, values).reshape(k, -1).argmax(1)]
+        beta[active] = b + fraction[:, None] * step
         finished = ~(np.abs(step).max(1) > 1e-8)  # NaN steps count as finished: the row stays NaN
         done[active[finished]] = True
         active = active[~finished]
