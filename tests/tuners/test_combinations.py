@@ -162,3 +162,16 @@ def test_lora_and_ut_reprogram_on_one_model_are_refused_both_ways_and_combine_af
         lora.add_adapter("embeddings", UTReprogramConfig())
     get_peft_model(ut.merge_and_unload(), LoraConfig(target_modules=["q_proj"]))
     get_peft_model(lora.merge_and_unload(), UTReprogramConfig())
+
+
+def test_several_active_adapters_at_once_are_refused():
+    # Was accepted: base_model.set_adapter(["one", "two"]) (LoRA's way to sum adapters) made each wrapped layer run
+    # the first of them it holds, so E ran "one" and U ran "two", a model neither adapter is.
+    model = with_adapters(tiny_model("llama"), {"train_output_embeddings": False}, {"train_input_embeddings": False})
+    before = model(input_ids=IDS).logits
+    with pytest.raises(ValueError, match=r"one adapter at a time.*add_weighted_adapter"):
+        model.base_model.set_adapter(["one", "two"])
+    assert model.active_adapters == ["one"]
+    assert torch.equal(model(input_ids=IDS).logits, before)
+    model.base_model.set_adapter(["two"])  # a list of one is one adapter
+    assert model.active_adapters == ["two"]

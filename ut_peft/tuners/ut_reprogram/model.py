@@ -487,6 +487,22 @@ class UTReprogramModel(BaseTuner):
             )
 
     # ---- turning the adapter on and off ---------------------------------------------------------------------------
+    def set_adapter(self, adapter_name: str | list[str], inference_mode: bool = False) -> None:
+        """peft's ``set_adapter``, for one adapter at a time.
+
+        LoRA sums the adapters of a list; these adapters replace whole matrices, so each wrapped layer would run the
+        first of them it holds: with adapters that wrap different modules (one training E, another U), a model that
+        is none of them. A list of one name is that adapter.
+        """
+        names = [adapter_name] if isinstance(adapter_name, str) else list(adapter_name)
+        if len(names) > 1:
+            raise ValueError(
+                f"set_adapter({names}): UT_REPROGRAM runs one adapter at a time (each replaces whole matrices, so "
+                "several cannot be active together); activate one with set_adapter(name), or combine them into a "
+                f"new adapter with add_weighted_adapter({names}, weights, new_name) and activate that"
+            )
+        super().set_adapter(adapter_name, inference_mode=inference_mode)
+
     def _set_vocab_for(self, enabled: bool) -> None:
         base_vocab = getattr(self, "_ut_base_vocab_size", None)
         if base_vocab is None:
