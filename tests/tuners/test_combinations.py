@@ -175,3 +175,20 @@ def test_several_active_adapters_at_once_are_refused():
     assert torch.equal(model(input_ids=IDS).logits, before)
     model.base_model.set_adapter(["two"])  # a list of one is one adapter
     assert model.active_adapters == ["two"]
+
+
+@pytest.mark.parametrize("call", ["forward", "generate"])
+def test_a_mixed_adapter_batch_is_refused_instead_of_running_the_active_adapter_on_every_row(call):
+    # Was ignored: model(input_ids, adapter_names=["one", "two"]) (LoRA's mixed batches) ran "one" on both rows.
+    model = with_adapters(tiny_model("llama"), {}, {})
+    with pytest.raises(ValueError, match=r"adapter_names.*set_adapter"):
+        if call == "forward":
+            model(input_ids=IDS, adapter_names=["one", "two"])
+        else:
+            model.generate(input_ids=IDS, adapter_names=["one", "two"], max_new_tokens=2)
+    assert torch.equal(model(input_ids=IDS).logits, model(input_ids=IDS, adapter_names=None).logits)
+
+
+def test_a_batch_whose_rows_all_name_the_active_adapter_runs_as_usual():
+    model = with_adapters(tiny_model("llama"), {}, {})
+    assert torch.equal(model(input_ids=IDS, adapter_names=["one", "one"]).logits, model(input_ids=IDS).logits)

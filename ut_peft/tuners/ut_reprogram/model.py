@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import math
 import re
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import torch
@@ -502,6 +503,20 @@ class UTReprogramModel(BaseTuner):
                 f"new adapter with add_weighted_adapter({names}, weights, new_name) and activate that"
             )
         super().set_adapter(adapter_name, inference_mode=inference_mode)
+
+    @contextlib.contextmanager
+    def _enable_peft_forward_hooks(self, *args: Any, **kwargs: Any) -> Iterator[None]:
+        """Refuse ``adapter_names=`` (LoRA's batches with one adapter per row) unless every row names the active
+        adapter. peft removes the keyword before the model sees it and calls this hook, where a method that has no
+        such batches would drop it without a word: every row ran the active adapter."""
+        adapter_names = kwargs.get("adapter_names")
+        if adapter_names is not None and set(adapter_names) != set(self.active_adapters[:1]):
+            raise ValueError(
+                f"adapter_names={list(adapter_names)}: UT_REPROGRAM runs one adapter over the whole batch (its "
+                "adapters replace whole matrices, and the vocabulary is the model's); run the rows of each adapter "
+                "as their own batch after set_adapter(name) (disable_adapter() for '__base__')"
+            )
+        yield
 
     def _set_vocab_for(self, enabled: bool) -> None:
         base_vocab = getattr(self, "_ut_base_vocab_size", None)
