@@ -126,6 +126,22 @@ def test_the_report_marks_an_interval_whose_calibration_coverage_was_not_measure
     low = dict(three, **{"slope-shift": dict(figures, slope=0.85)})
     monkeypatch.setitem(CALIBRATED_TABLE, fresh["rows_digest"], dict(entry, truths=low))
     assert "coverage down to 85% at the lowest of three truths" in "\n".join(calibrated_lines(fresh))
+    # n_50's figures by m: each m's interval is judged on its own m's coverage at every truth; an m that was not
+    # simulated has none.
+    by_m = {str(e["m"]): 0.93 for e in fresh["per_m"]}
+    low_m = str(fresh["per_m"][0]["m"])
+    per_m_truths = {truth: dict(figures, n50=dict(by_m)) for truth in three}
+    per_m_truths["slope-shift"]["n50"][low_m] = 0.87
+    monkeypatch.setitem(CALIBRATED_TABLE, fresh["rows_digest"], dict(entry, truths=per_m_truths))
+    checks = check_calibrated(fresh)
+    verdicts = {str(e["m"]): e for e in checks["per_m"]}
+    assert not verdicts[low_m]["trusted"] and "coverage down to 87%" in verdicts[low_m]["note"]
+    assert all(e["trusted"] for m, e in verdicts.items() if m != low_m) and checks["slope"]["trusted"]
+    unsimulated = {truth: dict(figures, n50={m: c for m, c in by_m.items() if m != low_m}) for truth in three}
+    monkeypatch.setitem(CALIBRATED_TABLE, fresh["rows_digest"], dict(entry, truths=unsimulated))
+    verdicts = {str(e["m"]): e for e in check_calibrated(fresh)["per_m"]}
+    assert "coverage not measured" in verdicts[low_m]["note"]
+    assert all(e["trusted"] for m, e in verdicts.items() if m != low_m)
     # The fitted line alone: not trusted, with what was measured and the command that measures the rest.
     monkeypatch.setitem(CALIBRATED_TABLE, fresh["rows_digest"], dict(entry, truths={"fitted": figures}))
     checks = check_calibrated(fresh)

@@ -210,8 +210,10 @@ POOLED_TABLE: dict[str, dict[str, dict]] = {
 # of the rows (store.rows_digest of ``folder``'s rows), and another folder's calibrated intervals (another model,
 # source or line) have no measured coverage until the nested simulation runs at its line. Per truth the simulation
 # ran at (CALIBRATED_TRUTHS: the fitted line; the common-width law; the slope moved by its interval's half-width):
-# the slope's coverage, the intercept's and the lowest n_50's over m, with the record and the command. An interval
-# is trusted only where it covers (THRESHOLD) at every one of the three truths.
+# the slope's coverage, the intercept's and n_50's at each m (by m, as the record's n50@m), with the record and the
+# command. An interval is trusted only where it covers (THRESHOLD) at every one of the three truths: n_50's at each m
+# on its own figures, since the nested simulation measures every m's interval (at a moved slope the middle m's cover
+# less than the ends).
 # SmolLM2-135M random words (version 7, 8 rows a round), its 92 rows, fitted truth: 100 outer sweeps each calibrated
 # with 100 inner ones; the Wald intervals of the same sweeps covered 90% (slope), 85% (intercept), 85-90% (n_50).
 # Record: results/benchmarks/simulated_intervals_smollm2_rows92.json (a test checks the entry against it), .log and
@@ -232,7 +234,7 @@ CALIBRATED_TABLE: dict[str, dict] = {
             "fitted": {
                 "slope": 0.95,
                 "intercept": 0.94,
-                "n50": 0.93,
+                "n50": {"1": 0.96, "2": 0.93, "3": 0.96, "4": 0.94, "5": 0.93},
                 "record": "results/benchmarks/simulated_intervals_smollm2_rows92.json",
                 "command": "python benchmarks/simulated_intervals.py results/smollm2-135m/pooled-words-v7 --outer 100 "
                 "--inner 100 --workers 2 --results results/benchmarks/simulated_intervals_smollm2_rows92.jsonl "
@@ -241,14 +243,14 @@ CALIBRATED_TABLE: dict[str, dict] = {
             "common-width": {
                 "slope": 0.93,
                 "intercept": 0.95,
-                "n50": 0.93,
+                "n50": {"1": 0.94, "2": 0.93, "3": 0.93, "4": 0.95, "5": 0.95},
                 "record": "results/benchmarks/simulated_intervals_smollm2_truths.json",
                 "command": ALL_TRUTHS_SMOLLM2_WORDS,
             },
             "slope-shift": {
                 "slope": 0.96,
                 "intercept": 0.95,
-                "n50": 0.87,
+                "n50": {"1": 0.9, "2": 0.87, "3": 0.88, "4": 0.93, "5": 0.96},
                 "record": "results/benchmarks/simulated_intervals_smollm2_truths.json",
                 "command": ALL_TRUTHS_SMOLLM2_WORDS,
             },
@@ -257,10 +259,15 @@ CALIBRATED_TABLE: dict[str, dict] = {
 }
 
 
+def lowest_n50(n50) -> float:
+    """The lowest n_50 coverage of a figure given for every m at once (a number) or per m (a dict by m)."""
+    return min(n50.values()) if isinstance(n50, dict) else n50
+
+
 def calibrated_coverage(calibrated: dict) -> tuple[dict | None, str]:
     """The coverage figures that judge ``calibrated``'s intervals (``{"slope", "intercept", "n50", "command"}``: the
-    lowest over the three truths; None where not all three were simulated at its rows' line), and where they were
-    measured, in the words a note prints."""
+    lowest over the three truths, n50 per m as ``{"1": ..., ...}``; None where not all three were simulated at its
+    rows' line), and where they were measured, in the words a note prints."""
     version, batch = (calibrated.get("design") or {}).get("version", 1), calibrated.get("num_sequences", 0)
     entry = CALIBRATED_TABLE.get(str(calibrated.get("rows_digest")))
     if entry is None or (entry["version"], entry["num_sequences"]) != (version, batch):
@@ -272,7 +279,7 @@ def calibrated_coverage(calibrated: dict) -> tuple[dict | None, str]:
     missing = [truth for truth in CALIBRATED_TRUTHS if truth not in truths]
     if missing:
         done = "; ".join(
-            f"at the {truth} truth slope {figures['slope']:.0%}, lowest n_50 {figures['n50']:.0%}"
+            f"at the {truth} truth slope {figures['slope']:.0%}, lowest n_50 {lowest_n50(figures['n50']):.0%}"
             for truth, figures in truths.items()
         )
         return None, (
@@ -280,7 +287,14 @@ def calibrated_coverage(calibrated: dict) -> tuple[dict | None, str]:
             f"only where it covers at all three: `python benchmarks/simulated_intervals.py {entry['folder']} "
             "--all-truths`)"
         )
-    lowest = {name: min(figures[name] for figures in truths.values()) for name in ("slope", "intercept", "n50")}
+    lowest: dict = {name: min(figures[name] for figures in truths.values()) for name in ("slope", "intercept")}
+    n50s = [figures["n50"] for figures in truths.values()]
+    if all(isinstance(n50, dict) for n50 in n50s):
+        # Each m's n_50 coverage, the lowest over the truths; an m that some truth did not simulate has none.
+        ms = set.intersection(*(set(n50) for n50 in n50s))
+        lowest["n50"] = {m: min(n50[m] for n50 in n50s) for m in sorted(ms, key=float)}
+    else:  # a figure for every m at once somewhere: the lowest of all
+        lowest["n50"] = min(lowest_n50(n50) for n50 in n50s)
     where = f"at the lowest of three truths for the calibrated intervals of {entry['folder']} (simulated)"
     return {**lowest, "command": truths["fitted"]["command"]}, where
 
@@ -347,7 +361,7 @@ def _verdict(interval, coverage: float | None, se, measured_at, sequences: int, 
 
 def _simulated_checks(entry: dict | None, batch: int, where: str, slope_ci, intercept_ci, per_m) -> dict:
     """The checks of one line's intervals against a simulated-coverage ``entry`` ({"slope", "n50", "intercept"
-    (optional), "command"}; None: not measured): ``{"measured", "command", "slope", "intercept", "per_m"}``."""
+    (optional), "command"}, n50 one figure for every m or a dict by m; None: not measured): ``{"measured", "command", "slope", "intercept", "per_m"}``."""
 
     def one(interval, coverage):
         return _verdict(interval, coverage, None, None, batch, where) if interval else None
@@ -355,7 +369,12 @@ def _simulated_checks(entry: dict | None, batch: int, where: str, slope_ci, inte
     def figure(name):
         return None if entry is None else entry.get(name)
 
-    checked = [dict(m=e["m"], **found) for e in per_m if (found := one(e.get("ci"), figure("n50"))) is not None]
+    def n50_coverage(m):
+        # One figure for every m (the lowest over m), or one per m (``{"1": 0.96, ...}``; an m not simulated: none).
+        n50 = figure("n50")
+        return n50.get(str(int(m)) if float(m).is_integer() else str(m)) if isinstance(n50, dict) else n50
+
+    checked = [dict(m=e["m"], **found) for e in per_m if (found := one(e.get("ci"), n50_coverage(e["m"]))) is not None]
     return {
         "measured": entry is not None,
         "command": figure("command"),
