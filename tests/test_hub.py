@@ -524,3 +524,23 @@ def test_an_invalid_repo_id_is_refused_before_anything_else_also_in_a_dry_run(tm
         main(["push", str(tmp_path), repo_id, "--dry-run"])
     captured = capsys.readouterr()
     assert "would create" not in captured.out and "is not a Hub repository id" in captured.err
+
+
+def test_a_push_titles_a_card_that_had_the_default_title_with_the_repository_as_a_new_card_is(tmp_path):
+    # Was: the save's card, titled "UT_REPROGRAM adapter" (no title or repository given), kept that heading on a push
+    # to "someone/dyck" as if it had been edited by hand, while the card's model-index named it "someone/dyck" (and a
+    # folder without a card got "# someone/dyck").
+    model = get_peft_model(tiny_model("llama"), UTReprogramConfig())
+    model.save_pretrained(tmp_path)
+    plan = push_adapter_to_hub(tmp_path, "someone/dyck", dry_run=True, metrics={"accuracy": 0.9})
+    card = ModelCard(plan.card)
+    assert "# someone/dyck" in card.text.splitlines() and card.data.model_name == "someone/dyck"
+    api = RecordingHfApi()
+    push_adapter_to_hub(tmp_path, "someone/dyck", api=api, metrics={"accuracy": 0.9})
+    model.save_pretrained(tmp_path)  # a later save keeps it
+    assert "# someone/dyck" in (tmp_path / "README.md").read_text().splitlines()
+    # A title edited by hand still stays.
+    text = (tmp_path / "README.md").read_text().replace("# someone/dyck", "# My Dyck adapter")
+    (tmp_path / "README.md").write_text(text)
+    plan = push_adapter_to_hub(tmp_path, "someone/dyck2", dry_run=True)
+    assert "# My Dyck adapter" in plan.card.splitlines()

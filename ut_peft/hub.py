@@ -126,6 +126,14 @@ def _rows(mapping: Optional[Mapping[str, Any]]) -> list[tuple[str, str]]:
     return [(_cell(str(k)), _cell(fmt(v))) for k, v in (mapping or {}).items()]
 
 
+_DEFAULT_TITLE = "UT_REPROGRAM adapter"
+
+
+def _shown_title(title: Optional[str], repo_id: Optional[str]) -> str:
+    """The card's heading: the title given, else the repository, else :data:`_DEFAULT_TITLE`."""
+    return _one_line(title or repo_id or "") or _DEFAULT_TITLE
+
+
 def _one_line(text: str) -> str:
     """A title as the card's one heading line: line breaks would start other lines (a ``## `` one a section)."""
     return " ".join(part.strip() for part in text.splitlines() if part.strip())
@@ -328,7 +336,7 @@ def render_model_card(
     extra_tags = list(tags or [])
     tags = sorted(set(BASE_TAGS + (["random-backbone"] if backbone else []) + extra_tags))
     results = eval_results(metrics, dataset=eval_dataset)
-    shown_title = _one_line(title or repo_id or "") or "UT_REPROGRAM adapter"
+    shown_title = _shown_title(title, repo_id)
     inputs = _card_inputs(
         title=title, repo_id=repo_id, training=training, metrics=metrics, tags=extra_tags, eval_dataset=eval_dataset
     )
@@ -471,26 +479,30 @@ def _with_added_sections(ours, old: dict[str, list[str]], skip) -> None:
         ours.text = "\n".join(lines[:at] + [block + "\n" for block in extra] + lines[at:])
 
 
-def _render_from_inputs(adapter_config: Mapping[str, Any], card: ModelCard, inputs: dict, given=frozenset()):
-    """The adapter's card, rendered anew from the inputs ``card`` keeps in its metadata (its title, repository,
-    training and results tables: nothing is read back out of its markdown), with the sections its user added.
-    What its user edited by hand stays as they left it: a title or a table that is not the one the kept inputs
-    render is kept as it is, as it reads on the card, unless ``given`` names it (a value passed now, which wins)."""
-    ours = render_model_card(adapter_config, **inputs)
+def _render_from_inputs(adapter_config: Mapping[str, Any], card: ModelCard, kept: dict, given: Mapping[str, Any]):
+    """The adapter's card, rendered anew from the inputs ``card`` keeps in its metadata (``kept``: its title,
+    repository, training and results tables: nothing is read back out of its markdown) with ``given`` (values
+    passed now, which win) over them, and with the sections its user added. What its user edited by hand stays as
+    they left it: a title or a table that is not the one the kept inputs render is kept as it is, as it reads on
+    the card, unless ``given`` names it. The default title (no title or repository given before) is no edit: a
+    repository given now titles the card, as it titles a new one."""
+    ours = render_model_card(adapter_config, **{**kept, **given})
     old_lines, lines = card.text.splitlines(), ours.text.splitlines()
     title, old_title = _title_line(ours.text), _title_line(card.text)
-    if "title" not in given and title is not None and old_title is not None and old_title != title:
+    kept_titles = {f"# {_shown_title(kept.get('title'), kept.get('repo_id'))}", f"# {_DEFAULT_TITLE}"}
+    edited = old_title is not None and old_title not in kept_titles
+    if "title" not in given and title is not None and edited:
         lines[lines.index(title)] = old_title
     old_spans, spans = _spans(old_lines), _spans(lines)
-    kept = [h for h, name in _TABLE_SECTIONS.items() if h in spans and h in old_spans and name not in given]
-    for heading in reversed(kept):  # bottom up
+    hand_tables = [h for h, name in _TABLE_SECTIONS.items() if h in spans and h in old_spans and name not in given]
+    for heading in reversed(hand_tables):  # bottom up
         (start, end), (old_start, old_end) = spans[heading], old_spans[heading]
         mine = old_lines[old_start:old_end]
         if "\n".join(lines[start:end]).rstrip() != "\n".join(mine).rstrip():
             lines[start:end] = mine
     ours.text = "\n".join(lines)
     # The metadata of the results table as the card has it, unless what it is rendered from was given now.
-    if not given & {"title", "repo_id", "metrics", "eval_dataset"}:
+    if not given.keys() & {"title", "repo_id", "metrics", "eval_dataset"}:
         for key in ("model_name", "eval_results"):
             if card.data.get(key) is not None:
                 ours.data[key] = card.data.get(key)
@@ -577,7 +589,7 @@ def update_model_card(
         return None
     inputs = None if own is None else stored_card_inputs(own)
     if own is not None and inputs is not None:  # a card ut-peft wrote, which keeps its inputs, with peft's updates
-        card = _render_from_inputs(adapter_config, own, {**inputs, **card_kwargs}, frozenset(card_kwargs))
+        card = _render_from_inputs(adapter_config, own, inputs, card_kwargs)
     elif own is not None and "ut-peft" in own.text and not card_kwargs:
         card = _render_again(adapter_config, own)  # a card ut-peft wrote before it kept its inputs: the fallback
     else:  # peft's own template, or a subfolder's first card (the card above may be another adapter's)
