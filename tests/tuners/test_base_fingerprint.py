@@ -213,3 +213,22 @@ def test_a_weights_file_left_by_an_earlier_save_is_never_vouched_for_and_refused
     recorded = json.loads((tmp_path / "adapter_config.json").read_text())["weights_sha256"]
     assert list(recorded) == ["adapter_model.safetensors"]
     assert torch.equal(PeftModel.from_pretrained(llama(), tmp_path)(input_ids=IDS).logits, model(input_ids=IDS).logits)
+
+
+@pytest.mark.parametrize(
+    "made_in,loaded_in,hint",
+    [
+        # Was refused with "the frozen weights differ" alone: the same checkpoint in float32 looked like another base.
+        (torch.float16, torch.float32, r"made on a float16 copy of its base.*dtype=torch.float16"),
+        (torch.float16, torch.bfloat16, r"made on a float16 copy of its base.*dtype=torch.float16"),
+        (torch.float32, torch.float16, r"made on a float32 copy of its base.*dtype=torch.float32"),
+    ],
+)
+def test_a_float16_copy_of_the_same_base_is_refused_saying_which_dtype_loads_it(tmp_path, made_in, loaded_in, hint):
+    trained_adapter(llama().to(made_in)).save_pretrained(tmp_path)
+    assert json.loads((tmp_path / "adapter_config.json").read_text())["base_model_config"]["dtype"] == str(
+        made_in
+    ).removeprefix("torch.")
+    with pytest.raises(ValueError, match=rf"the frozen weights differ \(compared in bfloat16.*{hint}"):
+        PeftModel.from_pretrained(llama().to(loaded_in), tmp_path)
+    PeftModel.from_pretrained(llama().to(made_in), tmp_path)  # the dtype it names loads it

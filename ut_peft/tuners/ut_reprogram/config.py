@@ -121,7 +121,8 @@ class UTReprogramConfig(PeftConfig):
             "help": (
                 "Recorded at creation: the base's whole architecture config (every key of config.to_dict() that "
                 "can change its outputs) and whether it ties E and U (tied_embeddings). Loading refuses a base "
-                "that differs, naming each key with both values; see check_base."
+                "that differs, naming each key with both values; see check_base. Also the dtype the base was held "
+                "in (dtype), never compared: it names the dtype to load when a float16 copy's weights digest differs."
             )
         },
     )

@@ -100,8 +100,14 @@ def replaced_weight_names(model: nn.Module, config: UTReprogramConfig | Mapping[
 
 def base_record(model: nn.Module, tied: bool, vocab_size: int | None = None) -> dict:
     """What an adapter records of the base it is made on (``UTReprogramConfig.base_model_config``): the whole
-    architecture config (``fingerprint.architecture``) and whether E and U share one matrix."""
-    return {**architecture(model.config, vocab_size), "tied_embeddings": bool(tied)}
+    architecture config (``fingerprint.architecture``), whether E and U share one matrix, and the dtype its weights
+    were held in (``dtype``, never compared: a float32 and a bfloat16 copy are the same base; it only says which
+    dtype loads a float16-made adapter, see :func:`base_mismatches`)."""
+    record = {**architecture(model.config, vocab_size), "tied_embeddings": bool(tied)}
+    dtype = getattr(model, "dtype", None)
+    if isinstance(dtype, torch.dtype):
+        record["dtype"] = str(dtype).removeprefix("torch.")
+    return record
 
 
 def base_mismatches(peft_config, model: nn.Module, tied: bool, vocab_size: int | None = None) -> list[str]:
@@ -134,8 +140,17 @@ def base_mismatches(peft_config, model: nn.Module, tied: bool, vocab_size: int |
         )
     elif digest != recorded_digest:
         why = f" ({seeds})" if seeds_differ else ""
-        if getattr(model, "dtype", None) == torch.float16:
-            why += " (compared in bfloat16: a float16 copy of the same weights can differ; load the base in float32)"
+        made_in, here = (recorded or {}).get("dtype"), current.get("dtype")
+        if "float16" in (made_in, here) and made_in != here:
+            # float16 -> bfloat16 rounds twice, so a float16 copy of the same weights hashes otherwise than a float32
+            # or bfloat16 one, and the message must not send the user looking for another checkpoint.
+            why += (
+                f" (compared in bfloat16, where a float16 copy of the same weights can differ from a float32 or "
+                f"bfloat16 one: this adapter was made on a {made_in} copy of its base and this base is {here}; if it "
+                f"is the same checkpoint, load it with dtype=torch.{made_in})"
+                if made_in
+                else " (compared in bfloat16: a float16 copy of the same weights can differ; load the base in float32)"
+            )
         differ.append("the frozen weights differ" + why)
     return differ
 
