@@ -401,6 +401,8 @@ def test_trainer_trains_only_the_adapter(tmp_path):
         (dict(init="copy", task_vocab_size=4), "init_token_ids"),
         (dict(init="copy", num_memory_tokens=2, init_token_ids=[1]), "init_token_ids"),
         (dict(init_token_ids=[1, 2]), "only used with init='copy'"),
+        # Was accepted and ignored: with no new rows (no task vocabulary, no memory rows) nothing is copied into.
+        (dict(init="copy", init_token_ids=[1, 2]), r"init_token_ids=\[1, 2\] copy base rows into new rows.*none"),
         # peft trains and saves a classifier head through modules_to_save, which this method has not.
         (dict(task_type="SEQ_CLS"), "task_type='SEQ_CLS'.*cannot train or save another task's head"),
         (dict(task_type="TOKEN_CLS"), "task_type='TOKEN_CLS'"),

@@ -238,6 +238,13 @@ class UTReprogramConfig(PeftConfig):
             )
         if self.init == "copy":
             needed = (self.task_vocab_size or 0) + self.num_memory_tokens
+            if not needed and self.init_token_ids:
+                raise ValueError(
+                    f"init_token_ids={list(self.init_token_ids)} copy base rows into new rows (a task vocabulary, "
+                    "memory rows), and this config has none: E and U over the model's own vocabulary start as "
+                    "copies of the base already; set task_vocab_size or num_memory_tokens, or leave init_token_ids "
+                    "out"
+                )
             if needed and (self.init_token_ids is None or len(self.init_token_ids) != needed):
                 got = None if self.init_token_ids is None else len(self.init_token_ids)
                 raise ValueError(
