@@ -544,3 +544,63 @@ def test_a_push_titles_a_card_that_had_the_default_title_with_the_repository_as_
     (tmp_path / "README.md").write_text(text)
     plan = push_adapter_to_hub(tmp_path, "someone/dyck2", dry_run=True)
     assert "# My Dyck adapter" in plan.card.splitlines()
+
+
+class RecordingHfApiWithToken(RecordingHfApi):
+    """RecordingHfApi as push_adapter_to_hub builds its HfApi (``HfApi(token=token)``), recording into ``calls``."""
+
+    calls: list = []
+
+    def __init__(self, token=None):
+        super().__init__()
+        self.calls = RecordingHfApiWithToken.calls
+
+    def create_branch(self, **kwargs):
+        self.calls.append(("create_branch", kwargs))
+
+
+def test_peft_models_push_to_hub_uploads_the_ut_peft_card(tmp_path, monkeypatch):
+    # Was: PeftModel.push_to_hub (transformers' push, peft's usual way to upload) wrote transformers' card over the
+    # one save_pretrained wrote, library_name 'transformers' and no 'import ut_peft', without which peft cannot read
+    # the adapter; the card's settings never reached the Hub.
+    RecordingHfApiWithToken.calls = []
+    monkeypatch.setattr("ut_peft.hub.HfApi", RecordingHfApiWithToken)
+    monkeypatch.setattr("transformers.utils.hub.hf_api", lambda: pytest.fail("transformers' push was used"))
+    model = get_peft_model(tiny_model("llama"), UTReprogramConfig(num_memory_tokens=2))
+    model.push_to_hub(
+        "someone/mem", private=True, tags=["cramming"], revision="v1", create_pr=True, commit_description="d"
+    )
+    calls = dict(RecordingHfApiWithToken.calls)
+    assert calls["create_repo"]["repo_id"] == "someone/mem" and calls["create_repo"]["private"] is True
+    assert calls["create_branch"] == {"repo_id": "someone/mem", "branch": "v1", "repo_type": "model", "exist_ok": True}
+    upload = calls["upload_folder"]
+    assert upload["files"] == ["README.md", "adapter_config.json", "adapter_model.safetensors"]
+    assert upload["revision"] == "v1" and upload["create_pr"] is True and upload["commit_description"] == "d"
+    card = ModelCard(upload["readme"])
+    assert card.data.library_name == "peft" and "cramming" in card.data.tags and "# someone/mem" in card.text
+    assert "import ut_peft" in card.text and "prepend_memory_tokens" in card.text
+
+
+def test_push_to_hub_of_another_method_is_peft_s_own(monkeypatch):
+    from peft import LoraConfig
+
+    monkeypatch.setattr("ut_peft.hub.push_adapter_to_hub", lambda *a, **k: pytest.fail("ut-peft's push was used"))
+    calls = []
+
+    class Api:
+        def create_repo(self, repo_id, **kwargs):
+            calls.append("create_repo")
+            raise RuntimeError("stop here")
+
+    monkeypatch.setattr("transformers.utils.hub.hf_api", lambda: Api())
+    model = get_peft_model(tiny_model("llama"), LoraConfig(target_modules=["q_proj"]))
+    with pytest.raises(RuntimeError, match="stop here"):
+        model.push_to_hub("someone/lora")
+    assert calls == ["create_repo"]
+
+
+def test_push_to_hub_without_a_default_adapter_says_which_folder_to_push(monkeypatch):
+    monkeypatch.setattr("ut_peft.hub.HfApi", lambda **kwargs: pytest.fail("nothing may be sent"))
+    model = get_peft_model(tiny_model("llama"), UTReprogramConfig(), adapter_name="mine")
+    with pytest.raises(ValueError, match=r"adapters are 'mine'.*push_adapter_to_hub\(folder/<name>, 'someone/x'\)"):
+        model.push_to_hub("someone/x")

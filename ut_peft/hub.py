@@ -718,13 +718,18 @@ def push_adapter_to_hub(
     commit_message: str = "Upload UT_REPROGRAM adapter",
     api: Optional[HfApi] = None,
     dry_run: bool = False,
+    revision: Optional[str] = None,
+    create_pr: bool = False,
+    commit_description: Optional[str] = None,
     **card_kwargs,
 ):
     """Create ``repo_id`` if needed and upload the adapter folder with its rendered card.
 
     Returns what ``HfApi.upload_folder`` returns (the commit info). ``dry_run=True`` uploads nothing and writes
     nothing: it returns a :class:`PushPlan` (the files and the card that would be uploaded). ``api`` is the
-    ``HfApi`` to call (e.g. one for another endpoint); by default ``HfApi(token=token)``.
+    ``HfApi`` to call (e.g. one for another endpoint); by default ``HfApi(token=token)``. ``revision`` (a branch,
+    created if needed), ``create_pr`` and ``commit_description`` are ``HfApi.upload_folder``'s, as in transformers'
+    ``push_to_hub`` (which ``PeftModel.push_to_hub`` of a UT_REPROGRAM adapter hands over to this function).
 
     ``folder`` is the one that holds the adapter's ``adapter_config.json`` and weights (``adapter_model.safetensors``,
     or ``adapter_model.bin`` from ``save_pretrained(..., safe_serialization=False)``): what ``save_pretrained(folder)``
@@ -774,8 +779,17 @@ def push_adapter_to_hub(
             )
     atomic_write_text(Path(folder) / "README.md", card, newline="")
     try:
+        if revision is not None and not revision.startswith("refs/pr"):  # as transformers' push_to_hub does
+            api.create_branch(repo_id=repo_id, branch=revision, repo_type="model", exist_ok=True)
+        extra: dict[str, Any] = {}
+        if revision is not None:
+            extra["revision"] = revision
+        if create_pr:
+            extra["create_pr"] = True
+        if commit_description is not None:
+            extra["commit_description"] = commit_description
         return api.upload_folder(
-            folder_path=str(folder), repo_id=repo_id, repo_type="model", commit_message=commit_message
+            folder_path=str(folder), repo_id=repo_id, repo_type="model", commit_message=commit_message, **extra
         )
     except Exception as err:
         if is_unreachable_error(err):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import inspect
 import os
+from typing import Optional
 
 from peft import PeftModel
 
@@ -45,6 +46,65 @@ def install() -> None:
     setattr(save_pretrained, "_ut_peft", True)  # install() runs once per process
     save_pretrained.__doc__ = original_save.__doc__
     PeftModel.save_pretrained = save_pretrained
+
+    original_push = PeftModel.push_to_hub
+
+    def push_to_hub(self, repo_id, *args, **kwargs):
+        if self.peft_config and all(_is_ut_reprogram(config) for config in self.peft_config.values()):
+            return push_to_hub_with_card(self, repo_id, *args, **kwargs)
+        return original_push(self, repo_id, *args, **kwargs)
+
+    push_to_hub.__doc__ = original_push.__doc__
+    PeftModel.push_to_hub = push_to_hub
+
+
+def push_to_hub_with_card(
+    model,
+    repo_id: str,
+    *,
+    commit_message: Optional[str] = None,
+    commit_description: Optional[str] = None,
+    private: Optional[bool] = None,
+    token=None,
+    revision: Optional[str] = None,
+    create_pr: bool = False,
+    max_shard_size=None,
+    tags: Optional[list[str]] = None,
+):
+    """``PeftModel.push_to_hub`` of UT_REPROGRAM adapters: transformers' push with the ut-peft card.
+
+    transformers' ``push_to_hub`` (which ``PeftModel`` inherits) saves the adapter, then writes its own card over the
+    one the save wrote: ``library_name: transformers``, none of the adapter's settings, and no ``import ut_peft``,
+    without which peft cannot read the adapter. This saves the adapter into a temporary folder and pushes it with
+    :func:`ut_peft.hub.push_adapter_to_hub` (keywords as transformers', ``tags`` onto the card; ``max_shard_size``
+    does not apply to an adapter's one small file). The adapters not named "default" go into their subfolders, as
+    transformers' push uploads them; the card at the top is the "default" adapter's, so there must be one.
+    """
+    import tempfile
+
+    from ... import hub
+
+    del max_shard_size  # an adapter is one small file
+    if "default" not in model.peft_config:
+        names = ", ".join(repr(name) for name in model.peft_config)
+        raise ValueError(
+            f"push_to_hub uploads the adapter named 'default' at the repository's top, and this model's adapters are "
+            f"{names}: save them (model.save_pretrained(folder) puts each into folder/<name>/) and push one with "
+            f"ut_peft.push_adapter_to_hub(folder/<name>, {repo_id!r}), or `ut-peft push FOLDER/<name> {repo_id}`"
+        )
+    with tempfile.TemporaryDirectory() as folder:
+        model.save_pretrained(folder)
+        return hub.push_adapter_to_hub(
+            folder,
+            repo_id,
+            private=private,
+            token=token,
+            commit_message=commit_message or "Upload UT_REPROGRAM adapter",
+            revision=revision,
+            create_pr=create_pr,
+            commit_description=commit_description,
+            tags=tags,
+        )
 
 
 def _record_checksums(model, save_directory, selected, safe_serialization: bool) -> None:
