@@ -192,3 +192,22 @@ def test_commands_name_the_pool_only_where_there_is_one():
     )
     disjoint = dict(plan.PLAN)["dyck-sparse-disjoint-s0"]
     assert "pool" not in plan.command("dyck-sparse-disjoint-s0", disjoint, RUNS_DIR, RESULTS)
+
+
+def test_the_dyck_table_marks_sparse_rows_whose_width_does_not_hold_the_construction():
+    """The Dyck-1 rows' shape (width 128, 4 heads of 32) overlaps the sparse layout's slots: the table says that
+    backbone is not the construction; the k-hop budget rows' shape (160, one head of 16) holds it."""
+    from ut_peft.tasks.training import sparse_construction_fits
+
+    planned = dict(plan.PLAN)
+    dyck, khop = planned["dyck-sparse-paper-s0"], plan.budget_settings("k2", "sparse", 0)
+    assert sparse_construction_fits(RunSettings(**dyck)) is False
+    assert sparse_construction_fits(RunSettings(**khop)) is True
+    assert sparse_construction_fits(RunSettings(**planned["dyck-random-paper-s0"])) is None
+    rows = {
+        name: {"settings": dict(planned[name]), "accuracy": 0.8, "train_cpu_seconds": 60.0}
+        for name in ("dyck-sparse-paper-s0", "dyck-random-paper-s0")
+    }
+    text = plan.dyck_table(rows, lookup=lambda s: {"in_pool": 0.0, "lookup_accuracy": None})
+    assert "| sparse UT (slots overlap: not the {0,1} construction) |" in text
+    assert "| random UT |" in text

@@ -135,3 +135,22 @@ def test_tie_word_embeddings_shares_one_matrix_through_training_saving_and_peft(
     assert [n for n, p in peft_model.named_parameters() if p.requires_grad] == [
         "base_model.model.model.embed_tokens.ut_reprogram_embedding.default"
     ]
+
+
+def test_a_sparse_backbone_narrower_than_its_construction_says_so_and_one_that_fits_does_not():
+    """At 4 heads of 32 in width 128 (the Dyck-1 rows' shape) the slots wrap until every value map is the identity:
+    a backbone of its own, which must not pass silently for the construction. One head of 16 in width 160 (the k-hop
+    budget rows' shape, 2 * 4 * 16 + readout <= 160) is the construction, and says nothing."""
+    import warnings
+
+    from ut_peft.universal import SparseLayoutOverlapWarning
+
+    narrow = dict(vocab_size=5, hidden_size=128, num_hidden_layers=4, num_attention_heads=4, head_dim=32)
+    with pytest.warns(SparseLayoutOverlapWarning, match=r"needs \d+ columns, but hidden_size is 128"):
+        model = AutoModelForCausalLM.from_config(UniversalTransformerConfig(weights="sparse", **narrow))
+    assert all(torch.equal(v, torch.eye(128)) for layer in model.model.layers for v in layer.value)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SparseLayoutOverlapWarning)
+        AutoModelForCausalLM.from_config(UniversalTransformerConfig(weights="random", **narrow))
+        fits = dict(vocab_size=23, hidden_size=160, num_hidden_layers=4, num_attention_heads=1, head_dim=16)
+        AutoModelForCausalLM.from_config(UniversalTransformerConfig(weights="sparse", **fits))

@@ -50,15 +50,22 @@ def task_data(settings: RunSettings):
         make = lambda n, seed: dyck_dataset(  # noqa: E731
             n, seed=seed, max_pairs=s.dyck_max_pairs, max_random_length=s.dyck_max_random_length
         )
-        vocab, max_len = len(DYCK_VOCAB), max(2 * s.dyck_max_pairs, s.dyck_max_random_length) + 2
     else:
         make = lambda n, seed: khop_dataset(n, ks=s.khop_ks, length=s.khop_length, seed=seed)  # noqa: E731
-        vocab, max_len = len(khop_vocab()), s.khop_length + 1
+    vocab, max_len = task_shape(s)
     evaluation = make(s.eval_examples, 2 * s.seed + 1)
     train = None if s.fresh_data else make(s.train_examples, 2 * s.seed)
     if train is not None and s.pool_excludes_held_out:
         train = _pool_without(train, evaluation, s)
     return train, evaluation, vocab, max_len
+
+
+def task_shape(settings: RunSettings) -> tuple[int, int]:
+    """(vocab_size, max_len) of the run's task, without drawing its strings."""
+    s = settings
+    if s.task == "dyck":
+        return len(DYCK_VOCAB), max(2 * s.dyck_max_pairs, s.dyck_max_random_length) + 2
+    return len(khop_vocab()), s.khop_length + 1
 
 
 def _pool_without(pool, evaluation, settings: RunSettings):
@@ -178,27 +185,44 @@ def family_config(
     return transformers.AutoConfig.for_model(model_type, vocab_size=vocab_size, tie_word_embeddings=False, **fields)
 
 
+def universal_config(settings: RunSettings, vocab_size: int, max_len: int) -> UniversalTransformerConfig:
+    """The fixed backbone's config of a ``sparse-ut`` or ``random-ut`` run."""
+    s = settings
+    return UniversalTransformerConfig(
+        vocab_size=vocab_size,
+        hidden_size=s.width,
+        num_hidden_layers=s.layers,
+        num_attention_heads=s.heads,
+        head_dim=s.head_dim,
+        variant=s.variant,
+        weights="sparse" if s.backbone_kind == "sparse-ut" else "random",
+        looped=s.looped,
+        seed=s.backbone_seed,
+        position_embedding_type="learned" if s.positions else "none",
+        max_position_embeddings=max_len,
+        initializer_range=s.init_std,
+    )
+
+
+def sparse_construction_fits(settings: RunSettings) -> bool | None:
+    """Whether a ``sparse-ut`` run's backbone is the {0,1} construction: its width holds every slot of the layout
+    (:func:`~ut_peft.universal.modeling.sparse_layout`). Narrower, the slots overlap and the backbone is one of its
+    own (at 4 heads of 32 in width 128, every value map the identity). None for other backbones."""
+    from ..universal.modeling import sparse_layout
+
+    if settings.backbone_kind != "sparse-ut":
+        return None
+    config = universal_config(settings, *task_shape(settings))
+    return sparse_layout(config)["required_width"] <= config.hidden_size
+
+
 def build_model(settings: RunSettings, vocab_size: int, max_len: int):
     """The model to train: a PEFT model over a frozen backbone, or (``full``) a plain model with every weight live."""
     s = settings
     kind = s.backbone_kind
     task_vocab_size = None  # a pretrained backbone's vocabulary is replaced by the task's
     if kind in ("sparse-ut", "random-ut"):
-        config = UniversalTransformerConfig(
-            vocab_size=vocab_size,
-            hidden_size=s.width,
-            num_hidden_layers=s.layers,
-            num_attention_heads=s.heads,
-            head_dim=s.head_dim,
-            variant=s.variant,
-            weights="sparse" if kind == "sparse-ut" else "random",
-            looped=s.looped,
-            seed=s.backbone_seed,
-            position_embedding_type="learned" if s.positions else "none",
-            max_position_embeddings=max_len,
-            initializer_range=s.init_std,
-        )
-        model = transformers.AutoModelForCausalLM.from_config(config)
+        model = transformers.AutoModelForCausalLM.from_config(universal_config(s, vocab_size, max_len))
         positions = s.positions
     elif kind == "hf":
         family = s.backbone.split(":", 1)[1]

@@ -16,6 +16,7 @@ from .compiler import (
 )
 from .configuration import UniversalTransformerConfig
 from .modeling import (
+    SparseLayoutOverlapWarning,
     UniversalTransformerForCausalLM,
     UniversalTransformerModel,
     fixed_block_weights,
@@ -31,6 +32,7 @@ AutoModelForCausalLM.register(UniversalTransformerConfig, UniversalTransformerFo
 __all__ = [
     "CompilationError",
     "CompiledEmbedding",
+    "SparseLayoutOverlapWarning",
     "TargetTransformer",
     "UniversalTransformerConfig",
     "UniversalTransformerForCausalLM",

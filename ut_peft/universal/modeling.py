@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import warnings
 from typing import TypedDict
 
 import torch
@@ -69,6 +70,30 @@ def sparse_layout(config: UniversalTransformerConfig) -> dict:
         slots.append(Slot(kind="output", layer=L + 1, prefix=tuple(path), head=None, offset=offset, width=d_out))
         offset += d_out
     return {"slots": slots, "required_width": offset}
+
+
+class SparseLayoutOverlapWarning(UserWarning):
+    """A sparse backbone narrower than its construction: its slots overlap, so it is not the {0,1} construction."""
+
+
+def warn_if_sparse_layout_overlaps(config: UniversalTransformerConfig) -> None:
+    """Warn where ``config`` asks for sparse weights in a width the construction does not fit. The model is still
+    built (the compiler study measures how such a backbone fails), but its slots wrap onto each other: at 4 heads of
+    32 in width 128, for instance, every head's value map becomes the identity, a backbone of its own that trains to
+    other accuracies than the construction's, so an experiment on it must not be read as one on the construction."""
+    if config.weights != "sparse":
+        return
+    needed = sparse_layout(config)["required_width"]
+    if needed > config.hidden_size:
+        warnings.warn(
+            f"the sparse construction with {config.num_hidden_layers} layers of {config.num_attention_heads} "
+            f"head(s) of {config.head_dim} and a readout of {config.readout_size} needs {needed} columns, but "
+            f"hidden_size is {config.hidden_size}: its slots overlap (offsets wrap modulo the width), so this "
+            f"backbone is not the {{0,1}} construction; use hidden_size >= {needed}, or fewer heads or layers "
+            "(one head: 2 * layers * head_dim + readout_size columns)",
+            SparseLayoutOverlapWarning,
+            stacklevel=3,
+        )
 
 
 def _dims(slot: Slot, m: int) -> torch.Tensor:
@@ -233,6 +258,7 @@ class UniversalTransformerModel(UniversalTransformerPreTrainedModel):
             self.position_embeddings = nn.Embedding(config.max_position_embeddings, config.hidden_size)
         else:
             self.position_embeddings = None
+        warn_if_sparse_layout_overlaps(config)
         self.layers = nn.ModuleList(UniversalTransformerBlock(config, i) for i in range(config.num_layer_modules))
         self.readout = _frozen(config.hidden_size, config.readout_size)
         self.post_init()
@@ -334,10 +360,12 @@ class UniversalTransformerForCausalLM(UniversalTransformerPreTrainedModel, Gener
 
 
 __all__ = [
+    "SparseLayoutOverlapWarning",
     "UniversalTransformerForCausalLM",
     "UniversalTransformerModel",
     "UniversalTransformerPreTrainedModel",
     "fixed_block_weights",
     "fixed_readout",
     "sparse_layout",
+    "warn_if_sparse_layout_overlaps",
 ]
