@@ -509,3 +509,36 @@ def test_dyck_held_out_lengths_splits_a_rows_accuracy_by_the_lengths_training_dr
     assert n_unseen + n_seen == 64 and n_unseen > 0  # 4 steps of 8 draws miss some lengths the held-out set has
     assert (unseen * n_unseen + seen * n_seen) / 64 == pytest.approx(row["accuracy"])
     assert f"{100 * row['accuracy']:.1f}% overall" in capsys.readouterr().out
+
+
+def test_budget_second_held_out_scores_a_finished_run_on_another_set_with_the_runs_own_scoring(load, tmp_path, capsys):
+    """The check scores the run's final weights on its own held-out set (refusing a checkpoint that is not the weights
+    its row reports) and on a second set of other strings, each with a per-string bootstrap standard error."""
+    from ut_peft.tasks.khop import khop_dataset
+    from ut_peft.tasks.training import RunSettings, run, task_data
+
+    bench = load("budget_second_held_out")
+    tiny = dict(width=24, layers=1, head_dim=4, steps=4, batch_size=8, eval_examples=64, warmup_steps=1)
+    settings = RunSettings(
+        task="khop", fresh_data=True, khop_ks=[1], khop_length=8, stop_accuracy=0.99, eval_every=2, **tiny
+    )
+    run_dir = tmp_path / "khop-k1-tiny"
+    row = run(settings, run_dir)
+    out = tmp_path / "second.jsonl"
+    bench.main([str(run_dir), "--output", str(out), "--examples", "64"])
+    (scored,) = [json.loads(line) for line in out.read_text().splitlines()]
+    assert scored["held_out"] == pytest.approx(row["accuracy"]) and 0 < scored["held_out_se"] < 0.2
+    assert 0 <= scored["second"] <= 1 and scored["second_se"] > 0 and scored["stop_accuracy"] == 0.99
+    _, held_out, _, _ = task_data(settings)
+    second = khop_dataset(64, ks=[1], length=8, seed=scored["second_seed"])
+    assert second["input_ids"] != held_out["input_ids"]  # another set of strings
+    # Scored once: a second call reads it back; --report-only prints the table.
+    bench.main([str(run_dir), "--output", str(out), "--examples", "64"])
+    assert len(out.read_text().splitlines()) == 1
+    bench.main(["--output", str(out), "--report-only"])
+    assert "| khop-k1-tiny |" in capsys.readouterr().out
+    # A checkpoint that is not the reported weights is refused.
+    result = json.loads((run_dir / "result.json").read_text())
+    (run_dir / "result.json").write_text(json.dumps({**result, "accuracy": result["accuracy"] + 0.5}))
+    with pytest.raises(ValueError, match="its checkpoint scores"):
+        bench.main([str(run_dir), "--output", str(tmp_path / "other.jsonl"), "--examples", "64"])
