@@ -981,7 +981,8 @@ class FolderLock:
 
     The operating system drops it when the holder dies (even by SIGKILL), so a crashed run never blocks the
     folder. Local file systems only: flock over NFS may not exclude other machines. Within one process a second
-    lock of a folder the process holds is refused too (flock alone would grant it); every writer of the package
+    lock of a folder the process holds is refused too, naming this process (flock refuses it as well, a second open
+    file being another lock, but its refusal would blame another process); every writer of the package
     lets its lock go when it ends or raises. A run refused before it wrote anything lets it go by :meth:`discard`,
     which takes away the lock file and the folders that :func:`lock_folder` made for it.
 
@@ -995,7 +996,7 @@ class FolderLock:
         self.path = lock_file(folder, rank)
         self.key = (str(Path(folder).resolve()), rank)
         self.made = list(made)
-        if self.key in FolderLock._held:  # flock would let this process in again: two writers of one folder
+        if self.key in FolderLock._held:  # two writers of one folder in this process: say so, not 'another process'
             raise FolderLockedError(
                 f"{Path(folder)} is already locked by this process (pid {os.getpid()} holds {self.path}): another "
                 "run, merge or report of this process (in another thread, or one whose lock was never let go) is "
