@@ -27,25 +27,11 @@ import torch
 
 from ut_peft.io import append_jsonl, read_jsonl
 from ut_peft.tasks.khop import khop_dataset
+from ut_peft.tasks.khop_baselines import final_model
 from ut_peft.tasks.metrics import IGNORE_INDEX, aligned_predictions
-from ut_peft.tasks.training import RunSettings, build_model, collate, evaluate_model, task_data
+from ut_peft.tasks.training import collate, evaluate_model, task_data
 
 SECOND_SEED_OFFSET = 1_000_003  # the second set's seed: 2 * seed + 1 + this, far from every seed the runs use
-
-
-def load_final_model(run_dir: Path):
-    """(settings, model at the run's last checkpoint, step)."""
-    state = torch.load(run_dir / "checkpoint.pt", weights_only=False, map_location="cpu")
-    settings = RunSettings(**state["settings"])
-    if settings.task != "khop":
-        raise ValueError(f"{run_dir} is a {settings.task} run; this check takes the k-hop budget runs")
-    _, _, vocab_size, max_len = task_data(settings)
-    model = build_model(settings, vocab_size, max_len)
-    params = dict(model.named_parameters())
-    with torch.no_grad():
-        for name, tensor in state["trainable"].items():
-            params[name].copy_(tensor)
-    return settings, model.eval(), state["step"]
 
 
 def per_string_hits(model, dataset, batch_size: int = 256) -> list[tuple[int, int]]:
@@ -70,7 +56,7 @@ def bootstrap_se(hits: list[tuple[int, int]], replicates: int = 1000, seed: int 
 
 
 def score(run_dir: Path, examples: int) -> dict:
-    settings, model, step = load_final_model(run_dir)
+    settings, model, step = final_model(run_dir)
     result = json.loads((run_dir / "result.json").read_text())
     _, held_out, _, _ = task_data(settings)
     second = khop_dataset(

@@ -15,6 +15,7 @@ import json
 from collections import Counter, defaultdict
 from collections.abc import Hashable, Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -85,20 +86,27 @@ def baselines(train, evaluation) -> dict[str, dict]:
     return out
 
 
-def model_predictions(run_dir: Path) -> tuple[list, list[list[int]], int]:
-    """The held-out strings of a k-hop run, its model's answer at every scored position and the step, from the run's
-    last checkpoint (written at the last step, so a finished run's final weights)."""
-    state = torch.load(run_dir / "checkpoint.pt", weights_only=False, map_location="cpu")
+def final_model(run_dir: Path) -> tuple[RunSettings, Any, int]:
+    """(settings, model, step) of a k-hop run at its last checkpoint (written at the last step, so a finished run's
+    final weights), in eval mode."""
+    state = torch.load(Path(run_dir) / "checkpoint.pt", weights_only=False, map_location="cpu")
     settings = RunSettings(**state["settings"])
     if settings.task != "khop":
-        raise ValueError(f"{run_dir} is a {settings.task} run; the agreement tables take k-hop runs")
-    _, evaluation, vocab_size, max_len = task_data(settings)
+        raise ValueError(f"{run_dir} is a {settings.task} run; this takes k-hop runs")
+    _, _, vocab_size, max_len = task_data(settings)
     model = build_model(settings, vocab_size, max_len)
     params = dict(model.named_parameters())
     with torch.no_grad():
         for name, tensor in state["trainable"].items():
             params[name].copy_(tensor)
-    model.eval()
+    return settings, model.eval(), state["step"]
+
+
+def model_predictions(run_dir: Path) -> tuple[list, list[list[int]], int]:
+    """The held-out strings of a k-hop run, its model's answer at every scored position and the step, from the run's
+    last checkpoint (:func:`final_model`)."""
+    settings, model, step = final_model(run_dir)
+    _, evaluation, _, _ = task_data(settings)
     rows, answers = evaluation.to_list(), []
     with torch.no_grad():
         for start in range(0, len(rows), 256):
@@ -106,7 +114,7 @@ def model_predictions(run_dir: Path) -> tuple[list, list[list[int]], int]:
             logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
             # The logits at input position i + 1 (which holds x_i) predict hop_k(x)_i.
             answers += logits.argmax(-1)[:, 1:-1].tolist()
-    return strings(rows), answers, state["step"]
+    return strings(rows), answers, step
 
 
 def training_strings(settings: RunSettings) -> list:
