@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import os
 from dataclasses import dataclass, field
 from typing import Any, Literal, Optional
@@ -11,6 +12,9 @@ from peft.utils import PeftType
 
 TIED_CHOICES = ("keep", "untie")
 INIT_CHOICES = ("auto", "copy", "normal")
+# The fields that describe the base an adapter was made on and its saved weights file, not the adapter's settings:
+# a new adapter records its own (UTReprogramModel._prepare_model, PeftModel.save_pretrained).
+BASE_RECORDS = ("base_embedding_shape", "base_model_config", "base_weights_digest", "backbone", "weights_sha256")
 
 
 @dataclass
@@ -283,6 +287,31 @@ class UTReprogramConfig(PeftConfig):
             raise ValueError(f"base_weights_digest must be a string or None, got {self.base_weights_digest!r}")
         if self.target_modules is not None and not isinstance(self.target_modules, (str, list, tuple, set)):
             raise ValueError(f"target_modules must be a list of module names or None, got {self.target_modules!r}")
+
+    def for_new_base(self) -> UTReprogramConfig:
+        """A copy of this config's settings for a new adapter, on any base: without the records of the base it was
+        made on (``BASE_RECORDS``, ``base_model_name_or_path``, ``revision``), which the new adapter records afresh
+        from its own, and trainable (``inference_mode=False``, as ``UTReprogramConfig()``; peft saves every config
+        with ``inference_mode=True``). This config is left as it is.
+
+        ``get_peft_model(base, UTReprogramConfig.from_pretrained(folder))`` does this by itself: it makes a new
+        adapter, and nothing of the folder is loaded. ``peft_model.add_adapter``, ``inject_adapter_in_model`` and
+        transformers' ``model.add_adapter`` create adapters that ``load_adapter`` also goes through to load saved
+        weights, so there the records of the config are checked against the base: reuse a saved adapter's settings
+        there as ``peft_model.add_adapter(name, UTReprogramConfig.from_pretrained(folder).for_new_base())``.
+        """
+        config = copy.deepcopy(self)
+        config._forget_base()
+        config.base_model_name_or_path = None  # PeftModel.save_pretrained writes the base's own name when None
+        config.revision = None
+        config.inference_mode = False
+        return config
+
+    def _forget_base(self) -> None:
+        """Drop the records of a base (``BASE_RECORDS``) in place, so that the adapter this config makes records its
+        own base (:meth:`for_new_base`; ``integration`` for ``get_peft_model``)."""
+        for name in BASE_RECORDS:
+            setattr(self, name, None)
 
     def to_dict(self) -> dict[str, Any]:
         """What adapter_config.json holds: every field but ``check_base``, which applies to one load only."""

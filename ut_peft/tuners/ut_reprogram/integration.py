@@ -10,10 +10,15 @@
   every matrix it changed, so for it "auto" means False. peft decides this inside ``get_peft_model_state_dict`` with
   no hook a method can use, so :func:`install` (run by ``import ut_peft``) still wraps ``PeftModel.save_pretrained``
   for this one decision; adapters of other methods pass through unchanged.
+- A new adapter or a load: ``get_peft_model(base, UTReprogramConfig.from_pretrained(folder))`` makes a new adapter
+  with a saved adapter's settings, which records its own base, while ``PeftModel.from_pretrained`` checks the records
+  against the base; :func:`install` wraps ``PeftModel.__init__`` and ``PeftModel.from_pretrained`` to tell the two
+  apart (:func:`_install_new_adapter_or_load` says why there).
 """
 
 from __future__ import annotations
 
+import contextvars
 import inspect
 import os
 from typing import Optional
@@ -47,6 +52,8 @@ def install() -> None:
     save_pretrained.__doc__ = original_save.__doc__
     PeftModel.save_pretrained = save_pretrained
 
+    _install_new_adapter_or_load()
+
     original_push = PeftModel.push_to_hub
 
     def push_to_hub(self, repo_id, *args, **kwargs):
@@ -56,6 +63,57 @@ def install() -> None:
 
     push_to_hub.__doc__ = original_push.__doc__
     PeftModel.push_to_hub = push_to_hub
+
+
+# Set while PeftModel.from_pretrained runs: the PeftModel it creates is one to load saved weights into.
+_LOADING_SAVED_ADAPTER: contextvars.ContextVar[bool] = contextvars.ContextVar("ut_peft_loading", default=False)
+
+
+def _install_new_adapter_or_load() -> None:
+    """Tell a new adapter made from a saved adapter's settings from a saved adapter being loaded.
+
+    ``get_peft_model(base, UTReprogramConfig.from_pretrained(folder))`` reuses a saved adapter's settings, as peft
+    users do with any method's config: it makes a new adapter, nothing of the folder is loaded, and peft itself renames
+    the config's ``base_model_name_or_path`` to the new base. ``PeftModel.from_pretrained(base, folder)`` passes the
+    same kind of config through the same injection and then loads the folder's weights, which were trained for the
+    base the config records: that one must be checked against its base (``check_base``), the other must record its
+    own base instead. Nothing the tuner sees tells them apart: the config is the same object either way
+    (``inference_mode`` is True in both when the reused config is not made trainable, False in both with
+    ``is_trainable=True``), the tuner is built with the same arguments, and a check deferred to the moment weights
+    are loaded would also refuse a Trainer resuming a new adapter's own checkpoint (``load_adapter`` into the
+    existing adapter). What does tell them apart is peft's public contract: a ``PeftModel`` is created by
+    ``get_peft_model`` (or ``PeftModel(...)``) for a new adapter and by ``PeftModel.from_pretrained`` to load one. So
+    ``PeftModel.__init__`` outside ``from_pretrained`` drops the config's records of a base (``_forget_base``; the
+    adapter records its own), and every other way in (``from_pretrained``, ``add_adapter``/``load_adapter``,
+    ``inject_adapter_in_model``, transformers' adapter methods) checks them as before. ``low_cpu_mem_usage=True``
+    makes meta tensors that peft's docs say a load replaces, so such a ``PeftModel`` is checked as well.
+    """
+    import functools
+
+    original_init = PeftModel.__init__
+    init_signature = inspect.signature(original_init)
+
+    @functools.wraps(original_init)
+    def __init__(self, model, peft_config, *args, **kwargs):
+        if _is_ut_reprogram(peft_config) and not _LOADING_SAVED_ADAPTER.get():
+            bound = init_signature.bind(self, model, peft_config, *args, **kwargs)
+            bound.apply_defaults()
+            if not bound.arguments.get("low_cpu_mem_usage"):
+                peft_config._forget_base()
+        original_init(self, model, peft_config, *args, **kwargs)
+
+    original_from_pretrained = PeftModel.from_pretrained.__func__
+
+    @functools.wraps(original_from_pretrained)
+    def from_pretrained(cls, *args, **kwargs):
+        token = _LOADING_SAVED_ADAPTER.set(True)
+        try:
+            return original_from_pretrained(cls, *args, **kwargs)
+        finally:
+            _LOADING_SAVED_ADAPTER.reset(token)
+
+    PeftModel.__init__ = __init__
+    PeftModel.from_pretrained = classmethod(from_pretrained)
 
 
 def push_to_hub_with_card(

@@ -236,7 +236,9 @@ class UTReprogramModel(BaseTuner):
                 "PeftModel.from_pretrained(base, folder, check_base=False); onto a PeftModel that has an adapter "
                 "already, peft_model.add_adapter(name, UTReprogramConfig.from_pretrained(folder, check_base=False)) "
                 "then peft_model.load_adapter(folder, name) (peft's load_adapter does not pass check_base on to the "
-                "config: load_adapter(folder, name, check_base=False) is refused like this)"
+                "config: load_adapter(folder, name, check_base=False) is refused like this). For a new adapter with "
+                "this adapter's settings and nothing loaded from it, pass "
+                "UTReprogramConfig.from_pretrained(folder).for_new_base() (get_peft_model does this by itself)"
             )
         if differ:
             warnings.warn(

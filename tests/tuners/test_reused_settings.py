@@ -1,0 +1,112 @@
+"""A saved adapter's settings reused for a new adapter on another base (``get_peft_model(base_b,
+UTReprogramConfig.from_pretrained(folder_made_on_a))``), as peft users do with any method's config.
+
+Nothing is loaded there, yet the config still carried base A's records: with the default check_base=True it was
+refused as "made on another base", and with check_base=False the fresh adapter kept A's records, so its save was
+refused on B (where it was made and trained) and accepted without a word on A. Loading (PeftModel.from_pretrained,
+load_adapter) still checks the base as before."""
+
+import json
+import warnings
+
+import pytest
+import torch
+from peft import PeftModel, get_peft_model
+
+import ut_peft  # noqa: F401  (registers UT_REPROGRAM)
+from ut_peft import UTReprogramConfig
+from ut_peft.testing import tiny_model, trained_adapter
+
+IDS = torch.randint(0, 97, (2, 7), generator=torch.Generator().manual_seed(0))
+SETTINGS = {"num_memory_tokens": 2, "init_seed": 5, "tied_embeddings": "untie"}
+RECORDS = ("base_embedding_shape", "base_model_config", "base_weights_digest", "backbone")
+
+
+def saved_on_a(folder):
+    """An adapter trained on base A (the tiny Llama of seed 0), saved into ``folder``."""
+    trained_adapter(tiny_model("llama", seed=0), **SETTINGS).save_pretrained(folder)
+    return folder
+
+
+def base_b():
+    return tiny_model("llama", seed=3)  # same architecture, other frozen weights
+
+
+def records_of_a_fresh_adapter_on_b():
+    config = get_peft_model(base_b(), UTReprogramConfig(**SETTINGS)).peft_config["default"]
+    return {name: getattr(config, name) for name in RECORDS}
+
+
+def nudged(model):
+    """``model`` after 'training': its trainable tensors moved."""
+    generator = torch.Generator().manual_seed(9)
+    with torch.no_grad():
+        for param in model.parameters():
+            if param.requires_grad:
+                param.add_(torch.randn(param.shape, generator=generator) * 0.5)
+    return model
+
+
+@pytest.mark.parametrize("check_base", [True, False])
+def test_get_peft_model_with_a_saved_adapters_settings_makes_a_fresh_adapter_of_the_new_base(tmp_path, check_base):
+    folder = saved_on_a(tmp_path / "a")
+    config = UTReprogramConfig.from_pretrained(folder, check_base=check_base)
+    config.inference_mode = False  # peft saves every config with inference_mode=True; this one is to train
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = get_peft_model(base_b(), config)
+    assert not [w for w in caught if "another base" in str(w.message)]  # nothing is loaded onto B
+    made = model.peft_config["default"]
+    assert {name: getattr(made, name) for name in RECORDS} == records_of_a_fresh_adapter_on_b()
+    assert made.weights_sha256 is None  # no weights file of A's folder is this adapter's
+    assert (made.num_memory_tokens, made.init_seed, made.tied_embeddings) == (2, 5, "untie")  # the settings stay
+    nudged(model).save_pretrained(tmp_path / "b")
+    with torch.no_grad():
+        expected = model(input_ids=IDS).logits
+        assert torch.equal(PeftModel.from_pretrained(base_b(), tmp_path / "b")(input_ids=IDS).logits, expected)
+    with pytest.raises(ValueError, match="another base model than this one"):
+        PeftModel.from_pretrained(tiny_model("llama", seed=0), tmp_path / "b")  # made on B: A is another base
+
+
+def test_loading_a_saved_adapter_onto_another_base_is_still_refused(tmp_path):
+    folder = saved_on_a(tmp_path / "a")
+    with pytest.raises(ValueError, match=r"another base model than this one \(the frozen weights differ"):
+        PeftModel.from_pretrained(base_b(), folder)
+    with pytest.raises(ValueError, match=r"another base model than this one \(the frozen weights differ"):
+        PeftModel.from_pretrained(base_b(), folder, is_trainable=True)  # inference_mode=False, as a reused config
+    with pytest.raises(ValueError, match=r"another base model than this one \(the frozen weights differ"):
+        PeftModel.from_pretrained(base_b(), folder, config=UTReprogramConfig.from_pretrained(folder))
+    model = get_peft_model(base_b(), UTReprogramConfig(**SETTINGS))
+    with pytest.raises(ValueError, match=r"another base model than this one \(the frozen weights differ"):
+        model.load_adapter(folder, adapter_name="x")
+    assert list(model.peft_config) == ["default"]
+    # get_peft_model(..., low_cpu_mem_usage=True) makes meta tensors that a load replaces (peft's docs): checked.
+    with pytest.raises(ValueError, match="another base model than this one"):
+        get_peft_model(base_b(), UTReprogramConfig.from_pretrained(folder), low_cpu_mem_usage=True)
+    # Onto A, its own base, everything loads as before.
+    with torch.no_grad():
+        PeftModel.from_pretrained(tiny_model("llama", seed=0), folder)(input_ids=IDS)
+
+
+def test_for_new_base_gives_the_settings_without_the_base_for_add_adapter_and_the_refusal_names_it(tmp_path):
+    folder = saved_on_a(tmp_path / "a")
+    model = get_peft_model(base_b(), UTReprogramConfig())
+    with pytest.raises(ValueError) as refused:
+        model.add_adapter("x", UTReprogramConfig.from_pretrained(folder))
+    assert "UTReprogramConfig.from_pretrained(folder).for_new_base()" in str(refused.value)
+    loaded = UTReprogramConfig.from_pretrained(folder)
+    fresh = loaded.for_new_base()
+    assert loaded.base_weights_digest is not None and loaded.inference_mode  # the loaded config is left as it was
+    assert all(getattr(fresh, name) is None for name in (*RECORDS, "weights_sha256", "base_model_name_or_path"))
+    assert fresh.inference_mode is False  # trainable, as UTReprogramConfig() is
+    assert (fresh.num_memory_tokens, fresh.init_seed, fresh.tied_embeddings) == (2, 5, "untie")
+    model.add_adapter("x", fresh)
+    assert {name: getattr(model.peft_config["x"], name) for name in RECORDS} == records_of_a_fresh_adapter_on_b()
+    model.set_adapter("x")
+    assert any(p.requires_grad for n, p in model.named_parameters() if ".x" in n)
+    nudged(model).save_pretrained(tmp_path / "b", selected_adapters=["x"])
+    saved = json.loads((tmp_path / "b" / "x" / "adapter_config.json").read_text())
+    assert saved["base_weights_digest"] == records_of_a_fresh_adapter_on_b()["base_weights_digest"]
+    with torch.no_grad():
+        expected = model(input_ids=IDS).logits
+        assert torch.equal(PeftModel.from_pretrained(base_b(), tmp_path / "b" / "x")(input_ids=IDS).logits, expected)
