@@ -110,3 +110,63 @@ def test_for_new_base_gives_the_settings_without_the_base_for_add_adapter_and_th
     with torch.no_grad():
         expected = model(input_ids=IDS).logits
         assert torch.equal(PeftModel.from_pretrained(base_b(), tmp_path / "b" / "x")(input_ids=IDS).logits, expected)
+
+
+def test_loading_into_an_existing_adapter_checks_the_base_the_folder_was_made_on(tmp_path):
+    """peft's load_adapter into an adapter that exists (a Trainer resuming, or load_adapter(folder, "default") after
+    get_peft_model) loads the weights without reading the folder's config, so base A's weights went onto base B
+    without a word, whether the adapter had been made from UTReprogramConfig() or from the folder's own settings."""
+    folder = saved_on_a(tmp_path / "a")
+    for config in (UTReprogramConfig(**SETTINGS), UTReprogramConfig.from_pretrained(folder)):
+        model = get_peft_model(base_b(), config)
+        with torch.no_grad():
+            before = model(input_ids=IDS).logits
+            with pytest.raises(ValueError, match=r"another base model than this one \(the frozen weights differ"):
+                model.load_adapter(folder, adapter_name="default")
+            assert torch.equal(model(input_ids=IDS).logits, before)  # nothing was loaded
+    # A new adapter resuming from its own checkpoint (what Trainer's resume_from_checkpoint does) loads.
+    model = nudged(get_peft_model(base_b(), UTReprogramConfig.from_pretrained(folder).for_new_base()))
+    model.save_pretrained(tmp_path / "checkpoint")
+    with torch.no_grad():
+        expected = model(input_ids=IDS).logits
+        nudged(model)
+        model.load_adapter(tmp_path / "checkpoint", adapter_name="default", is_trainable=True)
+        assert torch.equal(model(input_ids=IDS).logits, expected)
+    # An adapter loaded with check_base=False keeps loading its folder with the warning, once per load.
+    with pytest.warns(UserWarning, match="check_base=False: loading this adapter onto another base") as caught:
+        forced = PeftModel.from_pretrained(base_b(), folder, check_base=False)
+    assert len([w for w in caught if "check_base=False" in str(w.message)]) == 1
+    with pytest.warns(UserWarning, match="check_base=False: loading this adapter onto another base"):
+        forced.load_adapter(folder, adapter_name="default")
+
+
+def test_a_trainer_resumes_a_new_adapter_made_from_reused_settings_and_weights_alone_still_load(tmp_path):
+    """The real resume: transformers' Trainer loads the checkpoint into the existing adapter with load_adapter."""
+    from transformers import Trainer, TrainingArguments
+
+    folder = saved_on_a(tmp_path / "a")
+    rows = [{"input_ids": IDS[0], "labels": IDS[0]}] * 4
+
+    def trainer(model, steps):
+        arguments = TrainingArguments(
+            output_dir=str(tmp_path / "run"),
+            max_steps=steps,
+            save_steps=1,
+            per_device_train_batch_size=2,
+            report_to=[],
+            use_cpu=True,
+            disable_tqdm=True,
+        )
+        return Trainer(model=model, args=arguments, train_dataset=rows)
+
+    config = UTReprogramConfig.from_pretrained(folder)
+    config.inference_mode = False
+    trainer(get_peft_model(base_b(), config), 1).train()
+    config = UTReprogramConfig.from_pretrained(folder)
+    config.inference_mode = False
+    trainer(get_peft_model(base_b(), config), 2).train(resume_from_checkpoint=str(tmp_path / "run" / "checkpoint-1"))
+    # A folder of weights alone has no record of a base: peft loads it into an existing adapter as before.
+    weights_only = tmp_path / "weights"
+    weights_only.mkdir()
+    (weights_only / "adapter_model.safetensors").write_bytes((folder / "adapter_model.safetensors").read_bytes())
+    get_peft_model(tiny_model("llama", seed=0), UTReprogramConfig(**SETTINGS)).load_adapter(weights_only, "default")

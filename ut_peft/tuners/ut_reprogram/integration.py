@@ -115,6 +115,45 @@ def _install_new_adapter_or_load() -> None:
     PeftModel.__init__ = __init__
     PeftModel.from_pretrained = classmethod(from_pretrained)
 
+    original_load_adapter = PeftModel.load_adapter
+
+    @functools.wraps(original_load_adapter)
+    def load_adapter(self, model_id, adapter_name, *args, **kwargs):
+        existing = self.peft_config.get(adapter_name)
+        if _is_ut_reprogram(existing) and not _LOADING_SAVED_ADAPTER.get():
+            _check_folder_base(self, model_id, existing, kwargs)
+        return original_load_adapter(self, model_id, adapter_name, *args, **kwargs)
+
+    PeftModel.load_adapter = load_adapter
+
+
+def _check_folder_base(model, model_id, existing, kwargs: dict) -> None:
+    """Check the base that the folder ``model_id`` was made on against ``model``'s before peft's ``load_adapter``
+    loads its weights into the existing adapter ``existing``, as loading it as a new adapter does.
+
+    peft's ``load_adapter`` into an adapter that exists (a Trainer resuming from a checkpoint, or
+    ``load_adapter(folder, "default")`` after ``get_peft_model``) reads only the weights, never the folder's config, so
+    an adapter trained on another base loaded without a word. ``PeftModel.from_pretrained`` loads this way into the
+    adapter it has just created from the same folder's config, checked already (``_LOADING_SAVED_ADAPTER``).
+    ``existing.check_base=False`` (an adapter loaded with it, or ``add_adapter(name, UTReprogramConfig.from_pretrained(
+    folder, check_base=False))``) loads with a warning, as it did when that adapter was made.
+    """
+    from huggingface_hub import hf_hub_download
+    from peft import PeftConfig
+    from peft.utils.constants import CONFIG_NAME
+
+    # The keywords load_adapter passes to the Hub (peft's own split: hf_hub_download's parameters); others would be
+    # read as config fields.
+    hub = {key: value for key, value in kwargs.items() if key in inspect.signature(hf_hub_download).parameters}
+    folder = os.path.join(str(model_id), hub.get("subfolder") or "")
+    if os.path.isdir(folder) and not os.path.isfile(os.path.join(folder, CONFIG_NAME)):
+        return  # weights alone: no record of a base to check, and peft loads them without a config
+    if not _is_ut_reprogram(PeftConfig.from_pretrained(model_id, **hub)):
+        return  # not a UT_REPROGRAM folder: no record of a base of this kind to check
+    # type(existing) is UTReprogramConfig (imported here, integration would import config back: tests/test_imports).
+    saved = type(existing).from_pretrained(model_id, check_base=existing.check_base, **hub)
+    model.base_model.check_recorded_base(saved)
+
 
 def push_to_hub_with_card(
     model,

@@ -224,6 +224,30 @@ class UTReprogramModel(BaseTuner):
             # Decided on the untouched base: once released, base weights are placeholders that cannot show tying.
             self._ut_base_tied = embeddings_are_tied(input_embedding, output_embedding)
         self._check_target_modules(config)
+        self.check_recorded_base(config)
+        if self._keeps_tied(config) and config.train_input_embeddings != config.train_output_embeddings:
+            which = "E" if config.train_input_embeddings else "U"
+            raise ValueError(
+                f"this model ties E and U into one matrix, so training only {which} with tied_embeddings='keep' would "
+                "change the other as well; pass tied_embeddings='untie' to train them separately"
+            )
+        if self._wants_output(config) and output_embedding is None:
+            raise ValueError(
+                f"{type(model).__name__} has no output embedding (get_output_embeddings() is None), so U "
+                "cannot be trained or replaced; set train_output_embeddings=False"
+            )
+        if config.train_position_embeddings and find_position_embedding(model, input_embedding) is None:
+            raise ValueError(
+                f"{type(model).__name__} has no learned position embeddings (no nn.Embedding named one of "
+                f"{POSITION_EMBEDDING_NAMES}; it probably uses rotary or relative positions): set "
+                "train_position_embeddings=False"
+            )
+
+    def check_recorded_base(self, config: UTReprogramConfig) -> None:
+        """Refuse (``config.check_base``) or warn of a base that differs from the one ``config`` records: the adapter
+        it describes was trained for that base. Called for each new adapter, and by ``PeftModel.load_adapter`` with
+        the config of the folder whose weights it loads into an adapter that exists (``integration``)."""
+        model = self.model
         differ = base_mismatches(config, model, self._ut_base_tied, getattr(self, "_ut_base_vocab_size", None))
         if differ and config.check_base:
             raise ValueError(
@@ -245,24 +269,7 @@ class UTReprogramModel(BaseTuner):
                 "check_base=False: loading this adapter onto another base model than it was made on ("
                 + "; ".join(differ)
                 + "); its outputs will not be the ones it was trained to give",
-                stacklevel=2,
-            )
-        if self._keeps_tied(config) and config.train_input_embeddings != config.train_output_embeddings:
-            which = "E" if config.train_input_embeddings else "U"
-            raise ValueError(
-                f"this model ties E and U into one matrix, so training only {which} with tied_embeddings='keep' would "
-                "change the other as well; pass tied_embeddings='untie' to train them separately"
-            )
-        if self._wants_output(config) and output_embedding is None:
-            raise ValueError(
-                f"{type(model).__name__} has no output embedding (get_output_embeddings() is None), so U "
-                "cannot be trained or replaced; set train_output_embeddings=False"
-            )
-        if config.train_position_embeddings and find_position_embedding(model, input_embedding) is None:
-            raise ValueError(
-                f"{type(model).__name__} has no learned position embeddings (no nn.Embedding named one of "
-                f"{POSITION_EMBEDDING_NAMES}; it probably uses rotary or relative positions): set "
-                "train_position_embeddings=False"
+                stacklevel=3,
             )
 
     def _wants_output(self, config: UTReprogramConfig) -> bool:
