@@ -1,13 +1,15 @@
 """The published protocol: the engine against a transcription of the published batch-1 loop, and its sequences."""
 
+import dataclasses
 import math
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from ut_peft.accessibility.engine.cram import cram
+from ut_peft.accessibility.engine.cram import cram, cram_reference
 from ut_peft.accessibility.engine.jobs import CramConfig, CramJob
+from ut_peft.accessibility.engine.policies import RowCounters, StoppingRule
 from ut_peft.accessibility.engine.protocol import (
     PublishedSequences,
     check_protocol,
@@ -19,12 +21,17 @@ from ut_peft.accessibility.engine.sources import TextSource, WordsSource
 
 
 def published_loop(model, ids, m, seed, max_steps, patience):
-    """The published cramming loop, transcribed from its description (not from the engine).
+    """The published cramming loop (yurakuratov/hidden_capacity, train.py ``run_single_experiment``, which the
+    accessibility paper's code reuses), transcribed in its own order, not from the engine.
 
     Memory init randn(m, d) * std(embedding weight table); a full forward of [memory, embed(ids)]; logits shifted
     by one (the position of ids[i] predicts ids[i + 1], memory logits dropped), so every token after the first is
-    predicted; AdamW(lr 1e-2, betas (0.9, 0.9), weight decay 0.01); stop at 100% teacher-forced accuracy, at
-    ``max_steps`` updates, or ``patience`` steps without a new best accuracy. Returns (crammed, updates applied).
+    predicted; AdamW(lr 1e-2, betas (0.9, 0.9), weight decay 0.01). ``for _ in range(max_steps)``: a forward, which
+    tests the vectors as they are, then an update; then the checks, with ``best_accuracy`` starting at 0 and a new
+    best only where strictly greater: stop once the best is 1.0, or once ``patience`` forwards in a row brought no new
+    best (forwards at 0 from the start count); else the loop ends after ``max_steps`` forwards, so the vectors after
+    the last update are never tested. Returns (crammed, updates applied before the deciding forward, the forwards'
+    accuracies), the deciding forward being the last one (its own update is applied too, and never tested).
     """
     embed = model.get_input_embeddings()
     std = float(embed.weight.detach().double().std())
@@ -32,24 +39,27 @@ def published_loop(model, ids, m, seed, max_steps, patience):
     memory = torch.nn.Parameter(torch.randn(m, embed.weight.shape[1], generator=generator) * std)
     optimizer = torch.optim.AdamW([memory], lr=1e-2, betas=(0.9, 0.9), weight_decay=0.01)
     ids = torch.tensor(ids)
-    best, since_best = -1.0, 0
-    for step in range(max_steps + 1):
+    best_accuracy, early_stopping_counter, accuracies = 0, 0, []
+    for step in range(max_steps):
         with torch.no_grad():
             tokens = embed(ids)
         logits = model(inputs_embeds=torch.cat([memory, tokens])[None]).logits[0]
         logits = logits[m:-1]  # position m + i (token ids[i]) predicts ids[i + 1]
         loss = F.cross_entropy(logits, ids[1:])
         accuracy = float((logits.argmax(-1) == ids[1:]).float().mean())
-        if accuracy == 1.0:
-            return True, step
-        if accuracy > best:
-            best, since_best = accuracy, 0
-        if step == max_steps or since_best >= patience:
-            return False, step
-        optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-        since_best += 1
+        optimizer.zero_grad()
+        accuracies.append(accuracy)
+        if best_accuracy < accuracy:
+            best_accuracy, early_stopping_counter = accuracy, 0
+        else:
+            early_stopping_counter += 1
+        if best_accuracy == 1.0:
+            return True, step, accuracies
+        if early_stopping_counter >= patience:
+            return False, step, accuracies
+    return False, max_steps - 1, accuracies
 
 
 def _model(crammable, family):
@@ -77,11 +87,74 @@ def test_engine_takes_the_published_loops_decisions_at_the_same_steps(family, bo
     engine = {r.job.key: r for r in cram(model, jobs, config)}
     outcomes = set()
     for job in jobs:
-        crammed, steps = published_loop(model, job.ids, job.m, job.seed, config.max_steps, config.patience)
+        crammed, steps, _ = published_loop(model, job.ids, job.m, job.seed, config.max_steps, config.patience)
         got = engine[job.key]
         assert (got.accessible, got.steps) == (crammed, steps), (family, job)
         outcomes.add(crammed)
     assert outcomes == {True, False}, "the comparison must cover both decisions"
+
+
+def _edge_job(model):
+    """A job of the tiny Llama at the edge of both published stopping details, checked here, not assumed: the
+    published loop gets 0% on its first 3 forwards, and 100% first on its 6th (after 5 updates)."""
+    g = torch.Generator().manual_seed(0)
+    job = CramJob(key="edge", ids=[1] + torch.randint(3, 97, (2,), generator=g).tolist(), m=1, seed=10)
+    crammed, step, accuracies = published_loop(model, job.ids, job.m, job.seed, max_steps=100, patience=100)
+    assert (crammed, step) == (True, 5) and accuracies[:3] == [0.0] * 3 and accuracies[3] > 0, accuracies
+    return job
+
+
+def _published_results(model, job, max_steps, patience):
+    """The job's result from the batched engine and from cram_reference, under the published protocol."""
+    config = cram_settings(
+        "published", CramConfig(max_steps=max_steps, patience=patience, batch_size=1, autocast="none")
+    )
+    (batched,) = cram(model, [job], config)
+    return [batched, cram_reference(model, job, config)]
+
+
+def test_a_row_first_exact_after_exactly_max_steps_updates_is_not_accessible_under_the_published_protocol(llama):
+    """The published loop tests the vectors after 0 .. max_steps - 1 updates (a forward, then an update): its last
+    update is never tested, so a row first at 100% after exactly max_steps updates is not accessible there."""
+    job = _edge_job(llama)
+    for cap, expected in [(5, (False, 4, "max_steps")), (6, (True, 5, "exact"))]:
+        assert published_loop(llama, job.ids, job.m, job.seed, cap, 100)[:2] == expected[:2]
+        for got in _published_results(llama, job, cap, 100):
+            assert (got.accessible, got.steps, got.stop_reason) == expected, cap
+    # The ut-peft protocol tests every update's vectors, the max_steps-th too (its greedy check needs them).
+    ours = CramConfig(max_steps=100, patience=100, batch_size=1, autocast="none")
+    (free,) = cram(llama, [job], ours)
+    assert free.accessible and free.steps >= 1
+    (capped,) = cram(llama, [job], dataclasses.replace(ours, max_steps=free.steps))
+    assert (capped.accessible, capped.steps, capped.stop_reason) == (True, free.steps, "exact")
+
+
+def test_forwards_at_zero_accuracy_from_the_start_count_toward_the_published_patience(llama):
+    """The published loop's best accuracy starts at 0 and a new best must be greater: its first 3 forwards at 0%
+    use up a patience of 3, so the row stops there, though its 4th forward would have been its first non-zero."""
+    job = _edge_job(llama)
+    for patience, expected in [(3, (False, 2, "patience")), (4, (True, 5, "exact"))]:
+        assert published_loop(llama, job.ids, job.m, job.seed, 100, patience)[:2] == expected[:2]
+        for got in _published_results(llama, job, 100, patience):
+            assert (got.accessible, got.steps, got.stop_reason) == expected, patience
+            assert got.best_accuracy == (0.0 if patience == 3 else 1.0)
+
+
+@pytest.mark.parametrize("protocol, stops", [("published", (2, 4)), ("ut-peft", (3, 5))])
+def test_each_protocols_stopping_rule_at_zero_accuracy_and_at_the_cap(protocol, stops):
+    """The rule alone: at 0% from the start a published row stops after ``patience`` forwards (steps 0 .. patience -
+    1), a ut-peft row after patience updates without a new best since its first forward; at the cap a published row
+    stops at its forward after max_steps - 1 updates, a ut-peft row at the one after max_steps."""
+    rule = StoppingRule(cram_settings(protocol, CramConfig(max_steps=5, patience=3)))
+
+    def first_stop(accuracy_at):
+        counters = RowCounters()
+        for step in range(100):
+            if reason := rule.after_forward(counters, accuracy_at(step), step, None):
+                return step, reason
+
+    assert first_stop(lambda step: 0.0) == (stops[0], "patience")
+    assert first_stop(lambda step: 0.1 * step) == (stops[1], "max_steps")  # a new best at every forward
 
 
 def test_published_settings_and_init_scale(crammable):

@@ -21,7 +21,8 @@ class CramConfig:
     ``given_tokens=0`` (published 1), ``init_std="embedding"`` (published "weight"), ``check_greedy=True``
     (published False) and ``gpu_autocast="bf16"`` (published "fp16"); ``cram_settings("published", config)`` sets
     the published four. ``batch_size``, ``logits_budget``, ``forward_groups`` and ``autocast`` are speed knobs of this
-    engine.
+    engine. With ``check_greedy`` off (the published rule) the cap and patience count as the published loop counts
+    them, else as ut-peft's protocol does (:class:`~.policies.StoppingRule`).
     """
 
     lr: float = PUBLISHED.lr
@@ -39,7 +40,9 @@ class CramConfig:
     # forward costs about what a large one does). A row's result moves by float rounding only, as with batch_size.
     forward_groups: str = "auto"
     autocast: str = "auto"  # "auto" (bf16 on GPU, off on CPU), "bf16", "fp16" or "none"
-    check_greedy: bool = True  # confirm exactness with a real greedy decoding loop (else 100% accuracy suffices)
+    # Confirm exactness with a real greedy decoding loop; off, 100% teacher-forced accuracy suffices, and the cap and
+    # patience count as the published loop's do (the published rule, StoppingRule.published).
+    check_greedy: bool = True
     # Token ids put before the memory vectors, e.g. the model's BOS. Llama-type models turn position 0 into an
     # attention sink whatever it holds, so a lone memory vector there can barely steer the first prediction;
     # with the BOS the models were trained with in that slot, m = 1 crams (see the README's accessibility notes).
@@ -194,7 +197,9 @@ class CramResult:
     # its target grew to the whole sequence is scored on every target once at its end).
     tf_accuracy: float
     greedy_exact: bool  # greedy decoding after the vectors reproduces the sequence token for token
-    steps: int  # optimiser updates applied
+    # Optimiser updates applied before the forward that decided the row. A published row stopped at the cap took
+    # max_steps - 1: the published loop never tests its last update's vectors (StoppingRule).
+    steps: int
     final_loss: float  # mean cross-entropy per target token of the final vectors, over the whole sequence
     # The best teacher-forced accuracy the stopping rule saw. In progressive mode it is over the target as it stood
     # (the leading targets reached so far; the best starts again each time the target grows), not the whole sequence.

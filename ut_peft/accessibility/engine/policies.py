@@ -89,6 +89,17 @@ class StoppingRule:
     applies one update, which the rule has already counted towards patience. The published rule is the first three;
     "abandoned" is the calibrated early stop of ``config.abandon_below``. A subclass changes the rule in one place.
 
+    Two readings of the step cap and of patience, one per protocol (:attr:`published`):
+
+    - published (``check_greedy`` off): the published loop's own (yurakuratov/hidden_capacity train.py, which the
+      accessibility paper's code reuses). Its ``for _ in range(max_steps)`` runs a forward, which tests the vectors
+      as they are, then an update, so it tests the vectors after 0 .. max_steps - 1 updates and never those after
+      the last one: a row stops as "max_steps" at its forward after max_steps - 1 updates (and records those
+      steps). Its best accuracy starts at 0 and a new best must be greater, so forwards at 0% from the start count
+      toward patience: a row at 0% stops after ``patience`` forwards (at step patience - 1).
+    - ut-peft: a row is tested after every update, the max_steps-th too (a 100% there is decoded greedily and
+      counts), and patience counts updates since its best accuracy, its first forward's at the least.
+
     The row's ``seed`` (``CramJob.seed``) is handed in with each forward for the audit of that early stop
     (``config.abandon_audit``): a flagged row runs on when :func:`audit_draw` says so. The seed is passed in rather
     than kept in the counters so that the snapshots of unflagged rows hold what they always held; once a row is
@@ -97,6 +108,16 @@ class StoppingRule:
 
     def __init__(self, config: CramConfig):
         self.config = config
+        # The published loop's cap and patience go with check_greedy off, the published protocol's rule (cram_settings
+        # sets it; the command line gives it with --protocol published alone), so that a published row stops where
+        # that loop stops it. Not a CramConfig field of its own: every field enters a sweep's settings
+        # (SweepConfig.fingerprint), and a new one would make every committed folder refuse to resume. The ut-peft
+        # protocol keeps its reading, for it has no loop to match and its rows were made under it: its cap counts
+        # updates, each one's vectors tested (a 100% after the last one is decoded greedily and counts), and its
+        # rows in results/ and in-flight snapshots mean exactly that.
+        self.published = not config.check_greedy
+        # The last step (updates applied) whose vectors are tested.
+        self.last_step = config.max_steps - 1 if self.published else config.max_steps
 
     def greedy_due(self, counters: RowCounters, step: int) -> bool:
         return step >= counters.next_greedy_check
@@ -120,6 +141,10 @@ class StoppingRule:
         counters.best_acc, counters.since_best = -1.0, 0
 
     def _observe(self, counters: RowCounters, acc: float, step: int) -> None:
+        if self.published and counters.best_acc < 0:  # a row's first forward (or the first since its target grew)
+            # The published loop's best starts at 0, as if a forward at 0% had come just before this one: a forward
+            # at 0% is then no new best, and counts toward patience as any later one does.
+            counters.best_acc, counters.since_best = 0.0, counters.since_best + 1
         if acc > counters.best_acc:
             counters.best_acc, counters.since_best = acc, 0
         for k in TRAJECTORY_STEPS:
@@ -131,7 +156,7 @@ class StoppingRule:
     ) -> str | None:
         if exact:
             return "exact"
-        if step >= self.config.max_steps:
+        if step >= self.last_step:
             return "max_steps"
         if counters.since_best >= self.config.patience:
             return "patience"

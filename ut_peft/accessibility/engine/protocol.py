@@ -10,7 +10,10 @@ module), so that a figure can be put next to the paper's:
 - memory init ``randn(m, d) * std(embedding weight table)`` (unscaled: 25x smaller than the embeddings Gemma-3
   feeds its body);
 - stop at 100% teacher-forced accuracy (no greedy re-check; greedy agreement is still recorded per row), at
-  3000 steps, or after 500 steps without a new best; one attempt per sequence; fp16 autocast on CUDA;
+  3000 steps, or after 500 steps without a new best, as the published loop counts them (a forward, then an update:
+  the vectors after 0 .. 2999 updates are tested, never those after the 3000th; the best starts at 0, so forwards
+  at 0% from the start count toward patience; :class:`~.policies.StoppingRule`); one attempt per sequence; fp16
+  autocast on CUDA;
 - natural text: each sequence index is one text, truncated to every length (nested prefixes); random words:
   L*5 words of a 100k English word list drawn afresh for every (L, sequence), joined by spaces, tokenized and
   cut; 20 sequences per length on the adaptive grid from 10 to 1000.
@@ -55,8 +58,8 @@ class PublishedSettings:
     betas: tuple[float, float] = (0.9, 0.9)
     weight_decay: float = 0.01
     adam_eps: float = 1e-8  # torch.optim.AdamW's default, which the published code keeps
-    max_steps: int = 3000
-    patience: int = 500  # steps without a new best teacher-forced accuracy
+    max_steps: int = 3000  # forwards: the published loop tests the vectors after 0 .. max_steps - 1 updates
+    patience: int = 500  # forwards without a new best teacher-forced accuracy (the best starting at 0)
     num_sequences: int = 20
     # The adaptive grid: from start, steps of coarse while accessibility > high, then of fine until < low.
     grid_start: int = 10
