@@ -215,8 +215,11 @@ def row_step_flops(model, positions: int, targets: int) -> int:
 def cram_config(protocol, engine, args, model):
     """The sweep's CramConfig for ``args.protocol`` (published; or ut-peft's, with the BOS before the memory as
     ``SweepConfig.resolve_prefix`` sets it), capped at ``args.steps`` updates, with patience beyond the cap."""
-    config = engine.CramConfig(max_steps=args.steps, patience=args.steps + 1, autocast=args.autocast)
-    config = protocol.cram_settings(args.protocol, config)
+    config = protocol.cram_settings(args.protocol, engine.CramConfig(autocast=args.autocast))
+    # The published loop tests the vectors after 0 .. cap - 1 updates (StoppingRule.published), ut-peft's after 0 ..
+    # cap: the cap that makes every row take args.steps updates, as before either protocol's stop differed.
+    cap = args.steps + 1 if config.check_greedy is False else args.steps
+    config = dataclasses.replace(config, max_steps=cap, patience=cap + 1)
     bos = model.config.bos_token_id
     if args.protocol == "ut-peft" and bos is not None:
         config = dataclasses.replace(config, prefix_ids=(int(bos),))
