@@ -602,6 +602,18 @@ def simulate(args) -> None:
     published_n50, published_slope = _errors(results["published"], ms, truth)
     published_rmse = {m: _rmse(published_n50[:, k])[0] for k, m in enumerate(ms)}
     published_slope_rmse = _rmse(published_slope)[0]
+    # Where no repeat of the published design estimated an n_50 (a truth its walk from length 10 never brackets),
+    # its RMSE, the pooled design's targets and every ratio would be NaN: say which m and why instead.
+    unfound = [m for m in ms if not math.isfinite(published_rmse[m])]
+    if unfound:
+        raise SystemExit(
+            f"the published design estimated no n_50 at m = {', '.join(map(str, unfound))} in any of its "
+            f"{args.repeats} repeats: the truth's n_50 there ("
+            + ", ".join(f"{truth.protocol_n50(m):.1f}" for m in unfound)
+            + " tokens) is not bracketed by its walk from the grid's start (10) to 1000, so it has no error to "
+            "compare with and sets no targets; simulate a truth whose n_50 the published grid reaches (n_50 above "
+            "10 tokens at every m)"
+        )
     widths = {
         m: float(
             np.mean(

@@ -400,3 +400,11 @@ def test_workers_print_the_same_tables_but_for_the_wall_column(cost, tmp_path):
     assert texts[0] == texts[1]
     with pytest.raises(SystemExit):
         run(cost, "--workers", "0")
+
+
+def test_a_truth_whose_n50_the_published_walk_never_finds_is_refused_with_why(cost, tmp_path):
+    """A truth below the published grid's first length (n_50 of 3 to 7 tokens against a walk from 10): no repeat of
+    the published design estimates an n_50, so its RMSE (and the targets set from it) are NaN; the run says so and
+    why, instead of failing inside the pooled design on a NaN target."""
+    with pytest.raises(SystemExit, match=r"published design estimated no n_50 at m = 1, 2, 3, 4, 5 .*start"):
+        run(cost, "--repeats", "1", "--cache", str(tmp_path / "cache"), "--slope", "1", "--intercept", "2")
