@@ -446,7 +446,8 @@ FLAGS = (
     Flag("pooled-version", "design.version", absent=FIRST_POOLED_VERSION, when=_designs("pooled"), type=int,
          choices=POOLED_VERSIONS,
          help="pooled: the version of the design's placement and stopping rules (default: the one a pooled sweep in "
-         f"--output-dir was started with, else {POOLED_DESIGN_VERSION}); a retarget may change it"),
+         f"--output-dir, or the --retarget-from folder, was started with, else {POOLED_DESIGN_VERSION}); a retarget "
+         "may change it"),
     Flag("target-ci", "design.target_ci", when=_designs("sequential"), type=float,
          help="sequential: stop an m once its n_50 95%% interval is narrower than this many tokens"),
     Flag("budget", "design.budget_row_steps", when=_designs("sequential", "pooled"),
@@ -725,19 +726,23 @@ def check_source(spec: str) -> None:
 
 def pooled_version(args: argparse.Namespace, design: str) -> int | None:
     """--pooled-version, or when it is not given: the version a pooled sweep in --output-dir was started with (a resume
-    keeps its folder's rules, so the same command goes on under a newer ut-peft), else the default,
-    POOLED_DESIGN_VERSION; None for the other designs, which have no rules versions."""
+    keeps its folder's rules, so the same command goes on under a newer ut-peft), or under --retarget-from the version
+    of the folder retargeted from (new targets, the same rules, unless --pooled-version changes them), else the
+    default, POOLED_DESIGN_VERSION; None for the other designs, which have no rules versions."""
     if args.pooled_version is not None:
         if design != "pooled":
             raise ValueError(f"--pooled-version belongs to --design pooled (got --design {design})")
         return args.pooled_version
-    if design == "pooled" and not args.overwrite and not args.retarget_from:
+    if design == "pooled" and not args.overwrite:
         from ..accessibility.store import read_settings
 
+        # A retarget's new folder is empty: its rules are the old folder's until the command asks for others (the
+        # package's default there would change the stop rule, e.g. version 7's floor of 64 fitted rows to 2's 128).
+        folder = args.retarget_from or args.output
         try:
-            recorded = read_settings(args.output).get("design") or {}
+            recorded = read_settings(folder).get("design") or {}
         except ValueError:
-            recorded = {}  # no sweep there, or unreadable: the resume itself says what is wrong with the folder
+            recorded = {}  # no sweep there, or unreadable: the resume (or retarget) says what is wrong with it
         if recorded.get("kind") == "pooled":
             return int(recorded.get("version", FIRST_POOLED_VERSION))
     return POOLED_DESIGN_VERSION if design == "pooled" else None
