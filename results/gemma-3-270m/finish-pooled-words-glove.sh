@@ -5,18 +5,21 @@
 # from their JSONL files). It runs the checkout's analysis code, not the run's frozen tree: none of it changes a row.
 #   1. the calibrated intervals (ut-peft calibrate: 400 simulated sweeps of the folder's own design at the line fitted
 #      to its rows): calibration.json; summary.json and report.md updated;
-#   2. the published design's expected slope interval and both designs' errors at the same fitted truth, 400 repeats
+#   3. the published design's expected slope interval and both designs' errors at the same fitted truth, 400 repeats
 #      (benchmarks/measurement_cost.py --truth-fitted): the width the issue's "at most 6 tokens wide" is set beside;
-#   3. the calibration's coverage at the three truths the report's rule asks for (the fitted line, the common-width
+#   2. the calibration's coverage at the three truths the report's rule asks for (the fitted line, the common-width
 #      law, the slope moved by its interval's half-width): 100 simulated sweeps at each, each calibrated from 100 more
 #      (benchmarks/simulated_intervals.py --all-truths, two at a time on the 2 cores).
 # Then commit the folder and results/benchmarks/*gemma_words_glove*_rows<N>.* (N: the rows the design stopped at), and
 # add the three truths' figures to ut_peft/accessibility/stats/coverage.py's CALIBRATED_TABLE under the rows' digest
 # (store.rows_digest; the table's test checks each figure against its record): until then the report prints the
 # calibrated intervals with "coverage not measured at this folder's line".
+# The folder is the first argument (default: the run's first folder; after a retarget, the folder it continues in).
+# The caller holds FOLDER/finish.lock, not the folder's sweep.lock: ut-peft calibrate takes sweep.lock itself and
+# refuses a folder whose lock another process holds.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-folder=results/gemma-3-270m/pooled-words-glove
+folder=${1:-results/gemma-3-270m/pooled-words-glove}
 if [ ! -e "$folder/summary.json" ]; then
     echo "$folder has no summary.json: its design has not stopped (ut-peft status $folder says where it stands)" >&2
     exit 2
@@ -24,16 +27,17 @@ fi
 rows=$(grep -c . "$folder/rows.jsonl")
 bench=results/benchmarks
 nice -n 5 ut-peft calibrate "$folder" --workers 2
-log=$bench/measurement_cost_v7_gemma_words_glove_truthfitted_rows$rows.log
-if [ ! -s "$log" ]; then
-    nice -n 5 python benchmarks/measurement_cost.py --quick --designs pooled --pooled-version 7 --pooled-factor 2 \
-        --workers 2 --truth-fitted "$folder" > "$log.partial"
-    mv "$log.partial" "$log"
-fi
+# The coverage first: the report's trust in the calibrated intervals rests on it (CALIBRATED_TABLE).
 name=$bench/simulated_intervals_gemma_words_glove_rows$rows
 if [ ! -s "$name.log" ]; then
     nice -n 5 python benchmarks/simulated_intervals.py "$folder" --all-truths --outer 100 --inner 100 --workers 2 \
         --results "$name" --json "$name.json" > "$name.log.partial"
     mv "$name.log.partial" "$name.log"
+fi
+log=$bench/measurement_cost_v7_gemma_words_glove_truthfitted_rows$rows.log
+if [ ! -s "$log" ]; then
+    nice -n 5 python benchmarks/measurement_cost.py --quick --designs pooled --pooled-version 7 --pooled-factor 2 \
+        --workers 2 --truth-fitted "$folder" > "$log.partial"
+    mv "$log.partial" "$log"
 fi
 echo "finished: commit $folder and $bench/*gemma_words_glove*_rows$rows.*; then add the three truths to CALIBRATED_TABLE"

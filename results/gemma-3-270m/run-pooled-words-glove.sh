@@ -53,7 +53,8 @@ fi
     --target-slope-se 1.09 --target-n50-se 1:4.20 2:2.93 3:2.61 4:2.33 5:2.19 \
     --output "$out" "$@")
 # The design has stopped once the run wrote summary.json: calibrate it and measure its intervals' coverage, holding
-# the folder's sweep lock meanwhile, so that the fixed-UT budget runs (which wait for it) do not take the cores yet.
+# the folder's finish.lock meanwhile, so that a job that waits for the cores (run-budget.sh checks it) does not take
+# them yet; not sweep.lock, which ut-peft calibrate takes itself (it would refuse a folder another process holds).
 if [ -e "$out/summary.json" ]; then
-    flock "$out/sweep.lock" bash "$repo/results/gemma-3-270m/finish-pooled-words-glove.sh"
+    flock "$out/finish.lock" bash "$repo/results/gemma-3-270m/finish-pooled-words-glove.sh" "$out"
 fi

@@ -46,8 +46,9 @@ if [ -e "$paused" ]; then
     echo "$paused exists ($(head -c 300 "$paused")): the budget runs are paused; remove it and rerun to go on" >&2
     exit 0
 fi
-lock_free() {  # nobody holds the campaign's sweep lock (flock -n fails while its process runs)
-    [ ! -e "$wait_for/sweep.lock" ] || flock -n "$wait_for/sweep.lock" true
+lock_free() {  # nobody holds the campaign's sweep lock or its finish lock (flock -n fails while a holder runs)
+    { [ ! -e "$wait_for/sweep.lock" ] || flock -n "$wait_for/sweep.lock" true; } &&
+        { [ ! -e "$wait_for/finish.lock" ] || flock -n "$wait_for/finish.lock" true; }
 }
 until { [ -e "$wait_for/summary.json" ] || [ -e "$wait_for/PAUSED" ]; } && lock_free; do
     echo "$(date '+%F %T') waiting for $wait_for to finish (summary.json) or pause (PAUSED, its process gone)"
