@@ -377,3 +377,17 @@ def test_a_damaged_summary_json_is_said_to_be_damaged_not_read_as_a_summary_of_n
     assert line.startswith("summary.json: DAMAGED (") and "None" not in line
     assert f"ut-peft cram --report-only --output {folder}` writes it again from the rows" in line
     assert (folder / "summary.json").read_text() == damage  # status only reads
+
+
+def test_a_retargeted_folder_says_where_its_first_rows_came_from(tmp_path, capsys):
+    """A sweep continued in a new folder with --retarget-from: status names the folder its rows came from, the
+    targets, and the rows and snapshots kept (retargeted.json); one that began in its folder says nothing of it."""
+    folder = copy_sweep(WORDS, tmp_path / "words", names=("settings.json", "rows.jsonl", "retargeted.json"))
+    record = json.loads((folder / "retargeted.json").read_text())
+    status = json.loads(status_of(folder, capsys, "--json"))
+    assert status["retargeted"] == record
+    text = status_of(folder, capsys)
+    assert f"Retargeted from {record['folder']}" in text and f"{record['rows_kept']} of its rows kept" in text
+    (folder / "retargeted.json").unlink()
+    assert json.loads(status_of(folder, capsys, "--json"))["retargeted"] is None
+    assert "Retargeted" not in status_of(folder, capsys)

@@ -44,8 +44,9 @@ PAUSED_FILE = "PAUSED"
 
 def folder_status(folder) -> dict:
     """Where the sweep in ``folder`` stands, as a JSON-safe dict (what ``ut-peft status --json`` prints):
-    ``folder, model, source, design, paused, finished, rows, in_flight, estimate, stop, time, summary``; the pooled
-    design's parts (estimate, stop, time) are None for other designs. Reads the folder only."""
+    ``folder, model, source, design, paused, retargeted, finished, rows, in_flight, estimate, stop, time, summary``
+    (``retargeted``: retargeted.json's record, None for a folder whose rows began there); the pooled design's parts
+    (estimate, stop, time) are None for other designs. Reads the folder only."""
     folder = Path(folder)
     settings = store.read_sweep_settings(folder)
     rows = store.read_rows(folder)
@@ -59,6 +60,7 @@ def folder_status(folder) -> dict:
         "source": _source_name(settings.get("source")),
         "design": _design_settings(config),
         "paused": _paused_text(folder),
+        "retargeted": store.read_retargeted(folder),  # where its first rows came from (None: it began here)
         "finished": not due,
         "rows": _rows_section(rows, config.ms),
         "in_flight": _in_flight(folder, config, rows, due, pooled),
@@ -443,6 +445,10 @@ def format_status(status: dict) -> str:
         f"{design['rows_a_round']} {per}"
     ]
     stop, in_flight = status["stop"], status["in_flight"]
+    if status.get("retargeted"):
+        from .report import retarget_line
+
+        lines.append(retarget_line(status["retargeted"]))
     if status["paused"]:
         lines.append(f"state: PAUSED: {status['paused']}")
     elif status["finished"]:
