@@ -667,8 +667,8 @@ def table(rows: dict[str, dict], runs_dir: Path | str, results: Path | str) -> s
         + main_table(rows)
         + "\n\n## Fixed-backbone rows below the paper's level: the curve in examples seen\n\n"
         + curve_table(rows)
-        + "\n\n## Dyck-1 (width 128, 4 heads of 32 unless the row says; a fixed pool of 20 000 strings, or fresh strings "
-        "every step)\n\n"
+        + "\n\n## Dyck-1 (width 128, 4 heads of 32 unless the row says; a fixed pool of 20 000 strings, or fresh "
+        "strings every step)\n\n"
         + dyck_table(rows)
         + "\n\n## Rows trained at the earlier settings (E and positions at std 1.0, a fixed pool of 20 000 strings, "
         "k = 1..4 mixed)\n\n"
