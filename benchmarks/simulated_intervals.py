@@ -57,6 +57,7 @@ import dataclasses
 import functools
 import json
 import math
+import pprint
 import sys
 import time
 from pathlib import Path
@@ -73,6 +74,7 @@ from ut_peft.accessibility.simulated_intervals import (  # noqa: E402
     fitted_truth,
     pooled_design,
 )
+from ut_peft.accessibility.stats.coverage import calibrated_table_entry  # noqa: E402
 from ut_peft.accessibility.stats.simulator import (  # noqa: E402
     AuditedAbandon,
     Truth,
@@ -540,6 +542,12 @@ def main(argv=None) -> None:
         record["table"] = outcome["table"]
     if args.json:
         atomic_write_json(args.json, record)
+        if args.all_truths:  # what CALIBRATED_TABLE takes, so that nobody types the figures in
+            entry = calibrated_table_entry(args.folder, record, args.json)
+            print(
+                "\nThe entry for ut_peft/accessibility/stats/coverage.py's CALIBRATED_TABLE (its test checks it "
+                f"against {args.json}):\n" + pprint.pformat({base["rows_digest"]: entry}, width=119, sort_dicts=False)
+            )
 
 
 if __name__ == "__main__":

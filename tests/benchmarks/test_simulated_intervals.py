@@ -158,6 +158,12 @@ def test_all_truths_run_into_three_files_and_one_table_and_a_file_keeps_its_trut
         assert {line["setting"]["truth"] for line in lines} == {kind}
         assert all("quantities" in line for line in lines)
     assert "slope-shift truth (the truth fitted to" in out and "moved by +2.000 tokens (--slope-shift)" in out
+    # The CALIBRATED_TABLE entry, printed to be pasted: the record's figures under the rows' digest.
+    from ut_peft.accessibility.stats.coverage import calibrated_table_entry
+
+    entry = calibrated_table_entry(str(folder), json.loads(record.read_text()), str(record))
+    assert "The entry for ut_peft/accessibility/stats/coverage.py's CALIBRATED_TABLE" in out
+    assert f"'slope': {entry['truths']['fitted']['slope']}" in out and "'n50': {'1': " in out
     assert "common-width truth (the truth fitted to" in out and "width power 0.00" in out
     assert "| quantity | fitted (MC se) | common-width (MC se) | slope-shift (MC se) | verdict |" in out
     assert "trusted where the calibrated coverage is at least 0.90 at every truth" in out

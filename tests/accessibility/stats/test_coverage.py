@@ -220,3 +220,27 @@ def test_version_8s_coverage_is_the_lowest_its_committed_runs_measured():
     assert len(per_m) == 10 and len(slopes) == 2
     assert (entry["slope"], entry["n50"]) == (min(slopes), min(per_m))
     assert "--pooled-version 8 --pooled-factor 2" in entry["command"] and entry["factor"] == 2.0
+
+
+def test_the_entry_an_all_truths_run_prints_is_the_tables_for_those_truths():
+    """benchmarks/simulated_intervals.py --all-truths --json prints the CALIBRATED_TABLE entry of its record
+    (coverage.calibrated_table_entry): for SmolLM2's words run its two truths beyond the fitted one are the table's."""
+    for digest, entry in coverage.CALIBRATED_TABLE.items():
+        for record_path in {figures["record"] for figures in entry["truths"].values()}:
+            record = json.loads((ROOT / record_path).read_text())
+            if "truths" not in record:  # a single-truth record (the fitted line's, before --all-truths)
+                continue
+            printed = coverage.calibrated_table_entry(entry["folder"], record, record_path)
+            assert (printed["folder"], printed["version"], printed["num_sequences"]) == (
+                entry["folder"],
+                entry["version"],
+                entry["num_sequences"],
+            )
+            for truth, figures in printed["truths"].items():
+                table = entry["truths"][truth]
+                assert [figures[k] for k in ("slope", "intercept", "n50")] == [
+                    table[k] for k in ("slope", "intercept", "n50")
+                ]
+                if table["record"] == record_path:  # the fitted truth's figures are credited to its earlier record
+                    assert figures == table
+                assert record["truths"][truth]["setting"]["rows_digest"] == digest

@@ -259,6 +259,30 @@ CALIBRATED_TABLE: dict[str, dict] = {
 }
 
 
+def calibrated_table_entry(folder: str, record: dict, record_path: str) -> dict:
+    """The :data:`CALIBRATED_TABLE` entry of an ``--all-truths`` record of benchmarks/simulated_intervals.py (its
+    ``--json``, at ``record_path``) for ``folder``: per truth the calibrated coverage of the slope, the intercept and
+    n_50 at each m, with the record and its command. The run prints it; keyed by the rows' digest
+    (``record["truths"][...]["setting"]["rows_digest"]``), it goes into the table by hand, where a test checks it
+    against the record again."""
+    truths = {}
+    for truth, outcome in record["truths"].items():
+        table = outcome["table"]
+        truths[truth] = {
+            "slope": table["slope"]["calibrated"],
+            "intercept": table["intercept"]["calibrated"],
+            "n50": {name[4:]: e["calibrated"] for name, e in table.items() if name.startswith("n50@")},
+            "record": record_path,
+            "command": record["command"],
+        }
+    return {
+        "folder": folder,
+        "version": record["version"],
+        "num_sequences": record["num_sequences"],
+        "truths": truths,
+    }
+
+
 def lowest_n50(n50) -> float:
     """The lowest n_50 coverage of a figure given for every m at once (a number) or per m (a dict by m)."""
     return min(n50.values()) if isinstance(n50, dict) else n50
@@ -361,7 +385,8 @@ def _verdict(interval, coverage: float | None, se, measured_at, sequences: int, 
 
 def _simulated_checks(entry: dict | None, batch: int, where: str, slope_ci, intercept_ci, per_m) -> dict:
     """The checks of one line's intervals against a simulated-coverage ``entry`` ({"slope", "n50", "intercept"
-    (optional), "command"}, n50 one figure for every m or a dict by m; None: not measured): ``{"measured", "command", "slope", "intercept", "per_m"}``."""
+    (optional), "command"}, n50 one figure for every m or a dict by m; None: not measured): ``{"measured",
+    "command", "slope", "intercept", "per_m"}``."""
 
     def one(interval, coverage):
         return _verdict(interval, coverage, None, None, batch, where) if interval else None
