@@ -415,8 +415,10 @@ def test_the_command_line_resumes_a_folder_under_its_own_version_and_starts_new_
     resumed = sweep_config(parse(common)).design  # the same command resumes the folder under its rules
     assert resumed.version == 1 and resumed.rules == POOLED_RULES[1]
     assert sweep_config(parse([*common, "--pooled-version", "2", "--overwrite"])).design.version == 2
-    retargeted = sweep_config(parse([*common, "--retarget-from", str(folder), "--output", str(tmp_path / "new")]))
-    assert retargeted.design.version == 2
+    # A retarget continues the folder's run with new targets: under its rules unless --pooled-version says otherwise.
+    retarget = [*common, "--retarget-from", str(folder), "--output", str(tmp_path / "new")]
+    assert sweep_config(parse(retarget)).design.version == 1
+    assert sweep_config(parse([*retarget, "--pooled-version", "2"])).design.version == 2
     assert flags_from_settings(json.loads((folder / "settings.json").read_text()), folder)["pooled_version"] == 1
     with pytest.raises(ValueError, match="--pooled-version belongs to --design pooled"):
         sweep_config(parse(["--model", "x", "--source", "tokens", "--pooled-version", "1"]))
