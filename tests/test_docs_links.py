@@ -4,7 +4,11 @@ A figure in the docs points at the rows that produced it; when files or sections
 link before a reader does.
 """
 
+import fnmatch
+import functools
 import re
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -23,6 +27,29 @@ def expand_braces(path: str) -> list[str]:
         return [path]
     head, tail = path[: match.start()], path[match.end() :]
     return [e for alt in match.group(1).split(",") for e in expand_braces(head + alt + tail)]
+
+
+@functools.cache
+def committed_files() -> frozenset[str] | None:
+    """The files git tracks in this checkout, or None outside one: a quoted path must be in git, not only on this
+    disk (an emptied folder, or rows never committed, exist here and not in a clean clone)."""
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        return None
+    listing = subprocess.run(["git", "ls-files", "-z", "results"], cwd=ROOT, capture_output=True, check=False)
+    if listing.returncode != 0:
+        return None
+    return frozenset(listing.stdout.decode().split("\0")) - {""}
+
+
+def is_committed(path: str, tracked: frozenset[str] | None) -> bool:
+    """A file, a folder holding a file, or a glob matching a file, that a clean clone holds."""
+    path = path.rstrip("/")
+    if tracked is None:
+        return bool(list(ROOT.glob(path)))
+    return any(
+        fnmatch.fnmatchcase(file, path) or file.startswith(path + "/") or fnmatch.fnmatchcase(file, path + "/*")
+        for file in tracked
+    )
 
 
 def github_anchor(heading: str) -> str:
@@ -76,10 +103,18 @@ def test_quoted_results_paths_exist(page):
             path
             for quoted in RESULTS_PATH.findall(page.read_text(encoding="utf-8"))
             for path in expand_braces(quoted.rstrip("./-"))
-            if not list(ROOT.glob(path.rstrip("/")))
+            if not is_committed(path, committed_files())
         }
     )
     assert not missing, f"{page.name} quotes results/ paths that are not committed: {missing}"
+
+
+def test_a_path_only_on_this_disk_is_not_committed():
+    tracked = frozenset({"results/a/rows.jsonl", "results/a/sub/x.json"})
+    assert is_committed("results/a", tracked) and is_committed("results/a/", tracked)
+    assert is_committed("results/a/*.jsonl", tracked) and is_committed("results/a/sub", tracked)
+    assert not is_committed("results/a/inflight", tracked)  # an emptied folder: on disk, not in a clone
+    assert not is_committed("results/ab", tracked)
 
 
 def test_the_rules_read_paths_as_github_and_the_shell_do():
