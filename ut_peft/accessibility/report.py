@@ -8,13 +8,12 @@ from pathlib import Path
 
 import numpy as np
 
-from ..io import atomic_write_text
 from .designs.configs import each_row_measures
 from .engine.protocol import differences_from_published, nearest_paper_models, rows_per
 from .stats import published_bounds
 from .stats.coverage import THRESHOLD, check_calibrated, marked, summary_checks
 from .stats.fit import LineFit
-from .store import ACCESSIBILITY_PLOT, N50_PLOT, REPORT_FILE
+from .store import ACCESSIBILITY_PLOT, N50_PLOT, REPORT_DIGEST_FILE, REPORT_FILE, write_report_file
 from .summaries import Summary, abandon_audit, measured_slope
 
 
@@ -595,11 +594,20 @@ def retarget_line(record: dict) -> str:
     )
 
 
-def write_report(output_dir, summary: Summary) -> None:
+def write_report(output_dir, summary: Summary) -> Path | None:
+    """The plots and report.md of ``summary`` in ``output_dir``. A report.md edited since ut-peft wrote it is kept as
+    report.edited-<time>.md (:func:`.store.write_report_file`), and said: returns where it went, else None."""
     output_dir = Path(output_dir)
     plot_accessibility(summary, output_dir / ACCESSIBILITY_PLOT)
     plot_n50(summary, output_dir / N50_PLOT)
-    atomic_write_text(output_dir / REPORT_FILE, markdown(summary))
+    aside = write_report_file(output_dir, markdown(summary))
+    if aside is not None:  # said, whether or not progress is shown: the user looks for their edit in report.md
+        print(
+            f"note: {output_dir / REPORT_FILE} was not the report ut-peft wrote there (edited since, or written "
+            f"before ut-peft recorded its digest in {REPORT_DIGEST_FILE}): kept as {aside}; report.md is the new one",
+            flush=True,
+        )
+    return aside
 
 
 def _steps_line(law: dict | None, check: dict | None = None) -> str:

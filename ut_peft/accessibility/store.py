@@ -22,7 +22,10 @@ This module owns the folder's layout; nothing else spells a file name of it:
   summary.json           the fits and bounds: a :class:`Summary` (:func:`write_summary`, :func:`read_summary`)
   accessibility.png      accessibility vs n, one curve per m, with the sigmoid fits
   n50_vs_m.png           n_50 vs m with the linear fit and the theoretical slope bounds
-  report.md              the Markdown report
+  report.md              the Markdown report (:func:`write_report_file`)
+  report.md.sha256       the digest of the report.md the store wrote last (as ``sha256sum`` writes it): a report.md
+                         that is not that file was edited since (or predates the record), and is set aside as
+                         report.edited-<time>.md, never overwritten or removed (:func:`set_aside_edited_report`)
   vectors/               (save_vectors=True) the crammed (m, d) vectors of every sequence (:func:`vectors_path`)
   inflight/              the state of each row still being crammed, refreshed every few minutes and removed when
                          its row is written (:func:`write_inflight`): a killed run resumes its rows from there. Each
@@ -40,6 +43,7 @@ import hashlib
 import json
 import os
 import re
+import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -56,6 +60,9 @@ SUMMARY_FILE = "summary.json"
 # A pooled sweep's calibrated intervals (simulated_intervals, `ut-peft calibrate`), keyed by a digest of its rows.
 CALIBRATION_FILE = "calibration.json"
 REPORT_FILE = "report.md"
+REPORT_DIGEST_FILE = "report.md.sha256"
+# Where an edited report.md is kept when the report is written again or the folder cleared (the user's file then).
+EDITED_REPORT_PREFIX = "report.edited-"
 ACCESSIBILITY_PLOT = "accessibility.png"
 N50_PLOT = "n50_vs_m.png"
 VECTORS_DIR = "vectors"
@@ -420,8 +427,9 @@ def _row_state_files(directory: Path) -> list[Path]:
 
 def sweep_files(folder: Path) -> list[Path]:
     """The files of a sweep the store wrote into ``folder`` (what clearing it removes): settings (and
-    rows-settings.json), rows, summary, report and plots, retargeted.json and the row files of ``vectors/`` and
-    ``inflight/``. Not the lock files (they hold no result) nor anything the user or a tracker put there."""
+    rows-settings.json), rows, summary, report (and its digest) and plots, retargeted.json and the row files of
+    ``vectors/`` and ``inflight/``. Not the lock files (they hold no result) nor anything the user or a tracker put
+    there (an edited report.md is set aside before a clear: :func:`set_aside_edited_report`)."""
     folder = Path(folder)
     named = [
         folder / name
@@ -430,6 +438,7 @@ def sweep_files(folder: Path) -> list[Path]:
             ROWS_SETTINGS_FILE,
             SUMMARY_FILE,
             REPORT_FILE,
+            REPORT_DIGEST_FILE,
             ACCESSIBILITY_PLOT,
             N50_PLOT,
             RETARGETED_FILE,
@@ -809,10 +818,13 @@ def finished_row_count(folder: Path) -> int:
 
 
 def clear_sweep_files(folder: Path, keep: Iterable[Path] = ()) -> None:
-    """Remove the files of :func:`sweep_files` but those of ``keep``, rows-settings.json and settings.json last: a
+    """Remove the files of :func:`sweep_files` but those of ``keep`` (a report.md edited since the store wrote it is
+    set aside as report.edited-<time>.md instead: :func:`set_aside_edited_report`), rows-settings.json and
+    settings.json last: a
     clear that is killed part-way leaves a folder that is still the old sweep (a resume under other settings is
     refused, and clearing it again finishes the job), never leftover work without the settings it was made under."""
     kept = {Path(path) for path in keep}
+    set_aside_edited_report(folder)  # a report.md the store did not write is the user's: kept, not removed
     last = [Path(folder) / ROWS_SETTINGS_FILE, Path(folder) / SETTINGS_FILE]
     for path in sweep_files(folder):
         if path not in last and path not in kept:
@@ -820,6 +832,55 @@ def clear_sweep_files(folder: Path, keep: Iterable[Path] = ()) -> None:
     for path in last:
         if path not in kept:
             path.unlink(missing_ok=True)
+
+
+def _recorded_report_digest(folder: Path) -> str | None:
+    """The sha256 that report.md.sha256 records for the report.md the store wrote last; None where there is none (a
+    folder written before the store kept it) or it cannot be read."""
+    try:
+        fields = (Path(folder) / REPORT_DIGEST_FILE).read_text(encoding="utf-8").split()
+    except (OSError, ValueError):
+        return None
+    return fields[0] if fields else None
+
+
+def set_aside_edited_report(folder: Path) -> Path | None:
+    """Move ``folder``'s report.md to ``report.edited-<time>.md`` where it is not the file the store wrote last (its
+    sha256 is not report.md.sha256's: edited by hand since, or written before the store recorded the digest, when
+    whose it is cannot be told), so that writing the report again or clearing the folder never loses an edit. Returns
+    where it went; None where report.md is absent or is the store's own."""
+    path = Path(folder) / REPORT_FILE
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    if hashlib.sha256(data).hexdigest() == _recorded_report_digest(folder):
+        return None
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    aside = path.with_name(f"{EDITED_REPORT_PREFIX}{stamp}.md")
+    count = 1
+    while aside.exists():  # edited again within the second: an earlier copy is never replaced
+        count += 1
+        aside = path.with_name(f"{EDITED_REPORT_PREFIX}{stamp}-{count}.md")
+    path.rename(aside)  # one step: the edit is at one of the two names whenever the process is killed
+    return aside
+
+
+def write_report_file(folder: Path, text: str) -> Path | None:
+    """Write ``text`` as ``folder``'s report.md (atomically) and record its digest in report.md.sha256. A report.md
+    that is neither ``text`` nor the file the store wrote last is set aside first (:func:`set_aside_edited_report`);
+    returns where it went, None where nothing was set aside.
+
+    The report is written before its digest: a kill in between leaves a record of the previous report, so the next
+    write sets this one aside as if edited (a spare copy), never the other way round (an edit taken for ours)."""
+    folder = Path(folder)
+    path, data = folder / REPORT_FILE, text.encode("utf-8")
+    aside = None
+    if path.is_file() and path.read_bytes() != data:  # the same bytes again lose nothing, whoever wrote them
+        aside = set_aside_edited_report(folder)
+    atomic_write_bytes(path, data)
+    atomic_write_bytes(folder / REPORT_DIGEST_FILE, f"{hashlib.sha256(data).hexdigest()}  {REPORT_FILE}\n".encode())
+    return aside
 
 
 def prepare_folder(folder: Path, settings: dict, clear: bool, keep: Iterable[Path] = ()) -> None:
