@@ -154,9 +154,10 @@ def test_the_refusal_names_ways_to_load_anyway_that_work_for_from_pretrained_and
     # The way the message gives for a PeftModel that has an adapter already.
     assert "peft_model.add_adapter(name, UTReprogramConfig.from_pretrained(folder, check_base=False))" in message
     assert "then peft_model.load_adapter(folder, name)" in message
+    # add_adapter makes a new adapter (nothing loaded yet); the load that follows warns.
+    other.add_adapter("x", UTReprogramConfig.from_pretrained(tmp_path, check_base=False))
     with pytest.warns(UserWarning, match="check_base=False: loading this adapter onto another base"):
-        other.add_adapter("x", UTReprogramConfig.from_pretrained(tmp_path, check_base=False))
-    other.load_adapter(tmp_path, adapter_name="x")
+        other.load_adapter(tmp_path, adapter_name="x")
     other.set_adapter("x")
     assert torch.equal(other(input_ids=IDS).logits, expected)
     help_text = UTReprogramConfig.__dataclass_fields__["check_base"].metadata["help"]

@@ -3,15 +3,18 @@ UTReprogramConfig.from_pretrained(folder_made_on_a))``), as peft users do with a
 
 Nothing is loaded there, yet the config still carried base A's records: with the default check_base=True it was
 refused as "made on another base", and with check_base=False the fresh adapter kept A's records, so its save was
-refused on B (where it was made and trained) and accepted without a word on A. Loading (PeftModel.from_pretrained,
-load_adapter) still checks the base as before."""
+refused on B (where it was made and trained) and accepted without a word on A. The same holds for the other ways peft
+makes a new adapter from a config (``peft_model.add_adapter``, ``inject_adapter_in_model``). Loading
+(PeftModel.from_pretrained, load_adapter, transformers' load_adapter) still checks the base as before."""
 
 import json
+import sys
 import warnings
+from contextlib import contextmanager
 
 import pytest
 import torch
-from peft import PeftModel, get_peft_model
+from peft import PeftModel, get_peft_model, inject_adapter_in_model
 
 import ut_peft  # noqa: F401  (registers UT_REPROGRAM)
 from ut_peft import UTReprogramConfig
@@ -92,7 +95,7 @@ def test_for_new_base_gives_the_settings_without_the_base_for_add_adapter_and_th
     folder = saved_on_a(tmp_path / "a")
     model = get_peft_model(base_b(), UTReprogramConfig())
     with pytest.raises(ValueError) as refused:
-        model.add_adapter("x", UTReprogramConfig.from_pretrained(folder))
+        PeftModel.from_pretrained(base_b(), folder)
     assert "UTReprogramConfig.from_pretrained(folder).for_new_base()" in str(refused.value)
     loaded = UTReprogramConfig.from_pretrained(folder)
     fresh = loaded.for_new_base()
@@ -170,3 +173,118 @@ def test_a_trainer_resumes_a_new_adapter_made_from_reused_settings_and_weights_a
     weights_only.mkdir()
     (weights_only / "adapter_model.safetensors").write_bytes((folder / "adapter_model.safetensors").read_bytes())
     get_peft_model(tiny_model("llama", seed=0), UTReprogramConfig(**SETTINGS)).load_adapter(weights_only, "default")
+
+
+@pytest.mark.parametrize("check_base", [True, False])
+def test_add_adapter_with_a_saved_adapters_settings_makes_a_new_adapter_of_the_models_base(tmp_path, check_base):
+    """peft_model.add_adapter(name, UTReprogramConfig.from_pretrained(folder_a)) was refused as "made on another
+    base" (and with check_base=False kept A's records), where get_peft_model with the same config makes a new
+    adapter: add_adapter makes one too, recording the model's own base."""
+    folder = saved_on_a(tmp_path / "a")
+    model = get_peft_model(base_b(), UTReprogramConfig())
+    config = UTReprogramConfig.from_pretrained(folder, check_base=check_base)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model.add_adapter("x", config)
+    assert not [w for w in caught if "another base" in str(w.message)]  # nothing is loaded onto B
+    made = model.peft_config["x"]
+    assert {name: getattr(made, name) for name in RECORDS} == records_of_a_fresh_adapter_on_b()
+    assert made.weights_sha256 is None
+    # The base's name as get_peft_model gives it (a model built from a config has none), not A's folder.
+    assert (
+        made.base_model_name_or_path
+        == get_peft_model(base_b(), UTReprogramConfig()).peft_config["default"].base_model_name_or_path
+    )
+    assert (made.num_memory_tokens, made.init_seed, made.tied_embeddings) == (2, 5, "untie")
+    # As peft's add_adapter leaves any method's new adapter: frozen and inactive until set_adapter.
+    assert not any(p.requires_grad for n, p in model.named_parameters() if ".x" in n)
+    model.set_adapter("x")
+    assert any(p.requires_grad for n, p in model.named_parameters() if ".x" in n)
+    nudged(model).save_pretrained(tmp_path / "b", selected_adapters=["x"])
+    with torch.no_grad():
+        expected = model(input_ids=IDS).logits
+        assert torch.equal(PeftModel.from_pretrained(base_b(), tmp_path / "b" / "x")(input_ids=IDS).logits, expected)
+    with pytest.raises(ValueError, match="another base model than this one"):
+        PeftModel.from_pretrained(tiny_model("llama", seed=0), tmp_path / "b" / "x")  # made on B
+
+
+def test_inject_adapter_in_model_with_a_saved_adapters_settings_records_the_models_base(tmp_path):
+    folder = saved_on_a(tmp_path / "a")
+    model = inject_adapter_in_model(UTReprogramConfig.from_pretrained(folder), base_b())
+    made = model.peft_config["default"]
+    assert {name: getattr(made, name) for name in RECORDS} == records_of_a_fresh_adapter_on_b()
+    assert made.weights_sha256 is None and made.num_memory_tokens == 2
+
+
+def test_loads_and_low_cpu_mem_usage_still_check_the_base_the_folder_records(tmp_path):
+    """What loads saved weights into the adapter it makes checks the folder's records: transformers'
+    load_adapter (which goes through inject_adapter_in_model), and low_cpu_mem_usage=True, whose meta tensors peft
+    says a load replaces."""
+    folder = saved_on_a(tmp_path / "a")
+    another = r"another base model than this one \(the frozen weights differ"
+    with pytest.raises(ValueError, match=another):
+        base_b().load_adapter(str(folder))
+    model = get_peft_model(base_b(), UTReprogramConfig())
+    with pytest.raises(ValueError, match=another):
+        model.add_adapter("x", UTReprogramConfig.from_pretrained(folder), low_cpu_mem_usage=True)
+    assert list(model.peft_config) == ["default"]
+    with pytest.raises(ValueError, match=another):
+        inject_adapter_in_model(UTReprogramConfig.from_pretrained(folder), base_b(), low_cpu_mem_usage=True)
+
+
+def test_an_adapter_added_then_loaded_anyway_records_the_base_its_weights_were_trained_on(tmp_path):
+    """The way to load onto a PeftModel that has an adapter already, regardless of the base (the refusal names it):
+    add_adapter(name, from_pretrained(folder, check_base=False)) makes the adapter, load_adapter warns and loads A's
+    weights, and the adapter then records A, the base those weights were trained on (a save of it is not passed
+    off as B's)."""
+    folder = saved_on_a(tmp_path / "a")
+    model = get_peft_model(base_b(), UTReprogramConfig())
+    model.add_adapter("x", UTReprogramConfig.from_pretrained(folder, check_base=False))
+    with pytest.warns(UserWarning, match="check_base=False: loading this adapter onto another base"):
+        model.load_adapter(folder, adapter_name="x")
+    saved = UTReprogramConfig.from_pretrained(folder)
+    assert {name: getattr(model.peft_config["x"], name) for name in RECORDS} == {
+        name: getattr(saved, name) for name in RECORDS
+    }
+    model.save_pretrained(tmp_path / "again", selected_adapters=["x"])
+    with pytest.raises(ValueError, match="another base model than this one"):
+        PeftModel.from_pretrained(base_b(), tmp_path / "again" / "x")
+    with torch.no_grad():
+        expected = PeftModel.from_pretrained(tiny_model("llama", seed=0), folder)(input_ids=IDS).logits
+        again = PeftModel.from_pretrained(tiny_model("llama", seed=0), tmp_path / "again" / "x")(input_ids=IDS)
+        assert torch.equal(again.logits, expected)
+
+
+_OPENED: list[str] | None = None  # the files opened while counting (None: not counting)
+
+
+def _count_opens(event: str, args: tuple) -> None:
+    if event == "open" and _OPENED is not None and isinstance(args[0], (str, bytes)):
+        _OPENED.append(str(args[0]))
+
+
+@contextmanager
+def opened_files():
+    """Every file the process opens inside the block, by any means (builtins.open, io.open, os.open): Python's
+    "open" audit event. An audit hook cannot be removed, so one is added per process and listens only here."""
+    global _OPENED
+    if not getattr(sys, "_ut_peft_test_open_hook", False):
+        sys.addaudithook(_count_opens)
+        sys._ut_peft_test_open_hook = True
+    _OPENED = []
+    try:
+        yield _OPENED
+    finally:
+        _OPENED = None
+
+
+def test_load_adapter_into_an_existing_adapter_reads_the_folders_config_once(tmp_path):
+    """The base check of load_adapter into an existing adapter read adapter_config.json twice (once for the method,
+    once for the records); peft itself reads only the weights there."""
+    folder = saved_on_a(tmp_path / "a")
+    model = get_peft_model(tiny_model("llama", seed=0), UTReprogramConfig(**SETTINGS))
+    with opened_files() as opened:
+        model.load_adapter(folder, adapter_name="default")
+    assert [path for path in opened if path.endswith("adapter_config.json")] == [str(folder / "adapter_config.json")]
+    with pytest.raises(ValueError, match="another base model than this one"):
+        get_peft_model(base_b(), UTReprogramConfig(**SETTINGS)).load_adapter(folder, adapter_name="default")

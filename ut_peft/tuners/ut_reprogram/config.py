@@ -294,24 +294,34 @@ class UTReprogramConfig(PeftConfig):
         from its own, and trainable (``inference_mode=False``, as ``UTReprogramConfig()``; peft saves every config
         with ``inference_mode=True``). This config is left as it is.
 
-        ``get_peft_model(base, UTReprogramConfig.from_pretrained(folder))`` does this by itself: it makes a new
-        adapter, and nothing of the folder is loaded. ``peft_model.add_adapter``, ``inject_adapter_in_model`` and
-        transformers' ``model.add_adapter`` create adapters that ``load_adapter`` also goes through to load saved
-        weights, so there the records of the config are checked against the base: reuse a saved adapter's settings
-        there as ``peft_model.add_adapter(name, UTReprogramConfig.from_pretrained(folder).for_new_base())``.
+        ``get_peft_model(base, config)``, ``peft_model.add_adapter(name, config)`` and ``inject_adapter_in_model(
+        config, model)`` drop the records by themselves (a new adapter records its own base), but keep
+        ``inference_mode`` as the config has it, as peft does for every method. What loads saved weights into the
+        adapter it makes (``from_pretrained``, ``load_adapter``, and ``low_cpu_mem_usage=True``, whose meta tensors
+        peft says a load replaces) checks the records against the base instead: there, a new adapter with a saved
+        adapter's settings takes ``UTReprogramConfig.from_pretrained(folder).for_new_base()``.
         """
         config = copy.deepcopy(self)
-        config._forget_base()
-        config.base_model_name_or_path = None  # PeftModel.save_pretrained writes the base's own name when None
+        config._forget_base(None)
         config.revision = None
         config.inference_mode = False
         return config
 
-    def _forget_base(self) -> None:
-        """Drop the records of a base (``BASE_RECORDS``) in place, so that the adapter this config makes records its
-        own base (:meth:`for_new_base`; ``integration`` for ``get_peft_model``)."""
+    def _forget_base(self, base_model_name_or_path: Optional[str]) -> None:
+        """Drop the records of a base (``BASE_RECORDS``) in place and name the new base ``base_model_name_or_path``
+        (None: ``PeftModel.save_pretrained`` writes the base's own name), so that the adapter this config makes
+        records its own base (:meth:`for_new_base`; ``UTReprogramModel`` and ``integration`` for new adapters)."""
         for name in BASE_RECORDS:
             setattr(self, name, None)
+        self.base_model_name_or_path = base_model_name_or_path
+
+    def _take_base_records(self, other: UTReprogramConfig) -> None:
+        """Record the base ``other`` records (its ``BASE_RECORDS`` but the checksums of its own file, and its base's
+        name): the adapter of this config now holds weights loaded from ``other``'s folder, trained for that base."""
+        for name in BASE_RECORDS:
+            if name != "weights_sha256":
+                setattr(self, name, copy.deepcopy(getattr(other, name)))
+        self.base_model_name_or_path = other.base_model_name_or_path
 
     def to_dict(self) -> dict[str, Any]:
         """What adapter_config.json holds: every field but ``check_base``, which applies to one load only."""

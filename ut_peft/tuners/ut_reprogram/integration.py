@@ -10,17 +10,20 @@
   every matrix it changed, so for it "auto" means False. peft decides this inside ``get_peft_model_state_dict`` with
   no hook a method can use, so :func:`install` (run by ``import ut_peft``) still wraps ``PeftModel.save_pretrained``
   for this one decision; adapters of other methods pass through unchanged.
-- A new adapter or a load: ``get_peft_model(base, UTReprogramConfig.from_pretrained(folder))`` makes a new adapter
-  with a saved adapter's settings, which records its own base, while ``PeftModel.from_pretrained`` checks the records
-  against the base; :func:`install` wraps ``PeftModel.__init__`` and ``PeftModel.from_pretrained`` to tell the two
-  apart (:func:`_install_new_adapter_or_load` says why there).
+- A new adapter or a load: ``get_peft_model(base, UTReprogramConfig.from_pretrained(folder))`` (and ``add_adapter``,
+  ``inject_adapter_in_model`` with it) makes a new adapter with a saved adapter's settings, which records its own
+  base, while ``PeftModel.from_pretrained`` and ``load_adapter`` check the records against the base; :func:`install`
+  wraps peft's and transformers' load methods and ``PeftModel.add_adapter`` to tell the two apart
+  (:func:`_install_new_adapter_or_load` says why there).
 """
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import inspect
 import os
+from collections.abc import Iterator
 from typing import Optional
 
 from peft import PeftModel
@@ -65,8 +68,31 @@ def install() -> None:
     PeftModel.push_to_hub = push_to_hub
 
 
-# Set while PeftModel.from_pretrained runs: the PeftModel it creates is one to load saved weights into.
+# Set while an adapter is made to load saved weights into (PeftModel.from_pretrained, peft's and transformers'
+# load_adapter, low_cpu_mem_usage=True): its config's records of a base are checked, not replaced.
 _LOADING_SAVED_ADAPTER: contextvars.ContextVar[bool] = contextvars.ContextVar("ut_peft_loading", default=False)
+
+
+def records_its_own_base(low_cpu_mem_usage: bool) -> bool:
+    """Whether the adapter being made now from a config is a new one, which records the base it is made on (the
+    config's records of another base dropped), rather than one that saved weights are loaded into, whose config's
+    records are checked against the base (:func:`_install_new_adapter_or_load`)."""
+    return not low_cpu_mem_usage and not _LOADING_SAVED_ADAPTER.get()
+
+
+def base_name(model) -> Optional[str]:
+    """The name a new adapter on ``model`` records for its base, as ``get_peft_model`` gives it (a model built from a
+    config has the name "", which is not a Hub id: None)."""
+    return model.__dict__.get("name_or_path", None) or None
+
+
+@contextlib.contextmanager
+def _loading_saved_adapter() -> Iterator[None]:
+    token = _LOADING_SAVED_ADAPTER.set(True)
+    try:
+        yield
+    finally:
+        _LOADING_SAVED_ADAPTER.reset(token)
 
 
 def _install_new_adapter_or_load() -> None:
@@ -74,85 +100,84 @@ def _install_new_adapter_or_load() -> None:
 
     ``get_peft_model(base, UTReprogramConfig.from_pretrained(folder))`` reuses a saved adapter's settings, as peft
     users do with any method's config: it makes a new adapter, nothing of the folder is loaded, and peft itself renames
-    the config's ``base_model_name_or_path`` to the new base. ``PeftModel.from_pretrained(base, folder)`` passes the
-    same kind of config through the same injection and then loads the folder's weights, which were trained for the
-    base the config records: that one must be checked against its base (``check_base``), the other must record its
-    own base instead. Nothing the tuner sees tells them apart: the config is the same object either way
-    (``inference_mode`` is True in both when the reused config is not made trainable, False in both with
-    ``is_trainable=True``), the tuner is built with the same arguments, and a check deferred to the moment weights
-    are loaded would also refuse a Trainer resuming a new adapter's own checkpoint (``load_adapter`` into the
-    existing adapter). What does tell them apart is peft's public contract: a ``PeftModel`` is created by
-    ``get_peft_model`` (or ``PeftModel(...)``) for a new adapter and by ``PeftModel.from_pretrained`` to load one. So
-    ``PeftModel.__init__`` outside ``from_pretrained`` drops the config's records of a base (``_forget_base``; the
-    adapter records its own), and every other way in (``from_pretrained``, ``add_adapter``/``load_adapter``,
-    ``inject_adapter_in_model``, transformers' adapter methods) checks them as before. ``low_cpu_mem_usage=True``
-    makes meta tensors that peft's docs say a load replaces, so such a ``PeftModel`` is checked as well.
+    the config's ``base_model_name_or_path`` to the new base; ``peft_model.add_adapter(name, config)`` and
+    ``inject_adapter_in_model(config, model)`` do the same for a model that has adapters or for a plain one.
+    ``PeftModel.from_pretrained(base, folder)`` and ``load_adapter(folder, name)`` pass the same kind of config
+    through the same injection (``from_pretrained`` through ``PeftModel.__init__``, peft's ``load_adapter`` through
+    ``add_adapter``, transformers' through ``inject_adapter_in_model``) and then load the folder's weights, which
+    were trained for the base the config records: that one must be checked against its base (``check_base``), the
+    other must record its own base instead. Nothing the tuner sees tells them apart: the config is the same object
+    either way (``inference_mode`` is True in both when the reused config is not made trainable), the tuner is built
+    with the same arguments, and a check deferred to the moment weights are loaded would also refuse a Trainer
+    resuming a new adapter's own checkpoint (``load_adapter`` into the existing adapter). What does tell them apart
+    is peft's public contract: the load methods load, every other way in makes a new adapter. So the load methods
+    run in ``_LOADING_SAVED_ADAPTER``, and outside it a new adapter drops the config's records of a base (in
+    ``UTReprogramModel.__init__``, which ``PeftModel.__init__`` and ``inject_adapter_in_model`` build, and in
+    ``PeftModel.add_adapter``, which injects into the tuner that exists) and records its own. ``low_cpu_mem_usage=
+    True`` makes meta tensors that peft's docs say a load replaces, so such an adapter is checked as well.
     """
     import functools
+
+    from transformers.integrations.peft import PeftAdapterMixin
 
     original_init = PeftModel.__init__
     init_signature = inspect.signature(original_init)
 
     @functools.wraps(original_init)
     def __init__(self, model, peft_config, *args, **kwargs):
-        if _is_ut_reprogram(peft_config) and not _LOADING_SAVED_ADAPTER.get():
-            bound = init_signature.bind(self, model, peft_config, *args, **kwargs)
-            bound.apply_defaults()
-            if not bound.arguments.get("low_cpu_mem_usage"):
-                peft_config._forget_base()
-        original_init(self, model, peft_config, *args, **kwargs)
+        bound = init_signature.bind(self, model, peft_config, *args, **kwargs)
+        bound.apply_defaults()
+        # peft builds the tuner under init_empty_weights without passing low_cpu_mem_usage on: say it here.
+        loads = _is_ut_reprogram(peft_config) and bool(bound.arguments.get("low_cpu_mem_usage"))
+        with _loading_saved_adapter() if loads else contextlib.nullcontext():
+            original_init(self, model, peft_config, *args, **kwargs)
+
+    original_add_adapter = PeftModel.add_adapter
+    add_adapter_signature = inspect.signature(original_add_adapter)
+
+    @functools.wraps(original_add_adapter)
+    def add_adapter(self, adapter_name, peft_config, *args, **kwargs):
+        bound = add_adapter_signature.bind(self, adapter_name, peft_config, *args, **kwargs)
+        bound.apply_defaults()
+        new = records_its_own_base(bool(bound.arguments.get("low_cpu_mem_usage")))
+        if _is_ut_reprogram(peft_config) and new and adapter_name not in self.peft_config:
+            peft_config._forget_base(base_name(self.get_base_model()))
+        return original_add_adapter(self, adapter_name, peft_config, *args, **kwargs)
 
     original_from_pretrained = PeftModel.from_pretrained.__func__
 
     @functools.wraps(original_from_pretrained)
     def from_pretrained(cls, *args, **kwargs):
-        token = _LOADING_SAVED_ADAPTER.set(True)
-        try:
+        with _loading_saved_adapter():
             return original_from_pretrained(cls, *args, **kwargs)
-        finally:
-            _LOADING_SAVED_ADAPTER.reset(token)
-
-    PeftModel.__init__ = __init__
-    PeftModel.from_pretrained = classmethod(from_pretrained)
 
     original_load_adapter = PeftModel.load_adapter
 
     @functools.wraps(original_load_adapter)
     def load_adapter(self, model_id, adapter_name, *args, **kwargs):
         existing = self.peft_config.get(adapter_name)
+        other_base = None
+        # In from_pretrained, the adapter was made from this folder's config moments ago, and checked then.
         if _is_ut_reprogram(existing) and not _LOADING_SAVED_ADAPTER.get():
-            _check_folder_base(self, model_id, existing, kwargs)
-        return original_load_adapter(self, model_id, adapter_name, *args, **kwargs)
+            other_base = self.base_model.check_folder_base(model_id, existing.check_base, **kwargs)
+        with _loading_saved_adapter():
+            result = original_load_adapter(self, model_id, adapter_name, *args, **kwargs)
+        if other_base is not None:  # loaded anyway (check_base=False): the weights are another base's
+            existing._take_base_records(other_base)
+        return result
 
+    original_transformers_load = PeftAdapterMixin.load_adapter
+
+    @functools.wraps(original_transformers_load)
+    def transformers_load_adapter(self, *args, **kwargs):
+        with _loading_saved_adapter():
+            return original_transformers_load(self, *args, **kwargs)
+
+    PeftModel.__init__ = __init__
+    PeftModel.add_adapter = add_adapter
+    PeftModel.from_pretrained = classmethod(from_pretrained)
     PeftModel.load_adapter = load_adapter
-
-
-def _check_folder_base(model, model_id, existing, kwargs: dict) -> None:
-    """Check the base that the folder ``model_id`` was made on against ``model``'s before peft's ``load_adapter``
-    loads its weights into the existing adapter ``existing``, as loading it as a new adapter does.
-
-    peft's ``load_adapter`` into an adapter that exists (a Trainer resuming from a checkpoint, or
-    ``load_adapter(folder, "default")`` after ``get_peft_model``) reads only the weights, never the folder's config, so
-    an adapter trained on another base loaded without a word. ``PeftModel.from_pretrained`` loads this way into the
-    adapter it has just created from the same folder's config, checked already (``_LOADING_SAVED_ADAPTER``).
-    ``existing.check_base=False`` (an adapter loaded with it, or ``add_adapter(name, UTReprogramConfig.from_pretrained(
-    folder, check_base=False))``) loads with a warning, as it did when that adapter was made.
-    """
-    from huggingface_hub import hf_hub_download
-    from peft import PeftConfig
-    from peft.utils.constants import CONFIG_NAME
-
-    # The keywords load_adapter passes to the Hub (peft's own split: hf_hub_download's parameters); others would be
-    # read as config fields.
-    hub = {key: value for key, value in kwargs.items() if key in inspect.signature(hf_hub_download).parameters}
-    folder = os.path.join(str(model_id), hub.get("subfolder") or "")
-    if os.path.isdir(folder) and not os.path.isfile(os.path.join(folder, CONFIG_NAME)):
-        return  # weights alone: no record of a base to check, and peft loads them without a config
-    if not _is_ut_reprogram(PeftConfig.from_pretrained(model_id, **hub)):
-        return  # not a UT_REPROGRAM folder: no record of a base of this kind to check
-    # type(existing) is UTReprogramConfig (imported here, integration would import config back: tests/test_imports).
-    saved = type(existing).from_pretrained(model_id, check_base=existing.check_base, **hub)
-    model.base_model.check_recorded_base(saved)
+    PeftAdapterMixin.load_adapter = transformers_load_adapter
 
 
 def push_to_hub_with_card(

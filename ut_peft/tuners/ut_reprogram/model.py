@@ -5,7 +5,9 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import inspect
 import math
+import os
 import re
 import warnings
 from collections.abc import Iterator, Mapping
@@ -15,7 +17,7 @@ import torch
 from peft.tuners.tuners_utils import BaseTuner
 from torch import nn
 
-from .config import UTReprogramConfig
+from .config import UTReprogramConfig, check_adapter_weights
 from .fingerprint import (
     ADAPTER_PREFIX,
     FULL_DIGEST_ELEMENTS,
@@ -29,6 +31,7 @@ from .fingerprint import (
     standard_names,
 )
 from .init import INPUT, OUTPUT, POSITION, initial_tensors
+from .integration import base_name, records_its_own_base
 from .layer import UTEmbedding, UTPositionEmbedding, UTReprogramLayer, UTUnembedding
 
 # Attribute names under which transformers models keep learned absolute position embeddings.
@@ -186,6 +189,22 @@ class UTReprogramModel(BaseTuner):
     tuner_layer_cls = UTReprogramLayer
     target_module_mapping: dict = {}
 
+    def __init__(
+        self,
+        model: nn.Module,
+        peft_config: UTReprogramConfig | dict[str, UTReprogramConfig],
+        adapter_name: str,
+        low_cpu_mem_usage: bool = False,
+        state_dict: dict[str, torch.Tensor] | None = None,
+    ) -> None:
+        # Every new adapter made from a config (get_peft_model, PeftModel(...), inject_adapter_in_model, transformers'
+        # add_adapter) comes through here: it records this base, not the one a reused config records
+        # (integration.records_its_own_base says when a config's records are checked instead: a load).
+        config = peft_config.get(adapter_name) if isinstance(peft_config, dict) else peft_config
+        if isinstance(config, UTReprogramConfig) and records_its_own_base(low_cpu_mem_usage):
+            config._forget_base(base_name(model))
+        super().__init__(model, peft_config, adapter_name, low_cpu_mem_usage=low_cpu_mem_usage, state_dict=state_dict)
+
     # ---- finding what to wrap -------------------------------------------------------------------------------------
     def _prepare_adapter_config(self, peft_config: UTReprogramConfig, model_config: dict) -> UTReprogramConfig:
         return peft_config
@@ -243,10 +262,11 @@ class UTReprogramModel(BaseTuner):
                 "train_position_embeddings=False"
             )
 
-    def check_recorded_base(self, config: UTReprogramConfig) -> None:
+    def check_recorded_base(self, config: UTReprogramConfig) -> list[str]:
         """Refuse (``config.check_base``) or warn of a base that differs from the one ``config`` records: the adapter
-        it describes was trained for that base. Called for each new adapter, and by ``PeftModel.load_adapter`` with
-        the config of the folder whose weights it loads into an adapter that exists (``integration``)."""
+        it describes was trained for that base. Called for each new adapter (a config reused for a new adapter has
+        dropped its records already, ``integration``), and by :meth:`check_folder_base`. Returns what differs (empty:
+        the base ``config`` records is this one)."""
         model = self.model
         differ = base_mismatches(config, model, self._ut_base_tied, getattr(self, "_ut_base_vocab_size", None))
         if differ and config.check_base:
@@ -261,8 +281,10 @@ class UTReprogramModel(BaseTuner):
                 "already, peft_model.add_adapter(name, UTReprogramConfig.from_pretrained(folder, check_base=False)) "
                 "then peft_model.load_adapter(folder, name) (peft's load_adapter does not pass check_base on to the "
                 "config: load_adapter(folder, name, check_base=False) is refused like this). For a new adapter with "
-                "this adapter's settings and nothing loaded from it, pass "
-                "UTReprogramConfig.from_pretrained(folder).for_new_base() (get_peft_model does this by itself)"
+                "this adapter's settings and nothing loaded from it, pass UTReprogramConfig.from_pretrained(folder) "
+                "to get_peft_model or peft_model.add_adapter, which record this base instead (with "
+                "low_cpu_mem_usage=True, which peft keeps for loads, pass "
+                "UTReprogramConfig.from_pretrained(folder).for_new_base())"
             )
         if differ:
             warnings.warn(
@@ -271,6 +293,39 @@ class UTReprogramModel(BaseTuner):
                 + "); its outputs will not be the ones it was trained to give",
                 stacklevel=3,
             )
+        return differ
+
+    def check_folder_base(
+        self, model_id: str | os.PathLike, check_base: bool, **load_kwargs: Any
+    ) -> UTReprogramConfig | None:
+        """Check the base that the saved adapter ``model_id`` records against this model's before peft's
+        ``load_adapter`` loads its weights into an adapter that exists (``integration``; ``check_base``: that
+        adapter's). Returns the folder's config when its base differs and ``check_base`` is False (loaded with a
+        warning: the adapter then records the folder's base, whose weights it holds), else None.
+
+        The folder's adapter_config.json is read once: peft's own reading gives the config of the method it names,
+        which is the one checked when it is a UT_REPROGRAM config (the weights checks of
+        :meth:`UTReprogramConfig.from_pretrained` applied to it), and nothing is checked for another method's folder
+        or for weights alone (no record of a base).
+        """
+        from huggingface_hub import hf_hub_download
+        from peft import PeftConfig
+        from peft.utils.constants import CONFIG_NAME
+
+        # The keywords load_adapter passes to the Hub (peft's own split: hf_hub_download's parameters); others would
+        # be read as config fields.
+        hub_parameters = inspect.signature(hf_hub_download).parameters
+        hub = {key: value for key, value in load_kwargs.items() if key in hub_parameters}
+        folder = os.path.join(str(model_id), hub.get("subfolder") or "")
+        if os.path.isdir(folder) and not os.path.isfile(os.path.join(folder, CONFIG_NAME)):
+            return None  # weights alone: no record of a base to check, and peft loads them without a config
+        saved = PeftConfig.from_pretrained(str(model_id), **hub)
+        if not isinstance(saved, UTReprogramConfig):
+            return None  # another method's folder: no record of a base of this kind to check
+        if os.path.isdir(folder):
+            check_adapter_weights(folder, saved)
+        saved.check_base = check_base
+        return saved if self.check_recorded_base(saved) else None
 
     def _wants_output(self, config: UTReprogramConfig) -> bool:
         keep_tied = self._keeps_tied(config)
