@@ -11,13 +11,20 @@ seconds with --clock wall) shared equally among the lengths; eps = r_inf / 2^11 
 of 32 tokens, eps = r_2 / 2^11, as every sweep's summary) and prints both. A sweep folder beside the JSON
 (results/<model>/<sweep>/) reports it next to its own bounds once its report is written again (``ut-peft cram
 --report-only --output FOLDER``). --output defaults to results/<model>/bounds-published.json for a bundled model.
+
+|V|: the published estimate charges ln of the input embedding's rows, as the published code does. Where the model's
+tokenizer holds fewer tokens (a padded embedding and head, e.g. Qwen2.5's 151936 rows for 151665 tokens), texts hold
+no padding row, so the bounds over the tokenizer's tokens are recorded beside it (``extra.text_vocabulary``: the
+same samples, charged ln of the tokenizer's count) and printed.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import shlex
 import sys
+from typing import TYPE_CHECKING
 
 from .common import (
     add_common_flags,
@@ -29,6 +36,11 @@ from .common import (
     positive_int,
     run,
 )
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+    from ..accessibility.stats.published_bounds import PublishedBoundEstimate
 
 # Written here, not imported: the module that holds them imports torch, and parsing comes first (library_value).
 PUBLISHED_SEQUENCES = library_value("ut_peft.accessibility.stats.published_bounds:PUBLISHED_SEQUENCES", 10_000)
@@ -51,6 +63,18 @@ def describe(estimate) -> str:
     )
     by_samples = ", ".join(f"{p['per_length']}: {p['box']:.0f}" for p in estimate.by_samples)
     lines.append(f"  box by sequences per length: {by_samples}")
+    text = (estimate.extra or {}).get("text_vocabulary")
+    if text and text["vocab_size"] != estimate.vocab_size:
+        lines.append(
+            f"  over the tokenizer's {text['vocab_size']} tokens (the embedding's other "
+            f"{estimate.vocab_size - text['vocab_size']} rows are padding no text holds): ball {text['ball']:.0f}, "
+            f"box {text['box']:.0f} tokens per vector"
+            + (
+                f"; ut-peft's: ball {text['ut_peft_ball']:.0f}, box {text['ut_peft_box']:.0f}"
+                if "ut_peft_ball" in text
+                else ""
+            )
+        )
     ref = estimate.ut_peft
     if ref:
         lines.append(
@@ -62,6 +86,27 @@ def describe(estimate) -> str:
         f"sampling: {estimate.cpu_seconds:.0f} CPU s, {estimate.wall_seconds:.0f} s wall, {estimate.threads} threads"
     )
     return "\n".join(lines)
+
+
+def text_vocabulary(
+    estimate: PublishedBoundEstimate, tokenizer: PreTrainedTokenizerBase | None, head_rows: int
+) -> dict | None:
+    """The estimate's bounds charged ln of the tokens ``tokenizer`` holds instead of ln of the input embedding's rows
+    (``estimate.vocab_size``, the published rule), and ut-peft's instead of ln of the output head's ``head_rows``
+    (``measure_support``'s); None without a tokenizer. The bounds are ln N / ln|V|: only the divisor changes."""
+    if tokenizer is None:
+        return None
+    from ..geometry.output_path import text_vocab_size
+
+    rows = estimate.vocab_size
+    vocab = text_vocab_size(tokenizer, min(rows, head_rows))
+    factor = math.log(rows) / math.log(vocab)
+    out = {"vocab_size": vocab, "embedding_rows": rows, "head_rows": head_rows, "source": "tokenizer"}
+    out |= {"ball": estimate.ball * factor, "box": estimate.box * factor}
+    if estimate.ut_peft:
+        head = math.log(head_rows) / math.log(vocab)
+        out |= {"ut_peft_ball": estimate.ut_peft["ball"] * head, "ut_peft_box": estimate.ut_peft["box"] * head}
+    return out
 
 
 def default_output(model: str) -> str | None:
@@ -105,7 +150,7 @@ def main(args):
         check_model(args.model)
         import torch
 
-        from ..models import load_model
+        from ..models import load_model, load_tokenizer
 
         if args.threads:
             torch.set_num_threads(args.threads)
@@ -125,6 +170,17 @@ def main(args):
         )
         estimate.ut_peft = ut_peft_estimate(model, num_sequences=args.support_sequences, seed=args.seed)
         estimate.command = args.command_line
+        try:
+            tokenizer = load_tokenizer(args.model)
+        except (OSError, ValueError, ModuleNotFoundError):  # a bare model folder: the rows are all there is
+            tokenizer = None
+        try:
+            text = text_vocabulary(estimate, tokenizer, model.get_output_embeddings().weight.shape[0])
+        except ValueError as err:  # reported, not raised: the sampling it follows is kept
+            print(f"ut-peft bounds: no bounds over the tokenizer's tokens: {err}", file=sys.stderr)
+            text = None
+        if text is not None:
+            estimate.extra["text_vocabulary"] = text
         write_estimate(output, estimate)
     plot_estimate(estimate, plot)
     print(describe(estimate))

@@ -5,6 +5,8 @@
 
 Writes geometry.json (everything), cells.png (share vs rank; per-token decay), geometry.md (a README section)
 and state.pt (support and counts: ``--from-state state.pt --summary ...`` recomputes the bounds without sampling).
+|V| of the bounds is the tokenizer's count of tokens (texts hold no padding row of a padded head), reported beside
+the head's rows; --vocab-size gives it where the model has no tokenizer.
 """
 
 import argparse
@@ -38,6 +40,7 @@ def main(args):
     from ..geometry import read_measured_slope
     from ..geometry.analysis import analyze_model, load_state, save_state, state_model, summarize
     from ..geometry.bounds import same_model
+    from ..geometry.output_path import text_vocab_size
     from ..geometry.report import geometry_markdown, plot_cells, write_json
     from ..models import load_model, load_tokenizer
 
@@ -74,7 +77,13 @@ def main(args):
     if args.from_state:
         # Re-summarise finished sampling (e.g. against a slope measured later) without sampling again.
         stats, estimates, path_info, seed = load_state(args.from_state)
-        result = summarize(stats, estimates, path_info, slope, seed=seed)
+        # The counts are over every head row, so |V| can be taken afresh (a state saved before it was recorded has
+        # the head's rows there); without a tokenizer or --vocab-size the state's own stays.
+        rows = path_info.get("head_rows", path_info["vocab_size"])
+        vocab = dict(vocab_size=args.vocab_size, vocab_source="given")
+        if args.vocab_size is None:
+            vocab = dict(vocab_size=text_vocab_size(tokenizer, rows), vocab_source="tokenizer") if tokenizer else {}
+        result = summarize(stats, estimates, path_info, slope, seed=seed, **vocab)
     else:
         model = load_model(args.model).eval()
         result = analyze_model(
@@ -88,6 +97,8 @@ def main(args):
             vocab_chunk=args.vocab_chunk,
             seed=args.seed,
             progress=not args.no_progress,
+            tokenizer=None if args.vocab_size else tokenizer,
+            vocab_size=args.vocab_size,
         )
         result["model"] = args.model
         save_state(result, out / "state.pt")
@@ -133,6 +144,12 @@ def parse(argv=None, *, prog: str | None = None):
         "then the head (default: post-norm, the head's inputs and the head only, as the paper)",
     )
     p.add_argument("--support-sequences", type=positive_int, default=256)
+    p.add_argument(
+        "--vocab-size",
+        type=positive_int,
+        help="|V| of the bounds, the tokens a text can hold (ids below it; default: the tokenizer's count, else the "
+        "head's rows, which count the padding rows of a padded head); allowed with --from-state",
+    )
     p.add_argument("--chunk-size", type=positive_int, help="points per chunk (default 4096)")
     p.add_argument(
         "--vocab-chunk", type=positive_int, help="vocabulary rows per logits block (default: 16M floats per block)"

@@ -1,7 +1,7 @@
 """Geometry of accessibility: decoder cells, refined slope bounds and the copy-length cliff.
 
 - :mod:`.output_path`: a hidden point -> the model's logits (head, bias, logit scaling, soft-capping, and
-  optionally the final norm).
+  optionally the final norm); |V| of the bounds, the tokens a text can hold (:func:`text_vocab_size`).
 - :mod:`.cells`: Monte Carlo shares of the representation space each token's decision owns (argmax and the
   published nearest-row Voronoi variant), chunked, with confidence intervals and a convergence check.
 - :mod:`.bounds`: cone and non-uniform-cell versions of the accessibility slope bound.
@@ -19,10 +19,11 @@ from .bounds import (
     refined_bounds,
 )
 from .cells import BallSupport, BoxSupport, CellEstimate, estimate_cells, supports_from_stats, wilson_interval
-from .output_path import OutputPath
+from .output_path import OutputPath, text_vocab_size
 
 __all__ = [
     "OutputPath",
+    "text_vocab_size",
     "BallSupport",
     "BoxSupport",
     "CellEstimate",

@@ -7,8 +7,10 @@ against a new measured slope (:func:`summarize`) without sampling again.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -17,6 +19,9 @@ from ..io import atomic_open
 from .bounds import refined_bounds
 from .cells import CellEstimate, agreement, estimate_cells, supports_from_stats
 from .output_path import OutputPath
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 
 def analyze_model(
@@ -34,9 +39,14 @@ def analyze_model(
     decay_k: int = 64,
     top_k: int = 20,
     progress: bool = True,
+    tokenizer: PreTrainedTokenizerBase | None = None,
+    vocab_size: int | None = None,
 ) -> dict:
     """Measure the support of ``model`` (``measure_support``), estimate its decoder cells over each of
     ``supports`` and compute the refined bounds. Returns :func:`summarize`'s dict.
+
+    ``tokenizer`` (or ``vocab_size``): |V| of the bounds is the tokens a text can hold, the tokenizer's count;
+    without either it is the head's rows, which count the padding rows of a padded head (reported beside it).
 
     ``apply_final_norm=False`` (the paper's convention): the support is measured on the head's inputs (post-norm
     states) and points go through the head only. ``True``: the support is measured on the final norm's inputs
@@ -51,7 +61,7 @@ def analyze_model(
             f"support_sequences must be >= 2 (got {support_sequences}): the cone bound takes the angle between "
             "measured states and the box spans them; the paper's support uses 256"
         )
-    path = OutputPath.from_model(model, apply_final_norm=apply_final_norm)
+    path = OutputPath.from_model(model, apply_final_norm=apply_final_norm, tokenizer=tokenizer, vocab_size=vocab_size)
     measure = dict(num_sequences=support_sequences, seq_len=support_seq_len, seed=seed)
     if path.final_norm is None:
         stats = measure_support(model, **measure)
@@ -109,6 +119,24 @@ def measure_prenorm_support(model, norm, **kwargs) -> SupportStats:
     return SupportStats.from_states(pre, head.vocab_size, head.seq_len)
 
 
+def vocabulary_info(vocab_size: int, head_rows: int, source: str) -> dict:
+    """|V| of the bounds beside the head's row count, with a note where they differ (a padded head)."""
+    if not 2 <= vocab_size <= head_rows:
+        raise ValueError(
+            f"|V| must be between 2 and the head's {head_rows} rows (the tokens a text holds are head rows), got "
+            f"{vocab_size} ({source})"
+        )
+    info = {"vocab_size": int(vocab_size), "head_rows": int(head_rows), "vocab_source": source}
+    info["ln_vocab"] = math.log(vocab_size)
+    if vocab_size != head_rows:
+        info["vocab_note"] = (
+            f"|V| = {vocab_size} ({source}): the head's other {head_rows - vocab_size} padding rows hold no text's "
+            f"token, so the bounds charge ln {vocab_size} per token, not ln {head_rows}; they still own decoder "
+            "cells (a padding row can win the argmax)"
+        )
+    return info
+
+
 def describe_path(path: OutputPath) -> dict:
     return {
         "apply_final_norm": path.final_norm is not None,
@@ -117,9 +145,8 @@ def describe_path(path: OutputPath) -> dict:
         "head_bias": path.bias is not None,
         "logit_multiplier": path.logit_multiplier,
         "softcap": path.softcap,
-        "vocab_size": path.vocab_size,
         "hidden_size": path.hidden_size,
-        "ln_vocab": math.log(path.vocab_size),
+        **vocabulary_info(path.vocab_size, path.head_rows, path.vocab_source),
     }
 
 
@@ -132,14 +159,30 @@ def summarize(
     seed: int = 0,
     decay_k: int = 64,
     top_k: int = 20,
+    vocab_size: int | None = None,
+    vocab_source: str = "given",
 ) -> dict:
-    """The JSON-able result, plus the live objects under ``_estimates`` and ``_stats`` (for plots and state)."""
+    """The JSON-able result, plus the live objects under ``_estimates`` and ``_stats`` (for plots and state).
+
+    ``vocab_size``: |V| of the bounds, overriding the one ``path_info`` and the estimates were made with (the
+    counts are over every head row, so a re-summary can take the tokenizer's count, e.g. for a state saved before
+    it was recorded); ``vocab_source`` says where it came from."""
+    rows = int(path_info.get("head_rows", path_info["vocab_size"]))  # states saved before: vocab_size was the rows
+    if vocab_size is None:
+        vocab_size, vocab_source = path_info["vocab_size"], path_info.get("vocab_source", "head rows")
+    path_info = {k: v for k, v in path_info.items() if k != "vocab_note"}
+    path_info.update(vocabulary_info(vocab_size, rows, vocab_source))
+    estimates = {
+        name: {m: dataclasses.replace(est, vocab_size=vocab_size) for m, est in by_method.items()}
+        for name, by_method in estimates.items()
+    }
     cells = {}
     for name, by_method in estimates.items():
         cells[name] = {m: est.summary(top_k=top_k) for m, est in by_method.items()}
         if {"argmax", "voronoi"} <= set(by_method):
             cells[name]["argmax_vs_voronoi"] = agreement(by_method["argmax"], by_method["voronoi"])
-    bounds = refined_bounds(stats, {s: e["argmax"] for s, e in estimates.items()}, measured_slope, decay_k=decay_k)
+    argmax = {s: e["argmax"] for s, e in estimates.items()}
+    bounds = refined_bounds(stats, argmax, measured_slope, decay_k=decay_k, vocab_size=vocab_size)
     num_samples = next(iter(next(iter(estimates.values())).values())).num_samples
     return {
         "support": {**stats.to_dict(), "box_mean_range": float((stats.high - stats.low).mean())},
@@ -173,6 +216,7 @@ def save_state(result: dict, path) -> Path:
                     "seconds": e.seconds,
                     "z": e.z,
                     "disagreements": e.disagreements,
+                    "vocab_size": e.vocab_size,
                 }
                 for m, e in by.items()
             }

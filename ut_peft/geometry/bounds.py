@@ -5,6 +5,9 @@ All bounds have the form (ln of the number of eps-distinguishable points of the 
 token). The uniform bounds charge ln|V| per token; with the measured decoder cells a typical sequence of k
 tokens owns a share exp(-k lambda) of the space, lambda = the per-token decay of the median product of cell
 shares, so the non-uniform versions charge lambda instead (lambda > ln|V| when the cells are skewed).
+
+|V| is the number of tokens a text can hold (the tokenizer's, :func:`.output_path.text_vocab_size`), not the output
+head's row count where the checkpoint pads its head: the bound counts texts, and no text holds a padding row.
 """
 
 from __future__ import annotations
@@ -135,18 +138,36 @@ def read_measured_slope(summary_path) -> float:
 
 
 def refined_bounds(
-    stats, cells: dict | None = None, measured_slope: float | None = None, *, decay_k: int = 64
+    stats,
+    cells: dict | None = None,
+    measured_slope: float | None = None,
+    *,
+    decay_k: int = 64,
+    vocab_size: int | None = None,
 ) -> dict:
     """Every bound for a measured support (``SupportStats``), with ratios to ``measured_slope`` when given.
+
+    ``vocab_size``: |V|, the tokens a text can hold (default: the cell estimates' ``vocab_size``, else
+    ``stats.vocab_size``, the head's rows that ``measure_support`` records, padding rows included).
 
     ``cells``: {"ball": CellEstimate, "box": CellEstimate} of the argmax cells over each support; each adds two
     non-uniform versions of that support's bound, priced at the median-product decay at k = ``decay_k``:
     ``<support>_nonuniform`` from the Jeffreys point estimates of the shares (the best estimate; it grows with the
     number of samples while many cells are unobserved), and ``<support>_nonuniform_conservative`` from the Wilson
-    upper limits, never below ln|V| (by Gibbs' inequality -mean_t ln p_t >= ln|V| for any cell distribution, so
-    charging ln|V| is always valid), which keeps it an upper bound.
+    upper limits, never below ln|V| (by Gibbs' inequality -mean_t ln p_t >= ln|V| - ln(sum_t p_t) >= ln|V| over
+    the |V| real tokens for any cell distribution, padding cells taking the rest, so charging ln|V| is always
+    valid), which keeps it an upper bound.
     """
-    vocab, d = stats.vocab_size, stats.hidden_size
+    cells = cells or {}
+    if vocab_size is None:
+        vocab_size = next((estimate.vocab_size for estimate in cells.values()), stats.vocab_size)
+    vocab, d = int(vocab_size), stats.hidden_size
+    for support, estimate in cells.items():
+        if estimate.vocab_size != vocab:
+            raise ValueError(
+                f"the {support} cell estimate counts |V| = {estimate.vocab_size} real tokens but the bounds are "
+                f"asked for |V| = {vocab}; give refined_bounds the vocab_size the cells were estimated with"
+            )
     angle = cone_half_angle(stats.hidden)
     rows = {
         "ball": ball_slope_bound(d, stats.radius, stats.eps, vocab),
@@ -154,7 +175,7 @@ def refined_bounds(
         "cone": cone_slope_bound(stats.hidden, stats.radius, stats.eps, vocab),
     }
     decays = {}
-    for support, estimate in (cells or {}).items():
+    for support, estimate in cells.items():
         if support not in ("ball", "box"):
             raise ValueError(f"cell estimates must be keyed by support 'ball' or 'box', got {support!r}")
         point = estimate.median_product_decay((decay_k,), estimate="jeffreys")[0]["decay"]
@@ -169,6 +190,7 @@ def refined_bounds(
         "decay_per_token": decays,
         "decay_k": decay_k,
         "ln_vocab": math.log(vocab),
+        "vocab_size": vocab,
         "measured_slope": measured_slope,
     }
     if measured_slope:

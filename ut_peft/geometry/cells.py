@@ -4,6 +4,11 @@ A point is sampled uniformly in a support (the ball of the measured radius, or t
 measured hidden states), sent through the model's output path, and counted for the token it decodes to.
 Sampling and the logits are chunked (over points and over the vocabulary) and counts are integers, so
 10^7-10^8 samples over a 262k vocabulary run in bounded memory; each chunk is one batched matrix product.
+
+Points are drawn on the CPU from the seed's generator (the same points whatever the device: the published figures'
+draws are unchanged) and moved to where the output head is, which decides them and keeps the counts until a
+checkpoint. Cells are counted over every head row (a padding row can win a decision); the per-token decay draws
+sequences of the ``vocab_size`` real tokens only (ids below it), since the bound counts texts.
 """
 
 from __future__ import annotations
@@ -37,13 +42,18 @@ class BallSupport:
 
     name = "ball"
 
-    def sample(self, n: int, generator: torch.Generator, dtype=torch.float32) -> torch.Tensor:
+    def sample(
+        self, n: int, generator: torch.Generator, dtype=torch.float32, device: torch.device | str | None = None
+    ) -> torch.Tensor:
+        """``n`` points, drawn where ``generator`` is (a CPU generator: the same points on any machine), then moved
+        to ``device`` (where the head that decides them is; None: left where drawn)."""
         direction = torch.randn(n, self.hidden_size, generator=generator, dtype=dtype)
         direction /= direction.norm(dim=1, keepdim=True)
         # Radius law of a uniform ball: P(|x| <= t) = (t / r)^d.
         scale = self.radius * torch.rand(n, 1, generator=generator, dtype=dtype) ** (1.0 / self.hidden_size)
         points = direction * scale
-        return points if self.center is None else points + self.center.to(dtype)
+        points = points if self.center is None else points + self.center.to(points.device, dtype)
+        return points if device is None else points.to(device)
 
 
 @dataclass
@@ -66,9 +76,14 @@ class BoxSupport:
     def hidden_size(self) -> int:
         return self.low.numel()
 
-    def sample(self, n: int, generator: torch.Generator, dtype=torch.float32) -> torch.Tensor:
+    def sample(
+        self, n: int, generator: torch.Generator, dtype=torch.float32, device: torch.device | str | None = None
+    ) -> torch.Tensor:
+        """``n`` points, drawn where ``generator`` is, then moved to ``device`` (as :meth:`BallSupport.sample`)."""
         u = torch.rand(n, self.hidden_size, generator=generator, dtype=dtype)
-        return self.low.to(dtype) + u * (self.high - self.low).to(dtype)
+        low, high = self.low.to(u.device), self.high.to(u.device)
+        points = low.to(dtype) + u * (high - low).to(dtype)
+        return points if device is None else points.to(device)
 
 
 def supports_from_stats(stats) -> dict:
@@ -95,20 +110,40 @@ def entropy_nats(counts: torch.Tensor) -> float:
 
 @dataclass
 class CellEstimate:
-    """Counts of sampled points per decoded token, and the statistics users read from them."""
+    """Counts of sampled points per decoded token, and the statistics users read from them.
+
+    ``counts`` has one entry per head row (padding rows too: they can win a decision); ``vocab_size`` is the
+    number of real tokens, ids 0 .. vocab_size - 1 (None: every row), over which the per-token decay draws texts.
+    """
 
     method: str
     support: str
-    counts: torch.Tensor  # (|V|,) int64
+    counts: torch.Tensor  # (head rows,) int64
     num_samples: int
     checkpoints: dict = field(default_factory=dict)  # {n: counts at n samples}, for the convergence check
     seconds: float = 0.0
     z: float = 1.96
     disagreements: int | None = None  # points where argmax and Voronoi decide differently (both methods run)
+    vocab_size: int | None = None  # real tokens (a state saved before it was recorded: None, every row)
+
+    def __post_init__(self):
+        if self.vocab_size is None:
+            self.vocab_size = self.head_rows
+        elif not 1 <= int(self.vocab_size) <= self.head_rows:
+            raise ValueError(
+                f"vocab_size must be between 1 and the {self.head_rows} head rows the counts cover, got "
+                f"{self.vocab_size}"
+            )
+        self.vocab_size = int(self.vocab_size)
 
     @property
-    def vocab_size(self) -> int:
+    def head_rows(self) -> int:
+        """Cells counted: one per row of the output head, padding rows included."""
         return self.counts.numel()
+
+    def padding_share(self) -> float:
+        """Share of the samples decided to a padding row (ids >= ``vocab_size``): space no text's token owns."""
+        return float(self.counts[self.vocab_size :].sum()) / self.num_samples
 
     @property
     def shares(self) -> torch.Tensor:
@@ -131,7 +166,7 @@ class CellEstimate:
 
     def top(self, k: int = 20) -> list[dict]:
         low, high = self.intervals()
-        k = min(k, self.vocab_size)
+        k = min(k, self.head_rows)
         values, ids = torch.topk(self.counts, k)
         return [
             {
@@ -145,13 +180,14 @@ class CellEstimate:
         ]
 
     def log_shares(self, estimate: str = "jeffreys") -> torch.Tensor:
-        """ln of each token's share. Most tokens of a large vocabulary are never hit, so the plain estimate
-        (``plugin``) has ln 0 = -inf; ``jeffreys`` uses (c + 1/2) / (N + |V|/2), ``upper`` the Wilson upper
-        limit (larger shares: a bound computed from them stays an upper bound)."""
+        """ln of each row's share. Most tokens of a large vocabulary are never hit, so the plain estimate
+        (``plugin``) has ln 0 = -inf; ``jeffreys`` uses (c + 1/2) / (N + R/2) over the R head rows (the cells
+        the samples fall in), ``upper`` the Wilson upper limit (larger shares: a bound computed from them stays an
+        upper bound)."""
         if estimate == "plugin":
             return self.shares.log()
         if estimate == "jeffreys":
-            return ((self.counts.double() + 0.5) / (self.num_samples + 0.5 * self.vocab_size)).log()
+            return ((self.counts.double() + 0.5) / (self.num_samples + 0.5 * self.head_rows)).log()
         if estimate == "upper":
             return self.intervals()[1].log()
         raise ValueError(f"estimate must be 'plugin', 'jeffreys' or 'upper', got {estimate!r}")
@@ -161,12 +197,12 @@ class CellEstimate:
     ) -> list[dict]:
         """Per-token decay of the median product of k cell shares, against ln|V|.
 
-        For k tokens drawn uniformly from the vocabulary (a random sequence), the product of their cell shares
-        is the share of (per-position) representation space that decodes to that sequence; with equal cells it
-        is |V|^-k. Returns, for each k, ``decay = -ln(median product) / k`` and its ratio to ln|V| (> 1: a
-        typical sequence's cells are smaller than uniform ones).
+        For k tokens drawn uniformly from the ``vocab_size`` real tokens (a random text: padding rows are in
+        none), the product of their cell shares is the share of (per-position) representation space that decodes
+        to that sequence; with equal cells it is |V|^-k. Returns, for each k, ``decay = -ln(median product) / k``
+        and its ratio to ln|V| (> 1: a typical sequence's cells are smaller than uniform ones).
         """
-        log_p = self.log_shares(estimate)
+        log_p = self.log_shares(estimate)[: self.vocab_size]
         g = torch.Generator().manual_seed(seed)
         out = []
         for k in ks:
@@ -177,14 +213,14 @@ class CellEstimate:
         return out
 
     def mean_log_share_decay(self, estimate: str = "jeffreys") -> float:
-        """The k -> infinity limit of the median decay: -mean over tokens of ln share."""
-        return float(-self.log_shares(estimate).mean())
+        """The k -> infinity limit of the median decay: -mean over the real tokens of ln share."""
+        return float(-self.log_shares(estimate)[: self.vocab_size].mean())
 
     def convergence(self, top_k: int = 10) -> dict:
         """Shares of the final top tokens at each checkpoint (N/4, N/2, N), with the total-variation distance of
         each checkpoint's distribution to the final one and the largest |change| in units of the final CI
         half-width (about 1 or less when the estimate has settled)."""
-        ids = torch.topk(self.counts, min(top_k, self.vocab_size)).indices
+        ids = torch.topk(self.counts, min(top_k, self.head_rows)).indices
         low, high = self.intervals()
         half = ((high - low) / 2)[ids].clamp(min=1e-300)
         final = self.shares
@@ -208,9 +244,11 @@ class CellEstimate:
             "support": self.support,
             "num_samples": self.num_samples,
             "vocab_size": self.vocab_size,
+            "head_rows": self.head_rows,
+            "padding_share": self.padding_share(),
             "observed_tokens": observed,
             "disagreement_fraction": None if self.disagreements is None else self.disagreements / self.num_samples,
-            "unobserved_fraction": 1 - observed / self.vocab_size,
+            "unobserved_fraction": 1 - observed / self.head_rows,
             "seconds": self.seconds,
             "samples_per_second": self.num_samples / self.seconds if self.seconds else None,
             "entropy_nats": self.entropy(),
@@ -269,10 +307,13 @@ def estimate_cells(
             f"the support has dimension {support.hidden_size} but the output head expects "
             f"{path.hidden_size}; measure the support on the same model"
         )
-    chunk_size, vocab_chunk = default_chunks(path.vocab_size, chunk_size, vocab_chunk)
+    rows = path.head_rows
+    chunk_size, vocab_chunk = default_chunks(rows, chunk_size, vocab_chunk)
     marks = sorted({max(1, min(num_samples, int(round(f * num_samples)))) for f in checkpoints} - {num_samples})
+    # A CPU generator: the seed gives the same points whatever device decides them.
     generator = torch.Generator().manual_seed(seed)
-    counts = {m: torch.zeros(path.vocab_size, dtype=torch.long) for m in methods}
+    # Counted where the head decides (no copy per chunk), brought to the CPU at each checkpoint and at the end.
+    counts = {m: torch.zeros(rows, dtype=torch.long, device=path.device) for m in methods}
     saved: dict[str, dict] = {m: {} for m in methods}
     disagreements = 0
     start, done = time.perf_counter(), 0
@@ -284,27 +325,29 @@ def estimate_cells(
             stop = min([done + chunk_size, num_samples] + [m for m in marks if m > done])
             # float32 whatever the head's dtype: uniform draws rounded to bf16 leave the ball and take a few
             # hundred values per coordinate.
-            points = support.sample(stop - done, generator, dtype=torch.float32)
+            points = support.sample(stop - done, generator, dtype=torch.float32, device=path.device)
             decided = path.decide(points, methods=methods, vocab_chunk=vocab_chunk)
             for m in methods:
-                counts[m] += torch.bincount(decided[m], minlength=path.vocab_size)
+                counts[m] += torch.bincount(decided[m], minlength=rows)
                 if stop in marks:
-                    saved[m][stop] = counts[m].clone()
+                    saved[m][stop] = counts[m].to("cpu", copy=True)
             if len(decided) == 2:
                 disagreements += int((decided["argmax"] != decided["voronoi"]).sum())
             bar.update(stop - done)
             done = stop
     seconds = time.perf_counter() - start
+    final = {m: c.cpu() for m, c in counts.items()}
     return {
         m: CellEstimate(
             method=m,
             support=support.name,
-            counts=counts[m],
+            counts=final[m],
             num_samples=num_samples,
-            checkpoints={**saved[m], num_samples: counts[m]},
+            checkpoints={**saved[m], num_samples: final[m]},
             seconds=seconds,
             z=z,
             disagreements=disagreements if len(methods) == 2 else None,
+            vocab_size=path.vocab_size,
         )
         for m in methods
     }

@@ -8,18 +8,55 @@ applied anyway so that :meth:`OutputPath.logits` is the model's own logits (:met
 argmax before the soft-cap, whose float32 tanh saturates to ties at large logits). ``apply_final_norm=True`` is the
 other convention: points are pre-norm hidden states and the model's final norm acts on them first (their support
 is then measured at the norm's input: ``analysis.measure_prenorm_support``).
+
+|V|: the decisions are over every row of the head, but the bounds count *texts*, so ``vocab_size`` is the number of
+tokens a text can hold: the tokenizer's count where one is given (:func:`text_vocab_size`), else the head's rows.
+Many checkpoints pad the head past their tokenizer (Qwen2.5: 151936 rows for 151665 tokens); the padding rows
+(ids ``vocab_size`` .. ``head_rows - 1``) still own decoder cells, since a padding row can win an argmax.
+
+Points are drawn on the CPU (from the seed, the same points on any device) and computed with where the head is:
+:meth:`OutputPath.prepare` moves them there, so a model on a GPU decides on that GPU.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
 # Where the final norm lives on the inner model (``model.base_model``) of the supported architectures.
 _FINAL_NORM_NAMES = ("norm", "ln_f", "final_layer_norm", "final_norm")
+
+
+def text_vocab_size(tokenizer: PreTrainedTokenizerBase, head_rows: int) -> int:
+    """The number of tokens a text can hold: the tokenizer's ids, which must be 0 .. n-1 (the draws of the per-token
+    decay take ids below it), capped at the head's ``head_rows`` (a token without a row, such as the image token
+    some Gemma-3 tokenizers have past the head, is in no text the model emits)."""
+    ids = sorted(set(tokenizer.get_vocab().values()))
+    if ids != list(range(len(ids))):
+        missing = sorted(set(range(ids[-1] + 1)) - set(ids))[:5]
+        raise ValueError(
+            f"the tokenizer's ids are not the ids 0..{len(ids) - 1} (missing {missing}, largest {ids[-1]}): the "
+            "real vocabulary is not a range of head rows; pass vocab_size= (--vocab-size) with the rows texts use"
+        )
+    return min(len(ids), int(head_rows))
+
+
+def _module_device(module: nn.Module, default: torch.device) -> torch.device:
+    """Where ``module`` computes: its Accelerate hook's device or its weight's (``devices.execution_device``), else
+    its first parameter's, else ``default`` (a norm without parameters runs wherever its input is)."""
+    from ..devices import execution_device
+
+    if isinstance(getattr(module, "weight", None), torch.Tensor):
+        return execution_device(module)
+    first = next(module.parameters(), None)
+    return default if first is None else first.device
 
 
 def _loaded(module: nn.Module, name: str) -> torch.Tensor | None:
@@ -44,7 +81,8 @@ class OutputPath:
 
     ``weight`` is the output head (|V|, d); ``bias`` is (|V|,) or None; ``final_norm`` a module or None;
     ``logit_multiplier`` multiplies the logits (Cohere's ``logit_scale``, 1 / Granite's ``logits_scaling``);
-    ``softcap`` is ``c`` in ``c * tanh(logits / c)`` or None.
+    ``softcap`` is ``c`` in ``c * tanh(logits / c)`` or None. ``vocab_size``: the tokens a text can hold, ids
+    0 .. vocab_size - 1 (None: every head row); ``vocab_source`` says where it came from.
     """
 
     weight: torch.Tensor
@@ -52,6 +90,8 @@ class OutputPath:
     final_norm: nn.Module | None = None
     logit_multiplier: float = 1.0
     softcap: float | None = None
+    vocab_size: int | None = None
+    vocab_source: str | None = None
 
     def __post_init__(self):
         if self.weight.dim() != 2:
@@ -62,23 +102,50 @@ class OutputPath:
             raise ValueError(f"the head bias must have shape ({self.weight.shape[0]},), got {tuple(self.bias.shape)}")
         if self.softcap is not None and not self.softcap > 0:
             raise ValueError(f"softcap must be a positive number or None, got {self.softcap}")
+        rows = self.weight.shape[0]
+        if self.vocab_size is None:
+            self.vocab_size, self.vocab_source = rows, self.vocab_source or "head rows"
+        elif not 2 <= int(self.vocab_size) <= rows:
+            raise ValueError(
+                f"vocab_size must be between 2 and the head's {rows} rows (the tokens texts hold are rows of the "
+                f"head), got {self.vocab_size}"
+            )
+        self.vocab_size, self.vocab_source = int(self.vocab_size), self.vocab_source or "given"
         self.weight = self.weight.detach()
         self.bias = None if self.bias is None else self.bias.detach()
         self._row_sq_norms = None
 
     @property
-    def vocab_size(self) -> int:
+    def head_rows(self) -> int:
+        """Rows of the output head: every token a decision can pick, padding rows included."""
         return self.weight.shape[0]
+
+    @property
+    def device(self) -> torch.device:
+        """Where the head computes; :meth:`prepare` moves points here."""
+        return self.weight.device
 
     @property
     def hidden_size(self) -> int:
         return self.weight.shape[1]
 
     @classmethod
-    def from_model(cls, model: nn.Module, *, apply_final_norm: bool = False, check: bool = True) -> OutputPath:
+    def from_model(
+        cls,
+        model: nn.Module,
+        *,
+        apply_final_norm: bool = False,
+        check: bool = True,
+        tokenizer: PreTrainedTokenizerBase | None = None,
+        vocab_size: int | None = None,
+    ) -> OutputPath:
         """Read the output path of a transformers causal LM (the head, its bias, the final norm, the config's
         logit scaling and soft-capping). ``check``: run the model on a few tokens and refuse it unless the path
-        gives its logits from the states its head receives (:meth:`check_model`)."""
+        gives its logits from the states its head receives (:meth:`check_model`). ``tokenizer`` (its count,
+        :func:`text_vocab_size`) or ``vocab_size``: the tokens a text can hold, |V| of the bounds (default: the
+        head's rows, which count padding rows where the checkpoint pads its head)."""
+        if tokenizer is not None and vocab_size is not None:
+            raise ValueError("give either tokenizer or vocab_size (the tokens a text can hold), not both")
         if hasattr(model, "get_base_model"):  # a PeftModel: the geometry of the model it wraps
             model = model.get_base_model()
         head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
@@ -105,12 +172,18 @@ class OutputPath:
 
         scale, divide = logit_scaling(config)
         multiplier = 1.0 if scale is None else (1.0 / scale if divide else scale)
+        weight = _loaded(head, "weight")
+        source = None
+        if tokenizer is not None:
+            vocab_size, source = text_vocab_size(tokenizer, weight.shape[0]), "tokenizer"
         path = cls(
-            weight=_loaded(head, "weight"),
+            weight=weight,
             bias=_loaded(head, "bias"),
             final_norm=norm,
             logit_multiplier=multiplier,
             softcap=getattr(config, "final_logit_softcapping", None),
+            vocab_size=vocab_size,
+            vocab_source=source,
         )
         if check:
             path.check_model(model)
@@ -158,12 +231,15 @@ class OutputPath:
             )
 
     def prepare(self, points: torch.Tensor) -> torch.Tensor:
-        """The point the head sees, in float32: the sampled point, or its final-norm image when the path has a
-        norm (the norm runs in the model's dtype, as on the model's own states, which its modules may require)."""
+        """The point the head sees, in float32 on the head's device: the sampled point, or its final-norm image
+        when the path has a norm (the norm runs in the model's dtype on its own device, as on the model's own
+        states, which its modules may require). Points drawn on the CPU would otherwise meet a GPU head in one
+        matrix product, which torch refuses."""
         if self.final_norm is None:
-            return points.float()
+            return points.to(self.device, torch.float32)
         with torch.no_grad():
-            return self.final_norm(points.to(self.weight.dtype)).float()
+            normed = self.final_norm(points.to(_module_device(self.final_norm, self.device), self.weight.dtype))
+            return normed.to(self.device, torch.float32)
 
     def logits(self, points: torch.Tensor) -> torch.Tensor:
         """Full logits (n, |V|) of ``points`` (n, d) as the model computes them after its last block, in float32
@@ -194,17 +270,18 @@ class OutputPath:
         (the published cell-volume code), argmax of ``h @ u_j - |u_j|^2 / 2``, which ignores bias and scaling and
         differs from greedy decoding wherever the rows' norms differ. Both come from one matrix product per chunk,
         in float32: a head in another dtype is cast one block of ``vocab_chunk`` rows at a time (no full float32
-        copy of it is kept). Returns {method: LongTensor (n,)}.
+        copy of it is kept). Every head row competes, padding rows included. Returns {method: LongTensor (n,)} on
+        the head's device.
         """
         unknown = set(methods) - {"argmax", "voronoi"}
         if unknown or not methods:
             raise ValueError(f"methods must be a non-empty subset of ('argmax', 'voronoi'), got {tuple(methods)}")
-        vocab = self.vocab_size
+        vocab = self.head_rows  # every row can win a decision, padding rows too
         vocab_chunk = vocab if vocab_chunk is None else max(1, min(int(vocab_chunk), vocab))
         with torch.no_grad():
             h = self.prepare(points)
-            best = {m: torch.full((h.shape[0],), -float("inf"), dtype=h.dtype) for m in methods}
-            index = {m: torch.zeros(h.shape[0], dtype=torch.long) for m in methods}
+            best = {m: torch.full((h.shape[0],), -float("inf"), dtype=h.dtype, device=h.device) for m in methods}
+            index = {m: torch.zeros(h.shape[0], dtype=torch.long, device=h.device) for m in methods}
             for start in range(0, vocab, vocab_chunk):
                 rows = slice(start, min(start + vocab_chunk, vocab))
                 scores = h @ self.weight[rows].float().T

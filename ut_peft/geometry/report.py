@@ -8,7 +8,9 @@ from ..io import atomic_write_json
 from ..plotting import save_figure, subplots
 
 
-def _token(tokenizer, token_id: int) -> str:
+def _token(tokenizer, token_id: int, vocab_size: int | None = None) -> str:
+    if vocab_size is not None and token_id >= vocab_size:
+        return f"padding row {token_id}"
     if tokenizer is None:
         return str(token_id)
     text = tokenizer.convert_ids_to_tokens(int(token_id))
@@ -68,8 +70,16 @@ def geometry_markdown(
     """A README-ready Markdown section for :func:`ut_peft.geometry.analysis.analyze_model`'s result."""
     s, path, b = result["support"], result["output_path"], result["bounds"]
     softcap = f", logits soft-capped at {path['softcap']:g}" if path["softcap"] else ""
+    vocab, rows = path["vocab_size"], path.get("head_rows", path["vocab_size"])
+    padded = ""
+    if rows != vocab:
+        source = {"tokenizer": "the tokenizer's tokens"}.get(path.get("vocab_source"), path.get("vocab_source"))
+        padded = (
+            f" ({source}; the head has {rows} rows, the other {rows - vocab} padding rows that no text holds: they "
+            "still own decoder cells, but the bounds count texts over |V|)"
+        )
     lines = [
-        f"Geometry of {model_name or 'the model'}: d = {path['hidden_size']}, |V| = {path['vocab_size']}, "
+        f"Geometry of {model_name or 'the model'}: d = {path['hidden_size']}, |V| = {vocab}{padded}, "
         f"ln|V| = {path['ln_vocab']:.3f}; support from {s['num_samples']} random-token sequences: "
         f"r = {s['radius']:.3f}, eps = r/2^11 = {s['eps']:.2e}, mean box range {s['box_mean_range']:.3f}. "
         f"Points are {PRENORM if path['apply_final_norm'] else 'post-norm (head only)'}"
@@ -99,10 +109,16 @@ def geometry_markdown(
                 f"{c['entropy_nats']:.2f} | {c['effective_tokens']:.0f} | {c['top'][0]['share']:.3f} | "
                 f"{point:.3f}; {upper:.3f} | {versus} |"
             )
+    if rows != vocab:
+        shares = ", ".join(
+            f"{100 * cells['argmax'].get('padding_share', 0.0):.1f}% of the {support}"
+            for support, cells in result["cells"].items()
+        )
+        lines += ["", f"Padding rows decide {shares} (argmax)."]
     lines += ["", "Largest argmax cells (share, 95% Wilson interval):", ""]
     for support, cells in result["cells"].items():
         tops = ", ".join(
-            f"`{_token(tokenizer, t['token_id'])}` {t['share']:.3f} [{t['ci_low']:.3f}, {t['ci_high']:.3f}]"
+            f"`{_token(tokenizer, t['token_id'], vocab)}` {t['share']:.3f} [{t['ci_low']:.3f}, {t['ci_high']:.3f}]"
             for t in cells["argmax"]["top"][:top]
         )
         conv = cells["argmax"]["convergence"]["checkpoints"]
