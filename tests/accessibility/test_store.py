@@ -550,7 +550,7 @@ def test_a_folder_without_settings_that_holds_snapshots_or_vectors_is_not_taken_
     assert store.check_settings(tmp_path, {"seed": 7}, overwrite=False)
 
 
-def test_clearing_a_folder_removes_its_settings_last(tmp_path, monkeypatch):
+def test_clearing_a_folder_marks_it_first_and_removes_the_mark_last(tmp_path, monkeypatch):
     write_lines(tmp_path / "rows.jsonl", [good(0)])
     store.write_inflight(tmp_path, (1, 2, 1), _state())
     store.prepare_folder(tmp_path, {"seed": 0}, clear=False)
@@ -566,15 +566,21 @@ def test_clearing_a_folder_removes_its_settings_last(tmp_path, monkeypatch):
     monkeypatch.setattr(Path, "unlink", unlink)
     with pytest.raises(KeyboardInterrupt):
         store.prepare_folder(tmp_path, {"seed": 1}, clear=True)
-    # what is left is still a sweep of the old settings: a resume under other ones is refused, not continued
-    assert (tmp_path / "settings.json").is_file() and store.read_settings(tmp_path) == {"seed": 0}
-    with pytest.raises(ValueError, match="different settings"):
-        store.check_settings(tmp_path, {"seed": 1}, overwrite=False)
+    # what is left is no sweep: settings.json became the clear's mark, which every reader refuses, naming the fix
+    assert not (tmp_path / "settings.json").exists()
+    assert json.loads((tmp_path / store.CLEARING_FILE).read_text()) == {"seed": 0}
+    for settings in ({"seed": 0}, {"seed": 1}):
+        with pytest.raises(ValueError, match="overwrite that did not finish"):
+            store.check_settings(tmp_path, settings, overwrite=False)
+    with pytest.raises(ValueError, match="overwrite that did not finish"):
+        store.read_settings(tmp_path)
+    assert store.check_settings(tmp_path, {"seed": 1}, overwrite=True)  # an overwrite finishes it
     removed.clear()
     kill_at.clear()
     store.prepare_folder(tmp_path, {"seed": 1}, clear=True)
-    assert removed[-2:] == [store.ROWS_SETTINGS_FILE, store.SETTINGS_FILE]
+    assert removed[-2:] == [store.ROWS_SETTINGS_FILE, store.CLEARING_FILE]
     assert store.read_settings(tmp_path) == {"seed": 1} and not store.inflight_keys(tmp_path)
+    assert not (tmp_path / store.CLEARING_FILE).exists()
 
 
 def test_a_snapshot_made_under_other_settings_is_refused_and_one_without_a_digest_is_kept(tmp_path):

@@ -32,6 +32,9 @@ This module owns the folder's layout; nothing else spells a file name of it:
                          records a digest of the settings it was made under (:func:`settings_digest`): one made
                          under others is refused, never continued (:func:`check_inflight`)
   adapters/              (save_memory_adapters) the accessible vectors as PEFT adapters
+  overwrite-clearing.json  only while an overwrite clears the folder (:func:`clear_sweep_files`): its settings.json,
+                         moved here in one rename as the clear begins and removed as it ends. A folder that holds it
+                         is no sweep (part of its files are gone): every reader refuses it (:func:`unfinished_clear`)
   retargeted.json        (a sweep retargeted from another folder, :func:`write_retargeted`) where its rows came
                          from and how many were kept; beside settings.json, not in it: the folder's rows are what
                          its own settings make, so a resume compares those alone
@@ -69,6 +72,8 @@ VECTORS_DIR = "vectors"
 INFLIGHT_DIR = "inflight"
 ADAPTERS_DIR = "adapters"
 RETARGETED_FILE = "retargeted.json"
+# settings.json while an overwrite clears the folder: see the module's docstring and clear_sweep_files.
+CLEARING_FILE = "overwrite-clearing.json"
 ROWS_SETTINGS_FILE = "rows-settings.json"
 
 # Settings that settings.json records only since they were found to move numbers of summary.json (the random
@@ -124,8 +129,36 @@ def _with_recorded_model(settings: dict, recorded: dict) -> dict:
     return settings
 
 
+def unfinished_clear(folder) -> FolderError | None:
+    """The error that refuses ``folder`` where an overwrite began clearing it and did not finish (killed, or still
+    running): part of the earlier run's files are gone, so what is left is no sweep to resume, report on, merge or
+    retarget from. None where no clear is under way there."""
+    if not (Path(folder) / CLEARING_FILE).is_file():
+        return None
+    problem = (
+        f"{folder} holds an overwrite that did not finish: it began clearing the earlier run there "
+        f"({CLEARING_FILE} keeps that run's settings) and was killed (or is still running), so part of that run's "
+        "files are gone and what is left is no sweep"
+    )
+    return FolderError(
+        f"{problem}; finish the clear by running the sweep into it with --overwrite (overwrite=True) again, or write "
+        "to another folder",
+        problem=problem,
+        mend="finish the clear: run the sweep into it with --overwrite again (or remove the folder)",
+    )
+
+
+def refuse_unfinished_clear(folder) -> None:
+    """Raise :func:`unfinished_clear`'s error where ``folder`` holds an overwrite that did not finish."""
+    error = unfinished_clear(folder)
+    if error is not None:
+        raise error
+
+
 def read_settings(folder) -> dict:
-    """The settings fingerprint of the sweep in ``folder``; a clear error when there is none or it is unreadable."""
+    """The settings fingerprint of the sweep in ``folder``; a clear error when there is none or it is unreadable, or
+    an overwrite that began clearing it did not finish (:func:`unfinished_clear`)."""
+    refuse_unfinished_clear(folder)
     path = Path(folder) / SETTINGS_FILE
     if not path.is_file():
         raise ValueError(f"{folder} holds no sweep ({SETTINGS_FILE} is missing)")
@@ -435,6 +468,7 @@ def sweep_files(folder: Path) -> list[Path]:
         folder / name
         for name in (
             SETTINGS_FILE,
+            CLEARING_FILE,
             ROWS_SETTINGS_FILE,
             SUMMARY_FILE,
             REPORT_FILE,
@@ -530,6 +564,10 @@ def check_settings(folder: Path, settings: dict, overwrite: bool, context: int |
     """
     path = Path(folder) / SETTINGS_FILE
     settings = json.loads(json.dumps(settings))  # compare as stored: tuples become lists
+    if not overwrite:  # an overwrite killed mid-clear: only an overwrite (which finishes the clear) goes on
+        refuse_unfinished_clear(folder)
+    elif (Path(folder) / CLEARING_FILE).is_file():
+        return True
     if not path.exists():
         unfinished = read_retargeted(folder)
         if unfinished is not None and not overwrite:  # settings.json is the last file a retarget writes
@@ -819,13 +857,21 @@ def finished_row_count(folder: Path) -> int:
 
 def clear_sweep_files(folder: Path, keep: Iterable[Path] = ()) -> None:
     """Remove the files of :func:`sweep_files` but those of ``keep`` (a report.md edited since the store wrote it is
-    set aside as report.edited-<time>.md instead: :func:`set_aside_edited_report`), rows-settings.json and
-    settings.json last: a
-    clear that is killed part-way leaves a folder that is still the old sweep (a resume under other settings is
-    refused, and clearing it again finishes the job), never leftover work without the settings it was made under."""
+    set aside as report.edited-<time>.md instead: :func:`set_aside_edited_report`).
+
+    The clear begins with one rename, settings.json to overwrite-clearing.json, and ends by removing that file: a clear
+    killed at any point leaves either the earlier sweep whole (killed before the rename) or a folder that every reader
+    refuses (:func:`unfinished_clear`) until a clear finishes, never part of a sweep that would resume or report as if
+    whole (its summary, a rows file or retargeted.json gone, its settings.json still there)."""
+    folder = Path(folder)
     kept = {Path(path) for path in keep}
+    marker, settings = folder / CLEARING_FILE, folder / SETTINGS_FILE
+    if settings.is_file():
+        settings.replace(marker)  # one step: a sweep whole before it, a folder marked as being cleared after it
+    elif not marker.is_file():  # leftovers without settings.json (refused as an unknown run), or nothing at all
+        atomic_write_json(marker, {})
     set_aside_edited_report(folder)  # a report.md the store did not write is the user's: kept, not removed
-    last = [Path(folder) / ROWS_SETTINGS_FILE, Path(folder) / SETTINGS_FILE]
+    last = [folder / ROWS_SETTINGS_FILE, marker]
     for path in sweep_files(folder):
         if path not in last and path not in kept:
             path.unlink()

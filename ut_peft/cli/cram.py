@@ -57,7 +57,14 @@ PROJECT = "ut-peft-cram"
 def main(args):
     from ..accessibility import run_sweep, save_memory_adapters
     from ..accessibility.report import console_summary
-    from ..accessibility.store import ADAPTERS_DIR, REPORT_FILE, SETTINGS_FILE, check_retarget_target, lock_folder
+    from ..accessibility.store import (
+        ADAPTERS_DIR,
+        REPORT_FILE,
+        SETTINGS_FILE,
+        check_retarget_target,
+        lock_folder,
+        refuse_unfinished_clear,
+    )
     from ..accessibility.tracking import SweepTracker
 
     if args.retarget_from and (args.merge or args.report_only):
@@ -73,6 +80,7 @@ def main(args):
     check_output_folder(args.output)  # before the model loads: a bad path fails in a second, not after a batch
     check_logging_dir(args)
     if args.retarget_from:
+        refuse_unfinished_clear(args.retarget_from)
         check_run_folder(args.retarget_from, "--retarget-from", SETTINGS_FILE)
         if args.overwrite:
             raise ValueError(
@@ -189,7 +197,13 @@ def report(args: argparse.Namespace) -> None:
     """--merge (pool sweeps into --output-dir) and --report-only: the report on the rows --output-dir holds."""
     from ..accessibility import merge_sweeps, summarize_folder
     from ..accessibility.report import console_summary
-    from ..accessibility.store import REPORT_FILE, SETTINGS_FILE, FolderLockedError, torn_files
+    from ..accessibility.store import (
+        REPORT_FILE,
+        SETTINGS_FILE,
+        FolderLockedError,
+        refuse_unfinished_clear,
+        torn_files,
+    )
 
     if not _main_process():
         # Under `accelerate launch`, every process runs this command: one process (rank 0) merges and reports; the
@@ -197,11 +211,13 @@ def report(args: argparse.Namespace) -> None:
         return
     if args.merge:  # sweeps of other m / lengths, e.g. run on several machines, pooled into --output-dir
         for folder in args.merge:
+            refuse_unfinished_clear(folder)  # said as such, not as a folder that holds no run
             check_run_folder(folder, "--merge", SETTINGS_FILE)
         check_output_folder(args.output)
         merge_sweeps(args.merge, args.output, overwrite=args.overwrite)
         args.report_only = True
     # e.g. on a sweep still running elsewhere, or one that was stopped
+    refuse_unfinished_clear(args.output)  # an overwrite killed mid-clear: said as such, not as "holds no run"
     check_run_folder(args.output, "--output-dir", SETTINGS_FILE)
     try:  # under the folder's lock, taken without waiting
         print(console_summary(summarize_folder(args.output, support_sequences=args.support_sequences)))

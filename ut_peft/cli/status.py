@@ -34,6 +34,7 @@ def main(args):
     from ..accessibility import store
     from ..accessibility.status import folder_status, format_status
 
+    store.refuse_unfinished_clear(args.folder)  # an overwrite killed mid-clear: said as such, not as "holds no run"
     folder = check_run_folder(args.folder, "FOLDER", store.SETTINGS_FILE)
     status = folder_status(folder)
     print(json.dumps(status, indent=2, sort_keys=True) if args.json else format_status(status))
