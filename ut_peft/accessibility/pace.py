@@ -8,7 +8,9 @@ A row-step of a longer row costs more, so each round also has token-steps: every
 the model (memory vectors + n), which carries over to rows of other lengths better than row-steps do.
 
 Rows carry wall times, not loads: a round that ran beside other jobs on the same cores is slower, and nothing here
-can tell; the spread between the rounds' paces shows it.
+can tell; the spread between the rounds' paces shows it. Rows written since rows record their machine (``host``:
+:func:`.store.append_row`) tell machines apart: a run that moved to another machine is paced by the rounds of the one
+it is on now where :data:`MIN_HOST_ROUNDS` of them are timed (:func:`host_pace`), not by a mean over both.
 
 :func:`projection` turns a design's stop state and the measured pace into the hours it still needs, under one
 stated assumption: every standard error falls as 1 / sqrt(rows).
@@ -23,14 +25,21 @@ from . import store
 from .designs.pooled import PooledDesign
 from .engine.rows import row_steps
 
+# The complete rounds a machine's own pace needs before it is the run's pace (host_pace): one round is one batch, whose
+# longest row alone sets its wall time.
+MIN_HOST_ROUNDS = 2
 
-def round_paces(design: PooledDesign, rows: dict) -> list[dict]:
+
+def round_paces(design: PooledDesign, rows: dict, host: dict | None = None) -> list[dict]:
     """Per complete round of ``design`` over ``rows`` (a dict (m, n, index) -> row): ``{"cells": [(m, n), ...],
     "row_steps", "token_steps", "seconds"}``, the rows' (m, n) sorted, ``seconds`` the longest row's wall time.
-    Rounds whose rows carry no wall time (rows written before rows recorded one) are left out."""
+    Rounds whose rows carry no wall time (rows written before rows recorded one) are left out; with ``host`` (a row's
+    ``host`` record), so are the rounds not every row of which was written on that machine."""
     out = []
     for jobs in design.rounds(rows):
         done = [rows[job] for job in jobs]
+        if host is not None and any(row.get(store.HOST_FIELD) != host for row in done):
+            continue
         wall = max(float(row.get("seconds") or 0.0) for row in done)
         if wall <= 0:
             continue
@@ -73,6 +82,27 @@ def total_pace(paces: list[dict]) -> dict | None:
         "row_steps_per_second": steps / seconds,
         "token_steps_per_second": tokens / seconds,
         "token_pace_range": [min(token_paces), max(token_paces)],
+    }
+
+
+def host_pace(design: PooledDesign, rows: dict, host: dict | None) -> dict | None:
+    """The pace of the machine ``host`` (the one the run is on now: :func:`.store.last_host`) beside the whole run's:
+    ``{"host", "label", "rounds", "of_rounds", "min_rounds", "pace", "used"}``, ``rounds`` its timed complete rounds
+    (every row written there) of the run's ``of_rounds``, ``pace`` their :func:`total_pace`, and ``used`` whether it
+    is the pace to project with: where it has :data:`MIN_HOST_ROUNDS` rounds, or every timed round ran there (then it
+    is the whole run's pace). None where ``host`` is None (no row records its machine: the whole run's pace, as
+    before)."""
+    if host is None:
+        return None
+    mine, every = round_paces(design, rows, host), round_paces(design, rows)
+    return {
+        "host": host,
+        "label": store.host_label(host),
+        "rounds": len(mine),
+        "of_rounds": len(every),
+        "min_rounds": MIN_HOST_ROUNDS,
+        "pace": total_pace(mine),
+        "used": bool(mine) and (len(mine) >= MIN_HOST_ROUNDS or len(mine) == len(every)),
     }
 
 
@@ -147,4 +177,12 @@ def projection(
     return dict(needed, row_steps=int(round(steps)), hours=hours)
 
 
-__all__ = ["folder_round_paces", "projection", "round_paces", "rows_still_needed", "total_pace"]
+__all__ = [
+    "MIN_HOST_ROUNDS",
+    "folder_round_paces",
+    "host_pace",
+    "projection",
+    "round_paces",
+    "rows_still_needed",
+    "total_pace",
+]

@@ -31,7 +31,7 @@ from .designs import make_design
 from .designs.common import bracketed_fractions, fractions_of
 from .designs.pooled import PooledDesign
 from .engine.rows import INFERRED, row_steps
-from .pace import projection, round_paces, total_pace
+from .pace import host_pace, projection, round_paces, total_pace
 from .stats.fit import line_interval
 
 # A campaign that holds a run back (e.g. until another run on the same cores ends) says so in this file; the sweep
@@ -72,7 +72,7 @@ def folder_status(folder) -> dict:
     if pooled is not None:
         status["estimate"] = _estimate(folder, settings, config, pooled, rows)
         status["stop"] = _stop(pooled, rows)
-        status["time"] = _time(pooled, rows, status["stop"], status["in_flight"])
+        status["time"] = _time(pooled, rows, status["stop"], status["in_flight"], store.last_host(folder))
     return _json_safe(status)
 
 
@@ -338,10 +338,14 @@ def _least_after_bracketing(design: PooledDesign, rows: dict, pace: dict | None)
     }
 
 
-def _time(design: PooledDesign, rows: dict, stop: dict, in_flight: dict) -> dict:
+def _time(design: PooledDesign, rows: dict, stop: dict, in_flight: dict, host: dict | None = None) -> dict:
     """Hours spent (complete rounds, each its longest row's wall time), the round now running so far, the pace, and
-    the projection of the hours left."""
+    the projection of the hours left. ``host``: the machine the newest row was written on (None: no row records
+    one); the hours left are priced at its own pace where enough of its rounds are timed (:func:`.pace.host_pace`),
+    since a run that moved machines runs at the new one's pace, not at a mean over both."""
     pace = total_pace(round_paces(design, rows))
+    on_host = host_pace(design, rows, host)
+    priced = on_host["pace"] if on_host and on_host["used"] else pace  # what the hours left are priced at
     open_seconds = max(
         [in_flight.get("landed_seconds", 0.0)]
         + [s.get("seconds") or 0.0 for s in in_flight["snapshots"] if s.get("due") and not s.get("written")]
@@ -351,6 +355,7 @@ def _time(design: PooledDesign, rows: dict, stop: dict, in_flight: dict) -> dict
         "rounds_timed": pace["rounds"] if pace else 0,
         "open_round_hours": open_seconds / 3600 if in_flight.get("round") else 0.0,
         "pace": pace,
+        "host_pace": on_host,
         "projection": None,
     }
     if stop["stage"] == "stopped":
@@ -358,7 +363,7 @@ def _time(design: PooledDesign, rows: dict, stop: dict, in_flight: dict) -> dict
         return out
     if stop["stage"] != "fitting":
         out.update(hours_left=None, note="no projection while the design brackets n_50 (no fit, no standard errors)")
-        out["least"] = _least_after_bracketing(design, rows, pace)
+        out["least"] = _least_after_bracketing(design, rows, priced)
         return out
     mean = _row_steps_per_row(design, rows, int(stop.get("fitted_rows") or 0))
     if mean is None:
@@ -372,7 +377,7 @@ def _time(design: PooledDesign, rows: dict, stop: dict, in_flight: dict) -> dict
     budget_left = None
     if design.budget is not None:
         budget_left = design.budget - sum(row_steps(row) for row in rows.values())
-    rate = pace["row_steps_per_second"] if pace else None
+    rate = priced["row_steps_per_second"] if priced else None
     projected = projection(
         stop,
         design.batch,
@@ -393,7 +398,8 @@ def _time(design: PooledDesign, rows: dict, stop: dict, in_flight: dict) -> dict
         return out
     out["note"] = (
         "a projection: every standard error taken to fall as 1 / sqrt(rows), the rows still needed in whole rounds "
-        f"at the mean row-steps of {basis}, at the run's measured pace"
+        f"at the mean row-steps of {basis}, at the "
+        + ("current host's measured pace" if priced is not pace else "run's measured pace")
         + ("" if rate else "; no hours: no complete round carries wall times")
     )
     return out
@@ -623,6 +629,9 @@ def _time_lines(time: dict) -> list[str]:
     if time["open_round_hours"]:
         spent += f"; the round now running {time['open_round_hours']:.2f} h so far"
     lines = [spent]
+    on_host = time.get("host_pace")
+    if on_host:  # rows that record their machine: which rounds the hours left are priced at
+        lines.append(_host_line(on_host))
     projected = time["projection"]
     least = time.get("least")
     if least:  # bracketing: no projection, but the floor of fitted rows that follows is known
@@ -639,7 +648,8 @@ def _time_lines(time: dict) -> list[str]:
         return lines
     rounds = f"{projected['rounds']} more round{'s' if projected['rounds'] != 1 else ''}"
     hours = "no hours (no timed round)" if time["hours_left"] is None else f"about {time['hours_left']:.1f} h"
-    rate = f" at {time['pace']['row_steps_per_second']:.2f} row-steps/s" if time["pace"] else ""
+    priced = on_host["pace"] if on_host and on_host["used"] else time["pace"]
+    rate = f" at {priced['row_steps_per_second']:.2f} row-steps/s" if priced else ""
     ratio = projected["ratio"]
     by_targets = (
         f"{_quantity(projected['binding'])} at {ratio:.2f} x its target needs {projected['judged_rows']} x "
@@ -657,6 +667,25 @@ def _time_lines(time: dict) -> list[str]:
         "  it assumes every standard error falls as 1 / sqrt(rows), for rows placed as those so far",
     ]
     return lines
+
+
+def _host_line(on_host: dict) -> str:
+    """Which rounds the hours left are priced at, for rows that record their machine (:func:`.pace.host_pace`)."""
+    label, rounds, every = on_host["label"], on_host["rounds"], on_host["of_rounds"]
+    if on_host["used"] and rounds == every:
+        return f"  pace: every complete round ran on {label}, the host of the newest row"
+    if on_host["used"]:
+        pace = on_host["pace"]
+        return (
+            f"  pace of the current host, {label}: its {rounds} of the {every} complete rounds, "
+            f"{pace['row_steps_per_second']:.2f} row-steps/s, {pace['token_steps_per_second']:.0f} token-steps/s; "
+            "the hours left are priced at it, not at the whole run's pace, which mixes hosts"
+        )
+    return (
+        f"  pace: {rounds} of the {every} complete rounds ran on the current host, {label} (the host of the newest "
+        f"row), under the {on_host['min_rounds']} its own pace needs: the hours left are priced at the whole run's "
+        "pace, which mixes hosts"
+    )
 
 
 __all__ = ["PAUSED_FILE", "folder_status", "format_status"]

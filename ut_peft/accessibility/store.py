@@ -16,7 +16,8 @@ This module owns the folder's layout; nothing else spells a file name of it:
                          resumed: what an edited settings.json is caught against where there is no summary.json
                          yet (:func:`check_unedited`); never read as the settings
   rows.jsonl             one row per finished sequence (other processes write rows.rank<k>.jsonl), a
-                         :class:`~ut_peft.accessibility.engine.rows.Row` per line; :func:`read_rows`,
+                         :class:`~ut_peft.accessibility.engine.rows.Row` per line (with the machine that wrote it,
+                         ``host``, in rows written since it was recorded: :func:`append_row`); :func:`read_rows`,
                          :func:`load_rows`. No other file is read as rows (a user's rows-old.jsonl is left alone, also
                          by overwrite)
   summary.json           the fits and bounds: a :class:`Summary` (:func:`write_summary`, :func:`read_summary`)
@@ -42,10 +43,14 @@ This module owns the folder's layout; nothing else spells a file name of it:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
+import platform
 import re
+import socket
+import sys
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -1019,9 +1024,75 @@ def repair(path: Path) -> int:
 
 def append_row(path: Path, row) -> None:
     """Append one row (a :class:`~ut_peft.accessibility.engine.rows.Row`, or any JSON object) as one line (sorted
-    keys), then fsync; a write
-    that fails part-way is cut back off the file and the error says so (:func:`ut_peft.io.append_jsonl`)."""
-    append_jsonl(path, row.to_dict() if isinstance(row, Row) else row, sort_keys=True)
+    keys), then fsync; a write that fails part-way is cut back off the file and the error says so
+    (:func:`ut_peft.io.append_jsonl`).
+
+    A :class:`Row` is written with the machine that writes it (``host``: :func:`host_record`) unless it records one
+    already: the rows' ``seconds`` are that machine's, so a pace is read per machine (:func:`.pace.round_paces`).
+    The field is one of the row's extra fields: it decides nothing (two rows that differ only there are one
+    measurement), no settings comparison or digest reads it, and rows written before it, without it, read as before."""
+    if isinstance(row, Row):
+        data = row.to_dict()
+        data.setdefault(HOST_FIELD, host_record())
+        row = data
+    append_jsonl(path, row, sort_keys=True)
+
+
+# The row field that records the machine a row was written on (:func:`append_row`); absent from rows written before.
+HOST_FIELD = "host"
+
+
+@functools.lru_cache(maxsize=1)
+def _machine() -> tuple[str, str]:
+    """This machine's hostname and CPU model (as /proc/cpuinfo names it, else the platform's processor string)."""
+    cpu = ""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as info:
+            cpu = next((line.split(":", 1)[1].strip() for line in info if line.startswith("model name")), "")
+    except OSError:
+        pass
+    return socket.gethostname(), " ".join((cpu or platform.processor() or platform.machine() or "unknown").split())
+
+
+def host_record() -> dict:
+    """The machine a row is written on, as the row records it: ``{"name": hostname, "cpu": CPU model, "threads":
+    torch's intra-op threads}`` and ``"gpu"`` (the device's name) where this process has put CUDA to use. Torch is
+    only asked where it is loaded already (a sweep has it); CUDA is never initialised for it."""
+    name, cpu = _machine()
+    record: dict[str, Any] = {"name": name, "cpu": cpu}
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        record["threads"] = int(torch.get_num_threads())
+        if torch.cuda.is_initialized():  # the run crams on the GPU: its name, which sets the pace more than the CPU
+            record["gpu"] = str(torch.cuda.get_device_name(torch.cuda.current_device()))
+    return record
+
+
+def host_label(host: dict | None) -> str:
+    """A row's ``host`` in a few words: ``name (GPU or CPU, N threads)``; "unrecorded" for None."""
+    if not isinstance(host, dict):
+        return "unrecorded"
+    device = host.get("gpu") or host.get("cpu") or "?"
+    threads = f", {host['threads']} threads" if host.get("threads") is not None else ""
+    return f"{host.get('name', '?')} ({device}{threads})"
+
+
+def last_host(folder) -> dict | None:
+    """The ``host`` of the newest row of ``folder`` that records one: the last such line of rows.jsonl (the main
+    process's file, appended in the order its rows ended), where the run is now. None where no row records one."""
+    path = rows_file(Path(folder), 0)
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return None
+    for line in reversed(data.splitlines()):
+        try:
+            host = json.loads(line).get(HOST_FIELD)
+        except (ValueError, AttributeError):  # a torn last line, or not an object: read_rows says what is wrong
+            continue
+        if isinstance(host, dict):
+            return host
+    return None
 
 
 def pool_rows(rows: Iterable[Row]) -> dict[tuple[int, int, int], Row]:
