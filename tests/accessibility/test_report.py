@@ -22,11 +22,26 @@ def test_the_console_summary_of_a_committed_sweep():
         "7,210 row-steps",
         "slope 26.4 tokens per vector [-26.7, 48.7], intercept -1.9 [-37.6, 94.6], R^2 1.000; published LS slope 20.9 "
         "(R^2 1.000; n_50 at m = 2 from a ridge)",
-        "bounds: ball 427, box 201 tokens per vector; ball / slope 16.1, box / slope 7.6 (ut-peft's estimate: 64 "
-        "sequences of 32 tokens, eps = r_2/2^11)",
+        "bounds: ball 427, box 201 tokens per vector (ut-peft's estimate: 64 sequences of 32 tokens, eps = r_2/2^11); "
+        "ball / per-m line slope 16.1, box / per-m line slope 7.6",
         "published bounds: not measured beside this folder (ut-peft bounds writes them)",
         "24 rows, 15,220 row-steps in all",
     ]
+
+
+def test_the_bound_ratios_name_the_slope_they_divide_by_and_a_pooled_sweep_adds_its_headline_slopes():
+    """summary.ratios divide the bounds by the slope of the line through the per-m fits (the report's table says so by
+    its column); a pooled sweep's headline is its pooled (calibrated) slope, so the console names the per-m line and
+    gives the ratios over the headline beside them."""
+    summary = summaries.read_summary(ROOT / "results" / "smollm2-135m" / "pooled-words-v7")
+    line = next(line for line in console_summary(summary).splitlines() if line.startswith("bounds:"))
+    fit, calibrated, bounds = summary.fit, summary.calibrated, summary.bounds
+    assert f"ball / per-m line slope {bounds['ball'] / fit['slope']:.1f}" in line
+    assert f"box / per-m line slope {bounds['box'] / fit['slope']:.1f}" in line
+    headline = calibrated["slope"]["estimate"]
+    assert f"ball / calibrated pooled slope {bounds['ball'] / headline:.1f}" in line
+    assert f"box / calibrated pooled slope {bounds['box'] / headline:.1f} (the headline slope, {headline:.2f})" in line
+    assert "ball / slope" not in line
 
 
 @pytest.mark.parametrize("folder", FOLDERS, ids=lambda p: str(p.relative_to(ROOT)))

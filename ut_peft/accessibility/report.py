@@ -543,10 +543,13 @@ def console_summary(summary: Summary) -> str:
     else:
         lines.append("no slope: fewer than two m had a measurable n_50 (the grid missed the 50% crossing)")
     bounds = summary.bounds
+    # summary.ratios divide by the line through the per-m fits (the table's slope column); a pooled sweep's headline
+    # is its pooled (calibrated) slope, so the line names the one it divides by and adds the headline's ratios.
     lines.append(
-        f"bounds: ball {bounds['ball']:.0f}, box {bounds['box']:.0f} tokens per vector; ball / slope "
-        f"{_num(ratios and ratios['ball'])}, box / slope {_num(ratios and ratios['box'])} (ut-peft's estimate: "
-        f"{summary.support['num_samples']} sequences of {summary.support.get('seq_len', 32)} tokens, eps = r_2/2^11)"
+        f"bounds: ball {bounds['ball']:.0f}, box {bounds['box']:.0f} tokens per vector (ut-peft's estimate: "
+        f"{summary.support['num_samples']} sequences of {summary.support.get('seq_len', 32)} tokens, eps = r_2/2^11); "
+        f"ball / per-m line slope {_num(ratios and ratios['ball'])}, box / per-m line slope "
+        f"{_num(ratios and ratios['box'])}{_headline_ratios(summary)}"
     )
     lines.append(published_bounds.console_line(summary.bounds_published, fit and fit["slope"]))
     pooled = summary.pooled
@@ -573,6 +576,21 @@ def console_summary(summary: Summary) -> str:
     if summary.retargeted_from:
         lines.append(retarget_line(summary.retargeted_from))
     return "\n".join(lines)
+
+
+def _headline_ratios(summary: Summary) -> str:
+    """The bounds over a pooled sweep's headline slope (the calibrated pooled slope where a current calibration holds
+    one, else the pooled line's: :func:`run_slope`), for the console beside the ratios over the per-m line; "" where
+    the headline is the per-m line itself, or no positive slope is there to divide by."""
+    headline = run_slope(summary)
+    if headline is None or headline[0] <= 0 or not headline[1].startswith("pooled line"):
+        return ""
+    slope, bounds = headline[0], summary.bounds
+    name = "calibrated pooled slope" if "calibrated" in headline[1] else "pooled slope"
+    return (
+        f"; ball / {name} {bounds['ball'] / slope:.1f}, box / {name} {bounds['box'] / slope:.1f} "
+        f"(the headline slope, {slope:.2f})"
+    )
 
 
 def retarget_line(record: dict) -> str:
