@@ -44,6 +44,17 @@ def test_the_bound_ratios_name_the_slope_they_divide_by_and_a_pooled_sweep_adds_
     assert "ball / slope" not in line
 
 
+def test_the_published_bounds_console_line_names_the_slope_it_divides_by():
+    """The published estimate's ratios are printed beside ut-peft's own: they name their slope the same way."""
+    from ut_peft.accessibility.stats import published_bounds
+
+    entry = {"ball": 400.0, "box": 200.0, "sequences_per_length": [10, 10], "lengths": [4, 8]}
+    entry |= {"r_inf": 1.0, "eps": 0.1, "r_2": 1.0, "dtype": "float32", "box_at_l2_eps": 150.0}
+    line = published_bounds.console_line(entry, 20.0)
+    assert "ball / per-m line slope 20.0, box / per-m line slope 10.0" in line and "ball / slope" not in line
+    assert "ball / pooled slope 20.0" in published_bounds.console_line(entry, 20.0, "pooled slope")
+
+
 @pytest.mark.parametrize("folder", FOLDERS, ids=lambda p: str(p.relative_to(ROOT)))
 def test_every_figure_printed_is_rounded_and_written_as_the_report_writes_it(folder):
     summary = summaries.read_summary(folder)

@@ -505,8 +505,8 @@ def _audited_console(summary: Summary) -> str:
         f"{_num(ratios and ratios['ball'])}, box / pooled slope {_num(ratios and ratios['box'])} (ut-peft's estimate: "
         f"{summary.support['num_samples']} sequences of {summary.support.get('seq_len', 32)} tokens, eps = r_2/2^11)"
     )
-    slope = measured_slope(summary.settings, summary.fit, pooled)
-    lines.append(published_bounds.console_line(summary.bounds_published, slope))
+    slope = measured_slope(summary.settings, summary.fit, pooled)  # under the audited abandon: the pooled line's
+    lines.append(published_bounds.console_line(summary.bounds_published, slope, "pooled slope"))
     lines += _calibrated_console(summary.calibrated)
     lines.append(f"{summary.num_rows:,} rows, {summary.row_steps:,} row-steps in all")
     if summary.retargeted_from:

@@ -625,13 +625,15 @@ def report_lines(entry: dict | None, slope: float | None, model: str) -> list[st
     ]
 
 
-def console_line(entry: dict | None, slope: float | None) -> str:
+def console_line(entry: dict | None, slope: float | None, slope_name: str = "per-m line slope") -> str:
+    """The published estimate's console line; the ratios name the slope they divide by (``slope_name``), as the
+    console's line of ut-peft's own bounds does, so that neither is read as the headline slope's."""
     if not entry:
         return "published bounds: not measured beside this folder (ut-peft bounds writes them)"
     if "error" in entry:
         return f"published bounds: not used ({entry['error']})"
     ratio = (
-        f"; ball / slope {entry['ball'] / slope:.1f}, box / slope {entry['box'] / slope:.1f}"
+        f"; ball / {slope_name} {entry['ball'] / slope:.1f}, box / {slope_name} {entry['box'] / slope:.1f}"
         if slope and slope > 0
         else ""
     )
