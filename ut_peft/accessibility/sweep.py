@@ -34,7 +34,7 @@ from .engine.prefixes import infer_prefixes
 from .engine.rows import INFERRED, Row, row_steps
 from .engine.sources import init_seed
 from .stats import published_bounds
-from .stats.bounds import SlopeBounds, measure_support, slope_bounds, support_context
+from .stats.bounds import SlopeBounds, measure_support, slope_bounds, support_context, support_vocab_size
 from .stats.coverage import check_intervals, check_pooled
 from .stats.fit import (
     LineFit,
@@ -293,6 +293,30 @@ def _load(config: SweepConfig, device, device_map):
     return model, tokenizer
 
 
+def random_token_count(model, tokenizer) -> int:
+    """The ids a sweep draws at random, 0 .. n-1: the tokens source's texts and the support sequences of the bounds.
+
+    n is the tokens a text can hold (:func:`.stats.bounds.support_vocab_size`: the tokenizer's count, capped at the
+    head's rows), so a padded head's padding rows (Qwen2.5: 151936 rows for 151665 tokens), which no tokenizer
+    produces, are never drawn. Without a tokenizer (a tokens sweep may run without one), or with one that cannot list
+    its tokens (``get_vocab``: a plain callable from Python, not a transformers tokenizer), every head row, as
+    before. Where the tokenizer's count is the head's rows (every bundled model) n is the rows the draws always
+    took: the same ids.
+    """
+    if not callable(getattr(tokenizer, "get_vocab", None)):
+        return support_vocab_size(model)
+    try:
+        return support_vocab_size(model, tokenizer)
+    except ValueError as err:
+        # text_vocab_size's remedy (vocab_size=, --vocab-size) is geometry's: a sweep has no such setting.
+        why = str(err).split("; pass vocab_size=")[0]
+        raise ValueError(
+            f"{why}; a sweep draws random token ids below the tokenizer's count (the bounds' support sequences, a "
+            "tokens source's texts), so it needs a tokenizer whose ids are 0..n-1 (a tokens sweep can run without "
+            "one, tokenizer=None, drawing over every row of the output head)"
+        ) from None
+
+
 def run_sweep(
     config: SweepConfig,
     output_dir,
@@ -393,7 +417,7 @@ def run_sweep(
             for row in new_rows:
                 rows.setdefault(store.row_key(row), row)
         bar.close()
-        return _finish_sweep(config, settings, rows, model, output_dir, report, accelerator)
+        return _finish_sweep(config, settings, rows, model, tokenizer, output_dir, report, accelerator)
     except BaseException:
         if lock is not None:  # a run refused before it wrote anything leaves no folder (nor lock file) behind
             lock.discard()
@@ -415,7 +439,9 @@ def _validated(config: SweepConfig, model, tokenizer):
     config.resolve_autocast(execution_device(model.get_input_embeddings()))
     # The weights' dtype, likewise: a folder crammed with float32 weights is refused with bfloat16 ones.
     config.resolve_model_dtype(model)
-    source = config.make_source(tokenizer, model.get_output_embeddings().weight.shape[0])
+    # Asked here, before anything is written, for the tokens source and for the support the summary measures at the
+    # end: a tokenizer that numbers its tokens with gaps is refused now, not once every row is crammed.
+    source = config.make_source(tokenizer, random_token_count(model, tokenizer))
     context = getattr(model.config, "max_position_embeddings", None)
     longest = row_positions(len(config.cram.prefix_ids), config.ms[-1], config.grid.max_length)
     if context and longest > context:
@@ -575,14 +601,16 @@ def _run_round(
     return new_rows
 
 
-def _finish_sweep(config: SweepConfig, settings: dict, rows: dict, model, output_dir: Path, report: bool, accelerator):
+def _finish_sweep(
+    config: SweepConfig, settings: dict, rows: dict, model, tokenizer, output_dir: Path, report: bool, accelerator
+):
     """Summary (and report) on the main process, once every process has written its rows."""
     summary = None
     if accelerator.is_main_process:
         # The settings as settings.json stores them (keys sorted, tuples as lists, int keys as strings), as
         # summarize_folder reads them: a summary and report are the same bytes however they were written.
         settings = json.loads(json.dumps(settings, sort_keys=True))
-        summary = summarize(config, settings, rows, model)
+        summary = summarize(config, settings, rows, model, tokenizer)
         summary.bounds_published = published_bounds.summary_entry_for(output_dir, settings["model"])
         summary.retargeted_from = store.read_retargeted(output_dir)
         summary.calibrated = _calibrated(config, output_dir, rows)
@@ -603,12 +631,17 @@ def summarize_folder(
     support_seq_len: int | None = None,
     report: bool = True,
     write: bool = True,
+    tokenizer=None,
 ) -> summaries.Summary:
     """Summary, plots and report from the rows a folder holds now (a finished, running or killed sweep).
 
     Only (m, n) groups with all their sequences finished enter the fits. The bounds are measured on the support
     sequences the folder records (:func:`.store.recorded_settings`); ``support_sequences`` and ``support_seq_len``
     may be given, and must be those: a folder's summary is never rewritten from other sequences.
+
+    The support sequences draw the tokens a text can hold (:func:`random_token_count`): without ``model`` the
+    folder's model and its tokenizer are loaded; a ``model`` given comes with its ``tokenizer`` (without one the ids
+    are drawn over every head row, the same ids wherever the tokenizer covers the head, as every bundled model's).
 
     The summary (and with ``report`` the plots and report) are written under the folder's lock, taken without
     waiting: where a run is writing the folder, :class:`.store.FolderLockedError` is raised before anything is
@@ -617,7 +650,9 @@ def summarize_folder(
     """
     output_dir = Path(output_dir)
     if not write:
-        return _summarize_folder(output_dir, model, support_sequences, support_seq_len, report=report, write=False)
+        return _summarize_folder(
+            output_dir, model, tokenizer, support_sequences, support_seq_len, report=report, write=False
+        )
     store.read_settings(output_dir)  # a folder that holds no sweep is refused before a lock file is put there
     lock = store.lock_finished_folder(
         output_dir,
@@ -626,12 +661,16 @@ def summarize_folder(
         "it then)",
     )
     try:
-        return _summarize_folder(output_dir, model, support_sequences, support_seq_len, report=report, write=True)
+        return _summarize_folder(
+            output_dir, model, tokenizer, support_sequences, support_seq_len, report=report, write=True
+        )
     finally:
         lock.release()
 
 
-def _summarize_folder(output_dir: Path, model, support_sequences, support_seq_len, *, report: bool, write: bool):
+def _summarize_folder(
+    output_dir: Path, model, tokenizer, support_sequences, support_seq_len, *, report: bool, write: bool
+):
     settings = store.read_sweep_settings(output_dir)
     store.check_unedited(output_dir, settings)  # as a resume does: an edited settings.json is refused, not reported on
     config = SweepConfig.from_settings(store.recorded_settings(output_dir, settings))
@@ -639,11 +678,15 @@ def _summarize_folder(output_dir: Path, model, support_sequences, support_seq_le
     check_rows(config, settings, rows)
     if model is None:
         model = load_model(settings["model"])
+        try:  # as the run had it: the support draws the tokenizer's tokens (a tokens sweep may have run without one)
+            tokenizer = load_tokenizer(settings["model"])
+        except (OSError, ValueError, TypeError):
+            tokenizer = None
     # Read again with the model's context, which tells a support length a summary records cut at it from one given.
     config = SweepConfig.from_settings(store.recorded_settings(output_dir, settings, support_context(model)))
     given = {"support_sequences": support_sequences, "support_seq_len": support_seq_len}
     _check_given_support(config, output_dir, {k: v for k, v in given.items() if v is not None})
-    summary = summarize(config, settings, rows, model)
+    summary = summarize(config, settings, rows, model, tokenizer)
     summary.bounds_published = published_bounds.summary_entry_for(output_dir, settings["model"])
     summary.retargeted_from = store.read_retargeted(output_dir)
     summary.calibrated = _calibrated(config, output_dir, rows)
@@ -778,8 +821,11 @@ def _same_folder(a, b) -> bool:
         return a.absolute() == b.absolute()
 
 
-def summarize(config: SweepConfig, settings: dict, rows: dict, model) -> summaries.Summary:
+def summarize(config: SweepConfig, settings: dict, rows: dict, model, tokenizer=None) -> summaries.Summary:
     """Fits with intervals, row-steps, support statistics, bounds and ratios of a (finished or partial) sweep.
+
+    The support sequences draw the tokens ``tokenizer`` holds (:func:`random_token_count`; without one every row of
+    the output head), and the bounds charge ln of that count.
 
     n50 is the Firth logistic MLE on the per-sequence outcomes with a 95% interval: a bootstrap over sequence indices,
     or the profile likelihood where every sequence has one row (:func:`~ut_peft.accessibility.stats.fit.n50_interval`);
@@ -800,7 +846,11 @@ def summarize(config: SweepConfig, settings: dict, rows: dict, model) -> summari
     fitted_rows = [r for m in config.ms for n in sorted(curves[m]) for r in curves[m][n]]
     line, line_published = _lines(config, fitted_rows, per_m, audited)
     stats = measure_support(
-        model, num_sequences=config.support_sequences, seq_len=config.support_seq_len, seed=config.seed
+        model,
+        num_sequences=config.support_sequences,
+        seq_len=config.support_seq_len,
+        seed=config.seed,
+        vocab_size=random_token_count(model, tokenizer),
     )
     bounds = slope_bounds(stats)
     pooled = _pooled(config, rows)

@@ -9,18 +9,22 @@ bound ``sum_i ln(1 + (high_i - low_i)/eps) / ln|V|``.
 
 ``r`` and the box are measured from the model itself by :func:`measure_support`, as the paper does: final
 hidden states at the last position of sequences of uniformly random token ids; ``eps = r / 2**11`` (the
-relative precision of fp16).
+relative precision of fp16). The ids are the tokens a text can hold (the tokenizer's count,
+:func:`ut_peft.geometry.text_vocab_size`), not the padding rows of a padded head, and |V| is that count.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TypedDict
+from typing import TYPE_CHECKING, TypedDict
 
 import torch
 
 from ...devices import execution_device
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 # fp16 keeps 11 significant bits: the paper's precision scale relative to the support radius.
 EPS_RELATIVE = 2.0**-11
@@ -28,7 +32,8 @@ EPS_RELATIVE = 2.0**-11
 
 class SupportSummary(TypedDict):
     """The measured support of the output head's inputs (:meth:`SupportStats.to_dict`); summaries written
-    since it was recorded also hold ``seq_len``, the tokens per sequence (before: 32, the only length used)."""
+    since it was recorded also hold ``seq_len``, the tokens per sequence (before: 32, the only length used), and a
+    padded head's summary ``head_rows``, its rows beside |V| (``vocab_size``, the tokenizer's tokens drawn)."""
 
     radius: float
     eps: float
@@ -53,11 +58,14 @@ class SupportStats:
     low: torch.Tensor  # (d,) per-coordinate min
     high: torch.Tensor  # (d,) per-coordinate max
     hidden: torch.Tensor  # (N, d) the sampled states themselves (float32, CPU)
-    vocab_size: int
+    vocab_size: int  # |V| of the bounds: the tokens the sequences were drawn from
     seq_len: int | None = None  # tokens per sampled sequence (after the cap at the context)
+    head_rows: int | None = None  # the output head's rows, where a padded head has more than |V| (None: the same)
 
     @classmethod
-    def from_states(cls, hidden: torch.Tensor, vocab_size: int, seq_len: int | None = None) -> SupportStats:
+    def from_states(
+        cls, hidden: torch.Tensor, vocab_size: int, seq_len: int | None = None, head_rows: int | None = None
+    ) -> SupportStats:
         """The support of (N, d) measured states: their largest norm r, eps = r / 2^11, the per-coordinate box."""
         radius = float(hidden.norm(dim=1).max())
         return cls(
@@ -68,6 +76,8 @@ class SupportStats:
             hidden=hidden,
             vocab_size=int(vocab_size),
             seq_len=seq_len,
+            # Kept only where it says something: a head without padding records what it always did.
+            head_rows=None if head_rows is None or int(head_rows) == int(vocab_size) else int(head_rows),
         )
 
     @property
@@ -75,13 +85,18 @@ class SupportStats:
         return int(self.hidden.shape[1])
 
     def to_dict(self) -> dict:
-        return {
+        out = {
             "radius": self.radius,
             "eps": self.eps,
             "num_samples": int(self.hidden.shape[0]),
             "hidden_size": self.hidden_size,
             "vocab_size": self.vocab_size,
-        } | ({} if self.seq_len is None else {"seq_len": self.seq_len})
+        }
+        if self.seq_len is not None:
+            out["seq_len"] = self.seq_len
+        if self.head_rows is not None:  # a padded head only: every other model's summary keeps its bytes
+            out["head_rows"] = self.head_rows
+        return out
 
 
 def head_inputs(model, input_ids: torch.Tensor, **kwargs) -> torch.Tensor:
@@ -108,11 +123,47 @@ def support_context(model) -> int | None:
     return context if isinstance(context, int) and context > 0 else None
 
 
+def support_vocab_size(model, tokenizer: PreTrainedTokenizerBase | None = None, vocab_size: int | None = None) -> int:
+    """The token ids :func:`measure_support` draws, 0 .. n-1, and |V| of its bounds: the tokens a text can hold.
+
+    ``tokenizer``: its count (:func:`ut_peft.geometry.text_vocab_size`, capped at the head's rows); ``vocab_size``:
+    that count given; neither: every row of ``model``'s output head. A padded head (Qwen2.5: 151936 rows for 151665
+    tokens) has rows no tokenizer produces, so no text holds them; where the counts agree (the bundled SmolLM2 and
+    Gemma-3) all three give the same n.
+    """
+    from ...geometry.output_path import text_vocab_size  # here: ut_peft.geometry imports this module
+
+    rows = int(model.get_output_embeddings().weight.shape[0])
+    if tokenizer is not None and vocab_size is not None:
+        raise ValueError("give either tokenizer or vocab_size (the tokens a text can hold), not both")
+    if tokenizer is not None:
+        return text_vocab_size(tokenizer, rows)
+    if vocab_size is None:
+        return rows
+    if not 2 <= int(vocab_size) <= rows:
+        raise ValueError(
+            f"vocab_size must be between 2 and the output head's {rows} rows (the tokens a text holds are head "
+            f"rows), got {vocab_size}"
+        )
+    return int(vocab_size)
+
+
 @torch.no_grad()
 def measure_support(
-    model, *, num_sequences: int = 256, seq_len: int = 32, seed: int = 0, batch_size: int = 32
+    model,
+    *,
+    num_sequences: int = 256,
+    seq_len: int = 32,
+    seed: int = 0,
+    batch_size: int = 32,
+    tokenizer: PreTrainedTokenizerBase | None = None,
+    vocab_size: int | None = None,
 ) -> SupportStats:
     """Sample final hidden states of ``num_sequences`` uniformly random token sequences of length ``seq_len``.
+
+    The ids are drawn below :func:`support_vocab_size` (``tokenizer``'s count, or ``vocab_size``; without either,
+    every head row), which the stats record as |V|, with the head's rows beside it where they differ. With the
+    same count the draws are the same: a model whose tokenizer covers its head measures what it always did.
 
     ``seq_len`` is capped at the model's context (``config.max_position_embeddings``): a model with fewer
     positions than the default 32 is measured on sequences as long as it can read.
@@ -122,10 +173,11 @@ def measure_support(
             f"num_sequences, seq_len and batch_size must be >= 1 (got {num_sequences}, {seq_len}, {batch_size})"
         )
     seq_len = min(seq_len, support_context(model) or seq_len)
-    vocab_size = model.get_output_embeddings().weight.shape[0]
+    head_rows = model.get_output_embeddings().weight.shape[0]
+    vocab = support_vocab_size(model, tokenizer, vocab_size)
     device = execution_device(model.get_input_embeddings())
     generator = torch.Generator().manual_seed(seed)
-    ids = torch.randint(0, vocab_size, (num_sequences, seq_len), generator=generator)
+    ids = torch.randint(0, vocab, (num_sequences, seq_len), generator=generator)
     was_training = model.training
     model.eval()
     try:
@@ -135,7 +187,7 @@ def measure_support(
         ]
     finally:
         model.train(was_training)
-    return SupportStats.from_states(torch.cat(states), vocab_size, seq_len)
+    return SupportStats.from_states(torch.cat(states), vocab, seq_len, head_rows)
 
 
 def _check(eps: float, vocab_size: int) -> None:
