@@ -3,8 +3,8 @@
     python benchmarks/geometry_cells.py --model smollm2-135m --samples 16384 [--repeats 3] [--json PATH]
 
 Both variants decode the same number of uniform ball points through the same output head (argmax of the real
-logits). The unchunked baseline samples every point at once, materialises the full (N, |V|) logits, takes the
-argmax and counts; the chunked estimator (``ut_peft.geometry.estimate_cells``) works in blocks of
+logits). The unchunked baseline samples every point at once, materialises the full (N, head rows) logits, takes
+the argmax and counts; the chunked estimator (``ut_peft.geometry.estimate_cells``) works in blocks of
 chunk_size x vocab_chunk logits. Each variant runs in its own child process, which reports its own peak RSS above
 the RSS it had once the model was loaded, so the two peaks do not mix. Prints one JSON line per variant and the
 ratios (chunked / unchunked).
@@ -17,12 +17,13 @@ exceeded the CPU count).
 Counts next to the times, the same for both variants: FLOPs, those of the head's matrix product (the norm and the
 argmax are element-wise and not counted),
 
-    FLOPs = 2 x samples x hidden size x |V|
+    FLOPs = 2 x samples x hidden size x head rows
 
-and bytes: the unchunked variant's full fp32 logits (samples x |V| x 4) against one chunked block
-(chunk_size x vocab_chunk x 4). The FLOPs over a variant's time, divided by the GFLOP/s that a float32 matmul of
-the block's shape measures on this machine with the children's thread count, are the fraction of the measured
-peak it runs at.
+and bytes: the unchunked variant's full fp32 logits (samples x head rows x 4) against one chunked block
+(chunk_size x vocab_chunk x 4). Head rows, not |V|: the logits cover every row of the head, padding rows included,
+and a padded head (Qwen2.5: 151936 rows for 151665 tokenizer tokens) has more rows than |V|, the tokens of the
+bounds. The FLOPs over a variant's time, divided by the GFLOP/s that a float32 matmul of the block's shape measures
+on this machine with the children's thread count, are the fraction of the measured peak it runs at.
 """
 
 import argparse
@@ -66,7 +67,9 @@ def child(args):
         )["argmax"].counts
     else:
         points = support.sample(args.samples, torch.Generator().manual_seed(0))
-        counts = torch.bincount(path.logits(points).argmax(dim=1), minlength=path.vocab_size)
+        # One count per head row (a padded head's padding rows too): path.vocab_size is |V| of the bounds, the
+        # tokenizer's tokens, which can be fewer than the rows the logits cover.
+        counts = torch.bincount(path.logits(points).argmax(dim=1), minlength=path.head_rows)
     seconds = time.perf_counter() - start
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     assert int(counts.sum()) == args.samples
@@ -75,7 +78,7 @@ def child(args):
             {
                 "variant": args.variant,
                 "samples": args.samples,
-                "vocab_size": path.vocab_size,
+                "head_rows": path.head_rows,
                 "hidden_size": path.hidden_size,
                 "seconds": seconds,
                 "samples_per_second": args.samples / seconds,
@@ -118,6 +121,7 @@ def calibrate(args):
     torch.set_num_threads(args.threads)  # as the children run
     config = transformers.AutoConfig.from_pretrained(resolve_model_path(args.model))
     config = getattr(config, "text_config", config)
+    # A config's vocab_size is its embedding's and head's rows (padding rows included), as the chunks cover.
     points, rows = default_chunks(config.vocab_size, args.chunk_size, args.vocab_chunk)
     return harness.calibrate_matmul(min(points, args.samples), config.hidden_size, rows, device="cpu")
 
@@ -140,9 +144,10 @@ def main(args):
         else None
     )
     first = u[0]
-    flops = 2 * first["samples"] * first["hidden_size"] * first["vocab_size"]
-    logits_gib = first["samples"] * first["vocab_size"] * 4 / 2**30
-    points, vocab_rows = default_chunks(first["vocab_size"], args.chunk_size, args.vocab_chunk)
+    # The matmul, the logits and the blocks cover every head row, padding rows included (not |V|, the tokens).
+    flops = 2 * first["samples"] * first["hidden_size"] * first["head_rows"]
+    logits_gib = first["samples"] * first["head_rows"] * 4 / 2**30
+    points, vocab_rows = default_chunks(first["head_rows"], args.chunk_size, args.vocab_chunk)
     block = min(points, args.samples) * vocab_rows * 4
     peak = calibration["gflops"]["float32"]
     summary = {
@@ -179,7 +184,7 @@ def main(args):
             f"peak memory ratio (chunked / unchunked): {harness.format_ratio(memory, 3)} "
             f"({harness.spread(x['peak_rss_above_model_mib'] for x in c)['median']:.0f} MiB vs "
             f"{harness.spread(x['peak_rss_above_model_mib'] for x in u)['median']:.0f} MiB; the unchunked "
-            f"logits alone are {logits_gib:.1f} GiB here and would be {1e7 * first['vocab_size'] * 4 / 2**40:.1f} "
+            f"logits alone are {logits_gib:.1f} GiB here and would be {1e7 * first['head_rows'] * 4 / 2**40:.1f} "
             f"TiB at 10^7 samples, one chunked block {block / 2**20:.0f} MiB)"
         )
     return run.finish(summary)

@@ -313,6 +313,10 @@ def test_geometry_cells(load, tiny_model_folder, tmp_path, capsys, monkeypatch, 
     results = read(out)["results"]
     assert results["flops"] == 2 * 500 * 32 * 300
     assert results["unchunked_logits_bytes"] == 500 * 300 * 4
+    # The runs record the head's rows, which the matmul and the logits cover, by that name: an OutputPath's
+    # vocab_size is |V| of the bounds (the tokenizer's tokens), fewer than the rows on a padded head.
+    for run in results["chunked"]["runs"] + results["unchunked"]["runs"]:
+        assert run["head_rows"] == 300 and "vocab_size" not in run
 
 
 def test_geometry_cells_says_when_the_peak_memory_was_not_measured(
