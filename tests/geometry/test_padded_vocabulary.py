@@ -144,3 +144,25 @@ def test_the_bounds_command_records_the_bounds_over_the_tokenizers_tokens(tmp_pa
     # --report-only prints it again from the file.
     command.main(command.parse(["--report-only", "--output", str(out)]))
     assert f"ball {text['ball']:.0f}, box {text['box']:.0f}" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("apply_final_norm", [False, True])
+def test_the_support_is_measured_on_the_tokenizers_tokens_not_the_padding_rows(apply_final_norm):
+    model = tiny_model("llama", seed=0, vocab_size=ROWS)
+    seen: list[torch.Tensor] = []
+    hook = model.get_input_embeddings().register_forward_pre_hook(lambda module, args: seen.append(args[0]))
+    try:
+        result = analyze_model(
+            model,
+            tokenizer=word_tokenizer(TOKENS),
+            num_samples=100,
+            support_sequences=64,
+            support_seq_len=8,
+            progress=False,
+            apply_final_norm=apply_final_norm,
+        )
+    finally:
+        hook.remove()
+    drawn = torch.cat([ids.flatten() for ids in seen])
+    assert drawn.numel() >= 64 * 8 and int(drawn.max()) < TOKENS  # 512 uniform draws over 97 rows: 17 pads expected
+    assert result["_stats"].vocab_size == TOKENS

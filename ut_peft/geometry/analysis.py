@@ -62,7 +62,9 @@ def analyze_model(
             "measured states and the box spans them; the paper's support uses 256"
         )
     path = OutputPath.from_model(model, apply_final_norm=apply_final_norm, tokenizer=tokenizer, vocab_size=vocab_size)
-    measure = dict(num_sequences=support_sequences, seq_len=support_seq_len, seed=seed)
+    # The support's random ids are texts' tokens too: drawn below |V| (the path's: the tokenizer's count, or the
+    # head's rows without one, so the draws of a model whose tokenizer covers its head are what they were).
+    measure = dict(num_sequences=support_sequences, seq_len=support_seq_len, seed=seed, vocab_size=path.vocab_size)
     if path.final_norm is None:
         stats = measure_support(model, **measure)
     else:
