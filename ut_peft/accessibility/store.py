@@ -35,7 +35,10 @@ This module owns the folder's layout; nothing else spells a file name of it:
   adapters/              (save_memory_adapters) the accessible vectors as PEFT adapters
   overwrite-clearing.json  only while an overwrite clears the folder (:func:`clear_sweep_files`): its settings.json,
                          moved here in one rename as the clear begins and removed as it ends. A folder that holds it
-                         is no sweep (part of its files are gone): every reader refuses it (:func:`unfinished_clear`)
+                         is no sweep (part of its files are gone): every reader refuses it (:func:`unfinished_clear`).
+                         A merge replaces a folder under it too (:func:`replace_sweep`)
+  .rows.jsonl.merging    only while a merge replaces the folder (:func:`replace_sweep`): its new rows, written before
+                         the clear begins and moved to rows.jsonl after it; hidden, and no reader takes it for rows
   retargeted.json        (a sweep retargeted from another folder, :func:`write_retargeted`) where its rows came
                          from and how many were kept; beside settings.json, not in it: the folder's rows are what
                          its own settings make, so a resume compares those alone
@@ -80,6 +83,8 @@ RETARGETED_FILE = "retargeted.json"
 # settings.json while an overwrite clears the folder: see the module's docstring and clear_sweep_files.
 CLEARING_FILE = "overwrite-clearing.json"
 ROWS_SETTINGS_FILE = "rows-settings.json"
+# A merge's new rows while it replaces the folder (replace_sweep): a name row_files never reads.
+STAGED_ROWS_FILE = ".rows.jsonl.merging"
 
 # Settings that settings.json records only since they were found to move numbers of summary.json (the random
 # sequences the bounds' support is measured on), with the value a folder written before meant. They are left out of
@@ -140,6 +145,18 @@ def unfinished_clear(folder) -> FolderError | None:
     retarget from. None where no clear is under way there."""
     if not (Path(folder) / CLEARING_FILE).is_file():
         return None
+    if "merged_from" in (clearing_settings(folder) or {}):  # a merge's clear (replace_sweep): the merge finishes it
+        problem = (
+            f"{folder} holds a merge (or an overwrite of one) that did not finish: it began replacing what the folder "
+            f"held ({CLEARING_FILE} keeps a merge's settings) and was killed (or is still running), so part of those "
+            "files are gone and what is left is no sweep"
+        )
+        return FolderError(
+            f"{problem}; finish it by running the merge into it again (--merge with --output-dir {folder}; "
+            "merge_sweeps), or a sweep with --overwrite (overwrite=True), or write to another folder",
+            problem=problem,
+            mend="finish it: run the merge (or a sweep with --overwrite) into it again (or remove the folder)",
+        )
     problem = (
         f"{folder} holds an overwrite that did not finish: it began clearing the earlier run there "
         f"({CLEARING_FILE} keeps that run's settings) and was killed (or is still running), so part of that run's "
@@ -151,6 +168,17 @@ def unfinished_clear(folder) -> FolderError | None:
         problem=problem,
         mend="finish the clear: run the sweep into it with --overwrite again (or remove the folder)",
     )
+
+
+def clearing_settings(folder) -> dict | None:
+    """The settings that ``folder``'s overwrite-clearing.json keeps (those of the run an unfinished clear was removing;
+    of a merge's clear, a merge's: :func:`replace_sweep`); None where no clear is under way there, or it keeps none
+    (a clear of leftovers without settings)."""
+    try:
+        kept = json.loads((Path(folder) / CLEARING_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return kept if isinstance(kept, dict) and kept else None
 
 
 def refuse_unfinished_clear(folder) -> None:
@@ -938,8 +966,8 @@ def prepare_folder(folder: Path, settings: dict, clear: bool, keep: Iterable[Pat
     """Main process only: clear a replaced run, write the settings, repair torn lines.
 
     Clearing removes only what the store wrote (its rows files, summary, report and plots, and the row files of
-    ``vectors/`` and ``inflight/`` by their names), but the files of ``keep`` (a merge's new rows, written first): a
-    file the user put in the folder stays.
+    ``vectors/`` and ``inflight/`` by their names), but the files of ``keep``: a file the user put in the folder
+    stays. A merge replaces its folder with :func:`replace_sweep` instead.
     """
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -952,6 +980,34 @@ def prepare_folder(folder: Path, settings: dict, clear: bool, keep: Iterable[Pat
     atomic_write_json(folder / SETTINGS_FILE, settings, sort_keys=True)
     for path in row_files(folder):
         repair(path)
+
+
+def staged_rows_file(folder: Path) -> Path:
+    """Where a merge writes its new rows before :func:`replace_sweep` puts them in place (no reader takes it for
+    rows: :func:`row_files`)."""
+    return Path(folder) / STAGED_ROWS_FILE
+
+
+def replace_sweep(folder: Path, settings: dict) -> None:
+    """Main process only, under the folder's lock: make ``folder`` the sweep of ``settings`` whose rows are the file
+    :func:`staged_rows_file` (written whole beforehand: a full disk there leaves what the folder held as it was), what
+    a merge does to its output folder, whatever that held (checked by the caller).
+
+    All of it happens under the clear's mark, overwrite-clearing.json (:func:`clear_sweep_files`): it begins with one
+    step (settings.json renamed to the mark; a folder without settings.json gets a mark that keeps ``settings``) and
+    the mark goes only once the new rows and settings are in place. So a kill at any point leaves what the folder
+    held whole (before that step), the new sweep whole (after the mark went), or a folder that every reader refuses
+    (:func:`unfinished_clear`), never settings over rows that are not theirs. The mark keeps the settings.json it
+    replaced (an earlier merge's, or under an overwrite another run's) or else ``settings``: a mark that keeps a
+    merge's settings is finished by the merge run again, without an overwrite (:func:`.sweep.merge_sweeps`)."""
+    folder = Path(folder)
+    mark = folder / CLEARING_FILE
+    if not (folder / SETTINGS_FILE).is_file() and not mark.is_file():
+        atomic_write_json(mark, settings, sort_keys=True)  # one step: a folder with no sweep before, marked after
+    clear_sweep_files(folder, keep=[mark])  # settings.json -> the mark first, where there is one; the mark stays
+    staged_rows_file(folder).replace(rows_file(folder, 0))
+    prepare_folder(folder, settings, clear=False)  # rows-settings.json, then settings.json
+    mark.unlink()  # the last step: the new sweep, whole
 
 
 def parse_row(path: Path, line_number: int, line: bytes | str) -> Row:

@@ -734,7 +734,9 @@ def merge_sweeps(folders, output_dir, *, overwrite: bool = False) -> Path:
     was recorded, lack (:data:`.store.LATER_DIGESTS`) is left out of the comparison and of the merged settings.
 
     The output folder is checked and written under its lock (:func:`.store.lock_folder`), so a run that is writing
-    it makes the merge fail with :class:`.store.FolderLockedError` before its settings are read.
+    it makes the merge fail with :class:`.store.FolderLockedError` before its settings are read. A merge killed at
+    any point leaves the folder as it was, the new merge whole, or a folder every reader refuses until the merge,
+    run again, finishes it (:func:`.store.replace_sweep`).
     """
     folders = [Path(f) for f in folders]
     if len(folders) < 2:
@@ -775,25 +777,35 @@ def merge_sweeps(folders, output_dir, *, overwrite: bool = False) -> Path:
         merged["infer_prefixes"] = True
     output_dir = Path(output_dir)
     lock = store.lock_folder(output_dir)  # before the folder is looked at: a run writing it could change it meanwhile
+    staged = store.staged_rows_file(output_dir)
     try:
-        earlier_merge = (output_dir / store.SETTINGS_FILE).is_file() and "merged_from" in store.read_settings(
-            output_dir
-        )
-        if not earlier_merge:  # an earlier merge holds only copies and may be replaced; a real run is refused
+        # An earlier merge holds only copies and may be replaced; a real run is refused (unless overwrite).
+        if not _holds_a_merge(output_dir):
             store.check_settings(output_dir, merged, overwrite)
-        # A merge is rewritten whole, never appended to. The new rows first, in one step: a full disk (or a crash)
-        # there leaves the earlier merge as it was; then the rest of the earlier merge is cleared (its summary, report
-        # and plots: of other rows) and the settings are written.
-        target = store.rows_file(output_dir, 0)
+        # A merge is rewritten whole, never appended to. The new rows first, whole, under a name no reader takes for
+        # rows: a full disk (or a crash) there leaves what the folder held as it was. Then store.replace_sweep clears
+        # that (summary, report and plots of other rows included) and puts the new rows and settings in place, all
+        # under the clear's mark, so no kill leaves the earlier merge's settings over the new rows.
         lines = "".join(json.dumps(rows[key].to_dict(), sort_keys=True) + "\n" for key in sorted(rows))
-        atomic_write_text(target, lines)
-        store.prepare_folder(output_dir, merged, clear=True, keep=[target])
+        atomic_write_text(staged, lines)
+        store.replace_sweep(output_dir, merged)
     except BaseException:
+        staged.unlink(missing_ok=True)  # not moved in yet: no reader takes it, but it is no file to leave behind
         lock.discard()  # refused before writing: no folder (nor lock file) left behind
         raise
     finally:
         lock.release()
     return output_dir
+
+
+def _holds_a_merge(folder: Path) -> bool:
+    """Whether ``folder`` holds a merge (a merge replaces it without overwrite=True: it holds only copies), or a
+    merge's clear that did not finish (its mark keeps a merge's settings: :func:`.store.replace_sweep`), which the
+    merge run again finishes. Any other unfinished clear is left to :func:`.store.check_settings` (only an
+    overwrite goes on)."""
+    if store.unfinished_clear(folder) is not None:
+        return "merged_from" in (store.clearing_settings(folder) or {})
+    return (folder / store.SETTINGS_FILE).is_file() and "merged_from" in store.read_settings(folder)
 
 
 def _one_model_spelling(settings: list[dict]) -> list[dict]:
