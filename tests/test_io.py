@@ -1,6 +1,11 @@
 import fcntl
 import json
 import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
 import threading
 import time
 
@@ -168,8 +173,118 @@ def test_try_lock_excludes_a_second_holder_until_the_first_lets_go(tmp_path):
     second = try_lock(path, note_holder=False)
     assert second is not None
     os.close(second)
-    assert lock_holder(path).startswith(f"pid {os.getpid()} on ")  # a probe leaves the record as it was
-    assert lock_holder(tmp_path / "missing.lock") == "a process"
+    # A probe leaves the record of the last holder as it was; no process holds the lock now, and it says so.
+    assert lock_holder(path).startswith(f"no process: the lock is free (last held by pid {os.getpid()} on ")
+    assert lock_holder(tmp_path / "missing.lock") == "no process: the lock is free"
+
+
+def test_take_lock_is_one_lock_per_file_known_to_its_process_and_let_go_by_its_block(tmp_path):
+    from ut_peft.io import held_lock, take_lock
+
+    path = tmp_path / "run.lock"
+    with take_lock(path) as lock:
+        assert lock.created and lock.in_place() and held_lock(path) is lock
+        assert take_lock(path) is None and try_lock(path) is None  # a second open file: refused, as another process
+        assert lock_holder(path).startswith(f"pid {os.getpid()} on ")
+    assert lock.fd is None and held_lock(path) is None
+    assert lock_holder(path).startswith(f"no process: the lock is free (last held by pid {os.getpid()} on ")
+    again = take_lock(path, note_holder=False)
+    assert not again.created
+    path.unlink()  # taken away under its holder (what a refused run's discard does)
+    assert not again.in_place()
+    with take_lock(path) as third:  # a new file at the path: not held by the first
+        assert third.in_place() and third.created
+    again.release()
+
+
+# ---- who holds a lock: the note in its file checked against the kernel's record of flocks ----------------------
+needs_flock = pytest.mark.skipif(shutil.which("flock") is None, reason="needs flock(1) from util-linux")
+
+
+def shell_flock(path) -> subprocess.Popen:
+    """A shell's ``flock FILE cmd`` (as results/gemma-3-270m/run-pooled-words-glove.sh takes finish.lock): it holds
+    the file's flock and writes nothing into it. Its own session, so that the sleep it runs goes with it."""
+    proc = subprocess.Popen(
+        ["flock", str(path), "sh", "-c", "echo locked; exec sleep 120"],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    assert proc.stdout.readline().strip() == "locked"
+    return proc
+
+
+def python_holder(path, *, note_holder: bool = True) -> subprocess.Popen:
+    """Another process holding ``path`` with :func:`try_lock`."""
+    script = (
+        f"import time; from ut_peft.io import try_lock; fd = try_lock({str(path)!r}, note_holder={note_holder}); "
+        "print('locked' if fd is not None else 'refused', flush=True); time.sleep(120)"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    assert proc.stdout.readline().strip() == "locked"
+    return proc
+
+
+def stop(proc: subprocess.Popen) -> None:
+    os.killpg(proc.pid, signal.SIGKILL)  # the process group this test started (flock and its sleep): no cleanup runs
+    proc.wait(timeout=30)
+
+
+def test_lock_holder_names_a_live_holder_by_its_note(tmp_path):
+    path = tmp_path / "run.lock"
+    holder = python_holder(path)
+    try:
+        assert lock_holder(path).startswith(f"pid {holder.pid} on {socket.gethostname()} since ")
+    finally:
+        stop(holder)
+
+
+def test_lock_holder_of_a_holder_that_died_says_the_lock_is_free_and_who_held_it_last(tmp_path):
+    path = tmp_path / "run.lock"
+    holder = python_holder(path)
+    stop(holder)  # SIGKILL: its note stays in the file, the kernel drops its flock
+    said = lock_holder(path)
+    assert said.startswith(f"no process: the lock is free (last held by pid {holder.pid} on ")
+    assert try_lock(path) is not None  # it is free indeed
+
+
+@needs_flock
+def test_lock_holder_of_a_shell_flock_says_it_left_no_note_and_names_its_pid(tmp_path):
+    path = tmp_path / "finish.lock"
+    holder = shell_flock(path)  # a file it made: empty
+    try:
+        assert lock_holder(path) == f"a process that left no note (pid {holder.pid}, flock)"
+        assert try_lock(path) is None
+    finally:
+        stop(holder)
+    assert lock_holder(path) == "no process: the lock is free"
+
+
+@needs_flock
+def test_lock_holder_does_not_take_an_earlier_holders_note_for_the_shell_flock_holding_it_now(tmp_path):
+    path = tmp_path / "sweep.lock"
+    # The note of the old code's format, left by a run on another day: the new code reads it as before.
+    old_note = "pid 4242 on some-host since 2024-05-01 10:00:00"
+    path.write_text(old_note)
+    assert lock_holder(path) == f"no process: the lock is free (last held by {old_note})"
+    holder = shell_flock(path)
+    try:
+        assert lock_holder(path) == (
+            f"a process that left no note (pid {holder.pid}, flock; the file's note, '{old_note}', is an earlier "
+            "holder's)"
+        )
+    finally:
+        stop(holder)
+    first = python_holder(path)  # a holder whose pid the note names, then one that wrote none
+    stop(first)
+    holder = python_holder(path, note_holder=False)
+    try:
+        said = lock_holder(path)
+        assert (
+            said.startswith(f"a process that left no note (pid {holder.pid}, python") and f"pid {first.pid} on" in said
+        )
+    finally:
+        stop(holder)
 
 
 def test_atomic_path_publishes_what_a_library_wrote_whole_or_not_at_all(tmp_path):

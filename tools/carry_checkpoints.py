@@ -24,14 +24,13 @@ from __future__ import annotations
 
 import argparse
 import io
-import os
 import sys
 import time
 from pathlib import Path
 
 import torch
 
-from ut_peft.io import atomic_write_bytes, try_lock
+from ut_peft.io import atomic_write_bytes, take_lock
 
 CHECKPOINT = "checkpoint.pt"
 FINISHED = "result.json"
@@ -128,11 +127,11 @@ def restore(carry_dir: Path, runs_dir: Path, results: Path | None = None) -> lis
             said.append(f"{name}: {carried} cannot be read; not restored")
             continue
         run.mkdir(parents=True, exist_ok=True)
-        lock = try_lock(run / "run.lock", note_holder=False)
+        lock = take_lock(run / "run.lock", note_holder=False)  # no note: the file keeps the name of the run's trainer
         if lock is None:
             said.append(f"{name}: a live process trains {run}; not restored")
             continue
-        try:
+        with lock:
             local = run / CHECKPOINT
             local_step = checkpoint_step(local) if local.exists() else None
             if local_step is not None and local_step >= carried_step:
@@ -140,8 +139,6 @@ def restore(carry_dir: Path, runs_dir: Path, results: Path | None = None) -> lis
             _write(data, local)
             was = "none" if local_step is None else f"step {local_step}"
             said.append(f"{name}: restored at step {carried_step} (the local checkpoint: {was})")
-        finally:
-            os.close(lock)
     return said
 
 

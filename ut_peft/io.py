@@ -9,7 +9,8 @@ wins and every reader sees one writer's complete file.
 
 Files that several processes extend go through :func:`append_jsonl` (one locked, fsynced line per call) and are
 read back with :func:`read_jsonl` (which names the file and line of a damaged one), and work that only one process
-may do at a time takes a lock file with :func:`try_lock`.
+may do at a time takes a lock file with :func:`take_lock` (a :class:`FileLock`; :func:`try_lock` gives its bare
+descriptor), whose holder :func:`lock_holder` names.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import errno
 import fcntl
 import json
 import os
+import re
 import shutil
 import socket
 import stat
@@ -359,11 +361,13 @@ def _cut_back(fd: int, size: int) -> str:
 
 def try_lock(path: StrPath, *, note_holder: bool = True) -> int | None:
     """Take an exclusive, non-blocking ``flock`` on ``path`` (created if missing) and, with ``note_holder``, write
-    who holds it into the file (for :func:`lock_holder`).
+    who holds it into the file (for :func:`lock_holder`): ``pid N on HOST since DATE``.
 
     Returns the open descriptor (closing it releases the lock; so does the process ending, even by SIGKILL, so a
     crashed holder never blocks anyone), or None when another process holds it. Local file systems only: flock
-    over NFS may not exclude other machines.
+    over NFS may not exclude other machines. Without ``note_holder`` it is a probe (or a lock whose holder needs no
+    name): the file keeps its record of the last holder. :func:`take_lock` is the same lock as a :class:`FileLock`,
+    safe against a lock file that its holder takes away.
     """
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
@@ -385,9 +389,150 @@ def try_lock(path: StrPath, *, note_holder: bool = True) -> int | None:
     return fd
 
 
+class FileLock:
+    """A lock file's ``flock`` held by this process (:func:`take_lock`), until :meth:`release` or the process ends.
+
+    ``path``: the lock file; ``fd``: its open descriptor (None once released); ``created``: whether this lock made
+    the file (it was missing just before), so that a holder that wrote nothing may take it away again
+    (``store.FolderLock.discard``). Usable as a context manager that releases it.
+    """
+
+    _held: dict[str, FileLock] = {}  # by the resolved path: the locks this process holds now
+
+    def __init__(self, path: Path, fd: int, created: bool) -> None:
+        self.path = path
+        self.fd: int | None = fd
+        self.created = created
+        self.key = str(path.resolve())
+
+    def in_place(self) -> bool:
+        """Whether the file this lock holds is still the one at its path (not taken away, nor replaced)."""
+        if self.fd is None:
+            return False
+        held = os.fstat(self.fd)
+        try:
+            there = os.stat(self.path)
+        except FileNotFoundError:
+            return False
+        return (held.st_dev, held.st_ino) == (there.st_dev, there.st_ino)
+
+    def release(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)  # the only descriptor of this open file: closing it drops the flock
+            self.fd = None
+        if FileLock._held.get(self.key) is self:
+            del FileLock._held[self.key]
+
+    def __enter__(self) -> FileLock:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def take_lock(path: StrPath, *, note_holder: bool = True) -> FileLock | None:
+    """:func:`try_lock` as a :class:`FileLock`: None when another process (or another lock of this one) holds it.
+
+    A lock file may be taken away by the holder that made it (``store.FolderLock.discard``, while it holds the
+    flock). A process that opened the file before that and takes its flock after holds a file that is no longer at
+    its path, which locks nothing that another process could see: the file is opened and locked again (a
+    ``FileNotFoundError`` where its folder went too: the caller makes the folder and calls again).
+    """
+    path = Path(path)
+    for _ in range(LOCK_ATTEMPTS):
+        created = not path.exists()
+        fd = try_lock(path, note_holder=note_holder)
+        if fd is None:
+            return None
+        lock = FileLock(path, fd, created)
+        if lock.in_place():
+            FileLock._held[lock.key] = lock
+            return lock
+        lock.release()
+    raise FileNotFoundError(
+        errno.ENOENT,
+        f"the lock file was taken away {LOCK_ATTEMPTS} times while this process locked it (runs refused at once, "
+        "each removing it?); run again",
+        str(path),
+    )
+
+
+LOCK_ATTEMPTS = 10
+
+
+def held_lock(path: StrPath) -> FileLock | None:
+    """The :class:`FileLock` of ``path`` that this process holds now (:func:`take_lock`), or None."""
+    return FileLock._held.get(str(Path(path).resolve()))
+
+
+# The note try_lock writes: "pid N on HOST since DATE" (the same since the first lock file was written).
+_NOTE = re.compile(r"pid (\d+) on (\S+) since ")
+
+
 def lock_holder(path: StrPath) -> str:
-    """Who holds the lock file ``path``, as :func:`try_lock` wrote it."""
+    """Who holds the lock file ``path`` now, in the words a refusal puts before "holds PATH".
+
+    The file's note (:func:`try_lock`) is checked against the kernel's list of flocks (``/proc/locks``): the note,
+    ``pid N on HOST since DATE``, where that process holds the flock; ``a process that left no note (pid Q, NAME)``
+    where another one does (a shell's ``flock FILE cmd`` writes nothing; a note there is an earlier holder's, and
+    is quoted as such); ``no process: the lock is free (last held by NOTE)`` where none does (the holder let go,
+    or died, since). Where the kernel's list cannot be read, or cannot tell (a pid of another pid namespace, or a
+    file system whose device numbers stat and the list disagree on), the note as it is, as before.
+    """
+    path = Path(path)
     try:
-        return Path(path).read_text(encoding="utf-8").strip() or "a process"
+        note = path.read_text(encoding="utf-8", errors="replace").strip()[:200]
+    except FileNotFoundError:
+        return "no process: the lock is free"
     except OSError:
-        return "a process"
+        note = ""
+    holders = _flock_holders(path)
+    if holders is None or (holders and 0 in holders and note):  # the kernel cannot tell: the note, as before
+        return note or "a process"
+    if not holders:
+        return f"no process: the lock is free (last held by {note})" if note else "no process: the lock is free"
+    match = _NOTE.match(note)
+    if match and int(match.group(1)) in holders and match.group(2) == socket.gethostname():
+        return note
+    who = ", ".join(f"pid {pid}{_process_name(pid)}" for pid in sorted(holders) if pid)
+    earlier = f"; the file's note, {note!r}, is an earlier holder's" if note else ""
+    return f"a process that left no note ({who}{earlier})" if who else "a process that left no note"
+
+
+def _flock_holders(path: Path) -> list[int] | None:
+    """The pids holding an flock on the file ``path`` as ``/proc/locks`` lists them (a pid that this process's pid
+    namespace cannot see is 0); None where that cannot be known: no ``/proc/locks`` (not Linux), or a lock there on
+    a file of this inode number whose device is not the one stat gives (btrfs subvolumes and overlay file systems
+    number devices apart from the kernel's list)."""
+    try:
+        info = os.stat(path)
+        table = Path("/proc/locks").read_text(encoding="ascii", errors="replace")
+    except OSError:
+        return None
+    device = (os.major(info.st_dev), os.minor(info.st_dev))
+    holders, elsewhere = [], False
+    for line in table.splitlines():
+        # "1: FLOCK  ADVISORY  WRITE 4242 fe:00:5309188 0 EOF"; a waiter's line has "->" after the number
+        fields = line.split()
+        if len(fields) < 6 or fields[1] != "FLOCK":
+            continue
+        try:
+            major, minor, inode = fields[5].split(":")
+            pid, where = int(fields[4]), (int(major, 16), int(minor, 16))
+            if int(inode) != info.st_ino:
+                continue
+        except ValueError:
+            continue
+        if where == device:
+            holders.append(pid)
+        else:
+            elsewhere = True
+    return None if elsewhere and not holders else holders
+
+
+def _process_name(pid: int) -> str:
+    """``, NAME`` of the process ``pid`` (its ``/proc/PID/comm``), or nothing where it cannot be read."""
+    try:
+        return ", " + Path(f"/proc/{pid}/comm").read_text(encoding="utf-8", errors="replace").strip()
+    except OSError:
+        return ""

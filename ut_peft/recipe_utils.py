@@ -12,13 +12,13 @@ import shlex
 import sys
 from pathlib import Path
 
-from .io import atomic_write_text, lock_holder, try_lock
+from .io import FileLock, atomic_write_text, lock_holder, take_lock
 
-# The lock file a run holds in its --output-dir (what tasks.training's runs hold in theirs), and the descriptors this
+# The lock file a run holds in its --output-dir (what tasks.training's runs hold in theirs), and the locks this
 # process holds: a folder's lock is kept until the process ends, and a second start in the same process (a test, a
 # notebook) reuses it.
 RUN_LOCK = "run.lock"
-_HELD: dict[str, int] = {}
+_HELD: dict[str, FileLock] = {}
 
 
 def add_run_flags(parser: argparse.ArgumentParser, *, out: str) -> argparse.ArgumentParser:
@@ -85,15 +85,15 @@ def _lock_run_folder(out: Path) -> None:
     key = str(out.resolve())
     if key in _HELD:
         return
-    lock = out / RUN_LOCK
-    fd = try_lock(lock)
-    if fd is None:
+    path = out / RUN_LOCK
+    lock = take_lock(path)
+    if lock is None:
         raise RuntimeError(
-            f"--output-dir {out} is being written by another run ({lock_holder(lock)} holds {lock}): wait for it to "
+            f"--output-dir {out} is being written by another run ({lock_holder(path)} holds {path}): wait for it to "
             "finish or stop it, or give another --output-dir; a run that crashed or was killed releases the lock by "
             "itself"
         )
-    _HELD[key] = fd
+    _HELD[key] = lock  # never released: the process ending lets it go
 
 
 def write_section(path, markdown: str) -> Path:

@@ -734,7 +734,10 @@ def test_a_discarded_lock_leaves_only_what_it_made_and_a_second_process_never_ho
 
     # A second process that opened the lock file just before the holder discarded it, and took the flock on the
     # removed file just after: it must not believe it holds the folder (a third one would lock a new file beside it).
-    real_try_lock = store.try_lock
+    # The flock itself is the real one (io.try_lock, which io.take_lock calls); only the discard is put in between.
+    from ut_peft import io
+
+    real_try_lock = io.try_lock
     raced = []
 
     def try_lock_as_the_holder_discards(path, **kwargs):
@@ -745,10 +748,33 @@ def test_a_discarded_lock_leaves_only_what_it_made_and_a_second_process_never_ho
             Path(path).parent.rmdir()
         return fd
 
-    monkeypatch.setattr(store, "try_lock", try_lock_as_the_holder_discards)
+    monkeypatch.setattr(io, "try_lock", try_lock_as_the_holder_discards)
     lock = lock_folder(tmp_path / "d")
     assert raced and lock.path.is_file() and os.fstat(lock.fd).st_ino == os.stat(lock.path).st_ino
     lock.release()
+
+
+@pytest.mark.skipif(shutil.which("flock") is None, reason="needs flock(1) from util-linux")
+def test_a_folder_a_shell_flock_holds_is_refused_saying_its_holder_left_no_note(tmp_path):
+    # A script's `flock DIR/sweep.lock cmd` holds the flock without writing who it is; the file's note (here one of
+    # an earlier run, as the old code wrote it) is not taken for its holder.
+    (tmp_path / "sweep.lock").write_text("pid 4242 on some-host since 2024-05-01 10:00:00")
+    holder = subprocess.Popen(
+        ["flock", str(tmp_path / "sweep.lock"), "sh", "-c", "echo locked; exec sleep 120"],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        with pytest.raises(
+            FolderLockedError, match=rf"process that left no note \(pid {holder.pid}, flock; the file's"
+        ):
+            lock_folder(tmp_path)
+    finally:
+        os.killpg(holder.pid, signal.SIGKILL)  # the group this test started: flock and its sleep
+        holder.wait(timeout=30)
+    lock_folder(tmp_path).release()
 
 
 def test_a_summary_of_a_folder_a_run_is_writing_is_refused_naming_the_holder(tmp_path):

@@ -61,7 +61,7 @@ from typing import Any
 
 import datasets
 
-from ..io import append_jsonl, atomic_write_bytes, atomic_write_json, lock_holder, try_lock
+from ..io import append_jsonl, atomic_write_bytes, atomic_write_json, held_lock, lock_holder, take_lock, try_lock
 from ..models import canonical_model_name
 from .designs.configs import BUILTIN_CONFIGS, with_recorded_rules
 from .engine.rows import INFERRED, Row, RowError
@@ -1211,7 +1211,8 @@ def lock_file(folder: Path, rank: int) -> Path:
 
 
 class FolderLock:
-    """An exclusive ``flock`` on a lock file of the folder, held until :meth:`release` or this process ends.
+    """A folder's lock: the :class:`~ut_peft.io.FileLock` (an exclusive ``flock``) of its lock file for one rank
+    (:func:`lock_file`), held until :meth:`release` or this process ends.
 
     The operating system drops it when the holder dies (even by SIGKILL), so a crashed run never blocks the
     folder. Local file systems only: flock over NFS may not exclude other machines. Within one process a second
@@ -1224,13 +1225,12 @@ class FolderLock:
     deepest first.
     """
 
-    _held: dict[tuple[str, int], FolderLock] = {}  # by (folder, rank): the locks this process holds now
-
     def __init__(self, folder: Path, rank: int, made: Iterable[Path] = ()) -> None:
         self.path = lock_file(folder, rank)
-        self.key = (str(Path(folder).resolve()), rank)
         self.made = list(made)
-        if self.key in FolderLock._held:  # two writers of one folder in this process: say so, not 'another process'
+        if (
+            held_lock(self.path) is not None
+        ):  # two writers of one folder in this process: say so, not 'another process'
             raise FolderLockedError(
                 f"{Path(folder)} is already locked by this process (pid {os.getpid()} holds {self.path}): another "
                 "run, merge or report of this process (in another thread, or one whose lock was never let go) is "
@@ -1238,10 +1238,9 @@ class FolderLock:
                 holder=f"pid {os.getpid()} (this process)",
                 lock=self.path,
             )
-        self.made_file = not self.path.exists()
         self.found = _entries(Path(folder))  # what the folder held before: a run that wrote nothing leaves only that
-        self.fd = try_lock(self.path)
-        if self.fd is None:
+        lock = take_lock(self.path)  # a FileNotFoundError where a refused run took the folder away: lock_folder
+        if lock is None:
             holder = lock_holder(self.path)
             raise FolderLockedError(
                 f"{Path(folder)} is being written by another process ({holder} holds {self.path}); "
@@ -1250,30 +1249,15 @@ class FolderLock:
                 holder=holder,
                 lock=self.path,
             )
-        if not self._in_place():
-            # The file was taken away between its opening and the flock, by a refused run that discarded it
-            # (:meth:`discard`): a flock on it locks nothing that another process could see.
-            os.close(self.fd)
-            self.fd = None
-            raise _LockFileGone(self.path)
-        FolderLock._held[self.key] = self
+        self._lock = lock
 
-    def _in_place(self) -> bool:
-        """Whether the file this lock holds is still the one at its path."""
-        assert self.fd is not None
-        held = os.fstat(self.fd)
-        try:
-            there = os.stat(self.path)
-        except FileNotFoundError:
-            return False
-        return (held.st_dev, held.st_ino) == (there.st_dev, there.st_ino)
+    @property
+    def fd(self) -> int | None:
+        """The lock file's open descriptor; None once the lock is let go."""
+        return self._lock.fd
 
     def release(self) -> None:
-        if self.fd is not None:
-            os.close(self.fd)  # closing the last descriptor drops the flock
-            self.fd = None
-        if FolderLock._held.get(self.key) is self:
-            del FolderLock._held[self.key]
+        self._lock.release()
 
     def discard(self) -> None:
         """Let the lock go leaving no trace of a run that wrote nothing: where the folder holds what it held when
@@ -1285,21 +1269,18 @@ class FolderLock:
         Done while the flock is held: a process that opens the file meanwhile finds its flock taken; one that
         opens it after it is removed makes a new one (which keeps the folder, as any other file would); and one
         that opened it before but takes the flock after this lock is let go sees that the file it holds is no
-        longer at its path and starts again (:func:`lock_folder`), so no two processes ever hold the folder."""
+        longer at its path and starts again (:func:`~ut_peft.io.take_lock`), so no two processes ever hold the
+        folder."""
         try:
-            if self.fd is not None and self.made_file and self._in_place():
-                if _entries(self.path.parent) == self.found | {self.path.name}:
-                    self.path.unlink()
-                    for made in self.made:
-                        made.rmdir()  # raises where something was put there meanwhile: it stays, and its parents
+            lock = self._lock
+            if lock.created and lock.in_place() and _entries(self.path.parent) == self.found | {self.path.name}:
+                self.path.unlink()
+                for made in self.made:
+                    made.rmdir()  # raises where something was put there meanwhile: it stays, and its parents
         except OSError:
             pass  # what could not be taken away stays, as after release()
         finally:
             self.release()
-
-
-class _LockFileGone(Exception):
-    """A lock file taken away between its opening and its flock (:meth:`FolderLock.discard`): lock again."""
 
 
 def _entries(folder: Path) -> set[str]:
@@ -1342,7 +1323,7 @@ def lock_folder(folder: Path, rank: int = 0) -> FolderLock:
         try:
             lock = FolderLock(folder, rank, _make_folder(folder))
             break
-        except (_LockFileGone, FileNotFoundError):  # a refused run took the folder away meanwhile: make it again
+        except FileNotFoundError:  # a refused run took the folder away meanwhile: make it again
             continue
     if lock is None:
         raise FolderLockedError(

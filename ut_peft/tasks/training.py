@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
 import pickle
 import random
 import tempfile
@@ -32,7 +31,7 @@ from tqdm.auto import tqdm
 import ut_peft  # registers UT_REPROGRAM with peft
 from ut_peft.universal import UniversalTransformerConfig  # registers the universal backbones with the Auto classes
 
-from ..io import append_jsonl, atomic_open, atomic_write_text, lock_holder, try_lock
+from ..io import append_jsonl, atomic_open, atomic_write_text, lock_holder, take_lock
 from .dyck import VOCAB as DYCK_VOCAB
 from .dyck import dyck_dataset, encode_dyck, sample_dyck
 from .khop import khop_dataset, khop_vocab, sample_khop
@@ -478,15 +477,15 @@ def run(
     """
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
-    lock = output_dir / "run.lock"
-    fd = try_lock(lock)
-    if fd is None:
+    path = output_dir / "run.lock"
+    lock = take_lock(path)
+    if lock is None:
         raise RunInProgressError(
-            f"{output_dir} is being trained by another process ({lock_holder(lock)} holds "
-            f"{lock}); wait for it to finish or stop it, or use another output folder. A run "
+            f"{output_dir} is being trained by another process ({lock_holder(path)} holds "
+            f"{path}); wait for it to finish or stop it, or use another output folder. A run "
             "that crashed or was killed releases the lock by itself"
         )
-    try:
+    with lock:  # let go however the run ends
         return _run_locked(
             settings,
             output_dir,
@@ -497,8 +496,6 @@ def run(
             stop_when=stop_when,
             tracker=tracker,
         )
-    finally:
-        os.close(fd)
 
 
 def _eval_values(scores: dict) -> dict:
