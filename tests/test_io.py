@@ -388,3 +388,14 @@ def test_a_rewrite_keeps_the_files_permissions_and_refuses_a_read_only_file(tmp_
         atomic_write_json(protected, {"n50": 13})
     assert json.loads(protected.read_text()) == {"n50": 12} and stat.S_IMODE(os.stat(protected).st_mode) == 0o444
     assert sorted(p.name for p in tmp_path.iterdir()) == ["settings.json", "summary.json"]
+
+
+def test_move_aside_never_replaces_a_file_at_the_new_name(tmp_path):
+    from ut_peft.io import move_aside
+
+    (tmp_path / "report.md").write_text("edit 2")
+    (tmp_path / "aside.md").write_text("edit 1")
+    assert not move_aside(tmp_path / "report.md", tmp_path / "aside.md")  # taken: both files as they were
+    assert (tmp_path / "aside.md").read_text() == "edit 1" and (tmp_path / "report.md").read_text() == "edit 2"
+    assert move_aside(tmp_path / "report.md", tmp_path / "aside-2.md")
+    assert not (tmp_path / "report.md").exists() and (tmp_path / "aside-2.md").read_text() == "edit 2"

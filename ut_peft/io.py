@@ -142,6 +142,32 @@ def atomic_open(
             os.fsync(handle.fileno())
 
 
+def move_aside(path: StrPath, target: StrPath) -> bool:
+    """Move the file ``path`` to the new name ``target`` without ever replacing a file there; returns False (and
+    leaves both as they are) where ``target`` exists already, so a caller picks another name.
+
+    A hard link, then the old name's removal, then an fsync of the folder: a process killed part-way leaves the file
+    at one name or both, never at neither, and an earlier file at ``target`` (another copy set aside within the same
+    second) is never overwritten, which a plain rename would do. File systems without hard links fall back to a
+    rename after an existence check.
+    """
+    path, target = Path(path), Path(target)
+    try:
+        os.link(path, target)
+    except FileExistsError:
+        return False
+    except OSError as err:
+        if err.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK):
+            raise
+        if target.exists():
+            return False
+        os.rename(path, target)
+    else:
+        path.unlink()
+    _fsync_folder(target.parent)
+    return True
+
+
 def atomic_write_text(path: StrPath, text: str, *, encoding: str = "utf-8", newline: str | None = None) -> Path:
     """Write ``text`` to ``path`` atomically; returns the path."""
     with atomic_open(path, "w", encoding=encoding, newline=newline) as handle:

@@ -61,7 +61,16 @@ from typing import Any
 
 import datasets
 
-from ..io import append_jsonl, atomic_write_bytes, atomic_write_json, held_lock, lock_holder, take_lock, try_lock
+from ..io import (
+    append_jsonl,
+    atomic_write_bytes,
+    atomic_write_json,
+    held_lock,
+    lock_holder,
+    move_aside,
+    take_lock,
+    try_lock,
+)
 from ..models import canonical_model_name
 from .designs.configs import BUILTIN_CONFIGS, with_recorded_rules
 from .engine.rows import INFERRED, Row, RowError
@@ -938,10 +947,11 @@ def set_aside_edited_report(folder: Path) -> Path | None:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     aside = path.with_name(f"{EDITED_REPORT_PREFIX}{stamp}.md")
     count = 1
-    while aside.exists():  # edited again within the second: an earlier copy is never replaced
+    # The edit is at one of the two names (or both) whenever the process is killed, and an earlier copy set aside
+    # within the same second is never replaced: move_aside refuses a name that is taken.
+    while not move_aside(path, aside):
         count += 1
         aside = path.with_name(f"{EDITED_REPORT_PREFIX}{stamp}-{count}.md")
-    path.rename(aside)  # one step: the edit is at one of the two names whenever the process is killed
     return aside
 
 
