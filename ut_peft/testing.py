@@ -101,3 +101,19 @@ def trained_adapter(base, *, scale: float = 0.5, seed: int = 1, **options):
             if param.requires_grad:
                 param.add_(torch.randn(param.shape, generator=generator) * scale)
     return model
+
+
+def word_tokenizer(size: int, *, skip: int | None = None) -> transformers.PreTrainedTokenizerFast:
+    """A real, tiny, offline fast tokenizer of ``size`` whitespace-separated words ``w1 .. w{size-1}`` (and
+    ``<unk>`` at id 0), ids 0..size-1; ``skip`` leaves that id out (a tokenizer numbered with a gap). Beside
+    :func:`tiny_model` with a larger ``vocab_size`` it makes a model whose output head has padding rows that no
+    text holds."""
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from tokenizers.pre_tokenizers import WhitespaceSplit
+
+    ids = [i for i in range(size + (skip is not None)) if i != skip]
+    vocab = {"<unk>": ids[0], **{f"w{i}": i for i in ids[1:]}}
+    tokenizer = Tokenizer(WordLevel(vocab, unk_token="<unk>"))
+    tokenizer.pre_tokenizer = WhitespaceSplit()
+    return transformers.PreTrainedTokenizerFast(tokenizer_object=tokenizer, unk_token="<unk>")

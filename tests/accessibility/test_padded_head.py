@@ -16,7 +16,7 @@ from ut_peft.accessibility.config import GridConfig
 from ut_peft.accessibility.stats.bounds import ball_slope_bound, measure_support, slope_bounds
 from ut_peft.accessibility.sweep import _validated, random_token_count, run_sweep, summarize_folder
 from ut_peft.accessibility.testing import small_sweep_config
-from ut_peft.testing import tiny_model
+from ut_peft.testing import tiny_model, word_tokenizer
 
 ROWS, TOKENS = 97, 80  # the tiny model's head rows, and the tokens its padded tokenizer knows (17 padding rows)
 
@@ -24,20 +24,6 @@ ROWS, TOKENS = 97, 80  # the tiny model's head rows, and the tokens its padded t
 # seed=5, batch_size=2)'s ids as the embedding saw them, and small_sweep_config()'s tokens source at seed 0.
 SUPPORT_IDS = [59, 12, 55, 20, 45, 11, 87, 67, 19, 92, 85, 74]
 TOKEN_TEXTS = {(6, 0): [35, 53, 21, 9, 80, 74], (6, 1): [83, 31, 15, 13, 23, 77], (3, 0): [3, 73, 23]}
-
-
-def word_tokenizer(size: int, *, skip: int | None = None):
-    """A real (tiny, offline) fast tokenizer of ``size`` tokens, ids 0..size-1 (``skip``: leave that id out)."""
-    from tokenizers import Tokenizer
-    from tokenizers.models import WordLevel
-    from tokenizers.pre_tokenizers import WhitespaceSplit
-    from transformers import PreTrainedTokenizerFast
-
-    ids = [i for i in range(size + (skip is not None)) if i != skip]
-    vocab = {"<unk>": ids[0], **{f"w{i}": i for i in ids[1:]}}
-    tokenizer = Tokenizer(WordLevel(vocab, unk_token="<unk>"))
-    tokenizer.pre_tokenizer = WhitespaceSplit()
-    return PreTrainedTokenizerFast(tokenizer_object=tokenizer, unk_token="<unk>")
 
 
 def fed_ids(model, **options) -> tuple[list[int], object]:

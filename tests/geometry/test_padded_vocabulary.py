@@ -13,23 +13,9 @@ import torch
 
 from ut_peft.accessibility.stats.bounds import ball_slope_bound, box_slope_bound
 from ut_peft.geometry import CellEstimate, OutputPath, analyze_model, text_vocab_size
-from ut_peft.testing import tiny_model
+from ut_peft.testing import tiny_model, word_tokenizer
 
 ROWS, TOKENS = 97, 80  # the tiny model's head rows, and the tokens its tokenizer knows (17 padding rows)
-
-
-def word_tokenizer(size: int, *, skip: int | None = None):
-    """A real (tiny, offline) fast tokenizer of ``size`` tokens, ids 0..size-1 (``skip``: leave that id out)."""
-    from tokenizers import Tokenizer
-    from tokenizers.models import WordLevel
-    from tokenizers.pre_tokenizers import WhitespaceSplit
-    from transformers import PreTrainedTokenizerFast
-
-    ids = [i for i in range(size + (skip is not None)) if i != skip]
-    vocab = {"<unk>": ids[0], **{f"w{i}": i for i in ids[1:]}}
-    tokenizer = Tokenizer(WordLevel(vocab, unk_token="<unk>"))
-    tokenizer.pre_tokenizer = WhitespaceSplit()
-    return PreTrainedTokenizerFast(tokenizer_object=tokenizer, unk_token="<unk>")
 
 
 def test_text_vocab_size_is_the_tokenizers_count_capped_at_the_head():
