@@ -358,6 +358,40 @@ def test_an_hf_source_the_hub_answers_goes_on_to_load_dataset_and_its_own_error(
     assert "doesn't exist on the Hub" in message and "local datasets cache" not in message
 
 
+HUB_COUNTS_REQUESTS = """
+import http.server, os, threading
+
+asked = []
+
+class NotFound(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        asked.append(self.path)
+        self.send_response(404)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("X-Error-Code", "RepoNotFound")
+        self.end_headers()
+        self.wfile.write(b'{"error": "Repository not found"}')
+    do_HEAD = do_GET
+    def log_message(self, *args):
+        pass
+
+server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), NotFound)
+threading.Thread(target=server.serve_forever, daemon=True).start()
+os.environ["HF_ENDPOINT"] = f"http://127.0.0.1:{server.server_address[1]}"
+from ut_peft.accessibility.engine.sources import hub_dataset_problem
+print(hub_dataset_problem("someone/corpus"), hub_dataset_problem("someone/corpus"))
+print(sum(path.startswith("/api/datasets/someone/corpus") for path in asked))
+"""
+
+
+def test_the_hub_is_asked_once_for_a_dataset_it_answered_for(tmp_path):
+    # The command line asks before it loads the model and the source asks again when it is made: one request each
+    # (up to 10 s apiece without an answer) where one says all there is to say.
+    done = hub_without_network(tmp_path, HUB_COUNTS_REQUESTS)
+    problems, requests = done.stdout.strip().splitlines()
+    assert problems == "None None" and requests == "1", done.stderr[-2000:]
+
+
 FILE_KINDS = [("text", "a UTF-8 text or JSONL file"), ("words", "a file of words, one a line")]
 
 

@@ -417,7 +417,7 @@ def hub_dataset_problem(name: str) -> str | None:
     as ``datasets.config.HF_HUB_OFFLINE`` reads them) is told without asking."""
     import datasets
 
-    if Path(name).is_dir() or _in_datasets_cache(name):
+    if Path(name).is_dir() or _in_datasets_cache(name) or name in _HUB_ANSWERED:
         return None
     if datasets.config.HF_HUB_OFFLINE:
         return _no_hub_line(name, OFFLINE)
@@ -430,8 +430,14 @@ def hub_dataset_problem(name: str) -> str | None:
     except Exception as err:  # noqa: BLE001 - the HTTP library's own errors (a ConnectError) are not the Hub's
         if is_unreachable_error(err):
             return _no_hub_line(name, _hub_down(err))
+    _HUB_ANSWERED.add(name)
     return None
 
+
+# Names the Hub has answered for in this process: the command line asks before it loads the model and the source
+# asks again when it is made; one request (up to 10 s) is enough. A failed answer is never kept: the network may
+# come back.
+_HUB_ANSWERED: set[str] = set()
 
 OFFLINE = (
     "the Hub is offline (HF_HUB_OFFLINE or HF_DATASETS_OFFLINE is set; unset it where there is a network to download "
