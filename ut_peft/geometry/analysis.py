@@ -148,7 +148,7 @@ def describe_path(path: OutputPath) -> dict:
         "logit_multiplier": path.logit_multiplier,
         "softcap": path.softcap,
         "hidden_size": path.hidden_size,
-        **vocabulary_info(path.vocab_size, path.head_rows, path.vocab_source),
+        **vocabulary_info(path.text_tokens, path.head_rows, path.vocab_source or "head rows"),
     }
 
 

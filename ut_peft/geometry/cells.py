@@ -137,6 +137,12 @@ class CellEstimate:
         self.vocab_size = int(self.vocab_size)
 
     @property
+    def text_tokens(self) -> int:
+        """``vocab_size`` as ``__post_init__`` settles it: always a count (None given means every head row)."""
+        assert self.vocab_size is not None  # noqa: S101 - set in __post_init__
+        return self.vocab_size
+
+    @property
     def head_rows(self) -> int:
         """Cells counted: one per row of the output head, padding rows included."""
         return self.counts.numel()
@@ -209,7 +215,7 @@ class CellEstimate:
             ids = torch.randint(0, self.vocab_size, (draws, int(k)), generator=g)
             median = float(log_p[ids].sum(dim=1).median())
             decay = -median / k
-            out.append({"k": int(k), "decay": decay, "ratio_to_ln_vocab": decay / math.log(self.vocab_size)})
+            out.append({"k": int(k), "decay": decay, "ratio_to_ln_vocab": decay / math.log(self.text_tokens)})
         return out
 
     def mean_log_share_decay(self, estimate: str = "jeffreys") -> float:
@@ -254,7 +260,7 @@ class CellEstimate:
             "entropy_nats": self.entropy(),
             "entropy_miller_madow_nats": self.entropy_miller_madow(),
             "effective_tokens": self.effective_tokens(),
-            "ln_vocab": math.log(self.vocab_size),
+            "ln_vocab": math.log(self.text_tokens),
             "top": self.top(top_k),
             "median_product_decay": {
                 est: self.median_product_decay(decay_ks, estimate=est) for est in ("jeffreys", "upper")

@@ -116,6 +116,12 @@ class OutputPath:
         self._row_sq_norms = None
 
     @property
+    def text_tokens(self) -> int:
+        """``vocab_size`` as ``__post_init__`` settles it: always a count (None given means every head row)."""
+        assert self.vocab_size is not None  # noqa: S101 - set in __post_init__
+        return self.vocab_size
+
+    @property
     def head_rows(self) -> int:
         """Rows of the output head: every token a decision can pick, padding rows included."""
         return self.weight.shape[0]
@@ -173,6 +179,8 @@ class OutputPath:
         scale, divide = logit_scaling(config)
         multiplier = 1.0 if scale is None else (1.0 / scale if divide else scale)
         weight = _loaded(head, "weight")
+        if weight is None:
+            raise ValueError(f"the model's output head ({type(head).__name__}) has no weight matrix to decode with")
         source = None
         if tokenizer is not None:
             vocab_size, source = text_vocab_size(tokenizer, weight.shape[0]), "tokenizer"
