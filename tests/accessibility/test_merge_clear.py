@@ -127,3 +127,15 @@ def test_a_merge_killed_at_any_step_leaves_a_whole_folder_or_one_every_reader_re
         assert files(folder) == new, where
         assert sorted(p.name for p in folder.iterdir()) == sorted(p.name for p in (sweeps / "new").iterdir()), where
     assert refused  # some kills fell inside the clear
+
+
+def test_a_merges_staged_rows_left_behind_are_the_folders_and_an_overwrite_clears_them(sweeps, tmp_path):
+    # A merge killed with no chance to clean up (SIGKILL while staging) leaves its hidden staged rows: they are work
+    # of the folder (a clear removes them, a new run without --overwrite is told of them), not a file no one owns.
+    folder = tmp_path / "m2"
+    shutil.copytree(sweeps / "m2", folder, ignore=shutil.ignore_patterns("*.lock"))
+    staged = store.staged_rows_file(folder)
+    staged.write_bytes((sweeps / "new" / "rows.jsonl").read_bytes())
+    assert staged in store.sweep_files(folder)
+    store.clear_sweep_files(folder)
+    assert not staged.exists() and not store.sweep_files(folder)

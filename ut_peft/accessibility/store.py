@@ -502,8 +502,8 @@ def _row_state_files(directory: Path) -> list[Path]:
 
 def sweep_files(folder: Path) -> list[Path]:
     """The files of a sweep the store wrote into ``folder`` (what clearing it removes): settings (and
-    rows-settings.json), rows, summary, report (and its digest) and plots, retargeted.json and the row files of
-    ``vectors/`` and ``inflight/``. Not the lock files (they hold no result) nor anything the user or a tracker put
+    rows-settings.json), rows (and a merge's staged rows), summary, report (and its digest) and plots,
+    retargeted.json and the row files of ``vectors/`` and ``inflight/``. Not the lock files (they hold no result) nor anything the user or a tracker put
     there (an edited report.md is set aside before a clear: :func:`set_aside_edited_report`)."""
     folder = Path(folder)
     named = [
@@ -518,6 +518,7 @@ def sweep_files(folder: Path) -> list[Path]:
             ACCESSIBILITY_PLOT,
             N50_PLOT,
             RETARGETED_FILE,
+            STAGED_ROWS_FILE,  # a merge's rows, staged whole before it replaces the folder (left by a killed merge)
         )
         if (folder / name).is_file()
     ]
@@ -1014,7 +1015,8 @@ def replace_sweep(folder: Path, settings: dict) -> None:
     mark = folder / CLEARING_FILE
     if not (folder / SETTINGS_FILE).is_file() and not mark.is_file():
         atomic_write_json(mark, settings, sort_keys=True)  # one step: a folder with no sweep before, marked after
-    clear_sweep_files(folder, keep=[mark])  # settings.json -> the mark first, where there is one; the mark stays
+    # settings.json -> the mark first, where there is one; the mark and the staged rows stay
+    clear_sweep_files(folder, keep=[mark, staged_rows_file(folder)])
     staged_rows_file(folder).replace(rows_file(folder, 0))
     prepare_folder(folder, settings, clear=False)  # rows-settings.json, then settings.json
     mark.unlink()  # the last step: the new sweep, whole
