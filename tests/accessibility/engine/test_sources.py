@@ -325,11 +325,15 @@ def test_an_hf_source_without_a_network_fails_at_once_saying_what_to_do(tmp_path
     assert "text:PATH (a UTF-8 text or JSONL file)" in message and "hf:FOLDER" in message
 
 
-HUB_ANSWERS_404 = """
+# A local Hub that answers every request 404 (no such repository), as the Hub tells it, and keeps their paths.
+FAKE_HUB = """
 import http.server, os, threading
+
+asked = []
 
 class NotFound(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
+        asked.append(self.path)
         self.send_response(404)
         self.send_header("Content-Type", "application/json")
         self.send_header("X-Error-Code", "RepoNotFound")  # how the Hub tells a missing repository
@@ -342,12 +346,18 @@ class NotFound(http.server.BaseHTTPRequestHandler):
 server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), NotFound)
 threading.Thread(target=server.serve_forever, daemon=True).start()
 os.environ["HF_ENDPOINT"] = f"http://127.0.0.1:{server.server_address[1]}"
+"""
+
+HUB_ANSWERS_404 = (
+    FAKE_HUB
+    + """
 from ut_peft.accessibility.engine.sources import make_source
 try:
     make_source("hf:someone/corpus", None)
 except ValueError as err:
     print(err)
 """
+)
 
 
 def test_an_hf_source_the_hub_answers_goes_on_to_load_dataset_and_its_own_error(tmp_path):
@@ -358,30 +368,14 @@ def test_an_hf_source_the_hub_answers_goes_on_to_load_dataset_and_its_own_error(
     assert "doesn't exist on the Hub" in message and "local datasets cache" not in message
 
 
-HUB_COUNTS_REQUESTS = """
-import http.server, os, threading
-
-asked = []
-
-class NotFound(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        asked.append(self.path)
-        self.send_response(404)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("X-Error-Code", "RepoNotFound")
-        self.end_headers()
-        self.wfile.write(b'{"error": "Repository not found"}')
-    do_HEAD = do_GET
-    def log_message(self, *args):
-        pass
-
-server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), NotFound)
-threading.Thread(target=server.serve_forever, daemon=True).start()
-os.environ["HF_ENDPOINT"] = f"http://127.0.0.1:{server.server_address[1]}"
+HUB_COUNTS_REQUESTS = (
+    FAKE_HUB
+    + """
 from ut_peft.accessibility.engine.sources import hub_dataset_problem
 print(hub_dataset_problem("someone/corpus"), hub_dataset_problem("someone/corpus"))
 print(sum(path.startswith("/api/datasets/someone/corpus") for path in asked))
 """
+)
 
 
 def test_the_hub_is_asked_once_for_a_dataset_it_answered_for(tmp_path):
