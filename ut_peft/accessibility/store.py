@@ -503,8 +503,9 @@ def _row_state_files(directory: Path) -> list[Path]:
 def sweep_files(folder: Path) -> list[Path]:
     """The files of a sweep the store wrote into ``folder`` (what clearing it removes): settings (and
     rows-settings.json), rows (and a merge's staged rows), summary, report (and its digest) and plots,
-    retargeted.json and the row files of ``vectors/`` and ``inflight/``. Not the lock files (they hold no result) nor anything the user or a tracker put
-    there (an edited report.md is set aside before a clear: :func:`set_aside_edited_report`)."""
+    retargeted.json and the row files of ``vectors/`` and ``inflight/``. Not the lock files (they hold no result)
+    nor anything the user or a tracker put there (an edited report.md is set aside before a clear:
+    :func:`set_aside_edited_report`)."""
     folder = Path(folder)
     named = [
         folder / name
