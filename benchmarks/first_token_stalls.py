@@ -114,22 +114,21 @@ def cram_attempts(
 ):
     """Yield one record per (row, attempt, init, layout) not in ``done``: the row's text crammed again from a fresh
     init, with the folder's own init scale and each of ``init_stds``, in each of ``layouts`` (:data:`LAYOUTS`).
-    ``keys``: the folder's rows to choose from (None: all it holds now). ``model`` (and ``tokenizer``): given,
-    instead of loading the folder's model by name."""
+    ``keys``: the folder's rows to choose from (None: all it holds now). ``model`` (and the ``tokenizer`` its sweep
+    drew with): given, instead of loading the folder's model and tokenizer by name."""
     import dataclasses
 
     from ut_peft.accessibility.engine.cram import cram
     from ut_peft.accessibility.engine.jobs import CramJob
     from ut_peft.accessibility.engine.sources import init_seed
-    from ut_peft.accessibility.sweep import cram_resumable
-    from ut_peft.models import load_model, load_tokenizer
+    from ut_peft.accessibility.sweep import cram_resumable, sweep_source, sweep_tokenizer
+    from ut_peft.models import load_model
 
     config = folder_config(folder)
     if model is None:
-        model = load_model(config.model)
-        tokenizer = None if config.source == "tokens" else load_tokenizer(config.model)
+        model, tokenizer = load_model(config.model), sweep_tokenizer(config)
     config.resolve_prefix(tokenizer)
-    source = config.make_source(tokenizer, model.get_output_embeddings().weight.shape[0])
+    source = sweep_source(config, model, tokenizer)  # the folder's texts, drawn as its sweep drew them
     if "given-first" in layouts and config.cram.given_tokens < 1:
         raise SystemExit(
             f"{folder}: its rows have no given token to move before the memory (given_tokens "

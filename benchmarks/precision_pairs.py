@@ -113,13 +113,13 @@ def cram_pairs(
     from ut_peft.accessibility.engine.forward import autocast_kind
     from ut_peft.accessibility.engine.jobs import CramJob
     from ut_peft.accessibility.engine.sources import init_seed
+    from ut_peft.accessibility.sweep import sweep_source, sweep_tokenizer
     from ut_peft.devices import execution_device
-    from ut_peft.models import load_model, load_tokenizer
+    from ut_peft.models import load_model
 
     config = folder_config(folder)
     if model is None:
-        model = load_model(config.model)
-        tokenizer = None if config.source == "tokens" else load_tokenizer(config.model)
+        model, tokenizer = load_model(config.model), sweep_tokenizer(config)
     cram_config = dataclasses.replace(config.cram, autocast=autocast)
     settings = store.read_settings(folder)
     digest = store.settings_digest(settings)
@@ -128,7 +128,7 @@ def cram_pairs(
     if autocast_kind(config.cram, device) == autocast_kind(cram_config, device):
         raise SystemExit(f"{folder} was crammed under {autocast_kind(config.cram, device)} already on this device")
     config.resolve_prefix(tokenizer)
-    source = config.make_source(tokenizer, model.get_output_embeddings().weight.shape[0])
+    source = sweep_source(config, model, tokenizer)  # the folder's texts, drawn as its sweep drew them
     if inflight is not None:  # states of rows whose records were written before a kill could remove them
         for side, finished in (("folder", set(sides or {})), ("other", done)):
             if (inflight / side).is_dir():

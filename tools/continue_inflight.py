@@ -22,7 +22,8 @@ batch in key order; nothing is written into the folder. That is the batch a resu
 all in flight and fit one batch (the Gemma words run's round 4: 8 rows, batch 12); where a round also has rows not
 yet started, a resume's batches differ, so compare the two versions with this tool, not with the run.
 Kept for each row: its step, vectors, optimizer tensors and stopping counters after ``--steps`` more updates.
-It uses only names that every version since the frozen Gemma run (6198748) has.
+It uses only names that every version since the frozen Gemma run (6198748) has, and the sweep's own rule for the
+texts (``sweep_source``, ``sweep_tokenizer``) where the version has it.
 """
 
 from __future__ import annotations
@@ -43,11 +44,18 @@ class _Enough(Exception):
 def continue_rows(folder: Path, steps: int, logits_budget: int | None, *, ms=None, model=None, tokenizer=None) -> dict:
     """The folder's rows in flight after ``steps`` more updates: ``{"settings_cram", "rows": {key: (step, vectors,
     optimizer tensors, stopping counters)}}``. ``ms``: only the rows at these m, as a batch of their own.
-    ``model`` / ``tokenizer``: the folder's model (default: loaded by the name its settings record; a word or text
-    source needs the tokenizer)."""
+    ``model`` / ``tokenizer``: the folder's model and the tokenizer its sweep drew with (default: loaded by the name
+    its settings record, as the sweep loaded them)."""
     from ut_peft.accessibility import store, sweep
     from ut_peft.cli.cram import parse, sweep_config
     from ut_peft.models import load_model, load_tokenizer
+
+    try:
+        from ut_peft.accessibility.sweep import sweep_source, sweep_tokenizer
+    except ImportError:
+        # A frozen checkout older than these (the Gemma run's 26c7bb1) drew a sweep's random token ids over every
+        # row of the output head, and so rebuilds them here: the rows continue on the ids that checkout crammed.
+        sweep_source = sweep_tokenizer = None
 
     # The config the command builds to resume the folder: its settings.json read as the flags that made it.
     settings = json.loads((folder / "settings.json").read_text())
@@ -58,13 +66,17 @@ def continue_rows(folder: Path, steps: int, logits_budget: int | None, *, ms=Non
     if not paths:
         raise SystemExit(f"{folder}/inflight holds no rows in flight" + (f" at m in {sorted(ms)}" if ms else ""))
     if model is None:
-        model, tokenizer = load_model(config.model), load_tokenizer(config.model)
+        model = load_model(config.model)
+        tokenizer = sweep_tokenizer(config) if sweep_tokenizer else load_tokenizer(config.model)
     config.resolve_prefix(tokenizer)  # the protocol's layout, init and stopping rule, as a run sets them
     cram = dataclasses.replace(config.cram, batch_size=len(paths))
     if logits_budget is not None:
         cram = dataclasses.replace(cram, logits_budget=logits_budget)
     config = dataclasses.replace(config, cram=cram)
-    source = config.make_source(tokenizer, model.get_output_embeddings().weight.shape[0])
+    if sweep_source:  # the folder's texts, drawn as its sweep drew them
+        source = sweep_source(config, model, tokenizer)
+    else:
+        source = config.make_source(tokenizer, model.get_output_embeddings().weight.shape[0])
     jobs = []
     for path in paths:
         m, n, i = (int(part[1:]) for part in path.stem.split("-"))  # m3-n112-i16

@@ -14,7 +14,14 @@ import pytest
 
 from ut_peft.accessibility.config import GridConfig
 from ut_peft.accessibility.stats.bounds import ball_slope_bound, measure_support, slope_bounds
-from ut_peft.accessibility.sweep import _validated, random_token_count, run_sweep, summarize_folder
+from ut_peft.accessibility.sweep import (
+    _validated,
+    random_token_count,
+    run_sweep,
+    summarize_folder,
+    sweep_source,
+    sweep_tokenizer,
+)
 from ut_peft.accessibility.testing import small_sweep_config
 from ut_peft.testing import tiny_model, word_tokenizer
 
@@ -123,3 +130,19 @@ def test_a_folder_summarized_again_loads_the_tokenizer_the_run_drew_with(tmp_pat
     assert (summary.support["vocab_size"], summary.support["head_rows"]) == (TOKENS, ROWS)
     again = summarize_folder(tmp_path / "sweep", report=False, write=False)
     assert again.support == summary.support and again.bounds == summary.bounds
+
+
+def test_a_folder_s_texts_are_rebuilt_with_the_tokenizer_its_sweep_loaded(model, tmp_path):
+    """``sweep_tokenizer`` and ``sweep_source``: the rule the sweep and the scripts that re-cram its rows share."""
+    model.save_pretrained(tmp_path / "bare")
+    bare = small_sweep_config(str(tmp_path / "bare"))
+    assert sweep_tokenizer(bare) is None  # a tokens sweep runs without one, over every head row
+    assert sweep_source(bare, model, None).describe() == {"kind": "tokens", "vocab_size": ROWS}
+    with pytest.raises(ValueError, match="has no tokenizer"):  # every other source needs one
+        sweep_tokenizer(small_sweep_config(str(tmp_path / "bare"), source="words"))
+    word_tokenizer(TOKENS).save_pretrained(tmp_path / "bare")
+    tokenizer = sweep_tokenizer(bare)
+    source = sweep_source(bare, model, tokenizer)
+    assert source.describe() == {"kind": "tokens", "vocab_size": TOKENS}
+    _, swept = _validated(bare, model, tokenizer)
+    assert [source.sequence(6, i, 0) for i in range(4)] == [swept.sequence(6, i, 0) for i in range(4)]

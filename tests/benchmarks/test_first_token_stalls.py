@@ -65,6 +65,7 @@ def test_the_given_token_moved_before_the_memory_predicts_the_same_tokens_from_t
 
     from ut_peft.accessibility.engine.cram import cram
     from ut_peft.accessibility.engine.jobs import CramJob
+    from ut_peft.accessibility.sweep import sweep_source
 
     stalls = load_benchmark("first_token_stalls.py")
     llama = crammable_model("llama")
@@ -87,9 +88,7 @@ def test_the_given_token_moved_before_the_memory_predicts_the_same_tokens_from_t
     record = next(r for r in records if r["layout"] == "given-first")
     sweep = stalls.folder_config(folder)
     sweep.resolve_prefix(None)
-    ids = sweep.make_source(None, llama.get_output_embeddings().weight.shape[0]).sequence(
-        record["n"], record["index"], sweep.seed
-    )
+    ids = sweep_source(sweep, llama, None).sequence(record["n"], record["index"], sweep.seed)  # run without one
     alone = dataclasses.replace(sweep.cram, prefix_ids=(ids[0],), given_tokens=0)
     (result,) = cram(llama, [CramJob(key=0, ids=ids[1:], m=record["m"], seed=record["init_seed"])], alone)
     assert (result.accessible, result.steps, result.best_prefix) == (
@@ -256,3 +255,54 @@ def test_a_resume_refuses_another_folder_or_settings_and_keeps_to_its_rows(tmp_p
         assert _run(stalls, str(folder), *argv, model=llama) == text
     assert len(output.read_text().splitlines()) == len(lines)
     assert "has 1 failed rows of these --ms/--kinds/--max-n newer than" in err.getvalue()
+
+
+PADDED_ROWS, PADDED_TOKENS = 97, 80  # a padded output head (as Qwen2.5's): 17 rows no tokenizer id reaches
+
+
+def _padded_checkpoint(path) -> str:
+    """A tiny Llama saved with a tokenizer that has fewer tokens than its head has rows, loaded by name as a run
+    loads its model."""
+    from ut_peft.testing import tiny_model, word_tokenizer
+
+    tiny_model("llama", seed=0, vocab_size=PADDED_ROWS).save_pretrained(path)
+    word_tokenizer(PADDED_TOKENS).save_pretrained(path)
+    return str(path)
+
+
+@contextlib.contextmanager
+def _crammed_ids():
+    """Every row's token ids as the engine is handed them while the block runs, by key."""
+    import importlib
+    from unittest import mock
+
+    from ut_peft.accessibility import sweep
+
+    engine = importlib.import_module("ut_peft.accessibility.engine.cram")
+    real, seen = engine.cram, {}
+
+    def recording(model, jobs, *args, **kwargs):
+        jobs = list(jobs)
+        seen.update({job.key: list(job.ids) for job in jobs})
+        return real(model, jobs, *args, **kwargs)
+
+    with mock.patch.object(engine, "cram", recording), mock.patch.object(sweep, "cram", recording):
+        yield seen
+
+
+def test_failed_rows_are_crammed_again_on_the_token_ids_the_sweep_drew_on_a_padded_head(tmp_path, load_benchmark):
+    """A tokens sweep draws below the tokenizer's count, not the head's rows: the attempts re-cram those same ids."""
+    from ut_peft.accessibility.config import GridConfig
+    from ut_peft.accessibility.engine.jobs import CramConfig
+
+    stalls = load_benchmark("first_token_stalls.py")
+    cram = CramConfig(max_steps=2, patience=2, batch_size=4)  # two updates: every row fails
+    model = _padded_checkpoint(tmp_path / "model")
+    config = small_sweep_config(model, ms=[1], grid=GridConfig(lengths=[3, 6]), num_sequences=2, cram=cram)
+    with _crammed_ids() as swept:
+        run_sweep(config, tmp_path / "sweep", progress=False, report=False)
+    failed = {key for key, row in read_rows(tmp_path / "sweep").items() if not row["accessible"]}
+    assert failed and set(swept) == set(read_rows(tmp_path / "sweep"))
+    with _crammed_ids() as again:  # the folder's model and tokenizer loaded by name, as the sweep loaded them
+        records = list(stalls.cram_attempts(tmp_path / "sweep", [1], 1, [], check_original=True, done=set()))
+    assert len(records) == len(failed) and again == {key: swept[key] for key in failed}

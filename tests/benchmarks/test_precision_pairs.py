@@ -310,3 +310,52 @@ def test_an_output_from_before_the_settings_were_recorded_gets_them_on_its_next_
         assert _run(pairs, str(folder), *argv, str(output), "--report-only", model=None) == text
         assert _run(pairs, str(folder), *argv, str(output), model=None) == text  # added once
         assert len(output.read_text().splitlines()) == len(lines) + 1
+
+
+PADDED_ROWS, PADDED_TOKENS = 97, 80  # a padded output head (as Qwen2.5's): 17 rows no tokenizer id reaches
+
+
+def _padded_checkpoint(path) -> str:
+    """A tiny Llama saved with a tokenizer that has fewer tokens than its head has rows, loaded by name as a run
+    loads its model."""
+    from ut_peft.testing import tiny_model, word_tokenizer
+
+    tiny_model("llama", seed=0, vocab_size=PADDED_ROWS).save_pretrained(path)
+    word_tokenizer(PADDED_TOKENS).save_pretrained(path)
+    return str(path)
+
+
+@contextlib.contextmanager
+def _crammed_ids():
+    """Every row's token ids as the engine is handed them while the block runs, by key."""
+    import importlib
+    from unittest import mock
+
+    from ut_peft.accessibility import sweep
+
+    engine = importlib.import_module("ut_peft.accessibility.engine.cram")
+    real, seen = engine.cram, {}
+
+    def recording(model, jobs, *args, **kwargs):
+        jobs = list(jobs)
+        seen.update({job.key: list(job.ids) for job in jobs})
+        return real(model, jobs, *args, **kwargs)
+
+    with mock.patch.object(engine, "cram", recording), mock.patch.object(sweep, "cram", recording):
+        yield seen
+
+
+def test_rows_are_crammed_again_on_the_token_ids_the_sweep_drew_on_a_padded_head(tmp_path, pairs):
+    """A tokens sweep draws below the tokenizer's count, not the head's rows: the pairs re-cram those same ids."""
+    from ut_peft.accessibility.config import GridConfig
+    from ut_peft.accessibility.engine.jobs import CramConfig
+
+    cram = CramConfig(max_steps=2, patience=2, batch_size=4)
+    model = _padded_checkpoint(tmp_path / "model")
+    config = small_sweep_config(model, ms=[1], grid=GridConfig(lengths=[3, 6]), num_sequences=2, cram=cram)
+    with _crammed_ids() as swept:
+        run_sweep(config, tmp_path / "sweep", progress=False, report=False)
+    assert len(swept) == 4 and read_settings(tmp_path / "sweep")["source"]["vocab_size"] == PADDED_TOKENS
+    with _crammed_ids() as again:  # the folder's model and tokenizer loaded by name, as the sweep loaded them
+        records = list(pairs.cram_pairs(tmp_path / "sweep", [1], "bf16", done=set()))
+    assert len(records) == 4 and again == swept

@@ -1,7 +1,9 @@
 """tools/continue_inflight.py: a killed sweep's rows in flight continued for a few updates from their snapshots, and
 two such continuations compared bit for bit (how a long run's move to newer code is checked)."""
 
+import contextlib
 import importlib.util
+import json
 from pathlib import Path
 
 import pytest
@@ -75,3 +77,77 @@ def test_rows_at_some_m_continue_as_a_batch_of_their_own_and_compare_alone(tmp_p
     assert tool.compare(every, alone, ms=[5]) == ["no rows to compare at m in [5]"]
     with pytest.raises(SystemExit, match=r"holds no rows in flight at m in \[5\]"):
         tool.continue_rows(tmp_path / "run", 1, None, ms=[5], model=model)
+
+
+PADDED_ROWS, PADDED_TOKENS = 97, 80  # a padded output head (as Qwen2.5's): 17 rows no tokenizer id reaches
+
+
+def _padded_checkpoint(path) -> str:
+    """A tiny Llama saved with a tokenizer that has fewer tokens than its head has rows, loaded by name as a run
+    loads its model."""
+    from ut_peft.testing import tiny_model, word_tokenizer
+
+    tiny_model("llama", seed=0, vocab_size=PADDED_ROWS).save_pretrained(path)
+    word_tokenizer(PADDED_TOKENS).save_pretrained(path)
+    return str(path)
+
+
+@contextlib.contextmanager
+def _crammed_ids():
+    """Every row's token ids as the engine is handed them while the block runs, by key."""
+    from unittest import mock
+
+    from ut_peft.accessibility import sweep
+
+    real, seen = sweep.cram, {}
+
+    def recording(model, jobs, *args, **kwargs):
+        jobs = list(jobs)
+        seen.update({job.key: list(job.ids) for job in jobs})
+        return real(model, jobs, *args, **kwargs)
+
+    with mock.patch.object(sweep, "cram", recording):
+        yield seen
+
+
+def _padded_killed_sweep(tmp_path) -> tuple[Path, dict]:
+    """A tiny tokens sweep on a padded head, killed with its two rows in flight, and the ids it crammed, by key."""
+    cram = CramConfig(max_steps=60, patience=60, batch_size=2)
+    config = small_sweep_config(
+        _padded_checkpoint(tmp_path / "model"),
+        ms=[2],
+        grid=GridConfig(lengths=[6]),
+        num_sequences=2,
+        cram=cram,
+        support_sequences=16,
+        support_seq_len=32,
+    )
+    with _crammed_ids() as swept:
+        killed_sweep(config, tmp_path / "run", None, 2)  # the model and its tokenizer loaded by name
+    return tmp_path / "run", swept
+
+
+def test_rows_in_flight_continue_on_the_token_ids_the_sweep_drew_on_a_padded_head(tmp_path):
+    """A tokens sweep draws below the tokenizer's count, not the head's rows: its rows continue on those ids."""
+    folder, swept = _padded_killed_sweep(tmp_path)
+    assert len(swept) == 2 and json.loads((folder / "settings.json").read_text())["source"]["vocab_size"] == 80
+    with _crammed_ids() as again:  # the folder's model and tokenizer loaded by name, as the sweep loaded them
+        kept = _tool().continue_rows(folder, 1, None)
+    assert sorted(kept["rows"]) == sorted(swept) and again == swept
+
+
+def test_with_a_checkout_that_has_no_sweep_source_the_rows_continue_as_it_drew_them(tmp_path, monkeypatch):
+    """The frozen checkout of a long run (its ut_peft first on the path) predates ``sweep_source``; its sweeps drew
+    over every head row, and the tool draws so with it, instead of failing on the import."""
+    from ut_peft.accessibility import sweep
+    from ut_peft.accessibility.config import SweepConfig
+    from ut_peft.models import load_tokenizer
+
+    folder, swept = _padded_killed_sweep(tmp_path)
+    monkeypatch.delattr(sweep, "sweep_source")
+    monkeypatch.delattr(sweep, "sweep_tokenizer")
+    with _crammed_ids() as again:
+        _tool().continue_rows(folder, 1, None)
+    config = SweepConfig(model=str(tmp_path / "model"), source="tokens")
+    source = config.make_source(load_tokenizer(config.model), PADDED_ROWS)
+    assert again == {(m, n, i): source.sequence(n, i, config.seed) for m, n, i in swept} != swept

@@ -282,15 +282,28 @@ def _load(config: SweepConfig, device, device_map):
         model = load_model(config.model, dtype=config.model_dtype, device_map=device_map)
     except OSError as err:
         raise ValueError(f"cannot load the model {config.model!r}: {err}") from None
-    try:
-        tokenizer = load_tokenizer(config.model)
-    except (OSError, ValueError, TypeError):
-        if config.source != "tokens":  # random token ids need no tokenizer; every other source does
-            raise
-        tokenizer = None
+    tokenizer = sweep_tokenizer(config)
     if device_map is None:
         model.to(device)
     return model, tokenizer
+
+
+def sweep_tokenizer(config: SweepConfig):
+    """The tokenizer a sweep of ``config`` loads with its model: ``config.model``'s, or None for a ``tokens`` source
+    whose model has none (random token ids need no tokenizer; every other source does, and raises)."""
+    try:
+        return load_tokenizer(config.model)
+    except (OSError, ValueError, TypeError):
+        if config.source != "tokens":
+            raise
+        return None
+
+
+def sweep_source(config: SweepConfig, model, tokenizer):
+    """The sequences a sweep of ``config`` crams on ``model`` with ``tokenizer`` (:func:`sweep_tokenizer`'s): what
+    rebuilds a folder's texts, for the same ids. Its random token ids are :func:`random_token_count`'s, so on a padded
+    head they depend on the tokenizer: without the one the sweep loaded, a ``tokens`` source draws other texts."""
+    return config.make_source(tokenizer, random_token_count(model, tokenizer))
 
 
 def random_token_count(model, tokenizer) -> int:
@@ -441,7 +454,7 @@ def _validated(config: SweepConfig, model, tokenizer):
     config.resolve_model_dtype(model)
     # Asked here, before anything is written, for the tokens source and for the support the summary measures at the
     # end: a tokenizer that numbers its tokens with gaps is refused now, not once every row is crammed.
-    source = config.make_source(tokenizer, random_token_count(model, tokenizer))
+    source = sweep_source(config, model, tokenizer)
     context = getattr(model.config, "max_position_embeddings", None)
     longest = row_positions(len(config.cram.prefix_ids), config.ms[-1], config.grid.max_length)
     if context and longest > context:
