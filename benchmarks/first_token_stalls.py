@@ -115,18 +115,25 @@ def cram_attempts(
     """Yield one record per (row, attempt, init, layout) not in ``done``: the row's text crammed again from a fresh
     init, with the folder's own init scale and each of ``init_stds``, in each of ``layouts`` (:data:`LAYOUTS`).
     ``keys``: the folder's rows to choose from (None: all it holds now). ``model`` (and the ``tokenizer`` its sweep
-    drew with): given, instead of loading the folder's model and tokenizer by name."""
+    drew with): given, instead of loading the folder's model and tokenizer by name; its weights in the folder's
+    ``model_dtype`` (another dtype is refused)."""
     import dataclasses
 
     from ut_peft.accessibility.engine.cram import cram
     from ut_peft.accessibility.engine.jobs import CramJob
     from ut_peft.accessibility.engine.sources import init_seed
-    from ut_peft.accessibility.sweep import cram_resumable, sweep_source, sweep_tokenizer
-    from ut_peft.models import load_model
+    from ut_peft.accessibility.sweep import (
+        check_sweep_model,
+        cram_resumable,
+        sweep_model,
+        sweep_source,
+        sweep_tokenizer,
+    )
 
     config = folder_config(folder)
     if model is None:
-        model, tokenizer = load_model(config.model), sweep_tokenizer(config)
+        model, tokenizer = sweep_model(config), sweep_tokenizer(config)  # as the sweep loaded them
+    check_sweep_model(config, model)  # a model given in another dtype would re-cram the rows in another precision
     config.resolve_prefix(tokenizer)
     source = sweep_source(config, model, tokenizer)  # the folder's texts, drawn as its sweep drew them
     if "given-first" in layouts and config.cram.given_tokens < 1:

@@ -113,13 +113,13 @@ def cram_pairs(
     from ut_peft.accessibility.engine.forward import autocast_kind
     from ut_peft.accessibility.engine.jobs import CramJob
     from ut_peft.accessibility.engine.sources import init_seed
-    from ut_peft.accessibility.sweep import sweep_source, sweep_tokenizer
+    from ut_peft.accessibility.sweep import check_sweep_model, sweep_model, sweep_source, sweep_tokenizer
     from ut_peft.devices import execution_device
-    from ut_peft.models import load_model
 
     config = folder_config(folder)
     if model is None:
-        model, tokenizer = load_model(config.model), sweep_tokenizer(config)
+        model, tokenizer = sweep_model(config), sweep_tokenizer(config)  # as the sweep loaded them
+    check_sweep_model(config, model)  # a model given in another dtype would re-cram the rows in another precision
     cram_config = dataclasses.replace(config.cram, autocast=autocast)
     settings = store.read_settings(folder)
     digest = store.settings_digest(settings)

@@ -23,7 +23,7 @@ all in flight and fit one batch (the Gemma words run's round 4: 8 rows, batch 12
 yet started, a resume's batches differ, so compare the two versions with this tool, not with the run.
 Kept for each row: its step, vectors, optimizer tensors and stopping counters after ``--steps`` more updates.
 It uses only names that every version since the frozen Gemma run (6198748) has, and the sweep's own rule for the
-texts (``sweep_source``, ``sweep_tokenizer``) where the version has it.
+model and the texts (``sweep_model``, ``sweep_tokenizer``, ``sweep_source``) where the version has it.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ import argparse
 import dataclasses
 import json
 import sys
+import tempfile
 from pathlib import Path
 
 import torch
@@ -45,7 +46,8 @@ def continue_rows(folder: Path, steps: int, logits_budget: int | None, *, ms=Non
     """The folder's rows in flight after ``steps`` more updates: ``{"settings_cram", "rows": {key: (step, vectors,
     optimizer tensors, stopping counters)}}``. ``ms``: only the rows at these m, as a batch of their own.
     ``model`` / ``tokenizer``: the folder's model and the tokenizer its sweep drew with (default: loaded by the name
-    its settings record, as the sweep loaded them)."""
+    its settings record, in the weights' dtype it records, as the sweep loaded them; a model given in another dtype
+    is refused)."""
     from ut_peft.accessibility import store, sweep
     from ut_peft.cli.cram import parse, sweep_config
     from ut_peft.models import load_model, load_tokenizer
@@ -56,18 +58,38 @@ def continue_rows(folder: Path, steps: int, logits_budget: int | None, *, ms=Non
         # A frozen checkout older than these (the Gemma run's 26c7bb1) drew a sweep's random token ids over every
         # row of the output head, and so rebuilds them here: the rows continue on the ids that checkout crammed.
         sweep_source = sweep_tokenizer = None
+    try:
+        from ut_peft.accessibility.sweep import check_sweep_model, sweep_model
+    except ImportError:
+        # A checkout older than these loads the model as its command does, in float32 (26c7bb1 knows no other).
+        check_sweep_model = sweep_model = None
 
     # The config the command builds to resume the folder: its settings.json read as the flags that made it.
     settings = json.loads((folder / "settings.json").read_text())
-    config = sweep_config(parse(["--config", str(folder / "settings.json"), "--output", str(folder)]))
+    dtype = settings.get("model_dtype")
+    with tempfile.TemporaryDirectory() as scratch:
+        path = folder / "settings.json"
+        if dtype is not None:
+            # The command has no flag for the weights' dtype and refuses a folder that records one (such a folder
+            # resumes from Python, with the model in that dtype): the other settings read as the command reads
+            # them, from a copy without it, and the dtype as recorded.
+            path = Path(scratch) / "settings.json"
+            path.write_text(json.dumps({key: value for key, value in settings.items() if key != "model_dtype"}))
+        config = sweep_config(parse(["--config", str(path), "--output", str(folder)]))
+    if dtype is not None:
+        if not hasattr(config, "model_dtype"):
+            raise SystemExit(f"{folder} was crammed with {dtype} weights (model_dtype), which this checkout predates")
+        config = dataclasses.replace(config, model_dtype=dtype)
     paths = sorted((folder / "inflight").glob("*.safetensors"))
     if ms:
         paths = [path for path in paths if int(path.stem.split("-")[0][1:]) in ms]  # m3-n112-i16
     if not paths:
         raise SystemExit(f"{folder}/inflight holds no rows in flight" + (f" at m in {sorted(ms)}" if ms else ""))
     if model is None:
-        model = load_model(config.model)
+        model = sweep_model(config) if sweep_model else load_model(config.model)
         tokenizer = sweep_tokenizer(config) if sweep_tokenizer else load_tokenizer(config.model)
+    if check_sweep_model:  # a model given in another dtype would continue the rows in another precision
+        check_sweep_model(config, model)
     config.resolve_prefix(tokenizer)  # the protocol's layout, init and stopping rule, as a run sets them
     cram = dataclasses.replace(config.cram, batch_size=len(paths))
     if logits_budget is not None:

@@ -359,3 +359,44 @@ def test_rows_are_crammed_again_on_the_token_ids_the_sweep_drew_on_a_padded_head
     with _crammed_ids() as again:  # the folder's model and tokenizer loaded by name, as the sweep loaded them
         records = list(pairs.cram_pairs(tmp_path / "sweep", [1], "bf16", done=set()))
     assert len(records) == 4 and again == swept
+
+
+@contextlib.contextmanager
+def _crammed_dtypes():
+    """The dtypes of the floating-point weights of every model the engine crams with while the block runs."""
+    import importlib
+    from unittest import mock
+
+    from ut_peft.accessibility import sweep
+
+    engine = importlib.import_module("ut_peft.accessibility.engine.cram")
+    real, seen = engine.cram, set()
+
+    def recording(model, jobs, *args, **kwargs):
+        seen.update(str(p.dtype) for p in model.parameters() if p.is_floating_point())
+        return real(model, jobs, *args, **kwargs)
+
+    with mock.patch.object(engine, "cram", recording), mock.patch.object(sweep, "cram", recording):
+        yield seen
+
+
+def test_rows_are_crammed_again_with_the_weights_dtype_the_sweep_crammed_them_with(tmp_path, pairs):
+    """A sweep crammed with bfloat16 weights (model_dtype): the pairs load the model so, and refuse one of another
+    dtype given to them, rather than pair rows of another weight precision."""
+    from ut_peft.accessibility.config import GridConfig
+    from ut_peft.accessibility.engine.jobs import CramConfig
+
+    cram = CramConfig(max_steps=2, patience=2, batch_size=4)
+    model = _padded_checkpoint(tmp_path / "model")
+    config = small_sweep_config(
+        model, ms=[1], grid=GridConfig(lengths=[3]), num_sequences=2, cram=cram, model_dtype="bfloat16"
+    )
+    with _crammed_dtypes() as swept:
+        run_sweep(config, tmp_path / "sweep", progress=False, report=False)
+    assert swept == {"torch.bfloat16"} and read_settings(tmp_path / "sweep")["model_dtype"] == "bfloat16"
+    with _crammed_dtypes() as again:  # the folder's model loaded by name, as the sweep loaded it
+        records = list(pairs.cram_pairs(tmp_path / "sweep", [1], "bf16", done=set()))
+    assert len(records) == 2 and again == {"torch.bfloat16"}
+    given = crammable_model("llama", vocab_size=PADDED_ROWS)  # float32 weights
+    with pytest.raises(ValueError, match=r"model given has float32 weights.*crammed with bfloat16 ones"):
+        list(pairs.cram_pairs(tmp_path / "sweep", [1], "bf16", done=set(), model=given))

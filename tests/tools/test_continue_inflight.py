@@ -137,17 +137,62 @@ def test_rows_in_flight_continue_on_the_token_ids_the_sweep_drew_on_a_padded_hea
 
 
 def test_with_a_checkout_that_has_no_sweep_source_the_rows_continue_as_it_drew_them(tmp_path, monkeypatch):
-    """The frozen checkout of a long run (its ut_peft first on the path) predates ``sweep_source``; its sweeps drew
-    over every head row, and the tool draws so with it, instead of failing on the import."""
+    """The frozen checkout of a long run (its ut_peft first on the path) predates ``sweep_source`` and
+    ``sweep_model``; its sweeps drew over every head row, and the tool draws so with it, instead of failing on the
+    import."""
     from ut_peft.accessibility import sweep
     from ut_peft.accessibility.config import SweepConfig
     from ut_peft.models import load_tokenizer
 
     folder, swept = _padded_killed_sweep(tmp_path)
-    monkeypatch.delattr(sweep, "sweep_source")
-    monkeypatch.delattr(sweep, "sweep_tokenizer")
+    for name in ("sweep_source", "sweep_tokenizer", "sweep_model", "check_sweep_model"):
+        monkeypatch.delattr(sweep, name)
     with _crammed_ids() as again:
         _tool().continue_rows(folder, 1, None)
     config = SweepConfig(model=str(tmp_path / "model"), source="tokens")
     source = config.make_source(load_tokenizer(config.model), PADDED_ROWS)
     assert again == {(m, n, i): source.sequence(n, i, config.seed) for m, n, i in swept} != swept
+
+
+@contextlib.contextmanager
+def _crammed_dtypes():
+    """The dtypes of the floating-point weights of every model the engine crams with while the block runs."""
+    from unittest import mock
+
+    from ut_peft.accessibility import sweep
+
+    real, seen = sweep.cram, set()
+
+    def recording(model, jobs, *args, **kwargs):
+        seen.update(str(p.dtype) for p in model.parameters() if p.is_floating_point())
+        return real(model, jobs, *args, **kwargs)
+
+    with mock.patch.object(sweep, "cram", recording):
+        yield seen
+
+
+def test_rows_in_flight_continue_with_the_weights_dtype_the_sweep_crammed_them_with(tmp_path):
+    """A sweep crammed with bfloat16 weights (model_dtype): the tool loads the model so, and refuses one of another
+    dtype given to it, rather than continue the rows in another precision."""
+    cram = CramConfig(max_steps=60, patience=60, batch_size=2)
+    config = small_sweep_config(
+        _padded_checkpoint(tmp_path / "model"),
+        ms=[2],
+        grid=GridConfig(lengths=[6]),
+        num_sequences=2,
+        cram=cram,
+        support_sequences=16,
+        support_seq_len=32,
+        model_dtype="bfloat16",
+    )
+    with _crammed_dtypes() as swept:
+        last = killed_sweep(config, tmp_path / "run", None, 2)[-1]  # the model loaded by name, in bfloat16
+    assert swept == {"torch.bfloat16"}
+    assert json.loads((tmp_path / "run" / "settings.json").read_text())["model_dtype"] == "bfloat16"
+    tool = _tool()
+    with _crammed_dtypes() as again:
+        kept = tool.continue_rows(tmp_path / "run", 1, None)
+    assert again == {"torch.bfloat16"} and sorted(kept["rows"]) == sorted(last)
+    model = crammable_model("llama", vocab_size=PADDED_ROWS)  # float32 weights
+    with pytest.raises(ValueError, match=r"model given has float32 weights.*crammed with bfloat16 ones"):
+        tool.continue_rows(tmp_path / "run", 1, None, model=model)

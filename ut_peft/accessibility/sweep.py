@@ -278,14 +278,35 @@ def retarget_sweep(
 
 
 def _load(config: SweepConfig, device, device_map):
-    try:
-        model = load_model(config.model, dtype=config.model_dtype, device_map=device_map)
-    except OSError as err:
-        raise ValueError(f"cannot load the model {config.model!r}: {err}") from None
+    model = sweep_model(config, device_map=device_map)
     tokenizer = sweep_tokenizer(config)
     if device_map is None:
         model.to(device)
     return model, tokenizer
+
+
+def sweep_model(config: SweepConfig, *, device_map=None):
+    """The model a sweep of ``config`` crams with: ``config.model`` loaded by name with its weights in
+    ``config.model_dtype`` (a folder's recorded dtype, :meth:`SweepConfig.from_settings`), so that what re-crams a
+    folder's rows does so in the precision they were crammed in. ``device_map`` goes to :func:`.models.load_model`."""
+    try:
+        return load_model(config.model, dtype=config.model_dtype, device_map=device_map)
+    except OSError as err:
+        raise ValueError(f"cannot load the model {config.model!r}: {err}") from None
+
+
+def check_sweep_model(config: SweepConfig, model) -> None:
+    """ValueError, naming both dtypes, where ``model``'s weights are not in the dtype a sweep of ``config`` crams with
+    (``config.model_dtype``, measured as :meth:`SweepConfig.resolve_model_dtype` records it): a model given from
+    Python to re-cram a folder's rows is refused rather than re-cramming them in another precision."""
+    given = dataclasses.replace(config)
+    given.resolve_model_dtype(model)
+    if given.model_dtype != config.model_dtype:
+        raise ValueError(
+            f"model_dtype: the model given has {given.model_dtype} weights, and the folder's rows were crammed with "
+            f"{config.model_dtype} ones: give the model in {config.model_dtype} (model.to(dtype)), or no model to "
+            "load it by name in that dtype"
+        )
 
 
 def sweep_tokenizer(config: SweepConfig):
