@@ -1315,3 +1315,54 @@ def test_a_merge_takes_two_spellings_of_one_bundled_model_as_one_model(tmp_path,
     _write_settings(tmp_path / "d", model="gemma-3-270m", ms=[4])
     with pytest.raises(ValueError, match=r'differ: model "smollm2(-135m)?" -> "gemma-3-270m"'):
         merge_sweeps([tmp_path / "a", tmp_path / "d"], tmp_path / "ad")
+
+
+def _support_dtypes(monkeypatch) -> list[set[str]]:
+    """The dtypes of the floating-point weights of every model a summary measures its support on, call by call."""
+    from ut_peft.accessibility import sweep
+
+    real, seen = sweep.measure_support, []
+
+    def recording(model, **kwargs):
+        seen.append({str(p.dtype) for p in model.parameters() if p.is_floating_point()})
+        return real(model, **kwargs)
+
+    monkeypatch.setattr(sweep, "measure_support", recording)
+    return seen
+
+
+def test_a_folder_crammed_with_bfloat16_weights_is_summarised_again_with_them(tmp_path, llama, monkeypatch):
+    """--report-only (summarize_folder without a model) loads the folder's model in the weights' dtype its settings
+    record (model_dtype), as the run loaded it, so it writes the summary the run wrote; a model given in another
+    dtype is refused rather than measure the bounds' support in another precision."""
+    llama.save_pretrained(tmp_path / "model")
+    config = small_config(str(tmp_path / "model"), ms=[1], grid=GridConfig(lengths=[2, 3]), model_dtype="bfloat16")
+    measured = _support_dtypes(monkeypatch)
+    run_sweep(config, tmp_path / "run", progress=False, report=False)  # the model loaded by name, in bfloat16
+    assert json.loads((tmp_path / "run" / "settings.json").read_text())["model_dtype"] == "bfloat16"
+    written = (tmp_path / "run" / "summary.json").read_bytes()
+    summarize_folder(tmp_path / "run", report=False, write=False)  # what --report-only prints beside a running sweep
+    summarize_folder(tmp_path / "run", report=False)
+    assert measured == [{"torch.bfloat16"}] * 3
+    assert (tmp_path / "run" / "summary.json").read_bytes() == written
+    with pytest.raises(ValueError, match=r"model given has float32 weights.*crammed with bfloat16 ones"):
+        summarize_folder(tmp_path / "run", llama, report=False)
+    assert (tmp_path / "run" / "summary.json").read_bytes() == written
+
+
+def test_a_folder_crammed_with_weights_of_several_dtypes_is_summarised_with_its_model_given(tmp_path, monkeypatch):
+    """A model whose weights are of several dtypes ("mixed:..." model_dtype) cannot be loaded by name as it was:
+    summarize_folder without it says so in one line, and with it given summarises the folder."""
+    model = crammable_model("llama")
+    model.save_pretrained(tmp_path / "model")  # by name it loads in one dtype
+    model.register_parameter("unused", torch.nn.Parameter(torch.zeros(1, dtype=torch.bfloat16), requires_grad=False))
+    config = small_config(str(tmp_path / "model"), ms=[1], grid=GridConfig(lengths=[2]))
+    run_sweep(config, tmp_path / "run", model=model, progress=False, report=False)
+    recorded = json.loads((tmp_path / "run" / "settings.json").read_text())["model_dtype"]
+    assert recorded == "mixed:bfloat16,float32"
+    written = (tmp_path / "run" / "summary.json").read_bytes()
+    with pytest.raises(ValueError, match=r"several dtypes.*pass the model from Python") as err:
+        summarize_folder(tmp_path / "run", report=False)
+    assert "\n" not in str(err.value) and recorded in str(err.value)
+    summarize_folder(tmp_path / "run", model, report=False)
+    assert (tmp_path / "run" / "summary.json").read_bytes() == written

@@ -288,7 +288,14 @@ def _load(config: SweepConfig, device, device_map):
 def sweep_model(config: SweepConfig, *, device_map=None):
     """The model a sweep of ``config`` crams with: ``config.model`` loaded by name with its weights in
     ``config.model_dtype`` (a folder's recorded dtype, :meth:`SweepConfig.from_settings`), so that what re-crams a
-    folder's rows does so in the precision they were crammed in. ``device_map`` goes to :func:`.models.load_model`."""
+    folder's rows does so in the precision they were crammed in. ``device_map`` goes to :func:`.models.load_model`.
+    Weights of several dtypes ("mixed:...", a model given from Python) cannot be loaded by name: ValueError."""
+    if config.model_dtype.startswith("mixed:"):
+        raise ValueError(
+            f"model_dtype = {config.model_dtype}: the rows were crammed with weights of several dtypes, which loading "
+            f"{config.model!r} by name cannot give; pass the model from Python (the model argument), its weights in "
+            "those dtypes"
+        )
     try:
         return load_model(config.model, dtype=config.model_dtype, device_map=device_map)
     except OSError as err:
@@ -674,8 +681,10 @@ def summarize_folder(
     may be given, and must be those: a folder's summary is never rewritten from other sequences.
 
     The support sequences draw the tokens a text can hold (:func:`random_token_count`): without ``model`` the
-    folder's model and its tokenizer are loaded; a ``model`` given comes with its ``tokenizer`` (without one the ids
-    are drawn over every head row, the same ids wherever the tokenizer covers the head, as every bundled model's).
+    folder's model and its tokenizer are loaded, the model in the weights' dtype the folder records
+    (:func:`sweep_model`), as its run measured them; a ``model`` given comes with its ``tokenizer`` (without one the
+    ids are drawn over every head row, the same ids wherever the tokenizer covers the head, as every bundled model's),
+    and one in another dtype is refused (:func:`check_sweep_model`).
 
     The summary (and with ``report`` the plots and report) are written under the folder's lock, taken without
     waiting: where a run is writing the folder, :class:`.store.FolderLockedError` is raised before anything is
@@ -711,11 +720,12 @@ def _summarize_folder(
     rows = store.read_rows(output_dir)
     check_rows(config, settings, rows)
     if model is None:
-        model = load_model(settings["model"])
+        model = sweep_model(config)  # in the weights' dtype the run crammed (and measured its support) with
         try:  # as the run had it: the support draws the tokenizer's tokens (a tokens sweep may have run without one)
             tokenizer = load_tokenizer(settings["model"])
         except (OSError, ValueError, TypeError):
             tokenizer = None
+    check_sweep_model(config, model)  # a model given in another dtype would measure the support in another precision
     # Read again with the model's context, which tells a support length a summary records cut at it from one given.
     config = SweepConfig.from_settings(store.recorded_settings(output_dir, settings, support_context(model)))
     given = {"support_sequences": support_sequences, "support_seq_len": support_seq_len}
