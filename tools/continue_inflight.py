@@ -29,7 +29,9 @@ model and the texts (``sweep_model``, ``sweep_tokenizer``, ``sweep_source``) whe
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import io
 import json
 import sys
 import tempfile
@@ -40,6 +42,28 @@ import torch
 
 class _Enough(Exception):
     """Every row has reached its step: stop the cram."""
+
+
+def _command_config(folder: Path, settings: dict, parse, sweep_config):
+    """The config the command builds to resume ``folder``: its settings.json (``settings``) read as the flags that
+    made it. The command has no flag for the weights' dtype and refuses a folder that records one (such a folder
+    resumes from Python, with the model in that dtype): its other settings are read as the command reads them, from
+    a copy without it, and what the command says of that copy is said of the folder's settings.json."""
+    path = folder / "settings.json"
+    if "model_dtype" not in settings:
+        return sweep_config(parse(["--config", str(path), "--output", str(folder)]))
+    with tempfile.TemporaryDirectory() as scratch:
+        copy = Path(scratch) / "settings.json"
+        copy.write_text(json.dumps({key: value for key, value in settings.items() if key != "model_dtype"}))
+        said = io.StringIO()  # the parser's error goes to stderr before it exits: held to name the folder's file
+        try:
+            with contextlib.redirect_stderr(said):
+                return sweep_config(parse(["--config", str(copy), "--output", str(folder)]))
+        except BaseException as err:
+            err.args = tuple(a.replace(str(copy), str(path)) if isinstance(a, str) else a for a in err.args)
+            raise
+        finally:
+            sys.stderr.write(said.getvalue().replace(str(copy), str(path)))
 
 
 def continue_rows(folder: Path, steps: int, logits_budget: int | None, *, ms=None, model=None, tokenizer=None) -> dict:
@@ -64,19 +88,10 @@ def continue_rows(folder: Path, steps: int, logits_budget: int | None, *, ms=Non
         # A checkout older than these loads the model as its command does, in float32 (26c7bb1 knows no other).
         check_sweep_model = sweep_model = None
 
-    # The config the command builds to resume the folder: its settings.json read as the flags that made it.
     settings = json.loads((folder / "settings.json").read_text())
     dtype = settings.get("model_dtype")
-    with tempfile.TemporaryDirectory() as scratch:
-        path = folder / "settings.json"
-        if dtype is not None:
-            # The command has no flag for the weights' dtype and refuses a folder that records one (such a folder
-            # resumes from Python, with the model in that dtype): the other settings read as the command reads
-            # them, from a copy without it, and the dtype as recorded.
-            path = Path(scratch) / "settings.json"
-            path.write_text(json.dumps({key: value for key, value in settings.items() if key != "model_dtype"}))
-        config = sweep_config(parse(["--config", str(path), "--output", str(folder)]))
-    if dtype is not None:
+    config = _command_config(folder, settings, parse, sweep_config)
+    if dtype is not None:  # read without it: set as the folder records it
         if not hasattr(config, "model_dtype"):
             raise SystemExit(f"{folder} was crammed with {dtype} weights (model_dtype), which this checkout predates")
         config = dataclasses.replace(config, model_dtype=dtype)

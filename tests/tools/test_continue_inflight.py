@@ -196,3 +196,21 @@ def test_rows_in_flight_continue_with_the_weights_dtype_the_sweep_crammed_them_w
     model = crammable_model("llama", vocab_size=PADDED_ROWS)  # float32 weights
     with pytest.raises(ValueError, match=r"model given has float32 weights.*crammed with bfloat16 ones"):
         tool.continue_rows(tmp_path / "run", 1, None, model=model)
+
+
+def test_a_setting_the_command_refuses_is_named_in_the_folder_s_settings_json(tmp_path, capsys):
+    """A folder that records model_dtype is read from a copy of its settings.json without it: a setting the command
+    then refuses (here a support length it has no flag for) is said of the folder's settings.json, not of the copy."""
+    from ut_peft.accessibility import run_sweep
+
+    model = _padded_checkpoint(tmp_path / "model")
+    config = small_sweep_config(model, ms=[1], grid=GridConfig(lengths=[2]), num_sequences=1, model_dtype="bfloat16")
+    assert config.support_seq_len == 4
+    run_sweep(config, tmp_path / "run", progress=False, report=False)
+    assert json.loads((tmp_path / "run" / "settings.json").read_text())["model_dtype"] == "bfloat16"
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        _tool().continue_rows(tmp_path / "run", 1, None)
+    said = capsys.readouterr().err
+    assert f"{tmp_path / 'run' / 'settings.json'}: support_seq_len = 4 has no flag" in said
+    assert said.count("settings.json") == said.count(str(tmp_path / "run" / "settings.json"))
