@@ -77,22 +77,28 @@ def failed_rows(folder, ms, kinds=KINDS, max_n: int | None = None, keys: set | N
 
 
 def folder_config(folder):
-    """The sweep the folder's settings.json describes: :meth:`SweepConfig.from_settings` with the protocol and the
-    source as the command line reads them back (``ut-peft cram --config``'s table, without its refusal of settings
-    it has no flag for: a re-cram needs the rows' settings, not a rerun's)."""
+    """The sweep the folder's settings.json describes: :meth:`SweepConfig.from_settings` with the protocol, the
+    source and the ut-peft layout's prefix as the command line reads them back (``ut-peft cram --config``'s table,
+    without its refusal of settings it has no flag for: a re-cram needs the rows' settings, not a rerun's). The prefix
+    matters where the folder's rows had nothing before the memory (prefix "none", recorded as empty prefix ids):
+    :meth:`SweepConfig.resolve_prefix` under the default one would put the tokenizer's BOS there."""
     from ut_peft.accessibility import SweepConfig
     from ut_peft.cli.cram import FLAGS
 
     path = Path(folder) / store.SETTINGS_FILE
     settings = store.recorded_settings(folder, store.read_settings(folder))
     flags = {
-        flag.dest: flag.recorded(settings, path) for flag in FLAGS if flag.setting in ("source", "source.chunk_tokens")
+        flag.dest: flag.recorded(settings, path)
+        for flag in FLAGS
+        if flag.setting in ("source", "source.chunk_tokens", "cram.prefix_ids")
+        and (flag.when is None or flag.when(settings))
     }
     return SweepConfig.from_settings(
         settings,
         protocol=settings.get("protocol", "ut-peft"),
         source=flags["source"],
         text_chunks=flags.get("text_chunks"),
+        **({"prefix": flags["prefix"]} if "prefix" in flags else {}),
     )
 
 

@@ -350,3 +350,44 @@ def test_failed_rows_are_crammed_again_with_the_weights_dtype_the_sweep_crammed_
     given = crammable_model("llama", vocab_size=PADDED_ROWS)  # float32 weights
     with pytest.raises(ValueError, match=r"model given has float32 weights.*crammed with bfloat16 ones"):
         list(stalls.cram_attempts(tmp_path / "sweep", [1], 1, [], check_original=True, done=set(), model=given))
+
+
+@contextlib.contextmanager
+def _crammed_prefixes():
+    """The prefix ids (what sits before the memory) of every cram the engine runs while the block runs."""
+    import importlib
+    from unittest import mock
+
+    from ut_peft.accessibility import sweep
+
+    engine = importlib.import_module("ut_peft.accessibility.engine.cram")
+    real, seen = engine.cram, set()
+
+    def recording(model, jobs, config, *args, **kwargs):
+        seen.add(tuple(config.prefix_ids))
+        return real(model, jobs, config, *args, **kwargs)
+
+    with mock.patch.object(engine, "cram", recording), mock.patch.object(sweep, "cram", recording):
+        yield seen
+
+
+def test_failed_rows_are_crammed_again_in_the_layout_the_sweep_crammed_them_in(
+    tmp_path, load_benchmark, tiny_model_folder
+):
+    """A ut-peft sweep run with prefix "none" (the memory first, though the tokenizer has a BOS) records empty
+    prefix ids: the attempts re-cram its rows so, not with the BOS that the default prefix would put before them."""
+    from ut_peft.accessibility.config import GridConfig
+    from ut_peft.accessibility.engine.jobs import CramConfig
+
+    stalls = load_benchmark("first_token_stalls.py")
+    cram = CramConfig(max_steps=2, patience=2, batch_size=4)  # two updates: every row fails
+    config = small_sweep_config(
+        str(tiny_model_folder), ms=[1], grid=GridConfig(lengths=[3]), num_sequences=2, cram=cram, prefix="none"
+    )
+    with _crammed_prefixes() as swept:
+        run_sweep(config, tmp_path / "sweep", progress=False, report=False)
+    assert swept == {()} and not any(row["accessible"] for row in read_rows(tmp_path / "sweep").values())
+    assert stalls.folder_config(tmp_path / "sweep").prefix == "none"
+    with _crammed_prefixes() as again:  # the folder's model and tokenizer loaded by name, as the sweep loaded them
+        records = list(stalls.cram_attempts(tmp_path / "sweep", [1], 1, [], check_original=True, done=set()))
+    assert len(records) == 2 and again == {()}
