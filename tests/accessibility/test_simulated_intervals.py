@@ -51,6 +51,21 @@ def test_the_fitted_truth_puts_the_protocols_n50_on_the_fitted_line(rows):
     assert truth.rel_width == pytest.approx(estimate["per_m"][1]["width"] / estimate["per_m"][1]["n50"])
 
 
+@pytest.mark.parametrize(
+    ("source", "nested"),
+    [
+        ({"kind": "words", "name": "wordfreq:en:100000", "num_words": 100000}, False),
+        ({"kind": "text", "name": "pydoc_data", "num_tokens": 90000, "nested": True}, True),  # the published texts
+        ({"kind": "text", "name": "pydoc_data", "num_tokens": 90000}, False),  # ut-peft's: a window per row
+        ({"kind": "tokens", "vocab_size": 49152}, False),
+    ],
+)
+def test_the_fitted_truth_draws_its_texts_as_the_folders_source_drew_them(rows, source, nested):
+    """Nested (one text per index, shared by every length) only where the folder's source was: its description says
+    so. A ut-peft text source and random tokens draw a text per length and index, as random words do."""
+    assert fitted_truth(rows, dict(SETTINGS, source=source)).nested is nested
+
+
 def test_a_calibrated_interval_is_the_estimate_plus_minus_q_standard_errors(rows, calibration):
     estimate = pooled_design(SETTINGS).summary_fit(rows)
     slope = calibration["slope"]

@@ -150,7 +150,8 @@ def _width_law(estimate: dict, measured: list[int]) -> tuple[float, float]:
 def fitted_truth(rows: dict, settings: dict, *, jitter: float = 0.3, costs: RowCosts | None = None) -> Truth:
     """The simulator's ground truth that the rows suggest: the pooled line (so that the n_50 the protocol defines,
     cap failures included, lies on the fitted line), the fitted widths' law, the rows' step costs (``costs``: given
-    instead), random words or nested text as the source is, the per-attempt jitter ``jitter``."""
+    instead), nested texts where the folder's source records them (else a text per length and index), the
+    per-attempt jitter ``jitter``."""
     check_protocol(settings, "calibrated intervals")
     design = pooled_design(settings)
     estimate = design.summary_fit(rows)
@@ -170,7 +171,9 @@ def fitted_truth(rows: dict, settings: dict, *, jitter: float = 0.3, costs: RowC
         rel_width=rel_width,
         jitter=jitter,
         costs=costs,
-        nested=settings.get("source", {}).get("kind") != "words",
+        # As the folder's source drew its texts: nested ones (the published protocol's text) say so in their
+        # description; random words, random tokens and ut-peft's text windows draw a text per length and index.
+        nested=bool((settings.get("source") or {}).get("nested")),
         width_power=power,
         cap_fails=True,
     )
