@@ -585,7 +585,7 @@ def simulate(args) -> None:
         truth = fitted_truth_of(args.truth_fitted, args.jitter)
     ms = args.ms
     names = [n for n in NAMES if n == "published" or n in args.designs]  # the published design is the baseline
-    if args.words and "published+inferred" in names:
+    if not truth.nested and "published+inferred" in names:  # --words, or a --truth-fitted folder's random texts
         names.remove("published+inferred")
         print("published+inferred left out: random words are not nested, so no row implies another")
     cache = None if args.no_cache else Path(args.cache)

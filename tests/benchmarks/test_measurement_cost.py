@@ -408,3 +408,20 @@ def test_a_truth_whose_n50_the_published_walk_never_finds_is_refused_with_why(co
     why, instead of failing inside the pooled design on a NaN target."""
     with pytest.raises(SystemExit, match=r"published design estimated no n_50 at m = 1, 2, 3, 4, 5 .*start"):
         run(cost, "--repeats", "1", "--cache", str(tmp_path / "cache"), "--slope", "1", "--intercept", "2")
+
+
+def test_a_truth_fitted_to_random_words_leaves_out_the_inference_from_nested_prefixes(cost, tmp_path):
+    """--truth-fitted of a words folder simulates random words (a text per length and index) whatever --words says:
+    published+inferred, which decides rows from other lengths of the same text, is left out as under --words."""
+    from ut_peft.accessibility.simulated_intervals import pooled_design
+    from ut_peft.accessibility.testing import pooled_sweep_settings
+
+    settings = pooled_sweep_settings()  # random words
+    truth = cost.Truth(slope=20.0, intercept=4.0, rel_width=0.15, nested=False, cap_fails=True)
+    rows, _ = cost.run_design(pooled_design(settings), truth, 7)
+    folder = tmp_path / "sweep"
+    write_sweep_folder(folder, settings, [(*key, r["accessible"], r["steps"]) for key, r in rows.items()])
+    argv = ["--repeats", "1", "--cache", str(tmp_path / "cache"), "--ms", "1", "3", "--truth-fitted", str(folder)]
+    text = run(cost, *argv, "--designs", "published+inferred", "pooled")
+    assert "random words" in text and "published+inferred left out" in text
+    assert "| published+inferred |" not in text
