@@ -122,7 +122,7 @@ from ut_peft.accessibility.design import (  # noqa: E402
     pooled_estimates,
     row_steps,
 )
-from ut_peft.accessibility.simulated_intervals import fit_costs  # noqa: E402
+from ut_peft.accessibility.simulated_intervals import fit_costs, pooled_design  # noqa: E402
 from ut_peft.accessibility.stats import fit as fit_module  # noqa: E402
 from ut_peft.accessibility.stats.fit import fit_sigmoid, line_interval, n50_interval  # noqa: E402
 from ut_peft.accessibility.stats.pooled_estimators import PseudoOutcomesEstimator, estimator_for  # noqa: E402
@@ -208,6 +208,9 @@ DEFAULT_CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) /
 def truth_from(folder) -> tuple[float, float, float]:
     """Slope, intercept and relative width of the pooled model fitted to a real sweep folder's rows (all its m).
 
+    A pooled folder's line is the one its summary fits (its design's ``summary_fit``: its version's estimator, e.g.
+    version 8's pseudo-outcomes and step counts); another folder's, the pooled model of its rows' outcomes.
+
     The relative width is the simulator's one width parameter (logistic scale / n_50, the same at every m): the
     geometric mean over the measured m of the fitted w(m) / n_50(m). It matters as much as the slope: the published
     design's error, hence a retarget's targets, grows with the transition's width."""
@@ -216,11 +219,14 @@ def truth_from(folder) -> tuple[float, float, float]:
     rows = store.read_rows(Path(folder))
     crammed = [k for k, r in rows.items() if r.get("stop_reason") != "inferred"]
     measured = sorted({k[0] for k in crammed})
-    # Rows run under an audited early abandon: the line from their pseudo-outcomes, as the sweep's own summary fits
-    # it (a row the rule stopped is not a failure).
-    audit = float(store.read_settings(Path(folder)).get("cram", {}).get("abandon_audit") or 0.0) or None
-    # The summary's own fit (inferred rows left out there).
-    est = pooled_estimates(rows, measured, estimator=None if audit is None else PseudoOutcomesEstimator(audit))
+    settings = store.read_settings(Path(folder))
+    if (settings.get("design") or {}).get("kind") == "pooled":
+        est = pooled_design(settings).summary_fit(rows)  # the summary's own fit (inferred rows left out there)
+    else:
+        # Rows run under an audited early abandon: the line from their pseudo-outcomes (a row the rule stopped is
+        # not a failure).
+        audit = float(settings.get("cram", {}).get("abandon_audit") or 0.0) or None
+        est = pooled_estimates(rows, measured, estimator=None if audit is None else PseudoOutcomesEstimator(audit))
     if est is None or not est["converged"] or any(est["per_m"][m]["n50"] <= 0 for m in measured):
         raise SystemExit(
             f"--truth-from {folder}: the pooled line needs rows at two m at least and a converged fit (rows at m = "

@@ -425,3 +425,35 @@ def test_a_truth_fitted_to_random_words_leaves_out_the_inference_from_nested_pre
     text = run(cost, *argv, "--designs", "published+inferred", "pooled")
     assert "random words" in text and "published+inferred left out" in text
     assert "| published+inferred |" not in text
+
+
+def test_the_truth_from_a_pooled_folder_is_its_designs_own_summary_fit(cost, tmp_path):
+    """--truth-from a pooled folder: the line its summary fits, by its version's estimator (version 8: pseudo-outcomes
+    and the accessible rows' step counts), not the outcomes' line alone."""
+    from ut_peft.accessibility.design import pooled_estimates
+    from ut_peft.accessibility.simulated_intervals import pooled_design
+    from ut_peft.accessibility.stats.pooled_estimators import PseudoOutcomesEstimator
+    from ut_peft.accessibility.stats.simulator import AuditedAbandon, run_audited_design
+    from ut_peft.accessibility.store import read_rows
+    from ut_peft.accessibility.testing import pooled_sweep_settings
+
+    settings = pooled_sweep_settings(version=8)
+    truth = cost.Truth(slope=20.0, intercept=4.0, rel_width=0.15, nested=False, cap_fails=True)
+    simulated, _ = run_audited_design(pooled_design(settings), truth, 7, AuditedAbandon(0.25))
+    folder = tmp_path / "v8"
+    write_sweep_folder(folder, settings, [(*key, r["accessible"], r["steps"]) for key, r in simulated.items()])
+    lines = [json.loads(line) for line in (folder / "rows.jsonl").read_text().splitlines()]
+    for row in lines:  # the abandon's flags, as the rows recorded them
+        flags = {k: simulated[(row["m"], row["n"], row["index"])].get(k) for k in ("flagged_at", "audited")}
+        row.update({k: v for k, v in flags.items() if v is not None})
+        if row.get("flagged_at") is not None and not row["audited"]:
+            row.update(stop_reason="abandoned")
+    (folder / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    rows = read_rows(folder)
+    summary = pooled_design(settings).summary_fit(rows)
+    assert summary["steps"] is not None  # the step counts entered the summary's line
+    slope, intercept, _ = cost.truth_from(folder)
+    assert (slope, intercept) == (summary["slope"], summary["intercept"])
+    measured = sorted({k[0] for k in rows})
+    alone = pooled_estimates(rows, measured, estimator=PseudoOutcomesEstimator(0.25))
+    assert slope != pytest.approx(alone["slope"], abs=1e-6)
