@@ -452,7 +452,9 @@ def main(argv=None) -> None:
     try:
         folder_abandon = fitted_abandon(rows, own)
         if args.pooled_version is not None:
-            settings = dict(settings, design=dict(settings["design"], version=args.pooled_version))
+            # That version's rules: a folder's record that holds its own in full would keep them under the new name.
+            recorded = {k: v for k, v in settings["design"].items() if k != "rules"}
+            settings = dict(settings, design=dict(recorded, version=args.pooled_version))
         design = pooled_design(settings)
     except (ValueError, KeyError) as error:
         raise SystemExit(f"{folder}: {error}") from None

@@ -227,3 +227,21 @@ def test_an_infinite_quantile_is_an_open_interval_that_covers_and_an_undefined_o
     assert slope["calibrated"] == 0.5  # the open interval and q = 2 (|1| <= 2) cover; NaN and no fit do not
     assert slope["wald"] == 0.25  # Wald: only |21 - 20| <= 1.96 covers
     assert slope["calibrated_width"] == float("inf")
+
+
+def test_another_version_is_simulated_on_a_folder_that_records_its_rules_in_full(load_benchmark, tmp_path, capsys):
+    """A folder written since settings.json holds the design's rules in full (version 1's here): --pooled-version 8
+    simulates version 8's rules, as on a folder that names its version alone, not version 1's rules under 8."""
+    from ut_peft.accessibility.designs.pooled_rules import POOLED_RULES
+
+    benchmark = load_benchmark("simulated_intervals.py")
+    folder = tmp_path / "sweep"
+    simulated_folder(folder, 7)
+    settings = json.loads((folder / "settings.json").read_text())
+    settings["design"]["rules"] = POOLED_RULES[1].record()
+    (folder / "settings.json").write_text(json.dumps(settings))
+    results = tmp_path / "outer.jsonl"
+    benchmark.main([str(folder), "--outer", "1", "--inner", "50", "--results", str(results), "--pooled-version", "8"])
+    assert "design: version 8" in capsys.readouterr().out
+    (line,) = [json.loads(x) for x in results.read_text().splitlines()]
+    assert line["setting"]["version"] == 8 and line["setting"]["abandon"]["audit"] == 0.25
