@@ -118,3 +118,44 @@ def test_report_only_on_a_killed_folder_with_an_edited_settings_json_fails_in_on
     err = fails(["--report-only", "--output-dir", out], capsys, monkeypatch)
     assert "changed: num_sequences 2 -> 4" in err and "Restore settings.json from" in err
     assert not (out / "summary.json").exists()
+
+
+def test_a_rerun_from_settings_json_refuses_weights_changed_since(tmp_path, capsys, monkeypatch):
+    """A local model's weights are recorded by their digest (model_files): `--config OUT/settings.json` into a new
+    folder with other weights saved under the same path since would be another sweep under the same flags."""
+    model = tmp_path / "model"
+    crammable_model("llama").save_pretrained(model)
+    out = tmp_path / "out"
+    cram(model, "--support-sequences", 8, "--output-dir", out)
+    crammable_model("llama", seed=1).save_pretrained(model)  # retrained, saved where the sweep read its weights
+    err = fails(["--config", out / "settings.json", "--output-dir", tmp_path / "again"], capsys, monkeypatch)
+    assert "model_files" in err and str(model) in err, err
+    assert not (tmp_path / "again").exists()
+
+
+def test_a_rerun_from_settings_json_refuses_a_words_file_changed_since(tmp_path, capsys, monkeypatch):
+    """A words:PATH (or text:PATH) file is recorded by its sha256: rerun from settings.json after it was edited, the
+    rows would be crammed on other texts under the same flags."""
+    import hashlib
+
+    words = tmp_path / "words.txt"
+    words.write_text("alpha\nbeta\ngamma\n")
+    settings = {
+        "model": "smollm2-135m",
+        "source": {
+            "kind": "words",
+            "name": str(words),
+            "num_words": 3,
+            "sha256": hashlib.sha256(words.read_bytes()).hexdigest(),
+        },
+        "ms": [1],
+        "num_sequences": 2,
+        "seed": 0,
+        "cram": {"lr": 0.01, "max_steps": 30, "patience": 30, "prefix_ids": [1]},
+        "grid": {"lengths": [2], "start": 10, "stop": 1000, "coarse": 100, "fine": 10},
+    }
+    (tmp_path / "settings.json").write_text(json.dumps(settings))
+    assert command.parse(["--config", str(tmp_path / "settings.json")]).source == f"words:{words}"  # as recorded
+    words.write_text("alpha\nbeta\ndelta\n")
+    err = fails(["--config", tmp_path / "settings.json", "--output-dir", tmp_path / "again"], capsys, monkeypatch)
+    assert "source.sha256" in err and str(words) in err, err

@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import difflib
+import hashlib
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -832,7 +833,37 @@ def _check_settings(values: dict, path) -> dict:
         if name in grid and grid[name] != _default(GridConfig, name):
             raise ValueError(f"{path}: grid.{name} = {grid[name]!r} has no flag; rerun it from Python")
     _check_rules(values.get("design") or {}, path)
+    _check_inputs(values, path)
     return values
+
+
+def _check_inputs(values: dict, path) -> None:
+    """ValueError where what the sweep read from outside the package, which settings.json records by its digest, no
+    longer has it: a local model's weights files (``model_files``) or a text:PATH / words:PATH file
+    (``source.sha256``). A rerun into a new --output-dir would cram other weights or other texts under the same
+    flags without a word (a resume is refused by the folder itself). Inputs that are not there are left to the run,
+    which says so."""
+    from ..accessibility.config import model_files_digest
+
+    recorded = values.get("model_files")
+    now = model_files_digest(values["model"]) if recorded is not None else None
+    if now is not None and now != recorded:
+        raise ValueError(
+            f"{path}: model_files = {recorded!r}, the digest of the weights the sweep crammed with, and the model "
+            f"{values['model']} has {now!r} now: its weights files changed since. Restore them to rerun the sweep, or "
+            "run the new weights as a sweep of their own (its flags without --config)"
+        )
+    source = values.get("source") or {}
+    digest = source.get("sha256")
+    kind, _, file = _source_spec(source, path).partition(":") if digest else ("", "", "")
+    if kind in ("text", "words") and file and file not in WORD_LISTS and Path(file).is_file():
+        now = hashlib.sha256(Path(file).read_bytes()).hexdigest()
+        if now != digest:
+            raise ValueError(
+                f"{path}: source.sha256 = {digest!r}, the digest of the {kind} file the sweep crammed on, and {file} "
+                f"has {now!r} now: it changed since. Restore it to rerun the sweep, or run the new file as a sweep "
+                "of its own (its flags without --config)"
+            )
 
 
 def _check_rules(design: dict, path) -> None:
