@@ -129,6 +129,7 @@ def cram_attempts(
     from ut_peft.accessibility.engine.jobs import CramJob
     from ut_peft.accessibility.engine.sources import init_seed
     from ut_peft.accessibility.sweep import (
+        check_sweep_inputs,
         check_sweep_model,
         cram_resumable,
         sweep_model,
@@ -142,6 +143,7 @@ def cram_attempts(
     check_sweep_model(config, model)  # a model given in another dtype would re-cram the rows in another precision
     config.resolve_prefix(tokenizer)
     source = sweep_source(config, model, tokenizer)  # the folder's texts, drawn as its sweep drew them
+    check_sweep_inputs(store.read_settings(folder), config, source)  # from the files the sweep read
     if "given-first" in layouts and config.cram.given_tokens < 1:
         raise SystemExit(
             f"{folder}: its rows have no given token to move before the memory (given_tokens "

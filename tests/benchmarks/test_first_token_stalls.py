@@ -391,3 +391,29 @@ def test_failed_rows_are_crammed_again_in_the_layout_the_sweep_crammed_them_in(
     with _crammed_prefixes() as again:  # the folder's model and tokenizer loaded by name, as the sweep loaded them
         records = list(stalls.cram_attempts(tmp_path / "sweep", [1], 1, [], check_original=True, done=set()))
     assert len(records) == 2 and again == {()}
+
+
+def test_failed_rows_are_not_crammed_again_on_a_words_file_changed_since(tmp_path, load_benchmark, tiny_model_folder):
+    """A words:PATH sweep records the file's sha256: after the file was edited its rows' texts cannot be rebuilt,
+    and the attempts are refused rather than crammed on other texts."""
+    from ut_peft.accessibility.config import GridConfig
+    from ut_peft.accessibility.engine.jobs import CramConfig
+
+    stalls = load_benchmark("first_token_stalls.py")
+    words = tmp_path / "words.txt"
+    words.write_text("\n".join(["class", "return", "import", "value", "object", "string"]) + "\n")
+    cram = CramConfig(max_steps=2, patience=2, batch_size=4)  # two updates: every row fails
+    config = small_sweep_config(
+        str(tiny_model_folder),
+        source=f"words:{words}",
+        ms=[1],
+        grid=GridConfig(lengths=[3]),
+        num_sequences=2,
+        cram=cram,
+    )
+    run_sweep(config, tmp_path / "sweep", progress=False, report=False)
+    assert not any(row["accessible"] for row in read_rows(tmp_path / "sweep").values())
+    assert len(list(stalls.cram_attempts(tmp_path / "sweep", [1], 1, [], check_original=True, done=set()))) == 2
+    words.write_text("\n".join(["while", "yield", "lambda", "global", "assert", "module"]) + "\n")
+    with pytest.raises(ValueError, match=r"source\.sha256"):
+        list(stalls.cram_attempts(tmp_path / "sweep", [1], 1, [], check_original=True, done=set()))

@@ -334,6 +334,29 @@ def sweep_source(config: SweepConfig, model, tokenizer):
     return config.make_source(tokenizer, random_token_count(model, tokenizer))
 
 
+def check_sweep_inputs(settings: dict, config: SweepConfig, source) -> None:
+    """ValueError, naming the digest and both values, where what rebuilds a folder's rows (``config``'s model and
+    ``source``, :func:`sweep_source`'s) reads other inputs from outside the package than its sweep read: the digests
+    its settings.json (``settings``) records, a text:PATH or words:PATH file's (``source.sha256``) and a local model's
+    weights files' (``model_files``; :data:`.store.LATER_DIGESTS`). A folder written before a digest was recorded is
+    held to none (what the file held then is unknown), nor is a model path where nothing is now (the model was given
+    from Python)."""
+    rebuilt = config.fingerprint(source.describe())
+    for path in store.LATER_DIGESTS:
+        section, _, name = path.rpartition(".")
+        old = settings.get(section) if section else settings
+        new = rebuilt.get(section) if section else rebuilt
+        if not (isinstance(old, dict) and name in old):
+            continue
+        now = new.get(name) if isinstance(new, dict) else None
+        if now is not None and now != old[name]:
+            raise ValueError(
+                f"{path} = {old[name]!r} in the folder's settings, and {now!r} now: the file the sweep read "
+                f"({config.source if section else config.model}) changed since, so its rows cannot be rebuilt as "
+                "they were crammed; restore it"
+            )
+
+
 def random_token_count(model, tokenizer) -> int:
     """The ids a sweep draws at random, 0 .. n-1: the tokens source's texts and the support sequences of the bounds.
 
