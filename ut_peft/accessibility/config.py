@@ -1,6 +1,7 @@
 """A sweep's settings: :class:`SweepConfig` (the model, the source, the m values, the design and its targets, the
 cram settings, the protocol) and :class:`GridConfig` (the lengths, or the paper's adaptive walk). What settings.json
-records of a sweep is :meth:`SweepConfig.fingerprint`, and :meth:`SweepConfig.from_settings` reads it back."""
+records of a sweep is :meth:`SweepConfig.fingerprint`; :meth:`SweepConfig.from_settings` reads back what summarising
+needs, and :func:`folder_config` (:func:`rebuilt_config`) the whole sweep, for what crams a folder's rows again."""
 
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ from .engine.protocol import (
     cram_settings,
     special_prefix_ids,
 )
-from .engine.sources import make_source
+from .engine.sources import GLOVE_WORDS_NAME, make_source
 
 
 @dataclass
@@ -339,7 +340,8 @@ class SweepConfig:
         """What :meth:`fingerprint` keeps of a config, back from a folder's settings: what summarising needs
         (model, ms, grid, design, sequences, seed, the engine's settings, support sequences); ``kwargs`` set the rest.
         A folder written before the support sequences were recorded holds them in its summary: pass
-        :func:`.store.recorded_settings`."""
+        :func:`.store.recorded_settings`. The source, the protocol and the layout's prefix are left to ``kwargs``:
+        :func:`rebuilt_config` reads those too, for what crams the folder's rows again."""
         # The engine's settings as recorded, not the defaults: the pooled design's steps law is truncated at the step
         # cap (cram.max_steps), so a replay or a report under the default cap would place and fit other rows than the
         # run did (a check_rows refusal of the folder's own rows, or another estimate in summary.json).
@@ -368,6 +370,76 @@ class SweepConfig:
                 {"cram": cram} | {name: settings.get(name, old) for name, old in store.LATER_SETTINGS.items()} | kwargs
             ),
         )
+
+
+# Sources whose spec is not "KIND:NAME" of their description's name: the bundled text and word lists.
+_NAMED_SOURCES = {
+    ("text", "pydoc_data"): "text",
+    ("words", "pydoc_data"): "words:pydoc_data",
+    ("words", GLOVE_WORDS_NAME): "words:glove",
+    ("words", "wordfreq:en:100000"): "words:wordfreq",
+}
+
+
+def source_spec(description: dict) -> str:
+    """The source spec (``SweepConfig.source``, ``--source``) that builds the source a settings.json describes (its
+    ``"source"``: ``SequenceSource.describe()``): ``tokens``, ``text``, ``text:PATH``, ``hf:NAME:SPLIT:COLUMN``,
+    ``words:glove``, ``words:wordfreq``, ``words:pydoc_data`` or ``words:PATH``. A file's description records its
+    sha256, so a file named like a bundled list is read as the file. ValueError for a source given from Python (a
+    ``datasets.Dataset``), which settings.json names but does not hold."""
+    kind, name = description.get("kind"), description.get("name")
+    if kind == "tokens":
+        return "tokens"
+    if kind == "text" and isinstance(name, str) and name.startswith("hf:"):
+        return name
+    if kind in ("text", "words") and isinstance(name, str) and not name.startswith("dataset:"):
+        named = _NAMED_SOURCES.get((kind, name))
+        # The GloVe list's description records its digest too: only the other bundled sources are told by its absence.
+        if named is not None and ("sha256" not in description or name == GLOVE_WORDS_NAME):
+            return named
+        return f"{kind}:{name}"
+    raise ValueError(
+        f"the source {description} was given from Python (a dataset object), which settings.json does not hold: "
+        "rebuild its config from Python (SweepConfig.from_settings(settings, source=the dataset, ...))"
+    )
+
+
+def rebuilt_config(settings: dict) -> SweepConfig:
+    """The sweep whose settings.json holds ``settings``, every setting its rows were crammed under: what
+    :meth:`SweepConfig.from_settings` reads, and the source (:func:`source_spec`; ``text_chunks`` from its
+    ``chunk_tokens``), the protocol, and the ut-peft layout's prefix. Read ``settings`` as the store reads a folder's
+    (:func:`.store.recorded_settings`, as :func:`folder_config` does), so that old folders mean what they meant:
+    autocast "auto" as "none", a pooled design's rules from its version, the support sequences from the summary.
+
+    The prefix ids the run resolved are kept (``cram.prefix_ids``); a ut-peft run that put nothing before the memory
+    (prefix none, or a tokenizer without a BOS) recorded none, and is rebuilt with prefix "none", so that
+    :meth:`SweepConfig.resolve_prefix` does not put the tokenizer's BOS there. Settings that no SweepConfig holds (a
+    retired ``warm_start``) are not read: :func:`.sweep.check_rebuilt_settings` refuses the folder, naming them."""
+    missing = [name for name in ("source", *store.REQUIRED_SETTINGS) if name not in settings]
+    if missing:
+        raise ValueError(f"the sweep's settings lack {', '.join(missing)}: they are not a sweep's settings.json")
+    description = settings["source"]
+    if not isinstance(description, dict):
+        raise ValueError(f"the sweep's settings record its source as {description!r}, not as a source's description")
+    protocol = settings.get("protocol", "ut-peft")
+    layout: dict[str, str] = {}
+    if protocol != "published" and not (settings.get("cram") or {}).get("prefix_ids"):
+        layout["prefix"] = "none"
+    return SweepConfig.from_settings(
+        settings,
+        source=source_spec(description),
+        protocol=protocol,
+        text_chunks=description.get("chunk_tokens"),
+        **layout,
+    )
+
+
+def folder_config(folder, context: int | None = None) -> SweepConfig:
+    """The sweep in ``folder``, rebuilt from its settings.json as the store reads it (:func:`rebuilt_config` of
+    :func:`.store.recorded_settings`; ``context``: the model's, for a support length its summary records cut at it):
+    what crams its rows again, in the layout, precision and texts they were crammed in. Check the result with
+    :func:`.sweep.check_rebuilt_settings` once the model and its source are at hand."""
+    return rebuilt_config(store.recorded_settings(folder, store.read_sweep_settings(folder), context))
 
 
 # The bytes of each weights file a model fingerprint reads at its start and at its end.

@@ -357,6 +357,43 @@ def check_sweep_inputs(settings: dict, config: SweepConfig, source) -> None:
             )
 
 
+# What a folder's settings.json records beside its sweep's settings: where a merge's rows came from (merge_sweeps).
+# Its rows were crammed under the other settings, and are crammed again so.
+RECORD_ONLY_SETTINGS = ("merged_from",)
+
+
+def check_rebuilt_settings(folder, config: SweepConfig, source, context: int | None = None) -> None:
+    """ValueError, in one line naming each setting that differs with both values, where ``config`` (the sweep
+    rebuilt from ``folder``'s settings.json: :func:`.config.folder_config`, after ``resolve_prefix``) with ``source``
+    (:func:`sweep_source`'s) would not record the settings the folder records: what crams the folder's rows again
+    would cram them under other settings than its sweep did. Compared as a resume compares them (the folder's
+    settings as :func:`.store.recorded_settings` reads them, with ``context`` as the config was read with; the
+    digests it does not record left out), so a setting the rebuild does not carry (one no SweepConfig holds, such as
+    a retired ``warm_start``) is refused rather than dropped. The digests of the files the sweep read are held to
+    :func:`check_sweep_inputs` (whose refusal names the file)."""
+    written = store.read_settings(folder)
+    check_sweep_inputs(written, config, source)
+    recorded = store.recorded_settings(folder, written, context)
+    rebuilt = store.as_recorded_in(folder, config.fingerprint(source.describe()))
+
+    def compared(settings: dict) -> dict:
+        settings = {key: value for key, value in settings.items() if key not in RECORD_ONLY_SETTINGS}
+        for path in store.LATER_DIGESTS:  # checked above
+            section, _, name = path.rpartition(".")
+            if not section:
+                settings.pop(name, None)
+            elif isinstance(settings.get(section), dict):
+                settings[section] = {key: value for key, value in settings[section].items() if key != name}
+        return settings
+
+    changed = store.changed_settings(compared(recorded), compared(rebuilt))
+    if changed:
+        raise ValueError(
+            f"{folder}: the sweep rebuilt from its settings.json differs from it (changed: {'; '.join(changed)}), so "
+            "its rows cannot be crammed again as its sweep crammed them"
+        )
+
+
 def random_token_count(model, tokenizer) -> int:
     """The ids a sweep draws at random, 0 .. n-1: the tokens source's texts and the support sequences of the bounds.
 
