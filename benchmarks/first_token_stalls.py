@@ -77,29 +77,12 @@ def failed_rows(folder, ms, kinds=KINDS, max_n: int | None = None, keys: set | N
 
 
 def folder_config(folder):
-    """The sweep the folder's settings.json describes: :meth:`SweepConfig.from_settings` with the protocol, the
-    source and the ut-peft layout's prefix as the command line reads them back (``ut-peft cram --config``'s table,
-    without its refusal of settings it has no flag for: a re-cram needs the rows' settings, not a rerun's). The prefix
-    matters where the folder's rows had nothing before the memory (prefix "none", recorded as empty prefix ids):
-    :meth:`SweepConfig.resolve_prefix` under the default one would put the tokenizer's BOS there."""
-    from ut_peft.accessibility import SweepConfig
-    from ut_peft.cli.cram import FLAGS
+    """The sweep the folder's settings.json describes, every setting its rows were crammed under (the source, the
+    protocol, the ut-peft layout's prefix included): :func:`ut_peft.accessibility.config.folder_config`. What crams
+    the rows again checks it with :func:`ut_peft.accessibility.sweep.check_rebuilt_settings`."""
+    from ut_peft.accessibility.config import folder_config as rebuilt
 
-    path = Path(folder) / store.SETTINGS_FILE
-    settings = store.recorded_settings(folder, store.read_settings(folder))
-    flags = {
-        flag.dest: flag.recorded(settings, path)
-        for flag in FLAGS
-        if flag.setting in ("source", "source.chunk_tokens", "cram.prefix_ids")
-        and (flag.when is None or flag.when(settings))
-    }
-    return SweepConfig.from_settings(
-        settings,
-        protocol=settings.get("protocol", "ut-peft"),
-        source=flags["source"],
-        text_chunks=flags.get("text_chunks"),
-        **({"prefix": flags["prefix"]} if "prefix" in flags else {}),
-    )
+    return rebuilt(folder)
 
 
 def cram_attempts(
@@ -129,7 +112,7 @@ def cram_attempts(
     from ut_peft.accessibility.engine.jobs import CramJob
     from ut_peft.accessibility.engine.sources import init_seed
     from ut_peft.accessibility.sweep import (
-        check_sweep_inputs,
+        check_rebuilt_settings,
         check_sweep_model,
         cram_resumable,
         sweep_model,
@@ -143,7 +126,8 @@ def cram_attempts(
     check_sweep_model(config, model)  # a model given in another dtype would re-cram the rows in another precision
     config.resolve_prefix(tokenizer)
     source = sweep_source(config, model, tokenizer)  # the folder's texts, drawn as its sweep drew them
-    check_sweep_inputs(store.read_settings(folder), config, source)  # from the files the sweep read
+    # Its rows' settings, from the files its sweep read: a setting the rebuild does not carry is refused by name.
+    check_rebuilt_settings(folder, config, source)
     if "given-first" in layouts and config.cram.given_tokens < 1:
         raise SystemExit(
             f"{folder}: its rows have no given token to move before the memory (given_tokens "

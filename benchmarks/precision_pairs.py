@@ -114,7 +114,7 @@ def cram_pairs(
     from ut_peft.accessibility.engine.jobs import CramJob
     from ut_peft.accessibility.engine.sources import init_seed
     from ut_peft.accessibility.sweep import (
-        check_sweep_inputs,
+        check_rebuilt_settings,
         check_sweep_model,
         sweep_model,
         sweep_source,
@@ -135,7 +135,8 @@ def cram_pairs(
         raise SystemExit(f"{folder} was crammed under {autocast_kind(config.cram, device)} already on this device")
     config.resolve_prefix(tokenizer)
     source = sweep_source(config, model, tokenizer)  # the folder's texts, drawn as its sweep drew them
-    check_sweep_inputs(settings, config, source)  # from the files the sweep read
+    # Its rows' settings, from the files its sweep read: a setting the rebuild does not carry is refused by name.
+    check_rebuilt_settings(folder, config, source)
     if inflight is not None:  # states of rows whose records were written before a kill could remove them
         for side, finished in (("folder", set(sides or {})), ("other", done)):
             if (inflight / side).is_dir():

@@ -17,13 +17,16 @@ continue those rows with the frozen code as a batch of their own (``--ms``) and 
     python tools/continue_inflight.py --compare /tmp/old.pt /tmp/new.pt --ms 5
 
 The rows are the folder's in-flight snapshots (``inflight/``), their texts, inits and engine settings rebuilt from its
-settings.json as the command rebuilds them for a resume (``cram --config settings.json``), crammed together in one
-batch in key order; nothing is written into the folder. That is the batch a resume crams where the round's rows are
-all in flight and fit one batch (the Gemma words run's round 4: 8 rows, batch 12); where a round also has rows not
-yet started, a resume's batches differ, so compare the two versions with this tool, not with the run.
+settings.json (``folder_config``, every setting the sweep recorded, checked against it with ``check_rebuilt_settings``
+as a resume checks them; a checkout without these reads it as the command does for a resume, ``cram --config
+settings.json``), crammed together in one batch in key order; nothing is written into the folder. That is the batch a
+resume crams where the round's rows are all in flight and fit one batch (the Gemma words run's round 4: 8 rows, batch
+12); where a round also has rows not yet started, a resume's batches differ, so compare the two versions with this
+tool, not with the run.
 Kept for each row: its step, vectors, optimizer tensors and stopping counters after ``--steps`` more updates.
 It uses only names that every version since the frozen Gemma run (6198748) has, and the sweep's own rule for the
-model and the texts (``sweep_model``, ``sweep_tokenizer``, ``sweep_source``) where the version has it.
+sweep's settings, the model and the texts (``folder_config``, ``check_rebuilt_settings``, ``sweep_model``,
+``sweep_tokenizer``, ``sweep_source``) where the version has it.
 """
 
 from __future__ import annotations
@@ -87,14 +90,28 @@ def continue_rows(folder: Path, steps: int, logits_budget: int | None, *, ms=Non
     except ImportError:
         # A checkout older than these loads the model as its command does, in float32 (26c7bb1 knows no other).
         check_sweep_model = sweep_model = None
+    try:
+        from ut_peft.accessibility.config import folder_config
+    except ImportError:
+        # A checkout older than it (26c7bb1) reads the folder's settings as its command does for a resume.
+        folder_config = None
+    try:
+        from ut_peft.accessibility.sweep import check_rebuilt_settings
+    except ImportError:
+        check_rebuilt_settings = None  # and has nothing to compare the rebuilt sweep with its settings.json by
 
     settings = json.loads((folder / "settings.json").read_text())
-    dtype = settings.get("model_dtype")
-    config = _command_config(folder, settings, parse, sweep_config)
-    if dtype is not None:  # read without it: set as the folder records it
-        if not hasattr(config, "model_dtype"):
-            raise SystemExit(f"{folder} was crammed with {dtype} weights (model_dtype), which this checkout predates")
-        config = dataclasses.replace(config, model_dtype=dtype)
+    if folder_config:  # every setting the folder records, the weights' dtype included
+        config = folder_config(folder)
+    else:
+        dtype = settings.get("model_dtype")
+        config = _command_config(folder, settings, parse, sweep_config)
+        if dtype is not None:  # read without it: set as the folder records it
+            if not hasattr(config, "model_dtype"):
+                raise SystemExit(
+                    f"{folder} was crammed with {dtype} weights (model_dtype), which this checkout predates"
+                )
+            config = dataclasses.replace(config, model_dtype=dtype)
     paths = sorted((folder / "inflight").glob("*.safetensors"))
     if ms:
         paths = [path for path in paths if int(path.stem.split("-")[0][1:]) in ms]  # m3-n112-i16
@@ -114,6 +131,8 @@ def continue_rows(folder: Path, steps: int, logits_budget: int | None, *, ms=Non
         source = sweep_source(config, model, tokenizer)
     else:
         source = config.make_source(tokenizer, model.get_output_embeddings().weight.shape[0])
+    if check_rebuilt_settings:  # a setting the rebuild does not carry is refused by name, as a resume refuses it
+        check_rebuilt_settings(folder, config, source)
     jobs = []
     for path in paths:
         m, n, i = (int(part[1:]) for part in path.stem.split("-"))  # m3-n112-i16

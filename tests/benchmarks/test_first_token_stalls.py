@@ -417,3 +417,24 @@ def test_failed_rows_are_not_crammed_again_on_a_words_file_changed_since(tmp_pat
     words.write_text("\n".join(["while", "yield", "lambda", "global", "assert", "module"]) + "\n")
     with pytest.raises(ValueError, match=r"source\.sha256"):
         list(stalls.cram_attempts(tmp_path / "sweep", [1], 1, [], check_original=True, done=set()))
+
+
+def test_a_setting_the_rebuilt_sweep_does_not_carry_is_refused_before_any_row_is_crammed(tmp_path, load_benchmark):
+    """The attempts rebuild the folder's sweep from its settings.json and compare what it would record with what the
+    folder records, as a resume does: a setting no SweepConfig holds (the retired warm start, whose rows started from
+    other vectors) is refused in one line naming it, not dropped while the rows are crammed cold."""
+    from unittest import mock
+
+    from ut_peft.accessibility import sweep
+
+    stalls = load_benchmark("first_token_stalls.py")
+    llama = crammable_model("llama")
+    folder = tmp_path / "sweep"
+    run_sweep(small_sweep_config(), folder, model=llama, progress=False, report=False)
+    settings = json.loads((folder / "settings.json").read_text())
+    (folder / "settings.json").write_text(json.dumps(dict(settings, warm_start=True)))
+    (folder / "rows-settings.json").unlink()
+    with mock.patch.object(sweep, "cram_resumable") as crammed, mock.patch("ut_peft.accessibility.engine.cram.cram"):
+        with pytest.raises(ValueError, match=r"\(changed: warm_start true -> null\), so its rows cannot") as refused:
+            list(stalls.cram_attempts(folder, [1, 2], 2, [], check_original=True, done=set(), model=llama))
+    assert "\n" not in str(refused.value) and not crammed.called

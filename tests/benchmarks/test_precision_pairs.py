@@ -400,3 +400,18 @@ def test_rows_are_crammed_again_with_the_weights_dtype_the_sweep_crammed_them_wi
     given = crammable_model("llama", vocab_size=PADDED_ROWS)  # float32 weights
     with pytest.raises(ValueError, match=r"model given has float32 weights.*crammed with bfloat16 ones"):
         list(pairs.cram_pairs(tmp_path / "sweep", [1], "bf16", done=set(), model=given))
+
+
+def test_a_setting_the_rebuilt_sweep_does_not_carry_is_refused_before_any_row_is_crammed(tmp_path, pairs):
+    """The pairs rebuild the folder's sweep from its settings.json and compare what it would record with what the
+    folder records, as a resume does: an engine setting this version does not know (written by a newer one) is
+    refused in one line naming it, not dropped while the rows are crammed without it."""
+    llama = crammable_model("llama")
+    folder = tmp_path / "sweep"
+    run_sweep(small_sweep_config(), folder, model=llama, progress=False, report=False)
+    settings = json.loads((folder / "settings.json").read_text())
+    (folder / "settings.json").write_text(json.dumps(dict(settings, cram=dict(settings["cram"], new_knob=3))))
+    (folder / "rows-settings.json").unlink()
+    with pytest.raises(ValueError, match=r"\(changed: cram.new_knob 3 -> null\), so its rows cannot") as refused:
+        list(pairs.cram_pairs(folder, [1, 2], "bf16", done=set(), model=llama))
+    assert "\n" not in str(refused.value)

@@ -137,16 +137,18 @@ def test_rows_in_flight_continue_on_the_token_ids_the_sweep_drew_on_a_padded_hea
 
 
 def test_with_a_checkout_that_has_no_sweep_source_the_rows_continue_as_it_drew_them(tmp_path, monkeypatch):
-    """The frozen checkout of a long run (its ut_peft first on the path) predates ``sweep_source`` and
-    ``sweep_model``; its sweeps drew over every head row, and the tool draws so with it, instead of failing on the
-    import."""
+    """The frozen checkout of a long run (its ut_peft first on the path) predates ``sweep_source``, ``sweep_model``
+    and ``folder_config``; its sweeps drew over every head row, and the tool draws so with it, its settings read as
+    its command reads them, instead of failing on the import."""
+    from ut_peft.accessibility import config as config_module
     from ut_peft.accessibility import sweep
     from ut_peft.accessibility.config import SweepConfig
     from ut_peft.models import load_tokenizer
 
     folder, swept = _padded_killed_sweep(tmp_path)
-    for name in ("sweep_source", "sweep_tokenizer", "sweep_model", "check_sweep_model"):
+    for name in ("sweep_source", "sweep_tokenizer", "sweep_model", "check_sweep_model", "check_rebuilt_settings"):
         monkeypatch.delattr(sweep, name)
+    monkeypatch.delattr(config_module, "folder_config")
     with _crammed_ids() as again:
         _tool().continue_rows(folder, 1, None)
     config = SweepConfig(model=str(tmp_path / "model"), source="tokens")
@@ -198,9 +200,11 @@ def test_rows_in_flight_continue_with_the_weights_dtype_the_sweep_crammed_them_w
         tool.continue_rows(tmp_path / "run", 1, None, model=model)
 
 
-def test_a_setting_the_command_refuses_is_named_in_the_folder_s_settings_json(tmp_path, capsys):
-    """A folder that records model_dtype is read from a copy of its settings.json without it: a setting the command
-    then refuses (here a support length it has no flag for) is said of the folder's settings.json, not of the copy."""
+def test_a_setting_the_command_refuses_is_named_in_the_folder_s_settings_json(tmp_path, capsys, monkeypatch):
+    """Under a checkout without ``folder_config`` (26c7bb1), a folder that records model_dtype is read from a copy of
+    its settings.json without it: a setting the command then refuses (here a support length it has no flag for) is
+    said of the folder's settings.json, not of the copy. With it, the folder's settings are read whole."""
+    from ut_peft.accessibility import config as config_module
     from ut_peft.accessibility import run_sweep
 
     model = _padded_checkpoint(tmp_path / "model")
@@ -208,9 +212,42 @@ def test_a_setting_the_command_refuses_is_named_in_the_folder_s_settings_json(tm
     assert config.support_seq_len == 4
     run_sweep(config, tmp_path / "run", progress=False, report=False)
     assert json.loads((tmp_path / "run" / "settings.json").read_text())["model_dtype"] == "bfloat16"
+    with pytest.raises(SystemExit, match="holds no rows in flight"):  # read past its settings: it has no rows left
+        _tool().continue_rows(tmp_path / "run", 1, None)
+    monkeypatch.delattr(config_module, "folder_config")
     capsys.readouterr()
     with pytest.raises(SystemExit):
         _tool().continue_rows(tmp_path / "run", 1, None)
     said = capsys.readouterr().err
     assert f"{tmp_path / 'run' / 'settings.json'}: support_seq_len = 4 has no flag" in said
     assert said.count("settings.json") == said.count(str(tmp_path / "run" / "settings.json"))
+
+
+def test_settings_the_command_has_no_flag_for_are_continued_as_recorded(tmp_path):
+    """A sweep with settings ``ut-peft cram --config`` refuses for want of a flag (a support length, the adaptive
+    grid's thresholds) is continued under them all: the rows are rebuilt from the library's reading of the folder."""
+    tool = _tool()
+    model = crammable_model("llama")
+    cram = CramConfig(max_steps=60, patience=60, batch_size=2)
+    grid = GridConfig(start=4, stop=8, coarse=2, fine=1, high=0.8, low=0.2)
+    config = small_sweep_config(ms=[1], grid=grid, design="adaptive", num_sequences=2, cram=cram)
+    last = killed_sweep(config, tmp_path / "run", model, 3)[-1]
+    settings = json.loads((tmp_path / "run" / "settings.json").read_text())
+    assert settings["support_seq_len"] == 4 and settings["grid"]["high"] == 0.8
+    kept = tool.continue_rows(tmp_path / "run", 2, None, model=model)
+    assert {key: row[0] for key, row in kept["rows"].items()} == {key: s.step + 2 for key, s in last.items()}
+
+
+def test_a_setting_the_rebuilt_sweep_does_not_carry_is_refused_naming_it(tmp_path):
+    """The rebuilt sweep is compared with the folder's settings.json as a resume compares them: an engine setting
+    this version does not know (written by a newer one) is refused in one line naming it, before any update."""
+    tool = _tool()
+    model = crammable_model("llama")
+    _killed_sweep(tmp_path / "run", model, 2)
+    settings_file = tmp_path / "run" / "settings.json"
+    settings = json.loads(settings_file.read_text())
+    settings_file.write_text(json.dumps(dict(settings, cram=dict(settings["cram"], new_knob=3))))
+    (tmp_path / "run" / "rows-settings.json").unlink()
+    with pytest.raises(ValueError, match=r"\(changed: cram.new_knob 3 -> null\), so its rows cannot") as refused:
+        tool.continue_rows(tmp_path / "run", 1, None, model=model)
+    assert "\n" not in str(refused.value)
