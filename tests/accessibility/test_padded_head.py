@@ -146,3 +146,46 @@ def test_a_folder_s_texts_are_rebuilt_with_the_tokenizer_its_sweep_loaded(model,
     assert source.describe() == {"kind": "tokens", "vocab_size": TOKENS}
     _, swept = _validated(bare, model, tokenizer)
     assert [source.sequence(6, i, 0) for i in range(4)] == [swept.sequence(6, i, 0) for i in range(4)]
+
+
+# What a bounds-published.json records of ut-peft's own estimate (its "ut_peft", as results/smollm2-135m/ has it): a
+# model whose tokenizer covers its head keeps exactly these.
+UT_PEFT_KEYS = {"num_sequences", "seq_len", "eps_rule", "r_2", "eps", "seconds", "ball", "box"}
+
+
+def test_ut_peft_bounds_measures_its_own_estimate_as_a_sweep_does_on_a_padded_head(model, tmp_path):
+    """`ut-peft bounds` prints ut-peft's own estimate beside the published one as "the estimate every sweep's summary
+    has", but drew its support over every head row, padding included, and charged ln of the rows; a sweep draws below
+    the tokenizer's count and charges ln of that: on a padded head the two "same" estimates differed."""
+    from ut_peft.accessibility.stats.published_bounds import ut_peft_estimate
+
+    tokenizer = word_tokenizer(TOKENS)
+    config = small_sweep_config(ms=[1], grid=GridConfig(lengths=[2]), num_sequences=1)
+    summary = run_sweep(config, tmp_path, model=model, tokenizer=tokenizer, progress=False, report=False)
+    seen: list[int] = []
+    hook = model.get_input_embeddings().register_forward_pre_hook(lambda m, args: seen.extend(args[0].flatten()))
+    try:
+        estimate = ut_peft_estimate(
+            model, tokenizer=tokenizer, num_sequences=config.support_sequences, seq_len=config.support_seq_len
+        )
+    finally:
+        hook.remove()
+    assert max(int(i) for i in seen) < TOKENS
+    # |V| recorded as the summary records its support's: the tokens drawn, with the head's rows beside them.
+    assert (estimate["vocab_size"], estimate["head_rows"]) == (summary.support["vocab_size"], ROWS) == (TOKENS, ROWS)
+    assert (estimate["r_2"], estimate["eps"]) == (summary.support["radius"], summary.support["eps"])
+    assert {"ball": estimate["ball"], "box": estimate["box"]} == summary.bounds
+
+
+def test_ut_peft_bounds_measures_its_own_estimate_as_before_where_the_tokenizer_covers_the_head(model):
+    from ut_peft.accessibility.stats.published_bounds import ut_peft_estimate
+
+    small = dict(num_sequences=8, seq_len=4, seed=5)
+    with_tokenizer = ut_peft_estimate(model, tokenizer=word_tokenizer(ROWS), **small)
+    without = ut_peft_estimate(model, **small)
+    assert set(with_tokenizer) == set(without) == UT_PEFT_KEYS  # no |V| keys: a recomputed file keeps its bytes
+    assert {k: v for k, v in with_tokenizer.items() if k != "seconds"} == {
+        k: v for k, v in without.items() if k != "seconds"
+    }
+    ids, stats = fed_ids(model, batch_size=32, **small)  # the draws every head row gives, as before
+    assert with_tokenizer["r_2"] == stats.radius and with_tokenizer["box"] == slope_bounds(stats)["box"]

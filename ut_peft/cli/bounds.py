@@ -8,14 +8,17 @@ Samples the final hidden state at the last position of random-token sequences at
 the model's context), toward 10,000 per length within --budget seconds (of this process's CPU time, or wall-clock
 seconds with --clock wall) shared equally among the lengths; eps = r_inf / 2^11 and the box over every sample
 (ut_peft.accessibility.stats.published_bounds). Also measures ut-peft's own estimate (--support-sequences sequences
-of 32 tokens, eps = r_2 / 2^11, as every sweep's summary) and prints both. A sweep folder beside the JSON
-(results/<model>/<sweep>/) reports it next to its own bounds once its report is written again (``ut-peft cram
---report-only --output FOLDER``). --output defaults to results/<model>/bounds-published.json for a bundled model.
+of 32 tokens, eps = r_2 / 2^11, drawn below the tokenizer's count and charged ln of it, as every sweep's summary) and
+prints both. A sweep folder beside the JSON (results/<model>/<sweep>/) reports it next to its own bounds once its
+report is written again (``ut-peft cram --report-only --output FOLDER``). --output defaults to
+results/<model>/bounds-published.json for a bundled model.
 
 |V|: the published estimate charges ln of the input embedding's rows, as the published code does. Where the model's
 tokenizer holds fewer tokens (a padded embedding and head, e.g. Qwen2.5's 151936 rows for 151665 tokens), texts hold
 no padding row, so the bounds over the tokenizer's tokens are recorded beside it (``extra.text_vocabulary``: the
-same samples, charged ln of the tokenizer's count) and printed.
+same samples, charged ln of the tokenizer's count) and printed. ut-peft's own estimate is over those tokens already
+(its ``vocab_size``, with the head's ``head_rows`` beside it, where they differ), as a sweep's summary is; a model
+folder without a tokenizer, or with one whose ids are not 0..n-1, has it drawn over every row of the output head.
 """
 
 from __future__ import annotations
@@ -77,9 +80,13 @@ def describe(estimate) -> str:
         )
     ref = estimate.ut_peft
     if ref:
+        tokens = ""
+        if "head_rows" in ref:  # a padded head only: drawn below the tokenizer's count, as a sweep draws
+            padding = ref["head_rows"] - ref["vocab_size"]
+            tokens = f" (of the tokenizer's {ref['vocab_size']} tokens; the head's other {padding} rows are padding)"
         lines.append(
-            f"ut-peft estimate: {ref['num_sequences']} random-token sequences of {ref['seq_len']} tokens, eps = "
-            f"{ref['eps_rule']} = {ref['eps']:.5f} (r_2 {ref['r_2']:.3f}); ball {ref['ball']:.0f}, box "
+            f"ut-peft estimate: {ref['num_sequences']} random-token sequences of {ref['seq_len']} tokens{tokens}, eps "
+            f"= {ref['eps_rule']} = {ref['eps']:.5f} (r_2 {ref['r_2']:.3f}); ball {ref['ball']:.0f}, box "
             f"{ref['box']:.0f} tokens per vector"
         )
     lines.append(
@@ -92,8 +99,9 @@ def text_vocabulary(
     estimate: PublishedBoundEstimate, tokenizer: PreTrainedTokenizerBase | None, head_rows: int
 ) -> dict | None:
     """The estimate's bounds charged ln of the tokens ``tokenizer`` holds instead of ln of the input embedding's rows
-    (``estimate.vocab_size``, the published rule), and ut-peft's instead of ln of the output head's ``head_rows``
-    (``measure_support``'s); None without a tokenizer. The bounds are ln N / ln|V|: only the divisor changes."""
+    (``estimate.vocab_size``, the published rule); None without a tokenizer. The bounds are ln N / ln|V|: only the
+    divisor changes. ut-peft's own estimate needs no such line: it is drawn over those tokens and charged ln of them
+    already (:func:`~ut_peft.accessibility.stats.published_bounds.ut_peft_estimate`)."""
     if tokenizer is None:
         return None
     from ..geometry.output_path import text_vocab_size
@@ -103,9 +111,6 @@ def text_vocabulary(
     factor = math.log(rows) / math.log(vocab)
     out = {"vocab_size": vocab, "embedding_rows": rows, "head_rows": head_rows, "source": "tokenizer"}
     out |= {"ball": estimate.ball * factor, "box": estimate.box * factor}
-    if estimate.ut_peft:
-        head = math.log(head_rows) / math.log(vocab)
-        out |= {"ut_peft_ball": estimate.ut_peft["ball"] * head, "ut_peft_box": estimate.ut_peft["box"] * head}
     return out
 
 
@@ -168,12 +173,21 @@ def main(args):
             model_name=args.model,
             progress=not args.no_progress,
         )
-        estimate.ut_peft = ut_peft_estimate(model, num_sequences=args.support_sequences, seed=args.seed)
-        estimate.command = args.command_line
         try:
             tokenizer = load_tokenizer(args.model)
         except (OSError, ValueError, ModuleNotFoundError):  # a bare model folder: the rows are all there is
             tokenizer = None
+        try:
+            estimate.ut_peft = ut_peft_estimate(
+                model, tokenizer=tokenizer, num_sequences=args.support_sequences, seed=args.seed
+            )
+        except ValueError as err:  # ids that are not 0..n-1: reported, not raised, as the sampling it follows is kept
+            print(
+                f"ut-peft bounds: ut-peft's estimate is drawn over every row of the output head: {err}",
+                file=sys.stderr,
+            )
+            estimate.ut_peft = ut_peft_estimate(model, num_sequences=args.support_sequences, seed=args.seed)
+        estimate.command = args.command_line
         try:
             text = text_vocabulary(estimate, tokenizer, model.get_output_embeddings().weight.shape[0])
         except ValueError as err:  # reported, not raised: the sampling it follows is kept

@@ -540,17 +540,28 @@ def published_bound_estimate(
     return _estimate(state, setup, settings, seconds, model_name)
 
 
-def ut_peft_estimate(model, *, num_sequences: int = 256, seq_len: int = 32, seed: int = 0) -> dict:
-    """ut-peft's own estimate (:func:`.bounds.measure_support` and :func:`.bounds.slope_bounds`, as every sweep's
-    summary has it), with its settings, for the comparison."""
+def ut_peft_estimate(model, *, tokenizer=None, num_sequences: int = 256, seq_len: int = 32, seed: int = 0) -> dict:
+    """ut-peft's own estimate (:func:`.bounds.measure_support` and :func:`.bounds.slope_bounds`), with its settings,
+    for the comparison: measured as every sweep's summary measures it, on random ids below the tokens a text can hold
+    (:func:`..sweep.random_token_count`: ``tokenizer``'s count; without one, every row of the output head) and
+    charged ln of that count. A tokenizer whose ids are not 0..n-1 is refused, as a sweep refuses it.
+
+    Where the count is below the head's rows (a padded head: Qwen2.5's 151936 rows for 151665 tokens) the entry
+    records it as ``vocab_size``, with ``head_rows`` beside it, as a summary's support records them; where they agree
+    (every bundled model) the ids, the numbers and the keys are what they always were, so a recomputed
+    bounds-published.json keeps its record."""
+    from ..sweep import random_token_count  # here: the sweep's module imports this one
     from .bounds import measure_support, slope_bounds
 
     context = _context(model)
+    vocab = random_token_count(model, tokenizer)
     t0 = time.perf_counter()
-    stats = measure_support(model, num_sequences=num_sequences, seq_len=seq_len, seed=seed)
+    stats = measure_support(model, num_sequences=num_sequences, seq_len=seq_len, seed=seed, vocab_size=vocab)
+    padded = {"vocab_size": stats.vocab_size, "head_rows": stats.head_rows} if stats.head_rows is not None else {}
     return {
         "num_sequences": num_sequences,
         "seq_len": min(seq_len, context) if context else seq_len,
+        **padded,
         "eps_rule": "r_2 / 2^11",
         "r_2": stats.radius,
         "eps": stats.eps,
