@@ -45,3 +45,69 @@ def test_a_folder_a_run_is_writing_is_refused_before_anything_is_simulated_or_wr
     assert exit_.value.code == 2 and "is being written by a run" in err and f"pid {holder.pid}" in err, err
     assert "calibrate once the run has finished" in err, err
     assert sorted(p.name for p in folder.iterdir()) == sorted([*before, "sweep.lock"])  # the holder's lock file
+
+
+def _converged_folder(folder):
+    """A pooled folder whose rows give a converged fit (the simulated sweep the calibration tests use), with the
+    rows-settings.json a run writes beside its settings.json when it starts."""
+    from tests.accessibility.test_simulated_intervals import SETTINGS, simulated_rows
+    from ut_peft.accessibility import store
+
+    rows = simulated_rows()
+    write_sweep_folder(folder, SETTINGS, [(*key, r["accessible"], r["steps"]) for key, r in rows.items()])
+    (folder / store.ROWS_SETTINGS_FILE).write_bytes((folder / store.SETTINGS_FILE).read_bytes())
+    return SETTINGS
+
+
+def _contents(folder):
+    return {path.name: path.read_bytes() for path in sorted(folder.iterdir())}
+
+
+def _edit_settings(folder, settings):
+    import json
+
+    # Not caught by the rows (every row is still one these settings make): only the record of the settings the rows
+    # were made under tells it.
+    (folder / "settings.json").write_text(json.dumps(dict(settings, num_sequences=settings["num_sequences"] + 4)))
+
+
+def _stray_row(folder, settings):
+    import json
+
+    row = json.loads((folder / "rows.jsonl").read_text().splitlines()[0])
+    row.update(index=settings["num_sequences"] + 40, init_seed=7)  # a row of another run
+    with open(folder / "rows.jsonl", "a") as handle:
+        handle.write(json.dumps(row) + "\n")
+
+
+@pytest.mark.parametrize(
+    ("damage", "said"),
+    [(_edit_settings, "differs from the settings its rows are made under"), (_stray_row, "cannot have produced")],
+)
+def test_an_edited_settings_json_or_a_stray_row_is_refused_and_nothing_in_the_folder_changes(
+    tmp_path, capsys, damage, said
+):
+    """calibrate read settings.json and rows.jsonl as they were: under an edited settings.json (or beside a row of
+    another run) it calibrated another design than the rows' and wrote calibration.json, summary.json and the report
+    as if they belonged to the folder, which a resume, a merge or --report-only of it refuses."""
+    folder = tmp_path / "sweep"
+    settings = _converged_folder(folder)
+    damage(folder, settings)
+    before = _contents(folder)
+    with pytest.raises(SystemExit) as exit_:
+        main(["calibrate", str(folder), "--repeats", "50"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and said in err and len(err.strip().splitlines()) == 1, err
+    assert "restore" in err.lower(), err  # what to do, not only what is wrong
+    assert _contents(folder) == before  # no calibration.json, no lock file, nothing rewritten
+
+
+def test_an_unedited_folder_is_calibrated_and_left_without_a_lock_file(tmp_path, capsys):
+    folder = tmp_path / "sweep"
+    _converged_folder(folder)
+    before = _contents(folder)
+    main(["calibrate", str(folder), "--repeats", "50"])
+    assert "wrote" in capsys.readouterr().out
+    after = _contents(folder)
+    assert "calibration.json" in after
+    assert {name: data for name, data in after.items() if name not in ("calibration.json", "sweep.lock")} == before

@@ -373,10 +373,20 @@ def _truth_dict(truth: Truth, ms) -> dict:
 
 def calibrate_folder(folder, *, repeats: int = DEFAULT_REPEATS, seed: int = 0, workers: int = 1) -> dict:
     """:func:`calibrate` on a sweep folder's rows and settings (``workers`` processes), written to its
-    calibration.json."""
+    calibration.json.
+
+    The folder is checked first as a summary of it is (:func:`.sweep.summarize_folder`): a settings.json edited since
+    its summary or its run's start (:func:`.store.check_unedited`), or a row those settings cannot have made
+    (:func:`.sweep.check_rows`), is refused before anything is simulated or written, since the calibration would
+    simulate another design than the one that made the rows."""
+    from .config import SweepConfig  # the sweep's modules load torch, which the simulation's workers never need
+    from .sweep import check_rows
+
     folder = Path(folder)
-    settings = store.read_settings(folder)
+    settings = store.read_sweep_settings(folder)
+    store.check_unedited(folder, settings)
     rows = store.read_rows(folder)
+    check_rows(SweepConfig.from_settings(store.recorded_settings(folder, settings)), settings, rows)
     calibration = calibrate(rows, settings, repeats=repeats, seed=seed, workers=workers)
     write_calibration(folder, calibration)
     return calibration

@@ -24,16 +24,23 @@ def crammable_model(family: str = "llama", seed: int = 0, **kwargs):
 def write_sweep_folder(folder, settings: dict, rows) -> None:
     """A sweep folder as a run leaves it (settings.json and rows.jsonl), from ``rows``: (m, n, index, accessible,
     steps) tuples, each written as a complete row (an exact cram or a patience stop), for tests of what reads folders.
+    Each row holds the init seed the settings' ``seed`` gives its job, as a run's rows do, so a reader that checks the
+    rows against the settings (:func:`.sweep.check_rows`) takes them; settings without a seed give the index.
     """
     import json
     from pathlib import Path
 
+    from .engine.sources import init_seed
+
     folder = Path(folder)
     folder.mkdir(parents=True)
     (folder / "settings.json").write_text(json.dumps(settings, sort_keys=True))
+    seed = settings.get("seed") if isinstance(settings, dict) else None
     lines = []
     for m, n, index, accessible, steps in rows:
-        row = dict(m=m, n=n, index=index, init_seed=index, greedy_exact=accessible, accessible=accessible, steps=steps)
+        job_seed = init_seed(seed, m, n, index) if isinstance(seed, int) else index
+        row = dict(m=m, n=n, index=index, init_seed=job_seed, greedy_exact=accessible, accessible=accessible)
+        row.update(steps=steps)
         row.update(stop_reason="exact" if accessible else "patience", seconds=1.0, rank=0)
         row.update(tf_accuracy=1.0 if accessible else 0.5, final_loss=0.1, best_accuracy=1.0 if accessible else 0.5)
         lines.append(json.dumps(row))

@@ -38,6 +38,12 @@ def main(args):
     )
     try:
         calibration = calibrate_folder(folder, repeats=args.repeats, seed=args.seed, workers=args.workers)
+    except BaseException:
+        # Refused (an edited settings.json, a stray row) or stopped before its file, which it writes last: the folder
+        # is left as it was, without a lock file either.
+        lock.discard()
+        raise
+    try:
         print(f"wrote {folder / store.CALIBRATION_FILE}")
         current = store.current_calibration(calibration, store.read_rows(folder), store.read_settings(folder))
         print("\n".join(calibrated_lines(current)).strip())
