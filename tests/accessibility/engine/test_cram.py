@@ -461,9 +461,13 @@ def test_a_row_that_fails_the_greedy_check_claims_no_more_than_greedy_decoding_e
         assert not backed_off.accessible and backed_off.greedy_misses >= 2 and backed_off.best_prefix == 3
 
 
-def test_a_half_precision_greedy_miss_leaves_best_prefix_short_of_the_sequence():
-    """The review's case under bf16 autocast: 100% teacher forcing, greedy decoding misses the 3rd token, the row stops
-    at its cap not accessible; it recorded best_prefix 4 of 4."""
+def test_a_half_precision_greedy_miss_leaves_best_prefix_short_of_the_sequence(monkeypatch):
+    """The review's case under bf16 autocast: 100% teacher forcing while greedy decoding misses a token, the row stops
+    at its cap not accessible; it recorded best_prefix 4 of 4. Whether bf16 rounding makes a given row miss depends on
+    the CPU's bf16 kernels (a CPU with native bf16 matmuls rounds otherwise), so the miss is made by the decoding loop,
+    under bf16 autocast, and every row the real bf16 arithmetic leaves at 100% teacher forcing without cramming is
+    held to the same claim."""
+    from ut_peft.accessibility.engine import cram as engine
     from ut_peft.accessibility.testing import crammable_model
 
     model = crammable_model("llama")
@@ -472,13 +476,30 @@ def test_a_half_precision_greedy_miss_leaves_best_prefix_short_of_the_sequence()
         CramJob(key=i, ids=torch.randint(0, 97, (n,), generator=g).tolist(), m=1, seed=i)
         for i, n in enumerate([3, 4, 5, 6] * 12)
     ]
-    jobs = [j for j in jobs if j.key in (29, 41)]
     config = CramConfig(max_steps=37, patience=150, batch_size=16, autocast="bf16")
-    (missed,) = [r for r in cram(model, jobs, config) if r.job.key == 29]
+    for row in cram(model, jobs, config):
+        if row.tf_accuracy == 1.0 and not row.accessible:
+            assert row.greedy_misses >= 1 and row.best_prefix < len(row.job.ids)
+            emitted = greedy_decode(model, row.vectors[None], len(row.job.ids), config)[0]
+            assert leading_correct(emitted == torch.tensor(row.job.ids)) < len(row.job.ids)
+
+    (job,) = [j for j in jobs if j.key == 29]  # four tokens
+    (honest,) = cram(model, [job], CramConfig(max_steps=300, patience=300, autocast="bf16"))
+    assert honest.stop_reason == "exact" and honest.best_prefix == 4
+    real = engine.greedy_decode
+
+    def missing_third_token(*args, **kwargs):
+        out = real(*args, **kwargs)
+        out[:, 2] = (out[:, 2] + 1) % 97
+        return out
+
+    monkeypatch.setattr(engine, "greedy_decode", missing_third_token)
+    at_check = CramConfig(max_steps=honest.steps, patience=300, autocast="bf16")
+    (missed,) = cram(model, [job], at_check)
     assert missed.greedy_misses >= 1 and missed.tf_accuracy == 1.0 and not missed.accessible
-    emitted = greedy_decode(model, missed.vectors[None], 4, config)[0]
-    assert leading_correct(emitted == torch.tensor(missed.job.ids)) < 4
-    assert missed.best_prefix < len(missed.job.ids)
+    assert missed.best_prefix < 4
+    emitted = missing_third_token(model, missed.vectors[None], 4, at_check)[0]
+    assert leading_correct(emitted == torch.tensor(job.ids)) < 4
 
 
 @pytest.mark.parametrize(
