@@ -34,7 +34,13 @@ from .engine.prefixes import infer_prefixes
 from .engine.rows import INFERRED, Row, row_steps
 from .engine.sources import init_seed
 from .stats import published_bounds
-from .stats.bounds import SlopeBounds, measure_support, slope_bounds, support_context, support_vocab_size
+from .stats.bounds import (
+    SlopeBounds,
+    measure_support,
+    random_token_count,
+    slope_bounds,
+    support_context,
+)
 from .stats.coverage import check_intervals, check_pooled
 from .stats.fit import (
     LineFit,
@@ -392,30 +398,6 @@ def check_rebuilt_settings(folder, config: SweepConfig, source, context: int | N
             f"{folder}: the sweep rebuilt from its settings.json differs from it (changed: {'; '.join(changed)}), so "
             "its rows cannot be crammed again as its sweep crammed them"
         )
-
-
-def random_token_count(model, tokenizer) -> int:
-    """The ids a sweep draws at random, 0 .. n-1: the tokens source's texts and the support sequences of the bounds.
-
-    n is the tokens a text can hold (:func:`.stats.bounds.support_vocab_size`: the tokenizer's count, capped at the
-    head's rows), so a padded head's padding rows (Qwen2.5: 151936 rows for 151665 tokens), which no tokenizer
-    produces, are never drawn. Without a tokenizer (a tokens sweep may run without one), or with one that cannot list
-    its tokens (``get_vocab``: a plain callable from Python, not a transformers tokenizer), every head row, as
-    before. Where the tokenizer's count is the head's rows (every bundled model) n is the rows the draws always
-    took: the same ids.
-    """
-    if not callable(getattr(tokenizer, "get_vocab", None)):
-        return support_vocab_size(model)
-    try:
-        return support_vocab_size(model, tokenizer)
-    except ValueError as err:
-        # text_vocab_size's remedy (vocab_size=, --vocab-size) is geometry's: a sweep has no such setting.
-        why = str(err).split("; pass vocab_size=")[0]
-        raise ValueError(
-            f"{why}; a sweep draws random token ids below the tokenizer's count (the bounds' support sequences, a "
-            "tokens source's texts), so it needs a tokenizer whose ids are 0..n-1 (a tokens sweep can run without "
-            "one, tokenizer=None, drawing over every row of the output head)"
-        ) from None
 
 
 def run_sweep(

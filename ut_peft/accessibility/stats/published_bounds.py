@@ -543,15 +543,14 @@ def published_bound_estimate(
 def ut_peft_estimate(model, *, tokenizer=None, num_sequences: int = 256, seq_len: int = 32, seed: int = 0) -> dict:
     """ut-peft's own estimate (:func:`.bounds.measure_support` and :func:`.bounds.slope_bounds`), with its settings,
     for the comparison: measured as every sweep's summary measures it, on random ids below the tokens a text can hold
-    (:func:`..sweep.random_token_count`: ``tokenizer``'s count; without one, every row of the output head) and
+    (:func:`.bounds.random_token_count`: ``tokenizer``'s count; without one, every row of the output head) and
     charged ln of that count. A tokenizer whose ids are not 0..n-1 is refused, as a sweep refuses it.
 
     Where the count is below the head's rows (a padded head: Qwen2.5's 151936 rows for 151665 tokens) the entry
     records it as ``vocab_size``, with ``head_rows`` beside it, as a summary's support records them; where they agree
     (every bundled model) the ids, the numbers and the keys are what they always were, so a recomputed
     bounds-published.json keeps its record."""
-    from ..sweep import random_token_count  # here: the sweep's module imports this one
-    from .bounds import measure_support, slope_bounds
+    from .bounds import measure_support, random_token_count, slope_bounds
 
     context = _context(model)
     vocab = random_token_count(model, tokenizer)
