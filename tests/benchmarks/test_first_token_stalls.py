@@ -10,7 +10,15 @@ import pytest
 from ut_peft.accessibility import run_sweep
 from ut_peft.accessibility.engine.sources import init_seed
 from ut_peft.accessibility.store import read_rows
-from ut_peft.accessibility.testing import crammable_model, small_sweep_config
+from ut_peft.accessibility.testing import (
+    PADDED_ROWS,
+    crammable_model,
+    crammed_ids,
+    crammed_prefixes,
+    crammed_weight_dtypes,
+    padded_checkpoint,
+    small_sweep_config,
+)
 
 
 def _run(stalls, *argv, model):
@@ -259,39 +267,6 @@ def test_a_resume_refuses_another_folder_or_settings_and_keeps_to_its_rows(tmp_p
     assert "has 1 failed rows of these --ms/--kinds/--max-n newer than" in err.getvalue()
 
 
-PADDED_ROWS, PADDED_TOKENS = 97, 80  # a padded output head (as Qwen2.5's): 17 rows no tokenizer id reaches
-
-
-def _padded_checkpoint(path) -> str:
-    """A tiny Llama saved with a tokenizer that has fewer tokens than its head has rows, loaded by name as a run
-    loads its model."""
-    from ut_peft.testing import tiny_model, word_tokenizer
-
-    tiny_model("llama", seed=0, vocab_size=PADDED_ROWS).save_pretrained(path)
-    word_tokenizer(PADDED_TOKENS).save_pretrained(path)
-    return str(path)
-
-
-@contextlib.contextmanager
-def _crammed_ids():
-    """Every row's token ids as the engine is handed them while the block runs, by key."""
-    import importlib
-    from unittest import mock
-
-    from ut_peft.accessibility import sweep
-
-    engine = importlib.import_module("ut_peft.accessibility.engine.cram")
-    real, seen = engine.cram, {}
-
-    def recording(model, jobs, *args, **kwargs):
-        jobs = list(jobs)
-        seen.update({job.key: list(job.ids) for job in jobs})
-        return real(model, jobs, *args, **kwargs)
-
-    with mock.patch.object(engine, "cram", recording), mock.patch.object(sweep, "cram", recording):
-        yield seen
-
-
 def test_failed_rows_are_crammed_again_on_the_token_ids_the_sweep_drew_on_a_padded_head(tmp_path, load_benchmark):
     """A tokens sweep draws below the tokenizer's count, not the head's rows: the attempts re-cram those same ids."""
     from ut_peft.accessibility.config import GridConfig
@@ -299,34 +274,15 @@ def test_failed_rows_are_crammed_again_on_the_token_ids_the_sweep_drew_on_a_padd
 
     stalls = load_benchmark("first_token_stalls.py")
     cram = CramConfig(max_steps=2, patience=2, batch_size=4)  # two updates: every row fails
-    model = _padded_checkpoint(tmp_path / "model")
+    model = padded_checkpoint(tmp_path / "model")
     config = small_sweep_config(model, ms=[1], grid=GridConfig(lengths=[3, 6]), num_sequences=2, cram=cram)
-    with _crammed_ids() as swept:
+    with crammed_ids() as swept:
         run_sweep(config, tmp_path / "sweep", progress=False, report=False)
     failed = {key for key, row in read_rows(tmp_path / "sweep").items() if not row["accessible"]}
     assert failed and set(swept) == set(read_rows(tmp_path / "sweep"))
-    with _crammed_ids() as again:  # the folder's model and tokenizer loaded by name, as the sweep loaded them
+    with crammed_ids() as again:  # the folder's model and tokenizer loaded by name, as the sweep loaded them
         records = list(stalls.cram_attempts(tmp_path / "sweep", [1], 1, [], check_original=True, done=set()))
     assert len(records) == len(failed) and again == {key: swept[key] for key in failed}
-
-
-@contextlib.contextmanager
-def _crammed_dtypes():
-    """The dtypes of the floating-point weights of every model the engine crams with while the block runs."""
-    import importlib
-    from unittest import mock
-
-    from ut_peft.accessibility import sweep
-
-    engine = importlib.import_module("ut_peft.accessibility.engine.cram")
-    real, seen = engine.cram, set()
-
-    def recording(model, jobs, *args, **kwargs):
-        seen.update(str(p.dtype) for p in model.parameters() if p.is_floating_point())
-        return real(model, jobs, *args, **kwargs)
-
-    with mock.patch.object(engine, "cram", recording), mock.patch.object(sweep, "cram", recording):
-        yield seen
 
 
 def test_failed_rows_are_crammed_again_with_the_weights_dtype_the_sweep_crammed_them_with(tmp_path, load_benchmark):
@@ -337,38 +293,19 @@ def test_failed_rows_are_crammed_again_with_the_weights_dtype_the_sweep_crammed_
 
     stalls = load_benchmark("first_token_stalls.py")
     cram = CramConfig(max_steps=2, patience=2, batch_size=4)  # two updates: every row fails
-    model = _padded_checkpoint(tmp_path / "model")
+    model = padded_checkpoint(tmp_path / "model")
     config = small_sweep_config(
         model, ms=[1], grid=GridConfig(lengths=[3]), num_sequences=2, cram=cram, model_dtype="bfloat16"
     )
-    with _crammed_dtypes() as swept:
+    with crammed_weight_dtypes() as swept:
         run_sweep(config, tmp_path / "sweep", progress=False, report=False)
     assert swept == {"torch.bfloat16"} and not any(row["accessible"] for row in read_rows(tmp_path / "sweep").values())
-    with _crammed_dtypes() as again:  # the folder's model loaded by name, as the sweep loaded it
+    with crammed_weight_dtypes() as again:  # the folder's model loaded by name, as the sweep loaded it
         records = list(stalls.cram_attempts(tmp_path / "sweep", [1], 1, [], check_original=True, done=set()))
     assert len(records) == 2 and again == {"torch.bfloat16"}
     given = crammable_model("llama", vocab_size=PADDED_ROWS)  # float32 weights
     with pytest.raises(ValueError, match=r"model given has float32 weights.*crammed with bfloat16 ones"):
         list(stalls.cram_attempts(tmp_path / "sweep", [1], 1, [], check_original=True, done=set(), model=given))
-
-
-@contextlib.contextmanager
-def _crammed_prefixes():
-    """The prefix ids (what sits before the memory) of every cram the engine runs while the block runs."""
-    import importlib
-    from unittest import mock
-
-    from ut_peft.accessibility import sweep
-
-    engine = importlib.import_module("ut_peft.accessibility.engine.cram")
-    real, seen = engine.cram, set()
-
-    def recording(model, jobs, config, *args, **kwargs):
-        seen.add(tuple(config.prefix_ids))
-        return real(model, jobs, config, *args, **kwargs)
-
-    with mock.patch.object(engine, "cram", recording), mock.patch.object(sweep, "cram", recording):
-        yield seen
 
 
 def test_failed_rows_are_crammed_again_in_the_layout_the_sweep_crammed_them_in(
@@ -384,11 +321,11 @@ def test_failed_rows_are_crammed_again_in_the_layout_the_sweep_crammed_them_in(
     config = small_sweep_config(
         str(tiny_model_folder), ms=[1], grid=GridConfig(lengths=[3]), num_sequences=2, cram=cram, prefix="none"
     )
-    with _crammed_prefixes() as swept:
+    with crammed_prefixes() as swept:
         run_sweep(config, tmp_path / "sweep", progress=False, report=False)
     assert swept == {()} and not any(row["accessible"] for row in read_rows(tmp_path / "sweep").values())
     assert stalls.folder_config(tmp_path / "sweep").prefix == "none"
-    with _crammed_prefixes() as again:  # the folder's model and tokenizer loaded by name, as the sweep loaded them
+    with crammed_prefixes() as again:  # the folder's model and tokenizer loaded by name, as the sweep loaded them
         records = list(stalls.cram_attempts(tmp_path / "sweep", [1], 1, [], check_original=True, done=set()))
     assert len(records) == 2 and again == {()}
 

@@ -10,7 +10,15 @@ import pytest
 from ut_peft.accessibility import run_sweep
 from ut_peft.accessibility.engine.sources import init_seed
 from ut_peft.accessibility.store import read_rows, read_settings
-from ut_peft.accessibility.testing import crammable_model, small_sweep_config
+from ut_peft.accessibility.testing import (
+    PADDED_ROWS,
+    PADDED_TOKENS,
+    crammable_model,
+    crammed_ids,
+    crammed_weight_dtypes,
+    padded_checkpoint,
+    small_sweep_config,
+)
 
 
 @pytest.fixture
@@ -312,72 +320,20 @@ def test_an_output_from_before_the_settings_were_recorded_gets_them_on_its_next_
         assert len(output.read_text().splitlines()) == len(lines) + 1
 
 
-PADDED_ROWS, PADDED_TOKENS = 97, 80  # a padded output head (as Qwen2.5's): 17 rows no tokenizer id reaches
-
-
-def _padded_checkpoint(path) -> str:
-    """A tiny Llama saved with a tokenizer that has fewer tokens than its head has rows, loaded by name as a run
-    loads its model."""
-    from ut_peft.testing import tiny_model, word_tokenizer
-
-    tiny_model("llama", seed=0, vocab_size=PADDED_ROWS).save_pretrained(path)
-    word_tokenizer(PADDED_TOKENS).save_pretrained(path)
-    return str(path)
-
-
-@contextlib.contextmanager
-def _crammed_ids():
-    """Every row's token ids as the engine is handed them while the block runs, by key."""
-    import importlib
-    from unittest import mock
-
-    from ut_peft.accessibility import sweep
-
-    engine = importlib.import_module("ut_peft.accessibility.engine.cram")
-    real, seen = engine.cram, {}
-
-    def recording(model, jobs, *args, **kwargs):
-        jobs = list(jobs)
-        seen.update({job.key: list(job.ids) for job in jobs})
-        return real(model, jobs, *args, **kwargs)
-
-    with mock.patch.object(engine, "cram", recording), mock.patch.object(sweep, "cram", recording):
-        yield seen
-
-
 def test_rows_are_crammed_again_on_the_token_ids_the_sweep_drew_on_a_padded_head(tmp_path, pairs):
     """A tokens sweep draws below the tokenizer's count, not the head's rows: the pairs re-cram those same ids."""
     from ut_peft.accessibility.config import GridConfig
     from ut_peft.accessibility.engine.jobs import CramConfig
 
     cram = CramConfig(max_steps=2, patience=2, batch_size=4)
-    model = _padded_checkpoint(tmp_path / "model")
+    model = padded_checkpoint(tmp_path / "model")
     config = small_sweep_config(model, ms=[1], grid=GridConfig(lengths=[3, 6]), num_sequences=2, cram=cram)
-    with _crammed_ids() as swept:
+    with crammed_ids() as swept:
         run_sweep(config, tmp_path / "sweep", progress=False, report=False)
     assert len(swept) == 4 and read_settings(tmp_path / "sweep")["source"]["vocab_size"] == PADDED_TOKENS
-    with _crammed_ids() as again:  # the folder's model and tokenizer loaded by name, as the sweep loaded them
+    with crammed_ids() as again:  # the folder's model and tokenizer loaded by name, as the sweep loaded them
         records = list(pairs.cram_pairs(tmp_path / "sweep", [1], "bf16", done=set()))
     assert len(records) == 4 and again == swept
-
-
-@contextlib.contextmanager
-def _crammed_dtypes():
-    """The dtypes of the floating-point weights of every model the engine crams with while the block runs."""
-    import importlib
-    from unittest import mock
-
-    from ut_peft.accessibility import sweep
-
-    engine = importlib.import_module("ut_peft.accessibility.engine.cram")
-    real, seen = engine.cram, set()
-
-    def recording(model, jobs, *args, **kwargs):
-        seen.update(str(p.dtype) for p in model.parameters() if p.is_floating_point())
-        return real(model, jobs, *args, **kwargs)
-
-    with mock.patch.object(engine, "cram", recording), mock.patch.object(sweep, "cram", recording):
-        yield seen
 
 
 def test_rows_are_crammed_again_with_the_weights_dtype_the_sweep_crammed_them_with(tmp_path, pairs):
@@ -387,14 +343,14 @@ def test_rows_are_crammed_again_with_the_weights_dtype_the_sweep_crammed_them_wi
     from ut_peft.accessibility.engine.jobs import CramConfig
 
     cram = CramConfig(max_steps=2, patience=2, batch_size=4)
-    model = _padded_checkpoint(tmp_path / "model")
+    model = padded_checkpoint(tmp_path / "model")
     config = small_sweep_config(
         model, ms=[1], grid=GridConfig(lengths=[3]), num_sequences=2, cram=cram, model_dtype="bfloat16"
     )
-    with _crammed_dtypes() as swept:
+    with crammed_weight_dtypes() as swept:
         run_sweep(config, tmp_path / "sweep", progress=False, report=False)
     assert swept == {"torch.bfloat16"} and read_settings(tmp_path / "sweep")["model_dtype"] == "bfloat16"
-    with _crammed_dtypes() as again:  # the folder's model loaded by name, as the sweep loaded it
+    with crammed_weight_dtypes() as again:  # the folder's model loaded by name, as the sweep loaded it
         records = list(pairs.cram_pairs(tmp_path / "sweep", [1], "bf16", done=set()))
     assert len(records) == 2 and again == {"torch.bfloat16"}
     given = crammable_model("llama", vocab_size=PADDED_ROWS)  # float32 weights

@@ -1,7 +1,6 @@
 """tools/continue_inflight.py: a killed sweep's rows in flight continued for a few updates from their snapshots, and
 two such continuations compared bit for bit (how a long run's move to newer code is checked)."""
 
-import contextlib
 import importlib.util
 import json
 from pathlib import Path
@@ -11,7 +10,15 @@ import torch
 
 from ut_peft.accessibility.config import GridConfig
 from ut_peft.accessibility.engine.jobs import CramConfig
-from ut_peft.accessibility.testing import crammable_model, killed_sweep, small_sweep_config
+from ut_peft.accessibility.testing import (
+    PADDED_ROWS,
+    crammable_model,
+    crammed_ids,
+    crammed_weight_dtypes,
+    killed_sweep,
+    padded_checkpoint,
+    small_sweep_config,
+)
 
 TOOL = Path(__file__).resolve().parents[2] / "tools" / "continue_inflight.py"
 
@@ -79,42 +86,11 @@ def test_rows_at_some_m_continue_as_a_batch_of_their_own_and_compare_alone(tmp_p
         tool.continue_rows(tmp_path / "run", 1, None, ms=[5], model=model)
 
 
-PADDED_ROWS, PADDED_TOKENS = 97, 80  # a padded output head (as Qwen2.5's): 17 rows no tokenizer id reaches
-
-
-def _padded_checkpoint(path) -> str:
-    """A tiny Llama saved with a tokenizer that has fewer tokens than its head has rows, loaded by name as a run
-    loads its model."""
-    from ut_peft.testing import tiny_model, word_tokenizer
-
-    tiny_model("llama", seed=0, vocab_size=PADDED_ROWS).save_pretrained(path)
-    word_tokenizer(PADDED_TOKENS).save_pretrained(path)
-    return str(path)
-
-
-@contextlib.contextmanager
-def _crammed_ids():
-    """Every row's token ids as the engine is handed them while the block runs, by key."""
-    from unittest import mock
-
-    from ut_peft.accessibility import sweep
-
-    real, seen = sweep.cram, {}
-
-    def recording(model, jobs, *args, **kwargs):
-        jobs = list(jobs)
-        seen.update({job.key: list(job.ids) for job in jobs})
-        return real(model, jobs, *args, **kwargs)
-
-    with mock.patch.object(sweep, "cram", recording):
-        yield seen
-
-
 def _padded_killed_sweep(tmp_path) -> tuple[Path, dict]:
     """A tiny tokens sweep on a padded head, killed with its two rows in flight, and the ids it crammed, by key."""
     cram = CramConfig(max_steps=60, patience=60, batch_size=2)
     config = small_sweep_config(
-        _padded_checkpoint(tmp_path / "model"),
+        padded_checkpoint(tmp_path / "model"),
         ms=[2],
         grid=GridConfig(lengths=[6]),
         num_sequences=2,
@@ -122,7 +98,7 @@ def _padded_killed_sweep(tmp_path) -> tuple[Path, dict]:
         support_sequences=16,
         support_seq_len=32,
     )
-    with _crammed_ids() as swept:
+    with crammed_ids() as swept:
         killed_sweep(config, tmp_path / "run", None, 2)  # the model and its tokenizer loaded by name
     return tmp_path / "run", swept
 
@@ -131,7 +107,7 @@ def test_rows_in_flight_continue_on_the_token_ids_the_sweep_drew_on_a_padded_hea
     """A tokens sweep draws below the tokenizer's count, not the head's rows: its rows continue on those ids."""
     folder, swept = _padded_killed_sweep(tmp_path)
     assert len(swept) == 2 and json.loads((folder / "settings.json").read_text())["source"]["vocab_size"] == 80
-    with _crammed_ids() as again:  # the folder's model and tokenizer loaded by name, as the sweep loaded them
+    with crammed_ids() as again:  # the folder's model and tokenizer loaded by name, as the sweep loaded them
         kept = _tool().continue_rows(folder, 1, None)
     assert sorted(kept["rows"]) == sorted(swept) and again == swept
 
@@ -149,28 +125,11 @@ def test_with_a_checkout_that_has_no_sweep_source_the_rows_continue_as_it_drew_t
     for name in ("sweep_source", "sweep_tokenizer", "sweep_model", "check_sweep_model", "check_rebuilt_settings"):
         monkeypatch.delattr(sweep, name)
     monkeypatch.delattr(config_module, "folder_config")
-    with _crammed_ids() as again:
+    with crammed_ids() as again:
         _tool().continue_rows(folder, 1, None)
     config = SweepConfig(model=str(tmp_path / "model"), source="tokens")
     source = config.make_source(load_tokenizer(config.model), PADDED_ROWS)
     assert again == {(m, n, i): source.sequence(n, i, config.seed) for m, n, i in swept} != swept
-
-
-@contextlib.contextmanager
-def _crammed_dtypes():
-    """The dtypes of the floating-point weights of every model the engine crams with while the block runs."""
-    from unittest import mock
-
-    from ut_peft.accessibility import sweep
-
-    real, seen = sweep.cram, set()
-
-    def recording(model, jobs, *args, **kwargs):
-        seen.update(str(p.dtype) for p in model.parameters() if p.is_floating_point())
-        return real(model, jobs, *args, **kwargs)
-
-    with mock.patch.object(sweep, "cram", recording):
-        yield seen
 
 
 def test_rows_in_flight_continue_with_the_weights_dtype_the_sweep_crammed_them_with(tmp_path):
@@ -178,7 +137,7 @@ def test_rows_in_flight_continue_with_the_weights_dtype_the_sweep_crammed_them_w
     dtype given to it, rather than continue the rows in another precision."""
     cram = CramConfig(max_steps=60, patience=60, batch_size=2)
     config = small_sweep_config(
-        _padded_checkpoint(tmp_path / "model"),
+        padded_checkpoint(tmp_path / "model"),
         ms=[2],
         grid=GridConfig(lengths=[6]),
         num_sequences=2,
@@ -187,12 +146,12 @@ def test_rows_in_flight_continue_with_the_weights_dtype_the_sweep_crammed_them_w
         support_seq_len=32,
         model_dtype="bfloat16",
     )
-    with _crammed_dtypes() as swept:
+    with crammed_weight_dtypes() as swept:
         last = killed_sweep(config, tmp_path / "run", None, 2)[-1]  # the model loaded by name, in bfloat16
     assert swept == {"torch.bfloat16"}
     assert json.loads((tmp_path / "run" / "settings.json").read_text())["model_dtype"] == "bfloat16"
     tool = _tool()
-    with _crammed_dtypes() as again:
+    with crammed_weight_dtypes() as again:
         kept = tool.continue_rows(tmp_path / "run", 1, None)
     assert again == {"torch.bfloat16"} and sorted(kept["rows"]) == sorted(last)
     model = crammable_model("llama", vocab_size=PADDED_ROWS)  # float32 weights
@@ -207,7 +166,7 @@ def test_a_setting_the_command_refuses_is_named_in_the_folder_s_settings_json(tm
     from ut_peft.accessibility import config as config_module
     from ut_peft.accessibility import run_sweep
 
-    model = _padded_checkpoint(tmp_path / "model")
+    model = padded_checkpoint(tmp_path / "model")
     config = small_sweep_config(model, ms=[1], grid=GridConfig(lengths=[2]), num_sequences=1, model_dtype="bfloat16")
     assert config.support_seq_len == 4
     run_sweep(config, tmp_path / "run", progress=False, report=False)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 from typing import Any
 
 import torch
@@ -133,3 +135,65 @@ def killed_sweep(config, folder, model, updates: int) -> list[dict]:
         except KeyboardInterrupt:
             return seen
     raise AssertionError(f"the sweep finished before {updates} snapshots: nothing was killed")
+
+
+# A padded output head (as Qwen2.5's): 17 of its rows no tokenizer id reaches.
+PADDED_ROWS, PADDED_TOKENS = 97, 80
+
+
+def padded_checkpoint(path) -> str:
+    """A tiny Llama saved with a tokenizer that has fewer tokens than its head has rows, to be loaded by name as a run
+    loads its model."""
+    from ..testing import tiny_model, word_tokenizer
+
+    tiny_model("llama", seed=0, vocab_size=PADDED_ROWS).save_pretrained(path)
+    word_tokenizer(PADDED_TOKENS).save_pretrained(path)
+    return str(path)
+
+
+@contextlib.contextmanager
+def _recording_crams(record):
+    """Calls ``record(model, jobs, config)`` for every cram the engine runs while the block runs (the sweep's and any
+    other caller's), before running it as it would have run."""
+    from unittest import mock
+
+    from . import sweep
+
+    engine = importlib.import_module("ut_peft.accessibility.engine.cram")
+    real = engine.cram
+
+    def recording(model, jobs, config=None, *args, **kwargs):
+        jobs = list(jobs)
+        record(model, jobs, config)
+        return real(model, jobs, config, *args, **kwargs)
+
+    with mock.patch.object(engine, "cram", recording), mock.patch.object(sweep, "cram", recording):
+        yield
+
+
+@contextlib.contextmanager
+def crammed_ids():
+    """Every row's token ids, by key, as the engine is handed them while the block runs."""
+    seen: dict = {}
+    with _recording_crams(lambda model, jobs, config: seen.update({job.key: list(job.ids) for job in jobs})):
+        yield seen
+
+
+@contextlib.contextmanager
+def crammed_weight_dtypes():
+    """The dtypes of the floating-point weights of every model the engine crams with while the block runs."""
+    seen: set = set()
+
+    def record(model, jobs, config):
+        seen.update(str(p.dtype) for p in model.parameters() if p.is_floating_point())
+
+    with _recording_crams(record):
+        yield seen
+
+
+@contextlib.contextmanager
+def crammed_prefixes():
+    """The prefix ids (what sits before the memory) of every cram the engine runs while the block runs."""
+    seen: set = set()
+    with _recording_crams(lambda model, jobs, config: seen.add(tuple(config.prefix_ids))):
+        yield seen
