@@ -17,22 +17,9 @@ from ut_peft.accessibility.config import GridConfig, SweepConfig, folder_config,
 from ut_peft.accessibility.designs.configs import PooledConfig, SequentialConfig
 from ut_peft.accessibility.engine.jobs import CramConfig
 from ut_peft.accessibility.sweep import check_rebuilt_settings, sweep_source
-from ut_peft.accessibility.testing import crammable_model
+from ut_peft.accessibility.testing import WordIdTokenizer, crammable_model
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-class _WordTokenizer:
-    """One id a word, below the tiny model's vocabulary, with a BOS: enough for every source kind."""
-
-    bos_token_id = 1
-
-    def __init__(self, vocab_size=97):
-        self.vocab, self.vocab_size = {}, vocab_size
-
-    def __call__(self, text, add_special_tokens=True):
-        ids = [3 + self.vocab.setdefault(w, len(self.vocab)) % (self.vocab_size - 3) for w in text.split()]
-        return {"input_ids": ([self.bos_token_id] if add_special_tokens else []) + ids}
 
 
 @pytest.fixture(scope="module")
@@ -158,7 +145,7 @@ def test_a_sweep_s_settings_rebuild_to_the_same_settings(case, files, model, tmp
         datasets.Dataset.from_dict({"text": [f"doc {d} " + "word " * 60 for d in range(6)]}).save_to_disk(
             str(files / "dataset")
         )
-    tokenizer = _WordTokenizer()
+    tokenizer = WordIdTokenizer()
     written = _written(_config(case, files), tmp_path / "run", model, tokenizer)
     assert _rebuilt_settings(tmp_path / "run", model, tokenizer) == written
 
@@ -166,7 +153,7 @@ def test_a_sweep_s_settings_rebuild_to_the_same_settings(case, files, model, tmp
 def test_settings_written_before_read_as_they_meant(files, model, tmp_path):
     """Older folders' settings.json: autocast "auto" (crammed on a CPU: "none"), a pooled design without its version
     (1) or rules (its version's), no model_dtype (float32), the support sequences in the summary only."""
-    tokenizer = _WordTokenizer()
+    tokenizer = WordIdTokenizer()
     config = _config("words:wordfreq published pooled v1", files)
     written = _written(config, tmp_path / "run", model, tokenizer)
     old = json.loads(json.dumps(written))
@@ -186,7 +173,7 @@ def test_settings_written_before_read_as_they_meant(files, model, tmp_path):
 def test_a_setting_the_rebuild_does_not_carry_is_refused_naming_it(files, model, tmp_path):
     """A retired setting (warm_start), or one of a newer version's engine, is not dropped: the re-cram is refused,
     in one line naming it; a merge's record of its folders (merged_from) is no setting of its rows."""
-    tokenizer = _WordTokenizer()
+    tokenizer = WordIdTokenizer()
     written = _written(_config("text published nested infer", files), tmp_path / "run", model, tokenizer)
 
     def check(settings, tokenizer=tokenizer):
@@ -208,7 +195,7 @@ def test_a_setting_the_rebuild_does_not_carry_is_refused_naming_it(files, model,
         check(written, _NoBosTokenizer())
 
 
-class _NoBosTokenizer(_WordTokenizer):
+class _NoBosTokenizer(WordIdTokenizer):
     bos_token_id = None
 
     def __call__(self, text, add_special_tokens=True):

@@ -25,7 +25,7 @@ from ut_peft.accessibility import (
     summarize_folder,
 )
 from ut_peft.accessibility.store import read_rows, repair
-from ut_peft.accessibility.testing import crammable_model, killed_sweep, small_sweep_config
+from ut_peft.accessibility.testing import WordIdTokenizer, crammable_model, killed_sweep, small_sweep_config
 
 RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "cram.py"
 
@@ -512,19 +512,6 @@ def test_recipe_refuses_bad_design_settings():
         assert result.returncode != 0 and message in result.stderr, result.stderr[-500:]
 
 
-class _WordTokenizer:
-    """Words to ids below the tiny model's vocabulary, with a BOS: enough for the published text source."""
-
-    bos_token_id = 1
-
-    def __init__(self, vocab_size=97):
-        self.vocab, self.vocab_size = {}, vocab_size
-
-    def __call__(self, text, add_special_tokens=True):
-        ids = [3 + self.vocab.setdefault(w, len(self.vocab)) % (self.vocab_size - 3) for w in text.split()]
-        return {"input_ids": ([self.bos_token_id] if add_special_tokens else []) + ids}
-
-
 # A published-protocol sweep over nested texts on the tiny model: four texts, four lengths, a short cap.
 NESTED = dict(
     source="text",
@@ -539,7 +526,7 @@ NESTED = dict(
 def _nested_sweep(folder, model, **overrides):
     """Run (or resume) a nested sweep into ``folder``: its summary and its rows by (m, n, index)."""
     summary = run_sweep(
-        small_config(**dict(NESTED, **overrides)), folder, model=model, tokenizer=_WordTokenizer(), progress=False
+        small_config(**dict(NESTED, **overrides)), folder, model=model, tokenizer=WordIdTokenizer(), progress=False
     )
     return summary, {(r["m"], r["n"], r["index"]): r for r in load_rows(folder)}
 
@@ -1177,7 +1164,7 @@ def test_a_re_merge_that_fails_to_write_leaves_the_earlier_merge_whole(tmp_path,
     assert len(read_rows(merged)) == 6 and not (merged / "summary.json").exists()  # its rows' summary: to be made
 
 
-class _WordTokenizer:
+class _NoBosWordTokenizer:
     """One token per whitespace-separated word (ids below 64, the tiny model's vocabulary), no BOS."""
 
     bos_token_id = None
@@ -1193,7 +1180,7 @@ def killed_file_sweep(config, folder, model, updates=3):
 
     from ut_peft.accessibility import sweep
 
-    run = functools.partial(sweep.run_sweep, tokenizer=_WordTokenizer())
+    run = functools.partial(sweep.run_sweep, tokenizer=_NoBosWordTokenizer())
     with mock.patch.object(sweep, "run_sweep", run):
         return killed_sweep(config, folder, model, updates)
 
@@ -1211,10 +1198,10 @@ def test_a_resume_on_an_edited_source_file_is_refused_saying_what_changed_and_wh
     assert len(json.loads((folder / "settings.json").read_text())["source"]["sha256"]) == 64
     file.write_text(" ".join(f"omega{i}" for i in range(50)) + "\n")  # other words, the same count
     with pytest.raises(ValueError, match=r"changed: source\.sha256 .* Restore the file as it was to resume, or run"):
-        run_sweep(config, folder, model=llama, tokenizer=_WordTokenizer(), progress=False, report=False)
+        run_sweep(config, folder, model=llama, tokenizer=_NoBosWordTokenizer(), progress=False, report=False)
     assert read_rows(folder) == rows and store.inflight_keys(folder) == inflight  # nothing continued nor added
     file.write_text(old)  # restored: it resumes
-    run_sweep(config, folder, model=llama, tokenizer=_WordTokenizer(), progress=False, report=False)
+    run_sweep(config, folder, model=llama, tokenizer=_NoBosWordTokenizer(), progress=False, report=False)
     assert len(read_rows(folder)) == 4
 
 

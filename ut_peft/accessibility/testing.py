@@ -197,3 +197,19 @@ def crammed_prefixes():
     seen: set = set()
     with _recording_crams(lambda model, jobs, config: seen.add(tuple(config.prefix_ids))):
         yield seen
+
+
+class WordIdTokenizer:
+    """A plain callable tokenizer: one id a word, below a tiny model's vocabulary (ids from 3), with a BOS of id 1;
+    enough for every source kind. It lists no vocabulary (no ``get_vocab``), so random ids are drawn over the head's
+    rows."""
+
+    bos_token_id = 1
+
+    def __init__(self, vocab_size: int = 97):
+        self.vocab: dict[str, int] = {}
+        self.vocab_size = vocab_size
+
+    def __call__(self, text, add_special_tokens=True):
+        ids = [3 + self.vocab.setdefault(w, len(self.vocab)) % (self.vocab_size - 3) for w in text.split()]
+        return {"input_ids": ([self.bos_token_id] if add_special_tokens else []) + ids}
