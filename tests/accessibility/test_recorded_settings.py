@@ -287,7 +287,7 @@ def test_a_file_source_folder_from_before_its_digest_was_recorded_resumes_and_me
     from ut_peft.accessibility import merge_sweeps
     from ut_peft.accessibility.engine.sources import WordsSource
 
-    from .test_sweep import _WordTokenizer, killed_file_sweep
+    from .test_sweep import _NoBosWordTokenizer, killed_file_sweep
 
     words = tmp_path / "words.txt"
     words.write_text("\n".join(f"alpha{i}" for i in range(50)))
@@ -301,14 +301,14 @@ def test_a_file_source_folder_from_before_its_digest_was_recorded_resumes_and_me
         killed_file_sweep(config, tmp_path / "old", llama)
     before = (tmp_path / "old" / "settings.json").read_bytes()
     assert "sha256" not in json.loads(before)["source"] and store.inflight_keys(tmp_path / "old")
-    run_sweep(config, tmp_path / "old", model=llama, tokenizer=_WordTokenizer(), progress=False, report=False)
+    run_sweep(config, tmp_path / "old", model=llama, tokenizer=_NoBosWordTokenizer(), progress=False, report=False)
     rows = store.read_rows(tmp_path / "old")
     assert len(rows) == 4 and any(row.resumed_at for row in rows.values())  # its snapshots were continued
     assert (tmp_path / "old" / "settings.json").read_bytes() == before  # recorded as it was
     assert summarize_folder(tmp_path / "old", llama, report=False).settings == json.loads(before)
     # A folder of this version records the digest, and merges with the old one (which holds none to compare).
     other = small_config(source=f"words:{words}", ms=[2], grid=GridConfig(lengths=[4, 6]), num_sequences=2)
-    run_sweep(other, tmp_path / "new", model=llama, tokenizer=_WordTokenizer(), progress=False, report=False)
+    run_sweep(other, tmp_path / "new", model=llama, tokenizer=_NoBosWordTokenizer(), progress=False, report=False)
     assert "sha256" in store.read_settings(tmp_path / "new")["source"]
     merge_sweeps([tmp_path / "old", tmp_path / "new"], tmp_path / "merged")
     assert "sha256" not in store.read_settings(tmp_path / "merged")["source"]
