@@ -189,3 +189,31 @@ def test_ut_peft_bounds_measures_its_own_estimate_as_before_where_the_tokenizer_
     }
     ids, stats = fed_ids(model, batch_size=32, **small)  # the draws every head row gives, as before
     assert with_tokenizer["r_2"] == stats.radius and with_tokenizer["box"] == slope_bounds(stats)["box"]
+
+
+def test_a_words_folder_whose_tokenizer_cannot_load_is_refused_not_reported_over_other_ids(tmp_path):
+    """``--report-only`` of a words (or text) folder whose model loads but whose tokenizer no longer does: its run
+    could not have run without the tokenizer, and its support drew below the tokenizer's count, so a report without it
+    (every head row) would print other bounds than the run's. It is refused, saying what to do; a tokens folder, whose
+    run could have run without one, is still reported on over every head row, as its run would have drawn."""
+    from ut_peft.accessibility.testing import padded_checkpoint
+
+    checkpoint = padded_checkpoint(tmp_path / "padded")
+    config = small_sweep_config(checkpoint, source="words", ms=[1], grid=GridConfig(lengths=[2]), num_sequences=1)
+    summary = run_sweep(config, tmp_path / "words", progress=False, report=False)
+    assert summary.support["vocab_size"] == TOKENS
+    for path in (tmp_path / "padded").iterdir():  # the checkpoint's tokenizer lost (a hub cache pruned, say)
+        if path.name.startswith(("tokenizer", "special_tokens")):
+            path.unlink()
+    with pytest.raises(ValueError) as err:
+        summarize_folder(tmp_path / "words", report=False, write=False)
+    message = str(err.value)
+    for said in (str(tmp_path / "words"), checkpoint, "has no tokenizer", "tokenizer=", "words:pydoc_data sweep"):
+        assert said in message
+
+    bare = tmp_path / "bare"
+    tiny_model("llama", seed=0, vocab_size=ROWS).save_pretrained(bare)
+    tokens = small_sweep_config(str(bare), ms=[1], grid=GridConfig(lengths=[2]), num_sequences=1)
+    ran = run_sweep(tokens, tmp_path / "tokens", progress=False, report=False)
+    again = summarize_folder(tmp_path / "tokens", report=False, write=False)
+    assert again.support == ran.support and again.support["vocab_size"] == ROWS

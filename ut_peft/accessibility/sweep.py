@@ -22,7 +22,7 @@ from ..devices import execution_device
 from ..io import atomic_write_text
 from ..models import canonical_model_name, load_model, load_tokenizer
 from . import store, summaries
-from .config import GridConfig, SweepConfig
+from .config import GridConfig, SweepConfig, source_spec
 from .designs import make_design
 from .designs.common import complete_groups
 from .designs.configs import PooledConfig
@@ -724,9 +724,10 @@ def summarize_folder(
 
     The support sequences draw the tokens a text can hold (:func:`random_token_count`): without ``model`` the
     folder's model and its tokenizer are loaded, the model in the weights' dtype the folder records
-    (:func:`sweep_model`), as its run measured them; a ``model`` given comes with its ``tokenizer`` (without one the
-    ids are drawn over every head row, the same ids wherever the tokenizer covers the head, as every bundled model's),
-    and one in another dtype is refused (:func:`check_sweep_model`).
+    (:func:`sweep_model`), as its run measured them (a tokenizer that does not load is refused, but for a ``tokens``
+    sweep, which ran without one too: :func:`sweep_tokenizer`); a ``model`` given comes with its ``tokenizer``
+    (without one the ids are drawn over every head row, the same ids wherever the tokenizer covers the head, as every
+    bundled model's), and one in another dtype is refused (:func:`check_sweep_model`).
 
     The summary (and with ``report`` the plots and report) are written under the folder's lock, taken without
     waiting: where a run is writing the folder, :class:`.store.FolderLockedError` is raised before anything is
@@ -763,10 +764,7 @@ def _summarize_folder(
     check_rows(config, settings, rows)
     if model is None:
         model = sweep_model(config)  # in the weights' dtype the run crammed (and measured its support) with
-        try:  # as the run had it: the support draws the tokenizer's tokens (a tokens sweep may have run without one)
-            tokenizer = load_tokenizer(settings["model"])
-        except (OSError, ValueError, TypeError):
-            tokenizer = None
+        tokenizer = _folder_tokenizer(output_dir, config, settings)
     check_sweep_model(config, model)  # a model given in another dtype would measure the support in another precision
     # Read again with the model's context, which tells a support length a summary records cut at it from one given.
     config = SweepConfig.from_settings(store.recorded_settings(output_dir, settings, support_context(model)))
@@ -783,6 +781,27 @@ def _summarize_folder(
 
             write_report(output_dir, summary)
     return summary
+
+
+def _folder_tokenizer(output_dir: Path, config: SweepConfig, settings: dict):
+    """The tokenizer ``output_dir``'s run loaded, by the run's own rule (:func:`sweep_tokenizer` of the source its
+    ``settings`` record): None only for a ``tokens`` sweep whose model has none, which its run drew over every head row
+    too. Any other source's run had one and its support drew below its count, so a report over every head row would
+    print other bounds than the run's: a tokenizer that does not load is refused, saying what to do."""
+    try:
+        spec = source_spec(settings["source"])
+    except (ValueError, AttributeError):  # a dataset given from Python (or no description): a text source
+        spec = "text"
+    try:
+        return sweep_tokenizer(dataclasses.replace(config, source=spec))
+    except (OSError, ValueError, TypeError) as err:
+        raise ValueError(
+            f"{output_dir}: the tokenizer of its model {config.model!r} does not load ({type(err).__name__}: {err}). "
+            f"Its {spec} sweep ran with it and measured its support bounds on its tokens, so without it the report "
+            "would print other bounds than the run's (a report keeps the folder's source). Make the model's "
+            "tokenizer loadable again (its folder or hub cache), or pass the model and its tokenizer from Python: "
+            "summarize_folder(folder, model=..., tokenizer=...)"
+        ) from err
 
 
 def _check_given_support(config: SweepConfig, output_dir: Path, given: dict) -> None:
