@@ -11,7 +11,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ut_peft.accessibility import CramConfig, GridConfig, SweepConfig, run_sweep, store, summaries, summarize_folder
+from ut_peft.accessibility import (
+    CramConfig,
+    GridConfig,
+    SweepConfig,
+    merge_sweeps,
+    run_sweep,
+    store,
+    summaries,
+    summarize_folder,
+)
 from ut_peft.accessibility.designs import make_design
 from ut_peft.accessibility.engine.rows import Row
 from ut_peft.accessibility.engine.sources import init_seed
@@ -312,3 +321,71 @@ def test_a_file_source_folder_from_before_its_digest_was_recorded_resumes_and_me
     assert "sha256" in store.read_settings(tmp_path / "new")["source"]
     merge_sweeps([tmp_path / "old", tmp_path / "new"], tmp_path / "merged")
     assert "sha256" not in store.read_settings(tmp_path / "merged")["source"]
+
+
+def _old_merge_folder(folder, model: Path, ms, summary_seq_len: int | None, recorded_seq_len: int | None = None):
+    """A sweep folder of ``model`` (testing.write_sweep_folder) at ``ms``, lengths 2 and 3. ``summary_seq_len``: as a
+    version that did not record the support sequences left it, its settings.json without them and its summary.json
+    holding the support length they were measured at; None: as this version writes it, ``recorded_seq_len`` in
+    settings.json where given (its summary holds no support to read back)."""
+    from ut_peft.accessibility.testing import write_sweep_folder
+
+    settings = small_config(str(model), ms=list(ms), grid=GridConfig(lengths=[2, 3])).fingerprint({"kind": "tokens"})
+    for name in store.LATER_SETTINGS:
+        settings.pop(name)
+    if recorded_seq_len is not None:
+        settings["support_seq_len"] = recorded_seq_len
+    rows = [(m, n, index, True, 5) for m in ms for n in (2, 3) for index in range(2)]
+    write_sweep_folder(folder, json.loads(json.dumps(settings)), rows)
+    if summary_seq_len is not None:
+        support = {"num_samples": 256, "seq_len": summary_seq_len}
+        (folder / "summary.json").write_text(json.dumps({"settings": store.read_settings(folder), "support": support}))
+    return folder
+
+
+@pytest.fixture
+def model_folder(tmp_path):
+    """A local model's folder as merge reads it: its config, whose context (128 positions) cuts no support length."""
+    from ut_peft.testing import tiny_config
+
+    tiny_config("llama", max_positions=128).save_pretrained(tmp_path / "model")
+    return tmp_path / "model"
+
+
+def test_old_folders_measured_on_other_support_lengths_are_not_merged(model_folder, tmp_path):
+    # Both settings.json predate the support's record: one summary measured 4-token support sequences (asked for:
+    # the model's 128 positions cut nothing), the other the default 32. Read without the model's context, the 4 was
+    # taken for a cut default and the two merged as one design; a resume and a report (which have the model) read 4.
+    folders = [
+        _old_merge_folder(tmp_path / "asked", model_folder, [1], summary_seq_len=4),
+        _old_merge_folder(tmp_path / "default", model_folder, [2], summary_seq_len=32),
+    ]
+    with pytest.raises(ValueError, match=r"other settings than .*asked \(differ: support_seq_len 4 -> 32\)"):
+        merge_sweeps(folders, tmp_path / "merged")
+    assert not (tmp_path / "merged").exists()
+
+
+def test_an_old_folder_merges_with_a_new_one_recording_the_support_it_was_measured_on(model_folder, tmp_path):
+    # The same support (4 tokens), spelled two ways: the old folder's summary.json, the new one's settings.json. The
+    # merge refused them as differing (support_seq_len 32 -> 4); it records what both were measured on.
+    old = _old_merge_folder(tmp_path / "old", model_folder, [1], summary_seq_len=4)
+    new = _old_merge_folder(tmp_path / "new", model_folder, [2], summary_seq_len=None, recorded_seq_len=4)
+    merge_sweeps([old, new], tmp_path / "merged")
+    assert store.read_settings(tmp_path / "merged")["support_seq_len"] == 4
+    assert len(store.read_rows(tmp_path / "merged")) == 8
+
+
+def test_an_old_folder_s_support_length_the_model_cannot_tell_refuses_the_merge_saying_what_to_do(
+    model_folder, tmp_path
+):
+    # 4 tokens: asked for, or the default cut at the model's context; the merge reads the context from the model's
+    # config, and where that does not load it says so rather than guessing.
+    old = _old_merge_folder(tmp_path / "old", model_folder, [1], summary_seq_len=4)
+    new = _old_merge_folder(tmp_path / "new", model_folder, [2], summary_seq_len=None, recorded_seq_len=4)
+    shutil.rmtree(model_folder)
+    with pytest.raises(ValueError, match=r"old: .*support .*4 tokens.*config.* does not load.*merge again"):
+        merge_sweeps([old, new], tmp_path / "merged")
+    # A folder whose summary holds no length below the default needs no context: merged as before, model or none.
+    plain = [_old_merge_folder(tmp_path / f"plain{m}", model_folder, [m], summary_seq_len=32) for m in (1, 2)]
+    merge_sweeps(plain, tmp_path / "plain")
+    assert "support_seq_len" not in store.read_settings(tmp_path / "plain")

@@ -852,8 +852,9 @@ def merge_sweeps(folders, output_dir, *, overwrite: bool = False) -> Path:
         raise ValueError("the output folder cannot be one of the --merge folders; give a new folder")
     written = [store.read_settings(folder) for folder in folders]
     # Compared and merged as recorded: a folder from before the support sequences were recorded holds them in its
-    # summary, and the merge's summary is measured on them.
-    settings = [store.recorded_settings(folder, s) for folder, s in zip(folders, written)]
+    # summary, and the merge's summary is measured on them. Read with the model's context, as a resume and a report
+    # read them (_merged_folder_settings).
+    settings = [_merged_folder_settings(folder, s) for folder, s in zip(folders, written)]
     settings = [functools.reduce(store.without_unrecorded, settings, s) for s in settings]
     settings = _one_model_spelling(settings)
     free = {"ms", "grid", "merged_from", "infer_prefixes"}
@@ -901,6 +902,50 @@ def merge_sweeps(folders, output_dir, *, overwrite: bool = False) -> Path:
     finally:
         lock.release()
     return output_dir
+
+
+# A context that cuts no support length: where a folder's settings read the same with it as with none, its model's
+# context decides nothing in them (store.recorded_settings).
+_UNCUT_CONTEXT = 1 << 62
+
+
+def _merged_folder_settings(folder: Path, written: dict) -> dict:
+    """``folder``'s settings.json (``written``) as a merge compares and records them: :func:`.store.recorded_settings`
+    with the model's context, as a resume, a report and :func:`.config.folder_config` read the folder (they have the
+    model). A folder written before the support sequences were recorded holds them in its summary.json, its length cut
+    at the model's context, and only that context tells a length given below the default from the default cut: read
+    without it, two folders measured on other lengths merged as one sweep, and one merged with a folder of this
+    version recording the same length was refused. The context is read from the model's config (no weights), only
+    for a folder where it decides something; one whose config does not load is refused, saying what to do."""
+    settings = store.recorded_settings(folder, written)
+    uncut = store.recorded_settings(folder, written, _UNCUT_CONTEXT)
+    if settings == uncut:
+        return settings
+    context = _model_context(folder, written["model"], uncut.get("support_seq_len"))
+    return store.recorded_settings(folder, written, context)
+
+
+def _model_context(folder: Path, model: str, length) -> int | None:
+    """:func:`.stats.bounds.support_context` of ``folder``'s model (``model``, as its settings name it), read from its
+    config alone: the positions its support sequences were cut to (``length``: their length in its summary, named
+    where the config does not load)."""
+    import types
+
+    import transformers
+
+    from ..models import resolve_model_path
+
+    try:
+        config = transformers.AutoConfig.from_pretrained(resolve_model_path(model))
+    except (OSError, ValueError) as err:
+        raise ValueError(
+            f"{folder}: its summary.json measured the support on sequences of {length} tokens, which its "
+            "settings.json (written before they were recorded) does not say; whether they were asked for or the "
+            f"default {store.LATER_SETTINGS['support_seq_len']} cut at the model's context only the "
+            f"config of {model!r} tells, and it does not load ({type(err).__name__}: {err}). Make the model loadable "
+            "(its folder or hub cache) and merge again"
+        ) from None
+    return support_context(types.SimpleNamespace(config=config))  # the rule a loaded model's context is read by
 
 
 def _holds_a_merge(folder: Path) -> bool:
