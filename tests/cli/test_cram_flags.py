@@ -102,6 +102,33 @@ def test_a_sweep_reruns_from_its_settings_json_as_the_same_sweep(case, tmp_path)
     assert again.cram.batch_size == CramConfig().batch_size  # a speed knob: not recorded, so the default
 
 
+@pytest.mark.parametrize(
+    "spec", ["text:pydoc_data", "text", "words:pydoc_data", "words:./pydoc_data", "words", "text:./pydoc_data"]
+)
+def test_the_command_and_the_library_read_a_recorded_source_alike(spec, tmp_path, monkeypatch):
+    # A user's text file named pydoc_data (text:pydoc_data) records the bundled text's name with the file's sha256:
+    # the library (config.source_spec) read it as the file, the command's own table (cram._source_spec) as the
+    # bundled text, so `--config settings.json` reran another sweep than the folder's. One table now, the library's.
+    from ut_peft.accessibility.config import source_spec
+    from ut_peft.accessibility.engine.sources import make_source
+    from ut_peft.accessibility.testing import WordIdTokenizer
+
+    monkeypatch.chdir(tmp_path)
+    Path("pydoc_data").write_text("\n\n".join(" ".join(f"w{p}x{i}" for i in range(40)) for p in range(6)))
+    first = command.sweep_config(command.parse(["--source", spec, "--output-dir", "first"]))
+    description = make_source(spec, WordIdTokenizer()).describe()
+    path = tmp_path / "first" / "settings.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(recorded(first, description)))
+    again = command.sweep_config(command.parse(["--config", str(path), "--output-dir", "again"]))
+    expected = "words:pydoc_data" if spec == "words" else spec  # a bare words is the protocol's list, recorded
+    assert again.source == source_spec(description) == expected
+    if "sha256" in description:  # a file: once edited, the rerun is refused (it was not, read as the bundled text)
+        Path("pydoc_data").write_text("edited since")
+        with pytest.raises(ValueError, match="source.sha256 = .* changed since"):
+            command.flags_from_settings(json.loads(path.read_text()), path)
+
+
 def test_every_flag_the_settings_record_is_read_back_with_a_value_of_its_own(tmp_path):
     """Each recorded flag comes back from some case above with a value other than its default, so the round trip
     covers it."""

@@ -306,23 +306,20 @@ def minutes(text: str) -> float:
 
 # ---- how a sweep's settings.json records a flag (read back by flags_from_settings) --------------------------------
 
-_TEXT_NAMES = {"pydoc_data": "text"}
-_WORD_NAMES = {
-    "glove-6b:100000": "words:glove",
-    "wordfreq:en:100000": "words:wordfreq",
-    "pydoc_data": "words:pydoc_data",
-}
-
 
 def _source_spec(source: dict, path) -> str:
-    kind, name = source.get("kind"), source.get("name")
-    if kind == "tokens":
-        return "tokens"
-    if kind == "text" and isinstance(name, str) and not name.startswith("dataset:"):
-        return name if name.startswith("hf:") else _TEXT_NAMES.get(name, f"text:{name}")
-    if kind == "words" and isinstance(name, str):
-        return _WORD_NAMES.get(name, f"words:{name}")
-    raise ValueError(f"{path}: its source {source} was given from Python (a dataset object); rerun it from Python")
+    """--source from settings.json's description of the source: the library's reading (config.source_spec), the one
+    table of the bundled sources' names, so that a rerun from settings.json crams what a re-cram of the folder does.
+    The command kept a table of its own, which read a text file named like the bundled text (text:pydoc_data, whose
+    description records its sha256) as the bundled text."""
+    from ..accessibility.config import source_spec
+
+    try:
+        return source_spec(source)
+    except ValueError:
+        raise ValueError(
+            f"{path}: its source {source} was given from Python (a dataset object); rerun it from Python"
+        ) from None
 
 
 def _recorded_design(settings: dict) -> str:
@@ -856,7 +853,9 @@ def _check_inputs(values: dict, path) -> None:
     source = values.get("source") or {}
     digest = source.get("sha256")
     kind, _, file = _source_spec(source, path).partition(":") if digest else ("", "", "")
-    if kind in ("text", "words") and file and file not in WORD_LISTS and Path(file).is_file():
+    # words:glove records the bundled list's digest, which no file of its name holds; text:NAME is always a file.
+    bundled = kind == "words" and file in WORD_LISTS
+    if kind in ("text", "words") and file and not bundled and Path(file).is_file():
         now = hashlib.sha256(Path(file).read_bytes()).hexdigest()
         if now != digest:
             raise ValueError(
