@@ -24,6 +24,7 @@ from ut_peft.accessibility import (
     store,
     summarize_folder,
 )
+from ut_peft.accessibility.report import write_report
 from ut_peft.accessibility.store import read_rows, repair
 from ut_peft.accessibility.testing import WordIdTokenizer, crammable_model, killed_sweep, small_sweep_config
 
@@ -1053,6 +1054,37 @@ def test_a_summary_and_report_are_the_same_bytes_from_the_run_and_from_its_folde
     written = {name: (tmp_path / "run" / name).read_bytes() for name in ("summary.json", "report.md")}
     summarize_folder(tmp_path / "run", llama, support_sequences=8, support_seq_len=4)
     assert {name: (tmp_path / "run" / name).read_bytes() for name in written} == written
+
+
+def test_a_report_that_measures_the_support_on_another_device_type_than_the_summary_says_so(tmp_path, llama, capsys):
+    """A run on a GPU measures its support bounds there and its summary records so (``"device": "cuda"``); a report on
+    a CPU machine measures them again on the CPU, whose float32 forward rounds otherwise, so the radius and bounds it
+    prints differ in their trailing digits: it says so, naming both devices, instead of saying nothing."""
+    run_sweep(small_config(), tmp_path, model=llama, progress=False, report=False)
+    path = tmp_path / "summary.json"
+    ran = json.loads(path.read_text())
+    assert "device" not in ran["support"]  # measured on the CPU: a summary keeps the bytes it always had
+    summarize_folder(tmp_path, llama, report=False)
+    assert "note:" not in capsys.readouterr().out  # the same device: nothing to say
+    # The summary as a run on a GPU writes it (this machine has none), and the report it writes says where.
+    ran["support"]["device"] = "cuda"
+    path.write_text(json.dumps(ran))
+    write_report(tmp_path, load_summary(tmp_path))
+    assert (
+        "Measured on cuda (on another device type the trailing digits differ)." in (tmp_path / "report.md").read_text()
+    )
+    summarize_folder(tmp_path, llama, report=False, write=False)  # what --report-only prints while a run holds it
+    said = capsys.readouterr().out
+    for words in ("measured on cuda", "again on cpu", "trailing digits", "nothing was written"):
+        assert words in said
+    assert json.loads(path.read_text())["support"]["device"] == "cuda"
+    summary = summarize_folder(tmp_path, llama)
+    assert "summary.json now holds the cpu measurement" in capsys.readouterr().out
+    # What it wrote is the CPU's measurement, recorded as such (no device), and its report names none.
+    assert "device" not in json.loads(path.read_text())["support"] and "device" not in summary.support
+    assert "Measured on" not in (tmp_path / "report.md").read_text()
+    summarize_folder(tmp_path, llama, report=False)
+    assert "note:" not in capsys.readouterr().out
 
 
 def test_leftover_snapshots_of_a_run_under_other_settings_are_never_continued(tmp_path, llama, monkeypatch):

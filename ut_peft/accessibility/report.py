@@ -310,11 +310,14 @@ def unfinished_line(summary: Summary) -> str | None:
 
 
 def _support_line(support) -> str:
-    """The measured support the bounds stand on."""
+    """The measured support the bounds stand on, and the device it was measured on where not the CPU (a support
+    measured on the CPU records none: its report keeps its bytes)."""
+    device = support.get("device")
     return (
         f"Support (ut-peft's bound estimate, the bounds above): r = r_2 = {support['radius']:.3f}, eps = r/2^11 = "
         f"{support['eps']:.5f}, from {support['num_samples']} random-token sequences of "
         f"{support.get('seq_len', 32)} tokens; d = {support['hidden_size']}, |V| = {support['vocab_size']}."
+        + (f" Measured on {device} (on another device type the trailing digits differ)." if device else "")
     )
 
 

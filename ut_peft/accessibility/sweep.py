@@ -40,6 +40,7 @@ from .stats.bounds import (
     random_token_count,
     slope_bounds,
     support_context,
+    support_device,
 )
 from .stats.coverage import check_intervals, check_pooled
 from .stats.fit import (
@@ -770,7 +771,11 @@ def _summarize_folder(
     config = SweepConfig.from_settings(store.recorded_settings(output_dir, settings, support_context(model)))
     given = {"support_sequences": support_sequences, "support_seq_len": support_seq_len}
     _check_given_support(config, output_dir, {k: v for k, v in given.items() if v is not None})
+    measured_before = _summary_support_device(output_dir)
     summary = summarize(config, settings, rows, model, tokenizer)
+    if measured_before is not None and measured_before != support_device(summary.support):
+        # Said, not left for a reader to find: the bounds printed here are not the digits the folder's summary held.
+        print(_support_device_note(output_dir, measured_before, support_device(summary.support), write), flush=True)
     summary.bounds_published = published_bounds.summary_entry_for(output_dir, settings["model"])
     summary.retargeted_from = store.read_retargeted(output_dir)
     summary.calibrated = _calibrated(config, output_dir, rows)
@@ -802,6 +807,30 @@ def _folder_tokenizer(output_dir: Path, config: SweepConfig, settings: dict):
             "tokenizer loadable again (its folder or hub cache), or pass the model and its tokenizer from Python: "
             "summarize_folder(folder, model=..., tokenizer=...)"
         ) from err
+
+
+def _summary_support_device(output_dir: Path) -> str | None:
+    """The device type the support of ``output_dir``'s summary.json was measured on (:func:`.stats.bounds.
+    support_device`), None where it holds no summary that reads (none yet, damaged, or of an older schema)."""
+    try:
+        return support_device(summaries.read_summary(output_dir).support)
+    except (OSError, ValueError):
+        return None
+
+
+def _support_device_note(output_dir: Path, before: str, now: str, written: bool) -> str:
+    """What a report says where it measures the support bounds on another device type than the folder's summary."""
+    return (
+        f"note: {output_dir}'s summary.json holds support bounds measured on {before}, and this report measures them "
+        f"again on {now}: the support radius, eps, the bounds and their ratios may differ from those in their "
+        "trailing digits (a float32 forward rounds differently on each device); "
+        + (
+            f"summary.json now holds the {now} measurement (report on a {before} machine to write the {before} "
+            "digits again)"
+            if written
+            else "nothing was written"
+        )
+    )
 
 
 def _check_given_support(config: SweepConfig, output_dir: Path, given: dict) -> None:

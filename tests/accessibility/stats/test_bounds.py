@@ -10,6 +10,7 @@ from ut_peft.accessibility.stats.bounds import (
     head_inputs,
     measure_support,
     slope_bounds,
+    support_device,
 )
 from ut_peft.testing import tiny_model
 
@@ -95,3 +96,15 @@ def test_a_model_with_fewer_positions_than_the_support_length_gets_a_summary(tmp
     )  # support_seq_len keeps its default, 32 > 16 positions
     summary = run_sweep(config, tmp_path, model=model, progress=False, report=False)
     assert summary.num_rows == 4 and summary.bounds["ball"] > 0
+
+
+def test_the_support_records_the_device_type_it_was_measured_on_where_not_the_cpu():
+    """A float32 forward rounds differently on each device: the support says where it was measured, and one measured
+    on the CPU records what it always did (no key: summaries keep their bytes)."""
+    model = tiny_model("llama", seed=0)
+    stats = measure_support(model, num_sequences=4, seq_len=4)
+    assert stats.device is None and "device" not in stats.to_dict() and support_device(stats.to_dict()) == "cpu"
+    on_gpu = type(stats).from_states(stats.hidden, stats.vocab_size, stats.seq_len, device=torch.device("cuda", 1))
+    assert on_gpu.to_dict()["device"] == "cuda" and support_device(on_gpu.to_dict()) == "cuda"
+    if torch.cuda.is_available():  # measured there for real where this machine has a GPU
+        assert measure_support(model.cuda(), num_sequences=4, seq_len=4).to_dict()["device"] == "cuda"

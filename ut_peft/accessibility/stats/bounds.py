@@ -16,8 +16,9 @@ relative precision of fp16). The ids are the tokens a text can hold (the tokeniz
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import torch
 
@@ -32,8 +33,11 @@ EPS_RELATIVE = 2.0**-11
 
 class SupportSummary(TypedDict):
     """The measured support of the output head's inputs (:meth:`SupportStats.to_dict`); summaries written
-    since it was recorded also hold ``seq_len``, the tokens per sequence (before: 32, the only length used), and a
-    padded head's summary ``head_rows``, its rows beside |V| (``vocab_size``, the tokenizer's tokens drawn)."""
+    since it was recorded also hold ``seq_len``, the tokens per sequence (before: 32, the only length used), a
+    padded head's summary ``head_rows``, its rows beside |V| (``vocab_size``, the tokenizer's tokens drawn), and one
+    measured on an accelerator ``device``, its type (``"cuda"``): float32 forwards round differently on each device,
+    so the radius and bounds of one model differ in their trailing digits by where they were measured
+    (:func:`support_device`)."""
 
     radius: float
     eps: float
@@ -61,12 +65,20 @@ class SupportStats:
     vocab_size: int  # |V| of the bounds: the tokens the sequences were drawn from
     seq_len: int | None = None  # tokens per sampled sequence (after the cap at the context)
     head_rows: int | None = None  # the output head's rows, where a padded head has more than |V| (None: the same)
+    device: str | None = None  # the device type the states were computed on, where not the CPU (None: the CPU)
 
     @classmethod
     def from_states(
-        cls, hidden: torch.Tensor, vocab_size: int, seq_len: int | None = None, head_rows: int | None = None
+        cls,
+        hidden: torch.Tensor,
+        vocab_size: int,
+        seq_len: int | None = None,
+        head_rows: int | None = None,
+        device: torch.device | str | None = None,
     ) -> SupportStats:
-        """The support of (N, d) measured states: their largest norm r, eps = r / 2^11, the per-coordinate box."""
+        """The support of (N, d) measured states: their largest norm r, eps = r / 2^11, the per-coordinate box;
+        ``device``: where the states were computed (kept as its type, and only where not the CPU)."""
+        device_type = None if device is None else torch.device(device).type
         radius = float(hidden.norm(dim=1).max())
         return cls(
             radius=radius,
@@ -78,6 +90,8 @@ class SupportStats:
             seq_len=seq_len,
             # Kept only where it says something: a head without padding records what it always did.
             head_rows=None if head_rows is None or int(head_rows) == int(vocab_size) else int(head_rows),
+            # Likewise: a support measured on the CPU records what it always did (summaries keep their bytes).
+            device=None if device_type in (None, "cpu") else device_type,
         )
 
     @property
@@ -85,7 +99,7 @@ class SupportStats:
         return int(self.hidden.shape[1])
 
     def to_dict(self) -> dict:
-        out = {
+        out: dict[str, float | int | str] = {
             "radius": self.radius,
             "eps": self.eps,
             "num_samples": int(self.hidden.shape[0]),
@@ -96,7 +110,16 @@ class SupportStats:
             out["seq_len"] = self.seq_len
         if self.head_rows is not None:  # a padded head only: every other model's summary keeps its bytes
             out["head_rows"] = self.head_rows
+        if self.device is not None:  # an accelerator only: a support measured on the CPU keeps its bytes
+            out["device"] = self.device
         return out
+
+
+def support_device(support: Mapping[str, Any]) -> str:
+    """The device type a summary's ``support`` (:meth:`SupportStats.to_dict`) was measured on: its ``device``, or
+    ``"cpu"`` where it records none (measured on the CPU; or written before the device was recorded, where it cannot
+    be told and is taken as the CPU)."""
+    return str(support.get("device") or "cpu")
 
 
 def head_inputs(model, input_ids: torch.Tensor, **kwargs) -> torch.Tensor:
@@ -187,7 +210,7 @@ def measure_support(
         ]
     finally:
         model.train(was_training)
-    return SupportStats.from_states(torch.cat(states), vocab, seq_len, head_rows)
+    return SupportStats.from_states(torch.cat(states), vocab, seq_len, head_rows, device)
 
 
 def random_token_count(model, tokenizer) -> int:
