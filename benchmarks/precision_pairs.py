@@ -271,11 +271,14 @@ def swapped(rows: dict, records: list[dict]) -> dict:
 def line_fitter(folder):
     """The folder's design's line, as a function of rows: ``rows -> {"slope", "n50": {m: n_50}}`` (None where it
     cannot be fitted). The design is built once, for the bootstrap's hundreds of fits."""
-    from ut_peft.accessibility import SweepConfig
     from ut_peft.accessibility.designs import PooledDesign, make_design
     from ut_peft.accessibility.designs.pooled import pooled_estimates
 
-    config = SweepConfig.from_settings(store.read_settings(folder))
+    # The sweep the pairs were crammed under (folder_config, as cram_pairs reads it), not a second reading of
+    # settings.json: the design's fit reads only what both readings agree on today (ms, grid, design, step cap; they
+    # differ in a recorded autocast "auto" and an old folder's support sequences), so no line moves, but one reading
+    # keeps the line and the pairs from ever being made under two readings of one folder.
+    config = folder_config(folder)
     design = make_design(config)
 
     def fit_line(rows: dict) -> dict | None:

@@ -371,3 +371,31 @@ def test_a_setting_the_rebuilt_sweep_does_not_carry_is_refused_before_any_row_is
     with pytest.raises(ValueError, match=r"\(changed: cram.new_knob 3 -> null\), so its rows cannot") as refused:
         list(pairs.cram_pairs(folder, [1, 2], "bf16", done=set(), model=llama))
     assert "\n" not in str(refused.value)
+
+
+def _finished_pooled_folders():
+    """The committed pooled folders whose summary.json was written under their settings.json (a finished run)."""
+    from pathlib import Path
+
+    results = Path(__file__).resolve().parents[2] / "results"
+    folders = []
+    for settings_file in sorted(results.glob("*/*/settings.json")):
+        folder, settings = settings_file.parent, json.loads(settings_file.read_text())
+        summary_file = folder / "summary.json"
+        if (settings.get("design") or {}).get("kind") != "pooled" or not summary_file.is_file():
+            continue
+        if json.loads(summary_file.read_text()).get("settings") == settings:
+            folders.append(folder)
+    return folders
+
+
+@pytest.mark.parametrize("folder", _finished_pooled_folders(), ids=lambda folder: folder.name)
+def test_the_line_fitted_to_a_folder_s_own_rows_is_its_summary_s_line(folder, pairs):
+    """line_fitter reads the folder as cram_pairs does (config.folder_config), and the line it fits to the folder's
+    own rows, the shift's base, is the pooled line its summary.json holds: the committed folders are old ones (autocast
+    "auto", their support sequences only in summary.json), which the rebuild reads otherwise than settings.json says,
+    in nothing the design's fit reads."""
+    summary = json.loads((folder / "summary.json").read_text())["pooled"]
+    fitted = pairs.line_fitter(folder)(read_rows(folder))
+    assert fitted["slope"] == summary["slope"]
+    assert fitted["n50"] == {entry["m"]: entry["n50"] for entry in summary["per_m"]}
