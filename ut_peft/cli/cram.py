@@ -698,7 +698,9 @@ def support_sequences(args: argparse.Namespace) -> int:
 
 
 # The word lists a bare name gives (words:NAME); any other words:X, and any text:X, is a file (sources.make_source).
-WORD_LISTS = ("glove", "wordfreq", "pydoc_data")
+WORD_LISTS = library_value(
+    "ut_peft.accessibility.engine.sources:BUNDLED_WORD_LISTS", ("glove", "wordfreq", "pydoc_data")
+)
 
 
 # How much of a text:PATH or words:PATH file --source reads before the model loads, to refuse one that is not text.

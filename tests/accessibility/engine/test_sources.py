@@ -408,3 +408,16 @@ def test_a_file_source_that_is_not_utf8_text_says_so_and_what_to_do(tmp_path, ki
     message = str(err.value)
     assert message.startswith(f"{kind}:{path}: {path} is not UTF-8 text ({found}: a binary file, or text in ")
     assert f"give {what}" in message and "iconv -f ENCODING -t UTF-8" in message and "\n" not in message
+
+
+def test_every_bundled_word_list_name_builds_its_list_not_a_file_of_that_name(tmp_path, monkeypatch):
+    """The CLI reads BUNDLED_WORD_LISTS to tell words:NAME from words:FILE (it checks a file, and its digest, only for
+    the latter): a name in the table that make_source read as a file would be checked as neither."""
+    pytest.importorskip("wordfreq")
+    from ut_peft.accessibility.engine.sources import BUNDLED_WORD_LISTS, WordsSource
+
+    monkeypatch.chdir(tmp_path)  # no file of any list's name here: a list read as a file would fail
+    for name in BUNDLED_WORD_LISTS:
+        source = make_source(f"words:{name}", _WordTokenizer())
+        assert isinstance(source, WordsSource)
+        assert "sha256" not in source.describe() or name == "glove", name  # glove records its bundled list's digest

@@ -295,6 +295,9 @@ def default_words() -> list[str]:
     return sorted(words)
 
 
+# The word lists a bare name gives (words:NAME, make_source); any other words:X is a file of words.
+BUNDLED_WORD_LISTS = ("glove", "wordfreq", "pydoc_data")
+
 GLOVE_WORDS_FILE = "glove-6b-vocab-100k.txt"
 GLOVE_WORDS_SHA256 = "e52a405502a79f6c6fd70f1ba18818775001af8485088b8fc018cd645e28570e"
 GLOVE_WORDS_NAME = "glove-6b:100000"
