@@ -51,3 +51,23 @@ def test_a_fresh_data_runs_training_strings_are_the_ones_its_steps_drew(tmp_path
     run(settings, tmp_path / "run", progress=False)
     text = khop_baselines.report(train=50, evaluation=20, run_dirs=[tmp_path / "run"], out=tmp_path / "r.md")
     assert "`run` (step 2) against the tables" in text and "model agrees with the table" in text
+
+
+def test_a_checkpoint_from_before_fresh_data_is_compared_with_its_own_fixed_pool(tmp_path):
+    """Was wrong: the settings of a checkpoint written before fresh_data existed (every run then trained on a fixed
+    pool) were read with today's default, fresh strings, so its agreement table was fitted on strings it never saw."""
+    import torch
+
+    settings = RunSettings(task="khop", width=24, layers=1, head_dim=4, steps=2, batch_size=4, eval_examples=8,
+                           train_examples=10, khop_length=8, khop_ks=[1, 2], fresh_data=False,
+                           pool_excludes_held_out=False, init_std=1.0)  # fmt: skip
+    run(settings, tmp_path / "run", progress=False)
+    checkpoint = tmp_path / "run" / "checkpoint.pt"
+    state = torch.load(checkpoint, weights_only=False)
+    for key in ("init_std", "fresh_data", "pool_excludes_held_out"):
+        del state["settings"][key]
+    torch.save(state, checkpoint)
+    read, _, _ = khop_baselines.final_model(tmp_path / "run")
+    assert read == settings
+    pool = khop_baselines.strings(task_data(settings)[0])
+    assert khop_baselines.training_strings(read) == pool

@@ -367,9 +367,13 @@ def test_the_fixed_pool_holds_no_held_out_string_and_the_old_pool_stays_reproduc
 
 
 def test_an_old_fixed_pool_checkpoint_resumes_only_as_what_it_ran(tmp_path):
-    from ut_peft.tasks.training import BEFORE_FIELD
+    from ut_peft.tasks.training import before_fields
 
-    assert BEFORE_FIELD == {"pool_excludes_held_out": False}
+    assert before_fields({"backbone": "hf:gpt2"}) == {
+        "fresh_data": False,
+        "pool_excludes_held_out": False,
+        "init_std": 0.02,
+    }
     fixed = RunSettings(task="dyck", backbone="sparse-ut", **{**TINY, "fresh_data": False})
     run(dataclasses_replace(fixed, pool_excludes_held_out=False), tmp_path / "old", progress=False, stop_after=3)
     _drop_setting(tmp_path / "old" / "checkpoint.pt", "pool_excludes_held_out")  # as written before the field
@@ -447,3 +451,34 @@ def test_the_seed_draws_a_pretrained_backbones_task_vocabulary(tmp_path):
         tables.append([p.detach().clone() for p in model.parameters() if p.requires_grad])
     assert all(torch.equal(a, b) for a, b in zip(tables[0], tables[2]))
     assert not any(torch.equal(a, b) for a, b in zip(tables[0], tables[1]))
+
+
+def test_a_checkpoint_from_before_init_std_and_fresh_data_resumes_only_as_what_it_ran(tmp_path):
+    """Was wrong: a checkpoint written before init_std and fresh_data existed (2026-12-01) had them filled in with
+    today's defaults, 0.02 and fresh strings, although every such run drew a universal backbone's E at unit scale and
+    trained on a fixed pool. It resumed under the defaults with no word (the rest of its steps on fresh strings, its
+    row saying init_std 0.02 and fresh_data), and the settings it ran with were refused."""
+    old_fields = ("init_std", "fresh_data", "pool_excludes_held_out")
+    as_ran = dict(fresh_data=False, pool_excludes_held_out=False)
+    unit = RunSettings(task="dyck", backbone="sparse-ut", **{**TINY, **as_ran, "init_std": 1.0})
+    run(unit, tmp_path / "ut", progress=False, stop_after=3)
+    for key in old_fields:
+        _drop_setting(tmp_path / "ut" / "checkpoint.pt", key)
+    defaults = RunSettings(task="dyck", backbone="sparse-ut", **TINY)
+    with pytest.raises(ValueError, match=r"different settings \(fresh_data, init_std\b"):
+        run(defaults, tmp_path / "ut", progress=False)
+    assert run(unit, tmp_path / "ut", progress=False)["resumed_from_step"] == 3
+    # A finished run's result.json from then is read the same way when the run is asked for again.
+    finished = json.loads((tmp_path / "ut" / "result.json").read_text())
+    for key in old_fields:
+        del finished["settings"][key]
+    (tmp_path / "ut" / "result.json").write_text(json.dumps(finished))
+    with pytest.raises(ValueError, match="different settings"):
+        run(defaults, tmp_path / "ut", progress=False)
+    assert run(unit, tmp_path / "ut", progress=False)["resumed_from_step"] == 3
+    # An hf: backbone drew its tables at its family's own 0.02 then as now: its old checkpoint resumes at 0.02.
+    family = RunSettings(task="dyck", backbone="hf:llama", **{**TINY, **as_ran})
+    run(family, tmp_path / "hf", progress=False, stop_after=3)
+    for key in old_fields:
+        _drop_setting(tmp_path / "hf" / "checkpoint.pt", key)
+    assert run(family, tmp_path / "hf", progress=False)["resumed_from_step"] == 3

@@ -21,7 +21,7 @@ import torch
 
 from ..io import atomic_write_text
 from .khop import hop, khop_dataset
-from .training import RunSettings, TrainingData, build_model, collate, task_data
+from .training import RunSettings, TrainingData, build_model, collate, settings_as_run, task_data
 
 NONE = 5  # khop_vocab(): pad, a..d, <none>
 
@@ -90,7 +90,7 @@ def final_model(run_dir: Path) -> tuple[RunSettings, Any, int]:
     """(settings, model, step) of a k-hop run at its last checkpoint (written at the last step, so a finished run's
     final weights), in eval mode."""
     state = torch.load(Path(run_dir) / "checkpoint.pt", weights_only=False, map_location="cpu")
-    settings = RunSettings(**state["settings"])
+    settings = settings_as_run(state["settings"])  # an old checkpoint's fields it predates: what it ran with
     if settings.task != "khop":
         raise ValueError(f"{run_dir} is a {settings.task} run; this takes k-hop runs")
     _, _, vocab_size, max_len = task_data(settings)
@@ -194,8 +194,8 @@ def report(
     for run_dir in run_dirs:
         run_dir = Path(run_dir)
         held_out, answers, step = model_predictions(run_dir)
-        settings = RunSettings(
-            **torch.load(run_dir / "checkpoint.pt", weights_only=False, map_location="cpu")["settings"]
+        settings = settings_as_run(
+            torch.load(run_dir / "checkpoint.pt", weights_only=False, map_location="cpu")["settings"]
         )
         lines += ["", f"`{run_dir.name}` (step {step}) against the tables fitted on its own training strings:", ""]
         lines += agreement(training_strings(settings), held_out, answers)

@@ -312,9 +312,20 @@ def _save_checkpoint(
         )
 
 
-# Fields added since some checkpoints were written whose default is not the behaviour from before they existed: what
-# such a checkpoint ran with.
-BEFORE_FIELD = {"pool_excludes_held_out": False}
+def before_fields(saved: dict) -> dict:
+    """What a run recorded before some fields existed ran with, for the fields whose default is not that behaviour:
+    every run before fresh_data (2026-12-01) trained on a fixed pool, drawn without the held-out check until
+    pool_excludes_held_out (2026-12-05); before init_std a universal backbone drew E and positions at unit scale (its
+    config's initializer_range then), an hf: backbone at its family's 0.02, as the default does now (a pretrained
+    backbone reads no init_std)."""
+    universal = str(saved.get("backbone", "")).partition(":")[0] in ("sparse-ut", "random-ut")
+    return {"fresh_data": False, "pool_excludes_held_out": False, "init_std": 1.0 if universal else 0.02}
+
+
+def settings_as_run(saved: dict) -> RunSettings:
+    """The settings a checkpoint, ``result.json`` or results row records, each field it predates filled in with what
+    the run used (:func:`before_fields`; any other field's default is the behaviour from before it existed)."""
+    return RunSettings(**{**before_fields(saved), **saved})
 
 
 def _compared(settings: dict) -> dict:
@@ -325,10 +336,9 @@ def _compared(settings: dict) -> dict:
 
 
 def _check_settings(path: Path, saved: dict, settings: RunSettings) -> None:
-    # A field added since the checkpoint was written reads as its default, which is the behaviour from before it
-    # existed (BEFORE_FIELD names the exceptions and what they ran with), so such a run resumes (and a run that sets
-    # the field differently does not).
-    saved = _compared({**dataclasses.asdict(RunSettings()), **BEFORE_FIELD, **saved})
+    # A field added since the checkpoint was written reads as what the run used (its default, or what before_fields
+    # says where the default changed the behaviour), so such a run resumes as what it ran, and only as that.
+    saved = _compared({**dataclasses.asdict(RunSettings()), **before_fields(saved), **saved})
     current = _compared(dataclasses.asdict(settings))
     if saved != current:
         changed = sorted(k for k in saved.keys() | current.keys() if saved.get(k) != current.get(k))
@@ -797,6 +807,7 @@ __all__ = [
     "RunInProgressError",
     "RunSettings",
     "TrainingData",
+    "before_fields",
     "build_model",
     "collate",
     "draw_example",
@@ -805,6 +816,7 @@ __all__ = [
     "initial_table_std",
     "log_eval_steps",
     "run",
+    "settings_as_run",
     "step_timer",
     "stop_reason",
     "string_key",
