@@ -65,8 +65,9 @@ def set_section(path: Path, name: str, body: str) -> bool:
 def main(args) -> None:
     base = args.base_dir
     results, runs_dir = base / RESULTS, base / RUNS_DIR
-    # The flat rule's checks are due only once their rows have stopped flat: they join the plan from the results.
-    everything = plan.PLAN + plan.BUDGET_PLAN + plan.flat_checks(plan.load_rows(results))
+    # The flat rule's checks are due only once their rows have stopped flat: they join the plan from the results, and
+    # the seeds a row earned with the settings it earned them under (without the flat rule where its check says so).
+    everything = plan.PLAN + plan.BUDGET_PLAN + plan.budget_runs(plan.load_rows(results))
     if args.list:
         for name, settings in plan.BUDGET_PLAN if args.budget else plan.PLAN:
             print(f"{name}: {plan.command(name, settings, RUNS_DIR, RESULTS)}")

@@ -1,3 +1,4 @@
+import dataclasses
 import importlib.util
 import json
 import os
@@ -79,6 +80,48 @@ def test_every_planned_command_makes_the_planned_settings():
         rebuilt = RunSettings(**{k: getattr(args, k) for k in RunSettings.__dataclass_fields__})
         assert rebuilt == RunSettings(**planned), name
         assert args.out == f"runs/universal/{name}"
+
+
+def _as_compared(settings: RunSettings) -> dict:
+    """A run's settings as a resume compares them: a fresh-data run has no pool, so no pool fields."""
+    fields = dataclasses.asdict(settings)
+    if settings.fresh_data:
+        fields.pop("train_examples"), fields.pop("pool_excludes_held_out")
+    return fields
+
+
+def test_every_planned_run_with_a_committed_row_is_the_run_that_row_records():
+    """Was wrong: the plan's dyck-<kind>-init002-s0 runs left pool_excludes_held_out at its default (True, added
+    after they ran), while their committed rows trained on a pool that held about 76% of the held-out strings (99.5%
+    held out for the sparse UT; the same run on a disjoint pool, dyck-sparse-disjoint-s0, 71%). The plan, its --list
+    commands and a worker on a fresh checkout made the disjoint run under the init002 name."""
+    from ut_peft.tasks.training import settings_as_run
+
+    rows = plan.load_rows(ROOT / RESULTS)
+    planned = dict(plan.PLAN + plan.BUDGET_PLAN + plan.flat_checks(rows) + plan.budget_runs(rows))
+    checked = [name for name in planned if name in rows]
+    assert len(checked) > 100  # the committed plan rows, not an empty file
+    for name in checked:
+        recorded = _as_compared(settings_as_run(rows[name]["settings"]))
+        assert _as_compared(RunSettings(**planned[name])) == recorded, name
+
+
+def test_a_planned_run_whose_name_has_a_row_of_other_settings_is_refused_before_anything_trains(tmp_path):
+    """Was wrong: the worker skipped a planned run whose name had a row in the results file whatever settings that
+    row ran with ("already in"), so a plan whose settings changed (or a row written to that name by hand) left the
+    other run's row in the table under the plan's name."""
+    from ut_peft.tasks.training import run
+
+    runs, results, said = tmp_path / "runs", tmp_path / "runs.jsonl", []
+    name, settings = TINY_PLAN[1]
+    run(RunSettings(**{**settings, "lr": 3e-3}), runs / name, results_path=results, progress=False)
+    with pytest.raises(ValueError, match=rf"{results} holds a row for {name} trained with other settings .*\(lr\)"):
+        plan.run_plan(TINY_PLAN, runs_dir=runs, results=results, log=said.append)
+    assert not (runs / TINY_PLAN[0][0]).exists()  # refused before the plan's first run started
+    # The row of the planned settings is the plan's run, done.
+    run(RunSettings(**settings), tmp_path / "other" / name, results_path=results, progress=False)
+    assert plan.run_plan(TINY_PLAN, runs_dir=runs, results=results, log=said.append) == [TINY_PLAN[0][0]]
+    assert any(f"{name}: already in" in line for line in said)
 
 
 def test_the_plan_has_every_split_and_kind_at_three_seeds_and_the_legacy_rows_their_old_settings():

@@ -335,13 +335,18 @@ def _compared(settings: dict) -> dict:
     return settings
 
 
-def _check_settings(path: Path, saved: dict, settings: RunSettings) -> None:
-    # A field added since the checkpoint was written reads as what the run used (its default, or what before_fields
-    # says where the default changed the behaviour), so such a run resumes as what it ran, and only as that.
-    saved = _compared({**dataclasses.asdict(RunSettings()), **before_fields(saved), **saved})
+def settings_differences(saved: dict, settings: RunSettings) -> list[str]:
+    """The fields in which the run ``saved`` records (a checkpoint's, ``result.json``'s or a results row's settings)
+    is not the run ``settings`` makes, sorted; empty where they are one run. A field added since ``saved`` was written
+    reads as what the run used (its default, or what :func:`before_fields` says where the default changed the
+    behaviour), so such a run is the run it was, and only that one."""
+    recorded = _compared({**dataclasses.asdict(RunSettings()), **before_fields(saved), **saved})
     current = _compared(dataclasses.asdict(settings))
-    if saved != current:
-        changed = sorted(k for k in saved.keys() | current.keys() if saved.get(k) != current.get(k))
+    return sorted(k for k in recorded.keys() | current.keys() if recorded.get(k) != current.get(k))
+
+
+def _check_settings(path: Path, saved: dict, settings: RunSettings) -> None:
+    if changed := settings_differences(saved, settings):
         raise ValueError(
             f"{path} was written by a run with different settings ({', '.join(changed)}); "
             f"pass a new output folder (--out), or delete {path} to start this run over with these settings"
@@ -817,6 +822,7 @@ __all__ = [
     "log_eval_steps",
     "run",
     "settings_as_run",
+    "settings_differences",
     "step_timer",
     "stop_reason",
     "string_key",
