@@ -323,3 +323,33 @@ def test_an_adapter_loaded_frozen_stays_frozen_when_it_takes_over_from_a_deleted
         loaded.delete_adapter("b")
     assert loaded.active_adapters == ["a"]
     assert trainable(loaded) == []
+
+
+def test_the_vocabulary_follows_the_adapters_once_the_last_one_is_deleted():
+    """Deleting the last adapter of a task vocabulary gives the model back the base's vocabulary size and
+    end-of-sequence id, as unload() does; the next adapter added (as peft's LoRA allows after deleting the last one)
+    sets its own. The model used to keep the deleted adapter's: its base generated past the base's EOS
+    (eos_token_id None), a new adapter over the base vocabulary computed its loss with the old vocabulary size, and
+    a new task vocabulary got neither its size nor its EOS (generate stopped at the base's EOS id, an ordinary task
+    token). Adding an adapter after the last was deleted raised KeyError: 'default'."""
+    base = tiny_model("llama")
+    base_vocab, base_eos = base.config.vocab_size, base.generation_config.eos_token_id
+    model = get_peft_model(base, UTReprogramConfig(task_vocab_size=6))
+    model.generation_config.eos_token_id = 5  # set by the user for the task vocabulary
+    model.delete_adapter("default")
+    assert base.config.vocab_size == base_vocab and base.generation_config.eos_token_id == base_eos
+    ids = torch.tensor([[1, 4, 2, 3, 5]])
+    model.add_adapter("task", UTReprogramConfig(task_vocab_size=8))
+    model.set_adapter("task")
+    assert base.config.vocab_size == 8 and model(input_ids=ids, labels=ids).logits.shape[-1] == 8
+    # The task vocabulary has no EOS of its own (not the base's, nor the one set for the deleted adapter).
+    assert base.generation_config.eos_token_id is None
+    model.delete_adapter("task")
+    model.add_adapter("plain", UTReprogramConfig())
+    model.set_adapter("plain")
+    assert base.config.vocab_size == base_vocab and base.generation_config.eos_token_id == base_eos
+    expected = torch.nn.functional.cross_entropy(model(input_ids=ids).logits[0, :-1], ids[0, 1:])
+    assert torch.allclose(model(input_ids=ids, labels=ids).loss, expected)
+    with model.disable_adapter():
+        assert base.config.vocab_size == base_vocab
+    assert model.unload().config.vocab_size == base_vocab

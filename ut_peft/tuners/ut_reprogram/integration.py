@@ -141,7 +141,9 @@ def _install_new_adapter_or_load() -> None:
         bound.apply_defaults()
         new = records_its_own_base(bool(bound.arguments.get("low_cpu_mem_usage")))
         if _is_ut_reprogram(peft_config) and new and adapter_name not in self.peft_config:
-            peft_config._forget_base(base_name(self.get_base_model()))
+            # self.base_model.model, not get_base_model(): that reads the active adapter's config, which peft leaves
+            # named after the last adapter deleted (KeyError), where peft's own add_adapter works.
+            peft_config._forget_base(base_name(self.base_model.model))
         return original_add_adapter(self, adapter_name, peft_config, *args, **kwargs)
 
     original_from_pretrained = PeftModel.from_pretrained.__func__

@@ -520,12 +520,15 @@ class UTReprogramModel(BaseTuner):
         # Here rather than in _post_injection_hook, which peft calls for the first adapter only: an adapter added
         # later (add_adapter, load_adapter) releases the base as well. Every adapter on the model has the same
         # task vocabulary (_check_new_adapter_config), so none of them reads the base E and U.
-        if self.peft_config[adapter_name].release_base_embeddings:
+        config = self.peft_config[adapter_name]
+        if config.release_base_embeddings:
             self._release_base_embeddings(model)
-
-    def _post_injection_hook(self, model: nn.Module, config: UTReprogramConfig, adapter_name: str) -> None:
-        if config.task_vocab_size is not None:
-            self._ut_base_vocab_size = model.config.vocab_size
+        # The model's only adapter sets its vocabulary: the first one, and (also not through _post_injection_hook)
+        # the first one added after the last was deleted (delete_adapter gave the base's back), which may have
+        # another task vocabulary than the deleted ones or none.
+        if list(self.peft_config) == [adapter_name] and config.task_vocab_size is not None:
+            if getattr(self, "_ut_base_vocab_size", None) is None:
+                self._ut_base_vocab_size = model.config.vocab_size
             set_vocab_size(model, config.task_vocab_size)
             self._set_generation_eos(task=True)
 
@@ -598,22 +601,25 @@ class UTReprogramModel(BaseTuner):
         yield
 
     def _set_vocab_for(self, enabled: bool) -> None:
+        """The vocabulary size and end-of-sequence id of the active adapter (``enabled``) or of the base. An adapter
+        over the base's own vocabulary has the base's: one added after the last task-vocabulary adapter was
+        deleted (``delete_adapter``) while the model still records the base's vocabulary."""
         base_vocab = getattr(self, "_ut_base_vocab_size", None)
         if base_vocab is None:
             return
-        active = self.peft_config[self.active_adapters[0]]
-        set_vocab_size(self.model, active.task_vocab_size if enabled else base_vocab)
+        active = self.peft_config.get(self.active_adapters[0]) if self.active_adapters else None
+        task = enabled and active is not None and active.task_vocab_size is not None
+        set_vocab_size(self.model, active.task_vocab_size if task and active is not None else base_vocab)
+        self._set_generation_eos(task=task)
 
     def disable_adapter_layers(self) -> None:
         self._refuse_if_released("disable the adapter")
         super().disable_adapter_layers()
         self._set_vocab_for(False)
-        self._set_generation_eos(task=False)
 
     def enable_adapter_layers(self) -> None:
         super().enable_adapter_layers()
         self._set_vocab_for(True)
-        self._set_generation_eos(task=True)
 
     def delete_adapter(self, adapter_name: str) -> None:
         """peft's deletion, then ONE active adapter on every layer.
@@ -649,6 +655,18 @@ class UTReprogramModel(BaseTuner):
                 if isinstance(module, UTReprogramLayer):
                     module.set_adapter([])
             self.active_adapter = []
+            self._restore_base_vocabulary()
+
+    def _restore_base_vocabulary(self) -> None:
+        """With no adapter left, the base's vocabulary size and end-of-sequence id, as unload() gives them back (the
+        deleted adapters' stayed: the base generated past its EOS, and the next adapter ran with their vocabulary
+        size). The EOS a user set for the deleted task vocabulary is dropped: a new one starts with none."""
+        base_vocab = getattr(self, "_ut_base_vocab_size", None)
+        if base_vocab is None:
+            return
+        set_vocab_size(self.model, base_vocab)
+        self._set_generation_eos(task=False)
+        self._ut_other_eos = None
 
     # ---- combining adapters ---------------------------------------------------------------------------------------
     def add_weighted_adapter(
