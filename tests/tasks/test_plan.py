@@ -148,7 +148,9 @@ def test_the_report_names_the_paper_and_the_cost_of_going_on(tmp_path):
         rows, table_path=tmp_path / "table.md", figure_path=tmp_path / "f.png", runs_dir=RUNS_DIR, results=RESULTS
     )
     assert (tmp_path / "table.md").read_text() == text and (tmp_path / "f.png").stat().st_size > 0
-    assert "| sparse UT (E, U, positions) | residual layernorm | 24, 1, 1 x 4 | 4 x 8 |" in text and "| 100% |" in text
+    tiny = "other settings: eval_examples 16, lr 0.01, warmup_steps 1"  # where TINY departs from the plan's runs
+    assert f"| sparse UT (E, U, positions); {tiny} | residual layernorm | 24, 1, 1 x 4 | 4 x 8 |" in text
+    assert "| 100% |" in text
     assert "khop-k2-sparse" in text  # below the paper's level: in the curve table
     curve = [{"examples_seen": 1000 * 2**i, "accuracy": 0.5 + 0.1 * i} for i in range(3)]
     assert plan.cost_to_go(curve, 0.99, 3600).startswith("7x the examples")  # 0.7, +0.1 per doubling: 2.9 doublings
@@ -254,3 +256,36 @@ def test_the_dyck_table_marks_sparse_rows_whose_width_does_not_hold_the_construc
     text = plan.dyck_table(rows, lookup=lambda s: {"in_pool": 0.0, "lookup_accuracy": None})
     assert "| sparse UT (slots overlap: not the {0,1} construction) |" in text
     assert "| random UT |" in text
+
+
+def _khop_row(name: str, accuracy: float, **changes) -> tuple[str, dict]:
+    """A finished k-hop row of the plan's settings for ``name`` (a plan name), with ``changes``."""
+    settings = dataclasses.asdict(RunSettings(**{**dict(plan.PLAN)[name], **changes}))
+    curve = [{"step": settings["steps"], "examples_seen": settings["steps"] * 64, "accuracy": accuracy}]
+    ks = settings["khop_ks"]
+    row = {"task": "khop", "settings": settings, "accuracy": accuracy, "per_k": {str(k): accuracy for k in ks}}
+    return name, {**row, "train_cpu_seconds": 60.0, "curve": curve}
+
+
+def test_the_main_table_never_averages_runs_of_other_settings_into_one_cell():
+    """Was wrong: the k-hop table grouped rows by model, variant, shape, steps and batch alone, so a row at another
+    learning rate (or init scale, warm-up, pool...) in the results file was averaged into the plan's cell: k = 2 read
+    "70.0 +- 28.3" over "seed 0" from a run at 50% and one at 90%. Each set of settings now has its own line, which
+    names where it departs from the plan's."""
+    rows = dict(
+        [
+            _khop_row("khop-k2-sparse-s0", 0.5),
+            _khop_row("khop-k1-sparse-s0", 0.6),
+            ("khop-k2-sparse-lr1e-2-s0", _khop_row("khop-k2-sparse-s0", 0.9, lr=1e-2)[1]),
+            ("khop-k2-sparse-unit-s0", _khop_row("khop-k2-sparse-s0", 0.3, init_std=1.0, warmup_steps=50)[1]),
+        ]
+    )
+    lines = [line for line in plan.main_table(rows).splitlines() if line.startswith("| sparse UT")]
+    assert len(lines) == 3
+    plain, rate, unit = (next(line for line in lines if mark in line) for mark in ("| 50.0 |", "| 90.0 |", "| 30.0 |"))
+    assert "| 60.0 | 50.0 |" in plain and "other settings" not in plain
+    assert "other settings: lr 0.01 |" in rate and "| - | 90.0 |" in rate
+    assert "other settings: init_std 1.0, warmup_steps 50 |" in unit
+    # The committed rows are all the plan's: the table of the repository is unchanged by the split.
+    committed = plan.load_rows(ROOT / RESULTS)
+    assert "other settings" not in plan.main_table(committed)

@@ -14,6 +14,7 @@ what those runs used (:data:`LEGACY`).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import shlex
@@ -25,7 +26,14 @@ from typing import Any
 import torch
 
 from ..io import atomic_write_text, read_jsonl
-from .training import RunInProgressError, RunSettings, run, settings_differences, sparse_construction_fits
+from .training import (
+    RunInProgressError,
+    RunSettings,
+    run,
+    settings_as_run,
+    settings_differences,
+    sparse_construction_fits,
+)
 
 # What the rows written before these defaults were trained with, where their settings do not say (no such fields).
 LEGACY = {"init_std": 1.0, "fresh_data": False, "pool_excludes_held_out": False}
@@ -503,23 +511,47 @@ def cost_to_go(curve: list[dict], target: float, cpu_seconds: float) -> str:
     )
 
 
+# What the main table's lines are per (its columns: shape, steps and batch, the hop counts, the seeds), or what changes
+# nothing a line reports (evaluations draw no random numbers, checkpoints neither).
+_TABLE_AXES = {"width", "layers", "heads", "head_dim", "steps", "batch_size", "khop_ks", "seed", "backbone_seed"}
+_CADENCE = {"eval_every", "checkpoint_every"}
+_DYCK_ONLY = {"dyck_max_pairs", "dyck_max_random_length"}  # a k-hop run draws no parentheses
+
+
+def other_settings(settings: dict) -> tuple[tuple[str, Any], ...]:
+    """Where a k-hop row's settings depart from the plan's for its model kind and variant (:data:`KHOP`,
+    :data:`KINDS`), beyond the main table's columns: (field, value) pairs, sorted; empty for a row of the plan."""
+    kind = _kind(settings)
+    reference = RunSettings(**{**KHOP, **KINDS.get(kind, {}), "variant": settings["variant"]})
+    recorded = dataclasses.asdict(settings_as_run(settings))
+    changed = set(settings_differences(settings, reference)) - _TABLE_AXES - _CADENCE - _DYCK_ONLY
+    return tuple((field, recorded[field]) for field in sorted(changed))
+
+
+def _shown(value) -> str:
+    return ",".join(map(str, value)) if isinstance(value, list) else str(value)
+
+
 def main_table(rows: dict[str, dict]) -> str:
-    """Per model kind and variant: accuracy of each per-k model and of the mixed model, mean +- std over seeds."""
+    """Per model kind and variant: accuracy of each per-k model and of the mixed model, mean +- std over seeds. Rows
+    of other settings than the plan's (:func:`other_settings`) get lines of their own, which name those settings:
+    a cell never averages runs of different settings."""
     groups: dict[tuple, list[dict]] = {}
     for name, row in rows.items():
         s = row["settings"]
         if row["task"] != "khop" or not is_new(row) or "stopped_at" in row or is_budget(row):
             continue
         shape = f"{s['width']}, {s['layers']}, {s['heads']} x {s['head_dim']}"
-        groups.setdefault((_kind(s), s["variant"], shape, s["steps"], s["batch_size"]), []).append(row)
+        key = (_kind(s), s["variant"], shape, s["steps"], s["batch_size"], other_settings(s))
+        groups.setdefault(key, []).append(row)
     kinds, variants = list(KINDS), list(VARIANTS)
     lines = [
         "| model | variant | shape (m, L, H x k) | steps x batch | k=1 alone | k=2 alone | k=3 alone | k=4 alone | "
         "mixed k=1..4: all | mixed: k=1 / 2 / 3 / 4 | seeds | paper (residual + LN) | CPU min per run |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for key in sorted(groups, key=lambda g: (variants.index(g[1]), kinds.index(g[0]), g[2], g[3])):
-        kind, variant, shape, steps, batch = key
+    for key in sorted(groups, key=lambda g: (variants.index(g[1]), kinds.index(g[0]), g[2], g[3], repr(g[5]))):
+        kind, variant, shape, steps, batch, others = key
         members = groups[key]
         by_split = {split: [r for r in members if _split(r["settings"]) == split] for split in SPLITS}
         alone = [_pct([r["accuracy"] for r in by_split[f"k{k}"]]) for k in (1, 2, 3, 4)]
@@ -531,8 +563,11 @@ def main_table(rows: dict[str, dict]) -> str:
         counts = "/".join(str(len(by_split[s])) for s in SPLITS)
         cpu = statistics.mean(r["train_cpu_seconds"] for r in members) / 60
         paper = PAPER[kind][1] if variant == "residual_layernorm" else "-"
+        model = "fully trained" if kind == "full" else kind + " UT (E, U, positions)"
+        if others:
+            model += "; other settings: " + ", ".join(f"{field} {_shown(value)}" for field, value in others)
         lines.append(
-            f"| {'fully trained' if kind == 'full' else kind + ' UT (E, U, positions)'} | {variant.replace('_', ' ')} "
+            f"| {model} | {variant.replace('_', ' ')} "
             f"| {shape} | {steps} x {batch} | {' | '.join(alone)} | {_pct([r['accuracy'] for r in mixed])} | "
             f"{mixed_k} | {','.join(map(str, seeds))} (runs per k1/k2/k3/k4/mix: {counts}) | {paper} | {cpu:.1f} |"
         )
