@@ -169,3 +169,30 @@ def test_compilation_is_exact_and_the_same_at_any_init_scale():
             assert _max_error(backbone, target, result.embedding, torch.float64) < 1e-9
             embeddings.append(result.embedding)
     assert torch.equal(embeddings[0], embeddings[2]) and torch.equal(embeddings[1], embeddings[3])
+
+
+@pytest.mark.parametrize(
+    "weights, layers, heads, looped",
+    [("sparse", 2, 1, False), ("sparse", 3, 1, True), ("sparse", 2, 2, False), ("random", 2, 2, True)],
+)
+def test_a_compiled_program_runs_every_short_input_and_ignores_right_padding(weights, layers, heads, looped):
+    """Already right (no fix): the token-level program on every sequence of 1 to 4 tokens over 3, and the same
+    sequences right-padded to 6 in one batch with their attention mask (as the task evaluation feeds them)."""
+    import itertools
+
+    vocab = 3
+    target = TargetTransformer.random(d=3, k=2, layers=layers, heads=heads, d_out=vocab, vocab_size=vocab, seed=1)
+    width = required_width(layers, heads, 2, vocab)
+    backbone = _backbone(
+        width=width, layers=layers, heads=heads, head_dim=2, weights=weights, looped=looped, readout=vocab,
+        vocab_size=vocab, seed=3,
+    ).to(torch.float64)  # fmt: skip
+    compile_into_model(target, backbone)
+    for n in range(1, 5):
+        ids = torch.tensor(list(itertools.product(range(vocab), repeat=n)))
+        expected = target(ids)
+        padded = torch.nn.functional.pad(ids, (0, 6 - n))
+        mask = torch.nn.functional.pad(torch.ones_like(ids), (0, 6 - n))
+        with torch.no_grad():
+            assert (backbone(input_ids=ids).logits - expected).abs().max() < 1e-9
+            assert (backbone(input_ids=padded, attention_mask=mask).logits[:, :n] - expected).abs().max() < 1e-9
