@@ -154,6 +154,35 @@ def test_a_local_base_never_puts_its_path_in_the_card(tmp_path):
     assert card.data.get("base_model") is None  # a local copy may differ from the Hub's: no metadata claims it
 
 
+def test_a_base_loaded_from_a_relative_folder_stays_local_on_a_push_from_another_folder(tmp_path, monkeypatch):
+    """A base loaded from a relative folder ("models/my-base") is recorded as adapter_config.json's
+    base_model_name_or_path as given, which reads like a Hub id where that folder is not there: a push from another
+    working directory (or machine) used to give the card ``base_model: models/my-base``, a snippet loading that "Hub
+    model", and the path the card never shows. Whether the base was a local folder is decided where it was loaded."""
+    monkeypatch.chdir(tmp_path)
+    base = _loaded_from("models/my-base")
+    assert base.name_or_path == "models/my-base"
+    get_peft_model(base, UTReprogramConfig()).save_pretrained("adapter")
+    monkeypatch.chdir(tmp_path / "adapter")  # where models/my-base is no folder
+    for card in (
+        ModelCard(push_adapter_to_hub(tmp_path / "adapter", "someone/x", dry_run=True).card),
+        ModelCard.load(save_model_card(tmp_path / "adapter")),
+    ):
+        assert card.data.get("base_model") is None and "my-base" not in str(card)
+        assert "Base model: a local model" in card.text
+    # A Hub id is recorded as one: its card names it wherever it is rendered, also where a folder of that name is.
+    config_path = tmp_path / "adapter" / "adapter_config.json"
+    recorded = json.loads(config_path.read_text())
+    config_path.write_text(
+        json.dumps(
+            {**recorded, "base_model_name_or_path": "Qwen/Qwen2.5-0.5B", "backbone": None, "base_model_local": False}
+        )
+    )
+    (tmp_path / "adapter" / "Qwen" / "Qwen2.5-0.5B").mkdir(parents=True)
+    card = ModelCard(push_adapter_to_hub(tmp_path / "adapter", "someone/x", dry_run=True).card)
+    assert card.data.base_model == "Qwen/Qwen2.5-0.5B" and 'from_pretrained("Qwen/Qwen2.5-0.5B")' in card.text
+
+
 def test_a_dry_run_push_shows_the_files_and_card_and_touches_nothing(tmp_path):
     model = get_peft_model(random_backbone(tiny_config("gpt2"), seed=7), UTReprogramConfig(task_vocab_size=6))
     model.save_pretrained(tmp_path)

@@ -52,20 +52,25 @@ def bundled_base_name(name_or_path: Optional[str]) -> Optional[str]:
     return None
 
 
-def _is_local(name_or_path: str) -> bool:
+def names_a_local_folder(name_or_path: str) -> bool:
+    """Whether ``name_or_path`` names a local folder here (from_pretrained reads one before it asks the Hub): one
+    that exists, an absolute path, or one starting with ".". Only where the model was loaded can a relative folder
+    be told from a Hub id, so an adapter records the answer (``UTReprogramConfig.base_model_local``)."""
     return Path(name_or_path).exists() or Path(name_or_path).is_absolute() or name_or_path.startswith(".")
 
 
-def hub_base_model_id(name_or_path: Optional[str]) -> Optional[str]:
+def hub_base_model_id(name_or_path: Optional[str], local: Optional[bool] = None) -> Optional[str]:
     """The Hub id to put in ``base_model`` metadata, or None when the base is a local folder or built from a config.
 
-    A bundled model (by name or its cache folder) maps to the Hub id of the model it was converted from."""
+    A bundled model (by name or its cache folder) maps to the Hub id of the model it was converted from. ``local``:
+    whether ``name_or_path`` was a local folder where the base was loaded (an adapter's ``base_model_local``); None
+    (not recorded) looks at this file system, where a relative folder that is not here reads like a Hub id."""
     if not name_or_path:
         return None
     bundled = bundled_base_name(name_or_path)
     if bundled:
         return BUNDLED_HUB_IDS.get(bundled)
-    if _is_local(name_or_path):
+    if names_a_local_folder(name_or_path) if local is None else local:
         return None
     return name_or_path if name_or_path.count("/") == 1 else None
 
@@ -100,10 +105,12 @@ def _base_and_snippet(
         )
         return hub_id, line, f'base = ut_peft.load_model("{hub_id}")  # the bundled copy the adapter was trained on'
     name = base_model or recorded
-    hub_name = hub_base_model_id(name)
+    # The recorded name is judged by the adapter's record, made where the base was loaded (a name given now, here).
+    local = None if base_model else adapter_config.get("base_model_local")
+    hub_name = hub_base_model_id(name, local)
     if hub_name:
         return hub_name, f"Base model: `{hub_name}`.", f'base = AutoModelForCausalLM.from_pretrained("{hub_name}")'
-    if name and _is_local(name):
+    if name and (names_a_local_folder(name) if local is None else local):
         note = _local_model_note(name)
         return (
             None,
@@ -605,7 +612,7 @@ def update_model_card(
         if key not in _RENDERED_METADATA and value is not None and card.data.get(key) is None:
             card.data[key] = value
     card.text = _with_peft_blocks(card.text, peft_card.text)
-    hub_id = hub_base_model_id(adapter_config.get("base_model_name_or_path"))
+    hub_id = hub_base_model_id(adapter_config.get("base_model_name_or_path"), adapter_config.get("base_model_local"))
     card.data["base_model"] = hub_id
     generated = {"random-backbone"}  # a tag the rendering sets from the config: this config's, not the old one's
     card.data["tags"] = sorted(

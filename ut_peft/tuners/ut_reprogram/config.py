@@ -14,7 +14,14 @@ TIED_CHOICES = ("keep", "untie")
 INIT_CHOICES = ("auto", "copy", "normal")
 # The fields that describe the base an adapter was made on and its saved weights file, not the adapter's settings:
 # a new adapter records its own (UTReprogramModel._prepare_model, PeftModel.save_pretrained).
-BASE_RECORDS = ("base_embedding_shape", "base_model_config", "base_weights_digest", "backbone", "weights_sha256")
+BASE_RECORDS = (
+    "base_embedding_shape",
+    "base_model_config",
+    "base_weights_digest",
+    "backbone",
+    "base_model_local",
+    "weights_sha256",
+)
 
 
 @dataclass
@@ -137,6 +144,17 @@ class UTReprogramConfig(PeftConfig):
                 "Recorded at creation: a digest of the frozen base weights the adapter reads (ut_peft.tuners."
                 "ut_reprogram.fingerprint says which and how). Loading refuses a base whose weights differ; see "
                 "check_base."
+            )
+        },
+    )
+    base_model_local: Optional[bool] = field(
+        default=None,
+        metadata={
+            "help": (
+                "Recorded at creation: whether base_model_name_or_path named a local folder (True) or a Hub id "
+                "(False) where the base was loaded. A relative folder ('models/my-base') reads like a Hub id "
+                "wherever that folder is not, so the model card, rendered again on a push from another folder or "
+                "machine, reads this instead of looking at the file system."
             )
         },
     )
@@ -269,6 +287,8 @@ class UTReprogramConfig(PeftConfig):
         ):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        if self.base_model_local is not None and not isinstance(self.base_model_local, bool):
+            raise ValueError(f"base_model_local must be True, False or None, got {self.base_model_local!r}")
         if not _is_int(self.init_seed) or self.init_seed < 0:
             raise ValueError(f"init_seed must be a non-negative int, got {self.init_seed!r}")
         if self.init_token_ids is not None and not (

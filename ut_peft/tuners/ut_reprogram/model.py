@@ -411,6 +411,11 @@ class UTReprogramModel(BaseTuner):
             peft_config.base_weights_digest = frozen_weights_digest(
                 model, replaced_weight_names(model, peft_config, tied)
             )
+        if peft_config.base_model_local is None and peft_config.base_model_name_or_path:
+            # Decided here, where the base was just loaded: a relative folder reads like a Hub id elsewhere.
+            from ...hub import names_a_local_folder
+
+            peft_config.base_model_local = names_a_local_folder(peft_config.base_model_name_or_path)
         if peft_config.backbone is None and not getattr(model, "name_or_path", ""):
             # Built from a config, not loaded: record what rebuilds the frozen base (backbone + adapter = the model).
             peft_config.backbone = self._backbone_record(model, peft_config, base_vocab)
