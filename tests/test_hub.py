@@ -210,6 +210,22 @@ def test_the_cards_metrics_are_model_index_metadata(tmp_path):
     assert "model-index" in (tmp_path / "README.md").read_text()
 
 
+def test_a_metric_rounded_to_four_digits_never_reads_as_a_whole_number_it_is_not(tmp_path):
+    """The card's tables show numbers to 4 significant digits, which made an accuracy of 0.99996 read "1" (a perfect
+    score the adapter never had, beside the exact 0.99996 of its model-index metadata) and a loss of 2.99996 "3".
+    Such a value gets the digits that tell it from the whole number; others keep 4 digits, exact whole numbers
+    none."""
+    get_peft_model(tiny_model("llama"), UTReprogramConfig()).save_pretrained(tmp_path)
+    metrics = {"accuracy": 0.99996, "loss": 2.99996, "exact": 1.0, "short": 0.9753, "long": 0.123456}
+    save_model_card(tmp_path, metrics=metrics, training={"lr": 0.00099996, "steps": 3000})
+    text = (tmp_path / "README.md").read_text()
+    for row in ("accuracy | 0.99996", "loss | 2.99996", "exact | 1 |", "short | 0.9753", "long | 0.1235", "3000"):
+        assert row in text
+    assert "| lr | 0.001 |" in text  # not a whole number: rounded as any other value
+    card = ModelCard.load(tmp_path / "README.md")
+    assert {r.metric_type: r.metric_value for r in card.data.eval_results}["accuracy"] == 0.99996
+
+
 def test_ut_peft_push_dry_run_from_the_command_line(tmp_path, capsys):
     from ut_peft.cli import main
 

@@ -126,9 +126,20 @@ def _cell(text: str) -> str:
     return "<br>".join(text.replace("|", "\\|").splitlines())
 
 
+def _shown_number(value: float) -> str:
+    """``value`` to 4 significant digits, with as many more as it takes where those round it onto a whole number it
+    is not: an accuracy of 0.99996 read "1", a perfect score it is not."""
+    for digits in range(4, 18):
+        shown = f"{value:.{digits}g}"
+        number = float(shown)
+        if number == value or not number.is_integer():
+            return shown
+    return repr(value)
+
+
 def _rows(mapping: Optional[Mapping[str, Any]]) -> list[tuple[str, str]]:
     def fmt(value):
-        return f"{value:.4g}" if isinstance(value, float) else str(value)
+        return _shown_number(value) if isinstance(value, float) else str(value)
 
     return [(_cell(str(k)), _cell(fmt(v))) for k, v in (mapping or {}).items()]
 
