@@ -388,6 +388,29 @@ def test_the_card_names_the_peft_version_the_adapter_records_also_when_rendered_
     assert f"- PEFT {peft.__version__}\n- ut-peft " in api.calls[-1][1]["readme"]
 
 
+def test_the_card_names_the_ut_peft_version_that_made_the_adapter_not_the_one_rendering_it(tmp_path, monkeypatch):
+    """The card's "- ut-peft <version>" was the version rendering it: a push (or save_model_card) by a later ut-peft
+    named that one for an adapter an earlier one made. The adapter records its own (ut_peft_version), a new adapter
+    with a saved adapter's settings records the version making it, and an adapter saved before the record existed
+    was made by 0.1.0, the only version before it."""
+    import ut_peft
+
+    made_with = ut_peft.__version__
+    get_peft_model(tiny_model("llama"), UTReprogramConfig()).save_pretrained(tmp_path / "a")
+    assert json.loads((tmp_path / "a" / "adapter_config.json").read_text())["ut_peft_version"] == made_with
+    monkeypatch.setattr(ut_peft, "__version__", "9.9.9")
+    plan = push_adapter_to_hub(tmp_path / "a", "someone/x", dry_run=True)
+    assert f"- ut-peft {made_with}" in plan.card and "9.9.9" not in plan.card
+    save_model_card(tmp_path / "a", metrics={"loss": 0.5})
+    assert "9.9.9" not in (tmp_path / "a" / "README.md").read_text()
+    config = UTReprogramConfig.from_pretrained(str(tmp_path / "a")).for_new_base()
+    get_peft_model(tiny_model("llama"), config).save_pretrained(tmp_path / "b")
+    assert "- ut-peft 9.9.9" in (tmp_path / "b" / "README.md").read_text()
+    config_path = tmp_path / "a" / "adapter_config.json"
+    config_path.write_text(json.dumps({**json.loads(config_path.read_text()), "ut_peft_version": None}))
+    assert "- ut-peft 0.1.0" in push_adapter_to_hub(tmp_path / "a", "someone/x", dry_run=True).card
+
+
 def test_the_bundled_hub_ids_a_card_loads_name_the_bundled_copies():
     # The card's "ut_peft.load_model(<hub id>)  # the bundled copy the adapter was trained on".
     from ut_peft.hub import BUNDLED_HUB_IDS

@@ -23,6 +23,9 @@ from .io import atomic_write_text
 from .models import _ALIASES, BUNDLED_MODELS, cache_root, is_bundled, is_unreachable_error
 
 TEMPLATE = "ut_reprogram_adapter.md"
+# The ut-peft version of an adapter that records none (UTReprogramConfig.ut_peft_version): the only one before the
+# record was kept.
+UNRECORDED_UT_PEFT_VERSION = "0.1.0"
 ADAPTER_CONFIG = "adapter_config.json"
 # The weights file save_pretrained writes: safetensors, or with safe_serialization=False a torch pickle; peft loads
 # either (the safetensors one first when both are there).
@@ -345,8 +348,6 @@ def render_model_card(
     (:func:`stored_card_inputs` reads them back), so that saving the adapter again, or pushing it, renders the
     card from them.
     """
-    from . import __version__
-
     backbone = adapter_config.get("backbone")
     repo = repo_id or "<this-repo>"
     base_model, base_line, load_snippet, backbone_note = _base_parts(adapter_config, base_model, repo)
@@ -381,7 +382,9 @@ def render_model_card(
         metrics=_rows(metrics),
         # The version adapter_config.json records (peft's dev versions add "@<commit>"; its cards leave that out).
         peft_version=str(adapter_config.get("peft_version") or "").split("@")[0] or None,
-        ut_peft_version=__version__,
+        # The version that made the adapter, which it records; one made before the record was kept was made by
+        # 0.1.0, the only version before it (not by the version rendering its card now).
+        ut_peft_version=adapter_config.get("ut_peft_version") or UNRECORDED_UT_PEFT_VERSION,
     )
 
 

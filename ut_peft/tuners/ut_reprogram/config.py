@@ -12,14 +12,15 @@ from peft.utils import PeftType
 
 TIED_CHOICES = ("keep", "untie")
 INIT_CHOICES = ("auto", "copy", "normal")
-# The fields that describe the base an adapter was made on and its saved weights file, not the adapter's settings:
-# a new adapter records its own (UTReprogramModel._prepare_model, PeftModel.save_pretrained).
+# The fields that describe the base an adapter was made on, the ut-peft that made it and its saved weights file, not
+# the adapter's settings: a new adapter records its own (UTReprogramModel._prepare_model, PeftModel.save_pretrained).
 BASE_RECORDS = (
     "base_embedding_shape",
     "base_model_config",
     "base_weights_digest",
     "backbone",
     "base_model_local",
+    "ut_peft_version",
     "weights_sha256",
 )
 
@@ -155,6 +156,15 @@ class UTReprogramConfig(PeftConfig):
                 "(False) where the base was loaded. A relative folder ('models/my-base') reads like a Hub id "
                 "wherever that folder is not, so the model card, rendered again on a push from another folder or "
                 "machine, reads this instead of looking at the file system."
+            )
+        },
+    )
+    ut_peft_version: Optional[str] = field(
+        default=None,
+        metadata={
+            "help": (
+                "Recorded at creation: the ut-peft version that made the adapter, which its model card names "
+                "(not the version rendering the card, a later one for a push). None: made before it was recorded."
             )
         },
     )
@@ -303,6 +313,8 @@ class UTReprogramConfig(PeftConfig):
         for name in ("backbone", "base_model_config", "weights_sha256"):
             if getattr(self, name) is not None and not isinstance(getattr(self, name), dict):
                 raise ValueError(f"{name} must be a dict or None, got {getattr(self, name)!r}")
+        if self.ut_peft_version is not None and not isinstance(self.ut_peft_version, str):
+            raise ValueError(f"ut_peft_version must be a version string or None, got {self.ut_peft_version!r}")
         if self.base_weights_digest is not None and not isinstance(self.base_weights_digest, str):
             raise ValueError(f"base_weights_digest must be a string or None, got {self.base_weights_digest!r}")
         if self.target_modules is not None and not isinstance(self.target_modules, (str, list, tuple, set)):

@@ -408,6 +408,10 @@ class UTReprogramModel(BaseTuner):
         if peft_config.base_model_config is None:
             peft_config.base_model_config = base_record(model, tied, base_vocab)
         if peft_config.base_weights_digest is None:
+            if peft_config.ut_peft_version is None:  # a new adapter (an adapter loaded keeps its records, or none)
+                from ... import __version__
+
+                peft_config.ut_peft_version = __version__
             peft_config.base_weights_digest = frozen_weights_digest(
                 model, replaced_weight_names(model, peft_config, tied)
             )
@@ -731,6 +735,7 @@ class UTReprogramModel(BaseTuner):
             weights_sha256=None,
             # The digest covers the frozen weights, which depend on what the new adapter replaces: its own.
             base_weights_digest=None,
+            ut_peft_version=None,  # made by this ut-peft
         )
         try:
             self.inject_adapter(self.model, adapter_name)
