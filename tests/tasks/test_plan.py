@@ -118,7 +118,9 @@ def test_a_planned_run_whose_name_has_a_row_of_other_settings_is_refused_before_
     with pytest.raises(ValueError, match=rf"{results} holds a row for {name} trained with other settings .*\(lr\)"):
         plan.run_plan(TINY_PLAN, runs_dir=runs, results=results, log=said.append)
     assert not (runs / TINY_PLAN[0][0]).exists()  # refused before the plan's first run started
-    # The row of the planned settings is the plan's run, done.
+    # The row of the planned settings is the plan's run, done (the other run's row moved out: two runs of one name
+    # in one file are refused, load_rows).
+    results.unlink()
     run(RunSettings(**settings), tmp_path / "other" / name, results_path=results, progress=False)
     assert plan.run_plan(TINY_PLAN, runs_dir=runs, results=results, log=said.append) == [TINY_PLAN[0][0]]
     assert any(f"{name}: already in" in line for line in said)
@@ -289,3 +291,39 @@ def test_the_main_table_never_averages_runs_of_other_settings_into_one_cell():
     # The committed rows are all the plan's: the table of the repository is unchanged by the split.
     committed = plan.load_rows(ROOT / RESULTS)
     assert "other settings" not in plan.main_table(committed)
+
+
+def _dyck_row(name: str, **changes) -> dict:
+    """A finished Dyck row of ``name`` at the tiny plan's settings, with ``changes``."""
+    settings = dataclasses.asdict(RunSettings(**{**dict(TINY_PLAN)["dyck-a-s0"], **changes}))
+    return {"name": name, "task": "dyck", "settings": settings, "accuracy": 0.5, "train_cpu_seconds": 1.0}
+
+
+def test_two_rows_of_one_name_and_other_settings_are_refused_and_a_repeated_row_is_one_run(tmp_path):
+    """Was wrong: load_rows kept the last row of each name, so a results file holding two runs of one name (another
+    learning rate written to that name by hand, a changed plan) read as the last one alone, with no word; run_plan's
+    check of a planned name's settings saw only that one."""
+    results = tmp_path / "runs.jsonl"
+    first, rerun = _dyck_row("dyck-a-s0"), {**_dyck_row("dyck-a-s0"), "train_cpu_seconds": 2.0}
+    # The same run written twice (a crash between the row's append and result.json repeats it): one run, the last.
+    results.write_text("".join(json.dumps(row) + "\n" for row in (first, _dyck_row("dyck-b-s0"), rerun)))
+    rows = plan.load_rows(results)
+    assert sorted(rows) == ["dyck-a-s0", "dyck-b-s0"] and rows["dyck-a-s0"]["train_cpu_seconds"] == 2.0
+    with results.open("a") as handle:
+        handle.write(json.dumps(_dyck_row("dyck-a-s0", lr=3e-3, warmup_steps=5)) + "\n")
+    with pytest.raises(ValueError, match=rf"{results} holds rows named dyck-a-s0 of different runs \(lines 1 and 4 "
+                       r"differ in lr, warmup_steps\)"):  # fmt: skip
+        plan.load_rows(results)
+    with pytest.raises(ValueError, match="holds rows named dyck-a-s0 of different runs"):
+        plan.run_plan(TINY_PLAN, runs_dir=tmp_path / "runs", results=results)
+    assert not (tmp_path / "runs").exists()
+    # A row from before init_std and fresh_data is the run it was: the same run as its rerun that records them.
+    unit = _dyck_row("dyck-a-s0", init_std=1.0, fresh_data=False, pool_excludes_held_out=False)
+    before = ("init_std", "fresh_data", "pool_excludes_held_out")
+    old = {**unit, "settings": {k: v for k, v in unit["settings"].items() if k not in before}}
+    results.write_text(json.dumps(old) + "\n" + json.dumps(unit) + "\n")
+    assert plan.load_rows(results)["dyck-a-s0"] == unit
+
+
+def test_the_committed_results_hold_one_run_per_name():
+    plan.load_rows(ROOT / RESULTS)  # no two rows of one name and other settings

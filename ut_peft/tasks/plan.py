@@ -323,15 +323,32 @@ def command(name: str, settings: dict, runs_dir: Path | str, results: Path | str
 
 
 def load_rows(path: Path | str) -> dict[str, dict]:
-    """The last row of each named run in the JSONL file ``path`` (an empty dict when it does not exist).
+    """The row of each named run in the JSONL file ``path`` (an empty dict when it does not exist).
+
+    A name is one run: rows of one name that ran other settings (:func:`.training.settings_differences`) are refused
+    (ValueError naming the lines and the fields), since the table would show one of them under that name and hide the
+    other. Rows of one name and the same settings are that run written again (a crash between a row's append and its
+    ``result.json`` repeats it): the last is read.
 
     A last line without its newline that is not a whole JSON object is one another worker is still writing (or a
     torn one): not a row yet; a whole one is read (:func:`ut_peft.io.read_jsonl`). Any other line that does not parse
     is damage, and raises."""
     rows: dict[str, dict] = {}
+    first_line: dict[str, int] = {}
     for number, row in read_jsonl(path):  # a damaged line raises naming the file and line
         # A row written by recipes/reprogram.py has no name: its output folder is the name.
-        rows[row.get("name") or Path(row.get("saved_to", f"line-{number}/x")).parent.name] = row
+        name = row.get("name") or Path(row.get("saved_to", f"line-{number}/x")).parent.name
+        if name in rows and (
+            changed := settings_differences(rows[name]["settings"], settings_as_run(row["settings"]))
+        ):
+            raise ValueError(
+                f"{path} holds rows named {name} of different runs (lines {first_line[name]} and {number} differ in "
+                f"{', '.join(changed)}): one name must be one run, or the report shows one of them under it and "
+                f"hides the other. Move one of the rows out of {path}, or give it its own name (its run keeps its "
+                "folder)"
+            )
+        first_line.setdefault(name, number)
+        rows[name] = row
     return rows
 
 
