@@ -62,7 +62,9 @@ def test_tiny_rows_merge_with_the_cpu_plans_table(tmp_path):
     assert [p["examples_seen"] for p in row["curve"]] == [16, 32] and set(row["per_k"]) == {"1", "2", "3", "4"}
     assert row["initial_std"]["E"] < 0.05  # the plan's init path
     table = plan.main_table(rows)
-    assert "| sparse UT (E, U, positions) | residual layernorm | 160, 4, 1 x 16 | 4 x 8 |" in table
+    # Lines of their own beside the plan's, naming where they depart from it (its warm-up; the tiny held-out set).
+    gpu_line = "; other settings: eval_examples 40, warmup_steps 500 | residual layernorm | 160, 4, 1 x 16 | 4 x 8 |"
+    assert "| sparse UT (E, U, positions)" + gpu_line in table and "| fully trained" + gpu_line in table
     gpu.main(gpu.parse(["--out", str(out), "--kinds", "sparse", "--splits", "k2", "--workers", "1", *tiny]))
     assert len(out.read_text().splitlines()) == 4  # finished rows are not trained again
     gpu.main(gpu.parse(["--out", str(tmp_path / "late.jsonl"), "--kinds", "sparse", "--splits", "k1", "--time-limit",
