@@ -327,3 +327,21 @@ def test_two_rows_of_one_name_and_other_settings_are_refused_and_a_repeated_row_
 
 def test_the_committed_results_hold_one_run_per_name():
     plan.load_rows(ROOT / RESULTS)  # no two rows of one name and other settings
+
+
+def test_a_checkpoint_of_other_settings_than_the_plans_is_not_reported_as_the_planned_run(tmp_path):
+    """Was wrong: unfinished_rows read a planned name's checkpoint whatever settings it was written with, so a run of
+    another learning rate left in runs/universal/<name> (an older plan's) stood in the report as the plan's run in
+    flight."""
+    from ut_peft.tasks.training import run
+
+    name, settings = "khop-k2-sparse-s0", dict(task="khop", backbone="sparse-ut", **TINY, khop_ks=[2])
+    run(RunSettings(**{**settings, "lr": 3e-3}), tmp_path / name, progress=False, stop_after=3)
+    checkpoint = tmp_path / name / "checkpoint.pt"
+    refusal = rf"{checkpoint} was written by a run of other settings than the plan's {name} \(lr\)"
+    with pytest.raises(ValueError, match=refusal):
+        plan.unfinished_rows([(name, settings)], {}, tmp_path)
+    # A name the plan holds under two sets of settings (a budget seed due without the flat rule, beside its entry in
+    # BUDGET_PLAN): the checkpoint of either is that run.
+    rows = plan.unfinished_rows([(name, settings), (name, {**settings, "lr": 3e-3})], {}, tmp_path)
+    assert rows[name]["settings"]["lr"] == 3e-3 and rows[name]["stopped_at"] == 2

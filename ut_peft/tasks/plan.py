@@ -353,20 +353,37 @@ def load_rows(path: Path | str) -> dict[str, dict]:
 
 
 def unfinished_rows(plan, finished: dict[str, dict], runs_dir: Path | str) -> dict[str, dict]:
-    """Planned runs that stopped before the end (budget, kill): their curve so far, read from their checkpoint."""
-    rows = {}
+    """Planned runs that stopped before the end (budget, kill): their curve so far, read from their checkpoint.
+
+    A checkpoint in a planned name's folder written by a run of other settings than the plan's for that name
+    (:func:`.training.settings_differences`, as a resume compares them) is refused (ValueError naming it and the
+    fields): the report would show another run in flight under the plan's name, and the plan would not resume it.
+    A name the plan holds under several settings (``plan`` may list a budget seed twice) takes a checkpoint of any."""
+    planned: dict[str, list[dict]] = {}
     for name, settings in plan:
+        planned.setdefault(name, []).append(settings)
+    rows = {}
+    for name, choices in planned.items():
         checkpoint = Path(runs_dir) / name / "checkpoint.pt"
         if name in finished or not checkpoint.exists():
             continue
         state = torch.load(checkpoint, weights_only=False, map_location="cpu")
+        differences = [settings_differences(state["settings"], RunSettings(**settings)) for settings in choices]
+        if all(differences):
+            closest = min(differences, key=lambda fields: len(fields))  # of the plan's settings for that name
+            raise ValueError(
+                f"{checkpoint} was written by a run of other settings than the plan's {name} "
+                f"({', '.join(closest)}), so it is not the planned run in flight. Move "
+                f"{checkpoint.parent} out of the runs folder (its run keeps its files), or delete the checkpoint to "
+                "start the planned run over"
+            )
         progress = state.get("progress") or {}
         if not progress.get("curve"):
             continue
         last = progress["curve"][-1]
         rows[name] = {
             "name": name,
-            "task": settings["task"],
+            "task": state["settings"]["task"],
             "settings": {**state["settings"]},
             "curve": progress["curve"],
             "accuracy": last["accuracy"],
