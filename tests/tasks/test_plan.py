@@ -345,3 +345,23 @@ def test_a_checkpoint_of_other_settings_than_the_plans_is_not_reported_as_the_pl
     # BUDGET_PLAN): the checkpoint of either is that run.
     rows = plan.unfinished_rows([(name, settings), (name, {**settings, "lr": 3e-3})], {}, tmp_path)
     assert rows[name]["settings"]["lr"] == 3e-3 and rows[name]["stopped_at"] == 2
+
+
+def test_a_row_from_before_init_std_reads_the_scale_its_backbone_drew_e_at():
+    """Was wrong: settings_of filled init_std 1.0 into every row written before the field, hf: rows included, whose E
+    was drawn at the family's 0.02 (training.before_fields): their command rebuilt them at unit scale, and the table of
+    earlier rows put them under "E and positions at std 1.0" with no word."""
+    before = ("init_std", "fresh_data", "pool_excludes_held_out")
+    written = {
+        backbone: {k: v for k, v in vars(RunSettings(task="khop", backbone=backbone)).items() if k not in before}
+        for backbone in ("hf:gpt2", "random-ut")
+    }
+    hf, universal = (plan.settings_of({"settings": written[b]}) for b in ("hf:gpt2", "random-ut"))
+    assert hf["init_std"] == 0.02 and not hf["fresh_data"] and not hf["pool_excludes_held_out"]
+    assert universal["init_std"] == 1.0 and not universal["fresh_data"]
+    assert "--init-std" not in plan.command("khop-gpt2-s0", hf, RUNS_DIR, RESULTS)
+    assert "--init-std 1.0" in plan.command("khop-random-s0", universal, RUNS_DIR, RESULTS)
+    row = dict(task="khop", accuracy=0.5, per_k={str(k): 0.5 for k in (1, 2, 3, 4)}, train_cpu_seconds=60)
+    text = plan.legacy_table({f"khop-{b}-s0": {**row, "settings": written[b]} for b in written})
+    assert "| hf:gpt2 (E, U, positions; E and positions at std 0.02) |" in text
+    assert "| random-ut (E, U, positions) |" in text

@@ -9,7 +9,7 @@ trained again; a run another worker trains is skipped); :func:`report` turns the
 figure (the budget runs' table and figure are :mod:`.budget_results`). Every folder and file (runs, results, table,
 figure) is an argument: the recipe names where they go. Rows written before these defaults (unit-scale E, a fixed pool
 of 20 000 strings, k mixed) stay in the results file and are reported in their own table, their settings filled in with
-what those runs used (:data:`LEGACY`).
+what those runs used (:func:`settings_of`).
 """
 
 from __future__ import annotations
@@ -29,14 +29,12 @@ from ..io import atomic_write_text, read_jsonl
 from .training import (
     RunInProgressError,
     RunSettings,
+    before_fields,
     run,
     settings_as_run,
     settings_differences,
     sparse_construction_fits,
 )
-
-# What the rows written before these defaults were trained with, where their settings do not say (no such fields).
-LEGACY = {"init_std": 1.0, "fresh_data": False, "pool_excludes_held_out": False}
 
 # The shape the sparse construction fits: one head of 16 needs 2Lk + |V| = 2 * 4 * 16 + 23 = 151 <= 160 columns.
 SHAPE = dict(width=160, layers=4, heads=1, head_dim=16)
@@ -295,8 +293,13 @@ def run_budget(
 
 
 def settings_of(row: dict) -> dict:
-    """A row's settings, with :data:`LEGACY` filled in where the row predates those fields."""
-    return {**LEGACY, **row["settings"]}
+    """A row's settings, each field it predates filled in with what its run used (:func:`.training.before_fields`:
+    a fixed pool drawn without the held-out check; E and positions at unit scale on a universal backbone, at the
+    family's 0.02 on an hf: one)."""
+    filled = before_fields(row["settings"])
+    # In the order the commands have always printed them (--init-std first): a command lists the fields in order.
+    first = {field: filled.pop(field) for field in ("init_std", "fresh_data", "pool_excludes_held_out")}
+    return {**first, **filled, **row["settings"]}
 
 
 def command(name: str, settings: dict, runs_dir: Path | str, results: Path | str) -> str:
@@ -657,7 +660,13 @@ def legacy_table(rows: dict[str, dict]) -> str:
     ]
     for group, members in groups.items():
         s = members[0]["settings"]
-        model = "fully trained" if s["full"] else f"{s['backbone']} (E, U, positions)"
+        # The heading says std 1.0, what a universal backbone drew; an hf: backbone drew its family's 0.02.
+        scale = settings_of(members[0])["init_std"]
+        note = "" if scale == 1.0 else f"E and positions at std {scale}"
+        if s["full"]:
+            model = f"fully trained ({note})" if note else "fully trained"
+        else:
+            model = f"{s['backbone']} (E, U, positions{'; ' + note if note else ''})"
         per_k = [_pct([m["per_k"][str(k)] for m in members]) if s["task"] == "khop" else "-" for k in (1, 2, 3, 4)]
         cpu = statistics.mean(m["train_cpu_seconds"] for m in members) / 60
         lines.append(
@@ -855,7 +864,6 @@ __all__ = [
     "KHOP",
     "BUDGET_EXAMPLES",
     "BUDGET_PLAN",
-    "LEGACY",
     "PLAN",
     "budget_runs",
     "command",
