@@ -365,3 +365,30 @@ def test_a_row_from_before_init_std_reads_the_scale_its_backbone_drew_e_at():
     text = plan.legacy_table({f"khop-{b}-s0": {**row, "settings": written[b]} for b in written})
     assert "| hf:gpt2 (E, U, positions; E and positions at std 0.02) |" in text
     assert "| random-ut (E, U, positions) |" in text
+
+
+def test_the_dyck_table_shows_every_finished_row_of_the_current_settings_whatever_its_name():
+    """Was wrong: the Dyck-1 table listed fixed group names only, so a row under any other name (dyck-sparse-lr1e-2-s0)
+    was in no table, only in the command list; and two rows of one listed group and other settings (a seed at
+    another learning rate) were averaged into one cell."""
+    planned = dict(plan.PLAN)
+
+    def row(name: str, accuracy: float, **changes) -> dict:  # as a run writes it: every field of its settings
+        settings = dataclasses.asdict(RunSettings(**{**planned[name], **changes}))
+        return dict(task="dyck", accuracy=accuracy, train_cpu_seconds=60.0, settings=settings)
+
+    rows = {
+        "dyck-sparse-init002-s0": row("dyck-sparse-init002-s0", 0.8),
+        "dyck-sparse-init002-s1": row("dyck-sparse-init002-s0", 0.4, seed=1, lr=1e-2),
+        "dyck-sparse-lr1e-2-s0": row("dyck-sparse-init002-s0", 0.7, lr=1e-2),
+        "dyck-random-longer-s0": row("dyck-random-fresh-s0", 0.6, steps=9000, warmup_steps=50),
+    }
+    text = plan.dyck_table(rows, lookup=lambda s: {"in_pool": 0.5, "lookup_accuracy": 0.75})
+    sparse = "sparse UT (slots overlap: not the {0,1} construction)"  # 4 heads of 32 in 128 columns
+    assert f"| {sparse} | 0.02; lr 0.003 | 50.0% | 75.0% | 1000 | 0 | 80.0 |" in text
+    assert f"| {sparse} | 0.02; lr 0.01 | 50.0% | 75.0% | 1000 | 1 | 40.0 |" in text
+    # The plan's Dyck-1 runs draw their pool without the held-out strings, bar the init002 rows it reproduces.
+    lr = "0.02; other settings: lr 0.01, pool_excludes_held_out False"
+    assert f"| {sparse}: dyck-sparse-lr1e-2 | {lr} | 50.0% | 75.0% | 1000 | 0 | 70.0 |" in text
+    other = "| random UT: dyck-random-longer | 0.02, fresh strings; other settings: warmup_steps 50 | 50.0% | 75.0% |"
+    assert f"{other} 9000 | 0 | 60.0 |" in text

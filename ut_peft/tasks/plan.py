@@ -713,41 +713,110 @@ def _run_settings(row: dict) -> RunSettings:
     return RunSettings(**{k: v for k, v in settings_of(row).items() if hasattr(RunSettings, k)})
 
 
+# What tells one Dyck-1 run from another beside its seeds (the seeds are a line's column; the cadence changes nothing).
+_SEEDS = {"seed", "backbone_seed"}
+_KHOP_ONLY = {"khop_ks", "khop_length"}  # a Dyck-1 run draws no letters
+
+
+def _run_fields(settings: dict) -> dict:
+    """A row's settings as run (:func:`.training.settings_as_run`), without its seeds and evaluation cadence."""
+    recorded = dataclasses.asdict(settings_as_run(settings))
+    return {field: value for field, value in recorded.items() if field not in _SEEDS | _CADENCE}
+
+
+def _by_settings(members: list[dict]) -> list[tuple[list[dict], str]]:
+    """``members`` split by the settings they ran (:func:`_run_fields`), each set with the fields that tell it from
+    the others (``"lr 0.01"``; empty where all ran one set): a line never averages runs of different settings."""
+    sets: dict[str, list[dict]] = {}
+    for row in members:
+        sets.setdefault(repr(sorted(_run_fields(row["settings"]).items())), []).append(row)
+    fields = [_run_fields(rows[0]["settings"]) for rows in sets.values()]
+    differing = sorted(field for field in fields[0] if len({repr(f[field]) for f in fields}) > 1)
+    return [
+        (rows, ", ".join(f"{field} {_shown(these[field])}" for field in differing))
+        for rows, these in zip(sets.values(), fields)
+    ]
+
+
+def _dyck_departures(settings: dict) -> str:
+    """Where a Dyck-1 row departs from the plan's Dyck-1 runs (:data:`DYCK`, :data:`KINDS`) beyond the table's
+    columns (init scale, fresh strings, steps, seeds): ``"lr 0.01, warmup_steps 50"``."""
+    kind = _kind(settings)
+    model = KINDS.get(kind, {"backbone": settings["backbone"], "full": settings["full"]})
+    recorded = dataclasses.asdict(settings_as_run(settings))
+    # Compared at the row's own values of the table's columns: a run of fresh strings has no pool to compare.
+    shown = {field: recorded[field] for field in ("init_std", "fresh_data", "steps")}
+    reference = RunSettings(**{**DYCK, **model, **shown})
+    changed = set(settings_differences(settings, reference)) - _SEEDS - _CADENCE - _KHOP_ONLY
+    return ", ".join(f"{field} {_shown(recorded[field])}" for field in sorted(changed))
+
+
+def _dyck_model(kind: str, first: dict) -> str:
+    model = "fully trained" if kind == "full" else f"{kind} UT"
+    if sparse_construction_fits(_run_settings(first)) is False:
+        model += " (slots overlap: not the {0,1} construction)"
+    return model
+
+
+# The Dyck-1 table's groups per model kind, in its order, with what their init-scale column says.
+_DYCK_GROUPS = (
+    ("1.0 (before)", ""),
+    ("1.0 (before)", "-long"),
+    ("0.02", "-init002"),
+    ("0.02", "-disjoint"),
+    ("0.02, fresh strings", "-fresh"),
+    ("0.02, fresh strings, 30 pairs / 60 brackets", "-paper"),
+    ("0.02, fresh strings, 30 pairs / 60 brackets, width 160, 1 head of 16", "-paperfit"),
+)
+
+
 def dyck_table(rows: dict[str, dict], lookup: Callable[[dict], dict] = pool_lookup) -> str:
     """Dyck-1 per backbone: at the unit init scale, at the new one, and at the new one with a pool that holds no
     held-out string; beside each, how much of its held-out set the pool held and what a lookup of the pool scores
-    there (:func:`pool_lookup`, seed 0's pool)."""
+    there (:func:`pool_lookup`, seed 0's pool).
+
+    Then every other finished Dyck-1 row of the current settings (whatever its name: a run outside the plan's
+    groups), one line per group of names, which names it and where its settings depart from the plan's Dyck-1 runs.
+    Rows of one group and other settings get a line each, naming the fields they differ in."""
     lines = [
         "| backbone | init std of E, positions | held-out strings in the pool (seed 0) | a lookup of the pool scores "
         "| steps | seeds | answer accuracy | CPU min per run |",
         "|---|---|---|---|---|---|---|---|",
     ]
+    # Finished runs only: a run in flight (unfinished_rows) holds its accuracy of some step before its end.
+    finished = {name: row for name, row in sorted(rows.items()) if "stopped_at" not in row}
+
+    def add(model: str, tag: str, members: list[dict]) -> None:
+        cpu = statistics.mean(r["train_cpu_seconds"] for r in members) / 60
+        seeds = ",".join(str(r["settings"]["seed"]) for r in members)
+        first = min(members, key=lambda r: r["settings"]["seed"])
+        pool = lookup({**settings_of(first), "seed": first["settings"]["seed"]})
+        floor = "-" if pool["lookup_accuracy"] is None else f"{100 * pool['lookup_accuracy']:.1f}%"
+        lines.append(
+            f"| {model} | {tag} | {100 * pool['in_pool']:.1f}% | {floor} | {first['settings']['steps']} | "
+            f"{seeds} | {_pct([r['accuracy'] for r in members])} | {cpu:.1f} |"
+        )
+
+    listed = set()
     for kind in ("sparse", "random", "full"):
-        for tag, group in (
-            ("1.0 (before)", f"dyck-{kind}"),
-            ("1.0 (before)", f"dyck-{kind}-long"),
-            ("0.02", f"dyck-{kind}-init002"),
-            ("0.02", f"dyck-{kind}-disjoint"),
-            ("0.02, fresh strings", f"dyck-{kind}-fresh"),
-            ("0.02, fresh strings, 30 pairs / 60 brackets", f"dyck-{kind}-paper"),
-            ("0.02, fresh strings, 30 pairs / 60 brackets, width 160, 1 head of 16", f"dyck-{kind}-paperfit"),
-        ):
-            # Finished runs only: a run in flight (unfinished_rows) holds its accuracy of some step before its end.
-            members = [r for n, r in sorted(rows.items()) if _group(n) == group and "stopped_at" not in r]
-            if not members:
-                continue
-            cpu = statistics.mean(r["train_cpu_seconds"] for r in members) / 60
-            seeds = ",".join(str(r["settings"]["seed"]) for r in members)
-            first = min(members, key=lambda r: r["settings"]["seed"])
-            pool = lookup({**settings_of(first), "seed": first["settings"]["seed"]})
-            floor = "-" if pool["lookup_accuracy"] is None else f"{100 * pool['lookup_accuracy']:.1f}%"
-            model = "fully trained" if kind == "full" else f"{kind} UT"
-            if sparse_construction_fits(_run_settings(first)) is False:
-                model += " (slots overlap: not the {0,1} construction)"
-            lines.append(
-                f"| {model} | {tag} | {100 * pool['in_pool']:.1f}% | {floor} | {first['settings']['steps']} | "
-                f"{seeds} | {_pct([r['accuracy'] for r in members])} | {cpu:.1f} |"
-            )
+        for tag, suffix in _DYCK_GROUPS:
+            group = f"dyck-{kind}{suffix}"
+            listed.add(group)
+            members = [row for name, row in finished.items() if _group(name) == group]
+            if members:
+                for same, differing in _by_settings(members):
+                    add(_dyck_model(kind, same[0]), f"{tag}; {differing}" if differing else tag, same)
+    others: dict[str, list[dict]] = {}
+    for name, row in finished.items():
+        if row["settings"]["task"] == "dyck" and is_new(row) and _group(name) not in listed:
+            others.setdefault(_group(name), []).append(row)
+    for group, members in others.items():
+        for same, _ in _by_settings(members):
+            s = settings_of(same[0])
+            tag = f"{_shown(s['init_std'])}{', fresh strings' if s['fresh_data'] else ''}"
+            if departures := _dyck_departures(same[0]["settings"]):
+                tag += f"; other settings: {departures}"
+            add(f"{_dyck_model(_kind(s), same[0])}: {group}", tag, same)
     return "\n".join(lines)
 
 
