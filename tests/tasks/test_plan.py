@@ -392,3 +392,18 @@ def test_the_dyck_table_shows_every_finished_row_of_the_current_settings_whateve
     assert f"| {sparse}: dyck-sparse-lr1e-2 | {lr} | 50.0% | 75.0% | 1000 | 0 | 70.0 |" in text
     other = "| random UT: dyck-random-longer | 0.02, fresh strings; other settings: warmup_steps 50 | 50.0% | 75.0% |"
     assert f"{other} 9000 | 0 | 60.0 |" in text
+
+
+def test_the_curves_figure_names_the_settings_of_a_row_that_is_not_the_plans(tmp_path):
+    """Was wrong: the figure drew a k-hop row of other settings than the plan's (another learning rate) in the colour
+    and line of the plan's runs of its kind and variant, under their legend entry: its curve read as the plan's."""
+    rows = dict(
+        [
+            _khop_row("khop-k2-sparse-s0", 0.5),
+            ("khop-k2-sparse-lr-s0", _khop_row("khop-k2-sparse-s0", 0.9, lr=1e-2)[1]),
+        ]
+    )
+    plan.figure(rows, tmp_path / "curves.svg")
+    drawn = (tmp_path / "curves.svg").read_text()  # the SVG keeps each text it draws as a comment
+    assert "<!-- sparse, residual layernorm -->" in drawn
+    assert "<!-- sparse, residual layernorm; other settings: lr 0.01 -->" in drawn

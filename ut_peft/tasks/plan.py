@@ -858,7 +858,8 @@ VARIANT_STYLES = {"residual_layernorm": "-", "attention_only": "--", "mlp": ":"}
 
 def figure(rows: dict[str, dict], path: Path, baselines: Path | None = None) -> None:
     """Held-out accuracy against examples seen (log axis), one panel per task split, coloured by model kind and
-    styled by variant; the no-retrieval lookup tables as black lines. Unfinished runs are drawn faded."""
+    styled by variant; the no-retrieval lookup tables as black lines. Unfinished runs are drawn faded; runs of other
+    settings than the plan's (:func:`other_settings`) with crosses, under a legend entry naming those settings."""
     from matplotlib.ticker import NullFormatter
 
     from ..plotting import save_figure, subplots
@@ -873,6 +874,11 @@ def figure(rows: dict[str, dict], path: Path, baselines: Path | None = None) -> 
                 continue
             kind, variant = _kind(s), s["variant"]
             label = f"{kind}, {variant.replace('_', ' ')}"
+            # A run of other settings than the plan's is not one of the plan's curves: its own legend entry names
+            # those settings (as its line of the main table does), and crosses mark its points.
+            others = other_settings(s)
+            if others:
+                label += "; other settings: " + ", ".join(f"{field} {_shown(value)}" for field, value in others)
             points = [p for p in row["curve"] if p.get("examples_seen")]
             axis.plot(
                 [p["examples_seen"] for p in points],
@@ -881,6 +887,7 @@ def figure(rows: dict[str, dict], path: Path, baselines: Path | None = None) -> 
                 linestyle=VARIANT_STYLES[variant],
                 alpha=0.35 if "stopped_at" in row else 0.8,
                 label=None if label in labelled else label,
+                **({"marker": "x", "markersize": 4} if others else {}),
             )
             labelled.add(label)
         key = "all" if split == "mix" else split[1:]
