@@ -407,3 +407,35 @@ def test_the_curves_figure_names_the_settings_of_a_row_that_is_not_the_plans(tmp
     drawn = (tmp_path / "curves.svg").read_text()  # the SVG keeps each text it draws as a comment
     assert "<!-- sparse, residual layernorm -->" in drawn
     assert "<!-- sparse, residual layernorm; other settings: lr 0.01 -->" in drawn
+
+
+def test_the_report_places_k_hop_rows_of_a_transformers_or_pretrained_backbone(tmp_path):
+    """Was wrong: the main table sorted its lines by the plan's model kinds, and stopped with a bare ValueError
+    ('hf:gpt2' is not in list) at a k-hop row of an hf: or pretrained: backbone; the curve table and the figure
+    looked up the paper's level and a colour for the plan's kinds alone."""
+    rows = dict(
+        [
+            _khop_row("khop-k2-random-s0", 0.5),
+            ("khop-k2-gpt2-s0", _khop_row("khop-k2-random-s0", 0.7, backbone="hf:gpt2")[1]),
+            ("khop-k2-smollm-s0", _khop_row("khop-k2-random-s0", 0.6, backbone="pretrained:smollm2-135m")[1]),
+            ("khop-k2-gpt2-full-s0", _khop_row("khop-k2-full-s0", 0.8, backbone="hf:gpt2")[1]),
+        ]
+    )
+    text = plan.report(rows, table_path=tmp_path / "t.md", figure_path=tmp_path / "f.svg", runs_dir=RUNS_DIR,
+                       results=RESULTS)  # fmt: skip
+    main = plan.main_table(rows).splitlines()[2:]
+    cells = [line.split(" | ")[0] for line in main]  # the plan's kinds first, then the others by backbone
+    assert cells == [
+        "| random UT (E, U, positions)",
+        "| fully trained; other settings: backbone hf:gpt2",
+        "| hf:gpt2 backbone (fixed)",
+        "| pretrained:smollm2-135m backbone (fixed)",
+    ]
+    gpt2 = next(line for line in main if line.startswith("| hf:gpt2"))
+    assert "| - | 70.0 | - | - |" in gpt2 and gpt2.endswith("| 0 (runs per k1/k2/k3/k4/mix: 0/1/0/0/0) | - | 1.0 |")
+    assert "khop-k2-gpt2 |" not in text  # no paper level to be below: not in the curve table
+    assert "<!-- hf:gpt2, residual layernorm -->" in (tmp_path / "f.svg").read_text()
+    dyck = dataclasses.asdict(RunSettings(**{**dict(plan.PLAN)["dyck-random-fresh-s0"], "backbone": "hf:gpt2"}))
+    dyck_rows = {"dyck-gpt2-s0": dict(task="dyck", accuracy=0.8, train_cpu_seconds=60.0, settings=dyck)}
+    text = plan.dyck_table(dyck_rows, lookup=lambda s: {"in_pool": 0.0, "lookup_accuracy": None})
+    assert "| hf:gpt2 backbone (fixed): dyck-gpt2 | 0.02, fresh strings | 0.0% | - | 2000 | 0 | 80.0 |" in text

@@ -505,9 +505,24 @@ def _pct(values: list[float]) -> str:
 
 
 def _kind(settings: dict) -> str:
+    """The model kind of a row: ``full``, a plan's fixed backbone (``sparse``, ``random``: :data:`KINDS`), or the
+    backbone an hf: or pretrained: row kept fixed (``hf:gpt2``), which the plan does not run."""
     if settings["full"]:
         return "full"
     return settings["backbone"].removesuffix("-ut")
+
+
+def _kind_order(kind: str) -> tuple[int, str]:
+    """Where a kind's lines go: the plan's kinds in :data:`KINDS` order, then any other backbone by its name."""
+    kinds = list(KINDS)
+    return (kinds.index(kind), "") if kind in kinds else (len(kinds), kind)
+
+
+def _model(kind: str) -> str:
+    """A kind in words, as the tables name it."""
+    if kind == "full":
+        return "fully trained"
+    return f"{kind} UT" if kind in KINDS else f"{kind} backbone (fixed)"
 
 
 def _split(settings: dict) -> str:
@@ -559,7 +574,8 @@ def other_settings(settings: dict) -> tuple[tuple[str, Any], ...]:
     """Where a k-hop row's settings depart from the plan's for its model kind and variant (:data:`KHOP`,
     :data:`KINDS`), beyond the main table's columns: (field, value) pairs, sorted; empty for a row of the plan."""
     kind = _kind(settings)
-    reference = RunSettings(**{**KHOP, **KINDS.get(kind, {}), "variant": settings["variant"]})
+    model = KINDS.get(kind, {"backbone": settings["backbone"]})  # another backbone: the plan's k-hop runs on it
+    reference = RunSettings(**{**KHOP, **model, "variant": settings["variant"]})
     recorded = dataclasses.asdict(settings_as_run(settings))
     changed = set(settings_differences(settings, reference)) - _TABLE_AXES - _CADENCE - _DYCK_ONLY
     return tuple((field, recorded[field]) for field in sorted(changed))
@@ -581,13 +597,13 @@ def main_table(rows: dict[str, dict]) -> str:
         shape = f"{s['width']}, {s['layers']}, {s['heads']} x {s['head_dim']}"
         key = (_kind(s), s["variant"], shape, s["steps"], s["batch_size"], other_settings(s))
         groups.setdefault(key, []).append(row)
-    kinds, variants = list(KINDS), list(VARIANTS)
+    variants = list(VARIANTS)
     lines = [
         "| model | variant | shape (m, L, H x k) | steps x batch | k=1 alone | k=2 alone | k=3 alone | k=4 alone | "
         "mixed k=1..4: all | mixed: k=1 / 2 / 3 / 4 | seeds | paper (residual + LN) | CPU min per run |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for key in sorted(groups, key=lambda g: (variants.index(g[1]), kinds.index(g[0]), g[2], g[3], repr(g[5]))):
+    for key in sorted(groups, key=lambda g: (variants.index(g[1]), _kind_order(g[0]), g[2], g[3], repr(g[5]))):
         kind, variant, shape, steps, batch, others = key
         members = groups[key]
         by_split = {split: [r for r in members if _split(r["settings"]) == split] for split in SPLITS}
@@ -599,8 +615,8 @@ def main_table(rows: dict[str, dict]) -> str:
         seeds = sorted({r["settings"]["seed"] for r in members})
         counts = "/".join(str(len(by_split[s])) for s in SPLITS)
         cpu = statistics.mean(r["train_cpu_seconds"] for r in members) / 60
-        paper = PAPER[kind][1] if variant == "residual_layernorm" else "-"
-        model = "fully trained" if kind == "full" else kind + " UT (E, U, positions)"
+        paper = PAPER[kind][1] if variant == "residual_layernorm" and kind in PAPER else "-"
+        model = _model(kind) + (" (E, U, positions)" if kind in KINDS and kind != "full" else "")
         if others:
             model += "; other settings: " + ", ".join(f"{field} {_shown(value)}" for field, value in others)
         lines.append(
@@ -624,9 +640,11 @@ def curve_table(rows: dict[str, dict]) -> str:
             groups.setdefault(_group(name), []).append(row)
     for group, members in groups.items():
         kind = _kind(members[0]["settings"])
+        if kind == "full" or kind not in PAPER:  # a backbone the paper did not run has no level to be below
+            continue
         target = PAPER[kind][0]
         mean_acc = statistics.mean(r["accuracy"] for r in members)
-        if kind == "full" or mean_acc >= target:
+        if mean_acc >= target:
             continue
         at = []
         for examples in (16_000, 32_000, 64_000, 96_000):
@@ -752,7 +770,7 @@ def _dyck_departures(settings: dict) -> str:
 
 
 def _dyck_model(kind: str, first: dict) -> str:
-    model = "fully trained" if kind == "full" else f"{kind} UT"
+    model = _model(kind)
     if sparse_construction_fits(_run_settings(first)) is False:
         model += " (slots overlap: not the {0,1} construction)"
     return model
@@ -853,6 +871,7 @@ def table(rows: dict[str, dict], runs_dir: Path | str, results: Path | str) -> s
 
 
 KIND_COLOURS = {"full": "C3", "random": "C0", "sparse": "C2"}
+OTHER_KIND_COLOUR = "C7"  # an hf: or pretrained: backbone's runs (the legend names the backbone)
 VARIANT_STYLES = {"residual_layernorm": "-", "attention_only": "--", "mlp": ":"}
 
 
@@ -883,7 +902,7 @@ def figure(rows: dict[str, dict], path: Path, baselines: Path | None = None) -> 
             axis.plot(
                 [p["examples_seen"] for p in points],
                 [100 * p["accuracy"] for p in points],
-                color=KIND_COLOURS[kind],
+                color=KIND_COLOURS.get(kind, OTHER_KIND_COLOUR),
                 linestyle=VARIANT_STYLES[variant],
                 alpha=0.35 if "stopped_at" in row else 0.8,
                 label=None if label in labelled else label,
