@@ -353,3 +353,53 @@ def test_the_vocabulary_follows_the_adapters_once_the_last_one_is_deleted():
     with model.disable_adapter():
         assert base.config.vocab_size == base_vocab
     assert model.unload().config.vocab_size == base_vocab
+
+
+@pytest.mark.parametrize(
+    "family,tied,option",
+    [("llama", True, option) for option in ("full", "untie", "task_vocab", "memory", "u_only")]
+    + [("gpt2", True, "full"), ("llama", False, "full"), ("qwen2", False, "e_only")],
+)
+def test_tie_weights_keeps_the_adapter_and_ties_the_bases_own_matrices(family, tied, option):
+    """transformers and accelerate call ``model.tie_weights()`` on the model they were given wherever a move may have
+    broken shared parameters. accelerate's FSDP2 preparation with ``cpu_ram_efficient_loading`` (which needs GPUs)
+    moves the model to the meta device, ties, loads the full state dict it took before (``assign=True``, which gives
+    every key a tensor of its own) and ties again: that sequence runs here on the CPU. On a base that ties E and U,
+    ``tie_weights()`` raised ``KeyError: "attribute 'weight' already exists"`` (the base's tie set ``lm_head.weight``
+    on the wrapped U). It ties the base's own matrices and leaves the adapter's alone (a kept-tied U reads E's
+    table, an untied one has its own)."""
+    from ut_peft.tuners.ut_reprogram.model import base_of
+
+    model = get_peft_model(tiny_model(family, tied=tied), config_for(option))
+    perturb(model)
+    inputs = inputs_for(model, option)
+    state = {name: tensor.clone() for name, tensor in model.state_dict().items()}
+    trains = trainable(model)
+    expected = model(**inputs).logits
+    base_ids = torch.tensor([[1, 4, 2, 3]])  # in the base's vocabulary (memory ids are not)
+    with model.disable_adapter():
+        expected_base = model(input_ids=base_ids).logits
+
+    def check() -> None:
+        assert model.state_dict().keys() == state.keys()
+        assert all(torch.equal(tensor, state[name]) for name, tensor in model.state_dict().items())
+        assert trainable(model) == trains
+        base_e, base_u = (base_of(m).weight for m in (model.get_input_embeddings(), model.get_output_embeddings()))
+        assert (base_e is base_u) == tied  # the base's own tie, as the base's tie_weights makes it
+        assert torch.equal(model(**inputs).logits, expected)
+        with model.disable_adapter():
+            assert torch.equal(model(input_ids=base_ids).logits, expected_base)
+
+    model.tie_weights()
+    check()
+    full_state_dict = {name: tensor.clone() for name, tensor in state.items()}
+    # Buffers outside the state dict (rotary inv_freq), which accelerate keeps aside and registers again.
+    other_buffers = {name: buffer.clone() for name, buffer in model.named_buffers() if name not in state}
+    model.to("meta")
+    model.tie_weights()
+    model.load_state_dict(full_state_dict, assign=True)
+    for name, buffer in other_buffers.items():
+        owner, _, attribute = name.rpartition(".")
+        model.get_submodule(owner).register_buffer(attribute, buffer, persistent=False)
+    model.tie_weights()
+    check()

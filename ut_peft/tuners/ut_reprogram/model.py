@@ -578,6 +578,38 @@ class UTReprogramModel(BaseTuner):
                 "base model's own E and U were freed; load the base model again for its outputs"
             )
 
+    # ---- what transformers and accelerate call on the model they were given -------------------------------------
+    def tie_weights(self, *args: Any, **kwargs: Any) -> None:
+        """The base model's own ``tie_weights`` (same arguments) over the base's own modules; the adapter's tensors
+        stay as they are.
+
+        transformers and accelerate call ``model.tie_weights()`` on the model they were given (a ``PeftModel``
+        passes it here) where a move may have broken shared parameters: accelerate's FSDP2 preparation with
+        ``cpu_ram_efficient_loading`` (after moving the model to the meta device, and after loading the full state
+        dict), the Trainer's move to a TPU. The base's tie sets parameters by name
+        (``lm_head.weight`` = ``model.embed_tokens.weight``), which now name the wrapped layers, whose ``weight`` is
+        the active adapter's matrix: it raised ``KeyError: attribute 'weight' already exists``. So it runs with each
+        wrapped layer's base module back in its place, and the layers return after it. The adapter's own tying
+        needs nothing: a kept-tied U reads E's table (``tied_embeddings="keep"``), an untied one has its own copy.
+        """
+        if getattr(self, "_ut_released", False):
+            return  # the base's E and U are freed placeholders (release_base_embeddings): nothing of them is used
+        layers = [
+            (name, module) for name, module in self.model.named_modules() if isinstance(module, UTReprogramLayer)
+        ]
+
+        def put(name: str, module: nn.Module) -> None:
+            parent_name, _, child_name = name.rpartition(".")
+            setattr(self.model.get_submodule(parent_name) if parent_name else self.model, child_name, module)
+
+        try:
+            for name, module in layers:
+                put(name, module.get_base_layer())
+            self.model.tie_weights(*args, **kwargs)
+        finally:
+            for name, module in layers:
+                put(name, module)
+
     # ---- turning the adapter on and off ---------------------------------------------------------------------------
     def set_adapter(self, adapter_name: str | list[str], inference_mode: bool = False) -> None:
         """peft's ``set_adapter``, for one adapter at a time.
