@@ -403,3 +403,20 @@ def test_tie_weights_keeps_the_adapter_and_ties_the_bases_own_matrices(family, t
         model.get_submodule(owner).register_buffer(attribute, buffer, persistent=False)
     model.tie_weights()
     check()
+
+
+@pytest.mark.parametrize("tied", [False, True])
+@pytest.mark.parametrize("option", ["full", "task_vocab"])
+def test_resize_token_embeddings_after_wrapping_says_to_resize_the_base_first(tied, option):
+    """transformers' resize raised its own TypeError ("Old embeddings are of type UTEmbedding, which is not an
+    instance of Embedding"), which says neither why nor what to do."""
+    model = get_peft_model(tiny_model("llama", tied=tied), config_for(option))
+    vocab = model.config.vocab_size
+    with pytest.raises(ValueError, match=r"Resize the base model before get_peft_model.*task_vocab_size"):
+        model.resize_token_embeddings(VOCAB + 23)
+    assert model.config.vocab_size == vocab
+    # What the error names works: the adapter is made over the resized base.
+    base = tiny_model("llama", tied=tied)
+    base.resize_token_embeddings(VOCAB + 23)
+    resized = get_peft_model(base, UTReprogramConfig())
+    assert resized(input_ids=torch.tensor([[VOCAB + 22, 1]])).logits.shape[-1] == VOCAB + 23

@@ -610,6 +610,19 @@ class UTReprogramModel(BaseTuner):
             for name, module in layers:
                 put(name, module)
 
+    def resize_token_embeddings(self, *args: Any, **kwargs: Any) -> None:
+        """Refused with what to do instead: transformers' resize failed inside with its own TypeError ("Old
+        embeddings are of type UTEmbedding"), which says neither why nor what to do."""
+        raise ValueError(
+            "resize_token_embeddings cannot resize a model carrying a UT_REPROGRAM adapter: its E and U are the "
+            "adapter's own matrices, made for the vocabulary of the base it records (and checks when the adapter is "
+            "loaded), so resizing them here would make an adapter of no base. Resize the base model before "
+            "get_peft_model (base.resize_token_embeddings(n), then get_peft_model(base, config): the adapter's E and "
+            "U start as copies of the resized ones), or, for a vocabulary of the task's own, pass "
+            "UTReprogramConfig(task_vocab_size=n), whose fresh E and U have n rows. A model merged with "
+            "merge_and_unload() is a plain transformers model, which resizes as usual."
+        )
+
     # ---- turning the adapter on and off ---------------------------------------------------------------------------
     def set_adapter(self, adapter_name: str | list[str], inference_mode: bool = False) -> None:
         """peft's ``set_adapter``, for one adapter at a time.
