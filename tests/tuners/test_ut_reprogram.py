@@ -552,6 +552,30 @@ def test_a_missing_truncated_or_mismatched_adapter_file_names_its_path(tmp_path)
         PeftModel.from_pretrained(tiny_model("llama"), tmp_path)  # was a torch size-mismatch RuntimeError
 
 
+@pytest.mark.parametrize("safe_serialization", [True, False])
+@pytest.mark.parametrize("edited", [3, 1, 0])
+def test_an_edited_memory_count_is_refused_for_either_weights_file(tmp_path, safe_serialization, edited):
+    """The count was checked for adapter_model.safetensors only: an adapter_model.bin (save_pretrained(
+    safe_serialization=False)) under a config edited to 3 or 1 memory vectors gave torch's size-mismatch
+    RuntimeError naming no file, and under 0 loaded without a word, dropping the trained memory vectors."""
+    model = get_peft_model(tiny_model("llama"), UTReprogramConfig(num_memory_tokens=2))
+    model.save_pretrained(tmp_path, safe_serialization=safe_serialization)
+    weights = tmp_path / ("adapter_model.safetensors" if safe_serialization else "adapter_model.bin")
+    config_file = tmp_path / "adapter_config.json"
+    config_file.write_text(config_file.read_text().replace('"num_memory_tokens": 2', f'"num_memory_tokens": {edited}'))
+    with pytest.raises(ValueError, match=rf"says num_memory_tokens={edited}, but {weights} holds 2 memory vectors"):
+        PeftModel.from_pretrained(tiny_model("llama"), tmp_path)
+
+
+def test_a_truncated_bin_adapter_file_names_its_path(tmp_path):
+    model = get_peft_model(tiny_model("llama"), UTReprogramConfig(num_memory_tokens=2))
+    model.save_pretrained(tmp_path, safe_serialization=False)
+    weights = tmp_path / "adapter_model.bin"
+    weights.write_bytes(weights.read_bytes()[:-100])
+    with pytest.raises(ValueError, match=rf"{weights} is not a complete PyTorch weights file"):
+        PeftModel.from_pretrained(tiny_model("llama"), tmp_path)
+
+
 @pytest.mark.parametrize(
     "kwargs,match",
     [

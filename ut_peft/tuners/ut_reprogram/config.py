@@ -392,39 +392,54 @@ def _weights_files() -> tuple[str, str]:
 def check_adapter_weights(folder: str, config: UTReprogramConfig) -> None:
     """Raise a ValueError naming the path when ``folder`` holds no adapter weights, a damaged weights file (cut
     short, or other bytes than the checksum saved with it), or weights of another number of memory vectors than
-    ``config`` (an edited adapter_config.json)."""
+    ``config`` (an edited adapter_config.json). The file checked is the one peft loads, whichever format:
+    adapter_model.safetensors, else adapter_model.bin (``save_pretrained(safe_serialization=False)``)."""
     from peft.utils.constants import SAFETENSORS_WEIGHTS_NAME, WEIGHTS_NAME
 
-    safetensors_path = os.path.join(folder, SAFETENSORS_WEIGHTS_NAME)
     _check_loaded_file_is_recorded(folder, config)
-    if not os.path.isfile(safetensors_path):
-        if not os.path.isfile(os.path.join(folder, WEIGHTS_NAME)):
-            raise ValueError(
-                f"{folder} holds an adapter_config.json but no adapter weights ({SAFETENSORS_WEIGHTS_NAME} is "
-                "missing); copy the whole adapter folder again, or save the adapter again "
-                "(model.save_pretrained(folder))"
-            )
-    else:
-        from safetensors import safe_open
-
-        try:
-            with safe_open(safetensors_path, framework="pt") as handle:
-                memory = [
-                    handle.get_slice(k).get_shape()[0] for k in handle.keys() if k.endswith("ut_reprogram_memory")
-                ]
-        except Exception as err:  # safetensors raises its own SafetensorError for every kind of damage
-            raise ValueError(
-                f"{safetensors_path} is not a complete safetensors file ({err}); it was probably cut short while "
-                "copying or saving: copy or save the adapter again"
-            ) from None
-        stored = memory[0] if memory else 0
-        if stored != config.num_memory_tokens:
-            raise ValueError(
-                f"{os.path.join(folder, 'adapter_config.json')} says num_memory_tokens={config.num_memory_tokens}, "
-                f"but {safetensors_path} holds {stored} memory vectors: the config was edited or belongs to another "
-                "adapter; restore it (or save the adapter again)"
-            )
+    # The file peft loads: the safetensors one when there is one.
+    loaded = next((name for name in _weights_files() if os.path.isfile(os.path.join(folder, name))), None)
+    if loaded is None:
+        raise ValueError(
+            f"{folder} holds an adapter_config.json but no adapter weights (neither {SAFETENSORS_WEIGHTS_NAME} nor "
+            f"{WEIGHTS_NAME}); copy the whole adapter folder again, or save the adapter again "
+            "(model.save_pretrained(folder))"
+        )
+    path = os.path.join(folder, loaded)
+    memory = _memory_rows(path, safetensors=loaded == SAFETENSORS_WEIGHTS_NAME)
+    stored = memory[0] if memory else 0
+    if stored != config.num_memory_tokens:
+        # Checked here for either file: peft would load a .bin under a larger or smaller count with torch's
+        # size-mismatch error naming no file, and under 0 drop the trained memory vectors without a word.
+        raise ValueError(
+            f"{os.path.join(folder, 'adapter_config.json')} says num_memory_tokens={config.num_memory_tokens}, "
+            f"but {path} holds {stored} memory vectors: the config was edited or belongs to another "
+            "adapter; restore it (or save the adapter again)"
+        )
     _check_checksums(folder, config)
+
+
+def _memory_rows(path: str, safetensors: bool) -> list[int]:
+    """The row count of each memory tensor in the adapter weights file ``path``, read without loading the tensors
+    (safetensors' header; a .bin mapped, onto the meta device). A file that cannot be read is refused naming it."""
+    try:
+        if safetensors:
+            from safetensors import safe_open
+
+            with safe_open(path, framework="pt") as handle:
+                shapes = {key: handle.get_slice(key).get_shape() for key in handle.keys()}
+        else:
+            import torch
+
+            state = torch.load(path, map_location="meta", weights_only=True, mmap=True)
+            shapes = {key: list(tensor.shape) for key, tensor in state.items()}
+    except Exception as err:  # each format raises its own errors for every kind of damage
+        kind = "safetensors" if safetensors else "PyTorch weights"
+        raise ValueError(
+            f"{path} is not a complete {kind} file ({err}); it was probably cut short while copying or saving: copy "
+            "or save the adapter again"
+        ) from None
+    return [shape[0] for key, shape in shapes.items() if key.endswith("ut_reprogram_memory")]
 
 
 def _check_loaded_file_is_recorded(folder: str, config: UTReprogramConfig) -> None:
