@@ -525,3 +525,23 @@ def test_the_seeds_a_flat_stopped_seed_0_earns_itself_run_without_the_flat_rule_
     # A seed 0 that ran to the budget earns seeds with the plan's rules as they are.
     ran = _row("k2", "sparse", 0, 0.95)
     assert [dict(plan.budget_runs({name: ran}))[seed] for seed in seeds] == [planned[seed] for seed in seeds]
+
+
+def test_the_budget_report_places_a_run_of_a_transformers_or_pretrained_backbone(tmp_path):
+    """Was wrong: the budget table sorted its runs by the plan's model kinds and looked up the paper's level of each,
+    and the figure a colour, so one budget run of an hf: or pretrained: backbone (a run with a log-spaced curve)
+    stopped the whole report with a bare error ('hf:gpt2' is not in list)."""
+    rows = _fake_rows()
+    for name, backbone in (("khop-k2-gpt2-budget-s0", "hf:gpt2"), ("khop-k2-smollm-budget-s0", "pretrained:smollm2")):
+        rows[name] = {**_row("k2", "random", 0, 0.7), "name": name}
+        rows[name]["settings"] = {**rows[name]["settings"], "backbone": backbone}
+    text = budget_results.budget_report(rows, table_path=tmp_path / "budget.md", figure_path=tmp_path / "budget.svg")
+    table = [line for line in text.split("The verdict per row")[0].splitlines() if line.startswith("| k = 2")]
+    assert [line.split(" | ")[1] for line in table] == [
+        "sparse UT (E, U, positions)",
+        "random UT (E, U, positions)",
+        "hf:gpt2 backbone (fixed)",
+        "pretrained:smollm2 backbone (fixed)",
+    ]
+    assert "| the whole budget | 1.0e5 | 70.0 | - | - | 0.03 |" in table[2]  # no paper's level to cross
+    assert "<!-- hf:gpt2 backbone (fixed), seed 0 -->" in (tmp_path / "budget.svg").read_text()

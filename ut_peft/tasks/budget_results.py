@@ -18,10 +18,13 @@ from .plan import (
     BUDGET_SPLITS,
     KIND_COLOURS,
     KINDS,
+    OTHER_KIND_COLOUR,
     PAPER,
     SPLITS,
     UNSTOPPED,
     _kind,
+    _kind_order,
+    _model,
     _split,
     budget_name,
     cost_to_go,
@@ -88,11 +91,11 @@ def budget_table(rows: dict[str, dict]) -> str:
     and at how many examples it crossed the paper's level (or the extrapolated cost of getting there), its CPU hours.
     Runs still in flight (``stopped_at``, read from their checkpoints) are listed as such."""
     runs = [row for row in rows.values() if row["task"] == "khop" and is_budget(row)]
-    splits, kinds = list(SPLITS), list(KINDS)
+    splits = list(SPLITS)
     runs.sort(
         key=lambda r: (
             splits.index(_split(r["settings"])),
-            kinds.index(_kind(r["settings"])),
+            _kind_order(_kind(r["settings"])),
             r["settings"]["seed"],
             unstopped(r),
         )
@@ -105,17 +108,21 @@ def budget_table(rows: dict[str, dict]) -> str:
     for row in runs:
         s = row["settings"]
         kind = _kind(s)
-        level, paper = PAPER[kind]
         accuracy = f"{100 * row['accuracy']:.1f}"
         if len(s["khop_ks"]) > 1 and row.get("per_k"):
             accuracy += " (k = " + " / ".join(f"{100 * v:.1f}" for v in row["per_k"].values()) + ")"
-        model = "fully trained" if kind == "full" else f"{kind} UT (E, U, positions)"
+        model = _model(kind, trained=True)
         if unstopped(row):
             model += ", no flat rule (the check of the row above)"
+        if kind in PAPER:
+            level, paper = PAPER[kind]
+            against = f"{paper} (at {100 * level:.1f}) | {_crosses(row, level)}"
+        else:  # a backbone the paper did not run (hf:, pretrained:): no level to cross
+            against = "- | -"
         lines.append(
             f"| {SPLIT_TITLES[_split(s)]} | {model} | {s['seed']} | {_stop(row)} | "
-            f"{_examples(row['curve'][-1]['examples_seen'])} | {accuracy} | {paper} (at {100 * level:.1f}) | "
-            f"{_crosses(row, level)} | {row['train_cpu_seconds'] / 3600:.2f} |"
+            f"{_examples(row['curve'][-1]['examples_seen'])} | {accuracy} | {against} | "
+            f"{row['train_cpu_seconds'] / 3600:.2f} |"
         )
     if not runs:
         lines.append("| no budget run has evaluated yet | | | | | | | | |")
@@ -248,11 +255,11 @@ def budget_figure(rows: dict[str, dict], path: Path) -> None:
             if row["task"] != "khop" or not is_budget(row) or _split(s) != split:
                 continue
             kind, points, check = _kind(s), row["curve"], unstopped(row)
-            model = f"{'fully trained' if kind == 'full' else kind + ' UT'}, seed {s['seed']}"
+            model = f"{_model(kind)}, seed {s['seed']}"
             axis.plot(
                 [p["examples_seen"] for p in points],
                 [100 * p["accuracy"] for p in points],
-                color=KIND_COLOURS[kind],
+                color=KIND_COLOURS.get(kind, OTHER_KIND_COLOUR),
                 linestyle="-." if check else SEED_STYLES.get(s["seed"], "-."),
                 linewidth=1 if check else 1.5,
                 marker="o",

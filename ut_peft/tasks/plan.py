@@ -518,11 +518,13 @@ def _kind_order(kind: str) -> tuple[int, str]:
     return (kinds.index(kind), "") if kind in kinds else (len(kinds), kind)
 
 
-def _model(kind: str) -> str:
-    """A kind in words, as the tables name it."""
+def _model(kind: str, *, trained: bool = False) -> str:
+    """A kind in words, as the tables name it; ``trained``: a fixed UT's name says what of it trains."""
     if kind == "full":
         return "fully trained"
-    return f"{kind} UT" if kind in KINDS else f"{kind} backbone (fixed)"
+    if kind not in KINDS:
+        return f"{kind} backbone (fixed)"
+    return f"{kind} UT (E, U, positions)" if trained else f"{kind} UT"
 
 
 def _split(settings: dict) -> str:
@@ -616,7 +618,7 @@ def main_table(rows: dict[str, dict]) -> str:
         counts = "/".join(str(len(by_split[s])) for s in SPLITS)
         cpu = statistics.mean(r["train_cpu_seconds"] for r in members) / 60
         paper = PAPER[kind][1] if variant == "residual_layernorm" and kind in PAPER else "-"
-        model = _model(kind) + (" (E, U, positions)" if kind in KINDS and kind != "full" else "")
+        model = _model(kind, trained=True)
         if others:
             model += "; other settings: " + ", ".join(f"{field} {_shown(value)}" for field, value in others)
         lines.append(
