@@ -439,3 +439,22 @@ def test_the_report_places_k_hop_rows_of_a_transformers_or_pretrained_backbone(t
     dyck_rows = {"dyck-gpt2-s0": dict(task="dyck", accuracy=0.8, train_cpu_seconds=60.0, settings=dyck)}
     text = plan.dyck_table(dyck_rows, lookup=lambda s: {"in_pool": 0.0, "lookup_accuracy": None})
     assert "| hf:gpt2 backbone (fixed): dyck-gpt2 | 0.02, fresh strings | 0.0% | - | 2000 | 0 | 80.0 |" in text
+
+
+def test_the_curve_table_never_averages_runs_of_other_settings_into_one_line():
+    """Was wrong: the table of curves below the paper's level grouped k-hop rows by name alone, so a seed run at
+    another learning rate under the plan's names (khop-k2-sparse-s1) was averaged into the plan's curve."""
+    rows = dict(
+        [
+            _khop_row("khop-k2-sparse-s0", 0.5),
+            ("khop-k2-sparse-s1", _khop_row("khop-k2-sparse-s1", 0.7, lr=1e-2)[1]),
+            _khop_row("khop-k2-random-s0", 0.4),
+            _khop_row("khop-k2-random-s1", 0.6),
+        ]
+    )
+    lines = plan.curve_table(rows).splitlines()[2:]
+    assert [line.split(" | ")[:2] + [line.split(" | ")[3]] for line in lines] == [
+        ["| khop-k2-random", "0,1", "50.0 (96,000)"],  # the same settings at two seeds: one line, their mean
+        ["| khop-k2-sparse (lr 0.003)", "0", "50.0 (96,000)"],
+        ["| khop-k2-sparse (lr 0.01)", "1", "70.0 (96,000)"],
+    ]

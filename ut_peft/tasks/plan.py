@@ -630,7 +630,8 @@ def main_table(rows: dict[str, dict]) -> str:
 
 
 def curve_table(rows: dict[str, dict]) -> str:
-    """Per fixed-backbone group below the paper's level: the curve in examples seen and the cost of going on."""
+    """Per fixed-backbone group below the paper's level (and per set of settings within it): the curve in examples
+    seen and the cost of going on."""
     lines = [
         "| group | seeds | accuracy at 16k / 32k / 64k / 96k examples (mean) | at the end (examples) | paper level | "
         "cost to reach it (extrapolated from the last doubling) |",
@@ -640,7 +641,14 @@ def curve_table(rows: dict[str, dict]) -> str:
     for name, row in sorted(rows.items()):
         if row["task"] == "khop" and is_new(row) and "stopped_at" not in row and not is_budget(row):
             groups.setdefault(_group(name), []).append(row)
-    for group, members in groups.items():
+    # A group of names holding runs of other settings (a seed at another learning rate) gets a line per set of
+    # settings, naming the fields they differ in: a line never averages runs of different settings.
+    lines_of = [
+        (f"{group} ({differing})" if differing else group, members)
+        for group, everyone in groups.items()
+        for members, differing in _by_settings(everyone)
+    ]
+    for group, members in lines_of:
         kind = _kind(members[0]["settings"])
         if kind == "full" or kind not in PAPER:  # a backbone the paper did not run has no level to be below
             continue
