@@ -41,3 +41,77 @@ def test_build_copy_model_refuses_architecture_arguments_with_a_backbone(tmp_pat
     ct.copy_model(seed=0, hidden_size=16, num_layers=1, num_heads=2, max_positions=40).save_pretrained(tmp_path / "b")
     with pytest.raises(ValueError, match="hidden_size would not be used"):
         ct.build_copy_model("embeddings", backbone=tmp_path / "b", hidden_size=32)
+
+
+def copy_part(folder, train_lengths, label=None):
+    """A copy_task.json as a run writes it (one full run trained on ``train_lengths``), without training."""
+    low, high = train_lengths
+    results = [
+        {"length": n, "exact_match": 1.0 if n <= high else 0.0, "token_accuracy": 1.0 if n <= high else 0.2}
+        for n in (low, high, 2 * high)
+    ]
+    run = {"training": "full", "steps": 1, "train_lengths": [low, high], "seconds": 1.0}
+    run.update({"trainable_parameters": 100, "results": results})
+    folder.mkdir(parents=True, exist_ok=True)
+    settings = {"steps": 1, "train_lengths": [low, high], "label": label}
+    (folder / "copy_task.json").write_text(json.dumps({"settings": settings, "runs": {"full": run}}))
+    return str(folder / "copy_task.json")
+
+
+@pytest.mark.parametrize(
+    "flags,named",
+    [
+        (["--steps", "5"], "--steps"),
+        (["--label", "mine"], "--label"),
+        (["--train-lengths", "3", "9"], "--train-lengths"),
+        (["--trainings", "full"], "--trainings"),
+        (["--seed", "2", "--eval-lengths", "4", "8"], "--eval-lengths, --seed"),
+    ],
+)
+def test_combine_refuses_the_flags_of_a_training_it_does_not_run(tmp_path, capsys, flags, named):
+    """--combine only tabulates runs made before: a training flag beside it was accepted and dropped (a --label
+    named nothing, --train-lengths gave way to the runs' own)."""
+    part = copy_part(tmp_path / "a", (2, 4))
+    with pytest.raises(SystemExit):
+        parse(["--combine", part, *flags, "--out", str(tmp_path / "c")])
+    err = capsys.readouterr().err
+    assert f"--combine only tabulates earlier runs, so {named} would not be used" in err, err
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"steps": 5}))
+    with pytest.raises(SystemExit):  # a --config file's value too
+        parse(["--combine", part, "--config", str(config), "--out", str(tmp_path / "c")])
+    assert "so --steps would not be used" in capsys.readouterr().err
+    # The flags of the output are the combine's own.
+    args = parse(["--combine", part, "--out", str(tmp_path / "c"), "--overwrite", "--no-progress", "--threads", "1"])
+    assert args.combine == [part]
+
+
+@pytest.mark.parametrize(
+    "trainings,flag,runs",
+    [(["embeddings"], "--lr", "full"), (["full"], "--embedding-lr", "embeddings")],
+)
+def test_a_learning_rate_of_a_training_not_run_is_refused(tmp_path, capsys, trainings, flag, runs):
+    """--lr is full training's, --embedding-lr the embeddings training's: given for a run without that training
+    it was dropped, and the run trained at the other flag's rate."""
+    with pytest.raises(SystemExit):
+        parse(["--trainings", *trainings, flag, "0.05", "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert f"{flag} is the learning rate of {runs} training, which --trainings {trainings[0]} does not run" in err
+    assert parse(["--trainings", "full", "embeddings", flag, "0.05", "--out", str(tmp_path / "o")])
+
+
+def test_combine_checks_the_trained_lengths_of_every_run_of_a_combined_file(tmp_path):
+    """A combined copy_task.json records no settings of its own: combined again, its runs' trained lengths were not
+    compared with the other parts', and the plot shaded the command's default --train-lengths (5-50)."""
+    first = tmp_path / "first"
+    main(parse(["--combine", copy_part(tmp_path / "a", (2, 4)), "--out", str(first)]))
+    combined = json.loads((first / "copy_task.json").read_text())
+    assert combined["settings"]["train_lengths"] == [2, 4]  # what the plot shaded, from the runs
+    other = copy_part(tmp_path / "b", (3, 9))
+    with pytest.raises(ValueError, match=r"trained on different lengths \(\(2, 4\), \(3, 9\)\)"):
+        main(parse(["--combine", str(first / "copy_task.json"), other, "--out", str(tmp_path / "mixed")]))
+    assert not (tmp_path / "mixed" / "copy_task.json").exists()
+    same = copy_part(tmp_path / "c", (2, 4))
+    main(parse(["--combine", str(first / "copy_task.json"), same, "--out", str(tmp_path / "again")]))
+    again = json.loads((tmp_path / "again" / "copy_task.json").read_text())
+    assert again["settings"]["train_lengths"] == [2, 4] and len(again["runs"]) == 2

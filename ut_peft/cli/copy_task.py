@@ -21,6 +21,25 @@ from .common import library_value, positive_float, positive_int, run
 
 # Written here, not imported: the copy task's module imports torch, and parsing comes first (library_value).
 TRAININGS = library_value("ut_peft.geometry.copy_task:TRAININGS", ("full", "embeddings"))
+# The flags that decide how runs train and are evaluated (argparse dests): --combine trains nothing, so it refuses
+# them rather than dropping them.
+TRAINING_FLAGS = [
+    "trainings",
+    "steps",
+    "batch_size",
+    "lr",
+    "embedding_lr",
+    "train_lengths",
+    "eval_lengths",
+    "num_per_length",
+    "hidden_size",
+    "layers",
+    "heads",
+    "init_range",
+    "backbone",
+    "label",
+    "seed",
+]
 
 
 def main(args):
@@ -52,8 +71,21 @@ def main(args):
     out = start_run(args, results=("copy_task.json",))
     if args.combine:
         # Plot and tabulate runs made by separate invocations (e.g. run in parallel) together.
-        # The lengths the parts trained on (shaded on the plot) are theirs, not this command's --train-lengths.
-        spans = {tuple(part.get("settings", {}).get("train_lengths") or ()) for part in parts} - {()}
+        # The lengths shaded on the plot are the ones the runs trained on, read from every run: a combined file
+        # has no settings of its own to give them, and its runs may come from several parts.
+        spans = set()
+        for path, part in zip(args.combine, parts):
+            recorded = (part.get("settings") or {}).get("train_lengths")
+            if recorded:  # a run's settings: the lengths its runs trained on (an edited file may disagree)
+                spans.add(tuple(recorded))
+            for name, run in part["runs"].items():
+                lengths = run.get("train_lengths") if isinstance(run, dict) else None
+                if not (isinstance(lengths, list) and len(lengths) == 2):
+                    raise ValueError(
+                        f"--combine {path}: its run {name!r} records no train_lengths [MIN, MAX], so its cliff "
+                        "cannot be placed; give copy_task.json files that recipes/copy_task.py wrote"
+                    )
+                spans.add(tuple(lengths))
         if len(spans) > 1:
             raise ValueError(
                 f"--combine: the runs trained on different lengths ({', '.join(map(str, sorted(spans)))}); combine "
@@ -61,7 +93,8 @@ def main(args):
             )
         if spans:
             low, high = next(iter(spans))
-        result: dict = {"settings": {}, "runs": {}}
+        # Recorded, so that this file can be combined again and its lengths are still compared.
+        result: dict = {"settings": {"train_lengths": [low, high]} if spans else {}, "runs": {}}
         for path, part in zip(args.combine, parts):
             settings = part.get("settings", {})
             # A run's label, else its folder's name (two runs of the same steps would otherwise share one).
@@ -164,19 +197,39 @@ def parse(argv=None, *, prog: str | None = None):
         "--combine",
         nargs="+",
         metavar="JSON",
-        help="only plot and tabulate the runs of these copy_task.json files together into --output-dir",
+        help="only plot and tabulate the runs of these copy_task.json files together into --output-dir (it trains "
+        "nothing: the flags of a training are refused with it)",
     )
     add_run_flags(p, out="runs/copy_task")
     architecture = ["hidden_size", "layers", "heads", "init_range"]
     # Read before parsing: a --config file's values become the parser's defaults, and are refused all the same.
-    builtin = {name: p.get_default(name) for name in architecture}
+    builtin = {name: p.get_default(name) for name in TRAINING_FLAGS}
     args = parse_recipe_args(p, "recipes/copy_task.py", argv)
+
+    def flag_names(names):
+        return ", ".join("--" + name.replace("_", "-") for name in names)
+
+    if args.combine:  # nothing trains: every training flag would be dropped (--label too: each part has its own)
+        given = [name for name in TRAINING_FLAGS if getattr(args, name) != builtin[name]]
+        if given:
+            p.error(
+                f"--combine only tabulates earlier runs, so {flag_names(given)} would not be used: drop them (from "
+                "the command line or the --config file), or run the training without --combine"
+            )
+        return args
+    # Each learning rate is one training's: given for a run without it, the run trains at the other flag's rate.
+    for flag, training, other in (("lr", "full", "embedding_lr"), ("embedding_lr", "embeddings", "lr")):
+        if training not in args.trainings and getattr(args, flag) != builtin[flag]:
+            p.error(
+                f"{flag_names([flag])} is the learning rate of {training} training, which --trainings "
+                f"{' '.join(args.trainings)} does not run: drop it, or give {flag_names([other])} (the learning "
+                f"rate of the training this run does)"
+            )
     given = [name for name in architecture if getattr(args, name) != builtin[name]]
     if args.backbone and given and "full" not in args.trainings:
-        flags = ", ".join("--" + name.replace("_", "-") for name in given)
         p.error(
-            f"--backbone keeps the saved model's own architecture, so {flags} would not be used: drop them (from "
-            "the command line or the --config file), or train --trainings full with them"
+            f"--backbone keeps the saved model's own architecture, so {flag_names(given)} would not be used: drop "
+            "them (from the command line or the --config file), or train --trainings full with them"
         )
     return args
 
