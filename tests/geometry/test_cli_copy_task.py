@@ -115,3 +115,22 @@ def test_combine_checks_the_trained_lengths_of_every_run_of_a_combined_file(tmp_
     main(parse(["--combine", str(first / "copy_task.json"), same, "--out", str(tmp_path / "again")]))
     again = json.loads((tmp_path / "again" / "copy_task.json").read_text())
     assert again["settings"]["train_lengths"] == [2, 4] and len(again["runs"]) == 2
+
+
+def test_an_overwrite_that_fails_leaves_no_report_of_the_earlier_run(tmp_path):
+    """--overwrite replaced copy_task.json after the first training, but the earlier run's copy_task.md and
+    copy_cliff.png stayed until the last one: a run that failed (here the embeddings training, on a backbone of
+    another vocabulary) or was killed in between left the earlier run's report beside its own results."""
+    from ut_peft.testing import tiny_model
+
+    out = tmp_path / "copy"
+    main(parse([*TINY_RUN, "--hidden-size", "16", "--layers", "1", "--heads", "2", "--out", str(out)]))
+    assert "| embeddings |" in (out / "copy_task.md").read_text()
+    other_vocabulary = tmp_path / "llama"
+    tiny_model("llama", seed=0).save_pretrained(other_vocabulary)
+    again = [*TINY_RUN, "--steps", "2", "--backbone", str(other_vocabulary), "--out", str(out), "--overwrite"]
+    with pytest.raises(ValueError, match="has a vocabulary of"):
+        main(parse(again))
+    result = json.loads((out / "copy_task.json").read_text())
+    assert set(result["runs"]) == {"full"} and result["settings"]["steps"] == 2
+    assert not (out / "copy_task.md").exists() and not (out / "copy_cliff.png").exists()

@@ -118,3 +118,33 @@ def test_from_state_of_a_bundled_model_without_its_wheel_reports_token_ids_and_s
     main(parse(["--from-state", str(state), "--out", str(tmp_path / "out")]))
     assert "token ids instead of token strings" in capsys.readouterr().err
     assert json.loads((tmp_path / "out" / "geometry.json").read_text())["model"] == "smollm2-135m"
+
+
+def test_a_resummary_over_an_earlier_run_leaves_no_state_of_other_points_beside_it(tmp_path, capsys):
+    """--from-state B --output-dir F --overwrite, F holding an earlier sampling run: geometry.json became B's summary
+    while F/state.pt stayed the earlier run's samples, so `--from-state F/state.pt` (as a record's README says)
+    re-summarised other points than F's report, without a word."""
+    from ut_peft.cli.geometry import main
+    from ut_peft.geometry.analysis import load_state
+    from ut_peft.testing import tiny_model
+
+    model_dir = tmp_path / "tiny"
+    tiny_model("llama", seed=0).save_pretrained(model_dir)
+    sample = ["--model", str(model_dir), "--samples", "60", "--support-sequences", "4", "--no-progress"]
+    earlier, other = tmp_path / "earlier", tmp_path / "other"
+    main(parse([*sample, "--out", str(earlier)]))
+    main(parse([*sample, "--seed", "1", "--out", str(other)]))
+    capsys.readouterr()
+    main(parse(["--from-state", str(other / "state.pt"), "--out", str(earlier), "--overwrite"]))
+    assert json.loads((earlier / "geometry.json").read_text())["seed"] == 1
+    assert not (earlier / "state.pt").exists()
+    assert f"removed {earlier / 'state.pt'}" in capsys.readouterr().err
+    # A folder holding only an earlier run's state (killed before its report) is an earlier run too.
+    (tmp_path / "bare").mkdir()
+    (tmp_path / "bare" / "state.pt").write_bytes((other / "state.pt").read_bytes())
+    with pytest.raises(ValueError, match=r"holds an earlier run \(state.pt\).*--overwrite"):
+        main(parse(["--from-state", str(other / "state.pt"), "--out", str(tmp_path / "bare")]))
+    # A folder's own state re-summarised in place is the report's points: kept.
+    main(parse(["--from-state", str(other / "state.pt"), "--slope", "2", "--out", str(other), "--overwrite"]))
+    assert load_state(other / "state.pt")[3] == 1
+    assert json.loads((other / "geometry.json").read_text())["bounds"]["measured_slope"] == 2.0

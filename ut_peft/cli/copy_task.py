@@ -21,6 +21,8 @@ from .common import library_value, positive_float, positive_int, run
 
 # Written here, not imported: the copy task's module imports torch, and parsing comes first (library_value).
 TRAININGS = library_value("ut_peft.geometry.copy_task:TRAININGS", ("full", "embeddings"))
+# What a run writes in --output-dir besides its models: any of them is an earlier run's (refused without --overwrite).
+REPORT_FILES = ("copy_task.json", "copy_task.md", "copy_cliff.png")
 # The flags that decide how runs train and are evaluated (argparse dests): --combine trains nothing, so it refuses
 # them rather than dropping them.
 TRAINING_FLAGS = [
@@ -68,7 +70,7 @@ def main(args):
         if not isinstance(part, dict) or not isinstance(part.get("runs"), dict):
             raise ValueError(f"--combine {path} is not a copy_task.json of an earlier run (no runs in it)")
         parts.append(part)
-    out = start_run(args, results=("copy_task.json",))
+    out = start_run(args, results=REPORT_FILES)
     if args.combine:
         # Plot and tabulate runs made by separate invocations (e.g. run in parallel) together.
         # The lengths shaded on the plot are the ones the runs trained on, read from every run: a combined file
@@ -149,6 +151,11 @@ def main(args):
         )
         # The trained model (or UT_REPROGRAM adapter) is kept, so it can be evaluated again at other lengths.
         run.pop("_model").save_pretrained(out / training)
+        if not result["runs"]:
+            # This run's first results replace those of the run --overwrite replaces: its report goes too (this
+            # run's is written at the end), or a run that fails or is killed before then leaves it beside them.
+            for name in REPORT_FILES:
+                (out / name).unlink(missing_ok=True)
         result["runs"][training] = run
         write_json(out / "copy_task.json", result)
         print(f"{training}: {run['cliff']}", flush=True)

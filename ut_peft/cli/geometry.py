@@ -66,7 +66,11 @@ def main(args):
         measured = args.model if sampled or args.model_given else None
     if args.summary:  # checked before --output-dir is touched
         check_summary_model(args.summary, measured)
-    out = start_run(args, results=("geometry.json",))
+    # state.pt is a result too: a re-summary of another state must not leave it beside its report (below), and is
+    # refused without --overwrite like any earlier run; re-summarising the folder's own state keeps it.
+    state = Path(args.out) / "state.pt"
+    in_place = bool(args.from_state) and state.is_file() and state.samefile(args.from_state)
+    out = start_run(args, results=("geometry.json",) if in_place else ("geometry.json", "state.pt"))
     try:
         tokenizer = load_tokenizer(args.model)
     except (OSError, ValueError):  # a bare model folder: report token ids instead of token strings
@@ -84,6 +88,13 @@ def main(args):
         if args.vocab_size is None:
             vocab = dict(vocab_size=text_vocab_size(tokenizer, rows), vocab_source="tokenizer") if tokenizer else {}
         result = summarize(stats, estimates, path_info, slope, seed=seed, **vocab)
+        if not in_place and state.exists():  # an earlier run's (start_run refused it without --overwrite)
+            state.unlink()
+            print(
+                f"ut-peft geometry: removed {state}, the samples of the run --overwrite replaces: this folder's "
+                f"report summarises {args.from_state}",
+                file=sys.stderr,
+            )
     else:
         model = load_model(args.model).eval()
         result = analyze_model(
