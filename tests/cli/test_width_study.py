@@ -36,3 +36,20 @@ def test_flags_of_the_computed_tables_are_taken():
     args = command.parse(["--looped", "--dims", "2", "--tables", "single_head"])
     assert args.looped and args.dims == [2] and args.tables == ["single_head"]
     assert command.parse(["--fit-steps", "5"]).fit_steps == 5  # every table by default
+
+
+def test_the_json_names_its_settings_and_an_earlier_file_is_replaced_only_when_asked(tmp_path):
+    """--json held the rows alone, which do not say whether the backbones were looped, nor the seed or the fit's
+    steps, and a second run replaced the file without a word: a --looped run over an unlooped one's JSON left rows
+    that read as the other's."""
+    path = tmp_path / "width.json"
+    run = ["--tables", "single_head", "--layers", "1", "--dims", "2", "--json", str(path)]
+    command.main(command.parse(run))
+    first = json.loads(path.read_text())
+    assert first["settings"] == {"tables": ["single_head"], "seed": 0, "layers": [1], "dims": [2], "looped": False}
+    assert first["single_head"][0]["sparse"] == 6
+    with pytest.raises(ValueError, match=f"--json {path} holds the tables of an earlier run.*--overwrite"):
+        command.main(command.parse(["--looped", *run]))
+    assert json.loads(path.read_text()) == first
+    command.main(command.parse(["--looped", *run, "--overwrite"]))
+    assert json.loads(path.read_text())["settings"]["looped"] is True

@@ -4,6 +4,7 @@ python recipes/width_study.py --layers 1,2,3 --dims 2,4,8 --json /work/runs/widt
 """
 
 import argparse
+from pathlib import Path
 
 from .common import add_common_flags, check_output_file, parse_args, positive_int, positive_int_list, run
 
@@ -25,6 +26,11 @@ def main(args):
 
     if args.json:
         check_output_file(args.json, "--json")
+        if Path(args.json).exists() and not args.overwrite:
+            raise ValueError(
+                f"--json {args.json} holds the tables of an earlier run: give another --json file, or pass "
+                "--overwrite to replace it"
+            )
     makers = {
         "single_head": lambda: width_table(args.layers, args.dims, looped=args.looped, seed=args.seed),
         "multi_head": lambda: multihead_table(args.multihead_layers, seed=args.seed),
@@ -34,7 +40,10 @@ def main(args):
     for name, rows in tables.items():
         print(f"\n### {name}\n\n{markdown(rows)}")
     if args.json:
-        atomic_write_json(args.json, tables, indent=1)
+        # The rows do not say how they were made (looped backbones, the seed, the fit's steps): the file does.
+        settings = {"tables": args.tables, "seed": args.seed}
+        settings.update({name: getattr(args, name) for name, table in TABLE_FLAGS.items() if table in args.tables})
+        atomic_write_json(args.json, {"settings": settings, **tables}, indent=1)
 
 
 def parse(argv=None, *, prog: str | None = None):
@@ -55,7 +64,10 @@ def parse(argv=None, *, prog: str | None = None):
         default=",".join(TABLES),
         help=f"which tables to compute (comma-separated subset of {','.join(TABLES)})",
     )
-    p.add_argument("--json", default=None, help="also write all rows to this JSON file")
+    p.add_argument(
+        "--json", default=None, help="also write all rows, with the settings that made them, to this JSON file"
+    )
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --json file (refused without it)")
     add_common_flags(p)
     # Read before parsing: a --config file's values become the parser's defaults, and are refused all the same.
     builtin = {name: p.get_default(name) for name in TABLE_FLAGS}
