@@ -158,3 +158,34 @@ def test_the_support_is_measured_on_the_tokenizers_tokens_not_the_padding_rows(a
     drawn = torch.cat([ids.flatten() for ids in seen])
     assert drawn.numel() >= 64 * 8 and int(drawn.max()) < TOKENS  # 512 uniform draws over 97 rows: 17 pads expected
     assert result["_stats"].vocab_size == TOKENS
+
+
+def test_observed_tokens_count_the_tokenizers_tokens_and_the_padding_rows_apart(tmp_path):
+    """A padded head's padding rows are no text's tokens: counting them as tokens never observed (or observed) put
+    the report's "observed tokens" and ``unobserved_fraction`` over the head's rows, not |V|, without a word."""
+    from ut_peft.accessibility.testing import PADDED_ROWS, PADDED_TOKENS, padded_checkpoint
+    from ut_peft.cli.geometry import main, parse
+
+    folder = padded_checkpoint(tmp_path / "padded")
+    out = tmp_path / "out"
+    main(parse(["--model", folder, "--samples", "400", "--support-sequences", "4", "--no-progress", "--out",
+                str(out), "--slope", "2"]))  # fmt: skip
+    result = json.loads((out / "geometry.json").read_text())
+    counts = torch.load(out / "state.pt", weights_only=True)["estimates"]["ball"]["argmax"]["counts"]
+    real, padding = int((counts[:PADDED_TOKENS] > 0).sum()), int((counts[PADDED_TOKENS:] > 0).sum())
+    assert padding > 0  # random head rows: some padding rows win decisions, which is what the count must not take
+    ball = result["cells"]["ball"]["argmax"]
+    assert ball["observed_tokens"] == real
+    assert ball["unobserved_fraction"] == pytest.approx(1 - real / PADDED_TOKENS)
+    assert ball["observed_padding_rows"] == padding
+    text = (out / "geometry.md").read_text()
+    observed = f"{real} ({real / PADDED_TOKENS:.1%}) + {padding} of {PADDED_ROWS - PADDED_TOKENS} padding rows"
+    assert f"| ball | argmax | {observed} |" in text
+    assert f"observed tokens count the {PADDED_TOKENS} tokens of |V|" in text
+
+
+def test_observed_tokens_of_a_head_without_padding_rows_are_its_rows():
+    counts = torch.tensor([5, 0, 3, 0, 2])
+    summary = CellEstimate("argmax", "ball", counts, 10).summary(decay_ks=(1,))
+    observed = (summary["observed_tokens"], summary["unobserved_fraction"], summary["observed_padding_rows"])
+    assert observed == (3, 0.4, 0)

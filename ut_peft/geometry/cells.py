@@ -244,7 +244,11 @@ class CellEstimate:
         return {"token_ids": [int(i) for i in ids], "checkpoints": rows}
 
     def summary(self, top_k: int = 20, decay_ks=(1, 2, 4, 8, 16, 32, 64)) -> dict:
-        observed = int((self.counts > 0).sum())
+        # Tokens are the vocab_size ids a text can hold: a padded head's padding rows are no token, so counting them
+        # (observed or not) over the head's rows put "observed tokens" and its fraction off |V|. They are counted
+        # apart; without padding rows (vocab_size == head_rows) both figures are as before.
+        observed = int((self.counts[: self.text_tokens] > 0).sum())
+        observed_padding = int((self.counts[self.text_tokens :] > 0).sum())
         return {
             "method": self.method,
             "support": self.support,
@@ -253,8 +257,9 @@ class CellEstimate:
             "head_rows": self.head_rows,
             "padding_share": self.padding_share(),
             "observed_tokens": observed,
+            "observed_padding_rows": observed_padding,
             "disagreement_fraction": None if self.disagreements is None else self.disagreements / self.num_samples,
-            "unobserved_fraction": 1 - observed / self.head_rows,
+            "unobserved_fraction": 1 - observed / self.text_tokens,
             "seconds": self.seconds,
             "samples_per_second": self.num_samples / self.seconds if self.seconds else None,
             "entropy_nats": self.entropy(),

@@ -104,8 +104,11 @@ def geometry_markdown(
                     f"disagree on {100 * c['disagreement_fraction']:.1f}% of points, "
                     f"TV {cells['argmax_vs_voronoi']['total_variation']:.3f}"
                 )
+            observed = f"{c['observed_tokens']} ({1 - c['unobserved_fraction']:.1%})"
+            if rows != vocab and "observed_padding_rows" in c:
+                observed += f" + {c['observed_padding_rows']} of {rows - vocab} padding rows"
             lines.append(
-                f"| {support} | {method} | {c['observed_tokens']} ({1 - c['unobserved_fraction']:.1%}) | "
+                f"| {support} | {method} | {observed} | "
                 f"{c['entropy_nats']:.2f} | {c['effective_tokens']:.0f} | {c['top'][0]['share']:.3f} | "
                 f"{point:.3f}; {upper:.3f} | {versus} |"
             )
@@ -114,7 +117,11 @@ def geometry_markdown(
             f"{100 * cells['argmax'].get('padding_share', 0.0):.1f}% of the {support}"
             for support, cells in result["cells"].items()
         )
-        lines += ["", f"Padding rows decide {shares} (argmax)."]
+        lines += [
+            "",
+            f"Padding rows decide {shares} (argmax). The observed tokens count the {vocab} tokens of |V| (their "
+            f"share is of |V|); the padding rows hit are counted apart, after the +.",
+        ]
     lines += ["", "Largest argmax cells (share, 95% Wilson interval):", ""]
     for support, cells in result["cells"].items():
         tops = ", ".join(
