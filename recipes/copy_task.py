@@ -8,7 +8,8 @@ positions of a trained copy model:
 
     python recipes/copy_task.py --trainings embeddings --backbone runs/copy_task/full --out runs/copy_reprogram
 
-Writes copy_task.json (after every run, so finished runs are never lost),
+Writes copy_task.json (after every run, so finished runs are never lost; its settings name the trainings asked
+for, so the file of a run that failed or was killed between them reads as partial and --combine refuses it),
 copy_cliff.png, copy_task.md, and each trained model (or adapter) under <out>/<training>/.
 
 The command is ut_peft.cli.copy_task (`ut-peft copy-task` once installed;

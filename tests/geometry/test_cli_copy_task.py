@@ -134,3 +134,36 @@ def test_an_overwrite_that_fails_leaves_no_report_of_the_earlier_run(tmp_path):
     result = json.loads((out / "copy_task.json").read_text())
     assert set(result["runs"]) == {"full"} and result["settings"]["steps"] == 2
     assert not (out / "copy_task.md").exists() and not (out / "copy_cliff.png").exists()
+
+
+def test_a_run_that_failed_between_trainings_is_not_combined_or_reported_as_complete(tmp_path):
+    """After a run failed (here the embeddings training, on a backbone of another vocabulary) or was killed between
+    trainings, copy_task.json held the finished trainings only, with nothing saying others were asked for:
+    --combine took it as the whole run."""
+    from ut_peft.geometry.report import copy_markdown, unfinished_trainings
+    from ut_peft.testing import tiny_model
+
+    other_vocabulary = tmp_path / "llama"
+    tiny_model("llama", seed=0).save_pretrained(other_vocabulary)
+    out = tmp_path / "copy"
+    with pytest.raises(ValueError, match="has a vocabulary of"):
+        main(parse([*TINY_RUN, "--hidden-size", "16", "--layers", "1", "--heads", "2", "--backbone",
+                    str(other_vocabulary), "--out", str(out)]))  # fmt: skip
+    partial = json.loads((out / "copy_task.json").read_text())
+    assert set(partial["runs"]) == {"full"} and partial["settings"]["trainings"] == ["full", "embeddings"]
+    assert unfinished_trainings(partial) == ["embeddings"]
+    with pytest.raises(ValueError, match=r"copy_task.json is a partial run: embeddings did not finish"):
+        main(parse(["--combine", str(out / "copy_task.json"), "--out", str(tmp_path / "combined")]))
+    assert not (tmp_path / "combined").exists()
+    assert "Partial run: embeddings of the trainings asked for (full, embeddings) did not finish" in copy_markdown(
+        partial
+    )
+    # A finished file, and one written before the trainings asked for were recorded, read as complete.
+    main(parse([*TINY_RUN, "--trainings", "full", "--hidden-size", "16", "--layers", "1", "--heads", "2", "--out",
+                str(tmp_path / "done")]))  # fmt: skip
+    done = json.loads((tmp_path / "done" / "copy_task.json").read_text())
+    assert done["settings"]["trainings"] == ["full"] and unfinished_trainings(done) == []
+    earlier = copy_part(tmp_path / "earlier", (2, 4))
+    assert unfinished_trainings(json.loads(open(earlier).read())) == []
+    main(parse(["--combine", str(tmp_path / "done" / "copy_task.json"), earlier, "--out", str(tmp_path / "both")]))
+    assert "Partial" not in (tmp_path / "both" / "copy_task.md").read_text()

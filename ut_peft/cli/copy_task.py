@@ -8,7 +8,8 @@ positions of a trained copy model:
 
     python recipes/copy_task.py --trainings embeddings --backbone runs/copy_task/full --output-dir runs/copy_reprogram
 
-Writes copy_task.json (after every run, so finished runs are never lost),
+Writes copy_task.json (after every run, so finished runs are never lost; its settings name the trainings asked
+for, so the file of a run that failed or was killed between them reads as partial and --combine refuses it),
 copy_cliff.png, copy_task.md, and each trained model (or adapter) under <out>/<training>/.
 """
 
@@ -46,7 +47,7 @@ TRAINING_FLAGS = [
 
 def main(args):
     from ..geometry.copy_task import copy_settings, run_copy
-    from ..geometry.report import write_json
+    from ..geometry.report import unfinished_trainings, write_json
 
     low, high = args.train_lengths
     if not 1 <= low <= high:
@@ -69,6 +70,15 @@ def main(args):
             raise ValueError(f"--combine {path} is not a copy_task.json (not JSON: {error})") from None
         if not isinstance(part, dict) or not isinstance(part.get("runs"), dict):
             raise ValueError(f"--combine {path} is not a copy_task.json of an earlier run (no runs in it)")
+        # Refused rather than labelled: a combined file keeps its parts' runs but not their settings, so it could
+        # not carry the label on, and its table and plot would read as the whole comparison, the missing training
+        # as one never asked for. copy_markdown labels a partial file read directly.
+        unfinished = unfinished_trainings(part)
+        if unfinished:
+            raise ValueError(
+                f"--combine {path} is a partial run: {', '.join(unfinished)} did not finish (the run failed or was "
+                f"killed after its other trainings); rerun it (--overwrite) and combine the finished file"
+            )
         parts.append(part)
     out = start_run(args, results=REPORT_FILES)
     if args.combine:
@@ -130,6 +140,8 @@ def main(args):
             "num_per_length": args.num_per_length,
             "seed": args.seed,
             "label": args.label,
+            # What was asked for: the runs are what finished, so a file left by a failed or killed run is partial.
+            "trainings": list(args.trainings),
         },
         "runs": {},
     }

@@ -180,12 +180,30 @@ def plot_copy_cliff(runs: dict, trained: tuple, path, title: str = "copy task: e
     return save_figure(fig, path, dpi=110)
 
 
+def unfinished_trainings(result: dict) -> list[str]:
+    """The trainings a copy_task.json's run was asked for (``settings["trainings"]``) that it holds no results of:
+    the file is written after every training, so a run that failed or was killed between them leaves the finished
+    ones only. Empty for a finished file, and for a file that does not record them (a combined file, or one written
+    before they were recorded: those were only ever written whole or mid-run alike, and are read as before)."""
+    asked = (result.get("settings") or {}).get("trainings") or []
+    return [training for training in asked if training not in result.get("runs", {})]
+
+
 def copy_markdown(result: dict, *, command: str = "", plot: str | None = None) -> str:
     """A Markdown section for copy-task runs (``{"runs": {label: run_copy(...) result}}``); the cliffs are
-    recomputed from the per-length results, for exact match and for token accuracy."""
+    recomputed from the per-length results, for exact match and for token accuracy. A partial run's file (see
+    :func:`unfinished_trainings`) is labelled so above its table."""
     from .copy_task import cliff
 
     lines = []
+    unfinished = unfinished_trainings(result)
+    if unfinished:
+        asked = ", ".join(result["settings"]["trainings"])
+        lines += [
+            f"**Partial run: {', '.join(unfinished)} of the trainings asked for ({asked}) did not finish** (the run "
+            "failed or was killed); the table holds the finished ones only.",
+            "",
+        ]
     if command:
         lines += ["```", command, "```", ""]
     lines += [
