@@ -303,6 +303,38 @@ def test_the_cards_snippet_loads_the_adapter_onto_the_hub_base_it_names(tmp_path
         assert torch.equal(namespace["model"](**batch).logits, model(**batch).logits)
 
 
+def test_the_cards_snippet_loads_the_base_at_the_revision_the_adapter_records(tmp_path, monkeypatch):
+    # peft records the revision of a base loaded with one (get_peft_model(base, config, revision=...)); its main
+    # branch may hold other weights, which the adapter refuses, so the card's snippet must load that revision.
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    base, copy = _hub_base(tmp_path)
+    model = get_peft_model(base, UTReprogramConfig(), revision="v1.0")
+    model.save_pretrained(tmp_path / "adapter")
+    recorded = json.loads((tmp_path / "adapter" / "adapter_config.json").read_text())
+    assert recorded["revision"] == "v1.0"
+    card = ModelCard.load(tmp_path / "adapter" / "README.md")
+    assert card.data.base_model == "someone/tiny-llama"  # the metadata field holds a Hub id only
+    assert "Base model: `someone/tiny-llama` at revision `v1.0`" in card.text
+    code = _snippet(card.text)
+    compile(code, "<card snippet>", "exec")
+    assert 'from_pretrained("someone/tiny-llama", revision="v1.0")' in code
+    # Run as written, on a "Hub" that has the trained-on weights at v1.0 only.
+    hub = {("someone/tiny-llama", "v1.0"): str(copy)}
+    original = AutoModelForCausalLM.from_pretrained
+    monkeypatch.setattr(
+        AutoModelForCausalLM,
+        "from_pretrained",
+        lambda name, revision="main", **kw: original(hub[(name, revision)], **kw),
+    )
+    namespace: dict = {}
+    exec(code.replace('"<this-repo>"', repr(str(tmp_path / "adapter"))), namespace)
+    ids = torch.randint(0, 97, (2, 5))
+    with torch.no_grad():
+        assert torch.equal(namespace["model"](input_ids=ids).logits, model(input_ids=ids).logits)
+
+
 def test_the_cards_snippet_loads_the_adapter_onto_a_local_base_once_its_folder_is_filled_in(tmp_path):
     import torch
 

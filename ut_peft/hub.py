@@ -111,6 +111,18 @@ def _base_and_snippet(
     # The recorded name is judged by the adapter's record, made where the base was loaded (a name given now, here).
     local = None if base_model else adapter_config.get("base_model_local")
     hub_name = hub_base_model_id(name, local)
+    # The revision peft records of a base loaded with one (get_peft_model(..., revision=...)): the Hub's main branch
+    # may hold other weights, which the adapter refuses, so the snippet loads the recorded one. It is the recorded
+    # base's, so it goes with that base only.
+    revision = adapter_config.get("revision") if name == recorded else None
+    if hub_name and revision:
+        return (
+            hub_name,
+            f"Base model: `{hub_name}` at revision `{revision}`, the one the adapter was trained on (its main branch "
+            "may hold other weights, which the adapter refuses).",
+            f"base = AutoModelForCausalLM.from_pretrained({json.dumps(hub_name, ensure_ascii=False)}, "
+            f"revision={json.dumps(revision, ensure_ascii=False)})",
+        )
     if hub_name:
         return hub_name, f"Base model: `{hub_name}`.", f'base = AutoModelForCausalLM.from_pretrained("{hub_name}")'
     if name and (names_a_local_folder(name) if local is None else local):
