@@ -53,3 +53,10 @@ def test_the_json_names_its_settings_and_an_earlier_file_is_replaced_only_when_a
     assert json.loads(path.read_text()) == first
     command.main(command.parse(["--looped", *run, "--overwrite"]))
     assert json.loads(path.read_text())["settings"]["looped"] is True
+
+
+def test_a_flag_of_a_table_not_computed_is_refused_at_its_default_value(capsys):
+    """Counted as given only when away from its default, --fit-steps 300 (the default) was dropped without a word."""
+    with pytest.raises(SystemExit):
+        command.parse(["--fit-steps", "300", "--tables", "single_head"])
+    assert "--fit-steps only" in capsys.readouterr().err

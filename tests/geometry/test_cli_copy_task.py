@@ -167,3 +167,41 @@ def test_a_run_that_failed_between_trainings_is_not_combined_or_reported_as_comp
     assert unfinished_trainings(json.loads(open(earlier).read())) == []
     main(parse(["--combine", str(tmp_path / "done" / "copy_task.json"), earlier, "--out", str(tmp_path / "both")]))
     assert "Partial" not in (tmp_path / "both" / "copy_task.md").read_text()
+
+
+@pytest.mark.parametrize(
+    "flags,named",
+    [
+        (["--steps", "1500"], "--steps"),
+        (["--trainings", "full", "embeddings"], "--trainings"),
+        (["--seed", "0", "--train-lengths", "5", "50"], "--train-lengths, --seed"),
+    ],
+)
+def test_combine_refuses_a_training_flag_given_at_its_default_value(tmp_path, capsys, flags, named):
+    """A flag counted as given only when its value differed from the default: one written at the default value
+    (--steps 1500) was accepted beside --combine and dropped without a word."""
+    part = copy_part(tmp_path / "a", (2, 4))
+    with pytest.raises(SystemExit):
+        parse(["--combine", part, *flags, "--out", str(tmp_path / "c")])
+    err = capsys.readouterr().err
+    assert f"--combine only tabulates earlier runs, so {named} would not be used" in err, err
+
+
+@pytest.mark.parametrize(
+    "trainings,flag,default,runs",
+    [(["embeddings"], "--lr", "3e-3", "full"), (["full"], "--embedding_lr", "0.01", "embeddings")],
+)
+def test_a_learning_rate_of_a_training_not_run_is_refused_at_its_default_value(
+    tmp_path, capsys, trainings, flag, default, runs
+):
+    with pytest.raises(SystemExit):
+        parse(["--trainings", *trainings, flag, default, "--out", str(tmp_path / "o")])
+    named = flag.replace("_", "-")
+    assert f"{named} is the learning rate of {runs} training" in capsys.readouterr().err
+
+
+def test_architecture_flags_with_a_backbone_are_refused_at_their_default_value(tmp_path, capsys):
+    backbone = ["--trainings", "embeddings", "--backbone", str(tmp_path / "full"), "--out", str(tmp_path / "o")]
+    with pytest.raises(SystemExit):
+        parse([*backbone, "--hidden-size", "64", "--heads", "4"])
+    assert "so --hidden-size, --heads would not be used" in capsys.readouterr().err

@@ -148,3 +148,10 @@ def test_a_resummary_over_an_earlier_run_leaves_no_state_of_other_points_beside_
     main(parse(["--from-state", str(other / "state.pt"), "--slope", "2", "--out", str(other), "--overwrite"]))
     assert load_state(other / "state.pt")[3] == 1
     assert json.loads((other / "geometry.json").read_text())["bounds"]["measured_slope"] == 2.0
+
+
+def test_from_state_refuses_a_sampling_flag_given_at_its_default_value(tmp_path, capsys):
+    """Counted as given only when away from its default, --seed 0 (the default) beside --from-state was dropped."""
+    with pytest.raises(SystemExit):
+        parse(["--from-state", str(tmp_path / "state.pt"), "--seed", "0", "--out", str(tmp_path / "o")])
+    assert "so --seed would not be used" in capsys.readouterr().err

@@ -435,6 +435,31 @@ def _apply_config(parser: argparse.ArgumentParser, values: dict, path) -> None:
     parser.set_defaults(**{a.dest: getattr(from_file, a.dest) for a in given})
 
 
+def given_on_command_line(parser: argparse.ArgumentParser, argv=None) -> set[str]:
+    """The dests of the flags of ``parser`` that ``argv`` gives itself (not a --config file, not a default), whatever
+    their value: a flag written at its default value is given all the same. A refusal of the flags a run would drop
+    reads them here, not as values away from the defaults (which let ``--steps 1500`` through when 1500 is the
+    default). ``argv`` is parsed again by a copy of ``parser`` with every default left out (unset flags stay out of
+    the namespace), so parse it with :func:`parse_args` first: its errors are said there."""
+    quiet = copy.deepcopy(parser)
+    quiet._defaults.clear()  # a --config file's values, set as the parser's defaults by parse_args
+    for action in quiet._actions:  # argparse has no public list of its actions
+        action.default = argparse.SUPPRESS
+        action.required = False
+    words = [str(word) for word in (sys.argv[1:] if argv is None else argv)]
+    return set(vars(quiet.parse_known_args(dashed(quiet, words))[0]))
+
+
+def given_flags(
+    parser: argparse.ArgumentParser, argv, args: argparse.Namespace, builtin: dict[str, object]
+) -> list[str]:
+    """The dests of ``builtin`` (dest -> the parser's own default, read before :func:`parse_args`) that are given:
+    on the command line whatever their value (:func:`given_on_command_line`), or by a --config file, whose values
+    become the parser's defaults and show as values away from ``builtin``. In ``builtin``'s order."""
+    on_command_line = given_on_command_line(parser, argv)
+    return [name for name in builtin if name in on_command_line or getattr(args, name) != builtin[name]]
+
+
 # ---- errors ------------------------------------------------------------------------------------------------------
 
 # The kinds the library raises for things a user can fix (bad settings, a path, a folder another run holds, a

@@ -25,7 +25,6 @@ import dataclasses
 import difflib
 import hashlib
 import os
-import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -38,8 +37,8 @@ from .common import (
     check_model,
     check_output_folder,
     check_run_folder,
-    dashed,
     end_tracking,
+    given_on_command_line,
     library_value,
     nonnegative_int,
     parse_args,
@@ -562,19 +561,11 @@ def make_parser(prog: str | None = None) -> argparse.ArgumentParser:
 
 def parse(argv=None, *, prog: str | None = None):
     """The command's flags (``--config FILE`` first: a YAML file of flags, or a finished sweep's settings.json)."""
-    args = parse_args(make_parser(prog), argv, from_file=flags_from_settings)
-    args.given = given_on_command_line(argv)
+    parser = make_parser(prog)
+    args = parse_args(parser, argv, from_file=flags_from_settings)
+    # The flags of FLAGS that argv gives itself (not a --config file, not a default): --report-only refuses them.
+    args.given = given_on_command_line(parser, argv) & {flag.dest for flag in FLAGS}
     return args
-
-
-def given_on_command_line(argv=None) -> set[str]:
-    """The dests of the flags of FLAGS that ``argv`` gives itself (not a --config file, not a default)."""
-    parser = make_parser()
-    for action in parser._actions:  # argparse has no public list; unset flags stay out of the namespace
-        action.default = argparse.SUPPRESS
-    words = [str(word) for word in (sys.argv[1:] if argv is None else argv)]
-    given = vars(parser.parse_known_args(dashed(parser, words))[0])
-    return set(given) & {flag.dest for flag in FLAGS}
 
 
 # ---- flags -> SweepConfig -----------------------------------------------------------------------------------------

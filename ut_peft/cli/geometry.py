@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from ..recipe_utils import add_run_flags, parse_recipe_args, start_run, write_section
-from .common import check_model, positive_float, positive_int, run
+from .common import check_model, given_flags, positive_float, positive_int, run
 
 
 def check_summary_model(summary, model: str | None) -> None:
@@ -172,7 +172,9 @@ def parse(argv=None, *, prog: str | None = None):
     builtin = {name: p.get_default(name) for name in sampling}
     args = parse_recipe_args(p, "recipes/geometry.py", argv)
     if args.from_state:  # the points are the state's: a flag that decides how to sample them would be dropped
-        given = [name for name in sampling if name in vars(args) and getattr(args, name) != builtin[name]]
+        # Given on the command line whatever the value (--seed 0, the default, is dropped all the same), or by
+        # --config.
+        given = given_flags(p, argv, args, builtin)
         if given:
             flags = ", ".join("--" + name.replace("_", "-") for name in given)
             p.error(

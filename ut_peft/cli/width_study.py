@@ -6,7 +6,15 @@ python recipes/width_study.py --layers 1,2,3 --dims 2,4,8 --json /work/runs/widt
 import argparse
 from pathlib import Path
 
-from .common import add_common_flags, check_output_file, parse_args, positive_int, positive_int_list, run
+from .common import (
+    add_common_flags,
+    check_output_file,
+    given_flags,
+    parse_args,
+    positive_int,
+    positive_int_list,
+    run,
+)
 
 TABLES = ("single_head", "multi_head", "fit")
 # The flags only one table reads (argparse dest -> table): given for a run without that table they would be dropped.
@@ -76,11 +84,9 @@ def parse(argv=None, *, prog: str | None = None):
     unknown = set(args.tables) - set(TABLES)
     if unknown:
         p.error(f"unknown tables {sorted(unknown)}; choose from {', '.join(TABLES)}")
-    unused = [
-        name
-        for name, table in TABLE_FLAGS.items()
-        if table not in args.tables and getattr(args, name) != builtin[name]
-    ]
+    # Given on the command line whatever the value (--fit-steps 300, the default, is dropped all the same), or by
+    # --config.
+    unused = [name for name in given_flags(p, argv, args, builtin) if TABLE_FLAGS[name] not in args.tables]
     if unused:
         flags = ", ".join("--" + name.replace("_", "-") for name in unused)
         tables = sorted({TABLE_FLAGS[name] for name in unused})
