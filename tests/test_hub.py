@@ -7,7 +7,7 @@ from huggingface_hub import HfApi, ModelCard
 from peft import get_peft_model
 
 from ut_peft import UTReprogramConfig, push_adapter_to_hub, random_backbone, save_model_card
-from ut_peft.hub import hub_base_model_id
+from ut_peft.hub import hub_base_model_id, render_model_card
 from ut_peft.testing import tiny_config, tiny_model
 
 
@@ -333,6 +333,36 @@ def test_the_cards_snippet_loads_the_base_at_the_revision_the_adapter_records(tm
     ids = torch.randint(0, 97, (2, 5))
     with torch.no_grad():
         assert torch.equal(namespace["model"](input_ids=ids).logits, model(input_ids=ids).logits)
+
+
+def test_the_cards_snippet_loads_a_base_the_adapter_was_made_on_in_float16_in_float16(tmp_path, monkeypatch):
+    # The base check compares weights in bfloat16, where a float16 copy of a float32 checkpoint can differ from the
+    # checkpoint itself: the adapter refuses the base from_pretrained loads by default (the checkpoint's float32), so
+    # the snippet must load it in float16, as it was made.
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    _, copy = _hub_base(tmp_path)
+    base = AutoModelForCausalLM.from_pretrained(copy, dtype=torch.float16)
+    base.name_or_path = "someone/tiny-llama"
+    model = get_peft_model(base, UTReprogramConfig())
+    model.save_pretrained(tmp_path / "adapter")
+    code = _snippet((tmp_path / "adapter" / "README.md").read_text())
+    compile(code, "<card snippet>", "exec")
+    hub = {"someone/tiny-llama": str(copy)}
+    original = AutoModelForCausalLM.from_pretrained
+    monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", lambda name, **kw: original(hub[name], **kw))
+    namespace: dict = {}
+    exec(code.replace('"<this-repo>"', repr(str(tmp_path / "adapter"))), namespace)
+    ids = torch.randint(0, 97, (2, 5))
+    with torch.no_grad():
+        assert torch.equal(namespace["model"](input_ids=ids).logits, model(input_ids=ids).logits)
+    # A local base and a bundled one are loaded in float16 too.
+    recorded = json.loads((tmp_path / "adapter" / "adapter_config.json").read_text())
+    local = render_model_card({**recorded, "base_model_name_or_path": str(copy), "base_model_local": True})
+    assert 'from_pretrained("<folder of the base model>", dtype="float16")' in _snippet(local.text)
+    bundled = render_model_card({**recorded, "base_model_name_or_path": "smollm2-135m"})
+    assert 'load_model("HuggingFaceTB/SmolLM2-135M-Instruct", dtype="float16")' in _snippet(bundled.text)
 
 
 def test_the_cards_snippet_loads_the_adapter_onto_a_local_base_once_its_folder_is_filled_in(tmp_path):

@@ -91,6 +91,15 @@ def _local_model_note(path: str) -> str:
     return "a local model"
 
 
+def _dtype_keyword(adapter_config: Mapping[str, Any]) -> str:
+    """The snippet's ``dtype`` keyword for loading the base: ``, dtype="float16"`` for an adapter made on a float16
+    copy of its base, else none. The base check compares weights in bfloat16, where a float16 copy of a float32
+    checkpoint can differ from the checkpoint itself, so the adapter refuses the base ``from_pretrained`` (the
+    checkpoint's dtype) and ``load_model`` (float32) load by default; float32 and bfloat16 copies compare equal."""
+    dtype = (adapter_config.get("base_model_config") or {}).get("dtype")
+    return ', dtype="float16"' if dtype == "float16" else ""
+
+
 def _base_and_snippet(
     adapter_config: Mapping[str, Any], base_model: Optional[str], repo: str
 ) -> tuple[Optional[str], Optional[str], str]:
@@ -98,6 +107,7 @@ def _base_and_snippet(
     bundled, a Hub id or a local folder. ``base_model`` (the name the caller knows the base by) is read like a
     recorded ``base_model_name_or_path``, which wins when it is a bundled model's cache folder."""
     recorded = adapter_config.get("base_model_name_or_path")
+    dtype = _dtype_keyword(adapter_config)
     bundled = bundled_base_name(recorded) or bundled_base_name(base_model)
     if bundled:
         spec, hub_id = BUNDLED_MODELS[bundled], BUNDLED_HUB_IDS[bundled]
@@ -106,7 +116,11 @@ def _base_and_snippet(
             "are not the Hub checkpoint's, and the adapter refuses a base with other weights, so load the "
             "bundled copy as below."
         )
-        return hub_id, line, f'base = ut_peft.load_model("{hub_id}")  # the bundled copy the adapter was trained on'
+        return (
+            hub_id,
+            line,
+            f'base = ut_peft.load_model("{hub_id}"{dtype})  # the bundled copy the adapter was trained on',
+        )
     name = base_model or recorded
     # The recorded name is judged by the adapter's record, made where the base was loaded (a name given now, here).
     local = None if base_model else adapter_config.get("base_model_local")
@@ -121,18 +135,22 @@ def _base_and_snippet(
             f"Base model: `{hub_name}` at revision `{revision}`, the one the adapter was trained on (its main branch "
             "may hold other weights, which the adapter refuses).",
             f"base = AutoModelForCausalLM.from_pretrained({json.dumps(hub_name, ensure_ascii=False)}, "
-            f"revision={json.dumps(revision, ensure_ascii=False)})",
+            f"revision={json.dumps(revision, ensure_ascii=False)}{dtype})",
         )
     if hub_name:
-        return hub_name, f"Base model: `{hub_name}`.", f'base = AutoModelForCausalLM.from_pretrained("{hub_name}")'
+        return (
+            hub_name,
+            f"Base model: `{hub_name}`.",
+            f'base = AutoModelForCausalLM.from_pretrained("{hub_name}"{dtype})',
+        )
     if name and (names_a_local_folder(name) if local is None else local):
         note = _local_model_note(name)
         return (
             None,
             f"Base model: {note}, not on the Hub: load the adapter onto that model.",
-            'base = AutoModelForCausalLM.from_pretrained("<folder of the base model>")  # ' + note,
+            f'base = AutoModelForCausalLM.from_pretrained("<folder of the base model>"{dtype})  # {note}',
         )
-    return None, None, 'base = AutoModelForCausalLM.from_pretrained("<base model>")'
+    return None, None, f'base = AutoModelForCausalLM.from_pretrained("<base model>"{dtype})'
 
 
 def _cell(text: str) -> str:
@@ -238,10 +256,11 @@ def _trained_summary(adapter_config: Mapping[str, Any]) -> str:
     return summary
 
 
-def _unrebuildable_backbone_parts(repo: str) -> tuple[str, str]:
+def _unrebuildable_backbone_parts(adapter_config: Mapping[str, Any], repo: str) -> tuple[str, str]:
     """(load snippet, backbone note) for a base built from a config with no recorded seed."""
     load_snippet = (
-        'base = AutoModelForCausalLM.from_pretrained("<folder of the base it was trained on>")\n'
+        'base = AutoModelForCausalLM.from_pretrained("<folder of the base it was trained on>"'
+        f"{_dtype_keyword(adapter_config)})\n"
         f'model = PeftModel.from_pretrained(base, "{repo}")'
     )
     backbone_note = (
@@ -281,7 +300,7 @@ def _base_parts(
     base_model metadata, whatever the caller passed), else a loaded base."""
     backbone = adapter_config.get("backbone")
     if backbone and backbone.get("rebuildable") is False:
-        return (None, None, *_unrebuildable_backbone_parts(repo))
+        return (None, None, *_unrebuildable_backbone_parts(adapter_config, repo))
     if backbone:
         return (None, None, *_rebuildable_backbone_parts(backbone, repo))
     hub_base, base_line, load_base = _base_and_snippet(adapter_config, base_model, repo)
