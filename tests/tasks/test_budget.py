@@ -545,3 +545,29 @@ def test_the_budget_report_places_a_run_of_a_transformers_or_pretrained_backbone
     ]
     assert "| the whole budget | 1.0e5 | 70.0 | - | - | 0.03 |" in table[2]  # no paper's level to cross
     assert "<!-- hf:gpt2 backbone (fixed), seed 0 -->" in (tmp_path / "budget.svg").read_text()
+
+
+def test_a_budget_run_of_other_settings_than_the_plans_is_marked_in_the_table_and_the_figure(tmp_path):
+    """Was wrong: the budget table and figure named a run by its task, model and seed alone, so a run at another
+    learning rate than the plan's read as the plan's run (its line and legend entry the same as the plan's would be).
+    Its line and legend entry now name the settings in which it departs from the plan (as the k-hop main table's)."""
+    rows = _fake_rows()
+    other = {**_row("k2", "sparse", 1, 0.5), "name": "khop-k2-sparse-budget-s1-lr"}
+    other["settings"] = {**other["settings"], "lr": 0.01}
+    rows[other["name"]] = other
+    check = _row("k3", "random", 0, 0.7)  # the flat rule's check: its own label says so, not "other settings"
+    check["settings"]["stop_flat"] = 0.0
+    rows[plan.budget_name("k3", "random", 0) + plan.UNSTOPPED] = check
+    text = budget_results.budget_report(rows, table_path=tmp_path / "budget.md", figure_path=tmp_path / "budget.svg")
+    table = [line for line in text.split("The verdict per row")[0].splitlines() if line.startswith("| k = ")]
+    assert [line.split(" | ")[1] for line in table] == [
+        "sparse UT (E, U, positions)",
+        "sparse UT (E, U, positions); other settings: lr 0.01",
+        "random UT (E, U, positions)",
+        "random UT (E, U, positions)",
+        "random UT (E, U, positions), no flat rule (the check of the row above)",
+        "fully trained",
+    ]
+    figure = (tmp_path / "budget.svg").read_text()
+    assert "<!-- sparse UT, seed 1; other settings: lr 0.01 -->" in figure
+    assert "<!-- random UT, seed 0, no flat rule -->" in figure and "no flat rule; other" not in figure

@@ -8,14 +8,21 @@ its CPU hours; the figure draws the curves against the paper's levels and the re
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from pathlib import Path
+from typing import Any
 
 from ..io import atomic_write_text
 from .plan import (
+    _CADENCE,
+    _DYCK_ONLY,
+    BUDGET_BATCH,
     BUDGET_EXAMPLES,
     BUDGET_RULES,
     BUDGET_SEEDS,
     BUDGET_SPLITS,
+    KHOP,
     KIND_COLOURS,
     KINDS,
     OTHER_KIND_COLOUR,
@@ -25,12 +32,15 @@ from .plan import (
     _kind,
     _kind_order,
     _model,
+    _shown,
     _split,
     budget_name,
     cost_to_go,
     is_budget,
     more_seeds,
+    scaled_to_batch,
 )
+from .training import RunSettings, settings_as_run, settings_differences
 
 SPLIT_TITLES = {
     "k1": "k = 1 alone",
@@ -54,6 +64,38 @@ def crossing(curve: list[dict], level: float) -> tuple[dict | None, dict] | None
 def unstopped(row: dict) -> bool:
     """A budget run without the flat rule: the check of a seed-0 row the rule stopped (:func:`.plan.flat_checks`)."""
     return not row["settings"].get("stop_flat")
+
+
+# What a budget run's line already says (its task, the hop counts; its seed) or what changes nothing it reports
+# (evaluations draw no random numbers, checkpoints neither); the flat rule's absence has its own words.
+_BUDGET_AXES = {"khop_ks", "seed", "backbone_seed", "stop_flat"}
+
+
+def other_settings(settings: dict) -> tuple[tuple[str, Any], ...]:
+    """Where a budget run's settings depart from the plan's budget run of its model kind (:data:`.plan.KHOP` and
+    :data:`.plan.KINDS` at the budget's batch, rate and rules: :func:`.plan.budget_settings`), beyond what its line
+    says: (field, value) pairs, sorted; empty for a run of the plan. A run without the flat rule is the plan's check
+    (:func:`unstopped` names it); another stop_flat is another setting."""
+    kind = _kind(settings)
+    # Another backbone (hf:, pretrained:): the plan's budget run on it, at the run's default learning rate.
+    model = KINDS.get(kind, {"backbone": settings["backbone"], "lr": RunSettings().lr})
+    planned = {
+        **scaled_to_batch({**KHOP, **model}, BUDGET_BATCH),
+        **BUDGET_RULES,
+        "steps": math.ceil(BUDGET_EXAMPLES / BUDGET_BATCH),
+    }
+    recorded = dataclasses.asdict(settings_as_run(settings))
+    changed = set(settings_differences(settings, RunSettings(**planned))) - _BUDGET_AXES - _CADENCE - _DYCK_ONLY
+    if settings.get("stop_flat") not in (None, 0, 0.0, planned["stop_flat"]):
+        changed.add("stop_flat")
+    return tuple((field, recorded[field]) for field in sorted(changed))
+
+
+def _other_settings_text(settings: dict) -> str:
+    """``"; other settings: lr 0.01"`` for a run of other settings than the plan's (:func:`other_settings`), else
+    empty."""
+    others = other_settings(settings)
+    return "; other settings: " + ", ".join(f"{field} {_shown(value)}" for field, value in others) if others else ""
 
 
 def _examples(n: float) -> str:
@@ -98,6 +140,7 @@ def budget_table(rows: dict[str, dict]) -> str:
             _kind_order(_kind(r["settings"])),
             r["settings"]["seed"],
             unstopped(r),
+            repr(other_settings(r["settings"])),
         )
     )
     lines = [
@@ -114,6 +157,8 @@ def budget_table(rows: dict[str, dict]) -> str:
         model = _model(kind, trained=True)
         if unstopped(row):
             model += ", no flat rule (the check of the row above)"
+        # A run of other settings than the plan's is not the plan's run: its line names those settings.
+        model += _other_settings_text(s)
         if kind in PAPER:
             level, paper = PAPER[kind]
             against = f"{paper} (at {100 * level:.1f}) | {_crosses(row, level)}"
@@ -232,7 +277,8 @@ def verdict_table(rows: dict[str, dict]) -> str:
 def budget_figure(rows: dict[str, dict], path: Path) -> None:
     """Held-out accuracy against examples seen (log axis), one panel per budget split, colour by model kind and line
     style by seed, with the paper's levels (random UT's range shaded, sparse UT's 100%) and the references' budget.
-    Runs still in flight are drawn faded."""
+    Runs still in flight are drawn faded; runs of other settings than the plan's (:func:`other_settings`) with
+    crosses, under a legend entry naming those settings."""
     from ..plotting import save_figure, subplots
 
     fig, axes = subplots(1, len(BUDGET_SPLITS), figsize=(4.5 * len(BUDGET_SPLITS), 4), sharey=True, sharex=True)
@@ -256,16 +302,19 @@ def budget_figure(rows: dict[str, dict], path: Path) -> None:
                 continue
             kind, points, check = _kind(s), row["curve"], unstopped(row)
             model = f"{_model(kind)}, seed {s['seed']}"
+            # A run of other settings than the plan's is not one of the plan's curves: its own legend entry names
+            # those settings (as its line of the table does), and crosses mark its points.
+            others = _other_settings_text(s)
             axis.plot(
                 [p["examples_seen"] for p in points],
                 [100 * p["accuracy"] for p in points],
                 color=KIND_COLOURS.get(kind, OTHER_KIND_COLOUR),
                 linestyle="-." if check else SEED_STYLES.get(s["seed"], "-."),
                 linewidth=1 if check else 1.5,
-                marker="o",
-                markersize=3,
+                marker="x" if others else "o",
+                markersize=4 if others else 3,
                 alpha=0.35 if "stopped_at" in row else 0.85,
-                label=label(model + (", no flat rule" if check else "")),
+                label=label(model + (", no flat rule" if check else "") + others),
             )
         axis.set(xscale="log", xlabel="training examples seen", title=SPLIT_TITLES[split], ylim=(0, 101))
         axis.grid(alpha=0.3)
@@ -298,4 +347,12 @@ def budget_report(rows: dict[str, dict], *, table_path: Path, figure_path: Path 
     return text
 
 
-__all__ = ["budget_figure", "budget_report", "budget_table", "crossing", "verdict", "verdict_table"]
+__all__ = [
+    "budget_figure",
+    "budget_report",
+    "budget_table",
+    "crossing",
+    "other_settings",
+    "verdict",
+    "verdict_table",
+]
