@@ -365,6 +365,34 @@ def test_the_cards_snippet_loads_a_base_the_adapter_was_made_on_in_float16_in_fl
     assert 'load_model("HuggingFaceTB/SmolLM2-135M-Instruct", dtype="float16")' in _snippet(bundled.text)
 
 
+def test_the_memory_notes_call_for_a_left_padded_batch_scores_its_rows_as_unpadded(tmp_path):
+    # The note's call for a left-padded batch, evaluated as the card writes it: without the batch's mask the pads
+    # would be attended to, and without position_ids=True a plain forward counts positions over the pads.
+    import re
+
+    import torch
+
+    import ut_peft
+    from ut_peft.testing import trained_adapter
+
+    model = trained_adapter(tiny_model("llama"), num_memory_tokens=2)
+    model.save_pretrained(tmp_path)
+    text = (tmp_path / "README.md").read_text()
+    calls = [c for c in re.findall(r"`(ut_peft\.memory\.prepend_memory_tokens\([^`]*\))`", text)]
+    padded_calls = [c for c in calls if "attention_mask" in c and "position_ids=True" in c]
+    assert padded_calls, f"the memory note names no call for a left-padded batch's plain forward: {calls}"
+    rows = [torch.tensor([5, 6, 7, 8]), torch.tensor([9, 10])]
+    input_ids = torch.tensor([[5, 6, 7, 8], [0, 0, 9, 10]])
+    attention_mask = torch.tensor([[1, 1, 1, 1], [0, 0, 1, 1]])
+    namespace = {"ut_peft": ut_peft, "model": model, "input_ids": input_ids, "attention_mask": attention_mask}
+    batch = eval(padded_calls[0], namespace)
+    with torch.no_grad():
+        padded = model(**batch).logits
+        for i, row in enumerate(rows):
+            alone = model(**ut_peft.memory.prepend_memory_tokens(model, row[None])).logits[0]
+            torch.testing.assert_close(padded[i, -len(row) :], alone[-len(row) :], atol=1e-5, rtol=1e-5)
+
+
 def test_the_cards_snippet_loads_the_adapter_onto_a_local_base_once_its_folder_is_filled_in(tmp_path):
     import torch
 

@@ -230,8 +230,9 @@ _MEMORY_NOTE = (
     "Memory vectors are addressed by reserved ids after the vocabulary; put them in front of a "
     "batch with `ut_peft.memory.prepend_memory_tokens(model, input_ids)`, then call the model or "
     "`generate` as usual. To replay a crammed text, generate greedily for its remaining length with "
-    "`eos_token_id=None`, since the text may hold the EOS id. For a plain forward of a left-padded batch, pass "
-    "`position_ids=True`."
+    "`eos_token_id=None`, since the text may hold the EOS id. A left-padded batch needs its mask too, else the pads "
+    "are attended to; for a plain forward (a score, a loss) also its positions, which would otherwise count the "
+    "pads: `ut_peft.memory.prepend_memory_tokens(model, input_ids, attention_mask, position_ids=True)`."
 )
 
 
