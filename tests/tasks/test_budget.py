@@ -571,3 +571,35 @@ def test_a_budget_run_of_other_settings_than_the_plans_is_marked_in_the_table_an
     figure = (tmp_path / "budget.svg").read_text()
     assert "<!-- sparse UT, seed 1; other settings: lr 0.01 -->" in figure
     assert "<!-- random UT, seed 0, no flat rule -->" in figure and "no flat rule; other" not in figure
+
+
+def test_a_run_under_a_plan_name_with_other_settings_is_left_out_of_the_verdict_and_named():
+    """Was wrong: the verdict found a row's runs by the plan's names alone, so a run stored under a plan's name at
+    another learning rate counted as one of the plan's seeds ("reaches it in 3 of 3 seeds") with no mark. A verdict is
+    about the plan's runs: such a run is left out (its seed still to run) and the verdict names it and its settings."""
+    up = [(100_096, 0.8), (200_192, 0.9), (400_384, 0.995)]
+    rows = {
+        r["name"]: r
+        for r in (_row("k2", "random", seed, 0.995, curve=up, stop_reason="accuracy") for seed in (0, 1, 2))
+    }
+    rows["khop-k2-random-budget-s1"]["settings"]["lr"] = 0.01
+    found = budget_results.verdict(rows, "k2", "random")
+    assert sorted(found["seeds"]) == [0, 2] and found["crossed"] == [0, 2]
+    assert found["open"] == ["khop-k2-random-budget-s1"]
+    assert found["text"] == (
+        "open: 2 of 2 finished seeds reach 85.7% (crossing between 1.0e5 and 2.0e5 examples); "
+        "still to run: khop-k2-random-budget-s1; "
+        "left out, of other settings than the plan's: khop-k2-random-budget-s1 (lr 0.01)"
+    )
+    line = next(
+        line for line in budget_results.verdict_table(rows).splitlines() if "| k = 2 alone | random UT" in line
+    )
+    assert "| 99.5 / - / 99.5 |" in line and "khop-k2-random-budget-s1 (lr 0.01)" in line
+    # A seed 0 of other settings neither answers for seed 0 nor earns seeds 1 and 2 for the plan.
+    rows["khop-k2-random-budget-s0"]["settings"]["weight_decay"] = 0.5
+    first = budget_results.verdict(rows, "k2", "random")
+    assert first["due"] == [0] and first["seeds"] == {}
+    assert first["text"] == (
+        "open: seed 0 not run yet; left out, of other settings than the plan's: "
+        "khop-k2-random-budget-s0 (weight_decay 0.5), khop-k2-random-budget-s1 (lr 0.01)"
+    )

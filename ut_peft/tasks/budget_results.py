@@ -174,21 +174,29 @@ def budget_table(rows: dict[str, dict]) -> str:
     return "\n".join(lines)
 
 
-def _seed_runs(rows: dict[str, dict], split: str, kind: str) -> tuple[dict[int, dict], list[str]]:
+def _seed_runs(
+    rows: dict[str, dict], split: str, kind: str
+) -> tuple[dict[int, dict], list[str], list[tuple[str, dict]]]:
     """The finished runs that answer for each seed of a row (seed 0's check without the flat rule stands in for the
-    seed 0 it continues, once it has finished), and the names of the row's runs still in flight."""
-    answers, in_flight = {}, []
+    seed 0 it continues, once it has finished), the names of the row's runs still in flight, and the runs stored under
+    the row's names with other settings than the plan's (:func:`other_settings`), by name, which answer for nothing."""
+    answers, in_flight, set_aside = {}, [], []
     for seed in BUDGET_SEEDS:
         name = budget_name(split, kind, seed)
         for candidate in (name, name + UNSTOPPED):
             row = rows.get(candidate)
             if row is None:
                 continue
-            if "stopped_at" in row:
+            # A verdict is about the plan's runs: a run under a plan's name at another learning rate (steps, rules...)
+            # answers another question, and counting it would pass its result off as the plan's. It is left out (its
+            # seed is still to run, for the plan) and named with its settings, never counted silently.
+            if other_settings(row["settings"]):
+                set_aside.append((candidate, row))
+            elif "stopped_at" in row:
                 in_flight.append(candidate)
             else:
                 answers[seed] = row  # the check, listed second, wins over the run it continues
-    return answers, in_flight
+    return answers, in_flight, set_aside
 
 
 def verdict(rows: dict[str, dict], split: str, kind: str) -> dict:
@@ -199,12 +207,17 @@ def verdict(rows: dict[str, dict], split: str, kind: str) -> dict:
     The seeds due are the plan's (:func:`.plan.more_seeds`: 0, 1 and 2 where seed 0 reached the level or ended
     within 10 points of it, else 0 alone); a seed-0 run of a fixed backbone that the flat rule stopped below the level
     is answered by its check without the rule (:func:`.plan.flat_checks`), and is open until that check finishes.
-    A run crossed the level where any evaluation of its curve reached it (:func:`crossing`)."""
+    A run crossed the level where any evaluation of its curve reached it (:func:`crossing`). A run stored under one
+    of the row's names with other settings than the plan's (:func:`other_settings`) is left out, and the text names
+    it with those settings."""
     level = PAPER[kind][0]
-    seeds, in_flight = _seed_runs(rows, split, kind)
+    seeds, in_flight, set_aside = _seed_runs(rows, split, kind)
     first = seeds.get(0)
-    # The plan's rule (plan.budget_runs): seeds 1 and 2 are due where seed 0 or its finished check earns them.
+    # The plan's rule (plan.budget_runs): seeds 1 and 2 are due where seed 0 or its finished check earns them (a seed
+    # 0 of other settings than the plan's earns nothing: it is not the plan's seed 0).
     plain = rows.get(budget_name(split, kind, 0))
+    if any(run is plain for _, run in set_aside):
+        plain = None
     earned = [run for run in (plain, first) if run is not None and "stopped_at" not in run]
     due = list(BUDGET_SEEDS) if any(more_seeds(run) for run in earned) else [0]
     seeds = {seed: run for seed, run in seeds.items() if seed in due}
@@ -251,6 +264,11 @@ def verdict(rows: dict[str, dict], split: str, kind: str) -> dict:
                 f"open: {len(crossed)} of {done} finished seeds reach {level_text}{where}; still to run: "
                 + ", ".join(name + (" (in progress)" if name in in_flight else "") for name in open_)
             )
+    if set_aside:
+        text += "; left out, of other settings than the plan's: " + ", ".join(
+            f"{name} ({', '.join(f'{field} {_shown(value)}' for field, value in other_settings(run['settings']))})"
+            for name, run in set_aside
+        )
     return {"seeds": seeds, "crossed": crossed, "due": due, "open": open_, "text": text}
 
 
