@@ -527,6 +527,12 @@ def test_the_seeds_a_flat_stopped_seed_0_earns_itself_run_without_the_flat_rule_
     assert [dict(plan.budget_runs({name: ran}))[seed] for seed in seeds] == [planned[seed] for seed in seeds]
 
 
+def _budget_table_lines(rows, tmp_path, start: str) -> list[str]:
+    """The budget table's lines that begin with ``start`` (above the verdicts), the figure written beside it."""
+    text = budget_results.budget_report(rows, table_path=tmp_path / "budget.md", figure_path=tmp_path / "budget.svg")
+    return [line for line in text.split("The verdict per row")[0].splitlines() if line.startswith(start)]
+
+
 def test_the_budget_report_places_a_run_of_a_transformers_or_pretrained_backbone(tmp_path):
     """Was wrong: the budget table sorted its runs by the plan's model kinds and looked up the paper's level of each,
     and the figure a colour, so one budget run of an hf: or pretrained: backbone (a run with a log-spaced curve)
@@ -535,8 +541,7 @@ def test_the_budget_report_places_a_run_of_a_transformers_or_pretrained_backbone
     for name, backbone in (("khop-k2-gpt2-budget-s0", "hf:gpt2"), ("khop-k2-smollm-budget-s0", "pretrained:smollm2")):
         rows[name] = {**_row("k2", "random", 0, 0.7), "name": name}
         rows[name]["settings"] = {**rows[name]["settings"], "backbone": backbone}
-    text = budget_results.budget_report(rows, table_path=tmp_path / "budget.md", figure_path=tmp_path / "budget.svg")
-    table = [line for line in text.split("The verdict per row")[0].splitlines() if line.startswith("| k = 2")]
+    table = _budget_table_lines(rows, tmp_path, "| k = 2")
     assert [line.split(" | ")[1] for line in table] == [
         "sparse UT (E, U, positions)",
         "random UT (E, U, positions)",
@@ -558,8 +563,7 @@ def test_a_budget_run_of_other_settings_than_the_plans_is_marked_in_the_table_an
     check = _row("k3", "random", 0, 0.7)  # the flat rule's check: its own label says so, not "other settings"
     check["settings"]["stop_flat"] = 0.0
     rows[plan.budget_name("k3", "random", 0) + plan.UNSTOPPED] = check
-    text = budget_results.budget_report(rows, table_path=tmp_path / "budget.md", figure_path=tmp_path / "budget.svg")
-    table = [line for line in text.split("The verdict per row")[0].splitlines() if line.startswith("| k = ")]
+    table = _budget_table_lines(rows, tmp_path, "| k = ")
     assert [line.split(" | ")[1] for line in table] == [
         "sparse UT (E, U, positions)",
         "sparse UT (E, U, positions); other settings: lr 0.01",
