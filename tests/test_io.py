@@ -225,9 +225,35 @@ def python_holder(path, *, note_holder: bool = True) -> subprocess.Popen:
     return proc
 
 
-def stop(proc: subprocess.Popen) -> None:
-    os.killpg(proc.pid, signal.SIGKILL)  # the process group this test started (flock and its sleep): no cleanup runs
+def stop(proc: subprocess.Popen, lock=None) -> None:
+    """Kill ``proc``'s process group (no cleanup runs) and, given the ``lock`` file it holds, wait until its flock is
+    free: flock(1) runs its command as a child that holds the file open too, and that child can outlive the
+    ``wait`` for flock itself by a moment (on a loaded machine, long enough for the next line to see it hold)."""
+    os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(timeout=30)
+    if lock is not None:
+        wait_until_unlocked(lock)
+
+
+def wait_until_unlocked(path, timeout: float = 30.0) -> None:
+    """Return once no process holds an flock on ``path`` (taken and let go at once here)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise AssertionError(
+                        f"{path} is still locked {timeout:.0f} s after its holder was killed"
+                    ) from None
+                time.sleep(0.01)
+            else:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+                return
+    finally:
+        os.close(fd)
 
 
 def test_lock_holder_names_a_live_holder_by_its_note(tmp_path):
@@ -256,7 +282,7 @@ def test_lock_holder_of_a_shell_flock_says_it_left_no_note_and_names_its_pid(tmp
         assert lock_holder(path) == f"a process that left no note (pid {holder.pid}, flock)"
         assert try_lock(path) is None
     finally:
-        stop(holder)
+        stop(holder, path)
     assert lock_holder(path) == "no process: the lock is free"
 
 
@@ -274,7 +300,7 @@ def test_lock_holder_does_not_take_an_earlier_holders_note_for_the_shell_flock_h
             "holder's)"
         )
     finally:
-        stop(holder)
+        stop(holder, path)
     first = python_holder(path)  # a holder whose pid the note names, then one that wrote none
     stop(first)
     holder = python_holder(path, note_holder=False)

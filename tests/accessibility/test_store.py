@@ -24,6 +24,7 @@ from ut_peft.accessibility.store import (
     torn_files,
 )
 
+from ..test_io import stop
 from .test_sweep import small_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -772,8 +773,7 @@ def test_a_folder_a_shell_flock_holds_is_refused_saying_its_holder_left_no_note(
         ):
             lock_folder(tmp_path)
     finally:
-        os.killpg(holder.pid, signal.SIGKILL)  # the group this test started: flock and its sleep
-        holder.wait(timeout=30)
+        stop(holder, tmp_path / "sweep.lock")  # the group this test started (flock and its sleep), and its flock gone
     lock_folder(tmp_path).release()
 
 
