@@ -36,6 +36,7 @@ from .engine.sources import init_seed
 from .stats import published_bounds
 from .stats.bounds import (
     SlopeBounds,
+    config_context,
     measure_support,
     random_token_count,
     slope_bounds,
@@ -958,8 +959,6 @@ def _model_context(folder: Path, model: str, length) -> int | None:
     """:func:`.stats.bounds.support_context` of ``folder``'s model (``model``, as its settings name it), read from its
     config alone: the positions its support sequences were cut to (``length``: their length in its summary, named
     where the config does not load)."""
-    import types
-
     import transformers
 
     from ..models import resolve_model_path
@@ -974,7 +973,7 @@ def _model_context(folder: Path, model: str, length) -> int | None:
             f"config of {model!r} tells, and it does not load ({type(err).__name__}: {err}). Make the model loadable "
             "(its folder or hub cache) and merge again"
         ) from None
-    return support_context(types.SimpleNamespace(config=config))  # the rule a loaded model's context is read by
+    return config_context(config)  # the rule a loaded model's context is read by (support_context)
 
 
 def _holds_a_merge(folder: Path) -> bool:

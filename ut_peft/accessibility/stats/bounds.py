@@ -142,7 +142,12 @@ def head_inputs(model, input_ids: torch.Tensor, **kwargs) -> torch.Tensor:
 
 def support_context(model) -> int | None:
     """The positions :func:`measure_support` cuts its sequences to: the model's context, None where it states none."""
-    context = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    return config_context(getattr(model, "config", None))
+
+
+def config_context(config) -> int | None:
+    """:func:`support_context` of a model with this ``config`` (read without loading its weights)."""
+    context = getattr(config, "max_position_embeddings", None)
     return context if isinstance(context, int) and context > 0 else None
 
 
