@@ -60,3 +60,14 @@ def test_a_flag_of_a_table_not_computed_is_refused_at_its_default_value(capsys):
     with pytest.raises(SystemExit):
         command.parse(["--fit-steps", "300", "--tables", "single_head"])
     assert "--fit-steps only" in capsys.readouterr().err
+
+
+def test_a_config_files_flag_of_a_table_not_computed_is_refused_at_its_default_value(tmp_path, capsys):
+    """A --config file's fit_steps: 300 (the default) counted as not given, so with --tables single_head it was
+    dropped without a word, as --fit-steps 300 on the command line was."""
+    config = tmp_path / "c.json"
+    config.write_text(json.dumps({"fit_steps": 300}))
+    with pytest.raises(SystemExit):
+        command.parse(["--config", str(config), "--tables", "single_head"])
+    err = capsys.readouterr().err
+    assert "--fit-steps only" in err and f"the --config file {config}" in err, err

@@ -205,3 +205,29 @@ def test_architecture_flags_with_a_backbone_are_refused_at_their_default_value(t
     with pytest.raises(SystemExit):
         parse([*backbone, "--hidden-size", "64", "--heads", "4"])
     assert "so --hidden-size, --heads would not be used" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "setting,flags,refusal",
+    [
+        ({"steps": 1500}, ["--combine", "PART"], "--combine only tabulates earlier runs, so --steps would not be"),
+        ({"lr": 3e-3}, ["--trainings", "embeddings"], "--lr is the learning rate of full training"),
+        (
+            {"hidden_size": 64},
+            ["--trainings", "embeddings", "--backbone", "BACKBONE"],
+            "so --hidden-size would not be used",
+        ),
+    ],
+)
+def test_a_config_files_training_flag_at_its_default_value_is_refused_naming_the_file(
+    tmp_path, capsys, setting, flags, refusal
+):
+    """A --config file's value counted as given only when away from the default (it became the parser's default):
+    a file saying steps: 1500 beside --combine was accepted and dropped without a word, as --steps 1500 was."""
+    config = tmp_path / "run.json"
+    config.write_text(json.dumps(setting))
+    words = {"PART": copy_part(tmp_path / "a", (2, 4)), "BACKBONE": str(tmp_path / "full")}
+    with pytest.raises(SystemExit):
+        parse([*(words.get(word, word) for word in flags), "--config", str(config), "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert refusal in err and f"the --config file {config}" in err, err

@@ -155,3 +155,13 @@ def test_from_state_refuses_a_sampling_flag_given_at_its_default_value(tmp_path,
     with pytest.raises(SystemExit):
         parse(["--from-state", str(tmp_path / "state.pt"), "--seed", "0", "--out", str(tmp_path / "o")])
     assert "so --seed would not be used" in capsys.readouterr().err
+
+
+def test_from_state_refuses_a_config_files_sampling_setting_at_its_default_value(tmp_path, capsys):
+    """A --config file's seed: 0 (the default) counted as not given, so --from-state dropped it without a word."""
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"seed": 0}))
+    with pytest.raises(SystemExit):
+        parse(["--config", str(config), "--from-state", str(tmp_path / "state.pt"), "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert "so --seed would not be used" in err and f"the --config file {config}" in err, err

@@ -17,6 +17,7 @@ import json
 import os
 import sys
 import tempfile
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 
@@ -367,6 +368,13 @@ def _word(value) -> str:
     return str(value)
 
 
+# parser -> (its --config file, the dests the file gave a value): what parse_args applied last with that parser, so
+# that given_flags counts a key of the file as given whatever its value (as a flag on the command line is).
+_CONFIG_GIVEN: weakref.WeakKeyDictionary[argparse.ArgumentParser, tuple[str, frozenset[str]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
 def parse_args(
     parser: argparse.ArgumentParser,
     argv=None,
@@ -384,6 +392,7 @@ def parse_args(
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument("--config")
     config_path = pre.parse_known_args(argv)[0].config
+    _CONFIG_GIVEN.pop(parser, None)  # a file read by an earlier parse of this parser is not this one's
     if config_path:
         try:
             values = load_config(config_path)
@@ -433,6 +442,13 @@ def _apply_config(parser: argparse.ArgumentParser, values: dict, path) -> None:
         for action in required:  # still required on the command line unless the file gave it
             action.required = action not in given
     parser.set_defaults(**{a.dest: getattr(from_file, a.dest) for a in given})
+    _CONFIG_GIVEN[parser] = (str(path), frozenset(a.dest for a in given))
+
+
+def given_by_config(parser: argparse.ArgumentParser) -> tuple[str | None, frozenset[str]]:
+    """The --config file the last :func:`parse_args` with ``parser`` read, and the dests of the flags it gave a value
+    (a key written as null gives none: the flag keeps its default); ``(None, frozenset())`` where none was read."""
+    return _CONFIG_GIVEN.get(parser, (None, frozenset()))
 
 
 def given_on_command_line(parser: argparse.ArgumentParser, argv=None) -> set[str]:
@@ -454,10 +470,29 @@ def given_flags(
     parser: argparse.ArgumentParser, argv, args: argparse.Namespace, builtin: dict[str, object]
 ) -> list[str]:
     """The dests of ``builtin`` (dest -> the parser's own default, read before :func:`parse_args`) that are given:
-    on the command line whatever their value (:func:`given_on_command_line`), or by a --config file, whose values
-    become the parser's defaults and show as values away from ``builtin``. In ``builtin``'s order."""
+    on the command line (:func:`given_on_command_line`) or as a key of the --config file (:func:`given_by_config`),
+    whatever their value (a file's ``steps: 1500`` at the default is given as ``--steps 1500`` is), or away from
+    ``builtin`` by any other way. In ``builtin``'s order; :func:`given_where` says where, for the refusal."""
     on_command_line = given_on_command_line(parser, argv)
-    return [name for name in builtin if name in on_command_line or getattr(args, name) != builtin[name]]
+    in_config = given_by_config(parser)[1]
+    return [
+        name
+        for name in builtin
+        if name in on_command_line or name in in_config or getattr(args, name) != builtin[name]
+    ]
+
+
+def given_where(parser: argparse.ArgumentParser, argv, names) -> str:
+    """Where the flags ``names`` (dests) were given, as a refusal names it: "the command line", "the --config file
+    FILE", or both ("the command line and the --config file FILE")."""
+    path, in_config = given_by_config(parser)
+    names = set(names)
+    places = []
+    if names & given_on_command_line(parser, argv) or not names & in_config:
+        places.append("the command line")
+    if names & in_config:
+        places.append(f"the --config file {path}")
+    return " and ".join(places)
 
 
 # ---- errors ------------------------------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ import json
 from pathlib import Path
 
 from ..recipe_utils import add_run_flags, parse_recipe_args, start_run, write_section
-from .common import given_flags, library_value, positive_float, positive_int, run
+from .common import given_flags, given_where, library_value, positive_float, positive_int, run
 
 # Written here, not imported: the copy task's module imports torch, and parsing comes first (library_value).
 TRAININGS = library_value("ut_peft.geometry.copy_task:TRAININGS", ("full", "embeddings"))
@@ -224,8 +224,8 @@ def parse(argv=None, *, prog: str | None = None):
     # Read before parsing: a --config file's values become the parser's defaults, and are refused all the same.
     builtin = {name: p.get_default(name) for name in TRAINING_FLAGS}
     args = parse_recipe_args(p, "recipes/copy_task.py", argv)
-    # Given on the command line whatever the value (--steps 1500, the default, is dropped all the same), or by
-    # --config.
+    # Given on the command line or as a key of the --config file, whatever the value (--steps 1500, the default, is
+    # dropped all the same).
     given_training = given_flags(p, argv, args, builtin)
 
     def flag_names(names):
@@ -235,7 +235,7 @@ def parse(argv=None, *, prog: str | None = None):
         if given_training:
             p.error(
                 f"--combine only tabulates earlier runs, so {flag_names(given_training)} would not be used: drop them "
-                "(from the command line or the --config file), or run the training without --combine"
+                f"(from {given_where(p, argv, given_training)}), or run the training without --combine"
             )
         return args
     # Each learning rate is one training's: given for a run without it, the run trains at the other flag's rate.
@@ -243,14 +243,14 @@ def parse(argv=None, *, prog: str | None = None):
         if training not in args.trainings and flag in given_training:
             p.error(
                 f"{flag_names([flag])} is the learning rate of {training} training, which --trainings "
-                f"{' '.join(args.trainings)} does not run: drop it, or give {flag_names([other])} (the learning "
-                f"rate of the training this run does)"
+                f"{' '.join(args.trainings)} does not run: drop it (from {given_where(p, argv, [flag])}), or give "
+                f"{flag_names([other])} (the learning rate of the training this run does)"
             )
     given = [name for name in architecture if name in given_training]
     if args.backbone and given and "full" not in args.trainings:
         p.error(
             f"--backbone keeps the saved model's own architecture, so {flag_names(given)} would not be used: drop "
-            "them (from the command line or the --config file), or train --trainings full with them"
+            f"them (from {given_where(p, argv, given)}), or train --trainings full with them"
         )
     return args
 

@@ -10,6 +10,7 @@ from .common import (
     add_common_flags,
     check_output_file,
     given_flags,
+    given_where,
     parse_args,
     positive_int,
     positive_int_list,
@@ -84,8 +85,8 @@ def parse(argv=None, *, prog: str | None = None):
     unknown = set(args.tables) - set(TABLES)
     if unknown:
         p.error(f"unknown tables {sorted(unknown)}; choose from {', '.join(TABLES)}")
-    # Given on the command line whatever the value (--fit-steps 300, the default, is dropped all the same), or by
-    # --config.
+    # Given on the command line or as a key of the --config file, whatever the value (--fit-steps 300, the default,
+    # is dropped all the same).
     unused = [name for name in given_flags(p, argv, args, builtin) if TABLE_FLAGS[name] not in args.tables]
     if unused:
         flags = ", ".join("--" + name.replace("_", "-") for name in unused)
@@ -95,7 +96,7 @@ def parse(argv=None, *, prog: str | None = None):
         p.error(
             f"{flags} only change{'' if len(unused) > 1 else 's'} {named}, "
             f"which --tables {','.join(args.tables)} does not compute: add {'them' if plural else 'it'} to --tables, "
-            "or drop the flag (from the command line or the --config file)"
+            f"or drop the flag (from {given_where(p, argv, unused)})"
         )
     return args
 
