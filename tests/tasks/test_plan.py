@@ -458,3 +458,20 @@ def test_the_curve_table_never_averages_runs_of_other_settings_into_one_line():
         ["| khop-k2-sparse (lr 0.003)", "0", "50.0 (96,000)"],
         ["| khop-k2-sparse (lr 0.01)", "1", "70.0 (96,000)"],
     ]
+
+
+def test_departures_name_the_fields_a_line_does_not_show_with_the_values_the_run_used():
+    """The one core of the reports' "other settings" (plan.other_settings, budget_results.other_settings, the Dyck-1
+    table's other rows): where a recorded run departs from a reference, less the fields its line shows."""
+    from ut_peft.tasks.training import departures
+
+    reference = RunSettings(task="dyck", backbone="sparse-ut")
+    saved = {k: v for k, v in dataclasses.asdict(reference).items() if k != "init_std"}  # a row from before init_std
+    saved.update(lr=0.01, seed=3)
+    # Unit scale, what a universal backbone drew before init_std, in the recorded run's own value.
+    assert departures(saved, reference) == (("init_std", 1.0), ("lr", 0.01), ("seed", 3))
+    assert departures(saved, reference, {"seed", "init_std"}) == (("lr", 0.01),)
+    assert departures(dataclasses.asdict(reference), reference) == ()
+    text = plan.other_settings_text(departures(saved, reference, {"seed"}))
+    assert text == "; other settings: init_std 1.0, lr 0.01"
+    assert plan.other_settings_text(()) == ""

@@ -8,7 +8,6 @@ its CPU hours; the figure draws the curves against the paper's levels and the re
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from pathlib import Path
 from typing import Any
@@ -32,15 +31,16 @@ from .plan import (
     _kind,
     _kind_order,
     _model,
-    _shown,
     _split,
     budget_name,
     cost_to_go,
     is_budget,
     more_seeds,
+    other_settings_text,
     scaled_to_batch,
+    settings_text,
 )
-from .training import RunSettings, settings_as_run, settings_differences
+from .training import RunSettings, departures
 
 SPLIT_TITLES = {
     "k1": "k = 1 alone",
@@ -67,8 +67,8 @@ def unstopped(row: dict) -> bool:
 
 
 # What a budget run's line already says (its task, the hop counts; its seed) or what changes nothing it reports
-# (evaluations draw no random numbers, checkpoints neither); the flat rule's absence has its own words.
-_BUDGET_AXES = {"khop_ks", "seed", "backbone_seed", "stop_flat"}
+# (evaluations draw no random numbers, checkpoints neither).
+_BUDGET_AXES = {"khop_ks", "seed", "backbone_seed"}
 
 
 def other_settings(settings: dict) -> tuple[tuple[str, Any], ...]:
@@ -84,18 +84,9 @@ def other_settings(settings: dict) -> tuple[tuple[str, Any], ...]:
         **BUDGET_RULES,
         "steps": math.ceil(BUDGET_EXAMPLES / BUDGET_BATCH),
     }
-    recorded = dataclasses.asdict(settings_as_run(settings))
-    changed = set(settings_differences(settings, RunSettings(**planned))) - _BUDGET_AXES - _CADENCE - _DYCK_ONLY
-    if settings.get("stop_flat") not in (None, 0, 0.0, planned["stop_flat"]):
-        changed.add("stop_flat")
-    return tuple((field, recorded[field]) for field in sorted(changed))
-
-
-def _other_settings_text(settings: dict) -> str:
-    """``"; other settings: lr 0.01"`` for a run of other settings than the plan's (:func:`other_settings`), else
-    empty."""
-    others = other_settings(settings)
-    return "; other settings: " + ", ".join(f"{field} {_shown(value)}" for field, value in others) if others else ""
+    # A run without the flat rule (:func:`unstopped`) has its own words, "no flat rule"; another stop_flat is named.
+    no_flat_rule = set() if settings.get("stop_flat") else {"stop_flat"}
+    return departures(settings, RunSettings(**planned), _BUDGET_AXES | _CADENCE | _DYCK_ONLY | no_flat_rule)
 
 
 def _examples(n: float) -> str:
@@ -158,7 +149,7 @@ def budget_table(rows: dict[str, dict]) -> str:
         if unstopped(row):
             model += ", no flat rule (the check of the row above)"
         # A run of other settings than the plan's is not the plan's run: its line names those settings.
-        model += _other_settings_text(s)
+        model += other_settings_text(other_settings(s))
         if kind in PAPER:
             level, paper = PAPER[kind]
             against = f"{paper} (at {100 * level:.1f}) | {_crosses(row, level)}"
@@ -266,8 +257,7 @@ def verdict(rows: dict[str, dict], split: str, kind: str) -> dict:
             )
     if set_aside:
         text += "; left out, of other settings than the plan's: " + ", ".join(
-            f"{name} ({', '.join(f'{field} {_shown(value)}' for field, value in other_settings(run['settings']))})"
-            for name, run in set_aside
+            f"{name} ({settings_text(other_settings(run['settings']))})" for name, run in set_aside
         )
     return {"seeds": seeds, "crossed": crossed, "due": due, "open": open_, "text": text}
 
@@ -322,7 +312,7 @@ def budget_figure(rows: dict[str, dict], path: Path) -> None:
             model = f"{_model(kind)}, seed {s['seed']}"
             # A run of other settings than the plan's is not one of the plan's curves: its own legend entry names
             # those settings (as its line of the table does), and crosses mark its points.
-            others = _other_settings_text(s)
+            others = other_settings_text(other_settings(s))
             axis.plot(
                 [p["examples_seen"] for p in points],
                 [100 * p["accuracy"] for p in points],

@@ -30,6 +30,7 @@ from .training import (
     RunInProgressError,
     RunSettings,
     before_fields,
+    departures,
     run,
     settings_as_run,
     settings_differences,
@@ -578,13 +579,22 @@ def other_settings(settings: dict) -> tuple[tuple[str, Any], ...]:
     kind = _kind(settings)
     model = KINDS.get(kind, {"backbone": settings["backbone"]})  # another backbone: the plan's k-hop runs on it
     reference = RunSettings(**{**KHOP, **model, "variant": settings["variant"]})
-    recorded = dataclasses.asdict(settings_as_run(settings))
-    changed = set(settings_differences(settings, reference)) - _TABLE_AXES - _CADENCE - _DYCK_ONLY
-    return tuple((field, recorded[field]) for field in sorted(changed))
+    return departures(settings, reference, _TABLE_AXES | _CADENCE | _DYCK_ONLY)
 
 
 def _shown(value) -> str:
     return ",".join(map(str, value)) if isinstance(value, list) else str(value)
+
+
+def settings_text(pairs: Sequence[tuple[str, Any]]) -> str:
+    """(field, value) pairs (:func:`.training.departures`) as the reports write them: ``"lr 0.01, steps 500"``."""
+    return ", ".join(f"{field} {_shown(value)}" for field, value in pairs)
+
+
+def other_settings_text(pairs: Sequence[tuple[str, Any]]) -> str:
+    """What follows the words naming a run of other settings than the plan's (``pairs``: where it departs from the
+    plan, :func:`.training.departures`): ``"; other settings: lr 0.01"``; empty for a run of the plan's."""
+    return "; other settings: " + settings_text(pairs) if pairs else ""
 
 
 def main_table(rows: dict[str, dict]) -> str:
@@ -618,9 +628,7 @@ def main_table(rows: dict[str, dict]) -> str:
         counts = "/".join(str(len(by_split[s])) for s in SPLITS)
         cpu = statistics.mean(r["train_cpu_seconds"] for r in members) / 60
         paper = PAPER[kind][1] if variant == "residual_layernorm" and kind in PAPER else "-"
-        model = _model(kind, trained=True)
-        if others:
-            model += "; other settings: " + ", ".join(f"{field} {_shown(value)}" for field, value in others)
+        model = _model(kind, trained=True) + other_settings_text(others)
         lines.append(
             f"| {model} | {variant.replace('_', ' ')} "
             f"| {shape} | {steps} x {batch} | {' | '.join(alone)} | {_pct([r['accuracy'] for r in mixed])} | "
@@ -761,22 +769,21 @@ def _by_settings(members: list[dict]) -> list[tuple[list[dict], str]]:
     fields = [_run_fields(rows[0]["settings"]) for rows in sets.values()]
     differing = sorted(field for field in fields[0] if len({repr(f[field]) for f in fields}) > 1)
     return [
-        (rows, ", ".join(f"{field} {_shown(these[field])}" for field in differing))
+        (rows, settings_text([(field, these[field]) for field in differing]))
         for rows, these in zip(sets.values(), fields)
     ]
 
 
-def _dyck_departures(settings: dict) -> str:
+def _dyck_departures(settings: dict) -> tuple[tuple[str, Any], ...]:
     """Where a Dyck-1 row departs from the plan's Dyck-1 runs (:data:`DYCK`, :data:`KINDS`) beyond the table's
-    columns (init scale, fresh strings, steps, seeds): ``"lr 0.01, warmup_steps 50"``."""
+    columns (init scale, fresh strings, steps, seeds): (field, value) pairs, sorted."""
     kind = _kind(settings)
     model = KINDS.get(kind, {"backbone": settings["backbone"], "full": settings["full"]})
     recorded = dataclasses.asdict(settings_as_run(settings))
     # Compared at the row's own values of the table's columns: a run of fresh strings has no pool to compare.
     shown = {field: recorded[field] for field in ("init_std", "fresh_data", "steps")}
     reference = RunSettings(**{**DYCK, **model, **shown})
-    changed = set(settings_differences(settings, reference)) - _SEEDS - _CADENCE - _KHOP_ONLY
-    return ", ".join(f"{field} {_shown(recorded[field])}" for field in sorted(changed))
+    return departures(settings, reference, _SEEDS | _CADENCE | _KHOP_ONLY)
 
 
 def _dyck_model(kind: str, first: dict) -> str:
@@ -842,8 +849,7 @@ def dyck_table(rows: dict[str, dict], lookup: Callable[[dict], dict] = pool_look
         for same, _ in _by_settings(members):
             s = settings_of(same[0])
             tag = f"{_shown(s['init_std'])}{', fresh strings' if s['fresh_data'] else ''}"
-            if departures := _dyck_departures(same[0]["settings"]):
-                tag += f"; other settings: {departures}"
+            tag += other_settings_text(_dyck_departures(same[0]["settings"]))
             add(f"{_dyck_model(_kind(s), same[0])}: {group}", tag, same)
     return "\n".join(lines)
 
@@ -906,8 +912,7 @@ def figure(rows: dict[str, dict], path: Path, baselines: Path | None = None) -> 
             # A run of other settings than the plan's is not one of the plan's curves: its own legend entry names
             # those settings (as its line of the main table does), and crosses mark its points.
             others = other_settings(s)
-            if others:
-                label += "; other settings: " + ", ".join(f"{field} {_shown(value)}" for field, value in others)
+            label += other_settings_text(others)
             points = [p for p in row["curve"] if p.get("examples_seen")]
             axis.plot(
                 [p["examples_seen"] for p in points],
@@ -976,11 +981,13 @@ __all__ = [
     "is_budget",
     "more_seeds",
     "load_rows",
+    "other_settings_text",
     "report",
     "run_budget",
     "run_plan",
     "scaled_to_batch",
     "settings_of",
+    "settings_text",
     "table",
     "unfinished_rows",
 ]

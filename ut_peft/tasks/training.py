@@ -15,7 +15,7 @@ import pickle
 import random
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -343,6 +343,15 @@ def settings_differences(saved: dict, settings: RunSettings) -> list[str]:
     recorded = _compared({**dataclasses.asdict(RunSettings()), **before_fields(saved), **saved})
     current = _compared(dataclasses.asdict(settings))
     return sorted(k for k in recorded.keys() | current.keys() if recorded.get(k) != current.get(k))
+
+
+def departures(saved: dict, reference: RunSettings, shown: Collection[str] = ()) -> tuple[tuple[str, Any], ...]:
+    """Where the run ``saved`` records departs from ``reference`` (:func:`settings_differences`), less the fields in
+    ``shown`` (what the line naming the run already says, or what changes nothing it reports): (field, the value the
+    run used) pairs, sorted by field; empty where the run is ``reference`` on every other field. The reports name a
+    run of other settings than the plan's with these pairs, so its line never reads as the plan's run."""
+    recorded = dataclasses.asdict(settings_as_run(saved))
+    return tuple((field, recorded[field]) for field in settings_differences(saved, reference) if field not in shown)
 
 
 def _check_settings(path: Path, saved: dict, settings: RunSettings) -> None:
@@ -815,6 +824,7 @@ __all__ = [
     "before_fields",
     "build_model",
     "collate",
+    "departures",
     "draw_example",
     "evaluate_model",
     "family_config",
