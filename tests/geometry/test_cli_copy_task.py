@@ -231,3 +231,51 @@ def test_a_config_files_training_flag_at_its_default_value_is_refused_naming_the
         parse([*(words.get(word, word) for word in flags), "--config", str(config), "--out", str(tmp_path / "o")])
     err = capsys.readouterr().err
     assert refusal in err and f"the --config file {config}" in err, err
+
+
+TINY_ARCHITECTURE = ["--hidden-size", "16", "--layers", "1", "--heads", "2"]
+
+
+def test_an_overwrite_leaves_no_model_of_the_earlier_run(tmp_path, capsys):
+    """--overwrite removed the earlier run's report files but kept its model folders where the new run saved no model
+    of that training: after --trainings full over a full and embeddings run, <out>/embeddings was the earlier run's
+    model beside a copy_task.json that has no embeddings run."""
+    out = tmp_path / "copy"
+    main(parse([*TINY_RUN, *TINY_ARCHITECTURE, "--out", str(out)]))
+    assert (out / "full" / "config.json").is_file() and (out / "embeddings").is_dir()
+    capsys.readouterr()
+    main(parse([*TINY_RUN, *TINY_ARCHITECTURE, "--trainings", "full", "--out", str(out), "--overwrite"]))
+    assert set(json.loads((out / "copy_task.json").read_text())["runs"]) == {"full"}
+    assert not (out / "embeddings").exists()
+    assert f"removed {out / 'embeddings'}" in capsys.readouterr().out
+    names = {path.name for path in out.iterdir()}
+    assert names == {"copy_task.json", "copy_task.md", "copy_cliff.png", "full", "run.lock"}, names
+
+
+def test_a_folder_holding_only_a_trained_model_is_an_earlier_run(tmp_path):
+    """A run killed between saving its first model and writing copy_task.json left a model folder alone: it was not
+    an earlier run, so a new run training the other training wrote its results beside it."""
+    out = tmp_path / "copy"
+    ct.copy_model(seed=0, hidden_size=16, num_layers=1, num_heads=2, max_positions=40).save_pretrained(out / "full")
+    with pytest.raises(ValueError, match=r"holds an earlier run \(full\)"):
+        main(parse([*TINY_RUN, "--trainings", "embeddings", "--out", str(out)]))
+    main(parse([*TINY_RUN, "--trainings", "embeddings", "--out", str(out), "--overwrite"]))
+    assert not (out / "full").exists() and (out / "embeddings").is_dir()
+
+
+def test_an_overwrite_keeps_the_backbone_it_reprograms_and_says_so(tmp_path, capsys):
+    """A backbone saved in --output-dir by the run --overwrite replaces (--backbone <out>/full) is this run's input:
+    it is kept, and the run says so and why; one this run would train into (--trainings full) is refused."""
+    out = tmp_path / "copy"
+    main(parse([*TINY_RUN, *TINY_ARCHITECTURE, "--out", str(out)]))
+    capsys.readouterr()
+    main(parse([*TINY_RUN, "--trainings", "embeddings", "--backbone", str(out / "full"), "--out", str(out),
+                "--overwrite"]))  # fmt: skip
+    said = capsys.readouterr().out
+    assert f"kept {out / 'full'}: it is this run's --backbone" in said, said
+    assert (out / "full" / "config.json").is_file() and (out / "embeddings").is_dir()
+    result = json.loads((out / "copy_task.json").read_text())
+    assert set(result["runs"]) == {"embeddings"} and result["runs"]["embeddings"]["backbone"] == str(out / "full")
+    with pytest.raises(ValueError, match="--backbone .* is where this run saves its full training"):
+        main(parse([*TINY_RUN, "--backbone", str(out / "full"), "--out", str(out), "--overwrite"]))
+    assert (out / "full" / "config.json").is_file()

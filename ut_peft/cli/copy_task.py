@@ -10,11 +10,14 @@ positions of a trained copy model:
 
 Writes copy_task.json (after every run, so finished runs are never lost; its settings name the trainings asked
 for, so the file of a run that failed or was killed between them reads as partial and --combine refuses it),
-copy_cliff.png, copy_task.md, and each trained model (or adapter) under <out>/<training>/.
+copy_cliff.png, copy_task.md, and each trained model (or adapter) under <out>/<training>/. With --overwrite, the
+run's first results replace every file of the run it replaces, its models too (but a --backbone saved there, which
+this run reads: kept, saying so).
 """
 
 import argparse
 import json
+import shutil
 from pathlib import Path
 
 from ..recipe_utils import add_run_flags, parse_recipe_args, start_run, write_section
@@ -22,7 +25,8 @@ from .common import given_flags, given_where, library_value, positive_float, pos
 
 # Written here, not imported: the copy task's module imports torch, and parsing comes first (library_value).
 TRAININGS = library_value("ut_peft.geometry.copy_task:TRAININGS", ("full", "embeddings"))
-# What a run writes in --output-dir besides its models: any of them is an earlier run's (refused without --overwrite).
+# What a run writes in --output-dir besides its models (<out>/<training>): any of them, or a model folder, is an
+# earlier run's (refused without --overwrite).
 REPORT_FILES = ("copy_task.json", "copy_task.md", "copy_cliff.png")
 # The flags that decide how runs train and are evaluated (argparse dests): --combine trains nothing, so it refuses
 # them rather than dropping them.
@@ -80,7 +84,19 @@ def main(args):
                 f"killed after its other trainings); rerun it (--overwrite) and combine the finished file"
             )
         parts.append(part)
-    out = start_run(args, results=REPORT_FILES)
+    # A --backbone saved in --output-dir (<out>/full of the run this one replaces) is this run's input, not an earlier
+    # run's result: kept. One where this run saves a training of its own would be replaced by it.
+    backbone_here = next(
+        (name for name in TRAININGS if args.backbone and _same_path(args.backbone, Path(args.out) / name)), None
+    )
+    if backbone_here in args.trainings and not args.combine:
+        raise ValueError(
+            f"--backbone {args.backbone} is where this run saves its {backbone_here} training, so that model would "
+            "replace the backbone (and copy_task.json name a backbone it no longer holds): copy the backbone "
+            "elsewhere, or give another --output-dir"
+        )
+    model_folders = tuple(name for name in TRAININGS if name != backbone_here)
+    out = start_run(args, results=REPORT_FILES + model_folders)
     if args.combine:
         # Plot and tabulate runs made by separate invocations (e.g. run in parallel) together.
         # The lengths shaded on the plot are the ones the runs trained on, read from every run: a combined file
@@ -119,6 +135,7 @@ def main(args):
                         "distinct --label values, or combine runs from distinct output folders"
                     )
                 result["runs"][key] = run
+        remove_earlier_run(out, model_folders, backbone_here)
         return write_outputs(result, out, low, high, args.command)
     settings = {
         "hidden_size": args.hidden_size,
@@ -161,17 +178,44 @@ def main(args):
             # A backbone keeps its own architecture: the flags build fresh models only.
             **({} if args.backbone and training == "embeddings" else settings),
         )
+        if not result["runs"]:
+            # This run's first results replace those of the run --overwrite replaces: its report and models go too
+            # (this run's report is written at the end, a model of a training it does not run never), or a run that
+            # does not redo them, fails or is killed leaves them beside its results.
+            remove_earlier_run(out, model_folders, backbone_here)
         # The trained model (or UT_REPROGRAM adapter) is kept, so it can be evaluated again at other lengths.
         run.pop("_model").save_pretrained(out / training)
-        if not result["runs"]:
-            # This run's first results replace those of the run --overwrite replaces: its report goes too (this
-            # run's is written at the end), or a run that fails or is killed before then leaves it beside them.
-            for name in REPORT_FILES:
-                (out / name).unlink(missing_ok=True)
         result["runs"][training] = run
         write_json(out / "copy_task.json", result)
         print(f"{training}: {run['cliff']}", flush=True)
     write_outputs(result, out, low, high, args.command)
+
+
+def _same_path(a, b) -> bool:
+    """Whether paths ``a`` and ``b`` name one file or folder (as spelled, or once resolved)."""
+    return Path(a).resolve() == Path(b).resolve()
+
+
+def remove_earlier_run(out: Path, model_folders: tuple[str, ...], backbone_here: str | None) -> None:
+    """Remove the files of the run ``--overwrite`` replaces from ``out``: its report files and its model folders
+    (``model_folders``: every training's but a backbone's), saying which models go and which one stays and why."""
+    for name in REPORT_FILES:
+        (out / name).unlink(missing_ok=True)
+    for name in model_folders:
+        folder = out / name
+        if folder.is_dir() and not folder.is_symlink():
+            shutil.rmtree(folder)
+        elif folder.exists() or folder.is_symlink():
+            folder.unlink()
+        else:
+            continue
+        print(f"removed {folder}: the {name} model of the run --overwrite replaces", flush=True)
+    if backbone_here is not None:
+        print(
+            f"kept {out / backbone_here}: it is this run's --backbone (the model its embeddings training reprograms), "
+            "saved by an earlier run; copy_task.json records it as the backbone",
+            flush=True,
+        )
 
 
 def write_outputs(result, out, low, high, command):
