@@ -475,3 +475,34 @@ def test_departures_name_the_fields_a_line_does_not_show_with_the_values_the_run
     text = plan.other_settings_text(departures(saved, reference, {"seed"}))
     assert text == "; other settings: init_std 1.0, lr 0.01"
     assert plan.other_settings_text(()) == ""
+
+
+def test_the_table_of_earlier_rows_never_averages_runs_of_other_settings_into_one_line():
+    """Was wrong: the table of rows trained at the earlier settings grouped rows by name alone, so two seeds of one
+    group that ran other settings (seed 1 at another learning rate and width) shared a line: one mean over both, and
+    the first row's shape and steps for both. Each set of settings now has its own line, naming the fields it
+    differs in (as the curve table's lines do)."""
+    before = ("init_std", "fresh_data", "pool_excludes_held_out")
+
+    def earlier(seed: int, accuracy: float, **changes) -> dict:
+        settings = vars(RunSettings(task="khop", backbone="random-ut", seed=seed, backbone_seed=seed, **changes))
+        return {
+            "task": "khop", "settings": {k: v for k, v in settings.items() if k not in before}, "accuracy": accuracy,
+            "per_k": {str(k): accuracy for k in (1, 2, 3, 4)}, "train_cpu_seconds": 60,
+        }  # fmt: skip
+
+    rows = {
+        "khop-random-s0": earlier(0, 0.5),
+        "khop-random-s1": earlier(1, 0.9, lr=1e-2, width=128),
+        "khop-random-s2": earlier(2, 0.7),
+    }
+    lines = [line for line in plan.legacy_table(rows).splitlines() if line.startswith("| khop-random")]
+    assert len(lines) == 2, lines
+    plain, other = lines
+    assert plain.startswith("| khop-random (lr 0.003, width 96) | khop |") and "| 96, 2, 1 x 16 |" in plain
+    assert "| 0,2 |" in plain and "| 60.0 +- 14.1 |" in plain
+    assert other.startswith("| khop-random (lr 0.01, width 128) | khop |") and "| 128, 2, 1 x 16 |" in other
+    assert "| 1 |" in other and "| 90.0 |" in other
+    # One set of settings per group: its line is named by the group alone, as before.
+    (alone,) = plan.legacy_table({"khop-random-s0": rows["khop-random-s0"]}).splitlines()[2:]
+    assert alone.startswith("| khop-random | khop |")

@@ -684,7 +684,9 @@ def curve_table(rows: dict[str, dict]) -> str:
 
 
 def legacy_table(rows: dict[str, dict]) -> str:
-    """The rows trained before these defaults (unit-scale E, a fixed pool, k mixed), one line per group."""
+    """The rows trained before these defaults (unit-scale E, a fixed pool, k mixed), one line per group of names and
+    set of settings within it: a group holding runs of other settings (a seed at another learning rate) gets a line
+    per set, named by the fields they differ in (``"khop-random (lr 0.01)"``), as the curve table's lines are."""
     groups: dict[str, list[dict]] = {}
     for name, row in rows.items():
         if not is_new(row):
@@ -694,7 +696,12 @@ def legacy_table(rows: dict[str, dict]) -> str:
         "all (Dyck: answer) | CPU min per run |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for group, members in groups.items():
+    lines_of = [
+        (f"{group} ({differing})" if differing else group, members)
+        for group, everyone in groups.items()
+        for members, differing in _by_settings(everyone)
+    ]
+    for group, members in lines_of:
         s = members[0]["settings"]
         # The heading says std 1.0, what a universal backbone drew; an hf: backbone drew its family's 0.02.
         scale = settings_of(members[0])["init_std"]
