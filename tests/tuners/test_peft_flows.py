@@ -8,17 +8,22 @@ options (a task vocabulary, memory tokens, untying, training only E or only U).
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import warnings
+from collections.abc import Iterator
 
 import pytest
 import torch
 import transformers
-from peft import PeftModel, get_peft_model
+from peft import PeftModel, get_peft_model, inject_adapter_in_model
+from peft.tuners.tuners_utils import BaseTunerLayer
 
 import ut_peft
 from ut_peft import UTReprogramConfig
 from ut_peft.testing import tiny_model
 from ut_peft.tuners.ut_reprogram import UTReprogramLayer
+from ut_peft.tuners.ut_reprogram.model import base_of
 
 FAMILIES = ("llama", "qwen2", "gemma3", "gpt2")
 VOCAB, HIDDEN = 97, 32
@@ -368,8 +373,6 @@ def test_tie_weights_keeps_the_adapter_and_ties_the_bases_own_matrices(family, t
     ``tie_weights()`` raised ``KeyError: "attribute 'weight' already exists"`` (the base's tie set ``lm_head.weight``
     on the wrapped U). It ties the base's own matrices and leaves the adapter's alone (a kept-tied U reads E's
     table, an untied one has its own)."""
-    from ut_peft.tuners.ut_reprogram.model import base_of
-
     model = get_peft_model(tiny_model(family, tied=tied), config_for(option))
     perturb(model)
     inputs = inputs_for(model, option)
@@ -392,16 +395,7 @@ def test_tie_weights_keeps_the_adapter_and_ties_the_bases_own_matrices(family, t
 
     model.tie_weights()
     check()
-    full_state_dict = {name: tensor.clone() for name, tensor in state.items()}
-    # Buffers outside the state dict (rotary inv_freq), which accelerate keeps aside and registers again.
-    other_buffers = {name: buffer.clone() for name, buffer in model.named_buffers() if name not in state}
-    model.to("meta")
-    model.tie_weights()
-    model.load_state_dict(full_state_dict, assign=True)
-    for name, buffer in other_buffers.items():
-        owner, _, attribute = name.rpartition(".")
-        model.get_submodule(owner).register_buffer(attribute, buffer, persistent=False)
-    model.tie_weights()
+    move_as_fsdp2_cpu_ram_efficient_loading(model)
     check()
 
 
@@ -420,3 +414,144 @@ def test_resize_token_embeddings_after_wrapping_says_to_resize_the_base_first(ti
     base.resize_token_embeddings(VOCAB + 23)
     resized = get_peft_model(base, UTReprogramConfig())
     assert resized(input_ids=torch.tensor([[VOCAB + 22, 1]])).logits.shape[-1] == VOCAB + 23
+
+
+# ---- the same calls on the base model that carries the layers, with or without a PeftModel ----------------------
+WAYS = ("get_base_model", "inject_adapter_in_model", "load_adapter")
+
+
+def base_carrying_an_adapter(way: str, option: str, folder) -> torch.nn.Module:
+    """A tiny Llama that ties E and U, carrying a trained adapter of ``option`` put in as ``way`` says: the base model
+    under a PeftModel (``get_base_model()``, what accelerate and the Trainer sometimes call methods on), peft's
+    ``inject_adapter_in_model`` (no PeftModel), or transformers' ``model.load_adapter(folder)``."""
+    if way == "get_base_model":
+        peft_model = get_peft_model(tiny_model("llama", tied=True), config_for(option))
+        perturb(peft_model)
+        return peft_model.get_base_model()
+    if way == "inject_adapter_in_model":
+        model = inject_adapter_in_model(config_for(option), tiny_model("llama", tied=True))
+        perturb(model)
+        return model
+    saved = get_peft_model(tiny_model("llama", tied=True), config_for(option))
+    perturb(saved)
+    saved.save_pretrained(folder)
+    model = tiny_model("llama", tied=True)
+    model.load_adapter(str(folder))
+    return model
+
+
+def ids_for(option: str) -> torch.Tensor:
+    """Ids in the adapter's vocabulary, after its memory ids (the base's vocabulary's end) when it has them."""
+    generator = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, OPTIONS[option].get("task_vocab_size", VOCAB), (2, 5), generator=generator)
+    memory = torch.arange(VOCAB, VOCAB + OPTIONS[option].get("num_memory_tokens", 0)).expand(2, -1)
+    return torch.cat([memory, ids], dim=1)
+
+
+@contextlib.contextmanager
+def adapter_off(model: torch.nn.Module) -> Iterator[None]:
+    """The base's outputs, through peft's switch on each tuner layer (there is no PeftModel to disable it on)."""
+    layers = [module for module in model.modules() if isinstance(module, BaseTunerLayer)]
+    for layer in layers:
+        layer.enable_adapters(False)
+    try:
+        yield
+    finally:
+        for layer in layers:
+            layer.enable_adapters(True)
+
+
+class Snapshot:
+    """Every tensor of ``model`` (bitwise), which train, and its outputs with and without the adapter."""
+
+    def __init__(self, model: torch.nn.Module, option: str) -> None:
+        self.model, self.ids = model, ids_for(option)
+        self.base_ids = torch.tensor([[1, 4, 2, 3]])  # in the base's vocabulary (memory ids are not)
+        with adapter_off(model):  # first: switching the adapter on again makes an adapter loaded frozen train
+            self.base_logits = model(input_ids=self.base_ids).logits
+        self.logits = model(input_ids=self.ids).logits
+        self.state = {name: tensor.clone() for name, tensor in model.state_dict().items()}
+        self.trains = trainable(model)
+
+    def check(self) -> None:
+        model = self.model
+        assert model.state_dict().keys() == self.state.keys()
+        assert all(torch.equal(tensor, self.state[name]) for name, tensor in model.state_dict().items())
+        assert trainable(model) == self.trains
+        base_e, base_u = (base_of(m).weight for m in (model.get_input_embeddings(), model.get_output_embeddings()))
+        assert base_e is base_u  # the base's own tie, as the base's tie_weights makes it
+        assert torch.equal(model(input_ids=self.ids).logits, self.logits)
+        with adapter_off(model):
+            assert torch.equal(model(input_ids=self.base_ids).logits, self.base_logits)
+
+
+def move_as_fsdp2_cpu_ram_efficient_loading(model: torch.nn.Module) -> None:
+    """accelerate's FSDP2 preparation with ``cpu_ram_efficient_loading`` (which needs GPUs), on the CPU: the model
+    moves to the meta device, is tied, gets the full state dict it had back (``assign=True``: every key a tensor of
+    its own) and is tied again."""
+    full_state_dict = {name: tensor.clone() for name, tensor in model.state_dict().items()}
+    # Buffers outside the state dict (rotary inv_freq), which accelerate keeps aside and registers again.
+    other_buffers = {name: buffer.clone() for name, buffer in model.named_buffers() if name not in full_state_dict}
+    model.to("meta")
+    model.tie_weights()
+    model.load_state_dict(full_state_dict, assign=True)
+    for name, buffer in other_buffers.items():
+        owner, _, attribute = name.rpartition(".")
+        model.get_submodule(owner).register_buffer(attribute, buffer, persistent=False)
+    model.tie_weights()
+
+
+@pytest.mark.parametrize("option", ["full", "untie", "task_vocab", "memory", "u_only"])
+@pytest.mark.parametrize("way", WAYS)
+def test_the_base_models_own_tie_weights_keeps_the_adapter(tmp_path, way, option):
+    """The base model's own ``tie_weights``, on the model with the layers in it, raised ``KeyError: "attribute
+    'weight' already exists"`` on a base that ties E and U (its tie set ``lm_head.weight``, which named the wrapped
+    U): reached through ``get_base_model()``, or with no PeftModel at all. It now does what the PeftModel's does."""
+    model = base_carrying_an_adapter(way, option, tmp_path)
+    snapshot = Snapshot(model, option)
+    model.tie_weights()
+    snapshot.check()
+    move_as_fsdp2_cpu_ram_efficient_loading(model)
+    snapshot.check()
+
+
+@pytest.mark.parametrize("option", ["full", "task_vocab"])
+@pytest.mark.parametrize("way", WAYS)
+def test_the_base_models_own_resize_token_embeddings_says_to_resize_the_base_first(tmp_path, way, option):
+    """It failed inside with transformers' TypeError ("Old embeddings are of type UTEmbedding"), as the PeftModel's
+    did before it was refused with what to do."""
+    model = base_carrying_an_adapter(way, option, tmp_path)
+    snapshot = Snapshot(model, option)
+    vocab = model.config.vocab_size
+    with pytest.raises(ValueError, match=r"Resize the base model before get_peft_model.*task_vocab_size"):
+        model.resize_token_embeddings(VOCAB + 23)
+    assert model.config.vocab_size == vocab
+    snapshot.check()
+
+
+@pytest.mark.parametrize("merge", [False, True])
+def test_a_base_given_back_by_unload_resizes_and_ties_as_usual(merge):
+    """What guards the base model's own methods while it carries the layers goes with them."""
+    peft_model = get_peft_model(tiny_model("llama", tied=True), config_for("full"))
+    perturb(peft_model)
+    base = peft_model.merge_and_unload() if merge else peft_model.unload()
+    assert "tie_weights" not in vars(base) and "resize_token_embeddings" not in vars(base)
+    base.resize_token_embeddings(VOCAB + 23)
+    assert base(input_ids=torch.tensor([[VOCAB + 22, 1]])).logits.shape[-1] == VOCAB + 23
+    assert base.get_input_embeddings().weight is base.get_output_embeddings().weight
+
+
+@pytest.mark.parametrize("how", ["deepcopy", "torch.save"])
+def test_a_copy_of_a_base_carrying_an_adapter_ties_and_refuses_resizing_its_own_modules(tmp_path, how):
+    model = base_carrying_an_adapter("inject_adapter_in_model", "full", tmp_path)
+    if how == "deepcopy":
+        copied = copy.deepcopy(model)
+    else:
+        torch.save(model, tmp_path / "model.pt")
+        copied = torch.load(tmp_path / "model.pt", weights_only=False)
+    snapshot = Snapshot(copied, "full")
+    move_as_fsdp2_cpu_ram_efficient_loading(copied)
+    snapshot.check()
+    with pytest.raises(ValueError, match=r"Resize the base model before get_peft_model"):
+        copied.resize_token_embeddings(VOCAB + 23)
+    snapshot.check()

@@ -9,6 +9,7 @@ import inspect
 import math
 import os
 import re
+import types
 import warnings
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -180,6 +181,116 @@ def set_vocab_size(model: nn.Module, vocab_size: int) -> None:
     model.config.vocab_size = vocab_size
     if isinstance(getattr(model, "vocab_size", None), int):
         model.vocab_size = vocab_size
+
+
+# ---- the base model's own tie_weights and resize_token_embeddings while it carries the layers --------------------
+RESIZE_REFUSAL = (
+    "resize_token_embeddings cannot resize a model carrying a UT_REPROGRAM adapter: its E and U are the adapter's own "
+    "matrices, made for the vocabulary of the base it records (and checks when the adapter is loaded), so resizing "
+    "them here would make an adapter of no base. Resize the base model before get_peft_model (or "
+    "inject_adapter_in_model, or transformers' load_adapter): base.resize_token_embeddings(n), then "
+    "get_peft_model(base, config), whose E and U start as copies of the resized ones; or, for a vocabulary of the "
+    "task's own, pass UTReprogramConfig(task_vocab_size=n), whose fresh E and U have n rows. A model merged with "
+    "merge_and_unload() is a plain transformers model, which resizes as usual."
+)
+
+
+def _wrapped_layers(model: nn.Module) -> list[tuple[str, UTReprogramLayer]]:
+    return [(name, module) for name, module in model.named_modules() if isinstance(module, UTReprogramLayer)]
+
+
+def _put(model: nn.Module, name: str, module: nn.Module) -> None:
+    parent_name, _, child_name = name.rpartition(".")
+    setattr(model.get_submodule(parent_name) if parent_name else model, child_name, module)
+
+
+def base_embeddings_released(model: nn.Module) -> bool:
+    """Whether ``release_base_embeddings`` swapped the base E and U under the layers for placeholders: tensors with no
+    rows, which no base's E or U has (a model moved to the meta device keeps its rows)."""
+    return any(
+        isinstance(module, (UTEmbedding, UTUnembedding)) and module.get_base_layer().weight.shape[0] == 0
+        for _, module in _wrapped_layers(model)
+    )
+
+
+def tie_base_weights(model: nn.Module, *args: Any, **kwargs: Any) -> None:
+    """The base model's own ``tie_weights`` (same arguments) over the base's own modules; the adapter's tensors stay
+    as they are.
+
+    The base's tie sets parameters by name (``lm_head.weight`` = ``model.embed_tokens.weight``), which name the
+    wrapped layers while the model carries them, whose ``weight`` is the active adapter's matrix: it raised
+    ``KeyError: attribute 'weight' already exists``. So it runs with each wrapped layer's base module back in its
+    place, and the layers return after it. The adapter's own tying needs nothing: a kept-tied U reads E's table
+    (``tied_embeddings="keep"``), an untied one has its own copy.
+    """
+    if base_embeddings_released(model):
+        return  # the base's E and U are freed placeholders (release_base_embeddings): nothing of them is used
+    layers = _wrapped_layers(model)
+    try:
+        for name, module in layers:
+            _put(model, name, module.get_base_layer())
+        _own_method(model, "tie_weights")(*args, **kwargs)
+    finally:
+        for name, module in layers:
+            _put(model, name, module)
+
+
+class BaseMethodGuard:
+    """The base model's ``tie_weights`` or ``resize_token_embeddings`` while it carries UT_REPROGRAM layers.
+
+    A ``PeftModel`` passes both calls to the tuner (:meth:`UTReprogramModel.tie_weights`,
+    :meth:`UTReprogramModel.resize_token_embeddings`), but the base model under it is called directly too
+    (``peft_model.get_base_model()``, code handed the unwrapped model), and a model given its adapter
+    by ``inject_adapter_in_model`` or transformers' ``load_adapter`` has no PeftModel at all. transformers' methods
+    offer no hook that sees the wrapped layers before they fail: its tie looks the tensors up by name and sets
+    ``lm_head.weight`` on the wrapped U (``KeyError``), its resize reads the wrapped E's ``weight`` and then refuses
+    any module that is not an ``nn.Embedding`` (``TypeError``). So the tuner sets one of these on the model itself,
+    under the method's name (as peft sets ``prepare_inputs_for_generation`` and accelerate ``forward``), and unloading
+    takes it away. A model that carries no layer any more (removed some other way) gets its own method.
+    """
+
+    def __init__(self, model: nn.Module, name: str) -> None:
+        self.model, self.name = model, name
+        # An override someone set on the model before (none, usually) stays the model's own method.
+        self.replaced = vars(model).get(name)
+
+    def own_method(self) -> Any:
+        if self.replaced is not None:
+            return self.replaced
+        return types.MethodType(getattr(type(self.model), self.name), self.model)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if not _wrapped_layers(self.model):
+            return self.own_method()(*args, **kwargs)
+        if self.name == "tie_weights":
+            return tie_base_weights(self.model, *args, **kwargs)
+        raise ValueError(RESIZE_REFUSAL)
+
+    def __repr__(self) -> str:
+        return f"<{self.name} of {type(self.model).__name__}, guarded while it carries UT_REPROGRAM layers>"
+
+
+GUARDED_METHODS = ("tie_weights", "resize_token_embeddings")
+
+
+def _own_method(model: nn.Module, name: str) -> Any:
+    guard = vars(model).get(name)
+    return guard.own_method() if isinstance(guard, BaseMethodGuard) else getattr(model, name)
+
+
+def guard_base_methods(model: nn.Module) -> None:
+    for name in GUARDED_METHODS:
+        if hasattr(type(model), name) and not isinstance(vars(model).get(name), BaseMethodGuard):
+            setattr(model, name, BaseMethodGuard(model, name))
+
+
+def unguard_base_methods(model: nn.Module) -> None:
+    for name in GUARDED_METHODS:
+        guard = vars(model).get(name)
+        if isinstance(guard, BaseMethodGuard):
+            delattr(model, name)
+            if guard.replaced is not None:
+                setattr(model, name, guard.replaced)
 
 
 class UTReprogramModel(BaseTuner):
@@ -526,6 +637,9 @@ class UTReprogramModel(BaseTuner):
 
     def inject_adapter(self, model: nn.Module, adapter_name: str, *args, **kwargs) -> None:
         super().inject_adapter(model, adapter_name, *args, **kwargs)
+        # The base model's own tie_weights and resize_token_embeddings, called on it directly (get_base_model(), or
+        # no PeftModel: inject_adapter_in_model, transformers' load_adapter), do what the PeftModel's do.
+        guard_base_methods(model)
         # Here rather than in _post_injection_hook, which peft calls for the first adapter only: an adapter added
         # later (add_adapter, load_adapter) releases the base as well. Every adapter on the model has the same
         # task vocabulary (_check_new_adapter_config), so none of them reads the base E and U.
@@ -581,47 +695,20 @@ class UTReprogramModel(BaseTuner):
     # ---- what transformers and accelerate call on the model they were given -------------------------------------
     def tie_weights(self, *args: Any, **kwargs: Any) -> None:
         """The base model's own ``tie_weights`` (same arguments) over the base's own modules; the adapter's tensors
-        stay as they are.
+        stay as they are (:func:`tie_base_weights`).
 
         transformers and accelerate call ``model.tie_weights()`` on the model they were given (a ``PeftModel``
         passes it here) where a move may have broken shared parameters: accelerate's FSDP2 preparation with
         ``cpu_ram_efficient_loading`` (after moving the model to the meta device, and after loading the full state
-        dict), the Trainer's move to a TPU. The base's tie sets parameters by name
-        (``lm_head.weight`` = ``model.embed_tokens.weight``), which now name the wrapped layers, whose ``weight`` is
-        the active adapter's matrix: it raised ``KeyError: attribute 'weight' already exists``. So it runs with each
-        wrapped layer's base module back in its place, and the layers return after it. The adapter's own tying
-        needs nothing: a kept-tied U reads E's table (``tied_embeddings="keep"``), an untied one has its own copy.
+        dict), the Trainer's move to a TPU. The base model's own method does the same (:class:`BaseMethodGuard`).
         """
-        if getattr(self, "_ut_released", False):
-            return  # the base's E and U are freed placeholders (release_base_embeddings): nothing of them is used
-        layers = [
-            (name, module) for name, module in self.model.named_modules() if isinstance(module, UTReprogramLayer)
-        ]
-
-        def put(name: str, module: nn.Module) -> None:
-            parent_name, _, child_name = name.rpartition(".")
-            setattr(self.model.get_submodule(parent_name) if parent_name else self.model, child_name, module)
-
-        try:
-            for name, module in layers:
-                put(name, module.get_base_layer())
-            self.model.tie_weights(*args, **kwargs)
-        finally:
-            for name, module in layers:
-                put(name, module)
+        tie_base_weights(self.model, *args, **kwargs)
 
     def resize_token_embeddings(self, *args: Any, **kwargs: Any) -> None:
         """Refused with what to do instead: transformers' resize failed inside with its own TypeError ("Old
-        embeddings are of type UTEmbedding"), which says neither why nor what to do."""
-        raise ValueError(
-            "resize_token_embeddings cannot resize a model carrying a UT_REPROGRAM adapter: its E and U are the "
-            "adapter's own matrices, made for the vocabulary of the base it records (and checks when the adapter is "
-            "loaded), so resizing them here would make an adapter of no base. Resize the base model before "
-            "get_peft_model (base.resize_token_embeddings(n), then get_peft_model(base, config): the adapter's E and "
-            "U start as copies of the resized ones), or, for a vocabulary of the task's own, pass "
-            "UTReprogramConfig(task_vocab_size=n), whose fresh E and U have n rows. A model merged with "
-            "merge_and_unload() is a plain transformers model, which resizes as usual."
-        )
+        embeddings are of type UTEmbedding"), which says neither why nor what to do. The base model's own method
+        is refused the same way (:class:`BaseMethodGuard`)."""
+        raise ValueError(RESIZE_REFUSAL)
 
     # ---- turning the adapter on and off ---------------------------------------------------------------------------
     def set_adapter(self, adapter_name: str | list[str], inference_mode: bool = False) -> None:
@@ -905,6 +992,7 @@ class UTReprogramModel(BaseTuner):
                 )
         if hasattr(self.model, "peft_config"):
             del self.model.peft_config
+        unguard_base_methods(self.model)  # a plain transformers model again: it ties and resizes as usual
         return self.model
 
     def _tie_or_pad_merged_head(self, config: UTReprogramConfig, num_memory: int) -> None:
