@@ -17,9 +17,20 @@
 # continues from rows.jsonl and the in-flight snapshots. Start it with
 #   . .venv/bin/activate && nohup bash results/gemma-3-270m/run-pooled-words-glove.sh > /work/logs/gemma.log 2>&1 &
 # commit its rows as they land with
-#   nohup bash tools/commit_rows.sh results/gemma-3-270m/pooled-words-glove 20 > /work/logs/commit_rows.log 2>&1 &
-# and watch it with `ut-peft status results/gemma-3-270m/pooled-words-glove`. While a file named PAUSED is in its
+#   nohup bash tools/commit_rows.sh results/gemma-3-270m/pooled-words-glove-v2 20 > /work/logs/commit_rows.log 2>&1 &
+# and watch it with `ut-peft status results/gemma-3-270m/pooled-words-glove-v2`. While a file named PAUSED is in its
 # folder (another heavy job has the cores) this script refuses to start.
+#
+# Retargeted (session 37, 2026-12-06): the first folder, pooled-words-glove, ran the design's bracketing rounds with
+# targets from the estimate before the run; once its round 4 had bracketed n_50 at m = 1, 3 and 5 (24 rows), the run
+# went on in pooled-words-glove-v2 (--retarget-from: every row and snapshot kept; the first folder stays as it was,
+# with a PAUSED file saying so) with the targets the simulator gives at the line fitted to those 24 rows, twice the
+# published design's RMSE there:
+#   python benchmarks/measurement_cost.py --quick --designs pooled --pooled-version 7 --pooled-factor 2 --workers 2 \
+#       --truth-fitted results/gemma-3-270m/pooled-words-glove
+# (log results/benchmarks/measurement_cost_v7_gemma_words_glove_retarget_rows24.log). FROZEN stays 26c7bb1: a later
+# engine stops published rows where the published loop does (9177514) and settings.json does not record which rule
+# a row ran under, so the folder would mix two rules without a trace.
 set -euo pipefail
 FROZEN=26c7bb1
 repo=$(cd "$(dirname "$0")/../.." && pwd)
@@ -27,18 +38,20 @@ tree=${UT_PEFT_FROZEN_TREE:-$(dirname "$repo")/gemma-run}
 if [ ! -d "$tree" ]; then
     git -C "$repo" worktree add --detach "$tree" "$FROZEN"
 fi
-out=$repo/results/gemma-3-270m/pooled-words-glove
+old=$repo/results/gemma-3-270m/pooled-words-glove
+out=$repo/results/gemma-3-270m/pooled-words-glove-v2
 # One heavy job at a time: a PAUSED file in the folder says which job has the cores; remove it to resume.
 if [ -e "$out/PAUSED" ]; then
     echo "$out/PAUSED exists ($(head -c 400 "$out/PAUSED")): stop that job first, then remove the file and rerun" >&2
     exit 3
 fi
+# A cram of either folder still going (its own lock would stop a second run of the same folder, not a retarget from
+# the first while it runs): refuse, before anything else (never move the code under a run that is still going).
+if pgrep -f "recipes/cram.py .*--output ($old|$out)( |$)" > /dev/null; then
+    echo "a run of $old or $out is still going: stop it first, then rerun" >&2
+    exit 4
+fi
 if [ "$(git -C "$tree" rev-parse --short=7 HEAD)" != "$FROZEN" ]; then
-    # Never move the code under a run of this folder that is still going (its lock would stop a second one anyway).
-    if pgrep -f "recipes/cram.py .*--output $out" > /dev/null; then
-        echo "a run of $out is still going from $tree: stop it first, then rerun" >&2
-        exit 4
-    fi
     if [ -n "$(git -C "$tree" status --porcelain)" ]; then
         echo "$tree is not at commit $FROZEN and holds edits of its own: remove it (git worktree remove $tree)," \
             "then rerun" >&2
@@ -46,12 +59,15 @@ if [ "$(git -C "$tree" rev-parse --short=7 HEAD)" != "$FROZEN" ]; then
     fi
     git -C "$tree" checkout --detach -q "$FROZEN"
 fi
+# The first start retargets from the first folder (a retarget killed before its settings.json is written is redone);
+# every later one resumes. --logits-budget and --batch-size are given again: a retarget does not bring them back.
+[ -e "$out/settings.json" ] && retarget=() || retarget=(--retarget-from "$old")
 # PYTHONPATH puts the frozen tree's ut_peft ahead of any installed (editable) copy.
 (cd "$tree" && PYTHONPATH="$tree" nice -n 5 python recipes/cram.py --model gemma-3-270m --protocol published \
     --source words:glove --ms 1 2 3 4 5 --design pooled --num-sequences 8 --batch-size 12 \
     --logits-budget 536870912 --pooled-version 7 \
-    --target-slope-se 1.09 --target-n50-se 1:4.20 2:2.93 3:2.61 4:2.33 5:2.19 \
-    --output "$out" "$@")
+    --target-slope-se 1.90 --target-n50-se 1:1.92 2:3.37 3:4.85 4:5.65 5:7.54 \
+    "${retarget[@]}" --output "$out" "$@")
 # The design has stopped once the run wrote summary.json: calibrate it and measure its intervals' coverage, holding
 # the folder's finish.lock meanwhile, so that a job that waits for the cores (run-budget.sh checks it) does not take
 # them yet; not sweep.lock, which ut-peft calibrate takes itself (it would refuse a folder another process holds).
