@@ -4,6 +4,7 @@ at any point resumed to the same record, the pause at a checkpoint, the seeds ru
 import dataclasses
 import importlib.util
 import json
+import re
 import shlex
 import sys
 from pathlib import Path
@@ -498,6 +499,7 @@ def test_the_verdict_per_row_waits_for_the_seeds_and_checks_the_plan_asks_for():
     near = _row("k2", "sparse", 0, 0.92, curve=[(409_600, 0.915), (819_200, 0.92)], stop_reason="flat")
     below = _row("k2", "sparse", 0, 0.80, curve=[(409_600, 0.79), (10_000_128, 0.80)])
     below["name"] += plan.UNSTOPPED
+    below["settings"]["stop_flat"] = 0.0  # the check runs without the flat rule (a row with it is another run)
     earned = {near["name"]: near, below["name"]: below}
     assert [name for name, _ in plan.budget_runs(earned) if name.startswith("khop-k2-sparse")] == [
         "khop-k2-sparse-budget-s0", "khop-k2-sparse-budget-s1", "khop-k2-sparse-budget-s2",
@@ -580,7 +582,9 @@ def test_a_budget_run_of_other_settings_than_the_plans_is_marked_in_the_table_an
 def test_a_run_under_a_plan_name_with_other_settings_is_left_out_of_the_verdict_and_named():
     """Was wrong: the verdict found a row's runs by the plan's names alone, so a run stored under a plan's name at
     another learning rate counted as one of the plan's seeds ("reaches it in 3 of 3 seeds") with no mark. A verdict is
-    about the plan's runs: such a run is left out (its seed still to run) and the verdict names it and its settings."""
+    about the plan's runs: such a run is left out, and the verdict names it and its settings; where the worker would
+    run the plan's run under that name, the name is taken and the verdict says the seed is blocked and what to do
+    (the worker refuses it: test_a_budget_name_taken_by_a_run_of_other_settings_is_blocked_...)."""
     up = [(100_096, 0.8), (200_192, 0.9), (400_384, 0.995)]
     rows = {
         r["name"]: r
@@ -589,21 +593,57 @@ def test_a_run_under_a_plan_name_with_other_settings_is_left_out_of_the_verdict_
     rows["khop-k2-random-budget-s1"]["settings"]["lr"] = 0.01
     found = budget_results.verdict(rows, "k2", "random")
     assert sorted(found["seeds"]) == [0, 2] and found["crossed"] == [0, 2]
-    assert found["open"] == ["khop-k2-random-budget-s1"]
+    assert found["open"] == found["blocked"] == ["khop-k2-random-budget-s1"]
     assert found["text"] == (
         "open: 2 of 2 finished seeds reach 85.7% (crossing between 1.0e5 and 2.0e5 examples); "
-        "still to run: khop-k2-random-budget-s1; "
-        "left out, of other settings than the plan's: khop-k2-random-budget-s1 (lr 0.01)"
+        "blocked: khop-k2-random-budget-s1 is taken by a run of other settings than the plan's (lr 0.01): rename "
+        "that row or move it out of the results file (its run keeps its folder), and the plan runs it"
     )
     line = next(
         line for line in budget_results.verdict_table(rows).splitlines() if "| k = 2 alone | random UT" in line
     )
-    assert "| 99.5 / - / 99.5 |" in line and "khop-k2-random-budget-s1 (lr 0.01)" in line
-    # A seed 0 of other settings neither answers for seed 0 nor earns seeds 1 and 2 for the plan.
+    assert "| 99.5 / - / 99.5 |" in line and "khop-k2-random-budget-s1 is taken by a run of other" in line
+    # A seed 0 of other settings neither answers for seed 0 nor earns seeds 1 and 2 for the plan (nor for the worker:
+    # seed 1's name blocks nothing now, and its run is only left out).
     rows["khop-k2-random-budget-s0"]["settings"]["weight_decay"] = 0.5
     first = budget_results.verdict(rows, "k2", "random")
-    assert first["due"] == [0] and first["seeds"] == {}
+    assert first["due"] == [0] and first["seeds"] == {} and first["blocked"] == ["khop-k2-random-budget-s0"]
+    assert "khop-k2-random-budget-s1" not in {name for name, _ in plan.budget_runs(rows)}
     assert first["text"] == (
-        "open: seed 0 not run yet; left out, of other settings than the plan's: "
-        "khop-k2-random-budget-s0 (weight_decay 0.5), khop-k2-random-budget-s1 (lr 0.01)"
+        "open: seed 0 blocked; blocked: khop-k2-random-budget-s0 is taken by a run of other settings than the plan's "
+        "(weight_decay 0.5): rename that row or move it out of the results file (its run keeps its folder), and the "
+        "plan runs it; left out, of other settings than the plan's: khop-k2-random-budget-s1 (lr 0.01)"
     )
+
+
+def test_a_budget_name_taken_by_a_run_of_other_settings_is_blocked_in_the_verdict_and_refused_by_the_worker(
+    tmp_path, monkeypatch
+):
+    """Was wrong: a run of other settings recorded under a budget run's name (here seed 0 at another learning rate)
+    left that seed "not run yet" / "still to run" in the verdict, while the worker, which runs the plan's settings
+    under that name, refused the whole queue over it: the report promised a run the worker would never make. Both
+    now read the name as taken, the verdict by what the worker runs there (plan.budget_plan_settings), and both say
+    what to do with the same words (plan.taken_text)."""
+    tiny = {**TINY, "steps": 4, "eval_log_from": 8, "stop_accuracy": 0.0, "stop_flat": 0.0}
+    entries = [(plan.budget_name("k2", "sparse", seed), {**tiny, "seed": seed}) for seed in (0, 1, 2)]
+    monkeypatch.setattr(plan, "BUDGET_PLAN", entries)
+    name, settings = entries[0]
+    runs, results, said = tmp_path / "runs", tmp_path / "runs.jsonl", []
+    run(RunSettings(**{**settings, "lr": 3e-3}), runs / name, results_path=results, progress=False)  # not the plan's
+
+    blocked = f"{name} is taken by a run of other settings than the plan's (lr 0.003): rename that row or move it"
+    found = budget_results.verdict(plan.load_rows(results), "k2", "sparse")
+    assert found["blocked"] == [name] and found["open"] == [name] and found["seeds"] == {}
+    assert found["text"].startswith(f"open: seed 0 blocked; blocked: {blocked}"), found["text"]
+    assert "not run yet" not in found["text"] and "still to run" not in found["text"]
+    with pytest.raises(ValueError, match=re.escape(f"so the worker starts none of the plan: {blocked}")):
+        plan.run_budget(runs_dir=runs, results=results, log=said.append)
+    assert said == []  # refused before anything trained
+
+    # The row moved out (its run keeps its folder, renamed), the worker runs the plan's seed 0 and the verdict is
+    # about it.
+    results.rename(tmp_path / "other-runs.jsonl")
+    (runs / name).rename(runs / f"{name}-lr3e-3")
+    assert plan.run_budget(runs_dir=runs, results=results, log=said.append)[0] == name
+    found = budget_results.verdict(plan.load_rows(results), "k2", "sparse")
+    assert found["blocked"] == [] and 0 in found["seeds"] and "taken" not in found["text"]

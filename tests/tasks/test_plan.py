@@ -115,7 +115,8 @@ def test_a_planned_run_whose_name_has_a_row_of_other_settings_is_refused_before_
     runs, results, said = tmp_path / "runs", tmp_path / "runs.jsonl", []
     name, settings = TINY_PLAN[1]
     run(RunSettings(**{**settings, "lr": 3e-3}), runs / name, results_path=results, progress=False)
-    with pytest.raises(ValueError, match=rf"{results} holds a row for {name} trained with other settings .*\(lr\)"):
+    refused = rf"{results} holds rows of other runs .*: {name} is taken by a run of other settings .*\(lr 0\.003\)"
+    with pytest.raises(ValueError, match=refused):
         plan.run_plan(TINY_PLAN, runs_dir=runs, results=results, log=said.append)
     assert not (runs / TINY_PLAN[0][0]).exists()  # refused before the plan's first run started
     # The row of the planned settings is the plan's run, done (the other run's row moved out: two runs of one name

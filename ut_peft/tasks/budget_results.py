@@ -33,12 +33,16 @@ from .plan import (
     _model,
     _split,
     budget_name,
+    budget_plan_settings,
+    budget_runs,
     cost_to_go,
     is_budget,
     more_seeds,
     other_settings_text,
     scaled_to_batch,
     settings_text,
+    taken_by_other_settings,
+    taken_text,
 )
 from .training import RunSettings, departures
 
@@ -166,11 +170,12 @@ def budget_table(rows: dict[str, dict]) -> str:
 
 
 def _seed_runs(
-    rows: dict[str, dict], split: str, kind: str
-) -> tuple[dict[int, dict], list[str], list[tuple[str, dict]]]:
+    rows: dict[str, dict], split: str, kind: str, planned: dict[str, dict]
+) -> tuple[dict[int, dict], list[str], list[tuple[str, tuple]]]:
     """The finished runs that answer for each seed of a row (seed 0's check without the flat rule stands in for the
-    seed 0 it continues, once it has finished), the names of the row's runs still in flight, and the runs stored under
-    the row's names with other settings than the plan's (:func:`other_settings`), by name, which answer for nothing."""
+    seed 0 it continues, once it has finished), the names of the row's runs still in flight, and the names taken by
+    runs of other settings than the ones the worker runs under them (``planned``: :func:`.plan.budget_plan_settings`),
+    with where they depart (:func:`.plan.taken_by_other_settings`), which answer for nothing."""
     answers, in_flight, set_aside = {}, [], []
     for seed in BUDGET_SEEDS:
         name = budget_name(split, kind, seed)
@@ -179,10 +184,10 @@ def _seed_runs(
             if row is None:
                 continue
             # A verdict is about the plan's runs: a run under a plan's name at another learning rate (steps, rules...)
-            # answers another question, and counting it would pass its result off as the plan's. It is left out (its
-            # seed is still to run, for the plan) and named with its settings, never counted silently.
-            if other_settings(row["settings"]):
-                set_aside.append((candidate, row))
+            # answers another question, and counting it would pass its result off as the plan's. It is left out and
+            # named with its settings, never counted silently; the worker refuses to run the plan's run over it.
+            if departs := taken_by_other_settings(candidate, planned[candidate], rows):
+                set_aside.append((candidate, departs))
             elif "stopped_at" in row:
                 in_flight.append(candidate)
             else:
@@ -193,21 +198,27 @@ def _seed_runs(
 def verdict(rows: dict[str, dict], split: str, kind: str) -> dict:
     """Whether the budget runs of one row (``split`` and model ``kind``) reach the paper's level: ``{"seeds":
     {seed: run}, "crossed": [seeds whose curve reached it], "due": [seeds the plan asks for], "open": [what is still
-    to run, by name], "text": the verdict in words}``.
+    to run, by name], "blocked": [names taken by runs of other settings, which the worker refuses to run over],
+    "text": the verdict in words}``.
 
     The seeds due are the plan's (:func:`.plan.more_seeds`: 0, 1 and 2 where seed 0 reached the level or ended
     within 10 points of it, else 0 alone); a seed-0 run of a fixed backbone that the flat rule stopped below the level
     is answered by its check without the rule (:func:`.plan.flat_checks`), and is open until that check finishes.
     A run crossed the level where any evaluation of its curve reached it (:func:`crossing`). A run stored under one
-    of the row's names with other settings than the plan's (:func:`other_settings`) is left out, and the text names
-    it with those settings."""
+    of the row's names with other settings than the worker runs under it (:func:`.plan.budget_plan_settings`) is
+    left out and named with those settings; where the worker would run that name (:func:`.plan.budget_runs`), the
+    name is taken and the plan's run blocked, and the text says so and what to do (``"blocked"``: those names), as the
+    worker's refusal does (:func:`.plan.run_plan`), instead of listing it as still to run."""
     level = PAPER[kind][0]
-    seeds, in_flight, set_aside = _seed_runs(rows, split, kind)
+    # What the worker reads: the finished rows (a run in flight is read from its checkpoint for the report alone).
+    finished = {name: row for name, row in rows.items() if "stopped_at" not in row}
+    planned, worker_runs = budget_plan_settings(finished), {name for name, _ in budget_runs(finished)}
+    seeds, in_flight, set_aside = _seed_runs(rows, split, kind, planned)
     first = seeds.get(0)
     # The plan's rule (plan.budget_runs): seeds 1 and 2 are due where seed 0 or its finished check earns them (a seed
     # 0 of other settings than the plan's earns nothing: it is not the plan's seed 0).
     plain = rows.get(budget_name(split, kind, 0))
-    if any(run is plain for _, run in set_aside):
+    if any(name == budget_name(split, kind, 0) for name, _ in set_aside):
         plain = None
     earned = [run for run in (plain, first) if run is not None and "stopped_at" not in run]
     due = list(BUDGET_SEEDS) if any(more_seeds(run) for run in earned) else [0]
@@ -223,8 +234,10 @@ def verdict(rows: dict[str, dict], split: str, kind: str) -> dict:
         open_.insert(0, budget_name(split, kind, 0) + UNSTOPPED)
     crossed = [seed for seed, run in sorted(seeds.items()) if crossing(run["curve"], level) is not None]
     level_text = f"{100 * level:.1f}%"
+    blocked = [name for name, _ in set_aside if name in worker_runs]
     if first is None:
-        text = "open: seed 0 " + ("in progress" if in_flight else "not run yet")
+        seed_0 = budget_name(split, kind, 0)
+        text = "open: seed 0 " + ("in progress" if in_flight else "blocked" if seed_0 in blocked else "not run yet")
     else:
         found = [point for seed in crossed if (point := crossing(seeds[seed]["curve"], level)) is not None]
         highs = [at["examples_seen"] for _, at in found]
@@ -251,15 +264,18 @@ def verdict(rows: dict[str, dict], split: str, kind: str) -> dict:
             else:
                 text = f"**in {len(crossed)} of {len(due)} seeds**: {level_text} reached{where}"
         else:
-            text = (
-                f"open: {len(crossed)} of {done} finished seeds reach {level_text}{where}; still to run: "
-                + ", ".join(name + (" (in progress)" if name in in_flight else "") for name in open_)
-            )
-    if set_aside:
+            text = f"open: {len(crossed)} of {done} finished seeds reach {level_text}{where}"
+            if waiting := [name for name in open_ if name not in blocked]:
+                text += "; still to run: " + ", ".join(
+                    name + (" (in progress)" if name in in_flight else "") for name in waiting
+                )
+    if blocked:
+        text += "; blocked: " + "; ".join(taken_text(name, departs) for name, departs in set_aside if name in blocked)
+    if left_out := [(name, departs) for name, departs in set_aside if name not in blocked]:
         text += "; left out, of other settings than the plan's: " + ", ".join(
-            f"{name} ({settings_text(other_settings(run['settings']))})" for name, run in set_aside
+            f"{name} ({settings_text(departs)})" for name, departs in left_out
         )
-    return {"seeds": seeds, "crossed": crossed, "due": due, "open": open_, "text": text}
+    return {"seeds": seeds, "crossed": crossed, "due": due, "open": open_, "blocked": blocked, "text": text}
 
 
 def verdict_table(rows: dict[str, dict]) -> str:

@@ -240,6 +240,8 @@ def flat_checks(rows: dict[str, dict]) -> list[tuple[str, dict]]:
         row = rows.get(name)
         if settings["seed"] != 0 or row is None or row.get("stop_reason") != "flat":
             continue
+        if taken_by_other_settings(name, settings, rows):  # not the plan's seed 0: its stop says nothing of the plan's
+            continue
         kind = _kind(row["settings"])
         if kind != "full" and row["accuracy"] < PAPER[kind][0]:
             checks.append((name + UNSTOPPED, {**settings, "stop_flat": 0.0}))
@@ -258,15 +260,32 @@ def budget_runs(rows: dict[str, dict]) -> list[tuple[str, dict]]:
     planned = dict(BUDGET_PLAN)
     due = [(name, settings) for name, settings in BUDGET_PLAN if settings["seed"] == 0]
     checked = {name[: -len(UNSTOPPED)] for name, _ in flat_checks(rows)}
-    for name, _ in list(due):
+    for name, settings in list(due):
         seeds = [name[: -len("s0")] + f"s{seed}" for seed in (1, 2)]
+        # Only the plan's runs earn seeds: a row of other settings under a plan's name is another run (it is refused
+        # as taken, run_plan), and its result answers another question (the verdict leaves it out too).
+        first = rows.get(name) if not taken_by_other_settings(name, settings, rows) else None
+        check_settings = {**settings, "stop_flat": 0.0}
         check = rows.get(name + UNSTOPPED)
+        if check is not None and taken_by_other_settings(name + UNSTOPPED, check_settings, rows):
+            check = None
         unstopped = {"stop_flat": 0.0} if name in checked else {}
-        if name in rows and more_seeds(rows[name]):
+        if first is not None and more_seeds(first):
             due += [(other, {**planned[other], **unstopped}) for other in seeds]
-        elif name in rows and check is not None and more_seeds(check):
+        elif first is not None and check is not None and more_seeds(check):
             due += [(other, {**planned[other], "stop_flat": 0.0}) for other in seeds]
     return due + flat_checks(rows)
+
+
+def budget_plan_settings(rows: dict[str, dict]) -> dict[str, dict]:
+    """The settings the budget worker runs under each budget name, given the finished ``rows``: those of
+    :func:`budget_runs` for the runs due, else the plan's (:data:`BUDGET_PLAN`; a run without the flat rule, under
+    its name + :data:`UNSTOPPED`, the same without the rule). What a row under one of these names must have run to be
+    the plan's run there."""
+    planned = dict(BUDGET_PLAN)
+    planned.update((name + UNSTOPPED, {**settings, "stop_flat": 0.0}) for name, settings in BUDGET_PLAN)
+    planned.update(budget_runs(rows))
+    return planned
 
 
 def is_budget(row: dict) -> bool:
@@ -427,9 +446,7 @@ def run_plan(
     if unknown:
         raise ValueError(f"not in the plan: {', '.join(unknown)}; `--list` shows the planned runs")
     order = names or list(planned)
-    rows = load_rows(results)
-    for name in order:  # before anything trains
-        _recorded(name, planned[name], rows, results)
+    _refuse_taken(order, planned, load_rows(results), results)  # before anything trains
     trained = []
     for name in order:
         if stop_file is not None and Path(stop_file).exists():
@@ -464,16 +481,35 @@ def run_plan(
 def _recorded(name: str, settings: dict, rows: dict[str, dict], results: Path | str) -> bool:
     """Whether ``rows`` (of the file ``results``) hold the planned run ``name``; a row of that name that ran other
     settings than ``settings`` is refused: it is another run, and the table would show it under the plan's name."""
+    _refuse_taken([name], {name: settings}, rows, results)
+    return name in rows
+
+
+def taken_by_other_settings(name: str, settings: dict, rows: dict[str, dict]) -> tuple[tuple[str, Any], ...]:
+    """Where the row under the planned run ``name`` departs from the run's planned ``settings``
+    (:func:`.training.departures`, every field): (field, value its run used) pairs; empty where no row has that name
+    or its row is the planned run. A name whose row is another run is taken: the worker refuses to start
+    (:func:`run_plan`), and the budget verdict says the run is blocked (:func:`.budget_results.verdict`)."""
     row = rows.get(name)
-    if row is None:
-        return False
-    if changed := settings_differences(row["settings"], RunSettings(**settings)):
+    return () if row is None else departures(row["settings"], RunSettings(**settings))
+
+
+def taken_text(name: str, pairs: Sequence[tuple[str, Any]]) -> str:
+    """What the worker's refusal and the budget verdict say of a taken name (:func:`taken_by_other_settings`)."""
+    return (
+        f"{name} is taken by a run of other settings than the plan's ({settings_text(pairs)}): rename that row or "
+        "move it out of the results file (its run keeps its folder), and the plan runs it"
+    )
+
+
+def _refuse_taken(order: Sequence[str], planned: dict[str, dict], rows: dict[str, dict], results: Path | str) -> None:
+    """ValueError naming every name of ``order`` taken in ``rows`` (of ``results``) by a run of other settings."""
+    taken = [(name, pairs) for name in order if (pairs := taken_by_other_settings(name, planned[name], rows))]
+    if taken:
         raise ValueError(
-            f"{results} holds a row for {name} trained with other settings than the plan's ({', '.join(changed)}), "
-            f"so it is not the planned run. Give the planned run another name, or move that row out of {results} "
-            "(its run keeps its folder)"
+            f"{results} holds rows of other runs under planned names, so the worker starts none of the plan: "
+            + "; ".join(taken_text(name, pairs) for name, pairs in taken)
         )
-    return True
 
 
 class _NamedTracker:
