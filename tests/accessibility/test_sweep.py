@@ -1058,8 +1058,9 @@ def test_a_summary_and_report_are_the_same_bytes_from_the_run_and_from_its_folde
 
 def test_a_report_that_measures_the_support_on_another_device_type_than_the_summary_says_so(tmp_path, llama, capsys):
     """A run on a GPU measures its support bounds there and its summary records so (``"device": "cuda"``); a report on
-    a CPU machine measures them again on the CPU, whose float32 forward rounds otherwise, so the radius and bounds it
-    prints differ in their trailing digits: it says so, naming both devices, instead of saying nothing."""
+    a CPU machine asked to measure them again (``remeasure_support=True``) does so on the CPU, whose float32 forward
+    rounds otherwise, so the radius and bounds it prints differ in their trailing digits: it says so, naming both
+    devices, instead of saying nothing."""
     run_sweep(small_config(), tmp_path, model=llama, progress=False, report=False)
     path = tmp_path / "summary.json"
     ran = json.loads(path.read_text())
@@ -1073,18 +1074,66 @@ def test_a_report_that_measures_the_support_on_another_device_type_than_the_summ
     assert (
         "Measured on cuda (on another device type the trailing digits differ)." in (tmp_path / "report.md").read_text()
     )
-    summarize_folder(tmp_path, llama, report=False, write=False)  # what --report-only prints while a run holds it
+    # What --report-only --remeasure-support prints while a run holds the folder.
+    summarize_folder(tmp_path, llama, report=False, write=False, remeasure_support=True)
     said = capsys.readouterr().out
     for words in ("measured on cuda", "again on cpu", "trailing digits", "nothing was written"):
         assert words in said
     assert json.loads(path.read_text())["support"]["device"] == "cuda"
-    summary = summarize_folder(tmp_path, llama)
+    summary = summarize_folder(tmp_path, llama, remeasure_support=True)
     assert "summary.json now holds the cpu measurement" in capsys.readouterr().out
     # What it wrote is the CPU's measurement, recorded as such (no device), and its report names none.
     assert "device" not in json.loads(path.read_text())["support"] and "device" not in summary.support
     assert "Measured on" not in (tmp_path / "report.md").read_text()
     summarize_folder(tmp_path, llama, report=False)
     assert "note:" not in capsys.readouterr().out
+
+
+def _support_block(folder) -> str:
+    """The text of summary.json's support block, as written (two-space indent)."""
+    return re.search(r'\n  "support": \{.*?\n  \}', (Path(folder) / "summary.json").read_text(), re.S).group(0)
+
+
+def test_a_report_on_another_device_type_keeps_the_support_the_folder_recorded(tmp_path, llama, capsys):
+    """A summary written on a GPU (support.device "cuda") reported on again on a CPU machine: the report measured the
+    support bounds again on the CPU and rewrote summary.json with the CPU's digits (30f10dd only said so), so a report
+    changed finished work. It keeps the folder's support block and bounds, byte for byte, and says so; asked
+    (remeasure_support=True, --report-only --remeasure-support), it measures them here. A recorded support of other
+    sequences than the folder's settings is no measurement of them: measured again, as before."""
+    import dataclasses
+
+    from ut_peft.accessibility import summaries
+
+    run_sweep(small_config(), tmp_path, model=llama, progress=False, report=False)
+    cpu = load_summary(tmp_path)
+    # The summary as a run on a GPU writes it: its device, and other trailing digits than this CPU's.
+    off = 1 + 1e-6
+    support = {**cpu.support, "radius": cpu.support["radius"] * off, "eps": cpu.support["eps"] * off}
+    bounds = {name: value * off for name, value in cpu.bounds.items()}
+    gpu = dataclasses.replace(cpu, support={**support, "device": "cuda"}, bounds=bounds)
+    summaries.write_summary(tmp_path, gpu)
+    block = _support_block(tmp_path)
+    capsys.readouterr()
+    summary = summarize_folder(tmp_path, llama)
+    assert _support_block(tmp_path) == block  # byte for byte
+    assert summary.support == gpu.support and summary.bounds == gpu.bounds == load_summary(tmp_path).bounds
+    if summary.ratios is not None:  # the ratios are the kept bounds' over the slope
+        assert summary.ratios["ball"] / summary.ratios["box"] == pytest.approx(bounds["ball"] / bounds["box"])
+    said = capsys.readouterr().out
+    for words in ("measured on cuda", "keeps them as recorded", "remeasure_support=True", "--remeasure-support"):
+        assert words in said, said
+    assert "Measured on cuda" in (tmp_path / "report.md").read_text()
+    summarize_folder(tmp_path, llama, write=False)  # what --report-only prints while a run holds the folder
+    assert "keeps them as recorded" in capsys.readouterr().out and _support_block(tmp_path) == block
+    # Asked for, the support is measured here and written as the CPU's.
+    summarize_folder(tmp_path, llama, remeasure_support=True)
+    assert load_summary(tmp_path).support == cpu.support and load_summary(tmp_path).bounds == cpu.bounds
+    # A recorded support of other sequences (here: of 3, not the settings' count) is not kept.
+    other = dataclasses.replace(cpu, support={**support, "num_samples": 3, "device": "cuda"}, bounds=bounds)
+    summaries.write_summary(tmp_path, other)
+    capsys.readouterr()
+    summarize_folder(tmp_path, llama)
+    assert load_summary(tmp_path).support == cpu.support and "again on cpu" in capsys.readouterr().out
 
 
 def test_leftover_snapshots_of_a_run_under_other_settings_are_never_continued(tmp_path, llama, monkeypatch):

@@ -426,3 +426,39 @@ def test_save_adapters_writes_them_under_the_folder_s_lock(model_dir, tmp_path, 
     cram(model_dir, tmp_path / "out", "--save-adapters")
     assert held == [True]
     lock_folder(tmp_path / "out").release()  # and let go afterwards
+
+
+def test_report_only_on_another_device_type_keeps_the_folders_support_block(tracked_sweep, tmp_path, capsys):
+    """--report-only on a CPU machine of a folder a GPU run summarised (summary.json support.device "cuda") measured
+    the support bounds again and rewrote summary.json with the CPU's digits. The support block is kept byte for byte,
+    saying so; --remeasure-support measures it here, and a run (which measures it anyway) refuses the flag."""
+    import re
+    import shutil
+
+    from ut_peft.accessibility.summaries import write_summary
+
+    folder = tmp_path / "out"
+    shutil.copytree(tracked_sweep, folder, ignore=shutil.ignore_patterns("runs", "*.lock"))
+    cpu = read_summary(folder)
+    off = 1 + 1e-6  # other trailing digits than this machine's, as a GPU's forward rounds
+    cpu_support, cpu_bounds = dict(cpu.support), dict(cpu.bounds)
+    cpu.support = {**cpu_support, "radius": cpu_support["radius"] * off, "eps": cpu_support["eps"] * off}
+    cpu.support["device"] = "cuda"
+    cpu.bounds = {name: value * off for name, value in cpu_bounds.items()}
+    write_summary(folder, cpu)
+
+    def support_block():
+        return re.search(r'\n  "support": \{.*?\n  \}', (folder / "summary.json").read_text(), re.S).group(0)
+
+    block = support_block()
+    capsys.readouterr()
+    command.main(command.parse(["--report-only", "--output-dir", str(folder)]))
+    assert support_block() == block
+    assert read_summary(folder).bounds == cpu.bounds
+    said = capsys.readouterr().out
+    assert "measured on cuda" in said and "keeps them as recorded" in said and "--remeasure-support" in said
+    command.main(command.parse(["--report-only", "--remeasure-support", "--output-dir", str(folder)]))
+    assert read_summary(folder).support == cpu_support and read_summary(folder).bounds == cpu_bounds
+    assert "again on cpu" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="--remeasure-support only goes with --report-only or --merge"):
+        command.main(command.parse([*SMALL.split(), "--remeasure-support", "--output-dir", str(tmp_path / "run")]))

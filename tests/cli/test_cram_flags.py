@@ -188,6 +188,7 @@ def test_each_flag_names_a_field_of_the_config_and_a_key_of_the_settings():
         "retarget-from",
         "merge",
         "report-only",
+        "remeasure-support",
     }
 
 

@@ -36,8 +36,10 @@ from .engine.sources import init_seed
 from .stats import published_bounds
 from .stats.bounds import (
     SlopeBounds,
+    SupportSummary,
     config_context,
     measure_support,
+    measuring_device,
     random_token_count,
     slope_bounds,
     support_context,
@@ -717,6 +719,7 @@ def summarize_folder(
     report: bool = True,
     write: bool = True,
     tokenizer=None,
+    remeasure_support: bool = False,
 ) -> summaries.Summary:
     """Summary, plots and report from the rows a folder holds now (a finished, running or killed sweep).
 
@@ -731,6 +734,12 @@ def summarize_folder(
     (without one the ids are drawn over every head row, the same ids wherever the tokenizer covers the head, as every
     bundled model's), and one in another dtype is refused (:func:`check_sweep_model`).
 
+    Where the folder's summary records its support measured on another device type than ``model`` runs on (a GPU
+    run reported on a CPU machine), the summary's support block and bounds are kept as recorded, saying so: measured
+    again here, their trailing digits would differ (a float32 forward rounds differently on each device), and a report
+    does not change finished work. ``remeasure_support=True`` (``--report-only --remeasure-support``) measures them
+    here instead, saying so; a recorded support of other sequences than the folder's settings is measured again too.
+
     The summary (and with ``report`` the plots and report) are written under the folder's lock, taken without
     waiting: where a run is writing the folder, :class:`.store.FolderLockedError` is raised before anything is
     computed, since a summary of its rows so far could replace the one the run writes when it ends. ``write=False``
@@ -739,7 +748,14 @@ def summarize_folder(
     output_dir = Path(output_dir)
     if not write:
         return _summarize_folder(
-            output_dir, model, tokenizer, support_sequences, support_seq_len, report=report, write=False
+            output_dir,
+            model,
+            tokenizer,
+            support_sequences,
+            support_seq_len,
+            report=report,
+            write=False,
+            remeasure_support=remeasure_support,
         )
     store.read_settings(output_dir)  # a folder that holds no sweep is refused before a lock file is put there
     lock = store.lock_finished_folder(
@@ -750,14 +766,29 @@ def summarize_folder(
     )
     try:
         return _summarize_folder(
-            output_dir, model, tokenizer, support_sequences, support_seq_len, report=report, write=True
+            output_dir,
+            model,
+            tokenizer,
+            support_sequences,
+            support_seq_len,
+            report=report,
+            write=True,
+            remeasure_support=remeasure_support,
         )
     finally:
         lock.release()
 
 
 def _summarize_folder(
-    output_dir: Path, model, tokenizer, support_sequences, support_seq_len, *, report: bool, write: bool
+    output_dir: Path,
+    model,
+    tokenizer,
+    support_sequences,
+    support_seq_len,
+    *,
+    report: bool,
+    write: bool,
+    remeasure_support: bool,
 ):
     settings = store.read_sweep_settings(output_dir)
     store.check_unedited(output_dir, settings)  # as a resume does: an edited settings.json is refused, not reported on
@@ -772,9 +803,22 @@ def _summarize_folder(
     config = SweepConfig.from_settings(store.recorded_settings(output_dir, settings, support_context(model)))
     given = {"support_sequences": support_sequences, "support_seq_len": support_seq_len}
     _check_given_support(config, output_dir, {k: v for k, v in given.items() if v is not None})
-    measured_before = _summary_support_device(output_dir)
-    summary = summarize(config, settings, rows, model, tokenizer)
-    if measured_before is not None and measured_before != support_device(summary.support):
+    recorded = _recorded_summary(output_dir)
+    measured_before = None if recorded is None else support_device(recorded.support)
+    here = measuring_device(model)
+    # Measured on another device type, the support's trailing digits (and the bounds') would differ from the folder's:
+    # a report keeps the folder's measurement, unless asked to measure it here or it is not one of these sequences.
+    keep = (
+        recorded is not None
+        and measured_before != here
+        and not remeasure_support
+        and _measures_these_sequences(recorded, config, model, tokenizer)
+    )
+    kept = (recorded.support, recorded.bounds) if keep and recorded is not None else None
+    summary = summarize(config, settings, rows, model, tokenizer, recorded_support=kept)
+    if kept is not None and measured_before is not None:
+        print(_kept_support_note(output_dir, measured_before, here, write), flush=True)
+    elif measured_before is not None and measured_before != support_device(summary.support):
         # Said, not left for a reader to find: the bounds printed here are not the digits the folder's summary held.
         print(_support_device_note(output_dir, measured_before, support_device(summary.support), write), flush=True)
     summary.bounds_published = published_bounds.summary_entry_for(output_dir, settings["model"])
@@ -810,13 +854,41 @@ def _folder_tokenizer(output_dir: Path, config: SweepConfig, settings: dict):
         ) from err
 
 
-def _summary_support_device(output_dir: Path) -> str | None:
-    """The device type the support of ``output_dir``'s summary.json was measured on (:func:`.stats.bounds.
-    support_device`), None where it holds no summary that reads (none yet, damaged, or of an older schema)."""
+def _recorded_summary(output_dir: Path) -> summaries.Summary | None:
+    """``output_dir``'s summary.json; None where none reads (none yet, damaged, or of an older schema)."""
     try:
-        return support_device(summaries.read_summary(output_dir).support)
+        return summaries.read_summary(output_dir)
     except (OSError, ValueError):
         return None
+
+
+def _measures_these_sequences(recorded: summaries.Summary, config: SweepConfig, model, tokenizer) -> bool:
+    """Whether ``recorded``'s support block and bounds are a measurement of the support sequences ``config`` names on
+    ``model`` (:func:`summarize` measures them as: their count, their length capped at the model's context, the |V|
+    drawn from and the head's width), so that a report may keep them instead of measuring them again."""
+    support, bounds = recorded.support, recorded.bounds
+    if not isinstance(support, dict) or not isinstance(bounds, dict) or not {"ball", "box"} <= set(bounds):
+        return False
+    seq_len = min(config.support_seq_len, support_context(model) or config.support_seq_len)
+    return (
+        support.get("num_samples") == config.support_sequences
+        and support.get("seq_len", 32) == seq_len  # summaries written before seq_len was recorded measured 32
+        and support.get("vocab_size") == random_token_count(model, tokenizer)
+        and support.get("hidden_size") == model.get_output_embeddings().weight.shape[1]
+    )
+
+
+def _kept_support_note(output_dir: Path, before: str, here: str, written: bool) -> str:
+    """What a report says where it keeps the support bounds a folder's summary records from another device type."""
+    return (
+        f"note: {output_dir}'s summary.json holds support bounds measured on {before}, and this report runs on "
+        f"{here}: it keeps them as recorded (the support block and the bounds; the ratios are theirs over the "
+        f"slope), since measured again on {here} their trailing digits would differ (a float32 forward rounds "
+        "differently on each device) and a report does not change finished work; "
+        + ("summary.json keeps them" if written else "nothing was written")
+        + f". To measure them on {here} instead: --report-only --remeasure-support (from Python: "
+        "summarize_folder(folder, remeasure_support=True))"
+    )
 
 
 def _support_device_note(output_dir: Path, before: str, now: str, written: bool) -> str:
@@ -1011,7 +1083,15 @@ def _same_folder(a, b) -> bool:
         return a.absolute() == b.absolute()
 
 
-def summarize(config: SweepConfig, settings: dict, rows: dict, model, tokenizer=None) -> summaries.Summary:
+def summarize(
+    config: SweepConfig,
+    settings: dict,
+    rows: dict,
+    model,
+    tokenizer=None,
+    *,
+    recorded_support: tuple[SupportSummary, SlopeBounds] | None = None,
+) -> summaries.Summary:
     """Fits with intervals, row-steps, support statistics, bounds and ratios of a (finished or partial) sweep.
 
     The support sequences draw the tokens ``tokenizer`` holds (:func:`random_token_count`; without one every row of
@@ -1023,6 +1103,9 @@ def summarize(config: SweepConfig, settings: dict, rows: dict, model, tokenizer=
 
     Under an audited early abandon (``config.cram.abandon_audit`` above 0) none of those is fitted (see
     :data:`.summaries.AUDITED`): the pooled line is the estimate, and the ratios are the bounds over its slope.
+
+    ``recorded_support``: a summary's support block and bounds, kept instead of measured (a report on another device
+    type than the one they were measured on, :func:`summarize_folder`).
     """
     # A row the audited abandon stopped is not a failure: it might have crammed. Every fit here but the pooled one
     # reads `accessible` (stopped = failed), so under the audit each would come out biased low, by several tokens,
@@ -1035,14 +1118,18 @@ def summarize(config: SweepConfig, settings: dict, rows: dict, model, tokenizer=
     per_m = [_m_summary(config, m, curves[m], rows, audited) for m in config.ms]
     fitted_rows = [r for m in config.ms for n in sorted(curves[m]) for r in curves[m][n]]
     line, line_published = _lines(config, fitted_rows, per_m, audited)
-    stats = measure_support(
-        model,
-        num_sequences=config.support_sequences,
-        seq_len=config.support_seq_len,
-        seed=config.seed,
-        vocab_size=random_token_count(model, tokenizer),
-    )
-    bounds = slope_bounds(stats)
+    support: SupportSummary
+    if recorded_support is None:
+        stats = measure_support(
+            model,
+            num_sequences=config.support_sequences,
+            seq_len=config.support_seq_len,
+            seed=config.seed,
+            vocab_size=random_token_count(model, tokenizer),
+        )
+        support, bounds = stats.to_dict(), slope_bounds(stats)
+    else:
+        support, bounds = recorded_support
     pooled = _pooled(config, rows)
     # under the audit the pooled line's slope (the only unbiased one)
     slope = summaries.measured_slope(settings, line, pooled)
@@ -1062,7 +1149,7 @@ def summarize(config: SweepConfig, settings: dict, rows: dict, model, tokenizer=
         fit=line,
         fit_published=line_published,
         fit_published_rows=_line_published_rows(per_m),
-        support=stats.to_dict(),
+        support=support,
         bounds=bounds,
         ratios=ratios,
         num_rows=len(rows),

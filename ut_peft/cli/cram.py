@@ -75,6 +75,11 @@ def main(args):
         check_report_flags(args)
         report(args)
         return
+    if args.remeasure_support:  # a run measures the support itself: the flag would be dropped
+        raise ValueError(
+            "--remeasure-support only goes with --report-only or --merge (a report keeps the support bounds a folder "
+            "records from another device type unless it is given); a sweep measures them itself: drop it"
+        )
     config = sweep_config(args)
     check_source(args.source)
     check_output_folder(args.output)  # before the model loads: a bad path fails in a second, not after a batch
@@ -161,7 +166,15 @@ def _main_process() -> bool:
 
 
 # What --report-only and --merge read besides the folders: the rest of FLAGS set or run a sweep, which they do not.
-REPORT_FLAGS = ("output-dir", "merge", "report-only", "support-sequences", "overwrite", "retarget-from")
+REPORT_FLAGS = (
+    "output-dir",
+    "merge",
+    "report-only",
+    "support-sequences",
+    "overwrite",
+    "retarget-from",
+    "remeasure-support",
+)
 
 
 def check_report_flags(args: argparse.Namespace) -> None:
@@ -219,11 +232,12 @@ def report(args: argparse.Namespace) -> None:
     # e.g. on a sweep still running elsewhere, or one that was stopped
     refuse_unfinished_clear(args.output)  # an overwrite killed mid-clear: said as such, not as "holds no run"
     check_run_folder(args.output, "--output-dir", SETTINGS_FILE)
+    support = {"support_sequences": args.support_sequences, "remeasure_support": args.remeasure_support}
     try:  # under the folder's lock, taken without waiting
-        print(console_summary(summarize_folder(args.output, support_sequences=args.support_sequences)))
+        print(console_summary(summarize_folder(args.output, **support)))
         print(f"report: {Path(args.output) / REPORT_FILE}")
     except FolderLockedError as busy:  # a run is writing it: its own summary must not be replaced by this one
-        summary = summarize_folder(args.output, support_sequences=args.support_sequences, write=False)
+        summary = summarize_folder(args.output, **support, write=False)
         print(console_summary(summary))
         print(
             f"note: nothing was written: {args.output} is being written by a run ({busy.holder} holds {busy.lock}), "
@@ -546,6 +560,10 @@ FLAGS = (
     Flag("merge", nargs="+", metavar="FOLDER",
          help="pool the rows of these sweeps (same settings but m and lengths) into --output-dir and report"),
     Flag("report-only", switch=True, help="only write summary, plots and report from the rows --output-dir holds now"),
+    Flag("remeasure-support", switch=True,
+         help="--report-only and --merge: measure the support bounds again on this machine where the folder's "
+         "summary.json records them measured on another device type (a GPU run reported on a CPU): by default they "
+         "are kept as recorded, since measured again their trailing digits differ"),
 )  # fmt: skip
 
 

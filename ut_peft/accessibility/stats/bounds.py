@@ -122,6 +122,12 @@ def support_device(support: Mapping[str, Any]) -> str:
     return str(support.get("device") or "cpu")
 
 
+def measuring_device(model) -> str:
+    """The device type :func:`measure_support` measures ``model``'s support on (where its input embeddings run), as
+    :func:`support_device` names a summary's: a report compares the two before it measures again."""
+    return torch.device(execution_device(model.get_input_embeddings())).type
+
+
 def head_inputs(model, input_ids: torch.Tensor, **kwargs) -> torch.Tensor:
     """The vectors the output head of ``model`` receives at the last position, shape (B, d).
 
