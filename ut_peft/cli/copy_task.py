@@ -212,8 +212,8 @@ def remove_earlier_run(out: Path, model_folders: tuple[str, ...], backbone_here:
         print(f"removed {folder}: the {name} model of the run --overwrite replaces", flush=True)
     if backbone_here is not None:
         print(
-            f"kept {out / backbone_here}: it is this run's --backbone (the model its embeddings training reprograms), "
-            "saved by an earlier run; copy_task.json records it as the backbone",
+            f"kept {out / backbone_here}: it is this run's --backbone (the model its embeddings training reprograms, "
+            "saved there before this run), not a model of the run it replaces; copy_task.json names it as backbone",
             flush=True,
         )
 
