@@ -90,3 +90,33 @@ def test_the_description_counts_budget_in_the_clock_the_flag_defaults_to(capsys)
         command.parse(["--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert "--budget seconds (of this process's CPU time" in text and "--budget wall-clock" not in text
+
+
+@pytest.mark.parametrize(
+    "dropped",
+    [
+        ["--budget", "600"],
+        ["--seed", "0"],  # the default value: named, so dropped all the same
+        ["--lengths", "4", "8"],
+        ["--overwrite"],
+        ["--support-sequences", "16"],
+    ],
+)
+def test_report_only_refuses_a_measurement_flag_it_would_drop(model_dir, tmp_path, capsys, dropped):
+    """--report-only redraws the plot of the estimate --output holds: it took --budget, --seed, --lengths,
+    --overwrite, ... without a word and printed the old estimate as if it had been measured under them."""
+    out = tmp_path / "bounds-published.json"
+    flags = ["--model", model_dir, "--lengths", 4, "--sequences-per-length", 3, "--support-sequences", 2]
+    bounds(*flags, "--output", out, "--no-progress")
+    before = out.read_bytes()
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as stop:
+        run(command.main, command.parse, ["--report-only", "--output", str(out), *dropped])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]  # after argparse's usage lines
+    assert "error:" in err and f"{dropped[0]} would not be used" in err, err
+    assert "drop" in err and "without --report-only" in err, err  # what to do
+    assert out.read_bytes() == before
+    # --model picks the default --output, and --plot where to draw: both still count under --report-only.
+    bounds("--report-only", "--output", out, "--plot", tmp_path / "again.png")
+    assert (tmp_path / "again.png").is_file()

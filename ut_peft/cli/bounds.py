@@ -33,6 +33,8 @@ from .common import (
     add_common_flags,
     check_model,
     check_output_file,
+    given_flags,
+    given_where,
     library_value,
     nonnegative_int,
     parse_args,
@@ -48,6 +50,24 @@ if TYPE_CHECKING:
 # Written here, not imported: the module that holds them imports torch, and parsing comes first (library_value).
 PUBLISHED_SEQUENCES = library_value("ut_peft.accessibility.stats.published_bounds:PUBLISHED_SEQUENCES", 10_000)
 RESULT_FILE = library_value("ut_peft.accessibility.stats.published_bounds:RESULT_FILE", "bounds-published.json")
+
+
+# The flags that decide how an estimate is measured (or whether one is replaced): --report-only reads the estimate
+# --output holds, so it refuses them rather than dropping them without a word.
+MEASUREMENT_FLAGS = (
+    "budget",
+    "clock",
+    "wall_limit",
+    "sequences_per_length",
+    "lengths",
+    "seed",
+    "batch_size",
+    "max_batch_tokens",
+    "support_sequences",
+    "threads",
+    "overwrite",
+    "no_progress",
+)
 
 
 def describe(estimate) -> str:
@@ -253,7 +273,20 @@ def parse(argv=None, *, prog: str | None = None):
     p.add_argument("--report-only", action="store_true", help="redraw the plot and print the estimate --output holds")
     p.add_argument("--no-progress", action="store_true")
     add_common_flags(p)
+    # Read before parsing: a --config file's values become the parser's defaults, and are refused all the same.
+    builtin = {name: p.get_default(name) for name in MEASUREMENT_FLAGS}
     args = parse_args(p, argv)
+    if args.report_only:  # the estimate is the file's: a flag that decides how to measure one would be dropped
+        # Given on the command line or as a key of the --config file, whatever the value (--seed 0, the default, is
+        # dropped all the same).
+        given = given_flags(p, argv, args, builtin)
+        if given:
+            flags = ", ".join("--" + name.replace("_", "-") for name in given)
+            p.error(
+                f"--report-only redraws the plot of the estimate --output holds, so {flags} would not be used: drop "
+                f"{'it' if len(given) == 1 else 'them'} (from {given_where(p, argv, given)}), or measure again "
+                "without --report-only (with --overwrite to replace the estimate)"
+            )
     if args.output is None:
         args.output = default_output(args.model)
     args.command_line = shlex.join([*(prog or "ut-peft bounds").split(), *(sys.argv[1:] if argv is None else argv)])
