@@ -762,3 +762,90 @@ def test_push_to_hub_without_a_default_adapter_says_which_folder_to_push(monkeyp
     model = get_peft_model(tiny_model("llama"), UTReprogramConfig(), adapter_name="mine")
     with pytest.raises(ValueError, match=r"adapters are 'mine'.*push_adapter_to_hub\(folder/<name>, 'someone/x'\)"):
         model.push_to_hub("someone/x")
+
+
+class FakeHubRepo(RecordingHfApi):
+    """A repository on a fake Hub: ``upload_folder`` changes its files as the Hub does (an upload adds and replaces
+    files and deletes those ``delete_patterns`` match, matched by huggingface_hub's own filter, .gitattributes kept),
+    so a test can read what a later download would find there."""
+
+    def __init__(self):
+        super().__init__()
+        self.files: dict[str, bytes] = {".gitattributes": b"*.safetensors filter=lfs\n"}
+
+    def upload_folder(self, **kwargs):
+        from pathlib import Path
+
+        from huggingface_hub.utils import filter_repo_objects
+
+        super().upload_folder(**kwargs)
+        root = Path(kwargs["folder_path"])
+        added = {path.relative_to(root).as_posix(): path.read_bytes() for path in root.rglob("*") if path.is_file()}
+        patterns = kwargs.get("delete_patterns")
+        deleted = set(filter_repo_objects(list(self.files), allow_patterns=patterns)) if patterns else set()
+        self.files = {
+            name: data for name, data in self.files.items() if name not in deleted or name == ".gitattributes"
+        }
+        self.files.update(added)
+        return "commit-info"
+
+    def download(self, folder):
+        folder.mkdir()
+        for name, data in self.files.items():
+            (folder / name).write_bytes(data)
+        return folder
+
+
+def test_a_push_in_the_other_weights_format_leaves_no_stale_weights_file_that_peft_loads_first(tmp_path):
+    """A push uploaded the folder's files and left the repository's others: an adapter saved as adapter_model.bin
+    (safe_serialization=False), pushed to a repository holding an earlier push's adapter_model.safetensors, left
+    that one there, and peft loads the safetensors file first, so the repository served the old weights with the
+    new config. A push deletes the other format's weights file."""
+    import torch
+    from peft import PeftModel
+
+    hub = FakeHubRepo()
+    model = get_peft_model(tiny_model("llama"), UTReprogramConfig())
+    model.save_pretrained(tmp_path / "first")
+    push_adapter_to_hub(tmp_path / "first", "someone/x", api=hub)
+    with torch.no_grad():  # trained further
+        for parameter in model.parameters():
+            if parameter.requires_grad:
+                parameter.add_(1.0)
+    model.save_pretrained(tmp_path / "second", safe_serialization=False)
+    push_adapter_to_hub(tmp_path / "second", "someone/x", api=hub)
+    assert sorted(hub.files) == [".gitattributes", "README.md", "adapter_config.json", "adapter_model.bin"]
+    loaded = PeftModel.from_pretrained(tiny_model("llama"), str(hub.download(tmp_path / "downloaded")))
+    trained = {name: p for name, p in model.named_parameters() if p.requires_grad}
+    assert trained and all(torch.equal(p, dict(loaded.named_parameters())[name]) for name, p in trained.items())
+    # And back: a safetensors push removes the .bin, which peft would not load but which is no part of the adapter.
+    model.save_pretrained(tmp_path / "third")
+    push_adapter_to_hub(tmp_path / "third", "someone/x", api=hub)
+    assert sorted(hub.files) == [".gitattributes", "README.md", "adapter_config.json", "adapter_model.safetensors"]
+    # A dry run says so.
+    plan = push_adapter_to_hub(tmp_path / "second", "someone/x", dry_run=True)
+    assert "adapter_model.safetensors" in str(plan).split("README.md as it would be uploaded:")[0]
+
+
+def test_a_folder_whose_other_weights_file_was_left_by_an_earlier_save_is_not_pushed(tmp_path):
+    """A save as adapter_model.bin into a folder that held adapter_model.safetensors leaves that file, which peft
+    loads first: loading the folder is refused (the config records the .bin's checksum), but a push uploaded both,
+    and the repository served the old weights. The push refuses it as the load does, and uploads nothing."""
+    import torch
+
+    model = get_peft_model(tiny_model("llama"), UTReprogramConfig())
+    model.save_pretrained(tmp_path)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            if parameter.requires_grad:
+                parameter.add_(1.0)
+    with pytest.warns(UserWarning, match="left by an earlier save"):  # the save says so, and is kept
+        model.save_pretrained(tmp_path, safe_serialization=False)
+    hub = FakeHubRepo()
+    for dry_run in (True, False):
+        with pytest.raises(ValueError, match=r"adapter_model.safetensors is not the weights file .* Delete"):
+            push_adapter_to_hub(tmp_path, "someone/x", api=hub, dry_run=dry_run)
+    assert hub.calls == [] and sorted(hub.files) == [".gitattributes"]
+    (tmp_path / "adapter_model.safetensors").unlink()
+    push_adapter_to_hub(tmp_path, "someone/x", api=hub)
+    assert sorted(hub.files) == [".gitattributes", "README.md", "adapter_config.json", "adapter_model.bin"]

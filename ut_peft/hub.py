@@ -745,6 +745,14 @@ def _unreachable_error(err: BaseException, done: str) -> ConnectionError:
     return ConnectionError(f"{why}; {done}")
 
 
+def stale_weights_files(folder: Union[str, os.PathLike]) -> tuple[str, ...]:
+    """The adapter weights files (:data:`ADAPTER_WEIGHTS`) that ``folder`` does not hold: a push deletes them from
+    the repository. An upload adds and replaces files and leaves the others, so an adapter saved as
+    adapter_model.bin, pushed where an earlier push left adapter_model.safetensors, would be served with that old
+    file, which peft loads first."""
+    return tuple(name for name in ADAPTER_WEIGHTS if not (Path(folder) / name).is_file())
+
+
 @dataclass(frozen=True)
 class PushPlan:
     """What :func:`push_adapter_to_hub` would upload (``dry_run=True``): the repository, the files, the card."""
@@ -753,11 +761,18 @@ class PushPlan:
     private: Optional[bool]
     files: list[tuple[str, int]]  # (path inside the folder, bytes)
     card: str
+    # The weights files of the other format, deleted from the repository where it holds them (stale_weights_files).
+    deleted: tuple[str, ...] = ()
 
     def __str__(self) -> str:
         visibility = {True: "private", False: "public", None: "the account's default visibility"}[self.private]
         lines = [f"would create {self.repo_id} ({visibility}) if needed and upload {len(self.files)} files:"]
         lines += [f"  {name} ({size:,} bytes)" for name, size in self.files]
+        if self.deleted:
+            lines.append(
+                f"and delete {' and '.join(self.deleted)} from the repository where it holds one (an earlier push's "
+                "weights, which peft would load before the uploaded ones)"
+            )
         lines += ["README.md as it would be uploaded:", self.card]
         return "\n".join(lines)
 
@@ -786,7 +801,9 @@ def push_adapter_to_hub(
 
     ``folder`` is the one that holds the adapter's ``adapter_config.json`` and weights (``adapter_model.safetensors``,
     or ``adapter_model.bin`` from ``save_pretrained(..., safe_serialization=False)``): what ``save_pretrained(folder)``
-    wrote for an adapter named "default", ``folder/<name>`` for an adapter of another name.
+    wrote for an adapter named "default", ``folder/<name>`` for an adapter of another name. It is checked as a load
+    checks it (a damaged weights file, or one an earlier save left beside the one saved, is refused), and the push
+    deletes the other format's weights file from the repository, where an earlier push may have left it.
 
     The card is the folder's card brought up to date as a save does it (:func:`update_model_card`): it keeps what
     it was rendered from (its title, training and results tables, tags and ``eval_dataset``), the sections and
@@ -796,6 +813,12 @@ def push_adapter_to_hub(
     _check_repo_id(repo_id)
     _check_adapter_folder(folder)
     adapter_config = _read_adapter_config(folder)
+    if adapter_config.get("peft_type") == "UT_REPROGRAM":
+        from .tuners.ut_reprogram.config import UTReprogramConfig
+
+        # Checked as a load checks it: a weights file an earlier save left beside the recorded one (which peft
+        # loads first) or one damaged since its save would be uploaded and served as the adapter.
+        UTReprogramConfig.from_pretrained(str(folder))
     # The folder's card brought up to date, as save_pretrained does it (what its user added stays); a new one where
     # the folder has none.
     try:
@@ -812,7 +835,7 @@ def push_adapter_to_hub(
             files = sorted([*files, ("README.md", len(card.encode()))])
         else:
             files = [(name, len(card.encode()) if name == "README.md" else size) for name, size in files]
-        return PushPlan(repo_id=repo_id, private=private, files=files, card=card)
+        return PushPlan(repo_id=repo_id, private=private, files=files, card=card, deleted=stale_weights_files(folder))
     api = api or HfApi(token=token)
     try:
         api.create_repo(repo_id=repo_id, repo_type="model", private=private, exist_ok=True)
@@ -835,6 +858,9 @@ def push_adapter_to_hub(
         if revision is not None and not revision.startswith("refs/pr"):  # as transformers' push_to_hub does
             api.create_branch(repo_id=repo_id, branch=revision, repo_type="model", exist_ok=True)
         extra: dict[str, Any] = {}
+        stale = stale_weights_files(folder)
+        if stale:  # huggingface_hub deletes the repository's files these match, and never one uploaded with them
+            extra["delete_patterns"] = list(stale)
         if revision is not None:
             extra["revision"] = revision
         if create_pr:
