@@ -111,3 +111,17 @@ def test_an_unedited_folder_is_calibrated_and_left_without_a_lock_file(tmp_path,
     after = _contents(folder)
     assert "calibration.json" in after
     assert {name: data for name, data in after.items() if name not in ("calibration.json", "sweep.lock")} == before
+
+
+@pytest.mark.parametrize("seed", ["-1", "-2"])
+def test_a_negative_seed_is_refused_naming_the_flag_before_anything_is_simulated(tmp_path, capsys, seed):
+    """--seed took any integer: -2 simulated until numpy stopped it with "expected non-negative integer", which named
+    no flag, and -1 gave the simulated sweeps numbered from 0 (the seeds are non-negative: 0, 1, ...)."""
+    folder = tmp_path / "sweep"
+    _converged_folder(folder)
+    before = _contents(folder)
+    with pytest.raises(SystemExit) as exit_:
+        main(["calibrate", str(folder), "--seed", seed, "--repeats", "50"])
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert exit_.value.code == 2 and "argument --seed: expected a whole number >= 0" in err, err
+    assert _contents(folder) == before

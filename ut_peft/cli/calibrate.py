@@ -17,7 +17,15 @@ from __future__ import annotations
 
 import argparse
 
-from .common import add_common_flags, check_run_folder, library_value, parse_args, positive_int, run
+from .common import (
+    add_common_flags,
+    check_run_folder,
+    library_value,
+    nonnegative_int,
+    parse_args,
+    positive_int,
+    run,
+)
 
 # Written here, not imported: the simulator's module imports scipy, and parsing comes first (library_value).
 DEFAULT_REPEATS = library_value("ut_peft.accessibility.simulated_intervals:DEFAULT_REPEATS", 400)
@@ -61,7 +69,12 @@ def parse(argv=None, *, prog: str | None = None):
     p = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("folder", help="a pooled sweep's folder (settings.json and rows)")
     p.add_argument("--repeats", type=int, default=DEFAULT_REPEATS, help="simulated sweeps (the quantile's sample)")
-    p.add_argument("--seed", type=int, default=0, help="which simulated sweeps (a seed gives the same ones again)")
+    p.add_argument(
+        "--seed",
+        type=nonnegative_int,  # numpy's seeds are non-negative: -2 failed in the simulation, naming no flag
+        default=0,
+        help="which simulated sweeps (a seed gives the same ones again)",
+    )
     p.add_argument(
         "--workers",
         type=positive_int,
