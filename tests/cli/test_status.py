@@ -200,8 +200,14 @@ def test_a_partial_folder_shows_its_round_in_flight_stop_state_and_projection(pa
     assert time["hours_spent"] == pytest.approx(seconds / 3600)
     assert time["pace"]["row_steps_per_second"] == pytest.approx(steps / seconds)
     assert time["open_round_hours"] == pytest.approx(50.0 / 3600)
-    # The projection, by hand: rows * (r^2 - 1) more rows in whole rounds of 8, at the mean row-steps of a fitted
-    # round's row, less what the open round has spent (its 3 rows written and the 100 steps in flight).
+    # The projection: the rounds the design's plan deals at its present fit (PooledDesign.planned_rounds of the
+    # complete rounds' rows), at the mean row-steps of a fitted round's row, less what the open round has spent (its
+    # 3 rows written and the 100 steps in flight). Beside it, by hand, the law: rows * (r^2 - 1) more rows in whole
+    # rounds of 8.
+    complete = {job: simulated[job] for jobs in rounds[:DONE] for job in jobs}
+    plan = pooled_design(settings).planned_rounds(complete)
+    assert plan["rounds"] is not None and plan["rows"] == sum(len(c) for c in plan["cells"])
+    assert plan["cells"][0] == tuple(sorted(job[:2] for job in rounds[DONE]))  # the round now due, as it was dealt
     ratio = judged["se_ratios"]["slope"]
     needed = math.ceil(judged["rows"] * (ratio**2 - 1))
     floor = max(0, judged["min_rows"] - judged["fitted_rows"])  # audited: 128 - 8
@@ -210,17 +216,20 @@ def test_a_partial_folder_shows_its_round_in_flight_stop_state_and_projection(pa
     per_row = sum(simulated[job]["steps"] + 1 for job in fitted) / len(fitted)
     spent_open = sum(simulated[job]["steps"] + 1 for job in landed) + 100
     projected = time["projection"]
-    assert (projected["rows_for_targets"], projected["rows_for_floor"], projected["rows"]) == (needed, floor, more)
+    assert projected["method"] == "planned" and projected["rows"] == plan["rows"]
+    assert (projected["rows_for_targets"], projected["rows_for_floor"], projected["law_rows"]) == (needed, floor, more)
     assert projected["row_steps_per_row"] == pytest.approx(per_row)
-    assert projected["row_steps"] == round(more * per_row - spent_open)
-    assert time["hours_left"] == pytest.approx((more * per_row - spent_open) / (steps / seconds) / 3600)
+    assert projected["row_steps"] == round(plan["rows"] * per_row - spent_open)
+    assert time["hours_left"] == pytest.approx((plan["rows"] * per_row - spent_open) / (steps / seconds) / 3600)
 
     text = status_of(folder, capsys)
     assert text.splitlines()[1] == "state: PAUSED: waits for results/gemma-3-270m/pooled-words to end (2 cores)"
     assert f"in flight: round {DONE + 1} of {len(rounds[DONE])} rows, 3 written" in text
     assert "step 100 of 3,000, best accuracy 0.750, 12 forwards since it of 500" in text
     assert "stop rule: not stopped after" in text and "the design's own Wald intervals" in text
-    assert f"left: about {time['hours_left']:.1f} h (a projection)" in text
+    assert f"left: about {time['hours_left']:.1f} h (a projection): {plan['rounds']} more round" in text
+    assert "the rounds the design would deal at its present fit" in text
+    assert f"(the law 1 / sqrt(rows) from the rows so far: {more // 8} rounds, {more} rows: " in text
     assert f"needs {judged['rows']} x ({ratio:.2f}^2 - 1) = {needed} more" in text
 
 

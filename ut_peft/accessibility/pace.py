@@ -155,19 +155,31 @@ def projection(
     *,
     spent_in_open_round: int = 0,
     budget_left: int | None = None,
+    planned: dict | None = None,
 ) -> dict | None:
     """Hours a fitting pooled design still needs: :func:`rows_still_needed` times ``row_steps_per_row`` (the mean
     row-steps of a row of its fitted rounds), less ``spent_in_open_round`` (the row-steps the round now running has
     already spent: its rows written and its rows in flight), at most ``budget_left`` (the row-step budget's rest,
     where the design has one), over ``row_steps_per_second`` (the run's measured pace, :func:`total_pace`).
 
-    None unless the design is fitting; else :func:`rows_still_needed`'s dict with ``"row_steps"`` and ``"hours"``
-    (None without a measured pace; both None where a standard error cannot be estimated yet). A projection, not a
-    promise: the standard errors are noisy (a round can move them either way), and the law 1 / sqrt(rows) holds for
-    rows placed as the rows so far were."""
+    ``planned``: the design's own plan (:meth:`.designs.pooled.PooledDesign.planned_rounds`: the rounds it would
+    deal at its present fit until it stops); where it gives a number of rounds, those are the rows still needed
+    (``"method": "planned"``), else the law 1 / sqrt(rows) gives them (``"method": "law"``). In simulation at the
+    Gemma words run's line the plan came nearer the rounds the design then dealt than the law did, at every
+    decision and most of all right after the bracketing, where the law counted more than twice as many
+    (``benchmarks/projection_accuracy.py``; BENCHMARKS.md).
+
+    None unless the design is fitting; else :func:`rows_still_needed`'s dict (the law's figures, also where the plan
+    sets the rows: ``"law_rounds"``, ``"law_rows"``) with ``"method"``, ``"row_steps"`` and ``"hours"`` (None
+    without a measured pace; both None where a standard error cannot be estimated yet and no plan sets the rows). A
+    projection, not a promise: the standard errors are noisy (a round can move them either way), the plan assumes the
+    present fit holds, and the law holds for rows placed as the rows so far were."""
     needed = rows_still_needed(stop, batch)
     if needed is None:
         return None
+    needed = dict(needed, method="law", law_rounds=needed["rounds"], law_rows=needed["rows"])
+    if planned is not None and planned.get("rounds") is not None:
+        needed.update(method="planned", rounds=planned["rounds"], rows=planned["rows"])
     if needed["rows"] is None:
         return dict(needed, row_steps=None, hours=None)
     steps = max(0.0, needed["rows"] * row_steps_per_row - spent_in_open_round)

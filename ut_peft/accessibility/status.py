@@ -14,7 +14,9 @@ inflight/ has got); for a pooled sweep also:
   standard error, n_50's at each m, the linearity check's offset) the standard error as the stop judges it against
   the target it is held to;
 - hours spent (the wall time of its complete rounds, each timed by its longest row: :mod:`.pace`) and a projection
-  of the hours left (:func:`.pace.projection`: every standard error taken to fall as 1 / sqrt(rows)).
+  of the hours left (:func:`.pace.projection`: the rounds the design would deal at its present fit until it stops,
+  :meth:`.designs.pooled.PooledDesign.planned_rounds`; where it cannot plan, every standard error taken to fall as
+  1 / sqrt(rows)).
 
 A file named PAUSED in the folder (a campaign that waits for another writes why there) is the run's state.
 """
@@ -385,6 +387,7 @@ def _time(design: PooledDesign, rows: dict, stop: dict, in_flight: dict, host: d
         rate,
         spent_in_open_round=spent_open,
         budget_left=budget_left,
+        planned=design.planned_rounds(rows),
     )
     assert projected is not None  # the stage is "fitting"
     projected.update(row_steps_per_row=per_row, row_steps_basis=basis, spent_in_open_round=spent_open)
@@ -396,9 +399,13 @@ def _time(design: PooledDesign, rows: dict, stop: dict, in_flight: dict, host: d
             "rows yet (an infinite or undefined variance), so no law says how many rows bring it to its target"
         )
         return out
+    how = (
+        "the rounds the design would deal at its present fit until it stops"
+        if projected["method"] == "planned"
+        else "every standard error taken to fall as 1 / sqrt(rows), the rows still needed in whole rounds"
+    )
     out["note"] = (
-        "a projection: every standard error taken to fall as 1 / sqrt(rows), the rows still needed in whole rounds "
-        f"at the mean row-steps of {basis}, at the "
+        f"a projection: {how}, at the mean row-steps of {basis}, at the "
         + ("current host's measured pace" if priced is not pace else "run's measured pace")
         + ("" if rate else "; no hours: no complete round carries wall times")
     )
@@ -654,18 +661,37 @@ def _time_lines(time: dict) -> list[str]:
     by_targets = (
         f"{_quantity(projected['binding'])} at {ratio:.2f} x its target needs {projected['judged_rows']} x "
         f"({ratio:.2f}^2 - 1) = {projected['rows_for_targets']} more"
-        if projected["binding"] and ratio > 1
+        if projected["binding"] and ratio is not None and ratio > 1
         else "every target met"
+        if ratio is not None
+        else f"{_quantity(projected['binding'])} not estimable yet"
     )
+    law = f"{by_targets}; the floor of fitted rows {projected['rows_for_floor']} more; the round now due at least"
     steps = f"{projected['row_steps']:,} row-steps"
-    lines += [
-        f"left: {hours} (a projection): {rounds}, {projected['rows']} rows, {steps}{rate}",
-        f"  rows: {by_targets}; the floor of fitted rows {projected['rows_for_floor']} more; "
-        "the round now due at least",
+    lines.append(f"left: {hours} (a projection): {rounds}, {projected['rows']} rows, {steps}{rate}")
+    if projected["method"] == "planned":
+        law_rounds = (
+            "no figure"
+            if projected["law_rounds"] is None
+            else f"{projected['law_rounds']} rounds, {projected['law_rows']} rows"
+        )
+        lines += [
+            "  rows: the rounds the design would deal at its present fit, each adding its rows' expected information, "
+            "until every standard error the stop judges meets its target and the floor of fitted rows is met",
+            f"  (the law 1 / sqrt(rows) from the rows so far: {law_rounds}: {law})",
+        ]
+    else:
+        lines.append(f"  rows: {law}")
+    lines.append(
         f"  row-steps: {projected['row_steps_per_row']:,.0f} a row (the mean of {projected['row_steps_basis']}), less "
-        f"{projected['spent_in_open_round']:,} already spent on the round now running",
-        "  it assumes every standard error falls as 1 / sqrt(rows), for rows placed as those so far",
-    ]
+        f"{projected['spent_in_open_round']:,} already spent on the round now running"
+    )
+    lines.append(
+        "  it assumes the present fit holds as the rows land (benchmarks/projection_accuracy.py: its error in "
+        "simulation)"
+        if projected["method"] == "planned"
+        else "  it assumes every standard error falls as 1 / sqrt(rows), for rows placed as those so far"
+    )
     return lines
 
 

@@ -13,9 +13,10 @@ its snapshots in inflight/ has got), and for a pooled sweep:
 - the design's stop rule: stopped or not, and per target (the slope's standard error, n_50's at each m, the
   linearity check's offset) the standard error as the stop judges it against the target, as the stop compares them;
 - hours spent (the wall time of its complete rounds, each timed by its longest row: ut_peft.accessibility.pace,
-  as benchmarks/run_pace.py times them) and a projection of the hours left (pace.projection: every standard error
-  taken to fall as 1 / sqrt(rows), the binding target's rows at the mean row-steps of a fitted round's row, at the
-  run's measured pace).
+  as benchmarks/run_pace.py times them) and a projection of the hours left (pace.projection: the rounds the design
+  would deal at its present fit until it stops, PooledDesign.planned_rounds, or where it cannot plan, every standard
+  error taken to fall as 1 / sqrt(rows); the rows at the mean row-steps of a fitted round's row, at the run's
+  measured pace).
 
 A file named PAUSED in the folder (a campaign that waits for another writes why there) is printed as the run's
 state. Exit code 0 whatever the state; a folder that holds no sweep is a one-line error.

@@ -1019,3 +1019,42 @@ def test_a_design_whose_estimate_frees_the_check_offset_places_its_rounds_on_tha
     free = pooled_estimates(rows, [1, 3, 5], check_m=3, slope_from="free")
     linear = pooled_estimates(rows, [1, 3, 5], check_m=3, slope_from="linear")
     assert abs(free["intercept"] - linear["intercept"]) > 1.0
+
+
+def test_the_planned_rounds_are_the_designs_own_placement_until_its_stop_rule_is_met():
+    """PooledDesign.planned_rounds (what `ut-peft status` projects the rounds left from): None while bracketing and
+    once stopped; while fitting, its first round is the round the design deals next, every round is placed as the
+    design places it with the rows before it taken as their expected information, and it ends at the first round
+    after which the floor of fitted rows is met and every ratio the stop judges is at most 1 (so one round fewer
+    leaves a ratio above 1 or the floor unmet). Where the design's own sweep went on, the plan's rounds come nearer
+    than the law 1 / sqrt(rows) at the first fitting decision, as benchmarks/projection_accuracy.py measures."""
+    from ut_peft.accessibility.pace import rows_still_needed
+    from ut_peft.accessibility.simulated_intervals import pooled_design
+    from ut_peft.accessibility.stats.simulator import Truth, run_design
+    from ut_peft.accessibility.testing import pooled_sweep_settings
+
+    settings = pooled_sweep_settings(version=7, target_slope_se=2.0, target_n50_se=4.0)
+    design = pooled_design(settings)
+    rows, _ = run_design(design, Truth(slope=20.0, intercept=4.0, rel_width=0.15, nested=False), 5)
+    rounds = design.rounds(rows)
+    assert design.planned_rounds(rows) is None  # stopped
+    assert design.planned_rounds({job: rows[job] for job in rounds[0]}) is None  # bracketing
+    first = next(k for k in range(1, len(rounds)) if design.stop_state(_upto(rows, rounds, k))["stage"] == "fitting")
+    before = _upto(rows, rounds, first)
+    plan = design.planned_rounds(before)
+    assert plan["cells"][0] == tuple(sorted(job[:2] for job in rounds[first]))
+    assert plan["rounds"] == len(plan["cells"]) and plan["rows"] == 8 * plan["rounds"]
+    assert max(plan["ratios"].values()) <= 1.0
+    shorter = design.planned_rounds(before, max_rounds=plan["rounds"] - 1)
+    assert shorter["rounds"] is None and len(shorter["cells"]) == plan["rounds"] - 1
+    state = design.stop_state(before)
+    fitted_before = state["fitted_rows"] + 8 * (plan["rounds"] - 1)
+    assert fitted_before < 64 or max(shorter["ratios"].values()) > 1.0
+    # Nearer the rounds the sweep then dealt than the law (at this seed; the benchmark measures it over many).
+    actual = len(rounds) - first
+    law = rows_still_needed(state, design.batch)["rounds"]
+    assert abs(plan["rounds"] - actual) < abs(law - actual)
+
+
+def _upto(rows: dict, rounds: list, k: int) -> dict:
+    return {job: rows[job] for jobs in rounds[:k] for job in jobs}

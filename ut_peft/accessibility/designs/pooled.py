@@ -84,6 +84,11 @@ def _checked_settings(
     return ms, targets, check_m
 
 
+def _judged_ratios(variance_ratios: dict) -> dict:
+    """:func:`_judged_ratio` of each quantity with a target (a ratio of 0: no target)."""
+    return {name: _judged_ratio(r) for name, r in variance_ratios.items() if r != 0}
+
+
 def _judged_ratio(variance_ratio: float) -> float | None:
     """A quantity's standard error over its target from its variance ratio; None where the variance is infinite or
     undefined (summary.json stays strict JSON, and the stop state does not drop the quantity)."""
@@ -225,7 +230,7 @@ class PooledDesign(Design):
         state.update(
             fitted_rows=judged["fitted_rows"],
             min_rows=self.min_rows,
-            se_ratios={name: _judged_ratio(r) for name, r in judged["ratios"].items() if r != 0},  # 0: no target
+            se_ratios=_judged_ratios(judged["ratios"]),
         )
         return state
 
@@ -419,8 +424,6 @@ class PooledDesign(Design):
         quantity furthest from its target most. Per row, not per expected row-step: weighing by the row cost fitted
         so far sent rows to the cheap accessible side and biased n_50 low by about a token in the simulator (as
         the sequential design's retired cost-aware placement did)."""
-        from ..stats.pooled import widening
-
         cm, cn = [], []
         for m in self.design_ms:
             # Lengths in logits of the widest curve the rows allow (one standard error up): a curve fitted too steep
@@ -430,12 +433,7 @@ class PooledDesign(Design):
             for n in np.unique(np.clip(np.round(mu - np.asarray(self.logit_offsets) * w), 1, self.stop)):
                 cm.append(m)
                 cn.append(int(n))
-        cm_a, cn_a = np.array(cm, dtype=float), np.array(cn, dtype=float)
-        # Each candidate's information on the same widened curve as the rows' (see _fit).
-        widen = widening(fit, cm_a, self.stop_z)
-        eta, jac = fit.model.eta_and_jacobian(fit.theta, cm_a, cn_a, free_delta=True, widen=widen)
-        p = 1.0 / (1.0 + np.exp(-np.clip(eta, -35, 35)))
-        per_row = (p * (1 - p))[:, None, None] * jac[:, :, None] * jac[:, None, :]
+        per_row = self._row_information(fit, cm, cn)
         targets = self._target_variances(scale) / (1.0 if inflation is None else inflation)
         chosen = []
         for _ in range(self.batch):
@@ -445,6 +443,65 @@ class PooledDesign(Design):
             chosen.append((int(cm[k]), int(cn[k])))
             info = info + per_row[k]
         return tuple(sorted(chosen))
+
+    def _row_information(self, fit, ms, ns) -> np.ndarray:
+        """Each row's expected information at (ms, ns), (C, K, K), on the curve the rows' is judged on: ``stop_z``
+        standard errors wider in log width than the fit (see :meth:`_fit`)."""
+        from ..stats.pooled import widening
+
+        ms_a, ns_a = np.array(ms, dtype=float), np.array(ns, dtype=float)
+        widen = widening(fit, ms_a, self.stop_z)
+        eta, jac = fit.model.eta_and_jacobian(fit.theta, ms_a, ns_a, free_delta=True, widen=widen)
+        p = 1.0 / (1.0 + np.exp(-np.clip(eta, -35, 35)))
+        return (p * (1 - p))[:, None, None] * jac[:, :, None] * jac[:, None, :]
+
+    def planned_rounds(self, rows: dict, max_rounds: int = 200) -> dict | None:
+        """How many more rounds this design would deal before it stops, if the fit it places them on now held: the
+        round now due as the design deals it, then round after round placed the same way, each adding its rows'
+        expected information (on the curve the stop judges, ``stop_z`` wider), until the floor of fitted rounds and
+        rows is met and every standard error the stop judges is at or below its target.
+
+        What it leaves out: the fit moves as rows land (it assumes none of that), and only the outcomes' information
+        is added for the rows to come (a design that also reads the step counts gains more from each row, so it
+        stops sooner). Unlike the law that every standard error falls as 1 / sqrt(rows)
+        (:func:`.pace.rows_still_needed`), it places the rows where the design will, near n_50, where a row tells
+        more than a bracketing row did.
+
+        None unless the design is fitting (bracketing: no fit; stopped: nothing left) or where its information
+        cannot be inverted; else ``{"rounds", "rows", "cells", "ratios"}``: ``rounds`` and ``rows`` None where
+        ``max_rounds`` rounds do not meet the targets, ``cells`` the (m, n) of each planned round, ``ratios`` each
+        standard error over its target after them (the stop's own ratios, as :meth:`stop_state` gives them)."""
+        done, missing, used = self._walk(rows)
+        key = tuple(used)
+        if not missing or self._judged.get(key) is None:
+            return None
+        flat = [r for rnd in used for r in rnd]
+        fit, info, _, inflation = self._fit(flat)
+        fitted_rounds = sum(1 for k in range(len(used)) if self._all_bracketed(used[:k]))
+        fitted_rows = self._judged[key]["fitted_rows"]
+        planned: list[tuple[tuple[int, int], ...]] = []
+        try:
+            for _ in range(max_rounds):
+                # The round now due first, as _choose deals it (where the step counts' relief placed it on the
+                # outcomes' information alone, as this places every later round).
+                chosen = self._greedy(fit, info, flat, inflation=inflation)
+                added = self._row_information(fit, [c[0] for c in chosen], [c[1] for c in chosen]).sum(0)
+                info = info + added
+                planned.append(chosen)
+                fitted_rounds, fitted_rows = fitted_rounds + 1, fitted_rows + len(chosen)
+                ratios = self._ratios(info, inflation=inflation)
+                if fitted_rounds >= self.min_rounds and fitted_rows >= self.min_rows and max(ratios.values()) <= 1.0:
+                    break
+            else:
+                return {"rounds": None, "rows": None, "cells": planned, "ratios": _judged_ratios(ratios)}
+        except np.linalg.LinAlgError:
+            return None
+        return {
+            "rounds": len(planned),
+            "rows": sum(len(c) for c in planned),
+            "cells": planned,
+            "ratios": _judged_ratios(ratios),
+        }
 
     def summary_fit(self, rows: dict) -> dict | None:
         """The pooled estimate of what ``rows`` hold (see :func:`pooled_estimates`)."""
