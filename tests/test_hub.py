@@ -776,11 +776,15 @@ class FakeHubRepo(RecordingHfApi):
     def upload_folder(self, **kwargs):
         from pathlib import Path
 
-        from huggingface_hub.utils import filter_repo_objects
+        from huggingface_hub.utils import DEFAULT_IGNORE_PATTERNS, filter_repo_objects
 
         super().upload_folder(**kwargs)
         root = Path(kwargs["folder_path"])
-        added = {path.relative_to(root).as_posix(): path.read_bytes() for path in root.rglob("*") if path.is_file()}
+        found = {path.relative_to(root).as_posix(): path for path in root.rglob("*") if path.is_file()}
+        # What upload_folder uploads: every file but those its default ignore patterns match (.git/, the
+        # .cache/huggingface/ folder of a download into a local folder).
+        kept = filter_repo_objects(list(found), ignore_patterns=DEFAULT_IGNORE_PATTERNS)
+        added = {name: found[name].read_bytes() for name in kept}
         patterns = kwargs.get("delete_patterns")
         deleted = set(filter_repo_objects(list(self.files), allow_patterns=patterns)) if patterns else set()
         self.files = {
@@ -849,3 +853,23 @@ def test_a_folder_whose_other_weights_file_was_left_by_an_earlier_save_is_not_pu
     (tmp_path / "adapter_model.safetensors").unlink()
     push_adapter_to_hub(tmp_path, "someone/x", api=hub)
     assert sorted(hub.files) == [".gitattributes", "README.md", "adapter_config.json", "adapter_model.bin"]
+
+
+def test_a_dry_run_lists_the_files_the_upload_sends_and_not_those_it_leaves_out(tmp_path):
+    """The dry run listed every file under the folder, also those upload_folder never sends: the .cache/huggingface/
+    folder `hf download REPO --local-dir FOLDER` writes into a folder, and a clone's .git/. A folder downloaded to be
+    trained further and pushed again showed files that would not be uploaded, and a wrong count."""
+    get_peft_model(tiny_model("llama"), UTReprogramConfig()).save_pretrained(tmp_path)
+    for name in (".cache/huggingface/.gitignore", ".cache/huggingface/download/adapter_model.safetensors.metadata"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("as hf download --local-dir writes it\n")
+    (tmp_path / ".git").mkdir()
+    (tmp_path / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    (tmp_path / "notes.txt").write_text("a file of the user's, uploaded like every other\n")
+    plan = push_adapter_to_hub(tmp_path, "someone/x", dry_run=True)
+    hub = FakeHubRepo()
+    push_adapter_to_hub(tmp_path, "someone/x", api=hub)
+    uploaded = {name: len(data) for name, data in hub.files.items() if name != ".gitattributes"}
+    assert dict(plan.files) == uploaded
+    assert sorted(uploaded) == ["README.md", "adapter_config.json", "adapter_model.safetensors", "notes.txt"]
+    assert str(plan).startswith("would create someone/x (the account's default visibility) if needed and upload 4 ")

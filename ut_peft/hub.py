@@ -827,10 +827,14 @@ def push_adapter_to_hub(
         updated = None
     card = str(updated if updated is not None else render_model_card(adapter_config, repo_id=repo_id, **card_kwargs))
     if dry_run:
+        from huggingface_hub.utils import DEFAULT_IGNORE_PATTERNS, filter_repo_objects
+
         root = Path(folder)
-        files = sorted(
-            (path.relative_to(root).as_posix(), path.stat().st_size) for path in root.rglob("*") if path.is_file()
-        )
+        found = {path.relative_to(root).as_posix(): path.stat().st_size for path in root.rglob("*") if path.is_file()}
+        # The files upload_folder sends: not those its default ignore patterns match (.git/, and the
+        # .cache/huggingface/ folder `hf download --local-dir` writes), which it leaves out whatever it is asked.
+        sent = filter_repo_objects(list(found), ignore_patterns=DEFAULT_IGNORE_PATTERNS)
+        files = sorted((name, found[name]) for name in sent)
         if "README.md" not in {name for name, _ in files}:
             files = sorted([*files, ("README.md", len(card.encode()))])
         else:
