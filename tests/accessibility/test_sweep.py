@@ -1136,6 +1136,28 @@ def test_a_report_on_another_device_type_keeps_the_support_the_folder_recorded(t
     assert load_summary(tmp_path).support == cpu.support and "again on cpu" in capsys.readouterr().out
 
 
+def test_a_run_ending_on_another_device_type_keeps_the_support_the_folder_recorded(tmp_path, llama, capsys):
+    """A finished GPU run resumed on a CPU machine (nothing left to cram) ends by writing its summary again: it
+    measured the support on the CPU and replaced the GPU's digits, where a report keeps them. The run keeps them too,
+    and says so."""
+    import dataclasses
+
+    from ut_peft.accessibility import summaries
+
+    run_sweep(small_config(), tmp_path, model=llama, progress=False, report=False)
+    cpu = load_summary(tmp_path)
+    off = 1 + 1e-6
+    support = {**cpu.support, "radius": cpu.support["radius"] * off, "device": "cuda"}
+    gpu = dataclasses.replace(cpu, support=support, bounds={k: v * off for k, v in cpu.bounds.items()})
+    summaries.write_summary(tmp_path, gpu)
+    block = _support_block(tmp_path)
+    capsys.readouterr()
+    run_sweep(small_config(), tmp_path, model=llama, progress=False, report=False)  # resumed: every row is written
+    assert _support_block(tmp_path) == block
+    assert load_summary(tmp_path).bounds == gpu.bounds
+    assert "keeps them as recorded" in capsys.readouterr().out
+
+
 def test_leftover_snapshots_of_a_run_under_other_settings_are_never_continued(tmp_path, llama, monkeypatch):
     import dataclasses
 

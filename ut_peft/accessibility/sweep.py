@@ -697,7 +697,11 @@ def _finish_sweep(
         # The settings as settings.json stores them (keys sorted, tuples as lists, int keys as strings), as
         # summarize_folder reads them: a summary and report are the same bytes however they were written.
         settings = json.loads(json.dumps(settings, sort_keys=True))
-        summary = summarize(config, settings, rows, model, tokenizer)
+        # A folder resumed on another device type than its summary's support was measured on (a finished GPU run
+        # rerun on a CPU machine, or a run moved between them) keeps that measurement, as a report does.
+        summary = _summarize_keeping_support(
+            config, settings, rows, model, tokenizer, output_dir, remeasure=False, written=True
+        )
         summary.bounds_published = published_bounds.summary_entry_for(output_dir, settings["model"])
         summary.retargeted_from = store.read_retargeted(output_dir)
         summary.calibrated = _calibrated(config, output_dir, rows)
@@ -803,24 +807,9 @@ def _summarize_folder(
     config = SweepConfig.from_settings(store.recorded_settings(output_dir, settings, support_context(model)))
     given = {"support_sequences": support_sequences, "support_seq_len": support_seq_len}
     _check_given_support(config, output_dir, {k: v for k, v in given.items() if v is not None})
-    recorded = _recorded_summary(output_dir)
-    measured_before = None if recorded is None else support_device(recorded.support)
-    here = measuring_device(model)
-    # Measured on another device type, the support's trailing digits (and the bounds') would differ from the folder's:
-    # a report keeps the folder's measurement, unless asked to measure it here or it is not one of these sequences.
-    keep = (
-        recorded is not None
-        and measured_before != here
-        and not remeasure_support
-        and _measures_these_sequences(recorded, config, model, tokenizer)
+    summary = _summarize_keeping_support(
+        config, settings, rows, model, tokenizer, output_dir, remeasure=remeasure_support, written=write
     )
-    kept = (recorded.support, recorded.bounds) if keep and recorded is not None else None
-    summary = summarize(config, settings, rows, model, tokenizer, recorded_support=kept)
-    if kept is not None and measured_before is not None:
-        print(_kept_support_note(output_dir, measured_before, here, write), flush=True)
-    elif measured_before is not None and measured_before != support_device(summary.support):
-        # Said, not left for a reader to find: the bounds printed here are not the digits the folder's summary held.
-        print(_support_device_note(output_dir, measured_before, support_device(summary.support), write), flush=True)
     summary.bounds_published = published_bounds.summary_entry_for(output_dir, settings["model"])
     summary.retargeted_from = store.read_retargeted(output_dir)
     summary.calibrated = _calibrated(config, output_dir, rows)
@@ -854,6 +843,41 @@ def _folder_tokenizer(output_dir: Path, config: SweepConfig, settings: dict):
         ) from err
 
 
+def _summarize_keeping_support(
+    config: SweepConfig,
+    settings: dict,
+    rows: dict,
+    model,
+    tokenizer,
+    output_dir: Path,
+    *,
+    remeasure: bool,
+    written: bool,
+) -> summaries.Summary:
+    """:func:`summarize`, keeping the support block and bounds the folder's summary records where they were measured
+    on another device type than ``model`` runs on (and are a measurement of these support sequences), unless
+    ``remeasure``: measured again, their trailing digits would differ from the folder's, and neither a report nor a
+    run that ends on another machine changes finished work. Says which it did where the folder's summary was
+    measured elsewhere."""
+    recorded = _recorded_summary(output_dir)
+    measured_before = None if recorded is None else support_device(recorded.support)
+    here = measuring_device(model)
+    keep = (
+        recorded is not None
+        and measured_before != here
+        and not remeasure
+        and _measures_these_sequences(recorded, config, model, tokenizer)
+    )
+    kept = (recorded.support, recorded.bounds) if keep and recorded is not None else None
+    summary = summarize(config, settings, rows, model, tokenizer, recorded_support=kept)
+    if kept is not None and measured_before is not None:
+        print(_kept_support_note(output_dir, measured_before, here, written), flush=True)
+    elif measured_before is not None and measured_before != support_device(summary.support):
+        # Said, not left for a reader to find: the bounds printed here are not the digits the folder's summary held.
+        print(_support_device_note(output_dir, measured_before, support_device(summary.support), written), flush=True)
+    return summary
+
+
 def _recorded_summary(output_dir: Path) -> summaries.Summary | None:
     """``output_dir``'s summary.json; None where none reads (none yet, damaged, or of an older schema)."""
     try:
@@ -881,10 +905,10 @@ def _measures_these_sequences(recorded: summaries.Summary, config: SweepConfig, 
 def _kept_support_note(output_dir: Path, before: str, here: str, written: bool) -> str:
     """What a report says where it keeps the support bounds a folder's summary records from another device type."""
     return (
-        f"note: {output_dir}'s summary.json holds support bounds measured on {before}, and this report runs on "
-        f"{here}: it keeps them as recorded (the support block and the bounds; the ratios are theirs over the "
-        f"slope), since measured again on {here} their trailing digits would differ (a float32 forward rounds "
-        "differently on each device) and a report does not change finished work; "
+        f"note: {output_dir}'s summary.json holds support bounds measured on {before}, and the model here runs on "
+        f"{here}: the summary keeps them as recorded (the support block and the bounds; the ratios are theirs over "
+        f"the slope), since measured again on {here} their trailing digits would differ (a float32 forward rounds "
+        "differently on each device) and finished work is not changed; "
         + ("summary.json keeps them" if written else "nothing was written")
         + f". To measure them on {here} instead: --report-only --remeasure-support (from Python: "
         "summarize_folder(folder, remeasure_support=True))"
