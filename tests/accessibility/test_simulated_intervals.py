@@ -196,6 +196,19 @@ def test_bad_requests_get_clear_errors(rows):
         fitted_truth(one_m, SETTINGS)
 
 
+@pytest.mark.parametrize("seed", [-1, -2, 1.5, True])
+def test_calibrate_refuses_a_seed_that_is_no_whole_number_from_0_naming_it(rows, seed):
+    """calibrate(seed=-2) simulated until numpy stopped it with "expected non-negative integer", naming no argument;
+    seed=-1 ran, its simulated sweeps numbered from 0 (seed 0's are numbered from the repeat base)."""
+    with pytest.raises(ValueError, match=r"seed .*a whole number >= 0.*got"):
+        calibrate(rows, SETTINGS, repeats=50, seed=seed)
+
+
+def test_calibrate_refuses_workers_below_1_before_anything_is_fitted(rows):
+    with pytest.raises(ValueError, match=r"workers .*>= 1 \(got 0\)"):
+        calibrate({}, SETTINGS, repeats=50, workers=0)  # no rows: a fit would fail first, naming them
+
+
 def test_the_file_is_written_whole_and_a_broken_one_is_refused(tmp_path, calibration):
     write_calibration(tmp_path, calibration)
     assert read_calibration(tmp_path) == calibration

@@ -293,6 +293,13 @@ def calibrate(
             f"repeats is the number of simulated sweeps a calibration's quantile comes from; 95% quantiles need at "
             f"least {MIN_REPEATS} ({DEFAULT_REPEATS} by default; got {repeats!r})"
         )
+    # Checked here, not where numpy meets it: -2 failed there with numpy's words, naming no argument, and -1 ran.
+    if not (isinstance(seed, int) and not isinstance(seed, bool) and seed >= 0):
+        raise ValueError(
+            f"seed picks the simulated sweeps and must be a whole number >= 0, as numpy's seeds are (got {seed!r})"
+        )
+    if not (isinstance(workers, int) and not isinstance(workers, bool) and workers >= 1):
+        raise ValueError(f"workers is the number of processes that simulate the repeats: >= 1 (got {workers!r})")
     design = pooled_design(settings)
     estimate = design.summary_fit(rows)
     if estimate is None or not estimate["converged"]:
