@@ -122,3 +122,28 @@ def test_an_assembled_gguf_appears_whole_in_the_cache_or_not_at_all(tmp_path, mo
     import fake_assembler
 
     assert len(fake_assembler.calls) == 2
+
+
+def test_a_local_model_folder_named_like_a_bundled_model_is_refused_not_replaced_by_it(tmp_path, monkeypatch):
+    # Was silent: load_model("smollm2") loaded the bundled Q4_1 copy while ./smollm2 held the user's own model (say
+    # `hf download ... --local-dir smollm2`), which transformers' from_pretrained("smollm2") reads.
+    from ut_peft.cli.common import check_model
+    from ut_peft.models import load_tokenizer
+    from ut_peft.testing import tiny_model, word_tokenizer
+
+    monkeypatch.setenv("UT_PEFT_CACHE", str(tmp_path / "cache"))
+    tiny_model("llama").save_pretrained(tmp_path / "cache" / "smollm2-135m-0.1.2")  # the bundled copy, converted
+    word_tokenizer(20).save_pretrained(tmp_path / "cache" / "smollm2-135m-0.1.2")
+    tiny_model("gpt2").save_pretrained(tmp_path / "work" / "smollm2")
+    word_tokenizer(20).save_pretrained(tmp_path / "work" / "smollm2")
+    (tmp_path / "work" / "smollm2-135m").mkdir()  # a run's output folder named after the model: no model in it
+    monkeypatch.chdir(tmp_path / "work")
+    refusal = r"'smollm2' names the bundled model smollm2-135m and the model folder smollm2 here: give .*'\./smollm2'"
+    with pytest.raises(ValueError, match=refusal):
+        load_model("smollm2")
+    with pytest.raises(ValueError, match=refusal):
+        load_tokenizer("smollm2")
+    with pytest.raises(ValueError, match="--model " + refusal):
+        check_model("smollm2")
+    assert type(load_model("./smollm2")).__name__ == "GPT2LMHeadModel"
+    assert check_model("smollm2-135m") == "smollm2-135m"

@@ -281,9 +281,27 @@ def is_bundled(name: str) -> bool:
     return bundled_model(name) is not None
 
 
+def check_not_a_local_model_folder(name: str) -> None:
+    """Refuse a bundled model's name that also names a transformers model folder here (``./smollm2`` after ``hf
+    download ... --local-dir smollm2``): ``from_pretrained`` would read that folder, and taking the bundled copy
+    instead would swap the model without a word. A folder without config.json (a run's output folder named after
+    the model) holds no model and is not in the way."""
+    spec = bundled_model(name)
+    if spec is None or not (Path(name).expanduser() / "config.json").is_file():
+        return
+    others = [alias for alias, target in _ALIASES.items() if target == spec.name and alias != name.lower()]
+    others = [alias for alias in dict.fromkeys([spec.name, *others]) if not Path(alias).exists()]
+    raise ValueError(
+        f"{name!r} names the bundled model {spec.name} and the model folder {name} here: give {'./' + name!r} (or "
+        "its absolute path) for the folder, or "
+        + (f"{others[0]!r} for the bundled model" if others else "run from another folder for the bundled model")
+    )
+
+
 def resolve_model_path(name_or_path: str) -> str:
     """A path or hub id that ``from_pretrained`` accepts for ``name_or_path``."""
     if is_bundled(name_or_path):
+        check_not_a_local_model_folder(name_or_path)
         return str(bundled_model_folder(name_or_path))
     if is_gguf_path(name_or_path):
         return str(gguf_model_folder(name_or_path))

@@ -620,10 +620,21 @@ def check_model(name, flag: str = "--model") -> str:
     reachable. Fails in seconds where loading would fail after a minute of retries (a Hub id while offline)."""
     from huggingface_hub import try_to_load_from_cache
 
-    from ..models import BUNDLED_MODELS, hub_offline, hub_unreachable, is_bundled, is_gguf_path
+    from ..models import (
+        BUNDLED_MODELS,
+        check_not_a_local_model_folder,
+        hub_offline,
+        hub_unreachable,
+        is_bundled,
+        is_gguf_path,
+    )
 
     name = str(name)
     if is_bundled(name):
+        try:
+            check_not_a_local_model_folder(name)
+        except ValueError as err:
+            raise ValueError(f"{flag} {err}") from None
         return name
     path = Path(name).expanduser()
     looks_like_path = name.startswith((".", "/", "~")) or os.sep in name and path.exists() or is_gguf_path(name)
