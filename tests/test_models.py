@@ -147,3 +147,16 @@ def test_a_local_model_folder_named_like_a_bundled_model_is_refused_not_replaced
         check_model("smollm2")
     assert type(load_model("./smollm2")).__name__ == "GPT2LMHeadModel"
     assert check_model("smollm2-135m") == "smollm2-135m"
+
+
+def test_torch_dtype_is_read_as_dtype_not_dropped(tmp_path):
+    # Was silent: transformers takes dtype over torch_dtype, and load_model always passed dtype="float32".
+    from ut_peft.testing import tiny_model
+
+    tiny_model("llama").save_pretrained(tmp_path)
+    assert load_model(str(tmp_path), torch_dtype=torch.bfloat16).dtype == torch.bfloat16
+    assert load_model(str(tmp_path), torch_dtype="float16").dtype == torch.float16
+    assert load_model(str(tmp_path), dtype="bfloat16", torch_dtype=torch.bfloat16).dtype == torch.bfloat16
+    assert load_model(str(tmp_path)).dtype == torch.float32
+    with pytest.raises(ValueError, match="dtype='float16' and torch_dtype=torch.bfloat16 disagree: give dtype alone"):
+        load_model(str(tmp_path), dtype="float16", torch_dtype=torch.bfloat16)

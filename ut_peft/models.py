@@ -309,12 +309,21 @@ def resolve_model_path(name_or_path: str) -> str:
 
 
 def load_model(
-    name_or_path: str = DEFAULT_MODEL, *, dtype: torch.dtype | str = "float32", device_map=None, **kwargs
+    name_or_path: str = DEFAULT_MODEL, *, dtype: torch.dtype | str | None = None, device_map=None, **kwargs
 ) -> transformers.PreTrainedModel:
     """Load a causal LM by bundled name, local folder or hub id (``device_map`` goes to Accelerate); ``dtype`` a
-    ``torch.dtype`` or its name, as transformers takes it."""
+    ``torch.dtype`` or its name, as transformers takes it (default float32). ``torch_dtype``, its former name in
+    transformers, is read as ``dtype``: transformers takes ``dtype`` over it, so passed on beside the default it was
+    dropped."""
     import transformers
 
+    torch_dtype = kwargs.pop("torch_dtype", None)
+    if torch_dtype is not None and dtype is not None and _dtype_name(torch_dtype) != _dtype_name(dtype):
+        raise ValueError(
+            f"dtype={dtype!r} and torch_dtype={torch_dtype!r} disagree: give dtype alone (torch_dtype is its former "
+            "name in transformers)"
+        )
+    dtype = dtype if dtype is not None else torch_dtype if torch_dtype is not None else "float32"
     path = resolve_model_path(name_or_path)
     if not is_bundled(name_or_path) and not Path(path).exists() and "/" not in str(name_or_path):
         raise ValueError(
@@ -349,6 +358,10 @@ def load_tokenizer(name_or_path: str = DEFAULT_MODEL, **kwargs):
         if isinstance(err, OSError) and _is_hub_id(str(name_or_path)) and _not_in_cache(err):
             raise OSError(hub_unreachable(str(name_or_path))) from None
         raise
+
+
+def _dtype_name(dtype) -> str:
+    return str(dtype).removeprefix("torch.")
 
 
 def load_model_and_tokenizer(name_or_path: str = DEFAULT_MODEL, **kwargs):
