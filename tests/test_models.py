@@ -160,3 +160,22 @@ def test_torch_dtype_is_read_as_dtype_not_dropped(tmp_path):
     assert load_model(str(tmp_path)).dtype == torch.float32
     with pytest.raises(ValueError, match="dtype='float16' and torch_dtype=torch.bfloat16 disagree: give dtype alone"):
         load_model(str(tmp_path), dtype="float16", torch_dtype=torch.bfloat16)
+
+
+def test_the_tokenizer_comes_from_the_revision_and_cache_the_model_comes_from(tmp_path, monkeypatch):
+    # Was silent: load_model_and_tokenizer gave the model at revision="v1" from cache_dir and read the tokenizer from
+    # the default cache's main branch (or failed there: "not in the local Hugging Face cache").
+    from ut_peft.testing import tiny_model, word_tokenizer
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    repo = tmp_path / "hub" / "models--someone--tiny"
+    for revision, commit, size in (("main", "a" * 40, 20), ("v1", "b" * 40, 30)):
+        snapshot = repo / "snapshots" / commit
+        tiny_model("llama", vocab_size=size).save_pretrained(snapshot)
+        word_tokenizer(size).save_pretrained(snapshot)
+        (repo / "refs").mkdir(parents=True, exist_ok=True)
+        (repo / "refs" / revision).write_text(commit)
+    model, tokenizer = ut_peft.load_model_and_tokenizer(
+        "someone/tiny", cache_dir=str(tmp_path / "hub"), revision="v1", local_files_only=True
+    )
+    assert model.config.vocab_size == len(tokenizer) == 30

@@ -364,5 +364,22 @@ def _dtype_name(dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
+# The keywords of from_pretrained that say which files of a model are read (and whether its code may run), and so
+# also which tokenizer goes with it: transformers' pipeline passes its hub keywords to both the same way.
+SHARED_WITH_TOKENIZER = (
+    "revision",
+    "cache_dir",
+    "token",
+    "local_files_only",
+    "force_download",
+    "proxies",
+    "trust_remote_code",
+)
+
+
 def load_model_and_tokenizer(name_or_path: str = DEFAULT_MODEL, **kwargs):
-    return load_model(name_or_path, **kwargs), load_tokenizer(name_or_path)
+    """:func:`load_model` and :func:`load_tokenizer` of one model; ``kwargs`` go to the model, and those that say
+    where its files are (``revision``, ``cache_dir``, ``token``, ...: :data:`SHARED_WITH_TOKENIZER`) to the
+    tokenizer too, so both are read from one snapshot."""
+    tokenizer_kwargs = {key: kwargs[key] for key in SHARED_WITH_TOKENIZER if key in kwargs}
+    return load_model(name_or_path, **kwargs), load_tokenizer(name_or_path, **tokenizer_kwargs)
