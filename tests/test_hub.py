@@ -873,3 +873,83 @@ def test_a_dry_run_lists_the_files_the_upload_sends_and_not_those_it_leaves_out(
     assert dict(plan.files) == uploaded
     assert sorted(uploaded) == ["README.md", "adapter_config.json", "adapter_model.safetensors", "notes.txt"]
     assert str(plan).startswith("would create someone/x (the account's default visibility) if needed and upload 4 ")
+
+
+class _MirrorHub:
+    """A Hub mirror on a local port that answers the calls of a push as the Hub does (create the repository, list its
+    files, validate the card, preupload, commit), so that huggingface_hub's own upload runs against it."""
+
+    def __init__(self):
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        hub = self
+        self.paths = []
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def reply(self, body):
+                data = json.dumps(body).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self):
+                hub.paths.append(self.path)
+                self.reply([] if "/tree/" in self.path else {})
+
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                hub.paths.append(self.path)
+                request = None if "/commit/" in self.path else json.loads(body)  # a commit's body is JSON lines
+                if self.path == "/api/repos/create":
+                    self.reply({"url": f"{hub.url}/{request['organization']}/{request['name']}"})
+                elif "/preupload/" in self.path:
+                    files = [
+                        {"path": f["path"], "uploadMode": "regular", "shouldIgnore": False} for f in request["files"]
+                    ]
+                    self.reply({"files": files})
+                elif "/commit/" in self.path:
+                    repo = self.path.split("/api/models/")[1].split("/commit/")[0]
+                    self.reply({"commitUrl": f"{hub.url}/{repo}/commit/abc123", "commitOid": "abc123"})
+                else:
+                    self.reply({"errors": [], "warnings": []})  # /api/validate-yaml: the card's metadata is fine
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_port}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+def test_ut_peft_push_names_the_repository_on_the_hub_it_uploaded_to(tmp_path):
+    """With HF_ENDPOINT pointing at a mirror the push said "uploaded ... to https://huggingface.co/someone/x", a page
+    of another Hub that may not hold the repository; it names the one the upload went to. A fresh process:
+    huggingface_hub reads HF_ENDPOINT when it is imported."""
+    import os
+    import subprocess
+    import sys
+
+    mirror = _MirrorHub()
+    try:
+        get_peft_model(tiny_model("llama"), UTReprogramConfig()).save_pretrained(tmp_path / "adapter")
+        env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "HTTP_PROXY", "HTTPS_PROXY")}
+        env.update(HF_ENDPOINT=mirror.url, HF_TOKEN="hf_test", OMP_NUM_THREADS="1", NO_PROXY="127.0.0.1")
+        argv = [sys.executable, "-m", "ut_peft", "push", str(tmp_path / "adapter"), "someone/x"]
+        done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300)
+    finally:
+        mirror.server.shutdown()
+    assert done.returncode == 0, done.stderr
+    assert "/api/models/someone/x/commit/main" in mirror.paths  # uploaded there, by huggingface_hub's own calls
+    assert f"to {mirror.url}/someone/x:" in done.stdout and "huggingface.co" not in done.stdout, done.stdout
+
+
+def test_a_push_that_cannot_reach_its_apis_endpoint_names_that_endpoint(tmp_path):
+    """The Python push with an HfApi for another endpoint said it could not reach https://huggingface.co."""
+    get_peft_model(tiny_model("llama"), UTReprogramConfig()).save_pretrained(tmp_path)
+    api = UnreachableHfApi()
+    api.endpoint = "https://hub.mirror.example"
+    with pytest.raises(ConnectionError, match="cannot reach the Hub at https://hub.mirror.example "):
+        push_adapter_to_hub(tmp_path, "someone/x", api=api)

@@ -734,9 +734,9 @@ def _check_repo_id(repo_id: str) -> None:
         ) from None
 
 
-def _unreachable_error(err: BaseException, done: str) -> ConnectionError:
-    """The one line for a push that could not reach the Hub; ``done`` says what became of the upload."""
-    endpoint = os.environ.get("HF_ENDPOINT") or "https://huggingface.co"
+def _unreachable_error(err: BaseException, done: str, endpoint: str) -> ConnectionError:
+    """The one line for a push that could not reach the Hub at ``endpoint`` (the ``HfApi``'s: HF_ENDPOINT's, or the
+    one it was made for); ``done`` says what became of the upload."""
     reason = f"{type(err).__name__}: {' '.join(str(err).split())}" if str(err) else type(err).__name__
     if isinstance(err, ConnectionError) and type(err).__name__ == "OfflineModeIsEnabled":
         why = "huggingface_hub is offline (HF_HUB_OFFLINE is set; unset it to push)"
@@ -847,7 +847,7 @@ def push_adapter_to_hub(
         visibility = None if private is None else api.repo_info(repo_id=repo_id, repo_type="model").private
     except Exception as err:
         if is_unreachable_error(err):
-            raise _unreachable_error(err, "nothing was uploaded") from err
+            raise _unreachable_error(err, "nothing was uploaded", api.endpoint) from err
         raise
     if private is not None:
         if bool(visibility) != private:
@@ -877,6 +877,6 @@ def push_adapter_to_hub(
     except Exception as err:
         if is_unreachable_error(err):
             raise _unreachable_error(
-                err, "the upload was not committed: push again once the Hub can be reached"
+                err, "the upload was not committed: push again once the Hub can be reached", api.endpoint
             ) from err
         raise

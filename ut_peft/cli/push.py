@@ -28,7 +28,12 @@ def main(args):
         commit_message=args.commit_message,
         dry_run=args.dry_run,
     )
-    print(result if args.dry_run else f"uploaded {folder} to https://huggingface.co/{args.repo_id}: {result}")
+    if args.dry_run:
+        print(result)
+        return
+    # The repository's page on the Hub the commit went to, as huggingface_hub returns it (HF_ENDPOINT's mirror, where
+    # it points to one), not huggingface.co's, which may not hold it.
+    print(f"uploaded {folder} to {result.repo_url}: {result.commit_url}")
 
 
 def parse(argv=None, *, prog: str | None = None):
