@@ -159,3 +159,22 @@ def test_an_adapter_on_a_universal_backbone_of_any_seed_rebuilds_its_base(tmp_pa
     model.save_pretrained(tmp_path)
     rebuilt = PeftModel.from_pretrained(backbone_from_adapter(tmp_path), tmp_path)
     assert torch.equal(rebuilt(input_ids=ids).logits, model(input_ids=ids).logits)
+
+
+def test_a_config_dict_field_the_model_never_reads_is_refused_naming_it():
+    # Was silent: {"n_layers": 1} (GPT-2's field is n_layer) was stored on the config as a plain attribute and the
+    # backbone built with GPT-2's default 12 layers.
+    fields = {"model_type": "gpt2", "n_embd": 16, "n_head": 2, "vocab_size": 50, "bos_token_id": 0, "eos_token_id": 0}
+    with pytest.raises(ValueError, match=r"no field GPT2Config has: n_layers \(did you mean n_layer\?\)"):
+        random_backbone({**fields, "n_layers": 1})
+    assert random_backbone({**fields, "n_layer": 1}).config.n_layer == 1
+    assert random_backbone({**fields, "num_hidden_layers": 1}).config.n_layer == 1  # GPT-2's attribute_map
+    for config in (tiny_config("llama"), tiny_config("gemma3")):  # a saved config's fields all count
+        assert random_backbone(config.to_dict(), seed=2).config.num_hidden_layers == 2
+    # a former name the class still converts (config.json files of transformers 4 set rope_theta) is read
+    llama = {**tiny_config("llama").to_dict(), "rope_parameters": None, "rope_theta": 5e5, "torch_dtype": "float32"}
+    assert random_backbone(llama).config.rope_parameters["rope_theta"] == 5e5
+    from ut_peft.universal import UniversalTransformerConfig
+
+    universal = UniversalTransformerConfig(weights="random", hidden_size=16, head_dim=4, seed=3).to_dict()
+    assert random_backbone(universal, seed=3).config.hidden_size == 16

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
+import inspect
 import json
 import os
 import warnings
@@ -26,9 +29,14 @@ def random_backbone(
     ut-peft's universal backbones (``UniversalTransformerConfig``) draw their frozen weights from the config's own
     ``seed`` field; ``seed`` here must equal it (it then draws E, U and the positions too), since a different value
     would leave the frozen weights as they are while the call reads as another random backbone.
+
+    A ``config`` dict's field that its config class has no parameter, field or alias for (``n_layers`` for GPT-2's
+    ``n_layer``) is refused: the config would only store it, and the backbone get the class's default in its place.
     """
     if isinstance(config, dict):
-        config = transformers.AutoConfig.for_model(**config)
+        fields = config
+        config = transformers.AutoConfig.for_model(**fields)
+        _refuse_unread_fields(config, fields)
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise ValueError(f"seed must be a non-negative int, got {seed!r}")
     if getattr(config, "model_type", None) == "universal_transformer" and config.seed != seed:
@@ -38,6 +46,35 @@ def random_backbone(
             f"or pass seed={config.seed} for this one"
         )
     return draw_backbone(config, seed, dtype)
+
+
+def _refuse_unread_fields(config: transformers.PretrainedConfig, fields: dict) -> None:
+    """Refuse the keys of a config dict that ``config`` only stored as plain attributes: fields of no parameter,
+    attribute or alias of its class (a misspelling, ``n_layers`` for GPT-2's ``n_layer``), which no model code reads,
+    so the backbone would be built with the class's default in their place."""
+    cls = type(config)
+    known = set(inspect.signature(cls.__init__).parameters) | set(getattr(cls, "attribute_map", {}))
+    if dataclasses.is_dataclass(cls):
+        known |= {field.name for field in dataclasses.fields(cls)}
+    try:  # and what its __init__ sets itself (UniversalTransformerConfig's use_cache)
+        known |= set(vars(cls()))
+    except Exception:  # noqa: BLE001 - a class that takes no defaults: its parameters and fields are what counts
+        pass
+    stored = vars(config)
+    unread = [key for key in fields if key != "model_type" and not key.startswith("_") and key not in known]
+    unread = [key for key in unread if key in stored]  # not a former name the class converted (rope_theta)
+    if unread:
+        names = sorted(name for name in known if not name.startswith("_") and name not in ("self", "kwargs"))
+        hints = [
+            f"{key} (did you mean {close[0]}?)" if (close := difflib.get_close_matches(key, names, n=1)) else key
+            for key in unread
+        ]
+        raise ValueError(
+            f"the config dict sets {len(unread)} field{'s' if len(unread) > 1 else ''} the model would never read, "
+            f"no field {cls.__name__} has: {', '.join(hints)}; rename or drop them (the backbone would be built with "
+            f"{cls.__name__}'s defaults in their place), or build the config yourself "
+            "(transformers.AutoConfig.for_model(...)) to keep extra attributes on it"
+        )
 
 
 def backbone_from_adapter(adapter_dir: Union[str, os.PathLike], dtype: torch.dtype | None = None):
