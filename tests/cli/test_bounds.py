@@ -120,3 +120,73 @@ def test_report_only_refuses_a_measurement_flag_it_would_drop(model_dir, tmp_pat
     # --model picks the default --output, and --plot where to draw: both still count under --report-only.
     bounds("--report-only", "--output", out, "--plot", tmp_path / "again.png")
     assert (tmp_path / "again.png").is_file()
+
+
+FAST = ["--lengths", 4, "--sequences-per-length", 3, "--support-sequences", 2, "--no-progress"]
+
+
+def test_measuring_never_replaces_a_plot_without_overwrite_as_it_never_replaces_the_estimate(model_dir, tmp_path):
+    """The estimate needed --overwrite to be replaced, its plot did not: a measurement to a new --output with a
+    --plot that existed replaced that file (another estimate's plot, or any file of that name) without a word."""
+    out, plot = tmp_path / "new.json", tmp_path / "kept.png"
+    plot.write_bytes(b"another estimate's plot")
+    with pytest.raises(ValueError, match=r"--plot .*kept\.png already exists; pass --overwrite to replace it"):
+        bounds("--model", model_dir, *FAST, "--output", out, "--plot", plot)
+    assert plot.read_bytes() == b"another estimate's plot" and not out.exists()
+    # The default plot (--output with .png) is kept the same way.
+    out.with_suffix(".png").write_bytes(b"kept too")
+    with pytest.raises(ValueError, match=r"--plot .*new\.png already exists"):
+        bounds("--model", model_dir, *FAST, "--output", out)
+    assert out.with_suffix(".png").read_bytes() == b"kept too" and not out.exists()
+    bounds("--model", model_dir, *FAST, "--output", out, "--plot", plot, "--overwrite")  # replaced when asked
+    assert plot.read_bytes().startswith(b"\x89PNG") and out.is_file()
+    with pytest.raises(ValueError, match="--plot and --output are one file"):
+        bounds("--model", model_dir, *FAST, "--output", tmp_path / "x.json", "--plot", tmp_path / "x.json")
+
+
+def test_a_second_measurement_of_one_output_is_refused_while_the_first_runs(model_dir, tmp_path):
+    """Two runs started together on one --output both found no estimate there, and the later one replaced the
+    earlier one's: the run holds a lock beside --output (released however it ends, taken away when it is done), and
+    a second one is refused at once, naming the process that holds it."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "bounds-published.json"
+    lock = tmp_path / "bounds-published.json.lock"
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"from ut_peft.io import take_lock; l = take_lock({str(lock)!r}); print(flush=True); input()",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        holder.stdout.readline()  # the lock is held
+        for extra in (["--overwrite"], []):
+            with pytest.raises(
+                RuntimeError, match=rf"is being written by another ut-peft bounds run \(pid {holder.pid} "
+            ):
+                bounds("--model", model_dir, *FAST, "--output", out, *extra)
+        out.write_text("{}")
+        with pytest.raises(RuntimeError, match="wait for it to finish"):  # a report draws the plot the run will draw
+            bounds("--report-only", "--output", out)
+        out.unlink()
+    finally:
+        holder.communicate("\n", timeout=60)
+    assert not out.exists() and not out.with_suffix(".png").exists()
+    bounds("--model", model_dir, *FAST, "--output", out)  # once it let go
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bounds-published.json", "bounds-published.png"]
+
+
+def test_report_only_refuses_a_model_other_than_the_one_the_file_measured(model_dir, tmp_path, capsys):
+    """--report-only with --model and --output printed the file's estimate whatever model --model named."""
+    out = tmp_path / "bounds-published.json"
+    bounds("--model", model_dir, *FAST, "--output", out)
+    with pytest.raises(ValueError, match=r"--model smollm2-135m is not the model .* measured on \(.*model"):
+        bounds("--report-only", "--model", "smollm2-135m", "--output", out)
+    capsys.readouterr()
+    bounds("--report-only", "--model", f"{model_dir}/", "--output", out)  # the same folder, spelled otherwise
+    assert "published estimate" in capsys.readouterr().out

@@ -11,7 +11,8 @@ seconds with --clock wall) shared equally among the lengths; eps = r_inf / 2^11 
 of 32 tokens, eps = r_2 / 2^11, drawn below the tokenizer's count and charged ln of it, as every sweep's summary) and
 prints both. A sweep folder beside the JSON (results/<model>/<sweep>/) reports it next to its own bounds once its
 report is written again (``ut-peft cram --report-only --output FOLDER``). --output defaults to
-results/<model>/bounds-published.json for a bundled model.
+results/<model>/bounds-published.json for a bundled model. An estimate or plot that is there is replaced only with
+--overwrite, and one run at a time writes an --output (it holds <output>.lock, taken away when it is done).
 
 |V|: the published estimate charges ln of the input embedding's rows, as the published code does. Where the model's
 tokenizer holds fewer tokens (a padded embedding and head, e.g. Qwen2.5's 151936 rows for 151665 tokens), texts hold
@@ -27,6 +28,7 @@ import argparse
 import math
 import shlex
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .common import (
@@ -46,6 +48,7 @@ if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
     from ..accessibility.stats.published_bounds import PublishedBoundEstimate
+    from ..io import FileLock
 
 # Written here, not imported: the module that holds them imports torch, and parsing comes first (library_value).
 PUBLISHED_SEQUENCES = library_value("ut_peft.accessibility.stats.published_bounds:PUBLISHED_SEQUENCES", 10_000)
@@ -143,7 +146,74 @@ def default_output(model: str) -> str | None:
     return f"results/{canonical_model_name(model)}/{RESULT_FILE}" if is_bundled(model) else None
 
 
+def _check_recorded_model(model: str, output: Path, recorded: str | None) -> None:
+    """Refuse a --model other than the model the estimate in ``output`` was measured on: its estimate would be
+    printed as that model's."""
+    from ..geometry.bounds import same_model
+
+    if recorded is None:
+        raise ValueError(
+            f"--output {output} records no model, so --model {model} cannot be checked against it: drop --model to "
+            "report the file's estimate"
+        )
+    if not same_model(model, recorded):
+        raise ValueError(
+            f"--model {model} is not the model the estimate in --output {output} was measured on ({recorded}): drop "
+            "--model to report that estimate, or give --output the estimate of --model"
+        )
+
+
 def main(args):
+    if args.output is None:
+        raise ValueError(
+            f"--model {args.model} is not a bundled model, so there is no results/<model>/ folder to default to: "
+            f"give --output (e.g. results/<name>/{RESULT_FILE}, beside that model's sweep folders)"
+        )
+    output = check_output_file(args.output, "--output")
+    plot = check_output_file(args.plot, "--plot") if args.plot else output.with_suffix(".png")
+    if plot.resolve() == output.resolve():
+        raise ValueError(f"--plot and --output are one file ({output}): give the plot another name")
+    # Held until the estimate and its plot are written: a second run on this --output (started at the same time, so
+    # that both would find no estimate there) is refused instead of replacing the first one's estimate.
+    lock = _lock_output(output)
+    try:
+        _measure_or_report(args, output, plot)
+    finally:
+        _let_go(lock)
+
+
+def lock_path(output: Path) -> Path:
+    """The lock file of a run on ``output``: beside it, there only while a run holds it."""
+    return output.with_name(output.name + ".lock")
+
+
+def _lock_output(output: Path) -> FileLock:
+    from ..io import lock_holder, take_lock
+
+    path = lock_path(output)
+    lock = take_lock(path)
+    if lock is None:
+        raise RuntimeError(
+            f"--output {output} is being written by another ut-peft bounds run ({lock_holder(path)} holds {path}): "
+            "wait for it to finish (then --report-only prints its estimate) or stop it, or give another --output. A "
+            "run that crashed or was killed lets go of the lock by itself"
+        )
+    return lock
+
+
+def _let_go(lock: FileLock) -> None:
+    """Take the lock file away while it is held (a run that opened it meanwhile finds that out and locks again:
+    :func:`~ut_peft.io.take_lock`), then let go: no lock file stays beside the estimate."""
+    try:
+        if lock.in_place():
+            lock.path.unlink()
+    except OSError:
+        pass  # a lock file that could not be taken away only stays; the lock is let go all the same
+    finally:
+        lock.release()
+
+
+def _measure_or_report(args, output: Path, plot: Path) -> None:
     from ..accessibility.stats.published_bounds import (
         plot_estimate,
         published_bound_estimate,
@@ -152,22 +222,22 @@ def main(args):
         write_estimate,
     )
 
-    if args.output is None:
-        raise ValueError(
-            f"--model {args.model} is not a bundled model, so there is no results/<model>/ folder to default to: "
-            f"give --output (e.g. results/<name>/{RESULT_FILE}, beside that model's sweep folders)"
-        )
-    output = check_output_file(args.output, "--output")
-    plot = check_output_file(args.plot, "--plot") if args.plot else output.with_suffix(".png")
     if args.report_only:
         if not output.is_file():
             raise ValueError(f"--output {output} does not exist; run without --report-only to measure it")
         estimate = read_estimate(output)
+        if args.model_given:
+            _check_recorded_model(args.model, output, estimate.model)
     else:
         if output.exists() and not args.overwrite:
             raise ValueError(
                 f"--output {output} already holds an estimate; pass --overwrite to measure again, or "
                 "--report-only to redraw its plot"
+            )
+        if plot.exists() and not args.overwrite:  # the plot is finished work as the estimate is
+            raise ValueError(
+                f"--plot {plot} already exists; pass --overwrite to replace it (with the estimate --output names), "
+                "or give another --plot"
             )
         for flag, value in (("--budget", args.budget), ("--wall-limit", args.wall_limit)):
             if value is not None and not value > 0:
@@ -269,13 +339,18 @@ def parse(argv=None, *, prog: str | None = None):
         "where a sweep's report in results/<model>/<sweep>/ looks for it; another model needs --output)",
     )
     p.add_argument("--plot", help="the plot (default: --output with .png)")
-    p.add_argument("--overwrite", action="store_true", help="replace an estimate --output already holds")
+    p.add_argument(
+        "--overwrite", action="store_true", help="replace the estimate --output holds and the plot --plot names"
+    )
     p.add_argument("--report-only", action="store_true", help="redraw the plot and print the estimate --output holds")
     p.add_argument("--no-progress", action="store_true")
     add_common_flags(p)
     # Read before parsing: a --config file's values become the parser's defaults, and are refused all the same.
     builtin = {name: p.get_default(name) for name in MEASUREMENT_FLAGS}
+    builtin_model = {"model": p.get_default("model")}
     args = parse_args(p, argv)
+    # --model given (not its default): under --report-only it is checked against the model the file records.
+    args.model_given = bool(given_flags(p, argv, args, builtin_model))
     if args.report_only:  # the estimate is the file's: a flag that decides how to measure one would be dropped
         # Given on the command line or as a key of the --config file, whatever the value (--seed 0, the default, is
         # dropped all the same).
