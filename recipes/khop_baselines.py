@@ -6,7 +6,8 @@
 
 The tables and the agreement of a run with them are ``ut_peft.tasks.khop_baselines``; this only parses arguments.
 ``--models`` reads the last checkpoint of runs in ``runs/universal``. With the default ``--out`` the tables also go
-to the JSON beside it, which the figure of ``recipes/ut_experiments.py`` draws.
+to the JSON beside it, which the figure of ``recipes/ut_experiments.py`` draws; so other tables (``--ks``,
+``--length``, ``--train``, ``--eval``, ``--seed``) need an ``--out`` of their own.
 """
 
 import argparse
@@ -18,6 +19,14 @@ from ut_peft.tasks import khop_baselines
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "results" / "universal" / "khop-baselines.md"
 OUT_JSON = OUT.with_suffix(".json")
+
+
+# The flags that change the tables themselves (--models adds agreements below them).
+TABLE_FLAGS = ("ks", "length", "train", "eval", "seed")
+
+
+def _flag_value(value) -> str:
+    return ",".join(map(str, value)) if isinstance(value, list) else str(value)
 
 
 def _shown(path: Path) -> str:
@@ -34,6 +43,17 @@ def main(args) -> None:
     if args.out.is_dir() or args.out.parent.is_file():
         raise ValueError(f"--out {args.out} must be a file path (a Markdown report) in a folder")
     defaults = parse([])
+    # The default --out holds the plan's tables, and the JSON beside it is what the plan's figure draws as the
+    # lookup-table lines of its runs: tables of other strings go to a report of their own.
+    changed = [
+        f"--{n} {_flag_value(getattr(args, n))}" for n in TABLE_FLAGS if getattr(args, n) != getattr(defaults, n)
+    ]
+    if changed and args.out == OUT:
+        raise ValueError(
+            f"{' '.join(changed)} makes other tables than the plan's, which the default --out ({_shown(OUT)}) and "
+            f"{_shown(OUT_JSON)} beside it hold (the figure of recipes/ut_experiments.py draws that JSON beside the "
+            "plan's runs): give --out FILE for this report"
+        )
     # Every setting that differs from the defaults, so that the report's command reproduces it.
     command = (
         "python recipes/khop_baselines.py"
@@ -77,7 +97,7 @@ def parse(argv=None):
         "--out",
         type=lambda v: Path(v).resolve(),
         default=OUT,
-        help=f"the report (default {OUT.relative_to(ROOT)}; its tables also go to the JSON beside it)",
+        help=f"the report (default {_shown(OUT)}; its tables also go to the JSON beside it)",
     )
     add_common_flags(parser)  # --config FILE, --debug
     return parse_args(parser, argv)

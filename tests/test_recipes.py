@@ -105,3 +105,17 @@ def test_khop_baselines_checks_its_flags_before_computing_and_prints_a_command_t
     out = tmp_path / "report.md"
     recipe.main(recipe.parse(["--ks", "1,2", "--train", "50", "--eval", "20", "--length", "12", "--out", str(out)]))
     assert "python recipes/khop_baselines.py --ks 1,2 --length 12 --train 50 --eval 20 --out" in out.read_text()
+
+
+def test_khop_baselines_of_other_settings_never_replace_the_plans_tables(tmp_path, monkeypatch):
+    # Was silent: `--length 12` (or --ks, --train, --eval, --seed) with the default --out replaced the plan's report
+    # and the tables JSON that recipes/ut_experiments.py draws as the lookup-table lines of the plan's length-32 runs.
+    recipe = load_recipe("khop_baselines")
+    monkeypatch.setattr(recipe, "OUT", tmp_path / "khop-baselines.md")
+    monkeypatch.setattr(recipe, "OUT_JSON", tmp_path / "khop-baselines.json")
+    recipe.OUT_JSON.write_text("{}\n")
+    with pytest.raises(ValueError, match=r"--length 12 .*other tables than the plan's.*give --out FILE"):
+        recipe.main(recipe.parse(["--length", "12", "--train", "50", "--eval", "20"]))
+    assert recipe.OUT_JSON.read_text() == "{}\n" and not recipe.OUT.exists()
+    recipe.main(recipe.parse(["--length", "12", "--train", "50", "--eval", "20", "--out", str(tmp_path / "x.md")]))
+    assert recipe.OUT_JSON.read_text() == "{}\n" and (tmp_path / "x.md").is_file()
