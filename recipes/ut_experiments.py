@@ -28,7 +28,16 @@ from pathlib import Path
 
 import torch
 
-from ut_peft.cli.common import add_common_flags, end_tracking, parse_args, run, start_tracking
+from ut_peft.cli.common import (
+    add_common_flags,
+    end_tracking,
+    given_flags,
+    given_where,
+    parse_args,
+    positive_int,
+    run,
+    start_tracking,
+)
 from ut_peft.io import atomic_write_text
 from ut_peft.tasks import budget_results, plan
 
@@ -47,6 +56,9 @@ DOCS_SECTION = "khop-budget"
 # The README's verdict per budget row, rebuilt with every report so that it never lags the committed rows.
 README = Path("README.md")
 README_SECTION = "khop-budget-verdict"
+# The flags of the runs (which, where to stop, how to track them): --report-only trains nothing, so it refuses them
+# rather than dropping them without a word.
+RUN_FLAGS = ("only", "budget", "stop_file", "report_to", "logging_dir")
 
 
 def set_section(path: Path, name: str, body: str) -> bool:
@@ -136,7 +148,7 @@ def parse(argv=None):
         help="train the budget runs (to 10^7 examples, with stopping rules; seeds 1 and 2 where earned) instead",
     )
     parser.add_argument("--report-only", action="store_true", help="only the tables and figures from the results")
-    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    parser.add_argument("--threads", type=positive_int, help="torch threads (default: torch's own)")
     parser.add_argument("--list", action="store_true", help="print the plan's names and commands, then stop")
     parser.add_argument(
         "--stop-file",
@@ -152,7 +164,19 @@ def parse(argv=None):
         help="the folder the plan's paths are in (runs/universal, results/universal, docs); default the repository",
     )
     add_common_flags(parser, tracking=True)  # --config, --debug, --report-to, --logging-dir
-    return parse_args(parser, argv)
+    # Read before parsing: a --config file's values become the parser's defaults, and are refused all the same.
+    builtin = {name: parser.get_default(name) for name in RUN_FLAGS}
+    args = parse_args(parser, argv)
+    if args.report_only:  # given on the command line or in the --config file, whatever the value (--budget false too)
+        given = given_flags(parser, argv, args, builtin)
+        if given:
+            flags = ", ".join("--" + name.replace("_", "-") for name in given)
+            parser.error(
+                f"--report-only trains nothing, it rebuilds the tables and figures from {RESULTS}, so {flags} would "
+                f"not be used: drop {'it' if len(given) == 1 else 'them'} (from {given_where(parser, argv, given)}), "
+                "or run the plan without --report-only (its report is written after the runs)"
+            )
+    return args
 
 
 if __name__ == "__main__":

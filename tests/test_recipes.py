@@ -119,3 +119,37 @@ def test_khop_baselines_of_other_settings_never_replace_the_plans_tables(tmp_pat
     assert recipe.OUT_JSON.read_text() == "{}\n" and not recipe.OUT.exists()
     recipe.main(recipe.parse(["--length", "12", "--train", "50", "--eval", "20", "--out", str(tmp_path / "x.md")]))
     assert recipe.OUT_JSON.read_text() == "{}\n" and (tmp_path / "x.md").is_file()
+
+
+def test_ut_experiments_report_only_refuses_the_flags_it_would_drop(tmp_path, capsys):
+    # Was silent: --report-only rebuilt the tables and figures and ignored --only, --stop-file, --budget and the
+    # tracking flags, so `--report-only --only khop-random-s1` read as a report of that run alone.
+    recipe = load_recipe("ut_experiments")
+    with pytest.raises(SystemExit) as exit_:
+        recipe.parse(["--report-only", "--only", "khop-random-s1", "--stop-file", "PAUSED"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "--only, --stop-file would not be used: drop them (from the command line)" in err, err
+    config = tmp_path / "run.yaml"
+    config.write_text("budget: false\n")  # given at its default, dropped all the same
+    with pytest.raises(SystemExit):
+        recipe.parse(["--report-only", "--config", str(config)])
+    assert f"--budget would not be used: drop it (from the --config file {config})" in capsys.readouterr().err
+    for flag in (["--report-to", "none"], ["--logging-dir", str(tmp_path)]):
+        with pytest.raises(SystemExit):
+            recipe.parse(["--report-only", *flag])
+        assert f"{flag[0]} would not be used" in capsys.readouterr().err
+    # the report's own flags, and the command the docs quote, still parse
+    args = recipe.parse(["--report-only", "--threads", "1", "--base-dir", str(tmp_path)])
+    assert args.report_only and args.threads == 1 and args.base_dir == tmp_path
+    assert recipe.parse(["--report-only"]).report_only
+
+
+@pytest.mark.parametrize("threads", ["0", "-1", "x"])
+def test_ut_experiments_refuses_a_thread_count_below_one(threads, capsys):
+    # Was passed to torch.set_num_threads as it came: -1 failed there with torch's own error, naming no flag.
+    with pytest.raises(SystemExit) as exit_:
+        load_recipe("ut_experiments").parse(["--threads", threads])
+    assert exit_.value.code == 2
+    assert f"argument --threads: expected a whole number >= 1, got '{threads}'" in capsys.readouterr().err
+    assert load_recipe("ut_experiments").parse([]).threads is None  # torch's own default
