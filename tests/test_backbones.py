@@ -178,3 +178,11 @@ def test_a_config_dict_field_the_model_never_reads_is_refused_naming_it():
 
     universal = UniversalTransformerConfig(weights="random", hidden_size=16, head_dim=4, seed=3).to_dict()
     assert random_backbone(universal, seed=3).config.hidden_size == 16
+
+
+def test_a_config_dict_without_a_model_type_is_refused_saying_what_to_add():
+    # Was a bare TypeError from transformers ("AutoConfig.for_model() missing 1 required positional argument"), which
+    # named neither the dict nor the key it lacked.
+    for fields in ({"n_embd": 16, "n_layer": 1}, {"model_type": None, "n_embd": 16}, {"model_type": "", "n_layer": 1}):
+        with pytest.raises(ValueError, match=r"config dict has no model_type.*e\.g\. \{'model_type': 'gpt2'"):
+            random_backbone(fields)

@@ -30,11 +30,18 @@ def random_backbone(
     ``seed`` field; ``seed`` here must equal it (it then draws E, U and the positions too), since a different value
     would leave the frozen weights as they are while the call reads as another random backbone.
 
-    A ``config`` dict's field that its config class has no parameter, field or alias for (``n_layers`` for GPT-2's
+    A ``config`` dict names its config class by ``model_type`` (``{"model_type": "gpt2", ...}``, as a saved config's
+    ``to_dict()`` does); a field that its config class has no parameter, field or alias for (``n_layers`` for GPT-2's
     ``n_layer``) is refused: the config would only store it, and the backbone get the class's default in its place.
     """
     if isinstance(config, dict):
         fields = config
+        if not fields.get("model_type"):  # else transformers' bare TypeError, naming neither the dict nor the key
+            raise ValueError(
+                "the config dict has no model_type, so no config class to build it with: add the family's name, e.g. "
+                "{'model_type': 'gpt2', 'n_embd': 16, 'n_layer': 2, 'n_head': 2} (or 'llama', "
+                "'universal_transformer', ...), or pass a config object (transformers.GPT2Config(...))"
+            )
         config = transformers.AutoConfig.for_model(**fields)
         _refuse_unread_fields(config, fields)
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
