@@ -814,11 +814,12 @@ def push_adapter_to_hub(
     _check_adapter_folder(folder)
     adapter_config = _read_adapter_config(folder)
     if adapter_config.get("peft_type") == "UT_REPROGRAM":
-        from .tuners.ut_reprogram.config import UTReprogramConfig
+        # peft's registry, not an import of the tuner, which itself imports this module to write its cards.
+        from peft.mapping import PEFT_TYPE_TO_CONFIG_MAPPING
 
         # Checked as a load checks it: a weights file an earlier save left beside the recorded one (which peft
         # loads first) or one damaged since its save would be uploaded and served as the adapter.
-        UTReprogramConfig.from_pretrained(str(folder))
+        PEFT_TYPE_TO_CONFIG_MAPPING["UT_REPROGRAM"].from_pretrained(str(folder))
     # The folder's card brought up to date, as save_pretrained does it (what its user added stays); a new one where
     # the folder has none.
     try:
