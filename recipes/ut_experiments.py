@@ -32,9 +32,9 @@ from ut_peft.cli.common import (
     add_common_flags,
     end_tracking,
     given_flags,
-    given_where,
     parse_args,
     positive_int,
+    refuse_unused_flags,
     run,
     start_tracking,
 )
@@ -168,14 +168,13 @@ def parse(argv=None):
     builtin = {name: parser.get_default(name) for name in RUN_FLAGS}
     args = parse_args(parser, argv)
     if args.report_only:  # given on the command line or in the --config file, whatever the value (--budget false too)
-        given = given_flags(parser, argv, args, builtin)
-        if given:
-            flags = ", ".join("--" + name.replace("_", "-") for name in given)
-            parser.error(
-                f"--report-only trains nothing, it rebuilds the tables and figures from {RESULTS}, so {flags} would "
-                f"not be used: drop {'it' if len(given) == 1 else 'them'} (from {given_where(parser, argv, given)}), "
-                "or run the plan without --report-only (its report is written after the runs)"
-            )
+        refuse_unused_flags(
+            parser,
+            argv,
+            given_flags(parser, argv, args, builtin),
+            because=f"--report-only trains nothing, it rebuilds the tables and figures from {RESULTS}",
+            instead="run the plan without --report-only (its report is written after the runs)",
+        )
     return args
 
 

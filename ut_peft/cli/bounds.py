@@ -36,11 +36,11 @@ from .common import (
     check_model,
     check_output_file,
     given_flags,
-    given_where,
     library_value,
     nonnegative_int,
     parse_args,
     positive_int,
+    refuse_unused_flags,
     run,
 )
 
@@ -354,14 +354,13 @@ def parse(argv=None, *, prog: str | None = None):
     if args.report_only:  # the estimate is the file's: a flag that decides how to measure one would be dropped
         # Given on the command line or as a key of the --config file, whatever the value (--seed 0, the default, is
         # dropped all the same).
-        given = given_flags(p, argv, args, builtin)
-        if given:
-            flags = ", ".join("--" + name.replace("_", "-") for name in given)
-            p.error(
-                f"--report-only redraws the plot of the estimate --output holds, so {flags} would not be used: drop "
-                f"{'it' if len(given) == 1 else 'them'} (from {given_where(p, argv, given)}), or measure again "
-                "without --report-only (with --overwrite to replace the estimate)"
-            )
+        refuse_unused_flags(
+            p,
+            argv,
+            given_flags(p, argv, args, builtin),
+            because="--report-only redraws the plot of the estimate --output holds",
+            instead="measure again without --report-only (with --overwrite to replace the estimate)",
+        )
     if args.output is None:
         args.output = default_output(args.model)
     args.command_line = shlex.join([*(prog or "ut-peft bounds").split(), *(sys.argv[1:] if argv is None else argv)])

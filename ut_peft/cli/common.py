@@ -482,6 +482,23 @@ def given_flags(
     ]
 
 
+def flag_names(names) -> str:
+    """Dests as the flags a user types: ``["support_sequences", "seed"]`` -> ``"--support-sequences, --seed"``."""
+    return ", ".join("--" + name.replace("_", "-") for name in names)
+
+
+def refuse_unused_flags(parser: argparse.ArgumentParser, argv, names, *, because: str, instead: str) -> None:
+    """Refuse the flags ``names`` (dests found given by :func:`given_flags`) that this run would not use, saying why
+    (``because``: what it does instead), where they were given, and how they would be used (``instead``):
+    "BECAUSE, so --a, --b would not be used: drop them (from WHERE), or INSTEAD". Nothing given: nothing refused."""
+    names = list(names)
+    if names:
+        parser.error(
+            f"{because}, so {flag_names(names)} would not be used: drop {'it' if len(names) == 1 else 'them'} "
+            f"(from {given_where(parser, argv, names)}), or {instead}"
+        )
+
+
 def given_where(parser: argparse.ArgumentParser, argv, names) -> str:
     """Where the flags ``names`` (dests) were given, as a refusal names it: "the command line", "the --config file
     FILE", or both ("the command line and the --config file FILE")."""

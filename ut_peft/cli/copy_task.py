@@ -21,7 +21,16 @@ import shutil
 from pathlib import Path
 
 from ..recipe_utils import add_run_flags, parse_recipe_args, start_run, write_section
-from .common import given_flags, given_where, library_value, positive_float, positive_int, run
+from .common import (
+    flag_names,
+    given_flags,
+    given_where,
+    library_value,
+    positive_float,
+    positive_int,
+    refuse_unused_flags,
+    run,
+)
 
 # Written here, not imported: the copy task's module imports torch, and parsing comes first (library_value).
 TRAININGS = library_value("ut_peft.geometry.copy_task:TRAININGS", ("full", "embeddings"))
@@ -272,15 +281,14 @@ def parse(argv=None, *, prog: str | None = None):
     # dropped all the same).
     given_training = given_flags(p, argv, args, builtin)
 
-    def flag_names(names):
-        return ", ".join("--" + name.replace("_", "-") for name in names)
-
     if args.combine:  # nothing trains: every training flag would be dropped (--label too: each part has its own)
-        if given_training:
-            p.error(
-                f"--combine only tabulates earlier runs, so {flag_names(given_training)} would not be used: drop them "
-                f"(from {given_where(p, argv, given_training)}), or run the training without --combine"
-            )
+        refuse_unused_flags(
+            p,
+            argv,
+            given_training,
+            because="--combine only tabulates earlier runs",
+            instead="run the training without --combine",
+        )
         return args
     # Each learning rate is one training's: given for a run without it, the run trains at the other flag's rate.
     for flag, training, other in (("lr", "full", "embedding_lr"), ("embedding_lr", "embeddings", "lr")):
@@ -291,10 +299,13 @@ def parse(argv=None, *, prog: str | None = None):
                 f"{flag_names([other])} (the learning rate of the training this run does)"
             )
     given = [name for name in architecture if name in given_training]
-    if args.backbone and given and "full" not in args.trainings:
-        p.error(
-            f"--backbone keeps the saved model's own architecture, so {flag_names(given)} would not be used: drop "
-            f"them (from {given_where(p, argv, given)}), or train --trainings full with them"
+    if args.backbone and "full" not in args.trainings:
+        refuse_unused_flags(
+            p,
+            argv,
+            given,
+            because="--backbone keeps the saved model's own architecture",
+            instead="train --trainings full with them",
         )
     return args
 

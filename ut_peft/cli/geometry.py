@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from ..recipe_utils import add_run_flags, parse_recipe_args, start_run, write_section
-from .common import check_model, given_flags, given_where, positive_float, positive_int, run
+from .common import check_model, given_flags, positive_float, positive_int, refuse_unused_flags, run
 
 
 def check_summary_model(summary, model: str | None) -> None:
@@ -174,13 +174,13 @@ def parse(argv=None, *, prog: str | None = None):
     if args.from_state:  # the points are the state's: a flag that decides how to sample them would be dropped
         # Given on the command line or as a key of the --config file, whatever the value (--seed 0, the default, is
         # dropped all the same).
-        given = given_flags(p, argv, args, builtin)
-        if given:
-            flags = ", ".join("--" + name.replace("_", "-") for name in given)
-            p.error(
-                f"--from-state re-summarises the points its state.pt holds, so {flags} would not be used: drop them "
-                f"(from {given_where(p, argv, given)}), or sample again without --from-state"
-            )
+        refuse_unused_flags(
+            p,
+            argv,
+            given_flags(p, argv, args, builtin),
+            because="--from-state re-summarises the points its state.pt holds",
+            instead="sample again without --from-state",
+        )
     args.model_given = args.model is not None  # --from-state checks a given model against the state's
     args.model = args.model or "smollm2-135m"
     return args
