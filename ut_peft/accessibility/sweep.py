@@ -750,17 +750,18 @@ def summarize_folder(
     computes the summary and writes nothing (no lock needed): what ``--report-only`` prints then.
     """
     output_dir = Path(output_dir)
+    summarized = functools.partial(
+        _summarize_folder,
+        output_dir,
+        model,
+        tokenizer,
+        support_sequences,
+        support_seq_len,
+        report=report,
+        remeasure_support=remeasure_support,
+    )
     if not write:
-        return _summarize_folder(
-            output_dir,
-            model,
-            tokenizer,
-            support_sequences,
-            support_seq_len,
-            report=report,
-            write=False,
-            remeasure_support=remeasure_support,
-        )
+        return summarized(write=False)
     store.read_settings(output_dir)  # a folder that holds no sweep is refused before a lock file is put there
     lock = store.lock_finished_folder(
         output_dir,
@@ -769,16 +770,7 @@ def summarize_folder(
         "it then)",
     )
     try:
-        return _summarize_folder(
-            output_dir,
-            model,
-            tokenizer,
-            support_sequences,
-            support_seq_len,
-            report=report,
-            write=True,
-            remeasure_support=remeasure_support,
-        )
+        return summarized(write=True)
     finally:
         lock.release()
 
