@@ -59,6 +59,8 @@ README_SECTION = "khop-budget-verdict"
 # The flags of the runs (which, where to stop, how to track them): --report-only trains nothing, so it refuses them
 # rather than dropping them without a word.
 RUN_FLAGS = ("only", "budget", "stop_file", "report_to", "logging_dir")
+# What --list never reads (it reads --budget, which picks the plan it lists).
+LIST_DROPS = ("only", "report_only", "threads", "stop_file", "report_to", "logging_dir")
 
 
 def set_section(path: Path, name: str, body: str) -> bool:
@@ -166,7 +168,16 @@ def parse(argv=None):
     add_common_flags(parser, tracking=True)  # --config, --debug, --report-to, --logging-dir
     # Read before parsing: a --config file's values become the parser's defaults, and are refused all the same.
     builtin = {name: parser.get_default(name) for name in RUN_FLAGS}
+    listing = {name: parser.get_default(name) for name in LIST_DROPS}
     args = parse_args(parser, argv)
+    if args.list:  # it prints the commands of the plan --budget picks, and returns before reading anything else
+        refuse_unused_flags(
+            parser,
+            argv,
+            given_flags(parser, argv, args, listing),
+            because="--list prints the plan's names and commands (the budget plan's with --budget) and stops",
+            instead="run without --list",
+        )
     if args.report_only:  # given on the command line or in the --config file, whatever the value (--budget false too)
         refuse_unused_flags(
             parser,

@@ -145,6 +145,22 @@ def test_ut_experiments_report_only_refuses_the_flags_it_would_drop(tmp_path, ca
     assert recipe.parse(["--report-only"]).report_only
 
 
+def test_ut_experiments_list_refuses_the_flags_it_would_drop(capsys):
+    # Was silent: --list printed the plan's commands and returned before reading --only, --report-only, --threads,
+    # --stop-file or the tracking flags, so `--list --only khop-random-s1` read as the commands of that run alone.
+    recipe = load_recipe("ut_experiments")
+    with pytest.raises(SystemExit) as exit_:
+        recipe.parse(["--list", "--only", "khop-random-s1", "--threads", "2"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "--list prints the plan's names and commands" in err and "--only, --threads would not be used" in err
+    with pytest.raises(SystemExit):
+        recipe.parse(["--list", "--report-only"])
+    assert "--report-only would not be used: drop it" in capsys.readouterr().err
+    # what it reads, and the commands the docs quote, still parse
+    assert recipe.parse(["--list", "--budget"]).budget and recipe.parse(["--list"]).list
+
+
 @pytest.mark.parametrize("threads", ["0", "-1", "x"])
 def test_ut_experiments_refuses_a_thread_count_below_one(threads, capsys):
     # Was passed to torch.set_num_threads as it came: -1 failed there with torch's own error, naming no flag.
