@@ -298,10 +298,25 @@ def check_not_a_local_model_folder(name: str) -> None:
     )
 
 
-def resolve_model_path(name_or_path: str) -> str:
-    """A path or hub id that ``from_pretrained`` accepts for ``name_or_path``."""
+def check_no_revision_of_bundled(name: str, revision) -> None:
+    """Refuse a ``revision`` for a bundled model's name: the bundled copy (a GGUF build de-quantised, also under its
+    Hub id's alias) has one version, so the revision would be dropped and the copy read as that Hub version."""
+    spec = bundled_model(name)
+    if spec is None or revision is None:
+        return
+    raise ValueError(
+        f"revision={revision!r} names a version on the Hub, but {name!r} is the bundled copy {spec.name} "
+        f"({spec.description}), which has one version and is what this name loads: drop revision, or give a local "
+        "folder of the Hub model at that revision (hf download ... --revision REV --local-dir FOLDER)"
+    )
+
+
+def resolve_model_path(name_or_path: str, revision=None) -> str:
+    """A path or hub id that ``from_pretrained`` accepts for ``name_or_path`` (``revision``: the one it will be
+    given, refused for a bundled model)."""
     if is_bundled(name_or_path):
         check_not_a_local_model_folder(name_or_path)
+        check_no_revision_of_bundled(name_or_path, revision)
         return str(bundled_model_folder(name_or_path))
     if is_gguf_path(name_or_path):
         return str(gguf_model_folder(name_or_path))
@@ -324,7 +339,7 @@ def load_model(
             "name in transformers)"
         )
     dtype = dtype if dtype is not None else torch_dtype if torch_dtype is not None else "float32"
-    path = resolve_model_path(name_or_path)
+    path = resolve_model_path(name_or_path, kwargs.get("revision"))
     if not is_bundled(name_or_path) and not Path(path).exists() and "/" not in str(name_or_path):
         raise ValueError(
             f"unknown model {name_or_path!r}: not a bundled model ({', '.join(BUNDLED_MODELS)}), "
@@ -344,7 +359,7 @@ def load_tokenizer(name_or_path: str = DEFAULT_MODEL, **kwargs):
     id that is neither cached nor downloadable now."""
     import transformers
 
-    path = resolve_model_path(name_or_path)
+    path = resolve_model_path(name_or_path, kwargs.get("revision"))
     try:
         return transformers.AutoTokenizer.from_pretrained(path, **kwargs)
     except (OSError, ValueError, TypeError) as err:
