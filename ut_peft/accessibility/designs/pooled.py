@@ -482,8 +482,8 @@ class PooledDesign(Design):
         planned: list[tuple[tuple[int, int], ...]] = []
         try:
             for _ in range(max_rounds):
-                # The round now due first, as _choose deals it (where the step counts' relief placed it on the
-                # outcomes' information alone, as this places every later round).
+                # The round now due first, as _choose deals it (under a steps relief not yet met, _choose places on the
+                # outcomes' information alone, so there the plan's first round may differ from the one dealt).
                 chosen = self._greedy(fit, info, flat, inflation=inflation)
                 added = self._row_information(fit, [c[0] for c in chosen], [c[1] for c in chosen]).sum(0)
                 info = info + added
