@@ -181,6 +181,35 @@ def test_a_second_measurement_of_one_output_is_refused_while_the_first_runs(mode
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bounds-published.json", "bounds-published.png"]
 
 
+def test_a_measurement_drawing_the_plot_another_run_draws_is_refused(model_dir, tmp_path):
+    """Two runs of different --output and one --plot each found no plot there when they started, and the later one
+    replaced the plot of the other's estimate: the plot is locked as the estimate is."""
+    import subprocess
+    import sys
+
+    plot = tmp_path / "bounds.png"
+    lock = tmp_path / "bounds.png.lock"
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"from ut_peft.io import take_lock; l = take_lock({str(lock)!r}); print(flush=True); input()",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        holder.stdout.readline()  # the lock is held
+        with pytest.raises(RuntimeError, match=rf"--plot {plot} is being drawn by another ut-peft bounds run"):
+            bounds("--model", model_dir, *FAST, "--output", tmp_path / "b.json", "--plot", plot)
+    finally:
+        holder.communicate("\n", timeout=60)
+    assert not (tmp_path / "b.json").exists() and not plot.exists()  # refused before anything was measured
+    bounds("--model", model_dir, *FAST, "--output", tmp_path / "b.json", "--plot", plot)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["b.json", "bounds.png"]
+
+
 def test_report_only_refuses_a_model_other_than_the_one_the_file_measured(model_dir, tmp_path, capsys):
     """--report-only with --model and --output printed the file's estimate whatever model --model named."""
     out = tmp_path / "bounds-published.json"

@@ -174,12 +174,16 @@ def main(args):
     if plot.resolve() == output.resolve():
         raise ValueError(f"--plot and --output are one file ({output}): give the plot another name")
     # Held until the estimate and its plot are written: a second run on this --output (started at the same time, so
-    # that both would find no estimate there) is refused instead of replacing the first one's estimate.
-    lock = _lock_output(output)
+    # that both would find no estimate there) is refused instead of replacing the first one's estimate; and so is one
+    # of another --output that draws the same --plot.
+    locks = [_lock_output(output, "--output", "written")]
     try:
+        plot.parent.mkdir(parents=True, exist_ok=True)  # its lock lies beside it (the plot is written there anyway)
+        locks.append(_lock_output(plot, "--plot", "drawn"))
         _measure_or_report(args, output, plot)
     finally:
-        _let_go(lock)
+        for lock in reversed(locks):
+            _let_go(lock)
 
 
 def lock_path(output: Path) -> Path:
@@ -187,16 +191,18 @@ def lock_path(output: Path) -> Path:
     return output.with_name(output.name + ".lock")
 
 
-def _lock_output(output: Path) -> FileLock:
+def _lock_output(output: Path, flag: str, being: str) -> FileLock:
+    """The lock of a run's output file (the estimate, ``flag`` --output, or its plot, --plot); a RuntimeError naming
+    the run that holds it."""
     from ..io import lock_holder, take_lock
 
     path = lock_path(output)
     lock = take_lock(path)
     if lock is None:
         raise RuntimeError(
-            f"--output {output} is being written by another ut-peft bounds run ({lock_holder(path)} holds {path}): "
-            "wait for it to finish (then --report-only prints its estimate) or stop it, or give another --output. A "
-            "run that crashed or was killed lets go of the lock by itself"
+            f"{flag} {output} is being {being} by another ut-peft bounds run ({lock_holder(path)} holds {path}): "
+            "wait for it to finish (then --report-only prints its estimate) or stop it, or give another "
+            f"{flag}. A run that crashed or was killed lets go of the lock by itself"
         )
     return lock
 
