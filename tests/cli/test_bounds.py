@@ -1,6 +1,9 @@
 """`ut-peft bounds` on a tiny model: the estimate's JSON and plot, both estimates printed, finished work kept."""
 
+import contextlib
 import json
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -144,15 +147,9 @@ def test_measuring_never_replaces_a_plot_without_overwrite_as_it_never_replaces_
         bounds("--model", model_dir, *FAST, "--output", tmp_path / "x.json", "--plot", tmp_path / "x.json")
 
 
-def test_a_second_measurement_of_one_output_is_refused_while_the_first_runs(model_dir, tmp_path):
-    """Two runs started together on one --output both found no estimate there, and the later one replaced the
-    earlier one's: the run holds a lock beside --output (released however it ends, taken away when it is done), and
-    a second one is refused at once, naming the process that holds it."""
-    import subprocess
-    import sys
-
-    out = tmp_path / "bounds-published.json"
-    lock = tmp_path / "bounds-published.json.lock"
+@contextlib.contextmanager
+def lock_held_by_another_process(lock):
+    """A process that holds ``lock`` (ut_peft.io.take_lock) until the block ends, as a running measurement does."""
     holder = subprocess.Popen(
         [
             sys.executable,
@@ -165,6 +162,17 @@ def test_a_second_measurement_of_one_output_is_refused_while_the_first_runs(mode
     )
     try:
         holder.stdout.readline()  # the lock is held
+        yield holder
+    finally:
+        holder.communicate("\n", timeout=60)
+
+
+def test_a_second_measurement_of_one_output_is_refused_while_the_first_runs(model_dir, tmp_path):
+    """Two runs started together on one --output both found no estimate there, and the later one replaced the
+    earlier one's: the run holds a lock beside --output (released however it ends, taken away when it is done), and
+    a second one is refused at once, naming the process that holds it."""
+    out = tmp_path / "bounds-published.json"
+    with lock_held_by_another_process(tmp_path / "bounds-published.json.lock") as holder:
         for extra in (["--overwrite"], []):
             with pytest.raises(
                 RuntimeError, match=rf"is being written by another ut-peft bounds run \(pid {holder.pid} "
@@ -174,8 +182,6 @@ def test_a_second_measurement_of_one_output_is_refused_while_the_first_runs(mode
         with pytest.raises(RuntimeError, match="wait for it to finish"):  # a report draws the plot the run will draw
             bounds("--report-only", "--output", out)
         out.unlink()
-    finally:
-        holder.communicate("\n", timeout=60)
     assert not out.exists() and not out.with_suffix(".png").exists()
     bounds("--model", model_dir, *FAST, "--output", out)  # once it let go
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bounds-published.json", "bounds-published.png"]
@@ -184,27 +190,10 @@ def test_a_second_measurement_of_one_output_is_refused_while_the_first_runs(mode
 def test_a_measurement_drawing_the_plot_another_run_draws_is_refused(model_dir, tmp_path):
     """Two runs of different --output and one --plot each found no plot there when they started, and the later one
     replaced the plot of the other's estimate: the plot is locked as the estimate is."""
-    import subprocess
-    import sys
-
     plot = tmp_path / "bounds.png"
-    lock = tmp_path / "bounds.png.lock"
-    holder = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            f"from ut_peft.io import take_lock; l = take_lock({str(lock)!r}); print(flush=True); input()",
-        ],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        holder.stdout.readline()  # the lock is held
+    with lock_held_by_another_process(tmp_path / "bounds.png.lock"):
         with pytest.raises(RuntimeError, match=rf"--plot {plot} is being drawn by another ut-peft bounds run"):
             bounds("--model", model_dir, *FAST, "--output", tmp_path / "b.json", "--plot", plot)
-    finally:
-        holder.communicate("\n", timeout=60)
     assert not (tmp_path / "b.json").exists() and not plot.exists()  # refused before anything was measured
     bounds("--model", model_dir, *FAST, "--output", tmp_path / "b.json", "--plot", plot)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["b.json", "bounds.png"]
