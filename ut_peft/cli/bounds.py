@@ -176,10 +176,10 @@ def main(args):
     # Held until the estimate and its plot are written: a second run on this --output (started at the same time, so
     # that both would find no estimate there) is refused instead of replacing the first one's estimate; and so is one
     # of another --output that draws the same --plot.
-    locks = [_lock_output(output, "--output", "written")]
+    locks = [_lock_written_file(output, "--output", "written")]
     try:
         plot.parent.mkdir(parents=True, exist_ok=True)  # its lock lies beside it (the plot is written there anyway)
-        locks.append(_lock_output(plot, "--plot", "drawn"))
+        locks.append(_lock_written_file(plot, "--plot", "drawn"))
         _measure_or_report(args, output, plot)
     finally:
         for lock in reversed(locks):
@@ -191,7 +191,7 @@ def lock_path(output: Path) -> Path:
     return output.with_name(output.name + ".lock")
 
 
-def _lock_output(output: Path, flag: str, being: str) -> FileLock:
+def _lock_written_file(output: Path, flag: str, being: str) -> FileLock:
     """The lock of a run's output file (the estimate, ``flag`` --output, or its plot, --plot); a RuntimeError naming
     the run that holds it."""
     from ..io import lock_holder, take_lock
