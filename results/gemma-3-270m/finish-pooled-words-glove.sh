@@ -14,12 +14,13 @@
 # add the three truths' figures to ut_peft/accessibility/stats/coverage.py's CALIBRATED_TABLE under the rows' digest
 # (store.rows_digest; the table's test checks each figure against its record): until then the report prints the
 # calibrated intervals with "coverage not measured at this folder's line".
-# The folder is the first argument (default: pooled-words-glove-v2, the folder the run continues in since its retarget).
+# The folder is the first argument (default: pooled-words-glove-v3, the folder the run continues in since its second
+# retarget).
 # The caller holds FOLDER/finish.lock, not the folder's sweep.lock: ut-peft calibrate takes sweep.lock itself and
 # refuses a folder whose lock another process holds.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-folder=${1:-results/gemma-3-270m/pooled-words-glove-v2}
+folder=${1:-results/gemma-3-270m/pooled-words-glove-v3}
 if [ ! -e "$folder/summary.json" ]; then
     echo "$folder has no summary.json: its design has not stopped (ut-peft status $folder says where it stands)" >&2
     exit 2

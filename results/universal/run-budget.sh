@@ -7,9 +7,9 @@
 # read the results: docs/universal.md, "k-hop at the references' data budget".
 #
 # One heavy job at a time on the 2 cores: this script first waits (polling every 10 minutes) until the accessibility
-# campaign's Gemma-3-270M words run (results/gemma-3-270m/pooled-words-glove-v2, where it goes on after its retarget
-# from pooled-words-glove) has finished (its summary.json) or is paused (a PAUSED file in its folder) and its process
-# has let go of the folder's sweep.lock. Then WORKERS (default 2)
+# campaign's Gemma-3-270M words run (results/gemma-3-270m/pooled-words-glove-v3, where it goes on after its retargets
+# from pooled-words-glove and -v2) has finished (its summary.json) or is paused (a PAUSED file in its folder) and its
+# process has let go of the folder's sweep.lock. Then WORKERS (default 2)
 # workers at one torch thread each share the runs (each run is locked by the worker training it), at nice 10.
 #
 # Frozen code: the workers execute commit FROZEN from a worktree of its own (UT_PEFT_FROZEN_TREE, default ../ut-run
@@ -39,7 +39,7 @@ if [ "$(git -C "$tree" rev-parse --short=7 HEAD)" != "$FROZEN" ]; then
     echo "$tree is not at commit $FROZEN: remove it (git worktree remove $tree) and rerun" >&2
     exit 2
 fi
-wait_for=${UT_PEFT_WAIT_FOR:-results/gemma-3-270m/pooled-words-glove-v2}
+wait_for=${UT_PEFT_WAIT_FOR:-results/gemma-3-270m/pooled-words-glove-v3}
 paused=results/universal/PAUSED
 workers=${WORKERS:-2}
 
