@@ -25,6 +25,7 @@ from ut_peft.accessibility.design import POOLED_RULES, make_design
 from ut_peft.accessibility.designs.configs import PooledConfig
 from ut_peft.accessibility.engine.rows import Row
 from ut_peft.accessibility.engine.sources import init_seed
+from ut_peft.accessibility.report import retarget_line
 from ut_peft.accessibility.sweep import _validated, check_rows, replayed_rows
 
 
@@ -246,6 +247,16 @@ def test_dry_run_writes_nothing_and_a_retargeted_folder_retargets_again_with_its
     again = retarget_sweep(tmp_path / "new", tmp_path / "newer", pooled(target_slope_se=0.7), model=llama)
     assert again["previous"] == dry and again["folder"] == os.path.join("..", "new")
     assert store.retargeted_source(tmp_path / "newer", again) == tmp_path / "new"
+    # The report names the whole history: each folder before, the targets it ran with, what of it was kept.
+    line = retarget_line(again)
+    assert line.startswith(
+        f"Retargeted from {os.path.join('..', 'new')} (relative to this sweep's folder), which ran "
+    )
+    assert "target_slope_se 1.0: " in line
+    old, new = os.path.join("..", "old"), os.path.join("..", "new")
+    assert f"; that folder was itself retargeted from {old} (relative to {new}), which ran with " in line
+    assert f"{dry['rows_kept']} of its rows kept" in line
+    assert line.count("which ran with") == 2
 
 
 def test_a_real_sweep_retargeted_ends_where_a_fresh_run_ends_and_its_report_says_so(tmp_path, llama):
@@ -281,7 +292,7 @@ def test_a_real_sweep_retargeted_ends_where_a_fresh_run_ends_and_its_report_says
     assert record["rows_kept"] < len(store.read_rows(tmp_path / "fresh"))  # the new folder crammed rows of its own
     line = next(s for s in (tmp_path / "new" / store.REPORT_FILE).read_text().splitlines() if "Retargeted from" in s)
     # The old folder's stopping fields, not its rules record (which the version names).
-    assert "run with budget_row_steps 400, target_slope_se 0.5: " in line and "logit_offsets" not in line
+    assert "which ran with budget_row_steps 400, target_slope_se 0.5: " in line and "logit_offsets" not in line
     assert "Retargeted from" in console_summary(summary)
     assert "Retargeted from" not in (tmp_path / "fresh" / store.REPORT_FILE).read_text()
     # Resumed with the same settings and no retarget: nothing left to do, the same summary; --report-only agrees.

@@ -597,21 +597,35 @@ def _headline_ratios(summary: Summary) -> str:
 
 
 def retarget_line(record: dict) -> str:
-    """One sentence on where a retargeted sweep's first rows came from (its retargeted.json)."""
+    """One sentence on where a retargeted sweep's first rows came from (its retargeted.json): the folder, the targets
+    it ran with, what was kept, and, for a folder that was itself retargeted, the same for each folder before it (a
+    report that named only the last one read as if the sweep had begun there)."""
+    folder = str(record.get("folder"))
+    where = "" if os.path.isabs(folder) else " (relative to this sweep's folder)"
+    line = f"Retargeted from {folder}{where}, {_retargeted_from(record)}"
+    previous, before = record.get("previous"), folder
+    while previous:
+        earlier = str(previous.get("folder"))
+        relative = "" if os.path.isabs(earlier) else f" (relative to {before})"
+        line += f"; that folder was itself retargeted from {earlier}{relative}, {_retargeted_from(previous)}"
+        previous, before = previous.get("previous"), earlier
+    return line
+
+
+def _retargeted_from(record: dict) -> str:
+    """The targets a folder retargeted from ran with, and what of it a retarget kept."""
     design = record.get("design") or {}
     targets = ", ".join(
         f"{k} {' '.join(f'{m}:{se}' for m, se in v.items()) if isinstance(v, dict) else v}"
         for k, v in sorted(design.items())
         if k not in ("kind", "version", "rules") and v  # the rules: the version names them
     )
-    earlier = " (itself retargeted earlier)" if record.get("previous") else ""
-    folder = str(record.get("folder"))
-    where = "" if os.path.isabs(folder) else " (relative to this sweep's folder)"
+    inflight = f"{record.get('inflight_kept')} rows in flight continued from its snapshots"
+    if record.get("inflight_dropped"):
+        inflight += f", {record['inflight_dropped']} not (rows the new targets do not deal)"
     return (
-        f"Retargeted from {folder}{where}{earlier}, run with {targets or 'other targets'}: "
-        f"{record.get('rows_kept')} of its rows kept (the rounds these targets decide as it did), "
-        f"{record.get('rows_dropped')} dropped, {record.get('inflight_kept')} rows in flight continued from its "
-        "snapshots"
+        f"which ran with {targets or 'other targets'}: {record.get('rows_kept')} of its rows kept (the rounds these "
+        f"targets decide as it did), {record.get('rows_dropped')} dropped, {inflight}"
     )
 
 
