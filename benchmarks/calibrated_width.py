@@ -21,7 +21,7 @@ truth and target: q, the slope's RMSE, Wald's coverage, the mean and 90th percen
 share of sweeps whose width is at most ``--max-width``, and the mean row-steps spent.
 
 What it leaves out: a real calibration fits its truth to the finished rows, not to the rows of today, and draws its
-own q from 400 sweeps (q's own noise moves a width by about +-10% at these settings).
+own q from 400 sweeps of its own seed (a 95% quantile of a few hundred draws: it moves between seeds).
 """
 
 from __future__ import annotations
