@@ -14,7 +14,7 @@ from ut_peft.accessibility import store
 from ut_peft.accessibility.designs.pooled_rules import POOLED_RULES
 from ut_peft.accessibility.engine.jobs import RowState
 from ut_peft.accessibility.simulated_intervals import pooled_design
-from ut_peft.accessibility.stats.simulator import Truth, run_design
+from ut_peft.accessibility.stats.simulator import Truth, fit_costs_to_rows, run_design
 from ut_peft.accessibility.status import folder_status
 from ut_peft.accessibility.testing import pooled_sweep_settings
 
@@ -218,9 +218,27 @@ def test_a_partial_folder_shows_its_round_in_flight_stop_state_and_projection(pa
     projected = time["projection"]
     assert projected["method"] == "planned" and projected["rows"] == plan["rows"]
     assert (projected["rows_for_targets"], projected["rows_for_floor"], projected["law_rows"]) == (needed, floor, more)
-    assert projected["row_steps_per_row"] == pytest.approx(per_row)
-    assert projected["row_steps"] == round(plan["rows"] * per_row - spent_open)
-    assert time["hours_left"] == pytest.approx((plan["rows"] * per_row - spent_open) / (steps / seconds) / 3600)
+    assert projected["mean_row_steps_per_row"] == pytest.approx(per_row)
+    # The planned rows priced each at its own (m, n): p E[accessible row-steps at n / n_50] + (1 - p) E[failing
+    # row-steps], p and n_50 on the design's present fit, the step costs fitted to every row written (the open
+    # round's 3 included). Under the audited abandon the cost model (rows run to their end) is not used: the mean row.
+    cells = [cell for chosen in plan["cells"] for cell in chosen]
+    curve = pooled_design(settings).present_curve(complete, cells)
+    costs = fit_costs_to_rows(rows, "the partial folder")
+    priced = sum(costs.expected_row_steps(n / n50, p, m) for (m, n), (p, n50) in zip(cells, curve))
+    cost_model = projected["cost_model"]
+    if scale == 1.0:
+        assert projected["pricing"] == "cost model" and projected["cost_model_note"] is None
+        assert cost_model["row_steps"] == pytest.approx(priced) and cost_model["rows"] == len(rows)
+        assert projected["row_steps_per_row"] == pytest.approx(priced / plan["rows"])
+        left = priced - spent_open
+    else:
+        assert projected["pricing"] == "mean row" and cost_model is None
+        assert "audited early abandon" in projected["cost_model_note"]
+        assert projected["row_steps_per_row"] == pytest.approx(per_row)
+        left = plan["rows"] * per_row - spent_open
+    assert projected["row_steps"] == round(left)
+    assert time["hours_left"] == pytest.approx(left / (steps / seconds) / 3600)
 
     text = status_of(folder, capsys)
     assert text.splitlines()[1] == "state: PAUSED: waits for results/gemma-3-270m/pooled-words to end (2 cores)"
@@ -231,6 +249,16 @@ def test_a_partial_folder_shows_its_round_in_flight_stop_state_and_projection(pa
     assert "the rounds the design would deal at its present fit" in text
     assert f"(the law 1 / sqrt(rows) from the rows so far: {more // 8} rounds, {more} rows: " in text
     assert f"needs {judged['rows']} x ({ratio:.2f}^2 - 1) = {needed} more" in text
+    # The row-steps line says which pricing set the hours, and gives the other beside it.
+    mean_row = f"{per_row:,.0f} a row (the mean of a fitted round's row)"
+    if scale == 1.0:
+        assert (
+            f"  row-steps: {priced / plan['rows']:,.0f} a row on average by the cost model fitted to {len(rows)} "
+            f"rows, each planned row priced at its (m, n) on the present fit (the mean row would give {mean_row}), "
+            f"less {spent_open:,} already spent on the round now running"
+        ) in text
+    else:
+        assert f"  row-steps: {mean_row}; no cost-model price: under an audited early abandon" in text
 
 
 def test_a_standard_error_the_fit_cannot_estimate_is_not_taken_as_met(partial, capsys, monkeypatch):

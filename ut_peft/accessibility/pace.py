@@ -157,10 +157,12 @@ def projection(
     budget_left: int | None = None,
     planned: dict | None = None,
 ) -> dict | None:
-    """Hours a fitting pooled design still needs: :func:`rows_still_needed` times ``row_steps_per_row`` (the mean
-    row-steps of a row of its fitted rounds), less ``spent_in_open_round`` (the row-steps the round now running has
-    already spent: its rows written and its rows in flight), at most ``budget_left`` (the row-step budget's rest,
-    where the design has one), over ``row_steps_per_second`` (the run's measured pace, :func:`total_pace`).
+    """Hours a fitting pooled design still needs: :func:`rows_still_needed` times ``row_steps_per_row`` (a row's
+    price: `ut-peft status` gives the mean of the planned rows' cost-model prices, or the mean row-steps of a row of
+    its fitted rounds: :func:`.status.planned_row_prices`), less ``spent_in_open_round`` (the row-steps the round
+    now running has already spent: its rows written and its rows in flight), at most ``budget_left`` (the row-step
+    budget's rest, where the design has one), over ``row_steps_per_second`` (the run's measured pace,
+    :func:`total_pace`).
 
     ``planned``: the design's own plan (:meth:`.designs.pooled.PooledDesign.planned_rounds`: the rounds it would
     deal at its present fit until it stops); where it gives a number of rounds, those are the rows still needed

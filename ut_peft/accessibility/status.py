@@ -16,7 +16,8 @@ inflight/ has got); for a pooled sweep also:
 - hours spent (the wall time of its complete rounds, each timed by its longest row: :mod:`.pace`) and a projection
   of the hours left (:func:`.pace.projection`: the rounds the design would deal at its present fit until it stops,
   :meth:`.designs.pooled.PooledDesign.planned_rounds`; where it cannot plan, every standard error taken to fall as
-  1 / sqrt(rows)).
+  1 / sqrt(rows)), its rows priced by :func:`planned_row_prices` (each planned row at its own (m, n) by the step-cost
+  model fitted to the folder's rows, else the mean row-steps of a fitted round's row; :data:`PRICING`).
 
 A file named PAUSED in the folder (a campaign that waits for another writes why there) is the run's state.
 """
@@ -74,7 +75,7 @@ def folder_status(folder) -> dict:
     if pooled is not None:
         status["estimate"] = _estimate(folder, settings, config, pooled, rows)
         status["stop"] = _stop(pooled, rows)
-        status["time"] = _time(pooled, rows, status["stop"], status["in_flight"], store.last_host(folder))
+        status["time"] = _time(pooled, rows, status["stop"], status["in_flight"], settings, store.last_host(folder))
     return _json_safe(status)
 
 
@@ -318,6 +319,71 @@ def _row_steps_per_row(design: PooledDesign, rows: dict, fitted_rows: int) -> tu
     return sum(row_steps(rows[job]) for job in picked) / len(picked), basis
 
 
+# What the rows a projection counts are priced at: "cost model" (each planned row at its own (m, n), by the step-cost
+# model fitted to the folder's rows: planned_row_prices) where it can be fitted, else the mean row-steps of a row of
+# the fitted rounds; "mean row": always the mean (the cost model's figure is still shown beside it).
+# benchmarks/projection_accuracy.py measures both against what simulated sweeps then spent (BENCHMARKS.md).
+PRICING = "cost model"
+
+
+def planned_row_prices(design: PooledDesign, rows: dict, fitted_rows: int, planned: dict | None, settings: dict):
+    """The two prices of the rows a fitting design still deals, as ``ut-peft status`` sets them:
+
+    - ``"mean_row"``: the mean row-steps of a row of the fitted rounds (``fitted_rows`` rows; see
+      :func:`_row_steps_per_row`), with ``"mean_row_basis"`` (what it is the mean of); None without a complete round;
+    - ``"cost_model"``: every row of ``planned`` (:meth:`.designs.pooled.PooledDesign.planned_rounds`) priced at its
+      own (m, n): p E[accessible row-steps at r] + (1 - p) E[failing row-steps], with p the chance it crams and r =
+      n / n_50(m), both on the design's present fit (:meth:`.designs.pooled.PooledDesign.present_curve`), and the
+      expectations those of the exponential step-cost model fitted to ``rows``
+      (:func:`.stats.simulator.fit_costs_to_rows`; :meth:`.stats.simulator.RowCosts.expected_row_steps`: closed
+      forms that respect the cap). ``{"row_steps", "row_steps_per_row", "rows", "fit"}`` (``rows``: the rows the
+      cost fit was given, ``fit``: what it fitted), or None with ``"cost_model_note"`` saying why not (no plan, a
+      protocol other than the cost model's, an audited abandon, too few rows for the fit).
+    """
+    from .stats.simulator import check_protocol, fit_costs_to_rows
+
+    mean = _row_steps_per_row(design, rows, fitted_rows)
+    out: dict = {
+        "mean_row": None if mean is None else mean[0],
+        "mean_row_basis": None if mean is None else mean[1],
+        "cost_model": None,
+        "cost_model_note": None,
+    }
+    if planned is None or planned.get("rounds") is None:
+        out["cost_model_note"] = "no plan of the rounds left whose rows it could price"
+        return out
+    if design.audit is not None:
+        # The cost model prices rows run to their end; under an audited abandon a flagged row is mostly stopped early.
+        out["cost_model_note"] = "under an audited early abandon (the cost model prices rows run to their end)"
+        return out
+    try:
+        check_protocol(settings, "the cost model")
+    except ValueError:
+        out["cost_model_note"] = "the rows ran at another cap or patience than the cost model's (3000, 500)"
+        return out
+    measured = [dict(row, m=key[0], n=key[1]) for key, row in rows.items() if row.get("stop_reason") != INFERRED]
+    try:
+        costs = fit_costs_to_rows(measured, f"{len(measured)} rows")
+    except ValueError as err:
+        out["cost_model_note"] = f"too few rows for the cost fit ({err})"
+        return out
+    cells = [cell for chosen in planned["cells"] for cell in chosen]
+    curve = design.present_curve(rows, cells)
+    if curve is None:  # not fitting: planned_rounds gave no plan either, so not reached
+        out["cost_model_note"] = "no present fit to place the planned rows on"
+        return out
+    # A fit (early, off) whose n_50 at some m is not positive puts every length there beyond it: r as large as the
+    # cost model reads any r (RowCosts.accessible_steps caps r at 50), the chance of cramming the fit's own (~0).
+    total = sum(costs.expected_row_steps(n / n50 if n50 > 0 else 50.0, p, m) for (m, n), (p, n50) in zip(cells, curve))
+    out["cost_model"] = {
+        "row_steps": total,
+        "row_steps_per_row": total / len(cells) if cells else 0.0,
+        "rows": len(measured),
+        "fit": costs.source,
+    }
+    return out
+
+
 def _least_after_bracketing(design: PooledDesign, rows: dict, pace: dict | None) -> dict | None:
     """While the design brackets n_50 there are no standard errors to project from, but its floor is known: once
     every m is bracketed, at least ``max(min_rows, min_rounds x batch)`` fitted rows (whole rounds) follow. Priced at
@@ -340,7 +406,9 @@ def _least_after_bracketing(design: PooledDesign, rows: dict, pace: dict | None)
     }
 
 
-def _time(design: PooledDesign, rows: dict, stop: dict, in_flight: dict, host: dict | None = None) -> dict:
+def _time(
+    design: PooledDesign, rows: dict, stop: dict, in_flight: dict, settings: dict, host: dict | None = None
+) -> dict:
     """Hours spent (complete rounds, each its longest row's wall time), the round now running so far, the pace, and
     the projection of the hours left. ``host``: the machine the newest row was written on (None: no row records
     one); the hours left are priced at its own pace where enough of its rounds are timed (:func:`.pace.host_pace`),
@@ -371,7 +439,13 @@ def _time(design: PooledDesign, rows: dict, stop: dict, in_flight: dict, host: d
     if mean is None:
         out.update(hours_left=None, note="no projection yet (no round is complete)")
         return out
-    per_row, basis = mean
+    planned = design.planned_rounds(rows)
+    prices = planned_row_prices(design, rows, int(stop.get("fitted_rows") or 0), planned, settings)
+    cost_model = prices["cost_model"]
+    pricing = "cost model" if PRICING == "cost model" and cost_model is not None else "mean row"
+    # The plan's rows (the cost model is priced only where a plan sets them, so pace.projection counts these very
+    # rows) at the cost model's mean a row make its total: pace.projection takes a price a row.
+    per_row = cost_model["row_steps_per_row"] if pricing == "cost model" else mean[0]
     # The round now running has already spent this much of what the projection counts from the complete rounds on.
     spent_open = in_flight.get("landed_row_steps", 0) + sum(
         s.get("step") or 0 for s in in_flight["snapshots"] if s.get("due") and not s.get("written")
@@ -387,10 +461,18 @@ def _time(design: PooledDesign, rows: dict, stop: dict, in_flight: dict, host: d
         rate,
         spent_in_open_round=spent_open,
         budget_left=budget_left,
-        planned=design.planned_rounds(rows),
+        planned=planned,
     )
     assert projected is not None  # the stage is "fitting"
-    projected.update(row_steps_per_row=per_row, row_steps_basis=basis, spent_in_open_round=spent_open)
+    projected.update(
+        row_steps_per_row=per_row,
+        pricing=pricing,
+        mean_row_steps_per_row=mean[0],
+        row_steps_basis=mean[1],
+        cost_model=cost_model,
+        cost_model_note=prices["cost_model_note"],
+        spent_in_open_round=spent_open,
+    )
     out["projection"] = projected
     out["hours_left"] = projected["hours"]
     if projected["rows"] is None:
@@ -405,11 +487,21 @@ def _time(design: PooledDesign, rows: dict, stop: dict, in_flight: dict, host: d
         else "every standard error taken to fall as 1 / sqrt(rows), the rows still needed in whole rounds"
     )
     out["note"] = (
-        f"a projection: {how}, at the mean row-steps of {basis}, at the "
+        f"a projection: {how}, {_pricing_phrase(projected)}, at the "
         + ("current host's measured pace" if priced is not pace else "run's measured pace")
         + ("" if rate else "; no hours: no complete round carries wall times")
     )
     return out
+
+
+def _pricing_phrase(projected: dict) -> str:
+    """How the projection's rows are priced, in words."""
+    if projected["pricing"] == "cost model":
+        return (
+            "each planned row priced at its (m, n) by the step-cost model fitted to "
+            f"{projected['cost_model']['rows']} rows"
+        )
+    return f"at the mean row-steps of {projected['row_steps_basis']}"
 
 
 def _json_safe(value):
@@ -683,8 +775,8 @@ def _time_lines(time: dict) -> list[str]:
     else:
         lines.append(f"  rows: {law}")
     lines.append(
-        f"  row-steps: {projected['row_steps_per_row']:,.0f} a row (the mean of {projected['row_steps_basis']}), less "
-        f"{projected['spent_in_open_round']:,} already spent on the round now running"
+        f"  row-steps: {_pricing_text(projected)}, less {projected['spent_in_open_round']:,} already spent "
+        "on the round now running"
     )
     lines.append(
         "  it assumes the present fit holds as the rows land (benchmarks/projection_accuracy.py: its error in "
@@ -693,6 +785,24 @@ def _time_lines(time: dict) -> list[str]:
         else "  it assumes every standard error falls as 1 / sqrt(rows), for rows placed as those so far"
     )
     return lines
+
+
+def _pricing_text(projected: dict) -> str:
+    """The price a row the projection used and what it is, with the other pricing beside it."""
+    mean = f"{projected['mean_row_steps_per_row']:,.0f} a row (the mean of {projected['row_steps_basis']})"
+    cost = projected.get("cost_model")
+    if projected["pricing"] == "cost model":
+        assert cost is not None  # "cost model" is set only where the cost model priced the rows
+        return (
+            f"{cost['row_steps_per_row']:,.0f} a row on average by the cost model fitted to {cost['rows']} rows, each "
+            f"planned row priced at its (m, n) on the present fit (the mean row would give {mean})"
+        )
+    if cost is not None:
+        return (
+            f"{mean}; the cost model fitted to {cost['rows']} rows would give {cost['row_steps_per_row']:,.0f} a row "
+            "on average, each planned row priced at its (m, n)"
+        )
+    return f"{mean}; no cost-model price: {projected['cost_model_note']}"
 
 
 def _host_line(on_host: dict) -> str:

@@ -15,8 +15,9 @@ its snapshots in inflight/ has got), and for a pooled sweep:
 - hours spent (the wall time of its complete rounds, each timed by its longest row: ut_peft.accessibility.pace,
   as benchmarks/run_pace.py times them) and a projection of the hours left (pace.projection: the rounds the design
   would deal at its present fit until it stops, PooledDesign.planned_rounds, or where it cannot plan, every standard
-  error taken to fall as 1 / sqrt(rows); the rows at the mean row-steps of a fitted round's row, at the run's
-  measured pace).
+  error taken to fall as 1 / sqrt(rows); the planned rows each priced at its own (m, n) by the step-cost model
+  fitted to the folder's rows where it can be fitted, else all at the mean row-steps of a fitted round's row, the
+  line saying which; at the run's measured pace).
 
 A file named PAUSED in the folder (a campaign that waits for another writes why there) is printed as the run's
 state. Exit code 0 whatever the state; a folder that holds no sweep is a one-line error.

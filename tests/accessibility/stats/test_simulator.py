@@ -110,6 +110,26 @@ def test_the_cost_link_sets_what_an_accessible_rows_steps_grow_with():
     )
 
 
+@pytest.mark.parametrize("r", [0.3, 1.0, 1.4])
+def test_the_expected_row_steps_are_the_mean_of_the_drawn_ones_caps_included(r):
+    """RowCosts.expected_row_steps (closed forms of a capped lognormal's mean) against the mean of 200,000 draws of
+    accessible_steps and inaccessible_steps, + 1 for the deciding evaluation; at r = 1.4 the accessible cap binds
+    (about two thirds of the draws reach it), and the failing rows' cap always can."""
+    import numpy as np
+
+    costs = simulator.RowCosts(form="exponential", t0=60.0, spread=0.6, k=3.0, b0=1200.0, fail_spread=0.8)
+    rng = np.random.default_rng(7)
+    accessible = np.array([costs.accessible_steps(r, rng) for _ in range(200_000)], dtype=float)
+    failing = np.array([costs.inaccessible_steps(rng) for _ in range(200_000)], dtype=float)
+    if r == 1.4:
+        assert 0.5 < (accessible == simulator.CAP - 1).mean() < 0.85
+    for p in (0.0, 0.3, 1.0):
+        drawn = p * accessible.mean() + (1 - p) * failing.mean() + 1
+        # The ceil of accessible_steps (left out of the closed form) adds under one step.
+        assert costs.expected_row_steps(r, p) == pytest.approx(drawn, rel=0.01)
+        assert costs.expected_row_steps(r, p) <= drawn + 0.01 * drawn
+
+
 def test_with_cap_fails_a_text_too_slow_for_the_cap_does_not_cram_and_the_truth_is_the_protocols():
     """--cap-fails: an accessible text whose steps would reach the cap is inaccessible at the cap (as the real
     protocol decides it); half the rows cram at protocol_n50, which then lies below n50; without it nothing moves."""

@@ -503,6 +503,29 @@ class PooledDesign(Design):
             "ratios": _judged_ratios(ratios),
         }
 
+    def present_curve(self, rows: dict, cells) -> list[tuple[float, float]] | None:
+        """At each (m, n) of ``cells``, the chance that a row there crams and n_50 at its m, both on the fit the
+        design places its rounds on now (the fit :meth:`planned_rounds` plans on: the fitted curve itself, not the
+        wider one the information is judged on; at the check m with its offset from the line, as the placement
+        reads it). What a planned row is expected to cost is priced from these (:mod:`..status`).
+
+        None unless the design is fitting (bracketing: no fit; stopped: nothing planned)."""
+        done, missing, used = self._walk(rows)
+        if not missing or self._judged.get(tuple(used)) is None:
+            return None
+        fit = self._fit([r for rnd in used for r in rnd])[0]
+        cells = list(cells)
+        if not cells:
+            return []
+        ms = np.array([float(m) for m, _ in cells])
+        ns = np.array([float(n) for _, n in cells])
+        eta, _ = fit.model.eta_and_jacobian(fit.theta, ms, ns, free_delta=True)
+        probabilities = 1.0 / (1.0 + np.exp(-np.clip(eta, -35, 35)))
+        offset = float(fit.theta[2])
+        return [
+            (float(p), fit.n50(m) + (offset if m == self.check_m else 0.0)) for p, (m, _) in zip(probabilities, cells)
+        ]
+
     def summary_fit(self, rows: dict) -> dict | None:
         """The pooled estimate of what ``rows`` hold (see :func:`pooled_estimates`)."""
         return pooled_estimates(

@@ -75,6 +75,21 @@ class RowCosts:
     def inaccessible_steps(self, rng) -> int:
         return int(min(CAP, self.b0 * rng.lognormal(0, self.fail_spread) + PATIENCE))
 
+    def expected_row_steps(self, r: float, accessible: float, m: int | None = None) -> float:
+        """The expected row-steps (steps + the evaluation that decides the row) of a row at ``r`` that crams with
+        probability ``accessible``: accessible * E[:meth:`accessible_steps`] + (1 - accessible) *
+        E[:meth:`inaccessible_steps`], + 1.
+
+        Closed forms, the caps included: both draws are a capped lognormal, min(c, a e^(s Z)) with Z ~ N(0, 1), whose
+        mean is a e^(s^2 / 2) Phi((ln(c / a) - s^2) / s) + c Phi(-ln(c / a) / s) (accessible: a = t0 growth(r),
+        s = spread, c = cap - 1, the clamp of :meth:`accessible_steps`; inaccessible: patience + the same with a = b0,
+        s = fail_spread, c = cap - patience). The ceil of :meth:`accessible_steps` (under one step) is left out."""
+        growth = float(self.growth(min(max(r, 0.0), 50.0), m))
+        reached = self.t0 * growth
+        accessible_mean = _capped_lognormal_mean(reached, self.spread, CAP - 1)
+        failing_mean = PATIENCE + _capped_lognormal_mean(self.b0, self.fail_spread, CAP - PATIENCE)
+        return accessible * accessible_mean + (1.0 - accessible) * failing_mean + 1.0
+
     def describe(self) -> str:
         linked = "" if self.link == "limit" else " (r = n / n_50 of the row's m, not its own limit)"
         if self.form == "assumed":
@@ -92,6 +107,20 @@ class RowCosts:
                 else ""
             )
         ) + linked
+
+
+def _capped_lognormal_mean(scale: float, spread: float, cap: float) -> float:
+    """E[min(cap, scale e^(spread Z))], Z ~ N(0, 1), in closed form (spread 0: min(cap, scale))."""
+    if scale <= 0:
+        return 0.0
+    if spread <= 0 or not math.isfinite(scale):
+        return min(cap, scale)
+    z = math.log(cap / scale) / spread  # the cap in standard units of log steps
+
+    def phi(x: float) -> float:
+        return 0.5 * (1.0 + math.erf(x / math.sqrt(2.0)))
+
+    return scale * math.exp(spread * spread / 2) * phi(z - spread) + cap * phi(-z)
 
 
 def check_protocol(settings: dict, where: str) -> None:
