@@ -19,6 +19,15 @@ projections count it). Rounds, not hours: the hours are either projection times 
 measured pace, which no simulation knows. Printed per projection: the mean and median of projected / actual rounds,
 the share projected within 25% of the truth, and the RMSE in rounds, at the first fitting decision (what status
 says right after the bracketing) and over every fitting decision.
+
+A second table prices the planned rows both ways `ut-peft status` can (:func:`~ut_peft.accessibility.status.
+planned_row_prices`, from the rows so far): ``mean row`` (the planned rows times the mean row-steps of a row of the
+fitted rounds) and ``cost model`` (each planned row at its own (m, n), by the step-cost model fitted to the rows so
+far, at the design's present fit), beside the row-steps the sweep then spent until it stopped (the round due
+included): the same figures, in row-steps, over the decisions where both pricings give a figure (a cost fit needs 3
+accessible and 2 inaccessible rows; a decision without a plan has neither). The simulated truth's own costs are the
+exponential model fitted to the folder's rows (with r = n over the text's own limit, not n_50), so the cost-model
+pricing is refitted to simulated rows of its own model family: a home advantage a real sweep does not give it.
 """
 
 from __future__ import annotations
@@ -31,39 +40,57 @@ import time
 from pathlib import Path
 
 from ut_peft.accessibility import store
+from ut_peft.accessibility.engine.rows import row_steps
 from ut_peft.accessibility.pace import rows_still_needed
 from ut_peft.accessibility.simulated_intervals import fitted_truth, pooled_design
 from ut_peft.accessibility.stats.simulator import in_processes, simulate_row
+from ut_peft.accessibility.status import planned_row_prices
+
+# The row-step projections: what `ut-peft status` would price the planned rows at.
+PRICINGS = ("mean row", "cost model")
 
 # Repeat numbers apart from those the calibrations (1,000,000 up) and the other benchmarks' outer sweeps use.
 REPEAT_BASE = 3_000_000
 
 
 def one_sweep(args: tuple) -> list[dict]:
-    """The decisions of one simulated sweep: per fitting decision, both projections and the rounds it then took."""
+    """The decisions of one simulated sweep: per fitting decision, both projections of the rounds and both prices
+    of the planned rows, and the rounds and row-steps it then took."""
     settings, truth, repeat = args
     design = pooled_design(settings)
     rows: dict = {}
     decisions = []
     rounds_dealt = 0
+    spent = 0
     while jobs := design.next_jobs(rows):
         state = design.stop_state(rows)
         if state["stage"] == "fitting":
             law = rows_still_needed(state, design.batch)
             planned = design.planned_rounds(rows)
+            prices = planned_row_prices(design, rows, int(state["fitted_rows"]), planned, settings)
+            priced = planned is not None and planned["rounds"] is not None and prices["mean_row"] is not None
+            cost_model = prices["cost_model"]
             decisions.append(
                 {
                     "rounds_before": rounds_dealt,
                     "rows_before": len(rows),
+                    "row_steps_before": spent,
                     "law": None if law is None else law["rounds"],
                     "planned": None if planned is None else planned["rounds"],
+                    "row_steps": {
+                        "mean row": planned["rows"] * prices["mean_row"] if priced else None,
+                        "cost model": None if cost_model is None else cost_model["row_steps"],
+                    },
+                    "cost_model_note": prices["cost_model_note"],
                 }
             )
         for job in jobs:
             rows[job] = simulate_row(truth, REPEAT_BASE + repeat, *job)
+            spent += row_steps(rows[job])
         rounds_dealt += 1
     for decision in decisions:
         decision["actual"] = rounds_dealt - decision["rounds_before"]
+        decision["actual_row_steps"] = spent - decision["row_steps_before"]
     return decisions
 
 
@@ -77,6 +104,38 @@ def _errors(pairs: list[tuple[int, int]]) -> dict:
         "rmse_rounds": statistics.fmean((p - a) ** 2 for p, a in pairs) ** 0.5,
         "mean_actual_rounds": statistics.fmean(a for _, a in pairs),
     }
+
+
+def _step_errors(pairs: list[tuple[float, int]]) -> dict:
+    ratios = [p / a for p, a in pairs]
+    return {
+        "decisions": len(pairs),
+        "mean_ratio": statistics.fmean(ratios),
+        "median_ratio": statistics.median(ratios),
+        "within_25pct": sum(0.75 <= r <= 1.25 for r in ratios) / len(ratios),
+        "rmse_row_steps": statistics.fmean((p - a) ** 2 for p, a in pairs) ** 0.5,
+        "mean_actual_row_steps": statistics.fmean(a for _, a in pairs),
+    }
+
+
+def summarize_row_steps(sweeps: list[list[dict]]) -> dict:
+    """Per scope (the first fitting decision, every one) and pricing, projected / actual row-steps over the decisions
+    where both pricings give a figure (so that both are judged on the same decisions), and per pricing how many
+    decisions it gave none."""
+    out: dict = {}
+    for scope, picked in (
+        ("first fitting decision", [s[:1] for s in sweeps]),
+        ("every fitting decision", sweeps),
+    ):
+        decisions = [d for s in picked for d in s if "row_steps" in d]
+        both = [d for d in decisions if all(d["row_steps"][name] is not None for name in PRICINGS)]
+        out[scope] = (
+            {name: _step_errors([(d["row_steps"][name], d["actual_row_steps"]) for d in both]) for name in PRICINGS}
+            if both
+            else {}
+        )
+        out[scope]["no price"] = {name: sum(d["row_steps"][name] is None for d in decisions) for name in PRICINGS}
+    return out
 
 
 def summarize(sweeps: list[list[dict]]) -> dict:
@@ -134,6 +193,26 @@ def main(argv=None) -> int:
             f"| {scope} | no projection (law / planned) | {entries['no projection']['law']} / "
             f"{entries['no projection']['planned']} | | | | | |"
         )
+    steps_table = summarize_row_steps(sweeps)
+    print()
+    print(
+        "| decisions | pricing of the planned rows | n | mean projected / actual row-steps | median | within 25% | "
+        "RMSE (row-steps) | mean actual row-steps |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    for scope, entries in steps_table.items():
+        for name in PRICINGS:
+            e = entries.get(name)
+            if e is None:
+                continue
+            print(
+                f"| {scope} | {name} | {e['decisions']} | {e['mean_ratio']:.2f} | {e['median_ratio']:.2f} | "
+                f"{e['within_25pct']:.2f} | {e['rmse_row_steps']:,.0f} | {e['mean_actual_row_steps']:,.0f} |"
+            )
+        print(
+            f"| {scope} | no price (mean row / cost model) | {entries['no price']['mean row']} / "
+            f"{entries['no price']['cost model']} | | | | | |"
+        )
     if args.output is not None:
         record = {
             "command": "python benchmarks/projection_accuracy.py " + " ".join(sys.argv[1:] if argv is None else argv),
@@ -147,6 +226,7 @@ def main(argv=None) -> int:
                 "width_power": truth.width_power,
             },
             "table": table,
+            "row_steps_table": steps_table,
             "sweeps": sweeps,
         }
         args.output.parent.mkdir(parents=True, exist_ok=True)

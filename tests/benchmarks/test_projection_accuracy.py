@@ -32,5 +32,25 @@ def test_every_fitting_decision_is_set_beside_the_rounds_the_sweep_then_dealt(lo
     ratios = [s[0]["planned"] / s[0]["actual"] for s in record["sweeps"]]
     assert first["planned"]["mean_ratio"] == pytest.approx(sum(ratios) / 3)
     assert "| first fitting decision | planned | 3 |" in printed
+
+    # The row-steps: both prices of the planned rows beside what the sweep then spent (the round due included), the
+    # row-steps spent so far plus those left the same at every decision of a sweep.
+    for decisions in record["sweeps"]:
+        totals = {d["row_steps_before"] + d["actual_row_steps"] for d in decisions}
+        assert len(totals) == 1 and all(d["actual_row_steps"] > 0 for d in decisions)
+        assert [d["actual_row_steps"] for d in decisions] == sorted(
+            (d["actual_row_steps"] for d in decisions), reverse=True
+        )
+        for d in decisions:
+            assert set(d["row_steps"]) == {"mean row", "cost model"}
+            assert d["row_steps"]["mean row"] is not None  # a plan at every decision (above), so a mean-row price
+    steps_first = record["row_steps_table"]["first fitting decision"]
+    priced = [s[0] for s in record["sweeps"] if s[0]["row_steps"]["cost model"] is not None]
+    assert priced and steps_first["no price"] == {"mean row": 0, "cost model": 3 - len(priced)}
+    for name in ("mean row", "cost model"):
+        ratios = [d["row_steps"][name] / d["actual_row_steps"] for d in priced]
+        assert steps_first[name]["mean_ratio"] == pytest.approx(sum(ratios) / len(ratios))
+        assert f"| first fitting decision | {name} | {len(priced)} |" in printed
+    assert "| decisions | pricing of the planned rows | n | mean projected / actual row-steps |" in printed
     with pytest.raises(SystemExit):  # a record is never replaced
         benchmark.main([str(folder), "--repeats", "3", "--output", str(output)])
