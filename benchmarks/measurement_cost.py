@@ -70,6 +70,9 @@ intervals are Wald intervals of the pooled fit. Its rules are those of ``--poole
 to 6 are retired from the package, their rules read from benchmarks/retired_pooled_rules.json);
 ``--pooled-logits``, ``--pooled-check-factor``, ``--pooled-width-z``, ``--pooled-stop-z``, ``--pooled-slope-from`` and
 ``--pooled-min-rows`` replace single rules of it, for exploring (BENCHMARKS.md keeps the table of what was measured).
+``--pooled-targets-from FOLDER`` instead simulates the design a real pooled sweep ran: the standard-error targets,
+rules, batch, ms and length walk of that folder's settings.json (with ``--truth-fitted FOLDER``, at the truth fitted to
+its rows): the last line is then that run's own cost ratio, published row-steps / its row-steps at its RMSE ratios.
 
 Exploring is cheap: ``--designs`` picks the designs simulated (the published one always, as the baseline), and the
 published designs' per-repeat results are cached under ``--cache`` (a JSON file per design, keyed by the truth, ms,
@@ -244,6 +247,59 @@ def truth_from(folder) -> tuple[float, float, float]:
         f"{rel_width:.3f}"
     )
     return est["slope"], est["intercept"], rel_width
+
+
+def folder_design(folder, args) -> SimpleNamespace:
+    """--pooled-targets-from: the pooled design a real sweep folder ran (its settings.json's targets, rules, version,
+    batch, ms and length walk), or a clear exit where the folder is no pooled sweep of the published protocol's cap and
+    patience or the command line asks for another design."""
+    from ut_peft.accessibility import store
+    from ut_peft.accessibility.config import SweepConfig
+
+    flag = f"--pooled-targets-from {folder}"
+    if args.pooled_factor is not None:
+        raise SystemExit(
+            f"{flag} sets the pooled design's targets to those the folder ran with; --pooled-factor "
+            f"{args.pooled_factor} sets them from the published design's RMSE instead: give one of the two"
+        )
+    try:
+        config = SweepConfig.from_settings(store.read_settings(Path(folder)))
+    except ValueError as error:
+        raise SystemExit(f"{flag}: {error}") from None
+    if config.design.kind != "pooled":
+        raise SystemExit(
+            f"{flag}: its design is {config.design.kind!r}, not a pooled one: the targets it reads are a pooled "
+            "sweep's (--design pooled); give --pooled-factor for targets set from the published design's RMSE"
+        )
+    if (config.cram.max_steps, config.cram.patience) != (CAP, PATIENCE):
+        raise SystemExit(
+            f"{flag}: it ran cap {config.cram.max_steps}, patience {config.cram.patience}; the simulator runs the "
+            f"published protocol's cap {CAP} and patience {PATIENCE}, so it cannot simulate that design"
+        )
+    design = config.design
+    given = {
+        "--pooled-version": (args.pooled_version, design.version),
+        "--pooled-batch": (args.pooled_batch, config.num_sequences),
+        "--ms": (args.ms, list(config.ms)),
+    }
+    for name, (value, own) in given.items():
+        if value is not None and value != own:
+            shown = " ".join(map(str, value)) if isinstance(value, list) else value
+            raise SystemExit(
+                f"{flag}: the folder ran {name.lstrip('-').replace('pooled-', '')} {own}, and {name} {shown} asks "
+                f"for another design: leave {name} out (it is the folder's), or give --pooled-factor instead"
+            )
+    return SimpleNamespace(
+        folder=folder,
+        target_slope_se=design.target_slope_se,
+        target_n50_se=design.target_n50_se,
+        rules=design.rules,
+        version=design.version,
+        batch=config.num_sequences,
+        ms=list(config.ms),
+        start=config.grid.start,
+        stop=config.grid.stop,
+    )
 
 
 def flag_model(args, audit: float) -> AuditedAbandon:
@@ -478,9 +534,16 @@ def baseline_results(name: str, truth: Truth, ms, repeats: int, num_boot: int, c
     )
 
 
+def base_rules(args) -> PooledRules:
+    """The pooled rules the --pooled-* knobs change: the --pooled-targets-from folder's, else --pooled-version's."""
+    own = getattr(args, "folder_design", None)
+    return own.rules if own is not None else pooled_rules(args.pooled_version)
+
+
 def pooled_arguments(args) -> dict:
-    """The pooled design's rules: those of --pooled-version, each --pooled-* knob given replacing its own."""
-    rules = pooled_rules(args.pooled_version).arguments()
+    """The pooled design's rules: those of --pooled-version (or of the --pooled-targets-from folder), each --pooled-*
+    knob given replacing its own."""
+    rules = base_rules(args).arguments()
     knobs = {
         "logit_offsets": args.pooled_logits,
         "check_factor": args.pooled_check_factor,
@@ -530,14 +593,18 @@ def _designs_repeat(
     if "pooled" in names or "pooled+steps" in names:
         # The pooled design, its standard-error targets the published design's RMSE (measured above, same
         # simulator) times --pooled-factor: its stop judges the standard errors on a curve wider than the fit,
-        # so it is conservative; the factor is what brings its RMSE to the published one's (BENCHMARKS.md).
+        # so it is conservative; the factor is what brings its RMSE to the published one's (BENCHMARKS.md). Or,
+        # under --pooled-targets-from, the targets and length walk a real folder ran with (its own cost figure).
+        own = args.folder_design
         pooled = PooledDesign(
             ms,
             batch=args.pooled_batch,
-            start=10,
-            stop=1000,
-            target_slope_se=args.pooled_factor * published_slope_rmse,
-            target_n50_se={m: args.pooled_factor * published_rmse[m] for m in ms},
+            start=10 if own is None else own.start,
+            stop=1000 if own is None else own.stop,
+            target_slope_se=args.pooled_factor * published_slope_rmse if own is None else own.target_slope_se,
+            target_n50_se={m: args.pooled_factor * published_rmse[m] for m in ms}
+            if own is None
+            else own.target_n50_se,
             # steps_truncated (--steps-truncated, or the version's rules): the steps law truncated at the cap (an
             # accessible row took fewer steps than it).
             rules=PooledRules(**rules),
@@ -650,8 +717,17 @@ def simulate(args) -> None:
         + f"{'nested texts' if truth.nested else 'random words (a text per length and index)'}, jitter "
         f"{truth.jitter}, {args.repeats} repeats, cap {CAP}, patience {PATIENCE}; sequential batch {args.batch} "
         f"(targets: the published mean widths); pooled batch {args.pooled_batch} (targets: "
-        f"{args.pooled_factor} x the published RMSE; rules of version {args.pooled_version}"
-        + (f", as given: {rule_text}" if rules != pooled_rules(args.pooled_version).arguments() else "")
+        + (
+            f"{args.pooled_factor} x the published RMSE"
+            if args.folder_design is None
+            else f"those {args.folder_design.folder} ran with"
+        )
+        + (
+            f"; rules of version {args.pooled_version}"
+            if args.pooled_version is not None
+            else f"; the rules {args.folder_design.folder} ran with (no version)"
+        )
+        + (f", as given: {rule_text}" if rules != base_rules(args).arguments() else "")
         + ")"
         + (f", early stop at {truth.early_stop}" if truth.early_stop else "")
         + (f", bend {truth.bend} at m = 3" if truth.bend else "")
@@ -774,12 +850,28 @@ def simulate(args) -> None:
         if equal
         else min(candidates, key=lambda n: max(worst[n], ratios[n]["slope"]))
     )
-    # What a real pooled sweep (or a retarget, --retarget-from) at this truth asks for to match the published design:
-    print(
-        f"pooled targets at {args.pooled_factor} x the published RMSE: --target-slope-se "
-        f"{args.pooled_factor * published_slope_rmse:.2f} --target-n50-se "
-        + " ".join(f"{m}:{args.pooled_factor * published_rmse[m]:.2f}" for m in ms)
-    )
+    own = args.folder_design
+    if own is None:
+        # What a real pooled sweep (or a retarget, --retarget-from) at this truth asks for to match the published
+        # design:
+        print(
+            f"pooled targets at {args.pooled_factor} x the published RMSE: --target-slope-se "
+            f"{args.pooled_factor * published_slope_rmse:.2f} --target-n50-se "
+            + " ".join(f"{m}:{args.pooled_factor * published_rmse[m]:.2f}" for m in ms)
+        )
+    else:
+        # The targets the folder ran with, and what each is in units of the published design's RMSE here.
+        n50_targets = own.target_n50_se
+        if n50_targets is not None and not isinstance(n50_targets, dict):  # one target for every m
+            n50_targets = dict.fromkeys(ms, n50_targets)
+        flags, multiples = [], []
+        if own.target_slope_se is not None:
+            flags.append(f"--target-slope-se {own.target_slope_se:.2f}")
+            multiples.append(f"slope {own.target_slope_se / published_slope_rmse:.2f}")
+        if n50_targets is not None:
+            flags.append("--target-n50-se " + " ".join(f"{m}:{se:.2f}" for m, se in sorted(n50_targets.items())))
+            multiples += [f"m = {m} {se / published_rmse[m]:.2f}" for m, se in sorted(n50_targets.items())]
+        print(f"pooled targets from {own.folder}: {' '.join(flags)} (x the published RMSE: {', '.join(multiples)})")
     print(f"best design: {best} ({'at equal precision' if equal else 'NOT at equal precision: no design is'})")
     print(
         f"cost ratio: {totals['published'] / totals[best]:.2f} at slope RMSE ratio {ratios[best]['slope']:.2f} "
@@ -883,15 +975,19 @@ def main(argv=None):
     )
     parser.add_argument("--no-cache", action="store_true", help="recompute the published design, write no cache")
     parser.add_argument(
-        "--pooled-batch", type=int, default=8, help="pooled: rows per fitted round (8, as the SmolLM2 run)"
+        "--pooled-batch",
+        type=int,
+        default=None,
+        help="pooled: rows per fitted round (default 8, as the SmolLM2 run; the --pooled-targets-from folder's)",
     )
     parser.add_argument(
         "--pooled-version",
         type=int,
         choices=pooled_versions(),
-        default=DEFAULT_POOLED_VERSION,
-        help="pooled: the version of its rules (3 to 6: retired from the package, read from "
-        "retired_pooled_rules.json); the --pooled-* knobs below replace single rules of it",
+        default=None,
+        help=f"pooled: the version of its rules (default {DEFAULT_POOLED_VERSION}, or the --pooled-targets-from "
+        "folder's; 3 to 6: retired from the package, read from retired_pooled_rules.json); the --pooled-* knobs below "
+        "replace single rules of it",
     )
     parser.add_argument(
         "--pooled-logits",
@@ -985,10 +1081,18 @@ def main(argv=None):
     parser.add_argument(
         "--pooled-factor",
         type=float,
-        default=1.05,
-        help="pooled: standard-error targets = this x the published design's RMSE",
+        default=None,
+        help="pooled: standard-error targets = this x the published design's RMSE (default 1.05)",
     )
-    parser.add_argument("--ms", type=int, nargs="+", default=[1, 2, 3, 4, 5])
+    parser.add_argument(
+        "--pooled-targets-from",
+        metavar="FOLDER",
+        default=None,
+        help="pooled: the standard-error targets, rules, batch, ms and length walk of this real pooled sweep folder's "
+        "settings.json instead of --pooled-factor x the published RMSE (with --truth-fitted FOLDER: that run's own "
+        "cost ratio at the truth fitted to its rows)",
+    )
+    parser.add_argument("--ms", type=int, nargs="+", default=None, help="default 1 2 3 4 5, or the folder's")
     parser.add_argument("--slope", type=float, default=44.5, help="true n_50 per memory vector")
     parser.add_argument("--intercept", type=float, default=5.0)
     parser.add_argument(
@@ -1126,6 +1230,15 @@ def main(argv=None):
         args.num_boot = min(args.num_boot, 200)
     if args.designs is None:
         args.designs = QUICK_DESIGNS if args.quick else DEFAULT_DESIGNS
+    args.folder_design = None
+    if args.pooled_targets_from:
+        own = args.folder_design = folder_design(args.pooled_targets_from, args)
+        args.pooled_version, args.pooled_batch, args.ms = own.version, own.batch, own.ms
+    else:
+        args.pooled_factor = 1.05 if args.pooled_factor is None else args.pooled_factor
+        args.pooled_version = DEFAULT_POOLED_VERSION if args.pooled_version is None else args.pooled_version
+        args.pooled_batch = 8 if args.pooled_batch is None else args.pooled_batch
+        args.ms = [1, 2, 3, 4, 5] if args.ms is None else args.ms
     if args.truth_from:
         slope, intercept, rel_width = truth_from(args.truth_from)
         args.slope, args.intercept = slope, intercept

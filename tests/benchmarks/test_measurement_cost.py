@@ -457,3 +457,47 @@ def test_the_truth_from_a_pooled_folder_is_its_designs_own_summary_fit(cost, tmp
     measured = sorted({k[0] for k in rows})
     alone = pooled_estimates(rows, measured, estimator=PseudoOutcomesEstimator(0.25))
     assert slope != pytest.approx(alone["slope"], abs=1e-6)
+
+
+def test_the_pooled_design_can_run_with_the_targets_and_rules_its_own_folder_ran_with(cost, tmp_path, monkeypatch):
+    """--pooled-targets-from FOLDER: the pooled design simulated with the standard-error targets, rules, batch and ms
+    of that folder's settings.json (the run's own cost figure at its fitted truth), not --pooled-factor times the
+    published design's RMSE; refused beside an explicit --pooled-factor or for a folder that is not pooled."""
+    from ut_peft.accessibility.simulated_intervals import pooled_design
+    from ut_peft.accessibility.testing import pooled_sweep_settings
+
+    settings = pooled_sweep_settings(version=7, target_slope_se=3.0, target_n50_se={1: 5.0, 3: 7.0}, num_sequences=6)
+    truth = cost.Truth(slope=20.0, intercept=4.0, rel_width=0.15, nested=False, cap_fails=True)
+    rows, _ = cost.run_design(pooled_design(settings), truth, 7)
+    folder = tmp_path / "sweep"
+    write_sweep_folder(folder, settings, [(*key, r["accessible"], r["steps"]) for key, r in rows.items()])
+
+    built = []
+
+    class RecordedDesign(cost.PooledDesign):  # the real design, its arguments kept for the assertions
+        def __init__(self, ms, **kwargs):
+            built.append(dict(kwargs, ms=list(ms)))
+            super().__init__(ms, **kwargs)
+
+    monkeypatch.setattr(cost, "PooledDesign", RecordedDesign)
+    out = io.StringIO()
+    argv = ["--repeats", "1", "--num-boot", "10", "--designs", "pooled", "--cache", str(tmp_path / "cache")]
+    with contextlib.redirect_stdout(out):
+        cost.main([*argv, "--truth-fitted", str(folder), "--pooled-targets-from", str(folder)])
+    text = out.getvalue()
+    (design,) = built
+    assert design["ms"] == [1, 3] and design["batch"] == 6  # the folder's, not the defaults 1..5 and 8
+    assert design["target_slope_se"] == 3.0 and design["target_n50_se"] == {1: 5.0, 3: 7.0}
+    assert design["rules"] == pooled_design(settings).rules  # version 7's, as the folder recorded them
+    assert f"targets: those {folder} ran with" in text.splitlines()[1] and "rules of version 7" in text
+    assert f"pooled targets from {folder}: --target-slope-se 3.00 --target-n50-se 1:5.00 3:7.00" in text
+    assert text.splitlines()[-1].startswith("cost ratio: ")
+
+    with pytest.raises(SystemExit, match="--pooled-targets-from .* --pooled-factor"):
+        cost.main([*argv, "--pooled-targets-from", str(folder), "--pooled-factor", "2"])
+    with pytest.raises(SystemExit, match="--pooled-targets-from .*version 7.*--pooled-version 6"):
+        cost.main([*argv, "--pooled-targets-from", str(folder), "--pooled-version", "6"])
+    adaptive = tmp_path / "adaptive"
+    write_sweep_folder(adaptive, dict(settings, design={"kind": "adaptive"}), [(1, 10, 0, True, 50)])
+    with pytest.raises(SystemExit, match=f"--pooled-targets-from {adaptive}: .*'adaptive'.*not a pooled"):
+        cost.main([*argv, "--pooled-targets-from", str(adaptive)])
