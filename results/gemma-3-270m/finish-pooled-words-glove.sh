@@ -5,8 +5,11 @@
 # from their JSONL files). It runs the checkout's analysis code, not the run's frozen tree: none of it changes a row.
 #   1. the calibrated intervals (ut-peft calibrate: 400 simulated sweeps of the folder's own design at the line fitted
 #      to its rows): calibration.json; summary.json and report.md updated;
-#   3. the published design's expected slope interval and both designs' errors at the same fitted truth, 400 repeats
-#      (benchmarks/measurement_cost.py --truth-fitted): the width the issue's "at most 6 tokens wide" is set beside;
+#   3. the run's own cost figure: the published design and this folder's own pooled design (the targets, rules and
+#      batch its settings.json ran with, --pooled-targets-from) simulated at the same fitted truth, 400 repeats
+#      (benchmarks/measurement_cost.py --truth-fitted): its last line is published row-steps / this design's row-steps
+#      at their RMSE ratios, and the published design's expected slope interval is the width the issue's "at most 6
+#      tokens wide" is set beside;
 #   2. the calibration's coverage at the three truths the report's rule asks for (the fitted line, the common-width
 #      law, the slope moved by its interval's half-width): 100 simulated sweeps at each, each calibrated from 100 more
 #      (benchmarks/simulated_intervals.py --all-truths, two at a time on the 2 cores).
@@ -35,10 +38,10 @@ if [ ! -s "$name.log" ]; then
         --results "$name" --json "$name.json" > "$name.log.partial"
     mv "$name.log.partial" "$name.log"
 fi
-log=$bench/measurement_cost_v7_gemma_words_glove_truthfitted_rows$rows.log
+log=$bench/measurement_cost_gemma_words_glove_owntargets_rows$rows.log
 if [ ! -s "$log" ]; then
-    nice -n 5 python benchmarks/measurement_cost.py --quick --designs pooled --pooled-version 7 --pooled-factor 2 \
-        --workers 2 --truth-fitted "$folder" > "$log.partial"
+    nice -n 5 python benchmarks/measurement_cost.py --quick --designs pooled --workers 2 --truth-fitted "$folder" \
+        --pooled-targets-from "$folder" > "$log.partial"
     mv "$log.partial" "$log"
 fi
 echo "finished: commit $folder and $bench/*gemma_words_glove*_rows$rows.*; then add the three truths to CALIBRATED_TABLE"
