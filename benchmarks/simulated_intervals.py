@@ -544,7 +544,16 @@ def main(argv=None) -> None:
         record["table"] = outcome["table"]
     if args.json:
         atomic_write_json(args.json, record)
-        if args.all_truths:  # what CALIBRATED_TABLE takes, so that nobody types the figures in
+        few = {kind: outcome["outer"] for kind, outcome in outcomes.items() if outcome["outer"] < MIN_VERDICT_OUTER}
+        if args.all_truths and few:
+            # The report trusts the calibrated intervals on the table's figures alone (coverage.calibrated_coverage
+            # does not know how many sweeps gave them), so figures too few sweeps gave get no entry to paste.
+            counts = ", ".join(f"{n} at {kind}" for kind, n in few.items())
+            print(
+                f"\nNo CALIBRATED_TABLE entry: {counts} outer sweeps (the table needs {MIN_VERDICT_OUTER} at every "
+                f"truth; rerun with --outer {MIN_VERDICT_OUTER} or more: the results files resume)"
+            )
+        elif args.all_truths:  # what CALIBRATED_TABLE takes, so that nobody types the figures in
             entry = calibrated_table_entry(args.folder, record, args.json)
             print(
                 "\nThe entry for ut_peft/accessibility/stats/coverage.py's CALIBRATED_TABLE (its test checks it "

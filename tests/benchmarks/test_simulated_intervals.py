@@ -212,6 +212,12 @@ def test_all_truths_run_into_three_files_and_one_table_and_a_file_keeps_its_trut
     assert {entry["verdict"] for entry in verdicts.values()} == {
         "not judged: 2 at fitted, 2 at common-width, 2 at slope-shift outer sweeps (a verdict needs 3)"
     }
+    # ... and no CALIBRATED_TABLE entry to paste: in the table, its figures would make the report trust the calibrated
+    # intervals (coverage.calibrated_coverage reads the figures, not how many sweeps gave them).
+    out = capsys.readouterr().out
+    assert "The entry for ut_peft/accessibility/stats/coverage.py's CALIBRATED_TABLE" not in out
+    assert "No CALIBRATED_TABLE entry: 2 at fitted, 2 at common-width, 2 at slope-shift outer sweeps" in out
+    assert "(the table needs 3 at every truth; rerun with --outer 3 or more: the results files resume)" in out
 
 
 def test_an_infinite_quantile_is_an_open_interval_that_covers_and_an_undefined_one_does_not(load_benchmark):
