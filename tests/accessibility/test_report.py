@@ -351,3 +351,27 @@ def test_a_pooled_sweep_reports_the_papers_least_squares_over_rows_beside_its_ow
     grid = summaries.read_summary(ROOT / "results" / "gemma-3-270m" / "published-text")
     assert grid.fit_published_rows is None and all(e.n50_published_rows is None for e in grid.per_m)
     assert "over rows" not in console_summary(grid) + markdown(grid)
+
+
+def test_an_m_the_pooled_design_reads_off_its_line_has_no_rows_of_its_own_not_a_degenerate_fit():
+    """Was: m = 2 and 4 of a pooled sweep (its rows at m = 1, 3, 5) printed "n_50 n/a (fit degenerate) ... 0
+    row-steps", as if a fit had failed there. They have no rows: the console gives the pooled line's n_50 there (as
+    the report's pooled table prints it), the report's per-m table says it has no rows and where its n_50 is."""
+    from ut_peft.accessibility.report import format_interval
+
+    summary = summaries.read_summary(ROOT / "results" / "smollm2-135m" / "pooled-words-v7")
+    console, report = console_summary(summary).splitlines(), markdown(summary)
+    read_off = [e["m"] for e in summary.pooled["per_m"] if not e["measured"]]
+    assert read_off == [2, 4]
+    for m in read_off:
+        pooled = next(e for e in summary.pooled["per_m"] if e["m"] == m)
+        line = next(line for line in console if line.startswith(f"m = {m}:"))
+        assert line.startswith(f"m = {m}: no rows of its own (the pooled design reads it off its line): pooled n_50 ")
+        assert f"pooled n_50 {pooled['n50']:.1f} {format_interval(pooled['ci'])}" in line
+        assert "degenerate" not in line and "row-steps" not in line
+        row = next(line for line in report.splitlines() if line.startswith(f"| {m} | "))  # the per-m table's
+        assert row.startswith(f"| {m} | none: no rows of its own (the pooled design reads n_50 here off its line")
+        assert "degenerate" not in row
+        assert f"| {m} | {pooled['n50']:.1f} | " in report  # its value, in the pooled table the row points to
+    for m in (1, 3, 5):  # the m with rows keep their fits
+        assert "(profile interval; fit ok)" in next(line for line in console if line.startswith(f"m = {m}:"))

@@ -292,6 +292,26 @@ def _head_lines(summary: Summary) -> list[str]:
     ]
 
 
+def _read_off_the_line(summary: Summary, entry) -> bool:
+    """Whether ``entry`` (a per-m summary) is an m the pooled design reads off its line and never crams: it has no
+    rows, so its per-m fit is no fit (not a degenerate one), and its n_50 is the pooled line's."""
+    return bool(summary.pooled) and not entry.lengths
+
+
+def _read_off_the_line_console(summary: Summary, m: int, checks: dict) -> str:
+    """The console's line for an m without rows of a pooled sweep: the pooled line's n_50 there, as the report's
+    pooled table prints it (its interval with its coverage note)."""
+    assert summary.pooled is not None  # _read_off_the_line holds
+    pooled = next((e for e in summary.pooled["per_m"] if e["m"] == m), None)
+    if pooled is None:  # a pooled line without this m (none converged here): nothing to read off
+        return f"m = {m}: no rows of its own; the pooled line gives no n_50 here"
+    marks = {e["m"]: e for e in (checks.get("pooled") or {}).get("per_m", [])}
+    return (
+        f"m = {m}: no rows of its own (the pooled design reads it off its line): pooled n_50 "
+        f"{_num(pooled['n50'])}{_ci(pooled.get('ci'), check=marks.get(m))}"
+    )
+
+
 def unfinished_line(summary: Summary) -> str | None:
     """Where a pooled design has not stopped: what its report is (figures of the rows so far, not the measurement),
     so that no one quotes them as its result; None for a finished sweep (or one whose design has no stop rule)."""
@@ -357,6 +377,12 @@ def markdown(summary: Summary, *, figures: tuple[str, str] | None = (ACCESSIBILI
     checks = _interval_checks(summary)
     ridges, rising = _ridges(summary), _rising(summary)
     for e in summary.per_m:
+        if _read_off_the_line(summary, e):
+            lines.append(
+                f"| {e.m} | none: no rows of its own (the pooled design reads n_50 here off its line: the pooled "
+                "table below) | - | - | - | - | no rows | 0 | - |"
+            )
+            continue
         lines.append(
             f"| {e.m} | {_num(e.n50)} | {_checked(e.n50_ci, checks['per_m'].get(e.m))} | {e.n50_ci_method or '-'} | "
             f"{_num(e.n50_published)}{_ridge_note(ridges.get(e.m))}{' (rising)' if e.m in rising else ''}"
@@ -527,6 +553,9 @@ def console_summary(summary: Summary) -> str:
     checks = _interval_checks(summary)
     ridges, rising = _ridges(summary), _rising(summary)
     for e in summary.per_m:
+        if _read_off_the_line(summary, e):
+            lines.append(_read_off_the_line_console(summary, e.m, checks))
+            continue
         method = f"{e.n50_ci_method or '95%'} interval; " if e.n50_ci else ""
         lines.append(
             f"m = {e.m}: n_50 {_num(e.n50)}{_ci(e.n50_ci, check=checks['per_m'].get(e.m))} ({method}fit "
@@ -691,6 +720,20 @@ def _calibrated_console(calibrated: dict | None) -> list[str]:
     ]
 
 
+def calibrated_trust(calibrated: dict) -> tuple[dict, str | None]:
+    """How far a current calibration's intervals can be trusted, as the report says it (and ``ut-peft status``, which
+    calls this): each interval's check (coverage.check_calibrated), keyed "slope", "intercept" and each m of
+    ``calibrated["per_m"]`` (None: no check), and the note every interval shares (no coverage measured at this
+    folder's line, or not at every truth), said once for all of them, or None where the notes are their own."""
+    checks = check_calibrated(calibrated) or {}
+    per_m = {e["m"]: e for e in checks.get("per_m", [])}
+    found: dict = {"slope": checks.get("slope"), "intercept": checks.get("intercept")}
+    found |= {e["m"]: per_m.get(e["m"]) for e in calibrated["per_m"]}
+    notes = {check["note"] for check in found.values() if check and not check["trusted"]}
+    untrusted = all(check and not check["trusted"] for check in found.values())
+    return found, notes.pop() if len(notes) == 1 and untrusted else None
+
+
 def calibrated_lines(calibrated: dict | None) -> list[str]:
     """The pooled line's calibrated intervals (simulated_intervals; summary.json's ``calibrated``): per quantity the
     estimate, the interval estimate +- q se, q, and the design's simulated bias, RMSE and Wald coverage at the fitted
@@ -700,8 +743,7 @@ def calibrated_lines(calibrated: dict | None) -> list[str]:
         return []
     if calibrated.get("stale"):
         return ["", f"Calibrated intervals: {calibrated['note']}."]
-    checks = check_calibrated(calibrated) or {}
-    per_m_checks = {e["m"]: e for e in checks.get("per_m", [])}
+    checks, shared = calibrated_trust(calibrated)
     truth = calibrated["truth"]
     lines = [
         "",
@@ -718,15 +760,10 @@ def calibrated_lines(calibrated: dict | None) -> list[str]:
         "|---|---|---|---|---|---|---|---|",
     ]
     entries = [
-        ("slope", calibrated["slope"], checks.get("slope")),
-        ("intercept", calibrated["intercept"], checks.get("intercept")),
+        ("slope", calibrated["slope"], checks["slope"]),
+        ("intercept", calibrated["intercept"], checks["intercept"]),
     ]
-    entries += [(f"n_50 at m = {e['m']}", e, per_m_checks.get(e["m"])) for e in calibrated["per_m"]]
-    # One note shared by every interval (no coverage measured at this line, or not at every truth) is said once below
-    # the table, each interval marked; notes of their own stay beside their intervals.
-    notes = {check["note"] for _, _, check in entries if check and not check["trusted"]}
-    untrusted = all(check and not check["trusted"] for _, _, check in entries)
-    shared = notes.pop() if len(notes) == 1 and untrusted else None
+    entries += [(f"n_50 at m = {e['m']}", e, checks[e["m"]]) for e in calibrated["per_m"]]
     for name, e, check in entries:
         interval = f"{format_interval(e['ci'], 2)} (*)" if shared else _checked(e["ci"], check, 2)
         lines.append(

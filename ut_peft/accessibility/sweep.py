@@ -1152,7 +1152,7 @@ def summarize(
     ratios: SlopeBounds | None = None
     if slope and slope > 0:
         ratios = {"ball": bounds["ball"] / slope, "box": bounds["box"] / slope}
-    checks = check_intervals(per_m, line)
+    checks = check_intervals(per_m, line, config.design.kind)
     if pooled is not None and isinstance(config.design, PooledConfig):
         checks["pooled"] = check_pooled(pooled, config.design.known_version(), config.num_sequences)
     return summaries.Summary(

@@ -452,16 +452,34 @@ def per_m_sequences(method: str | None, num_sequences) -> int:
     return min(counts)
 
 
-def check_intervals(per_m, fit) -> dict:
+# Where TABLE's figures do not reach a pooled folder's per-m intervals: TABLE measured grids of equal counts per
+# length, while the pooled design puts one row per index at lengths of its own choosing (unequal counts, 1 to 13
+# rows a length). Its rows-per-length average is no sequence count TABLE measured, so no figure of TABLE is its.
+POOLED_ROWS = (
+    "for the pooled design's rows (one per index, at lengths the design chose; "
+    "TABLE measured grids of equal counts per length)"
+)
+
+
+def check_intervals(per_m, fit, design: str | None = None) -> dict:
     """The checks of a summary's intervals, as summary.json's ``interval_checks`` holds them.
 
     ``per_m``: the :class:`~ut_peft.accessibility.summaries.MSummary` entries; ``fit``: the line with its intervals
     (or None). The line's count is the smallest of the fitted m's counts (its bootstrap resamples the same indices for
-    every m)."""
+    every m). ``design``: the summary's design kind; under "pooled" no interval here has a measured coverage
+    (:data:`POOLED_ROWS`: TABLE measured grids, not the pooled design's rows), said so rather than as a sequence
+    count."""
+    pooled = design == "pooled"
+
+    def checked(quantity: str, method: str | None, sequences: int, interval) -> dict | None:
+        if not pooled:
+            return check(quantity, method, sequences, interval)
+        return _verdict(interval, None, None, None, sequences, POOLED_ROWS) if interval else None
+
     entries, counts = [], []
     for e in per_m:
         k = per_m_sequences(e.n50_ci_method, e.num_sequences)
-        found = check("n50", e.n50_ci_method, k, e.n50_ci)
+        found = checked("n50", e.n50_ci_method, k, e.n50_ci)
         if found is not None:
             entries.append(dict(m=e.m, **found))
         if e.n50 is not None:
@@ -470,7 +488,7 @@ def check_intervals(per_m, fit) -> dict:
     out["per_m"] = entries
     if fit and counts:
         for name in ("slope", "intercept"):
-            found = check(name, "bootstrap", min(counts), fit.get(f"{name}_ci"))
+            found = checked(name, "bootstrap", min(counts), fit.get(f"{name}_ci"))
             if found is not None:
                 out[name] = found
     return out
@@ -487,7 +505,7 @@ def summary_checks(summary) -> dict:
     """A summary's interval checks as summary.json holds them (``interval_checks``), or, for a summary written before
     they (or the pooled ones) were recorded, checked now by the same rules: what report.md, the console and the live
     tracker mark. ``per_m`` stays a list, as in summary.json."""
-    checks = summary.interval_checks or check_intervals(summary.per_m, summary.fit)
+    checks = summary.interval_checks or check_intervals(summary.per_m, summary.fit, getattr(summary, "design", None))
     pooled = getattr(summary, "pooled", None)
     if pooled and "pooled" not in checks:
         settings = getattr(summary, "settings", None) or {}
