@@ -240,8 +240,9 @@ def test_a_partial_folder_shows_its_round_in_flight_stop_state_and_projection(pa
     assert projected["row_steps"] == round(left)
     assert time["hours_left"] == pytest.approx(left / (steps / seconds) / 3600)
 
+    (folder / "PAUSED").unlink()  # the text of a run going on (a paused one's: the test below)
     text = status_of(folder, capsys)
-    assert text.splitlines()[1] == "state: PAUSED: waits for results/gemma-3-270m/pooled-words to end (2 cores)"
+    assert text.splitlines()[1].startswith(f"state: not finished: round {DONE + 1} is due")
     assert f"in flight: round {DONE + 1} of {len(rounds[DONE])} rows, 3 written" in text
     assert "step 100 of 3,000, best accuracy 0.750, 12 forwards since it of 500" in text
     assert "stop rule: not stopped after" in text and "the design's own Wald intervals" in text
@@ -259,6 +260,94 @@ def test_a_partial_folder_shows_its_round_in_flight_stop_state_and_projection(pa
         ) in text
     else:
         assert f"  row-steps: {mean_row}; no cost-model price: under an audited early abandon" in text
+
+
+def test_a_paused_folder_says_its_round_is_paused_at_its_snapshots_not_running_and_its_hours_are_of_running(
+    partial, capsys
+):
+    """Was: a folder holding a PAUSED file printed "the round now running 0.01 h so far", its snapshots as a run going
+    on, and "left: about X h" as if the hours counted down. Paused, nothing runs: the state quotes the PAUSED file's
+    first line (the campaign scripts quote its head) and says how it resumes, the round in flight is paused at its
+    snapshots, and the projection keeps its rounds, rows and row-steps, its hours those of running once resumed."""
+    folder, settings, rounds, simulated, landed, flying, scale = partial
+    (folder / "PAUSED").write_text("waits for the Gemma run to end (2 cores)\nwritten by run-budget.sh at 12:00\n")
+    status = folder_status(folder)
+    assert status["paused"].startswith("waits for the Gemma run to end (2 cores)")  # the JSON keeps the whole file
+    hours, projected = status["time"]["hours_left"], status["time"]["projection"]
+    text = status_of(folder, capsys)
+    assert text.splitlines()[1] == (
+        "state: PAUSED: waits for the Gemma run to end (2 cores) (no run goes on here: it resumes when the PAUSED "
+        "file is removed and the run restarted)"
+    )
+    assert "written by run-budget.sh" not in text  # the first line only
+    assert "now running" not in text and " h so far" not in text
+    assert (
+        f"in flight: round {DONE + 1} of {len(rounds[DONE])} rows, 3 written, {len(rounds[DONE]) - 3} to come (paused "
+        "at these snapshots: each row resumes from its step when the run restarts)"
+    ) in text
+    assert "step 100 of 3,000, best accuracy 0.750" in text  # the snapshot it resumes from, as before
+    assert "; the round in flight paused after 0.01 h" in text
+    assert (
+        f"left: about {hours:.1f} h of running once the PAUSED file is removed and the run restarted (a projection): "
+        f"{projected['rounds']} more round"
+    ) in text
+    assert f"{projected['rows']} rows, {projected['row_steps']:,} row-steps" in text
+    assert "already spent on the round in flight" in text
+
+    # A process that still holds sweep.lock is a run going on, PAUSED file or not (the sweep does not read it).
+    lock = store.lock_folder(folder)
+    try:
+        text = status_of(folder, capsys)
+    finally:
+        lock.release()
+    assert text.splitlines()[1].startswith("state: PAUSED file present, but the run still goes on (pid ")
+    assert "holds sweep.lock" in text and "the round now running 0.01 h so far" in text
+    assert "paused at these snapshots" not in text and f"left: about {hours:.1f} h (a projection)" in text
+    assert folder_status(folder)["lock_holder"] is None  # let go: paused again
+    assert "(no run goes on here" in status_of(folder, capsys)
+
+    # The PAUSED file removed (and the run restarted), the same folder is a run going on again.
+    (folder / "PAUSED").unlink()
+    text = status_of(folder, capsys)
+    assert "the round now running 0.01 h so far" in text and f"left: about {hours:.1f} h (a projection)" in text
+    assert "paused" not in text.split("\n", 1)[1].lower()  # (its first line names the folder, whose name may)
+
+
+def test_calibrated_intervals_not_measured_at_the_folders_line_carry_the_reports_caveat(tmp_path, capsys):
+    """Was: status called a calibration's intervals "calibrated 95%" where the report of the same rows says their
+    coverage was never measured at the folder's line (not a 95% interval). Status says it from the report's own
+    function (report.calibrated_trust), and marks the Wald intervals as the report's pooled table does."""
+    from ut_peft.accessibility.report import calibrated_lines, calibrated_trust
+    from ut_peft.accessibility.stats.coverage import summary_checks
+    from ut_peft.accessibility.summaries import read_summary
+
+    folder = copy_sweep(WORDS, tmp_path / "words", names=("settings.json", "rows.jsonl", "calibration.json"))
+    # The calibration of these very rows (current), at a line no nested simulation measured: the committed one
+    # of one row fewer, its record pointed at the rows that are left.
+    (folder / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in file_rows(folder)[:-1]))
+    rows, settings = store.read_rows(folder), json.loads((folder / "settings.json").read_text())
+    calibration = dict(store.read_calibration(folder), rows_digest=store.rows_digest(rows), rows=len(rows))
+    (folder / "calibration.json").write_text(json.dumps(calibration))
+    current = store.current_calibration(store.read_calibration(folder), rows, settings)
+    assert current is not None and not current["stale"]
+    _, caveat = calibrated_trust(current)
+    assert caveat is not None and caveat.startswith("coverage not measured at this folder's line")
+    assert f"(*) Every interval above: {caveat}." in calibrated_lines(current)  # what report.md prints
+
+    status = folder_status(folder)
+    assert status["estimate"]["interval"] == "calibrated" and status["estimate"]["interval_trust"] == caveat
+    text = status_of(folder, capsys)
+    assert "calibrated 95%" not in text and f"every one: {caveat}" in text
+
+    # Without a calibration the design's Wald intervals, each with the note the report's pooled table prints.
+    (folder / "calibration.json").unlink()
+    text = status_of(folder, capsys)
+    wald = summary_checks(read_summary(WORDS))["pooled"]  # same version and rows a round: the same notes
+    assert wald["slope"]["note"] and f"] ({wald['slope']['note']}) (se " in text
+    for check in wald["per_m"]:
+        assert f"] ({check['note']}) (se " in next(
+            line for line in text.splitlines() if line.startswith(f"  m = {check['m']}: n_50")
+        )
 
 
 def test_a_standard_error_the_fit_cannot_estimate_is_not_taken_as_met(partial, capsys, monkeypatch):
@@ -338,7 +427,7 @@ def test_the_committed_run_under_way_reads_without_a_model(tmp_path, capsys):
     for key, snapshot in snapshots.items():
         assert snapshot["step"] == store.read_inflight(folder, key).step
     assert status["time"]["hours_spent"] > 0 and status["summary"]["exists"] is False
-    assert status_of(folder, capsys).splitlines()[1] == "state: PAUSED: waits for the Gemma-3-270M words run"
+    assert status_of(folder, capsys).splitlines()[1].startswith("state: PAUSED: waits for the Gemma-3-270M words run")
 
 
 def test_a_folder_that_holds_no_sweep_is_one_line_and_exit_code_2(tmp_path, capsys):

@@ -19,7 +19,10 @@ inflight/ has got); for a pooled sweep also:
   1 / sqrt(rows)), its rows priced by :func:`planned_row_prices` (each planned row at its own (m, n) by the step-cost
   model fitted to the folder's rows, else the mean row-steps of a fitted round's row; :data:`PRICING`).
 
-A file named PAUSED in the folder (a campaign that waits for another writes why there) is the run's state.
+A file named PAUSED in the folder (a campaign that waits for another writes why there) is the run's state: its first
+line is quoted, the round in flight is paused at its snapshots, and the hours a projection gives are of running once
+the run restarts, not hours from now; unless a process still holds the folder's sweep.lock (the sweep does not read
+the file), which is said instead.
 """
 
 from __future__ import annotations
@@ -28,13 +31,16 @@ import json
 import math
 from pathlib import Path
 
+from ..io import lock_holder
 from . import store
 from .config import SweepConfig
 from .designs import make_design
 from .designs.common import bracketed_fractions, fractions_of
+from .designs.configs import PooledConfig
 from .designs.pooled import PooledDesign
 from .engine.rows import INFERRED, row_steps
 from .pace import host_pace, projection, round_paces, total_pace
+from .stats.coverage import check_pooled, marked
 from .stats.fit import line_interval
 
 # A campaign that holds a run back (e.g. until another run on the same cores ends) says so in this file; the sweep
@@ -47,9 +53,11 @@ PAUSED_FILE = "PAUSED"
 
 def folder_status(folder) -> dict:
     """Where the sweep in ``folder`` stands, as a JSON-safe dict (what ``ut-peft status --json`` prints):
-    ``folder, model, source, design, paused, retargeted, finished, rows, in_flight, estimate, stop, time, summary``
-    (``retargeted``: retargeted.json's record, None for a folder whose rows began there); the pooled design's parts
-    (estimate, stop, time) are None for other designs. Reads the folder only."""
+    ``folder, model, source, design, paused, lock_holder, retargeted, finished, rows, in_flight, estimate, stop,
+    time, summary`` (``paused``: the PAUSED file's text, None without one; ``lock_holder``: who holds sweep.lock, a
+    run writing the folder, None where none does; ``retargeted``: retargeted.json's record, None for a folder whose
+    rows began there); the pooled design's parts (estimate, stop, time) are None for other designs; ``time``'s
+    hours left are hours of running (a paused folder's start when it resumes). Reads the folder only."""
     folder = Path(folder)
     settings = store.read_sweep_settings(folder)
     rows = store.read_rows(folder)
@@ -63,6 +71,7 @@ def folder_status(folder) -> dict:
         "source": _source_name(settings.get("source")),
         "design": _design_settings(config),
         "paused": _paused_text(folder),
+        "lock_holder": _lock_holder(folder),  # the process writing the folder now (None: no run is going)
         "retargeted": store.read_retargeted(folder),  # where its first rows came from (None: it began here)
         "finished": not due,
         "rows": _rows_section(rows, config.ms),
@@ -96,6 +105,17 @@ def _paused_text(folder: Path) -> str | None:
         return None
     text = path.read_text(encoding="utf-8", errors="replace").strip()
     return text or "paused (the PAUSED file gives no reason)"
+
+
+def _lock_holder(folder: Path) -> str | None:
+    """Who holds the folder's sweep.lock now (io.lock_holder: the kernel's list of flocks, nothing taken), or None
+    where no process does. A run holds it while it writes the folder; the sweep does not read a PAUSED file, so a
+    PAUSED folder whose lock is held still has a run going (the campaign that wrote the file has yet to stop it)."""
+    path = store.lock_file(folder, 0)
+    if not path.is_file():
+        return None
+    holder = lock_holder(path)
+    return None if holder.startswith("no process") else holder
 
 
 def _rows_section(rows: dict, ms) -> dict:
@@ -201,33 +221,67 @@ def _estimate(folder: Path, settings: dict, config: SweepConfig, design: PooledD
             "r2": None,
             "r2_note": "none while n_50 is not bracketed at every m the design measures",
         }
+    from .report import calibrated_trust  # here, as format_status's retarget_line: the report's module is heavier
+
     calibration = store.current_calibration(store.read_calibration(folder), rows, settings)
     calibrated = calibration is not None and not calibration["stale"]
+    # How far each interval can be trusted, by the very checks the report prints (its Wald intervals' coverage at this
+    # version and batch, coverage.check_pooled; the calibrated ones' at this folder's line, report.calibrated_trust):
+    # status and report never disagree about an interval.
+    wald: dict = {"slope_ci": fit["slope_ci"], "intercept_ci": fit["intercept_ci"]}
+    wald["per_m"] = [dict(m=m, ci=entry["ci"]) for m, entry in sorted(fit["per_m"].items())]
+    assert isinstance(config.design, PooledConfig)  # a PooledDesign is made from one
+    wald_checks = check_pooled(wald, config.design.known_version(), config.num_sequences) or {}
+    checks: dict[str | int, dict | None] = {
+        "slope": wald_checks.get("slope"),
+        "intercept": wald_checks.get("intercept"),
+    }
+    checks |= {int(e["m"]): e for e in wald_checks.get("per_m", [])}
+    shared = None
     if calibrated:
         assert calibration is not None
         slope_ci, intercept_ci = calibration["slope"]["ci"], calibration["intercept"]["ci"]
         per_m_ci = {int(e["m"]): e["ci"] for e in calibration["per_m"]}
+        found, shared = calibrated_trust(calibration)
+        checks |= {name if isinstance(name, str) else int(name): check for name, check in found.items()}
+        # A calibration whose coverage nobody measured at this line is no 95% interval: the report's caveat, once.
+        which = "calibrated intervals" if shared else "calibrated 95% intervals"
         note = (
-            f"calibrated 95% intervals (calibration.json: the design simulated {calibration.get('repeats')} times at "
-            f"the line fitted to these {calibration.get('rows')} rows)"
+            f"{which} (calibration.json: the design simulated {calibration.get('repeats')} times at the line fitted "
+            f"to these {calibration.get('rows')} rows)" + (f"; every one: {shared}" if shared else "")
         )
     else:
         slope_ci, intercept_ci, per_m_ci = fit["slope_ci"], fit["intercept_ci"], {}
         note = "the design's own Wald intervals (+- 1.96 standard errors)" + (
             f"; {calibration['note']}" if calibration else "; no calibration.json (`ut-peft calibrate` makes one)"
         )
+
+    def trust(name) -> str | None:  # the note the report prints beside this interval (None: trusted, or said once)
+        check = checks.get(name)
+        return None if shared or not check or check["trusted"] else check["note"]
+
     per_m = []
     for m, entry in sorted(fit["per_m"].items()):
         ci = per_m_ci.get(m, entry["ci"])  # an m the calibration lacks keeps its Wald interval
-        per_m.append(dict(m=m, measured=entry["measured"], **_entry(entry["n50"], entry["se"], ci, entry["ci"])))
+        per_m.append(
+            dict(
+                m=m,
+                measured=entry["measured"],
+                **_entry(entry["n50"], entry["se"], ci, entry["ci"]),
+                trust=None if shared or m in per_m_ci else trust(m),
+            )
+        )
     r2, r2_note = _r2(config, rows)
     return {
         "rows": sum(row.get("stop_reason") != INFERRED for row in rows.values()),
         "provisional": None,
         "interval": "calibrated" if calibrated else "wald",
         "interval_note": note,
-        "slope": _entry(fit["slope"], fit["slope_se"], slope_ci, fit["slope_ci"]),
-        "intercept": _entry(fit["intercept"], fit["intercept_se"], intercept_ci, fit["intercept_ci"]),
+        "interval_trust": shared,  # the note every interval shares (the report's caveat), or None
+        "slope": dict(_entry(fit["slope"], fit["slope_se"], slope_ci, fit["slope_ci"]), trust=trust("slope")),
+        "intercept": dict(
+            _entry(fit["intercept"], fit["intercept_se"], intercept_ci, fit["intercept_ci"]), trust=trust("intercept")
+        ),
         "per_m": per_m,
         "converged": fit["converged"],
         "linearity": fit["linearity"],
@@ -532,6 +586,12 @@ def _interval(ci, digits: int = 1) -> str:
     return f"[{ci[0]:.{digits}f}, {ci[1]:.{digits}f}]"
 
 
+def _trusted(entry: dict, digits: int = 1) -> str:
+    """An interval of the estimate with the report's coverage note beside it where the report prints one."""
+    note = entry.get("trust")
+    return marked(_interval(entry["ci"], digits), {"trusted": False, "note": note} if note else None)
+
+
 def _quantity(name: str) -> str:
     if name == "slope":
         return "slope"
@@ -554,8 +614,18 @@ def format_status(status: dict) -> str:
         from .report import retarget_line
 
         lines.append(retarget_line(status["retargeted"]))
-    if status["paused"]:
-        lines.append(f"state: PAUSED: {status['paused']}")
+    # Paused: no run goes on, unless a process still holds sweep.lock (the sweep does not read the PAUSED file).
+    paused = bool(status["paused"]) and not status.get("lock_holder")
+    if paused:
+        lines.append(
+            f"state: PAUSED: {_first_line(status['paused'])} (no run goes on here: it resumes when the PAUSED file "
+            "is removed and the run restarted)"
+        )
+    elif status["paused"]:
+        lines.append(
+            f"state: PAUSED file present, but the run still goes on ({status['lock_holder']} holds sweep.lock; the "
+            f"sweep does not read the file: stop the run to pause it): {_first_line(status['paused'])}"
+        )
     elif status["finished"]:
         lines.append("state: finished (the design asks for no more rows)")
     elif in_flight.get("round"):
@@ -574,7 +644,7 @@ def format_status(status: dict) -> str:
         if e["rows"]  # an m without rows (one the pooled line reads off) is in the JSON, not in the line
     )
     lines.append(f"rows: {rows['total']} written, {rows['row_steps']:,} row-steps" + (f" ({per_m})" if per_m else ""))
-    lines += _in_flight_lines(in_flight)
+    lines += _in_flight_lines(in_flight, paused=paused)
     summary = status["summary"]
     if summary.get("damaged"):
         lines.append(
@@ -593,19 +663,31 @@ def format_status(status: dict) -> str:
         return "\n".join(lines)
     lines += _estimate_lines(status["estimate"])
     lines += _stop_lines(stop)
-    lines += _time_lines(status["time"])
+    lines += _time_lines(status["time"], paused=paused)
     return "\n".join(lines)
 
 
-def _in_flight_lines(in_flight: dict) -> list[str]:
+def _first_line(text: str) -> str:
+    """The PAUSED file's first line, the reason it gives (as the campaign scripts quote the file's head)."""
+    return text.strip().splitlines()[0].strip() if text.strip() else text
+
+
+def _in_flight_lines(in_flight: dict, paused: bool = False) -> list[str]:
+    """The round in flight and its snapshots. ``paused``: no process runs them; each snapshot is where its row
+    stopped, and where it resumes from when the run restarts."""
     lines = []
+    at = (
+        (" (paused at these snapshots: each row resumes from its step when the run restarts)" if paused else "")
+        if in_flight["snapshots"]
+        else (" (paused)" if paused else "")
+    )
     if in_flight.get("round"):
         lines.append(
             f"in flight: round {in_flight['round']} of {in_flight['round_rows']} rows, {in_flight['landed']} "
-            f"written, {in_flight['due']} to come"
+            f"written, {in_flight['due']} to come{at}"
         )
     elif in_flight["due"]:
-        lines.append(f"in flight: {in_flight['due']} jobs due")
+        lines.append(f"in flight: {in_flight['due']} jobs due{at}")
     else:
         lines.append("in flight: none")
     for s in in_flight["snapshots"]:
@@ -652,15 +734,13 @@ def _estimate_lines(estimate: dict | None) -> list[str]:
     ]
     slope, intercept = estimate["slope"], estimate["intercept"]
     lines.append(
-        f"  slope {_num(slope['estimate'], 2)} tokens per vector {_interval(slope['ci'], 2)} "
+        f"  slope {_num(slope['estimate'], 2)} tokens per vector {_trusted(slope, 2)} "
         f"(se {_num(slope['se'], 2)}), "
-        f"intercept {_num(intercept['estimate'])} {_interval(intercept['ci'])}"
+        f"intercept {_num(intercept['estimate'])} {_trusted(intercept)}"
     )
     for e in estimate["per_m"]:
         where = "measured" if e["measured"] else "read off the line"
-        lines.append(
-            f"  m = {e['m']}: n_50 {_num(e['estimate'])} {_interval(e['ci'])} (se {_num(e['se'], 2)}; {where})"
-        )
+        lines.append(f"  m = {e['m']}: n_50 {_num(e['estimate'])} {_trusted(e)} (se {_num(e['se'], 2)}; {where})")
     r2 = (
         f"R^2 {_num(estimate['r2'], 4)} {estimate['r2_note']}"
         if estimate["r2"] is not None
@@ -716,7 +796,9 @@ def _stop_lines(stop: dict) -> list[str]:
     return lines
 
 
-def _time_lines(time: dict) -> list[str]:
+def _time_lines(time: dict, paused: bool = False) -> list[str]:
+    """Hours spent and the projection of what is left. ``paused``: no time passes on the run, so the hours are those
+    of running once it resumes, not hours from now."""
     pace = time["pace"]
     if pace:
         spent = (
@@ -726,15 +808,20 @@ def _time_lines(time: dict) -> list[str]:
     else:
         spent = "time: no complete round with wall times yet"
     if time["open_round_hours"]:
-        spent += f"; the round now running {time['open_round_hours']:.2f} h so far"
+        spent += (
+            f"; the round {'in flight paused after' if paused else 'now running'} {time['open_round_hours']:.2f} h"
+            + ("" if paused else " so far")
+        )
     lines = [spent]
     on_host = time.get("host_pace")
     if on_host:  # rows that record their machine: which rounds the hours left are priced at
         lines.append(_host_line(on_host))
     projected = time["projection"]
     least = time.get("least")
+    # Paused, nothing runs: the hours a projection gives are hours of running once it resumes, not hours from now.
+    running = " of running once the PAUSED file is removed and the run restarted" if paused else ""
     if least:  # bracketing: no projection, but the floor of fitted rows that follows is known
-        hours = "no hours (no timed round)" if least["hours"] is None else f"about {least['hours']:.1f} h"
+        hours = "no hours (no timed round)" if least["hours"] is None else f"about {least['hours']:.1f} h{running}"
         lines.append(
             f"left: at least {hours}: the floor of {least['rows']} fitted rows that follows the bracketing, at "
             f"{least['row_steps_per_row']:,.0f} row-steps a row (the mean so far), {least['row_steps']:,} row-steps; "
@@ -746,7 +833,7 @@ def _time_lines(time: dict) -> list[str]:
         lines.append("left: " + time["note"])
         return lines
     rounds = f"{projected['rounds']} more round{'s' if projected['rounds'] != 1 else ''}"
-    hours = "no hours (no timed round)" if time["hours_left"] is None else f"about {time['hours_left']:.1f} h"
+    hours = "no hours (no timed round)" if time["hours_left"] is None else f"about {time['hours_left']:.1f} h{running}"
     priced = on_host["pace"] if on_host and on_host["used"] else time["pace"]
     rate = f" at {priced['row_steps_per_second']:.2f} row-steps/s" if priced else ""
     ratio = projected["ratio"]
@@ -776,7 +863,7 @@ def _time_lines(time: dict) -> list[str]:
         lines.append(f"  rows: {law}")
     lines.append(
         f"  row-steps: {_pricing_text(projected)}, less {projected['spent_in_open_round']:,} already spent "
-        "on the round now running"
+        f"on the round {'in flight' if paused else 'now running'}"
     )
     lines.append(
         "  it assumes the present fit holds as the rows land (benchmarks/projection_accuracy.py: its error in "

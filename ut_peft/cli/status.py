@@ -20,7 +20,9 @@ its snapshots in inflight/ has got), and for a pooled sweep:
   line saying which; at the run's measured pace).
 
 A file named PAUSED in the folder (a campaign that waits for another writes why there) is printed as the run's
-state. Exit code 0 whatever the state; a folder that holds no sweep is a one-line error.
+state (its first line): the round in flight paused at its snapshots, the hours left those of running once the file is
+removed and the run restarted; where a process still holds the folder's sweep.lock the run goes on, and it says so.
+Exit code 0 whatever the state; a folder that holds no sweep is a one-line error.
 """
 
 from __future__ import annotations
