@@ -457,7 +457,7 @@ def per_m_sequences(method: str | None, num_sequences) -> int:
 # rows a length). Its rows-per-length average is no sequence count TABLE measured, so no figure of TABLE is its.
 POOLED_ROWS = (
     "for the pooled design's rows (one per index, at lengths the design chose; "
-    "TABLE measured grids of equal counts per length)"
+    "benchmarks/interval_coverage.py measured grids of equal counts per length)"
 )
 
 
