@@ -148,3 +148,40 @@ def test_the_pooled_line_is_logged_with_its_simulated_coverage_marks(tmp_path):
     assert scalars["summary/pooled/m1/n50_trusted"][last] == 0
     assert texts["summary/pooled/m1/n50_interval"] == f"[8.0, 12.0] ({marks['per_m'][0]['note']})"
     assert scalars["summary/pooled/m2/n50"][last] == 20.0 and "summary/pooled/m2/n50_low" not in scalars
+
+
+def test_a_pooled_sweeps_running_n50_is_marked_as_its_summary_marks_it(tmp_path):
+    """Under the pooled design (one row per index, at lengths it chose) the running per-m interval carries the
+    summary's mark (coverage.check_intervals with the design kind: no coverage measured for the pooled design's rows),
+    not a coverage the table measured at a rows-per-length count that the pooled rows never were."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from ut_peft.accessibility.stats.coverage import POOLED_ROWS
+
+    # TRUSTED's outcomes, each row its own index (4 rows a length): as a grid of equal counts, its profile interval
+    # would be checked at 4 sequences, where the table measured a coverage that trusts it.
+    rows = [
+        dict(m=1, n=n, index=4 * k + i, accessible=bool(a), steps=5, final_loss=0.1, tf_accuracy=1.0)
+        for k, (n, outcomes) in enumerate(TRUSTED.items())
+        for i, a in enumerate(outcomes)
+    ]
+    columns = [r["n"] for r in rows], [r["accessible"] for r in rows], [r["index"] for r in rows]
+    fit = n50_interval(*columns, seed=[0, 1])
+    as_a_grid = check("n50", fit["n50_ci_method"], 4, fit["n50_ci"])
+    assert fit["n50_ci_method"] == "profile" and as_a_grid["trusted"]  # the case this test is about
+
+    config = SweepConfig(
+        ms=[1, 2], grid=GridConfig(start=2, stop=64), num_sequences=4, design="pooled",
+        target_slope_se=2.0, target_n50_se=3.0,
+    )  # fmt: skip
+    accelerator = start_tracking(argparse.Namespace(report_to="tensorboard", logging_dir=None), tmp_path, "t", {})
+    SweepTracker(accelerator, config).on_rows({(r["m"], r["n"], r["index"]): r for r in rows})  # m = 2: no rows yet
+    end_tracking(accelerator)
+    events = EventAccumulator(str(tmp_path / "runs" / "t"))
+    events.Reload()
+    scalars = {tag: {e.step: e.value for e in events.Scalars(tag)} for tag in events.Tags()["scalars"]}
+    text = events.Tensors("m1/n50_interval/text_summary")[-1].tensor_proto.string_val[0].decode()
+
+    assert scalars["m1/n50_trusted"][len(rows)] == 0 and "m1/n50_coverage" not in scalars
+    low, high = fit["n50_ci"]
+    assert text == f"[{low:.1f}, {high:.1f}] (coverage not measured {POOLED_ROWS}: not a 95% interval)"

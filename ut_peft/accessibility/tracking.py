@@ -26,11 +26,12 @@ What is logged, at which step (the step counts finished rows, so every tracker s
 The marks of an interval ``<prefix><name>`` (``m1/n50``, ``summary/slope``, ...), logged wherever its point or interval
 is: ``<name>_bounded_low`` and ``<name>_bounded_high`` (1 where the rows bound that side, 0 where they do not: the
 side's own value is then absent, not a number standing in for infinity), ``<name>_trusted`` (1 where
-:func:`~ut_peft.accessibility.stats.coverage.check` trusts the interval: both sides bounded and its method's measured
-coverage at this sequence count at least 90%; 0 otherwise, no interval included), ``<name>_coverage`` (that measured
-coverage, where one was measured) and the text ``<name>_interval``: the interval as report.md prints it, with its note
-where it is not trusted, e.g. ``[4.0, inf) (not bounded above by these rows; coverage not measured at 2 sequences: not
-a 95% interval)``.
+:func:`~ut_peft.accessibility.stats.coverage.check_intervals` trusts the interval, as the summary checks it: both
+sides bounded and its method's measured coverage at this sequence count at least 90%; 0 otherwise, no interval
+included, and always under the pooled design, whose per-m intervals have no measured coverage for its rows:
+``coverage.POOLED_ROWS``), ``<name>_coverage`` (that measured coverage, where one was measured) and the text
+``<name>_interval``: the interval as report.md prints it, with its note where it is not trusted, e.g. ``[4.0, inf)
+(not bounded above by these rows; coverage not measured at 2 sequences: not a 95% interval)``.
 
 Rows are not logged step by step inside the engine: a sweep optimises thousands of rows for thousands of steps.
 """
@@ -39,11 +40,12 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from types import SimpleNamespace
 
 from .designs.common import complete_groups
 from .engine.rows import row_steps
 from .report import format_interval
-from .stats.coverage import check, marked, per_m_sequences, summary_checks
+from .stats.coverage import check_intervals, marked, summary_checks
 from .stats.fit import n50_interval
 from .store import row_key
 
@@ -121,10 +123,19 @@ class SweepTracker:
             [r["index"] for r in fitted],
             seed=[self.config.seed, m],
         )
-        # The summary's check of this interval: its sequence count from the rows per length that were fitted.
+        # The summary's check of this interval, by the summary's own call (coverage.check_intervals with the design
+        # kind): its sequence count from the rows per length that were fitted, except under the pooled design, whose
+        # rows (one per index, at lengths it chose) are no sequence count the coverage table measured.
         per_length = Counter(r["n"] for r in fitted)
-        sequences = per_m_sequences(fit["n50_ci_method"], per_length.values())
-        found = check("n50", fit["n50_ci_method"], sequences, fit["n50_ci"])
+        entry = SimpleNamespace(
+            m=m,
+            n50=fit["n50"],
+            n50_ci=fit["n50_ci"],
+            n50_ci_method=fit["n50_ci_method"],
+            num_sequences=list(per_length.values()),
+        )
+        checks = check_intervals([entry], None, self.config.design.kind)["per_m"]
+        found = checks[0] if checks else None
         return _fit_values(f"m{m}/", fit["n50"], fit["n50_ci"], found)
 
     @staticmethod
