@@ -73,6 +73,8 @@ to 6 are retired from the package, their rules read from benchmarks/retired_pool
 ``--pooled-targets-from FOLDER`` instead simulates the design a real pooled sweep ran: the standard-error targets,
 rules, batch, ms and length walk of that folder's settings.json (with ``--truth-fitted FOLDER``, at the truth fitted to
 its rows): the last line is then that run's own cost ratio, published row-steps / its row-steps at its RMSE ratios.
+Where its rules audit an early abandon (versions 4-6 and 8), the abandon simulated is the one fitted to its rows
+(``simulated_intervals.fitted_abandon``, as ``ut-peft calibrate`` simulates it), so ``--flag-*`` are refused beside it.
 
 Exploring is cheap: ``--designs`` picks the designs simulated (the published one always, as the baseline), and the
 published designs' per-repeat results are cached under ``--cache`` (a JSON file per design, keyed by the truth, ms,
@@ -251,10 +253,12 @@ def truth_from(folder) -> tuple[float, float, float]:
 
 def folder_design(folder, args) -> SimpleNamespace:
     """--pooled-targets-from: the pooled design a real sweep folder ran (its settings.json's targets, rules, version,
-    batch, ms and length walk), or a clear exit where the folder is no pooled sweep of the published protocol's cap and
-    patience or the command line asks for another design."""
+    batch, ms and length walk; where its rules audit an early abandon, the abandon fitted to its rows as
+    ``ut-peft calibrate`` simulates it), or a clear exit where the folder is no pooled sweep of the published
+    protocol's cap and patience or the command line asks for another design."""
     from ut_peft.accessibility import store
     from ut_peft.accessibility.config import SweepConfig
+    from ut_peft.accessibility.simulated_intervals import fitted_abandon
 
     flag = f"--pooled-targets-from {folder}"
     if args.pooled_factor is not None:
@@ -263,7 +267,8 @@ def folder_design(folder, args) -> SimpleNamespace:
             f"{args.pooled_factor} sets them from the published design's RMSE instead: give one of the two"
         )
     try:
-        config = SweepConfig.from_settings(store.read_settings(Path(folder)))
+        settings = store.read_settings(Path(folder))
+        config = SweepConfig.from_settings(settings)
     except ValueError as error:
         raise SystemExit(f"{flag}: {error}") from None
     if config.design.kind != "pooled":
@@ -289,6 +294,28 @@ def folder_design(folder, args) -> SimpleNamespace:
                 f"{flag}: the folder ran {name.lstrip('-').replace('pooled-', '')} {own}, and {name} {shown} asks "
                 f"for another design: leave {name} out (it is the folder's), or give --pooled-factor instead"
             )
+    # Rules that audit an early abandon (versions 4-6 and 8): the abandon is simulated as the folder's rows suggest
+    # (its flag shares and false flags, simulated_intervals.fitted_abandon), not the command line's --flag-* defaults,
+    # which were measured on another folder's rows.
+    rows = store.read_rows(Path(folder))
+    try:
+        abandon = fitted_abandon(rows, settings)
+    except ValueError as error:
+        raise SystemExit(f"{flag}: its rows' early abandon cannot be fitted: {error}") from None
+    if abandon is not None and not rows:
+        raise SystemExit(
+            f"{flag}: its rules audit an early abandon, and the folder holds no rows to fit that abandon to; "
+            "run the sweep first, or give --pooled-factor (and --pooled-version) to simulate the rules with the "
+            "--flag-* shares instead"
+        )
+    given_flags = [name for name in ("flag_step", "flag_failed", "flag_accessible") if getattr(args, name) is not None]
+    if abandon is not None and given_flags:
+        named = ", ".join("--" + name.replace("_", "-") for name in given_flags)
+        raise SystemExit(
+            f"{flag}: its rules audit an early abandon, simulated as fitted to its rows ({abandon.describe()}); "
+            f"{named} would replace that: leave {'it' if len(given_flags) == 1 else 'them'} out, or give "
+            "--pooled-factor (and --pooled-version) to simulate the rules with flags of your own"
+        )
     return SimpleNamespace(
         folder=folder,
         target_slope_se=design.target_slope_se,
@@ -299,6 +326,7 @@ def folder_design(folder, args) -> SimpleNamespace:
         ms=list(config.ms),
         start=config.grid.start,
         stop=config.grid.stop,
+        abandon=abandon,
     )
 
 
@@ -700,8 +728,16 @@ def simulate(args) -> None:
         for m in ms
     }
     rules = pooled_arguments(args)
-    # The simulated abandon, built (and bad flags refused) once, before any repeat runs.
-    abandon = flag_model(args, rules["audit"]) if rules["audit"] is not None else None
+    own = args.folder_design
+    # The simulated abandon, built (and bad flags refused) once, before any repeat runs: the one fitted to the
+    # --pooled-targets-from folder's rows where its rules audit (at the audit the rules now give: --audit replaces
+    # it), else the command line's --flag-* model.
+    abandon = None
+    if rules["audit"] is not None:
+        if own is not None and own.abandon is not None:
+            abandon = dataclasses.replace(own.abandon, audit=rules["audit"])
+        else:
+            abandon = flag_model(args, rules["audit"])
     designs = functools.partial(
         _designs_repeat, args, names, ms, truth, widths, published_slope_rmse, published_rmse, rules, abandon
     )
@@ -717,15 +753,11 @@ def simulate(args) -> None:
         + f"{'nested texts' if truth.nested else 'random words (a text per length and index)'}, jitter "
         f"{truth.jitter}, {args.repeats} repeats, cap {CAP}, patience {PATIENCE}; sequential batch {args.batch} "
         f"(targets: the published mean widths); pooled batch {args.pooled_batch} (targets: "
-        + (
-            f"{args.pooled_factor} x the published RMSE"
-            if args.folder_design is None
-            else f"those {args.folder_design.folder} ran with"
-        )
+        + (f"{args.pooled_factor} x the published RMSE" if own is None else f"those {own.folder} ran with")
         + (
             f"; rules of version {args.pooled_version}"
             if args.pooled_version is not None
-            else f"; the rules {args.folder_design.folder} ran with (no version)"
+            else f"; the rules {own.folder} ran with (no version)"
         )
         + (f", as given: {rule_text}" if rules != base_rules(args).arguments() else "")
         + ")"
@@ -746,14 +778,19 @@ def simulate(args) -> None:
             "threshold's alone (the simulator before session 13)"
         )
     print(truth.costs.describe())
-    if rules["audit"] is not None:
+    if abandon is not None:
+        where = (
+            f"fitted to {own.folder}'s rows (simulated_intervals.fitted_abandon, {abandon.source})"
+            if own is not None and own.abandon is not None
+            else "--flag-step, --flag-failed, --flag-accessible"
+        )
         print(
             "audited abandon (the pooled design's rows only): a row that will fail is flagged at step "
-            + " or ".join(f"{k} with probability {p}" for k, p in zip(args.flag_step, args.flag_failed))
-            + f" (the first it is still running at), a row that will cram at step {args.flag_step[0]} with "
-            f"probability {args.flag_accessible}; "
-            f"a flagged row runs on with probability {rules['audit']}, else stops there counted as failed; the line "
-            f"is fitted to the pseudo-outcomes (1 / {rules['audit']} for an audited row that crams)"
+            + " or ".join(f"{k} with probability {p:.3g}" for k, p in zip(abandon.flag_steps, abandon.flag_failed))
+            + f" (the first it is still running at), a row that will cram at step {abandon.flag_steps[0]} with "
+            f"probability {abandon.flag_accessible:.3g} ({where}); "
+            f"a flagged row runs on with probability {abandon.audit}, else stops there counted as failed; the line "
+            f"is fitted to the pseudo-outcomes (1 / {abandon.audit} for an audited row that crams)"
         )
     print(
         "Precision is judged by error over the repeats: bias and RMSE (with its Monte-Carlo standard error) of n_50 "
@@ -850,7 +887,6 @@ def simulate(args) -> None:
         if equal
         else min(candidates, key=lambda n: max(worst[n], ratios[n]["slope"]))
     )
-    own = args.folder_design
     if own is None:
         # What a real pooled sweep (or a retarget, --retarget-from) at this truth asks for to match the published
         # design:
@@ -1161,23 +1197,24 @@ def main(argv=None):
         "--flag-step",
         type=int,
         nargs="+",
-        default=[500, 750],
-        help="under the audit: the steps a row may be flagged at (version 4's rule flags at 500, 750 and 1000)",
+        default=None,
+        help="under the audit: the steps a row may be flagged at (default 500 750; version 4's rule flags at 500, "
+        "750 and 1000; a --pooled-targets-from folder's abandon is fitted to its rows instead)",
     )
     parser.add_argument(
         "--flag-failed",
         type=float,
         nargs="+",
-        default=[0.67, 0.22],
-        help="under the audit: per --flag-step, the share of rows that will fail first flagged there (SmolLM2's 52 "
-        "rows: 18 and 6 of 27)",
+        default=None,
+        help="under the audit: per --flag-step, the share of rows that will fail first flagged there (default 0.67 "
+        "0.22: SmolLM2's 52 rows, 18 and 6 of 27)",
     )
     parser.add_argument(
         "--flag-accessible",
         type=float,
-        default=0.05,
+        default=None,
         help="with --audit: the chance a row that will cram (still running at --flag-step) is flagged (a false "
-        "abandon)",
+        "abandon; default 0.05)",
     )
     parser.add_argument(
         "--cap-fails",
@@ -1239,6 +1276,11 @@ def main(argv=None):
         args.pooled_version = DEFAULT_POOLED_VERSION if args.pooled_version is None else args.pooled_version
         args.pooled_batch = 8 if args.pooled_batch is None else args.pooled_batch
         args.ms = [1, 2, 3, 4, 5] if args.ms is None else args.ms
+    # The --flag-* defaults, filled in only now: folder_design refuses them given beside a folder's fitted abandon.
+    defaults = AuditedAbandon(audit=1.0)
+    args.flag_step = list(defaults.flag_steps) if args.flag_step is None else args.flag_step
+    args.flag_failed = list(defaults.flag_failed) if args.flag_failed is None else args.flag_failed
+    args.flag_accessible = defaults.flag_accessible if args.flag_accessible is None else args.flag_accessible
     if args.truth_from:
         slope, intercept, rel_width = truth_from(args.truth_from)
         args.slope, args.intercept = slope, intercept

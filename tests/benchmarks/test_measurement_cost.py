@@ -501,3 +501,56 @@ def test_the_pooled_design_can_run_with_the_targets_and_rules_its_own_folder_ran
     write_sweep_folder(adaptive, dict(settings, design={"kind": "adaptive"}), [(1, 10, 0, True, 50)])
     with pytest.raises(SystemExit, match=f"--pooled-targets-from {adaptive}: .*'adaptive'.*not a pooled"):
         cost.main([*argv, "--pooled-targets-from", str(adaptive)])
+
+
+def audited_folder(cost, folder):
+    """A version-8 pooled folder (its rules audit an early abandon) of rows simulated under the default abandon, the
+    flags recorded as a real run records them; its settings."""
+    from ut_peft.accessibility.simulated_intervals import pooled_design
+    from ut_peft.accessibility.testing import pooled_sweep_settings
+
+    settings = pooled_sweep_settings(version=8, target_slope_se=3.0, target_n50_se={1: 5.0, 3: 7.0})
+    truth = cost.Truth(slope=20.0, intercept=4.0, rel_width=0.15, nested=False, cap_fails=True)
+    simulated, _ = cost.run_audited_design(pooled_design(settings), truth, 7, cost.AuditedAbandon(0.25))
+    write_sweep_folder(folder, settings, [(*key, r["accessible"], r["steps"]) for key, r in simulated.items()])
+    lines = [json.loads(line) for line in (folder / "rows.jsonl").read_text().splitlines()]
+    for row in lines:
+        flags = {k: simulated[(row["m"], row["n"], row["index"])].get(k) for k in ("flagged_at", "audited")}
+        row.update({k: v for k, v in flags.items() if v is not None})
+        if row.get("flagged_at") is not None and not row["audited"]:
+            row.update(stop_reason="abandoned")
+    (folder / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    return settings
+
+
+def test_a_folder_whose_rules_audit_is_simulated_with_the_abandon_fitted_to_its_rows(cost, tmp_path, monkeypatch):
+    """--pooled-targets-from a folder whose pooled rules audit an early abandon (version 8): the abandon simulated is
+    the one `ut-peft calibrate` simulates (simulated_intervals.fitted_abandon of its rows), not the --flag-* defaults
+    measured on another folder; --flag-* given beside it are refused, as they would replace it."""
+    from ut_peft.accessibility import store
+    from ut_peft.accessibility.simulated_intervals import fitted_abandon
+
+    folder = tmp_path / "v8"
+    settings = audited_folder(cost, folder)
+    expected = fitted_abandon(store.read_rows(folder), settings)
+    assert expected is not None and expected != cost.AuditedAbandon(0.25)  # the case this test is about
+
+    simulated_with = []
+    run_audited_design = cost.run_audited_design
+
+    def recorded(design, truth, repeat, abandon):  # the real simulation, the abandon it was given kept
+        simulated_with.append(abandon)
+        return run_audited_design(design, truth, repeat, abandon)
+
+    monkeypatch.setattr(cost, "run_audited_design", recorded)
+    argv = ["--repeats", "1", "--num-boot", "10", "--designs", "pooled", "--cache", str(tmp_path / "cache")]
+    argv += ["--truth-fitted", str(folder), "--pooled-targets-from", str(folder)]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        cost.main(argv)
+    assert simulated_with == [expected]
+    (line,) = [x for x in out.getvalue().splitlines() if x.startswith("audited abandon")]
+    assert f"fitted to {folder}'s rows (simulated_intervals.fitted_abandon, {expected.source})" in line
+    assert out.getvalue().splitlines()[-1].startswith("cost ratio: ")
+    with pytest.raises(SystemExit, match=r"audit an early abandon, simulated as fitted to its rows .*--flag-step"):
+        cost.main([*argv, "--flag-step", "500"])
