@@ -746,21 +746,28 @@ def simulate(args) -> None:
             results[name].append(result)
             walls[name] += wall[name]
 
+    pooled_simulated = "pooled" in names or "pooled+steps" in names
     rule_text = ", ".join(f"{k} {' '.join(map(str, v)) if isinstance(v, tuple) else v}" for k, v in rules.items())
     print(
         f"simulator: n_50 = {truth.slope} m + {truth.intercept}, logistic width {truth.rel_width} n_50, "
         + (f"width power {truth.width_power}, " if truth.width_power != 1.0 else "")
         + f"{'nested texts' if truth.nested else 'random words (a text per length and index)'}, jitter "
-        f"{truth.jitter}, {args.repeats} repeats, cap {CAP}, patience {PATIENCE}; sequential batch {args.batch} "
-        f"(targets: the published mean widths); pooled batch {args.pooled_batch} (targets: "
-        + (f"{args.pooled_factor} x the published RMSE" if own is None else f"those {own.folder} ran with")
+        f"{truth.jitter}, {args.repeats} repeats, cap {CAP}, patience {PATIENCE}"
+        # Only the designs simulated: a batch and targets of a design that did not run would read as if it had.
+        + (f"; sequential batch {args.batch} (targets: the published mean widths)" if "sequential" in names else "")
         + (
-            f"; rules of version {args.pooled_version}"
-            if args.pooled_version is not None
-            else f"; the rules {own.folder} ran with (no version)"
+            f"; pooled batch {args.pooled_batch} (targets: "
+            + (f"{args.pooled_factor} x the published RMSE" if own is None else f"those {own.folder} ran with")
+            + (
+                f"; rules of version {args.pooled_version}"
+                if args.pooled_version is not None
+                else f"; the rules {own.folder} ran with (no version)"
+            )
+            + (f", as given: {rule_text}" if rules != base_rules(args).arguments() else "")
+            + ")"
+            if pooled_simulated
+            else ""
         )
-        + (f", as given: {rule_text}" if rules != base_rules(args).arguments() else "")
-        + ")"
         + (f", early stop at {truth.early_stop}" if truth.early_stop else "")
         + (f", bend {truth.bend} at m = 3" if truth.bend else "")
     )
@@ -778,7 +785,7 @@ def simulate(args) -> None:
             "threshold's alone (the simulator before session 13)"
         )
     print(truth.costs.describe())
-    if abandon is not None:
+    if abandon is not None and pooled_simulated:
         where = (
             f"fitted to {own.folder}'s rows (simulated_intervals.fitted_abandon, {abandon.source})"
             if own is not None and own.abandon is not None

@@ -554,3 +554,13 @@ def test_a_folder_whose_rules_audit_is_simulated_with_the_abandon_fitted_to_its_
     assert out.getvalue().splitlines()[-1].startswith("cost ratio: ")
     with pytest.raises(SystemExit, match=r"audit an early abandon, simulated as fitted to its rows .*--flag-step"):
         cost.main([*argv, "--flag-step", "500"])
+
+
+def test_the_header_names_only_the_designs_simulated(cost, tmp_path):
+    """The first line gives the batch and targets of the sequential and pooled designs only where they run: a
+    sequential batch printed beside --designs pooled would read as if the sequential design had been simulated."""
+    pooled = run(cost, "--repeats", "1", "--cache", str(tmp_path)).splitlines()
+    assert "pooled batch 8 (targets: 50.0 x the published RMSE" in pooled[0] and "sequential" not in pooled[0]
+    sequential = run(cost, "--repeats", "1", "--cache", str(tmp_path), "--designs", "sequential").splitlines()
+    assert "; sequential batch 8 (targets: the published mean widths)" in sequential[0]
+    assert "pooled" not in sequential[0] and not any(x.startswith("audited abandon") for x in sequential)
