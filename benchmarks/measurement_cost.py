@@ -1274,6 +1274,13 @@ def main(argv=None):
         args.num_boot = min(args.num_boot, 200)
     if args.designs is None:
         args.designs = QUICK_DESIGNS if args.quick else DEFAULT_DESIGNS
+    if not args.model and not [n for n in args.designs if n != "published"]:
+        # The published design is every simulation's baseline: alone, no design is set beside it (the ratios and the
+        # best design would be taken over none).
+        parser.error(
+            "--designs published alone simulates only the baseline, which every run simulates anyway: name a design "
+            f"to set beside it ({', '.join(n for n in NAMES if n != 'published')})"
+        )
     args.folder_design = None
     if args.pooled_targets_from:
         own = args.folder_design = folder_design(args.pooled_targets_from, args)

@@ -564,3 +564,11 @@ def test_the_header_names_only_the_designs_simulated(cost, tmp_path):
     sequential = run(cost, "--repeats", "1", "--cache", str(tmp_path), "--designs", "sequential").splitlines()
     assert "; sequential batch 8 (targets: the published mean widths)" in sequential[0]
     assert "pooled" not in sequential[0] and not any(x.startswith("audited abandon") for x in sequential)
+
+
+def test_the_published_design_alone_is_refused_as_it_has_nothing_to_be_set_beside(cost, tmp_path, capsys):
+    """The published design is the baseline every simulation runs; alone, the best design and every ratio would be
+    taken over no design (a crash in min() of nothing after the whole simulation)."""
+    with pytest.raises(SystemExit):
+        run(cost, "--repeats", "1", "--cache", str(tmp_path / "cache"), "--designs", "published")
+    assert "--designs published alone simulates only the baseline" in capsys.readouterr().err
