@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import math
 import sys
 import time
@@ -38,6 +37,7 @@ import numpy as np
 
 from ut_peft.accessibility import store
 from ut_peft.accessibility.simulated_intervals import fitted_truth, pooled_design, simulate_design
+from ut_peft.io import atomic_write_json
 
 LEVEL = 0.95
 
@@ -140,9 +140,7 @@ def main(argv=None) -> int:
         record["truths"].append(entry)
     if args.output is not None:
         args.output.parent.mkdir(parents=True, exist_ok=True)
-        temporary = args.output.with_name(args.output.name + ".tmp")
-        temporary.write_text(json.dumps(record, indent=1) + "\n")
-        temporary.replace(args.output)
+        atomic_write_json(args.output, record, indent=1)
     return 0
 
 

@@ -33,7 +33,6 @@ pricing is refitted to simulated rows of its own model family: a home advantage 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -45,6 +44,7 @@ from ut_peft.accessibility.pace import rows_still_needed
 from ut_peft.accessibility.simulated_intervals import fitted_truth, pooled_design
 from ut_peft.accessibility.stats.simulator import in_processes, simulate_row
 from ut_peft.accessibility.status import planned_row_prices
+from ut_peft.io import atomic_write_json
 
 # The row-step projections: what `ut-peft status` would price the planned rows at.
 PRICINGS = ("mean row", "cost model")
@@ -94,27 +94,17 @@ def one_sweep(args: tuple) -> list[dict]:
     return decisions
 
 
-def _errors(pairs: list[tuple[int, int]]) -> dict:
+def _errors(pairs: list[tuple[float, int]], unit: str = "rounds") -> dict:
+    """Projected against actual (rounds, or row-steps with ``unit="row_steps"``): ratios, the share within 25%, the
+    RMSE and the mean actual figure, the last two named by the unit."""
     ratios = [p / a for p, a in pairs]
     return {
         "decisions": len(pairs),
         "mean_ratio": statistics.fmean(ratios),
         "median_ratio": statistics.median(ratios),
         "within_25pct": sum(0.75 <= r <= 1.25 for r in ratios) / len(ratios),
-        "rmse_rounds": statistics.fmean((p - a) ** 2 for p, a in pairs) ** 0.5,
-        "mean_actual_rounds": statistics.fmean(a for _, a in pairs),
-    }
-
-
-def _step_errors(pairs: list[tuple[float, int]]) -> dict:
-    ratios = [p / a for p, a in pairs]
-    return {
-        "decisions": len(pairs),
-        "mean_ratio": statistics.fmean(ratios),
-        "median_ratio": statistics.median(ratios),
-        "within_25pct": sum(0.75 <= r <= 1.25 for r in ratios) / len(ratios),
-        "rmse_row_steps": statistics.fmean((p - a) ** 2 for p, a in pairs) ** 0.5,
-        "mean_actual_row_steps": statistics.fmean(a for _, a in pairs),
+        f"rmse_{unit}": statistics.fmean((p - a) ** 2 for p, a in pairs) ** 0.5,
+        f"mean_actual_{unit}": statistics.fmean(a for _, a in pairs),
     }
 
 
@@ -130,7 +120,10 @@ def summarize_row_steps(sweeps: list[list[dict]]) -> dict:
         decisions = [d for s in picked for d in s if "row_steps" in d]
         both = [d for d in decisions if all(d["row_steps"][name] is not None for name in PRICINGS)]
         out[scope] = (
-            {name: _step_errors([(d["row_steps"][name], d["actual_row_steps"]) for d in both]) for name in PRICINGS}
+            {
+                name: _errors([(d["row_steps"][name], d["actual_row_steps"]) for d in both], "row_steps")
+                for name in PRICINGS
+            }
             if both
             else {}
         )
@@ -230,9 +223,7 @@ def main(argv=None) -> int:
             "sweeps": sweeps,
         }
         args.output.parent.mkdir(parents=True, exist_ok=True)
-        partial = args.output.with_name(args.output.name + ".partial")
-        partial.write_text(json.dumps(record, indent=1) + "\n")
-        partial.replace(args.output)
+        atomic_write_json(args.output, record, indent=1)
     return 0
 
 
