@@ -350,6 +350,29 @@ def test_calibrated_intervals_not_measured_at_the_folders_line_carry_the_reports
         )
 
 
+def test_a_calibrated_n50_the_three_truths_do_not_trust_carries_the_reports_note(capsys):
+    """Was: status printed each calibrated n_50 interval bare, while the report of the same folder marks those the
+    coverage at three truths does not trust (SmolLM2's m = 2 and 3: 87-88% under the moved slope); the note is now
+    the one the report prints beside it, from the report's own function."""
+    from ut_peft.accessibility.report import calibrated_trust
+
+    calibration = store.current_calibration(
+        store.read_calibration(WORDS), store.read_rows(WORDS), json.loads((WORDS / "settings.json").read_text())
+    )
+    found, shared = calibrated_trust(calibration)
+    untrusted = {
+        m: check["note"] for m, check in found.items() if isinstance(m, int) and check and not check["trusted"]
+    }
+    assert shared is None and untrusted  # the committed folder's own case: some n_50 trusted, some not
+    text = status_of(WORDS, capsys)
+    for m, note in untrusted.items():
+        line = next(line for line in text.splitlines() if line.startswith(f"  m = {m}: n_50"))
+        assert f"] ({note}) (se " in line
+    trusted = [m for m, check in found.items() if isinstance(m, int) and check and check["trusted"]]
+    for m in trusted:
+        assert "coverage" not in next(line for line in text.splitlines() if line.startswith(f"  m = {m}: n_50"))
+
+
 def test_a_standard_error_the_fit_cannot_estimate_is_not_taken_as_met(partial, capsys, monkeypatch):
     """A quantity whose variance comes out infinite (a singular information) was dropped from the stop state, so
     status projected "every target met" and the report named another quantity as the largest; it is kept as not

@@ -268,7 +268,7 @@ def _estimate(folder: Path, settings: dict, config: SweepConfig, design: PooledD
                 m=m,
                 measured=entry["measured"],
                 **_entry(entry["n50"], entry["se"], ci, entry["ci"]),
-                trust=None if shared or m in per_m_ci else trust(m),
+                trust=trust(m),  # a calibrated m: its calibrated check (found), else its Wald check
             )
         )
     r2, r2_note = _r2(config, rows)
