@@ -894,15 +894,15 @@ def simulate(args) -> None:
         if equal
         else min(candidates, key=lambda n: max(worst[n], ratios[n]["slope"]))
     )
-    if own is None:
+    if own is None and any(n.startswith("pooled") for n in names):
         # What a real pooled sweep (or a retarget, --retarget-from) at this truth asks for to match the published
-        # design:
+        # design (only where the pooled design ran: without it the line would read as one of its results):
         print(
             f"pooled targets at {args.pooled_factor} x the published RMSE: --target-slope-se "
             f"{args.pooled_factor * published_slope_rmse:.2f} --target-n50-se "
             + " ".join(f"{m}:{args.pooled_factor * published_rmse[m]:.2f}" for m in ms)
         )
-    else:
+    elif own is not None:
         # The targets the folder ran with, and what each is in units of the published design's RMSE here.
         n50_targets = own.target_n50_se
         if n50_targets is not None and not isinstance(n50_targets, dict):  # one target for every m

@@ -564,6 +564,9 @@ def test_the_header_names_only_the_designs_simulated(cost, tmp_path):
     sequential = run(cost, "--repeats", "1", "--cache", str(tmp_path), "--designs", "sequential").splitlines()
     assert "; sequential batch 8 (targets: the published mean widths)" in sequential[0]
     assert "pooled" not in sequential[0] and not any(x.startswith("audited abandon") for x in sequential)
+    # Nor does a run without the pooled design end by suggesting targets for it.
+    assert not any(x.startswith("pooled targets") for x in sequential)
+    assert any(x.startswith("pooled targets at 50.0 x the published RMSE") for x in pooled)
 
 
 def test_the_published_design_alone_is_refused_as_it_has_nothing_to_be_set_beside(cost, tmp_path, capsys):
