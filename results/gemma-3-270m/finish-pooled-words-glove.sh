@@ -5,14 +5,14 @@
 # from their JSONL files). It runs the checkout's analysis code, not the run's frozen tree: none of it changes a row.
 #   1. the calibrated intervals (ut-peft calibrate: 400 simulated sweeps of the folder's own design at the line fitted
 #      to its rows): calibration.json; summary.json and report.md updated;
+#   2. the calibration's coverage at the three truths the report's rule asks for (the fitted line, the common-width
+#      law, the slope moved by its interval's half-width): 100 simulated sweeps at each, each calibrated from 100 more
+#      (benchmarks/simulated_intervals.py --all-truths, two at a time on the 2 cores).
 #   3. the run's own cost figure: the published design and this folder's own pooled design (the targets, rules and
 #      batch its settings.json ran with, --pooled-targets-from) simulated at the same fitted truth, 400 repeats
 #      (benchmarks/measurement_cost.py --truth-fitted): its last line is published row-steps / this design's row-steps
 #      at their RMSE ratios, and the published design's expected slope interval is the width the issue's "at most 6
 #      tokens wide" is set beside;
-#   2. the calibration's coverage at the three truths the report's rule asks for (the fitted line, the common-width
-#      law, the slope moved by its interval's half-width): 100 simulated sweeps at each, each calibrated from 100 more
-#      (benchmarks/simulated_intervals.py --all-truths, two at a time on the 2 cores).
 # Then commit the folder and results/benchmarks/*gemma_words_glove*_rows<N>.* (N: the rows the design stopped at), and
 # add the three truths' figures to ut_peft/accessibility/stats/coverage.py's CALIBRATED_TABLE under the rows' digest
 # (store.rows_digest; the table's test checks each figure against its record): until then the report prints the
