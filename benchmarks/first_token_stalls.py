@@ -110,7 +110,6 @@ def cram_attempts(
 
     from ut_peft.accessibility.engine.cram import cram
     from ut_peft.accessibility.engine.jobs import CramJob
-    from ut_peft.accessibility.engine.sources import init_seed
     from ut_peft.accessibility.sweep import (
         check_rebuilt_settings,
         check_sweep_model,
@@ -153,7 +152,7 @@ def cram_attempts(
                         if group is not None:  # its record was written before a kill could drop its state
                             store.remove_inflight(group, (m, n, index))
                         continue
-                    seed = init_seed(config.seed + attempt, m, n, index)
+                    seed = attempt_init_seed(config.seed, attempt, m, n, index)
                     groups.setdefault(tuple(given), []).append(CramJob(key=(m, n, index), ids=rest, m=m, seed=seed))
                     entries[(m, n, index)] = entry
                 for given, jobs in groups.items():
@@ -177,6 +176,15 @@ def cram_attempts(
                             **_record(folder, result, entries[result.job.key], attempt, init_std, layout),
                             "settings_digest": digest,
                         }
+
+
+def attempt_init_seed(seed: int, attempt: int, m: int, n: int, index: int) -> int:
+    """The init seed of attempt ``attempt`` at row (m, n, index) of a sweep of seed ``seed``: the seed the job would
+    have in a sweep of seed ``seed + attempt`` (``sources.init_seed``), so attempt 0 is the sweep's own init and each
+    later attempt another draw (the row's text stays the one ``seed`` draws)."""
+    from ut_peft.accessibility.engine.sources import init_seed
+
+    return init_seed(seed + attempt, m, n, index)
 
 
 def states_folder(states: Path | None, init_std: str, layout: str, attempt: int, given: list) -> Path | None:

@@ -1,8 +1,11 @@
 """Precision pairs: does another precision move n_50? A sweep folder's rows crammed again under another autocast, on
-the same texts from the same inits, each pair differing by the precision only.
+the same texts from the same inits, each pair differing by the precision only; and the init control, the same rows
+crammed again in the folder's own precision from another init draw, each pair differing by the init only.
 
     python benchmarks/precision_pairs.py results/gemma-3-270m/pooled-words-glove --autocast bf16 --ms 1 \\
         --output results/benchmarks/precision_pairs_gemma_words_glove_bf16.jsonl
+    python benchmarks/precision_pairs.py results/gemma-3-270m/pooled-words-glove --control-init-attempt 1 --ms 1 \\
+        --output results/benchmarks/precision_pairs_gemma_words_glove_init1.jsonl      # the init control
     python benchmarks/precision_pairs.py ... --report-only            # the table, from the output alone
 
 Every row of the folder at the m given that ran to its own end (not inferred, not stopped by an early abandon;
@@ -41,6 +44,17 @@ The report, from the output and the folder:
 What a pair can and cannot show: a row near its transition can flip on float rounding alone (another row in the
 batch changes the summation order), so a few discordant pairs are expected even between two runs of the same
 precision; the shift, not the count, is what has to stay below the target.
+
+The init control measures how many: ``--control-init-attempt K`` (K >= 1; instead of ``--autocast``) crams each
+selected row again in the folder's own precision from init attempt K, the init the row would get in a sweep of seed
+``seed + K`` (``first_token_stalls.attempt_init_seed``, as that benchmark draws its attempts; the text stays the
+folder's), and each fresh row from attempt 0 and attempt K, both in the folder's precision. The table and the shift
+are the same, labelled as the init control, so another precision's flips can be set beside those two inits of the
+folder's own give. An output is of one comparison: its selection line records it (``"comparison"``: the other
+side's autocast and init attempt, 0 for the row's own init), every pair its autocast and init attempt, and the kept
+states of the other side the digest of the settings with the init attempt in them; a run refuses an output (or kept
+states) of another comparison, naming both (a precision comparison's output into an init control's run, or another
+attempt's), and an output that predates recording the comparison is a precision comparison's.
 """
 
 from __future__ import annotations
@@ -57,6 +71,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from first_token_stalls import (  # noqa: E402
     SELECTION,
     append_records,
+    attempt_init_seed,
     check_records,
     check_states,
     folder_config,
@@ -87,9 +102,10 @@ def paired_rows(folder, ms, max_n: int | None = None, rows: dict | None = None) 
 def cram_pairs(
     folder,
     ms,
-    autocast: str,
+    autocast: str | None,
     *,
     done: set,
+    init_attempt: int = 0,
     max_n=None,
     fresh: int = 0,
     sides=None,
@@ -100,6 +116,9 @@ def cram_pairs(
 ):
     """Yield one record per row not in ``done``: the row crammed again under ``autocast``, from its own init; and
     ``fresh`` new rows per m at the folder's n_50 (indices from ``FRESH_INDEX``), each crammed in both precisions.
+    ``init_attempt`` K >= 1: the init control instead, each row crammed again in the folder's own precision
+    (``autocast`` None or the folder's) from init attempt K (:func:`first_token_stalls.attempt_init_seed`), each fresh
+    row from attempt 0 and attempt K.
     A fresh row's cram in the folder's precision is yielded first, as a ``"side": "folder"`` record, so that a
     resumed run does not cram it again: ``sides`` holds those already written, by key (their n pins where a resumed
     run puts the fresh rows of their m, whatever the folder's line says by then). ``inflight``: a folder where the
@@ -126,12 +145,23 @@ def cram_pairs(
     if model is None:
         model, tokenizer = sweep_model(config), sweep_tokenizer(config)  # as the sweep loaded them
     check_sweep_model(config, model)  # a model given in another dtype would re-cram the rows in another precision
+    if init_attempt < 0:
+        raise SystemExit(f"init attempt {init_attempt}: attempts count from 0 (the folder's own init)")
+    if init_attempt:  # the init control: the folder's own precision, as it recorded it
+        if autocast not in (None, config.cram.autocast):
+            raise SystemExit(
+                f"the init control crams in {folder}'s own precision ({config.cram.autocast}), not {autocast}: "
+                "compare another precision with --autocast alone"
+            )
+        autocast = config.cram.autocast
+    elif autocast is None:
+        raise SystemExit("a precision comparison needs the other precision (--autocast)")
     cram_config = dataclasses.replace(config.cram, autocast=autocast)
     settings = store.read_settings(folder)
     digest = store.settings_digest(settings)
-    digests = side_digests(settings, autocast)
+    digests = side_digests(settings, autocast, init_attempt)
     device = execution_device(model.get_input_embeddings())
-    if autocast_kind(config.cram, device) == autocast_kind(cram_config, device):
+    if not init_attempt and autocast_kind(config.cram, device) == autocast_kind(cram_config, device):
         raise SystemExit(f"{folder} was crammed under {autocast_kind(config.cram, device)} already on this device")
     config.resolve_prefix(tokenizer)
     source = sweep_source(config, model, tokenizer)  # the folder's texts, drawn as its sweep drew them
@@ -147,9 +177,10 @@ def cram_pairs(
     for (m, n, index), row in paired_rows(folder, ms, max_n, rows):
         if (m, n, index) in done:
             continue
-        seed = init_seed(config.seed, m, n, index)
-        if row.get("init_seed") is not None and int(row["init_seed"]) != seed:
-            raise SystemExit(f"{folder}: row {(m, n, index)} was initialised from seed {row['init_seed']}, not {seed}")
+        own = init_seed(config.seed, m, n, index)
+        if row.get("init_seed") is not None and int(row["init_seed"]) != own:
+            raise SystemExit(f"{folder}: row {(m, n, index)} was initialised from seed {row['init_seed']}, not {own}")
+        seed = attempt_init_seed(config.seed, init_attempt, m, n, index)  # the row's own at attempt 0
         jobs.append(CramJob(key=(m, n, index), ids=source.sequence(n, index, config.seed), m=m, seed=seed))
         originals[(m, n, index)] = row
     if fresh:
@@ -167,14 +198,13 @@ def cram_pairs(
                 key = (m, n, index)
                 if key in done:
                     continue
-                job = CramJob(
-                    key=key, ids=source.sequence(n, index, config.seed), m=m, seed=init_seed(config.seed, *key)
-                )
-                new.append(job)
+                ids = source.sequence(n, index, config.seed)
+                # The other side from attempt init_attempt (the init control's), the folder's side from attempt 0.
+                new.append(CramJob(key=key, ids=ids, m=m, seed=attempt_init_seed(config.seed, init_attempt, *key)))
                 if key in sides:
                     originals[key] = {"fresh": True, **{k: sides[key][k] for k in PAIR_FIELDS}}
                 else:
-                    first.append(job)
+                    first.append(CramJob(key=key, ids=ids, m=m, seed=init_seed(config.seed, *key)))
         # The folder's own precision first (a pair needs both sides), then the other with the folder's rows.
         for result in _resumed_cram(model, first, config.cram, inflight and inflight / "folder", digests["folder"]):
             originals[result.job.key] = {"fresh": True, **_fields(result)}
@@ -187,6 +217,7 @@ def cram_pairs(
                 "n": n,
                 "index": index,
                 "autocast": config.cram.autocast,
+                "init_seed": result.job.seed,
                 **_fields(result),
             }
         jobs += new
@@ -200,6 +231,7 @@ def cram_pairs(
             "index": index,
             "autocast": autocast,
             "folder_autocast": config.cram.autocast,
+            "init_attempt": init_attempt,
             "init_seed": result.job.seed,
             **_fields(result),
             "seconds": result.seconds,
@@ -221,24 +253,81 @@ def _resumed_cram(model, jobs, config, inflight: Path | None, digest: str):
     return cram_resumable(model, jobs, config, inflight, snapshot_seconds=SNAPSHOT_SECONDS, digest=digest)
 
 
-def side_digests(settings: dict, autocast: str) -> dict[str, str]:
+def side_digests(settings: dict, autocast: str, init_attempt: int = 0) -> dict[str, str]:
     """The settings digest each side's kept states record, by their folder under ``<output>.states/``: the folder's
-    settings (``folder/``, the fresh rows' crams in its precision) and the same under ``autocast`` (``other/``), so a
-    state kept under one precision is not continued under another."""
+    settings (``folder/``, the fresh rows' crams in its precision) and the same under ``autocast`` (``other/``), with
+    ``init_attempt`` in them where it is not 0 (the init control), so a state kept under one precision or init draw is
+    not continued under another."""
     other = {**settings, "cram": {**settings.get("cram", {}), "autocast": autocast}}
+    if init_attempt:  # absent at 0, so the precision comparison's states keep the digests they were written with
+        other["init_attempt"] = init_attempt
     return {"folder": store.settings_digest(settings), "other": store.settings_digest(other)}
 
 
-def check_output(output: Path, records: list[dict], folder, autocast: str) -> None:
-    """Refuse to add pairs of ``folder`` under ``autocast`` to ``output`` where its lines (records, selection, kept
-    states) come from another folder or other settings: its done keys would be taken for this folder's, and its
-    report would be the other folder's pairs. Lines written before they recorded a digest pass (as of the settings
-    now); so do the fresh rows' folder-side lines, which did not record their folder."""
+def check_output(output: Path, records: list[dict], folder, autocast: str, init_attempt: int = 0) -> None:
+    """Refuse to add pairs of ``folder`` under ``autocast`` from ``init_attempt`` (:func:`comparison`) to ``output``
+    where its lines (records, selection, kept states) come from another folder, other settings or another comparison:
+    its done keys would be taken for this folder's or this comparison's, and its report would mix them. Lines written
+    before they recorded a digest pass (as of the settings now); so do the fresh rows' folder-side lines, which did not
+    record their folder."""
     check_records(output, records, folder, "pairs")
+    wanted, recorded = comparison(autocast, init_attempt), output_comparison(output, records)
+    if recorded is not None and not same_comparison(recorded, wanted):
+        raise SystemExit(
+            f"{output} holds {describe_comparison(recorded)}, not {describe_comparison(wanted)}: one output per "
+            "comparison. Give this one another --output"
+        )
     states = states_of(output)
-    for side, side_digest in side_digests(store.read_settings(folder), autocast).items():
+    for side, side_digest in side_digests(store.read_settings(folder), autocast, init_attempt).items():
         if (states / side).is_dir():
             check_states(states / side, side_digest)
+
+
+def comparison(autocast: str | None, init_attempt: int = 0) -> dict:
+    """What an output compares the folder's rows with, as its selection line records it: the other side's autocast
+    and init attempt (0: each row's own init, a precision comparison; K >= 1: the init control, in the folder's own
+    precision). ``autocast`` None: not known (an output that predates recording it and holds no pairs)."""
+    return {"autocast": autocast, "init_attempt": init_attempt}
+
+
+def pair_comparison(record: dict) -> dict:
+    """The comparison a pair belongs to (pairs written before the init control recorded no attempt: their own, 0)."""
+    return comparison(record["autocast"], record.get("init_attempt", 0))
+
+
+def output_comparison(output: Path, records: list[dict]) -> dict | None:
+    """The comparison ``output``'s lines were made for (None: no line says, an output not written yet), from its
+    selection line and its pairs; refused where they disagree. An output whose selection line predates recording the
+    comparison was written by a precision comparison (the init control came later), of its pairs' autocast."""
+    recorded = [r["comparison"] for r in records if r.get("side") == SELECTION and r.get("comparison") is not None]
+    recorded += [pair_comparison(r) for r in pair_records(records)]
+    if any(not same_comparison(c, recorded[0]) for c in recorded[1:]):
+        kinds = sorted({describe_comparison(c) for c in recorded})
+        raise SystemExit(f"{output} mixes comparisons ({'; '.join(kinds)}): one output file per comparison")
+    if recorded:
+        return recorded[0]
+    if any(r.get("side") == SELECTION for r in records):
+        return comparison(None)
+    return None
+
+
+def same_comparison(a: dict, b: dict) -> bool:
+    """Whether two comparisons are one (an autocast not known matches any, the init attempt must match)."""
+    autocasts = {a["autocast"], b["autocast"]} - {None}
+    return a["init_attempt"] == b["init_attempt"] and len(autocasts) <= 1
+
+
+def describe_comparison(recorded: dict) -> str:
+    """A comparison in words, as the report and the refusals name it."""
+    autocast, attempt = recorded["autocast"], recorded["init_attempt"]
+    if attempt:
+        return (
+            f"init control pairs (the folder's rows in its own precision, {autocast}, from init attempt {attempt}: "
+            f"the inits of a sweep of seed + {attempt})"
+        )
+    if autocast is None:
+        return "pairs of a precision comparison (each row from its own init; its precision not recorded)"
+    return f"{autocast} pairs (the precision comparison: the folder's rows under {autocast}, each from its own init)"
 
 
 def states_of(output: Path) -> Path:
@@ -374,13 +463,30 @@ def report(folder, records: list[dict], bootstrap: int, rows: dict | None = None
     if not records:
         return "no pairs yet"
     other = records[0]["autocast"]
+    attempt = records[0].get("init_attempt", 0)
+    folder_autocast = records[0].get("folder_autocast")
+    if attempt:
+        title = (
+            f"init control: the folder's rows against the same rows crammed again in the folder's own precision "
+            f"({other}) from init attempt {attempt} (the inits of a sweep of seed + {attempt}): the outcomes two "
+            "inits give, to set beside another precision's"
+        )
+        to = f"init attempt {attempt}'s ({other}, the init control)"
+    else:
+        under = f" ({folder_autocast})" if folder_autocast else ""
+        title = (
+            f"precision comparison: the folder's rows{under} against the same rows crammed again under {other}, "
+            "each from its own init"
+        )
+        to = f"{other}'s"
+    lines.insert(0, title + "\n")
     fitted = shift(folder, records, bootstrap, rows=rows)
     if fitted is None:
         lines.append("\nshift: the line cannot be fitted to these rows (fewer than two m with rows)")
         return "\n".join(lines)
     goal = targets(folder)
     lines.append(
-        f"\nshift of the line from the folder's outcomes to {other}'s (bootstrap se over pairs, "
+        f"\nshift of the line from the folder's outcomes to {to} (bootstrap se over pairs, "
         f"{fitted['bootstrap']} resamples; target se where the design records one):"
     )
     verdicts = []
@@ -475,14 +581,14 @@ def main(argv=None, *, model=None, tokenizer=None) -> None:
     output = Path(args.output)
     records = read_records(output)
     pairs = pair_records(records)
-    if pairs and any(r["autocast"] != pairs[0]["autocast"] for r in pairs):
-        raise SystemExit(f"{output} mixes precisions: one output file per precision")
+    output_comparison(output, records)  # one comparison per output, also for the report alone
     if not args.report_only:
-        check_output(output, records, args.folder, args.autocast)
+        init_attempt = args.control_init_attempt or 0
+        # The init control's other side is in the folder's own precision, as the folder recorded it.
+        autocast = folder_config(args.folder).cram.autocast if init_attempt else args.autocast or "bf16"
+        check_output(output, records, args.folder, autocast, init_attempt)
     rows, selection = selected_rows(args.folder, records, output)
     if not args.report_only:
-        if pairs and pairs[0]["autocast"] != args.autocast:
-            raise SystemExit(f"{output} holds {pairs[0]['autocast']} pairs, not {args.autocast}: another --output")
         output.parent.mkdir(parents=True, exist_ok=True)
         if selection is not None:  # the rows of this comparison and its settings, before any of its pairs
             if records:
@@ -491,14 +597,15 @@ def main(argv=None, *, model=None, tokenizer=None) -> None:
                     f"(digest {selection['settings_digest']}), recorded from this run on",
                     file=sys.stderr,
                 )
-            append_records(output, [selection], records)
+            append_records(output, [{**selection, "comparison": comparison(autocast, init_attempt)}], records)
         done = {(r["m"], r["n"], r["index"]) for r in pairs}
         sides = {(r["m"], r["n"], r["index"]): r for r in records if r.get("side") == "folder"}
         new = cram_pairs(
             args.folder,
             set(args.ms),
-            args.autocast,
+            autocast,
             done=done,
+            init_attempt=init_attempt,
             max_n=args.max_n,
             fresh=args.fresh,
             sides=sides,
@@ -514,7 +621,17 @@ def main(argv=None, *, model=None, tokenizer=None) -> None:
 def parse(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("folder", help="a sweep folder")
-    parser.add_argument("--autocast", default="bf16", choices=["bf16", "fp16", "none"], help="the other precision")
+    other = parser.add_mutually_exclusive_group()
+    other.add_argument(
+        "--autocast", choices=["bf16", "fp16", "none"], help="the other precision (default bf16): the comparison"
+    )
+    other.add_argument(
+        "--control-init-attempt",
+        type=int,
+        metavar="K",
+        help="the init control instead: the rows crammed again in the folder's own precision from init attempt K "
+        "(>= 1: the inits of a sweep of seed + K)",
+    )
     parser.add_argument("--ms", type=int, nargs="+", default=[1], help="the m whose rows are crammed again")
     parser.add_argument("--max-n", type=int, help="only rows no longer than this")
     parser.add_argument(
@@ -523,7 +640,10 @@ def parse(argv=None) -> argparse.Namespace:
     parser.add_argument("--bootstrap", type=int, default=200, help="resamples of the pairs for the shift's se")
     parser.add_argument("--output", required=True, help="the results JSONL (appended; resumable)")
     parser.add_argument("--report-only", action="store_true")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.control_init_attempt is not None and args.control_init_attempt < 1:
+        parser.error("--control-init-attempt counts from 1 (attempt 0 is the folder's own init, its rows themselves)")
+    return args
 
 
 if __name__ == "__main__":

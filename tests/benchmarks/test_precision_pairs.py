@@ -291,6 +291,105 @@ def test_a_run_refuses_kept_states_of_other_settings(tmp_path, pairs, monkeypatc
     assert not output.exists()
 
 
+def test_the_init_control_crams_each_row_again_in_the_folder_s_precision_from_another_init(tmp_path, pairs):
+    """--control-init-attempt K: each selected row crammed again from the init a sweep of seed + K gives it, in the
+    folder's own precision, exactly as the engine crams those jobs under the folder's settings; fresh rows from attempt
+    0 (the folder's side) and attempt K, both in the folder's precision."""
+    from ut_peft.accessibility.config import folder_config
+    from ut_peft.accessibility.engine.cram import cram
+    from ut_peft.accessibility.engine.jobs import CramJob
+
+    llama = crammable_model("llama")
+    folder, config = tmp_path / "sweep", small_sweep_config()
+    run_sweep(config, folder, model=llama, progress=False)
+    rows, own_autocast = read_rows(folder), read_settings(folder)["cram"]["autocast"]
+    output = tmp_path / "control.jsonl"
+    argv = [str(folder), "--control-init-attempt", "2", "--ms", "1", "--bootstrap", "5", "--output", str(output)]
+    with crammed_ids() as ids:
+        _run(pairs, *argv, model=llama)
+    selection, *records = [json.loads(line) for line in output.read_text().splitlines()]
+    assert selection["comparison"] == {"autocast": own_autocast, "init_attempt": 2}
+    assert sorted((r["m"], r["n"], r["index"]) for r in records) == sorted(key for key in rows if key[0] == 1)
+    for record in records:
+        key = (record["m"], record["n"], record["index"])
+        assert record["init_seed"] == init_seed(config.seed + 2, *key) != rows[key]["init_seed"]
+        assert record["autocast"] == record["folder_autocast"] == own_autocast and record["init_attempt"] == 2
+    # The engine's own cram of those jobs under the folder's settings (its precision) from those inits: the same rows.
+    rebuilt = folder_config(folder)
+    rebuilt.resolve_prefix(None)  # as the control does, with the tokenizer it was given (none)
+    jobs = [CramJob(key=key, ids=ids[key], m=key[0], seed=init_seed(config.seed + 2, *key)) for key in sorted(ids)]
+    expected = {result.job.key: (result.accessible, result.steps) for result in cram(llama, jobs, rebuilt.cram)}
+    assert {(r["m"], r["n"], r["index"]): (r["accessible"], r["steps"]) for r in records} == expected
+
+    fresh_output = tmp_path / "fresh.jsonl"
+    fresh_argv = ["--control-init-attempt", "1", "--ms", "2", "--max-n", "2", "--fresh", "2", "--bootstrap", "5"]
+    _run(pairs, str(folder), *fresh_argv, "--output", str(fresh_output), model=llama)
+    lines = [json.loads(line) for line in fresh_output.read_text().splitlines()]
+    sides = {(r["m"], r["n"], r["index"]): r for r in lines if r.get("side") == "folder"}
+    fresh = {(r["m"], r["n"], r["index"]): r for r in lines if r.get("fresh")}
+    assert len(fresh) == 2 and set(sides) == set(fresh)
+    for key, record in fresh.items():
+        assert sides[key]["init_seed"] == init_seed(config.seed, *key) and sides[key]["autocast"] == own_autocast
+        assert record["init_seed"] == init_seed(config.seed + 1, *key) and record["autocast"] == own_autocast
+
+
+def test_an_output_of_one_comparison_is_refused_for_the_other(tmp_path, pairs, monkeypatch):
+    """A bf16 output into an init control's run, an init control's into a bf16 run or another attempt's: refused,
+    naming both comparisons, and nothing is added to it; so are the states a killed control run kept, for a bf16 run
+    or another attempt. The two are one flag or the other."""
+    llama = crammable_model("llama")
+    folder, bf16_output, bf16_argv, _ = _folder_and_output(tmp_path, pairs, llama)
+    lines = bf16_output.read_text()
+    with pytest.raises(SystemExit, match=r"holds bf16 pairs .*, not init control pairs .*init attempt 1.*--output"):
+        _run(pairs, str(folder), "--control-init-attempt", "1", "--ms", "1", "--output", str(bf16_output), model=llama)
+    assert bf16_output.read_text() == lines
+    control = tmp_path / "control.jsonl"
+    control_argv = ["--ms", "1", "--max-n", "2", "--bootstrap", "5", "--output", str(control)]
+    _run(pairs, str(folder), "--control-init-attempt", "1", *control_argv, model=llama)
+    lines = control.read_text()
+    with pytest.raises(SystemExit, match=r"holds init control pairs .*init attempt 1.*, not bf16 pairs"):
+        _run(pairs, str(folder), "--autocast", "bf16", *control_argv, model=llama)
+    with pytest.raises(SystemExit, match=r"init attempt 1.*, not init control pairs .*init attempt 2"):
+        _run(pairs, str(folder), "--control-init-attempt", "2", *control_argv, model=llama)
+    assert control.read_text() == lines
+    with pytest.raises(SystemExit):  # argparse: not allowed with --autocast
+        pairs.parse([str(folder), "--autocast", "bf16", "--control-init-attempt", "1", "--output", str(control)])
+
+    monkeypatch.setattr(pairs, "SNAPSHOT_SECONDS", 0.0)  # a state after every update
+    killed = tmp_path / "killed.jsonl"
+    states = killed.with_name(killed.stem + ".states")  # where main keeps them
+    running = pairs.cram_pairs(folder, {1}, None, init_attempt=1, done=set(), inflight=states, model=llama)
+    next(running)
+    running.close()  # the kill: the rows still in flight keep their states, no record written
+    assert list(states.rglob("*.safetensors")), "the rows in flight should have kept their states"
+    for other in (["--autocast", "bf16"], ["--autocast", "none"], ["--control-init-attempt", "2"]):
+        with pytest.raises(SystemExit, match="other settings than these.*another --output"):
+            _run(pairs, str(folder), *other, "--ms", "1", "--output", str(killed), model=llama)
+    assert not killed.exists()
+    _run(pairs, str(folder), "--control-init-attempt", "1", "--ms", "1", "--output", str(killed), model=llama)
+    assert not list(states.rglob("*.safetensors"))  # its own attempt's run took them up
+
+
+def test_the_report_says_which_comparison_it_is(tmp_path, pairs):
+    """The init control's report is labelled as such, with its attempt and precision, in its title and its shift;
+    a precision comparison's as the precision comparison."""
+    from ut_peft.accessibility.testing import pooled_sweep_settings, write_sweep_folder
+
+    folder = tmp_path / "folder"
+    write_sweep_folder(folder, pooled_sweep_settings(), _ROWS)
+    records = [_pair(m, n, i, ok, True if (m, n) == (3, 70) else None) for m, n, i, ok, _ in _ROWS if m == 3]
+    control = [{**r, "autocast": "none", "folder_autocast": "none", "init_attempt": 1} for r in records]
+    text = pairs.report(folder, control, bootstrap=5)
+    assert text.startswith("init control: the folder's rows against the same rows crammed again in the folder's own "
+                           "precision (none) from init attempt 1")  # fmt: skip
+    assert "shift of the line from the folder's outcomes to init attempt 1's (none, the init control)" in text
+    assert "precision comparison" not in text
+    precision = pairs.report(folder, [{**r, "folder_autocast": "none"} for r in records], bootstrap=5)
+    assert precision.startswith("precision comparison: the folder's rows (none) against the same rows crammed again "
+                                "under bf16")  # fmt: skip
+    assert "to bf16's (bootstrap se" in precision and "init control" not in precision
+
+
 def test_an_output_from_before_the_settings_were_recorded_gets_them_on_its_next_run(tmp_path, pairs, monkeypatch):
     """An output without the settings line (of pairs only, or with a selection line of rows alone) reads as before;
     its next run adds the line (the same rows), with a note, and the report stays the same."""
