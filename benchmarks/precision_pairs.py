@@ -357,6 +357,16 @@ def swapped(rows: dict, records: list[dict]) -> dict:
     return out
 
 
+def precision_label(autocast: str) -> str:
+    """A cram's recorded autocast as a reader names the precision: "none" is float32; "auto" (recorded by pairs made
+    before a folder's settings resolved it) is float32 on a CPU and the GPU autocast on a GPU
+    (:func:`ut_peft.accessibility.engine.forward.autocast_kind`)."""
+    names = {"none": "float32", "bf16": "bf16 autocast", "fp16": "fp16 autocast"}
+    if autocast == "auto":
+        return "auto: float32 on a CPU, the GPU autocast on a GPU"
+    return names.get(autocast, autocast)
+
+
 def line_fitter(folder):
     """The folder's design's line, as a function of rows: ``rows -> {"slope", "n50": {m: n_50}}`` (None where it
     cannot be fitted). The design is built once, for the bootstrap's hundreds of fits."""
@@ -464,16 +474,19 @@ def report(folder, records: list[dict], bootstrap: int, rows: dict | None = None
         return "no pairs yet"
     other = records[0]["autocast"]
     attempt = records[0].get("init_attempt", 0)
-    folder_autocast = records[0].get("folder_autocast")
+    # The precision the folder's rows were crammed in: its settings record it resolved ("auto" made "none" on a
+    # CPU); pairs made before then recorded the unresolved "auto".
+    recorded = (store.read_settings(folder).get("cram") or {}).get("autocast")
+    folder_autocast = recorded if recorded not in (None, "auto") else records[0].get("folder_autocast")
     if attempt:
         title = (
             f"init control: the folder's rows against the same rows crammed again in the folder's own precision "
-            f"({other}) from init attempt {attempt} (the inits of a sweep of seed + {attempt}): the outcomes two "
-            "inits give, to set beside another precision's"
+            f"({precision_label(other)}) from init attempt {attempt} (the inits of a sweep of seed + {attempt}): the "
+            "outcomes two inits give, to set beside another precision's"
         )
-        to = f"init attempt {attempt}'s ({other}, the init control)"
+        to = f"init attempt {attempt}'s ({precision_label(other)}, the init control)"
     else:
-        under = f" ({folder_autocast})" if folder_autocast else ""
+        under = f" ({precision_label(folder_autocast)})" if folder_autocast else ""
         title = (
             f"precision comparison: the folder's rows{under} against the same rows crammed again under {other}, "
             "each from its own init"

@@ -381,13 +381,25 @@ def test_the_report_says_which_comparison_it_is(tmp_path, pairs):
     control = [{**r, "autocast": "none", "folder_autocast": "none", "init_attempt": 1} for r in records]
     text = pairs.report(folder, control, bootstrap=5)
     assert text.startswith("init control: the folder's rows against the same rows crammed again in the folder's own "
-                           "precision (none) from init attempt 1")  # fmt: skip
-    assert "shift of the line from the folder's outcomes to init attempt 1's (none, the init control)" in text
+                           "precision (float32) from init attempt 1")  # fmt: skip
+    assert "shift of the line from the folder's outcomes to init attempt 1's (float32, the init control)" in text
     assert "precision comparison" not in text
     precision = pairs.report(folder, [{**r, "folder_autocast": "none"} for r in records], bootstrap=5)
-    assert precision.startswith("precision comparison: the folder's rows (none) against the same rows crammed again "
-                                "under bf16")  # fmt: skip
+    assert precision.startswith("precision comparison: the folder's rows (float32) against the same rows crammed "
+                                "again under bf16")  # fmt: skip
     assert "to bf16's (bootstrap se" in precision and "init control" not in precision
+    # Pairs made before the folder's settings resolved "auto" name what it meant, not the bare word ...
+    old = pairs.report(folder, [{**r, "folder_autocast": "auto"} for r in records], bootstrap=5)
+    assert old.startswith(
+        "precision comparison: the folder's rows (auto: float32 on a CPU, the GPU autocast on a GPU)"
+    )
+    # ... and where the folder's settings record the precision its rows were crammed in, that is the one named.
+    settings = pooled_sweep_settings()
+    settings["cram"] = {**settings.get("cram", {}), "autocast": "none"}
+    resolved = tmp_path / "resolved"
+    write_sweep_folder(resolved, settings, _ROWS)
+    text = pairs.report(resolved, [{**r, "folder_autocast": "auto"} for r in records], bootstrap=5)
+    assert text.startswith("precision comparison: the folder's rows (float32) against")
 
 
 def test_an_output_from_before_the_settings_were_recorded_gets_them_on_its_next_run(tmp_path, pairs, monkeypatch):
