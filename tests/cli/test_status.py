@@ -56,6 +56,18 @@ def test_a_finished_folder_shows_its_rows_calibrated_estimate_stop_and_hours(tmp
         here = [r for r in rows if r["m"] == entry["m"]]
         assert (entry["rows"], entry["accessible"]) == (len(here), sum(r["accessible"] for r in here))
         assert entry["row_steps"] == sum(r["steps"] + 1 for r in here)
+        # The failures crammed to their end, and how many never predicted the first target token (best prefix 0).
+        failed = [r for r in here if not r["accessible"]]
+        assert (entry["failed"], entry["first_token_stalls"]) == (
+            len(failed),
+            sum(r["best_prefix"] == 0 for r in failed),
+        )
+    # Issue 41: SmolLM2's stalls are at m = 1 only (m = 2 and 4 have no rows of their own).
+    assert [(e["m"], e["first_token_stalls"]) for e in status["rows"]["per_m"] if e["rows"]] == [
+        (1, 7),
+        (3, 0),
+        (5, 0),
+    ]
     assert status["finished"] and status["paused"] is None and status["in_flight"]["snapshots"] == []
     assert status["summary"] == {"exists": True, "rows": len(rows), "current": True}
 
@@ -95,6 +107,7 @@ def test_a_finished_folder_shows_its_rows_calibrated_estimate_stop_and_hours(tmp
     text = status_of(folder, capsys)
     assert "state: finished" in text
     assert f"rows: {len(rows)} written, {sum(r['steps'] + 1 for r in rows):,} row-steps" in text
+    assert "m = 1: 34 (16 accessible; 7 of 18 failures never predicted the first token)" in text
     assert "calibrated 95% intervals" in text and "STOPPED after" in text
     assert f"time: {spent / 3600:.1f} h of wall time over {len(rounds)} complete rounds" in text
 
@@ -169,6 +182,9 @@ def test_a_partial_folder_shows_its_round_in_flight_stop_state_and_projection(pa
     assert not status["finished"]
     assert status["rows"]["total"] == len(rows) == sum(len(jobs) for jobs in rounds[:DONE]) + 3
     assert status["rows"]["row_steps"] == sum(r["steps"] + 1 for r in rows)
+    # These rows record no best prefix (as rows written before it was): no count of stalls, and none printed.
+    assert all(e["first_token_stalls"] is None for e in status["rows"]["per_m"])
+    assert "never predicted the first token" not in status_of(folder, capsys)
     assert status["summary"] == {"exists": False, "rows": None, "current": False}
     in_flight = status["in_flight"]
     assert (in_flight["round"], in_flight["round_rows"], in_flight["landed"]) == (DONE + 1, len(rounds[DONE]), 3)

@@ -38,7 +38,7 @@ from .designs import make_design
 from .designs.common import bracketed_fractions, fractions_of
 from .designs.configs import PooledConfig
 from .designs.pooled import PooledDesign
-from .engine.rows import INFERRED, row_steps
+from .engine.rows import ABANDONED, INFERRED, row_steps
 from .pace import host_pace, projection, round_paces, total_pace
 from .stats.coverage import check_pooled, marked
 from .stats.fit import line_interval
@@ -119,10 +119,14 @@ def _lock_holder(folder: Path) -> str | None:
 
 
 def _rows_section(rows: dict, ms) -> dict:
-    """Rows written, per m: how many, how many accessible, how many inferred (not crammed), their row-steps."""
+    """Rows written, per m: how many, how many accessible, how many inferred (not crammed), their row-steps; and the
+    failures crammed to their end ("failed": not accessible, neither inferred nor stopped by an early abandon) with
+    how many of them were first-token stalls (``"first_token_stalls"``: best prefix 0, the first target token never
+    predicted at any forward; None where a failure does not record its best prefix, rows written before it was)."""
     per_m = []
     for m in sorted(set(ms) | {key[0] for key in rows}):
         here = [row for key, row in rows.items() if key[0] == m]
+        failed = [row for row in here if not row["accessible"] and row.get("stop_reason") not in (INFERRED, ABANDONED)]
         per_m.append(
             {
                 "m": m,
@@ -130,6 +134,12 @@ def _rows_section(rows: dict, ms) -> dict:
                 "accessible": sum(bool(row["accessible"]) for row in here),
                 "inferred": sum(row.get("stop_reason") == INFERRED for row in here),
                 "row_steps": sum(row_steps(row) for row in here),
+                "failed": len(failed),
+                "first_token_stalls": (
+                    None
+                    if any(row.get("best_prefix") is None for row in failed)
+                    else sum(row["best_prefix"] == 0 for row in failed)
+                ),
             }
         )
     return {"total": len(rows), "row_steps": sum(row_steps(row) for row in rows.values()), "per_m": per_m}
@@ -639,6 +649,12 @@ def format_status(status: dict) -> str:
     per_m = "; ".join(
         f"m = {e['m']}: {e['rows']} ({e['accessible']} accessible"
         + (f", {e['inferred']} inferred" if e["inferred"] else "")
+        + (
+            f"; {e['first_token_stalls']} of {e['failed']} failure{'s' if e['failed'] != 1 else ''} never predicted "
+            "the first token"
+            if e.get("first_token_stalls") is not None and e["failed"]
+            else ""
+        )
         + f"), {e['row_steps']:,} row-steps"
         for e in rows["per_m"]
         if e["rows"]  # an m without rows (one the pooled line reads off) is in the JSON, not in the line

@@ -28,6 +28,8 @@ Job = tuple[int, int, int]
 
 # ``stop_reason`` of a row decided by another row of the same nested text, without cramming (prefixes.infer_prefixes).
 INFERRED = "inferred"
+# ``stop_reason`` of a row an early-abandon rule stopped (not accessible, not crammed to its end).
+ABANDONED = "abandoned"
 
 _REQUIRED = object()
 
@@ -156,9 +158,9 @@ class Row(Mapping[str, Any]):
             )
         if not 1 <= self.flagged_at <= self.steps:
             raise RowError("flagged_at", f"is {self.flagged_at}, not a step in [1, steps = {self.steps}]")
-        if self.audited and self.stop_reason == "abandoned":
+        if self.audited and self.stop_reason == ABANDONED:
             raise RowError("audited", "is true in an abandoned row: an audited row runs on to its own end")
-        if not self.audited and self.stop_reason != "abandoned":
+        if not self.audited and self.stop_reason != ABANDONED:
             raise RowError(
                 "audited",
                 f"is false in a flagged row that ended {self.stop_reason!r}: a flagged row the audit did not keep "
