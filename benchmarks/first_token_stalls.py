@@ -47,7 +47,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ut_peft.accessibility import store  # noqa: E402
-from ut_peft.accessibility.engine.rows import INFERRED  # noqa: E402
+from ut_peft.accessibility.engine.rows import failed_at_its_end, first_token_stall  # noqa: E402
 
 KINDS = ("stall", "near-miss")
 SNAPSHOT_SECONDS = 300.0  # how often the rows in flight keep their state (a sweep's default)
@@ -58,21 +58,20 @@ LAYOUTS = ("memory-first", "given-first")
 
 
 def failed_rows(folder, ms, kinds=KINDS, max_n: int | None = None, keys: set | None = None) -> list[dict]:
-    """The folder's crammed rows that failed at the m of ``ms``, each with its kind: a stall (best_prefix 0) or a near
-    miss; only those of ``kinds``, no longer than ``max_n`` and (given ``keys``) among those keys, stalls first. Rows
-    written before best_prefix was recorded cannot be told apart: a clear error."""
+    """The folder's failures crammed to their end at the m of ``ms`` (engine.rows.failed_at_its_end: a flagged row the
+    audit kept counts, an abandoned one does not), each with its kind: a stall (best_prefix 0) or a near miss; only
+    those of ``kinds``, no longer than ``max_n`` and (given ``keys``) among those keys, stalls first. Rows written
+    before best_prefix was recorded cannot be told apart: a clear error."""
     chosen = []
     for (m, n, index), row in sorted(store.read_rows(folder).items()):
         if keys is not None and (m, n, index) not in keys:
             continue
-        if m not in ms or row["accessible"] or row.get("stop_reason") == INFERRED or (max_n and n > max_n):
+        if m not in ms or not failed_at_its_end(row) or (max_n and n > max_n):
             continue
-        if row.get("flagged_at") is not None:
-            continue  # stopped by an early abandon: not a row that ran to its own end
-        prefix = row.get("best_prefix")
-        if prefix is None:
+        stall = first_token_stall(row)
+        if stall is None:
             raise SystemExit(f"{folder}: row {(m, n, index)} records no best_prefix; its folder predates it")
-        chosen.append({"m": m, "n": n, "index": index, "kind": KINDS[prefix > 0], "row": row})
+        chosen.append({"m": m, "n": n, "index": index, "kind": KINDS[not stall], "row": row})
     return sorted((entry for entry in chosen if entry["kind"] in kinds), key=lambda entry: KINDS.index(entry["kind"]))
 
 

@@ -38,7 +38,7 @@ from .designs import make_design
 from .designs.common import bracketed_fractions, fractions_of
 from .designs.configs import PooledConfig
 from .designs.pooled import PooledDesign
-from .engine.rows import ABANDONED, INFERRED, row_steps
+from .engine.rows import INFERRED, failed_at_its_end, first_token_stall, row_steps
 from .pace import host_pace, projection, round_paces, total_pace
 from .stats.coverage import check_pooled, marked
 from .stats.fit import line_interval
@@ -126,7 +126,8 @@ def _rows_section(rows: dict, ms) -> dict:
     per_m = []
     for m in sorted(set(ms) | {key[0] for key in rows}):
         here = [row for key, row in rows.items() if key[0] == m]
-        failed = [row for row in here if not row["accessible"] and row.get("stop_reason") not in (INFERRED, ABANDONED)]
+        failed = [row for row in here if failed_at_its_end(row)]
+        stalls = [first_token_stall(row) for row in failed]
         per_m.append(
             {
                 "m": m,
@@ -135,11 +136,7 @@ def _rows_section(rows: dict, ms) -> dict:
                 "inferred": sum(row.get("stop_reason") == INFERRED for row in here),
                 "row_steps": sum(row_steps(row) for row in here),
                 "failed": len(failed),
-                "first_token_stalls": (
-                    None
-                    if any(row.get("best_prefix") is None for row in failed)
-                    else sum(row["best_prefix"] == 0 for row in failed)
-                ),
+                "first_token_stalls": None if None in stalls else sum(bool(stall) for stall in stalls),
             }
         )
     return {"total": len(rows), "row_steps": sum(row_steps(row) for row in rows.values()), "per_m": per_m}

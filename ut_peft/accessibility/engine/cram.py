@@ -55,6 +55,7 @@ from .forward import (
 )
 from .jobs import CramConfig, CramJob, CramResult, RowState
 from .policies import BatchedAdamW, FifoRefill, RowCounters, StoppingRule
+from .rows import ABANDONED
 
 
 @dataclass
@@ -434,7 +435,7 @@ def _finish(
         accessible=accessible,
         best_prefix=best_prefix,
         flagged_at=row.counters.flagged_at,
-        audited=row.counters.flagged_at is not None and reason != "abandoned",
+        audited=row.counters.flagged_at is not None and reason != ABANDONED,
     )
 
 

@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from .jobs import CramConfig, CramJob
+from .rows import ABANDONED
 
 # Steps at which a row's best teacher-forced accuracy so far is recorded (CramResult.best_accuracy_at); the
 # early-abandon calibration (:mod:`.calibrate`) reads its checkpoints from this list.
@@ -165,7 +166,7 @@ class StoppingRule:
         for k, floor in self.config.abandon_below:
             if step >= k and counters.best_acc < floor:
                 counters.flagged_at = step
-                return None if self._audited(seed) else "abandoned"
+                return None if self._audited(seed) else ABANDONED
         return None
 
     def _audited(self, seed: int | None) -> bool:

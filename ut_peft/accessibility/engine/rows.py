@@ -301,3 +301,18 @@ def row_steps(row: Mapping[str, Any]) -> int:
     if row.get("stop_reason") == INFERRED:
         return 0
     return int(row["steps"]) + 1
+
+
+def failed_at_its_end(row: Mapping[str, Any]) -> bool:
+    """Whether the row is a failure crammed to its own end: not accessible, neither inferred from another row nor
+    stopped by an early abandon (a flagged row the audit kept ran on to its end, and counts)."""
+    return not row["accessible"] and row.get("stop_reason") not in (INFERRED, ABANDONED)
+
+
+def first_token_stall(row: Mapping[str, Any]) -> bool | None:
+    """Whether a failure crammed to its end never predicted its first target token at any forward (``best_prefix``
+    0); None for a row written before ``best_prefix`` was recorded, which cannot be told apart."""
+    if not failed_at_its_end(row):
+        raise ValueError(f"row {(row['m'], row['n'], row['index'])} is not a failure crammed to its end")
+    prefix = row.get("best_prefix")
+    return None if prefix is None else prefix == 0
