@@ -375,3 +375,47 @@ def test_an_m_the_pooled_design_reads_off_its_line_has_no_rows_of_its_own_not_a_
         assert f"| {m} | {pooled['n50']:.1f} | " in report  # its value, in the pooled table the row points to
     for m in (1, 3, 5):  # the m with rows keep their fits
         assert "(profile interval; fit ok)" in next(line for line in console if line.startswith(f"m = {m}:"))
+
+
+def test_the_report_counts_each_ms_first_token_stalls_among_its_failures_crammed_to_their_end(tmp_path):
+    """Per m: the failures that ran to their own end (an abandoned or inferred row is none) and, of them, those that
+    never predicted the first target (best prefix 0); written to the summary, read back, and printed. An m whose
+    failures predate best_prefix, or that has none, counts nothing; a committed summary written before the counts
+    prints no such line."""
+    import dataclasses
+    import json
+
+    from ut_peft.accessibility.sweep import _m_summary
+    from ut_peft.accessibility.testing import small_sweep_config
+
+    def entry(m, outcomes):  # {n: [(accessible, stop_reason, best_prefix), ...]}
+        by_n = {
+            n: [
+                dict(m=m, n=n, index=i, accessible=a, steps=5, stop_reason=why, best_prefix=prefix)
+                for i, (a, why, prefix) in enumerate(flags)
+            ]
+            for n, flags in outcomes.items()
+        }
+        for group in by_n.values():
+            for r in group:
+                if r["best_prefix"] is None:
+                    del r["best_prefix"]
+        rows = {(m, r["n"], r["index"]): r for group in by_n.values() for r in group}
+        return _m_summary(small_sweep_config(ms=[1, 2, 3], num_sequences=3), m, by_n, rows, audited=False)
+
+    one = entry(1, {4: [(1, "exact", 3), (0, "patience", 0), (0, "max_steps", 2)], 8: [(0, "abandoned", 0)] * 3})
+    two = entry(2, {4: [(1, "exact", 3)] * 3, 8: [(0, "patience", 0), (0, "patience", None), (1, "exact", 7)]})
+    three = entry(3, {4: [(1, "exact", 3)] * 3, 8: [(1, "exact", 7)] * 3})
+    assert (one.failed, one.first_token_stalls) == (2, 1)  # the three abandoned rows are not failures crammed out
+    assert (two.failed, two.first_token_stalls) == (None, None)  # one failure predates best_prefix
+    assert (three.failed, three.first_token_stalls) == (None, None)  # no failure
+
+    committed = summaries.read_summary(ROOT / "results" / "gemma-3-270m" / "published-text")
+    stored = dataclasses.replace(committed, per_m=[one, two, three])
+    summaries.write_summary(tmp_path, stored)
+    written = json.loads((tmp_path / store.SUMMARY_FILE).read_text())["per_m"]
+    assert (written[0]["failed"], written[0]["first_token_stalls"]) == (2, 1)
+    assert "failed" not in written[1] and "first_token_stalls" not in written[2]
+    assert summaries.read_summary(tmp_path) == stored
+    assert "First-token stalls among the failures crammed to their end: m = 1: 1 of 2. " in markdown(stored)
+    assert "First-token stalls" not in markdown(committed)

@@ -390,6 +390,7 @@ def markdown(summary: Summary, *, figures: tuple[str, str] | None = (ACCESSIBILI
             f"{_num(e.sigmoid_slope, 3)} | {e.fit_status} | "
             f"{e.row_steps} | {', '.join(map(str, e.lengths))} |"
         )
+    lines += stall_lines(summary)
     lines += _pooled_lines(summary.pooled, checks.get("pooled"))
     lines += calibrated_lines(summary.calibrated)
     lines += [] if unfinished_line(summary) else paper_lines(summary)
@@ -470,6 +471,7 @@ def _audited_markdown(summary: Summary, figures: tuple[str, str] | None) -> str:
         "|---|---|---|",
         *(f"| {e.m} | {e.row_steps} | {', '.join(map(str, e.lengths))} |" for e in summary.per_m),
     ]
+    lines += stall_lines(summary)
     checks = _interval_checks(summary)
     if pooled:
         lines += _pooled_lines(pooled, checks.get("pooled"), audit)
@@ -863,6 +865,22 @@ def stop_line(stop: dict) -> str:
         f"Stop rule: {rounds} so far; {floor}, {judged}. The design stops once the floor is met and every ratio is "
         "at most 1."
     )
+
+
+def stall_lines(summary: Summary) -> list[str]:
+    """How many of each m's failures crammed to their end were first-token stalls; nothing where no m counts them
+    (no failure, or rows written before best_prefix was recorded)."""
+    counted = [e for e in summary.per_m if e.failed is not None and e.first_token_stalls is not None]
+    if not counted:
+        return []
+    counts = "; ".join(f"m = {e.m}: {e.first_token_stalls} of {e.failed}" for e in counted)
+    return [
+        "",
+        f"First-token stalls among the failures crammed to their end: {counts}. A stall never predicted the first "
+        "target token (best prefix 0): the memory did not move the prediction at that one position, however many "
+        "later tokens it got right, so it tells about that position more than about what the vectors can hold "
+        '(docs/accessibility.md, "First-token stalls").',
+    ]
 
 
 def _pooled_lines(pooled: dict | None, checks: dict | None = None, audit: float = 0.0) -> list[str]:

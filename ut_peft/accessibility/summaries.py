@@ -79,6 +79,11 @@ class MSummary(_Record):
     # unequal counts (a pooled or sequential design's): the paper's fit of its equal counts, carried to these rows.
     # None (and absent from summary.json) where the counts are equal (it is n50_published then) or nothing was fitted.
     n50_published_rows: float | None = None
+    # The m's failures crammed to their own end (engine.rows.failed_at_its_end) and how many of them were first-token
+    # stalls (engine.rows.first_token_stall: the first target token never predicted). None (and absent from
+    # summary.json) where the m has no such failure or one predates best_prefix, and in summaries written before them.
+    failed: int | None = None
+    first_token_stalls: int | None = None
 
 
 @dataclass

@@ -31,7 +31,7 @@ from .engine.cram import cram, row_positions
 from .engine.jobs import CramJob
 from .engine.policies import ShortestFirst
 from .engine.prefixes import infer_prefixes
-from .engine.rows import INFERRED, Row, row_steps
+from .engine.rows import INFERRED, Row, failed_at_its_end, first_token_stall, row_steps
 from .engine.sources import init_seed
 from .stats import published_bounds
 from .stats.bounds import (
@@ -1202,6 +1202,9 @@ def _m_summary(
             [r["index"] for r in group_rows],
             seed=[config.seed, m],
         )
+    failed = [r for key, r in rows.items() if key[0] == m and failed_at_its_end(r)]
+    stalls = [first_token_stall(r) for r in failed]
+    known = bool(failed) and None not in stalls  # a failure that predates best_prefix leaves the count unknown
     return summaries.MSummary(
         m=m,
         n50=fit["n50"],
@@ -1220,6 +1223,8 @@ def _m_summary(
         n50_ci_method=fit["n50_ci_method"],
         n50_range=published.get("n50_range"),  # only where the least squares is a ridge of exact fits
         n50_published_rows=by_rows,
+        failed=len(failed) if known else None,
+        first_token_stalls=sum(map(bool, stalls)) if known else None,
     )
 
 
