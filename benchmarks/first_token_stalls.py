@@ -27,6 +27,9 @@ then ``stalls crammed at a second attempt (<the folder's init>, memory-first): <
 (a second draw of the folder's own protocol) and one such line for each other init and layout crammed, each counted
 on its own: a row crammed under another init or layout is no second attempt of the folder's protocol.
 
+``--per-m N`` crams only the N shortest failed rows of each m and kind: a sample, where a long run holds more
+stalls than there is time to cram again (the shortest are the cheapest, and the nearest to the lengths that crammed).
+
 Resumable: rows already in ``--output`` are skipped, and the rows in flight keep their state every 5 minutes under
 ``<output>.states/`` (as a sweep's do), so a rerun after a kill or across sessions continues them where they were.
 Several runs may share an output (other ``--kinds``, ``--max-n``, ``--init-std``, ``--layouts``), all of one folder:
@@ -57,11 +60,14 @@ SNAPSHOT_SECONDS = 300.0  # how often the rows in flight keep their state (a swe
 LAYOUTS = ("memory-first", "given-first")
 
 
-def failed_rows(folder, ms, kinds=KINDS, max_n: int | None = None, keys: set | None = None) -> list[dict]:
+def failed_rows(
+    folder, ms, kinds=KINDS, max_n: int | None = None, keys: set | None = None, per_m: int | None = None
+) -> list[dict]:
     """The folder's failures crammed to their end at the m of ``ms`` (engine.rows.failed_at_its_end: a flagged row the
     audit kept counts, an abandoned one does not), each with its kind: a stall (best_prefix 0) or a near miss; only
-    those of ``kinds``, no longer than ``max_n`` and (given ``keys``) among those keys, stalls first. Rows written
-    before best_prefix was recorded cannot be told apart: a clear error."""
+    those of ``kinds``, no longer than ``max_n``, (given ``keys``) among those keys and (given ``per_m``) the
+    ``per_m`` shortest of each m and kind, stalls first. Rows written before best_prefix was recorded cannot be told
+    apart: a clear error."""
     chosen = []
     for (m, n, index), row in sorted(store.read_rows(folder).items()):
         if keys is not None and (m, n, index) not in keys:
@@ -72,7 +78,17 @@ def failed_rows(folder, ms, kinds=KINDS, max_n: int | None = None, keys: set | N
         if stall is None:
             raise SystemExit(f"{folder}: row {(m, n, index)} records no best_prefix; its folder predates it")
         chosen.append({"m": m, "n": n, "index": index, "kind": KINDS[not stall], "row": row})
-    return sorted((entry for entry in chosen if entry["kind"] in kinds), key=lambda entry: KINDS.index(entry["kind"]))
+    chosen = [entry for entry in chosen if entry["kind"] in kinds]
+    if per_m is not None:  # the shortest first: the cheapest to cram again, and the nearest to lengths that crammed
+        counts: dict[tuple, int] = {}
+        kept = set()
+        for entry in sorted(chosen, key=lambda entry: (entry["n"], entry["index"])):
+            group = (entry["m"], entry["kind"])
+            if counts.get(group, 0) < per_m:
+                counts[group] = counts.get(group, 0) + 1
+                kept.add((entry["m"], entry["n"], entry["index"]))
+        chosen = [entry for entry in chosen if (entry["m"], entry["n"], entry["index"]) in kept]
+    return sorted(chosen, key=lambda entry: KINDS.index(entry["kind"]))
 
 
 def folder_config(folder):
@@ -97,6 +113,7 @@ def cram_attempts(
     kinds=KINDS,
     max_n=None,
     keys: set | None = None,
+    per_m: int | None = None,
     model=None,
     tokenizer=None,
 ):
@@ -132,7 +149,7 @@ def cram_attempts(
             f"{config.cram.given_tokens}: the ut-peft protocol's rows open with their first predicted token, after a "
             "BOS already before the memory); --layouts given-first is for folders of the published protocol"
         )
-    rows = failed_rows(folder, ms, kinds, max_n, keys)
+    rows = failed_rows(folder, ms, kinds, max_n, keys, per_m)
     digest = folder_digest(folder)
     first = 0 if check_original else 1
     for init_std in dict.fromkeys([config.cram.init_std, *init_stds]):  # the folder's own first, each once
@@ -364,11 +381,11 @@ def selection(output: Path, records: list[dict], folder, args) -> tuple[set, dic
             )
     else:
         keys = {tuple(key) for key in recorded["rows"]}
-    candidates = failed_rows(folder, set(args.ms), tuple(args.kinds), args.max_n)
+    candidates = failed_rows(folder, set(args.ms), tuple(args.kinds), args.max_n, per_m=args.per_m)
     newer = [entry for entry in candidates if (entry["m"], entry["n"], entry["index"]) not in keys]
     if newer:
         print(
-            f"{folder} has {len(newer)} failed rows of these --ms/--kinds/--max-n newer than {output}'s selection, "
+            f"{folder} has {len(newer)} failed rows of these --ms/--kinds/--max-n/--per-m newer than {output}'s selection, "
             "not included (a new --output includes them)",
             file=sys.stderr,
         )
@@ -414,6 +431,7 @@ def main(argv=None, *, model=None, tokenizer=None) -> None:
             kinds=tuple(args.kinds),
             max_n=args.max_n,
             keys=keys,
+            per_m=args.per_m,
             model=model,
             tokenizer=tokenizer,
         )
@@ -442,10 +460,15 @@ def parse(argv=None) -> argparse.Namespace:
     )
     parser.add_argument("--kinds", nargs="+", default=list(KINDS), choices=KINDS, help="which failed rows")
     parser.add_argument("--max-n", type=int, help="only rows no longer than this (a control at the stalls' lengths)")
+    parser.add_argument(
+        "--per-m", type=int, help="only the N shortest rows of each m and kind (a sample where the folder holds many)"
+    )
     parser.add_argument("--check-original", action="store_true", help="cram attempt 0 too and compare with the row")
     parser.add_argument("--output", required=True, help="the results JSONL (appended; resumable)")
     parser.add_argument("--report-only", action="store_true")
     args = parser.parse_args(argv)
+    if args.per_m is not None and args.per_m < 1:
+        parser.error("--per-m takes 1 or more rows of each m and kind")
     if args.attempts < 1:
         parser.error("--attempts counts the folder's own attempt: give 2 or more to cram again")
     return args

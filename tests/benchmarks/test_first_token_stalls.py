@@ -264,7 +264,7 @@ def test_a_resume_refuses_another_folder_or_settings_and_keeps_to_its_rows(tmp_p
     with contextlib.redirect_stderr(err):
         assert _run(stalls, str(folder), *argv, model=llama) == text
     assert len(output.read_text().splitlines()) == len(lines)
-    assert "has 1 failed rows of these --ms/--kinds/--max-n newer than" in err.getvalue()
+    assert "has 1 failed rows of these --ms/--kinds/--max-n/--per-m newer than" in err.getvalue()
 
 
 def test_failed_rows_are_crammed_again_on_the_token_ids_the_sweep_drew_on_a_padded_head(tmp_path, load_benchmark):
@@ -375,3 +375,25 @@ def test_a_setting_the_rebuilt_sweep_does_not_carry_is_refused_before_any_row_is
         with pytest.raises(ValueError, match=r"\(changed: warm_start true -> null\), so its rows cannot") as refused:
             list(stalls.cram_attempts(folder, [1, 2], 2, [], check_original=True, done=set(), model=llama))
     assert "\n" not in str(refused.value) and not crammed.called
+
+
+def test_per_m_keeps_the_shortest_failed_rows_of_each_m_and_kind(tmp_path, load_benchmark):
+    """On the committed SmolLM2 words rows (stalls at m = 1 only, near misses at every m): --per-m 2 keeps, of each m
+    and kind, the two shortest failures (ties by index), stalls first; without it every failure is kept."""
+    from pathlib import Path
+
+    stalls = load_benchmark("first_token_stalls.py")
+    source = Path(__file__).resolve().parents[2] / "results" / "smollm2-135m" / "pooled-words-v7" / "rows.jsonl"
+    (tmp_path / "rows.jsonl").write_bytes(source.read_bytes())
+    every = stalls.failed_rows(tmp_path, {1, 3, 5})
+    assert len(every) == 48  # 18 + 17 + 13 failures crammed to their end
+    sample = stalls.failed_rows(tmp_path, {1, 3, 5}, per_m=2)
+    groups = {}
+    for entry in every:
+        groups.setdefault((entry["m"], entry["kind"]), []).append((entry["n"], entry["index"]))
+    expected = {(m, *key) for (m, kind), keys in groups.items() for key in sorted(keys)[:2]}
+    assert {(e["m"], e["n"], e["index"]) for e in sample} == expected
+    assert len(sample) == 2 * len(groups) and {(e["m"], e["kind"]) for e in sample} == set(groups)
+    assert [e["kind"] for e in sample] == sorted((e["kind"] for e in sample), key=stalls.KINDS.index)
+    with pytest.raises(SystemExit):
+        stalls.parse(["folder", "--output", "x.jsonl", "--per-m", "0"])
