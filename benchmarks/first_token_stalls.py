@@ -385,8 +385,8 @@ def selection(output: Path, records: list[dict], folder, args) -> tuple[set, dic
     newer = [entry for entry in candidates if (entry["m"], entry["n"], entry["index"]) not in keys]
     if newer:
         print(
-            f"{folder} has {len(newer)} failed rows of these --ms/--kinds/--max-n/--per-m newer than {output}'s selection, "
-            "not included (a new --output includes them)",
+            f"{folder} has {len(newer)} failed rows of these --ms/--kinds/--max-n/--per-m newer than {output}'s "
+            "selection, not included (a new --output includes them)",
             file=sys.stderr,
         )
     return keys, line
