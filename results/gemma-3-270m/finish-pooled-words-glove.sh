@@ -13,6 +13,11 @@
 #      (benchmarks/measurement_cost.py --truth-fitted): its last line is published row-steps / this design's row-steps
 #      at their RMSE ratios, and the published design's expected slope interval is the width the issue's "at most 6
 #      tokens wide" is set beside;
+#   4. the first-token stalls sample (issue 41, item 5): the three shortest stalls of each m crammed again from a
+#      second init, in the published layout and with the BOS before the memory (benchmarks/first_token_stalls.py
+#      --per-m 3; at most about 29,000 row-steps, some 8 hours; resumable from its output and kept states, all in
+#      results/benchmarks/first_token_stalls_gemma_words_glove/). It runs last, after the line that says the figures
+#      are done, so the endgame's commits need not wait for it.
 # Then commit the folder and results/benchmarks/*gemma_words_glove*_rows<N>.* (N: the rows the design stopped at), and
 # add the three truths' figures to ut_peft/accessibility/stats/coverage.py's CALIBRATED_TABLE under the rows' digest
 # (store.rows_digest; the table's test checks each figure against its record): until then the report prints the
@@ -45,3 +50,13 @@ if [ ! -s "$log" ]; then
     mv "$log.partial" "$log"
 fi
 echo "finished: commit $folder and $bench/*gemma_words_glove*_rows$rows.*; then add the three truths to CALIBRATED_TABLE"
+# One folder for the records, their kept states and the table, so that `tools/commit_rows.sh $stalls 20` keeps all
+# of it committed while it runs (a session ends; the next may be on another machine).
+stalls=$bench/first_token_stalls_gemma_words_glove
+mkdir -p "$stalls"
+if [ ! -s "$stalls/report.log" ]; then
+    nice -n 5 python benchmarks/first_token_stalls.py "$folder" --ms 1 3 5 --kinds stall --per-m 3 --attempts 2 \
+        --layouts given-first --output "$stalls/stalls.jsonl" > "$stalls/report.log.partial"
+    mv "$stalls/report.log.partial" "$stalls/report.log"
+fi
+echo "stalls sample done: commit $stalls (docs/accessibility.md, \"First-token stalls\")"
