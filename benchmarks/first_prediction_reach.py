@@ -28,17 +28,16 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import os
 import sys
 from pathlib import Path
 from statistics import median
 
+import harness
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from ut_peft.accessibility.config import folder_config  # noqa: E402
 from ut_peft.accessibility.engine.forward import embedding_std, prefix_embeds  # noqa: E402
 from ut_peft.accessibility.engine.sources import init_seed  # noqa: E402
 
@@ -77,14 +76,9 @@ def reach(folder, m: int, n: int, texts: int, draws: int, wanted, model=None, to
     """One record per (layout, scale) of ``wanted``: the mean total variation distance at each predicted position of
     the folder's texts of length ``n`` (indices 0 to ``texts`` - 1) between ``draws`` memories of ``m`` vectors at
     that scale."""
-    from ut_peft.accessibility.sweep import check_rebuilt_settings, sweep_model, sweep_source, sweep_tokenizer
+    from ut_peft.accessibility.sweep import rebuild_folder
 
-    config = folder_config(folder)
-    if model is None:
-        model, tokenizer = sweep_model(config), sweep_tokenizer(config)
-    config.resolve_prefix(tokenizer)
-    source = sweep_source(config, model, tokenizer)
-    check_rebuilt_settings(folder, config, source)
+    config, model, tokenizer, source = rebuild_folder(folder, model, tokenizer)
     given = config.cram.given_tokens
     if given < 1:
         raise SystemExit(
@@ -157,7 +151,7 @@ def _key(record: dict) -> tuple:
 def main(argv=None, *, model=None, tokenizer=None) -> None:
     args = parse(argv)
     output = Path(args.output)
-    records = [json.loads(line) for line in output.read_text().splitlines()] if output.is_file() else []
+    records = harness.read_records(output)
     if not args.report_only:
         if args.folder is None:
             raise SystemExit("give a sweep folder of the published protocol, or --report-only to print the table")
@@ -167,11 +161,8 @@ def main(argv=None, *, model=None, tokenizer=None) -> None:
         done = {(r["layout"], r["scale"]) for r in records if _key(r) == here}
         todo = [(layout, scale) for layout in LAYOUTS for scale in args.scales if (layout, scale) not in done]
         if todo:  # the model is loaded only when there is something to measure
-            for record in reach(args.folder, args.m, args.n, args.texts, args.draws, todo, model, tokenizer):
-                records.append(record)
-                output.parent.mkdir(parents=True, exist_ok=True)
-                with output.open("a") as handle:  # one line per record: a kill loses at most the one in progress
-                    handle.write(json.dumps(record, sort_keys=True) + "\n")
+            new = reach(args.folder, args.m, args.n, args.texts, args.draws, todo, model, tokenizer)
+            harness.keep_records(output, records, new)
     if not records:
         raise SystemExit(f"{output}: no records yet; run it on a folder first")
     print(report(records))

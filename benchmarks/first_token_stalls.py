@@ -126,23 +126,11 @@ def cram_attempts(
 
     from ut_peft.accessibility.engine.cram import cram
     from ut_peft.accessibility.engine.jobs import CramJob
-    from ut_peft.accessibility.sweep import (
-        check_rebuilt_settings,
-        check_sweep_model,
-        cram_resumable,
-        sweep_model,
-        sweep_source,
-        sweep_tokenizer,
-    )
+    from ut_peft.accessibility.sweep import cram_resumable, rebuild_folder
 
-    config = folder_config(folder)
-    if model is None:
-        model, tokenizer = sweep_model(config), sweep_tokenizer(config)  # as the sweep loaded them
-    check_sweep_model(config, model)  # a model given in another dtype would re-cram the rows in another precision
-    config.resolve_prefix(tokenizer)
-    source = sweep_source(config, model, tokenizer)  # the folder's texts, drawn as its sweep drew them
-    # Its rows' settings, from the files its sweep read: a setting the rebuild does not carry is refused by name.
-    check_rebuilt_settings(folder, config, source)
+    # The folder's sweep as it ran: its model (another dtype would re-cram the rows in another precision), its texts,
+    # and its rows' settings (a setting the rebuild does not carry is refused by name).
+    config, model, tokenizer, source = rebuild_folder(folder, model, tokenizer)
     if "given-first" in layouts and config.cram.given_tokens < 1:
         raise SystemExit(
             f"{folder}: its rows have no given token to move before the memory (given_tokens "

@@ -47,7 +47,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from ut_peft.io import atomic_write_text
+from ut_peft.io import append_jsonl, atomic_write_text, read_jsonl
 
 
 def add_arguments(parser, *, repeats: int | None = 3) -> None:
@@ -520,3 +520,19 @@ class Run:
             atomic_write_text(path, json.dumps(self.record, indent=2, default=str) + "\n")
             print(f"results written to {path}")
         return self.record
+
+
+def read_records(output) -> list[dict]:
+    """The records a resumable benchmark's JSONL output holds (none where it does not exist yet); a last line a
+    killed writer left torn is skipped (:func:`ut_peft.io.read_jsonl`)."""
+    return [record for _, record in read_jsonl(output)]
+
+
+def keep_records(output, records: list[dict], new) -> None:
+    """Append each record of ``new`` to ``output`` as it comes, and to ``records``: one fsynced whole line each
+    (:func:`ut_peft.io.append_jsonl`), so a kill loses at most the record being measured and a rerun resumes."""
+    output = Path(output)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    for record in new:
+        append_jsonl(output, record, sort_keys=True)
+        records.append(record)

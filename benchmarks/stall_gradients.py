@@ -25,18 +25,17 @@ a rerun skips the rows it holds.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
 from statistics import median
 
+import harness
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from ut_peft.accessibility import store  # noqa: E402
-from ut_peft.accessibility.config import folder_config  # noqa: E402
 from ut_peft.accessibility.engine.forward import prefix_embeds  # noqa: E402
 
 
@@ -73,18 +72,13 @@ def margin_gradients(model, prefix: torch.Tensor, ids: list[int], vectors: torch
 def measure(folder, positions: int, outcomes=None, done=frozenset(), model=None, tokenizer=None):
     """One record per in-flight row of ``folder`` whose (m, n, index, step) is not in ``done``: its step, best prefix,
     and the margin and its gradient's norm at the first predicted position and ``positions`` - 1 later ones."""
-    from ut_peft.accessibility.sweep import check_rebuilt_settings, sweep_model, sweep_source, sweep_tokenizer
+    from ut_peft.accessibility.sweep import rebuild_folder
 
     states = {key: store.read_inflight(folder, key) for key in sorted(store.inflight_keys(folder))}
     states = {key: state for key, state in states.items() if (*key, state.step) not in done}
     if not states:
         return
-    config = folder_config(folder)
-    if model is None:
-        model, tokenizer = sweep_model(config), sweep_tokenizer(config)
-    config.resolve_prefix(tokenizer)
-    source = sweep_source(config, model, tokenizer)
-    check_rebuilt_settings(folder, config, source)
+    config, model, tokenizer, source = rebuild_folder(folder, model, tokenizer)
     model.eval().requires_grad_(False)
     prefix = prefix_embeds(model, config.cram)
     ended = store.read_rows(outcomes) if outcomes is not None else {}
@@ -140,16 +134,13 @@ def report(records: list[dict]) -> str:
 def main(argv=None, *, model=None, tokenizer=None) -> None:
     args = parse(argv)
     output = Path(args.output)
-    records = [json.loads(line) for line in output.read_text().splitlines()] if output.is_file() else []
+    records = harness.read_records(output)
     if not args.report_only:
         if args.folder is None or not (Path(args.folder) / "settings.json").is_file():
             raise SystemExit(f"{args.folder}: not a sweep folder (no settings.json); give one, or --report-only")
         done = frozenset((r["m"], r["n"], r["index"], r["step"]) for r in records)
-        for record in measure(args.folder, args.positions, args.outcomes, done, model, tokenizer):
-            records.append(record)
-            output.parent.mkdir(parents=True, exist_ok=True)
-            with output.open("a") as handle:  # one line per row: a kill loses at most the one in progress
-                handle.write(json.dumps(record, sort_keys=True) + "\n")
+        new = measure(args.folder, args.positions, args.outcomes, done, model, tokenizer)
+        harness.keep_records(output, records, new)
     if not records:
         raise SystemExit(f"{output}: no records yet; run it on a folder with rows in flight first")
     print(report(records))

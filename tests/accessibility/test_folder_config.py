@@ -274,3 +274,25 @@ def test_a_committed_folder_rebuilds_to_the_settings_it_records(folder):
         command = sweep_config(parse(["--config", str(folder / "settings.json"), "--output", str(folder)]))
         command.resolve_prefix(_tokenizer(config.model))
         assert dataclasses.asdict(command) == dataclasses.asdict(config)
+
+
+def test_rebuild_folder_gives_the_sweeps_texts_and_refuses_a_model_in_another_dtype(tmp_path):
+    """What crams or measures a folder's rows again gets them through rebuild_folder: the config its settings record,
+    the source that draws the very token ids its rows were crammed on, and a refusal of a model whose weights are
+    not in the folder's dtype."""
+    from ut_peft.accessibility import run_sweep
+    from ut_peft.accessibility.sweep import rebuild_folder
+    from ut_peft.accessibility.testing import small_sweep_config
+
+    llama = crammable_model("llama")
+    folder = tmp_path / "sweep"
+    run_sweep(small_sweep_config(protocol="published"), folder, model=llama, progress=False)
+    config, model, tokenizer, source = rebuild_folder(folder, llama, None)
+    assert model is llama and tokenizer is None and config.cram.given_tokens == 1
+    original = small_sweep_config(protocol="published")
+    original.resolve_prefix(None)
+    drawn = sweep_source(original, llama, None)
+    for m, n, index in store.read_rows(folder):
+        assert source.sequence(n, index, config.seed) == drawn.sequence(n, index, original.seed)
+    with pytest.raises(ValueError, match="model_dtype: the model given has"):
+        rebuild_folder(folder, crammable_model("llama").to(torch.float64), None)

@@ -10,7 +10,9 @@ BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 @pytest.fixture
 def load_benchmark(monkeypatch):
     """Import a script of benchmarks/ as a module (registered in sys.modules for the test's duration, as its
-    dataclasses need), so a test calls its functions: ``load_benchmark("run_pace.py")``."""
+    dataclasses need), so a test calls its functions: ``load_benchmark("run_pace.py")``. benchmarks/ goes on the
+    path first, as ``python benchmarks/x.py`` puts it there, for a script's ``import harness``."""
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
 
     def load(script: str):
         name = "benchmark_" + script.removesuffix(".py")

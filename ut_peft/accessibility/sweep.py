@@ -16,7 +16,7 @@ import functools
 import json
 import os
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 from ..devices import execution_device
 from ..io import atomic_write_text
@@ -402,6 +402,24 @@ def check_rebuilt_settings(folder, config: SweepConfig, source, context: int | N
             f"{folder}: the sweep rebuilt from its settings.json differs from it (changed: {'; '.join(changed)}), so "
             "its rows cannot be crammed again as its sweep crammed them"
         )
+
+
+def rebuild_folder(folder, model=None, tokenizer=None) -> tuple[SweepConfig, Any, Any, Any]:
+    """A sweep folder's config, model, tokenizer and source as its sweep had them, for what crams or measures its rows
+    again: the config rebuilt from its settings.json (:func:`.config.folder_config`), the model and tokenizer loaded
+    by the names it records unless given (a given model in another dtype than the folder's is refused:
+    :func:`check_sweep_model`), its prefix resolved, the source that draws its texts, and every setting it records
+    checked against the rebuild (:func:`check_rebuilt_settings`)."""
+    from .config import folder_config
+
+    config = folder_config(folder)
+    if model is None:
+        model, tokenizer = sweep_model(config), sweep_tokenizer(config)
+    check_sweep_model(config, model)
+    config.resolve_prefix(tokenizer)
+    source = sweep_source(config, model, tokenizer)
+    check_rebuilt_settings(folder, config, source)
+    return config, model, tokenizer, source
 
 
 def run_sweep(
