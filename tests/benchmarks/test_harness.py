@@ -210,3 +210,15 @@ def test_two_crams_compare_row_by_row_and_refuse_other_rows():
     }  # fmt: skip
     with pytest.raises(ValueError, match=r"other rows: \[0, 1\] against \[0\]"):
         harness.compare_crams(a, a[:1])
+
+
+def test_kept_records_are_read_back_and_a_torn_last_line_is_not_a_record(tmp_path):
+    output = tmp_path / "deeper" / "records.jsonl"
+    assert harness.read_records(output) == []  # no output yet: nothing done
+    records: list[dict] = []
+    harness.keep_records(output, records, iter([{"b": 2, "a": 1}, {"c": 3}]))
+    assert records == [{"b": 2, "a": 1}, {"c": 3}]
+    assert output.read_text() == '{"a": 1, "b": 2}\n{"c": 3}\n'  # one sorted line each
+    with output.open("a") as handle:
+        handle.write('{"d": ')  # a writer killed mid-line
+    assert harness.read_records(output) == records
