@@ -38,7 +38,7 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from ut_peft.accessibility.engine.forward import embedding_std, prefix_embeds  # noqa: E402
+from ut_peft.accessibility.engine.forward import embedding_std, init_vectors, prefix_embeds  # noqa: E402
 from ut_peft.accessibility.engine.sources import init_seed  # noqa: E402
 
 LAYOUTS = ("memory-first", "given-first")
@@ -95,15 +95,11 @@ def reach(folder, m: int, n: int, texts: int, draws: int, wanted, model=None, to
     for layout, scale in wanted:
         per_text = []
         for index, ids in enumerate(sequences):
+            # The engine's own init (randn(m, d) * std from a seeded generator), at this scale of the std.
             memory = torch.stack(
-                [
-                    torch.randn(m, hidden, generator=torch.Generator().manual_seed(init_seed(draw, m, n, index)))
-                    for draw in range(draws)
-                ]
+                [init_vectors(m, hidden, std * scale, init_seed(draw, m, n, index)) for draw in range(draws)]
             )
-            log_probs = prediction_log_probs(
-                model, prefix.to(dtype), ids, (memory * std * scale).to(dtype), layout, given
-            )
+            log_probs = prediction_log_probs(model, prefix.to(dtype), ids, memory.to(dtype), layout, given)
             per_text.append(total_variation(log_probs))
         distances = torch.stack(per_text).mean(0).tolist()
         yield {

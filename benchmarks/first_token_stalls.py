@@ -80,14 +80,10 @@ def failed_rows(
         chosen.append({"m": m, "n": n, "index": index, "kind": KINDS[not stall], "row": row})
     chosen = [entry for entry in chosen if entry["kind"] in kinds]
     if per_m is not None:  # the shortest first: the cheapest to cram again, and the nearest to lengths that crammed
-        counts: dict[tuple, int] = {}
-        kept = set()
+        groups: dict[tuple, list] = {}
         for entry in sorted(chosen, key=lambda entry: (entry["n"], entry["index"])):
-            group = (entry["m"], entry["kind"])
-            if counts.get(group, 0) < per_m:
-                counts[group] = counts.get(group, 0) + 1
-                kept.add((entry["m"], entry["n"], entry["index"]))
-        chosen = [entry for entry in chosen if (entry["m"], entry["n"], entry["index"]) in kept]
+            groups.setdefault((entry["m"], entry["kind"]), []).append(entry)
+        chosen = [entry for group in groups.values() for entry in group[:per_m]]
     return sorted(chosen, key=lambda entry: KINDS.index(entry["kind"]))
 
 
