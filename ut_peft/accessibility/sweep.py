@@ -50,10 +50,10 @@ from .stats.fit import (
     LineFit,
     LineFitWithIntervals,
     SigmoidFit,
-    fit_sigmoid,
     line_interval,
-    linear_fit,
     n50_interval,
+    published_fits,
+    published_lines,
 )
 
 
@@ -1208,12 +1208,10 @@ def _m_summary(
         fit: dict = dict.fromkeys(("n50", "n50_ci", "sigmoid_slope", "sigmoid_slope_ci", "n50_ci_method"))
         fit["status"] = summaries.AUDITED
     else:
-        published = (
-            fit_sigmoid(lengths, acc) if lengths else {"n50": None, "sigmoid_slope": None, "status": "degenerate"}
+        # unequal counts: the paper's least squares carried to rows (by_rows), beside its own
+        published, by_rows = published_fits(
+            lengths, [sum(r["accessible"] for r in by_n[n]) for n in lengths], [len(by_n[n]) for n in lengths]
         )
-        counts = [len(by_n[n]) for n in lengths]
-        if len(set(counts)) > 1:  # unequal counts: the paper's least squares carried to rows, beside its own
-            by_rows = fit_sigmoid(lengths, acc, counts)["n50"]
         fit = n50_interval(
             [r["n"] for r in group_rows],
             [r["accessible"] for r in group_rows],
@@ -1262,20 +1260,17 @@ def _lines(
         if fitted_rows and not audited
         else None
     )
-    published_points = [(p.m, p.n50_published) for p in per_m if p.n50_published is not None]
-    line_published = linear_fit(*zip(*published_points)) if len({m for m, _ in published_points}) >= 2 else None
-    return line, line_published
+    return line, published_lines(_published_points(per_m))[0]
 
 
 def _line_published_rows(per_m: list[summaries.MSummary]) -> LineFit | None:
     """The line through the published least squares over rows (summaries.Summary.fit_published_rows): None where no
     m's lengths hold unequal counts."""
-    if not any(p.n50_published_rows is not None for p in per_m):
-        return None
-    # An m of unequal counts enters by its fit over rows (none: left out), one of equal counts by the paper's.
-    points = [(p.m, p.n50_published_rows if len(set(p.num_sequences)) > 1 else p.n50_published) for p in per_m]
-    points = [(m, n50) for m, n50 in points if n50 is not None]
-    return linear_fit(*zip(*points)) if len(points) >= 2 else None
+    return published_lines(_published_points(per_m))[1]
+
+
+def _published_points(per_m: list[summaries.MSummary]) -> list[tuple[int, float | None, float | None, bool]]:
+    return [(p.m, p.n50_published, p.n50_published_rows, len(set(p.num_sequences)) > 1) for p in per_m]
 
 
 def _pooled(config: SweepConfig, rows: dict) -> dict | None:

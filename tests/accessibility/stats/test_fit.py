@@ -447,3 +447,51 @@ def test_the_line_keeps_non_integer_m():
 def _grouped(rows):
     lengths = np.unique(rows[:, 1])
     return lengths, [rows[rows[:, 1] == n, 3].sum() for n in lengths], [(rows[:, 1] == n).sum() for n in lengths]
+
+
+def test_mle_line_is_line_intervals_point_without_its_bootstrap():
+    from ut_peft.accessibility.stats.fit import mle_line
+
+    rng = np.random.default_rng(3)
+    ms, lengths, accessible, index = [], [], [], []
+    for m, n50 in ((1, 20.0), (3, 60.0), (5, 100.0)):
+        for k, n in enumerate(rng.integers(5, 2 * int(n50), 30)):
+            ms.append(m)
+            lengths.append(int(n))
+            accessible.append(bool(rng.random() < 1 / (1 + math.exp((n - n50) / (0.1 * n50)))))
+            index.append(1000 * m + k)
+    point = mle_line(ms, lengths, accessible)
+    full = line_interval(ms, lengths, accessible, index, num_boot=50)
+    assert point == {key: full[key] for key in ("slope", "intercept", "r2", "num_points")}
+    # Each m's own Firth MLE, then least squares: the same numbers from the parts.
+    per_m = []
+    for m in (1, 3, 5):
+        ns = sorted({n for mm, n in zip(ms, lengths) if mm == m})
+        succ = [sum(a for mm, n2, a in zip(ms, lengths, accessible) if mm == m and n2 == n) for n in ns]
+        tri = [sum(1 for mm, n2 in zip(ms, lengths) if mm == m and n2 == n) for n in ns]
+        per_m.append(fit_logistic(ns, succ, tri)["n50"])
+    assert point == linear_fit([1, 3, 5], per_m)
+    assert mle_line([1, 1], [10, 20], [True, False]) is None  # one m: no line
+
+
+def test_the_papers_estimator_per_m_and_its_two_lines():
+    from ut_peft.accessibility.stats.fit import published_fits, published_lines
+
+    # Equal counts: the paper's fit alone (no fit over rows).
+    published, by_rows = published_fits([10, 20, 30], [4, 2, 0], [4, 4, 4])
+    assert published == fit_sigmoid([10, 20, 30], [1.0, 0.5, 0.0]) and by_rows is None
+    # Unequal counts: the fit over rows weighs each length's squared error by its rows.
+    published, by_rows = published_fits([10, 20, 30, 40], [3, 1, 1, 0], [3, 4, 1, 2])
+    assert published == fit_sigmoid([10, 20, 30, 40], [1.0, 0.25, 1.0, 0.0])
+    assert by_rows == fit_sigmoid([10, 20, 30, 40], [1.0, 0.25, 1.0, 0.0], [3, 4, 1, 2])["n50"]
+    assert published_fits([], [], []) == ({"n50": None, "sigmoid_slope": None, "status": "degenerate"}, None)
+    # The paper's line through every m with an n_50; the rows line only where some m has a fit over rows, through it
+    # there and through the paper's n_50 at an m of equal counts; an m of unequal counts without one is left out.
+    line, rows_line = published_lines([(1, 15.0, None, False), (3, 50.0, None, False), (5, 90.0, None, False)])
+    assert line == linear_fit([1, 3, 5], [15.0, 50.0, 90.0]) and rows_line is None
+    points = [(1, 15.0, None, False), (3, 50.0, 47.0, True), (5, 90.0, None, True)]
+    line, rows_line = published_lines(points)
+    assert line == linear_fit([1, 3, 5], [15.0, 50.0, 90.0])
+    assert rows_line == linear_fit([1, 3], [15.0, 47.0])
+    line, rows_line = published_lines([(1, None, None, False), (3, 50.0, 47.0, True)])
+    assert line is None and rows_line is None  # one m each: no line

@@ -569,16 +569,9 @@ def _within_gap(x0, ns, succ, tri, rng):
     return np.where(np.isnan(a), x0, a + draws * (b - a))
 
 
-def line_interval(
-    ms, lengths, accessible, clusters, *, level: float = LEVEL, num_boot: int = NUM_BOOT, seed: int | Sequence[int] = 0
-) -> LineFitWithIntervals | None:
-    """The line ``n50 = slope m + intercept`` through the per-m fits, with bootstrap intervals of the pipeline.
-
-    Each replicate resamples the sequence indices once for all m (an index is the same text at every m and
-    length), refits n_50 for every m whose point estimate exists, and fits the line: the percentile intervals
-    of slope and intercept carry the n_50 uncertainty and its correlation across m. Returns
-    :func:`linear_fit`'s dict plus ``"slope_ci"`` and ``"intercept_ci"``, or None with fewer than two fitted m.
-    """
+def _per_m_fits(ms, lengths, accessible, clusters):
+    """The sequence indices (sorted) and, per m whose rows have a Firth MLE n_50, (m, n_50, its lengths, and its
+    successes and trials per index and length): the points :func:`line_interval` draws its line through."""
     ms = np.asarray(ms)
     lengths, accessible, clusters = np.asarray(lengths, dtype=float), np.asarray(accessible), np.asarray(clusters)
     ids = np.unique(clusters)
@@ -591,6 +584,58 @@ def line_interval(
         point = fit_logistic(ns, succ_m.sum(0), tri_m.sum(0))
         if point["n50"] is not None:
             fitted.append((float(m), point["n50"], ns, succ_m, tri_m))  # m as given: int() truncated 1.5 to 1
+    return ids, fitted
+
+
+def mle_line(ms, lengths, accessible) -> LineFit | None:
+    """:func:`line_interval`'s line without its intervals (the same point, no bootstrap): the least-squares line
+    through each m's Firth MLE n_50, or None with fewer than two m that have one. For simulations that refit many
+    sweeps (benchmarks/estimators_on_design.py), where the intervals would cost a bootstrap each."""
+    _, fitted = _per_m_fits(ms, lengths, accessible, np.zeros(len(ms)))
+    return linear_fit([f[0] for f in fitted], [f[1] for f in fitted]) if len(fitted) >= 2 else None
+
+
+def published_fits(lengths, successes, trials) -> tuple[SigmoidFit, float | None]:
+    """The paper's estimator at one m: :func:`fit_sigmoid` on the fraction accessible per length, every length
+    weighed alike as its 20 texts per length allow; and, where the lengths hold unequal counts of rows, the same
+    least squares with each length weighed by its rows (its n_50, or None where it has none; None also where the
+    counts are equal, the paper's fit being that one then)."""
+    successes, trials = np.asarray(successes, dtype=float), np.asarray(trials, dtype=float)
+    if len(lengths) == 0:
+        return {"n50": None, "sigmoid_slope": None, "status": "degenerate"}, None
+    fractions = successes / trials
+    published = fit_sigmoid(lengths, fractions)
+    by_rows = fit_sigmoid(lengths, fractions, trials)["n50"] if np.unique(trials).size > 1 else None
+    return published, by_rows
+
+
+def published_lines(points) -> tuple[LineFit | None, LineFit | None]:
+    """The paper's line (least squares through the n_50 of :func:`published_fits`) and the same over rows, from
+    ``points``, one ``(m, n50_published, n50_published_rows, unequal_counts)`` per m. The paper's line goes through
+    every m with an n50_published (None below two m). The line over rows is None where no m has an
+    n50_published_rows; else it goes through each m of unequal counts by its n50_published_rows (left out where None)
+    and each m of equal counts by its n50_published, the paper's fit there."""
+    points = list(points)
+    published = [(m, n50) for m, n50, _, _ in points if n50 is not None]
+    line = linear_fit(*zip(*published)) if len({m for m, _ in published}) >= 2 else None
+    if all(by_rows is None for _, _, by_rows, _ in points):
+        return line, None
+    over_rows = [(m, by_rows if unequal else n50) for m, n50, by_rows, unequal in points]
+    over_rows = [(m, n50) for m, n50 in over_rows if n50 is not None]
+    return line, (linear_fit(*zip(*over_rows)) if len(over_rows) >= 2 else None)
+
+
+def line_interval(
+    ms, lengths, accessible, clusters, *, level: float = LEVEL, num_boot: int = NUM_BOOT, seed: int | Sequence[int] = 0
+) -> LineFitWithIntervals | None:
+    """The line ``n50 = slope m + intercept`` through the per-m fits, with bootstrap intervals of the pipeline.
+
+    Each replicate resamples the sequence indices once for all m (an index is the same text at every m and
+    length), refits n_50 for every m whose point estimate exists, and fits the line: the percentile intervals
+    of slope and intercept carry the n_50 uncertainty and its correlation across m. Returns
+    :func:`linear_fit`'s dict plus ``"slope_ci"`` and ``"intercept_ci"``, or None with fewer than two fitted m.
+    """
+    ids, fitted = _per_m_fits(ms, lengths, accessible, clusters)
     if len(fitted) < 2:
         return None
     line = linear_fit([f[0] for f in fitted], [f[1] for f in fitted])
