@@ -330,6 +330,26 @@ def test_an_adapter_loaded_frozen_stays_frozen_when_it_takes_over_from_a_deleted
     assert trainable(loaded) == []
 
 
+@pytest.mark.parametrize("option", ["full", "memory", "u_only"])
+def test_an_adapter_loaded_frozen_stays_frozen_after_disable_adapter(tmp_path, option):
+    """peft's enable_adapter_layers, which ends every `with model.disable_adapter():`, makes the active adapter
+    trainable whatever it was (LoRA's too, in peft 0.21.2): an adapter loaded frozen (is_trainable=False, or a config
+    with inference_mode=True) used to come out of a comparison with its base trainable, and train in the next
+    optimizer step. A trainable adapter stays trainable, and nesting the context changes nothing."""
+    get_peft_model(tiny_model("gpt2", tied=True), config_for(option)).save_pretrained(tmp_path)
+    loaded = PeftModel.from_pretrained(tiny_model("gpt2", tied=True), tmp_path)
+    made_frozen = get_peft_model(tiny_model("gpt2", tied=True), config_for(option, inference_mode=True))
+    trained = get_peft_model(tiny_model("gpt2", tied=True), config_for(option))
+    trainable_before = trainable(trained)
+    for model in (loaded, made_frozen, trained):
+        with model.disable_adapter():
+            with model.disable_adapter():
+                pass
+            assert trainable(model) == []  # disabled: nothing trains
+    assert trainable(loaded) == [] and trainable(made_frozen) == []
+    assert trainable(trained) == trainable_before != []
+
+
 def test_the_vocabulary_follows_the_adapters_once_the_last_one_is_deleted():
     """Deleting the last adapter of a task vocabulary gives the model back the base's vocabulary size and
     end-of-sequence id, as unload() does; the next adapter added (as peft's LoRA allows after deleting the last one)

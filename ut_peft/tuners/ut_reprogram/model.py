@@ -755,11 +755,28 @@ class UTReprogramModel(BaseTuner):
 
     def disable_adapter_layers(self) -> None:
         self._refuse_if_released("disable the adapter")
+        if not any(module.disable_adapters for _, module in _wrapped_layers(self.model)):
+            # peft's enable_adapter_layers (the end of `with model.disable_adapter():`) makes the active adapter
+            # trainable whatever it was (LoRA's too, peft 0.21.2): one loaded frozen (is_trainable=False,
+            # inference_mode=True) came out of a comparison with its base trainable. Remember its frozen tensors.
+            frozen = [
+                tensor
+                for _, module in _wrapped_layers(self.model)
+                for name in module.adapter_layer_names
+                for adapter, tensor in getattr(module, name).items()
+                if adapter in self.active_adapters and not tensor.requires_grad
+            ]
+            self._ut_frozen_while_disabled = (list(self.active_adapters), frozen)
         super().disable_adapter_layers()
         self._set_vocab_for(False)
 
     def enable_adapter_layers(self) -> None:
         super().enable_adapter_layers()
+        active, frozen = getattr(self, "_ut_frozen_while_disabled", ([], []))
+        self._ut_frozen_while_disabled = ([], [])
+        if active == list(self.active_adapters):  # an adapter set_adapter chose meanwhile trains as it made it
+            for tensor in frozen:
+                tensor.requires_grad_(False)
         self._set_vocab_for(True)
 
     def delete_adapter(self, adapter_name: str) -> None:
