@@ -914,10 +914,14 @@ class UTReprogramModel(BaseTuner):
                     tensor = container[adapter_name]
                     base = _role_tensor(module, container_name, None).detach().float()
                     total = base.clone()
+                    dtype = tensor.dtype
                     for name, weight in zip(adapters, weights):
-                        total += weight * (_role_tensor(module, container_name, name).detach().float() - base)
-                    tensor.copy_(total.to(tensor.dtype))
-                    tensor.requires_grad_(False)
+                        source = _role_tensor(module, container_name, name).detach()
+                        total += weight * (source.float() - base)
+                        dtype = torch.promote_types(dtype, source.dtype)
+                    # In the precision of the adapters combined: the new one is made in the base's dtype, and on a
+                    # half-precision base peft upcasts the others to float32 (autocast_adapter_dtype).
+                    container[adapter_name] = nn.Parameter(total.to(dtype), requires_grad=False)
 
     def _adapter_to_merge(self, adapter_names) -> str:
         if adapter_names is None:
