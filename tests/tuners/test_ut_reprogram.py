@@ -134,6 +134,24 @@ def test_task_vocab_trains_saves_and_generates(tmp_path, family, tied):
     assert torch.allclose(merged(input_ids=ids).logits, model(input_ids=ids).logits, atol=1e-6)
 
 
+@pytest.mark.parametrize("memory", [0, 2])
+def test_every_row_of_a_task_vocabulary_as_large_as_the_bases_trains(memory):
+    """Gemma's E skips its padding row (pad_token_id 0) in the gradient, which the adapter's copy of that E keeps. A
+    task vocabulary is a new one, where id 0 is a task token like any other: one of the base's size used to inherit
+    the base's padding row, and its token 0 never trained."""
+    model = get_peft_model(tiny_model("gemma3"), UTReprogramConfig(task_vocab_size=97, num_memory_tokens=memory))
+    assert model.get_base_model().get_input_embeddings().get_base_layer().padding_idx == 0
+    ids = torch.arange(97).unsqueeze(0)
+    inputs = ut_peft.prepend_memory_tokens(model, ids) if memory else {"input_ids": ids}
+    model(**inputs).logits.sum().backward()
+    grad = model.get_input_embeddings().ut_reprogram_embedding["default"].grad
+    assert bool(grad[0].abs().sum() > 0)
+    # The base's own vocabulary keeps the base's padding row, as the base model trains it.
+    same_vocabulary = get_peft_model(tiny_model("gemma3"), UTReprogramConfig(num_memory_tokens=memory))
+    same_vocabulary(**inputs).logits.sum().backward()
+    assert bool(same_vocabulary.get_input_embeddings().ut_reprogram_embedding["default"].grad[0].abs().sum() == 0)
+
+
 def test_generate_over_a_task_vocabulary_does_not_stop_at_the_bases_end_of_sequence_id():
     """The base's eos id (2) is an ordinary token of a task vocabulary: generate used to stop when it came out."""
     base_eos = tiny_model("llama").generation_config.eos_token_id

@@ -85,7 +85,7 @@ def initial_tensors(config: UTReprogramConfig, role: str, base_layer: nn.Module,
         if config.num_memory_tokens:
             # Memory rows follow the task vocabulary in init_token_ids.
             memory = _new_rows(config, weight, config.num_memory_tokens, vocab or 0, Seed.MEMORY)
-        return dict(init_table=table, memory=memory, train_table=trains_table)
+        return dict(init_table=table, memory=memory, train_table=trains_table, new_vocabulary=vocab is not None)
     if role == OUTPUT:
         bias = getattr(base_layer, "bias", None)
         new_bias = None

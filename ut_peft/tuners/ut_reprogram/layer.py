@@ -89,9 +89,21 @@ class UTEmbedding(UTReprogramLayer):
     # A fresh task-vocabulary E that is not trained still belongs to the adapter (it is not the base's).
     other_param_names = ("ut_reprogram_frozen_embedding",)
 
+    def __init__(self, base_layer: nn.Module, adapter_name: str, **kwargs) -> None:
+        super().__init__(base_layer, adapter_name, **kwargs)
+        # Adapters whose table is a new (task) vocabulary, where the base's padding id is a task token like any other.
+        self._new_vocabulary: set[str] = set()
+
     def update_layer(
-        self, adapter_name: str, init_table: Optional[torch.Tensor], memory: Optional[torch.Tensor], train_table: bool
+        self,
+        adapter_name: str,
+        init_table: Optional[torch.Tensor],
+        memory: Optional[torch.Tensor],
+        train_table: bool,
+        new_vocabulary: bool = False,
     ) -> None:
+        if new_vocabulary:
+            self._new_vocabulary.add(adapter_name)
         if init_table is not None:
             if train_table:
                 self.ut_reprogram_embedding[adapter_name] = nn.Parameter(init_table)
@@ -108,6 +120,10 @@ class UTEmbedding(UTReprogramLayer):
             if adapter_name in self.ut_reprogram_frozen_embedding:
                 return self.ut_reprogram_frozen_embedding[adapter_name]
         return self.get_base_layer().weight
+
+    def delete_adapter(self, adapter_name: str) -> None:
+        self._new_vocabulary.discard(adapter_name)
+        super().delete_adapter(adapter_name)
 
     def set_memory_outputs(self, adapter_name: str, vectors: torch.Tensor) -> None:
         """Make the memory rows of ``adapter_name`` produce ``vectors`` (m, d), in the space the model receives as
@@ -135,7 +151,9 @@ class UTEmbedding(UTReprogramLayer):
             return self.base_layer(input_ids, *args, **kwargs)
         table = self.table(adapter)
         base = self.get_base_layer()
-        padding_idx = getattr(base, "padding_idx", None) if table.shape[0] == base.weight.shape[0] else None
+        # The base's padding row gets no gradient, in the adapter's copy of the base's E as in the base; a task
+        # vocabulary's row of that id is a task token's, which trains.
+        padding_idx = None if adapter in self._new_vocabulary else getattr(base, "padding_idx", None)
         memory = self.ut_reprogram_memory[adapter] if adapter in self.ut_reprogram_memory else None
         num_rows = table.shape[0]
         scale = self._get_embed_scale()
