@@ -348,6 +348,9 @@ def test_an_adapter_loaded_frozen_stays_frozen_after_disable_adapter(tmp_path, o
             assert trainable(model) == []  # disabled: nothing trains
     assert trainable(loaded) == [] and trainable(made_frozen) == []
     assert trainable(trained) == trainable_before != []
+    with loaded.disable_adapter():
+        loaded.set_adapter("default")  # made trainable on purpose, as peft's set_adapter does
+    assert trainable(loaded) == trainable_before
 
 
 def test_the_vocabulary_follows_the_adapters_once_the_last_one_is_deleted():

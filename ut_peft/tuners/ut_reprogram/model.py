@@ -766,17 +766,17 @@ class UTReprogramModel(BaseTuner):
                 for adapter, tensor in getattr(module, name).items()
                 if adapter in self.active_adapters and not tensor.requires_grad
             ]
-            self._ut_frozen_while_disabled = (list(self.active_adapters), frozen)
+            self._ut_frozen_while_disabled = frozen
         super().disable_adapter_layers()
         self._set_vocab_for(False)
 
     def enable_adapter_layers(self) -> None:
+        # Those still frozen: a set_adapter while disabled made its adapter trainable, as peft's set_adapter does.
+        frozen = [tensor for tensor in getattr(self, "_ut_frozen_while_disabled", []) if not tensor.requires_grad]
+        self._ut_frozen_while_disabled = []
         super().enable_adapter_layers()
-        active, frozen = getattr(self, "_ut_frozen_while_disabled", ([], []))
-        self._ut_frozen_while_disabled = ([], [])
-        if active == list(self.active_adapters):  # an adapter set_adapter chose meanwhile trains as it made it
-            for tensor in frozen:
-                tensor.requires_grad_(False)
+        for tensor in frozen:
+            tensor.requires_grad_(False)
         self._set_vocab_for(True)
 
     def delete_adapter(self, adapter_name: str) -> None:
