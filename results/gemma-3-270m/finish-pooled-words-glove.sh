@@ -13,7 +13,11 @@
 #      (benchmarks/measurement_cost.py --truth-fitted): its last line is published row-steps / this design's row-steps
 #      at their RMSE ratios, and the published design's expected slope interval is the width the issue's "at most 6
 #      tokens wide" is set beside;
-#   4. the first-token stalls sample (issue 41, item 5): the three shortest stalls of each m crammed again from a
+#   4. each slope estimator's error on this design's rows (benchmarks/estimators_on_design.py, 400 sweeps of the
+#      folder's design at its fitted line): the bias and RMSE of the paper's estimator and of the per-m MLE line on
+#      such rows, beside the pooled slope's, and where the folder's own differences between them fall; the README
+#      row sets the paper's estimator on the same rows beside the pooled slope and needs its error to read it;
+#   5. the first-token stalls sample (issue 41, item 5): the three shortest stalls of each m crammed again from a
 #      second init, in the published layout and with the BOS before the memory (benchmarks/first_token_stalls.py
 #      --per-m 3; at most about 29,000 row-steps, some 8 hours; resumable from its output and kept states, all in
 #      results/benchmarks/first_token_stalls_gemma_words_glove/). It runs last, after the line that says the figures
@@ -48,6 +52,13 @@ if [ ! -s "$log" ]; then
     nice -n 5 python benchmarks/measurement_cost.py --quick --designs pooled --workers 2 --truth-fitted "$folder" \
         --pooled-targets-from "$folder" > "$log.partial"
     mv "$log.partial" "$log"
+fi
+name=$bench/estimators_on_design_gemma_words_glove_rows$rows
+if [ ! -s "$name.log" ]; then
+    rm -f "$name.json"  # a record without its log is from an interrupted step (the benchmark never replaces one)
+    nice -n 5 python benchmarks/estimators_on_design.py "$folder" --repeats 400 --workers 2 --output "$name.json" \
+        > "$name.log.partial"
+    mv "$name.log.partial" "$name.log"
 fi
 echo "finished: commit $folder and $bench/*gemma_words_glove*_rows$rows.*; then add the three truths to CALIBRATED_TABLE"
 # One folder for the records, their kept states and the table, so that `tools/commit_rows.sh $stalls 20` keeps all
