@@ -1,6 +1,7 @@
 """`ut-peft reprogram`: the training loop logged to TensorBoard and read back, a finished run's result.json as a
 config, and errors as one line."""
 
+import dataclasses
 import json
 
 import pytest
@@ -91,3 +92,21 @@ def test_a_bad_task_variant_or_family_is_refused_before_the_run_folder_is_made(f
     err = capsys.readouterr().err
     assert exit_.value.code == 2 and message in err, err
     assert not out.exists()
+
+
+def test_a_result_from_before_a_setting_existed_as_config_is_the_run_it_recorded(tmp_path):
+    """The result.json of a run from before init_std, fresh_data and pool_excludes_held_out (a unit-scale E and a
+    fixed pool drawn without the held-out check) read as the current defaults: --config gave std 0.02, fresh strings
+    and a pool without the held-out strings, another run under the words "a finished run's settings again"."""
+    from ut_peft.tasks.training import RunSettings, settings_as_run, settings_differences
+
+    recorded = {
+        k: v
+        for k, v in dataclasses.asdict(RunSettings(task="khop", backbone="random-ut", steps=6)).items()
+        if k not in ("init_std", "fresh_data", "pool_excludes_held_out", "eval_log_from", "stop_accuracy", "stop_flat")
+    }
+    result = tmp_path / "result.json"
+    result.write_text(json.dumps({"task": "khop", "accuracy": 0.5, "settings": recorded}))
+    settings = command.settings_from(command.parse(["--config", str(result), "--out", str(tmp_path / "again")]))
+    assert settings_differences(recorded, settings) == []
+    assert settings == settings_as_run(recorded) and settings.init_std == 1.0 and not settings.fresh_data

@@ -77,9 +77,14 @@ def settings_from(args: argparse.Namespace) -> RunSettings:
 
 
 def flags_from_result(values: dict, path) -> dict:
-    """A finished run's result.json (or a line of a --results file) holds its settings: those are the flags."""
+    """A finished run's result.json (or a line of a --results file) holds its settings: those are the flags, with
+    each field the run predates set to what it ran with (:func:`~ut_peft.tasks.training.before_fields`). Left to
+    the current defaults, a run from before init_std or fresh_data would come back as another run (E at std 0.02
+    instead of 1.0, fresh strings instead of its fixed pool)."""
     if isinstance(values.get("settings"), dict) and "task" in values:
-        return values["settings"]
+        from ..tasks.training import before_fields  # torch loads only for a result file, which trains anyway
+
+        return {**before_fields(values["settings"]), **values["settings"]}
     return values
 
 
