@@ -196,3 +196,25 @@ def test_a_compiled_program_runs_every_short_input_and_ignores_right_padding(wei
         with torch.no_grad():
             assert (backbone(input_ids=ids).logits - expected).abs().max() < 1e-9
             assert (backbone(input_ids=padded, attention_mask=mask).logits[:, :n] - expected).abs().max() < 1e-9
+
+
+def test_the_sparse_single_head_program_is_the_documented_layout():
+    """docs/universal.md gives the one-head sparse E as [c M_0 Q_1 | M_0 K_1 | ... | c M_{L-1} Q_L | M_{L-1} K_L |
+    M_L W_out] with c = s_T / s_UT (it said M_l Q / c): a backbone head wider than the target's makes c = sqrt(2) here,
+    and every slot is checked, zero padding included."""
+    layers, d, k, backbone_k = 2, 3, 2, 4
+    target = TargetTransformer.random(d=d, k=k, layers=layers, seed=6)
+    backbone = _backbone(
+        width=required_width(layers, 1, backbone_k, d), layers=layers, head_dim=backbone_k, weights="sparse", readout=d
+    )
+    embedding = compile_embedding(target, backbone).embedding
+    c = target.scale / backbone.config.attention_scale
+    assert c == pytest.approx(2**0.5)
+    pad = lambda x: torch.nn.functional.pad(x, (0, backbone_k - k))  # noqa: E731
+    path = torch.eye(d, dtype=torch.float64)  # M_0
+    slots = []
+    for layer in range(layers):
+        slots += [pad(c * path @ target.query[layer, 0]), pad(path @ target.key[layer, 0])]
+        path = path @ target.value[layer, 0]
+    slots.append(path @ target.out)
+    assert torch.allclose(embedding, torch.cat(slots, dim=1).detach(), atol=1e-12)
