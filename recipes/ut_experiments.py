@@ -81,9 +81,13 @@ def main(args) -> None:
     results, runs_dir = base / RESULTS, base / RUNS_DIR
     # The flat rule's checks are due only once their rows have stopped flat: they join the plan from the results, and
     # the seeds a row earned with the settings it earned them under (without the flat rule where its check says so).
-    everything = plan.PLAN + plan.BUDGET_PLAN + plan.budget_runs(plan.load_rows(results))
+    due = plan.budget_runs(plan.load_rows(results))
+    everything = plan.PLAN + plan.BUDGET_PLAN + due
     if args.list:
-        for name, settings in plan.BUDGET_PLAN if args.budget else plan.PLAN:
+        # Every budget run: the plan's, and what the finished rows made due (the flat rule's checks; seeds under the
+        # settings they run with), so a check's command is listed too.
+        listed = {**dict(plan.BUDGET_PLAN), **dict(due)} if args.budget else dict(plan.PLAN)
+        for name, settings in listed.items():
             print(f"{name}: {plan.command(name, settings, RUNS_DIR, RESULTS)}")
         return
     if args.threads:

@@ -647,3 +647,23 @@ def test_a_budget_name_taken_by_a_run_of_other_settings_is_blocked_in_the_verdic
     assert plan.run_budget(runs_dir=runs, results=results, log=said.append)[0] == name
     found = budget_results.verdict(plan.load_rows(results), "k2", "sparse")
     assert found["blocked"] == [] and 0 in found["seeds"] and "taken" not in found["text"]
+
+
+def test_the_budget_list_prints_the_flat_rules_checks_the_rows_made_due(tmp_path, capsys):
+    """--list --budget printed BUDGET_PLAN alone: a flat rule's check (<name>-unstopped, run without the rule) is a
+    budget run too, and its command was nowhere in the list docs/universal.md says holds every budget run."""
+    spec = importlib.util.spec_from_file_location("recipe_ut_experiments", ROOT / "recipes" / "ut_experiments.py")
+    recipe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(recipe)
+    stopped = _row("k3", "sparse", 0, 0.643, curve=[(409_600, 0.634), (819_200, 0.643)], stop_reason="flat")
+    results = tmp_path / recipe.RESULTS
+    results.parent.mkdir(parents=True)
+    results.write_text(json.dumps(stopped) + "\n")
+    recipe.main(recipe.parse(["--list", "--budget", "--base-dir", str(tmp_path)]))
+    listed = dict(line.split(": ", 1) for line in capsys.readouterr().out.splitlines())
+    ((check, settings),) = plan.flat_checks({stopped["name"]: stopped})
+    assert check == stopped["name"] + plan.UNSTOPPED and listed[check] == plan.command(
+        check, settings, recipe.RUNS_DIR, recipe.RESULTS
+    )
+    assert "--stop-flat" not in listed[check] and "--stop-flat 0.01" in listed[stopped["name"]]
+    assert set(listed) == {name for name, _ in plan.BUDGET_PLAN} | {check}
