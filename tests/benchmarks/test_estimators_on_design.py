@@ -44,10 +44,12 @@ def test_a_folders_slopes_are_those_its_summary_holds(load_benchmark):
     settings = store.read_sweep_settings(SMOLLM2_WORDS)
     summary = json.loads((SMOLLM2_WORDS / "summary.json").read_text())
     found = benchmark.slopes(store.read_rows(SMOLLM2_WORDS), pooled_design(settings))
-    assert found["pooled"] == pytest.approx(summary["pooled"]["slope"], rel=1e-9)
-    assert found["published"] == pytest.approx(summary["fit_published"]["slope"], rel=1e-9)
-    assert found["published_rows"] == pytest.approx(summary["fit_published_rows"]["slope"], rel=1e-9)
-    assert found["mle_line"] == pytest.approx(summary["fit"]["slope"], rel=1e-9)
+    # To the optimisers' tolerance, not the bit: the summary was fitted with today's scipy, and the least squares
+    # ends 1e-5 apart under the oldest scipy pyproject.toml allows (the estimators differ by 2 to 10%).
+    assert found["pooled"] == pytest.approx(summary["pooled"]["slope"], rel=1e-4)
+    assert found["published"] == pytest.approx(summary["fit_published"]["slope"], rel=1e-4)
+    assert found["published_rows"] == pytest.approx(summary["fit_published_rows"]["slope"], rel=1e-4)
+    assert found["mle_line"] == pytest.approx(summary["fit"]["slope"], rel=1e-4)
 
 
 def test_each_simulated_sweep_is_the_designs_at_the_fitted_truth(load_benchmark, tmp_path, capsys):
