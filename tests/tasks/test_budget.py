@@ -362,13 +362,28 @@ def test_the_budget_table_says_where_each_row_crosses_the_paper_or_what_reaching
     assert "no budget run has evaluated yet" in empty
 
 
-def test_the_recipe_reports_fake_budget_runs_into_the_docs_section(tmp_path, capsys):
+def _ut_experiments_recipe():
+    """recipes/ut_experiments.py imported as a module, as `python recipes/ut_experiments.py` runs it."""
     spec = importlib.util.spec_from_file_location("recipe_ut_experiments", ROOT / "recipes" / "ut_experiments.py")
     recipe = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(recipe)
+    return recipe
+
+
+def _write_results(path: Path, rows) -> None:
+    path.parent.mkdir(parents=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def _flat_stopped_k3_row():
+    """A k = 3 sparse-UT budget run that the flat rule stopped at 64.3%."""
+    return _row("k3", "sparse", 0, 0.643, curve=[(409_600, 0.634), (819_200, 0.643)], stop_reason="flat")
+
+
+def test_the_recipe_reports_fake_budget_runs_into_the_docs_section(tmp_path, capsys):
+    recipe = _ut_experiments_recipe()
     results = tmp_path / recipe.RESULTS
-    results.parent.mkdir(parents=True)
-    results.write_text("".join(json.dumps(r) + "\n" for r in _fake_rows().values() if "stopped_at" not in r))
+    _write_results(results, [r for r in _fake_rows().values() if "stopped_at" not in r])
     docs = tmp_path / "docs" / "universal.md"
     docs.parent.mkdir()
     docs.write_text("# page\n\n<!-- BEGIN khop-budget -->\nold table\n<!-- END khop-budget -->\n\nafter\n")
@@ -388,13 +403,9 @@ def test_the_recipe_reports_fake_budget_runs_into_the_docs_section(tmp_path, cap
 
 
 def test_the_recipe_reports_a_flat_check_still_in_flight(tmp_path):
-    spec = importlib.util.spec_from_file_location("recipe_ut_experiments", ROOT / "recipes" / "ut_experiments.py")
-    recipe = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(recipe)
-    stopped = _row("k3", "sparse", 0, 0.643, curve=[(409_600, 0.634), (819_200, 0.643)], stop_reason="flat")
-    results = tmp_path / recipe.RESULTS
-    results.parent.mkdir(parents=True)
-    results.write_text(json.dumps(stopped) + "\n")
+    recipe = _ut_experiments_recipe()
+    stopped = _flat_stopped_k3_row()
+    _write_results(tmp_path / recipe.RESULTS, [stopped])
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "universal.md").write_text("<!-- BEGIN khop-budget -->\n<!-- END khop-budget -->\n")
     ((name, settings),) = plan.flat_checks({stopped["name"]: stopped})
@@ -411,9 +422,7 @@ def test_the_recipe_reports_a_flat_check_still_in_flight(tmp_path):
 
 
 def test_a_relative_stop_file_is_read_inside_the_base_dir(tmp_path, monkeypatch):
-    spec = importlib.util.spec_from_file_location("recipe_ut_experiments", ROOT / "recipes" / "ut_experiments.py")
-    recipe = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(recipe)
+    recipe = _ut_experiments_recipe()
     seen = {}
     monkeypatch.setattr(recipe.plan, "run_budget", lambda **kwargs: seen.update(kwargs) or [])
     monkeypatch.chdir(tmp_path / "..")  # not the base dir: the path must not depend on where the worker starts
@@ -652,13 +661,9 @@ def test_a_budget_name_taken_by_a_run_of_other_settings_is_blocked_in_the_verdic
 def test_the_budget_list_prints_the_flat_rules_checks_the_rows_made_due(tmp_path, capsys):
     """--list --budget printed BUDGET_PLAN alone: a flat rule's check (<name>-unstopped, run without the rule) is a
     budget run too, and its command was nowhere in the list docs/universal.md says holds every budget run."""
-    spec = importlib.util.spec_from_file_location("recipe_ut_experiments", ROOT / "recipes" / "ut_experiments.py")
-    recipe = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(recipe)
-    stopped = _row("k3", "sparse", 0, 0.643, curve=[(409_600, 0.634), (819_200, 0.643)], stop_reason="flat")
-    results = tmp_path / recipe.RESULTS
-    results.parent.mkdir(parents=True)
-    results.write_text(json.dumps(stopped) + "\n")
+    recipe = _ut_experiments_recipe()
+    stopped = _flat_stopped_k3_row()
+    _write_results(tmp_path / recipe.RESULTS, [stopped])
     recipe.main(recipe.parse(["--list", "--budget", "--base-dir", str(tmp_path)]))
     listed = dict(line.split(": ", 1) for line in capsys.readouterr().out.splitlines())
     ((check, settings),) = plan.flat_checks({stopped["name"]: stopped})
