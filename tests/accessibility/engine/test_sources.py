@@ -195,6 +195,22 @@ def test_a_nested_row_longer_than_its_text_is_an_error_never_tokens_of_another_t
     assert chunked.sequence(60, last, 0) == chunked.ids[chunked.text_start(last, 0) :][:60].tolist()
 
 
+def test_the_last_document_text_ends_at_its_document_not_in_the_documents_after_it():
+    """Documents that start too near the corpus end to open a text of their own (TextSource.NESTED_RESERVE; with
+    SmolLM2's tokenizer the bundled corpus's last two, after a 170-token document that seed 0 gives index 0) are no
+    text's tokens: the text before them holds its own document only, as every other document text does."""
+    from ut_peft.accessibility.engine.sources import TextSource
+
+    tok = _WordTokenizer()
+    docs = [" ".join(f"d{d}w{i}" for i in range(8)) for d in range(8)]  # 8 documents of 8 tokens, 64 in all
+    source = TextSource(tok, docs, "docs", nested=True)
+    assert len(source.text_starts) < len(docs)  # the last documents open no text (a reserve of 64 // 4 tokens)
+    last = max(range(len(source.text_starts)), key=lambda i: source.text_start(i, 0))
+    assert len(source.sequence(8, last, 0)) == 8
+    with pytest.raises(ValueError, match=r"\(a document\) holds 8 tokens before .*, fewer than the 9 its row"):
+        source.sequence(9, last, 0)  # was the 8 tokens of its document and the first of the next one
+
+
 def _byte_tokenizer_with_bos():
     """A real fast tokenizer (bytes as tokens) whose special tokens are a BOS before the text, as Gemma's are."""
     from tokenizers import Tokenizer, models, pre_tokenizers, processors

@@ -81,13 +81,15 @@ class TextSource(SequenceSource):
 
     Not ``nested`` (ut-peft's protocol): a window at a random offset drawn for every (n, index). ``nested`` (the
     published protocol): sequence ``index`` is one text, the tokens from a text start chosen for that index alone up to
-    the next text's start, and every length takes a prefix of it, so the rows of one index are nested prefixes of the
-    same text (as the published code truncates each of its 20 chunks to every length). The text starts are the
-    documents' starts, or with ``chunk_tokens`` the starts of disjoint texts of consecutive whole paragraphs, each at
-    least that many tokens: many more texts from one corpus, for designs that draw a fresh text for every row (pooled,
-    sequential), whose rows must not share tokens (two rows of one text would not be independent draws). Either way an
-    index past the last text is an error, never a text used again, and so is a length that would run a text's row into
-    the next text (:meth:`text_end`): rows of two texts never share tokens.
+    the next document's start (with ``chunk_tokens``, the next text's), and every length takes a prefix of it, so the
+    rows of one index are nested prefixes of the same text (as the published code truncates each of its 20 chunks to
+    every length). The text starts are the documents' starts (but for documents that start within ``NESTED_RESERVE``
+    tokens, or a quarter of the corpus, of its end: they are no text's tokens), or with ``chunk_tokens`` the starts of
+    disjoint texts of consecutive whole paragraphs, each at least that many tokens: many more texts from one corpus,
+    for designs that draw a fresh text for every row (pooled, sequential), whose rows must not share tokens (two rows
+    of one text would not be independent draws). Either way an index past the last text is an error, never a text used
+    again, and so is a length that would run a text's row past its end (:meth:`text_end`): rows of two texts never
+    share tokens, and a document's text takes no other document's.
 
     ``sha256``: the digest of the file the documents were read from (``text:PATH``), recorded in the description so
     that a folder refuses to resume on an edited file (its rows would mix two corpora); None for the built-in text and
@@ -130,6 +132,8 @@ class TextSource(SequenceSource):
             self.ids = np.asarray(ids, dtype=np.int64)
             reserve = min(self.NESTED_RESERVE, self.ids.size // 4)
             self.text_starts = [s for s in starts if self.ids.size - s >= reserve] or [0]
+            # A text ends where its document does: the documents too near the end to open a text are no text's.
+            self.text_bounds = starts
             return
         # A text opens at a paragraph start and takes whole paragraphs until it holds chunk_tokens; a last text
         # shorter than that is left out (its tokens stay in the corpus).
@@ -142,6 +146,7 @@ class TextSource(SequenceSource):
                         self.text_starts.append(start)
                         start = len(ids)
         self.ids = np.asarray(ids, dtype=np.int64)
+        self.text_bounds = self.text_starts
         if not self.text_starts:
             raise ValueError(
                 f"the text source {name!r} holds {self.ids.size} tokens, less than one text of "
@@ -177,9 +182,10 @@ class TextSource(SequenceSource):
         return self.text_starts[int(order[index])]
 
     def text_end(self, start: int) -> int:
-        """Where the nested text that opens at ``start`` ends: at the next text's start, or the corpus end."""
-        later = bisect.bisect_right(self.text_starts, start)
-        return self.text_starts[later] if later < len(self.text_starts) else int(self.ids.size)
+        """Where the nested text that opens at ``start`` ends: at the next document's start (text chunks: the next
+        text's), or the corpus end."""
+        later = bisect.bisect_right(self.text_bounds, start)
+        return self.text_bounds[later] if later < len(self.text_bounds) else int(self.ids.size)
 
     def sequence(self, n, index, seed):
         self.check_length(n)
