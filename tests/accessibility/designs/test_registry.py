@@ -137,6 +137,33 @@ def test_a_registered_design_with_a_config_of_its_own_records_its_settings_and_r
         unregister_design("strided")
 
 
+class FreshTextsDesign:
+    """``num_sequences`` fresh texts (indices never used before) at each of two lengths, for every m."""
+
+    @classmethod
+    def from_config(cls, config) -> FreshTextsDesign:
+        design = cls()
+        design.ms, design.num_sequences, design.lengths = config.ms, config.num_sequences, (2, 3)
+        return design
+
+    def next_jobs(self, rows: dict) -> list[tuple[int, int, int]]:
+        k = self.num_sequences
+        jobs = [(m, n, j * k + i) for m in self.ms for j, n in enumerate(self.lengths) for i in range(k)]
+        return [job for job in jobs if job not in rows]
+
+
+def test_a_registered_design_s_groups_enter_the_fits_whatever_indices_its_texts_have(tmp_path, llama):
+    """A group of num_sequences rows at an (m, n) is complete whichever sequence indices the design gave them: a design
+    that draws fresh texts at every length had its groups beyond the first length left out of the summary."""
+    register_design("fresh", FreshTextsDesign)
+    try:
+        summary = run_sweep(tiny_config(design="fresh", grid=GridConfig(start=2, stop=3)), tmp_path, model=llama)
+        assert {index for _, n, index in read_rows(tmp_path) if n == 3} == {2, 3}
+        assert [entry.lengths for entry in summary.per_m] == [[2, 3], [2, 3]]
+    finally:
+        unregister_design("fresh")
+
+
 def test_the_command_line_offers_the_registered_designs(tmp_path):
     from ut_peft.cli.cram import parse, sweep_config
 

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 
 def complete_groups(rows: dict, ms, num_sequences: int) -> dict[int, dict[int, list[dict]]]:
-    """Rows grouped by m then n, keeping only (m, n) groups with all ``num_sequences`` sequences finished."""
+    """Rows grouped by m then n, keeping only (m, n) groups with all ``num_sequences`` sequences finished, whatever
+    their sequence indices: the fixed and adaptive designs number them from 0 (``check_rows`` refuses others there),
+    and a registered design may give each length fresh texts (indices beyond ``num_sequences``)."""
     groups: dict[int, dict[int, list[dict]]] = {m: {} for m in ms}
-    for (m, n, index), row in rows.items():
-        if m in groups and index < num_sequences:
+    for (m, n, _), row in rows.items():
+        if m in groups:
             groups[m].setdefault(n, []).append(row)
     return {m: {n: g for n, g in sorted(by_n.items()) if len(g) == num_sequences} for m, by_n in groups.items()}
 
