@@ -796,6 +796,7 @@ class FakeHubRepo(RecordingHfApi):
     def download(self, folder):
         folder.mkdir()
         for name, data in self.files.items():
+            (folder / name).parent.mkdir(parents=True, exist_ok=True)  # an adapter's subfolder, "mine/README.md"
             (folder / name).write_bytes(data)
         return folder
 
@@ -953,3 +954,106 @@ def test_a_push_that_cannot_reach_its_apis_endpoint_names_that_endpoint(tmp_path
     api.endpoint = "https://hub.mirror.example"
     with pytest.raises(ConnectionError, match="cannot reach the Hub at https://hub.mirror.example "):
         push_adapter_to_hub(tmp_path, "someone/x", api=api)
+
+
+def _two_adapters(base):
+    """``base`` under two trained UT_REPROGRAM adapters, "default" and "mine" (with memory vectors), each moved off
+    its initial values, so that loading one where the other was meant shows in the weights."""
+    import torch
+
+    from ut_peft.testing import trained_adapter
+
+    model = trained_adapter(base)
+    model.add_adapter("mine", UTReprogramConfig(num_memory_tokens=2))
+    generator = torch.Generator().manual_seed(2)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if name.endswith(".mine"):
+                parameter.add_(torch.randn(parameter.shape, generator=generator))
+    return model
+
+
+def _adapter_weights(model, adapter_name):
+    from peft import get_peft_model_state_dict
+
+    return get_peft_model_state_dict(model, adapter_name=adapter_name)
+
+
+def _same_weights(loaded, model, adapter_name):
+    import torch
+
+    mine, theirs = _adapter_weights(loaded, "default"), _adapter_weights(model, adapter_name)
+    return mine.keys() == theirs.keys() and all(torch.equal(mine[key], theirs[key]) for key in mine)
+
+
+@pytest.mark.parametrize("base_kind", ["hub base", "random backbone"])
+def test_each_adapter_of_a_push_to_hub_has_a_card_that_loads_that_adapter(tmp_path, monkeypatch, base_kind):
+    """``model.push_to_hub`` of a model with several adapters uploads "default" at the repository's top and each other
+    adapter into its subfolder <name>/, each with its card. The subfolder's card loaded the repository's top, the
+    "default" adapter, and named no repository ("<this-repo>"): it loads its own adapter, from its subfolder of the
+    pushed repository, as peft does (``subfolder="<name>"``). Each card's snippet is run against the files the push
+    uploaded, the Hub's downloads answered by a local copy of the repository."""
+    import huggingface_hub
+    from transformers import AutoModelForCausalLM
+
+    if base_kind == "hub base":
+        base, copy = _hub_base(tmp_path)
+        original = AutoModelForCausalLM.from_pretrained
+        monkeypatch.setattr(
+            AutoModelForCausalLM,
+            "from_pretrained",
+            lambda name, **kw: original({"someone/tiny-llama": copy}[name], **kw),
+        )
+    else:
+        base = random_backbone(tiny_config("llama"), seed=3)
+    model = _two_adapters(base)
+    assert not _same_weights(model, model, "mine")  # the two adapters differ: a card loading the wrong one shows
+    hub = FakeHubRepo()
+    monkeypatch.setattr("ut_peft.hub.HfApi", lambda token=None: hub)
+    model.push_to_hub("someone/two")
+    snapshot = hub.download(tmp_path / "snapshot")
+    monkeypatch.setattr(
+        huggingface_hub, "snapshot_download", lambda repo_id, **kw: str({"someone/two": snapshot}[repo_id])
+    )
+
+    def run_snippet(card_text):
+        code = _snippet(card_text).replace(
+            'PeftModel.from_pretrained(base, "someone/two"', "PeftModel.from_pretrained(base, REPO"
+        )
+        namespace: dict = {"REPO": str(snapshot)}  # the repository's files, as the Hub would serve them
+        exec(code, namespace)
+        return namespace["model"]
+
+    top = ModelCard.load(snapshot / "README.md")
+    assert _same_weights(run_snippet(top.text), model, "default")
+    card = ModelCard.load(snapshot / "mine" / "README.md")
+    assert '"someone/two"' in _snippet(card.text) and "<this-repo>" not in card.text
+    assert _same_weights(run_snippet(card.text), model, "mine")
+    assert "prepend_memory_tokens" in card.text and "prepend_memory_tokens" not in top.text  # each its own adapter
+
+
+def test_a_subfolder_adapter_pushed_to_its_own_repository_loads_from_that_repositorys_top(tmp_path, monkeypatch):
+    """``ut-peft push FOLDER REPO`` of a folder that holds "default" and a subfolder adapter uploads both, and the
+    subfolder's card loads it from its subfolder; ``ut-peft push FOLDER/mine OTHER`` then puts that adapter at the
+    top of OTHER, where its card loads it with no subfolder, whatever the card said before."""
+    import huggingface_hub
+
+    model = _two_adapters(random_backbone(tiny_config("llama"), seed=3))
+    model.save_pretrained(tmp_path / "out")
+    both, alone = FakeHubRepo(), FakeHubRepo()
+    plan = push_adapter_to_hub(tmp_path / "out", "someone/two", dry_run=True)
+    push_adapter_to_hub(tmp_path / "out", "someone/two", api=both)
+    assert dict(plan.files) == {name: len(data) for name, data in both.files.items() if name != ".gitattributes"}
+    assert 'subfolder="mine"' in both.files["mine/README.md"].decode()
+    push_adapter_to_hub(tmp_path / "out" / "mine", "someone/mine", api=alone)
+    snapshots = {"someone/two": both.download(tmp_path / "two"), "someone/mine": alone.download(tmp_path / "mine")}
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", lambda repo_id, **kw: str(snapshots[repo_id]))
+    for repo, card_path in (("someone/two", "mine/README.md"), ("someone/mine", "README.md")):
+        card = ModelCard.load(snapshots[repo] / card_path)
+        assert f'snapshot_download("{repo}")' in card.text
+        namespace: dict = {}
+        exec(_snippet(card.text), namespace)
+        assert _same_weights(namespace["model"], model, "mine"), repo
+    assert "subfolder" not in (snapshots["someone/mine"] / "README.md").read_text()
+    with pytest.raises(ValueError, match="takes no subfolder.*push the folder that holds it in <name>/"):
+        push_adapter_to_hub(tmp_path / "out" / "mine", "someone/mine", dry_run=True, subfolder="mine")

@@ -257,12 +257,21 @@ def _trained_summary(adapter_config: Mapping[str, Any]) -> str:
     return summary
 
 
-def _unrebuildable_backbone_parts(adapter_config: Mapping[str, Any], repo: str) -> tuple[str, str]:
+def _load_adapter_line(repo_or_folder: str, subfolder: Optional[str]) -> str:
+    """The snippet's line that loads the adapter onto ``base``: from ``repo_or_folder`` (a quoted repository id or a
+    variable's name), and for an adapter in a subfolder of the repository from that subfolder, as peft loads it
+    (``subfolder=``); without it peft loads the repository's top, which holds another adapter."""
+    keyword = "" if subfolder is None else f", subfolder={json.dumps(subfolder, ensure_ascii=False)}"
+    return f"model = PeftModel.from_pretrained(base, {repo_or_folder}{keyword})"
+
+
+def _unrebuildable_backbone_parts(
+    adapter_config: Mapping[str, Any], repo: str, subfolder: Optional[str] = None
+) -> tuple[str, str]:
     """(load snippet, backbone note) for a base built from a config with no recorded seed."""
     load_snippet = (
         'base = AutoModelForCausalLM.from_pretrained("<folder of the base it was trained on>"'
-        f"{_dtype_keyword(adapter_config)})\n"
-        f'model = PeftModel.from_pretrained(base, "{repo}")'
+        f"{_dtype_keyword(adapter_config)})\n" + _load_adapter_line(f'"{repo}"', subfolder)
     )
     backbone_note = (
         "The frozen base was built from a config with no recorded seed (e.g. `AutoModelForCausalLM.from_config`), "
@@ -273,16 +282,20 @@ def _unrebuildable_backbone_parts(adapter_config: Mapping[str, Any], repo: str) 
     return load_snippet, backbone_note
 
 
-def _rebuildable_backbone_parts(backbone: Mapping[str, Any], repo: str) -> tuple[str, str]:
-    """(load snippet, backbone note) for a base the adapter rebuilds from its recorded config (and seed)."""
+def _rebuildable_backbone_parts(
+    backbone: Mapping[str, Any], repo: str, subfolder: Optional[str] = None
+) -> tuple[str, str]:
+    """(load snippet, backbone note) for a base the adapter rebuilds from its recorded config (and seed).
+    ``backbone_from_adapter`` reads the folder that holds the adapter's config: for an adapter in a subfolder of the
+    repository, that subfolder of the download."""
     seed = backbone.get("seed")
+    adapter_folder = "folder" if subfolder is None else f"folder + {json.dumps('/' + subfolder, ensure_ascii=False)}"
     load_snippet = (
         "from ut_peft.backbones import backbone_from_adapter\n"
         "from huggingface_hub import snapshot_download\n\n"
         f'folder = snapshot_download("{repo}")\n'
-        "base = backbone_from_adapter(folder)  # rebuilt from the "
-        f"recorded config{'' if seed is None else f' and seed {seed}'}\n"
-        "model = PeftModel.from_pretrained(base, folder)"
+        f"base = backbone_from_adapter({adapter_folder})  # rebuilt from the "
+        f"recorded config{'' if seed is None else f' and seed {seed}'}\n" + _load_adapter_line("folder", subfolder)
     )
     backbone_note = (
         "The frozen base was built from a config (no pretrained weights): `adapter_config.json` "
@@ -295,17 +308,18 @@ def _rebuildable_backbone_parts(backbone: Mapping[str, Any], repo: str) -> tuple
 
 
 def _base_parts(
-    adapter_config: Mapping[str, Any], base_model: Optional[str], repo: str
+    adapter_config: Mapping[str, Any], base_model: Optional[str], repo: str, subfolder: Optional[str] = None
 ) -> tuple[Optional[str], Optional[str], str, Optional[str]]:
     """(base_model metadata, base line, load snippet, backbone note): a random backbone the adapter records (no
-    base_model metadata, whatever the caller passed), else a loaded base."""
+    base_model metadata, whatever the caller passed), else a loaded base. ``subfolder``: the repository's folder
+    that holds the adapter, None for its top."""
     backbone = adapter_config.get("backbone")
     if backbone and backbone.get("rebuildable") is False:
-        return (None, None, *_unrebuildable_backbone_parts(adapter_config, repo))
+        return (None, None, *_unrebuildable_backbone_parts(adapter_config, repo, subfolder))
     if backbone:
-        return (None, None, *_rebuildable_backbone_parts(backbone, repo))
+        return (None, None, *_rebuildable_backbone_parts(backbone, repo, subfolder))
     hub_base, base_line, load_base = _base_and_snippet(adapter_config, base_model, repo)
-    return hub_base, base_line, f'{load_base}\nmodel = PeftModel.from_pretrained(base, "{repo}")', None
+    return hub_base, base_line, f"{load_base}\n" + _load_adapter_line(f'"{repo}"', subfolder), None
 
 
 # The card keeps what it was rendered from (what the caller passed, not what the adapter's config decides) in its
@@ -314,7 +328,7 @@ def _base_parts(
 # ``base_model`` (possibly a local path, which a card never shows; the base is the config's). A card given none of
 # them keeps an empty mapping: it still says that the card keeps its inputs, so nothing is read from its markdown.
 CARD_INPUTS_KEY = "ut_peft"
-_CARD_INPUTS = ("title", "repo_id", "training", "metrics", "tags", "eval_dataset")
+_CARD_INPUTS = ("title", "repo_id", "training", "metrics", "tags", "eval_dataset", "subfolder")
 
 
 def _plain(value: Any) -> Any:
@@ -371,25 +385,34 @@ def render_model_card(
     repo_id: Optional[str] = None,
     title: Optional[str] = None,
     eval_dataset: str = "custom",
+    subfolder: Optional[str] = None,
 ) -> ModelCard:
     """Render the adapter's card from ``model_cards/ut_reprogram_adapter.md``.
 
     ``adapter_config`` is the saved adapter_config.json as a dict; ``training`` and ``metrics`` become tables, and
     the numeric metrics also ``model-index`` metadata on ``eval_dataset`` (the name of the data they were measured
-    on). The card's metadata keeps these keywords (all but ``base_model``) under ``ut_peft``
+    on). ``subfolder``: the folder of repository ``repo_id`` that holds the adapter (where ``PeftModel.push_to_hub``
+    uploads an adapter not named "default": its name), which the load snippet loads it from; None for the
+    repository's top. The card's metadata keeps these keywords (all but ``base_model``) under ``ut_peft``
     (:func:`stored_card_inputs` reads them back), so that saving the adapter again, or pushing it, renders the
     card from them.
     """
     backbone = adapter_config.get("backbone")
     repo = repo_id or "<this-repo>"
-    base_model, base_line, load_snippet, backbone_note = _base_parts(adapter_config, base_model, repo)
+    base_model, base_line, load_snippet, backbone_note = _base_parts(adapter_config, base_model, repo, subfolder)
     settings = {k: adapter_config.get(k) for k in _SETTINGS_KEYS}
     extra_tags = list(tags or [])
     tags = sorted(set(BASE_TAGS + (["random-backbone"] if backbone else []) + extra_tags))
     results = eval_results(metrics, dataset=eval_dataset)
     shown_title = _shown_title(title, repo_id)
     inputs = _card_inputs(
-        title=title, repo_id=repo_id, training=training, metrics=metrics, tags=extra_tags, eval_dataset=eval_dataset
+        title=title,
+        repo_id=repo_id,
+        training=training,
+        metrics=metrics,
+        tags=extra_tags,
+        eval_dataset=eval_dataset,
+        subfolder=subfolder,
     )
     card_data = ModelCardData(
         library_name="peft",
@@ -472,7 +495,8 @@ _TABLE_SECTIONS = {"## Training setup": "training", "## Results": "metrics"}
 _RENDERED_METADATA = frozenset(
     ("library_name", "base_model", "pipeline_tag", "tags", "model_name", "eval_results", "ut_peft")
 )
-# A card's load snippet names the repository it was rendered for (``repo_id``); "<this-repo>" when none.
+# A card's load snippet names the repository it was rendered for (``repo_id``); "<this-repo>" when none. (The
+# cards read back out of their markdown were rendered before a snippet named a subfolder.)
 _REPO = re.compile(r'(?:snapshot_download\(|PeftModel\.from_pretrained\(base, )"([^"]+)"\)')
 _FENCES = ("```", "~~~")
 
@@ -753,6 +777,44 @@ def stale_weights_files(folder: Union[str, os.PathLike]) -> tuple[str, ...]:
     return tuple(name for name in ADAPTER_WEIGHTS if not (Path(folder) / name).is_file())
 
 
+def _check_loads(folder: Union[str, os.PathLike], adapter_config: Mapping[str, Any]) -> None:
+    """Check a UT_REPROGRAM adapter folder as a load checks it: a weights file an earlier save left beside the
+    recorded one (which peft loads first) or one damaged since its save would be uploaded and served as the
+    adapter. Another method's folder is peft's to check."""
+    if adapter_config.get("peft_type") == "UT_REPROGRAM":
+        # peft's registry, not an import of the tuner, which itself imports this module to write its cards.
+        from peft.mapping import PEFT_TYPE_TO_CONFIG_MAPPING
+
+        PEFT_TYPE_TO_CONFIG_MAPPING["UT_REPROGRAM"].from_pretrained(str(folder))
+
+
+def _card_to_push(adapter_config: Mapping[str, Any], folder: Union[str, os.PathLike], **card_kwargs) -> str:
+    """The folder's card brought up to date, as save_pretrained does it (what its user added stays), with
+    ``card_kwargs`` (the push's repository among them); a new one where the folder has none."""
+    try:
+        updated = update_model_card(adapter_config, folder, write=False, **card_kwargs)
+    except (ValueError, yaml.YAMLError):  # a README whose metadata is not YAML, or not a card's: a new card
+        updated = None
+    return str(updated if updated is not None else render_model_card(adapter_config, **card_kwargs))
+
+
+def _subfolder_cards(folder: Path, repo_id: str) -> dict[str, str]:
+    """The cards of the UT_REPROGRAM adapters in ``folder``'s subfolders (``folder/<name>/``, where save_pretrained
+    puts an adapter not named "default"), by their path in the repository: each loads its adapter from its
+    subfolder of ``repo_id``. Each adapter is checked as a load checks it; another method's adapter keeps peft's
+    card."""
+    cards = {}
+    for config_path in sorted(folder.glob(f"*/{ADAPTER_CONFIG}")):
+        adapter_folder = config_path.parent
+        adapter_config = _read_adapter_config(adapter_folder)
+        if adapter_config.get("peft_type") != "UT_REPROGRAM":
+            continue
+        _check_loads(adapter_folder, adapter_config)
+        name = adapter_folder.name
+        cards[f"{name}/README.md"] = _card_to_push(adapter_config, adapter_folder, repo_id=repo_id, subfolder=name)
+    return cards
+
+
 @dataclass(frozen=True)
 class PushPlan:
     """What :func:`push_adapter_to_hub` would upload (``dry_run=True``): the repository, the files, the card."""
@@ -808,25 +870,28 @@ def push_adapter_to_hub(
     The card is the folder's card brought up to date as a save does it (:func:`update_model_card`): it keeps what
     it was rendered from (its title, training and results tables, tags and ``eval_dataset``), the sections and
     metadata its user added and peft's blocks; ``card_kwargs`` replace what it was rendered from one by one, and
-    the card names ``repo_id`` as its repository. A folder without a card gets a new one.
+    the card names ``repo_id`` as its repository. A folder without a card gets a new one. The adapter is uploaded
+    to the repository's top, and its card loads it from there.
+
+    The UT_REPROGRAM adapters in the folder's subfolders (``folder/<name>/``, where ``save_pretrained`` puts an
+    adapter not named "default", and ``PeftModel.push_to_hub`` uploads it) are uploaded with it: each is checked
+    as the folder's own adapter is, and its card, brought up to date the same way (``card_kwargs`` describe the
+    folder's own adapter and are not applied to it), loads it from its subfolder of ``repo_id``.
     """
     _check_repo_id(repo_id)
+    if "subfolder" in card_kwargs:
+        raise ValueError(
+            "push_adapter_to_hub takes no subfolder: it uploads the folder's adapter to the top of the repository "
+            "and the adapters in the folder's subfolders into those subfolders, each card loading its own adapter; "
+            "to upload an adapter into a subfolder <name>/, push the folder that holds it in <name>/"
+        )
     _check_adapter_folder(folder)
     adapter_config = _read_adapter_config(folder)
-    if adapter_config.get("peft_type") == "UT_REPROGRAM":
-        # peft's registry, not an import of the tuner, which itself imports this module to write its cards.
-        from peft.mapping import PEFT_TYPE_TO_CONFIG_MAPPING
-
-        # Checked as a load checks it: a weights file an earlier save left beside the recorded one (which peft
-        # loads first) or one damaged since its save would be uploaded and served as the adapter.
-        PEFT_TYPE_TO_CONFIG_MAPPING["UT_REPROGRAM"].from_pretrained(str(folder))
-    # The folder's card brought up to date, as save_pretrained does it (what its user added stays); a new one where
-    # the folder has none.
-    try:
-        updated = update_model_card(adapter_config, folder, write=False, repo_id=repo_id, **card_kwargs)
-    except (ValueError, yaml.YAMLError):  # a README whose metadata is not YAML, or not a card's: a new card
-        updated = None
-    card = str(updated if updated is not None else render_model_card(adapter_config, repo_id=repo_id, **card_kwargs))
+    _check_loads(folder, adapter_config)
+    # The pushed folder's card names no subfolder, whatever the one it keeps names (a subfolder of another push's
+    # repository: `ut-peft push FOLDER/<name> REPO` puts that adapter at the top of REPO).
+    cards = {"README.md": _card_to_push(adapter_config, folder, repo_id=repo_id, subfolder=None, **card_kwargs)}
+    cards.update(_subfolder_cards(Path(folder), repo_id))
     if dry_run:
         from huggingface_hub.utils import DEFAULT_IGNORE_PATTERNS, filter_repo_objects
 
@@ -835,12 +900,15 @@ def push_adapter_to_hub(
         # The files upload_folder sends: not those its default ignore patterns match (.git/, and the
         # .cache/huggingface/ folder `hf download --local-dir` writes), which it leaves out whatever it is asked.
         sent = filter_repo_objects(list(found), ignore_patterns=DEFAULT_IGNORE_PATTERNS)
-        files = sorted((name, found[name]) for name in sent)
-        if "README.md" not in {name for name, _ in files}:
-            files = sorted([*files, ("README.md", len(card.encode()))])
-        else:
-            files = [(name, len(card.encode()) if name == "README.md" else size) for name, size in files]
-        return PushPlan(repo_id=repo_id, private=private, files=files, card=card, deleted=stale_weights_files(folder))
+        # The cards as they would be uploaded, also where a folder has none yet.
+        sizes = {**{name: found[name] for name in sent}, **{name: len(text.encode()) for name, text in cards.items()}}
+        return PushPlan(
+            repo_id=repo_id,
+            private=private,
+            files=sorted(sizes.items()),
+            card=cards["README.md"],
+            deleted=stale_weights_files(folder),
+        )
     api = api or HfApi(token=token)
     try:
         api.create_repo(repo_id=repo_id, repo_type="model", private=private, exist_ok=True)
@@ -858,7 +926,8 @@ def push_adapter_to_hub(
                 f"(or with HfApi().update_repo_settings({repo_id!r}, private={private})), or push to another "
                 "repository"
             )
-    atomic_write_text(Path(folder) / "README.md", card, newline="")
+    for name, text in cards.items():  # the top card first: a subfolder's card newer than it is its own, not peft's
+        atomic_write_text(Path(folder) / name, text, newline="")
     try:
         if revision is not None and not revision.startswith("refs/pr"):  # as transformers' push_to_hub does
             api.create_branch(repo_id=repo_id, branch=revision, repo_type="model", exist_ok=True)

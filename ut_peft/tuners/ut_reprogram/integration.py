@@ -202,7 +202,8 @@ def push_to_hub_with_card(
     without which peft cannot read the adapter. This saves the adapter into a temporary folder and pushes it with
     :func:`ut_peft.hub.push_adapter_to_hub` (keywords as transformers', ``tags`` onto the card; ``max_shard_size``
     does not apply to an adapter's one small file). The adapters not named "default" go into their subfolders, as
-    transformers' push uploads them; the card at the top is the "default" adapter's, so there must be one.
+    transformers' push uploads them, each with a card that loads it from there (``subfolder="<name>"``); the card
+    at the top is the "default" adapter's, so there must be one.
     """
     import tempfile
 
