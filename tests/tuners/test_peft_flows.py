@@ -578,3 +578,46 @@ def test_a_copy_of_a_base_carrying_an_adapter_ties_and_refuses_resizing_its_own_
     with pytest.raises(ValueError, match=r"Resize the base model before get_peft_model"):
         copied.resize_token_embeddings(VOCAB + 23)
     snapshot.check()
+
+
+def _layer_status(model) -> dict[str, tuple[list[str], dict]]:
+    """peft's get_layer_status as {layer: (available adapters, requires_grad per adapter)}."""
+    return {status.name: (status.available_adapters, status.requires_grad) for status in model.get_layer_status()}
+
+
+def test_layer_status_lists_every_adapter_a_layer_holds_as_peft_does_for_lora(tmp_path):
+    """peft's get_layer_status / get_model_status list, for each layer, "the names of the available adapters", the
+    frozen ones too: LoRA's adapter loaded with is_trainable=False is listed, its requires_grad False. A UT_REPROGRAM
+    adapter loaded frozen was listed as well, but an adapter that holds only frozen tensors on a layer (a new
+    vocabulary's E or U it does not train, kept with the adapter but not as a parameter) was left out of that
+    layer's list, though the layer runs it, and so was a kept-tied adapter on the output head, which runs it with
+    the embedding's table. (requires_grad stays peft's: the requires_grad of the adapter's parameters on the layer,
+    none for an adapter that holds no parameter there.)"""
+    from peft import LoraConfig
+
+    lora = get_peft_model(tiny_model("llama"), LoraConfig(target_modules=["q_proj"]))
+    lora.save_pretrained(tmp_path / "lora")
+    lora.load_adapter(tmp_path / "lora", adapter_name="frozen", is_trainable=False)
+    assert all(
+        status == (["default", "frozen"], {"default": True, "frozen": False})
+        for status in _layer_status(lora).values()
+    )
+
+    model = get_peft_model(tiny_model("llama"), config_for("task_vocab"))
+    model.save_pretrained(tmp_path / "ut")
+    model.load_adapter(tmp_path / "ut", adapter_name="frozen", is_trainable=False)
+    model.add_adapter("frozen_u", config_for("task_vocab", train_output_embeddings=False))
+    status = _layer_status(model)
+    assert status["model.model.embed_tokens"] == (
+        ["default", "frozen", "frozen_u"],
+        {"default": True, "frozen": False, "frozen_u": False},
+    )
+    # frozen_u's U over the new vocabulary is a frozen tensor of the adapter: no parameter, so no requires_grad.
+    assert status["model.lm_head"] == (["default", "frozen", "frozen_u"], {"default": True, "frozen": False})
+    assert model.get_model_status().available_adapters == ["default", "frozen", "frozen_u"]
+    # The output head of a tied base runs a kept-tied adapter with the embedding's table, which holds its parameters.
+    tied = get_peft_model(tiny_model("llama", tied=True), config_for("full"))
+    tied.add_adapter("u_only", config_for("u_only"))
+    status = _layer_status(tied)
+    assert status["model.model.embed_tokens"] == (["default"], {"default": True})
+    assert status["model.lm_head"] == (["default", "u_only"], {"u_only": False})

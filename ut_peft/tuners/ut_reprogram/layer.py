@@ -46,6 +46,15 @@ class UTReprogramLayer(nn.Module, BaseTunerLayer):
                 return name
         return None
 
+    def _get_available_adapters(self) -> set[str]:
+        """The adapters this layer runs, which peft's ``get_layer_status`` and ``get_model_status`` list as its
+        available adapters. peft's own finds them in the trainable containers (``adapter_layer_names``), where each
+        adapter of peft's methods has a tensor, the frozen ones too; here an adapter may hold only frozen tensors on a
+        layer (a new vocabulary's E or U it does not train, in ``other_param_names``), or run on the output head with
+        the embedding's table (a kept-tied adapter): the adapters ``_all_available_adapter_names`` names, which the
+        layer's forward runs and peft's ``delete_adapter`` picks the next active adapter from."""
+        return set(self._all_available_adapter_names())
+
     def _move_adapter_to_device_of_base_layer(self, adapter_name: str, device: Optional[torch.device] = None) -> None:
         """peft's move of an adapter loaded with ``low_cpu_mem_usage=True`` to its base layer, by device only.
 
