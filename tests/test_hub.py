@@ -1057,3 +1057,62 @@ def test_a_subfolder_adapter_pushed_to_its_own_repository_loads_from_that_reposi
     assert "subfolder" not in (snapshots["someone/mine"] / "README.md").read_text()
     with pytest.raises(ValueError, match="takes no subfolder.*push the folder that holds it in <name>/"):
         push_adapter_to_hub(tmp_path / "out" / "mine", "someone/mine", dry_run=True, subfolder="mine")
+
+
+def test_a_subfolder_adapter_pushed_in_the_other_weights_format_leaves_no_stale_weights_file(tmp_path):
+    """A push deleted the other format's weights file at the repository's top only: an adapter in a subfolder
+    <name>/, pushed as adapter_model.safetensors and then saved with safe_serialization=False and pushed again,
+    left <name>/adapter_model.safetensors in the repository, and ``PeftModel.from_pretrained(base, repo,
+    subfolder=name)`` loaded those old weights without a word. The push deletes each subfolder adapter's stale
+    weights file too, and the dry run lists it."""
+    import torch
+    from peft import PeftModel
+
+    model = _two_adapters(random_backbone(tiny_config("llama"), seed=3))
+    hub = FakeHubRepo()
+    model.save_pretrained(tmp_path / "first")
+    push_adapter_to_hub(tmp_path / "first", "someone/two", api=hub)
+    assert "mine/adapter_model.safetensors" in hub.files
+    with torch.no_grad():  # "mine" trained further
+        for name, parameter in model.named_parameters():
+            if name.endswith(".mine"):
+                parameter.add_(1.0)
+    model.save_pretrained(tmp_path / "second", safe_serialization=False)
+    push_adapter_to_hub(tmp_path / "second", "someone/two", api=hub)
+    snapshot = hub.download(tmp_path / "snapshot")
+    base = random_backbone(tiny_config("llama"), seed=3)
+    assert _same_weights(PeftModel.from_pretrained(base, str(snapshot), subfolder="mine"), model, "mine")
+    weights = sorted(name for name in hub.files if "adapter_model" in name)
+    assert weights == ["adapter_model.bin", "mine/adapter_model.bin"]
+    plan = push_adapter_to_hub(tmp_path / "second", "someone/two", dry_run=True)
+    assert set(plan.deleted) == {"adapter_model.safetensors", "mine/adapter_model.safetensors"}
+    assert "mine/adapter_model.safetensors" in str(plan).split("README.md as it would be uploaded:")[0]
+    # And back: a safetensors push removes the subfolder's .bin too.
+    model.save_pretrained(tmp_path / "third")
+    push_adapter_to_hub(tmp_path / "third", "someone/two", api=hub)
+    weights = sorted(name for name in hub.files if "adapter_model" in name)
+    assert weights == ["adapter_model.safetensors", "mine/adapter_model.safetensors"]
+
+
+def test_a_subfolder_adapters_stale_weights_pattern_matches_that_subfolder_only(tmp_path):
+    """huggingface_hub matches delete patterns as globs (fnmatch, ``*`` across "/"): an adapter named "[m]ine" or
+    "m*" (names peft takes, and saves into folders of those names) must delete its own stale weights file, not
+    "mine"'s, which an earlier push uploaded and this one leaves as it is."""
+    import shutil
+
+    model = get_peft_model(tiny_model("llama"), UTReprogramConfig())
+    for name in ("mine", "[m]ine", "m*"):
+        model.add_adapter(name, UTReprogramConfig())
+    hub = FakeHubRepo()
+    model.save_pretrained(tmp_path / "all")
+    push_adapter_to_hub(tmp_path / "all", "someone/many", api=hub)
+    model.save_pretrained(tmp_path / "some", safe_serialization=False)
+    shutil.rmtree(tmp_path / "some" / "mine")  # a push of the other adapters only
+    push_adapter_to_hub(tmp_path / "some", "someone/many", api=hub)
+    weights = sorted(name for name in hub.files if "adapter_model" in name)
+    assert weights == [
+        "[m]ine/adapter_model.bin",
+        "adapter_model.bin",
+        "m*/adapter_model.bin",
+        "mine/adapter_model.safetensors",
+    ]

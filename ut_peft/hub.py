@@ -777,6 +777,29 @@ def stale_weights_files(folder: Union[str, os.PathLike]) -> tuple[str, ...]:
     return tuple(name for name in ADAPTER_WEIGHTS if not (Path(folder) / name).is_file())
 
 
+def stale_weights_paths(folder: Union[str, os.PathLike]) -> tuple[str, ...]:
+    """The repository paths a push of ``folder`` deletes: :func:`stale_weights_files` at the top, and those of each
+    adapter in a subfolder (``<name>/``, where save_pretrained puts an adapter not named "default"; any method's,
+    all of them are uploaded) that holds a weights file, since peft loads ``<name>/adapter_model.safetensors``
+    first there too. A subfolder with a config but no weights file is no saved adapter: the push leaves its
+    files in the repository as they are."""
+    root = Path(folder)
+    paths = list(stale_weights_files(root))
+    for config_path in sorted(root.glob(f"*/{ADAPTER_CONFIG}")):
+        adapter_folder = config_path.parent
+        stale = stale_weights_files(adapter_folder)
+        if len(stale) < len(ADAPTER_WEIGHTS):
+            paths += [f"{adapter_folder.name}/{name}" for name in stale]
+    return tuple(paths)
+
+
+def _literal_pattern(path: str) -> str:
+    """``path`` as a pattern huggingface_hub's delete_patterns match to that path only: they are fnmatch globs, so
+    an adapter named "m*" or "[m]ine" would otherwise delete "mine"'s files. Each of ``*``, ``?`` and ``[`` is put
+    in brackets, as glob.escape does (without its drive handling, for repository paths)."""
+    return re.sub(r"([*?[])", r"[\1]", path)
+
+
 def _check_loads(folder: Union[str, os.PathLike], adapter_config: Mapping[str, Any]) -> None:
     """Check a UT_REPROGRAM adapter folder as a load checks it: a weights file an earlier save left beside the
     recorded one (which peft loads first) or one damaged since its save would be uploaded and served as the
@@ -823,7 +846,8 @@ class PushPlan:
     private: Optional[bool]
     files: list[tuple[str, int]]  # (path inside the folder, bytes)
     card: str
-    # The weights files of the other format, deleted from the repository where it holds them (stale_weights_files).
+    # The weights files of the other format, at the top and in each adapter's subfolder, deleted from the
+    # repository where it holds them (stale_weights_paths).
     deleted: tuple[str, ...] = ()
 
     def __str__(self) -> str:
@@ -832,7 +856,7 @@ class PushPlan:
         lines += [f"  {name} ({size:,} bytes)" for name, size in self.files]
         if self.deleted:
             lines.append(
-                f"and delete {' and '.join(self.deleted)} from the repository where it holds one (an earlier push's "
+                f"and delete {', '.join(self.deleted)} from the repository where it holds them (an earlier push's "
                 "weights, which peft would load before the uploaded ones)"
             )
         lines += ["README.md as it would be uploaded:", self.card]
@@ -876,7 +900,9 @@ def push_adapter_to_hub(
     The UT_REPROGRAM adapters in the folder's subfolders (``folder/<name>/``, where ``save_pretrained`` puts an
     adapter not named "default", and ``PeftModel.push_to_hub`` uploads it) are uploaded with it: each is checked
     as the folder's own adapter is, and its card, brought up to date the same way (``card_kwargs`` describe the
-    folder's own adapter and are not applied to it), loads it from its subfolder of ``repo_id``.
+    folder's own adapter and are not applied to it), loads it from its subfolder of ``repo_id``. The push deletes
+    the other format's weights file of every adapter in a subfolder too (``<name>/adapter_model.safetensors`` for
+    one saved as ``.bin``), and no other subfolder's.
     """
     _check_repo_id(repo_id)
     if "subfolder" in card_kwargs:
@@ -907,7 +933,7 @@ def push_adapter_to_hub(
             private=private,
             files=sorted(sizes.items()),
             card=cards["README.md"],
-            deleted=stale_weights_files(folder),
+            deleted=stale_weights_paths(folder),
         )
     api = api or HfApi(token=token)
     try:
@@ -932,9 +958,11 @@ def push_adapter_to_hub(
         if revision is not None and not revision.startswith("refs/pr"):  # as transformers' push_to_hub does
             api.create_branch(repo_id=repo_id, branch=revision, repo_type="model", exist_ok=True)
         extra: dict[str, Any] = {}
-        stale = stale_weights_files(folder)
-        if stale:  # huggingface_hub deletes the repository's files these match, and never one uploaded with them
-            extra["delete_patterns"] = list(stale)
+        stale = stale_weights_paths(folder)
+        # huggingface_hub deletes the repository's files these match (each its own path only: a pattern without
+        # wildcards matches that path, not the same name in a subfolder), and never one uploaded with them.
+        if stale:
+            extra["delete_patterns"] = [_literal_pattern(path) for path in stale]
         if revision is not None:
             extra["revision"] = revision
         if create_pr:
