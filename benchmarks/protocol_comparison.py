@@ -8,7 +8,8 @@ Every variant crams the same sequences and predicts the same tokens: the publish
   published-scaled     published layout, init at the std of the embeddings as the model uses them (x sqrt(d)
                        on Gemma), lr 1e-2
   published-scaled-lr  as above with lr multiplied by the same factor (so the step is the same relative size)
-  ut-peft              ut-peft's layout and init, greedy-confirmed decision
+  ut-peft              ut-peft's layout and init, greedy-confirmed decision, lr 1e-2 as given (ut-peft's protocol
+                       now multiplies it by the embedding scale, as published-scaled-lr does: CramConfig.lr_scale)
 
 Rows go to ``--output`` as JSONL (one per variant and sequence; a rerun skips finished ones, so an interrupted
 run resumes), then a table: accessible fraction, mean steps of the crammed rows, greedy agreement of the decision,
@@ -53,7 +54,9 @@ def variant_config(
         return dataclasses.replace(published, init_std="embedding", lr=base.lr * scale)
     if name == "ut-peft":  # the BOS goes before the memory (the tokenizer's bos_token when it adds none itself)
         prefix = special or ([bos] if bos is not None else [])
-        return dataclasses.replace(base, prefix_ids=tuple(prefix), given_tokens=0 if special else 1)
+        # The lr as given, as the committed rows of results/protocols were crammed (before ut-peft's protocol scaled
+        # it with the embeddings, lr_scale "embedding": on Gemma that is published-scaled-lr's step).
+        return dataclasses.replace(base, prefix_ids=tuple(prefix), given_tokens=0 if special else 1, lr_scale="none")
     raise ValueError(f"unknown variant {name!r}; choose from {', '.join(VARIANTS)}")
 
 

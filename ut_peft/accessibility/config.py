@@ -245,6 +245,16 @@ class SweepConfig:
         if kind != self.cram.autocast:
             self.cram = dataclasses.replace(self.cram, autocast=kind)
 
+    def resolve_lr_scale(self, model) -> None:
+        """Set ``cram.lr_scale`` "embedding" to "none" where ``model`` does not scale its embeddings (the two step
+        alike there): the settings (:meth:`fingerprint`) then record it only where it changes the rows (Gemma), and a
+        folder written before it existed resumes on any other model; on Gemma such a folder (stepped as "none") is
+        refused rather than resumed with another step size (``--lr-scale none`` resumes it)."""
+        from .engine.forward import input_embedding_scale
+
+        if self.cram.lr_scale == "embedding" and input_embedding_scale(model) == 1.0:
+            self.cram = dataclasses.replace(self.cram, lr_scale="none")
+
     def resolve_model_dtype(self, model) -> None:
         """Set ``model_dtype`` to the dtype of ``model``'s floating-point weights (the model the rows are crammed
         with, whatever was asked), so that the settings (:meth:`fingerprint`) record it; weights of several dtypes
@@ -348,7 +358,8 @@ class SweepConfig:
         missing = [name for name in store.REQUIRED_SETTINGS if name not in settings]
         if missing:  # not a KeyError naming one of them
             raise ValueError(f"the sweep's settings lack {', '.join(missing)}: they are not a sweep's settings.json")
-        recorded_cram = settings.get("cram") or {}
+        # A setting the folder does not record means what it meant before it existed (_LATER_CRAM_DEFAULTS).
+        recorded_cram = {**_LATER_CRAM_DEFAULTS, **(settings.get("cram") or {})}
         cram = CramConfig(
             **{f.name: recorded_cram[f.name] for f in dataclasses.fields(CramConfig) if f.name in recorded_cram}
         )
@@ -489,6 +500,7 @@ def model_files_digest(model) -> str | None:
 _LATER_CRAM_DEFAULTS = {
     "given_tokens": 0,
     "init_std": "embedding",
+    "lr_scale": "none",  # the lr as given, as every run before lr_scale (unlike the others, not today's default)
     "gpu_autocast": "bf16",
     "abandon_below": (),
     "abandon_audit": 0.0,

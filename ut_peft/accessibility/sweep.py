@@ -544,6 +544,8 @@ def _validated(config: SweepConfig, model, tokenizer):
     config.resolve_autocast(execution_device(model.get_input_embeddings()))
     # The weights' dtype, likewise: a folder crammed with float32 weights is refused with bfloat16 ones.
     config.resolve_model_dtype(model)
+    # The step's scale where the model scales its embeddings (Gemma), recorded there only.
+    config.resolve_lr_scale(model)
     # Asked here, before anything is written, for the tokens source and for the support the summary measures at the
     # end: a tokenizer that numbers its tokens with gaps is refused now, not once every row is crammed.
     source = sweep_source(config, model, tokenizer)

@@ -506,6 +506,14 @@ FLAGS = (
          help=f"steps without a new best (default {_OURS['patience']}, the quick run's; {_PUBLISHED['patience']} "
          "under --protocol published, as the paper)"),
     Flag("lr", "cram.lr", api=0.01, type=float, help="AdamW learning rate of the memory vectors"),
+    # Recorded only where it changes the rows (a model that scales its embeddings: Gemma); a settings.json without it
+    # stepped as "none", as every run did before the flag existed.
+    Flag("lr-scale", "cram.lr_scale", api="embedding", absent="none", choices=["embedding", "none"],
+         help="ut-peft protocol: embedding (default) multiplies --lr by the model's embedding scale (sqrt(d) on "
+         "Gemma, whose init is drawn that much larger) and divides weight decay and eps by it, so a step is the same "
+         "size relative to the vectors on every model; none: --lr as given, as folders written before this flag "
+         "(resume one on Gemma with it). No effect on models without an embedding scale, nor under --protocol "
+         "published"),
     Flag("batch-size", "cram.batch_size", unrecorded=True, api=16, type=positive_int,
          help="sequences crammed together"),
     Flag("logits-budget", "cram.logits_budget", unrecorded=True, api=2**26, type=positive_int, metavar="ELEMENTS",

@@ -275,11 +275,11 @@ def test_the_config_classes_take_their_published_defaults_from_one_table():
         PUBLISHED.grid_low,
     )
     assert SweepConfig().num_sequences == PUBLISHED.num_sequences
-    # The four defaults CramConfig's docstring names as ut-peft's are exactly what the published protocol changes.
+    # The five defaults CramConfig's docstring names as ut-peft's are exactly what the published protocol changes.
     published = cram_settings("published", cram_config)
     names = [f.name for f in dataclasses.fields(CramConfig)]
     changed = {name for name in names if getattr(published, name) != getattr(cram_config, name)}
-    assert changed == {"given_tokens", "init_std", "check_greedy", "gpu_autocast"}
+    assert changed == {"given_tokens", "init_std", "lr_scale", "check_greedy", "gpu_autocast"}
     for name in changed:
         assert name in CramConfig.__doc__
     # A run with every default differs from the published protocol only where it must say so.

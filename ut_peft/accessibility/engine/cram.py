@@ -50,6 +50,7 @@ from .forward import (
     init_std,
     job_init,
     leading_correct,
+    optimizer_settings,
     prefix_embeds,
     token_stats,
 )
@@ -161,7 +162,7 @@ class _Batch:
         self.prefix = prefix_embeds(model, config)  # fixed for the whole run: embedded once, not every step
         max_m = max(job.m for job in queue)
         self.params = torch.zeros(slots, max_m, self.hidden_size, device=self.device, requires_grad=True)
-        self.optimizer = optimizer(self.params, config)
+        self.optimizer = optimizer(self.params, optimizer_settings(model, config))
         self.steps = torch.zeros(slots, dtype=torch.long)  # on the CPU: read every step, never a device sync
         self.rows: dict[int, _Row] = {}
 
@@ -463,7 +464,7 @@ def cram_reference(
     rule = stopping(config)
     with FrozenModel(model):
         memory = torch.nn.Parameter(job_init(job, embed.weight.shape[1], init_std(model, config)).to(device))
-        opt = optimizer([memory], config)
+        opt = optimizer([memory], optimizer_settings(model, config))
         ids = torch.as_tensor(job.ids, dtype=torch.long, device=device)
         g = config.given_tokens
         with torch.no_grad():

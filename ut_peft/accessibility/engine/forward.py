@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import warnings
 from contextlib import nullcontext
+from dataclasses import replace
 
 import torch
 import torch.nn.functional as F
@@ -46,6 +47,35 @@ def embedding_weight_std(model) -> float:
 def init_std(model, config: CramConfig) -> float:
     """The std memory vectors are drawn at, by ``config.init_std``."""
     return embedding_weight_std(model) if config.init_std == "weight" else embedding_std(model)
+
+
+def input_embedding_scale(model) -> float:
+    """The factor the model's embedding module multiplies its table's rows by (sqrt(d) on Gemma): exactly 1.0 where
+    it returns the rows themselves (Llama, Qwen, GPT-2), so that nothing keyed on it moves on those models."""
+    embed = model.get_input_embeddings()
+    from accelerate.utils import align_module_device
+
+    device = execution_device(embed)
+    ids = torch.arange(min(embed.weight.shape[0], 1024), device=device)
+    with torch.no_grad(), align_module_device(embed, device):
+        rows, used = embed.weight[ids], embed(ids)
+        if torch.equal(rows, used):
+            return 1.0
+        return float(used.double().norm() / rows.double().norm())
+
+
+def optimizer_settings(model, config: CramConfig) -> CramConfig:
+    """``config`` as the optimizer takes it on ``model``: with ``lr_scale="embedding"``, lr times the embedding scale
+    s and weight decay and eps divided by it, which is AdamW stepping vectors u = v / s in the table's space (the
+    published init's scale, lr as given) while the model sees v = s u, as it sees its tokens. Adam's step is absolute
+    (about lr a coordinate), so without it ut-peft's init at the scaled std moved 25x more slowly relative to its size
+    on Gemma-3-270M than on a model with no scale (3 of 8 rows of 9 tokens crammed in 300 steps against 8 of 8)."""
+    scale = input_embedding_scale(model) if config.lr_scale == "embedding" else 1.0
+    if scale == 1.0:
+        return config
+    return replace(
+        config, lr=config.lr * scale, weight_decay=config.weight_decay / scale, adam_eps=config.adam_eps / scale
+    )
 
 
 def init_vectors(m: int, hidden_size: int, std: float, seed: int) -> torch.Tensor:

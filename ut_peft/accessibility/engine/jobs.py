@@ -17,12 +17,13 @@ class CramConfig:
 
     The optimiser (AdamW lr 1e-2, betas (0.9, 0.9), weight decay 0.01, eps 1e-8), the step cap (3000) and the
     patience (500) default to the published protocol's values (:data:`.protocol.PUBLISHED`, where they are written).
-    The layout, init, confirmation and GPU precision default to ut-peft's protocol, not the paper's:
-    ``given_tokens=0`` (published 1), ``init_std="embedding"`` (published "weight"), ``check_greedy=True``
-    (published False) and ``gpu_autocast="bf16"`` (published "fp16"); ``cram_settings("published", config)`` sets
-    the published four. ``batch_size``, ``logits_budget``, ``forward_groups`` and ``autocast`` are speed knobs of this
-    engine. With ``check_greedy`` off (the published rule) the cap and patience count as the published loop counts
-    them, else as ut-peft's protocol does (:class:`~.policies.StoppingRule`).
+    The layout, init and its step's scale, confirmation and GPU precision default to ut-peft's protocol, not the
+    paper's: ``given_tokens=0`` (published 1), ``init_std="embedding"`` (published "weight"), ``lr_scale="embedding"``
+    (published "none"), ``check_greedy=True`` (published False) and ``gpu_autocast="bf16"`` (published "fp16");
+    ``cram_settings("published", config)`` sets the published five. ``batch_size``, ``logits_budget``,
+    ``forward_groups`` and ``autocast`` are speed knobs of this engine. With ``check_greedy`` off (the published rule)
+    the cap and patience count as the published loop counts them, else as ut-peft's protocol does
+    (:class:`~.policies.StoppingRule`).
     """
 
     lr: float = PUBLISHED.lr
@@ -53,6 +54,13 @@ class CramConfig:
     # The init's scale: "embedding" = std of the token embeddings as the model uses them (after Gemma's sqrt(d)
     # scale); "weight" = std of the embedding weight table, as the published code does (25x smaller on Gemma-3).
     init_std: str = "embedding"
+    # How AdamW's step meets the vectors' scale. "embedding": the vectors step as rows of the embedding table would
+    # that the model scales like its tokens (lr x the embedding scale, weight decay and eps / it: Gemma's sqrt(d),
+    # :func:`~.forward.input_embedding_scale`), so a step is the same size relative to vectors drawn at the scaled std
+    # on every model; a no-op where the embedding module returns its table's rows (Llama, Qwen, GPT-2). "none": lr,
+    # weight decay and eps as given, as the published code does (its init is the unscaled table's). Before it existed
+    # every run stepped as "none": on Gemma, 25x more slowly relative to its vectors than on other models.
+    lr_scale: str = "embedding"
     gpu_autocast: str = "bf16"  # what autocast="auto" means on a GPU: bf16 (ut-peft) or fp16 (published)
     # Calibrated early abandon: ((step, min_best_accuracy), ...): a row whose best teacher-forced accuracy is
     # still below min_best_accuracy once it has taken ``step`` updates stops as "abandoned" (not accessible).
@@ -93,6 +101,8 @@ class CramConfig:
             raise ValueError(f"gpu_autocast must be 'bf16', 'fp16' or 'none' (got {self.gpu_autocast!r})")
         if self.init_std not in ("embedding", "weight"):
             raise ValueError(f"init_std must be 'embedding' or 'weight' (got {self.init_std!r})")
+        if self.lr_scale not in ("embedding", "none"):
+            raise ValueError(f"lr_scale must be 'embedding' or 'none' (got {self.lr_scale!r})")
         if self.given_tokens < 0:
             raise ValueError(f"given_tokens must be >= 0 (got {self.given_tokens})")
         self.prefix_ids = tuple(int(i) for i in self.prefix_ids)

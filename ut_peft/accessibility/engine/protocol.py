@@ -19,8 +19,9 @@ module), so that a figure can be put next to the paper's:
   cut; 20 sequences per length on the adaptive grid from 10 to 1000.
 
 ``ut-peft``: this package's own layout (the BOS *before* the memory, all n tokens predicted from the last memory
-vector on), init at the std of the embeddings as the model uses them, a row counts only once greedy decoding
-confirms it, bf16 autocast on GPU.
+vector on), init at the std of the embeddings as the model uses them and AdamW's step scaled alike (lr x sqrt(d),
+weight decay and eps / sqrt(d) on Gemma; nothing changes on models without an embedding scale), a row counts only once
+greedy decoding confirms it, bf16 autocast on GPU.
 
 On CPU both protocols run float32 unless ``autocast`` says otherwise (CPU fp16 matrix products are emulated and
 slow); every report says which precision produced its rows.
@@ -183,7 +184,13 @@ def cram_settings(protocol: str, cram_config: CramConfigT) -> CramConfigT:
     check_protocol(protocol)
     if protocol == "published":
         return dataclasses.replace(
-            cram_config, given_tokens=1, init_std="weight", check_greedy=False, gpu_autocast="fp16", prefix_ids=()
+            cram_config,
+            given_tokens=1,
+            init_std="weight",
+            lr_scale="none",
+            check_greedy=False,
+            gpu_autocast="fp16",
+            prefix_ids=(),
         )
     return cram_config
 
@@ -219,6 +226,8 @@ def differences_from_published(settings: dict[str, Any], rows_a_round: bool = Fa
             "ut-peft protocol (BOS before the memory, n counts predicted tokens only, init at the scaled "
             "embedding std, greedy-confirmed rows)"
         )
+    if cram.get("lr_scale") == "embedding":  # recorded only where the model scales its embeddings (Gemma)
+        out.append("AdamW's lr x the embedding scale, weight decay and eps / it (published: lr, decay, eps as given)")
     if cram.get("max_steps") != PUBLISHED.max_steps:
         out.append(f"step cap {cram.get('max_steps')} (published {PUBLISHED.max_steps})")
     if cram.get("patience") != PUBLISHED.patience:
