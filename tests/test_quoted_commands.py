@@ -4,6 +4,7 @@ whose meaning changed since the run (a bare `--source words` became the paper's 
 protocol) would otherwise leave a command that quietly crams something else than the figure beside it."""
 
 import dataclasses
+import functools
 import json
 import re
 import shlex
@@ -14,6 +15,7 @@ import pytest
 import torch
 
 from ut_peft.cli import cram as command
+from ut_peft.testing import tiny_model
 
 ROOT = Path(__file__).resolve().parents[1]
 ASSIGNMENT = re.compile(r'^([A-Za-z_]\w*)=(?:"([^"]*)"|(\S*))$')  # S="--model ...", out=$repo/results/...
@@ -69,11 +71,20 @@ def quoted_commands(text: str) -> list[tuple[list[str], str]]:
     return found
 
 
+@functools.cache
+def family_stand_in(scales_embeddings: bool):
+    """A tiny model whose embedding module scales its rows (Gemma-3's) or returns them (Llama's): what the settings
+    that a sweep resolves against its model (lr_scale) depend on."""
+    return tiny_model("gemma3" if scales_embeddings else "llama")
+
+
 def sweep_settings(config) -> dict:
     """The settings a sweep of ``config`` records, its source aside (compared by flag: it needs the tokenizer)."""
     config = dataclasses.replace(config, cram=dataclasses.replace(config.cram))
     config.resolve_prefix(SimpleNamespace(bos_token_id=1))
     config.resolve_autocast(torch.device("cpu"))  # every committed folder was crammed on a CPU, as the sweep records
+    # Recorded only where the model scales its embeddings, which of the committed folders' models only Gemma does.
+    config.resolve_lr_scale(family_stand_in("gemma" in str(config.model).lower()))
     return json.loads(json.dumps(config.fingerprint({})))
 
 
