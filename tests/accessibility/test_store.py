@@ -529,6 +529,19 @@ def test_a_refused_resume_names_each_changed_setting_down_to_its_field():
     assert changed_settings(old, dict(old)) == []
 
 
+def test_a_refused_resume_names_a_cram_setting_a_folder_leaves_out_by_what_it_reads_as():
+    """A folder written before ``cram.lr_scale`` (a Gemma folder of ut-peft's protocol) records no lr_scale, which
+    reads as "none" (the lr as given): a resume under today's default says "none" -> "embedding", the value to
+    give back (--lr-scale none), not null; and a Gemma folder resumed with --lr-scale none says "embedding" -> "none"
+    (the settings leave out a setting that holds its old value)."""
+    from ut_peft.accessibility.store import changed_settings
+
+    old = {"cram": {"lr": 0.01}, "seed": 0}
+    new = {"cram": {"lr": 0.01, "lr_scale": "embedding"}, "seed": 0}
+    assert changed_settings(old, new) == ['cram.lr_scale "none" -> "embedding"']
+    assert changed_settings(new, old) == ['cram.lr_scale "embedding" -> "none"']
+
+
 # ---- leftovers of an earlier run: snapshots and vectors without settings.json, clearing order, snapshot digests ----
 def _state(step: int = 3):
     import torch

@@ -805,6 +805,14 @@ def _value(settings: dict, path: str) -> str:
         return json.dumps(LATER_SETTINGS[path])
     if path == "model_dtype" and path not in settings:
         return json.dumps("float32")
+    section, _, name = path.partition(".")
+    if section == "cram" and isinstance(settings.get("cram"), dict) and name not in settings["cram"]:
+        # A cram setting a fingerprint leaves out where it holds its value from before it existed (lr_scale "none"
+        # on a Gemma folder written before it): named by that value, the one to give back, not as null.
+        from .config import _LATER_CRAM_DEFAULTS
+
+        if name in _LATER_CRAM_DEFAULTS:
+            return json.dumps(_LATER_CRAM_DEFAULTS[name])
     value: Any = settings
     for key in path.split("."):
         value = value.get(key) if isinstance(value, dict) else None
