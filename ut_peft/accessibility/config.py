@@ -305,7 +305,7 @@ class SweepConfig:
             k: v
             for k, v in dataclasses.asdict(self.cram).items()
             if k not in ("batch_size", "logits_budget", "forward_groups")
-            and not (k in _LATER_CRAM_DEFAULTS and v == _LATER_CRAM_DEFAULTS[k])
+            and not (k in store.LATER_CRAM_SETTINGS and v == store.LATER_CRAM_SETTINGS[k])
         }
         settings: dict = {
             "model": str(self.model),
@@ -358,8 +358,8 @@ class SweepConfig:
         missing = [name for name in store.REQUIRED_SETTINGS if name not in settings]
         if missing:  # not a KeyError naming one of them
             raise ValueError(f"the sweep's settings lack {', '.join(missing)}: they are not a sweep's settings.json")
-        # A setting the folder does not record means what it meant before it existed (_LATER_CRAM_DEFAULTS).
-        recorded_cram = {**_LATER_CRAM_DEFAULTS, **(settings.get("cram") or {})}
+        # A setting the folder does not record means what it meant before it existed (store.LATER_CRAM_SETTINGS).
+        recorded_cram = {**store.LATER_CRAM_SETTINGS, **(settings.get("cram") or {})}
         cram = CramConfig(
             **{f.name: recorded_cram[f.name] for f in dataclasses.fields(CramConfig) if f.name in recorded_cram}
         )
@@ -494,14 +494,3 @@ def model_files_digest(model) -> str | None:
         for part in parts:
             digest.update(hashlib.sha256(part).digest())
     return digest.hexdigest()[:16]
-
-
-# CramConfig fields that came after the first sweeps, with the value that reproduces those sweeps.
-_LATER_CRAM_DEFAULTS = {
-    "given_tokens": 0,
-    "init_std": "embedding",
-    "lr_scale": "none",  # the lr as given, as every run before lr_scale (unlike the others, not today's default)
-    "gpu_autocast": "bf16",
-    "abandon_below": (),
-    "abandon_audit": 0.0,
-}

@@ -101,6 +101,18 @@ STAGED_ROWS_FILE = ".rows.jsonl.merging"
 # with another value holds it in its summary.json only, which :func:`recorded_settings` reads back.
 LATER_SETTINGS = {"support_sequences": 256, "support_seq_len": 32}
 
+# CramConfig fields that came after the first sweeps, with the value that reproduces those sweeps. A fingerprint leaves
+# each out while it holds that value (SweepConfig.fingerprint), so a folder written before it resumes; a folder that
+# leaves one out means that value.
+LATER_CRAM_SETTINGS = {
+    "given_tokens": 0,
+    "init_std": "embedding",
+    "lr_scale": "none",  # the lr as given, as every run before lr_scale (unlike the others, not today's default)
+    "gpu_autocast": "bf16",
+    "abandon_below": (),
+    "abandon_audit": 0.0,
+}
+
 
 # Digests settings.json records only since later versions, by their dotted path: of what a sweep reads from outside
 # the package (the content of a text:PATH or words:PATH file; a local model's weights files, SweepConfig.fingerprint).
@@ -809,10 +821,8 @@ def _value(settings: dict, path: str) -> str:
     if section == "cram" and isinstance(settings.get("cram"), dict) and name not in settings["cram"]:
         # A cram setting a fingerprint leaves out where it holds its value from before it existed (lr_scale "none"
         # on a Gemma folder written before it): named by that value, the one to give back, not as null.
-        from .config import _LATER_CRAM_DEFAULTS
-
-        if name in _LATER_CRAM_DEFAULTS:
-            return json.dumps(_LATER_CRAM_DEFAULTS[name])
+        if name in LATER_CRAM_SETTINGS:
+            return json.dumps(LATER_CRAM_SETTINGS[name])
     value: Any = settings
     for key in path.split("."):
         value = value.get(key) if isinstance(value, dict) else None
