@@ -1116,3 +1116,48 @@ def test_a_subfolder_adapters_stale_weights_pattern_matches_that_subfolder_only(
         "m*/adapter_model.bin",
         "mine/adapter_model.safetensors",
     ]
+
+
+def test_an_adapter_whose_name_holds_a_slash_is_pushed_with_its_card_and_without_its_stale_weights(
+    tmp_path, monkeypatch
+):
+    """peft saves an adapter named "team/mine" into folder/team/mine/ and loads it with ``subfolder="team/mine"``.
+    The push looked for adapters one folder down only: it uploaded team/mine/ with no card at all, left an earlier
+    push's team/mine/adapter_model.safetensors in the repository (which peft loads before the new .bin), and a
+    folder holding that adapter alone was said to lack a saved adapter. The push finds adapters at any depth."""
+    import huggingface_hub
+    import torch
+    from peft import PeftModel
+
+    model = get_peft_model(random_backbone(tiny_config("llama"), seed=3), UTReprogramConfig())
+    model.add_adapter("team/mine", UTReprogramConfig(num_memory_tokens=2))
+    hub = FakeHubRepo()
+    model.save_pretrained(tmp_path / "first")
+    push_adapter_to_hub(tmp_path / "first", "someone/team", api=hub)
+    assert "team/mine/adapter_model.safetensors" in hub.files
+    with torch.no_grad():  # "team/mine" trained further
+        for name, parameter in model.named_parameters():
+            if name.endswith(".team/mine"):
+                parameter.add_(1.0)
+    model.save_pretrained(tmp_path / "second", safe_serialization=False)
+    plan = push_adapter_to_hub(tmp_path / "second", "someone/team", dry_run=True)
+    push_adapter_to_hub(tmp_path / "second", "someone/team", api=hub)
+    assert sorted(name for name in hub.files if "adapter_model" in name) == [
+        "adapter_model.bin",
+        "team/mine/adapter_model.bin",
+    ]
+    assert set(plan.deleted) == {"adapter_model.safetensors", "team/mine/adapter_model.safetensors"}
+    assert dict(plan.files) == {name: len(data) for name, data in hub.files.items() if name != ".gitattributes"}
+    snapshot = hub.download(tmp_path / "snapshot")
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", lambda repo_id, **kw: str(snapshot))
+    card = ModelCard.load(snapshot / "team" / "mine" / "README.md")
+    assert 'subfolder="team/mine"' in card.text and "prepend_memory_tokens" in card.text
+    namespace: dict = {}
+    exec(_snippet(card.text), namespace)  # the card's own snippet loads this adapter, not the top's
+    assert _same_weights(namespace["model"], model, "team/mine")
+    base = random_backbone(tiny_config("llama"), seed=3)
+    assert _same_weights(PeftModel.from_pretrained(base, str(snapshot), subfolder="team/mine"), model, "team/mine")
+    alone = get_peft_model(random_backbone(tiny_config("llama"), seed=3), UTReprogramConfig(), adapter_name="team/x")
+    alone.save_pretrained(tmp_path / "alone")
+    with pytest.raises(FileNotFoundError, match=r"in its subfolders \('team/x'\).*/team/x'"):
+        push_adapter_to_hub(tmp_path / "alone", "someone/x", dry_run=True)

@@ -7,6 +7,7 @@ adapters are pushed as folders with ``HfApi.upload_folder`` and a card rendered 
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import re
@@ -728,13 +729,13 @@ def _check_adapter_folder(folder: Union[str, os.PathLike]) -> None:
             "model, not a UT_REPROGRAM adapter, and push uploads adapters only (upload a model with "
             f"`hf upload REPO {root / 'model'}`)"
         )
-    below = sorted(path.parent for path in root.glob(f"*/{ADAPTER_CONFIG}"))
+    below = _subfolder_adapters(root)
     if ADAPTER_CONFIG in missing and below:
-        names = ", ".join(repr(path.name) for path in below)
+        names, first = ", ".join(repr(name) for name in below), root / below[0]
         raise FileNotFoundError(
             f"{folder} holds no adapter at its top, but adapters in its subfolders ({names}): save_pretrained puts "
             "an adapter that is not named 'default' into folder/<adapter name>/. Push that folder: "
-            f"`ut-peft push {below[0]} REPO` (from Python: push_adapter_to_hub({str(below[0])!r}, ...))"
+            f"`ut-peft push {first} REPO` (from Python: push_adapter_to_hub({str(first)!r}, ...))"
         )
     raise FileNotFoundError(
         f"{folder} lacks {', '.join(missing)}: save the adapter with model.save_pretrained(folder) before pushing it"
@@ -777,27 +778,31 @@ def stale_weights_files(folder: Union[str, os.PathLike]) -> tuple[str, ...]:
     return tuple(name for name in ADAPTER_WEIGHTS if not (Path(folder) / name).is_file())
 
 
+def _subfolder_adapters(folder: Union[str, os.PathLike]) -> list[str]:
+    """The folders below ``folder`` that hold an adapter (any method's) and that a push uploads, by their path in
+    the repository: save_pretrained puts an adapter not named "default" into ``folder/<name>/`` (``team/mine/`` for
+    "team/mine"), and peft loads it from there with ``subfolder="<name>"``. Those upload_folder leaves out (in .git/
+    or .cache/huggingface/) are not uploaded."""
+    from huggingface_hub.utils import DEFAULT_IGNORE_PATTERNS, filter_repo_objects
+
+    root = Path(folder)
+    configs = sorted(path.relative_to(root).as_posix() for path in root.rglob(ADAPTER_CONFIG) if path.parent != root)
+    return [
+        config.rpartition("/")[0] for config in filter_repo_objects(configs, ignore_patterns=DEFAULT_IGNORE_PATTERNS)
+    ]
+
+
 def stale_weights_paths(folder: Union[str, os.PathLike]) -> tuple[str, ...]:
     """The repository paths a push of ``folder`` deletes: :func:`stale_weights_files` at the top, and those of each
-    adapter in a subfolder (``<name>/``, where save_pretrained puts an adapter not named "default"; any method's,
-    all of them are uploaded) that holds a weights file, since peft loads ``<name>/adapter_model.safetensors``
-    first there too. A subfolder with a config but no weights file is no saved adapter: the push leaves its
-    files in the repository as they are."""
-    root = Path(folder)
-    paths = list(stale_weights_files(root))
-    for config_path in sorted(root.glob(f"*/{ADAPTER_CONFIG}")):
-        adapter_folder = config_path.parent
-        stale = stale_weights_files(adapter_folder)
+    adapter in a subfolder (:func:`_subfolder_adapters`; any method's, all of them are uploaded) that holds a
+    weights file, since peft loads ``<name>/adapter_model.safetensors`` first there too. A subfolder with a config
+    but no weights file is no saved adapter: the push leaves its files in the repository as they are."""
+    paths = list(stale_weights_files(folder))
+    for name in _subfolder_adapters(folder):
+        stale = stale_weights_files(Path(folder) / name)
         if len(stale) < len(ADAPTER_WEIGHTS):
-            paths += [f"{adapter_folder.name}/{name}" for name in stale]
+            paths += [f"{name}/{file}" for file in stale]
     return tuple(paths)
-
-
-def _literal_pattern(path: str) -> str:
-    """``path`` as a pattern huggingface_hub's delete_patterns match to that path only: they are fnmatch globs, so
-    an adapter named "m*" or "[m]ine" would otherwise delete "mine"'s files. Each of ``*``, ``?`` and ``[`` is put
-    in brackets, as glob.escape does (without its drive handling, for repository paths)."""
-    return re.sub(r"([*?[])", r"[\1]", path)
 
 
 def _check_loads(folder: Union[str, os.PathLike], adapter_config: Mapping[str, Any]) -> None:
@@ -821,19 +826,17 @@ def _card_to_push(adapter_config: Mapping[str, Any], folder: Union[str, os.PathL
     return str(updated if updated is not None else render_model_card(adapter_config, **card_kwargs))
 
 
-def _subfolder_cards(folder: Path, repo_id: str) -> dict[str, str]:
-    """The cards of the UT_REPROGRAM adapters in ``folder``'s subfolders (``folder/<name>/``, where save_pretrained
-    puts an adapter not named "default"), by their path in the repository: each loads its adapter from its
-    subfolder of ``repo_id``. Each adapter is checked as a load checks it; another method's adapter keeps peft's
-    card."""
+def _subfolder_cards(folder: Union[str, os.PathLike], repo_id: str) -> dict[str, str]:
+    """The cards of the UT_REPROGRAM adapters in ``folder``'s subfolders (:func:`_subfolder_adapters`), by their
+    path in the repository: each loads its adapter from its subfolder of ``repo_id``. Each adapter is checked as a
+    load checks it; another method's adapter keeps peft's card."""
     cards = {}
-    for config_path in sorted(folder.glob(f"*/{ADAPTER_CONFIG}")):
-        adapter_folder = config_path.parent
+    for name in _subfolder_adapters(folder):
+        adapter_folder = Path(folder) / name
         adapter_config = _read_adapter_config(adapter_folder)
         if adapter_config.get("peft_type") != "UT_REPROGRAM":
             continue
         _check_loads(adapter_folder, adapter_config)
-        name = adapter_folder.name
         cards[f"{name}/README.md"] = _card_to_push(adapter_config, adapter_folder, repo_id=repo_id, subfolder=name)
     return cards
 
@@ -917,7 +920,7 @@ def push_adapter_to_hub(
     # The pushed folder's card names no subfolder, whatever the one it keeps names (a subfolder of another push's
     # repository: `ut-peft push FOLDER/<name> REPO` puts that adapter at the top of REPO).
     cards = {"README.md": _card_to_push(adapter_config, folder, repo_id=repo_id, subfolder=None, **card_kwargs)}
-    cards.update(_subfolder_cards(Path(folder), repo_id))
+    cards.update(_subfolder_cards(folder, repo_id))
     if dry_run:
         from huggingface_hub.utils import DEFAULT_IGNORE_PATTERNS, filter_repo_objects
 
@@ -959,10 +962,11 @@ def push_adapter_to_hub(
             api.create_branch(repo_id=repo_id, branch=revision, repo_type="model", exist_ok=True)
         extra: dict[str, Any] = {}
         stale = stale_weights_paths(folder)
-        # huggingface_hub deletes the repository's files these match (each its own path only: a pattern without
-        # wildcards matches that path, not the same name in a subfolder), and never one uploaded with them.
+        # huggingface_hub deletes the repository's files these match, and never one uploaded with them. They are
+        # fnmatch globs: escaped, each matches its own path only (an adapter named "m*" or "[m]ine" would otherwise
+        # delete "mine"'s files; a repository path has no drive for glob.escape to keep).
         if stale:
-            extra["delete_patterns"] = [_literal_pattern(path) for path in stale]
+            extra["delete_patterns"] = [glob.escape(path) for path in stale]
         if revision is not None:
             extra["revision"] = revision
         if create_pr:
