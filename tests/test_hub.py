@@ -1161,3 +1161,27 @@ def test_an_adapter_whose_name_holds_a_slash_is_pushed_with_its_card_and_without
     alone.save_pretrained(tmp_path / "alone")
     with pytest.raises(FileNotFoundError, match=r"in its subfolders \('team/x'\).*/team/x'"):
         push_adapter_to_hub(tmp_path / "alone", "someone/x", dry_run=True)
+
+
+def test_a_subfolder_adapters_pushed_card_keeps_its_own_tags_not_those_of_the_card_above(tmp_path):
+    """A push read the card one folder up as the one peft had just written (as a save does) when it was newer than
+    the adapter's own: once the top adapter's card was edited after the save (a tag added), the push put the top
+    adapter's tags on the card of "mine", in the repository's mine/ and when out/mine was pushed on its own. A push
+    reads each adapter's own card."""
+    import os
+
+    model = _two_adapters(random_backbone(tiny_config("llama"), seed=3))
+    out = tmp_path / "out"
+    model.save_pretrained(out)
+    top = ModelCard.load(out / "README.md")
+    top.data.tags = [*top.data.tags, "default-only"]
+    top.save(out / "README.md")
+    later = (out / "mine" / "README.md").stat().st_mtime_ns + 10**9  # edited after the save
+    os.utime(out / "README.md", ns=(later, later))
+    both, alone = FakeHubRepo(), FakeHubRepo()
+    push_adapter_to_hub(out, "someone/two", api=both)
+    assert "default-only" in ModelCard(both.files["README.md"].decode()).data.tags
+    assert "default-only" not in ModelCard(both.files["mine/README.md"].decode()).data.tags
+    os.utime(out / "README.md", ns=(later + 10**9, later + 10**9))
+    push_adapter_to_hub(out / "mine", "someone/mine", api=alone)
+    assert "default-only" not in ModelCard(alone.files["README.md"].decode()).data.tags

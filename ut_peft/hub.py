@@ -638,7 +638,12 @@ def _peft_card_above(folder: Path) -> Optional[Path]:
 
 
 def update_model_card(
-    adapter_config: Mapping[str, Any], folder: Union[str, os.PathLike], *, write: bool = True, **card_kwargs
+    adapter_config: Mapping[str, Any],
+    folder: Union[str, os.PathLike],
+    *,
+    write: bool = True,
+    after_save: bool = True,
+    **card_kwargs,
 ) -> Optional[ModelCard]:
     """Make ``folder/README.md``, which peft's ``save_pretrained`` has just written (or a save wrote before a push),
     the ut-peft card of ``adapter_config`` (its adapter_config.json as a mapping), and return it; None where the
@@ -653,11 +658,12 @@ def update_model_card(
     peft writes its README.md into the folder ``save_pretrained`` was given, but saves an adapter not named "default"
     into a subfolder named after it (``folder/<name>/``, the folder to load or push that adapter from): its card is
     written there, with peft's metadata and blocks taken from the README peft wrote one level up. A folder with no
-    README of its own and none of peft's above it (a config saved alone) is left alone.
+    README of its own and none of peft's above it (a config saved alone) is left alone. ``after_save=False`` (a
+    push, which follows no save) reads the folder's own card only: the card above is then another adapter's.
     """
     readme = Path(folder) / "README.md"
     own = ModelCard.load(readme) if readme.is_file() else None
-    above = _peft_card_above(Path(folder))
+    above = _peft_card_above(Path(folder)) if after_save else None
     if above is not None and own is not None and above.stat().st_mtime_ns <= readme.stat().st_mtime_ns:
         above = None  # the folder's own card is the one peft has just written (its save_directory)
     # The card peft has just written: the folder's own, or for a subfolder the one above, newer than its own card
@@ -820,7 +826,7 @@ def _card_to_push(adapter_config: Mapping[str, Any], folder: Union[str, os.PathL
     """The folder's card brought up to date, as save_pretrained does it (what its user added stays), with
     ``card_kwargs`` (the push's repository among them); a new one where the folder has none."""
     try:
-        updated = update_model_card(adapter_config, folder, write=False, **card_kwargs)
+        updated = update_model_card(adapter_config, folder, write=False, after_save=False, **card_kwargs)
     except (ValueError, yaml.YAMLError):  # a README whose metadata is not YAML, or not a card's: a new card
         updated = None
     return str(updated if updated is not None else render_model_card(adapter_config, **card_kwargs))
