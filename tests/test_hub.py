@@ -1185,3 +1185,25 @@ def test_a_subfolder_adapters_pushed_card_keeps_its_own_tags_not_those_of_the_ca
     os.utime(out / "README.md", ns=(later + 10**9, later + 10**9))
     push_adapter_to_hub(out / "mine", "someone/mine", api=alone)
     assert "default-only" not in ModelCard(alone.files["README.md"].decode()).data.tags
+
+
+def test_an_adapter_whose_name_holds_a_slash_is_saved_with_the_card_a_one_level_subfolder_adapter_gets(tmp_path):
+    """save_pretrained wrote no card into folder/team/mine/ for an adapter named "team/mine": the card peft had just
+    written was looked for one folder up only (folder/team/, which holds none), while folder/mine/ got its card. The
+    nested adapter's folder gets the same card, and the card of an adapter named "team", in the folder between
+    them, is not taken for peft's: a tag given to that card stays off the card of "team/mine"."""
+    model = get_peft_model(random_backbone(tiny_config("llama"), seed=3), UTReprogramConfig())
+    for name in ("mine", "team/mine", "team"):
+        model.add_adapter(name, UTReprogramConfig(num_memory_tokens=2))
+    out = tmp_path / "out"
+    model.save_pretrained(out)
+    one_level = ModelCard.load(out / "mine" / "README.md")
+    assert (out / "team" / "mine" / "README.md").is_file()
+    nested = ModelCard.load(out / "team" / "mine" / "README.md")
+    assert nested.text == one_level.text and nested.data.to_dict() == one_level.data.to_dict()
+    assert "prepend_memory_tokens" in nested.text and nested.data.library_name == "peft"
+    save_model_card(out / "team", tags=["team-only"])
+    model.save_pretrained(out)
+    model.save_pretrained(out)  # "team"'s card is a peft card now, and newer than that of "team/mine"
+    assert "team-only" in ModelCard.load(out / "team" / "README.md").data.tags
+    assert ModelCard.load(out / "team" / "mine" / "README.md").data.to_dict() == one_level.data.to_dict()

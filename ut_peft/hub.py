@@ -621,13 +621,17 @@ def _render_again(adapter_config: Mapping[str, Any], card: ModelCard):
     return ours
 
 
-def _peft_card_above(folder: Path) -> Optional[Path]:
-    """The README.md peft's ``save_pretrained`` wrote one level above ``folder`` when ``folder`` is the subfolder it
-    saved an adapter not named "default" into (the adapter's weights are there, written before its config; the
-    README above is a card with peft's ``library_name``); None otherwise."""
+def _peft_card_above(folder: Path, saved_into: Optional[Path] = None) -> Optional[Path]:
+    """The README.md peft's ``save_pretrained`` wrote above ``folder`` when ``folder`` is the subfolder it saved an
+    adapter not named "default" into (the adapter's weights are there, written before its config; the README above
+    is a card with peft's ``library_name``); None otherwise. peft writes it into the folder the save was given,
+    ``saved_into``, however deep below that the adapter's folder is (``team/mine/`` for an adapter named
+    "team/mine"): the README of a folder between them is another adapter's card ("team"'s). Without ``saved_into``
+    (a config saved by another path than ``PeftModel.save_pretrained``), the README one level up."""
     from peft.utils.constants import SAFETENSORS_WEIGHTS_NAME, WEIGHTS_NAME
 
-    above = folder.parent / "README.md"
+    top = saved_into if saved_into is not None and saved_into in folder.parents else folder.parent
+    above = top / "README.md"
     if not above.is_file() or not any((folder / name).is_file() for name in (SAFETENSORS_WEIGHTS_NAME, WEIGHTS_NAME)):
         return None
     try:
@@ -643,6 +647,7 @@ def update_model_card(
     *,
     write: bool = True,
     after_save: bool = True,
+    saved_into: Union[str, os.PathLike, None] = None,
     **card_kwargs,
 ) -> Optional[ModelCard]:
     """Make ``folder/README.md``, which peft's ``save_pretrained`` has just written (or a save wrote before a push),
@@ -657,13 +662,16 @@ def update_model_card(
 
     peft writes its README.md into the folder ``save_pretrained`` was given, but saves an adapter not named "default"
     into a subfolder named after it (``folder/<name>/``, the folder to load or push that adapter from): its card is
-    written there, with peft's metadata and blocks taken from the README peft wrote one level up. A folder with no
-    README of its own and none of peft's above it (a config saved alone) is left alone. ``after_save=False`` (a
-    push, which follows no save) reads the folder's own card only: the card above is then another adapter's.
+    written there, with peft's metadata and blocks taken from the README peft wrote above it. A folder with no
+    README of its own and none of peft's above it (a config saved alone) is left alone. peft saves an adapter whose
+    name holds a "/" deeper (``folder/team/mine/`` for "team/mine"): ``saved_into``, the folder the save was given,
+    says where peft wrote its README (without it, one level up). ``after_save=False`` (a push, which follows no
+    save) reads the folder's own card only: the card above is then another adapter's.
     """
     readme = Path(folder) / "README.md"
     own = ModelCard.load(readme) if readme.is_file() else None
-    above = _peft_card_above(Path(folder)) if after_save else None
+    top = None if saved_into is None else Path(saved_into)
+    above = _peft_card_above(Path(folder), top) if after_save else None
     if above is not None and own is not None and above.stat().st_mtime_ns <= readme.stat().st_mtime_ns:
         above = None  # the folder's own card is the one peft has just written (its save_directory)
     # The card peft has just written: the folder's own, or for a subfolder the one above, newer than its own card

@@ -46,7 +46,11 @@ def install() -> None:
         selected = bound.arguments.get("selected_adapters") or list(self.peft_config)
         if save_embedding_layers == "auto" and all(_is_ut_reprogram(self.peft_config.get(n)) for n in selected):
             save_embedding_layers = False
-        result = original_save(self, save_directory, *args, save_embedding_layers=save_embedding_layers, **kwargs)
+        token = _SAVE_DIRECTORY.set(os.fspath(save_directory))
+        try:
+            result = original_save(self, save_directory, *args, save_embedding_layers=save_embedding_layers, **kwargs)
+        finally:
+            _SAVE_DIRECTORY.reset(token)
         if bound.arguments.get("is_main_process", True):
             _record_checksums(self, save_directory, selected, bound.arguments.get("safe_serialization", True))
         return result
@@ -67,6 +71,10 @@ def install() -> None:
     push_to_hub.__doc__ = original_push.__doc__
     PeftModel.push_to_hub = push_to_hub
 
+
+# The folder given to the PeftModel.save_pretrained in progress, where peft writes its README.md: the card of an
+# adapter saved into a subfolder (folder/<name>/, folder/team/mine/ for "team/mine") takes peft's metadata from it.
+_SAVE_DIRECTORY: contextvars.ContextVar[Optional[str]] = contextvars.ContextVar("ut_peft_saving", default=None)
 
 # Set while an adapter is made to load saved weights into (PeftModel.from_pretrained, peft's and transformers'
 # load_adapter, low_cpu_mem_usage=True): its config's records of a base are checked, not replaced.
@@ -286,7 +294,8 @@ def record_weights_checksum(folder: str, config, written: str) -> None:
 
 def update_model_card(config, folder) -> None:
     """Make ``folder/README.md``, which peft's ``save_pretrained`` has just written, the ut-peft card of ``config``
-    (:func:`ut_peft.hub.update_model_card`, which says what it keeps)."""
+    (:func:`ut_peft.hub.update_model_card`, which says what it keeps), with peft's metadata from the README it wrote
+    into the folder that ``PeftModel.save_pretrained`` was given, however deep below it ``folder`` is."""
     from ...hub import update_model_card as update
 
-    update(config.to_dict(), folder)
+    update(config.to_dict(), folder, saved_into=_SAVE_DIRECTORY.get())
