@@ -108,6 +108,11 @@ def mismatches(argv: list[str], folder: Path) -> list[str]:
     held_source = command.flags_from_settings(json.loads(path.read_text()), path)["source"]
     if source_flag(quoted.source, quoted.protocol) != held_source:
         out.append(f"source: {quoted.source!r} quoted, {held_source!r} held")
+    # How a words source draws its texts, as the quoted command crams into its folder (which keeps the construction
+    # its settings.json records: a published words folder from before every list was drawn 5 n words at once).
+    quoted_words, held_words = quoted.kept_in(folder).words_construction(), held.words_construction()
+    if quoted_words != held_words:
+        out.append(f"source.words_per_token: {quoted_words!r} quoted, {held_words!r} held")
     return out
 
 
@@ -151,3 +156,7 @@ def test_a_command_whose_flag_changed_meaning_is_caught():
     assert mismatches([*argv, "--source", "words:wordfreq"], folder) == []
     other_lr = mismatches([*argv, "--source", "words:wordfreq", "--lr", "0.1"], folder)
     assert len(other_lr) == 1 and other_lr[0].startswith("cram: "), other_lr
+    # Its words were drawn n at a time: the published construction, asked for by name, is not what it holds.
+    other_draw = mismatches([*argv, "--source", "words:wordfreq", "--words-per-token", "5"], folder)
+    assert other_draw == ["source.words_per_token: 5 quoted, None held"]
+    assert mismatches([*argv, "--source", "words:wordfreq", "--words-per-token", "none"], folder) == []

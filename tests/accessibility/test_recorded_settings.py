@@ -323,6 +323,93 @@ def test_a_file_source_folder_from_before_its_digest_was_recorded_resumes_and_me
     assert "sha256" not in store.read_settings(tmp_path / "merged")["source"]
 
 
+def test_a_published_words_folder_from_before_the_published_construction_resumes_drawing_as_it_did(tmp_path, llama):
+    """A published-protocol words:PATH folder written before that protocol drew every list 5 n words at once: its
+    description records no words_per_token, so its words were drawn n at a time (after the BOS, for the n - 1 tokens
+    that follow it). The command that started it resumes it so (its settings.json, in-flight snapshots and report as
+    they were), and what rebuilds it draws so; a new folder of the same command draws the published construction."""
+    import dataclasses
+    import functools
+    from unittest import mock
+
+    from ut_peft.accessibility import sweep
+    from ut_peft.accessibility.config import folder_config
+    from ut_peft.accessibility.engine.sources import sequence_rng
+    from ut_peft.accessibility.testing import killed_sweep
+
+    from .test_sweep import _NoBosWordTokenizer
+
+    class BosWordTokenizer(_NoBosWordTokenizer):
+        """One token per word, and a BOS (id 0) before a text with special tokens, as Gemma's tokenizer."""
+
+        bos_token_id = 0
+
+        def __call__(self, text, add_special_tokens=False):
+            return {"input_ids": [0] * add_special_tokens + super().__call__(text)["input_ids"]}
+
+    tokenizer = BosWordTokenizer()
+    words = [f"alpha{i}" for i in range(50)]
+    path = tmp_path / "words.txt"
+    path.write_text("\n".join(words))
+    config = small_config(
+        source=f"words:{path}", protocol="published", ms=[1], grid=GridConfig(lengths=[4, 6]), num_sequences=2
+    )
+    # Written as versions before wrote it: their published protocol drew a file's words n at a time.
+    with mock.patch.object(sweep, "run_sweep", functools.partial(sweep.run_sweep, tokenizer=tokenizer)):
+        killed_sweep(dataclasses.replace(config, words_per_token=None), tmp_path / "old", llama, 3)
+    before = (tmp_path / "old" / "settings.json").read_bytes()
+    assert json.loads(before)["source"] == {
+        "kind": "words",
+        "name": str(path),
+        "num_words": 50,
+        "sha256": json.loads(before)["source"]["sha256"],
+        "special_prefix_ids": [0],
+    }
+    assert store.inflight_keys(tmp_path / "old")
+    run_sweep(config, tmp_path / "old", model=llama, tokenizer=tokenizer, progress=False, report=False)
+    rows = store.read_rows(tmp_path / "old")
+    assert len(rows) == 4 and any(row.resumed_at for row in rows.values())  # its snapshots were continued
+    assert (tmp_path / "old" / "settings.json").read_bytes() == before  # recorded as it was
+    assert summarize_folder(tmp_path / "old", llama, report=False).settings == json.loads(before)
+
+    assert folder_config(tmp_path / "old").words_per_token is None
+    _, _, _, source = sweep.rebuild_folder(tmp_path / "old", llama, tokenizer)
+    for _, n, index in rows:
+        drawn = [words[i] for i in sequence_rng(config.seed, n - 1, index).integers(0, len(words), n - 1)]
+        older = [0, *tokenizer(" ".join(drawn))["input_ids"]]
+        published = [words[i] for i in sequence_rng(config.seed, n, index).integers(0, len(words), 5 * n)]
+        assert source.sequence(n, index, config.seed) == older
+        assert older != tokenizer(" ".join(published), add_special_tokens=True)["input_ids"][:n]
+
+    # The same command into a new folder draws the published construction; a resume of the old folder told that
+    # construction explicitly is refused, naming it.
+    run_sweep(config, tmp_path / "new", model=llama, tokenizer=tokenizer, progress=False, report=False)
+    assert store.read_settings(tmp_path / "new")["source"]["words_per_token"] == 5
+    with pytest.raises(ValueError, match=r"changed: source\.words_per_token null -> 5"):
+        explicit = dataclasses.replace(config, words_per_token=5)
+        run_sweep(explicit, tmp_path / "old", model=llama, tokenizer=tokenizer, progress=False, report=False)
+
+
+def test_the_committed_published_words_folders_rebuild_drawing_their_words_n_at_a_time():
+    """Every committed folder whose words source records no words_per_token (those of the published protocol drew
+    wordfreq's list before that protocol drew every list 5 n words at once) rebuilds, and resumes under the flags
+    that started it, drawing its words n at a time, as its rows were crammed."""
+    from ut_peft.accessibility.config import SweepConfig, folder_config, rebuilt_config
+
+    checked = 0
+    for path in sorted(RESULTS.rglob("settings.json")):
+        settings = json.loads(path.read_text())
+        source = settings.get("source")
+        if not isinstance(source, dict) or source.get("kind") != "words" or "merged_from" in settings:
+            continue
+        recorded = source.get("words_per_token")
+        assert rebuilt_config(settings).words_construction() == recorded, path
+        started = SweepConfig(source=folder_config(path.parent).source, protocol=settings.get("protocol", "ut-peft"))
+        assert started.kept_in(path.parent).words_construction() == recorded, path
+        checked += recorded is None and settings.get("protocol") == "published"
+    assert checked >= 4  # smollm2-135m's pooled-words* and published-words-m*, gemma-3-270m's published-words-m*
+
+
 def _old_merge_folder(folder, model: Path, ms, summary_seq_len: int | None, recorded_seq_len: int | None = None):
     """A sweep folder of ``model`` (testing.write_sweep_folder) at ``ms``, lengths 2 and 3. ``summary_seq_len``: as a
     version that did not record the support sequences left it, its settings.json without them and its summary.json

@@ -22,7 +22,7 @@ CASES = {
     "the quick run": ([], {"kind": "text", "name": "pydoc_data"}, "text"),
     "the published protocol": (
         "--protocol published --source words --ms 1 2 3 4 5 --model gemma-3-270m",
-        {"kind": "words", "name": "glove-6b:100000"},
+        {"kind": "words", "name": "glove-6b:100000", "words_per_token": 5},
         "words:glove",
     ),
     "pooled, per-m targets": (
@@ -97,8 +97,10 @@ def test_a_sweep_reruns_from_its_settings_json_as_the_same_sweep(case, tmp_path)
     assert recorded(again, CASES[case][1]) == settings
     assert again.source == CASES[case][2]
     for flag in command.FLAGS:  # what each flag the settings record set, set again (as the sweep ran it)
-        if flag.setting is not None and flag.name != "source":
+        if flag.setting is not None and flag.name not in ("source", "words-per-token"):
             assert config_value(as_run(again), flag.config) == config_value(as_run(first), flag.config), flag.name
+    # The words' construction as the sweep drew them: "auto" given, the protocol's construction recorded and read back.
+    assert again.words_construction() == first.words_construction()
     assert again.cram.batch_size == CramConfig().batch_size  # a speed knob: not recorded, so the default
 
 

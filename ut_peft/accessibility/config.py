@@ -32,7 +32,14 @@ from .engine.protocol import (
     cram_settings,
     special_prefix_ids,
 )
-from .engine.sources import GLOVE_WORDS_NAME, make_source
+from .engine.sources import (
+    AUTO_WORDS_PER_TOKEN,
+    GLOVE_WORDS_NAME,
+    PUBLISHED_WORDS_PER_TOKEN,
+    check_words_per_token,
+    list_words_per_token,
+    make_source,
+)
 
 
 @dataclass
@@ -118,6 +125,12 @@ class SweepConfig:
     # disjoint texts of whole paragraphs, at least N tokens each (sources.TextSource), so that a design drawing a
     # fresh text for every row (pooled, sequential) finds enough of them.
     text_chunks: int | None = None
+    # Words sources only: how a text of n tokens is drawn (sources.WordsSource). "auto": the protocol's, under the
+    # published protocol the published construction for every list (5 n words at once, cut to n, as the published
+    # code), under ut-peft's so for words:glove and words drawn n at a time for the other lists; K: K n words at once;
+    # None: words drawn n at a time (ut-peft's older construction), which a words folder whose settings.json records no
+    # words_per_token was crammed with (store.LATER_SOURCE_SETTINGS: a resume of one keeps it, :meth:`kept_in`).
+    words_per_token: int | str | None = AUTO_WORDS_PER_TOKEN
     # The dtype of the model's weights the rows are crammed with ("float32", "bfloat16", ...): the sweep loads the
     # model in it, and a model given from Python sets it (resolve_model_dtype), so that a folder crammed with float32
     # weights is refused, not silently resumed, with bfloat16 ones. Recorded where it is not float32 (what the command
@@ -136,6 +149,12 @@ class SweepConfig:
         if self.prefix not in ("bos", "none"):
             raise ValueError(f"prefix must be 'bos' or 'none' (got {self.prefix!r})")
         check_protocol(self.protocol)
+        check_words_per_token(self.words_per_token)
+        if self.words_per_token != AUTO_WORDS_PER_TOKEN and self._word_list() is None:
+            raise ValueError(
+                f"words_per_token (--words-per-token) says how a words source draws its texts; the source "
+                f"{self.source!r} draws no words: leave it unset"
+            )
         if self.text_chunks is not None:
             kind = self.source.partition(":")[0] if isinstance(self.source, str) else "text"
             if self.protocol != "published" or kind not in ("text", "hf"):
@@ -273,6 +292,35 @@ class SweepConfig:
         if bos is not None:
             self.cram = dataclasses.replace(self.cram, prefix_ids=(int(bos),))
 
+    def _word_list(self) -> str | None:
+        """The word list a words source spec names (a bare ``words``: the protocol's default list), else None."""
+        kind, _, word_list = self.source.partition(":") if isinstance(self.source, str) else ("", "", "")
+        if kind != "words":
+            return None
+        return word_list or ("glove" if self.protocol == "published" else "pydoc_data")
+
+    def words_construction(self) -> int | None:
+        """The words_per_token this sweep's words source is built with and records (None: words drawn n at a time,
+        or not a words source): ``words_per_token`` where it names one, else the protocol's."""
+        word_list = self._word_list()
+        if word_list is None:
+            return None
+        if self.protocol == "published" and self.words_per_token == AUTO_WORDS_PER_TOKEN:
+            return PUBLISHED_WORDS_PER_TOKEN
+        return list_words_per_token(word_list, self.words_per_token)
+
+    def kept_in(self, folder) -> SweepConfig:
+        """This config as a resume of ``folder`` (or a retarget from it) runs it: a words construction left to the
+        protocol ("auto") is the one ``folder``'s words were drawn with where its settings.json records a words
+        source without words_per_token (:func:`.store.later_source_settings`: n at a time, as before the published
+        protocol drew 5 n words for every list), so that the folder resumes as its rows were crammed, under the
+        command that started it. Unchanged for a new folder, one that records its construction, another source, or
+        a construction given explicitly (a resume under another one is refused, naming it)."""
+        later = store.later_source_settings(folder)
+        if self.words_per_token != AUTO_WORDS_PER_TOKEN or self._word_list() is None or "words_per_token" not in later:
+            return self
+        return dataclasses.replace(self, words_per_token=later["words_per_token"])
+
     def make_source(self, tokenizer, vocab_size: int):
         """The sequences this sweep crams, as its protocol lays them out."""
         published = self.protocol == "published"
@@ -283,6 +331,7 @@ class SweepConfig:
             nested_text=published,
             default_word_list="glove" if published else "pydoc_data",
             text_chunks=self.text_chunks,
+            words_per_token=self.words_construction(),  # other sources ignore it
         )
         if published and tokenizer is not None:
             source = PublishedSequences(source, special_prefix_ids(tokenizer))
@@ -436,12 +485,16 @@ def rebuilt_config(settings: dict) -> SweepConfig:
     layout: dict[str, str] = {}
     if protocol != "published" and not (settings.get("cram") or {}).get("prefix_ids"):
         layout["prefix"] = "none"
+    words: dict = {}
+    if description.get("kind") == "words":  # a description without it drew its words n at a time
+        words["words_per_token"] = description.get("words_per_token", store.LATER_SOURCE_SETTINGS["words_per_token"])
     return SweepConfig.from_settings(
         settings,
         source=source_spec(description),
         protocol=protocol,
         text_chunks=description.get("chunk_tokens"),
         **layout,
+        **words,
     )
 
 

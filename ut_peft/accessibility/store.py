@@ -113,6 +113,13 @@ LATER_CRAM_SETTINGS = {
     "abandon_audit": 0.0,
 }
 
+# Settings of a words source's description (settings.json's "source") that later versions added, with the meaning a
+# description without one has: words_per_token, the words a text draws per token of its row (5, the published
+# construction, which the published protocol uses for every list since it was found to draw wordfreq's and a file's
+# lists otherwise): a description without it drew its words n at a time. A resume keeps that meaning
+# (:func:`later_source_settings`, SweepConfig.kept_in), so such a folder resumes, reports and rebuilds as it did.
+LATER_SOURCE_SETTINGS = {"words_per_token": None}
+
 
 # Digests settings.json records only since later versions, by their dotted path: of what a sweep reads from outside
 # the package (the content of a text:PATH or words:PATH file; a local model's weights files, SweepConfig.fingerprint).
@@ -147,6 +154,20 @@ def as_recorded_in(folder, settings: dict) -> dict:
     if not isinstance(recorded, dict):
         return settings
     return _with_recorded_model(without_unrecorded(settings, recorded), recorded)
+
+
+def later_source_settings(folder) -> dict:
+    """The settings of :data:`LATER_SOURCE_SETTINGS` that ``folder``'s settings.json leaves out of its words source's
+    description, each with the value that leaving it out means; {} where it records them all, describes another
+    source, or where the folder holds no readable settings.json (a new sweep records them)."""
+    try:
+        recorded = json.loads((Path(folder) / SETTINGS_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    source = recorded.get("source") if isinstance(recorded, dict) else None
+    if not isinstance(source, dict) or source.get("kind") != "words":
+        return {}
+    return {name: old for name, old in LATER_SOURCE_SETTINGS.items() if name not in source}
 
 
 def _with_recorded_model(settings: dict, recorded: dict) -> dict:

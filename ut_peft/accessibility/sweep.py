@@ -269,7 +269,7 @@ def retarget_sweep(
     """
     if model is None:
         model, tokenizer = _load(config, "cpu", None)
-    config, source = _validated(config, model, tokenizer)
+    config, source = _validated(config.kept_in(old_dir), model, tokenizer)  # drawn as the old folder's words were
     # Recorded as the old folder records them: a folder from before a digest was recorded passes on none.
     settings = store.as_recorded_in(old_dir, config.fingerprint(source.describe()))
     store.check_retarget_target(Path(new_dir), Path(old_dir))
@@ -465,6 +465,8 @@ def run_sweep(
         output_dir = Path(output_dir)
         if model is None:
             model, tokenizer = _load(config, accelerator.device, device_map)
+        if not overwrite:  # a folder keeps the construction of its words (store.LATER_SOURCE_SETTINGS)
+            config = config.kept_in(output_dir if retarget_from is None else retarget_from)
         config, source = _validated(config, model, tokenizer)
         settings = config.fingerprint(source.describe())
         if not overwrite:

@@ -307,6 +307,18 @@ def abandon_pair(text: str) -> tuple[int, float]:
         raise argparse.ArgumentTypeError(f"expected STEP:ACCURACY such as 100:0.4, got {text!r}") from None
 
 
+def words_per_token(text: str) -> int | str | None:
+    """--words-per-token: auto (the protocol's construction), none (words drawn n at a time) or a whole number >= 1."""
+    if text in ("auto", "none"):
+        return None if text == "none" else text
+    try:
+        return positive_int(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(
+            f"expected auto, none or a whole number >= 1 of words per token, got {text!r}"
+        ) from None
+
+
 def minutes(text: str) -> float:
     try:
         value = float(text)
@@ -359,6 +371,12 @@ def _designs(*kinds: str) -> Callable[[dict], bool]:
 def _walked(settings: dict) -> bool:
     """The length walk: recorded by the designs that walk (no grid.lengths)."""
     return settings["grid"].get("lengths") is None
+
+
+def _words_source(settings: dict) -> bool:
+    """How a words source draws its texts: recorded by the settings.json of words sources (their description's
+    words_per_token; one without it drew words n at a time, store.LATER_SOURCE_SETTINGS)."""
+    return (settings.get("source") or {}).get("kind") == "words"
 
 
 def _ut_peft_layout(settings: dict) -> bool:
@@ -446,7 +464,8 @@ FLAGS = (
          help="numbers of memory vectors"),
     Flag("protocol", "protocol", api="ut-peft", choices=list(PROTOCOLS),
          help="published: the accessibility paper's code exactly (layout [memory, BOS, ...], length counts the BOS, "
-         "unscaled init, no greedy re-check, nested texts, 100k-word list; defaults to its "
+         "unscaled init, no greedy re-check, nested texts, 100k-word list, every word list drawn 5 n words a row "
+         "as its code draws them; defaults to its "
          f"{_PUBLISHED['num_sequences']} sequences, adaptive grid, cap {_PUBLISHED['max_steps']}, patience "
          f"{_PUBLISHED['patience']}): use it for figures compared with the paper's. ut-peft: the BOS before the "
          "memory, greedy-confirmed rows"),
@@ -489,6 +508,14 @@ FLAGS = (
          "whole paragraphs, at least TOKENS each, instead of one text per document; for the pooled and sequential "
          "designs, which cram a fresh text in every row (the bundled text holds 79 documents; with SmolLM2's "
          "tokenizer, 195 texts of 512+ tokens)"),
+    # absent: a words folder written before settings.json recorded the construction drew its words n at a time
+    Flag("words-per-token", "words_per_token", stored="source.words_per_token", when=_words_source, api="auto",
+         absent="none", type=words_per_token, metavar="auto|none|K",
+         help="words sources: how a text of n tokens is drawn. auto (default): the protocol's; under --protocol "
+         "published, for every word list, 5 n words drawn at once, joined by spaces, tokenized and cut to n, as the "
+         "published code does; under the ut-peft protocol so for words:glove, and words drawn n at a time until the "
+         "text holds n tokens for the other lists. K: K n words at once. none: n at a time, as a words folder "
+         "whose settings.json records no words_per_token was drawn (a resume of one keeps that by itself)"),
     Flag("start", "grid.start", when=_walked, api=10, type=positive_int, help=f"{_WALK}: its first length"),
     Flag("stop", "grid.stop", when=_walked, api=1000, type=positive_int, help=f"{_WALK}: its longest length"),
     Flag("coarse", "grid.coarse", when=_walked, api=100, type=positive_int, help=f"{_WALK}: its step far from n_50"),

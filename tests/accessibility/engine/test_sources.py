@@ -279,6 +279,42 @@ def test_bare_words_mean_the_glove_list_under_the_published_protocol():
     assert ours.describe()["name"] == "pydoc_data"
 
 
+def test_the_published_protocol_draws_a_words_file_as_the_published_code_does_and_ut_peft_s_as_before(tmp_path):
+    """Under the published protocol every word list is drawn as the paper's code draws its own: 5 n words drawn at
+    once with replacement, joined by single spaces, tokenized with the special tokens, cut to n tokens; the
+    description records it. The ut-peft protocol draws a file's words n at a time, as before."""
+    from ut_peft.accessibility.config import SweepConfig
+    from ut_peft.accessibility.engine.sources import sequence_rng
+
+    words = [f"w{i}x" for i in range(200)]
+    path = tmp_path / "words.txt"
+    path.write_text("\n".join(words) + "\n")
+    tokenizer = _byte_tokenizer_with_bos()
+    published = SweepConfig(protocol="published", source=f"words:{path}")
+    source = published.make_source(tokenizer, len(tokenizer))
+    for n, index, seed in [(10, 0, 0), (37, 3, 1), (120, 11, 5)]:
+        drawn = [words[i] for i in sequence_rng(seed, n, index).integers(0, len(words), 5 * n)]
+        expected = tokenizer(" ".join(drawn), add_special_tokens=True)["input_ids"][:n]
+        assert expected[0] == tokenizer.bos_token_id and len(expected) == n
+        assert source.sequence(n, index, seed) == expected
+    assert source.describe()["words_per_token"] == 5 and published.words_construction() == 5
+
+    ours = SweepConfig(protocol="ut-peft", source=f"words:{path}")
+    source = ours.make_source(tokenizer, len(tokenizer))
+    assert "words_per_token" not in source.describe() and ours.words_construction() is None
+    drawn = [words[i] for i in sequence_rng(0, 12, 2).integers(0, len(words), 12)]  # n words: 3+ byte tokens each
+    text = tokenizer(" ".join(drawn), add_special_tokens=False)["input_ids"]
+    assert len(text) >= 12 and source.sequence(12, 2, 0) == text[:12]
+
+    # Told explicitly, the published protocol draws as older versions did (a folder written before: kept_in).
+    older = SweepConfig(protocol="published", source=f"words:{path}", words_per_token=None)
+    assert "words_per_token" not in older.make_source(tokenizer, len(tokenizer)).describe()
+    with pytest.raises(ValueError, match="words_per_token .* the source 'text' draws no words: leave it unset"):
+        SweepConfig(source="text", words_per_token=5)
+    with pytest.raises(ValueError, match="words_per_token must be a positive integer"):
+        SweepConfig(source="words", words_per_token=0)
+
+
 @pytest.mark.parametrize("kind", ["text", "words"])
 def test_a_file_source_records_the_sha256_of_the_file_s_content(tmp_path, kind):
     import hashlib

@@ -15,11 +15,15 @@ Source specs (strings the recipe accepts):
                                 default list is every distinct alphabetic word (3+ letters, lower-cased) of
                                 ``pydoc_data.topics``; PATH is a file with one word per line (its sha256 recorded)
   ``words:glove``               the published protocol's random words (its default ``words``): the first 100k
-                                words of the GloVe 6B vocabulary, shipped with ut-peft (``data/README.md``); a
-                                text of n tokens draws 5 n words, as the published code does
+                                words of the GloVe 6B vocabulary, shipped with ut-peft (``data/README.md``)
   ``words:wordfreq``            the same kind of list from the ``wordfreq`` wheel (``pip install wordfreq``): the
                                 100k most frequent English words, not the paper's list
   ``tokens``                    uniformly random token ids over the whole vocabulary
+
+How a words text is drawn (``words_per_token``, :class:`WordsSource`): the published construction, 5 n words at once
+cut to n tokens as the published code does, for ``words:glove`` and, under the published protocol
+(``SweepConfig.make_source``), for every list; else words drawn n at a time until the text holds n tokens (ut-peft's
+older construction, which a folder whose description records no ``words_per_token`` was crammed with).
 """
 
 from __future__ import annotations
@@ -304,6 +308,37 @@ def default_words() -> list[str]:
 # The word lists a bare name gives (words:NAME, make_source); any other words:X is a file of words.
 BUNDLED_WORD_LISTS = ("glove", "wordfreq", "pydoc_data")
 
+# Words a published-code text draws per token of its row (generate_embeddings.py: L * 5 words, cut to L tokens).
+PUBLISHED_WORDS_PER_TOKEN = 5
+# words_per_token left to the default construction: make_source's is the list's (the published one for the paper's
+# list, words:glove; ut-peft's older one for the others), SweepConfig's the protocol's (the published one for every
+# list under the published protocol).
+AUTO_WORDS_PER_TOKEN = "auto"
+
+
+def check_words_per_token(words_per_token) -> None:
+    """ValueError unless ``words_per_token`` names a construction: "auto" (:data:`AUTO_WORDS_PER_TOKEN`), None (words
+    drawn n at a time) or a positive integer (that many words per token, drawn at once)."""
+    if words_per_token in (AUTO_WORDS_PER_TOKEN, None):
+        return
+    if isinstance(words_per_token, bool) or not isinstance(words_per_token, int) or words_per_token < 1:
+        raise ValueError(
+            f"words_per_token must be a positive integer (words drawn per token of a row, at once, as the published "
+            f"code draws {PUBLISHED_WORDS_PER_TOKEN}), None (words drawn n at a time, ut-peft's older construction) "
+            f'or "auto" (the protocol\'s), not {words_per_token!r}'
+        )
+
+
+def list_words_per_token(word_list: str, words_per_token=AUTO_WORDS_PER_TOKEN) -> int | None:
+    """The construction a words source of ``word_list`` (``words:NAME``'s NAME, or a file's path) is built with:
+    ``words_per_token`` where it names one, else (``"auto"``) the published one for the paper's list and ut-peft's
+    older one (None) for the others."""
+    check_words_per_token(words_per_token)
+    if words_per_token != AUTO_WORDS_PER_TOKEN:
+        return words_per_token
+    return PUBLISHED_WORDS_PER_TOKEN if word_list == "glove" else None
+
+
 GLOVE_WORDS_FILE = "glove-6b-vocab-100k.txt"
 GLOVE_WORDS_SHA256 = "e52a405502a79f6c6fd70f1ba18818775001af8485088b8fc018cd645e28570e"
 GLOVE_WORDS_NAME = "glove-6b:100000"
@@ -497,13 +532,16 @@ def make_source(
     nested_text: bool = False,
     default_word_list: str = "pydoc_data",
     text_chunks: int | None = None,
+    words_per_token: int | str | None = AUTO_WORDS_PER_TOKEN,
 ) -> SequenceSource:
     """Build a source from a spec string (see the module docstring), or a ``datasets.Dataset`` of texts.
 
     ``nested_text`` makes text sources nested (the published protocol); ``default_word_list`` is what a bare
     ``words`` means: "pydoc_data" (ut-peft's protocol) or "glove" (the published one); ``text_chunks``: nested
-    texts are disjoint runs of whole paragraphs of at least this many tokens (:class:`TextSource`), not documents.
+    texts are disjoint runs of whole paragraphs of at least this many tokens (:class:`TextSource`), not documents;
+    ``words_per_token``: how a words source draws its texts (:func:`list_words_per_token`; other sources ignore it).
     """
+    check_words_per_token(words_per_token)
     is_text = not isinstance(spec, (str, SequenceSource)) or (
         isinstance(spec, str) and spec.partition(":")[0] in ("text", "hf")
     )
@@ -534,18 +572,19 @@ def make_source(
         )
     if kind == "words":
         arg = arg or default_word_list
+        per_token = list_words_per_token(arg, words_per_token)
         if arg == "glove":
             words, digest = glove_words()
-            return WordsSource(tokenizer, words, name=GLOVE_WORDS_NAME, words_per_token=5, sha256=digest)
+            return WordsSource(tokenizer, words, name=GLOVE_WORDS_NAME, words_per_token=per_token, sha256=digest)
         if arg == "wordfreq":
-            return WordsSource(tokenizer, wordfreq_words(), name="wordfreq:en:100000")
+            return WordsSource(tokenizer, wordfreq_words(), name="wordfreq:en:100000", words_per_token=per_token)
         if arg == "pydoc_data":
-            return WordsSource(tokenizer, default_words(), name=arg)
+            return WordsSource(tokenizer, default_words(), name=arg, words_per_token=per_token)
         try:
             text, digest = _read_file(arg, WORDS_FILE)
         except ValueError as err:
             raise ValueError(f"{spec}: {err}") from None
-        return WordsSource(tokenizer, text.split(), name=arg, sha256=digest)
+        return WordsSource(tokenizer, text.split(), name=arg, words_per_token=per_token, sha256=digest)
     if kind == "tokens":
         return TokensSource(vocab_size if vocab_size is not None else len(tokenizer))
     if kind == "hf":
