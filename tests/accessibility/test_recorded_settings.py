@@ -385,7 +385,7 @@ def test_a_published_words_folder_from_before_the_published_construction_resumes
     # construction explicitly is refused, naming it.
     run_sweep(config, tmp_path / "new", model=llama, tokenizer=tokenizer, progress=False, report=False)
     assert store.read_settings(tmp_path / "new")["source"]["words_per_token"] == 5
-    with pytest.raises(ValueError, match=r"changed: source\.words_per_token null -> 5"):
+    with pytest.raises(ValueError, match=r"changed: source\.words_per_token null -> 5.*--words-per-token none"):
         explicit = dataclasses.replace(config, words_per_token=5)
         run_sweep(explicit, tmp_path / "old", model=llama, tokenizer=tokenizer, progress=False, report=False)
 

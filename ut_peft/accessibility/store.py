@@ -798,6 +798,15 @@ def _outside_change(recorded: dict, paths: list[str]) -> str:
             "and last MiB), and they changed since the folder's rows were crammed: restore the model as it was to "
             "resume, or run the new weights into a new --output folder"
         )
+    if "source.words_per_token" in paths:
+        kept = json.loads(_value(recorded, "source.words_per_token"))
+        drawn = "n words at a time" if kept is None else f"{kept} n words at once, cut to n tokens"
+        notes.append(
+            f"source.words_per_token is how the folder's texts were drawn from its word list ({drawn}; a folder that "
+            "records none was written before the published protocol drew every list as the paper's code does): "
+            f"resume it with --words-per-token {'none' if kept is None else kept} (words_per_token={kept!r}), or run "
+            "this construction into a new output folder"
+        )
     if "model_dtype" in paths:
         notes.append(
             "model_dtype is the dtype of the weights its rows were crammed with (a folder that does not record it: "
