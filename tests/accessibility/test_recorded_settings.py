@@ -410,6 +410,29 @@ def test_the_committed_published_words_folders_rebuild_drawing_their_words_n_at_
     assert checked >= 4  # smollm2-135m's pooled-words* and published-words-m*, gemma-3-270m's published-words-m*
 
 
+def test_a_resume_under_another_source_is_not_told_to_give_a_words_construction(tmp_path, llama):
+    """A folder refused because the command names another source (random tokens against its words, words against
+    its tokens) is not told to resume with --words-per-token: that flag gives back how the folder's words were
+    drawn, and no construction makes another source the folder's."""
+    import dataclasses
+
+    from .test_sweep import _NoBosWordTokenizer
+
+    path = tmp_path / "words.txt"
+    path.write_text("\n".join(f"alpha{i}" for i in range(50)))
+    words = small_config(
+        source=f"words:{path}", protocol="published", ms=[1], grid=GridConfig(lengths=[4]), num_sequences=1
+    )
+    tokens = dataclasses.replace(words, source="tokens")
+    run_sweep(words, tmp_path / "words", model=llama, tokenizer=_NoBosWordTokenizer(), progress=False, report=False)
+    run_sweep(tokens, tmp_path / "tokens", model=llama, progress=False, report=False)
+    assert store.read_settings(tmp_path / "words")["source"]["words_per_token"] == 5
+    for config, folder, tokenizer in [(tokens, "words", None), (words, "tokens", _NoBosWordTokenizer())]:
+        with pytest.raises(ValueError, match=r"changed: .*source\.kind") as refused:
+            run_sweep(config, tmp_path / folder, model=llama, tokenizer=tokenizer, progress=False, report=False)
+        assert "words-per-token" not in str(refused.value), folder
+
+
 def _old_merge_folder(folder, model: Path, ms, summary_seq_len: int | None, recorded_seq_len: int | None = None):
     """A sweep folder of ``model`` (testing.write_sweep_folder) at ``ms``, lengths 2 and 3. ``summary_seq_len``: as a
     version that did not record the support sequences left it, its settings.json without them and its summary.json

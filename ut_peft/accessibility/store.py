@@ -798,7 +798,8 @@ def _outside_change(recorded: dict, paths: list[str]) -> str:
             "and last MiB), and they changed since the folder's rows were crammed: restore the model as it was to "
             "resume, or run the new weights into a new --output folder"
         )
-    if "source.words_per_token" in paths:
+    # Only where the folder's word list is the command's: with another source no construction gives the folder back.
+    if "source.words_per_token" in paths and not {"source.kind", "source.name"} & set(paths):
         kept = json.loads(_value(recorded, "source.words_per_token"))
         drawn = "n words at a time" if kept is None else f"{kept} n words at once, cut to n tokens"
         notes.append(
