@@ -298,6 +298,24 @@ def test_the_shipped_glove_list_is_no_difference_from_published_but_a_wrong_dige
     assert any("words from glove" in d for d in differences_from_published({**settings, "source": edited}))
 
 
+def test_a_words_run_says_how_it_drew_its_words_where_the_published_code_draws_them_otherwise():
+    """The published code draws 5 L words for a row of L tokens. A run that drew its words L at a time (a folder that
+    records no words_per_token: the published protocol drew every list but the paper's so, before it drew each as
+    the paper's code does) or K L at once says so beside its list; one that drew 5 L names its list only."""
+    from ut_peft.accessibility.engine.sources import GLOVE_WORDS_SHA256
+
+    def words_line(source: dict) -> list[str]:
+        settings = {"protocol": "published", "cram": {}, "source": source}
+        return [d.partition(" (published")[0] for d in differences_from_published(settings) if "words from" in d]
+
+    wordfreq = {"kind": "words", "name": "wordfreq:en:100000", "num_words": 100000}
+    assert words_line(wordfreq) == ["words from wordfreq:en:100000, drawn L words at a time"]
+    assert words_line({**wordfreq, "words_per_token": 5}) == ["words from wordfreq:en:100000"]
+    assert words_line({**wordfreq, "words_per_token": 3}) == ["words from wordfreq:en:100000, 3 L words per sequence"]
+    glove = {"kind": "words", "name": "glove-6b:100000", "sha256": GLOVE_WORDS_SHA256}
+    assert words_line(glove) == ["words from glove-6b:100000, drawn L words at a time"]
+
+
 def test_a_bundled_models_build_is_a_difference_and_a_named_checkpoint_is_not():
     """The bundled models are GGUF builds de-quantised, not the checkpoints the paper ran: the list names the build
     (by any alias of the model); a model given by its own name or folder says which weights it is."""

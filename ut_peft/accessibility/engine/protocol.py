@@ -34,7 +34,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .sources import GLOVE_WORDS_SHA256, SequenceSource, WordsSource
+from .sources import GLOVE_WORDS_SHA256, PUBLISHED_WORDS_PER_TOKEN, SequenceSource, WordsSource
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -275,9 +275,14 @@ def differences_from_published(settings: dict[str, Any], rows_a_round: bool = Fa
             f"(published: {PUBLISHED.source_text})"
         )
     elif source.get("kind") == "words":
-        # The shipped GloVe list drawn 5 L words at a time is the published source itself: not a difference.
-        if not (source.get("sha256") == GLOVE_WORDS_SHA256 and source.get("words_per_token") == 5):
-            out.append(f"words from {source.get('name')} (published: {PUBLISHED.source_words})")
+        # The shipped GloVe list drawn 5 L words at a time is the published source itself: not a difference. Words
+        # drawn otherwise are (a description without words_per_token drew them L at a time), whatever the list.
+        per_token = source.get("words_per_token")
+        if not (source.get("sha256") == GLOVE_WORDS_SHA256 and per_token == PUBLISHED_WORDS_PER_TOKEN):
+            drawn = {PUBLISHED_WORDS_PER_TOKEN: "", None: ", drawn L words at a time"}.get(
+                per_token, f", {per_token} L words per sequence"
+            )
+            out.append(f"words from {source.get('name')}{drawn} (published: {PUBLISHED.source_words})")
     else:
         out.append(f"source {source.get('kind')} (published: natural text or random words)")
     return out
