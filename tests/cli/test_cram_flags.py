@@ -131,6 +131,25 @@ def test_the_command_and_the_library_read_a_recorded_source_alike(spec, tmp_path
             command.flags_from_settings(json.loads(path.read_text()), path)
 
 
+def test_a_words_settings_json_reruns_on_the_source_the_command_line_gives(tmp_path):
+    """--config a words folder's settings.json gives its words' construction (n words at a time, where it records
+    none) with the rest; --source text on the command line takes the text instead, and the construction goes with the
+    words it describes, as the word list does: the command is not refused for a --words-per-token it did not give.
+    Given on the command line with a source that draws no words, it is refused."""
+    published = ["--protocol", "published", "--ms", "1", "--model", "gemma-3-270m", "--source", "words:wordfreq"]
+    first = command.sweep_config(command.parse([*published, "--words-per-token", "none"]))
+    path = tmp_path / "words" / "settings.json"
+    path.parent.mkdir()
+    words = {"kind": "words", "name": "wordfreq:en:100000", "num_words": 100000}
+    path.write_text(json.dumps(recorded(first, words)))
+    assert command.sweep_config(command.parse(["--config", str(path)])).words_per_token is None
+    text = command.sweep_config(command.parse(["--config", str(path), "--source", "text"]))
+    assert (text.source, text.words_per_token) == ("text", "auto")
+    assert recorded(text, words) == recorded(first, words)  # every other setting as the file gives it
+    with pytest.raises(ValueError, match="--words-per-token"):
+        command.sweep_config(command.parse(["--config", str(path), "--source", "text", "--words-per-token", "none"]))
+
+
 def test_every_flag_the_settings_record_is_read_back_with_a_value_of_its_own(tmp_path):
     """Each recorded flag comes back from some case above with a value other than its default, so the round trip
     covers it."""

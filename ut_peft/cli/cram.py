@@ -665,6 +665,7 @@ def sweep_config(args: argparse.Namespace) -> SweepConfig:
     )
     values = {flag.config: getattr(args, flag.dest) for flag in FLAGS if flag.config is not None}
     values["prefix"] = _prefix(args)
+    values["words_per_token"] = _words_per_token(args)
     values.update({"design.target_n50_se": _n50_targets(args.target_n50_se)})
     values.update({"design.version": pooled_version(args, design), "support_sequences": support_sequences(args)})
     cram = CramConfig(**_section(values, "cram"))
@@ -676,6 +677,16 @@ def sweep_config(args: argparse.Namespace) -> SweepConfig:
         cram=cram,
         design=design_config(design, **design_settings),
     )
+
+
+def _words_per_token(args: argparse.Namespace) -> int | str | None:
+    """--words-per-token; "auto" where a --config settings.json gave it (a words folder's construction, "none" where
+    the folder records none) and the command line names a source that draws no words: the construction goes with the
+    words the file describes, as its word list does, so the command is not refused for a flag it did not give."""
+    given = getattr(args, "given", set())  # the flags the command line gives itself (parse)
+    if "source" in given and "words_per_token" not in given and args.source.partition(":")[0] != "words":
+        return next(flag.default for flag in FLAGS if flag.dest == "words_per_token")  # "auto", the protocol's
+    return args.words_per_token
 
 
 def _prefix(args: argparse.Namespace) -> str:
