@@ -292,12 +292,16 @@ class SweepConfig:
         if bos is not None:
             self.cram = dataclasses.replace(self.cram, prefix_ids=(int(bos),))
 
+    def _default_word_list(self) -> str:
+        """The list a bare ``words`` means: the paper's under the published protocol, ut-peft's own otherwise."""
+        return "glove" if self.protocol == "published" else "pydoc_data"
+
     def _word_list(self) -> str | None:
         """The word list a words source spec names (a bare ``words``: the protocol's default list), else None."""
         kind, _, word_list = self.source.partition(":") if isinstance(self.source, str) else ("", "", "")
         if kind != "words":
             return None
-        return word_list or ("glove" if self.protocol == "published" else "pydoc_data")
+        return word_list or self._default_word_list()
 
     def words_construction(self) -> int | None:
         """The words_per_token this sweep's words source is built with and records (None: words drawn n at a time,
@@ -329,7 +333,7 @@ class SweepConfig:
             tokenizer,
             vocab_size=vocab_size,
             nested_text=published,
-            default_word_list="glove" if published else "pydoc_data",
+            default_word_list=self._default_word_list(),
             text_chunks=self.text_chunks,
             words_per_token=self.words_construction(),  # other sources ignore it
         )

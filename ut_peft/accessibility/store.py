@@ -143,15 +143,22 @@ def without_unrecorded(settings: dict, recorded: dict) -> dict:
     return settings
 
 
+def _settings_if_readable(folder) -> dict | None:
+    """``folder``'s settings.json as it reads, where a run into it (or a retarget from it) keeps what it records; None
+    where there is none that reads as settings (a new sweep: the run itself says what is wrong with a damaged one)."""
+    try:
+        recorded = json.loads((Path(folder) / SETTINGS_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return recorded if isinstance(recorded, dict) else None
+
+
 def as_recorded_in(folder, settings: dict) -> dict:
     """``settings`` as a run into (or a retarget from) ``folder`` records them: without the digests that the sweep
     there, written before they were recorded, lacks (:data:`LATER_DIGESTS`); as they are where the folder holds no
     readable settings.json (a new sweep records them all)."""
-    try:
-        recorded = json.loads((Path(folder) / SETTINGS_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return settings
-    if not isinstance(recorded, dict):
+    recorded = _settings_if_readable(folder)
+    if recorded is None:
         return settings
     return _with_recorded_model(without_unrecorded(settings, recorded), recorded)
 
@@ -160,11 +167,7 @@ def later_source_settings(folder) -> dict:
     """The settings of :data:`LATER_SOURCE_SETTINGS` that ``folder``'s settings.json leaves out of its words source's
     description, each with the value that leaving it out means; {} where it records them all, describes another
     source, or where the folder holds no readable settings.json (a new sweep records them)."""
-    try:
-        recorded = json.loads((Path(folder) / SETTINGS_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    source = recorded.get("source") if isinstance(recorded, dict) else None
+    source = (_settings_if_readable(folder) or {}).get("source")
     if not isinstance(source, dict) or source.get("kind") != "words":
         return {}
     return {name: old for name, old in LATER_SOURCE_SETTINGS.items() if name not in source}
