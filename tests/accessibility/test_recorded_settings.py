@@ -433,6 +433,24 @@ def test_a_resume_under_another_source_is_not_told_to_give_a_words_construction(
         assert "words-per-token" not in str(refused.value), folder
 
 
+def test_a_ut_peft_words_folder_refused_for_its_construction_is_not_told_it_is_an_old_published_one(tmp_path, llama):
+    """The ut-peft protocol draws a file's words n at a time today, so its folders record no words_per_token: a resume
+    under another construction is told to give --words-per-token none, without the published protocol's history
+    (why a published folder records none), which is not this folder's."""
+    import dataclasses
+
+    from .test_sweep import _NoBosWordTokenizer
+
+    path = tmp_path / "words.txt"
+    path.write_text("\n".join(f"alpha{i}" for i in range(50)))
+    config = small_config(source=f"words:{path}", ms=[1], grid=GridConfig(lengths=[3]), num_sequences=1)
+    run_sweep(config, tmp_path / "ours", model=llama, tokenizer=_NoBosWordTokenizer(), progress=False, report=False)
+    with pytest.raises(ValueError, match=r"source\.words_per_token null -> 5.*--words-per-token none") as refused:
+        explicit = dataclasses.replace(config, words_per_token=5)
+        run_sweep(explicit, tmp_path / "ours", model=llama, tokenizer=_NoBosWordTokenizer(), progress=False)
+    assert "published" not in str(refused.value)
+
+
 def _old_merge_folder(folder, model: Path, ms, summary_seq_len: int | None, recorded_seq_len: int | None = None):
     """A sweep folder of ``model`` (testing.write_sweep_folder) at ``ms``, lengths 2 and 3. ``summary_seq_len``: as a
     version that did not record the support sequences left it, its settings.json without them and its summary.json

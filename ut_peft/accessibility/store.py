@@ -805,11 +805,15 @@ def _outside_change(recorded: dict, paths: list[str]) -> str:
     if "source.words_per_token" in paths and not {"source.kind", "source.name"} & set(paths):
         kept = json.loads(_value(recorded, "source.words_per_token"))
         drawn = "n words at a time" if kept is None else f"{kept} n words at once, cut to n tokens"
+        if kept is None and recorded.get("protocol") == "published":  # ut-peft's draw so today, for most lists
+            drawn += (
+                "; a published-protocol folder that records none was written before that protocol drew every list "
+                "as the paper's code does"
+            )
         notes.append(
-            f"source.words_per_token is how the folder's texts were drawn from its word list ({drawn}; a folder that "
-            "records none was written before the published protocol drew every list as the paper's code does): "
-            f"resume it with --words-per-token {'none' if kept is None else kept} (words_per_token={kept!r}), or run "
-            "this construction into a new output folder"
+            f"source.words_per_token is how the folder's texts were drawn from its word list ({drawn}): resume it "
+            f"with --words-per-token {'none' if kept is None else kept} (words_per_token={kept!r}), or run this "
+            "construction into a new output folder"
         )
     if "model_dtype" in paths:
         notes.append(
