@@ -23,6 +23,7 @@ import contextlib
 import contextvars
 import inspect
 import os
+import re
 from collections.abc import Iterator
 from typing import Optional
 
@@ -60,6 +61,7 @@ def install() -> None:
     PeftModel.save_pretrained = save_pretrained
 
     _install_new_adapter_or_load()
+    _install_transformers_adapter_methods()
 
     original_push = PeftModel.push_to_hub
 
@@ -188,6 +190,95 @@ def _install_new_adapter_or_load() -> None:
     PeftModel.from_pretrained = classmethod(from_pretrained)
     PeftModel.load_adapter = load_adapter
     PeftAdapterMixin.load_adapter = transformers_load_adapter
+
+
+def _install_transformers_adapter_methods() -> None:
+    """transformers' own adapter methods on a model that carries UT_REPROGRAM adapters without a ``PeftModel``.
+
+    transformers' ``add_adapter`` and ``load_adapter`` inject the adapter with ``inject_adapter_in_model``, which
+    drops the tuner (``UTReprogramModel``) it builds; its ``set_adapter``, ``disable_adapters``, ``enable_adapters``
+    and ``delete_adapter`` then call each adapter layer directly. Each layer does its part as it does for a
+    ``PeftModel`` (E and U train, save, load, switch and turn off as there), but two things the tuner does above the
+    layers had no one to do them:
+
+    - ``delete_adapter`` of the active adapter: each layer picked its own successor among the adapters it holds, so
+      adapters that wrap different modules (one training only E, one only U) left E and U running different
+      adapters. Here every layer gets the successor ``PeftModel.delete_adapter`` names.
+    - a task vocabulary (``task_vocab_size``): the base's vocabulary size and end-of-sequence id, which the tuner
+      keeps to give back on ``disable_adapter()``, ``delete_adapter`` and ``unload()``, are lost with it, so
+      ``disable_adapters()`` and deleting the last such adapter left the model with the task's (the loss failed on
+      the base's logits, ``generate`` ran past the base's EOS). Both are refused here, naming the ``PeftModel`` way.
+
+    The layers themselves refuse ``set_adapter`` of several adapters (``UTReprogramLayer.set_adapter``) and keep an
+    adapter loaded frozen frozen through ``disable_adapters()`` and ``enable_adapters()``
+    (``UTReprogramLayer.enable_adapters``). ``tests/tuners/test_transformers_adapter_api.py`` runs every call.
+    """
+    import functools
+    import warnings
+
+    from transformers.integrations.peft import PeftAdapterMixin
+
+    from .layer import UTReprogramLayer
+
+    def ut_reprogram_configs(model) -> dict:
+        configs = getattr(model, "peft_config", None) if getattr(model, "_hf_peft_config_loaded", False) else None
+        return {name: config for name, config in (configs or {}).items() if _is_ut_reprogram(config)}
+
+    def refuse_task_vocabulary(names: list[str], call: str, peft_model_call: str) -> None:
+        if names:
+            raise ValueError(
+                f"{call}: the UT_REPROGRAM adapter(s) {names} replace the model's vocabulary (task_vocab_size), and "
+                "transformers' adapter methods cannot give the base's vocabulary size and end-of-sequence id back "
+                "(config.vocab_size would stay the task's while the logits are the base's). Make the adapter with "
+                "peft's get_peft_model(base, config), or load it with PeftModel.from_pretrained(base, folder): its "
+                f"{peft_model_call} gives the base's back"
+            )
+
+    original_disable = PeftAdapterMixin.disable_adapters
+
+    @functools.wraps(original_disable)
+    def disable_adapters(self, *args, **kwargs):
+        task = sorted(name for name, config in ut_reprogram_configs(self).items() if config.task_vocab_size)
+        refuse_task_vocabulary(task, "disable_adapters()", "disable_adapter() (a context manager), unload()")
+        return original_disable(self, *args, **kwargs)
+
+    original_delete = PeftAdapterMixin.delete_adapter
+
+    @functools.wraps(original_delete)
+    def delete_adapter(self, adapter_names, *args, **kwargs):
+        configs = ut_reprogram_configs(self)
+        deleted = [adapter_names] if isinstance(adapter_names, str) else list(adapter_names)
+        if not configs or not set(deleted) <= set(configs):  # another method's, or transformers' own refusal
+            return original_delete(self, adapter_names, *args, **kwargs)
+        remaining = sorted(set(configs) - set(deleted))
+        if not remaining:
+            task = sorted(name for name in deleted if configs[name].task_vocab_size)
+            refuse_task_vocabulary(task, f"delete_adapter({adapter_names!r})", "delete_adapter(name), unload()")
+        layers = [module for module in self.modules() if isinstance(module, UTReprogramLayer)]
+        was_active = list(layers[0].active_adapters) if layers else []
+        with warnings.catch_warnings():
+            # Each layer warns of its own choice of successor, which may not be the one made below.
+            for name in deleted:
+                warnings.filterwarnings("ignore", message=f"Adapter {re.escape(name)} was active which is now")
+            result = original_delete(self, adapter_names, *args, **kwargs)
+        if remaining and set(was_active) & set(deleted):
+            # PeftModel.delete_adapter's successor (UTReprogramModel.delete_adapter): the first remaining adapter in
+            # sorted order, frozen if it was loaded for inference.
+            successor = remaining[0]
+            warnings.warn(
+                f"Adapter {deleted[0]} was active which is now deleted. Setting active adapter to {successor}.",
+                stacklevel=2,
+            )
+            for layer in layers:
+                layer.set_adapter(successor)
+                if configs[successor].inference_mode:
+                    for container in layer.adapter_layer_names:
+                        if successor in getattr(layer, container):
+                            getattr(layer, container)[successor].requires_grad_(False)
+        return result
+
+    PeftAdapterMixin.disable_adapters = disable_adapters
+    PeftAdapterMixin.delete_adapter = delete_adapter
 
 
 def push_to_hub_with_card(

@@ -46,6 +46,42 @@ class UTReprogramLayer(nn.Module, BaseTunerLayer):
                 return name
         return None
 
+    def set_adapter(self, adapter_names, *args, **kwargs) -> None:
+        """peft's ``set_adapter`` of a layer, for one adapter at a time. ``UTReprogramModel.set_adapter`` refuses a
+        list of several for a ``PeftModel``; transformers' ``model.set_adapter([a, b])`` and peft's functional
+        ``set_adapter`` call each layer directly, which ran the first of them that it held (E one adapter's table, U
+        another's or the base's) without a word. Refused before any layer changes: the first layer raises."""
+        names = [adapter_names] if isinstance(adapter_names, str) else list(adapter_names)
+        if len(set(names)) > 1:
+            raise ValueError(
+                f"set_adapter({names}): UT_REPROGRAM runs one adapter at a time (each replaces whole matrices, so "
+                "several cannot be active together); activate one with set_adapter(name), or make one adapter of "
+                "several with get_peft_model(...).add_weighted_adapter(adapters, weights, new_name)"
+            )
+        super().set_adapter(adapter_names, *args, **kwargs)
+
+    def enable_adapters(self, enabled: bool) -> None:
+        """peft's switch of the layer, keeping an active adapter that was frozen frozen when it comes back on.
+
+        peft's layers make the active adapter trainable when enabled, whatever it was (LoRA's too, peft 0.21.2), so an
+        adapter loaded for inference trained after transformers' ``disable_adapters()`` then ``enable_adapters()``
+        (``UTReprogramModel.disable_adapter_layers`` does the same for a ``PeftModel``). A tensor that a
+        ``set_adapter`` made trainable while the layer was off stays trainable, as peft's ``set_adapter`` leaves it.
+        """
+        if not enabled and not self.disable_adapters:
+            self._frozen_while_disabled = [
+                tensor
+                for name in self.adapter_layer_names
+                for adapter, tensor in getattr(self, name).items()
+                if adapter in self.active_adapters and not tensor.requires_grad
+            ]
+        still_frozen = [tensor for tensor in getattr(self, "_frozen_while_disabled", []) if not tensor.requires_grad]
+        super().enable_adapters(enabled)
+        if enabled:
+            self._frozen_while_disabled = []
+            for tensor in still_frozen:
+                tensor.requires_grad_(False)
+
     def _get_available_adapters(self) -> set[str]:
         """The adapters this layer runs, which peft's ``get_layer_status`` and ``get_model_status`` list as its
         available adapters. peft's own finds them in the trainable containers (``adapter_layer_names``), where each
