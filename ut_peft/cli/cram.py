@@ -683,7 +683,7 @@ def _words_per_token(args: argparse.Namespace) -> int | str | None:
     """--words-per-token; "auto" where a --config settings.json gave it (a words folder's construction, "none" where
     the folder records none) and the command line names a source that draws no words: the construction goes with the
     words the file describes, as its word list does, so the command is not refused for a flag it did not give."""
-    given = getattr(args, "given", set())  # the flags the command line gives itself (parse)
+    given: set[str] = getattr(args, "given", set())  # the flags the command line gives itself (parse)
     if "source" in given and "words_per_token" not in given and args.source.partition(":")[0] != "words":
         return next(flag.default for flag in FLAGS if flag.dest == "words_per_token")  # "auto", the protocol's
     return args.words_per_token
