@@ -264,3 +264,21 @@ def test_an_adapter_loaded_frozen_stays_frozen_through_disable_and_enable(peft_v
     lora_model.disable_adapters()
     lora_model.enable_adapters()
     assert trainable(lora_model) != []
+
+
+def test_the_successor_of_a_deleted_adapter_stays_frozen_when_it_was_loaded_frozen(
+    peft_version_check_lifted, tmp_path
+):
+    """As PeftModel.delete_adapter: an adapter loaded for inference (load_adapter's default) that takes over from a
+    deleted one stays frozen; peft's layers alone made it trainable."""
+    saved = get_peft_model(llama(), UTReprogramConfig())
+    train_a_little(saved)
+    saved.save_pretrained(tmp_path)
+    model = llama()
+    model.load_adapter(str(tmp_path), adapter_name="a")
+    model.load_adapter(str(tmp_path), adapter_name="b")
+    model.set_adapter("b")
+    with pytest.warns(UserWarning, match="Setting active adapter to a"):
+        model.delete_adapter("b")
+    assert model.active_adapters() == ["a"] and torch.equal(logits(model), logits(saved))
+    assert trainable(model) == []
