@@ -105,13 +105,15 @@ def check_rows(config: SweepConfig, settings: dict, rows: dict, design=None) -> 
     """Raise :class:`.store.RowOutsideSweepError`, naming the line, for a row the settings cannot have produced.
 
     ``config`` is the sweep's config and ``settings`` its fingerprint (settings.json). What the settings fix is
-    checked row by row: m among ``ms``; the init seed the sweep's seed gives the job; steps within the step cap;
-    no audit flag (``flagged_at``) unless the settings audit the abandon; for the fixed and adaptive designs an index
-    below ``num_sequences``; for the fixed one a length of the list,
-    for the others a length within [1, grid.stop]. Then the design is asked
+    checked row by row: its job (m, n, index) one the sweep can run (:func:`job_outside_sweep`: m among ``ms``, for
+    the fixed and adaptive designs an index below ``num_sequences``, for the fixed one a length of the list, for the
+    others a length within [1, grid.stop]); the init seed the sweep's seed gives the job; steps within the step cap;
+    no audit flag (``flagged_at``) unless the settings audit the abandon. Then the design is asked
     (``design.next_jobs`` replayed over the rows, round after round, as the run asked it): a row that no round
     would have produced (another length of the adaptive walk, another round's index of the sequential design) is
     refused too. An edited settings.json (another seed or count) therefore cannot silently change a report.
+    A run checks each job as its design deals it by the same rule (:func:`check_dealt_jobs`), so a design's bad job
+    is refused before it is crammed, not once its row is written.
     """
 
     def refuse(row, why: str):
@@ -127,17 +129,11 @@ def check_rows(config: SweepConfig, settings: dict, rows: dict, design=None) -> 
             "rows.rank<k>.jsonl",
         )
 
-    indexed = config.design.kind in ("fixed", "adaptive")
     max_steps, audit = config.cram.max_steps, config.cram.abandon_audit
     for (m, n, index), row in sorted(rows.items()):
-        if m not in config.ms:
-            refuse(row, f"m = {m} is not among ms {config.ms}")
-        if indexed and index >= config.num_sequences:
-            refuse(row, f"index {index} is not below num_sequences = {config.num_sequences}")
-        if config.design.kind == "fixed" and n not in (config.grid.lengths or ()):  # lengths: never None for "fixed"
-            refuse(row, f"n = {n} is not among the lengths {config.grid.lengths}")
-        if config.design.kind != "fixed" and n > config.grid.stop:
-            refuse(row, f"n = {n} is beyond the grid's stop = {config.grid.stop}")
+        outside = job_outside_sweep(config, (m, n, index))
+        if outside is not None:
+            refuse(row, outside)
         if row.stop_reason != INFERRED and row.init_seed != init_seed(config.seed, m, n, index):
             refuse(row, f"its init_seed {row.init_seed} is not the one seed = {config.seed} gives this job")
         if row.steps > max_steps:
@@ -148,6 +144,70 @@ def check_rows(config: SweepConfig, settings: dict, rows: dict, design=None) -> 
     produced = replayed_rows(design or make_design(config), rows)
     for key in sorted(set(rows) - set(produced)):
         refuse(rows[key], f"the {config.design.kind} design asks for no such job given the folder's other rows")
+
+
+def job_outside_sweep(config: SweepConfig, job) -> str | None:
+    """Why the sweep of ``config`` cannot run ``job``, or None where it can: the one rule for a job (m, n, index),
+    which a resume and a report apply to every row written (:func:`check_rows`) and a run to every job its design
+    deals (:func:`check_dealt_jobs`).
+
+    A job is three integers, as a row records them (Python ints: a row refuses a numpy integer or a float); m among
+    ``ms``; n at least 1 and, for the fixed design, a length of ``grid.lengths``, for the others at most
+    ``grid.stop`` (the longest length whose row the run checked fits the model's context and the source); index at
+    least 0 and, for the fixed and adaptive designs, below ``num_sequences``."""
+    if not (isinstance(job, tuple) and len(job) == 3):
+        return f"it is {job!r}, not three integers (m, n, index)"
+    for name, value in zip(("m", "n", "index"), job):
+        if not isinstance(value, int) or isinstance(value, bool):
+            return f"{name} = {value!r} ({type(value).__name__}) is not an integer"
+    m, n, index = job
+    if m not in config.ms:
+        return f"m = {m} is not among ms {config.ms}"
+    if index < 0:
+        return f"index {index} is below 0"
+    if config.design.kind in ("fixed", "adaptive") and index >= config.num_sequences:
+        return f"index {index} is not below num_sequences = {config.num_sequences}"
+    if n < 1:
+        return f"n = {n} is below 1"
+    if config.design.kind == "fixed" and n not in (config.grid.lengths or ()):  # lengths: never None for "fixed"
+        return f"n = {n} is not among the lengths {config.grid.lengths}"
+    if config.design.kind != "fixed" and n > config.grid.stop:
+        return f"n = {n} is beyond the grid's stop = {config.grid.stop}"
+    return None
+
+
+def check_dealt_jobs(config: SweepConfig, design, jobs, rows: dict) -> None:
+    """Raise ValueError, naming the design and the job, where a round ``design`` dealt (``jobs``, its answer to
+    ``next_jobs(rows)``) holds a job the sweep cannot run (:func:`job_outside_sweep`, the rule a resume and a report
+    apply to the rows), one whose row ``rows`` holds already, or one job twice.
+
+    Checked before anything of the round is crammed or written: unchecked, a job outside the sweep was crammed and
+    its row written, and every later resume and report refused the folder for that row; a malformed job crashed deep
+    in the engine; and a finished job dealt again was crammed again, and its row written again, every round without
+    end (the finished rows are kept, so the design dealt it again)."""
+    dealt: set = set()
+    for job in jobs:
+        why = job_outside_sweep(config, job)
+        if why is None and job in rows:
+            why = "it is finished already: its row is written, and a job is crammed once"
+        if why is None and job in dealt:
+            why = "it is dealt twice in one round"
+        if why is not None:
+            kind = config.design.kind
+            made_by = f"{type(design).__module__}.{type(design).__qualname__}"
+            lengths = (
+                f"n among the lengths {config.grid.lengths}"
+                if kind == "fixed"
+                else f"n from 1 to grid.stop = {config.grid.stop}"
+            )
+            indices = f"index from 0 to {config.num_sequences - 1}" if kind in ("fixed", "adaptive") else "index >= 0"
+            raise ValueError(
+                f"the {kind} design ({made_by}) dealt the job {job!r}, which this sweep cannot run: {why}; nothing of "
+                f"this round was crammed or written. A design deals jobs (m, n, index) of integers: m among ms "
+                f"{config.ms}, {lengths}, {indices}; each once, and none whose row is finished (a key of the rows "
+                "next_jobs was given); fix the design's next_jobs"
+            )
+        dealt.add(job)
 
 
 def replayed_rows(design, rows: dict) -> dict:
@@ -624,6 +684,8 @@ def _plan_round(config: SweepConfig, design, rows: dict, output_dir: Path, accel
     jobs = design.next_jobs(rows)
     if not jobs:
         return None
+    # Before anything of the round is inferred, crammed or written: a bad job is the design's mistake, said now.
+    check_dealt_jobs(config, design, jobs, rows)
     rank, world = accelerator.process_index, accelerator.num_processes
     if config.infer_prefixes:
         jobs, inferred = infer_prefixes(jobs, rows)

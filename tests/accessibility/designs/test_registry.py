@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 
+import numpy as np
 import pytest
 
 from ut_peft.accessibility import CramConfig, GridConfig, SweepConfig, run_sweep, summarize_folder
@@ -162,6 +163,73 @@ def test_a_registered_design_s_groups_enter_the_fits_whatever_indices_its_texts_
         assert [entry.lengths for entry in summary.per_m] == [[2, 3], [2, 3]]
     finally:
         unregister_design("fresh")
+
+
+class BadSecondRoundDesign:
+    """Two good jobs, then, once they are finished, ``second_round``: jobs this sweep cannot run (set per test). The
+    design is asked at most ``patience`` times after its good round, so that a sweep that re-crams a finished job
+    instead of refusing it ends (before the deal was checked, it looped, cramming and writing the row again each
+    round)."""
+
+    good = [(1, 2, 0), (1, 2, 1)]
+    second_round: list = []
+    patience = 3
+
+    @classmethod
+    def from_config(cls, config) -> BadSecondRoundDesign:
+        return cls()
+
+    def next_jobs(self, rows: dict) -> list:
+        missing = [job for job in self.good if job not in rows]
+        if missing:
+            return missing
+        self.patience -= 1
+        return list(self.second_round) if self.patience >= 0 else []
+
+
+@pytest.mark.parametrize(
+    "second_round, why",
+    [
+        ([(3, 4, 0)], r"m = 3 is not among ms \[1, 2\]"),  # check_rows' own words: the same check
+        ([(1, 16, 0)], "n = 16 is beyond the grid's stop = 8"),
+        ([(1, 0, 0)], "n = 0 is below 1"),
+        ([(1, 4, -1)], "index -1 is below 0"),
+        ([(1, 2.5, 0)], r"n = 2\.5 \(float\) is not an integer"),
+        ([(1, np.int64(4), 0)], r"n = np\.int64\(4\) \(int64\) is not an integer"),
+        ([(1, 4)], r"not three integers \(m, n, index\)"),
+        ([(1, 2, 0)], "finished already: its row is written"),
+        ([(1, 4, 0), (1, 4, 0)], "dealt twice in one round"),
+    ],
+)
+def test_a_registered_design_that_deals_a_job_the_sweep_cannot_run_is_refused_before_it_is_crammed(
+    tmp_path, llama, monkeypatch, second_round, why
+):
+    """The jobs a design deals are checked as it deals them, by the check a resume and a report make of the rows
+    (``check_rows``): a bad job stops the run before anything of its round is crammed or written, naming the design
+    and the job. Before, a job outside the sweep (m = 3, n = 16) was crammed and written into rows.jsonl, the run
+    ended as if nothing were wrong, and then every resume and report refused the folder (RowOutsideSweepError);
+    other bad jobs crashed deep in the engine (``seed must be integer``) or after cramming (a row refusing
+    np.int64), and a finished job dealt again was crammed and written again round after round, without end."""
+
+    monkeypatch.setattr(BadSecondRoundDesign, "second_round", second_round)
+    register_design("badjob", BadSecondRoundDesign)
+    try:
+        bad = second_round[-1]  # the job refused: the one bad job, or the second deal of a job dealt twice
+        with pytest.raises(ValueError, match=why) as refused:
+            run_sweep(tiny_config(design="badjob"), tmp_path, model=llama, progress=False)
+        message = str(refused.value)
+        assert "the badjob design (" in message and "BadSecondRoundDesign" in message
+        assert f"dealt the job {bad!r}" in message
+        assert "A design deals jobs (m, n, index) of integers: m among ms [1, 2], n from 1 to grid.stop = 8" in message
+        # Nothing of the bad round was crammed or written: the folder holds the good round's rows, once each.
+        lines = (tmp_path / "rows.jsonl").read_text().splitlines()
+        assert (
+            sorted(tuple(json.loads(line)[k] for k in ("m", "n", "index")) for line in lines)
+            == BadSecondRoundDesign.good
+        )
+        assert not list(tmp_path.glob("inflight/*"))
+    finally:
+        unregister_design("badjob")
 
 
 def test_the_command_line_offers_the_registered_designs(tmp_path):
