@@ -1388,6 +1388,21 @@ def test_a_refused_merge_names_each_differing_setting_with_both_values(tmp_path)
         merge_sweeps([tmp_path / "a", tmp_path / "b"], tmp_path / "ab")
 
 
+def test_a_merge_refused_for_how_two_sweeps_drew_their_words_names_the_flag_that_draws_one_as_the_other(tmp_path):
+    # A folder that records no words_per_token drew its list n words at a time; the published protocol now draws
+    # every list 5 n words at once: the two cannot be merged, and the message says how to run one as the other.
+    words = {"kind": "words", "name": "wordfreq:en:100000", "num_words": 100000}
+    _write_settings(tmp_path / "old", source=words)
+    _write_settings(tmp_path / "new", source=words | {"words_per_token": 5}, ms=[2])
+    with pytest.raises(ValueError, match=r"differ: source\.words_per_token null -> 5\).*--words-per-token none "):
+        merge_sweeps([tmp_path / "old", tmp_path / "new"], tmp_path / "merged")
+    # Other lists: no such advice (the list itself differs).
+    _write_settings(tmp_path / "glove", source=words | {"name": "glove-6b:100000", "words_per_token": 5}, ms=[2])
+    with pytest.raises(ValueError) as refused:
+        merge_sweeps([tmp_path / "old", tmp_path / "glove"], tmp_path / "merged2")
+    assert "--words-per-token" not in str(refused.value)
+
+
 @pytest.mark.parametrize("order", [("smollm2", "smollm2-135m"), ("smollm2-135m", "smollm2")])
 def test_a_merge_takes_two_spellings_of_one_bundled_model_as_one_model(tmp_path, order):
     # A resume takes either spelling (store.check_settings); a merge refused them ('differ: model "smollm2" ->

@@ -1025,6 +1025,23 @@ def _calibrated(config: SweepConfig, output_dir: Path, rows: dict) -> dict | Non
     return store.current_calibration(store.read_calibration(output_dir), rows, store.read_settings(output_dir))
 
 
+def _merge_words_hint(first: dict, other: dict) -> str:
+    """Where two words sweeps of one list differ in how they drew their texts (a folder that records no
+    words_per_token drew its words n at a time, store.LATER_SOURCE_SETTINGS): the flag that runs one as the other."""
+    sources = [dict(settings.get("source") or {}) for settings in (first, other)]
+    if any(source.get("kind") != "words" for source in sources) or sources[0].get("name") != sources[1].get("name"):
+        return ""
+    drawn = [source.get("words_per_token", store.LATER_SOURCE_SETTINGS["words_per_token"]) for source in sources]
+    if drawn[0] == drawn[1]:
+        return ""
+    flags = ["none" if value is None else str(value) for value in drawn]
+    return (
+        f". Their texts were drawn from the list differently (source.words_per_token: none is n words at a time, K "
+        f"is K n words at once, cut to n): run the sweep to add again with --words-per-token {flags[0]} "
+        f"(or the first with --words-per-token {flags[1]}) into a new folder, and merge that"
+    )
+
+
 def merge_sweeps(folders, output_dir, *, overwrite: bool = False) -> Path:
     """Pool the rows of sweeps run separately (other m, other lengths, other machines) into one folder.
 
@@ -1067,7 +1084,7 @@ def merge_sweeps(folders, output_dir, *, overwrite: bool = False) -> Path:
         if differ:
             raise ValueError(
                 f"{folder} was run with other settings than {folders[0]} (differ: {', '.join(differ)}); "
-                "only sweeps that differ in ms and lengths can be merged"
+                f"only sweeps that differ in ms and lengths can be merged{_merge_words_hint(shared, other)}"
             )
     inputs = [store.read_rows(folder) for folder in folders]
     for folder, folder_written, folder_settings, folder_rows in zip(folders, written, settings, inputs):
