@@ -1,6 +1,7 @@
 """Model cards and the Hub upload path: the files and calls are real, only the network calls are recorded."""
 
 import json
+from pathlib import Path
 
 import pytest
 from huggingface_hub import HfApi, ModelCard
@@ -973,6 +974,22 @@ def _two_adapters(base):
     return model
 
 
+def _pushed_then_resaved_as_bin(model, name: str, repo: str, hub, tmp_path) -> Path:
+    """Save ``model`` (safetensors) into tmp_path/first and push it to ``repo``, train adapter ``name`` further, and
+    save it again as .bin into tmp_path/second, which is returned: a push of it must leave no stale weights."""
+    import torch
+
+    model.save_pretrained(tmp_path / "first")
+    push_adapter_to_hub(tmp_path / "first", repo, api=hub)
+    assert f"{name}/adapter_model.safetensors" in hub.files
+    with torch.no_grad():
+        for parameter_name, parameter in model.named_parameters():
+            if parameter_name.endswith(f".{name}"):
+                parameter.add_(1.0)
+    model.save_pretrained(tmp_path / "second", safe_serialization=False)
+    return tmp_path / "second"
+
+
 def _adapter_weights(model, adapter_name):
     from peft import get_peft_model_state_dict
 
@@ -1065,26 +1082,18 @@ def test_a_subfolder_adapter_pushed_in_the_other_weights_format_leaves_no_stale_
     left <name>/adapter_model.safetensors in the repository, and ``PeftModel.from_pretrained(base, repo,
     subfolder=name)`` loaded those old weights without a word. The push deletes each subfolder adapter's stale
     weights file too, and the dry run lists it."""
-    import torch
     from peft import PeftModel
 
     model = _two_adapters(random_backbone(tiny_config("llama"), seed=3))
     hub = FakeHubRepo()
-    model.save_pretrained(tmp_path / "first")
-    push_adapter_to_hub(tmp_path / "first", "someone/two", api=hub)
-    assert "mine/adapter_model.safetensors" in hub.files
-    with torch.no_grad():  # "mine" trained further
-        for name, parameter in model.named_parameters():
-            if name.endswith(".mine"):
-                parameter.add_(1.0)
-    model.save_pretrained(tmp_path / "second", safe_serialization=False)
-    push_adapter_to_hub(tmp_path / "second", "someone/two", api=hub)
+    second = _pushed_then_resaved_as_bin(model, "mine", "someone/two", hub, tmp_path)
+    push_adapter_to_hub(second, "someone/two", api=hub)
     snapshot = hub.download(tmp_path / "snapshot")
     base = random_backbone(tiny_config("llama"), seed=3)
     assert _same_weights(PeftModel.from_pretrained(base, str(snapshot), subfolder="mine"), model, "mine")
     weights = sorted(name for name in hub.files if "adapter_model" in name)
     assert weights == ["adapter_model.bin", "mine/adapter_model.bin"]
-    plan = push_adapter_to_hub(tmp_path / "second", "someone/two", dry_run=True)
+    plan = push_adapter_to_hub(second, "someone/two", dry_run=True)
     assert set(plan.deleted) == {"adapter_model.safetensors", "mine/adapter_model.safetensors"}
     assert "mine/adapter_model.safetensors" in str(plan).split("README.md as it would be uploaded:")[0]
     # And back: a safetensors push removes the subfolder's .bin too.
@@ -1126,22 +1135,14 @@ def test_an_adapter_whose_name_holds_a_slash_is_pushed_with_its_card_and_without
     push's team/mine/adapter_model.safetensors in the repository (which peft loads before the new .bin), and a
     folder holding that adapter alone was said to lack a saved adapter. The push finds adapters at any depth."""
     import huggingface_hub
-    import torch
     from peft import PeftModel
 
     model = get_peft_model(random_backbone(tiny_config("llama"), seed=3), UTReprogramConfig())
     model.add_adapter("team/mine", UTReprogramConfig(num_memory_tokens=2))
     hub = FakeHubRepo()
-    model.save_pretrained(tmp_path / "first")
-    push_adapter_to_hub(tmp_path / "first", "someone/team", api=hub)
-    assert "team/mine/adapter_model.safetensors" in hub.files
-    with torch.no_grad():  # "team/mine" trained further
-        for name, parameter in model.named_parameters():
-            if name.endswith(".team/mine"):
-                parameter.add_(1.0)
-    model.save_pretrained(tmp_path / "second", safe_serialization=False)
-    plan = push_adapter_to_hub(tmp_path / "second", "someone/team", dry_run=True)
-    push_adapter_to_hub(tmp_path / "second", "someone/team", api=hub)
+    second = _pushed_then_resaved_as_bin(model, "team/mine", "someone/team", hub, tmp_path)
+    plan = push_adapter_to_hub(second, "someone/team", dry_run=True)
+    push_adapter_to_hub(second, "someone/team", api=hub)
     assert sorted(name for name in hub.files if "adapter_model" in name) == [
         "adapter_model.bin",
         "team/mine/adapter_model.bin",
