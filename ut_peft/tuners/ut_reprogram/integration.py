@@ -216,6 +216,7 @@ def _install_transformers_adapter_methods() -> None:
     import functools
     import warnings
 
+    from peft.functional import set_adapter
     from transformers.integrations.peft import PeftAdapterMixin
 
     from .layer import UTReprogramLayer
@@ -269,12 +270,7 @@ def _install_transformers_adapter_methods() -> None:
                 f"Adapter {deleted[0]} was active which is now deleted. Setting active adapter to {successor}.",
                 stacklevel=2,
             )
-            for layer in layers:
-                layer.set_adapter(successor)
-                if configs[successor].inference_mode:
-                    for container in layer.adapter_layer_names:
-                        if successor in getattr(layer, container):
-                            getattr(layer, container)[successor].requires_grad_(False)
+            set_adapter(self, successor, inference_mode=configs[successor].inference_mode, layer_cls=UTReprogramLayer)
         return result
 
     PeftAdapterMixin.disable_adapters = disable_adapters
