@@ -685,7 +685,9 @@ def _words_per_token(args: argparse.Namespace) -> int | str | None:
     words the file describes, as its word list does, so the command is not refused for a flag it did not give."""
     given: set[str] = getattr(args, "given", set())  # the flags the command line gives itself (parse)
     if "source" in given and "words_per_token" not in given and args.source.partition(":")[0] != "words":
-        return next(flag.default for flag in FLAGS if flag.dest == "words_per_token")  # "auto", the protocol's
+        from ..accessibility.engine.sources import AUTO_WORDS_PER_TOKEN
+
+        return AUTO_WORDS_PER_TOKEN  # the protocol's
     return args.words_per_token
 
 
