@@ -482,6 +482,15 @@ def rebuild_folder(folder, model=None, tokenizer=None) -> tuple[SweepConfig, Any
     return config, model, tokenizer, source
 
 
+def config_as_run(config: SweepConfig, output_dir, *, overwrite: bool = False, retarget_from=None) -> SweepConfig:
+    """``config`` as :func:`run_sweep` runs it into ``output_dir``: a folder it resumes, or the one it retargets from,
+    keeps the construction of its words (store.LATER_SOURCE_SETTINGS, :meth:`SweepConfig.kept_in`); an overwrite
+    starts afresh under ``config`` as it is. What the command logs to its trackers as the run's settings."""
+    if overwrite:
+        return config
+    return config.kept_in(output_dir if retarget_from is None else retarget_from)
+
+
 def run_sweep(
     config: SweepConfig,
     output_dir,
@@ -525,8 +534,7 @@ def run_sweep(
         output_dir = Path(output_dir)
         if model is None:
             model, tokenizer = _load(config, accelerator.device, device_map)
-        if not overwrite:  # a folder keeps the construction of its words (store.LATER_SOURCE_SETTINGS)
-            config = config.kept_in(output_dir if retarget_from is None else retarget_from)
+        config = config_as_run(config, output_dir, overwrite=overwrite, retarget_from=retarget_from)
         config, source = _validated(config, model, tokenizer)
         settings = config.fingerprint(source.describe())
         if not overwrite:

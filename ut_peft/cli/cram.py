@@ -822,9 +822,15 @@ def pooled_version(args: argparse.Namespace, design: str) -> int | None:
 
 
 def tracked_settings(args: argparse.Namespace, config: SweepConfig) -> dict:
-    """What the trackers get as the run's config: the sweep's settings and the command's own flags."""
+    """What the trackers get as the run's config: the sweep's settings as the run crams under them, and the command's
+    own flags as given. The sweep's words_per_token is the construction the run draws its words with (None: n at a
+    time, or a source that draws no words), not a --words-per-token left to the protocol ("auto"), which a folder the
+    run resumes or retargets from may keep at its own (sweep.config_as_run)."""
+    from ..accessibility.sweep import config_as_run
+
+    run = config_as_run(config, args.output, overwrite=args.overwrite, retarget_from=args.retarget_from)
     flags = {k: v for k, v in vars(args).items() if k not in ("prog", "debug", "config", "given")}
-    return {"sweep": dataclasses.asdict(config), "flags": flags}
+    return {"sweep": dataclasses.asdict(run) | {"words_per_token": run.words_construction()}, "flags": flags}
 
 
 # ---- settings.json -> flags (a finished sweep's settings as a config file) ----------------------------------------
