@@ -37,6 +37,8 @@ class UTReprogramLayer(nn.Module, BaseTunerLayer):
         self._active_adapter = adapter_name
         self.merged_adapters: list[str] = []
         self.kwargs = kwargs
+        # The active adapter's tensors that were frozen when the layer was switched off (enable_adapters).
+        self._frozen_while_disabled: list[torch.Tensor] = []
 
     def _active(self) -> Optional[str]:
         if self.disable_adapters:
@@ -63,24 +65,31 @@ class UTReprogramLayer(nn.Module, BaseTunerLayer):
     def enable_adapters(self, enabled: bool) -> None:
         """peft's switch of the layer, keeping an active adapter that was frozen frozen when it comes back on.
 
-        peft's layers make the active adapter trainable when enabled, whatever it was (LoRA's too, peft 0.21.2), so an
-        adapter loaded for inference trained after transformers' ``disable_adapters()`` then ``enable_adapters()``
-        (``UTReprogramModel.disable_adapter_layers`` does the same for a ``PeftModel``). A tensor that a
-        ``set_adapter`` made trainable while the layer was off stays trainable, as peft's ``set_adapter`` leaves it.
+        peft keeps no record of it and cannot keep it frozen: switching off freezes every adapter tensor, and
+        switching on makes the active adapters trainable whatever they were (peft 0.20 to 0.21.2, LoRA's too), so an
+        adapter loaded for inference (``is_trainable=False``, ``inference_mode=True``) trained after a comparison with
+        its base. Once off, nothing peft holds tells a frozen adapter from one switched off (``inference_mode`` of its
+        config does not follow ``set_adapter``), so the layer records the active adapter's frozen tensors when it goes
+        off. It is the one record: ``PeftModel``'s switch (``disable_adapter()``, the tuner's
+        ``disable_adapter_layers``) and transformers' (``disable_adapters()``, ``enable_adapters()``) both switch each
+        layer here. What a ``set_adapter`` (or ``set_requires_grad``) made trainable while off leaves the record, as
+        peft leaves it trainable, also when the layer is switched off again before it comes back on.
         """
-        if not enabled and not self.disable_adapters:
-            self._frozen_while_disabled = [
+        if enabled or self.disable_adapters:
+            still_frozen = [tensor for tensor in self._frozen_while_disabled if not tensor.requires_grad]
+        else:
+            still_frozen = [
                 tensor
                 for name in self.adapter_layer_names
                 for adapter, tensor in getattr(self, name).items()
                 if adapter in self.active_adapters and not tensor.requires_grad
             ]
-        still_frozen = [tensor for tensor in getattr(self, "_frozen_while_disabled", []) if not tensor.requires_grad]
         super().enable_adapters(enabled)
         if enabled:
-            self._frozen_while_disabled = []
             for tensor in still_frozen:
                 tensor.requires_grad_(False)
+            still_frozen = []
+        self._frozen_while_disabled = still_frozen
 
     def _get_available_adapters(self) -> set[str]:
         """The adapters this layer runs, which peft's ``get_layer_status`` and ``get_model_status`` list as its

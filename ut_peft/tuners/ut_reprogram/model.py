@@ -754,29 +754,14 @@ class UTReprogramModel(BaseTuner):
         self._set_generation_eos(task=task)
 
     def disable_adapter_layers(self) -> None:
+        # An adapter frozen when switched off stays frozen when switched on: each layer keeps that record
+        # (UTReprogramLayer.enable_adapters says why peft's switch needs one).
         self._refuse_if_released("disable the adapter")
-        if not any(module.disable_adapters for _, module in _wrapped_layers(self.model)):
-            # peft's enable_adapter_layers (the end of `with model.disable_adapter():`) makes the active adapter
-            # trainable whatever it was (LoRA's too, peft 0.21.2): one loaded frozen (is_trainable=False,
-            # inference_mode=True) came out of a comparison with its base trainable. Remember its frozen tensors.
-            frozen = [
-                tensor
-                for _, module in _wrapped_layers(self.model)
-                for name in module.adapter_layer_names
-                for adapter, tensor in getattr(module, name).items()
-                if adapter in self.active_adapters and not tensor.requires_grad
-            ]
-            self._ut_frozen_while_disabled = frozen
         super().disable_adapter_layers()
         self._set_vocab_for(False)
 
     def enable_adapter_layers(self) -> None:
-        # Those still frozen: a set_adapter while disabled made its adapter trainable, as peft's set_adapter does.
-        frozen = [tensor for tensor in getattr(self, "_ut_frozen_while_disabled", []) if not tensor.requires_grad]
-        self._ut_frozen_while_disabled = []
         super().enable_adapter_layers()
-        for tensor in frozen:
-            tensor.requires_grad_(False)
         self._set_vocab_for(True)
 
     def delete_adapter(self, adapter_name: str) -> None:
