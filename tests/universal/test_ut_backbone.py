@@ -154,3 +154,24 @@ def test_a_sparse_backbone_narrower_than_its_construction_says_so_and_one_that_f
         AutoModelForCausalLM.from_config(UniversalTransformerConfig(weights="random", **narrow))
         fits = dict(vocab_size=23, hidden_size=160, num_hidden_layers=4, num_attention_heads=1, head_dim=16)
         AutoModelForCausalLM.from_config(UniversalTransformerConfig(weights="sparse", **fits))
+
+
+@pytest.mark.parametrize("start", ["use_cache", "inputs_embeds"])
+def test_generation_that_would_need_a_key_value_cache_is_refused(start):
+    """The backbone keeps no key/value cache. generate(use_cache=True), and generate from inputs_embeds (which always
+    uses one), hand it a cache and then only the newest token: it generated other tokens than the whole sequence's
+    argmax, without an error. Refused now, naming use_cache=False; generation without a cache stays the argmax."""
+    torch.manual_seed(0)
+    config = _config(variant="residual_layernorm", position_embedding_type="learned", initializer_range=1.0)
+    model = AutoModelForCausalLM.from_config(config).eval()
+    prompt = torch.tensor([[3, 4, 5, 6]])
+    inputs = {"input_ids": prompt, "use_cache": True}
+    if start == "inputs_embeds":
+        inputs = {"inputs_embeds": model.get_input_embeddings()(prompt).detach()}
+    with pytest.raises(ValueError, match=r"keeps no key/value cache.*use_cache=False"):
+        model.generate(**inputs, max_new_tokens=6, do_sample=False)
+    sequence = prompt
+    with torch.no_grad():
+        for _ in range(6):
+            sequence = torch.cat([sequence, model(input_ids=sequence).logits[:, -1:].argmax(-1)], dim=1)
+    assert torch.equal(model.generate(prompt, max_new_tokens=6, do_sample=False), sequence)

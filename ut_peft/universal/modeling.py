@@ -171,6 +171,22 @@ def fixed_readout(config: UniversalTransformerConfig) -> torch.Tensor:
 # ----------------------------------------------------------------------------------------------------------------
 
 _FIXED_NAMES = ("query", "key", "value", "mlp_in", "mlp_out", "readout")
+# What transformers calls the key/value cache it hands a model's forward (``cache`` today, ``past_key_values`` before).
+_CACHE_ARGUMENTS = ("cache", "past_key_values")
+
+
+def _refuse_a_cache(kwargs: dict) -> None:
+    """Refuse a key/value cache: these models keep none, and a caller that passes one (generate with use_cache=True,
+    or from inputs_embeds, which always uses one) feeds only the newest tokens next, whose outputs then attend to
+    nothing before them."""
+    given = [name for name in _CACHE_ARGUMENTS if kwargs.get(name) is not None]
+    if given:
+        raise ValueError(
+            f"a universal transformer keeps no key/value cache, but was given one ({given[0]}=...): the next call "
+            "would pass only the newest token, and the outputs would be computed without the sequence before it. "
+            "Generate from input_ids with use_cache=False (the config's default; not from inputs_embeds, which "
+            "needs a cache), or run the forward on the whole sequence"
+        )
 
 
 def _frozen(*shape) -> nn.Parameter:
@@ -281,6 +297,7 @@ class UniversalTransformerModel(UniversalTransformerPreTrainedModel):
     ) -> BaseModelOutputWithPast:
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("pass exactly one of input_ids and inputs_embeds")
+        _refuse_a_cache(kwargs)
         hidden = self.embed_tokens(input_ids) if inputs_embeds is None else inputs_embeds
         n = hidden.shape[1]
         if self.position_embeddings is not None:
@@ -340,6 +357,7 @@ class UniversalTransformerForCausalLM(UniversalTransformerPreTrainedModel, Gener
         return_dict=None,
         **kwargs,
     ) -> CausalLMOutputWithPast:
+        _refuse_a_cache(kwargs)
         outputs = self.model(
             input_ids=input_ids,
             attention_mask=attention_mask,
