@@ -150,6 +150,38 @@ def test_a_words_settings_json_reruns_on_the_source_the_command_line_gives(tmp_p
         command.sweep_config(command.parse(["--config", str(path), "--source", "text", "--words-per-token", "none"]))
 
 
+def test_a_words_settings_json_with_another_word_list_draws_that_list_as_the_protocol_does(tmp_path):
+    """--config an old published words folder's settings.json (wordfreq, drawn n at a time: it records no
+    words_per_token) with --source naming another word list: the new list is no folder's, so nothing is kept for it
+    and it is drawn as the protocol draws a list (the published construction, 5 n words at once), not n at a time as
+    the file's list was; --words-per-token on the command line still chooses. The file's own list, named again, keeps
+    the file's construction."""
+    from ut_peft.accessibility.testing import WordIdTokenizer
+
+    published = ["--protocol", "published", "--ms", "1", "--model", "gemma-3-270m", "--source", "words:wordfreq"]
+    first = command.sweep_config(command.parse([*published, "--words-per-token", "none"]))
+    path = tmp_path / "old" / "settings.json"
+    path.parent.mkdir()
+    words = {"kind": "words", "name": "wordfreq:en:100000", "num_words": 100000}
+    settings = recorded(first, words)
+    assert "words_per_token" not in settings["source"]
+    path.write_text(json.dumps(settings))
+    config = ["--config", str(path), "--output-dir", str(tmp_path / "new")]
+    for spec in ("words:glove", "words", "words:pydoc_data"):
+        glove = command.sweep_config(command.parse([*config, "--source", spec]))
+        assert (glove.source, glove.words_per_token, glove.words_construction()) == (spec, "auto", 5)
+        assert recorded(glove, words) == recorded(first, words)  # every other setting as the file gives it
+        # The new folder records the construction (settings.json's source, which report.md's Source line prints).
+        assert glove.make_source(WordIdTokenizer(), 1000).describe()["words_per_token"] == 5
+    told = command.sweep_config(command.parse([*config, "--source", "words:glove", "--words-per-token", "none"]))
+    assert told.words_construction() is None
+    same = command.sweep_config(command.parse([*config, "--source", "words:wordfreq"]))
+    assert same.words_construction() is None
+    # Under the ut-peft protocol the new list is drawn as that protocol draws it (words:glove as published).
+    ours = command.sweep_config(command.parse([*config, "--protocol", "ut-peft", "--source", "words:glove"]))
+    assert ours.words_construction() == 5
+
+
 def test_every_flag_the_settings_record_is_read_back_with_a_value_of_its_own(tmp_path):
     """Each recorded flag comes back from some case above with a value other than its default, so the round trip
     covers it."""

@@ -294,14 +294,11 @@ class SweepConfig:
 
     def _default_word_list(self) -> str:
         """The list a bare ``words`` means: the paper's under the published protocol, ut-peft's own otherwise."""
-        return "glove" if self.protocol == "published" else "pydoc_data"
+        return default_word_list(self.protocol)
 
     def _word_list(self) -> str | None:
-        """The word list a words source spec names (a bare ``words``: the protocol's default list), else None."""
-        kind, _, word_list = self.source.partition(":") if isinstance(self.source, str) else ("", "", "")
-        if kind != "words":
-            return None
-        return word_list or self._default_word_list()
+        """The word list this sweep's source spec names (:func:`source_word_list`), else None."""
+        return source_word_list(self.source, self.protocol)
 
     def words_construction(self) -> int | None:
         """The words_per_token this sweep's words source is built with and records (None: words drawn n at a time,
@@ -443,6 +440,21 @@ _NAMED_SOURCES = {
     ("words", GLOVE_WORDS_NAME): "words:glove",
     ("words", "wordfreq:en:100000"): "words:wordfreq",
 }
+
+
+def default_word_list(protocol: str) -> str:
+    """The list a bare ``words`` means under ``protocol``: the paper's under the published protocol, ut-peft's own
+    otherwise."""
+    return "glove" if protocol == "published" else "pydoc_data"
+
+
+def source_word_list(source, protocol: str) -> str | None:
+    """The word list the source spec ``source`` names under ``protocol`` (``glove``, ``wordfreq``, a path; a bare
+    ``words``: the protocol's list), None for a source that draws no words (or one given from Python)."""
+    kind, _, name = source.partition(":") if isinstance(source, str) else ("", "", "")
+    if kind != "words":
+        return None
+    return name or default_word_list(protocol)
 
 
 def source_spec(description: dict) -> str:

@@ -38,6 +38,7 @@ from .common import (
     check_output_folder,
     check_run_folder,
     end_tracking,
+    given_by_config,
     given_on_command_line,
     library_value,
     nonnegative_int,
@@ -618,7 +619,29 @@ def parse(argv=None, *, prog: str | None = None):
     args = parse_args(parser, argv, from_file=flags_from_settings)
     # The flags of FLAGS that argv gives itself (not a --config file, not a default): --report-only refuses them.
     args.given = given_on_command_line(parser, argv) & {flag.dest for flag in FLAGS}
+    if _leaves_the_files_words(parser, args):
+        from ..accessibility.engine.sources import AUTO_WORDS_PER_TOKEN
+
+        args.words_per_token = AUTO_WORDS_PER_TOKEN  # the protocol's
     return args
+
+
+def _leaves_the_files_words(parser: argparse.ArgumentParser, args: argparse.Namespace) -> bool:
+    """Whether the --words-per-token a --config file gives (a words folder's construction, "none" where its
+    settings.json records none) is left behind: the command line names another source than the file's word list (one
+    that draws no words, or another list) and no --words-per-token of its own. The construction goes with the words
+    the file describes, as its word list does: a source that draws no words is not refused for a flag the command line
+    did not give, and a new word list is no folder's, so nothing of an old folder's drawing is kept for it: it is
+    drawn as the protocol draws a list now ("auto"; a resume of a folder of it still keeps that folder's construction,
+    SweepConfig.kept_in)."""
+    from ..accessibility.config import source_word_list
+
+    in_file = given_by_config(parser)[1]
+    if "words_per_token" not in in_file or "source" not in args.given or "words_per_token" in args.given:
+        return False
+    new = source_word_list(args.source, args.protocol)
+    old = source_word_list(parser.get_default("source"), args.protocol) if "source" in in_file else None
+    return new is None or (old is not None and new != old)
 
 
 # ---- flags -> SweepConfig -----------------------------------------------------------------------------------------
@@ -665,7 +688,6 @@ def sweep_config(args: argparse.Namespace) -> SweepConfig:
     )
     values = {flag.config: getattr(args, flag.dest) for flag in FLAGS if flag.config is not None}
     values["prefix"] = _prefix(args)
-    values["words_per_token"] = _words_per_token(args)
     values.update({"design.target_n50_se": _n50_targets(args.target_n50_se)})
     values.update({"design.version": pooled_version(args, design), "support_sequences": support_sequences(args)})
     cram = CramConfig(**_section(values, "cram"))
@@ -677,18 +699,6 @@ def sweep_config(args: argparse.Namespace) -> SweepConfig:
         cram=cram,
         design=design_config(design, **design_settings),
     )
-
-
-def _words_per_token(args: argparse.Namespace) -> int | str | None:
-    """--words-per-token; "auto" where a --config settings.json gave it (a words folder's construction, "none" where
-    the folder records none) and the command line names a source that draws no words: the construction goes with the
-    words the file describes, as its word list does, so the command is not refused for a flag it did not give."""
-    given: set[str] = getattr(args, "given", set())  # the flags the command line gives itself (parse)
-    if "source" in given and "words_per_token" not in given and args.source.partition(":")[0] != "words":
-        from ..accessibility.engine.sources import AUTO_WORDS_PER_TOKEN
-
-        return AUTO_WORDS_PER_TOKEN  # the protocol's
-    return args.words_per_token
 
 
 def _prefix(args: argparse.Namespace) -> str:
