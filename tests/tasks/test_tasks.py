@@ -58,6 +58,18 @@ def test_dyck_labels_match_the_grammar_and_the_format():
         assert labels[:-1] == [IGNORE_INDEX] * (len(ids) - 1) and labels[-1] == ids[-1]
 
 
+@pytest.mark.parametrize("text", ["(a)", "( )", "()\n", "[]", "(()))x"])
+def test_a_dyck_string_of_other_characters_than_brackets_is_refused(text):
+    """Every character that is not "(" counted as ")": is_balanced("( )") was False and "(a)" read as "())", so a
+    string with a space, a letter or a newline got the other answer, and encode_dyck turned its characters into ")"
+    tokens, without an error. Refused now, naming the character."""
+    with pytest.raises(ValueError, match=r"only '\(' and '\)'.*position \d"):
+        dyck.is_balanced(text)
+    with pytest.raises(ValueError, match=r"only '\(' and '\)'"):
+        dyck.encode_dyck(text)
+    assert dyck.is_balanced("(())()") and not dyck.is_balanced(")(") and dyck.is_balanced("")
+
+
 def test_dyck_is_seeded():
     a, b, c = (dyck_dataset(50, seed=s, max_pairs=5)["text"] for s in (1, 1, 2))
     assert a == b and a != c

@@ -28,12 +28,24 @@ FEATURES = datasets.Features(
 
 
 def is_balanced(text: str) -> bool:
+    _refuse_other_characters(text)
     depth = 0
     for char in text:
         depth += 1 if char == "(" else -1
         if depth < 0:
             return False
     return depth == 0
+
+
+def _refuse_other_characters(text: str) -> None:
+    """The counter below reads every character but "(" as ")", and encode_dyck makes it a ")" token: another
+    character would silently change the answer, so it is refused."""
+    for position, char in enumerate(text):
+        if char not in ("(", ")"):
+            raise ValueError(
+                f"a Dyck-1 string holds only '(' and ')', but this one has {char!r} at position {position} (of "
+                f"{len(text)}): remove the other characters (spaces, letters, newlines) before checking or encoding it"
+            )
 
 
 def _random_balanced(rng: random.Random, pairs: int) -> str:
