@@ -24,8 +24,9 @@ import contextvars
 import inspect
 import os
 import re
-from collections.abc import Iterator
-from typing import Optional
+import warnings
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, Optional
 
 from peft import PeftModel
 
@@ -192,6 +193,34 @@ def _install_new_adapter_or_load() -> None:
     PeftAdapterMixin.load_adapter = transformers_load_adapter
 
 
+def successor_after_deleting(
+    deleted: Sequence[str], was_active: Sequence[str], remaining: Mapping[str, Any]
+) -> Optional[tuple[list[str], bool]]:
+    """The adapters to make active, and whether frozen, once ``deleted`` are deleted from a model whose active
+    adapters were ``was_active`` and whose adapters left are ``remaining`` (name: config); None when no active
+    adapter was deleted, so the active ones stay.
+
+    peft lets each layer pick its own successor among the adapters *it* holds, which is right for LoRA, where every
+    adapter wraps the same modules; adapters of this method wrap different ones (one training only U does not wrap
+    E), so the layers disagreed. Every layer gets the successor peft's LoRA names: the other active adapters if any,
+    else the first remaining adapter in sorted order (with peft's warning), else none (an empty list). It is frozen
+    when every one of them was loaded for inference (``inference_mode``, ``PeftModel.from_pretrained``'s and
+    ``load_adapter``'s default), which peft's layers alone made trainable. ``UTReprogramModel.delete_adapter`` (a
+    ``PeftModel``'s) and transformers' ``delete_adapter`` (:func:`_install_transformers_adapter_methods`) both use it.
+    """
+    deleted_active = [name for name in was_active if name in deleted]
+    if not deleted_active:
+        return None
+    successors = [name for name in was_active if name not in deleted and name in remaining]
+    if not successors and remaining:
+        successors = sorted(remaining)[:1]
+        warnings.warn(
+            f"Adapter {deleted_active[0]} was active which is now deleted. Setting active adapter to {successors[0]}.",
+            stacklevel=3,
+        )
+    return successors, bool(successors) and all(remaining[name].inference_mode for name in successors)
+
+
 def _install_transformers_adapter_methods() -> None:
     """transformers' own adapter methods on a model that carries UT_REPROGRAM adapters without a ``PeftModel``.
 
@@ -214,7 +243,6 @@ def _install_transformers_adapter_methods() -> None:
     (``UTReprogramLayer.enable_adapters``). ``tests/tuners/test_transformers_adapter_api.py`` runs every call.
     """
     import functools
-    import warnings
 
     from peft.functional import set_adapter
     from transformers.integrations.peft import PeftAdapterMixin
@@ -262,15 +290,11 @@ def _install_transformers_adapter_methods() -> None:
             for name in deleted:
                 warnings.filterwarnings("ignore", message=f"Adapter {re.escape(name)} was active which is now")
             result = original_delete(self, adapter_names, *args, **kwargs)
-        if remaining and set(was_active) & set(deleted):
-            # PeftModel.delete_adapter's successor (UTReprogramModel.delete_adapter): the first remaining adapter in
-            # sorted order, frozen if it was loaded for inference.
-            successor = remaining[0]
-            warnings.warn(
-                f"Adapter {deleted[0]} was active which is now deleted. Setting active adapter to {successor}.",
-                stacklevel=2,
-            )
-            set_adapter(self, successor, inference_mode=configs[successor].inference_mode, layer_cls=UTReprogramLayer)
+        # With none left, transformers drops the adapters' config and the layers are gone: nothing to activate.
+        successor = successor_after_deleting(deleted, was_active, {name: configs[name] for name in remaining})
+        if remaining and successor is not None:
+            names, frozen = successor
+            set_adapter(self, names if len(names) > 1 else names[0], inference_mode=frozen, layer_cls=UTReprogramLayer)
         return result
 
     PeftAdapterMixin.disable_adapters = disable_adapters

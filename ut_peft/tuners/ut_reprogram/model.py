@@ -32,7 +32,7 @@ from .fingerprint import (
     standard_names,
 )
 from .init import INPUT, OUTPUT, POSITION, initial_tensors
-from .integration import base_name, records_its_own_base
+from .integration import base_name, records_its_own_base, successor_after_deleting
 from .layer import UTEmbedding, UTPositionEmbedding, UTReprogramLayer, UTUnembedding
 
 # Attribute names under which transformers models keep learned absolute position embeddings.
@@ -771,27 +771,20 @@ class UTReprogramModel(BaseTuner):
         the first wrapped layer. That is right for LoRA, where every adapter wraps the same modules, but adapters of
         this method wrap different ones (one training only U does not wrap E): the layers used to disagree, the model
         reporting one adapter while lm_head ran another, or none while a layer still ran the deleted one's successor.
-        The successor is the one peft's LoRA names: the other active adapters if any, else the first remaining
-        adapter in sorted order; with none left, none is active (as in peft).
+        The successor is the one peft's LoRA names (:func:`successor_after_deleting`, which transformers'
+        ``delete_adapter`` uses too); with none left, none is active (as in peft).
         """
         was_active = list(self.active_adapters)
         with warnings.catch_warnings():
             # Each layer warns of its own choice of successor, which may not be the one made here.
             warnings.filterwarnings("ignore", message=f"Adapter {re.escape(adapter_name)} was active which is now")
             super().delete_adapter(adapter_name)
-        if adapter_name not in was_active:
+        successor = successor_after_deleting([adapter_name], was_active, self.peft_config)
+        if successor is None:
             self.active_adapter = was_active
             return
-        successors = [name for name in was_active if name != adapter_name and name in self.peft_config]
-        if not successors and self.peft_config:
-            successors = sorted(self.peft_config)[:1]
-            warnings.warn(
-                f"Adapter {adapter_name} was active which is now deleted. Setting active adapter to {successors[0]}.",
-                stacklevel=2,
-            )
+        successors, frozen = successor
         if successors:
-            # An adapter loaded for inference (PeftModel.from_pretrained's default) stays frozen when it takes over.
-            frozen = all(self.peft_config[name].inference_mode for name in successors)
             self.set_adapter(successors if len(successors) > 1 else successors[0], inference_mode=frozen)
         else:
             for module in self.model.modules():
