@@ -104,6 +104,21 @@ def test_bad_configs_are_refused():
         model(input_ids=torch.zeros(1, 17, dtype=torch.long))
 
 
+@pytest.mark.parametrize("seed", [1.5, True, "1", None])
+def test_a_seed_that_is_not_an_integer_is_refused(seed):
+    """The frozen weights were drawn from int(config.seed): seed=1.5, True and "1" all built seed 1's backbone (a sweep
+    over seeds 0.5, 1, 1.5 trained one backbone twice) while config.json recorded the value given. Refused now; any
+    integer, numpy's too, still draws its own backbone."""
+    import numpy as np
+
+    with pytest.raises(ValueError, match=r"seed must be an integer.*got"):
+        UniversalTransformerConfig(seed=seed)
+    config = _config(seed=np.int64(2))
+    assert config.seed == 2 and type(config.seed) is int and '"seed": 2' in config.to_json_string()
+    assert torch.equal(fixed_block_weights(config, 0)["query"], fixed_block_weights(_config(seed=2), 0)["query"])
+    assert not torch.equal(fixed_block_weights(_config(seed=-2), 0)["query"], fixed_block_weights(config, 0)["query"])
+
+
 def test_the_init_scales_default_to_the_references_and_refuse_non_positive_values():
     config = UniversalTransformerConfig(hidden_size=64)
     assert config.initializer_range == 0.02 and config.output_initializer_range == 64**-0.5

@@ -6,6 +6,8 @@ whole model: the weights are rebuilt bit-identically from ``weights``, ``seed`` 
 
 from __future__ import annotations
 
+import numbers
+
 from transformers import PretrainedConfig
 
 VARIANTS = ("attention_only", "residual_layernorm", "mlp")
@@ -109,6 +111,13 @@ class UniversalTransformerConfig(PretrainedConfig):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"UniversalTransformerConfig.{name} must be a positive int, got {value!r}")
+        # The weights are drawn from int(seed): 1.5, True or "1" would build seed 1's backbone under another name.
+        if isinstance(self.seed, bool) or not isinstance(self.seed, numbers.Integral):
+            raise ValueError(
+                f"UniversalTransformerConfig.seed must be an integer (it draws the frozen weights), got "
+                f"{self.seed!r}; give an int such as 0, 1, 2"
+            )
+        self.seed = int(self.seed)  # a numpy integer, as a plain int that config.json can hold
         if self.output_initializer_range is None:
             self.output_initializer_range = self.hidden_size**-0.5
         for name in ("initializer_range", "output_initializer_range"):
