@@ -110,7 +110,7 @@ def mismatches(argv: list[str], folder: Path) -> list[str]:
         out.append(f"source: {quoted.source!r} quoted, {held_source!r} held")
     # How a words source draws its texts, as the quoted command crams into its folder (which keeps the construction
     # its settings.json records: a published words folder from before every list was drawn 5 n words at once).
-    quoted_words, held_words = quoted.kept_in(folder).words_construction(), held.words_construction()
+    quoted_words, held_words = quoted.as_resumed_in(folder).words_construction(), held.words_construction()
     if quoted_words != held_words:
         out.append(f"source.words_per_token: {quoted_words!r} quoted, {held_words!r} held")
     return out

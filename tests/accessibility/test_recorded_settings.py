@@ -405,7 +405,7 @@ def test_the_committed_published_words_folders_rebuild_drawing_their_words_n_at_
         recorded = source.get("words_per_token")
         assert rebuilt_config(settings).words_construction() == recorded, path
         started = SweepConfig(source=folder_config(path.parent).source, protocol=settings.get("protocol", "ut-peft"))
-        assert started.kept_in(path.parent).words_construction() == recorded, path
+        assert started.as_resumed_in(path.parent).words_construction() == recorded, path
         checked += recorded is None and settings.get("protocol") == "published"
     assert checked >= 4  # smollm2-135m's pooled-words* and published-words-m*, gemma-3-270m's published-words-m*
 

@@ -542,6 +542,26 @@ def test_a_refused_resume_names_a_cram_setting_a_folder_leaves_out_by_what_it_re
     assert changed_settings(new, old) == ['cram.lr_scale "embedding" -> "none"']
 
 
+def test_a_words_source_that_leaves_out_a_later_setting_reads_as_the_value_leaving_it_out_means(monkeypatch):
+    """A words source's description written before a setting of LATER_SOURCE_SETTINGS (words_per_token: words drawn
+    n at a time) means that setting's old value, read through the one table: by left_out_source_settings, and by a
+    refused resume naming the setting (changed_settings), for any setting the table holds; not for another source."""
+    from ut_peft.accessibility.store import changed_settings, left_out_source_settings
+
+    old = {"kind": "words", "name": "wordfreq:en:100000"}
+    assert left_out_source_settings(old) == {"words_per_token": None}
+    assert left_out_source_settings(old | {"words_per_token": 5}) == {}
+    assert left_out_source_settings({"kind": "text", "name": "pydoc_data"}) == left_out_source_settings(None) == {}
+    assert changed_settings({"source": old}, {"source": old | {"words_per_token": 5}}) == [
+        "source.words_per_token null -> 5"
+    ]
+    monkeypatch.setattr(store, "LATER_SOURCE_SETTINGS", {"words_per_token": None, "separator": " "})
+    assert left_out_source_settings(old) == {"words_per_token": None, "separator": " "}
+    assert changed_settings({"source": old}, {"source": old | {"separator": "_"}}) == ['source.separator " " -> "_"']
+    text, separated = {"kind": "text"}, {"kind": "text", "separator": "_"}
+    assert changed_settings({"source": text}, {"source": separated}) == ['source.separator null -> "_"']
+
+
 # ---- leftovers of an earlier run: snapshots and vectors without settings.json, clearing order, snapshot digests ----
 def _state(step: int = 3):
     import torch

@@ -129,7 +129,7 @@ class SweepConfig:
     # published protocol the published construction for every list (5 n words at once, cut to n, as the published
     # code), under ut-peft's so for words:glove and words drawn n at a time for the other lists; K: K n words at once;
     # None: words drawn n at a time (ut-peft's older construction), which a words folder whose settings.json records no
-    # words_per_token was crammed with (store.LATER_SOURCE_SETTINGS: a resume of one keeps it, :meth:`kept_in`).
+    # words_per_token was crammed with (store.LATER_SOURCE_SETTINGS: a resume of one keeps it, :meth:`as_resumed_in`).
     words_per_token: int | str | None = AUTO_WORDS_PER_TOKEN
     # The dtype of the model's weights the rows are crammed with ("float32", "bfloat16", ...): the sweep loads the
     # model in it, and a model given from Python sets it (resolve_model_dtype), so that a folder crammed with float32
@@ -310,7 +310,7 @@ class SweepConfig:
             return PUBLISHED_WORDS_PER_TOKEN
         return list_words_per_token(word_list, self.words_per_token)
 
-    def kept_in(self, folder) -> SweepConfig:
+    def as_resumed_in(self, folder) -> SweepConfig:
         """This config as a resume of ``folder`` (or a retarget from it) runs it: a words construction left to the
         protocol ("auto") is the one ``folder``'s words were drawn with where its settings.json records a words
         source without words_per_token (:func:`.store.later_source_settings`: n at a time, as before the published
@@ -503,7 +503,7 @@ def rebuilt_config(settings: dict) -> SweepConfig:
         layout["prefix"] = "none"
     words: dict = {}
     if description.get("kind") == "words":  # a description without it drew its words n at a time
-        words["words_per_token"] = description.get("words_per_token", store.LATER_SOURCE_SETTINGS["words_per_token"])
+        words["words_per_token"] = {**description, **store.left_out_source_settings(description)}["words_per_token"]
     return SweepConfig.from_settings(
         settings,
         source=source_spec(description),

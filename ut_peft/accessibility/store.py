@@ -117,7 +117,7 @@ LATER_CRAM_SETTINGS = {
 # description without one has: words_per_token, the words a text draws per token of its row (5, the published
 # construction, which the published protocol uses for every list since it was found to draw wordfreq's and a file's
 # lists otherwise): a description without it drew its words n at a time. A resume keeps that meaning
-# (:func:`later_source_settings`, SweepConfig.kept_in), so such a folder resumes, reports and rebuilds as it did.
+# (:func:`later_source_settings`, SweepConfig.as_resumed_in), so such a folder resumes, reports and rebuilds as it did.
 LATER_SOURCE_SETTINGS = {"words_per_token": None}
 
 
@@ -163,14 +163,21 @@ def as_recorded_in(folder, settings: dict) -> dict:
     return _with_recorded_model(without_unrecorded(settings, recorded), recorded)
 
 
-def later_source_settings(folder) -> dict:
-    """The settings of :data:`LATER_SOURCE_SETTINGS` that ``folder``'s settings.json leaves out of its words source's
-    description, each with the value that leaving it out means; {} where it records them all, describes another
-    source, or where the folder holds no readable settings.json (a new sweep records them)."""
-    source = (_settings_if_readable(folder) or {}).get("source")
+def left_out_source_settings(source) -> dict:
+    """The settings of :data:`LATER_SOURCE_SETTINGS` that ``source`` (settings.json's "source": a source's description)
+    leaves out, each with the value that leaving it out means; {} where it records them all, or describes another
+    source than words (which has none of them)."""
     if not isinstance(source, dict) or source.get("kind") != "words":
         return {}
     return {name: old for name, old in LATER_SOURCE_SETTINGS.items() if name not in source}
+
+
+def later_source_settings(folder) -> dict:
+    """The settings of :data:`LATER_SOURCE_SETTINGS` that ``folder``'s settings.json leaves out of its words source's
+    description, each with the value that leaving it out means (:func:`left_out_source_settings`); {} where it
+    records them all, describes another source, or where the folder holds no readable settings.json (a new sweep
+    records them)."""
+    return left_out_source_settings((_settings_if_readable(folder) or {}).get("source"))
 
 
 def _with_recorded_model(settings: dict, recorded: dict) -> dict:
@@ -850,12 +857,17 @@ def _as_given(name: str, value: str) -> str:
 
 def _value(settings: dict, path: str) -> str:
     """The setting at dotted ``path`` as JSON; a setting of :data:`LATER_SETTINGS` that is left out holds its value
-    there (it is left out because it holds it), and so does a model_dtype left out (float32)."""
+    there (it is left out because it holds it), and so does a model_dtype left out (float32), and a setting of
+    :data:`LATER_SOURCE_SETTINGS` a words source leaves out (:func:`left_out_source_settings`)."""
     if path in LATER_SETTINGS and path not in settings:
         return json.dumps(LATER_SETTINGS[path])
     if path == "model_dtype" and path not in settings:
         return json.dumps("float32")
     section, _, name = path.partition(".")
+    if section == "source":  # a words source's setting left out means what it meant before it was recorded
+        left_out = left_out_source_settings(settings.get("source"))
+        if name in left_out:
+            return json.dumps(left_out[name])
     if section == "cram" and isinstance(settings.get("cram"), dict) and name not in settings["cram"]:
         # A cram setting a fingerprint leaves out where it holds its value from before it existed (lr_scale "none"
         # on a Gemma folder written before it): named by that value, the one to give back, not as null.

@@ -329,7 +329,8 @@ def retarget_sweep(
     """
     if model is None:
         model, tokenizer = _load(config, "cpu", None)
-    config, source = _validated(config.kept_in(old_dir), model, tokenizer)  # drawn as the old folder's words were
+    # Its words drawn as the old folder's were.
+    config, source = _validated(config.as_resumed_in(old_dir), model, tokenizer)
     # Recorded as the old folder records them: a folder from before a digest was recorded passes on none.
     settings = store.as_recorded_in(old_dir, config.fingerprint(source.describe()))
     store.check_retarget_target(Path(new_dir), Path(old_dir))
@@ -484,11 +485,11 @@ def rebuild_folder(folder, model=None, tokenizer=None) -> tuple[SweepConfig, Any
 
 def config_as_run(config: SweepConfig, output_dir, *, overwrite: bool = False, retarget_from=None) -> SweepConfig:
     """``config`` as :func:`run_sweep` runs it into ``output_dir``: a folder it resumes, or the one it retargets from,
-    keeps the construction of its words (store.LATER_SOURCE_SETTINGS, :meth:`SweepConfig.kept_in`); an overwrite
+    keeps the construction of its words (store.LATER_SOURCE_SETTINGS, :meth:`SweepConfig.as_resumed_in`); an overwrite
     starts afresh under ``config`` as it is. What the command logs to its trackers as the run's settings."""
     if overwrite:
         return config
-    return config.kept_in(output_dir if retarget_from is None else retarget_from)
+    return config.as_resumed_in(output_dir if retarget_from is None else retarget_from)
 
 
 def run_sweep(
@@ -1039,7 +1040,7 @@ def _merge_words_hint(first: dict, other: dict) -> str:
     sources = [dict(settings.get("source") or {}) for settings in (first, other)]
     if any(source.get("kind") != "words" for source in sources) or sources[0].get("name") != sources[1].get("name"):
         return ""
-    drawn = [source.get("words_per_token", store.LATER_SOURCE_SETTINGS["words_per_token"]) for source in sources]
+    drawn = [{**source, **store.left_out_source_settings(source)}["words_per_token"] for source in sources]
     if drawn[0] == drawn[1]:
         return ""
     flags = ["none" if value is None else str(value) for value in drawn]

@@ -633,7 +633,7 @@ def _leaves_the_files_words(parser: argparse.ArgumentParser, args: argparse.Name
     the file describes, as its word list does: a source that draws no words is not refused for a flag the command line
     did not give, and a new word list is no folder's, so nothing of an old folder's drawing is kept for it: it is
     drawn as the protocol draws a list now ("auto"; a resume of a folder of it still keeps that folder's construction,
-    SweepConfig.kept_in)."""
+    SweepConfig.as_resumed_in)."""
     from ..accessibility.config import source_word_list
 
     in_file = given_by_config(parser)[1]

@@ -306,7 +306,7 @@ def test_the_published_protocol_draws_a_words_file_as_the_published_code_does_an
     text = tokenizer(" ".join(drawn), add_special_tokens=False)["input_ids"]
     assert len(text) >= 12 and source.sequence(12, 2, 0) == text[:12]
 
-    # Told explicitly, the published protocol draws as older versions did (a folder written before: kept_in).
+    # Told explicitly, the published protocol draws as older versions did (a folder written before: as_resumed_in).
     older = SweepConfig(protocol="published", source=f"words:{path}", words_per_token=None)
     assert "words_per_token" not in older.make_source(tokenizer, len(tokenizer)).describe()
     with pytest.raises(ValueError, match="words_per_token .* the source 'text' draws no words: leave it unset"):
