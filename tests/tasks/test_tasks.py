@@ -75,6 +75,21 @@ def test_dyck_is_seeded():
     assert a == b and a != c
 
 
+@pytest.mark.parametrize("build", ["dyck", "khop"])
+def test_a_seed_that_random_would_draw_as_another_is_refused(build):
+    """random.Random(-n) draws what random.Random(n) does (it seeds from abs(n)): dyck_dataset and khop_dataset of
+    seed -3 were those of seed 3, and a run of --seed -1 held out seed 0's strings (its held-out seed 2 * seed + 1 is
+    -1). None drew from the clock, and datasets' cache handed that one draw back to every later call. Refused now."""
+    make = {
+        "dyck": lambda seed: dyck_dataset(4, seed=seed, max_pairs=3, max_random_length=6),
+        "khop": lambda seed: khop_dataset(4, ks=(1,), length=6, seed=seed),
+    }[build]
+    for seed in (-3, None, True):
+        with pytest.raises(ValueError, match=r"seed must be an integer >= 0.*got"):
+            make(seed)
+    assert make(0)["input_ids"] != make(3)["input_ids"]
+
+
 @pytest.mark.parametrize("k", [0, 1, 2, 3, 5])
 def test_hop_matches_brute_force(k):
     rng = random.Random(k)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import datasets
 
+from .dyck import check_seed
 from .metrics import IGNORE_INDEX
 from .settings import MAX_K  # the hop counts the vocabulary has a token for: 0..MAX_K
 
@@ -103,6 +104,7 @@ def khop_dataset(
         raise ValueError("alphabet_size must be at least 2 (no two consecutive letters may be equal)")
     if length < 2 or num_examples < 1:
         raise ValueError("length must be at least 2 and num_examples at least 1")
+    check_seed(seed)
     # ks goes in as a tuple: datasets takes a list in gen_kwargs as shards and would call the generator once per k
     # (n rows per k, grouped, the same strings for every k).
     return datasets.Dataset.from_generator(
