@@ -641,6 +641,32 @@ def _peft_card_above(folder: Path, saved_into: Optional[Path] = None) -> Optiona
     return above if card.data.get("library_name") == "peft" else None
 
 
+# Tags a save puts on every card it writes: peft's (``create_or_update_model_card``: "transformers", the method's
+# ("lora"), "base_model:adapter:<base>") and the rendering's (BASE_TAGS, "random-backbone"). Any other tag on a card
+# was put there by its user (by hand, or through save_model_card's or a push's ``tags``).
+_SAVE_TAGS = frozenset({*BASE_TAGS, "random-backbone", "transformers", "lora"})
+
+
+def card_tags(path: Union[str, os.PathLike]) -> Optional[list[str]]:
+    """The tags of the model card at ``path``; None where there is no card there, or no model card (a project's own
+    README, metadata that is not YAML)."""
+    if not Path(path).is_file():
+        return None
+    try:
+        return [str(tag) for tag in ModelCard.load(path).data.get("tags") or []]
+    except Exception:  # not a model card: it has no tags to keep
+        return None
+
+
+def _users_tags(tags: list[str], kept_tags: list[str]) -> tuple[set[str], set[str]]:
+    """What the user did to a card's tags (``tags``, as the card had them before this save): the tags they added
+    (those no save puts on a card), and those of ``kept_tags`` (given to save_model_card or a push, which the card's
+    metadata keeps) that they took off again."""
+    added = {tag for tag in tags if tag not in _SAVE_TAGS and not tag.startswith("base_model:")}
+    removed = {tag for tag in kept_tags if tag not in tags and tag not in _SAVE_TAGS}
+    return added, removed
+
+
 def update_model_card(
     adapter_config: Mapping[str, Any],
     folder: Union[str, os.PathLike],
@@ -648,6 +674,8 @@ def update_model_card(
     write: bool = True,
     after_save: bool = True,
     saved_into: Union[str, os.PathLike, None] = None,
+    tags_before_save: Optional[list[str]] = None,
+    peft_tags: Optional[list[str]] = None,
     **card_kwargs,
 ) -> Optional[ModelCard]:
     """Make ``folder/README.md``, which peft's ``save_pretrained`` has just written (or a save wrote before a push),
@@ -658,7 +686,13 @@ def update_model_card(
     The card is rendered from the config at every save, so a folder that held another adapter before does not keep
     that adapter's description. From a card ut-peft wrote before it keeps what the user gave it (title,
     repository, training and results tables, which the card's metadata keeps) and what they added to it (sections,
-    metadata such as a license); from any card it keeps peft's metadata and the blocks peft appended.
+    metadata such as a license); from any card it keeps peft's metadata and the blocks peft appended, and the tags
+    its user put on it by hand (or took off, of those they gave before); the tags a save puts on every card come
+    back, as peft puts its own back. peft's own save replaces the tags of the card in the folder it was given with
+    its own before this runs: ``tags_before_save`` are that card's tags as they were before the save
+    (``PeftModel.save_pretrained`` reads them first); without them, the tags of the folder's own card.
+    ``peft_tags``: the tags peft's save put on the README it wrote, which a subfolder's card takes from the README
+    above once the top adapter's card has replaced them there; without them, those of the README peft wrote.
 
     peft writes its README.md into the folder ``save_pretrained`` was given, but saves an adapter not named "default"
     into a subfolder named after it (``folder/<name>/``, the folder to load or push that adapter from): its card is
@@ -680,6 +714,11 @@ def update_model_card(
     if peft_card is None:
         return None
     inputs = None if own is None else stored_card_inputs(own)
+    before = tags_before_save
+    if before is None and own is not None:
+        before = [str(tag) for tag in own.data.get("tags") or []]
+    kept_tags = [] if inputs is None or "tags" in card_kwargs else list(inputs.get("tags") or [])
+    added_tags, removed_tags = _users_tags(before, kept_tags) if before is not None else (set(), set())
     if own is not None and inputs is not None:  # a card ut-peft wrote, which keeps its inputs, with peft's updates
         card = _render_from_inputs(adapter_config, own, inputs, card_kwargs)
     elif own is not None and "ut-peft" in own.text and not card_kwargs:
@@ -688,7 +727,7 @@ def update_model_card(
         card = render_model_card(adapter_config, **card_kwargs)
     our_tags = list(card.data.get("tags") or [])
     for key in ("library_name", "tags", "pipeline_tag", "base_model"):
-        value = peft_card.data.get(key)
+        value = peft_tags if key == "tags" and peft_tags is not None else peft_card.data.get(key)
         if value is not None:
             card.data[key] = value
     for key, value in vars(own.data if own is not None else peft_card.data).items():
@@ -701,12 +740,16 @@ def update_model_card(
     card.data["base_model"] = hub_id
     generated = {"random-backbone"}  # a tag the rendering sets from the config: this config's, not the old one's
     card.data["tags"] = sorted(
-        {
-            t
-            for t in (card.data.get("tags") or [])
-            if t not in generated and (not t.startswith("base_model:") or (hub_id and t.endswith(":" + hub_id)))
-        }
-        | set(our_tags)
+        (
+            {
+                t
+                for t in (card.data.get("tags") or [])
+                if t not in generated and (not t.startswith("base_model:") or (hub_id and t.endswith(":" + hub_id)))
+            }
+            | set(our_tags)
+            | added_tags
+        )
+        - removed_tags
     )
     if write:  # str(card) is what ModelCard.save writes; written atomically like every other file the package writes
         atomic_write_text(readme, str(card), newline="")

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import dataclasses
 import inspect
 import os
 import re
@@ -49,10 +50,17 @@ def install() -> None:
         if save_embedding_layers == "auto" and all(_is_ut_reprogram(self.peft_config.get(n)) for n in selected):
             save_embedding_layers = False
         token = _SAVE_DIRECTORY.set(os.fspath(save_directory))
+        tags = None
+        if any(_is_ut_reprogram(self.peft_config.get(n)) for n in selected):
+            from ...hub import card_tags
+
+            tags = _CardTags(before_save=card_tags(os.path.join(save_directory, "README.md")))
+        tags_token = _CARD_TAGS.set(tags)
         try:
             result = original_save(self, save_directory, *args, save_embedding_layers=save_embedding_layers, **kwargs)
         finally:
             _SAVE_DIRECTORY.reset(token)
+            _CARD_TAGS.reset(tags_token)
         if bound.arguments.get("is_main_process", True):
             _record_checksums(self, save_directory, selected, bound.arguments.get("safe_serialization", True))
         return result
@@ -78,6 +86,24 @@ def install() -> None:
 # The folder given to the PeftModel.save_pretrained in progress, where peft writes its README.md: the card of an
 # adapter saved into a subfolder (folder/<name>/, folder/team/mine/ for "team/mine") takes peft's metadata from it.
 _SAVE_DIRECTORY: contextvars.ContextVar[Optional[str]] = contextvars.ContextVar("ut_peft_saving", default=None)
+
+
+@dataclasses.dataclass
+class _CardTags:
+    """The tags of the README.md in that folder, for the cards this save writes.
+
+    ``before_save``: as they were before the save. peft's ``create_or_update_model_card``, which runs first,
+    replaces them with its own, dropping those the card's user put there, which the folder's card keeps.
+    ``by_peft``: those peft's save put there, which the cards of the adapters in subfolders take with peft's other
+    metadata. peft writes its README before it saves the adapters one by one, and the top adapter's card then
+    replaces it, with tags of its own: so they are read when this save updates its first card.
+    """
+
+    before_save: Optional[list[str]]
+    by_peft: Optional[list[str]] = None
+
+
+_CARD_TAGS: contextvars.ContextVar[Optional[_CardTags]] = contextvars.ContextVar("ut_peft_card_tags", default=None)
 
 # Set while an adapter is made to load saved weights into (PeftModel.from_pretrained, peft's and transformers'
 # load_adapter, low_cpu_mem_usage=True): its config's records of a base are checked, not replaced.
@@ -407,6 +433,21 @@ def update_model_card(config, folder) -> None:
     """Make ``folder/README.md``, which peft's ``save_pretrained`` has just written, the ut-peft card of ``config``
     (:func:`ut_peft.hub.update_model_card`, which says what it keeps), with peft's metadata from the README it wrote
     into the folder that ``PeftModel.save_pretrained`` was given, however deep below it ``folder`` is."""
+    from ...hub import card_tags
     from ...hub import update_model_card as update
 
-    update(config.to_dict(), folder, saved_into=_SAVE_DIRECTORY.get())
+    saved_into, tags = _SAVE_DIRECTORY.get(), _CARD_TAGS.get()
+    if saved_into is None or tags is None:  # a config saved by another path than PeftModel.save_pretrained
+        update(config.to_dict(), folder, saved_into=saved_into)
+        return
+    if tags.by_peft is None:
+        tags.by_peft = card_tags(os.path.join(saved_into, "README.md"))
+    # The card whose tags peft's save replaced is the one of the folder the save was given.
+    top = os.path.abspath(folder) == os.path.abspath(saved_into)
+    update(
+        config.to_dict(),
+        folder,
+        saved_into=saved_into,
+        tags_before_save=tags.before_save if top else None,
+        peft_tags=tags.by_peft,
+    )
