@@ -112,6 +112,25 @@ def test_khop_dataset_format():
         khop_dataset(5, ks=(17,))
 
 
+def test_k_hop_letters_and_hop_counts_that_have_no_token_are_refused():
+    """encode_khop made a letter outside 1..alphabet_size another token (letters 5 and 6 of a six-letter string, under
+    the default alphabet of 4, the <none> and <k=0> tokens; 0 the pad) and k = -1 the <none> token with hop_0's
+    answers; khop_dataset drew ks=(1.5,) as k = 1 and ks="12" as k = 1, 2. Refused now, naming the value."""
+    with pytest.raises(ValueError, match=r"letters 1\.\.4.*got 5 at position 1"):
+        khop.encode_khop([1, 5, 2], 1)
+    with pytest.raises(ValueError, match=r"letters 1\.\.4.*got 0 at position 0"):
+        khop.encode_khop([0, 1, 2], 1)
+    for k in (-1, 1.5, True):
+        with pytest.raises(ValueError, match=r"hop count k must be an integer >= 0"):
+            khop.encode_khop([1, 2, 3], k)
+    for ks in [(1.5,), (True,), "12", (-1,)]:
+        with pytest.raises(ValueError, match=r"ks must be hop counts"):
+            khop_dataset(4, ks=ks)
+    six = khop.encode_khop([1, 6, 2], 0, alphabet_size=6)
+    assert six["input_ids"] == [8, 1, 6, 2] and six["labels"] == [IGNORE_INDEX] * 2 + [1, 6]
+    assert khop_dataset(2, ks=(2.0,), length=4)["k"] == [2, 2]
+
+
 def test_metric_scores_only_scored_positions():
     metric = ScoredTokenAccuracy()
     # Logits at t are scored against labels[t + 1]: build logits that predict labels[t+1] except at one position.

@@ -11,6 +11,7 @@ position except the last is scored (labels follow the causal-LM shift: labels[i 
 from __future__ import annotations
 
 import hashlib
+import numbers
 import random
 from pathlib import Path
 
@@ -68,7 +69,22 @@ def sample_string(rng: random.Random, length: int, alphabet_size: int = 4) -> li
     return x
 
 
+def _is_hop_count(k) -> bool:
+    return not isinstance(k, bool) and isinstance(k, numbers.Real) and float(k) >= 0 and float(k).is_integer()
+
+
 def encode_khop(x: list[int], k: int, alphabet_size: int = 4) -> dict:
+    # Token ids are positional in the vocabulary (pad, letters, <none>, k tokens): a letter outside 1..alphabet_size
+    # or a negative k would be another token, and the answers would be computed for it without an error.
+    if not _is_hop_count(k):
+        raise ValueError(f"the hop count k must be an integer >= 0 (its token is <k=...>), got {k!r}")
+    for position, letter in enumerate(x):
+        if not 1 <= letter <= alphabet_size:
+            raise ValueError(
+                f"a k-hop string holds letters 1..{alphabet_size} (0 is the pad, {alphabet_size + 1} <none>, then "
+                f"the k tokens), got {letter!r} at position {position}; pass the alphabet_size its letters come from"
+            )
+    k = int(k)
     none = alphabet_size + 1
     target = hop(x, k, none)
     return {"k": k, "input_ids": [none + 1 + k] + list(x), "labels": [IGNORE_INDEX] * 2 + target[:-1]}
@@ -97,8 +113,10 @@ def khop_dataset(
 ) -> datasets.Dataset:
     """A seeded k-hop dataset mixing the hop counts in ``ks`` (the first token says which k); vocab from
     :func:`khop_vocab` (``alphabet_size + 2 + max_k + 1`` tokens), sequences of ``length + 1`` tokens."""
+    if isinstance(ks, str) or not all(_is_hop_count(k) for k in ks):  # int() would take 1.5 as 1, "12" as 1, 2
+        raise ValueError(f"ks must be hop counts between 0 and max_k={max_k} (integers), got {ks!r}")
     ks = sorted(set(int(k) for k in ks))
-    if not ks or ks[0] < 0 or ks[-1] > max_k:
+    if not ks or ks[-1] > max_k:
         raise ValueError(f"ks must be hop counts between 0 and max_k={max_k}, got {ks}")
     if alphabet_size < 2:
         raise ValueError("alphabet_size must be at least 2 (no two consecutive letters may be equal)")
