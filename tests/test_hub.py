@@ -1208,3 +1208,34 @@ def test_an_adapter_whose_name_holds_a_slash_is_saved_with_the_card_a_one_level_
     model.save_pretrained(out)  # "team"'s card is a peft card now, and newer than that of "team/mine"
     assert "team-only" in ModelCard.load(out / "team" / "README.md").data.tags
     assert ModelCard.load(out / "team" / "mine" / "README.md").data.to_dict() == one_level.data.to_dict()
+
+
+def test_a_dry_run_shows_the_card_of_every_adapter_it_would_upload(tmp_path, capsys):
+    """A dry run of a folder holding adapters in subfolders (each with its own card) printed the top adapter's card
+    only: the subfolder cards it would upload, rendered again for the repository (loading from their subfolder),
+    were listed as file sizes and never shown. The plan holds every card by its path in the repository, and the
+    dry run prints each, with what it would upload for a subfolder adapter of another method (its card as the
+    folder holds it)."""
+    from peft import LoraConfig
+
+    from ut_peft.cli import main
+
+    model = get_peft_model(tiny_model("llama"), UTReprogramConfig())
+    model.add_adapter("mine", UTReprogramConfig(num_memory_tokens=2))
+    model.save_pretrained(tmp_path / "out")
+    lora = get_peft_model(tiny_model("llama"), LoraConfig(r=2, target_modules=["q_proj"]), adapter_name="other")
+    lora.save_pretrained(tmp_path / "lora")
+    (tmp_path / "lora" / "other").rename(tmp_path / "out" / "other")  # a LoRA adapter in a subfolder
+    (tmp_path / "out" / "other" / "README.md").write_bytes((tmp_path / "lora" / "README.md").read_bytes())
+    before = {p: p.read_bytes() for p in (tmp_path / "out").rglob("*") if p.is_file()}
+    plan = push_adapter_to_hub(tmp_path / "out", "someone/two", dry_run=True)
+    assert set(plan.cards) == {"README.md", "mine/README.md"}
+    assert plan.cards["README.md"] == plan.card and 'subfolder="mine"' in plan.cards["mine/README.md"]
+    assert "prepend_memory_tokens" in plan.cards["mine/README.md"]
+    main(["push", str(tmp_path / "out"), "someone/two", "--dry-run"])
+    out = capsys.readouterr().out
+    assert "mine/README.md as it would be uploaded:" in out and plan.cards["mine/README.md"] in out
+    assert plan.card in out
+    assert "other/README.md" in out.split("README.md as it would be uploaded:")[-1]  # said after the cards, too
+    assert str(tmp_path / "out" / "other" / "README.md") in out
+    assert {p: p.read_bytes() for p in (tmp_path / "out").rglob("*") if p.is_file()} == before

@@ -12,7 +12,7 @@ import json
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any, Optional, Union
@@ -900,15 +900,21 @@ def _subfolder_cards(folder: Union[str, os.PathLike], repo_id: str) -> dict[str,
 
 @dataclass(frozen=True)
 class PushPlan:
-    """What :func:`push_adapter_to_hub` would upload (``dry_run=True``): the repository, the files, the card."""
+    """What :func:`push_adapter_to_hub` would upload (``dry_run=True``): the repository, the files, the cards."""
 
     repo_id: str
     private: Optional[bool]
     files: list[tuple[str, int]]  # (path inside the folder, bytes)
-    card: str
+    card: str  # the top adapter's card (README.md), as it would be uploaded
     # The weights files of the other format, at the top and in each adapter's subfolder, deleted from the
     # repository where it holds them (stale_weights_paths).
     deleted: tuple[str, ...] = ()
+    # Every card the push renders and uploads, by its path in the repository: README.md (``card``) and the card of
+    # each UT_REPROGRAM adapter in a subfolder (``<name>/README.md``).
+    cards: Mapping[str, str] = field(default_factory=dict)
+    # The cards of other methods' adapters in subfolders, which the push uploads as the folder holds them: path in
+    # the repository -> the file uploaded.
+    kept_cards: Mapping[str, str] = field(default_factory=dict)
 
     def __str__(self) -> str:
         visibility = {True: "private", False: "public", None: "the account's default visibility"}[self.private]
@@ -919,7 +925,12 @@ class PushPlan:
                 f"and delete {', '.join(self.deleted)} from the repository where it holds them (an earlier push's "
                 "weights, which peft would load before the uploaded ones)"
             )
-        lines += ["README.md as it would be uploaded:", self.card]
+        cards = {"README.md": self.card, **{name: text for name, text in self.cards.items() if name != "README.md"}}
+        for name, text in cards.items():
+            lines += [f"{name} as it would be uploaded:", text]
+        lines += [
+            f"{name}: uploaded as {path} holds it (another method's card)" for name, path in self.kept_cards.items()
+        ]
         return "\n".join(lines)
 
 
@@ -940,7 +951,8 @@ def push_adapter_to_hub(
     """Create ``repo_id`` if needed and upload the adapter folder with its rendered card.
 
     Returns what ``HfApi.upload_folder`` returns (the commit info). ``dry_run=True`` uploads nothing and writes
-    nothing: it returns a :class:`PushPlan` (the files and the card that would be uploaded). ``api`` is the
+    nothing: it returns a :class:`PushPlan` (the files and the cards that would be uploaded, each subfolder adapter's
+    among them). ``api`` is the
     ``HfApi`` to call (e.g. one for another endpoint); by default ``HfApi(token=token)``. ``revision`` (a branch,
     created if needed), ``create_pr`` and ``commit_description`` are ``HfApi.upload_folder``'s, as in transformers'
     ``push_to_hub`` (which ``PeftModel.push_to_hub`` of a UT_REPROGRAM adapter hands over to this function).
@@ -985,7 +997,7 @@ def push_adapter_to_hub(
         found = {path.relative_to(root).as_posix(): path.stat().st_size for path in root.rglob("*") if path.is_file()}
         # The files upload_folder sends: not those its default ignore patterns match (.git/, and the
         # .cache/huggingface/ folder `hf download --local-dir` writes), which it leaves out whatever it is asked.
-        sent = filter_repo_objects(list(found), ignore_patterns=DEFAULT_IGNORE_PATTERNS)
+        sent = list(filter_repo_objects(list(found), ignore_patterns=DEFAULT_IGNORE_PATTERNS))
         # The cards as they would be uploaded, also where a folder has none yet.
         sizes = {**{name: found[name] for name in sent}, **{name: len(text.encode()) for name, text in cards.items()}}
         return PushPlan(
@@ -994,6 +1006,12 @@ def push_adapter_to_hub(
             files=sorted(sizes.items()),
             card=cards["README.md"],
             deleted=stale_weights_paths(folder),
+            cards=cards,
+            kept_cards={
+                f"{name}/README.md": str(root / name / "README.md")
+                for name in _subfolder_adapters(folder)
+                if f"{name}/README.md" not in cards and f"{name}/README.md" in sent
+            },
         )
     api = api or HfApi(token=token)
     try:

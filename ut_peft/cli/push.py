@@ -1,6 +1,6 @@
 """Upload a saved UT_REPROGRAM adapter folder to the Hugging Face Hub with its rendered model card.
 
-    ut-peft push out/adapter someone/dyck-reprogram --dry-run     # the files and the card, nothing uploaded
+    ut-peft push out/adapter someone/dyck-reprogram --dry-run     # the files and the cards, nothing uploaded
     ut-peft push out/adapter someone/dyck-reprogram --private     # create the repository if needed and upload
 
 The folder is what ``model.save_pretrained(folder)`` wrote (adapter_config.json, adapter_model.safetensors). The card
@@ -40,7 +40,11 @@ def parse(argv=None, *, prog: str | None = None):
     p = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("folder", help="a saved adapter folder (adapter_config.json and adapter_model.safetensors)")
     p.add_argument("repo_id", help="the Hub repository, 'user/name' or 'name'")
-    p.add_argument("--dry-run", action="store_true", help="print the files and the card; upload and write nothing")
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the files and every card (each adapter's); upload and write nothing",
+    )
     p.add_argument("--private", action="store_true", default=None, help="create the repository private")
     p.add_argument("--token", default=None, help="a Hub token (default: HF_TOKEN or the one `hf auth login` saved)")
     p.add_argument("--commit-message", default="Upload UT_REPROGRAM adapter", help="the upload's commit message")
