@@ -94,3 +94,29 @@ def test_a_single_sample_reports_without_a_convergence_check():
     result = analyze_model(tiny_model("llama", seed=1), num_samples=1, support_sequences=4, progress=False)
     text = geometry_markdown(result)
     assert "no convergence check" in text and "CI half-widths" not in text
+
+
+def test_the_chunk_size_that_decided_the_points_is_recorded_and_survives_a_re_summary(tmp_path):
+    """The points are drawn chunk by chunk, so --chunk-size (as the seed) decides which points are drawn and so the
+    counts: the same seed at another chunk size gives other counts. geometry.json recorded the seed only, so a run
+    could not be reproduced from it; the chunk size in effect (4096 by default) is recorded beside the seed, in the
+    result and in state.pt, and a re-summary of the state reports it (None for a state saved before it was)."""
+    from ut_peft.geometry import load_state, save_state, summarize
+
+    model = tiny_model("llama", seed=0)
+    small = analyze_model(model, num_samples=60, support_sequences=4, chunk_size=7, supports=("ball",), progress=False)
+    default = analyze_model(model, num_samples=60, support_sequences=4, supports=("ball",), progress=False)
+    assert not torch.equal(
+        small["_estimates"]["ball"]["argmax"].counts, default["_estimates"]["ball"]["argmax"].counts
+    )
+    assert (small["chunk_size"], default["chunk_size"]) == (7, 4096)
+    save_state(small, tmp_path / "state.pt")
+    stats, estimates, path_info, seed = load_state(tmp_path / "state.pt")
+    assert summarize(stats, estimates, path_info, seed=seed)["chunk_size"] == 7
+    old = torch.load(tmp_path / "state.pt", weights_only=True)
+    for by_method in old["estimates"].values():
+        for estimate in by_method.values():
+            del estimate["chunk_size"]  # as saved before the chunk size was recorded
+    torch.save(old, tmp_path / "old.pt")
+    stats, estimates, path_info, seed = load_state(tmp_path / "old.pt")
+    assert summarize(stats, estimates, path_info, seed=seed)["chunk_size"] is None

@@ -185,12 +185,15 @@ def summarize(
             cells[name]["argmax_vs_voronoi"] = agreement(by_method["argmax"], by_method["voronoi"])
     argmax = {s: e["argmax"] for s, e in estimates.items()}
     bounds = refined_bounds(stats, argmax, measured_slope, decay_k=decay_k, vocab_size=vocab_size)
-    num_samples = next(iter(next(iter(estimates.values())).values())).num_samples
+    first = next(iter(next(iter(estimates.values())).values()))
     return {
         "support": {**stats.to_dict(), "box_mean_range": float((stats.high - stats.low).mean())},
         "output_path": path_info,
-        "num_samples": int(num_samples),
+        "num_samples": int(first.num_samples),
         "seed": seed,
+        # With the seed, the chunk size decides which points were drawn (cells.estimate_cells): a run is reproduced
+        # from both. None: a state saved before it was recorded.
+        "chunk_size": first.chunk_size,
         "cells": cells,
         "bounds": bounds,
         "_estimates": estimates,
@@ -219,6 +222,7 @@ def save_state(result: dict, path) -> Path:
                     "z": e.z,
                     "disagreements": e.disagreements,
                     "vocab_size": e.vocab_size,
+                    "chunk_size": e.chunk_size,
                 }
                 for m, e in by.items()
             }

@@ -125,6 +125,9 @@ class CellEstimate:
     z: float = 1.96
     disagreements: int | None = None  # points where argmax and Voronoi decide differently (both methods run)
     vocab_size: int | None = None  # real tokens (a state saved before it was recorded: None, every row)
+    # Points drawn per chunk: with the seed it decides which points are drawn, so the counts (None: a state saved
+    # before it was recorded).
+    chunk_size: int | None = None
 
     def __post_init__(self):
         if self.vocab_size is None:
@@ -359,6 +362,7 @@ def estimate_cells(
             z=z,
             disagreements=disagreements if len(methods) == 2 else None,
             vocab_size=path.vocab_size,
+            chunk_size=chunk_size,
         )
         for m in methods
     }
