@@ -189,3 +189,28 @@ def test_observed_tokens_of_a_head_without_padding_rows_are_its_rows():
     summary = CellEstimate("argmax", "ball", counts, 10).summary(decay_ks=(1,))
     observed = (summary["observed_tokens"], summary["unobserved_fraction"], summary["observed_padding_rows"])
     assert observed == (3, 0.4, 0)
+
+
+def test_a_re_summary_keeps_the_vocabulary_the_run_was_given(tmp_path):
+    """A run sampled with --vocab-size (the support's random texts drawn below it) re-summarised with --from-state
+    and no --vocab-size took the tokenizer's count instead, without a word: the bounds charged ln of another |V|
+    than the one the support's texts were drawn over, and moved. The state's given |V| stays; --vocab-size still
+    gives another one."""
+    from ut_peft.cli.geometry import main, parse
+
+    folder = tmp_path / "padded"
+    tiny_model("llama", seed=0, vocab_size=ROWS).save_pretrained(folder)
+    word_tokenizer(TOKENS).save_pretrained(folder)
+    out = tmp_path / "out"
+    main(parse(["--model", str(folder), "--samples", "200", "--support-sequences", "4", "--no-progress", "--out",
+                str(out), "--slope", "2", "--vocab-size", "60"]))  # fmt: skip
+    result = json.loads((out / "geometry.json").read_text())
+    assert (result["output_path"]["vocab_size"], result["support"]["vocab_size"]) == (60, 60)
+    again = tmp_path / "again"
+    main(parse(["--from-state", str(out / "state.pt"), "--out", str(again), "--slope", "2"]))
+    resumed = json.loads((again / "geometry.json").read_text())
+    assert (resumed["output_path"]["vocab_size"], resumed["output_path"]["vocab_source"]) == (60, "given")
+    assert resumed["bounds"]["bounds"] == pytest.approx(result["bounds"]["bounds"])
+    other = tmp_path / "other"
+    main(parse(["--from-state", str(out / "state.pt"), "--out", str(other), "--slope", "2", "--vocab-size", "70"]))
+    assert json.loads((other / "geometry.json").read_text())["output_path"]["vocab_size"] == 70

@@ -82,11 +82,16 @@ def main(args):
         # Re-summarise finished sampling (e.g. against a slope measured later) without sampling again.
         stats, estimates, path_info, seed = load_state(args.from_state)
         # The counts are over every head row, so |V| can be taken afresh (a state saved before it was recorded has
-        # the head's rows there); without a tokenizer or --vocab-size the state's own stays.
+        # the head's rows there); without a tokenizer or --vocab-size the state's own stays. So does a |V| its run
+        # was given (--vocab-size): its support's random texts were drawn below it, and the tokenizer's count
+        # would charge the bounds another |V| than the run's.
         rows = path_info.get("head_rows", path_info["vocab_size"])
         vocab = dict(vocab_size=args.vocab_size, vocab_source="given")
         if args.vocab_size is None:
-            vocab = dict(vocab_size=text_vocab_size(tokenizer, rows), vocab_source="tokenizer") if tokenizer else {}
+            from_tokenizer = tokenizer is not None and path_info.get("vocab_source") != "given"
+            vocab = (
+                dict(vocab_size=text_vocab_size(tokenizer, rows), vocab_source="tokenizer") if from_tokenizer else {}
+            )
         result = summarize(stats, estimates, path_info, slope, seed=seed, **vocab)
         if not in_place and state.exists():  # an earlier run's (start_run refused it without --overwrite)
             state.unlink()
