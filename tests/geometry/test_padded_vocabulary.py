@@ -214,3 +214,23 @@ def test_a_re_summary_keeps_the_vocabulary_the_run_was_given(tmp_path):
     other = tmp_path / "other"
     main(parse(["--from-state", str(out / "state.pt"), "--out", str(other), "--slope", "2", "--vocab-size", "70"]))
     assert json.loads((other / "geometry.json").read_text())["output_path"]["vocab_size"] == 70
+
+
+@pytest.mark.parametrize("apply_final_norm", [False, True])
+def test_the_support_records_the_padded_heads_rows_also_pre_norm_and_after_a_re_summary(tmp_path, apply_final_norm):
+    """The support of a padded head records its rows beside |V| (as a sweep's summary does). The pre-norm support
+    (apply_final_norm) dropped them, and state.pt kept neither them nor the device the support was measured on, so
+    a re-summary reported another support than its run (no head_rows; measured on the CPU whatever it was)."""
+    from ut_peft.geometry import load_state, save_state, summarize
+
+    model = tiny_model("llama", seed=0, vocab_size=ROWS)
+    result = analyze_model(
+        model, num_samples=20, support_sequences=4, vocab_size=TOKENS, apply_final_norm=apply_final_norm,
+        supports=("ball",), progress=False,
+    )  # fmt: skip
+    assert (result["support"]["vocab_size"], result["support"]["head_rows"]) == (TOKENS, ROWS)
+    result["_stats"].device = "cuda"  # as measured on a GPU (none here): the state keeps where it was measured
+    save_state(result, tmp_path / "state.pt")
+    stats, estimates, path_info, seed = load_state(tmp_path / "state.pt")
+    again = summarize(stats, estimates, path_info, seed=seed)["support"]
+    assert again == {**result["support"], "device": "cuda"}

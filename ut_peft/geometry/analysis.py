@@ -118,7 +118,8 @@ def measure_prenorm_support(model, norm, **kwargs) -> SupportStats:
             "(the norm is called more than once, or the model changes its states between norm and head), so "
             "apply_final_norm cannot reproduce its output path; sample post-norm points instead"
         )
-    return SupportStats.from_states(pre, head.vocab_size, head.seq_len)
+    # The head's rows and the device as measure_support records them: the same model's support either way.
+    return SupportStats.from_states(pre, head.vocab_size, head.seq_len, head.head_rows, head.device)
 
 
 def vocabulary_info(vocab_size: int, head_rows: int, source: str) -> dict:
@@ -205,8 +206,12 @@ def save_state(result: dict, path) -> Path:
     """Everything :func:`summarize` needs (support statistics, integer counts, checkpoints) in one torch file."""
     stats = result["_stats"]
     state = {
-        # seq_len too, so a re-summary reports the support as the sampled run did (None in states saved before).
-        "stats": {k: getattr(stats, k) for k in ("radius", "eps", "low", "high", "hidden", "vocab_size", "seq_len")},
+        # seq_len, head_rows and device too, so a re-summary reports the support as the sampled run did (absent in
+        # states saved before: None).
+        "stats": {
+            k: getattr(stats, k)
+            for k in ("radius", "eps", "low", "high", "hidden", "vocab_size", "seq_len", "head_rows", "device")
+        },
         "output_path": result["output_path"],
         "seed": result["seed"],
         "model": result.get("model"),  # what was sampled: a re-summary from this state reports on that model
