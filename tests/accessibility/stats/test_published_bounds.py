@@ -210,3 +210,19 @@ def _model(**kwargs):
     from ut_peft.accessibility.testing import crammable_model
 
     return crammable_model("llama", **kwargs)
+
+
+def test_a_sweep_finds_the_estimate_of_its_model_under_another_spelling_of_its_name(tmp_path):
+    """`ut-peft bounds --model smollm2` writes results/smollm2-135m/bounds-published.json recording the name as
+    given ("smollm2"); a sweep of "smollm2-135m" beside it compared the names as strings, did not find it, and its
+    report said the estimate was "not measured beside this folder". Names are compared as the package names models
+    (an alias and the bundled name are one model); another model's estimate is still not taken."""
+    estimate = published_bound_estimate(_model(), lengths=[4], sequences_per_length=2, model_name="smollm2")
+    sweep = tmp_path / "smollm2-135m" / "words"
+    sweep.mkdir(parents=True)
+    write_estimate(tmp_path / "smollm2-135m" / RESULT_FILE, estimate)
+    for name in ("smollm2-135m", "SmolLM2", "smollm2"):
+        entry = summary_entry_for(sweep, name)
+        assert entry is not None and entry["file"] == f"../{RESULT_FILE}", name
+    assert summary_entry_for(sweep, "gemma-3-270m") is None
+    assert summary_entry_for(sweep, "HuggingFaceTB/SmolLM2-135M-Instruct") is None  # the Hub's checkpoint, not ours

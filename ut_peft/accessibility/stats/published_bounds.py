@@ -587,12 +587,17 @@ def read_estimate(path) -> PublishedBoundEstimate:
 def find_estimate(folder, model: str) -> tuple[Path, PublishedBoundEstimate] | None:
     """The published estimate of ``model`` a sweep folder's report uses: ``bounds-published.json`` in the folder,
     else in the folder above it (``results/<model>/``, beside the model's sweeps); None when neither is there or
-    it was measured on another model."""
+    it was measured on another model. The model names are compared as the package names models (``smollm2`` and
+    ``smollm2-135m`` are one model; ``ut-peft bounds`` records the name it was given): compared as written, an
+    estimate of the sweep's own model under another spelling would not be found, and its report would say that none
+    was measured."""
+    from ...geometry.bounds import same_model  # here: ut_peft.geometry imports this package
+
     folder = Path(folder)
     for path in (folder / RESULT_FILE, folder.parent / RESULT_FILE):
         if path.is_file():
             estimate = read_estimate(path)
-            if estimate.model == model:
+            if estimate.model is not None and same_model(estimate.model, model):
                 return path, estimate
     return None
 
