@@ -190,3 +190,20 @@ def test_generation_that_would_need_a_key_value_cache_is_refused(start):
         for _ in range(6):
             sequence = torch.cat([sequence, model(input_ids=sequence).logits[:, -1:].argmax(-1)], dim=1)
     assert torch.equal(model.generate(prompt, max_new_tokens=6, do_sample=False), sequence)
+
+
+@pytest.mark.parametrize("variant", ["attention_only", "residual_layernorm", "mlp"])
+def test_the_last_hidden_state_is_the_one_the_logits_are_read_from(variant):
+    """As in transformers' own models (GPT-2, Llama), hidden_states[-1] is last_hidden_state, after the final
+    LayerNorm, so lm_head(hidden_states[-1]) gives the logits. The residual variants returned the last layer's output
+    before that LayerNorm there: a probe or logit lens on hidden_states[-1] read other states than the logits' without
+    an error. The earlier entries stay the embeddings and each layer's output."""
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(_config(variant=variant, weights="random", initializer_range=1.0))
+    ids = torch.randint(0, 7, (2, 5))
+    out = model(input_ids=ids, output_hidden_states=True)
+    assert len(out.hidden_states) == 3  # the input, then one entry per layer
+    assert torch.equal(out.hidden_states[-1], model.model(input_ids=ids).last_hidden_state)
+    assert torch.allclose(model.lm_head(out.hidden_states[-1]), out.logits, atol=1e-6)
+    mask = torch.ones(5, 5, dtype=torch.bool).tril()[None, None]
+    assert torch.equal(out.hidden_states[1], model.model.layers[0](out.hidden_states[0], mask))

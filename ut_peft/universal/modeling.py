@@ -319,6 +319,10 @@ class UniversalTransformerModel(UniversalTransformerPreTrainedModel):
                 all_hidden.append(hidden)
         if self.config.variant != "attention_only":
             hidden = F.layer_norm(hidden, (hidden.shape[-1],), eps=self.config.layer_norm_eps)
+            if all_hidden is not None:
+                # transformers' convention (GPT-2, Llama): the last entry is last_hidden_state, the states the
+                # logits are read from, so a probe or logit lens on hidden_states[-1] reads what lm_head does.
+                all_hidden[-1] = hidden
         return BaseModelOutputWithPast(
             last_hidden_state=hidden, hidden_states=tuple(all_hidden) if all_hidden is not None else None
         )
