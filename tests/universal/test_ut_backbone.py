@@ -207,3 +207,23 @@ def test_the_last_hidden_state_is_the_one_the_logits_are_read_from(variant):
     assert torch.allclose(model.lm_head(out.hidden_states[-1]), out.logits, atol=1e-6)
     mask = torch.ones(5, 5, dtype=torch.bool).tril()[None, None]
     assert torch.equal(out.hidden_states[1], model.model.layers[0](out.hidden_states[0], mask))
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "vocab_size",
+        "hidden_size",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "head_dim",
+        "readout_size",
+        "intermediate_size",
+        "max_position_embeddings",
+    ],
+)
+def test_a_bool_is_not_a_positive_int(name):
+    """Was wrong: the shape fields checked isinstance(value, int), which True passes, so num_hidden_layers=True built
+    a one-layer backbone while config.json recorded true. Refused now, naming the field."""
+    with pytest.raises(ValueError, match=rf"{name} must be a positive int, got True"):
+        _config(**{name: True})

@@ -109,7 +109,8 @@ class UniversalTransformerConfig(PretrainedConfig):
             "max_position_embeddings",
         ):
             value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
+            # bool is an int subclass: True would build a size-1 model while config.json recorded true.
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"UniversalTransformerConfig.{name} must be a positive int, got {value!r}")
         # The weights are drawn from int(seed): 1.5, True or "1" would build seed 1's backbone under another name.
         if isinstance(self.seed, bool) or not isinstance(self.seed, numbers.Integral):
