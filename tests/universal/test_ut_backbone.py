@@ -227,3 +227,46 @@ def test_a_bool_is_not_a_positive_int(name):
     a one-layer backbone while config.json recorded true. Refused now, naming the field."""
     with pytest.raises(ValueError, match=rf"{name} must be a positive int, got True"):
         _config(**{name: True})
+
+
+def test_derived_fields_follow_the_fields_they_derive_from(tmp_path):
+    """Was wrong: attention_scale, readout_size, intermediate_size and output_initializer_range were computed once in
+    __init__, so changing head_dim, vocab_size or hidden_size on a built config left them at the old shape's values
+    (a model built from it attended at 1/sqrt(old k) and read out to the old |V|) without a word. A field left to its
+    default now follows its source at every read, config.json included, and through a save and load; a value given
+    otherwise stays as given."""
+    config = _config(head_dim=4, vocab_size=7, hidden_size=24)
+    config.head_dim, config.vocab_size, config.hidden_size = 16, 11, 32
+    assert config.attention_scale == 0.25 and config.readout_size == 11
+    assert config.intermediate_size == 128 and config.output_initializer_range == 32**-0.5
+    saved = config.to_dict()
+    assert saved["attention_scale"] == 0.25 and saved["readout_size"] == 11 and saved["intermediate_size"] == 128
+    assert not any(key.startswith("_given") for key in saved)
+    config.save_pretrained(tmp_path)
+    loaded = UniversalTransformerConfig.from_pretrained(tmp_path)
+    loaded.head_dim, loaded.vocab_size = 4, 5  # the saved values were the derived ones: they still follow
+    assert loaded.attention_scale == 0.5 and loaded.readout_size == 5
+    model = AutoModelForCausalLM.from_config(loaded)
+    assert model.model.readout.shape == (32, 5) and model.config.attention_scale == 0.5
+    given = _config(attention_scale=0.1, readout_size=3, intermediate_size=10, output_initializer_range=0.5)
+    given.head_dim, given.vocab_size, given.hidden_size = 16, 11, 32
+    assert (given.attention_scale, given.readout_size, given.intermediate_size) == (0.1, 3, 10)
+    assert given.output_initializer_range == 0.5
+    given.attention_scale = None  # back to the default: follows head_dim again
+    assert given.attention_scale == 0.25
+
+
+def test_from_pretrained_refuses_a_seed_or_weights_other_than_the_checkpoints(tmp_path):
+    """Was wrong: from_pretrained(folder, seed=5) loaded the checkpoint's frozen weights (seed 0's) while the config
+    said seed 5, so the model and its config.json named another backbone than the one it held. The frozen weights
+    are the checkpoint's, so another seed or weights kind is refused, through the Auto class too; the checkpoint's
+    own values (or no override) load as before."""
+    AutoModelForCausalLM.from_config(_config(seed=0)).save_pretrained(tmp_path)
+    for load in (UniversalTransformerForCausalLM.from_pretrained, AutoModelForCausalLM.from_pretrained):
+        with pytest.raises(ValueError, match=r"seed=5.*checkpoint.*seed=0"):
+            load(tmp_path, seed=5)
+        with pytest.raises(ValueError, match=r"weights='sparse'.*checkpoint.*weights='random'"):
+            load(tmp_path, weights="sparse")
+        assert load(tmp_path, seed=0).config.seed == 0 and load(tmp_path).config.seed == 0
+    with pytest.raises(ValueError, match=r"seed=5.*checkpoint.*seed=0"):
+        UniversalTransformerForCausalLM.from_pretrained(tmp_path, config=_config(seed=5))

@@ -13,6 +13,29 @@ from transformers import PretrainedConfig
 VARIANTS = ("attention_only", "residual_layernorm", "mlp")
 WEIGHTS = ("sparse", "random")
 POSITION_EMBEDDING_TYPES = ("none", "learned")
+# The fields whose default is computed from others, and how. They are derived at every read rather than once in
+# __init__, so that changing head_dim, vocab_size or hidden_size on a built config never leaves them at the old
+# shape's values (a model built from it would attend at 1/sqrt(old k) and read out to the old |V|).
+DERIVED = {
+    "readout_size": lambda config: config.vocab_size,
+    "intermediate_size": lambda config: 4 * config.hidden_size,
+    "attention_scale": lambda config: config.head_dim**-0.5,
+    "output_initializer_range": lambda config: config.hidden_size**-0.5,
+}
+
+
+def _derived_field(name: str) -> property:
+    """``name`` as given (stored as ``_given_<name>``), or, where None, derived from its source at every read."""
+    stored = f"_given_{name}"
+
+    def read(self):
+        value = self.__dict__.get(stored)
+        return DERIVED[name](self) if value is None else value
+
+    def write(self, value):
+        self.__dict__[stored] = value
+
+    return property(read, write, doc=f"{name}; None (the default) derives it at every read")
 
 
 class UniversalTransformerConfig(PretrainedConfig):
@@ -36,6 +59,10 @@ class UniversalTransformerConfig(PretrainedConfig):
         readout_size: width d_out of the fixed readout the compiler targets (defaults to ``vocab_size``);
             for sparse weights the readout selects the block after the query/key blocks.
         intermediate_size: MLP width of the ``"mlp"`` variant (defaults to 4m).
+            These defaults, and those of ``attention_scale`` and ``output_initializer_range``, are derived at every
+            read, so they follow ``vocab_size``, ``hidden_size`` and ``head_dim`` when those change on a built config;
+            a value equal to its default (config.json records the defaults) follows them too, any other value stays
+            as given, and setting one to None derives it again.
         position_embedding_type: ``"none"`` (order only through the causal mask) or ``"learned"``
             (a trainable ``position_embeddings`` table, like GPT-2's wpe).
         attention_scale: softmax temperature; defaults to 1/sqrt(head_dim).
@@ -85,17 +112,35 @@ class UniversalTransformerConfig(PretrainedConfig):
         self.weights = weights
         self.looped = looped
         self.seed = seed
-        self.readout_size = vocab_size if readout_size is None else readout_size
-        self.intermediate_size = 4 * hidden_size if intermediate_size is None else intermediate_size
+        self.readout_size = readout_size
+        self.intermediate_size = intermediate_size
         self.position_embedding_type = position_embedding_type
         self.max_position_embeddings = max_position_embeddings
-        self.attention_scale = head_dim**-0.5 if attention_scale is None else attention_scale
+        self.attention_scale = attention_scale
         self.layer_norm_eps = layer_norm_eps
         self.initializer_range = initializer_range
-        self.output_initializer_range = output_initializer_range  # None: 1 / sqrt(hidden_size), resolved in _check
+        self.output_initializer_range = output_initializer_range
         self.use_cache = False
         super().__init__(tie_word_embeddings=tie_word_embeddings, **kwargs)
         self._check()
+        for name, rule in DERIVED.items():
+            # config.json records the derived values (an adapter's record of its base compares them): read back, a
+            # value equal to its default is the default, so it follows its source like a config built in code.
+            if self.__dict__.get(f"_given_{name}") == rule(self):
+                setattr(self, name, None)
+
+    readout_size = _derived_field("readout_size")
+    intermediate_size = _derived_field("intermediate_size")
+    attention_scale = _derived_field("attention_scale")
+    output_initializer_range = _derived_field("output_initializer_range")
+
+    def to_dict(self) -> dict:
+        # The derived fields under their own names, with the values a model built from this config uses.
+        output = super().to_dict()
+        for name in DERIVED:
+            output.pop(f"_given_{name}", None)
+            output[name] = getattr(self, name)
+        return output
 
     def _check(self) -> None:
         for name in (
@@ -119,8 +164,6 @@ class UniversalTransformerConfig(PretrainedConfig):
                 f"{self.seed!r}; give an int such as 0, 1, 2"
             )
         self.seed = int(self.seed)  # a numpy integer, as a plain int that config.json can hold
-        if self.output_initializer_range is None:
-            self.output_initializer_range = self.hidden_size**-0.5
         for name in ("initializer_range", "output_initializer_range"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):

@@ -263,7 +263,40 @@ class UniversalTransformerPreTrainedModel(PreTrainedModel):
         model = super().from_pretrained(*args, **kwargs)
         for param in model.fixed_parameters().values():
             param.requires_grad_(False)
+        if args and args[0] is not None:
+            _refuse_another_draw(model.config, _checkpoint_config(cls, args[0], kwargs))
         return model
+
+
+# The config fields that name which frozen weights a backbone holds without changing their shapes: a checkpoint loaded
+# under another value would keep its own weights while its config named others.
+DRAW_FIELDS = ("seed", "weights")
+# from_pretrained's arguments that say where and how to read a checkpoint's files (its config.json included).
+_HUB_ARGUMENTS = ("cache_dir", "force_download", "local_files_only", "token", "revision", "subfolder", "proxies")
+
+
+def _checkpoint_config(cls, location, kwargs) -> UniversalTransformerConfig | None:
+    """The config saved beside the checkpoint, without any override; None where it has none (a config given)."""
+    try:
+        return cls.config_class.from_pretrained(location, **{k: kwargs[k] for k in _HUB_ARGUMENTS if k in kwargs})
+    except OSError:
+        return None
+
+
+def _refuse_another_draw(config: UniversalTransformerConfig, saved: UniversalTransformerConfig | None) -> None:
+    """The frozen weights just loaded are the checkpoint's: refuse a config (a from_pretrained keyword such as seed=5,
+    or config=) naming another draw of them."""
+    if saved is None:
+        return
+    if differ := [name for name in DRAW_FIELDS if getattr(config, name) != getattr(saved, name)]:
+        given = ", ".join(f"{name}={getattr(config, name)!r}" for name in differ)
+        own = ", ".join(f"{name}={getattr(saved, name)!r}" for name in differ)
+        raise ValueError(
+            f"from_pretrained was given {given}, but the frozen weights are loaded from the checkpoint, whose config "
+            f"says {own}: the model would hold the checkpoint's weights under another name. Load it without that "
+            "override, or build a backbone of your own draw with AutoModelForCausalLM.from_config("
+            f"UniversalTransformerConfig(..., {given}))"
+        )
 
 
 class UniversalTransformerModel(UniversalTransformerPreTrainedModel):
