@@ -529,6 +529,9 @@ def main(argv=None) -> None:
         "command": command,
         "version": settings["design"].get("version"),
         "num_sequences": settings["num_sequences"],
+        # The design simulated (its targets decide where it stops): CALIBRATED_TABLE's entry names them
+        # (coverage.calibrated_table_entry), so that a folder retargeted with the same rows is not judged by it.
+        "design": settings["design"],
         "inner": args.inner,
     }
     if args.all_truths:

@@ -10,7 +10,7 @@ import pytest
 from ut_peft.accessibility import store
 from ut_peft.accessibility.report import calibrated_lines
 from ut_peft.accessibility.simulated_intervals import calibrate, fitted_truth, pooled_design
-from ut_peft.accessibility.stats.coverage import CALIBRATED_TABLE, CALIBRATED_TRUTHS, check_calibrated
+from ut_peft.accessibility.stats.coverage import CALIBRATED_TABLE, CALIBRATED_TRUTHS, check_calibrated, design_targets
 from ut_peft.accessibility.stats.simulator import AuditedAbandon, Truth, run_audited_design, run_design
 from ut_peft.accessibility.store import current_calibration as current
 from ut_peft.accessibility.store import read_calibration, rows_digest, write_calibration
@@ -132,7 +132,8 @@ def test_the_report_marks_an_interval_whose_calibration_coverage_was_not_measure
     assert "coverage not measured at this folder's line (version 1 of the pooled rules, 8 rows a round" in text
     figures = {"slope": 0.95, "n50": 0.93, "intercept": 0.94, "command": "x"}
     three = {truth: dict(figures) for truth in CALIBRATED_TRUTHS}
-    entry = {"folder": "results/here", "version": 1, "num_sequences": 8, "truths": three}
+    targets = design_targets(SETTINGS["design"])
+    entry = {"folder": "results/here", "version": 1, "num_sequences": 8, "targets": targets, "truths": three}
     monkeypatch.setitem(CALIBRATED_TABLE, fresh["rows_digest"], entry)
     checks = check_calibrated(fresh)
     assert checks["measured"] and checks["slope"]["trusted"] and all(e["trusted"] for e in checks["per_m"])
@@ -173,6 +174,31 @@ def test_the_report_marks_an_interval_whose_calibration_coverage_was_not_measure
     monkeypatch.setitem(CALIBRATED_TABLE, "0" * 16, dict(entry, folder="results/other"))
     checks = check_calibrated(fresh)
     assert not checks["measured"] and "no nested simulation ran at it" in checks["slope"]["note"]
+
+
+def test_coverage_measured_for_the_same_rows_under_other_targets_does_not_judge_this_calibration(
+    rows, calibration, monkeypatch
+):
+    """A retarget keeps a folder's rows, so a folder retargeted from one whose coverage the table holds has the same
+    rows' digest, version and rows a round until its first new row; but its design stops at other targets, so its
+    calibrated intervals are other intervals, and the coverage measured for the old design's is not theirs."""
+    fresh = current(calibration, rows, SETTINGS)
+    figures = {"slope": 0.95, "n50": 0.95, "intercept": 0.95, "command": "x"}
+    three = {truth: dict(figures) for truth in CALIBRATED_TRUTHS}
+    other = design_targets(dict(SETTINGS["design"], target_slope_se=SETTINGS["design"]["target_slope_se"] / 2))
+    entry = {"folder": "results/old", "version": 1, "num_sequences": 8, "targets": other, "truths": three}
+    monkeypatch.setitem(CALIBRATED_TABLE, fresh["rows_digest"], entry)
+    checks = check_calibrated(fresh)
+    assert not checks["measured"] and not checks["slope"]["trusted"]
+    assert "target_slope_se" in checks["slope"]["note"] and "--all-truths" in checks["slope"]["note"]
+    # An entry that does not say which targets it simulated judges nothing either.
+    monkeypatch.setitem(CALIBRATED_TABLE, fresh["rows_digest"], {k: v for k, v in entry.items() if k != "targets"})
+    assert not check_calibrated(fresh)["slope"]["trusted"]
+    # The targets as the calibration's own design has them: measured, and trusted.
+    monkeypatch.setitem(
+        CALIBRATED_TABLE, fresh["rows_digest"], dict(entry, targets=design_targets(SETTINGS["design"]))
+    )
+    assert check_calibrated(fresh)["measured"] and check_calibrated(fresh)["slope"]["trusted"]
 
 
 def test_bad_requests_get_clear_errors(rows):

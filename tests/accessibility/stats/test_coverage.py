@@ -211,6 +211,15 @@ def test_the_calibrated_table_is_the_committed_nested_simulation():
             record = json.loads((ROOT / figures["record"]).read_text())
             assert (record["version"], record["num_sequences"]) == (entry["version"], entry["num_sequences"])
             assert record["command"] == figures["command"] and entry["folder"] in record["command"]
+            # The design's targets it was simulated to: the record's design where it holds one, else (records before
+            # they held it) the targets each truth's words name, which are the folder's settings.json's.
+            if "design" in record:
+                assert entry["targets"] == coverage.design_targets(record["design"])
+            else:
+                targets = coverage.design_targets(store.read_settings(ROOT / entry["folder"])["design"])
+                assert entry["targets"] == targets
+                words = (record["truths"][truth] if "truths" in record else record)["truth"]
+                assert f"targets slope {targets['target_slope_se']}, n_50 {targets['target_n50_se']}" in words
             # A record of --all-truths holds each truth's outcome under "truths"; one of a single truth, at its top.
             outcome = record["truths"][truth] if "truths" in record else record
             table = outcome["table"]

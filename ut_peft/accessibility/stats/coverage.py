@@ -23,6 +23,7 @@ such an interval as covering on that side, which is true and says nothing.
 
 from __future__ import annotations
 
+import json
 import math
 
 THRESHOLD = 0.90
@@ -219,7 +220,22 @@ POOLED_TABLE: dict[str, dict[str, dict]] = {
 # Record: results/benchmarks/simulated_intervals_smollm2_rows92.json (a test checks the entry against it), .log and
 # .jsonl (every outer sweep). The same setting at the run's 60-row line (simulated_intervals_smollm2_rows60.*, before
 # the design stopped) covered 96% / 96% / 93-96%. The other two truths: not run yet (BENCHMARKS.md has the command).
+# Each entry also names the targets its nested simulation ran the design to (``targets``, design_targets): a retarget
+# keeps a folder's rows, so the folder retargeted from one in the table has the same rows' digest, version and rows a
+# round, while its design stops elsewhere and its calibrated intervals are other intervals.
 CALIBRATED_TRUTHS = ("fitted", "common-width", "slope-shift")
+# What of a pooled design's record decides where it stops, beside its version (the table's own field): a retarget
+# may change these and keep the rows (designs.configs.PooledConfig.stopping_fields).
+TARGET_FIELDS = ("target_slope_se", "target_n50_se", "budget_row_steps")
+
+
+def design_targets(design: dict | None) -> dict:
+    """The stopping targets of a pooled design's record (settings.json's ``design``), as JSON holds them (the n_50
+    targets keyed by strings), so that a record held in memory and one read back compare equal."""
+    design = json.loads(json.dumps(design or {}))
+    return {name: design.get(name) for name in TARGET_FIELDS}
+
+
 ALL_TRUTHS_SMOLLM2_WORDS = (
     "python benchmarks/simulated_intervals.py results/smollm2-135m/pooled-words-v7 --all-truths --outer 100 "
     "--inner 100 --workers 2 --results results/benchmarks/simulated_intervals_smollm2_truths "
@@ -230,6 +246,11 @@ CALIBRATED_TABLE: dict[str, dict] = {
         "folder": "results/smollm2-135m/pooled-words-v7",
         "version": 7,
         "num_sequences": 8,
+        "targets": {
+            "target_slope_se": 1.32,
+            "target_n50_se": {"1": 2.88, "2": 3.66, "3": 3.66, "4": 3.83, "5": 5.17},
+            "budget_row_steps": None,
+        },
         "truths": {
             "fitted": {
                 "slope": 0.95,
@@ -275,12 +296,10 @@ def calibrated_table_entry(folder: str, record: dict, record_path: str) -> dict:
             "record": record_path,
             "command": record["command"],
         }
-    return {
-        "folder": folder,
-        "version": record["version"],
-        "num_sequences": record["num_sequences"],
-        "truths": truths,
-    }
+    entry = {"folder": folder, "version": record["version"], "num_sequences": record["num_sequences"]}
+    if "design" in record:  # records written before they held the design: its targets are in each truth's words
+        entry["targets"] = design_targets(record["design"])
+    return dict(entry, truths=truths)
 
 
 def lowest_n50(n50) -> float:
@@ -298,6 +317,20 @@ def calibrated_coverage(calibrated: dict) -> tuple[dict | None, str]:
         return None, (
             f"at this folder's line (version {version} of the pooled rules, {batch} rows a round; no nested "
             "simulation ran at it: `python benchmarks/simulated_intervals.py FOLDER --all-truths` measures it)"
+        )
+    targets = design_targets(calibrated.get("design"))
+    if entry.get("targets") != targets:
+        simulated = entry.get("targets")
+        if simulated is None:
+            ran = "with targets it does not record"
+        else:
+            ran = "with " + ", ".join(
+                f"{k} {simulated.get(k)}" for k in TARGET_FIELDS if simulated.get(k) != targets[k]
+            )
+        return None, (
+            f"at these targets ({', '.join(f'{k} {targets[k]}' for k in TARGET_FIELDS)}; the nested simulation at "
+            f"these rows, {entry['folder']}'s, ran the design {ran}, a design that stops elsewhere: "
+            "`python benchmarks/simulated_intervals.py FOLDER --all-truths` measures this one)"
         )
     truths = entry["truths"]
     missing = [truth for truth in CALIBRATED_TRUTHS if truth not in truths]
