@@ -136,3 +136,25 @@ def test_cliff_means_over_the_trained_lengths_only():
     # Length 2 is shorter than any trained string (10-20): not part of the mean over the trained lengths.
     assert ct.cliff(rows, trained_max=20, trained_min=10)["mean_in_range"] == 0.75
     assert ct.cliff(rows, trained_max=20)["mean_in_range"] == 0.5  # no shortest length given: from the first
+
+
+def test_a_training_seed_whose_strings_are_the_evaluation_strings_is_refused():
+    """Was wrong: training strings draw their letters from Random(seed + 1) and the evaluation strings of length n
+    from Random(EVAL_SEED + n + 1), so training seed EVAL_SEED + n drew the very strings it was evaluated on at length
+    n (each one a prefix of a training string), and a negative seed drew another seed's strings (Random(-k) is
+    Random(k)). The draws stay as they were (docs/geometry.md quotes seed-0 runs), and such seeds are refused before
+    anything is built."""
+    n = 7
+    train = ct.copy_dataset(4, min_length=n, max_length=n + 3, seed=ct.EVAL_SEED + n)
+    held_out = ct.copy_dataset(4, lengths=[n], seed=ct.EVAL_SEED + n)
+    assert train[0]["input_ids"][1 : n + 1] == held_out[0]["input_ids"][1 : n + 1]  # why: one generator
+    small = dict(steps=1, batch_size=4, train_lengths=(5, 8), num_per_length=2, progress=False, hidden_size=16,
+                 num_layers=1, num_heads=2)  # fmt: skip
+    with pytest.raises(ValueError, match=rf"seed={ct.EVAL_SEED + n} .*evaluation strings of length {n}"):
+        ct.run_copy("full", seed=ct.EVAL_SEED + n, eval_lengths=[5, n], **small)
+    for seed in (-1, 1.5, True):
+        with pytest.raises(ValueError, match=r"seed must be an integer >= 0"):
+            ct.run_copy("full", seed=seed, eval_lengths=[5], **small)
+        with pytest.raises(ValueError, match=r"seed must be an integer >= 0"):
+            ct.copy_dataset(2, lengths=[3], seed=seed)
+    assert ct.run_copy("full", seed=ct.EVAL_SEED + n, eval_lengths=[5, n + 1], **small)["results"]

@@ -9,6 +9,7 @@ per batch evaluates it exactly.
 from __future__ import annotations
 
 import math
+import numbers
 import random
 import time
 from dataclasses import dataclass
@@ -24,6 +25,9 @@ PAD, BOS, SEP, EOS = 0, 1, 2, 3
 FIRST_LETTER = 4
 VOCAB_SIZE = FIRST_LETTER + len(LETTERS)
 IGNORE = -100
+# The evaluation strings of length n are copy_dataset(..., seed=EVAL_SEED + n): their letters come from
+# Random(EVAL_SEED + n + 1), a training run's from Random(seed + 1) (see check_training_seed).
+EVAL_SEED = 1234
 
 FEATURES = datasets.Features(
     {
@@ -56,7 +60,9 @@ def copy_dataset(
     num_examples: int, *, min_length: int = 5, max_length: int = 50, lengths=None, seed: int = 0
 ) -> datasets.Dataset:
     """Random copy examples: ``num_examples`` strings with lengths uniform in [min_length, max_length], or
-    ``num_examples`` strings for each length of ``lengths``."""
+    ``num_examples`` strings for each length of ``lengths``; lengths are drawn from Random(seed), letters from
+    Random(seed + 1)."""
+    _check_seed(seed)
     if lengths is None:
         if not 1 <= min_length <= max_length:
             raise ValueError(f"need 1 <= min_length <= max_length, got {min_length} and {max_length}")
@@ -69,6 +75,33 @@ def copy_dataset(
     rng = random.Random(seed + 1)
     rows = [encode("".join(rng.choice(LETTERS) for _ in range(n))) for n in lengths]
     return datasets.Dataset.from_list(rows, features=FEATURES)
+
+
+def _check_seed(seed) -> None:
+    # random.Random(-k) is random.Random(k): a negative seed would draw another seed's strings under its own name.
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
+        raise ValueError(
+            f"the copy task's seed must be an integer >= 0, got {seed!r} (random.Random draws the same strings for "
+            "-k as for k)"
+        )
+
+
+def check_training_seed(seed, eval_lengths, eval_seed: int = EVAL_SEED) -> None:
+    """Refuse a training seed whose strings are evaluation strings. Training letters come from Random(seed + 1) and
+    those of the evaluation strings of length n from Random(eval_seed + n + 1), so seed = eval_seed + n trains on
+    one generator with the strings it is evaluated on at length n (each a prefix of a training string). The draws
+    are kept as they are, rather than seeded apart, because the measured runs quoted in docs/geometry.md are
+    seed 0's: another draw would no longer reproduce them."""
+    _check_seed(seed)
+    lengths = sorted({int(n) for n in eval_lengths})
+    if seed - eval_seed in lengths:
+        n = seed - eval_seed
+        raise ValueError(
+            f"training seed={seed} draws its strings from the generator of the evaluation strings of length {n} "
+            f"(seed {eval_seed} + {n}): the run would be evaluated on strings it trained on. Use another seed (any "
+            f"seed below {eval_seed + min(lengths)} is apart from every evaluated length), or leave length {n} out "
+            "of the evaluation"
+        )
 
 
 def collate(rows: list[dict]) -> dict:
@@ -259,10 +292,11 @@ def copy_predictions(model, batch: dict) -> tuple[list, list]:
 
 
 def evaluate_copy(
-    model, lengths, *, num_per_length: int = 32, batch_size: int = 32, seed: int = 1234, progress: bool = True
+    model, lengths, *, num_per_length: int = 32, batch_size: int = 32, seed: int = EVAL_SEED, progress: bool = True
 ) -> list[dict]:
     """Exact-match and token accuracy of copying fresh random strings, for each length in ``lengths``."""
     lengths = [int(n) for n in lengths]
+    _check_seed(seed)
     _check_fits(model, max(lengths))
     model.eval()
     results = []
@@ -404,6 +438,7 @@ def run_copy(
     low, high = train_lengths
     if eval_lengths is None:
         eval_lengths = default_eval_lengths(low, high)
+    check_training_seed(seed, eval_lengths)  # before anything is built or trained
     if backbone is None:  # a saved backbone has its own positions
         # Room for the longest string trained on as well as evaluated: evaluating only short lengths must not
         # leave the training without positions.
