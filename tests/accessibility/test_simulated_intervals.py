@@ -201,6 +201,20 @@ def test_coverage_measured_for_the_same_rows_under_other_targets_does_not_judge_
     assert check_calibrated(fresh)["measured"] and check_calibrated(fresh)["slope"]["trusted"]
 
 
+def test_the_report_says_when_a_quantile_left_out_simulated_sweeps_without_a_fit(rows, calibration):
+    """q, the bias and the RMSE are taken over the simulated sweeps whose fit converged with a standard error; the
+    others are left out. Where some were, the report says over how many, not only how many sweeps were simulated."""
+    fresh = current(calibration, rows, SETTINGS)
+    every = min(e["repeats_used"] for e in [fresh["slope"], fresh["intercept"], *fresh["per_m"]])
+    text = "\n".join(calibrated_lines(fresh))
+    assert (every == fresh["repeats"]) is ("left out" not in text)
+    fewer = copy.deepcopy(fresh)
+    fewer["slope"]["repeats_used"] = 31
+    fewer["per_m"][0]["repeats_used"] = 40
+    text = "\n".join(calibrated_lines(fewer))
+    assert f"as few as 31 of the {fresh['repeats']} simulated sweeps" in text and "left out" in text
+
+
 def test_bad_requests_get_clear_errors(rows):
     from ut_peft.accessibility.simulated_intervals import simulate_design
 

@@ -754,7 +754,7 @@ def calibrated_lines(calibrated: dict | None) -> list[str]:
         f"{truth['protocol_line']['intercept']:.2f}, logistic width {truth['rel_width']:.3f} n_50 at the first m, "
         f"growing as n_50^{truth['width_power']:.2f}; the rows' step costs; cap failures as under the protocol"
         f"{_abandon_text(calibrated.get('abandon'))}); each interval is the estimate +- q standard errors, q the 95% "
-        "quantile of |error| / se over the simulated sweeps (Wald: q = 1.96). They cost "
+        f"quantile of |error| / se over the simulated sweeps (Wald: q = 1.96).{_left_out_text(calibrated)} They cost "
         f"{calibrated['simulated_row_steps']:,.0f} row-steps on average there.",
         "",
         "| quantity | estimate | se | q | calibrated 95% interval | simulated bias | simulated RMSE | Wald coverage "
@@ -775,6 +775,23 @@ def calibrated_lines(calibrated: dict | None) -> list[str]:
     if shared:
         lines += ["", f"(*) Every interval above: {shared}."]
     return lines
+
+
+def _left_out_text(calibrated: dict) -> str:
+    """Where a calibration's quantiles left out simulated sweeps (no converged fit, or no standard error: their
+    error / se is undefined), over how few a quantile was taken: those sweeps need not be like the others (a design
+    that fails to fit may be one whose errors run large), and "simulated N times" alone would read as if all N judged
+    the intervals. Empty where every quantity used every sweep (calibration.json's ``repeats_used``; a calibration
+    written before it recorded that reads as all)."""
+    entries = [calibrated["slope"], calibrated["intercept"], *calibrated["per_m"]]
+    used = min(e.get("repeats_used", calibrated["repeats"]) for e in entries)
+    if used >= calibrated["repeats"]:
+        return ""
+    return (
+        f" Some quantities' q is taken over as few as {used} of the {calibrated['repeats']} simulated sweeps: the "
+        "others gave no converged fit or no standard error and are left out (from the bias and RMSE too where no fit "
+        "converged)."
+    )
 
 
 def _abandon_text(abandon: dict | None) -> str:
