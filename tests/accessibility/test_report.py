@@ -255,7 +255,8 @@ def test_a_report_sets_its_slope_beside_the_papers_nearest_models(monkeypatch):
         "slope": {"estimate": 20.5, "ci": [18.0, 23.0]},
         "intercept": {"estimate": 0.0, "ci": [-5.0, 5.0]},
         "per_m": [],
-        "design": {"version": 7},
+        # The design it simulated: the version, and the targets the table's nested simulation ran it to.
+        "design": {"version": 7, **coverage.CALIBRATED_TABLE[digest]["targets"]},
         "num_sequences": 8,
         "rows_digest": digest,
     }
