@@ -306,6 +306,26 @@ def test_an_exact_least_squares_fit_that_is_not_identified_is_a_ridge_with_its_r
         assert fit["status"] == "ok" and "n50_range" not in fit and fit["n50"] == pytest.approx(x0, abs=1e-4)
 
 
+def test_a_least_squares_fit_reached_only_as_a_step_across_a_gap_is_a_ridge_with_the_gap():
+    """Where no exact fit exists but the least squares is approached only as the curve steepens to a step between two
+    neighbouring lengths (the points off the step leave the same residual wherever it crosses), every crossing of that
+    gap reaches it: the n_50 is not identified there, and the point the search stops on is where its start put it (the
+    gap's midpoint). Gemma-3-270M's words at m = 5 (rows of pooled-words-glove-v3, each length with its rows): 1 up
+    to 113 and 0 from 119, with 1 of 2 at 60 and 1 of 3 at 136; the fit said n_50 116.0 "ok"."""
+    ns = [30, 48, 52, 57, 60, 94, 113, 119, 123, 136, 188]
+    acc = [1, 1, 1, 1, 0.5, 1, 1, 0, 0, 1 / 3, 0]
+    rows = [5, 1, 1, 3, 2, 2, 1, 2, 1, 3, 4]
+    for fit in (fit_sigmoid(ns, acc), fit_sigmoid(ns, acc, rows)):
+        assert fit["status"] == "ridge" and fit["n50_range"] == [113.0, 119.0]
+        assert 113 < fit["n50"] < 119  # the point found is kept (the paper's line goes through it)
+    small = fit_sigmoid([10, 20, 30, 40, 50], [1.0, 1.0, 0.0, 0.25, 0.0])
+    assert small["status"] == "ridge" and small["n50_range"] == [20.0, 30.0]
+    # A smooth optimum (the points between 0 and 1 pin its crossing) and a step pinned by 0.5 at a length stay "ok".
+    for ns, acc in (([10, 20, 30, 40, 50], [1.0, 0.8, 0.5, 0.2, 0.0]), ([10, 11, 14, 16, 20], [1.0, 0.5, 0, 0.5, 0])):
+        fit = fit_sigmoid(ns, acc)
+        assert fit["status"] == "ok" and "n50_range" not in fit
+
+
 def test_a_curve_rising_with_n_is_fitted_and_said_to_rise():
     """Fractions that grow with n (noise around a crossing: 2 of 4 at 60, 4 of 4 at 94) give both fits a rising curve:
     its crossing is kept (the paper's estimator uses whatever least squares finds) under the status "rising"."""

@@ -161,7 +161,9 @@ def fit_sigmoid(lengths, accessibility, weights=None) -> SigmoidFit:
     transition), "rising" (the fitted curve rises with n, against what accessibility does: the fractions are noise
     around the crossing, and n50 is where that rising curve crosses one half, kept so that the line through them is
     the paper's and marked wherever it is printed), "ridge" (the fit is exact and not identified: a range of
-    crossings fits the fractions exactly, ``n50_range``, and n50 is the one the search reached first), "degenerate"
+    crossings fits the fractions exactly, ``n50_range``, and n50 is the one the search reached first; or no fit is
+    exact and the least squares is reached only as the curve steepens to a step inside the gap between two
+    neighbouring lengths: ``n50_range`` is that gap, where every crossing fits alike), "degenerate"
     (all points strictly on one side of 0.5, nothing to fit: n50 is None) or "not-converged" (least squares found no
     optimum from any start: n50 is None).
     E.g. accessibilities 1, 0.75, 0 at n = 9, 17, 33: every crossing from 17 to about 17.7 fits them exactly (with
@@ -191,6 +193,8 @@ def fit_sigmoid(lengths, accessibility, weights=None) -> SigmoidFit:
         return {"n50": None, "sigmoid_slope": None, "status": "not-converged"}
     x0, s = fitted
     ridge = sigmoid_ridge(ns, acc, x0, s)
+    if ridge is None:
+        ridge = _step_ridge(ns, acc, w, x0, s)
     if ridge is not None:
         return {"n50": float(x0), "sigmoid_slope": float(s), "status": "ridge", "n50_range": ridge}
     tolerance = 1e-6 * span  # a crossing fitted onto an end point is measured, whatever the last float bit says
@@ -218,6 +222,30 @@ def sigmoid_ridge(lengths, accessibility, n50: float | None, slope: float | None
     if low is not None and high is not None and high - low <= 1e-4 * span:  # one crossing: identified
         return None
     return [low, high]
+
+
+def _step_ridge(
+    ns: np.ndarray, acc: np.ndarray, w: np.ndarray | None, x0: float, s: float
+) -> list[float | None] | None:
+    """Where the least squares (``x0``, ``s``; ``ns`` sorted, ``w`` the weights or None) is not exact but is reached
+    only as the curve steepens to a step inside the gap between two neighbouring lengths: that gap, ``[low, high]``,
+    else None. A step crossing anywhere strictly inside the gap leaves every length the same residual, so no crossing
+    there fits better than another and the search stops where its start put it (the gap's midpoint, one of the
+    starts): the n_50 is not identified within the gap, as on a ridge of exact fits. The step's squared error at most
+    the fit's (to rounding) is the test: a curve whose fractions between 0 and 1 pin its crossing fits them better
+    than any step does."""
+    inside = int(np.searchsorted(ns, x0))
+    if not 0 < inside < ns.size or not ns[inside - 1] < x0 < ns[inside]:
+        return None  # a crossing on a length (a 0.5 there can pin it) or outside the lengths
+    weights = np.ones_like(ns) if w is None else w
+    step = np.where(np.arange(ns.size) < inside, 1.0, 0.0)
+    if s > 0:  # a rising curve's step rises
+        step = 1.0 - step
+    fitted = float((weights * (sigmoid(ns, x0, s) - acc) ** 2).sum())
+    stepped = float((weights * (step - acc) ** 2).sum())
+    if stepped > fitted + 1e-9 * max(fitted, 1.0):
+        return None
+    return [float(ns[inside - 1]), float(ns[inside])]
 
 
 def _exact_ridge(ns: np.ndarray, acc: np.ndarray, x0: float, s: float, span: float) -> tuple[float | None, ...]:
