@@ -208,6 +208,32 @@ def test_a_summary_keeps_the_ridge_its_fit_gives_and_the_report_prints_it_or_rea
     assert committed.per_m[1].n50_range is None and "(ridge [41.0, 61.0])" in markdown(committed)
 
 
+def test_a_published_ls_n50_in_a_gap_that_only_a_step_fits_best_is_not_said_to_fit_exactly():
+    """SmolLM2-135M's published words at m = 1 (0.75, 1, 0 at 5, 9, 17): no sigmoid fits them exactly; least squares
+    is reached only as the curve steepens to a step across (9, 17), which every crossing there reaches alike. The
+    report marks that n_50 as a ridge with the gap, and says why in words that do not claim an exact fit."""
+    import dataclasses
+
+    from ut_peft.accessibility.sweep import _m_summary
+    from ut_peft.accessibility.testing import small_sweep_config
+
+    by_n = {
+        n: [dict(m=1, n=n, index=i, accessible=a, steps=5, stop_reason="x") for i, a in enumerate(flags)]
+        for n, flags in {5: [1, 1, 1, 0], 9: [1, 1, 1, 1], 17: [0, 0, 0, 0]}.items()
+    }
+    rows = {(1, r["n"], r["index"]): r for group in by_n.values() for r in group}
+    gap = _m_summary(small_sweep_config(ms=[1, 2], num_sequences=4), 1, by_n, rows, audited=False)
+    assert gap.fit_status_published == "ridge" and gap.n50_range == [9.0, 17.0]
+    committed = summaries.read_summary(ROOT / "results" / "gemma-3-270m" / "published-text")
+    report = markdown(dataclasses.replace(committed, per_m=[gap, committed.per_m[1]]))
+    assert "(ridge [9.0, 17.0])" in report
+    assert "The published LS n_50 at m = 1 lies in a gap" in report and "step" in report
+    # m = 2 is a ridge of exact fits (1, 1, 0 at 21, 41, 61), said as before.
+    assert (
+        "The published LS n_50 at m = 2 is one point of a ridge: least squares fits those fractions exactly" in report
+    )
+
+
 def test_the_paper_models_nearest_in_hidden_size():
     from ut_peft.accessibility.engine.protocol import PAPER_MODELS, nearest_paper_models
 

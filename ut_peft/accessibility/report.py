@@ -219,6 +219,22 @@ def _ridges(summary: Summary) -> dict[int, list]:
     return found
 
 
+def _step_ridges(summary: Summary, ridges: dict) -> set[int]:
+    """The m of ``ridges`` whose published LS fit is not exact (:func:`.stats.fit.sigmoid_ridge` finds no ridge of
+    exact fits there): a stored range the fit gave as a step across a gap between two lengths."""
+    from .stats.fit import sigmoid_ridge
+
+    entries = {e.m: e for e in summary.per_m}
+    return {
+        m
+        for m in ridges
+        if sigmoid_ridge(
+            entries[m].lengths, entries[m].accessibility, entries[m].n50_published, entries[m].sigmoid_slope_published
+        )
+        is None
+    }
+
+
 def _ridge_note(ridge) -> str:
     return "" if ridge is None else f" (ridge {format_interval(ridge)})"
 
@@ -419,11 +435,21 @@ def markdown(summary: Summary, *, figures: tuple[str, str] | None = (ACCESSIBILI
             f"R^2 {_num(rows_line.get('r2'), 3)}.",
             "",
         ]
-    if ridges:
+    steps = _step_ridges(summary, ridges)
+    exact = {m: ridge for m, ridge in ridges.items() if m not in steps}
+    if exact:
         lines += [
-            f"The published LS n_50 at {_ridge_ms(ridges)} is one point of a ridge: least squares fits those "
+            f"The published LS n_50 at {_ridge_ms(exact)} is one point of a ridge: least squares fits those "
             "fractions exactly at every crossing of the range beside it (each with its own slope), so it does not "
             "identify n_50 there, and the search's start order picked the point the published LS slope uses.",
+            "",
+        ]
+    if steps:
+        lines += [
+            f"The published LS n_50 at {_ridge_ms(steps)} lies in a gap between two lengths (the range beside it): "
+            "no sigmoid fits those fractions exactly, and least squares is reached only as the curve steepens to a "
+            "step across that gap, which every crossing of it reaches alike, so it does not identify n_50 there; the "
+            "search's start put the point the published LS slope uses.",
             "",
         ]
     if rising:
