@@ -13,7 +13,7 @@ from ut_peft.cli.common import run
 torch.set_num_threads(1)
 
 TINY = (
-    "--task khop --backbone hf:gpt2 --width 24 --layers 1 --head-dim 4 --steps 6 --batch-size 8 --train-examples 64 "
+    "--task khop --backbone hf:gpt2 --width 24 --layers 1 --steps 6 --batch-size 8 --train-examples 64 "
     "--eval-examples 32 --checkpoint-every 3 --warmup-steps 2 --lr 1e-2 --khop-length 8 --khop-ks 1,2 --quiet"
 ).split()
 
@@ -55,6 +55,9 @@ def test_errors_are_one_line(tmp_path, capsys, monkeypatch):
         ([*TINY, "--out", tmp_path / "file"], "--out"),
         ([*TINY, "--out", tmp_path / "o", "--results", tmp_path], "--results"),
         ([*TINY, "--backbone", "pretrained:/nonexistent", "--out", tmp_path / "o"], "no such file or folder"),
+        # hf: and pretrained: models never read the universal backbones' settings (the row would record them)
+        ([*TINY, "--looped", "--out", tmp_path / "o"], "looped=True (--looped) sets the universal"),
+        ([*TINY, "--head-dim", "4", "--out", tmp_path / "o"], "backbone='hf:gpt2' ignores it"),
     ):
         with pytest.raises(SystemExit) as exit_:
             run(command.main, command.parse, [str(a) for a in argv])
@@ -110,3 +113,21 @@ def test_a_result_from_before_a_setting_existed_as_config_is_the_run_it_recorded
     settings = command.settings_from(command.parse(["--config", str(result), "--out", str(tmp_path / "again")]))
     assert settings_differences(recorded, settings) == []
     assert settings == settings_as_run(recorded) and settings.init_std == 1.0 and not settings.fresh_data
+
+
+def test_an_hf_result_that_recorded_universal_settings_as_config_is_the_run_it_recorded(tmp_path):
+    """An hf: or pretrained: run's result.json could record a variant, head_dim or looped its model never read;
+    RunSettings refuses them away from their defaults there, so --config of such a file must read them at the
+    defaults (the run it was), while the same flags given on the command line are refused."""
+    from ut_peft.tasks.training import RunSettings, settings_as_run, settings_differences
+
+    recorded = dataclasses.asdict(RunSettings(task="khop", backbone="random-ut", variant="mlp", head_dim=4, steps=6))
+    recorded.update(backbone="hf:gpt2", looped=True)
+    result = tmp_path / "result.json"
+    result.write_text(json.dumps({"task": "khop", "accuracy": 0.5, "settings": recorded}))
+    again = ["--config", str(result), "--out", str(tmp_path / "again")]
+    settings = command.settings_from(command.parse(again))
+    assert settings == settings_as_run(recorded) and settings_differences(recorded, settings) == []
+    assert (settings.variant, settings.head_dim, settings.looped) == ("attention_only", 16, False)
+    with pytest.raises(ValueError, match=r"variant='mlp' \(--variant\)"):
+        command.settings_from(command.parse([*again, "--variant", "mlp"]))

@@ -262,8 +262,13 @@ def test_the_dyck_table_marks_sparse_rows_whose_width_does_not_hold_the_construc
 
 
 def _khop_row(name: str, accuracy: float, **changes) -> tuple[str, dict]:
-    """A finished k-hop row of the plan's settings for ``name`` (a plan name), with ``changes``."""
+    """A finished k-hop row of the plan's settings for ``name`` (a plan name), with ``changes``. Another ``backbone``
+    is written into the row as given, keeping the plan's variant: as such a run recorded it before RunSettings
+    refused a variant on hf: and pretrained: backbones (the reports must still read such rows)."""
+    backbone = changes.pop("backbone", None)
     settings = dataclasses.asdict(RunSettings(**{**dict(plan.PLAN)[name], **changes}))
+    if backbone is not None:
+        settings["backbone"] = backbone
     curve = [{"step": settings["steps"], "examples_seen": settings["steps"] * 64, "accuracy": accuracy}]
     ks = settings["khop_ks"]
     row = {"task": "khop", "settings": settings, "accuracy": accuracy, "per_k": {str(k): accuracy for k in ks}}
@@ -436,7 +441,7 @@ def test_the_report_places_k_hop_rows_of_a_transformers_or_pretrained_backbone(t
     assert "| - | 70.0 | - | - |" in gpt2 and gpt2.endswith("| 0 (runs per k1/k2/k3/k4/mix: 0/1/0/0/0) | - | 1.0 |")
     assert "khop-k2-gpt2 |" not in text  # no paper level to be below: not in the curve table
     assert "<!-- hf:gpt2, residual layernorm -->" in (tmp_path / "f.svg").read_text()
-    dyck = dataclasses.asdict(RunSettings(**{**dict(plan.PLAN)["dyck-random-fresh-s0"], "backbone": "hf:gpt2"}))
+    dyck = {**dataclasses.asdict(RunSettings(**dict(plan.PLAN)["dyck-random-fresh-s0"])), "backbone": "hf:gpt2"}
     dyck_rows = {"dyck-gpt2-s0": dict(task="dyck", accuracy=0.8, train_cpu_seconds=60.0, settings=dyck)}
     text = plan.dyck_table(dyck_rows, lookup=lambda s: {"in_pool": 0.0, "lookup_accuracy": None})
     assert "| hf:gpt2 backbone (fixed): dyck-gpt2 | 0.02, fresh strings | 0.0% | - | 2000 | 0 | 80.0 |" in text

@@ -39,3 +39,29 @@ def test_a_fixed_pool_smaller_than_a_batch_is_refused():
         RunSettings(fresh_data=False, train_examples=8, batch_size=16)
     RunSettings(fresh_data=True, train_examples=8, batch_size=16)  # no pool: train_examples is unused
     RunSettings(fresh_data=False, train_examples=16, batch_size=16)
+
+
+@pytest.mark.parametrize("backbone", ["hf:gpt2", "hf:llama", "pretrained:smollm2-135m"])
+@pytest.mark.parametrize(
+    "setting", [{"looped": True}, {"head_dim": 32}, {"variant": "residual_layernorm"}, {"variant": "mlp"}]
+)
+def test_a_universal_transformer_setting_on_another_backbone_is_refused(backbone, setting):
+    """Was wrong: hf: and pretrained: backbones build their own model and ignore looped, head_dim and variant, but the
+    results row recorded them (looped: true for a model that is not looped, a head size it does not have). Refused
+    now, naming the setting and the backbone; at their defaults (what the command passes when not given) they are
+    accepted, and the universal backbones take any value."""
+    ((name, value),) = setting.items()
+    with pytest.raises(ValueError, match=rf"^{name}={value!r} \(--{name.replace('_', '-')}\) .*backbone={backbone!r}"):
+        RunSettings(backbone=backbone, **setting)
+    assert RunSettings(backbone=backbone, looped=False, head_dim=16, variant="attention_only").backbone == backbone
+    for universal in ("sparse-ut", "random-ut"):
+        assert getattr(RunSettings(backbone=universal, **setting), name) == value
+
+
+@pytest.mark.parametrize("seed", [-1, 1.5, True, "1", None])
+def test_a_seed_random_would_draw_as_another_is_refused_at_once(seed):
+    """Was wrong: RunSettings(seed=-1) was accepted and the run failed only once the data was built (random.Random
+    draws the strings of -n as those of n). Refused at construction now, as the datasets refuse it."""
+    with pytest.raises(ValueError, match=r"^seed=.* \(--seed\) must be an integer >= 0"):
+        RunSettings(seed=seed)
+    assert RunSettings(seed=3).seed == 3

@@ -1,3 +1,4 @@
+import dataclasses
 import json
 import os
 import re
@@ -31,6 +32,8 @@ TINY = dict(
     khop_length=8,
     khop_ks=[1, 2],
 )
+# TINY for hf: and pretrained: backbones, which refuse head_dim away from its default (their models set their own).
+TINY_OTHER = {k: v for k, v in TINY.items() if k != "head_dim"}
 
 
 def _trainable(output_dir):
@@ -87,7 +90,9 @@ def test_full_baseline_trains_the_fixed_weights_too(tmp_path):
 
 def test_recipe_end_to_end(tmp_path, monkeypatch, capsys):
     # The argparse front end, run as a script in this process (a fresh interpreter would spend its time importing).
-    args = [f"--{k.replace('_', '-')}={','.join(map(str, v)) if isinstance(v, list) else v}" for k, v in TINY.items()]
+    args = [
+        f"--{k.replace('_', '-')}={','.join(map(str, v)) if isinstance(v, list) else v}" for k, v in TINY_OTHER.items()
+    ]
     monkeypatch.setattr(
         sys,
         "argv",
@@ -129,7 +134,9 @@ def test_bad_settings_are_refused():
 def test_pretrained_backbone_with_a_task_vocabulary(tmp_path):
     # SmolLM2-135M reprogrammed onto the 6-token Dyck vocabulary (and fully fine-tuned as the baseline).
     for full in (False, True):
-        settings = RunSettings(task="dyck", backbone="pretrained:smollm2-135m", full=full, **{**TINY, "steps": 2})
+        settings = RunSettings(
+            task="dyck", backbone="pretrained:smollm2-135m", full=full, **{**TINY_OTHER, "steps": 2}
+        )
         row = run(settings, tmp_path / str(full), progress=False)
         assert 0.0 <= row["accuracy"] <= 1.0
         assert (row["trainable_parameters"] > 100_000_000) == full
@@ -137,7 +144,7 @@ def test_pretrained_backbone_with_a_task_vocabulary(tmp_path):
 
 def test_resume_is_bit_identical_with_dropout(tmp_path):
     # GPT-2 configs keep dropout 0.1, so training draws random numbers every step; the checkpoint must carry them.
-    settings = RunSettings(task="khop", backbone="hf:gpt2", **{**TINY, "width": 16, "heads": 2})
+    settings = RunSettings(task="khop", backbone="hf:gpt2", **{**TINY_OTHER, "width": 16, "heads": 2})
     run(settings, tmp_path / "whole", progress=False)
     run(settings, tmp_path / "split", progress=False, stop_after=4)
     torch.manual_seed(1234)  # a resumed session starts from whatever random state its process has
@@ -248,7 +255,8 @@ def test_the_init_scale_is_a_recorded_setting_that_reaches_the_adapter(tmp_path)
     for backbone in ("sparse-ut", "random-ut", "hf:gpt2", "hf:llama"):
         stds = {}
         for init_std in (0.02, 1.0):
-            settings = RunSettings(task="khop", backbone=backbone, init_std=init_std, width=64, heads=2, head_dim=8)
+            head = {"head_dim": 8} if backbone.endswith("-ut") else {}  # the hf: families set their own
+            settings = RunSettings(task="khop", backbone=backbone, init_std=init_std, width=64, heads=2, **head)
             _, evaluation, vocab, max_len = task_data(settings)
             torch.manual_seed(0)  # as run() does: the same draw at both scales
             stds[init_std] = initial_table_std(build_model(settings, vocab, max_len))
@@ -366,6 +374,24 @@ def test_the_fixed_pool_holds_no_held_out_string_and_the_old_pool_stays_reproduc
     assert pool.to_list()[: len(kept)] == kept  # the pool's other strings stay; the held-out ones are redrawn
 
 
+def test_a_record_of_an_hf_run_with_universal_settings_reads_as_its_model_ran():
+    """RunSettings refuses looped, head_dim and variant away from their defaults on hf: and pretrained: backbones,
+    whose models never read them. A checkpoint or row that recorded other values there (as runs could before) must
+    still read, and resume, as the run it was: those fields at their defaults, and no difference in them."""
+    from ut_peft.tasks.training import settings_as_run, settings_differences
+
+    saved = dataclasses.asdict(RunSettings(task="dyck", backbone="random-ut", **{**TINY, "variant": "mlp"}))
+    saved.update(backbone="hf:llama", looped=True)
+    settings = settings_as_run(saved)
+    assert (settings.variant, settings.head_dim, settings.looped) == ("attention_only", 16, False)
+    assert settings_differences(saved, RunSettings(task="dyck", backbone="hf:llama", **TINY_OTHER)) == []
+    other = RunSettings(task="dyck", backbone="hf:llama", **{**TINY_OTHER, "lr": 0.5})
+    assert settings_differences(saved, other) == ["lr"]
+    universal = {**saved, "backbone": "random-ut", "looped": False}  # a universal backbone's record keeps them all
+    assert settings_as_run(universal).variant == "mlp"
+    assert settings_differences(universal, RunSettings(task="dyck", backbone="random-ut", **TINY)) == ["variant"]
+
+
 def test_an_old_fixed_pool_checkpoint_resumes_only_as_what_it_ran(tmp_path):
     from ut_peft.tasks.training import before_fields
 
@@ -445,7 +471,7 @@ def test_the_seed_draws_a_pretrained_backbones_task_vocabulary(tmp_path):
     tiny_model("llama").save_pretrained(tmp_path / "base")
     tables = []
     for seed in (0, 1, 0):
-        settings = RunSettings(task="dyck", backbone=f"pretrained:{tmp_path / 'base'}", seed=seed, **TINY)
+        settings = RunSettings(task="dyck", backbone=f"pretrained:{tmp_path / 'base'}", seed=seed, **TINY_OTHER)
         _, _, vocab, max_len = task_data(settings)
         model = build_model(settings, vocab, max_len)
         tables.append([p.detach().clone() for p in model.parameters() if p.requires_grad])
@@ -477,7 +503,7 @@ def test_a_checkpoint_from_before_init_std_and_fresh_data_resumes_only_as_what_i
         run(defaults, tmp_path / "ut", progress=False)
     assert run(unit, tmp_path / "ut", progress=False)["resumed_from_step"] == 3
     # An hf: backbone drew its tables at its family's own 0.02 then as now: its old checkpoint resumes at 0.02.
-    family = RunSettings(task="dyck", backbone="hf:llama", **{**TINY, **as_ran})
+    family = RunSettings(task="dyck", backbone="hf:llama", **{**TINY_OTHER, **as_ran})
     run(family, tmp_path / "hf", progress=False, stop_after=3)
     for key in old_fields:
         _drop_setting(tmp_path / "hf" / "checkpoint.pt", key)

@@ -17,7 +17,7 @@ import argparse
 import dataclasses
 import json
 
-from ..tasks.settings import BACKBONE_FORMS, HF_FAMILIES, TASKS, VARIANTS, RunSettings
+from ..tasks.settings import BACKBONE_FORMS, HF_FAMILIES, TASKS, VARIANTS, RunSettings, applicable
 from .common import (
     add_common_flags,
     add_output_dir,
@@ -80,11 +80,13 @@ def flags_from_result(values: dict, path) -> dict:
     """A finished run's result.json (or a line of a --results file) holds its settings: those are the flags, with
     each field the run predates set to what it ran with (:func:`~ut_peft.tasks.training.before_fields`). Left to
     the current defaults, a run from before init_std or fresh_data would come back as another run (E at std 0.02
-    instead of 1.0, fresh strings instead of its fixed pool)."""
+    instead of 1.0, fresh strings instead of its fixed pool). An hf: or pretrained: run's record of the universal
+    backbones' settings, which its model never read, reads at their defaults
+    (:func:`~ut_peft.tasks.training.settings_as_run` reads it so too)."""
     if isinstance(values.get("settings"), dict) and "task" in values:
         from ..tasks.training import before_fields  # torch loads only for a result file, which trains anyway
 
-        return {**before_fields(values["settings"]), **values["settings"]}
+        return applicable({**before_fields(values["settings"]), **values["settings"]})
     return values
 
 

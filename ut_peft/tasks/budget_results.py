@@ -44,6 +44,7 @@ from .plan import (
     taken_by_other_settings,
     taken_text,
 )
+from .settings import applicable
 from .training import RunSettings, departures
 
 SPLIT_TITLES = {
@@ -90,7 +91,9 @@ def other_settings(settings: dict) -> tuple[tuple[str, Any], ...]:
     }
     # A run without the flat rule (:func:`unstopped`) has its own words, "no flat rule"; another stop_flat is named.
     no_flat_rule = set() if settings.get("stop_flat") else {"stop_flat"}
-    return departures(settings, RunSettings(**planned), _BUDGET_AXES | _CADENCE | _DYCK_ONLY | no_flat_rule)
+    return departures(
+        settings, RunSettings(**applicable(planned)), _BUDGET_AXES | _CADENCE | _DYCK_ONLY | no_flat_rule
+    )
 
 
 def _examples(n: float) -> str:

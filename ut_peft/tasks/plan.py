@@ -26,6 +26,7 @@ from typing import Any
 import torch
 
 from ..io import atomic_write_text, read_jsonl
+from .settings import applicable
 from .training import (
     RunInProgressError,
     RunSettings,
@@ -614,7 +615,7 @@ def other_settings(settings: dict) -> tuple[tuple[str, Any], ...]:
     :data:`KINDS`), beyond the main table's columns: (field, value) pairs, sorted; empty for a row of the plan."""
     kind = _kind(settings)
     model = KINDS.get(kind, {"backbone": settings["backbone"]})  # another backbone: the plan's k-hop runs on it
-    reference = RunSettings(**{**KHOP, **model, "variant": settings["variant"]})
+    reference = RunSettings(**applicable({**KHOP, **model, "variant": settings["variant"]}))
     return departures(settings, reference, _TABLE_AXES | _CADENCE | _DYCK_ONLY)
 
 
@@ -764,7 +765,7 @@ def pool_lookup(settings: dict) -> dict:
     from .metrics import IGNORE_INDEX
     from .training import string_key, task_data
 
-    run_settings = RunSettings(**{k: v for k, v in settings.items() if hasattr(RunSettings, k)})
+    run_settings = RunSettings(**applicable({k: v for k, v in settings.items() if hasattr(RunSettings, k)}))
     train, evaluation, _, _ = task_data(run_settings)
     if train is None:
         return {"in_pool": 0.0, "lookup_accuracy": None}
@@ -789,7 +790,7 @@ def pool_lookup(settings: dict) -> dict:
 
 
 def _run_settings(row: dict) -> RunSettings:
-    return RunSettings(**{k: v for k, v in settings_of(row).items() if hasattr(RunSettings, k)})
+    return RunSettings(**applicable({k: v for k, v in settings_of(row).items() if hasattr(RunSettings, k)}))
 
 
 # What tells one Dyck-1 run from another beside its seeds (the seeds are a line's column; the cadence changes nothing).
@@ -825,7 +826,7 @@ def _dyck_departures(settings: dict) -> tuple[tuple[str, Any], ...]:
     recorded = dataclasses.asdict(settings_as_run(settings))
     # Compared at the row's own values of the table's columns: a run of fresh strings has no pool to compare.
     shown = {field: recorded[field] for field in ("init_std", "fresh_data", "steps")}
-    reference = RunSettings(**{**DYCK, **model, **shown})
+    reference = RunSettings(**applicable({**DYCK, **model, **shown}))
     return departures(settings, reference, _SEEDS | _CADENCE | _KHOP_ONLY)
 
 

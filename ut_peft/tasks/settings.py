@@ -6,8 +6,10 @@ included) before torch, transformers and peft load; :mod:`.training` runs the se
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import math
+import numbers
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,6 +22,9 @@ VARIANTS = ("attention_only", "residual_layernorm", "mlp")
 # The transformers families an hf:<family> backbone builds (training.family_config builds each).
 HF_FAMILIES = ("llama", "qwen2", "qwen3", "gemma3", "gpt2", "gpt_neox")
 BACKBONE_FORMS = "sparse-ut, random-ut, hf:<family> (e.g. hf:gpt2) or pretrained:<name or folder>"
+# The settings only the universal backbones read; an hf: or pretrained: model is built (or loaded) with its own
+# variant, head size and layers, so there they must stay at their defaults (what the command passes when not given).
+UNIVERSAL_ONLY = ("variant", "head_dim", "looped")
 
 
 @dataclass
@@ -103,6 +108,23 @@ class RunSettings:
                 f"backbone={self.backbone!r} (--backbone): hf:<family> builds a randomly initialised model of a "
                 f"transformers family, one of {', '.join(HF_FAMILIES)}{hint}"
             )
+        if kind in ("hf", "pretrained"):
+            # build_model never reads them there, while the results row would record them as the model's.
+            defaults = {f.name: f.default for f in dataclasses.fields(self) if f.name in UNIVERSAL_ONLY}
+            why = "the family builds its own layers" if kind == "hf" else "the model is loaded as it was saved"
+            for name, default in defaults.items():
+                if getattr(self, name) != default:
+                    raise ValueError(
+                        f"{name}={getattr(self, name)!r} (--{name.replace('_', '-')}) sets the universal transformer "
+                        f"backbones (sparse-ut, random-ut), and backbone={self.backbone!r} ignores it ({why}). "
+                        f"Leave it at its default ({default!r}), or use a universal backbone"
+                    )
+        # Checked here, not only when the data is built: random.Random draws the strings of -n as those of n.
+        if isinstance(self.seed, bool) or not isinstance(self.seed, numbers.Integral) or self.seed < 0:
+            raise ValueError(
+                f"seed={self.seed!r} (--seed) must be an integer >= 0: random.Random draws the same strings for -n "
+                "and n (a run's strings are drawn with seeds 2 * seed and 2 * seed + 1); give 0, 1, 2, ..."
+            )
         for name in (
             "width",
             "layers",
@@ -166,6 +188,16 @@ class RunSettings:
     @property
     def backbone_kind(self) -> str:
         return self.backbone.split(":", 1)[0]
+
+
+def applicable(values: dict) -> dict:
+    """``values`` (RunSettings fields) with the universal backbones' settings (``UNIVERSAL_ONLY``) at their defaults
+    where the backbone is hf: or pretrained:, whose model never reads them: how a record holding other values there
+    (one RunSettings refuses now) or a plan's settings put on such a backbone read as a run."""
+    if str(values.get("backbone", "")).partition(":")[0] not in ("hf", "pretrained"):
+        return values
+    defaults = {f.name: f.default for f in dataclasses.fields(RunSettings) if f.name in UNIVERSAL_ONLY}
+    return {**values, **defaults}
 
 
 def _is_hop_count(k) -> bool:
