@@ -164,6 +164,11 @@ def test_all_truths_run_into_three_files_and_one_table_and_a_file_keeps_its_trut
     entry = calibrated_table_entry(str(folder), json.loads(record.read_text()), str(record))
     assert "The entry for ut_peft/accessibility/stats/coverage.py's CALIBRATED_TABLE" in out
     assert f"'slope': {entry['truths']['fitted']['slope']}" in out and "'n50': {'1': " in out
+    # ... with the targets it simulated the design to, which a calibration of these rows must share to be judged.
+    from ut_peft.accessibility.stats.coverage import design_targets
+
+    assert entry["targets"] == design_targets(json.loads((folder / "settings.json").read_text())["design"])
+    assert "'targets': {" in out
     assert "common-width truth (the truth fitted to" in out and "width power 0.00" in out
     assert "| quantity | fitted (MC se) | common-width (MC se) | slope-shift (MC se) | verdict |" in out
     assert "trusted where the calibrated coverage is at least 0.90 at every truth" in out
