@@ -154,8 +154,10 @@ def slope_shifted_truth(truth: Truth, shift: float, ms, first: int) -> Truth:
     return moved
 
 
-def calibrated_half_width(folder: Path, rows: dict) -> float:
-    """Half the width of the slope interval in the folder's calibration.json, computed from these very rows."""
+def calibrated_half_width(folder: Path, rows: dict, settings: dict) -> float:
+    """Half the width of the slope interval in the folder's calibration.json, computed from these very rows under
+    the design ``settings`` (the folder's settings.json) records: a calibration of the same rows under other targets
+    or rows a round (a retarget keeps the rows) simulated another design, whose interval is not this one's."""
     calibration = store.read_calibration(folder)
     if calibration is None:
         raise ValueError(
@@ -167,6 +169,9 @@ def calibrated_half_width(folder: Path, rows: dict) -> float:
             f"its calibration.json was computed from {calibration.get('rows')} rows, not the {len(rows)} this command "
             f"reads: run `ut-peft calibrate {folder}` again, or give --slope-shift TOKENS"
         )
+    current = store.current_calibration(calibration, rows, settings)
+    if current is not None and current["stale"]:
+        raise ValueError(f"{current['note']}, or give --slope-shift TOKENS")
     ci = (calibration.get("slope") or {}).get("ci")
     if not ci:
         raise ValueError("its calibration.json's slope interval is unbounded (no finite quantile): give --slope-shift")
@@ -445,7 +450,7 @@ def main(argv=None) -> None:
     shift = args.slope_shift
     if "slope-shift" in kinds and shift is None:  # before the fit: a missing calibration is found in no time
         try:
-            shift = calibrated_half_width(folder, rows)
+            shift = calibrated_half_width(folder, rows, settings)
         except ValueError as error:
             raise SystemExit(f"{folder}: {error}") from None
     own = settings  # the folder's own rules: the truth is fitted under them, whatever version is simulated

@@ -122,12 +122,21 @@ def test_the_default_slope_shift_is_half_the_folders_calibrated_slope_interval(l
     simulated_folder(folder, 7)
     with pytest.raises(SystemExit, match="run `ut-peft calibrate .*` first, or give --slope-shift"):
         benchmark.main([str(folder), "--truth", "slope-shift"])
-    rows = store.read_rows(folder)
+    rows, settings = store.read_rows(folder), store.read_settings(folder)
     calibration = {"rows": len(rows), "rows_digest": rows_digest(rows), "slope": {"ci": [18.5, 22.25]}}
+    calibration.update(design=settings["design"], num_sequences=settings["num_sequences"])
     (folder / store.CALIBRATION_FILE).write_text(json.dumps(calibration))
-    assert benchmark.calibrated_half_width(folder, rows) == pytest.approx(1.875)
+    assert benchmark.calibrated_half_width(folder, rows, settings) == pytest.approx(1.875)
     with pytest.raises(ValueError, match="not the 5 this command reads"):
-        benchmark.calibrated_half_width(folder, dict(list(rows.items())[:5]))
+        benchmark.calibrated_half_width(folder, dict(list(rows.items())[:5]), settings)
+    # Of these rows but of another design (the same rows under other targets, as a retarget keeps them): its interval
+    # is another design's, and its half-width is no shift for this one.
+    other = dict(calibration, design=dict(settings["design"], target_slope_se=1.0))
+    (folder / store.CALIBRATION_FILE).write_text(json.dumps(other))
+    with pytest.raises(
+        ValueError, match="simulated other design settings .*ut-peft calibrate.* or give --slope-shift"
+    ):
+        benchmark.calibrated_half_width(folder, rows, settings)
     with pytest.raises(SystemExit, match="--truth slope-shift or --all-truths"):
         benchmark.main([str(folder), "--slope-shift", "2"])
 
