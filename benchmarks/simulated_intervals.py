@@ -61,6 +61,7 @@ import pprint
 import sys
 import time
 from pathlib import Path
+from typing import TypedDict
 
 import numpy as np
 
@@ -96,6 +97,19 @@ TRUSTED = 0.90
 # nothing; even at 50 sweeps a true coverage of 0.85 reads 0.90 or more one time in five (at 100, one in ten). A test
 # lowers it.
 MIN_VERDICT_OUTER = 50
+
+
+class _OutcomeFields(TypedDict):
+    truth: str  # the truth's description, as the report prints it
+    setting: dict  # what the results file's sweeps were simulated at
+    outer: int  # the outer sweeps judged
+    table: dict[str, dict]  # their coverage table (report's answer)
+
+
+class Outcome(_OutcomeFields, total=False):
+    """One truth's run in the ``--json`` record; with ``--results``, also the results file it appended to."""
+
+    results: str
 
 
 def verdict_rule() -> str:
@@ -509,7 +523,7 @@ def main(argv=None) -> None:
                 )
     except (ValueError, KeyError) as error:
         raise SystemExit(f"{folder}: {error}") from None
-    outcomes = {}
+    outcomes: dict[str, Outcome] = {}
     for kind in kinds:
         outer_truth, heading = truths[kind]
         setting, path, results = plans[kind]
