@@ -165,3 +165,29 @@ def test_from_state_refuses_a_config_files_sampling_setting_at_its_default_value
         parse(["--config", str(config), "--from-state", str(tmp_path / "state.pt"), "--out", str(tmp_path / "o")])
     err = capsys.readouterr().err
     assert "so --seed would not be used" in err and f"the --config file {config}" in err, err
+
+
+def test_from_state_that_records_no_model_needs_model(tmp_path):
+    """A state saved before states recorded their model, re-summarised without --model, was taken to be
+    smollm2-135m's without a word: its tokenizer gave |V| and the report named it, whatever model was sampled. It is
+    refused, naming the state and asking for --model, before --out is touched; with --model it is that model's."""
+    import torch
+
+    from ut_peft.cli.geometry import main
+    from ut_peft.geometry.analysis import analyze_model, save_state, state_model
+    from ut_peft.testing import tiny_model
+
+    model_dir = tmp_path / "tiny"
+    tiny_model("llama", seed=0).save_pretrained(model_dir)
+    result = analyze_model(tiny_model("llama", seed=0), num_samples=20, support_sequences=4, progress=False)
+    state = save_state(result, tmp_path / "state.pt")
+    saved = torch.load(state, weights_only=True)
+    del saved["model"]  # as states saved before the model was recorded
+    torch.save(saved, state)
+    assert state_model(state) is None
+    out = tmp_path / "out"
+    with pytest.raises(ValueError, match=rf"--from-state {state}: the state records no model.*--model NAME"):
+        main(parse(["--from-state", str(state), "--slope", "2", "--out", str(out)]))
+    assert not out.exists()
+    main(parse(["--model", str(model_dir), "--from-state", str(state), "--slope", "2", "--out", str(out)]))
+    assert json.loads((out / "geometry.json").read_text())["model"] == str(model_dir)

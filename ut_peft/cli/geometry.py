@@ -56,14 +56,21 @@ def main(args):
         if not Path(args.from_state).is_file():
             raise ValueError(f"--from-state {args.from_state}: no such file (the state.pt of an earlier run)")
         sampled = state_model(args.from_state)
+        if sampled is None and not args.model_given:
+            # The model gives the tokenizer whose count is |V| and the name the report goes under: the default
+            # model's would be taken for another model's counts without a word.
+            raise ValueError(
+                f"--from-state {args.from_state}: the state records no model (it was saved before states recorded "
+                "the model they were sampled from), so neither the tokenizer that gives |V| nor the report's model "
+                "is known; pass --model NAME, the model it was sampled from"
+            )
         # Compared as the package names models: an alias or another spelling of the folder is the same model.
         if sampled is not None and args.model_given and not same_model(args.model, sampled):
             raise ValueError(
                 f"--from-state {args.from_state} was sampled from {sampled}, not --model {args.model}: drop --model "
                 "(the state's model is reported) or sample the other model without --from-state"
             )
-        args.model = sampled or args.model  # the report names the model the counts come from
-        measured = args.model if sampled or args.model_given else None
+        args.model = measured = sampled or args.model  # the report names the model the counts come from
     if args.summary:  # checked before --output-dir is touched
         check_summary_model(args.summary, measured)
     # state.pt is a result too: a re-summary of another state must not leave it beside its report (below), and is
@@ -143,7 +150,12 @@ def sample_count(text) -> int:
 
 def parse(argv=None, *, prog: str | None = None):
     p = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", default=None, help="bundled name, local folder or hub id (default smollm2-135m)")
+    p.add_argument(
+        "--model",
+        default=None,
+        help="bundled name, local folder or hub id (default smollm2-135m; with --from-state the state's model, and "
+        "needed for a state that records none)",
+    )
     p.add_argument(
         "--samples",
         type=sample_count,
