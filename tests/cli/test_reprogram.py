@@ -16,6 +16,10 @@ TINY = (
     "--task khop --backbone hf:gpt2 --width 24 --layers 1 --steps 6 --batch-size 8 --train-examples 64 "
     "--eval-examples 32 --checkpoint-every 3 --warmup-steps 2 --lr 1e-2 --khop-length 8 --khop-ks 1,2 --quiet"
 ).split()
+# TINY for a pretrained: backbone, loaded as it was saved: it refuses a shape (--width, --layers).
+TINY_PRETRAINED = [
+    a for i, a in enumerate(TINY) if a not in ("--width", "--layers") and TINY[i - 1] not in ("--width", "--layers")
+]
 
 
 def scalars(logdir):
@@ -54,10 +58,27 @@ def test_errors_are_one_line(tmp_path, capsys, monkeypatch):
         (["--backbone", "gpt2", "--out", tmp_path / "o"], "hf:<family>"),
         ([*TINY, "--out", tmp_path / "file"], "--out"),
         ([*TINY, "--out", tmp_path / "o", "--results", tmp_path], "--results"),
-        ([*TINY, "--backbone", "pretrained:/nonexistent", "--out", tmp_path / "o"], "no such file or folder"),
+        (
+            [*TINY_PRETRAINED, "--backbone", "pretrained:/nonexistent", "--out", tmp_path / "o"],
+            "no such file or folder",
+        ),
         # hf: and pretrained: models never read the universal backbones' settings (the row would record them)
         ([*TINY, "--looped", "--out", tmp_path / "o"], "looped=True (--looped) sets the universal"),
         ([*TINY, "--head-dim", "4", "--out", tmp_path / "o"], "backbone='hf:gpt2' ignores it"),
+        # a pretrained: model is loaded as it was saved; an hf: family other than gpt2 has rotary positions
+        (
+            [*TINY_PRETRAINED, "--backbone", "pretrained:smollm2-135m", "--width", "24", "--out", tmp_path / "o"],
+            "width=24 (--width) sets the backbones built here",
+        ),  # fmt: skip
+        (
+            [*TINY_PRETRAINED, "--backbone", "pretrained:smollm2-135m", "--init-std", "1.0", "--out", tmp_path / "o"],
+            "backbone='pretrained:smollm2-135m' ignores it (the model is loaded as it was saved)",
+        ),  # fmt: skip
+        (
+            [*TINY, "--backbone", "hf:llama", "--no-positions", "--out", tmp_path / "o"],
+            "positions=False (--no-positions) sets the backbones with learned positions",
+        ),  # fmt: skip
+        ([*TINY, "--backbone-seed", "-1", "--out", tmp_path / "o"], "backbone_seed=-1 (--backbone-seed) must be"),
     ):
         with pytest.raises(SystemExit) as exit_:
             run(command.main, command.parse, [str(a) for a in argv])
@@ -131,3 +152,21 @@ def test_an_hf_result_that_recorded_universal_settings_as_config_is_the_run_it_r
     assert (settings.variant, settings.head_dim, settings.looped) == ("attention_only", 16, False)
     with pytest.raises(ValueError, match=r"variant='mlp' \(--variant\)"):
         command.settings_from(command.parse([*again, "--variant", "mlp"]))
+
+
+def test_a_pretrained_result_that_recorded_a_shape_as_config_is_the_run_it_recorded(tmp_path):
+    """A pretrained: run's result.json could record a width, layers, heads, positions, backbone_seed or init_std its
+    model never read; RunSettings refuses them away from their defaults there, so --config of such a file must read
+    them at the defaults (the run it was), while the same flags given on the command line are refused."""
+    from ut_peft.tasks.training import RunSettings, settings_as_run, settings_differences
+
+    recorded = dataclasses.asdict(RunSettings(task="khop", width=160, layers=4, heads=2, backbone_seed=1, steps=6))
+    recorded.update(backbone="pretrained:smollm2-135m", positions=False, init_std=1.0)
+    result = tmp_path / "result.json"
+    result.write_text(json.dumps({"task": "khop", "accuracy": 0.5, "settings": recorded}))
+    again = ["--config", str(result), "--out", str(tmp_path / "again")]
+    settings = command.settings_from(command.parse(again))
+    assert settings == settings_as_run(recorded) and settings_differences(recorded, settings) == []
+    assert settings == RunSettings(task="khop", backbone="pretrained:smollm2-135m", steps=6)
+    with pytest.raises(ValueError, match=r"layers=4 \(--layers\)"):
+        command.settings_from(command.parse([*again, "--layers", "4"]))

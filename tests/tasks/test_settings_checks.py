@@ -65,3 +65,53 @@ def test_a_seed_random_would_draw_as_another_is_refused_at_once(seed):
     with pytest.raises(ValueError, match=r"^seed=.* \(--seed\) must be an integer >= 0"):
         RunSettings(seed=seed)
     assert RunSettings(seed=3).seed == 3
+
+
+@pytest.mark.parametrize(
+    ("backbone", "setting", "flag"),
+    [
+        ("pretrained:smollm2-135m", {"width": 64}, "--width"),
+        ("pretrained:smollm2-135m", {"layers": 3}, "--layers"),
+        ("pretrained:smollm2-135m", {"heads": 2}, "--heads"),
+        ("pretrained:smollm2-135m", {"positions": False}, "--no-positions"),
+        ("pretrained:smollm2-135m", {"backbone_seed": 1}, "--backbone-seed"),
+        ("pretrained:smollm2-135m", {"init_std": 1.0}, "--init-std"),
+        ("hf:llama", {"positions": False}, "--no-positions"),
+        ("hf:gemma3", {"positions": False}, "--no-positions"),
+    ],
+)
+def test_a_setting_the_backbone_never_reads_is_refused(backbone, setting, flag):
+    """Was wrong: a pretrained: model is loaded as it was saved, so build_model never reads width, layers, heads,
+    positions, backbone_seed or init_std there, and an hf: family other than gpt2 has rotary positions; the results
+    row recorded them as the model's. Refused now, naming the setting, its flag and the backbone; at their defaults
+    they are accepted, and the backbones that read them take any value."""
+    ((name, value),) = setting.items()
+    with pytest.raises(ValueError, match=rf"^{name}={value!r} \({flag}\) sets .*backbone={backbone!r} ignores it"):
+        RunSettings(backbone=backbone, **setting)
+    assert RunSettings(backbone=backbone).backbone == backbone
+    readers = ["sparse-ut", "random-ut", "hf:gpt2"] + ([] if name == "positions" else ["hf:llama"])
+    for reader in readers:
+        assert getattr(RunSettings(backbone=reader, **setting), name) == value
+
+
+@pytest.mark.parametrize("seed", [-1, 1.5, True, "1", None])
+def test_a_backbone_seed_torch_would_draw_as_another_is_refused_at_once(seed):
+    """Was wrong: RunSettings(backbone_seed=-1) was accepted and the run failed only once the data was built
+    (ut_peft.random_backbone refuses it; torch draws -1 as 2**64 - 1), and True passed as seed 1."""
+    with pytest.raises(ValueError, match=r"^backbone_seed=.* \(--backbone-seed\) must be an integer >= 0"):
+        RunSettings(backbone_seed=seed)
+    assert RunSettings(backbone_seed=3).backbone_seed == 3
+
+
+def test_applicable_reads_the_settings_a_backbone_ignores_at_their_defaults():
+    """A record (or a plan's settings put on another backbone) holding other values where its backbone never reads
+    them reads them at the defaults; every other field, and a universal backbone's record, is kept."""
+    from ut_peft.tasks.settings import applicable
+
+    recorded = dict(backbone="pretrained:smollm2-135m", width=160, layers=4, heads=4, positions=False,
+                    backbone_seed=2, init_std=1.0, variant="mlp", lr=0.5)  # fmt: skip
+    assert RunSettings(**applicable(recorded)) == RunSettings(backbone="pretrained:smollm2-135m", lr=0.5)
+    assert applicable({**recorded, "backbone": "hf:llama"})["width"] == 160
+    assert applicable({**recorded, "backbone": "hf:llama"})["positions"] is True
+    assert applicable({**recorded, "backbone": "hf:gpt2"})["positions"] is False
+    assert applicable({**recorded, "backbone": "random-ut"}) == {**recorded, "backbone": "random-ut"}

@@ -34,6 +34,8 @@ TINY = dict(
 )
 # TINY for hf: and pretrained: backbones, which refuse head_dim away from its default (their models set their own).
 TINY_OTHER = {k: v for k, v in TINY.items() if k != "head_dim"}
+# TINY_OTHER for pretrained: backbones, which refuse a shape too (the model is loaded as it was saved).
+TINY_PRETRAINED = {k: v for k, v in TINY_OTHER.items() if k not in ("width", "layers")}
 
 
 def _trainable(output_dir):
@@ -135,7 +137,7 @@ def test_pretrained_backbone_with_a_task_vocabulary(tmp_path):
     # SmolLM2-135M reprogrammed onto the 6-token Dyck vocabulary (and fully fine-tuned as the baseline).
     for full in (False, True):
         settings = RunSettings(
-            task="dyck", backbone="pretrained:smollm2-135m", full=full, **{**TINY_OTHER, "steps": 2}
+            task="dyck", backbone="pretrained:smollm2-135m", full=full, **{**TINY_PRETRAINED, "steps": 2}
         )
         row = run(settings, tmp_path / str(full), progress=False)
         assert 0.0 <= row["accuracy"] <= 1.0
@@ -392,6 +394,28 @@ def test_a_record_of_an_hf_run_with_universal_settings_reads_as_its_model_ran():
     assert settings_differences(universal, RunSettings(task="dyck", backbone="random-ut", **TINY)) == ["variant"]
 
 
+def test_a_record_of_a_pretrained_run_with_a_shape_reads_as_its_model_ran():
+    """RunSettings refuses width, layers, heads, positions, backbone_seed and init_std away from their defaults on a
+    pretrained: backbone (loaded as it was saved: build_model reads none of them), and positions on an hf: family
+    with rotary positions. A checkpoint or row that recorded other values there must still read, and resume, as the
+    run it was: those fields at their defaults, and no difference in them."""
+    from ut_peft.tasks.training import settings_as_run, settings_differences
+
+    saved = dataclasses.asdict(RunSettings(task="dyck", backbone="random-ut", **TINY))
+    saved.update(backbone="pretrained:smollm2-135m", heads=2, positions=False, backbone_seed=3, init_std=1.0)
+    settings = settings_as_run(saved)
+    assert settings == RunSettings(task="dyck", backbone="pretrained:smollm2-135m", **TINY_PRETRAINED)
+    assert settings_differences(saved, settings) == []
+    other = RunSettings(task="dyck", backbone="pretrained:smollm2-135m", **{**TINY_PRETRAINED, "lr": 0.5})
+    assert settings_differences(saved, other) == ["lr"]
+    rotary = {**saved, "backbone": "hf:llama", "heads": 1, "backbone_seed": 0, "init_std": 0.02}
+    assert settings_as_run(rotary).positions is True
+    assert settings_differences(rotary, RunSettings(task="dyck", backbone="hf:llama", **TINY_OTHER)) == []
+    # An hf: family builds its shape from them: a record of another width is another run.
+    wider = RunSettings(task="dyck", backbone="hf:llama", **{**TINY_OTHER, "width": 32})
+    assert settings_differences(rotary, wider) == ["width"]
+
+
 def test_an_old_fixed_pool_checkpoint_resumes_only_as_what_it_ran(tmp_path):
     from ut_peft.tasks.training import before_fields
 
@@ -471,7 +495,7 @@ def test_the_seed_draws_a_pretrained_backbones_task_vocabulary(tmp_path):
     tiny_model("llama").save_pretrained(tmp_path / "base")
     tables = []
     for seed in (0, 1, 0):
-        settings = RunSettings(task="dyck", backbone=f"pretrained:{tmp_path / 'base'}", seed=seed, **TINY_OTHER)
+        settings = RunSettings(task="dyck", backbone=f"pretrained:{tmp_path / 'base'}", seed=seed, **TINY_PRETRAINED)
         _, _, vocab, max_len = task_data(settings)
         model = build_model(settings, vocab, max_len)
         tables.append([p.detach().clone() for p in model.parameters() if p.requires_grad])

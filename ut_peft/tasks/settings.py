@@ -25,6 +25,15 @@ BACKBONE_FORMS = "sparse-ut, random-ut, hf:<family> (e.g. hf:gpt2) or pretrained
 # The settings only the universal backbones read; an hf: or pretrained: model is built (or loaded) with its own
 # variant, head size and layers, so there they must stay at their defaults (what the command passes when not given).
 UNIVERSAL_ONLY = ("variant", "head_dim", "looped")
+# The settings only a backbone built here reads (training.build_model): a pretrained: model is loaded as it was saved,
+# its shape, positions and weights its own, and its new task-vocabulary tables are drawn by the adapter from `seed`.
+BUILT_ONLY = ("width", "layers", "heads", "positions", "backbone_seed", "init_std")
+# Who reads each of those settings, as a refusal names them.
+_READ_BY = {
+    **{name: "the universal transformer backbones (sparse-ut, random-ut)" for name in UNIVERSAL_ONLY},
+    **{name: "the backbones built here (sparse-ut, random-ut, hf:<family>)" for name in BUILT_ONLY},
+    "positions": "the backbones with learned positions (sparse-ut, random-ut, hf:gpt2)",
+}
 
 
 @dataclass
@@ -108,23 +117,35 @@ class RunSettings:
                 f"backbone={self.backbone!r} (--backbone): hf:<family> builds a randomly initialised model of a "
                 f"transformers family, one of {', '.join(HF_FAMILIES)}{hint}"
             )
-        if kind in ("hf", "pretrained"):
-            # build_model never reads them there, while the results row would record them as the model's.
-            defaults = {f.name: f.default for f in dataclasses.fields(self) if f.name in UNIVERSAL_ONLY}
-            why = "the family builds its own layers" if kind == "hf" else "the model is loaded as it was saved"
-            for name, default in defaults.items():
-                if getattr(self, name) != default:
-                    raise ValueError(
-                        f"{name}={getattr(self, name)!r} (--{name.replace('_', '-')}) sets the universal transformer "
-                        f"backbones (sparse-ut, random-ut), and backbone={self.backbone!r} ignores it ({why}). "
-                        f"Leave it at its default ({default!r}), or use a universal backbone"
-                    )
         # Checked here, not only when the data is built: random.Random draws the strings of -n as those of n.
         if isinstance(self.seed, bool) or not isinstance(self.seed, numbers.Integral) or self.seed < 0:
             raise ValueError(
                 f"seed={self.seed!r} (--seed) must be an integer >= 0: random.Random draws the same strings for -n "
                 "and n (a run's strings are drawn with seeds 2 * seed and 2 * seed + 1); give 0, 1, 2, ..."
             )
+        # Checked here, not only when the model is built after the data (ut_peft.random_backbone refuses it there;
+        # torch would draw -1 as 2**64 - 1, the same weights under another name).
+        if (
+            isinstance(self.backbone_seed, bool)
+            or not isinstance(self.backbone_seed, numbers.Integral)
+            or self.backbone_seed < 0
+        ):
+            raise ValueError(
+                f"backbone_seed={self.backbone_seed!r} (--backbone-seed) must be an integer >= 0 (it draws the "
+                "frozen weights); give 0, 1, 2, ..."
+            )
+        # build_model never reads them there, while the results row would record them as the model's.
+        ignored = ignored_settings(self.backbone)
+        defaults = {f.name: f.default for f in dataclasses.fields(self) if f.name in ignored}
+        for name in ignored:
+            value = getattr(self, name)
+            if value != defaults[name]:
+                flag = f"--{'' if value or not isinstance(value, bool) else 'no-'}{name.replace('_', '-')}"
+                raise ValueError(
+                    f"{name}={value!r} ({flag}) sets {_READ_BY[name]}, and backbone={self.backbone!r} ignores it "
+                    f"({_why_ignored(self.backbone, name)}). Leave it at its default ({defaults[name]!r}), or use "
+                    "one of those backbones"
+                )
         for name in (
             "width",
             "layers",
@@ -190,13 +211,33 @@ class RunSettings:
         return self.backbone.split(":", 1)[0]
 
 
+def ignored_settings(backbone: str) -> tuple[str, ...]:
+    """The settings a run on ``backbone`` never reads (training.build_model): the universal backbones' own
+    (``UNIVERSAL_ONLY``) on hf: and pretrained: backbones; what builds a backbone (``BUILT_ONLY``) on a pretrained:
+    one, which is loaded; ``positions`` on an hf: family other than gpt2, whose positions are rotary."""
+    kind, _, name = str(backbone).partition(":")
+    if kind == "hf":
+        return UNIVERSAL_ONLY + (() if name == "gpt2" else ("positions",))
+    if kind == "pretrained":
+        return UNIVERSAL_ONLY + BUILT_ONLY
+    return ()
+
+
+def _why_ignored(backbone: str, name: str) -> str:
+    kind = backbone.partition(":")[0]
+    if kind == "pretrained":
+        return "the model is loaded as it was saved"
+    return "the family uses rotary positions" if name == "positions" else "the family builds its own layers"
+
+
 def applicable(values: dict) -> dict:
-    """``values`` (RunSettings fields) with the universal backbones' settings (``UNIVERSAL_ONLY``) at their defaults
-    where the backbone is hf: or pretrained:, whose model never reads them: how a record holding other values there
-    (one RunSettings refuses now) or a plan's settings put on such a backbone read as a run."""
-    if str(values.get("backbone", "")).partition(":")[0] not in ("hf", "pretrained"):
+    """``values`` (RunSettings fields) with the settings its backbone never reads (:func:`ignored_settings`) at their
+    defaults: how a record holding other values there (one RunSettings refuses now) or a plan's settings put on such a
+    backbone read as a run."""
+    ignored = ignored_settings(values.get("backbone", ""))
+    if not ignored:
         return values
-    defaults = {f.name: f.default for f in dataclasses.fields(RunSettings) if f.name in UNIVERSAL_ONLY}
+    defaults = {f.name: f.default for f in dataclasses.fields(RunSettings) if f.name in ignored}
     return {**values, **defaults}
 
 

@@ -36,7 +36,7 @@ from .dyck import VOCAB as DYCK_VOCAB
 from .dyck import dyck_dataset, encode_dyck, sample_dyck
 from .khop import khop_dataset, khop_vocab, sample_khop
 from .metrics import IGNORE_INDEX, ScoredTokenAccuracy, aligned_predictions
-from .settings import HF_FAMILIES, UNIVERSAL_ONLY, RunSettings, applicable  # apart: the flags parse without torch
+from .settings import HF_FAMILIES, RunSettings, applicable, ignored_settings  # apart: flags parse without torch
 
 # ---- data --------------------------------------------------------------------------------------------------------
 
@@ -322,15 +322,13 @@ def before_fields(saved: dict) -> dict:
     return {"fresh_data": False, "pool_excludes_held_out": False, "init_std": 1.0 if universal else 0.02}
 
 
-def _universal(saved: dict) -> bool:
-    return str(saved.get("backbone", "")).partition(":")[0] in ("sparse-ut", "random-ut")
-
-
 def settings_as_run(saved: dict) -> RunSettings:
     """The settings a checkpoint, ``result.json`` or results row records, each field it predates filled in with what
-    the run used (:func:`before_fields`; any other field's default is the behaviour from before it existed). An hf:
-    or pretrained: run never read the universal backbones' settings (``UNIVERSAL_ONLY``), which RunSettings refuses
-    away from their defaults there: a record holding other values reads them at the defaults, as its model ran."""
+    the run used (:func:`before_fields`; any other field's default is the behaviour from before it existed). A run
+    never read the settings its backbone ignores (:func:`~.settings.ignored_settings`: the universal backbones' own
+    on hf: and pretrained: backbones, the shape, positions and seeds of a built one on a pretrained: backbone), which
+    RunSettings refuses away from their defaults there: a record holding other values reads them at the defaults, as
+    its model ran."""
     return RunSettings(**applicable({**before_fields(saved), **saved}))
 
 
@@ -345,15 +343,14 @@ def settings_differences(saved: dict, settings: RunSettings) -> list[str]:
     """The fields in which the run ``saved`` records (a checkpoint's, ``result.json``'s or a results row's settings)
     is not the run ``settings`` makes, sorted; empty where they are one run. A field added since ``saved`` was written
     reads as what the run used (its default, or what :func:`before_fields` says where the default changed the
-    behaviour), so such a run is the run it was, and only that one. The universal backbones' settings
-    (``UNIVERSAL_ONLY``) are compared only between two universal backbones: an hf: or pretrained: model never read
-    them, so they tell no such run from another (a record may hold any value there, :func:`settings_as_run`), and
-    beside a universal run the backbone already differs."""
+    behaviour), so such a run is the run it was, and only that one. A setting either backbone ignores
+    (:func:`~.settings.ignored_settings`) is not compared: a run that never read it is told from no other run by it
+    (a record may hold any value there, :func:`settings_as_run`), and beside a run that read it the backbone already
+    differs."""
     recorded = _compared({**dataclasses.asdict(RunSettings()), **before_fields(saved), **saved})
     current = _compared(dataclasses.asdict(settings))
     fields = recorded.keys() | current.keys()
-    if not (_universal(recorded) and _universal(current)):
-        fields -= set(UNIVERSAL_ONLY)
+    fields -= {*ignored_settings(recorded.get("backbone", "")), *ignored_settings(current["backbone"])}
     return sorted(k for k in fields if recorded.get(k) != current.get(k))
 
 
