@@ -440,11 +440,58 @@ def test_the_report_places_k_hop_rows_of_a_transformers_or_pretrained_backbone(t
     gpt2 = next(line for line in main if line.startswith("| hf:gpt2"))
     assert "| - | 70.0 | - | - |" in gpt2 and gpt2.endswith("| 0 (runs per k1/k2/k3/k4/mix: 0/1/0/0/0) | - | 1.0 |")
     assert "khop-k2-gpt2 |" not in text  # no paper level to be below: not in the curve table
-    assert "<!-- hf:gpt2, residual layernorm -->" in (tmp_path / "f.svg").read_text()
+    assert "<!-- hf:gpt2 -->" in (tmp_path / "f.svg").read_text()  # hf:gpt2 has no variant of the plan's
     dyck = {**dataclasses.asdict(RunSettings(**dict(plan.PLAN)["dyck-random-fresh-s0"])), "backbone": "hf:gpt2"}
     dyck_rows = {"dyck-gpt2-s0": dict(task="dyck", accuracy=0.8, train_cpu_seconds=60.0, settings=dyck)}
     text = plan.dyck_table(dyck_rows, lookup=lambda s: {"in_pool": 0.0, "lookup_accuracy": None})
     assert "| hf:gpt2 backbone (fixed): dyck-gpt2 | 0.02, fresh strings | 0.0% | - | 2000 | 0 | 80.0 |" in text
+
+
+def test_the_report_names_only_what_applied_to_an_hf_or_pretrained_model(tmp_path):
+    """Was wrong: the tables, the figure's legend and the commands named a row's recorded variant and head size (and
+    on a pretrained: backbone its width, layers, heads and init std) though an hf: or pretrained: model never read
+    them: an hf:gpt2 row recorded at the plan's MLP variant read "mlp" and "160, 4, 1 x 16" (its one head is 160
+    wide), and its command passed --variant mlp, which RunSettings refuses there. They name what the model had now."""
+    from ut_peft.cli import reprogram
+
+    rows = dict(
+        [
+            _khop_row("khop-k2-random-mlp-s0", 0.5),
+            ("khop-k2-gpt2-s0", _khop_row("khop-k2-random-mlp-s0", 0.7, backbone="hf:gpt2")[1]),
+            ("khop-k2-smollm-s0", _khop_row("khop-k2-random-mlp-s0", 0.6, backbone="pretrained:smollm2-135m")[1]),
+        ]
+    )
+    main = [line.split(" | ")[:3] for line in plan.main_table(rows).splitlines()[2:]]
+    assert main == [
+        ["| random UT (E, U, positions)", "mlp", "160, 4, 1 x 16"],
+        ["| hf:gpt2 backbone (fixed)", "-", "160, 4, 1 x 160"],
+        ["| pretrained:smollm2-135m backbone (fixed)", "-", "-"],
+    ]
+    text = plan.report(rows, table_path=tmp_path / "t.md", figure_path=tmp_path / "f.svg", runs_dir=RUNS_DIR,
+                       results=RESULTS)  # fmt: skip
+    svg = (tmp_path / "f.svg").read_text()
+    assert "<!-- hf:gpt2 -->" in svg and "<!-- random, mlp -->" in svg and "hf:gpt2, mlp" not in svg
+    commands = {line.split("--out ")[1].split()[0]: line for line in text.splitlines() if line.startswith("python ")}
+    gpt2, smollm = commands["runs/universal/khop-k2-gpt2-s0"], commands["runs/universal/khop-k2-smollm-s0"]
+    assert "--variant" not in gpt2 and "--width 160 --layers 4" in gpt2
+    assert "--variant" not in smollm and "--width" not in smollm and "--layers" not in smollm
+    for line in (gpt2, smollm):  # each command runs: nothing in it is refused
+        reprogram.settings_from(reprogram.parse(line.split()[2:]))
+    # The rows from before init_std (k = 1..4 mixed): a pretrained: model read no init std, trained no positions.
+    legacy = {
+        name: {**row, "per_k": dict.fromkeys("1234", 0.5), "settings": {**row["settings"], "khop_ks": [1, 2, 3, 4]}}
+        for name, row in rows.items()
+    }
+    for row in legacy.values():
+        del row["settings"]["init_std"]
+    lines = [line.split(" | ")[2:5] for line in plan.legacy_table(legacy).splitlines()[2:]]
+    assert ["pretrained:smollm2-135m (E, U)", "-", "-"] in lines
+    assert ["hf:gpt2 (E, U, positions; E and positions at std 0.02)", "-", "160, 4, 1 x 160"] in lines
+    assert ["random-ut (E, U, positions)", "mlp", "160, 4, 1 x 16"] in lines
+    dyck = {**dataclasses.asdict(RunSettings(**dict(plan.PLAN)["dyck-random-fresh-s0"])), "backbone": "pretrained:x"}
+    dyck_rows = {"dyck-x-s0": dict(task="dyck", accuracy=0.8, train_cpu_seconds=60.0, settings=dyck)}
+    text = plan.dyck_table(dyck_rows, lookup=lambda s: {"in_pool": 0.0, "lookup_accuracy": None})
+    assert "| pretrained:x backbone (fixed): dyck-x | -, fresh strings | 0.0% | - | 2000 | 0 | 80.0 |" in text
 
 
 def test_the_curve_table_never_averages_runs_of_other_settings_into_one_line():

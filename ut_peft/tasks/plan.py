@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from ..io import atomic_write_text, read_jsonl
-from .settings import applicable
+from .settings import applicable, ignored_settings
 from .training import (
     RunInProgressError,
     RunSettings,
@@ -325,8 +325,10 @@ def settings_of(row: dict) -> dict:
 
 def command(name: str, settings: dict, runs_dir: Path | str, results: Path | str) -> str:
     """The ``recipes/reprogram.py`` command that makes this run on its own, in ``runs_dir/<name>``, its row appended to
-    ``results``."""
+    ``results``. A setting the row's backbone never read (:func:`.settings.ignored_settings`, recorded before
+    RunSettings refused it there) is left out: the command would be refused, and the run never used it."""
     defaults = RunSettings()
+    settings = applicable(settings)
     flags = []
     for key, value in settings.items():
         if not hasattr(defaults, key) or value == getattr(defaults, key):
@@ -570,6 +572,26 @@ def _split(settings: dict) -> str:
     return "mix" if len(ks) > 1 else f"k{ks[0]}"
 
 
+def _variant(settings: dict) -> str | None:
+    """The variant a row's model had: None on an hf: or pretrained: backbone, which never reads one (the row may
+    record one all the same, from before RunSettings refused it there)."""
+    return None if "variant" in ignored_settings(settings["backbone"]) else settings["variant"]
+
+
+def _variant_text(variant: str | None) -> str:
+    return "-" if variant is None else variant.replace("_", " ")
+
+
+def _shape(settings: dict) -> str:
+    """A row's shape as its model had it, ``"m, L, H x k"``: an hf: family's heads are m / H wide (it never reads
+    head_dim); a pretrained: model's shape is its own, which no setting gave ("-")."""
+    ignored = ignored_settings(settings["backbone"])
+    if "width" in ignored:
+        return "-"
+    head = settings["width"] // settings["heads"] if "head_dim" in ignored else settings["head_dim"]
+    return f"{settings['width']}, {settings['layers']}, {settings['heads']} x {head}"
+
+
 def is_new(row: dict) -> bool:
     """A row trained at the current settings, E and positions at std 0.02 and fresh strings (it records init_std)."""
     return "init_std" in row["settings"]
@@ -643,10 +665,9 @@ def main_table(rows: dict[str, dict]) -> str:
         s = row["settings"]
         if row["task"] != "khop" or not is_new(row) or "stopped_at" in row or is_budget(row):
             continue
-        shape = f"{s['width']}, {s['layers']}, {s['heads']} x {s['head_dim']}"
-        key = (_kind(s), s["variant"], shape, s["steps"], s["batch_size"], other_settings(s))
+        key = (_kind(s), _variant(s), _shape(s), s["steps"], s["batch_size"], other_settings(s))
         groups.setdefault(key, []).append(row)
-    variants = list(VARIANTS)
+    variants = [*VARIANTS, None]  # a backbone without a variant (hf:, pretrained:) after the variants
     lines = [
         "| model | variant | shape (m, L, H x k) | steps x batch | k=1 alone | k=2 alone | k=3 alone | k=4 alone | "
         "mixed k=1..4: all | mixed: k=1 / 2 / 3 / 4 | seeds | paper (residual + LN) | CPU min per run |",
@@ -667,7 +688,7 @@ def main_table(rows: dict[str, dict]) -> str:
         paper = PAPER[kind][1] if variant == "residual_layernorm" and kind in PAPER else "-"
         model = _model(kind, trained=True) + other_settings_text(others)
         lines.append(
-            f"| {model} | {variant.replace('_', ' ')} "
+            f"| {model} | {_variant_text(variant)} "
             f"| {shape} | {steps} x {batch} | {' | '.join(alone)} | {_pct([r['accuracy'] for r in mixed])} | "
             f"{mixed_k} | {','.join(map(str, seeds))} (runs per k1/k2/k3/k4/mix: {counts}) | {paper} | {cpu:.1f} |"
         )
@@ -742,16 +763,21 @@ def legacy_table(rows: dict[str, dict]) -> str:
         s = members[0]["settings"]
         # The heading says std 1.0, what a universal backbone drew; an hf: backbone drew its family's 0.02.
         scale = settings_of(members[0])["init_std"]
-        note = "" if scale == 1.0 else f"E and positions at std {scale}"
+        # A pretrained: backbone reads no init_std (its tables are its own): nothing to note.
+        note = (
+            "" if scale == 1.0 or "init_std" in ignored_settings(s["backbone"]) else f"E and positions at std {scale}"
+        )
         if s["full"]:
             model = f"fully trained ({note})" if note else "fully trained"
         else:
-            model = f"{s['backbone']} (E, U, positions{'; ' + note if note else ''})"
+            # An hf: family with rotary positions and a pretrained: model train no position table.
+            trained = "E, U" if "positions" in ignored_settings(s["backbone"]) else "E, U, positions"
+            model = f"{s['backbone']} ({trained}{'; ' + note if note else ''})"
         per_k = [_pct([m["per_k"][str(k)] for m in members]) if s["task"] == "khop" else "-" for k in (1, 2, 3, 4)]
         cpu = statistics.mean(m["train_cpu_seconds"] for m in members) / 60
         lines.append(
-            f"| {group} | {s['task']} | {model} | {s['variant'].replace('_', ' ')} | {s['width']}, {s['layers']}, "
-            f"{s['heads']} x {s['head_dim']} | {s['steps']} | {','.join(str(m['settings']['seed']) for m in members)} "
+            f"| {group} | {s['task']} | {model} | {_variant_text(_variant(s))} | {_shape(s)} | {s['steps']} "
+            f"| {','.join(str(m['settings']['seed']) for m in members)} "
             f"| {' | '.join(per_k)} | {_pct([m['accuracy'] for m in members])} | {cpu:.1f} |"
         )
     return "\n".join(lines)
@@ -892,7 +918,9 @@ def dyck_table(rows: dict[str, dict], lookup: Callable[[dict], dict] = pool_look
     for group, members in others.items():
         for same, _ in _by_settings(members):
             s = settings_of(same[0])
-            tag = f"{_shown(s['init_std'])}{', fresh strings' if s['fresh_data'] else ''}"
+            # A pretrained: backbone reads no init_std: its tables are its own (the adapter draws a new vocabulary's).
+            scale = "-" if "init_std" in ignored_settings(s["backbone"]) else _shown(s["init_std"])
+            tag = f"{scale}{', fresh strings' if s['fresh_data'] else ''}"
             tag += other_settings_text(_dyck_departures(same[0]["settings"]))
             add(f"{_dyck_model(_kind(s), same[0])}: {group}", tag, same)
     return "\n".join(lines)
@@ -933,6 +961,7 @@ def table(rows: dict[str, dict], runs_dir: Path | str, results: Path | str) -> s
 KIND_COLOURS = {"full": "C3", "random": "C0", "sparse": "C2"}
 OTHER_KIND_COLOUR = "C7"  # an hf: or pretrained: backbone's runs (the legend names the backbone)
 VARIANT_STYLES = {"residual_layernorm": "-", "attention_only": "--", "mlp": ":"}
+OTHER_BACKBONE_STYLE = "-."  # an hf: or pretrained: backbone, which has no variant
 
 
 def figure(rows: dict[str, dict], path: Path, baselines: Path | None = None) -> None:
@@ -951,8 +980,8 @@ def figure(rows: dict[str, dict], path: Path, baselines: Path | None = None) -> 
             s = row["settings"]
             if row["task"] != "khop" or not is_new(row) or _split(s) != split or is_budget(row):
                 continue
-            kind, variant = _kind(s), s["variant"]
-            label = f"{kind}, {variant.replace('_', ' ')}"
+            kind, variant = _kind(s), _variant(s)
+            label = kind if variant is None else f"{kind}, {_variant_text(variant)}"
             # A run of other settings than the plan's is not one of the plan's curves: its own legend entry names
             # those settings (as its line of the main table does), and crosses mark its points.
             others = other_settings(s)
@@ -962,7 +991,7 @@ def figure(rows: dict[str, dict], path: Path, baselines: Path | None = None) -> 
                 [p["examples_seen"] for p in points],
                 [100 * p["accuracy"] for p in points],
                 color=KIND_COLOURS.get(kind, OTHER_KIND_COLOUR),
-                linestyle=VARIANT_STYLES[variant],
+                linestyle=OTHER_BACKBONE_STYLE if variant is None else VARIANT_STYLES[variant],
                 alpha=0.35 if "stopped_at" in row else 0.8,
                 label=None if label in labelled else label,
                 **({"marker": "x", "markersize": 4} if others else {}),
