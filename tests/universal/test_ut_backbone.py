@@ -5,6 +5,7 @@ from transformers import AutoModelForCausalLM
 
 import ut_peft
 from ut_peft.universal import UniversalTransformerConfig, UniversalTransformerForCausalLM, fixed_block_weights
+from ut_peft.universal.configuration import POSITIVE_INT_FIELDS
 
 
 def _config(**kwargs):
@@ -209,19 +210,7 @@ def test_the_last_hidden_state_is_the_one_the_logits_are_read_from(variant):
     assert torch.equal(out.hidden_states[1], model.model.layers[0](out.hidden_states[0], mask))
 
 
-@pytest.mark.parametrize(
-    "name",
-    [
-        "vocab_size",
-        "hidden_size",
-        "num_hidden_layers",
-        "num_attention_heads",
-        "head_dim",
-        "readout_size",
-        "intermediate_size",
-        "max_position_embeddings",
-    ],
-)
+@pytest.mark.parametrize("name", POSITIVE_INT_FIELDS)
 def test_a_bool_is_not_a_positive_int(name):
     """Was wrong: the shape fields checked isinstance(value, int), which True passes, so num_hidden_layers=True built
     a one-layer backbone while config.json recorded true. Refused now, naming the field."""

@@ -13,6 +13,17 @@ from transformers import PretrainedConfig
 VARIANTS = ("attention_only", "residual_layernorm", "mlp")
 WEIGHTS = ("sparse", "random")
 POSITION_EMBEDDING_TYPES = ("none", "learned")
+# The shape fields: each an int >= 1 (UniversalTransformerConfig._check).
+POSITIVE_INT_FIELDS = (
+    "vocab_size",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "head_dim",
+    "readout_size",
+    "intermediate_size",
+    "max_position_embeddings",
+)
 # The fields whose default is computed from others, and how. They are derived at every read rather than once in
 # __init__, so that changing head_dim, vocab_size or hidden_size on a built config never leaves them at the old
 # shape's values (a model built from it would attend at 1/sqrt(old k) and read out to the old |V|).
@@ -143,16 +154,7 @@ class UniversalTransformerConfig(PretrainedConfig):
         return output
 
     def _check(self) -> None:
-        for name in (
-            "vocab_size",
-            "hidden_size",
-            "num_hidden_layers",
-            "num_attention_heads",
-            "head_dim",
-            "readout_size",
-            "intermediate_size",
-            "max_position_embeddings",
-        ):
+        for name in POSITIVE_INT_FIELDS:
             value = getattr(self, name)
             # bool is an int subclass: True would build a size-1 model while config.json recorded true.
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
