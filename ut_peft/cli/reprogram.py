@@ -17,7 +17,7 @@ import argparse
 import dataclasses
 import json
 
-from ..tasks.settings import BACKBONE_FORMS, HF_FAMILIES, TASKS, VARIANTS, RunSettings, applicable
+from ..tasks.settings import BACKBONE_FORMS, HF_FAMILIES, TASKS, VARIANTS, RunSettings, applicable, ignored_settings
 from .common import (
     add_common_flags,
     add_output_dir,
@@ -26,6 +26,7 @@ from .common import (
     check_output_file,
     check_output_folder,
     end_tracking,
+    given_on_command_line,
     int_list,
     one_of,
     parse_args,
@@ -73,7 +74,17 @@ CHOICES = {
 
 
 def settings_from(args: argparse.Namespace) -> RunSettings:
-    return RunSettings(**{f.name: getattr(args, f.name) for f in dataclasses.fields(RunSettings)})
+    """The run's settings. A setting the backbone never reads that only a --config file gave (a universal run's
+    result.json run again with --backbone hf:gpt2) reads at its default: it was the file's run's, and RunSettings
+    refuses it there; given on the command line, it is refused, naming its flag."""
+    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(RunSettings)}
+    given = getattr(args, "given", None)
+    if given is None:  # a namespace built without parse: every value is taken as given
+        return RunSettings(**values)
+    at_defaults = applicable(values)
+    return RunSettings(
+        **{**values, **{name: at_defaults[name] for name in ignored_settings(values["backbone"]) if name not in given}}
+    )
 
 
 def flags_from_result(values: dict, path) -> dict:
@@ -135,7 +146,10 @@ def parse(argv=None, *, prog: str | None = None):
         else:
             parser.add_argument(flag, type=type(value), default=value)
     add_common_flags(parser, tracking=True)
-    return parse_args(parser, argv, from_file=flags_from_result)
+    args = parse_args(parser, argv, from_file=flags_from_result)
+    # The flags the command line gives itself (not the --config file): settings_from refuses only those.
+    args.given = given_on_command_line(parser, argv)
+    return args
 
 
 if __name__ == "__main__":
