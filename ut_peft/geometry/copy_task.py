@@ -9,7 +9,6 @@ per batch evaluates it exactly.
 from __future__ import annotations
 
 import math
-import numbers
 import random
 import time
 from dataclasses import dataclass
@@ -19,6 +18,8 @@ import evaluate
 import torch
 import transformers
 from tqdm.auto import tqdm
+
+from ..seeds import check_seed
 
 LETTERS = "abcdefghijklmnopqrstuvwxyz"
 PAD, BOS, SEP, EOS = 0, 1, 2, 3
@@ -78,12 +79,7 @@ def copy_dataset(
 
 
 def _check_seed(seed) -> None:
-    # random.Random(-k) is random.Random(k): a negative seed would draw another seed's strings under its own name.
-    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
-        raise ValueError(
-            f"the copy task's seed must be an integer >= 0, got {seed!r} (random.Random draws the same strings for "
-            "-k as for k)"
-        )
+    check_seed(seed, "the copy task's seed", "the strings' lengths and letters (random.Random(seed) and (seed + 1))")
 
 
 def check_training_seed(seed, eval_lengths, eval_seed: int = EVAL_SEED) -> None:

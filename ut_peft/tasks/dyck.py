@@ -8,12 +8,12 @@ Then "?" and the answer token; only the answer is scored.
 from __future__ import annotations
 
 import hashlib
-import numbers
 import random
 from pathlib import Path
 
 import datasets
 
+from ..seeds import check_seed
 from .metrics import IGNORE_INDEX
 
 VOCAB = ("<pad>", "(", ")", "?", "balanced", "unbalanced")
@@ -99,15 +99,14 @@ def encode_dyck(text: str) -> dict:
     }
 
 
-def check_seed(seed) -> None:
-    """Refuse a seed that random.Random would draw as another's: it seeds from abs(n), so -3 draws seed 3's strings
-    (and True seed 1's), and None draws from the clock, which datasets' cache then hands back to every later call."""
-    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
-        raise ValueError(
-            f"the data's seed must be an integer >= 0, got {seed!r}: random.Random draws the same strings for -n "
-            "and n, and for None a clock-drawn set; give 0, 1, 2, ... (a run draws its strings with seeds 2 * seed "
-            "and 2 * seed + 1: its --seed must be >= 0 too)"
-        )
+def check_data_seed(seed) -> None:
+    """Refuse a seed that random.Random would draw as another's (None would draw from the clock, which datasets'
+    cache then hands back to every later call)."""
+    check_seed(
+        seed,
+        "the data's seed",
+        "the strings with random.Random (a run's --seed draws them with seeds 2 * seed and 2 * seed + 1)",
+    )
 
 
 # datasets caches a generated dataset under a fingerprint of the generator's name and gen_kwargs, not of its code:
@@ -128,7 +127,7 @@ def dyck_dataset(
     """A seeded Dyck-1 dataset; sequences are at most ``max(2 * max_pairs, max_random_length) + 2`` tokens."""
     if num_examples < 1 or max_pairs < 1 or max_random_length < 1:
         raise ValueError("num_examples, max_pairs and max_random_length must all be at least 1")
-    check_seed(seed)
+    check_data_seed(seed)
     return datasets.Dataset.from_generator(
         _generate,
         features=FEATURES,

@@ -11,15 +11,14 @@ position except the last is scored (labels follow the causal-LM shift: labels[i 
 from __future__ import annotations
 
 import hashlib
-import numbers
 import random
 from pathlib import Path
 
 import datasets
 
-from .dyck import check_seed
+from .dyck import check_data_seed
 from .metrics import IGNORE_INDEX
-from .settings import MAX_K  # the hop counts the vocabulary has a token for: 0..MAX_K
+from .settings import MAX_K, is_hop_count  # MAX_K: the hop counts the vocabulary has a token for: 0..MAX_K
 
 PAD = 0
 FEATURES = datasets.Features(
@@ -69,14 +68,10 @@ def sample_string(rng: random.Random, length: int, alphabet_size: int = 4) -> li
     return x
 
 
-def _is_hop_count(k) -> bool:
-    return not isinstance(k, bool) and isinstance(k, numbers.Real) and float(k) >= 0 and float(k).is_integer()
-
-
 def encode_khop(x: list[int], k: int, alphabet_size: int = 4) -> dict:
     # Token ids are positional in the vocabulary (pad, letters, <none>, k tokens): a letter outside 1..alphabet_size
     # or a negative k would be another token, and the answers would be computed for it without an error.
-    if not _is_hop_count(k):
+    if not is_hop_count(k):
         raise ValueError(f"the hop count k must be an integer >= 0 (its token is <k=...>), got {k!r}")
     for position, letter in enumerate(x):
         if not 1 <= letter <= alphabet_size:
@@ -113,7 +108,7 @@ def khop_dataset(
 ) -> datasets.Dataset:
     """A seeded k-hop dataset mixing the hop counts in ``ks`` (the first token says which k); vocab from
     :func:`khop_vocab` (``alphabet_size + 2 + max_k + 1`` tokens), sequences of ``length + 1`` tokens."""
-    if isinstance(ks, str) or not all(_is_hop_count(k) for k in ks):  # int() would take 1.5 as 1, "12" as 1, 2
+    if isinstance(ks, str) or not all(is_hop_count(k) for k in ks):  # int() would take 1.5 as 1, "12" as 1, 2
         raise ValueError(f"ks must be hop counts between 0 and max_k={max_k} (integers), got {ks!r}")
     ks = sorted(set(int(k) for k in ks))
     if not ks or ks[-1] > max_k:
@@ -122,7 +117,7 @@ def khop_dataset(
         raise ValueError("alphabet_size must be at least 2 (no two consecutive letters may be equal)")
     if length < 2 or num_examples < 1:
         raise ValueError("length must be at least 2 and num_examples at least 1")
-    check_seed(seed)
+    check_data_seed(seed)
     # ks goes in as a tuple: datasets takes a list in gen_kwargs as shards and would call the generator once per k
     # (n rows per k, grouped, the same strings for every k).
     return datasets.Dataset.from_generator(

@@ -325,8 +325,8 @@ def settings_of(row: dict) -> dict:
 
 def command(name: str, settings: dict, runs_dir: Path | str, results: Path | str) -> str:
     """The ``recipes/reprogram.py`` command that makes this run on its own, in ``runs_dir/<name>``, its row appended to
-    ``results``. A setting the row's backbone never read (:func:`.settings.ignored_settings`, recorded before
-    RunSettings refused it there) is left out: the command would be refused, and the run never used it."""
+    ``results``. A setting the row's backbone never read (:func:`.settings.ignored_settings`; a record may hold any
+    value there) is left out: the command would be refused, and the run never used it."""
     defaults = RunSettings()
     settings = applicable(settings)
     flags = []
@@ -573,8 +573,8 @@ def _split(settings: dict) -> str:
 
 
 def _variant(settings: dict) -> str | None:
-    """The variant a row's model had: None on an hf: or pretrained: backbone, which never reads one (the row may
-    record one all the same, from before RunSettings refused it there)."""
+    """The variant a row's model had: None on an hf: or pretrained: backbone, which never reads one (a record may hold
+    any value there)."""
     return None if "variant" in ignored_settings(settings["backbone"]) else settings["variant"]
 
 

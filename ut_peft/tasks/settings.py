@@ -13,6 +13,8 @@ import numbers
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..seeds import check_seed
+
 MAX_K = 16  # the hop counts the k-hop vocabulary has a token for: 0..MAX_K (Sanford et al. train k up to 16)
 TASKS = ("dyck", "khop")
 BACKBONE_KINDS = ("sparse-ut", "random-ut", "hf", "pretrained")
@@ -117,26 +119,17 @@ class RunSettings:
                 f"backbone={self.backbone!r} (--backbone): hf:<family> builds a randomly initialised model of a "
                 f"transformers family, one of {', '.join(HF_FAMILIES)}{hint}"
             )
-        # Checked here, not only when the data is built: random.Random draws the strings of -n as those of n.
-        if isinstance(self.seed, bool) or not isinstance(self.seed, numbers.Integral) or self.seed < 0:
-            raise ValueError(
-                f"seed={self.seed!r} (--seed) must be an integer >= 0: random.Random draws the same strings for -n "
-                "and n (a run's strings are drawn with seeds 2 * seed and 2 * seed + 1); give 0, 1, 2, ..."
-            )
-        # Checked here, not only when the model is built after the data (ut_peft.random_backbone refuses it there;
-        # torch would draw -1 as 2**64 - 1, the same weights under another name).
-        if (
-            isinstance(self.backbone_seed, bool)
-            or not isinstance(self.backbone_seed, numbers.Integral)
-            or self.backbone_seed < 0
-        ):
-            raise ValueError(
-                f"backbone_seed={self.backbone_seed!r} (--backbone-seed) must be an integer >= 0 (it draws the "
-                "frozen weights); give 0, 1, 2, ..."
-            )
+        # Checked here, not only when the data is built (or, for backbone_seed, the model after it).
+        check_seed(
+            self.seed,
+            "seed",
+            "the run's strings (random.Random seeds 2 * seed and 2 * seed + 1)",
+            flag="--seed",
+        )
+        check_seed(self.backbone_seed, "backbone_seed", "the frozen weights", flag="--backbone-seed")
         # build_model never reads them there, while the results row would record them as the model's.
         ignored = ignored_settings(self.backbone)
-        defaults = {f.name: f.default for f in dataclasses.fields(self) if f.name in ignored}
+        defaults = _defaults(ignored)
         for name in ignored:
             value = getattr(self, name)
             if value != defaults[name]:
@@ -200,7 +193,7 @@ class RunSettings:
         ks = list(self.khop_ks)
         if not ks:
             raise ValueError(f"khop_ks is empty: give at least one hop count between 0 and {MAX_K}, e.g. [1]")
-        if not all(_is_hop_count(k) for k in ks):
+        if not all(is_hop_count(k, MAX_K) for k in ks):
             raise ValueError(
                 f"khop_ks={ks}: every hop count must be an integer from 0 to {MAX_K} (the k tokens of the vocabulary)"
             )
@@ -232,14 +225,28 @@ def _why_ignored(backbone: str, name: str) -> str:
 
 def applicable(values: dict) -> dict:
     """``values`` (RunSettings fields) with the settings its backbone never reads (:func:`ignored_settings`) at their
-    defaults: how a record holding other values there (one RunSettings refuses now) or a plan's settings put on such a
-    backbone read as a run."""
+    defaults: how a record (which may hold any value there) or a plan's settings put on such a backbone read as a
+    run."""
     ignored = ignored_settings(values.get("backbone", ""))
     if not ignored:
         return values
-    defaults = {f.name: f.default for f in dataclasses.fields(RunSettings) if f.name in ignored}
-    return {**values, **defaults}
+    return {**values, **_defaults(ignored)}
 
 
-def _is_hop_count(k) -> bool:
-    return not isinstance(k, bool) and isinstance(k, (int, float)) and k in range(MAX_K + 1)
+def _defaults(names: tuple[str, ...]) -> dict:
+    """RunSettings' defaults of the fields ``names`` (each a plain default, no default_factory)."""
+    return {f.name: f.default for f in dataclasses.fields(RunSettings) if f.name in names}
+
+
+def is_hop_count(k, max_k: int | None = None) -> bool:
+    """Whether ``k`` is a hop count: a whole number >= 0 (and <= ``max_k`` when given), not a bool. A float such as
+    2.0 counts, as JSON may record one; int() would read 1.5 as 1 and "12" as 12."""
+    if isinstance(k, bool) or not isinstance(k, numbers.Real):
+        return False
+    if isinstance(k, numbers.Integral):
+        n = int(k)  # not through float: an int is whole however large
+    elif float(k).is_integer():
+        n = int(float(k))
+    else:
+        return False
+    return 0 <= n and (max_k is None or n <= max_k)

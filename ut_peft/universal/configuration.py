@@ -6,9 +6,9 @@ whole model: the weights are rebuilt bit-identically from ``weights``, ``seed`` 
 
 from __future__ import annotations
 
-import numbers
-
 from transformers import PretrainedConfig
+
+from ..seeds import check_seed
 
 VARIANTS = ("attention_only", "residual_layernorm", "mlp")
 WEIGHTS = ("sparse", "random")
@@ -159,13 +159,10 @@ class UniversalTransformerConfig(PretrainedConfig):
             # bool is an int subclass: True would build a size-1 model while config.json recorded true.
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"UniversalTransformerConfig.{name} must be a positive int, got {value!r}")
-        # The weights are drawn from int(seed): 1.5, True or "1" would build seed 1's backbone under another name.
-        if isinstance(self.seed, bool) or not isinstance(self.seed, numbers.Integral):
-            raise ValueError(
-                f"UniversalTransformerConfig.seed must be an integer (it draws the frozen weights), got "
-                f"{self.seed!r}; give an int such as 0, 1, 2"
-            )
-        self.seed = int(self.seed)  # a numpy integer, as a plain int that config.json can hold
+        # The weights are drawn from int(seed): 1.5, True or "1" would build seed 1's backbone under another name. A
+        # negative seed is allowed: the weights' generators are seeded with seed * 1_000_003 + stream, so -2 draws a
+        # backbone of its own, not seed 2's.
+        self.seed = check_seed(self.seed, "UniversalTransformerConfig.seed", "the frozen weights", allow_negative=True)
         for name in ("initializer_range", "output_initializer_range"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
