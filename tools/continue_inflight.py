@@ -136,13 +136,19 @@ def continue_rows(folder: Path, steps: int, logits_budget: int | None, *, ms=Non
     jobs = []
     for path in paths:
         m, n, i = (int(part[1:]) for part in path.stem.split("-"))  # m3-n112-i16
+        resume = store.read_inflight(folder, (m, n, i))
+        if resume is None:  # a sweep still running on the folder removes a row's snapshot when the row ends
+            raise SystemExit(
+                f"{path.name} was listed in {folder}/inflight and is gone: a sweep still writing to the folder "
+                "ended that row meanwhile; continue the rows of a copy of the folder that no sweep writes to"
+            )
         jobs.append(
             sweep.CramJob(
                 key=(m, n, i),
                 ids=source.sequence(n, i, config.seed),
                 m=m,
                 seed=sweep.init_seed(config.seed, m, n, i),
-                resume=store.read_inflight(folder, (m, n, i)),
+                resume=resume,
             )
         )
     goal = {job.key: job.resume.step + steps for job in jobs}

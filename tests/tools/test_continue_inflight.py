@@ -210,3 +210,22 @@ def test_a_setting_the_rebuilt_sweep_does_not_carry_is_refused_naming_it(tmp_pat
     with pytest.raises(ValueError, match=r"\(changed: cram.new_knob 3 -> null\), so its rows cannot") as refused:
         tool.continue_rows(tmp_path / "run", 1, None, model=model)
     assert "\n" not in str(refused.value)
+
+
+def test_a_row_whose_snapshot_goes_between_listing_and_reading_is_named_not_a_none_error(tmp_path, monkeypatch):
+    """A sweep still running on the folder removes a row's snapshot when the row ends: a snapshot that was listed but
+    is gone when read is refused naming the file and what to do, not an AttributeError on None."""
+    from ut_peft.accessibility import store
+
+    tool = _tool()
+    model = crammable_model("llama")
+    _killed_sweep(tmp_path / "run", model, 2)
+    read = store.read_inflight
+
+    def ended_meanwhile(folder, key):
+        store.inflight_path(folder, *key).unlink()  # what the running sweep does when the row ends
+        return read(folder, key)
+
+    monkeypatch.setattr(store, "read_inflight", ended_meanwhile)
+    with pytest.raises(SystemExit, match=r"m2-n6-i0\.safetensors was listed in .*inflight and is gone: .* a copy"):
+        tool.continue_rows(tmp_path / "run", 1, None, model=model)
