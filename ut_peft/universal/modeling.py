@@ -11,6 +11,7 @@ with R_Q, R_K of shape m x k and R_V of shape m x m.
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import warnings
 from typing import TypedDict
@@ -21,6 +22,7 @@ from torch import nn
 from transformers import GenerationMixin, PreTrainedModel
 from transformers import initialization as init
 from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
+from transformers.utils import CONFIG_NAME, cached_file, resolve_revision
 
 from .configuration import UniversalTransformerConfig
 
@@ -258,13 +260,26 @@ class UniversalTransformerPreTrainedModel(PreTrainedModel):
 
     @classmethod
     def from_pretrained(cls, *args, **kwargs):
+        location = args[0] if args else kwargs.get("pretrained_model_name_or_path")
+        if location is not None:
+            # One revision for the weights and for the config.json compared below: transformers resolves a branch or
+            # tag to its commit once per load, and a second resolution after a push would read another commit's file.
+            revision = resolve_revision(
+                location,
+                kwargs.get("revision"),
+                token=kwargs.get("token"),
+                local_files_only=kwargs.get("local_files_only", False),
+                cache_dir=kwargs.get("cache_dir"),
+            )
+            if revision is not None:  # None: a local folder, or no revision asked for and none resolved
+                kwargs["revision"] = revision
         # Loading wraps every checkpoint tensor in a fresh trainable Parameter; the construction weights must stay
         # frozen so that optimisers and PEFT see only E, U and the positions.
         model = super().from_pretrained(*args, **kwargs)
         for param in model.fixed_parameters().values():
             param.requires_grad_(False)
-        if args and args[0] is not None:
-            _refuse_another_draw(model.config, _checkpoint_config(cls, args[0], kwargs))
+        if location is not None:
+            _refuse_another_draw(model.config, _checkpoint_config(cls, location, kwargs))
         return model
 
 
@@ -276,11 +291,33 @@ _HUB_ARGUMENTS = ("cache_dir", "force_download", "local_files_only", "token", "r
 
 
 def _checkpoint_config(cls, location, kwargs) -> UniversalTransformerConfig | None:
-    """The config saved beside the checkpoint, without any override; None where it has none (a config given)."""
-    try:
-        return cls.config_class.from_pretrained(location, **{k: kwargs[k] for k in _HUB_ARGUMENTS if k in kwargs})
-    except OSError:
+    """The config.json saved beside the checkpoint, read as it is (no from_pretrained override applied); None where
+    the checkpoint has none (a config was given). ``kwargs`` are from_pretrained's, whose revision is already the
+    resolved one the weights were read from."""
+    # cached_file answers None for a missing config.json; the config class's from_pretrained would instead build a
+    # config at every default, whose seed and weights the check would then compare.
+    config_file = cached_file(location, CONFIG_NAME, **{k: kwargs[k] for k in _HUB_ARGUMENTS if k in kwargs})
+    if config_file is None:
         return None
+    problem = None
+    try:
+        with open(config_file, encoding="utf-8") as file:
+            saved = json.load(file)
+    except (ValueError, UnicodeDecodeError) as error:  # json.JSONDecodeError is a ValueError
+        problem = f"is not valid JSON ({error})"
+    else:
+        if not isinstance(saved, dict):
+            problem = f"is not a JSON object but a {type(saved).__name__}"
+    if problem is None:
+        try:
+            return cls.config_class.from_dict(saved)
+        except (TypeError, ValueError) as error:
+            problem = f"is not a valid {cls.config_class.__name__} ({error})"
+    raise ValueError(
+        f"the checkpoint's config.json ({config_file}) {problem}: from_pretrained compares its seed and weights with "
+        "the config the model is built with, since the frozen weights are the checkpoint's. Fix or rewrite that "
+        "file (save_pretrained writes it), or remove it to load the weights under the config= you pass"
+    )
 
 
 def _refuse_another_draw(config: UniversalTransformerConfig, saved: UniversalTransformerConfig | None) -> None:
