@@ -44,10 +44,13 @@ import statistics
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any, TypeVar
 
 from ut_peft.io import append_jsonl, atomic_write_text, read_jsonl
+
+T = TypeVar("T")  # what one variant's call returns
 
 
 def add_arguments(parser, *, repeats: int | None = 3) -> None:
@@ -122,12 +125,12 @@ def rotations(names, repeats: int) -> list[list[str]]:
     return [names[r % len(names) :] + names[: r % len(names)] for r in range(repeats)]
 
 
-def interleave(variants: dict[str, Callable[[int], object]], repeats: int) -> dict[str, list]:
+def interleave(variants: Mapping[str, Callable[[int], T]], repeats: int) -> dict[str, list[T]]:
     """Call each variant once per repeat, in :func:`rotations` order; ``variants[name](r)`` gets the repeat index.
 
     Returns each variant's results in repeat order.
     """
-    results = {name: [] for name in variants}
+    results: dict[str, list[T]] = {name: [] for name in variants}
     for r, order in enumerate(rotations(variants, repeats)):
         for name in order:
             results[name].append(variants[name](r))
@@ -179,13 +182,15 @@ def compare_crams(a: list, b: list) -> dict:
     }
 
 
-def interleave_kept(variants: dict[str, Callable[[], tuple[float, object]]], repeats: int) -> tuple[dict, dict]:
+def interleave_kept(
+    variants: Mapping[str, Callable[[], tuple[float, T]]], repeats: int
+) -> tuple[dict[str, list[float]], dict[str, T]]:
     """:func:`interleave` for variants whose call returns ``(seconds, output)``: each variant's seconds in repeat
     order, and its output of the first repeat (kept to compare the variants' results, e.g. bit for bit)."""
-    kept: dict = {}
+    kept: dict[str, T] = {}
 
-    def timed(name):
-        def call(repeat):
+    def timed(name: str) -> Callable[[int], float]:
+        def call(repeat: int) -> float:
             seconds, output = variants[name]()
             kept.setdefault(name, output)
             return seconds
@@ -255,12 +260,13 @@ class LoadWatch:
         self.counts_others = runnable is not None and runnable() is not None
         # Where other jobs' threads can be counted, the load average is checked only when asked (``limit``).
         self.limit = float(limit) if limit is not None else None if self.counts_others else float(self.cpu_count)
-        self.start_load = self.end_load = None
+        self.start_load: tuple[float, float, float] | None = None
+        self.end_load: tuple[float, float, float] | None = None
         self.highest = 0.0
         self.others: list[int] = []
         self.ours: list[int] = []
         self._stop = threading.Event()
-        self._thread = None
+        self._thread: threading.Thread | None = None
 
     def sample(self) -> tuple[float, float, float]:
         load = tuple(self._getloadavg())
@@ -308,7 +314,7 @@ class LoadWatch:
     @property
     def busy_at_start(self) -> bool:
         """Before the benchmark's own work weighs in, a 1-minute load near the CPU count means other jobs."""
-        return bool(self.start_load) and self.start_load[0] > self.cpu_count - 0.5
+        return self.start_load is not None and self.start_load[0] > self.cpu_count - 0.5
 
     def summary(self) -> dict:
         mean = lambda values: round(sum(values) / len(values), 3) if values else None  # noqa: E731
@@ -327,10 +333,10 @@ class LoadWatch:
         }
 
     def line(self) -> str:
+        start = f"{self.start_load[0]:.2f}" if self.start_load else "?"
         end = f"{self.end_load[0]:.2f}" if self.end_load else "?"
         line = (
-            f"load average (1 min): {self.start_load[0]:.2f} at start, {end} at end, highest "
-            f"{self.highest:.2f}; {self.cpu_count} CPUs"
+            f"load average (1 min): {start} at start, {end} at end, highest {self.highest:.2f}; {self.cpu_count} CPUs"
         )
         if self.others:
             line += (
@@ -481,7 +487,7 @@ class Run:
         self, benchmark: str, args=None, *, interval: float = 1.0, getloadavg=os.getloadavg, runnable=runnable_threads
     ):
         self.args = args
-        self.record = {
+        self.record: dict[str, Any] = {
             "benchmark": benchmark,
             "command": [Path(sys.argv[0]).name] + sys.argv[1:],
             "arguments": {
@@ -493,6 +499,7 @@ class Run:
             getattr(args, "max_load", None), interval, getloadavg, runnable, getattr(args, "max_others", 0.25)
         ).start()
         if self.load.busy_at_start or not self.load.quiet:  # say so at once: a user may rather wait for quiet
+            assert self.load.start_load is not None  # start() sampled it
             print(
                 f"WARNING: the machine is busy before the benchmark starts (1-minute load average "
                 f"{self.load.start_load[0]:.2f}, {self.load.cpu_count} CPUs): times and ratios will be inflated "
