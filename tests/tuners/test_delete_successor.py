@@ -67,3 +67,24 @@ def test_the_warning_names_the_deleted_adapter_that_was_active(monkeypatch):
     assert peft_model.active_adapters == ["c"]
     trains = sorted(name for name, param in peft_model.named_parameters() if param.requires_grad)
     assert trains and all(name.endswith(".c") for name in trains)  # c was added trainable: it trains
+
+
+def test_the_warning_points_at_the_user_s_delete_adapter_call(monkeypatch):
+    """Was wrong: the warning's stacklevel counted a fixed number of frames, which for PeftModel.delete_adapter ended
+    inside peft (peft_model.py), so a filter by module or the printed location named peft, not the caller. It now
+    names the first frame outside peft, transformers and ut_peft: this file, for both delete_adapter methods."""
+    import transformers.integrations.peft as transformers_peft
+
+    monkeypatch.setattr(transformers_peft, "check_peft_version", lambda *args, **kwargs: None)
+    peft_model = get_peft_model(random_backbone(tiny_config("llama"), seed=0), UTReprogramConfig(), adapter_name="b")
+    peft_model.add_adapter("c", UTReprogramConfig())
+    with pytest.warns(UserWarning, match="^Adapter b was active which is now deleted") as record:
+        peft_model.delete_adapter("b")
+    assert [warning.filename for warning in record] == [__file__]
+    model = random_backbone(tiny_config("llama"), seed=0)
+    for name in ("a", "b"):
+        model.add_adapter(UTReprogramConfig(), adapter_name=name)
+    model.set_adapter("a")
+    with pytest.warns(UserWarning, match="^Adapter a was active which is now deleted") as record:
+        model.delete_adapter("a")
+    assert [warning.filename for warning in record] == [__file__]

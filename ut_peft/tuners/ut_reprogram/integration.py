@@ -25,6 +25,7 @@ import dataclasses
 import inspect
 import os
 import re
+import sys
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Optional
@@ -219,6 +220,34 @@ def _install_new_adapter_or_load() -> None:
     PeftAdapterMixin.load_adapter = transformers_load_adapter
 
 
+def _library_folders() -> tuple[str, ...]:
+    """The folders of the packages a user's adapter call passes through before it reaches a warning of this method."""
+    import peft
+    import transformers
+
+    import ut_peft
+
+    return tuple(os.path.abspath(package.__path__[0]) + os.sep for package in (peft, transformers, ut_peft))
+
+
+def warn_at_callers_line(message: str, category: type[Warning] = UserWarning) -> None:
+    """Warn at the user's line: the first frame outside peft, transformers and ut-peft.
+
+    A fixed ``stacklevel`` counts the frames of one path only, and the same method is reached through several
+    (``PeftModel.delete_adapter`` goes through peft before ``UTReprogramModel.delete_adapter``, transformers'
+    ``delete_adapter`` does not), so it pointed inside peft for one of them, where a filter by module or the printed
+    location named peft. Python 3.12's ``skip_file_prefixes`` does this walk; before it, the frames are counted here.
+    """
+    folders = _library_folders()
+    if sys.version_info >= (3, 12):
+        warnings.warn(message, category, skip_file_prefixes=folders)
+        return
+    frame, stacklevel = inspect.currentframe(), 1  # stacklevel 1 names this function's own line
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(folders):
+        frame, stacklevel = frame.f_back, stacklevel + 1
+    warnings.warn(message, category, stacklevel=stacklevel)
+
+
 def successor_after_deleting(
     deleted: Sequence[str], was_active: Sequence[str], remaining: Mapping[str, Any]
 ) -> Optional[tuple[list[str], bool]]:
@@ -240,9 +269,8 @@ def successor_after_deleting(
     successors = [name for name in was_active if name not in deleted and name in remaining]
     if not successors and remaining:
         successors = sorted(remaining)[:1]
-        warnings.warn(
-            f"Adapter {deleted_active[0]} was active which is now deleted. Setting active adapter to {successors[0]}.",
-            stacklevel=3,
+        warn_at_callers_line(
+            f"Adapter {deleted_active[0]} was active which is now deleted. Setting active adapter to {successors[0]}."
         )
     return successors, bool(successors) and all(remaining[name].inference_mode for name in successors)
 
