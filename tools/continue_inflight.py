@@ -34,11 +34,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import importlib
 import io
 import json
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -69,6 +71,14 @@ def _command_config(folder: Path, settings: dict, parse, sweep_config):
             sys.stderr.write(said.getvalue().replace(str(copy), str(path)))
 
 
+def _newer(module: str, name: str) -> Any:
+    """``module.name``, or None in a checkout older than it (where the module itself may be missing too)."""
+    try:
+        return getattr(importlib.import_module(module), name, None)
+    except ImportError:
+        return None
+
+
 def continue_rows(folder: Path, steps: int, logits_budget: int | None, *, ms=None, model=None, tokenizer=None) -> dict:
     """The folder's rows in flight after ``steps`` more updates: ``{"settings_cram", "rows": {key: (step, vectors,
     optimizer tensors, stopping counters)}}``. ``ms``: only the rows at these m, as a batch of their own.
@@ -79,26 +89,17 @@ def continue_rows(folder: Path, steps: int, logits_budget: int | None, *, ms=Non
     from ut_peft.cli.cram import parse, sweep_config
     from ut_peft.models import load_model, load_tokenizer
 
-    try:
-        from ut_peft.accessibility.sweep import sweep_source, sweep_tokenizer
-    except ImportError:
-        # A frozen checkout older than these (the Gemma run's 26c7bb1) drew a sweep's random token ids over every
-        # row of the output head, and so rebuilds them here: the rows continue on the ids that checkout crammed.
-        sweep_source = sweep_tokenizer = None
-    try:
-        from ut_peft.accessibility.sweep import check_sweep_model, sweep_model
-    except ImportError:
-        # A checkout older than these loads the model as its command does, in float32 (26c7bb1 knows no other).
-        check_sweep_model = sweep_model = None
-    try:
-        from ut_peft.accessibility.config import folder_config
-    except ImportError:
-        # A checkout older than it (26c7bb1) reads the folder's settings as its command does for a resume.
-        folder_config = None
-    try:
-        from ut_peft.accessibility.sweep import check_rebuilt_settings
-    except ImportError:
-        check_rebuilt_settings = None  # and has nothing to compare the rebuilt sweep with its settings.json by
+    # A frozen checkout older than these (the Gemma run's 26c7bb1) drew a sweep's random token ids over every row of
+    # the output head, and so rebuilds them here: the rows continue on the ids that checkout crammed.
+    sweep_source = _newer("ut_peft.accessibility.sweep", "sweep_source")
+    sweep_tokenizer = _newer("ut_peft.accessibility.sweep", "sweep_tokenizer")
+    # A checkout older than these loads the model as its command does, in float32 (26c7bb1 knows no other).
+    check_sweep_model = _newer("ut_peft.accessibility.sweep", "check_sweep_model")
+    sweep_model = _newer("ut_peft.accessibility.sweep", "sweep_model")
+    # A checkout older than it (26c7bb1) reads the folder's settings as its command does for a resume.
+    folder_config = _newer("ut_peft.accessibility.config", "folder_config")
+    # And one older than this has nothing to compare the rebuilt sweep with its settings.json by.
+    check_rebuilt_settings = _newer("ut_peft.accessibility.sweep", "check_rebuilt_settings")
 
     settings = json.loads((folder / "settings.json").read_text())
     if folder_config:  # every setting the folder records, the weights' dtype included
@@ -134,6 +135,7 @@ def continue_rows(folder: Path, steps: int, logits_budget: int | None, *, ms=Non
     if check_rebuilt_settings:  # a setting the rebuild does not carry is refused by name, as a resume refuses it
         check_rebuilt_settings(folder, config, source)
     jobs = []
+    goal = {}
     for path in paths:
         m, n, i = (int(part[1:]) for part in path.stem.split("-"))  # m3-n112-i16
         resume = store.read_inflight(folder, (m, n, i))
@@ -151,7 +153,7 @@ def continue_rows(folder: Path, steps: int, logits_budget: int | None, *, ms=Non
                 resume=resume,
             )
         )
-    goal = {job.key: job.resume.step + steps for job in jobs}
+        goal[m, n, i] = resume.step + steps
     kept: dict = {}
     ended: dict = {}  # rows that stopped (crammed, patience, cap) before their goal, with why: nothing to compare
 
