@@ -494,6 +494,18 @@ def test_rows_of_one_key_that_agree_are_one_row_whichever_comes_first(tmp_path):
     assert kept[1] == kept[2]
 
 
+def test_rows_of_one_key_whose_trajectories_differ_by_rounding_are_one_row(tmp_path):
+    """best_accuracy_at is measured on the way, as final_loss and best_accuracy are: two runs of one row with other
+    batch companions take other trajectories (rounding the optimiser amplifies) to the same decision, and a merge of
+    their folders keeps one row instead of refusing them as two outcomes."""
+    first = dict(row(0), best_accuracy_at={"10": 0.5, "25": 0.75})
+    second = dict(row(0), best_accuracy_at={"10": 0.5, "25": 0.625}, best_accuracy=1.0, seconds=0.7)
+    assert Row.from_dict(first).conflicts_with(Row.from_dict(second)) == []
+    for order in ([first, second], [second, first]):
+        write_lines(tmp_path / "rows.jsonl", [(json.dumps(r, sort_keys=True) + "\n").encode() for r in order])
+        assert sorted(read_rows(tmp_path)) == [(1, 2, 0)]
+
+
 def test_a_complete_last_row_without_its_newline_is_kept_and_its_newline_added(tmp_path):
     path = tmp_path / "rows.jsonl"
     write_lines(path, [good(0), good(1).rstrip(b"\n")])  # e.g. copied by an editor that drops the final newline

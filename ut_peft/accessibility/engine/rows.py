@@ -76,8 +76,11 @@ class Row(Mapping[str, Any]):
     # The most leading targets the row's vectors got right at any step (CramResult.best_prefix).
     best_prefix: int | None = _field(int, "int64", optional=True, default=None, compare=False)
     # Best teacher-forced accuracy so far at fixed steps ({"10": 0.5, "25": 0.625, ...}; keys are step numbers as
-    # JSON object keys): what calibrate_abandon fits its early-abandon thresholds to.
-    best_accuracy_at: dict[str, float] | None = _field(dict, "best_accuracy_at", optional=True, default=None)
+    # JSON object keys): what calibrate_abandon fits its early-abandon thresholds to. Measured on the way, like
+    # best_accuracy: two runs of one row with other batch companions reach the same decision on other trajectories.
+    best_accuracy_at: dict[str, float] | None = _field(
+        dict, "best_accuracy_at", optional=True, default=None, compare=False
+    )
     # The audited early abandon (CramConfig.abandon_audit > 0), on the rows its rule flagged: the step it flagged the
     # row at, and whether the audit let it run on to its own end (else it stopped there, stop_reason "abandoned").
     # Both decide the row: they change its pseudo-outcome (pooled.audited_outcomes). Absent: not flagged, or a run
