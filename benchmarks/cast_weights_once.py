@@ -25,6 +25,7 @@ vectors (they must: the matmuls see the same half-precision values).
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from pathlib import Path
 
@@ -71,7 +72,7 @@ def main(args, model=None) -> dict:
     for length in args.lengths:
         jobs = jobs_of(length, args.rows, vocab)
         times, outputs = harness.interleave_kept(
-            {v: (lambda v=v: run_variant(model, jobs, v, args)) for v in VARIANTS}, args.repeats
+            {v: functools.partial(run_variant, model, jobs, v, args) for v in VARIANTS}, args.repeats
         )
         # Every row runs its updates and one last forward; a row that crams early (a tiny model) runs fewer, and
         # then so may the other precision, so the per-forward times divide by each variant's own count.

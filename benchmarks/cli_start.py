@@ -21,7 +21,9 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import harness
 
@@ -66,18 +68,19 @@ def wall_time(argv: list[str], checkout: Path | None = None) -> tuple[float, int
 def main(args) -> dict:
     run = harness.Run("cli_start", args)
     argvs = commands(args.checkout)
-    times = harness.interleave(
-        {name: (lambda r, argv=argv: wall_time(argv, args.checkout)) for name, argv in argvs.items()}, args.repeats
-    )
-    base = times["python -c pass"]
+
+    def timed(argv: list[str]) -> Callable[[int], tuple[float, int]]:
+        return lambda repeat: wall_time(argv, args.checkout)
+
+    times = harness.interleave({name: timed(argv) for name, argv in argvs.items()}, args.repeats)
     script = " ".join(console_script(args.checkout)) + (f" (from {args.checkout})" if args.checkout else "")
-    results = {"console_script": script, "limit_seconds": LIMIT_SECONDS, "commands": {}}
+    results: dict[str, Any] = {"console_script": script, "limit_seconds": LIMIT_SECONDS, "commands": {}}
     print(f"{args.repeats} fresh processes each, interleaved; ut-peft is: {script}")
-    base = [seconds for seconds, _ in base]
+    base = [seconds for seconds, _ in times["python -c pass"]]
     for name, runs in times.items():
         values, codes = [seconds for seconds, _ in runs], sorted({code for _, code in runs})
         spread = harness.spread(values)
-        entry = {"seconds": spread, "argv": argvs[name], "exit_codes": codes}
+        entry: dict[str, Any] = {"seconds": spread, "argv": argvs[name], "exit_codes": codes}
         line = f"{name:<30} {harness.format_spread(spread, 3, ' s')}"
         expected = 2 if "--no-such-flag" in name else 0
         if codes != [expected]:  # e.g. an older checkout without --version: its time is an error's

@@ -27,6 +27,8 @@ fraction of the measured peak the kernel runs at.
 
 import argparse
 import time
+from collections.abc import Callable
+from typing import Any
 
 import harness
 import torch
@@ -63,7 +65,8 @@ def main(args) -> dict:
         f"{args.rounds} rounds x {args.repeats} calls, kernels alternating"
     )
     print(harness.format_calibration(calibration))
-    results = {"calibration": calibration, "shapes": []}
+    shapes: list[dict[str, Any]] = []
+    results = {"calibration": calibration, "shapes": shapes}
     for dtype in args.dtype:
         torch_dtype = getattr(torch, harness.DTYPES[dtype])
         peak = calibration["gflops"][harness.DTYPES[dtype]]
@@ -74,10 +77,11 @@ def main(args) -> dict:
             )
             for backend in BACKENDS.values():  # warm-up
                 seconds(backend, q, k, v, 2)
-            calls = {
-                name: lambda r, b=backend, qkv=(q, k, v): seconds(b, *qkv, args.repeats) / args.repeats
-                for name, backend in BACKENDS.items()
-            }
+
+            def call(backend, q, k, v) -> Callable[[int], float]:
+                return lambda repeat: seconds(backend, q, k, v, args.repeats) / args.repeats
+
+            calls = {name: call(backend, q, k, v) for name, backend in BACKENDS.items()}
             times = harness.interleave(calls, args.rounds)
             flash, math = harness.spread(times["flash"]), harness.spread(times["math"])
             ratio = harness.ratio_spread(times["flash"], times["math"])
@@ -93,7 +97,7 @@ def main(args) -> dict:
                 f"({ratio['min']:.2f}-{ratio['max']:.2f}); {harness.format_count(flops)} per call, flash "
                 f"{100 * fractions['flash']:.1f}% / math {100 * fractions['math']:.1f}% of the measured peak"
             )
-            results["shapes"].append(
+            shapes.append(
                 {
                     "dtype": dtype,
                     "rows": rows,

@@ -25,6 +25,7 @@ arithmetic the one forward itself gives them once their longer companions have l
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from pathlib import Path
 
@@ -85,7 +86,7 @@ def main(args, model=None) -> dict:
         + ", ".join(f"{v} {p:,} in {f} forward{'s' if f > 1 else ''}" for v, (p, f) in positions.items())
     )
     times, outputs = harness.interleave_kept(
-        {v: (lambda v=v: run_variant(model, jobs, VARIANTS[v], args.steps)) for v in VARIANTS}, args.repeats
+        {v: functools.partial(run_variant, model, jobs, VARIANTS[v], args.steps) for v in VARIANTS}, args.repeats
     )
     counts = {v: sum(r[1] + 1 for r in outputs[v]) for v in VARIANTS}  # each row's updates and its last forward
     per_forward = {v: [t * len(jobs) / counts[v] for t in times[v]] for v in VARIANTS}

@@ -24,6 +24,7 @@ sums round differently; on a tiny model with chunks of a few positions a loss mo
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from pathlib import Path
 
@@ -52,7 +53,7 @@ def row_spec(text: str) -> tuple[int, int, int]:
 
 def jobs_of(specs, vocab: int) -> list[CramJob]:
     generator = torch.Generator().manual_seed(0)
-    jobs = []
+    jobs: list[CramJob] = []
     for m, n, count in specs:
         for _ in range(count):
             ids = torch.randint(0, vocab, (n,), generator=generator).tolist()
@@ -89,7 +90,7 @@ def main(args, model=None) -> dict:
         f"budget of {default:,}: {'chunked under checkpointing' if chunked else 'not chunked either way'}"
     )
     times, outputs = harness.interleave_kept(
-        {v: (lambda v=v: run_variant(model, jobs, budgets[v], args.steps)) for v in VARIANTS}, args.repeats
+        {v: functools.partial(run_variant, model, jobs, budgets[v], args.steps) for v in VARIANTS}, args.repeats
     )
     counts = {v: sum(r[1] + 1 for r in outputs[v]) for v in VARIANTS}  # each row's updates and its last forward
     per_forward = {v: [t * len(jobs) / counts[v] for t in times[v]] for v in VARIANTS}

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import argparse
 import math
+from collections.abc import Callable
+from typing import Any
 
 import harness
 import torch
@@ -28,21 +30,26 @@ from ut_peft.tasks.training import RunSettings, step_timer
 
 
 def settings_for(kind: str, batch: int) -> RunSettings:
-    return RunSettings(**{**plan.KHOP, **plan.KINDS[kind], "khop_ks": plan.SPLITS["k2"], "batch_size": batch})
+    # The plan's settings are plain dicts of every field's type: RunSettings checks them.
+    settings: dict[str, Any] = {**plan.KHOP, **plan.KINDS[kind], "khop_ks": plan.SPLITS["k2"], "batch_size": batch}
+    return RunSettings(**settings)
 
 
 def main(args) -> dict:
     torch.set_num_threads(args.threads)
     run = harness.Run("ut_khop_batch", args)
-    timers, steps = {}, {}
+    timers: dict[tuple[str, int], Callable[[int], dict]] = {}
+    steps: dict[tuple[str, int], int] = {}
     for kind in args.kinds:
         for batch in args.batches:
             timers[kind, batch] = step_timer(settings_for(kind, batch))
             steps[kind, batch] = max(2, math.ceil(args.examples / batch))
     names = {f"{kind} {batch}": pair for pair in timers for kind, batch in [pair]}
-    times = harness.interleave(
-        {name: lambda r, p=pair: timers[p](steps[p]) for name, pair in names.items()}, args.repeats
-    )
+
+    def timed(pair: tuple[str, int]) -> Callable[[int], dict]:
+        return lambda repeat: timers[pair](steps[pair])
+
+    times = harness.interleave({name: timed(pair) for name, pair in names.items()}, args.repeats)
     results, reference = {}, args.batches[0]
     print(f"torch threads {args.threads}; about {args.examples} examples per measurement, {args.repeats} repeats")
     print(
