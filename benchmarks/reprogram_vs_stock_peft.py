@@ -63,7 +63,9 @@ class Variant:
     def __init__(self, name: str, model, lr: float = 1e-3):
         self.name, self.model = name, model
         self.optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr)
-        self.times, self.saved_bytes, self.flops = [], 0, None
+        self.times: list[float] = []
+        self.saved_bytes = 0
+        self.flops: int | None = None  # counted by the first step (count_flops)
 
     def step(self, batch, timed: bool, count_flops: bool = False) -> None:
         if count_flops:
@@ -147,6 +149,7 @@ def compare(label: str, kind: str, task_vocab: int, batch: torch.Tensor, args, p
     print(f"{label:<30}{ratio['median']:>11.2f}x{mo['total'] / ms['total']:>15.2f}x{ao / as_:>13.2f}x")
     mib = 2**20
     for name, t, m, a, v in (("ours", to, mo, ao, ours), ("stock", ts, ms, as_, stock)):
+        assert v.flops is not None  # the loop's first step counted them
         print(
             f"{'':<32}{name:<6} {t['median']:.2f} s/step; weights {m['weights'] / mib:.0f} + grads "
             f"{m['grads'] / mib:.0f} + optimizer {m['optimizer'] / mib:.0f} + activations "
