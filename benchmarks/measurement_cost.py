@@ -110,6 +110,7 @@ import sys
 import time
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any, cast
 
 import numpy as np
 
@@ -258,6 +259,7 @@ def folder_design(folder, args) -> SimpleNamespace:
     protocol's cap and patience or the command line asks for another design."""
     from ut_peft.accessibility import store
     from ut_peft.accessibility.config import SweepConfig
+    from ut_peft.accessibility.designs.configs import PooledConfig
     from ut_peft.accessibility.simulated_intervals import fitted_abandon
 
     flag = f"--pooled-targets-from {folder}"
@@ -281,7 +283,7 @@ def folder_design(folder, args) -> SimpleNamespace:
             f"{flag}: it ran cap {config.cram.max_steps}, patience {config.cram.patience}; the simulator runs the "
             f"published protocol's cap {CAP} and patience {PATIENCE}, so it cannot simulate that design"
         )
-    design = config.design
+    design = cast(PooledConfig, config.design)  # its kind is "pooled" (checked above): PooledConfig's
     given = {
         "--pooled-version": (args.pooled_version, design.version),
         "--pooled-batch": (args.pooled_batch, config.num_sequences),
@@ -410,6 +412,7 @@ def analyse_pooled(rows: dict, ms, design: PooledDesign, steps: bool | None = No
     )
     estimator = estimator_for(rules, design.max_steps)
     est = pooled_estimates(rows, ms, check_m=design.check_m, estimator=estimator, slope_from=design.slope_from)
+    assert est is not None  # None only below two m with rows; the design places rows at every m (two at least)
     law = est.get("steps_law")
     per_m = {}
     for m in ms:
@@ -809,7 +812,8 @@ def simulate(args) -> None:
         "| design | m | bias | RMSE (MC se) | RMSE / published | coverage | unbounded | mean rows | mean row-steps |"
     )
     print("|---|---|---|---|---|---|---|---|---|")
-    totals, ratios = {}, {}
+    totals: dict[str, float] = {}
+    ratios: dict[str, dict[Any, float]] = {}  # by m, and "slope"
     for name in names:
         runs = results[name]
         totals[name] = float(np.mean([sum(p["row_steps"] for p in r["per_m"].values()) for r in runs]))
@@ -841,8 +845,8 @@ def simulate(args) -> None:
             [r["line"]["slope_ci"] if r["line"] else None for r in runs], truth.protocol_line(ms)[0]
         )
         bounded = [r["line"]["slope_ci"] for r in runs if r["line"] and r["line"]["slope_ci"]]
-        widths = [ci[1] - ci[0] for ci in bounded if None not in ci]
-        mean_width = float(np.mean(widths)) if widths else math.nan
+        slope_widths = [ci[1] - ci[0] for ci in bounded if None not in ci]
+        mean_width = float(np.mean(slope_widths)) if slope_widths else math.nan
         print(
             f"| {name} | {np.nanmean(slope_errors):+.2f} | {rmse:.2f} ({se:.2f}) | {ratios[name]['slope']:.2f} | "
             f"{cover:.2f} | {unbounded:.2f} | {mean_width:.2f} | {totals[name]:.0f} | "
