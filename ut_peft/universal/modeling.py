@@ -258,6 +258,13 @@ class UniversalTransformerPreTrainedModel(PreTrainedModel):
         so a fully trained baseline leaves them frozen."""
         return {name: p for name, p in self.named_parameters() if name.rsplit(".", 1)[-1] == "readout"}
 
+    def resize_token_embeddings(self, *args, **kwargs):
+        # readout_size follows vocab_size while left at its default, but the fixed readout (and, for sparse weights,
+        # the construction's output slots in the attention weights) keep the width they were built with: pin it, so
+        # that the config still names the weights the model holds (and its saved folder loads back).
+        self.config.readout_size = self.config.readout_size
+        return super().resize_token_embeddings(*args, **kwargs)
+
     @classmethod
     def from_pretrained(cls, *args, **kwargs):
         location = args[0] if args else kwargs.get("pretrained_model_name_or_path")
