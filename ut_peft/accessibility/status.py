@@ -752,7 +752,9 @@ def _estimate_lines(estimate: dict | None) -> list[str]:
         f"intercept {_num(intercept['estimate'])} {_trusted(intercept)}"
     )
     for e in estimate["per_m"]:
-        where = "measured" if e["measured"] else "read off the line"
+        # Every pooled n_50 is the line's, a m + b, also at an m with rows of its own (that m's own fit is the
+        # report's per-m MLE, another figure): "measured" would read it as that m's measurement.
+        where = "on the line, rows at this m" if e["measured"] else "read off the line, no rows at this m"
         lines.append(f"  m = {e['m']}: n_50 {_num(e['estimate'])} {_trusted(e)} (se {_num(e['se'], 2)}; {where})")
     r2 = (
         f"R^2 {_num(estimate['r2'], 4)} {estimate['r2_note']}"
