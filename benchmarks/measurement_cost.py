@@ -929,23 +929,33 @@ def simulate(args) -> None:
 def real(args) -> None:
     """Both designs on a real model through run_sweep (the lead runs this; it takes GPU-hours at full scale)."""
     from ut_peft.accessibility import CramConfig, GridConfig, SweepConfig, run_sweep
+    from ut_peft.accessibility.designs.configs import AdaptiveConfig, SequentialConfig
+    from ut_peft.accessibility.summaries import Summary
+
+    def main_summary(summary: Summary | None) -> Summary:
+        if summary is None:  # run_sweep's summary goes to the main process only
+            raise SystemExit(
+                "real runs in one process: the sequential design's target is read off the published run's summary, "
+                "which only the main process of a multi-process launch gets"
+            )
+        return summary
 
     out = Path(args.output)
     cram = CramConfig(max_steps=args.max_steps, patience=args.patience, batch_size=args.batch_size)
     grid = GridConfig(start=args.start, stop=args.stop)
-    runs = {}
+    runs: dict[str, tuple[Summary, float]] = {}
     published = SweepConfig(
         model=args.model,
         source=args.source,
         ms=args.ms,
         grid=grid,
-        design="adaptive",
+        design=AdaptiveConfig(),
         num_sequences=20,
         cram=cram,
         support_sequences=args.support_sequences,
     )
     start = time.perf_counter()
-    runs["published"] = (run_sweep(published, out / "published"), time.perf_counter() - start)
+    runs["published"] = (main_summary(run_sweep(published, out / "published")), time.perf_counter() - start)
     # One target for every m: the narrowest interval the published design reached, so that every m of the
     # sequential run ends at an equal or narrower interval.
     targets = [
@@ -961,14 +971,13 @@ def real(args) -> None:
         source=args.source,
         ms=args.ms,
         grid=grid,
-        design="sequential",
+        design=SequentialConfig(target_ci=target),
         num_sequences=args.batch,
-        target_ci=target,
         cram=cram,
         support_sequences=args.support_sequences,
     )
     start = time.perf_counter()
-    runs["sequential"] = (run_sweep(sequential, out / "sequential"), time.perf_counter() - start)
+    runs["sequential"] = (main_summary(run_sweep(sequential, out / "sequential")), time.perf_counter() - start)
     for name, (summary, wall) in runs.items():
         print(f"{name}: row-steps {summary['row_steps']}, wall {wall:.0f} s")
         for e in summary["per_m"]:

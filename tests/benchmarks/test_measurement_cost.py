@@ -575,3 +575,29 @@ def test_the_published_design_alone_is_refused_as_it_has_nothing_to_be_set_besid
     with pytest.raises(SystemExit):
         run(cost, "--repeats", "1", "--cache", str(tmp_path / "cache"), "--designs", "published")
     assert "--designs published alone simulates only the baseline" in capsys.readouterr().err
+
+
+def test_real_refuses_a_process_that_gets_no_summary_naming_why(cost, monkeypatch, tmp_path):
+    """run_sweep gives its summary to the main process only (None elsewhere); the sequential design's target is read
+    off the published run's summary, so a process of a multi-process launch is refused in words, not a TypeError."""
+    from types import SimpleNamespace
+
+    import ut_peft.accessibility as accessibility
+
+    monkeypatch.setattr(accessibility, "run_sweep", lambda config, output: None)
+    args = SimpleNamespace(
+        output=str(tmp_path),
+        max_steps=10,
+        patience=5,
+        batch_size=4,
+        start=10,
+        stop=100,
+        model="tiny",
+        source="tokens",
+        ms=[1, 2],
+        support_sequences=16,
+        target_ci=None,
+        batch=4,
+    )
+    with pytest.raises(SystemExit, match="real runs in one process: .* only the main process"):
+        cost.real(args)
