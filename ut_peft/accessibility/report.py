@@ -990,10 +990,13 @@ def _pooled_lines(pooled: dict | None, checks: dict | None = None, audit: float 
             else "**NOT LINEAR: n_50 at the check m leaves the line; the read-off n_50 and the slope assume a line "
             "the rows reject**"
         )
+        # Under an audit the check is the offset's Wald test on the guarded covariance
+        # (pooled.audited_linearity_check: a likelihood ratio means nothing for pseudo-outcomes).
+        test = "Wald p = {:.3g}, on the guarded covariance" if audit else "likelihood-ratio p = {:.3g}"
         lines += [
             "",
             # The offset's Wald interval is not printed: its coverage was never simulated (the p value decides).
             f"Linearity check at m = {check['check_m']}: n_50 lies {_num(check['delta'], 2)} tokens off the line "
-            f"(likelihood-ratio p = {check['p_value']:.3g}): {verdict}.",
+            f"({test.format(check['p_value'])}): {verdict}.",
         ]
     return lines
