@@ -326,3 +326,35 @@ def test_a_bundled_models_build_is_a_difference_and_a_named_checkpoint_is_not():
     assert "Q4_1 GGUF" in differences_from_published({**settings, "model": "smollm2-135m"})[0]
     for other in ("HuggingFaceTB/SmolLM2-360M", "/models/my-llama", ""):
         assert not any("weights" in d for d in differences_from_published({**settings, "model": other}))
+
+
+@pytest.mark.parametrize("family", ["gemma3", "llama"])
+@pytest.mark.parametrize("groups", ["one", "length"])
+def test_padded_rows_past_the_sliding_window_score_what_the_models_own_forward_scores_alone(
+    family, groups, crammable, monkeypatch
+):
+    """The published layout in a batch of rows of other lengths and m, right-padded without an attention mask, some
+    longer than the tiny Gemma-3's sliding window (16 positions): each row's accuracy and loss at its init are those
+    of ``model(inputs_embeds=[memory, E(ids[:-1])])`` alone, read from the BOS position on."""
+    from ut_peft.accessibility.engine import cram as engine
+
+    monkeypatch.setattr(engine, "GROUP_COST_POSITIONS", 0)  # split at every length on a model this small
+    model = _model(crammable, family)
+    embed = model.get_input_embeddings()
+    g = torch.Generator().manual_seed(3)
+    jobs = []
+    for key, (n, m) in enumerate([(5, 1), (40, 3), (17, 2), (33, 1), (9, 3), (26, 2)]):
+        ids = [1] + torch.randint(3, 97, (n - 1,), generator=g).tolist()
+        jobs.append(CramJob(key=key, ids=ids, m=m, seed=key, init=torch.randn(m, 64, generator=g) * 0.5))
+    # One forward each: the published rule stops every row at its first (the cap), on its init.
+    config = cram_settings(
+        "published", CramConfig(max_steps=1, patience=5, batch_size=len(jobs), autocast="none", forward_groups=groups)
+    )
+    results = {r.job.key: r for r in cram(model, jobs, config)}
+    for job in jobs:
+        ids = torch.tensor(job.ids)
+        with torch.no_grad():
+            logits = model(inputs_embeds=torch.cat([job.init, embed(ids[:-1])])[None]).logits[0, job.m :].float()
+        got = results[job.key]
+        assert got.steps == 0 and got.tf_accuracy == int((logits.argmax(-1) == ids[1:]).sum()) / (len(ids) - 1)
+        assert got.final_loss == pytest.approx(float(F.cross_entropy(logits, ids[1:])), rel=1e-5)
