@@ -32,7 +32,7 @@ from .fingerprint import (
     standard_names,
 )
 from .init import INPUT, OUTPUT, POSITION, initial_tensors
-from .integration import base_name, records_its_own_base, successor_after_deleting
+from .integration import base_name, records_its_own_base, successor_after_deleting, warn_at_callers_line
 from .layer import UTEmbedding, UTPositionEmbedding, UTReprogramLayer, UTUnembedding
 
 # Attribute names under which transformers models keep learned absolute position embeddings.
@@ -137,10 +137,9 @@ def base_mismatches(peft_config, model: nn.Module, tied: bool, vocab_size: int |
     if stride is not None:
         digest = frozen_weights_digest(model, replaced_weight_names(model, peft_config, tied), stride)
     if digest is None:
-        warnings.warn(
+        warn_at_callers_line(
             "cannot compare this base's frozen weights with the ones the adapter was trained on (some are "
-            "offloaded to the meta device, or the adapter's digest is of an unknown kind); only the config is checked",
-            stacklevel=3,
+            "offloaded to the meta device, or the adapter's digest is of an unknown kind); only the config is checked"
         )
     elif digest != recorded_digest:
         why = f" ({seeds})" if seeds_differ else ""
@@ -398,11 +397,10 @@ class UTReprogramModel(BaseTuner):
                 "UTReprogramConfig.from_pretrained(folder).for_new_base())"
             )
         if differ:
-            warnings.warn(
+            warn_at_callers_line(
                 "check_base=False: loading this adapter onto another base model than it was made on ("
                 + "; ".join(differ)
-                + "); its outputs will not be the ones it was trained to give",
-                stacklevel=3,
+                + "); its outputs will not be the ones it was trained to give"
             )
         return differ
 
@@ -552,11 +550,10 @@ class UTReprogramModel(BaseTuner):
         if seed is None and self._drawn_under_seed_zero(model, peft_config, model_config, dtype):
             seed = 0
         if seed is None:
-            warnings.warn(
+            warn_at_callers_line(
                 "this base was built from a config without a recorded seed, so an adapter saved from it cannot "
                 "rebuild it (backbone_from_adapter will refuse): build it with ut_peft.random_backbone(config, seed), "
-                "or keep the base itself (base.save_pretrained(folder)) to load the adapter onto",
-                stacklevel=4,
+                "or keep the base itself (base.save_pretrained(folder)) to load the adapter onto"
             )
         return {
             "model_config": model_config,
