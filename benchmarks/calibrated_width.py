@@ -32,6 +32,7 @@ import math
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -113,7 +114,7 @@ def main(argv=None) -> int:
         rows = store.read_rows(truth_folder)
         truth = fitted_truth(rows, store.read_sweep_settings(truth_folder))
         slope, intercept = truth.protocol_line(list(pooled_design(settings).ms))
-        entry = {
+        entry: dict[str, Any] = {
             "truth_from": str(truth_folder),
             "rows": len(rows),
             "line": [slope, intercept],

@@ -46,6 +46,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -142,7 +143,7 @@ def cram_attempts(
                 # One cram per given token (moved into the config's prefix): under the published protocol with a
                 # BOS, one; its jobs keyed by row, so that their states can be kept by row.
                 groups: dict[tuple, list] = {}
-                entries = {}
+                entries: dict[object, dict] = {}  # by job key
                 for entry in rows:
                     m, n, index = entry["m"], entry["n"], entry["index"]
                     ids = source.sequence(n, index, config.seed)
@@ -351,7 +352,7 @@ def selection(output: Path, records: list[dict], folder, args) -> tuple[set, dic
     would join silently); an output written before selections were recorded gets the rows the folder holds now. On
     stderr: how many failed rows of this run's --ms, --kinds and --max-n the folder has gained since."""
     recorded = next((r for r in records if r.get("side") == SELECTION), None)
-    line = None
+    line: dict[str, Any] | None = None
     if recorded is None:
         settings = store.read_settings(folder)
         keys = set(store.read_rows(folder))

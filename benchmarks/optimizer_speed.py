@@ -27,7 +27,9 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -47,7 +49,7 @@ def _optimiser_or_grid(path: str) -> bool:
     return path.startswith("cram.") and path.split(".", 1)[1] in OPTIMISER_FIELDS
 
 
-def _n50(rows: list[dict], m: int, seed: int):
+def _n50(rows: Sequence[Mapping[str, Any]], m: int, seed: int):
     """The summary's n_50 and interval of these rows (the same estimator and bootstrap seed as its report)."""
     of_m = [r for r in rows if r["m"] == m]
     fit = n50_interval(

@@ -64,6 +64,7 @@ import random
 import statistics
 import sys
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -546,7 +547,7 @@ def selected_rows(folder, records: list[dict], output) -> tuple[dict, dict | Non
     m that existed yet are left out so are an inferred one, an early-abandoned one, or one longer than --max-n)."""
     live = store.read_rows(folder)
     recorded = next((r for r in records if r.get("side") == SELECTION), None)
-    line = None
+    line: dict[str, Any] | None = None
     if recorded is not None:
         keys = {tuple(key) for key in recorded["rows"]}
         inferred = bool(recorded.get("inferred"))

@@ -78,7 +78,7 @@ def one_sweep(args: tuple) -> list[dict]:
                     "law": None if law is None else law["rounds"],
                     "planned": None if planned is None else planned["rounds"],
                     "row_steps": {
-                        "mean row": planned["rows"] * prices["mean_row"] if priced else None,
+                        "mean row": planned["rows"] * prices["mean_row"] if priced and planned is not None else None,
                         "cost model": None if cost_model is None else cost_model["row_steps"],
                     },
                     "cost_model_note": prices["cost_model_note"],

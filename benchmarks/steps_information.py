@@ -57,7 +57,8 @@ def law_check(rows) -> dict:
     cells = Cells.from_rows(*zip(*[(m, n, a) for m, n, a, _ in rows], strict=True))
     line = fit_pooled(cells, ms)
     crammed = [(m, n / line.n50(m), math.log(s)) for m, n, a, s in rows if a]
-    per_m, rss_separate, params_separate = {}, 0.0, 0
+    per_m: dict[int, dict[str, float | None]] = {}
+    rss_separate, params_separate = 0.0, 0
     for m in ms:
         at = np.array([(r, y) for mm, r, y in crammed if mm == m])
         if len(at) < 3 or np.unique(at[:, 0]).size < 2:
@@ -79,9 +80,11 @@ def law_check(rows) -> dict:
     if df1 > 0 and df2 > 0 and rss_separate > 0:
         f = ((rss_shared - rss_separate) / df1) / (rss_separate / df2)
         p_value = float(stats.f.sf(f, df1, df2))
-    steps = StepRows.from_rows(*zip(*[(m, n, s) for m, n, a, s in rows if a], strict=True))
+    crammed_ms, crammed_ns, crammed_steps = zip(*[(m, n, s) for m, n, a, s in rows if a], strict=True)
+    steps = StepRows.from_rows(crammed_ms, crammed_ns, crammed_steps)
     joint = fit_pooled_steps(cells, steps, ms)
-    sandwich = steps_sandwich(joint, *zip(*rows, strict=True))
+    row_ms, row_ns, row_accessible, row_steps = zip(*rows, strict=True)
+    sandwich = steps_sandwich(joint, row_ms, row_ns, row_accessible, row_steps)
     guarded = dataclasses.replace(joint, covariance=guarded_covariance(joint.covariance, sandwich))
     return {
         "ms": ms,
