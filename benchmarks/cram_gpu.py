@@ -65,6 +65,7 @@ import sys
 import time
 import types
 from pathlib import Path
+from typing import Any
 
 import torch
 import transformers
@@ -125,9 +126,10 @@ GEMMA3_270M = {
     "eos_token_id": 1,
     "pad_token_id": 0,
 }
-CONFIGS = {"smollm2-135m": SMOLLM2_135M, "gemma-3-270m": GEMMA3_270M}
+# A model's config fields by name (transformers.AutoConfig.for_model's keywords), of every type a field has.
+CONFIGS: dict[str, dict[str, Any]] = {"smollm2-135m": SMOLLM2_135M, "gemma-3-270m": GEMMA3_270M}
 # --tiny: the same architectures at toy sizes (grouped-query attention kept; Gemma's window shorter than the rows).
-TINY = {
+TINY: dict[str, dict[str, Any]] = {
     "smollm2-135m": {
         "vocab_size": 256,
         "hidden_size": 48,

@@ -58,15 +58,16 @@ COUNTS = {"baseline": 0, "today": 0}
 
 def cases(count: int, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
     rng = np.random.default_rng(seed)
-    out = []
+    out: list[tuple[np.ndarray, np.ndarray]] = []
     while len(out) < count:
         size = int(rng.integers(3, 12))
-        ns = np.sort(rng.choice(np.arange(10, 400, 10), size, replace=False)).astype(float)
+        ns: np.ndarray = np.sort(rng.choice(np.arange(10, 400, 10), size, replace=False)).astype(float)
         centre, width, k = rng.uniform(ns[0], ns[-1]), rng.uniform(1, 60), int(rng.choice([4, 8, 20]))
-        acc = rng.binomial(k, 1 / (1 + np.exp((ns - centre) / width))) / k
+        # numpy's stubs, read with numpy's typing modules skipped ([tool.mypy]), take binomial's scalar overload here
+        acc: np.ndarray = rng.binomial(k, 1 / (1 + np.exp((ns - centre) / width))) / k  # type: ignore[assignment]
         if (acc > 0.5).any() and (acc < 0.5).any():  # else both say "degenerate" without fitting
             out.append((ns, acc))
-    sharp = np.arange(10, 410, 10, dtype=float)
+    sharp: np.ndarray = np.arange(10, 410, 10, dtype=float)
     out.append((sharp, np.array([1.0] * 23 + [0.75] + [0.0] * 16)))
     return out
 

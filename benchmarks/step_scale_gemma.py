@@ -27,6 +27,7 @@ import json
 import random
 import time
 from importlib import resources
+from typing import cast
 
 import torch
 
@@ -83,7 +84,8 @@ def main(args: argparse.Namespace) -> None:
             config = variant_config(variant, args.cap, tokenizer.bos_token_id)
             jobs = [CramJob(key=i, ids=ids, m=1, seed=1000 + i) for i, ids in enumerate(texts[n])]
             began = time.time()
-            results = sorted(cram(model, jobs, config), key=lambda result: result.job.key)
+            # The jobs' keys are their rows' positions (ints); CramJob takes any key.
+            results = sorted(cram(model, jobs, config), key=lambda result: cast(int, result.job.key))
             print(
                 json.dumps(
                     {
