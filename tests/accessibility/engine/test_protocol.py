@@ -232,6 +232,25 @@ def test_differences_from_published_names_every_changed_setting():
     assert "text pydoc_data nested, 253 texts of whole paragraphs, 384+ tokens each (published: PG-19" in text
 
 
+def test_progressive_targets_and_another_optimizer_are_named_differences_from_published():
+    """--progressive (allowed under --protocol published) and AdamW's betas, weight decay or eps other than the
+    published ones (the Python API's CramConfig) change the rows: a report set beside the paper's names them."""
+    cram = {"max_steps": 3000, "patience": 500, "lr": 0.01, "autocast": "none"}
+    published = {"protocol": "published", "num_sequences": 20, "cram": cram, "source": {}}
+    recorded = {**cram, "progressive": False, "betas": [0.9, 0.9], "weight_decay": 0.01, "adam_eps": 1e-8}
+    plain = " | ".join(differences_from_published({**published, "cram": recorded}))
+    assert "progressive" not in plain and "AdamW" not in plain
+    assert plain == " | ".join(differences_from_published(published))  # settings that do not record them
+    progressive = " | ".join(differences_from_published({**published, "cram": {**recorded, "progressive": True}}))
+    assert (
+        "progressive targets: each row grows its target one token at a time (published: the whole row)" in progressive
+    )
+    other = {**recorded, "betas": [0.9, 0.999], "weight_decay": 0.0, "adam_eps": 1e-6}
+    text = " | ".join(differences_from_published({**published, "cram": other}))
+    expected = "AdamW betas (0.9, 0.999), weight decay 0, eps 1e-06 (published: betas (0.9, 0.9), weight decay 0.01"
+    assert expected in text
+
+
 @pytest.mark.parametrize("kind", ["pooled", "sequential"])
 def test_a_design_that_measures_each_row_counts_rows_a_round_not_sequences_per_length(kind):
     """The pooled and sequential designs' num_sequences is rows a round (a cell holds any number of them), as

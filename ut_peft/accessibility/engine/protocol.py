@@ -234,6 +234,19 @@ def differences_from_published(settings: dict[str, Any], rows_a_round: bool = Fa
         out.append(f"patience {cram.get('patience')} (published {PUBLISHED.patience})")
     if cram.get("lr") != PUBLISHED.lr:
         out.append(f"lr {cram.get('lr')} (published {PUBLISHED.lr})")
+    # The rest of AdamW, which only the Python API changes; a settings.json that does not record one meant the default.
+    adamw = (
+        tuple(float(b) for b in cram.get("betas", PUBLISHED.betas)),
+        cram.get("weight_decay", PUBLISHED.weight_decay),
+        cram.get("adam_eps", PUBLISHED.adam_eps),
+    )
+    if adamw != (PUBLISHED.betas, PUBLISHED.weight_decay, PUBLISHED.adam_eps):
+        out.append(
+            f"AdamW betas {adamw[0]}, weight decay {adamw[1]:g}, eps {adamw[2]:g} (published: betas "
+            f"{PUBLISHED.betas}, weight decay {PUBLISHED.weight_decay:g}, eps {PUBLISHED.adam_eps:g})"
+        )
+    if cram.get("progressive"):
+        out.append("progressive targets: each row grows its target one token at a time (published: the whole row)")
     if cram.get("abandon_below"):
         # As --abandon-below takes it (STEP:ACC ...): the same words whether settings.json was read back (lists) or
         # the run's own config wrote them (tuples).
