@@ -8,6 +8,7 @@ from __future__ import annotations
 import shutil
 
 import pytest
+import torch
 import transformers
 from transformers import AutoModelForCausalLM
 
@@ -84,3 +85,20 @@ def test_a_subfolder_s_config_is_the_one_compared(tmp_path):
     assert UniversalTransformerForCausalLM.from_pretrained(tmp_path, subfolder="inner", seed=0).config.seed == 0
     with pytest.raises(ValueError, match=r"seed=3.*checkpoint.*seed=0"):
         UniversalTransformerForCausalLM.from_pretrained(tmp_path, subfolder="inner", config=_config(seed=3))
+
+
+@pytest.mark.parametrize("override", [dict(num_hidden_layers=3), dict(num_hidden_layers=1), dict(looped=True)])
+def test_a_sparse_checkpoint_refuses_another_layout_of_the_same_shapes(tmp_path, override):
+    """Was wrong: the sparse construction places its blocks by layers and looped, which change no tensor's shape, so
+    from_pretrained(sparse folder, num_hidden_layers=3) loaded the 2-layer construction's layers 0 and 1 beside a third
+    drawn for a 3-layer one (transformers only logged the missing keys): a model that is neither construction, under a
+    config naming the 3-layer one. Random weights are one draw per layer, whatever the count: loaded as asked."""
+    shape = dict(hidden_size=64, num_attention_heads=1)
+    AutoModelForCausalLM.from_config(_config(weights="sparse", **shape)).save_pretrained(tmp_path / "sparse")
+    name, value = next(iter(override.items()))
+    with pytest.raises(ValueError, match=rf"{name}={value!r}.*checkpoint.*{name}="):
+        UniversalTransformerForCausalLM.from_pretrained(tmp_path / "sparse", **override)
+    AutoModelForCausalLM.from_config(_config(weights="random", **shape)).save_pretrained(tmp_path / "random")
+    loaded = UniversalTransformerForCausalLM.from_pretrained(tmp_path / "random", **override)
+    rebuilt = AutoModelForCausalLM.from_config(loaded.config)
+    assert all(torch.equal(rebuilt.get_parameter(name), p) for name, p in loaded.fixed_parameters().items())

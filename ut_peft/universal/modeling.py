@@ -293,6 +293,10 @@ class UniversalTransformerPreTrainedModel(PreTrainedModel):
 # The config fields that name which frozen weights a backbone holds without changing their shapes: a checkpoint loaded
 # under another value would keep its own weights while its config named others.
 DRAW_FIELDS = ("seed", "weights")
+# With sparse weights, the fields that lay the construction's blocks out without changing any tensor's shape (the
+# others, heads, head_dim, width and readout_size, fail the load by shape): a checkpoint loaded under another value
+# would hold the blocks of another layout. Random weights are one draw per layer module, whatever their count.
+SPARSE_LAYOUT_FIELDS = ("num_hidden_layers", "looped")
 # from_pretrained's arguments that say where and how to read a checkpoint's files (its config.json included).
 _HUB_ARGUMENTS = ("cache_dir", "force_download", "local_files_only", "token", "revision", "subfolder", "proxies")
 
@@ -329,10 +333,11 @@ def _checkpoint_config(cls, location, kwargs) -> UniversalTransformerConfig | No
 
 def _refuse_another_draw(config: UniversalTransformerConfig, saved: UniversalTransformerConfig | None) -> None:
     """The frozen weights just loaded are the checkpoint's: refuse a config (a from_pretrained keyword such as seed=5,
-    or config=) naming another draw of them."""
+    or config=) naming another draw of them, or another layout of a sparse construction."""
     if saved is None:
         return
-    if differ := [name for name in DRAW_FIELDS if getattr(config, name) != getattr(saved, name)]:
+    fields = DRAW_FIELDS + (SPARSE_LAYOUT_FIELDS if saved.weights == "sparse" else ())
+    if differ := [name for name in fields if getattr(config, name) != getattr(saved, name)]:
         given = ", ".join(f"{name}={getattr(config, name)!r}" for name in differ)
         own = ", ".join(f"{name}={getattr(saved, name)!r}" for name in differ)
         raise ValueError(
