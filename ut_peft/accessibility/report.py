@@ -68,6 +68,9 @@ def plot_n50(summary: Summary, path) -> None:
         _plot_pooled_n50(summary, path)
         return
     points = [e for e in summary.per_m if e.n50 is not None]
+    # A pooled sweep's estimate is its pooled line; its per-m MLE and the line through them are other figures, and the
+    # per-m intervals' coverage was never measured on such rows (coverage.POOLED_ROWS): each is named for what it is.
+    pooled = summary.pooled if summary.pooled and summary.pooled.get("converged", True) else None
     fig, ax = subplots(figsize=(6, 4))
     if points:
         ms = np.array([e.m for e in points])
@@ -83,17 +86,29 @@ def plot_n50(summary: Summary, path) -> None:
             yerr=np.clip([n50 - cis[:, 0], cis[:, 1] - n50], 0, None),
             fmt="o",
             capsize=3,
-            label="measured $n_{50}$ (95% interval)",
+            label=(
+                "per-m MLE $n_{50}$ (interval; coverage not measured)"
+                if pooled
+                else "measured $n_{50}$ (95% interval)"
+            ),
         )
         grid = np.linspace(0, max(ms) + 0.5, 50)
         fit = summary.fit
         if fit:
+            name = "line through the per-m fits" if pooled else "fit"
             ax.plot(
                 grid,
                 fit["slope"] * grid + fit["intercept"],
                 "-",
-                label=f"fit: {fit['slope']:.1f}{_ci(fit['slope_ci'])} m + {fit['intercept']:.1f} "
+                label=f"{name}: {fit['slope']:.1f}{_ci(fit['slope_ci'])} m + {fit['intercept']:.1f} "
                 f"($R^2$ = {fit['r2']:.3f})",
+            )
+        if pooled:
+            ax.plot(
+                grid,
+                pooled["slope"] * grid + pooled["intercept"],
+                "-.",
+                label=f"pooled line: {pooled['slope']:.1f}{_ci(pooled['slope_ci'])} m + {pooled['intercept']:.1f}",
             )
         bounds = {"box": summary.bounds["box"], "ball": summary.bounds["ball"]}
         for name, style in (("box", "--"), ("ball", ":")):
