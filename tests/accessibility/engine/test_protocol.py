@@ -251,6 +251,15 @@ def test_progressive_targets_and_another_optimizer_are_named_differences_from_pu
     assert expected in text
 
 
+def test_weights_in_another_dtype_than_float32_are_a_named_difference_from_published():
+    """The published code loads float32 weights (under fp16 autocast); a sweep crammed with bfloat16 weights (a model
+    given from Python, settings.json's model_dtype) computes in bfloat16 whatever its autocast line says."""
+    settings = {"protocol": "published", "num_sequences": 20, "cram": {"autocast": "none"}, "source": {}}
+    assert not any("weights" in d for d in differences_from_published(settings))
+    text = " | ".join(differences_from_published({**settings, "model_dtype": "bfloat16"}))
+    assert "the model's weights in bfloat16 (published: float32 weights)" in text
+
+
 @pytest.mark.parametrize("kind", ["pooled", "sequential"])
 def test_a_design_that_measures_each_row_counts_rows_a_round_not_sequences_per_length(kind):
     """The pooled and sequential designs' num_sequences is rows a round (a cell holds any number of them), as

@@ -279,6 +279,11 @@ def differences_from_published(settings: dict[str, Any], rows_a_round: bool = Fa
         out.append(f"{design} design (published: {PUBLISHED.grid})")
     autocast = cram.get("autocast", "auto")
     out.append(f"autocast {autocast} (published: {PUBLISHED.autocast}; 'auto' is float32 on CPU)")
+    # Recorded only where the weights were not float32 (SweepConfig.fingerprint): they set the precision of every
+    # forward that autocast does not cast, whatever the autocast line says.
+    dtype = settings.get("model_dtype", "float32")
+    if dtype != "float32":
+        out.append(f"the model's weights in {dtype} (published: float32 weights)")
     source = settings.get("source", {})
     if source.get("kind") == "text":
         chunks = source.get("chunk_tokens")
