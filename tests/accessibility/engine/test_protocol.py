@@ -260,6 +260,22 @@ def test_weights_in_another_dtype_than_float32_are_a_named_difference_from_publi
     assert "the model's weights in bfloat16 (published: float32 weights)" in text
 
 
+@pytest.mark.parametrize("design", [None, {"kind": "adaptive"}])
+def test_an_adaptive_grid_walked_otherwise_than_the_papers_is_a_named_difference(design):
+    """--start, --stop, --coarse and --fine walk the adaptive grid to other lengths than the paper's 10..1000 in steps
+    of 100 and 10: a report set beside the paper's names it, as it names fixed lengths."""
+    grid = {"lengths": None, "start": 10, "stop": 1000, "coarse": 100, "fine": 10, "high": 0.9, "low": 0.1}
+    settings = {"protocol": "published", "num_sequences": 20, "cram": {}, "source": {}, "grid": grid}
+    if design is not None:
+        settings["design"] = design
+    assert not any("grid" in d for d in differences_from_published(settings))
+    walked = {**grid, "start": 20, "stop": 500, "coarse": 50, "fine": 5}
+    text = " | ".join(differences_from_published({**settings, "grid": walked}))
+    assert "adaptive 20..500 (coarse 50, fine 5) (published: adaptive 10..1000 (coarse 100, fine 10))" in text
+    thresholds = " | ".join(differences_from_published({**settings, "grid": {**grid, "high": 0.8}}))
+    assert "adaptive 10..1000 (coarse 100, fine 10; coarse while accessibility > 0.8, fine until < 0.1)" in thresholds
+
+
 @pytest.mark.parametrize("kind", ["pooled", "sequential"])
 def test_a_design_that_measures_each_row_counts_rows_a_round_not_sequences_per_length(kind):
     """The pooled and sequential designs' num_sequences is rows a round (a cell holds any number of them), as

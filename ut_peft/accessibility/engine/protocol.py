@@ -212,6 +212,10 @@ def bundled_build(model: str) -> str | None:
     return bundled.description if bundled else None
 
 
+# The adaptive grid's settings (GridConfig's fields but its lengths), each published as PublishedSettings.grid_<name>.
+_WALK = ("start", "stop", "coarse", "fine", "high", "low")
+
+
 def differences_from_published(settings: dict[str, Any], rows_a_round: bool = False) -> list[str]:
     """Every setting of a run (its settings.json) that differs from the published protocol, in words.
     ``rows_a_round``: the run's design measures each row on its own, so num_sequences is rows a round
@@ -272,9 +276,19 @@ def differences_from_published(settings: dict[str, Any], rows_a_round: bool = Fa
             "rows.jsonl; published: a random init for every row)"
         )
     grid = settings.get("grid", {})
+    design = (settings.get("design") or {}).get("kind")
     if grid.get("lengths") is not None:
         out.append(f"fixed lengths {grid['lengths']} (published: {PUBLISHED.grid})")
-    design = (settings.get("design") or {}).get("kind")
+    elif design in (None, "adaptive"):  # the grid walked: its own start, stop, steps and thresholds
+        walk = {name: grid.get(name, getattr(PUBLISHED, f"grid_{name}")) for name in _WALK}
+        if any(walk[name] != getattr(PUBLISHED, f"grid_{name}") for name in _WALK):
+            thresholds = ""
+            if (walk["high"], walk["low"]) != (PUBLISHED.grid_high, PUBLISHED.grid_low):
+                thresholds = f"; coarse while accessibility > {walk['high']:g}, fine until < {walk['low']:g}"
+            out.append(
+                f"adaptive {walk['start']}..{walk['stop']} (coarse {walk['coarse']}, fine {walk['fine']}{thresholds}) "
+                f"(published: {PUBLISHED.grid})"
+            )
     if design not in (None, "fixed", "adaptive"):
         out.append(f"{design} design (published: {PUBLISHED.grid})")
     autocast = cram.get("autocast", "auto")
