@@ -59,7 +59,14 @@ def find_position_embedding(model: nn.Module, input_embedding: nn.Module) -> nn.
 def embeddings_are_tied(input_embedding: nn.Module, output_embedding: nn.Module | None) -> bool:
     if output_embedding is None:
         return False
-    return base_of(input_embedding).weight.data_ptr() == base_of(output_embedding).weight.data_ptr()
+    input_weight, output_weight = base_of(input_embedding).weight, base_of(output_embedding).weight
+    if input_weight is output_weight:
+        return True
+    # Tensors on the meta device (the other ranks of FSDP's cpu_ram_efficient_loading, a device_map's offload) have no
+    # storage, and all report the address 0: only a shared Parameter says that they are tied there.
+    if "meta" in (input_weight.device.type, output_weight.device.type):
+        return False
+    return input_weight.data_ptr() == output_weight.data_ptr()
 
 
 def _set_weight(module: nn.Module, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
