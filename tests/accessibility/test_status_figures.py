@@ -37,3 +37,26 @@ def test_a_pooled_n50_at_an_m_with_rows_is_the_lines_not_called_measured():
 
 def _per_m_lines(status: dict) -> list[str]:
     return [line for line in format_status(status).splitlines() if line.startswith("  m = ")]
+
+
+def test_the_rows_left_say_how_many_of_them_the_round_now_running_has_written(tmp_path):
+    """The rows a projection counts are whole rounds from the round now running on, so they include that round's rows
+    already written (their row-steps are taken off, "less ... already spent"); the line says how many, so that the
+    count is not read as rows still to write (Gemma at 124 rows: "11 more rounds, 88 rows", 4 of them written)."""
+    rows = [json.loads(line) for line in (WORDS / "rows.jsonl").read_text().splitlines() if line.strip()]
+    folder = tmp_path / "words"
+    folder.mkdir()
+    (folder / "settings.json").write_text((WORDS / "settings.json").read_text())
+    last = max(r["index"] for r in rows) - 7  # the first index of the last round (8 rows a round)
+    kept = [r for r in rows if r["index"] < last + 3]  # its first 3 rows written, 5 to come
+    (folder / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in kept))
+    status = folder_status(folder)
+    assert status["in_flight"]["landed"] == 3 and status["in_flight"]["due"] == 5
+    projected = status["time"]["projection"]
+    assert projected["rows"] >= 8 and projected["written_in_open_round"] == 3
+    left = next(line for line in format_status(status).splitlines() if line.startswith("left:"))
+    assert (
+        f"{projected['rounds']} more round{'s' if projected['rounds'] != 1 else ''} (from the round now running on, "
+        "3 of its rows written), "
+        f"{projected['rows']} rows, "
+    ) in left

@@ -533,6 +533,8 @@ def _time(
         cost_model=cost_model,
         cost_model_note=prices["cost_model_note"],
         spent_in_open_round=spent_open,
+        # The rows counted are whole rounds from the round now running on: its rows already written among them.
+        written_in_open_round=in_flight.get("landed", 0),
     )
     out["projection"] = projected
     out["hours_left"] = projected["hours"]
@@ -862,6 +864,9 @@ def _time_lines(time: dict, paused: bool = False) -> list[str]:
     )
     law = f"{by_targets}; the floor of fitted rows {projected['rows_for_floor']} more; the round now due at least"
     steps = f"{projected['row_steps']:,} row-steps"
+    written = projected.get("written_in_open_round") or 0
+    if written:  # the rounds counted start with the one under way, whose rows written so far are among the rows
+        rounds += f" (from the round {'in flight' if paused else 'now running'} on, {written} of its rows written)"
     lines.append(f"left: {hours} (a projection): {rounds}, {projected['rows']} rows, {steps}{rate}")
     if projected["method"] == "planned":
         law_rounds = (
