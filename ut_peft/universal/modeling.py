@@ -454,7 +454,9 @@ class UniversalTransformerForCausalLM(UniversalTransformerPreTrainedModel, Gener
         logits = self.lm_head(outputs.last_hidden_state)
         loss = None
         if labels is not None:
-            loss = self.loss_function(logits=logits, labels=labels, vocab_size=self.config.vocab_size)
+            # The loss keywords too (num_items_in_batch): the Trainer passes them to a forward that takes **kwargs, and
+            # then leaves the normalisation over accumulated micro-batches to the loss instead of dividing it itself.
+            loss = self.loss_function(logits=logits, labels=labels, vocab_size=self.config.vocab_size, **kwargs)
         return CausalLMOutputWithPast(loss=loss, logits=logits, hidden_states=outputs.hidden_states)
 
     def simulate(self, inputs: torch.Tensor, embedding: torch.Tensor) -> torch.Tensor:
