@@ -276,6 +276,22 @@ def test_an_adaptive_grid_walked_otherwise_than_the_papers_is_a_named_difference
     assert "adaptive 10..1000 (coarse 100, fine 10; coarse while accessibility > 0.8, fine until < 0.1)" in thresholds
 
 
+def test_the_ut_peft_layout_a_report_names_is_the_one_the_rows_were_crammed_with():
+    """A ut-peft sweep with --prefix none (results/smollm2-135m/layout-memory-first) put the memory first, and its
+    report said "BOS before the memory": the difference names the layout its settings record."""
+    settings = {"num_sequences": 2, "source": {}, "cram": {"check_greedy": True, "prefix_ids": [1]}}
+    bos = " | ".join(differences_from_published(settings))
+    assert (
+        "ut-peft protocol (token ids [1] (the BOS under --prefix bos) before the memory, n counts predicted tokens"
+        in bos
+    )
+    memory_first = " | ".join(
+        differences_from_published({**settings, "cram": {"check_greedy": True, "prefix_ids": []}})
+    )
+    assert "ut-peft protocol (the memory first, n counts predicted tokens only" in memory_first
+    assert "BOS" not in memory_first
+
+
 @pytest.mark.parametrize("kind", ["pooled", "sequential"])
 def test_a_design_that_measures_each_row_counts_rows_a_round_not_sequences_per_length(kind):
     """The pooled and sequential designs' num_sequences is rows a round (a cell holds any number of them), as

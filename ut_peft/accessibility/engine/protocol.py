@@ -212,6 +212,21 @@ def bundled_build(model: str) -> str | None:
     return bundled.description if bundled else None
 
 
+def _ut_peft_layout(cram: dict[str, Any]) -> str:
+    """A ut-peft run's layout, init and decision as its settings record them: the prefix before the memory (the BOS
+    by default, nothing under --prefix none or for a tokenizer without one), the tokens given, the init's scale and
+    the greedy confirmation (the last three from Python only; a settings.json that leaves one out meant ut-peft's)."""
+    prefix = list(cram.get("prefix_ids") or [])
+    layout = f"token ids {prefix} (the BOS under --prefix bos) before the memory" if prefix else "the memory first"
+    given = int(cram.get("given_tokens", 0))
+    firsts = "first token" if given == 1 else f"first {given} tokens"
+    counted = f"the {firsts} given, not predicted" if given else "n counts predicted tokens only"
+    scaled = cram.get("init_std", "embedding") == "embedding"
+    init = "init at the scaled embedding std" if scaled else "init at the embedding table's std"
+    decided = "greedy-confirmed rows" if cram.get("check_greedy", True) else "rows decided on teacher-forced accuracy"
+    return f"{layout}, {counted}, {init}, {decided}"
+
+
 # The adaptive grid's settings (GridConfig's fields but its lengths), each published as PublishedSettings.grid_<name>.
 _WALK = ("start", "stop", "coarse", "fine", "high", "low")
 
@@ -226,10 +241,7 @@ def differences_from_published(settings: dict[str, Any], rows_a_round: bool = Fa
     if build:
         out.append(f"the model's weights: {build} (the paper ran original checkpoints)")
     if settings.get("protocol", "ut-peft") != "published":
-        out.append(
-            "ut-peft protocol (BOS before the memory, n counts predicted tokens only, init at the scaled "
-            "embedding std, greedy-confirmed rows)"
-        )
+        out.append(f"ut-peft protocol ({_ut_peft_layout(cram)})")
     if cram.get("lr_scale") == "embedding":  # recorded only where the model scales its embeddings (Gemma)
         out.append("AdamW's lr x the embedding scale, weight decay and eps / it (published: lr, decay, eps as given)")
     if cram.get("max_steps") != PUBLISHED.max_steps:
