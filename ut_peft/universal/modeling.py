@@ -380,6 +380,8 @@ class UniversalTransformerModel(UniversalTransformerPreTrainedModel):
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("pass exactly one of input_ids and inputs_embeds")
         _refuse_a_cache(kwargs)
+        if output_hidden_states is None:  # as in transformers' models: the config's switch
+            output_hidden_states = self.config.output_hidden_states
         hidden = self.embed_tokens(input_ids) if inputs_embeds is None else inputs_embeds
         n = hidden.shape[1]
         if self.position_embeddings is not None:
