@@ -122,7 +122,7 @@ def test_a_trusted_interval_says_so_with_its_measured_coverage(tmp_path):
 def test_the_pooled_line_is_logged_with_its_simulated_coverage_marks(tmp_path):
     """A pooled summary written before its intervals were checked (interval_checks None): its line and read-off n_50
     are logged under summary/pooled/ with the marks coverage.check_pooled gives at its version and rows a round."""
-    from ut_peft.accessibility.stats.coverage import check_pooled
+    from ut_peft.accessibility.stats.coverage import POOLED_TABLE, check_pooled
 
     fit, sequences = fitted(1, TRUSTED)
     entry = summary_entry(1, fit, TRUSTED, sequences, accessibility=[1.0, 0.5, 0.0])
@@ -133,20 +133,22 @@ def test_the_pooled_line_is_logged_with_its_simulated_coverage_marks(tmp_path):
         "intercept": 0.0,
         "intercept_ci": [-3.0, 3.0],
     }
-    settings = {"design": {"kind": "pooled", "version": 1}, "num_sequences": 16}
+    # At the targets version 8's figures were simulated for (POOLED_TABLE: pooled-text-v8's).
+    design = {"kind": "pooled", "version": 8, **POOLED_TABLE["8"]["8"]["targets"]}
+    settings = {"design": design, "num_sequences": 8}
     summary = SimpleNamespace(
         row_steps=36, per_m=[entry], fit=None, interval_checks=None, num_rows=6, pooled=pooled, settings=settings
     )
     scalars, texts = track(tmp_path, 1, TRUSTED, summary)
     last = max(scalars["summary/pooled/slope"])
-    marks = check_pooled(pooled, 1, 16)
+    marks = check_pooled(pooled, 8, 8, design)
     assert scalars["summary/pooled/slope"][last] == 10.0 and scalars["summary/pooled/slope_low"][last] == 6.0
-    # Version 1 at 16 rows a round covered 91% (slope: trusted) and down to 89% (n_50: marked) in the simulator.
-    assert scalars["summary/pooled/slope_trusted"][last] == 1 and marks["slope"]["note"] is None
+    # Version 8 at 8 rows a round covered 89% (slope: marked) and down to 91% (n_50: trusted) in the simulator.
+    assert scalars["summary/pooled/slope_trusted"][last] == 0
     assert scalars["summary/pooled/slope_coverage"][last] == pytest.approx(marks["slope"]["coverage"])
-    assert texts["summary/pooled/slope_interval"] == "[6.0, 14.0]"
-    assert scalars["summary/pooled/m1/n50_trusted"][last] == 0
-    assert texts["summary/pooled/m1/n50_interval"] == f"[8.0, 12.0] ({marks['per_m'][0]['note']})"
+    assert texts["summary/pooled/slope_interval"] == f"[6.0, 14.0] ({marks['slope']['note']})"
+    assert scalars["summary/pooled/m1/n50_trusted"][last] == 1 and marks["per_m"][0]["note"] is None
+    assert texts["summary/pooled/m1/n50_interval"] == "[8.0, 12.0]"
     assert scalars["summary/pooled/m2/n50"][last] == 20.0 and "summary/pooled/m2/n50_low" not in scalars
 
 

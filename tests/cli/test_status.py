@@ -334,7 +334,7 @@ def test_calibrated_intervals_not_measured_at_the_folders_line_carry_the_reports
     coverage was never measured at the folder's line (not a 95% interval). Status says it from the report's own
     function (report.calibrated_trust), and marks the Wald intervals as the report's pooled table does."""
     from ut_peft.accessibility.report import calibrated_lines, calibrated_trust
-    from ut_peft.accessibility.stats.coverage import summary_checks
+    from ut_peft.accessibility.stats.coverage import simulated_for_text, summary_checks
     from ut_peft.accessibility.summaries import read_summary
 
     folder = copy_sweep(WORDS, tmp_path / "words", names=("settings.json", "rows.jsonl", "calibration.json"))
@@ -364,6 +364,9 @@ def test_calibrated_intervals_not_measured_at_the_folders_line_carry_the_reports
         assert f"] ({check['note']}) (se " in next(
             line for line in text.splitlines() if line.startswith(f"  m = {check['m']}: n_50")
         )
+    # And, once, which design the table's coverage was simulated for (here one of other targets than this folder's).
+    assert "coverage measured for another design's targets" in wald["slope"]["note"]
+    assert f"; their coverage {simulated_for_text(wald)}" in text.replace("\n", " ")
 
 
 def test_a_calibrated_n50_the_three_truths_do_not_trust_carries_the_reports_note(capsys):

@@ -11,7 +11,7 @@ import numpy as np
 from .designs.configs import each_row_measures
 from .engine.protocol import differences_from_published, nearest_paper_models, rows_per
 from .stats import published_bounds
-from .stats.coverage import THRESHOLD, check_calibrated, marked, summary_checks
+from .stats.coverage import THRESHOLD, check_calibrated, marked, simulated_for_text, summary_checks
 from .stats.fit import LineFit
 from .store import ACCESSIBILITY_PLOT, N50_PLOT, REPORT_DIGEST_FILE, REPORT_FILE, write_report_file
 from .summaries import Summary, abandon_audit, measured_slope
@@ -941,6 +941,13 @@ def stall_lines(summary: Summary) -> list[str]:
     ]
 
 
+def _simulated_for_lines(checks: dict) -> list[str]:
+    """Which design the Wald intervals' simulated coverage is from (coverage.simulated_for_text): a trusted interval
+    carries no note, so without this line nothing would say whose figure trusts it."""
+    text = simulated_for_text(checks)
+    return ["", f"The Wald intervals' coverage: {text}."] if text else []
+
+
 def _pooled_lines(pooled: dict | None, checks: dict | None = None, audit: float = 0.0) -> list[str]:
     """The pooled design's table: n_50 at every m from the one line, the slope, and the linearity check; each interval
     with its coverage note where the simulator's coverage at the design's settings falls short (``checks``:
@@ -985,6 +992,7 @@ def _pooled_lines(pooled: dict | None, checks: dict | None = None, audit: float 
         f"{_checked(pooled['slope_ci'], checks.get('slope'))}); intercept {_num(pooled['intercept'])} "
         f"({_checked(pooled['intercept_ci'], checks.get('intercept'))}).",
     ]
+    lines += _simulated_for_lines(checks)
     if "steps" in pooled:
         lines += ["", _steps_line(pooled["steps"], pooled.get("steps_law"))]
     if pooled.get("stop"):

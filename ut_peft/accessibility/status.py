@@ -40,7 +40,7 @@ from .designs.configs import PooledConfig
 from .designs.pooled import PooledDesign
 from .engine.rows import INFERRED, failed_at_its_end, first_token_stall, row_steps
 from .pace import host_pace, projection, round_paces, total_pace
-from .stats.coverage import check_pooled, marked
+from .stats.coverage import check_pooled, marked, simulated_for_text
 from .stats.fit import line_interval
 
 # A campaign that holds a run back (e.g. until another run on the same cores ends) says so in this file; the sweep
@@ -238,7 +238,8 @@ def _estimate(folder: Path, settings: dict, config: SweepConfig, design: PooledD
     wald: dict = {"slope_ci": fit["slope_ci"], "intercept_ci": fit["intercept_ci"]}
     wald["per_m"] = [dict(m=m, ci=entry["ci"]) for m, entry in sorted(fit["per_m"].items())]
     assert isinstance(config.design, PooledConfig)  # a PooledDesign is made from one
-    wald_checks = check_pooled(wald, config.design.known_version(), config.num_sequences) or {}
+    wald_checks = check_pooled(wald, config.design.known_version(), config.num_sequences, config.design.record())
+    wald_checks = wald_checks or {}
     checks: dict[str | int, dict | None] = {
         "slope": wald_checks.get("slope"),
         "intercept": wald_checks.get("intercept"),
@@ -262,6 +263,9 @@ def _estimate(folder: Path, settings: dict, config: SweepConfig, design: PooledD
         note = "the design's own Wald intervals (+- 1.96 standard errors)" + (
             f"; {calibration['note']}" if calibration else "; no calibration.json (`ut-peft calibrate` makes one)"
         )
+        # Whose simulated coverage judges them: a trusted interval carries no note of its own to say it.
+        if simulated := simulated_for_text(wald_checks):
+            note += f"; their coverage {simulated}"
 
     def trust(name) -> str | None:  # the note the report prints beside this interval (None: trusted, or said once)
         check = checks.get(name)

@@ -1264,7 +1264,9 @@ def summarize(
         ratios = {"ball": bounds["ball"] / slope, "box": bounds["box"] / slope}
     checks = check_intervals(per_m, line, config.design.kind)
     if pooled is not None and isinstance(config.design, PooledConfig):
-        checks["pooled"] = check_pooled(pooled, config.design.known_version(), config.num_sequences)
+        checks["pooled"] = check_pooled(
+            pooled, config.design.known_version(), config.num_sequences, config.design.record()
+        )
     return summaries.Summary(
         model=settings["model"],
         source=settings["source"],

@@ -235,7 +235,7 @@ def test_pooled_sweep_reports_the_line_and_resumes_after_a_kill_to_the_same_resu
     from ut_peft.accessibility.stats.coverage import check_pooled
 
     checks = whole.interval_checks["pooled"]
-    assert checks == check_pooled(whole.pooled, 2, 4) and checks["measured"] is False
+    assert checks == check_pooled(whole.pooled, 2, 4, whole.settings["design"]) and checks["measured"] is False
     note = "coverage not measured for version 2 of the pooled rules at 4 rows a round (simulated): not a 95% interval"
     assert checks["slope"]["note"].endswith(note) and f"{note})" in report
     lines = (tmp_path / "whole" / "rows.jsonl").read_bytes().splitlines(keepends=True)

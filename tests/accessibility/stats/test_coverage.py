@@ -131,7 +131,7 @@ def test_committed_summaries_carry_the_checks_the_report_prints(folder):
     if summary.pooled:
         settings = summary.settings
         assert pooled == coverage.check_pooled(
-            summary.pooled, settings["design"]["version"], settings["num_sequences"]
+            summary.pooled, settings["design"]["version"], settings["num_sequences"], settings["design"]
         )
     report, console = markdown(summary), console_summary(summary)
     found_all = [*checks["per_m"], *(checks[k] for k in ("slope", "intercept") if k in checks)]
@@ -161,36 +161,40 @@ def test_summary_json_holds_the_marks(tmp_path):
 
 
 def test_the_pooled_designs_wald_intervals_carry_their_simulated_coverage():
-    """Version 1 at 16 rows a round covered 91% (slope) and down to 89% (n_50) in the simulator: the n_50 intervals
-    are marked, the slope's is not (version 2's slope, 86% on SmolLM2's sharp line, is marked too); settings never
-    simulated are marked as not measured, a retired version's among them; an unbounded side is marked whatever the
-    table says."""
+    """Version 8 at 8 rows a round, simulated for pooled-text-v8's design, covered 89% (slope) and down to 91% (n_50):
+    for a design of those targets the slope's interval is marked, the n_50 ones are not, and the note names the
+    design; version 2's slope (86% on SmolLM2's sharp line) is marked too; settings never simulated are marked as not
+    measured, a retired version's among them; an unbounded side is marked whatever the table says."""
     pooled = {
         "per_m": [{"m": 1, "ci": [20.0, 30.0]}, {"m": 2, "ci": [50.0, None]}],
         "slope_ci": [26.0, 30.0],
         "intercept_ci": [-2.0, 4.0],
     }
-    found = coverage.check_pooled(pooled, 1, 16)
-    entry = coverage.POOLED_TABLE["1"]["16"]
+    entry = coverage.POOLED_TABLE["8"]["8"]
+    design = {"kind": "pooled", "version": 8, **entry["targets"]}
+    found = coverage.check_pooled(pooled, 8, 8, design)
     assert found["measured"] and found["command"] == entry["command"]
-    where = "for version 1 of the pooled rules at 16 rows a round (simulated)"
-    assert found["slope"]["coverage"] == entry["slope"] >= coverage.THRESHOLD
-    assert found["slope"]["trusted"] and found["slope"]["note"] is None
-    assert found["per_m"][0]["m"] == 1 and found["per_m"][0]["coverage"] == entry["n50"] < coverage.THRESHOLD
-    assert found["per_m"][0]["note"] == f"coverage down to {100 * entry['n50']:.0f}% {where}: not a 95% interval"
-    assert found["per_m"][1]["note"].startswith("not bounded above by these rows; coverage down to")
+    assert found["simulated_for"] == entry["design"]
+    where = f"for version 8 of the pooled rules at 8 rows a round (simulated for {entry['design']})"
+    assert found["per_m"][0]["coverage"] == entry["n50"] >= coverage.THRESHOLD
+    assert found["per_m"][0]["trusted"] and found["per_m"][0]["note"] is None
+    assert found["slope"]["coverage"] == entry["slope"] < coverage.THRESHOLD
+    assert found["slope"]["note"] == f"coverage down to {100 * entry['slope']:.0f}% {where}: not a 95% interval"
+    assert found["per_m"][1]["note"] == "not bounded above by these rows"
     assert found["intercept"]["note"] == f"coverage not measured {where}: not a 95% interval"
-    assert not coverage.check_pooled(pooled, 2, 8)["slope"]["trusted"]
-    unmeasured = coverage.check_pooled(pooled, 2, 16)
+    words = dict(coverage.POOLED_TABLE["2"]["8"]["targets"], kind="pooled", version=2)
+    assert not coverage.check_pooled(pooled, 2, 8, words)["slope"]["trusted"]
+    unmeasured = coverage.check_pooled(pooled, 2, 16, words)
     assert not unmeasured["measured"] and "coverage not measured" in unmeasured["slope"]["note"]
+    assert unmeasured["simulated_for"] is None
     # A folder's rules are looked up by the version they are exactly (PooledConfig.known_version): the tables hold
     # the package's versions only, so a retired version's figures (BENCHMARKS.md) mark nothing.
     from ut_peft.accessibility.designs.pooled_rules import POOLED_RULES
 
     calibrated_versions = {str(entry["version"]) for entry in coverage.CALIBRATED_TABLE.values()}
     assert set(coverage.POOLED_TABLE) | calibrated_versions <= {str(v) for v in POOLED_RULES}
-    assert not coverage.check_pooled(pooled, 3, 8)["measured"]
-    assert coverage.check_pooled(None, 2, 8) is None
+    assert not coverage.check_pooled(pooled, 3, 8, words)["measured"]
+    assert coverage.check_pooled(None, 2, 8, words) is None
     # Every measured setting's figures came from a run of 200 repeats or more whose command is written beside them
     # (without --repeats the benchmark runs its default, 400).
     for by_batch in coverage.POOLED_TABLE.values():
@@ -198,6 +202,65 @@ def test_the_pooled_designs_wald_intervals_carry_their_simulated_coverage():
             assert 0 < e["slope"] < 1 and 0 < e["n50"] < 1
             repeats = e["command"].split("--repeats ")[1].split()[0] if "--repeats" in e["command"] else "400"
             assert int(repeats) >= 200
+
+
+def test_a_pooled_entry_judges_only_the_targets_it_was_simulated_at():
+    """Was: POOLED_TABLE was looked up by version and rows a round only, so version 8's n_50 coverage (91%, simulated
+    at pooled-text-v8's targets) marked as trusted the n_50 intervals of any version-8 folder, whatever its targets
+    (another model's line, a retarget). A design of other targets is told where the figure is from, not trusted."""
+    pooled = {"per_m": [{"m": 1, "ci": [20.0, 30.0]}], "slope_ci": [26.0, 30.0], "intercept_ci": [-2.0, 4.0]}
+    entry = coverage.POOLED_TABLE["8"]["8"]
+    text_v8 = store.read_settings(ROOT / "results" / "smollm2-135m" / "pooled-text-v8")["design"]
+    assert coverage.design_targets(text_v8) == entry["targets"]  # the folder the entry was simulated for
+    assert coverage.check_pooled(pooled, 8, 8, text_v8)["per_m"][0]["trusted"]
+    other = dict(text_v8, target_slope_se=1.2)  # e.g. Gemma's words, retargeted
+    found = coverage.check_pooled(pooled, 8, 8, other)
+    assert not found["measured"] and found["simulated_for"] == entry["design"]
+    for check in (found["slope"], found["intercept"], found["per_m"][0]):
+        assert check["coverage"] is None and not check["trusted"]
+        assert (
+            check["note"] == f"coverage measured for another design's targets ({entry['design']}): not a 95% interval"
+        )
+    # Which design and targets, said once (report.md and `ut-peft status` print it).
+    assert coverage.simulated_for_text(found) == (
+        f"simulated at these rules and rows a round for {entry['design']}, a design of other targets (slope se 3.48, "
+        "n_50 se m = 1 4.14, m = 2 7.68, m = 3 11.26, m = 4 14.32, m = 5 17.75; this one's: slope se 1.2, n_50 se "
+        "m = 1 4.14, m = 2 7.68, m = 3 11.26, m = 4 14.32, m = 5 17.75): not these intervals' coverage"
+    )
+    assert coverage.simulated_for_text(coverage.check_pooled(pooled, 8, 8, text_v8)) == (
+        f"simulated for {entry['design']} (`{entry['command']}`)"
+    )
+    # An entry whose log did not print its targets judges no design.
+    v1 = coverage.check_pooled(pooled, 1, 16, {"kind": "pooled", "version": 1, "target_slope_se": 2.0})
+    assert not v1["measured"] and "(targets not recorded; this one's: slope se 2.0" in coverage.simulated_for_text(v1)
+
+
+def test_the_pooled_tables_targets_are_those_its_runs_printed():
+    """Each POOLED_TABLE entry's targets are those the run it names printed ("pooled targets at ..."), and its
+    figures are that run's lowest: slope coverage and the lowest n_50 coverage over m."""
+    for version, by_batch in coverage.POOLED_TABLE.items():
+        for batch, entry in by_batch.items():
+            text = (ROOT / entry["log"]).read_text()
+            printed = [line for line in text.splitlines() if line.startswith("pooled targets at ")]
+            cells = [[c.strip() for c in line.split("|")[1:-1]] for line in text.splitlines()]
+            rows = [c for c in cells if c and c[0] == "pooled"]
+            # design, m, bias, RMSE, ratio, coverage, ...; the slope's: design, bias (signed), RMSE, ratio, coverage
+            per_m = [float(c[5]) for c in rows if c[1].isdigit()]
+            slope = [float(c[4]) for c in rows if c[1][0] in "+-"]
+            assert (entry["slope"], entry["n50"]) == (min(slope), min(per_m)), (version, batch)
+            assert f"pooled batch {batch} " in text.splitlines()[0]
+            if entry["targets"] is None:
+                assert not printed, (version, batch)
+                continue
+            (line,) = printed
+            flags = line.split(": ", 1)[1].split()
+            slope_se = float(flags[flags.index("--target-slope-se") + 1])
+            n50 = dict(pair.split(":") for pair in flags[flags.index("--target-n50-se") + 1 :])
+            assert entry["targets"] == {
+                "target_slope_se": slope_se,
+                "target_n50_se": {m: float(se) for m, se in n50.items()},
+                "budget_row_steps": None,
+            }, (version, batch)
 
 
 def test_the_calibrated_table_is_the_committed_nested_simulation():

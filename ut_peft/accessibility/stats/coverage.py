@@ -141,12 +141,23 @@ TABLE: dict[str, dict[str, dict]] = {
 # per round, the slope interval's coverage and the lowest of the n_50 intervals' over m, with the command that
 # measured it (logs under results/benchmarks/, the retired versions' among them). The intercept's was not
 # measured; settings not in the table have none.
+# Each entry names the design its figures were simulated for (``design``: the simulator's line, its source and row
+# costs) and the standard-error targets the simulated design ran to (``targets``, design_targets; ``log``: the run that
+# printed them). Coverage depends on where the design stops, so a folder of other targets (another model's run, a
+# retarget) is not judged by the entry: its intervals read "coverage measured for another design's targets".
 POOLED_TABLE: dict[str, dict[str, dict]] = {
     "1": {
         "8": {
             "slope": 0.85,
             "n50": 0.83,
             "factor": 1.15,
+            "design": "the simulator's default line (n_50 = 44.5 m + 5.0) at 1.15 x its published RMSE",
+            "targets": {
+                "target_slope_se": 2.01,
+                "target_n50_se": {"1": 2.36, "2": 4.47, "3": 6.41, "4": 8.39, "5": 10.2},
+                "budget_row_steps": None,
+            },
+            "log": "results/benchmarks/measurement_cost_v1_batch8.log",
             "command": "python benchmarks/measurement_cost.py --repeats 200 --designs pooled --pooled-version 1 "
             "--pooled-batch 8 --pooled-factor 1.15",
         },
@@ -154,6 +165,10 @@ POOLED_TABLE: dict[str, dict[str, dict]] = {
             "slope": 0.91,
             "n50": 0.89,
             "factor": 1.15,
+            "design": "the simulator's default line (n_50 = 44.5 m + 5.0) at 1.15 x its published RMSE",
+            # Its log (measurement_cost.log) predates the printed targets: a design it judges is not known.
+            "targets": None,
+            "log": "results/benchmarks/measurement_cost.log",
             "command": "python benchmarks/measurement_cost.py --repeats 200 --designs pooled --pooled-version 1 "
             "--pooled-batch 16 --pooled-factor 1.15",
         },
@@ -166,6 +181,13 @@ POOLED_TABLE: dict[str, dict[str, dict]] = {
             "slope": 0.86,
             "n50": 0.85,
             "factor": 2.0,
+            "design": "SmolLM2-135M random words (pooled-words-v2's 56-row line) at 2 x its published RMSE",
+            "targets": {
+                "target_slope_se": 1.43,
+                "target_n50_se": {"1": 3.0, "2": 2.12, "3": 2.12, "4": 3.59, "5": 5.18},
+                "budget_row_steps": None,
+            },
+            "log": "results/benchmarks/measurement_cost_v2_words_smollm2rows56_f2_400_min128.log",
             "command": "python benchmarks/measurement_cost.py --quick --pooled-version 2 --designs pooled --words "
             "--cap-fails --slope 19.46 --intercept 1.05 --rel-width 0.204 --width-power -1.14 --cost-from "
             "results/smollm2-135m/pooled-words-v2 --cost-rows 56 --pooled-factor 2",
@@ -182,6 +204,13 @@ POOLED_TABLE: dict[str, dict[str, dict]] = {
             "slope": 0.81,
             "n50": 0.76,
             "factor": 2.0,
+            "design": "SmolLM2-135M random words (pooled-words-v2's 56-row line) at 2 x its published RMSE",
+            "targets": {
+                "target_slope_se": 1.43,
+                "target_n50_se": {"1": 3.0, "2": 2.12, "3": 2.12, "4": 3.59, "5": 5.18},
+                "budget_row_steps": None,
+            },
+            "log": "results/benchmarks/measurement_cost_v2_words_smollm2rows56_f2_400_min64.log",
             "command": "python benchmarks/measurement_cost.py --quick --pooled-version 2 --designs pooled --words "
             "--cap-fails --slope 19.46 --intercept 1.05 --rel-width 0.204 --width-power -1.14 --cost-from "
             "results/smollm2-135m/pooled-words-v2 --cost-rows 56 --pooled-factor 2 --pooled-min-rows 64",
@@ -191,12 +220,22 @@ POOLED_TABLE: dict[str, dict[str, dict]] = {
     # simulator's defaults (nested texts, targets twice the published RMSE, 400 repeats), the lowest coverage measured,
     # as for version 7: with the assumed row costs slope 94%, n_50 91-93% (measurement_cost_v8_quick_f2.log); with the
     # step costs of SmolLM2's words rows slope 89%, n_50 91-93% (measurement_cost_v8_quick_f2_smollm2costs.log). A
-    # run's own line is simulated once its bracketing rounds have fitted one.
+    # run's own line is simulated once its bracketing rounds have fitted one. The entry's figures are the second run's
+    # (the first's are no lower), so its targets are that run's: pooled-text-v8's, set from it (the first ran to the
+    # targets of its own row costs, slope 3.47).
     "8": {
         "8": {
             "slope": 0.89,
             "n50": 0.91,
             "factor": 2.0,
+            "design": "SmolLM2-135M text (pooled-text-v8: the simulator's nested texts, its rows' step costs) at 2 x "
+            "its published RMSE",
+            "targets": {
+                "target_slope_se": 3.48,
+                "target_n50_se": {"1": 4.14, "2": 7.68, "3": 11.26, "4": 14.32, "5": 17.75},
+                "budget_row_steps": None,
+            },
+            "log": "results/benchmarks/measurement_cost_v8_quick_f2_smollm2costs.log",
             "command": "python benchmarks/measurement_cost.py --quick --designs pooled --pooled-version 8 "
             "--pooled-factor 2 --cost-from results/smollm2-135m/pooled-words-v7",
         },
@@ -391,8 +430,11 @@ def check(quantity: str, method: str | None, sequences: int, interval) -> dict |
     return _verdict(interval, coverage, se, measured_at, sequences, f"at {sequences} sequences")
 
 
-def _verdict(interval, coverage: float | None, se, measured_at, sequences: int, where: str) -> dict:
-    """:func:`check`'s dict for ``interval`` at a measured ``coverage`` (None: not measured ``where``)."""
+def _verdict(
+    interval, coverage: float | None, se, measured_at, sequences: int, where: str, unmeasured: str | None = None
+) -> dict:
+    """:func:`check`'s dict for ``interval`` at a measured ``coverage`` (None: not measured ``where``, or in the words
+    of ``unmeasured`` where given)."""
     unbounded = [side for side, value in zip(("low", "high"), interval) if value is None]
     notes = []
     if unbounded:
@@ -402,7 +444,7 @@ def _verdict(interval, coverage: float | None, se, measured_at, sequences: int, 
             else f"not bounded {'below' if unbounded == ['low'] else 'above'} by these rows"
         )
     if coverage is None:
-        notes.append(f"coverage not measured {where}: not a 95% interval")
+        notes.append(f"{unmeasured or f'coverage not measured {where}'}: not a 95% interval")
     elif coverage < THRESHOLD:
         notes.append(f"coverage down to {100 * coverage:.0f}% {where}: not a 95% interval")
     return {
@@ -416,13 +458,16 @@ def _verdict(interval, coverage: float | None, se, measured_at, sequences: int, 
     }
 
 
-def _simulated_checks(entry: dict | None, batch: int, where: str, slope_ci, intercept_ci, per_m) -> dict:
+def _simulated_checks(
+    entry: dict | None, batch: int, where: str, slope_ci, intercept_ci, per_m, unmeasured: str | None = None
+) -> dict:
     """The checks of one line's intervals against a simulated-coverage ``entry`` ({"slope", "n50", "intercept"
     (optional), "command"}, n50 one figure for every m or a dict by m; None: not measured): ``{"measured",
-    "command", "slope", "intercept", "per_m"}``."""
+    "command", "slope", "intercept", "per_m"}``. ``unmeasured``: the words an interval without a figure is marked with
+    instead of "coverage not measured ``where``"."""
 
     def one(interval, coverage):
-        return _verdict(interval, coverage, None, None, batch, where) if interval else None
+        return _verdict(interval, coverage, None, None, batch, where, unmeasured) if interval else None
 
     def figure(name):
         return None if entry is None else entry.get(name)
@@ -442,22 +487,69 @@ def _simulated_checks(entry: dict | None, batch: int, where: str, slope_ci, inte
     }
 
 
-def check_pooled(pooled: dict | None, version: int | None, batch: int) -> dict | None:
+def targets_text(targets: dict | None) -> str:
+    """A design's standard-error targets (:func:`design_targets`) in a note's words."""
+    if targets is None:
+        return "targets not recorded"
+    n50 = targets.get("target_n50_se")
+    if isinstance(n50, dict):
+        n50 = ", ".join(f"m = {m} {se}" for m, se in sorted(n50.items(), key=lambda item: float(item[0])))
+    words = f"slope se {targets.get('target_slope_se')}, n_50 se {n50}"
+    budget = targets.get("budget_row_steps")
+    return words + (f", budget {budget} row-steps" if budget is not None else "")
+
+
+def check_pooled(pooled: dict | None, version: int | None, batch: int, design: dict | None) -> dict | None:
     """The checks of the pooled design's Wald intervals (summary.json's ``interval_checks["pooled"]``): each one's
     coverage measured in the simulator at this version of the rules and rows per round (:data:`POOLED_TABLE`; the
-    intercept's was not measured). ``version`` None: rules of one's own, whose coverage nobody measured.
+    intercept's was not measured), for the design whose targets ``design`` (settings.json's record) names: an entry
+    simulated at other targets judges nothing here. ``version`` None: rules of one's own, whose coverage nobody
+    measured.
 
-    Returns None without a pooled estimate, else ``{"version", "batch", "measured", "command", "slope",
-    "intercept", "per_m"}``, each check as :func:`check` returns it (``coverage_se`` and ``measured_at`` None)."""
+    Returns None without a pooled estimate, else ``{"version", "batch", "targets", "simulated_for",
+    "simulated_targets", "measured", "command", "slope", "intercept", "per_m"}``, each check as :func:`check` returns
+    it (``coverage_se`` and ``measured_at`` None); ``targets``: this design's (:func:`design_targets`);
+    ``simulated_for`` and ``simulated_targets``: the design the table's entry at this version and batch was simulated
+    for and its targets (None: no entry), whether or not they are this design's."""
     if not pooled:
         return None
     entry = POOLED_TABLE.get(str(version), {}).get(str(batch)) if version is not None else None
     rules = f"version {version} of the pooled rules" if version is not None else "these pooled rules (no version's)"
     where = f"for {rules} at {batch} rows a round (simulated)"
+    targets = design_targets(design)
+    figures, unmeasured = entry, None
+    if entry is not None:
+        where = f"for {rules} at {batch} rows a round (simulated for {entry['design']})"
+        if entry["targets"] != targets:
+            figures = None
+            unmeasured = f"coverage measured for another design's targets ({entry['design']})"
     checks = _simulated_checks(
-        entry, batch, where, pooled.get("slope_ci"), pooled.get("intercept_ci"), pooled["per_m"]
+        figures, batch, where, pooled.get("slope_ci"), pooled.get("intercept_ci"), pooled["per_m"], unmeasured
     )
-    return {"version": None if version is None else int(version), "batch": int(batch), **checks}
+    return {
+        "version": None if version is None else int(version),
+        "batch": int(batch),
+        "targets": targets,
+        "simulated_for": None if entry is None else entry["design"],
+        "simulated_targets": None if entry is None else entry["targets"],
+        **checks,
+    }
+
+
+def simulated_for_text(checks: dict | None) -> str | None:
+    """Whose simulated coverage judges a pooled sweep's Wald intervals (:func:`check_pooled`'s dict), in the words
+    report.md and ``ut-peft status`` print once: a trusted interval carries no note that says it. None where no
+    entry was simulated at the checks' version and batch (each interval's note says so), or for checks written
+    before they named the design."""
+    if not checks or not checks.get("simulated_for"):
+        return None
+    if checks.get("measured"):
+        return f"simulated for {checks['simulated_for']} (`{checks['command']}`)"
+    return (
+        f"simulated at these rules and rows a round for {checks['simulated_for']}, a design of other targets "
+        f"({targets_text(checks['simulated_targets'])}; this one's: {targets_text(checks['targets'])}): not these "
+        "intervals' coverage"
+    )
 
 
 def check_calibrated(calibrated: dict | None) -> dict | None:
@@ -543,5 +635,8 @@ def summary_checks(summary) -> dict:
     if pooled and "pooled" not in checks:
         settings = getattr(summary, "settings", None) or {}
         version = settings.get("design", {}).get("version", 1)  # a pooled folder without one predates versions
-        checks = dict(checks, pooled=check_pooled(pooled, version, settings.get("num_sequences", 0)))
+        checks = dict(
+            checks,
+            pooled=check_pooled(pooled, version, settings.get("num_sequences", 0), settings.get("design")),
+        )
     return checks
