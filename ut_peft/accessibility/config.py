@@ -313,10 +313,10 @@ class SweepConfig:
     def as_resumed_in(self, folder) -> SweepConfig:
         """This config as a resume of ``folder`` (or a retarget from it) runs it: a words construction left to the
         protocol ("auto") is the one ``folder``'s words were drawn with where its settings.json records a words
-        source without words_per_token (:func:`.store.later_source_settings`: n at a time, as before the published
-        protocol drew 5 n words for every list), so that the folder resumes as its rows were crammed, under the
-        command that started it. Unchanged for a new folder, one that records its construction, another source, or
-        a construction given explicitly (a resume under another one is refused, naming it)."""
+        source without words_per_token (:func:`.store.later_source_settings`: n at a time), so that the folder
+        resumes as its rows were crammed, under the command that started it. Unchanged for a new folder, one that
+        records its construction, another source, or a construction given explicitly (a resume under another one is
+        refused, naming it)."""
         later = store.later_source_settings(folder)
         if self.words_per_token != AUTO_WORDS_PER_TOKEN or self._word_list() is None or "words_per_token" not in later:
             return self

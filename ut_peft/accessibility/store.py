@@ -113,10 +113,9 @@ LATER_CRAM_SETTINGS = {
     "abandon_audit": 0.0,
 }
 
-# Settings of a words source's description (settings.json's "source") that later versions added, with the meaning a
-# description without one has: words_per_token, the words a text draws per token of its row (5, the published
-# construction, which the published protocol uses for every list since it was found to draw wordfreq's and a file's
-# lists otherwise): a description without it drew its words n at a time. A resume keeps that meaning
+# Settings of a words source's description (settings.json's "source") that a description may leave out, with the
+# meaning leaving one out has: words_per_token, the words a text draws per token of its row (5: the published
+# construction); a description without it drew its words n at a time. A resume keeps that meaning
 # (:func:`later_source_settings`, SweepConfig.as_resumed_in), so such a folder resumes, reports and rebuilds as it did.
 LATER_SOURCE_SETTINGS = {"words_per_token": None}
 

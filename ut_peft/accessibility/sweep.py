@@ -181,10 +181,10 @@ def check_dealt_jobs(config: SweepConfig, design, jobs, rows: dict) -> None:
     ``next_jobs(rows)``) holds a job the sweep cannot run (:func:`job_outside_sweep`, the rule a resume and a report
     apply to the rows), one whose row ``rows`` holds already, or one job twice.
 
-    Checked before anything of the round is crammed or written: unchecked, a job outside the sweep was crammed and
-    its row written, and every later resume and report refused the folder for that row; a malformed job crashed deep
-    in the engine; and a finished job dealt again was crammed again, and its row written again, every round without
-    end (the finished rows are kept, so the design dealt it again)."""
+    Checked before anything of the round is crammed or written: past it, a job outside the sweep would be crammed
+    and its row written, and every later resume and report would refuse the folder for that row; a malformed job
+    would crash deep in the engine; and a finished job dealt again would be crammed, and its row written, again every
+    round without end (the finished rows are kept, so the design deals it again)."""
     dealt: set = set()
     for job in jobs:
         why = job_outside_sweep(config, job)
