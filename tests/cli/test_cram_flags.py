@@ -327,6 +327,18 @@ def test_report_only_refuses_the_flags_it_would_drop(tmp_path):
     assert report_refusal(["--config", config, "--report-only", *out]) is None
 
 
+def test_report_only_and_merge_refuse_the_tracking_flags(tmp_path):
+    """--report-only and --merge start no tracker: --report-to tensorboard and --logging-dir given with them were
+    dropped without a word (no runs/ folder, no event file); now they are refused by name. --report-to none asks
+    for nothing and is taken."""
+    out = ["--output-dir", tmp_path / "sweep"]
+    for mode in (["--report-only"], ["--merge", tmp_path / "a"]):
+        err = report_refusal([*mode, "--report-to", "tensorboard", "--logging-dir", tmp_path / "logs", *out])
+        assert err is not None and "it does not take --report-to, --logging-dir" in err, (mode, err)
+        assert "--report-to" in (report_refusal([*mode, "--report_to", "all", *out]) or ""), mode
+        assert report_refusal([*mode, "--report-to", "none", *out]) is None, mode
+
+
 def test_every_quoted_report_only_and_merge_command_is_taken(tmp_path):
     """The README's and the docs' --report-only and --merge commands pass the check of the flags they take."""
     spec = importlib.util.spec_from_file_location("quoted", Path(__file__).parents[1] / "test_quoted_commands.py")

@@ -178,13 +178,19 @@ REPORT_FLAGS = (
 )
 
 
+# The tracking flags (common.add_common_flags) -> their value when unset: only a sweep starts the trackers.
+TRACKING_FLAGS = {"report_to": "none", "logging_dir": None}
+
+
 def check_report_flags(args: argparse.Namespace) -> None:
     """ValueError naming the flags given on the command line that --report-only or --merge would drop: the sweep's
-    settings (the report is rebuilt from the folder's own settings.json), how a sweep runs, and --overwrite (which
-    only --merge uses: it replaces the merged folder)."""
+    settings (the report is rebuilt from the folder's own settings.json), how a sweep runs, the trackers'
+    (--report-to, --logging-dir: a report logs nothing), and --overwrite (which only --merge uses: it replaces the
+    merged folder)."""
     given = getattr(args, "given", None)
     if given is None:  # a namespace not made by parse(): every flag away from its default counts as given
         given = {flag.dest for flag in FLAGS if getattr(args, flag.dest) != flag.default}
+        given |= {name for name, unset in TRACKING_FLAGS.items() if getattr(args, name, unset) != unset}
     dropped = [
         flag
         for flag in FLAGS
@@ -193,6 +199,12 @@ def check_report_flags(args: argparse.Namespace) -> None:
         and not (flag.switch and not getattr(args, flag.dest))  # --no-save-adapters changes nothing
     ]
     names = [f"--{flag.name}" for flag in dropped]
+    # No tracker starts: a report logs nothing (--report-to none asks for nothing, so it is taken).
+    names += [
+        "--" + name.replace("_", "-")
+        for name, unset in TRACKING_FLAGS.items()
+        if name in given and getattr(args, name, unset) != unset
+    ]
     if args.overwrite and not args.merge:
         names.append("--overwrite")
     if not names:
@@ -617,8 +629,9 @@ def parse(argv=None, *, prog: str | None = None):
     """The command's flags (``--config FILE`` first: a YAML file of flags, or a finished sweep's settings.json)."""
     parser = make_parser(prog)
     args = parse_args(parser, argv, from_file=flags_from_settings)
-    # The flags of FLAGS that argv gives itself (not a --config file, not a default): --report-only refuses them.
-    args.given = given_on_command_line(parser, argv) & {flag.dest for flag in FLAGS}
+    # The flags of FLAGS and the tracking flags that argv gives itself (not a --config file, not a default):
+    # --report-only refuses them.
+    args.given = given_on_command_line(parser, argv) & ({flag.dest for flag in FLAGS} | set(TRACKING_FLAGS))
     if _leaves_the_files_words(parser, args):
         from ..accessibility.engine.sources import AUTO_WORDS_PER_TOKEN
 
