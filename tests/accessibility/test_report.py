@@ -44,6 +44,31 @@ def test_the_bound_ratios_name_the_slope_they_divide_by_and_a_pooled_sweep_adds_
     assert "ball / slope" not in line
 
 
+def test_a_pooled_reports_bounds_table_names_the_per_m_line_and_gives_the_headline_ratios():
+    """Was: report.md's bottom table of a pooled sweep headed its columns "slope" and "ball / slope", though they are
+    the line through the per-m fits (its interval, intercept and R^2 are that line's; summary.json's ratios divide
+    by it: SmolLM2 words 19.9 against the pooled 20.22, Gemma 24.4 against 17.56). Its columns name that line, as the
+    console does, and the ratios over the headline (pooled) slope follow; a grid's report is unchanged."""
+    summary = summaries.read_summary(ROOT / "results" / "smollm2-135m" / "pooled-words-v7")
+    report = markdown(summary)
+    header = next(line for line in report.splitlines() if "| ball bound |" in line)
+    assert header.startswith("| per-m line slope (tokens per vector) | 95% interval |")
+    assert header.endswith("| ball / per-m line slope | box / per-m line slope |")
+    assert "ball / slope" not in report
+    bounds, fit, headline = summary.bounds, summary.fit, summary.calibrated["slope"]["estimate"]
+    assert f"| {bounds['ball'] / fit['slope']:.1f} | {bounds['box'] / fit['slope']:.1f} |" in report
+    assert (
+        f"The per-m line slope is that of the line through the per-m MLE n_50 ({fit['slope']:.2f}), not the pooled "
+        f"design's estimate: ball / calibrated pooled slope {bounds['ball'] / headline:.1f}, box / calibrated pooled "
+        f"slope {bounds['box'] / headline:.1f} (the headline slope, {headline:.2f})."
+    ) in report
+    published = summary.bounds_published
+    assert f"ball / per-m line slope {published['ball'] / fit['slope']:.1f}" in report
+    grid = markdown(summaries.read_summary(ROOT / "results" / "gemma-3-270m" / "published-words"))
+    assert "| slope (tokens per vector) | 95% interval |" in grid and "| ball / slope | box / slope |" in grid
+    assert "per-m line slope" not in grid
+
+
 def test_the_published_bounds_console_line_names_the_slope_it_divides_by():
     """The published estimate's ratios are printed beside ut-peft's own: they name their slope the same way."""
     from ut_peft.accessibility.stats import published_bounds

@@ -426,10 +426,14 @@ def markdown(summary: Summary, *, figures: tuple[str, str] | None = (ACCESSIBILI
     lines += calibrated_lines(summary.calibrated)
     lines += [] if unfinished_line(summary) else paper_lines(summary)
     published = summary.fit_published
+    # This row is the line through the per-m fits (its interval, intercept and R^2 are that line's, and summary.json's
+    # ratios divide by it). A pooled sweep has another line, its estimate, printed above: there the columns name the
+    # one they are, as the console does, and the ratios over the headline slope follow.
+    slope_name = "per-m line slope" if summary.pooled else "slope"
     lines += [
         "",
-        "| slope (tokens per vector) | 95% interval | intercept | 95% interval | R^2 "
-        "| published slope (LS) | its R^2 | ball bound | box bound | ball / slope | box / slope |",
+        f"| {slope_name} (tokens per vector) | 95% interval | intercept | 95% interval | R^2 "
+        f"| published slope (LS) | its R^2 | ball bound | box bound | ball / {slope_name} | box / {slope_name} |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
         f"| {_num(fit and fit['slope'])} | {_checked(fit and fit['slope_ci'], checks.get('slope'))} | "
         f"{_num(fit and fit['intercept'])} | {_checked(fit and fit['intercept_ci'], checks.get('intercept'))} | "
@@ -438,9 +442,17 @@ def markdown(summary: Summary, *, figures: tuple[str, str] | None = (ACCESSIBILI
         f"{bounds['ball']:.0f} | {bounds['box']:.0f} | {_num(ratios and ratios['ball'])} | "
         f"{_num(ratios and ratios['box'])} |",
         "",
+    ]
+    if summary.pooled and fit:
+        lines += [
+            f"The per-m line slope is that of the line through the per-m MLE n_50 ({fit['slope']:.2f}), not the "
+            f"pooled design's estimate{_headline_ratios(summary).replace('; ', ': ', 1)}.",
+            "",
+        ]
+    lines += [
         _support_line(summary.support),
         "",
-        *published_bounds.report_lines(summary.bounds_published, fit and fit["slope"], summary.model),
+        *published_bounds.report_lines(summary.bounds_published, fit and fit["slope"], summary.model, slope_name),
         "",
     ]
     rows_line = summary.fit_published_rows

@@ -614,8 +614,9 @@ def summary_entry_for(folder, model: str) -> dict | None:
     return estimate.summary_entry(os.path.relpath(path, folder))
 
 
-def report_lines(entry: dict | None, slope: float | None, model: str) -> list[str]:
-    """The published estimate's sentence in a sweep's report (``entry``: the summary's ``bounds_published``)."""
+def report_lines(entry: dict | None, slope: float | None, model: str, slope_name: str = "slope") -> list[str]:
+    """The published estimate's sentence in a sweep's report (``entry``: the summary's ``bounds_published``); its
+    ratios name the slope they divide by (``slope_name``), as the report's table of ut-peft's own bounds does."""
     if not entry:
         return [
             "Published bound estimate (the paper's sampling: lengths 4-4096 up to the context, up to 10,000 "
@@ -627,7 +628,7 @@ def report_lines(entry: dict | None, slope: float | None, model: str) -> list[st
         return [f"Published bound estimate: not used ({entry['error']})."]
     counts = ", ".join(f"{n:,} x {length}" for length, n in zip(entry["lengths"], entry["sequences_per_length"]))
     ratio = (
-        f"; ball / slope {entry['ball'] / slope:.1f}, box / slope {entry['box'] / slope:.1f}"
+        f"; ball / {slope_name} {entry['ball'] / slope:.1f}, box / {slope_name} {entry['box'] / slope:.1f}"
         if slope and slope > 0
         else ""
     )
