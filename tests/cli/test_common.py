@@ -324,3 +324,32 @@ def test_bounds_refuses_a_plot_folder_before_measuring(tmp_path, capsys):
     args = bounds.parse(["--model", "no-such-model", "--output", str(tmp_path / "b.json"), "--plot", str(tmp_path)])
     with pytest.raises(ValueError, match="--plot .* is a folder; give the path of a file"):
         bounds.main(args)
+
+
+def test_a_flag_given_twice_with_other_values_is_said(capsys):
+    """argparse keeps the last of a flag given twice without a word: `--ms 1 2 --ms 4` ran m = 4 alone, unsaid. The
+    last still wins (a later flag overriding an earlier one, as in `$BASE --lr 0.01`, is a common use), and a note on
+    stderr names the flag, every value it was given and the one used; the same value twice is not named."""
+    for argv, said, used in [
+        (["--out", "o", "--ms", "1", "2", "--ms", "4"], "--ms given twice (--ms 1 2, then --ms 4)", [4]),
+        (["--out", "o", "--lr", "0.1", "--lr=0.01"], "--lr given twice (--lr 0.1, then --lr 0.01)", 0.01),
+        (["--out", "o", "--resume", "--no-resume"], "--resume given twice (--resume, then --no-resume)", False),
+    ]:
+        args = parse_args(toy_parser(), argv)
+        assert getattr(args, said.split()[0][2:]) == used
+        err = capsys.readouterr().err
+        assert f"toy: note: {said}: only the last is used" in err, err
+    args = parse_args(toy_parser(), ["--out", "o", "--ms", "1", "2", "--ms", "4"])
+    assert "to use every value, give it once with all of them (--ms 1 2 4)" in capsys.readouterr().err
+    args = parse_args(toy_parser(), ["--out", "o", "--fast", "--fast", "--lr", "0.1", "--lr", "0.10"])
+    assert (args.fast, args.lr) == (True, 0.1) and capsys.readouterr().err == ""
+
+
+def test_cram_says_ms_and_its_folder_given_twice(capsys):
+    from ut_peft.cli import cram
+
+    args = cram.parse(["--ms", "1", "2", "--ms", "4", "--output", "o", "--out", "p"])
+    assert (args.ms, args.output) == ([4], "p")
+    err = capsys.readouterr().err
+    assert "--ms given twice (--ms 1 2, then --ms 4): only the last is used (--ms 4)" in err, err
+    assert "--output-dir given twice (--output o, then --out p)" in err, err  # one flag under two of its names

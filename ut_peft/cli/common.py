@@ -404,8 +404,62 @@ def parse_args(
     args, extras = parser.parse_known_args(argv)
     if extras:
         parser.error(_unrecognized(parser, extras))
+    for line in _repeated(parser, argv):  # said, not refused: a later flag overriding an earlier one is a common use
+        print(f"{parser.prog}: note: {line}", file=sys.stderr)
     args.prog = parser.prog
     return args
+
+
+def _repeated(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
+    """A line for each flag that ``argv`` gives twice (under one of its names or two) with other values: argparse
+    keeps the last without a word, so ``--ms 1 2 --ms 4`` ran m = 4 alone, unsaid. A flag given twice with the same
+    value changes nothing and is not named; a --config file's value is not in ``argv`` (the command line overrides
+    it, as documented)."""
+    given: dict[str, list[tuple[str, object]]] = {}
+
+    def counted(kind: type[argparse.Action]) -> type[argparse.Action]:
+        class Counted(kind):  # type: ignore[valid-type, misc]
+            def __call__(self, parser, namespace, values, option_string=None):
+                # A switch's value is the name it was given by (--resume, --no-resume).
+                shown = values if self.nargs != 0 else None
+                given.setdefault(self.dest, []).append((" ".join([str(option_string), *_words(shown)]), shown))
+                super().__call__(parser, namespace, values, option_string)
+
+        return Counted
+
+    # A copy whose actions note each time the command line gives them (argparse has no public list of its actions).
+    quiet = copy.deepcopy(parser)
+    quiet._defaults.clear()
+    for action in quiet._actions:
+        # A flag that collects its values (action="append", "extend") is meant to be given again.
+        once = action.nargs != 0 and not isinstance(action, argparse._AppendAction)
+        if action.option_strings and once or isinstance(action, argparse.BooleanOptionalAction):
+            action.__class__ = counted(type(action))
+        action.default = argparse.SUPPRESS
+        action.required = False
+    quiet.parse_known_args(argv)
+    lines = []
+    for dest, times in given.items():
+        switch = all(value is None for _, value in times)
+        if len({typed if switch else repr(value) for typed, value in times}) < 2:
+            continue
+        action = next(a for a in parser._actions if a.dest == dest and a.option_strings)
+        name = next((o for o in action.option_strings if o.startswith("--")), action.option_strings[0])
+        count = "twice" if len(times) == 2 else f"{len(times)} times"
+        typed = ", then ".join(t for t, _ in times)
+        line = f"{name} given {count} ({typed}): only the last is used ({times[-1][0]})"
+        if action.nargs in ("+", "*"):
+            every = [word for _, value in times for word in _words(value)]
+            line += f"; to use every value, give it once with all of them ({' '.join([name, *every])})"
+        lines.append(line)
+    return lines
+
+
+def _words(values) -> list[str]:
+    """A flag's converted value as the words that give it: ``[1, 2]`` -> ``["1", "2"]``, None -> ``[]``."""
+    if values is None:
+        return []
+    return [_word(v) for v in (values if isinstance(values, list) else [values])]
 
 
 def _apply_config(parser: argparse.ArgumentParser, values: dict, path) -> None:
