@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from ut_peft.accessibility import store
+from ut_peft.accessibility.designs.configs import with_recorded_rules
 from ut_peft.accessibility.report import calibrated_lines
 from ut_peft.accessibility.simulated_intervals import calibrate, fitted_truth, pooled_design
 from ut_peft.accessibility.stats.coverage import CALIBRATED_TABLE, CALIBRATED_TRUTHS, check_calibrated, design_targets
@@ -122,6 +123,25 @@ def test_a_calibration_of_the_same_rows_under_other_design_rules_is_stale(rows, 
     in_memory = copy.deepcopy(SETTINGS)
     in_memory["design"]["target_n50_se"] = {int(m): se for m, se in SETTINGS["design"]["target_n50_se"].items()}
     assert current(calibration, rows, in_memory)["stale"] is False
+
+
+def test_a_calibration_stays_current_when_a_resume_writes_the_design_rules_in_full(rows, calibration):
+    """A settings.json written before it held a pooled design's rules means its version's rules; a resume rewrites it
+    with them in full (store._comparable), and a calibration.json of either record is of the same design. A resume of
+    a finished calibrated folder (results/smollm2-135m/pooled-words-v7 under run-pooled-words.sh) otherwise left its
+    report without its calibrated intervals."""
+    assert "rules" not in SETTINGS["design"] and "rules" not in calibration["design"]
+    resumed = copy.deepcopy(SETTINGS)
+    resumed["design"] = with_recorded_rules(SETTINGS["design"])
+    assert "rules" in resumed["design"]
+    assert current(calibration, rows, resumed)["stale"] is False
+    in_full = dict(copy.deepcopy(calibration), design=resumed["design"])
+    assert current(in_full, rows, SETTINGS)["stale"] is False
+    # Rules other than the version's are another design.
+    other = copy.deepcopy(resumed)
+    other["design"]["rules"]["stop_z"] = other["design"]["rules"]["stop_z"] + 1.0
+    stale = current(calibration, rows, other)
+    assert stale["stale"] and "design" in stale["note"]
 
 
 def test_the_report_marks_an_interval_whose_calibration_coverage_was_not_measured(rows, calibration, monkeypatch):

@@ -1480,6 +1480,15 @@ def read_calibration(folder) -> dict | None:
         raise ValueError(f"{path} is not valid JSON ({error}): delete it and calibrate again") from None
 
 
+def _simulated_settings(record: dict) -> dict:
+    """The settings a calibration's simulated sweeps depend on, from calibration.json or settings.json (``record``),
+    as JSON holds them (tuples as lists, keys as strings). A pooled design recorded without its rules means its
+    version's (:func:`.designs.configs.with_recorded_rules`): a resume rewrites settings.json with them in full, and a
+    calibration.json written before says the same design without them."""
+    settings = {"design": with_recorded_rules(record.get("design")), "num_sequences": record.get("num_sequences")}
+    return json.loads(json.dumps(settings))
+
+
 def current_calibration(calibration: dict | None, rows: dict, settings: dict) -> dict | None:
     """``calibration`` annotated for a summary of ``rows`` of the sweep whose settings.json is ``settings``:
     ``{"stale": bool, "note", ...}``; None without one. A calibration of other rows, or of the same rows under other
@@ -1491,9 +1500,7 @@ def current_calibration(calibration: dict | None, rows: dict, settings: dict) ->
     if calibration.get("rows_digest") != rows_digest(rows):
         note = f"calibration.json was computed from {calibration.get('rows')} rows, not these"
     else:
-        # calibration.json holds the settings as JSON does (tuples as lists): compare them the same way.
-        ran = {"design": calibration.get("design"), "num_sequences": calibration.get("num_sequences")}
-        here = json.loads(json.dumps({k: settings.get(k) for k in ran}))
+        ran, here = _simulated_settings(calibration), _simulated_settings(settings)
         changed = [k for k in ran if ran[k] != here[k]]
         if changed:
             note = (
