@@ -517,3 +517,22 @@ def test_an_old_folder_s_support_length_the_model_cannot_tell_refuses_the_merge_
     plain = [_old_merge_folder(tmp_path / f"plain{m}", model_folder, [m], summary_seq_len=32) for m in (1, 2)]
     merge_sweeps(plain, tmp_path / "plain")
     assert "support_seq_len" not in store.read_settings(tmp_path / "plain")
+
+
+def test_a_resume_naming_another_word_list_is_told_the_source_that_gives_the_folders_back(tmp_path, llama):
+    """A words folder resumed with a bare --source words, which means the protocol's list (pydoc_data's words under
+    the ut-peft protocol, GloVe's under the published one), is refused on source.name and told the --source that
+    names the folder's own list."""
+    import dataclasses
+
+    from .test_sweep import _NoBosWordTokenizer
+
+    path = tmp_path / "words.txt"
+    path.write_text("\n".join(f"alpha{i}" for i in range(50)))
+    config = small_config(source=f"words:{path}", ms=[1], grid=GridConfig(lengths=[3]), num_sequences=1)
+    run_sweep(config, tmp_path / "ours", model=llama, tokenizer=_NoBosWordTokenizer(), progress=False, report=False)
+    with pytest.raises(ValueError, match=r"source\.name") as refused:
+        bare = dataclasses.replace(config, source="words")
+        run_sweep(bare, tmp_path / "ours", model=llama, tokenizer=_NoBosWordTokenizer(), progress=False)
+    assert f"resume it with --source words:{path}" in str(refused.value)
+    assert "a bare --source words means" in str(refused.value)

@@ -807,6 +807,20 @@ def _outside_change(recorded: dict, paths: list[str]) -> str:
             "and last MiB), and they changed since the folder's rows were crammed: restore the model as it was to "
             "resume, or run the new weights into a new --output folder"
         )
+    source = recorded.get("source")
+    if "source.name" in paths and isinstance(source, dict) and source.get("kind") == "words":
+        from .config import default_word_list, source_spec  # config imports this module
+
+        try:
+            spec = source_spec(source)
+        except ValueError:  # a list given from Python: no flag names it
+            spec = None
+        if spec is not None:
+            notes.append(
+                f"source.name is the word list the folder's texts were drawn from: resume it with --source {spec} "
+                f"(a bare --source words means the protocol's list: {default_word_list('published')} under --protocol "
+                f"published, {default_word_list('ut-peft')} otherwise), or run another list into a new output folder"
+            )
     # Only where the folder's word list is the command's: with another source no construction gives the folder back.
     if "source.words_per_token" in paths and not {"source.kind", "source.name"} & set(paths):
         kept = json.loads(_value(recorded, "source.words_per_token"))
