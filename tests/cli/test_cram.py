@@ -462,3 +462,20 @@ def test_report_only_on_another_device_type_keeps_the_folders_support_block(trac
     assert "again on cpu" in capsys.readouterr().out
     with pytest.raises(ValueError, match="--remeasure-support only goes with --report-only or --merge"):
         command.main(command.parse([*SMALL.split(), "--remeasure-support", "--output-dir", str(tmp_path / "run")]))
+
+
+def test_a_resume_with_save_vectors_says_which_rows_have_none(tracked_sweep, model_dir, tmp_path, capsys):
+    """--save-vectors (or --save-adapters) on a resume keeps the vectors of the rows this run crams: the rows the
+    folder held already, crammed without it, have none. A finished folder resumed with --save-vectors saved nothing,
+    without a word, and --save-adapters then said to run the sweep with --save-vectors, which is what was run. Now
+    the rows without vectors are counted, and --save-adapters says how to get them."""
+    import shutil
+
+    folder = tmp_path / "out"
+    shutil.copytree(tracked_sweep, folder)
+    cram(model_dir, folder, "--save-vectors")
+    out = capsys.readouterr().out
+    assert "note: 12 of the 12 rows of" in out and "have no saved vectors" in out, out
+    assert "rerun into a new --output-dir (or with --overwrite)" in out, out
+    with pytest.raises(ValueError, match=r"no adapters were written: .* 12 rows were crammed by an earlier run"):
+        cram(model_dir, folder, "--save-adapters")

@@ -125,11 +125,35 @@ def main(args):
             SweepTracker.log_summary(accelerator, summary, step=tracker.step)
         end_tracking(accelerator)
     if accelerator.is_main_process:
+        missing, total = _rows_without_vectors(args.output) if args.save_vectors or args.save_adapters else (0, 0)
+        if missing:  # rows an earlier run crammed without --save-vectors, which this resume kept as they were
+            print(
+                f"note: {missing} of the {total} rows of {args.output} have no saved vectors: an earlier run crammed "
+                "them without --save-vectors (or --save-adapters), and this run resumed them as they were. To keep "
+                "every row's vectors, rerun into a new --output-dir (or with --overwrite)"
+            )
+        if args.save_adapters and missing and missing == total:
+            raise ValueError(
+                f"the sweep finished, but no adapters were written: its {total} rows were crammed by an earlier run "
+                f"without --save-vectors or --save-adapters, so {Path(args.output) / 'vectors'} holds none. Rerun "
+                "with --save-adapters into a new --output-dir (or with --overwrite) to cram them with their vectors"
+            )
         if args.save_adapters:
             saved = _save_adapters(args.output, config.model, save_memory_adapters, lock_folder)
             print(f"saved {len(saved)} memory adapters under {Path(args.output) / ADAPTERS_DIR}")
         print(console_summary(summary))  # what report.md says, as it says it
         print(f"report: {Path(args.output) / REPORT_FILE}")
+
+
+def _rows_without_vectors(output) -> tuple[int, int]:
+    """(rows of the folder without saved vectors, rows of the folder): an inferred row was never crammed, so it has
+    none and is counted as neither."""
+    from ..accessibility.engine.rows import INFERRED
+    from ..accessibility.store import read_rows, vector_files
+
+    crammed = [key for key, row in read_rows(Path(output)).items() if row["stop_reason"] != INFERRED]
+    saved = vector_files(output)
+    return sum(key not in saved for key in crammed), len(crammed)
 
 
 def _save_adapters(output, model: str, save_memory_adapters, lock_folder) -> list:
