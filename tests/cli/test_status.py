@@ -69,7 +69,7 @@ def test_a_finished_folder_shows_its_rows_calibrated_estimate_stop_and_hours(tmp
         (5, 0),
     ]
     assert status["finished"] and status["paused"] is None and status["in_flight"]["snapshots"] == []
-    assert status["summary"] == {"exists": True, "rows": len(rows), "current": True}
+    assert status["summary"] == {"exists": True, "rows": len(rows), "current": True, "compared": "digest"}
 
     # The estimate is the design's fit of these rows (the report's), with calibration.json's intervals: it is current.
     estimate = status["estimate"]
@@ -532,6 +532,34 @@ def test_a_damaged_settings_json_is_one_line_naming_what_is_wrong_and_how_to_res
         cli.main(["status", str(folder)])
     err = capsys.readouterr().err
     assert "cp " not in err and "summary.json" in err
+
+
+def test_summary_json_is_of_these_rows_by_their_digest_not_their_count(tmp_path, capsys):
+    """Was: status called summary.json "of these rows" when it summarised as many rows, whatever they were (a row
+    written again with another outcome, rows replaced). The summary records its rows' digest (store.rows_digest), and
+    status compares that; a summary written before it recorded one is compared by count, saying so."""
+    folder = copy_sweep(WORDS, tmp_path / "words", names=("settings.json", "rows.jsonl", "summary.json"))
+    summary = json.loads((folder / "summary.json").read_text())
+    assert summary["rows_digest"] == store.rows_digest(store.read_rows(folder))  # the sweep's summary records it
+
+    def line() -> str:
+        return next(line for line in status_of(folder, capsys).splitlines() if line.startswith("summary.json:"))
+
+    rows = file_rows(folder)
+    assert line() == f"summary.json: of these {len(rows)} rows"
+    # As many rows, one of them another outcome: other rows.
+    rows[0] = dict(rows[0], accessible=not rows[0]["accessible"])
+    (folder / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    status = json.loads(status_of(folder, capsys, "--json"))
+    assert status["summary"] == {"exists": True, "rows": len(rows), "current": False, "compared": "digest"}
+    assert line() == f"summary.json: of other rows than these {len(rows)} (as many, but its rows' digest differs)"
+    # A summary from before the digest: the count is all there is to compare, and the line says so.
+    del summary["rows_digest"]
+    (folder / "summary.json").write_text(json.dumps(summary))
+    assert json.loads(status_of(folder, capsys, "--json"))["summary"]["compared"] == "count"
+    assert line() == (
+        f"summary.json: of as many rows as these {len(rows)} (it records no rows' digest: only the count was compared)"
+    )
 
 
 @pytest.mark.parametrize("damage", ['{"num_rows": ', "", "[]", '{"model": "x"}'])

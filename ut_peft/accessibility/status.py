@@ -183,7 +183,9 @@ def _in_flight(folder: Path, config: SweepConfig, rows: dict, due: list, pooled:
 
 
 def _summary_state(folder: Path, rows: dict) -> dict:
-    """Whether summary.json exists and how many rows it summarised (a run under way summarises only at its end)."""
+    """Whether summary.json exists, how many rows it summarised (a run under way summarises only at its end), and
+    whether they are these rows: by the rows' digest it records (store.rows_digest; ``compared`` "digest"), or, for a
+    summary written before it recorded one, by their count alone (``compared`` "count")."""
     path = folder / store.SUMMARY_FILE
     if not path.is_file():
         return {"exists": False, "rows": None, "current": False}
@@ -195,7 +197,11 @@ def _summary_state(folder: Path, rows: dict) -> dict:
     summarised = data.get("num_rows") if isinstance(data, dict) else None
     if not isinstance(summarised, int):
         return {"exists": True, "rows": None, "current": False, "damaged": "no num_rows in it"}
-    return {"exists": True, "rows": summarised, "current": summarised == len(rows)}
+    recorded = data.get("rows_digest")
+    if recorded is None:
+        return {"exists": True, "rows": summarised, "current": summarised == len(rows), "compared": "count"}
+    # A count misses rows replaced or changed (a row written again, another outcome): the digest does not.
+    return {"exists": True, "rows": summarised, "current": recorded == store.rows_digest(rows), "compared": "digest"}
 
 
 def _entry(estimate: float, se: float, ci, wald_ci) -> dict:
@@ -671,8 +677,16 @@ def format_status(status: dict) -> str:
             "writes it again from the rows"
         )
     elif summary["exists"]:
-        of = "these" if summary["current"] else f"{summary['rows']} rows, not these"
-        lines.append(f"summary.json: of {of} {rows['total']} rows")
+        by_count = summary.get("compared") == "count"
+        if summary["current"] and by_count:
+            of = f"as many rows as these {rows['total']} (it records no rows' digest: only the count was compared)"
+        elif summary["current"]:
+            of = f"these {rows['total']} rows"
+        elif summary["rows"] == rows["total"]:
+            of = f"other rows than these {rows['total']} (as many, but its rows' digest differs)"
+        else:
+            of = f"{summary['rows']} rows, not these {rows['total']} rows"
+        lines.append(f"summary.json: of {of}")
     else:
         lines.append("summary.json: none yet (a run writes it at its end; `ut-peft cram --report-only` makes one)")
     if stop is None:

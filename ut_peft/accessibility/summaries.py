@@ -127,6 +127,10 @@ class Summary(_Record):
     # The line through the published least squares over rows (n50_published_rows where an m has one, n50_published
     # where its counts are equal); None where no m has unequal counts (it is fit_published then).
     fit_published_rows: LineFit | None = None
+    # The digest of the rows summarised (store.rows_digest: every row's (m, n, index), outcome and steps), so that a
+    # reader can tell whether the folder's rows now are those (a count alone misses rows replaced or changed); None in
+    # summaries written before it.
+    rows_digest: str | None = None
 
     def to_dict(self) -> dict:
         data = dataclasses.asdict(self)

@@ -1284,6 +1284,7 @@ def summarize(
         row_steps=sum(row_steps(r) for r in rows.values()),
         pooled=pooled,
         interval_checks=checks,
+        rows_digest=store.rows_digest(rows),
     )
 
 
