@@ -353,3 +353,18 @@ def test_cram_says_ms_and_its_folder_given_twice(capsys):
     err = capsys.readouterr().err
     assert "--ms given twice (--ms 1 2, then --ms 4): only the last is used (--ms 4)" in err, err
     assert "--output-dir given twice (--output o, then --out p)" in err, err  # one flag under two of its names
+
+
+def test_only_the_commands_that_rerun_a_settings_json_say_so_in_their_help(capsys):
+    """--config's help said "A finished sweep's settings.json is a config that reruns it" on every command, and
+    `ut-peft status --config settings.json` (or push, calibrate, bounds ...) refuses the file's keys as no flags of
+    theirs. Only `ut-peft cram` says it now."""
+    import importlib
+
+    from ut_peft.cli import COMMANDS
+
+    for name, module in COMMANDS.items():
+        with pytest.raises(SystemExit):
+            importlib.import_module(f"ut_peft.cli.{module}").parse(["--help"])
+        text = " ".join(capsys.readouterr().out.split())
+        assert ("settings.json is a config that reruns it" in text) == (name == "cram"), name

@@ -30,13 +30,18 @@ TRACKER_PACKAGES = {"tensorboard": "tensorboard", "wandb": "wandb"}
 # ---- flags and config files --------------------------------------------------------------------------------------
 
 
-def add_common_flags(parser: argparse.ArgumentParser, *, tracking: bool = False) -> argparse.ArgumentParser:
-    """``--config`` and ``--debug`` on every command; ``--report-to`` and ``--logging-dir`` where it tracks."""
+def add_common_flags(
+    parser: argparse.ArgumentParser, *, tracking: bool = False, reruns: str | None = None
+) -> argparse.ArgumentParser:
+    """``--config`` and ``--debug`` on every command; ``--report-to`` and ``--logging-dir`` where it tracks.
+    ``reruns``: the file of a finished run that the command's --config also reads as the flags that rerun it (its
+    parse_args ``from_file``), e.g. "A finished sweep's settings.json"; said in --config's help only where given."""
+    rerun = f". {reruns} is a config that reruns it" if reruns else ""
     parser.add_argument(
         "--config",
         metavar="FILE",
         help="YAML (or JSON) file of flags, keys = the long flag names (- or _), e.g. 'ms: [1, 2]'; flags given "
-        "on the command line override it. A finished sweep's settings.json is a config that reruns it",
+        f"on the command line override it{rerun}",
     )
     parser.add_argument("--debug", action="store_true", help=f"show the traceback of an error (also: {DEBUG_ENV}=1)")
     if tracking:

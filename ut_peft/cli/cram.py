@@ -646,7 +646,7 @@ def make_parser(prog: str | None = None) -> argparse.ArgumentParser:
     )
     for flag in FLAGS:
         flag.add_to(parser)
-    return add_common_flags(parser, tracking=True)
+    return add_common_flags(parser, tracking=True, reruns="A finished sweep's settings.json")
 
 
 def parse(argv=None, *, prog: str | None = None):
