@@ -60,3 +60,22 @@ def test_the_rows_left_say_how_many_of_them_the_round_now_running_has_written(tm
         "3 of its rows written), "
         f"{projected['rows']} rows, "
     ) in left
+
+
+def test_the_laws_arithmetic_follows_from_the_figures_it_prints(tmp_path):
+    """Was: the law printed its ratio rounded ("at 1.25 x its target needs 128 x (1.25^2 - 1) = 74 more") while it
+    computed with 1.2537 (128 x (1.25^2 - 1) is 72): the line gives the ratio to four places and the product before
+    it is rounded up to whole rows, so the sum can be done from what it prints."""
+    rows = [json.loads(line) for line in (WORDS / "rows.jsonl").read_text().splitlines() if line.strip()]
+    folder = tmp_path / "words"
+    folder.mkdir()
+    (folder / "settings.json").write_text((WORDS / "settings.json").read_text())
+    last = max(r["index"] for r in rows) - 7
+    (folder / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows if r["index"] < last + 3))
+    status = folder_status(folder)
+    projected = status["time"]["projection"]
+    # Gemma's figures at 128 rows, in this folder's projection.
+    projected.update(binding="slope", ratio=1.2537, judged_rows=128, rows_for_targets=74)
+    text = format_status(status)
+    assert "slope at 1.2537 x its target needs 128 x (1.2537^2 - 1) = 73.2, rounded up 74 more" in text
+    assert "1.25^2" not in text

@@ -265,7 +265,8 @@ def test_a_partial_folder_shows_its_round_in_flight_stop_state_and_projection(pa
     assert f"left: about {time['hours_left']:.1f} h (a projection): {plan['rounds']} more round" in text
     assert "the rounds the design would deal at its present fit" in text
     assert f"(the law 1 / sqrt(rows) from the rows so far: {more // 8} rounds, {more} rows: " in text
-    assert f"needs {judged['rows']} x ({ratio:.2f}^2 - 1) = {needed} more" in text
+    product = judged["rows"] * (ratio**2 - 1)
+    assert f"needs {judged['rows']} x ({ratio:.4f}^2 - 1) = {product:.1f}, rounded up {needed} more" in text
     # The row-steps line says which pricing set the hours, and gives the other beside it.
     mean_row = f"{per_row:,.0f} a row (the mean of a fitted round's row)"
     if scale == 1.0:
