@@ -79,3 +79,15 @@ def test_the_laws_arithmetic_follows_from_the_figures_it_prints(tmp_path):
     text = format_status(status)
     assert "slope at 1.2537 x its target needs 128 x (1.2537^2 - 1) = 73.2, rounded up 74 more" in text
     assert "1.25^2" not in text
+
+
+def test_the_docs_status_example_prints_the_lines_status_prints():
+    """docs/cli.md's example of `ut-peft status` on this folder kept the old n_50 labels ("measured", "read off the
+    line") after status changed them: each of its estimate lines (the slope's, each m's) is one status prints."""
+    docs = (ROOT / "docs" / "cli.md").read_text()
+    example = docs.split("$ ut-peft status results/smollm2-135m/pooled-words-v7\n", 1)[1].split("```", 1)[0]
+    printed = set(format_status(words_status()).splitlines())
+    shown = [line for line in example.splitlines() if line.startswith(("  m = ", "  slope ", "estimate: "))]
+    assert len(shown) >= 3
+    for line in shown:
+        assert line in printed, line
