@@ -399,3 +399,21 @@ def test_the_library_still_refuses_the_counts_the_flags_refuse():
         SweepConfig(cram=CramConfig(batch_size=0))
     with pytest.raises(ValueError, match="memory vectors m must be >= 1"):
         SweepConfig(ms=[0])
+
+
+def test_lr_scale_embedding_under_the_published_protocol_is_refused(tmp_path):
+    """The published protocol steps with --lr as given (protocol.cram_settings sets lr_scale "none"), so
+    `--protocol published --lr-scale embedding` crammed Gemma with the unscaled step, without a word, as --prefix was
+    before it was refused there. Now it is refused by name, from the command line or a --config file; left unset
+    (or none) it is taken, and under the ut-peft protocol unset means embedding."""
+    out = ["--output-dir", str(tmp_path / "out")]
+    with pytest.raises(ValueError, match=r"^--lr-scale embedding .* the published protocol steps with --lr as given"):
+        command.sweep_config(command.parse(["--protocol", "published", "--lr-scale", "embedding", *out]))
+    config = tmp_path / "run.yaml"
+    config.write_text("protocol: published\nlr_scale: embedding\n")
+    with pytest.raises(ValueError, match=r"^--lr-scale embedding"):
+        command.sweep_config(command.parse(["--config", str(config), *out]))
+    for argv in (["--protocol", "published"], ["--protocol", "published", "--lr-scale", "none"]):
+        assert as_run(command.sweep_config(command.parse([*argv, *out]))).cram.lr_scale == "none"  # the protocol's
+    assert command.sweep_config(command.parse(out)).cram.lr_scale == "embedding"
+    assert command.sweep_config(command.parse(["--lr-scale", "none", *out])).cram.lr_scale == "none"

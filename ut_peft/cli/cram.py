@@ -307,6 +307,7 @@ FIRST_POOLED_VERSION = library_value("ut_peft.accessibility.designs.configs:FIRS
 SNAPSHOT_SECONDS = library_value("ut_peft.accessibility.sweep:run_sweep.__kwdefaults__['snapshot_seconds']", 300.0)
 SUPPORT_SEQUENCES = library_value(f"{_SWEEP}.support_sequences", 256)
 PREFIX = library_value(f"{_SWEEP}.prefix", "bos")  # --prefix left unset under the ut-peft protocol
+LR_SCALE = library_value(f"{_CRAM}.lr_scale", "embedding")  # --lr-scale left unset
 
 # The command's own default job (`ut-peft cram` with no flags: protocol.QUICK_RUN, a smoke run of minutes on a
 # CPU); its m and lengths hold under either protocol.
@@ -572,12 +573,13 @@ FLAGS = (
     Flag("lr", "cram.lr", api=0.01, type=float, help="AdamW learning rate of the memory vectors"),
     # Recorded only where it changes the rows (a model that scales its embeddings: Gemma); a settings.json without it
     # stepped as "none", as every run did before the flag existed.
-    Flag("lr-scale", "cram.lr_scale", api="embedding", absent="none", choices=["embedding", "none"],
+    # Unset by default (LR_SCALE), so that embedding given under the published protocol is refused.
+    Flag("lr-scale", "cram.lr_scale", absent="none", choices=["embedding", "none"],
          help="ut-peft protocol: embedding (default) multiplies --lr by the model's embedding scale (sqrt(d) on "
          "Gemma, whose init is drawn that much larger) and divides weight decay and eps by it, so a step is the same "
          "size relative to the vectors on every model; none: --lr as given, as folders written before this flag "
-         "(resume one on Gemma with it). No effect on models without an embedding scale, nor under --protocol "
-         "published"),
+         "(resume one on Gemma with it). No effect on models without an embedding scale; --protocol published "
+         "steps with --lr as given and refuses embedding"),
     Flag("batch-size", "cram.batch_size", unrecorded=True, api=16, type=positive_int,
          help="sequences crammed together"),
     Flag("logits-budget", "cram.logits_budget", unrecorded=True, api=2**26, type=positive_int, metavar="ELEMENTS",
@@ -725,6 +727,7 @@ def sweep_config(args: argparse.Namespace) -> SweepConfig:
     )
     values = {flag.config: getattr(args, flag.dest) for flag in FLAGS if flag.config is not None}
     values["prefix"] = _prefix(args)
+    values["cram.lr_scale"] = _lr_scale(args)
     values.update({"design.target_n50_se": _n50_targets(args.target_n50_se)})
     values.update({"design.version": pooled_version(args, design), "support_sequences": support_sequences(args)})
     cram = CramConfig(**_section(values, "cram"))
@@ -749,6 +752,20 @@ def _prefix(args: argparse.Namespace) -> str:
             "--protocol ut-peft"
         )
     return args.prefix
+
+
+def _lr_scale(args: argparse.Namespace) -> str:
+    """--lr-scale, LR_SCALE when unset; ValueError for embedding under the published protocol, which steps with --lr
+    as given (protocol.cram_settings), so that the scaled step asked for is not replaced by the unscaled one unsaid."""
+    if args.lr_scale is None:
+        return LR_SCALE
+    if args.protocol == "published" and args.lr_scale == "embedding":
+        raise ValueError(
+            "--lr-scale embedding scales the ut-peft protocol's step by the model's embedding scale; the published "
+            "protocol steps with --lr as given, as the paper's code: drop --lr-scale (or give none), or use "
+            "--protocol ut-peft"
+        )
+    return args.lr_scale
 
 
 def _section(values: dict, section: str) -> dict:
