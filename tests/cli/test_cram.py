@@ -479,3 +479,13 @@ def test_a_resume_with_save_vectors_says_which_rows_have_none(tracked_sweep, mod
     assert "rerun into a new --output-dir (or with --overwrite)" in out, out
     with pytest.raises(ValueError, match=r"no adapters were written: .* 12 rows were crammed by an earlier run"):
         cram(model_dir, folder, "--save-adapters")
+
+
+def test_merge_refuses_a_folder_named_twice(tracked_sweep, tmp_path):
+    """--merge A A (or A and a path to the same folder) pooled A with itself and reported it as a merge of two
+    sweeps, although one needs at least two: now it is refused, naming the folder, before anything is written."""
+    same = tracked_sweep.parent / ".." / tracked_sweep.parent.name / tracked_sweep.name
+    for merge in ([tracked_sweep, tracked_sweep], [tracked_sweep, same]):
+        with pytest.raises(ValueError, match=r"^--merge names .* twice \(as .* and .*\): give each sweep folder once"):
+            command.main(command.parse(["--merge", *map(str, merge), "--output-dir", str(tmp_path / "merged")]))
+    assert not (tmp_path / "merged").exists()

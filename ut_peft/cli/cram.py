@@ -260,6 +260,14 @@ def report(args: argparse.Namespace) -> None:
         # others would race it for the folder's lock (and one that lost a --merge would exit 2 and take it down).
         return
     if args.merge:  # sweeps of other m / lengths, e.g. run on several machines, pooled into --output-dir
+        seen: dict[Path, str] = {}
+        for folder in args.merge:  # a folder pooled with itself would be reported as a merge of two sweeps
+            path = Path(folder).resolve()
+            if path in seen:
+                raise ValueError(
+                    f"--merge names {folder} twice (as {seen[path]} and {folder}): give each sweep folder once"
+                )
+            seen[path] = folder
         for folder in args.merge:
             refuse_unfinished_clear(folder)  # said as such, not as a folder that holds no run
             check_run_folder(folder, "--merge", SETTINGS_FILE)
