@@ -368,3 +368,13 @@ def test_only_the_commands_that_rerun_a_settings_json_say_so_in_their_help(capsy
             importlib.import_module(f"ut_peft.cli.{module}").parse(["--help"])
         text = " ".join(capsys.readouterr().out.split())
         assert ("settings.json is a config that reruns it" in text) == (name == "cram"), name
+
+
+def test_a_flag_given_twice_is_said_once_under_accelerate_launch(capsys, monkeypatch):
+    """Every process of `accelerate launch` parses the same command line: the note is the first process's alone."""
+    monkeypatch.setenv("RANK", "1")
+    assert parse_args(toy_parser(), ["--out", "o", "--lr", "0.1", "--lr", "0.2"]).lr == 0.2
+    assert capsys.readouterr().err == ""
+    monkeypatch.setenv("RANK", "0")
+    parse_args(toy_parser(), ["--out", "o", "--lr", "0.1", "--lr", "0.2"])
+    assert "--lr given twice" in capsys.readouterr().err

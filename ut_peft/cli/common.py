@@ -409,7 +409,9 @@ def parse_args(
     args, extras = parser.parse_known_args(argv)
     if extras:
         parser.error(_unrecognized(parser, extras))
-    for line in _repeated(parser, argv):  # said, not refused: a later flag overriding an earlier one is a common use
+    # Said, not refused: a later flag overriding an earlier one is a common use. Said by the first process of an
+    # `accelerate launch` (RANK, as warn_about_lost_processes reads it): every process parses the same command line.
+    for line in _repeated(parser, argv) if os.environ.get("RANK", "0") == "0" else []:
         print(f"{parser.prog}: note: {line}", file=sys.stderr)
     args.prog = parser.prog
     return args
