@@ -417,3 +417,20 @@ def test_lr_scale_embedding_under_the_published_protocol_is_refused(tmp_path):
         assert as_run(command.sweep_config(command.parse([*argv, *out]))).cram.lr_scale == "none"  # the protocol's
     assert command.sweep_config(command.parse(out)).cram.lr_scale == "embedding"
     assert command.sweep_config(command.parse(["--lr-scale", "none", *out])).cram.lr_scale == "none"
+
+
+def test_a_ut_peft_config_run_under_the_published_protocol_leaves_its_layout_and_step_scale(tmp_path):
+    """A --config file of a ut-peft run (its settings.json records lr_scale embedding on Gemma, and a YAML may give the
+    prefix) rerun with --protocol published on the command line: the file's ut-peft-only settings are its protocol's,
+    which the command line replaced, so they read at the published protocol's values instead of refusing flags the
+    command line never gave. Given on the command line they are still refused."""
+    out = ["--output-dir", str(tmp_path / "out")]
+    config = tmp_path / "ours.yaml"
+    config.write_text("protocol: ut-peft\nlr_scale: embedding\nprefix: bos\n")
+    run = as_run(command.sweep_config(command.parse(["--config", str(config), "--protocol", "published", *out])))
+    assert run.protocol == "published" and run.cram.lr_scale == "none"
+    published = ["--config", str(config), "--protocol", "published"]
+    for flag, value in (("--lr-scale", "embedding"), ("--prefix", "bos")):
+        with pytest.raises(ValueError, match=rf"^{flag} "):
+            command.sweep_config(command.parse([*published, flag, value, *out]))
+    assert command.sweep_config(command.parse(["--config", str(config), *out])).cram.lr_scale == "embedding"

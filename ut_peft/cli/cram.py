@@ -670,7 +670,20 @@ def parse(argv=None, *, prog: str | None = None):
         from ..accessibility.engine.sources import AUTO_WORDS_PER_TOKEN
 
         args.words_per_token = AUTO_WORDS_PER_TOKEN  # the protocol's
+    for dest in _left_with_the_files_protocol(parser, args):
+        setattr(args, dest, None)  # unset: the published protocol's own (_prefix, _lr_scale)
     return args
+
+
+def _left_with_the_files_protocol(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[str]:
+    """The ut-peft-only settings (--prefix, --lr-scale) a --config file gives that the command line's --protocol
+    published leaves behind: they are the file's protocol's layout and step, which the command line replaced, as a
+    ut-peft folder's settings.json rerun under the published protocol. Given on the command line they stay, and are
+    refused (_prefix, _lr_scale); given in a file that is itself published, too."""
+    if "protocol" not in args.given or args.protocol != "published":
+        return []
+    in_file = given_by_config(parser)[1]
+    return [dest for dest in ("prefix", "lr_scale") if dest in in_file and dest not in args.given]
 
 
 def _leaves_the_files_words(parser: argparse.ArgumentParser, args: argparse.Namespace) -> bool:
