@@ -74,6 +74,7 @@ from ..io import (
 from ..models import canonical_model_name
 from .designs.configs import BUILTIN_CONFIGS, with_recorded_rules
 from .engine.rows import INFERRED, Row, RowError
+from .engine.sources import default_word_list, source_spec
 
 SETTINGS_FILE = "settings.json"
 SUMMARY_FILE = "summary.json"
@@ -809,8 +810,6 @@ def _outside_change(recorded: dict, paths: list[str]) -> str:
         )
     source = recorded.get("source")
     if "source.name" in paths and isinstance(source, dict) and source.get("kind") == "words":
-        from .config import default_word_list, source_spec  # config imports this module
-
         try:
             spec = source_spec(source)
         except ValueError:  # a list given from Python: no flag names it

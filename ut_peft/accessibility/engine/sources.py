@@ -621,3 +621,50 @@ def make_source(
         f"unknown source {spec!r}: use text, text:PATH, hf:NAME[:SPLIT[:COLUMN]], words, "
         "words:glove, words:wordfreq, words:PATH or tokens"
     )
+
+
+# Sources whose spec is not "KIND:NAME" of their description's name: the bundled text and word lists.
+_NAMED_SOURCES = {
+    ("text", "pydoc_data"): "text",
+    ("words", "pydoc_data"): "words:pydoc_data",
+    ("words", GLOVE_WORDS_NAME): "words:glove",
+    ("words", "wordfreq:en:100000"): "words:wordfreq",
+}
+
+
+def default_word_list(protocol: str) -> str:
+    """The list a bare ``words`` means under ``protocol``: the paper's under the published protocol, ut-peft's own
+    otherwise."""
+    return "glove" if protocol == "published" else "pydoc_data"
+
+
+def source_word_list(source, protocol: str) -> str | None:
+    """The word list the source spec ``source`` names under ``protocol`` (``glove``, ``wordfreq``, a path; a bare
+    ``words``: the protocol's list), None for a source that draws no words (or one given from Python)."""
+    kind, _, name = source.partition(":") if isinstance(source, str) else ("", "", "")
+    if kind != "words":
+        return None
+    return name or default_word_list(protocol)
+
+
+def source_spec(description: dict) -> str:
+    """The source spec (``SweepConfig.source``, ``--source``) that builds the source a settings.json describes (its
+    ``"source"``: ``SequenceSource.describe()``): ``tokens``, ``text``, ``text:PATH``, ``hf:NAME:SPLIT:COLUMN``,
+    ``words:glove``, ``words:wordfreq``, ``words:pydoc_data`` or ``words:PATH``. A file's description records its
+    sha256, so a file named like a bundled list is read as the file. ValueError for a source given from Python (a
+    ``datasets.Dataset``), which settings.json names but does not hold."""
+    kind, name = description.get("kind"), description.get("name")
+    if kind == "tokens":
+        return "tokens"
+    if kind == "text" and isinstance(name, str) and name.startswith("hf:"):
+        return name
+    if kind in ("text", "words") and isinstance(name, str) and not name.startswith("dataset:"):
+        named = _NAMED_SOURCES.get((kind, name))
+        # The GloVe list's description records its digest too: only the other bundled sources are told by its absence.
+        if named is not None and ("sha256" not in description or name == GLOVE_WORDS_NAME):
+            return named
+        return f"{kind}:{name}"
+    raise ValueError(
+        f"the source {description} was given from Python (a dataset object), which settings.json does not hold: "
+        "rebuild its config from Python (SweepConfig.from_settings(settings, source=the dataset, ...))"
+    )
