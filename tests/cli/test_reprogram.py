@@ -22,6 +22,12 @@ TINY_PRETRAINED = [
 ]
 
 
+def backbone(argv: list[str], name: str) -> list[str]:
+    """``argv`` on another backbone: its --backbone replaced, not given again (a flag given twice is noted)."""
+    at = argv.index("--backbone")
+    return [*argv[:at], "--backbone", name, *argv[at + 2 :]]
+
+
 def scalars(logdir):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -59,7 +65,7 @@ def test_errors_are_one_line(tmp_path, capsys, monkeypatch):
         ([*TINY, "--out", tmp_path / "file"], "--out"),
         ([*TINY, "--out", tmp_path / "o", "--results", tmp_path], "--results"),
         (
-            [*TINY_PRETRAINED, "--backbone", "pretrained:/nonexistent", "--out", tmp_path / "o"],
+            [*backbone(TINY_PRETRAINED, "pretrained:/nonexistent"), "--out", tmp_path / "o"],
             "no such file or folder",
         ),
         # hf: and pretrained: models never read the universal backbones' settings (the row would record them)
@@ -67,15 +73,15 @@ def test_errors_are_one_line(tmp_path, capsys, monkeypatch):
         ([*TINY, "--head-dim", "4", "--out", tmp_path / "o"], "backbone='hf:gpt2' ignores it"),
         # a pretrained: model is loaded as it was saved; an hf: family other than gpt2 has rotary positions
         (
-            [*TINY_PRETRAINED, "--backbone", "pretrained:smollm2-135m", "--width", "24", "--out", tmp_path / "o"],
+            [*backbone(TINY_PRETRAINED, "pretrained:smollm2-135m"), "--width", "24", "--out", tmp_path / "o"],
             "width=24 (--width) sets the backbones built here",
         ),  # fmt: skip
         (
-            [*TINY_PRETRAINED, "--backbone", "pretrained:smollm2-135m", "--init-std", "1.0", "--out", tmp_path / "o"],
+            [*backbone(TINY_PRETRAINED, "pretrained:smollm2-135m"), "--init-std", "1.0", "--out", tmp_path / "o"],
             "backbone='pretrained:smollm2-135m' ignores it (the model is loaded as it was saved)",
         ),  # fmt: skip
         (
-            [*TINY, "--backbone", "hf:llama", "--no-positions", "--out", tmp_path / "o"],
+            [*backbone(TINY, "hf:llama"), "--no-positions", "--out", tmp_path / "o"],
             "positions=False (--no-positions) sets the backbones with learned positions",
         ),  # fmt: skip
         ([*TINY, "--backbone-seed", "-1", "--out", tmp_path / "o"], "backbone_seed=-1 (--backbone-seed) must be"),
