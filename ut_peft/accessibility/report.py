@@ -446,7 +446,7 @@ def markdown(summary: Summary, *, figures: tuple[str, str] | None = (ACCESSIBILI
     if summary.pooled and fit:
         lines += [
             f"The per-m line slope is that of the line through the per-m MLE n_50 ({fit['slope']:.2f}), not the "
-            f"pooled design's estimate{_headline_ratios(summary).replace('; ', ': ', 1)}.",
+            f"pooled design's estimate{_headline_ratios(summary, lead=': ')}.",
             "",
         ]
     lines += [
@@ -665,17 +665,17 @@ def console_summary(summary: Summary) -> str:
     return "\n".join(lines)
 
 
-def _headline_ratios(summary: Summary) -> str:
+def _headline_ratios(summary: Summary, lead: str = "; ") -> str:
     """The bounds over a pooled sweep's headline slope (the calibrated pooled slope where a current calibration holds
-    one, else the pooled line's: :func:`run_slope`), for the console beside the ratios over the per-m line; "" where
-    the headline is the per-m line itself, or no positive slope is there to divide by."""
+    one, else the pooled line's: :func:`run_slope`), after ``lead``, for the console beside the ratios over the per-m
+    line; "" where the headline is the per-m line itself, or no positive slope is there to divide by."""
     headline = run_slope(summary)
     if headline is None or headline[0] <= 0 or not headline[1].startswith("pooled line"):
         return ""
     slope, bounds = headline[0], summary.bounds
     name = "calibrated pooled slope" if "calibrated" in headline[1] else "pooled slope"
     return (
-        f"; ball / {name} {bounds['ball'] / slope:.1f}, box / {name} {bounds['box'] / slope:.1f} "
+        f"{lead}ball / {name} {bounds['ball'] / slope:.1f}, box / {name} {bounds['box'] / slope:.1f} "
         f"(the headline slope, {slope:.2f})"
     )
 
