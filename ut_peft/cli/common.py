@@ -379,6 +379,12 @@ _CONFIG_GIVEN: weakref.WeakKeyDictionary[argparse.ArgumentParser, tuple[str, fro
     weakref.WeakKeyDictionary()
 )
 
+# parser -> (the command line, dashed, that parse_args parsed last with that parser; the dests it gave): the one
+# counting parse of parse_args serves given_on_command_line too, instead of a second copy parsing argv again.
+_COMMAND_LINE_GIVEN: weakref.WeakKeyDictionary[argparse.ArgumentParser, tuple[tuple[str, ...], frozenset[str]]] = (
+    weakref.WeakKeyDictionary()
+)
+
 
 def parse_args(
     parser: argparse.ArgumentParser,
@@ -398,6 +404,7 @@ def parse_args(
     pre.add_argument("--config")
     config_path = pre.parse_known_args(argv)[0].config
     _CONFIG_GIVEN.pop(parser, None)  # a file read by an earlier parse of this parser is not this one's
+    _COMMAND_LINE_GIVEN.pop(parser, None)
     if config_path:
         try:
             values = load_config(config_path)
@@ -409,19 +416,29 @@ def parse_args(
     args, extras = parser.parse_known_args(argv)
     if extras:
         parser.error(_unrecognized(parser, extras))
-    # Said, not refused: a later flag overriding an earlier one is a common use. Said by the first process of an
-    # `accelerate launch` (RANK, as warn_about_lost_processes reads it): every process parses the same command line.
-    for line in _repeated(parser, argv) if os.environ.get("RANK", "0") == "0" else []:
-        print(f"{parser.prog}: note: {line}", file=sys.stderr)
+    given, repeated = _command_line(parser, argv)
+    _COMMAND_LINE_GIVEN[parser] = (tuple(str(word) for word in argv), frozenset(given))
+    # Said, not refused: a later flag overriding an earlier one is a common use.
+    for line in repeated:
+        note(parser, line)
     args.prog = parser.prog
     return args
 
 
-def _repeated(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
-    """A line for each flag that ``argv`` gives twice (under one of its names or two) with other values: argparse
-    keeps the last without a word, so ``--ms 1 2 --ms 4`` ran m = 4 alone, unsaid. A flag given twice with the same
-    value changes nothing and is not named; a --config file's value is not in ``argv`` (the command line overrides
-    it, as documented)."""
+def note(parser: argparse.ArgumentParser, line: str) -> None:
+    """``<prog>: note: LINE`` on stderr: something the run goes on with that the user may not have meant. Said by the
+    first process of an `accelerate launch` alone (RANK, as warn_about_lost_processes reads it): every process
+    parses the same command line."""
+    if os.environ.get("RANK", "0") == "0":
+        print(f"{parser.prog}: note: {line}", file=sys.stderr)
+
+
+def _command_line(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[set[str], list[str]]:
+    """What the (dashed) ``argv`` gives itself, from one parse by a copy of ``parser`` with every default left out:
+    the dests of the flags it gives (:func:`given_on_command_line`), and a line for each flag it gives twice (under
+    one of its names or two) with other values: argparse keeps the last without a word, so ``--ms 1 2 --ms 4`` ran
+    m = 4 alone, unsaid. A flag given twice with the same value changes nothing and is not named; a --config file's
+    value is not in ``argv`` (the command line overrides it, as documented)."""
     given: dict[str, list[tuple[str, object]]] = {}
 
     def counted(kind: type[argparse.Action]) -> type[argparse.Action]:
@@ -434,9 +451,10 @@ def _repeated(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
 
         return Counted
 
-    # A copy whose actions note each time the command line gives them (argparse has no public list of its actions).
+    # A copy whose actions note each time the command line gives them (argparse has no public list of its actions),
+    # and whose defaults are left out, so that the namespace holds only what argv gives (whatever its value).
     quiet = copy.deepcopy(parser)
-    quiet._defaults.clear()
+    quiet._defaults.clear()  # a --config file's values, set as the parser's defaults by parse_args
     for action in quiet._actions:
         # A flag that collects its values (action="append", "extend") is meant to be given again.
         once = action.nargs != 0 and not isinstance(action, argparse._AppendAction)
@@ -444,7 +462,7 @@ def _repeated(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
             action.__class__ = counted(type(action))
         action.default = argparse.SUPPRESS
         action.required = False
-    quiet.parse_known_args(argv)
+    on_command_line = set(vars(quiet.parse_known_args(argv)[0]))
     lines = []
     for dest, times in given.items():
         switch = all(value is None for _, value in times)
@@ -459,7 +477,7 @@ def _repeated(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
             every = [word for _, value in times for word in _words(value)]
             line += f"; to use every value, give it once with all of them ({' '.join([name, *every])})"
         lines.append(line)
-    return lines
+    return on_command_line, lines
 
 
 def _words(values) -> list[str]:
@@ -516,15 +534,14 @@ def given_on_command_line(parser: argparse.ArgumentParser, argv=None) -> set[str
     """The dests of the flags of ``parser`` that ``argv`` gives itself (not a --config file, not a default), whatever
     their value: a flag written at its default value is given all the same. A refusal of the flags a run would drop
     reads them here, not as values away from the defaults (which let ``--steps 1500`` through when 1500 is the
-    default). ``argv`` is parsed again by a copy of ``parser`` with every default left out (unset flags stay out of
-    the namespace), so parse it with :func:`parse_args` first: its errors are said there."""
-    quiet = copy.deepcopy(parser)
-    quiet._defaults.clear()  # a --config file's values, set as the parser's defaults by parse_args
-    for action in quiet._actions:  # argparse has no public list of its actions
-        action.default = argparse.SUPPRESS
-        action.required = False
-    words = [str(word) for word in (sys.argv[1:] if argv is None else argv)]
-    return set(vars(quiet.parse_known_args(dashed(quiet, words))[0]))
+    default). What :func:`parse_args` found where it parsed this same ``argv`` with ``parser`` last; else ``argv`` is
+    parsed by a copy of ``parser`` with every default left out, so parse it with :func:`parse_args` first: its errors
+    are said there."""
+    words = dashed(parser, [str(word) for word in (sys.argv[1:] if argv is None else argv)])
+    recorded = _COMMAND_LINE_GIVEN.get(parser)
+    if recorded is not None and recorded[0] == tuple(words):
+        return set(recorded[1])
+    return _command_line(parser, words)[0]
 
 
 def given_flags(
