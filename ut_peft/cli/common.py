@@ -683,6 +683,25 @@ def check_logging_dir(args: argparse.Namespace) -> None:
         _writable_folder(Path(logging_dir), "--logging-dir")
 
 
+def note_unused_logging_dir(parser: argparse.ArgumentParser, argv, args: argparse.Namespace) -> str | None:
+    """A :func:`note` where ``--logging-dir`` is given and ``--report-to`` asks for no tracker (its default, none):
+    nothing writes there, and a run that looked tracked went on without a word. A --config file's ``logging_dir`` is
+    named the same way (with the file): it is as unused, and a file is where a tracked run's settings are kept. Not
+    refused: the folder harms nothing (check_logging_dir does not look at it then). The line, None where none."""
+    logging_dir = getattr(args, "logging_dir", None)
+    if not logging_dir or getattr(args, "report_to", "none") != "none":
+        return None
+    path, in_config = given_by_config(parser)
+    from_file = "logging_dir" in in_config and "logging_dir" not in given_on_command_line(parser, argv)
+    where = f" (from the --config file {path})" if from_file else ""
+    line = (
+        f"--logging-dir {logging_dir}{where} is unused: no tracker is asked for; add --report-to tensorboard (or "
+        f"{', '.join(r for r in REPORT_TO if r not in ('none', 'tensorboard'))}), or drop --logging-dir"
+    )
+    note(parser, line)
+    return line
+
+
 def check_output_file(path, flag: str) -> Path:
     """A file the run can create, replace or append to (its folder is made when missing); a clear error otherwise."""
     path = Path(path)

@@ -42,6 +42,7 @@ from .common import (
     given_on_command_line,
     library_value,
     nonnegative_int,
+    note_unused_logging_dir,
     parse_args,
     positive_int,
     positive_int_word,
@@ -65,6 +66,7 @@ def main(args):
         check_retarget_target,
         lock_folder,
         refuse_unfinished_clear,
+        rows_without_vectors,
     )
     from ..accessibility.tracking import SweepTracker
 
@@ -125,14 +127,10 @@ def main(args):
             SweepTracker.log_summary(accelerator, summary, step=tracker.step)
         end_tracking(accelerator)
     if accelerator.is_main_process:
-        missing, total = _rows_without_vectors(args.output) if args.save_vectors or args.save_adapters else (0, 0)
-        if missing:  # rows an earlier run crammed without --save-vectors, which this resume kept as they were
-            print(
-                f"note: {missing} of the {total} rows of {args.output} have no saved vectors: an earlier run crammed "
-                "them without --save-vectors (or --save-adapters), and this run resumed them as they were. To keep "
-                "every row's vectors, rerun into a new --output-dir (or with --overwrite)"
-            )
-        if args.save_adapters and missing and missing == total:
+        # Rows an earlier run crammed without --save-vectors, which this resume kept as they were: run_sweep warned
+        # of them as it started (sweep._warn_of_rows_without_vectors).
+        missing, total = rows_without_vectors(args.output) if args.save_adapters else (0, 0)
+        if missing and missing == total:
             raise ValueError(
                 f"the sweep finished, but no adapters were written: its {total} rows were crammed by an earlier run "
                 f"without --save-vectors or --save-adapters, so {Path(args.output) / 'vectors'} holds none. Rerun "
@@ -143,17 +141,6 @@ def main(args):
             print(f"saved {len(saved)} memory adapters under {Path(args.output) / ADAPTERS_DIR}")
         print(console_summary(summary))  # what report.md says, as it says it
         print(f"report: {Path(args.output) / REPORT_FILE}")
-
-
-def _rows_without_vectors(output) -> tuple[int, int]:
-    """(rows of the folder without saved vectors, rows of the folder): an inferred row was never crammed, so it has
-    none and is counted as neither."""
-    from ..accessibility.engine.rows import INFERRED
-    from ..accessibility.store import read_rows, vector_files
-
-    crammed = [key for key, row in read_rows(Path(output)).items() if row["stop_reason"] != INFERRED]
-    saved = vector_files(output)
-    return sum(key not in saved for key in crammed), len(crammed)
 
 
 def _save_adapters(output, model: str, save_memory_adapters, lock_folder) -> list:
@@ -666,6 +653,8 @@ def parse(argv=None, *, prog: str | None = None):
     # The flags of FLAGS and the tracking flags that argv gives itself (not a --config file, not a default):
     # --report-only refuses them.
     args.given = given_on_command_line(parser, argv) & ({flag.dest for flag in FLAGS} | set(TRACKING_FLAGS))
+    if not (args.report_only or args.merge):  # a report starts no tracker: check_report_flags refuses the flags
+        note_unused_logging_dir(parser, argv, args)
     if _leaves_the_files_words(parser, args):
         from ..accessibility.engine.sources import AUTO_WORDS_PER_TOKEN
 

@@ -28,6 +28,7 @@ from .common import (
     end_tracking,
     given_on_command_line,
     int_list,
+    note_unused_logging_dir,
     one_of,
     parse_args,
     positive_int,
@@ -149,6 +150,7 @@ def parse(argv=None, *, prog: str | None = None):
     args = parse_args(parser, argv, from_file=flags_from_result)
     # The flags the command line gives itself (not the --config file): settings_from refuses only those.
     args.given = given_on_command_line(parser, argv)
+    note_unused_logging_dir(parser, argv, args)
     return args
 
 
