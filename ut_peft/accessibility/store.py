@@ -480,6 +480,15 @@ def vector_files(folder) -> dict[tuple[int, int, int], Path]:
     return files
 
 
+def rows_without_vectors(folder) -> tuple[int, int]:
+    """(rows of ``folder`` without saved vectors, rows of ``folder``): the rows an earlier run crammed without
+    ``save_vectors``, which a resume with it keeps as they are. An inferred row was never crammed, so it has none and
+    is counted as neither."""
+    crammed = [key for key, row in read_rows(Path(folder)).items() if row["stop_reason"] != INFERRED]
+    saved = vector_files(folder)
+    return sum(key not in saved for key in crammed), len(crammed)
+
+
 def inflight_keys(folder) -> list[tuple[int, int, int]]:
     """The row keys whose in-flight state ``folder`` keeps (the inverse of :func:`inflight_path`)."""
     return [

@@ -15,6 +15,7 @@ import dataclasses
 import functools
 import json
 import os
+import warnings
 from pathlib import Path
 from typing import Any, cast
 
@@ -518,6 +519,9 @@ def run_sweep(
     continues those rows from there instead of from step 0 (on CPU a Gemma row can take an hour). A row ends the
     same way as uninterrupted when its batch companions are the same; otherwise up to float rounding, as any row.
 
+    ``save_vectors``: each row crammed keeps its vectors in ``vectors/`` (:func:`.store.write_vectors`). Rows that a
+    resume (or a retarget) keeps from a run without it have none: a UserWarning says how many as the run starts.
+
     ``callback`` (e.g. :class:`.tracking.SweepTracker`) hears ``on_rows(rows)`` with every row so far before each
     round and at the end, and ``on_row(row)`` as each of this process's rows is written.
 
@@ -556,6 +560,8 @@ def run_sweep(
         rows = store.read_rows(output_dir)
         design = make_design(config)
         check_rows(config, settings, rows, design)  # a resume goes on from rows these settings made, and only those
+        if save_vectors and accelerator.is_main_process:
+            _warn_of_rows_without_vectors(output_dir)
         # Every rank has read the rows before any writes one (the main one's inferred rows, its first crammed ones):
         # ranks that read different rows would deal different rounds (a row skipped or crammed twice) or disagree on
         # whether the sweep is done (one waiting at the gather, one at the end: a hang).
@@ -601,6 +607,23 @@ def run_sweep(
     finally:  # also when the run raised: the same process may start the next one
         if lock is not None:
             lock.release()
+
+
+def _warn_of_rows_without_vectors(output_dir: Path) -> None:
+    """A UserWarning, at the start of a run with ``save_vectors``, where rows of ``output_dir`` (a resume's, or a
+    retarget's kept rows) were crammed without it: the run keeps them as they are, without vectors, and saves only
+    those of the rows it crams. Said before cramming, so that one who wants every row's vectors can stop and start
+    afresh; the command's line is this warning too (said once)."""
+    missing, total = store.rows_without_vectors(output_dir)
+    if missing:
+        warnings.warn(
+            f"{missing} of the {total} rows of {output_dir} have no saved vectors: an earlier run crammed them "
+            "without save_vectors=True (--save-vectors, or --save-adapters), and this run keeps them as they are, "
+            "saving the vectors of the rows it crams. To keep every row's vectors, rerun into a new output folder "
+            "(--output-dir), or with overwrite=True (--overwrite)",
+            UserWarning,
+            stacklevel=3,  # the caller of run_sweep
+        )
 
 
 def _validated(config: SweepConfig, model, tokenizer):
