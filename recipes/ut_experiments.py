@@ -32,6 +32,7 @@ from ut_peft.cli.common import (
     add_common_flags,
     end_tracking,
     given_flags,
+    note_unused_logging_dir,
     parse_args,
     positive_int,
     refuse_unused_flags,
@@ -190,6 +191,7 @@ def parse(argv=None):
             because=f"--report-only trains nothing, it rebuilds the tables and figures from {RESULTS}",
             instead="run the plan without --report-only (its report is written after the runs)",
         )
+    note_unused_logging_dir(parser, argv, args)
     return args
 
 

@@ -169,3 +169,12 @@ def test_ut_experiments_refuses_a_thread_count_below_one(threads, capsys):
     assert exit_.value.code == 2
     assert f"argument --threads: expected a whole number >= 1, got '{threads}'" in capsys.readouterr().err
     assert load_recipe("ut_experiments").parse([]).threads is None  # torch's own default
+
+
+def test_ut_experiments_says_a_logging_dir_without_a_tracker_is_unused(tmp_path, capsys):
+    """As cram and reprogram do (tests/cli/test_logging_dir.py): the plan's runs log nowhere without --report-to."""
+    recipe = load_recipe("ut_experiments")
+    recipe.parse(["--only", "none-run", "--logging-dir", str(tmp_path / "logs")])
+    assert "--logging-dir" in capsys.readouterr().err
+    recipe.parse(["--only", "none-run", "--logging-dir", str(tmp_path / "logs"), "--report-to", "tensorboard"])
+    assert "is unused" not in capsys.readouterr().err
