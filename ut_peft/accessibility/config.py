@@ -29,6 +29,7 @@ from .engine.protocol import (
     QUICK_RUN,
     PublishedSequences,
     check_protocol,
+    check_published_cram,
     cram_settings,
     special_prefix_ids,
 )
@@ -105,7 +106,9 @@ class SweepConfig:
     # prediction (measured on SmolLM2: see the README). Ignored when ``cram.prefix_ids`` is set explicitly.
     prefix: str = "bos"
     # "ut-peft" (the layout above) or "published" (the accessibility paper's code exactly: see protocol.py); the
-    # published protocol ignores ``prefix`` (its sequences carry the tokenizer's own special tokens).
+    # published protocol ignores ``prefix`` (its sequences carry the tokenizer's own special tokens) and sets the cram
+    # fields of protocol.PUBLISHED_CRAM itself: one left at CramConfig's default is replaced (a default cannot be told
+    # from a field left unset), one at any other value than the published one is refused (check_published_cram).
     protocol: str = "ut-peft"
     # Which (m, n, index) jobs to run, and the design's own settings (designs.configs): a typed config
     # (FixedConfig, AdaptiveConfig, SequentialConfig, PooledConfig, or a registered design's own), or a design's name
@@ -151,6 +154,8 @@ class SweepConfig:
         if self.prefix not in ("bos", "none"):
             raise ValueError(f"prefix must be 'bos' or 'none' (got {self.prefix!r})")
         check_protocol(self.protocol)
+        if self.protocol == "published":  # said now, not once the model is loaded (cram_settings refuses it too)
+            check_published_cram(self.cram)
         check_words_per_token(self.words_per_token)
         if self.words_per_token != AUTO_WORDS_PER_TOKEN and self._word_list() is None:
             raise ValueError(

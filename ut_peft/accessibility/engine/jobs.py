@@ -20,7 +20,10 @@ class CramConfig:
     The layout, init and its step's scale, confirmation and GPU precision default to ut-peft's protocol, not the
     paper's: ``given_tokens=0`` (published 1), ``init_std="embedding"`` (published "weight"), ``lr_scale="embedding"``
     (published "none"), ``check_greedy=True`` (published False) and ``gpu_autocast="bf16"`` (published "fp16");
-    ``cram_settings("published", config)`` sets the published five. ``batch_size``, ``logits_budget`` and
+    ``cram_settings("published", config)`` sets the published five, and ``prefix_ids`` to () (nothing before the
+    memory), as ``SweepConfig(protocol="published")`` does when it runs: a field left at its default here is replaced
+    (a default cannot be told from a field left unset), one given at any other value than the published one is refused
+    (:func:`.protocol.check_published_cram`). ``batch_size``, ``logits_budget`` and
     ``forward_groups`` are speed knobs of this engine (they change no row beyond float rounding); ``autocast`` is
     faster too, but it changes the precision every row is crammed at, so settings.json records it and a report set
     beside the paper's names it among the differences. With ``check_greedy`` off (the published rule)

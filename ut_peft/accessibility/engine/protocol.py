@@ -179,19 +179,67 @@ class PublishedSequences(SequenceSource):
         return self.special_ids + list(self.inner.sequence(n - len(self.special_ids), index, seed))
 
 
+# The CramConfig fields the published protocol sets itself (cram_settings), with its values: the layout (its rows
+# start with the tokenizer's special tokens, the first token given; nothing before the memory), the init at the
+# embedding table's std, the step as given, rows decided on teacher-forced accuracy, fp16 on a GPU. CramConfig's own
+# defaults there are ut-peft's.
+PUBLISHED_CRAM: dict[str, Any] = {
+    "given_tokens": 1,
+    "init_std": "weight",
+    "lr_scale": "none",
+    "check_greedy": False,
+    "gpu_autocast": "fp16",
+    "prefix_ids": (),
+}
+
+
+# What to do instead, for a refused field where dropping it or the ut-peft protocol is not all there is to say.
+_PUBLISHED_CRAM_HINTS = {
+    "gpu_autocast": "To cram the published protocol in another precision, set cram.autocast ('bf16', 'fp16' or "
+    "'none'; --autocast), which settings.json records and a report names among the differences from the paper",
+    "prefix_ids": "The published layout puts nothing before the memory: its rows start with the tokenizer's own "
+    "special tokens (the BOS), after the memory",
+    "given_tokens": "The published rows give their first token (the BOS, or the first text token where the tokenizer "
+    "adds none) and predict the rest",
+}
+
+
+def check_published_cram(cram_config: DataclassInstance) -> None:
+    """ValueError where ``cram_config`` (a CramConfig) holds a value of :data:`PUBLISHED_CRAM`'s fields that the
+    published protocol would replace and that was certainly given: neither the field's default (which cannot be told
+    from a field left unset, and is replaced as one) nor the published value. Names each such field, the value given,
+    the published one, and what to do."""
+    defaults = {f.name: f.default for f in dataclasses.fields(cram_config)}
+    given = {
+        name: getattr(cram_config, name)
+        for name, published in PUBLISHED_CRAM.items()
+        if getattr(cram_config, name) not in (defaults[name], published)
+    }
+    if not given:
+        return
+    named = ", ".join(
+        f"cram.{name} = {value!r} (published: {PUBLISHED_CRAM[name]!r})" for name, value in given.items()
+    )
+    one = len(given) == 1
+    hints = "".join(f". {_PUBLISHED_CRAM_HINTS[name]}" for name in given if name in _PUBLISHED_CRAM_HINTS)
+    raise ValueError(
+        f"{named} {'was' if one else 'were'} given, and the published protocol sets "
+        f"{'that field' if one else 'those fields'} itself: drop {'it' if one else 'them'} (leave CramConfig's "
+        "default, which the published protocol replaces with its own), or use protocol='ut-peft' (--protocol "
+        f"ut-peft) to cram with {'it' if one else 'them'}{hints}"
+    )
+
+
 def cram_settings(protocol: str, cram_config: CramConfigT) -> CramConfigT:
-    """``cram_config`` with the protocol's layout, init and stopping rule set (speed knobs and caps kept)."""
+    """``cram_config`` with the protocol's layout, init and stopping rule set (speed knobs and caps kept).
+
+    Under the published protocol the fields of :data:`PUBLISHED_CRAM` take its values. A field at CramConfig's default
+    cannot be told from one left unset, so it is replaced; a field at any other value than that and the published one
+    was given on purpose, and is refused rather than replaced (:func:`check_published_cram`)."""
     check_protocol(protocol)
     if protocol == "published":
-        return dataclasses.replace(
-            cram_config,
-            given_tokens=1,
-            init_std="weight",
-            lr_scale="none",
-            check_greedy=False,
-            gpu_autocast="fp16",
-            prefix_ids=(),
-        )
+        check_published_cram(cram_config)
+        return dataclasses.replace(cram_config, **PUBLISHED_CRAM)
     return cram_config
 
 
