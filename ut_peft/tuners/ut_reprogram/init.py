@@ -34,7 +34,13 @@ SEED_STRIDE = 1000
 
 
 def normal_like(reference: torch.Tensor, shape: tuple[int, ...], seed: int) -> torch.Tensor:
-    """N(0, std(reference)) drawn from a private generator, so creating an adapter never moves torch's global RNG."""
+    """N(0, std(reference)) drawn from a private generator, so creating an adapter never moves torch's global RNG.
+
+    A reference on the meta device (a base wholly on it: the other ranks of FSDP's ``cpu_ram_efficient_loading``,
+    or a load with ``low_cpu_mem_usage=True``) has no values to draw at the scale of: the tensor is left on the meta
+    device too, for the values that come later (rank 0's, the saved adapter's)."""
+    if reference.device.type == "meta":
+        return torch.empty(shape, dtype=reference.dtype, device="meta")
     std = reference.detach().float().std().item()
     if not math.isfinite(std) or std == 0.0:
         std = 0.02

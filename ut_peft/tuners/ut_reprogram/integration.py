@@ -111,6 +111,18 @@ _CARD_TAGS: contextvars.ContextVar[Optional[_CardTags]] = contextvars.ContextVar
 _LOADING_SAVED_ADAPTER: contextvars.ContextVar[bool] = contextvars.ContextVar("ut_peft_loading", default=False)
 
 
+# Set while PeftModel.__init__ makes an adapter with low_cpu_mem_usage=True: it builds the tuner under
+# init_empty_weights and does not pass the flag on, so the tuner would not know that the saved adapter gives its
+# tensors.
+_LOW_CPU_MEM_USAGE: contextvars.ContextVar[bool] = contextvars.ContextVar("ut_peft_low_cpu_mem_usage", default=False)
+
+
+def made_with_low_cpu_mem_usage(low_cpu_mem_usage: bool) -> bool:
+    """Whether the adapter being made now is peft's ``low_cpu_mem_usage=True`` kind (meta tensors that the saved
+    adapter's replace): ``low_cpu_mem_usage`` as the tuner was given it, or as ``PeftModel.__init__`` was."""
+    return low_cpu_mem_usage or _LOW_CPU_MEM_USAGE.get()
+
+
 def records_its_own_base(low_cpu_mem_usage: bool) -> bool:
     """Whether the adapter being made now from a config is a new one, which records the base it is made on (the
     config's records of another base dropped), rather than one that saved weights are loaded into, whose config's
@@ -125,11 +137,14 @@ def base_name(model) -> Optional[str]:
 
 
 @contextlib.contextmanager
-def _loading_saved_adapter() -> Iterator[None]:
+def _loading_saved_adapter(low_cpu_mem_usage: bool = False) -> Iterator[None]:
     token = _LOADING_SAVED_ADAPTER.set(True)
+    low_cpu_token = _LOW_CPU_MEM_USAGE.set(True) if low_cpu_mem_usage else None
     try:
         yield
     finally:
+        if low_cpu_token is not None:
+            _LOW_CPU_MEM_USAGE.reset(low_cpu_token)
         _LOADING_SAVED_ADAPTER.reset(token)
 
 
@@ -167,7 +182,7 @@ def _install_new_adapter_or_load() -> None:
         bound.apply_defaults()
         # peft builds the tuner under init_empty_weights without passing low_cpu_mem_usage on: say it here.
         loads = _is_ut_reprogram(peft_config) and bool(bound.arguments.get("low_cpu_mem_usage"))
-        with _loading_saved_adapter() if loads else contextlib.nullcontext():
+        with _loading_saved_adapter(low_cpu_mem_usage=True) if loads else contextlib.nullcontext():
             original_init(self, model, peft_config, *args, **kwargs)
 
     original_add_adapter = PeftModel.add_adapter

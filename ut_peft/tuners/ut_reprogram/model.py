@@ -32,7 +32,13 @@ from .fingerprint import (
     standard_names,
 )
 from .init import INPUT, OUTPUT, POSITION, initial_tensors
-from .integration import base_name, records_its_own_base, successor_after_deleting, warn_at_callers_line
+from .integration import (
+    base_name,
+    made_with_low_cpu_mem_usage,
+    records_its_own_base,
+    successor_after_deleting,
+    warn_at_callers_line,
+)
 from .layer import UTEmbedding, UTPositionEmbedding, UTReprogramLayer, UTUnembedding
 
 # Attribute names under which transformers models keep learned absolute position embeddings.
@@ -516,7 +522,9 @@ class UTReprogramModel(BaseTuner):
     def _prepare_model(self, peft_config: UTReprogramConfig, model: nn.Module) -> None:
         """Decide, by module identity, what gets wrapped; record the base on the config (validated already)."""
         input_embedding, _ = self._embeddings(model)
-        self._ut_roles = {id(module): role for module, role in self._wrapped(peft_config, model)}
+        wrapped = self._wrapped(peft_config, model)
+        self._refuse_meta_bases(model, wrapped)
+        self._ut_roles = {id(module): role for module, role in wrapped}
 
         tied, base_vocab = self._ut_base_tied, getattr(self, "_ut_base_vocab_size", None)
         if peft_config.base_embedding_shape is None:
@@ -539,6 +547,35 @@ class UTReprogramModel(BaseTuner):
         if peft_config.backbone is None and not getattr(model, "name_or_path", ""):
             # Built from a config, not loaded: record what rebuilds the frozen base (backbone + adapter = the model).
             peft_config.backbone = self._backbone_record(model, peft_config, base_vocab)
+
+    def _refuse_meta_bases(self, model: nn.Module, wrapped: list[tuple[nn.Module, str]]) -> None:
+        """Refuse, before anything is wrapped, a base E, U or learned positions on the meta device that the new
+        adapter starts from while the rest of the model is in memory (a device_map's disk or CPU offload).
+
+        The adapter trains its own E and U, which start as copies of the base's (a task vocabulary or memory rows
+        are drawn at the base's scale), and accelerate's offload brings the base's values into the module for its
+        own forward only: the adapter was made of meta tensors, and the first forward failed inside torch ("Tensor
+        on device meta is not on the expected device"). Left alone: a load with ``low_cpu_mem_usage=True``, whose
+        tensors come from the saved adapter and never from the base; a base wholly on the meta device (the other
+        ranks of FSDP's ``cpu_ram_efficient_loading``, which get every value from rank 0, the adapter's too); the
+        placeholders of ``release_base_embeddings``, which no adapter reads.
+        """
+        if getattr(self, "_ut_low_cpu_mem_usage", False) or base_embeddings_released(model):
+            return
+        on_meta = [module for module, _ in wrapped if base_of(module).weight.device.type == "meta"]
+        if not on_meta or all(p.device.type == "meta" for p in model.parameters()):
+            return
+        names = {id(module): name for name, module in model.named_modules()}
+        listed = " and ".join(repr(names.get(id(module), type(module).__name__)) for module in on_meta)
+        raise ValueError(
+            f"the base model's {listed} {'is' if len(on_meta) == 1 else 'are'} on the meta device (offloaded by a "
+            "device_map, or never loaded) while the rest of the model is in memory: a UT_REPROGRAM adapter trains "
+            "its own E and U (and learned positions), which start from the base's values, so these must be in "
+            "memory when the adapter is made. Load the base without offloading them (a device_map that puts them on "
+            "a device, not 'disk' or an offloaded 'cpu'), or materialise them first: model.to_empty(device=...), "
+            "then model.load_state_dict(weights), then get_peft_model. A saved adapter loads onto this base without "
+            "reading the base's values: PeftModel.from_pretrained(model, folder, low_cpu_mem_usage=True)."
+        )
 
     def _backbone_record(self, model: nn.Module, peft_config: UTReprogramConfig, base_vocab: int | None) -> dict:
         """The config, seed and dtype whose draw (``random_backbone``) gives this base's frozen weights.
@@ -640,7 +677,14 @@ class UTReprogramModel(BaseTuner):
             self._replace_module(parent, target_name, new_module, target)
 
     def inject_adapter(self, model: nn.Module, adapter_name: str, *args, **kwargs) -> None:
-        super().inject_adapter(model, adapter_name, *args, **kwargs)
+        # Whether the adapter's tensors come from a saved adapter rather than from the base (_refuse_meta_bases),
+        # read from peft's own signature however the caller passed it.
+        arguments = inspect.signature(super().inject_adapter).bind(model, adapter_name, *args, **kwargs).arguments
+        self._ut_low_cpu_mem_usage = made_with_low_cpu_mem_usage(bool(arguments.get("low_cpu_mem_usage", False)))
+        try:
+            super().inject_adapter(model, adapter_name, *args, **kwargs)
+        finally:
+            self._ut_low_cpu_mem_usage = False
         # The base model's own tie_weights and resize_token_embeddings, called on it directly (get_base_model(), or
         # no PeftModel: inject_adapter_in_model, transformers' load_adapter), do what the PeftModel's do.
         guard_base_methods(model)
