@@ -195,6 +195,23 @@ def set_vocab_size(model: nn.Module, vocab_size: int) -> None:
         model.vocab_size = vocab_size
 
 
+def give_own_config(model: nn.Module) -> None:
+    """Give ``model`` a copy of its config, shared by every module that shared the one it had, before the tuner sets
+    a task vocabulary's size on it (:func:`set_vocab_size`).
+
+    transformers' ``from_config(config)`` keeps the caller's object as the model's config (and each submodule's), so
+    setting the model's vocabulary size set the caller's too: the next model built from it had the task's vocabulary.
+    """
+    memo: dict[int, Any] = {}
+    own = copy.deepcopy(model.config, memo)
+    for module in model.modules():
+        config = vars(module).get("config")
+        # memo maps every object the copy copied (the config's sub-configs too) to its copy.
+        if config is not None and id(config) in memo and memo[id(config)] is not config:
+            module.config = memo[id(config)]
+    model.config = own
+
+
 # ---- the base model's own tie_weights and resize_token_embeddings while it carries the layers --------------------
 RESIZE_REFUSAL = (
     "resize_token_embeddings cannot resize a model carrying a UT_REPROGRAM adapter: its E and U are the adapter's own "
@@ -700,6 +717,7 @@ class UTReprogramModel(BaseTuner):
         if list(self.peft_config) == [adapter_name] and config.task_vocab_size is not None:
             if getattr(self, "_ut_base_vocab_size", None) is None:
                 self._ut_base_vocab_size = model.config.vocab_size
+                give_own_config(model)
             set_vocab_size(model, config.task_vocab_size)
             self._set_generation_eos(task=True)
 
