@@ -245,6 +245,11 @@ def _library_folders() -> tuple[str, ...]:
     return tuple(os.path.abspath(package.__path__[0]) + os.sep for package in (peft, transformers, ut_peft))
 
 
+# Whether warnings.warn takes skip_file_prefixes (Python 3.12 and later), which warn_at_callers_line uses where it
+# can; a name of its own, so that tests run the other way on either Python (tests/tuners/test_warn_at_callers_line.py).
+WARN_SKIPS_FILE_PREFIXES = sys.version_info >= (3, 12)
+
+
 def warn_at_callers_line(message: str, category: type[Warning] = UserWarning) -> None:
     """Warn at the user's line: the first frame outside peft, transformers and ut-peft.
 
@@ -254,8 +259,9 @@ def warn_at_callers_line(message: str, category: type[Warning] = UserWarning) ->
     location named peft. Python 3.12's ``skip_file_prefixes`` does this walk; before it, the frames are counted here.
     """
     folders = _library_folders()
-    if sys.version_info >= (3, 12):
-        warnings.warn(message, category, skip_file_prefixes=folders)
+    if WARN_SKIPS_FILE_PREFIXES:
+        # mypy checks as Python 3.10, whose stubs have no skip_file_prefixes (on 3.12 the ignore is unused).
+        warnings.warn(message, category, skip_file_prefixes=folders)  # type: ignore[call-overload,unused-ignore]
         return
     frame, stacklevel = inspect.currentframe(), 1  # stacklevel 1 names this function's own line
     while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(folders):
