@@ -12,6 +12,11 @@ This module owns the folder's layout; nothing else spells a file name of it:
   settings.json          the fingerprint of the run (:func:`read_settings`); a different setting is refused. Every
                          setting that moves a number of summary.json is in it (the support sequences the bounds
                          are measured on too, since :data:`LATER_SETTINGS`: :func:`recorded_settings`)
+  settings.replaced.json only where a resume rewrote settings.json in other words than the run before it wrote: that
+                         earlier file, byte for byte, kept once (:func:`prepare_folder`). The settings mean the same
+                         (a resume goes on only then), but the words are its run's: autocast "auto" before a resume
+                         on a CPU wrote what it is read as ("none"), a pooled version without its rules in full, the
+                         support sequences left to summary.json. Never read as the settings
   rows-settings.json     the settings the rows are made under, as the store wrote them when the run started or
                          resumed: what an edited settings.json is caught against where there is no summary.json
                          yet (:func:`check_unedited`); never read as the settings
@@ -77,6 +82,7 @@ from .engine.rows import INFERRED, Row, RowError
 from .engine.sources import default_word_list, source_spec
 
 SETTINGS_FILE = "settings.json"
+REPLACED_SETTINGS_FILE = "settings.replaced.json"
 SUMMARY_FILE = "summary.json"
 # A pooled sweep's calibrated intervals (simulated_intervals, `ut-peft calibrate`), keyed by a digest of its rows.
 CALIBRATION_FILE = "calibration.json"
@@ -563,6 +569,7 @@ def sweep_files(folder: Path) -> list[Path]:
         folder / name
         for name in (
             SETTINGS_FILE,
+            REPLACED_SETTINGS_FILE,
             CLEARING_FILE,
             ROWS_SETTINGS_FILE,
             SUMMARY_FILE,
@@ -1068,12 +1075,15 @@ def prepare_folder(folder: Path, settings: dict, clear: bool, keep: Iterable[Pat
 
     Clearing removes only what the store wrote (its rows files, summary, report and plots, and the row files of
     ``vectors/`` and ``inflight/`` by their names), but the files of ``keep``: a file the user put in the folder
-    stays. A merge replaces its folder with :func:`replace_sweep` instead.
+    stays. A merge replaces its folder with :func:`replace_sweep` instead. A resume that says the settings in other
+    words than the settings.json it replaces keeps that file beside it (:func:`_keep_replaced_settings`).
     """
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     if clear:
         clear_sweep_files(folder, keep)
+    else:
+        _keep_replaced_settings(folder, settings)
 
     # What settings.json is checked against until the run has a summary (check_unedited); written first, so that a
     # folder is a sweep (its settings.json there) only with it.
@@ -1081,6 +1091,22 @@ def prepare_folder(folder: Path, settings: dict, clear: bool, keep: Iterable[Pat
     atomic_write_json(folder / SETTINGS_FILE, settings, sort_keys=True)
     for path in row_files(folder):
         repair(path)
+
+
+def _keep_replaced_settings(folder: Path, settings: dict) -> None:
+    """Before a resume writes ``settings`` over ``folder``'s settings.json: where that file says them in other words
+    (the resume was let go on because they mean the same, :func:`check_settings`), keep it byte for byte as
+    settings.replaced.json, so that a finished folder's record as its run wrote it outlives a later run of the same
+    command. Only the first such file is kept: a later one is the store's own rewrite, and one identical to the new
+    settings (or none: a new folder) is not kept at all."""
+    path = folder / SETTINGS_FILE
+    try:
+        written = path.read_bytes()
+        same = json.loads(written) == json.loads(json.dumps(settings))
+    except (OSError, ValueError):  # none yet (a new folder); an unreadable one was refused, or overwritten
+        return
+    if not same and not (folder / REPLACED_SETTINGS_FILE).exists():
+        atomic_write_bytes(folder / REPLACED_SETTINGS_FILE, written)
 
 
 def staged_rows_file(folder: Path) -> Path:
