@@ -36,6 +36,7 @@ from .plan import (
     budget_plan_settings,
     budget_runs,
     cost_to_go,
+    hop_count_axes,
     is_budget,
     more_seeds,
     other_settings_text,
@@ -73,7 +74,8 @@ def unstopped(row: dict) -> bool:
 
 # What a budget run's line already says (its task, the hop counts; its seed) or what changes nothing it reports
 # (evaluations draw no random numbers, checkpoints neither).
-_BUDGET_AXES = {"khop_ks", "seed", "backbone_seed"}
+# Hop counts that are none of the plan's splits are the run's own setting, named (:func:`.plan.hop_count_axes`).
+_BUDGET_AXES = {"seed", "backbone_seed"}
 
 
 def other_settings(settings: dict) -> tuple[tuple[str, Any], ...]:
@@ -92,7 +94,9 @@ def other_settings(settings: dict) -> tuple[tuple[str, Any], ...]:
     # A run without the flat rule (:func:`unstopped`) has its own words, "no flat rule"; another stop_flat is named.
     no_flat_rule = set() if settings.get("stop_flat") else {"stop_flat"}
     return departures(
-        settings, RunSettings(**applicable(planned)), _BUDGET_AXES | _CADENCE | _DYCK_ONLY | no_flat_rule
+        settings,
+        RunSettings(**applicable(planned)),
+        _BUDGET_AXES | hop_count_axes(settings) | _CADENCE | _DYCK_ONLY | no_flat_rule,
     )
 
 

@@ -567,9 +567,23 @@ def _model(kind: str, *, trained: bool = False) -> str:
     return f"{kind} UT (E, U, positions)" if trained else f"{kind} UT"
 
 
+def planned_split(settings: dict) -> str | None:
+    """The plan's split (:data:`SPLITS`) whose hop counts a row's are; None for other hop counts (k = 5 alone, k = 1, 2
+    mixed...), which make another run than any of the plan's."""
+    ks = sorted(int(k) for k in settings["khop_ks"])
+    return next((split for split, planned in SPLITS.items() if planned == ks), None)
+
+
 def _split(settings: dict) -> str:
-    ks = settings["khop_ks"]
-    return "mix" if len(ks) > 1 else f"k{ks[0]}"
+    """The column (panel) of a k-hop row: its split, or "mix" for hop counts that are none of the plan's splits,
+    whose line (legend entry) names them (:func:`hop_count_axes`), so they never read as the plan's mixed model."""
+    return planned_split(settings) or "mix"
+
+
+def hop_count_axes(settings: dict) -> set[str]:
+    """``{"khop_ks"}`` where a row's hop counts are one of the plan's splits (a column or panel shows them), else
+    empty: then they are a setting of the row's own, which its line must name."""
+    return {"khop_ks"} if planned_split(settings) else set()
 
 
 def _variant(settings: dict) -> str | None:
@@ -638,7 +652,8 @@ def other_settings(settings: dict) -> tuple[tuple[str, Any], ...]:
     kind = _kind(settings)
     model = KINDS.get(kind, {"backbone": settings["backbone"]})  # another backbone: the plan's k-hop runs on it
     reference = RunSettings(**applicable({**KHOP, **model, "variant": settings["variant"]}))
-    return departures(settings, reference, _TABLE_AXES | _CADENCE | _DYCK_ONLY)
+    shown = (_TABLE_AXES - {"khop_ks"}) | hop_count_axes(settings)
+    return departures(settings, reference, shown | _CADENCE | _DYCK_ONLY)
 
 
 def _shown(value) -> str:
@@ -661,26 +676,34 @@ def main_table(rows: dict[str, dict]) -> str:
     of other settings than the plan's (:func:`other_settings`) get lines of their own, which name those settings:
     a cell never averages runs of different settings."""
     groups: dict[tuple, list[dict]] = {}
+    departing: dict[tuple, tuple] = {}
     for name, row in rows.items():
         s = row["settings"]
         if row["task"] != "khop" or not is_new(row) or "stopped_at" in row or is_budget(row):
             continue
-        key = (_kind(s), _variant(s), _shape(s), s["steps"], s["batch_size"], other_settings(s))
+        others = other_settings(s)  # its values may be lists (khop_ks): the key holds their repr
+        key = (_kind(s), _variant(s), _shape(s), s["steps"], s["batch_size"], repr(others))
         groups.setdefault(key, []).append(row)
+        departing[key] = others
     variants = [*VARIANTS, None]  # a backbone without a variant (hf:, pretrained:) after the variants
     lines = [
         "| model | variant | shape (m, L, H x k) | steps x batch | k=1 alone | k=2 alone | k=3 alone | k=4 alone | "
         "mixed k=1..4: all | mixed: k=1 / 2 / 3 / 4 | seeds | paper (residual + LN) | CPU min per run |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for key in sorted(groups, key=lambda g: (variants.index(g[1]), _kind_order(g[0]), g[2], g[3], repr(g[5]))):
-        kind, variant, shape, steps, batch, others = key
+    for key in sorted(groups, key=lambda g: (variants.index(g[1]), _kind_order(g[0]), g[2], g[3], g[5])):
+        kind, variant, shape, steps, batch, _ = key
+        others = departing[key]
         members = groups[key]
         by_split = {split: [r for r in members if _split(r["settings"]) == split] for split in SPLITS}
         alone = [_pct([r["accuracy"] for r in by_split[f"k{k}"]]) for k in (1, 2, 3, 4)]
         mixed = by_split["mix"]
+        # Per k, over the mixed models that have it (a line of other hop counts may lack some).
         mixed_k = " / ".join(
-            f"{100 * statistics.mean(r['per_k'][str(k)] for r in mixed):.1f}" if mixed else "-" for k in (1, 2, 3, 4)
+            f"{100 * statistics.mean(values):.1f}"
+            if (values := [r["per_k"][str(k)] for r in mixed if str(k) in (r.get("per_k") or {})])
+            else "-"
+            for k in (1, 2, 3, 4)
         )
         seeds = sorted({r["settings"]["seed"] for r in members})
         counts = "/".join(str(len(by_split[s])) for s in SPLITS)
