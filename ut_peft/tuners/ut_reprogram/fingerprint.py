@@ -191,6 +191,7 @@ def file_sha256(path: str | os.PathLike) -> str:
 # Seed markers: set by ut_peft.random_backbone on the models it draws, read when an adapter records its base.
 _SEED_ATTRIBUTE = "_ut_peft_seed"
 _DTYPE_ATTRIBUTE = "_ut_peft_dtype"
+_CHANGED_SEED_ATTRIBUTE = "_ut_peft_seed_before_change"
 
 
 def mark_backbone_seed(model, seed: int, dtype: torch.dtype = torch.float32) -> None:
@@ -204,6 +205,23 @@ def mark_backbone_seed(model, seed: int, dtype: torch.dtype = torch.float32) -> 
 def backbone_seed(model) -> int | None:
     """The seed :func:`ut_peft.random_backbone` drew ``model``'s weights under; None for a model it did not build."""
     return getattr(model, _SEED_ATTRIBUTE, None)
+
+
+def mark_backbone_changed(model) -> None:
+    """Record that ``model``'s weights are no longer the draw its seed marks (an adapter was merged into them): its
+    seed no longer rebuilds the whole model, so :func:`backbone_seed` no longer names it. It stays known as the seed
+    the model was drawn under (:func:`backbone_seed_before_change`): an adapter that replaces every weight the merge
+    changed still reads that draw's, which an adapter's record checks by drawing it again."""
+    seed = getattr(model, _SEED_ATTRIBUTE, None)
+    if seed is not None:
+        setattr(model, _CHANGED_SEED_ATTRIBUTE, seed)
+        delattr(model, _SEED_ATTRIBUTE)
+
+
+def backbone_seed_before_change(model) -> int | None:
+    """The seed :func:`ut_peft.random_backbone` drew ``model``'s weights under before they were changed
+    (:func:`mark_backbone_changed`); None for a model not drawn by it, or not changed since."""
+    return getattr(model, _CHANGED_SEED_ATTRIBUTE, None)
 
 
 def backbone_dtype(model) -> torch.dtype | None:

@@ -25,10 +25,12 @@ from .fingerprint import (
     architecture,
     backbone_dtype,
     backbone_seed,
+    backbone_seed_before_change,
     config_differences,
     digest_stride,
     draw_backbone,
     frozen_weights_digest,
+    mark_backbone_changed,
     standard_names,
 )
 from .init import INPUT, OUTPUT, POSITION, initial_tensors
@@ -598,19 +600,30 @@ class UTReprogramModel(BaseTuner):
         """The config, seed and dtype whose draw (``random_backbone``) gives this base's frozen weights.
 
         A model ``random_backbone`` built carries its seed. For any other model built from a config the seed is
-        found when it is 0 (``torch.manual_seed(0)`` before ``from_config``, the most common case) or when the
-        weights the adapter reads follow from the config alone (ut-peft's universal backbones): a draw under seed 0
-        then gives the same digest. Otherwise the base cannot be rebuilt: the record says so, the card tells how to
-        load the adapter, and ``backbone_from_adapter`` refuses with the reason. The base's weights are never
-        redrawn here: they may have been trained since they were built.
+        found when a draw under it gives the digest of the weights the adapter reads: seed 0 (``torch.manual_seed(0)``
+        before ``from_config``, the most common case, and ut-peft's universal backbones, whose weights follow from
+        the config alone), and the seed of a draw an adapter has been merged into since (``merge_and_unload``, which
+        takes the seed off the model: an adapter that replaces all the merge changed still reads that draw's
+        weights, one that reads a merged weight or the merged vocabulary does not). Otherwise the base cannot be
+        rebuilt: the record says so, the card tells how to load the adapter, and ``backbone_from_adapter`` refuses
+        with the reason. The base's weights are never redrawn here: they may have been trained since they were built.
         """
         model_config = model.config.to_dict()
         if base_vocab is not None:
             model_config["vocab_size"] = base_vocab
         seed, dtype = backbone_seed(model), backbone_dtype(model) or getattr(model, "dtype", torch.float32)
-        if seed is None and self._drawn_under_seed_zero(model, peft_config, model_config, dtype):
-            seed = 0
+        merged_from = backbone_seed_before_change(model)
         if seed is None:
+            candidates = dict.fromkeys(s for s in (merged_from, 0) if s is not None)
+            seed = next((s for s in candidates if self._drawn_under(s, model, peft_config, model_config, dtype)), None)
+        if seed is None and merged_from is not None:
+            warn_at_callers_line(
+                f"an adapter was merged into this base (random_backbone's draw under seed {merged_from}) since it was "
+                "built, and the weights this adapter reads are not known to be that draw's, so an adapter saved from "
+                "it cannot rebuild it (backbone_from_adapter will refuse): keep the merged base "
+                "(base.save_pretrained(folder)) to load the adapter onto"
+            )
+        elif seed is None:
             warn_at_callers_line(
                 "this base was built from a config without a recorded seed, so an adapter saved from it cannot "
                 "rebuild it (backbone_from_adapter will refuse): build it with ut_peft.random_backbone(config, seed), "
@@ -624,10 +637,10 @@ class UTReprogramModel(BaseTuner):
             "rebuildable": seed is not None,
         }
 
-    def _drawn_under_seed_zero(
-        self, model: nn.Module, peft_config: UTReprogramConfig, model_config: dict, dtype: torch.dtype
+    def _drawn_under(
+        self, seed: int, model: nn.Module, peft_config: UTReprogramConfig, model_config: dict, dtype: torch.dtype
     ) -> bool:
-        """Whether ``random_backbone(model_config, seed=0, dtype=dtype)`` has the frozen weights the adapter reads.
+        """Whether ``random_backbone(model_config, seed, dtype=dtype)`` has the frozen weights the adapter reads.
         Tried only for bases small enough to build a second time in memory."""
         import transformers
 
@@ -636,7 +649,7 @@ class UTReprogramModel(BaseTuner):
         if recorded is None or size > FULL_DIGEST_ELEMENTS:
             return False
         try:
-            draw = draw_backbone(transformers.AutoConfig.for_model(**copy.deepcopy(model_config)), 0, dtype)
+            draw = draw_backbone(transformers.AutoConfig.for_model(**copy.deepcopy(model_config)), seed, dtype)
         except Exception:  # a config transformers cannot build alone (e.g. a custom class): no seed to find
             return False
         tied = embeddings_are_tied(draw.get_input_embeddings(), draw.get_output_embeddings())
@@ -1040,6 +1053,8 @@ class UTReprogramModel(BaseTuner):
                 _set_weight(base, matrix.clone(), None if bias is None else bias.clone())
             setattr(parent, child_name, base)
         if merge:
+            # The merged weights are no longer random_backbone's draw: its seed alone no longer rebuilds the model.
+            mark_backbone_changed(self.model)
             self._tie_or_pad_merged_head(self.peft_config[adapter], num_memory)
             if num_memory:
                 vocab = self.model.config.vocab_size - num_memory

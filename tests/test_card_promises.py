@@ -1,0 +1,70 @@
+"""A saved adapter's card, read as a user reads it: each snippet runs against the saved folder and does what the card
+says, and each claim about the base it makes is true of that adapter."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import pytest
+import torch
+
+from ut_peft import random_backbone
+from ut_peft.testing import tiny_config, trained_adapter
+
+
+def _snippet(text: str) -> str:
+    """The python block of the card's "How to load it"."""
+    return text.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+def _run_snippet(folder, monkeypatch, base_folder=None):
+    """The card's own snippet, run as a user runs it on the saved folder: the Hub download answered by the folder,
+    and a placeholder for the base's folder filled in with ``base_folder``; returns the model it loads."""
+    import huggingface_hub
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", lambda repo_id, **kwargs: str(folder))
+    code = _snippet((folder / "README.md").read_text()).replace('"<this-repo>"', repr(str(folder)))
+    if base_folder is not None:
+        code = code.replace('"<folder of the base it was trained on>"', repr(str(base_folder)))
+    namespace: dict = {}
+    exec(code, namespace)
+    return namespace["model"]
+
+
+@pytest.mark.parametrize(
+    "first,second",
+    [
+        ({}, {}),  # the second adapter replaces all the merge changed: the seed still rebuilds the base it reads
+        ({}, {"train_input_embeddings": False}),  # it reads the merged E
+        ({"task_vocab_size": 6}, {}),  # the merge changed the vocabulary, so the whole draw
+        ({}, {"num_memory_tokens": 2, "train_input_embeddings": False, "train_output_embeddings": False}),
+    ],
+)
+def test_an_adapter_on_a_merged_random_backbone_promises_a_rebuild_only_where_the_seed_rebuilds_it(
+    tmp_path, monkeypatch, first, second
+):
+    """Was: merge_and_unload left the model marked as random_backbone's draw under its seed, so an adapter made on
+    the merged model recorded that seed, its card promised "the config and the seed (3) that rebuild it bit for
+    bit", and the card's snippet failed ("the backbone rebuilt ... does not have the frozen weights the adapter was
+    trained on") wherever the adapter reads a weight the merge changed. The card now promises a rebuild only where
+    the seed's draw has the weights the adapter reads; elsewhere it says the base cannot be rebuilt, and its snippet
+    loads the adapter onto the merged base, kept with save_pretrained."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        merged = trained_adapter(random_backbone(tiny_config("llama"), seed=3), **first).merge_and_unload()
+        merged.save_pretrained(tmp_path / "base")  # as the card says to keep a base it cannot rebuild
+        model = trained_adapter(merged, seed=5, **second)
+    told = any("an adapter was merged into this base" in str(w.message) for w in caught)
+    model.save_pretrained(tmp_path / "adapter")
+    record = json.loads((tmp_path / "adapter" / "adapter_config.json").read_text())["backbone"]
+    text = (tmp_path / "adapter" / "README.md").read_text()
+    assert ("bit for bit" in text) == record["rebuildable"]
+    assert ("this adapter cannot rebuild it" in text) != record["rebuildable"]
+    assert told != record["rebuildable"]  # and the user was told when the adapter was made
+    loaded = _run_snippet(tmp_path / "adapter", monkeypatch, base_folder=tmp_path / "base")
+    ids = torch.randint(0, 6, (2, 5))
+    with torch.no_grad():
+        assert torch.equal(loaded(input_ids=ids).logits, model(input_ids=ids).logits)
+    # Where the seed's draw still has what the adapter reads, the card keeps promising the rebuild.
+    assert record["rebuildable"] == (not first and not second)
