@@ -38,6 +38,31 @@ _READ_BY = {
 }
 
 
+# The settings that count something (sizes, steps, examples, a cadence, string lengths), each with its least value
+# (0: checked below, with what 0 means). Whole numbers: a step compares with `done % checkpoint_every`, so 2.5 would
+# checkpoint at the multiples of 5; a bool is an int, and True would run as 1 and be recorded as true.
+COUNTS = {
+    **dict.fromkeys(("width", "layers", "heads", "head_dim", "steps", "batch_size"), 1),
+    **dict.fromkeys(("train_examples", "eval_examples", "checkpoint_every"), 1),
+    **dict.fromkeys(("eval_every", "eval_log_from", "warmup_steps"), 0),
+    "dyck_max_pairs": 1,
+    "dyck_max_random_length": 1,
+    "khop_length": 2,  # no two equal neighbours, and the last letter has no label: one letter scores nothing
+}
+
+
+def _count(name: str, value, least: int) -> int:
+    """``value`` as an int (a whole float such as 8.0, as JSON may hold one, reads as 8), or a ValueError naming the
+    field and its flag."""
+    flag = f"{name}={value!r} (--{name.replace('_', '-')})"
+    whole = isinstance(value, numbers.Integral) or (isinstance(value, numbers.Real) and float(value).is_integer())
+    if isinstance(value, bool) or not whole:
+        raise ValueError(f"{flag} must be a whole number, at least {least}")
+    if least and value < least:
+        raise ValueError(f"{flag} must be at least {least}")
+    return int(value)
+
+
 @dataclass
 class RunSettings:
     """Everything that defines a run; a checkpoint only resumes a run with identical settings."""
@@ -139,19 +164,8 @@ class RunSettings:
                     f"({_why_ignored(self.backbone, name)}). Leave it at its default ({defaults[name]!r}), or use "
                     "one of those backbones"
                 )
-        for name in (
-            "width",
-            "layers",
-            "heads",
-            "head_dim",
-            "steps",
-            "batch_size",
-            "train_examples",
-            "eval_examples",
-            "checkpoint_every",
-        ):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        for name, least in COUNTS.items():
+            setattr(self, name, _count(name, getattr(self, name), least))
         if not self.fresh_data and self.train_examples < self.batch_size:
             # A batch is batch_size distinct rows of the pool: a smaller pool gives smaller batches, while the curve
             # and the row count examples_seen as steps x batch_size.
