@@ -72,6 +72,11 @@ def majority_baseline(dataset) -> dict:
 
     def best_share(rows):
         counts = Counter(label for row in rows for label in row["labels"] if label != IGNORE_INDEX)
+        if not counts:
+            raise ValueError(
+                "majority_baseline: the dataset has no scored label (every label is -100, or there are no rows); "
+                "pass the task's held-out set, whose answers are scored"
+            )
         return max(counts.values()) / sum(counts.values())
 
     rows = dataset.to_list()
