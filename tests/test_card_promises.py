@@ -8,6 +8,7 @@ import warnings
 
 import pytest
 import torch
+from huggingface_hub import ModelCard
 
 from ut_peft import random_backbone
 from ut_peft.testing import tiny_config, trained_adapter
@@ -68,3 +69,54 @@ def test_an_adapter_on_a_merged_random_backbone_promises_a_rebuild_only_where_th
         assert torch.equal(loaded(input_ids=ids).logits, model(input_ids=ids).logits)
     # Where the seed's draw still has what the adapter reads, the card keeps promising the rebuild.
     assert record["rebuildable"] == (not first and not second)
+
+
+def _hub_base(tmp_path):
+    """A tiny base as if loaded from the Hub as "someone/tiny-llama" (its copy kept in a folder)."""
+    from transformers import AutoModelForCausalLM
+
+    from ut_peft.testing import tiny_model
+
+    if not (tmp_path / "hub-copy").is_dir():
+        tiny_model("llama").save_pretrained(tmp_path / "hub-copy")
+    base = AutoModelForCausalLM.from_pretrained(tmp_path / "hub-copy")
+    base.name_or_path = "someone/tiny-llama"
+    return base
+
+
+@pytest.mark.parametrize("base_kind", ["hub base", "random backbone"])
+def test_every_route_to_a_card_gives_it_the_metadata_peft_gives_an_adapters_card(tmp_path, base_kind):
+    """peft's card of an adapter (a LoRA one's, on the same base) has library_name peft, base_model (a Hub id) and
+    the tags "transformers" and "base_model:adapter:<base>" (which, peft says, make the adapter searchable and
+    servable by the Hub's inference providers). Was: the card save_pretrained wrote had them, but save_model_card,
+    render_model_card and a push of a folder whose card save_model_card wrote gave a card without those tags. Every
+    route now gives the same metadata, and the YAML parses back."""
+    from peft import LoraConfig, get_peft_model
+
+    from ut_peft import UTReprogramConfig, push_adapter_to_hub, save_model_card
+    from ut_peft.hub import render_model_card
+
+    def make_base():
+        return _hub_base(tmp_path) if base_kind == "hub base" else random_backbone(tiny_config("llama"), seed=3)
+
+    get_peft_model(make_base(), LoraConfig(target_modules=["q_proj"])).save_pretrained(tmp_path / "lora")
+    peft_tags = set(ModelCard.load(tmp_path / "lora" / "README.md").data.tags) - {"lora"}
+    peft_tags = {tag for tag in peft_tags if tag != "base_model:adapter:"}  # a base with no name has none
+    expected_base = "someone/tiny-llama" if base_kind == "hub base" else None
+    assert peft_tags == {"transformers"} | ({f"base_model:adapter:{expected_base}"} if expected_base else set())
+
+    model = get_peft_model(make_base(), UTReprogramConfig())
+    model.save_pretrained(tmp_path / "adapter")
+    config = json.loads((tmp_path / "adapter" / "adapter_config.json").read_text())
+    cards = {"save_pretrained": ModelCard.load(tmp_path / "adapter" / "README.md")}
+    cards["render_model_card"] = ModelCard(str(render_model_card(config)))
+    save_model_card(tmp_path / "adapter", metrics={"accuracy": 0.5})
+    cards["save_model_card"] = ModelCard.load(tmp_path / "adapter" / "README.md")
+    cards["push"] = ModelCard(push_adapter_to_hub(tmp_path / "adapter", "someone/x", dry_run=True).card)
+    for route, card in cards.items():
+        data = card.data
+        assert data.library_name == "peft" and data.pipeline_tag == "text-generation", route
+        assert data.base_model == expected_base, route
+        assert peft_tags <= set(data.tags), (route, sorted(data.tags))
+        other_bases = [tag for tag in data.tags if tag.startswith("base_model:") and tag not in peft_tags]
+        assert not other_bases, route

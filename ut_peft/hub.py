@@ -323,6 +323,14 @@ def _base_parts(
     return hub_base, base_line, f"{load_base}\n" + _load_adapter_line(f'"{repo}"', subfolder), None
 
 
+def _peft_tags(base_model: Optional[str]) -> list[str]:
+    """The tags peft's save puts on an adapter's card (``create_or_update_model_card``): "transformers" (the base of
+    every UT_REPROGRAM card's snippet is a transformers model) and "base_model:adapter:<base>", which peft adds so
+    that the Hub lists the adapter under its base and its inference providers can serve it. Rendered with the card,
+    so that one written without a save (save_model_card, a push) has them too."""
+    return ["transformers"] + ([f"base_model:adapter:{base_model}"] if base_model else [])
+
+
 # The card keeps what it was rendered from (what the caller passed, not what the adapter's config decides) in its
 # metadata, under this one key, so that a later save renders it again from these values instead of reading them
 # back out of the markdown (update_model_card), and a push keeps them (push_adapter_to_hub). Not kept:
@@ -403,7 +411,7 @@ def render_model_card(
     base_model, base_line, load_snippet, backbone_note = _base_parts(adapter_config, base_model, repo, subfolder)
     settings = {k: adapter_config.get(k) for k in _SETTINGS_KEYS}
     extra_tags = list(tags or [])
-    tags = sorted(set(BASE_TAGS + (["random-backbone"] if backbone else []) + extra_tags))
+    tags = sorted(set(BASE_TAGS + (["random-backbone"] if backbone else []) + _peft_tags(base_model) + extra_tags))
     results = eval_results(metrics, dataset=eval_dataset)
     shown_title = _shown_title(title, repo_id)
     inputs = _card_inputs(
@@ -739,17 +747,13 @@ def update_model_card(
     hub_id = hub_base_model_id(adapter_config.get("base_model_name_or_path"), adapter_config.get("base_model_local"))
     card.data["base_model"] = hub_id
     generated = {"random-backbone"}  # a tag the rendering sets from the config: this config's, not the old one's
+    kept = {t for t in (card.data.get("tags") or []) if t not in generated}
     card.data["tags"] = sorted(
-        (
-            {
-                t
-                for t in (card.data.get("tags") or [])
-                if t not in generated and (not t.startswith("base_model:") or (hub_id and t.endswith(":" + hub_id)))
-            }
-            | set(our_tags)
-            | added_tags
-        )
-        - removed_tags
+        t
+        for t in (kept | set(our_tags) | added_tags) - removed_tags
+        # The base's tag names this config's base, the one base_model names: not an earlier adapter's, nor a base
+        # the rendering was given by name.
+        if not t.startswith("base_model:") or (hub_id and t.endswith(":" + hub_id))
     )
     if write:  # str(card) is what ModelCard.save writes; written atomically like every other file the package writes
         atomic_write_text(readme, str(card), newline="")
