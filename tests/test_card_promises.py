@@ -120,3 +120,45 @@ def test_every_route_to_a_card_gives_it_the_metadata_peft_gives_an_adapters_card
         assert peft_tags <= set(data.tags), (route, sorted(data.tags))
         other_bases = [tag for tag in data.tags if tag.startswith("base_model:") and tag not in peft_tags]
         assert not other_bases, route
+
+
+@pytest.mark.parametrize(
+    "family,tied,options",
+    [
+        ("llama", False, {}),
+        ("gpt2", True, {}),  # E and U one shared matrix
+        ("gpt2", True, {"tied_embeddings": "untie", "train_position_embeddings": True}),
+        ("gemma3", True, {"task_vocab_size": 6, "num_memory_tokens": 2}),
+        ("qwen2", False, {"task_vocab_size": 6, "release_base_embeddings": True}),
+        ("llama", False, {"num_memory_tokens": 3, "train_input_embeddings": False, "train_output_embeddings": False}),
+    ],
+)
+def test_the_cards_snippet_and_memory_call_give_the_saved_adapters_outputs(
+    tmp_path, monkeypatch, family, tied, options
+):
+    """The card of an adapter on a random backbone, read as a user reads it: its snippet, run as written on the saved
+    folder, loads a model whose logits equal the saved adapter's, through the memory note's call where the card
+    has one; the settings table and the summary's numbers are the saved config's."""
+    import ut_peft
+    from ut_peft import UTReprogramConfig
+
+    model = trained_adapter(random_backbone(tiny_config(family, tied=tied), seed=2), **options)
+    model.save_pretrained(tmp_path / "adapter")
+    text = (tmp_path / "adapter" / "README.md").read_text()
+    config = UTReprogramConfig.from_pretrained(str(tmp_path / "adapter")).to_dict()
+    for key in ("task_vocab_size", "num_memory_tokens", "tied_embeddings", "train_position_embeddings"):
+        assert f"| {key} | {config[key]} |" in text
+    if config["task_vocab_size"]:
+        assert f"over a new vocabulary of {config['task_vocab_size']} tokens" in text
+    assert (f"{config['num_memory_tokens']} memory vectors" in text) == bool(config["num_memory_tokens"])
+    loaded = _run_snippet(tmp_path / "adapter", monkeypatch)
+    ids = torch.randint(0, config["task_vocab_size"] or 97, (2, 5))
+    call = "ut_peft.memory.prepend_memory_tokens(model, input_ids)"
+    assert (f"`{call}`" in text) == bool(config["num_memory_tokens"])
+
+    def logits(one):
+        namespace = {"ut_peft": ut_peft, "model": one, "input_ids": ids}
+        with torch.no_grad():
+            return one(**(eval(call, namespace) if config["num_memory_tokens"] else {"input_ids": ids})).logits
+
+    assert torch.equal(logits(loaded), logits(model))
