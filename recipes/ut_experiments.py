@@ -107,6 +107,9 @@ def main(args) -> None:
         if tracker is not None:
             end_tracking(tracking)
     rows = plan.load_rows(results)
+    # What is due now, after the runs: a row they finished may have made a check or seeds due, which they may have
+    # started and paused (the stop file); the plan read before them would leave those out or refuse their checkpoints.
+    everything = plan.PLAN + plan.BUDGET_PLAN + plan.budget_runs(rows)
     rows.update(plan.unfinished_rows(everything, rows, runs_dir))
     if not rows:
         raise ValueError(f"no finished runs in {results}; run the plan first")
