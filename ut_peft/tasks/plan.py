@@ -814,7 +814,7 @@ def pool_lookup(settings: dict) -> dict:
     from .metrics import IGNORE_INDEX
     from .training import string_key, task_data
 
-    run_settings = RunSettings(**applicable({k: v for k, v in settings.items() if hasattr(RunSettings, k)}))
+    run_settings = RunSettings(**applicable(_run_fields_of(settings)))
     train, evaluation, _, _ = task_data(run_settings)
     if train is None:
         return {"in_pool": 0.0, "lookup_accuracy": None}
@@ -838,8 +838,15 @@ def pool_lookup(settings: dict) -> dict:
     return {"in_pool": sum(hits) / len(hits), "lookup_accuracy": correct / scored}
 
 
+def _run_fields_of(settings: dict) -> dict:
+    """The RunSettings fields of ``settings``, whatever else it holds. By the dataclass's fields: a field with a
+    default_factory (khop_ks) is no class attribute, so hasattr(RunSettings, name) would drop it."""
+    names = {f.name for f in dataclasses.fields(RunSettings)}
+    return {k: v for k, v in settings.items() if k in names}
+
+
 def _run_settings(row: dict) -> RunSettings:
-    return RunSettings(**applicable({k: v for k, v in settings_of(row).items() if hasattr(RunSettings, k)}))
+    return RunSettings(**applicable(_run_fields_of(settings_of(row))))
 
 
 # What tells one Dyck-1 run from another beside its seeds (the seeds are a line's column; the cadence changes nothing).
