@@ -162,3 +162,46 @@ def test_the_cards_snippet_and_memory_call_give_the_saved_adapters_outputs(
             return one(**(eval(call, namespace) if config["num_memory_tokens"] else {"input_ids": ids})).logits
 
     assert torch.equal(logits(loaded), logits(model))
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"task_vocab_size": 6},
+        {"num_memory_tokens": 2, "train_input_embeddings": False, "train_output_embeddings": False},
+    ],
+)
+def test_the_card_of_a_base_it_cannot_rebuild_says_how_to_keep_that_base_and_that_works(
+    tmp_path, monkeypatch, options
+):
+    """Was: the card said to load the adapter onto the base "saved with `base.save_pretrained`". After get_peft_model
+    the base carries the adapter's layers (peft wraps it in place), so its own save writes E as
+    ``embed_tokens.base_layer.weight`` beside the adapter's tensors, and the folder loads back with a fresh E: the
+    card's snippet was refused ("made on another base model") for an adapter that reads the base's E (memory vectors
+    alone), and on a tied base the save itself failed (transformers: "shared tensors ... not properly defined"). The
+    card now says how to keep the base once the adapter is saved, and doing that as written, then running its
+    snippet, gives the saved adapter's logits."""
+    import re
+
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(5)
+    base = AutoModelForCausalLM.from_config(tiny_config("gpt2", tied=True)).eval()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the unrebuildable base's, which the card repeats
+        model = trained_adapter(base, **options)
+    model.save_pretrained(tmp_path / "adapter")
+    ids = torch.randint(0, 6, (2, 5))
+    with torch.no_grad():
+        expected = model(input_ids=ids).logits
+    text = (tmp_path / "adapter" / "README.md").read_text()
+    note = next(line for line in text.splitlines() if "cannot rebuild it" in line)
+    keep = [code for code in re.findall(r"`([^`]*save_pretrained[^`]*)`", note)]
+    assert keep, note
+    for code in keep:  # as the user has them once the adapter is saved
+        code = code if code.endswith(")") else code + "(folder)"
+        eval(code, {"model": model, "base": base, "folder": str(tmp_path / "base")})
+    loaded = _run_snippet(tmp_path / "adapter", monkeypatch, base_folder=tmp_path / "base")
+    with torch.no_grad():
+        assert torch.equal(loaded(input_ids=ids).logits, expected)

@@ -274,10 +274,20 @@ def _unrebuildable_backbone_parts(
         'base = AutoModelForCausalLM.from_pretrained("<folder of the base it was trained on>"'
         f"{_dtype_keyword(adapter_config)})\n" + _load_adapter_line(f'"{repo}"', subfolder)
     )
+    # After get_peft_model the base carries the adapter's layers (peft wraps it in place): its own save_pretrained
+    # writes E as `...base_layer.weight` (a fresh E when loaded back; on a tied base the save fails). unload() gives
+    # the base back as it was, except where release_base_embeddings freed its E and U, which unload refuses.
+    if adapter_config.get("release_base_embeddings"):
+        keep = "kept with `base.save_pretrained(folder)` before `get_peft_model` (which frees its E and U)"
+    else:
+        keep = (
+            "kept once the adapter is saved with `model.unload().save_pretrained(folder)` (the base as it was; "
+            "the base's own save_pretrained would write the adapter's layers in place of its E and U)"
+        )
     backbone_note = (
         "The frozen base was built from a config with no recorded seed (e.g. `AutoModelForCausalLM.from_config`), "
         "so this adapter cannot rebuild it: its random weights are in no file, and `backbone_from_adapter` "
-        "refuses it. Load the adapter onto the base it was trained on (saved with `base.save_pretrained`); "
+        f"refuses it. Load the adapter onto the base it was trained on, {keep}; "
         "adapters trained on `ut_peft.random_backbone(config, seed)` rebuild their base."
     )
     return load_snippet, backbone_note

@@ -620,14 +620,17 @@ class UTReprogramModel(BaseTuner):
             warn_at_callers_line(
                 f"an adapter was merged into this base (random_backbone's draw under seed {merged_from}) since it was "
                 "built, and the weights this adapter reads are not known to be that draw's, so an adapter saved from "
-                "it cannot rebuild it (backbone_from_adapter will refuse): keep the merged base "
-                "(base.save_pretrained(folder)) to load the adapter onto"
+                "it cannot rebuild it (backbone_from_adapter will refuse): keep the merged base to load the adapter "
+                "onto, once the adapter is saved: peft_model.unload().save_pretrained(folder) (the base's own save "
+                "would write the adapter's layers in place of its E and U)"
             )
         elif seed is None:
             warn_at_callers_line(
                 "this base was built from a config without a recorded seed, so an adapter saved from it cannot "
                 "rebuild it (backbone_from_adapter will refuse): build it with ut_peft.random_backbone(config, seed), "
-                "or keep the base itself (base.save_pretrained(folder)) to load the adapter onto"
+                "or keep the base itself to load the adapter onto, once the adapter is saved: "
+                "peft_model.unload().save_pretrained(folder) (the base's own save would write the adapter's layers "
+                "in place of its E and U)"
             )
         return {
             "model_config": model_config,
