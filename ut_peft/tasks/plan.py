@@ -957,7 +957,11 @@ def dyck_table(rows: dict[str, dict], lookup: Callable[[dict], dict] = pool_look
 
 
 def _threads(rows: dict[str, dict]) -> str:
-    counts: set[int] = {r["torch_threads"] for r in rows.values() if is_new(r) and r.get("torch_threads")}
+    counts: set[int] = set()
+    for row in rows.values():
+        if is_new(row) and row.get("torch_threads"):
+            # Every session's count where the row records them (a resumed run may have changed it), else its last.
+            counts.update(row.get("torch_threads_sessions") or [row["torch_threads"]])
     return "/".join(map(str, sorted(counts))) or "-"
 
 

@@ -613,7 +613,16 @@ class _Session:
             "train_cpu_seconds": self.done["train_cpu_seconds"] + time.process_time() - self.cpu,
             # The loss of the last step trained: a run resumed from its final checkpoint reports it, not nan.
             "last_loss": self.last_loss,
+            "torch_threads": self.threads(),
         }
+
+    def threads(self) -> list[int] | None:
+        """The torch thread counts of every session so far, this one's included: the CPU seconds add up all of them.
+        None where an earlier session's is unknown (its checkpoint predates this record)."""
+        earlier = self.done.get("torch_threads")
+        if earlier is None and self.start > 0:
+            return None
+        return sorted({*(earlier or []), torch.get_num_threads()})
 
     def save(self, checkpoint: Path, step: int) -> None:
         model = self.accelerator.unwrap_model(self.model)
@@ -809,7 +818,9 @@ def _finish(session: _Session, output_dir: Path, finished: Path, *, results_path
         "initial_std": session.initial_std,
         "train_seconds": spent["train_seconds"],
         "train_cpu_seconds": spent["train_cpu_seconds"],
-        "torch_threads": torch.get_num_threads(),
+        "torch_threads": torch.get_num_threads(),  # this session's
+        # Every session's (a resumed run may have run under another count): what its CPU seconds were spent at.
+        "torch_threads_sessions": spent["torch_threads"],
         "resumed_from_step": session.start,
         "stop_reason": session.reason,
         "examples_seen": end * s.batch_size,
