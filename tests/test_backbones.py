@@ -102,6 +102,12 @@ def test_a_base_that_cannot_be_rebuilt_says_so_in_its_card_and_backbone_from_ada
     assert "backbone_from_adapter" not in _card_snippet(tmp_path)
     with pytest.raises(ValueError, match="cannot rebuild its base: the base was built from a config with no recorded"):
         backbone_from_adapter(tmp_path)
+    # The way to keep the base that the refusal gives works: after get_peft_model, the base's own save_pretrained
+    # writes the adapter's layers (tests/test_card_promises.py), unload() gives the base back as it was.
+    with pytest.raises(
+        ValueError, match=r"peft_model\.unload\(\)\.save_pretrained\(folder\) once the adapter is saved"
+    ):
+        backbone_from_adapter(tmp_path)
     # It still loads onto the base it was trained on, once that base is kept.
     PeftModel.from_pretrained(_from_config_under_global_seed(5), tmp_path)
 

@@ -105,9 +105,11 @@ def backbone_from_adapter(adapter_dir: Union[str, os.PathLike], dtype: torch.dty
     if record.get("rebuildable") is False:
         raise ValueError(
             f"the adapter in {adapter_dir} cannot rebuild its base: the base was built from a config with no "
-            "recorded seed (e.g. AutoModelForCausalLM.from_config), so its random weights are in no file; load the "
-            "adapter onto the base it was trained on (saved with base.save_pretrained), or train on "
-            "ut_peft.random_backbone(config, seed), which records its seed"
+            "recorded seed (e.g. AutoModelForCausalLM.from_config), or an adapter was merged into it since it was "
+            "drawn, so its weights are in no file; load the adapter onto the base it was trained on (kept with "
+            "peft_model.unload().save_pretrained(folder) once the adapter is saved, or base.save_pretrained(folder) "
+            "before get_peft_model: after it, the base's own save writes the adapter's layers in place of its E "
+            "and U), or train on ut_peft.random_backbone(config, seed), which records its seed"
         )
     config = transformers.AutoConfig.for_model(**record["model_config"])
     draw_dtype = getattr(torch, record.get("dtype") or "float32")
