@@ -59,9 +59,10 @@ def test_the_worker_starts_no_new_run_once_the_stop_file_exists(tmp_path):
 
 def test_rows_skip_a_line_still_being_written(tmp_path):
     results = tmp_path / "runs.jsonl"
-    results.write_text(json.dumps({"name": "done-s0", "accuracy": 1.0}) + "\n" + '{"name": "half-s0", "acc')
+    done = {"name": "done-s0", "accuracy": 1.0, "settings": {}}  # a run's row (rows of no run are refused)
+    results.write_text(json.dumps(done) + "\n" + '{"name": "half-s0", "acc')
     assert list(plan.load_rows(results)) == ["done-s0"]
-    results.write_text(json.dumps({"name": "done-s0"}) + "\n" + "not json\n")
+    results.write_text(json.dumps(done) + "\n" + "not json\n")
     with pytest.raises(json.JSONDecodeError, match=r"runs.jsonl:2 is not a JSON line"):  # damage, not a write
         plan.load_rows(results)
 

@@ -358,10 +358,16 @@ def load_rows(path: Path | str) -> dict[str, dict]:
 
     A last line without its newline that is not a whole JSON object is one another worker is still writing (or a
     torn one): not a row yet; a whole one is read (:func:`ut_peft.io.read_jsonl`). Any other line that does not parse
-    is damage, and raises."""
+    is damage, and raises; so does a line that parses but is no run's row (no settings: another command's)."""
     rows: dict[str, dict] = {}
     first_line: dict[str, int] = {}
     for number, row in read_jsonl(path):  # a damaged line raises naming the file and line
+        if not isinstance(row, dict) or not isinstance(row.get("settings"), dict):
+            # Another command's line (or a hand-written one): every reader below reads a run's settings.
+            raise ValueError(
+                f"{path}:{number} is not a run's row (a JSON object with the run's settings, as "
+                "recipes/reprogram.py and the plan's worker append): move that line out of the file"
+            )
         # A row written by recipes/reprogram.py has no name: its output folder is the name.
         name = row.get("name") or Path(row.get("saved_to", f"line-{number}/x")).parent.name
         if name in rows and (
