@@ -8,6 +8,7 @@ Then "?" and the answer token; only the answer is scored.
 from __future__ import annotations
 
 import hashlib
+import numbers
 import random
 from pathlib import Path
 
@@ -99,6 +100,18 @@ def encode_dyck(text: str) -> dict:
     }
 
 
+def whole_number(name: str, value, least: int) -> int:
+    """``value`` as an int (a whole float such as 8.0 reads as 8), or a ValueError naming ``name``. The generators
+    hand it to range() and randint(): a fraction would fail inside datasets' generator, under its own words, or
+    (k-hop strings grow to the first length >= it) be drawn as the next whole number; True would be 1."""
+    whole = isinstance(value, numbers.Integral) or (isinstance(value, numbers.Real) and float(value).is_integer())
+    if isinstance(value, bool) or not whole:
+        raise ValueError(f"{name}={value!r} must be a whole number, at least {least}")
+    if value < least:
+        raise ValueError(f"{name}={value!r} must be at least {least}")
+    return int(value)
+
+
 def check_data_seed(seed) -> None:
     """Refuse a seed that random.Random would draw as another's (None would draw from the clock, which datasets'
     cache then hands back to every later call)."""
@@ -125,8 +138,9 @@ def dyck_dataset(
     num_examples: int, *, seed: int = 0, max_pairs: int = 30, max_random_length: int = 60
 ) -> datasets.Dataset:
     """A seeded Dyck-1 dataset; sequences are at most ``max(2 * max_pairs, max_random_length) + 2`` tokens."""
-    if num_examples < 1 or max_pairs < 1 or max_random_length < 1:
-        raise ValueError("num_examples, max_pairs and max_random_length must all be at least 1")
+    num_examples = whole_number("num_examples", num_examples, 1)
+    max_pairs = whole_number("max_pairs", max_pairs, 1)
+    max_random_length = whole_number("max_random_length", max_random_length, 1)
     check_data_seed(seed)
     return datasets.Dataset.from_generator(
         _generate,

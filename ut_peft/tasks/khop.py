@@ -16,7 +16,7 @@ from pathlib import Path
 
 import datasets
 
-from .dyck import check_data_seed
+from .dyck import check_data_seed, whole_number
 from .metrics import IGNORE_INDEX
 from .settings import MAX_K, is_hop_count  # MAX_K: the hop counts the vocabulary has a token for: 0..MAX_K
 
@@ -113,10 +113,10 @@ def khop_dataset(
     ks = sorted(set(int(k) for k in ks))
     if not ks or ks[-1] > max_k:
         raise ValueError(f"ks must be hop counts between 0 and max_k={max_k}, got {ks}")
-    if alphabet_size < 2:
-        raise ValueError("alphabet_size must be at least 2 (no two consecutive letters may be equal)")
-    if length < 2 or num_examples < 1:
-        raise ValueError("length must be at least 2 and num_examples at least 1")
+    # At least 2 letters: no two consecutive letters may be equal; at least 2 of them: the last one has no label.
+    alphabet_size = whole_number("alphabet_size", alphabet_size, 2)
+    length = whole_number("length", length, 2)
+    num_examples = whole_number("num_examples", num_examples, 1)
     check_data_seed(seed)
     # ks goes in as a tuple: datasets takes a list in gen_kwargs as shards and would call the generator once per k
     # (n rows per k, grouped, the same strings for every k).
