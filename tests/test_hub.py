@@ -1239,3 +1239,50 @@ def test_a_dry_run_shows_the_card_of_every_adapter_it_would_upload(tmp_path, cap
     assert "other/README.md" in out.split("README.md as it would be uploaded:")[-1]  # said after the cards, too
     assert str(tmp_path / "out" / "other" / "README.md") in out
     assert {p: p.read_bytes() for p in (tmp_path / "out").rglob("*") if p.is_file()} == before
+
+
+def _results_note(text: str) -> list[str]:
+    """The lines of the card's "## Results" section that say its results are of other weights."""
+    section = text.split("## Results\n", 1)[1].split("\n#", 1)[0]
+    return [line for line in section.splitlines() if "earlier weights" in line]
+
+
+def test_a_card_says_its_results_are_of_earlier_weights_once_the_adapters_weights_change(tmp_path):
+    """Was: a card kept the Results table and model-index (eval_results) its user gave save_model_card across later
+    saves into the folder, also once the weights saved there were others (a further-trained adapter), so the card,
+    and the Hub reading its model-index, gave those numbers as the results of weights they were not measured on.
+    The card keeps the digest of the weights the metrics were given for; a save of other weights keeps the tables
+    but says under Results that they were measured on earlier weights, and drops the model-index."""
+    import torch
+
+    folder = tmp_path / "out"
+    model = get_peft_model(random_backbone(tiny_config("llama"), seed=0), UTReprogramConfig())
+    model.save_pretrained(folder)
+    save_model_card(folder, title="Mine", training={"lr": 0.001}, metrics={"accuracy": 0.9})
+    config = json.loads((folder / "adapter_config.json").read_text())
+    measured = config["weights_sha256"]["adapter_model.safetensors"]
+    model.save_pretrained(folder)  # the same weights: the card keeps its results as they are
+    same = (folder / "README.md").read_text()
+    card = ModelCard(same)
+    assert not _results_note(same) and card.data.eval_results and card.data.model_name == "Mine"
+    assert push_adapter_to_hub(folder, "me/mine", dry_run=True).card.count("earlier weights") == 0
+
+    with torch.no_grad():  # further training
+        for parameter in model.parameters():
+            if parameter.requires_grad:
+                parameter.add_(1.0)
+    model.save_pretrained(folder)
+    text = (folder / "README.md").read_text()
+    card = ModelCard(text)
+    assert "# Mine" in text and "| lr | 0.001 |" in text and "| accuracy | 0.9 |" in text  # the user's words stay
+    note = _results_note(text)
+    assert len(note) == 1 and measured[:12] in note[0] and "save_model_card" in note[0]
+    assert card.data.eval_results is None and card.data.model_name is None  # not this model's results on the Hub
+    model.save_pretrained(folder)  # saved again, the card says it once
+    assert (folder / "README.md").read_text() == text
+    pushed = push_adapter_to_hub(folder, "me/mine", dry_run=True).card
+    assert len(_results_note(pushed)) == 1 and ModelCard(pushed).data.eval_results is None
+
+    save_model_card(folder, title="Mine", metrics={"accuracy": 0.5})  # metrics of these weights
+    card = ModelCard((folder / "README.md").read_text())
+    assert not _results_note(card.text) and card.data.eval_results[0].metric_value == 0.5

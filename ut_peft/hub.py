@@ -346,8 +346,85 @@ def _peft_tags(base_model: Optional[str]) -> list[str]:
 # back out of the markdown (update_model_card), and a push keeps them (push_adapter_to_hub). Not kept:
 # ``base_model`` (possibly a local path, which a card never shows; the base is the config's). A card given none of
 # them keeps an empty mapping: it still says that the card keeps its inputs, so nothing is read from its markdown.
+# ``metrics_weights``: the sha256 of the adapter weights file the metrics were given for (:func:`_weights_digest`).
 CARD_INPUTS_KEY = "ut_peft"
-_CARD_INPUTS = ("title", "repo_id", "training", "metrics", "tags", "eval_dataset", "subfolder")
+_CARD_INPUTS = ("title", "repo_id", "training", "metrics", "tags", "eval_dataset", "subfolder", "metrics_weights")
+_RESULTS_HEADING = "## Results"
+_OTHER_WEIGHTS_NOTE = (
+    "These results were measured on earlier weights of this adapter (weights file sha256 {digest}...), not on the "
+    "weights saved here: they are not these weights' results until save_model_card is called again with new metrics."
+)
+
+
+def _weights_digest(adapter_config: Mapping[str, Any]) -> Optional[str]:
+    """The sha256 of the adapter's weights file that its config records (``weights_sha256``, written by
+    ``PeftModel.save_pretrained``), of the file peft loads (:data:`ADAPTER_WEIGHTS`, in peft's order); None where
+    the config records none (a config saved by another path, or during a save, before the weights are recorded)."""
+    recorded = adapter_config.get("weights_sha256")
+    if not isinstance(recorded, Mapping):
+        return None
+    return next((recorded[name] for name in ADAPTER_WEIGHTS if isinstance(recorded.get(name), str)), None)
+
+
+def _measured_on_other_weights(adapter_config: Mapping[str, Any], inputs: Mapping[str, Any]) -> Optional[str]:
+    """The digest of the weights the card's metrics were given for (``inputs``, its stored ones) where the adapter
+    of ``adapter_config`` has other weights; None where they are its own, or where either is not known."""
+    measured, current = inputs.get("metrics_weights"), _weights_digest(adapter_config)
+    if inputs.get("metrics") and measured and current and measured != current:
+        return str(measured)
+    return None
+
+
+def _without_other_weights_note(lines: list[str]) -> list[str]:
+    """``lines`` without the note :func:`_with_other_weights_note` puts under the results heading (and the blank
+    line it adds after it)."""
+    prefix = _OTHER_WEIGHTS_NOTE.split("{", 1)[0]
+    out: list[str] = []
+    skip_blank = False
+    for line in lines:
+        if line.startswith(prefix):
+            skip_blank = True
+            continue
+        if not (skip_blank and not line.strip()):
+            out.append(line)
+        skip_blank = False
+    return out
+
+
+def _with_other_weights_note(card: ModelCard, measured: str) -> None:
+    """Make ``card`` say that its results were measured on other weights (digest ``measured``): a line under its
+    results heading (the table, the user's words, stays), and no model-index, which the Hub would list as this
+    model's results."""
+    lines = _without_other_weights_note(card.text.splitlines())
+    spans = _spans(lines)
+    if _RESULTS_HEADING in spans:
+        at = spans[_RESULTS_HEADING][0] + 1
+        lines[at:at] = ["", _OTHER_WEIGHTS_NOTE.format(digest=measured[:12])]
+    card.text = "\n".join(lines) + ("\n" if card.text.endswith("\n") else "")
+    card.data["eval_results"] = None
+    card.data["model_name"] = None
+
+
+def mark_results_of_other_weights(folder: Union[str, os.PathLike], adapter_config: Mapping[str, Any]) -> None:
+    """Once a save has recorded the digest of the weights it wrote (``adapter_config``, the config as saved), make
+    the folder's card say so where its results were given for other weights (:func:`_with_other_weights_note`);
+    the card is rendered during the save, before that digest is recorded. A card with results of these weights,
+    or that keeps no inputs, is left as it is."""
+    readme = Path(folder) / "README.md"
+    if not readme.is_file():
+        return
+    try:
+        card = ModelCard.load(readme)
+    except Exception:  # not a model card: nothing of ours to mark
+        return
+    inputs = stored_card_inputs(card)
+    measured = None if inputs is None else _measured_on_other_weights(adapter_config, inputs)
+    if measured is None:
+        return
+    before = str(card)
+    _with_other_weights_note(card, measured)
+    if str(card) != before:
+        atomic_write_text(readme, str(card), newline="")
 
 
 def _plain(value: Any) -> Any:
@@ -371,8 +448,8 @@ def _card_inputs(**inputs: Any) -> dict[str, Any]:
             value = {str(k): _plain(v) for k, v in value.items()}
         elif key == "tags" and value:
             value = [str(tag) for tag in value]
-        elif key == "eval_dataset" and not inputs.get("metrics"):
-            value = None  # it names the data of the metrics only
+        elif key in ("eval_dataset", "metrics_weights") and not inputs.get("metrics"):
+            value = None  # it names the data, or the weights, of the metrics only
         if value:
             stored[key] = value
     return stored
@@ -405,6 +482,7 @@ def render_model_card(
     title: Optional[str] = None,
     eval_dataset: str = "custom",
     subfolder: Optional[str] = None,
+    metrics_weights: Optional[str] = None,
 ) -> ModelCard:
     """Render the adapter's card from ``model_cards/ut_reprogram_adapter.md``.
 
@@ -415,6 +493,10 @@ def render_model_card(
     repository's top. The card's metadata keeps these keywords (all but ``base_model``) under ``ut_peft``
     (:func:`stored_card_inputs` reads them back), so that saving the adapter again, or pushing it, renders the
     card from them.
+
+    ``metrics_weights``: the sha256 of the adapter weights file the metrics were measured on; None for the weights
+    ``adapter_config`` records (``weights_sha256``). Where those are other weights, the card keeps the tables but
+    says under Results that they were measured on earlier weights, and has no model-index.
     """
     backbone = adapter_config.get("backbone")
     repo = repo_id or "<this-repo>"
@@ -423,6 +505,12 @@ def render_model_card(
     extra_tags = list(tags or [])
     tags = sorted(set(BASE_TAGS + (["random-backbone"] if backbone else []) + _peft_tags(base_model) + extra_tags))
     results = eval_results(metrics, dataset=eval_dataset)
+    metrics_weights = metrics_weights or _weights_digest(adapter_config)
+    other_weights = _measured_on_other_weights(
+        adapter_config, {"metrics": metrics, "metrics_weights": metrics_weights}
+    )
+    if other_weights:
+        results = []  # the Hub would list them as this model's results
     shown_title = _shown_title(title, repo_id)
     inputs = _card_inputs(
         title=title,
@@ -432,6 +520,7 @@ def render_model_card(
         tags=extra_tags,
         eval_dataset=eval_dataset,
         subfolder=subfolder,
+        metrics_weights=metrics_weights,
     )
     card_data = ModelCardData(
         library_name="peft",
@@ -442,7 +531,7 @@ def render_model_card(
         eval_results=results or None,
         **{CARD_INPUTS_KEY: inputs},
     )
-    return ModelCard.from_template(
+    card = ModelCard.from_template(
         card_data,
         template_path=str(template_path()),
         title=shown_title,
@@ -460,6 +549,9 @@ def render_model_card(
         # 0.1.0, the only version before it (not by the version rendering its card now).
         ut_peft_version=adapter_config.get("ut_peft_version") or UNRECORDED_UT_PEFT_VERSION,
     )
+    if other_weights:
+        _with_other_weights_note(card, other_weights)
+    return card
 
 
 def _read_adapter_config(folder: Union[str, os.PathLike]) -> dict:
@@ -581,8 +673,13 @@ def _render_from_inputs(adapter_config: Mapping[str, Any], card: ModelCard, kept
     passed now, which win) over them, and with the sections its user added. What its user edited by hand stays as
     they left it: a title or a table that is not the one the kept inputs render is kept as it is, as it reads on
     the card, unless ``given`` names it. The default title (no title or repository given before) is no edit: a
-    repository given now titles the card, as it titles a new one."""
-    ours = render_model_card(adapter_config, **{**kept, **given})
+    repository given now titles the card, as it titles a new one. Metrics given now are of the adapter's weights
+    now; kept ones, of the weights they were given for (a note says so where those are others)."""
+    if "metrics" in given:
+        kept = {key: value for key, value in kept.items() if key != "metrics_weights"}
+    inputs = {**kept, **given}
+    ours = render_model_card(adapter_config, **inputs)
+    other_weights = _measured_on_other_weights(adapter_config, inputs)
     old_lines, lines = card.text.splitlines(), ours.text.splitlines()
     title, old_title = _title_line(ours.text), _title_line(card.text)
     kept_titles = {f"# {_shown_title(kept.get('title'), kept.get('repo_id'))}", f"# {_DEFAULT_TITLE}"}
@@ -591,14 +688,20 @@ def _render_from_inputs(adapter_config: Mapping[str, Any], card: ModelCard, kept
         lines[lines.index(title)] = old_title
     old_spans, spans = _spans(old_lines), _spans(lines)
     hand_tables = [h for h, name in _TABLE_SECTIONS.items() if h in spans and h in old_spans and name not in given]
+    hand_edited = False
     for heading in reversed(hand_tables):  # bottom up
         (start, end), (old_start, old_end) = spans[heading], old_spans[heading]
-        mine = old_lines[old_start:old_end]
-        if "\n".join(lines[start:end]).rstrip() != "\n".join(mine).rstrip():
+        # The note on other weights is the rendering's, not the user's: whether it is there is decided now.
+        mine = _without_other_weights_note(old_lines[old_start:old_end])
+        if "\n".join(_without_other_weights_note(lines[start:end])).rstrip() != "\n".join(mine).rstrip():
             lines[start:end] = mine
+            hand_edited = True
     ours.text = "\n".join(lines)
-    # The metadata of the results table as the card has it, unless what it is rendered from was given now.
-    if not given.keys() & {"title", "repo_id", "metrics", "eval_dataset"}:
+    if other_weights and hand_edited:
+        _with_other_weights_note(ours, other_weights)
+    # The metadata of the results table as the card has it, unless what it is rendered from was given now, or the
+    # results are of other weights (the Hub would list them as this model's).
+    if not given.keys() & {"title", "repo_id", "metrics", "eval_dataset"} and not other_weights:
         for key in ("model_name", "eval_results"):
             if card.data.get(key) is not None:
                 ours.data[key] = card.data.get(key)

@@ -1,6 +1,8 @@
 """Saving a UT_REPROGRAM adapter: peft's methods stay peft's, and the folder holds exactly what it held when
 ut-peft replaced them (the card rendered from the template with peft's metadata, only the trained tensors)."""
 
+import json
+
 import peft
 import pytest
 from huggingface_hub import ModelCard
@@ -77,6 +79,7 @@ def test_a_card_is_rendered_for_the_adapter_saved_into_the_folder_keeping_what_i
     first.save_pretrained(folder)
     user = dict(title="My adapter", repo_id="me/adapter", training={"lr": 0.001}, metrics={"accuracy": 0.98765})
     ut_peft.save_model_card(folder, **user)
+    measured = json.loads((folder / "adapter_config.json").read_text())["weights_sha256"]
     text = (folder / "README.md").read_text()
     (folder / "README.md").write_text(
         text.replace("### Framework versions", "## Notes\n\nMine.\n\n### Framework versions")
@@ -85,13 +88,17 @@ def test_a_card_is_rendered_for_the_adapter_saved_into_the_folder_keeping_what_i
     second = get_peft_model(AutoModelForCausalLM.from_pretrained(base), UTReprogramConfig(task_vocab_size=6))
     second.save_pretrained(folder)
     card = ModelCard.load(folder / "README.md")
-    expected = render_model_card(second.peft_config["default"].to_dict(), **user)
+    # The results were given for the first adapter's weights: the card keeps them, saying so.
+    expected = render_model_card(
+        second.peft_config["default"].to_dict(), **user, metrics_weights=measured["adapter_model.safetensors"]
+    )
+    assert "measured on earlier weights" in expected.text
     lines = expected.text.splitlines()
     at = lines.index("### Framework versions")
     lines[at:at] = ["## Notes", "", "Mine.", ""]
     assert card.text == "\n".join(lines)
     assert "memory vectors" not in card.text and "over a new vocabulary of 6 tokens" in card.text
-    assert card.data.eval_results == expected.data.eval_results and card.data.model_name == "My adapter"
+    assert card.data.eval_results is None and card.data.model_name is None  # not the second adapter's results
     assert "random-backbone" not in card.data.tags  # the first adapter's base was one, the second's is not
     second.save_pretrained(folder)  # saving the same adapter again changes nothing
     assert (folder / "README.md").read_text() == str(card)
@@ -130,14 +137,21 @@ def test_a_resave_renders_the_card_from_the_inputs_its_metadata_keeps(tmp_path):
     )
     text = _user_card(folder, **user)
     card = ModelCard.load(folder / "README.md")
-    assert card.data["ut_peft"] == {**user, "metrics": {"accuracy": 0.98765, "lengths": "[4, 8]"}}
+    weights = json.loads((folder / "adapter_config.json").read_text())["weights_sha256"]["adapter_model.safetensors"]
+    assert card.data["ut_peft"] == {
+        **user,
+        "metrics": {"accuracy": 0.98765, "lengths": "[4, 8]"},
+        "metrics_weights": weights,  # the weights the metrics were given for
+    }
     edited = text.replace('snapshot_download("me/adapter")', 'snapshot_download(repo_id="me/adapter")')
     (folder / "README.md").write_text(edited.replace("### Framework versions", NOTES + "\n### Framework versions"))
 
     model = get_peft_model(tiny_model("llama"), UTReprogramConfig(num_memory_tokens=2))
     model.save_pretrained(folder)
     card = ModelCard.load(folder / "README.md")
-    expected = render_model_card(model.peft_config["default"].to_dict(), **user)
+    # Another adapter's weights: the results, kept, are said to be of the weights they were given for.
+    expected = render_model_card(model.peft_config["default"].to_dict(), **user, metrics_weights=weights)
+    assert "measured on earlier weights" in expected.text and expected.data.eval_results is None
     lines = expected.text.splitlines()
     at = lines.index("### Framework versions")
     lines[at:at] = NOTES.splitlines() + [""]

@@ -462,6 +462,10 @@ def record_weights_checksum(folder: str, config, written: str) -> None:
     data["weights_sha256"] = checksums
     atomic_write_text(config_path, json.dumps(data, indent=2, sort_keys=True))  # as peft writes it
     config.weights_sha256 = checksums
+    from ...hub import mark_results_of_other_weights
+
+    # The card was rendered before these weights were recorded: only now can it tell whether its results are theirs.
+    mark_results_of_other_weights(folder, data)
     for stale in (SAFETENSORS_WEIGHTS_NAME, WEIGHTS_NAME):
         if stale != written and os.path.isfile(os.path.join(folder, stale)):
             loads_it = stale == SAFETENSORS_WEIGHTS_NAME
