@@ -2,10 +2,14 @@
 sweep further first", which rerunning the sweep's command does not do: a finished sweep goes on only under a larger
 --budget (or other targets), through --retarget-from into a new folder."""
 
+from pathlib import Path
+
 import pytest
 
 from ut_peft.accessibility.testing import pooled_sweep_settings, write_sweep_folder
 from ut_peft.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_an_unconverged_pooled_sweep_says_how_to_take_it_further(tmp_path, capsys):
@@ -125,3 +129,41 @@ def test_a_negative_seed_is_refused_naming_the_flag_before_anything_is_simulated
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert exit_.value.code == 2 and "argument --seed: expected a whole number >= 0" in err, err
     assert _contents(folder) == before
+
+
+def test_a_summary_of_other_rows_is_left_as_it_is_not_given_a_calibration_of_these(tmp_path, capsys, monkeypatch):
+    """summary.json is written at a run's end: a run stopped since then holds rows it never summarised. calibrate set
+    the calibration of the folder's rows into that summary of fewer rows as current, so the report printed calibrated
+    intervals (and took its headline slope from them) of other rows than every other figure beside them."""
+    import json
+
+    from ut_peft.accessibility import report, simulated_intervals, store
+
+    monkeypatch.setattr(simulated_intervals, "MIN_REPEATS", 3)  # the plumbing only, not a quantile
+    # The summary is another folder's, whose report needs settings these test rows do not record: which summary the
+    # command writes is what is checked here, not the report drawn from it.
+    reported = []
+    monkeypatch.setattr(report, "write_report", lambda folder, summary: reported.append(summary))
+    folder = tmp_path / "sweep"
+    _converged_folder(folder)
+    digest = store.rows_digest(store.read_rows(folder))
+    # A summary of other rows (a finished folder's, whose digest is not these rows').
+    summary = json.loads((ROOT / "results/smollm2-135m/pooled-words-v7/summary.json").read_text())
+    assert summary["rows_digest"] != digest
+    summary["settings"] = json.loads((folder / "settings.json").read_text())  # written under this folder's settings
+    (folder / "summary.json").write_text(json.dumps(summary))
+    before = _contents(folder)
+    main(["calibrate", str(folder), "--repeats", "3"])
+    out = capsys.readouterr().out
+    assert "wrote" in out and "updated" not in out, out
+    assert f"{folder / 'summary.json'} summarises other rows than the {len(store.read_rows(folder))} calibrated" in out
+    assert f"ut-peft cram --report-only --output-dir {folder}" in out, out
+    after = _contents(folder)
+    assert {name: data for name, data in after.items() if name not in ("calibration.json", "sweep.lock")} == before
+    # A summary of these very rows takes the calibration, as current.
+    (folder / "summary.json").write_text(json.dumps(dict(summary, rows_digest=digest)))
+    main(["calibrate", str(folder), "--repeats", "3"])
+    assert "updated" in capsys.readouterr().out
+    assert [summary.calibrated["rows_digest"] for summary in reported] == [digest]
+    calibrated = json.loads((folder / "summary.json").read_text())["calibrated"]
+    assert calibrated["rows_digest"] == digest and not calibrated["stale"]

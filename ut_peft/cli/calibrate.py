@@ -8,8 +8,9 @@ under the published protocol), runs the folder's design (its settings: version, 
 times in the simulator, and writes calibration.json: per quantity (the slope, the intercept, n_50 at every m) the
 interval estimate +- q se, q the 95% quantile of |error| / se over the simulated sweeps, with the design's simulated
 bias and RMSE at this line (ut_peft.accessibility.simulated_intervals). The folder's summary.json and report.md, where
-they exist, are updated to show them (no model is loaded); a later summary of more rows marks this calibration
-stale until the command runs again. How far the procedure covers 95% is measured by
+they exist and summarise these rows, are updated to show them (no model is loaded; a summary of other rows, written
+before a run was stopped, is left as it is); a later summary of more rows marks this calibration stale until the
+command runs again. How far the procedure covers 95% is measured by
 ``python benchmarks/simulated_intervals.py`` (ut_peft/accessibility/stats/coverage.py, CALIBRATED_TABLE).
 """
 
@@ -57,6 +58,15 @@ def main(args):
         print("\n".join(calibrated_lines(current)).strip())
         if (folder / store.SUMMARY_FILE).is_file():
             summary = summaries.read_summary(folder)
+            if summary.rows_digest not in (None, calibration["rows_digest"]):
+                # summary.json is written at a run's end, so a run stopped since then holds rows it never summarised:
+                # set into that summary, these rows' intervals would stand beside every other figure of other rows.
+                print(
+                    f"{folder / store.SUMMARY_FILE} summarises other rows than the {calibration['rows']} calibrated "
+                    f"({summary.num_rows} rows): left as it is, and its report too; `ut-peft cram --report-only "
+                    f"--output-dir {folder}` summarises these rows, with this calibration"
+                )
+                return
             summary.calibrated = current
             summaries.write_summary(folder, summary)
             write_report(folder, summary)
