@@ -1,23 +1,54 @@
 """The local-context baselines that tell a k-hop model that retrieves from one that only reads nearby letters."""
 
 import importlib.util
+import json
 from pathlib import Path
 
+import pytest
+
 from ut_peft.tasks import khop_baselines
-from ut_peft.tasks.khop import hop
+from ut_peft.tasks.khop import hop, khop_dataset
 from ut_peft.tasks.training import RunSettings, TrainingData, run, task_data
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_a_lookup_table_on_its_own_strings_is_exact_where_its_features_decide_the_answer():
-    # x = a b a b ...: hop_1 is "none" at i < 2 and x[i-1] after, so position alone decides every answer.
+def test_a_lookup_table_is_exact_where_its_features_decide_the_answer():
+    # x = a b a b ...: hop_1 is "none" at i < 2 and x[i-1] after, so position alone decides every answer. The table
+    # is fitted on another string (never on a held-out one) with the same answers: only its last letter differs,
+    # which no scored answer reads.
     x = [1, 2] * 8
-    scores = khop_baselines.baselines([(1, x)], [(1, x)])
+    other = x[:-1] + [3]
+    assert hop(other, 1, khop_baselines.NONE)[:-1] == hop(x, 1, khop_baselines.NONE)[:-1]
+    scores = khop_baselines.baselines([(1, other)], [(1, x)])
     assert scores["position"][1] == 1.0
     answers = hop(x, 1, khop_baselines.NONE)[:-1]
     majority = max(answers.count(a) for a in set(answers)) / len(answers)
     assert scores["majority answer (k only)"][1] == majority < 1.0
+
+
+def test_the_tables_never_see_their_held_out_strings_and_the_report_says_how_many_went(tmp_path):
+    """Was silent: the tables were fitted on the training strings as drawn, held-out ones included; at 6 letters
+    nearly every held-out string is among 2 000 training strings, and the tables scored memory of them."""
+    pool = khop_baselines.strings(khop_dataset(2000, length=6, seed=0))
+    held_out = khop_baselines.strings(khop_dataset(200, length=6, seed=1))
+    held = {(k, tuple(x)) for k, x in held_out}
+    kept = [(k, x) for k, x in pool if (k, tuple(x)) not in held]
+    removed = len(pool) - len(kept)
+    assert 0 < removed < len(pool)
+    assert khop_baselines.baselines(pool, held_out) == khop_baselines.baselines(kept, held_out)
+    answers = [hop(x, k, khop_baselines.NONE)[:-1] for k, x in held_out]
+    assert khop_baselines.agreement(pool, held_out, answers) == khop_baselines.agreement(kept, held_out, answers)
+    tables = tmp_path / "r.json"
+    text = khop_baselines.report(length=6, train=2000, evaluation=200, out=tmp_path / "r.md", tables_json=tables)
+    assert f"{removed} of the 2000 training strings were also held out" in text
+    assert json.loads(tables.read_text())[khop_baselines.REMOVED] == removed
+
+
+def test_a_pool_of_held_out_strings_alone_is_refused():
+    x = [1, 2] * 8
+    with pytest.raises(ValueError, match="every training string of k = 1 is also held out"):
+        khop_baselines.baselines([(1, x), (2, x[::-1])], [(1, x), (2, x)])
 
 
 def test_the_previous_two_letters_decide_hop_1_when_they_repeat():

@@ -2,11 +2,13 @@
 
 Each baseline is the Bayes-optimal lookup table for a feature set that a transformer gets without any content-based
 attention: it is fitted (the majority answer per feature value) on training strings of the k-hop runs and scored on
-their held-out strings, with the runs' scoring (every position but the last, per k). A model whose accuracy sits at
-one of these rows has learned no more than that feature set; an induction head (k = 1) has to beat "previous letters
-+ letters seen so far". :func:`agreement` compares a run's answers (from its last checkpoint) with each table's: how
-often it gives the table's answer, and how accurate it is where the table is wrong (what it knows beyond the table).
-``recipes/khop_baselines.py`` is the command line.
+their held-out strings, with the runs' scoring (every position but the last, per k). A training string that is also
+held out (the same k and letters) is left out of the fit (:func:`without_held_out`): a table that has seen its test
+strings scores memory of them as well as what its features predict (at short lengths most held-out strings are among
+the training ones). A model whose accuracy sits at one of these rows has learned no more than that feature set; an
+induction head (k = 1) has to beat "previous letters + letters seen so far". :func:`agreement` compares a run's
+answers (from its last checkpoint) with each table's: how often it gives the table's answer, and how accurate it is
+where the table is wrong (what it knows beyond the table). ``recipes/khop_baselines.py`` is the command line.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from .khop import hop, khop_dataset
 from .training import RunSettings, TrainingData, build_model, collate, settings_as_run, task_data
 
 NONE = 5  # khop_vocab(): pad, a..d, <none>
+# The key of the tables' JSON that holds how many training strings were left out as held-out ones.
+REMOVED = "training strings removed (also held out)"
 
 
 def features(x: list[int], i: int, name: str) -> tuple[Hashable, ...]:
@@ -55,6 +59,23 @@ def strings(dataset):
     return [(row["k"], row["input_ids"][1:]) for row in dataset]
 
 
+def without_held_out(train, evaluation) -> tuple[list, int]:
+    """``train`` less every string that is also in ``evaluation`` (the same k and letters, i.e. the same input
+    sequence), and how many strings that removed. The k of a string is part of the key: a table answers per k, so a
+    training string with another k tells it nothing about this one's answers."""
+    held_out = {(k, tuple(x)) for k, x in evaluation}
+    kept = [(k, x) for k, x in train if (k, tuple(x)) not in held_out]
+    # A k with no training string left has no table entry at all, not even its majority answer, to score with.
+    if missing := sorted({k for k, _ in evaluation} - {k for k, _ in kept}):
+        ks = ", ".join(map(str, missing))
+        raise ValueError(
+            f"every training string of k = {ks} is also held out, so no table is left to score k = {ks}: the task "
+            "has too few distinct strings at this length; use longer strings, more training strings or fewer "
+            "held-out ones"
+        )
+    return kept, len(train) - len(kept)
+
+
 def fit(train, name: str):
     """The majority answer per (k, feature value) on ``train``, and per k for values never seen."""
     table: defaultdict[tuple[int, tuple[Hashable, ...]], Counter[int]] = defaultdict(Counter)
@@ -69,7 +90,9 @@ def fit(train, name: str):
 
 
 def baselines(train, evaluation) -> dict[str, dict]:
-    """Accuracy per feature set and k on ``evaluation`` of the majority answer per feature value on ``train``."""
+    """Accuracy per feature set and k on ``evaluation`` of the majority answer per feature value on ``train`` less
+    the held-out strings (:func:`without_held_out`)."""
+    train, _ = without_held_out(train, evaluation)
     out: dict[str, dict[int | str, float]] = {}  # per feature set: accuracy per k, and over all k under "all"
     for name in NAMES:
         predict = fit(train, name)
@@ -133,7 +156,9 @@ def training_strings(settings: RunSettings) -> list:
 
 def agreement(train, evaluation, answers) -> list[str]:
     """Per feature set: how often the model answers what the lookup table answers, and the model's accuracy where
-    the table is wrong (near chance there = the model knows nothing the table does not)."""
+    the table is wrong (near chance there = the model knows nothing the table does not). The tables are fitted on
+    ``train`` less the held-out strings (:func:`without_held_out`), as those of :func:`baselines`."""
+    train, _ = without_held_out(train, evaluation)
     lines = [
         "| features | model agrees with the table | model accuracy where the table is right | "
         "model accuracy where the table is wrong |",
@@ -171,16 +196,22 @@ def report(
     tables_json: Path | None = None,
     command: str = "",
 ) -> str:
-    """The lookup tables for strings of ``length`` with ``ks`` mixed (fitted on ``train`` strings of seed 2 * seed,
-    scored on ``evaluation`` strings of seed 2 * seed + 1, as the runs' splits), and for each run folder in
-    ``run_dirs`` its agreement with them; written to ``out`` (and the tables alone to ``tables_json``)."""
+    """The lookup tables for strings of ``length`` with ``ks`` mixed (fitted on ``train`` strings of seed 2 * seed
+    less the held-out ones, scored on ``evaluation`` strings of seed 2 * seed + 1, as the runs' splits), and for each
+    run folder in ``run_dirs`` its agreement with them; written to ``out`` (and the tables alone, with how many
+    training strings were held-out ones, to ``tables_json``)."""
     make = lambda n, s: strings(khop_dataset(n, ks=ks, length=length, seed=s))  # noqa: E731
-    result = baselines(make(train, 2 * seed), make(evaluation, 2 * seed + 1))
+    held_out = make(evaluation, 2 * seed + 1)
+    pool, removed = without_held_out(make(train, 2 * seed), held_out)
+    result = baselines(pool, held_out)
     measured = sorted(k for k in next(iter(result.values())) if k != "all")
     lines = [
         f"Local-context baselines for k-hop (strings of {length}, k = {', '.join(map(str, measured))} mixed, "
         f"{train} training strings, {evaluation} held-out, seed {seed}); token accuracy (%), "
         "every position but the last.",
+        "",
+        f"{removed} of the {train} training strings were also held out (the same k and letters) and are left out of "
+        "the tables' fit.",
         "",
         "| features | " + " | ".join(f"k={k}" for k in measured) + " | all |",
         "|---|" + "---|" * (len(measured) + 1),
@@ -193,19 +224,37 @@ def report(
         lines += ["", f"Command: `{command}`"]
     for run_dir in run_dirs:
         run_dir = Path(run_dir)
-        held_out, answers, step = model_predictions(run_dir)
+        run_held_out, answers, step = model_predictions(run_dir)
         settings = settings_as_run(
             torch.load(run_dir / "checkpoint.pt", weights_only=False, map_location="cpu")["settings"]
         )
-        lines += ["", f"`{run_dir.name}` (step {step}) against the tables fitted on its own training strings:", ""]
-        lines += agreement(training_strings(settings), held_out, answers)
+        run_train, run_removed = without_held_out(training_strings(settings), run_held_out)
+        lines += [
+            "",
+            f"`{run_dir.name}` (step {step}) against the tables fitted on its own training strings "
+            f"({run_removed} of them also held out, left out):",
+            "",
+        ]
+        lines += agreement(run_train, run_held_out, answers)
     out.parent.mkdir(parents=True, exist_ok=True)
     if tables_json is not None:  # the tables alone, for the plan's figure; they do not depend on run_dirs
-        scores_by_table = {name: {str(k): v for k, v in scores.items()} for name, scores in result.items()}
-        atomic_write_text(tables_json, json.dumps(scores_by_table, indent=1) + "\n")
+        tables: dict[str, Any] = {name: {str(k): v for k, v in scores.items()} for name, scores in result.items()}
+        tables[REMOVED] = removed
+        atomic_write_text(tables_json, json.dumps(tables, indent=1) + "\n")
     text = "\n".join(lines) + "\n"
     atomic_write_text(out, text)
     return text
 
 
-__all__ = ["NAMES", "agreement", "baselines", "features", "fit", "model_predictions", "report", "training_strings"]
+__all__ = [
+    "NAMES",
+    "REMOVED",
+    "agreement",
+    "baselines",
+    "features",
+    "fit",
+    "model_predictions",
+    "report",
+    "training_strings",
+    "without_held_out",
+]
