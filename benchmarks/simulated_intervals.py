@@ -42,9 +42,10 @@ calibrated coverage is at least 0.90 at every one of the three truths; else it i
 below (a point estimate of the coverage: its MC se stands beside it).
 
 Resumable: every finished outer sweep is one line of ``--results`` (JSONL, appended whole, with the setting it was
-simulated at, which names the truth; a line without a truth was simulated at the fitted one, the only truth before
-there were others); a rerun skips the sweeps it holds and reports on all of them, and a file of another setting
-(another truth included) is refused. An outer sweep costs about (inner + 1) simulated sweeps of one core;
+simulated at, which names the truth and the design it ran: its targets, rows a round and ms, since a folder
+retargeted from another keeps that one's rows; a line without a truth was simulated at the fitted one, the only truth
+before there were others); a rerun skips the sweeps it holds and reports on all of them, and a file of another setting
+(another truth or other targets included, or lines written before the setting named the design) is refused. An outer sweep costs about (inner + 1) simulated sweeps of one core;
 ``--workers N`` runs N outer sweeps at a time in as many processes (each outer sweep is seeded by its index, so the
 lines are the same whichever process runs it, and only the order in which they are appended differs; the three
 truths share those seeds, so their outer sweeps differ by the truth only).
@@ -69,6 +70,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ut_peft.accessibility import store  # noqa: E402
 from ut_peft.accessibility.design import INFERRED  # noqa: E402
+from ut_peft.accessibility.designs.configs import with_recorded_rules  # noqa: E402
 from ut_peft.accessibility.simulated_intervals import (  # noqa: E402
     calibrate,
     fitted_abandon,
@@ -320,9 +322,14 @@ def held_results(path: Path | None, setting: dict) -> list[dict]:
     other = [r for r in results if recorded_setting(r.get("setting")) != setting]
     if other:
         held = sorted({str((recorded_setting(r.get("setting")) or {}).get("truth", "none recorded")) for r in other})
+        recorded = [recorded_setting(r.get("setting")) or {} for r in other]
+        differs = sorted(
+            {k for found in recorded for k in setting.keys() | found.keys() if found.get(k) != setting.get(k)}
+        )
         raise SystemExit(
             f"{path}: it holds outer sweeps simulated at another setting than this command's ({setting}), or "
-            f"recorded without one (their truth: {', '.join(held)}); give another --results file (or delete this one "
+            f"recorded without one (their truth: {', '.join(held)}; differs in: {', '.join(differs)}; a line written "
+            "before the setting named the design holds none of it); give another --results file (or delete this one "
             "to start over)"
         )
     return results
@@ -486,6 +493,12 @@ def main(argv=None) -> None:
         "rows": len(rows),
         "rows_digest": rows_digest(rows),  # the rows the truth is fitted to, wherever the folder is
         "version": settings["design"].get("version"),
+        # The design the outer sweeps ran: its targets decide where it stops, and a folder retargeted from another
+        # keeps that one's rows (the same digest) under other targets. Its rules in full, as a resumed folder's
+        # settings.json records them, so that a folder that names its version alone reads the same.
+        "design": with_recorded_rules(settings["design"]),
+        "num_sequences": settings["num_sequences"],
+        "ms": list(design.ms),
         "inner": args.inner,
         "abandon": None if abandon is None else dataclasses.asdict(abandon),
     }

@@ -265,3 +265,35 @@ def test_another_version_is_simulated_on_a_folder_that_records_its_rules_in_full
     assert "design: version 8" in capsys.readouterr().out
     (line,) = [json.loads(x) for x in results.read_text().splitlines()]
     assert line["setting"]["version"] == 8 and line["setting"]["abandon"]["audit"] == 0.25
+
+
+def test_a_results_file_of_the_same_rows_under_other_targets_is_refused_not_resumed(
+    load_benchmark, tmp_path, monkeypatch, capsys
+):
+    """A results line's setting named the rows (their digest), the version, the inner count, the abandon and the
+    truth, not the design's targets or rows a round: a folder retargeted from another keeps its rows, so a rerun on it
+    with the other folder's --results resumed that folder's outer sweeps, which ran a design that stops elsewhere, and
+    printed their coverage as this design's."""
+    from ut_peft.accessibility import simulated_intervals
+
+    benchmark = load_benchmark("simulated_intervals.py")
+    monkeypatch.setattr(simulated_intervals, "MIN_REPEATS", 3)  # the plumbing only, not a quantile
+    monkeypatch.setattr(benchmark, "MIN_INNER", 3)
+    folder = tmp_path / "sweep"
+    simulated_folder(folder, 7)
+    results = tmp_path / "outer.jsonl"
+    benchmark.main([str(folder), "--outer", "1", "--inner", "3", "--results", str(results)])
+    (line,) = [json.loads(x) for x in results.read_text().splitlines()]
+    for change in ({"design": {"target_slope_se": 2.5}}, {"num_sequences": 4}):
+        retargeted = tmp_path / f"retargeted-{next(iter(change))}"
+        retargeted.mkdir()
+        settings = json.loads((folder / "settings.json").read_text())
+        settings = dict(settings, **{k: dict(settings[k], **v) if k == "design" else v for k, v in change.items()})
+        (retargeted / "settings.json").write_text(json.dumps(settings))
+        (retargeted / "rows.jsonl").write_bytes((folder / "rows.jsonl").read_bytes())
+        capsys.readouterr()
+        with pytest.raises(SystemExit, match=f"another setting.*differs in: {next(iter(change))}"):
+            benchmark.main([str(retargeted), "--outer", "1", "--inner", "3", "--results", str(results)])
+        assert len(results.read_text().splitlines()) == 1
+    # The setting names the design the outer sweep ran (its targets) and its rows a round.
+    assert line["setting"]["design"]["target_slope_se"] == 4.0 and line["setting"]["num_sequences"] == 8
