@@ -192,3 +192,46 @@ def test_a_config_dict_without_a_model_type_is_refused_saying_what_to_add():
     for fields in ({"n_embd": 16, "n_layer": 1}, {"model_type": None, "n_embd": 16}, {"model_type": "", "n_layer": 1}):
         with pytest.raises(ValueError, match=r"config dict has no model_type.*e\.g\. \{'model_type': 'gpt2'"):
             random_backbone(fields)
+
+
+def test_a_random_backbone_resized_before_get_peft_model_is_not_promised_a_rebuild(tmp_path):
+    """Was: resize_token_embeddings on a random_backbone before get_peft_model kept its seed marker, so the adapter
+    (which replaces E and U, the only tensors the resize changed) recorded the seed and a config with the new
+    vocabulary; the card promised a rebuild, and backbone_from_adapter drew that config, whose larger E takes more of
+    the seed's random stream, so every later weight differed and it refused ("does not have the frozen weights"). The
+    draw's config is recorded with its weights, so the adapter sees the base is no longer the seed's draw."""
+    base = random_backbone(tiny_config("llama"), seed=3)
+    base.resize_token_embeddings(101)
+    with pytest.warns(UserWarning, match=r"changed after ut_peft.random_backbone drew them \(config vocab_size"):
+        model = trained_adapter(base)
+    model.save_pretrained(tmp_path)
+    record = json.loads((tmp_path / "adapter_config.json").read_text())["backbone"]
+    assert record["rebuildable"] is False and record["seed"] is None and record["seed_before_change"] == 3
+    assert "bit for bit" not in (tmp_path / "README.md").read_text()
+    with pytest.raises(
+        ValueError, match="its weights were changed after ut_peft.random_backbone drew them under seed 3"
+    ):
+        backbone_from_adapter(tmp_path)
+
+
+def test_the_draws_record_sees_one_element_changed_and_names_its_tensor():
+    """The record of a draw tells a single element changed in place from the draw, names the tensor, and leaves out
+    the tensors an adapter replaces."""
+    from ut_peft.tuners.ut_reprogram.fingerprint import changes_since_draw
+
+    base = random_backbone(tiny_config("gpt2", tied=True), seed=1)
+    config = base.config.to_dict()
+    assert changes_since_draw(base, config) == []
+    with torch.no_grad():
+        base.transformer.h[1].attn.c_attn.weight[3, 4] += 0.5
+        base.transformer.wte.weight[0, 0] += 0.5  # tied: U is the same tensor
+    assert changes_since_draw(base, config) == [
+        "lm_head.weight",
+        "transformer.h.1.attn.c_attn.weight",
+        "transformer.wte.weight",
+    ]
+    assert changes_since_draw(base, config, skip={"lm_head.weight", "transformer.wte.weight"}) == [
+        "transformer.h.1.attn.c_attn.weight"
+    ]
+    unmarked = _from_config_under_global_seed(0)
+    assert changes_since_draw(unmarked, unmarked.config.to_dict()) is None  # no draw to compare with

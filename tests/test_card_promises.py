@@ -205,3 +205,51 @@ def test_the_card_of_a_base_it_cannot_rebuild_says_how_to_keep_that_base_and_tha
     loaded = _run_snippet(tmp_path / "adapter", monkeypatch, base_folder=tmp_path / "base")
     with torch.no_grad():
         assert torch.equal(loaded(input_ids=ids).logits, expected)
+
+
+@pytest.mark.parametrize(
+    "changed,promised",
+    [
+        (None, True),
+        ("model.layers.0.mlp.up_proj.weight", False),  # a weight the adapter reads
+        ("model.norm.weight", False),
+        ("model.embed_tokens.weight", True),  # a weight the adapter replaces with its own E
+    ],
+)
+def test_a_random_backbone_changed_before_get_peft_model_is_promised_a_rebuild_only_while_it_is_the_seeds_draw(
+    tmp_path, monkeypatch, changed, promised
+):
+    """Was: a random_backbone whose weights were changed in place before get_peft_model (trained, or one weight set
+    by hand) kept its seed marker, so the adapter recorded the seed, its card promised "the config and the seed (3)
+    that rebuild it bit for bit", and the card's snippet failed (backbone_from_adapter: "does not have the frozen
+    weights the adapter was trained on"). The draw's weights are now recorded (a digest per tensor) when
+    random_backbone draws them: the card promises the rebuild only while the weights the adapter reads are still the
+    draw's, and otherwise says the base is not the seed's draw and how to keep it."""
+    from ut_peft import backbone_from_adapter
+
+    base = random_backbone(tiny_config("llama"), seed=3)
+    if changed is not None:
+        with torch.no_grad():
+            base.get_parameter(changed)[0, ...].add_(1.0)  # one row (or one element) changed in place
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = trained_adapter(base)
+    told = [str(w.message) for w in caught if "not the draw of seed 3" in str(w.message)]
+    ids = torch.randint(0, 97, (2, 5))
+    with torch.no_grad():
+        expected = model(input_ids=ids).logits
+    model.save_pretrained(tmp_path / "adapter")
+    model.unload().save_pretrained(tmp_path / "base")  # as the card says to keep a base it cannot rebuild
+    record = json.loads((tmp_path / "adapter" / "adapter_config.json").read_text())["backbone"]
+    text = (tmp_path / "adapter" / "README.md").read_text()
+    assert record["rebuildable"] is promised and (record["seed"] == 3) is promised
+    assert ("bit for bit" in text) is promised
+    assert ("this adapter cannot rebuild it" in text) is not promised
+    assert ("not the draw of `ut_peft.random_backbone(config, seed=3)`" in text) is not promised
+    assert bool(told) is not promised and (not told or changed in told[0])  # told when the adapter was made
+    loaded = _run_snippet(tmp_path / "adapter", monkeypatch, base_folder=tmp_path / "base")
+    with torch.no_grad():
+        assert torch.equal(loaded(input_ids=ids).logits, expected)
+    if not promised:
+        with pytest.raises(ValueError, match=r"cannot rebuild its base: its weights were changed after .*seed 3"):
+            backbone_from_adapter(tmp_path / "adapter")

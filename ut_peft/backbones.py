@@ -102,14 +102,24 @@ def backbone_from_adapter(adapter_dir: Union[str, os.PathLike], dtype: torch.dty
             f"the adapter in {adapter_dir} was made on a loaded model (not one built from a config); "
             "load its base model by name instead (adapter_config.json: base_model_name_or_path)"
         )
+    keep = (
+        "load the adapter onto the base it was trained on (kept with peft_model.unload().save_pretrained(folder) "
+        "once the adapter is saved, or base.save_pretrained(folder) before get_peft_model: after it, the base's own "
+        "save writes the adapter's layers in place of its E and U)"
+    )
+    if record.get("rebuildable") is False and record.get("seed_before_change") is not None:
+        raise ValueError(
+            f"the adapter in {adapter_dir} cannot rebuild its base: its weights were changed after "
+            f"ut_peft.random_backbone drew them under seed {record['seed_before_change']} (trained, loaded over, or "
+            "an adapter merged into them) before the adapter was made, so that seed no longer gives them and they "
+            f"are in no file; {keep}"
+        )
     if record.get("rebuildable") is False:
         raise ValueError(
             f"the adapter in {adapter_dir} cannot rebuild its base: the base was built from a config with no "
             "recorded seed (e.g. AutoModelForCausalLM.from_config), or an adapter was merged into it since it was "
-            "drawn, so its weights are in no file; load the adapter onto the base it was trained on (kept with "
-            "peft_model.unload().save_pretrained(folder) once the adapter is saved, or base.save_pretrained(folder) "
-            "before get_peft_model: after it, the base's own save writes the adapter's layers in place of its E "
-            "and U), or train on ut_peft.random_backbone(config, seed), which records its seed"
+            f"drawn, so its weights are in no file; {keep}, or train on ut_peft.random_backbone(config, seed), "
+            "which records its seed"
         )
     config = transformers.AutoConfig.for_model(**record["model_config"])
     draw_dtype = getattr(torch, record.get("dtype") or "float32")

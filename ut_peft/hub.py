@@ -269,7 +269,8 @@ def _load_adapter_line(repo_or_folder: str, subfolder: Optional[str]) -> str:
 def _unrebuildable_backbone_parts(
     adapter_config: Mapping[str, Any], repo: str, subfolder: Optional[str] = None
 ) -> tuple[str, str]:
-    """(load snippet, backbone note) for a base built from a config with no recorded seed."""
+    """(load snippet, backbone note) for a base the adapter cannot rebuild: built from a config with no recorded
+    seed, or drawn by ``random_backbone`` and changed since (trained, merged into) before the adapter was made."""
     load_snippet = (
         'base = AutoModelForCausalLM.from_pretrained("<folder of the base it was trained on>"'
         f"{_dtype_keyword(adapter_config)})\n" + _load_adapter_line(f'"{repo}"', subfolder)
@@ -284,12 +285,22 @@ def _unrebuildable_backbone_parts(
             "kept once the adapter is saved with `model.unload().save_pretrained(folder)` (the base as it was; "
             "the base's own save_pretrained would write the adapter's layers in place of its E and U)"
         )
-    backbone_note = (
-        "The frozen base was built from a config with no recorded seed (e.g. `AutoModelForCausalLM.from_config`), "
-        "so this adapter cannot rebuild it: its random weights are in no file, and `backbone_from_adapter` "
-        f"refuses it. Load the adapter onto the base it was trained on, {keep}; "
-        "adapters trained on `ut_peft.random_backbone(config, seed)` rebuild their base."
-    )
+    drawn_under = (adapter_config.get("backbone") or {}).get("seed_before_change")
+    if drawn_under is not None:
+        backbone_note = (
+            f"The frozen base was drawn by `ut_peft.random_backbone(config, seed={drawn_under})`, but its weights "
+            "were changed after the draw (trained, loaded over, or an adapter merged into them) before this adapter "
+            f"was made: it is not the draw of `ut_peft.random_backbone(config, seed={drawn_under})`, so this "
+            "adapter cannot rebuild it: its weights are in no file, and `backbone_from_adapter` refuses it. Load "
+            f"the adapter onto the base it was trained on, {keep}."
+        )
+    else:
+        backbone_note = (
+            "The frozen base was built from a config with no recorded seed (e.g. "
+            "`AutoModelForCausalLM.from_config`), so this adapter cannot rebuild it: its random weights are in no "
+            f"file, and `backbone_from_adapter` refuses it. Load the adapter onto the base it was trained on, {keep}; "
+            "adapters trained on `ut_peft.random_backbone(config, seed)` rebuild their base."
+        )
     return load_snippet, backbone_note
 
 

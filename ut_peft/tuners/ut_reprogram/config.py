@@ -123,7 +123,9 @@ class UTReprogramConfig(PeftConfig):
                 "Recorded automatically for models built from a config (random or universal backbones): the model "
                 "config, seed and dtype that rebuild the frozen base bit for bit (backbone_from_adapter), so "
                 "backbone + adapter is the whole model; 'rebuildable' is False when no seed could be known (a "
-                "model built with a seed other than 0 and not by ut_peft.random_backbone)."
+                "model built with a seed other than 0 and not by ut_peft.random_backbone), or when the weights the "
+                "adapter reads are no longer the seed's draw (changed after random_backbone drew them, the seed then "
+                "kept as 'seed_before_change')."
             )
         },
     )

@@ -19,11 +19,12 @@ it reads, and a checksum of the saved tensors.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
 import os
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from typing import Any, Optional
 
 import torch
@@ -135,20 +136,41 @@ def frozen_weights_digest(model: nn.Module, skip: Collection[str] = (), stride: 
     if any(t.device.type == "meta" for t in tensors.values()):
         return None
     if stride is None:
-        first: dict[tuple, str] = {}
-        total = 0
-        for name, tensor in tensors.items():
-            if first.setdefault(_storage_key(tensor), name) == name:
-                total += tensor.numel()
-        stride = max(1, math.ceil(total / FULL_DIGEST_ELEMENTS))
+        stride = _sampling_stride(tensors)
+    with _one_thread():
+        return f"{_DIGEST_PREFIX}{stride}:{_sha256(tensors, stride)}"
+
+
+def _sampling_stride(tensors: Mapping[str, torch.Tensor]) -> int:
+    """The smallest stride that brings the elements hashed (each storage once) under FULL_DIGEST_ELEMENTS."""
+    first: dict[tuple, str] = {}
+    total = 0
+    for name, tensor in tensors.items():
+        if first.setdefault(_storage_key(tensor), name) == name:
+            total += tensor.numel()
+    return max(1, math.ceil(total / FULL_DIGEST_ELEMENTS))
+
+
+@contextlib.contextmanager
+def _one_thread() -> Iterator[None]:
     # One intra-op thread for the casts: they are memory-bound, and on a busy machine torch's worker threads made
     # them several times slower (SmolLM2-135M on 2 cores: 1.8 s with 2 threads, 0.25 s with 1).
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        return f"{_DIGEST_PREFIX}{stride}:{_sha256(tensors, stride)}"
+        yield
     finally:
         torch.set_num_threads(threads)
+
+
+def _hashed_bytes(tensor: torch.Tensor, stride: int) -> memoryview:
+    """The bytes of ``tensor`` that a digest hashes: every ``stride``-th element, floating point as bfloat16."""
+    flat = tensor.detach().reshape(-1)
+    if stride > 1:
+        flat = flat[::stride]
+    if flat.is_floating_point():
+        flat = flat.to(torch.bfloat16)
+    return memoryview(flat.contiguous().view(torch.uint8).cpu().numpy())
 
 
 def _sha256(tensors: Mapping[str, torch.Tensor], stride: int) -> str:
@@ -162,14 +184,40 @@ def _sha256(tensors: Mapping[str, torch.Tensor], stride: int) -> str:
             digest.update(f"tied to {seen[key]}\n".encode())
             continue
         seen[key] = name
-        flat = tensor.reshape(-1)
-        if stride > 1:
-            flat = flat[::stride]
-        if flat.is_floating_point():
-            flat = flat.to(torch.bfloat16)
-        digest.update(memoryview(flat.contiguous().view(torch.uint8).cpu().numpy()))
+        digest.update(_hashed_bytes(tensor, stride))
         digest.update(b"\n")
     return digest.hexdigest()
+
+
+def tensor_digests(
+    model: nn.Module, skip: Collection[str] = (), stride: Optional[int] = None
+) -> Optional[tuple[int, dict[str, str]]]:
+    """(stride, digests): each base tensor's digest, to tell which tensors changed where
+    :func:`frozen_weights_digest` tells only whether any did. A tensor's digest is ``"<first tensor, by name, that
+    shares its storage>|<shape>|<sha256 of its values>"``, its values hashed as ``frozen_weights_digest`` hashes
+    them (as bfloat16, every ``stride``-th element; ``stride`` None: chosen from the whole model's size). Tensors
+    named in ``skip`` are left out, though they still count as the first of a tied pair. None when a tensor to hash
+    is not in memory (offloaded to the meta device)."""
+    tensors = _base_tensors(model, ())
+    if any(t.device.type == "meta" for name, t in tensors.items() if name not in skip):
+        return None
+    if stride is None:
+        stride = _sampling_stride(tensors)
+    first: dict[tuple, str] = {}
+    hashed: dict[tuple, str] = {}
+    digests = {}
+    with _one_thread():
+        for name in sorted(tensors):
+            tensor = tensors[name]
+            storage = _storage_key(tensor)
+            owner = first.setdefault(storage, name)
+            if name in skip:
+                continue
+            key = (*storage, tuple(tensor.shape))
+            if key not in hashed:  # a tied tensor is hashed once
+                hashed[key] = hashlib.sha256(_hashed_bytes(tensor, stride)).hexdigest()
+            digests[name] = f"{owner}|{tuple(tensor.shape)}|{hashed[key]}"
+    return stride, digests
 
 
 def digest_stride(digest: str) -> Optional[int]:
@@ -192,14 +240,72 @@ def file_sha256(path: str | os.PathLike) -> str:
 _SEED_ATTRIBUTE = "_ut_peft_seed"
 _DTYPE_ATTRIBUTE = "_ut_peft_dtype"
 _CHANGED_SEED_ATTRIBUTE = "_ut_peft_seed_before_change"
+_DRAW_ATTRIBUTE = "_ut_peft_draw"
+# Config keys that never change what from_config draws (bookkeeping, output switches; the dtype is marked apart),
+# left out when the config an adapter records is compared with the one the draw was made from.
+_UNDRAWN_CONFIG_KEYS = frozenset(
+    {
+        "transformers_version",
+        "architectures",
+        "dtype",
+        "torch_dtype",
+        "use_cache",
+        "return_dict",
+        "output_hidden_states",
+        "output_attentions",
+    }
+)
 
 
 def mark_backbone_seed(model, seed: int, dtype: torch.dtype = torch.float32) -> None:
     """Record on ``model`` that its weights are :func:`ut_peft.random_backbone`'s draw under ``seed`` in
     ``dtype``, for a model built the same way (``torch.manual_seed(seed)``, then ``from_config(config,
-    dtype=dtype)``); an adapter made on it records the seed, so ``backbone_from_adapter`` can rebuild it."""
+    dtype=dtype)``); an adapter made on it records the seed, so ``backbone_from_adapter`` can rebuild it.
+
+    The draw itself is recorded beside the seed (its config and a digest of each tensor, :func:`tensor_digests`), so
+    that an adapter made on the model once its weights were changed in place (trained, loaded over) sees that they
+    are no longer the seed's draw (:func:`changes_since_draw`) without drawing them again."""
     setattr(model, _SEED_ATTRIBUTE, seed)
     setattr(model, _DTYPE_ATTRIBUTE, dtype)
+    digests = tensor_digests(model)
+    draw = None
+    if digests is not None:
+        draw = {"stride": digests[0], "tensors": digests[1], "config": _draw_config(model.config.to_dict())}
+    setattr(model, _DRAW_ATTRIBUTE, draw)
+
+
+def _draw_config(config_dict: Mapping[str, Any]) -> dict[str, Any]:
+    return _json_value(
+        {
+            key: value
+            for key, value in config_dict.items()
+            if not key.startswith("_") and key not in _UNDRAWN_CONFIG_KEYS
+        }
+    )
+
+
+def changes_since_draw(model, model_config: Mapping[str, Any], skip: Collection[str] = ()) -> Optional[list[str]]:
+    """How ``model`` differs from the draw :func:`mark_backbone_seed` recorded on it, for an adapter that reads every
+    base tensor except those named in ``skip`` and records ``model_config`` (a ``to_dict()``) to draw the base
+    again: ``"config <key>"`` for each config key whose value is not the draw's, then the name of each tensor whose
+    values, shape or tying are not the draw's, or that the draw had and the model has no more, or the reverse.
+    Empty: what the adapter reads is still the seed's draw. None: nothing to compare with (a model not marked by
+    ``mark_backbone_seed``, or a tensor to compare offloaded to the meta device)."""
+    draw = getattr(model, _DRAW_ATTRIBUTE, None)
+    if draw is None:
+        return None
+    now = tensor_digests(model, skip, draw["stride"])
+    if now is None:
+        return None
+    config, drawn_config = _draw_config(model_config), draw["config"]
+    changes = [
+        f"config {key}" for key in sorted(set(config) | set(drawn_config)) if config.get(key) != drawn_config.get(key)
+    ]
+    tensors, drawn = now[1], draw["tensors"]
+    changes += [
+        name for name in sorted(set(tensors) | set(drawn)) if name not in skip and tensors.get(name) != drawn.get(name)
+    ]
+    return changes
 
 
 def backbone_seed(model) -> int | None:
@@ -211,7 +317,7 @@ def mark_backbone_changed(model) -> None:
     """Record that ``model``'s weights are no longer the draw its seed marks (an adapter was merged into them): its
     seed no longer rebuilds the whole model, so :func:`backbone_seed` no longer names it. It stays known as the seed
     the model was drawn under (:func:`backbone_seed_before_change`): an adapter that replaces every weight the merge
-    changed still reads that draw's, which an adapter's record checks by drawing it again."""
+    changed still reads that draw's, which an adapter's record checks against the draw (:func:`changes_since_draw`)."""
     seed = getattr(model, _SEED_ATTRIBUTE, None)
     if seed is not None:
         setattr(model, _CHANGED_SEED_ATTRIBUTE, seed)

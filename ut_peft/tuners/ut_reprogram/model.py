@@ -26,6 +26,7 @@ from .fingerprint import (
     backbone_dtype,
     backbone_seed,
     backbone_seed_before_change,
+    changes_since_draw,
     config_differences,
     digest_stride,
     draw_backbone,
@@ -45,6 +46,13 @@ from .layer import UTEmbedding, UTPositionEmbedding, UTReprogramLayer, UTUnembed
 
 # Attribute names under which transformers models keep learned absolute position embeddings.
 POSITION_EMBEDDING_NAMES = ("wpe", "embed_positions", "position_embeddings")
+
+
+def _listed(names: list[str] | None, shown: int = 3) -> str:
+    """The first ``shown`` of ``names``, and how many more."""
+    names = names or []
+    more = len(names) - shown
+    return ", ".join(names[:shown]) + (f" and {more} more" if more > 0 else "")
 
 
 def base_of(module: nn.Module) -> nn.Module:
@@ -599,46 +607,70 @@ class UTReprogramModel(BaseTuner):
     def _backbone_record(self, model: nn.Module, peft_config: UTReprogramConfig, base_vocab: int | None) -> dict:
         """The config, seed and dtype whose draw (``random_backbone``) gives this base's frozen weights.
 
-        A model ``random_backbone`` built carries its seed. For any other model built from a config the seed is
-        found when a draw under it gives the digest of the weights the adapter reads: seed 0 (``torch.manual_seed(0)``
-        before ``from_config``, the most common case, and ut-peft's universal backbones, whose weights follow from
-        the config alone), and the seed of a draw an adapter has been merged into since (``merge_and_unload``, which
-        takes the seed off the model: an adapter that replaces all the merge changed still reads that draw's
-        weights, one that reads a merged weight or the merged vocabulary does not). Otherwise the base cannot be
-        rebuilt: the record says so, the card tells how to load the adapter, and ``backbone_from_adapter`` refuses
-        with the reason. The base's weights are never redrawn here: they may have been trained since they were built.
+        A model ``random_backbone`` built carries its seed and the record of its draw: the seed is recorded while the
+        weights the adapter reads and the config are still the draw's (``changes_since_draw``), as after a merge
+        (``merge_and_unload`` takes the seed off the model) that changed only weights the adapter replaces. Weights
+        changed since the draw (trained, loaded over, merged into) are not the seed's draw: the record keeps that
+        seed as ``seed_before_change`` for the card and the refusal to name. For any other model built from a config
+        the seed is found when a draw under it gives the digest of the weights the adapter reads: seed 0
+        (``torch.manual_seed(0)`` before ``from_config``, the most common case, and ut-peft's universal backbones,
+        whose weights follow from the config alone). Otherwise the base cannot be rebuilt: the record says so, the
+        card tells how to load the adapter, and ``backbone_from_adapter`` refuses with the reason. The base's weights
+        are never redrawn to check a seed the model carries: they may have been trained since they were built.
         """
         model_config = model.config.to_dict()
         if base_vocab is not None:
             model_config["vocab_size"] = base_vocab
-        seed, dtype = backbone_seed(model), backbone_dtype(model) or getattr(model, "dtype", torch.float32)
-        merged_from = backbone_seed_before_change(model)
-        if seed is None:
-            candidates = dict.fromkeys(s for s in (merged_from, 0) if s is not None)
-            seed = next((s for s in candidates if self._drawn_under(s, model, peft_config, model_config, dtype)), None)
-        if seed is None and merged_from is not None:
+        dtype = backbone_dtype(model) or getattr(model, "dtype", torch.float32)
+        marked, merged_from = backbone_seed(model), backbone_seed_before_change(model)
+        drawn_under = merged_from if marked is None else marked
+        changes = None
+        if drawn_under is not None:
+            skip = replaced_weight_names(model, peft_config, self._ut_base_tied)
+            changes = changes_since_draw(model, model_config, skip)
+        if changes is not None:  # the draw's record tells
+            seed = None if changes else drawn_under
+        else:  # no record to compare with (weights offloaded to the meta device, or no draw of ut-peft's)
+            seed = marked
+            if seed is None:
+                candidates = dict.fromkeys(s for s in (merged_from, 0) if s is not None)
+                seed = next(
+                    (s for s in candidates if self._drawn_under(s, model, peft_config, model_config, dtype)), None
+                )
+        keep = (
+            "keep the base itself to load the adapter onto, once the adapter is saved: "
+            "peft_model.unload().save_pretrained(folder) (the base's own save would write the adapter's layers in "
+            "place of its E and U)"
+        )
+        if seed is None and marked is None and merged_from is not None:
             warn_at_callers_line(
                 f"an adapter was merged into this base (random_backbone's draw under seed {merged_from}) since it was "
-                "built, and the weights this adapter reads are not known to be that draw's, so an adapter saved from "
-                "it cannot rebuild it (backbone_from_adapter will refuse): keep the merged base to load the adapter "
-                "onto, once the adapter is saved: peft_model.unload().save_pretrained(folder) (the base's own save "
-                "would write the adapter's layers in place of its E and U)"
+                "built, and the weights this adapter reads are "
+                + (f"not that draw's ({_listed(changes)})" if changes else "not known to be that draw's")
+                + f", so an adapter saved from it cannot rebuild it (backbone_from_adapter will refuse): {keep}"
+            )
+        elif seed is None and drawn_under is not None:
+            warn_at_callers_line(
+                f"this base's weights were changed after ut_peft.random_backbone drew them ({_listed(changes)}: "
+                f"trained, loaded over or cast to float16), so they are not the draw of seed {drawn_under} and an "
+                f"adapter saved from it cannot rebuild it (backbone_from_adapter will refuse): {keep}"
             )
         elif seed is None:
             warn_at_callers_line(
                 "this base was built from a config without a recorded seed, so an adapter saved from it cannot "
                 "rebuild it (backbone_from_adapter will refuse): build it with ut_peft.random_backbone(config, seed), "
-                "or keep the base itself to load the adapter onto, once the adapter is saved: "
-                "peft_model.unload().save_pretrained(folder) (the base's own save would write the adapter's layers "
-                "in place of its E and U)"
+                f"or {keep}"
             )
-        return {
+        record = {
             "model_config": model_config,
             "seed": seed,
             "dtype": str(dtype).removeprefix("torch."),
             "torch_version": torch.__version__,
             "rebuildable": seed is not None,
         }
+        if seed is None and drawn_under is not None:
+            record["seed_before_change"] = drawn_under
+        return record
 
     def _drawn_under(
         self, seed: int, model: nn.Module, peft_config: UTReprogramConfig, model_config: dict, dtype: torch.dtype
