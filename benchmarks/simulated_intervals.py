@@ -44,11 +44,13 @@ below (a point estimate of the coverage: its MC se stands beside it).
 Resumable: every finished outer sweep is one line of ``--results`` (JSONL, appended whole, with the setting it was
 simulated at, which names the truth and the design it ran: its targets, rows a round and ms, since a folder
 retargeted from another keeps that one's rows; a line without a truth was simulated at the fitted one, the only truth
-before there were others); a rerun skips the sweeps it holds and reports on all of them, and a file of another setting
-(another truth or other targets included, or lines written before the setting named the design) is refused. An outer sweep costs about (inner + 1) simulated sweeps of one core;
-``--workers N`` runs N outer sweeps at a time in as many processes (each outer sweep is seeded by its index, so the
-lines are the same whichever process runs it, and only the order in which they are appended differs; the three
-truths share those seeds, so their outer sweeps differ by the truth only).
+before there were others); a rerun skips the sweeps it holds and reports on all of them, each once (a sweep written
+twice, by two runs on one file, is the same sweep; two that differ under one index are refused), and a file of another
+setting (another truth or other targets included, or lines written before the setting named the design) is refused.
+An outer sweep costs about (inner + 1) simulated sweeps of one core; ``--workers N`` runs N outer sweeps at a time in
+as many processes (each outer sweep is seeded by its index, so the lines are the same whichever process runs it, and
+only the order in which they are appended differs; the three truths share those seeds, so their outer sweeps differ
+by the truth only).
 """
 
 from __future__ import annotations
@@ -316,8 +318,12 @@ def recorded_setting(setting: dict | None) -> dict | None:
     return dict(setting, truth="fitted")
 
 
+def _without_seconds(result: dict) -> dict:
+    return {key: value for key, value in result.items() if key != "seconds"}
+
+
 def held_results(path: Path | None, setting: dict) -> list[dict]:
-    """The outer sweeps ``path`` holds, all simulated at ``setting`` (else the command is refused)."""
+    """The outer sweeps ``path`` holds, each once, all simulated at ``setting`` (else the command is refused)."""
     results = read_results(path)
     other = [r for r in results if recorded_setting(r.get("setting")) != setting]
     if other:
@@ -332,7 +338,18 @@ def held_results(path: Path | None, setting: dict) -> list[dict]:
             "before the setting named the design holds none of it); give another --results file (or delete this one "
             "to start over)"
         )
-    return results
+    # Two runs appending to one file (the command started twice) write a sweep twice: judged twice, it would count
+    # twice in the coverage, its MC se and the outer count the verdict's floor reads. A sweep is seeded by its index,
+    # so its lines are the same but for their wall time: one is kept.
+    kept: dict[int, dict] = {}
+    for result in results:
+        first = kept.setdefault(result["outer"], result)
+        if _without_seconds(first) != _without_seconds(result):
+            raise SystemExit(
+                f"{path}: it holds outer sweep {result['outer']} twice, with different results (written by two "
+                "versions of the simulation?); give another --results file (or delete this one to start over)"
+            )
+    return list(kept.values())
 
 
 def run_truth(

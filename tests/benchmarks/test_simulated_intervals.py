@@ -297,3 +297,23 @@ def test_a_results_file_of_the_same_rows_under_other_targets_is_refused_not_resu
         assert len(results.read_text().splitlines()) == 1
     # The setting names the design the outer sweep ran (its targets) and its rows a round.
     assert line["setting"]["design"]["target_slope_se"] == 4.0 and line["setting"]["num_sequences"] == 8
+
+
+def test_an_outer_sweep_held_twice_is_judged_once_and_two_different_ones_are_refused(load_benchmark, tmp_path):
+    """Two runs appending to one results file (the command started twice) write an outer sweep twice: both lines were
+    judged, so the sweep counted twice in the coverage, its MC se, and the outer count the verdict's floor of 50
+    reads. Lines of one index are the same sweep (it is seeded by its index): one is kept; lines that differ under one
+    index are not one sweep, and the file is refused."""
+    benchmark = load_benchmark("simulated_intervals.py")
+    setting = {"truth": "fitted", "rows_digest": "0" * 16}
+    sweep = {"outer": 0, "quantities": {"slope": {"estimate": 21.0, "truth": 20.0, "se": 1.0, "q": 2.0}}}
+    path = tmp_path / "outer.jsonl"
+    lines = [dict(sweep, seconds=3.0, setting=setting), dict(sweep, seconds=5.0, setting=setting)]
+    lines.append(dict(sweep, outer=1, seconds=4.0, setting=setting))
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    held = benchmark.held_results(path, setting)
+    assert sorted(r["outer"] for r in held) == [0, 1]
+    other = dict(sweep, setting=setting, quantities={"slope": dict(sweep["quantities"]["slope"], q=3.0)})
+    path.write_text(path.read_text() + json.dumps(other) + "\n")
+    with pytest.raises(SystemExit, match="outer sweep 0 twice, with different results"):
+        benchmark.held_results(path, setting)
