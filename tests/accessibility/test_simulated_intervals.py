@@ -377,3 +377,26 @@ def test_a_quantile_that_reaches_the_infinite_studentised_errors_is_infinite_and
     assert format_interval(many["ci"], 2) == "(-inf, inf)" and many["wald_coverage"] < 1
     none = _calibrated(10.0, 2.0, np.full(100, math.nan), np.full(100, math.nan))
     assert math.isnan(none["quantile"]) and none["ci"] is None
+
+
+def test_coverage_measured_with_more_inner_sweeps_than_this_calibration_took_does_not_judge_it(
+    rows, calibration, monkeypatch
+):
+    """The nested simulation measures the coverage of calibrations that take ``inner`` simulated sweeps each (100 for
+    SmolLM2's words); one of fewer (--repeats 50) takes a noisier quantile, whose coverage is, if anything, lower. Its
+    intervals were trusted on the figures of the less noisy ones."""
+    fresh = current(calibration, rows, SETTINGS)
+    assert fresh["repeats"] == 50
+    figures = {"slope": 0.95, "n50": 0.95, "intercept": 0.95, "command": "x"}
+    three = {truth: dict(figures) for truth in CALIBRATED_TRUTHS}
+    targets = design_targets(SETTINGS["design"])
+    entry = {"folder": "results/here", "version": 1, "num_sequences": 8, "targets": targets, "inner": 100}
+    monkeypatch.setitem(CALIBRATED_TABLE, fresh["rows_digest"], dict(entry, truths=three))
+    checks = check_calibrated(fresh)
+    assert not checks["measured"] and not checks["slope"]["trusted"]
+    note = checks["slope"]["note"]
+    assert "from 50 simulated sweeps, fewer than the 100 each calibration of the nested simulation took" in note
+    assert "ut-peft calibrate FOLDER --repeats 100" in note
+    # As many as the nested simulation's calibrations took, or more: judged by its figures.
+    monkeypatch.setitem(CALIBRATED_TABLE, fresh["rows_digest"], dict(entry, inner=50, truths=three))
+    assert check_calibrated(fresh)["slope"]["trusted"]

@@ -273,6 +273,7 @@ def test_the_calibrated_table_is_the_committed_nested_simulation():
         for truth, figures in entry["truths"].items():
             record = json.loads((ROOT / figures["record"]).read_text())
             assert (record["version"], record["num_sequences"]) == (entry["version"], entry["num_sequences"])
+            assert record["inner"] == entry["inner"]  # the simulated sweeps each of its calibrations took
             assert record["command"] == figures["command"] and entry["folder"] in record["command"]
             # The design's targets it was simulated to: the record's design where it holds one, else (records before
             # they held it) the targets each truth's words name, which are the folder's settings.json's.
@@ -327,10 +328,11 @@ def test_the_entry_an_all_truths_run_prints_is_the_tables_for_those_truths():
             if "truths" not in record:  # a single-truth record (the fitted line's, before --all-truths)
                 continue
             printed = coverage.calibrated_table_entry(entry["folder"], record, record_path)
-            assert (printed["folder"], printed["version"], printed["num_sequences"]) == (
+            assert (printed["folder"], printed["version"], printed["num_sequences"], printed["inner"]) == (
                 entry["folder"],
                 entry["version"],
                 entry["num_sequences"],
+                entry["inner"],
             )
             for truth, figures in printed["truths"].items():
                 table = entry["truths"][truth]

@@ -261,7 +261,9 @@ POOLED_TABLE: dict[str, dict[str, dict]] = {
 # the design stopped) covered 96% / 96% / 93-96%. The other two truths: not run yet (BENCHMARKS.md has the command).
 # Each entry also names the targets its nested simulation ran the design to (``targets``, design_targets): a retarget
 # keeps a folder's rows, so the folder retargeted from one in the table has the same rows' digest, version and rows a
-# round, while its design stops elsewhere and its calibrated intervals are other intervals.
+# round, while its design stops elsewhere and its calibrated intervals are other intervals. And the simulated sweeps
+# each of its calibrations took (``inner``, the record's): a calibration of fewer (--repeats) takes a noisier
+# quantile, whose coverage the entry does not give; an entry without it is not checked on it.
 CALIBRATED_TRUTHS = ("fitted", "common-width", "slope-shift")
 # What of a pooled design's record decides where it stops, beside its version (the table's own field): a retarget
 # may change these and keep the rows (designs.configs.PooledConfig.stopping_fields).
@@ -285,6 +287,7 @@ CALIBRATED_TABLE: dict[str, dict] = {
         "folder": "results/smollm2-135m/pooled-words-v7",
         "version": 7,
         "num_sequences": 8,
+        "inner": 100,
         "targets": {
             "target_slope_se": 1.32,
             "target_n50_se": {"1": 2.88, "2": 3.66, "3": 3.66, "4": 3.83, "5": 5.17},
@@ -336,6 +339,8 @@ def calibrated_table_entry(folder: str, record: dict, record_path: str) -> dict:
             "command": record["command"],
         }
     entry = {"folder": folder, "version": record["version"], "num_sequences": record["num_sequences"]}
+    # The simulated sweeps each of its calibrations took: a calibration of fewer is not judged by its figures.
+    entry["inner"] = record["inner"]
     if "design" in record:  # records written before they held the design: its targets are in each truth's words
         entry["targets"] = design_targets(record["design"])
     return dict(entry, truths=truths)
@@ -370,6 +375,15 @@ def calibrated_coverage(calibrated: dict) -> tuple[dict | None, str]:
             f"at these targets ({', '.join(f'{k} {targets[k]}' for k in TARGET_FIELDS)}; the nested simulation at "
             f"these rows, {entry['folder']}'s, ran the design {ran}, a design that stops elsewhere: "
             "`python benchmarks/simulated_intervals.py FOLDER --all-truths` measures this one)"
+        )
+    inner, repeats = entry.get("inner"), calibrated.get("repeats")
+    if inner is not None and not (isinstance(repeats, int) and repeats >= inner):
+        # The nested simulation measured calibrations of ``inner`` simulated sweeps each; one of fewer takes a
+        # noisier quantile, whose coverage those figures do not give (if anything, it is lower).
+        return None, (
+            f"for this calibration, from {repeats} simulated sweeps, fewer than the {inner} each calibration of the "
+            f"nested simulation took at these rows ({entry['folder']}'s): `ut-peft calibrate FOLDER --repeats "
+            f"{inner}` or more"
         )
     truths = entry["truths"]
     missing = [truth for truth in CALIBRATED_TRUTHS if truth not in truths]
