@@ -282,11 +282,15 @@ def report(results: list[dict], truth_text: str, inner: int, fitted: bool = True
             f"| {name} | {e['wald']:.3f} ({e['wald_se']:.3f}) | {e['calibrated']:.3f} ({e['calibrated_se']:.3f}) | "
             f"{e['wald_width']:.2f} | {e['calibrated_width']:.2f} |"
         )
-    n50 = [e["calibrated"] for name, e in table.items() if name.startswith("n50@")]
     if table:
+        # Each figure with its MC se, as in the table above: this line is the one quoted.
+        lowest = min((name for name in table if name.startswith("n50@")), key=lambda name: table[name]["calibrated"])
+        figures = [(name, table[name]) for name in ("slope", "intercept")] + [
+            (f"lowest n_50 ({lowest})", table[lowest])
+        ]
         print(
-            f"calibrated coverage: slope {table['slope']['calibrated']:.3f}, intercept "
-            f"{table['intercept']['calibrated']:.3f}, lowest n_50 {min(n50):.3f}"
+            "calibrated coverage: "
+            + ", ".join(f"{name} {e['calibrated']:.3f} (MC se {e['calibrated_se']:.3f})" for name, e in figures)
             + (" (the entry of ut_peft/accessibility/stats/coverage.py's CALIBRATED_TABLE)" if fitted else "")
         )
     return table

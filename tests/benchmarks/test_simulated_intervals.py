@@ -317,3 +317,24 @@ def test_an_outer_sweep_held_twice_is_judged_once_and_two_different_ones_are_ref
     path.write_text(path.read_text() + json.dumps(other) + "\n")
     with pytest.raises(SystemExit, match="outer sweep 0 twice, with different results"):
         benchmark.held_results(path, setting)
+
+
+def test_the_coverage_line_quoted_below_the_table_gives_each_figure_its_mc_se(load_benchmark, capsys):
+    """The line below the coverage table (the one a summary quotes) printed the calibrated coverage of the slope, the
+    intercept and the lowest n_50 without the Monte Carlo se the table gives them."""
+    benchmark = load_benchmark("simulated_intervals.py")
+
+    def sweep(miss: bool) -> dict:
+        entry = {"estimate": 23.0 if miss else 20.5, "truth": 20.0, "se": 1.0, "q": 2.0}
+        return {"quantities": {"slope": entry, "intercept": entry, "n50@1": dict(entry), "n50@3": entry}}
+
+    results = [sweep(False)] * 3 + [sweep(True)]
+    results[0] = dict(
+        results[0],
+        quantities=dict(results[0]["quantities"], **{"n50@1": dict(estimate=25.0, truth=20.0, se=1.0, q=2.0)}),
+    )
+    table = benchmark.report(results, "truth", 50)
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    assert table["n50@1"]["calibrated"] == 0.5 and table["slope"]["calibrated_se"] == pytest.approx(0.217, abs=1e-3)
+    assert line.startswith("calibrated coverage: slope 0.750 (MC se 0.217), intercept 0.750 (MC se 0.217), "), line
+    assert "lowest n_50 (n50@1) 0.500 (MC se 0.250)" in line, line
