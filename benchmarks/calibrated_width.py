@@ -37,10 +37,13 @@ from typing import Any
 import numpy as np
 
 from ut_peft.accessibility import store
-from ut_peft.accessibility.simulated_intervals import fitted_truth, pooled_design, simulate_design
+from ut_peft.accessibility.simulated_intervals import (
+    calibrated_quantile,
+    fitted_truth,
+    pooled_design,
+    simulate_design,
+)
 from ut_peft.io import atomic_write_json
-
-LEVEL = 0.95
 
 
 def widths_at(settings: dict, truth, target: float, repeats: int, seed: int, workers: int, max_width: float) -> dict:
@@ -50,13 +53,13 @@ def widths_at(settings: dict, truth, target: float, repeats: int, seed: int, wor
     settings["design"]["target_slope_se"] = target
     started = time.perf_counter()
     simulated = simulate_design(settings, truth, repeats, seed=seed, workers=workers)
-    t, errors = simulated["t"]["slope"], simulated["errors"]["slope"]
-    # q as the calibration takes it (every repeat with a studentised error, an infinite one a miss); the widths from
-    # the repeats with a standard error to multiply.
-    q = float(np.quantile(np.abs(t[~np.isnan(t)]), LEVEL))
-    usable = np.isfinite(t) & (t != 0)
-    se = np.abs(errors[usable] / t[usable])
-    width = 2 * q * se
+    t, errors, se = simulated["t"]["slope"], simulated["errors"]["slope"], simulated["se"]["slope"]
+    # q as the calibration takes it (every repeat with a studentised error; an infinite one, a standard error of 0
+    # with an error, is a miss: it counts against Wald's coverage and may make q infinite), and the widths of those
+    # same repeats: 2 q se, unbounded where q is infinite (numpy's quantile gave NaN there, and the widths with it).
+    usable = ~np.isnan(t)
+    q = calibrated_quantile(t)
+    width = np.full(int(usable.sum()), math.inf) if math.isinf(q) else 2 * q * se[usable]
     return {
         "slope_target": target,
         "repeats_used": int(usable.sum()),

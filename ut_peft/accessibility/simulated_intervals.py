@@ -211,10 +211,11 @@ def simulate_design(
     workers: int = 1,
 ) -> dict:
     """The folder's design run ``repeats`` times at ``truth``: per quantity, the studentised errors
-    (estimate - truth) / se and the plain errors, as arrays (NaN where a repeat's fit did not converge), with the
-    row-steps each repeat spent. ``abandon``: the simulated audited abandon, for a version that audits one (required
-    there: its rows are flagged, stopped or audited as the engine's would be). ``workers`` > 1 runs the repeats in
-    that many forked processes; each repeat is seeded by its number, so the arrays are the same as in one process."""
+    (estimate - truth) / se, the plain errors and the standard errors, as arrays (NaN where a repeat's fit did not
+    converge), with the row-steps each repeat spent. ``abandon``: the simulated audited abandon, for a version that
+    audits one (required there: its rows are flagged, stopped or audited as the engine's would be). ``workers`` > 1
+    runs the repeats in that many forked processes; each repeat is seeded by its number, so the arrays are the same as
+    in one process."""
     shape = pooled_design(settings)  # its ms and audit (each repeat replays a fresh design from no rows)
     ms = list(shape.ms)
     if shape.audit is not None and abandon is None:
@@ -227,21 +228,23 @@ def simulate_design(
     true.update({f"n50@{m}": truth.protocol_n50(m) for m in ms})
     t = {name: np.full(repeats, np.nan) for name in true}
     errors = {name: np.full(repeats, np.nan) for name in true}
+    ses = {name: np.full(repeats, np.nan) for name in true}
     spent = np.zeros(repeats)
     numbers = [_REPEAT_BASE * (seed + 1) + r for r in range(repeats)]
     one = functools.partial(_simulate_repeat, settings, truth, abandon, true)
     outcomes = in_processes(one, numbers, workers)
     for r, (steps, found) in enumerate(outcomes):
         spent[r] = steps
-        for name, (error, studentised) in found.items():
+        for name, (error, studentised, se) in found.items():
             errors[name][r] = error
             t[name][r] = studentised
-    return {"t": t, "errors": errors, "row_steps": spent}
+            ses[name][r] = se
+    return {"t": t, "errors": errors, "se": ses, "row_steps": spent}
 
 
 def _simulate_repeat(settings: dict, truth: Truth, abandon: AuditedAbandon | None, true: dict, repeat: int):
-    """One simulated sweep of the folder's design: its row-steps, and per quantity (error, error / se) where its fit
-    converged (error / se NaN where se is 0)."""
+    """One simulated sweep of the folder's design: its row-steps, and per quantity (error, error / se, se) where its
+    fit converged (:func:`_studentised`)."""
     from .engine.rows import row_steps
 
     design = pooled_design(settings)
@@ -257,7 +260,7 @@ def _simulate_repeat(settings: dict, truth: Truth, abandon: AuditedAbandon | Non
     found = {}
     for name, (value, se) in _quantities(estimate, list(design.ms)).items():
         error = value - true[name]
-        found[name] = (error, _studentised(error, se))
+        found[name] = (error, _studentised(error, se), se)
     return steps, found
 
 
@@ -340,6 +343,18 @@ def calibrate(
     return json.loads(json.dumps(result))
 
 
+def calibrated_quantile(t: np.ndarray) -> float:
+    """q, the 95% quantile of |t| over the simulated studentised errors ``t`` (NaN: a repeat without a converged fit
+    or a standard error, left out; NaN where none is left). An infinite t (se 0 and an error: a miss) counts, and where
+    the quantile reaches one q is infinite: numpy's linear quantile gives NaN there (inf - inf, or inf times 0)."""
+    usable = np.abs(t[~np.isnan(t)])
+    if not usable.size:
+        return math.nan
+    if np.isinf(np.sort(usable)[math.ceil(LEVEL * (usable.size - 1))]):
+        return math.inf
+    return float(np.quantile(usable, LEVEL))
+
+
 def _calibrated(value: float, se: float, t: np.ndarray, e: np.ndarray) -> dict:
     """One quantity's calibrated interval from its simulated studentised errors ``t`` and errors ``e`` (NaN: a repeat
     without a converged fit or a standard error, left out).
@@ -348,12 +363,7 @@ def _calibrated(value: float, se: float, t: np.ndarray, e: np.ndarray) -> dict:
     is infinite and the interval unbounded on both sides ([None, None], printed (-inf, inf)). numpy's linear quantile
     gave NaN there (inf - inf), so such an interval printed as n/a, as if nothing had been computed."""
     usable = np.abs(t[~np.isnan(t)])
-    if not usable.size:
-        q = math.nan
-    elif np.isinf(np.sort(usable)[math.ceil(LEVEL * (usable.size - 1))]):
-        q = math.inf
-    else:
-        q = float(np.quantile(usable, LEVEL))
+    q = calibrated_quantile(t)
     ci: list[float | None] | None = None
     if math.isfinite(q):
         ci = [value - q * se, value + q * se]
