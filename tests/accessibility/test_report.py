@@ -310,6 +310,7 @@ def test_a_report_sets_its_slope_beside_the_papers_nearest_models(monkeypatch):
         "design": {"version": 7, **coverage.CALIBRATED_TABLE[digest]["targets"]},
         "num_sequences": 8,
         "rows_digest": digest,
+        "repeats": 400,  # as many simulated sweeps as a calibration takes by default, no fewer than the table's
     }
     entry = coverage.CALIBRATED_TABLE[digest]
     fitted = entry["truths"]["fitted"]
