@@ -137,9 +137,8 @@ def test_a_summary_of_other_rows_is_left_as_it_is_not_given_a_calibration_of_the
     intervals (and took its headline slope from them) of other rows than every other figure beside them."""
     import json
 
-    from ut_peft.accessibility import report, simulated_intervals, store
+    from ut_peft.accessibility import report, store
 
-    monkeypatch.setattr(simulated_intervals, "MIN_REPEATS", 3)  # the plumbing only, not a quantile
     # The summary is another folder's, whose report needs settings these test rows do not record: which summary the
     # command writes is what is checked here, not the report drawn from it.
     reported = []
@@ -153,7 +152,7 @@ def test_a_summary_of_other_rows_is_left_as_it_is_not_given_a_calibration_of_the
     summary["settings"] = json.loads((folder / "settings.json").read_text())  # written under this folder's settings
     (folder / "summary.json").write_text(json.dumps(summary))
     before = _contents(folder)
-    main(["calibrate", str(folder), "--repeats", "3"])
+    main(["calibrate", str(folder), "--repeats", "50"])
     out = capsys.readouterr().out
     assert "wrote" in out and "updated" not in out, out
     assert f"{folder / 'summary.json'} summarises other rows than the {len(store.read_rows(folder))} calibrated" in out
@@ -162,7 +161,7 @@ def test_a_summary_of_other_rows_is_left_as_it_is_not_given_a_calibration_of_the
     assert {name: data for name, data in after.items() if name not in ("calibration.json", "sweep.lock")} == before
     # A summary of these very rows takes the calibration, as current.
     (folder / "summary.json").write_text(json.dumps(dict(summary, rows_digest=digest)))
-    main(["calibrate", str(folder), "--repeats", "3"])
+    main(["calibrate", str(folder), "--repeats", "50"])
     assert "updated" in capsys.readouterr().out
     assert [summary.calibrated["rows_digest"] for summary in reported] == [digest]
     calibrated = json.loads((folder / "summary.json").read_text())["calibrated"]
