@@ -166,3 +166,19 @@ def test_a_summary_of_other_rows_is_left_as_it_is_not_given_a_calibration_of_the
     assert [summary.calibrated["rows_digest"] for summary in reported] == [digest]
     calibrated = json.loads((folder / "summary.json").read_text())["calibrated"]
     assert calibrated["rows_digest"] == digest and not calibrated["stale"]
+
+
+def test_too_few_repeats_are_refused_naming_the_flag_and_its_help_says_the_least(tmp_path, capsys):
+    """--repeats 30 was refused only once the simulator had loaded, by a message that named no flag, and --help did not
+    say that a calibration takes at least 50 (a 95% quantile's sample), so a command planned from --help failed."""
+    folder = tmp_path / "sweep"
+    _converged_folder(folder)
+    before = _contents(folder)
+    with pytest.raises(SystemExit) as exit_:
+        main(["calibrate", str(folder), "--repeats", "30"])
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert exit_.value.code == 2 and "argument --repeats: expected a whole number >= 50" in err, err
+    assert _contents(folder) == before
+    with pytest.raises(SystemExit):
+        main(["calibrate", "--help"])
+    assert "at least 50" in " ".join(capsys.readouterr().out.split())

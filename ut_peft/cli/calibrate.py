@@ -30,6 +30,18 @@ from .common import (
 
 # Written here, not imported: the simulator's module imports scipy, and parsing comes first (library_value).
 DEFAULT_REPEATS = library_value("ut_peft.accessibility.simulated_intervals:DEFAULT_REPEATS", 400)
+MIN_REPEATS = library_value("ut_peft.accessibility.simulated_intervals:MIN_REPEATS", 50)
+
+
+def repeats_count(text) -> int:
+    """An argparse type: simulated sweeps enough for a 95% quantile, refused while parsing (naming --repeats), before
+    the simulator's imports, as the library would refuse them after."""
+    value = positive_int(text)
+    if value < MIN_REPEATS:
+        raise argparse.ArgumentTypeError(
+            f"expected a whole number >= {MIN_REPEATS} (the sample of a 95% quantile), got {text!r}"
+        )
+    return value
 
 
 def main(args):
@@ -78,7 +90,12 @@ def main(args):
 def parse(argv=None, *, prog: str | None = None):
     p = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("folder", help="a pooled sweep's folder (settings.json and rows)")
-    p.add_argument("--repeats", type=int, default=DEFAULT_REPEATS, help="simulated sweeps (the quantile's sample)")
+    p.add_argument(
+        "--repeats",
+        type=repeats_count,
+        default=DEFAULT_REPEATS,
+        help=f"simulated sweeps (the quantile's sample; at least {MIN_REPEATS})",
+    )
     p.add_argument(
         "--seed",
         type=nonnegative_int,  # numpy's seeds are non-negative: -2 failed in the simulation, naming no flag
