@@ -37,6 +37,19 @@ if [ ! -e "$folder/summary.json" ]; then
     echo "$folder has no summary.json: its design has not stopped (ut-peft status $folder says where it stands)" >&2
     exit 2
 fi
+# A summary.json alone does not say the design stopped: `recipes/cram.py --report-only` (which `ut-peft status`
+# suggests) writes one for a design still running, and the records below would then be named as the final figures
+# (_rows<N>) of rows the design has not finished.
+stage=$(python - "$folder/summary.json" <<'EOF'
+import json, sys
+print(((json.load(open(sys.argv[1])).get("pooled") or {}).get("stop") or {}).get("stage"))
+EOF
+)
+if [ "$stage" != stopped ]; then
+    echo "$folder/summary.json says its design has not stopped (stage: $stage; a --report-only summary of a design" \
+        "still running): rerun this once the run has stopped (ut-peft status $folder says where it stands)" >&2
+    exit 2
+fi
 rows=$(grep -c . "$folder/rows.jsonl")
 bench=results/benchmarks
 nice -n 5 ut-peft calibrate "$folder" --workers 2
