@@ -218,7 +218,7 @@ def test_a_folder_of_a_retired_pooled_version_reads_back_only_with_its_rules_in_
 
     retired = json.loads((RESULTS.parent / "benchmarks" / "retired_pooled_rules.json").read_text())
     settings = pooled_sweep_settings(version=version)
-    known = f"version {version} of the pooled design's rules; this ut-peft knows versions 1, 2, 7, 8:"
+    known = f"version {version} of the pooled design's rules; this ut-peft knows versions 1, 2, 7, 8, 9:"
     with pytest.raises(ValueError, match=known):
         SweepConfig.from_settings(settings)
     record = retired[str(version)]["rules"]

@@ -362,8 +362,8 @@ def test_a_version_1_pooled_sweep_retargets_to_version_2_keeping_only_the_rows_v
     # Back from settings.json, each folder keeps its own version; a version this ut-peft does not know is refused.
     assert SweepConfig.from_settings(store.read_settings(tmp_path / "old")).design.version == 1
     assert SweepConfig.from_settings(store.read_settings(tmp_path / "new")).design.version == 2
-    with pytest.raises(ValueError, match="version 9 of the pooled design's rules; this ut-peft knows versions 1, 2"):
-        pooled(pooled_version=9)
+    with pytest.raises(ValueError, match="version 10 of the pooled design's rules; this ut-peft knows versions 1, 2"):
+        pooled(pooled_version=10)
 
 
 def test_a_pooled_sweep_without_an_abandon_retargets_to_audited_rules_keeping_every_row(tmp_path, llama):

@@ -185,11 +185,13 @@ def test_the_retired_versions_rules_are_read_from_their_json_as_the_package_held
     assert rules[5] == dataclasses.replace(rules[4], target_scale=1.2, **steps)
     assert rules[6] == dataclasses.replace(rules[5], steps_law_alpha=0.05)
     assert rules[8] == dataclasses.replace(rules[6], min_rows=64)
-    with pytest.raises(ValueError, match=r"no pooled rules of version 9: the versions are \[1, 2, 3, 4, 5, 6, 7, 8\]"):
-        cost.pooled_rules(9)
+    with pytest.raises(
+        ValueError, match=r"no pooled rules of version 10: the versions are \[1, 2, 3, 4, 5, 6, 7, 8, 9\]"
+    ):
+        cost.pooled_rules(10)
     with pytest.raises(SystemExit):
-        cost.main(["--pooled-version", "9"])
-    assert "--pooled-version: invalid choice: 9" in capsys.readouterr().err
+        cost.main(["--pooled-version", "10"])
+    assert "--pooled-version: invalid choice: 10" in capsys.readouterr().err
 
 
 def write_sweep(folder, rows, max_steps=3000, patience=500):

@@ -588,3 +588,37 @@ def test_a_retargeted_folder_says_where_its_first_rows_came_from(tmp_path, capsy
     (folder / "retargeted.json").unlink()
     assert json.loads(status_of(folder, capsys, "--json"))["retargeted"] is None
     assert "Retargeted" not in status_of(folder, capsys)
+
+
+# Nine rows simulated at m = 1, 3, 5 (n_50 = 16.3 m - 2.6, width 0.6 m), as (m, n, accessible): the single start's
+# fit settles in a worse minimum (slope 17.23); the lowest of the starts gives 16.81 (tests/accessibility/stats/
+# test_pooled_starts.py holds the same rows).
+LOCAL_OPTIMUM_ROWS = [
+    (1, 21, True), (1, 23, True), (1, 31, False), (3, 47, True), (3, 57, False), (3, 66, False), (5, 65, True),
+    (5, 90, True), (5, 97, False),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("version", [7, 9])
+def test_a_fit_in_a_local_optimum_is_said_with_the_lowest_of_the_starts(tmp_path, capsys, version):
+    """Under a single-start version the status says, in one line, that the design's fit is a local optimum, with
+    both slopes; version 9 fits from every start, so its estimate is the lowest and there is nothing to say."""
+    from ut_peft.accessibility.testing import write_sweep_folder
+
+    settings = pooled_sweep_settings(version=version, ms=(1, 3, 5), target_n50_se={1: 6.0, 3: 8.0, 5: 10.0})
+    rows = [
+        (m, n, index, accessible, 100 if accessible else 3000)
+        for index, (m, n, accessible) in enumerate(LOCAL_OPTIMUM_ROWS)
+    ]
+    write_sweep_folder(tmp_path / "small", settings, rows)
+    estimate = json.loads(status_of(tmp_path / "small", capsys, "--json"))["estimate"]
+    text = status_of(tmp_path / "small", capsys)
+    if version == 7:
+        local = estimate["local_optimum"]
+        assert local["starts"] == 9 and local["lowest_objective"] < local["objective"] - 1.0
+        assert estimate["slope"]["estimate"] == local["slope"] == pytest.approx(17.23, abs=0.01)
+        assert local["lowest_slope"] == pytest.approx(16.81, abs=0.01)
+        assert "  the design's fit is a local optimum: slope 17.23; the lowest of 9 starts: slope 16.81 (" in text
+    else:
+        assert estimate["local_optimum"] is None and "local optimum" not in text
+        assert estimate["slope"]["estimate"] == pytest.approx(16.81, abs=0.01)

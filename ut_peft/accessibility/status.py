@@ -9,7 +9,8 @@ inflight/ has got); for a pooled sweep also:
   (:meth:`.designs.pooled.PooledDesign.summary_fit`, what its report prints), with the calibrated 95% intervals where
   calibration.json is of these very rows (:func:`.store.current_calibration`), else the design's Wald intervals (it
   says which); R^2 of the line through the per-m fits where the report has one (not under an audited early abandon,
-  whose per-m fits are biased);
+  whose per-m fits are biased); and a line where that fit is a local optimum, the fit from every start finding a
+  lower objective on the same rows (:meth:`.designs.pooled.PooledDesign.lower_optimum`), with both slopes;
 - the design's stop rule (:meth:`.designs.pooled.PooledDesign.stop_state`): stopped or not, and per target (the slope's
   standard error, n_50's at each m, the linearity check's offset) the standard error as the stop judges it against
   the target it is held to;
@@ -214,6 +215,9 @@ def _estimate(folder: Path, settings: dict, config: SweepConfig, design: PooledD
     fit = design.summary_fit(rows)
     if fit is None:
         return None
+    # A line the fit settled on in a worse minimum (its single start, few rows per m) is no estimate to read without
+    # a word: the fit from every start, once (PooledDesign.lower_optimum).
+    local = design.lower_optimum(rows)
     unbracketed = _unbracketed(design, rows)
     if unbracketed:
         # Rows that all crammed (or all failed) at an m place its n_50 nowhere: the fit there rests on the width
@@ -230,6 +234,7 @@ def _estimate(folder: Path, settings: dict, config: SweepConfig, design: PooledD
                 for m, entry in sorted(fit["per_m"].items())
             ],
             "converged": fit["converged"],
+            "local_optimum": local,
             "linearity": None,
             "r2": None,
             "r2_note": "none while n_50 is not bracketed at every m the design measures",
@@ -301,6 +306,7 @@ def _estimate(folder: Path, settings: dict, config: SweepConfig, design: PooledD
         ),
         "per_m": per_m,
         "converged": fit["converged"],
+        "local_optimum": local,
         "linearity": fit["linearity"],
         "r2": r2,
         "r2_note": r2_note,
@@ -753,6 +759,7 @@ def _estimate_lines(estimate: dict | None) -> list[str]:
         lines.append(
             f"  slope {_num(slope['estimate'], 2)} tokens per vector, intercept {_num(intercept['estimate'])}"
         )
+        lines += _local_optimum_lines(estimate)
         lines.append(
             "  n_50: "
             + ", ".join(
@@ -771,6 +778,7 @@ def _estimate_lines(estimate: dict | None) -> list[str]:
         f"(se {_num(slope['se'], 2)}), "
         f"intercept {_num(intercept['estimate'])} {_trusted(intercept)}"
     )
+    lines += _local_optimum_lines(estimate)
     for e in estimate["per_m"]:
         # Every pooled n_50 is the line's, a m + b, also at an m with rows of its own (that m's own fit is the
         # report's per-m MLE, another figure): "measured" would read it as that m's measurement.
@@ -795,6 +803,18 @@ def _estimate_lines(estimate: dict | None) -> list[str]:
     if not estimate["converged"]:
         lines.append("  the fit did not converge: do not use these numbers")
     return lines
+
+
+def _local_optimum_lines(estimate: dict) -> list[str]:
+    """One line where the design's fit is a local optimum (a lower objective from another start), else none."""
+    local = estimate.get("local_optimum")
+    if not local:
+        return []
+    return [
+        f"  the design's fit is a local optimum: slope {_num(local['slope'], 2)}; the lowest of {local['starts']} "
+        f"starts: slope {_num(local['lowest_slope'], 2)} (objective {_num(local['objective'], 3)} against "
+        f"{_num(local['lowest_objective'], 3)}; pooled version 9 fits from every start)"
+    ]
 
 
 def _stop_lines(stop: dict) -> list[str]:

@@ -89,9 +89,9 @@ def test_a_folder_written_before_the_rules_were_recorded_reads_as_its_version_s_
     assert not store.check_settings(tmp_path, settings, overwrite=False)
     no_version = {k: v for k, v in old["design"].items() if k != "version"}
     assert with_recorded_rules(no_version)["rules"] == POOLED_RULES[1].record()  # before versions: version 1
-    retired = dict(no_version, version=9)  # a version this ut-peft does not know, and no rules to run it with
+    retired = dict(no_version, version=10)  # a version this ut-peft does not know, and no rules to run it with
     assert with_recorded_rules(retired) == retired
-    with pytest.raises(ValueError, match="version 9 of the pooled design's rules; this ut-peft knows versions"):
+    with pytest.raises(ValueError, match="version 10 of the pooled design's rules; this ut-peft knows versions"):
         design_config_from_record(retired, fixed_lengths=False)
 
 

@@ -108,8 +108,8 @@ def test_a_linearity_check_whose_fit_did_not_converge_is_undecided_not_a_verdict
     cells = _simulated_rows(seed=1)
     real = pooled_stats.fit_pooled
 
-    def offset_fit_fails(cells, width_ms, check_m=None, free_delta=False):
-        fit = real(cells, width_ms, check_m, free_delta=free_delta)
+    def offset_fit_fails(cells, width_ms, check_m=None, free_delta=False, starts=1):
+        fit = real(cells, width_ms, check_m, free_delta=free_delta, starts=starts)
         return dataclasses.replace(fit, converged=False) if free_delta else fit
 
     monkeypatch.setattr(pooled_stats, "fit_pooled", offset_fit_fails)

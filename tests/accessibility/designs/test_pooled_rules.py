@@ -65,6 +65,11 @@ def test_under_an_audit_a_refused_steps_law_leaves_the_outcomes_own_estimate_gua
         (dict(steps=True, steps_law_alpha=1.0), r"steps_law_alpha .* \(in \(0, 1\)\), and needs steps=True"),
         (dict(audit=0.25, pseudo_firth="linear"), "pseudo_firth is the form of Firth's adjustment"),
         (dict(pseudo_firth="exact"), "pseudo_firth is a rule of the pseudo-outcomes' fit: it needs an audit"),
+        (dict(fit_starts=0), "fit_starts is how many starts the line's fit runs from: an integer >= 1"),
+        (dict(fit_starts=2.0), "fit_starts is how many starts the line's fit runs from: an integer >= 1"),
+        (dict(fit_starts=10), "fit_starts = 10, but the fit has 9 starts"),
+        (dict(fit_starts=9, audit=0.25), "fit_starts > 1 runs the outcomes' own fit .* leave fit_starts at 1"),
+        (dict(fit_starts=9, steps=True), "fit_starts > 1 runs the outcomes' own fit .* leave fit_starts at 1"),
     ],
 )
 def test_pooled_rules_refuse_rules_that_cannot_work_themselves_and_in_a_design(fields, message):
@@ -169,3 +174,62 @@ def test_rules_with_the_exact_firth_form_fit_pseudo_outcomes_as_fit_pooled_fits_
     likelihood = pooled_estimates(plain, [1, 3, 5], check_m=3)
     assert ours["slope"] == pytest.approx(likelihood["slope"], abs=1e-3)
     assert ours["intercept"] == pytest.approx(likelihood["intercept"], abs=1e-3)
+
+
+def test_version_9_is_version_7_fitted_from_every_start_and_the_versions_before_it_from_one():
+    from ut_peft.accessibility.stats.pooled import MULTI_STARTS
+    from ut_peft.accessibility.stats.pooled_estimators import OutcomesEstimator, estimator_for
+
+    assert POOLED_RULES[9] == dataclasses.replace(POOLED_RULES[7], fit_starts=MULTI_STARTS) and MULTI_STARTS == 9
+    assert [POOLED_RULES[v].fit_starts for v in (1, 2, 7, 8)] == [1, 1, 1, 1]
+    assert estimator_for(POOLED_RULES[9], None) == OutcomesEstimator(starts=9)
+    assert estimator_for(POOLED_RULES[7], None) == OutcomesEstimator()
+
+
+def test_settings_json_round_trips_fit_starts_and_an_older_folder_without_it_reads_as_one_start():
+    """Version 9's settings.json records fit_starts and reads back as version 9; the single start is left out of a
+    record (a resumed folder of an earlier version writes its settings.json exactly as before), and a folder's
+    settings.json written before the field existed (results/gemma-3-270m/pooled-words-glove-v2, version 7's rules in
+    full) reads as one start: its replay is unchanged."""
+    import json
+    from pathlib import Path
+
+    from ut_peft.accessibility import SweepConfig
+    from ut_peft.accessibility.testing import pooled_sweep_settings
+
+    settings = pooled_sweep_settings(version=9, ms=(1, 3, 5), target_n50_se=6.0)
+    config = SweepConfig.from_settings(settings)
+    written = json.loads(json.dumps(config.fingerprint(settings["source"])))
+    assert written["design"]["rules"]["fit_starts"] == 9 and written["design"]["version"] == 9
+    again = SweepConfig.from_settings(written).design
+    assert again.rules == POOLED_RULES[9] and again.rules.fit_starts == 9 and again.known_version() == 9
+    for version in (1, 2, 7, 8):
+        assert "fit_starts" not in POOLED_RULES[version].record()
+        assert PooledRules.from_record(POOLED_RULES[version].record()).fit_starts == 1
+    older = Path(__file__).resolve().parents[3] / "results" / "gemma-3-270m" / "pooled-words-glove-v2"
+    recorded = json.loads((older / "settings.json").read_text())
+    assert "fit_starts" not in recorded["design"]["rules"]
+    design = SweepConfig.from_settings(recorded).design
+    assert design.rules == POOLED_RULES[7] and design.rules.fit_starts == 1
+
+
+# Nine rows simulated at m = 1, 3, 5 (n_50 = 16.3 m - 2.6, width 0.6 m), on which fit_pooled's single start settles
+# in a worse minimum (tests/accessibility/stats/test_pooled_starts.py).
+SMALL = [(1, 21, 1), (1, 23, 1), (1, 31, 0), (3, 47, 1), (3, 57, 0), (3, 66, 0), (5, 65, 1), (5, 90, 1), (5, 97, 0)]
+
+
+def test_a_design_under_version_9_fits_its_rounds_and_its_estimate_from_every_start():
+    rows = {(m, n, k): {"accessible": bool(y), "steps": 100} for k, (m, n, y) in enumerate(SMALL)}
+
+    def design(version):
+        return PooledDesign(
+            [1, 3, 5], batch=8, start=4, stop=200, target_slope_se=1.0, target_n50_se=None, rules=POOLED_RULES[version]
+        )
+
+    single, several = design(7).summary_fit(rows), design(9).summary_fit(rows)
+    assert single["slope"] == pytest.approx(17.23, abs=0.01) and several["slope"] == pytest.approx(16.81, abs=0.01)
+    assert design(9).lower_optimum(rows) is None
+    local = design(7).lower_optimum(rows)
+    assert local["slope"] == single["slope"] and local["lowest_slope"] == several["slope"]
+    flat = [(m, n, float(y), 100) for m, n, y in SMALL]
+    assert design(9)._fit(flat)[0].slope == several["slope"]  # the fit its rounds are placed on

@@ -70,19 +70,25 @@ def test_each_kind_of_rules_chooses_its_kind_of_estimator(rules, expected):
 
 def test_step_counts_without_an_audit_and_refused_combinations():
     plain_steps = SimpleNamespace(
-        audit=None, steps=True, steps_robust=False, steps_law_alpha=None, steps_truncated=False
+        audit=None, steps=True, steps_robust=False, steps_law_alpha=None, steps_truncated=False, fit_starts=1
     )
     chosen = estimator_for(plain_steps, None)
     assert chosen == StepCountsEstimator(OutcomesEstimator(), steps_cap=None, robust=False)
     assert chosen.uses_steps and chosen.audit is None
-    truncated = SimpleNamespace(audit=None, steps=True, steps_robust=False, steps_law_alpha=0.1, steps_truncated=True)
+    truncated = SimpleNamespace(
+        audit=None, steps=True, steps_robust=False, steps_law_alpha=0.1, steps_truncated=True, fit_starts=1
+    )
     checked = estimator_for(truncated, 500)
     assert checked == LawChecked(StepCountsEstimator(OutcomesEstimator(), steps_cap=500), 0.1)
     with pytest.raises(ValueError, match="steps_law_alpha .* needs steps=True"):
         estimator_for(
-            SimpleNamespace(audit=None, steps=False, steps_robust=False, steps_law_alpha=0.05, steps_truncated=False),
+            SimpleNamespace(
+                audit=None, steps=False, steps_robust=False, steps_law_alpha=0.05, steps_truncated=False, fit_starts=1
+            ),
             None,
         )
+    with pytest.raises(ValueError, match="fit_starts > 1 runs the outcomes' own fit .* no audit and no step counts"):
+        estimator_for(SimpleNamespace(**{**vars(plain_steps), "fit_starts": 9}), None)
     with pytest.raises(ValueError, match=r"in \(0, 1\]"):
         PseudoOutcomesEstimator(1.5)
 

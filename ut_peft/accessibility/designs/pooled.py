@@ -149,6 +149,7 @@ class PooledDesign(Design):
     target_scale = _Rule()
     steps_law_alpha = _Rule()
     pseudo_firth = _Rule()
+    fit_starts = _Rule()
 
     def __init__(
         self,
@@ -532,6 +533,30 @@ class PooledDesign(Design):
             rows, self.ms, self.design_ms, self.check_m, estimator=self.estimator, slope_from=self.slope_from
         )
 
+    def lower_optimum(self, rows: dict) -> dict | None:
+        """Whether the line :meth:`summary_fit` reports is a local optimum of its fit: the fit from every start
+        (:func:`~ut_peft.accessibility.stats.pooled.lower_optimum`, on the same rows and model) finds a lower
+        objective. Its dict (``slope``, ``lowest_slope``, ``objective``, ``lowest_objective``, ``starts``), or None
+        where it finds none, where fewer than two m have rows, where the design's rules already fit from every start,
+        and where the line is not the outcomes' own penalised fit (pseudo-outcomes, step counts: another objective).
+        Costs one fit from every start (a few tenths of a second on a few hundred rows)."""
+        from ..stats.pooled import MULTI_STARTS, Cells, lower_optimum
+        from ..stats.pooled_estimators import OutcomesEstimator
+
+        estimator = self.estimator
+        if not isinstance(estimator, OutcomesEstimator) or estimator.starts >= MULTI_STARTS:
+            return None
+        chosen = _estimate_rows(rows, self.check_m)
+        if chosen is None:
+            return None
+        keys, measured, check = chosen
+        cells = Cells.from_rows(
+            [k[0] for k in keys], [k[1] for k in keys], estimator.outcomes([rows[k] for k in keys])
+        )
+        fit = estimator.fit_line(cells, measured, check, self.slope_from == "free" and check is not None)
+        found = lower_optimum(fit, cells, MULTI_STARTS)
+        return None if found is None else {k: v for k, v in found.items() if k != "lowest"}
+
 
 def round_gain(before: np.ndarray, after: np.ndarray, criterion: str) -> np.ndarray:
     """How much each candidate row brings: the drop of sum(ratio^3) over the quantities asked for, from ``before``
@@ -586,13 +611,12 @@ def pooled_estimates(
     from ..stats.pooled_estimators import OutcomesEstimator
 
     estimator = OutcomesEstimator() if estimator is None else estimator
-    keys = [k for k in rows if rows[k].get("stop_reason") != INFERRED]
-    measured = sorted({k[0] for k in keys})
-    if len(measured) < 2:
+    chosen = _estimate_rows(rows, check_m)
+    if chosen is None:
         return None
+    keys, measured, check = chosen
     row_ms, row_ns = [k[0] for k in keys], [k[1] for k in keys]
     outcomes = estimator.outcomes([rows[k] for k in keys])
-    check = check_m if check_m in measured and measured[0] < check_m < measured[-1] else None
     fitted = estimator.fit(
         row_ms,
         row_ns,
@@ -607,6 +631,17 @@ def pooled_estimates(
         fit.covariance = fitted.guarded
     linearity = None if check is None else estimator.linearity(row_ms, row_ns, outcomes, measured, check)
     return {**_line_estimates(fit, ms, measured), "linearity": linearity, **estimator.reported(fitted)}
+
+
+def _estimate_rows(rows: dict, check_m) -> tuple[list, list, int | None] | None:
+    """The rows the pooled estimate fits (those crammed, not inferred: their keys), the m they measure, and the check
+    m where it has rows strictly between the ends (else None); None where fewer than two m have rows."""
+    keys = [k for k in rows if rows[k].get("stop_reason") != INFERRED]
+    measured = sorted({k[0] for k in keys})
+    if len(measured) < 2:
+        return None
+    check = check_m if check_m in measured and measured[0] < check_m < measured[-1] else None
+    return keys, measured, check
 
 
 def _line_estimates(fit: PooledFit, ms, measured) -> dict:

@@ -1,8 +1,9 @@
 """The versions of the pooled design's placement and stopping rules (settings.json's ``design.version``).
 
 settings.json holds a pooled folder's rules in full, so a version is a name for one set of rules; the package keeps
-the versions the committed folders ran (1, 2, 7 and 8). :func:`pooled_rules` gives a version's :class:`PooledRules`,
-which :class:`~.pooled.PooledDesign` takes as its ``rules``. The measurements behind each version, and the retired
+the versions the committed folders ran (1, 2, 7 and 8) and version 9 (version 7 with the multi-start fit).
+:func:`pooled_rules` gives a version's :class:`PooledRules`, which :class:`~.pooled.PooledDesign` takes as its
+``rules``. The measurements behind each version, and the retired
 versions 3 to 6 (their records: benchmarks/retired_pooled_rules.json), are in docs/accessibility.md ("Versions of the
 rules").
 """
@@ -15,7 +16,7 @@ import math
 from typing import Any
 
 # The pooled design's rules (placement, widening, stop): POOLED_RULES below. A change to any of them changes which
-# rows a folder's replay asks for, so a new rule gets a new version. New sweeps get version 2; 7 and 8 are opt-in.
+# rows a folder's replay asks for, so a new rule gets a new version. New sweeps get version 2; 7, 8 and 9 are opt-in.
 POOLED_DESIGN_VERSION = 2
 
 
@@ -64,6 +65,10 @@ class PooledRules:
     # With audit: the form of Firth's adjustment in the pseudo-outcomes' estimating equation (pooled.pseudo_score):
     # "hat" (version 8's; not fit_pooled's penalty where the logit is not linear in the width law) or "exact".
     pseudo_firth: str = "hat"
+    # From how many starts the line's fit runs, keeping the lowest objective (stats.pooled.fit_pooled's ``starts``,
+    # the first of its WIDTH_START_OFFSETS): 1, the single start, is every version's before 9; more needs the
+    # outcomes' own fit (no audit, no step counts).
+    fit_starts: int = 1
 
     def __post_init__(self) -> None:
         """Refuses rules that cannot work (``check_factor`` excepted: the design checks it, knowing whether it has a
@@ -82,6 +87,7 @@ class PooledRules:
             )
         if self.pseudo_firth != "hat" and self.audit is None:
             raise ValueError("pseudo_firth is a rule of the pseudo-outcomes' fit: it needs an audit (audit=...)")
+        self._check_fit_starts()
         scale = self.target_scale
         if not (isinstance(scale, (int, float)) and math.isfinite(scale) and scale > 0):
             raise ValueError(f"target_scale multiplies every standard-error target and must be > 0 (got {scale!r})")
@@ -121,6 +127,28 @@ class PooledRules:
             raise ValueError(
                 f"criterion must be 'cube' (every quantity's ratio to its target, cubed) or 'binding' (only the "
                 f"ratios above 1, those that keep the design from stopping); got {self.criterion!r}"
+            )
+
+    def _check_fit_starts(self) -> None:
+        """The multi-start fit: a whole number of starts, of those fit_pooled has, on the outcomes' own fit."""
+        starts = self.fit_starts
+        if not (isinstance(starts, int) and not isinstance(starts, bool) and starts >= 1):
+            raise ValueError(
+                f"fit_starts is how many starts the line's fit runs from: an integer >= 1 (got {starts!r})"
+            )
+        if starts == 1:
+            return
+        from ..stats.pooled import WIDTH_START_OFFSETS  # only here: the rules' module imports no statistics else
+
+        if starts > len(WIDTH_START_OFFSETS):
+            raise ValueError(
+                f"fit_starts = {starts}, but the fit has {len(WIDTH_START_OFFSETS)} starts (stats.pooled."
+                f"WIDTH_START_OFFSETS): give 1 to {len(WIDTH_START_OFFSETS)}"
+            )
+        if self.audit is not None or self.steps:
+            raise ValueError(
+                "fit_starts > 1 runs the outcomes' own fit (stats.pooled.fit_pooled) from several starts; the rows' "
+                "pseudo-outcomes (audit) and step counts (steps) are fitted otherwise: leave fit_starts at 1 with them"
             )
 
     def _check_steps(self) -> None:
@@ -181,23 +209,37 @@ class PooledRules:
 
 
 # Fields PooledRules gained after rules records were written, at the default that means the rules before them.
-_LATE_FIELDS = {"pseudo_firth": "hat"}
+_LATE_FIELDS = {"pseudo_firth": "hat", "fit_starts": 1}
 
 
 # Every version written out in full: a version's rules never change, whatever becomes of the others.
 POOLED_RULES = {
     # Version 1: the first rules (results/smollm2-135m/pooled-words ran them). Rows at 73% and 27% of the curve
     # widened by 1.5 standard errors of its log width, the stop judged one standard error wider.
-    1: PooledRules(logit_offsets=(-1.0, 1.0), width_z=1.5, stop_z=1.0, check_factor=2.0, slope_from="linear"),
+    1: PooledRules(
+        logit_offsets=(-1.0, 1.0), width_z=1.5, stop_z=1.0, check_factor=2.0, slope_from="linear", fit_starts=1
+    ),
     # Version 2, the default: version 1 with a floor of 128 fitted rows before the stop, which otherwise comes first
     # where the estimated standard errors came out small (version 1 realised 1.29x the error its targets asked for).
     2: PooledRules(
-        logit_offsets=(-1.0, 1.0), width_z=1.5, stop_z=1.0, check_factor=2.0, slope_from="linear", min_rows=128
+        logit_offsets=(-1.0, 1.0),
+        width_z=1.5,
+        stop_z=1.0,
+        check_factor=2.0,
+        slope_from="linear",
+        min_rows=128,
+        fit_starts=1,
     ),
     # Version 7: version 2 with a floor of 64, for targets loose enough that version 2's floor, not its targets,
     # decides the stop; every round before the stop is version 2's, so a version-2 folder retargets to it.
     7: PooledRules(
-        logit_offsets=(-1.0, 1.0), width_z=1.5, stop_z=1.0, check_factor=2.0, slope_from="linear", min_rows=64
+        logit_offsets=(-1.0, 1.0),
+        width_z=1.5,
+        stop_z=1.0,
+        check_factor=2.0,
+        slope_from="linear",
+        min_rows=64,
+        fit_starts=1,
     ),
     # Version 8, for loose targets at fewer row-steps: version 7 with an early abandon under a random audit at 1/4
     # (the line fitted to the rows' pseudo-outcomes, the targets scaled by 1.2) and the accessible rows' step counts
@@ -217,6 +259,20 @@ POOLED_RULES = {
         abandon_below=((500, 0.5816), (750, 0.7658), (1000, 0.8316)),
         target_scale=1.2,
         steps_law_alpha=0.05,
+        fit_starts=1,
+    ),
+    # Version 9: version 7 with the line fitted from all 9 starts of the width law (stats.pooled.fit_pooled's
+    # WIDTH_START_OFFSETS), keeping the lowest objective: on a few rows per m the single start can settle in a worse
+    # minimum (results/gemma-3-270m/pooled-words-glove-v2's 32 rows: slope 23.50 where the lowest gives 21.66).
+    # Every round and the estimate fit so; its rounds differ from version 7's wherever the single start fell short.
+    9: PooledRules(
+        logit_offsets=(-1.0, 1.0),
+        width_z=1.5,
+        stop_z=1.0,
+        check_factor=2.0,
+        slope_from="linear",
+        min_rows=64,
+        fit_starts=9,
     ),
 }
 

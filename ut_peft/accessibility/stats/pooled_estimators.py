@@ -202,16 +202,18 @@ class OutcomesKind(ABC):
 class OutcomesEstimator(OutcomesKind):
     """Each row accessible (1) or not (0); the line :func:`~.pooled.fit_pooled`'s, its covariance the model's
     inverse information (with the step counts, guarded by the sandwich where the rules ask), and the linearity check
-    a likelihood-ratio test (:func:`~.pooled.linearity_check`)."""
+    a likelihood-ratio test (:func:`~.pooled.linearity_check`). ``starts``: from how many starts the line and the
+    check's fits run (fit_pooled's; the rules' ``fit_starts``)."""
 
     audit: None = field(default=None, init=False)
+    starts: int = 1
 
     def outcomes(self, rows: Rows) -> np.ndarray:
         accessible: np.ndarray = np.array([bool(r["accessible"]) for r in rows], dtype=float)
         return accessible
 
     def fit_line(self, cells: Cells, width_ms: Sequence[int], check_m: int | None, free_delta: bool) -> PooledFit:
-        return fit_pooled(cells, width_ms, check_m, free_delta=free_delta)
+        return fit_pooled(cells, width_ms, check_m, free_delta=free_delta, starts=self.starts)
 
     def sandwich(self, fit: PooledFit, ms: PerRow, ns: PerRow, outcomes: np.ndarray) -> np.ndarray | None:
         return None
@@ -244,7 +246,7 @@ class OutcomesEstimator(OutcomesKind):
     def linearity(
         self, ms: PerRow, ns: PerRow, outcomes: np.ndarray, width_ms: Sequence[int], check_m: int
     ) -> dict[str, Any]:
-        return linearity_check(Cells.from_rows(ms, ns, outcomes), width_ms, check_m)
+        return linearity_check(Cells.from_rows(ms, ns, outcomes), width_ms, check_m, starts=self.starts)
 
 
 @dataclass(frozen=True)
@@ -475,12 +477,16 @@ class EstimatorRules(Protocol):
     @property
     def steps_truncated(self) -> bool: ...
 
+    @property
+    def fit_starts(self) -> int: ...
+
 
 def estimator_for(rules: EstimatorRules, max_steps: int | None) -> PooledEstimator:
-    """The estimator ``rules`` ask for: the rows' outcomes, or their pseudo-outcomes under an ``audit``; with
-    ``steps``, the step counts too (guarded with ``steps_robust``), checked across m with ``steps_law_alpha``, their
-    law truncated at the sweep's step cap ``max_steps`` (the engine's ``CramConfig.max_steps``) where the rules say
-    ``steps_truncated``: an accessible row took fewer steps than the cap, or it would not have crammed."""
+    """The estimator ``rules`` ask for: the rows' outcomes (the line fitted from ``fit_starts`` starts), or their
+    pseudo-outcomes under an ``audit``; with ``steps``, the step counts too (guarded with ``steps_robust``), checked
+    across m with ``steps_law_alpha``, their law truncated at the sweep's step cap ``max_steps`` (the engine's
+    ``CramConfig.max_steps``) where the rules say ``steps_truncated``: an accessible row took fewer steps than the
+    cap, or it would not have crammed."""
     if rules.steps_truncated and max_steps is None:
         raise ValueError(
             "these pooled rules truncate the step counts' law at the sweep's step cap: give max_steps (the "
@@ -491,7 +497,15 @@ def estimator_for(rules: EstimatorRules, max_steps: int | None) -> PooledEstimat
             "steps_robust and steps_law_alpha are rules of the step counts' fit: each needs steps=True "
             f"(got steps_robust={rules.steps_robust!r}, steps_law_alpha={rules.steps_law_alpha!r})"
         )
-    base = OutcomesEstimator() if rules.audit is None else PseudoOutcomesEstimator(rules.audit, rules.pseudo_firth)
+    if rules.fit_starts != 1 and (rules.audit is not None or rules.steps):
+        raise ValueError(
+            "fit_starts > 1 runs the outcomes' own fit from several starts: it needs no audit and no step counts "
+            f"(got fit_starts={rules.fit_starts!r}, audit={rules.audit!r}, steps={rules.steps!r})"
+        )
+    if rules.audit is None:
+        base: OutcomesKind = OutcomesEstimator(starts=rules.fit_starts)
+    else:
+        base = PseudoOutcomesEstimator(rules.audit, rules.pseudo_firth)
     if not rules.steps:
         return base
     steps_cap = max_steps if rules.steps_truncated else None
