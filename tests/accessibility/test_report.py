@@ -20,8 +20,8 @@ def test_the_console_summary_of_a_committed_sweep():
         "m = 1: n_50 24.5 [11.0, 68.0] (bootstrap interval; fit ok), published LS 23.7; 8,010 row-steps",
         "m = 2: n_50 50.9 [41.0, 60.9] (bootstrap interval; fit ok), published LS 44.7 (ridge [41.0, 61.0]); "
         "7,210 row-steps",
-        "slope 26.4 tokens per vector [-26.7, 48.7], intercept -1.9 [-37.6, 94.6], R^2 1.000; published LS slope 20.9 "
-        "(R^2 1.000; n_50 at m = 2 from a ridge)",
+        "slope 26.4 tokens per vector [-26.7, 48.7], intercept -1.9 [-37.6, 94.6], R^2 1.000 (from 2 m); published LS "
+        "slope 20.9 (R^2 1.000 (from 2 m); n_50 at m = 2 from a ridge)",
         "bounds: ball 427, box 201 tokens per vector (ut-peft's estimate: 64 sequences of 32 tokens, eps = r_2/2^11); "
         "ball / per-m line slope 16.1, box / per-m line slope 7.6",
         "published bounds: not measured beside this folder (ut-peft bounds writes them)",
@@ -188,7 +188,7 @@ def test_a_published_ls_n50_on_a_ridge_of_exact_fits_is_marked_where_the_publish
     row = next(line for line in report.splitlines() if line.startswith("| 2 | 50.9 |"))
     assert "| 44.7 (ridge [41.0, 61.0]) |" in row
     assert "The published LS n_50 at m = 2 is one point of a ridge" in report
-    assert "published LS slope 20.9 (R^2 1.000; n_50 at m = 2 from a ridge)" in text
+    assert "published LS slope 20.9 (R^2 1.000 (from 2 m); n_50 at m = 2 from a ridge)" in text
     identified = next(line for line in report.splitlines() if line.startswith("| 1 | 24.5 |"))
     assert "ridge" not in identified and "published LS 23.7;" in text
 

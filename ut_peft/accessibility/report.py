@@ -268,13 +268,96 @@ def _rising(summary: Summary) -> set[int]:
     }
 
 
-def _over_rows(n50: float | None) -> str:
-    """The published least squares over rows beside the paper's, where the m's lengths hold unequal counts."""
-    return "" if n50 is None else f" (over rows {_num(n50)})"
+def _extrapolated(summary: Summary) -> set[int]:
+    """The m whose published least-squares n_50 lies outside the lengths measured (fit status "extrapolated"): the
+    grid did not bracket the crossing there, and the paper's line uses it all the same."""
+    return {e.m for e in summary.per_m if e.n50_published is not None and e.fit_status_published == "extrapolated"}
 
 
-def _rows_line_note(line: LineFit | None) -> str:
-    return "" if not line else f"; over rows {_num(line['slope'])} (R^2 {_num(line.get('r2'), 3)})"
+def _marks(m: int, ridges: dict, rising: set[int], extrapolated: set[int]) -> str:
+    """What an n_50 of the published least squares at ``m`` is, beside it: a ridge's point, from a curve rising with
+    n, or outside the lengths measured (nothing where it is a crossing inside them)."""
+    return (
+        _ridge_note(ridges.get(m))
+        + (" (rising)" if m in rising else "")
+        + (" (extrapolated)" if m in extrapolated else "")
+    )
+
+
+class _RowsFits:
+    """What the published least squares over rows is at every m that has one (``n50_published_rows``), in the terms
+    the paper's fit is marked in: ``ridges`` (m: the range of crossings that fit alike), ``rising`` and
+    ``extrapolated``; each from the status and range the summary keeps, or, in a summary written before it kept them,
+    from the same fit made again of the entry's fractions and counts."""
+
+    def __init__(self, summary: Summary):
+        from .stats.fit import fit_sigmoid
+
+        self.ridges: dict[int, list] = {}
+        self.rising: set[int] = set()
+        self.extrapolated: set[int] = set()
+        for e in summary.per_m:
+            if e.n50_published_rows is None:
+                continue
+            status, ridge = e.fit_status_published_rows, e.n50_range_rows
+            if status is None:
+                again = fit_sigmoid(e.lengths, e.accessibility, e.num_sequences)
+                status, ridge = again["status"], again.get("n50_range")
+            if status == "ridge" and ridge is not None:
+                self.ridges[e.m] = ridge
+            self.rising |= {e.m} if status == "rising" else set()
+            self.extrapolated |= {e.m} if status == "extrapolated" else set()
+
+    def marks(self, m: int) -> str:
+        return _marks(m, self.ridges, self.rising, self.extrapolated)
+
+    def line_marks(
+        self, summary: Summary, ridges: dict, rising: set[int], extrapolated: set[int]
+    ) -> tuple[dict, set[int], set[int]]:
+        """The marks of the n_50 the line over rows goes through: these fits' at an m of unequal counts, the paper's
+        (``ridges``, ``rising``, ``extrapolated``) at an m of equal counts, where the paper's fit is the one over
+        rows."""
+        equal = {e.m for e in summary.per_m if len(set(e.num_sequences)) <= 1}
+        return (
+            {**{m: r for m, r in ridges.items() if m in equal}, **self.ridges},
+            (rising & equal) | self.rising,
+            (extrapolated & equal) | self.extrapolated,
+        )
+
+
+def _over_rows(n50: float | None, marks: str = "") -> str:
+    """The published least squares over rows beside the paper's, where the m's lengths hold unequal counts, with its
+    marks (:func:`_marks`)."""
+    return "" if n50 is None else f" (over rows {_num(n50)}{marks})"
+
+
+def _r2(line: LineFit | None) -> str:
+    """A line's R^2, and, where the line goes through two m only, that it does: any line fits two points exactly, so
+    its R^2 is 1.000 whatever the n_50."""
+    if not line:
+        return _num(None)
+    return _num(line.get("r2"), 3) + (" (from 2 m)" if line.get("num_points") == 2 else "")
+
+
+TWO_POINTS = (
+    "R^2 (from 2 m): a line through the n_50 of two m fits them exactly, so its R^2 is 1 whatever they are; it says "
+    "nothing of how straight n_50 grows with m."
+)
+
+
+def _line_notes(ridges: dict, rising: set[int], extrapolated: set[int]) -> list[str]:
+    """What a line through published least-squares n_50 stands on where some of them are not identified, come from
+    curves rising with n, or lie outside the lengths measured."""
+    notes = [f"n_50 at {_ridge_ms(ridges)} from a ridge"] if ridges else []
+    notes += [f"at {_ridge_ms(rising)} from a curve rising with n"] if rising else []
+    notes += [f"at {_ridge_ms(extrapolated)} outside the lengths measured"] if extrapolated else []
+    return notes
+
+
+def _rows_line_note(line: LineFit | None, marks: tuple[dict, set[int], set[int]]) -> str:
+    if not line:
+        return ""
+    return f"; over rows {_num(line['slope'])} ({'; '.join([f'R^2 {_r2(line)}', *_line_notes(*marks)])})"
 
 
 OVER_ROWS = (
@@ -285,14 +368,12 @@ OVER_ROWS = (
 )
 
 
-def _published_notes(published: LineFit | None, ridges: dict, rising: set[int]) -> str:
-    """The published LS line's R^2 and what its slope stands on where some of its n_50 are not identified or come
-    from curves rising with n."""
+def _published_notes(published: LineFit | None, ridges: dict, rising: set[int], extrapolated: set[int]) -> str:
+    """The published LS line's R^2 and what its slope stands on where some of its n_50 are not identified, come
+    from curves rising with n, or lie outside the lengths measured."""
     if not published:
         return ""
-    notes = [f"R^2 {_num(published.get('r2'), 3)}"]
-    notes += [f"n_50 at {_ridge_ms(ridges)} from a ridge"] if ridges else []
-    notes += [f"at {_ridge_ms(rising)} from a curve rising with n"] if rising else []
+    notes = [f"R^2 {_r2(published)}", *_line_notes(ridges, rising, extrapolated)]
     return f" ({'; '.join(notes)})"
 
 
@@ -406,7 +487,8 @@ def markdown(summary: Summary, *, figures: tuple[str, str] | None = (ACCESSIBILI
         "|---|---|---|---|---|---|---|---|---|",
     ]
     checks = _interval_checks(summary)
-    ridges, rising = _ridges(summary), _rising(summary)
+    ridges, rising, extrapolated = _ridges(summary), _rising(summary), _extrapolated(summary)
+    over_rows = _RowsFits(summary)
     for e in summary.per_m:
         if _read_off_the_line(summary, e):
             lines.append(
@@ -416,8 +498,8 @@ def markdown(summary: Summary, *, figures: tuple[str, str] | None = (ACCESSIBILI
             continue
         lines.append(
             f"| {e.m} | {_num(e.n50)} | {_checked(e.n50_ci, checks['per_m'].get(e.m))} | {e.n50_ci_method or '-'} | "
-            f"{_num(e.n50_published)}{_ridge_note(ridges.get(e.m))}{' (rising)' if e.m in rising else ''}"
-            f"{_over_rows(e.n50_published_rows)} | "
+            f"{_num(e.n50_published)}{_marks(e.m, ridges, rising, extrapolated)}"
+            f"{_over_rows(e.n50_published_rows, over_rows.marks(e.m))} | "
             f"{_num(e.sigmoid_slope, 3)} | {e.fit_status} | "
             f"{e.row_steps} | {', '.join(map(str, e.lengths))} |"
         )
@@ -437,12 +519,14 @@ def markdown(summary: Summary, *, figures: tuple[str, str] | None = (ACCESSIBILI
         "|---|---|---|---|---|---|---|---|---|---|---|",
         f"| {_num(fit and fit['slope'])} | {_checked(fit and fit['slope_ci'], checks.get('slope'))} | "
         f"{_num(fit and fit['intercept'])} | {_checked(fit and fit['intercept_ci'], checks.get('intercept'))} | "
-        f"{_num(fit and fit['r2'], 3)} | {_num(published and published['slope'])} | "
-        f"{_num(published and published.get('r2'), 3)} | "
+        f"{_r2(fit)} | {_num(published and published['slope'])} | "
+        f"{_r2(published)} | "
         f"{bounds['ball']:.0f} | {bounds['box']:.0f} | {_num(ratios and ratios['ball'])} | "
         f"{_num(ratios and ratios['box'])} |",
         "",
     ]
+    if any(line and line.get("num_points") == 2 for line in (fit, published, summary.fit_published_rows)):
+        lines += [TWO_POINTS, ""]
     if summary.pooled and fit:
         lines += [
             f"The per-m line slope is that of the line through the per-m MLE n_50 ({fit['slope']:.2f}), not the "
@@ -457,9 +541,10 @@ def markdown(summary: Summary, *, figures: tuple[str, str] | None = (ACCESSIBILI
     ]
     rows_line = summary.fit_published_rows
     if rows_line:
+        notes = _line_notes(*over_rows.line_marks(summary, ridges, rising, extrapolated))
         lines += [
             f"{OVER_ROWS} Over rows: slope {_num(rows_line['slope'])}, intercept {_num(rows_line['intercept'])}, "
-            f"R^2 {_num(rows_line.get('r2'), 3)}.",
+            f"R^2 {_r2(rows_line)}{''.join(f'; {note}' for note in notes)}.",
             "",
         ]
     steps = _step_ridges(summary, ridges)
@@ -484,6 +569,14 @@ def markdown(summary: Summary, *, figures: tuple[str, str] | None = (ACCESSIBILI
             f"The published LS curve at {_ridge_ms(rising)} rises with n (marked 'rising'): its fractions do not fall "
             "across the lengths measured, so the crossing least squares finds there is noise, not a transition; the "
             "published LS slope uses it all the same, as the paper's estimator would.",
+            "",
+        ]
+    if extrapolated:
+        lines += [
+            f"The published LS n_50 at {_ridge_ms(extrapolated)} lies outside the lengths measured (marked "
+            "'extrapolated'): the grid did not bracket the crossing there, so it is where the fitted curve crosses "
+            "one half outside the data; the published LS slope uses it all the same, as the paper's estimator "
+            "would.",
             "",
         ]
     if not fit:
@@ -606,7 +699,8 @@ def console_summary(summary: Summary) -> str:
     fit, ratios, published = summary.fit, summary.ratios, summary.fit_published
     lines = [unfinished] if (unfinished := unfinished_line(summary)) else []
     checks = _interval_checks(summary)
-    ridges, rising = _ridges(summary), _rising(summary)
+    ridges, rising, extrapolated = _ridges(summary), _rising(summary), _extrapolated(summary)
+    over_rows = _RowsFits(summary)
     for e in summary.per_m:
         if _read_off_the_line(summary, e):
             lines.append(_read_off_the_line_console(summary, e.m, checks))
@@ -615,17 +709,17 @@ def console_summary(summary: Summary) -> str:
         lines.append(
             f"m = {e.m}: n_50 {_num(e.n50)}{_ci(e.n50_ci, check=checks['per_m'].get(e.m))} ({method}fit "
             f"{e.fit_status}), published LS "
-            f"{_num(e.n50_published)}{_ridge_note(ridges.get(e.m))}{' (rising)' if e.m in rising else ''}"
-            f"{_over_rows(e.n50_published_rows)}; {e.row_steps:,} row-steps"
+            f"{_num(e.n50_published)}{_marks(e.m, ridges, rising, extrapolated)}"
+            f"{_over_rows(e.n50_published_rows, over_rows.marks(e.m))}; {e.row_steps:,} row-steps"
         )
     if fit:
         lines.append(
             f"slope {_num(fit['slope'])} tokens per vector{_ci(fit['slope_ci'], check=checks.get('slope'))}, "
             f"intercept {_num(fit['intercept'])}{_ci(fit['intercept_ci'], check=checks.get('intercept'))}, "
-            f"R^2 {_num(fit['r2'], 3)}; "
+            f"R^2 {_r2(fit)}; "
             f"published LS slope {_num(published and published['slope'])}"
-            + _published_notes(published, ridges, rising)
-            + _rows_line_note(summary.fit_published_rows)
+            + _published_notes(published, ridges, rising, extrapolated)
+            + _rows_line_note(summary.fit_published_rows, over_rows.line_marks(summary, ridges, rising, extrapolated))
         )
     else:
         lines.append("no slope: fewer than two m had a measurable n_50 (the grid missed the 50% crossing)")

@@ -79,6 +79,12 @@ class MSummary(_Record):
     # unequal counts (a pooled or sequential design's): the paper's fit of its equal counts, carried to these rows.
     # None (and absent from summary.json) where the counts are equal (it is n50_published then) or nothing was fitted.
     n50_published_rows: float | None = None
+    # That fit's status and ridge range, as fit_status_published and n50_range are the paper's fit's, so that the
+    # report marks an n50_published_rows that is a ridge's point, from a rising curve or outside the lengths measured.
+    # None (and absent from summary.json) where no such fit was made, and in summaries written before them (the report
+    # then fits it again from the entry's fractions and counts).
+    fit_status_published_rows: str | None = None
+    n50_range_rows: list[float | None] | None = None
     # The m's failures crammed to their own end (engine.rows.failed_at_its_end) and how many of them were first-token
     # stalls (engine.rows.first_token_stall: the first target token never predicted). None (and absent from
     # summary.json) where the m has no such failure or one predates best_prefix, and in summaries written before them.
