@@ -409,6 +409,8 @@ def analyse_pooled(rows: dict, ms, design: PooledDesign, steps: bool | None = No
         steps_law_alpha=design.steps_law_alpha if use_steps else None,
         steps_truncated=design.rules.steps_truncated and use_steps,
         pseudo_firth=design.pseudo_firth,
+        # The multi-start fit is the outcomes' own (version 9's); the steps-informed analysis fits from one start.
+        fit_starts=1 if use_steps else design.fit_starts,
     )
     estimator = estimator_for(rules, design.max_steps)
     est = pooled_estimates(rows, ms, check_m=design.check_m, estimator=estimator, slope_from=design.slope_from)
