@@ -177,10 +177,12 @@ def test_rules_with_the_exact_firth_form_fit_pseudo_outcomes_as_fit_pooled_fits_
 
 
 def test_version_9_is_version_7_fitted_from_every_start_and_the_versions_before_it_from_one():
-    from ut_peft.accessibility.stats.pooled import MULTI_STARTS
+    from ut_peft.accessibility.designs.pooled_rules import FIT_STARTS
+    from ut_peft.accessibility.stats.pooled import MULTI_STARTS, WIDTH_START_OFFSETS
     from ut_peft.accessibility.stats.pooled_estimators import OutcomesEstimator, estimator_for
 
     assert POOLED_RULES[9] == dataclasses.replace(POOLED_RULES[7], fit_starts=MULTI_STARTS) and MULTI_STARTS == 9
+    assert FIT_STARTS == len(WIDTH_START_OFFSETS) == MULTI_STARTS
     assert [POOLED_RULES[v].fit_starts for v in (1, 2, 7, 8)] == [1, 1, 1, 1]
     assert estimator_for(POOLED_RULES[9], None) == OutcomesEstimator(starts=9)
     assert estimator_for(POOLED_RULES[7], None) == OutcomesEstimator()

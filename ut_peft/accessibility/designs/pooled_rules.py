@@ -18,6 +18,9 @@ from typing import Any
 # The pooled design's rules (placement, widening, stop): POOLED_RULES below. A change to any of them changes which
 # rows a folder's replay asks for, so a new rule gets a new version. New sweeps get version 2; 7, 8 and 9 are opt-in.
 POOLED_DESIGN_VERSION = 2
+# How many starts fit_pooled has (len(stats.pooled.WIDTH_START_OFFSETS), which a test holds equal): a number, so that
+# reading rules imports no statistics (scipy), which the command line's parsing must not pay for.
+FIT_STARTS = 9
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,12 +141,10 @@ class PooledRules:
             )
         if starts == 1:
             return
-        from ..stats.pooled import WIDTH_START_OFFSETS  # only here: the rules' module imports no statistics else
-
-        if starts > len(WIDTH_START_OFFSETS):
+        if starts > FIT_STARTS:
             raise ValueError(
-                f"fit_starts = {starts}, but the fit has {len(WIDTH_START_OFFSETS)} starts (stats.pooled."
-                f"WIDTH_START_OFFSETS): give 1 to {len(WIDTH_START_OFFSETS)}"
+                f"fit_starts = {starts}, but the fit has {FIT_STARTS} starts (stats.pooled.WIDTH_START_OFFSETS): "
+                f"give 1 to {FIT_STARTS}"
             )
         if self.audit is not None or self.steps:
             raise ValueError(
