@@ -740,6 +740,8 @@ def console_summary(summary: Summary) -> str:
             f"pooled line: slope {_num(pooled['slope'], 2)}{_ci(pooled['slope_ci'], check=marks.get('slope'))}, "
             f"intercept {_num(pooled['intercept'])}{_ci(pooled['intercept_ci'], check=marks.get('intercept'))}"
         )
+        if local := local_optimum_line(pooled):
+            lines.append(local)
         stop = pooled.get("stop") or {}
         if stop.get("se_ratios"):
             unknown = [name for name, r in stop["se_ratios"].items() if r is None]
@@ -1054,6 +1056,20 @@ def _simulated_for_lines(checks: dict) -> list[str]:
     return ["", f"The Wald intervals' coverage: {text}."] if text else []
 
 
+def local_optimum_line(estimate: dict | None) -> str | None:
+    """Where the pooled line is a local optimum of its fit (``estimate["local_optimum"]``:
+    :meth:`.designs.pooled.PooledDesign.lower_optimum`, a lower objective from another start), a sentence with both
+    slopes; else None."""
+    local = (estimate or {}).get("local_optimum")
+    if not local:
+        return None
+    return (
+        f"the design's fit is a local optimum: slope {_num(local['slope'], 2)}; the lowest of {local['starts']} "
+        f"starts: slope {_num(local['lowest_slope'], 2)} (objective {_num(local['objective'], 3)} against "
+        f"{_num(local['lowest_objective'], 3)}; pooled version 9 fits from every start)"
+    )
+
+
 def _pooled_lines(pooled: dict | None, checks: dict | None = None, audit: float = 0.0) -> list[str]:
     """The pooled design's table: n_50 at every m from the one line, the slope, and the linearity check; each interval
     with its coverage note where the simulator's coverage at the design's settings falls short (``checks``:
@@ -1099,6 +1115,8 @@ def _pooled_lines(pooled: dict | None, checks: dict | None = None, audit: float 
         f"({_checked(pooled['intercept_ci'], checks.get('intercept'))}).",
     ]
     lines += _simulated_for_lines(checks)
+    if local := local_optimum_line(pooled):
+        lines += ["", f"**{local[0].upper()}{local[1:]}.**"]
     if "steps" in pooled:
         lines += ["", _steps_line(pooled["steps"], pooled.get("steps_law"))]
     if pooled.get("stop"):

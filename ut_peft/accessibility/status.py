@@ -41,6 +41,7 @@ from .designs.configs import PooledConfig
 from .designs.pooled import PooledDesign
 from .engine.rows import INFERRED, failed_at_its_end, first_token_stall, row_steps
 from .pace import host_pace, projection, round_paces, total_pace
+from .report import local_optimum_line
 from .stats.coverage import check_pooled, marked, simulated_for_text
 from .stats.fit import line_interval
 
@@ -807,14 +808,8 @@ def _estimate_lines(estimate: dict | None) -> list[str]:
 
 def _local_optimum_lines(estimate: dict) -> list[str]:
     """One line where the design's fit is a local optimum (a lower objective from another start), else none."""
-    local = estimate.get("local_optimum")
-    if not local:
-        return []
-    return [
-        f"  the design's fit is a local optimum: slope {_num(local['slope'], 2)}; the lowest of {local['starts']} "
-        f"starts: slope {_num(local['lowest_slope'], 2)} (objective {_num(local['objective'], 3)} against "
-        f"{_num(local['lowest_objective'], 3)}; pooled version 9 fits from every start)"
-    ]
+    local = local_optimum_line(estimate)
+    return [f"  {local}"] if local else []
 
 
 def _stop_lines(stop: dict) -> list[str]:

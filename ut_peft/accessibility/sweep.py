@@ -1415,6 +1415,10 @@ def _pooled(config: SweepConfig, rows: dict) -> dict | None:
         return None
     estimate["per_m"] = [dict(m=m, **entry) for m, entry in estimate["per_m"].items()]
     estimate["stop"] = design.stop_state(rows)  # where the stop rule stands: the report's progress line
+    # A single-start fit can settle in a worse minimum on few rows: the report says so rather than quote it alone.
+    local = design.lower_optimum(rows)
+    if local is not None:
+        estimate["local_optimum"] = local
     return estimate
 
 
