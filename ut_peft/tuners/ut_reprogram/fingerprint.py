@@ -242,7 +242,9 @@ _DTYPE_ATTRIBUTE = "_ut_peft_dtype"
 _CHANGED_SEED_ATTRIBUTE = "_ut_peft_seed_before_change"
 _DRAW_ATTRIBUTE = "_ut_peft_draw"
 # Config keys that never change what from_config draws (bookkeeping, output switches; the dtype is marked apart),
-# left out when the config an adapter records is compared with the one the draw was made from.
+# left out when the config an adapter records is compared with the one the draw was made from. Not
+# IGNORED_CONFIG_KEYS: initializer_range, pad_token_id (a zeroed embedding row) and tie_word_embeddings change the
+# draw though not a fingerprint.
 _UNDRAWN_CONFIG_KEYS = frozenset(
     {
         "transformers_version",
