@@ -177,7 +177,7 @@ def test_too_few_repeats_are_refused_naming_the_flag_and_its_help_says_the_least
     with pytest.raises(SystemExit) as exit_:
         main(["calibrate", str(folder), "--repeats", "30"])
     err = capsys.readouterr().err.strip().splitlines()[-1]
-    assert exit_.value.code == 2 and "argument --repeats: expected a whole number >= 50" in err, err
+    assert exit_.value.code == 2 and "argument --repeats: expected a whole number, at least 50" in err, err
     assert _contents(folder) == before
     with pytest.raises(SystemExit):
         main(["calibrate", "--help"])

@@ -39,7 +39,7 @@ def repeats_count(text) -> int:
     value = positive_int(text)
     if value < MIN_REPEATS:
         raise argparse.ArgumentTypeError(
-            f"expected a whole number >= {MIN_REPEATS} (the sample of a 95% quantile), got {text!r}"
+            f"expected a whole number, at least {MIN_REPEATS} (the sample of a 95% quantile), got {text!r}"
         )
     return value
 
