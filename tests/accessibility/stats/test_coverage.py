@@ -1,5 +1,6 @@
 """The measured coverage of the reports' intervals reaches the report and summary.json (accessibility.coverage)."""
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -342,3 +343,20 @@ def test_the_entry_an_all_truths_run_prints_is_the_tables_for_those_truths():
                 if table["record"] == record_path:  # the fitted truth's figures are credited to its earlier record
                     assert figures == table
                 assert record["truths"][truth]["setting"]["rows_digest"] == digest
+
+
+def test_a_calibrated_interval_printed_without_a_note_says_what_stands_behind_it():
+    """Was: a trusted calibrated interval printed bare, so trust was only the absence of a note. The report now says,
+    under the table, that such an interval's coverage was measured at the three truths and at least THRESHOLD, with
+    the nested simulations' commands; a calibration of rows no nested simulation ran at prints no such line."""
+    folder = ROOT / "results" / "smollm2-135m" / "pooled-words-v7"
+    summary = summaries.read_summary(folder)
+    commands = coverage.calibrated_commands(summary.calibrated)
+    assert len(commands) == 2 and all("benchmarks/simulated_intervals.py" in c for c in commands)
+    line = next(line for line in markdown(summary).splitlines() if line.startswith("An interval above without"))
+    assert f"at least {coverage.THRESHOLD:.0%} at the lowest of them" in line
+    assert all(f"`{command}`" in line for command in commands)
+    other = dict(summary.calibrated, rows_digest="not-in-the-table")
+    unmeasured = dataclasses.replace(summary, calibrated=other)
+    assert coverage.calibrated_commands(other) == []
+    assert "An interval above without" not in markdown(unmeasured)

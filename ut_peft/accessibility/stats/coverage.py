@@ -351,6 +351,13 @@ def lowest_n50(n50) -> float:
     return min(n50.values()) if isinstance(n50, dict) else n50
 
 
+def calibrated_commands(calibrated: dict) -> list[str]:
+    """The commands of the nested simulations behind ``calibrated``'s :data:`CALIBRATED_TABLE` entry, each once, in
+    the order of its truths (none without an entry)."""
+    entry = CALIBRATED_TABLE.get(str(calibrated.get("rows_digest"))) or {}
+    return list(dict.fromkeys(truth["command"] for truth in entry.get("truths", {}).values()))
+
+
 def calibrated_coverage(calibrated: dict) -> tuple[dict | None, str]:
     """The coverage figures that judge ``calibrated``'s intervals (``{"slope", "intercept", "n50", "command"}``: the
     lowest over the three truths, n50 per m as ``{"1": ..., ...}``; None where not all three were simulated at its
