@@ -69,7 +69,7 @@ def slopes(rows: dict, design) -> dict[str, float | None]:
         lengths = sorted(by_m[m])
         trials = [len(by_m[m][n]) for n in lengths]
         published, by_rows = published_fits(lengths, [sum(by_m[m][n]) for n in lengths], trials)
-        points.append((m, published["n50"], by_rows, len(set(trials)) > 1))
+        points.append((m, published["n50"], by_rows and by_rows["n50"], len(set(trials)) > 1))
     line, rows_line = published_lines(points)
     keys = sorted(rows)
     mle = mle_line([k[0] for k in keys], [k[1] for k in keys], [bool(rows[k]["accessible"]) for k in keys])

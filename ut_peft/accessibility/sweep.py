@@ -51,9 +51,9 @@ from .stats.fit import (
     LineFit,
     LineFitWithIntervals,
     SigmoidFit,
-    fit_sigmoid,
     line_interval,
     n50_interval,
+    published_fits,
     published_lines,
 )
 
@@ -1327,7 +1327,9 @@ def _m_summary(
         fit["status"] = summaries.AUDITED
     else:
         # unequal counts: the paper's least squares carried to rows (by_rows), beside its own
-        published, by_rows = _published_fits(lengths, acc, [len(by_n[n]) for n in lengths])
+        published, by_rows = published_fits(
+            lengths, [sum(r["accessible"] for r in by_n[n]) for n in lengths], [len(by_n[n]) for n in lengths]
+        )
         fit = n50_interval(
             [r["n"] for r in group_rows],
             [r["accessible"] for r in group_rows],
@@ -1360,19 +1362,6 @@ def _m_summary(
         failed=len(failed) if known else None,
         first_token_stalls=sum(map(bool, stalls)) if known else None,
     )
-
-
-def _published_fits(
-    lengths: list[int], fractions: list[float], counts: list[int]
-) -> tuple[SigmoidFit, SigmoidFit | None]:
-    """The paper's least squares at one m (every length weighed alike) and, where its lengths hold unequal counts, the
-    same over rows (each length weighed by its rows; None where the counts are equal, the paper's fit being that one
-    then): the two fits of stats.fit.published_fits, each kept whole, since the summary keeps the second one's status
-    and ridge range as it keeps the first one's, for the report to mark."""
-    if not lengths:  # an m the pooled design reads off its line: no rows, nothing to fit
-        return {"n50": None, "sigmoid_slope": None, "status": "degenerate"}, None
-    over_rows = fit_sigmoid(lengths, fractions, counts) if len(set(counts)) > 1 else None
-    return fit_sigmoid(lengths, fractions), over_rows
 
 
 def _lines(

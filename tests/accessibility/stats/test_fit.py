@@ -503,7 +503,7 @@ def test_the_papers_estimator_per_m_and_its_two_lines():
     # Unequal counts: the fit over rows weighs each length's squared error by its rows.
     published, by_rows = published_fits([10, 20, 30, 40], [3, 1, 1, 0], [3, 4, 1, 2])
     assert published == fit_sigmoid([10, 20, 30, 40], [1.0, 0.25, 1.0, 0.0])
-    assert by_rows == fit_sigmoid([10, 20, 30, 40], [1.0, 0.25, 1.0, 0.0], [3, 4, 1, 2])["n50"]
+    assert by_rows == fit_sigmoid([10, 20, 30, 40], [1.0, 0.25, 1.0, 0.0], [3, 4, 1, 2])
     assert published_fits([], [], []) == ({"n50": None, "sigmoid_slope": None, "status": "degenerate"}, None)
     # The paper's line through every m with an n_50; the rows line only where some m has a fit over rows, through it
     # there and through the paper's n_50 at an m of equal counts; an m of unequal counts without one is left out.

@@ -623,17 +623,17 @@ def mle_line(ms, lengths, accessible) -> LineFit | None:
     return linear_fit([f[0] for f in fitted], [f[1] for f in fitted]) if len(fitted) >= 2 else None
 
 
-def published_fits(lengths, successes, trials) -> tuple[SigmoidFit, float | None]:
+def published_fits(lengths, successes, trials) -> tuple[SigmoidFit, SigmoidFit | None]:
     """The paper's estimator at one m: :func:`fit_sigmoid` on the fraction accessible per length, every length
     weighed alike as its 20 texts per length allow; and, where the lengths hold unequal counts of rows, the same
-    least squares with each length weighed by its rows (its n_50, or None where it has none; None also where the
-    counts are equal, the paper's fit being that one then)."""
+    least squares with each length weighed by its rows, whole (its status and ridge range are marked as the first
+    one's; None where the counts are equal, the paper's fit being that one then)."""
     successes, trials = np.asarray(successes, dtype=float), np.asarray(trials, dtype=float)
     if len(lengths) == 0:
         return {"n50": None, "sigmoid_slope": None, "status": "degenerate"}, None
     fractions = successes / trials
     published = fit_sigmoid(lengths, fractions)
-    by_rows = fit_sigmoid(lengths, fractions, trials)["n50"] if np.unique(trials).size > 1 else None
+    by_rows = fit_sigmoid(lengths, fractions, trials) if np.unique(trials).size > 1 else None
     return published, by_rows
 
 
