@@ -32,8 +32,8 @@ def test_the_tables_never_see_their_held_out_strings_and_the_report_says_how_man
     nearly every held-out string is among 2 000 training strings, and the tables scored memory of them."""
     pool = khop_baselines.strings(khop_dataset(2000, length=6, seed=0))
     held_out = khop_baselines.strings(khop_dataset(200, length=6, seed=1))
-    held = {(k, tuple(x)) for k, x in held_out}
-    kept = [(k, x) for k, x in pool if (k, tuple(x)) not in held]
+    held = {tuple(x) for _, x in held_out}
+    kept = [(k, x) for k, x in pool if tuple(x) not in held]
     removed = len(pool) - len(kept)
     assert 0 < removed < len(pool)
     assert khop_baselines.baselines(pool, held_out) == khop_baselines.baselines(kept, held_out)
@@ -43,6 +43,26 @@ def test_the_tables_never_see_their_held_out_strings_and_the_report_says_how_man
     text = khop_baselines.report(length=6, train=2000, evaluation=200, out=tmp_path / "r.md", tables_json=tables)
     assert f"{removed} of the 2000 training strings were also held out" in text
     assert json.loads(tables.read_text())[khop_baselines.REMOVED] == removed
+
+
+def test_a_training_string_with_a_held_out_strings_letters_is_left_out_whatever_its_k():
+    """Was kept: the fit matched held-out strings on (k, letters), while the runs' pool leaves out every string with
+    a held-out string's letters whatever its k (training.string_key), so at short lengths the tables were fitted on
+    strings no run may train on."""
+    x, y = [1, 2, 3, 4, 1, 2], [2, 1, 2, 3, 4, 1]
+    kept, removed = khop_baselines.without_held_out([(1, x), (2, y)], [(2, x)])
+    assert (kept, removed) == ([(2, y)], 1)
+
+
+def test_the_tables_are_fitted_on_the_strings_a_run_keeps_of_its_pool():
+    settings = RunSettings(task="khop", khop_length=6, khop_ks=[1, 2], train_examples=300, eval_examples=60,
+                           fresh_data=False, pool_excludes_held_out=True)  # fmt: skip
+    drawn = khop_baselines.strings(khop_dataset(300, ks=[1, 2], length=6, seed=0))
+    pool, evaluation, _, _ = task_data(settings)
+    kept, removed = khop_baselines.without_held_out(drawn, khop_baselines.strings(evaluation))
+    assert removed > 0
+    # The run's pool is the drawn strings it keeps, then fresh draws in place of the ones it left out.
+    assert khop_baselines.strings(pool)[: len(kept)] == kept
 
 
 def test_a_pool_of_held_out_strings_alone_is_refused():

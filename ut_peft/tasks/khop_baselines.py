@@ -2,13 +2,14 @@
 
 Each baseline is the Bayes-optimal lookup table for a feature set that a transformer gets without any content-based
 attention: it is fitted (the majority answer per feature value) on training strings of the k-hop runs and scored on
-their held-out strings, with the runs' scoring (every position but the last, per k). A training string that is also
-held out (the same k and letters) is left out of the fit (:func:`without_held_out`): a table that has seen its test
-strings scores memory of them as well as what its features predict (at short lengths most held-out strings are among
-the training ones). A model whose accuracy sits at one of these rows has learned no more than that feature set; an
-induction head (k = 1) has to beat "previous letters + letters seen so far". :func:`agreement` compares a run's
-answers (from its last checkpoint) with each table's: how often it gives the table's answer, and how accurate it is
-where the table is wrong (what it knows beyond the table). ``recipes/khop_baselines.py`` is the command line.
+their held-out strings, with the runs' scoring (every position but the last, per k). A training string with the
+letters of a held-out one, whatever its k, is left out of the fit (:func:`without_held_out`), as the runs leave it out
+of their training: a table that has seen its test strings scores memory of them as well as what its features predict
+(at short lengths most held-out strings are among the training ones). A model whose accuracy sits at one of these
+rows has learned no more than that feature set; an induction head (k = 1) has to beat "previous letters + letters seen
+so far". :func:`agreement` compares a run's answers (from its last checkpoint) with each table's: how often it gives
+the table's answer, and how accurate it is where the table is wrong (what it knows beyond the table).
+``recipes/khop_baselines.py`` is the command line.
 """
 
 from __future__ import annotations
@@ -60,16 +61,20 @@ def strings(dataset):
 
 
 def without_held_out(train, evaluation) -> tuple[list, int]:
-    """``train`` less every string that is also in ``evaluation`` (the same k and letters, i.e. the same input
-    sequence), and how many strings that removed. The k of a string is part of the key: a table answers per k, so a
-    training string with another k tells it nothing about this one's answers."""
-    held_out = {(k, tuple(x)) for k, x in evaluation}
-    kept = [(k, x) for k, x in train if (k, tuple(x)) not in held_out]
+    """``train`` less every string whose letters are those of a string in ``evaluation``, whatever the k of either,
+    and how many strings that removed. The key is the runs' (``training.string_key``): a model answers every k with
+    one set of weights, and the answers of one k give another's (hop_2(x)_i is hop_1(x) read at the position after
+    the last earlier x_i), so a run never trains on a held-out string's letters under any k. A table answers per k
+    and could not use them, but it is the reference for those runs: fitted on strings no run may train on (at 6
+    letters most of the pool), it would answer from more than a run can see."""
+    held_out = {tuple(x) for _, x in evaluation}
+    kept = [(k, x) for k, x in train if tuple(x) not in held_out]
     # A k with no training string left has no table entry at all, not even its majority answer, to score with.
     if missing := sorted({k for k, _ in evaluation} - {k for k, _ in kept}):
         ks = ", ".join(map(str, missing))
         raise ValueError(
-            f"every training string of k = {ks} is also held out, so no table is left to score k = {ks}: the task "
+            f"every training string of k = {ks} is also held out (has a held-out string's letters), so no table is "
+            f"left to score k = {ks}: the task "
             "has too few distinct strings at this length; use longer strings, more training strings or fewer "
             "held-out ones"
         )
@@ -210,8 +215,8 @@ def report(
         f"{train} training strings, {evaluation} held-out, seed {seed}); token accuracy (%), "
         "every position but the last.",
         "",
-        f"{removed} of the {train} training strings were also held out (the same k and letters) and are left out of "
-        "the tables' fit.",
+        f"{removed} of the {train} training strings were also held out (a held-out string's letters, under any k) and "
+        "are left out of the tables' fit.",
         "",
         "| features | " + " | ".join(f"k={k}" for k in measured) + " | all |",
         "|---|" + "---|" * (len(measured) + 1),
