@@ -1286,3 +1286,37 @@ def test_a_card_says_its_results_are_of_earlier_weights_once_the_adapters_weight
     save_model_card(folder, title="Mine", metrics={"accuracy": 0.5})  # metrics of these weights
     card = ModelCard((folder / "README.md").read_text())
     assert not _results_note(card.text) and card.data.eval_results[0].metric_value == 0.5
+
+
+def test_kept_results_of_unknown_weights_are_not_given_the_earlier_weights_digest_by_a_push(tmp_path):
+    """Was: a card that keeps results without the digest of the weights they were measured on (rendered before
+    cards kept it, or given them where the adapter's config recorded no weights) kept none across a save, as the
+    save's marking does, but a push (and update_model_card on the folder) recorded the digest of the weights then in
+    the folder as theirs: the card then vouched for results of weights nobody measured, and said after the next
+    save of other weights that they were measured on the pushed ones. Results kept stay of unknown weights."""
+    import torch
+
+    from ut_peft.hub import update_model_card
+
+    folder = tmp_path / "out"
+    model = get_peft_model(random_backbone(tiny_config("llama"), seed=0), UTReprogramConfig())
+    model.save_pretrained(folder)
+    save_model_card(folder, title="Mine", metrics={"accuracy": 0.9})
+    card = ModelCard.load(folder / "README.md")
+    del card.data["ut_peft"]["metrics_weights"]  # as a card rendered before the digest was kept
+    (folder / "README.md").write_text(str(card))
+    with torch.no_grad():  # further training
+        for parameter in model.parameters():
+            if parameter.requires_grad:
+                parameter.add_(1.0)
+    model.save_pretrained(folder)
+    saved = ModelCard.load(folder / "README.md")
+    assert "metrics_weights" not in saved.data["ut_peft"] and not _results_note(saved.text)
+    config = json.loads((folder / "adapter_config.json").read_text())
+    for text in (
+        push_adapter_to_hub(folder, "me/mine", dry_run=True).card,
+        str(update_model_card(config, folder, write=False, after_save=False)),
+    ):
+        pushed = ModelCard(text)
+        assert "metrics_weights" not in pushed.data["ut_peft"] and not _results_note(pushed.text)
+        assert pushed.data.eval_results[0].metric_value == 0.9  # as the save keeps them: nothing says otherwise

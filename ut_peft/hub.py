@@ -509,6 +509,43 @@ def render_model_card(
     ``adapter_config`` records (``weights_sha256``). Where those are other weights, the card keeps the tables but
     says under Results that they were measured on earlier weights, and has no model-index.
     """
+    return _render_card(
+        adapter_config,
+        dict(
+            base_model=base_model,
+            training=training,
+            metrics=metrics,
+            tags=tags,
+            repo_id=repo_id,
+            title=title,
+            eval_dataset=eval_dataset,
+            subfolder=subfolder,
+        ),
+        _metrics_weights(adapter_config, {}, {"metrics": metrics, "metrics_weights": metrics_weights}),
+    )
+
+
+def _metrics_weights(
+    adapter_config: Mapping[str, Any], kept: Mapping[str, Any], given: Mapping[str, Any]
+) -> Optional[str]:
+    """The digest of the weights a card's metrics were measured on, from the inputs the card keeps (``kept``) and
+    those given now (``given``, which win). Metrics given now are of the weights ``adapter_config`` records, unless
+    ``metrics_weights`` is given with them; kept ones are of the weights kept with them, and none kept (a card
+    rendered before cards kept it, or given its metrics where the config recorded no weights) is not known: not
+    the weights that happen to be in the folder when the card is rendered again."""
+    if "metrics" in given:
+        return given.get("metrics_weights") or _weights_digest(adapter_config)
+    return given.get("metrics_weights") or kept.get("metrics_weights")
+
+
+def _render_card(
+    adapter_config: Mapping[str, Any], inputs: Mapping[str, Any], metrics_weights: Optional[str]
+) -> ModelCard:
+    """:func:`render_model_card` of ``inputs`` (its keywords but ``metrics_weights``), with the results measured on
+    the weights of digest ``metrics_weights`` (None: not known)."""
+    base_model, training, metrics = inputs.get("base_model"), inputs.get("training"), inputs.get("metrics")
+    tags, repo_id, title = inputs.get("tags"), inputs.get("repo_id"), inputs.get("title")
+    eval_dataset, subfolder = inputs.get("eval_dataset", "custom"), inputs.get("subfolder")
     backbone = adapter_config.get("backbone")
     repo = repo_id or "<this-repo>"
     base_model, base_line, load_snippet, backbone_note = _base_parts(adapter_config, base_model, repo, subfolder)
@@ -516,7 +553,6 @@ def render_model_card(
     extra_tags = list(tags or [])
     tags = sorted(set(BASE_TAGS + (["random-backbone"] if backbone else []) + _peft_tags(base_model) + extra_tags))
     results = eval_results(metrics, dataset=eval_dataset)
-    metrics_weights = metrics_weights or _weights_digest(adapter_config)
     other_weights = _measured_on_other_weights(
         adapter_config, {"metrics": metrics, "metrics_weights": metrics_weights}
     )
@@ -685,11 +721,12 @@ def _render_from_inputs(adapter_config: Mapping[str, Any], card: ModelCard, kept
     they left it: a title or a table that is not the one the kept inputs render is kept as it is, as it reads on
     the card, unless ``given`` names it. The default title (no title or repository given before) is no edit: a
     repository given now titles the card, as it titles a new one. Metrics given now are of the adapter's weights
-    now; kept ones, of the weights they were given for (a note says so where those are others)."""
-    if "metrics" in given:
-        kept = {key: value for key, value in kept.items() if key != "metrics_weights"}
-    inputs = {**kept, **given}
-    ours = render_model_card(adapter_config, **inputs)
+    now; kept ones, of the weights they were given for (a note says so where those are others; none kept is not
+    known, :func:`_metrics_weights`)."""
+    inputs = {**kept, **given, "metrics_weights": _metrics_weights(adapter_config, kept, given)}
+    ours = _render_card(
+        adapter_config, {k: v for k, v in inputs.items() if k != "metrics_weights"}, inputs["metrics_weights"]
+    )
     other_weights = _measured_on_other_weights(adapter_config, inputs)
     old_lines, lines = card.text.splitlines(), ours.text.splitlines()
     title, old_title = _title_line(ours.text), _title_line(card.text)
