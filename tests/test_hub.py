@@ -1320,3 +1320,36 @@ def test_kept_results_of_unknown_weights_are_not_given_the_earlier_weights_diges
         pushed = ModelCard(text)
         assert "metrics_weights" not in pushed.data["ut_peft"] and not _results_note(pushed.text)
         assert pushed.data.eval_results[0].metric_value == 0.9  # as the save keeps them: nothing says otherwise
+
+
+def test_note_results_of_other_weights_is_the_one_decision_on_earlier_weights():
+    """The one function that decides whether a card's results were measured on the weights saved with it, for the
+    rendering, the re-rendering at a save or push, and the marking after a save: a note and no model-index where the
+    digest kept with the metrics and the config's differ, nothing where they agree or either is not known, and the
+    same card when it is marked again."""
+    from ut_peft.hub import note_results_of_other_weights
+
+    def config(digest):
+        return {"weights_sha256": None if digest is None else {"adapter_model.safetensors": digest}}
+
+    def card(**inputs):
+        return render_model_card(config(None), title="Mine", **inputs)  # the weights not known: no note yet
+
+    measured = card(metrics={"accuracy": 0.9}, metrics_weights="a" * 64)
+    assert measured.data.eval_results and not _results_note(measured.text)
+    for adapter, kept in ((config("a" * 64), measured), (config(None), measured), (config("b" * 64), card())):
+        same = ModelCard(str(kept))
+        assert note_results_of_other_weights(same, adapter) is None and str(same) == str(kept)
+    unknown = card(metrics={"accuracy": 0.9})  # metrics given where the config recorded no weights
+    assert "metrics_weights" not in unknown.data["ut_peft"]
+    assert note_results_of_other_weights(unknown, config("b" * 64)) is None
+
+    assert note_results_of_other_weights(measured, config("b" * 64)) == "a" * 64
+    note = _results_note(measured.text)
+    assert len(note) == 1 and "a" * 12 in note[0] and "| accuracy | 0.9 |" in measured.text
+    assert measured.data.eval_results is None and measured.data.model_name is None
+    once = str(measured)
+    assert note_results_of_other_weights(measured, config("b" * 64)) == "a" * 64 and str(measured) == once
+    # render_model_card decides it the same way for metrics_weights given with the metrics
+    rendered = render_model_card(config("b" * 64), title="Mine", metrics={"accuracy": 0.9}, metrics_weights="a" * 64)
+    assert str(rendered) == once

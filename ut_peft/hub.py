@@ -377,18 +377,51 @@ def _weights_digest(adapter_config: Mapping[str, Any]) -> Optional[str]:
     return next((recorded[name] for name in ADAPTER_WEIGHTS if isinstance(recorded.get(name), str)), None)
 
 
-def _measured_on_other_weights(adapter_config: Mapping[str, Any], inputs: Mapping[str, Any]) -> Optional[str]:
-    """The digest of the weights the card's metrics were given for (``inputs``, its stored ones) where the adapter
-    of ``adapter_config`` has other weights; None where they are its own, or where either is not known."""
-    measured, current = inputs.get("metrics_weights"), _weights_digest(adapter_config)
-    if inputs.get("metrics") and measured and current and measured != current:
-        return str(measured)
-    return None
+def _metrics_weights(
+    adapter_config: Mapping[str, Any], kept: Mapping[str, Any], given: Mapping[str, Any]
+) -> Optional[str]:
+    """The digest of the weights a card's metrics were measured on, from the inputs the card keeps (``kept``) and
+    those given now (``given``, which win). Metrics given now are of the weights ``adapter_config`` records, unless
+    ``metrics_weights`` is given with them; kept ones are of the weights kept with them, and none kept (a card
+    rendered before cards kept it, or given its metrics where the config recorded no weights) is not known: not
+    the weights that happen to be in the folder when the card is rendered again."""
+    if "metrics" in given:
+        return given.get("metrics_weights") or _weights_digest(adapter_config)
+    return given.get("metrics_weights") or kept.get("metrics_weights")
+
+
+def note_results_of_other_weights(card: ModelCard, adapter_config: Mapping[str, Any]) -> Optional[str]:
+    """Decide whether ``card``'s results were measured on the weights saved with ``adapter_config``, and make the
+    card say so. The one place that decides it, for a card as it is rendered (:func:`render_model_card`), rendered
+    again at a save or a push (:func:`update_model_card`), and once a save has recorded the digest of the weights it
+    wrote (:func:`mark_results_of_other_weights`).
+
+    The card's metadata keeps, with its metrics, the sha256 of the weights file they were measured on
+    (``metrics_weights``, :func:`_metrics_weights`); ``adapter_config`` records the sha256 of the weights file saved
+    with it (:func:`_weights_digest`). Where both are known and differ, the card keeps its results table (the
+    user's words) but says under its results heading that they were measured on earlier weights, and has no
+    model-index (``eval_results``, ``model_name``), which the Hub would list as these weights' results; the digest
+    they were measured on is returned. Where they are the same weights, or either digest is not known, the card is
+    left as it is and None is returned. Marking a card again changes nothing."""
+    stored = card.data.get(CARD_INPUTS_KEY)
+    stored = stored if isinstance(stored, Mapping) else {}
+    measured, current = stored.get("metrics_weights"), _weights_digest(adapter_config)
+    if not (stored.get("metrics") and isinstance(measured, str) and measured and current and measured != current):
+        return None
+    lines = _without_other_weights_note(card.text.splitlines())
+    spans = _spans(lines)
+    if _RESULTS_HEADING in spans:
+        at = spans[_RESULTS_HEADING][0] + 1
+        lines[at:at] = ["", _OTHER_WEIGHTS_NOTE.format(digest=measured[:12])]
+    card.text = "\n".join(lines) + ("\n" if card.text.endswith("\n") else "")
+    card.data["eval_results"] = None
+    card.data["model_name"] = None
+    return measured
 
 
 def _without_other_weights_note(lines: list[str]) -> list[str]:
-    """``lines`` without the note :func:`_with_other_weights_note` puts under the results heading (and the blank
-    line it adds after it)."""
+    """``lines`` without the note :func:`note_results_of_other_weights` puts under the results heading (and the
+    blank line it adds after it)."""
     prefix = _OTHER_WEIGHTS_NOTE.split("{", 1)[0]
     out: list[str] = []
     skip_blank = False
@@ -402,23 +435,9 @@ def _without_other_weights_note(lines: list[str]) -> list[str]:
     return out
 
 
-def _with_other_weights_note(card: ModelCard, measured: str) -> None:
-    """Make ``card`` say that its results were measured on other weights (digest ``measured``): a line under its
-    results heading (the table, the user's words, stays), and no model-index, which the Hub would list as this
-    model's results."""
-    lines = _without_other_weights_note(card.text.splitlines())
-    spans = _spans(lines)
-    if _RESULTS_HEADING in spans:
-        at = spans[_RESULTS_HEADING][0] + 1
-        lines[at:at] = ["", _OTHER_WEIGHTS_NOTE.format(digest=measured[:12])]
-    card.text = "\n".join(lines) + ("\n" if card.text.endswith("\n") else "")
-    card.data["eval_results"] = None
-    card.data["model_name"] = None
-
-
 def mark_results_of_other_weights(folder: Union[str, os.PathLike], adapter_config: Mapping[str, Any]) -> None:
     """Once a save has recorded the digest of the weights it wrote (``adapter_config``, the config as saved), make
-    the folder's card say so where its results were given for other weights (:func:`_with_other_weights_note`);
+    the folder's card say so where its results were given for other weights (:func:`note_results_of_other_weights`);
     the card is rendered during the save, before that digest is recorded. A card with results of these weights,
     or that keeps no inputs, is left as it is."""
     readme = Path(folder) / "README.md"
@@ -428,13 +447,8 @@ def mark_results_of_other_weights(folder: Union[str, os.PathLike], adapter_confi
         card = ModelCard.load(readme)
     except Exception:  # not a model card: nothing of ours to mark
         return
-    inputs = stored_card_inputs(card)
-    measured = None if inputs is None else _measured_on_other_weights(adapter_config, inputs)
-    if measured is None:
-        return
     before = str(card)
-    _with_other_weights_note(card, measured)
-    if str(card) != before:
+    if note_results_of_other_weights(card, adapter_config) is not None and str(card) != before:
         atomic_write_text(readme, str(card), newline="")
 
 
@@ -525,19 +539,6 @@ def render_model_card(
     )
 
 
-def _metrics_weights(
-    adapter_config: Mapping[str, Any], kept: Mapping[str, Any], given: Mapping[str, Any]
-) -> Optional[str]:
-    """The digest of the weights a card's metrics were measured on, from the inputs the card keeps (``kept``) and
-    those given now (``given``, which win). Metrics given now are of the weights ``adapter_config`` records, unless
-    ``metrics_weights`` is given with them; kept ones are of the weights kept with them, and none kept (a card
-    rendered before cards kept it, or given its metrics where the config recorded no weights) is not known: not
-    the weights that happen to be in the folder when the card is rendered again."""
-    if "metrics" in given:
-        return given.get("metrics_weights") or _weights_digest(adapter_config)
-    return given.get("metrics_weights") or kept.get("metrics_weights")
-
-
 def _render_card(
     adapter_config: Mapping[str, Any], inputs: Mapping[str, Any], metrics_weights: Optional[str]
 ) -> ModelCard:
@@ -553,11 +554,6 @@ def _render_card(
     extra_tags = list(tags or [])
     tags = sorted(set(BASE_TAGS + (["random-backbone"] if backbone else []) + _peft_tags(base_model) + extra_tags))
     results = eval_results(metrics, dataset=eval_dataset)
-    other_weights = _measured_on_other_weights(
-        adapter_config, {"metrics": metrics, "metrics_weights": metrics_weights}
-    )
-    if other_weights:
-        results = []  # the Hub would list them as this model's results
     shown_title = _shown_title(title, repo_id)
     inputs = _card_inputs(
         title=title,
@@ -596,8 +592,7 @@ def _render_card(
         # 0.1.0, the only version before it (not by the version rendering its card now).
         ut_peft_version=adapter_config.get("ut_peft_version") or UNRECORDED_UT_PEFT_VERSION,
     )
-    if other_weights:
-        _with_other_weights_note(card, other_weights)
+    note_results_of_other_weights(card, adapter_config)
     return card
 
 
@@ -727,7 +722,6 @@ def _render_from_inputs(adapter_config: Mapping[str, Any], card: ModelCard, kept
     ours = _render_card(
         adapter_config, {k: v for k, v in inputs.items() if k != "metrics_weights"}, inputs["metrics_weights"]
     )
-    other_weights = _measured_on_other_weights(adapter_config, inputs)
     old_lines, lines = card.text.splitlines(), ours.text.splitlines()
     title, old_title = _title_line(ours.text), _title_line(card.text)
     kept_titles = {f"# {_shown_title(kept.get('title'), kept.get('repo_id'))}", f"# {_DEFAULT_TITLE}"}
@@ -736,17 +730,14 @@ def _render_from_inputs(adapter_config: Mapping[str, Any], card: ModelCard, kept
         lines[lines.index(title)] = old_title
     old_spans, spans = _spans(old_lines), _spans(lines)
     hand_tables = [h for h, name in _TABLE_SECTIONS.items() if h in spans and h in old_spans and name not in given]
-    hand_edited = False
     for heading in reversed(hand_tables):  # bottom up
         (start, end), (old_start, old_end) = spans[heading], old_spans[heading]
         # The note on other weights is the rendering's, not the user's: whether it is there is decided now.
         mine = _without_other_weights_note(old_lines[old_start:old_end])
         if "\n".join(_without_other_weights_note(lines[start:end])).rstrip() != "\n".join(mine).rstrip():
             lines[start:end] = mine
-            hand_edited = True
     ours.text = "\n".join(lines)
-    if other_weights and hand_edited:
-        _with_other_weights_note(ours, other_weights)
+    other_weights = note_results_of_other_weights(ours, adapter_config)  # under a results table put back as well
     # The metadata of the results table as the card has it, unless what it is rendered from was given now, or the
     # results are of other weights (the Hub would list them as this model's).
     if not given.keys() & {"title", "repo_id", "metrics", "eval_dataset"} and not other_weights:
