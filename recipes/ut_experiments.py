@@ -82,14 +82,17 @@ def main(args) -> None:
     results, runs_dir = base / RESULTS, base / RUNS_DIR
     # The flat rule's checks are due only once their rows have stopped flat: they join the plan from the results, and
     # the seeds a row earned with the settings it earned them under (without the flat rule where its check says so).
-    due = plan.budget_runs(plan.load_rows(results))
+    finished = plan.load_rows(results)
+    due = plan.budget_runs(finished)
     everything = plan.PLAN + plan.BUDGET_PLAN + due
     if args.list:
-        # Every budget run: the plan's, and what the finished rows made due (the flat rule's checks; seeds under the
-        # settings they run with), so a check's command is listed too.
-        listed = {**dict(plan.BUDGET_PLAN), **dict(due)} if args.budget else dict(plan.PLAN)
-        for name, settings in listed.items():
+        # With --budget: a command for each run --budget would start or has run (what the finished rows made due, in
+        # the worker's order, a flat rule's check and the seeds under the settings they run with), then each seed of
+        # the plan its row has not earned, with what would earn it: not a command, since the worker does not run it.
+        for name, settings in due if args.budget else plan.PLAN:
             print(f"{name}: {plan.command(name, settings, RUNS_DIR, RESULTS)}")
+        for name, why in plan.unearned_budget_runs(finished) if args.budget else []:
+            print(f"{name}: {why}")
         return
     if args.threads:
         torch.set_num_threads(args.threads)

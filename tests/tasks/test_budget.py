@@ -672,3 +672,44 @@ def test_the_budget_list_prints_the_flat_rules_checks_the_rows_made_due(tmp_path
     )
     assert "--stop-flat" not in listed[check] and "--stop-flat 0.01" in listed[stopped["name"]]
     assert set(listed) == {name for name, _ in plan.BUDGET_PLAN} | {check}
+
+
+def test_the_budget_list_gives_commands_only_for_the_runs_the_worker_would_start(tmp_path, capsys):
+    """Was wrong: --list --budget printed a command for every seed of every row, seeds 1 and 2 of rows whose seed 0
+    had not earned them (the committed k = 3 and mixed sparse UT rows' among them), as if --budget would run them.
+    Now a command is listed for each run of plan.budget_runs, in its order, and every other seed says what would
+    earn it, or that its row did not."""
+    recipe = _ut_experiments_recipe()
+    rows = [
+        _row("k2", "random", 0, 0.90),  # at the paper's level: seeds 1 and 2 are due
+        _row("k2", "full", 0, 0.50),  # far below, not stopped flat: never earned
+        _flat_stopped_k3_row(),  # far below, stopped flat: earned only if its check reaches the level
+        _row("mix", "sparse", 0, 0.67, stop_reason="flat"),
+        {
+            **_row("mix", "sparse", 0, 0.70),
+            "name": plan.budget_name("mix", "sparse", 0) + plan.UNSTOPPED,
+            "settings": {**_row("mix", "sparse", 0, 0.70)["settings"], "stop_flat": 0.0},
+        },  # fmt: skip
+    ]
+    _write_results(tmp_path / recipe.RESULTS, rows)
+    recipe.main(recipe.parse(["--list", "--budget", "--base-dir", str(tmp_path)]))
+    lines = capsys.readouterr().out.splitlines()
+    listed = dict(line.split(": ", 1) for line in lines)
+    due = plan.budget_runs(plan.load_rows(tmp_path / recipe.RESULTS))
+    assert [line.split(": ", 1)[0] for line in lines[: len(due)]] == [name for name, _ in due]
+    for name, settings in due:
+        assert listed[name] == plan.command(name, settings, recipe.RUNS_DIR, recipe.RESULTS)
+    assert set(listed) == {name for name, _ in plan.BUDGET_PLAN} | {name for name, _ in due}
+    for seed in (1, 2):
+        assert listed[f"khop-k2-random-budget-s{seed}"].startswith("python recipes/reprogram.py")
+        assert listed[f"khop-k3-random-budget-s{seed}"].startswith(
+            "not yet earned: runs once seed 0 (khop-k3-random-budget-s0) has finished"
+        )
+        assert listed[f"khop-k2-full-budget-s{seed}"].startswith("not earned: seed 0 ended at 50.0%")
+        assert listed[f"khop-k3-sparse-budget-s{seed}"].startswith(
+            "not yet earned: seed 0 stopped flat at 64.3%; runs once its run without the flat rule "
+            "(khop-k3-sparse-budget-s0-unstopped) has finished"
+        )
+        assert listed[f"khop-mix-sparse-budget-s{seed}"].startswith(
+            "not earned: seed 0 stopped flat at 67.0% and its run without the flat rule ended at 70.0%"
+        )

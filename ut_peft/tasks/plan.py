@@ -278,6 +278,46 @@ def budget_runs(rows: dict[str, dict]) -> list[tuple[str, dict]]:
     return due + flat_checks(rows)
 
 
+def unearned_budget_runs(rows: dict[str, dict]) -> list[tuple[str, str]]:
+    """The budget plan's runs that :func:`budget_runs` does not hold given the finished ``rows`` (seeds 1 and 2 of a
+    row whose seed 0 has not earned them), in the plan's order, each with why: "not yet earned" and what would earn
+    it where the worker may still run it (a row finishing makes its seeds due on the worker's next pass), "not
+    earned" where the finished rows settle that it never will."""
+    planned = dict(BUDGET_PLAN)
+    due = {name for name, _ in budget_runs(rows)}
+    checks = {name for name, _ in flat_checks(rows)}
+    out = []
+    for name, settings in BUDGET_PLAN:
+        if name in due:
+            continue
+        first_name = _group(name) + "-s0"
+        level, label = PAPER[_kind(dataclasses.asdict(RunSettings(**settings)))]  # the plan's lack the defaults
+        paper = f"the paper's level ({label}, at {100 * level:.1f}%)"
+        earns = f"reached {paper} or ended within {100 * MORE_SEEDS_WITHIN:.0f} points of it"
+        below = f"more than {100 * MORE_SEEDS_WITHIN:.0f} points below {paper}"
+        # As budget_runs reads them: a row of other settings under the plan's name is not the plan's run.
+        first = None if taken_by_other_settings(first_name, planned[first_name], rows) else rows.get(first_name)
+        check_name = first_name + UNSTOPPED
+        check_settings = {**planned[first_name], "stop_flat": 0.0}
+        check = None if taken_by_other_settings(check_name, check_settings, rows) else rows.get(check_name)
+        if first is None:
+            why = f"not yet earned: runs once seed 0 ({first_name}) has finished and {earns}"
+        elif check_name in checks and check is None:
+            why = (
+                f"not yet earned: seed 0 stopped flat at {100 * first['accuracy']:.1f}%; runs once its run without "
+                f"the flat rule ({check_name}) has finished and {earns}"
+            )
+        elif check is not None and check_name in checks:  # seed 0 stopped flat below the level, and its check ran
+            why = (
+                f"not earned: seed 0 stopped flat at {100 * first['accuracy']:.1f}% and its run without the flat rule "
+                f"ended at {100 * check['accuracy']:.1f}%, both {below}, which neither curve reached"
+            )
+        else:
+            why = f"not earned: seed 0 ended at {100 * first['accuracy']:.1f}%, {below}, which its curve never reached"
+        out.append((name, why))
+    return out
+
+
 def budget_plan_settings(rows: dict[str, dict]) -> dict[str, dict]:
     """The settings the budget worker runs under each budget name, given the finished ``rows``: those of
     :func:`budget_runs` for the runs due, else the plan's (:data:`BUDGET_PLAN`; a run without the flat rule, under
@@ -1102,5 +1142,6 @@ __all__ = [
     "settings_of",
     "settings_text",
     "table",
+    "unearned_budget_runs",
     "unfinished_rows",
 ]
