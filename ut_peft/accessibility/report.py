@@ -14,6 +14,7 @@ from .stats import published_bounds
 from .stats.coverage import (
     THRESHOLD,
     calibrated_commands,
+    calibrated_figures,
     check_calibrated,
     marked,
     simulated_for_text,
@@ -872,9 +873,12 @@ def _calibrated_console(calibrated: dict | None) -> list[str]:
         return [f"calibrated intervals: {calibrated['note']}"]
     marks = check_calibrated(calibrated) or {}
     slope = calibrated["slope"]
+    # Its measured coverage with that figure's own Monte Carlo error, in report.md's words (calibrated_lines).
+    measured = calibrated_figures(calibrated).get("slope")
     return [
         f"pooled slope, calibrated: {_num(slope['estimate'], 2)}{_ci(slope['ci'], check=marks.get('slope'))} "
-        f"(+- {slope['quantile']:.2f} se; the design's simulated RMSE at this line {slope['simulated_rmse']:.2f})"
+        f"(+- {slope['quantile']:.2f} se; the design's simulated RMSE at this line {slope['simulated_rmse']:.2f}"
+        + (f"; coverage {measured})" if measured else ")")
     ]
 
 
@@ -939,6 +943,19 @@ def calibrated_lines(calibrated: dict | None) -> list[str]:
             "line fitted to these rows, the common-width law, the slope moved by its interval's half-width), each "
             "outer sweep calibrated from simulated sweeps of its own as this folder was, and is at least "
             f"{THRESHOLD:.0%} at the lowest of them" + (f" ({commands})." if commands else "."),
+        ]
+    figures = calibrated_figures(calibrated)
+    if figures:
+        # A coverage measured by simulation is itself an estimate: each figure with the outer sweeps behind it and
+        # its Monte Carlo error, so that 87% is read as 87 +- 3.4 points (coverage.mc_text).
+        names = [("slope", "slope"), ("intercept", "intercept")]
+        names += [(e["m"], f"n_50 at m = {e['m']}") for e in calibrated["per_m"]]
+        lines += [
+            "",
+            "Coverage measured per interval (nested simulation at the fitted line, the common-width law and the moved "
+            "slope in turn; MC se: sqrt(p (1 - p) / N) at N outer sweeps):",
+            "",
+            *(f"- {name}: {figures[key]}" for key, name in names if key in figures),
         ]
     return lines
 

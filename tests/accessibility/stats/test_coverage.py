@@ -290,6 +290,8 @@ def test_the_calibrated_table_is_the_committed_nested_simulation():
             table = outcome["table"]
             assert figures["slope"] == table["slope"]["calibrated"]
             assert figures["intercept"] == table["intercept"]["calibrated"]
+            # The outer sweeps behind the figures (their Monte Carlo error, which the report prints beside them).
+            assert figures["outer"] == outcome["outer"]
             assert figures["n50"] == {
                 name[4:]: e["calibrated"] for name, e in table.items() if name.startswith("n50@")
             }
@@ -337,8 +339,8 @@ def test_the_entry_an_all_truths_run_prints_is_the_tables_for_those_truths():
             )
             for truth, figures in printed["truths"].items():
                 table = entry["truths"][truth]
-                assert [figures[k] for k in ("slope", "intercept", "n50")] == [
-                    table[k] for k in ("slope", "intercept", "n50")
+                assert [figures[k] for k in ("slope", "intercept", "n50", "outer")] == [
+                    table[k] for k in ("slope", "intercept", "n50", "outer")
                 ]
                 if table["record"] == record_path:  # the fitted truth's figures are credited to its earlier record
                     assert figures == table
@@ -360,3 +362,34 @@ def test_a_calibrated_interval_printed_without_a_note_says_what_stands_behind_it
     unmeasured = dataclasses.replace(summary, calibrated=other)
     assert coverage.calibrated_commands(other) == []
     assert "An interval above without" not in markdown(unmeasured)
+
+
+def test_a_calibrated_intervals_coverage_is_printed_with_its_outer_sweeps_and_monte_carlo_error():
+    """Was: a trusted calibrated interval printed bare, and the line under the table said only that its coverage was at
+    least 90% at the lowest of three truths, not how precise that figure is: from 100 outer sweeps, 95% has a Monte
+    Carlo se of 2.2 points. Under the table each interval's coverage at the three truths is printed with its outer
+    sweeps and MC se (the console prints the slope's in the same words); a calibration no nested simulation judges
+    prints none."""
+    folder = ROOT / "results" / "smollm2-135m" / "pooled-words-v7"
+    summary = summaries.read_summary(folder)
+    entry = coverage.CALIBRATED_TABLE[summary.calibrated["rows_digest"]]
+    truths = [entry["truths"][truth] for truth in coverage.CALIBRATED_TRUTHS]
+    assert {t["outer"] for t in truths} == {100}
+    report, console = markdown(summary), console_summary(summary)
+    slope = "95%, 93%, 96% at the three truths, 100 outer sweeps each, MC se <= 2.6 points"
+    assert f"- slope: {slope}" in report.splitlines() and f"coverage {slope})" in console
+    # n_50 at m = 2, not trusted (87% at the moved slope): its figures and their error too.
+    assert "- n_50 at m = 2: 93%, 93%, 87% at the three truths, 100 outer sweeps each, MC se <= 3.4 points" in report
+    for e in summary.calibrated["per_m"]:
+        figures = [t["n50"][str(e["m"])] for t in truths]
+        se = max((p * (1 - p) / 100) ** 0.5 for p in figures)
+        assert f"- n_50 at m = {e['m']}: " + ", ".join(f"{p:.0%}" for p in figures) in report
+        assert f"MC se <= {100 * se:.1f} points" in coverage.calibrated_figures(summary.calibrated)[e["m"]]
+    # Counts that differ by truth are each named; an entry that does not record them says so, with no MC se.
+    assert coverage.mc_text([(0.95, 100), (0.9, 60), (0.96, 100)]) == (
+        "95%, 90%, 96% at the three truths, 100, 60, 100 outer sweeps, MC se <= 3.9 points"
+    )
+    assert coverage.mc_text([(0.95, None), (0.9, 60), (0.96, 100)]).endswith("(outer sweeps not recorded: no MC se)")
+    unmeasured = dataclasses.replace(summary, calibrated=dict(summary.calibrated, rows_digest="not-in-the-table"))
+    assert coverage.calibrated_figures(unmeasured.calibrated) == {}
+    assert "outer sweeps" not in markdown(unmeasured) + console_summary(unmeasured)

@@ -250,15 +250,16 @@ POOLED_TABLE: dict[str, dict[str, dict]] = {
 # of the rows (store.rows_digest of ``folder``'s rows), and another folder's calibrated intervals (another model,
 # source or line) have no measured coverage until the nested simulation runs at its line. Per truth the simulation
 # ran at (CALIBRATED_TRUTHS: the fitted line; the common-width law; the slope moved by its interval's half-width):
-# the slope's coverage, the intercept's and n_50's at each m (by m, as the record's n50@m), with the record and the
-# command. An interval is trusted only where it covers (THRESHOLD) at every one of the three truths: n_50's at each m
-# on its own figures, since the nested simulation measures every m's interval (at a moved slope the middle m's cover
-# less than the ends).
+# the slope's coverage, the intercept's and n_50's at each m (by m, as the record's n50@m), with the record, the outer
+# sweeps that measured them (``outer``: a figure p has Monte Carlo se sqrt(p (1 - p) / outer), which the report
+# prints beside it; an entry without it prints none) and the command. An interval is trusted only where it covers
+# (THRESHOLD) at every one of the three truths: n_50's at each m on its own figures, since the nested simulation
+# measures every m's interval (at a moved slope the middle m's cover less than the ends).
 # SmolLM2-135M random words (version 7, 8 rows a round), its 92 rows, fitted truth: 100 outer sweeps each calibrated
 # with 100 inner ones; the Wald intervals of the same sweeps covered 90% (slope), 85% (intercept), 85-90% (n_50).
 # Record: results/benchmarks/simulated_intervals_smollm2_rows92.json (a test checks the entry against it), .log and
 # .jsonl (every outer sweep). The same setting at the run's 60-row line (simulated_intervals_smollm2_rows60.*, before
-# the design stopped) covered 96% / 96% / 93-96%. The other two truths: not run yet (BENCHMARKS.md has the command).
+# the design stopped) covered 96% / 96% / 93-96%. The other two truths: simulated_intervals_smollm2_truths.*.
 # Each entry also names the targets its nested simulation ran the design to (``targets``, design_targets): a retarget
 # keeps a folder's rows, so the folder retargeted from one in the table has the same rows' digest, version and rows a
 # round, while its design stops elsewhere and its calibrated intervals are other intervals. And the simulated sweeps
@@ -299,6 +300,7 @@ CALIBRATED_TABLE: dict[str, dict] = {
                 "intercept": 0.94,
                 "n50": {"1": 0.96, "2": 0.93, "3": 0.96, "4": 0.94, "5": 0.93},
                 "record": "results/benchmarks/simulated_intervals_smollm2_rows92.json",
+                "outer": 100,
                 "command": "python benchmarks/simulated_intervals.py results/smollm2-135m/pooled-words-v7 --outer 100 "
                 "--inner 100 --workers 2 --results results/benchmarks/simulated_intervals_smollm2_rows92.jsonl "
                 "--json results/benchmarks/simulated_intervals_smollm2_rows92.json",
@@ -308,6 +310,7 @@ CALIBRATED_TABLE: dict[str, dict] = {
                 "intercept": 0.95,
                 "n50": {"1": 0.94, "2": 0.93, "3": 0.93, "4": 0.95, "5": 0.95},
                 "record": "results/benchmarks/simulated_intervals_smollm2_truths.json",
+                "outer": 100,
                 "command": ALL_TRUTHS_SMOLLM2_WORDS,
             },
             "slope-shift": {
@@ -315,6 +318,7 @@ CALIBRATED_TABLE: dict[str, dict] = {
                 "intercept": 0.95,
                 "n50": {"1": 0.9, "2": 0.87, "3": 0.88, "4": 0.93, "5": 0.96},
                 "record": "results/benchmarks/simulated_intervals_smollm2_truths.json",
+                "outer": 100,
                 "command": ALL_TRUTHS_SMOLLM2_WORDS,
             },
         },
@@ -336,6 +340,8 @@ def calibrated_table_entry(folder: str, record: dict, record_path: str) -> dict:
             "intercept": table["intercept"]["calibrated"],
             "n50": {name[4:]: e["calibrated"] for name, e in table.items() if name.startswith("n50@")},
             "record": record_path,
+            # The outer sweeps that measured it: a coverage's Monte Carlo error is sqrt(p (1 - p) / outer).
+            "outer": outcome["outer"],
             "command": record["command"],
         }
     entry = {"folder": folder, "version": record["version"], "num_sequences": record["num_sequences"]}
@@ -479,6 +485,12 @@ def _verdict(
     }
 
 
+def n50_at(n50, m) -> float | None:
+    """n_50's coverage at ``m`` from a figure for every m at once (the lowest over m) or one per m (``{"1": 0.96,
+    ...}``: an m not simulated has none)."""
+    return n50.get(str(int(m)) if float(m).is_integer() else str(m)) if isinstance(n50, dict) else n50
+
+
 def _simulated_checks(
     entry: dict | None, batch: int, where: str, slope_ci, intercept_ci, per_m, unmeasured: str | None = None
 ) -> dict:
@@ -493,12 +505,11 @@ def _simulated_checks(
     def figure(name):
         return None if entry is None else entry.get(name)
 
-    def n50_coverage(m):
-        # One figure for every m (the lowest over m), or one per m (``{"1": 0.96, ...}``; an m not simulated: none).
-        n50 = figure("n50")
-        return n50.get(str(int(m)) if float(m).is_integer() else str(m)) if isinstance(n50, dict) else n50
-
-    checked = [dict(m=e["m"], **found) for e in per_m if (found := one(e.get("ci"), n50_coverage(e["m"]))) is not None]
+    checked = [
+        dict(m=e["m"], **found)
+        for e in per_m
+        if (found := one(e.get("ci"), n50_at(figure("n50"), e["m"]))) is not None
+    ]
     return {
         "measured": entry is not None,
         "command": figure("command"),
@@ -571,6 +582,39 @@ def simulated_for_text(checks: dict | None) -> str | None:
         f"({targets_text(checks['simulated_targets'])}; this one's: {targets_text(checks['targets'])}): not these "
         "intervals' coverage"
     )
+
+
+def mc_text(figures: list[tuple[float, int | None]]) -> str:
+    """A calibrated interval's coverage at the three truths (``(coverage, outer sweeps)`` each, in
+    :data:`CALIBRATED_TRUTHS`' order) with the Monte Carlo error of the figures, in the words report.md and the console
+    share: "95%, 93%, 96% at the three truths, 100 outer sweeps each, MC se <= 2.6 points"."""
+    percents = ", ".join(f"{p:.0%}" for p, _ in figures)
+    counts = [n for _, n in figures if n]
+    if len(counts) < len(figures):
+        return f"{percents} at the three truths (outer sweeps not recorded: no MC se)"
+    sweeps = (
+        f"{counts[0]} outer sweeps each" if len(set(counts)) == 1 else f"{', '.join(map(str, counts))} outer sweeps"
+    )
+    # The binomial standard error of a share p of N sweeps; the largest of the three, so that one bound covers each.
+    se = max(math.sqrt(p * (1.0 - p) / n) for (p, _), n in zip(figures, counts))
+    return f"{percents} at the three truths, {sweeps}, MC se <= {100 * se:.1f} points"
+
+
+def calibrated_figures(calibrated: dict | None) -> dict:
+    """Per interval of a current calibration whose coverage the nested simulation measured at its rows' line at all
+    three truths (:func:`calibrated_coverage` gives figures), the coverage at each truth with its outer sweeps and
+    Monte Carlo error (:func:`mc_text`), keyed "slope", "intercept" and each m of ``calibrated["per_m"]`` as it is
+    there; an m some truth did not simulate has none. Empty where nothing judges these intervals (a note says so)."""
+    if not calibrated or calibrated.get("stale") or calibrated_coverage(calibrated)[0] is None:
+        return {}
+    truths = [CALIBRATED_TABLE[str(calibrated["rows_digest"])]["truths"][truth] for truth in CALIBRATED_TRUTHS]
+
+    def words(found: list) -> str | None:
+        return None if any(p is None for p in found) else mc_text(list(zip(found, (t.get("outer") for t in truths))))
+
+    out = {name: words([t.get(name) for t in truths]) for name in ("slope", "intercept")}
+    out |= {e["m"]: words([n50_at(t["n50"], e["m"]) for t in truths]) for e in calibrated["per_m"]}
+    return {name: text for name, text in out.items() if text is not None}
 
 
 def check_calibrated(calibrated: dict | None) -> dict | None:
