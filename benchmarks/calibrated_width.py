@@ -20,6 +20,10 @@ of the slope at its stop: the width a calibration whose fitted truth is the trut
 truth and target: q, the slope's RMSE, Wald's coverage, the mean and 90th percentile of the calibrated width, the
 share of sweeps whose width is at most ``--max-width``, and the mean row-steps spent.
 
+A design whose rules audit an early abandon (version 8) is simulated under the abandon ``ut-peft calibrate`` would
+simulate at that truth (:func:`simulated_abandon`): fitted to the truth folder's rows where they ran under one, else
+the simulator's defaults, at the design's audit. Each truth's header names it and the record holds it.
+
 What it leaves out: a real calibration fits its truth to the finished rows, not to the rows of today, and draws its
 own q from 400 sweeps of its own seed (a 95% quantile of a few hundred draws: it moves between seeds).
 """
@@ -28,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import math
 import sys
 import time
@@ -39,20 +44,46 @@ import numpy as np
 from ut_peft.accessibility import store
 from ut_peft.accessibility.simulated_intervals import (
     calibrated_quantile,
+    fitted_abandon,
     fitted_truth,
     pooled_design,
     simulate_design,
 )
+from ut_peft.accessibility.stats.simulator import AuditedAbandon
 from ut_peft.io import atomic_write_json
 
 
-def widths_at(settings: dict, truth, target: float, repeats: int, seed: int, workers: int, max_width: float) -> dict:
+def simulated_abandon(settings: dict, rows: dict, truth_settings: dict) -> AuditedAbandon | None:
+    """The audited early abandon the design in ``settings`` is simulated under at the truth fitted to ``rows`` (a
+    folder's, whose settings are ``truth_settings``); None for rules that abandon no row. As ``ut-peft calibrate``
+    fits it (simulated_intervals.fitted_abandon) where those rows ran under an audited abandon, since the width is
+    that calibration's; rows that ran to their end show no flags to fit, so there the simulator's defaults stand in
+    (AuditedAbandon: the shares measured on SmolLM2's full-cap rows), as in benchmarks/simulated_intervals.py. At the
+    design's own audit either way."""
+    audit = pooled_design(settings).audit
+    if audit is None:
+        return None
+    fitted = fitted_abandon(rows, truth_settings)
+    return dataclasses.replace(fitted if fitted is not None else AuditedAbandon(audit), audit=audit)
+
+
+def widths_at(
+    settings: dict,
+    truth,
+    target: float,
+    repeats: int,
+    seed: int,
+    workers: int,
+    max_width: float,
+    abandon: AuditedAbandon | None = None,
+) -> dict:
     """The calibrated slope widths of ``repeats`` simulated sweeps of the design in ``settings`` at slope target
-    ``target``, summarised (see the module's docstring)."""
+    ``target`` (under ``abandon``, for rules that audit one: :func:`simulated_abandon`), summarised (see the module's
+    docstring)."""
     settings = copy.deepcopy(settings)
     settings["design"]["target_slope_se"] = target
     started = time.perf_counter()
-    simulated = simulate_design(settings, truth, repeats, seed=seed, workers=workers)
+    simulated = simulate_design(settings, truth, repeats, seed=seed, abandon=abandon, workers=workers)
     t, errors, se = simulated["t"]["slope"], simulated["errors"]["slope"], simulated["se"]["slope"]
     # q as the calibration takes it (every repeat with a studentised error; an infinite one, a standard error of 0
     # with an error, is a miss: it counts against Wald's coverage and may make q infinite), and the widths of those
@@ -115,7 +146,12 @@ def main(argv=None) -> int:
     )
     for truth_folder in args.truth_from or [args.folder]:
         rows = store.read_rows(truth_folder)
-        truth = fitted_truth(rows, store.read_sweep_settings(truth_folder))
+        truth_settings = store.read_sweep_settings(truth_folder)
+        try:
+            truth = fitted_truth(rows, truth_settings)
+            abandon = simulated_abandon(settings, rows, truth_settings)
+        except ValueError as error:  # rows that fit no truth yet, or flags of another rule: said, with the folder
+            raise SystemExit(f"{truth_folder}: {error}") from None
         slope, intercept = truth.protocol_line(list(pooled_design(settings).ms))
         entry: dict[str, Any] = {
             "truth_from": str(truth_folder),
@@ -123,17 +159,22 @@ def main(argv=None) -> int:
             "line": [slope, intercept],
             "rel_width": truth.rel_width,
             "width_power": truth.width_power,
+            "abandon": None if abandon is None else dataclasses.asdict(abandon),
             "targets": [],
         }
         print(
             f"\ntruth fitted to the {len(rows)} rows of {truth_folder}: n_50 = {slope:.2f} m {intercept:+.2f}, "
-            f"relative width {truth.rel_width:.3f} at m = 1, width power {truth.width_power:.2f}\n"
+            f"relative width {truth.rel_width:.3f} at m = 1, width power {truth.width_power:.2f}"
+            + (f"; each simulated row under a simulated {abandon.describe()}" if abandon is not None else "")
+            + "\n"
             f"| slope target | q | slope RMSE | Wald coverage | mean width | 90th pct width | width <= "
             f"{args.max_width:g} | mean row-steps |\n|---|---|---|---|---|---|---|---|",
             flush=True,
         )
         for target in args.slope_targets:
-            found = widths_at(settings, truth, target, args.repeats, args.seed, args.workers, args.max_width)
+            found = widths_at(
+                settings, truth, target, args.repeats, args.seed, args.workers, args.max_width, abandon=abandon
+            )
             entry["targets"].append(found)
             print(
                 f"| {target:g} | {found['quantile']:.2f} | {found['rmse']:.2f} | {found['wald_coverage']:.2f} | "

@@ -93,3 +93,85 @@ def test_a_repeat_with_a_standard_error_of_0_is_a_miss_and_an_unbounded_quantile
     q = found["quantile"]
     assert q == pytest.approx(1.0 + 0.05 * 1.5)  # between the 38th and 39th of the sorted |t|
     assert found["mean_width"] == pytest.approx(2 * q * 0.5 * 39 / 40)
+
+
+def audited_sweep_folder(tmp_path):
+    """A pooled folder of rules that audit an early abandon (version 1's placement, so that a simulated sweep takes a
+    few rounds, with version 8's abandon), its rows flagged, stopped or audited as the engine's are."""
+    import dataclasses
+
+    from ut_peft.accessibility.designs.pooled_rules import POOLED_RULES
+    from ut_peft.accessibility.stats.simulator import AuditedAbandon, run_audited_design
+
+    rules = dataclasses.replace(POOLED_RULES[1], audit=0.25, abandon_below=POOLED_RULES[8].abandon_below)
+    settings = pooled_sweep_settings(version=None, rules=rules, target_slope_se=3.0, target_n50_se=6.0)
+    truth = Truth(slope=20.0, intercept=4.0, rel_width=0.15, nested=False, cap_fails=True)
+    rows, _ = run_audited_design(pooled_design(settings), truth, 2, AuditedAbandon(0.25))
+    folder = tmp_path / "audited"
+    write_sweep_folder(folder, settings, [(*key, r["accessible"], r["steps"]) for key, r in rows.items()])
+    lines = [json.loads(line) for line in (folder / "rows.jsonl").read_text().splitlines()]
+    for line in lines:
+        row = rows[(line["m"], line["n"], line["index"])]
+        if row.get("flagged_at") is not None:
+            line.update(flagged_at=row["flagged_at"], audited=row["audited"])
+            if not row["audited"]:  # the audit did not keep it: stopped at its flag step
+                line["stop_reason"] = "abandoned"
+    (folder / "rows.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return folder, settings
+
+
+def test_a_version_that_audits_an_early_abandon_is_simulated_under_the_abandon_its_rows_suggest(
+    load_benchmark, tmp_path, capsys
+):
+    """Was: on a folder whose rules audit an early abandon (version 8) the benchmark stopped with simulate_design's
+    ValueError ("needs the abandon's model"): it passed none. ``ut-peft calibrate`` simulates such a design under the
+    abandon fitted to the folder's rows (simulated_intervals.fitted_abandon), so the width a calibration prints is the
+    width of that simulation: the benchmark runs the same, names the abandon and records it."""
+    from dataclasses import asdict
+
+    from ut_peft.accessibility.simulated_intervals import fitted_abandon
+
+    benchmark = load_benchmark("calibrated_width.py")
+    folder, settings = audited_sweep_folder(tmp_path)
+    rows = store.read_rows(folder)
+    assert any(r.get("flagged_at") is not None and not r["audited"] for r in rows.values())  # rows it stopped
+    output = tmp_path / "width.json"
+    argv = [str(folder), "--slope-targets", "2", "--repeats", "20", "--output", str(output)]
+    assert benchmark.main(argv) == 0
+    (entry,) = json.loads(output.read_text())["truths"]
+    abandon = fitted_abandon(rows, settings)
+    assert entry["abandon"] == json.loads(json.dumps(asdict(abandon)))
+    assert abandon.describe() in capsys.readouterr().out
+    # As calibrate simulates it: the truth and the abandon fitted to the folder's rows, the slope target replaced.
+    changed = json.loads(json.dumps(settings))
+    changed["design"]["target_slope_se"] = 2.0
+    simulated = simulate_design(changed, fitted_truth(rows, settings), 20, seed=1, abandon=abandon)
+    found = entry["targets"][0]
+    assert found["mean_row_steps"] == pytest.approx(simulated["row_steps"].mean())
+    t = simulated["t"]["slope"]
+    assert found["quantile"] == pytest.approx(float(np.quantile(np.abs(t[~np.isnan(t)]), 0.95)))
+
+
+def test_the_abandon_of_a_truth_whose_rows_ran_to_their_end_is_the_simulators_default(load_benchmark, tmp_path):
+    """Rows of rules that abandon none (a version-1 folder as a truth) show no flags to fit an abandon to: an audited
+    design is simulated there under the simulator's defaults, at its own audit; a design that abandons no row under
+    none."""
+    from ut_peft.accessibility.stats.simulator import AuditedAbandon
+
+    benchmark = load_benchmark("calibrated_width.py")
+    plain = pooled_sweep_settings(version=1, target_slope_se=3.0, target_n50_se=6.0)
+    rows = store.read_rows(sweep_folder(tmp_path, plain))
+    audited = pooled_sweep_settings(version=8)
+    assert benchmark.simulated_abandon(audited, rows, plain) == AuditedAbandon(0.25)
+    assert benchmark.simulated_abandon(plain, rows, plain) is None
+
+
+def test_rows_that_fit_no_truth_yet_are_refused_naming_the_folder(load_benchmark, tmp_path):
+    """Was: a truth folder whose rows fit no line yet (rows at one m, as results/smollm2-135m/pooled-text-v8's) ended
+    in fitted_truth's traceback; it is said with the folder."""
+    benchmark = load_benchmark("calibrated_width.py")
+    settings = pooled_sweep_settings(version=1, target_slope_se=3.0, target_n50_se=6.0)
+    folder = tmp_path / "one-m"
+    write_sweep_folder(folder, settings, [(1, n, i, n < 30, 200) for i, n in enumerate(range(10, 60, 5))])
+    with pytest.raises(SystemExit, match=f"{folder}: calibrated intervals need a converged pooled fit.*run the sweep"):
+        benchmark.main([str(folder), "--slope-targets", "2", "--repeats", "20"])
