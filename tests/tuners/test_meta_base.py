@@ -1,16 +1,20 @@
-"""An adapter made on a base whose weights are on the meta device (the other ranks of accelerate's FSDP
-cpu_ram_efficient_loading, which get their values from rank 0 later; or E and U offloaded by a device_map) has the
-same tensors as one made on the base in memory: every rank must build the same adapter."""
+"""A base whose weights are on the meta device: the other ranks of accelerate's FSDP cpu_ram_efficient_loading (their
+values come from rank 0 later) get the adapter made on the base in memory, so every rank builds the same adapter;
+weights accelerate offloads (a device_map, cpu_offload, dispatch_model) are the base's, and the adapter starts from
+them; weights never loaded (a model built on the meta device and left empty) are refused at injection."""
 
 from __future__ import annotations
 
 import warnings
 
+import accelerate
 import pytest
 import torch
 import transformers
 from accelerate import cpu_offload
+from accelerate.hooks import AlignDevicesHook, add_hook_to_module
 from peft import PeftModel, get_peft_model
+from safetensors.torch import load_file
 
 from ut_peft import UTReprogramConfig
 from ut_peft.testing import tiny_config, tiny_model, trained_adapter
@@ -20,9 +24,20 @@ def adapter_shapes(model) -> dict[str, tuple[int, ...]]:
     return {name: tuple(p.shape) for name, p in model.named_parameters() if p.requires_grad}
 
 
+@pytest.fixture
+def fsdp_rank(tmp_path, monkeypatch):
+    """This process as a rank of accelerate's FSDP with cpu_ram_efficient_loading (the environment accelerate sets,
+    and a process group, of one process here), where a model on the meta device gets rank 0's values later."""
+    monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
+    monkeypatch.setenv("FSDP_CPU_RAM_EFFICIENT_LOADING", "true")
+    torch.distributed.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    yield
+    torch.distributed.destroy_process_group()
+
+
 @pytest.mark.parametrize("family", ["llama", "gemma3"])
 @pytest.mark.parametrize("tied", [False, True])
-def test_an_adapter_made_on_a_meta_base_is_the_one_made_on_the_base(family, tied):
+def test_an_adapter_made_on_a_meta_base_is_the_one_made_on_the_base(fsdp_rank, family, tied):
     """Was wrong: tying was read from the storage addresses of E and U, which every meta tensor reports as 0, so an
     untied base on the meta device read as tied: the adapter kept one shared matrix (E's) for E and U, where the same
     base in memory gets two, and its record said the base ties them."""
@@ -74,28 +89,93 @@ def saved_base(tmp_path):
     return tmp_path
 
 
+def adapter_tensors(model) -> dict[str, torch.Tensor]:
+    return {name: p.detach() for name, p in model.named_parameters() if p.requires_grad}
+
+
+def trains_and_saves_as(model, plain, folder, ids=IDS) -> None:
+    """``model`` has the adapter ``plain`` has (made on the base in memory): the same tensors, in memory, the same
+    logits, gradients after a train step, and the same saved adapter."""
+    tensors, expected = adapter_tensors(model), adapter_tensors(plain)
+    assert tensors.keys() == expected.keys() and {t.device.type for t in tensors.values()} == {"cpu"}
+    for name, tensor in expected.items():
+        torch.testing.assert_close(tensors[name], tensor)
+    torch.testing.assert_close(model(input_ids=ids).logits, plain(input_ids=ids).logits)
+    model(input_ids=ids, labels=ids).loss.backward()
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters() if p.requires_grad)
+    model.save_pretrained(folder / "offloaded")
+    plain.save_pretrained(folder / "plain")
+    saved, saved_plain = (load_file(folder / name / "adapter_model.safetensors") for name in ("offloaded", "plain"))
+    assert saved.keys() == saved_plain.keys()
+    for name, tensor in saved_plain.items():
+        torch.testing.assert_close(saved[name], tensor)
+
+
+def no_adapter_on(base) -> bool:
+    return not any("ut_reprogram_" in name for name, _ in base.named_modules())
+
+
 @pytest.mark.parametrize(
-    "modules,options,named",
+    "modules,options",
     [
-        (("model.embed_tokens", "lm_head"), {}, "model.embed_tokens"),
-        (("lm_head",), {}, "lm_head"),
-        (("model.embed_tokens",), dict(train_output_embeddings=False), "model.embed_tokens"),
-        (("model.embed_tokens", "lm_head"), dict(task_vocab_size=6), "model.embed_tokens"),
+        (("model.embed_tokens", "lm_head"), {}),
+        (("lm_head",), {}),
+        (("model.embed_tokens",), dict(train_output_embeddings=False)),
+        (("model.embed_tokens", "lm_head"), dict(task_vocab_size=6)),
+        (("model.embed_tokens", "lm_head"), dict(num_memory_tokens=2)),
     ],
 )
-def test_an_adapter_on_an_offloaded_e_or_u_is_refused_at_injection_with_what_to_do(
-    saved_base, modules, options, named
-):
-    """Was wrong: the adapter's E and U start from the base's, which a device_map's offload keeps on the meta device
-    (accelerate loads them into the base module for its own forward only), so get_peft_model made an adapter of meta
-    tensors and the first forward failed inside torch ("Tensor on device meta is not on the expected device cpu!");
-    with a task vocabulary, get_peft_model itself failed ("Tensor.item() cannot be called on meta tensors"). It is
-    refused at injection: which module, why, and what to do."""
-    base = offloaded(saved_base, *modules)
-    with pytest.raises(ValueError, match=rf"{named}.*meta device") as error:
-        get_peft_model(base, UTReprogramConfig(**options))
+def test_an_adapter_on_an_offloaded_e_or_u_starts_from_the_offloaded_values(saved_base, modules, options):
+    """Was refused (and before that made of meta tensors, whose first forward failed inside torch): the adapter's E
+    and U start from the base's, which a device_map's offload keeps on the meta device between forwards. Their
+    values are now brought in from the offload (accelerate's align_module_device) while the adapter is made: it is
+    the adapter made on the base in memory, in memory, and the base's own E and U stay offloaded."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the frozen weights digest cannot be taken of offloaded weights
+        model = get_peft_model(offloaded(saved_base, *modules), UTReprogramConfig(**options))
+    plain = get_peft_model(tiny_model("llama"), UTReprogramConfig(**options))
+    trains_and_saves_as(model, plain, saved_base, ids=IDS % 6)
+    for name in modules:
+        assert model.base_model.model.get_submodule(name).get_base_layer().weight.device.type == "meta"
+
+
+def test_a_base_offloaded_whole_by_cpu_offload_gets_the_adapter_of_its_weights(tmp_path):
+    """Was accepted with an adapter of meta tensors (every weight on the meta device read as a base that gets its
+    values later), whose first forward failed inside torch ("Cannot copy out of meta tensor; no data!")."""
+    base = tiny_model("llama")
+    cpu_offload(base, execution_device="cpu")
+    assert {p.device.type for p in base.parameters()} == {"meta"}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the frozen weights digest cannot be taken of offloaded weights
+        model = get_peft_model(base, UTReprogramConfig())
+    trains_and_saves_as(model, get_peft_model(tiny_model("llama"), UTReprogramConfig()), tmp_path)
+
+
+def test_a_base_whose_layers_dispatch_model_offloads_to_disk_is_accepted_as_it_was(tmp_path):
+    device_map = {"model.embed_tokens": "cpu", "model.layers": "disk", "model.norm": "cpu", "lm_head": "cpu"}
+    device_map["model.rotary_emb"] = "cpu"
+    base = accelerate.dispatch_model(
+        tiny_model("llama"), device_map=device_map, main_device="cpu", offload_dir=str(tmp_path / "offload")
+    )
+    assert base.model.layers[0].mlp.up_proj.weight.device.type == "meta"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the frozen weights digest cannot be taken of offloaded weights
+        model = get_peft_model(base, UTReprogramConfig())
+    trains_and_saves_as(model, get_peft_model(tiny_model("llama"), UTReprogramConfig()), tmp_path)
+
+
+def test_an_e_offloaded_only_within_a_block_is_refused_with_what_to_do():
+    """An offload hook on a block above E (one that places its submodules) holds E's values too, but bringing them in
+    brings in the whole block, which may not fit where it was offloaded from: refused, naming E and what to do. The
+    block's other weights count as loaded (they are the hook's)."""
+    base = tiny_model("llama")
+    add_hook_to_module(base.model, AlignDevicesHook(execution_device="cpu", offload=True, place_submodules=True))
+    assert base.model.embed_tokens.weight.device.type == "meta"
+    with pytest.raises(ValueError, match=r"'model\.embed_tokens' is offloaded.*within a block") as error:
+        get_peft_model(base, UTReprogramConfig())
+    assert "never loaded" not in str(error.value)
     assert "to_empty" in str(error.value) and "low_cpu_mem_usage=True" in str(error.value)
-    assert not any("ut_reprogram_" in name for name, _ in base.named_modules())  # nothing was wrapped
+    assert no_adapter_on(base)
 
 
 def test_an_offloaded_module_the_adapter_does_not_change_stays_allowed(saved_base):
@@ -105,26 +185,54 @@ def test_an_offloaded_module_the_adapter_does_not_change_stays_allowed(saved_bas
     torch.testing.assert_close(model(input_ids=IDS).logits, plain(input_ids=IDS).logits)
 
 
+def never_loaded(how: str):
+    """The tiny llama built on the meta device, its weights never loaded."""
+    context = torch.device("meta") if how == "meta device" else accelerate.init_empty_weights()
+    with context:
+        return transformers.AutoModelForCausalLM.from_config(tiny_config("llama"))
+
+
+@pytest.mark.parametrize("how", ["meta device", "init_empty_weights"])
+@pytest.mark.parametrize("options", [{}, dict(task_vocab_size=6), dict(train_output_embeddings=False)])
+def test_a_base_whose_weights_were_never_loaded_is_refused_at_injection_with_what_to_do(how, options):
+    """Was accepted without a word: the forward and a train step ran on the meta device (a loss with no value), and
+    only save_pretrained failed, inside torch ("Cannot copy out of meta tensor; no data!"). Refused at injection,
+    naming the first parameters left on the meta device and how many, and how to load them."""
+    base = never_loaded(how)
+    with pytest.raises(
+        ValueError, match=r"never loaded: 21 of its parameters.*\(model\.embed_tokens\.weight, .* and 18 more\)"
+    ) as error:
+        get_peft_model(base, UTReprogramConfig(**options))
+    for remedy in ("from_pretrained", "load_checkpoint_and_dispatch", "to_empty", "init_empty_weights"):
+        assert remedy in str(error.value)
+    assert no_adapter_on(base)
+
+
 @pytest.mark.parametrize("options", [{}, dict(task_vocab_size=6)])
-def test_a_saved_adapter_loads_onto_an_offloaded_e_and_u_with_low_cpu_mem_usage_only(saved_base, options):
+def test_a_saved_adapter_loads_onto_an_offloaded_e_and_u_and_never_onto_a_base_never_loaded(saved_base, options):
     """peft's low_cpu_mem_usage load gives the adapter's E and U the saved tensors (it never reads the base's): it
-    worked and works; the plain load copied the meta base E and U first, then the load filled nothing (the first
-    forward failed inside torch), and it is refused, naming low_cpu_mem_usage=True."""
+    worked and works. The plain load (which copies the base's E and U, then loads the saved tensors over them) was
+    refused on an offloaded E and U, and now works too. Onto a base never loaded, both are refused."""
     trained = trained_adapter(tiny_model("llama"), **options)
     trained.save_pretrained(saved_base / "adapter")
     ids = IDS % 6
-    for base in (offloaded(saved_base, "model.embed_tokens", "lm_head"), offloaded_by_hooks("model.embed_tokens")):
-        with pytest.raises(ValueError, match="model.embed_tokens.*meta device.*low_cpu_mem_usage=True"):
-            PeftModel.from_pretrained(base, saved_base / "adapter")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the frozen weights digest cannot be compared on the meta device
-        loaded = PeftModel.from_pretrained(
-            offloaded_by_hooks("model.embed_tokens", "lm_head"), saved_base / "adapter", low_cpu_mem_usage=True
-        )
-    torch.testing.assert_close(loaded(input_ids=ids).logits, trained(input_ids=ids).logits)
+    for low_cpu_mem_usage in (False, True):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the frozen weights digest cannot be compared on the meta device
+            loaded = PeftModel.from_pretrained(
+                offloaded_by_hooks("model.embed_tokens", "lm_head"),
+                saved_base / "adapter",
+                low_cpu_mem_usage=low_cpu_mem_usage,
+            )
+        torch.testing.assert_close(loaded(input_ids=ids).logits, trained(input_ids=ids).logits)
+        with pytest.raises(ValueError, match="never loaded"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the digest check's, which comes first: no weights to compare
+            PeftModel.from_pretrained(
+                never_loaded("meta device"), saved_base / "adapter", low_cpu_mem_usage=low_cpu_mem_usage
+            )
 
 
-def test_a_whole_base_on_the_meta_device_with_a_task_vocabulary_gets_the_adapter_made_in_memory_on_meta():
+def test_a_whole_base_on_the_meta_device_with_a_task_vocabulary_gets_the_adapter_made_in_memory_on_meta(fsdp_rank):
     """A base wholly on the meta device (the other ranks of FSDP's cpu_ram_efficient_loading, whose values come from
     rank 0) stays allowed, a task vocabulary too: its draw read the base's scale (Tensor.item() on a meta tensor,
     which failed); on the meta device it is left to the values that come later."""
@@ -144,8 +252,8 @@ def test_a_base_materialised_before_get_peft_model_gets_the_adapter_of_its_weigh
     weights = tiny_model("llama").state_dict()
     with torch.device("meta"):
         base = transformers.AutoModelForCausalLM.from_config(tiny_config("llama"))
-    base.model.layers.to_empty(device="cpu")  # a base whose E and U alone are still on the meta device
-    with pytest.raises(ValueError, match="model.embed_tokens.*meta device"):
+    base.model.layers.to_empty(device="cpu")  # a base whose layers alone were materialised
+    with pytest.raises(ValueError, match=r"never loaded: 3 of its parameters.*model\.embed_tokens\.weight"):
         get_peft_model(base, UTReprogramConfig())
     base.to_empty(device="cpu")
     base.load_state_dict(weights)

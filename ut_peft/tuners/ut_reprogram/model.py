@@ -18,6 +18,7 @@ import torch
 from peft.tuners.tuners_utils import BaseTuner
 from torch import nn
 
+from ...devices import holds_own_offloaded_weights, never_loaded_parameters, onloaded, weights_come_later
 from .config import UTReprogramConfig, check_adapter_weights
 from .fingerprint import (
     ADAPTER_PREFIX,
@@ -576,31 +577,62 @@ class UTReprogramModel(BaseTuner):
             peft_config.backbone = self._backbone_record(model, peft_config, base_vocab)
 
     def _refuse_meta_bases(self, model: nn.Module, wrapped: list[tuple[nn.Module, str]]) -> None:
-        """Refuse, before anything is wrapped, a base E, U or learned positions on the meta device that the new
-        adapter starts from while the rest of the model is in memory (a device_map's disk or CPU offload).
+        """Refuse, before anything is wrapped, a base whose weights are on the meta device with nothing to fill them.
 
-        The adapter trains its own E and U, which start as copies of the base's (a task vocabulary or memory rows
-        are drawn at the base's scale), and accelerate's offload brings the base's values into the module for its
-        own forward only: the adapter was made of meta tensors, and the first forward failed inside torch ("Tensor
-        on device meta is not on the expected device"). Left alone: a load with ``low_cpu_mem_usage=True``, whose
-        tensors come from the saved adapter and never from the base; a base wholly on the meta device (the other
-        ranks of FSDP's ``cpu_ram_efficient_loading``, which get every value from rank 0, the adapter's too); the
-        placeholders of ``release_base_embeddings``, which no adapter reads.
+        Weights never loaded (a model built under ``torch.device("meta")`` or ``accelerate.init_empty_weights()``
+        and never given its weights): an adapter on them would run its forward and backward on the meta device
+        without a word (a loss with no value) and fail only at ``save_pretrained``, inside torch ("Cannot copy out of
+        meta tensor"). Weights that accelerate's offload holds are the base's, on the meta device between forwards
+        (:func:`ut_peft.devices.never_loaded_parameters` tells them apart).
+
+        A base E, U or learned positions that the new adapter starts from and that accelerate offloads (a
+        ``device_map``, ``cpu_offload``, ``dispatch_model``) is read from the offload while the adapter is made
+        (``_create_and_replace``): the adapter trains its own E and U, which start as copies of the base's, and
+        accelerate brings the base's values into the module for its own forward only (an adapter copied from the
+        meta device would have no values, and its first forward fail inside torch). Refused: such a module offloaded
+        only within a block (by a hook on a module above it), whose values come in only with the whole block's.
+
+        Left alone: a base loaded on the meta device on purpose (the other ranks of FSDP's
+        ``cpu_ram_efficient_loading``, which get every value from rank 0, the adapter's too); for E and U, a load with
+        ``low_cpu_mem_usage=True``, whose tensors come from the saved adapter and never from the base; the tensors of
+        ut-peft's layers already on the model (adapters, whose ``low_cpu_mem_usage=True`` tensors a load fills, and
+        the placeholders of ``release_base_embeddings``, which no adapter reads).
         """
-        if getattr(self, "_ut_low_cpu_mem_usage", False) or base_embeddings_released(model):
-            return
-        on_meta = [module for module, _ in wrapped if base_of(module).weight.device.type == "meta"]
-        if not on_meta or all(p.device.type == "meta" for p in model.parameters()):
+        if weights_come_later():
             return
         names = {id(module): name for name, module in model.named_modules()}
+        ours = {id(p) for _, layer in _wrapped_layers(model) for p in layer.parameters()}
+        missing = never_loaded_parameters(model, skip=ours)
+        if missing:
+            raise ValueError(
+                f"the base model's weights were never loaded: {len(missing)} of its parameters are on the meta "
+                f"device with no accelerate offload holding their values ({_listed(missing)}), as for a model built "
+                "under torch.device('meta') or accelerate.init_empty_weights(); an adapter on it would train and "
+                "save nothing real. Load the weights first: build the model with from_pretrained(...), or load a "
+                "checkpoint into the empty model with accelerate.load_checkpoint_and_dispatch(model, checkpoint, "
+                "device_map=...), or model.to_empty(device=...) then model.load_state_dict(weights); or build it "
+                "without the meta device (from_config outside init_empty_weights)."
+            )
+        if getattr(self, "_ut_low_cpu_mem_usage", False) or base_embeddings_released(model):
+            return
+        # An offload hook on the module itself brings its values in for the copy (_create_and_replace); one on a
+        # block above it would bring in the whole block, which may not fit where it was offloaded from.
+        on_meta = [
+            module
+            for module, _ in wrapped
+            if base_of(module).weight.device.type == "meta" and not holds_own_offloaded_weights(base_of(module))
+        ]
+        if not on_meta:
+            return
         listed = " and ".join(repr(names.get(id(module), type(module).__name__)) for module in on_meta)
         raise ValueError(
-            f"the base model's {listed} {'is' if len(on_meta) == 1 else 'are'} on the meta device (offloaded by a "
-            "device_map, or never loaded) while the rest of the model is in memory: a UT_REPROGRAM adapter trains "
-            "its own E and U (and learned positions), which start from the base's values, so these must be in "
-            "memory when the adapter is made. Load the base without offloading them (a device_map that puts them on "
-            "a device, not 'disk' or an offloaded 'cpu'), or materialise them first: model.to_empty(device=...), "
-            "then model.load_state_dict(weights), then get_peft_model. A saved adapter loads onto this base without "
+            f"the base model's {listed} {'is' if len(on_meta) == 1 else 'are'} offloaded to the meta device within a "
+            "block (an accelerate offload hook on a module that holds them, not on them): a UT_REPROGRAM adapter "
+            "trains its own E and U (and learned positions), which start from the base's values, and bringing those "
+            "in would bring in the whole block. Offload them as modules of their own (a device_map that names "
+            "them, or accelerate's cpu_offload on them: their values are then read for the copy), or load the base "
+            "without offloading them, or materialise them first: model.to_empty(device=...), then "
+            "model.load_state_dict(weights), then get_peft_model. A saved adapter loads onto this base without "
             "reading the base's values: PeftModel.from_pretrained(model, folder, low_cpu_mem_usage=True)."
         )
 
@@ -734,12 +766,15 @@ class UTReprogramModel(BaseTuner):
                 target, adapter_name
             )
         keep_tied = self._keeps_tied(peft_config)
-        tensors = initial_tensors(peft_config, role, new_module.get_base_layer(), keep_tied)
-        if role == OUTPUT:
-            tensors["tied_to"] = self.model.get_input_embeddings() if keep_tied else None
-        new_module.update_layer(adapter_name, **tensors)
-        if new_module is not target:
-            self._replace_module(parent, target_name, new_module, target)
+        # An offloaded base (_refuse_meta_bases) in memory while the adapter is made: its values are what the adapter
+        # starts from, and its device the one peft's _replace_module puts the adapter on (else the meta device).
+        with onloaded(new_module.get_base_layer()):
+            tensors = initial_tensors(peft_config, role, new_module.get_base_layer(), keep_tied)
+            if role == OUTPUT:
+                tensors["tied_to"] = self.model.get_input_embeddings() if keep_tied else None
+            new_module.update_layer(adapter_name, **tensors)
+            if new_module is not target:
+                self._replace_module(parent, target_name, new_module, target)
 
     def inject_adapter(self, model: nn.Module, adapter_name: str, *args, **kwargs) -> None:
         # Whether the adapter's tensors come from a saved adapter rather than from the base (_refuse_meta_bases),
