@@ -41,7 +41,7 @@ def test_the_tables_never_see_their_held_out_strings_and_the_report_says_how_man
     assert khop_baselines.agreement(pool, held_out, answers) == khop_baselines.agreement(kept, held_out, answers)
     tables = tmp_path / "r.json"
     text = khop_baselines.report(length=6, train=2000, evaluation=200, out=tmp_path / "r.md", tables_json=tables)
-    assert f"{removed} of the 2000 training strings were also held out" in text
+    assert f"{removed} of the 2000 training strings drawn were also held out" in text
     assert json.loads(tables.read_text())[khop_baselines.REMOVED] == removed
 
 
@@ -63,6 +63,39 @@ def test_the_tables_are_fitted_on_the_strings_a_run_keeps_of_its_pool():
     assert removed > 0
     # The run's pool is the drawn strings it keeps, then fresh draws in place of the ones it left out.
     assert khop_baselines.strings(pool)[: len(kept)] == kept
+
+
+def test_the_report_fits_its_tables_on_the_pool_a_run_of_the_same_settings_trains_on(tmp_path):
+    """Was fitted on what the drawn strings left once the held-out ones were out (at 6 letters 2 655 of 20 000), while
+    a run's pool refills itself to its full size with fresh draws that are not held out: the reference the runs are
+    compared with was fitted on fewer and other strings than they train on."""
+    settings = RunSettings(task="khop", khop_length=6, train_examples=2000, eval_examples=200, seed=1,
+                           fresh_data=False, pool_excludes_held_out=True)  # fmt: skip
+    run_pool, run_held_out, _, _ = task_data(settings)
+    run_pool, run_held_out = khop_baselines.strings(run_pool), khop_baselines.strings(run_held_out)
+    tables = tmp_path / "r.json"
+    khop_baselines.report(length=6, train=2000, evaluation=200, seed=1, out=tmp_path / "r.md", tables_json=tables)
+    written = json.loads(tables.read_text())
+    replaced = written.pop(khop_baselines.REMOVED)
+    expected = khop_baselines.baselines(run_pool, run_held_out)
+    assert written == {name: {str(k): v for k, v in scores.items()} for name, scores in expected.items()}
+    pool, held_out, counted = khop_baselines.training_pool(
+        ks=[1, 2, 3, 4], length=6, train=2000, evaluation=200, seed=1
+    )
+    assert len(pool) == 2000 and pool == run_pool and held_out == run_held_out
+    drawn = khop_baselines.strings(khop_dataset(2000, length=6, seed=2))
+    assert counted == replaced == khop_baselines.without_held_out(drawn, held_out)[1] > 0
+
+
+def test_at_32_letters_the_pool_is_the_drawn_strings_as_the_committed_tables_were_fitted_on():
+    # Two strings of 32 letters almost never coincide: no drawn string is replaced, so the tables fitted before the
+    # pool was a run's (results/universal/khop-baselines*.md, their JSON) are those of the run's pool.
+    pool, held_out, replaced = khop_baselines.training_pool(
+        ks=[1, 2, 3, 4], length=32, train=20000, evaluation=2000, seed=0
+    )
+    assert replaced == 0
+    assert pool == khop_baselines.strings(khop_dataset(20000, length=32, seed=0))
+    assert held_out == khop_baselines.strings(khop_dataset(2000, length=32, seed=1))
 
 
 def test_a_pool_of_held_out_strings_alone_is_refused():

@@ -2,18 +2,22 @@
 
 Each baseline is the Bayes-optimal lookup table for a feature set that a transformer gets without any content-based
 attention: it is fitted (the majority answer per feature value) on training strings of the k-hop runs and scored on
-their held-out strings, with the runs' scoring (every position but the last, per k). A training string with the
-letters of a held-out one, whatever its k, is left out of the fit (:func:`without_held_out`), as the runs leave it out
-of their training: a table that has seen its test strings scores memory of them as well as what its features predict
-(at short lengths most held-out strings are among the training ones). A model whose accuracy sits at one of these
-rows has learned no more than that feature set; an induction head (k = 1) has to beat "previous letters + letters seen
-so far". :func:`agreement` compares a run's answers (from its last checkpoint) with each table's: how often it gives
-the table's answer, and how accurate it is where the table is wrong (what it knows beyond the table).
+their held-out strings, with the runs' scoring (every position but the last, per k). The report's tables are fitted on
+the pool a fixed-pool run of the same settings trains on (:func:`training_pool`, built by the runs' own
+``training.task_data``): a drawn string with the letters of a held-out one, whatever its k, gives its place to a fresh
+draw that has none, so the pool keeps its size. A table that has seen its test strings scores memory of them as well
+as what its features predict (at short lengths most held-out strings are among the drawn ones), and :func:`baselines`
+and :func:`agreement` leave such a string out of whatever strings they are given (:func:`without_held_out`). A model
+whose accuracy sits at one of these rows has learned no more than that feature set; an induction head (k = 1) has to
+beat "previous letters + letters seen so far". :func:`agreement` compares a run's answers (from its last checkpoint)
+with each table's: how often it gives the table's answer, and how accurate it is where the table is wrong (what it
+knows beyond the table).
 ``recipes/khop_baselines.py`` is the command line.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections import Counter, defaultdict
 from collections.abc import Hashable, Sequence
@@ -23,11 +27,20 @@ from typing import Any
 import torch
 
 from ..io import atomic_write_text
-from .khop import hop, khop_dataset
-from .training import RunSettings, TrainingData, build_model, collate, settings_as_run, task_data
+from .khop import hop
+from .training import (
+    RunSettings,
+    TrainingData,
+    build_model,
+    collate,
+    settings_as_run,
+    string_key,
+    task_data,
+)
 
 NONE = 5  # khop_vocab(): pad, a..d, <none>
-# The key of the tables' JSON that holds how many training strings were left out as held-out ones.
+# The key of the tables' JSON that holds how many drawn training strings were held-out ones: removed from the draw
+# and replaced in the pool by fresh draws (:func:`training_pool`).
 REMOVED = "training strings removed (also held out)"
 
 
@@ -145,6 +158,30 @@ def model_predictions(run_dir: Path) -> tuple[list, list[list[int]], int]:
     return strings(rows), answers, step
 
 
+def training_pool(*, ks, length: int, train: int, evaluation: int, seed: int) -> tuple[list, list, int]:
+    """(pool, held_out, replaced): (k, x) of the ``train`` strings a fixed-pool run of these settings trains on, of
+    its ``evaluation`` held-out strings, and how many of the strings drawn for the pool had a held-out string's
+    letters and were replaced by fresh draws (the pool of ``training.task_data``, which builds the run's, so the
+    tables are fitted on the very strings such a run sees)."""
+    # batch_size does not enter the pool; 1 lets a pool smaller than a run's batch (a quick report) through.
+    settings = RunSettings(
+        task="khop",
+        khop_ks=list(ks),
+        khop_length=length,
+        train_examples=train,
+        eval_examples=evaluation,
+        seed=seed,
+        fresh_data=False,
+        pool_excludes_held_out=True,
+        batch_size=1,
+    )
+    pool, held_out, _, _ = task_data(settings)
+    drawn, _, _, _ = task_data(dataclasses.replace(settings, pool_excludes_held_out=False))
+    held = {string_key("khop", row) for row in held_out}
+    replaced = sum(string_key("khop", row) in held for row in drawn)
+    return strings(pool), strings(held_out), replaced
+
+
 def training_strings(settings: RunSettings) -> list:
     """(k, x) of the strings a run trained on: its fixed pool, or (fresh data) the first ``train_examples`` strings
     its steps drew, in order."""
@@ -201,13 +238,11 @@ def report(
     tables_json: Path | None = None,
     command: str = "",
 ) -> str:
-    """The lookup tables for strings of ``length`` with ``ks`` mixed (fitted on ``train`` strings of seed 2 * seed
-    less the held-out ones, scored on ``evaluation`` strings of seed 2 * seed + 1, as the runs' splits), and for each
-    run folder in ``run_dirs`` its agreement with them; written to ``out`` (and the tables alone, with how many
+    """The lookup tables for strings of ``length`` with ``ks`` mixed (fitted on the ``train`` strings of a fixed-pool
+    run of seed ``seed``, :func:`training_pool`, and scored on its ``evaluation`` held-out strings), and for each run
+    folder in ``run_dirs`` its agreement with them; written to ``out`` (and the tables alone, with how many drawn
     training strings were held-out ones, to ``tables_json``)."""
-    make = lambda n, s: strings(khop_dataset(n, ks=ks, length=length, seed=s))  # noqa: E731
-    held_out = make(evaluation, 2 * seed + 1)
-    pool, removed = without_held_out(make(train, 2 * seed), held_out)
+    pool, held_out, removed = training_pool(ks=ks, length=length, train=train, evaluation=evaluation, seed=seed)
     result = baselines(pool, held_out)
     measured = sorted(k for k in next(iter(result.values())) if k != "all")
     lines = [
@@ -215,8 +250,9 @@ def report(
         f"{train} training strings, {evaluation} held-out, seed {seed}); token accuracy (%), "
         "every position but the last.",
         "",
-        f"{removed} of the {train} training strings were also held out (a held-out string's letters, under any k) and "
-        "are left out of the tables' fit.",
+        f"{removed} of the {train} training strings drawn were also held out (a held-out string's letters, under any "
+        "k) and gave their place to fresh draws that are not, as in a run's pool: the tables are fitted on the "
+        f"{train} strings a fixed-pool run of these settings trains on.",
         "",
         "| features | " + " | ".join(f"k={k}" for k in measured) + " | all |",
         "|---|" + "---|" * (len(measured) + 1),
@@ -260,6 +296,7 @@ __all__ = [
     "fit",
     "model_predictions",
     "report",
+    "training_pool",
     "training_strings",
     "without_held_out",
 ]
