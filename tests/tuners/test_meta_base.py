@@ -208,6 +208,20 @@ def test_a_base_whose_weights_were_never_loaded_is_refused_at_injection_with_wha
     assert no_adapter_on(base)
 
 
+def test_a_universal_backbone_built_on_the_meta_device_is_refused_as_well():
+    """ut-peft's universal backbones draw their frozen weights from the config's seed when they are built, which on
+    the meta device draws nothing: refused like any other base never loaded."""
+    from ut_peft.universal.configuration import UniversalTransformerConfig
+    from ut_peft.universal.modeling import UniversalTransformerForCausalLM
+
+    config = UniversalTransformerConfig(vocab_size=7, hidden_size=24, num_hidden_layers=2, num_attention_heads=2)
+    with torch.device("meta"):
+        base = UniversalTransformerForCausalLM(config)
+    with pytest.raises(ValueError, match=r"never loaded: \d+ of its parameters"):
+        get_peft_model(base, UTReprogramConfig())
+    assert no_adapter_on(base)
+
+
 @pytest.mark.parametrize("options", [{}, dict(task_vocab_size=6)])
 def test_a_saved_adapter_loads_onto_an_offloaded_e_and_u_and_never_onto_a_base_never_loaded(saved_base, options):
     """peft's low_cpu_mem_usage load gives the adapter's E and U the saved tensors (it never reads the base's): it
