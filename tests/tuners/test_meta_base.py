@@ -239,11 +239,38 @@ def test_a_saved_adapter_loads_onto_an_offloaded_e_and_u_and_never_onto_a_base_n
                 low_cpu_mem_usage=low_cpu_mem_usage,
             )
         torch.testing.assert_close(loaded(input_ids=ids).logits, trained(input_ids=ids).logits)
-        with pytest.raises(ValueError, match="never loaded"), warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # the digest check's, which comes first: no weights to compare
+        with pytest.raises(ValueError, match="never loaded"):
             PeftModel.from_pretrained(
                 never_loaded("meta device"), saved_base / "adapter", low_cpu_mem_usage=low_cpu_mem_usage
             )
+
+
+def frozen_weights_warnings(caught) -> list[str]:
+    return [str(w.message) for w in caught if "cannot compare this base's frozen weights" in str(w.message)]
+
+
+@pytest.mark.parametrize("low_cpu_mem_usage", [False, True])
+def test_a_load_onto_a_base_never_loaded_is_refused_without_the_offload_warning(saved_base, low_cpu_mem_usage):
+    """Was refused only after a warning that the frozen weights "cannot [be compared] (some are offloaded to the
+    meta device ...)": nothing was offloaded, and the load did not go on. The refusal now comes first; a base whose
+    frozen weights are offloaded still gets the warning (their digest cannot be taken), and the load goes on."""
+    trained = trained_adapter(tiny_model("llama"))
+    trained.save_pretrained(saved_base / "adapter")
+    with warnings.catch_warnings(record=True) as caught, pytest.raises(ValueError, match="never loaded"):
+        warnings.simplefilter("always")
+        PeftModel.from_pretrained(
+            never_loaded("meta device"), saved_base / "adapter", low_cpu_mem_usage=low_cpu_mem_usage
+        )
+    assert frozen_weights_warnings(caught) == []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        loaded = PeftModel.from_pretrained(
+            offloaded_by_hooks("model.layers.0.mlp.up_proj"),
+            saved_base / "adapter",
+            low_cpu_mem_usage=low_cpu_mem_usage,
+        )
+    assert len(frozen_weights_warnings(caught)) == 1
+    torch.testing.assert_close(loaded(input_ids=IDS).logits, trained(input_ids=IDS).logits)
 
 
 def test_a_whole_base_on_the_meta_device_with_a_task_vocabulary_gets_the_adapter_made_in_memory_on_meta(fsdp_rank):

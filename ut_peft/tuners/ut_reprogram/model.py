@@ -373,6 +373,9 @@ class UTReprogramModel(BaseTuner):
     def _check_new_adapter_config(self, config: UTReprogramConfig) -> None:
         """peft's hook for a new adapter: refuse a config this model cannot carry, before anything is wrapped."""
         super()._check_new_adapter_config(config)
+        # First: every check below reads the base's weights (its shapes, tying, the digest of its frozen weights),
+        # and the digest's "cannot compare" warning would name offloaded weights where none are and nothing follows.
+        self._refuse_never_loaded(self.model)
         other_vocab = {c.task_vocab_size for c in self.peft_config.values() if c is not config}
         if other_vocab and other_vocab != {config.task_vocab_size}:
             raise ValueError(
@@ -576,31 +579,22 @@ class UTReprogramModel(BaseTuner):
             # Built from a config, not loaded: record what rebuilds the frozen base (backbone + adapter = the model).
             peft_config.backbone = self._backbone_record(model, peft_config, base_vocab)
 
-    def _refuse_meta_bases(self, model: nn.Module, wrapped: list[tuple[nn.Module, str]]) -> None:
-        """Refuse, before anything is wrapped, a base whose weights are on the meta device with nothing to fill them.
+    def _refuse_never_loaded(self, model: nn.Module) -> None:
+        """Refuse a base whose weights are on the meta device with nothing to fill them, before anything reads them
+        (:meth:`_check_new_adapter_config`).
 
         Weights never loaded (a model built under ``torch.device("meta")`` or ``accelerate.init_empty_weights()``
         and never given its weights): an adapter on them would run its forward and backward on the meta device
         without a word (a loss with no value) and fail only at ``save_pretrained``, inside torch ("Cannot copy out of
         meta tensor"). Weights that accelerate's offload holds are the base's, on the meta device between forwards
-        (:func:`ut_peft.devices.never_loaded_parameters` tells them apart).
-
-        A base E, U or learned positions that the new adapter starts from and that accelerate offloads (a
-        ``device_map``, ``cpu_offload``, ``dispatch_model``) is read from the offload while the adapter is made
-        (``_create_and_replace``): the adapter trains its own E and U, which start as copies of the base's, and
-        accelerate brings the base's values into the module for its own forward only (an adapter copied from the
-        meta device would have no values, and its first forward fail inside torch). Refused: such a module offloaded
-        only within a block (by a hook on a module above it), whose values come in only with the whole block's.
-
-        Left alone: a base loaded on the meta device on purpose (the other ranks of FSDP's
-        ``cpu_ram_efficient_loading``, which get every value from rank 0, the adapter's too); for E and U, a load with
-        ``low_cpu_mem_usage=True``, whose tensors come from the saved adapter and never from the base; the tensors of
-        ut-peft's layers already on the model (adapters, whose ``low_cpu_mem_usage=True`` tensors a load fills, and
-        the placeholders of ``release_base_embeddings``, which no adapter reads).
+        (:func:`ut_peft.devices.never_loaded_parameters` tells them apart). Left alone: a base loaded on the meta
+        device on purpose (the other ranks of FSDP's ``cpu_ram_efficient_loading``, which get every value from rank
+        0, the adapter's too); the tensors of ut-peft's layers already on the model (adapters, whose
+        ``low_cpu_mem_usage=True`` tensors a load fills, and the placeholders of ``release_base_embeddings``, which
+        no adapter reads).
         """
         if weights_come_later():
             return
-        names = {id(module): name for name, module in model.named_modules()}
         ours = {id(p) for _, layer in _wrapped_layers(model) for p in layer.parameters()}
         missing = never_loaded_parameters(model, skip=ours)
         if missing:
@@ -613,8 +607,28 @@ class UTReprogramModel(BaseTuner):
                 "device_map=...), or model.to_empty(device=...) then model.load_state_dict(weights); or build it "
                 "without the meta device (from_config outside init_empty_weights)."
             )
+
+    def _refuse_meta_bases(self, model: nn.Module, wrapped: list[tuple[nn.Module, str]]) -> None:
+        """Refuse, before anything is wrapped, a base E, U or learned positions on the meta device that the new
+        adapter cannot start from (weights never loaded were refused already, :meth:`_refuse_never_loaded`).
+
+        A base E, U or learned positions that the new adapter starts from and that accelerate offloads (a
+        ``device_map``, ``cpu_offload``, ``dispatch_model``) is read from the offload while the adapter is made
+        (``_create_and_replace``): the adapter trains its own E and U, which start as copies of the base's, and
+        accelerate brings the base's values into the module for its own forward only (an adapter copied from the
+        meta device would have no values, and its first forward fail inside torch). Refused: such a module offloaded
+        only within a block (by a hook on a module above it), whose values come in only with the whole block's.
+
+        Left alone: a base loaded on the meta device on purpose (the other ranks of FSDP's
+        ``cpu_ram_efficient_loading``, which get every value from rank 0, the adapter's too); a load with
+        ``low_cpu_mem_usage=True``, whose tensors come from the saved adapter and never from the base; the
+        placeholders of ``release_base_embeddings``, which no adapter reads.
+        """
+        if weights_come_later():
+            return
         if getattr(self, "_ut_low_cpu_mem_usage", False) or base_embeddings_released(model):
             return
+        names = {id(module): name for name, module in model.named_modules()}
         # An offload hook on the module itself brings its values in for the copy (_create_and_replace); one on a
         # block above it would bring in the whole block, which may not fit where it was offloaded from.
         on_meta = [
