@@ -365,6 +365,14 @@ _OTHER_WEIGHTS_NOTE = (
     "These results were measured on earlier weights of this adapter (weights file sha256 {digest}...), not on the "
     "weights saved here: they are not these weights' results until save_model_card is called again with new metrics."
 )
+# Where the weights saved with the card were saved by a path that records no digest (transformers' save_pretrained
+# of a model carrying the adapter): they may be the measured weights or others, and nothing tells which.
+_UNRECORDED_WEIGHTS_NOTE = (
+    "These results were measured on weights of this adapter with weights file sha256 {digest}..., and the weights "
+    "saved here were saved without a record of theirs (not by PeftModel.save_pretrained): they are not known to be "
+    "these weights' results until the adapter is saved with PeftModel.save_pretrained, which records its weights, "
+    "or save_model_card is called again with new metrics."
+)
 
 
 def _weights_digest(adapter_config: Mapping[str, Any]) -> Optional[str]:
@@ -390,7 +398,9 @@ def _metrics_weights(
     return given.get("metrics_weights") or kept.get("metrics_weights")
 
 
-def note_results_of_other_weights(card: ModelCard, adapter_config: Mapping[str, Any]) -> Optional[str]:
+def note_results_of_other_weights(
+    card: ModelCard, adapter_config: Mapping[str, Any], *, weights_unrecorded: bool = False
+) -> Optional[str]:
     """Decide whether ``card``'s results were measured on the weights saved with ``adapter_config``, and make the
     card say so. The one place that decides it, for a card as it is rendered (:func:`render_model_card`), rendered
     again at a save or a push (:func:`update_model_card`), and once a save has recorded the digest of the weights it
@@ -402,17 +412,28 @@ def note_results_of_other_weights(card: ModelCard, adapter_config: Mapping[str, 
     user's words) but says under its results heading that they were measured on earlier weights, and has no
     model-index (``eval_results``, ``model_name``), which the Hub would list as these weights' results; the digest
     they were measured on is returned. Where they are the same weights, or either digest is not known, the card is
-    left as it is and None is returned. Marking a card again changes nothing."""
+    left as it is and None is returned. Marking a card again changes nothing.
+
+    ``weights_unrecorded``: the config records no digest because its weights were saved by a path that records none
+    (transformers' ``save_pretrained`` of a model carrying the adapter, or a folder such a save left), not because
+    ``PeftModel.save_pretrained`` is still writing them (it records them once written). Those weights may be others
+    than the measured ones, so the card's results are not known to be theirs: it says so and has no model-index."""
     stored = card.data.get(CARD_INPUTS_KEY)
     stored = stored if isinstance(stored, Mapping) else {}
     measured, current = stored.get("metrics_weights"), _weights_digest(adapter_config)
-    if not (stored.get("metrics") and isinstance(measured, str) and measured and current and measured != current):
+    if not (stored.get("metrics") and isinstance(measured, str) and measured):
+        return None
+    if current is None and weights_unrecorded:
+        note = _UNRECORDED_WEIGHTS_NOTE
+    elif current is not None and current != measured:
+        note = _OTHER_WEIGHTS_NOTE
+    else:
         return None
     lines = _without_other_weights_note(card.text.splitlines())
     spans = _spans(lines)
     if _RESULTS_HEADING in spans:
         at = spans[_RESULTS_HEADING][0] + 1
-        lines[at:at] = ["", _OTHER_WEIGHTS_NOTE.format(digest=measured[:12])]
+        lines[at:at] = ["", note.format(digest=measured[:12])]
     card.text = "\n".join(lines) + ("\n" if card.text.endswith("\n") else "")
     card.data["eval_results"] = None
     card.data["model_name"] = None
@@ -420,13 +441,13 @@ def note_results_of_other_weights(card: ModelCard, adapter_config: Mapping[str, 
 
 
 def _without_other_weights_note(lines: list[str]) -> list[str]:
-    """``lines`` without the note :func:`note_results_of_other_weights` puts under the results heading (and the
-    blank line it adds after it)."""
-    prefix = _OTHER_WEIGHTS_NOTE.split("{", 1)[0]
+    """``lines`` without the note :func:`note_results_of_other_weights` puts under the results heading (either
+    one, and the blank line it adds after it)."""
+    prefixes = tuple(note.split("{", 1)[0] for note in (_OTHER_WEIGHTS_NOTE, _UNRECORDED_WEIGHTS_NOTE))
     out: list[str] = []
     skip_blank = False
     for line in lines:
-        if line.startswith(prefix):
+        if line.startswith(prefixes):
             skip_blank = True
             continue
         if not (skip_blank and not line.strip()):
@@ -709,15 +730,22 @@ def _with_added_sections(ours, old: dict[str, list[str]], skip) -> None:
         ours.text = "\n".join(lines[:at] + [block + "\n" for block in extra] + lines[at:])
 
 
-def _render_from_inputs(adapter_config: Mapping[str, Any], card: ModelCard, kept: dict, given: Mapping[str, Any]):
+def _render_from_inputs(
+    adapter_config: Mapping[str, Any],
+    card: ModelCard,
+    kept: dict,
+    given: Mapping[str, Any],
+    weights_unrecorded: bool = False,
+):
     """The adapter's card, rendered anew from the inputs ``card`` keeps in its metadata (``kept``: its title,
     repository, training and results tables: nothing is read back out of its markdown) with ``given`` (values
     passed now, which win) over them, and with the sections its user added. What its user edited by hand stays as
     they left it: a title or a table that is not the one the kept inputs render is kept as it is, as it reads on
     the card, unless ``given`` names it. The default title (no title or repository given before) is no edit: a
     repository given now titles the card, as it titles a new one. Metrics given now are of the adapter's weights
-    now; kept ones, of the weights they were given for (a note says so where those are others; none kept is not
-    known, :func:`_metrics_weights`)."""
+    now; kept ones, of the weights they were given for (a note says so where those are others, or where the
+    weights are ``weights_unrecorded``, :func:`note_results_of_other_weights`; none kept is not known,
+    :func:`_metrics_weights`)."""
     inputs = {**kept, **given, "metrics_weights": _metrics_weights(adapter_config, kept, given)}
     ours = _render_card(
         adapter_config, {k: v for k, v in inputs.items() if k != "metrics_weights"}, inputs["metrics_weights"]
@@ -737,7 +765,8 @@ def _render_from_inputs(adapter_config: Mapping[str, Any], card: ModelCard, kept
         if "\n".join(_without_other_weights_note(lines[start:end])).rstrip() != "\n".join(mine).rstrip():
             lines[start:end] = mine
     ours.text = "\n".join(lines)
-    other_weights = note_results_of_other_weights(ours, adapter_config)  # under a results table put back as well
+    # Under a results table put back as well.
+    other_weights = note_results_of_other_weights(ours, adapter_config, weights_unrecorded=weights_unrecorded)
     # The metadata of the results table as the card has it, unless what it is rendered from was given now, or the
     # results are of other weights (the Hub would list them as this model's).
     if not given.keys() & {"title", "repo_id", "metrics", "eval_dataset"} and not other_weights:
@@ -836,6 +865,7 @@ def update_model_card(
     saved_into: Union[str, os.PathLike, None] = None,
     tags_before_save: Optional[list[str]] = None,
     peft_tags: Optional[list[str]] = None,
+    weights_unrecorded: bool = False,
     **card_kwargs,
 ) -> Optional[ModelCard]:
     """Make ``folder/README.md``, which peft's ``save_pretrained`` has just written (or a save wrote before a push),
@@ -861,6 +891,11 @@ def update_model_card(
     name holds a "/" deeper (``folder/team/mine/`` for "team/mine"): ``saved_into``, the folder the save was given,
     says where peft wrote its README (without it, one level up). ``after_save=False`` (a push, which follows no
     save) reads the folder's own card only: the card above is then another adapter's.
+
+    ``weights_unrecorded``: a config without ``weights_sha256`` is of weights saved by a path that records none (a
+    push of the folder, a config saved by another path than ``PeftModel.save_pretrained``), not of a save that
+    records them once written: kept results measured on recorded weights are then not known to be theirs
+    (:func:`note_results_of_other_weights`).
     """
     readme = Path(folder) / "README.md"
     own = ModelCard.load(readme) if readme.is_file() else None
@@ -880,7 +915,7 @@ def update_model_card(
     kept_tags = [] if inputs is None or "tags" in card_kwargs else list(inputs.get("tags") or [])
     added_tags, removed_tags = _users_tags(before, kept_tags) if before is not None else (set(), set())
     if own is not None and inputs is not None:  # a card ut-peft wrote, which keeps its inputs, with peft's updates
-        card = _render_from_inputs(adapter_config, own, inputs, card_kwargs)
+        card = _render_from_inputs(adapter_config, own, inputs, card_kwargs, weights_unrecorded)
     elif own is not None and "ut-peft" in own.text and not card_kwargs:
         card = _render_again(adapter_config, own)  # a card ut-peft wrote before it kept its inputs: the fallback
     else:  # peft's own template, or a subfolder's first card (the card above may be another adapter's)
@@ -1033,7 +1068,10 @@ def _card_to_push(adapter_config: Mapping[str, Any], folder: Union[str, os.PathL
     """The folder's card brought up to date, as save_pretrained does it (what its user added stays), with
     ``card_kwargs`` (the push's repository among them); a new one where the folder has none."""
     try:
-        updated = update_model_card(adapter_config, folder, write=False, after_save=False, **card_kwargs)
+        # The folder is at rest: a config that records no weights was saved by a path that records none.
+        updated = update_model_card(
+            adapter_config, folder, write=False, after_save=False, weights_unrecorded=True, **card_kwargs
+        )
     except (ValueError, yaml.YAMLError):  # a README whose metadata is not YAML, or not a card's: a new card
         updated = None
     return str(updated if updated is not None else render_model_card(adapter_config, **card_kwargs))

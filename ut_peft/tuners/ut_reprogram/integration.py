@@ -491,7 +491,9 @@ def update_model_card(config, folder) -> None:
 
     saved_into, tags = _SAVE_DIRECTORY.get(), _CARD_TAGS.get()
     if saved_into is None or tags is None:  # a config saved by another path than PeftModel.save_pretrained
-        update(config.to_dict(), folder, saved_into=saved_into)
+        # That path records no sha256 of the weights it saves (transformers' save_pretrained writes them after the
+        # config, with no hook after): the card's results are not known to be theirs.
+        update(config.to_dict(), folder, saved_into=saved_into, weights_unrecorded=True)
         return
     if tags.by_peft is None:
         tags.by_peft = card_tags(os.path.join(saved_into, "README.md"))

@@ -1,0 +1,192 @@
+"""An adapter card's results across the save paths of the HF stack other than ``PeftModel.save_pretrained``.
+
+A card keeps, with the results its user gave it, the sha256 of the weights they were measured on; the adapter's
+config records the sha256 of the weights saved with it, which ``PeftModel.save_pretrained`` writes once the weights
+are written. A card whose results are of other weights says so and has no model-index (tests/test_hub.py -k
+earlier_weights). These tests save new weights into such a folder through the other paths a user takes: transformers'
+``save_pretrained`` of a model carrying the adapter (``PeftAdapterMixin``), the ``Trainer``'s ``save_model`` and
+checkpoints, and accelerate's ``unwrap_model(...).save_pretrained``, ``save_model`` and ``save_state``.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+from huggingface_hub import ModelCard
+from peft import get_peft_model
+
+from ut_peft import UTReprogramConfig, push_adapter_to_hub, random_backbone, save_model_card
+from ut_peft.testing import tiny_config
+
+MEASURED = "| accuracy | 0.9 |"
+
+
+def _bump(parameters) -> None:
+    """Move every trainable tensor, as further training would: the weights saved next are others."""
+    with torch.no_grad():
+        for parameter in parameters:
+            if parameter.requires_grad:
+                parameter.add_(0.5)
+
+
+def _card(folder: Path) -> ModelCard:
+    return ModelCard.load(folder / "README.md")
+
+
+def _results_note(card: ModelCard) -> list[str]:
+    """The lines of the card's "## Results" section that say its results may not be of the weights saved here."""
+    section = card.text.split("## Results\n", 1)[1].split("\n#", 1)[0]
+    return [line for line in section.splitlines() if line.startswith("These results were measured on")]
+
+
+def _measured_folder(folder: Path, earlier_weights_saved: bool):
+    """An adapter saved with PeftModel.save_pretrained and given results of its weights (the card vouches for them:
+    model-index); with ``earlier_weights_saved``, other weights saved over them since (the card says so)."""
+    model = get_peft_model(random_backbone(tiny_config("llama"), seed=0), UTReprogramConfig())
+    model.save_pretrained(folder)
+    save_model_card(folder, title="Mine", metrics={"accuracy": 0.9})
+    card = _card(folder)
+    assert card.data.eval_results and not _results_note(card)
+    if earlier_weights_saved:
+        _bump(model.parameters())
+        model.save_pretrained(folder)
+        card = _card(folder)
+        assert card.data.eval_results is None and len(_results_note(card)) == 1
+    return model
+
+
+@pytest.fixture
+def peft_version_check_lifted(monkeypatch):
+    """transformers 5 asks for peft >= 0.22 before it saves a model carrying an adapter (newer than the newest peft
+    installable here): lifted, what runs is transformers' own save over the real adapter, as with peft 0.22."""
+    import transformers.integrations.peft as transformers_peft
+
+    monkeypatch.setattr(transformers_peft, "check_peft_version", lambda *args, **kwargs: None)
+
+
+@pytest.mark.parametrize("earlier_weights_saved", [False, True])
+def test_transformers_save_pretrained_of_new_weights_does_not_give_them_the_cards_results(
+    peft_version_check_lifted, tmp_path, earlier_weights_saved
+):
+    """Was: transformers' ``model.save_pretrained(folder)`` of a model carrying the adapter (loaded with
+    ``load_adapter``, further trained) saves the config before the weights and records no sha256 of them; the card,
+    rendered again at the config's save, found the weights' digest unknown and left its results alone: it brought
+    model-index back (dropping the note that they were of earlier weights, where it had one), so the card and the Hub
+    gave results measured on other weights as these weights' results. The weights such a save writes are not known
+    to be the measured ones: the card keeps its table, says so under it, and has no model-index, also on a push of
+    the folder; a save with PeftModel.save_pretrained of the measured weights gives it its model-index back."""
+    folder = tmp_path / "out"
+    _measured_folder(folder, earlier_weights_saved)
+    measured = _card(folder).data["ut_peft"]["metrics_weights"]
+
+    model = random_backbone(tiny_config("llama"), seed=0)
+    model.load_adapter(str(folder))
+    _bump(model.parameters())
+    model.save_pretrained(folder)
+    assert json.loads((folder / "adapter_config.json").read_text()).get("weights_sha256") is None  # none recorded
+    card = _card(folder)
+    assert "# Mine" in card.text and MEASURED in card.text  # the user's table stays
+    note = _results_note(card)
+    assert len(note) == 1 and measured[:12] in note[0] and "PeftModel.save_pretrained" in note[0], card.text
+    assert card.data.eval_results is None and card.data.model_name is None
+    assert card.data["ut_peft"]["metrics_weights"] == measured  # still the digest they were measured on
+    pushed = ModelCard(push_adapter_to_hub(folder, "me/mine", dry_run=True).card)
+    assert len(_results_note(pushed)) == 1 and pushed.data.eval_results is None
+
+    # The measured weights (the first ones saved: an adapter made as they were) saved again with
+    # PeftModel.save_pretrained, which records them: the results are theirs again.
+    again = get_peft_model(random_backbone(tiny_config("llama"), seed=0), UTReprogramConfig())
+    again.save_pretrained(folder)
+    assert json.loads((folder / "adapter_config.json").read_text())["weights_sha256"]["adapter_model.safetensors"] == (
+        measured
+    )
+    card = _card(folder)
+    assert not _results_note(card) and card.data.eval_results[0].metric_value == 0.9
+
+
+def _trainer_save_model(model, folder: Path) -> None:
+    from transformers import Trainer, TrainingArguments
+
+    _bump(model.parameters())
+    Trainer(model=model, args=TrainingArguments(output_dir=str(folder), report_to=[], use_cpu=True)).save_model()
+
+
+def _accelerate_unwrap_save_pretrained(model, folder: Path) -> None:
+    from accelerate import Accelerator
+
+    accelerator = Accelerator(cpu=True)
+    prepared = accelerator.prepare(model)
+    _bump(prepared.parameters())
+    accelerator.unwrap_model(prepared).save_pretrained(folder)
+
+
+@pytest.mark.parametrize("save", [_trainer_save_model, _accelerate_unwrap_save_pretrained])
+@pytest.mark.parametrize("earlier_weights_saved", [False, True])
+def test_trainer_and_accelerate_saves_record_the_weights_and_the_card_says_whose_results_it_has(
+    tmp_path, save, earlier_weights_saved
+):
+    """The Trainer's save_model and accelerate's unwrap_model(...).save_pretrained save a PeftModel with
+    PeftModel.save_pretrained: the weights are recorded, and the card says its results are of earlier weights."""
+    folder = tmp_path / "out"
+    model = _measured_folder(folder, earlier_weights_saved)
+    save(model, folder)
+    assert json.loads((folder / "adapter_config.json").read_text())["weights_sha256"]
+    card = _card(folder)
+    assert MEASURED in card.text and len(_results_note(card)) == 1 and card.data.eval_results is None
+
+
+def test_trainer_checkpoints_record_their_weights_and_vouch_for_no_results(tmp_path):
+    """Each checkpoint-N folder holds the adapter as saved by PeftModel.save_pretrained: its weights recorded, and a
+    card without results (none were given for its weights)."""
+    from datasets import Dataset
+    from transformers import Trainer, TrainingArguments
+
+    folder = tmp_path / "out"
+    model = _measured_folder(folder, earlier_weights_saved=False)
+    args = TrainingArguments(
+        output_dir=str(folder),
+        report_to=[],
+        use_cpu=True,
+        max_steps=2,
+        save_steps=1,
+        per_device_train_batch_size=4,
+        learning_rate=0.1,
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        Trainer(
+            model=model,
+            args=args,
+            train_dataset=Dataset.from_list([{"input_ids": [1, 2, 3, 4], "labels": [1, 2, 3, 4]}] * 8),
+        ).train()
+    checkpoints = sorted(folder.glob("checkpoint-*"))
+    assert [c.name for c in checkpoints] == ["checkpoint-1", "checkpoint-2"]
+    for checkpoint in checkpoints:
+        assert json.loads((checkpoint / "adapter_config.json").read_text())["weights_sha256"]
+        card = _card(checkpoint)
+        assert MEASURED not in card.text and card.data.eval_results is None
+
+
+@pytest.mark.parametrize("method", ["save_model", "save_state"])
+def test_accelerate_save_model_and_save_state_leave_the_adapter_and_its_card_as_they_were(tmp_path, method):
+    """accelerate's save_model and save_state write the whole model's state (model.safetensors), not the adapter:
+    the adapter's files and its card, whose results are of those files' weights, stay as they were."""
+    from accelerate import Accelerator
+
+    folder = tmp_path / "out"
+    model = _measured_folder(folder, earlier_weights_saved=False)
+    before = {name: (folder / name).read_bytes() for name in ("README.md", "adapter_config.json")}
+    before["adapter_model.safetensors"] = (folder / "adapter_model.safetensors").read_bytes()
+    accelerator = Accelerator(cpu=True)
+    prepared = accelerator.prepare(model)
+    _bump(prepared.parameters())
+    if method == "save_model":
+        accelerator.save_model(prepared, folder)
+    else:
+        accelerator.save_state(str(folder))
+    assert (folder / "model.safetensors").is_file()
+    assert {name: (folder / name).read_bytes() for name in before} == before
