@@ -305,3 +305,91 @@ def test_a_base_materialised_before_get_peft_model_gets_the_adapter_of_its_weigh
     # to_empty leaves unset and no state dict holds: the base's own concern, not the adapter's).
     e, u = (model.get_input_embeddings().weight, model.get_output_embeddings().weight)
     assert torch.equal(e, weights["model.embed_tokens.weight"]) and torch.equal(u, weights["lm_head.weight"])
+
+
+# ---- a tied base offloaded by accelerate's hooks, which give E and U a Parameter each -----------------------------
+def tied_offloaded(how: str, folder, family: str = "llama"):
+    """The tiny tied ``family`` model offloaded by accelerate's hooks, ``how``: its E and U, one Parameter in memory,
+    are two on the meta device (values from the offload)."""
+    base = tiny_model(family, tied=True)
+    if how == "cpu_offload":
+        cpu_offload(base, execution_device="cpu")
+    elif how == "cpu_offload of E and U":
+        for module in (base.get_input_embeddings(), base.get_output_embeddings()):
+            cpu_offload(module, execution_device="cpu")
+    elif how == "cpu_offload of U":
+        cpu_offload(base.get_output_embeddings(), execution_device="cpu")
+    else:  # dispatch_model, called by hand with E and U offloaded to disk
+        device_map = {"model.embed_tokens": "disk", "model.layers": "cpu", "model.norm": "cpu", "lm_head": "disk"}
+        device_map["model.rotary_emb"] = "cpu"
+        base = accelerate.dispatch_model(base, device_map=device_map, main_device="cpu", offload_dir=str(folder))
+    assert base.get_output_embeddings().weight.device.type == "meta"
+    assert base.get_input_embeddings().weight is not base.get_output_embeddings().weight
+    return base
+
+
+OFFLOADS = ["cpu_offload", "cpu_offload of E and U", "cpu_offload of U", "dispatch_model"]
+
+
+@pytest.mark.parametrize(
+    "how,family", [(how, "llama") for how in OFFLOADS] + [("cpu_offload", "gemma3"), ("cpu_offload of U", "gemma3")]
+)
+def test_a_tied_base_offloaded_by_hooks_gets_the_tied_adapter_of_the_base_in_memory(tmp_path, how, family):
+    """Was read as untied (tying was read from the Parameters, which accelerate's hooks give each module its own of):
+    the adapter trained two matrices where the config kept one (twice the saved size, E and U drifting apart in
+    training), recorded the base as untied, and was refused onto the same base in memory (and the base's adapters
+    onto it). The tie is now read from the model's record of its ties (all_tied_weights_keys) and the offloaded
+    values: the adapter is the one made on the base in memory, one matrix, recorded as tied."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the frozen weights digest cannot be taken of offloaded weights
+        model = get_peft_model(tied_offloaded(how, tmp_path / "offload", family), UTReprogramConfig())
+    plain = get_peft_model(tiny_model(family, tied=True), UTReprogramConfig())
+    assert len(adapter_shapes(model)) == 1
+    config, plain_config = model.peft_config["default"], plain.peft_config["default"]
+    assert config.base_model_config == plain_config.base_model_config
+    assert config.base_model_config["tied_embeddings"] is True
+    # Offloaded frozen weights (the layers, under cpu_offload of the whole model) have no digest to take.
+    assert config.base_weights_digest == (None if how == "cpu_offload" else plain_config.base_weights_digest)
+    trains_and_saves_as(model, plain, tmp_path)
+
+
+@pytest.mark.parametrize("how", ["cpu_offload", "cpu_offload of E and U"])
+def test_adapters_of_a_tied_base_load_onto_it_offloaded_by_hooks_and_back(tmp_path, how):
+    """Both were refused (the offloaded base read as untied: "tied_embeddings: adapter's base True, this base
+    False", and the other way round)."""
+    trained = trained_adapter(tiny_model("llama", tied=True))
+    trained.save_pretrained(tmp_path / "trained")
+    for low_cpu_mem_usage in (False, True):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the frozen weights digest cannot be compared on the meta device
+            loaded = PeftModel.from_pretrained(
+                tied_offloaded(how, tmp_path), tmp_path / "trained", low_cpu_mem_usage=low_cpu_mem_usage
+            )
+        torch.testing.assert_close(loaded(input_ids=IDS).logits, trained(input_ids=IDS).logits)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        made_offloaded = trained_adapter(tied_offloaded(how, tmp_path))
+    made_offloaded.save_pretrained(tmp_path / "made offloaded")
+    loaded = PeftModel.from_pretrained(tiny_model("llama", tied=True), tmp_path / "made offloaded")
+    torch.testing.assert_close(loaded(input_ids=IDS).logits, made_offloaded(input_ids=IDS).logits)
+
+
+def untied_by_hand():
+    """The tiny tied llama whose U was given a Parameter of its own with other values after it was built: its config
+    and transformers' record of its ties still tie U to E, its weights do not."""
+    base = tiny_model("llama", tied=True)
+    base.lm_head.weight = torch.nn.Parameter(base.lm_head.weight.detach() + 0.5)
+    return base
+
+
+def test_a_tie_undone_by_hand_stays_undone_when_the_base_is_offloaded(tmp_path):
+    """The record of the ties says tied, the offloaded values differ: untied, as the same base in memory reads."""
+    base = untied_by_hand()
+    cpu_offload(base, execution_device="cpu")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the frozen weights digest cannot be taken of offloaded weights
+        model = get_peft_model(base, UTReprogramConfig())
+    plain = get_peft_model(untied_by_hand(), UTReprogramConfig())
+    assert len(adapter_shapes(model)) == 2
+    assert model.peft_config["default"].base_model_config["tied_embeddings"] is False
+    trains_and_saves_as(model, plain, tmp_path)

@@ -73,17 +73,56 @@ def find_position_embedding(model: nn.Module, input_embedding: nn.Module) -> nn.
     return None
 
 
-def embeddings_are_tied(input_embedding: nn.Module, output_embedding: nn.Module | None) -> bool:
+def embeddings_are_tied(
+    input_embedding: nn.Module, output_embedding: nn.Module | None, model: nn.Module | None = None
+) -> bool:
+    """Whether E and U are one matrix. ``model``, the model that holds them, lets the tie of an E or U that
+    accelerate offloads be read (:func:`offloaded_embeddings_tied`); without it such a pair reads as untied."""
     if output_embedding is None:
         return False
     input_weight, output_weight = base_of(input_embedding).weight, base_of(output_embedding).weight
     if input_weight is output_weight:
         return True
-    # Tensors on the meta device (the other ranks of FSDP's cpu_ram_efficient_loading, a device_map's offload) have no
-    # storage, and all report the address 0: only a shared Parameter says that they are tied there.
-    if "meta" in (input_weight.device.type, output_weight.device.type):
+    if "meta" not in (input_weight.device.type, output_weight.device.type):
+        return input_weight.data_ptr() == output_weight.data_ptr()
+    # Tensors on the meta device have no storage, and all report the address 0. On the other ranks of FSDP's
+    # cpu_ram_efficient_loading the model keeps its own shared Parameter, so only that says they are tied there.
+    if model is None or weights_come_later():
         return False
-    return input_weight.data_ptr() == output_weight.data_ptr()
+    return offloaded_embeddings_tied(model, input_embedding, output_embedding)
+
+
+def offloaded_embeddings_tied(model: nn.Module, input_embedding: nn.Module, output_embedding: nn.Module) -> bool:
+    """Whether an E and U of ``model``, one of them or both offloaded by accelerate to the meta device, are one
+    matrix of the model that was offloaded.
+
+    accelerate's ``cpu_offload`` (and ``dispatch_model`` called by hand with an offload) gives each module it hooks a
+    Parameter of its own on the meta device, so a tied E and U no longer share one (transformers' ``from_pretrained``
+    with a ``device_map`` ties them again after dispatching; these do not). Read by identity, a tied base would read
+    as untied: its adapter would train two matrices where the config keeps one, record the base as untied, and be
+    refused onto the same base in memory. The model still records the tie: transformers' ``all_tied_weights_keys``,
+    the ties it made (its config's ``tie_word_embeddings``, less a tie a checkpoint's differing values undid at
+    load). Tied: that record ties E's weight to U's, and their values, read from the offload where a hook on each
+    module brings them in (:func:`ut_peft.devices.onloaded`), are equal: a tie undone by hand after loading (U given
+    a Parameter of its own) keeps the record. An E or U offloaded within a larger block, whose values come in only
+    with the whole block's, is taken at the record's word.
+    """
+    names = {id(module): name for name, module in model.named_modules()}
+    if id(input_embedding) not in names or id(output_embedding) not in names:
+        return False
+    input_name, output_name = (f"{names[id(m)]}.weight".lstrip(".") for m in (input_embedding, output_embedding))
+    record = getattr(model, "all_tied_weights_keys", None) or {}
+    # {target: source}; tied weights all name one source, so E and U are tied when they lead to the same one.
+    if record.get(input_name, input_name) != record.get(output_name, output_name):
+        return False
+    bases = (base_of(input_embedding), base_of(output_embedding))
+    if any(b.weight.device.type == "meta" and not holds_own_offloaded_weights(b) for b in bases):
+        return True
+    with onloaded(bases[0]), onloaded(bases[1]):
+        input_weight, output_weight = (b.weight for b in bases)
+        return input_weight.shape == output_weight.shape and torch.equal(
+            input_weight, output_weight.to(input_weight.device)
+        )
 
 
 def _set_weight(module: nn.Module, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
@@ -395,7 +434,7 @@ class UTReprogramModel(BaseTuner):
             )
         if not hasattr(self, "_ut_base_tied"):
             # Decided on the untouched base: once released, base weights are placeholders that cannot show tying.
-            self._ut_base_tied = embeddings_are_tied(input_embedding, output_embedding)
+            self._ut_base_tied = embeddings_are_tied(input_embedding, output_embedding, model)
         self._check_target_modules(config)
         self.check_recorded_base(config)
         if self._keeps_tied(config) and config.train_input_embeddings != config.train_output_embeddings:
