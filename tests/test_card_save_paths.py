@@ -190,3 +190,87 @@ def test_accelerate_save_model_and_save_state_leave_the_adapter_and_its_card_as_
         accelerator.save_state(str(folder))
     assert (folder / "model.safetensors").is_file()
     assert {name: (folder / name).read_bytes() for name in before} == before
+
+
+def test_transformers_push_to_hub_of_new_weights_does_not_upload_the_repositorys_card_with_its_results(
+    peft_version_check_lifted, tmp_path, monkeypatch
+):
+    """Was: transformers' ``model.push_to_hub(repo)`` of a model carrying the adapter uploaded the card the repository
+    already had (``create_and_tag_model_card`` loads it from the Hub) with the new weights, which record no sha256:
+    its model-index vouched for results measured on the weights pushed before. It now pushes as
+    ``PeftModel.push_to_hub`` does (the adapter saved into a folder of its own and pushed with
+    ``ut_peft.push_adapter_to_hub``): the ut-peft card of these weights, which gives no results for them."""
+    import transformers.utils.hub as transformers_hub
+    from huggingface_hub import HfApi
+
+    folder = tmp_path / "out"
+    _measured_folder(folder, earlier_weights_saved=False)
+    on_the_hub = _card(folder)  # the repository's card, pushed with the measured weights
+    uploaded: list[tuple[list[str], ModelCard, dict]] = []
+
+    def record(path: Path) -> None:
+        uploaded.append(
+            (
+                sorted(p.name for p in path.iterdir()),
+                ModelCard((path / "README.md").read_text()),
+                json.loads((path / "adapter_config.json").read_text()),
+            )
+        )
+
+    class TransformersApi:  # transformers' push
+        def create_repo(self, repo_id, **kwargs):
+            from types import SimpleNamespace
+
+            return SimpleNamespace(repo_id=repo_id)
+
+    monkeypatch.setattr(transformers_hub, "hf_api", lambda: TransformersApi())
+    monkeypatch.setattr(transformers_hub, "create_and_tag_model_card", lambda *a, **k: ModelCard(str(on_the_hub)))
+    monkeypatch.setattr(
+        transformers_hub.PushToHubMixin,
+        "_upload_modified_files",
+        lambda self, working_dir, *args, **kwargs: record(Path(working_dir)),
+    )
+
+    class UTPeftApi(HfApi):  # ut-peft's push
+        def __init__(self, token=None):
+            super().__init__(token="hf_test")
+
+        def create_repo(self, **kwargs):
+            return f"https://huggingface.co/{kwargs['repo_id']}"
+
+        def upload_folder(self, **kwargs):
+            record(Path(kwargs["folder_path"]))
+            return "commit-info"
+
+    monkeypatch.setattr("ut_peft.hub.HfApi", UTPeftApi)
+    model = random_backbone(tiny_config("llama"), seed=0)
+    model.load_adapter(str(folder))
+    _bump(model.parameters())
+    model.push_to_hub("me/mine")
+    [(files, card, config)] = uploaded
+    assert {"README.md", "adapter_config.json", "adapter_model.safetensors"} <= set(files)
+    assert card.data.eval_results is None and card.data.model_name is None and MEASURED not in card.text
+    assert "import ut_peft" in card.text and card.data.library_name == "peft"
+
+
+def test_transformers_push_to_hub_of_a_model_without_ut_reprogram_adapters_is_transformers_own(monkeypatch):
+    """Only a model carrying UT_REPROGRAM adapters is pushed with the ut-peft card: a plain model, or the model
+    inside a PeftModel of another method, goes through transformers' push as before."""
+    import transformers.utils.hub as transformers_hub
+    from peft import LoraConfig
+
+    monkeypatch.setattr("ut_peft.hub.push_adapter_to_hub", lambda *a, **k: pytest.fail("ut-peft's push was used"))
+    calls = []
+
+    class Api:
+        def create_repo(self, repo_id, **kwargs):
+            calls.append(repo_id)
+            raise RuntimeError("stop here")
+
+    monkeypatch.setattr(transformers_hub, "hf_api", lambda: Api())
+    plain = random_backbone(tiny_config("llama"), seed=0)
+    lora = get_peft_model(random_backbone(tiny_config("llama"), seed=0), LoraConfig(target_modules=["q_proj"]))
+    for model in (plain, lora.base_model.model):
+        with pytest.raises(RuntimeError, match="stop here"):
+            model.push_to_hub("someone/plain")
+    assert calls == ["someone/plain", "someone/plain"]

@@ -83,6 +83,19 @@ def install() -> None:
     push_to_hub.__doc__ = original_push.__doc__
     PeftModel.push_to_hub = push_to_hub
 
+    from transformers import PreTrainedModel
+
+    original_model_push = PreTrainedModel.push_to_hub
+
+    def model_push_to_hub(self, repo_id, *args, **kwargs):
+        configs = getattr(self, "peft_config", None) if getattr(self, "_hf_peft_config_loaded", False) else None
+        if configs and all(_is_ut_reprogram(config) for config in configs.values()):
+            return push_adapter_of_model_with_card(self, repo_id, *args, **kwargs)
+        return original_model_push(self, repo_id, *args, **kwargs)
+
+    model_push_to_hub.__doc__ = original_model_push.__doc__
+    PreTrainedModel.push_to_hub = model_push_to_hub
+
 
 # The folder given to the PeftModel.save_pretrained in progress, where peft writes its README.md: the card of an
 # adapter saved into a subfolder (folder/<name>/, folder/team/mine/ for "team/mine") takes peft's metadata from it.
@@ -411,6 +424,49 @@ def push_to_hub_with_card(
             f"{names}: save them (model.save_pretrained(folder) puts each into folder/<name>/) and push one with "
             f"ut_peft.push_adapter_to_hub(folder/<name>, {repo_id!r}), or `ut-peft push FOLDER/<name> {repo_id}`"
         )
+    with tempfile.TemporaryDirectory() as folder:
+        model.save_pretrained(folder)
+        return hub.push_adapter_to_hub(
+            folder,
+            repo_id,
+            private=private,
+            token=token,
+            commit_message=commit_message or "Upload UT_REPROGRAM adapter",
+            revision=revision,
+            create_pr=create_pr,
+            commit_description=commit_description,
+            tags=tags,
+        )
+
+
+def push_adapter_of_model_with_card(
+    model,
+    repo_id: str,
+    *,
+    commit_message: Optional[str] = None,
+    commit_description: Optional[str] = None,
+    private: Optional[bool] = None,
+    token=None,
+    revision: Optional[str] = None,
+    create_pr: bool = False,
+    max_shard_size=None,
+    tags: Optional[list[str]] = None,
+):
+    """transformers' ``push_to_hub`` of a model carrying UT_REPROGRAM adapters through transformers' own adapter
+    methods (``load_adapter``, ``add_adapter``): the active adapter pushed with the ut-peft card.
+
+    transformers' push saves the adapter into a temporary folder and uploads it with the card the repository
+    already has (or a transformers one): a card pushed with earlier weights then vouched, in its model-index, for
+    results measured on those weights, next to weights saved with no record of their sha256; and a transformers card
+    has no ``import ut_peft``, without which peft cannot read the adapter. This saves the adapter as transformers
+    does (``model.save_pretrained``) and pushes it with :func:`ut_peft.hub.push_adapter_to_hub` (keywords as
+    transformers', ``tags`` onto the card), as :func:`push_to_hub_with_card` does for a ``PeftModel``.
+    """
+    import tempfile
+
+    from ... import hub
+
+    del max_shard_size  # an adapter is one small file
     with tempfile.TemporaryDirectory() as folder:
         model.save_pretrained(folder)
         return hub.push_adapter_to_hub(
