@@ -274,3 +274,30 @@ def test_transformers_push_to_hub_of_a_model_without_ut_reprogram_adapters_is_tr
         with pytest.raises(RuntimeError, match="stop here"):
             model.push_to_hub("someone/plain")
     assert calls == ["someone/plain", "someone/plain"]
+
+
+def test_weights_unrecorded_is_decided_with_the_other_notes_by_note_results_of_other_weights():
+    """The one decision (tests/test_hub.py -k one_decision) for weights a path saved without a record: results
+    measured on recorded weights are not known to be theirs (a note, no model-index); results of unknown weights, or
+    a config that records its weights, are decided as before; the card rendered again says it once."""
+    from ut_peft.hub import note_results_of_other_weights, render_model_card
+
+    def config(digest):
+        return {"weights_sha256": None if digest is None else {"adapter_model.safetensors": digest}}
+
+    measured = render_model_card(config(None), title="Mine", metrics={"accuracy": 0.9}, metrics_weights="a" * 64)
+    unknown = render_model_card(config(None), title="Mine", metrics={"accuracy": 0.9})
+    for card, adapter in ((unknown, config(None)), (measured, config("a" * 64))):
+        same = ModelCard(str(card))
+        assert note_results_of_other_weights(same, adapter, weights_unrecorded=True) is None
+        assert str(same) == str(card)
+    assert note_results_of_other_weights(measured, config(None), weights_unrecorded=True) == "a" * 64
+    [note] = _results_note(measured)
+    assert "a" * 12 in note and "without a record" in note and measured.data.eval_results is None
+    once = str(measured)
+    assert note_results_of_other_weights(measured, config(None), weights_unrecorded=True) == "a" * 64
+    assert str(measured) == once
+    # Other weights recorded since: the note says so instead, once.
+    assert note_results_of_other_weights(measured, config("b" * 64), weights_unrecorded=True) == "a" * 64
+    [note] = _results_note(measured)
+    assert "earlier weights" in note and "without a record" not in note
