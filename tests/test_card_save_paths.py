@@ -253,9 +253,9 @@ def test_transformers_push_to_hub_of_new_weights_does_not_upload_the_repositorys
     assert "import ut_peft" in card.text and card.data.library_name == "peft"
 
 
-def test_transformers_push_to_hub_of_a_model_without_ut_reprogram_adapters_is_transformers_own(monkeypatch):
+def test_transformers_push_to_hub_of_a_model_without_ut_reprogram_adapters_is_transformers_own(monkeypatch, tmp_path):
     """Only a model carrying UT_REPROGRAM adapters is pushed with the ut-peft card: a plain model, or the model
-    inside a PeftModel of another method, goes through transformers' push as before."""
+    inside a PeftModel of another method, goes through transformers' push (and save_pretrained's) as before."""
     import transformers.utils.hub as transformers_hub
     from peft import LoraConfig
 
@@ -267,13 +267,18 @@ def test_transformers_push_to_hub_of_a_model_without_ut_reprogram_adapters_is_tr
             calls.append(repo_id)
             raise RuntimeError("stop here")
 
+    import transformers.modeling_utils as modeling_utils
+
     monkeypatch.setattr(transformers_hub, "hf_api", lambda: Api())
+    monkeypatch.setattr(modeling_utils, "hf_api", lambda: Api())
     plain = random_backbone(tiny_config("llama"), seed=0)
     lora = get_peft_model(random_backbone(tiny_config("llama"), seed=0), LoraConfig(target_modules=["q_proj"]))
     for model in (plain, lora.base_model.model):
         with pytest.raises(RuntimeError, match="stop here"):
             model.push_to_hub("someone/plain")
-    assert calls == ["someone/plain", "someone/plain"]
+        with pytest.raises(RuntimeError, match="stop here"):
+            model.save_pretrained(tmp_path / "plain", push_to_hub=True, repo_id="someone/plain")
+    assert calls == ["someone/plain"] * 4
 
 
 def test_weights_unrecorded_is_decided_with_the_other_notes_by_note_results_of_other_weights():
@@ -301,3 +306,63 @@ def test_weights_unrecorded_is_decided_with_the_other_notes_by_note_results_of_o
     assert note_results_of_other_weights(measured, config("b" * 64), weights_unrecorded=True) == "a" * 64
     [note] = _results_note(measured)
     assert "earlier weights" in note and "without a record" not in note
+
+
+def test_transformers_save_pretrained_with_push_to_hub_keeps_the_cards_word_on_these_weights(
+    peft_version_check_lifted, tmp_path, monkeypatch
+):
+    """Was: transformers' ``model.save_pretrained(folder, push_to_hub=True)`` of a model carrying the adapter wrote
+    the card the repository already had (``create_and_tag_model_card`` loads it from the Hub) over the folder's card,
+    which had just said that the new weights, saved without a record, are not known to be its results' weights; and
+    uploaded it: locally and on the Hub, its model-index vouched for results measured on the weights pushed before.
+    It now saves as without ``push_to_hub`` and pushes the folder with ``ut_peft.push_adapter_to_hub``: the folder's
+    card, which says so and has no model-index, is the one uploaded."""
+    import transformers.modeling_utils as modeling_utils
+    import transformers.utils.hub as transformers_hub
+    from huggingface_hub import HfApi
+
+    folder = tmp_path / "out"
+    _measured_folder(folder, earlier_weights_saved=False)
+    on_the_hub = _card(folder)  # the repository's card, pushed with the measured weights
+    uploaded: list[tuple[str, ModelCard]] = []
+
+    class TransformersApi:  # transformers' push
+        def create_repo(self, repo_id, **kwargs):
+            from types import SimpleNamespace
+
+            return SimpleNamespace(repo_id=repo_id)
+
+    for module in (transformers_hub, modeling_utils):
+        monkeypatch.setattr(module, "hf_api", lambda: TransformersApi())
+        monkeypatch.setattr(module, "create_and_tag_model_card", lambda *a, **k: ModelCard(str(on_the_hub)))
+    monkeypatch.setattr(
+        transformers_hub.PushToHubMixin,
+        "_upload_modified_files",
+        lambda self, working_dir, repo_id, *args, **kwargs: uploaded.append(
+            (repo_id, ModelCard((Path(working_dir) / "README.md").read_text()))
+        ),
+    )
+
+    class UTPeftApi(HfApi):  # ut-peft's push
+        def __init__(self, token=None):
+            super().__init__(token="hf_test")
+
+        def create_repo(self, **kwargs):
+            return f"https://huggingface.co/{kwargs['repo_id']}"
+
+        def upload_folder(self, **kwargs):
+            uploaded.append((kwargs["repo_id"], ModelCard((Path(kwargs["folder_path"]) / "README.md").read_text())))
+            return "commit-info"
+
+    monkeypatch.setattr("ut_peft.hub.HfApi", UTPeftApi)
+    model = random_backbone(tiny_config("llama"), seed=0)
+    model.load_adapter(str(folder))
+    _bump(model.parameters())
+    with pytest.raises(TypeError, match="repo_type"):  # a keyword ut-peft's push does not take: nothing is saved
+        model.save_pretrained(folder, push_to_hub=True, repo_id="me/mine", repo_type="dataset")
+    model.save_pretrained(folder, push_to_hub=True, repo_id="me/mine")
+    [(repo_id, pushed)] = uploaded
+    assert repo_id == "me/mine"
+    for card in (_card(folder), pushed):
+        assert MEASURED in card.text and len(_results_note(card)) == 1, card.text
+        assert card.data.eval_results is None and "import ut_peft" in card.text

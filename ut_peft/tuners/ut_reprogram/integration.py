@@ -88,13 +88,30 @@ def install() -> None:
     original_model_push = PreTrainedModel.push_to_hub
 
     def model_push_to_hub(self, repo_id, *args, **kwargs):
-        configs = getattr(self, "peft_config", None) if getattr(self, "_hf_peft_config_loaded", False) else None
-        if configs and all(_is_ut_reprogram(config) for config in configs.values()):
+        if _carries_ut_reprogram_adapters(self):
             return push_adapter_of_model_with_card(self, repo_id, *args, **kwargs)
         return original_model_push(self, repo_id, *args, **kwargs)
 
     model_push_to_hub.__doc__ = original_model_push.__doc__
     PreTrainedModel.push_to_hub = model_push_to_hub
+
+    original_model_save = PreTrainedModel.save_pretrained
+    model_save_signature = inspect.signature(original_model_save)
+
+    def model_save_pretrained(self, save_directory, *args, **kwargs):
+        bound = model_save_signature.bind(self, save_directory, *args, **kwargs)
+        if not (bound.arguments.get("push_to_hub") and _carries_ut_reprogram_adapters(self)):
+            return original_model_save(self, save_directory, *args, **kwargs)
+        return save_adapter_of_model_and_push(original_model_save, bound)
+
+    model_save_pretrained.__doc__ = original_model_save.__doc__
+    PreTrainedModel.save_pretrained = model_save_pretrained
+
+
+def _carries_ut_reprogram_adapters(model) -> bool:
+    """Whether ``model`` carries adapters through transformers' adapter methods, all of them UT_REPROGRAM."""
+    configs = getattr(model, "peft_config", None) if getattr(model, "_hf_peft_config_loaded", False) else None
+    return isinstance(configs, Mapping) and bool(configs) and all(_is_ut_reprogram(c) for c in configs.values())
 
 
 # The folder given to the PeftModel.save_pretrained in progress, where peft writes its README.md: the card of an
@@ -480,6 +497,46 @@ def push_adapter_of_model_with_card(
             commit_description=commit_description,
             tags=tags,
         )
+
+
+def save_adapter_of_model_and_push(original_save, bound: inspect.BoundArguments):
+    """transformers' ``model.save_pretrained(folder, push_to_hub=True)`` of a model carrying UT_REPROGRAM adapters
+    (``bound``: its arguments; ``original_save``: transformers' method): the save without the push, then the folder
+    pushed with :func:`ut_peft.hub.push_adapter_to_hub`.
+
+    transformers' push writes the card the repository already has (or a transformers one) over the folder's card,
+    then uploads the folder: a card pushed with earlier weights then vouched, in the folder and on the Hub, for
+    results measured on those weights, next to weights saved with no record of their sha256 (the folder's card had
+    just said that they are not known to be those results' weights). The keywords transformers' push takes are
+    passed on: ``repo_id`` (the folder's name without it), ``commit_message``, ``create_pr``, ``private`` and
+    ``token``; any other that transformers passes to ``create_repo`` is refused, naming it."""
+    from ... import hub
+
+    arguments = dict(bound.arguments)
+    extra = dict(arguments.pop("kwargs", None) or {})
+    folder = os.fspath(arguments["save_directory"])
+    repo_id = extra.pop("repo_id", os.path.basename(os.path.normpath(folder)))
+    push = {name: extra.pop(name) for name in ("commit_message", "create_pr", "private") if name in extra}
+    if extra:
+        raise TypeError(
+            f"save_pretrained(push_to_hub=True) of a UT_REPROGRAM adapter passes repo_id, commit_message, create_pr, "
+            f"private and token on to ut_peft.push_adapter_to_hub; {sorted(extra)} is not one of them: save the "
+            f"adapter with save_pretrained(folder), then push it with ut_peft.push_adapter_to_hub(folder, repo_id, "
+            f"...)"
+        )
+    arguments["push_to_hub"] = False
+    self = arguments.pop("self")
+    result = original_save(self, **arguments)
+    if arguments.get("is_main_process", True):
+        hub.push_adapter_to_hub(
+            folder,
+            repo_id,
+            token=arguments.get("token"),
+            commit_message=push.get("commit_message") or "Upload UT_REPROGRAM adapter",
+            create_pr=push.get("create_pr", False),
+            private=push.get("private"),
+        )
+    return result
 
 
 def _record_checksums(model, save_directory, selected, safe_serialization: bool) -> None:
