@@ -259,3 +259,13 @@ def test_from_pretrained_refuses_a_seed_or_weights_other_than_the_checkpoints(tm
         assert load(tmp_path, seed=0).config.seed == 0 and load(tmp_path).config.seed == 0
     with pytest.raises(ValueError, match=r"seed=5.*checkpoint.*seed=0"):
         UniversalTransformerForCausalLM.from_pretrained(tmp_path, config=_config(seed=5))
+
+
+@pytest.mark.parametrize("bad", [float("inf"), float("-inf"), float("nan"), True, "0.5"])
+def test_an_attention_scale_that_is_not_a_finite_number_is_refused(bad):
+    """attention_scale=inf built a backbone whose every attention score is NaN (0 * inf), and the compiler, whose
+    c = s_target / s_backbone was then 0, reported a residual of 1e-15 for it."""
+    with pytest.raises(ValueError, match="attention_scale is the softmax temperature .* must be a finite number"):
+        UniversalTransformerConfig(attention_scale=bad)
+    for good in (None, 0.25, -0.5, 0.0, 1):
+        UniversalTransformerConfig(attention_scale=good)

@@ -6,6 +6,8 @@ whole model: the weights are rebuilt bit-identically from ``weights``, ``seed`` 
 
 from __future__ import annotations
 
+import math
+
 from transformers import PretrainedConfig
 
 from ..seeds import check_seed
@@ -170,6 +172,13 @@ class UniversalTransformerConfig(PretrainedConfig):
                     f"UniversalTransformerConfig.{name} is the std of a trained table's initial draw and must be a "
                     f"positive number, got {value!r} (0.02 is the default; 1.0 the old unit scale)"
                 )
+        scale = self.attention_scale
+        # An infinite scale makes every score NaN (0 * inf), and a compiler solving for it reads it as c = 0.
+        if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale):
+            raise ValueError(
+                "UniversalTransformerConfig.attention_scale is the softmax temperature the scores are multiplied by "
+                f"and must be a finite number, got {scale!r} (None, the default, is 1/sqrt(head_dim))"
+            )
         if self.variant not in VARIANTS:
             raise ValueError(f"variant={self.variant!r} is not one of {VARIANTS}")
         if self.weights not in WEIGHTS:
