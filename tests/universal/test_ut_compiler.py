@@ -218,3 +218,54 @@ def test_the_sparse_single_head_program_is_the_documented_layout():
         path = path @ target.value[layer, 0]
     slots.append(path @ target.out)
     assert torch.allclose(embedding, torch.cat(slots, dim=1).detach(), atol=1e-12)
+
+
+@pytest.mark.parametrize("strict", [True, False])
+@pytest.mark.parametrize(
+    "where,bad",
+    [("out", float("inf")), ("value", float("nan")), ("query", float("inf")), ("token_embedding", float("nan"))],
+)
+def test_a_target_with_a_weight_that_is_not_finite_is_refused_naming_it(where, bad, strict):
+    """A target holding inf in W_out compiled under strict=True into an E of NaNs: its residual was NaN, and NaN > tol
+    is False, so the check passed; NaN elsewhere stopped in LAPACK's 'false INTERNAL ASSERT FAILED'. Refused now,
+    strict or not, naming the tensor, since no E simulates such a target."""
+    vocab = 4
+    target = TargetTransformer.random(d=3, k=2, layers=2, d_out=vocab, vocab_size=vocab, seed=0)
+    with torch.no_grad():
+        getattr(target, where)[(0,) * getattr(target, where).dim()] = bad
+    backbone = _backbone(
+        width=required_width(2, 1, 2, vocab), layers=2, head_dim=2, weights="random", readout=vocab, vocab_size=vocab
+    )
+    with pytest.raises(CompilationError, match=f"target's {where} holds 1 value that is not finite"):
+        compile_embedding(target, backbone, strict=strict)
+    with pytest.raises(CompilationError, match=f"target's {where} holds"):
+        compile_into_model(target, backbone, strict=strict)
+
+
+@pytest.mark.parametrize("scale", [float("inf"), float("nan")])
+def test_a_target_scale_that_is_not_finite_is_refused(scale):
+    base = TargetTransformer.random(d=3, k=2, layers=1, seed=0)
+    target = TargetTransformer(base.query.data, base.key.data, base.value.data, base.out.data, scale=scale)
+    backbone = _backbone(width=required_width(1, 1, 2, 3), layers=1, head_dim=2, weights="random", readout=3)
+    with pytest.raises(CompilationError, match="target's softmax scale"):
+        compile_embedding(target, backbone)
+
+
+def test_a_backbone_whose_attention_scale_is_zero_is_refused_with_a_reason():
+    """c = s_target / s_backbone was a bare ZeroDivisionError; a backbone whose attention is uniform at every layer
+    attends like no target of nonzero scale."""
+    target = TargetTransformer.random(d=3, k=2, layers=1, seed=0)
+    backbone = _backbone(
+        width=required_width(1, 1, 2, 3), layers=1, head_dim=2, weights="random", readout=3, attention_scale=0.0
+    )
+    with pytest.raises(CompilationError, match="attention_scale=0"):
+        compile_embedding(target, backbone)
+
+
+def test_a_backbone_whose_fixed_weights_are_not_finite_is_refused():
+    target = TargetTransformer.random(d=3, k=2, layers=2, seed=0)
+    backbone = _backbone(width=required_width(2, 1, 2, 3), layers=2, head_dim=2, weights="random", readout=3)
+    with torch.no_grad():
+        backbone.model.layers[1].value[0, 0, 0] = float("inf")
+    with pytest.raises(CompilationError, match=r"backbone's model\.layers\.1\.value holds 1 value that is not finite"):
+        compile_embedding(target, backbone)

@@ -16,6 +16,7 @@ a column selection (exact by construction); a Gaussian backbone's has full rank 
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass
 
 import torch
@@ -81,6 +82,32 @@ def _check_compatible(target: TargetTransformer, backbone: UniversalTransformerF
         raise CompilationError("cannot compile: " + "; ".join(problems))
 
 
+def _not_finite(tensor: torch.Tensor) -> int:
+    return int((~torch.isfinite(tensor.detach())).sum())
+
+
+def _check_finite(target: TargetTransformer, backbone: UniversalTransformerForCausalLM) -> None:
+    """Refuse what no E can simulate: a least-squares solve over inf or NaN gives an E of NaNs (whose NaN residual no
+    tolerance test catches) or stops inside LAPACK, and a backbone of scale 0 attends uniformly whatever E is."""
+    problems = []
+    tensors = {name: getattr(target, name) for name in ("query", "key", "value", "out", "token_embedding")}
+    for name, tensor in tensors.items():
+        if tensor is not None and (count := _not_finite(tensor)):
+            problems.append(f"the target's {name} holds {count} value{'s' if count > 1 else ''} that is not finite")
+    for name, tensor in backbone.fixed_parameters().items():
+        if count := _not_finite(tensor):
+            problems.append(f"the backbone's {name} holds {count} value{'s' if count > 1 else ''} that is not finite")
+    if not math.isfinite(target.scale):
+        problems.append(f"the target's softmax scale is {target.scale}")
+    if backbone.config.attention_scale == 0:
+        problems.append(
+            "the backbone has attention_scale=0, so its attention is uniform at every layer whatever E is, and "
+            "matches no target's (c = s_target / s_backbone is undefined); build it with a nonzero scale"
+        )
+    if problems:
+        raise CompilationError("cannot compile: " + "; ".join(problems) + " (no E simulates it)")
+
+
 def _system(target: TargetTransformer, backbone: UniversalTransformerForCausalLM):
     """Phi (m x c) and RHS (d x c) of the attention-matching system, in float64."""
     config = backbone.config
@@ -131,6 +158,7 @@ def compile_embedding(
     if not isinstance(backbone, UniversalTransformerForCausalLM):
         raise TypeError(f"backbone must be a UniversalTransformerForCausalLM, got {type(backbone).__name__}")
     _check_compatible(target, backbone)
+    _check_finite(target, backbone)
     phi, rhs = _system(target, backbone)
     m, cols = phi.shape
     # gelsd: minimum-norm least squares that copes with rank deficiency and with m > cols.
@@ -158,7 +186,7 @@ def compile_embedding(
                 f"target is reachable; relative residual {residual:.3g}. Use another seed or a wider backbone",
                 result,
             )
-        if residual > tol:
+        if not residual <= tol:  # a NaN residual fails too
             raise CompilationError(f"relative residual {residual:.3g} exceeds tol={tol:g}", result)
     return result
 
@@ -218,6 +246,7 @@ def fit_embedding(
     random backbone of width m gets.
     """
     _check_compatible(target, backbone)
+    _check_finite(target, backbone)
     gen = torch.Generator().manual_seed(seed)
     dtype = backbone.model.readout.dtype
     d = target.width
