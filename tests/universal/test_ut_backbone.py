@@ -269,3 +269,25 @@ def test_an_attention_scale_that_is_not_a_finite_number_is_refused(bad):
         UniversalTransformerConfig(attention_scale=bad)
     for good in (None, 0.25, -0.5, 0.0, 1):
         UniversalTransformerConfig(attention_scale=good)
+
+
+@pytest.mark.parametrize(
+    "weights,field,value",
+    [("random", "seed", 5), ("random", "weights", "sparse"), ("sparse", "looped", True), ("sparse", "seed", 3)],
+)
+def test_a_draw_field_changed_after_building_is_refused_at_save(tmp_path, weights, field, value):
+    """model.config.seed = 5 on a built backbone changed nothing it holds (its frozen weights stay seed 0's draw), but
+    save_pretrained wrote seed 5 into config.json: the folder loaded as a seed-5 backbone holding seed 0's tensors,
+    named so by its config and by every record made from it. Refused now, naming the field and both values; set
+    back, the model saves and loads as before."""
+    heads = 1 if field == "looped" else 2
+    model = AutoModelForCausalLM.from_config(_config(weights=weights, num_attention_heads=heads, hidden_size=64))
+    built = getattr(model.config, field)
+    setattr(model.config, field, value)
+    with pytest.raises(ValueError, match=rf"config\.{field} was changed .* from {built!r} to {value!r}"):
+        model.save_pretrained(tmp_path)
+    assert not (tmp_path / "config.json").exists()
+    setattr(model.config, field, built)
+    model.save_pretrained(tmp_path)
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path)
+    assert torch.equal(loaded.model.layers[0].query, fixed_block_weights(loaded.config, 0)["query"])

@@ -235,6 +235,16 @@ class UniversalTransformerPreTrainedModel(PreTrainedModel):
     _no_split_modules = ["UniversalTransformerBlock"]
     supports_gradient_checkpointing = False
 
+    def __init__(self, config: UniversalTransformerConfig, *args, **kwargs):
+        super().__init__(config, *args, **kwargs)
+        # The fields that name the frozen weights this model holds, as they were when it was built (or loaded): the
+        # weights never follow a later change of them, so save_pretrained compares them (_refuse_a_changed_draw).
+        self._built_draw = {name: getattr(self.config, name) for name in DRAW_FIELDS + SPARSE_LAYOUT_FIELDS}
+
+    def save_pretrained(self, *args, **kwargs):
+        _refuse_a_changed_draw(self.config, self._built_draw)
+        return super().save_pretrained(*args, **kwargs)
+
     @torch.no_grad()
     def _init_weights(self, module):
         config = self.config
@@ -345,6 +355,24 @@ def _refuse_another_draw(config: UniversalTransformerConfig, saved: UniversalTra
             f"says {own}: the model would hold the checkpoint's weights under another name. Load it without that "
             "override, or build a backbone of your own draw with AutoModelForCausalLM.from_config("
             f"UniversalTransformerConfig(..., {given}))"
+        )
+
+
+def _refuse_a_changed_draw(config: UniversalTransformerConfig, built: dict) -> None:
+    """Refuse to save a model whose config was told another seed, weights kind (or sparse layout) after the model was
+    built: its frozen weights are still the draw it was built with, and config.json would name another one."""
+    fields = DRAW_FIELDS + (SPARSE_LAYOUT_FIELDS if built["weights"] == "sparse" else ())
+    if differ := [name for name in fields if getattr(config, name) != built[name]]:
+        changes = ", ".join(
+            f"config.{name} was changed after the model was built, from {built[name]!r} to {getattr(config, name)!r}"
+            for name in differ
+        )
+        own = ", ".join(f"{name}={built[name]!r}" for name in differ)
+        raise ValueError(
+            f"{changes}, but the model's frozen weights are still the ones it was built with, so the saved "
+            "config.json would name weights the folder does not hold. Set the field back "
+            f"({own}) to save this model, or build the backbone you named with "
+            "AutoModelForCausalLM.from_config(config) and save that one"
         )
 
 
