@@ -269,3 +269,15 @@ def test_a_backbone_whose_fixed_weights_are_not_finite_is_refused():
         backbone.model.layers[1].value[0, 0, 0] = float("inf")
     with pytest.raises(CompilationError, match=r"backbone's model\.layers\.1\.value holds 1 value that is not finite"):
         compile_embedding(target, backbone)
+
+
+def test_a_target_that_is_not_a_target_transformer_is_refused_saying_what_is_supported():
+    """A transformers model given as the target (MLPs, LayerNorm, biases, positions: outside the construction's class)
+    stopped in a bare AttributeError ('... has no attribute query'); it is a TypeError naming the supported class."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    target = GPT2LMHeadModel(GPT2Config(n_embd=8, n_layer=2, n_head=1, vocab_size=5, n_positions=8))
+    backbone = _backbone(width=40, layers=2, head_dim=8, weights="random", readout=5, vocab_size=5)
+    for call in (compile_embedding, compile_into_model, fit_embedding):
+        with pytest.raises(TypeError, match="target must be a TargetTransformer .*GPT2LMHeadModel"):
+            call(target, backbone)

@@ -58,6 +58,17 @@ def required_width(layers: int, heads: int, head_dim: int, output_size: int) -> 
     return 2 * head_dim * sum(heads**l for l in range(1, layers + 1)) + heads**layers * output_size
 
 
+def _check_types(target, backbone) -> None:
+    if not isinstance(target, TargetTransformer):
+        raise TypeError(
+            f"target must be a TargetTransformer (causal, attention-only: no MLP, norm, bias or positions, the class "
+            f"the construction covers), got {type(target).__name__}; a transformers model has no such construction: "
+            "train E on the fixed backbone instead (recipes/reprogram.py)"
+        )
+    if not isinstance(backbone, UniversalTransformerForCausalLM):
+        raise TypeError(f"backbone must be a UniversalTransformerForCausalLM, got {type(backbone).__name__}")
+
+
 def _check_compatible(target: TargetTransformer, backbone: UniversalTransformerForCausalLM) -> None:
     config = backbone.config
     problems = []
@@ -155,8 +166,7 @@ def compile_embedding(
     (wrong variant or shape), is too narrow, or its system is rank-deficient; with ``strict=False`` the solve's
     result (residual, rank) is returned instead, for studies.
     """
-    if not isinstance(backbone, UniversalTransformerForCausalLM):
-        raise TypeError(f"backbone must be a UniversalTransformerForCausalLM, got {type(backbone).__name__}")
+    _check_types(target, backbone)
     _check_compatible(target, backbone)
     _check_finite(target, backbone)
     phi, rhs = _system(target, backbone)
@@ -201,6 +211,7 @@ def compile_into_model(
     least-squares E is written even where it does not simulate the target: read the returned ``residual`` (and
     ``full_rank``) before using the model.
     """
+    _check_types(target, backbone)
     config = backbone.config
     if target.token_embedding is None or target.token_embedding.shape[0] != config.vocab_size:
         raise ValueError(f"the target needs a token_embedding with {config.vocab_size} rows (the backbone's vocab)")
@@ -245,6 +256,7 @@ def fit_embedding(
     This is how multi-head targets are handled below the attention-matching width: it reports how close a
     random backbone of width m gets.
     """
+    _check_types(target, backbone)
     _check_compatible(target, backbone)
     _check_finite(target, backbone)
     gen = torch.Generator().manual_seed(seed)
