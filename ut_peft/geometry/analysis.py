@@ -41,6 +41,7 @@ def analyze_model(
     progress: bool = True,
     tokenizer: PreTrainedTokenizerBase | None = None,
     vocab_size: int | None = None,
+    measured_slope_name: str | None = None,
 ) -> dict:
     """Measure the support of ``model`` (``measure_support``), estimate its decoder cells over each of
     ``supports`` and compute the refined bounds. Returns :func:`summarize`'s dict.
@@ -83,7 +84,16 @@ def analyze_model(
         )
         for name in supports
     }
-    return summarize(stats, estimates, describe_path(path), measured_slope, seed=seed, decay_k=decay_k, top_k=top_k)
+    return summarize(
+        stats,
+        estimates,
+        describe_path(path),
+        measured_slope,
+        seed=seed,
+        decay_k=decay_k,
+        top_k=top_k,
+        measured_slope_name=measured_slope_name,
+    )
 
 
 def measure_prenorm_support(model, norm, **kwargs) -> SupportStats:
@@ -164,12 +174,14 @@ def summarize(
     top_k: int = 20,
     vocab_size: int | None = None,
     vocab_source: str = "given",
+    measured_slope_name: str | None = None,
 ) -> dict:
     """The JSON-able result, plus the live objects under ``_estimates`` and ``_stats`` (for plots and state).
 
     ``vocab_size``: |V| of the bounds, overriding the one ``path_info`` and the estimates were made with (the
     counts are over every head row, so a re-summary can take the tokenizer's count, e.g. for a state saved before
-    it was recorded); ``vocab_source`` says where it came from."""
+    it was recorded); ``vocab_source`` says where it came from. ``measured_slope_name``: which slope
+    ``measured_slope`` is (:func:`.bounds.measured_slope_name`), for the report."""
     rows = int(path_info.get("head_rows", path_info["vocab_size"]))  # states saved before: vocab_size was the rows
     if vocab_size is None:
         vocab_size, vocab_source = path_info["vocab_size"], path_info.get("vocab_source", "head rows")
@@ -185,7 +197,9 @@ def summarize(
         if {"argmax", "voronoi"} <= set(by_method):
             cells[name]["argmax_vs_voronoi"] = agreement(by_method["argmax"], by_method["voronoi"])
     argmax = {s: e["argmax"] for s, e in estimates.items()}
-    bounds = refined_bounds(stats, argmax, measured_slope, decay_k=decay_k, vocab_size=vocab_size)
+    bounds = refined_bounds(
+        stats, argmax, measured_slope, decay_k=decay_k, vocab_size=vocab_size, measured_slope_name=measured_slope_name
+    )
     first = next(iter(next(iter(estimates.values())).values()))
     return {
         "support": {**stats.to_dict(), "box_mean_range": float((stats.high - stats.low).mean())},

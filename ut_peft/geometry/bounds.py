@@ -137,6 +137,24 @@ def read_measured_slope(summary_path) -> float:
     return float(slope)
 
 
+def measured_slope_name(summary_path) -> str:
+    """Which slope :func:`read_measured_slope` reads from an evaluator ``summary.json``, in words for a report.
+
+    A pooled sweep has two lines: the one through its per-m n_50 (``fit.slope``, which the summary's own ratios divide
+    by) and its pooled line (``pooled.slope``, the sweep's headline); they differ in their decimals (SmolLM2's words
+    sweep: 19.93 and 20.22), so a bound set beside "the measured slope" must say which one it is."""
+    data = json.loads(Path(summary_path).read_text())
+    if abandon_audit(data.get("settings") or {}):
+        return "the pooled line's slope (pooled.slope: a sweep under an audited early abandon fits no per-m line)"
+    pooled = data.get("pooled")
+    if isinstance(pooled, dict) and isinstance(pooled.get("slope"), (int, float)):
+        return (
+            "the slope of the line through the per-m MLE n_50 (fit.slope), not the pooled line's "
+            f"{pooled['slope']:.2f}, the sweep's headline"
+        )
+    return "the slope of the line through the per-m MLE n_50 (fit.slope)"
+
+
 def refined_bounds(
     stats,
     cells: dict | None = None,
@@ -144,11 +162,15 @@ def refined_bounds(
     *,
     decay_k: int = 64,
     vocab_size: int | None = None,
+    measured_slope_name: str | None = None,
 ) -> dict:
     """Every bound for a measured support (``SupportStats``), with ratios to ``measured_slope`` when given.
 
     ``vocab_size``: |V|, the tokens a text can hold (default: the cell estimates' ``vocab_size``, else
     ``stats.vocab_size``, the head's rows that ``measure_support`` records, padding rows included).
+
+    ``measured_slope_name``: which slope ``measured_slope`` is (:func:`measured_slope_name` of its summary), recorded
+    beside it for the report.
 
     ``cells``: {"ball": CellEstimate, "box": CellEstimate} of the argmax cells over each support; each adds two
     non-uniform versions of that support's bound, priced at the median-product decay at k = ``decay_k``:
@@ -195,4 +217,6 @@ def refined_bounds(
     }
     if measured_slope:
         out["ratios"] = {name: value / measured_slope for name, value in rows.items()}
+        if measured_slope_name:  # only where known: a run without a slope keeps the keys it always wrote
+            out["measured_slope_name"] = measured_slope_name
     return out

@@ -139,7 +139,9 @@ def geometry_markdown(
             f"from N/2 to N."
         )
     measured = b.get("measured_slope")
-    measured_note = f"; measured slope {measured:.2f}" if measured else ""
+    # Which slope it is: a pooled sweep's summary holds two (the per-m line's and the pooled line's).
+    name = b.get("measured_slope_name")
+    measured_note = f"; measured slope {measured:.2f}" + (f", {name}" if name else "") if measured else ""
     lines += [
         "",
         f"Slope bounds (tokens of n_50 per memory vector){measured_note}. "
