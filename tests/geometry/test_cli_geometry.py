@@ -191,3 +191,30 @@ def test_from_state_that_records_no_model_needs_model(tmp_path):
     assert not out.exists()
     main(parse(["--model", str(model_dir), "--from-state", str(state), "--slope", "2", "--out", str(out)]))
     assert json.loads((out / "geometry.json").read_text())["model"] == str(model_dir)
+
+
+def test_the_slope_read_from_a_summary_is_named_in_the_report(tmp_path):
+    """A pooled sweep's summary holds two slopes (the line through its per-m n_50 and its pooled line): the report
+    and geometry.json say which one the bounds were set beside, by the model and by a re-summary of its state."""
+    from ut_peft.cli.geometry import main
+    from ut_peft.testing import tiny_model
+
+    model_dir = tmp_path / "tiny"
+    tiny_model("llama", seed=0).save_pretrained(model_dir)
+    summary = tmp_path / "summary.json"
+    summary.write_text(
+        json.dumps({"settings": {"model": str(model_dir)}, "fit": {"slope": 3.0}, "pooled": {"slope": 3.5}})
+    )
+    out = tmp_path / "out"
+    sample = ["--samples", "50", "--support-sequences", "4", "--no-progress", "--out", str(out)]
+    main(parse(["--model", str(model_dir), "--summary", str(summary), *sample]))
+    bounds = json.loads((out / "geometry.json").read_text())["bounds"]
+    assert bounds["measured_slope"] == 3.0
+    assert "per-m MLE n_50 (fit.slope), not the pooled line's 3.50" in bounds["measured_slope_name"]
+    assert "not the pooled line's 3.50" in (out / "geometry.md").read_text()
+    again = tmp_path / "again"
+    main(parse(["--from-state", str(out / "state.pt"), "--summary", str(summary), "--out", str(again)]))
+    assert (
+        "not the pooled line's 3.50"
+        in json.loads((again / "geometry.json").read_text())["bounds"]["measured_slope_name"]
+    )

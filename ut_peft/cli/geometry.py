@@ -39,7 +39,7 @@ def check_summary_model(summary, model: str | None) -> None:
 def main(args):
     from ..geometry import read_measured_slope
     from ..geometry.analysis import analyze_model, load_state, save_state, state_model, summarize
-    from ..geometry.bounds import same_model
+    from ..geometry.bounds import measured_slope_name, same_model
     from ..geometry.output_path import text_vocab_size
     from ..geometry.report import geometry_markdown, plot_cells, write_json
     from ..models import load_model, load_tokenizer
@@ -49,6 +49,8 @@ def main(args):
     if args.summary and args.slope:
         raise ValueError("give either --summary (an evaluator summary.json) or --slope, not both")
     slope = read_measured_slope(args.summary) if args.summary else args.slope
+    # A pooled sweep's summary holds two slopes: the report names the one the bounds are set beside.
+    slope_name = measured_slope_name(args.summary) if args.summary else None
     measured = args.model  # the model the counts come from, where known
     if not args.from_state:
         check_model(args.model)
@@ -99,7 +101,7 @@ def main(args):
             vocab = (
                 dict(vocab_size=text_vocab_size(tokenizer, rows), vocab_source="tokenizer") if from_tokenizer else {}
             )
-        result = summarize(stats, estimates, path_info, slope, seed=seed, **vocab)
+        result = summarize(stats, estimates, path_info, slope, seed=seed, measured_slope_name=slope_name, **vocab)
         if not in_place and state.exists():  # an earlier run's (start_run refused it without --overwrite)
             state.unlink()
             print(
@@ -114,6 +116,7 @@ def main(args):
             num_samples=args.samples,
             supports=args.supports,
             measured_slope=slope,
+            measured_slope_name=slope_name,
             support_sequences=args.support_sequences,
             apply_final_norm=args.apply_final_norm,
             chunk_size=args.chunk_size,
