@@ -429,10 +429,6 @@ def push_to_hub_with_card(
     transformers' push uploads them, each with a card that loads it from there (``subfolder="<name>"``); the card
     at the top is the "default" adapter's, so there must be one.
     """
-    import tempfile
-
-    from ... import hub
-
     del max_shard_size  # an adapter is one small file
     if "default" not in model.peft_config:
         names = ", ".join(repr(name) for name in model.peft_config)
@@ -441,19 +437,17 @@ def push_to_hub_with_card(
             f"{names}: save them (model.save_pretrained(folder) puts each into folder/<name>/) and push one with "
             f"ut_peft.push_adapter_to_hub(folder/<name>, {repo_id!r}), or `ut-peft push FOLDER/<name> {repo_id}`"
         )
-    with tempfile.TemporaryDirectory() as folder:
-        model.save_pretrained(folder)
-        return hub.push_adapter_to_hub(
-            folder,
-            repo_id,
-            private=private,
-            token=token,
-            commit_message=commit_message or "Upload UT_REPROGRAM adapter",
-            revision=revision,
-            create_pr=create_pr,
-            commit_description=commit_description,
-            tags=tags,
-        )
+    return _save_and_push(
+        model,
+        repo_id,
+        private=private,
+        token=token,
+        commit_message=commit_message,
+        revision=revision,
+        create_pr=create_pr,
+        commit_description=commit_description,
+        tags=tags,
+    )
 
 
 def push_adapter_of_model_with_card(
@@ -479,23 +473,31 @@ def push_adapter_of_model_with_card(
     does (``model.save_pretrained``) and pushes it with :func:`ut_peft.hub.push_adapter_to_hub` (keywords as
     transformers', ``tags`` onto the card), as :func:`push_to_hub_with_card` does for a ``PeftModel``.
     """
+    del max_shard_size  # an adapter is one small file
+    return _save_and_push(
+        model,
+        repo_id,
+        private=private,
+        token=token,
+        commit_message=commit_message,
+        revision=revision,
+        create_pr=create_pr,
+        commit_description=commit_description,
+        tags=tags,
+    )
+
+
+def _save_and_push(model, repo_id: str, *, commit_message: Optional[str] = None, **push) -> object:
+    """Save ``model``'s adapters into a temporary folder (its own ``save_pretrained``: the card and checksums a save
+    writes) and push that folder with :func:`ut_peft.hub.push_adapter_to_hub` (``push``: its keywords)."""
     import tempfile
 
     from ... import hub
 
-    del max_shard_size  # an adapter is one small file
     with tempfile.TemporaryDirectory() as folder:
         model.save_pretrained(folder)
         return hub.push_adapter_to_hub(
-            folder,
-            repo_id,
-            private=private,
-            token=token,
-            commit_message=commit_message or "Upload UT_REPROGRAM adapter",
-            revision=revision,
-            create_pr=create_pr,
-            commit_description=commit_description,
-            tags=tags,
+            folder, repo_id, commit_message=commit_message or "Upload UT_REPROGRAM adapter", **push
         )
 
 
