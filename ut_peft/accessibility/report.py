@@ -642,7 +642,7 @@ def _audited_markdown(summary: Summary, figures: tuple[str, str] | None) -> str:
         "",
         _support_line(summary.support),
         "",
-        *published_bounds.report_lines(summary.bounds_published, slope, summary.model),
+        *_audited_published_lines(summary, slope),
         "",
         "Fraction crammed per (m, n): the rows that crammed over the rows, a row the abandon stopped counted as not "
         "crammed, so a lower bound of the accessibility, not an estimate of it (Wilson 95% interval of that "
@@ -655,6 +655,38 @@ def _audited_markdown(summary: Summary, figures: tuple[str, str] | None) -> str:
     if figures:
         lines += ["", f"![fraction crammed]({figures[0]})", "", f"![pooled n50 vs m]({figures[1]})"]
     return "\n".join(lines) + "\n"
+
+
+def _audited_no_ratios(summary: Summary, slope: float | None) -> str:
+    """Why a sweep under an audited abandon sets no ratios beside the published bound estimate: its only slope is the
+    pooled line's, and no other stands in where that one is missing (a line through per-m fits, the MLE's or the
+    paper's least squares, would count a row stopped early as a failure). "" where the ratios are printed, or where no
+    estimate was measured to divide."""
+    entry = summary.bounds_published
+    if not entry or "error" in entry or (slope is not None and slope > 0):
+        return ""
+    pooled = summary.pooled
+    if not pooled:
+        why = "no pooled line yet (it needs rows at two m)"
+    elif not pooled.get("converged", True):
+        why = "the pooled line's fit did not converge"
+    else:
+        why = f"the pooled slope is {pooled['slope']:.2f}, not positive"
+    return (
+        f"no ratios over a slope: {why}, and under the audited abandon no other slope stands in for it (no per-m "
+        "MLE or published least-squares line is fitted: a row the abandon stopped early is not a row of the paper's "
+        "protocol, and might have crammed)"
+    )
+
+
+def _audited_published_lines(summary: Summary, slope: float | None) -> list[str]:
+    """The published bound estimate's sentence in the report of a sweep under an audited abandon: its ratios over the
+    pooled slope, named so (as the table of ut-peft's own bounds above it is), or, where there is none, why not."""
+    lines = published_bounds.report_lines(summary.bounds_published, slope, summary.model, "pooled slope")
+    no_ratios = _audited_no_ratios(summary, slope)
+    if no_ratios:
+        lines[-1] += f" {no_ratios[0].upper()}{no_ratios[1:]}."
+    return lines
 
 
 def _audited_console(summary: Summary) -> str:
@@ -691,7 +723,11 @@ def _audited_console(summary: Summary) -> str:
         f"{summary.support['num_samples']} sequences of {summary.support.get('seq_len', 32)} tokens, eps = r_2/2^11)"
     )
     slope = measured_slope(summary.settings, summary.fit, pooled)  # under the audited abandon: the pooled line's
-    lines.append(published_bounds.console_line(summary.bounds_published, slope, "pooled slope"))
+    no_ratios = _audited_no_ratios(summary, slope)
+    lines.append(
+        published_bounds.console_line(summary.bounds_published, slope, "pooled slope")
+        + (f"; {no_ratios}" if no_ratios else "")
+    )
     lines += _calibrated_console(summary.calibrated)
     lines.append(f"{summary.num_rows:,} rows, {summary.row_steps:,} row-steps in all")
     if summary.retargeted_from:
