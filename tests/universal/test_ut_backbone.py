@@ -291,3 +291,66 @@ def test_a_draw_field_changed_after_building_is_refused_at_save(tmp_path, weight
     model.save_pretrained(tmp_path)
     loaded = AutoModelForCausalLM.from_pretrained(tmp_path)
     assert torch.equal(loaded.model.layers[0].query, fixed_block_weights(loaded.config, 0)["query"])
+
+
+@pytest.mark.parametrize(
+    "built,field,value",
+    [
+        ({}, "num_hidden_layers", 4),  # was a bare IndexError: layers[2] of a model holding 2
+        ({}, "num_hidden_layers", 1),  # was silent: the forward ran the first layer only
+        ({"looped": True, "num_attention_heads": 1}, "looped", False),  # was a bare IndexError
+        # was silent: layer 0 applied twice, which is no sparse looped construction
+        ({"weights": "sparse", "num_attention_heads": 1}, "looped", True),
+        ({}, "variant", "mlp"),  # was a bare AttributeError: no mlp_in in a block built without an MLP
+        ({"variant": "mlp"}, "variant", "residual_layernorm"),
+        ({}, "head_dim", 12),  # was silent: the default attention_scale moved to 1/sqrt(12) on weights 3 wide
+    ],
+)
+def test_a_structural_field_changed_after_building_is_refused_at_the_forward(built, field, value):
+    """The forward reads num_hidden_layers, looped, variant and the (default) attention_scale from the config at every
+    call, but the layers it runs were built for the values the config had then. Changed after building, the forward
+    stopped in a bare IndexError or AttributeError deep inside it, or quietly ran another model than the config
+    names. It now refuses before any tensor work, naming the field, both values and what to do; set back, the model
+    runs as built."""
+    model = AutoModelForCausalLM.from_config(_config(**built))
+    ids = torch.randint(0, 7, (2, 5))
+    before = model(input_ids=ids).logits
+    old = getattr(model.config, field)
+    setattr(model.config, field, value)
+    with pytest.raises(ValueError, match=rf"config\.{field} was changed .* from {old!r} to {value!r}.*from_config"):
+        model(input_ids=ids)
+    with pytest.raises(ValueError, match=rf"config\.{field} was changed"):
+        model.simulate(torch.eye(7)[ids], model.get_input_embeddings().weight)
+    setattr(model.config, field, old)
+    assert torch.equal(model(input_ids=ids).logits, before)
+
+
+def test_attention_scale_and_layer_norm_eps_may_change_on_a_built_backbone():
+    """No frozen weight depends on attention_scale or layer_norm_eps, and save_pretrained writes them, so setting one
+    on a built backbone gives the backbone a fresh build from that config is: allowed. head_dim under an explicit
+    attention_scale changes nothing the forward computes, so it is allowed too."""
+    model = AutoModelForCausalLM.from_config(_config(variant="residual_layernorm"))
+    ids = torch.randint(0, 7, (2, 5))
+    model.config.attention_scale = 0.25
+    model.config.layer_norm_eps = 1e-3
+    fresh = AutoModelForCausalLM.from_config(_config(variant="residual_layernorm", attention_scale=0.25))
+    fresh.config.layer_norm_eps = 1e-3
+    fresh.load_state_dict(model.state_dict())
+    assert torch.equal(model(input_ids=ids).logits, fresh(input_ids=ids).logits)
+    before = model(input_ids=ids).logits
+    assert not model.config.derives("attention_scale") and _config().derives("attention_scale")
+    model.config.head_dim = 12
+    assert torch.equal(model(input_ids=ids).logits, before)
+    with pytest.raises(ValueError, match="'head_dim' is not a derived field"):
+        model.config.derives("head_dim")
+
+
+@pytest.mark.parametrize("bad", [0, 0.0, -1e-5, float("inf"), float("nan"), True, "1e-5", None])
+def test_a_layer_norm_eps_that_is_not_a_positive_finite_number_is_refused(bad):
+    """layer_norm_eps=-1e-5 (or 0, inf, NaN) built: the LayerNorm of a constant state divides by sqrt(var + eps), so
+    its output was inf or NaN, found only in the logits (and of no use in the attention_only variant, which has no
+    LayerNorm, until the variant was changed)."""
+    with pytest.raises(ValueError, match=r"layer_norm_eps .* must be a positive finite number, got"):
+        UniversalTransformerConfig(layer_norm_eps=bad)
+    for good in (1e-5, 1e-12, 1):
+        assert UniversalTransformerConfig(layer_norm_eps=good).layer_norm_eps == good

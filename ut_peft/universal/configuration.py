@@ -147,6 +147,14 @@ class UniversalTransformerConfig(PretrainedConfig):
     attention_scale = _derived_field("attention_scale")
     output_initializer_range = _derived_field("output_initializer_range")
 
+    def derives(self, name: str) -> bool:
+        """Whether the derived field ``name`` (one of ``DERIVED``) is left at its default, derived at every read."""
+        if name not in DERIVED:
+            raise ValueError(
+                f"{name!r} is not a derived field of UniversalTransformerConfig; those are {tuple(DERIVED)}"
+            )
+        return self.__dict__.get(f"_given_{name}") is None
+
     def to_dict(self) -> dict:
         # The derived fields under their own names, with the values a model built from this config uses.
         output = super().to_dict()
@@ -178,6 +186,14 @@ class UniversalTransformerConfig(PretrainedConfig):
             raise ValueError(
                 "UniversalTransformerConfig.attention_scale is the softmax temperature the scores are multiplied by "
                 f"and must be a finite number, got {scale!r} (None, the default, is 1/sqrt(head_dim))"
+            )
+        eps = self.layer_norm_eps
+        # The LayerNorm divides by sqrt(var + eps): a constant state (var 0) under eps <= 0 gives inf or NaN, and an
+        # infinite eps zeroes every state.
+        if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 < eps < float("inf"):
+            raise ValueError(
+                "UniversalTransformerConfig.layer_norm_eps is added to the variance the LayerNorm divides by and must "
+                f"be a positive finite number, got {eps!r} (1e-5 is the default)"
             )
         if self.variant not in VARIANTS:
             raise ValueError(f"variant={self.variant!r} is not one of {VARIANTS}")

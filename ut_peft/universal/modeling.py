@@ -237,12 +237,15 @@ class UniversalTransformerPreTrainedModel(PreTrainedModel):
 
     def __init__(self, config: UniversalTransformerConfig, *args, **kwargs):
         super().__init__(config, *args, **kwargs)
-        # The fields that name the frozen weights this model holds, as they were when it was built (or loaded): the
-        # weights never follow a later change of them, so save_pretrained compares them (_refuse_a_changed_draw).
-        self._built_draw = {name: getattr(self.config, name) for name in DRAW_FIELDS + SPARSE_LAYOUT_FIELDS}
+        # The fields that name the frozen weights this model holds and the layers its forward runs, as they were when
+        # it was built (or loaded): neither follows a later change of them, so save_pretrained compares the first
+        # (_refuse_a_changed_draw) and the forward the second (_refuse_a_changed_structure).
+        recorded = dict.fromkeys(DRAW_FIELDS + SPARSE_LAYOUT_FIELDS + STRUCTURE_FIELDS)
+        self._built_fields = {name: getattr(self.config, name) for name in recorded}
+        self._built_fields["structure"] = tuple(self._built_fields[name] for name in STRUCTURE_FIELDS)
 
     def save_pretrained(self, *args, **kwargs):
-        _refuse_a_changed_draw(self.config, self._built_draw)
+        _refuse_a_changed_draw(self.config, self._built_fields)
         return super().save_pretrained(*args, **kwargs)
 
     @torch.no_grad()
@@ -307,6 +310,14 @@ DRAW_FIELDS = ("seed", "weights")
 # others, heads, head_dim, width and readout_size, fail the load by shape): a checkpoint loaded under another value
 # would hold the blocks of another layout. Random weights are one draw per layer module, whatever their count.
 SPARSE_LAYOUT_FIELDS = ("num_hidden_layers", "looped")
+# The fields the forward reads at every call that decide what it runs: which layer modules and how often
+# (num_hidden_layers, looped), which sublayers (variant: only a block built for "mlp" holds MLP weights), and head_dim,
+# from which the default attention_scale is derived while the query/key weights keep the width they were built with.
+# The layers never follow a later change of them (sparse blocks are laid out for one L and looped), so the forward
+# refuses one (_refuse_a_changed_structure). attention_scale and layer_norm_eps are read at every call too but stay
+# free to change: no weight depends on them and save_pretrained writes them, so a backbone with one of them set after
+# it was built computes what a fresh build from its config computes (and the compiler reads the same scale).
+STRUCTURE_FIELDS = ("num_hidden_layers", "looped", "variant", "head_dim")
 # from_pretrained's arguments that say where and how to read a checkpoint's files (its config.json included).
 _HUB_ARGUMENTS = ("cache_dir", "force_download", "local_files_only", "token", "revision", "subfolder", "proxies")
 
@@ -376,6 +387,45 @@ def _refuse_a_changed_draw(config: UniversalTransformerConfig, built: dict) -> N
         )
 
 
+def _refuse_a_changed_structure(config: UniversalTransformerConfig, built: dict) -> None:
+    """Refuse to run a model whose config was told another number of layers, looping, variant or (under the default
+    attention_scale) head_dim after the model was built: its forward would fail inside the layers (an IndexError, an
+    AttributeError) or quietly compute another model than its config names. Runs at every forward, so the common case
+    is a comparison of four recorded values and nothing else."""
+    # The fast path reads the instance attributes directly (PretrainedConfig's __getattribute__ costs about as much as
+    # the rest of this check); should a field ever not be a plain attribute it reads None and the exact check decides.
+    if tuple(map(vars(config).get, STRUCTURE_FIELDS)) == built["structure"]:
+        return
+    differ = [name for name in STRUCTURE_FIELDS if getattr(config, name) != built[name]]
+    if not differ:
+        return
+    if "head_dim" in differ and not config.derives("attention_scale"):
+        # The forward reads head_dim only through the default scale; under a scale given explicitly it computes what
+        # it did (save_pretrained's config then names query/key widths the folder does not hold, which loading
+        # refuses by shape).
+        differ.remove("head_dim")
+        if not differ:
+            return
+    reasons = []
+    for name in differ:
+        was, now = built[name], getattr(config, name)
+        reason = f"config.{name} was changed after the model was built, from {was!r} to {now!r}"
+        if name == "head_dim":
+            reason += (
+                f" (its query/key weights are {was} wide, but the default attention_scale 1/sqrt(head_dim) would move "
+                f"from {was**-0.5:.6g} to {now**-0.5:.6g})"
+            )
+        elif name == "variant" and "mlp" in (was, now):
+            reason += " (only a block built for 'mlp' holds MLP weights)"
+        reasons.append(reason)
+    own = ", ".join(f"{name}={built[name]!r}" for name in differ)
+    raise ValueError(
+        f"{'; '.join(reasons)}, but the model's layers are still the ones it was built with, so its forward would run "
+        "another model than its config names. Build a new backbone from the edited config with "
+        f"AutoModelForCausalLM.from_config(model.config), or set the field back ({own}) to run this one"
+    )
+
+
 class UniversalTransformerModel(UniversalTransformerPreTrainedModel):
     def __init__(self, config: UniversalTransformerConfig):
         super().__init__(config)
@@ -405,6 +455,7 @@ class UniversalTransformerModel(UniversalTransformerPreTrainedModel):
         return_dict=None,
         **kwargs,
     ) -> BaseModelOutputWithPast:
+        _refuse_a_changed_structure(self.config, self._built_fields)
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("pass exactly one of input_ids and inputs_embeds")
         _refuse_a_cache(kwargs)
