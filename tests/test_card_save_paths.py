@@ -366,3 +366,69 @@ def test_transformers_save_pretrained_with_push_to_hub_keeps_the_cards_word_on_t
     for card in (_card(folder), pushed):
         assert MEASURED in card.text and len(_results_note(card)) == 1, card.text
         assert card.data.eval_results is None and "import ut_peft" in card.text
+
+
+def _trained_and_carded(model, folder: Path, **card) -> ModelCard:
+    """A real Trainer's run over ``model`` (two steps), its save_model and create_model_card, which writes the
+    Trainer's training card over the folder's, then calls PeftModel.create_or_update_model_card."""
+    from datasets import Dataset
+    from transformers import Trainer, TrainingArguments
+
+    args = TrainingArguments(
+        output_dir=str(folder),
+        report_to=[],
+        use_cpu=True,
+        max_steps=2,
+        save_strategy="no",
+        per_device_train_batch_size=4,
+        learning_rate=0.1,
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer = Trainer(
+            model=model,
+            args=args,
+            train_dataset=Dataset.from_list([{"input_ids": [1, 2, 3, 4], "labels": [1, 2, 3, 4]}] * 8),
+        )
+        trainer.train()
+        trainer.save_model()
+        trainer.create_model_card(**card)
+    return _card(folder)
+
+
+def test_trainer_model_card_of_a_ut_reprogram_adapter_is_the_ut_peft_card_with_the_trainers_tags(tmp_path):
+    """Was: ``Trainer.create_model_card`` (run by ``trainer.push_to_hub()``) wrote the Trainer's training card over the
+    ut-peft card, and peft's create_or_update_model_card only added its metadata: the card uploaded had no
+    ``import ut_peft`` (without which peft cannot read the adapter) and none of the adapter's settings. It is now the
+    ut-peft card, with the Trainer's tags, and the title and results the folder's card held, still of the weights
+    they were measured on (those weights are not the ones the Trainer saved: the card says so)."""
+    folder = tmp_path / "out"
+    model = _measured_folder(folder, earlier_weights_saved=False)
+    card = _trained_and_carded(model, folder)
+    assert "import ut_peft" in card.text and "UT_REPROGRAM" in card.text, card.text
+    assert "generated_from_trainer" in card.data.tags and card.data.library_name == "peft"
+    assert "# Mine" in card.text and MEASURED in card.text
+    assert len(_results_note(card)) == 1 and card.data.eval_results is None  # measured on the weights saved before
+    pushed = ModelCard(push_adapter_to_hub(folder, "me/mine", dry_run=True).card)
+    assert "import ut_peft" in pushed.text and "generated_from_trainer" in pushed.data.tags
+
+
+def test_trainer_model_card_of_a_new_ut_reprogram_adapter_is_the_ut_peft_card(tmp_path):
+    """An adapter the Trainer saved into an empty folder: the card is a new ut-peft card, with the Trainer's tags."""
+    folder = tmp_path / "out"
+    model = get_peft_model(random_backbone(tiny_config("llama"), seed=0), UTReprogramConfig())
+    card = _trained_and_carded(model, folder, tags=["mine"])
+    assert "import ut_peft" in card.text, card.text
+    assert {"generated_from_trainer", "mine"} <= set(card.data.tags)
+
+
+def test_trainer_model_card_of_a_lora_adapter_is_the_trainers_card(tmp_path):
+    """Other adapters keep peft's behaviour: the Trainer's card with peft's metadata (and peft's tags in place of
+    the Trainer's)."""
+    from peft import LoraConfig
+
+    folder = tmp_path / "out"
+    lora = get_peft_model(random_backbone(tiny_config("llama"), seed=0), LoraConfig(target_modules=["q_proj"]))
+    card = _trained_and_carded(lora, folder)
+    assert "import ut_peft" not in card.text and "### Training hyperparameters" in card.text, card.text
+    assert card.data.library_name == "peft" and "- PEFT " in card.text

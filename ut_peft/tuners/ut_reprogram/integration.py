@@ -76,12 +76,14 @@ def install() -> None:
     original_push = PeftModel.push_to_hub
 
     def push_to_hub(self, repo_id, *args, **kwargs):
-        if self.peft_config and all(_is_ut_reprogram(config) for config in self.peft_config.values()):
+        if _all_ut_reprogram(self):
             return push_to_hub_with_card(self, repo_id, *args, **kwargs)
         return original_push(self, repo_id, *args, **kwargs)
 
     push_to_hub.__doc__ = original_push.__doc__
     PeftModel.push_to_hub = push_to_hub
+
+    _install_trainer_model_card()
 
     from transformers import PreTrainedModel
 
@@ -106,6 +108,84 @@ def install() -> None:
 
     model_save_pretrained.__doc__ = original_model_save.__doc__
     PreTrainedModel.save_pretrained = model_save_pretrained
+
+
+def _all_ut_reprogram(model) -> bool:
+    """Whether the PeftModel ``model`` has adapters, all of them UT_REPROGRAM."""
+    return bool(model.peft_config) and all(_is_ut_reprogram(config) for config in model.peft_config.values())
+
+
+def _install_trainer_model_card() -> None:
+    """Wrap transformers' ``Trainer.create_model_card`` (run by ``trainer.push_to_hub()`` and ``Trainer(...,
+    push_to_hub=True)``) for a ``PeftModel`` whose adapters are all UT_REPROGRAM.
+
+    The Trainer writes its training card over the output folder's card, then calls peft's
+    ``create_or_update_model_card``, which adds peft's metadata: the card it uploads has no ``import ut_peft``,
+    without which peft cannot read the adapter, and none of the adapter's settings. peft's method is left as it is
+    (other callers keep peft's behaviour); here the folder's card is set aside while the Trainer writes its own, then
+    put back and brought up to date as a save does it (:func:`ut_peft.hub.update_model_card`), from the adapter's
+    record in the folder (its adapter_config.json; the model's "default" adapter where the folder has none), with the
+    tags of the Trainer's card (``generated_from_trainer``) added. What the folder's card held stays: its title,
+    tables and results with the digest of the weights they were measured on, the tags and metadata its user added.
+    A folder without a card gets the Trainer's card with peft's metadata (peft's own method), made a ut-peft card.
+    The Trainer's own sections (hyperparameters, training results) are not kept."""
+    from transformers import Trainer
+
+    from ...io import atomic_write_text
+
+    original = Trainer.create_model_card
+
+    def create_model_card(self, *args, **kwargs):
+        model = self.accelerator.unwrap_model(self.model)
+        ours = isinstance(model, PeftModel) and _all_ut_reprogram(model) and "default" in model.peft_config
+        if not ours or not self.is_world_process_zero():  # the Trainer writes no card outside process zero
+            return original(self, *args, **kwargs)
+        folder = os.fspath(self.args.output_dir)
+        readme = os.path.join(folder, "README.md")
+        before = None
+        if os.path.isfile(readme):
+            with open(readme, encoding="utf-8", newline="") as handle:
+                before = handle.read()
+            # Without a card there the Trainer writes its own and does not call peft's method, which would replace
+            # the Trainer's tags with peft's before they can be read.
+            os.remove(readme)
+        try:
+            result = original(self, *args, **kwargs)
+        except BaseException:
+            if before is not None:
+                atomic_write_text(readme, before, newline="")
+            raise
+        _ut_peft_card_over_trainers(model, folder, before)
+        return result
+
+    create_model_card.__doc__ = original.__doc__
+    Trainer.create_model_card = create_model_card
+
+
+def _ut_peft_card_over_trainers(model, folder: str, before: Optional[str]) -> None:
+    """``folder/README.md`` (the Trainer's training card) made the ut-peft card: ``before``, the folder's card
+    before the Trainer wrote its own, brought up to date with the Trainer's tags added (see
+    :func:`_install_trainer_model_card`)."""
+    import json
+
+    from ...hub import card_tags
+    from ...hub import update_model_card as update
+    from ...io import atomic_write_text
+
+    readme, config_path = os.path.join(folder, "README.md"), os.path.join(folder, "adapter_config.json")
+    if os.path.isfile(config_path):
+        with open(config_path) as handle:
+            adapter_config = json.load(handle)
+    else:
+        adapter_config = model.peft_config["default"].to_dict()
+    trainers_tags = card_tags(readme) or []
+    if before is None:
+        model.create_or_update_model_card(folder)  # peft's metadata on the Trainer's card, as the Trainer does
+        tags = trainers_tags
+    else:
+        atomic_write_text(readme, before, newline="")
+        tags = sorted(set(card_tags(readme) or []) | set(trainers_tags))
+    update(adapter_config, folder, after_save=False, tags_before_save=tags, weights_unrecorded=True)
 
 
 def _carries_ut_reprogram_adapters(model) -> bool:
