@@ -368,9 +368,10 @@ def test_transformers_save_pretrained_with_push_to_hub_keeps_the_cards_word_on_t
         assert card.data.eval_results is None and "import ut_peft" in card.text
 
 
-def _trained_and_carded(model, folder: Path, **card) -> ModelCard:
+def _trained_and_carded(model, folder: Path, readme: str | None = None, **card) -> ModelCard:
     """A real Trainer's run over ``model`` (two steps), its save_model and create_model_card, which writes the
-    Trainer's training card over the folder's, then calls PeftModel.create_or_update_model_card."""
+    Trainer's training card over the folder's, then calls PeftModel.create_or_update_model_card (``readme``: the
+    folder's README.md in between)."""
     from datasets import Dataset
     from transformers import Trainer, TrainingArguments
 
@@ -392,6 +393,8 @@ def _trained_and_carded(model, folder: Path, **card) -> ModelCard:
         )
         trainer.train()
         trainer.save_model()
+        if readme is not None:
+            (folder / "README.md").write_text(readme)
         trainer.create_model_card(**card)
     return _card(folder)
 
@@ -420,6 +423,14 @@ def test_trainer_model_card_of_a_new_ut_reprogram_adapter_is_the_ut_peft_card(tm
     card = _trained_and_carded(model, folder, tags=["mine"])
     assert "import ut_peft" in card.text, card.text
     assert {"generated_from_trainer", "mine"} <= set(card.data.tags)
+
+
+def test_trainer_model_card_over_a_readme_that_is_not_a_card_is_a_new_ut_peft_card(tmp_path):
+    """A README whose metadata is not YAML holds nothing a card keeps: the card is a new one, as a push makes it."""
+    folder = tmp_path / "out"
+    model = get_peft_model(random_backbone(tiny_config("llama"), seed=0), UTReprogramConfig())
+    card = _trained_and_carded(model, folder, readme="---\n: [\n---\n# Notes\n")
+    assert "import ut_peft" in card.text and "generated_from_trainer" in card.data.tags, card.text
 
 
 def test_trainer_model_card_of_a_lora_adapter_is_the_trainers_card(tmp_path):

@@ -168,6 +168,8 @@ def _ut_peft_card_over_trainers(model, folder: str, before: Optional[str]) -> No
     :func:`_install_trainer_model_card`)."""
     import json
 
+    import yaml
+
     from ...hub import card_tags
     from ...hub import update_model_card as update
     from ...io import atomic_write_text
@@ -178,14 +180,19 @@ def _ut_peft_card_over_trainers(model, folder: str, before: Optional[str]) -> No
             adapter_config = json.load(handle)
     else:
         adapter_config = model.peft_config["default"].to_dict()
+    with open(readme, encoding="utf-8", newline="") as handle:
+        trainers = handle.read()
     trainers_tags = card_tags(readme) or []
-    if before is None:
-        model.create_or_update_model_card(folder)  # peft's metadata on the Trainer's card, as the Trainer does
-        tags = trainers_tags
-    else:
+    if before is not None:
         atomic_write_text(readme, before, newline="")
         tags = sorted(set(card_tags(readme) or []) | set(trainers_tags))
-    update(adapter_config, folder, after_save=False, tags_before_save=tags, weights_unrecorded=True)
+        try:
+            update(adapter_config, folder, after_save=False, tags_before_save=tags, weights_unrecorded=True)
+            return
+        except (ValueError, yaml.YAMLError):  # metadata that is not YAML, or not a card's: nothing of it to keep
+            atomic_write_text(readme, trainers, newline="")
+    model.create_or_update_model_card(folder)  # peft's metadata on the Trainer's card, as the Trainer does
+    update(adapter_config, folder, after_save=False, tags_before_save=trainers_tags, weights_unrecorded=True)
 
 
 def _carries_ut_reprogram_adapters(model) -> bool:
