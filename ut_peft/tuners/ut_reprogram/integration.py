@@ -83,7 +83,10 @@ def install() -> None:
     push_to_hub.__doc__ = original_push.__doc__
     PeftModel.push_to_hub = push_to_hub
 
-    _install_trainer_model_card()
+    # transformers imports its Trainer (accelerate, datasets' checks: seconds) only when first used: wrap it then.
+    from ...lazy import after_import
+
+    after_import("transformers.trainer", _install_trainer_model_card)
 
     from transformers import PreTrainedModel
 
