@@ -53,10 +53,6 @@ def _offload_hook(module: torch.nn.Module):
     return None
 
 
-def _offloads(module: torch.nn.Module) -> bool:
-    return _offload_hook(module) is not None
-
-
 def never_loaded_parameters(model: torch.nn.Module, skip: Collection[int] = ()) -> list[str]:
     """Names of ``model``'s parameters on the meta device that no Accelerate offload holds: weights never loaded (a
     model built under ``torch.device("meta")`` or ``accelerate.init_empty_weights()`` and never given its weights).
@@ -75,7 +71,7 @@ def never_loaded_parameters(model: torch.nn.Module, skip: Collection[int] = ()) 
 
     def offloaded(module_name: str) -> bool:
         if module_name not in offloading:
-            own = _offloads(model.get_submodule(module_name))
+            own = holds_own_offloaded_weights(model.get_submodule(module_name))
             parent = module_name.rpartition(".")[0] if module_name else None
             offloading[module_name] = own or (parent is not None and offloaded(parent))
         return offloading[module_name]
@@ -101,7 +97,7 @@ def weights_come_later() -> bool:
 def holds_own_offloaded_weights(module: torch.nn.Module) -> bool:
     """Whether an Accelerate offload hook on ``module`` itself holds its weights (``cpu_offload``, or a device map
     that names the module), so that :func:`onloaded` can bring them in without loading anything else."""
-    return _offloads(module)
+    return _offload_hook(module) is not None
 
 
 @contextlib.contextmanager

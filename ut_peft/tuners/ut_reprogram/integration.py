@@ -94,7 +94,7 @@ def install() -> None:
 
     def model_push_to_hub(self, repo_id, *args, **kwargs):
         if _carries_ut_reprogram_adapters(self):
-            return push_adapter_of_model_with_card(self, repo_id, *args, **kwargs)
+            return push_to_hub_with_card(self, repo_id, *args, **kwargs)
         return original_model_push(self, repo_id, *args, **kwargs)
 
     model_push_to_hub.__doc__ = original_model_push.__doc__
@@ -198,10 +198,22 @@ def _ut_peft_card_over_trainers(model, folder: str, before: Optional[str]) -> No
     update(adapter_config, folder, after_save=False, tags_before_save=trainers_tags, weights_unrecorded=True)
 
 
+def _adapter_configs(model) -> Mapping:
+    """The configs of the adapters ``model`` carries through transformers' adapter methods (``load_adapter``,
+    ``add_adapter``), by name; empty where it carries none."""
+    configs = getattr(model, "peft_config", None) if getattr(model, "_hf_peft_config_loaded", False) else None
+    return configs if isinstance(configs, Mapping) else {}
+
+
+def _ut_reprogram_configs(model) -> dict:
+    """Those of :func:`_adapter_configs` that are UT_REPROGRAM's."""
+    return {name: config for name, config in _adapter_configs(model).items() if _is_ut_reprogram(config)}
+
+
 def _carries_ut_reprogram_adapters(model) -> bool:
     """Whether ``model`` carries adapters through transformers' adapter methods, all of them UT_REPROGRAM."""
-    configs = getattr(model, "peft_config", None) if getattr(model, "_hf_peft_config_loaded", False) else None
-    return isinstance(configs, Mapping) and bool(configs) and all(_is_ut_reprogram(c) for c in configs.values())
+    configs = _adapter_configs(model)
+    return bool(configs) and len(_ut_reprogram_configs(model)) == len(configs)
 
 
 # The folder given to the PeftModel.save_pretrained in progress, where peft writes its README.md: the card of an
@@ -444,10 +456,6 @@ def _install_transformers_adapter_methods() -> None:
 
     from .layer import UTReprogramLayer
 
-    def ut_reprogram_configs(model) -> dict:
-        configs = getattr(model, "peft_config", None) if getattr(model, "_hf_peft_config_loaded", False) else None
-        return {name: config for name, config in (configs or {}).items() if _is_ut_reprogram(config)}
-
     def refuse_task_vocabulary(names: list[str], call: str, peft_model_call: str) -> None:
         if names:
             raise ValueError(
@@ -462,7 +470,7 @@ def _install_transformers_adapter_methods() -> None:
 
     @functools.wraps(original_disable)
     def disable_adapters(self, *args, **kwargs):
-        task = sorted(name for name, config in ut_reprogram_configs(self).items() if config.task_vocab_size)
+        task = sorted(name for name, config in _ut_reprogram_configs(self).items() if config.task_vocab_size)
         refuse_task_vocabulary(task, "disable_adapters()", "disable_adapter() (a context manager), unload()")
         return original_disable(self, *args, **kwargs)
 
@@ -470,7 +478,7 @@ def _install_transformers_adapter_methods() -> None:
 
     @functools.wraps(original_delete)
     def delete_adapter(self, adapter_names, *args, **kwargs):
-        configs = ut_reprogram_configs(self)
+        configs = _ut_reprogram_configs(self)
         deleted = [adapter_names] if isinstance(adapter_names, str) else list(adapter_names)
         if not configs or not set(deleted) <= set(configs):  # another method's, or transformers' own refusal
             return original_delete(self, adapter_names, *args, **kwargs)
@@ -509,7 +517,9 @@ def push_to_hub_with_card(
     max_shard_size=None,
     tags: Optional[list[str]] = None,
 ):
-    """``PeftModel.push_to_hub`` of UT_REPROGRAM adapters: transformers' push with the ut-peft card.
+    """``push_to_hub`` of UT_REPROGRAM adapters with the ut-peft card: a ``PeftModel``'s, and a transformers model's
+    that carries them through transformers' own adapter methods (``load_adapter``, ``add_adapter``; its active
+    adapter is pushed).
 
     transformers' ``push_to_hub`` (which ``PeftModel`` inherits) saves the adapter, then writes its own card over the
     one the save wrote: ``library_name: transformers``, none of the adapter's settings, and no ``import ut_peft``,
@@ -517,69 +527,19 @@ def push_to_hub_with_card(
     :func:`ut_peft.hub.push_adapter_to_hub` (keywords as transformers', ``tags`` onto the card; ``max_shard_size``
     does not apply to an adapter's one small file). The adapters not named "default" go into their subfolders, as
     transformers' push uploads them, each with a card that loads it from there (``subfolder="<name>"``); the card
-    at the top is the "default" adapter's, so there must be one.
+    at the top is the "default" adapter's, so a ``PeftModel`` must have one. transformers' push of a model carrying
+    adapters uploads the card the repository already has (or a transformers one): a card pushed with earlier weights
+    then vouched, in its model-index, for results measured on those weights, next to weights saved with no record
+    of their sha256, and it has no ``import ut_peft`` either.
     """
     del max_shard_size  # an adapter is one small file
-    if "default" not in model.peft_config:
+    if isinstance(model, PeftModel) and "default" not in model.peft_config:
         names = ", ".join(repr(name) for name in model.peft_config)
         raise ValueError(
             f"push_to_hub uploads the adapter named 'default' at the repository's top, and this model's adapters are "
             f"{names}: save them (model.save_pretrained(folder) puts each into folder/<name>/) and push one with "
             f"ut_peft.push_adapter_to_hub(folder/<name>, {repo_id!r}), or `ut-peft push FOLDER/<name> {repo_id}`"
         )
-    return _save_and_push(
-        model,
-        repo_id,
-        private=private,
-        token=token,
-        commit_message=commit_message,
-        revision=revision,
-        create_pr=create_pr,
-        commit_description=commit_description,
-        tags=tags,
-    )
-
-
-def push_adapter_of_model_with_card(
-    model,
-    repo_id: str,
-    *,
-    commit_message: Optional[str] = None,
-    commit_description: Optional[str] = None,
-    private: Optional[bool] = None,
-    token=None,
-    revision: Optional[str] = None,
-    create_pr: bool = False,
-    max_shard_size=None,
-    tags: Optional[list[str]] = None,
-):
-    """transformers' ``push_to_hub`` of a model carrying UT_REPROGRAM adapters through transformers' own adapter
-    methods (``load_adapter``, ``add_adapter``): the active adapter pushed with the ut-peft card.
-
-    transformers' push saves the adapter into a temporary folder and uploads it with the card the repository
-    already has (or a transformers one): a card pushed with earlier weights then vouched, in its model-index, for
-    results measured on those weights, next to weights saved with no record of their sha256; and a transformers card
-    has no ``import ut_peft``, without which peft cannot read the adapter. This saves the adapter as transformers
-    does (``model.save_pretrained``) and pushes it with :func:`ut_peft.hub.push_adapter_to_hub` (keywords as
-    transformers', ``tags`` onto the card), as :func:`push_to_hub_with_card` does for a ``PeftModel``.
-    """
-    del max_shard_size  # an adapter is one small file
-    return _save_and_push(
-        model,
-        repo_id,
-        private=private,
-        token=token,
-        commit_message=commit_message,
-        revision=revision,
-        create_pr=create_pr,
-        commit_description=commit_description,
-        tags=tags,
-    )
-
-
-def _save_and_push(model, repo_id: str, *, commit_message: Optional[str] = None, **push) -> object:
-    """Save ``model``'s adapters into a temporary folder (its own ``save_pretrained``: the card and checksums a save
-    writes) and push that folder with :func:`ut_peft.hub.push_adapter_to_hub` (``push``: its keywords)."""
     import tempfile
 
     from ... import hub
@@ -587,7 +547,15 @@ def _save_and_push(model, repo_id: str, *, commit_message: Optional[str] = None,
     with tempfile.TemporaryDirectory() as folder:
         model.save_pretrained(folder)
         return hub.push_adapter_to_hub(
-            folder, repo_id, commit_message=commit_message or "Upload UT_REPROGRAM adapter", **push
+            folder,
+            repo_id,
+            private=private,
+            token=token,
+            commit_message=commit_message or "Upload UT_REPROGRAM adapter",
+            revision=revision,
+            create_pr=create_pr,
+            commit_description=commit_description,
+            tags=tags,
         )
 
 
