@@ -354,3 +354,35 @@ def test_a_layer_norm_eps_that_is_not_a_positive_finite_number_is_refused(bad):
         UniversalTransformerConfig(layer_norm_eps=bad)
     for good in (1e-5, 1e-12, 1):
         assert UniversalTransformerConfig(layer_norm_eps=good).layer_norm_eps == good
+
+
+@pytest.mark.parametrize(
+    "built,field,value",
+    [
+        ({}, "num_hidden_layers", 3),  # loaded with a layer 2 freshly drawn that the saved model never ran
+        ({}, "variant", "mlp"),  # loaded with MLPs the saved model never had
+        ({}, "head_dim", 4),  # a folder that no longer loads (query/key 3 wide, config 4)
+        ({"attention_scale": 0.5}, "head_dim", 4),  # the forward allows this one; config.json still names 4
+        ({"num_attention_heads": 1}, "looped", True),  # a random backbone: loaded as layer 0 looped
+        ({"position_embedding_type": "learned"}, "position_embedding_type", "none"),  # trained positions dropped
+        ({}, "position_embedding_type", "learned"),  # loaded with a random position table added
+        ({"position_embedding_type": "learned"}, "max_position_embeddings", 32),  # a folder that no longer loads
+    ],
+)
+def test_a_structural_field_changed_after_building_is_refused_at_save(tmp_path, built, field, value):
+    """The forward refused a num_hidden_layers, looped, variant or head_dim changed after building, but
+    save_pretrained wrote it into config.json: the folder named layers it did not hold, and loaded either as another
+    model than the one saved (layers, MLPs or a position table drawn fresh, trained positions dropped) or not at all
+    (a shape mismatch). Refused now before anything is written, naming the field and both values; set back, the model
+    saves and loads as built."""
+    model = AutoModelForCausalLM.from_config(_config(**built))
+    ids = torch.randint(0, 7, (2, 5))
+    before = model(input_ids=ids).logits
+    old = getattr(model.config, field)
+    setattr(model.config, field, value)
+    with pytest.raises(ValueError, match=rf"config\.{field} was changed .* from {old!r} to {value!r}.*from_config"):
+        model.save_pretrained(tmp_path)
+    assert not (tmp_path / "config.json").exists()
+    setattr(model.config, field, old)
+    model.save_pretrained(tmp_path)
+    assert torch.equal(AutoModelForCausalLM.from_pretrained(tmp_path)(input_ids=ids).logits, before)

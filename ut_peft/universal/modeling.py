@@ -237,15 +237,15 @@ class UniversalTransformerPreTrainedModel(PreTrainedModel):
 
     def __init__(self, config: UniversalTransformerConfig, *args, **kwargs):
         super().__init__(config, *args, **kwargs)
-        # The fields that name the frozen weights this model holds and the layers its forward runs, as they were when
-        # it was built (or loaded): neither follows a later change of them, so save_pretrained compares the first
-        # (_refuse_a_changed_draw) and the forward the second (_refuse_a_changed_structure).
-        recorded = dict.fromkeys(DRAW_FIELDS + SPARSE_LAYOUT_FIELDS + STRUCTURE_FIELDS)
+        # The fields that name the tensors this model holds and the layers its forward runs, as they were when it was
+        # built (or loaded): neither follows a later change of them, so save_pretrained compares all of them
+        # (_refuse_a_changed_build) and the forward those it reads (_refuse_a_changed_structure).
+        recorded = dict.fromkeys(DRAW_FIELDS + SPARSE_LAYOUT_FIELDS + STRUCTURE_FIELDS + POSITION_FIELDS)
         self._built_fields = {name: getattr(self.config, name) for name in recorded}
         self._built_fields["structure"] = tuple(self._built_fields[name] for name in STRUCTURE_FIELDS)
 
     def save_pretrained(self, *args, **kwargs):
-        _refuse_a_changed_draw(self.config, self._built_fields)
+        _refuse_a_changed_build(self.config, self._built_fields)
         return super().save_pretrained(*args, **kwargs)
 
     @torch.no_grad()
@@ -318,6 +318,10 @@ SPARSE_LAYOUT_FIELDS = ("num_hidden_layers", "looped")
 # free to change: no weight depends on them and save_pretrained writes them, so a backbone with one of them set after
 # it was built computes what a fresh build from its config computes (and the compiler reads the same scale).
 STRUCTURE_FIELDS = ("num_hidden_layers", "looped", "variant", "head_dim")
+# The fields that decide whether the model holds a trained position table and how many rows it has. The forward reads
+# the table itself, but a config.json naming another one loads as another model (a fresh random table added, or the
+# trained one dropped) or not at all (a shape mismatch).
+POSITION_FIELDS = ("position_embedding_type", "max_position_embeddings")
 # from_pretrained's arguments that say where and how to read a checkpoint's files (its config.json included).
 _HUB_ARGUMENTS = ("cache_dir", "force_download", "local_files_only", "token", "revision", "subfolder", "proxies")
 
@@ -369,10 +373,14 @@ def _refuse_another_draw(config: UniversalTransformerConfig, saved: UniversalTra
         )
 
 
-def _refuse_a_changed_draw(config: UniversalTransformerConfig, built: dict) -> None:
-    """Refuse to save a model whose config was told another seed, weights kind (or sparse layout) after the model was
-    built: its frozen weights are still the draw it was built with, and config.json would name another one."""
-    fields = DRAW_FIELDS + (SPARSE_LAYOUT_FIELDS if built["weights"] == "sparse" else ())
+def _refuse_a_changed_build(config: UniversalTransformerConfig, built: dict) -> None:
+    """Refuse to save a model whose config was told another draw (seed, weights kind), another structure (layers,
+    looping, variant, head_dim) or another position table after the model was built: its tensors are still the ones it
+    was built with, and config.json would name others, so the folder would load as another model or not at all."""
+    fields: tuple[str, ...] = DRAW_FIELDS + STRUCTURE_FIELDS + POSITION_FIELDS
+    if built["position_embedding_type"] == config.position_embedding_type == "none":
+        # No table is held or named, so its size names nothing.
+        fields = tuple(name for name in fields if name != "max_position_embeddings")
     if differ := [name for name in fields if getattr(config, name) != built[name]]:
         changes = ", ".join(
             f"config.{name} was changed after the model was built, from {built[name]!r} to {getattr(config, name)!r}"
@@ -380,10 +388,10 @@ def _refuse_a_changed_draw(config: UniversalTransformerConfig, built: dict) -> N
         )
         own = ", ".join(f"{name}={built[name]!r}" for name in differ)
         raise ValueError(
-            f"{changes}, but the model's frozen weights are still the ones it was built with, so the saved "
-            "config.json would name weights the folder does not hold. Set the field back "
-            f"({own}) to save this model, or build the backbone you named with "
-            "AutoModelForCausalLM.from_config(config) and save that one"
+            f"{changes}, but the model's frozen weights, layers and position table are still the ones it was built "
+            "with, so the saved config.json would name tensors the folder does not hold (it would load as another "
+            f"model, or not at all). Set the field back ({own}) to save this model, or build the backbone you named "
+            "with AutoModelForCausalLM.from_config(config) and save that one"
         )
 
 
