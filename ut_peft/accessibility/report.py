@@ -588,7 +588,15 @@ def markdown(summary: Summary, *, figures: tuple[str, str] | None = (ACCESSIBILI
             "",
         ]
     if not fit:
-        lines += ["No slope: fewer than two m had a measurable n_50 (the grid missed the 50% crossing).", ""]
+        no_ratios = f"ball / {slope_name} and box / {slope_name} are n/a"
+        lines += [
+            f"No {slope_name}: {_no_slope_reason(summary)}; so {no_ratios}"
+            + (_headline_ratios(summary) or " (the bounds stand alone)")
+            + ".",
+            "",
+        ]
+    elif not ratios:
+        lines += [f"No ball / {slope_name} or box / {slope_name}: {_not_positive(fit['slope'])}.", ""]
     lines += [
         "Accessibility(n) per m (Wilson 95% interval of each fraction):",
         "",
@@ -765,8 +773,13 @@ def console_summary(summary: Summary) -> str:
             + _published_notes(published, ridges, rising, extrapolated)
             + _rows_line_note(summary.fit_published_rows, over_rows.line_marks(summary, ridges, rising, extrapolated))
         )
+        if not ratios:
+            lines.append(f"no bound ratios: {_not_positive(fit['slope'])}")
     else:
-        lines.append("no slope: fewer than two m had a measurable n_50 (the grid missed the 50% crossing)")
+        name = "per-m line slope" if summary.pooled else "slope"
+        lines.append(
+            f"no {name}: {_no_slope_reason(summary)}; so no bound ratios{' over it' if summary.pooled else ''}"
+        )
     bounds = summary.bounds
     # summary.ratios divide by the line through the per-m fits (the table's slope column); a pooled sweep's headline
     # is its pooled (calibrated) slope, so the line names the one it divides by and adds the headline's ratios.
@@ -803,6 +816,22 @@ def console_summary(summary: Summary) -> str:
     if summary.retargeted_from:
         lines.append(retarget_line(summary.retargeted_from))
     return "\n".join(lines)
+
+
+def _no_slope_reason(summary: Summary) -> str:
+    """Why a sweep has no line through its per-m n_50 (:attr:`Summary.fit` None outside the audit): a sweep of one m
+    can have none at all, whatever its rows; one of several m has none where too few of its m have an n_50."""
+    if len(summary.per_m) == 1:
+        return (
+            f"one m was swept (m = {summary.per_m[0].m}), and a line through n_50 against m needs n_50 at two m or "
+            "more"
+        )
+    return "fewer than two m had a measurable n_50 (the grid missed the 50% crossing)"
+
+
+def _not_positive(slope: float) -> str:
+    """Why a line's slope has no bound ratios: a bound over a slope that does not rise is no ratio to read."""
+    return f"the slope is {slope:.2f}, not positive, so no bound divides by it"
 
 
 def _headline_ratios(summary: Summary, lead: str = "; ") -> str:
@@ -1046,7 +1075,10 @@ def paper_lines(summary: Summary) -> list[str]:
         return []  # the paper measured natural text and random words only
     d = int(summary.support["hidden_size"])
     found = run_slope(summary)
-    ours = "no slope yet" if found is None else f"{found[0]:.2f} tokens per vector ({found[1]})"
+    if found is not None:
+        ours = f"{found[0]:.2f} tokens per vector ({found[1]})"
+    else:  # one m swept gives no slope however long it runs
+        ours = "no slope (one m was swept)" if len(summary.per_m) == 1 else "no slope yet"
     lines = [
         "",
         f"Next to the paper (Meyer et al. 2026, its published protocol: PG-19 or its 100k-word list, 20 sequences per "
