@@ -1,3 +1,5 @@
+import re
+
 import pytest
 import torch
 from peft import PeftModel, get_peft_model
@@ -386,3 +388,47 @@ def test_a_structural_field_changed_after_building_is_refused_at_save(tmp_path, 
     setattr(model.config, field, old)
     model.save_pretrained(tmp_path)
     assert torch.equal(AutoModelForCausalLM.from_pretrained(tmp_path)(input_ids=ids).logits, before)
+
+
+def _learned_positions():
+    return AutoModelForCausalLM.from_config(_config(position_embedding_type="learned"))
+
+
+def test_a_sequence_longer_than_the_built_position_table_is_refused_naming_both():
+    """config.max_position_embeddings raised from 16 to 32 after building let a 20-token sequence past the length
+    check, and the 16-row table then stopped in a bare 'IndexError: index out of range in self'. The check now reads
+    the table the model holds, and the error names the length, the table's rows and the config's value."""
+    model = _learned_positions()
+    model.config.max_position_embeddings = 32
+    with pytest.raises(ValueError, match=r"sequence length 20 .* 16 rows .*max_position_embeddings=32"):
+        model(input_ids=torch.randint(0, 7, (1, 20)))
+    model.config.max_position_embeddings = 16
+    with pytest.raises(ValueError, match=r"sequence length 17 .* 16 rows"):
+        model(input_ids=torch.randint(0, 7, (1, 17)))
+    model(input_ids=torch.randint(0, 7, (1, 16)))
+
+
+@pytest.mark.parametrize("bad,named", [([[10, 11, 12, 13, 16]], 16), ([[-1, 0, 1, 2, 3]], -1)])
+def test_position_ids_outside_the_built_table_are_refused_naming_them(bad, named):
+    """position_ids of 16 (or -1) on a 16-row table stopped in a bare IndexError inside nn.Embedding."""
+    model = _learned_positions()
+    ids = torch.randint(0, 7, (1, 5))
+    with pytest.raises(ValueError, match=rf"position_ids hold {named}, outside .* rows 0 \.\. 15"):
+        model(input_ids=ids, position_ids=torch.tensor(bad))
+
+
+def test_position_ids_that_would_broadcast_over_the_sequence_are_refused():
+    """position_ids of shape (1, 1) or (batch, 1) for a 5-token sequence broadcast: every position got one and the
+    same position row, and the forward ran without a word. Refused now, naming both shapes; (n,), (1, n) and
+    (batch, n) run as the default positions do, and ids within the table need not follow the sequence length (a
+    left-padded batch longer than the table runs on positions counted from its first real token)."""
+    model = _learned_positions()
+    ids = torch.randint(0, 7, (3, 5))
+    default = model(input_ids=ids).logits
+    for bad in (torch.tensor([[0]]), torch.zeros(3, 1, dtype=torch.long), torch.arange(5)[None].repeat(2, 1)):
+        with pytest.raises(ValueError, match=re.escape(f"position_ids of shape {tuple(bad.shape)} ") + r".*\(3, 5\)"):
+            model(input_ids=ids, position_ids=bad)
+    for good in (torch.arange(5), torch.arange(5)[None], torch.arange(5)[None].repeat(3, 1)):
+        assert torch.equal(model(input_ids=ids, position_ids=good).logits, default)
+    long = torch.randint(0, 7, (1, 20))
+    model(input_ids=long, position_ids=(torch.arange(20) - 4).clamp(min=0)[None])

@@ -434,6 +434,52 @@ def _refuse_a_changed_structure(config: UniversalTransformerConfig, built: dict)
     )
 
 
+def _table_note(rows: int, config: UniversalTransformerConfig) -> str:
+    """What to do about a position the table does not hold, and, where the config was edited after building, why
+    the table is not the size the config names."""
+    note = f"build the backbone with max_position_embeddings of at least the positions it must take (it holds {rows})"
+    if config.max_position_embeddings != rows:
+        note = (
+            f"config.max_position_embeddings={config.max_position_embeddings} was set after the table was built "
+            f"and does not resize it; {note}"
+        )
+    return note
+
+
+def _refuse_a_sequence_past_the_table(n: int, rows: int, config: UniversalTransformerConfig) -> None:
+    """Refuse a sequence whose default positions 0 .. n-1 run past the learned table (nn.Embedding would stop in a
+    bare IndexError). The table's own size decides, not the config's, which may have been edited after building."""
+    if n > rows:
+        raise ValueError(
+            f"sequence length {n} needs positions 0 .. {n - 1}, but the learned position table holds {rows} rows "
+            f"(0 .. {rows - 1}): {_table_note(rows, config)}, or pass shorter sequences"
+        )
+
+
+def _refuse_position_ids_the_table_cannot_give(
+    position_ids: torch.Tensor, batch_and_length: tuple[int, int], rows: int, config: UniversalTransformerConfig
+) -> None:
+    """Refuse explicit position_ids that do not name one row of the table per token: a shape that only broadcasts
+    over the sequence ((1, 1) or (batch, 1) gives every token the same row, without a word), or an id outside the
+    table (a bare IndexError from nn.Embedding)."""
+    batch, n = batch_and_length
+    shape = tuple(position_ids.shape)
+    if not (shape == (n,) or (len(shape) == 2 and shape[0] in (1, batch) and shape[1] == n)):
+        raise ValueError(
+            f"position_ids of shape {shape} do not give one position per token of inputs of shape {(batch, n)}: "
+            f"pass them as ({n},), (1, {n}) or ({batch}, {n}) (or leave them out for 0 .. {n - 1})"
+        )
+    if position_ids.numel() == 0:
+        return
+    low, high = int(position_ids.min()), int(position_ids.max())
+    if low < 0 or high >= rows:
+        bad = high if high >= rows else low
+        raise ValueError(
+            f"position_ids hold {bad}, outside the learned position table's rows 0 .. {rows - 1}: "
+            f"{_table_note(rows, config)}, or pass ids within it"
+        )
+
+
 class UniversalTransformerModel(UniversalTransformerPreTrainedModel):
     def __init__(self, config: UniversalTransformerConfig):
         super().__init__(config)
@@ -472,13 +518,14 @@ class UniversalTransformerModel(UniversalTransformerPreTrainedModel):
         hidden = self.embed_tokens(input_ids) if inputs_embeds is None else inputs_embeds
         n = hidden.shape[1]
         if self.position_embeddings is not None:
-            if n > self.config.max_position_embeddings:
-                raise ValueError(
-                    f"sequence length {n} exceeds max_position_embeddings="
-                    f"{self.config.max_position_embeddings}; build the backbone with a larger value"
-                )
+            # The rows of the table the forward reads: an adapter (UT_REPROGRAM's, LoRA's) wraps the nn.Embedding and
+            # exposes the table it reads as ``weight``, not ``num_embeddings``.
+            rows = self.position_embeddings.weight.shape[0]
             if position_ids is None:
+                _refuse_a_sequence_past_the_table(n, rows, self.config)
                 position_ids = torch.arange(n, device=hidden.device).unsqueeze(0)
+            else:
+                _refuse_position_ids_the_table_cannot_give(position_ids, tuple(hidden.shape[:2]), rows, self.config)
             hidden = hidden + self.position_embeddings(position_ids)
         mask = torch.ones(n, n, dtype=torch.bool, device=hidden.device).tril()[None, None]
         if attention_mask is not None:
