@@ -278,6 +278,67 @@ def _wrapped_layers(model: nn.Module) -> list[tuple[str, UTReprogramLayer]]:
     return [(name, module) for name, module in model.named_modules() if isinstance(module, UTReprogramLayer)]
 
 
+def adapter_tensor_names(model: nn.Module, adapter_name: str) -> list[str]:
+    """The state-dict names of ``adapter_name``'s own tensors in ``model`` (a kept-tied U holds none: it reads E's)."""
+    return [
+        f"{name}.{container}.{adapter_name}"
+        for name, layer in _wrapped_layers(model)
+        for container in (*layer.adapter_layer_names, *layer.other_param_names)
+        if adapter_name in getattr(layer, container)
+    ]
+
+
+def check_adapter_state_dict(
+    model: nn.Module, adapter_name: str, state_dict: Mapping[str, Any], selected: Mapping[str, Any]
+) -> None:
+    """Refuse ``selected``, the tensors of ``adapter_name`` that peft found in ``state_dict`` to save, when some of
+    the adapter's tensors are not among them or hold no values.
+
+    ``save_pretrained(folder, state_dict=...)`` is how a wrapped or distributed training saves, and peft takes from
+    that state dict what the model's own names select: from the wrapper's (DDP's ``module.`` keys, torch.compile's
+    ``_orig_mod.``) nothing, and tensors a sharded model never gathered (DeepSpeed ZeRO-3 leaves each parameter
+    empty) as they are. Either way peft would write an adapter file without the trained E and U and say nothing (it
+    warns of missing keys only when the file is loaded, once the training that made them is gone), and the adapter
+    loaded from it would run the base's copies. An empty state dict is left alone: it is what the other ranks of an
+    FSDP save get from accelerate's ``get_state_dict`` (only rank 0 writes), and what the Trainer saves as a
+    placeholder beside a DeepSpeed checkpoint it cannot gather.
+    """
+    if not state_dict:
+        return
+    expected = adapter_tensor_names(model, adapter_name)
+    empty = sorted(key for key, value in selected.items() if isinstance(value, torch.Tensor) and value.numel() == 0)
+    if len(selected) >= len(expected) and not empty:
+        return
+    problems = []
+    if len(selected) < len(expected):
+        missing = [name for name in expected if name not in selected]
+        wrapper = next(
+            (key[: -len(name)] for name in missing for key in state_dict if key.endswith(name) and key != name), None
+        )
+        problems.append(
+            f"the state dict holds {len(selected)} of its {len(expected)} tensors ({_listed(missing)} missing)"
+            + (
+                f": its keys start with {wrapper!r}, those of a wrapper around the model (DDP's 'module.', "
+                "torch.compile's '_orig_mod.')"
+                if wrapper
+                else ""
+            )
+        )
+    if empty:
+        problems.append(
+            f"{_listed(empty)} hold no values (the parameters of a sharded model, as DeepSpeed ZeRO-3 and FSDP leave "
+            "them before they are gathered)"
+        )
+    raise ValueError(
+        f"cannot save the UT_REPROGRAM adapter {adapter_name!r}: "
+        + "; ".join(problems)
+        + ". Its file would lack the trained E and U, and the adapter loaded from it would run the base's copies. "
+        "Pass the state dict of the unwrapped model with every tensor gathered: "
+        "accelerator.unwrap_model(model).save_pretrained(folder, state_dict=accelerator.get_state_dict(model)) "
+        "(accelerate unwraps and gathers), or leave state_dict out to save the model's own tensors."
+    )
+
+
 def _put(model: nn.Module, name: str, module: nn.Module) -> None:
     parent_name, _, child_name = name.rpartition(".")
     setattr(model.get_submodule(parent_name) if parent_name else model, child_name, module)
@@ -394,6 +455,22 @@ class UTReprogramModel(BaseTuner):
         if isinstance(config, UTReprogramConfig) and records_its_own_base(low_cpu_mem_usage):
             config._forget_base(base_name(model))
         super().__init__(model, peft_config, adapter_name, low_cpu_mem_usage=low_cpu_mem_usage, state_dict=state_dict)
+
+    @classmethod
+    def _get_adapter_state_dict(
+        cls,
+        model: nn.Module,
+        config: Any,
+        adapter_name: str,
+        state_dict: dict[str, torch.Tensor],
+        unwanted_adapter_names: list[str],
+    ) -> dict[str, torch.Tensor]:
+        """peft's selection of the adapter's tensors from a state dict to save (``get_peft_model_state_dict``, which
+        ``save_pretrained`` calls before it writes), refused where it lacks some of them
+        (:func:`check_adapter_state_dict`)."""
+        selected = super()._get_adapter_state_dict(model, config, adapter_name, state_dict, unwanted_adapter_names)
+        check_adapter_state_dict(model, adapter_name, state_dict, selected)
+        return selected
 
     # ---- finding what to wrap -------------------------------------------------------------------------------------
     def _prepare_adapter_config(self, peft_config: UTReprogramConfig, model_config: dict) -> UTReprogramConfig:
