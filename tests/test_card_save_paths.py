@@ -443,3 +443,47 @@ def test_trainer_model_card_of_a_lora_adapter_is_the_trainers_card(tmp_path):
     card = _trained_and_carded(lora, folder)
     assert "import ut_peft" not in card.text and "### Training hyperparameters" in card.text, card.text
     assert card.data.library_name == "peft" and "- PEFT " in card.text
+
+
+TRAINERS_SECTION = "## Training (from transformers' Trainer)"
+
+
+def _trainers_section(card: ModelCard) -> str:
+    """The card's section with what transformers' Trainer wrote of its training run."""
+    assert card.text.count(TRAINERS_SECTION) == 1, card.text
+    return card.text.split(TRAINERS_SECTION, 1)[1].split("\n## ", 1)[0].split("\n### Framework versions\n", 1)[0]
+
+
+def test_trainer_model_card_of_a_ut_reprogram_adapter_keeps_the_trainers_training_sections(tmp_path):
+    """Was: the ut-peft card that replaced the Trainer's card lost what the Trainer wrote of its run (its training
+    procedure, hyperparameters, training results and framework versions). They are one section of the ut-peft
+    card now, kept by later saves and pushes as the sections a user adds are, and replaced, not repeated, by the
+    Trainer's next card."""
+    folder = tmp_path / "out"
+    model = get_peft_model(random_backbone(tiny_config("llama"), seed=0), UTReprogramConfig())
+    card = _trained_and_carded(model, folder)
+    assert "import ut_peft" in card.text, card.text
+    section = _trainers_section(card)
+    assert "### Training hyperparameters" in section and "- learning_rate: 0.1" in section, card.text
+    assert "- Transformers " in section and "- PEFT " not in section
+    # One framework versions block (the card's own, where peft puts its version), one PEFT version line.
+    assert card.text.count("\n### Framework versions\n") == 1 and card.text.count("- PEFT ") == 1, card.text
+    model.save_pretrained(folder)
+    again = _card(folder)
+    assert "- learning_rate: 0.1" in _trainers_section(again), again.text
+    assert again.text.count("- PEFT ") == 1, again.text
+    pushed = ModelCard(push_adapter_to_hub(folder, "me/mine", dry_run=True).card)
+    assert "- learning_rate: 0.1" in _trainers_section(pushed), pushed.text
+    card = _trained_and_carded(model, folder)  # a second run's card replaces the first's section
+    assert "- learning_rate: 0.1" in _trainers_section(card), card.text
+
+
+def test_trainer_model_card_over_a_readme_that_is_not_a_card_keeps_the_trainers_training_sections(tmp_path):
+    """The card made where the folder's README is no card (from the Trainer's own card) keeps them too."""
+    folder = tmp_path / "out"
+    model = get_peft_model(random_backbone(tiny_config("llama"), seed=0), UTReprogramConfig())
+    card = _trained_and_carded(model, folder, readme="---\n: [\n---\n# Notes\n")
+    assert "import ut_peft" in card.text and "- learning_rate: 0.1" in _trainers_section(card), card.text
+    # Nor the Trainer's "## Training procedure" heading left empty at the end (peft's block, which holds nothing
+    # where the base is not quantized).
+    assert card.text.count("- PEFT ") == 1 and "## Training procedure" not in card.text, card.text

@@ -1353,3 +1353,91 @@ def test_note_results_of_other_weights_is_the_one_decision_on_earlier_weights():
     # render_model_card decides it the same way for metrics_weights given with the metrics
     rendered = render_model_card(config("b" * 64), title="Mine", metrics={"accuracy": 0.9}, metrics_weights="a" * 64)
     assert str(rendered) == once
+
+
+def _saved_with_results(folder):
+    """An adapter saved as adapter_model.safetensors and given results of those weights."""
+    model = get_peft_model(random_backbone(tiny_config("llama"), seed=0), UTReprogramConfig())
+    model.save_pretrained(folder)
+    save_model_card(folder, title="Mine", metrics={"accuracy": 0.9})
+    assert ModelCard.load(folder / "README.md").data.eval_results
+    return model
+
+
+def _saved_as_bin(model, folder):
+    """``model`` saved again into ``folder`` as adapter_model.bin (the safetensors file removed first: peft would
+    load it in preference to the new one); the folder's card and config."""
+    (folder / "adapter_model.safetensors").unlink()
+    model.save_pretrained(folder, safe_serialization=False)
+    return ModelCard.load(folder / "README.md"), json.loads((folder / "adapter_config.json").read_text())
+
+
+def test_the_same_weights_saved_in_the_other_format_keep_their_results(tmp_path):
+    """Was: a card's results keep the sha256 of the weights FILE they were measured on, so the very same tensors
+    saved with safe_serialization=False (adapter_model.bin, other bytes) were called "earlier weights" and lost
+    their model-index. The config now records a digest of the tensors themselves (names, dtypes, shapes, bytes),
+    the card keeps it with its results, and the two are compared where both have it."""
+    folder = tmp_path / "out"
+    model = _saved_with_results(folder)
+    tensors = json.loads((folder / "adapter_config.json").read_text())["weights_tensors_sha256"]
+    card, config = _saved_as_bin(model, folder)
+    assert list(config["weights_sha256"]) == ["adapter_model.bin"]
+    assert config["weights_tensors_sha256"] == tensors  # the same tensors, whatever the file
+    assert not _results_note(card.text) and card.data.eval_results[0].metric_value == 0.9, card.text
+    pushed = ModelCard(push_adapter_to_hub(folder, "me/mine", dry_run=True).card)
+    assert not _results_note(pushed.text) and pushed.data.eval_results
+
+
+def test_other_weights_saved_in_the_other_format_are_earlier_weights(tmp_path):
+    import torch
+
+    folder = tmp_path / "out"
+    model = _saved_with_results(folder)
+    with torch.no_grad():  # further training
+        for parameter in model.parameters():
+            if parameter.requires_grad:
+                parameter.add_(1.0)
+    card, _ = _saved_as_bin(model, folder)
+    assert len(_results_note(card.text)) == 1 and card.data.eval_results is None, card.text
+
+
+def test_records_without_a_tensors_digest_compare_the_weights_files_as_before(tmp_path):
+    """A config saved before the tensors digest was recorded, or a card whose results keep none, is compared by
+    the weights files' sha256, as before: another file is other weights (never "the same weights" on a guess)."""
+    from ut_peft.hub import update_model_card
+
+    folder = tmp_path / "out"
+    model = _saved_with_results(folder)
+    _, config = _saved_as_bin(model, folder)
+    old_config = {key: value for key, value in config.items() if key != "weights_tensors_sha256"}
+    card = update_model_card(old_config, folder, write=False, after_save=False)
+    assert len(_results_note(card.text)) == 1 and card.data.eval_results is None, card.text
+    old_card = ModelCard.load(folder / "README.md")
+    del old_card.data["ut_peft"]["metrics_tensors"]  # as a card rendered before cards kept it
+    (folder / "README.md").write_text(str(old_card))
+    card = update_model_card(config, folder, write=False, after_save=False)
+    assert len(_results_note(card.text)) == 1 and card.data.eval_results is None, card.text
+
+
+def test_note_results_of_other_weights_compares_the_tensors_where_both_sides_have_their_digest():
+    from ut_peft.hub import note_results_of_other_weights
+
+    def config(digest, tensors=None):
+        return {"weights_sha256": {"adapter_model.bin": digest}, "weights_tensors_sha256": tensors}
+
+    def card(**inputs):
+        return render_model_card({}, title="Mine", metrics={"accuracy": 0.9}, metrics_weights="a" * 64, **inputs)
+
+    same_tensors = card(metrics_tensors="t" * 64)
+    assert same_tensors.data["ut_peft"]["metrics_tensors"] == "t" * 64
+    assert note_results_of_other_weights(same_tensors, config("b" * 64, "t" * 64)) is None
+    for kept, adapter in (
+        (card(metrics_tensors="t" * 64), config("b" * 64, "u" * 64)),  # other tensors
+        (card(metrics_tensors="t" * 64), config("b" * 64)),  # a config that records no tensors digest
+        (card(), config("b" * 64, "t" * 64)),  # a card that keeps none
+    ):
+        assert note_results_of_other_weights(kept, adapter) == "a" * 64 and kept.data.eval_results is None
+    # A tensors digest without the file's is no record of saved weights (a config saved by another path).
+    assert note_results_of_other_weights(card(metrics_tensors="t" * 64), {"weights_tensors_sha256": "u" * 64}) is None
+    with pytest.raises(ValueError, match="give metrics_weights with it"):
+        render_model_card({}, metrics={"accuracy": 0.9}, metrics_tensors="t" * 64)

@@ -357,9 +357,20 @@ def _peft_tags(base_model: Optional[str]) -> list[str]:
 # back out of the markdown (update_model_card), and a push keeps them (push_adapter_to_hub). Not kept:
 # ``base_model`` (possibly a local path, which a card never shows; the base is the config's). A card given none of
 # them keeps an empty mapping: it still says that the card keeps its inputs, so nothing is read from its markdown.
-# ``metrics_weights``: the sha256 of the adapter weights file the metrics were given for (:func:`_weights_digest`).
+# ``metrics_weights``: the sha256 of the adapter weights file the metrics were given for (:func:`_weights_digest`);
+# ``metrics_tensors``: the sha256 of the tensors in it (:func:`_tensors_digest`), where the config recorded one.
 CARD_INPUTS_KEY = "ut_peft"
-_CARD_INPUTS = ("title", "repo_id", "training", "metrics", "tags", "eval_dataset", "subfolder", "metrics_weights")
+_CARD_INPUTS = (
+    "title",
+    "repo_id",
+    "training",
+    "metrics",
+    "tags",
+    "eval_dataset",
+    "subfolder",
+    "metrics_weights",
+    "metrics_tensors",
+)
 _RESULTS_HEADING = "## Results"
 _OTHER_WEIGHTS_NOTE = (
     "These results were measured on earlier weights of this adapter (weights file sha256 {digest}...), not on the "
@@ -385,17 +396,47 @@ def _weights_digest(adapter_config: Mapping[str, Any]) -> Optional[str]:
     return next((recorded[name] for name in ADAPTER_WEIGHTS if isinstance(recorded.get(name), str)), None)
 
 
+def _tensors_digest(adapter_config: Mapping[str, Any]) -> Optional[str]:
+    """The sha256 of the tensors in the adapter's weights file that its config records (``weights_tensors_sha256``,
+    written with ``weights_sha256`` by ``PeftModel.save_pretrained``): the same for the same tensors saved as
+    adapter_model.safetensors or adapter_model.bin. None where the config records none, or records no weights file
+    with it (the two are recorded together: one alone is no record of the weights saved with the config)."""
+    recorded = adapter_config.get("weights_tensors_sha256")
+    return recorded if isinstance(recorded, str) and recorded and _weights_digest(adapter_config) else None
+
+
 def _metrics_weights(
     adapter_config: Mapping[str, Any], kept: Mapping[str, Any], given: Mapping[str, Any]
-) -> Optional[str]:
-    """The digest of the weights a card's metrics were measured on, from the inputs the card keeps (``kept``) and
-    those given now (``given``, which win). Metrics given now are of the weights ``adapter_config`` records, unless
-    ``metrics_weights`` is given with them; kept ones are of the weights kept with them, and none kept (a card
-    rendered before cards kept it, or given its metrics where the config recorded no weights) is not known: not
-    the weights that happen to be in the folder when the card is rendered again."""
+) -> tuple[Optional[str], Optional[str]]:
+    """The digests of the weights a card's metrics were measured on, (the weights file's, the tensors'), from the
+    inputs the card keeps (``kept``) and those given now (``given``, which win). Metrics given now are of the
+    weights ``adapter_config`` records, unless ``metrics_weights`` is given with them (with ``metrics_tensors``, or
+    none); kept ones are of the weights kept with them, and none kept (a card rendered before cards kept it, or
+    given its metrics where the config recorded no weights) is not known: not the weights that happen to be in the
+    folder when the card is rendered again."""
+    if given.get("metrics_tensors") and not given.get("metrics_weights"):
+        raise ValueError(
+            "metrics_tensors is the sha256 of the tensors in the weights file whose sha256 metrics_weights gives: "
+            "give metrics_weights with it, or neither for the weights the adapter's config records"
+        )
+    if given.get("metrics_weights"):
+        return given["metrics_weights"], given.get("metrics_tensors") or None
     if "metrics" in given:
-        return given.get("metrics_weights") or _weights_digest(adapter_config)
-    return given.get("metrics_weights") or kept.get("metrics_weights")
+        return _weights_digest(adapter_config), _tensors_digest(adapter_config)
+    if kept.get("metrics_weights"):
+        return kept["metrics_weights"], kept.get("metrics_tensors") or None
+    return None, None
+
+
+def _same_weights(stored: Mapping[str, Any], adapter_config: Mapping[str, Any]) -> bool:
+    """Whether the weights a card's results were measured on (``stored``, the inputs it keeps) are those saved with
+    ``adapter_config``, both digests known: by the tensors where both sides record their digest (the same tensors
+    saved in the other format are the same weights), else by the weights file, as cards and configs recorded before
+    the tensors' digest are compared."""
+    measured_tensors, current_tensors = stored.get("metrics_tensors"), _tensors_digest(adapter_config)
+    if isinstance(measured_tensors, str) and measured_tensors and current_tensors is not None:
+        return measured_tensors == current_tensors
+    return stored.get("metrics_weights") == _weights_digest(adapter_config)
 
 
 def note_results_of_other_weights(
@@ -407,8 +448,10 @@ def note_results_of_other_weights(
     wrote (:func:`mark_results_of_other_weights`).
 
     The card's metadata keeps, with its metrics, the sha256 of the weights file they were measured on
-    (``metrics_weights``, :func:`_metrics_weights`); ``adapter_config`` records the sha256 of the weights file saved
-    with it (:func:`_weights_digest`). Where both are known and differ, the card keeps its results table (the
+    (``metrics_weights``, :func:`_metrics_weights`) and of the tensors in it (``metrics_tensors``); ``adapter_config``
+    records the same two of the weights file saved with it (:func:`_weights_digest`, :func:`_tensors_digest`). They
+    are compared by the tensors where both record theirs, else by the file (:func:`_same_weights`). Where both are
+    known and differ, the card keeps its results table (the
     user's words) but says under its results heading that they were measured on earlier weights, and has no
     model-index (``eval_results``, ``model_name``), which the Hub would list as these weights' results; the digest
     they were measured on is returned. Where they are the same weights, or either digest is not known, the card is
@@ -425,7 +468,7 @@ def note_results_of_other_weights(
         return None
     if current is None and weights_unrecorded:
         note = _UNRECORDED_WEIGHTS_NOTE
-    elif current is not None and current != measured:
+    elif current is not None and not _same_weights(stored, adapter_config):
         note = _OTHER_WEIGHTS_NOTE
     else:
         return None
@@ -494,7 +537,7 @@ def _card_inputs(**inputs: Any) -> dict[str, Any]:
             value = {str(k): _plain(v) for k, v in value.items()}
         elif key == "tags" and value:
             value = [str(tag) for tag in value]
-        elif key in ("eval_dataset", "metrics_weights") and not inputs.get("metrics"):
+        elif key in ("eval_dataset", "metrics_weights", "metrics_tensors") and not inputs.get("metrics"):
             value = None  # it names the data, or the weights, of the metrics only
         if value:
             stored[key] = value
@@ -529,6 +572,7 @@ def render_model_card(
     eval_dataset: str = "custom",
     subfolder: Optional[str] = None,
     metrics_weights: Optional[str] = None,
+    metrics_tensors: Optional[str] = None,
 ) -> ModelCard:
     """Render the adapter's card from ``model_cards/ut_reprogram_adapter.md``.
 
@@ -542,7 +586,10 @@ def render_model_card(
 
     ``metrics_weights``: the sha256 of the adapter weights file the metrics were measured on; None for the weights
     ``adapter_config`` records (``weights_sha256``). Where those are other weights, the card keeps the tables but
-    says under Results that they were measured on earlier weights, and has no model-index.
+    says under Results that they were measured on earlier weights, and has no model-index. ``metrics_tensors``: the
+    sha256 of the tensors in that file (the adapter config's ``weights_tensors_sha256``), by which the weights are
+    compared where the config records it too (the same tensors saved in the other format are the same weights);
+    None with ``metrics_weights`` given: the file's digest is compared. Both None: those ``adapter_config`` records.
     """
     return _render_card(
         adapter_config,
@@ -556,15 +603,23 @@ def render_model_card(
             eval_dataset=eval_dataset,
             subfolder=subfolder,
         ),
-        _metrics_weights(adapter_config, {}, {"metrics": metrics, "metrics_weights": metrics_weights}),
+        *_metrics_weights(
+            adapter_config,
+            {},
+            {"metrics": metrics, "metrics_weights": metrics_weights, "metrics_tensors": metrics_tensors},
+        ),
     )
 
 
 def _render_card(
-    adapter_config: Mapping[str, Any], inputs: Mapping[str, Any], metrics_weights: Optional[str]
+    adapter_config: Mapping[str, Any],
+    inputs: Mapping[str, Any],
+    metrics_weights: Optional[str],
+    metrics_tensors: Optional[str] = None,
 ) -> ModelCard:
-    """:func:`render_model_card` of ``inputs`` (its keywords but ``metrics_weights``), with the results measured on
-    the weights of digest ``metrics_weights`` (None: not known)."""
+    """:func:`render_model_card` of ``inputs`` (its keywords but ``metrics_weights`` and ``metrics_tensors``), with
+    the results measured on the weights of digests ``metrics_weights`` (the file's; None: not known) and
+    ``metrics_tensors`` (the tensors'; None: not known)."""
     base_model, training, metrics = inputs.get("base_model"), inputs.get("training"), inputs.get("metrics")
     tags, repo_id, title = inputs.get("tags"), inputs.get("repo_id"), inputs.get("title")
     eval_dataset, subfolder = inputs.get("eval_dataset", "custom"), inputs.get("subfolder")
@@ -585,6 +640,7 @@ def _render_card(
         eval_dataset=eval_dataset,
         subfolder=subfolder,
         metrics_weights=metrics_weights,
+        metrics_tensors=metrics_tensors if metrics_weights else None,
     )
     card_data = ModelCardData(
         library_name="peft",
@@ -650,7 +706,10 @@ def _with_peft_blocks(ours: str, peft_text: str) -> str:
     if _TRAINING_HEADING in peft_lines and _TRAINING_HEADING not in lines:
         start = peft_lines.index(_TRAINING_HEADING)
         end = next((i for i in range(start + 1, len(peft_lines)) if peft_lines[i].startswith("#")), len(peft_lines))
-        lines.append("\n".join(peft_lines[start:end]).rstrip("\n"))
+        # Only a block with something in it: the heading alone is the one of the Trainer's card that peft updated,
+        # whose training sections the card holds in its own section (TRAINER_HEADING).
+        if any(line.strip() for line in peft_lines[start + 1 : end]):
+            lines.append("\n".join(peft_lines[start:end]).rstrip("\n"))
     version = f"- PEFT {peft.__version__}"
     if version in peft_lines and version not in lines:
         if _FRAMEWORK_HEADING in lines:
@@ -730,6 +789,57 @@ def _with_added_sections(ours, old: dict[str, list[str]], skip) -> None:
         ours.text = "\n".join(lines[:at] + [block + "\n" for block in extra] + lines[at:])
 
 
+# The section of a UT_REPROGRAM card that holds what transformers' Trainer wrote of its training run (its
+# ``TrainingSummary``: training procedure, hyperparameters, training results, framework versions). Not "## Training
+# procedure", the section peft writes (and a save renders again), nor the card's own framework versions block, which
+# ends a section and takes peft's version line: the Trainer's block is renamed inside it.
+TRAINER_HEADING = "## Training (from transformers' Trainer)"
+_TRAINER_FRAMEWORK_HEADING = "### Framework versions of the training run"
+
+
+def trainer_section(trainer_card: str) -> Optional[list[str]]:
+    """The lines of :data:`TRAINER_HEADING`'s section made from the card transformers' Trainer writes
+    (``Trainer.create_model_card``, its text): its ``## Training procedure`` section with the subsections under it,
+    its ``### Framework versions`` renamed (the card's own block is the one peft and a later save write into) and
+    without a PEFT version line (the card's own block has peft's). None where the Trainer's card has no such
+    section."""
+    lines = trainer_card.splitlines()  # its metadata (YAML) has no line that is a markdown heading
+    fenced, start, end = False, None, len(lines)
+    for i, line in enumerate(lines):
+        if line.lstrip().startswith(_FENCES):
+            fenced = not fenced
+        elif not fenced and start is None and line == _TRAINING_HEADING:
+            start = i
+        elif not fenced and start is not None and line.startswith(("# ", "## ")):
+            end = i
+            break
+    if start is None:
+        return None
+    body = [
+        _TRAINER_FRAMEWORK_HEADING if line == _FRAMEWORK_HEADING else line
+        for line in lines[start + 1 : end]
+        if not line.startswith("- PEFT ")
+    ]
+    while body and not body[-1].strip():
+        body.pop()
+    return [TRAINER_HEADING, *body]
+
+
+def with_trainer_section(card: ModelCard, section: list[str]) -> None:
+    """Put ``section`` (:func:`trainer_section`) on ``card``: in place of the one an earlier Trainer's card left
+    there, else before the card's framework versions block, where a save keeps the sections a user added."""
+    lines = card.text.splitlines()
+    spans = _spans(lines)
+    block = [*section, ""]
+    if TRAINER_HEADING in spans:
+        start, end = spans[TRAINER_HEADING]
+        lines[start:end] = block
+    else:
+        at = lines.index(_FRAMEWORK_HEADING) if _FRAMEWORK_HEADING in lines else len(lines)
+        lines[at:at] = block
+    card.text = "\n".join(lines) + ("\n" if card.text.endswith("\n") else "")
+
+
 def _render_from_inputs(
     adapter_config: Mapping[str, Any],
     card: ModelCard,
@@ -746,10 +856,9 @@ def _render_from_inputs(
     now; kept ones, of the weights they were given for (a note says so where those are others, or where the
     weights are ``weights_unrecorded``, :func:`note_results_of_other_weights`; none kept is not known,
     :func:`_metrics_weights`)."""
-    inputs = {**kept, **given, "metrics_weights": _metrics_weights(adapter_config, kept, given)}
-    ours = _render_card(
-        adapter_config, {k: v for k, v in inputs.items() if k != "metrics_weights"}, inputs["metrics_weights"]
-    )
+    weights, tensors = _metrics_weights(adapter_config, kept, given)
+    inputs = {k: v for k, v in {**kept, **given}.items() if k not in ("metrics_weights", "metrics_tensors")}
+    ours = _render_card(adapter_config, inputs, weights, tensors)
     old_lines, lines = card.text.splitlines(), ours.text.splitlines()
     title, old_title = _title_line(ours.text), _title_line(card.text)
     kept_titles = {f"# {_shown_title(kept.get('title'), kept.get('repo_id'))}", f"# {_DEFAULT_TITLE}"}

@@ -137,11 +137,13 @@ def test_a_resave_renders_the_card_from_the_inputs_its_metadata_keeps(tmp_path):
     )
     text = _user_card(folder, **user)
     card = ModelCard.load(folder / "README.md")
-    weights = json.loads((folder / "adapter_config.json").read_text())["weights_sha256"]["adapter_model.safetensors"]
+    recorded = json.loads((folder / "adapter_config.json").read_text())
+    weights = recorded["weights_sha256"]["adapter_model.safetensors"]
     assert card.data["ut_peft"] == {
         **user,
         "metrics": {"accuracy": 0.98765, "lengths": "[4, 8]"},
         "metrics_weights": weights,  # the weights the metrics were given for
+        "metrics_tensors": recorded["weights_tensors_sha256"],  # and the tensors in that file
     }
     edited = text.replace('snapshot_download("me/adapter")', 'snapshot_download(repo_id="me/adapter")')
     (folder / "README.md").write_text(edited.replace("### Framework versions", NOTES + "\n### Framework versions"))
@@ -150,7 +152,12 @@ def test_a_resave_renders_the_card_from_the_inputs_its_metadata_keeps(tmp_path):
     model.save_pretrained(folder)
     card = ModelCard.load(folder / "README.md")
     # Another adapter's weights: the results, kept, are said to be of the weights they were given for.
-    expected = render_model_card(model.peft_config["default"].to_dict(), **user, metrics_weights=weights)
+    expected = render_model_card(
+        model.peft_config["default"].to_dict(),
+        **user,
+        metrics_weights=weights,
+        metrics_tensors=recorded["weights_tensors_sha256"],
+    )
     assert "measured on earlier weights" in expected.text and expected.data.eval_results is None
     lines = expected.text.splitlines()
     at = lines.index("### Framework versions")

@@ -22,6 +22,7 @@ BASE_RECORDS = (
     "base_model_local",
     "ut_peft_version",
     "weights_sha256",
+    "weights_tensors_sha256",
 )
 
 
@@ -179,6 +180,16 @@ class UTReprogramConfig(PeftConfig):
             )
         },
     )
+    weights_tensors_sha256: Optional[str] = field(
+        default=None,
+        metadata={
+            "help": (
+                "Written by save_pretrained with weights_sha256: a sha256 of the saved tensors themselves (their "
+                "names, dtypes, shapes and bytes), the same for the same weights in adapter_model.safetensors and "
+                "adapter_model.bin. A model card keeps it with the results measured on these weights."
+            )
+        },
+    )
     check_base: bool = field(
         default=True,
         metadata={
@@ -215,7 +226,7 @@ class UTReprogramConfig(PeftConfig):
         one (:func:`.integration.record_weights_checksum`). A config saved by any other path lists no checksums:
         its folder loads unverified, never refused.
         """
-        self.weights_sha256 = None
+        self.weights_sha256 = self.weights_tensors_sha256 = None
         super().save_pretrained(save_directory, **kwargs)
         from .integration import update_model_card
 
@@ -315,6 +326,8 @@ class UTReprogramConfig(PeftConfig):
         for name in ("backbone", "base_model_config", "weights_sha256"):
             if getattr(self, name) is not None and not isinstance(getattr(self, name), dict):
                 raise ValueError(f"{name} must be a dict or None, got {getattr(self, name)!r}")
+        if self.weights_tensors_sha256 is not None and not isinstance(self.weights_tensors_sha256, str):
+            raise ValueError(f"weights_tensors_sha256 must be a string or None, got {self.weights_tensors_sha256!r}")
         if self.ut_peft_version is not None and not isinstance(self.ut_peft_version, str):
             raise ValueError(f"ut_peft_version must be a version string or None, got {self.ut_peft_version!r}")
         if self.base_weights_digest is not None and not isinstance(self.base_weights_digest, str):
@@ -353,7 +366,7 @@ class UTReprogramConfig(PeftConfig):
         """Record the base ``other`` records (its ``BASE_RECORDS`` but the checksums of its own file, and its base's
         name): the adapter of this config now holds weights loaded from ``other``'s folder, trained for that base."""
         for name in BASE_RECORDS:
-            if name != "weights_sha256":
+            if name not in ("weights_sha256", "weights_tensors_sha256"):
                 setattr(self, name, copy.deepcopy(getattr(other, name)))
         self.base_model_name_or_path = other.base_model_name_or_path
 

@@ -131,7 +131,9 @@ def _install_trainer_model_card() -> None:
     tags of the Trainer's card (``generated_from_trainer``) added. What the folder's card held stays: its title,
     tables and results with the digest of the weights they were measured on, the tags and metadata its user added.
     A folder without a card gets the Trainer's card with peft's metadata (peft's own method), made a ut-peft card.
-    The Trainer's own sections (hyperparameters, training results) are not kept."""
+    What the Trainer wrote of its run (its training procedure, hyperparameters, training results and framework
+    versions) becomes one section of the card (:data:`ut_peft.hub.TRAINER_HEADING`), which later saves and pushes
+    keep as they keep the sections a user adds, and the Trainer's next card replaces."""
     from transformers import Trainer
 
     from ...io import atomic_write_text
@@ -173,7 +175,7 @@ def _ut_peft_card_over_trainers(model, folder: str, before: Optional[str]) -> No
 
     import yaml
 
-    from ...hub import card_tags
+    from ...hub import card_tags, trainer_section, with_trainer_section
     from ...hub import update_model_card as update
     from ...io import atomic_write_text
 
@@ -186,16 +188,24 @@ def _ut_peft_card_over_trainers(model, folder: str, before: Optional[str]) -> No
     with open(readme, encoding="utf-8", newline="") as handle:
         trainers = handle.read()
     trainers_tags = card_tags(readme) or []
+    keywords: dict[str, Any] = dict(write=False, after_save=False, weights_unrecorded=True)
+    card = None
     if before is not None:
         atomic_write_text(readme, before, newline="")
         tags = sorted(set(card_tags(readme) or []) | set(trainers_tags))
         try:
-            update(adapter_config, folder, after_save=False, tags_before_save=tags, weights_unrecorded=True)
-            return
+            card = update(adapter_config, folder, tags_before_save=tags, **keywords)
         except (ValueError, yaml.YAMLError):  # metadata that is not YAML, or not a card's: nothing of it to keep
             atomic_write_text(readme, trainers, newline="")
-    model.create_or_update_model_card(folder)  # peft's metadata on the Trainer's card, as the Trainer does
-    update(adapter_config, folder, after_save=False, tags_before_save=trainers_tags, weights_unrecorded=True)
+    if card is None:
+        model.create_or_update_model_card(folder)  # peft's metadata on the Trainer's card, as the Trainer does
+        card = update(adapter_config, folder, tags_before_save=trainers_tags, **keywords)
+    if card is None:  # the folder's README is gone: nothing to write over
+        return
+    section = trainer_section(trainers)
+    if section is not None:
+        with_trainer_section(card, section)
+    atomic_write_text(readme, str(card), newline="")
 
 
 def _adapter_configs(model) -> Mapping:
@@ -613,9 +623,43 @@ def _record_checksums(model, save_directory, selected, safe_serialization: bool)
             record_weights_checksum(str(folder), config, written)
 
 
+def tensors_sha256(path: str) -> str:
+    """A sha256 of the tensors in the adapter weights file ``path`` (adapter_model.safetensors or adapter_model.bin),
+    not of the file: over each tensor in name order, its name, dtype, shape and bytes (as a contiguous tensor holds
+    them on this little-endian machine). The same tensors give the same digest in either format, whose files differ
+    byte for byte; any change to a name, a dtype, a shape or a value gives another."""
+    import hashlib
+    import json
+
+    import torch
+    from peft.utils.constants import SAFETENSORS_WEIGHTS_NAME
+
+    digest = hashlib.sha256(b"ut-peft tensors sha256 v1\n")
+
+    def add(name: str, tensor: torch.Tensor) -> None:
+        header = json.dumps([name, str(tensor.dtype).removeprefix("torch."), list(tensor.shape)])
+        data = tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8)
+        digest.update(f"{header} {data.numel()}\n".encode())
+        digest.update(data.numpy().tobytes())
+
+    if os.path.basename(path) == SAFETENSORS_WEIGHTS_NAME:
+        from safetensors import safe_open
+
+        with safe_open(path, framework="pt") as handle:
+            for name in sorted(handle.keys()):
+                add(name, handle.get_tensor(name))
+    else:
+        state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        for name in sorted(state):
+            add(name, state[name])
+    return digest.hexdigest()
+
+
 def record_weights_checksum(folder: str, config, written: str) -> None:
     """Record the sha256 of ``folder/written``, the weights file a save has just written, in the folder's
-    adapter_config.json (the one this save wrote, every other key as it is) and on ``config``. Another weights
+    adapter_config.json (the one this save wrote, every other key as it is) and on ``config``, with the sha256 of
+    the tensors it holds (:func:`tensors_sha256`, ``weights_tensors_sha256``), which a card compares with the one
+    its results were measured on, whichever format either was saved in. Another weights
     file in the folder is an earlier save's: it is not recorded, and the save warns (peft loads
     adapter_model.safetensors in preference to adapter_model.bin, so such a folder is refused at load)."""
     import json
@@ -629,12 +673,12 @@ def record_weights_checksum(folder: str, config, written: str) -> None:
     path, config_path = os.path.join(folder, written), os.path.join(folder, CONFIG_NAME)
     if not (os.path.isfile(path) and os.path.isfile(config_path)):
         return
-    checksums = {written: file_sha256(path)}
+    checksums, tensors = {written: file_sha256(path)}, tensors_sha256(path)
     with open(config_path) as handle:
         data = json.load(handle)
-    data["weights_sha256"] = checksums
+    data["weights_sha256"], data["weights_tensors_sha256"] = checksums, tensors
     atomic_write_text(config_path, json.dumps(data, indent=2, sort_keys=True))  # as peft writes it
-    config.weights_sha256 = checksums
+    config.weights_sha256, config.weights_tensors_sha256 = checksums, tensors
     from ...hub import mark_results_of_other_weights
 
     # The card was rendered before these weights were recorded: only now can it tell whether its results are theirs.
