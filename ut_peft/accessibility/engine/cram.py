@@ -45,6 +45,8 @@ from .forward import (
     autocast_context,
     autocast_kind,
     check_head,
+    check_inputs,
+    check_loaded,
     decoder_of,
     greedy_decode,
     init_std,
@@ -130,9 +132,11 @@ def cram(
     if not queue:
         return
     check_context(model, queue, config)
+    check_loaded(model)
     device = execution_device(model.get_input_embeddings())
     casts = weight_casts(model, autocast_kind(config, device), device)
     with FrozenModel(model):
+        check_inputs(model)
         check_head(model)
         batch = _Batch(model, config, queue, optimizer, stopping(config), casts)
         last_snapshot = time.perf_counter()
@@ -459,10 +463,12 @@ def cram_reference(
     if config.progressive:
         raise ValueError("cram_reference implements the plain protocol; use cram() for progressive mode")
     check_context(model, [job], config)
+    check_loaded(model)
     embed = model.get_input_embeddings()
     device = execution_device(embed)
     rule = stopping(config)
     with FrozenModel(model):
+        check_inputs(model)
         memory = torch.nn.Parameter(job_init(job, embed.weight.shape[1], init_std(model, config)).to(device))
         opt = optimizer([memory], optimizer_settings(model, config))
         ids = torch.as_tensor(job.ids, dtype=torch.long, device=device)

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.checkpoint import checkpoint
 
-from ...devices import execution_device
+from ...devices import execution_device, never_loaded_parameters
 from .jobs import CramConfig, CramJob
 
 
@@ -303,6 +303,60 @@ def check_head(model, tokens: int = 5) -> None:
         f"(model_type {getattr(config, 'model_type', None)!r}; {said}): model() and lm_head on the decoder's hidden "
         f"states differ by up to {gap:.3g}, so the engine would train on another loss than the model's. Teach "
         "ut_peft/accessibility/engine/forward.py (_head, LOGIT_SCALING) that transformation before cramming it"
+    )
+
+
+def check_loaded(model) -> None:
+    """Raise where some of ``model``'s weights were never loaded (on the meta device with no accelerate offload holding
+    them: built under ``torch.device("meta")`` or ``init_empty_weights()``), naming them: cramming against them would
+    measure nothing, and fails deep inside torch. Weights accelerate offloads (a device_map, ``cpu_offload``) are
+    loaded for each forward and pass."""
+    missing = never_loaded_parameters(model)
+    if missing:
+        shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+        raise ValueError(
+            f"{type(model).__name__}'s weights were never loaded: {len(missing)} of its parameters are on the meta "
+            f"device with no accelerate offload holding their values ({shown}), as for a model built under "
+            "torch.device('meta') or accelerate.init_empty_weights(); there is nothing to cram against. Load the "
+            "weights first (from_pretrained(...), or accelerate.load_checkpoint_and_dispatch(model, checkpoint, "
+            "device_map=...)), or build the model without the meta device"
+        )
+
+
+# Config fields by which some causal LM scales the embeddings of the ids it is given, named when check_inputs refuses a
+# model (Falcon-H1 multiplies by embedding_multiplier only the embeddings it looks up itself, not inputs_embeds).
+INPUT_FIELDS = ("embedding_multiplier", "scale_emb", "embed_scale", "embedding_scale", "input_scale")
+
+
+@torch.no_grad()
+def check_inputs(model, tokens: int = 5) -> None:
+    """Raise unless ``model`` gives the same logits for token ids as for those ids embedded by its
+    ``get_input_embeddings()`` and passed as ``inputs_embeds``: the engine feeds every row that way (its tokens beside
+    the memory vectors) and greedy decoding goes on from ``input_ids``, so a model whose forward treats the two
+    otherwise would be crammed against token inputs it never sees from text, and decoded on others again. One forward
+    of a few tokens each way, in the model's precision; call it with the model in eval mode (dropout off)."""
+    embed = model.get_input_embeddings()
+    ids = (torch.arange(tokens, device=execution_device(embed)) % embed.weight.shape[0])[None]
+    from_ids = model(input_ids=ids, use_cache=False).logits[0].float()
+    from_embeds = model(inputs_embeds=embed(ids), use_cache=False).logits[0].float().to(from_ids.device)
+    # The same operations on the same inputs: equal up to rounding (8 ulps of the embedding's dtype, of the largest
+    # logit), as in check_head.
+    eps = torch.finfo(embed.weight.dtype).eps
+    tolerance = max(8 * eps, 1e-5) * max(float(from_ids.abs().max()), 1.0)
+    gap = float((from_embeds - from_ids).abs().max())
+    if gap <= tolerance:
+        return
+    config = model.config
+    fields = [
+        f"{name} = {getattr(config, name)!r}" for name in INPUT_FIELDS if getattr(config, name, None) is not None
+    ]
+    said = "its config sets " + ", ".join(fields) if fields else "its config sets none of " + ", ".join(INPUT_FIELDS)
+    raise ValueError(
+        f"{type(model).__name__} embeds token ids otherwise than its input embedding module does (model_type "
+        f"{getattr(config, 'model_type', None)!r}; {said}): its logits for input_ids and for the same ids as "
+        f"inputs_embeds = get_input_embeddings()(ids) differ by up to {gap:.3g}. The cram engine feeds its tokens as "
+        "inputs_embeds, so it would cram against token inputs the model never sees from text. Teach "
+        "ut_peft/accessibility/engine/forward.py that transformation of the token embeddings before cramming it"
     )
 
 
