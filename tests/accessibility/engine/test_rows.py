@@ -1,6 +1,8 @@
 """engine.rows: which rows are failures crammed to their end, and which of those are first-token stalls. The one rule
 that ``ut-peft status`` counts and benchmarks/first_token_stalls.py picks its rows by."""
 
+import re
+
 import pytest
 
 from ut_peft.accessibility.engine.rows import ABANDONED, INFERRED, Row, failed_at_its_end, first_token_stall
@@ -36,3 +38,23 @@ def test_a_stall_is_a_failure_whose_best_prefix_is_zero_and_unknown_where_the_ro
 def test_asking_a_row_that_is_not_such_a_failure_is_an_error_naming_it():
     with pytest.raises(ValueError, match=r"\(1, 20, 0\) is not a failure crammed to its end"):
         first_token_stall(row(accessible=True, stop_reason="exact"))
+
+
+@pytest.mark.parametrize(
+    "field, value, problem",
+    [
+        ("tf_accuracy", 1.5, "not an accuracy in [0, 1]"),
+        ("tf_accuracy", -0.25, "not an accuracy in [0, 1]"),
+        ("tf_accuracy", float("nan"), "not an accuracy in [0, 1]"),
+        ("best_accuracy", 2, "not an accuracy in [0, 1]"),
+        ("best_prefix", 21, "more leading targets than the row's n = 20"),
+        ("best_prefix", -1, "not >= 0"),
+    ],
+)
+def test_an_accuracy_or_prefix_no_cram_can_give_is_refused_naming_the_field(field, value, problem):
+    """A report averages tf_accuracy over each (m, n) and ``ut-peft status`` counts stalls by best_prefix: a value no
+    cram can give (a row edited by hand, or written by something else) was taken into them without a word."""
+    with pytest.raises(ValueError, match=rf"field {field!r} is .*{re.escape(problem)}"):
+        row(**{field: value})
+    for edge in (0, 1.0) if field != "best_prefix" else (0, 20):
+        assert row(**{field: edge})[field] == edge

@@ -134,6 +134,15 @@ class Row(Mapping[str, Any]):
         for name in ("index", "steps", "rank", "greedy_misses"):
             if getattr(self, name) < 0:
                 raise RowError(name, f"is {getattr(self, name)}, not >= 0")
+        # Values no cram gives: a report averages the accuracies and status counts stalls by best_prefix.
+        for name in ("tf_accuracy", "best_accuracy"):
+            value = getattr(self, name)
+            if value is not None and not 0 <= value <= 1:  # NaN too
+                raise RowError(name, f"is {value!r}, not an accuracy in [0, 1]")
+        if self.best_prefix is not None and self.best_prefix < 0:
+            raise RowError("best_prefix", f"is {self.best_prefix}, not >= 0")
+        if self.best_prefix is not None and self.best_prefix > self.n:
+            raise RowError("best_prefix", f"is {self.best_prefix}: more leading targets than the row's n = {self.n}")
         if (self.stop_reason == INFERRED) != (self.inferred_from is not None):
             raise RowError(
                 "inferred_from",
