@@ -226,6 +226,22 @@ def agreement(train, evaluation, answers) -> list[str]:
     return lines
 
 
+def head_lines(*, length: int, ks, train: int, evaluation: int, seed: int, removed: int) -> list[str]:
+    """The lines of :func:`report` above its tables: the strings scored (``ks``: the k measured) and the pool the
+    tables are fitted on (:func:`training_pool`; ``removed``: the drawn strings it replaced), each with a blank line
+    after it. A committed report's head is checked against them, so that its words stay those of this rule."""
+    return [
+        f"Local-context baselines for k-hop (strings of {length}, k = {', '.join(map(str, ks))} mixed, "
+        f"{train} training strings, {evaluation} held-out, seed {seed}); token accuracy (%), "
+        "every position but the last.",
+        "",
+        f"{removed} of the {train} training strings drawn were also held out (a held-out string's letters, under any "
+        "k) and gave their place to fresh draws that are not, as in a run's pool: the tables are fitted on the "
+        f"{train} strings a fixed-pool run of these settings trains on.",
+        "",
+    ]
+
+
 def report(
     *,
     ks=(1, 2, 3, 4),
@@ -245,15 +261,8 @@ def report(
     pool, held_out, removed = training_pool(ks=ks, length=length, train=train, evaluation=evaluation, seed=seed)
     result = baselines(pool, held_out)
     measured = sorted(k for k in next(iter(result.values())) if k != "all")
-    lines = [
-        f"Local-context baselines for k-hop (strings of {length}, k = {', '.join(map(str, measured))} mixed, "
-        f"{train} training strings, {evaluation} held-out, seed {seed}); token accuracy (%), "
-        "every position but the last.",
-        "",
-        f"{removed} of the {train} training strings drawn were also held out (a held-out string's letters, under any "
-        "k) and gave their place to fresh draws that are not, as in a run's pool: the tables are fitted on the "
-        f"{train} strings a fixed-pool run of these settings trains on.",
-        "",
+    lines = head_lines(length=length, ks=measured, train=train, evaluation=evaluation, seed=seed, removed=removed)
+    lines += [
         "| features | " + " | ".join(f"k={k}" for k in measured) + " | all |",
         "|---|" + "---|" * (len(measured) + 1),
     ]
@@ -294,6 +303,7 @@ __all__ = [
     "baselines",
     "features",
     "fit",
+    "head_lines",
     "model_predictions",
     "report",
     "training_pool",
