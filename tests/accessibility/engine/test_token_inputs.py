@@ -38,13 +38,17 @@ JOB = CramJob(key=0, ids=[5, 9, 12], m=1, seed=1)
 CONFIG = CramConfig(max_steps=2, patience=2)
 
 
+def run(engine, model):
+    """One short row through the batched engine or the per-sequence reference."""
+    return list(cram(model, [JOB], CONFIG)) if engine is cram else cram_reference(model, JOB, CONFIG)
+
+
 @pytest.mark.filterwarnings("ignore::UserWarning")
 @pytest.mark.parametrize("engine", [cram, cram_reference])
 def test_a_model_that_embeds_ids_otherwise_than_its_input_embeddings_is_refused(engine):
     model = falcon_h1(embedding_multiplier=5.0)
     with pytest.raises(ValueError, match=r"embedding_multiplier = 5\.0.*input_ids.*inputs_embeds"):
-        result = engine(model, [JOB] if engine is cram else JOB, CONFIG)
-        list(result) if engine is cram else result
+        run(engine, model)
     # Where ids and their embeddings give the same logits (a multiplier of 1), it crams.
     check_inputs(falcon_h1(embedding_multiplier=1.0))
 
@@ -61,5 +65,4 @@ def test_a_model_whose_weights_were_never_loaded_is_refused_naming_them(engine):
     with torch.device("meta"):
         model = transformers.AutoModelForCausalLM.from_config(tiny_config("llama"))
     with pytest.raises(ValueError, match=r"never loaded: \d+ of its parameters are on the meta device.*embed_tokens"):
-        result = engine(model, [JOB] if engine is cram else JOB, CONFIG)
-        list(result) if engine is cram else result
+        run(engine, model)
