@@ -46,7 +46,11 @@ simulated at, which names the truth and the design it ran: its targets, rows a r
 retargeted from another keeps that one's rows; a line without a truth was simulated at the fitted one, the only truth
 before there were others); a rerun skips the sweeps it holds and reports on all of them, each once (a sweep written
 twice, by two runs on one file, is the same sweep; two that differ under one index are refused), and a file of another
-setting (another truth or other targets included, or lines written before the setting named the design) is refused.
+setting (another truth or other targets included) is refused. Lines written before the setting named the design (no
+design, rows a round or ms in it, as in the committed ``results/benchmarks/simulated_intervals_smollm2_*.jsonl``) do
+not say which design they ran, so a file of them is refused unless ``--assume-design`` is given: then they are read as
+run at this command's design (give it only where that is known: such a run's log names its design, "design: version V
+at N rows a round, targets ..."), kept as written, and the new sweeps are appended with the full setting.
 An outer sweep costs about (inner + 1) simulated sweeps of one core; ``--workers N`` runs N outer sweeps at a time in
 as many processes (each outer sweep is seeded by its index, so the lines are the same whichever process runs it, and
 only the order in which they are appended differs; the three truths share those seeds, so their outer sweeps differ
@@ -314,22 +318,52 @@ def read_results(path: Path | None) -> list[dict]:
     return results
 
 
-def recorded_setting(setting: dict | None) -> dict | None:
+# What a results line's setting has named since it named the design the outer sweeps ran (a line without them predates
+# that: its design is known only from its run's log).
+DESIGN_KEYS = ("design", "num_sequences", "ms")
+
+
+def recorded_setting(setting: dict | None, assumed: dict | None = None) -> dict | None:
     """A results line's setting as this script compares it: a line written before the truth was recorded was simulated
-    at the fitted truth (the only one there was), so it reads as that."""
-    if setting is None or "truth" in setting:
-        return setting
-    return dict(setting, truth="fitted")
+    at the fitted truth (the only one there was), so it reads as that; one written before the design was recorded reads
+    as run at ``assumed``'s design (``--assume-design``), else as it is (naming none, it matches no setting)."""
+    if setting is None:
+        return None
+    if "truth" not in setting:
+        setting = dict(setting, truth="fitted")
+    if assumed is not None and unnamed_design(setting):
+        setting = dict(setting, **{key: assumed[key] for key in DESIGN_KEYS})
+    return setting
+
+
+def unnamed_design(setting: dict | None) -> bool:
+    """Whether a results line's setting predates the design's record (names none of :data:`DESIGN_KEYS`)."""
+    return setting is not None and not any(key in setting for key in DESIGN_KEYS)
 
 
 def _without_seconds(result: dict) -> dict:
     return {key: value for key, value in result.items() if key != "seconds"}
 
 
-def held_results(path: Path | None, setting: dict) -> list[dict]:
-    """The outer sweeps ``path`` holds, each once, all simulated at ``setting`` (else the command is refused)."""
+def held_results(path: Path | None, setting: dict, assume_design: bool = False) -> list[dict]:
+    """The outer sweeps ``path`` holds, each once, all simulated at ``setting`` (else the command is refused);
+    ``assume_design``: lines that predate the design's record read as run at ``setting``'s (:func:`recorded_setting`).
+    """
     results = read_results(path)
-    other = [r for r in results if recorded_setting(r.get("setting")) != setting]
+    assumed = setting if assume_design else None
+    other = [r for r in results if recorded_setting(r.get("setting"), assumed) != setting]
+    if other and all(
+        unnamed_design(r.get("setting")) and recorded_setting(r["setting"], setting) == setting for r in other
+    ):
+        design = {key: setting[key] for key in DESIGN_KEYS}
+        raise SystemExit(
+            f"{path}: {len(other)} of its outer sweeps were written before a results line named the design it ran "
+            f"(its targets, rows a round and ms), so this command cannot tell whether they ran its design ({design}); "
+            "all else in their setting is this command's. Where they did (their run's log names the design: 'design: "
+            "version V at N rows a round, targets ...'), rerun with --assume-design: they are read as run at this "
+            "design and kept as written, and the new sweeps are appended with the full setting. Else give another "
+            "--results file (this one is left as it is)."
+        )
     if other:
         held = sorted({str((recorded_setting(r.get("setting")) or {}).get("truth", "none recorded")) for r in other})
         recorded = [recorded_setting(r.get("setting")) or {} for r in other]
@@ -347,6 +381,7 @@ def held_results(path: Path | None, setting: dict) -> list[dict]:
     # so its lines are the same but for their wall time: one is kept.
     kept: dict[int, dict] = {}
     for result in results:
+        result = dict(result, setting=setting)  # every line's setting reads as this one (checked above)
         first = kept.setdefault(result["outer"], result)
         if _without_seconds(first) != _without_seconds(result):
             raise SystemExit(
@@ -473,6 +508,12 @@ def main(argv=None) -> None:
         "one table of the calibrated coverage at each, with a verdict: trusted where it is at least "
         f"{TRUSTED:.2f} at all three",
     )
+    parser.add_argument(
+        "--assume-design",
+        action="store_true",
+        help="read results lines written before the setting named the design (no targets, rows a round or ms in it) "
+        "as run at this command's design; give it only where their run's log names that design",
+    )
     args = parser.parse_args(argv)
     if args.outer < 1 or args.inner < MIN_INNER or args.workers < 1:
         raise SystemExit(
@@ -529,7 +570,7 @@ def main(argv=None) -> None:
         setting = dict(base, truth=kind, **({"slope_shift": shift} if kind == "slope-shift" else {}))
         setting = json.loads(json.dumps(setting))
         path = Path(f"{prefix}_{kind}.jsonl") if prefix is not None else Path(args.results) if args.results else None
-        plans[kind] = (setting, path, held_results(path, setting))
+        plans[kind] = (setting, path, held_results(path, setting, args.assume_design))
     ms = list(design.ms)
     origin = f"the truth fitted to {len(rows)} rows of {folder}"
     truths: dict[str, tuple[Truth, str]] = {}

@@ -338,3 +338,45 @@ def test_the_coverage_line_quoted_below_the_table_gives_each_figure_its_mc_se(lo
     assert table["n50@1"]["calibrated"] == 0.5 and table["slope"]["calibrated_se"] == pytest.approx(0.217, abs=1e-3)
     assert line.startswith("calibrated coverage: slope 0.750 (MC se 0.217), intercept 0.750 (MC se 0.217), "), line
     assert "lowest n_50 (n50@1) 0.500 (MC se 0.250)" in line, line
+
+
+def test_lines_written_before_the_setting_named_the_design_resume_where_the_design_is_assumed(
+    load_benchmark, tmp_path, monkeypatch, capsys
+):
+    """Was: a results file whose lines predate the setting's design, rows a round and ms (the committed
+    simulated_intervals_smollm2_*.jsonl) was refused with "give another --results file (or delete this one to start
+    over)": it could not be resumed, and the way out offered lost its records. Such a file is now refused with what to
+    do (--assume-design, where the run's log names the design it ran) and, with it, resumed: its lines are kept as
+    written and judged, the new sweeps appended with the full setting; lines of other rows are still refused."""
+    from ut_peft.accessibility import simulated_intervals
+
+    benchmark = load_benchmark("simulated_intervals.py")
+    monkeypatch.setattr(simulated_intervals, "MIN_REPEATS", 3)  # the plumbing only, not a quantile
+    monkeypatch.setattr(benchmark, "MIN_INNER", 3)
+    folder = tmp_path / "sweep"
+    simulated_folder(folder, 7)
+    results = tmp_path / "outer.jsonl"
+    command = [str(folder), "--outer", "1", "--inner", "3", "--results", str(results)]
+    benchmark.main(command)
+    (line,) = [json.loads(x) for x in results.read_text().splitlines()]
+    legacy_setting = {k: v for k, v in line["setting"].items() if k not in ("design", "num_sequences", "ms", "truth")}
+    legacy = json.dumps(dict(line, setting=legacy_setting)) + "\n"  # as the committed files' lines are written
+    results.write_text(legacy)
+    command[2] = "2"
+    with pytest.raises(SystemExit, match=r"before a results line named the design.*--assume-design") as refused:
+        benchmark.main(command)
+    assert "delete" not in str(refused.value) and "target_slope_se" in str(refused.value)
+    assert results.read_text() == legacy  # nothing lost, nothing appended
+    capsys.readouterr()
+    benchmark.main(command + ["--assume-design"])
+    captured = capsys.readouterr()
+    assert "outer 0" not in captured.err and "outer 1" in captured.err  # the held one read back, the other simulated
+    assert "2 outer sweeps (" in captured.out  # both judged
+    kept, new = results.read_text().splitlines()
+    assert kept + "\n" == legacy and json.loads(new)["setting"] == line["setting"]
+    benchmark.main(command + ["--assume-design"])  # resumed again: nothing simulated
+    assert "outer " not in capsys.readouterr().err and len(results.read_text().splitlines()) == 2
+    other_rows = tmp_path / "other.jsonl"
+    other_rows.write_text(json.dumps(dict(line, setting=dict(legacy_setting, rows_digest="0" * 16))) + "\n")
+    with pytest.raises(SystemExit, match="another setting.*differs in: .*rows_digest"):
+        benchmark.main(command[:-1] + [str(other_rows), "--assume-design"])
