@@ -281,3 +281,74 @@ def test_a_target_that_is_not_a_target_transformer_is_refused_saying_what_is_sup
     for call in (compile_embedding, compile_into_model, fit_embedding):
         with pytest.raises(TypeError, match="target must be a TargetTransformer .*GPT2LMHeadModel"):
             call(target, backbone)
+
+
+def _small_backbone(**kwargs):
+    return _backbone(width=40, layers=2, head_dim=2, weights="random", readout=3, vocab_size=5, **kwargs)
+
+
+@pytest.mark.parametrize(
+    "built,field,value,target_kwargs",
+    [
+        # was an E reported exact (residual 7e-16) for one layer of a backbone built with and running two
+        ({}, "num_hidden_layers", 1, {"layers": 1}),
+        ({}, "looped", True, {}),  # was exact for layer 0 looped, which this backbone is not
+        ({"attention_scale": 0.5}, "head_dim", 3, {}),  # was a bare lstsq 'input.size(-2) should match'
+        ({}, "readout_size", 4, {"d_out": 4}),  # the same
+        ({}, "hidden_size", 50, {}),  # was a bare 'mat1 and mat2 shapes cannot be multiplied'
+        ({}, "num_attention_heads", 2, {"heads": 2}),
+    ],
+)
+def test_a_backbone_config_changed_after_building_is_refused_naming_the_field(built, field, value, target_kwargs):
+    """The compiler read L, looping, H, k, m and d_out from the backbone's config, but its layers, readout and
+    forward are the ones it was built with. Edited after building, the config gave either an E reported exact for a
+    model the backbone is not (whose forward then refuses the config), or a bare shape error from the solve.
+    compile_embedding, compile_into_model and fit_embedding now refuse it naming the field and both values."""
+    backbone = _small_backbone(**built)
+    target = TargetTransformer.random(**{"d": 3, "k": 2, "layers": 2, "d_out": 3, **target_kwargs})
+    old = getattr(backbone.config, field)
+    setattr(backbone.config, field, value)
+    for call in (compile_embedding, fit_embedding):
+        with pytest.raises(ValueError, match=rf"config\.{field} is {value!r}, but .* built with {field}={old!r}"):
+            call(target, backbone)
+    setattr(backbone.config, field, old)
+    if not target_kwargs:
+        assert compile_embedding(target, backbone).residual < 1e-8
+
+
+def test_a_vocab_size_changed_after_building_is_refused_by_compile_into_model():
+    """vocab_size 5 -> 6 on a built backbone moved the derived readout_size to 6 too, and a 6-token target then
+    stopped in a bare lstsq shape error; refused now, naming the readout the backbone holds."""
+    backbone = _backbone(width=40, layers=2, head_dim=2, weights="random", readout=None, vocab_size=5)
+    backbone.config.vocab_size = 6
+    target = TargetTransformer.random(d=3, k=2, layers=2, d_out=6, vocab_size=6)
+    with pytest.raises(ValueError, match=r"config\.readout_size is 6, but .* readout_size=5 .*vocab_size"):
+        compile_into_model(target, backbone)
+
+
+@pytest.mark.parametrize("ids", [[[0, -1, 2]], [[0, 5, 2]]])
+def test_target_token_ids_outside_its_table_are_refused(ids):
+    """A target took token id -1 without a word (Python indexing read the last row), while the backbone's
+    nn.Embedding refuses it, so the two models compared on such ids differed silently; 5 in a 5-row table was a bare
+    IndexError. Both are a ValueError naming the id and the table's rows."""
+    target = TargetTransformer.random(d=3, k=2, layers=1, vocab_size=5)
+    with pytest.raises(ValueError, match=rf"token ids .*{ids[0][1]}.* 0 \.\. 4"):
+        target(torch.tensor(ids))
+    assert target(torch.tensor([[0, 4, 2]])).shape == (1, 3, 3)
+
+
+def test_target_inputs_of_two_dimensions_that_are_not_token_ids_are_refused():
+    """A (n, d) float input without its batch dimension was read as token ids: a bare IndexError ('tensors used as
+    indices must be long'), or with a bool tensor a boolean mask over the table's rows."""
+    target = TargetTransformer.random(d=3, k=2, layers=1, vocab_size=5)
+    for bad in (torch.randn(4, 3), torch.ones(5, 3, dtype=torch.bool)):
+        with pytest.raises(ValueError, match=r"integer token ids of shape \(batch, n\)"):
+            target(bad)
+
+
+@pytest.mark.parametrize("name", ["batch_size", "seq_len"])
+def test_fit_embedding_refuses_an_empty_batch(name):
+    """seq_len=0 (or batch_size=0) fitted on empty batches and returned error=nan without a word."""
+    target = TargetTransformer.random(d=3, k=2, layers=2)
+    with pytest.raises(ValueError, match=rf"{name} must be a positive int, got 0"):
+        fit_embedding(target, _small_backbone(), steps=2, **{name: 0})

@@ -69,6 +69,43 @@ def _check_types(target, backbone) -> None:
         raise TypeError(f"backbone must be a UniversalTransformerForCausalLM, got {type(backbone).__name__}")
 
 
+def _check_unchanged(backbone: UniversalTransformerForCausalLM) -> None:
+    """Refuse a backbone whose config was edited after it was built: the system is laid out from the config (L,
+    looping, H, k, m, d_out) but solved over the weights the backbone holds, and its forward runs those. An edited
+    config would give an E reported exact for a model the backbone is not (one layer of two, layer 0 looped), or a
+    shape error from inside the solve."""
+    config = backbone.config
+    changed = backbone.config_changes_since_built()
+    held: dict[str, object] = {
+        name: changed[name][0] for name in ("num_hidden_layers", "looped", "variant") if name in changed
+    }
+    # The shape fields are read off the tensors themselves.
+    query, readout = backbone.model.layers[0].query, backbone.model.readout
+    held |= {
+        "hidden_size": readout.shape[0],
+        "num_attention_heads": query.shape[0],
+        "head_dim": query.shape[2],
+        "readout_size": readout.shape[1],
+    }
+    problems = []
+    for name, was in held.items():
+        now = getattr(config, name)
+        if now != was:
+            problem = f"config.{name} is {now!r}, but the backbone was built with {name}={was!r}"
+            if name == "readout_size" and config.derives("readout_size"):
+                problem += f" (readout_size follows vocab_size, now {config.vocab_size}, while left at its default)"
+            problems.append(problem)
+    if problems:
+        raise CompilationError(
+            "cannot compile: "
+            + "; ".join(problems)
+            + ". The config was changed after the backbone was built, and its weights and forward are still the "
+            "ones it was built with, so an E solved for the config would not simulate the target on this backbone. "
+            "Set the field back, or build the backbone the config names with "
+            "AutoModelForCausalLM.from_config(backbone.config) and compile into that one"
+        )
+
+
 def _check_compatible(target: TargetTransformer, backbone: UniversalTransformerForCausalLM) -> None:
     config = backbone.config
     problems = []
@@ -167,6 +204,7 @@ def compile_embedding(
     result (residual, rank) is returned instead, for studies.
     """
     _check_types(target, backbone)
+    _check_unchanged(backbone)
     _check_compatible(target, backbone)
     _check_finite(target, backbone)
     phi, rhs = _system(target, backbone)
@@ -217,6 +255,7 @@ def compile_into_model(
     ``full_rank``) before using the model.
     """
     _check_types(target, backbone)
+    _check_unchanged(backbone)
     config = backbone.config
     if target.token_embedding is None or target.token_embedding.shape[0] != config.vocab_size:
         raise ValueError(f"the target needs a token_embedding with {config.vocab_size} rows (the backbone's vocab)")
@@ -262,6 +301,11 @@ def fit_embedding(
     random backbone of width m gets.
     """
     _check_types(target, backbone)
+    for name, value in (("batch_size", batch_size), ("seq_len", seq_len)):
+        # An empty batch fits nothing and its mean loss is NaN, which the returned error would carry without a word.
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"fit_embedding's {name} must be a positive int, got {value!r}")
+    _check_unchanged(backbone)
     _check_compatible(target, backbone)
     _check_finite(target, backbone)
     gen = torch.Generator().manual_seed(seed)

@@ -248,6 +248,16 @@ class UniversalTransformerPreTrainedModel(PreTrainedModel):
         _refuse_a_changed_build(self.config, self._built_fields)
         return super().save_pretrained(*args, **kwargs)
 
+    def config_changes_since_built(self) -> dict[str, tuple]:
+        """The recorded fields (draw, structure, position table) whose config value is no longer the one this model
+        was built or loaded with: ``{name: (built, now)}``. Empty while the config names the model held."""
+        names = DRAW_FIELDS + STRUCTURE_FIELDS + POSITION_FIELDS
+        return {
+            name: (self._built_fields[name], getattr(self.config, name))
+            for name in names
+            if getattr(self.config, name) != self._built_fields[name]
+        }
+
     @torch.no_grad()
     def _init_weights(self, module):
         config = self.config

@@ -102,8 +102,19 @@ class TargetTransformer(nn.Module):
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
         """T(X) for X of shape (batch, n, d), or for token ids of shape (batch, n) when a token table is set."""
         if inputs.dim() == 2:
+            if inputs.dtype == torch.bool or inputs.dtype.is_floating_point or inputs.dtype.is_complex:
+                # Indexing would read a float tensor as an error and a bool one as a mask over the table's rows.
+                raise ValueError(
+                    f"a 2-dimensional input is read as integer token ids of shape (batch, n), got {inputs.dtype}: "
+                    f"pass continuous inputs X as (batch, n, d={self.width})"
+                )
             if self.token_embedding is None:
                 raise ValueError("token ids need a target built with token_embedding (vocab x d)")
+            vocab = self.token_embedding.shape[0]
+            if inputs.numel() and not (0 <= int(inputs.min()) and int(inputs.max()) < vocab):
+                # Python indexing reads -1 as the last row without a word (the backbone's nn.Embedding refuses it).
+                bad = int(inputs.min()) if int(inputs.min()) < 0 else int(inputs.max())
+                raise ValueError(f"token ids hold {bad}, outside the target's token table's rows 0 .. {vocab - 1}")
             inputs = self.token_embedding[inputs]
         x = inputs.to(self.query.dtype)
         n = x.shape[1]
