@@ -118,3 +118,16 @@ def test_other_methods_save_as_peft_saves_them(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model.save_pretrained(tmp_path / "out", state_dict=wrapped)  # peft's own behaviour, whatever it is
+
+
+def test_a_trainer_given_a_compiled_model_refuses_to_save_and_says_to_let_it_compile(tmp_path):
+    from transformers import Trainer, TrainingArguments
+
+    model = _trained()
+    args = TrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to=[], save_strategy="no")
+    # The Trainer saves a model it was given compiled with the compiled wrapper's state dict ('_orig_mod.' keys);
+    # nothing here runs the compiled forward, so nothing compiles.
+    trainer = Trainer(model=torch.compile(model), args=args)
+    with pytest.raises(ValueError, match=r"'_orig_mod\.'.*TrainingArguments\(torch_compile=True\)"):
+        trainer.save_model(str(tmp_path / "out"))
+    assert not (tmp_path / "out" / "adapter_model.safetensors").exists()

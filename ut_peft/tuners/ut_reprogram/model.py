@@ -296,12 +296,13 @@ def check_adapter_state_dict(
 
     ``save_pretrained(folder, state_dict=...)`` is how a wrapped or distributed training saves, and peft takes from
     that state dict what the model's own names select: from the wrapper's (DDP's ``module.`` keys, torch.compile's
-    ``_orig_mod.``) nothing, and tensors a sharded model never gathered (DeepSpeed ZeRO-3 leaves each parameter
-    empty) as they are. Either way peft would write an adapter file without the trained E and U and say nothing (it
-    warns of missing keys only when the file is loaded, once the training that made them is gone), and the adapter
-    loaded from it would run the base's copies. An empty state dict is left alone: it is what the other ranks of an
-    FSDP save get from accelerate's ``get_state_dict`` (only rank 0 writes), and what the Trainer saves as a
-    placeholder beside a DeepSpeed checkpoint it cannot gather.
+    ``_orig_mod.``, which transformers' Trainer passes for a model given to it compiled) nothing, and tensors a
+    sharded model never gathered (DeepSpeed ZeRO-3 leaves each parameter empty) as they are. Either way peft would
+    write an adapter file without the trained E and U and say nothing (it warns of missing keys only when the file is
+    loaded, once the training that made them is gone), and the adapter loaded from it would run the base's copies.
+    An empty state dict is left alone: it is what the other ranks of an FSDP save get from accelerate's
+    ``get_state_dict`` (only rank 0 writes), and what the Trainer saves as a placeholder beside a DeepSpeed checkpoint
+    it cannot gather.
     """
     if not state_dict:
         return
@@ -335,7 +336,9 @@ def check_adapter_state_dict(
         + ". Its file would lack the trained E and U, and the adapter loaded from it would run the base's copies. "
         "Pass the state dict of the unwrapped model with every tensor gathered: "
         "accelerator.unwrap_model(model).save_pretrained(folder, state_dict=accelerator.get_state_dict(model)) "
-        "(accelerate unwraps and gathers), or leave state_dict out to save the model's own tensors."
+        "(accelerate unwraps and gathers), or leave state_dict out to save the model's own tensors. A Trainer given "
+        "torch.compile(model) saves the compiled wrapper's state dict: give it the model itself and "
+        "TrainingArguments(torch_compile=True)."
     )
 
 
