@@ -432,3 +432,29 @@ def test_position_ids_that_would_broadcast_over_the_sequence_are_refused():
         assert torch.equal(model(input_ids=ids, position_ids=good).logits, default)
     long = torch.randint(0, 7, (1, 20))
     model(input_ids=long, position_ids=(torch.arange(20) - 4).clamp(min=0)[None])
+
+
+@pytest.mark.parametrize(
+    "field,bad",
+    [
+        ("attention_scale", float("inf")),  # NaN logits
+        ("attention_scale", float("nan")),
+        ("layer_norm_eps", -1.0),  # NaN logits
+        ("layer_norm_eps", float("inf")),  # finite logits, but every state zeroed
+        ("layer_norm_eps", 0.0),  # NaN only on a constant state
+    ],
+)
+def test_attention_scale_and_layer_norm_eps_set_on_a_built_backbone_are_checked_as_at_build(field, bad):
+    """Both fields may change on a built backbone and the forward reads them at every call, but the check that
+    refuses inf, NaN or a non-positive eps ran only when the config was built: set afterwards, the logits were NaN (or
+    the states zeroed) without a word. Setting one is checked now as building with it is, and leaves it unchanged."""
+    model = AutoModelForCausalLM.from_config(_config(variant="residual_layernorm"))
+    ids = torch.randint(0, 7, (2, 5))
+    before = model(input_ids=ids).logits
+    old = getattr(model.config, field)
+    with pytest.raises(ValueError, match=rf"{field} .* must be a .*finite number, got"):
+        setattr(model.config, field, bad)
+    assert getattr(model.config, field) == old
+    assert torch.equal(model(input_ids=ids).logits, before)
+    setattr(model.config, field, 0.5)
+    assert getattr(model.config, field) == 0.5

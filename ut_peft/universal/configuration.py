@@ -37,6 +37,31 @@ DERIVED = {
 }
 
 
+def _check_attention_scale(scale) -> None:
+    # An infinite scale makes every score NaN (0 * inf), and a compiler solving for it reads it as c = 0.
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale):
+        raise ValueError(
+            "UniversalTransformerConfig.attention_scale is the softmax temperature the scores are multiplied by "
+            f"and must be a finite number, got {scale!r} (None, the default, is 1/sqrt(head_dim))"
+        )
+
+
+def _check_layer_norm_eps(eps) -> None:
+    # The LayerNorm divides by sqrt(var + eps): a constant state (var 0) under eps <= 0 gives inf or NaN, and an
+    # infinite eps zeroes every state.
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 < eps < float("inf"):
+        raise ValueError(
+            "UniversalTransformerConfig.layer_norm_eps is added to the variance the LayerNorm divides by and must "
+            f"be a positive finite number, got {eps!r} (1e-5 is the default)"
+        )
+
+
+# The fields a built backbone's forward reads at every call and that stay free to set on it (no weight depends on
+# them): checked whenever they are set, not only when the config is built, so a later value cannot turn the logits
+# into NaN without a word.
+CHECKED_ON_SET = {"attention_scale": _check_attention_scale, "layer_norm_eps": _check_layer_norm_eps}
+
+
 def _derived_field(name: str) -> property:
     """``name`` as given (stored as ``_given_<name>``), or, where None, derived from its source at every read."""
     stored = f"_given_{name}"
@@ -46,9 +71,24 @@ def _derived_field(name: str) -> property:
         return DERIVED[name](self) if value is None else value
 
     def write(self, value):
+        if value is not None and name in CHECKED_ON_SET:
+            CHECKED_ON_SET[name](value)
         self.__dict__[stored] = value
 
     return property(read, write, doc=f"{name}; None (the default) derives it at every read")
+
+
+def _checked_field(name: str) -> property:
+    """``name``, stored under its own name (so ``to_dict`` writes it as before) and checked whenever it is set."""
+
+    def read(self):
+        return self.__dict__[name]
+
+    def write(self, value):
+        CHECKED_ON_SET[name](value)
+        self.__dict__[name] = value
+
+    return property(read, write, doc=f"{name}; checked whenever it is set")
 
 
 class UniversalTransformerConfig(PretrainedConfig):
@@ -146,6 +186,7 @@ class UniversalTransformerConfig(PretrainedConfig):
     intermediate_size = _derived_field("intermediate_size")
     attention_scale = _derived_field("attention_scale")
     output_initializer_range = _derived_field("output_initializer_range")
+    layer_norm_eps = _checked_field("layer_norm_eps")
 
     def derives(self, name: str) -> bool:
         """Whether the derived field ``name`` (one of ``DERIVED``) is left at its default, derived at every read."""
@@ -180,21 +221,7 @@ class UniversalTransformerConfig(PretrainedConfig):
                     f"UniversalTransformerConfig.{name} is the std of a trained table's initial draw and must be a "
                     f"positive number, got {value!r} (0.02 is the default; 1.0 the old unit scale)"
                 )
-        scale = self.attention_scale
-        # An infinite scale makes every score NaN (0 * inf), and a compiler solving for it reads it as c = 0.
-        if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale):
-            raise ValueError(
-                "UniversalTransformerConfig.attention_scale is the softmax temperature the scores are multiplied by "
-                f"and must be a finite number, got {scale!r} (None, the default, is 1/sqrt(head_dim))"
-            )
-        eps = self.layer_norm_eps
-        # The LayerNorm divides by sqrt(var + eps): a constant state (var 0) under eps <= 0 gives inf or NaN, and an
-        # infinite eps zeroes every state.
-        if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 < eps < float("inf"):
-            raise ValueError(
-                "UniversalTransformerConfig.layer_norm_eps is added to the variance the LayerNorm divides by and must "
-                f"be a positive finite number, got {eps!r} (1e-5 is the default)"
-            )
+        # attention_scale and layer_norm_eps are checked when set (CHECKED_ON_SET), in __init__ as later.
         if self.variant not in VARIANTS:
             raise ValueError(f"variant={self.variant!r} is not one of {VARIANTS}")
         if self.weights not in WEIGHTS:
