@@ -51,3 +51,31 @@ def test_a_slope_not_above_zero_says_why_its_ratios_are_n_a():
     why = "the slope is -3.25, not positive, so no bound divides by it"
     assert f"No ball / slope or box / slope: {why}." in report
     assert f"no bound ratios: {why}" in text
+
+
+def test_a_published_ls_n50_note_names_no_slope_where_no_published_ls_slope_was_fitted():
+    """Was: the notes under a ridge, a rising curve or an extrapolated published LS n_50 ended "the point the
+    published LS slope uses" (or "the published LS slope uses it all the same") in a sweep of one m, which has no
+    published LS slope (its table says n/a). There the notes now say the point is the one printed and that no
+    published LS slope uses it, and why; a sweep with a published LS slope keeps its words."""
+    step = summaries.read_summary(SMOLLM2 / "published-words-m1")  # a ridge across a gap, m = 1
+    exact = summaries.read_summary(ROOT / "results" / "gemma-3-270m" / "published-text-m2")  # an exact ridge, m = 2
+    why = "one m was swept, so no published LS slope uses it"
+    assert step.fit_published is None and exact.fit_published is None
+    for summary in (step, exact):
+        first = summary.per_m[0]
+        marked = [
+            summary,
+            dataclasses.replace(summary, per_m=[dataclasses.replace(first, fit_status_published="rising")]),
+            dataclasses.replace(summary, per_m=[dataclasses.replace(first, fit_status_published="extrapolated")]),
+        ]
+        for report in map(markdown, marked):
+            assert "LS slope uses" not in report.replace(why, "")
+            assert why in report
+    assert f"the search's start put the point printed here ({why})." in markdown(step)
+    assert f"the search's start order picked the point printed here ({why})." in markdown(exact)
+    several = summaries.read_summary(SMOLLM2 / "published-text")
+    assert several.fit_published is not None
+    report = markdown(several)
+    assert "the search's start order picked the point the published LS slope uses." in report
+    assert "no published LS slope uses it" not in report

@@ -557,11 +557,20 @@ def markdown(summary: Summary, *, figures: tuple[str, str] | None = (ACCESSIBILI
         ]
     steps = _step_ridges(summary, ridges)
     exact = {m: ridge for m, ridge in ridges.items() if m not in steps}
+    # The notes below say where the published LS slope takes the n_50 they question; a sweep without that slope (one
+    # m, or too few published n_50) prints the n_50 alone, and its notes say so rather than name a slope it lacks.
+    no_slope = _no_published_slope(summary)
+    uses = f"printed here ({no_slope})" if no_slope else "the published LS slope uses"
+    uses_it_all_the_same = (
+        f"it is printed all the same, as the paper's estimator would print it ({no_slope})"
+        if no_slope
+        else "the published LS slope uses it all the same, as the paper's estimator would"
+    )
     if exact:
         lines += [
             f"The published LS n_50 at {_ridge_ms(exact)} is one point of a ridge: least squares fits those "
             "fractions exactly at every crossing of the range beside it (each with its own slope), so it does not "
-            "identify n_50 there, and the search's start order picked the point the published LS slope uses.",
+            f"identify n_50 there, and the search's start order picked the point {uses}.",
             "",
         ]
     if steps:
@@ -569,22 +578,21 @@ def markdown(summary: Summary, *, figures: tuple[str, str] | None = (ACCESSIBILI
             f"The published LS n_50 at {_ridge_ms(steps)} lies in a gap between two lengths (the range beside it): "
             "no sigmoid fits those fractions exactly, and least squares is reached only as the curve steepens to a "
             "step across that gap, which every crossing of it reaches alike, so it does not identify n_50 there; the "
-            "search's start put the point the published LS slope uses.",
+            f"search's start put the point {uses}.",
             "",
         ]
     if rising:
         lines += [
             f"The published LS curve at {_ridge_ms(rising)} rises with n (marked 'rising'): its fractions do not fall "
-            "across the lengths measured, so the crossing least squares finds there is noise, not a transition; the "
-            "published LS slope uses it all the same, as the paper's estimator would.",
+            "across the lengths measured, so the crossing least squares finds there is noise, not a transition; "
+            f"{uses_it_all_the_same}.",
             "",
         ]
     if extrapolated:
         lines += [
             f"The published LS n_50 at {_ridge_ms(extrapolated)} lies outside the lengths measured (marked "
             "'extrapolated'): the grid did not bracket the crossing there, so it is where the fitted curve crosses "
-            "one half outside the data; the published LS slope uses it all the same, as the paper's estimator "
-            "would.",
+            f"one half outside the data; {uses_it_all_the_same}.",
             "",
         ]
     if not fit:
@@ -816,6 +824,16 @@ def console_summary(summary: Summary) -> str:
     if summary.retargeted_from:
         lines.append(retarget_line(summary.retargeted_from))
     return "\n".join(lines)
+
+
+def _no_published_slope(summary: Summary) -> str:
+    """Why no published LS slope uses a sweep's published n_50 ("" where the line through them was fitted): a sweep of
+    one m has none at all; one of several m has none where fewer than two of its m have a published n_50."""
+    if summary.fit_published:
+        return ""
+    if len(summary.per_m) == 1:
+        return "one m was swept, so no published LS slope uses it"
+    return "fewer than two m have a published LS n_50, so no published LS slope uses it"
 
 
 def _no_slope_reason(summary: Summary) -> str:
