@@ -458,3 +458,20 @@ def test_attention_scale_and_layer_norm_eps_set_on_a_built_backbone_are_checked_
     assert torch.equal(model(input_ids=ids).logits, before)
     setattr(model.config, field, 0.5)
     assert getattr(model.config, field) == 0.5
+
+
+def test_an_attention_mask_that_is_not_one_flag_per_token_is_refused():
+    """A 4-d mask (transformers' custom-mask form), even all ones, ran through the forward's 2-d indexing into a
+    mask of six dimensions and gave logits of shape (3, 3, 3, 5, 16) without a word (a loss then stopped in
+    cross_entropy's batch-size mismatch); a (batch, 1) mask broadcast one flag over every token (zeros masked the
+    whole row). Refused now, naming both shapes; (batch, n) and (1, n) masks run as before."""
+    model = AutoModelForCausalLM.from_config(_config(variant="residual_layernorm"))
+    ids = torch.randint(1, 7, (3, 5))
+    default = model(input_ids=ids).logits
+    for bad in (torch.ones(3, 1, 5, 5), torch.zeros(3, 1, dtype=torch.long), torch.ones(5, dtype=torch.long)):
+        with pytest.raises(
+            ValueError, match=re.escape(f"attention_mask of shape {tuple(bad.shape)} ") + r".*\(3, 5\)"
+        ):
+            model(input_ids=ids, attention_mask=bad, labels=ids)
+    for good in (torch.ones(3, 5, dtype=torch.long), torch.ones(1, 5, dtype=torch.long)):
+        assert torch.equal(model(input_ids=ids, attention_mask=good).logits, default)

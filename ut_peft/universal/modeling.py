@@ -539,6 +539,16 @@ class UniversalTransformerModel(UniversalTransformerPreTrainedModel):
             hidden = hidden + self.position_embeddings(position_ids)
         mask = torch.ones(n, n, dtype=torch.bool, device=hidden.device).tril()[None, None]
         if attention_mask is not None:
+            batch = hidden.shape[0]
+            shape = tuple(attention_mask.shape)
+            # One flag per token: a 4-d custom mask would be indexed into six dimensions, and a (batch, 1) one would
+            # broadcast one flag over the whole row, both without a word.
+            if not (len(shape) == 2 and shape[0] in (1, batch) and shape[1] == n):
+                raise ValueError(
+                    f"attention_mask of shape {shape} does not give one flag per token of inputs of shape "
+                    f"{(batch, n)}: pass a ({batch}, {n}) mask, 1 for a token and 0 for padding (the causal mask is "
+                    "built in; 4-d custom masks are not supported)"
+                )
             mask = mask & attention_mask.bool()[:, None, None, :]
         all_hidden = [hidden] if output_hidden_states else None
         for step in range(self.config.num_hidden_layers):
