@@ -370,11 +370,20 @@ def held_results(path: Path | None, setting: dict, assume_design: bool = False) 
         differs = sorted(
             {k for found in recorded for k in setting.keys() | found.keys() if found.get(k) != setting.get(k)}
         )
+        # Lines that --assume-design would read as this setting: named, so that a file that mixes them with lines of
+        # another setting is not taken for one the flag alone resumes.
+        assumable = 0 if assume_design else sum(recorded_setting(r.get("setting"), setting) == setting for r in other)
+        hint = (
+            f" --assume-design would read {assumable} of them as run at this command's design (where their run's log "
+            f"names it), but the other {len(other) - assumable} still differ, so that does not resume this file."
+            if assumable
+            else ""
+        )
         raise SystemExit(
             f"{path}: it holds outer sweeps simulated at another setting than this command's ({setting}), or "
             f"recorded without one (their truth: {', '.join(held)}; differs in: {', '.join(differs)}; a line written "
-            "before the setting named the design holds none of it); give another --results file (or delete this one "
-            "to start over)"
+            f"before the setting named the design holds none of it).{hint} To simulate this setting, give another "
+            "--results path: this file is left as it is (its sweeps, a committed record's among them, are kept)."
         )
     # Two runs appending to one file (the command started twice) write a sweep twice: judged twice, it would count
     # twice in the coverage, its MC se and the outer count the verdict's floor reads. A sweep is seeded by its index,
@@ -386,7 +395,8 @@ def held_results(path: Path | None, setting: dict, assume_design: bool = False) 
         if _without_seconds(first) != _without_seconds(result):
             raise SystemExit(
                 f"{path}: it holds outer sweep {result['outer']} twice, with different results (written by two "
-                "versions of the simulation?); give another --results file (or delete this one to start over)"
+                "versions of the simulation?); give another --results path to simulate this setting there (this file "
+                "is left as it is)"
             )
     return list(kept.values())
 

@@ -380,3 +380,34 @@ def test_lines_written_before_the_setting_named_the_design_resume_where_the_desi
     other_rows.write_text(json.dumps(dict(line, setting=dict(legacy_setting, rows_digest="0" * 16))) + "\n")
     with pytest.raises(SystemExit, match="another setting.*differs in: .*rows_digest"):
         benchmark.main(command[:-1] + [str(other_rows), "--assume-design"])
+
+
+def test_a_results_file_of_another_setting_is_refused_with_advice_that_keeps_its_lines(load_benchmark, tmp_path):
+    """Was: a results file of another setting (or one holding an outer sweep twice, differently) was refused with
+    "... or delete this one to start over", which loses the sweeps of a committed record (results/benchmarks/). The
+    refusals now say to pass another --results path and that the file is left as it is; where some of its lines
+    predate the design's record and would read as this setting under --assume-design, the refusal names the flag and
+    says the other lines still differ."""
+    benchmark = load_benchmark("simulated_intervals.py")
+    setting = {"truth": "fitted", "rows_digest": "0" * 16, "design": {"version": 8}, "num_sequences": 4, "ms": [1, 3]}
+    sweep = {"outer": 0, "quantities": {"slope": {"estimate": 21.0, "truth": 20.0, "se": 1.0, "q": 2.0}}}
+    path = tmp_path / "outer.jsonl"
+    other = dict(sweep, outer=1, setting=dict(setting, truth="common-width"))
+    path.write_text(json.dumps(other) + "\n")
+    with pytest.raises(SystemExit, match="another setting") as refused:
+        benchmark.held_results(path, setting)
+    assert "delete" not in str(refused.value) and "another --results path" in str(refused.value)
+    assert "--assume-design" not in str(refused.value)  # no line it would read otherwise
+    legacy = dict(sweep, setting={k: v for k, v in setting.items() if k not in benchmark.DESIGN_KEYS})
+    path.write_text(json.dumps(legacy) + "\n" + json.dumps(other) + "\n")
+    with pytest.raises(SystemExit, match="another setting") as refused:
+        benchmark.held_results(path, setting)
+    message = str(refused.value)
+    assert "delete" not in message and "another --results path" in message
+    assert "--assume-design would read 1 of them as run at this command's design" in message, message
+    assert "the other 1 still differ" in message, message
+    twice = [dict(sweep, setting=setting), dict(sweep, setting=setting, quantities={"slope": dict(q=3.0)})]
+    path.write_text("".join(json.dumps(line) + "\n" for line in twice))
+    with pytest.raises(SystemExit, match="outer sweep 0 twice") as refused:
+        benchmark.held_results(path, setting)
+    assert "delete" not in str(refused.value) and "another --results path" in str(refused.value)
