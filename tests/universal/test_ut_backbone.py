@@ -475,3 +475,30 @@ def test_an_attention_mask_that_is_not_one_flag_per_token_is_refused():
             model(input_ids=ids, attention_mask=bad, labels=ids)
     for good in (torch.ones(3, 5, dtype=torch.long), torch.ones(1, 5, dtype=torch.long)):
         assert torch.equal(model(input_ids=ids, attention_mask=good).logits, default)
+
+
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("vocab_size", 20),
+        ("hidden_size", 48),
+        ("num_attention_heads", 3),
+        ("readout_size", 5),
+        ("intermediate_size", 9),
+    ],
+)
+def test_a_shape_field_changed_after_building_is_refused_at_save(tmp_path, field, value):
+    """config.vocab_size (or hidden_size, heads, readout_size, intermediate_size) set on a built backbone changed no
+    tensor, but save_pretrained wrote it into config.json: the folder then failed to load ('ignore_mismatched_sizes
+    ... raising an error'), found only when it was read back. Refused at save now, naming the field, its value and
+    the size the model's tensors hold; resize_token_embeddings, which resizes the tensors too, still saves."""
+    model = AutoModelForCausalLM.from_config(_config(variant="mlp"))
+    held = getattr(model.config, field)
+    setattr(model.config, field, value)
+    with pytest.raises(ValueError, match=rf"config\.{field} is {value!r}, but the model holds {held!r} .*from_config"):
+        model.save_pretrained(tmp_path)
+    assert not (tmp_path / "config.json").exists()
+    setattr(model.config, field, held)
+    model.resize_token_embeddings(9)
+    model.save_pretrained(tmp_path)
+    assert AutoModelForCausalLM.from_pretrained(tmp_path).get_input_embeddings().weight.shape[0] == 9

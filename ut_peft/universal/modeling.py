@@ -246,7 +246,22 @@ class UniversalTransformerPreTrainedModel(PreTrainedModel):
 
     def save_pretrained(self, *args, **kwargs):
         _refuse_a_changed_build(self.config, self._built_fields)
+        _refuse_other_shapes(self.config, self._held_sizes())
         return super().save_pretrained(*args, **kwargs)
+
+    def _held_sizes(self) -> dict[str, tuple[str, int]]:
+        """The shape fields as the model's tensors hold them: ``{name: (what holds it, size)}``."""
+        base = self.base_model  # this model, or the UniversalTransformerModel inside a ForCausalLM
+        block = base.layers[0]
+        held = {
+            "vocab_size": ("the token embedding's rows", self.get_input_embeddings().weight.shape[0]),
+            "hidden_size": ("the fixed readout's rows", base.readout.shape[0]),
+            "num_attention_heads": ("the layers' heads", block.query.shape[0]),
+            "readout_size": ("the fixed readout's columns", base.readout.shape[1]),
+        }
+        if isinstance(block, UniversalTransformerBlock) and hasattr(block, "mlp_in"):
+            held["intermediate_size"] = ("the MLPs' width", block.mlp_in.shape[1])
+        return held
 
     def config_changes_since_built(self) -> dict[str, tuple]:
         """The recorded fields (draw, structure, position table) whose config value is no longer the one this model
@@ -402,6 +417,23 @@ def _refuse_a_changed_build(config: UniversalTransformerConfig, built: dict) -> 
             "with, so the saved config.json would name tensors the folder does not hold (it would load as another "
             f"model, or not at all). Set the field back ({own}) to save this model, or build the backbone you named "
             "with AutoModelForCausalLM.from_config(config) and save that one"
+        )
+
+
+def _refuse_other_shapes(config: UniversalTransformerConfig, held: dict[str, tuple[str, int]]) -> None:
+    """Refuse to save a model whose config names shapes its tensors do not have (a field set after building, which
+    resizes nothing): the folder's config.json would fail to load against its own weights."""
+    if differ := [name for name, (_, size) in held.items() if getattr(config, name) != size]:
+        changes = "; ".join(
+            f"config.{name} is {getattr(config, name)!r}, but the model holds {held[name][1]!r} ({held[name][0]})"
+            for name in differ
+        )
+        own = ", ".join(f"{name}={held[name][1]!r}" for name in differ)
+        raise ValueError(
+            f"{changes}: the field was changed after the model was built, which resizes no tensor, so the saved "
+            "config.json would name shapes the folder's weights do not have, and the folder would not load. Set the "
+            f"field back ({own}) to save this model (resize_token_embeddings changes the vocabulary of a built "
+            "model), or build the backbone you named with AutoModelForCausalLM.from_config(config) and save that one"
         )
 
 
