@@ -104,6 +104,22 @@ def test_a_run_stops_at_the_first_evaluation_where_a_rule_holds(
     assert json.loads((tmp_path / "runs.jsonl").read_text()) == row
 
 
+def test_a_doubling_that_moved_the_accuracy_by_exactly_the_flat_threshold_is_not_flat():
+    """Was: the flat rule compared the float difference of two accuracies with stop_flat, and a move of exactly
+    stop_flat often comes out a hair under it (0.03 - 0.02 is 0.009999999999999998): at stop_flat 0.01, a doubling
+    that moved 2% to 3% of 100 scored tokens, or 60% to 61% of 1000, stopped the run as flat though the rule stops
+    only below one point. A move of exactly the threshold now goes on; one a token below it still stops."""
+    settings = RunSettings(**dict(TINY, stop_accuracy=0.0, stop_flat=0.01))
+    for total, before in ((100, 2), (100, 57), (1000, 600), (2000, 1234)):
+        after = before + total // 100  # exactly one point more
+        curve = [{"step": 4, "accuracy": before / total}, {"step": 8, "accuracy": after / total}]
+        assert stop_reason(settings, curve) is None, (before, after, total)
+        curve[1]["accuracy"] = (after - 1) / total  # a token short of a point: flat
+        assert stop_reason(settings, curve) == "flat", (before, after, total)
+    tenth = RunSettings(**dict(TINY, stop_accuracy=0.0, stop_flat=0.1))
+    assert stop_reason(tenth, [{"step": 4, "accuracy": 0.6}, {"step": 8, "accuracy": 0.7}]) is None
+
+
 def test_a_run_killed_mid_way_resumes_to_the_same_record(tmp_path, monkeypatch):
     settings = RunSettings(**TINY)
     whole = run(settings, tmp_path / "whole", progress=False)

@@ -465,7 +465,16 @@ def stop_reason(settings: RunSettings, curve: list[dict]) -> str | None:
         return "accuracy"
     if settings.stop_flat:
         half = [p for p in curve if 2 * p["step"] == last["step"]]
-        if half and abs(last["accuracy"] - half[-1]["accuracy"]) < settings.stop_flat:
+        moved = abs(last["accuracy"] - half[-1]["accuracy"]) if half else None
+        # The accuracies are ratios of token counts: a move of exactly stop_flat (2% to 3%) can come out of the float
+        # subtraction a hair under it, and is not "less than" it. A real move is a multiple of 1/(scored tokens), so
+        # one that is not the threshold lies at least about 1e-7 from a threshold of a few decimals at the held-out
+        # sets' sizes (up to millions of tokens): the 1e-9 tolerance takes in only the rounding.
+        if (
+            moved is not None
+            and moved < settings.stop_flat
+            and not math.isclose(moved, settings.stop_flat, abs_tol=1e-9)
+        ):
             return "flat"
     return None
 
