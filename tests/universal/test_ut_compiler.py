@@ -352,3 +352,40 @@ def test_fit_embedding_refuses_an_empty_batch(name):
     target = TargetTransformer.random(d=3, k=2, layers=2)
     with pytest.raises(ValueError, match=rf"{name} must be a positive int, got 0"):
         fit_embedding(target, _small_backbone(), steps=2, **{name: 0})
+
+
+def _weights():
+    base = TargetTransformer.random(d=3, k=2, layers=1)
+    return [base.query.data, base.key.data, base.value.data, base.out.data]
+
+
+@pytest.mark.parametrize(
+    "change,message",
+    [
+        (lambda w: [x[:0] for x in w[:3]] + w[3:], r"at least one layer, head"),  # L = 0: accepted, computing X W_out
+        (lambda w: [w[0], w[1], w[2], w[3][:, :0]], r"at least one layer, head"),  # d_out = 0: an empty output
+        (lambda w: [w[0].float(), *w[1:]], r"one floating-point dtype, got query torch.float32, key torch.float64"),
+        (lambda w: [x.long() for x in w], r"one floating-point dtype"),  # was a bare 'can require gradients'
+    ],
+)
+def test_a_target_of_empty_or_mixed_weights_is_refused(change, message):
+    """A target of zero layers or an empty output was built and ran without a word (X W_out, or outputs of width 0);
+    weights of two dtypes were built and stopped at the first forward in 'expected scalar type Float but found
+    Double'. All are refused when the target is built."""
+    with pytest.raises(ValueError, match=message):
+        TargetTransformer(*change(_weights()))
+
+
+@pytest.mark.parametrize("scale", [True, "0.5"])
+def test_a_target_scale_that_is_not_a_number_is_refused(scale):
+    """scale=True built a target of temperature 1.0 (and '0.5' one of 0.5) without a word."""
+    with pytest.raises(ValueError, match=r"scale must be a real number"):
+        TargetTransformer(*_weights(), scale=scale)
+    assert TargetTransformer(*_weights(), scale=0.5).scale == 0.5
+
+
+@pytest.mark.parametrize("args", [(2, 0, 2, 3), (-1, 1, 2, 3), (2, 1, 0, 3), (2, 1, 2, 1.5)])
+def test_required_width_refuses_sizes_that_are_not_positive_ints(args):
+    """required_width(2, 0, 2, 3) answered 0 and required_width(-1, 1, 2, 3) 3.0, widths of no construction."""
+    with pytest.raises(ValueError, match=r"must be a positive int"):
+        required_width(*args)

@@ -55,6 +55,11 @@ class CompiledEmbedding:
 
 def required_width(layers: int, heads: int, head_dim: int, output_size: int) -> int:
     """Columns of the attention-matching system: 2k(H + H^2 + ... + H^L) + H^L d_out (2Lk + d_out for H = 1)."""
+    sizes = {"layers": layers, "heads": heads, "head_dim": head_dim, "output_size": output_size}
+    for name, value in sizes.items():
+        # The formula gives a number for any input (0 heads: 0), but a width only for a transformer's sizes.
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"required_width's {name} must be a positive int, got {value!r}")
     return 2 * head_dim * sum(heads**l for l in range(1, layers + 1)) + heads**layers * output_size
 
 

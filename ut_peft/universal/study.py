@@ -53,9 +53,13 @@ def minimal_exact_width(
     tol: float = 1e-8,
     max_width: int | None = None,
 ) -> int | None:
-    """Smallest m (scanning from 1) at which the compiled E simulates ``target`` to ``tol`` in float64."""
+    """Smallest m (scanning from 1 to ``max_width``, by default twice the construction's width) at which the compiled
+    E simulates ``target`` to ``tol`` in float64; None where no width up to ``max_width`` does."""
+    if max_width is not None and (isinstance(max_width, bool) or not isinstance(max_width, int) or max_width < 1):
+        # A non-positive bound would scan nothing and answer None, 'no exact width', without having looked.
+        raise ValueError(f"max_width must be a positive int or None, got {max_width!r}")
     bound = required_width(target.num_layers, target.num_heads, target.head_dim, target.output_size)
-    for width in range(1, (max_width or 2 * bound) + 1):
+    for width in range(1, (2 * bound if max_width is None else max_width) + 1):
         backbone = _backbone(width, target, weights, looped, seed)
         result = compile_embedding(target, backbone, strict=False)
         if result.residual < tol and simulation_error(backbone, target, result.embedding) < tol:

@@ -44,6 +44,27 @@ class TargetTransformer(nn.Module):
             raise ValueError(f"out must have shape (d, d_out) with d={d}, got {tuple(out.shape)}")
         if token_embedding is not None and (token_embedding.dim() != 2 or token_embedding.shape[1] != d):
             raise ValueError(f"token_embedding must have shape (vocab, {d}), got {tuple(token_embedding.shape)}")
+        sizes = {"L": L, "H": H, "d": d, "k": k, "d_out": out.shape[1]}
+        if token_embedding is not None:
+            sizes["vocab"] = token_embedding.shape[0]
+        if empty := {name: size for name, size in sizes.items() if size < 1}:
+            # Zero layers compute X W_out, zero heads or outputs nothing: no transformer the compiler can target.
+            raise ValueError(
+                f"a target needs at least one layer, head, width, head dimension, output and (given a table) token; "
+                f"got {', '.join(f'{name}={size}' for name, size in empty.items())}"
+            )
+        tensors = {"query": query, "key": key, "value": value, "out": out, "token_embedding": token_embedding}
+        given = {name: tensor for name, tensor in tensors.items() if tensor is not None}
+        dtypes = {tensor.dtype for tensor in given.values()}
+        if len(dtypes) > 1 or not next(iter(dtypes)).is_floating_point:
+            # Mixed dtypes build but stop the first forward in a matmul; integer weights cannot be parameters.
+            raise ValueError(
+                "a target's weights must share one floating-point dtype, got "
+                + ", ".join(f"{name} {tensor.dtype}" for name, tensor in given.items())
+                + ": convert them with .to(torch.float64) (or float32)"
+            )
+        if isinstance(scale, (bool, str)) or not (scale is None or isinstance(scale, (int, float, torch.Tensor))):
+            raise ValueError(f"a target's scale must be a real number (None: 1/sqrt(k)), got {scale!r}")
         self.query = nn.Parameter(query.clone())
         self.key = nn.Parameter(key.clone())
         self.value = nn.Parameter(value.clone())
