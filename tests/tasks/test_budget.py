@@ -471,6 +471,20 @@ def test_a_flat_stop_just_under_a_point_does_not_read_as_a_point():
     assert _stop({"curve": curve, "stop_reason": "flat"}) == "flat (+0.2 points over the last doubling)"
 
 
+def test_a_stop_at_an_accuracy_rule_above_99_5_percent_does_not_read_as_100_percent():
+    """Was: the table's 'stopped' cell printed the stop_accuracy rule rounded to a whole percent, so a run stopped by
+    a rule of 0.995 (or 0.999) read "reached 100%", the sparse UT's paper level, though it reached 99.5%."""
+    from ut_peft.tasks.budget_results import _stop
+
+    def stopped(rule: float) -> str:
+        return _stop(
+            {"curve": [{"step": 1, "accuracy": 0.996}], "stop_reason": "accuracy", "settings": {"stop_accuracy": rule}}
+        )
+
+    assert stopped(0.99) == "reached 99%"  # the plan's rule, as before
+    assert stopped(0.995) == "reached 99.5%" and stopped(0.999) == "reached 99.9%" and stopped(0.9) == "reached 90%"
+
+
 def test_the_verdict_per_row_waits_for_the_seeds_and_checks_the_plan_asks_for():
     """A row's verdict is open until every seed the plan asks for has finished (and, for a fixed backbone stopped flat
     below the level, its run without the flat rule); then yes, no, or in how many seeds, over those seeds."""

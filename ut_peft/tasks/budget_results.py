@@ -115,7 +115,8 @@ def _stop(row: dict) -> str:
         shown = f"{moved:+.2f}" if 0.95 <= abs(moved) < 1.0 else f"{moved:+.1f}"
         return f"flat ({shown} points over the last doubling)"
     if reason == "accuracy":
-        return f"reached {100 * row['settings']['stop_accuracy']:.0f}%"
+        # The rule as set, not rounded to a whole percent: 0.995 rounded would read as 100%, the sparse UT's level.
+        return f"reached {100 * row['settings']['stop_accuracy']:.10g}%"
     return "the whole budget"
 
 
