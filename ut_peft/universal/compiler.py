@@ -76,13 +76,16 @@ def _check_types(target, backbone) -> None:
 
 def _check_unchanged(backbone: UniversalTransformerForCausalLM) -> None:
     """Refuse a backbone whose config was edited after it was built: the system is laid out from the config (L,
-    looping, H, k, m, d_out) but solved over the weights the backbone holds, and its forward runs those. An edited
+    looping, H, k, m, d_out, no position table) but solved over the weights the backbone holds, and its forward runs
+    those. An edited
     config would give an E reported exact for a model the backbone is not (one layer of two, layer 0 looped), or a
     shape error from inside the solve."""
     config = backbone.config
     changed = backbone.config_changes_since_built()
     held: dict[str, object] = {
-        name: changed[name][0] for name in ("num_hidden_layers", "looped", "variant") if name in changed
+        name: changed[name][0]
+        for name in ("num_hidden_layers", "looped", "variant", "position_embedding_type")
+        if name in changed
     }
     # The shape fields are read off the tensors themselves.
     query, readout = backbone.model.layers[0].query, backbone.model.readout
