@@ -502,3 +502,19 @@ def test_a_shape_field_changed_after_building_is_refused_at_save(tmp_path, field
     model.resize_token_embeddings(9)
     model.save_pretrained(tmp_path)
     assert AutoModelForCausalLM.from_pretrained(tmp_path).get_input_embeddings().weight.shape[0] == 9
+
+
+def test_a_tied_backbone_whose_config_says_untied_is_refused_at_save(tmp_path):
+    """tie_word_embeddings set to False on a backbone built tied left lm_head and embed_tokens one matrix, which the
+    save wrote once: the folder loaded untied with a freshly drawn lm_head, other logits than the model saved.
+    Refused now; set back, the model saves and loads as it was."""
+    model = AutoModelForCausalLM.from_config(_config(tie_word_embeddings=True))
+    ids = torch.randint(0, 7, (2, 5))
+    before = model(input_ids=ids).logits
+    model.config.tie_word_embeddings = False
+    with pytest.raises(ValueError, match=r"config\.tie_word_embeddings is False, but .* one matrix"):
+        model.save_pretrained(tmp_path)
+    assert not (tmp_path / "config.json").exists()
+    model.config.tie_word_embeddings = True
+    model.save_pretrained(tmp_path)
+    assert torch.equal(AutoModelForCausalLM.from_pretrained(tmp_path)(input_ids=ids).logits, before)

@@ -247,6 +247,19 @@ class UniversalTransformerPreTrainedModel(PreTrainedModel):
     def save_pretrained(self, *args, **kwargs):
         _refuse_a_changed_build(self.config, self._built_fields)
         _refuse_other_shapes(self.config, self._held_sizes())
+        output = self.get_output_embeddings()
+        if (
+            not self.config.tie_word_embeddings
+            and output is not None
+            and output.weight is self.get_input_embeddings().weight
+        ):
+            # The shared matrix is written once, and a config that says untied loads a fresh lm_head in its place.
+            raise ValueError(
+                "config.tie_word_embeddings is False, but lm_head and embed_tokens are one matrix (the model was "
+                "built tied): the folder would load untied with a freshly drawn lm_head, giving other logits. "
+                "Set config.tie_word_embeddings back to True to save this model, or give lm_head a matrix of its own "
+                "(set_output_embeddings) before saving it untied"
+            )
         return super().save_pretrained(*args, **kwargs)
 
     def _held_sizes(self) -> dict[str, tuple[str, int]]:
