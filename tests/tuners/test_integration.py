@@ -222,3 +222,17 @@ def test_the_card_names_the_peft_version_of_this_save_not_of_earlier_ones(tmp_pa
     get_peft_model(tiny_model("llama"), UTReprogramConfig()).save_pretrained(folder)
     text = (folder / "README.md").read_text()
     assert "0.0.1" not in text and text.count(f"- PEFT {peft.__version__}") == 1
+
+
+def test_saving_the_released_base_embeddings_is_refused_before_anything_is_written(tmp_path):
+    # Was: NotImplementedError "Cannot copy out of meta tensor; no data!" from inside safetensors, with README.md
+    # already written: save_embedding_layers=True adds the base E and U, which release_base_embeddings freed.
+    model = get_peft_model(tiny_model("llama"), UTReprogramConfig(task_vocab_size=6, release_base_embeddings=True))
+    with pytest.raises(ValueError, match=r"save_embedding_layers=True.*release_base_embeddings=True.*leave"):
+        model.save_pretrained(tmp_path / "out", save_embedding_layers=True)
+    assert not (tmp_path / "out").exists()
+    model.save_pretrained(tmp_path / "out")  # the adapter's own tensors save as ever
+    assert _keys(tmp_path / "out") == [
+        "base_model.model.lm_head.ut_reprogram_unembedding",
+        "base_model.model.model.embed_tokens.ut_reprogram_embedding",
+    ]

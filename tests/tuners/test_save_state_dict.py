@@ -12,20 +12,13 @@ from __future__ import annotations
 
 import warnings
 
-import peft
 import pytest
 import torch
-from packaging.version import Version
 from peft import LoraConfig, PeftModel, get_peft_model, get_peft_model_state_dict
 
 import ut_peft  # noqa: F401  (registers UT_REPROGRAM)
 from ut_peft import UTReprogramConfig
 from ut_peft.testing import tiny_model
-
-# peft selects a method's tensors from a state dict through the tuner from 0.21 on; 0.20 matches key names itself.
-pytestmark = pytest.mark.skipif(
-    Version(peft.__version__) < Version("0.21.0"), reason="peft < 0.21 selects the adapter's tensors without the tuner"
-)
 
 IDS = torch.tensor([[3, 14, 15, 92, 65, 35]])
 

@@ -50,6 +50,9 @@ def install() -> None:
         selected = bound.arguments.get("selected_adapters") or list(self.peft_config)
         if save_embedding_layers == "auto" and all(_is_ut_reprogram(self.peft_config.get(n)) for n in selected):
             save_embedding_layers = False
+        elif save_embedding_layers != "auto" and save_embedding_layers:
+            _refuse_released_embeddings(self)
+        _check_state_dict_to_save(self, selected, kwargs.get("state_dict"))
         token = _SAVE_DIRECTORY.set(os.fspath(save_directory))
         tags = None
         if any(_is_ut_reprogram(self.peft_config.get(n)) for n in selected):
@@ -111,6 +114,47 @@ def install() -> None:
 
     model_save_pretrained.__doc__ = original_model_save.__doc__
     PreTrainedModel.save_pretrained = model_save_pretrained
+
+
+def _refuse_released_embeddings(model) -> None:
+    """Refuse ``save_pretrained(..., save_embedding_layers=True)`` of ``model`` (a ``PeftModel``) whose base E and U
+    a UT_REPROGRAM adapter freed (``release_base_embeddings=True``): peft would add those matrices, now placeholders
+    without values, to the adapter file, and failed inside torch ("Cannot copy out of meta tensor") with the
+    folder's README.md already written."""
+    from .model import base_embeddings_released
+
+    if base_embeddings_released(model):
+        raise ValueError(
+            "save_pretrained(..., save_embedding_layers=True) saves the base model's input and output embeddings "
+            "with the adapter, but a UT_REPROGRAM adapter of this model was made with release_base_embeddings=True, "
+            "which freed them (the model holds empty placeholders in their place). Nothing was saved: leave "
+            "save_embedding_layers out (a UT_REPROGRAM adapter's file holds every matrix it runs with: its own E and "
+            "U), or load the base model again to save its embeddings."
+        )
+
+
+def _check_state_dict_to_save(model, selected: Sequence[str], state_dict) -> None:
+    """Refuse ``save_pretrained(folder, state_dict=state_dict)`` of ``model``'s UT_REPROGRAM adapters among
+    ``selected`` where that state dict lacks some of an adapter's tensors or holds them empty
+    (:func:`~ut_peft.tuners.ut_reprogram.model.check_adapter_state_dict` says why), for a peft without the tuner
+    hook that makes the same check as peft selects the tensors.
+
+    peft >= 0.21 selects an adapter's tensors from a state dict through the tuner's ``_get_adapter_state_dict``,
+    where :class:`UTReprogramModel` checks them. peft 0.20 matches key names itself and asks no tuner, so here the
+    adapter's own tensor names are looked up in the state dict as the tuner's selection finds them (by exact name)
+    and checked before peft writes anything."""
+    if state_dict is None:
+        return
+    from peft.tuners.tuners_utils import BaseTuner
+
+    if hasattr(BaseTuner, "_get_adapter_state_dict"):  # peft checks it through UTReprogramModel's hook
+        return
+    from .model import adapter_tensor_names, check_adapter_state_dict
+
+    for name in selected:
+        if _is_ut_reprogram(model.peft_config.get(name)):
+            found = {key: state_dict[key] for key in adapter_tensor_names(model, name) if key in state_dict}
+            check_adapter_state_dict(model, name, state_dict, found)
 
 
 def _all_ut_reprogram(model) -> bool:
