@@ -83,6 +83,20 @@ def test_a_combined_adapter_saves_and_loads(tmp_path, configs):
     assert torch.equal(loaded(input_ids=IDS).logits, model(input_ids=IDS).logits)
 
 
+def test_a_combined_adapter_carries_no_record_of_the_first_adapters_saved_weights(tmp_path):
+    # A save records the sha256 of the weights it wrote on the live config; the combined adapter's config is made
+    # from the first adapter's, and used to keep its weights_tensors_sha256 until it was saved itself: a record of
+    # weights it does not hold.
+    model = with_adapters(tiny_model("llama"), {}, {})
+    model.save_pretrained(tmp_path / "saved", selected_adapters=["one"])
+    assert model.peft_config["one"].weights_tensors_sha256 is not None
+    model.add_weighted_adapter(["one", "two"], [0.5, 0.5], "mix")
+    mix = model.peft_config["mix"]
+    assert mix.weights_sha256 is None and mix.weights_tensors_sha256 is None
+    model.save_pretrained(tmp_path / "saved", selected_adapters=["mix"])
+    assert mix.weights_tensors_sha256 not in (None, model.peft_config["one"].weights_tensors_sha256)
+
+
 @pytest.mark.parametrize("family,tied", [("llama", False), ("gemma3", True)])
 def test_a_combined_adapter_of_a_half_precision_base_keeps_the_precision_of_the_adapters_it_combines(family, tied):
     """peft upcasts the adapters of a bfloat16 base to float32 (autocast_adapter_dtype=True); the combined adapter

@@ -1141,7 +1141,9 @@ class UTReprogramModel(BaseTuner):
             train_position_embeddings=changes(position),
             init="auto",
             init_token_ids=None,
+            # The first adapter's records of the weights its last save wrote: the new one's are made when it is saved.
             weights_sha256=None,
+            weights_tensors_sha256=None,
             # The digest covers the frozen weights, which depend on what the new adapter replaces: its own.
             base_weights_digest=None,
             ut_peft_version=None,  # made by this ut-peft
