@@ -518,3 +518,14 @@ def test_a_tied_backbone_whose_config_says_untied_is_refused_at_save(tmp_path):
     model.config.tie_word_embeddings = True
     model.save_pretrained(tmp_path)
     assert torch.equal(AutoModelForCausalLM.from_pretrained(tmp_path)(input_ids=ids).logits, before)
+
+
+@pytest.mark.parametrize("weights", ["sparse", "random"])
+@pytest.mark.parametrize("looped,index", [(False, 2), (False, -1), (True, 1)])
+def test_fixed_block_weights_of_a_layer_the_backbone_does_not_have_are_refused(weights, looped, index):
+    """fixed_block_weights(config, 5) of a 2-layer sparse backbone returned all-zero weights, and of a random one a
+    draw no layer holds, without a word; index -1 stopped in a bare IndexError. Refused now, naming the index and
+    the layer modules the config has."""
+    config = _config(weights=weights, looped=looped, num_attention_heads=1, hidden_size=64)
+    with pytest.raises(ValueError, match=rf"layer module {index}, but .* {config.num_layer_modules} "):
+        fixed_block_weights(config, index)

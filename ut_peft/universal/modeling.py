@@ -136,6 +136,13 @@ def _generator(config: UniversalTransformerConfig, stream: int) -> torch.Generat
 
 def fixed_block_weights(config: UniversalTransformerConfig, index: int) -> dict[str, torch.Tensor]:
     """The frozen weights of layer module ``index`` (float32), a pure function of the config."""
+    modules = config.num_layer_modules
+    if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < modules:
+        # Past the last layer a sparse block selects no slot (all zeros) and a random one is a draw no layer holds.
+        raise ValueError(
+            f"fixed_block_weights was asked for layer module {index!r}, but the config has {modules} "
+            f"(indices 0 .. {modules - 1}{'; a looped backbone holds one' if config.looped else ''})"
+        )
     m, H, k = config.hidden_size, config.num_attention_heads, config.head_dim
     gen = _generator(config, 1 + index)
     if config.weights == "sparse":
