@@ -655,6 +655,7 @@ def _start_session(settings: RunSettings, checkpoint: Path) -> _Session:
         start, rng, done = _load_checkpoint(checkpoint, model, optimizer, scheduler, settings)
 
     accelerator = Accelerator()
+    _check_precision(accelerator)
     model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
     _restore_rng(rng)
     data = TrainingData(settings, train, evaluation)
@@ -663,6 +664,20 @@ def _start_session(settings: RunSettings, checkpoint: Path) -> _Session:
     )
     session.last_loss = done.get("last_loss", float("nan"))
     return session
+
+
+def _check_precision(accelerator: Accelerator) -> None:
+    """Refuse accelerate's mixed precision: a run's settings, its row and the check that a resume is the same run
+    (:func:`settings_differences`) hold no precision, so a run under autocast would read as the float32 one, and a
+    run begun in float32 could go on in bf16. Every task run trains in float32."""
+    if accelerator.mixed_precision != "no":
+        raise ValueError(
+            f"accelerate is set to train in mixed precision ({accelerator.mixed_precision}: from "
+            "ACCELERATE_MIXED_PRECISION, `accelerate launch --mixed_precision` or the accelerate config file), but a "
+            "task run trains in float32: its settings and results row record no precision, and a resume could not "
+            "tell the two apart. Unset it (ACCELERATE_MIXED_PRECISION=no, or mixed_precision: 'no' in `accelerate "
+            "config`) and run again"
+        )
 
 
 def _train(
