@@ -374,7 +374,9 @@ def _check_settings(path: Path, saved: dict, settings: RunSettings) -> None:
 def _load_checkpoint(path: Path, model, optimizer, scheduler, settings: RunSettings) -> tuple[int, dict, dict]:
     """Restore the trainable weights, optimizer and schedule; returns (step, random state, progress so far)."""
     try:
-        state = torch.load(path, weights_only=False)
+        # Onto the CPU, where the model and optimiser are when it is read (accelerate moves them, state included, to
+        # the device afterwards): a checkpoint saved on a GPU then resumes on a machine without one.
+        state = torch.load(path, weights_only=False, map_location="cpu")
     except (OSError, RuntimeError, EOFError, pickle.UnpicklingError) as err:
         raise ValueError(
             f"cannot read the checkpoint {path} ({type(err).__name__}: {err}): it is truncated or "
