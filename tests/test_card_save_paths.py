@@ -487,3 +487,48 @@ def test_trainer_model_card_over_a_readme_that_is_not_a_card_keeps_the_trainers_
     # Nor the Trainer's "## Training procedure" heading left empty at the end (peft's block, which holds nothing
     # where the base is not quantized).
     assert card.text.count("- PEFT ") == 1 and "## Training procedure" not in card.text, card.text
+
+
+_TRAINER_CARD_AFTER_IMPORTS = """
+import tempfile, warnings
+from pathlib import Path
+import ut_peft
+{imports}
+from transformers import Trainer, TrainingArguments
+from peft import get_peft_model
+from ut_peft.testing import tiny_config
+model = get_peft_model(ut_peft.random_backbone(tiny_config("llama"), seed=0), ut_peft.UTReprogramConfig())
+folder = Path(tempfile.mkdtemp())
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    trainer = Trainer(model=model, args=TrainingArguments(output_dir=str(folder), report_to=[], use_cpu=True))
+    trainer.save_model()
+    trainer.create_model_card()
+text = (folder / "README.md").read_text()
+assert "import ut_peft" in text and "generated_from_trainer" in text, text
+print("OK")
+"""
+
+
+@pytest.mark.parametrize(
+    "imports",
+    [
+        "",  # transformers' Trainer is the first to import peft (transformers.trainer_utils does)
+        "from transformers import AutoModelForCausalLM",  # registering the backbones imports transformers first
+        "import accelerate",
+        "import peft",
+        "import transformers.trainer",
+    ],
+)
+def test_import_ut_peft_then_transformers_trainer_imports_and_wraps_the_trainers_card(imports):
+    """Was: ``import ut_peft`` then ``from transformers import Trainer`` failed ("Could not import module 'Trainer'"):
+    transformers.trainer imports peft while it is itself being imported, and the wrap of its model card asked for the
+    Trainer class, not defined yet. The import works in every order, and the Trainer's card is still the ut-peft card
+    (the wrap is installed once the Trainer class exists, at the latest when a UT_REPROGRAM adapter is made)."""
+    import subprocess
+    import sys
+
+    code = _TRAINER_CARD_AFTER_IMPORTS.format(imports=imports)
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, timeout=300)
+    assert done.stdout.strip().endswith("OK"), done.stderr[-3000:]

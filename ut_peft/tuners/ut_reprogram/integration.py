@@ -86,10 +86,7 @@ def install() -> None:
     push_to_hub.__doc__ = original_push.__doc__
     PeftModel.push_to_hub = push_to_hub
 
-    # transformers imports its Trainer (accelerate, datasets' checks: seconds) only when first used: wrap it then.
-    from ...lazy import after_import
-
-    after_import("transformers.trainer", _install_trainer_model_card)
+    install_trainer_model_card()
 
     from transformers import PreTrainedModel
 
@@ -121,7 +118,7 @@ def _refuse_released_embeddings(model) -> None:
     a UT_REPROGRAM adapter freed (``release_base_embeddings=True``): peft would add those matrices, now placeholders
     without values, to the adapter file, and failed inside torch ("Cannot copy out of meta tensor") with the
     folder's README.md already written."""
-    from .model import base_embeddings_released
+    from .layer import base_embeddings_released
 
     if base_embeddings_released(model):
         raise ValueError(
@@ -136,7 +133,7 @@ def _refuse_released_embeddings(model) -> None:
 def _check_state_dict_to_save(model, selected: Sequence[str], state_dict) -> None:
     """Refuse ``save_pretrained(folder, state_dict=state_dict)`` of ``model``'s UT_REPROGRAM adapters among
     ``selected`` where that state dict lacks some of an adapter's tensors or holds them empty
-    (:func:`~ut_peft.tuners.ut_reprogram.model.check_adapter_state_dict` says why), for a peft without the tuner
+    (:func:`~ut_peft.tuners.ut_reprogram.layer.check_adapter_state_dict` says why), for a peft without the tuner
     hook that makes the same check as peft selects the tensors.
 
     peft >= 0.21 selects an adapter's tensors from a state dict through the tuner's ``_get_adapter_state_dict``,
@@ -149,7 +146,7 @@ def _check_state_dict_to_save(model, selected: Sequence[str], state_dict) -> Non
 
     if hasattr(BaseTuner, "_get_adapter_state_dict"):  # peft checks it through UTReprogramModel's hook
         return
-    from .model import adapter_tensor_names, check_adapter_state_dict
+    from .layer import adapter_tensor_names, check_adapter_state_dict
 
     for name in selected:
         if _is_ut_reprogram(model.peft_config.get(name)):
@@ -160,6 +157,22 @@ def _check_state_dict_to_save(model, selected: Sequence[str], state_dict) -> Non
 def _all_ut_reprogram(model) -> bool:
     """Whether the PeftModel ``model`` has adapters, all of them UT_REPROGRAM."""
     return bool(model.peft_config) and all(_is_ut_reprogram(config) for config in model.peft_config.values())
+
+
+def install_trainer_model_card() -> None:
+    """Wrap the Trainer's model card (:func:`_install_trainer_model_card`) once the Trainer class exists: now where
+    transformers.trainer has been imported, right after its import where it has not (transformers imports it, with
+    accelerate and datasets' checks, only when first used). Where it is being imported at this moment, its Trainer
+    class is not defined yet: transformers.trainer imports peft on its way (transformers.trainer_utils does), and
+    peft's import runs :func:`install`. The tuner calls this again each time it makes an adapter, which is before any
+    Trainer can hold a UT_REPROGRAM model."""
+    trainer_module = sys.modules.get("transformers.trainer")
+    if trainer_module is None:
+        from ...lazy import after_import
+
+        after_import("transformers.trainer", _install_trainer_model_card)
+    elif "Trainer" in vars(trainer_module):
+        _install_trainer_model_card()
 
 
 def _install_trainer_model_card() -> None:
@@ -183,6 +196,8 @@ def _install_trainer_model_card() -> None:
     from ...io import atomic_write_text
 
     original = Trainer.create_model_card
+    if getattr(original, "_ut_peft", False):  # installed already (peft's import, or an earlier adapter)
+        return
 
     def create_model_card(self, *args, **kwargs):
         model = self.accelerator.unwrap_model(self.model)
@@ -207,6 +222,7 @@ def _install_trainer_model_card() -> None:
         _ut_peft_card_over_trainers(model, folder, before)
         return result
 
+    setattr(create_model_card, "_ut_peft", True)
     create_model_card.__doc__ = original.__doc__
     Trainer.create_model_card = create_model_card
 

@@ -7,7 +7,8 @@ adapter; ``base_layer`` never is.
 
 from __future__ import annotations
 
-from typing import Optional
+from collections.abc import Mapping
+from typing import Any, Optional
 
 import torch
 import torch.nn.functional as F
@@ -341,3 +342,87 @@ class UTPositionEmbedding(UTReprogramLayer):
 
     def __repr__(self) -> str:
         return "ut_reprogram." + super().__repr__()
+
+
+def _listed(names: list[str] | None, shown: int = 3) -> str:
+    """The first ``shown`` of ``names``, and how many more."""
+    names = names or []
+    more = len(names) - shown
+    return ", ".join(names[:shown]) + (f" and {more} more" if more > 0 else "")
+
+
+def _wrapped_layers(model: nn.Module) -> list[tuple[str, UTReprogramLayer]]:
+    return [(name, module) for name, module in model.named_modules() if isinstance(module, UTReprogramLayer)]
+
+
+def adapter_tensor_names(model: nn.Module, adapter_name: str) -> list[str]:
+    """The state-dict names of ``adapter_name``'s own tensors in ``model`` (a kept-tied U holds none: it reads E's)."""
+    return [
+        f"{name}.{container}.{adapter_name}"
+        for name, layer in _wrapped_layers(model)
+        for container in (*layer.adapter_layer_names, *layer.other_param_names)
+        if adapter_name in getattr(layer, container)
+    ]
+
+
+def check_adapter_state_dict(
+    model: nn.Module, adapter_name: str, state_dict: Mapping[str, Any], selected: Mapping[str, Any]
+) -> None:
+    """Refuse ``selected``, the tensors of ``adapter_name`` that peft found in ``state_dict`` to save, when some of
+    the adapter's tensors are not among them or hold no values.
+
+    ``save_pretrained(folder, state_dict=...)`` is how a wrapped or distributed training saves, and peft takes from
+    that state dict what the model's own names select: from the wrapper's (DDP's ``module.`` keys, torch.compile's
+    ``_orig_mod.``, which transformers' Trainer passes for a model given to it compiled) nothing, and tensors a
+    sharded model never gathered (DeepSpeed ZeRO-3 leaves each parameter empty) as they are. Either way peft would
+    write an adapter file without the trained E and U and say nothing (it warns of missing keys only when the file is
+    loaded, once the training that made them is gone), and the adapter loaded from it would run the base's copies.
+    An empty state dict is left alone: it is what the other ranks of an FSDP save get from accelerate's
+    ``get_state_dict`` (only rank 0 writes), and what the Trainer saves as a placeholder beside a DeepSpeed checkpoint
+    it cannot gather.
+    """
+    if not state_dict:
+        return
+    expected = adapter_tensor_names(model, adapter_name)
+    empty = sorted(key for key, value in selected.items() if isinstance(value, torch.Tensor) and value.numel() == 0)
+    if len(selected) >= len(expected) and not empty:
+        return
+    problems = []
+    if len(selected) < len(expected):
+        missing = [name for name in expected if name not in selected]
+        wrapper = next(
+            (key[: -len(name)] for name in missing for key in state_dict if key.endswith(name) and key != name), None
+        )
+        problems.append(
+            f"the state dict holds {len(selected)} of its {len(expected)} tensors ({_listed(missing)} missing)"
+            + (
+                f": its keys start with {wrapper!r}, those of a wrapper around the model (DDP's 'module.', "
+                "torch.compile's '_orig_mod.')"
+                if wrapper
+                else ""
+            )
+        )
+    if empty:
+        problems.append(
+            f"{_listed(empty)} hold no values (the parameters of a sharded model, as DeepSpeed ZeRO-3 and FSDP leave "
+            "them before they are gathered)"
+        )
+    raise ValueError(
+        f"cannot save the UT_REPROGRAM adapter {adapter_name!r}: "
+        + "; ".join(problems)
+        + ". Its file would lack the trained E and U, and the adapter loaded from it would run the base's copies. "
+        "Pass the state dict of the unwrapped model with every tensor gathered: "
+        "accelerator.unwrap_model(model).save_pretrained(folder, state_dict=accelerator.get_state_dict(model)) "
+        "(accelerate unwraps and gathers), or leave state_dict out to save the model's own tensors. A Trainer given "
+        "torch.compile(model) saves the compiled wrapper's state dict: give it the model itself and "
+        "TrainingArguments(torch_compile=True)."
+    )
+
+
+def base_embeddings_released(model: nn.Module) -> bool:
+    """Whether ``release_base_embeddings`` swapped the base E and U under the layers for placeholders: tensors with no
+    rows, which no base's E or U has (a model moved to the meta device keeps its rows)."""
+    return any(
+        isinstance(module, (UTEmbedding, UTUnembedding)) and module.get_base_layer().weight.shape[0] == 0
+        for _, module in _wrapped_layers(model)
+    )
