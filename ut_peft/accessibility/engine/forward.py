@@ -287,23 +287,31 @@ def check_head(model, tokens: int = 5) -> None:
     expected = model(inputs_embeds=embeds, use_cache=False).logits[0].float()
     got = _head(model, decoder_of(model)(inputs_embeds=embeds, use_cache=False).last_hidden_state[0])
     got = got.to(expected.device)
-    # The same operations in the same order: equal up to rounding (8 ulps of the head's dtype, of the largest logit).
-    eps = torch.finfo(model.get_output_embeddings().weight.dtype).eps
-    tolerance = max(8 * eps, 1e-5) * max(float(expected.abs().max()), 1.0)
+    # The same operations in the same order: equal up to rounding in the head's dtype.
+    tolerance = _rounding_tolerance(model.get_output_embeddings().weight.dtype, expected)
     gap = float((got - expected).abs().max()) if got.shape == expected.shape else math.inf
     if gap <= tolerance:
         return
     config = model.config
-    fields = [
-        f"{name} = {getattr(config, name)!r}" for name in LOGIT_FIELDS if getattr(config, name, None) is not None
-    ]
-    said = "its config sets " + ", ".join(fields) if fields else "its config sets none of " + ", ".join(LOGIT_FIELDS)
+    said = _fields_set(config, LOGIT_FIELDS)
     raise ValueError(
         f"{type(model).__name__} changes its logits inside forward() in a way the cram engine's head does not "
         f"(model_type {getattr(config, 'model_type', None)!r}; {said}): model() and lm_head on the decoder's hidden "
         f"states differ by up to {gap:.3g}, so the engine would train on another loss than the model's. Teach "
         "ut_peft/accessibility/engine/forward.py (_head, LOGIT_SCALING) that transformation before cramming it"
     )
+
+
+def _rounding_tolerance(dtype: torch.dtype, reference: torch.Tensor) -> float:
+    """How far two computations of ``reference`` by the same operations may differ by rounding alone: 8 ulps of
+    ``dtype`` (at least 1e-5), of its largest magnitude (at least 1)."""
+    return max(8 * torch.finfo(dtype).eps, 1e-5) * max(float(reference.abs().max()), 1.0)
+
+
+def _fields_set(config, names: tuple[str, ...]) -> str:
+    """Which of the config fields ``names`` ``config`` sets, with their values, for a refusal's message."""
+    fields = [f"{name} = {getattr(config, name)!r}" for name in names if getattr(config, name, None) is not None]
+    return "its config sets " + ", ".join(fields) if fields else "its config sets none of " + ", ".join(names)
 
 
 def check_loaded(model) -> None:
@@ -339,18 +347,13 @@ def check_inputs(model, tokens: int = 5) -> None:
     ids = (torch.arange(tokens, device=execution_device(embed)) % embed.weight.shape[0])[None]
     from_ids = model(input_ids=ids, use_cache=False).logits[0].float()
     from_embeds = model(inputs_embeds=embed(ids), use_cache=False).logits[0].float().to(from_ids.device)
-    # The same operations on the same inputs: equal up to rounding (8 ulps of the embedding's dtype, of the largest
-    # logit), as in check_head.
-    eps = torch.finfo(embed.weight.dtype).eps
-    tolerance = max(8 * eps, 1e-5) * max(float(from_ids.abs().max()), 1.0)
+    # The same operations on the same inputs: equal up to rounding in the embedding's dtype.
+    tolerance = _rounding_tolerance(embed.weight.dtype, from_ids)
     gap = float((from_embeds - from_ids).abs().max())
     if gap <= tolerance:
         return
     config = model.config
-    fields = [
-        f"{name} = {getattr(config, name)!r}" for name in INPUT_FIELDS if getattr(config, name, None) is not None
-    ]
-    said = "its config sets " + ", ".join(fields) if fields else "its config sets none of " + ", ".join(INPUT_FIELDS)
+    said = _fields_set(config, INPUT_FIELDS)
     raise ValueError(
         f"{type(model).__name__} embeds token ids otherwise than its input embedding module does (model_type "
         f"{getattr(config, 'model_type', None)!r}; {said}): its logits for input_ids and for the same ids as "
