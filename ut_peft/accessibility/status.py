@@ -13,7 +13,8 @@ inflight/ has got); for a pooled sweep also:
   lower objective on the same rows (:meth:`.designs.pooled.PooledDesign.lower_optimum`), with both slopes;
 - the design's stop rule (:meth:`.designs.pooled.PooledDesign.stop_state`): stopped or not, and per target (the slope's
   standard error, n_50's at each m, the linearity check's offset) the standard error as the stop judges it against
-  the target it is held to;
+  the target it is held to, and while it fits, the binding one's ratio at each of the last complete rounds beside
+  what the law 1 / sqrt(rows) would have put the latest at (:func:`_trajectory`);
 - hours spent (the wall time of its complete rounds, each timed by its longest row: :mod:`.pace`) and a projection
   of the hours left (:func:`.pace.projection`: the rounds the design would deal at its present fit until it stops,
   :meth:`.designs.pooled.PooledDesign.planned_rounds`; where it cannot plan, every standard error taken to fall as
@@ -366,6 +367,8 @@ def _stop(design: PooledDesign, rows: dict) -> dict:
     else:
         stop["binding"] = max(targets, key=lambda t: t["ratio"])["name"] if targets else None
     stop["budget_row_steps"] = design.budget
+    if stop["stage"] == "fitting":
+        stop["trajectory"] = _trajectory(design, rows, stop["binding"])
     if stop["stage"] == "stopped":
         spent = sum(row_steps(rows[job]) for jobs in design.rounds(rows) for job in jobs)
         if "fitted_rows" not in stop:
@@ -377,6 +380,52 @@ def _stop(design: PooledDesign, rows: dict) -> dict:
             why = "every standard error at or below its target, the floor of fitted rows met"
         stop["reason"] = why
     return stop
+
+
+# How many of the last complete rounds the binding ratio's trajectory shows.
+TRAJECTORY_ROUNDS = 8
+
+
+def _trajectory(design: PooledDesign, rows: dict, binding: str | None) -> dict | None:
+    """How the binding quantity's standard error over its target, as the stop judged it, moved over the last (up to)
+    :data:`TRAJECTORY_ROUNDS` complete rounds the design fitted (:meth:`.designs.pooled.PooledDesign.judged_rounds`:
+    the judgements the replay already made, no fit of its own), and what the law 1 / sqrt(rows) would have put the
+    latest round at from the first of them. Why: the projection of the hours left assumes the standard errors fall
+    with the rows from here; a ratio that stayed flat over rounds (Gemma: the slope's 1.15 at 136 rows, 1.16 at 176,
+    where the law put 1.03) says how far to trust that, and one print of the latest ratio cannot show it.
+
+    ``{"quantity", "rounds": [{"round", "rows", "ratio"}], "law_from", "law_ratio", "short_of_law",
+    "short_rounds"}``: ``law_ratio`` None where the first ratio shown is not estimable; ``short_rounds`` how many of
+    the rounds just before the latest each had the law put the latest below the ratio it has (0: the law held from
+    the one before it). None with fewer than two fitted rounds or no binding quantity."""
+    if binding is None:
+        return None
+    judged = design.judged_rounds(rows)[-TRAJECTORY_ROUNDS:]
+    if len(judged) < 2:
+        return None
+    points = [{"round": j["rounds"], "rows": j["rows"], "ratio": j["se_ratios"].get(binding)} for j in judged]
+    latest = points[-1]
+
+    def law_from(point: dict) -> float | None:
+        if point["ratio"] is None or latest["ratio"] is None:
+            return None
+        return point["ratio"] * math.sqrt(point["rows"] / latest["rows"])
+
+    law = law_from(points[0])
+    short_rounds = 0
+    for point in reversed(points[:-1]):  # the rounds just before the latest, from each of which the law fell short
+        predicted = law_from(point)
+        if predicted is None or latest["ratio"] <= predicted:
+            break
+        short_rounds += 1
+    return {
+        "quantity": binding,
+        "rounds": points,
+        "law_from": points[0]["round"],
+        "law_ratio": law,
+        "short_of_law": law is not None and latest["ratio"] > law,
+        "short_rounds": short_rounds,
+    }
 
 
 def _row_steps_per_row(design: PooledDesign, rows: dict, fitted_rows: int) -> tuple[float, str] | None:
@@ -841,9 +890,38 @@ def _stop_lines(stop: dict) -> list[str]:
             lines.append(
                 f"    {_quantity(t['name'])}: {t['se']:.2f} / {t['judged_target']:.2f} = {t['ratio']:.2f}{mark}"
             )
+    if stop.get("trajectory"):
+        lines.append(_trajectory_line(stop["trajectory"]))
     if stop.get("budget_row_steps"):
         lines.append(f"  row-step budget: {stop['budget_row_steps']:,}")
     return lines
+
+
+def _trajectory_line(trajectory: dict) -> str:
+    """The binding ratio at each of the last complete rounds and the law's figure for the latest beside it."""
+    points = trajectory["rounds"]
+    first, latest = points[0], points[-1]
+    shown = ", ".join(f"round {p['round']} ({p['rows']} rows) {_num(p['ratio'], 2)}" for p in points)
+    head = (
+        f"  {_quantity(trajectory['quantity'])}'s ratio as the stop judged it over the last {len(points)} complete "
+        f"rounds: {shown}; "
+    )
+    law = trajectory["law_ratio"]
+    if law is None:
+        return head + f"no figure from the law 1 / sqrt(rows) from round {first['round']} (a ratio not estimable)"
+    head += f"the law 1 / sqrt(rows) from round {first['round']} put round {latest['round']} at {law:.2f}; "
+    if not trajectory["short_of_law"]:
+        return head + f"it is at {latest['ratio']:.2f}: at or below the law"
+    short = trajectory["short_rounds"]
+    since = (
+        f"short of it from each of the last {short} round{'s' if short != 1 else ''} before it"
+        if short
+        else "though not from the round before it"
+    )
+    return head + (
+        f"it is at {latest['ratio']:.2f}: ABOVE the law, {since}; the hours left below assume the standard errors "
+        "fall with the rows from here (the plan adds each planned row's expected information; the law, 1 / sqrt(rows))"
+    )
 
 
 def _time_lines(time: dict, paused: bool = False) -> list[str]:

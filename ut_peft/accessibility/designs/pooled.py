@@ -235,6 +235,20 @@ class PooledDesign(Design):
         )
         return state
 
+    def judged_rounds(self, rows: dict) -> list[dict]:
+        """What the stop rule saw at each round boundary of ``rows`` where the design was fitting, oldest first: per
+        boundary ``{"rounds", "rows", "se_ratios"}`` as :meth:`stop_state` gives them there (the complete rounds, their
+        rows, each quantity's standard error over its target as the stop judged it). The replay already judges every
+        boundary on its way to the round now due, so this reads those judgements and fits nothing new."""
+        used = self._walk(rows)[2]
+        out = []
+        for k in range(1, len(used) + 1):
+            judged = self._judged.get(tuple(used[:k]))
+            if judged is not None:
+                rows_so_far = sum(len(rnd) for rnd in used[:k])
+                out.append({"rounds": k, "rows": rows_so_far, "se_ratios": _judged_ratios(judged["ratios"])})
+        return out
+
     def _walk(self, rows: dict):
         done: list[list[Job]] = []
         used: list[tuple] = []
