@@ -700,7 +700,7 @@ def tensors_sha256(path: str) -> str:
         header = json.dumps([name, str(tensor.dtype).removeprefix("torch."), list(tensor.shape)])
         data = tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8)
         digest.update(f"{header} {data.numel()}\n".encode())
-        digest.update(data.numpy().tobytes())
+        digest.update(data.numpy())  # the buffer itself: no copy of a matrix that can be a gigabyte
 
     if os.path.basename(path) == SAFETENSORS_WEIGHTS_NAME:
         from safetensors import safe_open
