@@ -533,7 +533,7 @@ def _refuse_position_ids_the_table_cannot_give(
         )
     if position_ids.numel() == 0:
         return
-    low, high = int(position_ids.min()), int(position_ids.max())
+    low, high = torch.stack(torch.aminmax(position_ids)).tolist()  # one read back from the device, not two
     if low < 0 or high >= rows:
         bad = high if high >= rows else low
         raise ValueError(
